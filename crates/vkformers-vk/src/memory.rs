@@ -1,0 +1,184 @@
+//! Device buffers. Memory comes from `gpu-allocator`, which sub-allocates it from large blocks;
+//! every buffer is addressed by its device address, so kernels see no binding-size limit
+//! (`maxStorageBufferRange` is 128 MiB on lavapipe, tensors may be larger).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use ash::vk;
+use gpu_allocator::vulkan::{Allocation, AllocationCreateDesc, AllocationScheme};
+use gpu_allocator::MemoryLocation;
+
+use crate::device::{Context, Shared};
+use crate::error::{Result, VkError, VkResultExt};
+
+static NEXT_BUFFER_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Where a buffer lives: on the device, or host-visible for staging.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BufferKind {
+    Device,
+    Upload,
+    Download,
+}
+
+/// A device buffer with a stable device address.
+pub struct Buffer {
+    shared: Arc<Shared>,
+    pub(crate) raw: vk::Buffer,
+    allocation: Option<Allocation>,
+    size: u64,
+    address: u64,
+    id: u64,
+}
+
+impl Buffer {
+    /// Size in bytes.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Device address of the first byte.
+    pub fn address(&self) -> u64 {
+        self.address
+    }
+
+    /// Process-unique id, used to track hazards between dispatches.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The whole buffer as a view.
+    pub fn view(&self) -> BufferView<'_> {
+        BufferView { buffer: self, offset: 0, len: self.size }
+    }
+
+    /// A byte range of the buffer.
+    pub fn slice(&self, offset: u64, len: u64) -> BufferView<'_> {
+        assert!(offset + len <= self.size, "slice {offset}+{len} past buffer of {} bytes", self.size);
+        BufferView { buffer: self, offset, len }
+    }
+
+    pub(crate) fn mapped_mut(&mut self) -> Option<&mut [u8]> {
+        self.allocation.as_mut().and_then(|a| a.mapped_slice_mut())
+    }
+
+    pub(crate) fn mapped(&self) -> Option<&[u8]> {
+        self.allocation.as_ref().and_then(|a| a.mapped_slice())
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        // SAFETY: a buffer is only dropped once no recorder that used it is in flight (recorders
+        // borrow their buffers until they have waited for the GPU).
+        unsafe { self.shared.device.destroy_buffer(self.raw, None) };
+        if let Some(a) = self.allocation.take() {
+            if let Some(alloc) = self.shared.allocator().as_mut() {
+                let _ = alloc.free(a);
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Buffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Buffer(id {}, {} bytes)", self.id, self.size)
+    }
+}
+
+/// A byte range of a buffer, the unit kernels read and write.
+#[derive(Clone, Copy, Debug)]
+pub struct BufferView<'a> {
+    pub buffer: &'a Buffer,
+    pub offset: u64,
+    pub len: u64,
+}
+
+impl BufferView<'_> {
+    /// Device address of the first byte of the view.
+    pub fn address(&self) -> u64 {
+        self.buffer.address + self.offset
+    }
+}
+
+impl Context {
+    /// Allocates a device buffer of `size` bytes; `what` names it in errors.
+    pub fn buffer(&self, size: u64, what: &str) -> Result<Buffer> {
+        self.buffer_of_kind(size, BufferKind::Device, what)
+    }
+
+    /// Allocates a buffer of the given kind.
+    pub fn buffer_of_kind(&self, size: u64, kind: BufferKind, what: &str) -> Result<Buffer> {
+        let shared = &self.shared;
+        let size = size.max(4);
+        if size > shared.caps.max_buffer_size && shared.caps.max_buffer_size > 0 {
+            return Err(VkError::OutOfDeviceMemory {
+                what: format!("{what} (above maxBufferSize {})", shared.caps.max_buffer_size),
+                bytes: size,
+            });
+        }
+        let usage = vk::BufferUsageFlags::STORAGE_BUFFER
+            | vk::BufferUsageFlags::SHADER_DEVICE_ADDRESS
+            | vk::BufferUsageFlags::TRANSFER_SRC
+            | vk::BufferUsageFlags::TRANSFER_DST;
+        let info = vk::BufferCreateInfo::default().size(size).usage(usage).sharing_mode(vk::SharingMode::EXCLUSIVE);
+        // SAFETY: valid device and create info.
+        let raw =
+            unsafe { shared.device.create_buffer(&info, None) }.map_err(|r| oom_or(r, what, size, "vkCreateBuffer"))?;
+        // SAFETY: `raw` was just created on this device.
+        let requirements = unsafe { shared.device.get_buffer_memory_requirements(raw) };
+        let location = match kind {
+            BufferKind::Device => MemoryLocation::GpuOnly,
+            BufferKind::Upload => MemoryLocation::CpuToGpu,
+            BufferKind::Download => MemoryLocation::GpuToCpu,
+        };
+        let allocation = {
+            let mut guard = shared.allocator();
+            let alloc = guard.as_mut().ok_or_else(|| VkError::Allocator("allocator already released".into()))?;
+            alloc.allocate(&AllocationCreateDesc {
+                name: what,
+                requirements,
+                location,
+                linear: true,
+                allocation_scheme: AllocationScheme::GpuAllocatorManaged,
+            })
+        };
+        let allocation = match allocation {
+            Ok(a) => a,
+            Err(e) => {
+                // SAFETY: `raw` is unbound and unused.
+                unsafe { shared.device.destroy_buffer(raw, None) };
+                return Err(match e {
+                    gpu_allocator::AllocationError::OutOfMemory => {
+                        VkError::OutOfDeviceMemory { what: what.into(), bytes: size }
+                    }
+                    other => VkError::Allocator(format!("{what}: {other}")),
+                });
+            }
+        };
+        // SAFETY: memory and offset come from the allocator for these requirements.
+        unsafe { shared.device.bind_buffer_memory(raw, allocation.memory(), allocation.offset()) }
+            .vk("vkBindBufferMemory")?;
+        let addr_info = vk::BufferDeviceAddressInfo::default().buffer(raw);
+        // SAFETY: the buffer was created with SHADER_DEVICE_ADDRESS usage and is bound.
+        let address = unsafe { shared.device.get_buffer_device_address(&addr_info) };
+        Ok(Buffer {
+            shared: shared.clone(),
+            raw,
+            allocation: Some(allocation),
+            size,
+            address,
+            id: NEXT_BUFFER_ID.fetch_add(1, Ordering::Relaxed),
+        })
+    }
+}
+
+fn oom_or(r: vk::Result, what: &str, bytes: u64, call: &'static str) -> VkError {
+    match r {
+        vk::Result::ERROR_OUT_OF_DEVICE_MEMORY | vk::Result::ERROR_OUT_OF_HOST_MEMORY => {
+            VkError::OutOfDeviceMemory { what: what.into(), bytes }
+        }
+        r => VkError::from_vk(call, r),
+    }
+}

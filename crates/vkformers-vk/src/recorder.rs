@@ -1,0 +1,332 @@
+//! The `Recorder`: appends dispatches to one command buffer, places a barrier only where a
+//! dispatch depends on an earlier one of the same batch (see `hazard`), submits once and waits
+//! once. Optional timestamp queries time every dispatch.
+
+use ash::vk;
+
+use crate::device::Context;
+use crate::error::{Result, VkError, VkResultExt};
+use crate::hazard::{AccessKind, HazardTracker, Span};
+use crate::memory::{Buffer, BufferView};
+use crate::pipeline::KernelCode;
+
+/// One buffer argument of a dispatch: which bytes, and how the kernel uses them.
+#[derive(Clone, Copy, Debug)]
+pub struct Arg<'a> {
+    pub view: BufferView<'a>,
+    pub kind: AccessKind,
+}
+
+impl<'a> From<&'a Buffer> for BufferView<'a> {
+    fn from(b: &'a Buffer) -> Self {
+        b.view()
+    }
+}
+
+/// The kernel reads these bytes.
+pub fn read<'a>(v: impl Into<BufferView<'a>>) -> Arg<'a> {
+    Arg { view: v.into(), kind: AccessKind::Read }
+}
+
+/// The kernel writes these bytes.
+pub fn write<'a>(v: impl Into<BufferView<'a>>) -> Arg<'a> {
+    Arg { view: v.into(), kind: AccessKind::Write }
+}
+
+/// The kernel reads and writes these bytes.
+pub fn read_write<'a>(v: impl Into<BufferView<'a>>) -> Arg<'a> {
+    Arg { view: v.into(), kind: AccessKind::ReadWrite }
+}
+
+/// What a submitted batch did.
+#[derive(Clone, Debug, Default)]
+pub struct BatchReport {
+    pub dispatches: usize,
+    pub barriers: usize,
+    /// Per dispatch (kernel name, GPU time in nanoseconds) when timing was on. Dispatches
+    /// that ran overlapped (no barrier between them) share their time.
+    pub timings: Vec<(&'static str, f64)>,
+}
+
+const QUERIES_PER_POOL: u32 = 4096;
+
+/// Records work for one submission.
+pub struct Recorder<'a> {
+    ctx: &'a Context,
+    pool: vk::CommandPool,
+    cmd: vk::CommandBuffer,
+    hazards: HazardTracker,
+    bound: vk::Pipeline,
+    labels: Vec<&'static str>,
+    barriers: usize,
+    timing: bool,
+    query_pools: Vec<vk::QueryPool>,
+    queries_used: u32,
+}
+
+impl Context {
+    /// Starts a batch; with `timing`, each dispatch is timed by timestamp queries.
+    pub fn recorder(&self, timing: bool) -> Result<Recorder<'_>> {
+        Recorder::new(self, timing && self.caps().timestamps)
+    }
+}
+
+impl<'a> Recorder<'a> {
+    fn new(ctx: &'a Context, timing: bool) -> Result<Self> {
+        let device = &ctx.shared.device;
+        let info = vk::CommandPoolCreateInfo::default()
+            .queue_family_index(ctx.shared.queue_family)
+            .flags(vk::CommandPoolCreateFlags::TRANSIENT);
+        // SAFETY: valid device; the pool belongs to this recorder alone.
+        let pool = unsafe { device.create_command_pool(&info, None) }.vk("vkCreateCommandPool")?;
+        let alloc = vk::CommandBufferAllocateInfo::default()
+            .command_pool(pool)
+            .level(vk::CommandBufferLevel::PRIMARY)
+            .command_buffer_count(1);
+        let mut rec = Recorder {
+            ctx,
+            pool,
+            cmd: vk::CommandBuffer::null(),
+            hazards: HazardTracker::default(),
+            bound: vk::Pipeline::null(),
+            labels: Vec::new(),
+            barriers: 0,
+            timing,
+            query_pools: Vec::new(),
+            queries_used: 0,
+        };
+        // SAFETY: the pool was just created.
+        rec.cmd = unsafe { device.allocate_command_buffers(&alloc) }.vk("vkAllocateCommandBuffers")?[0];
+        let begin = vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
+        // SAFETY: fresh command buffer.
+        unsafe { device.begin_command_buffer(rec.cmd, &begin) }.vk("vkBeginCommandBuffer")?;
+        Ok(rec)
+    }
+
+    /// Number of dispatches and copies recorded so far.
+    pub fn len(&self) -> usize {
+        self.labels.len()
+    }
+
+    /// True when nothing was recorded yet.
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty()
+    }
+
+    /// Appends a dispatch of `code` (specialization constants `spec`) over `groups` workgroups.
+    /// The push-constant block is the device addresses of `args`, in order, then `params`.
+    pub fn dispatch(
+        &mut self,
+        code: &KernelCode,
+        spec: &[u32],
+        args: &[Arg<'a>],
+        params: &[u8],
+        groups: [u32; 3],
+    ) -> Result<()> {
+        let push = push_block(code, args, params)?;
+        let max = self.ctx.caps().max_workgroup_count;
+        if groups.iter().zip(max).any(|(g, m)| *g > m) || groups.contains(&0) {
+            return Err(VkError::Kernel {
+                kernel: code.name.into(),
+                message: format!("workgroup count {groups:?} outside 1..={max:?}"),
+            });
+        }
+        let pipe = self.ctx.shared.pipelines.get(&self.ctx.shared.device, code, spec)?;
+        let accesses: Vec<(Span, AccessKind)> = args.iter().map(|a| (span_of(&a.view), a.kind)).collect();
+        self.hazard_barrier(&accesses);
+        let device = &self.ctx.shared.device;
+        self.timestamp(vk::PipelineStageFlags::TOP_OF_PIPE)?;
+        // SAFETY: the command buffer is recording; the pipeline and layout are alive for the
+        // context's lifetime; push bytes match the layout's range (checked above).
+        unsafe {
+            if self.bound != pipe.pipeline {
+                device.cmd_bind_pipeline(self.cmd, vk::PipelineBindPoint::COMPUTE, pipe.pipeline);
+                self.bound = pipe.pipeline;
+            }
+            if !push.is_empty() {
+                device.cmd_push_constants(self.cmd, pipe.layout, vk::ShaderStageFlags::COMPUTE, 0, &push);
+            }
+            device.cmd_dispatch(self.cmd, groups[0], groups[1], groups[2]);
+        }
+        self.timestamp(vk::PipelineStageFlags::BOTTOM_OF_PIPE)?;
+        self.labels.push(code.name);
+        Ok(())
+    }
+
+    /// Appends a buffer-to-buffer copy of `src.len` bytes.
+    pub fn copy(&mut self, src: BufferView<'a>, dst: BufferView<'a>) -> Result<()> {
+        assert_eq!(src.len, dst.len, "copy between views of different lengths");
+        self.hazard_barrier(&[(span_of(&src), AccessKind::Read), (span_of(&dst), AccessKind::Write)]);
+        self.timestamp(vk::PipelineStageFlags::TOP_OF_PIPE)?;
+        let region = [vk::BufferCopy { src_offset: src.offset, dst_offset: dst.offset, size: src.len }];
+        // SAFETY: recording; both buffers outlive the recorder ('a).
+        unsafe { self.ctx.shared.device.cmd_copy_buffer(self.cmd, src.buffer.raw, dst.buffer.raw, &region) };
+        self.timestamp(vk::PipelineStageFlags::BOTTOM_OF_PIPE)?;
+        self.labels.push("copy");
+        Ok(())
+    }
+
+    fn hazard_barrier(&mut self, accesses: &[(Span, AccessKind)]) {
+        if !self.hazards.add(accesses) {
+            return;
+        }
+        let stages = vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER;
+        let barrier = [vk::MemoryBarrier::default()
+            .src_access_mask(
+                vk::AccessFlags::SHADER_WRITE
+                    | vk::AccessFlags::TRANSFER_WRITE
+                    | vk::AccessFlags::SHADER_READ
+                    | vk::AccessFlags::TRANSFER_READ,
+            )
+            .dst_access_mask(
+                vk::AccessFlags::SHADER_READ
+                    | vk::AccessFlags::SHADER_WRITE
+                    | vk::AccessFlags::TRANSFER_READ
+                    | vk::AccessFlags::TRANSFER_WRITE,
+            )];
+        // SAFETY: recording, outside any render pass.
+        unsafe {
+            self.ctx.shared.device.cmd_pipeline_barrier(
+                self.cmd,
+                stages,
+                stages,
+                vk::DependencyFlags::empty(),
+                &barrier,
+                &[],
+                &[],
+            )
+        };
+        self.barriers += 1;
+    }
+
+    fn timestamp(&mut self, stage: vk::PipelineStageFlags) -> Result<()> {
+        if !self.timing {
+            return Ok(());
+        }
+        let device = &self.ctx.shared.device;
+        if self.queries_used.is_multiple_of(QUERIES_PER_POOL) {
+            let info =
+                vk::QueryPoolCreateInfo::default().query_type(vk::QueryType::TIMESTAMP).query_count(QUERIES_PER_POOL);
+            // SAFETY: valid device; the pool is reset before its first use below.
+            let pool = unsafe { device.create_query_pool(&info, None) }.vk("vkCreateQueryPool")?;
+            // SAFETY: recording.
+            unsafe { device.cmd_reset_query_pool(self.cmd, pool, 0, QUERIES_PER_POOL) };
+            self.query_pools.push(pool);
+        }
+        let pool = self.query_pools[(self.queries_used / QUERIES_PER_POOL) as usize];
+        // SAFETY: recording; the query index is within the pool and was reset.
+        unsafe { device.cmd_write_timestamp(self.cmd, stage, pool, self.queries_used % QUERIES_PER_POOL) };
+        self.queries_used += 1;
+        Ok(())
+    }
+
+    /// Submits the batch and waits for it once.
+    pub fn submit(self) -> Result<BatchReport> {
+        let device = &self.ctx.shared.device;
+        // SAFETY: recording was begun in `new`.
+        unsafe { device.end_command_buffer(self.cmd) }.vk("vkEndCommandBuffer")?;
+        let fence_info = vk::FenceCreateInfo::default();
+        // SAFETY: valid device.
+        let fence = unsafe { device.create_fence(&fence_info, None) }.vk("vkCreateFence")?;
+        let cmds = [self.cmd];
+        let submit = [vk::SubmitInfo::default().command_buffers(&cmds)];
+        let result = {
+            let queue = self.ctx.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+            // SAFETY: the queue is externally synchronized by the mutex.
+            unsafe { device.queue_submit(*queue, &submit, fence) }
+        }
+        .and_then(|_| {
+            // SAFETY: the fence was submitted above.
+            unsafe { device.wait_for_fences(&[fence], true, u64::MAX) }
+        });
+        // SAFETY: the fence is signalled or the device is lost; either way it is unused now.
+        unsafe { device.destroy_fence(fence, None) };
+        result.map_err(|r| self.batch_error(r))?;
+        let timings = self.read_timings()?;
+        Ok(BatchReport { dispatches: self.labels.len(), barriers: self.barriers, timings })
+    }
+
+    fn batch_error(&self, r: vk::Result) -> VkError {
+        let mut names: Vec<&str> = self.labels.clone();
+        names.dedup();
+        names.truncate(8);
+        let kernels = names.join(", ");
+        match r {
+            vk::Result::ERROR_DEVICE_LOST => VkError::DeviceLost { kernels },
+            vk::Result::ERROR_OUT_OF_DEVICE_MEMORY | vk::Result::ERROR_OUT_OF_HOST_MEMORY => {
+                VkError::OutOfDeviceMemory { what: format!("a batch running {kernels}"), bytes: 0 }
+            }
+            r => VkError::Kernel { kernel: kernels, message: format!("vkQueueSubmit/vkWaitForFences: {r}") },
+        }
+    }
+
+    fn read_timings(&self) -> Result<Vec<(&'static str, f64)>> {
+        if !self.timing {
+            return Ok(Vec::new());
+        }
+        let device = &self.ctx.shared.device;
+        let mut ticks = Vec::with_capacity(self.queries_used as usize);
+        for (i, pool) in self.query_pools.iter().enumerate() {
+            let n = (self.queries_used - i as u32 * QUERIES_PER_POOL).min(QUERIES_PER_POOL) as usize;
+            let mut data = vec![0u64; n];
+            // SAFETY: the batch completed, so these queries are available.
+            unsafe {
+                device.get_query_pool_results(
+                    *pool,
+                    0,
+                    &mut data,
+                    vk::QueryResultFlags::TYPE_64 | vk::QueryResultFlags::WAIT,
+                )
+            }
+            .vk("vkGetQueryPoolResults")?;
+            ticks.extend(data);
+        }
+        let period = f64::from(self.ctx.caps().timestamp_period_ns);
+        Ok(self
+            .labels
+            .iter()
+            .zip(ticks.chunks_exact(2))
+            .map(|(l, t)| (*l, t[1].saturating_sub(t[0]) as f64 * period))
+            .collect())
+    }
+}
+
+impl Drop for Recorder<'_> {
+    fn drop(&mut self) {
+        let device = &self.ctx.shared.device;
+        // SAFETY: `submit` waited for completion, or the batch was never submitted.
+        unsafe {
+            for pool in self.query_pools.drain(..) {
+                device.destroy_query_pool(pool, None);
+            }
+            device.destroy_command_pool(self.pool, None);
+        }
+    }
+}
+
+fn span_of(v: &BufferView<'_>) -> Span {
+    Span { buffer: v.buffer.id(), start: v.offset, end: v.offset + v.len }
+}
+
+/// Builds the push-constant block: 8-byte device addresses of `args`, then `params`; checks it
+/// against what reflection found in the shader.
+fn push_block(code: &KernelCode, args: &[Arg<'_>], params: &[u8]) -> Result<Vec<u8>> {
+    if args.len() != code.pointers as usize {
+        return Err(VkError::Kernel {
+            kernel: code.name.into(),
+            message: format!("{} buffer arguments given, the shader declares {}", args.len(), code.pointers),
+        });
+    }
+    let mut push = Vec::with_capacity(code.push_size as usize);
+    for a in args {
+        push.extend_from_slice(&a.view.address().to_le_bytes());
+    }
+    push.extend_from_slice(params);
+    if push.len() != code.push_size as usize {
+        return Err(VkError::Kernel {
+            kernel: code.name.into(),
+            message: format!("push constants of {} bytes given, the shader declares {}", push.len(), code.push_size),
+        });
+    }
+    Ok(push)
+}
