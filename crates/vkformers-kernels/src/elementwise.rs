@@ -39,25 +39,25 @@ fn params(words: &[u32]) -> Vec<u8> {
 }
 
 /// `out[i] = value`.
-pub fn fill<'a>(rec: &mut Recorder<'a>, out: BufferView<'a>, value: f32) -> Result<()> {
+pub fn fill(rec: &mut Recorder<'_>, out: BufferView<'_>, value: f32) -> Result<()> {
     let n = elements(code::ELEMENTWISE_FILL.name, &out)?;
     rec.dispatch(&code::ELEMENTWISE_FILL, &[], &[write(out)], &params(&[n, value.to_bits()]), groups_for(n.into()))
 }
 
 /// `out[i] = x[i]`.
-pub fn copy<'a>(rec: &mut Recorder<'a>, x: BufferView<'a>, out: BufferView<'a>) -> Result<()> {
+pub fn copy(rec: &mut Recorder<'_>, x: BufferView<'_>, out: BufferView<'_>) -> Result<()> {
     let k = &code::ELEMENTWISE_COPY;
     same_len(k.name, &x, &out)?;
     let n = elements(k.name, &out)?;
     rec.dispatch(k, &[], &[read(x), write(out)], &params(&[n]), groups_for(n.into()))
 }
 
-fn binary<'a>(
+fn binary(
     k: &vkformers_vk::KernelCode,
-    rec: &mut Recorder<'a>,
-    x: BufferView<'a>,
-    y: BufferView<'a>,
-    out: BufferView<'a>,
+    rec: &mut Recorder<'_>,
+    x: BufferView<'_>,
+    y: BufferView<'_>,
+    out: BufferView<'_>,
 ) -> Result<()> {
     same_len(k.name, &x, &out)?;
     same_len(k.name, &y, &out)?;
@@ -66,11 +66,11 @@ fn binary<'a>(
 }
 
 /// `out[i] = x[i] + y[i]`.
-pub fn add<'a>(rec: &mut Recorder<'a>, x: BufferView<'a>, y: BufferView<'a>, out: BufferView<'a>) -> Result<()> {
+pub fn add(rec: &mut Recorder<'_>, x: BufferView<'_>, y: BufferView<'_>, out: BufferView<'_>) -> Result<()> {
     binary(&code::ELEMENTWISE_BINARY_ADD, rec, x, y, out)
 }
 
 /// `out[i] = x[i] * y[i]`.
-pub fn mul<'a>(rec: &mut Recorder<'a>, x: BufferView<'a>, y: BufferView<'a>, out: BufferView<'a>) -> Result<()> {
+pub fn mul(rec: &mut Recorder<'_>, x: BufferView<'_>, y: BufferView<'_>, out: BufferView<'_>) -> Result<()> {
     binary(&code::ELEMENTWISE_BINARY_MUL, rec, x, y, out)
 }

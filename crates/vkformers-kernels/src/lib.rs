@@ -10,3 +10,6 @@ pub mod code {
 }
 
 pub mod elementwise;
+
+#[doc(hidden)]
+pub mod testutil;

@@ -22,58 +22,83 @@ pub enum BufferKind {
     Download,
 }
 
-/// A device buffer with a stable device address.
-pub struct Buffer {
+/// A device buffer with a stable device address. Cloning is cheap (shared handle); the memory
+/// is freed when the last clone is dropped, and a recorder holds a clone of every buffer it
+/// uses until its batch has completed.
+#[derive(Clone)]
+pub struct Buffer(Arc<BufferInner>);
+
+pub(crate) struct BufferInner {
     shared: Arc<Shared>,
     pub(crate) raw: vk::Buffer,
-    allocation: Option<Allocation>,
+    allocation: std::sync::Mutex<Option<Allocation>>,
     size: u64,
     address: u64,
     id: u64,
 }
 
 impl Buffer {
+    pub(crate) fn raw(&self) -> vk::Buffer {
+        self.0.raw
+    }
+
     /// Size in bytes.
     pub fn size(&self) -> u64 {
-        self.size
+        self.0.size
     }
 
     /// Device address of the first byte.
     pub fn address(&self) -> u64 {
-        self.address
+        self.0.address
     }
 
     /// Process-unique id, used to track hazards between dispatches.
     pub fn id(&self) -> u64 {
-        self.id
+        self.0.id
     }
 
     /// The whole buffer as a view.
     pub fn view(&self) -> BufferView<'_> {
-        BufferView { buffer: self, offset: 0, len: self.size }
+        BufferView { buffer: self, offset: 0, len: self.size() }
     }
 
     /// A byte range of the buffer.
     pub fn slice(&self, offset: u64, len: u64) -> BufferView<'_> {
-        assert!(offset + len <= self.size, "slice {offset}+{len} past buffer of {} bytes", self.size);
+        assert!(offset + len <= self.size(), "slice {offset}+{len} past buffer of {} bytes", self.size());
         BufferView { buffer: self, offset, len }
     }
 
-    pub(crate) fn mapped_mut(&mut self) -> Option<&mut [u8]> {
-        self.allocation.as_mut().and_then(|a| a.mapped_slice_mut())
+    /// Copies `data` into the mapped memory of a host-visible buffer.
+    pub(crate) fn write_mapped(&self, data: &[u8]) -> bool {
+        let mut guard = self.0.allocation.lock().unwrap_or_else(|e| e.into_inner());
+        match guard.as_mut().and_then(|a| a.mapped_slice_mut()) {
+            Some(m) => {
+                m[..data.len()].copy_from_slice(data);
+                true
+            }
+            None => false,
+        }
     }
 
-    pub(crate) fn mapped(&self) -> Option<&[u8]> {
-        self.allocation.as_ref().and_then(|a| a.mapped_slice())
+    /// Copies the start of a host-visible buffer's mapped memory into `out`.
+    pub(crate) fn read_mapped(&self, out: &mut [u8]) -> bool {
+        let guard = self.0.allocation.lock().unwrap_or_else(|e| e.into_inner());
+        match guard.as_ref().and_then(|a| a.mapped_slice()) {
+            Some(m) => {
+                out.copy_from_slice(&m[..out.len()]);
+                true
+            }
+            None => false,
+        }
     }
 }
 
-impl Drop for Buffer {
+impl Drop for BufferInner {
     fn drop(&mut self) {
-        // SAFETY: a buffer is only dropped once no recorder that used it is in flight (recorders
-        // borrow their buffers until they have waited for the GPU).
+        // SAFETY: the last handle is gone, and recorders hold a handle to every buffer they use
+        // until their batch has completed, so the GPU no longer uses it.
         unsafe { self.shared.device.destroy_buffer(self.raw, None) };
-        if let Some(a) = self.allocation.take() {
+        if let Some(a) = self.allocation.get_mut().unwrap_or_else(|e| e.into_inner()).take() {
             if let Some(alloc) = self.shared.allocator().as_mut() {
                 let _ = alloc.free(a);
             }
@@ -83,7 +108,7 @@ impl Drop for Buffer {
 
 impl std::fmt::Debug for Buffer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Buffer(id {}, {} bytes)", self.id, self.size)
+        write!(f, "Buffer(id {}, {} bytes)", self.id(), self.size())
     }
 }
 
@@ -98,7 +123,7 @@ pub struct BufferView<'a> {
 impl BufferView<'_> {
     /// Device address of the first byte of the view.
     pub fn address(&self) -> u64 {
-        self.buffer.address + self.offset
+        self.buffer.address() + self.offset
     }
 }
 
@@ -163,14 +188,14 @@ impl Context {
         let addr_info = vk::BufferDeviceAddressInfo::default().buffer(raw);
         // SAFETY: the buffer was created with SHADER_DEVICE_ADDRESS usage and is bound.
         let address = unsafe { shared.device.get_buffer_device_address(&addr_info) };
-        Ok(Buffer {
+        Ok(Buffer(Arc::new(BufferInner {
             shared: shared.clone(),
             raw,
-            allocation: Some(allocation),
+            allocation: std::sync::Mutex::new(Some(allocation)),
             size,
             address,
             id: NEXT_BUFFER_ID.fetch_add(1, Ordering::Relaxed),
-        })
+        })))
     }
 }
 

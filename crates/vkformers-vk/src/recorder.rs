@@ -50,9 +50,11 @@ pub struct BatchReport {
 
 const QUERIES_PER_POOL: u32 = 4096;
 
-/// Records work for one submission.
-pub struct Recorder<'a> {
-    ctx: &'a Context,
+/// Records work for one submission. It holds a handle to every buffer it uses, so buffers
+/// dropped by the caller stay alive until the batch has completed.
+pub struct Recorder<'c> {
+    ctx: &'c Context,
+    keep: std::collections::HashMap<u64, Buffer>,
     pool: vk::CommandPool,
     cmd: vk::CommandBuffer,
     hazards: HazardTracker,
@@ -71,8 +73,8 @@ impl Context {
     }
 }
 
-impl<'a> Recorder<'a> {
-    fn new(ctx: &'a Context, timing: bool) -> Result<Self> {
+impl<'c> Recorder<'c> {
+    fn new(ctx: &'c Context, timing: bool) -> Result<Self> {
         let device = &ctx.shared.device;
         let info = vk::CommandPoolCreateInfo::default()
             .queue_family_index(ctx.shared.queue_family)
@@ -85,6 +87,7 @@ impl<'a> Recorder<'a> {
             .command_buffer_count(1);
         let mut rec = Recorder {
             ctx,
+            keep: std::collections::HashMap::new(),
             pool,
             cmd: vk::CommandBuffer::null(),
             hazards: HazardTracker::default(),
@@ -119,7 +122,7 @@ impl<'a> Recorder<'a> {
         &mut self,
         code: &KernelCode,
         spec: &[u32],
-        args: &[Arg<'a>],
+        args: &[Arg<'_>],
         params: &[u8],
         groups: [u32; 3],
     ) -> Result<()> {
@@ -150,20 +153,29 @@ impl<'a> Recorder<'a> {
         }
         self.timestamp(vk::PipelineStageFlags::BOTTOM_OF_PIPE)?;
         self.labels.push(code.name);
+        self.hold(args.iter().map(|a| a.view.buffer));
         Ok(())
     }
 
     /// Appends a buffer-to-buffer copy of `src.len` bytes.
-    pub fn copy(&mut self, src: BufferView<'a>, dst: BufferView<'a>) -> Result<()> {
+    pub fn copy(&mut self, src: BufferView<'_>, dst: BufferView<'_>) -> Result<()> {
         assert_eq!(src.len, dst.len, "copy between views of different lengths");
         self.hazard_barrier(&[(span_of(&src), AccessKind::Read), (span_of(&dst), AccessKind::Write)]);
         self.timestamp(vk::PipelineStageFlags::TOP_OF_PIPE)?;
         let region = [vk::BufferCopy { src_offset: src.offset, dst_offset: dst.offset, size: src.len }];
-        // SAFETY: recording; both buffers outlive the recorder ('a).
-        unsafe { self.ctx.shared.device.cmd_copy_buffer(self.cmd, src.buffer.raw, dst.buffer.raw, &region) };
+        // SAFETY: recording; both buffers are held until the batch completes.
+        unsafe { self.ctx.shared.device.cmd_copy_buffer(self.cmd, src.buffer.raw(), dst.buffer.raw(), &region) };
+        self.hold([src.buffer, dst.buffer]);
         self.timestamp(vk::PipelineStageFlags::BOTTOM_OF_PIPE)?;
         self.labels.push("copy");
         Ok(())
+    }
+
+    /// Keeps a handle to each buffer (once) until the batch has completed.
+    fn hold<'b>(&mut self, buffers: impl IntoIterator<Item = &'b Buffer>) {
+        for b in buffers {
+            self.keep.entry(b.id()).or_insert_with(|| b.clone());
+        }
     }
 
     fn hazard_barrier(&mut self, accesses: &[(Span, AccessKind)]) {

@@ -35,11 +35,9 @@ impl Context {
         self.with_staging(|s| {
             let chunk = s.upload.size() as usize;
             for (i, part) in data.chunks(chunk).enumerate() {
-                let mapped = s
-                    .upload
-                    .mapped_mut()
-                    .ok_or_else(|| VkError::Allocator("upload staging buffer is not mapped".into()))?;
-                mapped[..part.len()].copy_from_slice(part);
+                if !s.upload.write_mapped(part) {
+                    return Err(VkError::Allocator("upload staging buffer is not mapped".into()));
+                }
                 let mut rec = self.recorder(false)?;
                 let at = offset + (i * chunk) as u64;
                 rec.copy(s.upload.slice(0, part.len() as u64), dst.slice(at, part.len() as u64))?;
@@ -59,11 +57,9 @@ impl Context {
                 let at = src.offset + (i * chunk) as u64;
                 rec.copy(src.buffer.slice(at, part.len() as u64), s.download.slice(0, part.len() as u64))?;
                 rec.submit()?;
-                let mapped = s
-                    .download
-                    .mapped()
-                    .ok_or_else(|| VkError::Allocator("download staging buffer is not mapped".into()))?;
-                part.copy_from_slice(&mapped[..part.len()]);
+                if !s.download.read_mapped(part) {
+                    return Err(VkError::Allocator("download staging buffer is not mapped".into()));
+                }
             }
             Ok(())
         })

@@ -1,0 +1,104 @@
+//! Helpers shared by kernel tests: a seeded RNG, f64 comparisons with per-dtype tolerances,
+//! and central finite differences to check reference backward passes.
+//! Public (but hidden from docs) so the integration tests of every crate can use it.
+
+/// SplitMix64: tiny, seeded, reproducible.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1).
+    pub fn uniform(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Uniform in [-scale, scale), as f32.
+    pub fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
+        (0..n).map(|_| ((self.uniform() * 2.0 - 1.0) * f64::from(scale)) as f32).collect()
+    }
+
+    /// Integer in [0, n).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+}
+
+/// Widens f32 data for the f64 references.
+pub fn f64s(x: &[f32]) -> Vec<f64> {
+    x.iter().map(|&v| f64::from(v)).collect()
+}
+
+/// Tolerance: `|got - want| <= abs + rel * |want|` elementwise.
+#[derive(Clone, Copy, Debug)]
+pub struct Tol {
+    pub abs: f64,
+    pub rel: f64,
+}
+
+/// Per-dtype tolerances of GPU results against the f64 reference. f32 kernels accumulate in
+/// f32 (error grows like sqrt(K) * 2^-24); f16/bf16 round their inputs to 11/8 mantissa bits.
+pub const TOL_F32: Tol = Tol { abs: 1e-5, rel: 1e-4 };
+pub const TOL_F16: Tol = Tol { abs: 2e-3, rel: 2e-3 };
+pub const TOL_BF16: Tol = Tol { abs: 2e-2, rel: 1.6e-2 };
+
+/// Panics with the worst element when `got` and `want` differ beyond `tol`.
+pub fn assert_close(what: &str, got: &[f32], want: &[f64], tol: Tol) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    let mut worst: Option<(usize, f64)> = None;
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let err = (f64::from(g) - w).abs();
+        let excess = err - (tol.abs + tol.rel * w.abs());
+        if (excess > 0.0 || excess.is_nan()) && worst.is_none_or(|(_, e)| excess > e) {
+            worst = Some((i, excess));
+        }
+    }
+    if let Some((i, _)) = worst {
+        panic!("{what}: element {i}: got {} want {} (tol abs {} rel {})", got[i], want[i], tol.abs, tol.rel);
+    }
+}
+
+/// ‖got − want‖ / ‖want‖ (0 when both are zero).
+pub fn rel_l2(got: &[f64], want: &[f64]) -> f64 {
+    let num: f64 = got.iter().zip(want).map(|(g, w)| (g - w).powi(2)).sum::<f64>().sqrt();
+    let den: f64 = want.iter().map(|w| w * w).sum::<f64>().sqrt();
+    if den == 0.0 {
+        num
+    } else {
+        num / den
+    }
+}
+
+/// Central finite differences of a scalar function: d f / d x_i ≈ (f(x+h e_i) − f(x−h e_i)) / 2h.
+pub fn finite_diff(f: impl Fn(&[f64]) -> f64, x: &[f64], h: f64) -> Vec<f64> {
+    let mut xp = x.to_vec();
+    (0..x.len())
+        .map(|i| {
+            let orig = xp[i];
+            xp[i] = orig + h;
+            let up = f(&xp);
+            xp[i] = orig - h;
+            let down = f(&xp);
+            xp[i] = orig;
+            (up - down) / (2.0 * h)
+        })
+        .collect()
+}
+
+/// Checks an analytic gradient of the f64 reference against finite differences
+/// (relative L2 error ≤ 1e-6; f64 central differences with h = 1e-5 are accurate to ~1e-9).
+pub fn assert_grad_matches_fd(what: &str, f: impl Fn(&[f64]) -> f64, x: &[f64], analytic: &[f64]) {
+    let fd = finite_diff(f, x, 1e-5);
+    let err = rel_l2(analytic, &fd);
+    assert!(err <= 1e-6, "{what}: analytic gradient vs finite differences: rel L2 error {err:e}");
+}
