@@ -1,5 +1,6 @@
 //! `vkformers`: train, fine-tune and run Hugging Face Transformer models on any Vulkan GPU.
 
+mod bench;
 mod devices;
 mod doctor;
 
@@ -34,6 +35,15 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Benchmarks of single kernels.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Time one matrix product and report TFLOP/s.
+    Gemm(bench::GemmArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -41,6 +51,7 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Devices { json } => devices::run(json),
         Command::Doctor { json } => doctor::run(&cli.device, json),
+        Command::Bench(BenchCommand::Gemm(args)) => bench::gemm(&cli.device, &args),
     };
     match result {
         Ok(code) => code,

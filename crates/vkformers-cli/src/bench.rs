@@ -1,0 +1,123 @@
+//! `vkformers bench gemm`: times one matrix product on the device (GPU timestamps, median of
+//! the timed runs after warm-up), checks sampled entries against an f64 dot product, and
+//! reports TFLOP/s. `tools/bench/gemm.sh` runs it beside `torch.matmul` and prints ratios.
+
+use std::process::ExitCode;
+
+use anyhow::{bail, Context as _};
+use half::{bf16, f16};
+use vkformers_kernels::gemm_coopmat::{self, CoopGemm, Elem};
+use vkformers_kernels::testutil::Rng;
+use vkformers_vk::{Buffer, Context, DeviceSelector};
+
+#[derive(clap::Args)]
+pub struct GemmArgs {
+    #[arg(long)]
+    m: u32,
+    #[arg(long)]
+    n: u32,
+    #[arg(long)]
+    k: u32,
+    /// Operand type: f16 or bf16 (tensor cores, f32 accumulation).
+    #[arg(long, default_value = "bf16")]
+    dtype: String,
+    /// Timed runs (after 3 warm-up runs).
+    #[arg(long, default_value_t = 20)]
+    iters: usize,
+    /// B given as [n, k] (the nn.Linear weight layout) instead of [k, n].
+    #[arg(long)]
+    trans_b: bool,
+    #[arg(long)]
+    json: bool,
+}
+
+/// Random operand values rounded to the operand type: (device bytes, values as f32).
+fn operand(n: usize, elem: Elem, seed: u64) -> (Vec<u8>, Vec<f32>) {
+    let mut rng = Rng::new(seed);
+    let mut bytes = Vec::with_capacity(n * 2);
+    let mut vals = Vec::with_capacity(n);
+    for v in rng.vec(n, 1.0) {
+        let (bits, back) = match elem {
+            Elem::F16 => (f16::from_f32(v).to_bits(), f16::from_f32(v).to_f32()),
+            Elem::Bf16 => (bf16::from_f32(v).to_bits(), bf16::from_f32(v).to_f32()),
+        };
+        bytes.extend_from_slice(&bits.to_le_bytes());
+        vals.push(back);
+    }
+    (bytes, vals)
+}
+
+fn upload(ctx: &Context, bytes: &[u8], what: &str) -> anyhow::Result<Buffer> {
+    let buf = ctx.buffer(bytes.len() as u64, what)?;
+    ctx.upload(&buf, 0, bytes)?;
+    Ok(buf)
+}
+
+pub fn gemm(selector: &DeviceSelector, args: &GemmArgs) -> anyhow::Result<ExitCode> {
+    let elem = match args.dtype.as_str() {
+        "f16" => Elem::F16,
+        "bf16" => Elem::Bf16,
+        other => bail!("--dtype {other}: this build benchmarks f16 and bf16 (tensor-core path)"),
+    };
+    let ctx = Context::new(selector)?;
+    if !gemm_coopmat::supported(ctx.caps(), elem) {
+        bail!("{} has no {:?} cooperative-matrix GEMM", ctx.caps().name, elem);
+    }
+    let (m, n, k) = (args.m, args.n, args.k);
+    let desc = CoopGemm::dense(m, n, k, args.trans_b, elem);
+    let (a_bytes, a) = operand((m * k) as usize, elem, 1);
+    let (b_bytes, b) = operand((k * n) as usize, elem, 2);
+    let a_buf = upload(&ctx, &a_bytes, "A")?;
+    let b_buf = upload(&ctx, &b_bytes, "B")?;
+    let c_buf = ctx.buffer(u64::from(m) * u64::from(n) * 4, "C")?;
+    let run = |iters: usize, timing: bool| -> anyhow::Result<Vec<f64>> {
+        let mut rec = ctx.recorder(timing)?;
+        for _ in 0..iters {
+            gemm_coopmat::gemm_coopmat(&mut rec, &desc, a_buf.view(), b_buf.view(), None, c_buf.view())?;
+        }
+        Ok(rec.submit()?.timings.iter().map(|t| t.1).collect())
+    };
+    run(3, false)?;
+    let mut times = run(args.iters, true)?;
+    times.sort_by(f64::total_cmp);
+    let median_ns = *times.get(times.len() / 2).context("no timings (device lacks timestamps)")?;
+    let c: Vec<f32> = ctx.read_vec(c_buf.view())?;
+    let max_err = check_samples(&a, &b, &c, m, n, k, args.trans_b);
+    let tflops = desc.flops() / median_ns / 1e3;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({"op": "gemm", "m": m, "n": n, "k": k, "dtype": args.dtype, "trans_b": args.trans_b, "median_ms": median_ns / 1e6, "tflops": tflops, "max_rel_err": max_err, "device": ctx.caps().name})
+        );
+    } else {
+        println!(
+            "gemm {m}x{n}x{k} {} on {}: {:.3} ms, {tflops:.1} TFLOP/s (max rel err of 64 samples {max_err:.1e})",
+            args.dtype,
+            ctx.caps().name,
+            median_ns / 1e6
+        );
+    }
+    if max_err > 1e-3 {
+        bail!("sampled entries differ from the f64 reference by {max_err:e}: the kernel is wrong here");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Largest relative error of 64 sampled C entries against f64 dot products of the same inputs.
+fn check_samples(a: &[f32], b: &[f32], c: &[f32], m: u32, n: u32, k: u32, trans_b: bool) -> f64 {
+    let mut rng = Rng::new(7);
+    let (m, n, k) = (m as usize, n as usize, k as usize);
+    (0..64)
+        .map(|_| {
+            let (i, j) = (rng.below(m), rng.below(n));
+            let (mut dot, mut mag) = (0.0f64, 0.0f64);
+            for p in 0..k {
+                let bv = if trans_b { b[j * k + p] } else { b[p * n + j] };
+                let t = f64::from(a[i * k + p]) * f64::from(bv);
+                dot += t;
+                mag += t.abs();
+            }
+            (f64::from(c[i * n + j]) - dot).abs() / mag.max(1e-30)
+        })
+        .fold(0.0, f64::max)
+}

@@ -1,0 +1,198 @@
+//! GEMM on cooperative matrices (tensor cores): f16 or bf16 operands, f32 accumulation and f32
+//! C. See `shaders/matmul/coopmat_gemm.comp` for the tiling. Chosen only when `supported` says
+//! the device has the 16x16x16 shape for the operand type with an f32 accumulator, and
+//! subgroups of 32 (the kernel's 2 x 4 subgroup grid assumes it).
+
+use vkformers_vk::{read, read_write, write, BufferView, Caps, KernelCode, Recorder, Result, VkError};
+
+use crate::code;
+
+/// Operand element type of the tensor-core path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Elem {
+    F16,
+    Bf16,
+}
+
+impl Elem {
+    fn name(self) -> &'static str {
+        match self {
+            Elem::F16 => "f16",
+            Elem::Bf16 => "bf16",
+        }
+    }
+}
+
+/// One (batched) product `C = alpha * op(A) * op(B) (+ bias) (+ C)`; all offsets, leading
+/// dimensions and batch strides in elements (see the shader header for the layouts).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CoopGemm {
+    pub m: u32,
+    pub n: u32,
+    pub k: u32,
+    pub batch: u32,
+    pub trans_a: bool,
+    pub trans_b: bool,
+    pub lda: u32,
+    pub ldb: u32,
+    pub ldc: u32,
+    pub a_off: u32,
+    pub b_off: u32,
+    pub c_off: u32,
+    pub a_bstride: u32,
+    pub b_bstride: u32,
+    pub c_bstride: u32,
+    pub alpha: f32,
+    pub beta_one: bool,
+    pub elem: Elem,
+}
+
+impl CoopGemm {
+    /// A dense `[m, k] x [k, n]` product (or `[m, k] x [n, k]ᵀ` with `trans_b`), batch 1.
+    pub fn dense(m: u32, n: u32, k: u32, trans_b: bool, elem: Elem) -> Self {
+        CoopGemm {
+            m,
+            n,
+            k,
+            batch: 1,
+            trans_a: false,
+            trans_b,
+            lda: k,
+            ldb: if trans_b { k } else { n },
+            ldc: n,
+            a_off: 0,
+            b_off: 0,
+            c_off: 0,
+            a_bstride: 0,
+            b_bstride: 0,
+            c_bstride: 0,
+            alpha: 1.0,
+            beta_one: false,
+            elem,
+        }
+    }
+
+    /// Floating-point operations: 2·M·N·K per batch.
+    pub fn flops(&self) -> f64 {
+        2.0 * f64::from(self.m) * f64::from(self.n) * f64::from(self.k) * f64::from(self.batch)
+    }
+}
+
+/// True when this device can run the tensor-core GEMM for `elem` (a pure function of `Caps`).
+pub fn supported(caps: &Caps, elem: Elem) -> bool {
+    let shape = caps.cooperative_matrix.iter().any(|s| {
+        (s.m, s.n, s.k) == (16, 16, 16)
+            && s.a == elem.name()
+            && s.b == elem.name()
+            && s.c == "f32"
+            && s.result == "f32"
+            && s.scope == "subgroup"
+    });
+    let types = match elem {
+        Elem::F16 => caps.fp16,
+        Elem::Bf16 => caps.bf16 && caps.bf16_cooperative_matrix,
+    };
+    shape && types && caps.subgroup_size == 32 && caps.max_shared_memory >= 40 * 1024
+}
+
+fn kernel(elem: Elem) -> &'static KernelCode {
+    match elem {
+        Elem::F16 => &code::MATMUL_COOPMAT_GEMM_F16,
+        Elem::Bf16 => &code::MATMUL_COOPMAT_GEMM_BF16,
+    }
+}
+
+fn err(kernel: &str, message: String) -> VkError {
+    VkError::Kernel { kernel: kernel.into(), message }
+}
+
+/// Highest element index (+1) a strided operand of `rows x cols` (row stride `ld`) touches over
+/// all batches.
+fn extent(off: u32, ld: u32, rows: u32, cols: u32, bstride: u32, batch: u32) -> u64 {
+    if rows == 0 || cols == 0 {
+        return 0;
+    }
+    u64::from(off) + u64::from(batch - 1) * u64::from(bstride) + u64::from(rows - 1) * u64::from(ld) + u64::from(cols)
+}
+
+fn check(d: &CoopGemm, a: &BufferView<'_>, b: &BufferView<'_>, c: &BufferView<'_>, name: &str) -> Result<()> {
+    if d.m == 0 || d.n == 0 || d.k == 0 || d.batch == 0 {
+        return Err(err(name, format!("empty product {}x{}x{} (batch {})", d.m, d.n, d.k, d.batch)));
+    }
+    if !d.lda.is_multiple_of(4)
+        || !d.ldb.is_multiple_of(4)
+        || !d.a_off.is_multiple_of(4)
+        || !d.b_off.is_multiple_of(4)
+        || !d.a_bstride.is_multiple_of(4)
+        || !d.b_bstride.is_multiple_of(4)
+    {
+        return Err(err(name, "lda, ldb, operand offsets and batch strides must be multiples of 4".into()));
+    }
+    let (ar, ac) = if d.trans_a { (d.k, d.m) } else { (d.m, d.k) };
+    let (br, bc) = if d.trans_b { (d.n, d.k) } else { (d.k, d.n) };
+    if d.lda < ac || d.ldb < bc || d.ldc < d.n {
+        return Err(err(
+            name,
+            format!("leading dimensions {}/{}/{} below row lengths {ac}/{bc}/{}", d.lda, d.ldb, d.ldc, d.n),
+        ));
+    }
+    let need = [
+        ("A", extent(d.a_off, d.lda, ar, ac, d.a_bstride, d.batch) * 2, a.len),
+        ("B", extent(d.b_off, d.ldb, br, bc, d.b_bstride, d.batch) * 2, b.len),
+        ("C", extent(d.c_off, d.ldc, d.m, d.n, d.c_bstride, d.batch) * 4, c.len),
+    ];
+    for (what, bytes, have) in need {
+        if bytes > have {
+            return Err(err(name, format!("{what} needs {bytes} bytes, its view has {have}")));
+        }
+    }
+    Ok(())
+}
+
+/// Records `C = alpha * op(A) * op(B) (+ bias) (+ C)`. `bias` is `[n]` f32.
+pub fn gemm_coopmat(
+    rec: &mut Recorder<'_>,
+    d: &CoopGemm,
+    a: BufferView<'_>,
+    b: BufferView<'_>,
+    bias: Option<BufferView<'_>>,
+    c: BufferView<'_>,
+) -> Result<()> {
+    let k = kernel(d.elem);
+    check(d, &a, &b, &c, k.name)?;
+    if let Some(bv) = &bias {
+        if bv.len < u64::from(d.n) * 4 {
+            return Err(err(k.name, format!("bias of {} bytes for n = {}", bv.len, d.n)));
+        }
+    }
+    let flags = u32::from(bias.is_some()) | (u32::from(d.beta_one) << 1);
+    let params: Vec<u8> = [
+        d.m,
+        d.n,
+        d.k,
+        d.lda,
+        d.ldb,
+        d.ldc,
+        d.a_off,
+        d.b_off,
+        d.c_off,
+        d.a_bstride,
+        d.b_bstride,
+        d.c_bstride,
+        flags,
+        d.alpha.to_bits(),
+    ]
+    .iter()
+    .flat_map(|w| w.to_le_bytes())
+    .collect();
+    let c_arg = if d.beta_one { read_write(c) } else { write(c) };
+    let bias_view = bias.unwrap_or(a);
+    let groups = [d.n.div_ceil(128), d.m.div_ceil(128), d.batch];
+    rec.dispatch(
+        k,
+        &[u32::from(d.trans_a), u32::from(d.trans_b)],
+        &[read(a), read(b), c_arg, read(bias_view)],
+        &params,
+        groups,
+    )
+}

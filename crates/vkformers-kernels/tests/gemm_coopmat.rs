@@ -1,0 +1,118 @@
+//! The tensor-core GEMM against an f64 reference, on every device that has it (the NVIDIA H200
+//! here; lavapipe has no cooperative matrices, so there the test only checks that it is skipped
+//! for the right reason).
+
+use half::{bf16, f16};
+use vkformers_kernels::gemm_coopmat::{gemm_coopmat, supported, CoopGemm, Elem};
+use vkformers_kernels::testutil::{assert_close, Rng, Tol};
+use vkformers_vk::testing::on_every_device;
+use vkformers_vk::Context;
+
+/// Rounds to the operand type and returns (device bytes, the rounded values as f64).
+fn quantize(x: &[f32], elem: Elem) -> (Vec<u8>, Vec<f64>) {
+    let mut bytes = Vec::with_capacity(x.len() * 2);
+    let mut vals = Vec::with_capacity(x.len());
+    for &v in x {
+        let (bits, back) = match elem {
+            Elem::F16 => (f16::from_f32(v).to_bits(), f16::from_f32(v).to_f64()),
+            Elem::Bf16 => (bf16::from_f32(v).to_bits(), bf16::from_f32(v).to_f64()),
+        };
+        bytes.extend_from_slice(&bits.to_le_bytes());
+        vals.push(back);
+    }
+    (bytes, vals)
+}
+
+/// f64 reference of the strided batched product, same conventions as the shader.
+fn reference(d: &CoopGemm, a: &[f64], b: &[f64], bias: Option<&[f64]>, c0: &[f64]) -> Vec<f64> {
+    let mut c = c0.to_vec();
+    for bt in 0..d.batch as usize {
+        for m in 0..d.m as usize {
+            for n in 0..d.n as usize {
+                let mut s = 0.0;
+                for k in 0..d.k as usize {
+                    let ai = d.a_off as usize
+                        + bt * d.a_bstride as usize
+                        + if d.trans_a { k * d.lda as usize + m } else { m * d.lda as usize + k };
+                    let bi = d.b_off as usize
+                        + bt * d.b_bstride as usize
+                        + if d.trans_b { n * d.ldb as usize + k } else { k * d.ldb as usize + n };
+                    s += a[ai] * b[bi];
+                }
+                let ci = d.c_off as usize + bt * d.c_bstride as usize + m * d.ldc as usize + n;
+                let mut v = f64::from(d.alpha) * s + bias.map_or(0.0, |bb| bb[n]);
+                if d.beta_one {
+                    v += c0[ci];
+                }
+                c[ci] = v;
+            }
+        }
+    }
+    c
+}
+
+fn run_case(ctx: &Context, d: &CoopGemm, with_bias: bool, seed: u64) -> vkformers_vk::Result<()> {
+    let mut rng = Rng::new(seed);
+    let a_len =
+        if d.trans_a { d.k * d.lda } else { d.m * d.lda } as usize + (d.a_off + d.a_bstride * (d.batch - 1)) as usize;
+    let b_len =
+        if d.trans_b { d.n * d.ldb } else { d.k * d.ldb } as usize + (d.b_off + d.b_bstride * (d.batch - 1)) as usize;
+    let c_len = (d.m * d.ldc) as usize + (d.c_off + d.c_bstride * (d.batch - 1)) as usize;
+    let (a_bytes, a_vals) = quantize(&rng.vec(a_len, 1.0), d.elem);
+    let (b_bytes, b_vals) = quantize(&rng.vec(b_len, 1.0), d.elem);
+    let c0 = rng.vec(c_len, 1.0);
+    let bias = rng.vec(d.n as usize, 1.0);
+    let a = ctx.buffer(a_bytes.len() as u64, "A")?;
+    ctx.upload(&a, 0, &a_bytes)?;
+    let b = ctx.buffer(b_bytes.len() as u64, "B")?;
+    ctx.upload(&b, 0, &b_bytes)?;
+    let c = ctx.buffer_from(&c0, "C")?;
+    let bias_buf = ctx.buffer_from(&bias, "bias")?;
+    let mut rec = ctx.recorder(false)?;
+    gemm_coopmat(&mut rec, d, a.view(), b.view(), with_bias.then(|| bias_buf.view()), c.view())?;
+    rec.submit()?;
+    let got: Vec<f32> = ctx.read_vec(c.view())?;
+    let bias64: Vec<f64> = bias.iter().map(|&v| f64::from(v)).collect();
+    let c064: Vec<f64> = c0.iter().map(|&v| f64::from(v)).collect();
+    let want = reference(d, &a_vals, &b_vals, with_bias.then_some(&bias64[..]), &c064);
+    // Inputs are exact in the operand type, so only f32 accumulation error remains: ~sqrt(K)·2^-24.
+    let tol = Tol { abs: 1e-5 * f64::from(d.k).sqrt(), rel: 1e-5 };
+    assert_close(&format!("{d:?}"), &got, &want, tol);
+    Ok(())
+}
+
+#[test]
+fn coopmat_gemm_matches_reference() {
+    on_every_device("coopmat gemm", |ctx| {
+        for elem in [Elem::F16, Elem::Bf16] {
+            if !supported(ctx.caps(), elem) {
+                eprintln!("{}: no {elem:?} cooperative-matrix GEMM here (skipped)", ctx.caps().name);
+                continue;
+            }
+            let mut seed = 1;
+            for (m, n, k) in [(1, 1, 1), (17, 13, 29), (130, 67, 129), (128, 128, 64), (257, 300, 100)] {
+                for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+                    let mut d = CoopGemm::dense(m, n, k, tb, elem);
+                    d.trans_a = ta;
+                    // Leading dimensions padded to multiples of 4 (the kernel's requirement).
+                    d.lda = (if ta { m } else { k }).next_multiple_of(4) + 4;
+                    d.ldb = (if tb { k } else { n }).next_multiple_of(4);
+                    d.ldc = n + 3;
+                    seed += 1;
+                    run_case(ctx, &d, seed % 2 == 0, seed)?;
+                }
+            }
+            // Batched with a broadcast B, offsets, alpha and accumulation into C.
+            let mut d = CoopGemm::dense(70, 45, 36, true, elem);
+            d.batch = 3;
+            d.a_off = 8;
+            d.a_bstride = 70 * 36;
+            d.c_off = 5;
+            d.c_bstride = 70 * 45 + 1;
+            d.alpha = 0.5;
+            d.beta_one = true;
+            run_case(ctx, &d, true, 99)?;
+        }
+        Ok(())
+    });
+}
