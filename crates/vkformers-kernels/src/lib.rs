@@ -9,7 +9,10 @@ pub mod code {
     include!(concat!(env!("OUT_DIR"), "/kernels.rs"));
 }
 
+pub mod dropout;
 pub mod elementwise;
+pub mod loss;
+pub mod optim;
 
 #[doc(hidden)]
 pub mod testutil;
