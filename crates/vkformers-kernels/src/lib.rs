@@ -9,8 +9,11 @@ pub mod code {
     include!(concat!(env!("OUT_DIR"), "/kernels.rs"));
 }
 
+pub mod dropout;
 pub mod elementwise;
 pub mod gemm_coopmat;
+pub mod loss;
+pub mod optim;
 
 #[doc(hidden)]
 pub mod testutil;

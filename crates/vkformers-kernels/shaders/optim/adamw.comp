@@ -1,0 +1,59 @@
+#version 460
+#include "common.glsl"
+// One AdamW step in place over flat f32 buffers param, grad, exp_avg (m), exp_avg_sq (v) [n],
+// in the order of operations of torch.optim.AdamW (single-tensor, non-amsgrad, non-fused):
+//   g      = grad[i]                      (variant scaled: g = grad[i] * grad_scale[0])
+//   p      = p * decay                    decay     = 1 - lr * wd
+//   m      = lerp(m, g, w1)               w1        = 1 - beta1   (torch's lerp_ formula)
+//   v      = v * beta2 + omb2 * g * g     omb2      = 1 - beta2   (torch's mul_ + addcmul_)
+//   denom  = sqrt(v) / bc2_sqrt + eps     bc2_sqrt  = sqrt(1 - beta2^t)
+//   p      = p + neg_step * m / denom     neg_step  = -lr / (1 - beta1^t)  (torch's addcdiv_)
+// The host computes decay, w1, omb2, bc2_sqrt and neg_step in f64 (as PyTorch does with Python
+// floats) and passes them rounded to f32. `precise` keeps the compiler from fusing into FMAs.
+// variant: plain
+// variant: scaled GRAD_SCALE
+layout(local_size_x = 256) in;
+layout(push_constant) uniform Push {
+    F32Buf param;
+    F32In grad;
+    F32Buf exp_avg;
+    F32Buf exp_avg_sq;
+#ifdef GRAD_SCALE
+    F32In grad_scale;
+#endif
+    uint n;
+    float decay;
+    float w1;
+    float beta2;
+    float omb2;
+    float bc2_sqrt;
+    float neg_step;
+    float eps;
+} pc;
+
+void main() {
+#ifdef GRAD_SCALE
+    float gs = pc.grad_scale.v[0];
+#endif
+    FOR_EACH_INDEX(i, pc.n) {
+        precise float g = pc.grad.v[i];
+#ifdef GRAD_SCALE
+        g = g * gs;
+#endif
+        precise float p = pc.param.v[i] * pc.decay;
+        precise float m = pc.exp_avg.v[i];
+        // torch lerp: weight < 0.5 ? self + w * (end - self) : end - (end - self) * (1 - w)
+        if (abs(pc.w1) < 0.5) {
+            m = m + pc.w1 * (g - m);
+        } else {
+            m = g - (g - m) * (1.0 - pc.w1);
+        }
+        precise float v = pc.exp_avg_sq.v[i] * pc.beta2;
+        v = v + pc.omb2 * g * g;
+        precise float denom = sqrt(v) / pc.bc2_sqrt + pc.eps;
+        p = p + pc.neg_step * m / denom;
+        pc.param.v[i] = p;
+        pc.exp_avg.v[i] = m;
+        pc.exp_avg_sq.v[i] = v;
+    }
+}

@@ -1,0 +1,100 @@
+//! Dropout with a counter-based RNG (Philox4x32-10): the mask of element `i` is a pure function
+//! of `(seed, offset + i)`, so the backward recomputes it (replay) instead of storing it.
+//!
+//! Stream: element index `idx` (64-bit) of `seed` draws word `idx & 3` of
+//! `philox4x32_10(counter = [lo(idx >> 2), hi(idx >> 2), 0, 0], key = [lo(seed), hi(seed)])`;
+//! `uniform = (word >> 8) · 2^-24 ∈ [0, 1)`; an element is kept iff `uniform >= p`. Successive
+//! dropout layers of one step should use disjoint `[offset, offset + n)` ranges (or seeds).
+
+pub mod reference;
+
+use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result, VkError};
+
+use crate::code;
+
+/// Threads per workgroup (each thread draws one 4-word Philox block per loop iteration).
+const LOCAL: u64 = 256;
+/// Workgroups per dispatch at most (the shaders stride over the rest).
+const MAX_GROUPS: u64 = 65_535;
+
+fn err(k: &KernelCode, message: String) -> VkError {
+    VkError::Kernel { kernel: k.name.into(), message }
+}
+
+fn elements(k: &KernelCode, what: &str, v: &BufferView<'_>) -> Result<u32> {
+    let n = v.len / 4;
+    if n == 0 || !v.len.is_multiple_of(4) || n > u64::from(u32::MAX) {
+        return Err(err(k, format!("{what}: view of {} bytes is not 1..2^32 4-byte values", v.len)));
+    }
+    Ok(n as u32)
+}
+
+/// Workgroups covering the 4-aligned blocks of `[offset, offset + n)`.
+fn groups(n: u32, offset: u64) -> [u32; 3] {
+    let blocks = ((offset & 3) + u64::from(n)).div_ceil(4);
+    [blocks.div_ceil(LOCAL).clamp(1, MAX_GROUPS) as u32, 1, 1]
+}
+
+fn words(n: u32, seed: u64, offset: u64) -> Vec<u32> {
+    vec![n, seed as u32, (seed >> 32) as u32, offset as u32, (offset >> 32) as u32]
+}
+
+fn params(words: &[u32]) -> Vec<u8> {
+    words.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
+
+/// `1 / (1 - p)` rounded to f32 (0 when `p == 1`: everything is dropped).
+pub fn keep_scale(p: f32) -> f32 {
+    if p >= 1.0 {
+        0.0
+    } else {
+        (1.0 / (1.0 - f64::from(p))) as f32
+    }
+}
+
+fn apply(rec: &mut Recorder<'_>, x: BufferView<'_>, y: BufferView<'_>, p: f32, seed: u64, offset: u64) -> Result<()> {
+    let k = &code::DROPOUT_DROPOUT;
+    if !(0.0..=1.0).contains(&p) {
+        return Err(err(k, format!("dropout probability {p} outside [0, 1]")));
+    }
+    let n = elements(k, "x", &x)?;
+    if y.len != x.len {
+        return Err(err(k, format!("output of {} bytes for an input of {} bytes", y.len, x.len)));
+    }
+    let mut w = words(n, seed, offset);
+    w.extend([p.to_bits(), keep_scale(p).to_bits()]);
+    rec.dispatch(k, &[], &[read(x), write(y)], &params(&w), groups(n, offset))
+}
+
+/// Forward: `y[i] = x[i] · mask[i] / (1 − p)` with `mask[i] = uniform(seed, offset + i) >= p`;
+/// `x`, `y` `[n]` f32 (dropped elements are written as 0, even where `x` is not finite).
+pub fn forward(
+    rec: &mut Recorder<'_>,
+    x: BufferView<'_>,
+    y: BufferView<'_>,
+    p: f32,
+    seed: u64,
+    offset: u64,
+) -> Result<()> {
+    apply(rec, x, y, p, seed, offset)
+}
+
+/// Backward: `dx[i] = dy[i] · mask[i] / (1 − p)`, replaying the forward's mask from the same
+/// `(seed, offset, p)`; `dy`, `dx` `[n]` f32.
+pub fn backward(
+    rec: &mut Recorder<'_>,
+    dy: BufferView<'_>,
+    dx: BufferView<'_>,
+    p: f32,
+    seed: u64,
+    offset: u64,
+) -> Result<()> {
+    apply(rec, dy, dx, p, seed, offset)
+}
+
+/// `out[i]` = the raw Philox word of element `offset + i` of `seed`'s stream; `out [n]` u32.
+pub fn random_bits(rec: &mut Recorder<'_>, out: BufferView<'_>, seed: u64, offset: u64) -> Result<()> {
+    let k = &code::DROPOUT_RANDOM_BITS;
+    let n = elements(k, "out", &out)?;
+    rec.dispatch(k, &[], &[write(out)], &params(&words(n, seed, offset)), groups(n, offset))
+}

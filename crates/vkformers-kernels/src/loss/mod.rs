@@ -1,0 +1,147 @@
+//! Cross-entropy loss over logits `[rows, vocab]` with int32 labels `[rows]`.
+//!
+//! A row counts iff `0 <= label < vocab`; `-100` (PyTorch's `ignore_index`) and any other
+//! out-of-range label are ignored (PyTorch raises for the latter; a kernel cannot). The loss is
+//! the mean over counted rows. `count` (number of counted rows, as f32) is computed on the
+//! device by [`count_labels`], so no host round trip is needed. When `count == 0` the mean loss
+//! and every gradient are 0 (PyTorch gives NaN); this keeps a fully padded batch harmless.
+//!
+//! Typical training step (one batch, no host sync):
+//! [`count_labels`] → [`forward_backward`] (per-row loss, lse, dlogits) → [`mean_loss`].
+
+pub mod reference;
+
+use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result, VkError};
+
+use crate::code;
+
+/// Threads per workgroup of every loss shader.
+const LOCAL: u32 = 256;
+/// Workgroups per grid dimension at most (the shaders stride over the rest).
+const MAX_GROUPS: u32 = 65_535;
+
+/// The operands shared by the cross-entropy kernels: `logits [rows, vocab]` f32 and
+/// `labels [rows]` i32.
+#[derive(Clone, Copy, Debug)]
+pub struct CrossEntropy<'a> {
+    pub logits: BufferView<'a>,
+    pub labels: BufferView<'a>,
+    pub rows: u32,
+    pub vocab: u32,
+}
+
+fn err(k: &KernelCode, message: String) -> VkError {
+    VkError::Kernel { kernel: k.name.into(), message }
+}
+
+/// Checks that `v` holds exactly `elems` 4-byte values.
+fn expect_len(k: &KernelCode, what: &str, v: &BufferView<'_>, elems: u64) -> Result<()> {
+    if v.len != elems * 4 {
+        return Err(err(k, format!("{what}: view of {} bytes, expected {elems} x 4 bytes", v.len)));
+    }
+    Ok(())
+}
+
+fn params(words: &[u32]) -> Vec<u8> {
+    words.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
+
+impl CrossEntropy<'_> {
+    fn validate(&self, k: &KernelCode) -> Result<()> {
+        if self.rows == 0 || self.vocab == 0 {
+            return Err(err(k, format!("empty shape [{}, {}]", self.rows, self.vocab)));
+        }
+        expect_len(k, "logits", &self.logits, u64::from(self.rows) * u64::from(self.vocab))?;
+        expect_len(k, "labels", &self.labels, u64::from(self.rows))
+    }
+}
+
+/// `count[0] = #{r : 0 <= labels[r] < vocab}` as f32. `labels [rows]` i32, `count [1]`.
+pub fn count_labels(rec: &mut Recorder<'_>, labels: BufferView<'_>, vocab: u32, count: BufferView<'_>) -> Result<()> {
+    let k = &code::LOSS_COUNT;
+    let rows = labels.len / 4;
+    if rows == 0 || !labels.len.is_multiple_of(4) || rows > u64::from(u32::MAX) {
+        return Err(err(k, format!("labels: view of {} bytes is not 1..2^32 int32 values", labels.len)));
+    }
+    expect_len(k, "count", &count, 1)?;
+    rec.dispatch(k, &[], &[read(labels), write(count)], &params(&[rows as u32, vocab]), [1, 1, 1])
+}
+
+/// Forward only: `loss_rows [rows]` (0 on ignored rows) and `lse [rows]` (row log-sum-exp,
+/// kept for [`backward`]).
+pub fn forward(
+    rec: &mut Recorder<'_>,
+    ce: &CrossEntropy<'_>,
+    loss_rows: BufferView<'_>,
+    lse: BufferView<'_>,
+) -> Result<()> {
+    let k = &code::LOSS_CROSS_ENTROPY_FWD;
+    ce.validate(k)?;
+    expect_len(k, "loss_rows", &loss_rows, ce.rows.into())?;
+    expect_len(k, "lse", &lse, ce.rows.into())?;
+    let args = [read(ce.logits), read(ce.labels), write(loss_rows), write(lse)];
+    rec.dispatch(k, &[], &args, &params(&[ce.rows, ce.vocab]), [ce.rows.min(MAX_GROUPS), 1, 1])
+}
+
+/// Fused forward and backward in one pass over each row: `loss_rows [rows]`, `lse [rows]` and
+/// `dlogits [rows, vocab] = (softmax(logits) - onehot(labels)) * g[0] / count[0]` (0 on ignored
+/// rows). `count [1]` from [`count_labels`] (recorded earlier in the batch), `g [1]` the
+/// upstream gradient of the mean loss (normally 1.0).
+pub fn forward_backward(
+    rec: &mut Recorder<'_>,
+    ce: &CrossEntropy<'_>,
+    count: BufferView<'_>,
+    g: BufferView<'_>,
+    loss_rows: BufferView<'_>,
+    lse: BufferView<'_>,
+    dlogits: BufferView<'_>,
+) -> Result<()> {
+    let k = &code::LOSS_CROSS_ENTROPY_FWD_BWD;
+    ce.validate(k)?;
+    expect_len(k, "count", &count, 1)?;
+    expect_len(k, "g", &g, 1)?;
+    expect_len(k, "loss_rows", &loss_rows, ce.rows.into())?;
+    expect_len(k, "lse", &lse, ce.rows.into())?;
+    expect_len(k, "dlogits", &dlogits, u64::from(ce.rows) * u64::from(ce.vocab))?;
+    let args = [read(ce.logits), read(ce.labels), write(loss_rows), write(lse), read(count), read(g), write(dlogits)];
+    rec.dispatch(k, &[], &args, &params(&[ce.rows, ce.vocab]), [ce.rows.min(MAX_GROUPS), 1, 1])
+}
+
+/// Backward alone, from the `lse [rows]` saved by [`forward`]:
+/// `dlogits [rows, vocab] = (exp(logits - lse) - onehot(labels)) * g[0] / count[0]`.
+pub fn backward(
+    rec: &mut Recorder<'_>,
+    ce: &CrossEntropy<'_>,
+    lse: BufferView<'_>,
+    count: BufferView<'_>,
+    g: BufferView<'_>,
+    dlogits: BufferView<'_>,
+) -> Result<()> {
+    let k = &code::LOSS_CROSS_ENTROPY_BWD;
+    ce.validate(k)?;
+    expect_len(k, "lse", &lse, ce.rows.into())?;
+    expect_len(k, "count", &count, 1)?;
+    expect_len(k, "g", &g, 1)?;
+    expect_len(k, "dlogits", &dlogits, u64::from(ce.rows) * u64::from(ce.vocab))?;
+    let args = [read(ce.logits), read(ce.labels), read(lse), read(count), read(g), write(dlogits)];
+    let groups = [ce.vocab.div_ceil(LOCAL).min(MAX_GROUPS), ce.rows.min(MAX_GROUPS), 1];
+    rec.dispatch(k, &[], &args, &params(&[ce.rows, ce.vocab]), groups)
+}
+
+/// `out[0] = sum(loss_rows) / count[0]` (0 when `count[0] == 0`), a deterministic tree
+/// reduction in one workgroup. `loss_rows [rows]`, `count [1]`, `out [1]`.
+pub fn mean_loss(
+    rec: &mut Recorder<'_>,
+    loss_rows: BufferView<'_>,
+    count: BufferView<'_>,
+    out: BufferView<'_>,
+) -> Result<()> {
+    let k = &code::LOSS_MEAN;
+    let rows = loss_rows.len / 4;
+    if rows == 0 || !loss_rows.len.is_multiple_of(4) || rows > u64::from(u32::MAX) {
+        return Err(err(k, format!("loss_rows: view of {} bytes is not 1..2^32 f32 values", loss_rows.len)));
+    }
+    expect_len(k, "count", &count, 1)?;
+    expect_len(k, "out", &out, 1)?;
+    rec.dispatch(k, &[], &[read(loss_rows), read(count), write(out)], &params(&[rows as u32]), [1, 1, 1])
+}
