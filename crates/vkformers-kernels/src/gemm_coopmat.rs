@@ -119,14 +119,14 @@ fn check(d: &CoopGemm, a: &BufferView<'_>, b: &BufferView<'_>, c: &BufferView<'_
     if d.m == 0 || d.n == 0 || d.k == 0 || d.batch == 0 {
         return Err(err(name, format!("empty product {}x{}x{} (batch {})", d.m, d.n, d.k, d.batch)));
     }
-    if !d.lda.is_multiple_of(4)
-        || !d.ldb.is_multiple_of(4)
-        || !d.a_off.is_multiple_of(4)
-        || !d.b_off.is_multiple_of(4)
-        || !d.a_bstride.is_multiple_of(4)
-        || !d.b_bstride.is_multiple_of(4)
+    if !d.lda.is_multiple_of(8)
+        || !d.ldb.is_multiple_of(8)
+        || !d.a_off.is_multiple_of(8)
+        || !d.b_off.is_multiple_of(8)
+        || !d.a_bstride.is_multiple_of(8)
+        || !d.b_bstride.is_multiple_of(8)
     {
-        return Err(err(name, "lda, ldb, operand offsets and batch strides must be multiples of 4".into()));
+        return Err(err(name, "lda, ldb, operand offsets and batch strides must be multiples of 8".into()));
     }
     let (ar, ac) = if d.trans_a { (d.k, d.m) } else { (d.m, d.k) };
     let (br, bc) = if d.trans_b { (d.n, d.k) } else { (d.k, d.n) };

@@ -95,8 +95,8 @@ fn coopmat_gemm_matches_reference() {
                     let mut d = CoopGemm::dense(m, n, k, tb, elem);
                     d.trans_a = ta;
                     // Leading dimensions padded to multiples of 4 (the kernel's requirement).
-                    d.lda = (if ta { m } else { k }).next_multiple_of(4) + 4;
-                    d.ldb = (if tb { k } else { n }).next_multiple_of(4);
+                    d.lda = (if ta { m } else { k }).next_multiple_of(8) + 8;
+                    d.ldb = (if tb { k } else { n }).next_multiple_of(8);
                     d.ldc = n + 3;
                     seed += 1;
                     run_case(ctx, &d, seed % 2 == 0, seed)?;
@@ -105,8 +105,10 @@ fn coopmat_gemm_matches_reference() {
             // Batched with a broadcast B, offsets, alpha and accumulation into C.
             let mut d = CoopGemm::dense(70, 45, 36, true, elem);
             d.batch = 3;
+            d.lda = 40;
+            d.ldb = 40;
             d.a_off = 8;
-            d.a_bstride = 70 * 36;
+            d.a_bstride = 70 * 40;
             d.c_off = 5;
             d.c_bstride = 70 * 45 + 1;
             d.alpha = 0.5;
