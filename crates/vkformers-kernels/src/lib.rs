@@ -11,6 +11,7 @@ pub mod code {
 
 pub mod elementwise;
 pub mod norm;
+pub mod rope;
 
 #[doc(hidden)]
 pub mod testutil;
