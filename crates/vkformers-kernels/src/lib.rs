@@ -10,6 +10,7 @@ pub mod code {
 }
 
 pub mod elementwise;
+pub mod embedding;
 pub mod norm;
 pub mod rope;
 
