@@ -181,9 +181,7 @@ fn layer_norm_gpu_matches_reference() {
 #[test]
 fn more_rows_than_workgroups_per_dispatch() {
     // 70_001 rows of 3: the forward strides rows over a grid of 65_535 workgroups.
-    on_every_device("rms_norm many rows", |ctx| {
-        check_rms(ctx, &mut Rng::new(5), 70_001, 3, true, false)
-    });
+    on_every_device("rms_norm many rows", |ctx| check_rms(ctx, &mut Rng::new(5), 70_001, 3, true, false));
 }
 
 #[test]

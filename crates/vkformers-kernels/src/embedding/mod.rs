@@ -32,7 +32,10 @@ fn err(kernel: &KernelCode, message: String) -> VkError {
 
 fn check_len(kernel: &KernelCode, what: &str, v: &BufferView<'_>, elems: u64) -> Result<()> {
     if v.len != elems * 4 {
-        return Err(err(kernel, format!("{what}: view of {} bytes, expected {elems} 4-byte values ({} bytes)", v.len, elems * 4)));
+        return Err(err(
+            kernel,
+            format!("{what}: view of {} bytes, expected {elems} 4-byte values ({} bytes)", v.len, elems * 4),
+        ));
     }
     Ok(())
 }
@@ -41,7 +44,10 @@ fn check_len(kernel: &KernelCode, what: &str, v: &BufferView<'_>, elems: u64) ->
 fn check_shape(kernel: &KernelCode, p: &Embedding, ids: &BufferView<'_>) -> Result<()> {
     let (v, d, n) = (u64::from(p.vocab), u64::from(p.dim), u64::from(p.tokens));
     if v == 0 || d == 0 || n == 0 || v * d > u64::from(u32::MAX) || n * d > u64::from(u32::MAX) {
-        return Err(err(kernel, format!("shape vocab {v}, dim {d}, tokens {n}: need non-empty, V * D and N * D < 2^32")));
+        return Err(err(
+            kernel,
+            format!("shape vocab {v}, dim {d}, tokens {n}: need non-empty, V * D and N * D < 2^32"),
+        ));
     }
     check_len(kernel, "ids", ids, n)
 }

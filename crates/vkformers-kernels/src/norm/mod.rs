@@ -66,7 +66,10 @@ fn err(kernel: &str, message: String) -> VkError {
 /// Checks that `v` holds exactly `elems` f32 values.
 fn check_len(kernel: &str, what: &str, v: &BufferView<'_>, elems: u64) -> Result<()> {
     if v.len != elems * 4 {
-        return Err(err(kernel, format!("{what}: view of {} bytes, expected {elems} f32 ({} bytes)", v.len, elems * 4)));
+        return Err(err(
+            kernel,
+            format!("{what}: view of {} bytes, expected {elems} f32 ({} bytes)", v.len, elems * 4),
+        ));
     }
     Ok(())
 }
@@ -264,15 +267,8 @@ pub fn layer_norm_backward(
         Some(g) => Some(partial_view(k.name, g, blocks, p.dim)?),
     };
     let params = words(&[p.rows, p.dim, u32::from(w.is_some()), u32::from(partial.is_some())]);
-    let args = [
-        read(x),
-        read(w.unwrap_or(x)),
-        read(mean),
-        read(rstd),
-        read(dy),
-        write(dx),
-        write(partial.unwrap_or(dx)),
-    ];
+    let args =
+        [read(x), read(w.unwrap_or(x)), read(mean), read(rstd), read(dy), write(dx), write(partial.unwrap_or(dx))];
     rec.dispatch(k, &[], &args, &params, [blocks, 1, 1])?;
     if let (Some(g), Some(part)) = (grads, partial) {
         let half = u64::from(blocks) * u64::from(p.dim) * 4;

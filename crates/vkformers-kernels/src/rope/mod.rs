@@ -51,7 +51,11 @@ fn err(message: String) -> VkError {
 
 fn check_len(what: &str, v: &BufferView<'_>, elems: u64) -> Result<()> {
     if v.len != elems * 4 {
-        return Err(err(format!("{what}: view of {} bytes, expected {elems} 4-byte values ({} bytes)", v.len, elems * 4)));
+        return Err(err(format!(
+            "{what}: view of {} bytes, expected {elems} 4-byte values ({} bytes)",
+            v.len,
+            elems * 4
+        )));
     }
     Ok(())
 }
@@ -59,7 +63,12 @@ fn check_len(what: &str, v: &BufferView<'_>, elems: u64) -> Result<()> {
 /// Validates the shape and every view; returns the number of f32 values of `x`.
 fn check(p: &Rope, x: &BufferView<'_>, pos: &BufferView<'_>, inv_freq: &BufferView<'_>) -> Result<u64> {
     let n = p.rows() * u64::from(p.head_dim);
-    if p.rows() == 0 || p.head_dim == 0 || p.rotary_dim % 2 != 0 || p.rotary_dim > p.head_dim || n > u64::from(u32::MAX) {
+    if p.rows() == 0
+        || p.head_dim == 0
+        || !p.rotary_dim.is_multiple_of(2)
+        || p.rotary_dim > p.head_dim
+        || n > u64::from(u32::MAX)
+    {
         return Err(err(format!(
             "shape [{}, {}, {}, {}] with rotary dim {}: need non-empty dims, an even rotary dim <= head dim, \
              and fewer than 2^32 elements",
