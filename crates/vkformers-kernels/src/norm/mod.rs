@@ -50,7 +50,8 @@ pub struct ParamGrads<'a> {
     pub accumulate: bool,
 }
 
-/// Bytes of scratch a backward needs for its parameter gradients (RMSNorm uses half of it).
+/// Bytes of scratch a backward needs for its parameter gradients: `[2, min(rows, 256), dim]`
+/// f32 (LayerNorm fills both halves, RMSNorm the first; both check the full size).
 pub fn weight_grad_scratch_bytes(rows: u32, dim: u32) -> u64 {
     2 * u64::from(grad_blocks(rows)) * u64::from(dim) * 4
 }
