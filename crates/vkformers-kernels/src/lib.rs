@@ -11,9 +11,12 @@ pub mod code {
 
 pub mod dropout;
 pub mod elementwise;
+pub mod embedding;
 pub mod gemm_coopmat;
 pub mod loss;
+pub mod norm;
 pub mod optim;
+pub mod rope;
 
 #[doc(hidden)]
 pub mod testutil;

@@ -1,0 +1,40 @@
+#version 460
+#include "common.glsl"
+#include "embedding/embedding.glsl"
+// Embedding backward, step 4: dW[id, d] += sum of dout[n, d] over the positions n of id, in
+// increasing n (the order step 3 sorted them in):     dout [N, D], dW [V, D]
+// Invocation (s, d) works only when slot s is the first of its id's run in perm, so each
+// touched row of dW is written once; rows of ids absent from the batch are not touched.
+// O(N D + V) work overall, no float atomics, deterministic.
+layout(local_size_x = 256) in;
+layout(push_constant) uniform Push {
+    I32In ids;
+    U32In offsets;
+    U32In perm;
+    F32In dout;
+    F32Buf dw;
+    uint n_tokens;
+    uint vocab;
+    uint D;
+} pc;
+
+void main() {
+    uint total = pc.offsets.v[pc.vocab];
+    FOR_EACH_INDEX(e, pc.n_tokens * pc.D) {
+        uint s = e / pc.D;
+        if (s >= total) {
+            break;
+        }
+        uint d = e - s * pc.D;
+        uint id = uint(pc.ids.v[pc.perm.v[s]]);
+        uint start = pc.offsets.v[id];
+        if (s == start) {
+            uint end = pc.offsets.v[id + 1];
+            float acc = 0.0;
+            for (uint j = start; j < end; j++) {
+                acc += pc.dout.v[pc.perm.v[j] * pc.D + d];
+            }
+            pc.dw.v[id * pc.D + d] += acc;
+        }
+    }
+}

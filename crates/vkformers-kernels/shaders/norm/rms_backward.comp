@@ -1,0 +1,48 @@
+#version 460
+#include "common.glsl"
+#include "norm/norm.glsl"
+// RMSNorm backward. Inputs x [rows, D], w [D] (read when mode != 0), rstd [rows] (from the
+// forward), dy [rows, D]; g = 1, w or 1 + w as in the forward. Per row, with r = rstd[row]:
+//   c        = sum_d dy[d] g[d] x[d]
+//   dx[d]    = r g[d] dy[d] - x[d] r^3 c / D                         dx [rows, D]
+// When want_dw != 0, workgroup b (of G) also writes its share of dw = sum_rows dy x r:
+//   partial[b, d] = sum over rows b, b + G, ... of dy[row, d] x[row, d] r     partial [G, D]
+// (G <= rows, so every workgroup owns at least one row), then norm/col_sum adds the G rows.
+layout(local_size_x = NORM_LOCAL) in;
+layout(push_constant) uniform Push {
+    F32In x;
+    F32In w;
+    F32In rstd;
+    F32In dy;
+    F32Buf dx;
+    F32Buf partial;
+    uint rows;
+    uint D;
+    uint mode;
+    uint want_dw;
+} pc;
+
+void main() {
+    bool first = true;
+    uint pbase = gl_WorkGroupID.x * pc.D;
+    FOR_EACH_ROW(row, pc.rows) {
+        uint base = row * pc.D;
+        float r = pc.rstd.v[row];
+        float c = 0.0;
+        FOR_EACH_COL(d, pc.D) {
+            c += pc.dy.v[base + d] * norm_gain(pc.w, pc.mode, d) * pc.x.v[base + d];
+        }
+        c = norm_sum2(vec2(c, 0.0)).x;
+        float k = r * r * r * c / float(pc.D);
+        FOR_EACH_COL(d, pc.D) {
+            float xv = pc.x.v[base + d];
+            float g = pc.dy.v[base + d];
+            pc.dx.v[base + d] = r * norm_gain(pc.w, pc.mode, d) * g - xv * k;
+            if (pc.want_dw != 0u) {
+                float contrib = g * xv * r;
+                pc.partial.v[pbase + d] = first ? contrib : pc.partial.v[pbase + d] + contrib;
+            }
+        }
+        first = false;
+    }
+}

@@ -1,0 +1,70 @@
+#version 460
+#include "common.glsl"
+// Rotary position embedding, in place (out == x) or out of place, forward or backward.
+//   x, out [B, T, H, Dh] contiguous (rows = B*T*H of Dh), pos [B, T] int32, inv_freq [R/2] f32,
+//   R = rotary dim (even, <= Dh); dims R..Dh pass through unchanged (partial rotary).
+// For pair i < R/2 of a row at (b, t): theta = float(pos[b, t]) * inv_freq[i] (an f32 product,
+// as Hugging Face computes it), c = mscale cos(theta), s = sign * mscale sin(theta), and
+//   (u, v) -> (u c - v s, v c + u s)
+// where (u, v) = (x[i], x[i + R/2]) (half-split: Llama, NeoX) or (x[2i], x[2i+1])
+// (interleaved: GPT-J, Cohere). sign = +1 is the forward; sign = -1 rotates by -theta, the
+// transpose, i.e. the backward dx from dy. Each invocation owns one pair (so in place is safe)
+// or, when copy_tail != 0, one pass-through element.
+layout(local_size_x = 256) in;
+layout(buffer_reference, std430, buffer_reference_align = 4) readonly buffer I32In { int v[]; };
+layout(push_constant) uniform Push {
+    F32Buf x;
+    F32Buf out_;
+    I32In pos;
+    F32In inv_freq;
+    uint rows;
+    uint heads;
+    uint head_dim;
+    uint rot_dim;
+    uint interleaved;
+    uint copy_tail;
+    float mscale;
+    float sign;
+} pc;
+
+// sin and cos of a, in f32. Cody-Waite reduction by pi/2 with Cephes' three-part constant
+// (k * C1 exact for |k| < 2^16, k * C2 for |k| < 2^12: near-exact for |a| < 6400, and beyond
+// that off by about an ulp of a, as a itself is), then minimax polynomials on [-pi/4, pi/4].
+// Builtin sin/cos are avoided: Vulkan only requires 2^-11 absolute error of them.
+void sincos_f32(float a, out float s, out float c) {
+    precise float k = floor(a * 0.636619772367581343 + 0.5);
+    precise float r = ((a - k * 1.5703125) - k * 4.837512969970703125e-4) - k * 7.54978995489188216e-8;
+    precise float z = r * r;
+    precise float sp = ((-1.9515295891e-4 * z + 8.3321608736e-3) * z - 1.6666654611e-1) * z * r + r;
+    precise float cp = ((2.443315711809948e-5 * z - 1.388731625493765e-3) * z + 4.166664568298827e-2) * z * z
+        - 0.5 * z + 1.0;
+    int q = int(k) & 3;
+    s = q == 0 ? sp : (q == 1 ? cp : (q == 2 ? -sp : -cp));
+    c = q == 0 ? cp : (q == 1 ? -sp : (q == 2 ? -cp : sp));
+}
+
+void main() {
+    uint half_r = pc.rot_dim / 2;
+    uint units = half_r + (pc.copy_tail != 0u ? pc.head_dim - pc.rot_dim : 0u);
+    FOR_EACH_INDEX(i, pc.rows * units) {
+        uint row = i / units;
+        uint u = i - row * units;
+        uint base = row * pc.head_dim;
+        if (u >= half_r) {
+            uint d = pc.rot_dim + (u - half_r);
+            pc.out_.v[base + d] = pc.x.v[base + d];
+            continue;
+        }
+        precise float theta = float(pc.pos.v[row / pc.heads]) * pc.inv_freq.v[u];
+        float sn, cs;
+        sincos_f32(theta, sn, cs);
+        cs *= pc.mscale;
+        sn *= pc.mscale * pc.sign;
+        uint ia = pc.interleaved != 0u ? base + 2 * u : base + u;
+        uint ib = pc.interleaved != 0u ? ia + 1 : ia + half_r;
+        float a = pc.x.v[ia];
+        float b = pc.x.v[ib];
+        pc.out_.v[ia] = a * cs - b * sn;
+        pc.out_.v[ib] = b * cs + a * sn;
+    }
+}

@@ -1,0 +1,124 @@
+//! Token embedding: a gather `out [N, D] = W[ids, :]` from a table `W [V, D]` with int32
+//! `ids [N]`, and its backward, a deterministic scatter-add `dW[ids[n], :] += dout[n, :]`.
+//!
+//! An id outside `[0, V)` reads nothing: its output row is zeros and it adds no gradient.
+//! The backward sorts the token positions by id with a stable counting sort on the GPU
+//! (integer atomics for the histogram, a one-workgroup scan and a one-workgroup stable
+//! scatter), then adds each id's rows of `dout` in increasing position order: O(N D + V),
+//! no float atomics, bitwise reproducible.
+
+pub mod reference;
+
+use vkformers_vk::{read, read_write, write, BufferView, KernelCode, Recorder, Result, VkError};
+
+use crate::{code, elementwise};
+
+/// Threads per workgroup of the embedding kernels.
+const LOCAL: u64 = 256;
+/// Workgroups per dispatch at most: the grid-stride loops cover the rest.
+const MAX_GROUPS: u64 = 65_535;
+
+/// Shape of an embedding lookup: table `[vocab, dim]`, `tokens` ids.
+#[derive(Clone, Copy, Debug)]
+pub struct Embedding {
+    pub vocab: u32,
+    pub dim: u32,
+    pub tokens: u32,
+}
+
+fn err(kernel: &KernelCode, message: String) -> VkError {
+    VkError::Kernel { kernel: kernel.name.into(), message }
+}
+
+fn check_len(kernel: &KernelCode, what: &str, v: &BufferView<'_>, elems: u64) -> Result<()> {
+    if v.len != elems * 4 {
+        return Err(err(
+            kernel,
+            format!("{what}: view of {} bytes, expected {elems} 4-byte values ({} bytes)", v.len, elems * 4),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks the shape (indices must fit in 32 bits) and the ids view.
+fn check_shape(kernel: &KernelCode, p: &Embedding, ids: &BufferView<'_>) -> Result<()> {
+    let (v, d, n) = (u64::from(p.vocab), u64::from(p.dim), u64::from(p.tokens));
+    if v == 0 || d == 0 || n == 0 || v * d > u64::from(u32::MAX) || n * d > u64::from(u32::MAX) {
+        return Err(err(
+            kernel,
+            format!("shape vocab {v}, dim {d}, tokens {n}: need non-empty, V * D and N * D < 2^32"),
+        ));
+    }
+    check_len(kernel, "ids", ids, n)
+}
+
+fn words(w: &[u32]) -> Vec<u8> {
+    w.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+fn groups_for(n: u64) -> [u32; 3] {
+    [n.div_ceil(LOCAL).clamp(1, MAX_GROUPS) as u32, 1, 1]
+}
+
+/// Forward: `out[n, :] = w[ids[n], :]` (zeros for an out-of-range id).
+/// `w [vocab, dim]` f32, `ids [tokens]` i32, `out [tokens, dim]` f32.
+pub fn embedding_forward(
+    rec: &mut Recorder<'_>,
+    p: &Embedding,
+    w: BufferView<'_>,
+    ids: BufferView<'_>,
+    out: BufferView<'_>,
+) -> Result<()> {
+    let k = &code::EMBEDDING_GATHER;
+    check_shape(k, p, &ids)?;
+    check_len(k, "w", &w, u64::from(p.vocab) * u64::from(p.dim))?;
+    let n = u64::from(p.tokens) * u64::from(p.dim);
+    check_len(k, "out", &out, n)?;
+    let params = words(&[p.tokens, p.vocab, p.dim]);
+    rec.dispatch(k, &[], &[read(w), read(ids), write(out)], &params, groups_for(n))
+}
+
+/// Bytes of scratch [`embedding_backward`] needs: `counts [V]`, `offsets [V + 1]`, `perm [N]`
+/// as u32.
+pub fn backward_scratch_bytes(vocab: u32, tokens: u32) -> u64 {
+    (2 * u64::from(vocab) + 1 + u64::from(tokens)) * 4
+}
+
+/// Backward: `dw[ids[n], :] += dout[n, :]` for every valid id, repeated ids summed in
+/// increasing `n`. `dw [vocab, dim]` is accumulated into (zero it first for a fresh gradient);
+/// `scratch` holds at least [`backward_scratch_bytes`] bytes.
+pub fn embedding_backward(
+    rec: &mut Recorder<'_>,
+    p: &Embedding,
+    ids: BufferView<'_>,
+    dout: BufferView<'_>,
+    dw: BufferView<'_>,
+    scratch: BufferView<'_>,
+) -> Result<()> {
+    let k = &code::EMBEDDING_ACCUMULATE;
+    check_shape(k, p, &ids)?;
+    check_len(k, "dw", &dw, u64::from(p.vocab) * u64::from(p.dim))?;
+    let n = u64::from(p.tokens) * u64::from(p.dim);
+    check_len(k, "dout", &dout, n)?;
+    let need = backward_scratch_bytes(p.vocab, p.tokens);
+    if scratch.len < need {
+        return Err(err(k, format!("scratch of {} bytes, need {need}", scratch.len)));
+    }
+    let v4 = u64::from(p.vocab) * 4;
+    let part = |offset: u64, len: u64| BufferView { offset: scratch.offset + offset, len, ..scratch };
+    let counts = part(0, v4);
+    let offsets = part(v4, v4 + 4);
+    let perm = part(2 * v4 + 4, u64::from(p.tokens) * 4);
+
+    elementwise::fill(rec, counts, 0.0)?;
+    let hist = &code::EMBEDDING_HISTOGRAM;
+    let params = words(&[p.tokens, p.vocab]);
+    rec.dispatch(hist, &[], &[read(ids), read_write(counts)], &params, groups_for(p.tokens.into()))?;
+    let scan = &code::EMBEDDING_SCAN;
+    rec.dispatch(scan, &[], &[read_write(counts), write(offsets)], &words(&[p.vocab]), [1, 1, 1])?;
+    let scatter = &code::EMBEDDING_SCATTER;
+    let args = [read(ids), read(offsets), read_write(counts), write(perm)];
+    rec.dispatch(scatter, &[], &args, &params, [1, 1, 1])?;
+    let args = [read(ids), read(offsets), read(perm), read(dout), read_write(dw)];
+    rec.dispatch(k, &[], &args, &words(&[p.tokens, p.vocab, p.dim]), groups_for(n))
+}

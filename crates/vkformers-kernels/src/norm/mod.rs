@@ -1,0 +1,283 @@
+//! Normalisation over the last dimension: RMSNorm (optionally Gemma's `1 + w` gain) and
+//! LayerNorm (weight and bias, weight only, or parameter-free), forward and backward.
+//!
+//! Every tensor is a view of f32 values, row-major: `x`, `y`, `dy`, `dx` are `[rows, dim]`,
+//! weights and biases `[dim]`, the saved statistics `mean`, `rstd` are `[rows]`. The backward
+//! sums weight gradients over rows deterministically: each of `G = min(rows, 256)` workgroups
+//! writes its own partial sums into a scratch view (see [`weight_grad_scratch_bytes`]), then one
+//! more kernel adds the `G` partial rows in a fixed order. No float atomics.
+
+pub mod reference;
+
+use vkformers_vk::{read, read_write, write, BufferView, KernelCode, Recorder, Result, VkError};
+
+use crate::code;
+
+/// Workgroups sharing out the rows of a backward (and rows of partial sums to add).
+const GRAD_BLOCKS: u32 = 256;
+/// Workgroups per dispatch at most (rows beyond it are strided over the grid).
+const MAX_GROUPS: u32 = 65_535;
+/// Threads per workgroup of `norm/col_sum`.
+const COL_LOCAL: u32 = 256;
+
+/// Shape and options of an RMSNorm over the last dimension of `[rows, dim]`.
+#[derive(Clone, Copy, Debug)]
+pub struct RmsNorm {
+    pub rows: u32,
+    pub dim: u32,
+    pub eps: f32,
+    /// Gemma: scale by `1 + w` instead of `w` (ignored without a weight).
+    pub unit_offset: bool,
+}
+
+/// Shape and epsilon of a LayerNorm over the last dimension of `[rows, dim]`.
+#[derive(Clone, Copy, Debug)]
+pub struct LayerNorm {
+    pub rows: u32,
+    pub dim: u32,
+    pub eps: f32,
+}
+
+/// Where a backward writes its parameter gradients (`[dim]` each) and the scratch it needs
+/// for the partial sums ([`weight_grad_scratch_bytes`] bytes at least). With `accumulate` the
+/// gradients are added to what the views hold (gradient accumulation), else overwritten.
+#[derive(Clone, Copy, Debug)]
+pub struct ParamGrads<'a> {
+    pub dw: BufferView<'a>,
+    /// LayerNorm only: the bias gradient; must be `None` for RMSNorm.
+    pub db: Option<BufferView<'a>>,
+    pub scratch: BufferView<'a>,
+    pub accumulate: bool,
+}
+
+/// Bytes of scratch a backward needs for its parameter gradients: `[2, min(rows, 256), dim]`
+/// f32 (LayerNorm fills both halves, RMSNorm the first; both check the full size).
+pub fn weight_grad_scratch_bytes(rows: u32, dim: u32) -> u64 {
+    2 * u64::from(grad_blocks(rows)) * u64::from(dim) * 4
+}
+
+fn grad_blocks(rows: u32) -> u32 {
+    rows.clamp(1, GRAD_BLOCKS)
+}
+
+fn err(kernel: &str, message: String) -> VkError {
+    VkError::Kernel { kernel: kernel.into(), message }
+}
+
+/// Checks that `v` holds exactly `elems` f32 values.
+fn check_len(kernel: &str, what: &str, v: &BufferView<'_>, elems: u64) -> Result<()> {
+    if v.len != elems * 4 {
+        return Err(err(
+            kernel,
+            format!("{what}: view of {} bytes, expected {elems} f32 ({} bytes)", v.len, elems * 4),
+        ));
+    }
+    Ok(())
+}
+
+fn check_shape(kernel: &str, rows: u32, dim: u32) -> Result<()> {
+    if rows == 0 || dim == 0 || u64::from(rows) * u64::from(dim) > u64::from(u32::MAX) {
+        return Err(err(kernel, format!("shape [{rows}, {dim}]: both must be >= 1 with rows * dim < 2^32")));
+    }
+    Ok(())
+}
+
+fn words(w: &[u32]) -> Vec<u8> {
+    w.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+fn row_groups(rows: u32) -> [u32; 3] {
+    [rows.clamp(1, MAX_GROUPS), 1, 1]
+}
+
+/// RMSNorm forward: `y = x * rstd * g` with `rstd = 1 / sqrt(mean(x^2) + eps)` per row and
+/// `g = 1` (no weight), `w`, or `1 + w` (`unit_offset`). Writes `y [rows, dim]` and the
+/// per-row `rstd [rows]` that [`rms_norm_backward`] needs.
+pub fn rms_norm_forward(
+    rec: &mut Recorder<'_>,
+    p: &RmsNorm,
+    x: BufferView<'_>,
+    w: Option<BufferView<'_>>,
+    y: BufferView<'_>,
+    rstd: BufferView<'_>,
+) -> Result<()> {
+    let k = &code::NORM_RMS_FORWARD;
+    let n = u64::from(p.rows) * u64::from(p.dim);
+    check_shape(k.name, p.rows, p.dim)?;
+    check_len(k.name, "x", &x, n)?;
+    check_len(k.name, "y", &y, n)?;
+    check_len(k.name, "rstd", &rstd, p.rows.into())?;
+    if let Some(w) = &w {
+        check_len(k.name, "w", w, p.dim.into())?;
+    }
+    let mode = gain_mode(w.is_some(), p.unit_offset);
+    let params = words(&[p.rows, p.dim, p.eps.to_bits(), mode]);
+    let args = [read(x), read(w.unwrap_or(x)), write(y), write(rstd)];
+    rec.dispatch(k, &[], &args, &params, row_groups(p.rows))
+}
+
+fn gain_mode(weight: bool, unit_offset: bool) -> u32 {
+    match (weight, unit_offset) {
+        (false, _) => 0,
+        (true, false) => 1,
+        (true, true) => 2,
+    }
+}
+
+/// RMSNorm backward: from `x`, `w`, the forward's `rstd` and `dy`, writes `dx [rows, dim]`
+/// and, when `grads` is given (requires a weight), `dw = sum_rows dy * x * rstd`.
+#[allow(clippy::too_many_arguments)]
+pub fn rms_norm_backward(
+    rec: &mut Recorder<'_>,
+    p: &RmsNorm,
+    x: BufferView<'_>,
+    w: Option<BufferView<'_>>,
+    rstd: BufferView<'_>,
+    dy: BufferView<'_>,
+    dx: BufferView<'_>,
+    grads: Option<ParamGrads<'_>>,
+) -> Result<()> {
+    let k = &code::NORM_RMS_BACKWARD;
+    let n = u64::from(p.rows) * u64::from(p.dim);
+    check_shape(k.name, p.rows, p.dim)?;
+    for (what, v) in [("x", &x), ("dy", &dy), ("dx", &dx)] {
+        check_len(k.name, what, v, n)?;
+    }
+    check_len(k.name, "rstd", &rstd, p.rows.into())?;
+    if let Some(w) = &w {
+        check_len(k.name, "w", w, p.dim.into())?;
+    }
+    let blocks = grad_blocks(p.rows);
+    let partial = match &grads {
+        None => None,
+        Some(g) => {
+            if w.is_none() || g.db.is_some() {
+                return Err(err(k.name, "weight gradient needs a weight, and RMSNorm has no bias".into()));
+            }
+            Some(partial_view(k.name, g, blocks, p.dim)?)
+        }
+    };
+    let mode = gain_mode(w.is_some(), p.unit_offset);
+    let params = words(&[p.rows, p.dim, mode, u32::from(partial.is_some())]);
+    let args = [read(x), read(w.unwrap_or(x)), read(rstd), read(dy), write(dx), write(partial.unwrap_or(dx))];
+    rec.dispatch(k, &[], &args, &params, [blocks, 1, 1])?;
+    if let (Some(g), Some(part)) = (grads, partial) {
+        col_sum(rec, part, g.dw, blocks, p.dim, g.accumulate)?;
+    }
+    Ok(())
+}
+
+/// Checks `grads` and returns the part of its scratch the partial sums use: `[blocks, dim]`
+/// (RMSNorm) or `[2, blocks, dim]` (LayerNorm, with `db`).
+fn partial_view<'a>(kernel: &str, g: &ParamGrads<'a>, blocks: u32, dim: u32) -> Result<BufferView<'a>> {
+    check_len(kernel, "dw", &g.dw, dim.into())?;
+    if let Some(db) = &g.db {
+        check_len(kernel, "db", db, dim.into())?;
+    }
+    let bytes = 2 * u64::from(blocks) * u64::from(dim) * 4;
+    if g.scratch.len < bytes {
+        return Err(err(kernel, format!("scratch of {} bytes, need {bytes}", g.scratch.len)));
+    }
+    Ok(BufferView { len: bytes, ..g.scratch })
+}
+
+/// `out[d] (+)= sum_b partial[b, d]` over `[blocks, dim]`, in a fixed order.
+fn col_sum(
+    rec: &mut Recorder<'_>,
+    partial: BufferView<'_>,
+    out: BufferView<'_>,
+    blocks: u32,
+    dim: u32,
+    accumulate: bool,
+) -> Result<()> {
+    let k: &KernelCode = &code::NORM_COL_SUM;
+    let part = BufferView { len: u64::from(blocks) * u64::from(dim) * 4, ..partial };
+    let params = words(&[blocks, dim, u32::from(accumulate)]);
+    let groups = [dim.div_ceil(COL_LOCAL).clamp(1, MAX_GROUPS), 1, 1];
+    let out_arg = if accumulate { read_write(out) } else { write(out) };
+    rec.dispatch(k, &[], &[read(part), out_arg], &params, groups)
+}
+
+/// LayerNorm forward: `y = (x - mean) * rstd * w + b` per row with the biased variance;
+/// `w` and `b` optional (a bias needs a weight). Writes `y [rows, dim]`, `mean` and `rstd`
+/// `[rows]` for [`layer_norm_backward`].
+#[allow(clippy::too_many_arguments)]
+pub fn layer_norm_forward(
+    rec: &mut Recorder<'_>,
+    p: &LayerNorm,
+    x: BufferView<'_>,
+    w: Option<BufferView<'_>>,
+    b: Option<BufferView<'_>>,
+    y: BufferView<'_>,
+    mean: BufferView<'_>,
+    rstd: BufferView<'_>,
+) -> Result<()> {
+    let k = &code::NORM_LAYER_FORWARD;
+    let n = u64::from(p.rows) * u64::from(p.dim);
+    check_shape(k.name, p.rows, p.dim)?;
+    check_len(k.name, "x", &x, n)?;
+    check_len(k.name, "y", &y, n)?;
+    check_len(k.name, "mean", &mean, p.rows.into())?;
+    check_len(k.name, "rstd", &rstd, p.rows.into())?;
+    for (what, v) in [("w", &w), ("b", &b)] {
+        if let Some(v) = v {
+            check_len(k.name, what, v, p.dim.into())?;
+        }
+    }
+    let affine = match (w.is_some(), b.is_some()) {
+        (false, false) => 0,
+        (true, false) => 1,
+        (true, true) => 2,
+        (false, true) => return Err(err(k.name, "a bias without a weight is not supported".into())),
+    };
+    let params = words(&[p.rows, p.dim, p.eps.to_bits(), affine]);
+    let args = [read(x), read(w.unwrap_or(x)), read(b.unwrap_or(x)), write(y), write(mean), write(rstd)];
+    rec.dispatch(k, &[], &args, &params, row_groups(p.rows))
+}
+
+/// LayerNorm backward: from `x`, `w`, the forward's `mean`, `rstd` and `dy`, writes
+/// `dx [rows, dim]` and, when `grads` is given (requires a weight), `dw = sum_rows dy * xhat`
+/// and, if `grads.db` is set, `db = sum_rows dy`.
+#[allow(clippy::too_many_arguments)]
+pub fn layer_norm_backward(
+    rec: &mut Recorder<'_>,
+    p: &LayerNorm,
+    x: BufferView<'_>,
+    w: Option<BufferView<'_>>,
+    mean: BufferView<'_>,
+    rstd: BufferView<'_>,
+    dy: BufferView<'_>,
+    dx: BufferView<'_>,
+    grads: Option<ParamGrads<'_>>,
+) -> Result<()> {
+    let k = &code::NORM_LAYER_BACKWARD;
+    let n = u64::from(p.rows) * u64::from(p.dim);
+    check_shape(k.name, p.rows, p.dim)?;
+    for (what, v) in [("x", &x), ("dy", &dy), ("dx", &dx)] {
+        check_len(k.name, what, v, n)?;
+    }
+    check_len(k.name, "mean", &mean, p.rows.into())?;
+    check_len(k.name, "rstd", &rstd, p.rows.into())?;
+    if let Some(w) = &w {
+        check_len(k.name, "w", w, p.dim.into())?;
+    }
+    let blocks = grad_blocks(p.rows);
+    let partial = match &grads {
+        None => None,
+        Some(_) if w.is_none() => return Err(err(k.name, "parameter gradients need a weight".into())),
+        Some(g) => Some(partial_view(k.name, g, blocks, p.dim)?),
+    };
+    let params = words(&[p.rows, p.dim, u32::from(w.is_some()), u32::from(partial.is_some())]);
+    let args =
+        [read(x), read(w.unwrap_or(x)), read(mean), read(rstd), read(dy), write(dx), write(partial.unwrap_or(dx))];
+    rec.dispatch(k, &[], &args, &params, [blocks, 1, 1])?;
+    if let (Some(g), Some(part)) = (grads, partial) {
+        let half = u64::from(blocks) * u64::from(p.dim) * 4;
+        col_sum(rec, part, g.dw, blocks, p.dim, g.accumulate)?;
+        if let Some(db) = g.db {
+            let part_b = BufferView { offset: part.offset + half, len: half, ..part };
+            col_sum(rec, part_b, db, blocks, p.dim, g.accumulate)?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,167 @@
+//! Rotary position embeddings (RoPE) on `x [batch, seq, heads, head_dim]` (contiguous f32),
+//! with int32 positions `pos [batch, seq]` and a host-computed `inv_freq [rotary_dim / 2]`
+//! (f32). Pair `i` rotates by `theta = pos * inv_freq[i]` (an f32 product), scaled by `mscale`
+//! (YaRN / LongRoPE attention factor; 1 otherwise). Dims `rotary_dim..head_dim` pass through
+//! (partial rotary). The backward is the transpose: rotation by `-theta` with the same scale.
+
+pub mod reference;
+
+use vkformers_vk::{read, read_write, write, BufferView, Recorder, Result, VkError};
+
+use crate::code;
+
+/// Threads per workgroup of `rope/rope` (its `local_size_x`).
+const LOCAL: u64 = 256;
+/// Workgroups per dispatch at most: the grid-stride loop covers the rest.
+const MAX_GROUPS: u64 = 65_535;
+
+/// Which dims form a rotation pair.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeLayout {
+    /// Pairs `(i, i + R/2)`: Llama, NeoX (`rotate_half`).
+    HalfSplit,
+    /// Pairs `(2i, 2i + 1)`: GPT-J, Cohere.
+    Interleaved,
+}
+
+/// Shape and options of a RoPE application.
+#[derive(Clone, Copy, Debug)]
+pub struct Rope {
+    pub batch: u32,
+    pub seq: u32,
+    pub heads: u32,
+    pub head_dim: u32,
+    /// Rotated dims `R` (even, `<= head_dim`); `inv_freq` holds `R / 2` values.
+    pub rotary_dim: u32,
+    pub layout: RopeLayout,
+    /// Multiplies cos and sin (1.0 for plain RoPE).
+    pub mscale: f32,
+}
+
+impl Rope {
+    /// Number of `head_dim` rows: `batch * seq * heads`.
+    pub fn rows(&self) -> u64 {
+        u64::from(self.batch) * u64::from(self.seq) * u64::from(self.heads)
+    }
+}
+
+fn err(message: String) -> VkError {
+    VkError::Kernel { kernel: code::ROPE_ROPE.name.into(), message }
+}
+
+fn check_len(what: &str, v: &BufferView<'_>, elems: u64) -> Result<()> {
+    if v.len != elems * 4 {
+        return Err(err(format!(
+            "{what}: view of {} bytes, expected {elems} 4-byte values ({} bytes)",
+            v.len,
+            elems * 4
+        )));
+    }
+    Ok(())
+}
+
+/// Validates the shape and every view; returns the number of f32 values of `x`.
+fn check(p: &Rope, x: &BufferView<'_>, pos: &BufferView<'_>, inv_freq: &BufferView<'_>) -> Result<u64> {
+    let n = p.rows() * u64::from(p.head_dim);
+    if p.rows() == 0
+        || p.head_dim == 0
+        || !p.rotary_dim.is_multiple_of(2)
+        || p.rotary_dim > p.head_dim
+        || n > u64::from(u32::MAX)
+    {
+        return Err(err(format!(
+            "shape [{}, {}, {}, {}] with rotary dim {}: need non-empty dims, an even rotary dim <= head dim, \
+             and fewer than 2^32 elements",
+            p.batch, p.seq, p.heads, p.head_dim, p.rotary_dim
+        )));
+    }
+    check_len("x", x, n)?;
+    check_len("pos", pos, u64::from(p.batch) * u64::from(p.seq))?;
+    check_len("inv_freq", inv_freq, u64::from(p.rotary_dim / 2))?;
+    Ok(n)
+}
+
+/// Records one `rope/rope` dispatch; `out` `None` means in place on `x`.
+fn dispatch(
+    rec: &mut Recorder<'_>,
+    p: &Rope,
+    x: BufferView<'_>,
+    pos: BufferView<'_>,
+    inv_freq: BufferView<'_>,
+    out: Option<BufferView<'_>>,
+    sign: f32,
+) -> Result<()> {
+    let n = check(p, &x, &pos, &inv_freq)?;
+    if let Some(o) = &out {
+        check_len("out", o, n)?;
+    }
+    let copy_tail = out.is_some();
+    let units = u64::from(p.rotary_dim / 2) + if copy_tail { u64::from(p.head_dim - p.rotary_dim) } else { 0 };
+    let work = p.rows() * units;
+    if work == 0 {
+        return Ok(());
+    }
+    let words = [
+        p.rows() as u32,
+        p.heads,
+        p.head_dim,
+        p.rotary_dim,
+        u32::from(p.layout == RopeLayout::Interleaved),
+        u32::from(copy_tail),
+        p.mscale.to_bits(),
+        sign.to_bits(),
+    ];
+    let params: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let groups = [work.div_ceil(LOCAL).clamp(1, MAX_GROUPS) as u32, 1, 1];
+    let args = match out {
+        Some(o) => [read(x), write(o), read(pos), read(inv_freq)],
+        None => [read_write(x), read_write(x), read(pos), read(inv_freq)],
+    };
+    rec.dispatch(&code::ROPE_ROPE, &[], &args, &params, groups)
+}
+
+/// `out = rope(x)`: rotates each pair by `theta = pos * inv_freq[i]`, scaled by `mscale`.
+pub fn rope_forward(
+    rec: &mut Recorder<'_>,
+    p: &Rope,
+    x: BufferView<'_>,
+    pos: BufferView<'_>,
+    inv_freq: BufferView<'_>,
+    out: BufferView<'_>,
+) -> Result<()> {
+    dispatch(rec, p, x, pos, inv_freq, Some(out), 1.0)
+}
+
+/// `x = rope(x)` in place.
+pub fn rope_forward_in_place(
+    rec: &mut Recorder<'_>,
+    p: &Rope,
+    x: BufferView<'_>,
+    pos: BufferView<'_>,
+    inv_freq: BufferView<'_>,
+) -> Result<()> {
+    dispatch(rec, p, x, pos, inv_freq, None, 1.0)
+}
+
+/// `dx = rope^T(dy)`: rotation by `-theta` with the same `mscale`.
+pub fn rope_backward(
+    rec: &mut Recorder<'_>,
+    p: &Rope,
+    dy: BufferView<'_>,
+    pos: BufferView<'_>,
+    inv_freq: BufferView<'_>,
+    dx: BufferView<'_>,
+) -> Result<()> {
+    dispatch(rec, p, dy, pos, inv_freq, Some(dx), -1.0)
+}
+
+/// `dy = rope^T(dy)` in place.
+pub fn rope_backward_in_place(
+    rec: &mut Recorder<'_>,
+    p: &Rope,
+    dy: BufferView<'_>,
+    pos: BufferView<'_>,
+    inv_freq: BufferView<'_>,
+) -> Result<()> {
+    dispatch(rec, p, dy, pos, inv_freq, None, -1.0)
+}

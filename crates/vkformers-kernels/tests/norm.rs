@@ -1,0 +1,234 @@
+//! Norm kernels: the f64 reference backward against finite differences, then the GPU forward
+//! and backward against the reference on odd shapes, on every device with validation on.
+
+use vkformers_kernels::norm::{self, reference, LayerNorm, ParamGrads, RmsNorm};
+use vkformers_kernels::testutil::{assert_close, assert_grad_matches_fd, f64s, Rng, TOL_F32};
+use vkformers_vk::testing::on_every_device;
+use vkformers_vk::{Buffer, Context, Result, VkError};
+
+/// Odd shapes `(rows, dim)`: size-1 edges, dims around the workgroup size, more rows than the
+/// 256 gradient blocks, and a dim of a few thousand.
+const SHAPES: &[(usize, usize)] = &[(1, 1), (3, 1), (1, 7), (5, 33), (17, 257), (300, 19), (2, 1031), (7, 3001)];
+
+fn dot(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+#[test]
+fn rms_reference_backward_matches_finite_differences() {
+    let mut rng = Rng::new(1);
+    let (rows, dim, eps) = (3, 5, 1e-6);
+    let x = f64s(&rng.vec(rows * dim, 1.0));
+    let w = f64s(&rng.vec(dim, 1.0));
+    let g = f64s(&rng.vec(rows * dim, 1.0));
+    for (weight, unit) in [(false, false), (true, false), (true, true)] {
+        let wo = weight.then_some(&w[..]);
+        let (dx, dw) = reference::rms_norm_backward(&x, wo, &g, dim, eps, unit);
+        let fx = |xs: &[f64]| dot(&reference::rms_norm(xs, wo, dim, eps, unit).0, &g);
+        assert_grad_matches_fd(&format!("rms dx (w {weight}, unit {unit})"), fx, &x, &dx);
+        if weight {
+            let fw = |ws: &[f64]| dot(&reference::rms_norm(&x, Some(ws), dim, eps, unit).0, &g);
+            assert_grad_matches_fd(&format!("rms dw (unit {unit})"), fw, &w, &dw);
+        }
+    }
+}
+
+#[test]
+fn layer_reference_backward_matches_finite_differences() {
+    let mut rng = Rng::new(2);
+    let (rows, dim, eps) = (3, 6, 1e-5);
+    let x = f64s(&rng.vec(rows * dim, 1.0));
+    let w = f64s(&rng.vec(dim, 1.0));
+    let b = f64s(&rng.vec(dim, 1.0));
+    let g = f64s(&rng.vec(rows * dim, 1.0));
+    for affine in 0..3 {
+        let wo = (affine >= 1).then_some(&w[..]);
+        let bo = (affine >= 2).then_some(&b[..]);
+        let (dx, dw, db) = reference::layer_norm_backward(&x, wo, &g, dim, eps);
+        let fx = |xs: &[f64]| dot(&reference::layer_norm(xs, wo, bo, dim, eps).0, &g);
+        assert_grad_matches_fd(&format!("layer dx (affine {affine})"), fx, &x, &dx);
+        if affine >= 1 {
+            let fw = |ws: &[f64]| dot(&reference::layer_norm(&x, Some(ws), bo, dim, eps).0, &g);
+            assert_grad_matches_fd("layer dw", fw, &w, &dw);
+        }
+        if affine >= 2 {
+            let fb = |bs: &[f64]| dot(&reference::layer_norm(&x, wo, Some(bs), dim, eps).0, &g);
+            assert_grad_matches_fd("layer db", fb, &b, &db);
+        }
+    }
+}
+
+fn zeros(ctx: &Context, n: usize, what: &str) -> Result<Buffer> {
+    ctx.buffer_from(&vec![0f32; n], what)
+}
+
+/// Runs RMSNorm forward and backward on the GPU for one shape and option set; compares all
+/// outputs with the reference. With a weight, `dw` starts at `dw0` and is accumulated into.
+fn check_rms(ctx: &Context, rng: &mut Rng, rows: usize, dim: usize, weight: bool, unit: bool) -> Result<()> {
+    let eps = 1e-6f32;
+    let xs = rng.vec(rows * dim, 2.0);
+    let ws = rng.vec(dim, 1.0);
+    let gs = rng.vec(rows * dim, 1.0);
+    let dw0 = rng.vec(dim, 1.0);
+    let p = RmsNorm { rows: rows as u32, dim: dim as u32, eps, unit_offset: unit };
+    let x = ctx.buffer_from(&xs, "x")?;
+    let w = ctx.buffer_from(&ws, "w")?;
+    let dy = ctx.buffer_from(&gs, "dy")?;
+    let dw = ctx.buffer_from(&dw0, "dw")?;
+    let y = zeros(ctx, rows * dim, "y")?;
+    let dx = zeros(ctx, rows * dim, "dx")?;
+    let rstd = zeros(ctx, rows, "rstd")?;
+    let scratch = ctx.buffer(norm::weight_grad_scratch_bytes(rows as u32, dim as u32), "scratch")?;
+    let wv = weight.then(|| w.view());
+    let mut rec = ctx.recorder(false)?;
+    norm::rms_norm_forward(&mut rec, &p, x.view(), wv, y.view(), rstd.view())?;
+    let grads = weight.then(|| ParamGrads { dw: dw.view(), db: None, scratch: scratch.view(), accumulate: true });
+    norm::rms_norm_backward(&mut rec, &p, x.view(), wv, rstd.view(), dy.view(), dx.view(), grads)?;
+    rec.submit()?;
+
+    let (x64, w64, g64) = (f64s(&xs), f64s(&ws), f64s(&gs));
+    let wo = weight.then_some(&w64[..]);
+    let (y_ref, rstd_ref) = reference::rms_norm(&x64, wo, dim, f64::from(eps), unit);
+    let (dx_ref, dw_ref) = reference::rms_norm_backward(&x64, wo, &g64, dim, f64::from(eps), unit);
+    let what = format!("rms [{rows}, {dim}] w {weight} unit {unit}");
+    assert_close(&format!("{what}: y"), &ctx.read_vec::<f32>(y.view())?, &y_ref, TOL_F32);
+    assert_close(&format!("{what}: rstd"), &ctx.read_vec::<f32>(rstd.view())?, &rstd_ref, TOL_F32);
+    assert_close(&format!("{what}: dx"), &ctx.read_vec::<f32>(dx.view())?, &dx_ref, TOL_F32);
+    let dw_want: Vec<f64> =
+        if weight { dw_ref.iter().zip(&dw0).map(|(r, &a)| r + f64::from(a)).collect() } else { f64s(&dw0) };
+    assert_close(&format!("{what}: dw"), &ctx.read_vec::<f32>(dw.view())?, &dw_want, TOL_F32);
+    Ok(())
+}
+
+#[test]
+fn rms_norm_gpu_matches_reference() {
+    on_every_device("rms_norm", |ctx| {
+        let mut rng = Rng::new(3);
+        for &(rows, dim) in SHAPES {
+            for (weight, unit) in [(true, false), (true, true), (false, false)] {
+                check_rms(ctx, &mut rng, rows, dim, weight, unit)?;
+            }
+        }
+        Ok(())
+    });
+}
+
+/// LayerNorm forward and backward on the GPU against the reference; `affine` 0, 1 or 2 is
+/// no parameters, weight, weight and bias. Gradients overwrite (`accumulate` false).
+fn check_layer(ctx: &Context, rng: &mut Rng, rows: usize, dim: usize, affine: u32) -> Result<()> {
+    let eps = 1e-5f32;
+    // An offset mean, so the two-pass variance matters.
+    let xs: Vec<f32> = rng.vec(rows * dim, 2.0).iter().map(|v| v + 3.0).collect();
+    let ws = rng.vec(dim, 1.0);
+    let bs = rng.vec(dim, 1.0);
+    let gs = rng.vec(rows * dim, 1.0);
+    let p = LayerNorm { rows: rows as u32, dim: dim as u32, eps };
+    let x = ctx.buffer_from(&xs, "x")?;
+    let w = ctx.buffer_from(&ws, "w")?;
+    let b = ctx.buffer_from(&bs, "b")?;
+    let dy = ctx.buffer_from(&gs, "dy")?;
+    let filled = |what| ctx.buffer_from(&vec![7f32; dim], what);
+    let (dw, db) = (filled("dw")?, filled("db")?);
+    let y = zeros(ctx, rows * dim, "y")?;
+    let dx = zeros(ctx, rows * dim, "dx")?;
+    let mean = zeros(ctx, rows, "mean")?;
+    let rstd = zeros(ctx, rows, "rstd")?;
+    let scratch = ctx.buffer(norm::weight_grad_scratch_bytes(rows as u32, dim as u32), "scratch")?;
+    let wv = (affine >= 1).then(|| w.view());
+    let bv = (affine >= 2).then(|| b.view());
+    let mut rec = ctx.recorder(false)?;
+    norm::layer_norm_forward(&mut rec, &p, x.view(), wv, bv, y.view(), mean.view(), rstd.view())?;
+    let grads = (affine >= 1).then(|| ParamGrads {
+        dw: dw.view(),
+        db: bv.map(|_| db.view()),
+        scratch: scratch.view(),
+        accumulate: false,
+    });
+    norm::layer_norm_backward(&mut rec, &p, x.view(), wv, mean.view(), rstd.view(), dy.view(), dx.view(), grads)?;
+    rec.submit()?;
+
+    let (x64, w64, b64, g64) = (f64s(&xs), f64s(&ws), f64s(&bs), f64s(&gs));
+    let wo = (affine >= 1).then_some(&w64[..]);
+    let bo = (affine >= 2).then_some(&b64[..]);
+    let (y_ref, mean_ref, rstd_ref) = reference::layer_norm(&x64, wo, bo, dim, f64::from(eps));
+    let (dx_ref, dw_ref, db_ref) = reference::layer_norm_backward(&x64, wo, &g64, dim, f64::from(eps));
+    let what = format!("layer [{rows}, {dim}] affine {affine}");
+    assert_close(&format!("{what}: y"), &ctx.read_vec::<f32>(y.view())?, &y_ref, TOL_F32);
+    assert_close(&format!("{what}: mean"), &ctx.read_vec::<f32>(mean.view())?, &mean_ref, TOL_F32);
+    assert_close(&format!("{what}: rstd"), &ctx.read_vec::<f32>(rstd.view())?, &rstd_ref, TOL_F32);
+    assert_close(&format!("{what}: dx"), &ctx.read_vec::<f32>(dx.view())?, &dx_ref, TOL_F32);
+    let untouched = vec![7.0; dim];
+    let dw_want = if affine >= 1 { &dw_ref } else { &untouched };
+    let db_want = if affine >= 2 { &db_ref } else { &untouched };
+    assert_close(&format!("{what}: dw"), &ctx.read_vec::<f32>(dw.view())?, dw_want, TOL_F32);
+    assert_close(&format!("{what}: db"), &ctx.read_vec::<f32>(db.view())?, db_want, TOL_F32);
+    Ok(())
+}
+
+#[test]
+fn layer_norm_gpu_matches_reference() {
+    on_every_device("layer_norm", |ctx| {
+        let mut rng = Rng::new(4);
+        for &(rows, dim) in SHAPES {
+            for affine in 0..3 {
+                check_layer(ctx, &mut rng, rows, dim, affine)?;
+            }
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn more_rows_than_workgroups_per_dispatch() {
+    // 70_001 rows of 3: the forward strides rows over a grid of 65_535 workgroups.
+    on_every_device("rms_norm many rows", |ctx| check_rms(ctx, &mut Rng::new(5), 70_001, 3, true, false));
+}
+
+#[test]
+fn gradients_are_deterministic() {
+    on_every_device("norm determinism", |ctx| {
+        let mut rng = Rng::new(6);
+        let (rows, dim) = (1000usize, 37usize);
+        let p = LayerNorm { rows: rows as u32, dim: dim as u32, eps: 1e-5 };
+        let x = ctx.buffer_from(&rng.vec(rows * dim, 1.0), "x")?;
+        let w = ctx.buffer_from(&rng.vec(dim, 1.0), "w")?;
+        let dy = ctx.buffer_from(&rng.vec(rows * dim, 1.0), "dy")?;
+        let (mean, rstd) = (zeros(ctx, rows, "mean")?, zeros(ctx, rows, "rstd")?);
+        let (y, dx) = (zeros(ctx, rows * dim, "y")?, zeros(ctx, rows * dim, "dx")?);
+        let scratch = ctx.buffer(norm::weight_grad_scratch_bytes(rows as u32, dim as u32), "scratch")?;
+        let mut runs = Vec::new();
+        for _ in 0..3 {
+            let (dw, db) = (zeros(ctx, dim, "dw")?, zeros(ctx, dim, "db")?);
+            let mut rec = ctx.recorder(false)?;
+            norm::layer_norm_forward(&mut rec, &p, x.view(), Some(w.view()), None, y.view(), mean.view(), rstd.view())?;
+            let g = ParamGrads { dw: dw.view(), db: Some(db.view()), scratch: scratch.view(), accumulate: false };
+            let (xv, wv) = (x.view(), Some(w.view()));
+            norm::layer_norm_backward(&mut rec, &p, xv, wv, mean.view(), rstd.view(), dy.view(), dx.view(), Some(g))?;
+            rec.submit()?;
+            let dwv: Vec<u32> = ctx.read_vec(dw.view())?;
+            let dbv: Vec<u32> = ctx.read_vec(db.view())?;
+            runs.push((dwv, dbv));
+        }
+        assert!(runs.windows(2).all(|r| r[0] == r[1]), "bitwise different gradients across runs");
+        Ok(())
+    });
+}
+
+#[test]
+fn wrong_shapes_are_errors_naming_the_kernel() {
+    on_every_device("norm errors", |ctx| {
+        let x = ctx.buffer(4 * 12, "x")?;
+        let short = ctx.buffer(4 * 11, "short")?;
+        let r = ctx.buffer(4 * 3, "r")?;
+        let p = RmsNorm { rows: 3, dim: 4, eps: 1e-6, unit_offset: false };
+        let mut rec = ctx.recorder(false)?;
+        let e = norm::rms_norm_forward(&mut rec, &p, x.view(), None, short.view(), r.view()).unwrap_err();
+        assert!(matches!(&e, VkError::Kernel { kernel, .. } if kernel == "norm/rms_forward"), "{e}");
+        let lp = LayerNorm { rows: 3, dim: 4, eps: 1e-5 };
+        let e = norm::layer_norm_forward(&mut rec, &lp, x.view(), None, Some(r.view()), x.view(), r.view(), r.view())
+            .unwrap_err();
+        assert!(matches!(&e, VkError::Kernel { kernel, .. } if kernel == "norm/layer_forward"), "{e}");
+        rec.submit()?;
+        Ok(())
+    });
+}
