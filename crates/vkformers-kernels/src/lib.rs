@@ -9,7 +9,12 @@ pub mod code {
     include!(concat!(env!("OUT_DIR"), "/kernels.rs"));
 }
 
+pub mod activation;
+pub mod broadcast;
 pub mod elementwise;
+pub mod glu;
+pub mod reduce;
+pub mod softmax;
 
 #[doc(hidden)]
 pub mod testutil;
