@@ -75,6 +75,7 @@ fn gpu_erf_is_accurate_to_2e_7() {
             .zip(&got)
             .map(|(&x, &g)| (f64::from(g) - reference::erf(f64::from(x))).abs())
             .fold(0.0f64, f64::max);
+        eprintln!("max |erf_f32 - erf| = {worst:e}");
         assert!(worst < 2e-7, "max |erf_f32 - erf| = {worst:e}");
         Ok(())
     });
@@ -98,7 +99,12 @@ fn check_gpu(ctx: &vkformers_vk::Context, act: Activation, n: usize, rng: &mut R
     activation::backward(&mut rec, act, x.view(), dy.view(), dx.view())?;
     rec.submit()?;
     let (x64, dy64) = (f64s(&xs), f64s(&dys));
-    assert_close(&format!("{act:?} forward n={n}"), &ctx.read_vec::<f32>(y.view())?, &reference::forward(act, &x64), TOL_F32);
+    assert_close(
+        &format!("{act:?} forward n={n}"),
+        &ctx.read_vec::<f32>(y.view())?,
+        &reference::forward(act, &x64),
+        TOL_F32,
+    );
     assert_close(
         &format!("{act:?} backward n={n}"),
         &ctx.read_vec::<f32>(dx.view())?,

@@ -122,7 +122,8 @@ fn gpu_forward_and_backward_match_reference() {
                     let (want_da, want_db) = reference::backward(op, &a64, sa, &b64, sb, &f64s(&gv));
                     let what = format!("{op:?} {sa:?} {sb:?}");
 
-                    let (a, b, g) = (ctx.buffer_from(&av, "a")?, ctx.buffer_from(&bv, "b")?, ctx.buffer_from(&gv, "g")?);
+                    let (a, b, g) =
+                        (ctx.buffer_from(&av, "a")?, ctx.buffer_from(&bv, "b")?, ctx.buffer_from(&gv, "g")?);
                     let out = buf(ctx, numel(&so), "out")?;
                     let mut rec = ctx.recorder(false)?;
                     broadcast::binary(&mut rec, op, (a.view(), sa), (b.view(), sb), out.view())?;
@@ -142,7 +143,8 @@ fn gpu_forward_and_backward_match_reference() {
 fn sum_to_shape_of_a_large_broadcast() {
     on_every_device("sum_to_shape large", |ctx| {
         let mut rng = Rng::new(13);
-        for (gs, s) in [(&[100_003usize][..], &[1usize][..]), (&[3, 7, 1001], &[1, 7, 1]), (&[70_001, 3], &[70_001, 1])] {
+        for (gs, s) in [(&[100_003usize][..], &[1usize][..]), (&[3, 7, 1001], &[1, 7, 1]), (&[70_001, 3], &[70_001, 1])]
+        {
             let gv = rng.vec(numel(gs), 1.0);
             let want = reference::sum_to_shape(&f64s(&gv), gs, s);
             let g = ctx.buffer_from(&gv, "g")?;
@@ -185,8 +187,8 @@ fn bad_shapes_are_errors_naming_the_kernel() {
         let a = buf(ctx, 6, "a")?;
         let b = buf(ctx, 6, "b")?;
         let mut rec = ctx.recorder(false)?;
-        let e = broadcast::binary(&mut rec, BinaryOp::Sub, (a.view(), &[2, 3]), (b.view(), &[3, 2]), a.view())
-            .unwrap_err();
+        let e =
+            broadcast::binary(&mut rec, BinaryOp::Sub, (a.view(), &[2, 3]), (b.view(), &[3, 2]), a.view()).unwrap_err();
         assert!(e.to_string().contains("broadcast/binary:sub") && e.to_string().contains("do not broadcast"), "{e}");
         let e = broadcast::binary(&mut rec, BinaryOp::Add, (a.view(), &[1, 1, 1, 2, 3]), (b.view(), &[6]), a.view())
             .unwrap_err();

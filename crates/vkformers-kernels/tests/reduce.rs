@@ -14,12 +14,32 @@ fn reference_backward_matches_finite_differences() {
         let w = f64s(&rng.vec(rows, 1.0));
         let dot = |y: Vec<f64>| y.iter().zip(&w).map(|(a, b)| a * b).sum::<f64>();
         let what = format!("{rows}x{d}");
-        assert_grad_matches_fd(&format!("sum_rows {what}"), |x| dot(reference::sum_rows(x, d)), &x, &reference::sum_rows_backward(&w, d));
-        assert_grad_matches_fd(&format!("mean_rows {what}"), |x| dot(reference::mean_rows(x, d)), &x, &reference::mean_rows_backward(&w, d));
+        assert_grad_matches_fd(
+            &format!("sum_rows {what}"),
+            |x| dot(reference::sum_rows(x, d)),
+            &x,
+            &reference::sum_rows_backward(&w, d),
+        );
+        assert_grad_matches_fd(
+            &format!("mean_rows {what}"),
+            |x| dot(reference::mean_rows(x, d)),
+            &x,
+            &reference::mean_rows_backward(&w, d),
+        );
         let g = 0.7;
         let n = x.len();
-        assert_grad_matches_fd(&format!("sum_all {what}"), |x| g * reference::sum_all(x), &x, &reference::sum_all_backward(g, n));
-        assert_grad_matches_fd(&format!("mean_all {what}"), |x| g * reference::mean_all(x), &x, &reference::mean_all_backward(g, n));
+        assert_grad_matches_fd(
+            &format!("sum_all {what}"),
+            |x| g * reference::sum_all(x),
+            &x,
+            &reference::sum_all_backward(g, n),
+        );
+        assert_grad_matches_fd(
+            &format!("mean_all {what}"),
+            |x| g * reference::mean_all(x),
+            &x,
+            &reference::mean_all_backward(g, n),
+        );
     }
 }
 
@@ -38,7 +58,12 @@ fn check_rows(ctx: &Context, rows: usize, d: usize, rng: &mut Rng) -> Result<()>
     rec.submit()?;
     let what = format!("{rows}x{d}");
     assert_close(&format!("sum_rows {what}"), &ctx.read_vec::<f32>(s.view())?, &reference::sum_rows(&x64, d), TOL_F32);
-    assert_close(&format!("mean_rows {what}"), &ctx.read_vec::<f32>(m.view())?, &reference::mean_rows(&x64, d), TOL_F32);
+    assert_close(
+        &format!("mean_rows {what}"),
+        &ctx.read_vec::<f32>(m.view())?,
+        &reference::mean_rows(&x64, d),
+        TOL_F32,
+    );
     let want = reference::sum_rows_backward(&dy64, d);
     assert_close(&format!("sum_rows backward {what}"), &ctx.read_vec::<f32>(dxs.view())?, &want, TOL_F32);
     let want = reference::mean_rows_backward(&dy64, d);

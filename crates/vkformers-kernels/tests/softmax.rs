@@ -61,7 +61,12 @@ fn gpu_forward_and_backward_match_reference() {
         let mut rec = ctx.recorder(false)?;
         softmax::forward(&mut rec, x.view(), y.view(), 3, 7)?;
         rec.submit()?;
-        assert_close("softmax of large x", &ctx.read_vec::<f32>(y.view())?, &reference::forward(&f64s(&xv), 7), TOL_F32);
+        assert_close(
+            "softmax of large x",
+            &ctx.read_vec::<f32>(y.view())?,
+            &reference::forward(&f64s(&xv), 7),
+            TOL_F32,
+        );
         Ok(())
     });
 }

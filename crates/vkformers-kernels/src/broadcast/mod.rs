@@ -55,7 +55,7 @@ pub fn broadcast_shape(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
         .collect()
 }
 
-/// `shape` padded with leading 1s to 4 dims.
+/// `shape` padded with leading 1s to 4 dims. Panics when `shape` has more than 4 dims.
 pub fn pad4(shape: &[usize]) -> [usize; MAX_DIMS] {
     let mut out = [1; MAX_DIMS];
     out[MAX_DIMS - shape.len()..].copy_from_slice(shape);

@@ -167,7 +167,6 @@ pub fn backward_fused(
     expect_len(k, "gate_up", &gate_up, n2)?;
     expect_len(k, "dgate_up", &dgate_up, n2)?;
     let i = inner as u64;
-    let views =
-        BackwardViews { gate: gate_up, up: skip(gate_up, i), dout, dgate: dgate_up, dup: skip(dgate_up, i) };
+    let views = BackwardViews { gate: gate_up, up: skip(gate_up, i), dout, dgate: dgate_up, dup: skip(dgate_up, i) };
     launch_backward(rec, kind, views, rows, inner, 2 * inner)
 }

@@ -31,5 +31,9 @@ pub fn split<T: Copy>(fused: &[T], inner: usize) -> (Vec<T>, Vec<T>) {
 
 /// Joins gate and up [rows, inner] into one [rows, 2 inner] tensor.
 pub fn join<T: Copy>(gate: &[T], up: &[T], inner: usize) -> Vec<T> {
-    gate.chunks_exact(inner.max(1)).zip(up.chunks_exact(inner.max(1))).flat_map(|(g, u)| g.iter().chain(u)).copied().collect()
+    gate.chunks_exact(inner.max(1))
+        .zip(up.chunks_exact(inner.max(1)))
+        .flat_map(|(g, u)| g.iter().chain(u))
+        .copied()
+        .collect()
 }
