@@ -9,14 +9,19 @@ pub mod code {
     include!(concat!(env!("OUT_DIR"), "/kernels.rs"));
 }
 
+pub mod activation;
+pub mod broadcast;
 pub mod dropout;
 pub mod elementwise;
 pub mod embedding;
 pub mod gemm_coopmat;
+pub mod glu;
 pub mod loss;
 pub mod norm;
 pub mod optim;
+pub mod reduce;
 pub mod rope;
+pub mod softmax;
 
 #[doc(hidden)]
 pub mod testutil;

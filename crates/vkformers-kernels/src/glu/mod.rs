@@ -1,0 +1,172 @@
+//! Fused gated MLP activations: SwiGLU `out = silu(gate) * up` and GeGLU
+//! `out = gelu(gate) * up` (exact or tanh GELU), forward and backward, for separate
+//! gate/up tensors [rows, inner] or one fused gate_up tensor [rows, 2 inner] whose first
+//! `inner` columns are the gate and last `inner` the up projection (HF Phi-3's
+//! `gate_up_proj(x).chunk(2, dim=-1)`).
+
+pub mod reference;
+
+use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result};
+
+use crate::activation::util::{count, expect_len, groups_for, params, skip};
+use crate::activation::Activation;
+use crate::code;
+
+/// A gated linear unit flavour.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Glu {
+    /// silu(gate) * up.
+    SwiGlu,
+    /// gelu(gate) * up, exact GELU.
+    GeGlu,
+    /// gelu_tanh(gate) * up.
+    GeGluTanh,
+}
+
+impl Glu {
+    /// Every flavour, for tests.
+    pub const ALL: [Glu; 3] = [Glu::SwiGlu, Glu::GeGlu, Glu::GeGluTanh];
+
+    /// The activation applied to the gate.
+    pub fn activation(self) -> Activation {
+        match self {
+            Glu::SwiGlu => Activation::Silu,
+            Glu::GeGlu => Activation::Gelu,
+            Glu::GeGluTanh => Activation::GeluTanh,
+        }
+    }
+
+    fn forward_code(self) -> &'static KernelCode {
+        match self {
+            Glu::SwiGlu => &code::GLU_FORWARD_SWIGLU,
+            Glu::GeGlu => &code::GLU_FORWARD_GEGLU,
+            Glu::GeGluTanh => &code::GLU_FORWARD_GEGLU_TANH,
+        }
+    }
+
+    fn backward_code(self) -> &'static KernelCode {
+        match self {
+            Glu::SwiGlu => &code::GLU_BACKWARD_SWIGLU,
+            Glu::GeGlu => &code::GLU_BACKWARD_GEGLU,
+            Glu::GeGluTanh => &code::GLU_BACKWARD_GEGLU_TANH,
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn launch_forward(
+    rec: &mut Recorder<'_>,
+    kind: Glu,
+    gate: BufferView<'_>,
+    up: BufferView<'_>,
+    out: BufferView<'_>,
+    rows: usize,
+    inner: usize,
+    stride: usize,
+) -> Result<()> {
+    let k = kind.forward_code();
+    let n = count(k, &[rows, inner])?;
+    count(k, &[rows, stride])?;
+    expect_len(k, "out", &out, n.into())?;
+    let p = params(&[rows as u32, inner as u32, stride as u32]);
+    rec.dispatch(k, &[], &[read(gate), read(up), write(out)], &p, groups_for(n.into()))
+}
+
+/// `out = f(gate) * up`; gate, up, out [rows, inner] (separate tensors).
+pub fn forward(
+    rec: &mut Recorder<'_>,
+    kind: Glu,
+    gate: BufferView<'_>,
+    up: BufferView<'_>,
+    out: BufferView<'_>,
+    rows: usize,
+    inner: usize,
+) -> Result<()> {
+    let k = kind.forward_code();
+    let n = u64::from(count(k, &[rows, inner])?);
+    expect_len(k, "gate", &gate, n)?;
+    expect_len(k, "up", &up, n)?;
+    launch_forward(rec, kind, gate, up, out, rows, inner, inner)
+}
+
+/// `out = f(gate_up[:, :inner]) * gate_up[:, inner:]`; gate_up [rows, 2 inner], out [rows, inner].
+pub fn forward_fused(
+    rec: &mut Recorder<'_>,
+    kind: Glu,
+    gate_up: BufferView<'_>,
+    out: BufferView<'_>,
+    rows: usize,
+    inner: usize,
+) -> Result<()> {
+    let k = kind.forward_code();
+    expect_len(k, "gate_up", &gate_up, u64::from(count(k, &[rows, 2, inner])?))?;
+    launch_forward(rec, kind, gate_up, skip(gate_up, inner as u64), out, rows, inner, 2 * inner)
+}
+
+/// Views of one backward launch: inputs, upstream gradient, gradients written.
+struct BackwardViews<'a> {
+    gate: BufferView<'a>,
+    up: BufferView<'a>,
+    dout: BufferView<'a>,
+    dgate: BufferView<'a>,
+    dup: BufferView<'a>,
+}
+
+fn launch_backward(
+    rec: &mut Recorder<'_>,
+    kind: Glu,
+    v: BackwardViews<'_>,
+    rows: usize,
+    inner: usize,
+    stride: usize,
+) -> Result<()> {
+    let k = kind.backward_code();
+    let n = count(k, &[rows, inner])?;
+    count(k, &[rows, stride])?;
+    expect_len(k, "dout", &v.dout, n.into())?;
+    let p = params(&[rows as u32, inner as u32, stride as u32]);
+    let args = [read(v.gate), read(v.up), read(v.dout), write(v.dgate), write(v.dup)];
+    rec.dispatch(k, &[], &args, &p, groups_for(n.into()))
+}
+
+/// Backward of [`forward`]: `dgate = dout * up * f'(gate)`, `dup = dout * f(gate)`;
+/// every tensor [rows, inner].
+#[allow(clippy::too_many_arguments)]
+pub fn backward(
+    rec: &mut Recorder<'_>,
+    kind: Glu,
+    gate: BufferView<'_>,
+    up: BufferView<'_>,
+    dout: BufferView<'_>,
+    dgate: BufferView<'_>,
+    dup: BufferView<'_>,
+    rows: usize,
+    inner: usize,
+) -> Result<()> {
+    let k = kind.backward_code();
+    let n = u64::from(count(k, &[rows, inner])?);
+    for (what, v) in [("gate", &gate), ("up", &up), ("dgate", &dgate), ("dup", &dup)] {
+        expect_len(k, what, v, n)?;
+    }
+    launch_backward(rec, kind, BackwardViews { gate, up, dout, dgate, dup }, rows, inner, inner)
+}
+
+/// Backward of [`forward_fused`]: writes the fused gradient `dgate_up` [rows, 2 inner]
+/// (dgate in the first `inner` columns, dup in the last); dout [rows, inner].
+pub fn backward_fused(
+    rec: &mut Recorder<'_>,
+    kind: Glu,
+    gate_up: BufferView<'_>,
+    dout: BufferView<'_>,
+    dgate_up: BufferView<'_>,
+    rows: usize,
+    inner: usize,
+) -> Result<()> {
+    let k = kind.backward_code();
+    let n2 = u64::from(count(k, &[rows, 2, inner])?);
+    expect_len(k, "gate_up", &gate_up, n2)?;
+    expect_len(k, "dgate_up", &dgate_up, n2)?;
+    let i = inner as u64;
+    let views = BackwardViews { gate: gate_up, up: skip(gate_up, i), dout, dgate: dgate_up, dup: skip(dgate_up, i) };
+    launch_backward(rec, kind, views, rows, inner, 2 * inner)
+}
