@@ -39,13 +39,13 @@ fn params(words: &[u32]) -> Vec<u8> {
 }
 
 /// `out[i] = value`.
-pub fn fill(rec: &mut Recorder<'_>, out: BufferView<'_>, value: f32) -> Result<()> {
+pub fn fill(rec: &mut Recorder, out: BufferView<'_>, value: f32) -> Result<()> {
     let n = elements(code::ELEMENTWISE_FILL.name, &out)?;
     rec.dispatch(&code::ELEMENTWISE_FILL, &[], &[write(out)], &params(&[n, value.to_bits()]), groups_for(n.into()))
 }
 
 /// `out[i] = x[i]`.
-pub fn copy(rec: &mut Recorder<'_>, x: BufferView<'_>, out: BufferView<'_>) -> Result<()> {
+pub fn copy(rec: &mut Recorder, x: BufferView<'_>, out: BufferView<'_>) -> Result<()> {
     let k = &code::ELEMENTWISE_COPY;
     same_len(k.name, &x, &out)?;
     let n = elements(k.name, &out)?;
@@ -54,7 +54,7 @@ pub fn copy(rec: &mut Recorder<'_>, x: BufferView<'_>, out: BufferView<'_>) -> R
 
 fn binary(
     k: &vkformers_vk::KernelCode,
-    rec: &mut Recorder<'_>,
+    rec: &mut Recorder,
     x: BufferView<'_>,
     y: BufferView<'_>,
     out: BufferView<'_>,
@@ -66,11 +66,11 @@ fn binary(
 }
 
 /// `out[i] = x[i] + y[i]`.
-pub fn add(rec: &mut Recorder<'_>, x: BufferView<'_>, y: BufferView<'_>, out: BufferView<'_>) -> Result<()> {
+pub fn add(rec: &mut Recorder, x: BufferView<'_>, y: BufferView<'_>, out: BufferView<'_>) -> Result<()> {
     binary(&code::ELEMENTWISE_BINARY_ADD, rec, x, y, out)
 }
 
 /// `out[i] = x[i] * y[i]`.
-pub fn mul(rec: &mut Recorder<'_>, x: BufferView<'_>, y: BufferView<'_>, out: BufferView<'_>) -> Result<()> {
+pub fn mul(rec: &mut Recorder, x: BufferView<'_>, y: BufferView<'_>, out: BufferView<'_>) -> Result<()> {
     binary(&code::ELEMENTWISE_BINARY_MUL, rec, x, y, out)
 }

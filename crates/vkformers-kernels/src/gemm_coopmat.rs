@@ -151,7 +151,7 @@ fn check(d: &CoopGemm, a: &BufferView<'_>, b: &BufferView<'_>, c: &BufferView<'_
 
 /// Records `C = alpha * op(A) * op(B) (+ bias) (+ C)`. `bias` is `[n]` f32.
 pub fn gemm_coopmat(
-    rec: &mut Recorder<'_>,
+    rec: &mut Recorder,
     d: &CoopGemm,
     a: BufferView<'_>,
     b: BufferView<'_>,

@@ -4,7 +4,9 @@
 
 use ash::vk;
 
-use crate::device::Context;
+use std::sync::Arc;
+
+use crate::device::{Context, Shared};
 use crate::error::{Result, VkError, VkResultExt};
 use crate::hazard::{AccessKind, HazardTracker, Span};
 use crate::memory::{Buffer, BufferView};
@@ -52,8 +54,8 @@ const QUERIES_PER_POOL: u32 = 4096;
 
 /// Records work for one submission. It holds a handle to every buffer it uses, so buffers
 /// dropped by the caller stay alive until the batch has completed.
-pub struct Recorder<'c> {
-    ctx: &'c Context,
+pub struct Recorder {
+    shared: Arc<Shared>,
     keep: std::collections::HashMap<u64, Buffer>,
     pool: vk::CommandPool,
     cmd: vk::CommandBuffer,
@@ -68,16 +70,16 @@ pub struct Recorder<'c> {
 
 impl Context {
     /// Starts a batch; with `timing`, each dispatch is timed by timestamp queries.
-    pub fn recorder(&self, timing: bool) -> Result<Recorder<'_>> {
-        Recorder::new(self, timing && self.caps().timestamps)
+    pub fn recorder(&self, timing: bool) -> Result<Recorder> {
+        Recorder::new(self.shared.clone(), timing && self.caps().timestamps)
     }
 }
 
-impl<'c> Recorder<'c> {
-    fn new(ctx: &'c Context, timing: bool) -> Result<Self> {
-        let device = &ctx.shared.device;
+impl Recorder {
+    fn new(shared: Arc<Shared>, timing: bool) -> Result<Self> {
+        let device = &shared.device;
         let info = vk::CommandPoolCreateInfo::default()
-            .queue_family_index(ctx.shared.queue_family)
+            .queue_family_index(shared.queue_family)
             .flags(vk::CommandPoolCreateFlags::TRANSIENT);
         // SAFETY: valid device; the pool belongs to this recorder alone.
         let pool = unsafe { device.create_command_pool(&info, None) }.vk("vkCreateCommandPool")?;
@@ -86,7 +88,7 @@ impl<'c> Recorder<'c> {
             .level(vk::CommandBufferLevel::PRIMARY)
             .command_buffer_count(1);
         let mut rec = Recorder {
-            ctx,
+            shared: shared.clone(),
             keep: std::collections::HashMap::new(),
             pool,
             cmd: vk::CommandBuffer::null(),
@@ -104,6 +106,11 @@ impl<'c> Recorder<'c> {
         // SAFETY: fresh command buffer.
         unsafe { device.begin_command_buffer(rec.cmd, &begin) }.vk("vkBeginCommandBuffer")?;
         Ok(rec)
+    }
+
+    /// Capabilities of the recorder's device.
+    pub fn caps(&self) -> &crate::Caps {
+        &self.shared.caps
     }
 
     /// Number of dispatches and copies recorded so far.
@@ -127,18 +134,19 @@ impl<'c> Recorder<'c> {
         groups: [u32; 3],
     ) -> Result<()> {
         let push = push_block(code, args, params)?;
-        let max = self.ctx.caps().max_workgroup_count;
+        let max = self.shared.caps.max_workgroup_count;
         if groups.iter().zip(max).any(|(g, m)| *g > m) || groups.contains(&0) {
             return Err(VkError::Kernel {
                 kernel: code.name.into(),
                 message: format!("workgroup count {groups:?} outside 1..={max:?}"),
             });
         }
-        let pipe = self.ctx.shared.pipelines.get(&self.ctx.shared.device, code, spec)?;
+        let pipe = self.shared.pipelines.get(&self.shared.device, code, spec)?;
         let accesses: Vec<(Span, AccessKind)> = args.iter().map(|a| (span_of(&a.view), a.kind)).collect();
         self.hazard_barrier(&accesses);
-        let device = &self.ctx.shared.device;
         self.timestamp(vk::PipelineStageFlags::TOP_OF_PIPE)?;
+        let shared = self.shared.clone();
+        let device = &shared.device;
         // SAFETY: the command buffer is recording; the pipeline and layout are alive for the
         // context's lifetime; push bytes match the layout's range (checked above).
         unsafe {
@@ -164,7 +172,7 @@ impl<'c> Recorder<'c> {
         self.timestamp(vk::PipelineStageFlags::TOP_OF_PIPE)?;
         let region = [vk::BufferCopy { src_offset: src.offset, dst_offset: dst.offset, size: src.len }];
         // SAFETY: recording; both buffers are held until the batch completes.
-        unsafe { self.ctx.shared.device.cmd_copy_buffer(self.cmd, src.buffer.raw(), dst.buffer.raw(), &region) };
+        unsafe { self.shared.device.cmd_copy_buffer(self.cmd, src.buffer.raw(), dst.buffer.raw(), &region) };
         self.hold([src.buffer, dst.buffer]);
         self.timestamp(vk::PipelineStageFlags::BOTTOM_OF_PIPE)?;
         self.labels.push("copy");
@@ -198,7 +206,7 @@ impl<'c> Recorder<'c> {
             )];
         // SAFETY: recording, outside any render pass.
         unsafe {
-            self.ctx.shared.device.cmd_pipeline_barrier(
+            self.shared.device.cmd_pipeline_barrier(
                 self.cmd,
                 stages,
                 stages,
@@ -215,7 +223,7 @@ impl<'c> Recorder<'c> {
         if !self.timing {
             return Ok(());
         }
-        let device = &self.ctx.shared.device;
+        let device = &self.shared.device;
         if self.queries_used.is_multiple_of(QUERIES_PER_POOL) {
             let info =
                 vk::QueryPoolCreateInfo::default().query_type(vk::QueryType::TIMESTAMP).query_count(QUERIES_PER_POOL);
@@ -234,7 +242,7 @@ impl<'c> Recorder<'c> {
 
     /// Submits the batch and waits for it once.
     pub fn submit(self) -> Result<BatchReport> {
-        let device = &self.ctx.shared.device;
+        let device = &self.shared.device;
         // SAFETY: recording was begun in `new`.
         unsafe { device.end_command_buffer(self.cmd) }.vk("vkEndCommandBuffer")?;
         let fence_info = vk::FenceCreateInfo::default();
@@ -243,7 +251,7 @@ impl<'c> Recorder<'c> {
         let cmds = [self.cmd];
         let submit = [vk::SubmitInfo::default().command_buffers(&cmds)];
         let result = {
-            let queue = self.ctx.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+            let queue = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
             // SAFETY: the queue is externally synchronized by the mutex.
             unsafe { device.queue_submit(*queue, &submit, fence) }
         }
@@ -276,7 +284,7 @@ impl<'c> Recorder<'c> {
         if !self.timing {
             return Ok(Vec::new());
         }
-        let device = &self.ctx.shared.device;
+        let device = &self.shared.device;
         let mut ticks = Vec::with_capacity(self.queries_used as usize);
         for (i, pool) in self.query_pools.iter().enumerate() {
             let n = (self.queries_used - i as u32 * QUERIES_PER_POOL).min(QUERIES_PER_POOL) as usize;
@@ -293,7 +301,7 @@ impl<'c> Recorder<'c> {
             .vk("vkGetQueryPoolResults")?;
             ticks.extend(data);
         }
-        let period = f64::from(self.ctx.caps().timestamp_period_ns);
+        let period = f64::from(self.shared.caps.timestamp_period_ns);
         Ok(self
             .labels
             .iter()
@@ -303,9 +311,9 @@ impl<'c> Recorder<'c> {
     }
 }
 
-impl Drop for Recorder<'_> {
+impl Drop for Recorder {
     fn drop(&mut self) {
-        let device = &self.ctx.shared.device;
+        let device = &self.shared.device;
         // SAFETY: `submit` waited for completion, or the batch was never submitted.
         unsafe {
             for pool in self.query_pools.drain(..) {

@@ -61,20 +61,20 @@ impl Activation {
     }
 }
 
-fn unary(rec: &mut Recorder<'_>, k: &KernelCode, x: BufferView<'_>, y: BufferView<'_>) -> Result<()> {
+fn unary(rec: &mut Recorder, k: &KernelCode, x: BufferView<'_>, y: BufferView<'_>) -> Result<()> {
     let n = elements(k, "x", &x)?;
     expect_len(k, "y", &y, n)?;
     rec.dispatch(k, &[], &[read(x), write(y)], &params(&[n as u32]), groups_for(n))
 }
 
 /// `y = f(x)` elementwise; x, y [n].
-pub fn forward(rec: &mut Recorder<'_>, act: Activation, x: BufferView<'_>, y: BufferView<'_>) -> Result<()> {
+pub fn forward(rec: &mut Recorder, act: Activation, x: BufferView<'_>, y: BufferView<'_>) -> Result<()> {
     unary(rec, act.forward_code(), x, y)
 }
 
 /// `dx = dy * f'(x)` elementwise; x, dy, dx [n].
 pub fn backward(
-    rec: &mut Recorder<'_>,
+    rec: &mut Recorder,
     act: Activation,
     x: BufferView<'_>,
     dy: BufferView<'_>,
@@ -89,6 +89,6 @@ pub fn backward(
 
 /// `y = erf(x)` elementwise with the shaders' f32 erf (absolute error below 2e-7); x, y [n].
 /// Exposed so its accuracy can be tested.
-pub fn erf(rec: &mut Recorder<'_>, x: BufferView<'_>, y: BufferView<'_>) -> Result<()> {
+pub fn erf(rec: &mut Recorder, x: BufferView<'_>, y: BufferView<'_>) -> Result<()> {
     unary(rec, &code::ACTIVATION_FORWARD_ERF, x, y)
 }

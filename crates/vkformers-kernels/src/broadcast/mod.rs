@@ -84,7 +84,7 @@ fn check_dims(k: &KernelCode, what: &str, shape: &[usize]) -> Result<()> {
 /// `out = a (op) b` with numpy broadcasting; a [a_shape], b [b_shape], out [broadcast shape]
 /// contiguous. Shapes have at most 4 dims.
 pub fn binary(
-    rec: &mut Recorder<'_>,
+    rec: &mut Recorder,
     op: BinaryOp,
     a: (BufferView<'_>, &[usize]),
     b: (BufferView<'_>, &[usize]),
@@ -115,7 +115,7 @@ pub fn binary(
 /// short sums (at most 64 terms) or many outputs (at least 8192) take one thread per output
 /// summing in order; otherwise one workgroup per output sums in a fixed tree order.
 pub fn sum_to_shape(
-    rec: &mut Recorder<'_>,
+    rec: &mut Recorder,
     g: BufferView<'_>,
     g_shape: &[usize],
     out: BufferView<'_>,
@@ -144,7 +144,7 @@ pub fn sum_to_shape(
 }
 
 /// `out = alpha * x`; x, out [n].
-pub fn scale(rec: &mut Recorder<'_>, x: BufferView<'_>, out: BufferView<'_>, alpha: f32) -> Result<()> {
+pub fn scale(rec: &mut Recorder, x: BufferView<'_>, out: BufferView<'_>, alpha: f32) -> Result<()> {
     let k = &code::BROADCAST_SCALE;
     let n = elements(k, "x", &x)?;
     expect_len(k, "out", &out, n)?;
@@ -152,7 +152,7 @@ pub fn scale(rec: &mut Recorder<'_>, x: BufferView<'_>, out: BufferView<'_>, alp
 }
 
 /// `y += alpha * x` in place (gradient accumulation); x, y [n].
-pub fn axpy(rec: &mut Recorder<'_>, alpha: f32, x: BufferView<'_>, y: BufferView<'_>) -> Result<()> {
+pub fn axpy(rec: &mut Recorder, alpha: f32, x: BufferView<'_>, y: BufferView<'_>) -> Result<()> {
     let k = &code::BROADCAST_AXPY;
     let n = elements(k, "x", &x)?;
     expect_len(k, "y", &y, n)?;

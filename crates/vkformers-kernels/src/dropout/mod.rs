@@ -52,7 +52,7 @@ pub fn keep_scale(p: f32) -> f32 {
     }
 }
 
-fn apply(rec: &mut Recorder<'_>, x: BufferView<'_>, y: BufferView<'_>, p: f32, seed: u64, offset: u64) -> Result<()> {
+fn apply(rec: &mut Recorder, x: BufferView<'_>, y: BufferView<'_>, p: f32, seed: u64, offset: u64) -> Result<()> {
     let k = &code::DROPOUT_DROPOUT;
     if !(0.0..=1.0).contains(&p) {
         return Err(err(k, format!("dropout probability {p} outside [0, 1]")));
@@ -69,7 +69,7 @@ fn apply(rec: &mut Recorder<'_>, x: BufferView<'_>, y: BufferView<'_>, p: f32, s
 /// Forward: `y[i] = x[i] · mask[i] / (1 − p)` with `mask[i] = uniform(seed, offset + i) >= p`;
 /// `x`, `y` `[n]` f32 (dropped elements are written as 0, even where `x` is not finite).
 pub fn forward(
-    rec: &mut Recorder<'_>,
+    rec: &mut Recorder,
     x: BufferView<'_>,
     y: BufferView<'_>,
     p: f32,
@@ -82,7 +82,7 @@ pub fn forward(
 /// Backward: `dx[i] = dy[i] · mask[i] / (1 − p)`, replaying the forward's mask from the same
 /// `(seed, offset, p)`; `dy`, `dx` `[n]` f32.
 pub fn backward(
-    rec: &mut Recorder<'_>,
+    rec: &mut Recorder,
     dy: BufferView<'_>,
     dx: BufferView<'_>,
     p: f32,
@@ -93,7 +93,7 @@ pub fn backward(
 }
 
 /// `out[i]` = the raw Philox word of element `offset + i` of `seed`'s stream; `out [n]` u32.
-pub fn random_bits(rec: &mut Recorder<'_>, out: BufferView<'_>, seed: u64, offset: u64) -> Result<()> {
+pub fn random_bits(rec: &mut Recorder, out: BufferView<'_>, seed: u64, offset: u64) -> Result<()> {
     let k = &code::DROPOUT_RANDOM_BITS;
     let n = elements(k, "out", &out)?;
     rec.dispatch(k, &[], &[write(out)], &params(&words(n, seed, offset)), groups(n, offset))

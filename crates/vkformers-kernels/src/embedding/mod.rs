@@ -63,7 +63,7 @@ fn groups_for(n: u64) -> [u32; 3] {
 /// Forward: `out[n, :] = w[ids[n], :]` (zeros for an out-of-range id).
 /// `w [vocab, dim]` f32, `ids [tokens]` i32, `out [tokens, dim]` f32.
 pub fn embedding_forward(
-    rec: &mut Recorder<'_>,
+    rec: &mut Recorder,
     p: &Embedding,
     w: BufferView<'_>,
     ids: BufferView<'_>,
@@ -88,7 +88,7 @@ pub fn backward_scratch_bytes(vocab: u32, tokens: u32) -> u64 {
 /// increasing `n`. `dw [vocab, dim]` is accumulated into (zero it first for a fresh gradient);
 /// `scratch` holds at least [`backward_scratch_bytes`] bytes.
 pub fn embedding_backward(
-    rec: &mut Recorder<'_>,
+    rec: &mut Recorder,
     p: &Embedding,
     ids: BufferView<'_>,
     dout: BufferView<'_>,

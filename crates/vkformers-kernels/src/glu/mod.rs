@@ -55,7 +55,7 @@ impl Glu {
 
 #[allow(clippy::too_many_arguments)]
 fn launch_forward(
-    rec: &mut Recorder<'_>,
+    rec: &mut Recorder,
     kind: Glu,
     gate: BufferView<'_>,
     up: BufferView<'_>,
@@ -74,7 +74,7 @@ fn launch_forward(
 
 /// `out = f(gate) * up`; gate, up, out [rows, inner] (separate tensors).
 pub fn forward(
-    rec: &mut Recorder<'_>,
+    rec: &mut Recorder,
     kind: Glu,
     gate: BufferView<'_>,
     up: BufferView<'_>,
@@ -91,7 +91,7 @@ pub fn forward(
 
 /// `out = f(gate_up[:, :inner]) * gate_up[:, inner:]`; gate_up [rows, 2 inner], out [rows, inner].
 pub fn forward_fused(
-    rec: &mut Recorder<'_>,
+    rec: &mut Recorder,
     kind: Glu,
     gate_up: BufferView<'_>,
     out: BufferView<'_>,
@@ -113,7 +113,7 @@ struct BackwardViews<'a> {
 }
 
 fn launch_backward(
-    rec: &mut Recorder<'_>,
+    rec: &mut Recorder,
     kind: Glu,
     v: BackwardViews<'_>,
     rows: usize,
@@ -133,7 +133,7 @@ fn launch_backward(
 /// every tensor [rows, inner].
 #[allow(clippy::too_many_arguments)]
 pub fn backward(
-    rec: &mut Recorder<'_>,
+    rec: &mut Recorder,
     kind: Glu,
     gate: BufferView<'_>,
     up: BufferView<'_>,
@@ -154,7 +154,7 @@ pub fn backward(
 /// Backward of [`forward_fused`]: writes the fused gradient `dgate_up` [rows, 2 inner]
 /// (dgate in the first `inner` columns, dup in the last); dout [rows, inner].
 pub fn backward_fused(
-    rec: &mut Recorder<'_>,
+    rec: &mut Recorder,
     kind: Glu,
     gate_up: BufferView<'_>,
     dout: BufferView<'_>,

@@ -57,7 +57,7 @@ impl CrossEntropy<'_> {
 }
 
 /// `count[0] = #{r : 0 <= labels[r] < vocab}` as f32. `labels [rows]` i32, `count [1]`.
-pub fn count_labels(rec: &mut Recorder<'_>, labels: BufferView<'_>, vocab: u32, count: BufferView<'_>) -> Result<()> {
+pub fn count_labels(rec: &mut Recorder, labels: BufferView<'_>, vocab: u32, count: BufferView<'_>) -> Result<()> {
     let k = &code::LOSS_COUNT;
     let rows = labels.len / 4;
     if rows == 0 || !labels.len.is_multiple_of(4) || rows > u64::from(u32::MAX) {
@@ -70,7 +70,7 @@ pub fn count_labels(rec: &mut Recorder<'_>, labels: BufferView<'_>, vocab: u32, 
 /// Forward only: `loss_rows [rows]` (0 on ignored rows) and `lse [rows]` (row log-sum-exp,
 /// kept for [`backward`]).
 pub fn forward(
-    rec: &mut Recorder<'_>,
+    rec: &mut Recorder,
     ce: &CrossEntropy<'_>,
     loss_rows: BufferView<'_>,
     lse: BufferView<'_>,
@@ -88,7 +88,7 @@ pub fn forward(
 /// rows). `count [1]` from [`count_labels`] (recorded earlier in the batch), `g [1]` the
 /// upstream gradient of the mean loss (normally 1.0).
 pub fn forward_backward(
-    rec: &mut Recorder<'_>,
+    rec: &mut Recorder,
     ce: &CrossEntropy<'_>,
     count: BufferView<'_>,
     g: BufferView<'_>,
@@ -110,7 +110,7 @@ pub fn forward_backward(
 /// Backward alone, from the `lse [rows]` saved by [`forward`]:
 /// `dlogits [rows, vocab] = (exp(logits - lse) - onehot(labels)) * g[0] / count[0]`.
 pub fn backward(
-    rec: &mut Recorder<'_>,
+    rec: &mut Recorder,
     ce: &CrossEntropy<'_>,
     lse: BufferView<'_>,
     count: BufferView<'_>,
@@ -131,7 +131,7 @@ pub fn backward(
 /// `out[0] = sum(loss_rows) / count[0]` (0 when `count[0] == 0`), a deterministic tree
 /// reduction in one workgroup. `loss_rows [rows]`, `count [1]`, `out [1]`.
 pub fn mean_loss(
-    rec: &mut Recorder<'_>,
+    rec: &mut Recorder,
     loss_rows: BufferView<'_>,
     count: BufferView<'_>,
     out: BufferView<'_>,

@@ -94,7 +94,7 @@ fn row_groups(rows: u32) -> [u32; 3] {
 /// `g = 1` (no weight), `w`, or `1 + w` (`unit_offset`). Writes `y [rows, dim]` and the
 /// per-row `rstd [rows]` that [`rms_norm_backward`] needs.
 pub fn rms_norm_forward(
-    rec: &mut Recorder<'_>,
+    rec: &mut Recorder,
     p: &RmsNorm,
     x: BufferView<'_>,
     w: Option<BufferView<'_>>,
@@ -128,7 +128,7 @@ fn gain_mode(weight: bool, unit_offset: bool) -> u32 {
 /// and, when `grads` is given (requires a weight), `dw = sum_rows dy * x * rstd`.
 #[allow(clippy::too_many_arguments)]
 pub fn rms_norm_backward(
-    rec: &mut Recorder<'_>,
+    rec: &mut Recorder,
     p: &RmsNorm,
     x: BufferView<'_>,
     w: Option<BufferView<'_>>,
@@ -183,7 +183,7 @@ fn partial_view<'a>(kernel: &str, g: &ParamGrads<'a>, blocks: u32, dim: u32) -> 
 
 /// `out[d] (+)= sum_b partial[b, d]` over `[blocks, dim]`, in a fixed order.
 fn col_sum(
-    rec: &mut Recorder<'_>,
+    rec: &mut Recorder,
     partial: BufferView<'_>,
     out: BufferView<'_>,
     blocks: u32,
@@ -203,7 +203,7 @@ fn col_sum(
 /// `[rows]` for [`layer_norm_backward`].
 #[allow(clippy::too_many_arguments)]
 pub fn layer_norm_forward(
-    rec: &mut Recorder<'_>,
+    rec: &mut Recorder,
     p: &LayerNorm,
     x: BufferView<'_>,
     w: Option<BufferView<'_>>,
@@ -240,7 +240,7 @@ pub fn layer_norm_forward(
 /// and, if `grads.db` is set, `db = sum_rows dy`.
 #[allow(clippy::too_many_arguments)]
 pub fn layer_norm_backward(
-    rec: &mut Recorder<'_>,
+    rec: &mut Recorder,
     p: &LayerNorm,
     x: BufferView<'_>,
     w: Option<BufferView<'_>>,

@@ -93,7 +93,7 @@ pub fn adamw_scalars(hp: &AdamW, step: u64) -> [f32; 7] {
 
 /// One AdamW step in place (step number `step >= 1`), see [`AdamWBuffers`]. Bias corrections
 /// are computed on the host in f64 from `step`.
-pub fn adamw_step(rec: &mut Recorder<'_>, bufs: &AdamWBuffers<'_>, hp: &AdamW, step: u64) -> Result<()> {
+pub fn adamw_step(rec: &mut Recorder, bufs: &AdamWBuffers<'_>, hp: &AdamW, step: u64) -> Result<()> {
     let k = if bufs.grad_scale.is_some() { &code::OPTIM_ADAMW_SCALED } else { &code::OPTIM_ADAMW_PLAIN };
     if step == 0 {
         return Err(err(k, "step numbers start at 1".into()));
@@ -120,7 +120,7 @@ pub fn partials_len(buffers: u32) -> u64 {
 
 /// Writes the sum of squares of `x [n]` as [`PARTS_PER_SLOT`] partial sums into
 /// `partials[slot * PARTS_PER_SLOT ..][..PARTS_PER_SLOT]` (deterministic, device-independent).
-pub fn sum_squares(rec: &mut Recorder<'_>, x: BufferView<'_>, partials: BufferView<'_>, slot: u32) -> Result<()> {
+pub fn sum_squares(rec: &mut Recorder, x: BufferView<'_>, partials: BufferView<'_>, slot: u32) -> Result<()> {
     let k = &code::OPTIM_SUM_SQUARES;
     let n = elements(k, "x", &x)?;
     let slots = partials.len / 4 / u64::from(PARTS_PER_SLOT);
@@ -136,7 +136,7 @@ pub fn sum_squares(rec: &mut Recorder<'_>, x: BufferView<'_>, partials: BufferVi
 /// `norm[0] = sqrt(sum(partials[..slots * PARTS_PER_SLOT]))` and
 /// `coef[0] = min(1, max_norm / (norm + 1e-6))`, as `clip_grad_norm_`; `norm`, `coef` `[1]`.
 pub fn norm_and_clip_coef(
-    rec: &mut Recorder<'_>,
+    rec: &mut Recorder,
     partials: BufferView<'_>,
     slots: u32,
     max_norm: f32,
@@ -157,7 +157,7 @@ pub fn norm_and_clip_coef(
 /// Global 2-norm of all `grads` and its clip coefficient: one [`sum_squares`] per buffer
 /// into `partials` (at least [`partials_len`]`(grads.len())` f32), then [`norm_and_clip_coef`].
 pub fn grad_norm(
-    rec: &mut Recorder<'_>,
+    rec: &mut Recorder,
     grads: &[BufferView<'_>],
     partials: BufferView<'_>,
     max_norm: f32,

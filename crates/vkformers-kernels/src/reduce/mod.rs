@@ -15,7 +15,7 @@ pub const CHUNK: u64 = 4096;
 
 /// Sums (times `scale`) rows of `d` elements of x [n] (the last row may be short) into out.
 fn rows_kernel(
-    rec: &mut Recorder<'_>,
+    rec: &mut Recorder,
     x: BufferView<'_>,
     out: BufferView<'_>,
     (rows, d, n): (u64, u64, u64),
@@ -35,13 +35,13 @@ fn check_rows(x: &BufferView<'_>, out: &BufferView<'_>, rows: usize, d: usize) -
 }
 
 /// `out[r] = sum_j x[r, j]`; x [rows, d], out [rows].
-pub fn sum_rows(rec: &mut Recorder<'_>, x: BufferView<'_>, out: BufferView<'_>, rows: usize, d: usize) -> Result<()> {
+pub fn sum_rows(rec: &mut Recorder, x: BufferView<'_>, out: BufferView<'_>, rows: usize, d: usize) -> Result<()> {
     let n = check_rows(&x, &out, rows, d)?;
     rows_kernel(rec, x, out, (rows as u64, d as u64, n.into()), 1.0)
 }
 
 /// `out[r] = mean_j x[r, j]`; x [rows, d], out [rows]; d >= 1.
-pub fn mean_rows(rec: &mut Recorder<'_>, x: BufferView<'_>, out: BufferView<'_>, rows: usize, d: usize) -> Result<()> {
+pub fn mean_rows(rec: &mut Recorder, x: BufferView<'_>, out: BufferView<'_>, rows: usize, d: usize) -> Result<()> {
     if d == 0 {
         return Err(err(&code::REDUCE_ROWS, "mean over an empty dim".into()));
     }
@@ -50,7 +50,7 @@ pub fn mean_rows(rec: &mut Recorder<'_>, x: BufferView<'_>, out: BufferView<'_>,
 }
 
 /// `dx[i] = scale * dy[i / d]`; dy [n / d], dx [n].
-fn broadcast_back(rec: &mut Recorder<'_>, dy: BufferView<'_>, dx: BufferView<'_>, d: u64, scale: f32) -> Result<()> {
+fn broadcast_back(rec: &mut Recorder, dy: BufferView<'_>, dx: BufferView<'_>, d: u64, scale: f32) -> Result<()> {
     let k = &code::REDUCE_BACKWARD;
     let n = elements(k, "dx", &dx)?;
     if d == 0 || !n.is_multiple_of(d) {
@@ -62,7 +62,7 @@ fn broadcast_back(rec: &mut Recorder<'_>, dy: BufferView<'_>, dx: BufferView<'_>
 
 /// Backward of [`sum_rows`]: `dx[r, j] = dy[r]`; dy [rows], dx [rows, d].
 pub fn sum_rows_backward(
-    rec: &mut Recorder<'_>,
+    rec: &mut Recorder,
     dy: BufferView<'_>,
     dx: BufferView<'_>,
     rows: usize,
@@ -74,7 +74,7 @@ pub fn sum_rows_backward(
 
 /// Backward of [`mean_rows`]: `dx[r, j] = dy[r] / d`; dy [rows], dx [rows, d].
 pub fn mean_rows_backward(
-    rec: &mut Recorder<'_>,
+    rec: &mut Recorder,
     dy: BufferView<'_>,
     dx: BufferView<'_>,
     rows: usize,
@@ -103,7 +103,7 @@ pub fn all_scratch_bytes(n: u64) -> u64 {
 }
 
 fn reduce_all(
-    rec: &mut Recorder<'_>,
+    rec: &mut Recorder,
     x: BufferView<'_>,
     scratch: BufferView<'_>,
     out: BufferView<'_>,
@@ -130,23 +130,23 @@ fn reduce_all(
 
 /// `out[0] = sum_i x[i]`; x [n], out [1], scratch of at least [`all_scratch_bytes`]`(n)`
 /// bytes. Deterministic for a given n on every device.
-pub fn sum_all(rec: &mut Recorder<'_>, x: BufferView<'_>, scratch: BufferView<'_>, out: BufferView<'_>) -> Result<()> {
+pub fn sum_all(rec: &mut Recorder, x: BufferView<'_>, scratch: BufferView<'_>, out: BufferView<'_>) -> Result<()> {
     reduce_all(rec, x, scratch, out, false)
 }
 
 /// `out[0] = mean_i x[i]`; x [n] (n >= 1), out [1], scratch as for [`sum_all`].
-pub fn mean_all(rec: &mut Recorder<'_>, x: BufferView<'_>, scratch: BufferView<'_>, out: BufferView<'_>) -> Result<()> {
+pub fn mean_all(rec: &mut Recorder, x: BufferView<'_>, scratch: BufferView<'_>, out: BufferView<'_>) -> Result<()> {
     reduce_all(rec, x, scratch, out, true)
 }
 
 /// Backward of [`sum_all`]: `dx[i] = dy[0]`; dy [1], dx [n].
-pub fn sum_all_backward(rec: &mut Recorder<'_>, dy: BufferView<'_>, dx: BufferView<'_>) -> Result<()> {
+pub fn sum_all_backward(rec: &mut Recorder, dy: BufferView<'_>, dx: BufferView<'_>) -> Result<()> {
     let n = elements(&code::REDUCE_BACKWARD, "dx", &dx)?;
     broadcast_back(rec, dy, dx, n.max(1), 1.0)
 }
 
 /// Backward of [`mean_all`]: `dx[i] = dy[0] / n`; dy [1], dx [n].
-pub fn mean_all_backward(rec: &mut Recorder<'_>, dy: BufferView<'_>, dx: BufferView<'_>) -> Result<()> {
+pub fn mean_all_backward(rec: &mut Recorder, dy: BufferView<'_>, dx: BufferView<'_>) -> Result<()> {
     let n = elements(&code::REDUCE_BACKWARD, "dx", &dx)?;
     broadcast_back(rec, dy, dx, n.max(1), 1.0 / n.max(1) as f32)
 }

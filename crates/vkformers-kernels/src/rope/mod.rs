@@ -83,7 +83,7 @@ fn check(p: &Rope, x: &BufferView<'_>, pos: &BufferView<'_>, inv_freq: &BufferVi
 
 /// Records one `rope/rope` dispatch; `out` `None` means in place on `x`.
 fn dispatch(
-    rec: &mut Recorder<'_>,
+    rec: &mut Recorder,
     p: &Rope,
     x: BufferView<'_>,
     pos: BufferView<'_>,
@@ -122,7 +122,7 @@ fn dispatch(
 
 /// `out = rope(x)`: rotates each pair by `theta = pos * inv_freq[i]`, scaled by `mscale`.
 pub fn rope_forward(
-    rec: &mut Recorder<'_>,
+    rec: &mut Recorder,
     p: &Rope,
     x: BufferView<'_>,
     pos: BufferView<'_>,
@@ -134,7 +134,7 @@ pub fn rope_forward(
 
 /// `x = rope(x)` in place.
 pub fn rope_forward_in_place(
-    rec: &mut Recorder<'_>,
+    rec: &mut Recorder,
     p: &Rope,
     x: BufferView<'_>,
     pos: BufferView<'_>,
@@ -145,7 +145,7 @@ pub fn rope_forward_in_place(
 
 /// `dx = rope^T(dy)`: rotation by `-theta` with the same `mscale`.
 pub fn rope_backward(
-    rec: &mut Recorder<'_>,
+    rec: &mut Recorder,
     p: &Rope,
     dy: BufferView<'_>,
     pos: BufferView<'_>,
@@ -157,7 +157,7 @@ pub fn rope_backward(
 
 /// `dy = rope^T(dy)` in place.
 pub fn rope_backward_in_place(
-    rec: &mut Recorder<'_>,
+    rec: &mut Recorder,
     p: &Rope,
     dy: BufferView<'_>,
     pos: BufferView<'_>,

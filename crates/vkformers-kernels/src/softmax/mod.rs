@@ -8,7 +8,7 @@ use crate::activation::util::{count, err, expect_len, groups_per_item, params};
 use crate::code;
 
 /// `y[r, :] = softmax(x[r, :])`, numerically stable (max subtracted); x, y [rows, d].
-pub fn forward(rec: &mut Recorder<'_>, x: BufferView<'_>, y: BufferView<'_>, rows: usize, d: usize) -> Result<()> {
+pub fn forward(rec: &mut Recorder, x: BufferView<'_>, y: BufferView<'_>, rows: usize, d: usize) -> Result<()> {
     let k = &code::SOFTMAX_FORWARD;
     if d == 0 {
         return Err(err(k, "softmax over an empty dim".into()));
@@ -22,7 +22,7 @@ pub fn forward(rec: &mut Recorder<'_>, x: BufferView<'_>, y: BufferView<'_>, row
 
 /// `dx = y * (dy - sum(dy * y))` per row, from the forward's output y; y, dy, dx [rows, d].
 pub fn backward(
-    rec: &mut Recorder<'_>,
+    rec: &mut Recorder,
     y: BufferView<'_>,
     dy: BufferView<'_>,
     dx: BufferView<'_>,
