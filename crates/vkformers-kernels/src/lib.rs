@@ -9,6 +9,7 @@ pub mod code {
     include!(concat!(env!("OUT_DIR"), "/kernels.rs"));
 }
 
+pub mod attention;
 pub mod elementwise;
 
 #[doc(hidden)]
