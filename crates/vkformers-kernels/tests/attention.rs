@@ -373,3 +373,62 @@ fn bad_shapes_are_typed_errors_naming_the_kernel() {
         Ok(())
     });
 }
+
+/// Timing on a realistic shape (ignored: minutes on lavapipe). Run with
+/// `cargo test --release -p vkformers-kernels --test attention -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn bench_attention() {
+    on_every_device("attention bench", |ctx| {
+        for (d, causal) in [(64u32, true), (128, true), (128, false), (256, true)] {
+            let s = attention::Shape { batch: 2, tq: 2048, tk: 2048, hq: 16, hkv: 4, d };
+            let (qn, kn, ln) = (
+                (s.batch * s.tq * s.hq * d) as usize,
+                (s.batch * s.tk * s.hkv * d) as usize,
+                (s.batch * s.hq * s.tq) as usize,
+            );
+            let mut rng = Rng::new(1);
+            let q = ctx.buffer_from(&rng.vec(qn, 1.0), "q")?;
+            let k = ctx.buffer_from(&rng.vec(kn, 1.0), "k")?;
+            let v = ctx.buffer_from(&rng.vec(kn, 1.0), "v")?;
+            let d_o = ctx.buffer_from(&rng.vec(qn, 1.0), "do")?;
+            let o = ctx.buffer((qn * 4) as u64, "o")?;
+            let lse = ctx.buffer((ln * 4) as u64, "lse")?;
+            let g = [
+                ctx.buffer((qn * 4) as u64, "dq")?,
+                ctx.buffer((kn * 4) as u64, "dk")?,
+                ctx.buffer((kn * 4) as u64, "dv")?,
+                ctx.buffer((ln * 4) as u64, "delta")?,
+            ];
+            let opt = attention::Options { causal, ..attention::Options::new(d) };
+            let x = Qkv { q: q.view(), k: k.view(), v: v.view() };
+            let saved = Saved { o: o.view(), lse: lse.view() };
+            let grads = Grads { dq: g[0].view(), dk: g[1].view(), dv: g[2].view(), delta: g[3].view() };
+            let mut best = [f64::MAX; 3];
+            for _ in 0..3 {
+                let mut rec = ctx.recorder(true)?;
+                attention::forward(&mut rec, &x, &saved, &s, &opt)?;
+                attention::backward(&mut rec, &x, &saved, d_o.view(), &grads, &s, &opt)?;
+                let rep = rec.submit()?;
+                for (b, (_, ns)) in best.iter_mut().zip(&rep.timings) {
+                    *b = b.min(*ns);
+                }
+            }
+            // Matmul FLOPs: fwd 2 GEMMs, bwd 5 (dq kernel 3 incl. recompute, dkdv 4: counted as
+            // the usual 2.5x fwd); causal halves them.
+            let fwd = 4.0 * f64::from(s.batch * s.hq) * f64::from(s.tq) * f64::from(s.tk) * f64::from(d);
+            let fwd = if causal { fwd / 2.0 } else { fwd };
+            println!(
+                "{}: B2 T2048 Hq16 Hkv4 D{d} causal {causal}: fwd {:.3} ms ({:.1} TFLOP/s), bwd_dq {:.3} ms, \
+                 bwd_dkdv {:.3} ms (bwd {:.1} TFLOP/s at 2.5x fwd FLOPs)",
+                ctx.caps().name,
+                best[0] * 1e-6,
+                fwd / best[0] * 1e-3,
+                best[1] * 1e-6,
+                best[2] * 1e-6,
+                2.5 * fwd / (best[1] + best[2]) * 1e-3
+            );
+        }
+        Ok(())
+    });
+}
