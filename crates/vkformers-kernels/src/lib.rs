@@ -10,6 +10,7 @@ pub mod code {
 }
 
 pub mod activation;
+pub mod attention;
 pub mod broadcast;
 pub mod dropout;
 pub mod elementwise;

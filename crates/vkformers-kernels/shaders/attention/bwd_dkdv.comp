@@ -1,0 +1,152 @@
+#version 460
+#include "common.glsl"
+// Fused attention backward, part 2 of 2: dk and dv (flash-attention-2 style), f32.
+//
+//   q, do_ [B, Tq, Hq, D], k, v [B, Tk, Hkv, D], lse, delta [B, Hq, Tq] (delta from bwd_dq)
+//   -> dk, dv [B, Tk, Hkv, D]
+//   P[i, j] = exp(S[i, j] - lse_i) (0 where masked);  dS as in bwd_dq.comp
+//   dv_j = sum_{h in group} sum_i P[i, j] do_i;   dk_j = scale * sum_{h in group} sum_i dS[i, j] q_i
+//
+// Design: one workgroup of NT threads per (key tile of BK rows, kv head, batch), so each
+// workgroup owns its dk/dv rows (deterministic, no atomics, GQA sums in a fixed order). K and V
+// tiles stay in shared memory; the workgroup loops over the G query heads of its kv head and
+// over the query tiles (BQ rows) that can see the key tile (causal, sliding window), staging Q,
+// dO, lse and delta per tile. Per query tile: P and dS tiles ([BK, BQ], thread e -> key e / BQ,
+// query e % BQ), then dv[c, d] += sum_r P[c, r] dO[r, d], dk[c, d] += sum_r dS[c, r] Q[r, d] in
+// per-thread slots spread over the [BK, D] output tile.
+//
+// variant: d64 DMAX=64 BQ=16 BK=32 NT=256
+// variant: d128 DMAX=128 BQ=8 BK=16 NT=128
+// variant: d256 DMAX=256 BQ=4 BK=8 NT=128
+#include "attention/attention.glsl"
+
+layout(local_size_x = NT) in;
+layout(push_constant) uniform Push {
+    F32In q;
+    F32In k;
+    F32In v;
+    F32In do_;
+    F32In lse;
+    F32In delta;
+    I32In kmask;   // [B, Tk], 1 keep / 0 masked (read when flags & ATTN_KMASK)
+    F32In slopes;  // [Hq] ALiBi slopes (read when flags & ATTN_ALIBI)
+    F32Buf dk;
+    F32Buf dv;
+    ATTN_SCALARS
+} pc;
+#include "attention/helpers.glsl"
+
+const uint SLOTS = (BK * DMAX + NT - 1) / NT;
+
+shared float sk[BK * DS];
+shared float sv[BK * DS];
+shared float sq[BQ * DS];
+shared float sdo[BQ * DS];
+shared float sp[BK * BQ];
+shared float sds[BK * BQ];
+shared float slse[BQ];
+shared float sdelta[BQ];
+
+void main() {
+    uint tid = gl_LocalInvocationID.x;
+    uint k0 = gl_WorkGroupID.x * BK;
+    uint hk = gl_WorkGroupID.y;
+    uint b = gl_WorkGroupID.z;
+    uint D = pc.d;
+    uint G = pc.hq / pc.hkv;
+    uint qstride = pc.hq * D;
+    uint kstride = pc.hkv * D;
+    uint kvbase = b * pc.tk * kstride + hk * D;
+
+    for (uint e = tid; e < BK * D; e += NT) {
+        uint c = e / D;
+        uint dd = e - c * D;
+        uint j = k0 + c;
+        bool in_range = j < pc.tk;
+        sk[c * DS + dd] = in_range ? pc.k.v[kvbase + j * kstride + dd] : 0.0;
+        sv[c * DS + dd] = in_range ? pc.v.v[kvbase + j * kstride + dd] : 0.0;
+    }
+    float dk_acc[SLOTS];
+    float dv_acc[SLOTS];
+    for (uint s = 0; s < SLOTS; s++) {
+        dk_acc[s] = 0.0;
+        dv_acc[s] = 0.0;
+    }
+
+    uint ibeg = attn_query_begin(k0);
+    uint iend = attn_query_end(min(k0 + BK, pc.tk));
+    for (uint g = 0; g < G; g++) {
+        uint h = hk * G + g;
+        uint qbase = b * pc.tq * qstride + h * D;
+        uint rowbase = (b * pc.hq + h) * pc.tq;
+        for (uint q0 = ibeg; q0 < iend; q0 += BQ) {
+            barrier();
+            for (uint e = tid; e < BQ * D; e += NT) {
+                uint r = e / D;
+                uint dd = e - r * D;
+                uint i = q0 + r;
+                bool in_range = i < pc.tq;
+                sq[r * DS + dd] = in_range ? pc.q.v[qbase + i * qstride + dd] : 0.0;
+                sdo[r * DS + dd] = in_range ? pc.do_.v[qbase + i * qstride + dd] : 0.0;
+            }
+            for (uint r = tid; r < BQ; r += NT) {
+                uint i = q0 + r;
+                bool in_range = i < pc.tq;
+                slse[r] = in_range ? pc.lse.v[rowbase + i] : 0.0;
+                sdelta[r] = in_range ? pc.delta.v[rowbase + i] : 0.0;
+            }
+            barrier();
+            // P and dS tiles
+            for (uint e = tid; e < BK * BQ; e += NT) {
+                uint c = e / BQ;
+                uint r = e - c * BQ;
+                int i = int(q0 + r);
+                int j = int(k0 + c);
+                float p = 0.0;
+                float ds = 0.0;
+                if (attn_visible(b, i, j)) {
+                    float dot_qk = 0.0;
+                    float dp = 0.0;
+                    for (uint dd = 0; dd < D; dd++) {
+                        dot_qk += sq[r * DS + dd] * sk[c * DS + dd];
+                        dp += sdo[r * DS + dd] * sv[c * DS + dd];
+                    }
+                    float dcap;
+                    float s = attn_score(dot_qk, h, i, j, dcap);
+                    p = exp(s - slse[r]);
+                    ds = p * (dp - sdelta[r]) * dcap;
+                }
+                sp[e] = p;
+                sds[e] = ds;
+            }
+            barrier();
+            for (uint s = 0; s < SLOTS; s++) {
+                uint o = tid + NT * s;
+                if (o < BK * D) {
+                    uint c = o / D;
+                    uint dd = o - c * D;
+                    float a = dv_acc[s];
+                    float bk = dk_acc[s];
+                    for (uint r = 0; r < BQ; r++) {
+                        a += sp[c * BQ + r] * sdo[r * DS + dd];
+                        bk += sds[c * BQ + r] * sq[r * DS + dd];
+                    }
+                    dv_acc[s] = a;
+                    dk_acc[s] = bk;
+                }
+            }
+        }
+    }
+    for (uint s = 0; s < SLOTS; s++) {
+        uint o = tid + NT * s;
+        if (o < BK * D) {
+            uint c = o / D;
+            uint dd = o - c * D;
+            uint j = k0 + c;
+            if (j < pc.tk) {
+                pc.dk.v[kvbase + j * kstride + dd] = pc.scale * dk_acc[s];
+                pc.dv.v[kvbase + j * kstride + dd] = dv_acc[s];
+            }
+        }
+    }
+}

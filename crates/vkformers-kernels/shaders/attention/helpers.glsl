@@ -1,0 +1,80 @@
+// Masking and score helpers of the attention kernels; they read the push block `pc`.
+
+// Query i (0-based within tq) sits at absolute position qpos = i + tk - tq; key j is visible
+// when j < tk, i < tq, and (causal) j <= qpos, (window W > 0) qpos - j < W, (kmask) kmask[b, j] != 0.
+bool attn_visible(uint b, int i, int j) {
+    if (i >= int(pc.tq) || j >= int(pc.tk)) {
+        return false;
+    }
+    int qpos = i + int(pc.tk) - int(pc.tq);
+    if ((pc.flags & ATTN_CAUSAL) != 0u && j > qpos) {
+        return false;
+    }
+    if (pc.window != 0u && qpos - j >= int(pc.window)) {
+        return false;
+    }
+    if ((pc.flags & ATTN_KMASK) != 0u && pc.kmask.v[b * pc.tk + uint(j)] == 0) {
+        return false;
+    }
+    return true;
+}
+
+// tanh without overflow for any x (exp of a non-positive argument only).
+float attn_tanh(float x) {
+    float e = exp(-2.0 * abs(x));
+    float t = (1.0 - e) / (1.0 + e);
+    return x < 0.0 ? -t : t;
+}
+
+// Score of a visible pair from dot = q_i . k_j:
+//   u = scale * dot;  s = softcap > 0 ? c * tanh(u / c) : u;  s += slope_h * (j - qpos) (ALiBi).
+// dcap = ds/du = 1 - tanh^2 (1 without softcap), for the backward.
+float attn_score(float dot_qk, uint h, int i, int j, out float dcap) {
+    float s = pc.scale * dot_qk;
+    dcap = 1.0;
+    if (pc.softcap > 0.0) {
+        float t = attn_tanh(s / pc.softcap);
+        s = pc.softcap * t;
+        dcap = 1.0 - t * t;
+    }
+    if ((pc.flags & ATTN_ALIBI) != 0u) {
+        int qpos = i + int(pc.tk) - int(pc.tq);
+        s += pc.slopes.v[h] * float(j - qpos);
+    }
+    return s;
+}
+
+// First key a query tile [i0, i1) (non-empty, i1 <= tq) can see, and one past the last.
+// Uniform over the workgroup, so loops over key tiles between them may hold barriers.
+uint attn_key_begin(uint i0) {
+    if (pc.window == 0u) {
+        return 0u;
+    }
+    int first = int(i0) + int(pc.tk) - int(pc.tq) - int(pc.window) + 1;
+    return uint(clamp(first, 0, int(pc.tk)));
+}
+uint attn_key_end(uint i1) {
+    if ((pc.flags & ATTN_CAUSAL) == 0u) {
+        return pc.tk;
+    }
+    int last = int(i1) - 1 + int(pc.tk) - int(pc.tq);
+    return uint(clamp(last + 1, 0, int(pc.tk)));
+}
+
+// First query a key tile [j0, j1) (non-empty, j1 <= tk) can be seen by, and one past the last.
+uint attn_query_begin(uint j0) {
+    if ((pc.flags & ATTN_CAUSAL) == 0u) {
+        return 0u;
+    }
+    // qpos >= j0  <=>  i >= j0 - (tk - tq)
+    int first = int(j0) - int(pc.tk) + int(pc.tq);
+    return uint(clamp(first, 0, int(pc.tq)));
+}
+uint attn_query_end(uint j1) {
+    if (pc.window == 0u) {
+        return pc.tq;
+    }
+    // qpos - (j1 - 1) < W  <=>  i < j1 - 1 + W - (tk - tq)
+    int end = int(j1) - 1 + int(pc.window) - int(pc.tk) + int(pc.tq);
+    return uint(clamp(end, 0, int(pc.tq)));
+}

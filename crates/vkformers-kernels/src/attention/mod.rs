@@ -1,0 +1,327 @@
+//! Fused attention (flash style: key tiles with an online softmax, the [Tq, Tk] score matrix is
+//! never stored), forward and fused backward, f32.
+//!
+//! Shapes (contiguous): q [B, Tq, Hq, D], k and v [B, Tk, Hkv, D], o [B, Tq, Hq, D], the row
+//! log-sum-exp lse [B, Hq, Tq] saved for the backward. Query head `h` uses kv head `h / G` with
+//! `G = Hq / Hkv` (MHA, GQA, MQA). D ≤ 256.
+//!
+//! Query `i` (0-based) sits at absolute position `qpos = i + Tk − Tq` (a KV-cache decode step is
+//! Tq = 1). Options: scale; causal (`j ≤ qpos`); key padding mask kmask [B, Tk] int32
+//! (1 keep, 0 masked); sliding window W (`qpos − j < W`, 0 = off); logit softcap c
+//! (`s → c·tanh(s/c)` after scaling, before masks and ALiBi, 0 = off); ALiBi slopes [Hq]
+//! (`+ slope_h · (j − qpos)`).
+//!
+//! A fully masked query row (every key masked) gets o = 0, lse = [`LSE_MASKED`] (−1e30, finite
+//! so it never makes NaN) and zero gradients.
+//!
+//! The backward is two deterministic dispatches without atomics: `bwd_dq` (one workgroup per
+//! query tile; also writes delta = rowsum(do ⊙ o) [B, Hq, Tq]) then `bwd_dkdv` (one workgroup per
+//! key tile, looping over the G query heads of its kv head and the query tiles).
+
+pub mod reference;
+
+use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result, VkError};
+
+use crate::code;
+
+/// lse written for a fully masked query row.
+pub const LSE_MASKED: f32 = -1.0e30;
+
+/// Largest head dimension the kernels support.
+pub const MAX_HEAD_DIM: u32 = 256;
+
+const FLAG_CAUSAL: u32 = 1;
+const FLAG_KMASK: u32 = 2;
+const FLAG_ALIBI: u32 = 4;
+/// Workgroup-count limit of the y and z grid dimensions (and x on lavapipe).
+const MAX_GROUPS: u32 = 65_535;
+
+/// Sizes of one attention call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    pub batch: u32,
+    pub tq: u32,
+    pub tk: u32,
+    pub hq: u32,
+    pub hkv: u32,
+    /// Head dimension, 1..=256.
+    pub d: u32,
+}
+
+impl Shape {
+    fn q_len(&self) -> u64 {
+        u64::from(self.batch) * u64::from(self.tq) * u64::from(self.hq) * u64::from(self.d)
+    }
+
+    fn kv_len(&self) -> u64 {
+        u64::from(self.batch) * u64::from(self.tk) * u64::from(self.hkv) * u64::from(self.d)
+    }
+
+    fn lse_len(&self) -> u64 {
+        u64::from(self.batch) * u64::from(self.hq) * u64::from(self.tq)
+    }
+}
+
+/// Options of an attention call; see the module docs for their meaning.
+#[derive(Clone, Copy, Debug)]
+pub struct Options<'a> {
+    /// Score scale, usually `1/sqrt(D)`.
+    pub scale: f32,
+    pub causal: bool,
+    /// Sliding window W, 0 = off.
+    pub window: u32,
+    /// Logit softcap c, 0 = off.
+    pub softcap: f32,
+    /// Key padding mask [B, Tk] of int32 (1 keep, 0 masked).
+    pub kmask: Option<BufferView<'a>>,
+    /// ALiBi slopes [Hq] of f32.
+    pub alibi: Option<BufferView<'a>>,
+}
+
+impl Options<'_> {
+    /// Scale `1/sqrt(d)`, no masks or extras.
+    pub fn new(d: u32) -> Self {
+        Options {
+            scale: 1.0 / (d.max(1) as f32).sqrt(),
+            causal: false,
+            window: 0,
+            softcap: 0.0,
+            kmask: None,
+            alibi: None,
+        }
+    }
+}
+
+/// q, k, v of an attention call.
+#[derive(Clone, Copy, Debug)]
+pub struct Qkv<'a> {
+    /// [B, Tq, Hq, D]
+    pub q: BufferView<'a>,
+    /// [B, Tk, Hkv, D]
+    pub k: BufferView<'a>,
+    /// [B, Tk, Hkv, D]
+    pub v: BufferView<'a>,
+}
+
+/// What the forward writes and the backward reads.
+#[derive(Clone, Copy, Debug)]
+pub struct Saved<'a> {
+    /// [B, Tq, Hq, D]
+    pub o: BufferView<'a>,
+    /// [B, Hq, Tq]
+    pub lse: BufferView<'a>,
+}
+
+/// What the backward writes.
+#[derive(Clone, Copy, Debug)]
+pub struct Grads<'a> {
+    /// [B, Tq, Hq, D]
+    pub dq: BufferView<'a>,
+    /// [B, Tk, Hkv, D]
+    pub dk: BufferView<'a>,
+    /// [B, Tk, Hkv, D]
+    pub dv: BufferView<'a>,
+    /// Work buffer [B, Hq, Tq]: receives delta = rowsum(do ⊙ o).
+    pub delta: BufferView<'a>,
+}
+
+/// Tile sizes of one kernel variant: rows of the tile a workgroup owns (x of the grid).
+struct Variant {
+    code: &'static KernelCode,
+    rows: u32,
+}
+
+fn fail(kernel: &str, message: String) -> VkError {
+    VkError::Kernel { kernel: kernel.into(), message }
+}
+
+/// Variant index by head dimension: d64, d128, d256.
+fn dim_class(kernel: &str, d: u32) -> Result<usize> {
+    match d {
+        1..=64 => Ok(0),
+        65..=128 => Ok(1),
+        129..=MAX_HEAD_DIM => Ok(2),
+        _ => Err(fail(kernel, format!("head dim {d} outside 1..={MAX_HEAD_DIM}"))),
+    }
+}
+
+/// Kernel variant and tile rows by head dimension: d64, d128, d256 (see the shaders' variants).
+fn pick(d: u32, kernel: &str, vars: [(&'static KernelCode, u32); 3]) -> Result<Variant> {
+    let (code, rows) = vars[dim_class(kernel, d)?];
+    Ok(Variant { code, rows })
+}
+
+fn fwd_variant(d: u32) -> Result<Variant> {
+    let vars = [(&code::ATTENTION_FWD_D64, 32), (&code::ATTENTION_FWD_D128, 32), (&code::ATTENTION_FWD_D256, 16)];
+    pick(d, "attention/fwd", vars)
+}
+
+fn dq_variant(d: u32) -> Result<Variant> {
+    let vars =
+        [(&code::ATTENTION_BWD_DQ_D64, 32), (&code::ATTENTION_BWD_DQ_D128, 16), (&code::ATTENTION_BWD_DQ_D256, 8)];
+    pick(d, "attention/bwd_dq", vars)
+}
+
+fn dkdv_variant(d: u32) -> Result<Variant> {
+    let vars = [
+        (&code::ATTENTION_BWD_DKDV_D64, 32),
+        (&code::ATTENTION_BWD_DKDV_D128, 16),
+        (&code::ATTENTION_BWD_DKDV_D256, 8),
+    ];
+    pick(d, "attention/bwd_dkdv", vars)
+}
+
+fn check_view(kernel: &str, what: &str, v: &BufferView<'_>, elems: u64) -> Result<()> {
+    if v.len != elems * 4 {
+        return Err(fail(
+            kernel,
+            format!("{what}: view of {} bytes, the shape needs {} ({elems} × 4)", v.len, elems * 4),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks sizes, head grouping, options and index ranges common to every attention kernel.
+fn check_shape(kernel: &str, s: &Shape, opt: &Options<'_>) -> Result<()> {
+    if s.batch == 0 || s.tq == 0 || s.tk == 0 || s.hq == 0 || s.hkv == 0 {
+        return Err(fail(kernel, format!("empty shape {s:?}")));
+    }
+    dim_class(kernel, s.d)?;
+    if !s.hq.is_multiple_of(s.hkv) {
+        return Err(fail(kernel, format!("hq {} is not a multiple of hkv {}", s.hq, s.hkv)));
+    }
+    if s.q_len().max(s.kv_len()) >= 1 << 32 || s.batch > MAX_GROUPS || s.hq > MAX_GROUPS {
+        return Err(fail(kernel, format!("shape {s:?} too large (2^32 elements per tensor, 65535 batch/heads)")));
+    }
+    if s.tq.max(s.tk) > i32::MAX as u32 / 2 || opt.window > i32::MAX as u32 / 2 {
+        return Err(fail(kernel, "lengths or window beyond 2^30".into()));
+    }
+    if !(opt.softcap >= 0.0 && opt.softcap.is_finite()) {
+        return Err(fail(kernel, format!("softcap {} is not a finite value >= 0", opt.softcap)));
+    }
+    if let Some(m) = &opt.kmask {
+        check_view(kernel, "kmask [B, Tk]", m, u64::from(s.batch) * u64::from(s.tk))?;
+    }
+    if let Some(a) = &opt.alibi {
+        check_view(kernel, "alibi slopes [Hq]", a, u64::from(s.hq))?;
+    }
+    Ok(())
+}
+
+fn check_qkv(kernel: &str, s: &Shape, x: &Qkv<'_>) -> Result<()> {
+    check_view(kernel, "q [B, Tq, Hq, D]", &x.q, s.q_len())?;
+    check_view(kernel, "k [B, Tk, Hkv, D]", &x.k, s.kv_len())?;
+    check_view(kernel, "v [B, Tk, Hkv, D]", &x.v, s.kv_len())
+}
+
+fn check_saved(kernel: &str, s: &Shape, saved: &Saved<'_>) -> Result<()> {
+    check_view(kernel, "o [B, Tq, Hq, D]", &saved.o, s.q_len())?;
+    check_view(kernel, "lse [B, Hq, Tq]", &saved.lse, s.lse_len())
+}
+
+/// Grid of `rows`-row tiles over `n` rows, heads, batch.
+fn grid(kernel: &str, n: u32, rows: u32, heads: u32, batch: u32) -> Result<[u32; 3]> {
+    let x = n.div_ceil(rows);
+    if x > MAX_GROUPS {
+        return Err(fail(kernel, format!("{n} rows need {x} workgroups, above {MAX_GROUPS}")));
+    }
+    Ok([x, heads, batch])
+}
+
+/// The scalar tail of every attention push block: tq, tk, hq, hkv, d, flags, window, scale,
+/// softcap.
+fn params(s: &Shape, opt: &Options<'_>) -> Vec<u8> {
+    let mut flags = 0;
+    if opt.causal {
+        flags |= FLAG_CAUSAL;
+    }
+    if opt.kmask.is_some() {
+        flags |= FLAG_KMASK;
+    }
+    if opt.alibi.is_some() {
+        flags |= FLAG_ALIBI;
+    }
+    [s.tq, s.tk, s.hq, s.hkv, s.d, flags, opt.window, opt.scale.to_bits(), opt.softcap.to_bits()]
+        .iter()
+        .flat_map(|w| w.to_le_bytes())
+        .collect()
+}
+
+/// Forward: `o = softmax(score(q kᵀ) + masks) v` and `lse` (row log-sum-exp), from q
+/// [B, Tq, Hq, D], k, v [B, Tk, Hkv, D] into o [B, Tq, Hq, D], lse [B, Hq, Tq].
+pub fn forward(rec: &mut Recorder, x: &Qkv<'_>, out: &Saved<'_>, s: &Shape, opt: &Options<'_>) -> Result<()> {
+    let var = fwd_variant(s.d)?;
+    let name = var.code.name;
+    check_shape(name, s, opt)?;
+    check_qkv(name, s, x)?;
+    check_saved(name, s, out)?;
+    let groups = grid(name, s.tq, var.rows, s.hq, s.batch)?;
+    // Unused optional buffers are never read; q stands in for their pointer.
+    let args = [
+        read(x.q),
+        read(x.k),
+        read(x.v),
+        read(opt.kmask.unwrap_or(x.q)),
+        read(opt.alibi.unwrap_or(x.q)),
+        write(out.o),
+        write(out.lse),
+    ];
+    rec.dispatch(var.code, &[], &args, &params(s, opt), groups)
+}
+
+/// Backward of [`forward`]: from q, k, v, the forward's o and lse, and `d_o` = dL/do
+/// [B, Tq, Hq, D], writes dq [B, Tq, Hq, D], dk, dv [B, Tk, Hkv, D] (summed over the query heads
+/// of each kv head) and the work buffer delta [B, Hq, Tq]. Two dispatches: `bwd_dq`, `bwd_dkdv`.
+pub fn backward(
+    rec: &mut Recorder,
+    x: &Qkv<'_>,
+    saved: &Saved<'_>,
+    d_o: BufferView<'_>,
+    g: &Grads<'_>,
+    s: &Shape,
+    opt: &Options<'_>,
+) -> Result<()> {
+    let dq_var = dq_variant(s.d)?;
+    let dkdv_var = dkdv_variant(s.d)?;
+    for name in [dq_var.code.name, dkdv_var.code.name] {
+        check_shape(name, s, opt)?;
+        check_qkv(name, s, x)?;
+        check_saved(name, s, saved)?;
+        check_view(name, "do [B, Tq, Hq, D]", &d_o, s.q_len())?;
+        check_view(name, "dq [B, Tq, Hq, D]", &g.dq, s.q_len())?;
+        check_view(name, "dk [B, Tk, Hkv, D]", &g.dk, s.kv_len())?;
+        check_view(name, "dv [B, Tk, Hkv, D]", &g.dv, s.kv_len())?;
+        check_view(name, "delta [B, Hq, Tq]", &g.delta, s.lse_len())?;
+    }
+    let p = params(s, opt);
+    let kmask = opt.kmask.unwrap_or(x.q);
+    let alibi = opt.alibi.unwrap_or(x.q);
+    let dq_groups = grid(dq_var.code.name, s.tq, dq_var.rows, s.hq, s.batch)?;
+    let dkdv_groups = grid(dkdv_var.code.name, s.tk, dkdv_var.rows, s.hkv, s.batch)?;
+    let dq_args = [
+        read(x.q),
+        read(x.k),
+        read(x.v),
+        read(saved.o),
+        read(d_o),
+        read(saved.lse),
+        read(kmask),
+        read(alibi),
+        write(g.delta),
+        write(g.dq),
+    ];
+    rec.dispatch(dq_var.code, &[], &dq_args, &p, dq_groups)?;
+    let dkdv_args = [
+        read(x.q),
+        read(x.k),
+        read(x.v),
+        read(d_o),
+        read(saved.lse),
+        read(g.delta),
+        read(kmask),
+        read(alibi),
+        write(g.dk),
+        write(g.dv),
+    ];
+    rec.dispatch(dkdv_var.code, &[], &dkdv_args, &p, dkdv_groups)
+}

@@ -1,0 +1,198 @@
+//! f64 reference of fused attention: naive `softmax(score(Q Kᵀ) + masks) V` with every option of
+//! the GPU kernels, and its backward. Shapes as in [`super`]: q [B, Tq, Hq, D], k, v
+//! [B, Tk, Hkv, D], o [B, Tq, Hq, D], lse [B, Hq, Tq].
+
+/// Sizes of one attention call (query head `h` uses kv head `h / (hq / hkv)`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    pub batch: usize,
+    pub tq: usize,
+    pub tk: usize,
+    pub hq: usize,
+    pub hkv: usize,
+    pub d: usize,
+}
+
+impl Shape {
+    /// Elements of q / o.
+    pub fn q_len(&self) -> usize {
+        self.batch * self.tq * self.hq * self.d
+    }
+
+    /// Elements of k / v.
+    pub fn kv_len(&self) -> usize {
+        self.batch * self.tk * self.hkv * self.d
+    }
+
+    /// Elements of lse.
+    pub fn lse_len(&self) -> usize {
+        self.batch * self.hq * self.tq
+    }
+}
+
+/// Options, as the GPU kernels take them.
+#[derive(Clone, Copy, Debug)]
+pub struct Options<'a> {
+    /// Scores are `scale · q·k` (usually `1/sqrt(D)`).
+    pub scale: f64,
+    /// Query `i` sits at position `i + tk − tq` and sees keys `j <= ` that position.
+    pub causal: bool,
+    /// Sliding window `W` (0 = off): key `j` visible only if `qpos − j < W`.
+    pub window: usize,
+    /// Logit softcap `c` (0 = off): `s → c·tanh(s/c)`, after scaling, before masks and ALiBi.
+    pub softcap: f64,
+    /// Key padding mask [B, Tk]: 1 keep, 0 masked.
+    pub kmask: Option<&'a [i32]>,
+    /// ALiBi slopes [Hq]: `slope_h · (j − qpos)` is added to the score.
+    pub slopes: Option<&'a [f64]>,
+}
+
+impl Options<'_> {
+    /// No masks or extras, scale `1/sqrt(d)`.
+    pub fn new(d: usize) -> Self {
+        Options { scale: 1.0 / (d as f64).sqrt(), causal: false, window: 0, softcap: 0.0, kmask: None, slopes: None }
+    }
+}
+
+/// lse of a fully masked query row (its output and gradients are 0).
+pub const LSE_MASKED: f64 = -1.0e30;
+
+fn visible(s: &Shape, opt: &Options<'_>, b: usize, i: usize, j: usize) -> bool {
+    let qpos = i as i64 + s.tk as i64 - s.tq as i64;
+    let j = j as i64;
+    if opt.causal && j > qpos {
+        return false;
+    }
+    if opt.window > 0 && qpos - j >= opt.window as i64 {
+        return false;
+    }
+    if let Some(m) = opt.kmask {
+        if m[b * s.tk + j as usize] == 0 {
+            return false;
+        }
+    }
+    true
+}
+
+/// Score of a visible pair from `dot = q_i·k_j`, and `ds/d(scale·dot)`.
+fn score(s: &Shape, opt: &Options<'_>, h: usize, i: usize, j: usize, dot: f64) -> (f64, f64) {
+    let mut x = opt.scale * dot;
+    let mut dcap = 1.0;
+    if opt.softcap > 0.0 {
+        let t = (x / opt.softcap).tanh();
+        x = opt.softcap * t;
+        dcap = 1.0 - t * t;
+    }
+    if let Some(sl) = opt.slopes {
+        let qpos = i as f64 + s.tk as f64 - s.tq as f64;
+        x += sl[h] * (j as f64 - qpos);
+    }
+    (x, dcap)
+}
+
+fn qi(s: &Shape, b: usize, i: usize, h: usize) -> usize {
+    ((b * s.tq + i) * s.hq + h) * s.d
+}
+
+fn kj(s: &Shape, b: usize, j: usize, hk: usize) -> usize {
+    ((b * s.tk + j) * s.hkv + hk) * s.d
+}
+
+fn dot(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// Softmax row of query (b, h, i): (probabilities or None where masked, softcap derivative, lse).
+/// A fully masked row has all None and lse = [`LSE_MASKED`].
+fn row(
+    s: &Shape,
+    opt: &Options<'_>,
+    q: &[f64],
+    k: &[f64],
+    (b, h, i): (usize, usize, usize),
+) -> (Vec<Option<f64>>, Vec<f64>, f64) {
+    let d = s.d;
+    let hk = h / (s.hq / s.hkv);
+    let qv = &q[qi(s, b, i, h)..][..d];
+    let mut sc = vec![None; s.tk];
+    let mut dcap = vec![1.0; s.tk];
+    for j in 0..s.tk {
+        if visible(s, opt, b, i, j) {
+            let (x, dc) = score(s, opt, h, i, j, dot(qv, &k[kj(s, b, j, hk)..][..d]));
+            sc[j] = Some(x);
+            dcap[j] = dc;
+        }
+    }
+    let m = sc.iter().flatten().fold(f64::NEG_INFINITY, |a, &x| a.max(x));
+    if m == f64::NEG_INFINITY {
+        return (sc, dcap, LSE_MASKED);
+    }
+    let l: f64 = sc.iter().flatten().map(|x| (x - m).exp()).sum();
+    let p = sc.iter().map(|x| x.map(|x| (x - m).exp() / l)).collect();
+    (p, dcap, m + l.ln())
+}
+
+/// Forward: returns (o [B, Tq, Hq, D], lse [B, Hq, Tq]).
+pub fn forward(q: &[f64], k: &[f64], v: &[f64], s: &Shape, opt: &Options<'_>) -> (Vec<f64>, Vec<f64>) {
+    let d = s.d;
+    let mut o = vec![0.0; s.q_len()];
+    let mut lse = vec![0.0; s.lse_len()];
+    for b in 0..s.batch {
+        for h in 0..s.hq {
+            let hk = h / (s.hq / s.hkv);
+            for i in 0..s.tq {
+                let (p, _, l) = row(s, opt, q, k, (b, h, i));
+                lse[(b * s.hq + h) * s.tq + i] = l;
+                let out = &mut o[qi(s, b, i, h)..][..d];
+                for (j, pj) in p.iter().enumerate() {
+                    if let Some(pj) = pj {
+                        for (od, vd) in out.iter_mut().zip(&v[kj(s, b, j, hk)..][..d]) {
+                            *od += pj * vd;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    (o, lse)
+}
+
+/// Backward of [`forward`] given `do_` = dL/do: returns (dq, dk, dv), shaped like q, k, v.
+/// dk/dv of a kv head sum over the query heads of its group.
+pub fn backward(
+    q: &[f64],
+    k: &[f64],
+    v: &[f64],
+    do_: &[f64],
+    s: &Shape,
+    opt: &Options<'_>,
+) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let d = s.d;
+    let mut dq = vec![0.0; s.q_len()];
+    let mut dk = vec![0.0; s.kv_len()];
+    let mut dv = vec![0.0; s.kv_len()];
+    for b in 0..s.batch {
+        for h in 0..s.hq {
+            let hk = h / (s.hq / s.hkv);
+            for i in 0..s.tq {
+                let (p, dcap, _) = row(s, opt, q, k, (b, h, i));
+                let qo = qi(s, b, i, h);
+                let dov = &do_[qo..][..d];
+                // dP_j = do·v_j; D_i = Σ_j P_j dP_j (= do·o); dS_j = P_j (dP_j − D_i) · dcap_j
+                let dp: Vec<f64> = (0..s.tk).map(|j| dot(dov, &v[kj(s, b, j, hk)..][..d])).collect();
+                let di: f64 = p.iter().zip(&dp).filter_map(|(p, dp)| p.map(|p| p * dp)).sum();
+                for (j, pj) in p.iter().enumerate() {
+                    let Some(pj) = *pj else { continue };
+                    let ds = pj * (dp[j] - di) * dcap[j];
+                    let ko = kj(s, b, j, hk);
+                    for x in 0..d {
+                        dq[qo + x] += opt.scale * ds * k[ko + x];
+                        dk[ko + x] += opt.scale * ds * q[qo + x];
+                        dv[ko + x] += pj * dov[x];
+                    }
+                }
+            }
+        }
+    }
+    (dq, dk, dv)
+}

@@ -1,0 +1,434 @@
+//! Fused attention: the f64 reference backward against finite differences, and the GPU forward
+//! and backward against the reference on odd shapes with every option, on every device.
+
+use vkformers_kernels::attention::reference::{self, Shape};
+use vkformers_kernels::attention::{self, Grads, Qkv, Saved};
+use vkformers_kernels::testutil::{assert_close, assert_grad_matches_fd, f64s, Rng, TOL_F32};
+use vkformers_vk::testing::on_every_device;
+use vkformers_vk::{Context, Result, VkError};
+
+/// One test configuration: shape, options, and the data's magnitude.
+#[derive(Clone, Debug)]
+struct Case {
+    name: &'static str,
+    shape: Shape,
+    causal: bool,
+    window: usize,
+    softcap: f64,
+    kmask: Option<Vec<i32>>,
+    slopes: Option<Vec<f64>>,
+    /// q and k are uniform in [-amp, amp].
+    amp: f32,
+}
+
+fn shape(batch: usize, tq: usize, tk: usize, hq: usize, hkv: usize, d: usize) -> Shape {
+    Shape { batch, tq, tk, hq, hkv, d }
+}
+
+impl Case {
+    fn new(name: &'static str, shape: Shape) -> Self {
+        Case { name, shape, causal: false, window: 0, softcap: 0.0, kmask: None, slopes: None, amp: 1.0 }
+    }
+
+    fn causal(mut self) -> Self {
+        self.causal = true;
+        self
+    }
+
+    fn window(mut self, w: usize) -> Self {
+        self.window = w;
+        self
+    }
+
+    fn softcap(mut self, c: f64, amp: f32) -> Self {
+        self.softcap = c;
+        self.amp = amp;
+        self
+    }
+
+    fn kmask(mut self, m: Vec<i32>) -> Self {
+        assert_eq!(m.len(), self.shape.batch * self.shape.tk, "{}: kmask length", self.name);
+        self.kmask = Some(m);
+        self
+    }
+
+    /// ALiBi slopes 2^(-8 (h+1) / Hq), the usual geometric sequence.
+    fn alibi(mut self) -> Self {
+        let hq = self.shape.hq as f64;
+        self.slopes = Some((0..self.shape.hq).map(|h| 2f64.powf(-8.0 * (h as f64 + 1.0) / hq)).collect());
+        self
+    }
+
+    fn options(&self) -> reference::Options<'_> {
+        reference::Options {
+            scale: 1.0 / (self.shape.d as f64).sqrt(),
+            causal: self.causal,
+            window: self.window,
+            softcap: self.softcap,
+            kmask: self.kmask.as_deref(),
+            slopes: self.slopes.as_deref(),
+        }
+    }
+}
+
+/// Key padding: batch 0 right-padded by `right`, batch 1 (if any) left-padded by `left`.
+fn padding(batch: usize, tk: usize, right: usize, left: usize) -> Vec<i32> {
+    let mut m = vec![1; batch * tk];
+    m[tk - right..tk].fill(0);
+    if batch > 1 {
+        m[tk..tk + left].fill(0);
+    }
+    m
+}
+
+/// Random q, k, v, do (f32) of a case.
+fn data(case: &Case, seed: u64) -> [Vec<f32>; 4] {
+    let s = &case.shape;
+    let mut rng = Rng::new(seed);
+    let q = rng.vec(s.q_len(), case.amp);
+    let k = rng.vec(s.kv_len(), case.amp);
+    let v = rng.vec(s.kv_len(), 1.0);
+    let d_o = rng.vec(s.q_len(), 1.0);
+    [q, k, v, d_o]
+}
+
+// ---------------------------------------------------------------- reference vs finite differences
+
+fn check_reference_grads(case: &Case) {
+    let s = case.shape;
+    let opt = case.options();
+    let [q, k, v, w] = data(case, 7).map(|x| f64s(&x));
+    let (dq, dk, dv) = reference::backward(&q, &k, &v, &w, &s, &opt);
+    // L = Σ o ⊙ w, so dL/do = w.
+    let loss = |q: &[f64], k: &[f64], v: &[f64]| -> f64 {
+        let (o, _) = reference::forward(q, k, v, &s, &opt);
+        o.iter().zip(&w).map(|(a, b)| a * b).sum()
+    };
+    assert_grad_matches_fd(&format!("{}: dq", case.name), |x| loss(x, &k, &v), &q, &dq);
+    assert_grad_matches_fd(&format!("{}: dk", case.name), |x| loss(&q, x, &v), &k, &dk);
+    assert_grad_matches_fd(&format!("{}: dv", case.name), |x| loss(&q, &k, x), &v, &dv);
+}
+
+fn small_cases() -> Vec<Case> {
+    vec![
+        Case::new("mha", shape(1, 4, 4, 2, 2, 3)),
+        Case::new("gqa causal", shape(2, 5, 5, 4, 2, 3)).causal(),
+        Case::new("decode causal", shape(1, 2, 5, 2, 1, 3)).causal(),
+        Case::new("causal padding", shape(2, 4, 4, 2, 1, 2)).causal().kmask(padding(2, 4, 1, 2)),
+        Case::new("window", shape(1, 6, 6, 2, 1, 2)).causal().window(2),
+        Case::new("softcap", shape(1, 4, 5, 2, 2, 3)).softcap(2.0, 3.0),
+        Case::new("alibi", shape(1, 4, 4, 3, 1, 2)).causal().alibi(),
+        Case::new("everything", shape(2, 3, 6, 4, 2, 2))
+            .causal()
+            .window(3)
+            .softcap(1.5, 2.0)
+            .alibi()
+            .kmask(padding(2, 6, 1, 1)),
+    ]
+}
+
+#[test]
+fn reference_backward_matches_finite_differences() {
+    for case in small_cases() {
+        check_reference_grads(&case);
+    }
+}
+
+#[test]
+fn reference_handles_fully_masked_rows() {
+    // Batch 1 is left-padded by 3: with causal masking its queries 0..3 see no key.
+    let case = Case::new("masked rows", shape(2, 5, 5, 2, 1, 3)).causal().kmask(padding(2, 5, 0, 3));
+    let s = case.shape;
+    let [q, k, v, w] = data(&case, 3).map(|x| f64s(&x));
+    let (o, lse) = reference::forward(&q, &k, &v, &s, &case.options());
+    let (dq, _, _) = reference::backward(&q, &k, &v, &w, &s, &case.options());
+    for h in 0..s.hq {
+        for i in 0..3 {
+            assert_eq!(lse[(s.hq + h) * s.tq + i], reference::LSE_MASKED);
+            let at = ((s.tq + i) * s.hq + h) * s.d;
+            assert!(o[at..at + s.d].iter().chain(&dq[at..at + s.d]).all(|&x| x == 0.0));
+        }
+    }
+    assert!(o.iter().chain(&lse).all(|x| x.is_finite()));
+}
+
+// ---------------------------------------------------------------- GPU vs reference
+
+fn gpu_shape(s: &Shape) -> attention::Shape {
+    attention::Shape {
+        batch: s.batch as u32,
+        tq: s.tq as u32,
+        tk: s.tk as u32,
+        hq: s.hq as u32,
+        hkv: s.hkv as u32,
+        d: s.d as u32,
+    }
+}
+
+/// Runs forward and backward on the GPU in one batch and compares o, lse, delta, dq, dk, dv
+/// with the f64 reference.
+fn check_gpu(ctx: &Context, case: &Case, seed: u64) -> Result<()> {
+    let s = case.shape;
+    let gs = gpu_shape(&s);
+    let [q, k, v, d_o] = data(case, seed);
+    let bq = ctx.buffer_from(&q, "q")?;
+    let bk = ctx.buffer_from(&k, "k")?;
+    let bv = ctx.buffer_from(&v, "v")?;
+    let bdo = ctx.buffer_from(&d_o, "do")?;
+    let kmask = case.kmask.as_ref().map(|m| ctx.buffer_from(m, "kmask")).transpose()?;
+    let slopes32: Option<Vec<f32>> = case.slopes.as_ref().map(|sl| sl.iter().map(|&x| x as f32).collect());
+    let slopes = slopes32.as_ref().map(|sl| ctx.buffer_from(sl, "slopes")).transpose()?;
+    let qbytes = (s.q_len() * 4) as u64;
+    let kvbytes = (s.kv_len() * 4) as u64;
+    let lbytes = (s.lse_len() * 4) as u64;
+    let bo = ctx.buffer(qbytes, "o")?;
+    let blse = ctx.buffer(lbytes, "lse")?;
+    let bdq = ctx.buffer(qbytes, "dq")?;
+    let bdk = ctx.buffer(kvbytes, "dk")?;
+    let bdv = ctx.buffer(kvbytes, "dv")?;
+    let bdelta = ctx.buffer(lbytes, "delta")?;
+
+    let opt = attention::Options {
+        scale: 1.0 / (s.d as f32).sqrt(),
+        causal: case.causal,
+        window: case.window as u32,
+        softcap: case.softcap as f32,
+        kmask: kmask.as_ref().map(|b| b.view()),
+        alibi: slopes.as_ref().map(|b| b.view()),
+    };
+    let x = Qkv { q: bq.view(), k: bk.view(), v: bv.view() };
+    let saved = Saved { o: bo.view(), lse: blse.view() };
+    let grads = Grads { dq: bdq.view(), dk: bdk.view(), dv: bdv.view(), delta: bdelta.view() };
+    let mut rec = ctx.recorder(false)?;
+    attention::forward(&mut rec, &x, &saved, &gs, &opt)?;
+    attention::backward(&mut rec, &x, &saved, bdo.view(), &grads, &gs, &opt)?;
+    rec.submit()?;
+
+    // The reference sees exactly the f32 data (and f32 slopes).
+    let slopes64 = slopes32.as_ref().map(|sl| f64s(sl));
+    let ropt = reference::Options { slopes: slopes64.as_deref(), scale: f64::from(opt.scale), ..case.options() };
+    let [q, k, v, d_o] = [q, k, v, d_o].map(|x| f64s(&x));
+    let (o, lse) = reference::forward(&q, &k, &v, &s, &ropt);
+    let (dq, dk, dv) = reference::backward(&q, &k, &v, &d_o, &s, &ropt);
+    let mut delta = vec![0.0; s.lse_len()];
+    for b in 0..s.batch {
+        for i in 0..s.tq {
+            for h in 0..s.hq {
+                let at = ((b * s.tq + i) * s.hq + h) * s.d;
+                delta[(b * s.hq + h) * s.tq + i] = (0..s.d).map(|x| o[at + x] * d_o[at + x]).sum();
+            }
+        }
+    }
+    let name = case.name;
+    assert_close(&format!("{name}: o"), &ctx.read_vec::<f32>(bo.view())?, &o, TOL_F32);
+    assert_close(&format!("{name}: lse"), &ctx.read_vec::<f32>(blse.view())?, &lse, TOL_F32);
+    assert_close(&format!("{name}: delta"), &ctx.read_vec::<f32>(bdelta.view())?, &delta, TOL_F32);
+    assert_close(&format!("{name}: dq"), &ctx.read_vec::<f32>(bdq.view())?, &dq, TOL_F32);
+    assert_close(&format!("{name}: dk"), &ctx.read_vec::<f32>(bdk.view())?, &dk, TOL_F32);
+    assert_close(&format!("{name}: dv"), &ctx.read_vec::<f32>(bdv.view())?, &dv, TOL_F32);
+    Ok(())
+}
+
+fn run_cases(test: &str, cases: &[Case]) {
+    on_every_device(test, |ctx| {
+        for (n, case) in cases.iter().enumerate() {
+            check_gpu(ctx, case, 100 + n as u64)?;
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn gpu_matches_reference_plain_gqa_mqa() {
+    run_cases(
+        "attention plain",
+        &[
+            Case::new("gqa 13x13 d8", shape(2, 13, 13, 4, 2, 8)),
+            Case::new("gqa 13x13 d8 causal", shape(2, 13, 13, 4, 2, 8)).causal(),
+            Case::new("mqa d16", shape(2, 11, 11, 3, 1, 16)).causal(),
+            Case::new("mha cross 7x19 d5", shape(1, 7, 19, 2, 2, 5)),
+            Case::new("size 1", shape(1, 1, 1, 1, 1, 1)),
+            Case::new("d64 t37", shape(2, 37, 37, 4, 2, 64)).causal(),
+        ],
+    );
+}
+
+#[test]
+fn gpu_matches_reference_decode_and_masks() {
+    run_cases(
+        "attention masks",
+        &[
+            Case::new("decode tq1 tk9", shape(2, 1, 9, 4, 2, 16)).causal(),
+            Case::new("decode tq3 tk40 padded", shape(2, 3, 40, 2, 1, 8)).causal().kmask(padding(2, 40, 5, 7)),
+            Case::new("causal padding, fully padded rows", shape(2, 11, 11, 4, 2, 8))
+                .causal()
+                .kmask(padding(2, 11, 2, 3)),
+            Case::new("padding only", shape(2, 9, 13, 2, 2, 8)).kmask(padding(2, 13, 4, 1)),
+            Case::new("tq > tk causal (rows before the keys)", shape(1, 6, 3, 2, 1, 8)).causal(),
+            Case::new("sliding window 4", shape(2, 13, 13, 4, 2, 8)).causal().window(4),
+            Case::new("window 5 long", shape(1, 45, 45, 2, 1, 16)).causal().window(5),
+            Case::new("window, not causal", shape(1, 10, 10, 2, 2, 8)).window(3),
+        ],
+    );
+}
+
+#[test]
+fn gpu_matches_reference_softcap_alibi() {
+    run_cases(
+        "attention softcap alibi",
+        &[
+            Case::new("softcap 5", shape(2, 13, 13, 4, 2, 8)).causal().softcap(5.0, 3.0),
+            Case::new("alibi", shape(2, 13, 13, 4, 2, 8)).causal().alibi(),
+            Case::new("alibi, not causal", shape(1, 9, 14, 3, 3, 16)).alibi(),
+            Case::new("everything", shape(2, 17, 17, 4, 1, 16))
+                .causal()
+                .window(6)
+                .softcap(5.0, 2.0)
+                .alibi()
+                .kmask(padding(2, 17, 3, 2)),
+        ],
+    );
+}
+
+#[test]
+fn gpu_matches_reference_large_head_dims() {
+    run_cases(
+        "attention large d",
+        &[
+            Case::new("d80 (d128 variant)", shape(2, 19, 21, 2, 1, 80)).causal(),
+            Case::new("d128", shape(1, 17, 17, 2, 2, 128)).softcap(5.0, 1.0).alibi(),
+            Case::new("d200 (d256 variant)", shape(1, 11, 13, 2, 1, 200)).causal().kmask(padding(1, 13, 2, 0)),
+            Case::new("d256", shape(1, 9, 9, 2, 2, 256)).causal().window(4),
+        ],
+    );
+}
+
+#[test]
+fn forward_is_deterministic_and_backward_repeatable() {
+    // Same inputs twice in one batch: bit-identical gradients (no atomics, fixed order).
+    on_every_device("attention determinism", |ctx| {
+        let case = Case::new("gqa", shape(2, 21, 21, 4, 2, 16)).causal();
+        let s = gpu_shape(&case.shape);
+        let [q, k, v, d_o] = data(&case, 9);
+        let bufs: Vec<_> = [&q, &k, &v, &d_o].iter().map(|x| ctx.buffer_from(x, "in")).collect::<Result<_>>()?;
+        let qb = (case.shape.q_len() * 4) as u64;
+        let kb = (case.shape.kv_len() * 4) as u64;
+        let lb = (case.shape.lse_len() * 4) as u64;
+        let opt = attention::Options { causal: true, ..attention::Options::new(s.d) };
+        let x = Qkv { q: bufs[0].view(), k: bufs[1].view(), v: bufs[2].view() };
+        let mut outs = Vec::new();
+        for _ in 0..2 {
+            let o = ctx.buffer(qb, "o")?;
+            let lse = ctx.buffer(lb, "lse")?;
+            let g = [ctx.buffer(qb, "dq")?, ctx.buffer(kb, "dk")?, ctx.buffer(kb, "dv")?, ctx.buffer(lb, "delta")?];
+            let mut rec = ctx.recorder(false)?;
+            let saved = Saved { o: o.view(), lse: lse.view() };
+            attention::forward(&mut rec, &x, &saved, &s, &opt)?;
+            let grads = Grads { dq: g[0].view(), dk: g[1].view(), dv: g[2].view(), delta: g[3].view() };
+            attention::backward(&mut rec, &x, &saved, bufs[3].view(), &grads, &s, &opt)?;
+            rec.submit()?;
+            let mut all: Vec<f32> = ctx.read_vec(o.view())?;
+            for b in &g {
+                all.extend(ctx.read_vec::<f32>(b.view())?);
+            }
+            outs.push(all);
+        }
+        assert!(outs[0].iter().zip(&outs[1]).all(|(a, b)| a.to_bits() == b.to_bits()));
+        Ok(())
+    });
+}
+
+#[test]
+fn bad_shapes_are_typed_errors_naming_the_kernel() {
+    on_every_device("attention errors", |ctx| {
+        let s = attention::Shape { batch: 1, tq: 3, tk: 4, hq: 4, hkv: 2, d: 8 };
+        let q = ctx.buffer(3 * 4 * 8 * 4, "q")?;
+        let kv = ctx.buffer(4 * 2 * 8 * 4, "kv")?;
+        let lse = ctx.buffer(4 * 3 * 4, "lse")?;
+        let o = ctx.buffer(3 * 4 * 8 * 4, "o")?;
+        let x = Qkv { q: q.view(), k: kv.view(), v: kv.view() };
+        let saved = Saved { o: o.view(), lse: lse.view() };
+        let opt = attention::Options::new(8);
+        let mut rec = ctx.recorder(false)?;
+        let expect = |e: VkError, kernel: &str, text: &str| {
+            assert!(matches!(&e, VkError::Kernel { kernel: k, .. } if k == kernel), "{e}");
+            assert!(e.to_string().contains(text), "{e}");
+        };
+        let bad_k = Qkv { k: q.view(), ..x };
+        expect(attention::forward(&mut rec, &bad_k, &saved, &s, &opt).unwrap_err(), "attention/fwd:d64", "k [B, Tk");
+        let s3 = attention::Shape { hkv: 3, ..s };
+        expect(attention::forward(&mut rec, &x, &saved, &s3, &opt).unwrap_err(), "attention/fwd:d64", "multiple");
+        let s_big = attention::Shape { d: 257, ..s };
+        expect(attention::forward(&mut rec, &x, &saved, &s_big, &opt).unwrap_err(), "attention/fwd", "head dim");
+        let bad_mask = attention::Options { kmask: Some(lse.view()), ..opt };
+        expect(attention::forward(&mut rec, &x, &saved, &s, &bad_mask).unwrap_err(), "attention/fwd:d64", "kmask");
+        let grads = Grads { dq: o.view(), dk: kv.view(), dv: kv.view(), delta: o.view() };
+        expect(
+            attention::backward(&mut rec, &x, &saved, o.view(), &grads, &s, &opt).unwrap_err(),
+            "attention/bwd_dq:d64",
+            "delta",
+        );
+        assert!(rec.is_empty());
+        rec.submit()?;
+        Ok(())
+    });
+}
+
+/// Timing on a realistic shape (ignored: minutes on lavapipe). Run with
+/// `cargo test --release -p vkformers-kernels --test attention -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn bench_attention() {
+    on_every_device("attention bench", |ctx| {
+        for (d, causal) in [(64u32, true), (128, true), (128, false), (256, true)] {
+            let s = attention::Shape { batch: 2, tq: 2048, tk: 2048, hq: 16, hkv: 4, d };
+            let (qn, kn, ln) = (
+                (s.batch * s.tq * s.hq * d) as usize,
+                (s.batch * s.tk * s.hkv * d) as usize,
+                (s.batch * s.hq * s.tq) as usize,
+            );
+            let mut rng = Rng::new(1);
+            let q = ctx.buffer_from(&rng.vec(qn, 1.0), "q")?;
+            let k = ctx.buffer_from(&rng.vec(kn, 1.0), "k")?;
+            let v = ctx.buffer_from(&rng.vec(kn, 1.0), "v")?;
+            let d_o = ctx.buffer_from(&rng.vec(qn, 1.0), "do")?;
+            let o = ctx.buffer((qn * 4) as u64, "o")?;
+            let lse = ctx.buffer((ln * 4) as u64, "lse")?;
+            let g = [
+                ctx.buffer((qn * 4) as u64, "dq")?,
+                ctx.buffer((kn * 4) as u64, "dk")?,
+                ctx.buffer((kn * 4) as u64, "dv")?,
+                ctx.buffer((ln * 4) as u64, "delta")?,
+            ];
+            let opt = attention::Options { causal, ..attention::Options::new(d) };
+            let x = Qkv { q: q.view(), k: k.view(), v: v.view() };
+            let saved = Saved { o: o.view(), lse: lse.view() };
+            let grads = Grads { dq: g[0].view(), dk: g[1].view(), dv: g[2].view(), delta: g[3].view() };
+            let mut best = [f64::MAX; 3];
+            for _ in 0..3 {
+                let mut rec = ctx.recorder(true)?;
+                attention::forward(&mut rec, &x, &saved, &s, &opt)?;
+                attention::backward(&mut rec, &x, &saved, d_o.view(), &grads, &s, &opt)?;
+                let rep = rec.submit()?;
+                for (b, (_, ns)) in best.iter_mut().zip(&rep.timings) {
+                    *b = b.min(*ns);
+                }
+            }
+            // Matmul FLOPs: fwd 2 GEMMs, bwd 5 (dq kernel 3 incl. recompute, dkdv 4: counted as
+            // the usual 2.5x fwd); causal halves them.
+            let fwd = 4.0 * f64::from(s.batch * s.hq) * f64::from(s.tq) * f64::from(s.tk) * f64::from(d);
+            let fwd = if causal { fwd / 2.0 } else { fwd };
+            println!(
+                "{}: B2 T2048 Hq16 Hkv4 D{d} causal {causal}: fwd {:.3} ms ({:.1} TFLOP/s), bwd_dq {:.3} ms, \
+                 bwd_dkdv {:.3} ms (bwd {:.1} TFLOP/s at 2.5x fwd FLOPs)",
+                ctx.caps().name,
+                best[0] * 1e-6,
+                fwd / best[0] * 1e-3,
+                best[1] * 1e-6,
+                best[2] * 1e-6,
+                2.5 * fwd / (best[1] + best[2]) * 1e-3
+            );
+        }
+        Ok(())
+    });
+}
