@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context as _};
 use half::{bf16, f16};
-use vkformers_kernels::gemm_coopmat::{self, CoopGemm, Elem};
+use vkformers_kernels::gemm_coopmat::{self, CoopGemm, Elem, Engine};
 use vkformers_kernels::testutil::Rng;
 use vkformers_vk::{Buffer, Context, DeviceSelector};
 
@@ -27,6 +27,9 @@ pub struct GemmArgs {
     /// B given as [n, k] (the nn.Linear weight layout) instead of [k, n].
     #[arg(long)]
     trans_b: bool,
+    /// Kernel: auto, coopmat (KHR), coopmat2 or coopmat2-wide (NV).
+    #[arg(long, default_value = "auto")]
+    engine: String,
     #[arg(long)]
     json: bool,
 }
@@ -64,7 +67,14 @@ pub fn gemm(selector: &DeviceSelector, args: &GemmArgs) -> anyhow::Result<ExitCo
         bail!("{} has no {:?} cooperative-matrix GEMM", ctx.caps().name, elem);
     }
     let (m, n, k) = (args.m, args.n, args.k);
-    let desc = CoopGemm::dense(m, n, k, args.trans_b, elem);
+    let mut desc = CoopGemm::dense(m, n, k, args.trans_b, elem);
+    desc.engine = match args.engine.as_str() {
+        "auto" => Engine::Auto,
+        "coopmat" => Engine::Coopmat,
+        "coopmat2" => Engine::Coopmat2,
+        "coopmat2-wide" => Engine::Coopmat2Wide,
+        other => bail!("--engine {other}: expected auto, coopmat, coopmat2 or coopmat2-wide"),
+    };
     let (a_bytes, a) = operand((m * k) as usize, elem, 1);
     let (b_bytes, b) = operand((k * n) as usize, elem, 2);
     let a_buf = upload(&ctx, &a_bytes, "A")?;

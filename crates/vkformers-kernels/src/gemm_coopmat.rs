@@ -7,6 +7,19 @@ use vkformers_vk::{read, read_write, write, BufferView, Caps, KernelCode, Record
 
 use crate::code;
 
+/// Which tensor-core kernel runs a product.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Engine {
+    /// The best one the device has (`choose_engine`).
+    Auto,
+    /// `VK_KHR_cooperative_matrix`, operands staged by hand in shared memory.
+    Coopmat,
+    /// `VK_NV_cooperative_matrix2`, workgroup-scope tiles of 128 x 128.
+    Coopmat2,
+    /// `VK_NV_cooperative_matrix2`, 128 x 256 tiles.
+    Coopmat2Wide,
+}
+
 /// Operand element type of the tensor-core path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Elem {
@@ -45,6 +58,7 @@ pub struct CoopGemm {
     pub alpha: f32,
     pub beta_one: bool,
     pub elem: Elem,
+    pub engine: Engine,
 }
 
 impl CoopGemm {
@@ -69,6 +83,7 @@ impl CoopGemm {
             alpha: 1.0,
             beta_one: false,
             elem,
+            engine: Engine::Auto,
         }
     }
 
@@ -80,6 +95,34 @@ impl CoopGemm {
 
 /// True when this device can run the tensor-core GEMM for `elem` (a pure function of `Caps`).
 pub fn supported(caps: &Caps, elem: Elem) -> bool {
+    choose_engine(caps, elem, 0).is_some()
+}
+
+/// True when the device has NV cooperative matrix 2 with what `coopmat2_gemm.comp` uses.
+fn has_coopmat2(caps: &Caps, elem: Elem) -> bool {
+    let types = match elem {
+        Elem::F16 => caps.fp16,
+        Elem::Bf16 => caps.bf16 && caps.bf16_cooperative_matrix,
+    };
+    types
+        && caps.cooperative_matrix2.as_ref().is_some_and(|c| {
+            c.workgroup_scope
+                && c.tensor_addressing
+                && c.flexible_dimensions
+                && c.workgroup_scope_max_workgroup_size >= 256
+        })
+}
+
+/// The engine for a product with `n` columns: cooperative matrix 2 where present (wide tiles
+/// when `n` fills them), else the KHR kernel; `None` when the device has neither.
+pub fn choose_engine(caps: &Caps, elem: Elem, n: u32) -> Option<Engine> {
+    if has_coopmat2(caps, elem) {
+        return Some(if n >= 2048 { Engine::Coopmat2Wide } else { Engine::Coopmat2 });
+    }
+    has_khr_coopmat(caps, elem).then_some(Engine::Coopmat)
+}
+
+fn has_khr_coopmat(caps: &Caps, elem: Elem) -> bool {
     let shape = caps.cooperative_matrix.iter().any(|s| {
         (s.m, s.n, s.k) == (16, 16, 16)
             && s.a == elem.name()
@@ -95,10 +138,14 @@ pub fn supported(caps: &Caps, elem: Elem) -> bool {
     shape && types && caps.subgroup_size == 32 && caps.max_shared_memory >= 40 * 1024
 }
 
-fn kernel(elem: Elem) -> &'static KernelCode {
-    match elem {
-        Elem::F16 => &code::MATMUL_COOPMAT_GEMM_F16,
-        Elem::Bf16 => &code::MATMUL_COOPMAT_GEMM_BF16,
+fn kernel(engine: Engine, elem: Elem) -> (&'static KernelCode, u32) {
+    match (engine, elem) {
+        (Engine::Coopmat2, Elem::F16) => (&code::MATMUL_COOPMAT2_GEMM_F16, 128),
+        (Engine::Coopmat2, Elem::Bf16) => (&code::MATMUL_COOPMAT2_GEMM_BF16, 128),
+        (Engine::Coopmat2Wide, Elem::F16) => (&code::MATMUL_COOPMAT2_GEMM_F16_WIDE, 256),
+        (Engine::Coopmat2Wide, Elem::Bf16) => (&code::MATMUL_COOPMAT2_GEMM_BF16_WIDE, 256),
+        (_, Elem::F16) => (&code::MATMUL_COOPMAT_GEMM_F16, 128),
+        (_, Elem::Bf16) => (&code::MATMUL_COOPMAT_GEMM_BF16, 128),
     }
 }
 
@@ -115,16 +162,24 @@ fn extent(off: u32, ld: u32, rows: u32, cols: u32, bstride: u32, batch: u32) -> 
     u64::from(off) + u64::from(batch - 1) * u64::from(bstride) + u64::from(rows - 1) * u64::from(ld) + u64::from(cols)
 }
 
-fn check(d: &CoopGemm, a: &BufferView<'_>, b: &BufferView<'_>, c: &BufferView<'_>, name: &str) -> Result<()> {
+fn check(
+    d: &CoopGemm,
+    engine: Engine,
+    a: &BufferView<'_>,
+    b: &BufferView<'_>,
+    c: &BufferView<'_>,
+    name: &str,
+) -> Result<()> {
     if d.m == 0 || d.n == 0 || d.k == 0 || d.batch == 0 {
         return Err(err(name, format!("empty product {}x{}x{} (batch {})", d.m, d.n, d.k, d.batch)));
     }
-    if !d.lda.is_multiple_of(8)
-        || !d.ldb.is_multiple_of(8)
-        || !d.a_off.is_multiple_of(8)
-        || !d.b_off.is_multiple_of(8)
-        || !d.a_bstride.is_multiple_of(8)
-        || !d.b_bstride.is_multiple_of(8)
+    if engine == Engine::Coopmat
+        && (!d.lda.is_multiple_of(8)
+            || !d.ldb.is_multiple_of(8)
+            || !d.a_off.is_multiple_of(8)
+            || !d.b_off.is_multiple_of(8)
+            || !d.a_bstride.is_multiple_of(8)
+            || !d.b_bstride.is_multiple_of(8))
     {
         return Err(err(name, "lda, ldb, operand offsets and batch strides must be multiples of 8".into()));
     }
@@ -158,8 +213,13 @@ pub fn gemm_coopmat(
     bias: Option<BufferView<'_>>,
     c: BufferView<'_>,
 ) -> Result<()> {
-    let k = kernel(d.elem);
-    check(d, &a, &b, &c, k.name)?;
+    let engine = match d.engine {
+        Engine::Auto => choose_engine(rec.caps(), d.elem, d.n)
+            .ok_or_else(|| err("matmul/coopmat", format!("no {:?} cooperative-matrix GEMM on this device", d.elem)))?,
+        e => e,
+    };
+    let (k, block_n) = kernel(engine, d.elem);
+    check(d, engine, &a, &b, &c, k.name)?;
     if let Some(bv) = &bias {
         if bv.len < u64::from(d.n) * 4 {
             return Err(err(k.name, format!("bias of {} bytes for n = {}", bv.len, d.n)));
@@ -187,7 +247,7 @@ pub fn gemm_coopmat(
     .collect();
     let c_arg = if d.beta_one { read_write(c) } else { write(c) };
     let bias_view = bias.unwrap_or(a);
-    let groups = [d.n.div_ceil(128), d.m.div_ceil(128), d.batch];
+    let groups = [d.n.div_ceil(block_n), d.m.div_ceil(128), d.batch];
     rec.dispatch(
         k,
         &[u32::from(d.trans_a), u32::from(d.trans_b)],

@@ -3,7 +3,7 @@
 //! for the right reason).
 
 use half::{bf16, f16};
-use vkformers_kernels::gemm_coopmat::{gemm_coopmat, supported, CoopGemm, Elem};
+use vkformers_kernels::gemm_coopmat::{choose_engine, gemm_coopmat, CoopGemm, Elem, Engine};
 use vkformers_kernels::testutil::{assert_close, Rng, Tol};
 use vkformers_vk::testing::on_every_device;
 use vkformers_vk::Context;
@@ -84,15 +84,26 @@ fn run_case(ctx: &Context, d: &CoopGemm, with_bias: bool, seed: u64) -> vkformer
 #[test]
 fn coopmat_gemm_matches_reference() {
     on_every_device("coopmat gemm", |ctx| {
-        for elem in [Elem::F16, Elem::Bf16] {
-            if !supported(ctx.caps(), elem) {
-                eprintln!("{}: no {elem:?} cooperative-matrix GEMM here (skipped)", ctx.caps().name);
+        for (elem, engine) in [Elem::F16, Elem::Bf16]
+            .into_iter()
+            .flat_map(|e| [Engine::Coopmat, Engine::Coopmat2, Engine::Coopmat2Wide].map(|g| (e, g)))
+        {
+            // Every engine the device has: the KHR kernel runs wherever any cooperative-matrix
+            // engine does; the cm2 kernels only where cm2 is chosen.
+            let best = choose_engine(ctx.caps(), elem, 4096);
+            let available = match engine {
+                Engine::Coopmat => best.is_some() && ctx.caps().subgroup_size == 32,
+                _ => matches!(best, Some(Engine::Coopmat2Wide)),
+            };
+            if !available {
+                eprintln!("{}: no {elem:?} {engine:?} GEMM here (skipped)", ctx.caps().name);
                 continue;
             }
             let mut seed = 1;
             for (m, n, k) in [(1, 1, 1), (17, 13, 29), (130, 67, 129), (128, 128, 64), (257, 300, 100)] {
                 for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
                     let mut d = CoopGemm::dense(m, n, k, tb, elem);
+                    d.engine = engine;
                     d.trans_a = ta;
                     // Leading dimensions padded to multiples of 4 (the kernel's requirement).
                     d.lda = (if ta { m } else { k }).next_multiple_of(8) + 8;
@@ -104,6 +115,7 @@ fn coopmat_gemm_matches_reference() {
             }
             // Batched with a broadcast B, offsets, alpha and accumulation into C.
             let mut d = CoopGemm::dense(70, 45, 36, true, elem);
+            d.engine = engine;
             d.batch = 3;
             d.lda = 40;
             d.ldb = 40;

@@ -68,14 +68,7 @@ fn apply(rec: &mut Recorder, x: BufferView<'_>, y: BufferView<'_>, p: f32, seed:
 
 /// Forward: `y[i] = x[i] · mask[i] / (1 − p)` with `mask[i] = uniform(seed, offset + i) >= p`;
 /// `x`, `y` `[n]` f32 (dropped elements are written as 0, even where `x` is not finite).
-pub fn forward(
-    rec: &mut Recorder,
-    x: BufferView<'_>,
-    y: BufferView<'_>,
-    p: f32,
-    seed: u64,
-    offset: u64,
-) -> Result<()> {
+pub fn forward(rec: &mut Recorder, x: BufferView<'_>, y: BufferView<'_>, p: f32, seed: u64, offset: u64) -> Result<()> {
     apply(rec, x, y, p, seed, offset)
 }
 

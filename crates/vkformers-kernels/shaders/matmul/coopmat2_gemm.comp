@@ -1,0 +1,99 @@
+#version 460
+// C[b] = alpha * op(A[b]) * op(B[b]) (+ bias) (+ C[b] when BETA_ONE) on NVIDIA cooperative
+// matrix 2: workgroup-scope matrices loaded straight from global memory through tensor layouts
+// (the driver stages them; out-of-range elements read as 0, so any M, N, K works), f16 or bf16
+// operands, f32 accumulation, f32 C. Same operand conventions as coopmat_gemm.comp:
+//   A not transposed: A[m, k] at a_off + m*lda + k;   transposed (stored K x M): at a_off + k*lda + m.
+//   B not transposed: B[k, n] at b_off + k*ldb + n;   transposed (stored N x K): at b_off + n*ldb + k.
+// One workgroup computes a BM x BN block of C, stepping through K in BK slices.
+#extension GL_KHR_cooperative_matrix : require
+#extension GL_NV_cooperative_matrix2 : require
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_EXT_shader_explicit_arithmetic_types : require
+#extension GL_EXT_shader_16bit_storage : require
+#extension GL_EXT_control_flow_attributes : require
+// variant: f16 ELEM_F16 BM=128 BN=128
+// variant: bf16 ELEM_BF16 BM=128 BN=128
+// variant: f16_wide ELEM_F16 BM=128 BN=256
+// variant: bf16_wide ELEM_BF16 BM=128 BN=256
+#ifdef ELEM_BF16
+#extension GL_EXT_bfloat16 : require
+#define ELEM bfloat16_t
+#else
+#define ELEM float16_t
+#endif
+#include "common.glsl"
+
+layout(buffer_reference, std430, buffer_reference_align = 2) readonly buffer EIn { ELEM v[]; };
+
+layout(local_size_x = 256) in;
+layout(constant_id = 0) const uint TRANS_A = 0;
+layout(constant_id = 1) const uint TRANS_B = 0;
+
+layout(push_constant) uniform Push {
+    EIn a;
+    EIn b;
+    F32Buf c;
+    F32In bias;
+    uint M, N, K;
+    uint lda, ldb, ldc;
+    uint a_off, b_off, c_off;
+    uint a_bstride, b_bstride, c_bstride;
+    uint flags;  // bit 0: add bias[n]; bit 1: beta = 1 (accumulate into C)
+    float alpha;
+} pc;
+
+const uint BK = 32;
+
+void main() {
+    uint batch = gl_WorkGroupID.z;
+    uint m0 = gl_WorkGroupID.y * BM, n0 = gl_WorkGroupID.x * BN;
+    uint a_off = pc.a_off + batch * pc.a_bstride, b_off = pc.b_off + batch * pc.b_bstride;
+    uint c_off = pc.c_off + batch * pc.c_bstride;
+
+    // Layouts in storage order (rows, cols) with row strides; views transpose where needed.
+    tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> la = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
+    tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> lb = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
+    tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> lc = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
+    la = TRANS_A == 0 ? setTensorLayoutDimensionNV(la, pc.M, pc.K) : setTensorLayoutDimensionNV(la, pc.K, pc.M);
+    la = setTensorLayoutStrideNV(la, pc.lda, 1);
+    lb = TRANS_B == 0 ? setTensorLayoutDimensionNV(lb, pc.K, pc.N) : setTensorLayoutDimensionNV(lb, pc.N, pc.K);
+    lb = setTensorLayoutStrideNV(lb, pc.ldb, 1);
+    lc = setTensorLayoutDimensionNV(lc, pc.M, pc.N);
+    lc = setTensorLayoutStrideNV(lc, pc.ldc, 1);
+    tensorViewNV<2, false, 1, 0> transposed = createTensorViewNV(2, false, 1, 0);
+
+    coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> acc =
+        coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>(0.0);
+    [[dont_unroll]] for (uint k0 = 0; k0 < pc.K; k0 += BK) {
+        coopmat<ELEM, gl_ScopeWorkgroup, BM, BK, gl_MatrixUseA> ma;
+        coopmat<ELEM, gl_ScopeWorkgroup, BK, BN, gl_MatrixUseB> mb;
+        if (TRANS_A == 0)
+            coopMatLoadTensorNV(ma, pc.a.v, a_off, sliceTensorLayoutNV(la, m0, BM, k0, BK));
+        else
+            coopMatLoadTensorNV(ma, pc.a.v, a_off, sliceTensorLayoutNV(la, k0, BK, m0, BM), transposed);
+        if (TRANS_B == 0)
+            coopMatLoadTensorNV(mb, pc.b.v, b_off, sliceTensorLayoutNV(lb, k0, BK, n0, BN));
+        else
+            coopMatLoadTensorNV(mb, pc.b.v, b_off, sliceTensorLayoutNV(lb, n0, BN, k0, BK), transposed);
+        acc = coopMatMulAdd(ma, mb, acc);
+    }
+
+    // Epilogue: C = alpha * acc (+ bias broadcast over rows) (+ C).
+    acc = acc * pc.alpha;
+    if ((pc.flags & 1u) != 0) {
+        // A row-stride-0 layout repeats bias[n] on every row.
+        tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> lbias = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
+        lbias = setTensorLayoutDimensionNV(lbias, pc.M, pc.N);
+        lbias = setTensorLayoutStrideNV(lbias, 0, 1);
+        coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> mbias;
+        coopMatLoadTensorNV(mbias, pc.bias.v, 0, sliceTensorLayoutNV(lbias, m0, BM, n0, BN));
+        acc = acc + mbias;
+    }
+    if ((pc.flags & 2u) != 0) {
+        coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> old;
+        coopMatLoadTensorNV(old, pc.c.v, c_off, sliceTensorLayoutNV(lc, m0, BM, n0, BN));
+        acc = acc + old;
+    }
+    coopMatStoreTensorNV(acc, pc.c.v, c_off, sliceTensorLayoutNV(lc, m0, BM, n0, BN));
+}

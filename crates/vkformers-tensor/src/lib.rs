@@ -1,0 +1,13 @@
+//! Tensors on the device and a tape that differentiates any composition of the ops in `ops`.
+//!
+//! A `Graph` owns the device, one open `Recorder` (every op records into it, so a whole
+//! forward + backward + optimizer step is one submission) and the tape. Reading a tensor back
+//! to the host submits the batch and waits once.
+
+pub mod graph;
+pub mod ops;
+pub mod tensor;
+
+pub use graph::Graph;
+pub use tensor::Tensor;
+pub use vkformers_vk::{Result, VkError};

@@ -1,0 +1,77 @@
+//! `Tensor`: a contiguous f32 array on the device with a shape, shared by cheap clones.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use vkformers_vk::{Buffer, BufferView};
+
+/// A contiguous row-major f32 tensor. Clones share the same storage.
+#[derive(Clone)]
+pub struct Tensor(pub(crate) Rc<Inner>);
+
+pub(crate) struct Inner {
+    pub(crate) id: u64,
+    pub(crate) buf: Buffer,
+    pub(crate) shape: Vec<usize>,
+    pub(crate) requires_grad: bool,
+    /// Only leaves (parameters) keep a gradient; it accumulates (`+=`) across backward passes.
+    pub(crate) grad: RefCell<Option<Tensor>>,
+    pub(crate) is_leaf: bool,
+}
+
+impl Tensor {
+    /// Unique id within the process.
+    pub fn id(&self) -> u64 {
+        self.0.id
+    }
+
+    /// Dimensions, outermost first.
+    pub fn shape(&self) -> &[usize] {
+        &self.0.shape
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.0.shape.iter().product()
+    }
+
+    /// Size of the last dimension.
+    pub fn last_dim(&self) -> usize {
+        self.0.shape.last().copied().unwrap_or(1)
+    }
+
+    /// Number of rows when viewed as `[numel / last_dim, last_dim]`.
+    pub fn rows(&self) -> usize {
+        self.numel() / self.last_dim().max(1)
+    }
+
+    /// True when gradients flow to or through this tensor.
+    pub fn requires_grad(&self) -> bool {
+        self.0.requires_grad
+    }
+
+    /// The device storage (the whole tensor).
+    pub fn view(&self) -> BufferView<'_> {
+        self.0.buf.slice(0, self.numel() as u64 * 4)
+    }
+
+    /// The accumulated gradient of a leaf, if any backward pass reached it.
+    pub fn grad(&self) -> Option<Tensor> {
+        self.0.grad.borrow().clone()
+    }
+
+    /// Forgets the accumulated gradient (the next backward starts from zero).
+    pub fn zero_grad(&self) {
+        self.0.grad.borrow_mut().take();
+    }
+
+    pub(crate) fn is_leaf(&self) -> bool {
+        self.0.is_leaf
+    }
+}
+
+impl std::fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tensor(#{} {:?}{})", self.0.id, self.0.shape, if self.0.requires_grad { " grad" } else { "" })
+    }
+}
