@@ -10,6 +10,7 @@ pub mod code {
 }
 
 pub mod elementwise;
+pub mod matmul;
 
 #[doc(hidden)]
 pub mod testutil;
