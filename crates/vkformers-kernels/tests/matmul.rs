@@ -8,7 +8,7 @@ use vkformers_vk::testing::on_every_device;
 use vkformers_vk::{Context, Result, VkError};
 
 const SHAPES: [(u32, u32, u32); 4] = [(1, 1, 1), (17, 13, 29), (65, 33, 7), (130, 67, 129)];
-const TILES: [Tile; 4] = [Tile::Auto, Tile::T128x128, Tile::T128x64, Tile::T64x64];
+const TILES: [Tile; 5] = [Tile::Auto, Tile::T128x128, Tile::T128x128K16, Tile::T128x64, Tile::T64x64];
 const TRANS: [(bool, bool); 4] = [(false, false), (false, true), (true, false), (true, true)];
 
 /// Elements a stored operand spans: offset + (batch-1)·stride + (rows-1)·ld + cols.
@@ -28,6 +28,23 @@ fn b_len(d: &GemmDesc) -> usize {
 
 fn c_len(d: &GemmDesc) -> usize {
     span(d.c_offset, d.stride_c, d.batch, d.m, d.ldc, d.n)
+}
+
+/// The same GEMM with leading dimensions, offsets and batch strides padded to multiples of 4
+/// elements, so that the kernel takes its vector-load path (edges still cut runs of 4).
+fn aligned(p: GemmDesc) -> GemmDesc {
+    let (lda, ldb) = (p.lda.next_multiple_of(4) + 4, p.ldb.next_multiple_of(4) + 4);
+    let a_rows = u64::from(if p.trans_a { p.k } else { p.m });
+    let b_rows = u64::from(if p.trans_b { p.n } else { p.k });
+    GemmDesc {
+        lda,
+        ldb,
+        a_offset: 4,
+        b_offset: 8,
+        stride_a: if p.stride_a == 0 { 0 } else { a_rows * u64::from(lda) + 4 },
+        stride_b: if p.stride_b == 0 { 0 } else { b_rows * u64::from(ldb) },
+        ..p
+    }
 }
 
 /// f32 -> IEEE half bits, round to nearest even (test inputs are normal and small).
@@ -156,6 +173,8 @@ fn gpu_gemm_odd_shapes_every_transpose_and_tile() {
                     let desc = GemmDesc { tile, ..GemmDesc::packed(m, n, k, ta, tb) };
                     seed += 1;
                     check(ctx, &desc, seed)?;
+                    seed += 1;
+                    check(ctx, &aligned(desc), seed)?;
                 }
             }
         }
@@ -194,6 +213,10 @@ fn gpu_gemm_batch_broadcast_bias_alpha_beta_offsets() {
                     let alt = GemmDesc { alpha: 2.0, beta: 0.0, has_bias: false, stride_a: 0, ..desc };
                     seed += 1;
                     check(ctx, &alt, seed)?;
+                    seed += 1;
+                    check(ctx, &aligned(desc), seed)?;
+                    seed += 1;
+                    check(ctx, &aligned(alt), seed)?;
                 }
             }
         }
@@ -211,11 +234,13 @@ fn gpu_gemm_f16_and_bf16_storage() {
         for dtype in [DType::F16, DType::BF16] {
             for (m, n, k) in [(1, 1, 1), (17, 13, 29), (130, 67, 129)] {
                 for (ta, tb) in TRANS {
-                    for tile in [Tile::T128x128, Tile::T128x64, Tile::T64x64] {
-                        let p = GemmDesc::packed(m, n, k, ta, tb);
-                        let desc = GemmDesc { dtype, tile, a_offset: 1, b_offset: 3, ..p };
+                    for tile in [Tile::T128x128, Tile::T128x128K16, Tile::T128x64, Tile::T64x64] {
+                        let p = GemmDesc { dtype, tile, ..GemmDesc::packed(m, n, k, ta, tb) };
+                        let desc = GemmDesc { a_offset: 1, b_offset: 3, ..p };
                         seed += 1;
                         check(ctx, &desc, seed)?;
+                        seed += 1;
+                        check(ctx, &aligned(p), seed)?;
                     }
                 }
             }
@@ -298,4 +323,56 @@ fn bad_descriptions_are_errors_naming_the_kernel() {
 fn flops_counts_multiply_adds_twice() {
     let d = GemmDesc { batch: 3, ..GemmDesc::packed(4, 5, 6, false, false) };
     assert_eq!(matmul::flops(&d), 2.0 * 4.0 * 5.0 * 6.0 * 3.0);
+}
+
+/// Throughput of every tile variant on large shapes (run on a real GPU:
+/// `cargo test --release -p vkformers-kernels --test matmul -- --ignored --nocapture`).
+/// Prints GFLOP/s from GPU timestamps, the median of several runs.
+#[test]
+#[ignore]
+fn bench_gemm_throughput() {
+    use vkformers_vk::{Context, DeviceSelector};
+    let ctx = Context::new(&DeviceSelector::Best).expect("device");
+    println!("device: {}", ctx.caps().name);
+    let run = |desc: &GemmDesc| -> Result<f64> {
+        let bytes = |n: usize| (n.max(1) * desc.dtype.bytes() as usize) as u64;
+        let a = ctx.buffer(bytes(a_len(desc)), "a")?;
+        let b = ctx.buffer(bytes(b_len(desc)), "b")?;
+        let c = ctx.buffer((c_len(desc) * 4) as u64, "c")?;
+        let mut rec = ctx.recorder(false)?;
+        vkformers_kernels::elementwise::fill(&mut rec, a.view(), 0.5)?;
+        vkformers_kernels::elementwise::fill(&mut rec, b.view(), 0.25)?;
+        matmul::gemm(&mut rec, desc, a.view(), b.view(), None, c.view())?;
+        rec.submit()?;
+        let mut rec = ctx.recorder(true)?;
+        for _ in 0..10 {
+            matmul::gemm(&mut rec, desc, a.view(), b.view(), None, c.view())?;
+        }
+        let mut ns: Vec<f64> = rec.submit()?.timings.iter().map(|t| t.1).collect();
+        ns.sort_by(f64::total_cmp);
+        Ok(matmul::flops(desc) / ns[ns.len() / 2])
+    };
+    let shapes: [(&str, u32, u32, u32, u32, bool, bool); 10] = [
+        ("square NN", 4096, 4096, 4096, 1, false, false),
+        ("square NT", 4096, 4096, 4096, 1, false, true),
+        ("square TN", 4096, 4096, 4096, 1, true, false),
+        ("qkv x·Wᵀ", 8192, 2304, 768, 1, false, true),
+        ("mlp up x·Wᵀ", 8192, 3072, 768, 1, false, true),
+        ("mlp down x·Wᵀ", 8192, 768, 3072, 1, false, true),
+        ("dW = dYᵀ·x", 3072, 768, 8192, 1, true, false),
+        ("attn QKᵀ b96", 512, 512, 64, 96, false, true),
+        ("1000³", 1000, 1000, 1000, 1, false, false),
+        ("odd 1001³", 1001, 1001, 1001, 1, false, false),
+    ];
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
+        for (name, m, n, k, batch, ta, tb) in shapes {
+            let mut line = format!("{dtype:?} {name:14} {m}x{n}x{k} b{batch}:");
+            for tile in TILES {
+                let desc = GemmDesc { batch, dtype, tile, ..GemmDesc::packed(m, n, k, ta, tb) };
+                let g = run(&desc).map_or(-1.0, |f| f);
+                line += &format!(" {tile:?} {g:7.0}");
+            }
+            println!("{line} GFLOP/s");
+        }
+    }
 }

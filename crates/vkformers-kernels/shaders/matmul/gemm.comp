@@ -20,15 +20,24 @@
 // Grid: x = ceil(N/BN), y = ceil(M/BM), z = batches (grid-stride over batch).
 //
 // variant: f32_128x128 BM=128 BN=128 BK=8 TM=8 TN=8 IN_F32
+// variant: f32_128x128k16 BM=128 BN=128 BK=16 TM=8 TN=8 PAD=0 IN_F32
 // variant: f32_128x64 BM=128 BN=64 BK=16 TM=8 TN=4 IN_F32
 // variant: f32_64x64 BM=64 BN=64 BK=16 TM=4 TN=4 IN_F32
 // variant: f16_128x128 BM=128 BN=128 BK=8 TM=8 TN=8 IN_F16
+// variant: f16_128x128k16 BM=128 BN=128 BK=16 TM=8 TN=8 PAD=0 IN_F16
 // variant: f16_128x64 BM=128 BN=64 BK=16 TM=8 TN=4 IN_F16
 // variant: f16_64x64 BM=64 BN=64 BK=16 TM=4 TN=4 IN_F16
 // variant: bf16_128x128 BM=128 BN=128 BK=8 TM=8 TN=8 IN_BF16
+// variant: bf16_128x128k16 BM=128 BN=128 BK=16 TM=8 TN=8 PAD=0 IN_BF16
 // variant: bf16_128x64 BM=128 BN=64 BK=16 TM=8 TN=4 IN_BF16
 // variant: bf16_64x64 BM=64 BN=64 BK=16 TM=4 TN=4 IN_BF16
 
+// VEC (specialization constant 2): every operand offset, leading dimension and batch stride
+// is a multiple of 4 elements and the pointers are aligned to 4 elements, so runs of 4
+// elements along the contiguous dimension are fetched with one vector load.
+#ifndef PAD
+#define PAD 1
+#endif
 #define TX (BN / TN)
 #define TY (BM / TM)
 #define NT (TX * TY)
@@ -36,11 +45,15 @@ layout(local_size_x = NT) in;
 
 layout(constant_id = 0) const uint TRANS_A = 0;
 layout(constant_id = 1) const uint TRANS_B = 0;
+layout(constant_id = 2) const uint VEC = 0;
 
 #if defined(IN_F32)
 #define IN_T F32In
 #define ELEM_BYTES 4
 float ld(F32In p, uint i) { return p.v[i]; }
+layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer V4In { vec4 v[]; };
+// Elements i..i+3 (i a multiple of 4).
+vec4 ld4(F32In p, uint i) { return V4In(uint64_t(p)).v[i >> 2]; }
 #else
 layout(buffer_reference, std430, buffer_reference_align = 4) readonly buffer U32In { uint v[]; };
 #define IN_T U32In
@@ -53,6 +66,16 @@ float ld(U32In p, uint i) {
     return unpackHalf2x16(h).x;
 #else
     return uintBitsToFloat(h << 16);
+#endif
+}
+layout(buffer_reference, std430, buffer_reference_align = 8) readonly buffer V2In { uvec2 v[]; };
+// Elements i..i+3 (i a multiple of 4): two words of two values each.
+vec4 ld4(U32In p, uint i) {
+    uvec2 w = V2In(uint64_t(p)).v[i >> 2];
+#if defined(IN_F16)
+    return vec4(unpackHalf2x16(w.x), unpackHalf2x16(w.y));
+#else
+    return uintBitsToFloat(uvec4(w.x << 16, w.x & 0xffff0000u, w.y << 16, w.y & 0xffff0000u));
 #endif
 }
 #endif
@@ -71,8 +94,8 @@ layout(push_constant) uniform Push {
 } pc;
 
 // Shared tiles, k-major: [buffer][k][mn / 4] as vec4, padded by one vec4 per k row.
-shared vec4 As[2][BK][BM / 4 + 1];
-shared vec4 Bs[2][BK][BN / 4 + 1];
+shared vec4 As[2][BK][BM / 4 + PAD];
+shared vec4 Bs[2][BK][BN / 4 + PAD];
 
 const uint LA = BM * BK / NT;   // A elements each thread fetches per K step
 const uint LB = BN * BK / NT;
@@ -95,6 +118,28 @@ IN_T batch_ptr(IN_T p, uint par, uint stride, uint bz, out uint parity) {
 uvec2 tile_pos(uint l, uint bmn, bool k_contig) {
     return k_contig ? uvec2(l / BK, l % BK) : uvec2(l % bmn, l / bmn);
 }
+
+// First element (mn, k) of run l4 of 4 elements along the contiguous dimension (VEC path).
+uvec2 run_pos(uint l4, uint bmn, bool k_contig) {
+    return k_contig ? uvec2(l4 / (BK / 4), (l4 % (BK / 4)) * 4) : uvec2((l4 % (bmn / 4)) * 4, l4 / (bmn / 4));
+}
+
+// Loads run (mn, k) .. of an operand with MN rows of op(X) and K columns into r[4g..4g+3];
+// a run that crosses the matrix edge is loaded element by element.
+#define LOAD_RUN(r, g, X, par, ld_, kc, mn, k, MN)                                            \
+    {                                                                                       \
+        const uint idx = kc ? (mn) * (ld_) + (k) : (k) * (ld_) + (mn);                     \
+        const bool row_in = kc ? (mn) < (MN) : (k) < pc.K;                                  \
+        const uint along = kc ? (k) : (mn);                                                 \
+        const uint lim = kc ? pc.K : (MN);                                                  \
+        vec4 v = vec4(0.0);                                                                 \
+        if (row_in && along + 3 < lim) {                                                    \
+            v = ld4(X, idx);                                                                \
+        } else if (row_in) {                                                                \
+            [[unroll]] for (uint j = 0; j < 4; j++) v[j] = along + j < lim ? ld(X, idx + j) : 0.0; \
+        }                                                                                   \
+        r[4 * (g)] = v.x; r[4 * (g) + 1] = v.y; r[4 * (g) + 2] = v.z; r[4 * (g) + 3] = v.w;  \
+    }
 
 void main() {
     const uint tid = gl_LocalInvocationID.x;
@@ -122,22 +167,45 @@ void main() {
 #define FETCH(t)                                                                          \
         {                                                                                 \
             const uint k0 = (t) * BK;                                                     \
-            [[unroll]] for (uint i = 0; i < LA; i++) {                                    \
-                uvec2 p = tile_pos(tid + i * NT, BM, a_kc);                               \
-                uint m = m0 + p.x, k = k0 + p.y;                                          \
-                uint idx = a_kc ? m * pc.lda + k : k * pc.lda + m;                        \
-                ra[i] = (m < pc.M && k < pc.K) ? ld(A, pa + idx) : 0.0;                   \
-            }                                                                             \
-            [[unroll]] for (uint i = 0; i < LB; i++) {                                    \
-                uvec2 p = tile_pos(tid + i * NT, BN, b_kc);                               \
-                uint n = n0 + p.x, k = k0 + p.y;                                          \
-                uint idx = b_kc ? n * pc.ldb + k : k * pc.ldb + n;                        \
-                rb[i] = (n < pc.N && k < pc.K) ? ld(B, pb + idx) : 0.0;                   \
+            if (VEC != 0) {                                                               \
+                [[unroll]] for (uint g = 0; g < LA / 4; g++) {                            \
+                    uvec2 p = run_pos(tid + g * NT, BM, a_kc);                            \
+                    LOAD_RUN(ra, g, A, pa, pc.lda, a_kc, m0 + p.x, k0 + p.y, pc.M)        \
+                }                                                                         \
+                [[unroll]] for (uint g = 0; g < LB / 4; g++) {                            \
+                    uvec2 p = run_pos(tid + g * NT, BN, b_kc);                            \
+                    LOAD_RUN(rb, g, B, pb, pc.ldb, b_kc, n0 + p.x, k0 + p.y, pc.N)        \
+                }                                                                         \
+            } else {                                                                      \
+                [[unroll]] for (uint i = 0; i < LA; i++) {                                \
+                    uvec2 p = tile_pos(tid + i * NT, BM, a_kc);                           \
+                    uint m = m0 + p.x, k = k0 + p.y;                                      \
+                    uint idx = a_kc ? m * pc.lda + k : k * pc.lda + m;                    \
+                    ra[i] = (m < pc.M && k < pc.K) ? ld(A, pa + idx) : 0.0;               \
+                }                                                                         \
+                [[unroll]] for (uint i = 0; i < LB; i++) {                                \
+                    uvec2 p = tile_pos(tid + i * NT, BN, b_kc);                           \
+                    uint n = n0 + p.x, k = k0 + p.y;                                      \
+                    uint idx = b_kc ? n * pc.ldb + k : k * pc.ldb + n;                    \
+                    rb[i] = (n < pc.N && k < pc.K) ? ld(B, pb + idx) : 0.0;               \
+                }                                                                         \
             }                                                                             \
         }
         // Store the fetched registers into shared buffer s.
+#define STORE_RUNS(S, s, r, L, bmn, kc)                                                   \
+        [[unroll]] for (uint g = 0; g < (L) / 4; g++) {                                   \
+            uvec2 p = run_pos(tid + g * NT, bmn, kc);                                     \
+            if (kc) {                                                                     \
+                [[unroll]] for (uint j = 0; j < 4; j++) S[s][p.y + j][p.x >> 2][p.x & 3u] = r[4 * g + j]; \
+            } else {                                                                      \
+                S[s][p.y][p.x >> 2] = vec4(r[4 * g], r[4 * g + 1], r[4 * g + 2], r[4 * g + 3]); \
+            }                                                                             \
+        }
 #define STORE(s)                                                                          \
-        {                                                                                 \
+        if (VEC != 0) {                                                                   \
+            STORE_RUNS(As, s, ra, LA, BM, a_kc)                                           \
+            STORE_RUNS(Bs, s, rb, LB, BN, b_kc)                                           \
+        } else {                                                                          \
             [[unroll]] for (uint i = 0; i < LA; i++) {                                    \
                 uvec2 p = tile_pos(tid + i * NT, BM, a_kc);                               \
                 As[s][p.y][p.x >> 2][p.x & 3u] = ra[i];                                   \

@@ -45,6 +45,8 @@ pub enum Tile {
     Auto,
     /// 128×128, BK 8, 8×8 per thread: large problems.
     T128x128,
+    /// 128×128, BK 16 (unpadded shared tiles: exactly 32 KiB), 8×8 per thread.
+    T128x128K16,
     /// 128×64, BK 16, 8×4 per thread.
     T128x64,
     /// 64×64, BK 16, 4×4 per thread: small problems.
@@ -55,7 +57,7 @@ impl Tile {
     /// (BM, BN) of a concrete tile.
     fn dims(self) -> (u32, u32) {
         match self {
-            Tile::T128x128 | Tile::Auto => (128, 128),
+            Tile::T128x128 | Tile::T128x128K16 | Tile::Auto => (128, 128),
             Tile::T128x64 => (128, 64),
             Tile::T64x64 => (64, 64),
         }
@@ -153,12 +155,15 @@ fn err(kernel: &str, message: String) -> VkError {
 fn kernel_for(dtype: DType, tile: Tile) -> &'static KernelCode {
     match (dtype, tile) {
         (DType::F32, Tile::T128x128 | Tile::Auto) => &code::MATMUL_GEMM_F32_128X128,
+        (DType::F32, Tile::T128x128K16) => &code::MATMUL_GEMM_F32_128X128K16,
         (DType::F32, Tile::T128x64) => &code::MATMUL_GEMM_F32_128X64,
         (DType::F32, Tile::T64x64) => &code::MATMUL_GEMM_F32_64X64,
         (DType::F16, Tile::T128x128 | Tile::Auto) => &code::MATMUL_GEMM_F16_128X128,
+        (DType::F16, Tile::T128x128K16) => &code::MATMUL_GEMM_F16_128X128K16,
         (DType::F16, Tile::T128x64) => &code::MATMUL_GEMM_F16_128X64,
         (DType::F16, Tile::T64x64) => &code::MATMUL_GEMM_F16_64X64,
         (DType::BF16, Tile::T128x128 | Tile::Auto) => &code::MATMUL_GEMM_BF16_128X128,
+        (DType::BF16, Tile::T128x128K16) => &code::MATMUL_GEMM_BF16_128X128K16,
         (DType::BF16, Tile::T128x64) => &code::MATMUL_GEMM_BF16_128X64,
         (DType::BF16, Tile::T64x64) => &code::MATMUL_GEMM_BF16_64X64,
     }
@@ -230,6 +235,15 @@ fn operand_view<'a>(
         ));
     }
     Ok((view.buffer.slice(start, end - start), parity))
+}
+
+/// True when runs of 4 elements of A and B can be fetched as one vector: offsets, leading
+/// dimensions and batch strides are multiples of 4 elements and both pointers are aligned to
+/// 4 elements.
+fn vectorizable(desc: &GemmDesc, a: &BufferView<'_>, b: &BufferView<'_>) -> bool {
+    let align = 4 * desc.dtype.bytes();
+    let fours = [desc.a_offset, desc.b_offset, desc.lda.into(), desc.ldb.into(), desc.stride_a, desc.stride_b];
+    desc.k > 0 && fours.iter().all(|x| x % 4 == 0) && a.address() % align == 0 && b.address() % align == 0
 }
 
 /// Checks C: f32 `[M, N]` rows `ldc` apart, batches `stride_c` apart without overlap.
@@ -324,6 +338,6 @@ pub fn gemm(
     ];
     let params: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
     let c_arg = if desc.beta != 0.0 { read_write(c_sub) } else { write(c_sub) };
-    let spec = [u32::from(desc.trans_a), u32::from(desc.trans_b)];
+    let spec = [u32::from(desc.trans_a), u32::from(desc.trans_b), u32::from(vectorizable(desc, &a_sub, &b_sub))];
     rec.dispatch(kernel, &spec, &[read(a_sub), read(b_sub), read(bias_view), c_arg], &params, groups)
 }
