@@ -18,6 +18,7 @@ pub mod embedding;
 pub mod gemm_coopmat;
 pub mod glu;
 pub mod loss;
+pub mod matmul;
 pub mod norm;
 pub mod optim;
 pub mod reduce;
