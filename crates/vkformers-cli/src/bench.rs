@@ -60,7 +60,8 @@ pub fn gemm(selector: &DeviceSelector, args: &GemmArgs) -> anyhow::Result<ExitCo
     let elem = match args.dtype.as_str() {
         "f16" => Elem::F16,
         "bf16" => Elem::Bf16,
-        other => bail!("--dtype {other}: this build benchmarks f16 and bf16 (tensor-core path)"),
+        "f32" => return gemm_f32(selector, args),
+        other => bail!("--dtype {other}: expected f32, f16 or bf16"),
     };
     let ctx = Context::new(selector)?;
     if !gemm_coopmat::supported(ctx.caps(), elem) {
@@ -73,6 +74,8 @@ pub fn gemm(selector: &DeviceSelector, args: &GemmArgs) -> anyhow::Result<ExitCo
         "coopmat" => Engine::Coopmat,
         "coopmat2" => Engine::Coopmat2,
         "coopmat2-wide" => Engine::Coopmat2Wide,
+        "coopmat2-wide64" => Engine::Coopmat2Wide64,
+        "coopmat2-tall64" => Engine::Coopmat2Tall64,
         other => bail!("--engine {other}: expected auto, coopmat, coopmat2 or coopmat2-wide"),
     };
     let (a_bytes, a) = operand((m * k) as usize, elem, 1);
@@ -80,20 +83,57 @@ pub fn gemm(selector: &DeviceSelector, args: &GemmArgs) -> anyhow::Result<ExitCo
     let a_buf = upload(&ctx, &a_bytes, "A")?;
     let b_buf = upload(&ctx, &b_bytes, "B")?;
     let c_buf = ctx.buffer(u64::from(m) * u64::from(n) * 4, "C")?;
-    let run = |iters: usize, timing: bool| -> anyhow::Result<Vec<f64>> {
-        let mut rec = ctx.recorder(timing)?;
-        for _ in 0..iters {
-            gemm_coopmat::gemm_coopmat(&mut rec, &desc, a_buf.view(), b_buf.view(), None, c_buf.view())?;
-        }
-        Ok(rec.submit()?.timings.iter().map(|t| t.1).collect())
-    };
-    run(3, false)?;
-    let mut times = run(args.iters, true)?;
-    times.sort_by(f64::total_cmp);
-    let median_ns = *times.get(times.len() / 2).context("no timings (device lacks timestamps)")?;
+    let median_ns = time_median(&ctx, args.iters, &mut |rec| {
+        Ok(gemm_coopmat::gemm_coopmat(rec, &desc, a_buf.view(), b_buf.view(), None, c_buf.view())?)
+    })?;
     let c: Vec<f32> = ctx.read_vec(c_buf.view())?;
     let max_err = check_samples(&a, &b, &c, m, n, k, args.trans_b);
-    let tflops = desc.flops() / median_ns / 1e3;
+    report(args, &ctx, desc.flops(), median_ns, max_err)
+}
+
+/// Median GPU time of `iters` dispatches recorded by `dispatch`, after 3 warm-up runs.
+fn time_median(
+    ctx: &Context,
+    iters: usize,
+    dispatch: &mut dyn FnMut(&mut vkformers_vk::Recorder) -> anyhow::Result<()>,
+) -> anyhow::Result<f64> {
+    let mut warm = ctx.recorder(false)?;
+    for _ in 0..3 {
+        dispatch(&mut warm)?;
+    }
+    warm.submit()?;
+    let mut rec = ctx.recorder(true)?;
+    for _ in 0..iters {
+        dispatch(&mut rec)?;
+    }
+    let mut times: Vec<f64> = rec.submit()?.timings.iter().map(|t| t.1).collect();
+    times.sort_by(f64::total_cmp);
+    times.get(times.len() / 2).copied().context("no timings (device lacks timestamps)")
+}
+
+/// The portable f32 kernel (tiled, register-blocked; no tensor cores).
+fn gemm_f32(selector: &DeviceSelector, args: &GemmArgs) -> anyhow::Result<ExitCode> {
+    use vkformers_kernels::matmul::{self, GemmDesc};
+    let ctx = Context::new(selector)?;
+    let (m, n, k) = (args.m, args.n, args.k);
+    let desc = GemmDesc::packed(m, n, k, false, args.trans_b);
+    let mut rng = Rng::new(1);
+    let a = rng.vec((m * k) as usize, 1.0);
+    let b = rng.vec((k * n) as usize, 1.0);
+    let a_buf = ctx.buffer_from(&a, "A")?;
+    let b_buf = ctx.buffer_from(&b, "B")?;
+    let c_buf = ctx.buffer(u64::from(m) * u64::from(n) * 4, "C")?;
+    let median_ns = time_median(&ctx, args.iters, &mut |rec| {
+        Ok(matmul::gemm(rec, &desc, a_buf.view(), b_buf.view(), None, c_buf.view())?)
+    })?;
+    let c: Vec<f32> = ctx.read_vec(c_buf.view())?;
+    let max_err = check_samples(&a, &b, &c, m, n, k, args.trans_b);
+    report(args, &ctx, matmul::flops(&desc), median_ns, max_err)
+}
+
+fn report(args: &GemmArgs, ctx: &Context, flops: f64, median_ns: f64, max_err: f64) -> anyhow::Result<ExitCode> {
+    let (m, n, k) = (args.m, args.n, args.k);
+    let tflops = flops / median_ns / 1e3;
     if args.json {
         println!(
             "{}",

@@ -18,6 +18,10 @@ pub enum Engine {
     Coopmat2,
     /// `VK_NV_cooperative_matrix2`, 128 x 256 tiles.
     Coopmat2Wide,
+    /// `VK_NV_cooperative_matrix2`, 128 x 256 tiles, K slices of 64.
+    Coopmat2Wide64,
+    /// `VK_NV_cooperative_matrix2`, 256 x 128 tiles, K slices of 64.
+    Coopmat2Tall64,
 }
 
 /// Operand element type of the tensor-core path.
@@ -117,7 +121,8 @@ fn has_coopmat2(caps: &Caps, elem: Elem) -> bool {
 /// when `n` fills them), else the KHR kernel; `None` when the device has neither.
 pub fn choose_engine(caps: &Caps, elem: Elem, n: u32) -> Option<Engine> {
     if has_coopmat2(caps, elem) {
-        return Some(if n >= 2048 { Engine::Coopmat2Wide } else { Engine::Coopmat2 });
+        // Measured on an H200 at 4096-8192: 128 x 256 tiles with K slices of 64 are fastest.
+        return Some(if n >= 2048 { Engine::Coopmat2Wide64 } else { Engine::Coopmat2 });
     }
     has_khr_coopmat(caps, elem).then_some(Engine::Coopmat)
 }
@@ -138,14 +143,20 @@ fn has_khr_coopmat(caps: &Caps, elem: Elem) -> bool {
     shape && types && caps.subgroup_size == 32 && caps.max_shared_memory >= 40 * 1024
 }
 
-fn kernel(engine: Engine, elem: Elem) -> (&'static KernelCode, u32) {
+/// The kernel of an engine and its block of C (rows, columns).
+fn kernel(engine: Engine, elem: Elem) -> (&'static KernelCode, u32, u32) {
+    use Elem::{Bf16, F16};
     match (engine, elem) {
-        (Engine::Coopmat2, Elem::F16) => (&code::MATMUL_COOPMAT2_GEMM_F16, 128),
-        (Engine::Coopmat2, Elem::Bf16) => (&code::MATMUL_COOPMAT2_GEMM_BF16, 128),
-        (Engine::Coopmat2Wide, Elem::F16) => (&code::MATMUL_COOPMAT2_GEMM_F16_WIDE, 256),
-        (Engine::Coopmat2Wide, Elem::Bf16) => (&code::MATMUL_COOPMAT2_GEMM_BF16_WIDE, 256),
-        (_, Elem::F16) => (&code::MATMUL_COOPMAT_GEMM_F16, 128),
-        (_, Elem::Bf16) => (&code::MATMUL_COOPMAT_GEMM_BF16, 128),
+        (Engine::Coopmat2, F16) => (&code::MATMUL_COOPMAT2_GEMM_F16, 128, 128),
+        (Engine::Coopmat2, Bf16) => (&code::MATMUL_COOPMAT2_GEMM_BF16, 128, 128),
+        (Engine::Coopmat2Wide, F16) => (&code::MATMUL_COOPMAT2_GEMM_F16_WIDE, 128, 256),
+        (Engine::Coopmat2Wide, Bf16) => (&code::MATMUL_COOPMAT2_GEMM_BF16_WIDE, 128, 256),
+        (Engine::Coopmat2Wide64, F16) => (&code::MATMUL_COOPMAT2_GEMM_F16_WIDE64, 128, 256),
+        (Engine::Coopmat2Wide64, Bf16) => (&code::MATMUL_COOPMAT2_GEMM_BF16_WIDE64, 128, 256),
+        (Engine::Coopmat2Tall64, F16) => (&code::MATMUL_COOPMAT2_GEMM_F16_TALL64, 256, 128),
+        (Engine::Coopmat2Tall64, Bf16) => (&code::MATMUL_COOPMAT2_GEMM_BF16_TALL64, 256, 128),
+        (_, F16) => (&code::MATMUL_COOPMAT_GEMM_F16, 128, 128),
+        (_, Bf16) => (&code::MATMUL_COOPMAT_GEMM_BF16, 128, 128),
     }
 }
 
@@ -218,7 +229,7 @@ pub fn gemm_coopmat(
             .ok_or_else(|| err("matmul/coopmat", format!("no {:?} cooperative-matrix GEMM on this device", d.elem)))?,
         e => e,
     };
-    let (k, block_n) = kernel(engine, d.elem);
+    let (k, block_m, block_n) = kernel(engine, d.elem);
     check(d, engine, &a, &b, &c, k.name)?;
     if let Some(bv) = &bias {
         if bv.len < u64::from(d.n) * 4 {
@@ -247,7 +258,7 @@ pub fn gemm_coopmat(
     .collect();
     let c_arg = if d.beta_one { read_write(c) } else { write(c) };
     let bias_view = bias.unwrap_or(a);
-    let groups = [d.n.div_ceil(block_n), d.m.div_ceil(128), d.batch];
+    let groups = [d.n.div_ceil(block_n), d.m.div_ceil(block_m), d.batch];
     rec.dispatch(
         k,
         &[u32::from(d.trans_a), u32::from(d.trans_b)],

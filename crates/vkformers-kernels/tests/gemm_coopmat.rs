@@ -84,23 +84,24 @@ fn run_case(ctx: &Context, d: &CoopGemm, with_bias: bool, seed: u64) -> vkformer
 #[test]
 fn coopmat_gemm_matches_reference() {
     on_every_device("coopmat gemm", |ctx| {
-        for (elem, engine) in [Elem::F16, Elem::Bf16]
-            .into_iter()
-            .flat_map(|e| [Engine::Coopmat, Engine::Coopmat2, Engine::Coopmat2Wide].map(|g| (e, g)))
-        {
+        for (elem, engine) in [Elem::F16, Elem::Bf16].into_iter().flat_map(|e| {
+            [Engine::Coopmat, Engine::Coopmat2, Engine::Coopmat2Wide, Engine::Coopmat2Wide64, Engine::Coopmat2Tall64]
+                .map(|g| (e, g))
+        }) {
             // Every engine the device has: the KHR kernel runs wherever any cooperative-matrix
             // engine does; the cm2 kernels only where cm2 is chosen.
             let best = choose_engine(ctx.caps(), elem, 4096);
             let available = match engine {
                 Engine::Coopmat => best.is_some() && ctx.caps().subgroup_size == 32,
-                _ => matches!(best, Some(Engine::Coopmat2Wide)),
+                _ => matches!(best, Some(Engine::Coopmat2Wide64)),
             };
             if !available {
                 eprintln!("{}: no {elem:?} {engine:?} GEMM here (skipped)", ctx.caps().name);
                 continue;
             }
             let mut seed = 1;
-            for (m, n, k) in [(1, 1, 1), (17, 13, 29), (130, 67, 129), (128, 128, 64), (257, 300, 100)] {
+            for (m, n, k) in [(1, 1, 1), (17, 13, 29), (130, 67, 129), (128, 128, 64), (257, 300, 100), (256, 512, 128)]
+            {
                 for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
                     let mut d = CoopGemm::dense(m, n, k, tb, elem);
                     d.engine = engine;

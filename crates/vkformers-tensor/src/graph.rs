@@ -40,7 +40,13 @@ pub struct Graph {
 impl Graph {
     /// A graph on `ctx`.
     pub fn new(ctx: Arc<Context>) -> Self {
-        Graph { ctx, rec: RefCell::new(None), tape: RefCell::new(Vec::new()), grad_enabled: Cell::new(true), submissions: Cell::new(0) }
+        Graph {
+            ctx,
+            rec: RefCell::new(None),
+            tape: RefCell::new(Vec::new()),
+            grad_enabled: Cell::new(true),
+            submissions: Cell::new(0),
+        }
     }
 
     /// The device context.
@@ -159,7 +165,10 @@ impl Graph {
     /// gradient accumulated (`+=`) into `param.grad()`. The tape is consumed.
     pub fn backward(&self, loss: &Tensor) -> Result<()> {
         if loss.numel() != 1 {
-            return Err(VkError::Kernel { kernel: "backward".into(), message: format!("loss must be a scalar, got {:?}", loss.shape()) });
+            return Err(VkError::Kernel {
+                kernel: "backward".into(),
+                message: format!("loss must be a scalar, got {:?}", loss.shape()),
+            });
         }
         let mut grads: HashMap<u64, Tensor> = HashMap::new();
         grads.insert(loss.id(), self.full(&[1], 1.0)?);

@@ -12,10 +12,14 @@
 #extension GL_EXT_shader_explicit_arithmetic_types : require
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_control_flow_attributes : require
-// variant: f16 ELEM_F16 BM=128 BN=128
-// variant: bf16 ELEM_BF16 BM=128 BN=128
-// variant: f16_wide ELEM_F16 BM=128 BN=256
-// variant: bf16_wide ELEM_BF16 BM=128 BN=256
+// variant: f16 ELEM_F16 BM=128 BN=128 BK=32
+// variant: bf16 ELEM_BF16 BM=128 BN=128 BK=32
+// variant: f16_wide ELEM_F16 BM=128 BN=256 BK=32
+// variant: bf16_wide ELEM_BF16 BM=128 BN=256 BK=32
+// variant: f16_wide64 ELEM_F16 BM=128 BN=256 BK=64
+// variant: bf16_wide64 ELEM_BF16 BM=128 BN=256 BK=64
+// variant: f16_tall64 ELEM_F16 BM=256 BN=128 BK=64
+// variant: bf16_tall64 ELEM_BF16 BM=256 BN=128 BK=64
 #ifdef ELEM_BF16
 #extension GL_EXT_bfloat16 : require
 #define ELEM bfloat16_t
@@ -43,8 +47,6 @@ layout(push_constant) uniform Push {
     float alpha;
 } pc;
 
-const uint BK = 32;
-
 void main() {
     uint batch = gl_WorkGroupID.z;
     uint m0 = gl_WorkGroupID.y * BM, n0 = gl_WorkGroupID.x * BN;
@@ -52,32 +54,37 @@ void main() {
     uint c_off = pc.c_off + batch * pc.c_bstride;
 
     // Layouts in storage order (rows, cols) with row strides; views transpose where needed.
-    tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> la = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
-    tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> lb = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
-    tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> lc = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
-    la = TRANS_A == 0 ? setTensorLayoutDimensionNV(la, pc.M, pc.K) : setTensorLayoutDimensionNV(la, pc.K, pc.M);
-    la = setTensorLayoutStrideNV(la, pc.lda, 1);
-    lb = TRANS_B == 0 ? setTensorLayoutDimensionNV(lb, pc.K, pc.N) : setTensorLayoutDimensionNV(lb, pc.N, pc.K);
-    lb = setTensorLayoutStrideNV(lb, pc.ldb, 1);
-    lc = setTensorLayoutDimensionNV(lc, pc.M, pc.N);
-    lc = setTensorLayoutStrideNV(lc, pc.ldc, 1);
     tensorViewNV<2, false, 1, 0> transposed = createTensorViewNV(2, false, 1, 0);
-
     coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> acc =
         coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>(0.0);
-    [[dont_unroll]] for (uint k0 = 0; k0 < pc.K; k0 += BK) {
-        coopmat<ELEM, gl_ScopeWorkgroup, BM, BK, gl_MatrixUseA> ma;
-        coopmat<ELEM, gl_ScopeWorkgroup, BK, BN, gl_MatrixUseB> mb;
-        if (TRANS_A == 0)
-            coopMatLoadTensorNV(ma, pc.a.v, a_off, sliceTensorLayoutNV(la, m0, BM, k0, BK));
-        else
-            coopMatLoadTensorNV(ma, pc.a.v, a_off, sliceTensorLayoutNV(la, k0, BK, m0, BM), transposed);
-        if (TRANS_B == 0)
-            coopMatLoadTensorNV(mb, pc.b.v, b_off, sliceTensorLayoutNV(lb, k0, BK, n0, BN));
-        else
-            coopMatLoadTensorNV(mb, pc.b.v, b_off, sliceTensorLayoutNV(lb, n0, BN, k0, BK), transposed);
-        acc = coopMatMulAdd(ma, mb, acc);
+#define SETUP_LAYOUTS(la, lb)                                                                   \
+    la = TRANS_A == 0 ? setTensorLayoutDimensionNV(la, pc.M, pc.K) : setTensorLayoutDimensionNV(la, pc.K, pc.M); \
+    la = setTensorLayoutStrideNV(la, pc.lda, 1);                                              \
+    lb = TRANS_B == 0 ? setTensorLayoutDimensionNV(lb, pc.K, pc.N) : setTensorLayoutDimensionNV(lb, pc.N, pc.K); \
+    lb = setTensorLayoutStrideNV(lb, pc.ldb, 1);
+#define K_LOOP(la, lb)                                                                          \
+    [[dont_unroll]] for (uint k0 = 0; k0 < pc.K; k0 += BK) {                                    \
+        coopmat<ELEM, gl_ScopeWorkgroup, BM, BK, gl_MatrixUseA> ma;                             \
+        coopmat<ELEM, gl_ScopeWorkgroup, BK, BN, gl_MatrixUseB> mb;                             \
+        if (TRANS_A == 0)                                                                       \
+            coopMatLoadTensorNV(ma, pc.a.v, a_off, sliceTensorLayoutNV(la, m0, BM, k0, BK));    \
+        else                                                                                    \
+            coopMatLoadTensorNV(ma, pc.a.v, a_off, sliceTensorLayoutNV(la, k0, BK, m0, BM), transposed); \
+        if (TRANS_B == 0)                                                                       \
+            coopMatLoadTensorNV(mb, pc.b.v, b_off, sliceTensorLayoutNV(lb, k0, BK, n0, BN));    \
+        else                                                                                    \
+            coopMatLoadTensorNV(mb, pc.b.v, b_off, sliceTensorLayoutNV(lb, n0, BN, k0, BK), transposed); \
+        acc = coopMatMulAdd(ma, mb, acc);                                                       \
     }
+    // Clamp-to-zero layouts for every block. (Measured on an H200: layouts without clamping,
+    // used for blocks wholly inside, ran 3-4x slower, so there is no separate interior path.)
+    tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> la = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
+    tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> lb = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
+    SETUP_LAYOUTS(la, lb)
+    K_LOOP(la, lb)
+    tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> lc = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
+    lc = setTensorLayoutDimensionNV(lc, pc.M, pc.N);
+    lc = setTensorLayoutStrideNV(lc, pc.ldc, 1);
 
     // Epilogue: C = alpha * acc (+ bias broadcast over rows) (+ C).
     acc = acc * pc.alpha;
