@@ -9,7 +9,6 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 
 use vkformers_kernels::{broadcast, elementwise};
 use vkformers_vk::{Context, Recorder, Result, VkError};
@@ -20,7 +19,7 @@ static NEXT_TENSOR_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Computes the gradients of a node's inputs (in order; `None` for inputs without gradient)
 /// from the gradient of its output.
-pub type BackwardFn = Box<dyn FnOnce(&Graph, &Tensor) -> Result<Vec<Option<Tensor>>>>;
+pub type BackwardFn = Box<dyn FnOnce(&Graph<'_>, &Tensor) -> Result<Vec<Option<Tensor>>>>;
 
 struct Node {
     output: u64,
@@ -29,17 +28,17 @@ struct Node {
 }
 
 /// Device state, the batch being recorded and the tape.
-pub struct Graph {
-    ctx: Arc<Context>,
+pub struct Graph<'c> {
+    ctx: &'c Context,
     rec: RefCell<Option<Recorder>>,
     tape: RefCell<Vec<Node>>,
     grad_enabled: Cell<bool>,
     submissions: Cell<usize>,
 }
 
-impl Graph {
+impl<'c> Graph<'c> {
     /// A graph on `ctx`.
-    pub fn new(ctx: Arc<Context>) -> Self {
+    pub fn new(ctx: &'c Context) -> Self {
         Graph {
             ctx,
             rec: RefCell::new(None),
@@ -50,8 +49,8 @@ impl Graph {
     }
 
     /// The device context.
-    pub fn ctx(&self) -> &Arc<Context> {
-        &self.ctx
+    pub fn ctx(&self) -> &'c Context {
+        self.ctx
     }
 
     /// Runs `f` with the open recorder (opening one if needed).

@@ -1,1 +1,4 @@
-//! Differentiable ops.
+//! Differentiable ops: each records its forward kernels into the graph's batch and pushes a
+//! backward closure onto the tape (see `Graph::push_node`).
+
+pub mod softmax;
