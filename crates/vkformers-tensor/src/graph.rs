@@ -105,6 +105,13 @@ impl<'c> Graph<'c> {
         }))
     }
 
+    /// The same storage under another shape (same element count); gradients flow when
+    /// `src` carries them and grad mode is on.
+    pub(crate) fn alias(&self, src: &Tensor, shape: &[usize]) -> Tensor {
+        let rg = self.grad_enabled() && src.requires_grad();
+        self.make(src.0.buf.clone(), shape, rg, false)
+    }
+
     /// An uninitialised tensor (its contents are whatever a kernel writes next).
     pub fn empty(&self, shape: &[usize]) -> Result<Tensor> {
         let n: usize = shape.iter().product();
@@ -169,11 +176,24 @@ impl<'c> Graph<'c> {
                 message: format!("loss must be a scalar, got {:?}", loss.shape()),
             });
         }
-        let mut grads: HashMap<u64, Tensor> = HashMap::new();
-        grads.insert(loss.id(), self.full(&[1], 1.0)?);
-        if loss.is_leaf() {
-            return self.accumulate_leaf(loss, &grads[&loss.id()]);
+        let one = self.full(&[1], 1.0)?;
+        self.backward_from(loss, &one)
+    }
+
+    /// Back-propagates an upstream gradient `grad` (shaped like `out`) from `out`, as
+    /// `out.backward(gradient=grad)` does in PyTorch.
+    pub fn backward_from(&self, out: &Tensor, grad: &Tensor) -> Result<()> {
+        if out.shape() != grad.shape() {
+            return Err(VkError::Kernel {
+                kernel: "backward".into(),
+                message: format!("gradient {:?} for output {:?}", grad.shape(), out.shape()),
+            });
         }
+        if out.is_leaf() {
+            return self.accumulate_leaf(out, grad);
+        }
+        let mut grads: HashMap<u64, Tensor> = HashMap::new();
+        grads.insert(out.id(), grad.clone());
         loop {
             let node = self.tape.borrow_mut().pop();
             let Some(node) = node else { break };
@@ -188,8 +208,11 @@ impl<'c> Graph<'c> {
                 if input.is_leaf() {
                     self.accumulate_leaf(input, &ig)?;
                 } else if let Some(prev) = grads.remove(&input.id()) {
-                    self.record(|rec| broadcast::axpy(rec, 1.0, ig.view(), prev.view()))?;
-                    grads.insert(input.id(), prev);
+                    // A fresh sum: either operand may also be held elsewhere (an op may hand the
+                    // same gradient to two inputs), so neither is updated in place.
+                    let sum = self.empty(input.shape())?;
+                    self.record(|rec| elementwise::add(rec, prev.view(), ig.view(), sum.view()))?;
+                    grads.insert(input.id(), sum);
                 } else {
                     grads.insert(input.id(), ig);
                 }

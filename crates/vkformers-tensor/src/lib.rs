@@ -6,8 +6,9 @@
 
 pub mod graph;
 pub mod ops;
+pub mod optim;
 pub mod tensor;
 
 pub use graph::Graph;
-pub use tensor::Tensor;
+pub use tensor::{Tensor, WeakTensor};
 pub use vkformers_vk::{Result, VkError};

@@ -68,6 +68,22 @@ impl Tensor {
     pub(crate) fn is_leaf(&self) -> bool {
         self.0.is_leaf
     }
+
+    /// A handle that does not keep the tensor alive (to observe when saved activations are
+    /// released).
+    pub fn downgrade(&self) -> WeakTensor {
+        WeakTensor(Rc::downgrade(&self.0))
+    }
+}
+
+/// A non-owning handle to a tensor.
+pub struct WeakTensor(std::rc::Weak<Inner>);
+
+impl WeakTensor {
+    /// True while some owner (a user handle or a tape node) still holds the tensor.
+    pub fn is_alive(&self) -> bool {
+        self.0.strong_count() > 0
+    }
 }
 
 impl std::fmt::Debug for Tensor {

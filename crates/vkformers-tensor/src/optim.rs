@@ -1,0 +1,98 @@
+//! AdamW over the graph's parameters, with optional global gradient-norm clipping computed
+//! and applied on the device (no host round trip inside a step).
+
+use std::collections::HashMap;
+
+use vkformers_kernels::{elementwise, optim as k};
+
+use crate::{Graph, Result, Tensor};
+
+/// One parameter and whether weight decay applies to it (the HF Trainer exempts biases and
+/// norm weights).
+#[derive(Clone)]
+pub struct Param {
+    pub tensor: Tensor,
+    pub decay: bool,
+}
+
+/// AdamW (`torch.optim.AdamW` semantics) with its moment buffers.
+pub struct AdamW {
+    pub hp: k::AdamW,
+    /// Clip the global gradient norm to this value; 0 disables clipping.
+    pub max_grad_norm: f32,
+    step: u64,
+    moments: HashMap<u64, (Tensor, Tensor)>,
+    /// `[norm, clip coefficient]` of the last step (when clipping).
+    norm: Option<(Tensor, Tensor)>,
+}
+
+impl AdamW {
+    pub fn new(hp: k::AdamW, max_grad_norm: f32) -> Self {
+        AdamW { hp, max_grad_norm, step: 0, moments: HashMap::new(), norm: None }
+    }
+
+    /// Steps taken so far.
+    pub fn steps(&self) -> u64 {
+        self.step
+    }
+
+    /// The global gradient norm tensor `[1]` of the last step, when clipping is on.
+    pub fn last_grad_norm(&self) -> Option<&Tensor> {
+        self.norm.as_ref().map(|(n, _)| n)
+    }
+
+    /// The moments (exp_avg, exp_avg_sq) of a parameter, once it has been stepped.
+    pub fn moments(&self, p: &Tensor) -> Option<&(Tensor, Tensor)> {
+        self.moments.get(&p.id())
+    }
+
+    /// Records one step for every parameter that has a gradient, then clears the gradients.
+    pub fn step(&mut self, g: &Graph<'_>, params: &[Param]) -> Result<()> {
+        self.step += 1;
+        let with_grad: Vec<(&Param, Tensor)> =
+            params.iter().filter_map(|p| p.tensor.grad().map(|gr| (p, gr))).collect();
+        let coef = self.clip_coef(g, &with_grad)?;
+        for (p, grad) in &with_grad {
+            let (m, v) = self.moments_for(g, &p.tensor)?;
+            let mut hp = self.hp;
+            if !p.decay {
+                hp.weight_decay = 0.0;
+            }
+            let bufs = k::AdamWBuffers {
+                param: p.tensor.view(),
+                grad: grad.view(),
+                exp_avg: m.view(),
+                exp_avg_sq: v.view(),
+                grad_scale: coef.as_ref().map(|c| c.view()),
+            };
+            g.record(|rec| k::adamw_step(rec, &bufs, &hp, self.step))?;
+            p.tensor.zero_grad();
+        }
+        Ok(())
+    }
+
+    fn clip_coef(&mut self, g: &Graph<'_>, grads: &[(&Param, Tensor)]) -> Result<Option<Tensor>> {
+        if self.max_grad_norm <= 0.0 || grads.is_empty() {
+            return Ok(None);
+        }
+        let partials = g.empty(&[k::partials_len(grads.len() as u32) as usize])?;
+        let (norm, coef) = (g.empty(&[1])?, g.empty(&[1])?);
+        let views: Vec<_> = grads.iter().map(|(_, gr)| gr.view()).collect();
+        g.record(|rec| k::grad_norm(rec, &views, partials.view(), self.max_grad_norm, norm.view(), coef.view()))?;
+        self.norm = Some((norm, coef.clone()));
+        Ok(Some(coef))
+    }
+
+    fn moments_for(&mut self, g: &Graph<'_>, p: &Tensor) -> Result<(Tensor, Tensor)> {
+        if let Some(mv) = self.moments.get(&p.id()) {
+            return Ok(mv.clone());
+        }
+        let (m, v) = (g.empty(p.shape())?, g.empty(p.shape())?);
+        g.record(|rec| {
+            elementwise::fill(rec, m.view(), 0.0)?;
+            elementwise::fill(rec, v.view(), 0.0)
+        })?;
+        self.moments.insert(p.id(), (m.clone(), v.clone()));
+        Ok((m, v))
+    }
+}

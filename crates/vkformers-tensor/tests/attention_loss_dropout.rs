@@ -1,0 +1,106 @@
+//! Tape gradients of attention, cross-entropy and dropout against the f64 references.
+
+use vkformers_kernels::attention::reference as attn_ref;
+use vkformers_kernels::loss::reference as loss_ref;
+use vkformers_kernels::testutil::{assert_close, f64s, Rng, TOL_F32};
+use vkformers_tensor::ops::attention::{attention, AttnOptions};
+use vkformers_tensor::ops::{dropout, loss};
+use vkformers_tensor::Graph;
+use vkformers_vk::testing::on_every_device;
+
+#[test]
+fn attention_gradients_flow_through_the_tape() {
+    on_every_device("tensor attention", |ctx| {
+        let (b, t, hq, hkv, d) = (2usize, 11usize, 4usize, 2usize, 8usize);
+        let mut rng = Rng::new(11);
+        let (qs, ks, vs) = (rng.vec(b * t * hq * d, 1.0), rng.vec(b * t * hkv * d, 1.0), rng.vec(b * t * hkv * d, 1.0));
+        let dos = rng.vec(b * t * hq * d, 1.0);
+        // Row 1 is right-padded: its last 3 keys are masked.
+        let kmask: Vec<i32> = (0..b * t).map(|i| i32::from(!(i / t == 1 && i % t >= t - 3))).collect();
+        let g = Graph::new(ctx);
+        let q = g.parameter(&qs, &[b, t, hq, d])?;
+        let k = g.parameter(&ks, &[b, t, hkv, d])?;
+        let v = g.parameter(&vs, &[b, t, hkv, d])?;
+        let opts = AttnOptions { kmask: Some(g.ints(&kmask, &[b, t])?), ..AttnOptions::default() };
+        let o = attention(&g, &q, &k, &v, &opts)?;
+        g.backward_from(&o, &g.constant(&dos, o.shape())?)?;
+        let shape = attn_ref::Shape { batch: b, tq: t, tk: t, hq, hkv, d };
+        let mut ro = attn_ref::Options::new(d);
+        ro.causal = true;
+        ro.kmask = Some(&kmask);
+        let (want_o, _) = attn_ref::forward(&f64s(&qs), &f64s(&ks), &f64s(&vs), &shape, &ro);
+        let (dq, dk, dv) = attn_ref::backward(&f64s(&qs), &f64s(&ks), &f64s(&vs), &f64s(&dos), &shape, &ro);
+        assert_close("o", &g.read(&o)?, &want_o, TOL_F32);
+        assert_close("dq", &g.read(&q.grad().expect("dq"))?, &dq, TOL_F32);
+        assert_close("dk", &g.read(&k.grad().expect("dk"))?, &dk, TOL_F32);
+        assert_close("dv", &g.read(&v.grad().expect("dv"))?, &dv, TOL_F32);
+        Ok(())
+    });
+}
+
+#[test]
+fn cross_entropy_loss_and_gradient_match_reference_and_accumulate() {
+    on_every_device("tensor cross-entropy", |ctx| {
+        let (n, vocab) = (9usize, 33usize);
+        let mut rng = Rng::new(5);
+        let xs = rng.vec(n * vocab, 4.0);
+        let labels: Vec<i32> = (0..n).map(|i| if i % 4 == 3 { -100 } else { rng.below(vocab) as i32 }).collect();
+        let g = Graph::new(ctx);
+        let logits = g.parameter(&xs, &[n, vocab])?;
+        let lab = g.ints(&labels, &[n])?;
+        for _ in 0..2 {
+            let l = loss::cross_entropy(&g, &logits, &lab)?;
+            g.backward(&l)?;
+            let (_, want) = loss_ref::forward(&f64s(&xs), &labels, vocab);
+            assert_close("loss", &g.read(&l)?, &[want], TOL_F32);
+        }
+        // Two backward passes accumulate: exactly twice the reference gradient.
+        let want_grad: Vec<f64> = loss_ref::backward(&f64s(&xs), &labels, vocab, 1.0).iter().map(|v| 2.0 * v).collect();
+        assert_close("dlogits x2", &g.read(&logits.grad().expect("grad"))?, &want_grad, TOL_F32);
+        Ok(())
+    });
+}
+
+#[test]
+fn dropout_backward_replays_the_forward_mask() {
+    on_every_device("tensor dropout", |ctx| {
+        let n = 1000usize;
+        let xs: Vec<f32> = (0..n).map(|i| 1.0 + i as f32 * 1e-3).collect();
+        let g = Graph::new(ctx);
+        let x = g.parameter(&xs, &[n])?;
+        let y = dropout::dropout(&g, &x, 0.25, 42, 7)?;
+        g.backward_from(&y, &g.full(&[n], 1.0)?)?;
+        let (ys, dx) = (g.read(&y)?, g.read(&x.grad().expect("grad"))?);
+        let kept = ys.iter().filter(|v| **v != 0.0).count();
+        assert!((650..850).contains(&kept), "kept {kept} of {n} at p = 0.25");
+        for i in 0..n {
+            let keep = ys[i] != 0.0;
+            let scale = if keep { 1.0 / 0.75f32 } else { 0.0 };
+            assert_eq!(dx[i], scale, "dx at {i}");
+            assert_eq!(ys[i], xs[i] * scale, "y at {i}");
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn backward_releases_saved_activations_and_the_tape() {
+    on_every_device("tensor release", |ctx| {
+        let g = Graph::new(ctx);
+        let x = g.parameter(&[0.5, -1.0, 2.0, 0.25], &[1, 4])?;
+        let y = vkformers_tensor::ops::softmax::softmax(&g, &x)?;
+        let weak = y.downgrade();
+        let seed = g.constant(&[1.0, 0.0, 0.0, 0.0], &[1, 4])?;
+        assert_eq!(g.tape_len(), 1);
+        g.backward_from(&y, &seed)?;
+        drop(y);
+        assert_eq!(g.tape_len(), 0, "backward consumes the tape");
+        assert!(!weak.is_alive(), "the saved output is released once backward has used it");
+        g.no_grad(|| -> vkformers_tensor::Result<()> {
+            vkformers_tensor::ops::softmax::softmax(&g, &x)?;
+            Ok(())
+        })?;
+        assert_eq!(g.tape_len(), 0, "no_grad records no tape");
+        Ok(())
+    });
+}
