@@ -139,7 +139,10 @@ impl Context {
         let devices = list_devices(&instance)?;
         let index = choose_device(&devices, selector)?;
         let pd = instance.physical_devices()?[index];
-        let (caps, feats) = caps::read_caps(&instance.entry, &instance.raw, pd)?;
+        let (mut caps, mut feats) = caps::read_caps(&instance.entry, &instance.raw, pd)?;
+        if instance.validation_layer_version().is_some_and(|v| v < BF16_AWARE_LAYER) {
+            without_bf16(&mut caps, &mut feats);
+        }
         require(&caps, &feats)?;
         let queue_family = compute_queue_family(&instance, pd, &caps.name)?;
         let device = create_device(&instance, pd, queue_family, &caps, &feats)?;
@@ -195,6 +198,22 @@ impl Drop for Context {
         }
         let _ = self.shared.pipelines.save(&self.shared.device);
     }
+}
+
+/// The first validation layer (header 1.4.313) that knows `VK_KHR_shader_bfloat16`; older
+/// layers report its structures as unknown, so under them the extension is left off.
+const BF16_AWARE_LAYER: u32 = vk::make_api_version(0, 1, 4, 313);
+
+/// Turns the bf16 extension off in `caps` (and so at device creation): used when the
+/// validation layer is too old to check it.
+fn without_bf16(caps: &mut Caps, feats: &mut FeatureSet) {
+    let name = crate::ext_structs::KHR_SHADER_BFLOAT16.to_string_lossy();
+    caps.extensions.retain(|e| *e != name);
+    caps.cooperative_matrix.retain(|s| s.a != "bf16" && s.b != "bf16");
+    caps.bf16 = false;
+    caps.bf16_cooperative_matrix = false;
+    feats.bf16 = false;
+    feats.bf16_coopmat = false;
 }
 
 /// What every kernel relies on: buffer device address (all kernels take buffer pointers) and

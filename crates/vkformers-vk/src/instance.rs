@@ -41,6 +41,8 @@ pub struct Instance {
     debug: Option<(ext::debug_utils::Instance, vk::DebugUtilsMessengerEXT)>,
     /// Also what the callback's user pointer points at: kept alive as long as the messenger.
     validation: Option<Arc<ValidationLog>>,
+    /// Header version the validation layer was built against, when it is on.
+    layer_version: Option<u32>,
 }
 
 impl Instance {
@@ -48,7 +50,8 @@ impl Instance {
     pub fn new(options: &InstanceOptions) -> Result<Self> {
         // SAFETY: loading the system Vulkan loader; its symbols follow the Vulkan ABI.
         let entry = unsafe { ash::Entry::load() }.map_err(|e| VkError::NoLoader { reason: e.to_string() })?;
-        if options.validation && !layer_available(&entry, VALIDATION_LAYER)? {
+        let layer_version = if options.validation { layer_spec_version(&entry, VALIDATION_LAYER)? } else { None };
+        if options.validation && layer_version.is_none() {
             return Err(VkError::MissingFeature {
                 device: "the Vulkan loader".into(),
                 what: "the Khronos validation layer (apt-get install vulkan-validationlayers)".into(),
@@ -69,7 +72,7 @@ impl Instance {
             vk::Result::ERROR_INCOMPATIBLE_DRIVER => VkError::NoDevice,
             r => VkError::from_vk("vkCreateInstance", r),
         })?;
-        let mut instance = Instance { entry, raw, debug: None, validation: None };
+        let mut instance = Instance { entry, raw, debug: None, validation: None, layer_version };
         if options.validation {
             instance.install_messenger()?;
         }
@@ -101,6 +104,11 @@ impl Instance {
     /// The validation log, when the instance was created with validation on.
     pub fn validation_log(&self) -> Option<&Arc<ValidationLog>> {
         self.validation.as_ref()
+    }
+
+    /// The Vulkan header version the validation layer knows, when validation is on.
+    pub fn validation_layer_version(&self) -> Option<u32> {
+        self.layer_version
     }
 
     /// The raw `ash` instance.
@@ -138,10 +146,10 @@ impl Drop for Instance {
     }
 }
 
-fn layer_available(entry: &ash::Entry, name: &CStr) -> Result<bool> {
+fn layer_spec_version(entry: &ash::Entry, name: &CStr) -> Result<Option<u32>> {
     // SAFETY: valid entry.
     let layers = unsafe { entry.enumerate_instance_layer_properties() }.vk("vkEnumerateInstanceLayerProperties")?;
-    Ok(layers.iter().any(|l| l.layer_name_as_c_str().is_ok_and(|n| n == name)))
+    Ok(layers.iter().find(|l| l.layer_name_as_c_str().is_ok_and(|n| n == name)).map(|l| l.spec_version))
 }
 
 unsafe extern "system" fn on_validation_message(
