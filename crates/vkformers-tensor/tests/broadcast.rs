@@ -8,13 +8,8 @@ use vkformers_tensor::{Graph, Result, Tensor};
 use vkformers_vk::testing::on_every_device;
 
 /// Operand shape pairs: equal, trailing vector, both sides broadcast, fewer dims, 4 dims.
-const SHAPES: [(&[usize], &[usize]); 5] = [
-    (&[5, 7], &[5, 7]),
-    (&[3, 1, 5], &[4, 1]),
-    (&[1, 6], &[5, 1]),
-    (&[2, 3, 9], &[9]),
-    (&[2, 1, 3, 5], &[1, 4, 1, 5]),
-];
+const SHAPES: [(&[usize], &[usize]); 5] =
+    [(&[5, 7], &[5, 7]), (&[3, 1, 5], &[4, 1]), (&[1, 6], &[5, 1]), (&[2, 3, 9], &[9]), (&[2, 1, 3, 5], &[1, 4, 1, 5])];
 
 fn run(g: &Graph<'_>, op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
     match op {

@@ -48,11 +48,9 @@ pub fn scale(g: &Graph<'_>, x: &Tensor, alpha: f32) -> Result<Tensor> {
 
 /// `a (op) b` with broadcasting, and its backward node.
 fn binary(g: &Graph<'_>, op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
-    let shape = k::broadcast_shape(a.shape(), b.shape()).ok_or_else(|| {
-        VkError::Kernel {
-            kernel: "tensor broadcast".into(),
-            message: format!("shapes {:?} and {:?} do not broadcast", a.shape(), b.shape()),
-        }
+    let shape = k::broadcast_shape(a.shape(), b.shape()).ok_or_else(|| VkError::Kernel {
+        kernel: "tensor broadcast".into(),
+        message: format!("shapes {:?} and {:?} do not broadcast", a.shape(), b.shape()),
     })?;
     let out = g.output(&shape, &[a, b])?;
     g.record(|rec| k::binary(rec, op, (a.view(), a.shape()), (b.view(), b.shape()), out.view()))?;

@@ -34,7 +34,7 @@ pub fn glu(g: &Graph<'_>, gate: &Tensor, up: &Tensor, kind: Glu) -> Result<Tenso
 /// `out = f(gate_up[.., :I]) * gate_up[.., I:]`; gate_up [.., 2I], out [.., I].
 pub fn glu_fused(g: &Graph<'_>, gate_up: &Tensor, kind: Glu) -> Result<Tensor> {
     let two_inner = gate_up.last_dim();
-    if gate_up.shape().is_empty() || two_inner % 2 != 0 {
+    if gate_up.shape().is_empty() || !two_inner.is_multiple_of(2) {
         return Err(shape_error(format!("gate_up {:?} needs an even last dim", gate_up.shape())));
     }
     let (rows, inner) = (gate_up.rows(), two_inner / 2);
