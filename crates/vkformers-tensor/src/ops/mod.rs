@@ -1,8 +1,12 @@
 //! Differentiable ops: each records its forward kernels into the graph's batch and pushes a
 //! backward closure onto the tape (see `Graph::push_node`).
 
+pub mod activation;
 pub mod attention;
+pub mod broadcast;
 pub mod dropout;
+pub mod glu;
 pub mod loss;
+pub mod reduce;
 pub mod shape;
 pub mod softmax;
