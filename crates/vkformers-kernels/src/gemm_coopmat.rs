@@ -267,3 +267,55 @@ pub fn gemm_coopmat(
         groups,
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use vkformers_vk::{CoopMat2, CoopMatShape};
+
+    use super::*;
+
+    fn shape(t: &str) -> CoopMatShape {
+        CoopMatShape {
+            m: 16,
+            n: 16,
+            k: 16,
+            a: t.into(),
+            b: t.into(),
+            c: "f32".into(),
+            result: "f32".into(),
+            saturating: false,
+            scope: "subgroup".into(),
+        }
+    }
+
+    fn caps(coopmat: bool, cm2: bool, bf16: bool) -> Caps {
+        Caps {
+            fp16: true,
+            bf16,
+            bf16_cooperative_matrix: bf16,
+            subgroup_size: 32,
+            max_shared_memory: 48 * 1024,
+            cooperative_matrix: if coopmat { vec![shape("f16"), shape("bf16")] } else { vec![] },
+            cooperative_matrix2: cm2.then(|| CoopMat2 {
+                workgroup_scope: true,
+                tensor_addressing: true,
+                flexible_dimensions: true,
+                workgroup_scope_max_workgroup_size: 256,
+                ..CoopMat2::default()
+            }),
+            ..Caps::default()
+        }
+    }
+
+    #[test]
+    fn engine_choice_is_a_function_of_caps() {
+        assert_eq!(choose_engine(&caps(false, false, false), Elem::F16, 4096), None);
+        assert_eq!(choose_engine(&caps(true, false, false), Elem::F16, 4096), Some(Engine::Coopmat));
+        assert_eq!(choose_engine(&caps(true, false, false), Elem::Bf16, 4096), None, "bf16 needs the bf16 feature");
+        assert_eq!(choose_engine(&caps(true, true, true), Elem::Bf16, 4096), Some(Engine::Coopmat2Wide64));
+        assert_eq!(choose_engine(&caps(true, true, true), Elem::F16, 512), Some(Engine::Coopmat2));
+        let mut amd = caps(true, false, false);
+        amd.subgroup_size = 64;
+        assert_eq!(choose_engine(&amd, Elem::F16, 4096), None, "the KHR kernel assumes subgroups of 32");
+    }
+}
