@@ -111,7 +111,7 @@ fn product(
     desc.has_bias = bias.is_some();
     g.record(|rec| gemm(rec, &desc, a.view(), b.view(), bias.map(Tensor::view), c.view()))?;
     let (sa, sb) = (a.clone(), b.clone());
-    let bias_shape = bias.map(|t| t.shape().to_vec());
+    let saved_bias = bias.cloned();
     g.push_node(
         &c,
         inputs.into_iter().cloned().collect(),
@@ -119,8 +119,8 @@ fn product(
             let da = if sa.requires_grad() { Some(grad_a(g, p, dc, &sb, sa.shape())?) } else { None };
             let db = if sb.requires_grad() { Some(grad_b(g, p, &sa, dc, sb.shape())?) } else { None };
             let mut grads = vec![da, db];
-            if let Some(shape) = &bias_shape {
-                grads.push(Some(grad_bias(g, p, dc, shape)?));
+            if let Some(bias) = &saved_bias {
+                grads.push(if bias.requires_grad() { Some(grad_bias(g, p, dc, bias.shape())?) } else { None });
             }
             Ok(grads)
         }),

@@ -66,7 +66,7 @@ pub fn rms_norm(g: &Graph<'_>, x: &Tensor, w: Option<&Tensor>, eps: f32, unit_of
         inputs,
         Box::new(move |g, dy| {
             let dx = g.empty(x.shape())?;
-            let dw = param_grads(g, &[w.clone()])?.remove(0);
+            let dw = param_grads(g, std::slice::from_ref(&w))?.remove(0);
             let scratch = dw.as_ref().map(|_| scratch(g, rows, dim)).transpose()?;
             g.record(|rec| {
                 let grads = dw.as_ref().zip(scratch.as_ref()).map(|(dw, s)| ParamGrads {
