@@ -1,0 +1,44 @@
+//! Token embedding: a row gather `out [.., D] = W[ids, :]` from `W [V, D]` with int32
+//! `ids [..]` (an id outside `[0, V)` gives a zero row). Backward: a fresh zero `dW [V, D]`
+//! into which the kernel scatter-adds `dW[ids[n], :] += dout[n, :]` deterministically.
+
+use vkformers_kernels::elementwise;
+use vkformers_kernels::embedding::{self as k, Embedding};
+
+use crate::{Graph, Result, Tensor, VkError};
+
+fn err(message: String) -> VkError {
+    VkError::Kernel { kernel: "embedding".into(), message }
+}
+
+fn dim32(v: usize) -> Result<u32> {
+    u32::try_from(v).map_err(|_| err(format!("{v} does not fit in 32 bits")))
+}
+
+/// `out [.., D] = w[ids, :]` for a table `w [V, D]` and int32 `ids [..]`.
+pub fn embedding(g: &Graph<'_>, w: &Tensor, ids: &Tensor) -> Result<Tensor> {
+    let ws = w.shape();
+    if ws.len() != 2 {
+        return Err(err(format!("table {ws:?} is not [V, D]")));
+    }
+    let p = Embedding { vocab: dim32(ws[0])?, dim: dim32(ws[1])?, tokens: dim32(ids.numel())? };
+    let shape: Vec<usize> = ids.shape().iter().copied().chain([ws[1]]).collect();
+    let out = g.output(&shape, &[w])?;
+    g.record(|rec| k::embedding_forward(rec, &p, w.view(), ids.view(), out.view()))?;
+    let (table_shape, saved_ids) = (ws.to_vec(), ids.clone());
+    g.push_node(
+        &out,
+        vec![w.clone(), ids.clone()],
+        Box::new(move |g, dout| {
+            let dw = g.empty(&table_shape)?;
+            let scratch = g.ctx().buffer(k::backward_scratch_bytes(p.vocab, p.tokens), "embedding backward scratch")?;
+            g.record(|rec| {
+                elementwise::fill(rec, dw.view(), 0.0)?;
+                let s = scratch.slice(0, scratch.size());
+                k::embedding_backward(rec, &p, saved_ids.view(), dout.view(), dw.view(), s)
+            })?;
+            Ok(vec![Some(dw), None])
+        }),
+    );
+    Ok(out)
+}

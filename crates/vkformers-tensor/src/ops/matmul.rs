@@ -1,0 +1,162 @@
+//! Matrix products on the GEMM kernel: `matmul` (`C = A · B`), `matmul_nt` (`C = A · Bᵀ`) and
+//! `linear` (`y = x · Wᵀ + b`, the `nn.Linear` layout `W [out, in]`).
+//!
+//! A is `[.., M, K]` (its leading dims form a batch); B is either one matrix shared by the whole
+//! batch (then the batch is folded into the rows: one GEMM of `batch · M` rows) or a batch of
+//! matrices with exactly A's leading dims. Backward (transposes through the GEMM flags, no
+//! copies): `dA = dC · op(B)ᵀ`, `dB = Aᵀ · dC` (or `dCᵀ · A` for a transposed B), summed over
+//! the batch when B is shared, and `dbias = onesᵀ · dC` (column sums of dC).
+
+use vkformers_kernels::matmul::{gemm, GemmDesc};
+
+use crate::{Graph, Result, Tensor, VkError};
+
+/// A (batched) product `C [batch, m, n] = A [batch, m, k] · op(B)`, `op(B) [k, n]` stored
+/// `[k, n]` or (`trans_b`) `[n, k]`. `batch == 1` also covers a B shared by a folded batch.
+#[derive(Clone, Copy, Debug)]
+struct Product {
+    batch: u32,
+    m: u32,
+    k: u32,
+    n: u32,
+    trans_b: bool,
+}
+
+fn err(message: String) -> VkError {
+    VkError::Kernel { kernel: "matmul".into(), message }
+}
+
+fn dim32(what: &str, v: usize) -> Result<u32> {
+    u32::try_from(v).map_err(|_| err(format!("{what} = {v} does not fit in 32 bits")))
+}
+
+/// `C [.., M, N] = A [.., M, K] · B`, with B `[K, N]` (shared across A's batch) or
+/// `[.., K, N]` (same leading dims as A).
+pub fn matmul(g: &Graph<'_>, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    two_operand(g, a, b, false)
+}
+
+/// `C [.., M, N] = A [.., M, K] · Bᵀ`, with B `[N, K]` (shared across A's batch) or
+/// `[.., N, K]` (same leading dims as A): attention scores, tied LM heads.
+pub fn matmul_nt(g: &Graph<'_>, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    two_operand(g, a, b, true)
+}
+
+/// `y [.., out] = x [.., in] · Wᵀ + bias`, with `W [out, in]` and an optional `bias [out]`.
+pub fn linear(g: &Graph<'_>, x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+    let (xs, ws) = (x.shape(), w.shape());
+    if xs.is_empty() || ws.len() != 2 || ws[1] != x.last_dim() {
+        return Err(err(format!("linear: x {xs:?} and W {ws:?} (need x [.., in] and W [out, in])")));
+    }
+    if let Some(bias) = bias {
+        if bias.numel() != ws[0] {
+            return Err(err(format!("linear: bias {:?} for {} outputs", bias.shape(), ws[0])));
+        }
+    }
+    let p = Product {
+        batch: 1,
+        m: dim32("rows", x.rows())?,
+        k: dim32("in", ws[1])?,
+        n: dim32("out", ws[0])?,
+        trans_b: true,
+    };
+    let mut out_shape = xs.to_vec();
+    if let Some(last) = out_shape.last_mut() {
+        *last = ws[0];
+    }
+    product(g, (x, w), bias, p, &out_shape)
+}
+
+/// Shapes of `matmul` / `matmul_nt`: the product and the output shape `[.., M, N]`.
+fn plan(a: &Tensor, b: &Tensor, trans_b: bool) -> Result<(Product, Vec<usize>)> {
+    let (sa, sb) = (a.shape(), b.shape());
+    let bad = || err(format!("matmul{}: A {sa:?} and B {sb:?}", if trans_b { "_nt" } else { "" }));
+    if sa.len() < 2 || sb.len() < 2 {
+        return Err(bad());
+    }
+    let (lead, m, k) = (&sa[..sa.len() - 2], sa[sa.len() - 2], sa[sa.len() - 1]);
+    let (b_lead, r, c) = (&sb[..sb.len() - 2], sb[sb.len() - 2], sb[sb.len() - 1]);
+    let (bk, n) = if trans_b { (c, r) } else { (r, c) };
+    let shared = b_lead.is_empty();
+    if bk != k || !(shared || b_lead == lead) {
+        return Err(bad());
+    }
+    let batch: usize = lead.iter().product();
+    let (batch, m) = if shared { (1, batch * m) } else { (batch, m) };
+    let p = Product { batch: dim32("batch", batch)?, m: dim32("M", m)?, k: dim32("K", k)?, n: dim32("N", n)?, trans_b };
+    let mut out_shape = sa.to_vec();
+    let last = out_shape.len() - 1;
+    out_shape[last] = n;
+    Ok((p, out_shape))
+}
+
+fn two_operand(g: &Graph<'_>, a: &Tensor, b: &Tensor, trans_b: bool) -> Result<Tensor> {
+    let (p, out_shape) = plan(a, b, trans_b)?;
+    product(g, (a, b), None, p, &out_shape)
+}
+
+/// Records `C = A · op(B) (+ bias)` and its backward node (inputs `[a, b]` or `[a, b, bias]`).
+fn product(
+    g: &Graph<'_>,
+    (a, b): (&Tensor, &Tensor),
+    bias: Option<&Tensor>,
+    p: Product,
+    shape: &[usize],
+) -> Result<Tensor> {
+    let mut inputs = vec![a, b];
+    inputs.extend(bias);
+    let c = g.output(shape, &inputs)?;
+    let mut desc = GemmDesc::packed(p.m, p.n, p.k, false, p.trans_b);
+    desc.batch = p.batch;
+    desc.has_bias = bias.is_some();
+    g.record(|rec| gemm(rec, &desc, a.view(), b.view(), bias.map(Tensor::view), c.view()))?;
+    let (sa, sb) = (a.clone(), b.clone());
+    let saved_bias = bias.cloned();
+    g.push_node(
+        &c,
+        inputs.into_iter().cloned().collect(),
+        Box::new(move |g, dc| {
+            let da = if sa.requires_grad() { Some(grad_a(g, p, dc, &sb, sa.shape())?) } else { None };
+            let db = if sb.requires_grad() { Some(grad_b(g, p, &sa, dc, sb.shape())?) } else { None };
+            let mut grads = vec![da, db];
+            if let Some(bias) = &saved_bias {
+                grads.push(if bias.requires_grad() { Some(grad_bias(g, p, dc, bias.shape())?) } else { None });
+            }
+            Ok(grads)
+        }),
+    );
+    Ok(c)
+}
+
+/// `dA [batch, m, k] = dC [batch, m, n] · op(B)ᵀ`: B read as stored, with the flag flipped.
+fn grad_a(g: &Graph<'_>, p: Product, dc: &Tensor, b: &Tensor, shape: &[usize]) -> Result<Tensor> {
+    let da = g.empty(shape)?;
+    let mut desc = GemmDesc::packed(p.m, p.k, p.n, false, !p.trans_b);
+    desc.batch = p.batch;
+    g.record(|rec| gemm(rec, &desc, dc.view(), b.view(), None, da.view()))?;
+    Ok(da)
+}
+
+/// `dB = Aᵀ · dC` (`[k, n]`) or, for B stored `[n, k]`, `dBᵀ = dCᵀ · A`; per batch, or summed
+/// over the folded rows when B is shared.
+fn grad_b(g: &Graph<'_>, p: Product, a: &Tensor, dc: &Tensor, shape: &[usize]) -> Result<Tensor> {
+    let db = g.empty(shape)?;
+    let (mut desc, lhs, rhs) = if p.trans_b {
+        (GemmDesc::packed(p.n, p.k, p.m, true, false), dc, a)
+    } else {
+        (GemmDesc::packed(p.k, p.n, p.m, true, false), a, dc)
+    };
+    desc.batch = p.batch;
+    g.record(|rec| gemm(rec, &desc, lhs.view(), rhs.view(), None, db.view()))?;
+    Ok(db)
+}
+
+/// `dbias [n] = ones [1, rows] · dC [rows, n]` over all `batch · m` rows.
+fn grad_bias(g: &Graph<'_>, p: Product, dc: &Tensor, shape: &[usize]) -> Result<Tensor> {
+    let rows = dim32("rows", dc.rows())?;
+    let ones = g.full(&[rows as usize], 1.0)?;
+    let dbias = g.empty(shape)?;
+    let desc = GemmDesc::packed(1, p.n, rows, false, false);
+    g.record(|rec| gemm(rec, &desc, ones.view(), dc.view(), None, dbias.view()))?;
+    Ok(dbias)
+}

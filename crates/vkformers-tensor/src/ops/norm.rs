@@ -1,0 +1,134 @@
+//! Normalisation over the last dim of `x [.., D]`, with the per-row statistics saved for the
+//! backward.
+//!
+//! - RMSNorm: `y = x · rstd · g`, `rstd = 1 / sqrt(mean(x²) + eps)`, `g` = 1, `w` or (Gemma's
+//!   `unit_offset`) `1 + w`; `dw = Σ_rows dy · x · rstd`.
+//! - LayerNorm: `y = (x - mean) · rstd · w + b` (biased variance); `dw = Σ_rows dy · x̂`,
+//!   `db = Σ_rows dy`.
+//!
+//! Weight gradients are summed over rows deterministically by the kernels (partial sums in a
+//! scratch buffer of `weight_grad_scratch_bytes`).
+
+use vkformers_kernels::norm::{self as k, LayerNorm, ParamGrads, RmsNorm};
+use vkformers_vk::Buffer;
+
+use crate::{Graph, Result, Tensor, VkError};
+
+fn err(message: String) -> VkError {
+    VkError::Kernel { kernel: "norm".into(), message }
+}
+
+/// `(rows, dim)` of `x [.., D]` as u32, checking that every parameter is `[D]`.
+fn shape(what: &str, x: &Tensor, params: &[Option<&Tensor>]) -> Result<(u32, u32)> {
+    let (rows, dim) = (x.rows(), x.last_dim());
+    if x.shape().is_empty() || x.numel() == 0 {
+        return Err(err(format!("{what}: x {:?} needs a non-empty last dim", x.shape())));
+    }
+    for p in params.iter().flatten() {
+        if p.numel() != dim {
+            return Err(err(format!("{what}: parameter {:?} for a last dim of {dim}", p.shape())));
+        }
+    }
+    let to32 = |v: usize| u32::try_from(v).map_err(|_| err(format!("{what}: {v} does not fit in 32 bits")));
+    Ok((to32(rows)?, to32(dim)?))
+}
+
+/// Scratch for the kernels' per-block partial weight sums.
+fn scratch(g: &Graph<'_>, rows: u32, dim: u32) -> Result<Buffer> {
+    g.ctx().buffer(k::weight_grad_scratch_bytes(rows, dim), "norm weight-grad scratch")
+}
+
+/// Fresh parameter-gradient tensors (shaped like `params`) when any of them needs one.
+fn param_grads(g: &Graph<'_>, params: &[Option<Tensor>]) -> Result<Vec<Option<Tensor>>> {
+    if !params.iter().flatten().any(Tensor::requires_grad) {
+        return Ok(params.iter().map(|_| None).collect());
+    }
+    params.iter().map(|p| p.as_ref().map(|p| g.empty(p.shape())).transpose()).collect()
+}
+
+/// The node's inputs: `x` followed by the parameters that are present.
+fn node_inputs(x: &Tensor, params: &[Option<&Tensor>]) -> Vec<Tensor> {
+    std::iter::once(x).chain(params.iter().flatten().copied()).cloned().collect()
+}
+
+/// RMSNorm over the last dim: `x [.., D]`, optional `w [D]` (scaled as `1 + w` with
+/// `unit_offset`) -> `y [.., D]`.
+pub fn rms_norm(g: &Graph<'_>, x: &Tensor, w: Option<&Tensor>, eps: f32, unit_offset: bool) -> Result<Tensor> {
+    let (rows, dim) = shape("rms_norm", x, &[w])?;
+    let p = RmsNorm { rows, dim, eps, unit_offset };
+    let inputs = node_inputs(x, &[w]);
+    let y = g.output(x.shape(), &inputs.iter().collect::<Vec<_>>())?;
+    let rstd = g.empty(&[rows as usize])?;
+    g.record(|rec| k::rms_norm_forward(rec, &p, x.view(), w.map(Tensor::view), y.view(), rstd.view()))?;
+    let (x, w) = (x.clone(), w.cloned());
+    g.push_node(
+        &y,
+        inputs,
+        Box::new(move |g, dy| {
+            let dx = g.empty(x.shape())?;
+            let dw = param_grads(g, std::slice::from_ref(&w))?.remove(0);
+            let scratch = dw.as_ref().map(|_| scratch(g, rows, dim)).transpose()?;
+            g.record(|rec| {
+                let grads = dw.as_ref().zip(scratch.as_ref()).map(|(dw, s)| ParamGrads {
+                    dw: dw.view(),
+                    db: None,
+                    scratch: s.slice(0, s.size()),
+                    accumulate: false,
+                });
+                k::rms_norm_backward(
+                    rec,
+                    &p,
+                    x.view(),
+                    w.as_ref().map(Tensor::view),
+                    rstd.view(),
+                    dy.view(),
+                    dx.view(),
+                    grads,
+                )
+            })?;
+            Ok(std::iter::once(Some(dx)).chain(w.as_ref().map(|_| dw)).collect())
+        }),
+    );
+    Ok(y)
+}
+
+/// LayerNorm over the last dim: `x [.., D]`, optional `w [D]` and `b [D]` (a bias needs a
+/// weight) -> `y [.., D]`.
+pub fn layer_norm(g: &Graph<'_>, x: &Tensor, w: Option<&Tensor>, b: Option<&Tensor>, eps: f32) -> Result<Tensor> {
+    let (rows, dim) = shape("layer_norm", x, &[w, b])?;
+    if b.is_some() && w.is_none() {
+        return Err(err("layer_norm: a bias without a weight is not supported".into()));
+    }
+    let p = LayerNorm { rows, dim, eps };
+    let inputs = node_inputs(x, &[w, b]);
+    let y = g.output(x.shape(), &inputs.iter().collect::<Vec<_>>())?;
+    let mean = g.empty(&[rows as usize])?;
+    let rstd = g.empty(&[rows as usize])?;
+    g.record(|rec| {
+        let (wv, bv) = (w.map(Tensor::view), b.map(Tensor::view));
+        k::layer_norm_forward(rec, &p, x.view(), wv, bv, y.view(), mean.view(), rstd.view())
+    })?;
+    let (x, w, b) = (x.clone(), w.cloned(), b.cloned());
+    g.push_node(
+        &y,
+        inputs,
+        Box::new(move |g, dy| {
+            let dx = g.empty(x.shape())?;
+            let mut pg = param_grads(g, &[w.clone(), b.clone()])?.into_iter();
+            let (dw, db) = (pg.next().flatten(), pg.next().flatten());
+            let scratch = dw.as_ref().map(|_| scratch(g, rows, dim)).transpose()?;
+            g.record(|rec| {
+                let grads = dw.as_ref().zip(scratch.as_ref()).map(|(dw, s)| ParamGrads {
+                    dw: dw.view(),
+                    db: db.as_ref().map(Tensor::view),
+                    scratch: s.slice(0, s.size()),
+                    accumulate: false,
+                });
+                let wv = w.as_ref().map(Tensor::view);
+                k::layer_norm_backward(rec, &p, x.view(), wv, mean.view(), rstd.view(), dy.view(), dx.view(), grads)
+            })?;
+            Ok(std::iter::once(Some(dx)).chain(w.as_ref().map(|_| dw)).chain(b.as_ref().map(|_| db)).collect())
+        }),
+    );
+    Ok(y)
+}
