@@ -61,8 +61,14 @@ fn mlp_block_tape_gradients_match_finite_differences() {
         let (n, h, i) = (3usize, 6usize, 10usize);
         let eps = 1e-6;
         let mut rng = Rng::new(21);
-        let (xs, wn, wg, wu, wd, ws) =
-            (rng.vec(n * h, 1.0), rng.vec(h, 1.0), rng.vec(i * h, 0.5), rng.vec(i * h, 0.5), rng.vec(h * i, 0.5), rng.vec(n * h, 1.0));
+        let (xs, wn, wg, wu, wd, ws) = (
+            rng.vec(n * h, 1.0),
+            rng.vec(h, 1.0),
+            rng.vec(i * h, 0.5),
+            rng.vec(i * h, 0.5),
+            rng.vec(h * i, 0.5),
+            rng.vec(n * h, 1.0),
+        );
         let g = Graph::new(ctx);
         let x = g.parameter(&xs, &[n, h])?;
         let norm_w = g.parameter(&wn, &[h])?;
@@ -85,7 +91,13 @@ fn mlp_block_tape_gradients_match_finite_differences() {
             let out: Vec<f64> = down.iter().zip(p[0]).map(|(d, x)| d + x).collect();
             dot(&out, &w64)
         };
-        let params = [("x", &x, &xs[..]), ("norm", &norm_w, &wn[..]), ("gate", &w_gate, &wg[..]), ("up", &w_up, &wu[..]), ("down", &w_down, &wd[..])];
+        let params = [
+            ("x", &x, &xs[..]),
+            ("norm", &norm_w, &wn[..]),
+            ("gate", &w_gate, &wg[..]),
+            ("up", &w_up, &wu[..]),
+            ("down", &w_down, &wd[..]),
+        ];
         check_grads(&g, "mlp", &params, f);
         Ok(())
     });
@@ -97,18 +109,40 @@ fn attention_block_tape_gradients_match_finite_differences() {
         let (b, t, c, hq, hkv, d) = (2usize, 5usize, 8usize, 4usize, 2usize, 4usize);
         let mut rng = Rng::new(33);
         let xs = rng.vec(b * t * c, 1.0);
-        let (wq, wk, wv, wo) = (rng.vec(hq * d * c, 0.5), rng.vec(hkv * d * c, 0.5), rng.vec(hkv * d * c, 0.5), rng.vec(c * hq * d, 0.5));
+        let (wq, wk, wv, wo) =
+            (rng.vec(hq * d * c, 0.5), rng.vec(hkv * d * c, 0.5), rng.vec(hkv * d * c, 0.5), rng.vec(c * hq * d, 0.5));
         let ws = rng.vec(b * t * c, 1.0);
         let pos: Vec<i32> = (0..b * t).map(|i| (i % t) as i32).collect();
         let inv_freq = default_inv_freq(d as u32, 10000.0);
         let g = Graph::new(ctx);
         let x = g.parameter(&xs, &[b * t, c])?;
-        let (pq, pk, pv, po) = (g.parameter(&wq, &[hq * d, c])?, g.parameter(&wk, &[hkv * d, c])?, g.parameter(&wv, &[hkv * d, c])?, g.parameter(&wo, &[c, hq * d])?);
+        let (pq, pk, pv, po) = (
+            g.parameter(&wq, &[hq * d, c])?,
+            g.parameter(&wk, &[hkv * d, c])?,
+            g.parameter(&wv, &[hkv * d, c])?,
+            g.parameter(&wo, &[c, hq * d])?,
+        );
         let pos_t = g.ints(&pos, &[b, t])?;
         let freq_t = g.constant(&inv_freq, &[d / 2])?;
         let heads = |y: &Tensor, h: usize| shape::reshape(&g, y, &[b, t, h, d]);
-        let q = rope::rope(&g, &heads(&mm::linear(&g, &x, &pq, None)?, hq)?, &pos_t, &freq_t, RopeLayout::HalfSplit, d as u32, 1.0)?;
-        let k = rope::rope(&g, &heads(&mm::linear(&g, &x, &pk, None)?, hkv)?, &pos_t, &freq_t, RopeLayout::HalfSplit, d as u32, 1.0)?;
+        let q = rope::rope(
+            &g,
+            &heads(&mm::linear(&g, &x, &pq, None)?, hq)?,
+            &pos_t,
+            &freq_t,
+            RopeLayout::HalfSplit,
+            d,
+            1.0,
+        )?;
+        let k = rope::rope(
+            &g,
+            &heads(&mm::linear(&g, &x, &pk, None)?, hkv)?,
+            &pos_t,
+            &freq_t,
+            RopeLayout::HalfSplit,
+            d,
+            1.0,
+        )?;
         let v = heads(&mm::linear(&g, &x, &pv, None)?, hkv)?;
         let o = attention(&g, &q, &k, &v, &AttnOptions::default())?;
         let y = mm::linear(&g, &shape::reshape(&g, &o, &[b * t, hq * d])?, &po, None)?;
@@ -116,7 +150,15 @@ fn attention_block_tape_gradients_match_finite_differences() {
         g.backward(&loss)?;
         let sizes = [b * t * c, hq * d * c, hkv * d * c, hkv * d * c, c * hq * d];
         let w64 = f64s(&ws);
-        let rope_of = |h: usize| Rope { batch: b as u32, seq: t as u32, heads: h as u32, head_dim: d as u32, rotary_dim: d as u32, layout: RopeLayout::HalfSplit, mscale: 1.0 };
+        let rope_of = |h: usize| Rope {
+            batch: b as u32,
+            seq: t as u32,
+            heads: h as u32,
+            head_dim: d as u32,
+            rotary_dim: d as u32,
+            layout: RopeLayout::HalfSplit,
+            mscale: 1.0,
+        };
         let f = |p: &[f64]| {
             let p = split(p, &sizes);
             let q = rope_ref(&rope_of(hq), &linear_ref(p[0], p[1], b * t, c, hq * d), &pos, &inv_freq);
@@ -128,7 +170,13 @@ fn attention_block_tape_gradients_match_finite_differences() {
             let (o, _) = attn_ref::forward(&q, &k, &v, &shape, &opts);
             dot(&linear_ref(&o, p[4], b * t, hq * d, c), &w64)
         };
-        let params = [("x", &x, &xs[..]), ("wq", &pq, &wq[..]), ("wk", &pk, &wk[..]), ("wv", &pv, &wv[..]), ("wo", &po, &wo[..])];
+        let params = [
+            ("x", &x, &xs[..]),
+            ("wq", &pq, &wq[..]),
+            ("wk", &pk, &wk[..]),
+            ("wv", &pv, &wv[..]),
+            ("wo", &po, &wo[..]),
+        ];
         check_grads(&g, "attention", &params, f);
         Ok(())
     });
