@@ -13,6 +13,7 @@ pub mod activation;
 pub mod attention;
 pub mod broadcast;
 pub mod dropout;
+pub mod dtype;
 pub mod elementwise;
 pub mod embedding;
 pub mod gemm_coopmat;

@@ -277,7 +277,7 @@ fn create_device(
         ..Default::default()
     };
     let mut cm2 = feats.coopmat2.unwrap_or_default();
-    let base = vk::PhysicalDeviceFeatures::default().shader_int64(true);
+    let base = vk::PhysicalDeviceFeatures::default().shader_int64(true).shader_int16(feats.int16);
     let mut f2 = vk::PhysicalDeviceFeatures2::default()
         .features(base)
         .push_next(&mut v11)

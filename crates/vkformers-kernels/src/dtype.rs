@@ -1,0 +1,51 @@
+//! Storage types of tensors, and the casts between f32 and the 16-bit types.
+//!
+//! Kernels that support 16-bit storage have `f32`, `f16` and `bf16` variants (defines
+//! `DT_F16` / `DT_BF16` with `shaders/dtype.glsl`): tensors are stored in the type, math is f32.
+
+use vkformers_vk::{read, write, BufferView, Recorder, Result, VkError};
+
+use crate::code;
+pub use crate::matmul::DType;
+
+impl DType {
+    /// Variant-name suffix of kernels with storage variants.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F16 => "f16",
+            DType::BF16 => "bf16",
+        }
+    }
+
+    /// Elements in a view of `bytes` bytes.
+    pub fn elements(self, bytes: u64) -> u64 {
+        bytes / self.bytes()
+    }
+}
+
+/// `out [n]` in `to` = `x [n]` in `from`; one side must be f32 (f32 -> f32 is a copy).
+pub fn cast(rec: &mut Recorder, x: BufferView<'_>, from: DType, out: BufferView<'_>, to: DType) -> Result<()> {
+    let k = match (from, to) {
+        (DType::F32, DType::F16) => &code::CAST_CAST_TO_F16,
+        (DType::F32, DType::BF16) => &code::CAST_CAST_TO_BF16,
+        (DType::F16, DType::F32) => &code::CAST_CAST_FROM_F16,
+        (DType::BF16, DType::F32) => &code::CAST_CAST_FROM_BF16,
+        (DType::F32, DType::F32) => return crate::elementwise::copy(rec, x, out),
+        (a, b) => {
+            return Err(VkError::Kernel {
+                kernel: "cast/cast".into(),
+                message: format!("{a:?} -> {b:?}: one side must be f32"),
+            })
+        }
+    };
+    let n = from.elements(x.len);
+    if n != to.elements(out.len) || n == 0 || n > u64::from(u32::MAX) || x.len % from.bytes() != 0 {
+        return Err(VkError::Kernel {
+            kernel: k.name.into(),
+            message: format!("{} bytes of {from:?} into {} bytes of {to:?}", x.len, out.len),
+        });
+    }
+    let groups = n.div_ceil(256).min(65_535) as u32;
+    rec.dispatch(k, &[], &[read(x), write(out)], &(n as u32).to_le_bytes(), [groups, 1, 1])
+}
