@@ -40,7 +40,7 @@ pub fn cast(rec: &mut Recorder, x: BufferView<'_>, from: DType, out: BufferView<
         }
     };
     let n = from.elements(x.len);
-    if n != to.elements(out.len) || n == 0 || n > u64::from(u32::MAX) || x.len % from.bytes() != 0 {
+    if n != to.elements(out.len) || n == 0 || n > u64::from(u32::MAX) || !x.len.is_multiple_of(from.bytes()) {
         return Err(VkError::Kernel {
             kernel: k.name.into(),
             message: format!("{} bytes of {from:?} into {} bytes of {to:?}", x.len, out.len),
