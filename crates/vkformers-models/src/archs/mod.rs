@@ -1,0 +1,38 @@
+//! The registry: every supported `model_type`, its family, and the function that turns its
+//! `config.json` into a `ModelSpec`. The only place that looks at `model_type`.
+
+use serde_json::Value;
+
+use crate::error::{ModelError, Result};
+use crate::spec::ModelSpec;
+
+mod common;
+mod gemma;
+mod llama;
+mod qwen;
+
+/// One registered architecture.
+pub struct Arch {
+    pub model_type: &'static str,
+    pub family: &'static str,
+    build: fn(&Value) -> Result<ModelSpec>,
+}
+
+/// Every registered architecture.
+pub const ARCHS: &[Arch] = &[
+    Arch { model_type: "llama", family: "llama-like decoder", build: |c| llama::spec("llama", c) },
+    Arch { model_type: "mistral", family: "llama-like decoder", build: |c| llama::spec("mistral", c) },
+    Arch { model_type: "qwen2", family: "llama-like decoder", build: qwen::qwen2 },
+    Arch { model_type: "qwen3", family: "llama-like decoder", build: qwen::qwen3 },
+    Arch { model_type: "gemma", family: "llama-like decoder", build: gemma::spec },
+];
+
+/// The spec of a parsed `config.json`.
+pub fn spec_from_config(cfg: &Value) -> Result<ModelSpec> {
+    let mt = cfg
+        .get("model_type")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ModelError::Config("no `model_type` field".into()))?;
+    let arch = ARCHS.iter().find(|a| a.model_type == mt).ok_or_else(|| ModelError::UnknownModelType(mt.into()))?;
+    (arch.build)(cfg)
+}

@@ -1,0 +1,12 @@
+//! Hugging Face models on vkformers: `config.json` -> `ModelSpec` (`archs/`), the generic
+//! decoder graph over `vkformers-tensor` ops (`decoder.rs`), and the registry.
+
+pub mod archs;
+pub mod decoder;
+pub mod error;
+pub mod rope;
+pub mod spec;
+
+pub use archs::{spec_from_config, ARCHS};
+pub use error::{ModelError, Result};
+pub use spec::ModelSpec;

@@ -1,0 +1,121 @@
+//! `ModelSpec`: an architecture as plain data. `archs/<family>.rs` turn a `config.json` into
+//! one; the generic decoder graph (`decoder.rs`) consumes it. No code outside `archs/` asks
+//! which `model_type` it runs.
+
+use vkformers_kernels::activation::Activation;
+use vkformers_kernels::glu::Glu;
+use vkformers_kernels::rope::RopeLayout;
+
+/// A normalisation layer.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Norm {
+    /// `x / sqrt(mean(x²) + eps) · w` (Gemma: `· (1 + w)` with `unit_offset`).
+    Rms { eps: f32, unit_offset: bool },
+    /// `(x − mean) / sqrt(var + eps) · w + b` (`bias` false: no b).
+    Layer { eps: f32, bias: bool },
+}
+
+/// Rotary position embedding of one attention layer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RopeSpec {
+    /// Inverse frequencies `[rotary_dim / 2]`, already scaled (linear, llama3, YaRN, ...).
+    pub inv_freq: Vec<f32>,
+    /// Multiplies cos and sin (YaRN / LongRoPE attention factor; 1 otherwise).
+    pub mscale: f32,
+    pub rotary_dim: usize,
+    pub layout: RopeLayout,
+}
+
+/// Self-attention of one layer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AttnSpec {
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub qkv_bias: bool,
+    pub out_bias: bool,
+    /// RMSNorm over each head's q and k before RoPE (Qwen3).
+    pub qk_norm: Option<Norm>,
+    /// Keys further back than this are invisible (Mistral); `None` = full causal.
+    pub sliding_window: Option<u32>,
+    pub rope: Option<RopeSpec>,
+    /// Score scale (usually `head_dim^-0.5`).
+    pub scale: f32,
+}
+
+/// Feed-forward block of one layer.
+#[derive(Clone, Debug, PartialEq)]
+pub enum MlpSpec {
+    /// `down(glu(gate(x), up(x)))`.
+    Gated { intermediate: usize, glu: Glu, bias: bool },
+    /// `down(act(up(x)))`.
+    Plain { intermediate: usize, act: Activation, bias: bool },
+}
+
+/// One decoder layer: pre-norm attention and MLP with residuals.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LayerSpec {
+    pub attn_norm: Norm,
+    pub attn: AttnSpec,
+    pub mlp_norm: Norm,
+    pub mlp: MlpSpec,
+}
+
+/// Hugging Face parameter names of one layer's weights (`{i}` is the layer index).
+#[derive(Clone, Debug, PartialEq)]
+pub struct LayerNames {
+    pub attn_norm: String,
+    pub q: String,
+    pub k: String,
+    pub v: String,
+    pub o: String,
+    pub q_norm: String,
+    pub k_norm: String,
+    pub mlp_norm: String,
+    pub gate: String,
+    pub up: String,
+    pub down: String,
+}
+
+/// A whole decoder-only model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelSpec {
+    pub model_type: String,
+    pub vocab: usize,
+    pub hidden: usize,
+    /// Embedding output multiplied by this (Gemma: sqrt(hidden)); 1 otherwise.
+    pub embed_scale: f32,
+    pub layers: Vec<LayerSpec>,
+    pub final_norm: Norm,
+    /// The LM head reuses the embedding matrix.
+    pub tied_head: bool,
+    pub embed_name: String,
+    pub final_norm_name: String,
+    pub head_name: String,
+    pub layer_names: LayerNames,
+}
+
+impl LayerNames {
+    /// The Llama naming scheme under `prefix` (e.g. `model.layers.{i}`).
+    pub fn llama() -> Self {
+        let p = "model.layers.{i}";
+        LayerNames {
+            attn_norm: format!("{p}.input_layernorm"),
+            q: format!("{p}.self_attn.q_proj"),
+            k: format!("{p}.self_attn.k_proj"),
+            v: format!("{p}.self_attn.v_proj"),
+            o: format!("{p}.self_attn.o_proj"),
+            q_norm: format!("{p}.self_attn.q_norm"),
+            k_norm: format!("{p}.self_attn.k_norm"),
+            mlp_norm: format!("{p}.post_attention_layernorm"),
+            gate: format!("{p}.mlp.gate_proj"),
+            up: format!("{p}.mlp.up_proj"),
+            down: format!("{p}.mlp.down_proj"),
+        }
+    }
+}
+
+/// `template` with `{i}` replaced by the layer index.
+pub fn layer_name(template: &str, i: usize) -> String {
+    template.replace("{i}", &i.to_string())
+}
