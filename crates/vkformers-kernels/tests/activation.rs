@@ -1,10 +1,73 @@
 //! Activations: reference erf against known values, reference backward against finite
-//! differences, GPU forward/backward against the reference on every device.
+//! differences, GPU forward/backward against the reference on every device, in f32, f16 and
+//! bf16 storage (16-bit inputs are rounded on the host, the reference runs on the rounded values).
 
 use vkformers_kernels::activation::{self, reference, Activation};
-use vkformers_kernels::testutil::{assert_close, assert_grad_matches_fd, f64s, Rng, TOL_F32};
+use vkformers_kernels::dtype::DType;
+use vkformers_kernels::testutil::{assert_close, assert_grad_matches_fd, f64s, Rng, Tol, TOL_BF16, TOL_F16, TOL_F32};
 use vkformers_vk::testing::on_every_device;
-use vkformers_vk::Result;
+use vkformers_vk::{Buffer, BufferView, Context, Result};
+
+/// `xs` rounded to the storage type (to nearest even).
+fn round(dt: DType, xs: &[f32]) -> Vec<f32> {
+    match dt {
+        DType::F32 => xs.to_vec(),
+        DType::F16 => xs.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect(),
+        DType::BF16 => xs.iter().map(|&x| half::bf16::from_f32(x).to_f32()).collect(),
+    }
+}
+
+/// `xs` stored in a buffer as the storage type; `view()` covers exactly those elements (the
+/// buffer itself may be longer: buffers hold at least 4 bytes).
+struct Stored {
+    buf: Buffer,
+    len: u64,
+}
+
+impl Stored {
+    fn view(&self) -> BufferView<'_> {
+        self.buf.slice(0, self.len)
+    }
+}
+
+fn upload(ctx: &Context, dt: DType, xs: &[f32], what: &str) -> Result<Stored> {
+    let buf = match dt {
+        DType::F32 => ctx.buffer_from(xs, what)?,
+        DType::F16 => {
+            ctx.buffer_from(&xs.iter().map(|&x| half::f16::from_f32(x).to_bits()).collect::<Vec<_>>(), what)?
+        }
+        DType::BF16 => {
+            ctx.buffer_from(&xs.iter().map(|&x| half::bf16::from_f32(x).to_bits()).collect::<Vec<_>>(), what)?
+        }
+    };
+    Ok(Stored { buf, len: xs.len() as u64 * dt.bytes() })
+}
+
+/// The elements of a view in the storage type, widened to f32.
+fn download(ctx: &Context, dt: DType, v: BufferView<'_>) -> Result<Vec<f32>> {
+    Ok(match dt {
+        DType::F32 => ctx.read_vec(v)?,
+        DType::F16 => ctx.read_vec::<u16>(v)?.into_iter().map(|b| half::f16::from_bits(b).to_f32()).collect(),
+        DType::BF16 => ctx.read_vec::<u16>(v)?.into_iter().map(|b| half::bf16::from_bits(b).to_f32()).collect(),
+    })
+}
+
+fn tol(dt: DType) -> Tol {
+    match dt {
+        DType::F32 => TOL_F32,
+        DType::F16 => TOL_F16,
+        DType::BF16 => TOL_BF16,
+    }
+}
+
+/// Whether the device lacks 16-bit storage for `dt` (then the test of `dt` is skipped).
+fn unsupported(ctx: &Context, dt: DType, what: &str) -> bool {
+    let skip = dt != DType::F32 && !ctx.caps().fp16;
+    if skip {
+        eprintln!("{what}: skipping {dt:?}: no 16-bit storage on {}", ctx.caps().name);
+    }
+    skip
+}
 
 #[test]
 fn reference_erf_matches_known_values() {
@@ -81,7 +144,7 @@ fn gpu_erf_is_accurate_to_2e_7() {
     });
 }
 
-fn check_gpu(ctx: &vkformers_vk::Context, act: Activation, n: usize, rng: &mut Rng) -> Result<()> {
+fn check_gpu(ctx: &Context, act: Activation, dt: DType, n: usize, rng: &mut Rng) -> Result<()> {
     let mut xs = rng.vec(n, 6.0);
     // A few extreme values: exp overflow paths must stay finite.
     for (i, v) in [-100.0f32, -30.0, 0.0, 30.0, 100.0].iter().enumerate() {
@@ -89,27 +152,28 @@ fn check_gpu(ctx: &vkformers_vk::Context, act: Activation, n: usize, rng: &mut R
             xs[i * (n / 5).max(1) % n] = *v;
         }
     }
-    let dys = rng.vec(n, 1.0);
-    let x = ctx.buffer_from(&xs, "x")?;
-    let dy = ctx.buffer_from(&dys, "dy")?;
-    let y = ctx.buffer((n * 4) as u64, "y")?;
-    let dx = ctx.buffer((n * 4) as u64, "dx")?;
+    let (xs, dys) = (round(dt, &xs), round(dt, &rng.vec(n, 1.0)));
+    let x = upload(ctx, dt, &xs, "x")?;
+    let dy = upload(ctx, dt, &dys, "dy")?;
+    let bytes = n as u64 * dt.bytes();
+    let y = ctx.buffer(bytes, "y")?;
+    let dx = ctx.buffer(bytes, "dx")?;
     let mut rec = ctx.recorder(false)?;
-    activation::forward(&mut rec, act, x.view(), y.view())?;
-    activation::backward(&mut rec, act, x.view(), dy.view(), dx.view())?;
+    activation::forward(&mut rec, act, x.view(), y.slice(0, bytes), dt)?;
+    activation::backward(&mut rec, act, x.view(), dy.view(), dx.slice(0, bytes), dt)?;
     rec.submit()?;
     let (x64, dy64) = (f64s(&xs), f64s(&dys));
     assert_close(
-        &format!("{act:?} forward n={n}"),
-        &ctx.read_vec::<f32>(y.view())?,
+        &format!("{act:?} {dt:?} forward n={n}"),
+        &download(ctx, dt, y.slice(0, bytes))?,
         &reference::forward(act, &x64),
-        TOL_F32,
+        tol(dt),
     );
     assert_close(
-        &format!("{act:?} backward n={n}"),
-        &ctx.read_vec::<f32>(dx.view())?,
+        &format!("{act:?} {dt:?} backward n={n}"),
+        &download(ctx, dt, dx.slice(0, bytes))?,
         &reference::backward(act, &x64, &dy64),
-        TOL_F32,
+        tol(dt),
     );
     Ok(())
 }
@@ -120,7 +184,25 @@ fn gpu_forward_and_backward_match_reference() {
         let mut rng = Rng::new(7);
         for act in Activation::ALL {
             for n in [1, 5, 257, 3001, 70_001] {
-                check_gpu(ctx, act, n, &mut rng)?;
+                check_gpu(ctx, act, DType::F32, n, &mut rng)?;
+            }
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn gpu_forward_and_backward_in_16_bits_match_reference() {
+    on_every_device("activations f16/bf16", |ctx| {
+        let mut rng = Rng::new(8);
+        for dt in [DType::F16, DType::BF16] {
+            if unsupported(ctx, dt, "activations") {
+                continue;
+            }
+            for act in Activation::ALL {
+                for n in [1, 5, 257, 3001, 20_001] {
+                    check_gpu(ctx, act, dt, n, &mut rng)?;
+                }
             }
         }
         Ok(())
@@ -133,10 +215,18 @@ fn wrong_lengths_are_errors_naming_the_kernel() {
         let x = ctx.buffer(64, "x")?;
         let y = ctx.buffer(60, "y")?;
         let mut rec = ctx.recorder(false)?;
-        let e = activation::forward(&mut rec, Activation::Gelu, x.view(), y.view()).unwrap_err();
+        let e = activation::forward(&mut rec, Activation::Gelu, x.view(), y.view(), DType::F32).unwrap_err();
         assert!(e.to_string().contains("activation/forward:gelu"), "{e}");
-        let e = activation::backward(&mut rec, Activation::Silu, x.view(), y.view(), x.view()).unwrap_err();
+        let e = activation::backward(&mut rec, Activation::Silu, x.view(), y.view(), x.view(), DType::F32).unwrap_err();
         assert!(e.to_string().contains("activation/backward:silu"), "{e}");
+        if ctx.caps().fp16 {
+            // 32 f16 into 30, and an odd byte count.
+            let e = activation::forward(&mut rec, Activation::Relu, x.view(), y.view(), DType::F16).unwrap_err();
+            assert!(e.to_string().contains("activation/forward:relu_f16"), "{e}");
+            let e = activation::forward(&mut rec, Activation::Relu, x.slice(0, 63), x.slice(0, 63), DType::BF16)
+                .unwrap_err();
+            assert!(e.to_string().contains("activation/forward:relu_bf16"), "{e}");
+        }
         rec.submit()?;
         Ok(())
     });

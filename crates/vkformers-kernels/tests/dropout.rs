@@ -1,10 +1,74 @@
 //! Dropout: Philox4x32-10 known answers, GPU stream bit-identical to the Rust reference, keep
-//! fraction, forward/backward vs the reference on every device with validation on.
+//! fraction, forward/backward vs the reference on every device with validation on, in f32, f16
+//! and bf16 storage (16-bit inputs are rounded on the host, the reference runs on the rounded
+//! values).
 
 use vkformers_kernels::dropout::{self, reference};
-use vkformers_kernels::testutil::{assert_close, assert_grad_matches_fd, f64s, Rng, TOL_F32};
+use vkformers_kernels::dtype::DType;
+use vkformers_kernels::testutil::{assert_close, assert_grad_matches_fd, f64s, Rng, Tol, TOL_BF16, TOL_F16, TOL_F32};
 use vkformers_vk::testing::on_every_device;
-use vkformers_vk::{Context, Result, VkError};
+use vkformers_vk::{Buffer, BufferView, Context, Result, VkError};
+
+/// `xs` rounded to the storage type (to nearest even).
+fn round(dt: DType, xs: &[f32]) -> Vec<f32> {
+    match dt {
+        DType::F32 => xs.to_vec(),
+        DType::F16 => xs.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect(),
+        DType::BF16 => xs.iter().map(|&x| half::bf16::from_f32(x).to_f32()).collect(),
+    }
+}
+
+/// `xs` stored in a buffer as the storage type; `view()` covers exactly those elements (the
+/// buffer itself may be longer: buffers hold at least 4 bytes).
+struct Stored {
+    buf: Buffer,
+    len: u64,
+}
+
+impl Stored {
+    fn view(&self) -> BufferView<'_> {
+        self.buf.slice(0, self.len)
+    }
+}
+
+fn upload(ctx: &Context, dt: DType, xs: &[f32], what: &str) -> Result<Stored> {
+    let buf = match dt {
+        DType::F32 => ctx.buffer_from(xs, what)?,
+        DType::F16 => {
+            ctx.buffer_from(&xs.iter().map(|&x| half::f16::from_f32(x).to_bits()).collect::<Vec<_>>(), what)?
+        }
+        DType::BF16 => {
+            ctx.buffer_from(&xs.iter().map(|&x| half::bf16::from_f32(x).to_bits()).collect::<Vec<_>>(), what)?
+        }
+    };
+    Ok(Stored { buf, len: xs.len() as u64 * dt.bytes() })
+}
+
+/// The elements of a view in the storage type, widened to f32.
+fn download(ctx: &Context, dt: DType, v: BufferView<'_>) -> Result<Vec<f32>> {
+    Ok(match dt {
+        DType::F32 => ctx.read_vec(v)?,
+        DType::F16 => ctx.read_vec::<u16>(v)?.into_iter().map(|b| half::f16::from_bits(b).to_f32()).collect(),
+        DType::BF16 => ctx.read_vec::<u16>(v)?.into_iter().map(|b| half::bf16::from_bits(b).to_f32()).collect(),
+    })
+}
+
+fn tol(dt: DType) -> Tol {
+    match dt {
+        DType::F32 => TOL_F32,
+        DType::F16 => TOL_F16,
+        DType::BF16 => TOL_BF16,
+    }
+}
+
+/// Whether the device lacks 16-bit storage for `dt` (then the test of `dt` is skipped).
+fn unsupported(ctx: &Context, dt: DType, what: &str) -> bool {
+    let skip = dt != DType::F32 && !ctx.caps().fp16;
+    if skip {
+        eprintln!("{what}: skipping {dt:?}: no 16-bit storage on {}", ctx.caps().name);
+    }
+    skip
+}
 
 #[test]
 fn philox_matches_random123_known_answers() {
@@ -50,16 +114,31 @@ fn gpu_stream_equals_reference_bit_for_bit() {
     });
 }
 
-/// Runs forward on `xs` and backward on `dys` in one batch.
+/// Runs forward on `xs` and backward on `dys` in one batch, in f32.
 fn run(ctx: &Context, xs: &[f32], dys: &[f32], p: f32, seed: u64, offset: u64) -> Result<(Vec<f32>, Vec<f32>)> {
-    let bytes = (xs.len() * 4) as u64;
-    let (x, dy) = (ctx.buffer_from(xs, "x")?, ctx.buffer_from(dys, "dy")?);
+    run_dt(ctx, DType::F32, xs, dys, p, seed, offset)
+}
+
+/// Runs forward on `xs` and backward on `dys` (both rounded to `dt`) in one batch, stored as
+/// `dt`; returns y and dx widened.
+fn run_dt(
+    ctx: &Context,
+    dt: DType,
+    xs: &[f32],
+    dys: &[f32],
+    p: f32,
+    seed: u64,
+    offset: u64,
+) -> Result<(Vec<f32>, Vec<f32>)> {
+    let bytes = xs.len() as u64 * dt.bytes();
+    let (x, dy) = (upload(ctx, dt, xs, "x")?, upload(ctx, dt, dys, "dy")?);
     let (y, dx) = (ctx.buffer(bytes, "y")?, ctx.buffer(bytes, "dx")?);
+    let (y, dx) = (y.slice(0, bytes), dx.slice(0, bytes));
     let mut rec = ctx.recorder(false)?;
-    dropout::forward(&mut rec, x.view(), y.view(), p, seed, offset)?;
-    dropout::backward(&mut rec, dy.view(), dx.view(), p, seed, offset)?;
+    dropout::forward(&mut rec, x.view(), y, p, seed, offset, dt)?;
+    dropout::backward(&mut rec, dy.view(), dx, p, seed, offset, dt)?;
     rec.submit()?;
-    Ok((ctx.read_vec(y.view())?, ctx.read_vec(dx.view())?))
+    Ok((download(ctx, dt, y)?, download(ctx, dt, dx)?))
 }
 
 #[test]
@@ -103,31 +182,51 @@ fn reference_backward_matches_finite_differences() {
     }
 }
 
-#[test]
-fn gpu_forward_and_backward_match_reference() {
-    on_every_device("dropout", |ctx| {
-        let mut rng = Rng::new(5);
-        for (n, p, seed, offset) in [
-            (1, 0.5f32, 3u64, 0u64),
-            (1, 0.5, 3, 3),
-            (7, 0.1, 0x0123_4567_89ab_cdef, 1),
-            (255, 0.0, 9, 2),
-            (257, 1.0, 9, 2),
-            (1001, 0.25, 17, (5 << 32) + 3),
-            (70_001, 0.6, 23, 1_000_001),
-        ] {
-            let (xs, dys) = (rng.vec(n, 3.0), rng.vec(n, 1.0));
-            let (y, dx) = run(ctx, &xs, &dys, p, seed, offset)?;
-            let what = format!("n {n} p {p} seed {seed:#x} offset {offset:#x}");
-            assert_close(&format!("{what}: y"), &y, &reference::forward(&f64s(&xs), p, seed, offset), TOL_F32);
-            assert_close(&format!("{what}: dx"), &dx, &reference::backward(&f64s(&dys), p, seed, offset), TOL_F32);
-            let mask = reference::mask(n, p, seed, offset);
-            for i in 0..n {
+/// Forward and backward against the reference (and the mask) on odd sizes, offsets and p.
+fn check(ctx: &Context, dt: DType, rng: &mut Rng) -> Result<()> {
+    for (n, p, seed, offset) in [
+        (1, 0.5f32, 3u64, 0u64),
+        (1, 0.5, 3, 3),
+        (7, 0.1, 0x0123_4567_89ab_cdef, 1),
+        (255, 0.0, 9, 2),
+        (257, 1.0, 9, 2),
+        (1001, 0.25, 17, (5 << 32) + 3),
+        (70_001, 0.6, 23, 1_000_001),
+    ] {
+        let (xs, dys) = (round(dt, &rng.vec(n, 3.0)), round(dt, &rng.vec(n, 1.0)));
+        let (y, dx) = run_dt(ctx, dt, &xs, &dys, p, seed, offset)?;
+        let what = format!("{dt:?} n {n} p {p} seed {seed:#x} offset {offset:#x}");
+        assert_close(&format!("{what}: y"), &y, &reference::forward(&f64s(&xs), p, seed, offset), tol(dt));
+        assert_close(&format!("{what}: dx"), &dx, &reference::backward(&f64s(&dys), p, seed, offset), tol(dt));
+        let mask = reference::mask(n, p, seed, offset);
+        for i in 0..n {
+            // (A 16-bit input may round to 0; then the kept value is 0 too.)
+            if xs[i] != 0.0 {
                 assert_eq!(y[i] != 0.0, mask[i], "{what}: forward mask at {i}");
+            }
+            if dys[i] != 0.0 {
                 assert_eq!(dx[i] != 0.0, mask[i], "{what}: backward replays the mask at {i}");
             }
-            if p == 0.0 {
-                assert_eq!(y, xs, "{what}: p = 0 is the identity");
+        }
+        if p == 0.0 {
+            assert_eq!(y, xs, "{what}: p = 0 is the identity");
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn gpu_forward_and_backward_match_reference() {
+    on_every_device("dropout", |ctx| check(ctx, DType::F32, &mut Rng::new(5)));
+}
+
+#[test]
+fn gpu_forward_and_backward_in_16_bits_match_reference() {
+    on_every_device("dropout f16/bf16", |ctx| {
+        let mut rng = Rng::new(6);
+        for dt in [DType::F16, DType::BF16] {
+            if !unsupported(ctx, dt, "dropout") {
+                check(ctx, dt, &mut rng)?;
             }
         }
         Ok(())
@@ -153,12 +252,19 @@ fn wrong_arguments_are_errors_naming_the_kernel() {
         let a = ctx.buffer(40, "a")?;
         let b = ctx.buffer(36, "b")?;
         let mut rec = ctx.recorder(false)?;
-        let e = dropout::forward(&mut rec, a.view(), b.view(), 0.5, 1, 0).unwrap_err();
-        assert!(matches!(&e, VkError::Kernel { kernel, .. } if kernel == "dropout/dropout"), "{e}");
-        let e = dropout::backward(&mut rec, a.view(), a.view(), 1.5, 1, 0).unwrap_err();
+        let e = dropout::forward(&mut rec, a.view(), b.view(), 0.5, 1, 0, DType::F32).unwrap_err();
+        assert!(matches!(&e, VkError::Kernel { kernel, .. } if kernel == "dropout/dropout:f32"), "{e}");
+        let e = dropout::backward(&mut rec, a.view(), a.view(), 1.5, 1, 0, DType::F32).unwrap_err();
         assert!(e.to_string().contains("outside [0, 1]"), "{e}");
         let e = dropout::random_bits(&mut rec, a.slice(0, 2), 1, 0).unwrap_err();
         assert!(matches!(&e, VkError::Kernel { kernel, .. } if kernel == "dropout/random_bits"), "{e}");
+        if ctx.caps().fp16 {
+            // 20 bf16 into 18, and an odd byte count.
+            let e = dropout::forward(&mut rec, a.view(), b.view(), 0.5, 1, 0, DType::BF16).unwrap_err();
+            assert!(matches!(&e, VkError::Kernel { kernel, .. } if kernel == "dropout/dropout:bf16"), "{e}");
+            let e = dropout::backward(&mut rec, a.slice(0, 3), a.slice(0, 3), 0.5, 1, 0, DType::F16).unwrap_err();
+            assert!(matches!(&e, VkError::Kernel { kernel, .. } if kernel == "dropout/dropout:f16"), "{e}");
+        }
         rec.submit()?;
         Ok(())
     });

@@ -1,10 +1,73 @@
 //! Gated activations (SwiGLU, GeGLU): reference backward against finite differences, GPU
-//! forward/backward (separate and fused gate_up layouts) against the reference.
+//! forward/backward (separate and fused gate_up layouts) against the reference, in f32, f16 and
+//! bf16 storage (16-bit inputs are rounded on the host, the reference runs on the rounded values).
 
+use vkformers_kernels::dtype::DType;
 use vkformers_kernels::glu::{self, reference, Glu};
-use vkformers_kernels::testutil::{assert_close, assert_grad_matches_fd, f64s, Rng, TOL_F32};
+use vkformers_kernels::testutil::{assert_close, assert_grad_matches_fd, f64s, Rng, Tol, TOL_BF16, TOL_F16, TOL_F32};
 use vkformers_vk::testing::on_every_device;
-use vkformers_vk::{Context, Result};
+use vkformers_vk::{Buffer, BufferView, Context, Result};
+
+/// `xs` rounded to the storage type (to nearest even).
+fn round(dt: DType, xs: &[f32]) -> Vec<f32> {
+    match dt {
+        DType::F32 => xs.to_vec(),
+        DType::F16 => xs.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect(),
+        DType::BF16 => xs.iter().map(|&x| half::bf16::from_f32(x).to_f32()).collect(),
+    }
+}
+
+/// `xs` stored in a buffer as the storage type; `view()` covers exactly those elements (the
+/// buffer itself may be longer: buffers hold at least 4 bytes).
+struct Stored {
+    buf: Buffer,
+    len: u64,
+}
+
+impl Stored {
+    fn view(&self) -> BufferView<'_> {
+        self.buf.slice(0, self.len)
+    }
+}
+
+fn upload(ctx: &Context, dt: DType, xs: &[f32], what: &str) -> Result<Stored> {
+    let buf = match dt {
+        DType::F32 => ctx.buffer_from(xs, what)?,
+        DType::F16 => {
+            ctx.buffer_from(&xs.iter().map(|&x| half::f16::from_f32(x).to_bits()).collect::<Vec<_>>(), what)?
+        }
+        DType::BF16 => {
+            ctx.buffer_from(&xs.iter().map(|&x| half::bf16::from_f32(x).to_bits()).collect::<Vec<_>>(), what)?
+        }
+    };
+    Ok(Stored { buf, len: xs.len() as u64 * dt.bytes() })
+}
+
+/// The elements of a view in the storage type, widened to f32.
+fn download(ctx: &Context, dt: DType, v: BufferView<'_>) -> Result<Vec<f32>> {
+    Ok(match dt {
+        DType::F32 => ctx.read_vec(v)?,
+        DType::F16 => ctx.read_vec::<u16>(v)?.into_iter().map(|b| half::f16::from_bits(b).to_f32()).collect(),
+        DType::BF16 => ctx.read_vec::<u16>(v)?.into_iter().map(|b| half::bf16::from_bits(b).to_f32()).collect(),
+    })
+}
+
+fn tol(dt: DType) -> Tol {
+    match dt {
+        DType::F32 => TOL_F32,
+        DType::F16 => TOL_F16,
+        DType::BF16 => TOL_BF16,
+    }
+}
+
+/// Whether the device lacks 16-bit storage for `dt` (then the test of `dt` is skipped).
+fn unsupported(ctx: &Context, dt: DType, what: &str) -> bool {
+    let skip = dt != DType::F32 && !ctx.caps().fp16;
+    if skip {
+        eprintln!("{what}: skipping {dt:?}: no 16-bit storage on {}", ctx.caps().name);
+    }
+    skip
+}
 
 #[test]
 fn reference_backward_matches_finite_differences() {
@@ -30,46 +93,70 @@ fn split_and_join_are_inverse() {
     assert_eq!(reference::join(&g, &u, 3), fused);
 }
 
-fn check(ctx: &Context, kind: Glu, rows: usize, inner: usize, rng: &mut Rng) -> Result<()> {
+fn check(ctx: &Context, kind: Glu, dt: DType, rows: usize, inner: usize, rng: &mut Rng) -> Result<()> {
     let n = rows * inner;
-    let (gs, us, ds) = (rng.vec(n, 5.0), rng.vec(n, 2.0), rng.vec(n, 1.0));
+    let (gs, us, ds) = (round(dt, &rng.vec(n, 5.0)), round(dt, &rng.vec(n, 2.0)), round(dt, &rng.vec(n, 1.0)));
     let (g64, u64_, d64) = (f64s(&gs), f64s(&us), f64s(&ds));
     let want = reference::forward(kind, &g64, &u64_);
     let (want_dg, want_du) = reference::backward(kind, &g64, &u64_, &d64);
-    let what = format!("{kind:?} rows={rows} inner={inner}");
+    let what = format!("{kind:?} {dt:?} rows={rows} inner={inner}");
 
-    let gate = ctx.buffer_from(&gs, "gate")?;
-    let up = ctx.buffer_from(&us, "up")?;
-    let dout = ctx.buffer_from(&ds, "dout")?;
-    let fused = ctx.buffer_from(&reference::join(&gs, &us, inner), "gate_up")?;
-    let out = ctx.buffer((n * 4) as u64, "out")?;
-    let out_f = ctx.buffer((n * 4) as u64, "out fused")?;
-    let dgate = ctx.buffer((n * 4) as u64, "dgate")?;
-    let dup = ctx.buffer((n * 4) as u64, "dup")?;
-    let dfused = ctx.buffer((2 * n * 4) as u64, "dgate_up")?;
+    let gate = upload(ctx, dt, &gs, "gate")?;
+    let up = upload(ctx, dt, &us, "up")?;
+    let dout = upload(ctx, dt, &ds, "dout")?;
+    let fused = upload(ctx, dt, &reference::join(&gs, &us, inner), "gate_up")?;
+    let (b, b2) = (n as u64 * dt.bytes(), 2 * n as u64 * dt.bytes());
+    let out = ctx.buffer(b, "out")?;
+    let out_f = ctx.buffer(b, "out fused")?;
+    let dgate = ctx.buffer(b, "dgate")?;
+    let dup = ctx.buffer(b, "dup")?;
+    let dfused = ctx.buffer(b2, "dgate_up")?;
+    let (out, out_f, dgate, dup, dfused) =
+        (out.slice(0, b), out_f.slice(0, b), dgate.slice(0, b), dup.slice(0, b), dfused.slice(0, b2));
     let mut rec = ctx.recorder(false)?;
-    glu::forward(&mut rec, kind, gate.view(), up.view(), out.view(), rows, inner)?;
-    glu::forward_fused(&mut rec, kind, fused.view(), out_f.view(), rows, inner)?;
-    glu::backward(&mut rec, kind, gate.view(), up.view(), dout.view(), dgate.view(), dup.view(), rows, inner)?;
-    glu::backward_fused(&mut rec, kind, fused.view(), dout.view(), dfused.view(), rows, inner)?;
+    glu::forward(&mut rec, kind, gate.view(), up.view(), out, rows, inner, dt)?;
+    glu::forward_fused(&mut rec, kind, fused.view(), out_f, rows, inner, dt)?;
+    glu::backward(&mut rec, kind, gate.view(), up.view(), dout.view(), dgate, dup, rows, inner, dt)?;
+    glu::backward_fused(&mut rec, kind, fused.view(), dout.view(), dfused, rows, inner, dt)?;
     rec.submit()?;
 
-    assert_close(&format!("{what} forward"), &ctx.read_vec::<f32>(out.view())?, &want, TOL_F32);
-    assert_close(&format!("{what} forward fused"), &ctx.read_vec::<f32>(out_f.view())?, &want, TOL_F32);
-    assert_close(&format!("{what} dgate"), &ctx.read_vec::<f32>(dgate.view())?, &want_dg, TOL_F32);
-    assert_close(&format!("{what} dup"), &ctx.read_vec::<f32>(dup.view())?, &want_du, TOL_F32);
+    let tol = tol(dt);
+    assert_close(&format!("{what} forward"), &download(ctx, dt, out)?, &want, tol);
+    assert_close(&format!("{what} forward fused"), &download(ctx, dt, out_f)?, &want, tol);
+    assert_close(&format!("{what} dgate"), &download(ctx, dt, dgate)?, &want_dg, tol);
+    assert_close(&format!("{what} dup"), &download(ctx, dt, dup)?, &want_du, tol);
     let want_fused = reference::join(&want_dg, &want_du, inner);
-    assert_close(&format!("{what} dgate_up"), &ctx.read_vec::<f32>(dfused.view())?, &want_fused, TOL_F32);
+    assert_close(&format!("{what} dgate_up"), &download(ctx, dt, dfused)?, &want_fused, tol);
     Ok(())
 }
+
+const SHAPES: [(usize, usize); 6] = [(1, 1), (1, 7), (5, 1), (3, 257), (17, 301), (129, 91)];
 
 #[test]
 fn gpu_forward_and_backward_match_reference() {
     on_every_device("glu", |ctx| {
         let mut rng = Rng::new(11);
         for kind in Glu::ALL {
-            for (rows, inner) in [(1, 1), (1, 7), (5, 1), (3, 257), (17, 301), (129, 91)] {
-                check(ctx, kind, rows, inner, &mut rng)?;
+            for (rows, inner) in SHAPES {
+                check(ctx, kind, DType::F32, rows, inner, &mut rng)?;
+            }
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn gpu_forward_and_backward_in_16_bits_match_reference() {
+    on_every_device("glu f16/bf16", |ctx| {
+        let mut rng = Rng::new(12);
+        for dt in [DType::F16, DType::BF16] {
+            if unsupported(ctx, dt, "glu") {
+                continue;
+            }
+            for kind in Glu::ALL {
+                for (rows, inner) in SHAPES {
+                    check(ctx, kind, dt, rows, inner, &mut rng)?;
+                }
             }
         }
         Ok(())
@@ -82,12 +169,18 @@ fn wrong_shapes_are_errors_naming_the_kernel() {
         let a = ctx.buffer(6 * 4, "a")?;
         let b = ctx.buffer(12 * 4, "b")?;
         let mut rec = ctx.recorder(false)?;
-        let e = glu::forward(&mut rec, Glu::SwiGlu, a.view(), b.view(), a.view(), 2, 3).unwrap_err();
+        let e = glu::forward(&mut rec, Glu::SwiGlu, a.view(), b.view(), a.view(), 2, 3, DType::F32).unwrap_err();
         assert!(e.to_string().contains("glu/forward:swiglu"), "{e}");
-        let e = glu::forward_fused(&mut rec, Glu::GeGlu, a.view(), a.view(), 2, 3).unwrap_err();
+        let e = glu::forward_fused(&mut rec, Glu::GeGlu, a.view(), a.view(), 2, 3, DType::F32).unwrap_err();
         assert!(e.to_string().contains("glu/forward:geglu") && e.to_string().contains("gate_up"), "{e}");
-        let e = glu::backward_fused(&mut rec, Glu::GeGluTanh, b.view(), a.view(), a.view(), 2, 3).unwrap_err();
+        let e =
+            glu::backward_fused(&mut rec, Glu::GeGluTanh, b.view(), a.view(), a.view(), 2, 3, DType::F32).unwrap_err();
         assert!(e.to_string().contains("glu/backward:geglu_tanh"), "{e}");
+        if ctx.caps().fp16 {
+            // 12 f16 hold a fused [2, 2 * 3] gate_up but `a` is no [2, 3] output (12 f16, not 6).
+            let e = glu::forward_fused(&mut rec, Glu::SwiGlu, a.view(), a.view(), 2, 3, DType::BF16).unwrap_err();
+            assert!(e.to_string().contains("glu/forward:swiglu_bf16") && e.to_string().contains("out"), "{e}");
+        }
         rec.submit()?;
         Ok(())
     });

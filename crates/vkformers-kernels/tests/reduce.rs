@@ -1,10 +1,76 @@
 //! Sum/mean reductions: reference backward against finite differences; GPU rows and
-//! everything reductions (multi-stage, any n) and their backward against the reference.
+//! everything reductions (multi-stage, any n) and their backward against the reference, in
+//! f32, f16 and bf16 storage (16-bit inputs are rounded on the host, the reference runs on the
+//! rounded values; full reductions' outputs and their gradients stay f32).
 
+use vkformers_kernels::dtype::DType;
 use vkformers_kernels::reduce::{self, reference};
-use vkformers_kernels::testutil::{assert_close, assert_grad_matches_fd, f64s, Rng, TOL_F32};
+use vkformers_kernels::testutil::{assert_close, assert_grad_matches_fd, f64s, Rng, Tol, TOL_BF16, TOL_F16, TOL_F32};
 use vkformers_vk::testing::on_every_device;
-use vkformers_vk::{Context, Result};
+use vkformers_vk::{Buffer, BufferView, Context, Result};
+
+const F32: DType = DType::F32;
+
+/// `xs` rounded to the storage type (to nearest even).
+fn round(dt: DType, xs: &[f32]) -> Vec<f32> {
+    match dt {
+        DType::F32 => xs.to_vec(),
+        DType::F16 => xs.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect(),
+        DType::BF16 => xs.iter().map(|&x| half::bf16::from_f32(x).to_f32()).collect(),
+    }
+}
+
+/// `xs` stored in a buffer as the storage type; `view()` covers exactly those elements (the
+/// buffer itself may be longer: buffers hold at least 4 bytes).
+struct Stored {
+    buf: Buffer,
+    len: u64,
+}
+
+impl Stored {
+    fn view(&self) -> BufferView<'_> {
+        self.buf.slice(0, self.len)
+    }
+}
+
+fn upload(ctx: &Context, dt: DType, xs: &[f32], what: &str) -> Result<Stored> {
+    let buf = match dt {
+        DType::F32 => ctx.buffer_from(xs, what)?,
+        DType::F16 => {
+            ctx.buffer_from(&xs.iter().map(|&x| half::f16::from_f32(x).to_bits()).collect::<Vec<_>>(), what)?
+        }
+        DType::BF16 => {
+            ctx.buffer_from(&xs.iter().map(|&x| half::bf16::from_f32(x).to_bits()).collect::<Vec<_>>(), what)?
+        }
+    };
+    Ok(Stored { buf, len: xs.len() as u64 * dt.bytes() })
+}
+
+/// The elements of a view in the storage type, widened to f32.
+fn download(ctx: &Context, dt: DType, v: BufferView<'_>) -> Result<Vec<f32>> {
+    Ok(match dt {
+        DType::F32 => ctx.read_vec(v)?,
+        DType::F16 => ctx.read_vec::<u16>(v)?.into_iter().map(|b| half::f16::from_bits(b).to_f32()).collect(),
+        DType::BF16 => ctx.read_vec::<u16>(v)?.into_iter().map(|b| half::bf16::from_bits(b).to_f32()).collect(),
+    })
+}
+
+fn tol(dt: DType) -> Tol {
+    match dt {
+        DType::F32 => TOL_F32,
+        DType::F16 => TOL_F16,
+        DType::BF16 => TOL_BF16,
+    }
+}
+
+/// Whether the device lacks 16-bit storage for `dt` (then the test of `dt` is skipped).
+fn unsupported(ctx: &Context, dt: DType, what: &str) -> bool {
+    let skip = dt != DType::F32 && !ctx.caps().fp16;
+    if skip {
+        eprintln!("{what}: skipping {dt:?}: no 16-bit storage on {}", ctx.caps().name);
+    }
+    skip
+}
 
 #[test]
 fn reference_backward_matches_finite_differences() {
@@ -43,68 +109,88 @@ fn reference_backward_matches_finite_differences() {
     }
 }
 
-fn check_rows(ctx: &Context, rows: usize, d: usize, rng: &mut Rng) -> Result<()> {
-    let (xv, dyv) = (rng.vec(rows * d, 1.0), rng.vec(rows, 1.0));
+fn check_rows(ctx: &Context, dt: DType, rows: usize, d: usize, rng: &mut Rng) -> Result<()> {
+    let (xv, dyv) = (round(dt, &rng.vec(rows * d, 1.0)), round(dt, &rng.vec(rows, 1.0)));
     let (x64, dy64) = (f64s(&xv), f64s(&dyv));
-    let x = ctx.buffer_from(&xv, "x")?;
-    let dy = ctx.buffer_from(&dyv, "dy")?;
-    let (s, m) = (ctx.buffer((rows * 4) as u64, "sum")?, ctx.buffer((rows * 4) as u64, "mean")?);
-    let (dxs, dxm) = (ctx.buffer((rows * d * 4) as u64, "dx sum")?, ctx.buffer((rows * d * 4) as u64, "dx mean")?);
+    let x = upload(ctx, dt, &xv, "x")?;
+    let dy = upload(ctx, dt, &dyv, "dy")?;
+    let (b, bx) = (rows as u64 * dt.bytes(), (rows * d) as u64 * dt.bytes());
+    let (s, m) = (ctx.buffer(b, "sum")?, ctx.buffer(b, "mean")?);
+    let (dxs, dxm) = (ctx.buffer(bx, "dx sum")?, ctx.buffer(bx, "dx mean")?);
+    let (s, m, dxs, dxm) = (s.slice(0, b), m.slice(0, b), dxs.slice(0, bx), dxm.slice(0, bx));
     let mut rec = ctx.recorder(false)?;
-    reduce::sum_rows(&mut rec, x.view(), s.view(), rows, d)?;
-    reduce::mean_rows(&mut rec, x.view(), m.view(), rows, d)?;
-    reduce::sum_rows_backward(&mut rec, dy.view(), dxs.view(), rows, d)?;
-    reduce::mean_rows_backward(&mut rec, dy.view(), dxm.view(), rows, d)?;
+    reduce::sum_rows(&mut rec, x.view(), s, rows, d, dt)?;
+    reduce::mean_rows(&mut rec, x.view(), m, rows, d, dt)?;
+    reduce::sum_rows_backward(&mut rec, dy.view(), dxs, rows, d, dt)?;
+    reduce::mean_rows_backward(&mut rec, dy.view(), dxm, rows, d, dt)?;
     rec.submit()?;
-    let what = format!("{rows}x{d}");
-    assert_close(&format!("sum_rows {what}"), &ctx.read_vec::<f32>(s.view())?, &reference::sum_rows(&x64, d), TOL_F32);
-    assert_close(
-        &format!("mean_rows {what}"),
-        &ctx.read_vec::<f32>(m.view())?,
-        &reference::mean_rows(&x64, d),
-        TOL_F32,
-    );
+    let (what, tol) = (format!("{dt:?} {rows}x{d}"), tol(dt));
+    assert_close(&format!("sum_rows {what}"), &download(ctx, dt, s)?, &reference::sum_rows(&x64, d), tol);
+    assert_close(&format!("mean_rows {what}"), &download(ctx, dt, m)?, &reference::mean_rows(&x64, d), tol);
     let want = reference::sum_rows_backward(&dy64, d);
-    assert_close(&format!("sum_rows backward {what}"), &ctx.read_vec::<f32>(dxs.view())?, &want, TOL_F32);
+    assert_close(&format!("sum_rows backward {what}"), &download(ctx, dt, dxs)?, &want, tol);
     let want = reference::mean_rows_backward(&dy64, d);
-    assert_close(&format!("mean_rows backward {what}"), &ctx.read_vec::<f32>(dxm.view())?, &want, TOL_F32);
+    assert_close(&format!("mean_rows backward {what}"), &download(ctx, dt, dxm)?, &want, tol);
     Ok(())
 }
+
+const ROW_SHAPES: [(usize, usize); 7] = [(1, 1), (7, 1), (1, 7), (5, 257), (33, 1000), (3, 20_011), (1001, 3)];
 
 #[test]
 fn gpu_row_reductions_match_reference() {
     on_every_device("reduce rows", |ctx| {
         let mut rng = Rng::new(37);
-        for (rows, d) in [(1, 1), (7, 1), (1, 7), (5, 257), (33, 1000), (3, 20_011), (1001, 3)] {
-            check_rows(ctx, rows, d, &mut rng)?;
+        for (rows, d) in ROW_SHAPES {
+            check_rows(ctx, F32, rows, d, &mut rng)?;
         }
         Ok(())
     });
 }
 
-/// Sum and mean of everything; returns the GPU sum so callers can compare runs.
-fn check_all(ctx: &Context, n: usize, rng: &mut Rng) -> Result<f32> {
-    let xv = rng.vec(n, 1.0);
+#[test]
+fn gpu_row_reductions_in_16_bits_match_reference() {
+    on_every_device("reduce rows f16/bf16", |ctx| {
+        let mut rng = Rng::new(38);
+        for dt in [DType::F16, DType::BF16] {
+            if unsupported(ctx, dt, "reduce rows") {
+                continue;
+            }
+            for (rows, d) in ROW_SHAPES {
+                check_rows(ctx, dt, rows, d, &mut rng)?;
+            }
+        }
+        Ok(())
+    });
+}
+
+/// Sum and mean of everything (x of storage `dt`, outputs f32), and their backward (dy f32,
+/// dx of `dt`); returns the GPU sum so callers can compare runs.
+fn check_all(ctx: &Context, dt: DType, n: usize, rng: &mut Rng) -> Result<f32> {
+    let xv = round(dt, &rng.vec(n, 1.0));
     let x64 = f64s(&xv);
-    let x = ctx.buffer_from(&xv, "x")?;
+    let x = upload(ctx, dt, &xv, "x")?;
     let scratch = ctx.buffer(reduce::all_scratch_bytes(n as u64), "scratch")?;
     let (s, m) = (ctx.buffer(4, "sum")?, ctx.buffer(4, "mean")?);
     let dy = ctx.buffer_from(&[0.37f32], "dy")?;
-    let (dxs, dxm) = (ctx.buffer((n * 4) as u64, "dx sum")?, ctx.buffer((n * 4) as u64, "dx mean")?);
+    let bx = n as u64 * dt.bytes();
+    let (dxs, dxm) = (ctx.buffer(bx, "dx sum")?, ctx.buffer(bx, "dx mean")?);
+    let (dxs, dxm) = (dxs.slice(0, bx), dxm.slice(0, bx));
     let mut rec = ctx.recorder(false)?;
-    reduce::sum_all(&mut rec, x.view(), scratch.view(), s.view())?;
-    reduce::mean_all(&mut rec, x.view(), scratch.view(), m.view())?;
-    reduce::sum_all_backward(&mut rec, dy.view(), dxs.view())?;
-    reduce::mean_all_backward(&mut rec, dy.view(), dxm.view())?;
+    reduce::sum_all(&mut rec, x.view(), scratch.view(), s.view(), dt)?;
+    reduce::mean_all(&mut rec, x.view(), scratch.view(), m.view(), dt)?;
+    reduce::sum_all_backward(&mut rec, dy.view(), dxs, dt)?;
+    reduce::mean_all_backward(&mut rec, dy.view(), dxm, dt)?;
     rec.submit()?;
+    // The f32 outputs see only f32 summation error.
     let sum = ctx.read_vec::<f32>(s.view())?;
-    assert_close(&format!("sum_all n={n}"), &sum, &[reference::sum_all(&x64)], TOL_F32);
-    assert_close(&format!("mean_all n={n}"), &ctx.read_vec::<f32>(m.view())?, &[reference::mean_all(&x64)], TOL_F32);
+    assert_close(&format!("sum_all {dt:?} n={n}"), &sum, &[reference::sum_all(&x64)], TOL_F32);
+    let mean = ctx.read_vec::<f32>(m.view())?;
+    assert_close(&format!("mean_all {dt:?} n={n}"), &mean, &[reference::mean_all(&x64)], TOL_F32);
     let g = f64::from(0.37f32);
     let want = reference::sum_all_backward(g, n);
-    assert_close(&format!("sum_all backward n={n}"), &ctx.read_vec::<f32>(dxs.view())?, &want, TOL_F32);
+    assert_close(&format!("sum_all backward {dt:?} n={n}"), &download(ctx, dt, dxs)?, &want, tol(dt));
     let want = reference::mean_all_backward(g, n);
-    assert_close(&format!("mean_all backward n={n}"), &ctx.read_vec::<f32>(dxm.view())?, &want, TOL_F32);
+    assert_close(&format!("mean_all backward {dt:?} n={n}"), &download(ctx, dt, dxm)?, &want, tol(dt));
     Ok(sum[0])
 }
 
@@ -112,7 +198,22 @@ fn check_all(ctx: &Context, n: usize, rng: &mut Rng) -> Result<f32> {
 fn gpu_full_reductions_match_reference_for_any_n() {
     on_every_device("reduce all", |ctx| {
         for n in [1, 2, 255, 4096, 4097, 70_001, 1_000_003] {
-            check_all(ctx, n, &mut Rng::new(41))?;
+            check_all(ctx, F32, n, &mut Rng::new(41))?;
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn gpu_full_reductions_of_16_bits_match_reference() {
+    on_every_device("reduce all f16/bf16", |ctx| {
+        for dt in [DType::F16, DType::BF16] {
+            if unsupported(ctx, dt, "reduce all") {
+                continue;
+            }
+            for n in [1, 2, 255, 4096, 4097, 70_001, 300_007] {
+                check_all(ctx, dt, n, &mut Rng::new(42))?;
+            }
         }
         Ok(())
     });
@@ -121,8 +222,8 @@ fn gpu_full_reductions_match_reference_for_any_n() {
 #[test]
 fn full_reduction_is_deterministic() {
     on_every_device("reduce all deterministic", |ctx| {
-        let a = check_all(ctx, 300_007, &mut Rng::new(43))?;
-        let b = check_all(ctx, 300_007, &mut Rng::new(43))?;
+        let a = check_all(ctx, F32, 300_007, &mut Rng::new(43))?;
+        let b = check_all(ctx, F32, 300_007, &mut Rng::new(43))?;
         assert_eq!(a.to_bits(), b.to_bits());
         Ok(())
     });
@@ -138,12 +239,22 @@ fn stages_and_errors() {
         let x = ctx.buffer(5000 * 4, "x")?;
         let out = ctx.buffer(4, "out")?;
         let mut rec = ctx.recorder(false)?;
-        let e = reduce::sum_all(&mut rec, x.view(), out.view(), out.view()).unwrap_err();
+        let e = reduce::sum_all(&mut rec, x.view(), out.view(), out.view(), F32).unwrap_err();
         assert!(e.to_string().contains("reduce/rows") && e.to_string().contains("scratch"), "{e}");
-        let e = reduce::mean_rows(&mut rec, x.view(), out.view(), 2, 2500).unwrap_err();
+        let e = reduce::mean_rows(&mut rec, x.view(), out.view(), 2, 2500, F32).unwrap_err();
         assert!(e.to_string().contains("reduce/rows"), "{e}");
-        let e = reduce::sum_rows_backward(&mut rec, out.view(), x.view(), 3, 1000).unwrap_err();
+        let e = reduce::sum_rows_backward(&mut rec, out.view(), x.view(), 3, 1000, F32).unwrap_err();
         assert!(e.to_string().contains("reduce/backward"), "{e}");
+        if ctx.caps().fp16 {
+            // 5000 f32 are 10000 bf16: reducing them needs scratch; out [1] must be f32.
+            let e = reduce::sum_all(&mut rec, x.view(), out.view(), out.view(), DType::BF16).unwrap_err();
+            assert!(e.to_string().contains("reduce/rows:bf16_to_f32") && e.to_string().contains("scratch"), "{e}");
+            let e = reduce::mean_all(&mut rec, x.slice(0, 200), x.view(), out.slice(0, 2), DType::F16).unwrap_err();
+            assert!(e.to_string().contains("reduce/rows:f16_to_f32") && e.to_string().contains("out"), "{e}");
+            // dy [1] f32 into 10000 f16.
+            let e = reduce::mean_all_backward(&mut rec, x.view(), x.view(), DType::F16).unwrap_err();
+            assert!(e.to_string().contains("reduce/backward:f32_to_f16") && e.to_string().contains("dy"), "{e}");
+        }
         rec.submit()?;
         Ok(())
     });

@@ -1,10 +1,73 @@
 //! Softmax over the last dim: reference backward against finite differences; GPU forward and
-//! backward against the reference on odd shapes, including d = 1 and d = 50000.
+//! backward against the reference on odd shapes, including d = 1 and d = 50000, in f32, f16 and
+//! bf16 storage (16-bit inputs are rounded on the host, the reference runs on the rounded values).
 
+use vkformers_kernels::dtype::DType;
 use vkformers_kernels::softmax::{self, reference};
-use vkformers_kernels::testutil::{assert_close, assert_grad_matches_fd, f64s, Rng, TOL_F32};
+use vkformers_kernels::testutil::{assert_close, assert_grad_matches_fd, f64s, Rng, Tol, TOL_BF16, TOL_F16, TOL_F32};
 use vkformers_vk::testing::on_every_device;
-use vkformers_vk::{Context, Result};
+use vkformers_vk::{Buffer, BufferView, Context, Result};
+
+/// `xs` rounded to the storage type (to nearest even).
+fn round(dt: DType, xs: &[f32]) -> Vec<f32> {
+    match dt {
+        DType::F32 => xs.to_vec(),
+        DType::F16 => xs.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect(),
+        DType::BF16 => xs.iter().map(|&x| half::bf16::from_f32(x).to_f32()).collect(),
+    }
+}
+
+/// `xs` stored in a buffer as the storage type; `view()` covers exactly those elements (the
+/// buffer itself may be longer: buffers hold at least 4 bytes).
+struct Stored {
+    buf: Buffer,
+    len: u64,
+}
+
+impl Stored {
+    fn view(&self) -> BufferView<'_> {
+        self.buf.slice(0, self.len)
+    }
+}
+
+fn upload(ctx: &Context, dt: DType, xs: &[f32], what: &str) -> Result<Stored> {
+    let buf = match dt {
+        DType::F32 => ctx.buffer_from(xs, what)?,
+        DType::F16 => {
+            ctx.buffer_from(&xs.iter().map(|&x| half::f16::from_f32(x).to_bits()).collect::<Vec<_>>(), what)?
+        }
+        DType::BF16 => {
+            ctx.buffer_from(&xs.iter().map(|&x| half::bf16::from_f32(x).to_bits()).collect::<Vec<_>>(), what)?
+        }
+    };
+    Ok(Stored { buf, len: xs.len() as u64 * dt.bytes() })
+}
+
+/// The elements of a view in the storage type, widened to f32.
+fn download(ctx: &Context, dt: DType, v: BufferView<'_>) -> Result<Vec<f32>> {
+    Ok(match dt {
+        DType::F32 => ctx.read_vec(v)?,
+        DType::F16 => ctx.read_vec::<u16>(v)?.into_iter().map(|b| half::f16::from_bits(b).to_f32()).collect(),
+        DType::BF16 => ctx.read_vec::<u16>(v)?.into_iter().map(|b| half::bf16::from_bits(b).to_f32()).collect(),
+    })
+}
+
+fn tol(dt: DType) -> Tol {
+    match dt {
+        DType::F32 => TOL_F32,
+        DType::F16 => TOL_F16,
+        DType::BF16 => TOL_BF16,
+    }
+}
+
+/// Whether the device lacks 16-bit storage for `dt` (then the test of `dt` is skipped).
+fn unsupported(ctx: &Context, dt: DType, what: &str) -> bool {
+    let skip = dt != DType::F32 && !ctx.caps().fp16;
+    if skip {
+        eprintln!("{what}: skipping {dt:?}: no 16-bit storage on {}", ctx.caps().name);
+    }
+    skip
+}
 
 #[test]
 fn reference_backward_matches_finite_differences() {
@@ -25,48 +88,64 @@ fn reference_is_stable_for_large_inputs() {
     assert_eq!(y, [0.5, 0.5, 0.0]);
 }
 
-fn check(ctx: &Context, rows: usize, d: usize, scale: f32, rng: &mut Rng) -> Result<()> {
+fn check(ctx: &Context, dt: DType, rows: usize, d: usize, scale: f32, rng: &mut Rng) -> Result<()> {
     let n = rows * d;
-    let (xv, dyv) = (rng.vec(n, scale), rng.vec(n, 1.0));
+    let (xv, dyv) = (round(dt, &rng.vec(n, scale)), round(dt, &rng.vec(n, 1.0)));
     let want = reference::forward(&f64s(&xv), d);
-    let x = ctx.buffer_from(&xv, "x")?;
-    let dy = ctx.buffer_from(&dyv, "dy")?;
-    let y = ctx.buffer((n * 4) as u64, "y")?;
-    let dx = ctx.buffer((n * 4) as u64, "dx")?;
+    let x = upload(ctx, dt, &xv, "x")?;
+    let dy = upload(ctx, dt, &dyv, "dy")?;
+    let bytes = n as u64 * dt.bytes();
+    let y = ctx.buffer(bytes, "y")?;
+    let dx = ctx.buffer(bytes, "dx")?;
+    let (y, dx) = (y.slice(0, bytes), dx.slice(0, bytes));
     let mut rec = ctx.recorder(false)?;
-    softmax::forward(&mut rec, x.view(), y.view(), rows, d)?;
-    softmax::backward(&mut rec, y.view(), dy.view(), dx.view(), rows, d)?;
+    softmax::forward(&mut rec, x.view(), y, rows, d, dt)?;
+    softmax::backward(&mut rec, y, dy.view(), dx, rows, d, dt)?;
     rec.submit()?;
-    let yv: Vec<f32> = ctx.read_vec(y.view())?;
-    assert_close(&format!("softmax {rows}x{d}"), &yv, &want, TOL_F32);
+    let yv = download(ctx, dt, y)?;
+    assert_close(&format!("softmax {dt:?} {rows}x{d}"), &yv, &want, tol(dt));
     // Backward from the GPU's own y (as in training), against the reference on that y.
     let want_dx = reference::backward(&f64s(&yv), &f64s(&dyv), d);
-    assert_close(&format!("softmax backward {rows}x{d}"), &ctx.read_vec::<f32>(dx.view())?, &want_dx, TOL_F32);
+    assert_close(&format!("softmax {dt:?} backward {rows}x{d}"), &download(ctx, dt, dx)?, &want_dx, tol(dt));
+    Ok(())
+}
+
+/// Odd shapes and scales, then x far from 0 (max subtraction keeps exp finite).
+fn check_all(ctx: &Context, dt: DType, rng: &mut Rng) -> Result<()> {
+    for (rows, d, scale) in
+        [(1, 1, 1.0), (5, 1, 1.0), (3, 7, 4.0), (33, 257, 8.0), (2, 1000, 30.0), (7, 999, 2.0), (1, 50_000, 5.0)]
+    {
+        check(ctx, dt, rows, d, scale, rng)?;
+    }
+    let xv: Vec<f32> = round(dt, &(0..21).map(|i| 500.0 + i as f32 * 3.0).collect::<Vec<_>>());
+    let x = upload(ctx, dt, &xv, "x")?;
+    let y = ctx.buffer(21 * dt.bytes(), "y")?;
+    let mut rec = ctx.recorder(false)?;
+    softmax::forward(&mut rec, x.view(), y.slice(0, 21 * dt.bytes()), 3, 7, dt)?;
+    rec.submit()?;
+    assert_close(
+        &format!("softmax {dt:?} of large x"),
+        &download(ctx, dt, y.slice(0, 21 * dt.bytes()))?,
+        &reference::forward(&f64s(&xv), 7),
+        tol(dt),
+    );
     Ok(())
 }
 
 #[test]
 fn gpu_forward_and_backward_match_reference() {
-    on_every_device("softmax", |ctx| {
-        let mut rng = Rng::new(23);
-        for (rows, d, scale) in
-            [(1, 1, 1.0), (5, 1, 1.0), (3, 7, 4.0), (33, 257, 8.0), (2, 1000, 30.0), (7, 999, 2.0), (1, 50_000, 5.0)]
-        {
-            check(ctx, rows, d, scale, &mut rng)?;
+    on_every_device("softmax", |ctx| check_all(ctx, DType::F32, &mut Rng::new(23)));
+}
+
+#[test]
+fn gpu_forward_and_backward_in_16_bits_match_reference() {
+    on_every_device("softmax f16/bf16", |ctx| {
+        let mut rng = Rng::new(24);
+        for dt in [DType::F16, DType::BF16] {
+            if !unsupported(ctx, dt, "softmax") {
+                check_all(ctx, dt, &mut rng)?;
+            }
         }
-        // Far from 0: max subtraction keeps exp finite.
-        let xv: Vec<f32> = (0..21).map(|i| 500.0 + i as f32 * 3.0).collect();
-        let x = ctx.buffer_from(&xv, "x")?;
-        let y = ctx.buffer(21 * 4, "y")?;
-        let mut rec = ctx.recorder(false)?;
-        softmax::forward(&mut rec, x.view(), y.view(), 3, 7)?;
-        rec.submit()?;
-        assert_close(
-            "softmax of large x",
-            &ctx.read_vec::<f32>(y.view())?,
-            &reference::forward(&f64s(&xv), 7),
-            TOL_F32,
-        );
         Ok(())
     });
 }
@@ -76,10 +155,15 @@ fn wrong_shapes_are_errors_naming_the_kernel() {
     on_every_device("softmax errors", |ctx| {
         let a = ctx.buffer(12 * 4, "a")?;
         let mut rec = ctx.recorder(false)?;
-        let e = softmax::forward(&mut rec, a.view(), a.view(), 5, 3).unwrap_err();
+        let e = softmax::forward(&mut rec, a.view(), a.view(), 5, 3, DType::F32).unwrap_err();
         assert!(e.to_string().contains("softmax/forward"), "{e}");
-        let e = softmax::backward(&mut rec, a.view(), a.view(), a.view(), 12, 0).unwrap_err();
+        let e = softmax::backward(&mut rec, a.view(), a.view(), a.view(), 12, 0, DType::F32).unwrap_err();
         assert!(e.to_string().contains("softmax/backward"), "{e}");
+        if ctx.caps().fp16 {
+            // 24 f16 are no [5, 3].
+            let e = softmax::forward(&mut rec, a.view(), a.view(), 5, 3, DType::F16).unwrap_err();
+            assert!(e.to_string().contains("softmax/forward:f16"), "{e}");
+        }
         rec.submit()?;
         Ok(())
     });

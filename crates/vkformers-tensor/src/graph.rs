@@ -224,7 +224,9 @@ impl<'c> Graph<'c> {
     fn accumulate_leaf(&self, leaf: &Tensor, g: &Tensor) -> Result<()> {
         let mut slot = leaf.0.grad.borrow_mut();
         match slot.as_ref() {
-            Some(acc) => self.record(|rec| broadcast::axpy(rec, 1.0, g.view(), acc.view())),
+            Some(acc) => {
+                self.record(|rec| broadcast::axpy(rec, 1.0, g.view(), acc.view(), vkformers_kernels::dtype::DType::F32))
+            }
             None => {
                 let acc = self.empty(leaf.shape())?;
                 self.record(|rec| elementwise::copy(rec, g.view(), acc.view()))?;

@@ -1,5 +1,6 @@
 #version 460
 #include "common.glsl"
+#include "dtype.glsl"
 #define WG 256
 layout(local_size_x = WG) in;
 #include "reduce/tree.glsl"
@@ -10,15 +11,36 @@ layout(local_size_x = WG) in;
 // Variant tree: one workgroup per output element (group-stride loop), a fixed-order tree sum
 // over q. Variant serial (the launcher's choice for short sums or many outputs): one thread
 // per output element, summing q = 0, 1, ..., k-1 in order. Both deterministic.
+// g is in the storage type (variants `_f16`, `_bf16`; default f32); sums are f32; out is in the
+// storage type too, or f32 with OUT_F32 (`_f16_to_f32`, `_bf16_to_f32`: the gradient of an f32
+// operand such as a bias, from a 16-bit output gradient).
 // variant: tree
 // variant: serial SERIAL
+// variant: tree_f16 DT_F16
+// variant: tree_bf16 DT_BF16
+// variant: serial_f16 SERIAL DT_F16
+// variant: serial_bf16 SERIAL DT_BF16
+// variant: tree_f16_to_f32 DT_F16 OUT_F32
+// variant: serial_f16_to_f32 SERIAL DT_F16 OUT_F32
+// variant: tree_bf16_to_f32 DT_BF16 OUT_F32
+// variant: serial_bf16_to_f32 SERIAL DT_BF16 OUT_F32
 layout(push_constant) uniform Push {
-    F32In g; F32Buf out_;
+    DIn g;
+#if defined(OUT_F32)
+    F32Buf out_;
+#else
+    DBuf out_;
+#endif
     uint m; uint k;
     uint o1; uint o2; uint o3;
     uint t1; uint t2; uint t3;
     uint r1; uint r2; uint r3;
 } pc;
+#if defined(OUT_F32)
+void store(uint j, float s) { pc.out_.v[j] = s; }
+#else
+void store(uint j, float s) { st(pc.out_, j, s); }
+#endif
 uint offset_of(uint j0, uint j1, uint j2, uint j3, uint q) {
     uint q3 = q % pc.r3;
     uint w = q / pc.r3;
@@ -39,9 +61,9 @@ void main() {
         uint j0 = u / pc.t1;
         float acc = 0.0;
         for (uint q = 0; q < pc.k; q++) {
-            acc += pc.g.v[offset_of(j0, j1, j2, j3, q)];
+            acc += ld(pc.g, offset_of(j0, j1, j2, j3, q));
         }
-        pc.out_.v[j] = acc;
+        store(j, acc);
     }
 }
 #else
@@ -55,11 +77,11 @@ void main() {
         uint j0 = u / pc.t1;
         float acc = 0.0;
         for (uint q = gl_LocalInvocationID.x; q < pc.k; q += WG) {
-            acc += pc.g.v[offset_of(j0, j1, j2, j3, q)];
+            acc += ld(pc.g, offset_of(j0, j1, j2, j3, q));
         }
         float s = wg_sum(acc);
         if (gl_LocalInvocationID.x == 0) {
-            pc.out_.v[j] = s;
+            store(j, s);
         }
     }
 }

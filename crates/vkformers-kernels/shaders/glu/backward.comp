@@ -1,25 +1,33 @@
 #version 460
 #include "common.glsl"
+#include "dtype.glsl"
 #include "activation/act.glsl"
 // Backward of out = f(gate) * up (see forward.comp), dout [rows, inner]:
 //   dgate[r, j] = dout[r, j] * up[r, j] * f'(gate[r, j]),  dup[r, j] = dout[r, j] * f(gate[r, j]).
-// gate, up, dgate, dup are rows of `stride` floats (inner: separate tensors; 2 inner: fused
-// gate_up and its fused gradient, the up pointers advanced by inner floats).
+// gate, up, dgate, dup are rows of `stride` elements (inner: separate tensors; 2 inner: fused
+// gate_up and its fused gradient, the up pointers advanced by inner elements). Every tensor is
+// in the storage type (f32, or f16/bf16 with the `_f16`/`_bf16` variants); math f32.
 // variant: swiglu ACT_F=silu_f ACT_D=silu_d
 // variant: geglu ACT_F=gelu_f ACT_D=gelu_d
 // variant: geglu_tanh ACT_F=gelu_tanh_f ACT_D=gelu_tanh_d
+// variant: swiglu_f16 ACT_F=silu_f ACT_D=silu_d DT_F16
+// variant: swiglu_bf16 ACT_F=silu_f ACT_D=silu_d DT_BF16
+// variant: geglu_f16 ACT_F=gelu_f ACT_D=gelu_d DT_F16
+// variant: geglu_bf16 ACT_F=gelu_f ACT_D=gelu_d DT_BF16
+// variant: geglu_tanh_f16 ACT_F=gelu_tanh_f ACT_D=gelu_tanh_d DT_F16
+// variant: geglu_tanh_bf16 ACT_F=gelu_tanh_f ACT_D=gelu_tanh_d DT_BF16
 layout(local_size_x = 256) in;
 layout(push_constant) uniform Push {
-    F32In gate; F32In up; F32In dout; F32Buf dgate; F32Buf dup; uint rows; uint inner; uint stride;
+    DIn gate; DIn up; DIn dout; DBuf dgate; DBuf dup; uint rows; uint inner; uint stride;
 } pc;
 void main() {
     FOR_EACH_INDEX(i, pc.rows * pc.inner) {
         uint r = i / pc.inner;
         uint s = r * pc.stride + (i - r * pc.inner);
-        float g = pc.gate.v[s];
-        float u = pc.up.v[s];
-        float d = pc.dout.v[i];
-        pc.dgate.v[s] = d * u * ACT_D(g);
-        pc.dup.v[s] = d * ACT_F(g);
+        float g = ld(pc.gate, s);
+        float u = ld(pc.up, s);
+        float d = ld(pc.dout, i);
+        st(pc.dgate, s, d * u * ACT_D(g));
+        st(pc.dup, s, d * ACT_F(g));
     }
 }

@@ -1,6 +1,7 @@
 //! Pointwise activations, forward and backward: SiLU, GELU (exact, with an f32 erf), GELU with
 //! the tanh approximation, ReLU, squared ReLU, sigmoid. `x`, `y`, `dy`, `dx` are views of `n`
-//! f32 each (any shape, contiguous).
+//! elements each (any shape, contiguous) of one storage type `DType` (f32, f16 or bf16; math is
+//! f32 in every case).
 
 pub mod reference;
 pub(crate) mod util;
@@ -8,7 +9,8 @@ pub(crate) mod util;
 use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result};
 
 use crate::code;
-use util::{elements, expect_len, groups_for, params};
+use crate::dtype::DType;
+use util::{elements, expect_len, groups_for, params, pick};
 
 /// A pointwise activation function.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,57 +40,83 @@ impl Activation {
         Activation::Sigmoid,
     ];
 
-    fn forward_code(self) -> &'static KernelCode {
+    /// Forward kernels, `[f32, f16, bf16]`.
+    fn forward_codes(self) -> [&'static KernelCode; 3] {
+        use code::*;
         match self {
-            Activation::Silu => &code::ACTIVATION_FORWARD_SILU,
-            Activation::Gelu => &code::ACTIVATION_FORWARD_GELU,
-            Activation::GeluTanh => &code::ACTIVATION_FORWARD_GELU_TANH,
-            Activation::Relu => &code::ACTIVATION_FORWARD_RELU,
-            Activation::Relu2 => &code::ACTIVATION_FORWARD_RELU2,
-            Activation::Sigmoid => &code::ACTIVATION_FORWARD_SIGMOID,
+            Activation::Silu => [&ACTIVATION_FORWARD_SILU, &ACTIVATION_FORWARD_SILU_F16, &ACTIVATION_FORWARD_SILU_BF16],
+            Activation::Gelu => [&ACTIVATION_FORWARD_GELU, &ACTIVATION_FORWARD_GELU_F16, &ACTIVATION_FORWARD_GELU_BF16],
+            Activation::GeluTanh => {
+                [&ACTIVATION_FORWARD_GELU_TANH, &ACTIVATION_FORWARD_GELU_TANH_F16, &ACTIVATION_FORWARD_GELU_TANH_BF16]
+            }
+            Activation::Relu => [&ACTIVATION_FORWARD_RELU, &ACTIVATION_FORWARD_RELU_F16, &ACTIVATION_FORWARD_RELU_BF16],
+            Activation::Relu2 => {
+                [&ACTIVATION_FORWARD_RELU2, &ACTIVATION_FORWARD_RELU2_F16, &ACTIVATION_FORWARD_RELU2_BF16]
+            }
+            Activation::Sigmoid => {
+                [&ACTIVATION_FORWARD_SIGMOID, &ACTIVATION_FORWARD_SIGMOID_F16, &ACTIVATION_FORWARD_SIGMOID_BF16]
+            }
         }
     }
 
-    fn backward_code(self) -> &'static KernelCode {
+    /// Backward kernels, `[f32, f16, bf16]`.
+    fn backward_codes(self) -> [&'static KernelCode; 3] {
+        use code::*;
         match self {
-            Activation::Silu => &code::ACTIVATION_BACKWARD_SILU,
-            Activation::Gelu => &code::ACTIVATION_BACKWARD_GELU,
-            Activation::GeluTanh => &code::ACTIVATION_BACKWARD_GELU_TANH,
-            Activation::Relu => &code::ACTIVATION_BACKWARD_RELU,
-            Activation::Relu2 => &code::ACTIVATION_BACKWARD_RELU2,
-            Activation::Sigmoid => &code::ACTIVATION_BACKWARD_SIGMOID,
+            Activation::Silu => {
+                [&ACTIVATION_BACKWARD_SILU, &ACTIVATION_BACKWARD_SILU_F16, &ACTIVATION_BACKWARD_SILU_BF16]
+            }
+            Activation::Gelu => {
+                [&ACTIVATION_BACKWARD_GELU, &ACTIVATION_BACKWARD_GELU_F16, &ACTIVATION_BACKWARD_GELU_BF16]
+            }
+            Activation::GeluTanh => [
+                &ACTIVATION_BACKWARD_GELU_TANH,
+                &ACTIVATION_BACKWARD_GELU_TANH_F16,
+                &ACTIVATION_BACKWARD_GELU_TANH_BF16,
+            ],
+            Activation::Relu => {
+                [&ACTIVATION_BACKWARD_RELU, &ACTIVATION_BACKWARD_RELU_F16, &ACTIVATION_BACKWARD_RELU_BF16]
+            }
+            Activation::Relu2 => {
+                [&ACTIVATION_BACKWARD_RELU2, &ACTIVATION_BACKWARD_RELU2_F16, &ACTIVATION_BACKWARD_RELU2_BF16]
+            }
+            Activation::Sigmoid => {
+                [&ACTIVATION_BACKWARD_SIGMOID, &ACTIVATION_BACKWARD_SIGMOID_F16, &ACTIVATION_BACKWARD_SIGMOID_BF16]
+            }
         }
     }
 }
 
-fn unary(rec: &mut Recorder, k: &KernelCode, x: BufferView<'_>, y: BufferView<'_>) -> Result<()> {
-    let n = elements(k, "x", &x)?;
-    expect_len(k, "y", &y, n)?;
+fn unary(rec: &mut Recorder, k: &KernelCode, x: BufferView<'_>, y: BufferView<'_>, dt: DType) -> Result<()> {
+    let n = elements(k, "x", &x, dt)?;
+    expect_len(k, "y", &y, n, dt)?;
     rec.dispatch(k, &[], &[read(x), write(y)], &params(&[n as u32]), groups_for(n))
 }
 
-/// `y = f(x)` elementwise; x, y [n].
-pub fn forward(rec: &mut Recorder, act: Activation, x: BufferView<'_>, y: BufferView<'_>) -> Result<()> {
-    unary(rec, act.forward_code(), x, y)
+/// `y = f(x)` elementwise; x, y [n] of storage type `dt`.
+pub fn forward(rec: &mut Recorder, act: Activation, x: BufferView<'_>, y: BufferView<'_>, dt: DType) -> Result<()> {
+    let k = pick(rec, dt, act.forward_codes())?;
+    unary(rec, k, x, y, dt)
 }
 
-/// `dx = dy * f'(x)` elementwise; x, dy, dx [n].
+/// `dx = dy * f'(x)` elementwise; x, dy, dx [n] of storage type `dt`.
 pub fn backward(
     rec: &mut Recorder,
     act: Activation,
     x: BufferView<'_>,
     dy: BufferView<'_>,
     dx: BufferView<'_>,
+    dt: DType,
 ) -> Result<()> {
-    let k = act.backward_code();
-    let n = elements(k, "x", &x)?;
-    expect_len(k, "dy", &dy, n)?;
-    expect_len(k, "dx", &dx, n)?;
+    let k = pick(rec, dt, act.backward_codes())?;
+    let n = elements(k, "x", &x, dt)?;
+    expect_len(k, "dy", &dy, n, dt)?;
+    expect_len(k, "dx", &dx, n, dt)?;
     rec.dispatch(k, &[], &[read(x), read(dy), write(dx)], &params(&[n as u32]), groups_for(n))
 }
 
-/// `y = erf(x)` elementwise with the shaders' f32 erf (absolute error below 2e-7); x, y [n].
+/// `y = erf(x)` elementwise with the shaders' f32 erf (absolute error below 2e-7); x, y [n] f32.
 /// Exposed so its accuracy can be tested.
 pub fn erf(rec: &mut Recorder, x: BufferView<'_>, y: BufferView<'_>) -> Result<()> {
-    unary(rec, &code::ACTIVATION_FORWARD_ERF, x, y)
+    unary(rec, &code::ACTIVATION_FORWARD_ERF, x, y, DType::F32)
 }

@@ -1,7 +1,10 @@
-//! Launch helpers shared by this crate's activation, glu, broadcast, reduce and softmax
-//! launchers: f32 element counts of views, error construction, push parameters, grid sizes.
+//! Launch helpers shared by this crate's activation, glu, broadcast, reduce, softmax and dropout
+//! launchers: the kernel variant of a storage type, element counts of views, error
+//! construction, push parameters, grid sizes.
 
-use vkformers_vk::{BufferView, KernelCode, Result, VkError};
+use vkformers_vk::{BufferView, KernelCode, Recorder, Result, VkError};
+
+use crate::dtype::DType;
 
 /// Threads per workgroup of these families' shaders (their `local_size_x`).
 pub(crate) const LOCAL: u64 = 256;
@@ -12,6 +15,26 @@ pub(crate) const MAX_GROUPS: u64 = 65_535;
 /// A `VkError::Kernel` naming `k`.
 pub(crate) fn err(k: &KernelCode, message: String) -> VkError {
     VkError::Kernel { kernel: k.name.into(), message }
+}
+
+/// The variant of a kernel for storage type `dt`, from `[f32, f16, bf16]`; an error naming it
+/// when the device cannot run it (see [`check_storage`]).
+pub(crate) fn pick(rec: &Recorder, dt: DType, k: [&'static KernelCode; 3]) -> Result<&'static KernelCode> {
+    let code = match dt {
+        DType::F32 => k[0],
+        DType::F16 => k[1],
+        DType::BF16 => k[2],
+    };
+    check_storage(rec, code, dt)?;
+    Ok(code)
+}
+
+/// An error naming `k` when `dt` is 16-bit and the device lacks 16-bit storage (`caps().fp16`).
+pub(crate) fn check_storage(rec: &Recorder, k: &KernelCode, dt: DType) -> Result<()> {
+    if dt != DType::F32 && !rec.caps().fp16 {
+        return Err(err(k, format!("{} storage needs 16-bit storage buffers and shaderInt16", dt.suffix())));
+    }
+    Ok(())
 }
 
 /// Grid of a one-thread-per-element kernel over `n` elements.
@@ -29,19 +52,23 @@ pub(crate) fn params(words: &[u32]) -> Vec<u8> {
     words.iter().flat_map(|w| w.to_le_bytes()).collect()
 }
 
-/// Number of f32 in `v`; an error when it is not whole or not below 2^32.
-pub(crate) fn elements(k: &KernelCode, what: &str, v: &BufferView<'_>) -> Result<u64> {
-    let n = v.len / 4;
-    if !v.len.is_multiple_of(4) || n > u64::from(u32::MAX) {
-        return Err(err(k, format!("{what}: view of {} bytes is not a whole number of f32 below 2^32", v.len)));
+/// Number of `dt` elements in `v`; an error when it is not whole or not below 2^32.
+pub(crate) fn elements(k: &KernelCode, what: &str, v: &BufferView<'_>, dt: DType) -> Result<u64> {
+    let n = v.len / dt.bytes();
+    if !v.len.is_multiple_of(dt.bytes()) || n > u64::from(u32::MAX) {
+        return Err(err(
+            k,
+            format!("{what}: view of {} bytes is not a whole number of {} below 2^32", v.len, dt.suffix()),
+        ));
     }
     Ok(n)
 }
 
-/// Checks that `v` holds exactly `n` f32.
-pub(crate) fn expect_len(k: &KernelCode, what: &str, v: &BufferView<'_>, n: u64) -> Result<()> {
-    if v.len != n * 4 {
-        return Err(err(k, format!("{what}: view of {} bytes, expected {n} f32 ({} bytes)", v.len, n * 4)));
+/// Checks that `v` holds exactly `n` elements of `dt`.
+pub(crate) fn expect_len(k: &KernelCode, what: &str, v: &BufferView<'_>, n: u64, dt: DType) -> Result<()> {
+    let want = n * dt.bytes();
+    if v.len != want {
+        return Err(err(k, format!("{what}: view of {} bytes, expected {n} {} ({want} bytes)", v.len, dt.suffix())));
     }
     Ok(())
 }
@@ -55,8 +82,8 @@ pub(crate) fn count(k: &KernelCode, dims: &[usize]) -> Result<u32> {
     }
 }
 
-/// The part of `v` starting `elems` f32 later (same end).
-pub(crate) fn skip<'a>(v: BufferView<'a>, elems: u64) -> BufferView<'a> {
-    let off = (elems * 4).min(v.len);
+/// The part of `v` starting `elems` elements of `dt` later (same end).
+pub(crate) fn skip<'a>(v: BufferView<'a>, elems: u64, dt: DType) -> BufferView<'a> {
+    let off = (elems * dt.bytes()).min(v.len);
     BufferView { buffer: v.buffer, offset: v.offset + off, len: v.len - off }
 }

@@ -6,13 +6,20 @@
 //! add: da = S(g), db = S(g); sub: da = S(g), db = -S(g); mul: da = S(g * b), db = S(g * a);
 //! div: da = S(g / b), db = -S(g * a / b / b). The products run with [`binary`] itself (`g`
 //! has the output shape, so `a` and `b` broadcast against it).
+//!
+//! Storage types (`DType`, math always f32): `binary` and `scale` read and write one type;
+//! `sum_to_shape` reads a gradient of any type and writes that type or f32 (the gradient of an
+//! f32 operand such as a bias); `axpy` accumulates x of any type into an f32 y.
 
 pub mod reference;
 
 use vkformers_vk::{read, read_write, write, BufferView, KernelCode, Recorder, Result};
 
-use crate::activation::util::{count, elements, err, expect_len, groups_for, groups_per_item, params};
+use crate::activation::util::{
+    check_storage, count, elements, err, expect_len, groups_for, groups_per_item, params, pick,
+};
 use crate::code;
+use crate::dtype::DType;
 
 /// Most dims an operand or output may have.
 pub const MAX_DIMS: usize = 4;
@@ -30,12 +37,14 @@ impl BinaryOp {
     /// Every op, for tests.
     pub const ALL: [BinaryOp; 4] = [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div];
 
-    fn code(self) -> &'static KernelCode {
+    /// Kernels, `[f32, f16, bf16]`.
+    fn codes(self) -> [&'static KernelCode; 3] {
+        use code::*;
         match self {
-            BinaryOp::Add => &code::BROADCAST_BINARY_ADD,
-            BinaryOp::Sub => &code::BROADCAST_BINARY_SUB,
-            BinaryOp::Mul => &code::BROADCAST_BINARY_MUL,
-            BinaryOp::Div => &code::BROADCAST_BINARY_DIV,
+            BinaryOp::Add => [&BROADCAST_BINARY_ADD, &BROADCAST_BINARY_ADD_F16, &BROADCAST_BINARY_ADD_BF16],
+            BinaryOp::Sub => [&BROADCAST_BINARY_SUB, &BROADCAST_BINARY_SUB_F16, &BROADCAST_BINARY_SUB_BF16],
+            BinaryOp::Mul => [&BROADCAST_BINARY_MUL, &BROADCAST_BINARY_MUL_F16, &BROADCAST_BINARY_MUL_BF16],
+            BinaryOp::Div => [&BROADCAST_BINARY_DIV, &BROADCAST_BINARY_DIV_F16, &BROADCAST_BINARY_DIV_BF16],
         }
     }
 }
@@ -82,24 +91,25 @@ fn check_dims(k: &KernelCode, what: &str, shape: &[usize]) -> Result<()> {
 }
 
 /// `out = a (op) b` with numpy broadcasting; a [a_shape], b [b_shape], out [broadcast shape]
-/// contiguous. Shapes have at most 4 dims.
+/// contiguous, all of storage type `dt`. Shapes have at most 4 dims.
 pub fn binary(
     rec: &mut Recorder,
     op: BinaryOp,
     a: (BufferView<'_>, &[usize]),
     b: (BufferView<'_>, &[usize]),
     out: BufferView<'_>,
+    dt: DType,
 ) -> Result<()> {
-    let k = op.code();
+    let k = pick(rec, dt, op.codes())?;
     let ((a, a_shape), (b, b_shape)) = (a, b);
     check_dims(k, "a", a_shape)?;
     check_dims(k, "b", b_shape)?;
     let out_shape = broadcast_shape(a_shape, b_shape)
         .ok_or_else(|| err(k, format!("shapes {a_shape:?} and {b_shape:?} do not broadcast")))?;
-    expect_len(k, "a", &a, count(k, a_shape)?.into())?;
-    expect_len(k, "b", &b, count(k, b_shape)?.into())?;
+    expect_len(k, "a", &a, count(k, a_shape)?.into(), dt)?;
+    expect_len(k, "b", &b, count(k, b_shape)?.into(), dt)?;
     let n = count(k, &out_shape)?;
-    expect_len(k, "out", &out, n.into())?;
+    expect_len(k, "out", &out, n.into(), dt)?;
     let o = pad4(&out_shape);
     let sa = broadcast_strides(&pad4(a_shape), &o);
     let sb = broadcast_strides(&pad4(b_shape), &o);
@@ -114,22 +124,43 @@ pub fn binary(
 /// broadcast to `g_shape` (right-aligned, each extent 1 or equal); out [shape]. Deterministic:
 /// short sums (at most 64 terms) or many outputs (at least 8192) take one thread per output
 /// summing in order; otherwise one workgroup per output sums in a fixed tree order.
+/// g is of storage type `g_dt`; out of `out_dt`, which is `g_dt` or f32 (sums are f32).
+#[allow(clippy::too_many_arguments)]
 pub fn sum_to_shape(
     rec: &mut Recorder,
     g: BufferView<'_>,
     g_shape: &[usize],
     out: BufferView<'_>,
     shape: &[usize],
+    g_dt: DType,
+    out_dt: DType,
 ) -> Result<()> {
-    let k = &code::BROADCAST_SUM_TO_SHAPE_TREE;
+    use code::*;
+    // [tree, serial] kernels of each (g_dt, out_dt).
+    let [k, serial] = match (g_dt, out_dt) {
+        (DType::F32, DType::F32) => [&BROADCAST_SUM_TO_SHAPE_TREE, &BROADCAST_SUM_TO_SHAPE_SERIAL],
+        (DType::F16, DType::F16) => [&BROADCAST_SUM_TO_SHAPE_TREE_F16, &BROADCAST_SUM_TO_SHAPE_SERIAL_F16],
+        (DType::BF16, DType::BF16) => [&BROADCAST_SUM_TO_SHAPE_TREE_BF16, &BROADCAST_SUM_TO_SHAPE_SERIAL_BF16],
+        (DType::F16, DType::F32) => {
+            [&BROADCAST_SUM_TO_SHAPE_TREE_F16_TO_F32, &BROADCAST_SUM_TO_SHAPE_SERIAL_F16_TO_F32]
+        }
+        (DType::BF16, DType::F32) => {
+            [&BROADCAST_SUM_TO_SHAPE_TREE_BF16_TO_F32, &BROADCAST_SUM_TO_SHAPE_SERIAL_BF16_TO_F32]
+        }
+        (a, b) => {
+            let k = &BROADCAST_SUM_TO_SHAPE_TREE;
+            return Err(err(k, format!("{a:?} gradient into {b:?}: out must be f32 or the gradient's type")));
+        }
+    };
+    check_storage(rec, k, g_dt)?; // g_dt is 16-bit whenever out_dt is
     check_dims(k, "g", g_shape)?;
     check_dims(k, "out", shape)?;
     if shape.len() > g_shape.len() || broadcast_shape(shape, g_shape).as_deref() != Some(g_shape) {
         return Err(err(k, format!("shape {shape:?} does not broadcast to the gradient's {g_shape:?}")));
     }
-    expect_len(k, "g", &g, count(k, g_shape)?.into())?;
+    expect_len(k, "g", &g, count(k, g_shape)?.into(), g_dt)?;
     let m = count(k, shape)?;
-    expect_len(k, "out", &out, m.into())?;
+    expect_len(k, "out", &out, m.into(), out_dt)?;
     let (o, t) = (pad4(g_shape), pad4(shape));
     let r: Vec<usize> = (0..MAX_DIMS).map(|d| o[d] / t[d].max(1)).collect();
     let reduced = count(k, &r)?;
@@ -137,24 +168,25 @@ pub fn sum_to_shape(
     words.extend(o[1..].iter().chain(&t[1..]).chain(&r[1..]).map(|&v| v as u32));
     let args = [read(g), write(out)];
     if reduced <= 64 || m >= 8192 {
-        rec.dispatch(&code::BROADCAST_SUM_TO_SHAPE_SERIAL, &[], &args, &params(&words), groups_for(m.into()))
+        rec.dispatch(serial, &[], &args, &params(&words), groups_for(m.into()))
     } else {
         rec.dispatch(k, &[], &args, &params(&words), groups_per_item(m.into()))
     }
 }
 
-/// `out = alpha * x`; x, out [n].
-pub fn scale(rec: &mut Recorder, x: BufferView<'_>, out: BufferView<'_>, alpha: f32) -> Result<()> {
-    let k = &code::BROADCAST_SCALE;
-    let n = elements(k, "x", &x)?;
-    expect_len(k, "out", &out, n)?;
+/// `out = alpha * x`; x, out [n] of storage type `dt`.
+pub fn scale(rec: &mut Recorder, x: BufferView<'_>, out: BufferView<'_>, alpha: f32, dt: DType) -> Result<()> {
+    let k = pick(rec, dt, [&code::BROADCAST_SCALE_F32, &code::BROADCAST_SCALE_F16, &code::BROADCAST_SCALE_BF16])?;
+    let n = elements(k, "x", &x, dt)?;
+    expect_len(k, "out", &out, n, dt)?;
     rec.dispatch(k, &[], &[read(x), write(out)], &params(&[n as u32, alpha.to_bits()]), groups_for(n))
 }
 
-/// `y += alpha * x` in place (gradient accumulation); x, y [n].
-pub fn axpy(rec: &mut Recorder, alpha: f32, x: BufferView<'_>, y: BufferView<'_>) -> Result<()> {
-    let k = &code::BROADCAST_AXPY;
-    let n = elements(k, "x", &x)?;
-    expect_len(k, "y", &y, n)?;
+/// `y += alpha * x` in place (gradient accumulation); x [n] of storage type `x_dt`, the
+/// accumulator y [n] always f32.
+pub fn axpy(rec: &mut Recorder, alpha: f32, x: BufferView<'_>, y: BufferView<'_>, x_dt: DType) -> Result<()> {
+    let k = pick(rec, x_dt, [&code::BROADCAST_AXPY_F32, &code::BROADCAST_AXPY_F16, &code::BROADCAST_AXPY_BF16])?;
+    let n = elements(k, "x", &x, x_dt)?;
+    expect_len(k, "y", &y, n, DType::F32)?;
     rec.dispatch(k, &[], &[read(x), read_write(y)], &params(&[n as u32, alpha.to_bits()]), groups_for(n))
 }

@@ -5,12 +5,15 @@
 //! `philox4x32_10(counter = [lo(idx >> 2), hi(idx >> 2), 0, 0], key = [lo(seed), hi(seed)])`;
 //! `uniform = (word >> 8) · 2^-24 ∈ [0, 1)`; an element is kept iff `uniform >= p`. Successive
 //! dropout layers of one step should use disjoint `[offset, offset + n)` ranges (or seeds).
+//! Tensors are stored as `DType` (f32, f16 or bf16; the mask is the same for every type).
 
 pub mod reference;
 
 use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result, VkError};
 
+use crate::activation::util::pick;
 use crate::code;
+use crate::dtype::DType;
 
 /// Threads per workgroup (each thread draws one 4-word Philox block per loop iteration).
 const LOCAL: u64 = 256;
@@ -21,10 +24,11 @@ fn err(k: &KernelCode, message: String) -> VkError {
     VkError::Kernel { kernel: k.name.into(), message }
 }
 
-fn elements(k: &KernelCode, what: &str, v: &BufferView<'_>) -> Result<u32> {
-    let n = v.len / 4;
-    if n == 0 || !v.len.is_multiple_of(4) || n > u64::from(u32::MAX) {
-        return Err(err(k, format!("{what}: view of {} bytes is not 1..2^32 4-byte values", v.len)));
+/// Number of `bytes`-byte values in `v`: an error unless whole and in 1..2^32.
+fn elements(k: &KernelCode, what: &str, v: &BufferView<'_>, bytes: u64) -> Result<u32> {
+    let n = v.len / bytes;
+    if n == 0 || !v.len.is_multiple_of(bytes) || n > u64::from(u32::MAX) {
+        return Err(err(k, format!("{what}: view of {} bytes is not 1..2^32 {bytes}-byte values", v.len)));
     }
     Ok(n as u32)
 }
@@ -52,12 +56,19 @@ pub fn keep_scale(p: f32) -> f32 {
     }
 }
 
-fn apply(rec: &mut Recorder, x: BufferView<'_>, y: BufferView<'_>, p: f32, seed: u64, offset: u64) -> Result<()> {
-    let k = &code::DROPOUT_DROPOUT;
+fn apply(
+    rec: &mut Recorder,
+    x: BufferView<'_>,
+    y: BufferView<'_>,
+    p: f32,
+    (seed, offset): (u64, u64),
+    dt: DType,
+) -> Result<()> {
+    let k = pick(rec, dt, [&code::DROPOUT_DROPOUT_F32, &code::DROPOUT_DROPOUT_F16, &code::DROPOUT_DROPOUT_BF16])?;
     if !(0.0..=1.0).contains(&p) {
         return Err(err(k, format!("dropout probability {p} outside [0, 1]")));
     }
-    let n = elements(k, "x", &x)?;
+    let n = elements(k, "x", &x, dt.bytes())?;
     if y.len != x.len {
         return Err(err(k, format!("output of {} bytes for an input of {} bytes", y.len, x.len)));
     }
@@ -67,13 +78,22 @@ fn apply(rec: &mut Recorder, x: BufferView<'_>, y: BufferView<'_>, p: f32, seed:
 }
 
 /// Forward: `y[i] = x[i] · mask[i] / (1 − p)` with `mask[i] = uniform(seed, offset + i) >= p`;
-/// `x`, `y` `[n]` f32 (dropped elements are written as 0, even where `x` is not finite).
-pub fn forward(rec: &mut Recorder, x: BufferView<'_>, y: BufferView<'_>, p: f32, seed: u64, offset: u64) -> Result<()> {
-    apply(rec, x, y, p, seed, offset)
+/// `x`, `y` `[n]` of storage type `dt` (dropped elements are written as 0, even where `x` is not
+/// finite).
+pub fn forward(
+    rec: &mut Recorder,
+    x: BufferView<'_>,
+    y: BufferView<'_>,
+    p: f32,
+    seed: u64,
+    offset: u64,
+    dt: DType,
+) -> Result<()> {
+    apply(rec, x, y, p, (seed, offset), dt)
 }
 
 /// Backward: `dx[i] = dy[i] · mask[i] / (1 − p)`, replaying the forward's mask from the same
-/// `(seed, offset, p)`; `dy`, `dx` `[n]` f32.
+/// `(seed, offset, p)`; `dy`, `dx` `[n]` of storage type `dt`.
 pub fn backward(
     rec: &mut Recorder,
     dy: BufferView<'_>,
@@ -81,13 +101,14 @@ pub fn backward(
     p: f32,
     seed: u64,
     offset: u64,
+    dt: DType,
 ) -> Result<()> {
-    apply(rec, dy, dx, p, seed, offset)
+    apply(rec, dy, dx, p, (seed, offset), dt)
 }
 
 /// `out[i]` = the raw Philox word of element `offset + i` of `seed`'s stream; `out [n]` u32.
 pub fn random_bits(rec: &mut Recorder, out: BufferView<'_>, seed: u64, offset: u64) -> Result<()> {
     let k = &code::DROPOUT_RANDOM_BITS;
-    let n = elements(k, "out", &out)?;
+    let n = elements(k, "out", &out, 4)?;
     rec.dispatch(k, &[], &[write(out)], &params(&words(n, seed, offset)), groups(n, offset))
 }

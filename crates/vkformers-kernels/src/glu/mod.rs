@@ -2,15 +2,17 @@
 //! `out = gelu(gate) * up` (exact or tanh GELU), forward and backward, for separate
 //! gate/up tensors [rows, inner] or one fused gate_up tensor [rows, 2 inner] whose first
 //! `inner` columns are the gate and last `inner` the up projection (HF Phi-3's
-//! `gate_up_proj(x).chunk(2, dim=-1)`).
+//! `gate_up_proj(x).chunk(2, dim=-1)`). Every tensor of a launch has one storage type `DType`
+//! (f32, f16 or bf16); math is f32.
 
 pub mod reference;
 
 use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result};
 
-use crate::activation::util::{count, expect_len, groups_for, params, skip};
+use crate::activation::util::{count, expect_len, groups_for, params, pick, skip};
 use crate::activation::Activation;
 use crate::code;
+use crate::dtype::DType;
 
 /// A gated linear unit flavour.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,20 +38,26 @@ impl Glu {
         }
     }
 
-    fn forward_code(self) -> &'static KernelCode {
-        match self {
-            Glu::SwiGlu => &code::GLU_FORWARD_SWIGLU,
-            Glu::GeGlu => &code::GLU_FORWARD_GEGLU,
-            Glu::GeGluTanh => &code::GLU_FORWARD_GEGLU_TANH,
-        }
+    /// Forward kernel for storage type `dt`.
+    fn forward_code(self, rec: &Recorder, dt: DType) -> Result<&'static KernelCode> {
+        use code::*;
+        let k: [&'static KernelCode; 3] = match self {
+            Glu::SwiGlu => [&GLU_FORWARD_SWIGLU, &GLU_FORWARD_SWIGLU_F16, &GLU_FORWARD_SWIGLU_BF16],
+            Glu::GeGlu => [&GLU_FORWARD_GEGLU, &GLU_FORWARD_GEGLU_F16, &GLU_FORWARD_GEGLU_BF16],
+            Glu::GeGluTanh => [&GLU_FORWARD_GEGLU_TANH, &GLU_FORWARD_GEGLU_TANH_F16, &GLU_FORWARD_GEGLU_TANH_BF16],
+        };
+        pick(rec, dt, k)
     }
 
-    fn backward_code(self) -> &'static KernelCode {
-        match self {
-            Glu::SwiGlu => &code::GLU_BACKWARD_SWIGLU,
-            Glu::GeGlu => &code::GLU_BACKWARD_GEGLU,
-            Glu::GeGluTanh => &code::GLU_BACKWARD_GEGLU_TANH,
-        }
+    /// Backward kernel for storage type `dt`.
+    fn backward_code(self, rec: &Recorder, dt: DType) -> Result<&'static KernelCode> {
+        use code::*;
+        let k: [&'static KernelCode; 3] = match self {
+            Glu::SwiGlu => [&GLU_BACKWARD_SWIGLU, &GLU_BACKWARD_SWIGLU_F16, &GLU_BACKWARD_SWIGLU_BF16],
+            Glu::GeGlu => [&GLU_BACKWARD_GEGLU, &GLU_BACKWARD_GEGLU_F16, &GLU_BACKWARD_GEGLU_BF16],
+            Glu::GeGluTanh => [&GLU_BACKWARD_GEGLU_TANH, &GLU_BACKWARD_GEGLU_TANH_F16, &GLU_BACKWARD_GEGLU_TANH_BF16],
+        };
+        pick(rec, dt, k)
     }
 }
 
@@ -63,16 +71,18 @@ fn launch_forward(
     rows: usize,
     inner: usize,
     stride: usize,
+    dt: DType,
 ) -> Result<()> {
-    let k = kind.forward_code();
+    let k = kind.forward_code(rec, dt)?;
     let n = count(k, &[rows, inner])?;
     count(k, &[rows, stride])?;
-    expect_len(k, "out", &out, n.into())?;
+    expect_len(k, "out", &out, n.into(), dt)?;
     let p = params(&[rows as u32, inner as u32, stride as u32]);
     rec.dispatch(k, &[], &[read(gate), read(up), write(out)], &p, groups_for(n.into()))
 }
 
-/// `out = f(gate) * up`; gate, up, out [rows, inner] (separate tensors).
+/// `out = f(gate) * up`; gate, up, out [rows, inner] (separate tensors) of storage type `dt`.
+#[allow(clippy::too_many_arguments)]
 pub fn forward(
     rec: &mut Recorder,
     kind: Glu,
@@ -81,15 +91,17 @@ pub fn forward(
     out: BufferView<'_>,
     rows: usize,
     inner: usize,
+    dt: DType,
 ) -> Result<()> {
-    let k = kind.forward_code();
+    let k = kind.forward_code(rec, dt)?;
     let n = u64::from(count(k, &[rows, inner])?);
-    expect_len(k, "gate", &gate, n)?;
-    expect_len(k, "up", &up, n)?;
-    launch_forward(rec, kind, gate, up, out, rows, inner, inner)
+    expect_len(k, "gate", &gate, n, dt)?;
+    expect_len(k, "up", &up, n, dt)?;
+    launch_forward(rec, kind, gate, up, out, rows, inner, inner, dt)
 }
 
-/// `out = f(gate_up[:, :inner]) * gate_up[:, inner:]`; gate_up [rows, 2 inner], out [rows, inner].
+/// `out = f(gate_up[:, :inner]) * gate_up[:, inner:]`; gate_up [rows, 2 inner], out [rows, inner],
+/// both of storage type `dt`.
 pub fn forward_fused(
     rec: &mut Recorder,
     kind: Glu,
@@ -97,10 +109,11 @@ pub fn forward_fused(
     out: BufferView<'_>,
     rows: usize,
     inner: usize,
+    dt: DType,
 ) -> Result<()> {
-    let k = kind.forward_code();
-    expect_len(k, "gate_up", &gate_up, u64::from(count(k, &[rows, 2, inner])?))?;
-    launch_forward(rec, kind, gate_up, skip(gate_up, inner as u64), out, rows, inner, 2 * inner)
+    let k = kind.forward_code(rec, dt)?;
+    expect_len(k, "gate_up", &gate_up, u64::from(count(k, &[rows, 2, inner])?), dt)?;
+    launch_forward(rec, kind, gate_up, skip(gate_up, inner as u64, dt), out, rows, inner, 2 * inner, dt)
 }
 
 /// Views of one backward launch: inputs, upstream gradient, gradients written.
@@ -119,18 +132,19 @@ fn launch_backward(
     rows: usize,
     inner: usize,
     stride: usize,
+    dt: DType,
 ) -> Result<()> {
-    let k = kind.backward_code();
+    let k = kind.backward_code(rec, dt)?;
     let n = count(k, &[rows, inner])?;
     count(k, &[rows, stride])?;
-    expect_len(k, "dout", &v.dout, n.into())?;
+    expect_len(k, "dout", &v.dout, n.into(), dt)?;
     let p = params(&[rows as u32, inner as u32, stride as u32]);
     let args = [read(v.gate), read(v.up), read(v.dout), write(v.dgate), write(v.dup)];
     rec.dispatch(k, &[], &args, &p, groups_for(n.into()))
 }
 
 /// Backward of [`forward`]: `dgate = dout * up * f'(gate)`, `dup = dout * f(gate)`;
-/// every tensor [rows, inner].
+/// every tensor [rows, inner] of storage type `dt`.
 #[allow(clippy::too_many_arguments)]
 pub fn backward(
     rec: &mut Recorder,
@@ -142,17 +156,20 @@ pub fn backward(
     dup: BufferView<'_>,
     rows: usize,
     inner: usize,
+    dt: DType,
 ) -> Result<()> {
-    let k = kind.backward_code();
+    let k = kind.backward_code(rec, dt)?;
     let n = u64::from(count(k, &[rows, inner])?);
     for (what, v) in [("gate", &gate), ("up", &up), ("dgate", &dgate), ("dup", &dup)] {
-        expect_len(k, what, v, n)?;
+        expect_len(k, what, v, n, dt)?;
     }
-    launch_backward(rec, kind, BackwardViews { gate, up, dout, dgate, dup }, rows, inner, inner)
+    launch_backward(rec, kind, BackwardViews { gate, up, dout, dgate, dup }, rows, inner, inner, dt)
 }
 
 /// Backward of [`forward_fused`]: writes the fused gradient `dgate_up` [rows, 2 inner]
-/// (dgate in the first `inner` columns, dup in the last); dout [rows, inner].
+/// (dgate in the first `inner` columns, dup in the last); dout [rows, inner]; all of storage
+/// type `dt`.
+#[allow(clippy::too_many_arguments)]
 pub fn backward_fused(
     rec: &mut Recorder,
     kind: Glu,
@@ -161,12 +178,14 @@ pub fn backward_fused(
     dgate_up: BufferView<'_>,
     rows: usize,
     inner: usize,
+    dt: DType,
 ) -> Result<()> {
-    let k = kind.backward_code();
+    let k = kind.backward_code(rec, dt)?;
     let n2 = u64::from(count(k, &[rows, 2, inner])?);
-    expect_len(k, "gate_up", &gate_up, n2)?;
-    expect_len(k, "dgate_up", &dgate_up, n2)?;
+    expect_len(k, "gate_up", &gate_up, n2, dt)?;
+    expect_len(k, "dgate_up", &dgate_up, n2, dt)?;
     let i = inner as u64;
-    let views = BackwardViews { gate: gate_up, up: skip(gate_up, i), dout, dgate: dgate_up, dup: skip(dgate_up, i) };
-    launch_backward(rec, kind, views, rows, inner, 2 * inner)
+    let (up, dup) = (skip(gate_up, i, dt), skip(dgate_up, i, dt));
+    let views = BackwardViews { gate: gate_up, up, dout, dgate: dgate_up, dup };
+    launch_backward(rec, kind, views, rows, inner, 2 * inner, dt)
 }

@@ -1,26 +1,37 @@
-//! Softmax over the last dim, forward and backward: x, y, dy, dx [rows, d] (any d >= 1).
+//! Softmax over the last dim, forward and backward: x, y, dy, dx [rows, d] (any d >= 1), all of
+//! one storage type `DType` (f32, f16 or bf16); max, sums and exp are f32.
 
 pub mod reference;
 
 use vkformers_vk::{read, write, BufferView, Recorder, Result};
 
-use crate::activation::util::{count, err, expect_len, groups_per_item, params};
+use crate::activation::util::{count, err, expect_len, groups_per_item, params, pick};
 use crate::code;
+use crate::dtype::DType;
 
-/// `y[r, :] = softmax(x[r, :])`, numerically stable (max subtracted); x, y [rows, d].
-pub fn forward(rec: &mut Recorder, x: BufferView<'_>, y: BufferView<'_>, rows: usize, d: usize) -> Result<()> {
-    let k = &code::SOFTMAX_FORWARD;
+/// `y[r, :] = softmax(x[r, :])`, numerically stable (max subtracted); x, y [rows, d] of storage
+/// type `dt`.
+pub fn forward(
+    rec: &mut Recorder,
+    x: BufferView<'_>,
+    y: BufferView<'_>,
+    rows: usize,
+    d: usize,
+    dt: DType,
+) -> Result<()> {
+    let k = pick(rec, dt, [&code::SOFTMAX_FORWARD_F32, &code::SOFTMAX_FORWARD_F16, &code::SOFTMAX_FORWARD_BF16])?;
     if d == 0 {
         return Err(err(k, "softmax over an empty dim".into()));
     }
     let n = count(k, &[rows, d])?;
-    expect_len(k, "x", &x, n.into())?;
-    expect_len(k, "y", &y, n.into())?;
+    expect_len(k, "x", &x, n.into(), dt)?;
+    expect_len(k, "y", &y, n.into(), dt)?;
     let p = params(&[rows as u32, d as u32]);
     rec.dispatch(k, &[], &[read(x), write(y)], &p, groups_per_item(rows as u64))
 }
 
-/// `dx = y * (dy - sum(dy * y))` per row, from the forward's output y; y, dy, dx [rows, d].
+/// `dx = y * (dy - sum(dy * y))` per row, from the forward's output y; y, dy, dx [rows, d] of
+/// storage type `dt`.
 pub fn backward(
     rec: &mut Recorder,
     y: BufferView<'_>,
@@ -28,15 +39,16 @@ pub fn backward(
     dx: BufferView<'_>,
     rows: usize,
     d: usize,
+    dt: DType,
 ) -> Result<()> {
-    let k = &code::SOFTMAX_BACKWARD;
+    let k = pick(rec, dt, [&code::SOFTMAX_BACKWARD_F32, &code::SOFTMAX_BACKWARD_F16, &code::SOFTMAX_BACKWARD_BF16])?;
     if d == 0 {
         return Err(err(k, "softmax over an empty dim".into()));
     }
     let n = u64::from(count(k, &[rows, d])?);
-    expect_len(k, "y", &y, n)?;
-    expect_len(k, "dy", &dy, n)?;
-    expect_len(k, "dx", &dx, n)?;
+    expect_len(k, "y", &y, n, dt)?;
+    expect_len(k, "dy", &dy, n, dt)?;
+    expect_len(k, "dx", &dx, n, dt)?;
     let p = params(&[rows as u32, d as u32]);
     rec.dispatch(k, &[], &[read(y), read(dy), write(dx)], &p, groups_per_item(rows as u64))
 }

@@ -4,20 +4,21 @@
 
 use vkformers_kernels::activation as k;
 pub use vkformers_kernels::activation::Activation;
+use vkformers_kernels::dtype::DType;
 
 use crate::{Graph, Result, Tensor};
 
 /// `y = act(x)` elementwise; x, y [..].
 pub fn activation(g: &Graph<'_>, x: &Tensor, act: Activation) -> Result<Tensor> {
     let y = g.output(x.shape(), &[x])?;
-    g.record(|rec| k::forward(rec, act, x.view(), y.view()))?;
+    g.record(|rec| k::forward(rec, act, x.view(), y.view(), DType::F32))?;
     let saved = x.clone();
     g.push_node(
         &y,
         vec![x.clone()],
         Box::new(move |g, dy| {
             let dx = g.empty(saved.shape())?;
-            g.record(|rec| k::backward(rec, act, saved.view(), dy.view(), dx.view()))?;
+            g.record(|rec| k::backward(rec, act, saved.view(), dy.view(), dx.view(), DType::F32))?;
             Ok(vec![Some(dx)])
         }),
     );

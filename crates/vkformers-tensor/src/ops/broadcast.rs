@@ -7,6 +7,7 @@
 //! div: da = S(g / b), db = -S(g / b * a / b); scale: dx = alpha * g.
 
 use vkformers_kernels::broadcast::{self as k, BinaryOp};
+use vkformers_kernels::dtype::DType;
 
 use crate::{Graph, Result, Tensor, VkError};
 
@@ -33,13 +34,13 @@ pub fn div(g: &Graph<'_>, a: &Tensor, b: &Tensor) -> Result<Tensor> {
 /// `out = alpha * x`; x, out [..].
 pub fn scale(g: &Graph<'_>, x: &Tensor, alpha: f32) -> Result<Tensor> {
     let out = g.output(x.shape(), &[x])?;
-    g.record(|rec| k::scale(rec, x.view(), out.view(), alpha))?;
+    g.record(|rec| k::scale(rec, x.view(), out.view(), alpha, DType::F32))?;
     g.push_node(
         &out,
         vec![x.clone()],
         Box::new(move |g, dout| {
             let dx = g.empty(dout.shape())?;
-            g.record(|rec| k::scale(rec, dout.view(), dx.view(), alpha))?;
+            g.record(|rec| k::scale(rec, dout.view(), dx.view(), alpha, DType::F32))?;
             Ok(vec![Some(dx)])
         }),
     );
@@ -53,7 +54,7 @@ fn binary(g: &Graph<'_>, op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor>
         message: format!("shapes {:?} and {:?} do not broadcast", a.shape(), b.shape()),
     })?;
     let out = g.output(&shape, &[a, b])?;
-    g.record(|rec| k::binary(rec, op, (a.view(), a.shape()), (b.view(), b.shape()), out.view()))?;
+    g.record(|rec| k::binary(rec, op, (a.view(), a.shape()), (b.view(), b.shape()), out.view(), DType::F32))?;
     let (sa, sb) = (a.clone(), b.clone());
     g.push_node(
         &out,
@@ -110,7 +111,7 @@ fn grad_if(need: bool, f: impl FnOnce() -> Result<Tensor>) -> Result<Option<Tens
 fn apply(g: &Graph<'_>, op: BinaryOp, x: &Tensor, y: &Tensor) -> Result<Tensor> {
     let shape = k::broadcast_shape(x.shape(), y.shape()).unwrap_or_else(|| x.shape().to_vec());
     let out = g.empty(&shape)?;
-    g.record(|rec| k::binary(rec, op, (x.view(), x.shape()), (y.view(), y.shape()), out.view()))?;
+    g.record(|rec| k::binary(rec, op, (x.view(), x.shape()), (y.view(), y.shape()), out.view(), DType::F32))?;
     Ok(out)
 }
 
@@ -128,7 +129,7 @@ fn product_sum(g: &Graph<'_>, op: BinaryOp, x: &Tensor, y: &Tensor, shape: &[usi
 fn negated_sum(g: &Graph<'_>, x: &Tensor, shape: &[usize]) -> Result<Tensor> {
     let s = sum_to_shape(g, x, shape)?;
     let out = g.empty(shape)?;
-    g.record(|rec| k::scale(rec, s.view(), out.view(), -1.0))?;
+    g.record(|rec| k::scale(rec, s.view(), out.view(), -1.0, DType::F32))?;
     Ok(out)
 }
 
@@ -136,6 +137,6 @@ fn negated_sum(g: &Graph<'_>, x: &Tensor, shape: &[usize]) -> Result<Tensor> {
 /// `x_shape` (a copy when nothing is broadcast).
 pub(crate) fn sum_to_shape(g: &Graph<'_>, x: &Tensor, shape: &[usize]) -> Result<Tensor> {
     let out = g.empty(shape)?;
-    g.record(|rec| k::sum_to_shape(rec, x.view(), x.shape(), out.view(), shape))?;
+    g.record(|rec| k::sum_to_shape(rec, x.view(), x.shape(), out.view(), shape, DType::F32, DType::F32))?;
     Ok(out)
 }

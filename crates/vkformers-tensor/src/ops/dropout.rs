@@ -3,6 +3,7 @@
 //! mask from `(seed, offset)` instead of storing it.
 
 use vkformers_kernels::dropout as k;
+use vkformers_kernels::dtype::DType;
 
 use crate::{Graph, Result, Tensor};
 
@@ -12,13 +13,13 @@ pub fn dropout(g: &Graph<'_>, x: &Tensor, p: f32, seed: u64, offset: u64) -> Res
         return Ok(x.clone());
     }
     let y = g.output(x.shape(), &[x])?;
-    g.record(|rec| k::forward(rec, x.view(), y.view(), p, seed, offset))?;
+    g.record(|rec| k::forward(rec, x.view(), y.view(), p, seed, offset, DType::F32))?;
     g.push_node(
         &y,
         vec![x.clone()],
         Box::new(move |g, dy| {
             let dx = g.empty(dy.shape())?;
-            g.record(|rec| k::backward(rec, dy.view(), dx.view(), p, seed, offset))?;
+            g.record(|rec| k::backward(rec, dy.view(), dx.view(), p, seed, offset, DType::F32))?;
             Ok(vec![Some(dx)])
         }),
     );

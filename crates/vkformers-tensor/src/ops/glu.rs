@@ -3,6 +3,7 @@
 //! columns are the gate (HF Phi-3's `gate_up_proj(x).chunk(2, dim=-1)`).
 //! Backward: `dgate = dout * up * f'(gate)`, `dup = dout * f(gate)`, from the saved inputs.
 
+use vkformers_kernels::dtype::DType;
 use vkformers_kernels::glu as k;
 pub use vkformers_kernels::glu::Glu;
 
@@ -15,7 +16,7 @@ pub fn glu(g: &Graph<'_>, gate: &Tensor, up: &Tensor, kind: Glu) -> Result<Tenso
     }
     let (rows, inner) = (gate.rows(), gate.last_dim());
     let out = g.output(gate.shape(), &[gate, up])?;
-    g.record(|rec| k::forward(rec, kind, gate.view(), up.view(), out.view(), rows, inner))?;
+    g.record(|rec| k::forward(rec, kind, gate.view(), up.view(), out.view(), rows, inner, DType::F32))?;
     let (sg, su) = (gate.clone(), up.clone());
     g.push_node(
         &out,
@@ -23,7 +24,18 @@ pub fn glu(g: &Graph<'_>, gate: &Tensor, up: &Tensor, kind: Glu) -> Result<Tenso
         Box::new(move |g, dout| {
             let (dgate, dup) = (g.empty(sg.shape())?, g.empty(su.shape())?);
             g.record(|rec| {
-                k::backward(rec, kind, sg.view(), su.view(), dout.view(), dgate.view(), dup.view(), rows, inner)
+                k::backward(
+                    rec,
+                    kind,
+                    sg.view(),
+                    su.view(),
+                    dout.view(),
+                    dgate.view(),
+                    dup.view(),
+                    rows,
+                    inner,
+                    DType::F32,
+                )
             })?;
             Ok(vec![Some(dgate), Some(dup)])
         }),
@@ -43,14 +55,16 @@ pub fn glu_fused(g: &Graph<'_>, gate_up: &Tensor, kind: Glu) -> Result<Tensor> {
         *last = inner;
     }
     let out = g.output(&shape, &[gate_up])?;
-    g.record(|rec| k::forward_fused(rec, kind, gate_up.view(), out.view(), rows, inner))?;
+    g.record(|rec| k::forward_fused(rec, kind, gate_up.view(), out.view(), rows, inner, DType::F32))?;
     let saved = gate_up.clone();
     g.push_node(
         &out,
         vec![gate_up.clone()],
         Box::new(move |g, dout| {
             let dgate_up = g.empty(saved.shape())?;
-            g.record(|rec| k::backward_fused(rec, kind, saved.view(), dout.view(), dgate_up.view(), rows, inner))?;
+            g.record(|rec| {
+                k::backward_fused(rec, kind, saved.view(), dout.view(), dgate_up.view(), rows, inner, DType::F32)
+            })?;
             Ok(vec![Some(dgate_up)])
         }),
     );

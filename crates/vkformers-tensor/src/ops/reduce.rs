@@ -5,6 +5,7 @@
 //! dim ([.., D] -> [..]). Backward broadcasts: `dx[i] = dy[0]` (over all) or `dx[r, j] = dy[r]`
 //! (over the last dim), each divided by the count for means.
 
+use vkformers_kernels::dtype::DType;
 use vkformers_kernels::reduce as k;
 use vkformers_vk::BufferView;
 
@@ -45,9 +46,9 @@ fn reduce_all(g: &Graph<'_>, x: &Tensor, mean: bool) -> Result<Tensor> {
             None => BufferView { buffer: out.view().buffer, offset: 0, len: 0 },
         };
         if mean {
-            k::mean_all(rec, x.view(), s, out.view())
+            k::mean_all(rec, x.view(), s, out.view(), DType::F32)
         } else {
-            k::sum_all(rec, x.view(), s, out.view())
+            k::sum_all(rec, x.view(), s, out.view(), DType::F32)
         }
     })?;
     let shape = x.shape().to_vec();
@@ -58,9 +59,9 @@ fn reduce_all(g: &Graph<'_>, x: &Tensor, mean: bool) -> Result<Tensor> {
             let dx = g.empty(&shape)?;
             g.record(|rec| {
                 if mean {
-                    k::mean_all_backward(rec, dy.view(), dx.view())
+                    k::mean_all_backward(rec, dy.view(), dx.view(), DType::F32)
                 } else {
-                    k::sum_all_backward(rec, dy.view(), dx.view())
+                    k::sum_all_backward(rec, dy.view(), dx.view(), DType::F32)
                 }
             })?;
             Ok(vec![Some(dx)])
@@ -79,9 +80,9 @@ fn reduce_last(g: &Graph<'_>, x: &Tensor, mean: bool) -> Result<Tensor> {
     let out = g.output(&out_shape, &[x])?;
     g.record(|rec| {
         if mean {
-            k::mean_rows(rec, x.view(), out.view(), rows, d)
+            k::mean_rows(rec, x.view(), out.view(), rows, d, DType::F32)
         } else {
-            k::sum_rows(rec, x.view(), out.view(), rows, d)
+            k::sum_rows(rec, x.view(), out.view(), rows, d, DType::F32)
         }
     })?;
     let shape = x.shape().to_vec();
@@ -92,9 +93,9 @@ fn reduce_last(g: &Graph<'_>, x: &Tensor, mean: bool) -> Result<Tensor> {
             let dx = g.empty(&shape)?;
             g.record(|rec| {
                 if mean {
-                    k::mean_rows_backward(rec, dy.view(), dx.view(), rows, d)
+                    k::mean_rows_backward(rec, dy.view(), dx.view(), rows, d, DType::F32)
                 } else {
-                    k::sum_rows_backward(rec, dy.view(), dx.view(), rows, d)
+                    k::sum_rows_backward(rec, dy.view(), dx.view(), rows, d, DType::F32)
                 }
             })?;
             Ok(vec![Some(dx)])
