@@ -91,7 +91,6 @@ fn coopmat_gemm_matches_reference() {
                 Engine::Coopmat2Wide,
                 Engine::Coopmat2Wide64,
                 Engine::Coopmat2Tall64,
-                Engine::Coopmat2Wide64Pipe,
             ]
             .map(|g| (e, g))
         }) {
