@@ -1,0 +1,474 @@
+#!/usr/bin/env python3
+"""Golden-fixture generator for vkformers parity tests.
+
+Builds tiny random Hugging Face `transformers` causal-LM models from configs (never from the hub),
+runs forward / loss / backward / two AdamW steps / greedy generation, and writes the results to
+tests/fixtures/<name>/. See tools/parity/README.md for the file formats.
+
+Modes:
+  make_fixtures.py [--out DIR] [--only NAME ...]        generate fixtures (default DIR: tests/fixtures)
+  make_fixtures.py --check-reload DIR --fixture NAME    compare a model folder saved by vkformers
+                                                        against the fixture's logits
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+# Offline and quiet before transformers is imported.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+DEFAULT_OUT = REPO / "tests" / "fixtures"
+
+SEED = 1234
+T = 8  # sequence length of the reference batch
+BATCH = 2
+N_PAD = 3  # row 1's last N_PAD positions are padding
+PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
+FIRST_REGULAR_ID = 3  # random token ids are drawn from [3, vocab)
+PROMPT_LENS = (5, 9)
+NEW_TOKENS = 32
+INIT_STD = 0.2  # initializer_range: large enough that attention is far from uniform
+ONE_D_NOISE = 0.1  # std of noise added to every 1-D parameter (norm weights, biases)
+ADAMW = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01)
+RELOAD_RTOL = 1e-5
+
+
+def check_versions() -> dict:
+    """Fail clearly unless the installed packages match requirements.txt exactly."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    wanted = {}
+    for line in (HERE / "requirements.txt").read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, ver = line.split("==")
+            wanted[name.strip()] = ver.strip()
+    found, bad = {}, []
+    for name, ver in wanted.items():
+        try:
+            have = version(name)
+        except PackageNotFoundError:
+            have = None
+        found[name] = have
+        # torch wheels may carry a local tag such as 2.15.0+cpu; compare the public part.
+        if have is None or have.split("+", 1)[0] != ver:
+            bad.append(f"  {name}: need {ver}, have {have}")
+    if bad:
+        sys.exit(
+            "make_fixtures.py: installed versions do not match tools/parity/requirements.txt:\n"
+            + "\n".join(bad)
+            + "\nCreate the venv as described in tools/parity/README.md."
+        )
+    found["python"] = sys.version.split()[0]
+    return found
+
+
+# --------------------------------------------------------------------------------------------
+# Architectures
+# --------------------------------------------------------------------------------------------
+
+COMMON = dict(
+    vocab_size=128,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=4,
+    head_dim=8,
+    max_position_embeddings=64,
+    initializer_range=INIT_STD,
+    rms_norm_eps=1e-6,
+    pad_token_id=PAD_ID,
+    bos_token_id=BOS_ID,
+    eos_token_id=EOS_ID,
+    tie_word_embeddings=False,
+    attention_dropout=0.0,
+    rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+)
+
+
+def fixture_specs() -> dict:
+    """fixture name -> (model_type, config kwargs)."""
+    llama3_rope = {
+        "rope_type": "llama3",
+        "rope_theta": 10000.0,
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 16,
+    }
+    return {
+        "llama": ("llama", {**COMMON, "num_key_value_heads": 2}),
+        "llama_llama3": (
+            "llama",
+            {**COMMON, "num_key_value_heads": 2, "rope_parameters": llama3_rope, "tie_word_embeddings": True},
+        ),
+        "mistral": ("mistral", {**COMMON, "num_key_value_heads": 2, "sliding_window": 4}),
+        "qwen2": ("qwen2", {**COMMON, "num_key_value_heads": 2}),  # QKV bias is built into Qwen2Attention
+        "qwen3": ("qwen3", {**COMMON, "num_key_value_heads": 2, "attention_bias": False}),
+        "gemma": (
+            "gemma",
+            # Real Gemma checkpoints tie lm_head to the embedding (the GemmaConfig default).
+            {**COMMON, "num_key_value_heads": 2, "hidden_act": "gelu_pytorch_tanh", "tie_word_embeddings": True},
+        ),
+        "gpt2": (
+            "gpt2",
+            dict(
+                vocab_size=128,
+                n_embd=32,
+                n_layer=2,
+                n_head=4,
+                n_positions=64,
+                n_inner=None,  # 4 * n_embd = 128
+                activation_function="gelu_new",
+                resid_pdrop=0.0,
+                embd_pdrop=0.0,
+                attn_pdrop=0.0,
+                layer_norm_epsilon=1e-5,
+                initializer_range=INIT_STD,
+                pad_token_id=PAD_ID,
+                bos_token_id=BOS_ID,
+                eos_token_id=EOS_ID,
+                tie_word_embeddings=True,
+            ),
+        ),
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Generation mode
+# --------------------------------------------------------------------------------------------
+
+
+def setup_torch():
+    import torch
+
+    torch.set_num_threads(1)  # bitwise-reproducible CPU reductions
+    torch.use_deterministic_algorithms(True)
+    torch.set_default_dtype(torch.float32)
+    return torch
+
+
+def build_model(model_type: str, cfg_kwargs: dict):
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.for_model(model_type, **cfg_kwargs)
+    torch.manual_seed(SEED)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager", dtype=torch.float32)
+    # Default init leaves norm weights at 1 (0 for gemma's 1+w) and biases at 0; perturb every 1-D
+    # parameter so that a reimplementation that ignores a bias or a norm weight shows up in the logits.
+    g = torch.Generator().manual_seed(SEED + 1)
+    with torch.no_grad():
+        for _, p in model.named_parameters():
+            if p.dim() == 1:
+                p.add_(torch.randn(p.shape, generator=g) * ONE_D_NOISE)
+    model.eval()  # every dropout probability is 0 anyway
+    return model
+
+
+def make_batch(vocab: int):
+    import torch
+
+    g = torch.Generator().manual_seed(SEED + 2)
+    ids = torch.randint(FIRST_REGULAR_ID, vocab, (BATCH, T), generator=g)
+    mask = torch.ones(BATCH, T, dtype=torch.long)
+    mask[1, T - N_PAD :] = 0
+    ids[1, T - N_PAD :] = PAD_ID
+    labels = ids.masked_fill(mask == 0, -100)
+    return ids, mask, labels
+
+
+def make_prompts(vocab: int):
+    import torch
+
+    g = torch.Generator().manual_seed(SEED + 3)
+    return [torch.randint(FIRST_REGULAR_ID, vocab, (n,), generator=g).tolist() for n in PROMPT_LENS]
+
+
+def greedy(model, prompt: list[int]):
+    """Greedy generation with the KV cache; returns (new tokens, min top1-top2 logit gap)."""
+    import torch
+
+    ids = torch.tensor([prompt])
+    with torch.no_grad():
+        out = model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            do_sample=False,
+            max_new_tokens=NEW_TOKENS,
+            min_new_tokens=NEW_TOKENS,
+            eos_token_id=None,
+            pad_token_id=PAD_ID,
+            use_cache=True,
+            output_logits=True,
+            return_dict_in_generate=True,
+        )
+    new = out.sequences[0, len(prompt) :].tolist()
+    assert len(new) == NEW_TOKENS, (len(new), new)
+    gaps = []
+    for step_logits in out.logits:
+        top2 = torch.topk(step_logits[0].float(), 2).values
+        gaps.append(float(top2[0] - top2[1]))
+    # Cross-check against generation without any cache: full recompute, argmax of the last position.
+    seq = list(prompt)
+    with torch.no_grad():
+        for _ in range(NEW_TOKENS):
+            logits = model(torch.tensor([seq]), use_cache=False).logits
+            seq.append(int(logits[0, -1].argmax()))
+    if seq[len(prompt) :] != new:
+        raise RuntimeError(f"cached and uncached greedy generation disagree: {new} vs {seq[len(prompt):]}")
+    return new, min(gaps)
+
+
+def write_json(path: Path, obj) -> None:
+    path.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n")
+
+
+def make_fixture(name: str, model_type: str, cfg_kwargs: dict, out_dir: Path, versions: dict) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    model = build_model(model_type, cfg_kwargs)
+    cfg = model.config
+    vocab = cfg.vocab_size
+    d = out_dir / name
+    d.mkdir(parents=True, exist_ok=True)
+    for stale in ("config.json", "model.safetensors", "generation_config.json"):
+        (d / stale).unlink(missing_ok=True)
+    model.save_pretrained(d, safe_serialization=True)
+
+    names = [n for n, _ in model.named_parameters()]
+    ids, mask, labels = make_batch(vocab)
+
+    # Forward + loss + backward.
+    model.zero_grad(set_to_none=True)
+    out = model(input_ids=ids, attention_mask=mask, labels=labels, use_cache=False)
+    logits = out.logits.detach().clone()
+    loss = out.loss.detach().clone()
+    out.loss.backward()
+    params = dict(model.named_parameters())
+    grads = {n: params[n].grad.detach().clone() for n in names}
+
+    # Sanity: logits from a plain forward (no labels) are identical.
+    with torch.no_grad():
+        logits2 = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
+    assert torch.equal(logits, logits2)
+
+    # Two AdamW steps on the same batch.
+    opt = torch.optim.AdamW(model.parameters(), **ADAMW)
+    for _ in range(2):
+        opt.zero_grad(set_to_none=True)
+        step_out = model(input_ids=ids, attention_mask=mask, labels=labels, use_cache=False)
+        step_out.loss.backward()
+        opt.step()
+    step2 = {n: params[n].detach().clone() for n in names}
+
+    ref = {
+        "input_ids": ids.to(torch.int32).contiguous(),
+        "attention_mask": mask.to(torch.int32).contiguous(),
+        "labels": labels.to(torch.int32).contiguous(),
+        "logits": logits.float().contiguous(),
+        "loss": loss.reshape(1).float().contiguous(),
+    }
+    for n in names:
+        ref[f"grad.{n}"] = grads[n].float().contiguous()
+        ref[f"step2.{n}"] = step2[n].float().contiguous()
+    save_file(ref, str(d / "reference.safetensors"), metadata={"format": "pt"})
+    # (one metadata key only: safetensors stores metadata in a hash map, so several keys come out in
+    # random order and the file bytes would not be reproducible)
+
+    # Greedy generation uses the untrained model: rebuild it from the saved folder contents.
+    gen_model = build_model(model_type, cfg_kwargs)
+    prompts = make_prompts(vocab)
+    new_tokens, gaps = [], []
+    for p in prompts:
+        toks, gap = greedy(gen_model, p)
+        new_tokens.append(toks)
+        gaps.append(gap)
+    write_json(d / "greedy.json", {"prompts": prompts, "new_tokens": new_tokens})
+
+    saved_keys = sorted(_safetensors_keys(d / "model.safetensors"))
+    tied = sorted(set(_all_param_keys(model)) - set(names))
+    meta = {
+        "fixture": name,
+        "model_type": cfg.model_type,
+        "architecture": type(model).__name__,
+        "versions": versions,
+        "seed": SEED,
+        "dtype": "float32",
+        "attn_implementation": "eager",
+        "init": {
+            "initializer_range": INIT_STD,
+            "one_d_param_noise_std": ONE_D_NOISE,
+            "note": "after transformers' own init, N(0, one_d_param_noise_std) noise was added to every 1-D parameter",
+        },
+        "T": T,
+        "batch": BATCH,
+        "pad_token_id": PAD_ID,
+        "padding": {
+            "side": "right",
+            "positions": [[1, t] for t in range(T - N_PAD, T)],
+            "note": "[row, position] pairs with attention_mask 0; input_ids there are pad_token_id and labels -100",
+        },
+        "loss": {
+            "reduction": "mean over shifted targets whose label != -100",
+            "num_targets": int((labels[:, 1:] != -100).sum()),
+        },
+        "adamw": {**{k: list(v) if isinstance(v, tuple) else v for k, v in ADAMW.items()}, "steps": 2,
+                  "torch_defaults": {"amsgrad": False, "maximize": False}},
+        "greedy": {
+            "max_new_tokens": NEW_TOKENS,
+            "do_sample": False,
+            "eos_token_id": None,
+            "use_cache": True,
+            "min_top1_top2_logit_gap": gaps,
+        },
+        "parameter_names": names,
+        "tied_parameter_aliases": tied,
+        "model_safetensors_keys": saved_keys,
+        "num_parameters": int(sum(params[n].numel() for n in names)),
+    }
+    write_json(d / "meta.json", meta)
+    size = sum(f.stat().st_size for f in d.iterdir())
+    print(f"{name:14s} {type(model).__name__:20s} params={meta['num_parameters']:6d} loss={loss.item():.6f} "
+          f"bytes={size} greedy_min_gap={min(gaps):.3g}")
+
+
+def _safetensors_keys(path: Path) -> list[str]:
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        return list(f.keys())
+
+
+def _all_param_keys(model) -> list[str]:
+    return [n for n, _ in model.named_parameters(remove_duplicate=False)]
+
+
+def verify_fixture(d: Path) -> None:
+    """Load every file back and check names, shapes and dtypes."""
+    import numpy as np
+    from safetensors.numpy import load_file
+
+    meta = json.loads((d / "meta.json").read_text())
+    ref = load_file(str(d / "reference.safetensors"))
+    weights = load_file(str(d / "model.safetensors"))
+    cfg = json.loads((d / "config.json").read_text())
+    greedy_ = json.loads((d / "greedy.json").read_text())
+    V = cfg["vocab_size"]
+    for k in ("input_ids", "attention_mask", "labels"):
+        assert ref[k].shape == (BATCH, T) and ref[k].dtype == np.int32, (k, ref[k].shape, ref[k].dtype)
+    assert ref["logits"].shape == (BATCH, T, V) and ref["logits"].dtype == np.float32
+    assert ref["loss"].shape == (1,) and ref["loss"].dtype == np.float32
+    assert np.isfinite(ref["logits"]).all() and np.isfinite(ref["loss"]).all()
+    names = meta["parameter_names"]
+    expected = {"input_ids", "attention_mask", "labels", "logits", "loss"}
+    expected |= {f"grad.{n}" for n in names} | {f"step2.{n}" for n in names}
+    assert set(ref) == expected, set(ref) ^ expected
+    for n in names:
+        assert n in weights, f"{n} missing from model.safetensors"
+        w = weights[n]
+        assert ref[f"grad.{n}"].shape == w.shape and ref[f"step2.{n}"].shape == w.shape, n
+        assert w.dtype == np.float32
+        assert np.isfinite(ref[f"grad.{n}"]).all() and np.isfinite(ref[f"step2.{n}"]).all()
+    assert [len(p) for p in greedy_["prompts"]] == list(PROMPT_LENS)
+    assert all(len(t) == NEW_TOKENS for t in greedy_["new_tokens"])
+
+
+def generate(args, versions: dict) -> None:
+    setup_torch()
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    out_dir = Path(args.out).resolve()
+    specs = fixture_specs()
+    todo = args.only or list(specs)
+    for name in todo:
+        if name not in specs:
+            sys.exit(f"unknown fixture {name!r}; known: {', '.join(specs)}")
+    for name in todo:
+        model_type, cfg_kwargs = specs[name]
+        make_fixture(name, model_type, cfg_kwargs, out_dir, versions)
+        verify_fixture(out_dir / name)
+    print(f"wrote {len(todo)} fixture(s) to {out_dir}")
+
+
+# --------------------------------------------------------------------------------------------
+# --check-reload mode
+# --------------------------------------------------------------------------------------------
+
+
+def check_reload(args) -> int:
+    torch = setup_torch()
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    fixture_dir = Path(args.fixtures).resolve() / args.fixture
+    ref_path = fixture_dir / "reference.safetensors"
+    if not ref_path.is_file():
+        sys.exit(f"no fixture at {fixture_dir}")
+    model_dir = Path(args.check_reload).resolve()
+    if not (model_dir / "config.json").is_file():
+        sys.exit(f"{model_dir} has no config.json")
+    ref = load_file(str(ref_path))
+    model = AutoModelForCausalLM.from_pretrained(
+        str(model_dir), local_files_only=True, attn_implementation="eager", dtype=torch.float32
+    )
+    model.eval()
+    with torch.no_grad():
+        logits = model(
+            input_ids=ref["input_ids"].long(), attention_mask=ref["attention_mask"].long(), use_cache=False
+        ).logits.float()
+    want = ref["logits"]
+    if logits.shape != want.shape:
+        print(f"shape mismatch: reloaded {tuple(logits.shape)} vs fixture {tuple(want.shape)}")
+        return 1
+    diff = (logits - want).abs()
+    max_abs = float(diff.max())
+    scale = float(want.abs().max())
+    max_rel = max_abs / scale if scale > 0 else max_abs
+    elem_rel = float((diff / want.abs().clamp_min(1e-6)).max())
+    print(f"fixture={args.fixture} model={model_dir}")
+    print(f"max_abs_diff={max_abs:.3e} max_rel_diff={max_rel:.3e} (max|diff| / max|ref|; "
+          f"elementwise max {elem_rel:.3e}) threshold={RELOAD_RTOL:.0e}")
+    if not max_rel <= RELOAD_RTOL:
+        print("FAIL")
+        return 1
+    print("OK")
+    return 0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=str(DEFAULT_OUT), help="fixture root to write (default: tests/fixtures)")
+    ap.add_argument("--only", nargs="+", metavar="NAME", help="generate only these fixtures")
+    ap.add_argument("--check-reload", metavar="DIR", help="model folder saved by vkformers to check")
+    ap.add_argument("--fixture", metavar="NAME", help="fixture to compare against (with --check-reload)")
+    ap.add_argument("--fixtures", default=str(DEFAULT_OUT), help="fixture root to read (with --check-reload)")
+    args = ap.parse_args()
+    versions = check_versions()
+    if args.check_reload:
+        if not args.fixture:
+            ap.error("--check-reload needs --fixture NAME")
+        sys.exit(check_reload(args))
+    if args.fixture:
+        ap.error("--fixture only makes sense with --check-reload")
+    generate(args, versions)
+
+
+if __name__ == "__main__":
+    main()
