@@ -49,7 +49,7 @@ void sincos_f32(float a, out float s, out float c) {
 }
 
 void main() {
-    DIn x = DIn(uint64_t(pc.x));
+    DIn x = DIn(pc.x);  // same address, read-only view
     uint half_r = pc.rot_dim / 2;
     uint units = half_r + (pc.copy_tail != 0u ? pc.head_dim - pc.rot_dim : 0u);
     FOR_EACH_INDEX(i, pc.rows * units) {
