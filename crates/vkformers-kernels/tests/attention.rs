@@ -1,11 +1,15 @@
 //! Fused attention: the f64 reference backward against finite differences, and the GPU forward
-//! and backward against the reference on odd shapes with every option, on every device.
+//! and backward against the reference on odd shapes with every option, on every device; in f32,
+//! and in f16 / bf16 storage (inputs rounded on the host, the reference computed on the rounded
+//! values; 16-bit outputs compared with that type's tolerance, lse and delta with f32's).
 
+use half::{bf16, f16};
 use vkformers_kernels::attention::reference::{self, Shape};
 use vkformers_kernels::attention::{self, Grads, Qkv, Saved};
-use vkformers_kernels::testutil::{assert_close, assert_grad_matches_fd, f64s, Rng, TOL_F32};
+use vkformers_kernels::dtype::DType;
+use vkformers_kernels::testutil::{assert_close, assert_grad_matches_fd, f64s, Rng, Tol, TOL_BF16, TOL_F16, TOL_F32};
 use vkformers_vk::testing::on_every_device;
-use vkformers_vk::{Context, Result, VkError};
+use vkformers_vk::{Buffer, BufferView, Context, Result, VkError};
 
 /// One test configuration: shape, options, and the data's magnitude.
 #[derive(Clone, Debug)]
@@ -154,6 +158,70 @@ fn reference_handles_fully_masked_rows() {
 
 // ---------------------------------------------------------------- GPU vs reference
 
+/// `xs` rounded to the storage type `dt` (to nearest even; the identity for f32).
+fn round(dt: DType, xs: &[f32]) -> Vec<f32> {
+    match dt {
+        DType::F32 => xs.to_vec(),
+        DType::F16 => xs.iter().map(|&x| f16::from_f32(x).to_f32()).collect(),
+        DType::BF16 => xs.iter().map(|&x| bf16::from_f32(x).to_f32()).collect(),
+    }
+}
+
+/// A device tensor in a storage type: a buffer (at least 4 bytes) and the length of its data.
+struct Stored {
+    buf: Buffer,
+    bytes: u64,
+}
+
+impl Stored {
+    fn view(&self) -> BufferView<'_> {
+        self.buf.slice(0, self.bytes)
+    }
+}
+
+/// An uninitialised device tensor of `n` values of `dt`.
+fn alloc(ctx: &Context, dt: DType, n: usize, what: &str) -> Result<Stored> {
+    let bytes = n as u64 * dt.bytes();
+    Ok(Stored { buf: ctx.buffer(bytes, what)?, bytes })
+}
+
+/// Uploads `xs` in storage type `dt` (values not representable in it are rounded).
+fn upload(ctx: &Context, dt: DType, xs: &[f32], what: &str) -> Result<Stored> {
+    let buf = match dt {
+        DType::F32 => ctx.buffer_from(xs, what)?,
+        DType::F16 => ctx.buffer_from(&xs.iter().map(|&x| f16::from_f32(x).to_bits()).collect::<Vec<_>>(), what)?,
+        DType::BF16 => ctx.buffer_from(&xs.iter().map(|&x| bf16::from_f32(x).to_bits()).collect::<Vec<_>>(), what)?,
+    };
+    Ok(Stored { buf, bytes: xs.len() as u64 * dt.bytes() })
+}
+
+/// Reads a tensor of storage type `dt` back, widened to f32.
+fn download(ctx: &Context, dt: DType, t: &Stored) -> Result<Vec<f32>> {
+    Ok(match dt {
+        DType::F32 => ctx.read_vec(t.view())?,
+        DType::F16 => ctx.read_vec::<u16>(t.view())?.into_iter().map(|b| f16::from_bits(b).to_f32()).collect(),
+        DType::BF16 => ctx.read_vec::<u16>(t.view())?.into_iter().map(|b| bf16::from_bits(b).to_f32()).collect(),
+    })
+}
+
+/// Tolerance of outputs stored in `dt`.
+fn tol(dt: DType) -> Tol {
+    match dt {
+        DType::F32 => TOL_F32,
+        DType::F16 => TOL_F16,
+        DType::BF16 => TOL_BF16,
+    }
+}
+
+/// Whether the device can run 16-bit variants; says so when it cannot.
+fn supported(ctx: &Context, dt: DType, test: &str) -> bool {
+    let ok = dt == DType::F32 || ctx.caps().fp16;
+    if !ok {
+        eprintln!("{test}: skipped {dt:?}: the device has no 16-bit storage");
+    }
+    ok
+}
+
 fn gpu_shape(s: &Shape) -> attention::Shape {
     attention::Shape {
         batch: s.batch as u32,
@@ -166,26 +234,24 @@ fn gpu_shape(s: &Shape) -> attention::Shape {
 }
 
 /// Runs forward and backward on the GPU in one batch and compares o, lse, delta, dq, dk, dv
-/// with the f64 reference.
-fn check_gpu(ctx: &Context, case: &Case, seed: u64) -> Result<()> {
+/// with the f64 reference; q, k, v, do, o, dq, dk, dv are stored in `dt`.
+fn check_gpu(ctx: &Context, case: &Case, seed: u64, dt: DType) -> Result<()> {
     let s = case.shape;
     let gs = gpu_shape(&s);
-    let [q, k, v, d_o] = data(case, seed);
-    let bq = ctx.buffer_from(&q, "q")?;
-    let bk = ctx.buffer_from(&k, "k")?;
-    let bv = ctx.buffer_from(&v, "v")?;
-    let bdo = ctx.buffer_from(&d_o, "do")?;
+    let [q, k, v, d_o] = data(case, seed).map(|x| round(dt, &x));
+    let bq = upload(ctx, dt, &q, "q")?;
+    let bk = upload(ctx, dt, &k, "k")?;
+    let bv = upload(ctx, dt, &v, "v")?;
+    let bdo = upload(ctx, dt, &d_o, "do")?;
     let kmask = case.kmask.as_ref().map(|m| ctx.buffer_from(m, "kmask")).transpose()?;
     let slopes32: Option<Vec<f32>> = case.slopes.as_ref().map(|sl| sl.iter().map(|&x| x as f32).collect());
     let slopes = slopes32.as_ref().map(|sl| ctx.buffer_from(sl, "slopes")).transpose()?;
-    let qbytes = (s.q_len() * 4) as u64;
-    let kvbytes = (s.kv_len() * 4) as u64;
     let lbytes = (s.lse_len() * 4) as u64;
-    let bo = ctx.buffer(qbytes, "o")?;
+    let bo = alloc(ctx, dt, s.q_len(), "o")?;
     let blse = ctx.buffer(lbytes, "lse")?;
-    let bdq = ctx.buffer(qbytes, "dq")?;
-    let bdk = ctx.buffer(kvbytes, "dk")?;
-    let bdv = ctx.buffer(kvbytes, "dv")?;
+    let bdq = alloc(ctx, dt, s.q_len(), "dq")?;
+    let bdk = alloc(ctx, dt, s.kv_len(), "dk")?;
+    let bdv = alloc(ctx, dt, s.kv_len(), "dv")?;
     let bdelta = ctx.buffer(lbytes, "delta")?;
 
     let opt = attention::Options {
@@ -195,6 +261,7 @@ fn check_gpu(ctx: &Context, case: &Case, seed: u64) -> Result<()> {
         softcap: case.softcap as f32,
         kmask: kmask.as_ref().map(|b| b.view()),
         alibi: slopes.as_ref().map(|b| b.view()),
+        dtype: dt,
     };
     let x = Qkv { q: bq.view(), k: bk.view(), v: bv.view() };
     let saved = Saved { o: bo.view(), lse: blse.view() };
@@ -204,38 +271,77 @@ fn check_gpu(ctx: &Context, case: &Case, seed: u64) -> Result<()> {
     attention::backward(&mut rec, &x, &saved, bdo.view(), &grads, &gs, &opt)?;
     rec.submit()?;
 
-    // The reference sees exactly the f32 data (and f32 slopes).
+    // The reference sees exactly the data as stored (and f32 slopes).
     let slopes64 = slopes32.as_ref().map(|sl| f64s(sl));
     let ropt = reference::Options { slopes: slopes64.as_deref(), scale: f64::from(opt.scale), ..case.options() };
     let [q, k, v, d_o] = [q, k, v, d_o].map(|x| f64s(&x));
     let (o, lse) = reference::forward(&q, &k, &v, &s, &ropt);
     let (dq, dk, dv) = reference::backward(&q, &k, &v, &d_o, &s, &ropt);
+    let o_gpu = download(ctx, dt, &bo)?;
+    // delta = rowsum(do ⊙ o) of the o the backward reads: the stored one in 16 bits (rounded).
+    let o_seen = if dt == DType::F32 { o.clone() } else { f64s(&o_gpu) };
     let mut delta = vec![0.0; s.lse_len()];
     for b in 0..s.batch {
         for i in 0..s.tq {
             for h in 0..s.hq {
                 let at = ((b * s.tq + i) * s.hq + h) * s.d;
-                delta[(b * s.hq + h) * s.tq + i] = (0..s.d).map(|x| o[at + x] * d_o[at + x]).sum();
+                delta[(b * s.hq + h) * s.tq + i] = (0..s.d).map(|x| o_seen[at + x] * d_o[at + x]).sum();
             }
         }
     }
-    let name = case.name;
-    assert_close(&format!("{name}: o"), &ctx.read_vec::<f32>(bo.view())?, &o, TOL_F32);
+    let name = format!("{} {dt:?}", case.name);
+    assert_close(&format!("{name}: o"), &o_gpu, &o, tol(dt));
     assert_close(&format!("{name}: lse"), &ctx.read_vec::<f32>(blse.view())?, &lse, TOL_F32);
     assert_close(&format!("{name}: delta"), &ctx.read_vec::<f32>(bdelta.view())?, &delta, TOL_F32);
-    assert_close(&format!("{name}: dq"), &ctx.read_vec::<f32>(bdq.view())?, &dq, TOL_F32);
-    assert_close(&format!("{name}: dk"), &ctx.read_vec::<f32>(bdk.view())?, &dk, TOL_F32);
-    assert_close(&format!("{name}: dv"), &ctx.read_vec::<f32>(bdv.view())?, &dv, TOL_F32);
+    assert_close(&format!("{name}: dq"), &download(ctx, dt, &bdq)?, &dq, tol(dt));
+    assert_close(&format!("{name}: dk"), &download(ctx, dt, &bdk)?, &dk, tol(dt));
+    assert_close(&format!("{name}: dv"), &download(ctx, dt, &bdv)?, &dv, tol(dt));
     Ok(())
 }
 
 fn run_cases(test: &str, cases: &[Case]) {
-    on_every_device(test, |ctx| {
+    run_cases_in(test, cases, DType::F32);
+}
+
+fn run_cases_in(test: &str, cases: &[Case], dt: DType) {
+    on_every_device(&format!("{test} {dt:?}"), |ctx| {
+        if !supported(ctx, dt, test) {
+            return Ok(());
+        }
         for (n, case) in cases.iter().enumerate() {
-            check_gpu(ctx, case, 100 + n as u64)?;
+            check_gpu(ctx, case, 100 + n as u64, dt)?;
         }
         Ok(())
     });
+}
+
+/// Every kernel variant (d64, d128, d256) and option in 16-bit storage: fewer cases than f32.
+fn cases_16bit() -> Vec<Case> {
+    vec![
+        Case::new("gqa 13x13 d8 causal", shape(2, 13, 13, 4, 2, 8)).causal(),
+        Case::new("mha cross 7x19 d5", shape(1, 7, 19, 2, 2, 5)),
+        Case::new("size 1", shape(1, 1, 1, 1, 1, 1)),
+        Case::new("decode tq3 tk40 padded", shape(2, 3, 40, 2, 1, 8)).causal().kmask(padding(2, 40, 5, 7)),
+        Case::new("everything", shape(2, 17, 17, 4, 1, 16))
+            .causal()
+            .window(6)
+            .softcap(5.0, 2.0)
+            .alibi()
+            .kmask(padding(2, 17, 3, 2)),
+        Case::new("d64 t37", shape(2, 37, 37, 4, 2, 64)).causal(),
+        Case::new("d80 (d128 variant)", shape(2, 19, 21, 2, 1, 80)).causal(),
+        Case::new("d200 (d256 variant)", shape(1, 11, 13, 2, 1, 200)).causal().kmask(padding(1, 13, 2, 0)),
+    ]
+}
+
+#[test]
+fn gpu_matches_reference_f16() {
+    run_cases_in("attention 16-bit", &cases_16bit(), DType::F16);
+}
+
+#[test]
+fn gpu_matches_reference_bf16() {
+    run_cases_in("attention 16-bit", &cases_16bit(), DType::BF16);
 }
 
 #[test]
@@ -362,6 +468,9 @@ fn bad_shapes_are_typed_errors_naming_the_kernel() {
         expect(attention::forward(&mut rec, &x, &saved, &s_big, &opt).unwrap_err(), "attention/fwd", "head dim");
         let bad_mask = attention::Options { kmask: Some(lse.view()), ..opt };
         expect(attention::forward(&mut rec, &x, &saved, &s, &bad_mask).unwrap_err(), "attention/fwd:d64", "kmask");
+        // The f32-sized q is twice what bf16 needs.
+        let bf = attention::Options { dtype: DType::BF16, ..opt };
+        expect(attention::forward(&mut rec, &x, &saved, &s, &bf).unwrap_err(), "attention/fwd:d64_bf16", "q [B, Tq");
         let grads = Grads { dq: o.view(), dk: kv.view(), dv: kv.view(), delta: o.view() };
         expect(
             attention::backward(&mut rec, &x, &saved, o.view(), &grads, &s, &opt).unwrap_err(),

@@ -1,11 +1,15 @@
 //! Embedding: the f64 reference backward against finite differences, then the GPU gather and
 //! the deterministic scatter-add backward against the reference, on every device with
 //! validation on. Ids repeat (within and across 256-token chunks) and some are out of range.
+//! The table, output and dout are stored in f32, f16 or bf16 (rounded on the host, the reference
+//! computed on the rounded values); dW is f32.
 
+use half::{bf16, f16};
+use vkformers_kernels::dtype::DType;
 use vkformers_kernels::embedding::{self, reference, Embedding};
-use vkformers_kernels::testutil::{assert_close, assert_grad_matches_fd, f64s, Rng, TOL_F32};
+use vkformers_kernels::testutil::{assert_close, assert_grad_matches_fd, f64s, Rng, Tol, TOL_F32};
 use vkformers_vk::testing::on_every_device;
-use vkformers_vk::{Context, Result, VkError};
+use vkformers_vk::{Buffer, BufferView, Context, Result, VkError};
 
 /// `n` ids, mostly in `[0, vocab)`, about one in 16 out of range (negative or `>= vocab`).
 fn ids(rng: &mut Rng, n: usize, vocab: usize) -> Vec<i32> {
@@ -30,51 +34,125 @@ fn reference_backward_matches_finite_differences() {
     assert_grad_matches_fd("embedding dw", f, &w, &dw);
 }
 
+/// `xs` rounded to the storage type `dt` (to nearest even; the identity for f32).
+fn round(dt: DType, xs: &[f32]) -> Vec<f32> {
+    match dt {
+        DType::F32 => xs.to_vec(),
+        DType::F16 => xs.iter().map(|&x| f16::from_f32(x).to_f32()).collect(),
+        DType::BF16 => xs.iter().map(|&x| bf16::from_f32(x).to_f32()).collect(),
+    }
+}
+
+/// A device tensor in a storage type: a buffer (at least 4 bytes) and the length of its data.
+struct Stored {
+    buf: Buffer,
+    bytes: u64,
+}
+
+impl Stored {
+    fn view(&self) -> BufferView<'_> {
+        self.buf.slice(0, self.bytes)
+    }
+}
+
+/// An uninitialised device tensor of `n` values of `dt`.
+fn alloc(ctx: &Context, dt: DType, n: usize, what: &str) -> Result<Stored> {
+    let bytes = n as u64 * dt.bytes();
+    Ok(Stored { buf: ctx.buffer(bytes, what)?, bytes })
+}
+
+/// Uploads `xs` in storage type `dt` (values not representable in it are rounded).
+fn upload(ctx: &Context, dt: DType, xs: &[f32], what: &str) -> Result<Stored> {
+    let buf = match dt {
+        DType::F32 => ctx.buffer_from(xs, what)?,
+        DType::F16 => ctx.buffer_from(&xs.iter().map(|&x| f16::from_f32(x).to_bits()).collect::<Vec<_>>(), what)?,
+        DType::BF16 => ctx.buffer_from(&xs.iter().map(|&x| bf16::from_f32(x).to_bits()).collect::<Vec<_>>(), what)?,
+    };
+    Ok(Stored { buf, bytes: xs.len() as u64 * dt.bytes() })
+}
+
+/// Reads a tensor of storage type `dt` back, widened to f32.
+fn download(ctx: &Context, dt: DType, t: &Stored) -> Result<Vec<f32>> {
+    Ok(match dt {
+        DType::F32 => ctx.read_vec(t.view())?,
+        DType::F16 => ctx.read_vec::<u16>(t.view())?.into_iter().map(|b| f16::from_bits(b).to_f32()).collect(),
+        DType::BF16 => ctx.read_vec::<u16>(t.view())?.into_iter().map(|b| bf16::from_bits(b).to_f32()).collect(),
+    })
+}
+
+/// Whether the device can run 16-bit variants; says so when it cannot.
+fn supported(ctx: &Context, dt: DType, test: &str) -> bool {
+    let ok = dt == DType::F32 || ctx.caps().fp16;
+    if !ok {
+        eprintln!("{test}: skipped {dt:?}: the device has no 16-bit storage");
+    }
+    ok
+}
+
 /// Gather and scatter-add on the GPU; `dw` starts random, so accumulation is checked too.
-/// Returns the raw bits of `dw` for determinism checks.
-fn check(ctx: &Context, rng: &mut Rng, vocab: usize, dim: usize, n: usize) -> Result<Vec<u32>> {
-    let p = Embedding { vocab: vocab as u32, dim: dim as u32, tokens: n as u32 };
-    let ws = rng.vec(vocab * dim, 1.0);
+/// W, out and dout are stored in `dt`. Returns the raw bits of `dw` for determinism checks.
+fn check(ctx: &Context, rng: &mut Rng, dt: DType, vocab: usize, dim: usize, n: usize) -> Result<Vec<u32>> {
+    let p = Embedding { vocab: vocab as u32, dim: dim as u32, tokens: n as u32, dtype: dt };
+    let ws = round(dt, &rng.vec(vocab * dim, 1.0));
     let id = ids(rng, n, vocab);
-    let gs = rng.vec(n * dim, 1.0);
+    let gs = round(dt, &rng.vec(n * dim, 1.0));
     let dw0 = rng.vec(vocab * dim, 1.0);
-    let w = ctx.buffer_from(&ws, "w")?;
+    let w = upload(ctx, dt, &ws, "w")?;
     let idb = ctx.buffer_from(&id, "ids")?;
-    let dout = ctx.buffer_from(&gs, "dout")?;
+    let dout = upload(ctx, dt, &gs, "dout")?;
     let dw = ctx.buffer_from(&dw0, "dw")?;
-    let out = ctx.buffer((n * dim * 4) as u64, "out")?;
+    let out = alloc(ctx, dt, n * dim, "out")?;
     let scratch = ctx.buffer(embedding::backward_scratch_bytes(p.vocab, p.tokens), "scratch")?;
     let mut rec = ctx.recorder(false)?;
     embedding::embedding_forward(&mut rec, &p, w.view(), idb.view(), out.view())?;
     embedding::embedding_backward(&mut rec, &p, idb.view(), dout.view(), dw.view(), scratch.view())?;
     rec.submit()?;
-    let what = format!("embedding V {vocab} D {dim} N {n}");
+    let what = format!("embedding {dt:?} V {vocab} D {dim} N {n}");
     let out_ref = reference::embedding(&f64s(&ws), &id, vocab, dim);
-    assert_close(&format!("{what}: out"), &ctx.read_vec::<f32>(out.view())?, &out_ref, TOL_F32);
+    // A gather copies stored values: exact in every storage type.
+    let exact = Tol { abs: 0.0, rel: 0.0 };
+    assert_close(&format!("{what}: out"), &download(ctx, dt, &out)?, &out_ref, exact);
     let grad = reference::embedding_backward(&f64s(&gs), &id, vocab, dim);
     let want: Vec<f64> = grad.iter().zip(&dw0).map(|(g, &a)| g + f64::from(a)).collect();
     assert_close(&format!("{what}: dw"), &ctx.read_vec::<f32>(dw.view())?, &want, TOL_F32);
     ctx.read_vec(dw.view())
 }
 
-#[test]
-fn gpu_matches_reference_on_odd_shapes() {
-    on_every_device("embedding", |ctx| {
-        let mut rng = Rng::new(21);
+fn odd_shapes_in(dt: DType, seed: u64) {
+    on_every_device(&format!("embedding {dt:?}"), |ctx| {
+        if !supported(ctx, dt, "embedding") {
+            return Ok(());
+        }
+        let mut rng = Rng::new(seed);
         // (vocab, dim, tokens): size-1 edges, heavy repeats, several 256-token chunks, a vocab
         // above 65_535 (the scan's slices), dims around the workgroup size.
         for (v, d, n) in [(1, 1, 1), (5, 3, 17), (3, 129, 600), (37, 65, 300), (1000, 7, 1001), (70_001, 2, 300)] {
-            check(ctx, &mut rng, v, d, n)?;
+            check(ctx, &mut rng, dt, v, d, n)?;
         }
         Ok(())
     });
 }
 
 #[test]
+fn gpu_matches_reference_on_odd_shapes() {
+    odd_shapes_in(DType::F32, 21);
+}
+
+#[test]
+fn gpu_f16_matches_reference_on_odd_shapes() {
+    odd_shapes_in(DType::F16, 31);
+}
+
+#[test]
+fn gpu_bf16_matches_reference_on_odd_shapes() {
+    odd_shapes_in(DType::BF16, 41);
+}
+
+#[test]
 fn backward_is_deterministic() {
     on_every_device("embedding determinism", |ctx| {
-        let a = check(ctx, &mut Rng::new(22), 7, 33, 2000)?;
-        let b = check(ctx, &mut Rng::new(22), 7, 33, 2000)?;
+        let a = check(ctx, &mut Rng::new(22), DType::F32, 7, 33, 2000)?;
+        let b = check(ctx, &mut Rng::new(22), DType::F32, 7, 33, 2000)?;
         assert_eq!(a, b, "bitwise different gradients across runs");
         Ok(())
     });
@@ -87,12 +165,19 @@ fn wrong_shapes_are_errors_naming_the_kernel() {
         let id = ctx.buffer(4 * 2, "ids")?;
         let out = ctx.buffer(4 * 8, "out")?;
         let mut rec = ctx.recorder(false)?;
-        let p = Embedding { vocab: 3, dim: 4, tokens: 3 };
+        let p = Embedding { vocab: 3, dim: 4, tokens: 3, dtype: DType::F32 };
         let e = embedding::embedding_forward(&mut rec, &p, w.view(), id.view(), out.view()).unwrap_err();
         assert!(matches!(&e, VkError::Kernel { kernel, .. } if kernel == "embedding/gather"), "{e}");
-        let p = Embedding { vocab: 3, dim: 4, tokens: 2 };
+        let p = Embedding { vocab: 3, dim: 4, tokens: 2, dtype: DType::F32 };
         let e = embedding::embedding_backward(&mut rec, &p, id.view(), out.view(), w.view(), id.view()).unwrap_err();
         assert!(e.to_string().contains("scratch"), "{e}");
+        // 8 f32 are 16 bf16: a bf16 gather of [2, 4] rejects them as its output.
+        let p = Embedding { dtype: DType::BF16, ..p };
+        let e = embedding::embedding_forward(&mut rec, &p, w.slice(0, 24), id.view(), out.view()).unwrap_err();
+        assert!(
+            matches!(&e, VkError::Kernel { kernel, message } if kernel == "embedding/gather:bf16" && message.contains("out")),
+            "{e}"
+        );
         rec.submit()?;
         Ok(())
     });

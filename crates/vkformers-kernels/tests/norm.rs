@@ -1,10 +1,14 @@
 //! Norm kernels: the f64 reference backward against finite differences, then the GPU forward
-//! and backward against the reference on odd shapes, on every device with validation on.
+//! and backward against the reference on odd shapes, on every device with validation on, in
+//! each storage type (f32, f16, bf16: inputs rounded on the host, the reference computed on the
+//! rounded values; 16-bit outputs compared with that type's tolerance, f32 outputs with f32's).
 
+use half::{bf16, f16};
+use vkformers_kernels::dtype::DType;
 use vkformers_kernels::norm::{self, reference, LayerNorm, ParamGrads, RmsNorm};
-use vkformers_kernels::testutil::{assert_close, assert_grad_matches_fd, f64s, Rng, TOL_F32};
+use vkformers_kernels::testutil::{assert_close, assert_grad_matches_fd, f64s, Rng, Tol, TOL_BF16, TOL_F16, TOL_F32};
 use vkformers_vk::testing::on_every_device;
-use vkformers_vk::{Buffer, Context, Result, VkError};
+use vkformers_vk::{Buffer, BufferView, Context, Result, VkError};
 
 /// Odd shapes `(rows, dim)`: size-1 edges, dims around the workgroup size, more rows than the
 /// 256 gradient blocks, and a dim of a few thousand.
@@ -62,21 +66,81 @@ fn zeros(ctx: &Context, n: usize, what: &str) -> Result<Buffer> {
     ctx.buffer_from(&vec![0f32; n], what)
 }
 
+/// `xs` rounded to the storage type `dt` (to nearest even; the identity for f32).
+fn round(dt: DType, xs: &[f32]) -> Vec<f32> {
+    match dt {
+        DType::F32 => xs.to_vec(),
+        DType::F16 => xs.iter().map(|&x| f16::from_f32(x).to_f32()).collect(),
+        DType::BF16 => xs.iter().map(|&x| bf16::from_f32(x).to_f32()).collect(),
+    }
+}
+
+/// A device tensor in a storage type: a buffer (at least 4 bytes) and the length of its data.
+struct Stored {
+    buf: Buffer,
+    bytes: u64,
+}
+
+impl Stored {
+    fn view(&self) -> BufferView<'_> {
+        self.buf.slice(0, self.bytes)
+    }
+}
+
+/// Uploads `xs` in storage type `dt` (values not representable in it are rounded).
+fn upload(ctx: &Context, dt: DType, xs: &[f32], what: &str) -> Result<Stored> {
+    let buf = match dt {
+        DType::F32 => ctx.buffer_from(xs, what)?,
+        DType::F16 => ctx.buffer_from(&xs.iter().map(|&x| f16::from_f32(x).to_bits()).collect::<Vec<_>>(), what)?,
+        DType::BF16 => ctx.buffer_from(&xs.iter().map(|&x| bf16::from_f32(x).to_bits()).collect::<Vec<_>>(), what)?,
+    };
+    Ok(Stored { buf, bytes: xs.len() as u64 * dt.bytes() })
+}
+
+/// Reads a tensor of storage type `dt` back, widened to f32.
+fn download(ctx: &Context, dt: DType, t: &Stored) -> Result<Vec<f32>> {
+    Ok(match dt {
+        DType::F32 => ctx.read_vec(t.view())?,
+        DType::F16 => ctx.read_vec::<u16>(t.view())?.into_iter().map(|b| f16::from_bits(b).to_f32()).collect(),
+        DType::BF16 => ctx.read_vec::<u16>(t.view())?.into_iter().map(|b| bf16::from_bits(b).to_f32()).collect(),
+    })
+}
+
+/// Tolerance of outputs stored in `dt`.
+fn tol(dt: DType) -> Tol {
+    match dt {
+        DType::F32 => TOL_F32,
+        DType::F16 => TOL_F16,
+        DType::BF16 => TOL_BF16,
+    }
+}
+
+/// Whether the device can run 16-bit variants; says so when it cannot.
+fn supported(ctx: &Context, dt: DType, test: &str) -> bool {
+    let ok = dt == DType::F32 || ctx.caps().fp16;
+    if !ok {
+        eprintln!("{test}: skipped {dt:?}: the device has no 16-bit storage");
+    }
+    ok
+}
+
 /// Runs RMSNorm forward and backward on the GPU for one shape and option set; compares all
 /// outputs with the reference. With a weight, `dw` starts at `dw0` and is accumulated into.
-fn check_rms(ctx: &Context, rng: &mut Rng, rows: usize, dim: usize, weight: bool, unit: bool) -> Result<()> {
+/// `x`, `w`, `y`, `dy`, `dx` are stored in `dt`.
+#[allow(clippy::too_many_arguments)]
+fn check_rms(ctx: &Context, rng: &mut Rng, dt: DType, rows: usize, dim: usize, weight: bool, unit: bool) -> Result<()> {
     let eps = 1e-6f32;
-    let xs = rng.vec(rows * dim, 2.0);
-    let ws = rng.vec(dim, 1.0);
-    let gs = rng.vec(rows * dim, 1.0);
+    let xs = round(dt, &rng.vec(rows * dim, 2.0));
+    let ws = round(dt, &rng.vec(dim, 1.0));
+    let gs = round(dt, &rng.vec(rows * dim, 1.0));
     let dw0 = rng.vec(dim, 1.0);
-    let p = RmsNorm { rows: rows as u32, dim: dim as u32, eps, unit_offset: unit };
-    let x = ctx.buffer_from(&xs, "x")?;
-    let w = ctx.buffer_from(&ws, "w")?;
-    let dy = ctx.buffer_from(&gs, "dy")?;
+    let p = RmsNorm { rows: rows as u32, dim: dim as u32, eps, unit_offset: unit, dtype: dt };
+    let x = upload(ctx, dt, &xs, "x")?;
+    let w = upload(ctx, dt, &ws, "w")?;
+    let dy = upload(ctx, dt, &gs, "dy")?;
     let dw = ctx.buffer_from(&dw0, "dw")?;
-    let y = zeros(ctx, rows * dim, "y")?;
-    let dx = zeros(ctx, rows * dim, "dx")?;
+    let y = upload(ctx, dt, &vec![0.0; rows * dim], "y")?;
+    let dx = upload(ctx, dt, &vec![0.0; rows * dim], "dx")?;
     let rstd = zeros(ctx, rows, "rstd")?;
     let scratch = ctx.buffer(norm::weight_grad_scratch_bytes(rows as u32, dim as u32), "scratch")?;
     let wv = weight.then(|| w.view());
@@ -90,47 +154,65 @@ fn check_rms(ctx: &Context, rng: &mut Rng, rows: usize, dim: usize, weight: bool
     let wo = weight.then_some(&w64[..]);
     let (y_ref, rstd_ref) = reference::rms_norm(&x64, wo, dim, f64::from(eps), unit);
     let (dx_ref, dw_ref) = reference::rms_norm_backward(&x64, wo, &g64, dim, f64::from(eps), unit);
-    let what = format!("rms [{rows}, {dim}] w {weight} unit {unit}");
-    assert_close(&format!("{what}: y"), &ctx.read_vec::<f32>(y.view())?, &y_ref, TOL_F32);
+    let what = format!("rms {dt:?} [{rows}, {dim}] w {weight} unit {unit}");
+    assert_close(&format!("{what}: y"), &download(ctx, dt, &y)?, &y_ref, tol(dt));
     assert_close(&format!("{what}: rstd"), &ctx.read_vec::<f32>(rstd.view())?, &rstd_ref, TOL_F32);
-    assert_close(&format!("{what}: dx"), &ctx.read_vec::<f32>(dx.view())?, &dx_ref, TOL_F32);
+    assert_close(&format!("{what}: dx"), &download(ctx, dt, &dx)?, &dx_ref, tol(dt));
     let dw_want: Vec<f64> =
         if weight { dw_ref.iter().zip(&dw0).map(|(r, &a)| r + f64::from(a)).collect() } else { f64s(&dw0) };
     assert_close(&format!("{what}: dw"), &ctx.read_vec::<f32>(dw.view())?, &dw_want, TOL_F32);
     Ok(())
 }
 
-#[test]
-fn rms_norm_gpu_matches_reference() {
-    on_every_device("rms_norm", |ctx| {
-        let mut rng = Rng::new(3);
+fn rms_norm_in(dt: DType, seed: u64) {
+    on_every_device(&format!("rms_norm {dt:?}"), |ctx| {
+        if !supported(ctx, dt, "rms_norm") {
+            return Ok(());
+        }
+        let mut rng = Rng::new(seed);
         for &(rows, dim) in SHAPES {
             for (weight, unit) in [(true, false), (true, true), (false, false)] {
-                check_rms(ctx, &mut rng, rows, dim, weight, unit)?;
+                check_rms(ctx, &mut rng, dt, rows, dim, weight, unit)?;
             }
         }
         Ok(())
     });
 }
 
+#[test]
+fn rms_norm_gpu_matches_reference() {
+    rms_norm_in(DType::F32, 3);
+}
+
+#[test]
+fn rms_norm_f16_matches_reference() {
+    rms_norm_in(DType::F16, 13);
+}
+
+#[test]
+fn rms_norm_bf16_matches_reference() {
+    rms_norm_in(DType::BF16, 23);
+}
+
 /// LayerNorm forward and backward on the GPU against the reference; `affine` 0, 1 or 2 is
 /// no parameters, weight, weight and bias. Gradients overwrite (`accumulate` false).
-fn check_layer(ctx: &Context, rng: &mut Rng, rows: usize, dim: usize, affine: u32) -> Result<()> {
+/// `x`, `w`, `b`, `y`, `dy`, `dx` are stored in `dt`.
+fn check_layer(ctx: &Context, rng: &mut Rng, dt: DType, rows: usize, dim: usize, affine: u32) -> Result<()> {
     let eps = 1e-5f32;
     // An offset mean, so the two-pass variance matters.
-    let xs: Vec<f32> = rng.vec(rows * dim, 2.0).iter().map(|v| v + 3.0).collect();
-    let ws = rng.vec(dim, 1.0);
-    let bs = rng.vec(dim, 1.0);
-    let gs = rng.vec(rows * dim, 1.0);
-    let p = LayerNorm { rows: rows as u32, dim: dim as u32, eps };
-    let x = ctx.buffer_from(&xs, "x")?;
-    let w = ctx.buffer_from(&ws, "w")?;
-    let b = ctx.buffer_from(&bs, "b")?;
-    let dy = ctx.buffer_from(&gs, "dy")?;
+    let xs: Vec<f32> = round(dt, &rng.vec(rows * dim, 2.0).iter().map(|v| v + 3.0).collect::<Vec<_>>());
+    let ws = round(dt, &rng.vec(dim, 1.0));
+    let bs = round(dt, &rng.vec(dim, 1.0));
+    let gs = round(dt, &rng.vec(rows * dim, 1.0));
+    let p = LayerNorm { rows: rows as u32, dim: dim as u32, eps, dtype: dt };
+    let x = upload(ctx, dt, &xs, "x")?;
+    let w = upload(ctx, dt, &ws, "w")?;
+    let b = upload(ctx, dt, &bs, "b")?;
+    let dy = upload(ctx, dt, &gs, "dy")?;
     let filled = |what| ctx.buffer_from(&vec![7f32; dim], what);
     let (dw, db) = (filled("dw")?, filled("db")?);
-    let y = zeros(ctx, rows * dim, "y")?;
-    let dx = zeros(ctx, rows * dim, "dx")?;
+    let y = upload(ctx, dt, &vec![0.0; rows * dim], "y")?;
+    let dx = upload(ctx, dt, &vec![0.0; rows * dim], "dx")?;
     let mean = zeros(ctx, rows, "mean")?;
     let rstd = zeros(ctx, rows, "rstd")?;
     let scratch = ctx.buffer(norm::weight_grad_scratch_bytes(rows as u32, dim as u32), "scratch")?;
@@ -152,11 +234,11 @@ fn check_layer(ctx: &Context, rng: &mut Rng, rows: usize, dim: usize, affine: u3
     let bo = (affine >= 2).then_some(&b64[..]);
     let (y_ref, mean_ref, rstd_ref) = reference::layer_norm(&x64, wo, bo, dim, f64::from(eps));
     let (dx_ref, dw_ref, db_ref) = reference::layer_norm_backward(&x64, wo, &g64, dim, f64::from(eps));
-    let what = format!("layer [{rows}, {dim}] affine {affine}");
-    assert_close(&format!("{what}: y"), &ctx.read_vec::<f32>(y.view())?, &y_ref, TOL_F32);
+    let what = format!("layer {dt:?} [{rows}, {dim}] affine {affine}");
+    assert_close(&format!("{what}: y"), &download(ctx, dt, &y)?, &y_ref, tol(dt));
     assert_close(&format!("{what}: mean"), &ctx.read_vec::<f32>(mean.view())?, &mean_ref, TOL_F32);
     assert_close(&format!("{what}: rstd"), &ctx.read_vec::<f32>(rstd.view())?, &rstd_ref, TOL_F32);
-    assert_close(&format!("{what}: dx"), &ctx.read_vec::<f32>(dx.view())?, &dx_ref, TOL_F32);
+    assert_close(&format!("{what}: dx"), &download(ctx, dt, &dx)?, &dx_ref, tol(dt));
     let untouched = vec![7.0; dim];
     let dw_want = if affine >= 1 { &dw_ref } else { &untouched };
     let db_want = if affine >= 2 { &db_ref } else { &untouched };
@@ -165,13 +247,15 @@ fn check_layer(ctx: &Context, rng: &mut Rng, rows: usize, dim: usize, affine: u3
     Ok(())
 }
 
-#[test]
-fn layer_norm_gpu_matches_reference() {
-    on_every_device("layer_norm", |ctx| {
-        let mut rng = Rng::new(4);
+fn layer_norm_in(dt: DType, seed: u64) {
+    on_every_device(&format!("layer_norm {dt:?}"), |ctx| {
+        if !supported(ctx, dt, "layer_norm") {
+            return Ok(());
+        }
+        let mut rng = Rng::new(seed);
         for &(rows, dim) in SHAPES {
             for affine in 0..3 {
-                check_layer(ctx, &mut rng, rows, dim, affine)?;
+                check_layer(ctx, &mut rng, dt, rows, dim, affine)?;
             }
         }
         Ok(())
@@ -179,9 +263,30 @@ fn layer_norm_gpu_matches_reference() {
 }
 
 #[test]
+fn layer_norm_gpu_matches_reference() {
+    layer_norm_in(DType::F32, 4);
+}
+
+#[test]
+fn layer_norm_f16_matches_reference() {
+    layer_norm_in(DType::F16, 14);
+}
+
+#[test]
+fn layer_norm_bf16_matches_reference() {
+    layer_norm_in(DType::BF16, 24);
+}
+
+#[test]
 fn more_rows_than_workgroups_per_dispatch() {
     // 70_001 rows of 3: the forward strides rows over a grid of 65_535 workgroups.
-    on_every_device("rms_norm many rows", |ctx| check_rms(ctx, &mut Rng::new(5), 70_001, 3, true, false));
+    on_every_device("rms_norm many rows", |ctx| check_rms(ctx, &mut Rng::new(5), DType::F32, 70_001, 3, true, false));
+    on_every_device("rms_norm bf16 many rows", |ctx| {
+        if !supported(ctx, DType::BF16, "rms_norm many rows") {
+            return Ok(());
+        }
+        check_rms(ctx, &mut Rng::new(15), DType::BF16, 70_001, 3, true, false)
+    });
 }
 
 #[test]
@@ -189,7 +294,7 @@ fn gradients_are_deterministic() {
     on_every_device("norm determinism", |ctx| {
         let mut rng = Rng::new(6);
         let (rows, dim) = (1000usize, 37usize);
-        let p = LayerNorm { rows: rows as u32, dim: dim as u32, eps: 1e-5 };
+        let p = LayerNorm { rows: rows as u32, dim: dim as u32, eps: 1e-5, dtype: DType::F32 };
         let x = ctx.buffer_from(&rng.vec(rows * dim, 1.0), "x")?;
         let w = ctx.buffer_from(&rng.vec(dim, 1.0), "w")?;
         let dy = ctx.buffer_from(&rng.vec(rows * dim, 1.0), "dy")?;
@@ -220,14 +325,18 @@ fn wrong_shapes_are_errors_naming_the_kernel() {
         let x = ctx.buffer(4 * 12, "x")?;
         let short = ctx.buffer(4 * 11, "short")?;
         let r = ctx.buffer(4 * 3, "r")?;
-        let p = RmsNorm { rows: 3, dim: 4, eps: 1e-6, unit_offset: false };
+        let p = RmsNorm { rows: 3, dim: 4, eps: 1e-6, unit_offset: false, dtype: DType::F32 };
         let mut rec = ctx.recorder(false)?;
         let e = norm::rms_norm_forward(&mut rec, &p, x.view(), None, short.view(), r.view()).unwrap_err();
         assert!(matches!(&e, VkError::Kernel { kernel, .. } if kernel == "norm/rms_forward"), "{e}");
-        let lp = LayerNorm { rows: 3, dim: 4, eps: 1e-5 };
+        let lp = LayerNorm { rows: 3, dim: 4, eps: 1e-5, dtype: DType::F32 };
         let e = norm::layer_norm_forward(&mut rec, &lp, x.view(), None, Some(r.view()), x.view(), r.view(), r.view())
             .unwrap_err();
         assert!(matches!(&e, VkError::Kernel { kernel, .. } if kernel == "norm/layer_forward"), "{e}");
+        // 12 f32 are 24 f16: an f16 norm of [3, 4] rejects them and names its variant.
+        let hp = RmsNorm { dtype: DType::F16, ..p };
+        let e = norm::rms_norm_forward(&mut rec, &hp, x.view(), None, x.view(), r.view()).unwrap_err();
+        assert!(matches!(&e, VkError::Kernel { kernel, .. } if kernel == "norm/rms_forward:f16"), "{e}");
         rec.submit()?;
         Ok(())
     });

@@ -1,16 +1,19 @@
 //! RoPE: the f64 reference backward against finite differences, then the GPU forward and
 //! backward (in place and out of place, both pair layouts, partial rotary, mscale) against the
-//! reference on odd shapes, on every device with validation on.
+//! reference on odd shapes, on every device with validation on; x, y, dy, dx in f32, f16 and
+//! bf16 (inputs rounded on the host, the reference computed on the rounded values).
 
+use half::{bf16, f16};
+use vkformers_kernels::dtype::DType;
 use vkformers_kernels::rope::{self, reference, Rope, RopeLayout};
-use vkformers_kernels::testutil::{assert_close, assert_grad_matches_fd, f64s, Rng, TOL_F32};
+use vkformers_kernels::testutil::{assert_close, assert_grad_matches_fd, f64s, Rng, Tol, TOL_BF16, TOL_F16, TOL_F32};
 use vkformers_vk::testing::on_every_device;
-use vkformers_vk::{Context, Result, VkError};
+use vkformers_vk::{Buffer, BufferView, Context, Result, VkError};
 
 const LAYOUTS: [RopeLayout; 2] = [RopeLayout::HalfSplit, RopeLayout::Interleaved];
 
 fn shape(b: u32, t: u32, h: u32, dh: u32, r: u32, layout: RopeLayout, mscale: f32) -> Rope {
-    Rope { batch: b, seq: t, heads: h, head_dim: dh, rotary_dim: r, layout, mscale }
+    Rope { batch: b, seq: t, heads: h, head_dim: dh, rotary_dim: r, layout, mscale, dtype: DType::F32 }
 }
 
 fn positions(rng: &mut Rng, n: usize) -> Vec<i32> {
@@ -35,21 +38,87 @@ fn reference_backward_matches_finite_differences() {
     }
 }
 
-/// Runs forward and backward, both out of place and in place, and compares with the reference.
+/// `xs` rounded to the storage type `dt` (to nearest even; the identity for f32).
+fn round(dt: DType, xs: &[f32]) -> Vec<f32> {
+    match dt {
+        DType::F32 => xs.to_vec(),
+        DType::F16 => xs.iter().map(|&x| f16::from_f32(x).to_f32()).collect(),
+        DType::BF16 => xs.iter().map(|&x| bf16::from_f32(x).to_f32()).collect(),
+    }
+}
+
+/// A device tensor in a storage type: a buffer (at least 4 bytes) and the length of its data.
+struct Stored {
+    buf: Buffer,
+    bytes: u64,
+}
+
+impl Stored {
+    fn view(&self) -> BufferView<'_> {
+        self.buf.slice(0, self.bytes)
+    }
+}
+
+/// An uninitialised device tensor of `n` values of `dt`.
+fn alloc(ctx: &Context, dt: DType, n: usize, what: &str) -> Result<Stored> {
+    let bytes = n as u64 * dt.bytes();
+    Ok(Stored { buf: ctx.buffer(bytes, what)?, bytes })
+}
+
+/// Uploads `xs` in storage type `dt` (values not representable in it are rounded).
+fn upload(ctx: &Context, dt: DType, xs: &[f32], what: &str) -> Result<Stored> {
+    let buf = match dt {
+        DType::F32 => ctx.buffer_from(xs, what)?,
+        DType::F16 => ctx.buffer_from(&xs.iter().map(|&x| f16::from_f32(x).to_bits()).collect::<Vec<_>>(), what)?,
+        DType::BF16 => ctx.buffer_from(&xs.iter().map(|&x| bf16::from_f32(x).to_bits()).collect::<Vec<_>>(), what)?,
+    };
+    Ok(Stored { buf, bytes: xs.len() as u64 * dt.bytes() })
+}
+
+/// Reads a tensor of storage type `dt` back, widened to f32.
+fn download(ctx: &Context, dt: DType, t: &Stored) -> Result<Vec<f32>> {
+    Ok(match dt {
+        DType::F32 => ctx.read_vec(t.view())?,
+        DType::F16 => ctx.read_vec::<u16>(t.view())?.into_iter().map(|b| f16::from_bits(b).to_f32()).collect(),
+        DType::BF16 => ctx.read_vec::<u16>(t.view())?.into_iter().map(|b| bf16::from_bits(b).to_f32()).collect(),
+    })
+}
+
+/// Tolerance of outputs stored in `dt`.
+fn tol(dt: DType) -> Tol {
+    match dt {
+        DType::F32 => TOL_F32,
+        DType::F16 => TOL_F16,
+        DType::BF16 => TOL_BF16,
+    }
+}
+
+/// Whether the device can run 16-bit variants; says so when it cannot.
+fn supported(ctx: &Context, dt: DType, test: &str) -> bool {
+    let ok = dt == DType::F32 || ctx.caps().fp16;
+    if !ok {
+        eprintln!("{test}: skipped {dt:?}: the device has no 16-bit storage");
+    }
+    ok
+}
+
+/// Runs forward and backward, both out of place and in place, and compares with the reference;
+/// x, y, dy, dx are stored in `p.dtype`.
 fn check(ctx: &Context, rng: &mut Rng, p: &Rope, base: f64) -> Result<()> {
+    let dt = p.dtype;
     let n = p.rows() as usize * p.head_dim as usize;
-    let xs = rng.vec(n, 2.0);
-    let gs = rng.vec(n, 2.0);
+    let xs = round(dt, &rng.vec(n, 2.0));
+    let gs = round(dt, &rng.vec(n, 2.0));
     let pos_v = positions(rng, (p.batch * p.seq) as usize);
     let inv_v = reference::default_inv_freq(p.rotary_dim, base);
-    let x = ctx.buffer_from(&xs, "x")?;
-    let g = ctx.buffer_from(&gs, "dy")?;
-    let x_in = ctx.buffer_from(&xs, "x in place")?;
-    let g_in = ctx.buffer_from(&gs, "dy in place")?;
+    let x = upload(ctx, dt, &xs, "x")?;
+    let g = upload(ctx, dt, &gs, "dy")?;
+    let x_in = upload(ctx, dt, &xs, "x in place")?;
+    let g_in = upload(ctx, dt, &gs, "dy in place")?;
     let pos = ctx.buffer_from(&pos_v, "pos")?;
     let inv = ctx.buffer_from(&inv_v, "inv_freq")?;
-    let y = ctx.buffer((n * 4) as u64, "y")?;
-    let dx = ctx.buffer((n * 4) as u64, "dx")?;
+    let y = alloc(ctx, dt, n, "y")?;
+    let dx = alloc(ctx, dt, n, "dx")?;
     let mut rec = ctx.recorder(false)?;
     rope::rope_forward(&mut rec, p, x.view(), pos.view(), inv.view(), y.view())?;
     rope::rope_backward(&mut rec, p, g.view(), pos.view(), inv.view(), dx.view())?;
@@ -59,17 +128,20 @@ fn check(ctx: &Context, rng: &mut Rng, p: &Rope, base: f64) -> Result<()> {
     let y_ref = reference::rope(p, &f64s(&xs), &pos_v, &inv_v);
     let dx_ref = reference::rope_backward(p, &f64s(&gs), &pos_v, &inv_v);
     let what = format!("{p:?}");
-    assert_close(&format!("{what}: y"), &ctx.read_vec::<f32>(y.view())?, &y_ref, TOL_F32);
-    assert_close(&format!("{what}: dx"), &ctx.read_vec::<f32>(dx.view())?, &dx_ref, TOL_F32);
-    assert_close(&format!("{what}: y in place"), &ctx.read_vec::<f32>(x_in.view())?, &y_ref, TOL_F32);
-    assert_close(&format!("{what}: dx in place"), &ctx.read_vec::<f32>(g_in.view())?, &dx_ref, TOL_F32);
+    assert_close(&format!("{what}: y"), &download(ctx, dt, &y)?, &y_ref, tol(dt));
+    assert_close(&format!("{what}: dx"), &download(ctx, dt, &dx)?, &dx_ref, tol(dt));
+    assert_close(&format!("{what}: y in place"), &download(ctx, dt, &x_in)?, &y_ref, tol(dt));
+    assert_close(&format!("{what}: dx in place"), &download(ctx, dt, &g_in)?, &dx_ref, tol(dt));
     Ok(())
 }
 
-#[test]
-fn gpu_matches_reference_on_odd_shapes() {
-    on_every_device("rope", |ctx| {
-        let mut rng = Rng::new(11);
+fn odd_shapes_in(dt: DType, seed: u64) {
+    on_every_device(&format!("rope {dt:?}"), |ctx| {
+        if !supported(ctx, dt, "rope") {
+            return Ok(());
+        }
+        let shape = |b, t, h, dh, r, layout, mscale| Rope { dtype: dt, ..shape(b, t, h, dh, r, layout, mscale) };
+        let mut rng = Rng::new(seed);
         // (batch, seq, heads, head_dim, rotary_dim)
         let shapes = [(1, 1, 1, 2, 2), (1, 1, 1, 3, 2), (2, 5, 3, 64, 64), (1, 7, 2, 80, 32), (3, 11, 5, 66, 66)];
         for (b, t, h, dh, r) in shapes {
@@ -86,6 +158,21 @@ fn gpu_matches_reference_on_odd_shapes() {
 }
 
 #[test]
+fn gpu_matches_reference_on_odd_shapes() {
+    odd_shapes_in(DType::F32, 11);
+}
+
+#[test]
+fn gpu_f16_matches_reference_on_odd_shapes() {
+    odd_shapes_in(DType::F16, 21);
+}
+
+#[test]
+fn gpu_bf16_matches_reference_on_odd_shapes() {
+    odd_shapes_in(DType::BF16, 31);
+}
+
+#[test]
 fn wrong_shapes_are_errors_naming_the_kernel() {
     on_every_device("rope errors", |ctx| {
         let x = ctx.buffer(4 * 2 * 3 * 8, "x")?;
@@ -98,6 +185,13 @@ fn wrong_shapes_are_errors_naming_the_kernel() {
             let e = rope::rope_forward_in_place(&mut rec, &p, x.view(), pos.view(), inv.view()).unwrap_err();
             assert!(matches!(&e, VkError::Kernel { kernel, .. } if kernel == "rope/rope"), "{e}");
         }
+        // 48 f32 are 96 f16: too many for an f16 [1, 2, 3, 8].
+        let p = Rope { dtype: DType::F16, ..shape(1, 2, 3, 8, 4, RopeLayout::HalfSplit, 1.0) };
+        let e = rope::rope_forward_in_place(&mut rec, &p, x.view(), pos.view(), inv.view()).unwrap_err();
+        assert!(
+            matches!(&e, VkError::Kernel { kernel, message } if kernel == "rope/rope:f16" && message.contains("x:")),
+            "{e}"
+        );
         rec.submit()?;
         Ok(())
     });

@@ -3,6 +3,7 @@
 //! block composed from the f64 references (per tensor ‖g − g_fd‖ / ‖g_fd‖ ≤ 1e-4).
 
 use vkformers_kernels::attention::reference as attn_ref;
+use vkformers_kernels::dtype::DType;
 use vkformers_kernels::glu::{reference as glu_ref, Glu};
 use vkformers_kernels::matmul::reference::matmul;
 use vkformers_kernels::norm::reference::rms_norm;
@@ -158,6 +159,7 @@ fn attention_block_tape_gradients_match_finite_differences() {
             rotary_dim: d as u32,
             layout: RopeLayout::HalfSplit,
             mscale: 1.0,
+            dtype: DType::F32,
         };
         let f = |p: &[f64]| {
             let p = split(p, &sizes);

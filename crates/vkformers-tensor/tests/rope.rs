@@ -1,6 +1,7 @@
 //! Tape gradient of `rope` against the f64 reference. The loss is sum(y * w) for a fixed
 //! random w (so dL/dy = w), formed by a tiny test-only op.
 
+use vkformers_kernels::dtype::DType;
 use vkformers_kernels::matmul::{gemm, GemmDesc};
 use vkformers_kernels::rope::reference;
 use vkformers_kernels::rope::Rope;
@@ -56,6 +57,7 @@ fn rope_case(ctx: &Context, layout: RopeLayout, rotary_dim: usize, mscale: f32, 
         rotary_dim: rotary_dim as u32,
         layout,
         mscale,
+        dtype: DType::F32,
     };
     assert_close("y", &g.read(&y)?, &reference::rope(&p, &f64s(&xv), &posv, &inv), TOL_F32);
     let want_dx = reference::rope_backward(&p, &f64s(&lv), &posv, &inv);

@@ -1,6 +1,8 @@
 #version 460
 #include "common.glsl"
-// Fused attention backward, part 2 of 2: dk and dv (flash-attention-2 style), f32.
+#include "dtype.glsl"
+// Fused attention backward, part 2 of 2: dk and dv (flash-attention-2 style). q, k, v,
+// do, dk, dv in the variant's storage type (f32, f16, bf16); lse, delta and all math are f32.
 //
 //   q, do_ [B, Tq, Hq, D], k, v [B, Tk, Hkv, D], lse, delta [B, Hq, Tq] (delta from bwd_dq)
 //   -> dk, dv [B, Tk, Hkv, D]
@@ -18,20 +20,26 @@
 // variant: d64 DMAX=64 BQ=16 BK=32 NT=256
 // variant: d128 DMAX=128 BQ=8 BK=16 NT=128
 // variant: d256 DMAX=256 BQ=4 BK=8 NT=128
+// variant: d64_f16 DMAX=64 BQ=16 BK=32 NT=256 DT_F16
+// variant: d128_f16 DMAX=128 BQ=8 BK=16 NT=128 DT_F16
+// variant: d256_f16 DMAX=256 BQ=4 BK=8 NT=128 DT_F16
+// variant: d64_bf16 DMAX=64 BQ=16 BK=32 NT=256 DT_BF16
+// variant: d128_bf16 DMAX=128 BQ=8 BK=16 NT=128 DT_BF16
+// variant: d256_bf16 DMAX=256 BQ=4 BK=8 NT=128 DT_BF16
 #include "attention/attention.glsl"
 
 layout(local_size_x = NT) in;
 layout(push_constant) uniform Push {
-    F32In q;
-    F32In k;
-    F32In v;
-    F32In do_;
+    DIn q;
+    DIn k;
+    DIn v;
+    DIn do_;
     F32In lse;
     F32In delta;
     I32In kmask;   // [B, Tk], 1 keep / 0 masked (read when flags & ATTN_KMASK)
     F32In slopes;  // [Hq] ALiBi slopes (read when flags & ATTN_ALIBI)
-    F32Buf dk;
-    F32Buf dv;
+    DBuf dk;
+    DBuf dv;
     ATTN_SCALARS
 } pc;
 #include "attention/helpers.glsl"
@@ -63,8 +71,8 @@ void main() {
         uint dd = e - c * D;
         uint j = k0 + c;
         bool in_range = j < pc.tk;
-        sk[c * DS + dd] = in_range ? pc.k.v[kvbase + j * kstride + dd] : 0.0;
-        sv[c * DS + dd] = in_range ? pc.v.v[kvbase + j * kstride + dd] : 0.0;
+        sk[c * DS + dd] = in_range ? ld(pc.k, kvbase + j * kstride + dd) : 0.0;
+        sv[c * DS + dd] = in_range ? ld(pc.v, kvbase + j * kstride + dd) : 0.0;
     }
     float dk_acc[SLOTS];
     float dv_acc[SLOTS];
@@ -86,8 +94,8 @@ void main() {
                 uint dd = e - r * D;
                 uint i = q0 + r;
                 bool in_range = i < pc.tq;
-                sq[r * DS + dd] = in_range ? pc.q.v[qbase + i * qstride + dd] : 0.0;
-                sdo[r * DS + dd] = in_range ? pc.do_.v[qbase + i * qstride + dd] : 0.0;
+                sq[r * DS + dd] = in_range ? ld(pc.q, qbase + i * qstride + dd) : 0.0;
+                sdo[r * DS + dd] = in_range ? ld(pc.do_, qbase + i * qstride + dd) : 0.0;
             }
             for (uint r = tid; r < BQ; r += NT) {
                 uint i = q0 + r;
@@ -144,8 +152,8 @@ void main() {
             uint dd = o - c * D;
             uint j = k0 + c;
             if (j < pc.tk) {
-                pc.dk.v[kvbase + j * kstride + dd] = pc.scale * dk_acc[s];
-                pc.dv.v[kvbase + j * kstride + dd] = dv_acc[s];
+                st(pc.dk, kvbase + j * kstride + dd, pc.scale * dk_acc[s]);
+                st(pc.dv, kvbase + j * kstride + dd, dv_acc[s]);
             }
         }
     }

@@ -1,6 +1,8 @@
 #version 460
 #include "common.glsl"
-// Fused attention backward, part 1 of 2: dq and delta (flash-attention-2 style), f32.
+#include "dtype.glsl"
+// Fused attention backward, part 1 of 2: dq and delta (flash-attention-2 style). q, k, v,
+// o, do, dq in the variant's storage type (f32, f16, bf16); lse, delta and all math are f32.
 //
 //   q, do_, o [B, Tq, Hq, D], k, v [B, Tk, Hkv, D], lse [B, Hq, Tq] (from fwd)
 //   -> dq [B, Tq, Hq, D], delta [B, Hq, Tq]
@@ -17,20 +19,26 @@
 // variant: d64 DMAX=64 BQ=32 BK=16 NT=256
 // variant: d128 DMAX=128 BQ=16 BK=16 NT=256
 // variant: d256 DMAX=256 BQ=8 BK=8 NT=64
+// variant: d64_f16 DMAX=64 BQ=32 BK=16 NT=256 DT_F16
+// variant: d128_f16 DMAX=128 BQ=16 BK=16 NT=256 DT_F16
+// variant: d256_f16 DMAX=256 BQ=8 BK=8 NT=64 DT_F16
+// variant: d64_bf16 DMAX=64 BQ=32 BK=16 NT=256 DT_BF16
+// variant: d128_bf16 DMAX=128 BQ=16 BK=16 NT=256 DT_BF16
+// variant: d256_bf16 DMAX=256 BQ=8 BK=8 NT=64 DT_BF16
 #include "attention/attention.glsl"
 
 layout(local_size_x = NT) in;
 layout(push_constant) uniform Push {
-    F32In q;
-    F32In k;
-    F32In v;
-    F32In o;
-    F32In do_;
+    DIn q;
+    DIn k;
+    DIn v;
+    DIn o;
+    DIn do_;
     F32In lse;
     I32In kmask;   // [B, Tk], 1 keep / 0 masked (read when flags & ATTN_KMASK)
     F32In slopes;  // [Hq] ALiBi slopes (read when flags & ATTN_ALIBI)
     F32Buf delta;
-    F32Buf dq;
+    DBuf dq;
     ATTN_SCALARS
 } pc;
 #include "attention/helpers.glsl"
@@ -44,13 +52,13 @@ shared float ss[BQ * BK];
 shared float slse[BQ];
 shared float sdelta[BQ];
 
-void load_kv_tile(F32In src, uint kvbase, uint kstride, uint j0) {
+void load_kv_tile(DIn src, uint kvbase, uint kstride, uint j0) {
     uint D = pc.d;
     for (uint e = gl_LocalInvocationID.x; e < BK * D; e += NT) {
         uint c = e / D;
         uint dd = e - c * D;
         uint j = j0 + c;
-        skv[c * DS + dd] = j < pc.tk ? src.v[kvbase + j * kstride + dd] : 0.0;
+        skv[c * DS + dd] = j < pc.tk ? ld(src, kvbase + j * kstride + dd) : 0.0;
     }
 }
 
@@ -72,8 +80,8 @@ void main() {
         uint dd = e - r * D;
         uint i = q0 + r;
         bool in_range = i < pc.tq;
-        sq[r * DS + dd] = in_range ? pc.q.v[qbase + i * qstride + dd] : 0.0;
-        sdo[r * DS + dd] = in_range ? pc.do_.v[qbase + i * qstride + dd] : 0.0;
+        sq[r * DS + dd] = in_range ? ld(pc.q, qbase + i * qstride + dd) : 0.0;
+        sdo[r * DS + dd] = in_range ? ld(pc.do_, qbase + i * qstride + dd) : 0.0;
     }
     barrier();
     for (uint r = tid; r < BQ; r += NT) {
@@ -82,7 +90,7 @@ void main() {
         float l = 0.0;
         if (i < pc.tq) {
             for (uint dd = 0; dd < D; dd++) {
-                di += sdo[r * DS + dd] * pc.o.v[qbase + i * qstride + dd];
+                di += sdo[r * DS + dd] * ld(pc.o, qbase + i * qstride + dd);
             }
             l = pc.lse.v[rowbase + i];
             pc.delta.v[rowbase + i] = di;
@@ -154,7 +162,7 @@ void main() {
             uint dd = o - r * D;
             uint i = q0 + r;
             if (i < pc.tq) {
-                pc.dq.v[qbase + i * qstride + dd] = pc.scale * acc[s];
+                st(pc.dq, qbase + i * qstride + dd, pc.scale * acc[s]);
             }
         }
     }

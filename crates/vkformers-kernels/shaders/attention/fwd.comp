@@ -1,6 +1,9 @@
 #version 460
 #include "common.glsl"
-// Fused attention forward (flash style), f32.
+#include "dtype.glsl"
+// Fused attention forward (flash style). q, k, v, o in the variant's storage type (f32, or
+// f16 / bf16: the `_f16` / `_bf16` variants), widened into f32 shared tiles; scores, softmax,
+// accumulators and lse are f32.
 //
 //   q [B, Tq, Hq, D], k, v [B, Tk, Hkv, D] -> o [B, Tq, Hq, D], lse [B, Hq, Tq]
 //   query head h reads kv head h / G (G = Hq / Hkv: MHA G = 1, GQA, MQA Hkv = 1)
@@ -28,16 +31,22 @@
 // variant: d64 DMAX=64 BQ=32 BK=32 NT=256
 // variant: d128 DMAX=128 BQ=32 BK=16 NT=256
 // variant: d256 DMAX=256 BQ=16 BK=8 NT=128
+// variant: d64_f16 DMAX=64 BQ=32 BK=32 NT=256 DT_F16
+// variant: d128_f16 DMAX=128 BQ=32 BK=16 NT=256 DT_F16
+// variant: d256_f16 DMAX=256 BQ=16 BK=8 NT=128 DT_F16
+// variant: d64_bf16 DMAX=64 BQ=32 BK=32 NT=256 DT_BF16
+// variant: d128_bf16 DMAX=128 BQ=32 BK=16 NT=256 DT_BF16
+// variant: d256_bf16 DMAX=256 BQ=16 BK=8 NT=128 DT_BF16
 #include "attention/attention.glsl"
 
 layout(local_size_x = NT) in;
 layout(push_constant) uniform Push {
-    F32In q;
-    F32In k;
-    F32In v;
+    DIn q;
+    DIn k;
+    DIn v;
     I32In kmask;   // [B, Tk], 1 keep / 0 masked (read when flags & ATTN_KMASK)
     F32In slopes;  // [Hq] ALiBi slopes (read when flags & ATTN_ALIBI)
-    F32Buf o;
+    DBuf o;
     F32Buf lse;
     ATTN_SCALARS
 } pc;
@@ -53,13 +62,13 @@ shared float sl[BQ];
 shared float salpha[BQ];
 
 // Loads rows [j0, j0 + BK) of a kv tensor (kv head hk, batch b) into skv, zeros past tk.
-void load_kv_tile(F32In src, uint kvbase, uint kstride, uint j0) {
+void load_kv_tile(DIn src, uint kvbase, uint kstride, uint j0) {
     uint D = pc.d;
     for (uint e = gl_LocalInvocationID.x; e < BK * D; e += NT) {
         uint c = e / D;
         uint dd = e - c * D;
         uint j = j0 + c;
-        skv[c * DS + dd] = j < pc.tk ? src.v[kvbase + j * kstride + dd] : 0.0;
+        skv[c * DS + dd] = j < pc.tk ? ld(src, kvbase + j * kstride + dd) : 0.0;
     }
 }
 
@@ -79,7 +88,7 @@ void main() {
         uint r = e / D;
         uint dd = e - r * D;
         uint i = q0 + r;
-        sq[r * DS + dd] = i < pc.tq ? pc.q.v[qbase + i * qstride + dd] : 0.0;
+        sq[r * DS + dd] = i < pc.tq ? ld(pc.q, qbase + i * qstride + dd) : 0.0;
     }
     for (uint r = tid; r < BQ; r += NT) {
         sm[r] = MASKED;
@@ -162,7 +171,7 @@ void main() {
             uint i = q0 + r;
             float l = sl[r];
             if (i < pc.tq) {
-                pc.o.v[qbase + i * qstride + dd] = l > 0.0 ? acc[s] / l : 0.0;
+                st(pc.o, qbase + i * qstride + dd, l > 0.0 ? acc[s] / l : 0.0);
             }
         }
     }

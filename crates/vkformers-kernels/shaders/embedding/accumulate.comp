@@ -1,17 +1,22 @@
 #version 460
 #include "common.glsl"
+#include "dtype.glsl"
 #include "embedding/embedding.glsl"
 // Embedding backward, step 4: dW[id, d] += sum of dout[n, d] over the positions n of id, in
 // increasing n (the order step 3 sorted them in):     dout [N, D], dW [V, D]
 // Invocation (s, d) works only when slot s is the first of its id's run in perm, so each
 // touched row of dW is written once; rows of ids absent from the batch are not touched.
 // O(N D + V) work overall, no float atomics, deterministic.
+// dout is in the variant's storage type (f32, f16, bf16); the sums and dW are f32.
+// variant: f32
+// variant: f16 DT_F16
+// variant: bf16 DT_BF16
 layout(local_size_x = 256) in;
 layout(push_constant) uniform Push {
     I32In ids;
     U32In offsets;
     U32In perm;
-    F32In dout;
+    DIn dout;
     F32Buf dw;
     uint n_tokens;
     uint vocab;
@@ -32,7 +37,7 @@ void main() {
             uint end = pc.offsets.v[id + 1];
             float acc = 0.0;
             for (uint j = start; j < end; j++) {
-                acc += pc.dout.v[pc.perm.v[j] * pc.D + d];
+                acc += ld(pc.dout, pc.perm.v[j] * pc.D + d);
             }
             pc.dw.v[id * pc.D + d] += acc;
         }

@@ -1,13 +1,18 @@
 #version 460
 #include "common.glsl"
+#include "dtype.glsl"
 #include "embedding/embedding.glsl"
 // Embedding forward (gather): out[n, d] = W[ids[n], d]     W [V, D], ids [N] int32, out [N, D]
 // An id outside [0, V) gives a row of zeros (nothing out of bounds is read).
+// W and out are in the variant's storage type (f32, f16, bf16): a 16-bit copy is exact.
+// variant: f32
+// variant: f16 DT_F16
+// variant: bf16 DT_BF16
 layout(local_size_x = 256) in;
 layout(push_constant) uniform Push {
-    F32In w;
+    DIn w;
     I32In ids;
-    F32Buf out_;
+    DBuf out_;
     uint n_tokens;
     uint vocab;
     uint D;
@@ -18,6 +23,6 @@ void main() {
         uint n = e / pc.D;
         uint d = e - n * pc.D;
         int id = valid_id(pc.ids, n, pc.vocab);
-        pc.out_.v[e] = id >= 0 ? pc.w.v[uint(id) * pc.D + d] : 0.0;
+        st(pc.out_, e, id >= 0 ? ld(pc.w, uint(id) * pc.D + d) : 0.0);
     }
 }

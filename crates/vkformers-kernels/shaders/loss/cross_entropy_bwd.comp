@@ -1,19 +1,25 @@
 #version 460
 #include "common.glsl"
+#include "dtype.glsl"
+#define LOSS_STORAGE
 #include "loss/loss.glsl"
 // Backward of the mean cross-entropy from the saved row log-sum-exp:
 //   dlogits[r, j] = (exp(logits[r, j] - lse[r]) - [j == labels[r]]) * g[0] / count[0]
 // for counted rows; 0 for ignored rows and everywhere when count[0] == 0.
 // logits, dlogits [n, vocab]; labels [n] int32; lse [n]; count [1]; g [1].
 // Grid: x strides over columns, y over rows.
+// logits and dlogits are in the variant's storage type; the math, lse, count and g are f32.
+// variant: f32
+// variant: f16 DT_F16
+// variant: bf16 DT_BF16
 layout(local_size_x = 256) in;
 layout(push_constant) uniform Push {
-    F32In logits;
+    DIn logits;
     I32In labels;
     F32In lse;
     F32In count;
     F32In g;
-    F32Buf dlogits;
+    DBuf dlogits;
     uint n;
     uint vocab;
 } pc;
@@ -25,11 +31,11 @@ void main() {
         int label = pc.labels.v[row];
         float scale = counted(label, pc.vocab) ? gs : 0.0;
         float l = pc.lse.v[row];
-        F32In x = f32_in_at(pc.logits, uint64_t(row) * pc.vocab);
-        F32Buf d = f32_buf_at(pc.dlogits, uint64_t(row) * pc.vocab);
+        DIn x = d_in_at(pc.logits, uint64_t(row) * pc.vocab);
+        DBuf d = d_buf_at(pc.dlogits, uint64_t(row) * pc.vocab);
         for (uint j = gl_GlobalInvocationID.x; j < pc.vocab; j += gl_NumWorkGroups.x * 256) {
             float onehot = (int(j) == label) ? 1.0 : 0.0;
-            d.v[j] = scale == 0.0 ? 0.0 : (exp(x.v[j] - l) - onehot) * scale;
+            st(d, j, scale == 0.0 ? 0.0 : (exp(ld(x, j) - l) - onehot) * scale);
         }
     }
 }

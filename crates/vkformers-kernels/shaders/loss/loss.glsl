@@ -1,4 +1,4 @@
-// Declarations shared by the loss kernels.
+// Declarations shared by the loss kernels (the cross-entropy kernels include dtype.glsl first).
 layout(buffer_reference, std430, buffer_reference_align = 4) readonly buffer I32In { int v[]; };
 
 // -infinity as a float constant.
@@ -8,7 +8,15 @@ layout(buffer_reference, std430, buffer_reference_align = 4) readonly buffer I32
 // other out-of-range label are ignored (PyTorch raises for the latter; a kernel cannot).
 bool counted(int label, uint vocab) { return label >= 0 && uint(label) < vocab; }
 
-// The f32 view starting `elems` floats past `base`: rows of large [N, V] tensors can lie
-// beyond 2^32 elements, so rows are addressed by pointer arithmetic, not by index.
-F32In f32_in_at(F32In base, uint64_t elems) { return F32In(uint64_t(base) + elems * 4ul); }
-F32Buf f32_buf_at(F32Buf base, uint64_t elems) { return F32Buf(uint64_t(base) + elems * 4ul); }
+#ifdef LOSS_STORAGE
+// Bytes of one element of the storage type (dtype.glsl).
+#if defined(DT_F16) || defined(DT_BF16)
+#define DT_BYTES 2ul
+#else
+#define DT_BYTES 4ul
+#endif
+// The view of the storage type starting `elems` elements past `base`: rows of large [N, V]
+// tensors can lie beyond 2^32 elements, so rows are addressed by pointer arithmetic, not by index.
+DIn d_in_at(DIn base, uint64_t elems) { return DIn(uint64_t(base) + elems * DT_BYTES); }
+DBuf d_buf_at(DBuf base, uint64_t elems) { return DBuf(uint64_t(base) + elems * DT_BYTES); }
+#endif

@@ -1,4 +1,4 @@
-// Shared by the norm kernels: workgroup size, a deterministic shared-memory tree sum, and the
+// Shared by the norm kernels (include after dtype.glsl): workgroup size, a deterministic shared-memory tree sum, and the
 // gain g[d] applied after normalising (1, w[d], or 1 + w[d] for Gemma's unit offset).
 #define NORM_LOCAL 256
 
@@ -26,11 +26,13 @@ vec2 norm_sum2(vec2 v) {
     return total;
 }
 
-float norm_gain(F32In w, uint mode, uint d) {
+// w [D] is in the storage type (include dtype.glsl first).
+float norm_gain(DIn w, uint mode, uint d) {
     if (mode == GAIN_NONE) {
         return 1.0;
     }
-    return mode == GAIN_UNIT_OFFSET ? 1.0 + w.v[d] : w.v[d];
+    float wd = ld(w, d);
+    return mode == GAIN_UNIT_OFFSET ? 1.0 + wd : wd;
 }
 
 // Rows are spread over the grid: workgroup b handles rows b, b + G, b + 2G, ... (G workgroups).

@@ -1,5 +1,6 @@
 #version 460
 #include "common.glsl"
+#include "dtype.glsl"
 #include "norm/norm.glsl"
 // RMSNorm backward. Inputs x [rows, D], w [D] (read when mode != 0), rstd [rows] (from the
 // forward), dy [rows, D]; g = 1, w or 1 + w as in the forward. Per row, with r = rstd[row]:
@@ -8,13 +9,17 @@
 // When want_dw != 0, workgroup b (of G) also writes its share of dw = sum_rows dy x r:
 //   partial[b, d] = sum over rows b, b + G, ... of dy[row, d] x[row, d] r     partial [G, D]
 // (G <= rows, so every workgroup owns at least one row), then norm/col_sum adds the G rows.
+// x, w, dy, dx are in the variant's storage type; rstd, partial and all math are f32.
+// variant: f32
+// variant: f16 DT_F16
+// variant: bf16 DT_BF16
 layout(local_size_x = NORM_LOCAL) in;
 layout(push_constant) uniform Push {
-    F32In x;
-    F32In w;
+    DIn x;
+    DIn w;
     F32In rstd;
-    F32In dy;
-    F32Buf dx;
+    DIn dy;
+    DBuf dx;
     F32Buf partial;
     uint rows;
     uint D;
@@ -30,14 +35,14 @@ void main() {
         float r = pc.rstd.v[row];
         float c = 0.0;
         FOR_EACH_COL(d, pc.D) {
-            c += pc.dy.v[base + d] * norm_gain(pc.w, pc.mode, d) * pc.x.v[base + d];
+            c += ld(pc.dy, base + d) * norm_gain(pc.w, pc.mode, d) * ld(pc.x, base + d);
         }
         c = norm_sum2(vec2(c, 0.0)).x;
         float k = r * r * r * c / float(pc.D);
         FOR_EACH_COL(d, pc.D) {
-            float xv = pc.x.v[base + d];
-            float g = pc.dy.v[base + d];
-            pc.dx.v[base + d] = r * norm_gain(pc.w, pc.mode, d) * g - xv * k;
+            float xv = ld(pc.x, base + d);
+            float g = ld(pc.dy, base + d);
+            st(pc.dx, base + d, r * norm_gain(pc.w, pc.mode, d) * g - xv * k);
             if (pc.want_dw != 0u) {
                 float contrib = g * xv * r;
                 pc.partial.v[pbase + d] = first ? contrib : pc.partial.v[pbase + d] + contrib;

@@ -1,5 +1,6 @@
 #version 460
 #include "common.glsl"
+#include "dtype.glsl"
 // Rotary position embedding, in place (out == x) or out of place, forward or backward.
 //   x, out [B, T, H, Dh] contiguous (rows = B*T*H of Dh), pos [B, T] int32, inv_freq [R/2] f32,
 //   R = rotary dim (even, <= Dh); dims R..Dh pass through unchanged (partial rotary).
@@ -10,11 +11,15 @@
 // (interleaved: GPT-J, Cohere). sign = +1 is the forward; sign = -1 rotates by -theta, the
 // transpose, i.e. the backward dx from dy. Each invocation owns one pair (so in place is safe)
 // or, when copy_tail != 0, one pass-through element.
+// x and out are in the variant's storage type (f32, f16, bf16); the rotation is f32 math.
+// variant: f32
+// variant: f16 DT_F16
+// variant: bf16 DT_BF16
 layout(local_size_x = 256) in;
 layout(buffer_reference, std430, buffer_reference_align = 4) readonly buffer I32In { int v[]; };
 layout(push_constant) uniform Push {
-    F32Buf x;
-    F32Buf out_;
+    DBuf x;  // read through DIn: written too when in place (out_ == x)
+    DBuf out_;
     I32In pos;
     F32In inv_freq;
     uint rows;
@@ -44,6 +49,7 @@ void sincos_f32(float a, out float s, out float c) {
 }
 
 void main() {
+    DIn x = DIn(pc.x);  // same address, read-only view
     uint half_r = pc.rot_dim / 2;
     uint units = half_r + (pc.copy_tail != 0u ? pc.head_dim - pc.rot_dim : 0u);
     FOR_EACH_INDEX(i, pc.rows * units) {
@@ -52,7 +58,7 @@ void main() {
         uint base = row * pc.head_dim;
         if (u >= half_r) {
             uint d = pc.rot_dim + (u - half_r);
-            pc.out_.v[base + d] = pc.x.v[base + d];
+            st(pc.out_, base + d, ld(x, base + d));
             continue;
         }
         precise float theta = float(pc.pos.v[row / pc.heads]) * pc.inv_freq.v[u];
@@ -62,9 +68,9 @@ void main() {
         sn *= pc.mscale * pc.sign;
         uint ia = pc.interleaved != 0u ? base + 2 * u : base + u;
         uint ib = pc.interleaved != 0u ? ia + 1 : ia + half_r;
-        float a = pc.x.v[ia];
-        float b = pc.x.v[ib];
-        pc.out_.v[ia] = a * cs - b * sn;
-        pc.out_.v[ib] = b * cs + a * sn;
+        float a = ld(x, ia);
+        float b = ld(x, ib);
+        st(pc.out_, ia, a * cs - b * sn);
+        st(pc.out_, ib, b * cs + a * sn);
     }
 }

@@ -1,8 +1,10 @@
 //! Fused attention (flash style: key tiles with an online softmax, the [Tq, Tk] score matrix is
-//! never stored), forward and fused backward, f32.
+//! never stored), forward and fused backward.
 //!
 //! Shapes (contiguous): q [B, Tq, Hq, D], k and v [B, Tk, Hkv, D], o [B, Tq, Hq, D], the row
-//! log-sum-exp lse [B, Hq, Tq] saved for the backward. Query head `h` uses kv head `h / G` with
+//! log-sum-exp lse [B, Hq, Tq] saved for the backward. q, k, v, o, do, dq, dk, dv are stored in
+//! [`Options::dtype`] (f32, f16 or bf16); scores, softmax and accumulation are f32, and lse, delta,
+//! the ALiBi slopes are f32 (the key mask int32). Query head `h` uses kv head `h / G` with
 //! `G = Hq / Hkv` (MHA, GQA, MQA). D ≤ 256.
 //!
 //! Query `i` (0-based) sits at absolute position `qpos = i + Tk − Tq` (a KV-cache decode step is
@@ -23,6 +25,7 @@ pub mod reference;
 use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result, VkError};
 
 use crate::code;
+use crate::dtype::DType;
 
 /// lse written for a fully masked query row.
 pub const LSE_MASKED: f32 = -1.0e30;
@@ -76,6 +79,8 @@ pub struct Options<'a> {
     pub kmask: Option<BufferView<'a>>,
     /// ALiBi slopes [Hq] of f32.
     pub alibi: Option<BufferView<'a>>,
+    /// Storage type of q, k, v, o, do, dq, dk, dv.
+    pub dtype: DType,
 }
 
 impl Options<'_> {
@@ -88,6 +93,7 @@ impl Options<'_> {
             softcap: 0.0,
             kmask: None,
             alibi: None,
+            dtype: DType::F32,
         }
     }
 }
@@ -145,37 +151,61 @@ fn dim_class(kernel: &str, d: u32) -> Result<usize> {
     }
 }
 
-/// Kernel variant and tile rows by head dimension: d64, d128, d256 (see the shaders' variants).
-fn pick(d: u32, kernel: &str, vars: [(&'static KernelCode, u32); 3]) -> Result<Variant> {
-    let (code, rows) = vars[dim_class(kernel, d)?];
-    Ok(Variant { code, rows })
+/// Kernel variants of one attention kernel: `[storage type][head-dim class]` (f32, f16, bf16 ×
+/// d64, d128, d256; see the shaders' variants).
+type Variants = [[&'static KernelCode; 3]; 3];
+
+/// Kernel variant by storage type and head dimension; `rows` are the tile rows of each head-dim
+/// class (the same for every storage type).
+fn pick(d: u32, dtype: DType, kernel: &str, codes: &Variants, rows: [u32; 3]) -> Result<Variant> {
+    let class = dim_class(kernel, d)?;
+    let by_dtype = match dtype {
+        DType::F32 => &codes[0],
+        DType::F16 => &codes[1],
+        DType::BF16 => &codes[2],
+    };
+    Ok(Variant { code: by_dtype[class], rows: rows[class] })
 }
 
-fn fwd_variant(d: u32) -> Result<Variant> {
-    let vars = [(&code::ATTENTION_FWD_D64, 32), (&code::ATTENTION_FWD_D128, 32), (&code::ATTENTION_FWD_D256, 16)];
-    pick(d, "attention/fwd", vars)
-}
-
-fn dq_variant(d: u32) -> Result<Variant> {
-    let vars =
-        [(&code::ATTENTION_BWD_DQ_D64, 32), (&code::ATTENTION_BWD_DQ_D128, 16), (&code::ATTENTION_BWD_DQ_D256, 8)];
-    pick(d, "attention/bwd_dq", vars)
-}
-
-fn dkdv_variant(d: u32) -> Result<Variant> {
-    let vars = [
-        (&code::ATTENTION_BWD_DKDV_D64, 32),
-        (&code::ATTENTION_BWD_DKDV_D128, 16),
-        (&code::ATTENTION_BWD_DKDV_D256, 8),
+fn fwd_variant(d: u32, dtype: DType) -> Result<Variant> {
+    let codes = [
+        [&code::ATTENTION_FWD_D64, &code::ATTENTION_FWD_D128, &code::ATTENTION_FWD_D256],
+        [&code::ATTENTION_FWD_D64_F16, &code::ATTENTION_FWD_D128_F16, &code::ATTENTION_FWD_D256_F16],
+        [&code::ATTENTION_FWD_D64_BF16, &code::ATTENTION_FWD_D128_BF16, &code::ATTENTION_FWD_D256_BF16],
     ];
-    pick(d, "attention/bwd_dkdv", vars)
+    pick(d, dtype, "attention/fwd", &codes, [32, 32, 16])
 }
 
+fn dq_variant(d: u32, dtype: DType) -> Result<Variant> {
+    let codes = [
+        [&code::ATTENTION_BWD_DQ_D64, &code::ATTENTION_BWD_DQ_D128, &code::ATTENTION_BWD_DQ_D256],
+        [&code::ATTENTION_BWD_DQ_D64_F16, &code::ATTENTION_BWD_DQ_D128_F16, &code::ATTENTION_BWD_DQ_D256_F16],
+        [&code::ATTENTION_BWD_DQ_D64_BF16, &code::ATTENTION_BWD_DQ_D128_BF16, &code::ATTENTION_BWD_DQ_D256_BF16],
+    ];
+    pick(d, dtype, "attention/bwd_dq", &codes, [32, 16, 8])
+}
+
+fn dkdv_variant(d: u32, dtype: DType) -> Result<Variant> {
+    let codes = [
+        [&code::ATTENTION_BWD_DKDV_D64, &code::ATTENTION_BWD_DKDV_D128, &code::ATTENTION_BWD_DKDV_D256],
+        [&code::ATTENTION_BWD_DKDV_D64_F16, &code::ATTENTION_BWD_DKDV_D128_F16, &code::ATTENTION_BWD_DKDV_D256_F16],
+        [&code::ATTENTION_BWD_DKDV_D64_BF16, &code::ATTENTION_BWD_DKDV_D128_BF16, &code::ATTENTION_BWD_DKDV_D256_BF16],
+    ];
+    pick(d, dtype, "attention/bwd_dkdv", &codes, [32, 16, 8])
+}
+
+/// Checks that `v` holds `elems` f32 (or int32) values.
 fn check_view(kernel: &str, what: &str, v: &BufferView<'_>, elems: u64) -> Result<()> {
-    if v.len != elems * 4 {
+    check_view_of(kernel, what, v, elems, DType::F32)
+}
+
+/// Checks that `v` holds `elems` values of storage type `dt`.
+fn check_view_of(kernel: &str, what: &str, v: &BufferView<'_>, elems: u64, dt: DType) -> Result<()> {
+    let size = dt.bytes();
+    if v.len != elems * size {
         return Err(fail(
             kernel,
-            format!("{what}: view of {} bytes, the shape needs {} ({elems} × 4)", v.len, elems * 4),
+            format!("{what}: view of {} bytes, the shape needs {} ({elems} × {size})", v.len, elems * size),
         ));
     }
     Ok(())
@@ -208,14 +238,14 @@ fn check_shape(kernel: &str, s: &Shape, opt: &Options<'_>) -> Result<()> {
     Ok(())
 }
 
-fn check_qkv(kernel: &str, s: &Shape, x: &Qkv<'_>) -> Result<()> {
-    check_view(kernel, "q [B, Tq, Hq, D]", &x.q, s.q_len())?;
-    check_view(kernel, "k [B, Tk, Hkv, D]", &x.k, s.kv_len())?;
-    check_view(kernel, "v [B, Tk, Hkv, D]", &x.v, s.kv_len())
+fn check_qkv(kernel: &str, s: &Shape, x: &Qkv<'_>, dt: DType) -> Result<()> {
+    check_view_of(kernel, "q [B, Tq, Hq, D]", &x.q, s.q_len(), dt)?;
+    check_view_of(kernel, "k [B, Tk, Hkv, D]", &x.k, s.kv_len(), dt)?;
+    check_view_of(kernel, "v [B, Tk, Hkv, D]", &x.v, s.kv_len(), dt)
 }
 
-fn check_saved(kernel: &str, s: &Shape, saved: &Saved<'_>) -> Result<()> {
-    check_view(kernel, "o [B, Tq, Hq, D]", &saved.o, s.q_len())?;
+fn check_saved(kernel: &str, s: &Shape, saved: &Saved<'_>, dt: DType) -> Result<()> {
+    check_view_of(kernel, "o [B, Tq, Hq, D]", &saved.o, s.q_len(), dt)?;
     check_view(kernel, "lse [B, Hq, Tq]", &saved.lse, s.lse_len())
 }
 
@@ -250,11 +280,11 @@ fn params(s: &Shape, opt: &Options<'_>) -> Vec<u8> {
 /// Forward: `o = softmax(score(q kᵀ) + masks) v` and `lse` (row log-sum-exp), from q
 /// [B, Tq, Hq, D], k, v [B, Tk, Hkv, D] into o [B, Tq, Hq, D], lse [B, Hq, Tq].
 pub fn forward(rec: &mut Recorder, x: &Qkv<'_>, out: &Saved<'_>, s: &Shape, opt: &Options<'_>) -> Result<()> {
-    let var = fwd_variant(s.d)?;
+    let var = fwd_variant(s.d, opt.dtype)?;
     let name = var.code.name;
     check_shape(name, s, opt)?;
-    check_qkv(name, s, x)?;
-    check_saved(name, s, out)?;
+    check_qkv(name, s, x, opt.dtype)?;
+    check_saved(name, s, out, opt.dtype)?;
     let groups = grid(name, s.tq, var.rows, s.hq, s.batch)?;
     // Unused optional buffers are never read; q stands in for their pointer.
     let args = [
@@ -281,16 +311,17 @@ pub fn backward(
     s: &Shape,
     opt: &Options<'_>,
 ) -> Result<()> {
-    let dq_var = dq_variant(s.d)?;
-    let dkdv_var = dkdv_variant(s.d)?;
+    let dt = opt.dtype;
+    let dq_var = dq_variant(s.d, dt)?;
+    let dkdv_var = dkdv_variant(s.d, dt)?;
     for name in [dq_var.code.name, dkdv_var.code.name] {
         check_shape(name, s, opt)?;
-        check_qkv(name, s, x)?;
-        check_saved(name, s, saved)?;
-        check_view(name, "do [B, Tq, Hq, D]", &d_o, s.q_len())?;
-        check_view(name, "dq [B, Tq, Hq, D]", &g.dq, s.q_len())?;
-        check_view(name, "dk [B, Tk, Hkv, D]", &g.dk, s.kv_len())?;
-        check_view(name, "dv [B, Tk, Hkv, D]", &g.dv, s.kv_len())?;
+        check_qkv(name, s, x, dt)?;
+        check_saved(name, s, saved, dt)?;
+        check_view_of(name, "do [B, Tq, Hq, D]", &d_o, s.q_len(), dt)?;
+        check_view_of(name, "dq [B, Tq, Hq, D]", &g.dq, s.q_len(), dt)?;
+        check_view_of(name, "dk [B, Tk, Hkv, D]", &g.dk, s.kv_len(), dt)?;
+        check_view_of(name, "dv [B, Tk, Hkv, D]", &g.dv, s.kv_len(), dt)?;
         check_view(name, "delta [B, Hq, Tq]", &g.delta, s.lse_len())?;
     }
     let p = params(s, opt);

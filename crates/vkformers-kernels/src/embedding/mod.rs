@@ -6,11 +6,15 @@
 //! (integer atomics for the histogram, a one-workgroup scan and a one-workgroup stable
 //! scatter), then adds each id's rows of `dout` in increasing position order: O(N D + V),
 //! no float atomics, bitwise reproducible.
+//!
+//! `W`, `out` and `dout` are stored in [`Embedding::dtype`] (f32, f16 or bf16); the gradient
+//! `dW` and its sums are f32.
 
 pub mod reference;
 
 use vkformers_vk::{read, read_write, write, BufferView, KernelCode, Recorder, Result, VkError};
 
+use crate::dtype::DType;
 use crate::{code, elementwise};
 
 /// Threads per workgroup of the embedding kernels.
@@ -24,20 +28,39 @@ pub struct Embedding {
     pub vocab: u32,
     pub dim: u32,
     pub tokens: u32,
+    /// Storage type of the table `W`, the gathered `out` and the incoming gradient `dout`
+    /// (`dW` is always f32).
+    pub dtype: DType,
 }
 
+/// Errors name the kernel; the f32 variants keep their plain names (`embedding/gather`).
 fn err(kernel: &KernelCode, message: String) -> VkError {
-    VkError::Kernel { kernel: kernel.name.into(), message }
+    VkError::Kernel { kernel: kernel.name.strip_suffix(":f32").unwrap_or(kernel.name).into(), message }
 }
 
+/// Checks that `v` holds `elems` 4-byte values.
 fn check_len(kernel: &KernelCode, what: &str, v: &BufferView<'_>, elems: u64) -> Result<()> {
-    if v.len != elems * 4 {
+    check_len_of(kernel, what, v, elems, 4)
+}
+
+/// Checks that `v` holds `elems` values of `size` bytes.
+fn check_len_of(kernel: &KernelCode, what: &str, v: &BufferView<'_>, elems: u64, size: u64) -> Result<()> {
+    if v.len != elems * size {
         return Err(err(
             kernel,
-            format!("{what}: view of {} bytes, expected {elems} 4-byte values ({} bytes)", v.len, elems * 4),
+            format!("{what}: view of {} bytes, expected {elems} {size}-byte values ({} bytes)", v.len, elems * size),
         ));
     }
     Ok(())
+}
+
+/// The variant of a kernel for a storage type: `[f32, f16, bf16]`.
+fn pick(dtype: DType, codes: [&'static KernelCode; 3]) -> &'static KernelCode {
+    match dtype {
+        DType::F32 => codes[0],
+        DType::F16 => codes[1],
+        DType::BF16 => codes[2],
+    }
 }
 
 /// Checks the shape (indices must fit in 32 bits) and the ids view.
@@ -61,7 +84,7 @@ fn groups_for(n: u64) -> [u32; 3] {
 }
 
 /// Forward: `out[n, :] = w[ids[n], :]` (zeros for an out-of-range id).
-/// `w [vocab, dim]` f32, `ids [tokens]` i32, `out [tokens, dim]` f32.
+/// `w [vocab, dim]` and `out [tokens, dim]` in `p.dtype`, `ids [tokens]` i32.
 pub fn embedding_forward(
     rec: &mut Recorder,
     p: &Embedding,
@@ -69,11 +92,11 @@ pub fn embedding_forward(
     ids: BufferView<'_>,
     out: BufferView<'_>,
 ) -> Result<()> {
-    let k = &code::EMBEDDING_GATHER;
+    let k = pick(p.dtype, [&code::EMBEDDING_GATHER_F32, &code::EMBEDDING_GATHER_F16, &code::EMBEDDING_GATHER_BF16]);
     check_shape(k, p, &ids)?;
-    check_len(k, "w", &w, u64::from(p.vocab) * u64::from(p.dim))?;
+    check_len_of(k, "w", &w, u64::from(p.vocab) * u64::from(p.dim), p.dtype.bytes())?;
     let n = u64::from(p.tokens) * u64::from(p.dim);
-    check_len(k, "out", &out, n)?;
+    check_len_of(k, "out", &out, n, p.dtype.bytes())?;
     let params = words(&[p.tokens, p.vocab, p.dim]);
     rec.dispatch(k, &[], &[read(w), read(ids), write(out)], &params, groups_for(n))
 }
@@ -85,7 +108,7 @@ pub fn backward_scratch_bytes(vocab: u32, tokens: u32) -> u64 {
 }
 
 /// Backward: `dw[ids[n], :] += dout[n, :]` for every valid id, repeated ids summed in
-/// increasing `n`. `dw [vocab, dim]` is accumulated into (zero it first for a fresh gradient);
+/// increasing `n`. `dout [tokens, dim]` in `p.dtype`; `dw [vocab, dim]` f32 is accumulated into (zero it first for a fresh gradient);
 /// `scratch` holds at least [`backward_scratch_bytes`] bytes.
 pub fn embedding_backward(
     rec: &mut Recorder,
@@ -95,11 +118,14 @@ pub fn embedding_backward(
     dw: BufferView<'_>,
     scratch: BufferView<'_>,
 ) -> Result<()> {
-    let k = &code::EMBEDDING_ACCUMULATE;
+    let k = pick(
+        p.dtype,
+        [&code::EMBEDDING_ACCUMULATE_F32, &code::EMBEDDING_ACCUMULATE_F16, &code::EMBEDDING_ACCUMULATE_BF16],
+    );
     check_shape(k, p, &ids)?;
     check_len(k, "dw", &dw, u64::from(p.vocab) * u64::from(p.dim))?;
     let n = u64::from(p.tokens) * u64::from(p.dim);
-    check_len(k, "dout", &dout, n)?;
+    check_len_of(k, "dout", &dout, n, p.dtype.bytes())?;
     let need = backward_scratch_bytes(p.vocab, p.tokens);
     if scratch.len < need {
         return Err(err(k, format!("scratch of {} bytes, need {need}", scratch.len)));

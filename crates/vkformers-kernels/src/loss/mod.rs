@@ -6,6 +6,9 @@
 //! device by [`count_labels`], so no host round trip is needed. When `count == 0` the mean loss
 //! and every gradient are 0 (PyTorch gives NaN); this keeps a fully padded batch harmless.
 //!
+//! The logits and dlogits are stored in [`CrossEntropy::dtype`] (f32, f16 or bf16); the math and
+//! every other operand (per-row loss, lse, count, g, the mean) are f32.
+//!
 //! Typical training step (one batch, no host sync):
 //! [`count_labels`] → [`forward_backward`] (per-row loss, lse, dlogits) → [`mean_loss`].
 
@@ -14,32 +17,50 @@ pub mod reference;
 use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result, VkError};
 
 use crate::code;
+use crate::dtype::DType;
 
 /// Threads per workgroup of every loss shader.
 const LOCAL: u32 = 256;
 /// Workgroups per grid dimension at most (the shaders stride over the rest).
 const MAX_GROUPS: u32 = 65_535;
 
-/// The operands shared by the cross-entropy kernels: `logits [rows, vocab]` f32 and
-/// `labels [rows]` i32.
+/// The operands shared by the cross-entropy kernels: `logits [rows, vocab]` in `dtype` (which
+/// is also the type of the `dlogits` written) and `labels [rows]` i32.
 #[derive(Clone, Copy, Debug)]
 pub struct CrossEntropy<'a> {
     pub logits: BufferView<'a>,
     pub labels: BufferView<'a>,
     pub rows: u32,
     pub vocab: u32,
+    /// Storage type of `logits` and `dlogits`.
+    pub dtype: DType,
 }
 
 fn err(k: &KernelCode, message: String) -> VkError {
-    VkError::Kernel { kernel: k.name.into(), message }
+    // The f32 variant of cross_entropy_bwd keeps its plain name in errors.
+    VkError::Kernel { kernel: k.name.strip_suffix(":f32").unwrap_or(k.name).into(), message }
 }
 
 /// Checks that `v` holds exactly `elems` 4-byte values.
 fn expect_len(k: &KernelCode, what: &str, v: &BufferView<'_>, elems: u64) -> Result<()> {
-    if v.len != elems * 4 {
-        return Err(err(k, format!("{what}: view of {} bytes, expected {elems} x 4 bytes", v.len)));
+    expect_len_of(k, what, v, elems, 4)
+}
+
+/// Checks that `v` holds exactly `elems` values of `size` bytes.
+fn expect_len_of(k: &KernelCode, what: &str, v: &BufferView<'_>, elems: u64, size: u64) -> Result<()> {
+    if v.len != elems * size {
+        return Err(err(k, format!("{what}: view of {} bytes, expected {elems} x {size} bytes", v.len)));
     }
     Ok(())
+}
+
+/// The variant of a cross-entropy kernel for a storage type: `[f32, f16, bf16]`.
+fn pick(dtype: DType, codes: [&'static KernelCode; 3]) -> &'static KernelCode {
+    match dtype {
+        DType::F32 => codes[0],
+        DType::F16 => codes[1],
+        DType::BF16 => codes[2],
+    }
 }
 
 fn params(words: &[u32]) -> Vec<u8> {
@@ -47,11 +68,16 @@ fn params(words: &[u32]) -> Vec<u8> {
 }
 
 impl CrossEntropy<'_> {
+    /// Elements of `logits` (and `dlogits`).
+    fn elems(&self) -> u64 {
+        u64::from(self.rows) * u64::from(self.vocab)
+    }
+
     fn validate(&self, k: &KernelCode) -> Result<()> {
         if self.rows == 0 || self.vocab == 0 {
             return Err(err(k, format!("empty shape [{}, {}]", self.rows, self.vocab)));
         }
-        expect_len(k, "logits", &self.logits, u64::from(self.rows) * u64::from(self.vocab))?;
+        expect_len_of(k, "logits", &self.logits, self.elems(), self.dtype.bytes())?;
         expect_len(k, "labels", &self.labels, u64::from(self.rows))
     }
 }
@@ -75,7 +101,10 @@ pub fn forward(
     loss_rows: BufferView<'_>,
     lse: BufferView<'_>,
 ) -> Result<()> {
-    let k = &code::LOSS_CROSS_ENTROPY_FWD;
+    let k = pick(
+        ce.dtype,
+        [&code::LOSS_CROSS_ENTROPY_FWD, &code::LOSS_CROSS_ENTROPY_FWD_F16, &code::LOSS_CROSS_ENTROPY_FWD_BF16],
+    );
     ce.validate(k)?;
     expect_len(k, "loss_rows", &loss_rows, ce.rows.into())?;
     expect_len(k, "lse", &lse, ce.rows.into())?;
@@ -85,7 +114,7 @@ pub fn forward(
 
 /// Fused forward and backward in one pass over each row: `loss_rows [rows]`, `lse [rows]` and
 /// `dlogits [rows, vocab] = (softmax(logits) - onehot(labels)) * g[0] / count[0]` (0 on ignored
-/// rows). `count [1]` from [`count_labels`] (recorded earlier in the batch), `g [1]` the
+/// rows; in the logits' storage type). `count [1]` from [`count_labels`] (recorded earlier in the batch), `g [1]` the
 /// upstream gradient of the mean loss (normally 1.0).
 pub fn forward_backward(
     rec: &mut Recorder,
@@ -96,13 +125,20 @@ pub fn forward_backward(
     lse: BufferView<'_>,
     dlogits: BufferView<'_>,
 ) -> Result<()> {
-    let k = &code::LOSS_CROSS_ENTROPY_FWD_BWD;
+    let k = pick(
+        ce.dtype,
+        [
+            &code::LOSS_CROSS_ENTROPY_FWD_BWD,
+            &code::LOSS_CROSS_ENTROPY_FWD_BWD_F16,
+            &code::LOSS_CROSS_ENTROPY_FWD_BWD_BF16,
+        ],
+    );
     ce.validate(k)?;
     expect_len(k, "count", &count, 1)?;
     expect_len(k, "g", &g, 1)?;
     expect_len(k, "loss_rows", &loss_rows, ce.rows.into())?;
     expect_len(k, "lse", &lse, ce.rows.into())?;
-    expect_len(k, "dlogits", &dlogits, u64::from(ce.rows) * u64::from(ce.vocab))?;
+    expect_len_of(k, "dlogits", &dlogits, ce.elems(), ce.dtype.bytes())?;
     let args = [read(ce.logits), read(ce.labels), write(loss_rows), write(lse), read(count), read(g), write(dlogits)];
     rec.dispatch(k, &[], &args, &params(&[ce.rows, ce.vocab]), [ce.rows.min(MAX_GROUPS), 1, 1])
 }
@@ -117,12 +153,15 @@ pub fn backward(
     g: BufferView<'_>,
     dlogits: BufferView<'_>,
 ) -> Result<()> {
-    let k = &code::LOSS_CROSS_ENTROPY_BWD;
+    let k = pick(
+        ce.dtype,
+        [&code::LOSS_CROSS_ENTROPY_BWD_F32, &code::LOSS_CROSS_ENTROPY_BWD_F16, &code::LOSS_CROSS_ENTROPY_BWD_BF16],
+    );
     ce.validate(k)?;
     expect_len(k, "lse", &lse, ce.rows.into())?;
     expect_len(k, "count", &count, 1)?;
     expect_len(k, "g", &g, 1)?;
-    expect_len(k, "dlogits", &dlogits, u64::from(ce.rows) * u64::from(ce.vocab))?;
+    expect_len_of(k, "dlogits", &dlogits, ce.elems(), ce.dtype.bytes())?;
     let args = [read(ce.logits), read(ce.labels), read(lse), read(count), read(g), write(dlogits)];
     let groups = [ce.vocab.div_ceil(LOCAL).min(MAX_GROUPS), ce.rows.min(MAX_GROUPS), 1];
     rec.dispatch(k, &[], &args, &params(&[ce.rows, ce.vocab]), groups)

@@ -1,8 +1,10 @@
 //! Normalisation over the last dimension: RMSNorm (optionally Gemma's `1 + w` gain) and
 //! LayerNorm (weight and bias, weight only, or parameter-free), forward and backward.
 //!
-//! Every tensor is a view of f32 values, row-major: `x`, `y`, `dy`, `dx` are `[rows, dim]`,
-//! weights and biases `[dim]`, the saved statistics `mean`, `rstd` are `[rows]`. The backward
+//! Every tensor is a row-major view: `x`, `y`, `dy`, `dx` are `[rows, dim]`, weights and biases
+//! `[dim]`, all in the descriptor's storage [`DType`] (f32, f16 or bf16; math is f32). The saved
+//! statistics `mean`, `rstd` `[rows]`, the parameter gradients `dw`, `db` `[dim]` and their
+//! scratch are always f32. The backward
 //! sums weight gradients over rows deterministically: each of `G = min(rows, 256)` workgroups
 //! writes its own partial sums into a scratch view (see [`weight_grad_scratch_bytes`]), then one
 //! more kernel adds the `G` partial rows in a fixed order. No float atomics.
@@ -12,6 +14,7 @@ pub mod reference;
 use vkformers_vk::{read, read_write, write, BufferView, KernelCode, Recorder, Result, VkError};
 
 use crate::code;
+use crate::dtype::DType;
 
 /// Workgroups sharing out the rows of a backward (and rows of partial sums to add).
 const GRAD_BLOCKS: u32 = 256;
@@ -28,6 +31,8 @@ pub struct RmsNorm {
     pub eps: f32,
     /// Gemma: scale by `1 + w` instead of `w` (ignored without a weight).
     pub unit_offset: bool,
+    /// Storage type of `x`, `w`, `y`, `dy`, `dx`.
+    pub dtype: DType,
 }
 
 /// Shape and epsilon of a LayerNorm over the last dimension of `[rows, dim]`.
@@ -36,6 +41,8 @@ pub struct LayerNorm {
     pub rows: u32,
     pub dim: u32,
     pub eps: f32,
+    /// Storage type of `x`, `w`, `b`, `y`, `dy`, `dx`.
+    pub dtype: DType,
 }
 
 /// Where a backward writes its parameter gradients (`[dim]` each) and the scratch it needs
@@ -64,12 +71,37 @@ fn err(kernel: &str, message: String) -> VkError {
     VkError::Kernel { kernel: kernel.into(), message }
 }
 
+/// Name of `k` in errors: without the `:f32` suffix (the f32 kernels keep their plain names).
+fn kname(k: &KernelCode) -> &'static str {
+    k.name.strip_suffix(":f32").unwrap_or(k.name)
+}
+
+/// The variant of a norm kernel for a storage type.
+fn pick(
+    dtype: DType,
+    f32: &'static KernelCode,
+    f16: &'static KernelCode,
+    bf16: &'static KernelCode,
+) -> &'static KernelCode {
+    match dtype {
+        DType::F32 => f32,
+        DType::F16 => f16,
+        DType::BF16 => bf16,
+    }
+}
+
 /// Checks that `v` holds exactly `elems` f32 values.
 fn check_len(kernel: &str, what: &str, v: &BufferView<'_>, elems: u64) -> Result<()> {
-    if v.len != elems * 4 {
+    check_len_of(kernel, what, v, elems, DType::F32)
+}
+
+/// Checks that `v` holds exactly `elems` values of `dt`.
+fn check_len_of(kernel: &str, what: &str, v: &BufferView<'_>, elems: u64, dt: DType) -> Result<()> {
+    let bytes = elems * dt.bytes();
+    if v.len != bytes {
         return Err(err(
             kernel,
-            format!("{what}: view of {} bytes, expected {elems} f32 ({} bytes)", v.len, elems * 4),
+            format!("{what}: view of {} bytes, expected {elems} {} ({bytes} bytes)", v.len, dt.suffix()),
         ));
     }
     Ok(())
@@ -101,14 +133,15 @@ pub fn rms_norm_forward(
     y: BufferView<'_>,
     rstd: BufferView<'_>,
 ) -> Result<()> {
-    let k = &code::NORM_RMS_FORWARD;
+    let k = pick(p.dtype, &code::NORM_RMS_FORWARD_F32, &code::NORM_RMS_FORWARD_F16, &code::NORM_RMS_FORWARD_BF16);
+    let (name, dt) = (kname(k), p.dtype);
     let n = u64::from(p.rows) * u64::from(p.dim);
-    check_shape(k.name, p.rows, p.dim)?;
-    check_len(k.name, "x", &x, n)?;
-    check_len(k.name, "y", &y, n)?;
-    check_len(k.name, "rstd", &rstd, p.rows.into())?;
+    check_shape(name, p.rows, p.dim)?;
+    check_len_of(name, "x", &x, n, dt)?;
+    check_len_of(name, "y", &y, n, dt)?;
+    check_len(name, "rstd", &rstd, p.rows.into())?;
     if let Some(w) = &w {
-        check_len(k.name, "w", w, p.dim.into())?;
+        check_len_of(name, "w", w, p.dim.into(), dt)?;
     }
     let mode = gain_mode(w.is_some(), p.unit_offset);
     let params = words(&[p.rows, p.dim, p.eps.to_bits(), mode]);
@@ -137,24 +170,25 @@ pub fn rms_norm_backward(
     dx: BufferView<'_>,
     grads: Option<ParamGrads<'_>>,
 ) -> Result<()> {
-    let k = &code::NORM_RMS_BACKWARD;
+    let k = pick(p.dtype, &code::NORM_RMS_BACKWARD_F32, &code::NORM_RMS_BACKWARD_F16, &code::NORM_RMS_BACKWARD_BF16);
+    let (name, dt) = (kname(k), p.dtype);
     let n = u64::from(p.rows) * u64::from(p.dim);
-    check_shape(k.name, p.rows, p.dim)?;
+    check_shape(name, p.rows, p.dim)?;
     for (what, v) in [("x", &x), ("dy", &dy), ("dx", &dx)] {
-        check_len(k.name, what, v, n)?;
+        check_len_of(name, what, v, n, dt)?;
     }
-    check_len(k.name, "rstd", &rstd, p.rows.into())?;
+    check_len(name, "rstd", &rstd, p.rows.into())?;
     if let Some(w) = &w {
-        check_len(k.name, "w", w, p.dim.into())?;
+        check_len_of(name, "w", w, p.dim.into(), dt)?;
     }
     let blocks = grad_blocks(p.rows);
     let partial = match &grads {
         None => None,
         Some(g) => {
             if w.is_none() || g.db.is_some() {
-                return Err(err(k.name, "weight gradient needs a weight, and RMSNorm has no bias".into()));
+                return Err(err(name, "weight gradient needs a weight, and RMSNorm has no bias".into()));
             }
-            Some(partial_view(k.name, g, blocks, p.dim)?)
+            Some(partial_view(name, g, blocks, p.dim)?)
         }
     };
     let mode = gain_mode(w.is_some(), p.unit_offset);
@@ -212,23 +246,24 @@ pub fn layer_norm_forward(
     mean: BufferView<'_>,
     rstd: BufferView<'_>,
 ) -> Result<()> {
-    let k = &code::NORM_LAYER_FORWARD;
+    let k = pick(p.dtype, &code::NORM_LAYER_FORWARD_F32, &code::NORM_LAYER_FORWARD_F16, &code::NORM_LAYER_FORWARD_BF16);
+    let (name, dt) = (kname(k), p.dtype);
     let n = u64::from(p.rows) * u64::from(p.dim);
-    check_shape(k.name, p.rows, p.dim)?;
-    check_len(k.name, "x", &x, n)?;
-    check_len(k.name, "y", &y, n)?;
-    check_len(k.name, "mean", &mean, p.rows.into())?;
-    check_len(k.name, "rstd", &rstd, p.rows.into())?;
+    check_shape(name, p.rows, p.dim)?;
+    check_len_of(name, "x", &x, n, dt)?;
+    check_len_of(name, "y", &y, n, dt)?;
+    check_len(name, "mean", &mean, p.rows.into())?;
+    check_len(name, "rstd", &rstd, p.rows.into())?;
     for (what, v) in [("w", &w), ("b", &b)] {
         if let Some(v) = v {
-            check_len(k.name, what, v, p.dim.into())?;
+            check_len_of(name, what, v, p.dim.into(), dt)?;
         }
     }
     let affine = match (w.is_some(), b.is_some()) {
         (false, false) => 0,
         (true, false) => 1,
         (true, true) => 2,
-        (false, true) => return Err(err(k.name, "a bias without a weight is not supported".into())),
+        (false, true) => return Err(err(name, "a bias without a weight is not supported".into())),
     };
     let params = words(&[p.rows, p.dim, p.eps.to_bits(), affine]);
     let args = [read(x), read(w.unwrap_or(x)), read(b.unwrap_or(x)), write(y), write(mean), write(rstd)];
@@ -250,22 +285,24 @@ pub fn layer_norm_backward(
     dx: BufferView<'_>,
     grads: Option<ParamGrads<'_>>,
 ) -> Result<()> {
-    let k = &code::NORM_LAYER_BACKWARD;
+    let k =
+        pick(p.dtype, &code::NORM_LAYER_BACKWARD_F32, &code::NORM_LAYER_BACKWARD_F16, &code::NORM_LAYER_BACKWARD_BF16);
+    let (name, dt) = (kname(k), p.dtype);
     let n = u64::from(p.rows) * u64::from(p.dim);
-    check_shape(k.name, p.rows, p.dim)?;
+    check_shape(name, p.rows, p.dim)?;
     for (what, v) in [("x", &x), ("dy", &dy), ("dx", &dx)] {
-        check_len(k.name, what, v, n)?;
+        check_len_of(name, what, v, n, dt)?;
     }
-    check_len(k.name, "mean", &mean, p.rows.into())?;
-    check_len(k.name, "rstd", &rstd, p.rows.into())?;
+    check_len(name, "mean", &mean, p.rows.into())?;
+    check_len(name, "rstd", &rstd, p.rows.into())?;
     if let Some(w) = &w {
-        check_len(k.name, "w", w, p.dim.into())?;
+        check_len_of(name, "w", w, p.dim.into(), dt)?;
     }
     let blocks = grad_blocks(p.rows);
     let partial = match &grads {
         None => None,
-        Some(_) if w.is_none() => return Err(err(k.name, "parameter gradients need a weight".into())),
-        Some(g) => Some(partial_view(k.name, g, blocks, p.dim)?),
+        Some(_) if w.is_none() => return Err(err(name, "parameter gradients need a weight".into())),
+        Some(g) => Some(partial_view(name, g, blocks, p.dim)?),
     };
     let params = words(&[p.rows, p.dim, u32::from(w.is_some()), u32::from(partial.is_some())]);
     let args =

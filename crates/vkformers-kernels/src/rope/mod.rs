@@ -1,4 +1,5 @@
-//! Rotary position embeddings (RoPE) on `x [batch, seq, heads, head_dim]` (contiguous f32),
+//! Rotary position embeddings (RoPE) on `x [batch, seq, heads, head_dim]` (contiguous, stored in
+//! [`Rope::dtype`]: f32, f16 or bf16, rotated in f32 math),
 //! with int32 positions `pos [batch, seq]` and a host-computed `inv_freq [rotary_dim / 2]`
 //! (f32). Pair `i` rotates by `theta = pos * inv_freq[i]` (an f32 product), scaled by `mscale`
 //! (YaRN / LongRoPE attention factor; 1 otherwise). Dims `rotary_dim..head_dim` pass through
@@ -6,9 +7,10 @@
 
 pub mod reference;
 
-use vkformers_vk::{read, read_write, write, BufferView, Recorder, Result, VkError};
+use vkformers_vk::{read, read_write, write, BufferView, KernelCode, Recorder, Result, VkError};
 
 use crate::code;
+use crate::dtype::DType;
 
 /// Threads per workgroup of `rope/rope` (its `local_size_x`).
 const LOCAL: u64 = 256;
@@ -36,6 +38,8 @@ pub struct Rope {
     pub layout: RopeLayout,
     /// Multiplies cos and sin (1.0 for plain RoPE).
     pub mscale: f32,
+    /// Storage type of `x`, `out`, `dy`, `dx` (positions are int32, `inv_freq` f32).
+    pub dtype: DType,
 }
 
 impl Rope {
@@ -45,22 +49,33 @@ impl Rope {
     }
 }
 
-fn err(message: String) -> VkError {
-    VkError::Kernel { kernel: code::ROPE_ROPE.name.into(), message }
+/// The `rope/rope` variant of a storage type.
+fn kernel(dtype: DType) -> &'static KernelCode {
+    match dtype {
+        DType::F32 => &code::ROPE_ROPE_F32,
+        DType::F16 => &code::ROPE_ROPE_F16,
+        DType::BF16 => &code::ROPE_ROPE_BF16,
+    }
 }
 
-fn check_len(what: &str, v: &BufferView<'_>, elems: u64) -> Result<()> {
-    if v.len != elems * 4 {
-        return Err(err(format!(
-            "{what}: view of {} bytes, expected {elems} 4-byte values ({} bytes)",
-            v.len,
-            elems * 4
-        )));
+/// Errors name the kernel `rope/rope`, or `rope/rope:f16` / `rope/rope:bf16`.
+fn err(p: &Rope, message: String) -> VkError {
+    let name = kernel(p.dtype).name;
+    VkError::Kernel { kernel: name.strip_suffix(":f32").unwrap_or(name).into(), message }
+}
+
+/// Checks that `v` holds `elems` values of `size` bytes.
+fn check_len(p: &Rope, what: &str, v: &BufferView<'_>, elems: u64, size: u64) -> Result<()> {
+    if v.len != elems * size {
+        return Err(err(
+            p,
+            format!("{what}: view of {} bytes, expected {elems} {size}-byte values ({} bytes)", v.len, elems * size),
+        ));
     }
     Ok(())
 }
 
-/// Validates the shape and every view; returns the number of f32 values of `x`.
+/// Validates the shape and every view; returns the number of values of `x`.
 fn check(p: &Rope, x: &BufferView<'_>, pos: &BufferView<'_>, inv_freq: &BufferView<'_>) -> Result<u64> {
     let n = p.rows() * u64::from(p.head_dim);
     if p.rows() == 0
@@ -69,15 +84,18 @@ fn check(p: &Rope, x: &BufferView<'_>, pos: &BufferView<'_>, inv_freq: &BufferVi
         || p.rotary_dim > p.head_dim
         || n > u64::from(u32::MAX)
     {
-        return Err(err(format!(
-            "shape [{}, {}, {}, {}] with rotary dim {}: need non-empty dims, an even rotary dim <= head dim, \
+        return Err(err(
+            p,
+            format!(
+                "shape [{}, {}, {}, {}] with rotary dim {}: need non-empty dims, an even rotary dim <= head dim, \
              and fewer than 2^32 elements",
-            p.batch, p.seq, p.heads, p.head_dim, p.rotary_dim
-        )));
+                p.batch, p.seq, p.heads, p.head_dim, p.rotary_dim
+            ),
+        ));
     }
-    check_len("x", x, n)?;
-    check_len("pos", pos, u64::from(p.batch) * u64::from(p.seq))?;
-    check_len("inv_freq", inv_freq, u64::from(p.rotary_dim / 2))?;
+    check_len(p, "x", x, n, p.dtype.bytes())?;
+    check_len(p, "pos", pos, u64::from(p.batch) * u64::from(p.seq), 4)?;
+    check_len(p, "inv_freq", inv_freq, u64::from(p.rotary_dim / 2), 4)?;
     Ok(n)
 }
 
@@ -93,7 +111,7 @@ fn dispatch(
 ) -> Result<()> {
     let n = check(p, &x, &pos, &inv_freq)?;
     if let Some(o) = &out {
-        check_len("out", o, n)?;
+        check_len(p, "out", o, n, p.dtype.bytes())?;
     }
     let copy_tail = out.is_some();
     let units = u64::from(p.rotary_dim / 2) + if copy_tail { u64::from(p.head_dim - p.rotary_dim) } else { 0 };
@@ -117,7 +135,7 @@ fn dispatch(
         Some(o) => [read(x), write(o), read(pos), read(inv_freq)],
         None => [read_write(x), read_write(x), read(pos), read(inv_freq)],
     };
-    rec.dispatch(&code::ROPE_ROPE, &[], &args, &params, groups)
+    rec.dispatch(kernel(p.dtype), &[], &args, &params, groups)
 }
 
 /// `out = rope(x)`: rotates each pair by `theta = pos * inv_freq[i]`, scaled by `mscale`.

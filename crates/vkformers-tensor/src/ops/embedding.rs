@@ -2,6 +2,7 @@
 //! `ids [..]` (an id outside `[0, V)` gives a zero row). Backward: a fresh zero `dW [V, D]`
 //! into which the kernel scatter-adds `dW[ids[n], :] += dout[n, :]` deterministically.
 
+use vkformers_kernels::dtype::DType;
 use vkformers_kernels::elementwise;
 use vkformers_kernels::embedding::{self as k, Embedding};
 
@@ -21,7 +22,7 @@ pub fn embedding(g: &Graph<'_>, w: &Tensor, ids: &Tensor) -> Result<Tensor> {
     if ws.len() != 2 {
         return Err(err(format!("table {ws:?} is not [V, D]")));
     }
-    let p = Embedding { vocab: dim32(ws[0])?, dim: dim32(ws[1])?, tokens: dim32(ids.numel())? };
+    let p = Embedding { vocab: dim32(ws[0])?, dim: dim32(ws[1])?, tokens: dim32(ids.numel())?, dtype: DType::F32 };
     let shape: Vec<usize> = ids.shape().iter().copied().chain([ws[1]]).collect();
     let out = g.output(&shape, &[w])?;
     g.record(|rec| k::embedding_forward(rec, &p, w.view(), ids.view(), out.view()))?;

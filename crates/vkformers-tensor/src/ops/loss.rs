@@ -3,6 +3,7 @@
 //! The count stays on the device; the backward writes `(softmax - onehot) · dL / count`
 //! reading dL from the upstream gradient buffer, so no value crosses to the host.
 
+use vkformers_kernels::dtype::DType;
 use vkformers_kernels::loss::{self as k, CrossEntropy};
 use vkformers_vk::VkError;
 
@@ -47,5 +48,6 @@ fn operands<'a>(logits: &'a Tensor, labels: &'a Tensor) -> CrossEntropy<'a> {
         labels: labels.view(),
         rows: logits.rows() as u32,
         vocab: logits.last_dim() as u32,
+        dtype: DType::F32,
     }
 }

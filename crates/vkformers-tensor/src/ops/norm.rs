@@ -9,6 +9,7 @@
 //! Weight gradients are summed over rows deterministically by the kernels (partial sums in a
 //! scratch buffer of `weight_grad_scratch_bytes`).
 
+use vkformers_kernels::dtype::DType;
 use vkformers_kernels::norm::{self as k, LayerNorm, ParamGrads, RmsNorm};
 use vkformers_vk::Buffer;
 
@@ -55,7 +56,7 @@ fn node_inputs(x: &Tensor, params: &[Option<&Tensor>]) -> Vec<Tensor> {
 /// `unit_offset`) -> `y [.., D]`.
 pub fn rms_norm(g: &Graph<'_>, x: &Tensor, w: Option<&Tensor>, eps: f32, unit_offset: bool) -> Result<Tensor> {
     let (rows, dim) = shape("rms_norm", x, &[w])?;
-    let p = RmsNorm { rows, dim, eps, unit_offset };
+    let p = RmsNorm { rows, dim, eps, unit_offset, dtype: DType::F32 };
     let inputs = node_inputs(x, &[w]);
     let y = g.output(x.shape(), &inputs.iter().collect::<Vec<_>>())?;
     let rstd = g.empty(&[rows as usize])?;
@@ -99,7 +100,7 @@ pub fn layer_norm(g: &Graph<'_>, x: &Tensor, w: Option<&Tensor>, b: Option<&Tens
     if b.is_some() && w.is_none() {
         return Err(err("layer_norm: a bias without a weight is not supported".into()));
     }
-    let p = LayerNorm { rows, dim, eps };
+    let p = LayerNorm { rows, dim, eps, dtype: DType::F32 };
     let inputs = node_inputs(x, &[w, b]);
     let y = g.output(x.shape(), &inputs.iter().collect::<Vec<_>>())?;
     let mean = g.empty(&[rows as usize])?;

@@ -5,6 +5,7 @@
 
 pub use vkformers_kernels::rope::RopeLayout;
 
+use vkformers_kernels::dtype::DType;
 use vkformers_kernels::rope::{self as k, Rope};
 
 use crate::{Graph, Result, Tensor, VkError};
@@ -43,6 +44,7 @@ fn describe(
         rotary_dim: to32(rotary_dim)?,
         layout,
         mscale,
+        dtype: DType::F32,
     })
 }
 
