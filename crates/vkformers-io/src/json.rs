@@ -22,11 +22,11 @@ pub fn read_json(path: impl AsRef<Path>) -> Result<Value> {
 
 /// Parses JSON text read from `path` (used for error messages).
 pub(crate) fn parse_json(path: &Path, text: &str) -> Result<Value> {
-    serde_json::from_str(text).map_err(|e| IoError::Json {
-        path: path.to_path_buf(),
-        line: e.line(),
-        column: e.column(),
-        message: e.to_string(),
+    serde_json::from_str(text).map_err(|e| {
+        let full = e.to_string();
+        let position = format!(" at line {} column {}", e.line(), e.column());
+        let message = full.strip_suffix(&position).unwrap_or(&full).to_string();
+        IoError::Json { path: path.to_path_buf(), line: e.line(), column: e.column(), message }
     })
 }
 
