@@ -85,14 +85,8 @@ fn run_case(ctx: &Context, d: &CoopGemm, with_bias: bool, seed: u64) -> vkformer
 fn coopmat_gemm_matches_reference() {
     on_every_device("coopmat gemm", |ctx| {
         for (elem, engine) in [Elem::F16, Elem::Bf16].into_iter().flat_map(|e| {
-            [
-                Engine::Coopmat,
-                Engine::Coopmat2,
-                Engine::Coopmat2Wide,
-                Engine::Coopmat2Wide64,
-                Engine::Coopmat2Tall64,
-            ]
-            .map(|g| (e, g))
+            [Engine::Coopmat, Engine::Coopmat2, Engine::Coopmat2Wide, Engine::Coopmat2Wide64, Engine::Coopmat2Tall64]
+                .map(|g| (e, g))
         }) {
             // Every engine the device has: the KHR kernel runs wherever any cooperative-matrix
             // engine does; the cm2 kernels only where cm2 is chosen.
