@@ -290,8 +290,7 @@ fn no_weights_hint(dir: &Path) -> String {
          `save_pretrained` with transformers)"
             .to_string()
     } else if has("adapter_model.safetensors") {
-        "; this looks like a PEFT adapter folder (adapter_model.safetensors): pass the base model's folder"
-            .to_string()
+        "; this looks like a PEFT adapter folder (adapter_model.safetensors): pass the base model's folder".to_string()
     } else {
         String::new()
     }

@@ -55,7 +55,10 @@ impl HfTokenizer {
         for (slot, role) in special.iter_mut().zip(SPECIAL_TOKEN_ROLES) {
             let Some(content) = config.token(role) else { continue };
             let id = inner.token_to_id(content).ok_or_else(|| IoError::SpecialTokenNotInVocab {
-                path: config.origin(role).map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("tokenizer_config.json")),
+                path: config
+                    .origin(role)
+                    .map(Path::to_path_buf)
+                    .unwrap_or_else(|| PathBuf::from("tokenizer_config.json")),
                 role: role.to_string(),
                 token: content.to_string(),
             })?;

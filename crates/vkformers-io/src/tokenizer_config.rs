@@ -72,7 +72,7 @@ impl TokenizerConfig {
         Ok(config)
     }
 
-    /// Reads the configuration of a tokenizer folder as `transformers` does: 
+    /// Reads the configuration of a tokenizer folder as `transformers` does:
     /// `tokenizer_config.json`, then special tokens it lacks from `special_tokens_map.json`, and a
     /// chat template it lacks from `chat_template.jinja` (or `chat_template.json`). Missing
     /// files are skipped; with none, the configuration is empty.

@@ -82,7 +82,11 @@ struct Planned<'t, 'a> {
 ///   new file is left. Weight files of an earlier save that the new one does not replace (other
 ///   shards, a stale index or `model.safetensors`) are removed afterwards, so that loaders cannot
 ///   mix old and new weights.
-pub fn save_safetensors(dir: impl AsRef<Path>, tensors: &[SaveTensor<'_>], max_shard_bytes: u64) -> Result<SavedWeights> {
+pub fn save_safetensors(
+    dir: impl AsRef<Path>,
+    tensors: &[SaveTensor<'_>],
+    max_shard_bytes: u64,
+) -> Result<SavedWeights> {
     save_impl(dir.as_ref(), tensors, max_shard_bytes, None)
 }
 
@@ -98,7 +102,12 @@ pub fn save_safetensors_failing_after(
     save_impl(dir.as_ref(), tensors, max_shard_bytes, Some(fail_after_bytes))
 }
 
-fn save_impl(dir: &Path, tensors: &[SaveTensor<'_>], max_shard_bytes: u64, fail_after: Option<u64>) -> Result<SavedWeights> {
+fn save_impl(
+    dir: &Path,
+    tensors: &[SaveTensor<'_>],
+    max_shard_bytes: u64,
+    fail_after: Option<u64>,
+) -> Result<SavedWeights> {
     let planned = plan(tensors)?;
     let shards = split(&planned, max_shard_bytes);
     let n = shards.len();
@@ -157,9 +166,8 @@ fn plan<'t, 'a>(tensors: &'t [SaveTensor<'a>]) -> Result<Vec<Planned<'t, 'a>>> {
             return Err(invalid("the name appears twice; tensor names must be unique".to_string()));
         }
         let count = numel(&t.shape).ok_or_else(|| invalid(format!("shape {:?} overflows", t.shape)))?;
-        let bytes = byte_size(t.dtype, count).ok_or_else(|| {
-            invalid(format!("{count} elements of {} do not fill whole bytes", t.dtype))
-        })?;
+        let bytes = byte_size(t.dtype, count)
+            .ok_or_else(|| invalid(format!("{count} elements of {} do not fill whole bytes", t.dtype)))?;
         match t.data {
             TensorData::F32(data) => {
                 if !is_float(t.dtype) {
@@ -229,7 +237,10 @@ fn header<'p, 't, 'a>(shard: &[&'p Planned<'t, 'a>]) -> Result<(Vec<u8>, Vec<&'p
     let mut infos = Vec::with_capacity(order.len());
     for p in &order {
         let t = p.tensor;
-        infos.push((t.name.clone(), StInfo { dtype: t.dtype, shape: t.shape.clone(), data_offsets: (offset, offset + p.bytes) }));
+        infos.push((
+            t.name.clone(),
+            StInfo { dtype: t.dtype, shape: t.shape.clone(), data_offsets: (offset, offset + p.bytes) },
+        ));
         offset += p.bytes;
     }
     let first = order.first().map(|p| p.tensor.name.clone()).unwrap_or_default();

@@ -3,7 +3,6 @@
 
 mod common;
 
-
 use vkformers_io::{
     save_safetensors, save_safetensors_failing_after, write_atomic, Dtype, IoError, ModelWeights, SaveTensor,
 };
@@ -52,7 +51,11 @@ fn save_failing_midway_leaves_no_weight_file() {
         let dir = tempfile::tempdir().unwrap();
         let e = save_safetensors_failing_after(dir.path(), &tensors, max, fail_after).unwrap_err();
         assert!(e.to_string().contains("simulated failure"), "{e}");
-        assert!(common::file_names(dir.path()).is_empty(), "max {max}, fail after {fail_after}: {:?}", common::file_names(dir.path()));
+        assert!(
+            common::file_names(dir.path()).is_empty(),
+            "max {max}, fail after {fail_after}: {:?}",
+            common::file_names(dir.path())
+        );
     }
 }
 

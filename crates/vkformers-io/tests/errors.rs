@@ -4,9 +4,7 @@ mod common;
 
 use std::path::Path;
 
-use vkformers_io::{
-    read_json, save_safetensors, Dtype, IoError, ModelWeights, SaveTensor, DEFAULT_MAX_SHARD_BYTES,
-};
+use vkformers_io::{read_json, save_safetensors, Dtype, IoError, ModelWeights, SaveTensor, DEFAULT_MAX_SHARD_BYTES};
 
 fn save_small(dir: &Path) {
     let data = common::values(8, 5);
@@ -98,7 +96,8 @@ fn corrupt_files() {
 fn index_naming_a_missing_shard() {
     let dir = tempfile::tempdir().unwrap();
     let data = common::values(30, 6);
-    let t = [SaveTensor::f32("a", Dtype::F32, &[15], &data[..15]), SaveTensor::f32("b", Dtype::F32, &[15], &data[15..])];
+    let t =
+        [SaveTensor::f32("a", Dtype::F32, &[15], &data[..15]), SaveTensor::f32("b", Dtype::F32, &[15], &data[15..])];
     save_safetensors(dir.path(), &t, 60).unwrap();
     std::fs::remove_file(dir.path().join("model-00002-of-00002.safetensors")).unwrap();
     let e = ModelWeights::open(dir.path()).unwrap_err();
@@ -117,7 +116,8 @@ fn index_naming_a_missing_shard() {
 fn index_not_matching_its_shards() {
     let dir = tempfile::tempdir().unwrap();
     let data = common::values(30, 6);
-    let t = [SaveTensor::f32("a", Dtype::F32, &[15], &data[..15]), SaveTensor::f32("b", Dtype::F32, &[15], &data[15..])];
+    let t =
+        [SaveTensor::f32("a", Dtype::F32, &[15], &data[..15]), SaveTensor::f32("b", Dtype::F32, &[15], &data[15..])];
     save_safetensors(dir.path(), &t, 60).unwrap();
     let index = dir.path().join("model.safetensors.index.json");
     let text = std::fs::read_to_string(&index).unwrap().replace("\"b\": \"model-00002", "\"b\": \"model-00001");

@@ -130,10 +130,24 @@ fn bytes_equal_the_safetensors_library_with_pt_metadata() {
     let ours = std::fs::read(dir.path().join("model.safetensors")).unwrap();
 
     let lib = [
-        ("z.weight", LibTensor { dtype: Dtype::BF16, shape: vec![3, 4], data: enc(&a, |x| bf16::from_f32(x).to_le_bytes().to_vec()) }),
+        (
+            "z.weight",
+            LibTensor {
+                dtype: Dtype::BF16,
+                shape: vec![3, 4],
+                data: enc(&a, |x| bf16::from_f32(x).to_le_bytes().to_vec()),
+            },
+        ),
         ("a.weight", LibTensor { dtype: Dtype::F32, shape: vec![6], data: enc(&b, |x| x.to_le_bytes().to_vec()) }),
         ("m.ids", LibTensor { dtype: Dtype::I32, shape: vec![4], data: ints.clone() }),
-        ("b.bias", LibTensor { dtype: Dtype::F16, shape: vec![2, 3], data: enc(&b, |x| f16::from_f32(x).to_le_bytes().to_vec()) }),
+        (
+            "b.bias",
+            LibTensor {
+                dtype: Dtype::F16,
+                shape: vec![2, 3],
+                data: enc(&b, |x| f16::from_f32(x).to_le_bytes().to_vec()),
+            },
+        ),
     ];
     let metadata = std::collections::HashMap::from([("format".to_string(), "pt".to_string())]);
     let theirs = safetensors::serialize(lib.iter().map(|(n, t)| (*n, t)), Some(metadata)).unwrap();

@@ -97,7 +97,8 @@ fn resaving_removes_stale_weight_files_and_keeps_the_rest() {
     save_five(dir.path(), &data);
     assert!(!dir.path().join("model.safetensors").exists());
     // Fewer shards over more: the extra shards go.
-    let t = [SaveTensor::f32("p", Dtype::F32, &[20], &data[..20]), SaveTensor::f32("q", Dtype::F32, &[20], &data[..20])];
+    let t =
+        [SaveTensor::f32("p", Dtype::F32, &[20], &data[..20]), SaveTensor::f32("q", Dtype::F32, &[20], &data[..20])];
     save_safetensors(dir.path(), &t, 100).unwrap();
     assert_eq!(
         common::file_names(dir.path()),
