@@ -74,6 +74,11 @@ pub fn forward(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, batch: &Batch<'_>) 
     if spec.embed_scale != 1.0 {
         x = broadcast::scale(g, &x, spec.embed_scale)?;
     }
+    if let Some(wpe) = &spec.position_embedding {
+        let table = w.get(&format!("{wpe}.weight"))?;
+        let p = shape::reshape(g, &embedding::embedding(g, table, &inputs.pos)?, &[b * t, spec.hidden])?;
+        x = broadcast::add(g, &x, &p)?;
+    }
     for (i, layer) in spec.layers.iter().enumerate() {
         x = decoder_layer(g, spec, w, layer, i, &x, &inputs, (b, t))?;
     }

@@ -4,8 +4,10 @@
 pub mod archs;
 pub mod decoder;
 pub mod error;
+pub mod model;
 pub mod rope;
 pub mod spec;
+pub mod weights;
 
 pub use archs::{spec_from_config, ARCHS};
 pub use error::{ModelError, Result};

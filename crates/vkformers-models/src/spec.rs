@@ -77,6 +77,17 @@ pub struct LayerNames {
     pub down: String,
 }
 
+/// How one stored Hugging Face tensor becomes internal parameters: optionally transposed
+/// (GPT-2's Conv1D keeps weights as `[in, out]`; the graph wants `[out, in]`), then split
+/// along dim 0 into `parts` of `rows` rows each (fused QKV). Saving applies the inverse.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MapEntry {
+    pub hf: String,
+    pub transpose: bool,
+    /// Internal names and their row counts; a single part keeps the whole tensor.
+    pub parts: Vec<(String, usize)>,
+}
+
 /// A whole decoder-only model.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModelSpec {
@@ -93,6 +104,11 @@ pub struct ModelSpec {
     pub final_norm_name: String,
     pub head_name: String,
     pub layer_names: LayerNames,
+    /// Learned absolute position embeddings (`[max_positions, hidden]`), added to the token
+    /// embeddings (GPT-2); `None` for rotary models.
+    pub position_embedding: Option<String>,
+    /// Stored tensors that are not used as they are (transposed or fused); identity otherwise.
+    pub weight_map: Vec<MapEntry>,
 }
 
 impl LayerNames {

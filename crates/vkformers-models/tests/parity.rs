@@ -6,8 +6,8 @@
 use std::path::PathBuf;
 
 use vkformers_io::ModelWeights;
-use vkformers_models::decoder::{causal_lm_loss, forward, Batch, Weights};
-use vkformers_models::spec_from_config;
+use vkformers_models::decoder::{causal_lm_loss, forward, Batch};
+use vkformers_models::model::Model;
 use vkformers_tensor::optim::{AdamW, Param};
 use vkformers_tensor::Graph;
 use vkformers_vk::testing::on_every_device;
@@ -40,21 +40,8 @@ fn rel_l2(got: &[f32], want: &[f32]) -> f64 {
     (num / den.max(1e-300)).sqrt()
 }
 
-/// Loads the fixture model as parameters of `g`, in safetensors name order.
-fn load(g: &Graph<'_>, name: &str) -> (vkformers_models::ModelSpec, Weights, Vec<(String, vkformers_tensor::Tensor)>) {
-    let dir = fixture_dir(name);
-    let cfg: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
-    let spec = spec_from_config(&cfg).unwrap_or_else(|e| panic!("{name}: {e}"));
-    let file = ModelWeights::open(&dir).unwrap_or_else(|e| panic!("{e}"));
-    let mut weights = Weights::default();
-    let mut order = Vec::new();
-    for info in file.tensors() {
-        let t = g.parameter(&file.tensor_f32(&info.name).unwrap(), &info.shape).unwrap();
-        weights.insert(info.name.clone(), t.clone());
-        order.push((info.name.clone(), t));
-    }
-    (spec, weights, order)
+fn by_name(ts: Vec<vkformers_models::weights::HostTensor>) -> std::collections::HashMap<String, Vec<f32>> {
+    ts.into_iter().map(|t| (t.name, t.data)).collect()
 }
 
 fn check_fixture(ctx: &Context, name: &str) -> vkformers_vk::Result<()> {
@@ -66,14 +53,12 @@ fn check_fixture(ctx: &Context, name: &str) -> vkformers_vk::Result<()> {
     let (b, t) = (shape[0], shape[1]);
     let batch = Batch { ids: &ids, mask: &mask, batch: b, seq: t };
     let g = Graph::new(ctx);
-    let (spec, weights, params) = load(&g, name);
-    let opt_params: Vec<Param> = params.iter().map(|(_, p)| Param { tensor: p.clone(), decay: true }).collect();
-    let mut opt = AdamW::new(
-        vkformers_kernels::optim::AdamW { lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-6, weight_decay: 0.01 },
-        0.0,
-    );
+    let model = Model::load(&g, &fixture_dir(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let opt_params: Vec<Param> = model.params.iter().map(|(_, p)| Param { tensor: p.clone(), decay: true }).collect();
+    let hp = vkformers_kernels::optim::AdamW { lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-6, weight_decay: 0.01 };
+    let mut opt = AdamW::new(hp, 0.0);
     for step in 0..2 {
-        let logits = forward(&g, &spec, &weights, &batch).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let logits = forward(&g, &model.spec, &model.weights, &batch).unwrap_or_else(|e| panic!("{name}: {e}"));
         let loss = causal_lm_loss(&g, &logits, &labels, b, t).unwrap();
         g.backward(&loss)?;
         if step == 0 {
@@ -83,16 +68,15 @@ fn check_fixture(ctx: &Context, name: &str) -> vkformers_vk::Result<()> {
             let (got, want) = (g.read(&loss)?[0], reference.f32("loss")[0]);
             let err = (f64::from(got) - f64::from(want)).abs() / f64::from(want).abs();
             assert!(err <= 1e-5, "{name}: loss {got} vs {want} (relative {err:e})");
-            for (pname, p) in &params {
-                let got = g.read(&p.grad().unwrap_or_else(|| panic!("{name}: no gradient for {pname}")))?;
-                let err = rel_l2(&got, &reference.f32(&format!("grad.{pname}")));
+            for (pname, grad) in by_name(model.hf_grads(&g).unwrap()) {
+                let err = rel_l2(&grad, &reference.f32(&format!("grad.{pname}")));
                 assert!(err <= 1e-4, "{name}: gradient of {pname}: relative error {err:e}");
             }
         }
         opt.step(&g, &opt_params)?;
     }
-    for (pname, p) in &params {
-        let (got, want) = (g.read(p)?, reference.f32(&format!("step2.{pname}")));
+    for (pname, got) in by_name(model.hf_params(&g).unwrap()) {
+        let want = reference.f32(&format!("step2.{pname}"));
         let grad = reference.f32(&format!("grad.{pname}"));
         // AdamW's first step moves a parameter by lr·g/(|g| + eps): where |g| is below eps
         // (1e-6) the step is proportional to g itself, so f32 rounding noise in g (~1e-8 here,
@@ -132,4 +116,5 @@ parity! {
     qwen2: "qwen2",
     qwen3: "qwen3",
     gemma: "gemma",
+    gpt2: "gpt2",
 }

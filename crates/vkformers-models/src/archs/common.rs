@@ -135,6 +135,8 @@ impl BaseConfig {
             final_norm_name: "model.norm".into(),
             head_name: "lm_head".into(),
             layer_names: LayerNames::llama(),
+            position_embedding: None,
+            weight_map: Vec::new(),
         })
     }
 }

@@ -8,6 +8,7 @@ use crate::spec::ModelSpec;
 
 mod common;
 mod gemma;
+mod gpt2;
 mod llama;
 mod qwen;
 
@@ -25,6 +26,7 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "qwen2", family: "llama-like decoder", build: qwen::qwen2 },
     Arch { model_type: "qwen3", family: "llama-like decoder", build: qwen::qwen3 },
     Arch { model_type: "gemma", family: "llama-like decoder", build: gemma::spec },
+    Arch { model_type: "gpt2", family: "absolute-position GPT", build: gpt2::spec },
 ];
 
 /// The spec of a parsed `config.json`.

@@ -1,0 +1,105 @@
+//! A Hugging Face model folder on the device: load (`config.json` + safetensors, any of
+//! f32/f16/bf16, sharded or not) into graph parameters, read parameters or gradients back under
+//! their Hugging Face names, and save a folder `transformers` loads.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use vkformers_io::{ModelWeights, SaveTensor, TensorData};
+use vkformers_tensor::{Graph, Tensor};
+
+use crate::archs::spec_from_config;
+use crate::decoder::Weights;
+use crate::error::{ModelError, Result};
+use crate::spec::ModelSpec;
+use crate::weights::{to_hf, to_internal, HostTensor};
+
+/// A loaded model: its spec, its parameters by internal name, and the stored names.
+pub struct Model {
+    pub spec: ModelSpec,
+    pub weights: Weights,
+    /// Parameters in a fixed order (sorted internal names), for optimizers.
+    pub params: Vec<(String, Tensor)>,
+    /// Names of the stored tensors, in file order (what `save` writes).
+    pub hf_names: Vec<String>,
+    pub config: serde_json::Value,
+}
+
+fn io_err(e: vkformers_io::IoError) -> ModelError {
+    ModelError::Weights(e.to_string())
+}
+
+impl Model {
+    /// Loads the model folder `dir` as parameters of `g`.
+    pub fn load(g: &Graph<'_>, dir: &Path) -> Result<Model> {
+        let config = vkformers_io::read_json(dir.join("config.json")).map_err(|e| ModelError::Config(e.to_string()))?;
+        let spec = spec_from_config(&config)?;
+        let file = ModelWeights::open(dir).map_err(io_err)?;
+        let mut weights = Weights::default();
+        let mut params = Vec::new();
+        let mut hf_names = Vec::new();
+        for info in file.tensors() {
+            let data = file.tensor_f32(&info.name).map_err(io_err)?;
+            hf_names.push(info.name.clone());
+            for t in to_internal(&spec, HostTensor { name: info.name.clone(), shape: info.shape.clone(), data })? {
+                let p = g.parameter(&t.data, &t.shape)?;
+                weights.insert(t.name.clone(), p.clone());
+                params.push((t.name, p));
+            }
+        }
+        params.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(Model { spec, weights, params, hf_names, config })
+    }
+
+    fn host(&self, g: &Graph<'_>, grads: bool) -> Result<Vec<HostTensor>> {
+        let mut internal = HashMap::new();
+        for (name, p) in &self.params {
+            let t = if grads {
+                p.grad().ok_or_else(|| ModelError::Weights(format!("no gradient for `{name}`")))?
+            } else {
+                p.clone()
+            };
+            let data = g.read(&t)?;
+            internal.insert(name.clone(), HostTensor { name: name.clone(), shape: p.shape().to_vec(), data });
+        }
+        to_hf(&self.spec, &internal, &self.hf_names)
+    }
+
+    /// The current parameters under their stored names and shapes.
+    pub fn hf_params(&self, g: &Graph<'_>) -> Result<Vec<HostTensor>> {
+        self.host(g, false)
+    }
+
+    /// The accumulated gradients under the stored names and shapes.
+    pub fn hf_grads(&self, g: &Graph<'_>) -> Result<Vec<HostTensor>> {
+        self.host(g, true)
+    }
+
+    /// Writes a Hugging Face folder: `config.json`, `model.safetensors` (f32; sharded above
+    /// `max_shard_bytes`), and the tokenizer and generation files of `source_dir` when given.
+    /// Each file is written under a temporary name and renamed.
+    pub fn save(&self, g: &Graph<'_>, out: &Path, source_dir: Option<&Path>, max_shard_bytes: u64) -> Result<()> {
+        std::fs::create_dir_all(out).map_err(|e| ModelError::Weights(format!("{}: {e}", out.display())))?;
+        let tensors = self.hf_params(g)?;
+        let save: Vec<SaveTensor<'_>> = tensors
+            .iter()
+            .map(|t| SaveTensor {
+                name: t.name.clone(),
+                dtype: vkformers_io::Dtype::F32,
+                shape: t.shape.clone(),
+                data: TensorData::F32(&t.data),
+            })
+            .collect();
+        vkformers_io::save_safetensors(out, &save, max_shard_bytes).map_err(io_err)?;
+        let mut config = self.config.clone();
+        if let Some(obj) = config.as_object_mut() {
+            obj.insert("dtype".into(), "float32".into());
+            obj.remove("torch_dtype");
+        }
+        vkformers_io::write_json_atomic(out.join("config.json"), &config).map_err(io_err)?;
+        if let Some(src) = source_dir {
+            vkformers_io::copy_tokenizer_files(src, out).map_err(io_err)?;
+        }
+        Ok(())
+    }
+}

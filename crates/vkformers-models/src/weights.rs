@@ -1,0 +1,83 @@
+//! Stored Hugging Face tensors <-> the graph's parameters, through the spec's weight map
+//! (transposes of Conv1D weights, splits of fused tensors; everything else by name).
+
+use std::collections::HashMap;
+
+use crate::error::{ModelError, Result};
+use crate::spec::{MapEntry, ModelSpec};
+
+/// A host tensor: name, shape, row-major f32 data.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostTensor {
+    pub name: String,
+    pub shape: Vec<usize>,
+    pub data: Vec<f32>,
+}
+
+fn transpose2(shape: &[usize], data: &[f32]) -> (Vec<usize>, Vec<f32>) {
+    let (r, c) = (shape[0], shape[1]);
+    let mut out = vec![0.0; data.len()];
+    for i in 0..r {
+        for j in 0..c {
+            out[j * r + i] = data[i * c + j];
+        }
+    }
+    (vec![c, r], out)
+}
+
+fn entry<'s>(spec: &'s ModelSpec, hf: &str) -> Option<&'s MapEntry> {
+    spec.weight_map.iter().find(|e| e.hf == hf)
+}
+
+/// The internal parameters made from one stored tensor.
+pub fn to_internal(spec: &ModelSpec, t: HostTensor) -> Result<Vec<HostTensor>> {
+    let Some(e) = entry(spec, &t.name) else { return Ok(vec![t]) };
+    let (shape, data) = if e.transpose {
+        if t.shape.len() != 2 {
+            return Err(ModelError::Weights(format!("`{}` should be 2-D, has shape {:?}", t.name, t.shape)));
+        }
+        transpose2(&t.shape, &t.data)
+    } else {
+        (t.shape.clone(), t.data)
+    };
+    if e.parts.len() == 1 {
+        return Ok(vec![HostTensor { name: e.parts[0].0.clone(), shape, data }]);
+    }
+    let row: usize = shape[1..].iter().product();
+    let total: usize = e.parts.iter().map(|p| p.1).sum();
+    if total != shape[0] {
+        return Err(ModelError::Weights(format!("`{}` has {} rows, its parts {total}", e.hf, shape[0])));
+    }
+    let mut at = 0;
+    Ok(e.parts
+        .iter()
+        .map(|(name, rows)| {
+            let mut s = shape.clone();
+            s[0] = *rows;
+            let part = data[at * row..(at + rows) * row].to_vec();
+            at += rows;
+            HostTensor { name: name.clone(), shape: s, data: part }
+        })
+        .collect())
+}
+
+/// The stored tensors rebuilt from internal parameters (by internal name), in the order of
+/// `hf_names`.
+pub fn to_hf(spec: &ModelSpec, internal: &HashMap<String, HostTensor>, hf_names: &[String]) -> Result<Vec<HostTensor>> {
+    let get = |n: &str| internal.get(n).ok_or_else(|| ModelError::Weights(format!("no parameter `{n}`")));
+    hf_names
+        .iter()
+        .map(|hf| {
+            let Some(e) = entry(spec, hf) else {
+                let t = get(hf)?;
+                return Ok(HostTensor { name: hf.clone(), shape: t.shape.clone(), data: t.data.clone() });
+            };
+            let parts: Vec<&HostTensor> = e.parts.iter().map(|(n, _)| get(n)).collect::<Result<_>>()?;
+            let mut shape = parts[0].shape.clone();
+            shape[0] = parts.iter().map(|p| p.shape[0]).sum();
+            let data: Vec<f32> = parts.iter().flat_map(|p| p.data.iter().copied()).collect();
+            let (shape, data) = if e.transpose { transpose2(&shape, &data) } else { (shape, data) };
+            Ok(HostTensor { name: hf.clone(), shape, data })
+        })
+        .collect()
+}
