@@ -1,5 +1,6 @@
 //! `vkformers`: train, fine-tune and run Hugging Face Transformer models on any Vulkan GPU.
 
+mod architectures;
 mod bench;
 mod devices;
 mod doctor;
@@ -35,6 +36,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Every supported model_type, its family, and which parity checks pass (run now).
+    Architectures(architectures::Args),
     /// Benchmarks of single kernels.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -52,6 +55,7 @@ fn main() -> std::process::ExitCode {
         Command::Devices { json } => devices::run(json),
         Command::Doctor { json } => doctor::run(&cli.device, json),
         Command::Bench(BenchCommand::Gemm(args)) => bench::gemm(&cli.device, &args),
+        Command::Architectures(args) => architectures::run(&cli.device, &args),
     };
     match result {
         Ok(code) => code,

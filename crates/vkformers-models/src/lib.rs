@@ -5,6 +5,7 @@ pub mod archs;
 pub mod decoder;
 pub mod error;
 pub mod model;
+pub mod parity;
 pub mod rope;
 pub mod spec;
 pub mod weights;

@@ -1,0 +1,139 @@
+//! Parity checks against the fixtures written by `tools/parity/make_fixtures.py`: logits and
+//! loss, every gradient, every parameter after two AdamW steps. Used by the tests and by
+//! `vkformers architectures`, so the registry's status is what actually passes.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use serde::Serialize;
+use vkformers_io::ModelWeights;
+use vkformers_tensor::optim::{AdamW, Param};
+use vkformers_tensor::Graph;
+use vkformers_vk::Context;
+
+use crate::decoder::{causal_lm_loss, forward, Batch};
+use crate::error::{ModelError, Result};
+use crate::model::Model;
+use crate::weights::HostTensor;
+
+/// Tolerances of the harness (fp32): relative for logits and loss, per-tensor relative L2 for
+/// gradients, max absolute after two AdamW steps.
+pub const TOL_LOGITS: f64 = 1e-5;
+pub const TOL_GRAD: f64 = 1e-4;
+pub const TOL_STEP: f64 = 1e-5;
+
+/// What one fixture gave.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ParityReport {
+    pub fixture: String,
+    pub model_type: String,
+    pub logits_rel: f64,
+    pub loss_rel: f64,
+    /// Worst per-tensor ‖g − g_ref‖/‖g_ref‖.
+    pub grad_rel: f64,
+    /// Worst |Δ| after two AdamW steps over elements with |g_ref| ≥ eps.
+    pub step2_abs: f64,
+    /// Elements with 0 < |g_ref| < eps (AdamW amplifies their rounding noise 1/eps times):
+    /// held only to Adam's step bound, 2·lr.
+    pub step2_ill_conditioned: usize,
+    pub step2_ill_abs: f64,
+}
+
+impl ParityReport {
+    pub fn forward_ok(&self) -> bool {
+        self.logits_rel <= TOL_LOGITS && self.loss_rel <= TOL_LOGITS
+    }
+    pub fn grads_ok(&self) -> bool {
+        self.grad_rel <= TOL_GRAD
+    }
+    pub fn adamw_ok(&self) -> bool {
+        self.step2_abs <= TOL_STEP && self.step2_ill_abs <= 2e-3
+    }
+}
+
+fn rel_l2(got: &[f32], want: &[f32]) -> f64 {
+    let num: f64 = got.iter().zip(want).map(|(g, w)| (f64::from(*g) - f64::from(*w)).powi(2)).sum();
+    let den: f64 = want.iter().map(|w| f64::from(*w).powi(2)).sum();
+    (num / den.max(1e-300)).sqrt()
+}
+
+fn io_err(e: vkformers_io::IoError) -> ModelError {
+    ModelError::Weights(e.to_string())
+}
+
+struct Reference(ModelWeights);
+
+impl Reference {
+    fn f32(&self, name: &str) -> Result<Vec<f32>> {
+        self.0.tensor_f32(name).map_err(io_err)
+    }
+    fn i32(&self, name: &str) -> Result<(Vec<i32>, Vec<usize>)> {
+        let raw = self.0.tensor_bytes(name).map_err(io_err)?;
+        Ok((
+            raw.data.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+            raw.shape.to_vec(),
+        ))
+    }
+}
+
+fn by_name(ts: Vec<HostTensor>) -> HashMap<String, Vec<f32>> {
+    ts.into_iter().map(|t| (t.name, t.data)).collect()
+}
+
+/// Runs the fixture in `dir` on `ctx`.
+pub fn check(ctx: &Context, dir: &Path) -> Result<ParityReport> {
+    let reference = Reference(ModelWeights::open_file(dir.join("reference.safetensors")).map_err(io_err)?);
+    let (ids, shape) = reference.i32("input_ids")?;
+    let (mask, _) = reference.i32("attention_mask")?;
+    let (labels, _) = reference.i32("labels")?;
+    let (b, t) = (shape[0], shape[1]);
+    let batch = Batch { ids: &ids, mask: &mask, batch: b, seq: t };
+    let g = Graph::new(ctx);
+    let model = Model::load(&g, dir)?;
+    let mut report = ParityReport {
+        fixture: dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+        model_type: model.spec.model_type.clone(),
+        ..ParityReport::default()
+    };
+    let params: Vec<Param> = model.params.iter().map(|(_, p)| Param { tensor: p.clone(), decay: true }).collect();
+    let hp = vkformers_kernels::optim::AdamW { lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-6, weight_decay: 0.01 };
+    let mut opt = AdamW::new(hp, 0.0);
+    for step in 0..2 {
+        let logits = forward(&g, &model.spec, &model.weights, &batch)?;
+        let loss = causal_lm_loss(&g, &logits, &labels, b, t)?;
+        g.backward(&loss)?;
+        if step == 0 {
+            report.logits_rel = rel_l2(&g.read(&logits)?, &reference.f32("logits")?);
+            let (got, want) = (f64::from(g.read(&loss)?[0]), f64::from(reference.f32("loss")?[0]));
+            report.loss_rel = (got - want).abs() / want.abs();
+            for (name, grad) in by_name(model.hf_grads(&g)?) {
+                report.grad_rel = report.grad_rel.max(rel_l2(&grad, &reference.f32(&format!("grad.{name}"))?));
+            }
+        }
+        opt.step(&g, &params)?;
+    }
+    for (name, got) in by_name(model.hf_params(&g)?) {
+        let (want, grad) = (reference.f32(&format!("step2.{name}"))?, reference.f32(&format!("grad.{name}"))?);
+        for i in 0..got.len() {
+            let d = (f64::from(got[i]) - f64::from(want[i])).abs();
+            if grad[i] != 0.0 && f64::from(grad[i].abs()) < hp.eps {
+                report.step2_ill_conditioned += 1;
+                report.step2_ill_abs = report.step2_ill_abs.max(d);
+            } else {
+                report.step2_abs = report.step2_abs.max(d);
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// Fixture folders under `root` (each with a `reference.safetensors`), sorted by name.
+pub fn fixtures(root: &Path) -> Vec<std::path::PathBuf> {
+    let mut v: Vec<_> = std::fs::read_dir(root)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.join("reference.safetensors").exists()).collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
