@@ -8,7 +8,9 @@ use vkformers_models::parity::{check, fixtures, TOL_GRAD, TOL_LOGITS, TOL_STEP};
 use vkformers_vk::testing::on_every_device;
 
 fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures")
+    std::env::var_os("VKFORMERS_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures"))
 }
 
 fn check_fixture(name: &str) {

@@ -13,7 +13,10 @@ use vkformers_vk::testing::on_every_device;
 const FIXTURES: [&str; 7] = ["llama", "llama_llama3", "mistral", "qwen2", "qwen3", "gemma", "gpt2"];
 
 fn fixture_dir(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures").join(name)
+    std::env::var_os("VKFORMERS_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures"))
+        .join(name)
 }
 
 fn out_root() -> PathBuf {
