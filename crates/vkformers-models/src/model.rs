@@ -38,7 +38,12 @@ impl Model {
         let mut weights = Weights::default();
         let mut params = Vec::new();
         let mut hf_names = Vec::new();
+        let tied_head = format!("{}.weight", spec.head_name);
         for info in file.tensors() {
+            if spec.tied_head && info.name == tied_head {
+                // Some checkpoints store the tied head anyway; transformers ignores it too.
+                continue;
+            }
             let data = file.tensor_f32(&info.name).map_err(io_err)?;
             hf_names.push(info.name.clone());
             for t in to_internal(&spec, HostTensor { name: info.name.clone(), shape: info.shape.clone(), data })? {

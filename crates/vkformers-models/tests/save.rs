@@ -86,3 +86,51 @@ fn missing_and_corrupt_inputs_are_clear_errors() {
         Ok(())
     });
 }
+
+/// Writes the fixture's tensors again with `dtype`, `max_shard_bytes` and, when `add_head`, a
+/// stored copy of the tied head, next to its config.
+fn rewrite(name: &str, out: &std::path::Path, dtype: vkformers_io::Dtype, max_shard_bytes: u64, add_head: bool) {
+    use vkformers_io::{SaveTensor, TensorData};
+    let src = ModelWeights::open(fixture_dir(name)).unwrap();
+    let mut data: Vec<(String, Vec<usize>, Vec<f32>)> = src
+        .tensors()
+        .into_iter()
+        .map(|i| (i.name.clone(), i.shape.clone(), src.tensor_f32(&i.name).unwrap()))
+        .collect();
+    if add_head {
+        let embed = data.iter().find(|t| t.0.ends_with("embed_tokens.weight")).unwrap().clone();
+        data.push(("lm_head.weight".into(), embed.1, embed.2));
+    }
+    let save: Vec<SaveTensor<'_>> = data
+        .iter()
+        .map(|(n, s, d)| SaveTensor { name: n.clone(), dtype, shape: s.clone(), data: TensorData::F32(d) })
+        .collect();
+    vkformers_io::save_safetensors(out, &save, max_shard_bytes).unwrap();
+    std::fs::copy(fixture_dir(name).join("config.json"), out.join("config.json")).unwrap();
+}
+
+#[test]
+fn sharded_bf16_and_stored_tied_head_load_as_transformers_would() {
+    let root = out_root().join("variants");
+    on_every_device("load variants", |ctx| {
+        let g = Graph::new(ctx);
+        let base = Model::load(&g, &fixture_dir("llama_llama3")).unwrap();
+        let base_params = base.hf_params(&g).unwrap();
+        // Sharded f32 with a stored copy of the tied head: same parameters, head ignored.
+        let sharded = root.join("sharded");
+        rewrite("llama_llama3", &sharded, vkformers_io::Dtype::F32, 20_000, true);
+        assert!(sharded.join("model.safetensors.index.json").exists());
+        let m = Model::load(&g, &sharded).unwrap();
+        assert_eq!(m.hf_params(&g).unwrap(), base_params, "sharded + stored tied head");
+        // bf16 weights load as their exact f32 widening.
+        let bf = root.join("bf16");
+        rewrite("llama_llama3", &bf, vkformers_io::Dtype::BF16, u64::MAX, false);
+        let m = Model::load(&g, &bf).unwrap();
+        for (got, want) in m.hf_params(&g).unwrap().iter().zip(&base_params) {
+            let rounded: Vec<f32> = want.data.iter().map(|v| half::bf16::from_f32(*v).to_f32()).collect();
+            assert_eq!(got.data, rounded, "{}", got.name);
+        }
+        Ok(())
+    });
+    let _ = std::fs::remove_dir_all(&root);
+}
