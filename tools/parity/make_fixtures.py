@@ -98,7 +98,26 @@ COMMON = dict(
 )
 
 
+def extra_fixture_specs() -> dict:
+    """More fixtures from tools/parity/fixture_specs/*.py, each defining SPECS = {name: (model_type,
+    config kwargs)}; they may use COMMON, INIT_STD, PAD_ID, BOS_ID and EOS_ID from this module."""
+    import importlib.util
+
+    specs = {}
+    for path in sorted((HERE / "fixture_specs").glob("*.py")):
+        spec = importlib.util.spec_from_file_location(f"fixture_specs_{path.stem}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        specs.update(module.SPECS)
+    return specs
+
+
 def fixture_specs() -> dict:
+    """fixture name -> (model_type, config kwargs)."""
+    return {**base_fixture_specs(), **extra_fixture_specs()}
+
+
+def base_fixture_specs() -> dict:
     """fixture name -> (model_type, config kwargs)."""
     llama3_rope = {
         "rope_type": "llama3",

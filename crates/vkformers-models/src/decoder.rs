@@ -5,11 +5,11 @@
 use std::collections::HashMap;
 
 use vkformers_tensor::ops::attention::{attention, AttnOptions};
-use vkformers_tensor::ops::{broadcast, embedding, glu, loss, matmul, norm, rope, shape};
+use vkformers_tensor::ops::{activation, broadcast, embedding, glu, loss, matmul, norm, rope, shape};
 use vkformers_tensor::{Graph, Tensor};
 
 use crate::error::{ModelError, Result};
-use crate::spec::{layer_name, AttnSpec, LayerSpec, MlpSpec, ModelSpec, Norm};
+use crate::spec::{layer_name, AttnSpec, LayerSpec, MlpSpec, ModelSpec, Norm, Residual};
 
 /// Parameters by Hugging Face name (`model.layers.0.self_attn.q_proj.weight`).
 #[derive(Default)]
@@ -84,7 +84,33 @@ pub fn forward(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, batch: &Batch<'_>) 
     }
     let x = apply_norm(g, &spec.final_norm, w, &spec.final_norm_name, &x)?;
     let head = if spec.tied_head { embed } else { w.get(&format!("{}.weight", spec.head_name))? };
-    Ok(matmul::linear(g, &x, head, None)?)
+    let mut logits = matmul::linear(g, &x, head, None)?;
+    if spec.logit_scale != 1.0 {
+        logits = broadcast::scale(g, &logits, spec.logit_scale)?;
+    }
+    if let Some(c) = spec.final_softcap {
+        logits = softcap(g, &logits, c)?;
+    }
+    Ok(logits)
+}
+
+/// `c·tanh(z/c) = 2c·sigmoid(2z/c) − c`, from differentiable ops.
+fn softcap(g: &Graph<'_>, z: &Tensor, c: f32) -> Result<Tensor> {
+    let s = activation::sigmoid(g, &broadcast::scale(g, z, 2.0 / c)?)?;
+    let y = broadcast::scale(g, &s, 2.0 * c)?;
+    Ok(broadcast::sub(g, &y, &g.constant(&[c], &[1])?)?)
+}
+
+/// The ALiBi slope of each head: for n heads (n a power of two) `2^(-8(h+1)/n)`; otherwise the
+/// closest smaller power of two's slopes, then every other slope of twice that count.
+pub fn alibi_slopes(heads: usize) -> Vec<f32> {
+    let pow2 = 1usize << (usize::BITS - 1 - heads.leading_zeros());
+    let base = |n: usize| -> Vec<f64> { (1..=n).map(|h| 2f64.powf(-8.0 * h as f64 / n as f64)).collect() };
+    let mut s = base(pow2);
+    if pow2 < heads {
+        s.extend(base(2 * pow2).into_iter().step_by(2).take(heads - pow2));
+    }
+    s.into_iter().map(|v| v as f32).collect()
 }
 
 /// The causal-LM loss of transformers: logits at position t predict `labels[t + 1]`; -100 (and
@@ -113,6 +139,19 @@ fn apply_norm(g: &Graph<'_>, n: &Norm, w: &Weights, name: &str, x: &Tensor) -> R
     })
 }
 
+fn maybe_norm(g: &Graph<'_>, n: &Option<Norm>, w: &Weights, template: &str, i: usize, x: &Tensor) -> Result<Tensor> {
+    match n {
+        Some(n) => apply_norm(g, n, w, &layer_name(template, i), x),
+        None => Ok(x.clone()),
+    }
+}
+
+/// `x + s·y` (s = the layer's residual scale).
+fn residual_add(g: &Graph<'_>, layer: &LayerSpec, x: &Tensor, y: &Tensor) -> Result<Tensor> {
+    let y = if layer.residual_scale != 1.0 { broadcast::scale(g, y, layer.residual_scale)? } else { y.clone() };
+    Ok(broadcast::add(g, x, &y)?)
+}
+
 #[allow(clippy::too_many_arguments)]
 fn decoder_layer(
     g: &Graph<'_>,
@@ -125,12 +164,25 @@ fn decoder_layer(
     bt: (usize, usize),
 ) -> Result<Tensor> {
     let names = &spec.layer_names;
-    let h = apply_norm(g, &layer.attn_norm, w, &layer_name(&names.attn_norm, i), x)?;
+    let h = maybe_norm(g, &layer.attn_norm, w, &names.attn_norm, i, x)?;
     let a = self_attention(g, spec, w, &layer.attn, i, &h, inp, bt)?;
-    let x = broadcast::add(g, x, &a)?;
-    let h = apply_norm(g, &layer.mlp_norm, w, &layer_name(&names.mlp_norm, i), &x)?;
-    let m = mlp(g, spec, w, &layer.mlp, i, &h)?;
-    Ok(broadcast::add(g, &x, &m)?)
+    let a = maybe_norm(g, &layer.post_attn_norm, w, &names.post_attn_norm, i, &a)?;
+    match layer.residual {
+        Residual::Sequential => {
+            let x = residual_add(g, layer, x, &a)?;
+            let h = maybe_norm(g, &layer.mlp_norm, w, &names.mlp_norm, i, &x)?;
+            let m = mlp(g, spec, w, &layer.mlp, i, &h)?;
+            let m = maybe_norm(g, &layer.post_mlp_norm, w, &names.post_mlp_norm, i, &m)?;
+            residual_add(g, layer, &x, &m)
+        }
+        Residual::Parallel { shared_norm } => {
+            let h2 = if shared_norm { h } else { maybe_norm(g, &layer.mlp_norm, w, &names.mlp_norm, i, x)? };
+            let m = mlp(g, spec, w, &layer.mlp, i, &h2)?;
+            let m = maybe_norm(g, &layer.post_mlp_norm, w, &names.post_mlp_norm, i, &m)?;
+            let x = residual_add(g, layer, x, &a)?;
+            residual_add(g, layer, &x, &m)
+        }
+    }
 }
 
 fn project(g: &Graph<'_>, w: &Weights, template: &str, i: usize, x: &Tensor, bias: bool) -> Result<Tensor> {
@@ -151,10 +203,15 @@ fn self_attention(
 ) -> Result<Tensor> {
     let n = &spec.layer_names;
     let heads = |y: Tensor, count: usize| shape::reshape(g, &y, &[b, t, count, a.head_dim]);
-    let mut q = heads(project(g, w, &n.q, i, h, a.qkv_bias)?, a.heads)?;
-    let mut k = heads(project(g, w, &n.k, i, h, a.qkv_bias)?, a.kv_heads)?;
+    let (mut q, mut k) = (project(g, w, &n.q, i, h, a.qkv_bias)?, project(g, w, &n.k, i, h, a.qkv_bias)?);
+    if let (Some(qk), true) = (&a.qk_norm, a.qk_norm_full) {
+        q = apply_norm(g, qk, w, &layer_name(&n.q_norm, i), &q)?;
+        k = apply_norm(g, qk, w, &layer_name(&n.k_norm, i), &k)?;
+    }
+    let mut q = heads(q, a.heads)?;
+    let mut k = heads(k, a.kv_heads)?;
     let v = heads(project(g, w, &n.v, i, h, a.qkv_bias)?, a.kv_heads)?;
-    if let Some(qk) = &a.qk_norm {
+    if let (Some(qk), false) = (&a.qk_norm, a.qk_norm_full) {
         q = apply_norm(g, qk, w, &layer_name(&n.q_norm, i), &q)?;
         k = apply_norm(g, qk, w, &layer_name(&n.k_norm, i), &k)?;
     }
@@ -167,8 +224,9 @@ fn self_attention(
         scale: Some(a.scale),
         causal: true,
         window: a.sliding_window.unwrap_or(0),
+        softcap: a.softcap,
         kmask: Some(inp.kmask.clone()),
-        ..AttnOptions::default()
+        alibi: if a.alibi { Some(g.constant(&alibi_slopes(a.heads), &[a.heads])?) } else { None },
     };
     let o = attention(g, &q, &k, &v, &opts)?;
     let o = shape::reshape(g, &o, &[b * t, a.heads * a.head_dim])?;
@@ -185,7 +243,7 @@ fn mlp(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, m: &MlpSpec, i: usize, h: &
         }
         MlpSpec::Plain { act, bias, .. } => {
             let up = project(g, w, &n.up, i, h, *bias)?;
-            project(g, w, &n.down, i, &vkformers_tensor::ops::activation::activation(g, &up, *act)?, *bias)
+            project(g, w, &n.down, i, &activation::activation(g, &up, *act)?, *bias)
         }
     }
 }

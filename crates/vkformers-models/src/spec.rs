@@ -34,8 +34,14 @@ pub struct AttnSpec {
     pub head_dim: usize,
     pub qkv_bias: bool,
     pub out_bias: bool,
-    /// RMSNorm over each head's q and k before RoPE (Qwen3).
+    /// Norm of q and k before RoPE: over each head (Qwen3, Gemma 3) or, with `qk_norm_full`,
+    /// over the whole projection `[heads·head_dim]` (OLMo 2).
     pub qk_norm: Option<Norm>,
+    pub qk_norm_full: bool,
+    /// Attention logit softcap c (Gemma 2): s -> c·tanh(s/c); 0 = off.
+    pub softcap: f32,
+    /// ALiBi position biases (BLOOM, Falcon) with the standard per-head slopes.
+    pub alibi: bool,
     /// Keys further back than this are invisible (Mistral); `None` = full causal.
     pub sliding_window: Option<u32>,
     pub rope: Option<RopeSpec>,
@@ -52,13 +58,29 @@ pub enum MlpSpec {
     Plain { intermediate: usize, act: Activation, bias: bool },
 }
 
-/// One decoder layer: pre-norm attention and MLP with residuals.
+/// How attention and MLP combine with the residual stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Residual {
+    /// `x += attn(..); x += mlp(..)` (Llama).
+    Sequential,
+    /// `x += attn(n1(x)) + mlp(n2(x))` from the same input (GPT-NeoX, Phi, Cohere); with
+    /// `shared_norm` both read `n1(x)` (Phi, Cohere, Falcon).
+    Parallel { shared_norm: bool },
+}
+
+/// One decoder layer. Norms are optional where families differ: pre-norms (Llama), post-norms
+/// on the sublayer outputs (OLMo 2), or both (Gemma 2's sandwich).
 #[derive(Clone, Debug, PartialEq)]
 pub struct LayerSpec {
-    pub attn_norm: Norm,
+    pub attn_norm: Option<Norm>,
     pub attn: AttnSpec,
-    pub mlp_norm: Norm,
+    pub post_attn_norm: Option<Norm>,
+    pub mlp_norm: Option<Norm>,
     pub mlp: MlpSpec,
+    pub post_mlp_norm: Option<Norm>,
+    pub residual: Residual,
+    /// Sublayer outputs are multiplied by this before the residual add (Granite); 1 otherwise.
+    pub residual_scale: f32,
 }
 
 /// Hugging Face parameter names of one layer's weights (`{i}` is the layer index).
@@ -72,6 +94,8 @@ pub struct LayerNames {
     pub q_norm: String,
     pub k_norm: String,
     pub mlp_norm: String,
+    pub post_attn_norm: String,
+    pub post_mlp_norm: String,
     pub gate: String,
     pub up: String,
     pub down: String,
@@ -100,6 +124,10 @@ pub struct ModelSpec {
     pub final_norm: Norm,
     /// The LM head reuses the embedding matrix.
     pub tied_head: bool,
+    /// Logits are multiplied by this (Cohere's `logit_scale`, 1/`logits_scaling` of Granite).
+    pub logit_scale: f32,
+    /// Final logit softcap c (Gemma 2): z -> c·tanh(z/c).
+    pub final_softcap: Option<f32>,
     pub embed_name: String,
     pub final_norm_name: String,
     pub head_name: String,
@@ -124,6 +152,8 @@ impl LayerNames {
             q_norm: format!("{p}.self_attn.q_norm"),
             k_norm: format!("{p}.self_attn.k_norm"),
             mlp_norm: format!("{p}.post_attention_layernorm"),
+            post_attn_norm: format!("{p}.post_attention_layernorm"),
+            post_mlp_norm: format!("{p}.post_feedforward_layernorm"),
             gate: format!("{p}.mlp.gate_proj"),
             up: format!("{p}.mlp.up_proj"),
             down: format!("{p}.mlp.down_proj"),

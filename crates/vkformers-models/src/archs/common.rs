@@ -9,7 +9,7 @@ use vkformers_kernels::rope::RopeLayout;
 
 use crate::error::{ModelError, Result};
 use crate::rope::{inv_freq, RopeParams};
-use crate::spec::{AttnSpec, LayerNames, LayerSpec, MlpSpec, ModelSpec, Norm, RopeSpec};
+use crate::spec::{AttnSpec, LayerNames, LayerSpec, MlpSpec, ModelSpec, Norm, Residual, RopeSpec};
 
 /// Fields of a Llama-like `config.json`.
 #[derive(Debug, Deserialize)]
@@ -113,15 +113,22 @@ impl BaseConfig {
             qkv_bias,
             out_bias: self.attention_bias,
             qk_norm: qk_norm.then(|| norm.clone()),
+            qk_norm_full: false,
+            softcap: 0.0,
+            alibi: false,
             sliding_window: self.sliding_window,
             rope: Some(self.rope(RopeLayout::HalfSplit)?),
             scale: 1.0 / (head_dim as f32).sqrt(),
         };
         let layer = LayerSpec {
-            attn_norm: norm.clone(),
+            attn_norm: Some(norm.clone()),
             attn,
-            mlp_norm: norm.clone(),
+            post_attn_norm: None,
+            mlp_norm: Some(norm.clone()),
             mlp: MlpSpec::Gated { intermediate: self.intermediate_size, glu, bias: self.mlp_bias },
+            post_mlp_norm: None,
+            residual: Residual::Sequential,
+            residual_scale: 1.0,
         };
         Ok(ModelSpec {
             model_type: model_type.into(),
@@ -131,6 +138,8 @@ impl BaseConfig {
             layers: vec![layer; self.num_hidden_layers],
             final_norm: norm,
             tied_head: self.tie_word_embeddings,
+            logit_scale: 1.0,
+            final_softcap: None,
             embed_name: "model.embed_tokens".into(),
             final_norm_name: "model.norm".into(),
             head_name: "lm_head".into(),

@@ -8,7 +8,7 @@ use vkformers_kernels::activation::Activation;
 
 use super::common::parse;
 use crate::error::{ModelError, Result};
-use crate::spec::{AttnSpec, LayerNames, LayerSpec, MapEntry, MlpSpec, ModelSpec, Norm};
+use crate::spec::{AttnSpec, LayerNames, LayerSpec, MapEntry, MlpSpec, ModelSpec, Norm, Residual};
 
 #[derive(Deserialize)]
 struct Config {
@@ -49,6 +49,8 @@ fn names() -> LayerNames {
         q_norm: String::new(),
         k_norm: String::new(),
         mlp_norm: format!("{p}.ln_2"),
+        post_attn_norm: String::new(),
+        post_mlp_norm: String::new(),
         gate: String::new(),
         up: format!("{p}.mlp.c_fc"),
         down: format!("{p}.mlp.c_proj"),
@@ -87,7 +89,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     let head_dim = c.n_embd / c.n_head;
     let norm = Norm::Layer { eps: c.layer_norm_epsilon as f32, bias: true };
     let layer = LayerSpec {
-        attn_norm: norm.clone(),
+        attn_norm: Some(norm.clone()),
         attn: AttnSpec {
             heads: c.n_head,
             kv_heads: c.n_head,
@@ -95,12 +97,19 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
             qkv_bias: true,
             out_bias: true,
             qk_norm: None,
+            qk_norm_full: false,
+            softcap: 0.0,
+            alibi: false,
             sliding_window: None,
             rope: None,
             scale: if c.scale_attn_weights { 1.0 / (head_dim as f32).sqrt() } else { 1.0 },
         },
-        mlp_norm: norm.clone(),
+        post_attn_norm: None,
+        mlp_norm: Some(norm.clone()),
         mlp: MlpSpec::Plain { intermediate: c.n_inner.unwrap_or(4 * c.n_embd), act, bias: true },
+        post_mlp_norm: None,
+        residual: Residual::Sequential,
+        residual_scale: 1.0,
     };
     Ok(ModelSpec {
         model_type: "gpt2".into(),
@@ -110,6 +119,8 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
         layers: vec![layer; c.n_layer],
         final_norm: norm,
         tied_head: c.tie_word_embeddings,
+        logit_scale: 1.0,
+        final_softcap: None,
         embed_name: "transformer.wte".into(),
         final_norm_name: "transformer.ln_f".into(),
         head_name: "lm_head".into(),
