@@ -10,6 +10,7 @@ mod common;
 mod gemma;
 mod gpt2;
 mod llama;
+mod olmo2;
 mod qwen;
 
 /// One registered architecture.
@@ -26,6 +27,7 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "qwen2", family: "llama-like decoder", build: qwen::qwen2 },
     Arch { model_type: "qwen3", family: "llama-like decoder", build: qwen::qwen3 },
     Arch { model_type: "gemma", family: "llama-like decoder", build: gemma::spec },
+    Arch { model_type: "olmo2", family: "llama-like decoder", build: olmo2::spec },
     Arch { model_type: "gpt2", family: "absolute-position GPT", build: gpt2::spec },
 ];
 
