@@ -43,6 +43,7 @@ parity! {
     gemma: "gemma",
     gpt2: "gpt2",
     olmo2: "olmo2",
+    granite: "granite",
 }
 
 #[test]

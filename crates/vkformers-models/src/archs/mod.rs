@@ -9,6 +9,7 @@ use crate::spec::ModelSpec;
 mod common;
 mod gemma;
 mod gpt2;
+mod granite;
 mod llama;
 mod olmo2;
 mod qwen;
@@ -28,6 +29,7 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "qwen3", family: "llama-like decoder", build: qwen::qwen3 },
     Arch { model_type: "gemma", family: "llama-like decoder", build: gemma::spec },
     Arch { model_type: "olmo2", family: "llama-like decoder", build: olmo2::spec },
+    Arch { model_type: "granite", family: "llama-like decoder", build: granite::spec },
     Arch { model_type: "gpt2", family: "absolute-position GPT", build: gpt2::spec },
 ];
 
