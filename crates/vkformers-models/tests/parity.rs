@@ -44,6 +44,7 @@ parity! {
     gpt2: "gpt2",
     olmo2: "olmo2",
     granite: "granite",
+    smollm3: "smollm3",
 }
 
 #[test]

@@ -13,6 +13,7 @@ mod granite;
 mod llama;
 mod olmo2;
 mod qwen;
+mod smollm3;
 
 /// One registered architecture.
 pub struct Arch {
@@ -30,6 +31,7 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "gemma", family: "llama-like decoder", build: gemma::spec },
     Arch { model_type: "olmo2", family: "llama-like decoder", build: olmo2::spec },
     Arch { model_type: "granite", family: "llama-like decoder", build: granite::spec },
+    Arch { model_type: "smollm3", family: "llama-like decoder", build: smollm3::spec },
     Arch { model_type: "gpt2", family: "absolute-position GPT", build: gpt2::spec },
 ];
 
