@@ -45,6 +45,7 @@ parity! {
     olmo2: "olmo2",
     granite: "granite",
     smollm3: "smollm3",
+    gemma2: "gemma2",
 }
 
 #[test]
