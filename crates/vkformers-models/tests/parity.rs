@@ -46,6 +46,7 @@ parity! {
     granite: "granite",
     smollm3: "smollm3",
     gemma2: "gemma2",
+    gemma3_text: "gemma3_text",
 }
 
 #[test]

@@ -9,6 +9,7 @@ use crate::spec::ModelSpec;
 mod common;
 mod gemma;
 mod gemma2;
+mod gemma3;
 mod gpt2;
 mod granite;
 mod llama;
@@ -34,6 +35,7 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "granite", family: "llama-like decoder", build: granite::spec },
     Arch { model_type: "smollm3", family: "llama-like decoder", build: smollm3::spec },
     Arch { model_type: "gemma2", family: "llama-like decoder", build: gemma2::spec },
+    Arch { model_type: "gemma3_text", family: "llama-like decoder", build: gemma3::spec },
     Arch { model_type: "gpt2", family: "absolute-position GPT", build: gpt2::spec },
 ];
 
