@@ -42,6 +42,11 @@ parity! {
     qwen3: "qwen3",
     gemma: "gemma",
     gpt2: "gpt2",
+    olmo2: "olmo2",
+    granite: "granite",
+    smollm3: "smollm3",
+    gemma2: "gemma2",
+    gemma3_text: "gemma3_text",
 }
 
 #[test]

@@ -8,9 +8,14 @@ use crate::spec::ModelSpec;
 
 mod common;
 mod gemma;
+mod gemma2;
+mod gemma3;
 mod gpt2;
+mod granite;
 mod llama;
+mod olmo2;
 mod qwen;
+mod smollm3;
 
 /// One registered architecture.
 pub struct Arch {
@@ -26,6 +31,11 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "qwen2", family: "llama-like decoder", build: qwen::qwen2 },
     Arch { model_type: "qwen3", family: "llama-like decoder", build: qwen::qwen3 },
     Arch { model_type: "gemma", family: "llama-like decoder", build: gemma::spec },
+    Arch { model_type: "olmo2", family: "llama-like decoder", build: olmo2::spec },
+    Arch { model_type: "granite", family: "llama-like decoder", build: granite::spec },
+    Arch { model_type: "smollm3", family: "llama-like decoder", build: smollm3::spec },
+    Arch { model_type: "gemma2", family: "llama-like decoder", build: gemma2::spec },
+    Arch { model_type: "gemma3_text", family: "llama-like decoder", build: gemma3::spec },
     Arch { model_type: "gpt2", family: "absolute-position GPT", build: gpt2::spec },
 ];
 
