@@ -42,6 +42,7 @@ parity! {
     qwen3: "qwen3",
     gemma: "gemma",
     gpt2: "gpt2",
+    starcoder2: "starcoder2",
 }
 
 #[test]

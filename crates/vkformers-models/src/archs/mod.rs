@@ -10,7 +10,9 @@ mod common;
 mod gemma;
 mod gpt2;
 mod llama;
+mod ln_common;
 mod qwen;
+mod starcoder2;
 
 /// One registered architecture.
 pub struct Arch {
@@ -27,6 +29,7 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "qwen3", family: "llama-like decoder", build: qwen::qwen3 },
     Arch { model_type: "gemma", family: "llama-like decoder", build: gemma::spec },
     Arch { model_type: "gpt2", family: "absolute-position GPT", build: gpt2::spec },
+    Arch { model_type: "starcoder2", family: "layernorm rotary decoder", build: starcoder2::spec },
 ];
 
 /// The spec of a parsed `config.json`.
