@@ -43,6 +43,7 @@ parity! {
     gemma: "gemma",
     gpt2: "gpt2",
     starcoder2: "starcoder2",
+    phi: "phi",
 }
 
 #[test]

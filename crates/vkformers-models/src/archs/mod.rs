@@ -11,6 +11,7 @@ mod gemma;
 mod gpt2;
 mod llama;
 mod ln_common;
+mod phi;
 mod qwen;
 mod starcoder2;
 
@@ -30,6 +31,7 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "gemma", family: "llama-like decoder", build: gemma::spec },
     Arch { model_type: "gpt2", family: "absolute-position GPT", build: gpt2::spec },
     Arch { model_type: "starcoder2", family: "layernorm rotary decoder", build: starcoder2::spec },
+    Arch { model_type: "phi", family: "layernorm rotary decoder", build: phi::spec },
 ];
 
 /// The spec of a parsed `config.json`.
