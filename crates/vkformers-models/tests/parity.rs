@@ -44,6 +44,7 @@ parity! {
     gpt2: "gpt2",
     starcoder2: "starcoder2",
     phi: "phi",
+    gpt_neox: "gpt_neox",
 }
 
 #[test]

@@ -9,6 +9,7 @@ use crate::spec::ModelSpec;
 mod common;
 mod gemma;
 mod gpt2;
+mod gpt_neox;
 mod llama;
 mod ln_common;
 mod phi;
@@ -32,6 +33,7 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "gpt2", family: "absolute-position GPT", build: gpt2::spec },
     Arch { model_type: "starcoder2", family: "layernorm rotary decoder", build: starcoder2::spec },
     Arch { model_type: "phi", family: "layernorm rotary decoder", build: phi::spec },
+    Arch { model_type: "gpt_neox", family: "layernorm rotary decoder", build: gpt_neox::spec },
 ];
 
 /// The spec of a parsed `config.json`.
