@@ -45,6 +45,7 @@ parity! {
     starcoder2: "starcoder2",
     phi: "phi",
     gpt_neox: "gpt_neox",
+    cohere: "cohere",
 }
 
 #[test]

@@ -6,6 +6,7 @@ use serde_json::Value;
 use crate::error::{ModelError, Result};
 use crate::spec::ModelSpec;
 
+mod cohere;
 mod common;
 mod gemma;
 mod gpt2;
@@ -34,6 +35,7 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "starcoder2", family: "layernorm rotary decoder", build: starcoder2::spec },
     Arch { model_type: "phi", family: "layernorm rotary decoder", build: phi::spec },
     Arch { model_type: "gpt_neox", family: "layernorm rotary decoder", build: gpt_neox::spec },
+    Arch { model_type: "cohere", family: "layernorm rotary decoder", build: cohere::spec },
 ];
 
 /// The spec of a parsed `config.json`.
