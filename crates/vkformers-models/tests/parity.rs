@@ -46,6 +46,8 @@ parity! {
     phi: "phi",
     gpt_neox: "gpt_neox",
     cohere: "cohere",
+    stablelm: "stablelm",
+    stablelm_parallel: "stablelm_parallel",
 }
 
 #[test]

@@ -15,6 +15,7 @@ mod llama;
 mod ln_common;
 mod phi;
 mod qwen;
+mod stablelm;
 mod starcoder2;
 
 /// One registered architecture.
@@ -36,6 +37,7 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "phi", family: "layernorm rotary decoder", build: phi::spec },
     Arch { model_type: "gpt_neox", family: "layernorm rotary decoder", build: gpt_neox::spec },
     Arch { model_type: "cohere", family: "layernorm rotary decoder", build: cohere::spec },
+    Arch { model_type: "stablelm", family: "layernorm rotary decoder", build: stablelm::spec },
 ];
 
 /// The spec of a parsed `config.json`.
