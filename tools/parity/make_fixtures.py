@@ -269,6 +269,7 @@ def make_fixture(name: str, model_type: str, cfg_kwargs: dict, out_dir: Path, ve
     model.save_pretrained(d, safe_serialization=True)
 
     names = [n for n, _ in model.named_parameters()]
+    stored = _stored_names(model, d / "model.safetensors")
     ids, mask, labels = make_batch(vocab)
 
     # Forward + loss + backward.
@@ -302,8 +303,8 @@ def make_fixture(name: str, model_type: str, cfg_kwargs: dict, out_dir: Path, ve
         "loss": loss.reshape(1).float().contiguous(),
     }
     for n in names:
-        ref[f"grad.{n}"] = grads[n].float().contiguous()
-        ref[f"step2.{n}"] = step2[n].float().contiguous()
+        ref[f"grad.{stored[n]}"] = grads[n].float().contiguous()
+        ref[f"step2.{stored[n]}"] = step2[n].float().contiguous()
     save_file(ref, str(d / "reference.safetensors"), metadata={"format": "pt"})
     # (one metadata key only: safetensors stores metadata in a hash map, so several keys come out in
     # random order and the file bytes would not be reproducible)
@@ -354,7 +355,7 @@ def make_fixture(name: str, model_type: str, cfg_kwargs: dict, out_dir: Path, ve
             "use_cache": True,
             "min_top1_top2_logit_gap": gaps,
         },
-        "parameter_names": names,
+        "parameter_names": [stored[n] for n in names],
         "tied_parameter_aliases": tied,
         "model_safetensors_keys": saved_keys,
         "num_parameters": int(sum(params[n].numel() for n in names)),
@@ -370,6 +371,26 @@ def _safetensors_keys(path: Path) -> list[str]:
 
     with safe_open(str(path), framework="pt") as f:
         return list(f.keys())
+
+
+def _stored_names(model, path: Path) -> dict:
+    """named_parameters() name -> its key in model.safetensors. Usually the same; some models rename
+    on save (GPT-NeoX writes `lm_head` as `embed_out`): such a parameter is matched to the one saved
+    tensor with equal contents."""
+    from safetensors import safe_open
+
+    out = {}
+    with safe_open(str(path), framework="pt") as f:
+        keys = set(f.keys())
+        for n, p in model.named_parameters():
+            if n in keys:
+                out[n] = n
+                continue
+            same = [k for k in keys if f.get_slice(k).get_shape() == list(p.shape)
+                    and bool((f.get_tensor(k) == p.detach()).all())]
+            assert len(same) == 1, f"{n}: no unique saved tensor ({same})"
+            out[n] = same[0]
+    return out
 
 
 def _all_param_keys(model) -> list[str]:

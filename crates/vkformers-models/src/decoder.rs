@@ -84,7 +84,8 @@ pub fn forward(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, batch: &Batch<'_>) 
     }
     let x = apply_norm(g, &spec.final_norm, w, &spec.final_norm_name, &x)?;
     let head = if spec.tied_head { embed } else { w.get(&format!("{}.weight", spec.head_name))? };
-    let mut logits = matmul::linear(g, &x, head, None)?;
+    let head_bias = if spec.head_bias { Some(w.get(&format!("{}.bias", spec.head_name))?) } else { None };
+    let mut logits = matmul::linear(g, &x, head, head_bias)?;
     if spec.logit_scale != 1.0 {
         logits = broadcast::scale(g, &logits, spec.logit_scale)?;
     }

@@ -110,6 +110,10 @@ pub struct MapEntry {
     pub transpose: bool,
     /// Internal names and their row counts; a single part keeps the whole tensor.
     pub parts: Vec<(String, usize)>,
+    /// The stored rows come in `groups` equal blocks (one per head, GPT-NeoX's
+    /// `[heads, 3, head_dim]` QKV), each holding `rows / groups` rows of every part in order;
+    /// 1 = each part's rows are contiguous (GPT-2's `c_attn`).
+    pub groups: usize,
 }
 
 /// A whole decoder-only model.
@@ -124,6 +128,8 @@ pub struct ModelSpec {
     pub final_norm: Norm,
     /// The LM head reuses the embedding matrix.
     pub tied_head: bool,
+    /// The LM head adds `{head_name}.bias` (Phi), also when tied.
+    pub head_bias: bool,
     /// Logits are multiplied by this (Cohere's `logit_scale`, 1/`logits_scaling` of Granite).
     pub logit_scale: f32,
     /// Final logit softcap c (Gemma 2): z -> c·tanh(z/c).

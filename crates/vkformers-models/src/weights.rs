@@ -45,20 +45,31 @@ pub fn to_internal(spec: &ModelSpec, t: HostTensor) -> Result<Vec<HostTensor>> {
     }
     let row: usize = shape[1..].iter().product();
     let total: usize = e.parts.iter().map(|p| p.1).sum();
-    if total != shape[0] {
-        return Err(ModelError::Weights(format!("`{}` has {} rows, its parts {total}", e.hf, shape[0])));
+    let groups = e.groups.max(1);
+    if total != shape[0] || e.parts.iter().any(|p| p.1 % groups != 0) {
+        return Err(ModelError::Weights(format!(
+            "`{}` has {} rows, its parts {total} in {groups} groups",
+            e.hf, shape[0]
+        )));
     }
-    let mut at = 0;
-    Ok(e.parts
+    let mut out: Vec<HostTensor> = e
+        .parts
         .iter()
         .map(|(name, rows)| {
             let mut s = shape.clone();
             s[0] = *rows;
-            let part = data[at * row..(at + rows) * row].to_vec();
-            at += rows;
-            HostTensor { name: name.clone(), shape: s, data: part }
+            HostTensor { name: name.clone(), shape: s, data: Vec::with_capacity(rows * row) }
         })
-        .collect())
+        .collect();
+    let mut at = 0;
+    for _ in 0..groups {
+        for (o, (_, rows)) in out.iter_mut().zip(&e.parts) {
+            let n = rows / groups * row;
+            o.data.extend_from_slice(&data[at..at + n]);
+            at += n;
+        }
+    }
+    Ok(out)
 }
 
 /// The stored tensors rebuilt from internal parameters (by internal name), in the order of
@@ -75,7 +86,14 @@ pub fn to_hf(spec: &ModelSpec, internal: &HashMap<String, HostTensor>, hf_names:
             let parts: Vec<&HostTensor> = e.parts.iter().map(|(n, _)| get(n)).collect::<Result<_>>()?;
             let mut shape = parts[0].shape.clone();
             shape[0] = parts.iter().map(|p| p.shape[0]).sum();
-            let data: Vec<f32> = parts.iter().flat_map(|p| p.data.iter().copied()).collect();
+            let groups = e.groups.max(1);
+            let mut data = Vec::with_capacity(parts.iter().map(|p| p.data.len()).sum());
+            for gi in 0..groups {
+                for p in &parts {
+                    let n = p.data.len() / groups;
+                    data.extend_from_slice(&p.data[gi * n..(gi + 1) * n]);
+                }
+            }
             let (shape, data) = if e.transpose { transpose2(&shape, &data) } else { (shape, data) };
             Ok(HostTensor { name: hf.clone(), shape, data })
         })

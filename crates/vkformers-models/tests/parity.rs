@@ -47,6 +47,12 @@ parity! {
     smollm3: "smollm3",
     gemma2: "gemma2",
     gemma3_text: "gemma3_text",
+    starcoder2: "starcoder2",
+    phi: "phi",
+    gpt_neox: "gpt_neox",
+    cohere: "cohere",
+    stablelm: "stablelm",
+    stablelm_parallel: "stablelm_parallel",
 }
 
 #[test]

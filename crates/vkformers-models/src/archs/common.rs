@@ -138,6 +138,7 @@ impl BaseConfig {
             layers: vec![layer; self.num_hidden_layers],
             final_norm: norm,
             tied_head: self.tie_word_embeddings,
+            head_bias: false,
             logit_scale: 1.0,
             final_softcap: None,
             embed_name: "model.embed_tokens".into(),

@@ -64,11 +64,16 @@ fn weight_map(layers: usize, hidden: usize) -> Vec<MapEntry> {
         let p = format!("transformer.h.{i}");
         for suffix in ["weight", "bias"] {
             let parts = ["q", "k", "v"].iter().map(|x| (format!("{p}.attn.{x}.{suffix}"), hidden)).collect();
-            map.push(MapEntry { hf: format!("{p}.attn.c_attn.{suffix}"), transpose: suffix == "weight", parts });
+            map.push(MapEntry {
+                hf: format!("{p}.attn.c_attn.{suffix}"),
+                transpose: suffix == "weight",
+                parts,
+                groups: 1,
+            });
         }
         for conv in ["attn.c_proj", "mlp.c_fc", "mlp.c_proj"] {
             let name = format!("{p}.{conv}.weight");
-            map.push(MapEntry { hf: name.clone(), transpose: true, parts: vec![(name, 0)] });
+            map.push(MapEntry { hf: name.clone(), transpose: true, parts: vec![(name, 0)], groups: 1 });
         }
     }
     map
@@ -119,6 +124,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
         layers: vec![layer; c.n_layer],
         final_norm: norm,
         tied_head: c.tie_word_embeddings,
+        head_bias: false,
         logit_scale: 1.0,
         final_softcap: None,
         embed_name: "transformer.wte".into(),

@@ -6,16 +6,22 @@ use serde_json::Value;
 use crate::error::{ModelError, Result};
 use crate::spec::ModelSpec;
 
+mod cohere;
 mod common;
 mod gemma;
 mod gemma2;
 mod gemma3;
 mod gpt2;
+mod gpt_neox;
 mod granite;
 mod llama;
+mod ln_common;
 mod olmo2;
+mod phi;
 mod qwen;
 mod smollm3;
+mod stablelm;
+mod starcoder2;
 
 /// One registered architecture.
 pub struct Arch {
@@ -37,6 +43,11 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "gemma2", family: "llama-like decoder", build: gemma2::spec },
     Arch { model_type: "gemma3_text", family: "llama-like decoder", build: gemma3::spec },
     Arch { model_type: "gpt2", family: "absolute-position GPT", build: gpt2::spec },
+    Arch { model_type: "starcoder2", family: "layernorm rotary decoder", build: starcoder2::spec },
+    Arch { model_type: "phi", family: "layernorm rotary decoder", build: phi::spec },
+    Arch { model_type: "gpt_neox", family: "layernorm rotary decoder", build: gpt_neox::spec },
+    Arch { model_type: "cohere", family: "layernorm rotary decoder", build: cohere::spec },
+    Arch { model_type: "stablelm", family: "layernorm rotary decoder", build: stablelm::spec },
 ];
 
 /// The spec of a parsed `config.json`.

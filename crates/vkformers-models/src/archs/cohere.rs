@@ -1,0 +1,46 @@
+//! `cohere` (Command-R): attention and a SwiGLU MLP in parallel on one bias-free LayerNorm,
+//! interleaved RoPE (pairs `(2i, 2i + 1)`), logits multiplied by `logit_scale`, tied head.
+
+use serde::Deserialize;
+use serde_json::Value;
+use vkformers_kernels::rope::RopeLayout;
+
+use super::common::{parse, BaseConfig};
+use super::ln_common::{prepare, set_norms, tied};
+use crate::error::{ModelError, Result};
+use crate::spec::{ModelSpec, Norm, Residual};
+
+#[derive(Deserialize)]
+struct Config {
+    #[serde(flatten)]
+    base: BaseConfig,
+    #[serde(default = "default_eps")]
+    layer_norm_eps: f64,
+    logit_scale: Option<f64>,
+    #[serde(default)]
+    use_qk_norm: bool,
+}
+
+fn default_eps() -> f64 {
+    1e-5
+}
+
+pub fn spec(cfg: &Value) -> Result<ModelSpec> {
+    let mut c: Config = parse(cfg)?;
+    if c.use_qk_norm {
+        return Err(ModelError::Unsupported("cohere use_qk_norm (per-head LayerNorm weights)".into()));
+    }
+    prepare(&mut c.base, cfg, "silu", 1.0);
+    c.base.tie_word_embeddings = tied(cfg, true);
+    let mut spec = c.base.llama_spec("cohere", c.base.glu("silu")?, false, false, c.base.attention_bias)?;
+    set_norms(&mut spec, &Norm::Layer { eps: c.layer_norm_eps as f32, bias: false });
+    let rope = c.base.rope(RopeLayout::Interleaved)?;
+    for l in &mut spec.layers {
+        l.attn.rope = Some(rope.clone());
+        l.attn.sliding_window = None;
+        l.mlp_norm = None;
+        l.residual = Residual::Parallel { shared_norm: true };
+    }
+    spec.logit_scale = c.logit_scale.unwrap_or(0.0625) as f32;
+    Ok(spec)
+}
