@@ -79,6 +79,9 @@ pub fn forward(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, batch: &Batch<'_>) 
         let p = shape::reshape(g, &embedding::embedding(g, table, &inputs.pos)?, &[b * t, spec.hidden])?;
         x = broadcast::add(g, &x, &p)?;
     }
+    if let Some(n) = &spec.embed_norm {
+        x = apply_norm(g, n, w, &spec.embed_norm_name, &x)?;
+    }
     for (i, layer) in spec.layers.iter().enumerate() {
         x = decoder_layer(g, spec, w, layer, i, &x, &inputs, (b, t))?;
     }

@@ -124,6 +124,10 @@ pub struct ModelSpec {
     pub hidden: usize,
     /// Embedding output multiplied by this (Gemma: sqrt(hidden)); 1 otherwise.
     pub embed_scale: f32,
+    /// A norm of the input embeddings (after scale and positions) before the first layer, stored
+    /// under `embed_norm_name` (BLOOM's `word_embeddings_layernorm`); `None` for most families.
+    pub embed_norm: Option<Norm>,
+    pub embed_norm_name: String,
     pub layers: Vec<LayerSpec>,
     pub final_norm: Norm,
     /// The LM head reuses the embedding matrix.

@@ -53,6 +53,7 @@ parity! {
     cohere: "cohere",
     stablelm: "stablelm",
     stablelm_parallel: "stablelm_parallel",
+    bloom: "bloom",
 }
 
 #[test]

@@ -135,6 +135,8 @@ impl BaseConfig {
             vocab: self.vocab_size,
             hidden: self.hidden_size,
             embed_scale: 1.0,
+            embed_norm: None,
+            embed_norm_name: String::new(),
             layers: vec![layer; self.num_hidden_layers],
             final_norm: norm,
             tied_head: self.tie_word_embeddings,

@@ -121,6 +121,8 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
         vocab: c.vocab_size,
         hidden: c.n_embd,
         embed_scale: 1.0,
+        embed_norm: None,
+        embed_norm_name: String::new(),
         layers: vec![layer; c.n_layer],
         final_norm: norm,
         tied_head: c.tie_word_embeddings,
