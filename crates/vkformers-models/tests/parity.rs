@@ -54,6 +54,7 @@ parity! {
     stablelm: "stablelm",
     stablelm_parallel: "stablelm_parallel",
     bloom: "bloom",
+    falcon: "falcon",
 }
 
 #[test]
