@@ -230,7 +230,12 @@ fn self_attention(
         window: a.sliding_window.unwrap_or(0),
         softcap: a.softcap,
         kmask: Some(inp.kmask.clone()),
-        alibi: if a.alibi { Some(g.constant(&alibi_slopes(a.heads), &[a.heads])?) } else { None },
+        alibi: if a.alibi {
+            let slopes: Vec<f32> = alibi_slopes(a.heads).iter().map(|s| s * a.alibi_scale).collect();
+            Some(g.constant(&slopes, &[a.heads])?)
+        } else {
+            None
+        },
     };
     let o = attention(g, &q, &k, &v, &opts)?;
     let o = shape::reshape(g, &o, &[b * t, a.heads * a.head_dim])?;

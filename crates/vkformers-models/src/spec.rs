@@ -42,6 +42,8 @@ pub struct AttnSpec {
     pub softcap: f32,
     /// ALiBi position biases (BLOOM, Falcon) with the standard per-head slopes.
     pub alibi: bool,
+    /// The ALiBi slopes are multiplied by this (Falcon: `2 / sqrt(head_dim)`); 1 otherwise.
+    pub alibi_scale: f32,
     /// Keys further back than this are invisible (Mistral); `None` = full causal.
     pub sliding_window: Option<u32>,
     pub rope: Option<RopeSpec>,

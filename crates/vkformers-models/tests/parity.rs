@@ -55,6 +55,7 @@ parity! {
     stablelm_parallel: "stablelm_parallel",
     bloom: "bloom",
     falcon: "falcon",
+    falcon_alibi: "falcon_alibi",
 }
 
 #[test]

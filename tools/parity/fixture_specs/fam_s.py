@@ -44,4 +44,23 @@ SPECS = {
             "tie_word_embeddings": False,
         },
     ),
+    # Falcon 7B's old architecture with ALiBi instead of RoPE: multi-query attention (one KV head,
+    # fused [heads + 2, head_dim]), sequential blocks (input_layernorm, post_attention_layernorm),
+    # biases on every linear, tied head. transformers adds the ALiBi bias both inside the scaled
+    # score and again through the mask, so its slopes act as 2 * slope / sqrt(head_dim).
+    "falcon_alibi": (
+        "falcon",
+        {
+            **BASE,
+            "new_decoder_architecture": False,
+            "multi_query": True,
+            "parallel_attn": False,
+            "alibi": True,
+            "bias": True,
+            "ffn_hidden_size": 64,
+            "activation": "gelu",
+            "max_position_embeddings": 64,
+            "tie_word_embeddings": True,
+        },
+    ),
 }

@@ -99,6 +99,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
             qk_norm_full: false,
             softcap: 0.0,
             alibi: true,
+            alibi_scale: 1.0,
             sliding_window: None,
             rope: None,
             scale: 1.0 / (head_dim as f32).sqrt(),

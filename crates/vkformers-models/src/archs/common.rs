@@ -116,6 +116,7 @@ impl BaseConfig {
             qk_norm_full: false,
             softcap: 0.0,
             alibi: false,
+            alibi_scale: 1.0,
             sliding_window: self.sliding_window,
             rope: Some(self.rope(RopeLayout::HalfSplit)?),
             scale: 1.0 / (head_dim as f32).sqrt(),

@@ -139,6 +139,9 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
         if c.alibi {
             l.attn.rope = None;
             l.attn.alibi = true;
+            // transformers adds the bias to the raw scores before the 1/sqrt(head_dim) scale and
+            // once more, divided by sqrt(head_dim), through the attention mask.
+            l.attn.alibi_scale = 2.0 / (head_dim as f32).sqrt();
         }
         if mlp_norm.is_empty() {
             l.mlp_norm = None;

@@ -105,6 +105,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
             qk_norm_full: false,
             softcap: 0.0,
             alibi: false,
+            alibi_scale: 1.0,
             sliding_window: None,
             rope: None,
             scale: if c.scale_attn_weights { 1.0 / (head_dim as f32).sqrt() } else { 1.0 },
