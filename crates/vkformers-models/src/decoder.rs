@@ -79,6 +79,9 @@ pub fn forward(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, batch: &Batch<'_>) 
         let p = shape::reshape(g, &embedding::embedding(g, table, &inputs.pos)?, &[b * t, spec.hidden])?;
         x = broadcast::add(g, &x, &p)?;
     }
+    if let Some(n) = &spec.embed_norm {
+        x = apply_norm(g, n, w, &spec.embed_norm_name, &x)?;
+    }
     for (i, layer) in spec.layers.iter().enumerate() {
         x = decoder_layer(g, spec, w, layer, i, &x, &inputs, (b, t))?;
     }
@@ -227,7 +230,12 @@ fn self_attention(
         window: a.sliding_window.unwrap_or(0),
         softcap: a.softcap,
         kmask: Some(inp.kmask.clone()),
-        alibi: if a.alibi { Some(g.constant(&alibi_slopes(a.heads), &[a.heads])?) } else { None },
+        alibi: if a.alibi {
+            let slopes: Vec<f32> = alibi_slopes(a.heads).iter().map(|s| s * a.alibi_scale).collect();
+            Some(g.constant(&slopes, &[a.heads])?)
+        } else {
+            None
+        },
     };
     let o = attention(g, &q, &k, &v, &opts)?;
     let o = shape::reshape(g, &o, &[b * t, a.heads * a.head_dim])?;

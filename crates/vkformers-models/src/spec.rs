@@ -42,6 +42,8 @@ pub struct AttnSpec {
     pub softcap: f32,
     /// ALiBi position biases (BLOOM, Falcon) with the standard per-head slopes.
     pub alibi: bool,
+    /// The ALiBi slopes are multiplied by this (Falcon: `2 / sqrt(head_dim)`); 1 otherwise.
+    pub alibi_scale: f32,
     /// Keys further back than this are invisible (Mistral); `None` = full causal.
     pub sliding_window: Option<u32>,
     pub rope: Option<RopeSpec>,
@@ -124,6 +126,10 @@ pub struct ModelSpec {
     pub hidden: usize,
     /// Embedding output multiplied by this (Gemma: sqrt(hidden)); 1 otherwise.
     pub embed_scale: f32,
+    /// A norm of the input embeddings (after scale and positions) before the first layer, stored
+    /// under `embed_norm_name` (BLOOM's `word_embeddings_layernorm`); `None` for most families.
+    pub embed_norm: Option<Norm>,
+    pub embed_norm_name: String,
     pub layers: Vec<LayerSpec>,
     pub final_norm: Norm,
     /// The LM head reuses the embedding matrix.

@@ -53,6 +53,9 @@ parity! {
     cohere: "cohere",
     stablelm: "stablelm",
     stablelm_parallel: "stablelm_parallel",
+    bloom: "bloom",
+    falcon: "falcon",
+    falcon_alibi: "falcon_alibi",
 }
 
 #[test]

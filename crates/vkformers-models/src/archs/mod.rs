@@ -6,8 +6,10 @@ use serde_json::Value;
 use crate::error::{ModelError, Result};
 use crate::spec::ModelSpec;
 
+mod bloom;
 mod cohere;
 mod common;
+mod falcon;
 mod gemma;
 mod gemma2;
 mod gemma3;
@@ -48,6 +50,8 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "gpt_neox", family: "layernorm rotary decoder", build: gpt_neox::spec },
     Arch { model_type: "cohere", family: "layernorm rotary decoder", build: cohere::spec },
     Arch { model_type: "stablelm", family: "layernorm rotary decoder", build: stablelm::spec },
+    Arch { model_type: "bloom", family: "ALiBi decoder", build: bloom::spec },
+    Arch { model_type: "falcon", family: "layernorm rotary decoder", build: falcon::spec },
 ];
 
 /// The spec of a parsed `config.json`.
