@@ -53,6 +53,7 @@ parity! {
     cohere: "cohere",
     stablelm: "stablelm",
     stablelm_parallel: "stablelm_parallel",
+    phi3: "phi3",
 }
 
 #[test]
