@@ -55,6 +55,7 @@ parity! {
     stablelm: "stablelm",
     stablelm_parallel: "stablelm_parallel",
     phi3: "phi3",
+    opt: "opt",
 }
 
 #[test]
