@@ -66,17 +66,27 @@ struct Inputs {
 /// Logits `[B·T, V]` of a batch.
 pub fn forward(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, batch: &Batch<'_>) -> Result<Tensor> {
     let (b, t) = (batch.batch, batch.seq);
-    let pos: Vec<i32> = (0..b * t).map(|i| (i % t) as i32).collect();
+    let pos = positions(spec, batch);
     let inputs =
         Inputs { ids: g.ints(batch.ids, &[b, t])?, kmask: g.ints(batch.mask, &[b, t])?, pos: g.ints(&pos, &[b, t])? };
     let embed = w.get(&format!("{}.weight", spec.embed_name))?;
-    let mut x = shape::reshape(g, &embedding::embedding(g, embed, &inputs.ids)?, &[b * t, spec.hidden])?;
+    let embed_dim = embed.shape().get(1).copied().unwrap_or(spec.hidden);
+    let mut x = shape::reshape(g, &embedding::embedding(g, embed, &inputs.ids)?, &[b * t, embed_dim])?;
     if spec.embed_scale != 1.0 {
         x = broadcast::scale(g, &x, spec.embed_scale)?;
     }
+    if let Some(name) = &spec.project_in {
+        x = matmul::linear(g, &x, w.get(&format!("{name}.weight"))?, None)?;
+    }
     if let Some(wpe) = &spec.position_embedding {
         let table = w.get(&format!("{wpe}.weight"))?;
-        let p = shape::reshape(g, &embedding::embedding(g, table, &inputs.pos)?, &[b * t, spec.hidden])?;
+        let off = spec.position_offset as i32;
+        let idx: Vec<i32> = pos.iter().map(|p| p + off).collect();
+        if let Some(bad) = idx.iter().find(|&&p| p < 0 || p as usize >= table.shape()[0]) {
+            return Err(ModelError::Weights(format!("position {bad} outside `{wpe}` {:?}", table.shape())));
+        }
+        let idx = g.ints(&idx, &[b, t])?;
+        let p = shape::reshape(g, &embedding::embedding(g, table, &idx)?, &[b * t, spec.hidden])?;
         x = broadcast::add(g, &x, &p)?;
     }
     if let Some(n) = &spec.embed_norm {
@@ -85,7 +95,10 @@ pub fn forward(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, batch: &Batch<'_>) 
     for (i, layer) in spec.layers.iter().enumerate() {
         x = decoder_layer(g, spec, w, layer, i, &x, &inputs, (b, t))?;
     }
-    let x = apply_norm(g, &spec.final_norm, w, &spec.final_norm_name, &x)?;
+    let mut x = apply_norm(g, &spec.final_norm, w, &spec.final_norm_name, &x)?;
+    if let Some(name) = &spec.project_out {
+        x = matmul::linear(g, &x, w.get(&format!("{name}.weight"))?, None)?;
+    }
     let head = if spec.tied_head { embed } else { w.get(&format!("{}.weight", spec.head_name))? };
     let head_bias = if spec.head_bias { Some(w.get(&format!("{}.bias", spec.head_name))?) } else { None };
     let mut logits = matmul::linear(g, &x, head, head_bias)?;
@@ -96,6 +109,24 @@ pub fn forward(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, batch: &Batch<'_>) 
         logits = softcap(g, &logits, c)?;
     }
     Ok(logits)
+}
+
+/// Position ids `[B·T]`: `0..T` per row, or with `positions_from_mask` the count of real tokens
+/// so far minus one (−1 on padding), as OPT derives them from the attention mask.
+fn positions(spec: &ModelSpec, batch: &Batch<'_>) -> Vec<i32> {
+    let t = batch.seq;
+    if !spec.positions_from_mask {
+        return (0..batch.batch * t).map(|i| (i % t) as i32).collect();
+    }
+    let mut out = Vec::with_capacity(batch.batch * t);
+    for row in batch.mask.chunks(t) {
+        let mut seen = 0;
+        for &m in row {
+            seen += m;
+            out.push(seen * m - 1);
+        }
+    }
+    out
 }
 
 /// `c·tanh(z/c) = 2c·sigmoid(2z/c) − c`, from differentiable ops.

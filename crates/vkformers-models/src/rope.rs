@@ -128,7 +128,8 @@ fn longrope(p: &RopeParams, dim: usize, max_positions: usize) -> Result<(Vec<f32
         )));
     }
     let original = field(p, "original_max_position_embeddings").unwrap_or(max_positions as f64);
-    let scale = max_positions as f64 / original;
+    // transformers uses `factor` where given, else max / original positions.
+    let scale = field(p, "factor").unwrap_or(max_positions as f64 / original);
     let attention = field(p, "attention_factor").unwrap_or(if scale <= 1.0 {
         1.0
     } else {

@@ -147,6 +147,15 @@ pub struct ModelSpec {
     /// Learned absolute position embeddings (`[max_positions, hidden]`), added to the token
     /// embeddings (GPT-2); `None` for rotary models.
     pub position_embedding: Option<String>,
+    /// Positions are `cumsum(mask)·mask − 1` per row (OPT: real tokens count 0, 1, ... past any
+    /// left padding; padding gets −1) instead of `0..T`.
+    pub positions_from_mask: bool,
+    /// Added to the position ids that index the learned position table (OPT: 2).
+    pub position_offset: usize,
+    /// Bias-free projections between a narrower embedding (`word_embed_proj_dim`) and the
+    /// hidden size: `{name}.weight` after the token embedding and before the (tied) head (OPT).
+    pub project_in: Option<String>,
+    pub project_out: Option<String>,
     /// Stored tensors that are not used as they are (transposed or fused); identity otherwise.
     pub weight_map: Vec<MapEntry>,
 }

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use vkformers_models::parity::{check, fixtures, TOL_GRAD, TOL_LOGITS, TOL_STEP};
+use vkformers_models::parity::{check, fixtures, TOL_GRAD, TOL_GRAD_ZERO, TOL_LOGITS, TOL_STEP};
 use vkformers_vk::testing::on_every_device;
 
 fn root() -> PathBuf {
@@ -19,6 +19,7 @@ fn check_fixture(name: &str) {
         assert!(r.logits_rel <= TOL_LOGITS, "{name}: logits relative error {:e}", r.logits_rel);
         assert!(r.loss_rel <= TOL_LOGITS, "{name}: loss relative error {:e}", r.loss_rel);
         assert!(r.grad_rel <= TOL_GRAD, "{name}: worst gradient relative error {:e}", r.grad_rel);
+        assert!(r.grad_zero_abs <= TOL_GRAD_ZERO, "{name}: gradients zero in theory are {:e} off", r.grad_zero_abs);
         assert!(r.step2_abs <= TOL_STEP, "{name}: worst |Δ| after two AdamW steps {:e}", r.step2_abs);
         assert!(r.step2_ill_abs <= 2e-3, "{name}: ill-conditioned elements moved {:e}", r.step2_ill_abs);
         Ok(())
@@ -56,6 +57,8 @@ parity! {
     bloom: "bloom",
     falcon: "falcon",
     falcon_alibi: "falcon_alibi",
+    phi3: "phi3",
+    opt: "opt",
 }
 
 #[test]

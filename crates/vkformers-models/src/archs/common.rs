@@ -149,6 +149,10 @@ impl BaseConfig {
             head_name: "lm_head".into(),
             layer_names: LayerNames::llama(),
             position_embedding: None,
+            positions_from_mask: false,
+            position_offset: 0,
+            project_in: None,
+            project_out: None,
             weight_map: Vec::new(),
         })
     }

@@ -135,6 +135,10 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
         head_name: "lm_head".into(),
         layer_names: names(),
         position_embedding: Some("transformer.wpe".into()),
+        positions_from_mask: false,
+        position_offset: 0,
+        project_in: None,
+        project_out: None,
         weight_map: weight_map(c.n_layer, c.n_embd),
     })
 }

@@ -19,7 +19,9 @@ mod granite;
 mod llama;
 mod ln_common;
 mod olmo2;
+mod opt;
 mod phi;
+mod phi3;
 mod qwen;
 mod smollm3;
 mod stablelm;
@@ -45,8 +47,10 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "gemma2", family: "llama-like decoder", build: gemma2::spec },
     Arch { model_type: "gemma3_text", family: "llama-like decoder", build: gemma3::spec },
     Arch { model_type: "gpt2", family: "absolute-position GPT", build: gpt2::spec },
+    Arch { model_type: "opt", family: "absolute-position GPT", build: opt::spec },
     Arch { model_type: "starcoder2", family: "layernorm rotary decoder", build: starcoder2::spec },
     Arch { model_type: "phi", family: "layernorm rotary decoder", build: phi::spec },
+    Arch { model_type: "phi3", family: "llama-like decoder", build: phi3::spec },
     Arch { model_type: "gpt_neox", family: "layernorm rotary decoder", build: gpt_neox::spec },
     Arch { model_type: "cohere", family: "layernorm rotary decoder", build: cohere::spec },
     Arch { model_type: "stablelm", family: "layernorm rotary decoder", build: stablelm::spec },
