@@ -93,14 +93,14 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
 fn print_table(rows: &[serde_json::Value], device: &str, root: &Path) {
     println!("parity with transformers on {device} (fixtures: {})", root.display());
     println!(
-        "{:<10} {:<24} {:<14} {:<8} {:<10} {:<8}",
+        "{:<12} {:<26} {:<18} {:<8} {:<10} {:<8}",
         "model_type", "family", "fixture", "forward", "gradients", "adamw"
     );
     for r in rows {
         let fixtures = r["fixtures"].as_array().cloned().unwrap_or_default();
         if fixtures.is_empty() {
             println!(
-                "{:<10} {:<24} {:<14}",
+                "{:<12} {:<26} {:<18}",
                 r["model_type"].as_str().unwrap_or(""),
                 r["family"].as_str().unwrap_or(""),
                 "(none)"
@@ -108,7 +108,7 @@ fn print_table(rows: &[serde_json::Value], device: &str, root: &Path) {
         }
         for c in fixtures {
             println!(
-                "{:<10} {:<24} {:<14} {:<8} {:<10} {:<8}",
+                "{:<12} {:<26} {:<18} {:<8} {:<10} {:<8}",
                 r["model_type"].as_str().unwrap_or(""),
                 r["family"].as_str().unwrap_or(""),
                 c["fixture"].as_str().unwrap_or(""),
