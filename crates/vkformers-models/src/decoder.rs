@@ -171,6 +171,11 @@ fn apply_norm(g: &Graph<'_>, n: &Norm, w: &Weights, name: &str, x: &Tensor) -> R
             let b = if *bias { w.opt(&format!("{name}.bias")) } else { None };
             norm::layer_norm(g, x, w.opt(&format!("{name}.weight")), b, *eps)?
         }
+        Norm::LayerPerHead { eps } => {
+            // x [B, T, H, D]: normalise each head's D values, then scale by w [H, D].
+            let y = norm::layer_norm(g, x, None, None, *eps)?;
+            broadcast::mul(g, &y, w.get(&format!("{name}.weight"))?)?
+        }
     })
 }
 

@@ -39,13 +39,34 @@ impl Model {
         let mut params = Vec::new();
         let mut hf_names = Vec::new();
         let tied_head = format!("{}.weight", spec.head_name);
+        for j in &spec.joins {
+            let mut data = Vec::new();
+            let mut shape = Vec::new();
+            for part in &j.parts {
+                let info = file.info(part).map_err(io_err)?;
+                data.extend(file.tensor_f32(part).map_err(io_err)?);
+                shape = info.shape.clone();
+            }
+            // Parts of shape [D] stack to [parts, D]; parts of [r, D] to [parts·r, D].
+            let shape = if shape.len() == 1 {
+                vec![j.parts.len(), shape[0]]
+            } else {
+                [vec![j.parts.len() * shape[0]], shape[1..].to_vec()].concat()
+            };
+            let p = g.parameter(&data, &shape)?;
+            weights.insert(j.internal.clone(), p.clone());
+            params.push((j.internal.clone(), p));
+        }
         for info in file.tensors() {
             if spec.tied_head && info.name == tied_head {
                 // Some checkpoints store the tied head anyway; transformers ignores it too.
                 continue;
             }
-            let data = file.tensor_f32(&info.name).map_err(io_err)?;
             hf_names.push(info.name.clone());
+            if crate::weights::join_of(&spec, &info.name).is_some() {
+                continue;
+            }
+            let data = file.tensor_f32(&info.name).map_err(io_err)?;
             for t in to_internal(&spec, HostTensor { name: info.name.clone(), shape: info.shape.clone(), data })? {
                 let p = g.parameter(&t.data, &t.shape)?;
                 weights.insert(t.name.clone(), p.clone());

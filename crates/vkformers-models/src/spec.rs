@@ -13,6 +13,9 @@ pub enum Norm {
     Rms { eps: f32, unit_offset: bool },
     /// `(x − mean) / sqrt(var + eps) · w + b` (`bias` false: no b).
     Layer { eps: f32, bias: bool },
+    /// LayerNorm over the last dim of `[.., heads, head_dim]` with a separate weight per head
+    /// (`w [heads, head_dim]`, no bias): StableLM's `qk_layernorm`.
+    LayerPerHead { eps: f32 },
 }
 
 /// Rotary position embedding of one attention layer.
@@ -118,6 +121,14 @@ pub struct MapEntry {
     pub groups: usize,
 }
 
+/// One internal parameter made by stacking several stored tensors along dim 0 (StableLM stores
+/// each head's QK-norm weight separately); saving splits it again into equal rows.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JoinEntry {
+    pub internal: String,
+    pub parts: Vec<String>,
+}
+
 /// A whole decoder-only model.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModelSpec {
@@ -158,6 +169,8 @@ pub struct ModelSpec {
     pub project_out: Option<String>,
     /// Stored tensors that are not used as they are (transposed or fused); identity otherwise.
     pub weight_map: Vec<MapEntry>,
+    /// Stored tensors stacked into one parameter.
+    pub joins: Vec<JoinEntry>,
 }
 
 impl LayerNames {

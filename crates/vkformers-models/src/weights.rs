@@ -72,6 +72,11 @@ pub fn to_internal(spec: &ModelSpec, t: HostTensor) -> Result<Vec<HostTensor>> {
     Ok(out)
 }
 
+/// The join an internal parameter or stored tensor belongs to, with the part's index.
+pub fn join_of<'s>(spec: &'s ModelSpec, hf: &str) -> Option<(&'s crate::spec::JoinEntry, usize)> {
+    spec.joins.iter().find_map(|j| j.parts.iter().position(|p| p == hf).map(|i| (j, i)))
+}
+
 /// The stored tensors rebuilt from internal parameters (by internal name), in the order of
 /// `hf_names`.
 pub fn to_hf(spec: &ModelSpec, internal: &HashMap<String, HostTensor>, hf_names: &[String]) -> Result<Vec<HostTensor>> {
@@ -79,6 +84,18 @@ pub fn to_hf(spec: &ModelSpec, internal: &HashMap<String, HostTensor>, hf_names:
     hf_names
         .iter()
         .map(|hf| {
+            if let Some((j, i)) = join_of(spec, hf) {
+                let t = get(&j.internal)?;
+                let rows = t.shape[0] / j.parts.len();
+                let row: usize = t.shape[1..].iter().product();
+                let mut shape = t.shape.clone();
+                shape[0] = rows;
+                if rows == 1 {
+                    shape.remove(0);
+                }
+                let data = t.data[i * rows * row..(i + 1) * rows * row].to_vec();
+                return Ok(HostTensor { name: hf.clone(), shape, data });
+            }
             let Some(e) = entry(spec, hf) else {
                 let t = get(hf)?;
                 return Ok(HostTensor { name: hf.clone(), shape: t.shape.clone(), data: t.data.clone() });

@@ -54,6 +54,8 @@ parity! {
     cohere: "cohere",
     stablelm: "stablelm",
     stablelm_parallel: "stablelm_parallel",
+    stablelm_qknorm: "stablelm_qknorm",
+    cohere_qknorm: "cohere_qknorm",
     bloom: "bloom",
     falcon: "falcon",
     falcon_alibi: "falcon_alibi",

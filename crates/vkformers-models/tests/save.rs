@@ -10,8 +10,6 @@ use vkformers_models::model::Model;
 use vkformers_tensor::Graph;
 use vkformers_vk::testing::on_every_device;
 
-const FIXTURES: [&str; 7] = ["llama", "llama_llama3", "mistral", "qwen2", "qwen3", "gemma", "gpt2"];
-
 fn fixture_dir(name: &str) -> PathBuf {
     std::env::var_os("VKFORMERS_FIXTURES")
         .map(PathBuf::from)
@@ -29,7 +27,15 @@ fn out_root() -> PathBuf {
 fn saved_models_reload_bit_identically_with_deterministic_bytes() {
     let root = out_root();
     on_every_device("save", |ctx| {
-        for name in FIXTURES {
+        // Every fixture: each weight map (transposes, fused splits, per-head groups, joins) must
+        // give back exactly the stored tensors.
+        let root_dir = fixture_dir("");
+        let names: Vec<String> = vkformers_models::parity::fixtures(&root_dir)
+            .iter()
+            .map(|d| d.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert!(names.len() >= 20, "fixtures missing under {}", root_dir.display());
+        for name in names.iter().map(String::as_str) {
             let g = Graph::new(ctx);
             let model = Model::load(&g, &fixture_dir(name)).unwrap();
             let (a, b) = (root.join(name), root.join(format!("{name}.again")));

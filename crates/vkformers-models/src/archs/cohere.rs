@@ -7,7 +7,7 @@ use vkformers_kernels::rope::RopeLayout;
 
 use super::common::{parse, BaseConfig};
 use super::ln_common::{prepare, set_norms, tied};
-use crate::error::{ModelError, Result};
+use crate::error::Result;
 use crate::spec::{ModelSpec, Norm, Residual};
 
 #[derive(Deserialize)]
@@ -27,9 +27,6 @@ fn default_eps() -> f64 {
 
 pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     let mut c: Config = parse(cfg)?;
-    if c.use_qk_norm {
-        return Err(ModelError::Unsupported("cohere use_qk_norm (per-head LayerNorm weights)".into()));
-    }
     prepare(&mut c.base, cfg, "silu", 1.0);
     c.base.tie_word_embeddings = tied(cfg, true);
     let mut spec = c.base.llama_spec("cohere", c.base.glu("silu")?, false, false, c.base.attention_bias)?;
@@ -40,6 +37,8 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
         l.attn.sliding_window = None;
         l.mlp_norm = None;
         l.residual = Residual::Parallel { shared_norm: true };
+        // QK-norm: a bias-free LayerNorm over head_dim with weights [heads, head_dim].
+        l.attn.qk_norm = c.use_qk_norm.then_some(Norm::LayerPerHead { eps: c.layer_norm_eps as f32 });
     }
     spec.logit_scale = c.logit_scale.unwrap_or(0.0625) as f32;
     Ok(spec)

@@ -154,6 +154,7 @@ impl BaseConfig {
             project_in: None,
             project_out: None,
             weight_map: Vec::new(),
+            joins: Vec::new(),
         })
     }
 }

@@ -118,5 +118,6 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
         project_in: projected.then(|| "model.decoder.project_in".into()),
         project_out: projected.then(|| "model.decoder.project_out".into()),
         weight_map: Vec::new(),
+        joins: Vec::new(),
     })
 }
