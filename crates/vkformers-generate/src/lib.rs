@@ -1,0 +1,31 @@
+//! Groundwork for `vkformers generate`: the logits processors of Hugging Face `transformers`
+//! (repetition penalty, temperature, top-k, top-p, min-p) on one row of f32 logits, applied in the
+//! order `generate` applies them, and a sampler (greedy argmax, or seeded multinomial sampling with a
+//! counter-based Philox4x32-10 RNG so that a seeded run repeats exactly).
+//!
+//! Everything here runs on the CPU over one row `[V]`; filtered entries become `-inf`, exactly as
+//! transformers' `filter_value`. Parity with transformers 5.24 is checked by
+//! `tests/processors_parity.rs` against `tests/fixtures_generate/processors.json`, written by
+//! `tools/parity/processors_reference.py`.
+//!
+//! ```
+//! use vkformers_generate::{SamplingParams, Sampler};
+//! let params = SamplingParams { temperature: 0.7, top_k: 50, top_p: 0.9, ..SamplingParams::sampling() };
+//! let pipeline = params.processors().unwrap();
+//! let mut logits = vec![0.5_f32, 2.0, -1.0, 2.0];
+//! pipeline.apply(&mut logits, &[1, 3]);
+//! let token = Sampler::Seeded { seed: 42 }.sample(&logits, 0).unwrap();
+//! assert!(token == 1 || token == 3);
+//! ```
+
+mod error;
+mod processors;
+mod rng;
+mod sampler;
+mod softmax;
+
+pub use error::GenerateError;
+pub use processors::{LogitsProcessor, Pipeline, SamplingParams};
+pub use rng::{philox4x32_10, uniform_f64};
+pub use sampler::{argmax, Sampler};
+pub use softmax::softmax;
