@@ -18,6 +18,7 @@
 //! assert!(token == 1 || token == 3);
 //! ```
 
+pub mod decode;
 mod error;
 mod processors;
 mod rng;

@@ -1,0 +1,50 @@
+//! Decoding loops over a loaded model. This first loop is uncached: every step runs the whole
+//! prefix through the decoder (the reference the KV-cached loop will be checked against).
+
+use vkformers_models::decoder::{forward, Batch};
+use vkformers_models::model::Model;
+use vkformers_tensor::Graph;
+
+use crate::sampler::argmax;
+
+/// Errors of a decoding loop.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    #[error(transparent)]
+    Model(#[from] vkformers_models::ModelError),
+    #[error(transparent)]
+    Device(#[from] vkformers_vk::VkError),
+    #[error("empty prompt: give at least one token")]
+    EmptyPrompt,
+    #[error("no token can be chosen (every logit is NaN)")]
+    NoToken,
+}
+
+/// Greedy decoding of `new_tokens` tokens after `prompt`, recomputing the whole prefix each
+/// step (no KV cache): the logits of the last position, argmax with the first index on ties.
+pub fn greedy_uncached(
+    g: &Graph<'_>,
+    model: &Model,
+    prompt: &[u32],
+    new_tokens: usize,
+) -> Result<Vec<u32>, DecodeError> {
+    if prompt.is_empty() {
+        return Err(DecodeError::EmptyPrompt);
+    }
+    let mut ids: Vec<i32> = prompt.iter().map(|&t| t as i32).collect();
+    let mut out = Vec::with_capacity(new_tokens);
+    g.no_grad(|| -> Result<(), DecodeError> {
+        for _ in 0..new_tokens {
+            let mask = vec![1; ids.len()];
+            let batch = Batch { ids: &ids, mask: &mask, batch: 1, seq: ids.len() };
+            let logits = forward(g, &model.spec, &model.weights, &batch)?;
+            let all = g.read(&logits)?;
+            let vocab = logits.last_dim();
+            let next = argmax(&all[all.len() - vocab..]).ok_or(DecodeError::NoToken)?;
+            out.push(next);
+            ids.push(next as i32);
+        }
+        Ok(())
+    })?;
+    Ok(out)
+}
