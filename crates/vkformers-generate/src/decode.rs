@@ -1,7 +1,7 @@
 //! Decoding loops over a loaded model. This first loop is uncached: every step runs the whole
 //! prefix through the decoder (the reference the KV-cached loop will be checked against).
 
-use vkformers_models::decoder::{forward, Batch};
+use vkformers_models::decoder::{forward, forward_cached, Batch, KvCache};
 use vkformers_models::model::Model;
 use vkformers_tensor::Graph;
 
@@ -43,6 +43,29 @@ pub fn greedy_uncached(
             let next = argmax(&all[all.len() - vocab..]).ok_or(DecodeError::NoToken)?;
             out.push(next);
             ids.push(next as i32);
+        }
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// Greedy decoding with a KV cache on the device: the prompt runs once (prefill), then each new
+/// token runs alone against the cached keys and values.
+pub fn greedy_cached(g: &Graph<'_>, model: &Model, prompt: &[u32], new_tokens: usize) -> Result<Vec<u32>, DecodeError> {
+    if prompt.is_empty() {
+        return Err(DecodeError::EmptyPrompt);
+    }
+    let cache = KvCache::new(g, &model.spec, prompt.len() + new_tokens)?;
+    let mut next: Vec<i32> = prompt.iter().map(|&t| t as i32).collect();
+    let mut out = Vec::with_capacity(new_tokens);
+    g.no_grad(|| -> Result<(), DecodeError> {
+        for _ in 0..new_tokens {
+            let logits = forward_cached(g, &model.spec, &model.weights, &next, &cache)?;
+            let all = g.read(&logits)?;
+            let vocab = logits.last_dim();
+            let token = argmax(&all[all.len() - vocab..]).ok_or(DecodeError::NoToken)?;
+            out.push(token);
+            next = vec![token as i32];
         }
         Ok(())
     })?;

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use vkformers_generate::decode::greedy_uncached;
+use vkformers_generate::decode::{greedy_cached, greedy_uncached};
 use vkformers_models::model::Model;
 use vkformers_models::parity::fixtures;
 use vkformers_tensor::Graph;
@@ -24,7 +24,7 @@ fn ids(v: &serde_json::Value) -> Vec<Vec<u32>> {
 }
 
 #[test]
-fn uncached_greedy_matches_transformers_on_every_fixture() {
+fn cached_and_uncached_greedy_match_transformers_on_every_fixture() {
     let dirs = fixtures(&root());
     assert!(dirs.len() >= 20, "fixtures missing under {}", root().display());
     on_every_device("greedy", |ctx| {
@@ -42,6 +42,8 @@ fn uncached_greedy_matches_transformers_on_every_fixture() {
                 let n = limit.map_or(expected.len(), |l| expected.len().min(l.saturating_sub(prompt.len())));
                 let got = greedy_uncached(&g, &model, prompt, n).unwrap_or_else(|e| panic!("{name}: {e}"));
                 assert_eq!(got, expected[..n], "{name}: greedy tokens after prompt {prompt:?}");
+                let cached = greedy_cached(&g, &model, prompt, n).unwrap_or_else(|e| panic!("{name}: {e}"));
+                assert_eq!(cached, got, "{name}: cached and uncached greedy tokens after prompt {prompt:?}");
             }
         }
         Ok(())

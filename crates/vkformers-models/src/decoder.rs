@@ -57,18 +57,89 @@ pub struct Batch<'a> {
 }
 
 /// Per-call device inputs shared by all layers.
-struct Inputs {
+struct Inputs<'c> {
     ids: Tensor,
     kmask: Tensor,
     pos: Tensor,
+    /// With a cache: new keys and values are appended to it and attention reads all of it.
+    cache: Option<&'c KvCache>,
+}
+
+/// Keys and values of every layer for one sequence, on the device: `k[i]`, `v[i]`
+/// `[1, capacity, kv_heads, head_dim]`, the first `len` positions filled.
+pub struct KvCache {
+    k: Vec<Tensor>,
+    v: Vec<Tensor>,
+    capacity: usize,
+    len: std::cell::Cell<usize>,
+}
+
+impl KvCache {
+    /// An empty cache for up to `capacity` positions.
+    pub fn new(g: &Graph<'_>, spec: &ModelSpec, capacity: usize) -> Result<Self> {
+        let mut k = Vec::new();
+        let mut v = Vec::new();
+        for l in &spec.layers {
+            let shape = [1, capacity, l.attn.kv_heads, l.attn.head_dim];
+            k.push(g.empty(&shape)?);
+            v.push(g.empty(&shape)?);
+        }
+        Ok(KvCache { k, v, capacity, len: std::cell::Cell::new(0) })
+    }
+
+    /// Positions filled so far.
+    pub fn len(&self) -> usize {
+        self.len.get()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len.get() == 0
+    }
 }
 
 /// Logits `[B·T, V]` of a batch.
 pub fn forward(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, batch: &Batch<'_>) -> Result<Tensor> {
     let (b, t) = (batch.batch, batch.seq);
     let pos = positions(spec, batch);
-    let inputs =
-        Inputs { ids: g.ints(batch.ids, &[b, t])?, kmask: g.ints(batch.mask, &[b, t])?, pos: g.ints(&pos, &[b, t])? };
+    let inputs = Inputs {
+        ids: g.ints(batch.ids, &[b, t])?,
+        kmask: g.ints(batch.mask, &[b, t])?,
+        pos: g.ints(&pos, &[b, t])?,
+        cache: None,
+    };
+    run(g, spec, w, &inputs, &pos, (b, t))
+}
+
+/// Logits `[T, V]` of `ids` (one sequence) appended after the cache's positions: only the new
+/// tokens run through the layers; their keys and values join the cache.
+pub fn forward_cached(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, ids: &[i32], cache: &KvCache) -> Result<Tensor> {
+    let (past, t) = (cache.len(), ids.len());
+    if past + t > cache.capacity {
+        return Err(ModelError::Config(format!(
+            "KV cache of {} positions cannot take {t} more after {past}",
+            cache.capacity
+        )));
+    }
+    let pos: Vec<i32> = (past..past + t).map(|p| p as i32).collect();
+    let inputs = Inputs {
+        ids: g.ints(ids, &[1, t])?,
+        kmask: g.ints(&vec![1; past + t], &[1, past + t])?,
+        pos: g.ints(&pos, &[1, t])?,
+        cache: Some(cache),
+    };
+    let logits = run(g, spec, w, &inputs, &pos, (1, t))?;
+    cache.len.set(past + t);
+    Ok(logits)
+}
+
+fn run(
+    g: &Graph<'_>,
+    spec: &ModelSpec,
+    w: &Weights,
+    inputs: &Inputs<'_>,
+    pos: &[i32],
+    (b, t): (usize, usize),
+) -> Result<Tensor> {
     let embed = w.get(&format!("{}.weight", spec.embed_name))?;
     let embed_dim = embed.shape().get(1).copied().unwrap_or(spec.hidden);
     let mut x = shape::reshape(g, &embedding::embedding(g, embed, &inputs.ids)?, &[b * t, embed_dim])?;
@@ -93,7 +164,7 @@ pub fn forward(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, batch: &Batch<'_>) 
         x = apply_norm(g, n, w, &spec.embed_norm_name, &x)?;
     }
     for (i, layer) in spec.layers.iter().enumerate() {
-        x = decoder_layer(g, spec, w, layer, i, &x, &inputs, (b, t))?;
+        x = decoder_layer(g, spec, w, layer, i, &x, inputs, (b, t))?;
     }
     let mut x = apply_norm(g, &spec.final_norm, w, &spec.final_norm_name, &x)?;
     if let Some(name) = &spec.project_out {
@@ -200,7 +271,7 @@ fn decoder_layer(
     layer: &LayerSpec,
     i: usize,
     x: &Tensor,
-    inp: &Inputs,
+    inp: &Inputs<'_>,
     bt: (usize, usize),
 ) -> Result<Tensor> {
     let names = &spec.layer_names;
@@ -238,7 +309,7 @@ fn self_attention(
     a: &AttnSpec,
     i: usize,
     h: &Tensor,
-    inp: &Inputs,
+    inp: &Inputs<'_>,
     (b, t): (usize, usize),
 ) -> Result<Tensor> {
     let n = &spec.layer_names;
@@ -273,9 +344,27 @@ fn self_attention(
             None
         },
     };
+    let (k, v) = match inp.cache {
+        Some(cache) => append_to_cache(g, cache, i, &k, &v)?,
+        None => (k, v),
+    };
     let o = attention(g, &q, &k, &v, &opts)?;
     let o = shape::reshape(g, &o, &[b * t, a.heads * a.head_dim])?;
     project(g, w, &n.o, i, &o, a.out_bias)
+}
+
+/// Writes the new keys and values `[1, T, Hkv, D]` after the cache's filled positions and
+/// returns views of everything filled, `[1, past + T, Hkv, D]`.
+fn append_to_cache(g: &Graph<'_>, cache: &KvCache, i: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
+    let (past, t, heads, d) = (cache.len(), k.shape()[1], k.shape()[2], k.shape()[3]);
+    let row = (heads * d * 4) as u64;
+    let (kc, vc) = (&cache.k[i], &cache.v[i]);
+    g.record(|rec| {
+        rec.copy(k.view(), kc.view().buffer.slice(past as u64 * row, t as u64 * row))?;
+        rec.copy(v.view(), vc.view().buffer.slice(past as u64 * row, t as u64 * row))
+    })?;
+    let shape = [1, past + t, heads, d];
+    Ok((g.view_prefix(kc, &shape)?, g.view_prefix(vc, &shape)?))
 }
 
 fn mlp(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, m: &MlpSpec, i: usize, h: &Tensor) -> Result<Tensor> {

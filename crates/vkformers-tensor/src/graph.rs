@@ -112,6 +112,19 @@ impl<'c> Graph<'c> {
         self.make(src.0.buf.clone(), shape, rg, false)
     }
 
+    /// The first `shape`-many elements of `src` as a tensor of that shape, sharing storage and
+    /// carrying no gradient (e.g. the filled prefix of a KV cache).
+    pub fn view_prefix(&self, src: &Tensor, shape: &[usize]) -> Result<Tensor> {
+        let n: usize = shape.iter().product();
+        if n > src.numel() {
+            return Err(VkError::Kernel {
+                kernel: "view_prefix".into(),
+                message: format!("{shape:?} is larger than {:?}", src.shape()),
+            });
+        }
+        Ok(self.make(src.0.buf.clone(), shape, false, false))
+    }
+
     /// An uninitialised tensor (its contents are whatever a kernel writes next).
     pub fn empty(&self, shape: &[usize]) -> Result<Tensor> {
         let n: usize = shape.iter().product();
