@@ -5,70 +5,10 @@
 
 use vkformers_kernels::dropout::{self, reference};
 use vkformers_kernels::dtype::DType;
-use vkformers_kernels::testutil::{assert_close, assert_grad_matches_fd, f64s, Rng, Tol, TOL_BF16, TOL_F16, TOL_F32};
+use vkformers_kernels::testutil::storage::{download, round, tol, unsupported, upload};
+use vkformers_kernels::testutil::{assert_close, assert_grad_matches_fd, f64s, Rng};
 use vkformers_vk::testing::on_every_device;
-use vkformers_vk::{Buffer, BufferView, Context, Result, VkError};
-
-/// `xs` rounded to the storage type (to nearest even).
-fn round(dt: DType, xs: &[f32]) -> Vec<f32> {
-    match dt {
-        DType::F32 => xs.to_vec(),
-        DType::F16 => xs.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect(),
-        DType::BF16 => xs.iter().map(|&x| half::bf16::from_f32(x).to_f32()).collect(),
-    }
-}
-
-/// `xs` stored in a buffer as the storage type; `view()` covers exactly those elements (the
-/// buffer itself may be longer: buffers hold at least 4 bytes).
-struct Stored {
-    buf: Buffer,
-    len: u64,
-}
-
-impl Stored {
-    fn view(&self) -> BufferView<'_> {
-        self.buf.slice(0, self.len)
-    }
-}
-
-fn upload(ctx: &Context, dt: DType, xs: &[f32], what: &str) -> Result<Stored> {
-    let buf = match dt {
-        DType::F32 => ctx.buffer_from(xs, what)?,
-        DType::F16 => {
-            ctx.buffer_from(&xs.iter().map(|&x| half::f16::from_f32(x).to_bits()).collect::<Vec<_>>(), what)?
-        }
-        DType::BF16 => {
-            ctx.buffer_from(&xs.iter().map(|&x| half::bf16::from_f32(x).to_bits()).collect::<Vec<_>>(), what)?
-        }
-    };
-    Ok(Stored { buf, len: xs.len() as u64 * dt.bytes() })
-}
-
-/// The elements of a view in the storage type, widened to f32.
-fn download(ctx: &Context, dt: DType, v: BufferView<'_>) -> Result<Vec<f32>> {
-    Ok(match dt {
-        DType::F32 => ctx.read_vec(v)?,
-        DType::F16 => ctx.read_vec::<u16>(v)?.into_iter().map(|b| half::f16::from_bits(b).to_f32()).collect(),
-        DType::BF16 => ctx.read_vec::<u16>(v)?.into_iter().map(|b| half::bf16::from_bits(b).to_f32()).collect(),
-    })
-}
-
-fn tol(dt: DType) -> Tol {
-    match dt {
-        DType::F32 => TOL_F32,
-        DType::F16 => TOL_F16,
-        DType::BF16 => TOL_BF16,
-    }
-}
-
-/// Whether the device lacks 16-bit storage for `dt` (then the test of `dt` is skipped).
-fn unsupported(ctx: &Context, dt: DType, what: &str) -> bool {
-    let skip = dt != DType::F32 && !ctx.caps().fp16;
-    if skip {
-        eprintln!("{what}: skipping {dt:?}: no 16-bit storage on {}", ctx.caps().name);
-    }
-    skip
-}
+use vkformers_vk::{Context, Result, VkError};
 
 #[test]
 fn philox_matches_random123_known_answers() {
