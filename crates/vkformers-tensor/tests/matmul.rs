@@ -1,30 +1,17 @@
 //! Tape gradients of `matmul`, `matmul_nt` and `linear` against the f64 reference. The loss is
-//! sum(out * w) for a fixed random w (so dL/dout = w), formed by a tiny test-only op.
+//! sum(out * w) for a fixed random w (so dL/dout = w), formed from `broadcast::mul` and `reduce::sum`.
 
 use vkformers_kernels::matmul::reference;
-use vkformers_kernels::matmul::{gemm, GemmDesc};
 use vkformers_kernels::testutil::{assert_close, f64s, Rng, TOL_F32};
 use vkformers_tensor::ops::matmul::{linear, matmul, matmul_nt};
+use vkformers_tensor::ops::{broadcast, reduce, shape};
 use vkformers_tensor::{Graph, Result, Tensor};
 use vkformers_vk::testing::on_every_device;
 
-/// `loss [1] = sum(out * w)` as a GEMM `[1, n] · [n, 1]`; backward `dout = dloss · w`.
+/// `loss [1] = sum(out * w)` from the library's own ops (so dL/dout = w); `w` holds as many
+/// elements as `out`, in any shape.
 fn dot_loss(g: &Graph<'_>, out: &Tensor, w: &Tensor) -> Result<Tensor> {
-    let n = out.numel() as u32;
-    let loss = g.output(&[1], &[out])?;
-    g.record(|rec| gemm(rec, &GemmDesc::packed(1, 1, n, false, false), out.view(), w.view(), None, loss.view()))?;
-    let (w, shape) = (w.clone(), out.shape().to_vec());
-    g.push_node(
-        &loss,
-        vec![out.clone()],
-        Box::new(move |g, dl| {
-            let dout = g.empty(&shape)?;
-            let desc = GemmDesc::packed(1, n, 1, false, false);
-            g.record(|rec| gemm(rec, &desc, dl.view(), w.view(), None, dout.view()))?;
-            Ok(vec![Some(dout)])
-        }),
-    );
-    Ok(loss)
+    reduce::sum(g, &broadcast::mul(g, out, &shape::reshape(g, w, out.shape())?)?)
 }
 
 /// `[r, c]` -> `[c, r]`.
