@@ -2,8 +2,14 @@
 
 mod architectures;
 mod bench;
+mod chat;
 mod devices;
 mod doctor;
+mod eval;
+mod finetune;
+mod generate;
+mod merge_lora;
+mod train;
 
 use clap::{Parser, Subcommand};
 
@@ -38,6 +44,18 @@ enum Command {
     },
     /// Every supported model_type, its family, and which parity checks pass (run now).
     Architectures(architectures::Args),
+    /// Full-parameter training, or pre-training from a config.
+    Train(train::Args),
+    /// LoRA fine-tuning; writes a PEFT adapter.
+    Finetune(finetune::Args),
+    /// Loss and perplexity of a model on a dataset.
+    Eval(eval::Args),
+    /// Generate text from prompts with a KV cache on the device.
+    Generate(generate::Args),
+    /// Chat in the terminal with the model's chat template.
+    Chat(chat::Args),
+    /// Fold a PEFT adapter into the base weights and write a merged model folder.
+    MergeLora(merge_lora::Args),
     /// Benchmarks of single kernels.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -56,6 +74,12 @@ fn main() -> std::process::ExitCode {
         Command::Doctor { json } => doctor::run(&cli.device, json),
         Command::Bench(BenchCommand::Gemm(args)) => bench::gemm(&cli.device, &args),
         Command::Architectures(args) => architectures::run(&cli.device, &args),
+        Command::Train(args) => train::run(&cli.device, &args),
+        Command::Finetune(args) => finetune::run(&cli.device, &args),
+        Command::Eval(args) => eval::run(&cli.device, &args),
+        Command::Generate(args) => generate::run(&cli.device, &args),
+        Command::Chat(args) => chat::run(&cli.device, &args),
+        Command::MergeLora(args) => merge_lora::run(&cli.device, &args),
     };
     match result {
         Ok(code) => code,
