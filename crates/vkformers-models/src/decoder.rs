@@ -15,6 +15,8 @@ use crate::spec::{layer_name, AttnSpec, LayerSpec, MlpSpec, ModelSpec, Norm, Res
 #[derive(Default)]
 pub struct Weights {
     map: HashMap<String, Tensor>,
+    /// LoRA terms added to projections (empty without an adapter).
+    lora: crate::lora::Terms,
 }
 
 impl Weights {
@@ -45,6 +47,16 @@ impl Weights {
 
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
+    }
+
+    /// The LoRA terms of an attached adapter.
+    pub fn lora(&self) -> &crate::lora::Terms {
+        &self.lora
+    }
+
+    /// Adds LoRA terms to the projections they name (see `lora::attach`).
+    pub fn set_lora(&mut self, terms: crate::lora::Terms) {
+        self.lora = terms;
     }
 }
 
@@ -172,7 +184,8 @@ fn run(
     }
     let head = if spec.tied_head { embed } else { w.get(&format!("{}.weight", spec.head_name))? };
     let head_bias = if spec.head_bias { Some(w.get(&format!("{}.bias", spec.head_name))?) } else { None };
-    let mut logits = matmul::linear(g, &x, head, head_bias)?;
+    let head_name = format!("{}.weight", spec.head_name);
+    let mut logits = crate::lora::linear(g, &x, head, head_bias, w.lora(), &head_name)?;
     if spec.logit_scale != 1.0 {
         logits = broadcast::scale(g, &logits, spec.logit_scale)?;
     }
@@ -225,10 +238,6 @@ pub fn causal_lm_loss(g: &Graph<'_>, logits: &Tensor, labels: &[i32], batch: usi
     let shifted: Vec<i32> = (0..batch * seq).map(|i| if i % seq + 1 < seq { labels[i + 1] } else { -100 }).collect();
     let lab = g.ints(&shifted, &[batch * seq])?;
     Ok(loss::cross_entropy(g, logits, &lab)?)
-}
-
-fn weight<'w>(w: &'w Weights, template: &str, i: usize, suffix: &str) -> Result<&'w Tensor> {
-    w.get(&format!("{}.{suffix}", layer_name(template, i)))
 }
 
 fn opt_weight<'w>(w: &'w Weights, template: &str, i: usize, suffix: &str) -> Option<&'w Tensor> {
@@ -298,7 +307,8 @@ fn decoder_layer(
 
 fn project(g: &Graph<'_>, w: &Weights, template: &str, i: usize, x: &Tensor, bias: bool) -> Result<Tensor> {
     let b = if bias { opt_weight(w, template, i, "bias") } else { None };
-    Ok(matmul::linear(g, x, weight(w, template, i, "weight")?, b)?)
+    let name = format!("{}.weight", layer_name(template, i));
+    Ok(crate::lora::linear(g, x, w.get(&name)?, b, w.lora(), &name)?)
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -32,6 +32,19 @@ fn io_err(e: vkformers_io::IoError) -> ModelError {
 impl Model {
     /// Loads the model folder `dir` as parameters of `g`.
     pub fn load(g: &Graph<'_>, dir: &Path) -> Result<Model> {
+        Self::load_with_trainable(g, dir, &|_| true)
+    }
+
+    /// Loads `dir` with only the tensors whose internal name `trainable` accepts as parameters;
+    /// the others are constants (no gradient, no optimizer state): LoRA's frozen base.
+    pub fn load_with_trainable(g: &Graph<'_>, dir: &Path, trainable: &dyn Fn(&str) -> bool) -> Result<Model> {
+        let make = |name: &str, data: &[f32], shape: &[usize]| {
+            if trainable(name) {
+                g.parameter(data, shape)
+            } else {
+                g.constant(data, shape)
+            }
+        };
         let config = vkformers_io::read_json(dir.join("config.json")).map_err(|e| ModelError::Config(e.to_string()))?;
         let spec = spec_from_config(&config)?;
         let file = ModelWeights::open(dir).map_err(io_err)?;
@@ -53,7 +66,7 @@ impl Model {
             } else {
                 [vec![j.parts.len() * shape[0]], shape[1..].to_vec()].concat()
             };
-            let p = g.parameter(&data, &shape)?;
+            let p = make(&j.internal, &data, &shape)?;
             weights.insert(j.internal.clone(), p.clone());
             params.push((j.internal.clone(), p));
         }
@@ -68,7 +81,7 @@ impl Model {
             }
             let data = file.tensor_f32(&info.name).map_err(io_err)?;
             for t in to_internal(&spec, HostTensor { name: info.name.clone(), shape: info.shape.clone(), data })? {
-                let p = g.parameter(&t.data, &t.shape)?;
+                let p = make(&t.name, &t.data, &t.shape)?;
                 weights.insert(t.name.clone(), p.clone());
                 params.push((t.name, p));
             }

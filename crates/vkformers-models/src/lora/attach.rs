@@ -1,0 +1,273 @@
+//! A LoRA adapter on the device: the trainable `A`/`B` parameters, the per-projection terms
+//! the decoder adds, and the way back to PEFT's tensors (values and gradients).
+
+use std::cell::Cell;
+use std::collections::HashMap;
+
+use vkformers_tensor::ops::{broadcast, dropout, matmul};
+use vkformers_tensor::optim::Param;
+use vkformers_tensor::{Graph, Tensor};
+
+use crate::error::{ModelError, Result};
+use crate::lora::adapter::{lora_key, saved_key, Adapter};
+use crate::lora::config::LoraConfig;
+use crate::lora::modules::{linear_modules, name_matches, targeted, LinearModule};
+use crate::model::Model;
+use crate::weights::HostTensor;
+
+/// The LoRA term of one internal projection weight: `scale · dropout(x) Aᵀ Bᵀ`, with
+/// `A [r, in]` shared by all parts of a fused module and `B [rows, r]` this part's rows.
+#[derive(Clone)]
+pub struct Term {
+    a: Tensor,
+    b: Tensor,
+    scale: f32,
+    dropout: f32,
+    /// Index of the PEFT module: parts of one module draw the same dropout mask, as PEFT
+    /// drops out the module's input once.
+    module: u64,
+}
+
+/// The LoRA terms of a model by internal weight name, and the dropout stream's state.
+#[derive(Default)]
+pub struct Terms {
+    map: HashMap<String, Term>,
+    seed: u64,
+    step: Cell<u64>,
+}
+
+impl Terms {
+    pub fn get(&self, weight: &str) -> Option<&Term> {
+        self.map.get(weight)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Selects the dropout masks of training step `step` (a pure function of seed, step and
+    /// module, so a resumed run draws the same masks).
+    pub fn set_step(&self, step: u64) {
+        self.step.set(step);
+    }
+}
+
+/// `y = x Wᵀ (+ b) (+ scale · dropout(x) Aᵀ Bᵀ when `term` is set)`, x `[N, in]`, y `[N, out]`.
+/// Dropout applies only while gradients are recorded (training), as in PEFT's train mode.
+pub fn linear(
+    g: &Graph<'_>,
+    x: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    terms: &Terms,
+    name: &str,
+) -> vkformers_tensor::Result<Tensor> {
+    let y = matmul::linear(g, x, w, bias)?;
+    let Some(t) = terms.get(name) else { return Ok(y) };
+    let xd = if t.dropout > 0.0 && g.grad_enabled() {
+        let seed = terms.seed.wrapping_add(terms.step.get().wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        dropout::dropout(g, x, t.dropout, seed, t.module << 32)?
+    } else {
+        x.clone()
+    };
+    let u = matmul::linear(g, &xd, &t.a, None)?; // [N, r]
+    let d = matmul::linear(g, &u, &t.b, None)?; // [N, rows]
+    broadcast::add(g, &y, &broadcast::scale(g, &d, t.scale)?)
+}
+
+/// The adapter's trainable tensors on the device.
+pub struct LoraParams {
+    pub config: LoraConfig,
+    /// The targeted modules, in model order.
+    pub modules: Vec<LinearModule>,
+    a: Vec<Tensor>,
+    /// Per module, `B`'s rows split as the module's parts.
+    b: Vec<Vec<Tensor>>,
+    /// `modules_to_save` tensors by their stored (HF) name.
+    saved: Vec<(String, Tensor)>,
+}
+
+/// Splits the rows of `B [out, r]` as the module's weight rows split (see `MapEntry::groups`).
+fn split_rows(m: &LinearModule, data: &[f32], r: usize) -> Vec<Vec<f32>> {
+    let mut parts: Vec<Vec<f32>> = m.parts.iter().map(|p| Vec::with_capacity(p.1 * r)).collect();
+    let mut at = 0;
+    for _ in 0..m.groups {
+        for (o, (_, rows)) in parts.iter_mut().zip(&m.parts) {
+            let n = rows / m.groups * r;
+            o.extend_from_slice(&data[at..at + n]);
+            at += n;
+        }
+    }
+    parts
+}
+
+/// The inverse of `split_rows`.
+fn join_rows(m: &LinearModule, parts: &[Vec<f32>]) -> Vec<f32> {
+    let mut out = Vec::with_capacity(parts.iter().map(Vec::len).sum());
+    for gi in 0..m.groups {
+        for p in parts {
+            let n = p.len() / m.groups;
+            out.extend_from_slice(&p[gi * n..(gi + 1) * n]);
+        }
+    }
+    out
+}
+
+/// Whether the stored tensor `name` belongs to a module listed in `modules_to_save`.
+pub fn is_saved_module(modules_to_save: &[String], name: &str) -> bool {
+    let module = name.rsplit_once('.').map_or(name, |(m, _)| m);
+    modules_to_save.iter().any(|t| name_matches(module, t))
+}
+
+/// Loads the model folder `dir` with every weight frozen (constants: no gradient, no optimizer
+/// state) except the tensors of `modules_to_save`.
+pub fn load_frozen(g: &Graph<'_>, dir: &std::path::Path, modules_to_save: &[String]) -> Result<Model> {
+    Model::load_with_trainable(g, dir, &|name| is_saved_module(modules_to_save, name))
+}
+
+/// The linear modules of `model` that `config` targets.
+pub fn target_modules(model: &Model, config: &LoraConfig) -> Result<Vec<LinearModule>> {
+    let all = linear_modules(&model.spec, &model.weights)?;
+    targeted(&all, &config.target_modules)
+}
+
+/// A fresh adapter for `model` (PEFT's init: A kaiming-uniform, B zero), deterministic in `seed`.
+pub fn new_adapter(model: &Model, mut config: LoraConfig, seed: u64) -> Result<Adapter> {
+    let modules = target_modules(model, &config)?;
+    config.fan_in_fan_out = modules.iter().any(|m| m.conv1d);
+    Ok(Adapter::init(config, &modules, seed))
+}
+
+/// Puts `adapter` on the device and into `model`'s forward: every targeted projection adds its
+/// LoRA term; `modules_to_save` tensors replace the model's. `seed` keys the dropout masks.
+pub fn attach(g: &Graph<'_>, model: &mut Model, adapter: &Adapter, seed: u64) -> Result<LoraParams> {
+    let config = adapter.config.clone();
+    let modules = target_modules(model, &config)?;
+    let (r, scale) = (config.r, config.scale());
+    let mut terms = Terms { map: HashMap::new(), seed, step: Cell::new(0) };
+    let (mut a_all, mut b_all) = (Vec::new(), Vec::new());
+    for (mi, m) in modules.iter().enumerate() {
+        let (a, b) = adapter.pair(m)?;
+        let a = g.parameter(&a.data, &a.shape)?;
+        let mut parts = Vec::new();
+        for ((name, rows), data) in m.parts.iter().zip(split_rows(m, &b.data, r)) {
+            let b = g.parameter(&data, &[*rows, r])?;
+            let term = Term { a: a.clone(), b: b.clone(), scale, dropout: config.lora_dropout, module: mi as u64 };
+            terms.map.insert(name.clone(), term);
+            parts.push(b);
+        }
+        a_all.push(a);
+        b_all.push(parts);
+    }
+    let saved = attach_saved(g, model, adapter)?;
+    model.weights.set_lora(terms);
+    Ok(LoraParams { config, modules, a: a_all, b: b_all, saved })
+}
+
+/// The `modules_to_save` tensors: the adapter's copy when it has one, else the base weight;
+/// trainable parameters either way.
+fn attach_saved(g: &Graph<'_>, model: &mut Model, adapter: &Adapter) -> Result<Vec<(String, Tensor)>> {
+    let mut saved = Vec::new();
+    for name in model.hf_names.clone() {
+        if !is_saved_module(&adapter.config.modules_to_save, &name) {
+            continue;
+        }
+        let Some(p) = model.weights.opt(&name).cloned() else {
+            return Err(ModelError::Unsupported(format!("modules_to_save of the fused or renamed tensor `{name}`")));
+        };
+        let t = match adapter.tensors.get(&saved_key(&name)) {
+            Some(t) if t.shape == p.shape() => {
+                let t = g.parameter(&t.data, &t.shape)?;
+                model.weights.insert(name.clone(), t.clone());
+                for (n, q) in model.params.iter_mut() {
+                    if *n == name {
+                        *q = t.clone();
+                    }
+                }
+                t
+            }
+            Some(t) => return Err(ModelError::Weights(format!("adapter `{}` is {:?}", t.name, t.shape))),
+            None => p,
+        };
+        saved.push((name, t));
+    }
+    Ok(saved)
+}
+
+impl LoraParams {
+    /// The trainable tensors (A, B parts, `modules_to_save`), for an optimizer. Weight decay
+    /// applies to the LoRA matrices as PEFT's trainer applies it to every non-bias, non-norm
+    /// weight.
+    pub fn params(&self) -> Vec<Param> {
+        let mut v: Vec<Param> = Vec::new();
+        for (a, bs) in self.a.iter().zip(&self.b) {
+            v.push(Param { tensor: a.clone(), decay: true });
+            v.extend(bs.iter().map(|b| Param { tensor: b.clone(), decay: true }));
+        }
+        v.extend(self.saved.iter().map(|(n, t)| Param { tensor: t.clone(), decay: !n.ends_with("bias") }));
+        v
+    }
+
+    /// Number of trainable values.
+    pub fn numel(&self) -> usize {
+        self.params().iter().map(|p| p.tensor.numel()).sum()
+    }
+
+    fn host(&self, g: &Graph<'_>, grads: bool) -> Result<Vec<HostTensor>> {
+        let read = |t: &Tensor, what: &str| -> Result<Vec<f32>> {
+            let t = if grads {
+                t.grad().ok_or_else(|| ModelError::Weights(format!("no gradient for `{what}`")))?
+            } else {
+                t.clone()
+            };
+            Ok(g.read(&t)?)
+        };
+        let r = self.config.r;
+        let mut out = Vec::new();
+        for ((m, a), bs) in self.modules.iter().zip(&self.a).zip(&self.b) {
+            let (ka, kb) = (lora_key(&m.name, 'A'), lora_key(&m.name, 'B'));
+            out.push(HostTensor { name: ka.clone(), shape: vec![r, m.in_features], data: read(a, &ka)? });
+            let parts = bs.iter().map(|b| read(b, &kb)).collect::<Result<Vec<_>>>()?;
+            out.push(HostTensor { name: kb, shape: vec![m.out_features, r], data: join_rows(m, &parts) });
+        }
+        for (name, t) in &self.saved {
+            let key = saved_key(name);
+            out.push(HostTensor { name: key.clone(), shape: t.shape().to_vec(), data: read(t, &key)? });
+        }
+        Ok(out)
+    }
+
+    /// The adapter's current tensors under PEFT's keys and shapes.
+    pub fn hf_params(&self, g: &Graph<'_>) -> Result<Vec<HostTensor>> {
+        self.host(g, false)
+    }
+
+    /// The accumulated gradients under PEFT's keys and shapes.
+    pub fn hf_grads(&self, g: &Graph<'_>) -> Result<Vec<HostTensor>> {
+        self.host(g, true)
+    }
+
+    /// The adapter as it is now (read back from the device).
+    pub fn adapter(&self, g: &Graph<'_>) -> Result<Adapter> {
+        let tensors = self.hf_params(g)?.into_iter().map(|t| (t.name.clone(), t)).collect();
+        Ok(Adapter { config: self.config.clone(), tensors })
+    }
+
+    /// Writes `adapter_config.json` + `adapter_model.safetensors` into `dir`.
+    pub fn save(&self, g: &Graph<'_>, dir: &std::path::Path) -> Result<()> {
+        self.adapter(g)?.save(dir, &self.modules)
+    }
+}
+
+/// Loads a model with an unmerged adapter for inference or evaluation (`--adapter DIR`):
+/// base weights frozen, the adapter's terms in the forward.
+pub fn load_with_adapter(
+    g: &Graph<'_>,
+    model_dir: &std::path::Path,
+    adapter_dir: &std::path::Path,
+) -> Result<(Model, LoraParams)> {
+    let adapter = Adapter::load(adapter_dir)?;
+    let mut model = load_frozen(g, model_dir, &adapter.config.modules_to_save)?;
+    let params = attach(g, &mut model, &adapter, 0)?;
+    Ok((model, params))
+}

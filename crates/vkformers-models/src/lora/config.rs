@@ -1,0 +1,177 @@
+//! PEFT's `adapter_config.json` for LoRA: the fields vkformers reads and writes, with PEFT's
+//! names and meanings. Options that change the math and that vkformers does not implement
+//! (DoRA, per-module rank/alpha patterns, LoRA biases, layer selection) are refused with an
+//! error naming the field, never ignored.
+
+use std::path::Path;
+
+use serde_json::{json, Map, Value};
+
+use crate::error::{ModelError, Result};
+
+/// Which modules get a LoRA pair (PEFT's `target_modules`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Targets {
+    /// A module matches when its full name equals a name or ends with `.name`.
+    Names(Vec<String>),
+    /// A module matches when the regex matches its whole name (Python's `re.fullmatch`).
+    Regex(String),
+    /// Every linear module except the output head.
+    AllLinear,
+}
+
+impl Targets {
+    /// Parses a command-line value: `all-linear`, a comma-separated name list, or (when it has
+    /// a regex metacharacter) a regex.
+    pub fn parse_cli(s: &str) -> Targets {
+        if s == "all-linear" {
+            Targets::AllLinear
+        } else if s.chars().any(|c| "*+?()[]|\\^$".contains(c)) {
+            Targets::Regex(s.to_string())
+        } else {
+            Targets::Names(s.split(',').map(|n| n.trim().to_string()).filter(|n| !n.is_empty()).collect())
+        }
+    }
+}
+
+/// A LoRA adapter's configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LoraConfig {
+    pub r: usize,
+    pub lora_alpha: f64,
+    pub lora_dropout: f32,
+    pub target_modules: Targets,
+    /// Scale `alpha / sqrt(r)` (rsLoRA) instead of `alpha / r`.
+    pub use_rslora: bool,
+    /// Modules trained in full and saved whole next to the LoRA pairs.
+    pub modules_to_save: Vec<String>,
+    /// The base weight is stored `[in, out]` (GPT-2's Conv1D); the adapter layout is the same.
+    pub fan_in_fan_out: bool,
+    pub base_model_name_or_path: Option<String>,
+}
+
+impl LoraConfig {
+    /// A config with PEFT's defaults for everything but rank, alpha and targets.
+    pub fn new(r: usize, lora_alpha: f64, target_modules: Targets) -> Self {
+        LoraConfig {
+            r,
+            lora_alpha,
+            lora_dropout: 0.0,
+            target_modules,
+            use_rslora: false,
+            modules_to_save: Vec::new(),
+            fan_in_fan_out: false,
+            base_model_name_or_path: None,
+        }
+    }
+
+    /// The factor of the LoRA term: `alpha / r`, or `alpha / sqrt(r)` with rsLoRA.
+    pub fn scale(&self) -> f32 {
+        let r = self.r as f64;
+        (if self.use_rslora { self.lora_alpha / r.sqrt() } else { self.lora_alpha / r }) as f32
+    }
+
+    /// Reads `dir/adapter_config.json`.
+    pub fn read(dir: &Path) -> Result<Self> {
+        let path = dir.join("adapter_config.json");
+        let v = vkformers_io::read_json(&path).map_err(|e| ModelError::Config(e.to_string()))?;
+        Self::from_json(&v).map_err(|e| ModelError::Config(format!("{}: {e}", path.display())))
+    }
+
+    /// Parses the JSON object of an `adapter_config.json`.
+    pub fn from_json(v: &Value) -> std::result::Result<Self, String> {
+        let s = |k: &str| v.get(k).and_then(Value::as_str);
+        if s("peft_type") != Some("LORA") {
+            return Err(format!("peft_type is {:?}; vkformers reads LoRA adapters (\"LORA\")", v.get("peft_type")));
+        }
+        if let Some(t) = s("task_type") {
+            if t != "CAUSAL_LM" {
+                return Err(format!("task_type `{t}`: vkformers runs causal LMs (CAUSAL_LM)"));
+            }
+        }
+        refuse_unsupported(v)?;
+        let r = v.get("r").and_then(Value::as_u64).filter(|&r| r > 0).ok_or("`r` must be a positive integer")?;
+        let target_modules = match v.get("target_modules") {
+            Some(Value::String(t)) if t == "all-linear" => Targets::AllLinear,
+            Some(Value::String(t)) => Targets::Regex(t.clone()),
+            Some(Value::Array(a)) => Targets::Names(
+                a.iter()
+                    .map(|x| x.as_str().map(str::to_string).ok_or("target_modules must hold strings"))
+                    .collect::<std::result::Result<_, _>>()?,
+            ),
+            _ => return Err("target_modules is missing; give the module names (e.g. [\"q_proj\", \"v_proj\"])".into()),
+        };
+        let modules_to_save = match v.get("modules_to_save") {
+            Some(Value::Array(a)) => a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect(),
+            _ => Vec::new(),
+        };
+        Ok(LoraConfig {
+            r: r as usize,
+            lora_alpha: v.get("lora_alpha").and_then(Value::as_f64).unwrap_or(8.0),
+            lora_dropout: v.get("lora_dropout").and_then(Value::as_f64).unwrap_or(0.0) as f32,
+            target_modules,
+            use_rslora: v.get("use_rslora").and_then(Value::as_bool).unwrap_or(false),
+            modules_to_save,
+            fan_in_fan_out: v.get("fan_in_fan_out").and_then(Value::as_bool).unwrap_or(false),
+            base_model_name_or_path: s("base_model_name_or_path").map(str::to_string),
+        })
+    }
+
+    /// The JSON object PEFT writes, with `target_modules` as given (a resolved list for
+    /// `all-linear` is passed in by the caller, as PEFT saves it).
+    pub fn to_json(&self, resolved_targets: Option<&[String]>) -> Value {
+        let targets = match (&self.target_modules, resolved_targets) {
+            (Targets::AllLinear, Some(list)) => json!(list),
+            (Targets::AllLinear, None) => json!("all-linear"),
+            (Targets::Regex(r), _) => json!(r),
+            (Targets::Names(n), _) => {
+                let mut n = n.clone();
+                n.sort();
+                json!(n)
+            }
+        };
+        let alpha = if self.lora_alpha.fract() == 0.0 { json!(self.lora_alpha as i64) } else { json!(self.lora_alpha) };
+        let mut m = Map::new();
+        m.insert("alpha_pattern".into(), json!({}));
+        m.insert("base_model_name_or_path".into(), json!(self.base_model_name_or_path));
+        m.insert("bias".into(), json!("none"));
+        m.insert("fan_in_fan_out".into(), json!(self.fan_in_fan_out));
+        m.insert("inference_mode".into(), json!(true));
+        m.insert("init_lora_weights".into(), json!(true));
+        m.insert("layers_pattern".into(), Value::Null);
+        m.insert("layers_to_transform".into(), Value::Null);
+        m.insert("lora_alpha".into(), alpha);
+        m.insert("lora_dropout".into(), json!(self.lora_dropout));
+        m.insert(
+            "modules_to_save".into(),
+            if self.modules_to_save.is_empty() { Value::Null } else { json!(self.modules_to_save) },
+        );
+        m.insert("peft_type".into(), json!("LORA"));
+        m.insert("r".into(), json!(self.r));
+        m.insert("rank_pattern".into(), json!({}));
+        m.insert("target_modules".into(), targets);
+        m.insert("task_type".into(), json!("CAUSAL_LM"));
+        m.insert("use_dora".into(), json!(false));
+        m.insert("use_rslora".into(), json!(self.use_rslora));
+        Value::Object(m)
+    }
+}
+
+/// Errors for PEFT options that would change the math and are not implemented.
+fn refuse_unsupported(v: &Value) -> std::result::Result<(), String> {
+    let truthy = |k: &str| match v.get(k) {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => false,
+        Some(Value::Object(o)) => !o.is_empty(),
+        Some(Value::Array(a)) => !a.is_empty(),
+        Some(_) => true,
+    };
+    for k in ["use_dora", "rank_pattern", "alpha_pattern", "layers_to_transform", "lora_bias", "exclude_modules"] {
+        if truthy(k) {
+            return Err(format!("`{k}` is set; vkformers supports plain LoRA without it"));
+        }
+    }
+    match v.get("bias").and_then(Value::as_str) {
+        None | Some("none") => Ok(()),
+        Some(b) => Err(format!("bias `{b}`: vkformers trains LoRA with bias \"none\" only")),
+    }
+}

@@ -1,0 +1,124 @@
+//! The linear modules of a model under their Hugging Face (PEFT) names, and PEFT's rule for
+//! which of them a config targets.
+//!
+//! A PEFT module is one `nn.Linear`/`Conv1D` of the HF model. Most are one internal projection
+//! weight; fused ones (GPT-2 `c_attn`, Phi-3 `qkv_proj`/`gate_up_proj`, GPT-NeoX
+//! `query_key_value`) are split by the spec's weight map into several internal weights. Their
+//! LoRA pair is still one `A [r, in]` and one `B [out, r]`: the output rows of `B·A` split
+//! exactly as the weight's rows do, so each internal part gets `A` and its rows of `B`.
+
+use crate::decoder::Weights;
+use crate::error::{ModelError, Result};
+use crate::lora::config::Targets;
+use crate::spec::{layer_name, ModelSpec};
+
+/// One linear module as PEFT sees it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LinearModule {
+    /// Full HF module name, e.g. `model.layers.0.self_attn.q_proj`.
+    pub name: String,
+    /// Internal weight names (`<..>.weight`) and their output rows, in the stored row order.
+    pub parts: Vec<(String, usize)>,
+    /// Stored rows come in this many blocks holding `rows / groups` rows of each part in turn.
+    pub groups: usize,
+    pub in_features: usize,
+    pub out_features: usize,
+    /// The stored weight is `[in, out]` (Conv1D).
+    pub conv1d: bool,
+    /// The LM head (never part of `all-linear`).
+    pub is_head: bool,
+}
+
+/// Every LoRA-capable linear module of a model, layer by layer (q, k, v, o, gate, up, down),
+/// then the untied head; fused HF modules once.
+pub fn linear_modules(spec: &ModelSpec, w: &Weights) -> Result<Vec<LinearModule>> {
+    let n = &spec.layer_names;
+    let mut internal: Vec<(String, bool)> = Vec::new();
+    for i in 0..spec.layers.len() {
+        for t in [&n.q, &n.k, &n.v, &n.o, &n.gate, &n.up, &n.down] {
+            let name = format!("{}.weight", layer_name(t, i));
+            if w.opt(&name).is_some() && !internal.iter().any(|(x, _)| *x == name) {
+                internal.push((name, false));
+            }
+        }
+    }
+    if !spec.tied_head {
+        internal.push((format!("{}.weight", spec.head_name), true));
+    }
+    let mut out: Vec<LinearModule> = Vec::new();
+    for (name, is_head) in internal {
+        if out.iter().any(|m| m.parts.iter().any(|p| p.0 == name)) {
+            continue;
+        }
+        let rows_of = |n: &str| -> Result<(usize, usize)> {
+            let s = w.get(n)?.shape();
+            Ok((s[0], s[1]))
+        };
+        let entry = spec.weight_map.iter().find(|e| e.parts.iter().any(|p| p.0 == name));
+        let (hf, part_names, groups, conv1d) = match entry {
+            Some(e) => (e.hf.clone(), e.parts.iter().map(|p| p.0.clone()).collect(), e.groups.max(1), e.transpose),
+            None => (name.clone(), vec![name.clone()], 1, false),
+        };
+        let mut parts = Vec::new();
+        let mut in_features = 0;
+        for p in part_names {
+            let (rows, cols) = rows_of(&p)?;
+            in_features = cols;
+            parts.push((p, rows));
+        }
+        let module = hf.strip_suffix(".weight").unwrap_or(&hf).to_string();
+        let out_features = parts.iter().map(|p| p.1).sum();
+        out.push(LinearModule { name: module, parts, groups, in_features, out_features, conv1d, is_head });
+    }
+    Ok(out)
+}
+
+/// PEFT's `check_target_module_exists` for one module name.
+pub struct Matcher {
+    targets: Targets,
+    regex: Option<regex::Regex>,
+}
+
+impl Matcher {
+    pub fn new(targets: &Targets) -> Result<Self> {
+        let regex = match targets {
+            Targets::Regex(r) => Some(
+                regex::Regex::new(&format!("^(?:{r})$"))
+                    .map_err(|e| ModelError::Config(format!("target_modules regex `{r}`: {e}")))?,
+            ),
+            _ => None,
+        };
+        Ok(Matcher { targets: targets.clone(), regex })
+    }
+
+    /// Whether `m` gets a LoRA pair.
+    pub fn matches(&self, m: &LinearModule) -> bool {
+        match (&self.targets, &self.regex) {
+            (Targets::AllLinear, _) => !m.is_head,
+            (_, Some(re)) => re.is_match(&m.name),
+            (Targets::Names(names), _) => names.iter().any(|t| name_matches(&m.name, t)),
+            (Targets::Regex(_), None) => false,
+        }
+    }
+}
+
+/// A module name matches a target name when equal to it or ending with `.target`.
+pub fn name_matches(module: &str, target: &str) -> bool {
+    module == target || module.ends_with(&format!(".{target}"))
+}
+
+/// The modules of `all` that `targets` selects; an error when none does (a typo in a name).
+pub fn targeted(all: &[LinearModule], targets: &Targets) -> Result<Vec<LinearModule>> {
+    let m = Matcher::new(targets)?;
+    let hit: Vec<LinearModule> = all.iter().filter(|x| m.matches(x)).cloned().collect();
+    if hit.is_empty() {
+        let names: Vec<&str> = all.iter().map(|x| x.name.rsplit('.').next().unwrap_or(&x.name)).collect();
+        let mut names: Vec<&str> = names.into_iter().collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+        names.dedup();
+        return Err(ModelError::Config(format!(
+            "target_modules {targets:?} matches no linear module of this model; its modules are {}",
+            names.join(", ")
+        )));
+    }
+    Ok(hit)
+}

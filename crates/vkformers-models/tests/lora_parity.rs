@@ -1,0 +1,49 @@
+//! LoRA parity with PEFT on the fixtures of `tools/parity/peft_reference.py` (logits and loss
+//! with the adapter, LoRA gradients, LoRA weights after two AdamW steps, merge), on every
+//! Vulkan device with the validation layer.
+
+use std::path::PathBuf;
+
+use vkformers_models::lora::parity::{check, check_merge};
+use vkformers_models::parity::{TOL_GRAD, TOL_LOGITS, TOL_STEP};
+use vkformers_vk::testing::on_every_device;
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests")
+}
+
+fn check_fixture(name: &str) {
+    let (base, lora) = (fixtures().join("fixtures").join(name), fixtures().join("fixtures_lora").join(name));
+    on_every_device(&format!("lora parity {name}"), |ctx| {
+        let r = check(ctx, &base, &lora).unwrap_or_else(|e| panic!("{name}: {e}"));
+        // The fixture is only a test of the LoRA term if the adapter moves the logits.
+        assert!(r.adapter_effect > 1e-3, "{name}: adapter barely changes the logits ({:e})", r.adapter_effect);
+        assert!(r.logits_rel <= TOL_LOGITS, "{name}: logits relative error {:e}", r.logits_rel);
+        assert!(r.loss_rel <= TOL_LOGITS, "{name}: loss relative error {:e}", r.loss_rel);
+        assert!(r.grad_rel <= TOL_GRAD, "{name}: worst LoRA gradient relative error {:e}", r.grad_rel);
+        assert!(r.step2_abs <= TOL_STEP, "{name}: worst |Δ| after two AdamW steps {:e}", r.step2_abs);
+        assert!(r.step2_ill_abs <= 2e-3, "{name}: ill-conditioned elements moved {:e}", r.step2_ill_abs);
+        assert_eq!(r.frozen_with_grad, 0, "{name}: frozen base weights received gradients");
+        Ok(())
+    });
+    let merge = check_merge(&base, &lora).unwrap_or_else(|e| panic!("{name} merge: {e}"));
+    assert!(merge <= 1e-6, "{name}: merged weights differ from PEFT's merge_and_unload by {merge:e}");
+}
+
+macro_rules! lora_parity {
+    ($($test:ident: $name:literal),* $(,)?) => {$(
+        #[test]
+        fn $test() {
+            check_fixture($name);
+        }
+    )*};
+}
+
+lora_parity! {
+    llama: "llama",
+    mistral: "mistral",
+    qwen2: "qwen2",
+    qwen3_all_linear: "qwen3",
+    gemma_regex_rslora: "gemma",
+    gpt2_fused_conv1d: "gpt2",
+}

@@ -1,0 +1,125 @@
+//! LoRA config, target matching, init and adapter files.
+
+use std::path::PathBuf;
+
+use serde_json::json;
+use vkformers_models::decoder::{forward, Batch};
+use vkformers_models::lora::{self, Adapter, LoraConfig, Targets};
+use vkformers_models::model::Model;
+use vkformers_tensor::Graph;
+use vkformers_vk::testing::on_every_device;
+
+fn fixture(kind: &str, name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests").join(kind).join(name)
+}
+
+#[test]
+fn config_round_trips_and_scales() {
+    let mut c = LoraConfig::new(4, 8.0, Targets::Names(vec!["v_proj".into(), "q_proj".into()]));
+    c.lora_dropout = 0.05;
+    c.modules_to_save = vec!["lm_head".into()];
+    let back = LoraConfig::from_json(&c.to_json(None)).unwrap();
+    assert_eq!(back.target_modules, Targets::Names(vec!["q_proj".into(), "v_proj".into()]));
+    assert_eq!((back.r, back.lora_alpha, back.lora_dropout), (4, 8.0, 0.05));
+    assert_eq!(back.modules_to_save, c.modules_to_save);
+    assert_eq!(c.scale(), 2.0);
+    c.use_rslora = true;
+    assert_eq!(c.scale(), 4.0);
+    let regex = LoraConfig::new(2, 4.0, Targets::Regex(r".*\.q_proj".into()));
+    assert_eq!(LoraConfig::from_json(&regex.to_json(None)).unwrap().target_modules, regex.target_modules);
+}
+
+#[test]
+fn config_refuses_what_it_does_not_implement() {
+    let base = json!({"peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules": ["q_proj"]});
+    assert!(LoraConfig::from_json(&base).is_ok());
+    for (k, v) in [("use_dora", json!(true)), ("bias", json!("all")), ("rank_pattern", json!({"q_proj": 8}))] {
+        let mut bad = base.clone();
+        bad[k] = v;
+        let err = LoraConfig::from_json(&bad).unwrap_err();
+        assert!(err.contains(k), "{k}: {err}");
+    }
+    let mut ia3 = base.clone();
+    ia3["peft_type"] = json!("IA3");
+    assert!(LoraConfig::from_json(&ia3).is_err());
+}
+
+#[test]
+fn cli_targets() {
+    assert_eq!(Targets::parse_cli("all-linear"), Targets::AllLinear);
+    assert_eq!(Targets::parse_cli("q_proj, v_proj"), Targets::Names(vec!["q_proj".into(), "v_proj".into()]));
+    assert_eq!(Targets::parse_cli(r".*\.q_proj"), Targets::Regex(r".*\.q_proj".into()));
+}
+
+/// Our `all-linear` and name matching select exactly the modules PEFT selected for the same
+/// config (the fixtures' saved `target_modules` / adapter keys).
+#[test]
+fn target_matching_equals_peft() {
+    on_every_device("lora targets", |ctx| {
+        let g = Graph::new(ctx);
+        for name in ["qwen3", "llama", "gemma", "gpt2"] {
+            let model = Model::load(&g, &fixture("fixtures", name)).unwrap();
+            let peft = Adapter::load(&fixture("fixtures_lora", name)).unwrap();
+            let mut cfg = peft.config.clone();
+            if name == "qwen3" {
+                cfg.target_modules = Targets::AllLinear; // what the fixture was made with
+            }
+            let mut ours: Vec<String> =
+                lora::target_modules(&model, &cfg).unwrap().into_iter().map(|m| m.name).collect();
+            ours.sort();
+            let mut want: Vec<String> = peft
+                .tensors
+                .keys()
+                .filter_map(|k| k.strip_prefix("base_model.model.")?.strip_suffix(".lora_A.weight").map(str::to_string))
+                .collect();
+            want.sort();
+            assert_eq!(ours, want, "{name}");
+        }
+        let model = Model::load(&g, &fixture("fixtures", "llama")).unwrap();
+        let typo = LoraConfig::new(4, 8.0, Targets::Names(vec!["qproj".into()]));
+        let err = lora::target_modules(&model, &typo).unwrap_err().to_string();
+        assert!(err.contains("q_proj"), "{err}");
+        Ok(())
+    });
+}
+
+/// PEFT's init: A ~ U(−1/sqrt(in), 1/sqrt(in)), B = 0, so a new adapter leaves the logits
+/// exactly as the base's; the same seed gives the same A. Save + load round-trips.
+#[test]
+fn fresh_adapter_is_identity_and_round_trips() {
+    on_every_device("lora init", |ctx| {
+        let g = Graph::new(ctx);
+        let dir = fixture("fixtures", "llama");
+        let cfg = LoraConfig::new(4, 8.0, Targets::AllLinear);
+        let mut model = lora::load_frozen(&g, &dir, &[]).unwrap();
+        let a1 = lora::new_adapter(&model, cfg.clone(), 7).unwrap();
+        let a2 = lora::new_adapter(&model, cfg.clone(), 7).unwrap();
+        let a3 = lora::new_adapter(&model, cfg, 8).unwrap();
+        let key = "base_model.model.model.layers.0.mlp.down_proj.lora_A.weight";
+        let (x, y, z) = (&a1.tensors[key].data, &a2.tensors[key].data, &a3.tensors[key].data);
+        assert_eq!(x, y);
+        assert_ne!(x, z);
+        let bound = 1.0 / (64f32).sqrt(); // down_proj: in = intermediate = 64
+        assert!(x.iter().all(|v| v.abs() <= bound) && x.iter().any(|v| v.abs() > bound * 0.9));
+        assert!(a1.tensors.iter().filter(|(k, _)| k.contains("lora_B")).all(|(_, t)| t.data.iter().all(|v| *v == 0.0)));
+
+        let (ids, mask) = ([5, 6, 7, 8], [1, 1, 1, 1]);
+        let batch = Batch { ids: &ids, mask: &mask, batch: 1, seq: 4 };
+        let base = g.read(&forward(&g, &model.spec, &model.weights, &batch).unwrap()).unwrap();
+        let lora = lora::attach(&g, &mut model, &a1, 0).unwrap();
+        let with = g.read(&forward(&g, &model.spec, &model.weights, &batch).unwrap()).unwrap();
+        assert_eq!(base, with);
+
+        let out = tempfile::tempdir().unwrap();
+        lora.save(&g, out.path()).unwrap();
+        let back = Adapter::load(out.path()).unwrap();
+        assert_eq!(back.tensors.len(), a1.tensors.len());
+        for (k, t) in &a1.tensors {
+            assert_eq!(back.tensors[k].data, t.data, "{k}");
+        }
+        let saved: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.path().join("adapter_config.json")).unwrap()).unwrap();
+        assert_eq!(saved["target_modules"].as_array().unwrap().len(), 14); // all-linear, resolved
+        Ok(())
+    });
+}

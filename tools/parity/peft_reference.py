@@ -1,0 +1,196 @@
+#!/usr/bin/env python3
+"""LoRA golden fixtures from PEFT for vkformers.
+
+For each base fixture in tests/fixtures/<name> (config + weights + reference batch written by
+make_fixtures.py) this applies a LoRA config with PEFT, gives B small random values (PEFT's own
+init leaves B = 0, which would make the adapter invisible in the logits), and writes to
+tests/fixtures_lora/<name>/:
+
+  adapter_config.json, adapter_model.safetensors   the adapter, as PeftModel.save_pretrained writes it
+  reference.safetensors   input_ids, attention_mask, labels (the base fixture's batch), logits and loss
+                          with the adapter, grad.<adapter key> for every LoRA tensor, step2.<adapter key>
+                          after two AdamW steps (lr 1e-3, eps 1e-6, weight decay 0.01) on that batch
+  merged.safetensors      the base model's stored tensors after merge_and_unload() (adapter as saved,
+                          before any step)
+
+Modes:
+  peft_reference.py [--only NAME ...]                         write the fixtures
+  peft_reference.py --check-adapter DIR --fixture NAME --logits FILE
+        load tests/fixtures/NAME with the PEFT adapter in DIR (PeftModel.from_pretrained), run the
+        fixture batch and compare with the `logits` tensor in FILE (written by vkformers); exit 1 if
+        max|diff| / max|ref| > 1e-5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+BASE = REPO / "tests" / "fixtures"
+OUT = REPO / "tests" / "fixtures_lora"
+
+SEED = 4321
+B_INIT_STD = 0.2  # std of the random B given to every adapter so that its logits differ from the base
+ADAMW = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01)
+RTOL = 1e-5
+
+# fixture -> LoraConfig kwargs beyond r=4, alpha=8, dropout 0. Each family targets an attention and
+# an MLP projection; together they cover a name list, a full-match regex, "all-linear", rsLoRA and a
+# fused Conv1D module (GPT-2's c_attn, fan_in_fan_out).
+CONFIGS = {
+    "llama": dict(target_modules=["q_proj", "v_proj", "down_proj"]),
+    "mistral": dict(target_modules=["k_proj", "o_proj", "gate_proj"]),
+    "qwen2": dict(target_modules=["q_proj", "k_proj", "v_proj", "up_proj"]),
+    "qwen3": dict(target_modules="all-linear"),
+    "gemma": dict(target_modules=r".*layers\.1\.(self_attn\.q_proj|mlp\.up_proj)", use_rslora=True),
+    "gpt2": dict(target_modules=["c_attn", "c_fc"], fan_in_fan_out=True),
+}
+
+
+def setup():
+    import torch
+
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    sys.path.insert(0, str(HERE))
+    import make_fixtures
+
+    make_fixtures.check_versions()
+    return torch
+
+
+def load_base(name: str):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(
+        str(BASE / name), local_files_only=True, attn_implementation="eager", dtype=torch.float32
+    )
+    model.eval()
+    return model
+
+
+def adapter_key(param_name: str) -> str:
+    """`base_model.model.<module>.lora_A.default.weight` -> the saved key (adapter name dropped)."""
+    return param_name.replace(".default.", ".")
+
+
+def make_fixture(name: str) -> None:
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    torch.manual_seed(SEED)
+    cfg = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, task_type="CAUSAL_LM", bias="none", **CONFIGS[name])
+    model = get_peft_model(load_base(name), cfg)
+    g = torch.Generator().manual_seed(SEED + 1)
+    lora = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    assert lora and all(".lora_A." in n or ".lora_B." in n for n in lora), list(lora)
+    with torch.no_grad():
+        for n, p in lora.items():
+            if ".lora_B." in n:
+                p.copy_(torch.randn(p.shape, generator=g) * B_INIT_STD)
+    d = OUT / name
+    d.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(d))
+    (d / "README.md").unlink(missing_ok=True)  # PEFT's model card template: not needed
+    # PEFT records the absolute base path; keep the committed file independent of the checkout.
+    cfg_path = d / "adapter_config.json"
+    saved_cfg = json.loads(cfg_path.read_text())
+    saved_cfg["base_model_name_or_path"] = f"tests/fixtures/{name}"
+    if isinstance(saved_cfg["target_modules"], list):
+        saved_cfg["target_modules"] = sorted(saved_cfg["target_modules"])  # PEFT writes a set's order
+    cfg_path.write_text(json.dumps(saved_cfg, indent=2, sort_keys=True) + "\n")
+
+    ref = load_file(str(BASE / name / "reference.safetensors"))
+    ids, mask, labels = (ref[k].long() for k in ("input_ids", "attention_mask", "labels"))
+    model.train()  # dropout is 0: train mode only matters for PEFT's bookkeeping
+    out = model(input_ids=ids, attention_mask=mask, labels=labels, use_cache=False)
+    out.loss.backward()
+    res = {
+        "input_ids": ref["input_ids"],
+        "attention_mask": ref["attention_mask"],
+        "labels": ref["labels"],
+        "logits": out.logits.detach().float().contiguous(),
+        "loss": out.loss.detach().reshape(1).float().contiguous(),
+    }
+    for n, p in lora.items():
+        res[f"grad.{adapter_key(n)}"] = p.grad.detach().clone().contiguous()
+
+    # The merged model, from the adapter as saved (before the optimizer touches it).
+    merged_model = load_base(name)
+    from peft import PeftModel
+
+    merged = PeftModel.from_pretrained(merged_model, str(d)).merge_and_unload()
+    sd = merged.state_dict()
+    with safe_open(str(BASE / name / "model.safetensors"), framework="pt") as f:
+        keys = list(f.keys())
+    save_file({k: sd[k].detach().clone().contiguous() for k in keys}, str(d / "merged.safetensors"),
+              metadata={"format": "pt"})
+
+    opt = torch.optim.AdamW(list(lora.values()), **ADAMW)
+    for _ in range(2):
+        opt.zero_grad(set_to_none=True)
+        model(input_ids=ids, attention_mask=mask, labels=labels, use_cache=False).loss.backward()
+        opt.step()
+    for n, p in lora.items():
+        res[f"step2.{adapter_key(n)}"] = p.detach().clone().contiguous()
+    save_file(res, str(d / "reference.safetensors"), metadata={"format": "pt"})
+    base_loss = float(ref["loss"][0])
+    print(f"{name:8s} lora tensors={len(lora):3d} loss={out.loss.item():.6f} (base {base_loss:.6f})")
+
+
+def check_adapter(args) -> int:
+    import torch
+    from peft import PeftModel
+    from safetensors.torch import load_file
+
+    ref = load_file(str(BASE / args.fixture / "reference.safetensors"))
+    model = PeftModel.from_pretrained(load_base(args.fixture), args.check_adapter)
+    model.eval()
+    with torch.no_grad():
+        logits = model(input_ids=ref["input_ids"].long(), attention_mask=ref["attention_mask"].long(),
+                       use_cache=False).logits.float()
+    want = load_file(args.logits)["logits"].reshape(logits.shape)
+    base = ref["logits"].reshape(logits.shape)
+    rel = float((logits - want).abs().max() / want.abs().max())
+    moved = float((logits - base).abs().max() / base.abs().max())
+    print(f"adapter={args.check_adapter} fixture={args.fixture}: PEFT vs vkformers max rel {rel:.3e} "
+          f"(threshold {RTOL:.0e}); adapter moved the logits by {moved:.3e} relative to the base")
+    return 0 if rel <= RTOL else 1
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", nargs="+", metavar="NAME")
+    ap.add_argument("--check-adapter", metavar="DIR")
+    ap.add_argument("--fixture", metavar="NAME")
+    ap.add_argument("--logits", metavar="FILE")
+    args = ap.parse_args()
+    setup()
+    if args.check_adapter:
+        if not (args.fixture and args.logits):
+            ap.error("--check-adapter needs --fixture and --logits")
+        sys.exit(check_adapter(args))
+    for name in args.only or list(CONFIGS):
+        if name not in CONFIGS:
+            sys.exit(f"unknown fixture {name!r}; known: {', '.join(CONFIGS)}")
+        make_fixture(name)
+
+
+if __name__ == "__main__":
+    main()
