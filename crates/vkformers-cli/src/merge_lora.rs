@@ -1,12 +1,38 @@
-//! `vkformers merge-lora`: fold a PEFT adapter into the base weights.
+//! `vkformers merge-lora`: fold a PEFT adapter into the base weights (`W + scale · B A`, as
+//! PEFT's `merge_and_unload`) and write a Hugging Face model folder. Runs on the host.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
+use anyhow::Context as _;
 use vkformers_vk::DeviceSelector;
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Base model: a Hugging Face folder (config.json + safetensors) or Hub id.
+    #[arg(long)]
+    model: String,
+    /// PEFT adapter folder (adapter_config.json + adapter_model.safetensors) or Hub id.
+    #[arg(long)]
+    adapter: String,
+    /// Output folder for the merged model (weights in the base's dtypes, config, tokenizer).
+    #[arg(long)]
+    out: PathBuf,
+    /// Print a JSON summary instead of text.
+    #[arg(long)]
+    json: bool,
+}
 
-pub fn run(_selector: &DeviceSelector, _args: &Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`vkformers merge-lora` is not built yet")
+pub fn run(_selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
+    let model = vkformers_hub::resolve_model(&args.model)?;
+    let adapter = vkformers_hub::resolve_model(&args.adapter)?;
+    let n = vkformers_models::lora::merge_to_folder(&model, &adapter, &args.out)
+        .with_context(|| format!("merging {} into {}", adapter.display(), model.display()))?;
+    if args.json {
+        let v = serde_json::json!({"model": model, "adapter": adapter, "out": args.out, "adapter_tensors": n});
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        println!("merged {n} adapter tensors into {} -> {}", model.display(), args.out.display());
+    }
+    Ok(ExitCode::SUCCESS)
 }
