@@ -99,6 +99,8 @@ pub(crate) struct Shared {
     pub(crate) allocator: Mutex<Option<Allocator>>,
     pub(crate) caps: Caps,
     pub(crate) pipelines: Pipelines,
+    /// Bytes of device-local buffers alive now, and the most alive at once (`Context::device_memory`).
+    pub(crate) device_bytes: crate::memory::MemoryStats,
     // Dropped last: the device and everything above were made from it.
     pub(crate) instance: Arc<Instance>,
 }
@@ -165,6 +167,7 @@ impl Context {
             allocator: Mutex::new(Some(allocator)),
             caps,
             pipelines,
+            device_bytes: Default::default(),
             instance,
         });
         Ok(Context { shared, staging: Mutex::new(None) })

@@ -19,7 +19,7 @@ pub use device::{choose_device, list_devices, Context, DeviceInfo, DeviceSelecto
 pub use error::{Result, VkError};
 pub use hazard::AccessKind;
 pub use instance::{Instance, InstanceOptions};
-pub use memory::{Buffer, BufferKind, BufferView};
+pub use memory::{Buffer, BufferKind, BufferView, DeviceMemory};
 pub use pipeline::KernelCode;
 pub use recorder::{read, read_write, write, Arg, BatchReport, Recorder};
 pub use staging::STAGING_BYTES;

@@ -14,6 +14,31 @@ use crate::error::{Result, VkError, VkResultExt};
 
 static NEXT_BUFFER_ID: AtomicU64 = AtomicU64::new(1);
 
+/// Bytes held by device-local buffers: now, and the peak since creation or the last reset.
+#[derive(Default)]
+pub(crate) struct MemoryStats {
+    current: AtomicU64,
+    peak: AtomicU64,
+}
+
+impl MemoryStats {
+    fn add(&self, bytes: u64) {
+        let now = self.current.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        self.peak.fetch_max(now, Ordering::Relaxed);
+    }
+
+    fn sub(&self, bytes: u64) {
+        self.current.fetch_sub(bytes, Ordering::Relaxed);
+    }
+}
+
+/// Device-local memory held by a context's buffers (their allocation sizes), in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceMemory {
+    pub current: u64,
+    pub peak: u64,
+}
+
 /// Where a buffer lives: on the device, or host-visible for staging.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BufferKind {
@@ -32,6 +57,8 @@ pub(crate) struct BufferInner {
     shared: Arc<Shared>,
     pub(crate) raw: vk::Buffer,
     allocation: std::sync::Mutex<Option<Allocation>>,
+    /// Bytes counted in `Shared::device_bytes` (device-local buffers only).
+    counted: u64,
     size: u64,
     address: u64,
     id: u64,
@@ -98,6 +125,7 @@ impl Drop for BufferInner {
         // SAFETY: the last handle is gone, and recorders hold a handle to every buffer they use
         // until their batch has completed, so the GPU no longer uses it.
         unsafe { self.shared.device.destroy_buffer(self.raw, None) };
+        self.shared.device_bytes.sub(self.counted);
         if let Some(a) = self.allocation.get_mut().unwrap_or_else(|e| e.into_inner()).take() {
             if let Some(alloc) = self.shared.allocator().as_mut() {
                 let _ = alloc.free(a);
@@ -128,6 +156,18 @@ impl BufferView<'_> {
 }
 
 impl Context {
+    /// Device-local memory held by this context's buffers now and at most so far.
+    pub fn device_memory(&self) -> DeviceMemory {
+        let s = &self.shared.device_bytes;
+        DeviceMemory { current: s.current.load(Ordering::Relaxed), peak: s.peak.load(Ordering::Relaxed) }
+    }
+
+    /// Starts a new peak from the current amount.
+    pub fn reset_peak_memory(&self) {
+        let s = &self.shared.device_bytes;
+        s.peak.store(s.current.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+
     /// Allocates a device buffer of `size` bytes; `what` names it in errors.
     pub fn buffer(&self, size: u64, what: &str) -> Result<Buffer> {
         self.buffer_of_kind(size, BufferKind::Device, what)
@@ -188,10 +228,13 @@ impl Context {
         let addr_info = vk::BufferDeviceAddressInfo::default().buffer(raw);
         // SAFETY: the buffer was created with SHADER_DEVICE_ADDRESS usage and is bound.
         let address = unsafe { shared.device.get_buffer_device_address(&addr_info) };
+        let counted = if kind == BufferKind::Device { allocation.size() } else { 0 };
+        shared.device_bytes.add(counted);
         Ok(Buffer(Arc::new(BufferInner {
             shared: shared.clone(),
             raw,
             allocation: std::sync::Mutex::new(Some(allocation)),
+            counted,
             size,
             address,
             id: NEXT_BUFFER_ID.fetch_add(1, Ordering::Relaxed),
