@@ -15,10 +15,10 @@ tests/fixtures_lora/<name>/:
 
 Modes:
   peft_reference.py [--only NAME ...]                         write the fixtures
-  peft_reference.py --check-adapter DIR --fixture NAME --logits FILE
-        load tests/fixtures/NAME with the PEFT adapter in DIR (PeftModel.from_pretrained), run the
-        fixture batch and compare with the `logits` tensor in FILE (written by vkformers); exit 1 if
-        max|diff| / max|ref| > 1e-5
+  peft_reference.py --check-adapter DIR --model MODEL_DIR --logits FILE
+        load the model folder with the PEFT adapter in DIR (PeftModel.from_pretrained), run the
+        `input_ids` stored in FILE (written by vkformers, mask all ones) and compare with its
+        `logits`; exit 1 if max|diff| / max|ref| > 1e-5
 """
 
 from __future__ import annotations
@@ -73,11 +73,15 @@ def setup():
 
 
 def load_base(name: str):
+    return load_model(BASE / name)
+
+
+def load_model(path: Path):
     import torch
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(
-        str(BASE / name), local_files_only=True, attn_implementation="eager", dtype=torch.float32
+        str(path), local_files_only=True, attn_implementation="eager", dtype=torch.float32
     )
     model.eval()
     return model
@@ -159,17 +163,19 @@ def check_adapter(args) -> int:
     from peft import PeftModel
     from safetensors.torch import load_file
 
-    ref = load_file(str(BASE / args.fixture / "reference.safetensors"))
-    model = PeftModel.from_pretrained(load_base(args.fixture), args.check_adapter)
+    ours = load_file(args.logits)
+    ids = ours["input_ids"].long()
+    base_model = load_model(Path(args.model))
+    with torch.no_grad():
+        base = base_model(input_ids=ids, use_cache=False).logits.float()
+    model = PeftModel.from_pretrained(base_model, args.check_adapter)
     model.eval()
     with torch.no_grad():
-        logits = model(input_ids=ref["input_ids"].long(), attention_mask=ref["attention_mask"].long(),
-                       use_cache=False).logits.float()
-    want = load_file(args.logits)["logits"].reshape(logits.shape)
-    base = ref["logits"].reshape(logits.shape)
+        logits = model(input_ids=ids, use_cache=False).logits.float()
+    want = ours["logits"].reshape(logits.shape)
     rel = float((logits - want).abs().max() / want.abs().max())
     moved = float((logits - base).abs().max() / base.abs().max())
-    print(f"adapter={args.check_adapter} fixture={args.fixture}: PEFT vs vkformers max rel {rel:.3e} "
+    print(f"adapter={args.check_adapter} model={args.model}: PEFT vs vkformers max rel {rel:.3e} "
           f"(threshold {RTOL:.0e}); adapter moved the logits by {moved:.3e} relative to the base")
     return 0 if rel <= RTOL else 1
 
@@ -178,13 +184,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", nargs="+", metavar="NAME")
     ap.add_argument("--check-adapter", metavar="DIR")
-    ap.add_argument("--fixture", metavar="NAME")
+    ap.add_argument("--model", metavar="DIR")
     ap.add_argument("--logits", metavar="FILE")
     args = ap.parse_args()
     setup()
     if args.check_adapter:
-        if not (args.fixture and args.logits):
-            ap.error("--check-adapter needs --fixture and --logits")
+        if not (args.model and args.logits):
+            ap.error("--check-adapter needs --model and --logits")
         sys.exit(check_adapter(args))
     for name in args.only or list(CONFIGS):
         if name not in CONFIGS:
