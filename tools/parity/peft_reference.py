@@ -46,7 +46,7 @@ RTOL = 1e-5
 
 # fixture -> LoraConfig kwargs beyond r=4, alpha=8, dropout 0. Each family targets an attention and
 # an MLP projection; together they cover a name list, a full-match regex, "all-linear", rsLoRA and a
-# fused Conv1D module (GPT-2's c_attn, fan_in_fan_out).
+# fused Conv1D module (GPT-2's c_attn, fan_in_fan_out). A name with `:` is `<fixture>:<base fixture>`.
 CONFIGS = {
     "llama": dict(target_modules=["q_proj", "v_proj", "down_proj"]),
     "mistral": dict(target_modules=["k_proj", "o_proj", "gate_proj"]),
@@ -54,7 +54,14 @@ CONFIGS = {
     "qwen3": dict(target_modules="all-linear"),
     "gemma": dict(target_modules=r".*layers\.1\.(self_attn\.q_proj|mlp\.up_proj)", use_rslora=True),
     "gpt2": dict(target_modules=["c_attn", "c_fc"], fan_in_fan_out=True),
+    "llama_modules_to_save:llama": dict(target_modules=["o_proj", "up_proj"], modules_to_save=["lm_head"]),
 }
+
+
+def split_name(key: str) -> tuple[str, str]:
+    """`name` or `name:base` -> (fixture name, base fixture name)."""
+    name, _, base = key.partition(":")
+    return name, base or name
 
 
 def setup():
@@ -88,22 +95,25 @@ def load_model(path: Path):
 
 
 def adapter_key(param_name: str) -> str:
-    """`base_model.model.<module>.lora_A.default.weight` -> the saved key (adapter name dropped)."""
-    return param_name.replace(".default.", ".")
+    """`base_model.model.<module>.lora_A.default.weight` -> the saved key (adapter name dropped);
+    `<module>.modules_to_save.default.weight` -> `<module>.weight`."""
+    return param_name.replace(".modules_to_save.default.", ".").replace(".default.", ".")
 
 
-def make_fixture(name: str) -> None:
+def make_fixture(key: str) -> None:
     import torch
     from peft import LoraConfig, get_peft_model
     from safetensors import safe_open
     from safetensors.torch import load_file, save_file
 
+    name, base_name = split_name(key)
     torch.manual_seed(SEED)
-    cfg = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, task_type="CAUSAL_LM", bias="none", **CONFIGS[name])
-    model = get_peft_model(load_base(name), cfg)
+    cfg = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, task_type="CAUSAL_LM", bias="none", **CONFIGS[key])
+    model = get_peft_model(load_base(base_name), cfg)
     g = torch.Generator().manual_seed(SEED + 1)
     lora = {n: p for n, p in model.named_parameters() if p.requires_grad}
-    assert lora and all(".lora_A." in n or ".lora_B." in n for n in lora), list(lora)
+    saved = cfg.modules_to_save or []
+    assert lora and all(".lora_A." in n or ".lora_B." in n or ".modules_to_save." in n for n in lora), list(lora)
     with torch.no_grad():
         for n, p in lora.items():
             if ".lora_B." in n:
@@ -115,12 +125,12 @@ def make_fixture(name: str) -> None:
     # PEFT records the absolute base path; keep the committed file independent of the checkout.
     cfg_path = d / "adapter_config.json"
     saved_cfg = json.loads(cfg_path.read_text())
-    saved_cfg["base_model_name_or_path"] = f"tests/fixtures/{name}"
+    saved_cfg["base_model_name_or_path"] = f"tests/fixtures/{base_name}"
     if isinstance(saved_cfg["target_modules"], list):
         saved_cfg["target_modules"] = sorted(saved_cfg["target_modules"])  # PEFT writes a set's order
     cfg_path.write_text(json.dumps(saved_cfg, indent=2, sort_keys=True) + "\n")
 
-    ref = load_file(str(BASE / name / "reference.safetensors"))
+    ref = load_file(str(BASE / base_name / "reference.safetensors"))
     ids, mask, labels = (ref[k].long() for k in ("input_ids", "attention_mask", "labels"))
     model.train()  # dropout is 0: train mode only matters for PEFT's bookkeeping
     out = model(input_ids=ids, attention_mask=mask, labels=labels, use_cache=False)
@@ -136,12 +146,12 @@ def make_fixture(name: str) -> None:
         res[f"grad.{adapter_key(n)}"] = p.grad.detach().clone().contiguous()
 
     # The merged model, from the adapter as saved (before the optimizer touches it).
-    merged_model = load_base(name)
+    merged_model = load_base(base_name)
     from peft import PeftModel
 
     merged = PeftModel.from_pretrained(merged_model, str(d)).merge_and_unload()
     sd = merged.state_dict()
-    with safe_open(str(BASE / name / "model.safetensors"), framework="pt") as f:
+    with safe_open(str(BASE / base_name / "model.safetensors"), framework="pt") as f:
         keys = list(f.keys())
     save_file({k: sd[k].detach().clone().contiguous() for k in keys}, str(d / "merged.safetensors"),
               metadata={"format": "pt"})
@@ -155,7 +165,7 @@ def make_fixture(name: str) -> None:
         res[f"step2.{adapter_key(n)}"] = p.detach().clone().contiguous()
     save_file(res, str(d / "reference.safetensors"), metadata={"format": "pt"})
     base_loss = float(ref["loss"][0])
-    print(f"{name:8s} lora tensors={len(lora):3d} loss={out.loss.item():.6f} (base {base_loss:.6f})")
+    print(f"{name:22s} trainable tensors={len(lora):3d} (saved whole: {saved}) loss={out.loss.item():.6f} (base {base_loss:.6f})")
 
 
 def check_adapter(args) -> int:
@@ -192,10 +202,11 @@ def main() -> None:
         if not (args.model and args.logits):
             ap.error("--check-adapter needs --model and --logits")
         sys.exit(check_adapter(args))
-    for name in args.only or list(CONFIGS):
-        if name not in CONFIGS:
-            sys.exit(f"unknown fixture {name!r}; known: {', '.join(CONFIGS)}")
-        make_fixture(name)
+    keys = {split_name(k)[0]: k for k in CONFIGS}
+    for name in args.only or list(keys):
+        if name not in keys:
+            sys.exit(f"unknown fixture {name!r}; known: {', '.join(keys)}")
+        make_fixture(keys[name])
 
 
 if __name__ == "__main__":

@@ -66,7 +66,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let shape = vec![2, seq, model.spec.vocab];
             let tensors = [
                 HostTensor { name: "logits".into(), shape, data: g.read(&logits)? },
-                HostTensor { name: "input_ids".into(), shape: vec![2, seq], data: ids.iter().map(|&i| i as f32).collect() },
+                HostTensor {
+                    name: "input_ids".into(),
+                    shape: vec![2, seq],
+                    data: ids.iter().map(|&i| i as f32).collect(),
+                },
             ];
             lora::adapter::write_safetensors(&out.join("logits.safetensors"), tensors.iter())?;
         }

@@ -12,8 +12,8 @@ fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests")
 }
 
-fn check_fixture(name: &str) {
-    let (base, lora) = (fixtures().join("fixtures").join(name), fixtures().join("fixtures_lora").join(name));
+fn check_fixture(name: &str, base: &str) {
+    let (base, lora) = (fixtures().join("fixtures").join(base), fixtures().join("fixtures_lora").join(name));
     on_every_device(&format!("lora parity {name}"), |ctx| {
         let r = check(ctx, &base, &lora).unwrap_or_else(|e| panic!("{name}: {e}"));
         // The fixture is only a test of the LoRA term if the adapter moves the logits.
@@ -31,19 +31,20 @@ fn check_fixture(name: &str) {
 }
 
 macro_rules! lora_parity {
-    ($($test:ident: $name:literal),* $(,)?) => {$(
+    ($($test:ident: $name:literal on $base:literal),* $(,)?) => {$(
         #[test]
         fn $test() {
-            check_fixture($name);
+            check_fixture($name, $base);
         }
     )*};
 }
 
 lora_parity! {
-    llama: "llama",
-    mistral: "mistral",
-    qwen2: "qwen2",
-    qwen3_all_linear: "qwen3",
-    gemma_regex_rslora: "gemma",
-    gpt2_fused_conv1d: "gpt2",
+    llama: "llama" on "llama",
+    mistral: "mistral" on "mistral",
+    qwen2: "qwen2" on "qwen2",
+    qwen3_all_linear: "qwen3" on "qwen3",
+    gemma_regex_rslora: "gemma" on "gemma",
+    gpt2_fused_conv1d: "gpt2" on "gpt2",
+    llama_modules_to_save: "llama_modules_to_save" on "llama",
 }

@@ -123,3 +123,35 @@ fn fresh_adapter_is_identity_and_round_trips() {
         Ok(())
     });
 }
+
+/// LoRA dropout (Philox): only while training; the same step replays the same masks, another
+/// step draws others; without gradients the term is the dropout-free one.
+#[test]
+fn lora_dropout_is_replayable_and_off_in_inference() {
+    on_every_device("lora dropout", |ctx| {
+        let g = Graph::new(ctx);
+        let mut adapter = Adapter::load(&fixture("fixtures_lora", "llama")).unwrap();
+        let run = |model: &Model| {
+            let (ids, mask) = ([5, 6, 7, 8, 9, 10], [1; 6]);
+            let batch = Batch { ids: &ids, mask: &mask, batch: 1, seq: 6 };
+            let out = g.read(&forward(&g, &model.spec, &model.weights, &batch).unwrap()).unwrap();
+            g.clear_tape();
+            out
+        };
+        let mut plain = lora::load_frozen(&g, &fixture("fixtures", "llama"), &[]).unwrap();
+        lora::attach(&g, &mut plain, &adapter, 3).unwrap();
+        let reference = run(&plain);
+        adapter.config.lora_dropout = 0.5;
+        let mut model = lora::load_frozen(&g, &fixture("fixtures", "llama"), &[]).unwrap();
+        lora::attach(&g, &mut model, &adapter, 3).unwrap();
+        model.weights.lora().set_step(0);
+        let (a, b) = (run(&model), run(&model));
+        assert_eq!(a, b, "same step, same masks");
+        assert_ne!(a, reference, "dropout changed nothing");
+        model.weights.lora().set_step(1);
+        assert_ne!(run(&model), a, "another step should draw other masks");
+        let inference = g.no_grad(|| run(&model));
+        assert_eq!(inference, reference);
+        Ok(())
+    });
+}

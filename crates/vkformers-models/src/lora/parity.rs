@@ -31,8 +31,9 @@ pub struct LoraReport {
     pub step2_ill_conditioned: usize,
     pub step2_ill_abs: f64,
     pub lora_tensors: usize,
-    /// Values that were trainable (LoRA) and values held frozen.
+    /// Values that were trainable (LoRA and `modules_to_save`).
     pub trainable: usize,
+    /// Base tensors outside `modules_to_save` that received a gradient (must be none).
     pub frozen_with_grad: usize,
 }
 
@@ -88,7 +89,12 @@ pub fn check(ctx: &Context, base_dir: &Path, lora_dir: &Path) -> Result<LoraRepo
                 report.grad_rel = report.grad_rel.max(rel_l2(&t.data, &f32s(&format!("grad.{}", t.name))?));
                 first_grads.insert(t.name, t.data);
             }
-            report.frozen_with_grad = model.params.iter().filter(|(_, p)| p.grad().is_some()).count();
+            let saved = &adapter.config.modules_to_save;
+            report.frozen_with_grad = model
+                .params
+                .iter()
+                .filter(|(n, p)| p.grad().is_some() && !crate::lora::attach::is_saved_module(saved, n))
+                .count();
         }
         opt.step(&g, &params)?;
     }
