@@ -155,3 +155,42 @@ fn lora_dropout_is_replayable_and_off_in_inference() {
         Ok(())
     });
 }
+
+/// `load_with_adapter` (what `--adapter DIR` uses) gives the PEFT fixture's logits, and the
+/// KV-cached forward adds the same LoRA terms as the full one.
+#[test]
+fn load_with_adapter_matches_peft_and_the_cache() {
+    on_every_device("lora load_with_adapter", |ctx| {
+        let g = Graph::new(ctx);
+        let (model, lora) =
+            lora::load_with_adapter(&g, &fixture("fixtures", "gpt2"), &fixture("fixtures_lora", "gpt2")).unwrap();
+        assert_eq!(lora.modules.len(), 4);
+        let reference =
+            vkformers_io::ModelWeights::open_file(fixture("fixtures_lora", "gpt2").join("reference.safetensors"))
+                .unwrap();
+        let want = reference.tensor_f32("logits").unwrap();
+        let raw = reference.tensor_bytes("input_ids").unwrap();
+        let ids: Vec<i32> = raw.data.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+        let (t, v) = (8, 128);
+        let row0 = &ids[..t];
+        let mask = vec![1; t];
+        let batch = Batch { ids: row0, mask: &mask, batch: 1, seq: t };
+        let full = g.no_grad(|| g.read(&forward(&g, &model.spec, &model.weights, &batch).unwrap())).unwrap();
+        let rel = lora::parity::rel_l2(&full, &want[..t * v]);
+        assert!(rel <= 1e-5, "logits with the adapter off PEFT's by {rel:e}");
+        let cache = vkformers_models::decoder::KvCache::new(&g, &model.spec, t).unwrap();
+        let cached = g
+            .no_grad(|| {
+                let _ = vkformers_models::decoder::forward_cached(&g, &model.spec, &model.weights, &row0[..5], &cache)
+                    .unwrap();
+                g.read(
+                    &vkformers_models::decoder::forward_cached(&g, &model.spec, &model.weights, &row0[5..], &cache)
+                        .unwrap(),
+                )
+            })
+            .unwrap();
+        let rel = lora::parity::rel_l2(&cached, &full[5 * v..]);
+        assert!(rel <= 1e-5, "cached logits off the full forward by {rel:e}");
+        Ok(())
+    });
+}

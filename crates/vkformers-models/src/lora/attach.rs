@@ -199,12 +199,22 @@ impl LoraParams {
     /// applies to the LoRA matrices as PEFT's trainer applies it to every non-bias, non-norm
     /// weight.
     pub fn params(&self) -> Vec<Param> {
-        let mut v: Vec<Param> = Vec::new();
-        for (a, bs) in self.a.iter().zip(&self.b) {
-            v.push(Param { tensor: a.clone(), decay: true });
-            v.extend(bs.iter().map(|b| Param { tensor: b.clone(), decay: true }));
+        self.named_params().into_iter().map(|(_, tensor, decay)| Param { tensor, decay }).collect()
+    }
+
+    /// The trainable tensors with stable names (checkpoint keys) and weight-decay flags: PEFT
+    /// keys, with `.part<i>` after `B`'s key for each part of a fused module.
+    pub fn named_params(&self) -> Vec<(String, Tensor, bool)> {
+        let mut v = Vec::new();
+        for ((m, a), bs) in self.modules.iter().zip(&self.a).zip(&self.b) {
+            v.push((lora_key(&m.name, 'A'), a.clone(), true));
+            let kb = lora_key(&m.name, 'B');
+            for (i, b) in bs.iter().enumerate() {
+                let name = if bs.len() == 1 { kb.clone() } else { format!("{kb}.part{i}") };
+                v.push((name, b.clone(), true));
+            }
         }
-        v.extend(self.saved.iter().map(|(n, t)| Param { tensor: t.clone(), decay: !n.ends_with("bias") }));
+        v.extend(self.saved.iter().map(|(n, t)| (saved_key(n), t.clone(), !n.ends_with("bias"))));
         v
     }
 
