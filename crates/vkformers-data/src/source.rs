@@ -2,7 +2,7 @@
 //! comes with its [`Location`] so that errors can point at it.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, ErrorKind, Read};
 use std::path::Path;
 
 use serde_json::Value;
@@ -59,15 +59,22 @@ fn json_lines(path: &Path) -> Result<Box<dyn Iterator<Item = Result<RawRow>>>> {
         let location = Location { file: file.clone(), place: Place::Line(i + 1) };
         let line = match line {
             Ok(line) => line,
+            Err(e) if e.kind() == ErrorKind::InvalidData => {
+                return Some(Err(DataError::bad_row(&location, "the line is not valid UTF-8")))
+            }
             Err(source) => return Some(Err(DataError::Io { path: file.clone(), source })),
         };
-        let text = line.trim();
-        if text.is_empty() {
+        // A byte-order mark some editors put at the start of a file is not part of the row.
+        let line = if i == 0 { line.trim_start_matches('\u{feff}') } else { &line };
+        if line.trim().is_empty() {
             return None;
         }
-        Some(match serde_json::from_str::<Value>(text) {
+        Some(match serde_json::from_str::<Value>(line) {
             Ok(value) => Ok((location, value)),
-            Err(e) => Err(DataError::bad_row(&location, format!("not valid JSON ({e})"))),
+            Err(e) => Err(DataError::bad_row(
+                &location,
+                format!("not valid JSON at column {}: {}", e.column(), json_reason(&e)),
+            )),
         })
     });
     Ok(Box::new(iter))
@@ -90,4 +97,11 @@ fn json_array(path: &Path) -> Result<Box<dyn Iterator<Item = Result<RawRow>>>> {
         .enumerate()
         .map(move |(i, item)| Ok((Location { file: file.clone(), place: Place::Item(i + 1) }, item)));
     Ok(Box::new(iter))
+}
+
+/// serde_json's message without its " at line L column C" suffix (the location is given apart).
+fn json_reason(e: &serde_json::Error) -> String {
+    let full = e.to_string();
+    let suffix = format!(" at line {} column {}", e.line(), e.column());
+    full.strip_suffix(&suffix).unwrap_or(&full).to_string()
 }

@@ -3,27 +3,15 @@
 //! chat labels from `apply_chat_template(return_assistant_tokens_mask=True)` with
 //! `{% generation %}`-marked copies of the templates; vkformers is given the unmarked ones).
 
-use std::path::{Path, PathBuf};
+mod common;
 
+use common::{data, root, tokenizer};
 use serde_json::Value;
 use vkformers_data::{read_dataset, DataError, Example, ReadOptions};
-use vkformers_io::HfTokenizer;
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn data(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name)
-}
 
 fn reference() -> Value {
     let path = root().join("tests/fixtures_data/reference.json");
     serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
-}
-
-fn tokenizer(name: &str) -> HfTokenizer {
-    HfTokenizer::from_dir(root().join("tests/fixtures_data").join(name)).unwrap()
 }
 
 fn example(v: &Value) -> Example {
