@@ -70,7 +70,7 @@ fn eos_is_appended_once_and_only_when_asked() {
     let eos = tok.eos().unwrap().id;
     let with = read(&[data("text.jsonl")], &tok, &ReadOptions::default());
     let without = read(&[data("text.jsonl")], &tok, &ReadOptions { add_eos: false, ..Default::default() });
-    for (w, o) in with.iter().zip(&without) {
+    for w in &with {
         assert_eq!(*w.input_ids.last().unwrap(), eos);
         assert_ne!(w.input_ids[w.input_ids.len() - 2], eos, "EOS doubled");
         assert_eq!(w.input_ids.len(), w.labels.len());
