@@ -9,6 +9,8 @@ gives each row of crates/vkformers-data/tests/data/*.jsonl to tests/fixtures_dat
 - bpe: `<s>` added by the post-processor, a Zephyr-like chat template that ends turns with `</s>`.
 - chatml: no BOS, `<|im_start|>`/`<|im_end|>` special tokens, a ChatML template, and GPT-2's
   ByteLevel post-processor with trimmed offsets.
+- llama3: `<|begin_of_text|>` added by the post-processor and written by a Llama-3-like template
+  (default system turn, trimmed contents, header tokens, `<|eot_id|>` ends turns and is EOS).
 - plain: the bpe tokenizer without a chat template (instruction and Q&A rows use the plain layout).
 
 Labels come from transformers, not from vkformers' method: chat rows from
@@ -58,6 +60,32 @@ CHATML_MARKED = (
     "{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 
+# Llama-3 like: BOS written by the template, a default system turn, trimmed contents, header
+# tokens; the generation prompt is the assistant header.
+LLAMA3_HEAD = (
+    "{{- bos_token }}{%- if messages[0]['role'] == 'system' %}"
+    "{%- set system_message = messages[0]['content'] | trim %}{%- set messages = messages[1:] %}"
+    "{%- else %}{%- set system_message = 'You are a helpful assistant.' %}{%- endif %}"
+    "{{- '<|start_header_id|>system<|end_header_id|>\\n\\n' + system_message + '<|eot_id|>' }}"
+    "{%- for message in messages %}"
+)
+LLAMA3_TAIL = (
+    "{%- endfor %}{%- if add_generation_prompt %}"
+    "{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}"
+)
+LLAMA3_TURN = "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}"
+LLAMA3 = LLAMA3_HEAD + LLAMA3_TURN + LLAMA3_TAIL
+LLAMA3_MARKED = (
+    LLAMA3_HEAD
+    + "{%- if message['role'] == 'assistant' %}"
+    + "{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}"
+    + "{% generation %}{{- message['content'] | trim + '<|eot_id|>' }}{% endgeneration %}"
+    + "{%- else %}"
+    + LLAMA3_TURN
+    + "{%- endif %}"
+    + LLAMA3_TAIL
+)
+
 
 def write_json(path: Path, value) -> None:
     path.write_text(json.dumps(value, indent=1, ensure_ascii=False, sort_keys=True) + "\n")
@@ -84,6 +112,18 @@ def make_variants() -> None:
     config = {k: v for k, v in base.items() if k not in ("bos_token", "added_tokens_decoder")}
     config.update(add_bos_token=False, eos_token="<|im_end|>", chat_template=CHATML)
     write_json(chatml / "tokenizer_config.json", config)
+
+    llama3 = FIXTURES / "llama3"
+    llama3.mkdir(exist_ok=True)
+    tok = Tokenizer.from_file(str(FIXTURES / "bpe" / "tokenizer.json"))
+    specials = ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
+    tok.add_special_tokens([AddedToken(t, special=True) for t in specials])
+    bos = "<|begin_of_text|>"
+    tok.post_processor = processors.TemplateProcessing(single=f"{bos} $A", special_tokens=[(bos, tok.token_to_id(bos))])
+    tok.save(str(llama3 / "tokenizer.json"))
+    config = {k: v for k, v in base.items() if k != "added_tokens_decoder"}
+    config.update(bos_token=bos, eos_token="<|eot_id|>", chat_template=LLAMA3)
+    write_json(llama3 / "tokenizer_config.json", config)
 
 
 def rows(path: Path):
@@ -163,7 +203,7 @@ def main() -> None:
     check_versions()
     make_variants()
     out = {}
-    for name, marked in [("bpe", BPE_MARKED), ("chatml", CHATML_MARKED), ("plain", None)]:
+    for name, marked in [("bpe", BPE_MARKED), ("chatml", CHATML_MARKED), ("llama3", LLAMA3_MARKED), ("plain", None)]:
         ref = Reference(name, marked)
         files = {}
         for path in sorted(DATA.glob("*.jsonl")):

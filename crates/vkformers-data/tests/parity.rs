@@ -1,4 +1,4 @@
-//! Ids and labels equal to transformers' for every row of tests/data/*.jsonl, under three
+//! Ids and labels equal to transformers' for every row of tests/data/*.jsonl, under four
 //! tokenizers (tests/fixtures_data/reference.json, written by tools/parity/data_reference.py:
 //! chat labels from `apply_chat_template(return_assistant_tokens_mask=True)` with
 //! `{% generation %}`-marked copies of the templates; vkformers is given the unmarked ones).
@@ -37,7 +37,7 @@ fn every_row_matches_transformers() {
             assert_eq!(got.plain_text, file == "text.jsonl", "{name} {file}");
         }
     }
-    assert_eq!(compared, 2 * 16 + 13);
+    assert_eq!(compared, 3 * 17 + 13, "rows of bpe, chatml, llama3 (text, prompts, chat) and plain (no chat)");
 }
 
 #[test]
