@@ -194,3 +194,19 @@ fn load_with_adapter_matches_peft_and_the_cache() {
         Ok(())
     });
 }
+
+/// OPT's project_in/project_out are Linear modules that PEFT's `all-linear` adapts; vkformers
+/// adds no term there, so it refuses instead of silently training a different adapter.
+#[test]
+fn all_linear_refuses_modules_without_a_lora_term() {
+    on_every_device("lora opt all-linear", |ctx| {
+        let g = Graph::new(ctx);
+        let model = Model::load(&g, &fixture("fixtures", "opt")).unwrap();
+        assert!(model.spec.project_in.is_some(), "the OPT fixture has word_embed_proj_dim != hidden_size");
+        let err = lora::target_modules(&model, &LoraConfig::new(4, 8.0, Targets::AllLinear)).unwrap_err().to_string();
+        assert!(err.contains("project_in") || err.contains("project_out"), "{err}");
+        let ok = LoraConfig::new(4, 8.0, Targets::Names(vec!["q_proj".into()]));
+        assert!(lora::target_modules(&model, &ok).is_ok());
+        Ok(())
+    });
+}

@@ -128,6 +128,25 @@ pub fn load_frozen(g: &Graph<'_>, dir: &std::path::Path, modules_to_save: &[Stri
 /// The linear modules of `model` that `config` targets.
 pub fn target_modules(model: &Model, config: &LoraConfig) -> Result<Vec<LinearModule>> {
     let all = linear_modules(&model.spec, &model.weights)?;
+    // OPT's project_in/project_out are Linear modules PEFT would adapt; the decoder adds no
+    // LoRA term there, so refuse rather than silently differ from PEFT.
+    let matcher = crate::lora::modules::Matcher::new(&config.target_modules)?;
+    for name in [&model.spec.project_in, &model.spec.project_out].into_iter().flatten() {
+        let m = LinearModule {
+            name: name.clone(),
+            parts: Vec::new(),
+            groups: 1,
+            in_features: 0,
+            out_features: 0,
+            conv1d: false,
+            is_head: false,
+        };
+        if matcher.matches(&m) {
+            return Err(ModelError::Unsupported(format!(
+                "LoRA on `{name}`; list the modules to adapt instead of `all-linear` (e.g. q_proj,v_proj)"
+            )));
+        }
+    }
     targeted(&all, &config.target_modules)
 }
 
