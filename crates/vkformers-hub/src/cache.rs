@@ -1,0 +1,122 @@
+//! The Python `huggingface_hub` cache layout, read and written the same way:
+//! `{cache}/{models|datasets}--{org}--{name}/blobs/{etag}`, `refs/{revision}` (a commit sha), and
+//! `snapshots/{sha}/{file}` as relative symlinks into `blobs/`.
+
+use crate::error::HubError;
+use crate::repo_id::{is_commit_sha, RepoRef};
+use std::path::{Component, Path, PathBuf};
+
+/// One repo's folder in the cache.
+pub(crate) struct CacheRepo {
+    pub root: PathBuf,
+}
+
+impl CacheRepo {
+    pub fn new(cache_dir: &Path, repo: &RepoRef) -> CacheRepo {
+        // hf-hub names the folder exactly as Python does (`models--org--name`).
+        CacheRepo { root: cache_dir.join(repo.hf().folder_name()) }
+    }
+
+    pub fn blob(&self, etag: &str) -> PathBuf {
+        self.root.join("blobs").join(etag)
+    }
+
+    /// Python's name for a partial download, so either side can resume the other's.
+    pub fn incomplete(&self, etag: &str) -> PathBuf {
+        self.root.join("blobs").join(format!("{etag}.incomplete"))
+    }
+
+    pub fn snapshot(&self, sha: &str) -> PathBuf {
+        self.root.join("snapshots").join(sha)
+    }
+
+    /// The commit `revision` points to in the cache: itself when it is a sha, else `refs/{revision}`.
+    pub fn commit_of(&self, revision: &str) -> Option<String> {
+        if is_commit_sha(revision) {
+            return Some(revision.to_string());
+        }
+        let sha = std::fs::read_to_string(self.root.join("refs").join(revision)).ok()?;
+        let sha = sha.trim().to_string();
+        is_commit_sha(&sha).then_some(sha)
+    }
+
+    /// Records `refs/{revision}` = `sha` (skipped for a sha, as Python does), atomically.
+    pub fn write_ref(&self, revision: &str, sha: &str) -> Result<(), HubError> {
+        if revision == sha {
+            return Ok(());
+        }
+        let path = self.root.join("refs").join(revision);
+        let dir = path.parent().expect("refs path has a parent");
+        std::fs::create_dir_all(dir).map_err(HubError::io(dir))?;
+        let tmp = path.with_extension("vkformers-tmp");
+        std::fs::write(&tmp, sha).map_err(HubError::io(&tmp))?;
+        std::fs::rename(&tmp, &path).map_err(HubError::io(&path))
+    }
+
+    /// Points `snapshots/{sha}/{name}` at `blobs/{etag}` with a relative link (a copy where
+    /// links are unavailable), the way Python does.
+    pub fn link(&self, sha: &str, name: &str, etag: &str) -> Result<PathBuf, HubError> {
+        let entry = self.snapshot(sha).join(name);
+        if entry.exists() {
+            return Ok(entry);
+        }
+        let dir = entry.parent().expect("snapshot entry has a parent");
+        std::fs::create_dir_all(dir).map_err(HubError::io(dir))?;
+        // From snapshots/{sha}/{name}: up once per folder in `name`, then snapshots/{sha}, then blobs.
+        let depth = name.split('/').count() + 1;
+        let target = PathBuf::from("../".repeat(depth)).join("blobs").join(etag);
+        let _ = std::fs::remove_file(&entry); // a dangling link from an earlier, removed blob
+        make_link(&target, &entry, &self.blob(etag)).map_err(HubError::io(&entry))?;
+        Ok(entry)
+    }
+}
+
+#[cfg(unix)]
+fn make_link(target: &Path, entry: &Path, _blob: &Path) -> std::io::Result<()> {
+    std::os::unix::fs::symlink(target, entry)
+}
+
+#[cfg(not(unix))]
+fn make_link(_target: &Path, entry: &Path, blob: &Path) -> std::io::Result<()> {
+    std::fs::copy(blob, entry).map(|_| ())
+}
+
+/// A repo file name from the Hub that is safe to join under a snapshot folder: relative, made
+/// of normal components only (no `..`, `.`, root, drive prefix or backslash), not empty.
+pub(crate) fn check_repo_path(id: &str, name: &str) -> Result<(), HubError> {
+    let unsafe_path = || HubError::UnsafePath { id: id.to_string(), name: name.to_string() };
+    if name.is_empty() || name.contains('\\') || name.contains('\0') || name.split('/').any(|c| c.is_empty()) {
+        return Err(unsafe_path());
+    }
+    if Path::new(name).components().all(|c| matches!(c, Component::Normal(_))) {
+        Ok(())
+    } else {
+        Err(unsafe_path())
+    }
+}
+
+/// A blob name (etag) from the Hub: a git sha1 or a sha256, hex only.
+pub(crate) fn check_etag(id: &str, etag: &str) -> Result<(), HubError> {
+    if (etag.len() == 40 || etag.len() == 64) && etag.bytes().all(|b| b.is_ascii_hexdigit()) {
+        Ok(())
+    } else {
+        Err(HubError::UnsafePath { id: id.to_string(), name: format!("blob {etag}") })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repo_paths_stay_inside() {
+        for ok in ["config.json", "data/train-0000.jsonl", "a.b/c..d.json"] {
+            assert!(check_repo_path("o/n", ok).is_ok(), "{ok}");
+        }
+        for bad in ["../x", "a/../../x", "/etc/passwd", "a//b", "./x", "a\\..\\x", "", "a/"] {
+            assert!(check_repo_path("o/n", bad).is_err(), "{bad}");
+        }
+        assert!(check_etag("o/n", "../../x").is_err());
+        assert!(check_etag("o/n", &"a".repeat(64)).is_ok());
+    }
+}
