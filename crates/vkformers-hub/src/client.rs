@@ -13,10 +13,10 @@ use std::fmt;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use ureq::config::RedirectAuthHeaders;
 
 /// Files at least this large get a progress bar.
 const PROGRESS_MIN_BYTES: u64 = 8 << 20;
+const MAX_REDIRECTS: usize = 10;
 
 /// A repo file as the Hub lists it with `?blobs=true`.
 #[derive(Clone, Debug, Deserialize)]
@@ -85,8 +85,8 @@ impl Hub {
             .map_err(|e| HubError::Http { url: config.endpoint.clone(), message: e.to_string() })?;
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
-            // The CDN a file redirects to gets no token; same-host redirects keep it.
-            .redirect_auth_headers(RedirectAuthHeaders::SameHost)
+            // Redirects are followed in `get`, which decides where the token may go.
+            .max_redirects(0)
             .timeout_connect(Some(Duration::from_secs(30)))
             .build()
             .into();
@@ -148,7 +148,8 @@ impl Hub {
         if file.expected_size().is_some_and(|size| start > size) {
             start = 0;
         }
-        let response = self.get(&url, start)?;
+        let expect = Expected { repo, sha, etag };
+        let response = self.get(&url, start, &expect)?;
         let status = response.status().as_u16();
         let start = match status {
             206 => start,
@@ -156,7 +157,6 @@ impl Hub {
             416 => return self.restart(repo, sha, file, etag, cache, &part),
             _ => return Err(status_error(repo, status, &url)),
         };
-        check_headers(repo, sha, etag, &response)?;
         let size = file.expected_size().or_else(|| content_length(&response).map(|n| n + start)).unwrap_or(0);
         let mut out = std::fs::OpenOptions::new()
             .create(true)
@@ -194,9 +194,29 @@ impl Hub {
         self.download_blob(repo, sha, file, etag, cache)
     }
 
-    fn get(&self, url: &str, start: u64) -> Result<ureq::http::Response<ureq::Body>, HubError> {
+    /// GET `url` (from byte `start`), following redirects ourselves: the token goes only to the
+    /// Hub's own origin (scheme, host and port), never to the CDN a file redirects to. Every Hub
+    /// response on the way must agree with the listing (commit and blob etag).
+    fn get(&self, url: &str, start: u64, expect: &Expected) -> Result<ureq::http::Response<ureq::Body>, HubError> {
+        let mut url = url.to_string();
+        for _ in 0..MAX_REDIRECTS {
+            let on_hub = same_origin(&self.config.endpoint, &url);
+            let response = self.send(&url, start, on_hub)?;
+            if on_hub {
+                check_headers(expect, &response)?;
+            }
+            let location = response.headers().get("location").and_then(|v| v.to_str().ok());
+            match location {
+                Some(location) if response.status().is_redirection() => url = join_location(&url, location)?,
+                _ => return Ok(response),
+            }
+        }
+        Err(HubError::Http { url, message: format!("more than {MAX_REDIRECTS} redirects") })
+    }
+
+    fn send(&self, url: &str, start: u64, with_token: bool) -> Result<ureq::http::Response<ureq::Body>, HubError> {
         let mut request = self.agent.get(url);
-        if let Some(token) = &self.config.token {
+        if let Some(token) = self.config.token.as_ref().filter(|_| with_token) {
             request = request.header("Authorization", format!("Bearer {}", token.secret()));
         }
         if start > 0 {
@@ -237,28 +257,53 @@ fn status_error(repo: &RepoRef, status: u16, url: &str) -> HubError {
     }
 }
 
-/// The file must come from the commit we listed and be the blob the listing named.
-fn check_headers(
-    repo: &RepoRef,
-    sha: &str,
-    etag: &str,
-    response: &ureq::http::Response<ureq::Body>,
-) -> Result<(), HubError> {
+/// What a file's Hub responses must say: the commit we listed, and the blob the listing named.
+struct Expected<'a> {
+    repo: &'a RepoRef,
+    sha: &'a str,
+    etag: &'a str,
+}
+
+fn check_headers(expect: &Expected, response: &ureq::http::Response<ureq::Body>) -> Result<(), HubError> {
     let header = |k: &str| response.headers().get(k).and_then(|v| v.to_str().ok()).map(str::to_string);
-    let mismatch = |what: String| HubError::Http { url: format!("{} file", repo.id), message: what };
+    let mismatch = |what: String| HubError::Http { url: format!("{} file", expect.repo.id), message: what };
     if let Some(commit) = header("x-repo-commit") {
-        if commit != sha {
-            return Err(mismatch(format!("served from commit {commit}, expected {sha}")));
+        if commit != expect.sha {
+            return Err(mismatch(format!("served from commit {commit}, expected {}", expect.sha)));
         }
     }
     if let Some(served) = header("x-linked-etag").or_else(|| header("etag")) {
         let served = served.trim_start_matches("W/").trim_matches('"').to_string();
-        // Redirect targets (CDNs) send their own etags; only a Hub-style 40/64-hex etag is comparable.
-        if check_etag(&repo.id, &served).is_ok() && served != etag {
-            return Err(mismatch(format!("served blob {served}, listing said {etag}")));
+        if served != expect.etag {
+            return Err(mismatch(format!("served blob {served}, the listing said {}", expect.etag)));
         }
     }
     Ok(())
+}
+
+/// Scheme, host and port of a URL (ports defaulted by scheme), to compare origins.
+fn origin(url: &str) -> Option<(String, String, u16)> {
+    let uri: ureq::http::Uri = url.parse().ok()?;
+    let scheme = uri.scheme_str()?.to_ascii_lowercase();
+    let port = uri.port_u16().unwrap_or(if scheme == "https" { 443 } else { 80 });
+    Some((scheme, uri.host()?.to_ascii_lowercase(), port))
+}
+
+fn same_origin(a: &str, b: &str) -> bool {
+    origin(a).is_some_and(|o| Some(o) == origin(b))
+}
+
+/// The URL a `Location` header points to: absolute, or a path on the current origin.
+fn join_location(current: &str, location: &str) -> Result<String, HubError> {
+    if location.starts_with("http://") || location.starts_with("https://") {
+        return Ok(location.to_string());
+    }
+    let bad = || HubError::Http { url: current.to_string(), message: format!("unusable redirect to `{location}`") };
+    let uri: ureq::http::Uri = current.parse().map_err(|_| bad())?;
+    match (location.starts_with('/'), uri.scheme_str(), uri.authority()) {
+        (true, Some(scheme), Some(authority)) => Ok(format!("{scheme}://{authority}{location}")),
+        _ => Err(bad()),
+    }
 }
 
 fn content_length(response: &ureq::http::Response<ureq::Body>) -> Option<u64> {

@@ -269,6 +269,8 @@ fn a_gated_repo_needs_the_token_and_it_is_never_shown() {
     let seen = hub.seen();
     assert!(seen.iter().any(|s| s.path.starts_with("/api/") && s.authorization.as_deref() == Some(&bearer)));
     assert!(seen.iter().any(|s| s.path.contains("/resolve/") && s.authorization.as_deref() == Some(&bearer)));
+    let cdn: Vec<_> = seen.iter().filter(|s| s.path.starts_with("/cdn/")).collect();
+    assert!(!cdn.is_empty() && cdn.iter().all(|s| s.authorization.is_none()), "token sent off the Hub: {cdn:?}");
 }
 
 fn dataset_repo() -> FakeRepo {

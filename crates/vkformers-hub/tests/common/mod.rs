@@ -104,18 +104,23 @@ pub struct FakeHub {
 }
 
 impl FakeHub {
+    /// Starts the Hub and its CDN, on two loopback ports: the CDN is another origin, as on the
+    /// real Hub, so clients neither send it the token nor expect Hub headers from it.
     pub fn start(repos: Vec<FakeRepo>) -> FakeHub {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let endpoint = format!("http://{}", listener.local_addr().unwrap());
+        let hub = TcpListener::bind("127.0.0.1:0").unwrap();
+        let cdn = TcpListener::bind("127.0.0.1:0").unwrap();
+        let endpoint = format!("http://{}", hub.local_addr().unwrap());
+        let cdn_endpoint = format!("http://{}", cdn.local_addr().unwrap());
         let state = Arc::new(Mutex::new(State { repos, ..State::default() }));
-        let shared = state.clone();
-        let base = endpoint.clone();
-        std::thread::spawn(move || {
-            for stream in listener.incoming().flatten() {
-                let (state, base) = (shared.clone(), base.clone());
-                std::thread::spawn(move || serve(stream, &state, &base));
-            }
-        });
+        for listener in [hub, cdn] {
+            let (state, cdn_endpoint) = (state.clone(), cdn_endpoint.clone());
+            std::thread::spawn(move || {
+                for stream in listener.incoming().flatten() {
+                    let (state, cdn_endpoint) = (state.clone(), cdn_endpoint.clone());
+                    std::thread::spawn(move || serve(stream, &state, &cdn_endpoint));
+                }
+            });
+        }
         FakeHub { endpoint, state }
     }
 
@@ -130,6 +135,7 @@ impl FakeHub {
 }
 
 struct Request {
+    head_only: bool,
     path: String,
     query: String,
     headers: HashMap<String, String>,
@@ -139,7 +145,9 @@ fn read_request(stream: &TcpStream) -> Option<Request> {
     let mut reader = BufReader::new(stream);
     let mut line = String::new();
     reader.read_line(&mut line).ok()?;
-    let target = line.split_whitespace().nth(1)?.to_string();
+    let mut words = line.split_whitespace();
+    let head_only = words.next()? == "HEAD";
+    let target = words.next()?.to_string();
     let mut headers = HashMap::new();
     loop {
         let mut h = String::new();
@@ -154,7 +162,7 @@ fn read_request(stream: &TcpStream) -> Option<Request> {
     }
     let (path, query) =
         target.split_once('?').map(|(p, q)| (p.to_string(), q.to_string())).unwrap_or((target, String::new()));
-    Some(Request { path, query, headers })
+    Some(Request { head_only, path, query, headers })
 }
 
 struct Reply {
@@ -180,8 +188,10 @@ impl Reply {
     }
 }
 
-fn serve(mut stream: TcpStream, state: &Mutex<State>, base: &str) {
+fn serve(mut stream: TcpStream, state: &Mutex<State>, cdn: &str) {
     let Some(req) = read_request(&stream) else { return };
+    let local = stream.local_addr().map(|a| format!("http://{a}")).unwrap_or_default();
+    let on_cdn = local == cdn;
     let reply = {
         let mut st = state.lock().unwrap();
         st.seen.push(Seen {
@@ -189,7 +199,11 @@ fn serve(mut stream: TcpStream, state: &Mutex<State>, base: &str) {
             range: req.headers.get("range").cloned(),
             authorization: req.headers.get("authorization").cloned(),
         });
-        route(&req, &mut st, base)
+        if on_cdn {
+            serve_cdn(&req, &mut st)
+        } else {
+            route(&req, &mut st, cdn)
+        }
     };
     let mut head =
         format!("HTTP/1.1 {} X\r\nContent-Length: {}\r\nConnection: close\r\n", reply.status, reply.body.len());
@@ -197,17 +211,14 @@ fn serve(mut stream: TcpStream, state: &Mutex<State>, base: &str) {
         head.push_str(&format!("{k}: {v}\r\n"));
     }
     head.push_str("\r\n");
-    let body = &reply.body[..reply.cut_at.unwrap_or(reply.body.len())];
+    let body = if req.head_only { &[][..] } else { &reply.body[..reply.cut_at.unwrap_or(reply.body.len())] };
     let _ = stream.write_all(head.as_bytes()).and_then(|_| stream.write_all(body));
     let _ = stream.flush();
     let _ = stream.shutdown(std::net::Shutdown::Both);
 }
 
-fn route(req: &Request, st: &mut State, base: &str) -> Reply {
+fn route(req: &Request, st: &mut State, cdn: &str) -> Reply {
     let path = percent_decode(&req.path);
-    if let Some(sha256) = path.strip_prefix("/cdn/") {
-        return serve_cdn(req, st, sha256);
-    }
     if let Some(rest) = req.path.strip_prefix("/api/") {
         let (kind, rest) = rest.split_once('/').unwrap_or(("", ""));
         let Some((id, rev)) = rest.split_once("/revision/") else { return Reply::error(404, "no route") };
@@ -219,7 +230,7 @@ fn route(req: &Request, st: &mut State, base: &str) -> Reply {
     };
     let Some((id, rest)) = rest.split_once("/resolve/") else { return Reply::error(404, "no route") };
     let Some((rev, file)) = rest.split_once('/') else { return Reply::error(404, "no file") };
-    resolve(req, st, base, kind, id, rev, file)
+    resolve(req, st, cdn, kind, id, rev, file)
 }
 
 fn find<'a>(st: &'a State, req: &Request, kind: &str, id: &str) -> Result<&'a FakeRepo, Reply> {
@@ -262,7 +273,7 @@ fn listing(req: &Request, st: &State, kind: &str, id: &str, rev: &str) -> Reply 
     Reply::new(200, body.to_string().into_bytes()).header("Content-Type", "application/json")
 }
 
-fn resolve(req: &Request, st: &State, base: &str, kind: &str, id: &str, rev: &str, file: &str) -> Reply {
+fn resolve(req: &Request, st: &State, cdn: &str, kind: &str, id: &str, rev: &str, file: &str) -> Reply {
     let repo = match find(st, req, kind, id) {
         Ok(r) => r,
         Err(reply) => return reply,
@@ -274,7 +285,7 @@ fn resolve(req: &Request, st: &State, base: &str, kind: &str, id: &str, rev: &st
     if f.lfs {
         let sha256 = sha256_hex(&f.data);
         return Reply::new(302, Vec::new())
-            .header("Location", format!("{base}/cdn/{sha256}"))
+            .header("Location", format!("{cdn}/cdn/{sha256}"))
             .header("X-Repo-Commit", sha.clone())
             .header("X-Linked-Etag", format!("\"{sha256}\""))
             .header("X-Linked-Size", f.data.len().to_string());
@@ -282,7 +293,8 @@ fn resolve(req: &Request, st: &State, base: &str, kind: &str, id: &str, rev: &st
     ranged(req, f.served_bytes()).header("ETag", format!("\"{}\"", f.oid())).header("X-Repo-Commit", sha)
 }
 
-fn serve_cdn(req: &Request, st: &mut State, sha256: &str) -> Reply {
+fn serve_cdn(req: &Request, st: &mut State) -> Reply {
+    let Some(sha256) = req.path.strip_prefix("/cdn/") else { return Reply::error(404, "no route") };
     let file =
         st.repos.iter().flat_map(|r| r.commits.values().flatten()).find(|f| sha256_hex(&f.data) == sha256).cloned();
     let Some(file) = file else { return Reply::error(404, "no such blob") };
