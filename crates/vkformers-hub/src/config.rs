@@ -62,7 +62,8 @@ impl HubConfig {
 
     /// The config for the variables `var` returns, the way `huggingface_hub` reads them:
     /// `HF_ENDPOINT`, `HF_HOME`, `HF_HUB_CACHE` (legacy `HUGGINGFACE_HUB_CACHE`), `HF_HUB_OFFLINE`,
-    /// `HF_TOKEN` (legacy `HUGGING_FACE_HUB_TOKEN`), else the file `HF_TOKEN_PATH`, else `HF_HOME/token`.
+    /// `HF_HUB_DISABLE_PROGRESS_BARS`, `HF_TOKEN` (legacy `HUGGING_FACE_HUB_TOKEN`), else the file
+    /// `HF_TOKEN_PATH`, else `HF_HOME/token`.
     pub fn from_lookup(var: impl Fn(&str) -> Option<String>, home: Option<PathBuf>) -> HubConfig {
         let set = |k: &str| var(k).filter(|v| !v.is_empty());
         let hf_home = set("HF_HOME").map(PathBuf::from).unwrap_or_else(|| {
@@ -86,7 +87,7 @@ impl HubConfig {
             cache_dir,
             token,
             offline: set("HF_HUB_OFFLINE").is_some_and(|v| is_true(&v)),
-            progress: true,
+            progress: !set("HF_HUB_DISABLE_PROGRESS_BARS").is_some_and(|v| is_true(&v)),
         }
     }
 }
@@ -120,7 +121,9 @@ mod tests {
         assert_eq!(c.endpoint, DEFAULT_ENDPOINT);
         assert_eq!(c.cache_dir, PathBuf::from("/home/u/.cache/huggingface/hub"));
         assert!(!c.offline);
+        assert!(c.progress);
         assert!(c.token.is_none());
+        assert!(!HubConfig::from_lookup(lookup(&[("HF_HUB_DISABLE_PROGRESS_BARS", "1")]), None).progress);
     }
 
     #[test]

@@ -21,7 +21,10 @@ pub enum HubError {
     )]
     Unauthorized { id: String, status: u16 },
 
-    #[error("`{id}` at revision `{revision}` was not found on the Hub (HTTP 404): check the id and the revision")]
+    #[error(
+        "`{id}` is not a local path, and the Hub has no repo `{id}` at revision `{revision}` (HTTP 404): \
+         check the path, the id and the revision"
+    )]
     RepoNotFound { id: String, revision: String },
 
     #[error("Hub request to {url} failed: {message}")]
