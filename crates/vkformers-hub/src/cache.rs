@@ -9,12 +9,34 @@ use std::path::{Component, Path, PathBuf};
 /// One repo's folder in the cache.
 pub(crate) struct CacheRepo {
     pub root: PathBuf,
+    /// `{cache}/.locks/{folder}`: where Python keeps the per-blob download locks.
+    locks: PathBuf,
 }
 
 impl CacheRepo {
     pub fn new(cache_dir: &Path, repo: &RepoRef) -> CacheRepo {
         // hf-hub names the folder exactly as Python does (`models--org--name`).
-        CacheRepo { root: cache_dir.join(repo.hf().folder_name()) }
+        let folder = repo.hf().folder_name();
+        CacheRepo { root: cache_dir.join(&folder), locks: cache_dir.join(".locks").join(folder) }
+    }
+
+    /// Holds Python's lock for blob `etag` (an exclusive `flock` on `.locks/{folder}/{etag}.lock`,
+    /// as its `filelock` takes), so concurrent downloads of one blob, by us or by Python, take
+    /// turns instead of appending to the same partial file. Released when dropped.
+    pub fn lock_blob(&self, etag: &str, name: &str) -> Result<std::fs::File, HubError> {
+        std::fs::create_dir_all(&self.locks).map_err(HubError::io(&self.locks))?;
+        let path = self.locks.join(format!("{etag}.lock"));
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(HubError::io(&path))?;
+        if fs4::FileExt::try_lock(&file).is_err() {
+            eprintln!("waiting for another download of `{name}` to finish ({})", path.display());
+            fs4::FileExt::lock(&file).map_err(HubError::io(&path))?;
+        }
+        Ok(file)
     }
 
     pub fn blob(&self, etag: &str) -> PathBuf {

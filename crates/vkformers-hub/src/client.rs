@@ -130,6 +130,7 @@ impl Hub {
         })?;
         check_etag(&repo.id, etag)?;
         let blob = cache.blob(etag);
+        let _lock = cache.lock_blob(etag, &file.rfilename)?;
         if !blob_is_complete(&blob, file.expected_size()) {
             self.download_blob(repo, sha, file, etag, &cache)?;
         }

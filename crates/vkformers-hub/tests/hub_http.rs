@@ -349,3 +349,21 @@ fn a_script_dataset_comes_from_the_parquet_branch_and_its_script_is_never_fetche
     let err = resolve_dataset_with("org/scripted", &query, &config).unwrap_err();
     assert!(err.to_string().contains("--data-config") || err.to_string().contains("configs: default"), "{err}");
 }
+
+#[test]
+fn concurrent_resolutions_download_each_blob_once() {
+    let hub = FakeHub::start(vec![FakeRepo::new("models", "org/tiny").commit("main", SHA_A, tiny_model_files("{}"))]);
+    let (_dir, cache) = cache_dir();
+    let config = config_for(&hub, &cache);
+    // Like the ranks of a multi-GPU launch, all resolving one model into one cache at once.
+    let snaps: Vec<PathBuf> = std::thread::scope(|s| {
+        let runs: Vec<_> = (0..4).map(|_| s.spawn(|| resolve_model_with("org/tiny", Want::Model, &config))).collect();
+        runs.into_iter().map(|r| r.join().unwrap().unwrap()).collect()
+    });
+    assert!(snaps.iter().all(|s| s == &snaps[0]));
+    let data = weights(300_000, 3);
+    assert_eq!(std::fs::read(snaps[0].join("model.safetensors")).unwrap(), data);
+    let blob = sha256_hex(&data);
+    assert_eq!(file_requests(&hub).iter().filter(|p| p.ends_with(&blob)).count(), 1, "{:?}", file_requests(&hub));
+    assert!(cache.join(".locks/models--org--tiny").join(format!("{blob}.lock")).is_file());
+}
