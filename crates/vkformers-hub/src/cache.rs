@@ -4,6 +4,7 @@
 
 use crate::error::HubError;
 use crate::repo_id::{is_commit_sha, RepoRef};
+use std::io::Write;
 use std::path::{Component, Path, PathBuf};
 
 /// One repo's folder in the cache.
@@ -70,9 +71,11 @@ impl CacheRepo {
         let path = self.root.join("refs").join(revision);
         let dir = path.parent().expect("refs path has a parent");
         std::fs::create_dir_all(dir).map_err(HubError::io(dir))?;
-        let tmp = path.with_extension("vkformers-tmp");
-        std::fs::write(&tmp, sha).map_err(HubError::io(&tmp))?;
-        std::fs::rename(&tmp, &path).map_err(HubError::io(&path))
+        // A temporary file of its own per writer: concurrent resolutions each rename a whole ref.
+        let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(HubError::io(dir))?;
+        tmp.write_all(sha.as_bytes()).map_err(HubError::io(tmp.path()))?;
+        tmp.persist(&path).map_err(|e| HubError::Io { path: path.clone(), source: e.error })?;
+        Ok(())
     }
 
     /// Points `snapshots/{sha}/{name}` at `blobs/{etag}` with a relative link (a copy where
@@ -87,9 +90,15 @@ impl CacheRepo {
         // From snapshots/{sha}/{name}: up once per folder in `name`, then snapshots/{sha}, then blobs.
         let depth = name.split('/').count() + 1;
         let target = PathBuf::from("../".repeat(depth)).join("blobs").join(etag);
-        let _ = std::fs::remove_file(&entry); // a dangling link from an earlier, removed blob
-        make_link(&target, &entry, &self.blob(etag)).map_err(HubError::io(&entry))?;
-        Ok(entry)
+        if entry.symlink_metadata().is_ok() {
+            let _ = std::fs::remove_file(&entry); // a dangling link to a blob since removed
+        }
+        match make_link(&target, &entry, &self.blob(etag)) {
+            Ok(()) => Ok(entry),
+            // Another resolution of the same commit linked it first.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && entry.exists() => Ok(entry),
+            Err(e) => Err(HubError::Io { path: entry, source: e }),
+        }
     }
 }
 

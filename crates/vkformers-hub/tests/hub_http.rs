@@ -237,15 +237,23 @@ fn a_pickle_only_repo_is_refused() {
 
 #[test]
 fn a_gated_repo_needs_the_token_and_it_is_never_shown() {
-    let mut gated = FakeRepo::new("models", "org/gated").commit("main", SHA_A, tiny_model_files("{}"));
+    let mut private = FakeRepo::new("models", "org/gated").commit("main", SHA_A, tiny_model_files("{}"));
+    private.token = Some(SECRET.into());
+    // Gated: the listing is public, only the files need the token.
+    let mut gated = FakeRepo::new("models", "org/gated-files").commit("main", SHA_A, tiny_model_files("{}"));
     gated.token = Some(SECRET.into());
-    let hub = FakeHub::start(vec![gated]);
+    gated.private = false;
+    let hub = FakeHub::start(vec![private, gated]);
     let (_dir, cache) = cache_dir();
     let mut shown = Vec::new();
 
-    let err = resolve_model_with("org/gated", Want::Model, &config_for(&hub, &cache)).unwrap_err();
-    assert!(matches!(err, HubError::Unauthorized { status: 401, .. }), "{err}");
-    assert!(err.to_string().contains("HF_TOKEN"), "{err}");
+    for id in ["org/gated", "org/gated-files"] {
+        let err = resolve_model_with(id, Want::Model, &config_for(&hub, &cache)).unwrap_err();
+        assert!(matches!(err, HubError::Unauthorized { status: 401, .. }), "{id}: {err}");
+        assert!(err.to_string().contains("HF_TOKEN"), "{err}");
+        let partials = std::fs::read_dir(cache.join("models--org--gated-files/blobs")).map(|d| d.count()).unwrap_or(0);
+        assert_eq!(partials, 0, "a refused download left files behind");
+    }
 
     let mut wrong = config_for(&hub, &cache);
     wrong.token = Token::new("hf_wrong");
@@ -254,8 +262,10 @@ fn a_gated_repo_needs_the_token_and_it_is_never_shown() {
 
     let mut right = config_for(&hub, &cache);
     right.token = Token::new(SECRET);
-    let snap = resolve_model_with("org/gated", Want::Model, &right).unwrap();
-    assert!(snap.join("model.safetensors").is_file());
+    for id in ["org/gated", "org/gated-files"] {
+        let snap = resolve_model_with(id, Want::Model, &right).unwrap();
+        assert!(snap.join("model.safetensors").is_file());
+    }
     shown.push(format!("{right:?}"));
     shown.push(format!("{:?}", right.token));
 

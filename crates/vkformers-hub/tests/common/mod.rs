@@ -60,13 +60,15 @@ pub struct FakeRepo {
     /// Branch or tag name -> commit sha.
     pub refs: HashMap<String, String>,
     pub commits: HashMap<String, Vec<FakeFile>>,
-    /// Gated: every request but the CDN's needs `Authorization: Bearer {token}`.
+    /// Private or gated: file requests need `Authorization: Bearer {token}`.
     pub token: Option<String>,
+    /// Private (true): the listing needs the token too. Gated (false): anyone may list it.
+    pub private: bool,
 }
 
 impl FakeRepo {
     pub fn new(kind: &'static str, id: &str) -> FakeRepo {
-        FakeRepo { kind, id: id.into(), refs: HashMap::new(), commits: HashMap::new(), token: None }
+        FakeRepo { kind, id: id.into(), refs: HashMap::new(), commits: HashMap::new(), token: None, private: true }
     }
 
     /// Adds a commit with `files` that `branch` points to.
@@ -233,13 +235,14 @@ fn route(req: &Request, st: &mut State, cdn: &str) -> Reply {
     resolve(req, st, cdn, kind, id, rev, file)
 }
 
-fn find<'a>(st: &'a State, req: &Request, kind: &str, id: &str) -> Result<&'a FakeRepo, Reply> {
+/// The repo, or the Hub's 404/401 answer; `listing` requests of gated (not private) repos need no token.
+fn find<'a>(st: &'a State, req: &Request, kind: &str, id: &str, listing: bool) -> Result<&'a FakeRepo, Reply> {
     let repo = st
         .repos
         .iter()
         .find(|r| r.kind == kind && r.id == id)
         .ok_or_else(|| Reply::error(404, "Repository not found"))?;
-    if let Some(token) = &repo.token {
+    if let Some(token) = repo.token.as_ref().filter(|_| repo.private || !listing) {
         if req.headers.get("authorization") != Some(&format!("Bearer {token}")) {
             return Err(Reply::error(401, "Access to this repo is restricted"));
         }
@@ -248,7 +251,7 @@ fn find<'a>(st: &'a State, req: &Request, kind: &str, id: &str) -> Result<&'a Fa
 }
 
 fn listing(req: &Request, st: &State, kind: &str, id: &str, rev: &str) -> Reply {
-    let repo = match find(st, req, kind, id) {
+    let repo = match find(st, req, kind, id, true) {
         Ok(r) => r,
         Err(reply) => return reply,
     };
@@ -274,7 +277,7 @@ fn listing(req: &Request, st: &State, kind: &str, id: &str, rev: &str) -> Reply 
 }
 
 fn resolve(req: &Request, st: &State, cdn: &str, kind: &str, id: &str, rev: &str, file: &str) -> Reply {
-    let repo = match find(st, req, kind, id) {
+    let repo = match find(st, req, kind, id, false) {
         Ok(r) => r,
         Err(reply) => return reply,
     };
