@@ -88,6 +88,9 @@ impl Hub {
             // Redirects are followed in `get`, which decides where the token may go.
             .max_redirects(0)
             .timeout_connect(Some(Duration::from_secs(30)))
+            // Headers must come within a minute; a body may take as long as it takes (a cut
+            // connection surfaces as a read error and the download resumes next time).
+            .timeout_recv_response(Some(Duration::from_secs(60)))
             .build()
             .into();
         Ok(Hub { config: config.clone(), api, agent })
