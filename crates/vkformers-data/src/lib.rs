@@ -18,7 +18,8 @@
 //!   for non-conversational data); BOS, EOS appended; the prompt is masked.
 //! - `instruction` (+ `input`) + `output`, `question` + `answer`: through the chat template as a
 //!   user and an assistant message when the tokenizer has one, else a fixed plain layout
-//!   (see [`prompt`](crate::prompt) module docs); the prompt is masked.
+//!   (`### Instruction:` / `### Input:` / `### Response:` sections; `Question: ...\nAnswer: ...`);
+//!   the prompt is masked.
 //! - `messages`, and `prompt` + `completion` given as lists of messages: the chat template renders
 //!   the conversation as `apply_chat_template` does; only assistant turns (of the completion)
 //!   are trained; no EOS is appended (the template ends turns its own way).
