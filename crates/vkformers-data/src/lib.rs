@@ -74,8 +74,9 @@ pub struct Dataset {
 pub struct ReadOptions {
     /// Train on the prompt part of prompt/response and chat rows too (no -100 labels).
     pub train_on_prompt: bool,
-    /// Append the tokenizer's EOS token to text, prompt/completion, instruction and Q&A rows
-    /// (chat rows end as their template ends them; pre-tokenized rows are used as they are).
+    /// Append the tokenizer's EOS token (trained) to text, prompt/completion, instruction and Q&A
+    /// rows unless their ids already end with it; nothing is appended when the tokenizer has no
+    /// EOS token. Chat rows end as their template ends them; pre-tokenized rows are used as they are.
     pub add_eos: bool,
     /// Read at most this many rows (over all files, in order).
     pub max_rows: Option<usize>,
