@@ -36,6 +36,7 @@ mod parquet_rows;
 mod prompt;
 mod shape;
 mod source;
+mod text_files;
 mod tokenize;
 
 use std::path::PathBuf;
@@ -44,6 +45,7 @@ use vkformers_io::HfTokenizer;
 
 pub use bpe::{train_bpe_tokenizer, train_bpe_tokenizer_with, BpeOptions, CHAT_TEMPLATE};
 pub use error::{DataError, Location, Place, Result, ACCEPTED_SHAPES};
+pub use text_files::read_text_files;
 
 use crate::chat::ChatTemplate;
 use crate::shape::{parse_row, Row};
