@@ -20,10 +20,12 @@
 
 pub mod decode;
 mod error;
+pub mod generation;
 mod processors;
 mod rng;
 mod sampler;
 mod softmax;
+pub mod stop;
 
 pub use error::GenerateError;
 pub use processors::{LogitsProcessor, Pipeline, SamplingParams};
