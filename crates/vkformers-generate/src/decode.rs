@@ -21,6 +21,8 @@ pub enum DecodeError {
     Sampling(#[from] GenerateError),
     #[error("empty prompt: give at least one token")]
     EmptyPrompt,
+    #[error("the context ({rows} rows of {width} columns) has nothing the KV cache ({cached} columns of {batch} rows) does not hold")]
+    NothingNew { rows: usize, width: usize, cached: usize, batch: usize },
     #[error("no token can be chosen (every logit is NaN)")]
     NoToken,
 }

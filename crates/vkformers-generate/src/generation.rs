@@ -154,27 +154,51 @@ pub fn generate(
     if prompts.is_empty() || prompts.iter().any(Vec::is_empty) {
         return Err(DecodeError::EmptyPrompt);
     }
+    let (ids, mask, width) = left_pad(prompts, opts.pad);
+    let history = ids.chunks(width).map(|r| r.iter().map(|&t| t as u32).collect()).collect();
+    let masks = mask.chunks(width).map(<[i32]>::to_vec).collect();
+    let mut cache = KvCache::batched(g, &model.spec, prompts.len(), width + opts.max_new_tokens)?;
+    generate_cached(g, model, &mut cache, Context { history, masks }, opts, on_token)
+}
+
+/// Every column of a batch so far, cached or not: `history[b]` the ids (padding included; the
+/// repetition penalty reads them, as transformers' `input_ids`), `masks[b]` 1 real / 0 padding.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Context {
+    pub history: Vec<Vec<u32>>,
+    pub masks: Vec<Vec<i32>>,
+}
+
+/// Generates after `ctx`, whose first `cache.len()` columns the cache already holds (a chat turn
+/// continues the previous turns' cache). On return the cache holds every column but the last
+/// token of each row.
+pub fn generate_cached(
+    g: &Graph<'_>,
+    model: &Model,
+    cache: &mut KvCache,
+    ctx: Context,
+    opts: &GenerateOptions,
+    on_token: &mut dyn FnMut(usize, &[u32]) -> bool,
+) -> Result<Generation, DecodeError> {
+    let b = ctx.history.len();
+    let width = ctx.history.first().map_or(0, Vec::len);
+    if b == 0 || width <= cache.len() || b != cache.batch() {
+        return Err(DecodeError::NothingNew { rows: b, width, cached: cache.len(), batch: cache.batch() });
+    }
     let pipeline = opts.params.processors()?;
     let sampler = if opts.params.do_sample { Sampler::Seeded { seed: opts.seed } } else { Sampler::Greedy };
-    let (ids, mask, width) = left_pad(prompts, opts.pad);
-    let b = prompts.len();
     let start = Instant::now();
-    let mut timings = Timings { prefill_tokens: prompts.iter().map(Vec::len).sum(), ..Timings::default() };
-    // transformers' repetition penalty reads `input_ids`, padding included.
-    let mut rows = Rows {
-        history: ids.chunks(width).map(|r| r.iter().map(|&t| t as u32).collect()).collect(),
-        new: vec![Vec::new(); b],
-        finish: vec![None; b],
-    };
+    let real: usize = ctx.masks.iter().map(|m| m[cache.len()..].iter().filter(|&&v| v != 0).count()).sum();
+    let mut timings = Timings { prefill_tokens: real, ..Timings::default() };
+    let Context { history, mut masks } = ctx;
+    let mut rows = Rows { history, new: vec![Vec::new(); b], finish: vec![None; b] };
     g.no_grad(|| -> Result<(), DecodeError> {
-        let capacity = width + opts.max_new_tokens;
-        let mut cache = KvCache::batched(g, &model.spec, b, capacity)?;
-        let batch = Batch { ids: &ids, mask: &mask, batch: b, seq: width };
-        let mut logits = last_logits(g, &forward_cached(g, &model.spec, &model.weights, &batch, &cache)?, b, width)?;
+        let mut logits = feed(g, model, cache, &rows.history, &masks, opts.max_new_tokens)?;
         timings.prefill_secs = start.elapsed().as_secs_f64();
         let decode_start = Instant::now();
         for step in 0..opts.max_new_tokens {
-            let next = choose(&mut rows, &mut logits, &pipeline, &sampler, step, opts)?;
+            choose(&mut rows, &mut logits, &pipeline, &sampler, step, opts)?;
+            masks.iter_mut().for_each(|m| m.push(1));
             // Rows not finished before this step are exactly those that produced a token.
             for row in 0..b {
                 if rows.finish[row].is_none() {
@@ -184,22 +208,7 @@ pub fn generate(
             if rows.finish.iter().all(Option::is_some) || step + 1 == opts.max_new_tokens {
                 break;
             }
-            if crosses_longrope_context(&model.spec, cache.len(), 1) {
-                // Every cached key was rotated with the short factors: run everything again.
-                cache = KvCache::batched(g, &model.spec, b, capacity)?;
-                let len = rows.history[0].len();
-                let all: Vec<i32> = rows.history.iter().flatten().map(|&t| t as i32).collect();
-                let all_mask: Vec<i32> = mask
-                    .chunks(width)
-                    .flat_map(|m| m.iter().copied().chain(std::iter::repeat_n(1, len - width)))
-                    .collect();
-                let batch = Batch { ids: &all, mask: &all_mask, batch: b, seq: len };
-                logits = last_logits(g, &forward_cached(g, &model.spec, &model.weights, &batch, &cache)?, b, len)?;
-                continue;
-            }
-            let ones = vec![1; b];
-            let batch = Batch { ids: &next, mask: &ones, batch: b, seq: 1 };
-            logits = last_logits(g, &forward_cached(g, &model.spec, &model.weights, &batch, &cache)?, b, 1)?;
+            logits = feed(g, model, cache, &rows.history, &masks, opts.max_new_tokens - step - 1)?;
         }
         timings.decode_secs = decode_start.elapsed().as_secs_f64();
         Ok(())
@@ -207,6 +216,30 @@ pub fn generate(
     timings.decode_tokens = rows.new.iter().map(|r| r.len().saturating_sub(1)).sum();
     let finish = rows.finish.iter().map(|f| f.unwrap_or(Finish::Length)).collect();
     Ok(Generation { rows: rows.new, finish, timings })
+}
+
+/// Runs the columns of `history` the cache does not hold yet and returns the last column's logits
+/// `[B][V]`. Crossing a LongRoPE model's original context starts a fresh cache over every column
+/// (room for `more` further positions).
+fn feed(
+    g: &Graph<'_>,
+    model: &Model,
+    cache: &mut KvCache,
+    history: &[Vec<u32>],
+    masks: &[Vec<i32>],
+    more: usize,
+) -> Result<Vec<Vec<f32>>, DecodeError> {
+    let (b, width) = (history.len(), history[0].len());
+    if crosses_longrope_context(&model.spec, cache.len(), width - cache.len()) {
+        // Every cached key was rotated with the short factors: run everything again.
+        *cache = KvCache::batched(g, &model.spec, b, width + more)?;
+    }
+    let from = cache.len();
+    let t = width - from;
+    let ids: Vec<i32> = history.iter().flat_map(|r| r[from..].iter().map(|&x| x as i32)).collect();
+    let mask: Vec<i32> = masks.iter().flat_map(|m| m[from..].iter().copied()).collect();
+    let batch = Batch { ids: &ids, mask: &mask, batch: b, seq: t };
+    last_logits(g, &forward_cached(g, &model.spec, &model.weights, &batch, cache)?, b, t)
 }
 
 /// Chooses step `step`'s token of every row (pad for finished rows) and records it.
@@ -217,8 +250,7 @@ fn choose(
     sampler: &Sampler,
     step: usize,
     opts: &GenerateOptions,
-) -> Result<Vec<i32>, DecodeError> {
-    let mut next = Vec::with_capacity(logits.len());
+) -> Result<(), DecodeError> {
     for (row, scores) in logits.iter_mut().enumerate() {
         let token = if rows.finish[row].is_some() {
             opts.pad
@@ -229,9 +261,8 @@ fn choose(
             t
         };
         rows.history[row].push(token);
-        next.push(token as i32);
     }
-    Ok(next)
+    Ok(())
 }
 
 /// Marks a row that just produced a token: finished on EOS, on the caller's word, or at the limit.

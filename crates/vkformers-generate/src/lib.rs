@@ -18,6 +18,7 @@
 //! assert!(token == 1 || token == 3);
 //! ```
 
+pub mod config;
 pub mod decode;
 mod error;
 pub mod generation;
