@@ -115,7 +115,11 @@ pub fn options(
     params.top_p = args.top_p.unwrap_or(params.top_p);
     params.min_p = args.min_p.or(params.min_p);
     params.repetition_penalty = args.repetition_penalty.unwrap_or(params.repetition_penalty);
-    params.processors()?; // rejects bad values now, with the flag's name
+    // transformers skips top_p >= 1 silently; a flag out of range is a mistake worth saying.
+    if !(0.0..=1.0).contains(&params.top_p) {
+        bail!("--top-p {} is outside [0, 1]", params.top_p);
+    }
+    params.processors()?; // rejects other bad values now, with the parameter's name
     let from_length = defaults.max_length.map(|l| l.saturating_sub(width)).filter(|&n| n > 0);
     let mut max_new = args.max_new_tokens.or(defaults.max_new_tokens).or(from_length).unwrap_or(128);
     if let Some(context) = defaults.context {
@@ -131,6 +135,20 @@ pub fn options(
 pub fn chat_prompt(tok: &HfTokenizer, messages: &[Message]) -> anyhow::Result<String> {
     let template = select_template(tok.config(), None)?;
     Ok(render(template, messages, true, &SpecialTokens::from_config(tok.config()), &serde_json::Value::Null)?)
+}
+
+/// Tokens that end an assistant turn in common templates (besides the tokenizer's EOS).
+const END_OF_TURN: [&str; 6] = ["<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "<|endoftext|>", "</s>"];
+
+/// The ids that end a chat reply: the model's EOS ids, the tokenizer's EOS, and any end-of-turn
+/// token the vocabulary has.
+pub fn end_ids(defaults: &GenerationDefaults, tok: &HfTokenizer) -> Vec<u32> {
+    let mut ids = defaults.eos.clone();
+    ids.extend(tok.eos().map(|t| t.id));
+    ids.extend(END_OF_TURN.iter().filter_map(|t| tok.token_to_id(t)));
+    ids.sort_unstable();
+    ids.dedup();
+    ids
 }
 
 fn parse_ids(s: &str) -> anyhow::Result<Vec<u32>> {
@@ -190,7 +208,10 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     }
     let pad = defaults.pad.or(tok.as_ref().and_then(|t| t.pad().map(|p| p.id))).or(defaults.eos.first().copied());
     let width = prompts.iter().map(Vec::len).max().unwrap_or(0);
-    let opts = options(&defaults, &args.sampling, width, pad.unwrap_or(0))?;
+    let mut opts = options(&defaults, &args.sampling, width, pad.unwrap_or(0))?;
+    if let (true, Some(tok)) = (args.chat, &tok) {
+        opts.eos = end_ids(&defaults, tok);
+    }
     let ctx = Context::new(selector)?;
     let g = Graph::new(&ctx);
     let model = Model::load(&g, &dir).with_context(|| format!("loading the model in {}", dir.display()))?;
