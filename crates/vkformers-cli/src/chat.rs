@@ -139,22 +139,25 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
         eprintln!("chatting with {} — /reset starts over, /exit quits", dir.display());
     }
     let mut stdout = std::io::stdout();
-    for line in std::io::stdin().lock().lines() {
-        let line = line.context("reading stdin")?;
+    let mut stdin = std::io::stdin().lock();
+    loop {
+        if interactive {
+            eprint!("> ");
+        }
+        let mut line = String::new();
+        if stdin.read_line(&mut line).context("reading stdin")? == 0 {
+            break;
+        }
         match line.trim() {
             "" => continue,
             "/exit" | "/quit" => break,
             "/reset" => {
                 session.reset();
                 writeln!(stdout, "(conversation reset)")?;
-                continue;
             }
             user => {
                 session.turn(user, &mut stdout)?;
             }
-        }
-        if interactive {
-            eprint!("> ");
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -215,6 +215,9 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     let ctx = Context::new(selector)?;
     let g = Graph::new(&ctx);
     let model = Model::load(&g, &dir).with_context(|| format!("loading the model in {}", dir.display()))?;
+    if let Some(bad) = prompts.iter().flatten().find(|&&t| t as usize >= model.spec.vocab) {
+        bail!("token id {bad} is outside the model's vocabulary of {} ids", model.spec.vocab);
+    }
     let stream = !args.json && prompts.len() == 1 && tok.is_some();
     let mut printer = Printer {
         tok: tok.as_ref(),

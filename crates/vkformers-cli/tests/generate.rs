@@ -171,6 +171,8 @@ fn bad_input_gets_a_clear_error() {
     );
     let bad = vkformers(&["generate", "--model", m, "--prompt", "x", "--do-sample", "--temperature", "0"], None);
     assert!(String::from_utf8_lossy(&bad.stderr).contains("temperature"), "{}", String::from_utf8_lossy(&bad.stderr));
+    let oov = vkformers(&["generate", "--model", m, "--prompt-ids", "1,128"], None);
+    assert!(String::from_utf8_lossy(&oov.stderr).contains("outside the model's vocabulary of 128"));
     let ids = vkformers(&["generate", "--model", m, "--prompt-ids", "1,x"], None);
     assert!(String::from_utf8_lossy(&ids.stderr).contains("`x` is not a token id"));
 }
