@@ -4,8 +4,8 @@ the llama parity fixture's weights (vocab 128) with a character-level tokenizer 
 template, so that prompts, stop strings and chat turns are text. Writes tests/fixtures_generate/cli_model/.
 
 Token ids: 0 <pad>, 1 <s>, 2 </s>, 3 <|im_start|>, 4 <|im_end|>, 5.. "\\n" and printable ASCII,
-the rest unused fillers. The context is raised to 256 positions (RoPE has no position table) so a
-few chat turns fit. Checks that transformers loads the folder and renders the template.
+the rest Latin-1 letters from U+00C0. The context is raised to 256 positions (RoPE has no
+position table) so a few chat turns fit. Checks that transformers loads the folder and renders the template.
 """
 
 from __future__ import annotations
@@ -37,7 +37,9 @@ def main() -> None:
 
     chars = ["\n"] + [chr(c) for c in range(32, 127)]
     tokens = SPECIAL + chars
-    tokens += [f"<unused{i}>" for i in range(vocab_size - len(tokens))]
+    # The rest are Latin-1 letters, so every id decodes to one character that encodes back to it
+    # (a chat turn then re-renders the reply as the same ids and the KV cache carries over).
+    tokens += [chr(0xC0 + i) for i in range(vocab_size - len(tokens))]
     vocab = {t: i for i, t in enumerate(tokens)}
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=None))
     tok.decoder = decoders.Fuse()

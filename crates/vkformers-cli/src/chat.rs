@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use vkformers_chat::Message;
 use vkformers_generate::config::GenerationDefaults;
-use vkformers_generate::generation::{generate_cached, Context as History, GenerateOptions};
+use vkformers_generate::generation::{generate_cached, Context as History, GenerateOptions, Timings};
 use vkformers_generate::stop::{StopStrings, TextStream};
 use vkformers_io::HfTokenizer;
 use vkformers_models::decoder::KvCache;
@@ -29,6 +29,10 @@ pub struct Args {
     /// A system message that opens the conversation.
     #[arg(long)]
     system: Option<String>,
+    /// After each reply, print to stderr how many tokens came from the KV cache, how many were
+    /// prefilled, and the prefill and decode tokens/s.
+    #[arg(long)]
+    stats: bool,
     #[command(flatten)]
     sampling: SamplingArgs,
 }
@@ -41,6 +45,7 @@ struct Session<'g, 'c> {
     defaults: GenerationDefaults,
     sampling: SamplingArgs,
     system: Option<String>,
+    stats: bool,
     messages: Vec<Message>,
     /// Token ids whose keys and values the cache holds, and the cache.
     cached: Vec<u32>,
@@ -65,17 +70,28 @@ impl Session<'_, '_> {
             self.cache = Some(KvCache::new(self.g, &self.model.spec, ids.len() + opts.max_new_tokens)?);
         }
         let cache = self.cache.as_mut().context("no KV cache")?;
-        let reply = stream_reply(self.g, self.model, self.tok, cache, &ids, &opts, &self.sampling.stop, out)?;
+        let reused = cache.len();
+        let (tokens, text, t) =
+            stream_reply(self.g, self.model, self.tok, cache, &ids, &opts, &self.sampling.stop, out)?;
+        if self.stats {
+            eprintln!(
+                "[{reused} tokens from the cache, {} prefilled at {:.1} tokens/s, {} new at {:.1} tokens/s]",
+                t.prefill_tokens,
+                t.prefill_tokens_per_sec(),
+                tokens.len(),
+                t.decode_tokens_per_sec()
+            );
+        }
         // The cache holds the prompt and every reply token but the last one sampled.
         self.cached = ids;
-        self.cached.extend(&reply.0[..reply.0.len().saturating_sub(1)]);
-        self.messages.push(Message::assistant(reply.1.clone()));
-        Ok(reply.1)
+        self.cached.extend(&tokens[..tokens.len().saturating_sub(1)]);
+        self.messages.push(Message::assistant(text.clone()));
+        Ok(text)
     }
 }
 
 /// Generates one reply after `ids` (the cache holds a prefix of them), streaming its text.
-/// Returns the reply's tokens and its text (special tokens and stop strings cut).
+/// Returns the reply's tokens, its text (special tokens and stop strings cut) and the timings.
 #[allow(clippy::too_many_arguments)]
 fn stream_reply(
     g: &Graph<'_>,
@@ -86,7 +102,7 @@ fn stream_reply(
     opts: &GenerateOptions,
     stop: &[String],
     out: &mut dyn std::io::Write,
-) -> anyhow::Result<(Vec<u32>, String)> {
+) -> anyhow::Result<(Vec<u32>, String, Timings)> {
     let stops = StopStrings::new(stop.iter().cloned());
     let mut stream = TextStream::default();
     let mut error = None;
@@ -111,7 +127,7 @@ fn stream_reply(
     writeln!(out)?;
     let tokens = gen.rows.into_iter().next().unwrap_or_default();
     let text = stops.trim(&tok.decode(&tokens, true)?).to_string();
-    Ok((tokens, text))
+    Ok((tokens, text, gen.timings))
 }
 
 pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
@@ -129,6 +145,7 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
         defaults: GenerationDefaults::from_dir(&dir)?,
         sampling: args.sampling.clone(),
         system: args.system.clone(),
+        stats: args.stats,
         messages: Vec::new(),
         cached: Vec::new(),
         cache: None,

@@ -7,7 +7,10 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
+use vkformers_chat::{render, select_template, Message, SpecialTokens};
 use vkformers_generate::decode::greedy_cached;
+use vkformers_generate::generation::{generate, GenerateOptions};
+use vkformers_io::HfTokenizer;
 use vkformers_models::model::Model;
 use vkformers_tensor::Graph;
 use vkformers_vk::testing::on_every_device;
@@ -148,6 +151,22 @@ fn chat_over_a_pipe_resets_and_exits() {
     // The first reply is what `generate` gives for the rendered template.
     let one = ok(&["generate", "--model", m, "--chat", "--prompt", "hello", "--max-new-tokens", "12"], None);
     assert_eq!(format!("{}\n", lines[0]), one);
+    // The second reply is the library's generation after the rendered two-turn conversation,
+    // ending on EOS (`</s>`) or the template's end of turn (`<|im_end|>`).
+    let tok = HfTokenizer::from_dir(model()).unwrap();
+    let template = select_template(tok.config(), None).unwrap();
+    let messages = [Message::user("hello"), Message::assistant(lines[0]), Message::user("how are you")];
+    let text = render(template, &messages, true, &SpecialTokens::from_config(tok.config()), &Value::Null).unwrap();
+    let ids = tok.encode(&text, false).unwrap();
+    let end = vec![tok.token_to_id("</s>").unwrap(), tok.token_to_id("<|im_end|>").unwrap()];
+    on_every_device("cli_chat_second_turn", |ctx| {
+        let g = Graph::new(ctx);
+        let model = Model::load(&g, &model()).unwrap();
+        let opts = GenerateOptions { eos: end.clone(), ..GenerateOptions::greedy(12) };
+        let gen = generate(&g, &model, std::slice::from_ref(&ids), &opts, &mut |_, _| false).unwrap();
+        assert_eq!(tok.decode(&gen.rows[0], true).unwrap(), lines[1], "second chat turn");
+        Ok(())
+    });
 }
 
 #[test]
