@@ -4,6 +4,7 @@
 pub mod archs;
 pub mod decoder;
 pub mod error;
+mod kv_cache;
 pub mod model;
 pub mod parity;
 pub mod rope;
