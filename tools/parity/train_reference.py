@@ -9,6 +9,7 @@ tests/fixtures_train/rows.jsonl:
   shuffle), constant lr 1e-3, AdamW (torch) eps 1e-6, betas (0.9, 0.999), no weight decay, no
   clipping, right padding to the longest row with attention mask 0 and labels -100, and writes
   the weights after the two steps (`<name>/step2.safetensors`) and the Trainer's logged losses;
+- writes the gradients of the first step (`<name>/grad1.safetensors`);
 - computes the evaluation loss of the untrained model on the same rows: per-row mean
   cross-entropy of the shifted labels and the token-weighted mean over all rows
   (`<name>/eval.json`);
@@ -104,6 +105,12 @@ def train_two_steps(name: str, rows: list[dict]) -> None:
 
     torch.manual_seed(SEED)
     model = load(FIXTURES / name)
+    # GPT2LMHeadModel's class name does not match transformers' loss-type pattern, so its
+    # `loss_type` is None: its forward falls back to ForCausalLMLoss anyway, but the Trainer then
+    # counts `num_items_in_batch` over unshifted labels (one token per row too many) and scales
+    # the loss by the wrong count. Naming the loss it uses makes the Trainer count as it does for
+    # every `*ForCausalLM` class.
+    model.loss_type = "ForCausalLM"
     with tempfile.TemporaryDirectory() as tmp:
         args = TrainingArguments(
             output_dir=tmp,
@@ -135,6 +142,14 @@ def train_two_steps(name: str, rows: list[dict]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     save_file({k: state[k].detach().clone().contiguous() for k in stored}, out / "step2.safetensors")
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    # The first step's gradients: an element whose gradient is rounding noise below eps (a key
+    # bias's, zero in exact arithmetic) gets an AdamW update of noise/eps, which the test holds
+    # only to Adam's step bound, as the parity harness does.
+    first = load(FIXTURES / name)
+    first.train()
+    first(**collate(rows[:2])).loss.backward()
+    grads = dict(first.named_parameters())
+    save_file({k: grads[k].grad.detach().clone().contiguous() for k in stored}, out / "grad1.safetensors")
     ev_rows, ev_counts, ev = row_losses(load(FIXTURES / name), rows)
     (out / "eval.json").write_text(
         json.dumps(
