@@ -13,7 +13,8 @@ tests/fixtures_train/rows.jsonl:
 - computes the evaluation loss of the untrained model on the same rows: per-row mean
   cross-entropy of the shifted labels and the token-weighted mean over all rows
   (`<name>/eval.json`);
-- writes `decay_names.json`: `Trainer.get_decay_parameter_names` for every fixture model.
+- writes `decay_names.json`: `Trainer.get_decay_parameter_names` (`decay`) and every parameter
+  name (`all`) of each fixture model.
 
 Mode `--check-export DIR --fixture NAME --ours EVAL_JSON`: loads a folder written by
 `vkformers train` with transformers and checks that its per-row losses (from its logits) equal
@@ -173,7 +174,10 @@ def decay_names() -> None:
     names = {}
     for d in sorted(p for p in FIXTURES.iterdir() if (p / "config.json").exists()):
         model = load(d)
-        names[d.name] = sorted(Trainer.get_decay_parameter_names(None, model))
+        names[d.name] = {
+            "decay": sorted(Trainer.get_decay_parameter_names(None, model)),
+            "all": sorted(n for n, _ in model.named_parameters()),
+        }
     (OUT / "decay_names.json").write_text(json.dumps(names, indent=1, sort_keys=True) + "\n")
 
 
