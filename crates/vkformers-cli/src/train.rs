@@ -269,9 +269,18 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     let mut progress = Progress::new(&g, &loaded, metrics, trainer.steps_done(), max_steps);
     trainer.run(model, &mut progress)?;
     progress.finish();
+    print_summary(trainer.log());
     save_model_folder(&g, &loaded, &args.out)?;
     eprintln!("saved the model to {}", args.out.display());
     Ok(ExitCode::SUCCESS)
+}
+
+/// The first and last loss of the run (and the last evaluation).
+fn print_summary(log: &[vkformers_train::checkpoint::StepRecord]) {
+    if let (Some(first), Some(last)) = (log.first(), log.last()) {
+        let eval = log.iter().rev().find_map(|r| r.eval_loss).map_or(String::new(), |e| format!(", eval loss {e:.4}"));
+        eprintln!("loss {:.4} (step {}) -> {:.4} (step {}){eval}", first.loss, first.step, last.loss, last.step);
+    }
 }
 
 /// Writes the Hugging Face folder (weights, config, tokenizer files, generation config).
@@ -320,7 +329,8 @@ impl Observer for Progress<'_, '_, '_> {
             Some(b) => {
                 b.set_position(s.record.step);
                 b.set_message(line.split_once(' ').map_or(line.clone(), |(_, rest)| rest.to_string()));
-                if s.record.eval_loss.is_some() {
+                // Every tenth of the run stays on screen, so the falling loss can be read back.
+                if s.record.eval_loss.is_some() || s.record.step.is_multiple_of(self.max_steps.div_ceil(10).max(1)) {
                     b.println(&line);
                 }
             }
