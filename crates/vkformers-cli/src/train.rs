@@ -17,8 +17,15 @@ use vkformers_train::{
 };
 use vkformers_vk::{Context, DeviceSelector};
 
+/// The options, boxed so the command enum stays small.
 #[derive(clap::Args)]
 pub struct Args {
+    #[command(flatten)]
+    opts: Box<TrainArgs>,
+}
+
+#[derive(clap::Args)]
+pub struct TrainArgs {
     /// Model folder (or Hub id) to train.
     #[arg(long, conflicts_with = "init_from_config", required_unless_present = "init_from_config")]
     model: Option<String>,
@@ -114,7 +121,7 @@ struct Loaded {
     tokenizer: Option<HfTokenizer>,
 }
 
-fn load_model(g: &Graph<'_>, args: &Args) -> anyhow::Result<Loaded> {
+fn load_model(g: &Graph<'_>, args: &TrainArgs) -> anyhow::Result<Loaded> {
     if let Some(m) = &args.model {
         let dir = vkformers_hub::resolve_model(m)?;
         let model = Model::load(g, &dir).with_context(|| format!("loading {}", dir.display()))?;
@@ -202,6 +209,7 @@ fn default_seq_len(model: &Model) -> usize {
 }
 
 pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
+    let args = &*args.opts;
     let ctx = Context::new(selector)?;
     let g = Graph::new(&ctx);
     std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
