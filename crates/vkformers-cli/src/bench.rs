@@ -30,6 +30,14 @@ pub struct GemmArgs {
     /// Kernel: auto, coopmat (KHR), coopmat2 or coopmat2-wide (NV).
     #[arg(long, default_value = "auto")]
     engine: String,
+    /// Cooperative-matrix-2 knobs (defaults: the measured best): unclamped aligned loads for
+    /// interior blocks (0/1), block-rows per raster group, K slices per unrolled step.
+    #[arg(long)]
+    fast: Option<u32>,
+    #[arg(long)]
+    raster: Option<u32>,
+    #[arg(long)]
+    unroll: Option<u32>,
     #[arg(long)]
     json: bool,
 }
@@ -76,8 +84,18 @@ pub fn gemm(selector: &DeviceSelector, args: &GemmArgs) -> anyhow::Result<ExitCo
         "coopmat2-wide" => Engine::Coopmat2Wide,
         "coopmat2-wide64" => Engine::Coopmat2Wide64,
         "coopmat2-tall64" => Engine::Coopmat2Tall64,
+        "coopmat2-wide16" => Engine::Coopmat2Wide16,
         other => bail!("--engine {other}: expected auto, coopmat, coopmat2 or coopmat2-wide"),
     };
+    if let Some(f) = args.fast {
+        desc.tuning.fast = f != 0;
+    }
+    if let Some(r) = args.raster {
+        desc.tuning.raster = r;
+    }
+    if let Some(u) = args.unroll {
+        desc.tuning.unroll = u;
+    }
     let (a_bytes, a) = operand((m * k) as usize, elem, 1);
     let (b_bytes, b) = operand((k * n) as usize, elem, 2);
     let a_buf = upload(&ctx, &a_bytes, "A")?;

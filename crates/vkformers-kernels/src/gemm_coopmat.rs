@@ -22,6 +22,25 @@ pub enum Engine {
     Coopmat2Wide64,
     /// `VK_NV_cooperative_matrix2`, 256 x 128 tiles, K slices of 64.
     Coopmat2Tall64,
+    /// `VK_NV_cooperative_matrix2`, 128 x 256 tiles, K slices of 16.
+    Coopmat2Wide16,
+}
+
+/// Knobs of the cooperative-matrix-2 kernel (its specialization constants; see the shader).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tuning {
+    /// Unclamped, alignment-hinted loads for interior blocks.
+    pub fast: bool,
+    /// Block-rows per raster group (1: plain row-major order of blocks).
+    pub raster: u32,
+    /// K slices per unrolled step of the fast path.
+    pub unroll: u32,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning { fast: true, raster: 1, unroll: 8 }
+    }
 }
 
 /// Operand element type of the tensor-core path.
@@ -63,6 +82,7 @@ pub struct CoopGemm {
     pub beta_one: bool,
     pub elem: Elem,
     pub engine: Engine,
+    pub tuning: Tuning,
 }
 
 impl CoopGemm {
@@ -88,6 +108,7 @@ impl CoopGemm {
             beta_one: false,
             elem,
             engine: Engine::Auto,
+            tuning: Tuning::default(),
         }
     }
 
@@ -121,8 +142,9 @@ fn has_coopmat2(caps: &Caps, elem: Elem) -> bool {
 /// when `n` fills them), else the KHR kernel; `None` when the device has neither.
 pub fn choose_engine(caps: &Caps, elem: Elem, n: u32) -> Option<Engine> {
     if has_coopmat2(caps, elem) {
-        // Measured on an H200 at 4096-8192: 128 x 256 tiles with K slices of 64 are fastest.
-        return Some(if n >= 2048 { Engine::Coopmat2Wide64 } else { Engine::Coopmat2 });
+        // Measured on an H200 at 8192³ bf16 (docs/bench): 128 x 256 tiles with K slices of 32 on
+        // the fast path, unrolled 8 slices, are fastest.
+        return Some(if n >= 2048 { Engine::Coopmat2Wide } else { Engine::Coopmat2 });
     }
     has_khr_coopmat(caps, elem).then_some(Engine::Coopmat)
 }
@@ -155,6 +177,8 @@ fn kernel(engine: Engine, elem: Elem) -> (&'static KernelCode, u32, u32) {
         (Engine::Coopmat2Wide64, Bf16) => (&code::MATMUL_COOPMAT2_GEMM_BF16_WIDE64, 128, 256),
         (Engine::Coopmat2Tall64, F16) => (&code::MATMUL_COOPMAT2_GEMM_F16_TALL64, 256, 128),
         (Engine::Coopmat2Tall64, Bf16) => (&code::MATMUL_COOPMAT2_GEMM_BF16_TALL64, 256, 128),
+        (Engine::Coopmat2Wide16, F16) => (&code::MATMUL_COOPMAT2_GEMM_F16_WIDE16, 128, 256),
+        (Engine::Coopmat2Wide16, Bf16) => (&code::MATMUL_COOPMAT2_GEMM_BF16_WIDE16, 128, 256),
         (_, F16) => (&code::MATMUL_COOPMAT_GEMM_F16, 128, 128),
         (_, Bf16) => (&code::MATMUL_COOPMAT_GEMM_BF16, 128, 128),
     }
@@ -259,13 +283,13 @@ pub fn gemm_coopmat(
     let c_arg = if d.beta_one { read_write(c) } else { write(c) };
     let bias_view = bias.unwrap_or(a);
     let groups = [d.n.div_ceil(block_n), d.m.div_ceil(block_m), d.batch];
-    rec.dispatch(
-        k,
-        &[u32::from(d.trans_a), u32::from(d.trans_b)],
-        &[read(a), read(b), c_arg, read(bias_view)],
-        &params,
-        groups,
-    )
+    let spec: Vec<u32> = if engine == Engine::Coopmat {
+        vec![u32::from(d.trans_a), u32::from(d.trans_b)]
+    } else {
+        let t = d.tuning;
+        vec![u32::from(d.trans_a), u32::from(d.trans_b), u32::from(t.fast), t.raster.max(1), t.unroll.max(1)]
+    };
+    rec.dispatch(k, &spec, &[read(a), read(b), c_arg, read(bias_view)], &params, groups)
 }
 
 #[cfg(test)]
@@ -312,7 +336,7 @@ mod tests {
         assert_eq!(choose_engine(&caps(false, false, false), Elem::F16, 4096), None);
         assert_eq!(choose_engine(&caps(true, false, false), Elem::F16, 4096), Some(Engine::Coopmat));
         assert_eq!(choose_engine(&caps(true, false, false), Elem::Bf16, 4096), None, "bf16 needs the bf16 feature");
-        assert_eq!(choose_engine(&caps(true, true, true), Elem::Bf16, 4096), Some(Engine::Coopmat2Wide64));
+        assert_eq!(choose_engine(&caps(true, true, true), Elem::Bf16, 4096), Some(Engine::Coopmat2Wide));
         assert_eq!(choose_engine(&caps(true, true, true), Elem::F16, 512), Some(Engine::Coopmat2));
         let mut amd = caps(true, false, false);
         amd.subgroup_size = 64;

@@ -3,7 +3,7 @@
 //! for the right reason).
 
 use half::{bf16, f16};
-use vkformers_kernels::gemm_coopmat::{choose_engine, gemm_coopmat, CoopGemm, Elem, Engine};
+use vkformers_kernels::gemm_coopmat::{choose_engine, gemm_coopmat, CoopGemm, Elem, Engine, Tuning};
 use vkformers_kernels::testutil::{assert_close, Rng, Tol};
 use vkformers_vk::testing::on_every_device;
 use vkformers_vk::Context;
@@ -85,23 +85,37 @@ fn run_case(ctx: &Context, d: &CoopGemm, with_bias: bool, seed: u64) -> vkformer
 fn coopmat_gemm_matches_reference() {
     on_every_device("coopmat gemm", |ctx| {
         for (elem, engine) in [Elem::F16, Elem::Bf16].into_iter().flat_map(|e| {
-            [Engine::Coopmat, Engine::Coopmat2, Engine::Coopmat2Wide, Engine::Coopmat2Wide64, Engine::Coopmat2Tall64]
-                .map(|g| (e, g))
+            [
+                Engine::Coopmat,
+                Engine::Coopmat2,
+                Engine::Coopmat2Wide,
+                Engine::Coopmat2Wide64,
+                Engine::Coopmat2Tall64,
+                Engine::Coopmat2Wide16,
+            ]
+            .map(|g| (e, g))
         }) {
             // Every engine the device has: the KHR kernel runs wherever any cooperative-matrix
             // engine does; the cm2 kernels only where cm2 is chosen.
             let best = choose_engine(ctx.caps(), elem, 4096);
             let available = match engine {
                 Engine::Coopmat => best.is_some() && ctx.caps().subgroup_size == 32,
-                _ => matches!(best, Some(Engine::Coopmat2Wide64)),
+                _ => matches!(best, Some(Engine::Coopmat2Wide)),
             };
             if !available {
                 eprintln!("{}: no {elem:?} {engine:?} GEMM here (skipped)", ctx.caps().name);
                 continue;
             }
             let mut seed = 1;
-            for (m, n, k) in [(1, 1, 1), (17, 13, 29), (130, 67, 129), (128, 128, 64), (257, 300, 100), (256, 512, 128)]
-            {
+            for (m, n, k) in [
+                (1, 1, 1),
+                (17, 13, 29),
+                (130, 67, 129),
+                (128, 128, 64),
+                (257, 300, 100),
+                (256, 512, 128),
+                (300, 520, 320),
+            ] {
                 for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
                     let mut d = CoopGemm::dense(m, n, k, tb, elem);
                     d.engine = engine;
@@ -110,6 +124,18 @@ fn coopmat_gemm_matches_reference() {
                     d.lda = (if ta { m } else { k }).next_multiple_of(8) + 8;
                     d.ldb = (if tb { k } else { n }).next_multiple_of(8);
                     d.ldc = n + 3;
+                    seed += 1;
+                    run_case(ctx, &d, seed % 2 == 0, seed)?;
+                }
+            }
+            // Interior blocks on the fast path and edge blocks on the clamped one, under every
+            // tuning: plain and grouped block order, with and without the fast path, unroll
+            // tails (K = 320 is 5 slices of 64, 10 of 32, 20 of 16).
+            if engine != Engine::Coopmat {
+                for (fast, raster, unroll) in [(false, 1, 1), (true, 1, 4), (true, 3, 2), (true, 8, 3)] {
+                    let mut d = CoopGemm::dense(600, 530, 320, false, elem);
+                    d.engine = engine;
+                    d.tuning = Tuning { fast, raster, unroll };
                     seed += 1;
                     run_case(ctx, &d, seed % 2 == 0, seed)?;
                 }
