@@ -26,6 +26,9 @@ pub struct Args {
     /// Rows are cut to this many tokens (default: the model's max_position_embeddings).
     #[arg(long)]
     seq_len: Option<usize>,
+    /// Count the prompt part of instruction/Q&A/chat rows in the loss too.
+    #[arg(long)]
+    train_on_prompt: bool,
 }
 
 pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
@@ -34,7 +37,7 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     let dir = vkformers_hub::resolve_model(&args.model)?;
     let model = Model::load(&g, &dir).with_context(|| format!("loading {}", dir.display()))?;
     let tok = dir.join("tokenizer.json").exists().then(|| HfTokenizer::from_dir(&dir)).transpose()?;
-    let data = crate::train::read_data(&args.data, tok.as_ref())?;
+    let data = crate::train::read_data(&args.data, tok.as_ref(), args.train_on_prompt)?;
     crate::train::check_vocab(&data.examples, model.spec.vocab, "data")?;
     let max_pos = ["max_position_embeddings", "n_positions"].iter().find_map(|k| model.config[k].as_u64());
     let seq_len = args.seq_len.unwrap_or(max_pos.map_or(usize::MAX, |m| m as usize));

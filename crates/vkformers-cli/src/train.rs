@@ -136,7 +136,7 @@ fn load_model(g: &Graph<'_>, args: &TrainArgs) -> anyhow::Result<Loaded> {
             let dir = args.out.join("tokenizer");
             let files = data_files(&args.data)?;
             eprintln!("training a BPE tokenizer of {vocab} tokens on {} file(s)", files.len());
-            vkformers_train::stopgap::train_tokenizer(&files, vocab, &dir)?;
+            train_tokenizer_on_text(&files, vocab, &dir)?;
             Some(dir)
         }
         (None, None) => None,
@@ -159,14 +159,47 @@ fn data_files(arg: &str) -> anyhow::Result<Vec<PathBuf>> {
     Ok(vkformers_hub::resolve_dataset(arg, &vkformers_hub::DatasetQuery::default())?)
 }
 
-/// Reads a dataset (the one seam to `vkformers-data`).
-pub fn read_data(arg: &str, tok: Option<&HfTokenizer>) -> anyhow::Result<Dataset> {
+/// Reads a dataset with `vkformers-data` (every row shape of the design). A model folder
+/// without a tokenizer can still train and evaluate on pre-tokenized rows.
+pub fn read_data(arg: &str, tok: Option<&HfTokenizer>, train_on_prompt: bool) -> anyhow::Result<Dataset> {
     let files = data_files(arg)?;
-    let ds = vkformers_train::stopgap::load_examples(&files, tok)?;
+    let ds = match tok {
+        Some(tok) => {
+            let opts = vkformers_data::ReadOptions { train_on_prompt, ..Default::default() };
+            vkformers_data::read_dataset(&files, tok, &opts)?
+        }
+        None => Dataset { examples: vkformers_train::pretokenized::read_pretokenized(&files)?, plain_text: false },
+    };
     if ds.examples.is_empty() {
         bail!("{arg}: no rows");
     }
     Ok(ds)
+}
+
+/// Trains a BPE tokenizer on the text of the data: the `text`/`content` of JSON-lines rows (the
+/// trainer reads lines, so each row's text goes to a temporary file first), other files as
+/// they are.
+fn train_tokenizer_on_text(files: &[PathBuf], vocab: usize, dir: &Path) -> anyhow::Result<()> {
+    let mut texts = tempfile::NamedTempFile::new()?;
+    let mut plain = Vec::new();
+    for f in files {
+        let is_jsonl = f.extension().is_some_and(|e| e == "jsonl");
+        if !is_jsonl {
+            plain.push(f.clone());
+            continue;
+        }
+        let body = std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+        for line in body.lines().filter(|l| !l.trim().is_empty()) {
+            let row: serde_json::Value = serde_json::from_str(line).with_context(|| format!("{}", f.display()))?;
+            if let Some(t) = row.get("text").or_else(|| row.get("content")).and_then(|t| t.as_str()) {
+                std::io::Write::write_all(&mut texts, t.as_bytes())?;
+                std::io::Write::write_all(&mut texts, b"\n")?;
+            }
+        }
+    }
+    plain.push(texts.path().to_path_buf());
+    vkformers_data::train_bpe_tokenizer(&plain, vocab, dir)?;
+    Ok(())
 }
 
 /// Checks that every token id fits the model's vocabulary (an id past it would read outside
@@ -216,7 +249,7 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     let loaded = load_model(&g, args)?;
     let model = &loaded.model;
     let seq_len = args.seq_len.unwrap_or_else(|| default_seq_len(model));
-    let data = read_data(&args.data, loaded.tokenizer.as_ref())?;
+    let data = read_data(&args.data, loaded.tokenizer.as_ref(), args.train_on_prompt)?;
     let packing = if args.packing {
         true
     } else if args.no_packing {
@@ -225,7 +258,7 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
         data.plain_text
     };
     let (train_rows, eval_rows) = match (&args.eval_data, args.eval_split) {
-        (Some(e), _) => (data.examples, Some(read_data(e, loaded.tokenizer.as_ref())?.examples)),
+        (Some(e), _) => (data.examples, Some(read_data(e, loaded.tokenizer.as_ref(), args.train_on_prompt)?.examples)),
         (None, Some(f)) => {
             let (t, e) = split_eval(data.examples, f, args.seed)?;
             (t, Some(e))

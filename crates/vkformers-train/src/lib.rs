@@ -16,7 +16,6 @@ pub mod model;
 pub mod pretokenized;
 pub mod rng;
 pub mod schedule;
-pub mod stopgap;
 pub mod trainer;
 
 pub use batching::{sequences, DataPosition, Loader, TokenBatch};

@@ -1,8 +1,8 @@
 //! Pre-tokenized JSONL rows `{"input_ids": [...], "labels": [...]}` (labels optional: the
-//! ids). A stop-gap reader used until `vkformers_data::read_dataset` (which reads every row
-//! shape of the design) lands; the CLI calls it only through `load_examples`.
+//! ids), for a model folder that has no tokenizer (`vkformers_data::read_dataset`, which reads
+//! every row shape of the design, needs one).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde_json::Value;
 use vkformers_data::Example;
@@ -50,13 +50,4 @@ fn parse_row(line: &str) -> std::result::Result<Example, String> {
         return Err(format!("{} labels for {} input_ids", labels.len(), input_ids.len()));
     }
     Ok(Example { input_ids, labels })
-}
-
-/// True when `path` looks like a pre-tokenized JSONL file (its first row has `input_ids`).
-pub fn is_pretokenized(path: &Path) -> bool {
-    std::fs::read_to_string(path)
-        .ok()
-        .and_then(|t| t.lines().find(|l| !l.trim().is_empty()).map(String::from))
-        .and_then(|l| serde_json::from_str::<Value>(&l).ok())
-        .is_some_and(|v| v.get("input_ids").is_some())
 }
