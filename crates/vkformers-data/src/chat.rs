@@ -39,7 +39,7 @@ impl ChatTemplate {
 
     fn render(&self, messages: &[Message], add_generation_prompt: bool, location: &Location) -> Result<String> {
         render(&self.template, messages, add_generation_prompt, &self.special, &serde_json::Value::Null)
-            .map_err(|e| DataError::Chat { location: location.clone(), reason: format!("chat template: {e}") })
+            .map_err(|e| DataError::Chat { location: location.clone(), reason: e.to_string() })
     }
 }
 

@@ -56,6 +56,9 @@ pub enum DataError {
     /// The file could not be read.
     #[error("{path}: cannot read: {source}", path = path.display())]
     Io { path: PathBuf, source: std::io::Error },
+    /// A plain-text corpus file is not UTF-8.
+    #[error("{path}: not UTF-8 text; a text corpus must be UTF-8 files", path = path.display())]
+    NotText { path: PathBuf },
     /// A `.json` file that holds one array is not valid JSON.
     #[error("{path}:{line}:{column}: not valid JSON: {message}; a .json dataset is either JSON lines or one array of row objects", path = path.display())]
     BadJsonFile { path: PathBuf, line: usize, column: usize, message: String },

@@ -18,7 +18,8 @@
 //!   for non-conversational data); BOS, EOS appended; the prompt is masked.
 //! - `instruction` (+ `input`) + `output`, `question` + `answer`: through the chat template as a
 //!   user and an assistant message when the tokenizer has one, else a fixed plain layout
-//!   (see [`prompt`](crate::prompt) module docs); the prompt is masked.
+//!   (`### Instruction:` / `### Input:` / `### Response:` sections; `Question: ...\nAnswer: ...`);
+//!   the prompt is masked.
 //! - `messages`, and `prompt` + `completion` given as lists of messages: the chat template renders
 //!   the conversation as `apply_chat_template` does; only assistant turns (of the completion)
 //!   are trained; no EOS is appended (the template ends turns its own way).
@@ -35,6 +36,7 @@ mod parquet_rows;
 mod prompt;
 mod shape;
 mod source;
+mod text_files;
 mod tokenize;
 
 use std::path::PathBuf;
@@ -43,6 +45,7 @@ use vkformers_io::HfTokenizer;
 
 pub use bpe::{train_bpe_tokenizer, train_bpe_tokenizer_with, BpeOptions, CHAT_TEMPLATE};
 pub use error::{DataError, Location, Place, Result, ACCEPTED_SHAPES};
+pub use text_files::read_text_files;
 
 use crate::chat::ChatTemplate;
 use crate::shape::{parse_row, Row};
@@ -73,8 +76,9 @@ pub struct Dataset {
 pub struct ReadOptions {
     /// Train on the prompt part of prompt/response and chat rows too (no -100 labels).
     pub train_on_prompt: bool,
-    /// Append the tokenizer's EOS token to text, prompt/completion, instruction and Q&A rows
-    /// (chat rows end as their template ends them; pre-tokenized rows are used as they are).
+    /// Append the tokenizer's EOS token (trained) to text, prompt/completion, instruction and Q&A
+    /// rows unless their ids already end with it; nothing is appended when the tokenizer has no
+    /// EOS token. Chat rows end as their template ends them; pre-tokenized rows are used as they are.
     pub add_eos: bool,
     /// Read at most this many rows (over all files, in order).
     pub max_rows: Option<usize>,

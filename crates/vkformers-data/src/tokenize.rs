@@ -20,7 +20,7 @@ pub(crate) struct Tokenize<'a> {
 impl Tokenize<'_> {
     pub(crate) fn example(&self, row: &Row, location: &Location) -> Result<Example> {
         match row {
-            Row::Text(text) => self.plain(text, location),
+            Row::Text(text) => self.text(text, location),
             Row::Completion { prompt, completion } => self.prompt_response(prompt, completion, location),
             Row::Instruction { instruction, input, output } => match &self.chat {
                 Some(_) => self.single_turn(instruction_message(instruction, input), output, location),
@@ -49,7 +49,7 @@ impl Tokenize<'_> {
     }
 
     /// Plain text: BOS from the post-processor, EOS appended, every token trained.
-    fn plain(&self, text: &str, location: &Location) -> Result<Example> {
+    pub(crate) fn text(&self, text: &str, location: &Location) -> Result<Example> {
         let whole = std::iter::once(0..text.len()).collect();
         let spans =
             Spans { text, trained: whole, add_special_tokens: true, add_eos: self.opts.add_eos, train_all: true };

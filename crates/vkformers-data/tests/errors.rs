@@ -101,3 +101,26 @@ fn files_that_are_missing_unknown_empty_or_corrupt() {
     assert!(matches!(e, DataError::Parquet { .. }), "{e:?}");
     assert!(e.to_string().contains("corrupt.parquet: cannot read Parquet"), "{e}");
 }
+
+/// A conversation the template refuses (`raise_exception`) is reported with its line and the
+/// template's own message.
+#[test]
+fn a_template_rejecting_a_conversation_names_the_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = common::root().join("tests/fixtures_data/plain");
+    std::fs::copy(fixture.join("tokenizer.json"), dir.path().join("tokenizer.json")).unwrap();
+    let template = "{% if messages[0].role == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}\
+                    {% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}";
+    let config = serde_json::json!({"eos_token": "</s>", "chat_template": template});
+    std::fs::write(dir.path().join("tokenizer_config.json"), config.to_string()).unwrap();
+    let tok = vkformers_io::HfTokenizer::from_dir(dir.path()).unwrap();
+    let rows = [
+        r#"{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}"#,
+        r#"{"messages": [{"role": "system", "content": "x"}, {"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}"#,
+    ];
+    let file = write(dir.path(), "chat.jsonl", &rows.join("\n"));
+    let e = read_dataset(std::slice::from_ref(&file), &tok, &ReadOptions::default()).unwrap_err();
+    assert!(matches!(e, DataError::Chat { .. }), "{e:?}");
+    let want = format!("{}:2: chat template rejected the conversation: System role not supported", file.display());
+    assert_eq!(e.to_string(), want);
+}

@@ -157,3 +157,26 @@ fn instruction_rows_use_the_chat_template_when_there_is_one() {
     assert_eq!(e.input_ids, tok.encode(text, false).unwrap());
     assert_eq!(tok.decode(&trained_ids(e), false).unwrap(), "Salut.</s>");
 }
+
+/// A corpus of text files: one document per file, like a `text` row each.
+#[test]
+fn text_files_are_one_document_each() {
+    let tok = tokenizer("bpe");
+    let dir = tempfile::tempdir().unwrap();
+    let docs = ["fn main() {\n    println!(\"hi\");\n}\n", "# Title\n\nSome prose.\n"];
+    let a = write(dir.path(), "a.rs", docs[0]);
+    let blank = write(dir.path(), "blank.md", " \n\n");
+    let b = write(dir.path(), "b.md", docs[1]);
+    let got = vkformers_data::read_text_files(&[a, blank.clone(), b], &tok, &ReadOptions::default()).unwrap();
+    assert!(got.plain_text);
+    let lines: Vec<String> = docs.iter().map(|d| serde_json::json!({ "text": d }).to_string()).collect();
+    let jsonl = write(dir.path(), "docs.jsonl", &lines.join("\n"));
+    assert_eq!(got.examples, read(&[jsonl], &tok, &ReadOptions::default()));
+
+    let e = vkformers_data::read_text_files(&[blank], &tok, &ReadOptions::default()).unwrap_err();
+    assert!(matches!(e, vkformers_data::DataError::Empty { .. }), "{e:?}");
+    let latin1 = dir.path().join("latin1.txt");
+    std::fs::write(&latin1, b"caf\xe9").unwrap();
+    let e = vkformers_data::read_text_files(&[latin1], &tok, &ReadOptions::default()).unwrap_err();
+    assert!(e.to_string().contains("latin1.txt: not UTF-8 text"), "{e}");
+}
