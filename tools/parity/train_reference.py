@@ -198,6 +198,10 @@ def main() -> None:
     ap.add_argument("--fixture", default="llama")
     ap.add_argument("--ours", type=Path)
     a = ap.parse_args()
+    sys.path.insert(0, str(HERE))
+    from make_fixtures import check_versions
+
+    check_versions()
     import torch
 
     torch.set_num_threads(1)
