@@ -1,12 +1,59 @@
-//! `vkformers eval`: loss and perplexity of a model on a dataset.
+//! `vkformers eval`: the token-weighted mean loss of a model on a dataset, its perplexity, the
+//! number of predicted tokens, and each row's loss.
 
 use std::process::ExitCode;
 
-use vkformers_vk::DeviceSelector;
+use anyhow::Context as _;
+use vkformers_io::HfTokenizer;
+use vkformers_models::model::Model;
+use vkformers_tensor::Graph;
+use vkformers_train::{evaluate, sequences};
+use vkformers_vk::{Context, DeviceSelector};
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Model folder (or Hub id).
+    #[arg(long)]
+    model: String,
+    /// Data: a JSONL file or folder (or Hub dataset id).
+    #[arg(long)]
+    data: String,
+    /// Print JSON (loss, perplexity, tokens, rows) instead of text.
+    #[arg(long)]
+    json: bool,
+    #[arg(long, default_value_t = 8)]
+    batch_size: usize,
+    /// Rows are cut to this many tokens (default: the model's max_position_embeddings).
+    #[arg(long)]
+    seq_len: Option<usize>,
+    /// Count the prompt part of instruction/Q&A/chat rows in the loss too.
+    #[arg(long)]
+    train_on_prompt: bool,
+}
 
-pub fn run(_selector: &DeviceSelector, _args: &Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`vkformers eval` is not built yet")
+pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
+    let ctx = Context::new(selector)?;
+    let g = Graph::new(&ctx);
+    let dir = vkformers_hub::resolve_model(&args.model)?;
+    let model = Model::load(&g, &dir).with_context(|| format!("loading {}", dir.display()))?;
+    let tok = dir.join("tokenizer.json").exists().then(|| HfTokenizer::from_dir(&dir)).transpose()?;
+    let data = crate::train::read_data(&args.data, tok.as_ref(), args.train_on_prompt)?;
+    crate::train::check_vocab(&data.examples, model.spec.vocab, "data")?;
+    let max_pos = ["max_position_embeddings", "n_positions"].iter().find_map(|k| model.config[k].as_u64());
+    let seq_len = args.seq_len.unwrap_or(max_pos.map_or(usize::MAX, |m| m as usize));
+    let rows = sequences(&data.examples, seq_len, false)?;
+    let pad = model.config["pad_token_id"].as_u64().unwrap_or(0) as u32;
+    let report = evaluate(&g, &model, &rows, args.batch_size.max(1), pad)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!("loss        {:.6}", report.loss);
+        println!("perplexity  {:.4}", report.perplexity);
+        println!("tokens      {}", report.tokens);
+        for (i, r) in report.rows.iter().enumerate() {
+            let loss = r.loss.map_or("-".to_string(), |l| format!("{l:.6}"));
+            println!("row {:>5}  loss {loss}  tokens {}", i + 1, r.tokens);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -1,12 +1,413 @@
-//! `vkformers train`: full-parameter training or pre-training from a config.
+//! `vkformers train`: full-parameter training of a Hugging Face model folder, or pre-training
+//! from a `config.json`, with the options of the HF Trainer; writes checkpoints, metrics and a
+//! final Hugging Face folder.
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use vkformers_vk::DeviceSelector;
+use anyhow::{bail, Context as _};
+use vkformers_data::{Dataset, Example};
+use vkformers_io::HfTokenizer;
+use vkformers_models::model::Model;
+use vkformers_tensor::Graph;
+use vkformers_train::metrics::MetricsLog;
+use vkformers_train::{
+    full_model_params, sequences, steps_for_epochs, Loader, Observer, OptimOptions, Schedule, ScheduleKind, StepStats,
+    TrainOptions, Trainer,
+};
+use vkformers_vk::{Context, DeviceSelector};
+
+/// The options, boxed so the command enum stays small.
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    opts: Box<TrainArgs>,
+}
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct TrainArgs {
+    /// Model folder (or Hub id) to train.
+    #[arg(long, conflicts_with = "init_from_config", required_unless_present = "init_from_config")]
+    model: Option<String>,
+    /// Pre-train from scratch: a config.json, parameters drawn as the model's `_init_weights`.
+    #[arg(long)]
+    init_from_config: Option<PathBuf>,
+    /// Tokenizer folder for --init-from-config (tokenizer.json, tokenizer_config.json).
+    #[arg(long)]
+    tokenizer: Option<PathBuf>,
+    /// With --init-from-config: train a byte-level BPE tokenizer of this many tokens on the
+    /// data first (written to OUT; the config's vocab_size follows it).
+    #[arg(long)]
+    train_tokenizer: Option<usize>,
+    /// Training data: a JSONL file or folder (or Hub dataset id).
+    #[arg(long)]
+    data: String,
+    /// Output folder: checkpoints, metrics.jsonl, and the final model.
+    #[arg(long)]
+    out: PathBuf,
+    /// Passes over the data (ignored when --max-steps is given).
+    #[arg(long, default_value_t = 1)]
+    epochs: u64,
+    /// Optimizer steps in all.
+    #[arg(long)]
+    max_steps: Option<u64>,
+    #[arg(long, default_value_t = 8)]
+    batch_size: usize,
+    /// Micro-batches per optimizer step.
+    #[arg(long, default_value_t = 1)]
+    grad_accum: usize,
+    /// Tokens per sequence (default: the model's max_position_embeddings, at most 1024).
+    #[arg(long)]
+    seq_len: Option<usize>,
+    /// Concatenate examples and cut seq-len blocks (default: on for plain text).
+    #[arg(long, overrides_with = "no_packing")]
+    packing: bool,
+    #[arg(long)]
+    no_packing: bool,
+    /// Train on the prompt part of instruction/Q&A/chat rows too.
+    #[arg(long)]
+    train_on_prompt: bool,
+    #[arg(long, default_value_t = 5e-5)]
+    lr: f64,
+    #[arg(long, default_value = "linear")]
+    schedule: ScheduleKind,
+    #[arg(long, default_value_t = 0)]
+    warmup_steps: u64,
+    #[arg(long, default_value_t = 0.0)]
+    min_lr: f64,
+    /// AdamW weight decay (not on biases and norm weights).
+    #[arg(long, default_value_t = 0.0)]
+    weight_decay: f64,
+    #[arg(long, default_value_t = 0.9)]
+    beta1: f64,
+    #[arg(long, default_value_t = 0.999)]
+    beta2: f64,
+    #[arg(long, default_value_t = 1e-8)]
+    eps: f64,
+    /// Clip the global gradient norm (0 disables).
+    #[arg(long, default_value_t = 1.0)]
+    max_grad_norm: f32,
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Shuffle the data each epoch (default on).
+    #[arg(long, overrides_with = "no_shuffle")]
+    shuffle: bool,
+    #[arg(long)]
+    no_shuffle: bool,
+    /// Evaluation data (JSONL file or folder).
+    #[arg(long, conflicts_with = "eval_split")]
+    eval_data: Option<String>,
+    /// Hold out this fraction of the training rows for evaluation.
+    #[arg(long)]
+    eval_split: Option<f64>,
+    /// Evaluate every this many steps (and at the end).
+    #[arg(long, default_value_t = 0)]
+    eval_every: u64,
+    /// Write a checkpoint every this many steps (0: none).
+    #[arg(long, default_value_t = 0)]
+    save_every: u64,
+    /// Keep only the newest N checkpoints (0: all).
+    #[arg(long, default_value_t = 0)]
+    keep_checkpoints: usize,
+    /// Continue from a checkpoint folder, or the newest complete checkpoint of an output folder.
+    #[arg(long)]
+    resume: Option<PathBuf>,
+}
 
-pub fn run(_selector: &DeviceSelector, _args: &Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`vkformers train` is not built yet")
+/// The model, where its tokenizer files come from, and its tokenizer.
+struct Loaded {
+    model: Model,
+    files_from: Option<PathBuf>,
+    tokenizer: Option<HfTokenizer>,
+}
+
+fn load_model(g: &Graph<'_>, args: &TrainArgs) -> anyhow::Result<Loaded> {
+    if let Some(m) = &args.model {
+        let dir = vkformers_hub::resolve_model(m)?;
+        let model = Model::load(g, &dir).with_context(|| format!("loading {}", dir.display()))?;
+        let tokenizer = dir.join("tokenizer.json").exists().then(|| HfTokenizer::from_dir(&dir)).transpose()?;
+        return Ok(Loaded { model, files_from: Some(dir), tokenizer });
+    }
+    let cfg_path = args.init_from_config.as_ref().context("--model or --init-from-config is required")?;
+    let mut config = vkformers_io::read_json(cfg_path)?;
+    let tok_dir = match (&args.tokenizer, args.train_tokenizer) {
+        (Some(t), _) => Some(t.clone()),
+        (None, Some(vocab)) => {
+            let dir = args.out.join("tokenizer");
+            let files = data_files(&args.data)?;
+            eprintln!("training a BPE tokenizer of {vocab} tokens on {} file(s)", files.len());
+            train_tokenizer_on_text(&files, vocab, &dir)?;
+            Some(dir)
+        }
+        (None, None) => None,
+    };
+    let tokenizer = tok_dir.as_ref().map(HfTokenizer::from_dir).transpose()?;
+    if let Some(t) = &tokenizer {
+        // The embedding must cover the tokenizer; special ids follow it too.
+        config["vocab_size"] = t.vocab_size().into();
+        for (key, tok) in [("pad_token_id", t.pad()), ("bos_token_id", t.bos()), ("eos_token_id", t.eos())] {
+            if let Some(s) = tok {
+                config[key] = s.id.into();
+            }
+        }
+    }
+    let model = vkformers_models::init::init_from_config(g, config, args.seed)?;
+    Ok(Loaded { model, files_from: tok_dir, tokenizer })
+}
+
+fn data_files(arg: &str) -> anyhow::Result<Vec<PathBuf>> {
+    Ok(vkformers_hub::resolve_dataset(arg, &vkformers_hub::DatasetQuery::default())?)
+}
+
+/// Reads a dataset with `vkformers-data` (every row shape of the design). A model folder
+/// without a tokenizer can still train and evaluate on pre-tokenized rows.
+pub fn read_data(arg: &str, tok: Option<&HfTokenizer>, train_on_prompt: bool) -> anyhow::Result<Dataset> {
+    let files = data_files(arg)?;
+    let ds = match tok {
+        Some(tok) => {
+            let opts = vkformers_data::ReadOptions { train_on_prompt, ..Default::default() };
+            vkformers_data::read_dataset(&files, tok, &opts)?
+        }
+        None => Dataset { examples: vkformers_train::pretokenized::read_pretokenized(&files)?, plain_text: false },
+    };
+    if ds.examples.is_empty() {
+        bail!("{arg}: no rows");
+    }
+    Ok(ds)
+}
+
+/// Trains a BPE tokenizer on the text of the data: the `text`/`content` of JSON-lines rows (the
+/// trainer reads lines, so each row's text goes to a temporary file first), other files as
+/// they are.
+fn train_tokenizer_on_text(files: &[PathBuf], vocab: usize, dir: &Path) -> anyhow::Result<()> {
+    let mut texts = tempfile::NamedTempFile::new()?;
+    let mut plain = Vec::new();
+    for f in files {
+        let is_jsonl = f.extension().is_some_and(|e| e == "jsonl");
+        if !is_jsonl {
+            plain.push(f.clone());
+            continue;
+        }
+        let body = std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+        for line in body.lines().filter(|l| !l.trim().is_empty()) {
+            let row: serde_json::Value = serde_json::from_str(line).with_context(|| format!("{}", f.display()))?;
+            if let Some(t) = row.get("text").or_else(|| row.get("content")).and_then(|t| t.as_str()) {
+                std::io::Write::write_all(&mut texts, t.as_bytes())?;
+                std::io::Write::write_all(&mut texts, b"\n")?;
+            }
+        }
+    }
+    plain.push(texts.path().to_path_buf());
+    vkformers_data::train_bpe_tokenizer(&plain, vocab, dir)?;
+    Ok(())
+}
+
+/// Checks that every token id fits the model's vocabulary (an id past it would read outside
+/// the embedding table).
+pub fn check_vocab(examples: &[Example], vocab: usize, what: &str) -> anyhow::Result<()> {
+    for (i, e) in examples.iter().enumerate() {
+        if let Some(&bad) = e.input_ids.iter().find(|&&t| t as usize >= vocab) {
+            bail!("{what} row {}: token id {bad} is outside the model's vocabulary of {vocab}", i + 1);
+        }
+    }
+    Ok(())
+}
+
+/// A deterministic split: every row whose seeded draw falls below `fraction` is held out.
+fn split_eval(examples: Vec<Example>, fraction: f64, seed: u64) -> anyhow::Result<(Vec<Example>, Vec<Example>)> {
+    if !(0.0..1.0).contains(&fraction) {
+        bail!("--eval-split must lie in [0, 1), got {fraction}");
+    }
+    let n = examples.len();
+    let held = ((n as f64 * fraction).round() as usize).clamp(1, n.saturating_sub(1).max(1));
+    let order = vkformers_train::rng::epoch_order(n, seed ^ 0xE5A1, 0, true);
+    let mut is_eval = vec![false; n];
+    for &i in &order[..held] {
+        is_eval[i] = true;
+    }
+    let (mut train, mut eval) = (Vec::new(), Vec::new());
+    for (e, held_out) in examples.into_iter().zip(is_eval) {
+        if held_out {
+            eval.push(e)
+        } else {
+            train.push(e)
+        }
+    }
+    Ok((train, eval))
+}
+
+fn default_seq_len(model: &Model) -> usize {
+    let max = ["max_position_embeddings", "n_positions"].iter().find_map(|k| model.config[k].as_u64());
+    max.map_or(1024, |m| (m as usize).min(1024))
+}
+
+pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
+    let args = &*args.opts;
+    let ctx = Context::new(selector)?;
+    let g = Graph::new(&ctx);
+    std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
+    let loaded = load_model(&g, args)?;
+    let model = &loaded.model;
+    let seq_len = args.seq_len.unwrap_or_else(|| default_seq_len(model));
+    let data = read_data(&args.data, loaded.tokenizer.as_ref(), args.train_on_prompt)?;
+    let packing = if args.packing {
+        true
+    } else if args.no_packing {
+        false
+    } else {
+        data.plain_text
+    };
+    let (train_rows, eval_rows) = match (&args.eval_data, args.eval_split) {
+        (Some(e), _) => (data.examples, Some(read_data(e, loaded.tokenizer.as_ref(), args.train_on_prompt)?.examples)),
+        (None, Some(f)) => {
+            let (t, e) = split_eval(data.examples, f, args.seed)?;
+            (t, Some(e))
+        }
+        (None, None) => (data.examples, None),
+    };
+    check_vocab(&train_rows, model.spec.vocab, "training data")?;
+    let pad = model.config["pad_token_id"].as_u64().unwrap_or(0) as u32;
+    let shuffle = !args.no_shuffle;
+    let loader = Loader::new(sequences(&train_rows, seq_len, packing)?, args.batch_size, shuffle, args.seed, pad)?;
+    let max_steps = args.max_steps.unwrap_or_else(|| steps_for_epochs(&loader, args.grad_accum, args.epochs));
+    let opts = TrainOptions {
+        grad_accum: args.grad_accum,
+        schedule: Schedule::new(args.schedule, args.lr, args.min_lr, args.warmup_steps, max_steps)?,
+        optim: OptimOptions {
+            beta1: args.beta1,
+            beta2: args.beta2,
+            eps: args.eps,
+            weight_decay: args.weight_decay,
+            max_grad_norm: args.max_grad_norm,
+        },
+        max_steps,
+        save_every: args.save_every,
+        keep_checkpoints: args.keep_checkpoints,
+        eval_every: args.eval_every,
+        eval_batch_size: args.batch_size,
+        out_dir: args.out.clone(),
+        seed: args.seed,
+        shuffle,
+    };
+    eprintln!(
+        "training {} ({} parameters) on {}: {} sequences of <= {seq_len} tokens{}, {max_steps} steps",
+        model.spec.model_type,
+        model.params.iter().map(|(_, t)| t.numel()).sum::<usize>(),
+        ctx.caps().name,
+        loader.len(),
+        if packing { " (packed)" } else { "" },
+    );
+    let mut trainer = Trainer::new(&g, full_model_params(model), loader, opts)?;
+    if let Some(e) = eval_rows {
+        check_vocab(&e, model.spec.vocab, "evaluation data")?;
+        trainer.set_eval_data(sequences(&e, seq_len, false)?, pad);
+    }
+    if let Some(r) = &args.resume {
+        let cp = trainer.resume(r)?;
+        eprintln!("resumed from {} at step {}", cp.display(), trainer.steps_done());
+    }
+    let metrics = MetricsLog::open(&args.out.join("metrics.jsonl"), trainer.steps_done())?;
+    let mut progress = Progress::new(&g, &loaded, metrics, trainer.steps_done(), max_steps);
+    trainer.run(model, &mut progress)?;
+    progress.finish();
+    print_summary(trainer.log());
+    save_model_folder(&g, &loaded, &args.out)?;
+    eprintln!("saved the model to {}", args.out.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The first and last loss of the run (and the last evaluation).
+fn print_summary(log: &[vkformers_train::checkpoint::StepRecord]) {
+    if let (Some(first), Some(last)) = (log.first(), log.last()) {
+        let eval = log.iter().rev().find_map(|r| r.eval_loss).map_or(String::new(), |e| format!(", eval loss {e:.4}"));
+        eprintln!("loss {:.4} (step {}) -> {:.4} (step {}){eval}", first.loss, first.step, last.loss, last.step);
+    }
+}
+
+/// Writes the Hugging Face folder (weights, config, tokenizer files, generation config).
+fn save_model_folder(g: &Graph<'_>, loaded: &Loaded, dir: &Path) -> anyhow::Result<()> {
+    loaded.model.save(g, dir, loaded.files_from.as_deref(), vkformers_io::DEFAULT_MAX_SHARD_BYTES)?;
+    vkformers_models::init::ensure_generation_config(dir, &loaded.model.config)?;
+    Ok(())
+}
+
+/// The CLI's hooks on the loop: a progress bar (plain lines when stderr is not a terminal),
+/// `metrics.jsonl`, and a loadable model folder in every checkpoint.
+struct Progress<'a, 'g, 'c> {
+    g: &'g Graph<'c>,
+    loaded: &'a Loaded,
+    metrics: MetricsLog,
+    bar: Option<indicatif::ProgressBar>,
+    max_steps: u64,
+}
+
+impl<'a, 'g, 'c> Progress<'a, 'g, 'c> {
+    fn new(g: &'g Graph<'c>, loaded: &'a Loaded, metrics: MetricsLog, done: u64, max_steps: u64) -> Self {
+        use std::io::IsTerminal;
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let bar = indicatif::ProgressBar::new(max_steps).with_position(done);
+            let style =
+                indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} [{elapsed_precise}<{eta_precise}] {msg}")
+                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+            bar.set_style(style);
+            bar
+        });
+        Progress { g, loaded, metrics, bar, max_steps }
+    }
+
+    fn finish(&self) {
+        if let Some(b) = &self.bar {
+            b.finish();
+        }
+    }
+}
+
+impl Observer for Progress<'_, '_, '_> {
+    fn on_step(&mut self, s: &StepStats) -> vkformers_train::Result<()> {
+        self.metrics.write(s)?;
+        let line = step_line(s, self.max_steps);
+        match &self.bar {
+            Some(b) => {
+                b.set_position(s.record.step);
+                b.set_message(line.split_once(' ').map_or(line.clone(), |(_, rest)| rest.to_string()));
+                // Every tenth of the run stays on screen, so the falling loss can be read back.
+                if s.record.eval_loss.is_some() || s.record.step.is_multiple_of(self.max_steps.div_ceil(10).max(1)) {
+                    b.println(&line);
+                }
+            }
+            None => eprintln!("{line}"),
+        }
+        Ok(())
+    }
+
+    fn save_extra(&mut self, dir: &Path) -> vkformers_train::Result<()> {
+        save_model_folder(self.g, self.loaded, dir)
+            .map_err(|e| vkformers_train::TrainError::Config(format!("saving the model into {}: {e:#}", dir.display())))
+    }
+
+    fn on_checkpoint(&mut self, dir: &Path) -> vkformers_train::Result<()> {
+        let msg = format!("saved {}", dir.display());
+        match &self.bar {
+            Some(b) => b.println(msg),
+            None => eprintln!("{msg}"),
+        }
+        Ok(())
+    }
+}
+
+/// One step as a log line.
+pub fn step_line(s: &StepStats, max_steps: u64) -> String {
+    let r = &s.record;
+    let mut line = format!(
+        "step {}/{max_steps} loss {:.4} lr {:.3e} grad_norm {} tokens/s {:.0}",
+        r.step,
+        r.loss,
+        r.lr,
+        r.grad_norm.map_or("-".into(), |n| format!("{n:.4}")),
+        s.tokens as f64 / s.seconds.max(1e-9)
+    );
+    if let Some(e) = r.eval_loss {
+        line += &format!(" eval_loss {e:.4}");
+    }
+    line
 }

@@ -4,6 +4,8 @@
 pub mod archs;
 pub mod decoder;
 pub mod error;
+pub mod init;
+mod kv_cache;
 pub mod lora;
 pub mod model;
 pub mod parity;

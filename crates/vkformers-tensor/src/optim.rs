@@ -96,3 +96,19 @@ impl AdamW {
         Ok((m, v))
     }
 }
+
+/// Checkpointing: the step count and the moments of each parameter can be read out and put
+/// back, so a resumed run continues with the exact optimizer state.
+impl AdamW {
+    /// Sets the number of steps taken (bias corrections continue from it).
+    pub fn set_steps(&mut self, step: u64) {
+        self.step = step;
+    }
+
+    /// Gives parameter `p` the moments `exp_avg`, `exp_avg_sq` (host data shaped like `p`).
+    pub fn import_moments(&mut self, g: &Graph<'_>, p: &Tensor, exp_avg: &[f32], exp_avg_sq: &[f32]) -> Result<()> {
+        let (m, v) = (g.constant(exp_avg, p.shape())?, g.constant(exp_avg_sq, p.shape())?);
+        self.moments.insert(p.id(), (m, v));
+        Ok(())
+    }
+}

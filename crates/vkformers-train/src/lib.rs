@@ -1,2 +1,26 @@
 //! Training: batches from a tokenized dataset, learning-rate schedules, AdamW steps with
 //! gradient accumulation, checkpoints with exact resume, and evaluation.
+//!
+//! The trainer is model-agnostic: it takes a list of [`TrainableParam`]s (name, device tensor,
+//! decay flag) and a [`LanguageModel`] (a batch -> logits forward). Full training passes every
+//! parameter of a `Model` ([`full_model_params`]); LoRA passes its adapter matrices and a
+//! forward that adds them.
+
+pub mod batching;
+pub mod checkpoint;
+pub mod decay;
+pub mod error;
+pub mod eval;
+pub mod metrics;
+pub mod model;
+pub mod pretokenized;
+pub mod rng;
+pub mod schedule;
+pub mod trainer;
+
+pub use batching::{sequences, DataPosition, Loader, TokenBatch};
+pub use error::{Result, TrainError};
+pub use eval::{evaluate, EvalReport};
+pub use model::{full_model_params, LanguageModel, TrainableParam};
+pub use schedule::{Schedule, ScheduleKind};
+pub use trainer::{steps_for_epochs, Observer, OptimOptions, Silent, StepStats, TrainOptions, Trainer};

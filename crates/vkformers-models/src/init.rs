@@ -1,0 +1,203 @@
+//! A fresh model from a `config.json` (pre-training from scratch), initialised as the model's
+//! `_init_weights` does in transformers: every linear and embedding weight from
+//! normal(0, `initializer_range`), the embedding's `pad_token_id` row zero, biases zero, norm
+//! weights one (zero for norms stored as an offset from one, e.g. Gemma's `1 + w`). Values come
+//! from a seeded generator, so a seed gives the same model on every machine.
+
+use std::path::Path;
+
+use serde_json::Value;
+use vkformers_tensor::Graph;
+
+use crate::archs::spec_from_config;
+use crate::decoder::Weights;
+use crate::error::{ModelError, Result};
+use crate::model::Model;
+use crate::spec::{layer_name, MlpSpec, ModelSpec, Norm};
+
+/// How one parameter starts.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Init {
+    Normal,
+    Zeros,
+    Ones,
+}
+
+struct Planned {
+    name: String,
+    shape: Vec<usize>,
+    init: Init,
+}
+
+/// SplitMix64 with Box–Muller normals: small, portable, and seeded.
+struct Normal(u64);
+
+impl Normal {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn unit(&mut self) -> f64 {
+        ((self.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    }
+    fn sample(&mut self, std: f64) -> f32 {
+        let (u1, u2) = (self.unit(), self.unit());
+        ((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos() * std) as f32
+    }
+}
+
+fn norm_params(out: &mut Vec<Planned>, name: &str, norm: &Norm, width: usize) {
+    let (weight_init, bias) = match norm {
+        Norm::Rms { unit_offset: true, .. } => (Init::Zeros, false),
+        Norm::Rms { .. } => (Init::Ones, false),
+        Norm::Layer { bias, .. } => (Init::Ones, *bias),
+        Norm::LayerPerHead { .. } => (Init::Ones, false),
+    };
+    out.push(Planned { name: format!("{name}.weight"), shape: vec![width], init: weight_init });
+    if bias {
+        out.push(Planned { name: format!("{name}.bias"), shape: vec![width], init: Init::Zeros });
+    }
+}
+
+fn linear(out: &mut Vec<Planned>, name: &str, rows: usize, cols: usize, bias: bool) {
+    out.push(Planned { name: format!("{name}.weight"), shape: vec![rows, cols], init: Init::Normal });
+    if bias {
+        out.push(Planned { name: format!("{name}.bias"), shape: vec![rows], init: Init::Zeros });
+    }
+}
+
+/// The parameters (internal names, shapes, init) a spec's decoder graph reads.
+fn plan(spec: &ModelSpec, config: &Value) -> Result<Vec<Planned>> {
+    if !spec.joins.is_empty() || spec.project_in.is_some() || spec.project_out.is_some() {
+        return Err(ModelError::Config(format!(
+            "--init-from-config does not support `{}` configs with joined or projected weights yet",
+            spec.model_type
+        )));
+    }
+    let h = spec.hidden;
+    let mut out =
+        vec![Planned { name: format!("{}.weight", spec.embed_name), shape: vec![spec.vocab, h], init: Init::Normal }];
+    if let Some(wpe) = &spec.position_embedding {
+        let max =
+            ["max_position_embeddings", "n_positions"].iter().find_map(|k| config[k].as_u64()).ok_or_else(|| {
+                ModelError::Config("config.json has no max_position_embeddings for the position table".into())
+            })?;
+        out.push(Planned {
+            name: format!("{wpe}.weight"),
+            shape: vec![max as usize + spec.position_offset, h],
+            init: Init::Normal,
+        });
+    }
+    if let Some(n) = &spec.embed_norm {
+        norm_params(&mut out, &spec.embed_norm_name, n, h);
+    }
+    let names = &spec.layer_names;
+    for (i, l) in spec.layers.iter().enumerate() {
+        let a = &l.attn;
+        let (q, kv) = (a.heads * a.head_dim, a.kv_heads * a.head_dim);
+        for (norm, template) in [
+            (&l.attn_norm, &names.attn_norm),
+            (&l.mlp_norm, &names.mlp_norm),
+            (&l.post_attn_norm, &names.post_attn_norm),
+        ]
+        .into_iter()
+        .chain([(&l.post_mlp_norm, &names.post_mlp_norm)])
+        {
+            if let Some(n) = norm {
+                let name = layer_name(template, i);
+                if !out.iter().any(|p| p.name == format!("{name}.weight")) {
+                    norm_params(&mut out, &name, n, h);
+                }
+            }
+        }
+        linear(&mut out, &layer_name(&names.q, i), q, h, a.qkv_bias);
+        linear(&mut out, &layer_name(&names.k, i), kv, h, a.qkv_bias);
+        linear(&mut out, &layer_name(&names.v, i), kv, h, a.qkv_bias);
+        linear(&mut out, &layer_name(&names.o, i), h, q, a.out_bias);
+        if let Some(n) = &a.qk_norm {
+            let (wq, wk) = if a.qk_norm_full { (q, kv) } else { (a.head_dim, a.head_dim) };
+            norm_params(&mut out, &layer_name(&names.q_norm, i), n, wq);
+            norm_params(&mut out, &layer_name(&names.k_norm, i), n, wk);
+        }
+        match &l.mlp {
+            MlpSpec::Gated { intermediate, bias, .. } => {
+                linear(&mut out, &layer_name(&names.gate, i), *intermediate, h, *bias);
+                linear(&mut out, &layer_name(&names.up, i), *intermediate, h, *bias);
+                linear(&mut out, &layer_name(&names.down, i), h, *intermediate, *bias);
+            }
+            MlpSpec::Plain { intermediate, bias, .. } => {
+                linear(&mut out, &layer_name(&names.up, i), *intermediate, h, *bias);
+                linear(&mut out, &layer_name(&names.down, i), h, *intermediate, *bias);
+            }
+        }
+    }
+    norm_params(&mut out, &spec.final_norm_name, &spec.final_norm, h);
+    if !spec.tied_head {
+        linear(&mut out, &spec.head_name, spec.vocab, h, spec.head_bias);
+    } else if spec.head_bias {
+        out.push(Planned { name: format!("{}.bias", spec.head_name), shape: vec![spec.vocab], init: Init::Zeros });
+    }
+    Ok(out)
+}
+
+/// The stored (Hugging Face) names of the planned internal parameters: fused tensors of the
+/// weight map under their one stored name, everything else as it is.
+fn stored_names(spec: &ModelSpec, planned: &[Planned]) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for p in planned {
+        let hf = spec.weight_map.iter().find(|e| e.parts.iter().any(|(n, _)| *n == p.name)).map(|e| e.hf.clone());
+        let hf = hf.unwrap_or_else(|| p.name.clone());
+        if !names.contains(&hf) {
+            names.push(hf);
+        }
+    }
+    names
+}
+
+/// A new model of `config` on `g`, initialised as described above from `seed`.
+pub fn init_from_config(g: &Graph<'_>, config: Value, seed: u64) -> Result<Model> {
+    let spec = spec_from_config(&config)?;
+    let std = config["initializer_range"].as_f64().unwrap_or(0.02);
+    let pad = config["pad_token_id"].as_u64().map(|p| p as usize);
+    let planned = plan(&spec, &config)?;
+    let mut rng = Normal(seed);
+    let mut weights = Weights::default();
+    let mut params = Vec::new();
+    let embed = format!("{}.weight", spec.embed_name);
+    for p in &planned {
+        let n: usize = p.shape.iter().product();
+        let mut data: Vec<f32> = match p.init {
+            Init::Normal => (0..n).map(|_| rng.sample(std)).collect(),
+            Init::Zeros => vec![0.0; n],
+            Init::Ones => vec![1.0; n],
+        };
+        if let (true, Some(row)) = (p.name == embed, pad.filter(|&r| r < spec.vocab)) {
+            data[row * spec.hidden..(row + 1) * spec.hidden].fill(0.0);
+        }
+        let t = g.parameter(&data, &p.shape)?;
+        weights.insert(p.name.clone(), t.clone());
+        params.push((p.name.clone(), t));
+    }
+    params.sort_by(|a, b| a.0.cmp(&b.0));
+    let hf_names = stored_names(&spec, &planned);
+    Ok(Model { spec, weights, params, hf_names, config })
+}
+
+/// Writes `generation_config.json` into `out` from the model config's special tokens when the
+/// folder has none (a model trained from a config has no source folder to copy it from).
+pub fn ensure_generation_config(out: &Path, config: &Value) -> Result<()> {
+    let path = out.join("generation_config.json");
+    if path.exists() {
+        return Ok(());
+    }
+    let mut gen = serde_json::Map::new();
+    for key in ["bos_token_id", "eos_token_id", "pad_token_id"] {
+        if !config[key].is_null() {
+            gen.insert(key.into(), config[key].clone());
+        }
+    }
+    vkformers_io::write_json_atomic(&path, &Value::Object(gen)).map_err(|e| ModelError::Weights(e.to_string()))
+}

@@ -1,0 +1,71 @@
+//! `init_from_config`: a fresh model has the stored names and shapes a `transformers` model of
+//! the same config has, its parameters drawn as `_init_weights` draws them, and saves a folder
+//! that reloads.
+
+use std::path::PathBuf;
+
+use vkformers_io::ModelWeights;
+use vkformers_models::init::{ensure_generation_config, init_from_config};
+use vkformers_models::model::Model;
+use vkformers_tensor::Graph;
+use vkformers_vk::testing::on_every_device;
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures").join(name)
+}
+
+#[test]
+fn a_model_from_a_config_has_the_stored_layout_and_init() {
+    on_every_device("init from config", |ctx| {
+        for name in ["llama", "gpt2", "qwen2", "gemma"] {
+            let g = Graph::new(ctx);
+            let config = vkformers_io::read_json(fixture(name).join("config.json")).unwrap();
+            let std = config["initializer_range"].as_f64().unwrap();
+            let m = init_from_config(&g, config.clone(), 7).unwrap();
+            let out = tempfile::tempdir().unwrap();
+            m.save(&g, out.path(), None, u64::MAX).unwrap();
+            ensure_generation_config(out.path(), &m.config).unwrap();
+            let (src, ours) = (ModelWeights::open(fixture(name)).unwrap(), ModelWeights::open(out.path()).unwrap());
+            let mut want: Vec<String> = src.names().map(String::from).collect();
+            if m.spec.tied_head {
+                want.retain(|n| *n != format!("{}.weight", m.spec.head_name));
+            }
+            let mut got: Vec<String> = ours.names().map(String::from).collect();
+            want.sort();
+            got.sort();
+            assert_eq!(got, want, "{name}: stored names");
+            for n in &got {
+                assert_eq!(ours.info(n).unwrap().shape, src.info(n).unwrap().shape, "{name}: {n}");
+                let v = ours.tensor_f32(n).unwrap();
+                let info = ours.info(n).unwrap();
+                if n.ends_with("bias") {
+                    assert!(v.iter().all(|&x| x == 0.0), "{name}: {n} starts at zero");
+                } else if info.shape.len() == 1 {
+                    // Norm weights: one, or zero where the norm multiplies by 1 + w (Gemma).
+                    let c = if name == "gemma" { 0.0 } else { 1.0 };
+                    assert!(v.iter().all(|&x| x == c), "{name}: {n} starts at {c}");
+                } else {
+                    let mean = v.iter().map(|&x| f64::from(x)).sum::<f64>() / v.len() as f64;
+                    let sd = (v.iter().map(|&x| (f64::from(x) - mean).powi(2)).sum::<f64>() / v.len() as f64).sqrt();
+                    assert!(
+                        mean.abs() < 0.1 * std && (sd / std - 1.0).abs() < 0.15,
+                        "{name}: {n} mean {mean} std {sd}"
+                    );
+                }
+            }
+            let embed = ours.tensor_f32(&format!("{}.weight", m.spec.embed_name)).unwrap();
+            let pad = config["pad_token_id"].as_u64().unwrap() as usize;
+            assert!(embed[pad * m.spec.hidden..(pad + 1) * m.spec.hidden].iter().all(|&x| x == 0.0), "{name}: pad row");
+            assert!(out.path().join("generation_config.json").exists());
+            Model::load(&g, out.path()).unwrap();
+            // Seeded: the same seed gives the same weights, another seed others.
+            let again = init_from_config(&g, config.clone(), 7).unwrap();
+            let other = init_from_config(&g, config, 8).unwrap();
+            let embed_name = format!("{}.weight", m.spec.embed_name);
+            let first = |m: &Model| g.read(m.weights.get(&embed_name).unwrap()).unwrap();
+            assert_eq!(first(&m), first(&again));
+            assert_ne!(first(&m), first(&other));
+        }
+        Ok(())
+    });
+}

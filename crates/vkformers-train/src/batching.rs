@@ -1,0 +1,241 @@
+//! From tokenized examples to padded batches: truncation or packing into `seq_len`-token
+//! sequences, a seeded order per epoch, right padding with an attention mask and -100 labels,
+//! and a data position `(epoch, index)` that a checkpoint saves and a resume restores.
+
+use serde::{Deserialize, Serialize};
+use vkformers_data::Example;
+
+use crate::error::{Result, TrainError};
+use crate::rng::epoch_order;
+
+/// Label of a token left out of the loss (transformers' `ignore_index`).
+pub const IGNORE: i32 = -100;
+
+/// Cuts every example to its first `seq_len` tokens (empty examples are dropped).
+pub fn truncate(examples: &[Example], seq_len: usize) -> Vec<Example> {
+    examples
+        .iter()
+        .filter(|e| !e.input_ids.is_empty())
+        .map(|e| {
+            let n = e.input_ids.len().min(seq_len);
+            Example { input_ids: e.input_ids[..n].to_vec(), labels: e.labels[..n].to_vec() }
+        })
+        .collect()
+}
+
+/// Concatenates the examples in order and splits the stream into `seq_len`-token blocks (as
+/// transformers' `run_clm` groups texts); the last, shorter block is kept and padded later.
+pub fn pack(examples: &[Example], seq_len: usize) -> Vec<Example> {
+    let ids: Vec<u32> = examples.iter().flat_map(|e| e.input_ids.iter().copied()).collect();
+    let labels: Vec<i32> = examples.iter().flat_map(|e| e.labels.iter().copied()).collect();
+    ids.chunks(seq_len)
+        .zip(labels.chunks(seq_len))
+        .map(|(i, l)| Example { input_ids: i.to_vec(), labels: l.to_vec() })
+        .collect()
+}
+
+/// Truncated or packed training sequences; checks that ids and labels line up.
+pub fn sequences(examples: &[Example], seq_len: usize, packing: bool) -> Result<Vec<Example>> {
+    if seq_len < 2 {
+        return Err(TrainError::Config(format!("--seq-len must be at least 2, got {seq_len}")));
+    }
+    if let Some((i, e)) = examples.iter().enumerate().find(|(_, e)| e.input_ids.len() != e.labels.len()) {
+        return Err(TrainError::Config(format!(
+            "example {i} has {} input ids but {} labels",
+            e.input_ids.len(),
+            e.labels.len()
+        )));
+    }
+    Ok(if packing { pack(examples, seq_len) } else { truncate(examples, seq_len) })
+}
+
+/// A right-padded batch `[batch, seq]`: ids (padding = `pad_id`), attention mask (1 real, 0
+/// padding) and unshifted labels (-100 on padding); `seq` is the longest row.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenBatch {
+    pub ids: Vec<i32>,
+    pub mask: Vec<i32>,
+    pub labels: Vec<i32>,
+    pub batch: usize,
+    pub seq: usize,
+}
+
+impl TokenBatch {
+    /// Pads `rows` on the right to the longest of them.
+    pub fn pad(rows: &[&Example], pad_id: u32) -> TokenBatch {
+        let seq = rows.iter().map(|r| r.input_ids.len()).max().unwrap_or(0);
+        let mut b = TokenBatch { ids: vec![], mask: vec![], labels: vec![], batch: rows.len(), seq };
+        for r in rows {
+            let pad = seq - r.input_ids.len();
+            b.ids.extend(r.input_ids.iter().map(|&t| t as i32).chain(std::iter::repeat_n(pad_id as i32, pad)));
+            b.mask.extend(std::iter::repeat_n(1, r.input_ids.len()).chain(std::iter::repeat_n(0, pad)));
+            b.labels.extend(r.labels.iter().copied().chain(std::iter::repeat_n(IGNORE, pad)));
+        }
+        b
+    }
+
+    /// Tokens the causal-LM loss counts: positions `t < seq - 1` whose next label is not
+    /// ignored (transformers counts `labels[..., 1:] != -100`).
+    pub fn targets(&self) -> usize {
+        self.labels.chunks(self.seq.max(1)).map(|row| row[1..].iter().filter(|&&l| l >= 0).count()).sum()
+    }
+
+    /// Real (unpadded) tokens.
+    pub fn tokens(&self) -> usize {
+        self.mask.iter().filter(|&&m| m != 0).count()
+    }
+
+    /// The graph's view of the batch.
+    pub fn as_model_batch(&self) -> vkformers_models::decoder::Batch<'_> {
+        vkformers_models::decoder::Batch { ids: &self.ids, mask: &self.mask, batch: self.batch, seq: self.seq }
+    }
+}
+
+/// Where the loader stands: `index` sequences of epoch `epoch`'s order have been consumed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DataPosition {
+    pub epoch: u64,
+    pub index: usize,
+}
+
+/// Hands out batches of `batch_size` sequences in a seeded order per epoch.
+pub struct Loader {
+    seqs: Vec<Example>,
+    batch_size: usize,
+    shuffle: bool,
+    seed: u64,
+    pad_id: u32,
+    pos: DataPosition,
+    order: Vec<usize>,
+}
+
+impl Loader {
+    pub fn new(seqs: Vec<Example>, batch_size: usize, shuffle: bool, seed: u64, pad_id: u32) -> Result<Self> {
+        if seqs.is_empty() {
+            return Err(TrainError::Config("the training data has no examples".into()));
+        }
+        if batch_size == 0 {
+            return Err(TrainError::Config("--batch-size must be at least 1".into()));
+        }
+        let order = epoch_order(seqs.len(), seed, 0, shuffle);
+        Ok(Loader { seqs, batch_size, shuffle, seed, pad_id, pos: DataPosition::default(), order })
+    }
+
+    /// Sequences per epoch.
+    pub fn len(&self) -> usize {
+        self.seqs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.seqs.is_empty()
+    }
+
+    /// Batches per epoch (the last one may be smaller).
+    pub fn batches_per_epoch(&self) -> usize {
+        self.seqs.len().div_ceil(self.batch_size)
+    }
+
+    pub fn position(&self) -> DataPosition {
+        self.pos
+    }
+
+    /// Continues from `pos` (a position saved by `position`).
+    pub fn set_position(&mut self, pos: DataPosition) -> Result<()> {
+        if pos.index > self.seqs.len() {
+            return Err(TrainError::Config(format!(
+                "data position {} is past the {} sequences of this data: was the checkpoint made with other data \
+                 or another --seq-len/--packing?",
+                pos.index,
+                self.seqs.len()
+            )));
+        }
+        self.pos = pos;
+        self.order = epoch_order(self.seqs.len(), self.seed, pos.epoch, self.shuffle);
+        Ok(())
+    }
+
+    /// True when the current epoch has been consumed.
+    pub fn epoch_done(&self) -> bool {
+        self.pos.index >= self.seqs.len()
+    }
+
+    /// The next batch, starting the next epoch first when this one is done.
+    pub fn next_batch(&mut self) -> TokenBatch {
+        if self.epoch_done() {
+            self.pos = DataPosition { epoch: self.pos.epoch + 1, index: 0 };
+            self.order = epoch_order(self.seqs.len(), self.seed, self.pos.epoch, self.shuffle);
+        }
+        let end = (self.pos.index + self.batch_size).min(self.seqs.len());
+        let rows: Vec<&Example> = self.order[self.pos.index..end].iter().map(|&i| &self.seqs[i]).collect();
+        self.pos.index = end;
+        TokenBatch::pad(&rows, self.pad_id)
+    }
+}
+
+/// Batches of `examples` in order, `batch_size` rows each, for evaluation.
+pub fn eval_batches(examples: &[Example], batch_size: usize, pad_id: u32) -> Vec<TokenBatch> {
+    let rows: Vec<&Example> = examples.iter().collect();
+    rows.chunks(batch_size.max(1)).map(|c| TokenBatch::pad(c, pad_id)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ex(ids: &[u32], labels: &[i32]) -> Example {
+        Example { input_ids: ids.to_vec(), labels: labels.to_vec() }
+    }
+
+    #[test]
+    fn truncation_and_packing() {
+        let data = [ex(&[1, 2, 3, 4, 5], &[1, 2, 3, 4, 5]), ex(&[6, 7], &[-100, 7]), ex(&[8, 9, 10], &[8, 9, 10])];
+        let t = sequences(&data, 3, false).unwrap();
+        assert_eq!(t, vec![ex(&[1, 2, 3], &[1, 2, 3]), ex(&[6, 7], &[-100, 7]), ex(&[8, 9, 10], &[8, 9, 10])]);
+        let p = sequences(&data, 4, true).unwrap();
+        assert_eq!(
+            p,
+            vec![ex(&[1, 2, 3, 4], &[1, 2, 3, 4]), ex(&[5, 6, 7, 8], &[5, -100, 7, 8]), ex(&[9, 10], &[9, 10])]
+        );
+        assert!(sequences(&[ex(&[1, 2], &[1])], 4, false).is_err(), "ids and labels must line up");
+    }
+
+    #[test]
+    fn right_padding_masks_and_counts_targets() {
+        let (a, b) = (ex(&[5, 6, 7], &[-100, 6, 7]), ex(&[8], &[8]));
+        let batch = TokenBatch::pad(&[&a, &b], 0);
+        assert_eq!((batch.batch, batch.seq), (2, 3));
+        assert_eq!(batch.ids, vec![5, 6, 7, 8, 0, 0]);
+        assert_eq!(batch.mask, vec![1, 1, 1, 1, 0, 0]);
+        assert_eq!(batch.labels, vec![-100, 6, 7, 8, -100, -100]);
+        // Row 0 predicts 6 and 7; row 1 has no next token.
+        assert_eq!(batch.targets(), 2);
+        assert_eq!(batch.tokens(), 4);
+    }
+
+    #[test]
+    fn position_restores_the_exact_stream() {
+        let seqs: Vec<Example> = (0..7u32).map(|i| ex(&[i, i], &[i as i32, i as i32])).collect();
+        let mut a = Loader::new(seqs.clone(), 2, true, 3, 0).unwrap();
+        let mut first = Vec::new();
+        for _ in 0..9 {
+            first.push(a.next_batch());
+        }
+        let mut b = Loader::new(seqs.clone(), 2, true, 3, 0).unwrap();
+        for _ in 0..5 {
+            b.next_batch();
+        }
+        let saved = b.position();
+        let mut c = Loader::new(seqs, 2, true, 3, 0).unwrap();
+        c.set_position(saved).unwrap();
+        let rest: Vec<TokenBatch> = (0..4).map(|_| c.next_batch()).collect();
+        assert_eq!(rest, first[5..].to_vec());
+        // Epochs of 4 batches (the last of one row); epoch 1 reorders.
+        assert_eq!(first[3].batch, 1);
+        let ids = |bs: &[TokenBatch]| bs.iter().flat_map(|b| b.ids.iter().step_by(2).copied()).collect::<Vec<_>>();
+        let (e0, e1) = (ids(&first[0..4]), ids(&first[4..8]));
+        assert_ne!(e0, e1);
+        let mut s = e1.clone();
+        s.sort();
+        assert_eq!(s, (0..7).collect::<Vec<i32>>());
+    }
+}

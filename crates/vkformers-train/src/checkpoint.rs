@@ -1,0 +1,141 @@
+//! Checkpoints `OUT/checkpoint-<step>/`: the trainable parameters (`trainable/model.safetensors`,
+//! by their trainer names), AdamW's moments (`optimizer/model.safetensors`: `exp_avg.<name>`,
+//! `exp_avg_sq.<name>`) and `trainer_state.json` (step, optimizer step and hyper-parameters,
+//! schedule, RNG seed, data position, loss log), plus whatever the caller adds (a full model
+//! adds a Hugging Face folder). Everything is written into `OUT/.checkpoint-<step>.tmp` and
+//! that folder is renamed only once complete, so a kill mid-write leaves no `checkpoint-*`
+//! that `--resume` would take but cannot read.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::batching::DataPosition;
+use crate::error::{Result, TrainError};
+use crate::schedule::Schedule;
+
+pub const STATE_FILE: &str = "trainer_state.json";
+/// Sub-folders holding a `model.safetensors` each.
+pub const PARAMS_DIR: &str = "trainable";
+pub const OPTIMIZER_DIR: &str = "optimizer";
+const FORMAT: u32 = 1;
+
+/// One optimizer step as logged.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StepRecord {
+    pub step: u64,
+    pub loss: f64,
+    pub lr: f64,
+    pub grad_norm: Option<f64>,
+    pub eval_loss: Option<f64>,
+}
+
+/// `trainer_state.json`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TrainerState {
+    pub format: u32,
+    /// Optimizer steps completed.
+    pub step: u64,
+    pub optimizer_steps: u64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub eps: f64,
+    pub weight_decay: f64,
+    pub max_grad_norm: f32,
+    pub schedule: Schedule,
+    pub grad_accum: usize,
+    /// The shuffling RNG: the permutation of epoch e is a function of (seed, e) only.
+    pub seed: u64,
+    pub shuffle: bool,
+    pub data_position: DataPosition,
+    /// Names of the trainable parameters, in order, and whether each decays.
+    pub params: Vec<(String, bool)>,
+    pub log: Vec<StepRecord>,
+}
+
+impl TrainerState {
+    pub fn new_format() -> u32 {
+        FORMAT
+    }
+}
+
+/// The folder name of the checkpoint at `step`.
+pub fn checkpoint_name(step: u64) -> String {
+    format!("checkpoint-{step}")
+}
+
+fn step_of(dir: &Path) -> Option<u64> {
+    dir.file_name()?.to_str()?.strip_prefix("checkpoint-")?.parse().ok()
+}
+
+/// Reads and checks a checkpoint folder's state (its files must be present).
+pub fn read_state(dir: &Path) -> Result<TrainerState> {
+    let path = dir.join(STATE_FILE);
+    let text = std::fs::read_to_string(&path).map_err(|e| TrainError::checkpoint(dir, format!("{STATE_FILE}: {e}")))?;
+    let state: TrainerState =
+        serde_json::from_str(&text).map_err(|e| TrainError::checkpoint(dir, format!("{STATE_FILE}: {e}")))?;
+    if state.format != FORMAT {
+        return Err(TrainError::checkpoint(dir, format!("format {} (this build reads {FORMAT})", state.format)));
+    }
+    for f in [PARAMS_DIR, OPTIMIZER_DIR] {
+        if !dir.join(f).join(vkformers_io::WEIGHTS_NAME).is_file() {
+            return Err(TrainError::checkpoint(dir, format!("{f}/{} is missing", vkformers_io::WEIGHTS_NAME)));
+        }
+    }
+    Ok(state)
+}
+
+/// Complete checkpoints under `out`, oldest first.
+pub fn list_checkpoints(out: &Path) -> Vec<(u64, PathBuf)> {
+    let mut v: Vec<(u64, PathBuf)> = std::fs::read_dir(out)
+        .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.path()).filter_map(|p| step_of(&p).map(|s| (s, p))).collect())
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// The checkpoint `--resume DIR` means: `DIR` itself when it is a checkpoint, else the newest
+/// readable `checkpoint-*` inside it.
+pub fn find_resume_dir(dir: &Path) -> Result<PathBuf> {
+    if dir.join(STATE_FILE).exists() {
+        read_state(dir)?;
+        return Ok(dir.to_path_buf());
+    }
+    if !dir.is_dir() {
+        return Err(TrainError::file(dir, "--resume: no such folder"));
+    }
+    for (_, cp) in list_checkpoints(dir).into_iter().rev() {
+        match read_state(&cp) {
+            Ok(_) => return Ok(cp),
+            Err(e) => eprintln!("warning: skipping incomplete checkpoint: {e}"),
+        }
+    }
+    Err(TrainError::file(dir, "--resume: no complete checkpoint-<step> folder here"))
+}
+
+/// Moves the finished temporary folder `tmp` to `OUT/checkpoint-<step>` (replacing one of that
+/// name) and keeps only the newest `keep` checkpoints (0 keeps all).
+pub fn publish(tmp: &Path, out: &Path, step: u64, keep: usize) -> Result<PathBuf> {
+    let dst = out.join(checkpoint_name(step));
+    if dst.exists() {
+        std::fs::remove_dir_all(&dst).map_err(|e| TrainError::file(&dst, e))?;
+    }
+    std::fs::rename(tmp, &dst).map_err(|e| TrainError::file(&dst, e))?;
+    if keep > 0 {
+        let all = list_checkpoints(out);
+        for (_, old) in all.iter().take(all.len().saturating_sub(keep)) {
+            std::fs::remove_dir_all(old).map_err(|e| TrainError::file(old, e))?;
+        }
+    }
+    Ok(dst)
+}
+
+/// A fresh temporary folder for the checkpoint at `step` (a leftover of a killed run is removed).
+pub fn temp_dir(out: &Path, step: u64) -> Result<PathBuf> {
+    let tmp = out.join(format!(".{}.tmp", checkpoint_name(step)));
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp).map_err(|e| TrainError::file(&tmp, e))?;
+    }
+    std::fs::create_dir_all(&tmp).map_err(|e| TrainError::file(&tmp, e))?;
+    Ok(tmp)
+}

@@ -1,0 +1,352 @@
+//! The training loop: optimizer steps over accumulated micro-batches, the learning rate set
+//! per step from the schedule, evaluation, metrics and checkpoints with exact resume.
+//!
+//! Gradient accumulation follows transformers 5: with `N` counted target tokens over all
+//! micro-batches of one optimizer step and `n_i` in micro-batch `i`, micro-batch `i`'s loss
+//! (its own token mean `L_i`) is scaled by `n_i / N` before backward, so the accumulated
+//! gradient is that of `Σ_i n_i L_i / N`, the token-weighted mean over the whole step — the
+//! gradient of one batch holding all the micro-batches.
+
+use std::path::{Path, PathBuf};
+
+use vkformers_data::Example;
+use vkformers_kernels::optim::AdamW as AdamWHp;
+use vkformers_models::decoder::causal_lm_loss;
+use vkformers_tensor::ops::broadcast;
+use vkformers_tensor::optim::{AdamW, Param};
+use vkformers_tensor::{Graph, Tensor};
+
+use crate::batching::{Loader, TokenBatch};
+use crate::checkpoint::{self, StepRecord, TrainerState, OPTIMIZER_DIR, PARAMS_DIR};
+use crate::error::{Result, TrainError};
+use crate::eval::evaluate;
+use crate::model::{LanguageModel, TrainableParam};
+use crate::schedule::Schedule;
+
+/// AdamW's hyper-parameters other than the learning rate (which the schedule sets).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct OptimOptions {
+    pub beta1: f64,
+    pub beta2: f64,
+    pub eps: f64,
+    pub weight_decay: f64,
+    /// Clip the global gradient norm to this; 0 disables clipping.
+    pub max_grad_norm: f32,
+}
+
+impl Default for OptimOptions {
+    /// The HF Trainer's defaults: betas (0.9, 0.999), eps 1e-8, no weight decay, clip at 1.
+    fn default() -> Self {
+        OptimOptions { beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.0, max_grad_norm: 1.0 }
+    }
+}
+
+/// How to train (the data options live in the `Loader`).
+#[derive(Clone, Debug)]
+pub struct TrainOptions {
+    pub grad_accum: usize,
+    pub schedule: Schedule,
+    pub optim: OptimOptions,
+    /// Optimizer steps in all (the schedule's `total`).
+    pub max_steps: u64,
+    /// Write a checkpoint every this many steps (0: never).
+    pub save_every: u64,
+    /// Keep the newest this many checkpoints (0: all).
+    pub keep_checkpoints: usize,
+    /// Evaluate every this many steps (0: never; needs `eval_data`).
+    pub eval_every: u64,
+    pub eval_batch_size: usize,
+    pub out_dir: PathBuf,
+    /// Shuffling seed and flag (recorded in checkpoints).
+    pub seed: u64,
+    pub shuffle: bool,
+}
+
+/// What one optimizer step did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepStats {
+    pub record: StepRecord,
+    /// Real tokens fed (padding excluded) and counted targets.
+    pub tokens: usize,
+    pub targets: usize,
+    pub seconds: f64,
+}
+
+/// Hooks of the loop: progress display, and extra files in each checkpoint.
+pub trait Observer {
+    fn on_step(&mut self, _stats: &StepStats) -> Result<()> {
+        Ok(())
+    }
+    /// Adds files to a checkpoint folder being written (e.g. a loadable model folder).
+    fn save_extra(&mut self, _dir: &Path) -> Result<()> {
+        Ok(())
+    }
+    fn on_checkpoint(&mut self, _dir: &Path) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// An observer that does nothing.
+pub struct Silent;
+impl Observer for Silent {}
+
+pub struct Trainer<'g, 'c> {
+    g: &'g Graph<'c>,
+    params: Vec<TrainableParam>,
+    opt_params: Vec<Param>,
+    opt: AdamW,
+    loader: Loader,
+    opts: TrainOptions,
+    eval_data: Option<(Vec<Example>, u32)>,
+    step: u64,
+    log: Vec<StepRecord>,
+    /// Tests only: fail a checkpoint write after this many of its parts (a simulated kill).
+    pub fail_checkpoint_after: Option<usize>,
+}
+
+impl<'g, 'c> Trainer<'g, 'c> {
+    pub fn new(g: &'g Graph<'c>, params: Vec<TrainableParam>, loader: Loader, opts: TrainOptions) -> Result<Self> {
+        if params.is_empty() {
+            return Err(TrainError::Config("nothing to train: no trainable parameters".into()));
+        }
+        if opts.grad_accum == 0 {
+            return Err(TrainError::Config("--grad-accum must be at least 1".into()));
+        }
+        let o = opts.optim;
+        let hp =
+            AdamWHp { lr: opts.schedule.lr, beta1: o.beta1, beta2: o.beta2, eps: o.eps, weight_decay: o.weight_decay };
+        // Without clipping the norm is still computed (for the metrics) with an infinite limit:
+        // the coefficient min(1, ∞) = 1 multiplies every gradient exactly.
+        let clip = if o.max_grad_norm > 0.0 { o.max_grad_norm } else { f32::INFINITY };
+        let opt_params = params.iter().map(|p| Param { tensor: p.tensor.clone(), decay: p.decay }).collect();
+        Ok(Trainer {
+            g,
+            params,
+            opt_params,
+            opt: AdamW::new(hp, clip),
+            loader,
+            opts,
+            eval_data: None,
+            step: 0,
+            log: Vec::new(),
+            fail_checkpoint_after: None,
+        })
+    }
+
+    /// Examples to evaluate every `eval_every` steps and at the end (`pad_id` pads batches).
+    pub fn set_eval_data(&mut self, examples: Vec<Example>, pad_id: u32) {
+        self.eval_data = Some((examples, pad_id));
+    }
+
+    /// Optimizer steps completed.
+    pub fn steps_done(&self) -> u64 {
+        self.step
+    }
+
+    pub fn finished(&self) -> bool {
+        self.step >= self.opts.max_steps
+    }
+
+    /// Every step logged so far (restored on resume).
+    pub fn log(&self) -> &[StepRecord] {
+        &self.log
+    }
+
+    pub fn options(&self) -> &TrainOptions {
+        &self.opts
+    }
+
+    /// One optimizer step over up to `grad_accum` micro-batches (fewer at the end of an epoch,
+    /// as the HF Trainer does).
+    pub fn step(&mut self, model: &dyn LanguageModel) -> Result<StepStats> {
+        let start = std::time::Instant::now();
+        let lr = self.opts.schedule.lr_at(self.step);
+        let micro = self.take_micro_batches();
+        let targets: usize = micro.iter().map(TokenBatch::targets).sum();
+        if targets == 0 {
+            return Err(TrainError::Config(format!(
+                "step {}: no token to predict in this batch (every label is -100): check the data's labels",
+                self.step + 1
+            )));
+        }
+        let mut losses: Vec<Tensor> = Vec::with_capacity(micro.len());
+        for (i, mb) in micro.iter().enumerate() {
+            let n = mb.targets();
+            if n == 0 {
+                continue;
+            }
+            let logits = model.logits(self.g, mb)?;
+            let loss = causal_lm_loss(self.g, &logits, &mb.labels, mb.batch, mb.seq)?;
+            let scaled = if n == targets { loss } else { broadcast::scale(self.g, &loss, n as f32 / targets as f32)? };
+            self.g.backward(&scaled)?;
+            losses.push(scaled);
+            if i + 1 < micro.len() {
+                // Submit each micro-batch so that its activations are released before the next.
+                self.g.sync()?;
+            }
+        }
+        self.opt.hp.lr = lr;
+        self.opt.step(self.g, &self.opt_params)?;
+        let mut loss = 0.0;
+        for l in &losses {
+            loss += f64::from(self.g.read(l)?[0]);
+        }
+        let grad_norm = match self.opt.last_grad_norm() {
+            Some(n) => Some(f64::from(self.g.read(n)?[0])),
+            None => None,
+        };
+        self.step += 1;
+        let eval_loss = self.maybe_evaluate(model)?;
+        let record = StepRecord { step: self.step, loss, lr, grad_norm, eval_loss };
+        self.log.push(record.clone());
+        let tokens = micro.iter().map(TokenBatch::tokens).sum();
+        Ok(StepStats { record, tokens, targets, seconds: start.elapsed().as_secs_f64() })
+    }
+
+    fn take_micro_batches(&mut self) -> Vec<TokenBatch> {
+        let mut micro = Vec::with_capacity(self.opts.grad_accum);
+        while micro.len() < self.opts.grad_accum {
+            micro.push(self.loader.next_batch());
+            if self.loader.epoch_done() {
+                break;
+            }
+        }
+        micro
+    }
+
+    fn maybe_evaluate(&self, model: &dyn LanguageModel) -> Result<Option<f64>> {
+        let due = self.opts.eval_every > 0 && self.step.is_multiple_of(self.opts.eval_every);
+        match (&self.eval_data, due || self.finished()) {
+            (Some((data, pad)), true) => {
+                Ok(Some(evaluate(self.g, model, data, self.opts.eval_batch_size.max(1), *pad)?.loss))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Steps until `max_steps`, saving checkpoints every `save_every` steps.
+    pub fn run(&mut self, model: &dyn LanguageModel, observer: &mut dyn Observer) -> Result<()> {
+        while !self.finished() {
+            let stats = self.step(model)?;
+            observer.on_step(&stats)?;
+            if self.opts.save_every > 0 && self.step.is_multiple_of(self.opts.save_every) {
+                let dir = self.save_checkpoint(observer)?;
+                observer.on_checkpoint(&dir)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn state(&self) -> TrainerState {
+        let o = self.opts.optim;
+        TrainerState {
+            format: TrainerState::new_format(),
+            step: self.step,
+            optimizer_steps: self.opt.steps(),
+            beta1: o.beta1,
+            beta2: o.beta2,
+            eps: o.eps,
+            weight_decay: o.weight_decay,
+            max_grad_norm: o.max_grad_norm,
+            schedule: self.opts.schedule,
+            grad_accum: self.opts.grad_accum,
+            seed: self.opts.seed,
+            shuffle: self.opts.shuffle,
+            data_position: self.loader.position(),
+            params: self.params.iter().map(|p| (p.name.clone(), p.decay)).collect(),
+            log: self.log.clone(),
+        }
+    }
+
+    /// Writes `OUT/checkpoint-<step>` (see `checkpoint`), returning its path.
+    pub fn save_checkpoint(&self, observer: &mut dyn Observer) -> Result<PathBuf> {
+        let out = &self.opts.out_dir;
+        let tmp = checkpoint::temp_dir(out, self.step)?;
+        let mut parts_left = self.fail_checkpoint_after;
+        let mut part = |tmp: &Path| -> Result<()> {
+            match parts_left.as_mut() {
+                Some(0) => Err(TrainError::checkpoint(tmp, "simulated failure mid-write")),
+                Some(n) => {
+                    *n -= 1;
+                    Ok(())
+                }
+                None => Ok(()),
+            }
+        };
+        let mut params = Vec::new();
+        let mut moments = Vec::new();
+        for p in &self.params {
+            let data = self.g.read(&p.tensor)?;
+            params.push((p.name.clone(), p.tensor.shape().to_vec(), data));
+            if let Some((m, v)) = self.opt.moments(&p.tensor) {
+                let shape = p.tensor.shape().to_vec();
+                moments.push((format!("exp_avg.{}", p.name), shape.clone(), self.g.read(m)?));
+                moments.push((format!("exp_avg_sq.{}", p.name), shape, self.g.read(v)?));
+            }
+        }
+        save_tensors(&tmp.join(PARAMS_DIR), &params)?;
+        part(&tmp)?;
+        save_tensors(&tmp.join(OPTIMIZER_DIR), &moments)?;
+        part(&tmp)?;
+        observer.save_extra(&tmp)?;
+        part(&tmp)?;
+        let state = serde_json::to_value(self.state()).map_err(|e| TrainError::checkpoint(&tmp, e.to_string()))?;
+        vkformers_io::write_json_atomic(tmp.join(checkpoint::STATE_FILE), &state)?;
+        checkpoint::publish(&tmp, out, self.step, self.opts.keep_checkpoints)
+    }
+
+    /// Continues from the checkpoint `dir` (a `checkpoint-*` folder, or an output folder whose
+    /// newest complete checkpoint is taken): parameters, moments, step, schedule, data position
+    /// and log. Returns the checkpoint used.
+    pub fn resume(&mut self, dir: &Path) -> Result<PathBuf> {
+        let cp = checkpoint::find_resume_dir(dir)?;
+        let state = checkpoint::read_state(&cp)?;
+        let names: Vec<&str> = self.params.iter().map(|p| p.name.as_str()).collect();
+        let saved: Vec<&str> = state.params.iter().map(|(n, _)| n.as_str()).collect();
+        if names != saved {
+            return Err(TrainError::checkpoint(&cp, "its trainable parameters differ from this model's"));
+        }
+        let weights = vkformers_io::ModelWeights::open(cp.join(PARAMS_DIR))?;
+        let moments = vkformers_io::ModelWeights::open(cp.join(OPTIMIZER_DIR))?;
+        self.g.sync()?;
+        for p in &self.params {
+            let data = checked(&weights, &p.name, p.tensor.shape(), &cp)?;
+            self.g.ctx().upload(p.tensor.view().buffer, 0, bytemuck::cast_slice(&data))?;
+            let m_name = format!("exp_avg.{}", p.name);
+            if moments.contains(&m_name) {
+                let m = checked(&moments, &m_name, p.tensor.shape(), &cp)?;
+                let v = checked(&moments, &format!("exp_avg_sq.{}", p.name), p.tensor.shape(), &cp)?;
+                self.opt.import_moments(self.g, &p.tensor, &m, &v)?;
+            }
+        }
+        self.opt.set_steps(state.optimizer_steps);
+        self.loader.set_position(state.data_position)?;
+        self.step = state.step;
+        self.log = state.log;
+        // The saved schedule continues (its total and warm-up are part of the run's state).
+        self.opts.schedule = state.schedule;
+        Ok(cp)
+    }
+}
+
+fn checked(w: &vkformers_io::ModelWeights, name: &str, shape: &[usize], cp: &Path) -> Result<Vec<f32>> {
+    let info = w.info(name).map_err(|e| TrainError::checkpoint(cp, e.to_string()))?;
+    if info.shape != shape {
+        return Err(TrainError::checkpoint(cp, format!("`{name}` has shape {:?}, the model {shape:?}", info.shape)));
+    }
+    Ok(w.tensor_f32(name)?)
+}
+
+fn save_tensors(dir: &Path, tensors: &[(String, Vec<usize>, Vec<f32>)]) -> Result<()> {
+    let save: Vec<vkformers_io::SaveTensor<'_>> = tensors
+        .iter()
+        .map(|(n, s, d)| vkformers_io::SaveTensor::f32(n.clone(), vkformers_io::Dtype::F32, s, d))
+        .collect();
+    vkformers_io::save_safetensors(dir, &save, u64::MAX)?;
+    Ok(())
+}
+
+/// Optimizer steps that `epochs` epochs take: `ceil(batches / grad_accum)` per epoch.
+pub fn steps_for_epochs(loader: &Loader, grad_accum: usize, epochs: u64) -> u64 {
+    loader.batches_per_epoch().div_ceil(grad_accum.max(1)) as u64 * epochs
+}
