@@ -1,12 +1,189 @@
-//! `vkformers finetune`: LoRA fine-tuning that writes a PEFT adapter.
+//! `vkformers finetune`: LoRA fine-tuning with every option of `vkformers train`, writing a
+//! PEFT adapter (`adapter_config.json` + `adapter_model.safetensors`) that
+//! `PeftModel.from_pretrained` loads. The base weights stay frozen on the device (graph
+//! constants: no gradient, no optimizer state) and are never written.
 
+use std::cell::Cell;
+use std::path::Path;
 use std::process::ExitCode;
 
-use vkformers_vk::DeviceSelector;
+use anyhow::{bail, Context as _};
+use vkformers_io::HfTokenizer;
+use vkformers_models::lora::{self, Adapter, LoraConfig, LoraParams, Targets};
+use vkformers_models::model::Model;
+use vkformers_tensor::{Graph, Tensor};
+use vkformers_train::metrics::MetricsLog;
+use vkformers_train::{LanguageModel, Observer, StepStats, TokenBatch, TrainableParam};
+use vkformers_vk::{Context, DeviceSelector};
 
+/// LoRA options on top of `vkformers train`'s.
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct LoraArgs {
+    /// LoRA rank r.
+    #[arg(long, default_value_t = 8)]
+    lora_rank: usize,
+    /// LoRA alpha: the term is scaled by alpha / r (alpha / sqrt(r) with --use-rslora).
+    #[arg(long, default_value_t = 16.0)]
+    lora_alpha: f64,
+    /// Dropout on the input of each LoRA term (training only).
+    #[arg(long, default_value_t = 0.0)]
+    lora_dropout: f32,
+    /// Modules to adapt: `all-linear`, comma-separated names (a module matches when its full
+    /// name ends with `.name`), or a regex matched against the whole module name.
+    #[arg(long, default_value = "all-linear")]
+    target_modules: String,
+    /// Scale by alpha / sqrt(r) (rsLoRA).
+    #[arg(long)]
+    use_rslora: bool,
+    /// Comma-separated modules trained in full and saved in the adapter (e.g. lm_head).
+    #[arg(long, value_delimiter = ',')]
+    modules_to_save: Vec<String>,
+    /// Continue training this PEFT adapter (its config replaces the LoRA options above).
+    #[arg(long)]
+    adapter: Option<String>,
+    /// Print a JSON summary (steps, final loss, trainable parameters, device memory peak).
+    #[arg(long)]
+    json: bool,
+}
 
-pub fn run(_selector: &DeviceSelector, _args: &Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`vkformers finetune` is not built yet")
+/// Every `vkformers train` option plus the LoRA ones.
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    train: Box<crate::train::TrainArgs>,
+    #[command(flatten)]
+    lora: LoraArgs,
+}
+
+/// The model with its adapter for the trainer. Dropout masks are keyed by (optimizer step,
+/// micro-batch), so a resumed run draws the masks a straight run would.
+struct LoraModel<'m> {
+    model: &'m Model,
+    step: Cell<u64>,
+    micro: Cell<u64>,
+}
+
+impl LoraModel<'_> {
+    fn begin_step(&self, step: u64) {
+        self.step.set(step);
+        self.micro.set(0);
+    }
+}
+
+impl LanguageModel for LoraModel<'_> {
+    fn logits(&self, g: &Graph<'_>, batch: &TokenBatch) -> vkformers_train::Result<Tensor> {
+        let micro = self.micro.replace(self.micro.get() + 1);
+        self.model.weights.lora().set_step(self.step.get().wrapping_mul(1 << 20).wrapping_add(micro));
+        self.model.logits(g, batch)
+    }
+}
+
+fn lora_config(a: &LoraArgs, model_dir: &Path) -> LoraConfig {
+    let mut c = LoraConfig::new(a.lora_rank, a.lora_alpha, Targets::parse_cli(&a.target_modules));
+    c.lora_dropout = a.lora_dropout;
+    c.use_rslora = a.use_rslora;
+    c.modules_to_save = a.modules_to_save.clone();
+    c.base_model_name_or_path = Some(model_dir.display().to_string());
+    c
+}
+
+/// The adapter given with `--adapter`, if any.
+fn given_adapter(a: &LoraArgs) -> anyhow::Result<Option<Adapter>> {
+    let Some(dir) = &a.adapter else { return Ok(None) };
+    let dir = vkformers_hub::resolve_model(dir)?;
+    Ok(Some(Adapter::load(&dir).with_context(|| format!("loading the adapter {}", dir.display()))?))
+}
+
+pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
+    let t = &*args.train;
+    let Some(model_arg) = &t.model else { bail!("finetune needs --model (the base model to adapt)") };
+    if t.init_from_config.is_some() {
+        bail!("finetune adapts an existing model: give --model, not --init-from-config");
+    }
+    let model_dir = vkformers_hub::resolve_model(model_arg)?;
+    let ctx = Context::new(selector)?;
+    let g = Graph::new(&ctx);
+    std::fs::create_dir_all(&t.out).with_context(|| format!("creating {}", t.out.display()))?;
+    let given = given_adapter(&args.lora)?;
+    let config = given.as_ref().map_or_else(|| lora_config(&args.lora, &model_dir), |a| a.config.clone());
+    let mut model = lora::load_frozen(&g, &model_dir, &config.modules_to_save)
+        .with_context(|| format!("loading {}", model_dir.display()))?;
+    let adapter = match given {
+        Some(a) => a,
+        None => lora::new_adapter(&model, config, t.seed)?,
+    };
+    let lora = lora::attach(&g, &mut model, &adapter, t.seed)?;
+    let tokenizer = model_dir.join("tokenizer.json").exists().then(|| HfTokenizer::from_dir(&model_dir)).transpose()?;
+    let params: Vec<TrainableParam> =
+        lora.named_params().into_iter().map(|(name, tensor, decay)| TrainableParam { name, tensor, decay }).collect();
+    let (mut trainer, max_steps) = crate::train::build_trainer(&g, t, &model, tokenizer.as_ref(), params)?;
+    eprintln!(
+        "fine-tuning {} with LoRA r={} on {} modules ({} trainable of {} parameters) on {}, {max_steps} steps",
+        model.spec.model_type,
+        lora.config.r,
+        lora.modules.len(),
+        lora.numel(),
+        model.params.iter().map(|(_, p)| p.numel()).sum::<usize>(),
+        ctx.caps().name,
+    );
+    if let Some(r) = &t.resume {
+        let cp = trainer.resume(r)?;
+        eprintln!("resumed from {} at step {}", cp.display(), trainer.steps_done());
+    }
+    let metrics = MetricsLog::open(&t.out.join("metrics.jsonl"), trainer.steps_done())?;
+    let mut obs = AdapterObserver { g: &g, lora: &lora, metrics, max_steps, last_loss: None };
+    let lm = LoraModel { model: &model, step: Cell::new(0), micro: Cell::new(0) };
+    let save_every = t.save_every;
+    while !trainer.finished() {
+        lm.begin_step(trainer.steps_done());
+        let stats = trainer.step(&lm)?;
+        obs.on_step(&stats)?;
+        if save_every > 0 && trainer.steps_done().is_multiple_of(save_every) {
+            let dir = trainer.save_checkpoint(&mut obs)?;
+            obs.on_checkpoint(&dir)?;
+        }
+    }
+    crate::train::print_summary(trainer.log());
+    lora.save(&g, &t.out).with_context(|| format!("saving the adapter to {}", t.out.display()))?;
+    let mem = ctx.device_memory();
+    if args.lora.json {
+        let v = serde_json::json!({
+            "out": t.out, "steps": trainer.steps_done(), "final_loss": obs.last_loss,
+            "trainable_parameters": lora.numel(), "lora_modules": lora.modules.len(),
+            "peak_device_bytes": mem.peak,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    }
+    eprintln!("saved the adapter to {} (peak device memory {:.1} MiB)", t.out.display(), mem.peak as f64 / 1048576.0);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Metrics and progress lines, and the adapter written into every checkpoint (so a checkpoint
+/// folder is itself a loadable PEFT adapter).
+struct AdapterObserver<'a, 'g, 'c> {
+    g: &'g Graph<'c>,
+    lora: &'a LoraParams,
+    metrics: MetricsLog,
+    max_steps: u64,
+    last_loss: Option<f64>,
+}
+
+impl Observer for AdapterObserver<'_, '_, '_> {
+    fn on_step(&mut self, s: &StepStats) -> vkformers_train::Result<()> {
+        self.metrics.write(s)?;
+        self.last_loss = Some(s.record.loss);
+        eprintln!("{}", crate::train::step_line(s, self.max_steps));
+        Ok(())
+    }
+
+    fn save_extra(&mut self, dir: &Path) -> vkformers_train::Result<()> {
+        self.lora
+            .save(self.g, dir)
+            .map_err(|e| vkformers_train::TrainError::Config(format!("saving the adapter into {}: {e}", dir.display())))
+    }
+
+    fn on_checkpoint(&mut self, dir: &Path) -> vkformers_train::Result<()> {
+        eprintln!("saved {}", dir.display());
+        Ok(())
+    }
 }

@@ -13,7 +13,7 @@ use vkformers_tensor::Graph;
 use vkformers_train::metrics::MetricsLog;
 use vkformers_train::{
     full_model_params, sequences, steps_for_epochs, Loader, Observer, OptimOptions, Schedule, ScheduleKind, StepStats,
-    TrainOptions, Trainer,
+    TrainOptions, TrainableParam, Trainer,
 };
 use vkformers_vk::{Context, DeviceSelector};
 
@@ -28,10 +28,10 @@ pub struct Args {
 pub struct TrainArgs {
     /// Model folder (or Hub id) to train.
     #[arg(long, conflicts_with = "init_from_config", required_unless_present = "init_from_config")]
-    model: Option<String>,
+    pub(crate) model: Option<String>,
     /// Pre-train from scratch: a config.json, parameters drawn as the model's `_init_weights`.
     #[arg(long)]
-    init_from_config: Option<PathBuf>,
+    pub(crate) init_from_config: Option<PathBuf>,
     /// Tokenizer folder for --init-from-config (tokenizer.json, tokenizer_config.json).
     #[arg(long)]
     tokenizer: Option<PathBuf>,
@@ -44,7 +44,7 @@ pub struct TrainArgs {
     data: String,
     /// Output folder: checkpoints, metrics.jsonl, and the final model.
     #[arg(long)]
-    out: PathBuf,
+    pub(crate) out: PathBuf,
     /// Passes over the data (ignored when --max-steps is given).
     #[arg(long, default_value_t = 1)]
     epochs: u64,
@@ -88,7 +88,7 @@ pub struct TrainArgs {
     #[arg(long, default_value_t = 1.0)]
     max_grad_norm: f32,
     #[arg(long, default_value_t = 42)]
-    seed: u64,
+    pub(crate) seed: u64,
     /// Shuffle the data each epoch (default on).
     #[arg(long, overrides_with = "no_shuffle")]
     shuffle: bool,
@@ -105,13 +105,13 @@ pub struct TrainArgs {
     eval_every: u64,
     /// Write a checkpoint every this many steps (0: none).
     #[arg(long, default_value_t = 0)]
-    save_every: u64,
+    pub(crate) save_every: u64,
     /// Keep only the newest N checkpoints (0: all).
     #[arg(long, default_value_t = 0)]
     keep_checkpoints: usize,
     /// Continue from a checkpoint folder, or the newest complete checkpoint of an output folder.
     #[arg(long)]
-    resume: Option<PathBuf>,
+    pub(crate) resume: Option<PathBuf>,
 }
 
 /// The model, where its tokenizer files come from, and its tokenizer.
@@ -248,8 +248,32 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
     let loaded = load_model(&g, args)?;
     let model = &loaded.model;
+    let (mut trainer, max_steps) = build_trainer(&g, args, model, loaded.tokenizer.as_ref(), full_model_params(model))?;
+    if let Some(r) = &args.resume {
+        let cp = trainer.resume(r)?;
+        eprintln!("resumed from {} at step {}", cp.display(), trainer.steps_done());
+    }
+    let metrics = MetricsLog::open(&args.out.join("metrics.jsonl"), trainer.steps_done())?;
+    let mut progress = Progress::new(&g, &loaded, metrics, trainer.steps_done(), max_steps);
+    trainer.run(model, &mut progress)?;
+    progress.finish();
+    print_summary(trainer.log());
+    save_model_folder(&g, &loaded, &args.out)?;
+    eprintln!("saved the model to {}", args.out.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The trainer over `params` with the data, schedule and optimizer options of `args`
+/// (shared by `train` and `finetune`), and its total number of steps.
+pub(crate) fn build_trainer<'g, 'c>(
+    g: &'g Graph<'c>,
+    args: &TrainArgs,
+    model: &Model,
+    tokenizer: Option<&HfTokenizer>,
+    params: Vec<TrainableParam>,
+) -> anyhow::Result<(Trainer<'g, 'c>, u64)> {
     let seq_len = args.seq_len.unwrap_or_else(|| default_seq_len(model));
-    let data = read_data(&args.data, loaded.tokenizer.as_ref(), args.train_on_prompt)?;
+    let data = read_data(&args.data, tokenizer, args.train_on_prompt)?;
     let packing = if args.packing {
         true
     } else if args.no_packing {
@@ -258,7 +282,7 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
         data.plain_text
     };
     let (train_rows, eval_rows) = match (&args.eval_data, args.eval_split) {
-        (Some(e), _) => (data.examples, Some(read_data(e, loaded.tokenizer.as_ref(), args.train_on_prompt)?.examples)),
+        (Some(e), _) => (data.examples, Some(read_data(e, tokenizer, args.train_on_prompt)?.examples)),
         (None, Some(f)) => {
             let (t, e) = split_eval(data.examples, f, args.seed)?;
             (t, Some(e))
@@ -292,32 +316,21 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     eprintln!(
         "training {} ({} parameters) on {}: {} sequences of <= {seq_len} tokens{}, {max_steps} steps",
         model.spec.model_type,
-        model.params.iter().map(|(_, t)| t.numel()).sum::<usize>(),
-        ctx.caps().name,
+        params.iter().map(|p| p.tensor.numel()).sum::<usize>(),
+        g.ctx().caps().name,
         loader.len(),
         if packing { " (packed)" } else { "" },
     );
-    let mut trainer = Trainer::new(&g, full_model_params(model), loader, opts)?;
+    let mut trainer = Trainer::new(g, params, loader, opts)?;
     if let Some(e) = eval_rows {
         check_vocab(&e, model.spec.vocab, "evaluation data")?;
         trainer.set_eval_data(sequences(&e, seq_len, false)?, pad);
     }
-    if let Some(r) = &args.resume {
-        let cp = trainer.resume(r)?;
-        eprintln!("resumed from {} at step {}", cp.display(), trainer.steps_done());
-    }
-    let metrics = MetricsLog::open(&args.out.join("metrics.jsonl"), trainer.steps_done())?;
-    let mut progress = Progress::new(&g, &loaded, metrics, trainer.steps_done(), max_steps);
-    trainer.run(model, &mut progress)?;
-    progress.finish();
-    print_summary(trainer.log());
-    save_model_folder(&g, &loaded, &args.out)?;
-    eprintln!("saved the model to {}", args.out.display());
-    Ok(ExitCode::SUCCESS)
+    Ok((trainer, max_steps))
 }
 
 /// The first and last loss of the run (and the last evaluation).
-fn print_summary(log: &[vkformers_train::checkpoint::StepRecord]) {
+pub(crate) fn print_summary(log: &[vkformers_train::checkpoint::StepRecord]) {
     if let (Some(first), Some(last)) = (log.first(), log.last()) {
         let eval = log.iter().rev().find_map(|r| r.eval_loss).map_or(String::new(), |e| format!(", eval loss {e:.4}"));
         eprintln!("loss {:.4} (step {}) -> {:.4} (step {}){eval}", first.loss, first.step, last.loss, last.step);

@@ -179,14 +179,15 @@ fn load_with_adapter_matches_peft_and_the_cache() {
         let rel = lora::parity::rel_l2(&full, &want[..t * v]);
         assert!(rel <= 1e-5, "logits with the adapter off PEFT's by {rel:e}");
         let cache = vkformers_models::decoder::KvCache::new(&g, &model.spec, t).unwrap();
+        let step = |ids: &[i32]| {
+            let mask = vec![1; ids.len()];
+            let b = Batch { ids, mask: &mask, batch: 1, seq: ids.len() };
+            vkformers_models::decoder::forward_cached(&g, &model.spec, &model.weights, &b, &cache).unwrap()
+        };
         let cached = g
             .no_grad(|| {
-                let _ = vkformers_models::decoder::forward_cached(&g, &model.spec, &model.weights, &row0[..5], &cache)
-                    .unwrap();
-                g.read(
-                    &vkformers_models::decoder::forward_cached(&g, &model.spec, &model.weights, &row0[5..], &cache)
-                        .unwrap(),
-                )
+                let _ = step(&row0[..5]);
+                g.read(&step(&row0[5..]))
             })
             .unwrap();
         let rel = lora::parity::rel_l2(&cached, &full[5 * v..]);
