@@ -211,3 +211,48 @@ fn all_linear_refuses_modules_without_a_lora_term() {
         Ok(())
     });
 }
+
+/// Peak device memory of two training steps (forward, backward, AdamW): LoRA on q/v with the
+/// base frozen holds no base gradients or moments, so it peaks below full training.
+#[test]
+fn lora_training_peaks_below_full_training() {
+    use vkformers_tensor::optim::{AdamW, Param};
+    on_every_device("lora memory", |ctx| {
+        let dir = fixture("fixtures", "llama");
+        let (ids, mask) = ([5, 6, 7, 8, 9, 10, 11, 12], [1; 8]);
+        let batch = Batch { ids: &ids, mask: &mask, batch: 1, seq: 8 };
+        let hp = vkformers_kernels::optim::AdamW { lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-6, weight_decay: 0.0 };
+        let mut peaks = Vec::new();
+        for use_lora in [false, true] {
+            let g = Graph::new(ctx);
+            ctx.reset_peak_memory();
+            let start = ctx.device_memory().current;
+            let (model, params): (Model, Vec<Param>) = if use_lora {
+                let mut m = lora::load_frozen(&g, &dir, &[]).unwrap();
+                let targets = Targets::Names(vec!["q_proj".into(), "v_proj".into()]);
+                let a = lora::new_adapter(&m, LoraConfig::new(4, 8.0, targets), 1).unwrap();
+                let p = lora::attach(&g, &mut m, &a, 0).unwrap().params();
+                (m, p)
+            } else {
+                let m = Model::load(&g, &dir).unwrap();
+                let p = m.params.iter().map(|(_, t)| Param { tensor: t.clone(), decay: true }).collect();
+                (m, p)
+            };
+            let mut opt = AdamW::new(hp, 0.0);
+            for _ in 0..2 {
+                let logits = forward(&g, &model.spec, &model.weights, &batch).unwrap();
+                let loss = vkformers_models::decoder::causal_lm_loss(&g, &logits, &ids, 1, 8).unwrap();
+                g.backward(&loss).unwrap();
+                opt.step(&g, &params).unwrap();
+                g.sync().unwrap();
+            }
+            if use_lora {
+                assert!(model.params.iter().all(|(_, p)| p.grad().is_none()), "a frozen weight has a gradient");
+            }
+            peaks.push(ctx.device_memory().peak - start);
+        }
+        let weights: u64 = 26784 * 4; // the fixture's parameters in f32
+        assert!(peaks[1] + weights < peaks[0], "LoRA peak {} B vs full {} B", peaks[1], peaks[0]);
+        Ok(())
+    });
+}
