@@ -1,12 +1,313 @@
 //! `vkformers generate`: KV-cached text generation from prompts.
+//!
+//! Defaults come from the model's `generation_config.json` (else `config.json`); flags override
+//! them. One prompt streams its text to stdout as it is produced; several (`--prompt-file`, one per
+//! line) run as one left-padded batch and each row is printed when it finishes. `--json` prints
+//! token ids, text and timings instead.
 
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use vkformers_vk::DeviceSelector;
+use anyhow::{bail, Context as _};
+use serde_json::json;
+use vkformers_chat::{render, select_template, Message, SpecialTokens};
+use vkformers_generate::config::GenerationDefaults;
+use vkformers_generate::generation::{generate, GenerateOptions, Generation};
+use vkformers_generate::stop::{StopStrings, TextStream};
+use vkformers_io::HfTokenizer;
+use vkformers_models::model::Model;
+use vkformers_tensor::Graph;
+use vkformers_vk::{Context, DeviceSelector};
+
+/// Sampling and length flags shared by `generate` and `chat`; each overrides the model's
+/// `generation_config.json`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SamplingArgs {
+    /// New tokens per prompt at most (default: generation_config.json, else 128).
+    #[arg(long)]
+    pub max_new_tokens: Option<usize>,
+    /// Sample instead of decoding greedily.
+    #[arg(long, conflicts_with = "greedy")]
+    pub do_sample: bool,
+    /// Decode greedily even if generation_config.json says `do_sample`.
+    #[arg(long)]
+    pub greedy: bool,
+    #[arg(long)]
+    pub temperature: Option<f64>,
+    /// Keep the k most likely tokens (0 = off).
+    #[arg(long)]
+    pub top_k: Option<usize>,
+    /// Keep the smallest set of tokens whose probability reaches p.
+    #[arg(long)]
+    pub top_p: Option<f64>,
+    /// Drop tokens less likely than min-p times the most likely one.
+    #[arg(long)]
+    pub min_p: Option<f64>,
+    /// Above 1 discourages repeating prompt and generated tokens.
+    #[arg(long)]
+    pub repetition_penalty: Option<f64>,
+    /// Seed of the sampler: the same seed repeats a sampled run exactly.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Stop a row when its text contains this string (repeatable); the string is cut from the output.
+    #[arg(long)]
+    pub stop: Vec<String>,
+}
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Model folder (config.json, model.safetensors, tokenizer files).
+    #[arg(long)]
+    model: String,
+    /// The prompt text.
+    #[arg(long, group = "input")]
+    prompt: Option<String>,
+    /// A file of prompts, one per line (empty lines skipped), generated as one batch.
+    #[arg(long, group = "input")]
+    prompt_file: Option<PathBuf>,
+    /// Prompt token ids, comma-separated (no tokenizer needed).
+    #[arg(long, group = "input")]
+    prompt_ids: Option<String>,
+    /// Wrap each prompt as a user message in the model's chat template (with the assistant prompt).
+    #[arg(long)]
+    chat: bool,
+    /// A system message for `--chat`.
+    #[arg(long, requires = "chat")]
+    system: Option<String>,
+    #[command(flatten)]
+    sampling: SamplingArgs,
+    /// Print JSON: per row the prompt and new token ids, text and finish reason; prefill and
+    /// decode timings of the batch.
+    #[arg(long)]
+    json: bool,
+}
 
-pub fn run(_selector: &DeviceSelector, _args: &Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`vkformers generate` is not built yet")
+/// A model folder from `--model`, with a message saying what is missing.
+pub fn model_dir(arg: &str) -> anyhow::Result<PathBuf> {
+    let dir = vkformers_hub::resolve_model(arg)?;
+    if !dir.is_dir() {
+        bail!("model folder `{}` not found: give a folder with config.json and model.safetensors", dir.display());
+    }
+    if !dir.join("config.json").is_file() {
+        bail!("`{}` has no config.json: is it a Hugging Face model folder?", dir.display());
+    }
+    Ok(dir)
+}
+
+/// The tokenizer of `dir`, or an error saying why `what` needs one.
+pub fn tokenizer(dir: &Path, what: &str) -> anyhow::Result<HfTokenizer> {
+    HfTokenizer::from_dir(dir).with_context(|| format!("{what} needs the model's tokenizer (tokenizer.json)"))
+}
+
+/// Generation options: the folder's defaults, overridden by the flags. `width` is the longest
+/// prompt; the new tokens are clipped to the model's context.
+pub fn options(
+    defaults: &GenerationDefaults,
+    args: &SamplingArgs,
+    width: usize,
+    pad: u32,
+) -> anyhow::Result<GenerateOptions> {
+    let mut params = defaults.params.clone();
+    params.do_sample = (params.do_sample || args.do_sample) && !args.greedy;
+    params.temperature = args.temperature.unwrap_or(params.temperature);
+    params.top_k = args.top_k.unwrap_or(params.top_k);
+    params.top_p = args.top_p.unwrap_or(params.top_p);
+    params.min_p = args.min_p.or(params.min_p);
+    params.repetition_penalty = args.repetition_penalty.unwrap_or(params.repetition_penalty);
+    // transformers skips top_p >= 1 silently; a flag out of range is a mistake worth saying.
+    if !(0.0..=1.0).contains(&params.top_p) {
+        bail!("--top-p {} is outside [0, 1]", params.top_p);
+    }
+    params.processors()?; // rejects other bad values now, with the parameter's name
+    let from_length = defaults.max_length.map(|l| l.saturating_sub(width)).filter(|&n| n > 0);
+    let mut max_new = args.max_new_tokens.or(defaults.max_new_tokens).or(from_length).unwrap_or(128);
+    if let Some(context) = defaults.context {
+        if width >= context {
+            bail!("the prompt has {width} tokens but the model's context is {context} positions: shorten it");
+        }
+        max_new = max_new.min(context - width);
+    }
+    Ok(GenerateOptions { params, seed: args.seed, max_new_tokens: max_new, eos: defaults.eos.clone(), pad })
+}
+
+/// `text` rendered as one user turn (after an optional system turn) by the model's chat template.
+pub fn chat_prompt(tok: &HfTokenizer, messages: &[Message]) -> anyhow::Result<String> {
+    let template = select_template(tok.config(), None)?;
+    Ok(render(template, messages, true, &SpecialTokens::from_config(tok.config()), &serde_json::Value::Null)?)
+}
+
+/// Tokens that end an assistant turn in common templates (besides the tokenizer's EOS).
+const END_OF_TURN: [&str; 6] = ["<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "<|endoftext|>", "</s>"];
+
+/// The ids that end a chat reply: the model's EOS ids, the tokenizer's EOS, and any end-of-turn
+/// token the vocabulary has.
+pub fn end_ids(defaults: &GenerationDefaults, tok: &HfTokenizer) -> Vec<u32> {
+    let mut ids = defaults.eos.clone();
+    ids.extend(tok.eos().map(|t| t.id));
+    ids.extend(END_OF_TURN.iter().filter_map(|t| tok.token_to_id(t)));
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+fn parse_ids(s: &str) -> anyhow::Result<Vec<u32>> {
+    s.split(',')
+        .map(|t| t.trim().parse::<u32>().with_context(|| format!("--prompt-ids: `{t}` is not a token id")))
+        .collect()
+}
+
+/// The prompts as token ids, and the tokenizer where one was needed or found.
+fn prompts(dir: &Path, args: &Args) -> anyhow::Result<(Vec<Vec<u32>>, Option<HfTokenizer>)> {
+    if let Some(ids) = &args.prompt_ids {
+        let ids = parse_ids(ids)?;
+        return Ok((vec![ids], HfTokenizer::from_dir(dir).ok()));
+    }
+    let texts: Vec<String> = match (&args.prompt, &args.prompt_file) {
+        (Some(p), _) => vec![p.clone()],
+        (None, Some(file)) => {
+            let text = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+            let lines: Vec<String> = text.lines().filter(|l| !l.trim().is_empty()).map(str::to_string).collect();
+            if lines.is_empty() {
+                bail!("{} has no prompts (one per line)", file.display());
+            }
+            lines
+        }
+        (None, None) => bail!("give a prompt: --prompt TEXT, --prompt-file FILE or --prompt-ids 1,2,3"),
+    };
+    let tok = tokenizer(dir, "a text prompt")?;
+    let mut out = Vec::new();
+    for t in &texts {
+        let ids = if args.chat {
+            let mut messages: Vec<Message> = args.system.iter().map(|s| Message::system(s.clone())).collect();
+            messages.push(Message::user(t.clone()));
+            tok.encode(&chat_prompt(&tok, &messages)?, false)?
+        } else {
+            tok.encode(t, true)?
+        };
+        if ids.is_empty() {
+            bail!("the prompt `{t}` encodes to no tokens");
+        }
+        out.push(ids);
+    }
+    Ok((out, Some(tok)))
+}
+
+/// Decoded text of `ids` without special tokens, cut before the first stop string.
+pub fn row_text(tok: &HfTokenizer, ids: &[u32], stops: &StopStrings) -> anyhow::Result<String> {
+    Ok(stops.trim(&tok.decode(ids, true)?).to_string())
+}
+
+pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
+    let dir = model_dir(&args.model)?;
+    let defaults = GenerationDefaults::from_dir(&dir)?;
+    let (prompts, tok) = prompts(&dir, args)?;
+    let stops = StopStrings::new(args.sampling.stop.iter().cloned());
+    if !stops.is_empty() && tok.is_none() {
+        bail!("--stop needs the model's tokenizer (tokenizer.json) to decode text");
+    }
+    let pad = defaults.pad.or(tok.as_ref().and_then(|t| t.pad().map(|p| p.id))).or(defaults.eos.first().copied());
+    let width = prompts.iter().map(Vec::len).max().unwrap_or(0);
+    let mut opts = options(&defaults, &args.sampling, width, pad.unwrap_or(0))?;
+    if let (true, Some(tok)) = (args.chat, &tok) {
+        opts.eos = end_ids(&defaults, tok);
+    }
+    let ctx = Context::new(selector)?;
+    let g = Graph::new(&ctx);
+    let model = Model::load(&g, &dir).with_context(|| format!("loading the model in {}", dir.display()))?;
+    if let Some(bad) = prompts.iter().flatten().find(|&&t| t as usize >= model.spec.vocab) {
+        bail!("token id {bad} is outside the model's vocabulary of {} ids", model.spec.vocab);
+    }
+    let stream = !args.json && prompts.len() == 1 && tok.is_some();
+    let mut printer = Printer {
+        tok: tok.as_ref(),
+        stops: &stops,
+        eos: &opts.eos,
+        max_new: opts.max_new_tokens,
+        stream,
+        print_rows: !args.json && !stream,
+        text: TextStream::default(),
+        error: None,
+    };
+    let gen = generate(&g, &model, &prompts, &opts, &mut |row, ids| printer.on_token(row, ids))?;
+    if let Some(e) = printer.error.take() {
+        return Err(e);
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report(&prompts, &gen, tok.as_ref(), &stops)?)?);
+    } else if printer.stream {
+        println!();
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Streams or prints rows as tokens arrive, and spots stop strings.
+struct Printer<'a> {
+    tok: Option<&'a HfTokenizer>,
+    stops: &'a StopStrings,
+    eos: &'a [u32],
+    max_new: usize,
+    stream: bool,
+    print_rows: bool,
+    text: TextStream,
+    error: Option<anyhow::Error>,
+}
+
+impl Printer<'_> {
+    /// Returns true when the row's text now contains a stop string.
+    fn on_token(&mut self, row: usize, ids: &[u32]) -> bool {
+        match self.step(row, ids) {
+            Ok(stop) => stop,
+            Err(e) => {
+                self.error.get_or_insert(e);
+                true
+            }
+        }
+    }
+
+    fn step(&mut self, row: usize, ids: &[u32]) -> anyhow::Result<bool> {
+        let Some(tok) = self.tok else { return Ok(false) };
+        let text = tok.decode(ids, true)?;
+        let stop = self.stops.find(&text).is_some();
+        let done = stop || ids.last().is_some_and(|t| self.eos.contains(t)) || ids.len() == self.max_new;
+        if self.stream {
+            let mut out = std::io::stdout().lock();
+            write!(out, "{}", self.text.next_chunk(&text, self.stops, done))?;
+            out.flush()?;
+        } else if self.print_rows && done {
+            println!("[{row}] {}", self.stops.trim(&text));
+        }
+        Ok(stop)
+    }
+}
+
+/// The `--json` report.
+fn report(
+    prompts: &[Vec<u32>],
+    gen: &Generation,
+    tok: Option<&HfTokenizer>,
+    stops: &StopStrings,
+) -> anyhow::Result<serde_json::Value> {
+    let mut rows = Vec::new();
+    for (i, (prompt, ids)) in prompts.iter().zip(&gen.rows).enumerate() {
+        let text = tok.map(|t| row_text(t, ids, stops)).transpose()?;
+        rows.push(json!({
+            "prompt_ids": prompt,
+            "token_ids": ids,
+            "text": text,
+            "finish_reason": gen.finish[i].name(),
+        }));
+    }
+    let t = &gen.timings;
+    Ok(json!({
+        "rows": rows,
+        "timings": {
+            "prefill_tokens": t.prefill_tokens,
+            "prefill_seconds": t.prefill_secs,
+            "prefill_tokens_per_second": t.prefill_tokens_per_sec(),
+            "decode_tokens": t.decode_tokens,
+            "decode_seconds": t.decode_secs,
+            "decode_tokens_per_second": t.decode_tokens_per_sec(),
+        },
+    }))
 }

@@ -1,10 +1,16 @@
-//! Groundwork for `vkformers generate`: the logits processors of Hugging Face `transformers`
-//! (repetition penalty, temperature, top-k, top-p, min-p) on one row of f32 logits, applied in the
-//! order `generate` applies them, and a sampler (greedy argmax, or seeded multinomial sampling with a
-//! counter-based Philox4x32-10 RNG so that a seeded run repeats exactly).
+//! Text generation for `vkformers generate` and `vkformers chat`:
+//! - [`generation::generate`]: a batch of prompts, left-padded, prefilled once, then one token per
+//!   row per step against the KV cache on the device (`vkformers_models::decoder::KvCache`: position
+//!   ids from the mask, rolling sliding-window layers, LongRoPE's switch), with EOS ids, a per-token
+//!   callback (streaming, stop strings: [`stop`]) and timings; [`generation::generate_cached`]
+//!   continues an existing cache (chat turns); [`config`] reads `generation_config.json`;
+//! - the logits processors of Hugging Face `transformers` (repetition penalty, temperature, top-k,
+//!   top-p, min-p) on one row of f32 logits, applied in the order `generate` applies them, and a
+//!   sampler (greedy argmax, or seeded multinomial sampling with a counter-based Philox4x32-10 RNG
+//!   so that a seeded run repeats exactly).
 //!
-//! Everything here runs on the CPU over one row `[V]`; filtered entries become `-inf`, exactly as
-//! transformers' `filter_value`. Parity with transformers 5.24 is checked by
+//! Processors and sampling run on the CPU over one row `[V]`; filtered entries become `-inf`,
+//! exactly as transformers' `filter_value`. Parity with transformers 5.24 is checked by
 //! `tests/processors_parity.rs` against `tests/fixtures_generate/processors.json`, written by
 //! `tools/parity/processors_reference.py`.
 //!
@@ -18,12 +24,15 @@
 //! assert!(token == 1 || token == 3);
 //! ```
 
+pub mod config;
 pub mod decode;
 mod error;
+pub mod generation;
 mod processors;
 mod rng;
 mod sampler;
 mod softmax;
+pub mod stop;
 
 pub use error::GenerateError;
 pub use processors::{LogitsProcessor, Pipeline, SamplingParams};

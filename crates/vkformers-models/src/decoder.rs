@@ -61,41 +61,14 @@ struct Inputs<'c> {
     ids: Tensor,
     kmask: Tensor,
     pos: Tensor,
-    /// With a cache: new keys and values are appended to it and attention reads all of it.
-    cache: Option<&'c KvCache>,
+    /// The largest position id plus one (LongRoPE picks its factors by it, as transformers).
+    seq_len: usize,
+    /// With a cache: the new columns' mask `[B·T]`; new keys and values join the cache and
+    /// attention reads it.
+    cache: Option<(&'c KvCache, &'c [i32])>,
 }
 
-/// Keys and values of every layer for one sequence, on the device: `k[i]`, `v[i]`
-/// `[1, capacity, kv_heads, head_dim]`, the first `len` positions filled.
-pub struct KvCache {
-    k: Vec<Tensor>,
-    v: Vec<Tensor>,
-    capacity: usize,
-    len: std::cell::Cell<usize>,
-}
-
-impl KvCache {
-    /// An empty cache for up to `capacity` positions.
-    pub fn new(g: &Graph<'_>, spec: &ModelSpec, capacity: usize) -> Result<Self> {
-        let mut k = Vec::new();
-        let mut v = Vec::new();
-        for l in &spec.layers {
-            let shape = [1, capacity, l.attn.kv_heads, l.attn.head_dim];
-            k.push(g.empty(&shape)?);
-            v.push(g.empty(&shape)?);
-        }
-        Ok(KvCache { k, v, capacity, len: std::cell::Cell::new(0) })
-    }
-
-    /// Positions filled so far.
-    pub fn len(&self) -> usize {
-        self.len.get()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len.get() == 0
-    }
-}
+pub use crate::kv_cache::KvCache;
 
 /// Logits `[B·T, V]` of a batch.
 pub fn forward(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, batch: &Batch<'_>) -> Result<Tensor> {
@@ -105,30 +78,46 @@ pub fn forward(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, batch: &Batch<'_>) 
         ids: g.ints(batch.ids, &[b, t])?,
         kmask: g.ints(batch.mask, &[b, t])?,
         pos: g.ints(&pos, &[b, t])?,
+        seq_len: seq_len(&pos),
         cache: None,
     };
     run(g, spec, w, &inputs, &pos, (b, t))
 }
 
-/// Logits `[T, V]` of `ids` (one sequence) appended after the cache's positions: only the new
-/// tokens run through the layers; their keys and values join the cache.
-pub fn forward_cached(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, ids: &[i32], cache: &KvCache) -> Result<Tensor> {
-    let (past, t) = (cache.len(), ids.len());
-    if past + t > cache.capacity {
+fn seq_len(pos: &[i32]) -> usize {
+    pos.iter().copied().max().map_or(0, |p| p.max(0) as usize + 1)
+}
+
+/// Logits `[B·T, V]` of `T` new columns of a batch appended after the cache's positions (left
+/// padding: `batch.mask` 0 on padding): only the new tokens run through the layers; their keys and
+/// values join the cache. Position ids continue each row's count of real tokens.
+pub fn forward_cached(
+    g: &Graph<'_>,
+    spec: &ModelSpec,
+    w: &Weights,
+    batch: &Batch<'_>,
+    cache: &KvCache,
+) -> Result<Tensor> {
+    let (b, t) = (batch.batch, batch.seq);
+    if b != cache.batch() || batch.ids.len() != b * t || batch.mask.len() != b * t {
         return Err(ModelError::Config(format!(
-            "KV cache of {} positions cannot take {t} more after {past}",
-            cache.capacity
+            "a batch of {b}x{t} ({} ids, {} mask entries) does not fit a KV cache of {} sequences",
+            batch.ids.len(),
+            batch.mask.len(),
+            cache.batch()
         )));
     }
-    let pos: Vec<i32> = (past..past + t).map(|p| p as i32).collect();
+    cache.begin(t)?;
+    let pos = cache.positions(batch.mask, t);
     let inputs = Inputs {
-        ids: g.ints(ids, &[1, t])?,
-        kmask: g.ints(&vec![1; past + t], &[1, past + t])?,
-        pos: g.ints(&pos, &[1, t])?,
-        cache: Some(cache),
+        ids: g.ints(batch.ids, &[b, t])?,
+        kmask: g.ints(batch.mask, &[b, t])?,
+        pos: g.ints(&pos, &[b, t])?,
+        seq_len: seq_len(&pos),
+        cache: Some((cache, batch.mask)),
     };
-    let logits = run(g, spec, w, &inputs, &pos, (1, t))?;
-    cache.len.set(past + t);
+    let logits = run(g, spec, w, &inputs, &pos, (b, t))?;
+    cache.commit(batch.mask, t);
     Ok(logits)
 }
 
@@ -327,7 +316,11 @@ fn self_attention(
         k = apply_norm(g, qk, w, &layer_name(&n.k_norm, i), &k)?;
     }
     if let Some(r) = &a.rope {
-        let freq = g.constant(&r.inv_freq, &[r.inv_freq.len()])?;
+        let inv_freq = match &r.long {
+            Some((long, original)) if inp.seq_len > *original => long,
+            _ => &r.inv_freq,
+        };
+        let freq = g.constant(inv_freq, &[inv_freq.len()])?;
         q = rope::rope(g, &q, &inp.pos, &freq, r.layout, r.rotary_dim, r.mscale)?;
         k = rope::rope(g, &k, &inp.pos, &freq, r.layout, r.rotary_dim, r.mscale)?;
     }
@@ -344,27 +337,15 @@ fn self_attention(
             None
         },
     };
-    let (k, v) = match inp.cache {
-        Some(cache) => append_to_cache(g, cache, i, &k, &v)?,
-        None => (k, v),
+    let o = match inp.cache {
+        Some((cache, new_mask)) => {
+            let at = cache.attend(g, i, &k, &v, new_mask, opts)?;
+            attention(g, &q, &at.k, &at.v, &at.opts)?
+        }
+        None => attention(g, &q, &k, &v, &opts)?,
     };
-    let o = attention(g, &q, &k, &v, &opts)?;
     let o = shape::reshape(g, &o, &[b * t, a.heads * a.head_dim])?;
     project(g, w, &n.o, i, &o, a.out_bias)
-}
-
-/// Writes the new keys and values `[1, T, Hkv, D]` after the cache's filled positions and
-/// returns views of everything filled, `[1, past + T, Hkv, D]`.
-fn append_to_cache(g: &Graph<'_>, cache: &KvCache, i: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
-    let (past, t, heads, d) = (cache.len(), k.shape()[1], k.shape()[2], k.shape()[3]);
-    let row = (heads * d * 4) as u64;
-    let (kc, vc) = (&cache.k[i], &cache.v[i]);
-    g.record(|rec| {
-        rec.copy(k.view(), kc.view().buffer.slice(past as u64 * row, t as u64 * row))?;
-        rec.copy(v.view(), vc.view().buffer.slice(past as u64 * row, t as u64 * row))
-    })?;
-    let shape = [1, past + t, heads, d];
-    Ok((g.view_prefix(kc, &shape)?, g.view_prefix(vc, &shape)?))
 }
 
 fn mlp(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, m: &MlpSpec, i: usize, h: &Tensor) -> Result<Tensor> {

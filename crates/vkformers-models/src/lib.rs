@@ -5,6 +5,7 @@ pub mod archs;
 pub mod decoder;
 pub mod error;
 pub mod init;
+mod kv_cache;
 pub mod model;
 pub mod parity;
 pub mod rope;

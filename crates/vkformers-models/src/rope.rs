@@ -7,8 +7,9 @@
 //! llama3:   long wavelengths / factor, short ones kept, a smooth blend between
 //! yarn:     blend of interpolated and extrapolated frequencies by a linear ramp over dims,
 //!           cos/sin multiplied by the attention factor (0.1·ln(factor) + 1 by default)
-//! longrope: default / short_factor[i] (sequences up to the original context), cos/sin multiplied
-//!           by sqrt(1 + ln(scale) / ln(original_max_position_embeddings))
+//! longrope: default / short_factor[i] (sequences up to the original context; beyond it
+//!           default / long_factor[i], see `long_inv_freq`), cos/sin multiplied by
+//!           sqrt(1 + ln(scale) / ln(original_max_position_embeddings))
 
 use serde_json::Value;
 
@@ -113,20 +114,35 @@ fn yarn(p: &RopeParams, dim: usize, max_positions: usize) -> Result<(Vec<f32>, f
     Ok((out, attention as f32))
 }
 
-fn longrope(p: &RopeParams, dim: usize, max_positions: usize) -> Result<(Vec<f32>, f32)> {
-    let short: Vec<f64> = p
+/// LongRoPE's per-frequency factors `name` (`short_factor` or `long_factor`), one per frequency.
+fn longrope_factors(p: &RopeParams, name: &str, dim: usize) -> Result<Vec<f64>> {
+    let f: Vec<f64> = p
         .scaling
-        .get("short_factor")
+        .get(name)
         .and_then(Value::as_array)
         .map(|a| a.iter().filter_map(Value::as_f64).collect())
-        .ok_or_else(|| ModelError::Config("longrope needs `short_factor`".into()))?;
-    if short.len() != dim / 2 {
-        return Err(ModelError::Config(format!(
-            "longrope short_factor has {} values for {} frequencies",
-            short.len(),
-            dim / 2
-        )));
+        .ok_or_else(|| ModelError::Config(format!("longrope needs `{name}`")))?;
+    if f.len() != dim / 2 {
+        return Err(ModelError::Config(format!("longrope {name} has {} values for {} frequencies", f.len(), dim / 2)));
     }
+    Ok(f)
+}
+
+/// For LongRoPE, `(inv_freq [rotary_dim/2] with the long factors, original context)`: used by a
+/// forward whose sequence (largest position id + 1) exceeds the original context, as
+/// transformers' `longrope_frequency_update`. `None` for every other rope type.
+pub fn long_inv_freq(p: &RopeParams, dim: usize, max_positions: usize) -> Result<Option<(Vec<f32>, usize)>> {
+    if p.rope_type != "longrope" {
+        return Ok(None);
+    }
+    let long = longrope_factors(p, "long_factor", dim)?;
+    let original = field(p, "original_max_position_embeddings").unwrap_or(max_positions as f64);
+    let out = (0..dim / 2).map(|i| (1.0 / (long[i] * p.theta.powf((2 * i) as f64 / dim as f64))) as f32).collect();
+    Ok(Some((out, original as usize)))
+}
+
+fn longrope(p: &RopeParams, dim: usize, max_positions: usize) -> Result<(Vec<f32>, f32)> {
+    let short = longrope_factors(p, "short_factor", dim)?;
     let original = field(p, "original_max_position_embeddings").unwrap_or(max_positions as f64);
     // transformers uses `factor` where given, else max / original positions.
     let scale = field(p, "factor").unwrap_or(max_positions as f64 / original);

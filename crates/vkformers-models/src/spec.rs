@@ -27,6 +27,10 @@ pub struct RopeSpec {
     pub mscale: f32,
     pub rotary_dim: usize,
     pub layout: RopeLayout,
+    /// LongRoPE: the long-context inverse frequencies and the original context. A forward whose
+    /// largest position id + 1 exceeds that context rotates with these (transformers decides per
+    /// call, so cached keys keep the rotation they were written with).
+    pub long: Option<(Vec<f32>, usize)>,
 }
 
 /// Self-attention of one layer.

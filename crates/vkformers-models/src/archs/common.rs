@@ -8,7 +8,7 @@ use vkformers_kernels::glu::Glu;
 use vkformers_kernels::rope::RopeLayout;
 
 use crate::error::{ModelError, Result};
-use crate::rope::{inv_freq, RopeParams};
+use crate::rope::{inv_freq, long_inv_freq, RopeParams};
 use crate::spec::{AttnSpec, LayerNames, LayerSpec, MlpSpec, ModelSpec, Norm, Residual, RopeSpec};
 
 /// Fields of a Llama-like `config.json`.
@@ -39,6 +39,8 @@ pub struct BaseConfig {
     pub max_position_embeddings: usize,
     pub sliding_window: Option<u32>,
     pub partial_rotary_factor: Option<f64>,
+    /// The pre-training context (Phi-3 keeps it beside `rope_scaling`; newer configs inside it).
+    pub original_max_position_embeddings: Option<usize>,
 }
 
 fn default_eps() -> f64 {
@@ -65,7 +67,10 @@ impl BaseConfig {
 
     /// RoPE parameters from either `rope_parameters` (new) or `rope_theta` + `rope_scaling`.
     pub fn rope_params(&self) -> Result<RopeParams> {
-        let scaling = self.rope_parameters.clone().or_else(|| self.rope_scaling.clone()).unwrap_or(Value::Null);
+        let mut scaling = self.rope_parameters.clone().or_else(|| self.rope_scaling.clone()).unwrap_or(Value::Null);
+        if let (Some(map), Some(original)) = (scaling.as_object_mut(), self.original_max_position_embeddings) {
+            map.entry("original_max_position_embeddings").or_insert(Value::from(original));
+        }
         let theta = scaling.get("rope_theta").and_then(Value::as_f64).or(self.rope_theta).unwrap_or(10000.0);
         let rope_type = scaling
             .get("rope_type")
@@ -81,8 +86,10 @@ impl BaseConfig {
     pub fn rope(&self, layout: RopeLayout) -> Result<RopeSpec> {
         let hd = self.head_dim();
         let rotary_dim = ((hd as f64 * self.partial_rotary_factor.unwrap_or(1.0)) as usize) & !1;
-        let (inv_freq, mscale) = inv_freq(&self.rope_params()?, rotary_dim, self.max_position_embeddings)?;
-        Ok(RopeSpec { inv_freq, mscale, rotary_dim, layout })
+        let params = self.rope_params()?;
+        let (inv_freq, mscale) = inv_freq(&params, rotary_dim, self.max_position_embeddings)?;
+        let long = long_inv_freq(&params, rotary_dim, self.max_position_embeddings)?;
+        Ok(RopeSpec { inv_freq, mscale, rotary_dim, layout, long })
     }
 
     /// The gated MLP activation from `hidden_act`.

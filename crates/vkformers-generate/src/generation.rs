@@ -1,0 +1,279 @@
+//! The generation loop: a batch of prompts, left-padded to one length, prefilled in one forward,
+//! then one token per row per step against the KV cache on the device. Each step reads back only
+//! the last position's logits `[B, V]`; the logits processors and the sampler run on the host, as
+//! transformers' `generate` (`_sample`) does, with its rules for finished rows: a row that produced
+//! an EOS id (or that the caller stops) keeps receiving `pad` tokens, which are not reported.
+
+use std::time::Instant;
+
+use vkformers_models::decoder::{forward_cached, Batch, KvCache};
+use vkformers_models::model::Model;
+use vkformers_models::ModelSpec;
+use vkformers_tensor::{Graph, Tensor};
+
+use crate::decode::DecodeError;
+use crate::processors::SamplingParams;
+use crate::sampler::Sampler;
+
+/// What to generate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenerateOptions {
+    /// Greedy or sampling, and the processors' parameters.
+    pub params: SamplingParams,
+    /// Seed of the sampler (ignored when greedy).
+    pub seed: u64,
+    /// New tokens per row at most.
+    pub max_new_tokens: usize,
+    /// A row finishes after producing one of these (the EOS id is kept in its tokens).
+    pub eos: Vec<u32>,
+    /// Left padding of shorter prompts, and what finished rows are fed.
+    pub pad: u32,
+}
+
+impl GenerateOptions {
+    /// Greedy decoding of `max_new_tokens` with no EOS.
+    pub fn greedy(max_new_tokens: usize) -> Self {
+        Self { params: SamplingParams::greedy(), seed: 0, max_new_tokens, eos: Vec::new(), pad: 0 }
+    }
+}
+
+/// Why a row stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finish {
+    /// It produced an EOS id.
+    Eos,
+    /// The caller's callback stopped it (a stop string).
+    Stopped,
+    /// `max_new_tokens` reached.
+    Length,
+}
+
+impl Finish {
+    /// transformers / OpenAI-style name: `stop` or `length`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Finish::Eos | Finish::Stopped => "stop",
+            Finish::Length => "length",
+        }
+    }
+}
+
+/// Seconds and tokens of the two phases.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Timings {
+    /// Real (unpadded) prompt tokens run by the prefill.
+    pub prefill_tokens: usize,
+    /// From the start to the first tokens' logits on the host.
+    pub prefill_secs: f64,
+    /// Tokens produced by decode steps (every new token after each row's first).
+    pub decode_tokens: usize,
+    /// Time of the decode steps.
+    pub decode_secs: f64,
+}
+
+impl Timings {
+    /// Prompt tokens per second of the prefill.
+    pub fn prefill_tokens_per_sec(&self) -> f64 {
+        rate(self.prefill_tokens, self.prefill_secs)
+    }
+
+    /// New tokens per second of the decode steps (all rows together).
+    pub fn decode_tokens_per_sec(&self) -> f64 {
+        rate(self.decode_tokens, self.decode_secs)
+    }
+}
+
+fn rate(n: usize, secs: f64) -> f64 {
+    if secs > 0.0 {
+        n as f64 / secs
+    } else {
+        0.0
+    }
+}
+
+/// The new tokens of every row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Generation {
+    /// `rows[b]`: row b's new tokens (EOS included when it finished on one).
+    pub rows: Vec<Vec<u32>>,
+    pub finish: Vec<Finish>,
+    pub timings: Timings,
+}
+
+/// Left-pads `prompts` to the longest: ids and mask `[B, W]` row-major, and W.
+pub fn left_pad(prompts: &[Vec<u32>], pad: u32) -> (Vec<i32>, Vec<i32>, usize) {
+    let width = prompts.iter().map(Vec::len).max().unwrap_or(0);
+    let mut ids = Vec::with_capacity(prompts.len() * width);
+    let mut mask = Vec::with_capacity(prompts.len() * width);
+    for p in prompts {
+        let gap = width - p.len();
+        ids.extend(std::iter::repeat_n(pad as i32, gap).chain(p.iter().map(|&t| t as i32)));
+        mask.extend(std::iter::repeat_n(0, gap).chain(std::iter::repeat_n(1, p.len())));
+    }
+    (ids, mask, width)
+}
+
+/// Logits of the last column of every row of `logits [B·T, V]`, read back as `[B][V]`.
+fn last_logits(g: &Graph<'_>, logits: &Tensor, b: usize, t: usize) -> Result<Vec<Vec<f32>>, DecodeError> {
+    let vocab = logits.last_dim();
+    g.sync()?;
+    let row_bytes = (vocab * 4) as u64;
+    let buf = logits.view().buffer;
+    (0..b)
+        .map(|row| {
+            let at = ((row * t + t - 1) * vocab * 4) as u64;
+            Ok(g.ctx().read_vec::<f32>(buf.slice(at, row_bytes))?)
+        })
+        .collect()
+}
+
+/// Whether `new` positions after `cached` ones cross a LongRoPE model's original context with a
+/// cache written under the short factors: transformers (Phi-3's `prepare_inputs_for_generation`)
+/// then drops the cache and runs the whole sequence again, rotated with the long factors.
+pub fn crosses_longrope_context(spec: &ModelSpec, cached: usize, new: usize) -> bool {
+    let original = spec.layers.iter().find_map(|l| l.attn.rope.as_ref().and_then(|r| r.long.as_ref()).map(|l| l.1));
+    original.is_some_and(|o| cached > 0 && cached <= o && cached + new > o)
+}
+
+/// Per-row state of a running generation.
+struct Rows {
+    history: Vec<Vec<u32>>,
+    new: Vec<Vec<u32>>,
+    finish: Vec<Option<Finish>>,
+}
+
+/// Generates after every prompt (a batch, left-padded). `on_token(row, new_tokens)` runs after each
+/// token a row produces (for streaming); returning `true` finishes that row (a stop string).
+pub fn generate(
+    g: &Graph<'_>,
+    model: &Model,
+    prompts: &[Vec<u32>],
+    opts: &GenerateOptions,
+    on_token: &mut dyn FnMut(usize, &[u32]) -> bool,
+) -> Result<Generation, DecodeError> {
+    if prompts.is_empty() || prompts.iter().any(Vec::is_empty) {
+        return Err(DecodeError::EmptyPrompt);
+    }
+    let (ids, mask, width) = left_pad(prompts, opts.pad);
+    let history = ids.chunks(width).map(|r| r.iter().map(|&t| t as u32).collect()).collect();
+    let masks = mask.chunks(width).map(<[i32]>::to_vec).collect();
+    let mut cache = KvCache::batched(g, &model.spec, prompts.len(), width + opts.max_new_tokens)?;
+    generate_cached(g, model, &mut cache, Context { history, masks }, opts, on_token)
+}
+
+/// Every column of a batch so far, cached or not: `history[b]` the ids (padding included; the
+/// repetition penalty reads them, as transformers' `input_ids`), `masks[b]` 1 real / 0 padding.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Context {
+    pub history: Vec<Vec<u32>>,
+    pub masks: Vec<Vec<i32>>,
+}
+
+/// Generates after `ctx`, whose first `cache.len()` columns the cache already holds (a chat turn
+/// continues the previous turns' cache). On return the cache holds every column but the last
+/// token of each row.
+pub fn generate_cached(
+    g: &Graph<'_>,
+    model: &Model,
+    cache: &mut KvCache,
+    ctx: Context,
+    opts: &GenerateOptions,
+    on_token: &mut dyn FnMut(usize, &[u32]) -> bool,
+) -> Result<Generation, DecodeError> {
+    let b = ctx.history.len();
+    let width = ctx.history.first().map_or(0, Vec::len);
+    if b == 0 || width <= cache.len() || b != cache.batch() {
+        return Err(DecodeError::NothingNew { rows: b, width, cached: cache.len(), batch: cache.batch() });
+    }
+    let pipeline = opts.params.processors()?;
+    let sampler = if opts.params.do_sample { Sampler::Seeded { seed: opts.seed } } else { Sampler::Greedy };
+    let start = Instant::now();
+    let real: usize = ctx.masks.iter().map(|m| m[cache.len()..].iter().filter(|&&v| v != 0).count()).sum();
+    let mut timings = Timings { prefill_tokens: real, ..Timings::default() };
+    let Context { history, mut masks } = ctx;
+    let mut rows = Rows { history, new: vec![Vec::new(); b], finish: vec![None; b] };
+    g.no_grad(|| -> Result<(), DecodeError> {
+        let mut logits = feed(g, model, cache, &rows.history, &masks, opts.max_new_tokens)?;
+        timings.prefill_secs = start.elapsed().as_secs_f64();
+        let decode_start = Instant::now();
+        for step in 0..opts.max_new_tokens {
+            choose(&mut rows, &mut logits, &pipeline, &sampler, step, opts)?;
+            masks.iter_mut().for_each(|m| m.push(1));
+            // Rows not finished before this step are exactly those that produced a token.
+            for row in 0..b {
+                if rows.finish[row].is_none() {
+                    report(&mut rows, row, opts, on_token);
+                }
+            }
+            if rows.finish.iter().all(Option::is_some) || step + 1 == opts.max_new_tokens {
+                break;
+            }
+            logits = feed(g, model, cache, &rows.history, &masks, opts.max_new_tokens - step - 1)?;
+        }
+        timings.decode_secs = decode_start.elapsed().as_secs_f64();
+        Ok(())
+    })?;
+    timings.decode_tokens = rows.new.iter().map(|r| r.len().saturating_sub(1)).sum();
+    let finish = rows.finish.iter().map(|f| f.unwrap_or(Finish::Length)).collect();
+    Ok(Generation { rows: rows.new, finish, timings })
+}
+
+/// Runs the columns of `history` the cache does not hold yet and returns the last column's logits
+/// `[B][V]`. Crossing a LongRoPE model's original context starts a fresh cache over every column
+/// (room for `more` further positions).
+fn feed(
+    g: &Graph<'_>,
+    model: &Model,
+    cache: &mut KvCache,
+    history: &[Vec<u32>],
+    masks: &[Vec<i32>],
+    more: usize,
+) -> Result<Vec<Vec<f32>>, DecodeError> {
+    let (b, width) = (history.len(), history[0].len());
+    if crosses_longrope_context(&model.spec, cache.len(), width - cache.len()) {
+        // Every cached key was rotated with the short factors: run everything again.
+        *cache = KvCache::batched(g, &model.spec, b, width + more)?;
+    }
+    let from = cache.len();
+    let t = width - from;
+    let ids: Vec<i32> = history.iter().flat_map(|r| r[from..].iter().map(|&x| x as i32)).collect();
+    let mask: Vec<i32> = masks.iter().flat_map(|m| m[from..].iter().copied()).collect();
+    let batch = Batch { ids: &ids, mask: &mask, batch: b, seq: t };
+    last_logits(g, &forward_cached(g, &model.spec, &model.weights, &batch, cache)?, b, t)
+}
+
+/// Chooses step `step`'s token of every row (pad for finished rows) and records it.
+fn choose(
+    rows: &mut Rows,
+    logits: &mut [Vec<f32>],
+    pipeline: &crate::processors::Pipeline,
+    sampler: &Sampler,
+    step: usize,
+    opts: &GenerateOptions,
+) -> Result<(), DecodeError> {
+    for (row, scores) in logits.iter_mut().enumerate() {
+        let token = if rows.finish[row].is_some() {
+            opts.pad
+        } else {
+            pipeline.apply(scores, &rows.history[row]);
+            let t = sampler.sample_row(scores, step as u64, row as u32)?;
+            rows.new[row].push(t);
+            t
+        };
+        rows.history[row].push(token);
+    }
+    Ok(())
+}
+
+/// Marks a row that just produced a token: finished on EOS, on the caller's word, or at the limit.
+fn report(rows: &mut Rows, row: usize, opts: &GenerateOptions, on_token: &mut dyn FnMut(usize, &[u32]) -> bool) {
+    let Some(&last) = rows.new[row].last() else { return };
+    let stop = on_token(row, &rows.new[row]);
+    if opts.eos.contains(&last) {
+        rows.finish[row] = Some(Finish::Eos);
+    } else if stop {
+        rows.finish[row] = Some(Finish::Stopped);
+    } else if rows.new[row].len() == opts.max_new_tokens {
+        rows.finish[row] = Some(Finish::Length);
+    }
+}

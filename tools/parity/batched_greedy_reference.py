@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""Batched greedy references: transformers' `generate` on the two greedy prompts of every parity
+fixture at once, left-padded with an attention mask (as a user batches prompts of different
+lengths), 32 new tokens with the KV cache. Writes tests/fixtures_generate/batched/<name>.json with
+the prompts, the padded batch, the new tokens per row and the smallest top-1/top-2 logit gap per row
+(a tiny gap would make the comparison fragile).
+
+Run with the pinned venv (tools/parity/requirements.txt); reads only the committed fixture folders.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+REPO = Path(__file__).resolve().parent.parent.parent
+FIXTURES = REPO / "tests" / "fixtures"
+OUT = REPO / "tests" / "fixtures_generate" / "batched"
+PAD_ID = 0
+NEW_TOKENS = 32
+
+
+def left_pad(prompts: list[list[int]]):
+    import torch
+
+    width = max(len(p) for p in prompts)
+    ids = [[PAD_ID] * (width - len(p)) + p for p in prompts]
+    mask = [[0] * (width - len(p)) + [1] * len(p) for p in prompts]
+    return torch.tensor(ids), torch.tensor(mask)
+
+
+def one(d: Path) -> dict:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(d, attn_implementation="eager", dtype=torch.float32).eval()
+    prompts = json.loads((d / "greedy.json").read_text())["prompts"]
+    ids, mask = left_pad(prompts)
+    with torch.no_grad():
+        out = model.generate(
+            ids,
+            attention_mask=mask,
+            do_sample=False,
+            max_new_tokens=NEW_TOKENS,
+            min_new_tokens=NEW_TOKENS,
+            eos_token_id=None,
+            pad_token_id=PAD_ID,
+            use_cache=True,
+            output_logits=True,
+            return_dict_in_generate=True,
+        )
+    new = out.sequences[:, ids.shape[1] :].tolist()
+    gaps = [min(float(torch.topk(s[r], 2).values.diff().abs()) for s in out.logits) for r in range(len(prompts))]
+    return {
+        "prompts": prompts,
+        "input_ids": ids.tolist(),
+        "attention_mask": mask.tolist(),
+        "new_tokens": new,
+        "min_logit_gap": gaps,
+    }
+
+
+def main() -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    only = set(sys.argv[1:])
+    for d in sorted(p for p in FIXTURES.iterdir() if (p / "greedy.json").exists()):
+        if only and d.name not in only:
+            continue
+        ref = one(d)
+        (OUT / f"{d.name}.json").write_text(json.dumps(ref) + "\n")
+        print(d.name, "gaps", ["%.2e" % g for g in ref["min_logit_gap"]])
+
+
+if __name__ == "__main__":
+    main()
