@@ -18,6 +18,8 @@ pub struct Args {
     /// Data: a JSONL file or folder (or Hub dataset id).
     #[arg(long)]
     data: String,
+    #[command(flatten)]
+    hub_data: crate::data_args::HubDataArgs,
     /// Print JSON (loss, perplexity, tokens, rows) instead of text.
     #[arg(long)]
     json: bool,
@@ -37,7 +39,7 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     let dir = vkformers_hub::resolve_model(&args.model)?;
     let model = Model::load(&g, &dir).with_context(|| format!("loading {}", dir.display()))?;
     let tok = dir.join("tokenizer.json").exists().then(|| HfTokenizer::from_dir(&dir)).transpose()?;
-    let data = crate::train::read_data(&args.data, tok.as_ref(), args.train_on_prompt)?;
+    let data = crate::train::read_data_from(&args.data, &args.hub_data.query(), tok.as_ref(), args.train_on_prompt)?;
     crate::train::check_vocab(&data.examples, model.spec.vocab, "data")?;
     let max_pos = ["max_position_embeddings", "n_positions"].iter().find_map(|k| model.config[k].as_u64());
     let seq_len = args.seq_len.unwrap_or(max_pos.map_or(usize::MAX, |m| m as usize));

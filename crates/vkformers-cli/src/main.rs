@@ -3,6 +3,7 @@
 mod architectures;
 mod bench;
 mod chat;
+mod data_args;
 mod devices;
 mod doctor;
 mod eval;

@@ -42,6 +42,8 @@ pub struct TrainArgs {
     /// Training data: a JSONL file or folder (or Hub dataset id).
     #[arg(long)]
     data: String,
+    #[command(flatten)]
+    hub_data: crate::data_args::HubDataArgs,
     /// Output folder: checkpoints, metrics.jsonl, and the final model.
     #[arg(long)]
     pub(crate) out: PathBuf,
@@ -134,7 +136,7 @@ fn load_model(g: &Graph<'_>, args: &TrainArgs) -> anyhow::Result<Loaded> {
         (Some(t), _) => Some(t.clone()),
         (None, Some(vocab)) => {
             let dir = args.out.join("tokenizer");
-            let files = data_files(&args.data)?;
+            let files = data_files(&args.data, &args.hub_data.query())?;
             eprintln!("training a BPE tokenizer of {vocab} tokens on {} file(s)", files.len());
             train_tokenizer_on_text(&files, vocab, &dir)?;
             Some(dir)
@@ -155,14 +157,20 @@ fn load_model(g: &Graph<'_>, args: &TrainArgs) -> anyhow::Result<Loaded> {
     Ok(Loaded { model, files_from: tok_dir, tokenizer })
 }
 
-fn data_files(arg: &str) -> anyhow::Result<Vec<PathBuf>> {
-    Ok(vkformers_hub::resolve_dataset(arg, &vkformers_hub::DatasetQuery::default())?)
+fn data_files(arg: &str, query: &vkformers_hub::DatasetQuery) -> anyhow::Result<Vec<PathBuf>> {
+    Ok(vkformers_hub::resolve_dataset(arg, query)?)
 }
 
-/// Reads a dataset with `vkformers-data` (every row shape of the design). A model folder
-/// without a tokenizer can still train and evaluate on pre-tokenized rows.
-pub fn read_data(arg: &str, tok: Option<&HfTokenizer>, train_on_prompt: bool) -> anyhow::Result<Dataset> {
-    let files = data_files(arg)?;
+/// Reads a dataset with `vkformers-data` (every row shape of the design); `query` picks the
+/// files of a Hub dataset. A model folder without a tokenizer can still train and evaluate on
+/// pre-tokenized rows.
+pub fn read_data_from(
+    arg: &str,
+    query: &vkformers_hub::DatasetQuery,
+    tok: Option<&HfTokenizer>,
+    train_on_prompt: bool,
+) -> anyhow::Result<Dataset> {
+    let files = data_files(arg, query)?;
     let ds = match tok {
         Some(tok) => {
             let opts = vkformers_data::ReadOptions { train_on_prompt, ..Default::default() };
@@ -273,7 +281,7 @@ pub(crate) fn build_trainer<'g, 'c>(
     params: Vec<TrainableParam>,
 ) -> anyhow::Result<(Trainer<'g, 'c>, u64)> {
     let seq_len = args.seq_len.unwrap_or_else(|| default_seq_len(model));
-    let data = read_data(&args.data, tokenizer, args.train_on_prompt)?;
+    let data = read_data_from(&args.data, &args.hub_data.query(), tokenizer, args.train_on_prompt)?;
     let packing = if args.packing {
         true
     } else if args.no_packing {
@@ -282,7 +290,10 @@ pub(crate) fn build_trainer<'g, 'c>(
         data.plain_text
     };
     let (train_rows, eval_rows) = match (&args.eval_data, args.eval_split) {
-        (Some(e), _) => (data.examples, Some(read_data(e, tokenizer, args.train_on_prompt)?.examples)),
+        (Some(e), _) => {
+            let eval = read_data_from(e, &args.hub_data.eval_query(), tokenizer, args.train_on_prompt)?;
+            (data.examples, Some(eval.examples))
+        }
         (None, Some(f)) => {
             let (t, e) = split_eval(data.examples, f, args.seed)?;
             (t, Some(e))

@@ -196,11 +196,13 @@ impl<'g, 'c> Trainer<'g, 'c> {
             None => None,
         };
         self.step += 1;
+        // Throughput counts the training step only, not the evaluation after it.
+        let seconds = start.elapsed().as_secs_f64();
         let eval_loss = self.maybe_evaluate(model)?;
         let record = StepRecord { step: self.step, loss, lr, grad_norm, eval_loss };
         self.log.push(record.clone());
         let tokens = micro.iter().map(TokenBatch::tokens).sum();
-        Ok(StepStats { record, tokens, targets, seconds: start.elapsed().as_secs_f64() })
+        Ok(StepStats { record, tokens, targets, seconds })
     }
 
     fn take_micro_batches(&mut self) -> Vec<TokenBatch> {
