@@ -26,6 +26,8 @@ pub struct Args {
     /// Model folder (config.json, model.safetensors, tokenizer files with a chat template).
     #[arg(long)]
     model: String,
+    #[command(flatten)]
+    adapter: crate::load::AdapterArgs,
     /// A system message that opens the conversation.
     #[arg(long)]
     system: Option<String>,
@@ -137,7 +139,7 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
         .context("chat needs a chat template in tokenizer_config.json")?;
     let ctx = Context::new(selector)?;
     let g = Graph::new(&ctx);
-    let model = Model::load(&g, &dir).with_context(|| format!("loading the model in {}", dir.display()))?;
+    let model = crate::load::model_with_adapter(&g, &dir, &args.adapter)?;
     let mut session = Session {
         g: &g,
         model: &model,

@@ -3,9 +3,7 @@
 
 use std::process::ExitCode;
 
-use anyhow::Context as _;
 use vkformers_io::HfTokenizer;
-use vkformers_models::model::Model;
 use vkformers_tensor::Graph;
 use vkformers_train::{evaluate, sequences};
 use vkformers_vk::{Context, DeviceSelector};
@@ -15,6 +13,8 @@ pub struct Args {
     /// Model folder (or Hub id).
     #[arg(long)]
     model: String,
+    #[command(flatten)]
+    adapter: crate::load::AdapterArgs,
     /// Data: a JSONL file or folder (or Hub dataset id).
     #[arg(long)]
     data: String,
@@ -37,7 +37,7 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     let ctx = Context::new(selector)?;
     let g = Graph::new(&ctx);
     let dir = vkformers_hub::resolve_model(&args.model)?;
-    let model = Model::load(&g, &dir).with_context(|| format!("loading {}", dir.display()))?;
+    let model = crate::load::model_with_adapter(&g, &dir, &args.adapter)?;
     let tok = dir.join("tokenizer.json").exists().then(|| HfTokenizer::from_dir(&dir)).transpose()?;
     let data = crate::train::read_data_from(&args.data, &args.hub_data.query(), tok.as_ref(), args.train_on_prompt)?;
     crate::train::check_vocab(&data.examples, model.spec.vocab, "data")?;

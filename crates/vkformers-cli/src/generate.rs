@@ -16,7 +16,6 @@ use vkformers_generate::config::GenerationDefaults;
 use vkformers_generate::generation::{generate, GenerateOptions, Generation};
 use vkformers_generate::stop::{StopStrings, TextStream};
 use vkformers_io::HfTokenizer;
-use vkformers_models::model::Model;
 use vkformers_tensor::Graph;
 use vkformers_vk::{Context, DeviceSelector};
 
@@ -60,6 +59,8 @@ pub struct Args {
     /// Model folder (config.json, model.safetensors, tokenizer files).
     #[arg(long)]
     model: String,
+    #[command(flatten)]
+    adapter: crate::load::AdapterArgs,
     /// The prompt text.
     #[arg(long, group = "input")]
     prompt: Option<String>,
@@ -214,7 +215,7 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     }
     let ctx = Context::new(selector)?;
     let g = Graph::new(&ctx);
-    let model = Model::load(&g, &dir).with_context(|| format!("loading the model in {}", dir.display()))?;
+    let model = crate::load::model_with_adapter(&g, &dir, &args.adapter)?;
     if let Some(bad) = prompts.iter().flatten().find(|&&t| t as usize >= model.spec.vocab) {
         bail!("token id {bad} is outside the model's vocabulary of {} ids", model.spec.vocab);
     }

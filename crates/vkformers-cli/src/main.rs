@@ -9,6 +9,7 @@ mod doctor;
 mod eval;
 mod finetune;
 mod generate;
+mod load;
 mod merge_lora;
 mod train;
 

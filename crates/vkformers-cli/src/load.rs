@@ -1,0 +1,28 @@
+//! Loading the model a command runs: a model folder, optionally with a PEFT LoRA adapter kept
+//! unmerged (`--adapter`), shared by `generate`, `chat` and `eval`.
+
+use std::path::Path;
+
+use anyhow::Context as _;
+use vkformers_models::model::Model;
+use vkformers_tensor::Graph;
+
+/// `--adapter DIR|org/name`: a PEFT LoRA adapter (adapter_config.json +
+/// adapter_model.safetensors) applied on top of the model without merging.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct AdapterArgs {
+    #[arg(long)]
+    pub adapter: Option<String>,
+}
+
+/// The model in `dir` on `g`, with the adapter of `args` attached when one is given.
+pub fn model_with_adapter(g: &Graph<'_>, dir: &Path, args: &AdapterArgs) -> anyhow::Result<Model> {
+    let Some(adapter) = &args.adapter else {
+        return Model::load(g, dir).with_context(|| format!("loading the model in {}", dir.display()));
+    };
+    let adapter_dir = vkformers_hub::resolve_adapter(adapter)?;
+    // The LoRA weights live on in the model's weights; the returned handles are for training.
+    let (model, _lora) = vkformers_models::lora::load_with_adapter(g, dir, &adapter_dir)
+        .with_context(|| format!("loading {} with the adapter in {}", dir.display(), adapter_dir.display()))?;
+    Ok(model)
+}
