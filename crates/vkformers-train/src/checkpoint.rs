@@ -114,20 +114,33 @@ pub fn find_resume_dir(dir: &Path) -> Result<PathBuf> {
 }
 
 /// Moves the finished temporary folder `tmp` to `OUT/checkpoint-<step>` (replacing one of that
-/// name) and keeps only the newest `keep` checkpoints (0 keeps all).
+/// name) and keeps only the newest `keep` checkpoints (0 keeps all). A checkpoint leaves the
+/// `checkpoint-*` names by one rename before its files are deleted, so a kill at any moment
+/// never leaves a listed checkpoint with files missing.
 pub fn publish(tmp: &Path, out: &Path, step: u64, keep: usize) -> Result<PathBuf> {
     let dst = out.join(checkpoint_name(step));
     if dst.exists() {
-        std::fs::remove_dir_all(&dst).map_err(|e| TrainError::file(&dst, e))?;
+        discard(out, &dst)?;
     }
     std::fs::rename(tmp, &dst).map_err(|e| TrainError::file(&dst, e))?;
     if keep > 0 {
         let all = list_checkpoints(out);
         for (_, old) in all.iter().take(all.len().saturating_sub(keep)) {
-            std::fs::remove_dir_all(old).map_err(|e| TrainError::file(old, e))?;
+            discard(out, old)?;
         }
     }
     Ok(dst)
+}
+
+/// Renames the checkpoint folder `dir` to a hidden name, then deletes it.
+fn discard(out: &Path, dir: &Path) -> Result<()> {
+    let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let trash = out.join(format!(".{name}.discarded"));
+    if trash.exists() {
+        std::fs::remove_dir_all(&trash).map_err(|e| TrainError::file(&trash, e))?;
+    }
+    std::fs::rename(dir, &trash).map_err(|e| TrainError::file(dir, e))?;
+    std::fs::remove_dir_all(&trash).map_err(|e| TrainError::file(&trash, e))
 }
 
 /// A fresh temporary folder for the checkpoint at `step` (a leftover of a killed run is removed).
