@@ -26,6 +26,7 @@
 
 pub mod config;
 pub mod decode;
+mod device_choice;
 mod error;
 pub mod generation;
 mod processors;
