@@ -1,6 +1,6 @@
 //! The generation loop: a batch of prompts, left-padded to one length, prefilled in one forward,
-//! then one token per row per step against the KV cache on the device. Greedy decoding chooses the
-//! next token on the device and each step reads back only the chosen ids `[B]`; sampling reads
+//! then one token per row per step against the KV cache on the device. Greedy decoding (without a
+//! repetition penalty) chooses the next token on the device and each step reads back only the chosen ids `[B]`; sampling reads
 //! back the last position's logits `[B, V]` and runs the logits processors and the sampler on the
 //! host. Finished rows follow transformers' `generate` (`_sample`): a row that produced an EOS id
 //! (or that the caller stops) keeps receiving `pad` tokens, which are not reported.
@@ -263,8 +263,10 @@ enum Chooser {
 impl Chooser {
     fn new(g: &Graph<'_>, rows: usize, opts: &GenerateOptions) -> Result<Self, DecodeError> {
         let pipeline = opts.params.processors()?;
-        Ok(if opts.params.do_sample {
-            Chooser::Host { pipeline, sampler: Sampler::Seeded { seed: opts.seed } }
+        // Greedy with a repetition penalty still runs its processor on the host.
+        Ok(if opts.params.do_sample || !pipeline.processors.is_empty() {
+            let sampler = if opts.params.do_sample { Sampler::Seeded { seed: opts.seed } } else { Sampler::Greedy };
+            Chooser::Host { pipeline, sampler }
         } else {
             Chooser::Device(DeviceChooser::new(g, rows)?)
         })
