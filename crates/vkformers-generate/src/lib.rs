@@ -26,7 +26,7 @@
 
 pub mod config;
 pub mod decode;
-mod device_choice;
+pub mod device_choice;
 mod error;
 pub mod generation;
 mod processors;
@@ -38,5 +38,5 @@ pub mod stop;
 pub use error::GenerateError;
 pub use processors::{LogitsProcessor, Pipeline, SamplingParams};
 pub use rng::{philox4x32_10, uniform_f64};
-pub use sampler::{argmax, Sampler};
+pub use sampler::{argmax, sample_at, Sampler};
 pub use softmax::softmax;
