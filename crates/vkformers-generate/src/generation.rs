@@ -1,19 +1,23 @@
 //! The generation loop: a batch of prompts, left-padded to one length, prefilled in one forward,
-//! then one token per row per step against the KV cache on the device. Greedy decoding (without a
-//! repetition penalty) chooses the next token on the device and each step reads back only the chosen ids `[B]`; sampling reads
-//! back the last position's logits `[B, V]` and runs the logits processors and the sampler on the
-//! host. Finished rows follow transformers' `generate` (`_sample`): a row that produced an EOS id
-//! (or that the caller stops) keeps receiving `pad` tokens, which are not reported.
+//! then one token per row per step against the KV cache on the device. The next token is chosen
+//! on the device (`vkformers_kernels::sample`: greedy argmax, or transformers' processors and a
+//! seeded draw) and each step reads back only the chosen ids `[B]`; greedy decoding with a
+//! repetition penalty still reads back the last position's logits `[B, V]` and runs the processor
+//! and argmax on the host. `processors` and `sampler` stay the host reference the device is tested
+//! against (`tests/device_sampling.rs`). Finished rows follow transformers' `generate` (`_sample`):
+//! a row that produced an EOS id (or that the caller stops) keeps receiving `pad` tokens, which
+//! are not reported.
 
 use std::time::Instant;
 
+use vkformers_kernels::sample::{Draw, Processors};
 use vkformers_models::decoder::{forward_cached, Batch, KvCache};
 use vkformers_models::model::Model;
 use vkformers_models::ModelSpec;
 use vkformers_tensor::{Graph, Tensor};
 
 use crate::decode::DecodeError;
-use crate::device_choice::{required, DeviceChooser};
+use crate::device_choice::{device_processors, required, DeviceChooser};
 use crate::processors::{Pipeline, SamplingParams};
 use crate::sampler::Sampler;
 
@@ -188,6 +192,20 @@ pub fn generate_cached(
         return Err(DecodeError::NothingNew { rows: b, width, cached: cache.len(), batch: cache.batch() });
     }
     let chooser = Chooser::new(g, b, opts)?;
+    run(g, model, cache, ctx, opts, chooser, on_token)
+}
+
+/// [`generate_cached`] with the choice made by `chooser` (checked by the caller).
+fn run(
+    g: &Graph<'_>,
+    model: &Model,
+    cache: &mut KvCache,
+    ctx: Context,
+    opts: &GenerateOptions,
+    mut chooser: Chooser,
+    on_token: &mut dyn FnMut(usize, &[u32]) -> bool,
+) -> Result<Generation, DecodeError> {
+    let b = ctx.history.len();
     let start = Instant::now();
     let real: usize = ctx.masks.iter().map(|m| m[cache.len()..].iter().filter(|&&v| v != 0).count()).sum();
     let mut timings = Timings { prefill_tokens: real, ..Timings::default() };
@@ -253,39 +271,45 @@ fn feed(
     Ok(Logits { all: forward_cached(g, &model.spec, &model.weights, &batch, cache)?, t })
 }
 
-/// How each step's tokens are chosen: greedy on the device (only the ids come back), or the host
-/// pipeline and sampler on the logits read back.
+/// How each step's tokens are chosen: on the device (greedy, or sampling with the processors;
+/// only the ids come back), or, for what the device does not do (greedy with a repetition
+/// penalty), by the host pipeline and sampler on the logits read back.
 enum Chooser {
-    Device(DeviceChooser),
+    DeviceGreedy(DeviceChooser),
+    DeviceSampling { device: DeviceChooser, processors: Processors, seed: u64 },
     Host { pipeline: Pipeline, sampler: Sampler },
 }
 
 impl Chooser {
     fn new(g: &Graph<'_>, rows: usize, opts: &GenerateOptions) -> Result<Self, DecodeError> {
         let pipeline = opts.params.processors()?;
-        // Greedy with a repetition penalty still runs its processor on the host.
-        Ok(if opts.params.do_sample || !pipeline.processors.is_empty() {
-            let sampler = if opts.params.do_sample { Sampler::Seeded { seed: opts.seed } } else { Sampler::Greedy };
-            Chooser::Host { pipeline, sampler }
-        } else {
-            Chooser::Device(DeviceChooser::new(g, rows)?)
+        let device = device_processors(&pipeline);
+        Ok(match (opts.params.do_sample, device) {
+            (true, Some(processors)) => {
+                Chooser::DeviceSampling { device: DeviceChooser::new(g, rows)?, processors, seed: opts.seed }
+            }
+            (false, _) if pipeline.processors.is_empty() => Chooser::DeviceGreedy(DeviceChooser::new(g, rows)?),
+            (do_sample, _) => {
+                let sampler = if do_sample { Sampler::Seeded { seed: opts.seed } } else { Sampler::Greedy };
+                Chooser::Host { pipeline, sampler }
+            }
         })
     }
 
     /// Step `step`'s token of every row still running (`None` for finished rows).
     fn choose(
-        &self,
+        &mut self,
         g: &Graph<'_>,
         logits: &Logits,
         rows: &Rows,
         step: usize,
     ) -> Result<Vec<Option<u32>>, DecodeError> {
         let running = |row: usize| rows.finish[row].is_none();
-        match self {
-            Chooser::Device(device) => {
-                let ids = device.greedy(g, &logits.all, logits.t)?;
-                let picked = ids.into_iter().enumerate().map(|(row, id)| running(row).then(|| required(id)));
-                Ok(picked.map(Option::transpose).collect::<Result<_, _>>()?)
+        let ids = match self {
+            Chooser::DeviceGreedy(device) => device.greedy(g, &logits.all, logits.t)?,
+            Chooser::DeviceSampling { device, processors, seed } => {
+                let d = Draw { seed: *seed, step: step as u64 };
+                device.sample(g, (&logits.all, logits.t), &rows.history, processors, d)?
             }
             Chooser::Host { pipeline, sampler } => {
                 let mut scores = last_logits(g, &logits.all, rows.history.len(), logits.t)?;
@@ -295,9 +319,11 @@ impl Chooser {
                         sampler.sample_row(s, step as u64, row as u32)
                     })
                 });
-                Ok(picked.map(Option::transpose).collect::<Result<_, _>>()?)
+                return Ok(picked.map(Option::transpose).collect::<Result<_, _>>()?);
             }
-        }
+        };
+        let picked = ids.into_iter().enumerate().map(|(row, id)| running(row).then(|| required(id)));
+        Ok(picked.map(Option::transpose).collect::<Result<_, _>>()?)
     }
 }
 
@@ -321,5 +347,54 @@ fn report(rows: &mut Rows, row: usize, opts: &GenerateOptions, on_token: &mut dy
         rows.finish[row] = Some(Finish::Stopped);
     } else if rows.new[row].len() == opts.max_new_tokens {
         rows.finish[row] = Some(Finish::Length);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use vkformers_vk::testing::on_every_device;
+
+    use super::*;
+
+    /// Sampling with every processor on, chosen on the device, gives the tokens of the host
+    /// pipeline and sampler on the logits read back (the choice of every step is equal, so the
+    /// histories and presence stay equal too).
+    #[test]
+    fn device_sampling_equals_host_sampling_in_the_loop() {
+        on_every_device("device vs host sampling loop", |ctx| {
+            let g = Graph::new(ctx);
+            let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/qwen2");
+            let model = Model::load(&g, &dir).unwrap();
+            let prompts = vec![vec![5u32, 9, 14, 9, 30, 2], vec![7u32, 7, 40]];
+            let params = SamplingParams {
+                temperature: 1.4,
+                top_k: 30,
+                top_p: 0.97,
+                min_p: Some(0.01),
+                repetition_penalty: 1.3,
+                ..SamplingParams::sampling()
+            };
+            let opts = GenerateOptions { params, seed: 21, ..GenerateOptions::greedy(24) };
+            let go = |host: bool| {
+                let (ids, mask, width) = left_pad(&prompts, opts.pad);
+                let history = ids.chunks(width).map(|r| r.iter().map(|&t| t as u32).collect()).collect();
+                let masks = mask.chunks(width).map(<[i32]>::to_vec).collect();
+                let mut cache = KvCache::batched(&g, &model.spec, 2, width + 24).unwrap();
+                let chooser = if host {
+                    let pipeline = opts.params.processors().unwrap();
+                    Chooser::Host { pipeline, sampler: Sampler::Seeded { seed: opts.seed } }
+                } else {
+                    Chooser::new(&g, 2, &opts).unwrap()
+                };
+                assert_eq!(matches!(chooser, Chooser::DeviceSampling { .. }), !host);
+                run(&g, &model, &mut cache, Context { history, masks }, &opts, chooser, &mut |_, _| false).unwrap()
+            };
+            let (device, host) = (go(false), go(true));
+            assert_eq!(device.rows, host.rows);
+            assert_eq!(device.rows.iter().map(Vec::len).collect::<Vec<_>>(), [24, 24]);
+            Ok(())
+        });
     }
 }
