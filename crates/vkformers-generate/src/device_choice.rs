@@ -82,9 +82,11 @@ pub fn required(id: Option<u32>) -> Result<u32, GenerateError> {
 }
 
 /// The device form of a host pipeline (same processors, same order, the host's f32 parameters), or
-/// `None` when it cannot be expressed (a processor twice, or different `min_tokens_to_keep`s).
+/// `None` when it cannot be expressed (a processor twice, or different `min_tokens_to_keep`s). Not
+/// greedy: the caller sets `greedy` for greedy decoding (whose pipeline is at most the penalty).
 pub fn device_processors(pipeline: &Pipeline) -> Option<Processors> {
-    let mut p = Processors { penalty: None, temperature: None, top_k: None, top_p: None, min_p: None, keep: 1 };
+    let mut p =
+        Processors { penalty: None, temperature: None, top_k: None, top_p: None, min_p: None, keep: 1, greedy: false };
     let mut keep = None;
     let mut same_keep = |k: usize| keep.replace(k).is_none_or(|old| old == k);
     for proc in &pipeline.processors {

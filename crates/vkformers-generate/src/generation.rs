@@ -1,12 +1,10 @@
 //! The generation loop: a batch of prompts, left-padded to one length, prefilled in one forward,
 //! then one token per row per step against the KV cache on the device. The next token is chosen
 //! on the device (`vkformers_kernels::sample`: greedy argmax, or transformers' processors and a
-//! seeded draw) and each step reads back only the chosen ids `[B]`; greedy decoding with a
-//! repetition penalty still reads back the last position's logits `[B, V]` and runs the processor
-//! and argmax on the host. `processors` and `sampler` stay the host reference the device is tested
-//! against (`tests/device_sampling.rs`). Finished rows follow transformers' `generate` (`_sample`):
-//! a row that produced an EOS id (or that the caller stops) keeps receiving `pad` tokens, which
-//! are not reported.
+//! seeded draw) and each step reads back only the chosen ids `[B]`. `processors` and `sampler`
+//! stay the host reference the device is tested against (`tests/device_sampling.rs`). Finished
+//! rows follow transformers' `generate` (`_sample`): a row that produced an EOS id (or that the
+//! caller stops) keeps receiving `pad` tokens, which are not reported.
 
 use std::time::Instant;
 
@@ -271,9 +269,9 @@ fn feed(
     Ok(Logits { all: forward_cached(g, &model.spec, &model.weights, &batch, cache)?, t })
 }
 
-/// How each step's tokens are chosen: on the device (greedy, or sampling with the processors;
-/// only the ids come back), or, for what the device does not do (greedy with a repetition
-/// penalty), by the host pipeline and sampler on the logits read back.
+/// How each step's tokens are chosen: on the device (greedy, or the processors then greedy or a
+/// draw; only the ids come back), or, for a pipeline the device cannot express (none that
+/// `SamplingParams` builds), by the host pipeline and sampler on the logits read back.
 enum Chooser {
     DeviceGreedy(DeviceChooser),
     DeviceSampling { device: DeviceChooser, processors: Processors, seed: u64 },
@@ -285,11 +283,12 @@ impl Chooser {
         let pipeline = opts.params.processors()?;
         let device = device_processors(&pipeline);
         Ok(match (opts.params.do_sample, device) {
-            (true, Some(processors)) => {
+            (false, _) if pipeline.processors.is_empty() => Chooser::DeviceGreedy(DeviceChooser::new(g, rows)?),
+            (do_sample, Some(processors)) => {
+                let processors = Processors { greedy: !do_sample, ..processors };
                 Chooser::DeviceSampling { device: DeviceChooser::new(g, rows)?, processors, seed: opts.seed }
             }
-            (false, _) if pipeline.processors.is_empty() => Chooser::DeviceGreedy(DeviceChooser::new(g, rows)?),
-            (do_sample, _) => {
+            (do_sample, None) => {
                 let sampler = if do_sample { Sampler::Seeded { seed: opts.seed } } else { Sampler::Greedy };
                 Chooser::Host { pipeline, sampler }
             }
@@ -358,25 +357,32 @@ mod tests {
 
     use super::*;
 
-    /// Sampling with every processor on, chosen on the device, gives the tokens of the host
-    /// pipeline and sampler on the logits read back (the choice of every step is equal, so the
-    /// histories and presence stay equal too).
+    /// Sampling with every processor on, and greedy decoding with a repetition penalty, chosen on
+    /// the device give the tokens of the host pipeline and sampler on the logits read back (the
+    /// choice of every step is equal, so the histories and presence stay equal too).
     #[test]
-    fn device_sampling_equals_host_sampling_in_the_loop() {
-        on_every_device("device vs host sampling loop", |ctx| {
+    fn device_choice_equals_host_choice_in_the_loop() {
+        let sampling = SamplingParams {
+            temperature: 1.4,
+            top_k: 30,
+            top_p: 0.97,
+            min_p: Some(0.01),
+            repetition_penalty: 1.3,
+            ..SamplingParams::sampling()
+        };
+        let greedy = SamplingParams { repetition_penalty: 1.3, ..SamplingParams::greedy() };
+        for params in [sampling, greedy] {
+            device_equals_host(params);
+        }
+    }
+
+    fn device_equals_host(params: SamplingParams) {
+        on_every_device("device vs host choice in the loop", |ctx| {
             let g = Graph::new(ctx);
             let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/qwen2");
             let model = Model::load(&g, &dir).unwrap();
             let prompts = vec![vec![5u32, 9, 14, 9, 30, 2], vec![7u32, 7, 40]];
-            let params = SamplingParams {
-                temperature: 1.4,
-                top_k: 30,
-                top_p: 0.97,
-                min_p: Some(0.01),
-                repetition_penalty: 1.3,
-                ..SamplingParams::sampling()
-            };
-            let opts = GenerateOptions { params, seed: 21, ..GenerateOptions::greedy(24) };
+            let opts = GenerateOptions { params: params.clone(), seed: 21, ..GenerateOptions::greedy(24) };
             let go = |host: bool| {
                 let (ids, mask, width) = left_pad(&prompts, opts.pad);
                 let history = ids.chunks(width).map(|r| r.iter().map(|&t| t as u32).collect()).collect();
@@ -384,7 +390,9 @@ mod tests {
                 let mut cache = KvCache::batched(&g, &model.spec, 2, width + 24).unwrap();
                 let chooser = if host {
                     let pipeline = opts.params.processors().unwrap();
-                    Chooser::Host { pipeline, sampler: Sampler::Seeded { seed: opts.seed } }
+                    let sampler =
+                        if opts.params.do_sample { Sampler::Seeded { seed: opts.seed } } else { Sampler::Greedy };
+                    Chooser::Host { pipeline, sampler }
                 } else {
                     Chooser::new(&g, 2, &opts).unwrap()
                 };

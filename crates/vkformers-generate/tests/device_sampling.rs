@@ -2,11 +2,12 @@
 //! sampler: on random logits, for every combination of the processors and many (seed, step, row),
 //! the device's token is the host's. Draws that land within rounding of a boundary (the host's
 //! choice changes when the uniform, top-p or min-p moves by 1e-5) are left out and counted; they
-//! must be rare. Also: presence is updated with the chosen id, an all-NaN row gives NO_TOKEN.
+//! must be rare. Also: presence is updated with the chosen id, an all-NaN row gives NO_TOKEN, and
+//! greedy decoding with a repetition penalty picks the host's argmax.
 
 use vkformers_generate::device_choice::device_processors;
 use vkformers_generate::{sample_at, uniform_f64, Pipeline, SamplingParams};
-use vkformers_kernels::sample::{self, Draw, NO_TOKEN};
+use vkformers_kernels::sample::{self, Draw, Processors, NO_TOKEN};
 use vkformers_kernels::testutil::Rng;
 use vkformers_vk::testing::on_every_device;
 use vkformers_vk::{Context, Result};
@@ -49,12 +50,15 @@ impl Case {
 
 /// The device's ids and the presence after the draw.
 fn device_draw(ctx: &Context, c: &Case, pipeline: &Pipeline, d: Draw) -> Result<(Vec<u32>, Vec<u32>)> {
-    let p = device_processors(pipeline).expect("a pipeline SamplingParams builds");
+    device_draw_with(ctx, c, &device_processors(pipeline).expect("a pipeline SamplingParams builds"), d)
+}
+
+fn device_draw_with(ctx: &Context, c: &Case, p: &Processors, d: Draw) -> Result<(Vec<u32>, Vec<u32>)> {
     let logits = ctx.buffer_from(&c.logits, "logits")?;
     let presence = ctx.buffer_from(&c.presence(), "presence")?;
     let ids = ctx.buffer((c.rows * 4) as u64, "ids")?;
     let mut rec = ctx.recorder(false)?;
-    sample::draw_last(&mut rec, logits.view(), presence.view(), ids.view(), (c.rows, c.t, c.v), &p, d)?;
+    sample::draw_last(&mut rec, logits.view(), presence.view(), ids.view(), (c.rows, c.t, c.v), p, d)?;
     rec.submit()?;
     Ok((ctx.read_vec(ids.view())?, ctx.read_vec(presence.view())?))
 }
@@ -171,6 +175,40 @@ fn a_seeded_device_draw_repeats_and_a_row_of_nan_has_no_token() {
         assert!(a[1..].iter().all(|&id| id < 777));
         let (other, _) = device_draw(ctx, &c, &pipeline, Draw { seed: 12, step: 3 })?;
         assert_ne!(a, other, "another seed draws other tokens (3 rows of 777, top-k 50)");
+        Ok(())
+    });
+}
+
+#[test]
+fn greedy_with_a_repetition_penalty_equals_the_host() {
+    on_every_device("device greedy with penalty", |ctx| {
+        let mut rng = Rng::new(80);
+        let params = SamplingParams { repetition_penalty: 1.5, ..SamplingParams::greedy() };
+        let pipeline = params.processors().unwrap();
+        let mut p = device_processors(&pipeline).unwrap();
+        p.greedy = true;
+        for (rows, v) in [(3, 5), (3, 300), (2, 4099)] {
+            for _ in 0..10 {
+                // Few distinct values: ties, and penalised ids that tie with others.
+                let mut c = Case::random(&mut rng, rows, 1, v, 1.0);
+                c.logits.iter_mut().for_each(|x| *x = (*x * 4.0).round());
+                c.logits[rng.below(v)] = f32::NAN;
+                c.history.iter_mut().for_each(|h| h.extend((0..v / 3).map(|_| rng.below(v) as u32)));
+                let (ids, _) = device_draw_with(ctx, &c, &p, Draw { seed: 0, step: 0 })?;
+                for (row, &id) in ids.iter().enumerate() {
+                    let mut s = c.last(row);
+                    pipeline.apply(&mut s, &c.history[row]);
+                    assert_eq!(Some(id), vkformers_generate::argmax(&s), "v {v} row {row}");
+                }
+            }
+        }
+        // All NaN: no token; NaN and -inf: the first -inf.
+        let mut c = Case::random(&mut rng, 2, 1, 9, 1.0);
+        c.logits[..9].fill(f32::NAN);
+        c.logits[9..].fill(f32::NEG_INFINITY);
+        c.logits[9] = f32::NAN;
+        let (ids, _) = device_draw_with(ctx, &c, &p, Draw { seed: 0, step: 0 })?;
+        assert_eq!(ids, [NO_TOKEN, 1]);
         Ok(())
     });
 }

@@ -15,6 +15,8 @@ layout(local_size_x = WG) in;
 //   top-p (flag 8):   p = softmax(kept s); remove the ascending-order prefix whose running sum
 //                     is <= 1 - top_p, except the `keep` largest
 //   min-p (flag 16):  p = softmax(kept s); remove p_j < min_p * max p, except the `keep` largest
+//   greedy (flag 32, instead of the warpers and the draw): the first j of the largest s_j, NaN
+//                     logits skipped (as `vkformers_generate::argmax`)
 //   draw:             e_j = exp(s_j - max s) over kept j; the first j (index order) whose running
 //                     sum of e exceeds u * sum(e), u from Philox4x32-10 (see below).
 // Every filter removes the smallest scores, so the kept set is {j : key(s_j) >= low} for an
@@ -133,12 +135,46 @@ uint top_p_low(uint base, uint pres, uint low, vec2 mz) {
     return K == NONE ? NONE : K + 1u;
 }
 
+// Greedy: ids[r] = the first j whose logit is not NaN and whose score is the largest of those.
+void choose_greedy(uint r, uint base, uint pres) {
+    uint tid = gl_LocalInvocationID.x;
+    float m = -1.0 / 0.0;
+    uint numbers = 0u;
+    for (uint j = tid; j < pc.v; j += WG) {
+        if (!isnan(pc.logits.v[base + j])) {
+            m = max(m, score(base, pres, j));
+            numbers++;
+        }
+    }
+    m = wg_max(m);
+    bool none = wg_count(numbers) == 0u;
+    barrier();
+    if (tid == 0) chosen = NONE;
+    barrier();
+    for (uint j = tid; j < pc.v && !none; j += WG) {
+        if (!isnan(pc.logits.v[base + j]) && score(base, pres, j) == m) {
+            atomicMin(chosen, j);
+            break;
+        }
+    }
+    barrier();
+    if (tid == 0) {
+        pc.ids.v[r] = chosen;
+        if (chosen != NONE) pc.presence.v[pres + chosen] = 1u;
+    }
+    barrier();
+}
+
 void main() {
     uint tid = gl_LocalInvocationID.x;
     uint chunk = (pc.v + WG - 1) / WG;
     for (uint r = gl_WorkGroupID.x; r < pc.rows; r += gl_NumWorkGroups.x) {
         uint base = (r * pc.t + pc.t - 1) * pc.v; // the launcher checks rows t v < 2^32
         uint pres = r * pc.v;
+        if ((pc.flags & 32u) != 0u) {
+            choose_greedy(r, base, pres);
+            continue;
+        }
         uint low = 0u;
         uint keep_key = (pc.flags & 24u) != 0u ? kth_key(base, pres, pc.keep) : 0u;
         if ((pc.flags & 4u) != 0u) {

@@ -52,6 +52,9 @@ pub struct Processors {
     pub min_p: Option<f32>,
     /// transformers' `min_tokens_to_keep` (`>= 1`) of top-k, top-p and min-p.
     pub keep: usize,
+    /// Greedy decoding: the argmax of the penalised scores (first index on ties, NaN logits
+    /// skipped) instead of the warpers and the draw (transformers runs no warper when greedy).
+    pub greedy: bool,
 }
 
 /// Which draw of a seeded run: the uniform variate of row b is Philox4x32-10 of counter
@@ -93,7 +96,8 @@ pub fn draw_last(
         | u32::from(p.temperature.is_some()) << 1
         | u32::from(top_k.is_some()) << 2
         | u32::from(p.top_p.is_some()) << 3
-        | u32::from(p.min_p.is_some()) << 4;
+        | u32::from(p.min_p.is_some()) << 4
+        | u32::from(p.greedy) << 5;
     let words = [
         rows as u32,
         t as u32,
