@@ -20,9 +20,9 @@ layout(local_size_x = WG) in;
 //   draw:             e_j = exp(s_j - max s) over kept j; the first j (index order) whose running
 //                     sum of e exceeds u * sum(e), u from Philox4x32-10 (see below).
 // Every filter removes the smallest scores, so the kept set is {j : key(s_j) >= low} for an
-// order-preserving key of the f32 bit pattern; thresholds are found by a 32-step binary search
-// over keys, each step one pass over the row with a workgroup count or sum (no sort, no scratch
-// beyond WG-sized shared arrays). Ties straddling a top-p or min_tokens_to_keep cut are kept whole
+// order-preserving key of the f32 bit pattern; the top-k (and min_tokens_to_keep) threshold is a
+// 4-pass radix select over keys, the top-p one a 32-step binary search over keys, each step one
+// pass over the row with a workgroup sum (no sort, no scratch beyond small shared arrays). Ties straddling a top-p or min_tokens_to_keep cut are kept whole
 // (the host's stable sort keeps only the higher indices of such a tie; torch's unstable sort is
 // arbitrary there). Sums are f32 trees (the host sums in f64), so a choice may differ from the
 // host's only when a running sum lands within rounding of a cut or of the draw point.
@@ -88,18 +88,45 @@ float score(uint base, uint pres, uint j) {
     return x;
 }
 
-// The largest key K with #{j : key(s_j) >= K} >= k (the key of the k-th largest score), k >= 1.
+// The largest key K with #{j : key(s_j) >= K} >= k, i.e. the key of the k-th largest score
+// (k >= 1): a radix select, 8 bits per pass from the top, through a 256-bin histogram of the
+// keys that share the digits chosen so far (shared-memory integer atomics: exact, and the
+// result does not depend on their order).
+shared uint hist[256];
+shared uint digit_sel;
+shared uint digit_rest;
 uint kth_key(uint base, uint pres, uint k) {
-    uint K = 0u;
-    for (int bit = 31; bit >= 0; bit--) {
-        uint cand = K | (1u << uint(bit));
-        uint c = 0u;
-        for (uint j = gl_LocalInvocationID.x; j < pc.v; j += WG) {
-            c += key_of(score(base, pres, j)) >= cand ? 1u : 0u;
+    uint tid = gl_LocalInvocationID.x;
+    uint prefix = 0u;
+    uint rest = k; // rank still wanted among the keys that match `prefix` above `shift`
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        uint above = shift == 24 ? 0u : (0xffffffffu << uint(shift + 8));
+        barrier();
+        for (uint d = tid; d < 256u; d += WG) hist[d] = 0u;
+        barrier();
+        for (uint j = tid; j < pc.v; j += WG) {
+            uint key = key_of(score(base, pres, j));
+            if ((key & above) == prefix) atomicAdd(hist[(key >> uint(shift)) & 255u], 1u);
         }
-        if (wg_count(c) >= k) K = cand;
+        barrier();
+        if (tid == 0u) {
+            uint acc = 0u;
+            digit_sel = 0u;
+            digit_rest = rest - acc;
+            for (int d = 255; d >= 0; d--) {
+                if (acc + hist[d] >= rest) {
+                    digit_sel = uint(d);
+                    digit_rest = rest - acc;
+                    break;
+                }
+                acc += hist[d];
+            }
+        }
+        barrier();
+        prefix |= digit_sel << uint(shift);
+        rest = digit_rest;
     }
-    return K;
+    return prefix;
 }
 
 // Max and sum of exp(s - max) over the kept scores (key >= low).
