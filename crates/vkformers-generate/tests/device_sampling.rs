@@ -136,6 +136,7 @@ fn device_draw_equals_host_pipeline_and_sampler() {
 fn device_draw_on_a_large_vocabulary() {
     on_every_device("device sampling 50k", |ctx| {
         let mut rng = Rng::new(78);
+        let mut compared = 0;
         let params = SamplingParams {
             temperature: 0.8,
             top_k: 50,
@@ -144,8 +145,10 @@ fn device_draw_on_a_large_vocabulary() {
             repetition_penalty: 1.2,
             ..SamplingParams::sampling()
         };
+        // No top-k, and a top-k that keeps more than the kernel's shared-memory list (2048).
         let wide = SamplingParams { top_k: 0, min_p: None, ..params.clone() };
-        for params in [params, wide] {
+        let long = SamplingParams { top_k: 5000, ..params.clone() };
+        for params in [params, wide, long] {
             let c = Case::random(&mut rng, 3, 1, 50_000, 12.0);
             let d = Draw { seed: 5, step: 9 };
             let (ids, _) = device_draw(ctx, &c, &params.processors().unwrap(), d)?;
@@ -153,9 +156,11 @@ fn device_draw_on_a_large_vocabulary() {
                 let u = uniform_f64(d.seed, d.step, row as u32);
                 if !near_a_boundary(&c, row, &params, u) {
                     assert_eq!(Some(id), host_at(&c, row, &params, u), "row {row} {params:?}");
+                    compared += 1;
                 }
             }
         }
+        assert!(compared >= 8, "only {compared} of 9 draws compared");
         Ok(())
     });
 }

@@ -88,6 +88,59 @@ float score(uint base, uint pres, uint j) {
     return x;
 }
 
+// The elements the passes after top-k visit: the whole row, or, when top-k leaves at most CAP
+// of them, their (score, index) in index order, compacted into shared memory, so that top-p's
+// 32 passes, min-p and the draw read CAP entries instead of the row.
+const uint CAP = 2048u;
+shared float list_s[CAP];
+shared uint list_i[CAP];
+shared uint list_n;
+bool listed = false; // uniform over the workgroup
+uint n_list = 0u;
+uint g_base = 0u, g_pres = 0u;
+uint elems() { return listed ? n_list : pc.v; }
+float elem_score(uint i) { return listed ? list_s[i] : score(g_base, g_pres, i); }
+uint elem_index(uint i) { return listed ? list_i[i] : i; }
+
+// Compacts the scores with key >= low into the list when they are at most CAP.
+void compact(uint low) {
+    uint tid = gl_LocalInvocationID.x;
+    uint chunk = (pc.v + WG - 1) / WG;
+    uint j0 = min(tid * chunk, pc.v), j1 = min(j0 + chunk, pc.v);
+    uint mine = 0u;
+    for (uint j = j0; j < j1; j++) {
+        if (key_of(score(g_base, g_pres, j)) >= low) mine++;
+    }
+    barrier();
+    count_buf[tid] = mine;
+    barrier();
+    if (tid == 0u) {
+        uint acc = 0u;
+        for (uint i = 0u; i < WG; i++) {
+            uint x = count_buf[i];
+            count_buf[i] = acc;
+            acc += x;
+        }
+        list_n = acc;
+    }
+    barrier();
+    uint n = list_n;
+    if (n <= CAP) {
+        uint at = count_buf[tid];
+        for (uint j = j0; j < j1; j++) {
+            float x = score(g_base, g_pres, j);
+            if (key_of(x) >= low) {
+                list_s[at] = x;
+                list_i[at] = j;
+                at++;
+            }
+        }
+    }
+    barrier();
+    listed = n <= CAP;
+    n_list = n;
+}
+
 // The largest key K with #{j : key(s_j) >= K} >= k, i.e. the key of the k-th largest score
 // (k >= 1): a radix select, 8 bits per pass from the top, through a 256-bin histogram of the
 // keys that share the digits chosen so far (shared-memory integer atomics: exact, and the
@@ -132,14 +185,14 @@ uint kth_key(uint base, uint pres, uint k) {
 // Max and sum of exp(s - max) over the kept scores (key >= low).
 vec2 max_and_mass(uint base, uint pres, uint low) {
     float m = -1.0 / 0.0;
-    for (uint j = gl_LocalInvocationID.x; j < pc.v; j += WG) {
-        float s = score(base, pres, j);
+    for (uint j = gl_LocalInvocationID.x; j < elems(); j += WG) {
+        float s = elem_score(j);
         if (key_of(s) >= low) m = max(m, s);
     }
     m = wg_max(m);
     float z = 0.0;
-    for (uint j = gl_LocalInvocationID.x; j < pc.v; j += WG) {
-        float s = score(base, pres, j);
+    for (uint j = gl_LocalInvocationID.x; j < elems(); j += WG) {
+        float s = elem_score(j);
         if (key_of(s) >= low && m > -1.0 / 0.0) z += exp(s - m);
     }
     return vec2(m, wg_sum(z));
@@ -152,8 +205,8 @@ uint top_p_low(uint base, uint pres, uint low, vec2 mz) {
     for (int bit = 31; bit >= 0; bit--) {
         uint cand = K | (1u << uint(bit));
         float c = 0.0;
-        for (uint j = gl_LocalInvocationID.x; j < pc.v; j += WG) {
-            float s = score(base, pres, j);
+        for (uint j = gl_LocalInvocationID.x; j < elems(); j += WG) {
+            float s = elem_score(j);
             uint k = key_of(s);
             if (k >= low && k <= cand && mz.x > -1.0 / 0.0) c += exp(s - mz.x) / mz.y;
         }
@@ -194,10 +247,12 @@ void choose_greedy(uint r, uint base, uint pres) {
 
 void main() {
     uint tid = gl_LocalInvocationID.x;
-    uint chunk = (pc.v + WG - 1) / WG;
     for (uint r = gl_WorkGroupID.x; r < pc.rows; r += gl_NumWorkGroups.x) {
         uint base = (r * pc.t + pc.t - 1) * pc.v; // the launcher checks rows t v < 2^32
         uint pres = r * pc.v;
+        g_base = base;
+        g_pres = pres;
+        listed = false;
         if ((pc.flags & 32u) != 0u) {
             choose_greedy(r, base, pres);
             continue;
@@ -206,6 +261,7 @@ void main() {
         uint keep_key = (pc.flags & 24u) != 0u ? kth_key(base, pres, pc.keep) : 0u;
         if ((pc.flags & 4u) != 0u) {
             low = kth_key(base, pres, pc.top_k);
+            compact(low);
         }
         if ((pc.flags & 8u) != 0u) {
             uint p_low = top_p_low(base, pres, low, max_and_mass(base, pres, low));
@@ -217,18 +273,19 @@ void main() {
             min_p_cut = pc.min_p * (1.0 / mz.y); // min_p * the largest probability
         }
         // The draw: thread tid sums its contiguous chunk, an exclusive scan orders the chunks.
-        uint j0 = min(tid * chunk, pc.v), j1 = min(j0 + chunk, pc.v);
+        uint chunk = (elems() + WG - 1) / WG;
+        uint j0 = min(tid * chunk, elems()), j1 = min(j0 + chunk, elems());
         float mine = 0.0;
         uint last = 0u;
         bool any = false;
         for (uint j = j0; j < j1; j++) {
-            float s = score(base, pres, j);
+            float s = elem_score(j);
             uint k = key_of(s);
             float e = mz.x > -1.0 / 0.0 ? exp(s - mz.x) : 0.0;
             bool kept = k >= low && (e / mz.y >= min_p_cut || k >= keep_key) && e > 0.0;
             if (kept) {
                 mine += e;
-                last = j;
+                last = elem_index(j);
                 any = true;
             }
         }
@@ -252,13 +309,13 @@ void main() {
         float cum = prefix[tid];
         if (total > 0.0 && cum <= target && cum + mine > target) {
             for (uint j = j0; j < j1; j++) {
-                float s = score(base, pres, j);
+                float s = elem_score(j);
                 uint k = key_of(s);
                 float e = exp(s - mz.x);
                 if (k >= low && (e / mz.y >= min_p_cut || k >= keep_key) && e > 0.0) {
                     cum += e;
                     if (cum > target) {
-                        atomicMin(chosen, j);
+                        atomicMin(chosen, elem_index(j));
                         break;
                     }
                 }
