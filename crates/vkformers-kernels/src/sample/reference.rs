@@ -1,4 +1,7 @@
-//! CPU reference of the sampling kernels.
+//! CPU reference of the sampling kernels: argmax here. The draw kernel's reference is the host
+//! pipeline and sampler of `vkformers-generate` (`Pipeline::apply` + `Sampler::sample_row`, f64
+//! softmax and draw), which depends on this crate, so the comparison lives in
+//! `vkformers-generate/tests/device_sampling.rs`.
 
 /// Index of the largest of `row`, the first on ties, NaN skipped; `None` when every entry is NaN
 /// (or the row is empty).
