@@ -199,8 +199,10 @@ vec2 max_and_mass(uint base, uint pres, uint low) {
 }
 
 // Top-p: the lowest key kept (before min_tokens_to_keep), i.e. one above the largest K whose
-// running sum of kept probabilities over keys <= K is still <= cut.
-uint top_p_low(uint base, uint pres, uint low, vec2 mz) {
+// running sum of kept probabilities over keys <= K is still <= cut; `offset` is the probability
+// of the kept scores below `low` (all removed: see `narrow_for_top_p`), mz the max and mass of
+// every kept score.
+uint top_p_low(uint low, vec2 mz, float offset) {
     uint K = 0u;
     for (int bit = 31; bit >= 0; bit--) {
         uint cand = K | (1u << uint(bit));
@@ -210,9 +212,35 @@ uint top_p_low(uint base, uint pres, uint low, vec2 mz) {
             uint k = key_of(s);
             if (k >= low && k <= cand && mz.x > -1.0 / 0.0) c += exp(s - mz.x) / mz.y;
         }
-        if (wg_sum(c) <= pc.top_p_cut) K = cand;
+        if (wg_sum(c) + offset <= pc.top_p_cut) K = cand;
     }
     return K == NONE ? NONE : K + 1u;
+}
+
+// Before top-p's passes when no short top-k list was made: if the CAP largest kept scores hold
+// the top-p cut (the probability below them is <= cut, so top-p removes all of it), compact them
+// and return their lowest key, with that probability in `offset`; else return `low` (the passes
+// then read the row). Not when min_tokens_to_keep could protect scores below them.
+uint narrow_for_top_p(uint low, vec2 mz, out float offset) {
+    offset = 0.0;
+    if (listed || pc.keep > CAP || mz.x == -1.0 / 0.0) return low;
+    if (pc.v <= CAP) {
+        compact(low);
+        return low;
+    }
+    uint cap_key = kth_key(g_base, g_pres, CAP);
+    float below = 0.0;
+    for (uint j = gl_LocalInvocationID.x; j < pc.v; j += WG) {
+        float s = score(g_base, g_pres, j);
+        uint k = key_of(s);
+        if (k >= low && k < cap_key) below += exp(s - mz.x) / mz.y;
+    }
+    below = wg_sum(below);
+    if (cap_key <= low || below > pc.top_p_cut) return low;
+    compact(cap_key);
+    if (!listed) return low; // ties at the CAP-th score made the list too long
+    offset = below;
+    return cap_key;
 }
 
 // Greedy: ids[r] = the first j whose logit is not NaN and whose score is the largest of those.
@@ -264,7 +292,10 @@ void main() {
             compact(low);
         }
         if ((pc.flags & 8u) != 0u) {
-            uint p_low = top_p_low(base, pres, low, max_and_mass(base, pres, low));
+            vec2 mz = max_and_mass(base, pres, low);
+            float offset = 0.0;
+            uint top_low = narrow_for_top_p(low, mz, offset);
+            uint p_low = top_p_low(top_low, mz, offset);
             low = max(low, min(p_low, keep_key));
         }
         float min_p_cut = -1.0;
