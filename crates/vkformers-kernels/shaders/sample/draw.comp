@@ -21,8 +21,10 @@ layout(local_size_x = WG) in;
 //                     sum of e exceeds u * sum(e), u from Philox4x32-10 (see below).
 // Every filter removes the smallest scores, so the kept set is {j : key(s_j) >= low} for an
 // order-preserving key of the f32 bit pattern; the top-k (and min_tokens_to_keep) threshold is a
-// 4-pass radix select over keys, the top-p one a 32-step binary search over keys, each step one
-// pass over the row with a workgroup sum (no sort, no scratch beyond small shared arrays). Ties straddling a top-p or min_tokens_to_keep cut are kept whole
+// 4-pass radix select over keys, the top-p one a 32-step binary search over keys, each step a
+// workgroup sum (no sort, no scratch buffer). The passes after top-k read a shared-memory list of
+// the kept (score, index) pairs in index order when there are at most 2048 of them (after a
+// top-k, or when the 2048 largest scores hold the top-p cut), else the row; shared memory ~21 KiB. Ties straddling a top-p or min_tokens_to_keep cut are kept whole
 // (the host's stable sort keeps only the higher indices of such a tie; torch's unstable sort is
 // arbitrary there). Sums are f32 trees (the host sums in f64), so a choice may differ from the
 // host's only when a running sum lands within rounding of a cut or of the draw point.
