@@ -1,18 +1,22 @@
 //! The generation loop: a batch of prompts, left-padded to one length, prefilled in one forward,
-//! then one token per row per step against the KV cache on the device. Each step reads back only
-//! the last position's logits `[B, V]`; the logits processors and the sampler run on the host, as
-//! transformers' `generate` (`_sample`) does, with its rules for finished rows: a row that produced
-//! an EOS id (or that the caller stops) keeps receiving `pad` tokens, which are not reported.
+//! then one token per row per step against the KV cache on the device. The next token is chosen
+//! on the device (`vkformers_kernels::sample`: greedy argmax, or transformers' processors and a
+//! seeded draw) and each step reads back only the chosen ids `[B]`. `processors` and `sampler`
+//! stay the host reference the device is tested against (`tests/device_sampling.rs`). Finished
+//! rows follow transformers' `generate` (`_sample`): a row that produced an EOS id (or that the
+//! caller stops) keeps receiving `pad` tokens, which are not reported.
 
 use std::time::Instant;
 
+use vkformers_kernels::sample::{Draw, Processors};
 use vkformers_models::decoder::{forward_cached, Batch, KvCache};
 use vkformers_models::model::Model;
 use vkformers_models::ModelSpec;
 use vkformers_tensor::{Graph, Tensor};
 
 use crate::decode::DecodeError;
-use crate::processors::SamplingParams;
+use crate::device_choice::{device_processors, required, DeviceChooser};
+use crate::processors::{Pipeline, SamplingParams};
 use crate::sampler::Sampler;
 
 /// What to generate.
@@ -63,7 +67,7 @@ impl Finish {
 pub struct Timings {
     /// Real (unpadded) prompt tokens run by the prefill.
     pub prefill_tokens: usize,
-    /// From the start to the first tokens' logits on the host.
+    /// From the start to the first tokens on the host.
     pub prefill_secs: f64,
     /// Tokens produced by decode steps (every new token after each row's first).
     pub decode_tokens: usize,
@@ -185,8 +189,21 @@ pub fn generate_cached(
     if b == 0 || width <= cache.len() || b != cache.batch() {
         return Err(DecodeError::NothingNew { rows: b, width, cached: cache.len(), batch: cache.batch() });
     }
-    let pipeline = opts.params.processors()?;
-    let sampler = if opts.params.do_sample { Sampler::Seeded { seed: opts.seed } } else { Sampler::Greedy };
+    let chooser = Chooser::new(g, b, opts)?;
+    run(g, model, cache, ctx, opts, chooser, on_token)
+}
+
+/// [`generate_cached`] with the choice made by `chooser` (checked by the caller).
+fn run(
+    g: &Graph<'_>,
+    model: &Model,
+    cache: &mut KvCache,
+    ctx: Context,
+    opts: &GenerateOptions,
+    mut chooser: Chooser,
+    on_token: &mut dyn FnMut(usize, &[u32]) -> bool,
+) -> Result<Generation, DecodeError> {
+    let b = ctx.history.len();
     let start = Instant::now();
     let real: usize = ctx.masks.iter().map(|m| m[cache.len()..].iter().filter(|&&v| v != 0).count()).sum();
     let mut timings = Timings { prefill_tokens: real, ..Timings::default() };
@@ -194,10 +211,14 @@ pub fn generate_cached(
     let mut rows = Rows { history, new: vec![Vec::new(); b], finish: vec![None; b] };
     g.no_grad(|| -> Result<(), DecodeError> {
         let mut logits = feed(g, model, cache, &rows.history, &masks, opts.max_new_tokens)?;
-        timings.prefill_secs = start.elapsed().as_secs_f64();
-        let decode_start = Instant::now();
+        let mut decode_start = None;
         for step in 0..opts.max_new_tokens {
-            choose(&mut rows, &mut logits, &pipeline, &sampler, step, opts)?;
+            let chosen = chooser.choose(g, &logits, &rows, step)?;
+            record(&mut rows, &chosen, opts);
+            if step == 0 {
+                timings.prefill_secs = start.elapsed().as_secs_f64();
+                decode_start = Some(Instant::now());
+            }
             masks.iter_mut().for_each(|m| m.push(1));
             // Rows not finished before this step are exactly those that produced a token.
             for row in 0..b {
@@ -210,7 +231,7 @@ pub fn generate_cached(
             }
             logits = feed(g, model, cache, &rows.history, &masks, opts.max_new_tokens - step - 1)?;
         }
-        timings.decode_secs = decode_start.elapsed().as_secs_f64();
+        timings.decode_secs = decode_start.map_or(0.0, |s| s.elapsed().as_secs_f64());
         Ok(())
     })?;
     timings.decode_tokens = rows.new.iter().map(|r| r.len().saturating_sub(1)).sum();
@@ -218,8 +239,14 @@ pub fn generate_cached(
     Ok(Generation { rows: rows.new, finish, timings })
 }
 
-/// Runs the columns of `history` the cache does not hold yet and returns the last column's logits
-/// `[B][V]`. Crossing a LongRoPE model's original context starts a fresh cache over every column
+/// Logits `[B·T, V]` of the columns just run (row b's last column is `b·T + T − 1`), and T.
+struct Logits {
+    all: Tensor,
+    t: usize,
+}
+
+/// Runs the columns of `history` the cache does not hold yet and returns their logits (recorded,
+/// not yet submitted). Crossing a LongRoPE model's original context starts a fresh cache over every column
 /// (room for `more` further positions).
 fn feed(
     g: &Graph<'_>,
@@ -228,7 +255,7 @@ fn feed(
     history: &[Vec<u32>],
     masks: &[Vec<i32>],
     more: usize,
-) -> Result<Vec<Vec<f32>>, DecodeError> {
+) -> Result<Logits, DecodeError> {
     let (b, width) = (history.len(), history[0].len());
     if crosses_longrope_context(&model.spec, cache.len(), width - cache.len()) {
         // Every cached key was rotated with the short factors: run everything again.
@@ -239,30 +266,74 @@ fn feed(
     let ids: Vec<i32> = history.iter().flat_map(|r| r[from..].iter().map(|&x| x as i32)).collect();
     let mask: Vec<i32> = masks.iter().flat_map(|m| m[from..].iter().copied()).collect();
     let batch = Batch { ids: &ids, mask: &mask, batch: b, seq: t };
-    last_logits(g, &forward_cached(g, &model.spec, &model.weights, &batch, cache)?, b, t)
+    Ok(Logits { all: forward_cached(g, &model.spec, &model.weights, &batch, cache)?, t })
 }
 
-/// Chooses step `step`'s token of every row (pad for finished rows) and records it.
-fn choose(
-    rows: &mut Rows,
-    logits: &mut [Vec<f32>],
-    pipeline: &crate::processors::Pipeline,
-    sampler: &Sampler,
-    step: usize,
-    opts: &GenerateOptions,
-) -> Result<(), DecodeError> {
-    for (row, scores) in logits.iter_mut().enumerate() {
-        let token = if rows.finish[row].is_some() {
-            opts.pad
-        } else {
-            pipeline.apply(scores, &rows.history[row]);
-            let t = sampler.sample_row(scores, step as u64, row as u32)?;
-            rows.new[row].push(t);
-            t
-        };
-        rows.history[row].push(token);
+/// How each step's tokens are chosen: on the device (greedy, or the processors then greedy or a
+/// draw; only the ids come back), or, for a pipeline the device cannot express (none that
+/// `SamplingParams` builds), by the host pipeline and sampler on the logits read back.
+enum Chooser {
+    DeviceGreedy(DeviceChooser),
+    DeviceSampling { device: DeviceChooser, processors: Processors, seed: u64 },
+    Host { pipeline: Pipeline, sampler: Sampler },
+}
+
+impl Chooser {
+    fn new(g: &Graph<'_>, rows: usize, opts: &GenerateOptions) -> Result<Self, DecodeError> {
+        let pipeline = opts.params.processors()?;
+        let device = device_processors(&pipeline);
+        Ok(match (opts.params.do_sample, device) {
+            (false, _) if pipeline.processors.is_empty() => Chooser::DeviceGreedy(DeviceChooser::new(g, rows)?),
+            (do_sample, Some(processors)) => {
+                let processors = Processors { greedy: !do_sample, ..processors };
+                Chooser::DeviceSampling { device: DeviceChooser::new(g, rows)?, processors, seed: opts.seed }
+            }
+            (do_sample, None) => {
+                let sampler = if do_sample { Sampler::Seeded { seed: opts.seed } } else { Sampler::Greedy };
+                Chooser::Host { pipeline, sampler }
+            }
+        })
     }
-    Ok(())
+
+    /// Step `step`'s token of every row still running (`None` for finished rows).
+    fn choose(
+        &mut self,
+        g: &Graph<'_>,
+        logits: &Logits,
+        rows: &Rows,
+        step: usize,
+    ) -> Result<Vec<Option<u32>>, DecodeError> {
+        let running = |row: usize| rows.finish[row].is_none();
+        let ids = match self {
+            Chooser::DeviceGreedy(device) => device.greedy(g, &logits.all, logits.t)?,
+            Chooser::DeviceSampling { device, processors, seed } => {
+                let d = Draw { seed: *seed, step: step as u64 };
+                device.sample(g, (&logits.all, logits.t), &rows.history, processors, d)?
+            }
+            Chooser::Host { pipeline, sampler } => {
+                let mut scores = last_logits(g, &logits.all, rows.history.len(), logits.t)?;
+                let picked = scores.iter_mut().enumerate().map(|(row, s)| {
+                    running(row).then(|| {
+                        pipeline.apply(s, &rows.history[row]);
+                        sampler.sample_row(s, step as u64, row as u32)
+                    })
+                });
+                return Ok(picked.map(Option::transpose).collect::<Result<_, _>>()?);
+            }
+        };
+        let picked = ids.into_iter().enumerate().map(|(row, id)| running(row).then(|| required(id)));
+        Ok(picked.map(Option::transpose).collect::<Result<_, _>>()?)
+    }
+}
+
+/// Records step's tokens: `chosen[row]` for running rows, `pad` for finished ones.
+fn record(rows: &mut Rows, chosen: &[Option<u32>], opts: &GenerateOptions) {
+    for (row, &id) in chosen.iter().enumerate() {
+        if let Some(t) = id {
+            rows.new[row].push(t);
+        }
+        rows.history[row].push(id.unwrap_or(opts.pad));
+    }
 }
 
 /// Marks a row that just produced a token: finished on EOS, on the caller's word, or at the limit.
@@ -275,5 +346,63 @@ fn report(rows: &mut Rows, row: usize, opts: &GenerateOptions, on_token: &mut dy
         rows.finish[row] = Some(Finish::Stopped);
     } else if rows.new[row].len() == opts.max_new_tokens {
         rows.finish[row] = Some(Finish::Length);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use vkformers_vk::testing::on_every_device;
+
+    use super::*;
+
+    /// Sampling with every processor on, and greedy decoding with a repetition penalty, chosen on
+    /// the device give the tokens of the host pipeline and sampler on the logits read back (the
+    /// choice of every step is equal, so the histories and presence stay equal too).
+    #[test]
+    fn device_choice_equals_host_choice_in_the_loop() {
+        let sampling = SamplingParams {
+            temperature: 1.4,
+            top_k: 30,
+            top_p: 0.97,
+            min_p: Some(0.01),
+            repetition_penalty: 1.3,
+            ..SamplingParams::sampling()
+        };
+        let greedy = SamplingParams { repetition_penalty: 1.3, ..SamplingParams::greedy() };
+        for params in [sampling, greedy] {
+            device_equals_host(params);
+        }
+    }
+
+    fn device_equals_host(params: SamplingParams) {
+        on_every_device("device vs host choice in the loop", |ctx| {
+            let g = Graph::new(ctx);
+            let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/qwen2");
+            let model = Model::load(&g, &dir).unwrap();
+            let prompts = vec![vec![5u32, 9, 14, 9, 30, 2], vec![7u32, 7, 40]];
+            let opts = GenerateOptions { params: params.clone(), seed: 21, ..GenerateOptions::greedy(24) };
+            let go = |host: bool| {
+                let (ids, mask, width) = left_pad(&prompts, opts.pad);
+                let history = ids.chunks(width).map(|r| r.iter().map(|&t| t as u32).collect()).collect();
+                let masks = mask.chunks(width).map(<[i32]>::to_vec).collect();
+                let mut cache = KvCache::batched(&g, &model.spec, 2, width + 24).unwrap();
+                let chooser = if host {
+                    let pipeline = opts.params.processors().unwrap();
+                    let sampler =
+                        if opts.params.do_sample { Sampler::Seeded { seed: opts.seed } } else { Sampler::Greedy };
+                    Chooser::Host { pipeline, sampler }
+                } else {
+                    Chooser::new(&g, 2, &opts).unwrap()
+                };
+                assert_eq!(matches!(chooser, Chooser::DeviceSampling { .. }), !host);
+                run(&g, &model, &mut cache, Context { history, masks }, &opts, chooser, &mut |_, _| false).unwrap()
+            };
+            let (device, host) = (go(false), go(true));
+            assert_eq!(device.rows, host.rows);
+            assert_eq!(device.rows.iter().map(Vec::len).collect::<Vec<_>>(), [24, 24]);
+            Ok(())
+        });
     }
 }

@@ -9,8 +9,11 @@
 //!   sampler (greedy argmax, or seeded multinomial sampling with a counter-based Philox4x32-10 RNG
 //!   so that a seeded run repeats exactly).
 //!
-//! Processors and sampling run on the CPU over one row `[V]`; filtered entries become `-inf`,
-//! exactly as transformers' `filter_value`. Parity with transformers 5.24 is checked by
+//! The processors and sampler here run on the CPU over one row `[V]`; filtered entries become
+//! `-inf`, exactly as transformers' `filter_value`. The generation loop chooses each token on the
+//! device instead ([`device_choice`], kernels `vkformers_kernels::sample`: the same processors and
+//! the same Philox draw, so each step reads back only the chosen ids); these host versions are the
+//! reference it is tested against (`tests/device_sampling.rs`). Parity with transformers 5.24 is checked by
 //! `tests/processors_parity.rs` against `tests/fixtures_generate/processors.json`, written by
 //! `tools/parity/processors_reference.py`.
 //!
@@ -26,6 +29,7 @@
 
 pub mod config;
 pub mod decode;
+pub mod device_choice;
 mod error;
 pub mod generation;
 mod processors;
@@ -37,5 +41,5 @@ pub mod stop;
 pub use error::GenerateError;
 pub use processors::{LogitsProcessor, Pipeline, SamplingParams};
 pub use rng::{philox4x32_10, uniform_f64};
-pub use sampler::{argmax, Sampler};
+pub use sampler::{argmax, sample_at, Sampler};
 pub use softmax::softmax;

@@ -51,6 +51,12 @@ impl Sampler {
     }
 }
 
+/// The seeded sampler's draw from `softmax(logits)` at uniform variate `u` in `[0, 1)` (tests use it
+/// to find draws that land within rounding of a boundary between two tokens).
+pub fn sample_at(logits: &[f32], u: f64) -> Result<u32, GenerateError> {
+    draw(&softmax_f64(logits), u)
+}
+
 /// Inverse-CDF draw: the first index whose running sum of `probs` exceeds `u * sum`; entries of
 /// probability 0 are never chosen.
 fn draw(probs: &[f64], u: f64) -> Result<u32, GenerateError> {

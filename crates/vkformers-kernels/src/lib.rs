@@ -24,6 +24,7 @@ pub mod norm;
 pub mod optim;
 pub mod reduce;
 pub mod rope;
+pub mod sample;
 pub mod softmax;
 
 #[doc(hidden)]

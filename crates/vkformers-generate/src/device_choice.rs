@@ -1,0 +1,125 @@
+//! Choosing the next token of every row on the device (`vkformers_kernels::sample`), so that a
+//! decode step reads back only the chosen ids `[B]` (4 bytes per row), not the logits `[B, V]`.
+
+use vkformers_kernels::sample::{self, Draw, Processors, NO_TOKEN};
+use vkformers_tensor::{Graph, Tensor};
+use vkformers_vk::{Buffer, BufferView};
+
+use crate::decode::DecodeError;
+use crate::error::GenerateError;
+use crate::processors::{LogitsProcessor, Pipeline};
+
+/// Device state of the choice: the ids buffer `[B]` u32 the kernels write and the host reads, and
+/// for sampling the presence buffer `[B, V]` u32 of the repetition penalty (1 where the id occurs
+/// in the row's history), made from the first step's history and then kept up to date by the
+/// kernel, which marks each id it chooses.
+pub struct DeviceChooser {
+    ids: Buffer,
+    rows: usize,
+    presence: Option<Buffer>,
+}
+
+impl DeviceChooser {
+    /// A chooser for `rows` rows.
+    pub fn new(g: &Graph<'_>, rows: usize) -> Result<Self, DecodeError> {
+        Ok(Self { ids: g.ctx().buffer((rows.max(1) * 4) as u64, "chosen ids")?, rows, presence: None })
+    }
+
+    fn ids(&self) -> BufferView<'_> {
+        self.ids.slice(0, self.rows as u64 * 4)
+    }
+
+    /// Submits what is recorded (the forward and the choice) and reads the ids back.
+    fn read_ids(&self, g: &Graph<'_>) -> Result<Vec<Option<u32>>, DecodeError> {
+        g.sync()?;
+        let got: Vec<u32> = g.ctx().read_vec(self.ids())?;
+        Ok(got.into_iter().map(|id| (id != NO_TOKEN).then_some(id)).collect())
+    }
+
+    /// Greedy: the argmax (first index on ties, NaN skipped) of the last column of every row of
+    /// `logits [B·T, V]`, read back as `[B]`. Submits the pending forward with the choice.
+    pub fn greedy(&self, g: &Graph<'_>, logits: &Tensor, t: usize) -> Result<Vec<Option<u32>>, DecodeError> {
+        g.record(|rec| sample::argmax_last(rec, logits.view(), self.ids(), self.rows, t, logits.last_dim()))?;
+        self.read_ids(g)
+    }
+
+    /// Sampling: processors `p` then draw `d` from the last column of every row of `logits [B·T, V]`,
+    /// read back as `[B]`. `history[b]` (ids so far, padding included) seeds the presence buffer on
+    /// the first call; later calls rely on the kernel having marked its choices, so every id the
+    /// caller appends to a running row's history must be the one chosen here.
+    pub fn sample(
+        &mut self,
+        g: &Graph<'_>,
+        (logits, t): (&Tensor, usize),
+        history: &[Vec<u32>],
+        p: &Processors,
+        d: Draw,
+    ) -> Result<Vec<Option<u32>>, DecodeError> {
+        let v = logits.last_dim();
+        if self.presence.is_none() {
+            self.presence = Some(g.ctx().buffer_from(&presence(history, v), "presence")?);
+        }
+        let presence = self.presence.as_ref().map(Buffer::view).ok_or(GenerateError::NothingToSample)?;
+        let ids = self.ids();
+        g.record(|rec| sample::draw_last(rec, logits.view(), presence, ids, (self.rows, t, v), p, d))?;
+        self.read_ids(g)
+    }
+}
+
+/// `[B, V]`: 1 where id j occurs in row b's history (ids `>= V` are ignored, as the host penalty
+/// ignores them).
+fn presence(history: &[Vec<u32>], v: usize) -> Vec<u32> {
+    let mut p = vec![0u32; history.len() * v];
+    for (row, ids) in history.iter().enumerate() {
+        ids.iter().filter(|&&i| (i as usize) < v).for_each(|&i| p[row * v + i as usize] = 1);
+    }
+    p
+}
+
+/// The id of a row that must produce a token, or the error of a row with nothing to choose.
+pub fn required(id: Option<u32>) -> Result<u32, GenerateError> {
+    id.ok_or(GenerateError::NothingToSample)
+}
+
+/// The device form of a host pipeline (same processors, same order, the host's f32 parameters), or
+/// `None` when it cannot be expressed (a processor twice, or different `min_tokens_to_keep`s). Not
+/// greedy: the caller sets `greedy` for greedy decoding (whose pipeline is at most the penalty).
+pub fn device_processors(pipeline: &Pipeline) -> Option<Processors> {
+    let mut p =
+        Processors { penalty: None, temperature: None, top_k: None, top_p: None, min_p: None, keep: 1, greedy: false };
+    let mut keep = None;
+    let mut same_keep = |k: usize| keep.replace(k).is_none_or(|old| old == k);
+    for proc in &pipeline.processors {
+        let fresh = match *proc {
+            LogitsProcessor::RepetitionPenalty { penalty } => p.penalty.replace(penalty as f32).is_none(),
+            LogitsProcessor::Temperature { temperature } => p.temperature.replace(temperature as f32).is_none(),
+            LogitsProcessor::TopK { top_k, min_tokens_to_keep } => {
+                same_keep(min_tokens_to_keep) && p.top_k.replace(top_k).is_none()
+            }
+            LogitsProcessor::TopP { top_p, min_tokens_to_keep } => {
+                same_keep(min_tokens_to_keep) && p.top_p.replace(top_p).is_none()
+            }
+            LogitsProcessor::MinP { min_p, min_tokens_to_keep } => {
+                same_keep(min_tokens_to_keep) && p.min_p.replace(min_p as f32).is_none()
+            }
+        };
+        if !fresh {
+            return None;
+        }
+    }
+    p.keep = keep.unwrap_or(1);
+    in_transformers_order(pipeline).then_some(p)
+}
+
+/// Whether the processors run in the order the device applies them (penalty, temperature, top-k,
+/// top-p, min-p), as `SamplingParams::processors` builds them.
+fn in_transformers_order(pipeline: &Pipeline) -> bool {
+    let rank = |p: &LogitsProcessor| match p {
+        LogitsProcessor::RepetitionPenalty { .. } => 0,
+        LogitsProcessor::Temperature { .. } => 1,
+        LogitsProcessor::TopK { .. } => 2,
+        LogitsProcessor::TopP { .. } => 3,
+        LogitsProcessor::MinP { .. } => 4,
+    };
+    pipeline.processors.windows(2).all(|w| rank(&w[0]) < rank(&w[1]))
+}
