@@ -2,28 +2,8 @@
 //! `philox4x32_10`): a counter-based RNG, so draw `(seed, step, row)` is a pure function of its
 //! arguments and a seeded generation repeats exactly, in any order and on any thread.
 
-const M0: u32 = 0xD251_1F53;
-const M1: u32 = 0xCD9E_8D57;
-const W0: u32 = 0x9E37_79B9;
-const W1: u32 = 0xBB67_AE85;
-
-fn mulhilo(a: u32, b: u32) -> (u32, u32) {
-    let p = u64::from(a) * u64::from(b);
-    ((p >> 32) as u32, p as u32)
-}
-
-/// One Philox4x32 block with 10 rounds: counter `c`, key `k` -> four random words.
-pub fn philox4x32_10(mut c: [u32; 4], mut k: [u32; 2]) -> [u32; 4] {
-    for round in 0..10 {
-        if round > 0 {
-            k = [k[0].wrapping_add(W0), k[1].wrapping_add(W1)];
-        }
-        let (hi0, lo0) = mulhilo(M0, c[0]);
-        let (hi1, lo1) = mulhilo(M1, c[2]);
-        c = [hi1 ^ c[1] ^ k[0], lo1, hi0 ^ c[3] ^ k[1], lo0];
-    }
-    c
-}
+/// The same Philox the dropout and sampling kernels use (their reference, matched bit for bit).
+pub use vkformers_kernels::dropout::reference::philox4x32_10;
 
 /// A uniform draw in `[0, 1)` with 53 random bits, from the block of counter
 /// `[lo(step), hi(step), row, 0]` and key `[lo(seed), hi(seed)]`.
