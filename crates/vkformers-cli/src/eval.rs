@@ -31,6 +31,10 @@ pub struct Args {
     /// Count the prompt part of instruction/Q&A/chat rows in the loss too.
     #[arg(long)]
     train_on_prompt: bool,
+    #[command(flatten)]
+    precision: crate::precision::PrecisionArgs,
+    #[command(flatten)]
+    profile: crate::precision::ProfileArgs,
 }
 
 pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
@@ -45,7 +49,10 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     let seq_len = args.seq_len.unwrap_or(max_pos.map_or(usize::MAX, |m| m as usize));
     let rows = sequences(&data.examples, seq_len, false)?;
     let pad = model.config["pad_token_id"].as_u64().unwrap_or(0) as u32;
+    g.set_autocast(args.precision.precision(&g).autocast());
+    args.profile.start(&g);
     let report = evaluate(&g, &model, &rows, args.batch_size.max(1), pad)?;
+    args.profile.report(&g, rows.len().div_ceil(args.batch_size.max(1)) as u64, "batch")?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

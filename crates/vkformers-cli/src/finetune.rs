@@ -134,6 +134,8 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     let mut obs = AdapterObserver { g: &g, lora: &lora, metrics, max_steps, last_loss: None };
     let lm = LoraModel { model: &model, step: Cell::new(0), micro: Cell::new(0) };
     let save_every = t.save_every;
+    let first = trainer.steps_done();
+    t.profile.start(&g);
     while !trainer.finished() {
         lm.begin_step(trainer.steps_done());
         let stats = trainer.step(&lm)?;
@@ -143,6 +145,7 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
             obs.on_checkpoint(&dir)?;
         }
     }
+    t.profile.report(&g, trainer.steps_done() - first, "step")?;
     crate::train::print_summary(trainer.log());
     lora.save(&g, &t.out).with_context(|| format!("saving the adapter to {}", t.out.display()))?;
     let mem = ctx.device_memory();

@@ -11,6 +11,7 @@ mod finetune;
 mod generate;
 mod load;
 mod merge_lora;
+mod precision;
 mod train;
 
 use clap::{Parser, Subcommand};

@@ -114,6 +114,10 @@ pub struct TrainArgs {
     /// Continue from a checkpoint folder, or the newest complete checkpoint of an output folder.
     #[arg(long)]
     pub(crate) resume: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) precision: crate::precision::PrecisionArgs,
+    #[command(flatten)]
+    pub(crate) profile: crate::precision::ProfileArgs,
 }
 
 /// The model, where its tokenizer files come from, and its tokenizer.
@@ -263,8 +267,11 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     }
     let metrics = MetricsLog::open(&args.out.join("metrics.jsonl"), trainer.steps_done())?;
     let mut progress = Progress::new(&g, &loaded, metrics, trainer.steps_done(), max_steps);
+    let first = trainer.steps_done();
+    args.profile.start(&g);
     trainer.run(model, &mut progress)?;
     progress.finish();
+    args.profile.report(&g, trainer.steps_done() - first, "step")?;
     print_summary(trainer.log());
     save_model_folder(&g, &loaded, &args.out)?;
     eprintln!("saved the model to {}", args.out.display());
@@ -324,15 +331,18 @@ pub(crate) fn build_trainer<'g, 'c>(
         seed: args.seed,
         shuffle,
     };
+    let precision = args.precision.precision(g);
     eprintln!(
-        "training {} ({} parameters) on {}: {} sequences of <= {seq_len} tokens{}, {max_steps} steps",
+        "training {} ({} parameters) on {}: {} sequences of <= {seq_len} tokens{}, {max_steps} steps, {}",
         model.spec.model_type,
         params.iter().map(|p| p.tensor.numel()).sum::<usize>(),
         g.ctx().caps().name,
         loader.len(),
         if packing { " (packed)" } else { "" },
+        precision.name(),
     );
     let mut trainer = Trainer::new(g, params, loader, opts)?;
+    trainer.set_precision(precision, None);
     if let Some(e) = eval_rows {
         check_vocab(&e, model.spec.vocab, "evaluation data")?;
         trainer.set_eval_data(sequences(&e, seq_len, false)?, pad);

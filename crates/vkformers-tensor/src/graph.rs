@@ -13,7 +13,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use vkformers_kernels::{broadcast, elementwise};
 use vkformers_vk::{Context, Recorder, Result, VkError};
 
-use crate::tensor::{Inner, Tensor};
+use crate::profile::Profile;
+use crate::tensor::{DType, Inner, Tensor};
 
 static NEXT_TENSOR_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -34,6 +35,15 @@ pub struct Graph<'c> {
     tape: RefCell<Vec<Node>>,
     grad_enabled: Cell<bool>,
     submissions: Cell<usize>,
+    /// Mixed precision: matrix products and attention run on 16-bit copies of their f32
+    /// operands (as `torch.autocast`), with f32 results and f32 gradients.
+    autocast: Cell<Option<DType>>,
+    /// 16-bit copies made under autocast, by source tensor id: weights (kept until
+    /// `clear_casts`, which the optimizer calls after changing them) and, while the tape records,
+    /// activations shared by several products (dropped with the tape).
+    casts: RefCell<HashMap<u64, (Tensor, bool)>>,
+    /// Per-kernel device time when profiling (`--profile`).
+    profile: RefCell<Option<Profile>>,
 }
 
 impl<'c> Graph<'c> {
@@ -45,7 +55,58 @@ impl<'c> Graph<'c> {
             tape: RefCell::new(Vec::new()),
             grad_enabled: Cell::new(true),
             submissions: Cell::new(0),
+            autocast: Cell::new(None),
+            casts: RefCell::new(HashMap::new()),
+            profile: RefCell::new(None),
         }
+    }
+
+    /// Turns mixed precision on (`Some(BF16 | F16)`) or off (`None`, or `Some(F32)`).
+    pub fn set_autocast(&self, dtype: Option<DType>) {
+        self.autocast.set(dtype.filter(|d| *d != DType::F32));
+        self.clear_casts();
+    }
+
+    /// The 16-bit type products run in, if mixed precision is on.
+    pub fn autocast(&self) -> Option<DType> {
+        self.autocast.get()
+    }
+
+    /// Number of 16-bit copies kept (weights and, while the tape records, activations).
+    pub fn kept_casts(&self) -> usize {
+        self.casts.borrow().len()
+    }
+
+    /// Forgets every 16-bit copy (call after parameters change).
+    pub fn clear_casts(&self) {
+        self.casts.borrow_mut().clear();
+    }
+
+    /// The kept 16-bit copy of `src`, if any.
+    pub(crate) fn cached_cast(&self, src: &Tensor, dtype: DType) -> Option<Tensor> {
+        self.casts.borrow().get(&src.id()).filter(|(t, _)| t.dtype() == dtype).map(|(t, _)| t.clone())
+    }
+
+    /// Keeps `copy` as the 16-bit copy of `src`: a source tensor's until `clear_casts`, an
+    /// activation's only while the tape records (never in `no_grad`, where nothing reuses it).
+    pub(crate) fn keep_cast(&self, src: &Tensor, copy: &Tensor) {
+        let weight = src.0.is_source;
+        if weight || self.grad_enabled() {
+            self.casts.borrow_mut().insert(src.id(), (copy.clone(), weight));
+        }
+    }
+
+    /// Starts (or stops) timing every dispatch; `take_profile` returns what was timed.
+    pub fn set_profiling(&self, on: bool) {
+        *self.profile.borrow_mut() = on.then(Profile::default);
+    }
+
+    /// The per-kernel times gathered since profiling started (submits pending work first),
+    /// and starts a fresh table.
+    pub fn take_profile(&self) -> Result<Option<Profile>> {
+        self.sync()?;
+        let mut slot = self.profile.borrow_mut();
+        Ok(slot.as_mut().map(std::mem::take))
     }
 
     /// The device context.
@@ -57,7 +118,7 @@ impl<'c> Graph<'c> {
     pub fn record<R>(&self, f: impl FnOnce(&mut Recorder) -> Result<R>) -> Result<R> {
         let mut slot = self.rec.borrow_mut();
         if slot.is_none() {
-            *slot = Some(self.ctx.recorder(false)?);
+            *slot = Some(self.ctx.recorder(self.profile.borrow().is_some())?);
         }
         match slot.as_mut() {
             Some(rec) => f(rec),
@@ -69,8 +130,11 @@ impl<'c> Graph<'c> {
     pub fn sync(&self) -> Result<()> {
         if let Some(rec) = self.rec.borrow_mut().take() {
             if !rec.is_empty() {
-                rec.submit()?;
+                let report = rec.submit()?;
                 self.submissions.set(self.submissions.get() + 1);
+                if let Some(p) = self.profile.borrow_mut().as_mut() {
+                    p.add_batch(&report);
+                }
             }
         }
         Ok(())
@@ -95,10 +159,23 @@ impl<'c> Graph<'c> {
     }
 
     fn make(&self, buf: vkformers_vk::Buffer, shape: &[usize], requires_grad: bool, is_leaf: bool) -> Tensor {
+        self.make_typed(buf, shape, DType::F32, requires_grad, is_leaf)
+    }
+
+    fn make_typed(
+        &self,
+        buf: vkformers_vk::Buffer,
+        shape: &[usize],
+        dtype: DType,
+        requires_grad: bool,
+        is_leaf: bool,
+    ) -> Tensor {
         Tensor(Rc::new(Inner {
             id: NEXT_TENSOR_ID.fetch_add(1, Ordering::Relaxed),
             buf,
             shape: shape.to_vec(),
+            dtype,
+            is_source: false,
             requires_grad,
             grad: RefCell::new(None),
             is_leaf,
@@ -109,7 +186,7 @@ impl<'c> Graph<'c> {
     /// `src` carries them and grad mode is on.
     pub(crate) fn alias(&self, src: &Tensor, shape: &[usize]) -> Tensor {
         let rg = self.grad_enabled() && src.requires_grad();
-        self.make(src.0.buf.clone(), shape, rg, false)
+        self.make_typed(src.0.buf.clone(), shape, src.dtype(), rg, false)
     }
 
     /// The first `shape`-many elements of `src` as a tensor of that shape, sharing storage and
@@ -122,14 +199,21 @@ impl<'c> Graph<'c> {
                 message: format!("{shape:?} is larger than {:?}", src.shape()),
             });
         }
-        Ok(self.make(src.0.buf.clone(), shape, false, false))
+        Ok(self.make_typed(src.0.buf.clone(), shape, src.dtype(), false, false))
     }
 
-    /// An uninitialised tensor (its contents are whatever a kernel writes next).
+    /// An uninitialised f32 tensor (its contents are whatever a kernel writes next).
     pub fn empty(&self, shape: &[usize]) -> Result<Tensor> {
+        self.empty_as(shape, DType::F32)
+    }
+
+    /// An uninitialised tensor of `dtype`. 16-bit storage is padded to whole 4-byte words
+    /// (kernels read it as packed words).
+    pub fn empty_as(&self, shape: &[usize], dtype: DType) -> Result<Tensor> {
         let n: usize = shape.iter().product();
-        let buf = self.ctx.buffer((n.max(1) * 4) as u64, "tensor")?;
-        Ok(self.make(buf, shape, false, false))
+        let bytes = (n.max(1) as u64 * dtype.bytes()).next_multiple_of(4);
+        let buf = self.ctx.buffer(bytes, "tensor")?;
+        Ok(self.make_typed(buf, shape, dtype, false, false))
     }
 
     /// A tensor filled with `value`.
@@ -143,14 +227,29 @@ impl<'c> Graph<'c> {
     pub fn constant(&self, data: &[f32], shape: &[usize]) -> Result<Tensor> {
         check_len(data.len(), shape)?;
         let buf = self.ctx.buffer_from(data, "tensor")?;
-        Ok(self.make(buf, shape, false, false))
+        Ok(as_source(self.make(buf, shape, false, false)))
+    }
+
+    /// A constant tensor of 16-bit values given as their bit patterns (bf16 or f16 weights
+    /// kept in their stored type).
+    pub fn constant_bits(&self, bits: &[u16], shape: &[usize], dtype: DType) -> Result<Tensor> {
+        check_len(bits.len(), shape)?;
+        if dtype == DType::F32 {
+            return Err(VkError::Kernel { kernel: "tensor".into(), message: "16-bit data for an f32 tensor".into() });
+        }
+        let mut words = bits.to_vec();
+        if words.len() % 2 == 1 {
+            words.push(0); // pad to whole 4-byte words
+        }
+        let buf = self.ctx.buffer_from(&words, "tensor")?;
+        Ok(as_source(self.make_typed(buf, shape, dtype, false, false)))
     }
 
     /// A parameter (a leaf that receives gradients) from host data.
     pub fn parameter(&self, data: &[f32], shape: &[usize]) -> Result<Tensor> {
         check_len(data.len(), shape)?;
         let buf = self.ctx.buffer_from(data, "parameter")?;
-        Ok(self.make(buf, shape, true, true))
+        Ok(as_source(self.make(buf, shape, true, true)))
     }
 
     /// int32 data (token ids, labels, positions) as a buffer with a shape.
@@ -160,17 +259,40 @@ impl<'c> Graph<'c> {
         Ok(self.make(buf, shape, false, false))
     }
 
-    /// Reads a tensor back (submits pending work first).
+    /// Reads a tensor back as f32 (submits pending work first; 16-bit tensors are widened).
     pub fn read(&self, t: &Tensor) -> Result<Vec<f32>> {
+        if t.dtype() != DType::F32 {
+            let wide = self.empty(t.shape())?;
+            self.record(|rec| vkformers_kernels::dtype::cast(rec, t.view(), t.dtype(), wide.view(), DType::F32))?;
+            return self.read(&wide);
+        }
         self.sync()?;
         self.ctx.read_vec(t.view())
     }
 
-    /// The output tensor of an op: new storage, gradient flag from its inputs.
+    /// The f32 output tensor of an op on f32 inputs: new storage, gradient flag from its
+    /// inputs. An input of another dtype is an error naming the shapes and dtypes.
     pub fn output(&self, shape: &[usize], inputs: &[&Tensor]) -> Result<Tensor> {
-        let t = self.empty(shape)?;
+        if let Some(bad) = inputs.iter().find(|t| t.dtype() != DType::F32) {
+            let all: Vec<String> = inputs.iter().map(|t| format!("{:?} {:?}", t.shape(), t.dtype())).collect();
+            return Err(VkError::Kernel {
+                kernel: "tensor".into(),
+                message: format!(
+                    "this op takes f32 tensors, got {:?} {:?} (inputs: {}); cast it first (ops::cast)",
+                    bad.shape(),
+                    bad.dtype(),
+                    all.join(", ")
+                ),
+            });
+        }
+        self.output_as(shape, DType::F32, inputs)
+    }
+
+    /// The output tensor of an op, of `dtype`, whatever its inputs' types.
+    pub fn output_as(&self, shape: &[usize], dtype: DType, inputs: &[&Tensor]) -> Result<Tensor> {
+        let t = self.empty_as(shape, dtype)?;
         let rg = self.grad_enabled() && inputs.iter().any(|i| i.requires_grad());
-        Ok(if rg { self.make(t.0.buf.clone(), shape, true, false) } else { t })
+        Ok(if rg { self.make_typed(t.0.buf.clone(), shape, dtype, true, false) } else { t })
     }
 
     /// Records the backward of an op whose output is `out`, when gradients flow through it.
@@ -231,7 +353,13 @@ impl<'c> Graph<'c> {
                 }
             }
         }
+        self.drop_activation_casts();
         Ok(())
+    }
+
+    /// Forgets the 16-bit copies of activations (weights' copies stay until `clear_casts`).
+    fn drop_activation_casts(&self) {
+        self.casts.borrow_mut().retain(|_, (_, weight)| *weight);
     }
 
     fn accumulate_leaf(&self, leaf: &Tensor, g: &Tensor) -> Result<()> {
@@ -252,11 +380,23 @@ impl<'c> Graph<'c> {
     /// Drops the recorded tape without running it (e.g. after an evaluation forward).
     pub fn clear_tape(&self) {
         self.tape.borrow_mut().clear();
+        self.drop_activation_casts();
     }
 
     /// Number of nodes on the tape (for tests of memory release).
     pub fn tape_len(&self) -> usize {
         self.tape.borrow().len()
+    }
+}
+
+/// Marks a tensor made from host data (see `Inner::is_source`).
+fn as_source(t: Tensor) -> Tensor {
+    match Rc::try_unwrap(t.0) {
+        Ok(mut inner) => {
+            inner.is_source = true;
+            Tensor(Rc::new(inner))
+        }
+        Err(rc) => Tensor(rc),
     }
 }
 

@@ -7,8 +7,10 @@
 pub mod graph;
 pub mod ops;
 pub mod optim;
+pub mod profile;
 pub mod tensor;
 
 pub use graph::Graph;
-pub use tensor::{Tensor, WeakTensor};
+pub use profile::Profile;
+pub use tensor::{DType, Tensor, WeakTensor};
 pub use vkformers_vk::{Result, VkError};

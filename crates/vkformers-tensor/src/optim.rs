@@ -24,11 +24,14 @@ pub struct AdamW {
     moments: HashMap<u64, (Tensor, Tensor)>,
     /// `[norm, clip coefficient]` of the last step (when clipping).
     norm: Option<(Tensor, Tensor)>,
+    /// Loss scaling of the gradients (fp16): unscaled on the device, and a non-finite norm
+    /// skips the step inside the AdamW kernel (see `k::LossScale`).
+    pub loss_scale: k::LossScale,
 }
 
 impl AdamW {
     pub fn new(hp: k::AdamW, max_grad_norm: f32) -> Self {
-        AdamW { hp, max_grad_norm, step: 0, moments: HashMap::new(), norm: None }
+        AdamW { hp, max_grad_norm, step: 0, moments: HashMap::new(), norm: None, loss_scale: k::LossScale::NONE }
     }
 
     /// Steps taken so far.
@@ -68,17 +71,22 @@ impl AdamW {
             g.record(|rec| k::adamw_step(rec, &bufs, &hp, self.step))?;
             p.tensor.zero_grad();
         }
+        // The parameters changed: their 16-bit copies (autocast) are stale.
+        g.clear_casts();
         Ok(())
     }
 
     fn clip_coef(&mut self, g: &Graph<'_>, grads: &[(&Param, Tensor)]) -> Result<Option<Tensor>> {
-        if self.max_grad_norm <= 0.0 || grads.is_empty() {
+        let scaling = self.loss_scale != k::LossScale::NONE;
+        if (self.max_grad_norm <= 0.0 && !scaling) || grads.is_empty() {
             return Ok(None);
         }
         let partials = g.empty(&[k::partials_len(grads.len() as u32) as usize])?;
         let (norm, coef) = (g.empty(&[1])?, g.empty(&[1])?);
         let views: Vec<_> = grads.iter().map(|(_, gr)| gr.view()).collect();
-        g.record(|rec| k::grad_norm(rec, &views, partials.view(), self.max_grad_norm, norm.view(), coef.view()))?;
+        let ls = self.loss_scale;
+        let max = if self.max_grad_norm > 0.0 { self.max_grad_norm } else { f32::INFINITY };
+        g.record(|rec| k::grad_norm_scaled(rec, &views, partials.view(), max, norm.view(), coef.view(), ls))?;
         self.norm = Some((norm, coef.clone()));
         Ok(Some(coef))
     }
@@ -100,6 +108,13 @@ impl AdamW {
 /// Checkpointing: the step count and the moments of each parameter can be read out and put
 /// back, so a resumed run continues with the exact optimizer state.
 impl AdamW {
+    /// Forgets the last step after the device skipped it (an overflow under loss scaling):
+    /// bias corrections continue from the steps really taken, as torch's skipped
+    /// `optimizer.step()` leaves its step count.
+    pub fn undo_skipped_step(&mut self) {
+        self.step = self.step.saturating_sub(1);
+    }
+
     /// Sets the number of steps taken (bias corrections continue from it).
     pub fn set_steps(&mut self, step: u64) {
         self.step = step;

@@ -1,11 +1,13 @@
-//! `Tensor`: a contiguous f32 array on the device with a shape, shared by cheap clones.
+//! `Tensor`: a contiguous array on the device with a shape and a storage type (f32, bf16 or
+//! f16; int32 ids and masks are tagged f32, being 4-byte words), shared by cheap clones.
 
 use std::cell::RefCell;
 use std::rc::Rc;
 
+pub use vkformers_kernels::dtype::DType;
 use vkformers_vk::{Buffer, BufferView};
 
-/// A contiguous row-major f32 tensor. Clones share the same storage.
+/// A contiguous row-major tensor. Clones share the same storage.
 #[derive(Clone)]
 pub struct Tensor(pub(crate) Rc<Inner>);
 
@@ -13,6 +15,10 @@ pub(crate) struct Inner {
     pub(crate) id: u64,
     pub(crate) buf: Buffer,
     pub(crate) shape: Vec<usize>,
+    pub(crate) dtype: DType,
+    /// Made from host data (`constant`, `parameter`), not by an op: autocast may keep its
+    /// 16-bit copy across calls until the optimizer changes it.
+    pub(crate) is_source: bool,
     pub(crate) requires_grad: bool,
     /// Only leaves (parameters) keep a gradient; it accumulates (`+=`) across backward passes.
     pub(crate) grad: RefCell<Option<Tensor>>,
@@ -28,6 +34,11 @@ impl Tensor {
     /// Dimensions, outermost first.
     pub fn shape(&self) -> &[usize] {
         &self.0.shape
+    }
+
+    /// Storage type.
+    pub fn dtype(&self) -> DType {
+        self.0.dtype
     }
 
     /// Number of elements.
@@ -52,7 +63,7 @@ impl Tensor {
 
     /// The device storage (the whole tensor).
     pub fn view(&self) -> BufferView<'_> {
-        self.0.buf.slice(0, self.numel() as u64 * 4)
+        self.0.buf.slice(0, self.numel() as u64 * self.0.dtype.bytes())
     }
 
     /// The accumulated gradient of a leaf, if any backward pass reached it.
@@ -88,6 +99,13 @@ impl WeakTensor {
 
 impl std::fmt::Debug for Tensor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Tensor(#{} {:?}{})", self.0.id, self.0.shape, if self.0.requires_grad { " grad" } else { "" })
+        write!(
+            f,
+            "Tensor(#{} {:?} {:?}{})",
+            self.0.id,
+            self.0.shape,
+            self.0.dtype,
+            if self.0.requires_grad { " grad" } else { "" }
+        )
     }
 }

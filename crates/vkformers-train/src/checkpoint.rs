@@ -51,6 +51,9 @@ pub struct TrainerState {
     /// Names of the trainable parameters, in order, and whether each decays.
     pub params: Vec<(String, bool)>,
     pub log: Vec<StepRecord>,
+    /// fp16 runs: the loss scale and its clean-step count (absent in other runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_scale: Option<(f32, u32)>,
 }
 
 impl TrainerState {

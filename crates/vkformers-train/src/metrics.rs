@@ -45,6 +45,7 @@ impl MetricsLog {
             "grad_norm": r.grad_norm,
             "tokens": s.tokens,
             "tokens_per_s": s.tokens as f64 / s.seconds.max(1e-9),
+            "device_memory_peak_bytes": s.device_memory_peak_bytes,
         });
         if let Some(e) = r.eval_loss {
             v["eval_loss"] = json!(e);

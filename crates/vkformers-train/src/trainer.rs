@@ -21,6 +21,7 @@ use crate::checkpoint::{self, StepRecord, TrainerState, OPTIMIZER_DIR, PARAMS_DI
 use crate::error::{Result, TrainError};
 use crate::eval::evaluate;
 use crate::model::{LanguageModel, TrainableParam};
+use crate::precision::{GradScaler, Precision};
 use crate::schedule::Schedule;
 
 /// AdamW's hyper-parameters other than the learning rate (which the schedule sets).
@@ -70,6 +71,8 @@ pub struct StepStats {
     pub tokens: usize,
     pub targets: usize,
     pub seconds: f64,
+    /// Peak bytes of device memory allocated so far in the run.
+    pub device_memory_peak_bytes: u64,
 }
 
 /// Hooks of the loop: progress display, and extra files in each checkpoint.
@@ -100,6 +103,9 @@ pub struct Trainer<'g, 'c> {
     eval_data: Option<(Vec<Example>, u32)>,
     step: u64,
     log: Vec<StepRecord>,
+    precision: Precision,
+    /// fp16's dynamic loss scale.
+    scaler: Option<GradScaler>,
     /// Tests only: fail a checkpoint write after this many of its parts (a simulated kill).
     pub fail_checkpoint_after: Option<usize>,
 }
@@ -129,8 +135,28 @@ impl<'g, 'c> Trainer<'g, 'c> {
             eval_data: None,
             step: 0,
             log: Vec::new(),
+            precision: Precision::Fp32,
+            scaler: None,
             fail_checkpoint_after: None,
         })
+    }
+
+    /// Trains in `p` (see `precision`): the graph's autocast, and for fp16 a `GradScaler`
+    /// (`scaler`, default torch's).
+    pub fn set_precision(&mut self, p: Precision, scaler: Option<GradScaler>) {
+        self.precision = p;
+        self.g.set_autocast(p.autocast());
+        self.scaler = (p == Precision::Fp16).then(|| scaler.unwrap_or_default());
+    }
+
+    /// The precision of the run.
+    pub fn precision(&self) -> Precision {
+        self.precision
+    }
+
+    /// The fp16 loss scaler's state, if any.
+    pub fn scaler(&self) -> Option<&GradScaler> {
+        self.scaler.as_ref()
     }
 
     /// Examples to evaluate every `eval_every` steps and at the end (`pad_id` pads batches).
@@ -170,6 +196,7 @@ impl<'g, 'c> Trainer<'g, 'c> {
             )));
         }
         let mut losses: Vec<Tensor> = Vec::with_capacity(micro.len());
+        let loss_scale = self.scaler.map_or(1.0, |s| s.scale);
         for (i, mb) in micro.iter().enumerate() {
             let n = mb.targets();
             if n == 0 {
@@ -177,7 +204,9 @@ impl<'g, 'c> Trainer<'g, 'c> {
             }
             let logits = model.logits(self.g, mb)?;
             let loss = causal_lm_loss(self.g, &logits, &mb.labels, mb.batch, mb.seq)?;
-            let scaled = if n == targets { loss } else { broadcast::scale(self.g, &loss, n as f32 / targets as f32)? };
+            // fp16: backward from S·loss (S a power of two, so dividing the read value is exact).
+            let factor = n as f32 / targets as f32 * loss_scale;
+            let scaled = if factor == 1.0 { loss } else { broadcast::scale(self.g, &loss, factor)? };
             self.g.backward(&scaled)?;
             losses.push(scaled);
             if i + 1 < micro.len() {
@@ -186,15 +215,27 @@ impl<'g, 'c> Trainer<'g, 'c> {
             }
         }
         self.opt.hp.lr = lr;
+        self.opt.loss_scale = match self.scaler {
+            Some(s) => vkformers_kernels::optim::LossScale { scale: s.scale, skip_nonfinite: true },
+            None => vkformers_kernels::optim::LossScale::NONE,
+        };
         self.opt.step(self.g, &self.opt_params)?;
         let mut loss = 0.0;
         for l in &losses {
-            loss += f64::from(self.g.read(l)?[0]);
+            loss += f64::from(self.g.read(l)?[0]) / f64::from(loss_scale);
         }
         let grad_norm = match self.opt.last_grad_norm() {
             Some(n) => Some(f64::from(self.g.read(n)?[0])),
             None => None,
         };
+        if let Some(scaler) = self.scaler.as_mut() {
+            // The device skipped the step on a non-finite norm; the scale backs off.
+            let found_inf = !grad_norm.is_some_and(f64::is_finite);
+            if found_inf {
+                self.opt.undo_skipped_step();
+            }
+            scaler.update(found_inf);
+        }
         self.step += 1;
         // Throughput counts the training step only, not the evaluation after it.
         let seconds = start.elapsed().as_secs_f64();
@@ -202,7 +243,8 @@ impl<'g, 'c> Trainer<'g, 'c> {
         let record = StepRecord { step: self.step, loss, lr, grad_norm, eval_loss };
         self.log.push(record.clone());
         let tokens = micro.iter().map(TokenBatch::tokens).sum();
-        Ok(StepStats { record, tokens, targets, seconds })
+        let device_memory_peak_bytes = self.g.ctx().device_memory().peak;
+        Ok(StepStats { record, tokens, targets, seconds, device_memory_peak_bytes })
     }
 
     fn take_micro_batches(&mut self) -> Vec<TokenBatch> {
@@ -257,6 +299,7 @@ impl<'g, 'c> Trainer<'g, 'c> {
             data_position: self.loader.position(),
             params: self.params.iter().map(|p| (p.name.clone(), p.decay)).collect(),
             log: self.log.clone(),
+            loss_scale: self.scaler.map(|s| (s.scale, s.growth_tracker)),
         }
     }
 
@@ -327,6 +370,10 @@ impl<'g, 'c> Trainer<'g, 'c> {
         self.log = state.log;
         // The saved schedule continues (its total and warm-up are part of the run's state).
         self.opts.schedule = state.schedule;
+        if let (Some(scaler), Some((scale, tracker))) = (self.scaler.as_mut(), state.loss_scale) {
+            scaler.scale = scale;
+            scaler.growth_tracker = tracker;
+        }
         Ok(cp)
     }
 }

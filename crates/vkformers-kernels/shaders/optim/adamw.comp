@@ -10,6 +10,8 @@
 //   p      = p + neg_step * m / denom     neg_step  = -lr / (1 - beta1^t)  (torch's addcdiv_)
 // The host computes decay, w1, omb2, bc2_sqrt and neg_step in f64 (as PyTorch does with Python
 // floats) and passes them rounded to f32. `precise` keeps the compiler from fusing into FMAs.
+// A negative grad_scale (norm_clip's overflow signal under loss scaling) skips the step: no
+// parameter or moment changes, as GradScaler skips optimizer.step().
 // variant: plain
 // variant: scaled GRAD_SCALE
 layout(local_size_x = 256) in;
@@ -34,6 +36,9 @@ layout(push_constant) uniform Push {
 void main() {
 #ifdef GRAD_SCALE
     float gs = pc.grad_scale.v[0];
+    if (gs < 0.0) {
+        return;
+    }
 #endif
     FOR_EACH_INDEX(i, pc.n) {
         precise float g = pc.grad.v[i];

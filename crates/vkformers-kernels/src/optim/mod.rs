@@ -143,6 +143,34 @@ pub fn norm_and_clip_coef(
     norm: BufferView<'_>,
     coef: BufferView<'_>,
 ) -> Result<()> {
+    norm_and_clip_coef_scaled(rec, partials, slots, max_norm, norm, coef, LossScale::NONE)
+}
+
+/// Loss scaling of the gradients a norm is taken over (fp16 training, as GradScaler).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LossScale {
+    /// The gradients hold `scale` times the true gradients.
+    pub scale: f32,
+    /// A non-finite norm makes the coefficient −1: AdamW's scaled variant then skips the step.
+    pub skip_nonfinite: bool,
+}
+
+impl LossScale {
+    /// No scaling, no skipping (the coefficient is exactly torch's clip coefficient).
+    pub const NONE: LossScale = LossScale { scale: 1.0, skip_nonfinite: false };
+}
+
+/// [`norm_and_clip_coef`] over gradients scaled by `ls.scale`: `norm` receives the unscaled
+/// norm and `coef` the factor that unscales and clips (−1 on overflow when `skip_nonfinite`).
+pub fn norm_and_clip_coef_scaled(
+    rec: &mut Recorder,
+    partials: BufferView<'_>,
+    slots: u32,
+    max_norm: f32,
+    norm: BufferView<'_>,
+    coef: BufferView<'_>,
+    ls: LossScale,
+) -> Result<()> {
     let k = &code::OPTIM_NORM_CLIP;
     if slots == 0 {
         return Err(err(k, "no gradient buffers".into()));
@@ -151,7 +179,8 @@ pub fn norm_and_clip_coef(
     expect_len(k, "norm", &norm, 1)?;
     expect_len(k, "coef", &coef, 1)?;
     let args = [read(partials), write(norm), write(coef)];
-    rec.dispatch(k, &[], &args, &params(&[slots, max_norm.to_bits()]), [1, 1, 1])
+    let words = [slots, (max_norm * ls.scale).to_bits(), (1.0 / ls.scale).to_bits(), u32::from(ls.skip_nonfinite)];
+    rec.dispatch(k, &[], &args, &params(&words), [1, 1, 1])
 }
 
 /// Global 2-norm of all `grads` and its clip coefficient: one [`sum_squares`] per buffer
@@ -164,10 +193,23 @@ pub fn grad_norm(
     norm: BufferView<'_>,
     coef: BufferView<'_>,
 ) -> Result<()> {
+    grad_norm_scaled(rec, grads, partials, max_norm, norm, coef, LossScale::NONE)
+}
+
+/// [`grad_norm`] over loss-scaled gradients (see [`norm_and_clip_coef_scaled`]).
+pub fn grad_norm_scaled(
+    rec: &mut Recorder,
+    grads: &[BufferView<'_>],
+    partials: BufferView<'_>,
+    max_norm: f32,
+    norm: BufferView<'_>,
+    coef: BufferView<'_>,
+    ls: LossScale,
+) -> Result<()> {
     let slots = u32::try_from(grads.len()).map_err(|_| err(&code::OPTIM_NORM_CLIP, "too many buffers".into()))?;
     let used = partials.buffer.slice(partials.offset, partials_len(slots).min(partials.len / 4) * 4);
     for (slot, g) in grads.iter().enumerate() {
         sum_squares(rec, *g, used, slot as u32)?;
     }
-    norm_and_clip_coef(rec, used, slots, max_norm, norm, coef)
+    norm_and_clip_coef_scaled(rec, used, slots, max_norm, norm, coef, ls)
 }

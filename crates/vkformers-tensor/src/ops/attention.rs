@@ -6,7 +6,8 @@
 use vkformers_kernels::attention::{self as k, Grads, Qkv, Saved, Shape};
 use vkformers_vk::VkError;
 
-use crate::{Graph, Result, Tensor};
+use super::cast::{autocast_copy, narrow};
+use crate::{DType, Graph, Result, Tensor};
 
 /// Attention options (see `vkformers_kernels::attention::Options`).
 #[derive(Clone, Debug)]
@@ -62,41 +63,89 @@ fn kernel_options<'a>(o: &'a AttnOptions, d: u32) -> k::Options<'a> {
     ko
 }
 
-/// Fused attention; gradients flow to q, k and v.
+/// The storage type attention runs in: the autocast type, else that of q, k and v (which
+/// must agree).
+fn attention_dtype(g: &Graph<'_>, q: &Tensor, kt: &Tensor, v: &Tensor) -> Result<DType> {
+    let dt = g.autocast().unwrap_or(q.dtype());
+    for t in [q, kt, v] {
+        if t.dtype() != dt && t.dtype() != DType::F32 {
+            return Err(VkError::Kernel {
+                kernel: "attention".into(),
+                message: format!(
+                    "q {:?} {:?}, k {:?} {:?}, v {:?} {:?}: mixed storage types",
+                    q.shape(),
+                    q.dtype(),
+                    kt.shape(),
+                    kt.dtype(),
+                    v.shape(),
+                    v.dtype()
+                ),
+            });
+        }
+    }
+    Ok(dt)
+}
+
+/// Fused attention; gradients flow to q, k and v. Under autocast f32 q, k, v are read as
+/// 16-bit copies and o is returned in f32 (the kernels keep f32 softmax statistics).
 pub fn attention(g: &Graph<'_>, q: &Tensor, kt: &Tensor, v: &Tensor, opts: &AttnOptions) -> Result<Tensor> {
     let s = shape_of(q, kt)?;
-    let o = g.output(q.shape(), &[q, kt, v])?;
+    let dt = attention_dtype(g, q, kt, v)?;
+    let (q16, k16, v16) = (autocast_copy(g, q, dt)?, autocast_copy(g, kt, dt)?, autocast_copy(g, v, dt)?);
+    let out_dtype = if q.dtype() == DType::F32 { DType::F32 } else { dt };
+    let o = g.output_as(q.shape(), out_dtype, &[q, kt, v])?;
+    let o16 = if out_dtype == dt { o.clone() } else { g.empty_as(q.shape(), dt)? };
     let lse = g.empty(&[s.batch as usize, s.hq as usize, s.tq as usize])?;
     g.record(|rec| {
+        let mut ko = kernel_options(opts, s.d);
+        ko.dtype = dt;
         k::forward(
             rec,
-            &Qkv { q: q.view(), k: kt.view(), v: v.view() },
-            &Saved { o: o.view(), lse: lse.view() },
+            &Qkv { q: q16.view(), k: k16.view(), v: v16.view() },
+            &Saved { o: o16.view(), lse: lse.view() },
             &s,
-            &kernel_options(opts, s.d),
-        )
+            &ko,
+        )?;
+        if out_dtype != dt {
+            vkformers_kernels::dtype::cast(rec, o16.view(), dt, o.view(), out_dtype)?;
+        }
+        Ok(())
     })?;
-    let (qs, ks, vs, os, opts) = (q.clone(), kt.clone(), v.clone(), o.clone(), opts.clone());
+    let in_types = [q.dtype(), kt.dtype(), v.dtype()];
+    let opts = opts.clone();
+    let os = o16;
     g.push_node(
         &o,
         vec![q.clone(), kt.clone(), v.clone()],
         Box::new(move |g, d_o| {
-            let dq = g.empty(qs.shape())?;
-            let dk = g.empty(ks.shape())?;
-            let dv = g.empty(vs.shape())?;
+            let do16 = narrow(g, d_o, dt)?;
+            let dq = g.empty_as(q16.shape(), dt)?;
+            let dk = g.empty_as(k16.shape(), dt)?;
+            let dv = g.empty_as(v16.shape(), dt)?;
             let delta = g.empty(lse.shape())?;
             g.record(|rec| {
+                let mut ko = kernel_options(&opts, s.d);
+                ko.dtype = dt;
                 k::backward(
                     rec,
-                    &Qkv { q: qs.view(), k: ks.view(), v: vs.view() },
+                    &Qkv { q: q16.view(), k: k16.view(), v: v16.view() },
                     &Saved { o: os.view(), lse: lse.view() },
-                    d_o.view(),
+                    do16.view(),
                     &Grads { dq: dq.view(), dk: dk.view(), dv: dv.view(), delta: delta.view() },
                     &s,
-                    &kernel_options(&opts, s.d),
+                    &ko,
                 )
             })?;
-            Ok(vec![Some(dq), Some(dk), Some(dv)])
+            let to = |t: Tensor, i: usize| -> Result<Tensor> {
+                if in_types[i] == dt {
+                    Ok(t)
+                } else {
+                    let wide = g.empty(t.shape())?;
+                    g.record(|rec| vkformers_kernels::dtype::cast(rec, t.view(), dt, wide.view(), in_types[i]))?;
+                    Ok(wide)
+                }
+            };
+            Ok(vec![Some(to(dq, 0)?), Some(to(dk, 1)?), Some(to(dv, 2)?)])
         }),
     );
     Ok(o)

@@ -7,9 +7,11 @@
 //! copies): `dA = dC · op(B)ᵀ`, `dB = Aᵀ · dC` (or `dCᵀ · A` for a transposed B), summed over
 //! the batch when B is shared, and `dbias = onesᵀ · dC` (column sums of dC).
 
+use vkformers_kernels::matmul::auto::gemm_auto;
 use vkformers_kernels::matmul::{gemm, GemmDesc};
 
-use crate::{Graph, Result, Tensor, VkError};
+use super::cast::{autocast_copy, narrow};
+use crate::{DType, Graph, Result, Tensor, VkError};
 
 /// A (batched) product `C [batch, m, n] = A [batch, m, k] · op(B)`, `op(B) [k, n]` stored
 /// `[k, n]` or (`trans_b`) `[n, k]`. `batch == 1` also covers a B shared by a folded batch.
@@ -95,7 +97,29 @@ fn two_operand(g: &Graph<'_>, a: &Tensor, b: &Tensor, trans_b: bool) -> Result<T
     product(g, (a, b), None, p, &out_shape)
 }
 
-/// Records `C = A · op(B) (+ bias)` and its backward node (inputs `[a, b]` or `[a, b, bias]`).
+/// The storage type a product runs in: the autocast type when mixed precision is on, else
+/// the 16-bit type of a 16-bit operand (a weight kept in bf16 for inference), else f32.
+fn product_dtype(g: &Graph<'_>, a: &Tensor, b: &Tensor) -> Result<DType> {
+    let half = [a.dtype(), b.dtype()].into_iter().find(|d| *d != DType::F32);
+    let dt = g.autocast().or(half).unwrap_or(DType::F32);
+    for t in [a, b] {
+        if t.dtype() != DType::F32 && t.dtype() != dt {
+            return Err(err(format!(
+                "operands {:?} {:?} and {:?} {:?} of different 16-bit types",
+                a.shape(),
+                a.dtype(),
+                b.shape(),
+                b.dtype()
+            )));
+        }
+    }
+    Ok(dt)
+}
+
+/// Records `C = A · op(B) (+ bias)` (f32 C; A and B read in `product_dtype`) and its backward
+/// node (inputs `[a, b]` or `[a, b, bias]`). Backward saves only the operands in the product's
+/// type (the 16-bit copies under autocast, so f32 activations are not kept alive by it) and
+/// returns f32 gradients for f32 inputs.
 fn product(
     g: &Graph<'_>,
     (a, b): (&Tensor, &Tensor),
@@ -103,24 +127,35 @@ fn product(
     p: Product,
     shape: &[usize],
 ) -> Result<Tensor> {
+    let dt = product_dtype(g, a, b)?;
+    let (a16, b16) = (autocast_copy(g, a, dt)?, autocast_copy(g, b, dt)?);
     let mut inputs = vec![a, b];
     inputs.extend(bias);
-    let c = g.output(shape, &inputs)?;
+    let c = g.output_as(shape, DType::F32, &inputs)?;
+    if let Some(bias) = bias {
+        if bias.dtype() != DType::F32 {
+            return Err(err(format!("bias {:?} must be f32, is {:?}", bias.shape(), bias.dtype())));
+        }
+    }
     let mut desc = GemmDesc::packed(p.m, p.n, p.k, false, p.trans_b);
     desc.batch = p.batch;
     desc.has_bias = bias.is_some();
-    g.record(|rec| gemm(rec, &desc, a.view(), b.view(), bias.map(Tensor::view), c.view()))?;
-    let (sa, sb) = (a.clone(), b.clone());
-    let saved_bias = bias.cloned();
+    desc.dtype = dt;
+    g.record(|rec| gemm_auto(rec, &desc, a16.view(), b16.view(), bias.map(Tensor::view), c.view()))?;
+    let need = [a.requires_grad(), b.requires_grad()];
+    let a_grad = Operand { shape: a.shape().to_vec(), dtype: a.dtype() };
+    let b_grad = Operand { shape: b.shape().to_vec(), dtype: b.dtype() };
+    let saved_bias = bias.map(|t| (t.requires_grad(), t.shape().to_vec()));
     g.push_node(
         &c,
         inputs.into_iter().cloned().collect(),
         Box::new(move |g, dc| {
-            let da = if sa.requires_grad() { Some(grad_a(g, p, dc, &sb, sa.shape())?) } else { None };
-            let db = if sb.requires_grad() { Some(grad_b(g, p, &sa, dc, sb.shape())?) } else { None };
+            let dc16 = narrow(g, dc, dt)?;
+            let da = if need[0] { Some(grad_a(g, p, &dc16, &b16, &a_grad)?) } else { None };
+            let db = if need[1] { Some(grad_b(g, p, &a16, &dc16, &b_grad)?) } else { None };
             let mut grads = vec![da, db];
-            if let Some(bias) = &saved_bias {
-                grads.push(if bias.requires_grad() { Some(grad_bias(g, p, dc, bias.shape())?) } else { None });
+            if let Some((rg, shape)) = &saved_bias {
+                grads.push(if *rg { Some(grad_bias(g, p, dc, shape)?) } else { None });
             }
             Ok(grads)
         }),
@@ -128,30 +163,46 @@ fn product(
     Ok(c)
 }
 
+/// Shape and type of an operand's gradient.
+struct Operand {
+    shape: Vec<usize>,
+    dtype: DType,
+}
+
+/// An f32 GEMM result as the gradient of `op` (cast when the operand is 16-bit).
+fn as_grad(g: &Graph<'_>, wide: Tensor, op: &Operand) -> Result<Tensor> {
+    if op.dtype == DType::F32 {
+        return Ok(wide);
+    }
+    narrow(g, &wide, op.dtype)
+}
+
 /// `dA [batch, m, k] = dC [batch, m, n] · op(B)ᵀ`: B read as stored, with the flag flipped.
-fn grad_a(g: &Graph<'_>, p: Product, dc: &Tensor, b: &Tensor, shape: &[usize]) -> Result<Tensor> {
-    let da = g.empty(shape)?;
+fn grad_a(g: &Graph<'_>, p: Product, dc: &Tensor, b: &Tensor, op: &Operand) -> Result<Tensor> {
+    let da = g.empty(&op.shape)?;
     let mut desc = GemmDesc::packed(p.m, p.k, p.n, false, !p.trans_b);
     desc.batch = p.batch;
-    g.record(|rec| gemm(rec, &desc, dc.view(), b.view(), None, da.view()))?;
-    Ok(da)
+    desc.dtype = dc.dtype();
+    g.record(|rec| gemm_auto(rec, &desc, dc.view(), b.view(), None, da.view()))?;
+    as_grad(g, da, op)
 }
 
 /// `dB = Aᵀ · dC` (`[k, n]`) or, for B stored `[n, k]`, `dBᵀ = dCᵀ · A`; per batch, or summed
 /// over the folded rows when B is shared.
-fn grad_b(g: &Graph<'_>, p: Product, a: &Tensor, dc: &Tensor, shape: &[usize]) -> Result<Tensor> {
-    let db = g.empty(shape)?;
+fn grad_b(g: &Graph<'_>, p: Product, a: &Tensor, dc: &Tensor, op: &Operand) -> Result<Tensor> {
+    let db = g.empty(&op.shape)?;
     let (mut desc, lhs, rhs) = if p.trans_b {
         (GemmDesc::packed(p.n, p.k, p.m, true, false), dc, a)
     } else {
         (GemmDesc::packed(p.k, p.n, p.m, true, false), a, dc)
     };
     desc.batch = p.batch;
-    g.record(|rec| gemm(rec, &desc, lhs.view(), rhs.view(), None, db.view()))?;
-    Ok(db)
+    desc.dtype = dc.dtype();
+    g.record(|rec| gemm_auto(rec, &desc, lhs.view(), rhs.view(), None, db.view()))?;
+    as_grad(g, db, op)
 }
 
-/// `dbias [n] = ones [1, rows] · dC [rows, n]` over all `batch · m` rows.
+/// `dbias [n] = ones [1, rows] · dC [rows, n]` over all `batch · m` rows (f32).
 fn grad_bias(g: &Graph<'_>, p: Product, dc: &Tensor, shape: &[usize]) -> Result<Tensor> {
     let rows = dim32("rows", dc.rows())?;
     let ones = g.full(&[rows as usize], 1.0)?;

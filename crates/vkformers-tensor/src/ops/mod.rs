@@ -4,6 +4,7 @@
 pub mod activation;
 pub mod attention;
 pub mod broadcast;
+pub mod cast;
 pub mod dropout;
 pub mod embedding;
 pub mod glu;

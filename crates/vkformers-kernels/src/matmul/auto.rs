@@ -1,0 +1,79 @@
+//! One entry point for every product of the tensor layer: the tensor-core GEMM
+//! (`gemm_coopmat`: NV cooperative matrix 2, else KHR cooperative matrix) where the operands are
+//! 16-bit and the device has it, else the portable tiled GEMM (any dtype; on a device without
+//! tensor cores 16-bit operands are read as packed words and widened, so the numerics are the
+//! same everywhere and lavapipe proves them).
+
+use vkformers_vk::{BufferView, Caps, Recorder, Result};
+
+use super::{gemm, DType, GemmDesc};
+use crate::gemm_coopmat::{choose_engine, gemm_coopmat, CoopGemm, Elem, Engine, Tuning};
+
+/// The tensor-core element type of a storage type (`None` for f32).
+fn elem_of(dtype: DType) -> Option<Elem> {
+    match dtype {
+        DType::F32 => None,
+        DType::F16 => Some(Elem::F16),
+        DType::BF16 => Some(Elem::Bf16),
+    }
+}
+
+/// `desc` as a tensor-core product, when the device has an engine for its type and the
+/// descriptor fits that engine (32-bit element offsets, beta 0 or 1, the KHR kernel's
+/// multiple-of-8 strides); `None` sends it to the portable GEMM. A pure function of `Caps`.
+pub fn coop_plan(caps: &Caps, d: &GemmDesc) -> Option<CoopGemm> {
+    let elem = elem_of(d.dtype)?;
+    let engine = choose_engine(caps, elem, d.n)?;
+    if d.k == 0 || !(d.beta == 0.0 || d.beta == 1.0) {
+        return None;
+    }
+    let small = |v: u64| u32::try_from(v).ok();
+    let batched = d.batch > 1;
+    let stride = |s: u64| if batched { small(s) } else { Some(0) };
+    let plan = CoopGemm {
+        m: d.m,
+        n: d.n,
+        k: d.k,
+        batch: d.batch,
+        trans_a: d.trans_a,
+        trans_b: d.trans_b,
+        lda: d.lda,
+        ldb: d.ldb,
+        ldc: d.ldc,
+        a_off: small(d.a_offset)?,
+        b_off: small(d.b_offset)?,
+        c_off: small(d.c_offset)?,
+        a_bstride: stride(d.stride_a)?,
+        b_bstride: stride(d.stride_b)?,
+        c_bstride: stride(d.stride_c)?,
+        alpha: d.alpha,
+        beta_one: d.beta == 1.0,
+        elem,
+        engine,
+        tuning: Tuning::default(),
+    };
+    let eights = [plan.lda, plan.ldb, plan.a_off, plan.b_off, plan.a_bstride, plan.b_bstride];
+    if engine == Engine::Coopmat && !eights.iter().all(|v| v.is_multiple_of(8)) {
+        return None;
+    }
+    Some(plan)
+}
+
+/// Records `C = alpha · op(A) · op(B) (+ bias) (+ beta · C)` on the best engine for `desc`
+/// (see the module docs). Same arguments and checks as [`gemm`].
+pub fn gemm_auto(
+    rec: &mut Recorder,
+    desc: &GemmDesc,
+    a: BufferView<'_>,
+    b: BufferView<'_>,
+    bias: Option<BufferView<'_>>,
+    c: BufferView<'_>,
+) -> Result<()> {
+    if desc.m == 0 || desc.n == 0 || desc.batch == 0 {
+        return gemm(rec, desc, a, b, bias, c);
+    }
+    match coop_plan(rec.caps(), desc) {
+        Some(plan) if desc.has_bias == bias.is_some() => gemm_coopmat(rec, &plan, a, b, bias, c),
+        _ => gemm(rec, desc, a, b, bias, c),
+    }
+}

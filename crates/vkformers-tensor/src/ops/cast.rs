@@ -1,0 +1,60 @@
+//! Casts between f32 and the 16-bit storage types, as a tape op (`cast`: the gradient is cast
+//! back to the input's type) and as the autocast helper the products use (`autocast_copy`: a
+//! 16-bit copy of an f32 operand, kept for reuse, with no tape node of its own — the op that
+//! reads it differentiates with respect to the f32 tensor).
+
+use vkformers_kernels::dtype::cast as cast_kernel;
+
+use crate::{DType, Graph, Result, Tensor, VkError};
+
+/// `x` in `dtype` (round to nearest even for bf16, IEEE rounding for f16; a no-op clone when
+/// already of that type). One side must be f32. Gradients flow back cast to `x`'s type.
+pub fn cast(g: &Graph<'_>, x: &Tensor, dtype: DType) -> Result<Tensor> {
+    if x.dtype() == dtype {
+        return Ok(x.clone());
+    }
+    check_pair(x.dtype(), dtype)?;
+    let y = g.output_as(x.shape(), dtype, &[x])?;
+    g.record(|rec| cast_kernel(rec, x.view(), x.dtype(), y.view(), dtype))?;
+    let from = x.dtype();
+    g.push_node(&y, vec![x.clone()], Box::new(move |g, dy| Ok(vec![Some(cast(g, dy, from)?)])));
+    Ok(y)
+}
+
+fn check_pair(from: DType, to: DType) -> Result<()> {
+    if from != DType::F32 && to != DType::F32 {
+        return Err(VkError::Kernel {
+            kernel: "cast".into(),
+            message: format!("{from:?} -> {to:?}: one side must be f32 (cast through f32)"),
+        });
+    }
+    Ok(())
+}
+
+/// The `dtype` copy of `x` for a 16-bit product: `x` itself when already of that type, the
+/// kept copy when `x` was cast before (a weight since the last optimizer step, or an
+/// activation read by several products of one forward), else a fresh cast that is kept.
+pub fn autocast_copy(g: &Graph<'_>, x: &Tensor, dtype: DType) -> Result<Tensor> {
+    if x.dtype() == dtype {
+        return Ok(x.clone());
+    }
+    if let Some(t) = g.cached_cast(x, dtype) {
+        return Ok(t);
+    }
+    check_pair(x.dtype(), dtype)?;
+    let y = g.empty_as(x.shape(), dtype)?;
+    g.record(|rec| cast_kernel(rec, x.view(), x.dtype(), y.view(), dtype))?;
+    g.keep_cast(x, &y);
+    Ok(y)
+}
+
+/// A 16-bit copy of a gradient (never kept: each is read by one op's backward products).
+pub fn narrow(g: &Graph<'_>, x: &Tensor, dtype: DType) -> Result<Tensor> {
+    if x.dtype() == dtype {
+        return Ok(x.clone());
+    }
+    check_pair(x.dtype(), dtype)?;
+    let y = g.empty_as(x.shape(), dtype)?;
+    g.record(|rec| cast_kernel(rec, x.view(), x.dtype(), y.view(), dtype))?;
+    Ok(y)
+}

@@ -1,0 +1,122 @@
+//! `--profile`: device time per kernel, gathered from the recorder's timestamps over any number
+//! of batches, and printed as a table (calls, total ms, share of the timed work, mean µs).
+//!
+//! Dispatches that ran overlapped (no barrier between them) share their time, so shares are
+//! of the summed kernel times, which can exceed the wall time of a step.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use vkformers_vk::BatchReport;
+
+/// Totals of one kernel.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct KernelTime {
+    pub calls: u64,
+    pub nanos: f64,
+}
+
+/// Per-kernel totals over the batches added.
+#[derive(Clone, Debug, Default)]
+pub struct Profile {
+    pub kernels: HashMap<&'static str, KernelTime>,
+    pub batches: u64,
+    pub dispatches: u64,
+    pub barriers: u64,
+}
+
+impl Profile {
+    /// Adds one submitted batch's timings.
+    pub fn add_batch(&mut self, report: &BatchReport) {
+        self.batches += 1;
+        self.dispatches += report.dispatches as u64;
+        self.barriers += report.barriers as u64;
+        for (name, ns) in &report.timings {
+            let k = self.kernels.entry(name).or_default();
+            k.calls += 1;
+            k.nanos += ns;
+        }
+    }
+
+    /// Adds another profile's totals (e.g. one per step).
+    pub fn merge(&mut self, other: &Profile) {
+        self.batches += other.batches;
+        self.dispatches += other.dispatches;
+        self.barriers += other.barriers;
+        for (name, t) in &other.kernels {
+            let k = self.kernels.entry(name).or_default();
+            k.calls += t.calls;
+            k.nanos += t.nanos;
+        }
+    }
+
+    /// Sum of every kernel's time, in milliseconds.
+    pub fn total_ms(&self) -> f64 {
+        self.kernels.values().map(|k| k.nanos).sum::<f64>() / 1e6
+    }
+
+    /// Kernels by descending total time.
+    pub fn sorted(&self) -> Vec<(&'static str, KernelTime)> {
+        let mut v: Vec<_> = self.kernels.iter().map(|(n, t)| (*n, t.clone())).collect();
+        v.sort_by(|a, b| b.1.nanos.total_cmp(&a.1.nanos).then(a.0.cmp(b.0)));
+        v
+    }
+
+    /// The table, `per` dividing the totals (e.g. the number of steps profiled).
+    pub fn table(&self, per: u64, unit: &str) -> String {
+        let per = per.max(1) as f64;
+        let total = self.total_ms();
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "{:<44} {:>9} {:>11} {:>7} {:>10}",
+            "kernel",
+            format!("calls/{unit}"),
+            format!("ms/{unit}"),
+            "share",
+            "mean µs"
+        );
+        for (name, t) in self.sorted() {
+            let ms = t.nanos / 1e6;
+            let _ = writeln!(
+                s,
+                "{:<44} {:>9.1} {:>11.3} {:>6.1}% {:>10.1}",
+                name,
+                t.calls as f64 / per,
+                ms / per,
+                if total > 0.0 { 100.0 * ms / total } else { 0.0 },
+                t.nanos / 1e3 / t.calls.max(1) as f64
+            );
+        }
+        let _ = writeln!(
+            s,
+            "{:<44} {:>9.1} {:>11.3}   (dispatches {:.0}, barriers {:.0}, submissions {:.1} per {unit})",
+            "total",
+            self.kernels.values().map(|k| k.calls).sum::<u64>() as f64 / per,
+            total / per,
+            self.dispatches as f64 / per,
+            self.barriers as f64 / per,
+            self.batches as f64 / per
+        );
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_add_up_by_kernel_and_sort_by_time() {
+        let mut p = Profile::default();
+        p.add_batch(&BatchReport { dispatches: 3, barriers: 1, timings: vec![("a", 1e6), ("b", 3e6), ("a", 1e6)] });
+        p.add_batch(&BatchReport { dispatches: 1, barriers: 0, timings: vec![("b", 1e6)] });
+        assert_eq!(p.kernels["a"], KernelTime { calls: 2, nanos: 2e6 });
+        assert_eq!(p.kernels["b"], KernelTime { calls: 2, nanos: 4e6 });
+        assert_eq!(p.sorted()[0].0, "b");
+        assert!((p.total_ms() - 6.0).abs() < 1e-12);
+        let table = p.table(2, "step");
+        assert!(table.contains("66.7%"), "{table}");
+        assert!(table.lines().any(|l| l.starts_with("total")), "{table}");
+    }
+}

@@ -1,0 +1,150 @@
+//! Tensors with a dtype and mixed precision (autocast): casts differentiate, f32-only ops refuse
+//! 16-bit inputs by name, products and attention under autocast equal the f32 ops on operands
+//! rounded to the 16-bit type (the products of two bf16/f16 values are exact in f32, so only
+//! f32 accumulation separates them), and 16-bit copies are kept and dropped as documented.
+
+use vkformers_kernels::matmul::reference;
+use vkformers_kernels::testutil::storage::round;
+use vkformers_kernels::testutil::{assert_close, f64s, Rng, TOL_BF16, TOL_F16, TOL_F32};
+use vkformers_tensor::ops::attention::{attention, AttnOptions};
+use vkformers_tensor::ops::cast::cast;
+use vkformers_tensor::ops::matmul::linear;
+use vkformers_tensor::ops::{broadcast, reduce, shape};
+use vkformers_tensor::{DType, Graph, Result, Tensor};
+use vkformers_vk::testing::on_every_device;
+
+/// `loss = sum(out * w)`, so dL/dout = w.
+fn dot_loss(g: &Graph<'_>, out: &Tensor, w: &Tensor) -> Result<Tensor> {
+    reduce::sum(g, &broadcast::mul(g, out, &shape::reshape(g, w, out.shape())?)?)
+}
+
+fn transpose(x: &[f64], r: usize, c: usize) -> Vec<f64> {
+    (0..c * r).map(|i| x[(i % r) * c + i / r]).collect()
+}
+
+#[test]
+fn cast_round_trips_and_its_gradient_is_cast_back() {
+    on_every_device("cast", |ctx| {
+        let g = Graph::new(ctx);
+        let mut rng = Rng::new(3);
+        let x = rng.vec(37, 3.0);
+        let w = rng.vec(37, 2.0);
+        for dt in [DType::BF16, DType::F16] {
+            let xp = g.parameter(&x, &[37])?;
+            let y = cast(&g, &xp, dt)?;
+            assert_eq!(y.dtype(), dt);
+            let z = cast(&g, &y, DType::F32)?;
+            assert_eq!(g.read(&z)?, round(dt, &x), "{dt:?}: values rounded to the type");
+            g.backward(&dot_loss(&g, &z, &g.constant(&w, &[37])?)?)?;
+            assert_eq!(g.read(&xp.grad().expect("grad"))?, round(dt, &w), "{dt:?}: gradient cast back");
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn f32_ops_refuse_16_bit_inputs_naming_shape_and_dtype() {
+    on_every_device("dtype errors", |ctx| {
+        let g = Graph::new(ctx);
+        let x = cast(&g, &g.constant(&[1.0; 6], &[2, 3])?, DType::BF16)?;
+        let e = broadcast::add(&g, &x, &x).expect_err("bf16 into an f32 op must fail").to_string();
+        assert!(e.contains("BF16") && e.contains("[2, 3]") && e.contains("cast"), "{e}");
+        let w16 = cast(&g, &g.constant(&[1.0; 6], &[2, 3])?, DType::F16)?;
+        let e = linear(&g, &x, &w16, None).expect_err("bf16 x f16 must fail").to_string();
+        assert!(e.contains("different 16-bit types"), "{e}");
+        Ok(())
+    });
+}
+
+/// `linear` under autocast vs the f64 reference on rounded operands, with its gradients.
+#[test]
+fn linear_under_autocast_equals_the_product_of_rounded_operands() {
+    on_every_device("autocast linear", |ctx| {
+        let (rows, k, n) = (5, 37, 19);
+        let mut rng = Rng::new(11);
+        let (x, w, b, up) = (rng.vec(rows * k, 1.0), rng.vec(n * k, 1.0), rng.vec(n, 1.0), rng.vec(rows * n, 1.0));
+        for dt in [DType::BF16, DType::F16] {
+            let g = Graph::new(ctx);
+            g.set_autocast(Some(dt));
+            let (xp, wp, bp) = (g.parameter(&x, &[rows, k])?, g.parameter(&w, &[n, k])?, g.parameter(&b, &[n])?);
+            let y = linear(&g, &xp, &wp, Some(&bp))?;
+            assert_eq!(y.dtype(), DType::F32, "products give f32");
+            g.backward(&dot_loss(&g, &y, &g.constant(&up, &[rows, n])?)?)?;
+            let (xr, wr, upr) = (f64s(&round(dt, &x)), f64s(&round(dt, &w)), f64s(&round(dt, &up)));
+            let mut want = reference::matmul(&xr, &transpose(&wr, n, k), rows, k, n);
+            for (i, v) in want.iter_mut().enumerate() {
+                *v += f64::from(b[i % n]);
+            }
+            // Only f32 accumulation separates these from the reference: the f32 tolerance.
+            assert_close(&format!("{dt:?} y"), &g.read(&y)?, &want, TOL_F32);
+            let dx = reference::matmul(&upr, &wr, rows, n, k);
+            assert_close(&format!("{dt:?} dx"), &g.read(&xp.grad().expect("dx"))?, &dx, TOL_F32);
+            let dw = reference::matmul(&transpose(&upr, rows, n), &xr, n, rows, k);
+            assert_close(&format!("{dt:?} dW"), &g.read(&wp.grad().expect("dW"))?, &dw, TOL_F32);
+            let db: Vec<f64> = (0..n).map(|j| (0..rows).map(|r| f64::from(up[r * n + j])).sum()).collect();
+            assert_close(&format!("{dt:?} db"), &g.read(&bp.grad().expect("db"))?, &db, TOL_F32);
+            // And far from the unrounded product (the test sees the rounding).
+            let exact = reference::matmul(&f64s(&x), &transpose(&f64s(&w), n, k), rows, k, n);
+            let got = g.read(&y)?;
+            let moved = got.iter().zip(&exact).any(|(g, e)| (f64::from(*g) - e).abs() > 1e-4);
+            assert!(moved, "{dt:?}: autocast left the product unrounded");
+        }
+        Ok(())
+    });
+}
+
+/// Attention under autocast equals f32 attention on rounded q, k, v (and a rounded upstream
+/// gradient) within the 16-bit tolerance: the kernels store o, dq, dk, dv in the 16-bit type.
+#[test]
+fn attention_under_autocast_tracks_f32_attention_on_rounded_inputs() {
+    on_every_device("autocast attention", |ctx| {
+        let (b, t, hq, hkv, d) = (2, 7, 4, 2, 16);
+        let mut rng = Rng::new(5);
+        let (q, k, v) = (rng.vec(b * t * hq * d, 1.0), rng.vec(b * t * hkv * d, 1.0), rng.vec(b * t * hkv * d, 1.0));
+        let up = rng.vec(b * t * hq * d, 1.0);
+        let run = |g: &Graph<'_>, q: &[f32], k: &[f32], v: &[f32], up: &[f32]| -> Result<[Vec<f32>; 4]> {
+            let qp = g.parameter(q, &[b, t, hq, d])?;
+            let kp = g.parameter(k, &[b, t, hkv, d])?;
+            let vp = g.parameter(v, &[b, t, hkv, d])?;
+            let o = attention(g, &qp, &kp, &vp, &AttnOptions::default())?;
+            g.backward(&dot_loss(g, &o, &g.constant(up, &[b * t * hq * d])?)?)?;
+            let grad = |p: &Tensor| g.read(&p.grad().expect("grad"));
+            Ok([g.read(&o)?, grad(&qp)?, grad(&kp)?, grad(&vp)?])
+        };
+        for (dt, tol) in [(DType::BF16, TOL_BF16), (DType::F16, TOL_F16)] {
+            let mixed = Graph::new(ctx);
+            mixed.set_autocast(Some(dt));
+            let got = run(&mixed, &q, &k, &v, &up)?;
+            let plain = Graph::new(ctx);
+            let want = run(&plain, &round(dt, &q), &round(dt, &k), &round(dt, &v), &round(dt, &up))?;
+            for (name, (gv, wv)) in ["o", "dq", "dk", "dv"].iter().zip(got.iter().zip(&want)) {
+                assert_close(&format!("{dt:?} {name}"), gv, &f64s(wv), tol);
+            }
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn weight_copies_live_until_cleared_and_activation_copies_die_with_the_tape() {
+    on_every_device("autocast cache", |ctx| {
+        let g = Graph::new(ctx);
+        g.set_autocast(Some(DType::BF16));
+        let w = g.parameter(&[0.5; 12], &[3, 4])?;
+        let x = broadcast::scale(&g, &g.parameter(&[1.0; 8], &[2, 4])?, 2.0)?; // an activation
+        let y1 = linear(&g, &x, &w, None)?;
+        let y2 = linear(&g, &x, &w, None)?;
+        assert_eq!(g.kept_casts(), 2, "one copy of W and one of x for both products");
+        g.backward(&reduce::sum(&g, &broadcast::add(&g, &y1, &y2)?)?)?;
+        assert_eq!(g.kept_casts(), 1, "after backward only the weight's copy stays");
+        g.clear_casts();
+        assert_eq!(g.kept_casts(), 0);
+        g.no_grad(|| -> Result<()> {
+            let x = broadcast::scale(&g, &g.constant(&[1.0; 8], &[2, 4])?, 2.0)?;
+            linear(&g, &x, &w, None)?;
+            Ok(())
+        })?;
+        assert_eq!(g.kept_casts(), 1, "without a tape, activations are cast each time and not kept");
+        Ok(())
+    });
+}
