@@ -116,6 +116,9 @@ pub struct TrainArgs {
     pub(crate) resume: Option<PathBuf>,
     #[command(flatten)]
     pub(crate) precision: crate::precision::PrecisionArgs,
+    /// fp16: the loss scale to start from (torch.amp.GradScaler's init_scale).
+    #[arg(long, default_value_t = 65536.0, requires = "fp16")]
+    pub(crate) loss_scale: f32,
     #[command(flatten)]
     pub(crate) profile: crate::precision::ProfileArgs,
 }
@@ -342,7 +345,7 @@ pub(crate) fn build_trainer<'g, 'c>(
         precision.name(),
     );
     let mut trainer = Trainer::new(g, params, loader, opts)?;
-    trainer.set_precision(precision, None);
+    trainer.set_precision(precision, Some(vkformers_train::GradScaler::with_scale(args.loss_scale)));
     if let Some(e) = eval_rows {
         check_vocab(&e, model.spec.vocab, "evaluation data")?;
         trainer.set_eval_data(sequences(&e, seq_len, false)?, pad);

@@ -37,7 +37,7 @@ fn generate_and_eval_apply_an_unmerged_adapter() {
         json(&args)["rows"][0]["token_ids"].clone()
     };
     let eval = |extra: &[&str]| {
-        let mut args = vec!["eval", "--model", &m, "--data", &r, "--json"];
+        let mut args = vec!["eval", "--model", &m, "--data", &r, "--json", "--fp32"];
         args.extend_from_slice(extra);
         json(&args)["loss"].as_f64().unwrap()
     };

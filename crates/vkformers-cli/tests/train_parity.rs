@@ -80,6 +80,7 @@ fn check_two_steps(name: &str) {
         "0",
         "--max-grad-norm",
         "0",
+        "--fp32",
     ]);
     let refs = repo().join("tests/fixtures_train").join(name);
     let want = ModelWeights::open_file(refs.join("step2.safetensors")).unwrap();
@@ -133,8 +134,17 @@ fn two_train_steps_give_the_transformers_trainer_weights_gpt2() {
 
 fn check_eval(name: &str) {
     let dir = repo().join("tests/fixtures").join(name);
-    let out =
-        vkformers(&["eval", "--model", dir.to_str().unwrap(), "--data", &rows_path(), "--json", "--batch-size", "3"]);
+    let out = vkformers(&[
+        "eval",
+        "--model",
+        dir.to_str().unwrap(),
+        "--data",
+        &rows_path(),
+        "--json",
+        "--batch-size",
+        "3",
+        "--fp32",
+    ]);
     let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let want: serde_json::Value =
         vkformers_io::read_json(repo().join("tests/fixtures_train").join(name).join("eval.json")).unwrap();

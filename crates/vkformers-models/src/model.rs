@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use vkformers_io::{ModelWeights, SaveTensor, TensorData};
-use vkformers_tensor::{Graph, Tensor};
+use vkformers_tensor::{DType, Graph, Tensor};
 
 use crate::archs::spec_from_config;
 use crate::decoder::Weights;
@@ -38,15 +38,29 @@ impl Model {
     /// Loads `dir` with only the tensors whose internal name `trainable` accepts as parameters;
     /// the others are constants (no gradient, no optimizer state): LoRA's frozen base.
     pub fn load_with_trainable(g: &Graph<'_>, dir: &Path, trainable: &dyn Fn(&str) -> bool) -> Result<Model> {
+        Self::load_typed(g, dir, trainable, DType::F32)
+    }
+
+    /// Loads `dir` for inference: every tensor a constant, the projection weights (those only
+    /// `linear` reads) kept in `dtype` on the device (f32 for the rest: embeddings, norms,
+    /// biases), as `from_pretrained(dtype=...)` keeps them.
+    pub fn load_for_inference(g: &Graph<'_>, dir: &Path, dtype: DType) -> Result<Model> {
+        Self::load_typed(g, dir, &|_| false, dtype)
+    }
+
+    fn load_typed(g: &Graph<'_>, dir: &Path, trainable: &dyn Fn(&str) -> bool, dtype: DType) -> Result<Model> {
+        let config = vkformers_io::read_json(dir.join("config.json")).map_err(|e| ModelError::Config(e.to_string()))?;
+        let spec = spec_from_config(&config)?;
+        let narrow = if dtype == DType::F32 { Default::default() } else { linear_weight_names(&spec) };
         let make = |name: &str, data: &[f32], shape: &[usize]| {
             if trainable(name) {
                 g.parameter(data, shape)
+            } else if narrow.contains(name) {
+                g.constant_bits(&to_bits(data, dtype), shape, dtype)
             } else {
                 g.constant(data, shape)
             }
         };
-        let config = vkformers_io::read_json(dir.join("config.json")).map_err(|e| ModelError::Config(e.to_string()))?;
-        let spec = spec_from_config(&config)?;
         let file = ModelWeights::open(dir).map_err(io_err)?;
         let mut weights = Weights::default();
         let mut params = Vec::new();
@@ -88,6 +102,12 @@ impl Model {
         }
         params.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(Model { spec, weights, params, hf_names, config })
+    }
+
+    /// The storage type of the model's projection weights (f32 unless loaded for inference in
+    /// a 16-bit type).
+    pub fn weight_dtype(&self) -> DType {
+        self.params.iter().map(|(_, t)| t.dtype()).find(|d| *d != DType::F32).unwrap_or(DType::F32)
     }
 
     fn host(&self, g: &Graph<'_>, grads: bool) -> Result<Vec<HostTensor>> {
@@ -140,5 +160,33 @@ impl Model {
             vkformers_io::copy_tokenizer_files(src, out).map_err(io_err)?;
         }
         Ok(())
+    }
+}
+
+/// Internal names of the weights only `linear` reads: every layer's q, k, v, o, gate, up and
+/// down projections, the LM head unless it is the tied embedding, and the in/out projections.
+fn linear_weight_names(spec: &ModelSpec) -> std::collections::HashSet<String> {
+    let n = &spec.layer_names;
+    let mut names = std::collections::HashSet::new();
+    for i in 0..spec.layers.len() {
+        for t in [&n.q, &n.k, &n.v, &n.o, &n.gate, &n.up, &n.down] {
+            names.insert(format!("{}.weight", crate::spec::layer_name(t, i)));
+        }
+    }
+    if !spec.tied_head {
+        names.insert(format!("{}.weight", spec.head_name));
+    }
+    for p in spec.project_in.iter().chain(&spec.project_out) {
+        names.insert(format!("{p}.weight"));
+    }
+    names
+}
+
+/// f32 values as 16-bit bit patterns (round to nearest even; exact for values read from a
+/// file of that type).
+fn to_bits(data: &[f32], dtype: DType) -> Vec<u16> {
+    match dtype {
+        DType::F16 => data.iter().map(|&x| half::f16::from_f32(x).to_bits()).collect(),
+        _ => data.iter().map(|&x| half::bf16::from_f32(x).to_bits()).collect(),
     }
 }

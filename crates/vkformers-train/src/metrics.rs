@@ -47,6 +47,10 @@ impl MetricsLog {
             "tokens_per_s": s.tokens as f64 / s.seconds.max(1e-9),
             "device_memory_peak_bytes": s.device_memory_peak_bytes,
         });
+        if let Some(scale) = s.loss_scale {
+            v["loss_scale"] = json!(scale);
+            v["skipped"] = json!(s.skipped);
+        }
         if let Some(e) = r.eval_loss {
             v["eval_loss"] = json!(e);
         }

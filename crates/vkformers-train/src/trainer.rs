@@ -73,6 +73,9 @@ pub struct StepStats {
     pub seconds: f64,
     /// Peak bytes of device memory allocated so far in the run.
     pub device_memory_peak_bytes: u64,
+    /// fp16: the loss scale this step used, and whether an overflow skipped it.
+    pub loss_scale: Option<f32>,
+    pub skipped: bool,
 }
 
 /// Hooks of the loop: progress display, and extra files in each checkpoint.
@@ -228,13 +231,14 @@ impl<'g, 'c> Trainer<'g, 'c> {
             Some(n) => Some(f64::from(self.g.read(n)?[0])),
             None => None,
         };
+        let mut skipped = false;
         if let Some(scaler) = self.scaler.as_mut() {
             // The device skipped the step on a non-finite norm; the scale backs off.
-            let found_inf = !grad_norm.is_some_and(f64::is_finite);
-            if found_inf {
+            skipped = !grad_norm.is_some_and(f64::is_finite);
+            if skipped {
                 self.opt.undo_skipped_step();
             }
-            scaler.update(found_inf);
+            scaler.update(skipped);
         }
         self.step += 1;
         // Throughput counts the training step only, not the evaluation after it.
@@ -244,7 +248,8 @@ impl<'g, 'c> Trainer<'g, 'c> {
         self.log.push(record.clone());
         let tokens = micro.iter().map(TokenBatch::tokens).sum();
         let device_memory_peak_bytes = self.g.ctx().device_memory().peak;
-        Ok(StepStats { record, tokens, targets, seconds, device_memory_peak_bytes })
+        let loss_scale = self.scaler.is_some().then_some(loss_scale);
+        Ok(StepStats { record, tokens, targets, seconds, device_memory_peak_bytes, loss_scale, skipped })
     }
 
     fn take_micro_batches(&mut self) -> Vec<TokenBatch> {
