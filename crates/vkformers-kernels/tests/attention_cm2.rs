@@ -1,18 +1,19 @@
-//! The tensor-core attention forward (`attention::coopmat2::forward_cm2`, NVIDIA cooperative
-//! matrix 2) against the f64 reference on odd shapes with every option, in f16 and bf16: inputs
-//! rounded to the type on the host and the reference computed on the rounded values; o is
-//! compared with the type's tolerance, lse (f32 math on exact 16-bit products) with f32's.
+//! The tensor-core attention (`attention::coopmat2::{forward_cm2, backward_cm2}`, NVIDIA
+//! cooperative matrix 2) against the f64 reference on odd shapes with every option, in f16 and
+//! bf16: inputs rounded to the type on the host and the reference computed on the rounded
+//! values; o, dq, dk, dv are compared with the type's tolerance, lse and delta (f32 math on
+//! exact 16-bit products) with f32's.
 //! Runs where `coopmat2::supported` says so (the H200); elsewhere (lavapipe) it says why it is
 //! skipped, and only the error paths are checked.
 
-use vkformers_kernels::attention::coopmat2::{forward_cm2, supported};
+use vkformers_kernels::attention::coopmat2::{backward_cm2, forward_cm2, supported};
 use vkformers_kernels::attention::reference::{self, Shape};
-use vkformers_kernels::attention::{self, Qkv, Saved};
+use vkformers_kernels::attention::{self, Grads, Qkv, Saved};
 use vkformers_kernels::dtype::DType;
 use vkformers_kernels::testutil::storage::{download, round, tol, upload};
 use vkformers_kernels::testutil::{assert_close, f64s, Rng, Tol, TOL_F32};
 use vkformers_vk::testing::on_every_device;
-use vkformers_vk::{Context, Result, VkError};
+use vkformers_vk::{Buffer, Context, Result, VkError};
 
 /// One configuration: shape, options, and the magnitude of q and k.
 #[derive(Clone, Debug)]
@@ -143,24 +144,59 @@ fn check(what: &str, got: &[f32], want: &[f64], t: Tol, at: impl Fn(usize) -> St
     assert_close(what, got, want, t);
 }
 
-/// Query tile of query `i` (rows per workgroup of the variant for head dim `d`).
-fn tile(i: usize, d: usize) -> usize {
-    i / if d > 128 { 32 } else { 64 }
+/// Names an element of a [B, T, H, D] tensor (o, dq: T = Tq, H = Hq; dk, dv: Tk, Hkv) by index,
+/// with the tile of its row (`rows` per workgroup).
+fn bthd(s: &Shape, t: usize, heads: usize, rows: usize) -> impl Fn(usize) -> String + '_ {
+    move |n| {
+        let (x, r) = (n % s.d, n / s.d);
+        let (h, r) = (r % heads, r / heads);
+        let (i, b) = (r % t, r / t);
+        format!("[b {b}, row {i} (tile {}), head {h}, d {x}]", i / rows)
+    }
 }
 
-/// Runs `forward_cm2` on a case and compares o and lse with the reference.
-fn check_case(ctx: &Context, case: &Case, seed: u64, dt: DType) -> Result<()> {
+/// Names an element of a [B, Hq, Tq] vector (lse, delta).
+fn bht(s: &Shape, rows: usize) -> impl Fn(usize) -> String + '_ {
+    move |n| {
+        let (i, r) = (n % s.tq, n / s.tq);
+        format!("[b {}, h {}, i {i} (tile {})]", r / s.hq, r % s.hq, i / rows)
+    }
+}
+
+/// Rows per workgroup of the forward and bwd_dq (query tiles) and bwd_dkdv (key tiles) variants
+/// for head dim `d` (see coopmat2.rs).
+fn rows(d: usize) -> [usize; 3] {
+    match d {
+        0..=64 => [64, 64, 64],
+        65..=128 => [64, 32, 32],
+        _ => [32, 32, 32],
+    }
+}
+
+/// A device tensor of `n` values of `dt`, uninitialised.
+fn alloc(ctx: &Context, dt: DType, n: usize, what: &str) -> Result<Buffer> {
+    ctx.buffer(n as u64 * dt.bytes(), what)
+}
+
+/// Runs `forward_cm2` (and, with `grads`, `backward_cm2` in the same batch) on a case and
+/// compares o and lse (and delta, dq, dk, dv) with the reference.
+fn check_case(ctx: &Context, case: &Case, seed: u64, dt: DType, grads: bool) -> Result<()> {
     let s = case.shape;
     let mut rng = Rng::new(seed);
     let q = round(dt, &rng.vec(s.q_len(), case.amp));
     let k = round(dt, &rng.vec(s.kv_len(), case.amp));
     let v = round(dt, &rng.vec(s.kv_len(), 1.0));
+    let d_o = round(dt, &rng.vec(s.q_len(), 1.0));
     let (bq, bk, bv) = (upload(ctx, dt, &q, "q")?, upload(ctx, dt, &k, "k")?, upload(ctx, dt, &v, "v")?);
+    let bdo = upload(ctx, dt, &d_o, "do")?;
     let slopes = case.slopes();
     let kmask = case.kmask.as_ref().map(|m| ctx.buffer_from(m, "kmask")).transpose()?;
     let alibi = slopes.as_ref().map(|sl| ctx.buffer_from(sl, "slopes")).transpose()?;
-    let o_buf = ctx.buffer(s.q_len() as u64 * dt.bytes(), "o")?;
+    let o_buf = alloc(ctx, dt, s.q_len(), "o")?;
     let lse_buf = ctx.buffer(s.lse_len() as u64 * 4, "lse")?;
+    let delta_buf = ctx.buffer(s.lse_len() as u64 * 4, "delta")?;
+    let (dq_buf, dk_buf, dv_buf) =
+        (alloc(ctx, dt, s.q_len(), "dq")?, alloc(ctx, dt, s.kv_len(), "dk")?, alloc(ctx, dt, s.kv_len(), "dv")?);
     let gs = attention::Shape {
         batch: s.batch as u32,
         tq: s.tq as u32,
@@ -178,9 +214,14 @@ fn check_case(ctx: &Context, case: &Case, seed: u64, dt: DType) -> Result<()> {
         alibi: alibi.as_ref().map(|b| b.view()),
         dtype: dt,
     };
-    let out = Saved { o: o_buf.view(), lse: lse_buf.view() };
+    let x = Qkv { q: bq.view(), k: bk.view(), v: bv.view() };
+    let saved = Saved { o: o_buf.view(), lse: lse_buf.view() };
+    let g = Grads { dq: dq_buf.view(), dk: dk_buf.view(), dv: dv_buf.view(), delta: delta_buf.view() };
     let mut rec = ctx.recorder(false)?;
-    forward_cm2(&mut rec, &Qkv { q: bq.view(), k: bk.view(), v: bv.view() }, &out, &gs, &opt)?;
+    forward_cm2(&mut rec, &x, &saved, &gs, &opt)?;
+    if grads {
+        backward_cm2(&mut rec, &x, &saved, bdo.view(), &g, &gs, &opt)?;
+    }
     rec.submit()?;
 
     let slopes64 = slopes.as_ref().map(|sl| f64s(sl));
@@ -192,33 +233,47 @@ fn check_case(ctx: &Context, case: &Case, seed: u64, dt: DType) -> Result<()> {
         kmask: case.kmask.as_deref(),
         slopes: slopes64.as_deref(),
     };
-    let (o, lse) = reference::forward(&f64s(&q), &f64s(&k), &f64s(&v), &s, &ropt);
+    let [q, k, v, d_o] = [q, k, v, d_o].map(|x| f64s(&x));
+    let (o, lse) = reference::forward(&q, &k, &v, &s, &ropt);
     let name = format!("{} {dt:?} {s:?}", case.name);
-    let o_at = |n: usize| {
-        let (x, r) = (n % s.d, n / s.d);
-        let (h, r) = (r % s.hq, r / s.hq);
-        let (i, b) = (r % s.tq, r / s.tq);
-        format!("o[b {b}, i {i} (tile {}), h {h}, d {x}]", tile(i, s.d))
-    };
-    let lse_at = |n: usize| {
-        let (i, r) = (n % s.tq, n / s.tq);
-        format!("lse[b {}, h {}, i {i} (tile {})]", r / s.hq, r % s.hq, tile(i, s.d))
-    };
-    check(&format!("{name}: o"), &download(ctx, dt, o_buf.view())?, &o, tol(dt), o_at);
-    check(&format!("{name}: lse"), &ctx.read_vec::<f32>(lse_buf.view())?, &lse, TOL_F32, lse_at);
+    let [fwd_rows, dq_rows, dkdv_rows] = rows(s.d);
+    let o_gpu = download(ctx, dt, o_buf.view())?;
+    check(&format!("{name}: o"), &o_gpu, &o, tol(dt), bthd(&s, s.tq, s.hq, fwd_rows));
+    check(&format!("{name}: lse"), &ctx.read_vec::<f32>(lse_buf.view())?, &lse, TOL_F32, bht(&s, fwd_rows));
+    if !grads {
+        return Ok(());
+    }
+    // delta = rowsum(do ⊙ o) of the o the backward reads: the stored, rounded one.
+    let mut delta = vec![0.0; s.lse_len()];
+    for b in 0..s.batch {
+        for i in 0..s.tq {
+            for h in 0..s.hq {
+                let at = ((b * s.tq + i) * s.hq + h) * s.d;
+                delta[(b * s.hq + h) * s.tq + i] = (0..s.d).map(|x| f64::from(o_gpu[at + x]) * d_o[at + x]).sum();
+            }
+        }
+    }
+    let (dq, dk, dv) = reference::backward(&q, &k, &v, &d_o, &s, &ropt);
+    check(&format!("{name}: delta"), &ctx.read_vec::<f32>(delta_buf.view())?, &delta, TOL_F32, bht(&s, dq_rows));
+    check(&format!("{name}: dq"), &download(ctx, dt, dq_buf.view())?, &dq, tol(dt), bthd(&s, s.tq, s.hq, dq_rows));
+    let kv_at = bthd(&s, s.tk, s.hkv, dkdv_rows);
+    check(&format!("{name}: dk"), &download(ctx, dt, dk_buf.view())?, &dk, tol(dt), &kv_at);
+    check(&format!("{name}: dv"), &download(ctx, dt, dv_buf.view())?, &dv, tol(dt), &kv_at);
     Ok(())
 }
 
-fn run(dt: DType) {
-    on_every_device(&format!("attention cm2 {dt:?}"), |ctx| {
+/// Every case in `dt`, forward only or forward and backward (`grads`).
+fn run(dt: DType, grads: bool) {
+    let what = if grads { "forward + backward" } else { "forward" };
+    on_every_device(&format!("attention cm2 {what} {dt:?}"), |ctx| {
         let caps = ctx.caps();
         if !supported(caps, dt, 64) {
             eprintln!("attention cm2 {dt:?}: skipped: {} lacks cooperative matrix 2 (or {dt:?} in it)", caps.name);
             return Ok(());
         }
         for (n, case) in cases().iter().enumerate() {
-            check_case(ctx, case, 500 + n as u64, dt)?;
-            eprintln!("attention cm2 {dt:?}: {} ok", case.name);
+            check_case(ctx, case, 500 + n as u64, dt, grads)?;
+            eprintln!("attention cm2 {what} {dt:?}: {} ok", case.name);
         }
         Ok(())
     });
@@ -226,12 +281,22 @@ fn run(dt: DType) {
 
 #[test]
 fn cm2_forward_matches_reference_f16() {
-    run(DType::F16);
+    run(DType::F16, false);
 }
 
 #[test]
 fn cm2_forward_matches_reference_bf16() {
-    run(DType::BF16);
+    run(DType::BF16, false);
+}
+
+#[test]
+fn cm2_backward_matches_reference_f16() {
+    run(DType::F16, true);
+}
+
+#[test]
+fn cm2_backward_matches_reference_bf16() {
+    run(DType::BF16, true);
 }
 
 #[test]
@@ -253,7 +318,14 @@ fn cm2_errors_are_typed_and_name_the_kernel() {
         expect(forward_cm2(&mut rec, &x, &saved, &s, &f32_opt).unwrap_err(), "attention/fwd_cm2", "f32");
         let big = attention::Shape { d: 257, ..s };
         expect(forward_cm2(&mut rec, &x, &saved, &big, &opt).unwrap_err(), "attention/fwd_cm2", "head dim");
+        // delta is f32 [B, Hq, Tq] (48 bytes); q's 192-byte view is the wrong size.
+        let grads = Grads { dq: q.view(), dk: kv.view(), dv: kv.view(), delta: q.view() };
+        let bwd = |rec: &mut vkformers_vk::Recorder, s: &attention::Shape, opt: &attention::Options<'_>| {
+            backward_cm2(rec, &x, &saved, q.view(), &grads, s, opt).unwrap_err()
+        };
+        expect(bwd(&mut rec, &s, &f32_opt), "attention/bwd_dq_cm2", "f32");
         if supported(ctx.caps(), DType::F16, 8) {
+            expect(bwd(&mut rec, &s, &opt), "attention/bwd_dq_cm2:d64_f16", "delta");
             let s3 = attention::Shape { hkv: 3, ..s };
             expect(forward_cm2(&mut rec, &x, &saved, &s3, &opt).unwrap_err(), "attention/fwd_cm2:d64_f16", "multiple");
             let bad_k = Qkv { k: q.view(), ..x };
@@ -265,6 +337,7 @@ fn cm2_errors_are_typed_and_name_the_kernel() {
         } else {
             let e = forward_cm2(&mut rec, &x, &saved, &s, &opt).unwrap_err();
             expect(e, "attention/fwd_cm2:d64_f16", "lacks cooperative matrix 2");
+            expect(bwd(&mut rec, &s, &opt), "attention/bwd_dq_cm2:d64_f16", "lacks cooperative matrix 2");
         }
         assert!(rec.is_empty());
         rec.submit()?;

@@ -53,25 +53,9 @@
 // variant: d64_bf16 ELEM_BF16 DMAX=64 BR=64 BC=64
 // variant: d128_bf16 ELEM_BF16 DMAX=128 BR=64 BC=64
 // variant: d256_bf16 ELEM_BF16 DMAX=256 BR=32 BC=32
-#extension GL_KHR_cooperative_matrix : require
-#extension GL_NV_cooperative_matrix2 : require
-#extension GL_KHR_memory_scope_semantics : require
-#extension GL_EXT_shader_explicit_arithmetic_types : require
-#extension GL_EXT_shader_16bit_storage : require
-#extension GL_EXT_control_flow_attributes : require
-#ifdef ELEM_BF16
-#extension GL_EXT_bfloat16 : require
-#define ELEM bfloat16_t
-#else
-#define ELEM float16_t
-#endif
-#include "common.glsl"
-#include "attention/attention.glsl"
+#include "attention/cm2.glsl"
 
-layout(buffer_reference, std430, buffer_reference_align = 2) readonly buffer EIn { ELEM v[]; };
-layout(buffer_reference, std430, buffer_reference_align = 2) buffer EBuf { ELEM v[]; };
-
-layout(local_size_x = 128) in;
+layout(local_size_x = CM2_THREADS) in;
 layout(push_constant) uniform Push {
     EIn q;
     EIn k;
@@ -84,45 +68,15 @@ layout(push_constant) uniform Push {
 } pc;
 #include "attention/helpers.glsl"
 
-#define MAT_Q coopmat<ELEM, gl_ScopeWorkgroup, BR, DMAX, gl_MatrixUseA>
-#define MAT_K coopmat<ELEM, gl_ScopeWorkgroup, DMAX, BC, gl_MatrixUseB>
-#define MAT_V coopmat<ELEM, gl_ScopeWorkgroup, BC, DMAX, gl_MatrixUseB>
-#define MAT_P coopmat<ELEM, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseA>
-#define ACC_S coopmat<float, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseAccumulator>
-#define ACC_O coopmat<float, gl_ScopeWorkgroup, BR, DMAX, gl_MatrixUseAccumulator>
-#define OUT_O coopmat<ELEM, gl_ScopeWorkgroup, BR, DMAX, gl_MatrixUseAccumulator>
-#define CLAMPED tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV>
-// A clamp-to-zero layout of `rows` rows of D elements, `stride` elements apart (Q, O, K, V).
-#define CLAMPED_LAYOUT(name, rows, stride)                                      \
-    CLAMPED name = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV); \
-    name = setTensorLayoutDimensionNV(name, rows, pc.d);                        \
-    name = setTensorLayoutStrideNV(name, stride, 1);
+#define MAT_Q MAT(ELEM, BR, DMAX, gl_MatrixUseA)
+#define MAT_K MAT(ELEM, DMAX, BC, gl_MatrixUseB)
+#define MAT_V MAT(ELEM, BC, DMAX, gl_MatrixUseB)
+#define MAT_P MAT(ELEM, BR, BC, gl_MatrixUseA)
+#define ACC_S ACC(BR, BC)
+#define ACC_O ACC(BR, DMAX)
+#define OUT_O MAT(ELEM, BR, DMAX, gl_MatrixUseAccumulator)
+#include "attention/cm2_ops.glsl"
 
-// Row-reduction combiners.
-float max_of(const in float x, const in float y) {
-    return max(x, y);
-}
-float sum_of(const in float x, const in float y) {
-    return x + y;
-}
-
-// Per-element operations: (row, column) of the element in its matrix, the element, then extra
-// operands (a matrix operand contributes its element at the same row and column).
-
-// S[r, c] = q_i . k_j -> score of query i = q0 + r and key j = k0 + c, or MASKED.
-float score_of(const in uint32_t r, const in uint32_t c, const in float dot_qk, const in uint32_t q0,
-               const in uint32_t k0, const in uint32_t b, const in uint32_t h) {
-    int i = int(q0 + r);
-    int j = int(k0 + c);
-    if (!attn_visible(b, i, j)) {
-        return MASKED;
-    }
-    float dcap;
-    return attn_score(dot_qk, h, i, j, dcap);
-}
-float max_elem(const in uint32_t r, const in uint32_t c, const in float x, const in float y) {
-    return max(x, y);
-}
 // P = exp(S - m); 0 in a row whose running max is still MASKED (exp(MASKED - MASKED) would be 1).
 float prob(const in uint32_t r, const in uint32_t c, const in float s, const in float m) {
     return m <= MASKED ? 0.0 : exp(s - m);
@@ -203,9 +157,7 @@ void main() {
 
     // lse [B, Hq, Tq]: row i of this (b, h) at (b Hq + h) Tq + i; dimension (Tq, 1) keeps only
     // column 0 of each row and drops rows past Tq.
-    CLAMPED lrow = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
-    lrow = setTensorLayoutDimensionNV(lrow, pc.tq, 1);
-    lrow = setTensorLayoutStrideNV(lrow, 1, 1);
+    ROWS_LAYOUT(lrow, pc.tq, 1)
     ACC_S lse_m;
     coopMatPerElementNV(lse_m, m, lse_of, l);
     coopMatStoreTensorNV(lse_m, pc.lse.v, (b * pc.hq + h) * pc.tq, sliceTensorLayoutNV(lrow, q0, BR, 0, BC));
