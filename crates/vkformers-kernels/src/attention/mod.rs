@@ -20,6 +20,7 @@
 //! query tile; also writes delta = rowsum(do ⊙ o) [B, Hq, Tq]) then `bwd_dkdv` (one workgroup per
 //! key tile, looping over the G query heads of its kv head and the query tiles).
 
+pub mod coopmat2;
 pub mod reference;
 
 use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result, VkError};

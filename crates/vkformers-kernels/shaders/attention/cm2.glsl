@@ -1,0 +1,52 @@
+// Shared declarations of the cooperative-matrix-2 attention kernels (fwd_cm2, bwd_dq_cm2,
+// bwd_dkdv_cm2). Include first, with ELEM_F16 or ELEM_BF16 defined; then the push block, then
+// attention/helpers.glsl and attention/cm2_ops.glsl.
+//
+// ELEM is the 16-bit storage type of q, k, v, o, do and the gradients, and the operand type of
+// every matrix product; accumulators, softmax and lse/delta are f32.
+#extension GL_KHR_cooperative_matrix : require
+#extension GL_NV_cooperative_matrix2 : require
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_EXT_shader_explicit_arithmetic_types : require
+#extension GL_EXT_shader_16bit_storage : require
+#extension GL_EXT_control_flow_attributes : require
+#ifdef ELEM_BF16
+#extension GL_EXT_bfloat16 : require
+#define ELEM bfloat16_t
+#else
+#define ELEM float16_t
+#endif
+#include "common.glsl"
+#include "attention/attention.glsl"
+
+layout(buffer_reference, std430, buffer_reference_align = 2) readonly buffer EIn { ELEM v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 2) buffer EBuf { ELEM v[]; };
+
+// Every kernel runs 128 invocations (4 subgroups of 32 on NVIDIA): at that size the flexible
+// dimension granularity is 16, which every tile size below is a multiple of.
+#define CM2_THREADS 128
+
+// Workgroup-scope matrices: MAT(type, rows, cols, use), f32 accumulators ACC(rows, cols).
+#define MAT(T, R, C, U) coopmat<T, gl_ScopeWorkgroup, R, C, U>
+#define ACC(R, C) coopmat<float, gl_ScopeWorkgroup, R, C, gl_MatrixUseAccumulator>
+
+#define CLAMPED tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV>
+// A clamp-to-zero layout of a [rows, D] tensor slice whose rows are `stride` elements apart (q,
+// o, do, dq: stride Hq D; k, v, dk, dv: stride Hkv D). Reads past `rows` or D give 0, stores
+// there are dropped.
+#define CLAMPED_LAYOUT(name, rows, stride)                                           \
+    CLAMPED name = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV); \
+    name = setTensorLayoutDimensionNV(name, rows, pc.d);                             \
+    name = setTensorLayoutStrideNV(name, stride, 1);
+// A per-query vector v[n] (lse, delta: n = Tq) seen as a matrix: ROWS_LAYOUT repeats v[r] over
+// the columns of row r (column stride 0; stores keep only column 0, the dimension being 1),
+// COLS_LAYOUT repeats v[c] down the rows of column c (row stride 0; loads only). Entries past
+// n read as 0.
+#define ROWS_LAYOUT(name, n, cols)                                                   \
+    CLAMPED name = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV); \
+    name = setTensorLayoutDimensionNV(name, n, cols);                                \
+    name = setTensorLayoutStrideNV(name, 1, 0);
+#define COLS_LAYOUT(name, rows, n)                                                   \
+    CLAMPED name = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV); \
+    name = setTensorLayoutDimensionNV(name, rows, n);                                \
+    name = setTensorLayoutStrideNV(name, 0, 1);

@@ -1,0 +1,47 @@
+// Reduction combiners and per-element operations of the cooperative-matrix-2 attention kernels
+// (after the push block and attention/helpers.glsl). A per-element operation receives the
+// element's (row, column) in its matrix, the element, then the extra operands (a matrix
+// operand contributes its element at the same row and column).
+
+float max_of(const in float x, const in float y) {
+    return max(x, y);
+}
+float sum_of(const in float x, const in float y) {
+    return x + y;
+}
+
+// Score of query i and key j from dot = q_i . k_j, or MASKED when the pair is not visible.
+float score_at(int i, int j, float dot_qk, uint b, uint h) {
+    if (!attn_visible(b, i, j)) {
+        return MASKED;
+    }
+    float dcap;
+    return attn_score(dot_qk, h, i, j, dcap);
+}
+// S[r, c] of a [queries, keys] tile: query q0 + r, key k0 + c.
+float score_of(const in uint32_t r, const in uint32_t c, const in float dot_qk, const in uint32_t q0,
+               const in uint32_t k0, const in uint32_t b, const in uint32_t h) {
+    return score_at(int(q0 + r), int(k0 + c), dot_qk, b, h);
+}
+// Sᵀ[r, c] of a [keys, queries] tile: key k0 + r, query q0 + c.
+float score_t(const in uint32_t r, const in uint32_t c, const in float dot_qk, const in uint32_t k0,
+              const in uint32_t q0, const in uint32_t b, const in uint32_t h) {
+    return score_at(int(q0 + c), int(k0 + r), dot_qk, b, h);
+}
+float max_elem(const in uint32_t r, const in uint32_t c, const in float x, const in float y) {
+    return max(x, y);
+}
+// P = exp(S - lse) (backward), 0 where masked (also in a fully masked row, whose lse is MASKED).
+float prob_lse(const in uint32_t r, const in uint32_t c, const in float s, const in float lse) {
+    return s <= MASKED ? 0.0 : exp(s - lse);
+}
+// dS = P (dP - delta) ds/du, with ds/du = 1 - tanh^2(scale dot / c) under softcap c, else 1.
+float dscore(const in uint32_t r, const in uint32_t c, const in float p, const in float dp, const in float delta,
+             const in float dot_qk) {
+    float g = p * (dp - delta);
+    if (pc.softcap > 0.0) {
+        float t = attn_tanh(pc.scale * dot_qk / pc.softcap);
+        g *= 1.0 - t * t;
+    }
+    return g;
+}

@@ -1,0 +1,297 @@
+//! Attention on tensor cores through `VK_NV_cooperative_matrix2` (the FlashAttention-2 scheme;
+//! see `shaders/attention/{fwd,bwd_dq,bwd_dkdv}_cm2.comp`): [`forward_cm2`] and [`backward_cm2`]
+//! have the same semantics, buffers, options and checks as [`super::forward`] and
+//! [`super::backward`], for f16 and bf16 storage only. [`supported`] says whether a device can
+//! run them; which kernels `attention::forward`/`backward` run is decided there, not here.
+
+use vkformers_vk::{read, write, BufferView, Caps, KernelCode, Recorder, Result};
+
+use super::{
+    check_qkv, check_saved, check_shape, check_view, check_view_of, dim_class, fail, grid, params, Grads, Options, Qkv,
+    Saved, Shape,
+};
+use crate::code;
+use crate::dtype::DType;
+
+/// Invocations per workgroup of every variant (`CM2_THREADS` of `shaders/attention/cm2.glsl`).
+const THREADS: u32 = 128;
+
+/// True when this device can run [`forward_cm2`] and [`backward_cm2`] for `dtype` and head dim
+/// `d` (a pure function of `Caps`): cooperative matrix 2 with what the shaders use —
+/// workgroup-scope matrices, tensor addressing (clamped, strided and transposed loads), flexible
+/// dimensions, per-element operations (masks, exp), row reductions (max, sum, resizing) and use
+/// conversions (f32 accumulators P and dS become 16-bit A operands) — plus 16-bit storage, and
+/// for bf16 the bfloat16 type in cooperative matrices. f32 storage has no tensor-core path.
+pub fn supported(caps: &Caps, dtype: DType, d: u32) -> bool {
+    let types = match dtype {
+        DType::F32 => false,
+        DType::F16 => caps.fp16,
+        DType::BF16 => caps.fp16 && caps.bf16 && caps.bf16_cooperative_matrix,
+    };
+    // The same bits `gemm_coopmat` asks for (including its 256-invocation workgroup limit, which
+    // every cm2 device we know of has), plus those of the softmax.
+    let cm2 = caps.cooperative_matrix2.as_ref().is_some_and(|c| {
+        c.workgroup_scope
+            && c.tensor_addressing
+            && c.flexible_dimensions
+            && c.workgroup_scope_max_workgroup_size >= THREADS.max(256)
+            && c.per_element_operations
+            && c.reductions
+            && c.conversions
+    });
+    types && cm2 && dim_class("attention/fwd_cm2", d).is_ok()
+}
+
+/// Variants of one kernel: `[f16, bf16][d64, d128, d256]`, and the rows of the tile a workgroup
+/// owns (grid x) per head-dim class.
+struct Kernel {
+    codes: [[&'static KernelCode; 3]; 2],
+    rows: [u32; 3],
+}
+
+const FWD: Kernel = Kernel {
+    codes: [
+        [&code::ATTENTION_FWD_CM2_D64_F16, &code::ATTENTION_FWD_CM2_D128_F16, &code::ATTENTION_FWD_CM2_D256_F16],
+        [&code::ATTENTION_FWD_CM2_D64_BF16, &code::ATTENTION_FWD_CM2_D128_BF16, &code::ATTENTION_FWD_CM2_D256_BF16],
+    ],
+    rows: [64, 64, 32],
+};
+
+/// Query rows per workgroup.
+const DQ: Kernel = Kernel {
+    codes: [
+        [
+            &code::ATTENTION_BWD_DQ_CM2_D64_F16,
+            &code::ATTENTION_BWD_DQ_CM2_D128_F16,
+            &code::ATTENTION_BWD_DQ_CM2_D256_F16,
+        ],
+        [
+            &code::ATTENTION_BWD_DQ_CM2_D64_BF16,
+            &code::ATTENTION_BWD_DQ_CM2_D128_BF16,
+            &code::ATTENTION_BWD_DQ_CM2_D256_BF16,
+        ],
+    ],
+    rows: [64, 32, 32],
+};
+
+/// Key rows per workgroup.
+const DKDV: Kernel = Kernel {
+    codes: [
+        [
+            &code::ATTENTION_BWD_DKDV_CM2_D64_F16,
+            &code::ATTENTION_BWD_DKDV_CM2_D128_F16,
+            &code::ATTENTION_BWD_DKDV_CM2_D256_F16,
+        ],
+        [
+            &code::ATTENTION_BWD_DKDV_CM2_D64_BF16,
+            &code::ATTENTION_BWD_DKDV_CM2_D128_BF16,
+            &code::ATTENTION_BWD_DKDV_CM2_D256_BF16,
+        ],
+    ],
+    rows: [64, 32, 32],
+};
+
+/// Kernel and tile rows of `k` for `dtype` and head dim `d`.
+fn variant(k: &Kernel, d: u32, dtype: DType) -> Result<(&'static KernelCode, u32)> {
+    let family = k.codes[0][0].name.split(':').next().unwrap_or("attention");
+    let class = dim_class(family, d)?;
+    let by_dtype = match dtype {
+        DType::F16 => &k.codes[0],
+        DType::BF16 => &k.codes[1],
+        DType::F32 => return Err(fail(family, "f32 storage has no tensor-core attention (use f16 or bf16)".into())),
+    };
+    Ok((by_dtype[class], k.rows[class]))
+}
+
+/// The typed error of a device that cannot run the kernel `name`.
+fn require(rec: &Recorder, name: &str, dtype: DType, d: u32) -> Result<()> {
+    if supported(rec.caps(), dtype, d) {
+        return Ok(());
+    }
+    Err(fail(
+        name,
+        format!("{} lacks cooperative matrix 2 (with reductions, per-element ops, conversions)", rec.caps().name),
+    ))
+}
+
+/// Forward on cooperative matrix 2: `o = softmax(score(q kᵀ) + masks) v` and `lse`, from q
+/// [B, Tq, Hq, D], k, v [B, Tk, Hkv, D] into o [B, Tq, Hq, D], lse [B, Hq, Tq], exactly as
+/// [`super::forward`] (same arguments). Fails with a typed error naming the kernel when the
+/// device lacks what [`supported`] checks.
+pub fn forward_cm2(rec: &mut Recorder, x: &Qkv<'_>, out: &Saved<'_>, s: &Shape, opt: &Options<'_>) -> Result<()> {
+    let (kernel, rows) = variant(&FWD, s.d, opt.dtype)?;
+    let name = kernel.name;
+    require(rec, name, opt.dtype, s.d)?;
+    check_shape(name, s, opt)?;
+    check_qkv(name, s, x, opt.dtype)?;
+    check_saved(name, s, out, opt.dtype)?;
+    let groups = grid(name, s.tq, rows, s.hq, s.batch)?;
+    // Unused optional buffers are never read; q stands in for their pointer.
+    let args = [
+        read(x.q),
+        read(x.k),
+        read(x.v),
+        read(opt.kmask.unwrap_or(x.q)),
+        read(opt.alibi.unwrap_or(x.q)),
+        write(out.o),
+        write(out.lse),
+    ];
+    rec.dispatch(kernel, &[], &args, &params(s, opt), groups)
+}
+
+/// Backward of [`forward_cm2`] on cooperative matrix 2, exactly as [`super::backward`] (same
+/// arguments): from q, k, v, the forward's o and lse, and `d_o` = dL/do [B, Tq, Hq, D], writes
+/// dq [B, Tq, Hq, D], dk, dv [B, Tk, Hkv, D] (summed over the query heads of each kv head) and
+/// delta [B, Hq, Tq]. Two dispatches: `bwd_dq_cm2` (dq, delta), then `bwd_dkdv_cm2` (reads delta).
+pub fn backward_cm2(
+    rec: &mut Recorder,
+    x: &Qkv<'_>,
+    saved: &Saved<'_>,
+    d_o: BufferView<'_>,
+    g: &Grads<'_>,
+    s: &Shape,
+    opt: &Options<'_>,
+) -> Result<()> {
+    let dt = opt.dtype;
+    let (dq_code, dq_rows) = variant(&DQ, s.d, dt)?;
+    let (dkdv_code, dkdv_rows) = variant(&DKDV, s.d, dt)?;
+    for name in [dq_code.name, dkdv_code.name] {
+        require(rec, name, dt, s.d)?;
+        check_backward(name, x, saved, d_o, g, s, opt)?;
+    }
+    let p = params(s, opt);
+    let kmask = opt.kmask.unwrap_or(x.q);
+    let alibi = opt.alibi.unwrap_or(x.q);
+    let dq_groups = grid(dq_code.name, s.tq, dq_rows, s.hq, s.batch)?;
+    let dkdv_groups = grid(dkdv_code.name, s.tk, dkdv_rows, s.hkv, s.batch)?;
+    // Buffer order of the push blocks (the same as bwd_dq.comp / bwd_dkdv.comp).
+    let dq_args = [
+        read(x.q),
+        read(x.k),
+        read(x.v),
+        read(saved.o),
+        read(d_o),
+        read(saved.lse),
+        read(kmask),
+        read(alibi),
+        write(g.delta),
+        write(g.dq),
+    ];
+    rec.dispatch(dq_code, &[], &dq_args, &p, dq_groups)?;
+    let dkdv_args = [
+        read(x.q),
+        read(x.k),
+        read(x.v),
+        read(d_o),
+        read(saved.lse),
+        read(g.delta),
+        read(kmask),
+        read(alibi),
+        write(g.dk),
+        write(g.dv),
+    ];
+    rec.dispatch(dkdv_code, &[], &dkdv_args, &p, dkdv_groups)
+}
+
+/// The checks of [`super::backward`], under the name of the kernel `name`.
+fn check_backward(
+    name: &str,
+    x: &Qkv<'_>,
+    saved: &Saved<'_>,
+    d_o: BufferView<'_>,
+    g: &Grads<'_>,
+    s: &Shape,
+    opt: &Options<'_>,
+) -> Result<()> {
+    let dt = opt.dtype;
+    check_shape(name, s, opt)?;
+    check_qkv(name, s, x, dt)?;
+    check_saved(name, s, saved, dt)?;
+    check_view_of(name, "do [B, Tq, Hq, D]", &d_o, s.q_len(), dt)?;
+    check_view_of(name, "dq [B, Tq, Hq, D]", &g.dq, s.q_len(), dt)?;
+    check_view_of(name, "dk [B, Tk, Hkv, D]", &g.dk, s.kv_len(), dt)?;
+    check_view_of(name, "dv [B, Tk, Hkv, D]", &g.dv, s.kv_len(), dt)?;
+    check_view(name, "delta [B, Hq, Tq]", &g.delta, s.lse_len())
+}
+
+#[cfg(test)]
+mod tests {
+    use vkformers_vk::CoopMat2;
+
+    use super::*;
+
+    fn h200() -> Caps {
+        Caps {
+            name: "fake H200".into(),
+            fp16: true,
+            bf16: true,
+            bf16_cooperative_matrix: true,
+            subgroup_size: 32,
+            max_shared_memory: 48 * 1024,
+            cooperative_matrix2: Some(CoopMat2 {
+                workgroup_scope: true,
+                flexible_dimensions: true,
+                reductions: true,
+                conversions: true,
+                per_element_operations: true,
+                tensor_addressing: true,
+                block_loads: true,
+                workgroup_scope_max_workgroup_size: 256,
+                flexible_dimensions_max_dimension: 65_535,
+            }),
+            ..Caps::default()
+        }
+    }
+
+    #[test]
+    fn supported_is_a_function_of_caps() {
+        let caps = h200();
+        for d in [1, 64, 80, 128, 200, 256] {
+            assert!(supported(&caps, DType::F16, d), "f16 d{d}");
+            assert!(supported(&caps, DType::BF16, d), "bf16 d{d}");
+            assert!(!supported(&caps, DType::F32, d), "f32 has no tensor-core path");
+        }
+        assert!(!supported(&caps, DType::F16, 0), "d 0");
+        assert!(!supported(&caps, DType::F16, 257), "d above 256");
+        assert!(!supported(&Caps::default(), DType::F16, 64), "no cooperative matrix 2 (lavapipe)");
+
+        let mut no_bf16 = h200();
+        no_bf16.bf16_cooperative_matrix = false;
+        assert!(!supported(&no_bf16, DType::BF16, 64), "bf16 needs bfloat16 cooperative matrices");
+        assert!(supported(&no_bf16, DType::F16, 64), "f16 does not");
+        let mut no_storage = h200();
+        no_storage.fp16 = false;
+        assert!(!supported(&no_storage, DType::F16, 64) && !supported(&no_storage, DType::BF16, 64));
+
+        // Each cm2 feature the shader uses is required on its own.
+        let without: [fn(&mut CoopMat2); 7] = [
+            |c| c.workgroup_scope = false,
+            |c| c.tensor_addressing = false,
+            |c| c.flexible_dimensions = false,
+            |c| c.per_element_operations = false,
+            |c| c.reductions = false,
+            |c| c.conversions = false,
+            |c| c.workgroup_scope_max_workgroup_size = 128,
+        ];
+        for (n, off) in without.iter().enumerate() {
+            let mut caps = h200();
+            off(caps.cooperative_matrix2.as_mut().expect("cm2"));
+            assert!(!supported(&caps, DType::F16, 64), "feature {n} turned off");
+        }
+    }
+
+    #[test]
+    fn variants_by_head_dim() {
+        let pick = |k: &Kernel, d: u32, dt: DType| variant(k, d, dt).map(|(c, r)| (c.name, r)).ok();
+        assert_eq!(pick(&FWD, 64, DType::F16), Some(("attention/fwd_cm2:d64_f16", 64)));
+        assert_eq!(pick(&FWD, 80, DType::BF16), Some(("attention/fwd_cm2:d128_bf16", 64)));
+        assert_eq!(pick(&FWD, 256, DType::F16), Some(("attention/fwd_cm2:d256_f16", 32)));
+        assert_eq!(pick(&DQ, 128, DType::F16), Some(("attention/bwd_dq_cm2:d128_f16", 32)));
+        assert_eq!(pick(&DKDV, 33, DType::BF16), Some(("attention/bwd_dkdv_cm2:d64_bf16", 64)));
+        assert_eq!(pick(&DKDV, 200, DType::F16), Some(("attention/bwd_dkdv_cm2:d256_f16", 32)));
+        let e = variant(&FWD, 64, DType::F32).unwrap_err().to_string();
+        assert!(e.contains("attention/fwd_cm2") && e.contains("f32"), "{e}");
+        let e = variant(&DQ, 300, DType::F16).unwrap_err().to_string();
+        assert!(e.contains("attention/bwd_dq_cm2") && e.contains("head dim"), "{e}");
+    }
+}
