@@ -37,6 +37,8 @@ pub struct Args {
     stats: bool,
     #[command(flatten)]
     sampling: SamplingArgs,
+    #[command(flatten)]
+    dtype: crate::precision::DtypeArgs,
 }
 
 /// The conversation and what the KV cache holds of it.
@@ -139,7 +141,7 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
         .context("chat needs a chat template in tokenizer_config.json")?;
     let ctx = Context::new(selector)?;
     let g = Graph::new(&ctx);
-    let model = crate::load::model_with_adapter(&g, &dir, &args.adapter)?;
+    let model = crate::load::inference_model(&g, &dir, &args.adapter, args.dtype.resolve(&dir)?)?;
     let mut session = Session {
         g: &g,
         model: &model,

@@ -34,6 +34,8 @@ pub struct Args {
     #[command(flatten)]
     precision: crate::precision::PrecisionArgs,
     #[command(flatten)]
+    dtype: crate::precision::DtypeArgs,
+    #[command(flatten)]
     profile: crate::precision::ProfileArgs,
 }
 
@@ -41,7 +43,7 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     let ctx = Context::new(selector)?;
     let g = Graph::new(&ctx);
     let dir = vkformers_hub::resolve_model(&args.model)?;
-    let model = crate::load::model_with_adapter(&g, &dir, &args.adapter)?;
+    let model = crate::load::inference_model(&g, &dir, &args.adapter, args.dtype.resolve(&dir)?)?;
     let tok = dir.join("tokenizer.json").exists().then(|| HfTokenizer::from_dir(&dir)).transpose()?;
     let data = crate::train::read_data_from(&args.data, &args.hub_data.query(), tok.as_ref(), args.train_on_prompt)?;
     crate::train::check_vocab(&data.examples, model.spec.vocab, "data")?;

@@ -70,6 +70,10 @@ pub struct Args {
     /// Prompt token ids, comma-separated (no tokenizer needed).
     #[arg(long, group = "input")]
     prompt_ids: Option<String>,
+    /// A JSONL file of token-id prompts, one `{"input_ids": [...]}` per line, generated as one
+    /// batch (no tokenizer needed).
+    #[arg(long, group = "input")]
+    prompt_ids_file: Option<PathBuf>,
     /// Wrap each prompt as a user message in the model's chat template (with the assistant prompt).
     #[arg(long)]
     chat: bool,
@@ -79,9 +83,13 @@ pub struct Args {
     #[command(flatten)]
     sampling: SamplingArgs,
     /// Print JSON: per row the prompt and new token ids, text and finish reason; prefill and
-    /// decode timings of the batch.
+    /// decode timings of the batch and the device memory peak.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    dtype: crate::precision::DtypeArgs,
+    #[command(flatten)]
+    profile: crate::precision::ProfileArgs,
 }
 
 /// A model folder from `--model`, with a message saying what is missing.
@@ -158,11 +166,35 @@ fn parse_ids(s: &str) -> anyhow::Result<Vec<u32>> {
         .collect()
 }
 
+/// `{"input_ids": [...]}` rows of a JSONL file; a bad line names its file and line.
+fn read_id_prompts(file: &Path) -> anyhow::Result<Vec<Vec<u32>>> {
+    let text = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let at = || format!("{}:{}", file.display(), i + 1);
+        let row: serde_json::Value = serde_json::from_str(line).with_context(at)?;
+        let ids = row["input_ids"].as_array().with_context(|| format!("{}: no `input_ids` list", at()))?;
+        let ids: Option<Vec<u32>> = ids.iter().map(|v| v.as_u64().and_then(|x| u32::try_from(x).ok())).collect();
+        let ids = ids.with_context(|| format!("{}: `input_ids` must be token ids", at()))?;
+        if ids.is_empty() {
+            bail!("{}: an empty prompt", at());
+        }
+        out.push(ids);
+    }
+    if out.is_empty() {
+        bail!("{} has no prompts (one {{\"input_ids\": [...]}} per line)", file.display());
+    }
+    Ok(out)
+}
+
 /// The prompts as token ids, and the tokenizer where one was needed or found.
 fn prompts(dir: &Path, args: &Args) -> anyhow::Result<(Vec<Vec<u32>>, Option<HfTokenizer>)> {
     if let Some(ids) = &args.prompt_ids {
         let ids = parse_ids(ids)?;
         return Ok((vec![ids], HfTokenizer::from_dir(dir).ok()));
+    }
+    if let Some(file) = &args.prompt_ids_file {
+        return Ok((read_id_prompts(file)?, HfTokenizer::from_dir(dir).ok()));
     }
     let texts: Vec<String> = match (&args.prompt, &args.prompt_file) {
         (Some(p), _) => vec![p.clone()],
@@ -215,10 +247,11 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     }
     let ctx = Context::new(selector)?;
     let g = Graph::new(&ctx);
-    let model = crate::load::model_with_adapter(&g, &dir, &args.adapter)?;
+    let model = crate::load::inference_model(&g, &dir, &args.adapter, args.dtype.resolve(&dir)?)?;
     if let Some(bad) = prompts.iter().flatten().find(|&&t| t as usize >= model.spec.vocab) {
         bail!("token id {bad} is outside the model's vocabulary of {} ids", model.spec.vocab);
     }
+    args.profile.start(&g);
     let stream = !args.json && prompts.len() == 1 && tok.is_some();
     let mut printer = Printer {
         tok: tok.as_ref(),
@@ -234,8 +267,13 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     if let Some(e) = printer.error.take() {
         return Err(e);
     }
+    let new_tokens: usize = gen.rows.iter().map(Vec::len).sum();
+    args.profile.report(&g, new_tokens.max(1) as u64, "token")?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report(&prompts, &gen, tok.as_ref(), &stops)?)?);
+        let mut r = report(&prompts, &gen, tok.as_ref(), &stops)?;
+        r["timings"]["device_memory_peak_bytes"] = ctx.device_memory().peak.into();
+        r["dtype"] = format!("{:?}", model.weight_dtype()).to_lowercase().into();
+        println!("{}", serde_json::to_string_pretty(&r)?);
     } else if printer.stream {
         println!();
     }

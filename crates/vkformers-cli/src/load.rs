@@ -5,7 +5,7 @@ use std::path::Path;
 
 use anyhow::Context as _;
 use vkformers_models::model::Model;
-use vkformers_tensor::Graph;
+use vkformers_tensor::{DType, Graph};
 
 /// `--adapter DIR|org/name`: a PEFT LoRA adapter (adapter_config.json +
 /// adapter_model.safetensors) applied on top of the model without merging.
@@ -13,6 +13,22 @@ use vkformers_tensor::Graph;
 pub struct AdapterArgs {
     #[arg(long)]
     pub adapter: Option<String>,
+}
+
+/// The model in `dir` for inference with its projection weights in `dtype` on the device, and
+/// the adapter of `args` attached (unmerged, f32) when one is given.
+pub fn inference_model(g: &Graph<'_>, dir: &Path, args: &AdapterArgs, dtype: DType) -> anyhow::Result<Model> {
+    if dtype == DType::F32 {
+        return model_with_adapter(g, dir, args);
+    }
+    let Some(adapter) = &args.adapter else {
+        return Model::load_for_inference(g, dir, dtype)
+            .with_context(|| format!("loading the model in {}", dir.display()));
+    };
+    let adapter_dir = vkformers_hub::resolve_adapter(adapter)?;
+    let (model, _lora) = vkformers_models::lora::load_with_adapter_as(g, dir, &adapter_dir, dtype)
+        .with_context(|| format!("loading {} with the adapter in {}", dir.display(), adapter_dir.display()))?;
+    Ok(model)
 }
 
 /// The model in `dir` on `g`, with the adapter of `args` attached when one is given.

@@ -1,7 +1,7 @@
 //! `--bf16`, `--fp16`, `--fp32` (the Trainer's names) and `--profile`, shared by `train`,
 //! `finetune`, `eval` and `generate`.
 
-use vkformers_tensor::{Graph, Profile};
+use vkformers_tensor::{DType, Graph, Profile};
 use vkformers_train::Precision;
 
 #[derive(clap::Args, Clone, Debug, Default)]
@@ -55,4 +55,38 @@ impl ProfileArgs {
 
 fn plural(n: u64, unit: &str) -> String {
     format!("{n} {unit}{}", if n == 1 { "" } else { "s" })
+}
+
+/// A storage type named as transformers names it (`float32`, `bfloat16`, `float16`) or
+/// shortly (`f32`/`fp32`, `bf16`, `f16`/`fp16`); `auto` is `None`.
+pub fn parse_dtype(s: &str) -> anyhow::Result<Option<DType>> {
+    Ok(Some(match s {
+        "auto" => return Ok(None),
+        "float32" | "f32" | "fp32" => DType::F32,
+        "bfloat16" | "bf16" => DType::BF16,
+        "float16" | "f16" | "fp16" => DType::F16,
+        other => anyhow::bail!("unknown dtype `{other}`: use auto, float32, bfloat16 or float16"),
+    }))
+}
+
+/// `--dtype` of the inference commands: the type weights keep on the device.
+#[derive(clap::Args, Clone, Debug)]
+pub struct DtypeArgs {
+    /// Weights' type on the device: auto (the folder's `dtype`/`torch_dtype`, as
+    /// `from_pretrained(dtype="auto")`), float32, bfloat16 or float16. 16-bit keeps the projection
+    /// weights in that type (products widen them to f32 math); embeddings and norms stay f32.
+    #[arg(long, default_value = "auto")]
+    pub dtype: String,
+}
+
+impl DtypeArgs {
+    /// The chosen type, `auto` resolved from the folder's config.
+    pub fn resolve(&self, dir: &std::path::Path) -> anyhow::Result<DType> {
+        if let Some(d) = parse_dtype(&self.dtype)? {
+            return Ok(d);
+        }
+        let config = vkformers_io::read_json(dir.join("config.json"))?;
+        let name = config.get("dtype").or_else(|| config.get("torch_dtype")).and_then(|v| v.as_str());
+        Ok(name.map(parse_dtype).transpose()?.flatten().unwrap_or(DType::F32))
+    }
 }

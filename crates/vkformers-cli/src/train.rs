@@ -116,6 +116,10 @@ pub struct TrainArgs {
     pub(crate) resume: Option<PathBuf>,
     #[command(flatten)]
     pub(crate) precision: crate::precision::PrecisionArgs,
+    /// The type of the saved weights: float32, bfloat16 or float16 (default: the input model's
+    /// `dtype`/`torch_dtype`, f32 when it names none).
+    #[arg(long)]
+    pub(crate) save_dtype: Option<String>,
     /// fp16: the loss scale to start from (torch.amp.GradScaler's init_scale).
     #[arg(long, default_value_t = 65536.0, requires = "fp16")]
     pub(crate) loss_scale: f32,
@@ -126,6 +130,8 @@ pub struct TrainArgs {
 /// The model, where its tokenizer files come from, and its tokenizer.
 struct Loaded {
     model: Model,
+    /// The type the saved folders store weights in.
+    save_dtype: vkformers_tensor::DType,
     files_from: Option<PathBuf>,
     tokenizer: Option<HfTokenizer>,
 }
@@ -135,7 +141,8 @@ fn load_model(g: &Graph<'_>, args: &TrainArgs) -> anyhow::Result<Loaded> {
         let dir = vkformers_hub::resolve_model(m)?;
         let model = Model::load(g, &dir).with_context(|| format!("loading {}", dir.display()))?;
         let tokenizer = dir.join("tokenizer.json").exists().then(|| HfTokenizer::from_dir(&dir)).transpose()?;
-        return Ok(Loaded { model, files_from: Some(dir), tokenizer });
+        let save_dtype = save_dtype(args, &model)?;
+        return Ok(Loaded { model, save_dtype, files_from: Some(dir), tokenizer });
     }
     let cfg_path = args.init_from_config.as_ref().context("--model or --init-from-config is required")?;
     let mut config = vkformers_io::read_json(cfg_path)?;
@@ -161,7 +168,16 @@ fn load_model(g: &Graph<'_>, args: &TrainArgs) -> anyhow::Result<Loaded> {
         }
     }
     let model = vkformers_models::init::init_from_config(g, config, args.seed)?;
-    Ok(Loaded { model, files_from: tok_dir, tokenizer })
+    let save_dtype = save_dtype(args, &model)?;
+    Ok(Loaded { model, save_dtype, files_from: tok_dir, tokenizer })
+}
+
+/// `--save-dtype`, else the input model's stored type (as `save_pretrained` keeps it).
+fn save_dtype(args: &TrainArgs, model: &Model) -> anyhow::Result<vkformers_tensor::DType> {
+    match &args.save_dtype {
+        Some(s) => crate::precision::parse_dtype(s)?.context("--save-dtype takes float32, bfloat16 or float16"),
+        None => Ok(model.stored_dtype()),
+    }
 }
 
 fn data_files(arg: &str, query: &vkformers_hub::DatasetQuery) -> anyhow::Result<Vec<PathBuf>> {
@@ -363,7 +379,8 @@ pub(crate) fn print_summary(log: &[vkformers_train::checkpoint::StepRecord]) {
 
 /// Writes the Hugging Face folder (weights, config, tokenizer files, generation config).
 fn save_model_folder(g: &Graph<'_>, loaded: &Loaded, dir: &Path) -> anyhow::Result<()> {
-    loaded.model.save(g, dir, loaded.files_from.as_deref(), vkformers_io::DEFAULT_MAX_SHARD_BYTES)?;
+    let shard = vkformers_io::DEFAULT_MAX_SHARD_BYTES;
+    loaded.model.save_as(g, dir, loaded.files_from.as_deref(), shard, loaded.save_dtype)?;
     vkformers_models::init::ensure_generation_config(dir, &loaded.model.config)?;
     Ok(())
 }

@@ -24,7 +24,10 @@ pub mod modules;
 pub mod parity;
 
 pub use adapter::{Adapter, ADAPTER_CONFIG, ADAPTER_WEIGHTS};
-pub use attach::{attach, linear, load_frozen, load_with_adapter, new_adapter, target_modules, LoraParams, Terms};
+pub use attach::{
+    attach, linear, load_frozen, load_with_adapter, load_with_adapter_as, new_adapter, target_modules, LoraParams,
+    Terms,
+};
 pub use config::{LoraConfig, Targets};
 pub use merge::merge_to_folder;
 pub use modules::{linear_modules, LinearModule};

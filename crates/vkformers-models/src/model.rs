@@ -48,7 +48,9 @@ impl Model {
         Self::load_typed(g, dir, &|_| false, dtype)
     }
 
-    fn load_typed(g: &Graph<'_>, dir: &Path, trainable: &dyn Fn(&str) -> bool, dtype: DType) -> Result<Model> {
+    /// [`Model::load_with_trainable`] with the frozen projection weights kept in `dtype`
+    /// (LoRA on a 16-bit base).
+    pub fn load_typed(g: &Graph<'_>, dir: &Path, trainable: &dyn Fn(&str) -> bool, dtype: DType) -> Result<Model> {
         let config = vkformers_io::read_json(dir.join("config.json")).map_err(|e| ModelError::Config(e.to_string()))?;
         let spec = spec_from_config(&config)?;
         let narrow = if dtype == DType::F32 { Default::default() } else { linear_weight_names(&spec) };
@@ -56,6 +58,7 @@ impl Model {
             if trainable(name) {
                 g.parameter(data, shape)
             } else if narrow.contains(name) {
+                // Bf16/f16 storage for a weight only products read (f32 math inside).
                 g.constant_bits(&to_bits(data, dtype), shape, dtype)
             } else {
                 g.constant(data, shape)
@@ -138,13 +141,42 @@ impl Model {
     /// `max_shard_bytes`), and the tokenizer and generation files of `source_dir` when given.
     /// Each file is written under a temporary name and renamed.
     pub fn save(&self, g: &Graph<'_>, out: &Path, source_dir: Option<&Path>, max_shard_bytes: u64) -> Result<()> {
+        self.save_as(g, out, source_dir, max_shard_bytes, DType::F32)
+    }
+
+    /// The type the folder stored its weights in (`dtype`, or the older `torch_dtype`, of its
+    /// config; f32 when absent), which `save_pretrained` keeps.
+    pub fn stored_dtype(&self) -> DType {
+        let name = self.config.get("dtype").or_else(|| self.config.get("torch_dtype")).and_then(|v| v.as_str());
+        match name {
+            Some("bfloat16") => DType::BF16,
+            Some("float16") => DType::F16,
+            _ => DType::F32,
+        }
+    }
+
+    /// [`Model::save`] with the weights written in `dtype` (rounded to nearest even) and the
+    /// config's `dtype` naming it.
+    pub fn save_as(
+        &self,
+        g: &Graph<'_>,
+        out: &Path,
+        source_dir: Option<&Path>,
+        max_shard_bytes: u64,
+        dtype: DType,
+    ) -> Result<()> {
+        let (file_dtype, name) = match dtype {
+            DType::F32 => (vkformers_io::Dtype::F32, "float32"),
+            DType::BF16 => (vkformers_io::Dtype::BF16, "bfloat16"),
+            DType::F16 => (vkformers_io::Dtype::F16, "float16"),
+        };
         std::fs::create_dir_all(out).map_err(|e| ModelError::Weights(format!("{}: {e}", out.display())))?;
         let tensors = self.hf_params(g)?;
         let save: Vec<SaveTensor<'_>> = tensors
             .iter()
             .map(|t| SaveTensor {
                 name: t.name.clone(),
-                dtype: vkformers_io::Dtype::F32,
+                dtype: file_dtype,
                 shape: t.shape.clone(),
                 data: TensorData::F32(&t.data),
             })
@@ -152,7 +184,7 @@ impl Model {
         vkformers_io::save_safetensors(out, &save, max_shard_bytes).map_err(io_err)?;
         let mut config = self.config.clone();
         if let Some(obj) = config.as_object_mut() {
-            obj.insert("dtype".into(), "float32".into());
+            obj.insert("dtype".into(), name.into());
             obj.remove("torch_dtype");
         }
         vkformers_io::write_json_atomic(out.join("config.json"), &config).map_err(io_err)?;

@@ -295,8 +295,20 @@ pub fn load_with_adapter(
     model_dir: &std::path::Path,
     adapter_dir: &std::path::Path,
 ) -> Result<(Model, LoraParams)> {
+    load_with_adapter_as(g, model_dir, adapter_dir, vkformers_tensor::DType::F32)
+}
+
+/// [`load_with_adapter`] with the frozen base projections kept in `dtype` (a 16-bit base for
+/// inference; the adapter stays f32).
+pub fn load_with_adapter_as(
+    g: &Graph<'_>,
+    model_dir: &std::path::Path,
+    adapter_dir: &std::path::Path,
+    dtype: vkformers_tensor::DType,
+) -> Result<(Model, LoraParams)> {
     let adapter = Adapter::load(adapter_dir)?;
-    let mut model = load_frozen(g, model_dir, &adapter.config.modules_to_save)?;
+    let saved = adapter.config.modules_to_save.clone();
+    let mut model = Model::load_typed(g, model_dir, &|name| is_saved_module(&saved, name), dtype)?;
     let params = attach(g, &mut model, &adapter, 0)?;
     Ok((model, params))
 }

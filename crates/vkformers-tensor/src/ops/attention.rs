@@ -86,6 +86,14 @@ fn attention_dtype(g: &Graph<'_>, q: &Tensor, kt: &Tensor, v: &Tensor) -> Result
     Ok(dt)
 }
 
+/// True when attention in `dt` runs on the cooperative-matrix-2 kernels (16-bit storage on a
+/// device that has them); `VKFORMERS_ATTENTION=fma` keeps the FMA kernels, for comparisons.
+fn on_tensor_cores(caps: &vkformers_vk::Caps, dt: DType, d: u32) -> bool {
+    static FORCE_FMA: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let fma = *FORCE_FMA.get_or_init(|| std::env::var("VKFORMERS_ATTENTION").is_ok_and(|v| v == "fma"));
+    dt != DType::F32 && !fma && k::coopmat2::supported(caps, dt, d)
+}
+
 /// Fused attention; gradients flow to q, k and v. Under autocast f32 q, k, v are read as
 /// 16-bit copies and o is returned in f32 (the kernels keep f32 softmax statistics).
 pub fn attention(g: &Graph<'_>, q: &Tensor, kt: &Tensor, v: &Tensor, opts: &AttnOptions) -> Result<Tensor> {
@@ -99,13 +107,13 @@ pub fn attention(g: &Graph<'_>, q: &Tensor, kt: &Tensor, v: &Tensor, opts: &Attn
     g.record(|rec| {
         let mut ko = kernel_options(opts, s.d);
         ko.dtype = dt;
-        k::forward(
-            rec,
-            &Qkv { q: q16.view(), k: k16.view(), v: v16.view() },
-            &Saved { o: o16.view(), lse: lse.view() },
-            &s,
-            &ko,
-        )?;
+        let (qkv, saved) =
+            (Qkv { q: q16.view(), k: k16.view(), v: v16.view() }, Saved { o: o16.view(), lse: lse.view() });
+        if on_tensor_cores(rec.caps(), dt, s.d) {
+            k::coopmat2::forward_cm2(rec, &qkv, &saved, &s, &ko)?;
+        } else {
+            k::forward(rec, &qkv, &saved, &s, &ko)?;
+        }
         if out_dtype != dt {
             vkformers_kernels::dtype::cast(rec, o16.view(), dt, o.view(), out_dtype)?;
         }
@@ -126,15 +134,14 @@ pub fn attention(g: &Graph<'_>, q: &Tensor, kt: &Tensor, v: &Tensor, opts: &Attn
             g.record(|rec| {
                 let mut ko = kernel_options(&opts, s.d);
                 ko.dtype = dt;
-                k::backward(
-                    rec,
-                    &Qkv { q: q16.view(), k: k16.view(), v: v16.view() },
-                    &Saved { o: os.view(), lse: lse.view() },
-                    do16.view(),
-                    &Grads { dq: dq.view(), dk: dk.view(), dv: dv.view(), delta: delta.view() },
-                    &s,
-                    &ko,
-                )
+                let qkv = Qkv { q: q16.view(), k: k16.view(), v: v16.view() };
+                let saved = Saved { o: os.view(), lse: lse.view() };
+                let grads = Grads { dq: dq.view(), dk: dk.view(), dv: dv.view(), delta: delta.view() };
+                if on_tensor_cores(rec.caps(), dt, s.d) {
+                    k::coopmat2::backward_cm2(rec, &qkv, &saved, do16.view(), &grads, &s, &ko)
+                } else {
+                    k::backward(rec, &qkv, &saved, do16.view(), &grads, &s, &ko)
+                }
             })?;
             let to = |t: Tensor, i: usize| -> Result<Tensor> {
                 if in_types[i] == dt {
