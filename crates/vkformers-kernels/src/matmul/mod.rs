@@ -10,6 +10,7 @@
 //! The backward of `C = A · B` is two more GEMMs: `dA = dC · Bᵀ`, `dB = Aᵀ · dC`
 //! (see [`reference::matmul_backward`]).
 
+pub mod gemv;
 pub mod reference;
 
 use vkformers_vk::{read, read_write, write, BufferView, KernelCode, Recorder, Result, VkError};
