@@ -11,6 +11,7 @@
 //! (see [`reference::matmul_backward`]).
 
 pub mod auto;
+pub mod gemv;
 pub mod reference;
 
 use vkformers_vk::{read, read_write, write, BufferView, KernelCode, Recorder, Result, VkError};

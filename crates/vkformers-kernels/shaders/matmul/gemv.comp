@@ -1,0 +1,193 @@
+#version 460
+#include "common.glsl"
+#extension GL_EXT_control_flow_attributes : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+// Few-row matrix product for decoding (a "GEMV" of up to MB rows at once):
+//   y[i, j] = sum_k x[i, k] * W[j, k] (+ bias[j])      i < M <= MB, j < N
+//   x [M, K] f32, rows ldx apart; W [N, K] row-major (nn.Linear's [out, in]), f32/f16/bf16;
+//   bias [N] f32; y [M, N] f32, rows ldy apart.
+// Decoding is bound by reading W, so every element of W is read once, for all M rows of x:
+// each workgroup owns R consecutive rows of W (output columns j0 .. j0+R-1), its WG threads
+// stride over K in chunks of 16 bytes of W (4 f32 or 8 16-bit values: one uvec4 load per row
+// of W), multiply each chunk by the same K-slice of every row of x (read through the cache:
+// x is small and shared by every workgroup) and keep M x R partial sums in registers.
+// The partial sums are reduced with subgroupAdd, then across the subgroups of the workgroup
+// in shared memory; thread t < M*R writes y[t / R, j0 + t % R].
+// 16-bit W is read as 32-bit words holding two values (low half first) and widened to f32,
+// so no 16-bit storage or arithmetic feature is needed. Math and accumulation are f32.
+// Grid: x = row blocks of R, capped by the launcher; a grid-stride loop covers the rest.
+//
+// variant: f32_m1 W_F32 MB=1
+// variant: f32_m4 W_F32 MB=4
+// variant: f32_m8 W_F32 MB=8
+// variant: f32_m16 W_F32 MB=16
+// variant: f16_m1 W_F16 MB=1
+// variant: f16_m4 W_F16 MB=4
+// variant: f16_m8 W_F16 MB=8
+// variant: f16_m16 W_F16 MB=16
+// variant: bf16_m1 W_BF16 MB=1
+// variant: bf16_m4 W_BF16 MB=4
+// variant: bf16_m8 W_BF16 MB=8
+// variant: bf16_m16 W_BF16 MB=16
+
+#define WG 128   // threads per workgroup: a multiple of every subgroup size (8, 32, 64)
+#define R 4      // rows of W (output columns) per workgroup
+layout(local_size_x = WG) in;
+
+// VEC (specialization constant 0): K is a multiple of CH, W starts on a 16-byte boundary at
+// an even element, x rows are 16-byte aligned (ldx a multiple of 4): every chunk of every row
+// of W is one aligned uvec4 and every K-slice of x whole vec4s. Otherwise element by element.
+layout(constant_id = 0) const uint VEC = 0;
+// NSG (specialization constant 1): most subgroups a workgroup can have, WG / the device's
+// smallest subgroup size (the size may vary per dispatch between its minimum and maximum).
+layout(constant_id = 1) const uint NSG = WG;
+
+layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer U4In { uvec4 v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer V4In { vec4 v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 4) readonly buffer U32In { uint v[]; };
+
+#if defined(W_F32)
+#define CH 4              // elements of W per 16-byte chunk
+#define ELEM_BYTES 4
+#else
+#define CH 8
+#define ELEM_BYTES 2
+#endif
+
+layout(push_constant) uniform Push {
+    U32In w;       // first word of W (16-bit: holds element 0 in its high half if flags bit 1)
+    F32In x;
+    F32In bias;
+    F32Buf y;
+    uint M, N, K;
+    uint ldx, ldy;
+    uint flags;    // bit 0: bias; bit 1: W starts at the odd half of its first word (16-bit)
+} pc;
+
+// Per-subgroup partial sums: red[(i * R + r) * NSG + subgroup].
+shared float red[MB * R * NSG];
+
+// One row of W: its first 32-bit word and, for 16-bit W, whether it starts in the high half.
+struct Row {
+    uint64_t addr;
+    uint parity;
+};
+
+Row row_of(uint j) {
+    const uint64_t e = uint64_t((pc.flags >> 1) & 1u) + uint64_t(j) * uint64_t(pc.K);
+#if ELEM_BYTES == 4
+    return Row(uint64_t(pc.w) + e * 4ul, 0u);
+#else
+    return Row(uint64_t(pc.w) + (e >> 1) * 4ul, uint(e & 1ul));
+#endif
+}
+
+// Element kk of a row of W, widened to f32.
+float w_at(Row row, uint kk) {
+#if ELEM_BYTES == 4
+    return uintBitsToFloat(U32In(row.addr).v[kk]);
+#else
+    const uint i = row.parity + kk;
+    const uint word = U32In(row.addr).v[i >> 1];
+    const uint h = (i & 1u) != 0u ? (word >> 16) : (word & 0xffffu);
+#if defined(W_F16)
+    return unpackHalf2x16(h).x;
+#else
+    return uintBitsToFloat(h << 16);
+#endif
+#endif
+}
+
+// Chunk c (elements c*CH .. c*CH+CH-1) of a row of W as f32, zeros past K.
+void load_w_chunk(Row row, uint c, out float v[CH]) {
+    if (VEC != 0) {
+        const uvec4 q = U4In(row.addr).v[c];
+#if defined(W_F32)
+        const vec4 f = uintBitsToFloat(q);
+        v[0] = f.x; v[1] = f.y; v[2] = f.z; v[3] = f.w;
+#else
+        [[unroll]] for (uint h = 0; h < 4; h++) {
+#if defined(W_F16)
+            const vec2 p = unpackHalf2x16(q[h]);
+#else
+            const vec2 p = uintBitsToFloat(uvec2(q[h] << 16, q[h] & 0xffff0000u));
+#endif
+            v[2 * h] = p.x;
+            v[2 * h + 1] = p.y;
+        }
+#endif
+    } else {
+        [[unroll]] for (uint e = 0; e < CH; e++) {
+            const uint kk = c * CH + e;
+            v[e] = kk < pc.K ? w_at(row, kk) : 0.0;
+        }
+    }
+}
+
+// The same K-slice of row i of x, zeros past K.
+void load_x_chunk(uint i, uint c, out float v[CH]) {
+    const uint base = i * pc.ldx + c * CH;
+    if (VEC != 0) {
+        [[unroll]] for (uint q = 0; q < CH / 4; q++) {
+            const vec4 f = V4In(uint64_t(pc.x)).v[(base >> 2) + q];
+            v[4 * q] = f.x; v[4 * q + 1] = f.y; v[4 * q + 2] = f.z; v[4 * q + 3] = f.w;
+        }
+    } else {
+        [[unroll]] for (uint e = 0; e < CH; e++) {
+            v[e] = c * CH + e < pc.K ? pc.x.v[base + e] : 0.0;
+        }
+    }
+}
+
+void main() {
+    const uint tid = gl_LocalInvocationID.x;
+    const uint chunks = (pc.K + CH - 1) / CH;
+    const bool has_bias = (pc.flags & 1u) != 0u;
+
+    for (uint j0 = gl_WorkGroupID.x * R; j0 < pc.N; j0 += gl_NumWorkGroups.x * R) {
+        Row rows[R];
+        [[unroll]] for (uint r = 0; r < R; r++) rows[r] = row_of(min(j0 + r, pc.N - 1));
+
+        float acc[MB][R];
+        [[unroll]] for (uint i = 0; i < MB; i++) {
+            [[unroll]] for (uint r = 0; r < R; r++) acc[i][r] = 0.0;
+        }
+
+        // acc[i][r] += x[i, chunk] . W[j0 + r, chunk] over this thread's chunks. Rows past N
+        // re-read row N - 1 (their sums are never written) so that the loads stay unguarded.
+        for (uint c = tid; c < chunks; c += WG) {
+            float w[R][CH];
+            [[unroll]] for (uint r = 0; r < R; r++) load_w_chunk(rows[r], c, w[r]);
+            [[unroll]] for (uint i = 0; i < MB; i++) {
+                if (i >= pc.M) break;
+                float xv[CH];
+                load_x_chunk(i, c, xv);
+                [[unroll]] for (uint r = 0; r < R; r++) {
+                    [[unroll]] for (uint e = 0; e < CH; e++) acc[i][r] = fma(xv[e], w[r][e], acc[i][r]);
+                }
+            }
+        }
+
+        // Sum over the subgroup, then over the subgroups of the workgroup. pc.M is uniform, so
+        // every subgroupAdd runs in uniform control flow.
+        barrier(); // readers of red in the previous row block are done
+        [[unroll]] for (uint i = 0; i < MB; i++) {
+            if (i >= pc.M) break;
+            [[unroll]] for (uint r = 0; r < R; r++) {
+                const float s = subgroupAdd(acc[i][r]);
+                if (subgroupElect()) red[(i * R + r) * NSG + gl_SubgroupID] = s;
+            }
+        }
+        barrier();
+        if (tid < pc.M * R) {
+            const uint j = j0 + tid % R;
+            if (j < pc.N) {
+                float s = 0.0;
+                for (uint g = 0; g < gl_NumSubgroups; g++) s += red[tid * NSG + g];
+                if (has_bias) s += pc.bias.v[j];
+                pc.y.v[(tid / R) * pc.ldy + j] = s;
+            }
+        }
+    }
+}

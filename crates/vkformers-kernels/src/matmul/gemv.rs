@@ -1,0 +1,314 @@
+//! Few-row matrix product for decoding: `y [m, n] = x [m, k] · Wᵀ (+ bias [n])` for
+//! m = 1..=16, with `W [n, k]` in the nn.Linear layout (`shaders/matmul/gemv.comp`).
+//!
+//! The tiled GEMM pads M to its 64- or 128-row tile, so one token through a 49152×576 LM head
+//! costs as much as 64. This kernel reads each element of W once for all m rows of x, in
+//! 16-byte loads, which makes decoding run at the memory bandwidth of streaming the weights.
+//! x, bias and y are f32; W is f32, f16 or bf16 storage (f32 math).
+
+use vkformers_vk::{read, write, BufferView, Caps, KernelCode, Recorder, Result, VkError};
+
+use super::DType;
+use crate::code;
+
+/// Most rows of x one dispatch takes.
+pub const MAX_ROWS: u32 = 16;
+
+/// Rows of W each workgroup owns (`R` in gemv.comp).
+const ROWS_PER_GROUP: u32 = 4;
+/// Threads per workgroup (`WG` in gemv.comp).
+const THREADS: u32 = 128;
+
+/// One product `y = x · Wᵀ (+ bias)`. W is `[n, k]` packed (rows k elements apart); x rows
+/// are `ldx` f32 apart, y rows `ldy` f32 apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GemvDesc {
+    pub m: u32,
+    pub n: u32,
+    pub k: u32,
+    pub ldx: u32,
+    pub ldy: u32,
+    pub dtype: DType,
+    pub has_bias: bool,
+}
+
+impl GemvDesc {
+    /// Packed x `[m, k]` and y `[m, n]`, no bias.
+    pub fn packed(m: u32, n: u32, k: u32, dtype: DType) -> Self {
+        GemvDesc { m, n, k, ldx: k, ldy: n, dtype, has_bias: false }
+    }
+
+    /// Bytes of W the product reads: `n · k · sizeof(dtype)`.
+    pub fn weight_bytes(&self) -> u64 {
+        u64::from(self.n) * u64::from(self.k) * self.dtype.bytes()
+    }
+}
+
+/// Whether `gemv` runs on this device and should be chosen over `matmul::gemm` for `m` rows
+/// of x: 1 ≤ m ≤ 16 and the device has subgroup arithmetic (for `subgroupAdd`).
+pub fn gemv_applies(m: u32, caps: &Caps) -> bool {
+    (1..=MAX_ROWS).contains(&m) && has_subgroup_arithmetic(caps)
+}
+
+fn has_subgroup_arithmetic(caps: &Caps) -> bool {
+    caps.subgroup_ops.iter().any(|op| op == "arithmetic")
+}
+
+/// The bucket of m (1, ≤ 4, ≤ 8, ≤ 16) as (index, rows `MB` the variant is compiled for): each
+/// thread keeps `MB × ROWS_PER_GROUP` partial sums.
+fn row_bucket(m: u32) -> (usize, u32) {
+    match m {
+        0..=1 => (0, 1),
+        2..=4 => (1, 4),
+        5..=8 => (2, 8),
+        _ => (3, 16),
+    }
+}
+
+/// The variant for a W dtype and the bucket of m.
+fn kernel_for(dtype: DType, m: u32) -> &'static KernelCode {
+    let table: [&'static KernelCode; 4] = match dtype {
+        DType::F32 => [
+            &code::MATMUL_GEMV_F32_M1,
+            &code::MATMUL_GEMV_F32_M4,
+            &code::MATMUL_GEMV_F32_M8,
+            &code::MATMUL_GEMV_F32_M16,
+        ],
+        DType::F16 => [
+            &code::MATMUL_GEMV_F16_M1,
+            &code::MATMUL_GEMV_F16_M4,
+            &code::MATMUL_GEMV_F16_M8,
+            &code::MATMUL_GEMV_F16_M16,
+        ],
+        DType::BF16 => [
+            &code::MATMUL_GEMV_BF16_M1,
+            &code::MATMUL_GEMV_BF16_M4,
+            &code::MATMUL_GEMV_BF16_M8,
+            &code::MATMUL_GEMV_BF16_M16,
+        ],
+    };
+    table[row_bucket(m).0]
+}
+
+/// Shared memory of the per-subgroup partial sums: `red[MB · R · NSG]` f32 in gemv.comp.
+fn shared_bytes(m: u32, subgroups: u32) -> u32 {
+    row_bucket(m).1 * ROWS_PER_GROUP * subgroups * 4
+}
+
+/// The most subgroups a workgroup can be split into: the subgroup size may vary per dispatch
+/// down to `subgroup_size_min` (0 when the device does not report one).
+fn max_subgroups(caps: &Caps) -> u32 {
+    let smallest = match caps.subgroup_size_min {
+        0 => caps.subgroup_size,
+        s => s.min(caps.subgroup_size),
+    };
+    THREADS / smallest.clamp(1, THREADS)
+}
+
+fn err(kernel: &str, message: String) -> VkError {
+    VkError::Kernel { kernel: kernel.into(), message }
+}
+
+/// Checks the shape fields: m within the kernel, leading dimensions, 32-bit indices.
+fn check_desc(name: &str, d: &GemvDesc) -> Result<()> {
+    if d.m > MAX_ROWS {
+        return Err(err(name, format!("m = {} rows above the {MAX_ROWS} this kernel takes; use matmul::gemm", d.m)));
+    }
+    if d.ldx < d.k {
+        return Err(err(name, format!("x: ldx {} below k {}", d.ldx, d.k)));
+    }
+    if d.ldy < d.n {
+        return Err(err(name, format!("y: ldy {} below n {}", d.ldy, d.n)));
+    }
+    if d.k > u32::MAX - 8 {
+        return Err(err(name, format!("k = {} above 2^32 - 9", d.k)));
+    }
+    Ok(())
+}
+
+/// Checks that the device runs the kernel for m rows; returns the specialization `NSG`.
+fn check_device(name: &str, m: u32, caps: &Caps) -> Result<u32> {
+    if !has_subgroup_arithmetic(caps) {
+        return Err(err(name, format!("{} has no subgroup arithmetic; use matmul::gemm", caps.name)));
+    }
+    let subgroups = max_subgroups(caps);
+    let need = shared_bytes(m, subgroups);
+    if need > caps.max_shared_memory {
+        let size = THREADS / subgroups;
+        return Err(err(name, format!("needs {need} bytes of shared memory (subgroups of {size}); use matmul::gemm")));
+    }
+    Ok(subgroups)
+}
+
+/// The bytes of an f32 matrix `[rows, cols]` with rows `ld` apart at the start of `view`, as a
+/// view of exactly those bytes. `what` names the operand in errors.
+fn f32_matrix<'a>(
+    name: &str,
+    what: &str,
+    view: BufferView<'a>,
+    rows: u32,
+    cols: u32,
+    ld: u32,
+) -> Result<BufferView<'a>> {
+    let span = u64::from(rows - 1) * u64::from(ld) + u64::from(cols);
+    if span > u64::from(u32::MAX) {
+        return Err(err(name, format!("{what}: spans {span} elements, above 2^32 - 1")));
+    }
+    if !view.offset.is_multiple_of(4) {
+        return Err(err(name, format!("{what}: view starts at byte {} (not a multiple of 4)", view.offset)));
+    }
+    if span * 4 > view.len {
+        return Err(err(name, format!("{what}: needs {} bytes but the view holds {}", span * 4, view.len)));
+    }
+    Ok(view.buffer.slice(view.offset, span * 4))
+}
+
+/// W `[n, k]` at the start of `view`, as the view from its first 4-byte word to the end of its
+/// last, plus whether it starts in the high half of that word (16-bit storage).
+fn weight_view<'a>(name: &str, d: &GemvDesc, view: BufferView<'a>) -> Result<(BufferView<'a>, u32)> {
+    let elem = d.dtype.bytes();
+    let need = d.weight_bytes();
+    if need > view.len {
+        return Err(err(name, format!("W: needs {need} bytes for [{}, {}] but the view holds {}", d.n, d.k, view.len)));
+    }
+    if !view.offset.is_multiple_of(elem) {
+        return Err(err(name, format!("W: view starts at byte {} (not a multiple of {elem})", view.offset)));
+    }
+    let start = view.offset & !3;
+    let end = (view.offset + need).next_multiple_of(4);
+    if end > view.buffer.size() {
+        return Err(err(
+            name,
+            "W: 16-bit data is read as 4-byte words; pad the buffer to a multiple of 4 bytes".into(),
+        ));
+    }
+    let parity = u32::from(view.offset != start);
+    Ok((view.buffer.slice(start, end - start), parity))
+}
+
+/// The bias `[n]` f32, or (without one) any view to push in its place; it is never read.
+fn bias_view<'a>(name: &str, n: u32, bias: Option<BufferView<'a>>, fallback: BufferView<'a>) -> Result<BufferView<'a>> {
+    match bias {
+        Some(v) if v.len < u64::from(n) * 4 || !v.offset.is_multiple_of(4) => {
+            Err(err(name, format!("bias: {} bytes at byte {} for n = {n} f32 values", v.len, v.offset)))
+        }
+        Some(v) => Ok(v.buffer.slice(v.offset, u64::from(n) * 4)),
+        None => Ok(fallback),
+    }
+}
+
+/// True when every chunk of 16 bytes of W and the matching K-slices of x are aligned vectors:
+/// k a multiple of 16 bytes of W, W and x on 16-byte boundaries, ldx a multiple of 4.
+/// `w_addr`, `x_addr`: device addresses of the first word of W and of x.
+fn wide_loads(d: &GemvDesc, w_addr: u64, parity: u32, x_addr: u64) -> bool {
+    let chunk = 16 / d.dtype.bytes() as u32;
+    d.k > 0
+        && d.k.is_multiple_of(chunk)
+        && parity == 0
+        && w_addr.is_multiple_of(16)
+        && x_addr.is_multiple_of(16)
+        && d.ldx.is_multiple_of(4)
+}
+
+/// Records `y = x · Wᵀ (+ bias)`.
+///
+/// `x`: f32 `[m, k]`, rows `ldx` apart; `w`: `[n, k]` packed in `desc.dtype` (may start at an
+/// odd 16-bit element); `bias`: f32 `[n]`, given iff `desc.has_bias`; `y`: f32 `[m, n]`, rows
+/// `ldy` apart. Every access is checked to stay inside its view. m = 0 or n = 0 records
+/// nothing; k = 0 gives `y = bias` (or 0).
+pub fn gemv(
+    rec: &mut Recorder,
+    desc: &GemvDesc,
+    x: BufferView<'_>,
+    w: BufferView<'_>,
+    bias: Option<BufferView<'_>>,
+    y: BufferView<'_>,
+) -> Result<()> {
+    let kernel = kernel_for(desc.dtype, desc.m);
+    let name = kernel.name;
+    if desc.has_bias != bias.is_some() {
+        let given = if bias.is_some() { "" } else { "not " };
+        return Err(err(name, format!("has_bias is {} but a bias view was {given}given", desc.has_bias)));
+    }
+    check_desc(name, desc)?;
+    let subgroups = check_device(name, desc.m, rec.caps())?;
+    if desc.m == 0 || desc.n == 0 {
+        return Ok(());
+    }
+    let (x_sub, w_sub, parity) = if desc.k == 0 {
+        (x, w, 0) // pointers are pushed but nothing is read through them
+    } else {
+        let x_sub = f32_matrix(name, "x", x, desc.m, desc.k, desc.ldx)?;
+        let (w_sub, parity) = weight_view(name, desc, w)?;
+        (x_sub, w_sub, parity)
+    };
+    let y_sub = f32_matrix(name, "y", y, desc.m, desc.n, desc.ldy)?;
+    let bias_sub = bias_view(name, desc.n, bias, x_sub)?;
+    let flags = u32::from(desc.has_bias) | parity << 1;
+    let words = [desc.m, desc.n, desc.k, desc.ldx, desc.ldy, flags];
+    let params: Vec<u8> = words.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let wide = wide_loads(desc, w_sub.address(), parity, x_sub.address());
+    let spec = [u32::from(wide), subgroups];
+    let groups = desc.n.div_ceil(ROWS_PER_GROUP).min(rec.caps().max_workgroup_count[0]).min(65_535);
+    let args = [read(w_sub), read(x_sub), read(bias_sub), write(y_sub)];
+    rec.dispatch(kernel, &spec, &args, &params, [groups, 1, 1])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn caps(ops: &[&str], size: u32, min: u32) -> Caps {
+        Caps {
+            subgroup_ops: ops.iter().map(|s| s.to_string()).collect(),
+            subgroup_size: size,
+            subgroup_size_min: min,
+            ..Caps::default()
+        }
+    }
+
+    #[test]
+    fn applies_to_1_through_16_rows_with_subgroup_arithmetic() {
+        let nv = caps(&["basic", "arithmetic"], 32, 32);
+        assert!(!gemv_applies(0, &nv));
+        assert!((1..=16).all(|m| gemv_applies(m, &nv)));
+        assert!(!gemv_applies(17, &nv));
+        assert!(!gemv_applies(1, &caps(&["basic", "vote"], 32, 32)), "subgroupAdd needs arithmetic");
+    }
+
+    #[test]
+    fn variant_follows_the_row_bucket() {
+        let names: Vec<&str> = [1, 2, 4, 5, 8, 9, 16].iter().map(|&m| kernel_for(DType::BF16, m).name).collect();
+        assert_eq!(
+            names,
+            ["bf16_m1", "bf16_m4", "bf16_m4", "bf16_m8", "bf16_m8", "bf16_m16", "bf16_m16"]
+                .map(|s| format!("matmul/gemv:{s}"))
+        );
+        assert_eq!(kernel_for(DType::F16, 3).name, "matmul/gemv:f16_m4");
+        assert_eq!(kernel_for(DType::F32, 16).name, "matmul/gemv:f32_m16");
+    }
+
+    #[test]
+    fn wide_loads_need_whole_aligned_chunks() {
+        let bf = GemvDesc::packed(2, 5, 576, DType::BF16);
+        assert!(wide_loads(&bf, 64, 0, 128));
+        assert!(!wide_loads(&GemvDesc { k: 580, ldx: 580, ..bf }, 64, 0, 128), "k not a multiple of 8");
+        assert!(!wide_loads(&bf, 64, 1, 128), "W at an odd element");
+        assert!(!wide_loads(&bf, 72, 0, 128), "W not 16-byte aligned");
+        assert!(!wide_loads(&bf, 64, 0, 132), "x not 16-byte aligned");
+        assert!(!wide_loads(&GemvDesc { ldx: 578, ..bf }, 64, 0, 128), "x rows not 16-byte aligned");
+        let f = GemvDesc::packed(2, 5, 580, DType::F32);
+        assert!(wide_loads(&f, 64, 0, 128), "f32 chunks are 4 elements");
+        assert!(!wide_loads(&GemvDesc { k: 0, ldx: 0, ..f }, 64, 0, 128));
+    }
+
+    #[test]
+    fn shared_partials_cover_the_smallest_subgroup_size() {
+        assert_eq!(max_subgroups(&caps(&[], 32, 32)), 4);
+        assert_eq!(max_subgroups(&caps(&[], 64, 32)), 4, "AMD: wave32 or wave64");
+        assert_eq!(max_subgroups(&caps(&[], 8, 0)), 16, "no size control reported");
+        assert_eq!(max_subgroups(&caps(&[], 32, 8)), 16);
+        assert_eq!(shared_bytes(16, 16), 16 * 4 * 16 * 4, "4 KiB for m = 16 on subgroups of 8");
+        assert_eq!(shared_bytes(3, 4), 4 * 4 * 4 * 4);
+    }
+}
