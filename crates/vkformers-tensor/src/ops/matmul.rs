@@ -8,6 +8,7 @@
 //! the batch when B is shared, and `dbias = onesᵀ · dC` (column sums of dC).
 
 use vkformers_kernels::matmul::auto::gemm_auto;
+use vkformers_kernels::matmul::gemv::{gemv, gemv_applies, GemvDesc};
 use vkformers_kernels::matmul::{gemm, GemmDesc};
 
 use super::cast::{autocast_copy, narrow};
@@ -127,6 +128,9 @@ fn product(
     p: Product,
     shape: &[usize],
 ) -> Result<Tensor> {
+    if let Some(c) = few_rows(g, (a, b), bias, p, shape)? {
+        return Ok(c);
+    }
     let dt = product_dtype(g, a, b)?;
     let (a16, b16) = (autocast_copy(g, a, dt)?, autocast_copy(g, b, dt)?);
     let mut inputs = vec![a, b];
@@ -161,6 +165,29 @@ fn product(
         }),
     );
     Ok(c)
+}
+
+/// A product of a few f32 rows with a weight `[n, k]` in any storage type, when nothing will
+/// differentiate it (decoding): the GEMV kernel reads the weight once at bandwidth instead of
+/// padding the rows to a GEMM tile. `None` when it does not apply.
+fn few_rows(
+    g: &Graph<'_>,
+    (x, w): (&Tensor, &Tensor),
+    bias: Option<&Tensor>,
+    p: Product,
+    shape: &[usize],
+) -> Result<Option<Tensor>> {
+    let differentiated =
+        g.grad_enabled() && (x.requires_grad() || w.requires_grad() || bias.is_some_and(Tensor::requires_grad));
+    let applies = p.trans_b && p.batch == 1 && x.dtype() == DType::F32 && bias.is_none_or(|b| b.dtype() == DType::F32);
+    if differentiated || !applies || !gemv_applies(p.m, g.ctx().caps()) {
+        return Ok(None);
+    }
+    let y = g.empty(shape)?;
+    let mut desc = GemvDesc::packed(p.m, p.n, p.k, w.dtype());
+    desc.has_bias = bias.is_some();
+    g.record(|rec| gemv(rec, &desc, x.view(), w.view(), bias.map(Tensor::view), y.view()))?;
+    Ok(Some(y))
 }
 
 /// Shape and type of an operand's gradient.
