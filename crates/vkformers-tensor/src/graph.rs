@@ -137,6 +137,8 @@ impl<'c> Graph<'c> {
                 }
             }
         }
+        // No batch is open now: buffers dropped while one was recorded are safe for any use.
+        self.ctx.reclaim_buffers();
         Ok(())
     }
 
@@ -212,7 +214,8 @@ impl<'c> Graph<'c> {
     pub fn empty_as(&self, shape: &[usize], dtype: DType) -> Result<Tensor> {
         let n: usize = shape.iter().product();
         let bytes = (n.max(1) as u64 * dtype.bytes()).next_multiple_of(4);
-        let buf = self.ctx.buffer(bytes, "tensor")?;
+        // Every op writes its output before reading it: it may reuse memory this batch freed.
+        let buf = self.ctx.scratch_buffer(bytes, "tensor")?;
         Ok(self.make_typed(buf, shape, dtype, false, false))
     }
 

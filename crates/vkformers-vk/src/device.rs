@@ -101,6 +101,8 @@ pub(crate) struct Shared {
     pub(crate) pipelines: Pipelines,
     /// Bytes of device-local buffers alive now, and the most alive at once (`Context::device_memory`).
     pub(crate) device_bytes: crate::memory::MemoryStats,
+    /// Dropped device buffers waiting for reuse (see `pool`).
+    pub(crate) pool: Mutex<crate::pool::Pool>,
     // Dropped last: the device and everything above were made from it.
     pub(crate) instance: Arc<Instance>,
 }
@@ -109,6 +111,23 @@ impl Shared {
     pub(crate) fn allocator(&self) -> MutexGuard<'_, Option<Allocator>> {
         self.allocator.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    pub(crate) fn pool(&self) -> MutexGuard<'_, crate::pool::Pool> {
+        self.pool.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Destroys pooled buffers and frees their memory (none may be in use on the device).
+    pub(crate) fn destroy_pooled(&self, buffers: Vec<crate::pool::Pooled>) {
+        let mut alloc = self.allocator();
+        for p in buffers {
+            // SAFETY: a pooled buffer in the free list (or any, at teardown after the device is
+            // idle) is not used by any pending batch.
+            unsafe { self.device.destroy_buffer(p.raw, None) };
+            if let Some(a) = alloc.as_mut() {
+                let _ = a.free(p.allocation);
+            }
+        }
+    }
 }
 
 impl Drop for Shared {
@@ -116,6 +135,8 @@ impl Drop for Shared {
         // SAFETY: all buffers and recorders hold an `Arc<Shared>`, so none is alive now.
         unsafe {
             let _ = self.device.device_wait_idle();
+            let pooled = self.pool().drain_all();
+            self.destroy_pooled(pooled);
             self.pipelines.destroy(&self.device);
             self.allocator().take();
             self.device.destroy_device(None);
@@ -168,6 +189,7 @@ impl Context {
             caps,
             pipelines,
             device_bytes: Default::default(),
+            pool: Mutex::new(Default::default()),
             instance,
         });
         Ok(Context { shared, staging: Mutex::new(None) })

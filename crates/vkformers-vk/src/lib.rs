@@ -10,6 +10,7 @@ pub mod hazard;
 pub mod instance;
 pub mod memory;
 pub mod pipeline;
+mod pool;
 pub mod recorder;
 mod staging;
 pub mod testing;

@@ -11,6 +11,7 @@ use gpu_allocator::MemoryLocation;
 
 use crate::device::{Context, Shared};
 use crate::error::{Result, VkError, VkResultExt};
+use crate::pool::{size_class, Pooled};
 
 static NEXT_BUFFER_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -60,6 +61,9 @@ pub(crate) struct BufferInner {
     /// Bytes counted in `Shared::device_bytes` (device-local buffers only).
     counted: u64,
     size: u64,
+    /// Bytes of the VkBuffer (its size class): pooled device buffers return to the pool.
+    capacity: u64,
+    pooled: bool,
     address: u64,
     id: u64,
 }
@@ -77,6 +81,12 @@ impl Buffer {
     /// Device address of the first byte.
     pub fn address(&self) -> u64 {
         self.0.address
+    }
+
+    /// True for pooled device buffers: dropping one returns it to the context's pool instead of
+    /// destroying it, so recorders need not keep it alive.
+    pub(crate) fn is_pooled(&self) -> bool {
+        self.0.pooled
     }
 
     /// Process-unique id, used to track hazards between dispatches.
@@ -122,10 +132,18 @@ impl Buffer {
 
 impl Drop for BufferInner {
     fn drop(&mut self) {
-        // SAFETY: the last handle is gone, and recorders hold a handle to every buffer they use
-        // until their batch has completed, so the GPU no longer uses it.
-        unsafe { self.shared.device.destroy_buffer(self.raw, None) };
         self.shared.device_bytes.sub(self.counted);
+        if self.pooled {
+            if let Some(allocation) = self.allocation.get_mut().unwrap_or_else(|e| e.into_inner()).take() {
+                let p =
+                    Pooled { raw: self.raw, allocation, capacity: self.capacity, address: self.address, id: self.id };
+                self.shared.pool().recycle(p);
+                return;
+            }
+        }
+        // SAFETY: the last handle is gone, and recorders hold a handle to every unpooled buffer
+        // they use until their batch has completed, so the GPU no longer uses it.
+        unsafe { self.shared.device.destroy_buffer(self.raw, None) };
         if let Some(a) = self.allocation.get_mut().unwrap_or_else(|e| e.into_inner()).take() {
             if let Some(alloc) = self.shared.allocator().as_mut() {
                 let _ = alloc.free(a);
@@ -168,13 +186,78 @@ impl Context {
         s.peak.store(s.current.load(Ordering::Relaxed), Ordering::Relaxed);
     }
 
-    /// Allocates a device buffer of `size` bytes; `what` names it in errors.
+    /// A device buffer of `size` bytes (from the pool when one of its size class is free);
+    /// `what` names it in errors.
     pub fn buffer(&self, size: u64, what: &str) -> Result<Buffer> {
-        self.buffer_of_kind(size, BufferKind::Device, what)
+        self.pooled_buffer(size, what, false)
     }
 
-    /// Allocates a buffer of the given kind.
+    /// A device buffer that kernels recorded from now on write before anything reads it (op
+    /// outputs): it may reuse a buffer dropped while the current batch still reads it (the hazard
+    /// tracker orders the accesses). Never upload host data into it before `reclaim_buffers`.
+    pub fn scratch_buffer(&self, size: u64, what: &str) -> Result<Buffer> {
+        self.pooled_buffer(size, what, true)
+    }
+
+    /// Makes the buffers dropped so far safe for any use: call once the batches that used them
+    /// have completed.
+    pub fn reclaim_buffers(&self) {
+        self.shared.pool().reclaim();
+    }
+
+    /// Bytes the pool holds for reuse (reserved, not allocated to a live buffer).
+    pub fn pooled_bytes(&self) -> u64 {
+        self.shared.pool().bytes()
+    }
+
+    fn pooled_buffer(&self, size: u64, what: &str, scratch: bool) -> Result<Buffer> {
+        let capacity = size_class(size);
+        let found = {
+            let mut pool = self.shared.pool();
+            if scratch {
+                pool.take_scratch(capacity)
+            } else {
+                pool.take_free(capacity)
+            }
+        };
+        if let Some(p) = found {
+            self.shared.device_bytes.add(capacity);
+            return Ok(Buffer(Arc::new(BufferInner {
+                shared: self.shared.clone(),
+                raw: p.raw,
+                allocation: std::sync::Mutex::new(Some(p.allocation)),
+                counted: capacity,
+                size: size.max(4),
+                capacity,
+                pooled: true,
+                address: p.address,
+                id: p.id,
+            })));
+        }
+        match self.new_buffer(size, capacity, BufferKind::Device, what) {
+            Err(VkError::OutOfDeviceMemory { .. }) => {
+                self.release_free_pool();
+                self.new_buffer(size, capacity, BufferKind::Device, what)
+            }
+            other => other,
+        }
+    }
+
+    /// Gives the memory of every free pooled buffer back (before retrying an allocation).
+    fn release_free_pool(&self) {
+        let freed = self.shared.pool().drain_free();
+        self.shared.destroy_pooled(freed);
+    }
+
+    /// Allocates a buffer of the given kind (device buffers are pooled).
     pub fn buffer_of_kind(&self, size: u64, kind: BufferKind, what: &str) -> Result<Buffer> {
+        if kind == BufferKind::Device {
+            return self.buffer(size, what);
+        }
+        self.new_buffer(size, size.max(4), kind, what)
+    }
+
+    fn new_buffer(&self, size: u64, capacity: u64, kind: BufferKind, what: &str) -> Result<Buffer> {
         let shared = &self.shared;
         let size = size.max(4);
         if size > shared.caps.max_buffer_size && shared.caps.max_buffer_size > 0 {
@@ -187,7 +270,7 @@ impl Context {
             | vk::BufferUsageFlags::SHADER_DEVICE_ADDRESS
             | vk::BufferUsageFlags::TRANSFER_SRC
             | vk::BufferUsageFlags::TRANSFER_DST;
-        let info = vk::BufferCreateInfo::default().size(size).usage(usage).sharing_mode(vk::SharingMode::EXCLUSIVE);
+        let info = vk::BufferCreateInfo::default().size(capacity).usage(usage).sharing_mode(vk::SharingMode::EXCLUSIVE);
         // SAFETY: valid device and create info.
         let raw =
             unsafe { shared.device.create_buffer(&info, None) }.map_err(|r| oom_or(r, what, size, "vkCreateBuffer"))?;
@@ -236,6 +319,8 @@ impl Context {
             allocation: std::sync::Mutex::new(Some(allocation)),
             counted,
             size,
+            capacity,
+            pooled: kind == BufferKind::Device,
             address,
             id: NEXT_BUFFER_ID.fetch_add(1, Ordering::Relaxed),
         })))

@@ -181,7 +181,9 @@ impl Recorder {
 
     /// Keeps a handle to each buffer (once) until the batch has completed.
     fn hold<'b>(&mut self, buffers: impl IntoIterator<Item = &'b Buffer>) {
-        for b in buffers {
+        // Pooled device buffers outlive their handles (a dropped one waits in the pool, its
+        // memory intact), so only the others need keeping until the batch completes.
+        for b in buffers.into_iter().filter(|b| !b.is_pooled()) {
             self.keep.entry(b.id()).or_insert_with(|| b.clone());
         }
     }
