@@ -120,20 +120,27 @@ impl<'c> Graph<'c> {
         if slot.is_none() {
             *slot = Some(self.ctx.recorder(self.profile.borrow().is_some())?);
         }
-        match slot.as_mut() {
+        let start = self.profile.borrow().is_some().then(std::time::Instant::now);
+        let out = match slot.as_mut() {
             Some(rec) => f(rec),
             None => Err(VkError::Kernel { kernel: "graph".into(), message: "no recorder".into() }),
+        };
+        if let (Some(t), Some(p)) = (start, self.profile.borrow_mut().as_mut()) {
+            p.host_record_ns += t.elapsed().as_nanos() as f64;
         }
+        out
     }
 
     /// Submits everything recorded so far and waits for it.
     pub fn sync(&self) -> Result<()> {
         if let Some(rec) = self.rec.borrow_mut().take() {
             if !rec.is_empty() {
+                let start = std::time::Instant::now();
                 let report = rec.submit()?;
                 self.submissions.set(self.submissions.get() + 1);
                 if let Some(p) = self.profile.borrow_mut().as_mut() {
                     p.add_batch(&report);
+                    p.submit_wait_ns += start.elapsed().as_nanos() as f64;
                 }
             }
         }
@@ -215,7 +222,11 @@ impl<'c> Graph<'c> {
         let n: usize = shape.iter().product();
         let bytes = (n.max(1) as u64 * dtype.bytes()).next_multiple_of(4);
         // Every op writes its output before reading it: it may reuse memory this batch freed.
+        let start = self.profile.borrow().is_some().then(std::time::Instant::now);
         let buf = self.ctx.scratch_buffer(bytes, "tensor")?;
+        if let (Some(t), Some(p)) = (start, self.profile.borrow_mut().as_mut()) {
+            p.alloc_ns += t.elapsed().as_nanos() as f64;
+        }
         Ok(self.make_typed(buf, shape, dtype, false, false))
     }
 

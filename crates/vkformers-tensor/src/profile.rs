@@ -23,6 +23,11 @@ pub struct Profile {
     pub batches: u64,
     pub dispatches: u64,
     pub barriers: u64,
+    /// Host time spent recording (inside `Graph::record`), and in submitting and waiting.
+    pub host_record_ns: f64,
+    pub submit_wait_ns: f64,
+    /// Host time allocating op outputs.
+    pub alloc_ns: f64,
 }
 
 impl Profile {
@@ -43,6 +48,9 @@ impl Profile {
         self.batches += other.batches;
         self.dispatches += other.dispatches;
         self.barriers += other.barriers;
+        self.host_record_ns += other.host_record_ns;
+        self.submit_wait_ns += other.submit_wait_ns;
+        self.alloc_ns += other.alloc_ns;
         for (name, t) in &other.kernels {
             let k = self.kernels.entry(name).or_default();
             k.calls += t.calls;
@@ -97,6 +105,13 @@ impl Profile {
             self.dispatches as f64 / per,
             self.barriers as f64 / per,
             self.batches as f64 / per
+        );
+        let _ = writeln!(
+            s,
+            "host: recording {:.3} ms/{unit}, allocating {:.3} ms/{unit}, submit + wait {:.3} ms/{unit}",
+            self.host_record_ns / 1e6 / per,
+            self.alloc_ns / 1e6 / per,
+            self.submit_wait_ns / 1e6 / per
         );
         s
     }

@@ -60,7 +60,7 @@ fn f32_ops_refuse_16_bit_inputs_naming_shape_and_dtype() {
 #[test]
 fn linear_under_autocast_equals_the_product_of_rounded_operands() {
     on_every_device("autocast linear", |ctx| {
-        let (rows, k, n) = (5, 37, 19);
+        let (rows, k, n) = (21, 37, 19); // > 16 rows: the GEMM path (fewer take the GEMV in f32)
         let mut rng = Rng::new(11);
         let (x, w, b, up) = (rng.vec(rows * k, 1.0), rng.vec(n * k, 1.0), rng.vec(n, 1.0), rng.vec(rows * n, 1.0));
         for dt in [DType::BF16, DType::F16] {
@@ -140,7 +140,8 @@ fn weight_copies_live_until_cleared_and_activation_copies_die_with_the_tape() {
         g.clear_casts();
         assert_eq!(g.kept_casts(), 0);
         g.no_grad(|| -> Result<()> {
-            let x = broadcast::scale(&g, &g.constant(&[1.0; 8], &[2, 4])?, 2.0)?;
+            // 20 rows: a GEMM (up to 16 rows without a tape take the GEMV kernel, no cast).
+            let x = broadcast::scale(&g, &g.constant(&[1.0; 80], &[20, 4])?, 2.0)?;
             linear(&g, &x, &w, None)?;
             Ok(())
         })?;

@@ -128,24 +128,27 @@ fn product(
     p: Product,
     shape: &[usize],
 ) -> Result<Tensor> {
-    if let Some(c) = few_rows(g, (a, b), bias, p, shape)? {
-        return Ok(c);
-    }
-    let dt = product_dtype(g, a, b)?;
-    let (a16, b16) = (autocast_copy(g, a, dt)?, autocast_copy(g, b, dt)?);
-    let mut inputs = vec![a, b];
-    inputs.extend(bias);
-    let c = g.output_as(shape, DType::F32, &inputs)?;
     if let Some(bias) = bias {
         if bias.dtype() != DType::F32 {
             return Err(err(format!("bias {:?} must be f32, is {:?}", bias.shape(), bias.dtype())));
         }
     }
-    let mut desc = GemmDesc::packed(p.m, p.n, p.k, false, p.trans_b);
-    desc.batch = p.batch;
-    desc.has_bias = bias.is_some();
-    desc.dtype = dt;
-    g.record(|rec| gemm_auto(rec, &desc, a16.view(), b16.view(), bias.map(Tensor::view), c.view()))?;
+    let mut inputs = vec![a, b];
+    inputs.extend(bias);
+    let c = g.output_as(shape, DType::F32, &inputs)?;
+    let few = few_rows(g, (a, b), bias, p, &c)?;
+    if few && !c.requires_grad() {
+        return Ok(c);
+    }
+    let dt = product_dtype(g, a, b)?;
+    let (a16, b16) = (autocast_copy(g, a, dt)?, autocast_copy(g, b, dt)?);
+    if !few {
+        let mut desc = GemmDesc::packed(p.m, p.n, p.k, false, p.trans_b);
+        desc.batch = p.batch;
+        desc.has_bias = bias.is_some();
+        desc.dtype = dt;
+        g.record(|rec| gemm_auto(rec, &desc, a16.view(), b16.view(), bias.map(Tensor::view), c.view()))?;
+    }
     let need = [a.requires_grad(), b.requires_grad()];
     let a_grad = Operand { shape: a.shape().to_vec(), dtype: a.dtype() };
     let b_grad = Operand { shape: b.shape().to_vec(), dtype: b.dtype() };
@@ -167,27 +170,19 @@ fn product(
     Ok(c)
 }
 
-/// A product of a few f32 rows with a weight `[n, k]` in any storage type, when nothing will
-/// differentiate it (decoding): the GEMV kernel reads the weight once at bandwidth instead of
-/// padding the rows to a GEMM tile. `None` when it does not apply.
-fn few_rows(
-    g: &Graph<'_>,
-    (x, w): (&Tensor, &Tensor),
-    bias: Option<&Tensor>,
-    p: Product,
-    shape: &[usize],
-) -> Result<Option<Tensor>> {
-    let differentiated =
-        g.grad_enabled() && (x.requires_grad() || w.requires_grad() || bias.is_some_and(Tensor::requires_grad));
-    let applies = p.trans_b && p.batch == 1 && x.dtype() == DType::F32 && bias.is_none_or(|b| b.dtype() == DType::F32);
-    if differentiated || !applies || !gemv_applies(p.m, g.ctx().caps()) {
-        return Ok(None);
+/// Writes `y = x · Wᵀ (+ bias)` with the GEMV kernel when x is a few f32 rows and W `[n, k]`
+/// any storage type (decoding): the weight is read once at bandwidth, in its stored type,
+/// instead of padding the rows to a GEMM tile. Chosen by shape alone, so a forward gives the
+/// same values with or without a tape; returns false when it does not apply.
+fn few_rows(g: &Graph<'_>, (x, w): (&Tensor, &Tensor), bias: Option<&Tensor>, p: Product, y: &Tensor) -> Result<bool> {
+    let applies = p.trans_b && p.batch == 1 && x.dtype() == DType::F32;
+    if !applies || !gemv_applies(p.m, g.ctx().caps()) {
+        return Ok(false);
     }
-    let y = g.empty(shape)?;
     let mut desc = GemvDesc::packed(p.m, p.n, p.k, w.dtype());
     desc.has_bias = bias.is_some();
     g.record(|rec| gemv(rec, &desc, x.view(), w.view(), bias.map(Tensor::view), y.view()))?;
-    Ok(Some(y))
+    Ok(true)
 }
 
 /// Shape and type of an operand's gradient.
