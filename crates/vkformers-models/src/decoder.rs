@@ -3,8 +3,10 @@
 //! code gives logits, the loss, and (through the tape) every parameter's gradient.
 
 use std::collections::HashMap;
+use std::rc::Rc;
 
 use vkformers_tensor::ops::attention::{attention, AttnOptions};
+use vkformers_tensor::ops::checkpoint::checkpoint;
 use vkformers_tensor::ops::{activation, broadcast, embedding, glu, loss, matmul, norm, rope, shape};
 use vkformers_tensor::{Graph, Tensor};
 
@@ -164,8 +166,14 @@ fn run(
     if let Some(n) = &spec.embed_norm {
         x = apply_norm(g, n, w, &spec.embed_norm_name, &x)?;
     }
+    // With checkpointing, each layer keeps only its input; backward recomputes it.
+    let owned =
+        (g.checkpointing() && g.grad_enabled() && inputs.cache.is_none()).then(|| owned_for_layers(spec, w, inputs));
     for (i, layer) in spec.layers.iter().enumerate() {
-        x = decoder_layer(g, spec, w, layer, i, &x, inputs, (b, t))?;
+        x = match &owned {
+            Some(o) => checkpointed_layer(g, o, i, &x, (b, t))?,
+            None => decoder_layer(g, spec, w, layer, i, &x, inputs, (b, t))?,
+        };
     }
     let mut x = apply_norm(g, &spec.final_norm, w, &spec.final_norm_name, &x)?;
     if let Some(name) = &spec.project_out {
@@ -182,6 +190,37 @@ fn run(
         logits = softcap(g, &logits, c)?;
     }
     Ok(logits)
+}
+
+/// What a checkpointed layer's recompute reads, owned: the tape outlives this call's borrows.
+/// Tensor clones share storage (the parameters are the same tensors, so their gradients
+/// accumulate as usual); the LoRA terms are copied with the dropout step of this forward, so
+/// the recompute draws the forward's masks. No KV cache (training only).
+type LayerCtx = Rc<(ModelSpec, Weights, Inputs<'static>)>;
+
+fn owned_for_layers(spec: &ModelSpec, w: &Weights, inp: &Inputs<'_>) -> LayerCtx {
+    let w = Weights { map: w.map.clone(), lora: w.lora.clone() };
+    let inp = Inputs {
+        ids: inp.ids.clone(),
+        kmask: inp.kmask.clone(),
+        pos: inp.pos.clone(),
+        seq_len: inp.seq_len,
+        cache: None,
+    };
+    Rc::new((spec.clone(), w, inp))
+}
+
+/// `decoder_layer` through `ops::checkpoint`: x `[B·T, hidden]` is the layer's only kept tensor.
+fn checkpointed_layer(g: &Graph<'_>, o: &LayerCtx, i: usize, x: &Tensor, bt: (usize, usize)) -> Result<Tensor> {
+    let o = o.clone();
+    let y = checkpoint(g, std::slice::from_ref(x), move |g, xs| {
+        let (spec, w, inp) = &*o;
+        decoder_layer(g, spec, w, &spec.layers[i], i, &xs[0], inp, bt).map_err(|e| match e {
+            ModelError::Device(e) => e,
+            e => vkformers_tensor::VkError::Kernel { kernel: format!("layer {i}"), message: e.to_string() },
+        })
+    })?;
+    Ok(y)
 }
 
 /// Position ids `[B·T]`: `0..T` per row, or with `positions_from_mask` the count of real tokens

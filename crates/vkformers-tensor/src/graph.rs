@@ -6,7 +6,7 @@
 //! activations it saved (the recorder keeps their buffers alive until the GPU is done).
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -22,6 +22,12 @@ static NEXT_TENSOR_ID: AtomicU64 = AtomicU64::new(1);
 /// from the gradient of its output.
 pub type BackwardFn = Box<dyn FnOnce(&Graph<'_>, &Tensor) -> Result<Vec<Option<Tensor>>>>;
 
+/// A position on the tape and the activation casts kept at that moment (`Graph::tape_mark`).
+pub(crate) struct TapeMark {
+    len: usize,
+    casts: HashSet<u64>,
+}
+
 struct Node {
     output: u64,
     inputs: Vec<Tensor>,
@@ -34,6 +40,12 @@ pub struct Graph<'c> {
     rec: RefCell<Option<Recorder>>,
     tape: RefCell<Vec<Node>>,
     grad_enabled: Cell<bool>,
+    /// `--gradient-checkpointing`: models run each layer through `ops::checkpoint::checkpoint`.
+    checkpointing: Cell<bool>,
+    /// True inside the forward of a checkpointed block: ops run exactly as in training (same
+    /// kernels, same dropout, outputs flagged for gradients) but `push_node` drops their nodes,
+    /// so the activations they would save are released at once.
+    discard_nodes: Cell<bool>,
     submissions: Cell<usize>,
     /// Mixed precision: matrix products and attention run on 16-bit copies of their f32
     /// operands (as `torch.autocast`), with f32 results and f32 gradients.
@@ -54,6 +66,8 @@ impl<'c> Graph<'c> {
             rec: RefCell::new(None),
             tape: RefCell::new(Vec::new()),
             grad_enabled: Cell::new(true),
+            checkpointing: Cell::new(false),
+            discard_nodes: Cell::new(false),
             submissions: Cell::new(0),
             autocast: Cell::new(None),
             casts: RefCell::new(HashMap::new()),
@@ -88,7 +102,8 @@ impl<'c> Graph<'c> {
     }
 
     /// Keeps `copy` as the 16-bit copy of `src`: a source tensor's until `clear_casts`, an
-    /// activation's only while the tape records (never in `no_grad`, where nothing reuses it).
+    /// activation's only while the tape records (never in `no_grad`, where nothing reuses it;
+    /// a checkpointed block drops the ones it made, see `drop_casts_since`).
     pub(crate) fn keep_cast(&self, src: &Tensor, copy: &Tensor) {
         let weight = src.0.is_source;
         if weight || self.grad_enabled() {
@@ -165,6 +180,33 @@ impl<'c> Graph<'c> {
     /// True while ops record backward nodes.
     pub fn grad_enabled(&self) -> bool {
         self.grad_enabled.get()
+    }
+
+    /// Turns gradient checkpointing on or off: models then run each layer through
+    /// `ops::checkpoint::checkpoint` while gradients are recorded.
+    pub fn set_checkpointing(&self, on: bool) {
+        self.checkpointing.set(on);
+    }
+
+    /// True when models should checkpoint their layers.
+    pub fn checkpointing(&self) -> bool {
+        self.checkpointing.get()
+    }
+
+    /// True inside the forward of a checkpointed block (nodes are dropped, not recorded).
+    pub(crate) fn discarding_nodes(&self) -> bool {
+        self.discard_nodes.get()
+    }
+
+    /// Runs `f` as a training forward whose nodes are dropped (`discard == true`, the forward of
+    /// a checkpointed block) or recorded (`false`, its recompute), with gradients enabled.
+    pub(crate) fn with_grad<R>(&self, discard: bool, f: impl FnOnce() -> R) -> R {
+        let grad = self.grad_enabled.replace(true);
+        let disc = self.discard_nodes.replace(discard);
+        let out = f();
+        self.discard_nodes.set(disc);
+        self.grad_enabled.set(grad);
+        out
     }
 
     fn make(&self, buf: vkformers_vk::Buffer, shape: &[usize], requires_grad: bool, is_leaf: bool) -> Tensor {
@@ -309,9 +351,15 @@ impl<'c> Graph<'c> {
         Ok(if rg { self.make_typed(t.0.buf.clone(), shape, dtype, true, false) } else { t })
     }
 
+    /// A new tensor on `src`'s storage that requires grad and has no producer on the tape: a
+    /// checkpointed block's input in its recompute, whose gradient `backward_segment` hands back.
+    pub(crate) fn detach(&self, src: &Tensor) -> Tensor {
+        self.make_typed(src.0.buf.clone(), src.shape(), src.dtype(), true, false)
+    }
+
     /// Records the backward of an op whose output is `out`, when gradients flow through it.
     pub fn push_node(&self, out: &Tensor, inputs: Vec<Tensor>, backward: BackwardFn) {
-        if out.requires_grad() {
+        if out.requires_grad() && !self.discard_nodes.get() {
             self.tape.borrow_mut().push(Node { output: out.id(), inputs, backward });
         }
     }
@@ -332,19 +380,63 @@ impl<'c> Graph<'c> {
     /// Back-propagates an upstream gradient `grad` (shaped like `out`) from `out`, as
     /// `out.backward(gradient=grad)` does in PyTorch.
     pub fn backward_from(&self, out: &Tensor, grad: &Tensor) -> Result<()> {
+        self.run_tape(out, grad, 0)?;
+        self.drop_activation_casts();
+        Ok(())
+    }
+
+    /// Where the tape and the autocast cache stand now, for `backward_segment`.
+    pub(crate) fn tape_mark(&self) -> TapeMark {
+        let casts = self.casts.borrow().iter().filter(|(_, (_, weight))| !weight).map(|(id, _)| *id).collect();
+        TapeMark { len: self.tape_len(), casts }
+    }
+
+    /// Back-propagates `grad` from `out` through the nodes pushed since `mark` only (a
+    /// checkpointed block's recompute; the older nodes stay for the enclosing backward), drops
+    /// the activation casts made since, and returns the gradients that reached tensors with no
+    /// node in that segment (the block's detached inputs), by tensor id.
+    pub(crate) fn backward_segment(
+        &self,
+        out: &Tensor,
+        grad: &Tensor,
+        mark: &TapeMark,
+    ) -> Result<HashMap<u64, Tensor>> {
+        let left = self.run_tape(out, grad, mark.len)?;
+        self.drop_casts_since(mark);
+        Ok(left)
+    }
+
+    /// Forgets the activation casts made since `mark` (a checkpointed block's 16-bit copies must
+    /// not outlive its forward or its recompute; the ones from before it stay).
+    pub(crate) fn drop_casts_since(&self, mark: &TapeMark) {
+        self.casts.borrow_mut().retain(|id, (_, weight)| *weight || mark.casts.contains(id));
+    }
+
+    /// Pops nodes until the tape is `stop` long, running each whose output got a gradient;
+    /// parameters accumulate theirs. Returns the gradients of non-leaf tensors that no popped
+    /// node produced.
+    fn run_tape(&self, out: &Tensor, grad: &Tensor, stop: usize) -> Result<HashMap<u64, Tensor>> {
         if out.shape() != grad.shape() {
             return Err(VkError::Kernel {
                 kernel: "backward".into(),
                 message: format!("gradient {:?} for output {:?}", grad.shape(), out.shape()),
             });
         }
-        if out.is_leaf() {
-            return self.accumulate_leaf(out, grad);
-        }
         let mut grads: HashMap<u64, Tensor> = HashMap::new();
+        if out.is_leaf() {
+            self.accumulate_leaf(out, grad)?;
+            return Ok(grads);
+        }
         grads.insert(out.id(), grad.clone());
         loop {
-            let node = self.tape.borrow_mut().pop();
+            let node = {
+                let mut tape = self.tape.borrow_mut();
+                if tape.len() > stop {
+                    tape.pop()
+                } else {
+                    None
+                }
+            };
             let Some(node) = node else { break };
             let Some(g) = grads.remove(&node.output) else { continue };
             let inputs = node.inputs;
@@ -367,8 +459,7 @@ impl<'c> Graph<'c> {
                 }
             }
         }
-        self.drop_activation_casts();
-        Ok(())
+        Ok(grads)
     }
 
     /// Forgets the 16-bit copies of activations (weights' copies stay until `clear_casts`).

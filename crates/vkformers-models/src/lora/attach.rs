@@ -28,8 +28,9 @@ pub struct Term {
     module: u64,
 }
 
-/// The LoRA terms of a model by internal weight name, and the dropout stream's state.
-#[derive(Default)]
+/// The LoRA terms of a model by internal weight name, and the dropout stream's state (a clone
+/// shares the tensors and snapshots the step: a checkpointed layer's recompute draws its masks).
+#[derive(Clone, Default)]
 pub struct Terms {
     map: HashMap<String, Term>,
     seed: u64,

@@ -5,6 +5,7 @@ pub mod activation;
 pub mod attention;
 pub mod broadcast;
 pub mod cast;
+pub mod checkpoint;
 pub mod dropout;
 pub mod embedding;
 pub mod glu;
