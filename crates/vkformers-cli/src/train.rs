@@ -120,6 +120,10 @@ pub struct TrainArgs {
     /// `dtype`/`torch_dtype`, f32 when it names none).
     #[arg(long)]
     pub(crate) save_dtype: Option<String>,
+    /// Recompute each decoder layer in backward instead of keeping its activations (the HF
+    /// Trainer's `gradient_checkpointing`): less device memory for about one more forward.
+    #[arg(long)]
+    pub(crate) gradient_checkpointing: bool,
     /// fp16: the loss scale to start from (torch.amp.GradScaler's init_scale).
     #[arg(long, default_value_t = 65536.0, requires = "fp16")]
     pub(crate) loss_scale: f32,
@@ -306,6 +310,7 @@ pub(crate) fn build_trainer<'g, 'c>(
     tokenizer: Option<&HfTokenizer>,
     params: Vec<TrainableParam>,
 ) -> anyhow::Result<(Trainer<'g, 'c>, u64)> {
+    g.set_checkpointing(args.gradient_checkpointing);
     let seq_len = args.seq_len.unwrap_or_else(|| default_seq_len(model));
     let data = read_data_from(&args.data, &args.hub_data.query(), tokenizer, args.train_on_prompt)?;
     let packing = if args.packing {
