@@ -2,6 +2,7 @@
 
 mod architectures;
 mod bench;
+mod bench_shapes;
 mod chat;
 mod data_args;
 mod devices;
@@ -68,6 +69,8 @@ enum Command {
 enum BenchCommand {
     /// Time one matrix product and report TFLOP/s.
     Gemm(bench::GemmArgs),
+    /// Every matrix product of one Llama training step through the training GEMM entry point.
+    TrainGemms(bench_shapes::TrainGemmArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -76,6 +79,7 @@ fn main() -> std::process::ExitCode {
         Command::Devices { json } => devices::run(json),
         Command::Doctor { json } => doctor::run(&cli.device, json),
         Command::Bench(BenchCommand::Gemm(args)) => bench::gemm(&cli.device, &args),
+        Command::Bench(BenchCommand::TrainGemms(args)) => bench_shapes::train_gemms(&cli.device, &args),
         Command::Architectures(args) => architectures::run(&cli.device, &args),
         Command::Train(args) => train::run(&cli.device, &args),
         Command::Finetune(args) => finetune::run(&cli.device, &args),

@@ -43,7 +43,7 @@ fn train(out: &Path, extra: &[&str]) {
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
 }
 
-/// metrics.jsonl without the timing fields.
+/// metrics.jsonl without the timing and memory fields (measurements of the run, not its state).
 fn losses(out: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(out.join("metrics.jsonl"))
         .unwrap()
@@ -51,6 +51,7 @@ fn losses(out: &Path) -> Vec<serde_json::Value> {
         .map(|l| {
             let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
             v.as_object_mut().unwrap().remove("tokens_per_s");
+            v.as_object_mut().unwrap().remove("device_memory_peak_bytes");
             v
         })
         .collect()

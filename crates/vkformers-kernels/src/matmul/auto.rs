@@ -59,6 +59,55 @@ pub fn coop_plan(caps: &Caps, d: &GemmDesc) -> Option<CoopGemm> {
     Some(plan)
 }
 
+/// Workgroups a product should give the device before splitting K is not worth it: about two
+/// waves of a large GPU (an H200 has 132 multiprocessors).
+const TARGET_TILES: u64 = 256;
+
+/// Split-K for a thin product with a long K (weight gradients `dW = dYᵀ · X`: a small
+/// `[out, in]` C summed over every token): `S` batches each multiply a `K / S` slice into an f32
+/// workspace `[S, M, N]`, and a second pass sums the slices in a fixed order (deterministic).
+/// Returns `(S, workspace bytes)` when it pays: C packed, batch 1, no bias, beta 0 or 1, C
+/// under `TARGET_TILES` 128×128 tiles, and K divisible into slices of at least 512 that are
+/// multiples of 64. A pure function of the descriptor.
+pub fn split_k_plan(d: &GemmDesc) -> Option<(u32, u64)> {
+    let tiles = u64::from(d.m.div_ceil(128)) * u64::from(d.n.div_ceil(128));
+    let packed = d.ldc == d.n && d.c_offset == 0 && u64::from(d.m) * u64::from(d.n) <= u64::from(u32::MAX);
+    if d.batch != 1 || d.has_bias || !packed || !(d.beta == 0.0 || d.beta == 1.0) || tiles >= TARGET_TILES {
+        return None;
+    }
+    let want = TARGET_TILES.div_ceil(tiles).min(16) as u32;
+    let splits = [16u32, 8, 4, 2]
+        .into_iter()
+        .filter(|&s| s <= want.next_power_of_two())
+        .find(|&s| d.k.is_multiple_of(s * 64) && d.k / s >= 512)?;
+    Some((splits, u64::from(splits) * u64::from(d.m) * u64::from(d.n) * 4))
+}
+
+/// Records `desc` split `splits` ways along K (see [`split_k_plan`]) through `workspace`
+/// (f32, at least `splits · M · N` values).
+pub fn gemm_split_k(
+    rec: &mut Recorder,
+    desc: &GemmDesc,
+    splits: u32,
+    a: BufferView<'_>,
+    b: BufferView<'_>,
+    workspace: BufferView<'_>,
+    c: BufferView<'_>,
+) -> Result<()> {
+    let slice = desc.k / splits;
+    let mut part = *desc;
+    part.k = slice;
+    part.batch = splits;
+    part.beta = 0.0;
+    // Slice z starts at K index z·slice: a row of a transposed A / plain B, a column otherwise.
+    part.stride_a = u64::from(slice) * if desc.trans_a { u64::from(desc.lda) } else { 1 };
+    part.stride_b = u64::from(slice) * if desc.trans_b { 1 } else { u64::from(desc.ldb) };
+    part.stride_c = u64::from(desc.m) * u64::from(desc.n);
+    gemm_auto(rec, &part, a, b, None, workspace)?;
+    let mn = desc.m * desc.n;
+    crate::norm::col_sum(rec, workspace, c, splits, mn, desc.beta == 1.0)
+}
+
 /// Records `C = alpha · op(A) · op(B) (+ bias) (+ beta · C)` on the best engine for `desc`
 /// (see the module docs). Same arguments and checks as [`gemm`].
 pub fn gemm_auto(

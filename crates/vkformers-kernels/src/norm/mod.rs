@@ -216,7 +216,7 @@ fn partial_view<'a>(kernel: &str, g: &ParamGrads<'a>, blocks: u32, dim: u32) -> 
 }
 
 /// `out[d] (+)= sum_b partial[b, d]` over `[blocks, dim]`, in a fixed order.
-fn col_sum(
+pub(crate) fn col_sum(
     rec: &mut Recorder,
     partial: BufferView<'_>,
     out: BufferView<'_>,

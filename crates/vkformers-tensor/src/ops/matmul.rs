@@ -7,7 +7,7 @@
 //! copies): `dA = dC · op(B)ᵀ`, `dB = Aᵀ · dC` (or `dCᵀ · A` for a transposed B), summed over
 //! the batch when B is shared, and `dbias = onesᵀ · dC` (column sums of dC).
 
-use vkformers_kernels::matmul::auto::gemm_auto;
+use vkformers_kernels::matmul::auto::{gemm_auto, gemm_split_k, split_k_plan};
 use vkformers_kernels::matmul::gemv::{gemv, gemv_applies, GemvDesc};
 use vkformers_kernels::matmul::{gemm, GemmDesc};
 
@@ -147,7 +147,7 @@ fn product(
         desc.batch = p.batch;
         desc.has_bias = bias.is_some();
         desc.dtype = dt;
-        g.record(|rec| gemm_auto(rec, &desc, a16.view(), b16.view(), bias.map(Tensor::view), c.view()))?;
+        record_gemm(g, &desc, &a16, &b16, bias, &c)?;
     }
     let need = [a.requires_grad(), b.requires_grad()];
     let a_grad = Operand { shape: a.shape().to_vec(), dtype: a.dtype() };
@@ -185,6 +185,23 @@ fn few_rows(g: &Graph<'_>, (x, w): (&Tensor, &Tensor), bias: Option<&Tensor>, p:
     Ok(true)
 }
 
+/// Records one GEMM of the tape: split along K into a scratch workspace when the output is
+/// too small to fill the device (weight gradients), else on `gemm_auto`'s engine.
+fn record_gemm(
+    g: &Graph<'_>,
+    desc: &GemmDesc,
+    a: &Tensor,
+    b: &Tensor,
+    bias: Option<&Tensor>,
+    c: &Tensor,
+) -> Result<()> {
+    if let Some((splits, bytes)) = split_k_plan(desc) {
+        let ws = g.empty(&[(bytes / 4) as usize])?;
+        return g.record(|rec| gemm_split_k(rec, desc, splits, a.view(), b.view(), ws.view(), c.view()));
+    }
+    g.record(|rec| gemm_auto(rec, desc, a.view(), b.view(), bias.map(Tensor::view), c.view()))
+}
+
 /// Shape and type of an operand's gradient.
 struct Operand {
     shape: Vec<usize>,
@@ -205,7 +222,7 @@ fn grad_a(g: &Graph<'_>, p: Product, dc: &Tensor, b: &Tensor, op: &Operand) -> R
     let mut desc = GemmDesc::packed(p.m, p.k, p.n, false, !p.trans_b);
     desc.batch = p.batch;
     desc.dtype = dc.dtype();
-    g.record(|rec| gemm_auto(rec, &desc, dc.view(), b.view(), None, da.view()))?;
+    record_gemm(g, &desc, dc, b, None, &da)?;
     as_grad(g, da, op)
 }
 
@@ -220,7 +237,7 @@ fn grad_b(g: &Graph<'_>, p: Product, a: &Tensor, dc: &Tensor, op: &Operand) -> R
     };
     desc.batch = p.batch;
     desc.dtype = dc.dtype();
-    g.record(|rec| gemm_auto(rec, &desc, lhs.view(), rhs.view(), None, db.view()))?;
+    record_gemm(g, &desc, lhs, rhs, None, &db)?;
     as_grad(g, db, op)
 }
 

@@ -1,0 +1,59 @@
+//! Split-K GEMM (weight-gradient shapes: a small C summed over a long K) against the f64
+//! reference, in f32 and 16-bit storage, with beta 0 and 1; and the plan's choices.
+
+use vkformers_kernels::matmul::auto::{gemm_split_k, split_k_plan};
+use vkformers_kernels::matmul::{reference, DType, GemmDesc};
+use vkformers_kernels::testutil::storage::{round, upload};
+use vkformers_kernels::testutil::{assert_close, f64s, Rng, TOL_F32};
+use vkformers_vk::testing::on_every_device;
+
+fn transpose(x: &[f64], r: usize, c: usize) -> Vec<f64> {
+    (0..c * r).map(|i| x[(i % r) * c + i / r]).collect()
+}
+
+#[test]
+fn the_plan_splits_only_thin_products_with_a_long_k() {
+    let dw = GemmDesc::packed(64, 48, 4096, true, false);
+    assert_eq!(split_k_plan(&dw), Some((8, 8 * 64 * 48 * 4)), "slices of at least 512");
+    assert_eq!(split_k_plan(&GemmDesc::packed(8192, 8192, 4096, false, true)), None, "C fills the device");
+    assert_eq!(split_k_plan(&GemmDesc::packed(64, 48, 700, true, false)), None, "K too short to split");
+    let mut biased = dw;
+    biased.has_bias = true;
+    assert_eq!(split_k_plan(&biased), None);
+}
+
+#[test]
+fn split_k_equals_the_reference() {
+    on_every_device("split-K", |ctx| {
+        let (m, n, k) = (40usize, 24usize, 2048usize);
+        let mut rng = Rng::new(9);
+        // dW = dYᵀ · X: A stored [K, M] (read transposed), B stored [K, N].
+        let (a, b, c0) = (rng.vec(k * m, 1.0), rng.vec(k * n, 1.0), rng.vec(m * n, 1.0));
+        for dt in [DType::F32, DType::BF16, DType::F16] {
+            for beta in [0.0f32, 1.0] {
+                let mut desc = GemmDesc::packed(m as u32, n as u32, k as u32, true, false);
+                desc.dtype = dt;
+                desc.beta = beta;
+                let (splits, bytes) = split_k_plan(&desc).expect("this shape splits");
+                let (ab, bb) = (upload(ctx, dt, &a, "A")?, upload(ctx, dt, &b, "B")?);
+                let c = ctx.buffer_from(&c0, "C")?;
+                let ws = ctx.buffer(bytes, "workspace")?;
+                let mut rec = ctx.recorder(false)?;
+                gemm_split_k(&mut rec, &desc, splits, ab.view(), bb.view(), ws.view(), c.view())?;
+                rec.submit()?;
+                let (ar, br) = (f64s(&round(dt, &a)), f64s(&round(dt, &b)));
+                let mut want = reference::matmul(&transpose(&ar, k, m), &br, m, k, n);
+                for (w, c) in want.iter_mut().zip(&c0) {
+                    *w += f64::from(beta) * f64::from(*c);
+                }
+                assert_close(
+                    &format!("{dt:?} beta {beta} ({splits} splits)"),
+                    &ctx.read_vec(c.view())?,
+                    &want,
+                    TOL_F32,
+                );
+            }
+        }
+        Ok(())
+    });
+}
