@@ -101,7 +101,11 @@ pub struct Generation {
     /// `rows[b]`: row b's new tokens (EOS included when it finished on one).
     pub rows: Vec<Vec<u32>>,
     pub finish: Vec<Finish>,
+    /// The whole run: prompt tokens over prefill time, new tokens of decode steps over their time.
     pub timings: Timings,
+    /// `per_row[b]`: row b's prompt tokens and prefill time (a batch's prefill is shared), its
+    /// decode tokens and the time from its first token to its last.
+    pub per_row: Vec<Timings>,
 }
 
 /// Left-pads `prompts` to the longest: ids and mask `[B, W]` row-major, and W.
@@ -118,7 +122,7 @@ pub fn left_pad(prompts: &[Vec<u32>], pad: u32) -> (Vec<i32>, Vec<i32>, usize) {
 }
 
 /// Logits of the last column of every row of `logits [B·T, V]`, read back as `[B][V]`.
-fn last_logits(g: &Graph<'_>, logits: &Tensor, b: usize, t: usize) -> Result<Vec<Vec<f32>>, DecodeError> {
+pub(crate) fn last_logits(g: &Graph<'_>, logits: &Tensor, b: usize, t: usize) -> Result<Vec<Vec<f32>>, DecodeError> {
     let vocab = logits.last_dim();
     g.sync()?;
     let row_bytes = (vocab * 4) as u64;
@@ -208,7 +212,11 @@ fn run(
     let real: usize = ctx.masks.iter().map(|m| m[cache.len()..].iter().filter(|&&v| v != 0).count()).sum();
     let mut timings = Timings { prefill_tokens: real, ..Timings::default() };
     let Context { history, mut masks } = ctx;
+    let prompt_tokens: Vec<usize> =
+        masks.iter().map(|m| m[cache.len()..].iter().filter(|&&v| v != 0).count()).collect();
     let mut rows = Rows { history, new: vec![Vec::new(); b], finish: vec![None; b] };
+    // Decode seconds at which each row finished.
+    let mut ended = vec![None; b];
     g.no_grad(|| -> Result<(), DecodeError> {
         let mut logits = feed(g, model, cache, &rows.history, &masks, opts.max_new_tokens)?;
         let mut decode_start = None;
@@ -221,9 +229,12 @@ fn run(
             }
             masks.iter_mut().for_each(|m| m.push(1));
             // Rows not finished before this step are exactly those that produced a token.
-            for row in 0..b {
+            for (row, end) in ended.iter_mut().enumerate() {
                 if rows.finish[row].is_none() {
                     report(&mut rows, row, opts, on_token);
+                    if rows.finish[row].is_some() {
+                        *end = decode_start.map(|s| s.elapsed().as_secs_f64());
+                    }
                 }
             }
             if rows.finish.iter().all(Option::is_some) || step + 1 == opts.max_new_tokens {
@@ -236,7 +247,15 @@ fn run(
     })?;
     timings.decode_tokens = rows.new.iter().map(|r| r.len().saturating_sub(1)).sum();
     let finish = rows.finish.iter().map(|f| f.unwrap_or(Finish::Length)).collect();
-    Ok(Generation { rows: rows.new, finish, timings })
+    let per_row = (0..b)
+        .map(|row| Timings {
+            prefill_tokens: prompt_tokens[row],
+            prefill_secs: timings.prefill_secs,
+            decode_tokens: rows.new[row].len().saturating_sub(1),
+            decode_secs: ended[row].unwrap_or(timings.decode_secs),
+        })
+        .collect();
+    Ok(Generation { rows: rows.new, finish, timings, per_row })
 }
 
 /// Logits `[B·T, V]` of the columns just run (row b's last column is `b·T + T − 1`), and T.

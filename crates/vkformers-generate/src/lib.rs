@@ -4,6 +4,8 @@
 //!   ids from the mask, rolling sliding-window layers, LongRoPE's switch), with EOS ids, a per-token
 //!   callback (streaming, stop strings: [`stop`]) and timings; [`generation::generate_cached`]
 //!   continues an existing cache (chat turns); [`config`] reads `generation_config.json`;
+//! - [`continuous::generate_continuous`]: continuous batching of more prompts than `max_batch`
+//!   rows over the paged KV cache (a finished row's slot and blocks go to the next prompt at once);
 //! - the logits processors of Hugging Face `transformers` (repetition penalty, temperature, top-k,
 //!   top-p, min-p) on one row of f32 logits, applied in the order `generate` applies them, and a
 //!   sampler (greedy argmax, or seeded multinomial sampling with a counter-based Philox4x32-10 RNG
@@ -28,6 +30,7 @@
 //! ```
 
 pub mod config;
+pub mod continuous;
 pub mod decode;
 pub mod device_choice;
 mod error;

@@ -121,7 +121,7 @@ pub fn forward_cached(
             cache.batch()
         )));
     }
-    cache.begin(t)?;
+    cache.begin(g, batch.mask, t)?;
     let pos = cache.positions(batch.mask, t);
     let inputs = Inputs {
         ids: g.ints(batch.ids, &[b, t])?,
@@ -387,10 +387,7 @@ fn self_attention(
         },
     };
     let o = match inp.cache {
-        Some((cache, new_mask)) => {
-            let at = cache.attend(g, i, &k, &v, new_mask, opts)?;
-            attention(g, &q, &at.k, &at.v, &at.opts)?
-        }
+        Some((cache, _)) => cache.attend(g, i, (&q, &k, &v), opts)?,
         None => attention(g, &q, &k, &v, &opts)?,
     };
     let o = shape::reshape(g, &o, &[b * t, a.heads * a.head_dim])?;

@@ -1,66 +1,68 @@
-//! The KV cache on the device for a batch of B sequences, left-padded to one length.
+//! The paged KV cache on the device for up to `slots` sequences.
 //!
-//! Every layer keeps `k`, `v` `[B, slots, kv_heads, head_dim]` (f32, zero-initialised so that
-//! slots no kernel wrote yet are finite: attention multiplies masked keys' values by 0). Slot `s`
-//! of a layer holds buffer position `start + s`; buffer positions count every column of the batch,
-//! padding included, so all rows share them. The host keeps the attention mask of every position
-//! (`1` real, `0` padding) and each row's count of real tokens, from which the position ids of new
-//! tokens follow (`cumsum(mask) − 1`, as transformers derives them for left padding).
+//! Keys and values of every layer live in pools `[num_blocks, block_size, Hkv, D]` shared by all
+//! rows; each row holds only its own real positions (no padding), block by block, through a block
+//! table (`blocks.rs`). Layers with the same sliding window share one table; global layers grow
+//! their rows as they run, sliding-window layers give back blocks their queries can no longer see
+//! (a query at p sees `p − window + 1 ..= p`), so they hold about `window + block_size` positions
+//! per row. A row that finishes gives its blocks back ([`KvCache::release`]) for the next one.
 //!
-//! Sliding-window layers roll: before new keys would overflow their slots, only the last
-//! `window − 1` positions are kept (the oldest position a new query at `p` sees is `p − window + 1`)
-//! and moved to the front of a fresh buffer, as transformers' sliding-window cache keeps the last
-//! `window` keys. Global layers grow (doubling) instead.
-//!
-//! Attention over the cache (see [`KvCache::attend`]): for B = 1 the filled slots are a prefix of
-//! the buffer, attended with the usual causal / window rules in slot coordinates. For B > 1 the
-//! filled slots of a row are not contiguous with the next row's, so a decode step (one new token
-//! per row) attends over all slots with causality and the window folded into the key mask; a
-//! batched prefill (empty cache) attends over the new keys alone.
+//! A forward ([`crate::decoder::forward_cached`]) runs on the selected rows ([`KvCache::select`];
+//! all by default) with `T` new columns each, left-padded (mask `0…0 1…1`); position ids continue
+//! each row's count of real tokens (`cumsum(mask) − 1`, as transformers for left padding).
+//! Attention (see [`KvCache::attend`]): when every selected row is empty (a prefill), the new keys
+//! are the whole history and the flash-attention kernel runs on them (padding masked), then the
+//! real ones are stored; otherwise the new keys are stored first and the paged decode kernel
+//! (`vkformers_kernels::attention::decode`, split-KV for long rows) reads each row's blocks.
+
+mod blocks;
+mod paged;
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 
 use vkformers_tensor::ops::attention::AttnOptions;
 use vkformers_tensor::{Graph, Tensor};
 
 use crate::error::{ModelError, Result};
 use crate::spec::ModelSpec;
+use blocks::BlockTables;
+use paged::{LayerPool, StepTables};
 
-/// Slots of a sliding-window layer: room for the window and as many new positions again, so that
-/// keys move once every `window` decode steps.
-fn window_slots(window: usize, capacity: usize) -> usize {
-    (2 * window).max(window + 16).min(capacity.max(1))
-}
+/// Positions per block.
+pub const BLOCK_SIZE: usize = 16;
 
-/// One layer's keys and values.
-struct LayerCache {
-    k: Tensor,
-    v: Tensor,
-    slots: usize,
-    /// Buffer position held by slot 0.
-    start: usize,
+/// Layers that share a block table: one sliding window (or none).
+struct Group {
     window: Option<usize>,
+    tables: BlockTables,
 }
 
-/// Keys and values of every layer for a batch of sequences, on the device.
+/// What the current forward runs on, fixed by `begin`.
+struct Step {
+    /// The selected rows (slot indices).
+    rows: Vec<usize>,
+    /// Real new tokens of each selected row (a suffix of its columns).
+    real: Vec<usize>,
+    /// Every selected row was empty: attention runs on the new keys alone.
+    prefill: bool,
+    /// Per group: device table, lengths and store slots.
+    tables: Vec<StepTables>,
+}
+
+/// Keys and values of every layer for up to `slots` sequences, on the device.
 pub struct KvCache {
-    batch: usize,
-    layers: RefCell<Vec<LayerCache>>,
-    /// `mask[b]`: one entry per buffer position so far (1 real, 0 padding).
-    mask: RefCell<Vec<Vec<i32>>>,
-    /// Real tokens so far in each row: the position id of the row's next real token.
-    seen: RefCell<Vec<i32>>,
-    len: Cell<usize>,
-    /// Key masks uploaded during the current forward, by (slots, start, window, mode).
-    kmasks: RefCell<HashMap<(usize, usize, usize, bool), Tensor>>,
-}
-
-/// The key/value view and attention options of one layer for one forward.
-pub struct Attend {
-    pub k: Tensor,
-    pub v: Tensor,
-    pub opts: AttnOptions,
+    slots: usize,
+    block_size: usize,
+    groups: RefCell<Vec<Group>>,
+    /// Per layer: its group and its pools (allocated at the first forward, in the storage type).
+    layers: RefCell<Vec<LayerPool>>,
+    /// Real tokens held by each row: the position id of its next real token.
+    lens: RefCell<Vec<usize>>,
+    /// Columns (padding included) each row has been fed since it was last empty.
+    cols: RefCell<Vec<usize>>,
+    selected: RefCell<Vec<usize>>,
+    step: RefCell<Option<Step>>,
+    forwards: Cell<usize>,
 }
 
 impl KvCache {
@@ -69,55 +71,128 @@ impl KvCache {
         Self::batched(g, spec, 1, capacity)
     }
 
-    /// An empty cache of `batch` sequences with room for `capacity` positions before global
-    /// layers grow (sliding-window layers hold about twice their window).
+    /// An empty cache of `batch` rows with pools for `capacity` positions per row before they
+    /// grow (sliding-window groups: about their window).
     pub fn batched(g: &Graph<'_>, spec: &ModelSpec, batch: usize, capacity: usize) -> Result<Self> {
-        if batch == 0 {
-            return Err(ModelError::Config("a KV cache needs at least one sequence".into()));
+        Self::with_block_size(g, spec, batch, capacity, BLOCK_SIZE)
+    }
+
+    /// [`KvCache::batched`] with blocks of `block_size` positions.
+    pub fn with_block_size(
+        _g: &Graph<'_>,
+        spec: &ModelSpec,
+        batch: usize,
+        capacity: usize,
+        block_size: usize,
+    ) -> Result<Self> {
+        if batch == 0 || block_size == 0 {
+            return Err(ModelError::Config("a KV cache needs at least one sequence and one position per block".into()));
         }
+        let per_row = capacity.max(1).div_ceil(block_size);
+        let mut groups: Vec<Group> = Vec::new();
         let mut layers = Vec::with_capacity(spec.layers.len());
         for l in &spec.layers {
             let window = l.attn.sliding_window.map(|w| w as usize);
-            let slots = window.map_or(capacity.max(1), |w| window_slots(w, capacity));
-            let shape = [batch, slots, l.attn.kv_heads, l.attn.head_dim];
-            layers.push(LayerCache { k: g.full(&shape, 0.0)?, v: g.full(&shape, 0.0)?, slots, start: 0, window });
+            let group = match groups.iter().position(|gr| gr.window == window) {
+                Some(i) => i,
+                None => {
+                    // A window row spans at most ceil(W / bs) + 1 blocks (W positions, unaligned).
+                    let blocks = window.map_or(per_row, |w| per_row.min(w.div_ceil(block_size) + 1));
+                    groups.push(Group { window, tables: BlockTables::new(batch, block_size, batch * blocks) });
+                    groups.len() - 1
+                }
+            };
+            layers.push(LayerPool::new(group, l.attn.kv_heads, l.attn.head_dim));
         }
         Ok(KvCache {
-            batch,
+            slots: batch,
+            block_size,
+            groups: RefCell::new(groups),
             layers: RefCell::new(layers),
-            mask: RefCell::new(vec![Vec::new(); batch]),
-            seen: RefCell::new(vec![0; batch]),
-            len: Cell::new(0),
-            kmasks: RefCell::new(HashMap::new()),
+            lens: RefCell::new(vec![0; batch]),
+            cols: RefCell::new(vec![0; batch]),
+            selected: RefCell::new((0..batch).collect()),
+            step: RefCell::new(None),
+            forwards: Cell::new(0),
         })
     }
 
-    /// Buffer positions filled so far (padding included).
+    /// Columns fed so far (padding included): the most of any row.
     pub fn len(&self) -> usize {
-        self.len.get()
+        self.cols.borrow().iter().copied().max().unwrap_or(0)
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len.get() == 0
+        self.len() == 0
     }
 
-    /// Sequences in the batch.
+    /// Rows the next forward runs on ([`KvCache::select`]; all rows by default).
     pub fn batch(&self) -> usize {
-        self.batch
+        self.selected.borrow().len()
     }
 
-    /// Positions each layer holds now (sliding-window layers stay near their window).
+    /// Rows of the cache.
+    pub fn slots(&self) -> usize {
+        self.slots
+    }
+
+    /// Real tokens row `row` holds.
+    pub fn row_len(&self, row: usize) -> usize {
+        self.lens.borrow()[row]
+    }
+
+    /// Positions each layer's pools hold per row (sliding-window layers stay near their window).
     pub fn layer_slots(&self) -> Vec<usize> {
-        self.layers.borrow().iter().map(|l| l.slots).collect()
+        let groups = self.groups.borrow();
+        let per_row = |g: usize| groups[g].tables.num_blocks() * self.block_size / self.slots;
+        self.layers.borrow().iter().map(|l| per_row(l.group())).collect()
     }
 
-    /// Position ids `[B·T]` of `T` new columns with mask `mask` (`[B·T]`): each real token's count
-    /// of real tokens before it in its row; padding gets 0 (never attended).
+    /// Pool blocks in use (over all groups) and the pools' blocks.
+    pub fn blocks_in_use(&self) -> (usize, usize) {
+        let groups = self.groups.borrow();
+        (groups.iter().map(|g| g.tables.used()).sum(), groups.iter().map(|g| g.tables.num_blocks()).sum())
+    }
+
+    /// Forwards run so far.
+    pub fn forwards(&self) -> usize {
+        self.forwards.get()
+    }
+
+    /// Makes the next forwards run on `rows` (distinct slot indices, in the batch's order).
+    pub fn select(&self, rows: &[usize]) -> Result<()> {
+        let mut seen = vec![false; self.slots];
+        for &r in rows {
+            if r >= self.slots || std::mem::replace(&mut seen[r], true) {
+                return Err(ModelError::Config(format!(
+                    "rows {rows:?}: not distinct rows of a {}-row cache",
+                    self.slots
+                )));
+            }
+        }
+        if rows.is_empty() {
+            return Err(ModelError::Config("select at least one row of the KV cache".into()));
+        }
+        *self.selected.borrow_mut() = rows.to_vec();
+        Ok(())
+    }
+
+    /// Empties row `row` and gives its blocks back to the pools.
+    pub fn release(&self, row: usize) {
+        for g in self.groups.borrow_mut().iter_mut() {
+            g.tables.release(row);
+        }
+        self.lens.borrow_mut()[row] = 0;
+        self.cols.borrow_mut()[row] = 0;
+    }
+
+    /// Position ids `[B·T]` of `T` new columns with mask `mask` (`[B·T]`) of the selected rows:
+    /// each real token's count of real tokens before it in its row; padding gets 0.
     pub(crate) fn positions(&self, mask: &[i32], t: usize) -> Vec<i32> {
-        let seen = self.seen.borrow();
+        let lens = self.lens.borrow();
         let mut out = Vec::with_capacity(mask.len());
-        for (row, cols) in mask.chunks(t).enumerate() {
-            let mut p = seen[row];
+        for (&row, cols) in self.selected.borrow().iter().zip(mask.chunks(t)) {
+            let mut p = lens[row] as i32;
             for &m in cols {
                 out.push(if m != 0 { p } else { 0 });
                 p += i32::from(m != 0);
@@ -126,148 +201,80 @@ impl KvCache {
         out
     }
 
-    /// Checks a forward of `t` new columns can run, and forgets the key masks of the last one.
-    pub(crate) fn begin(&self, t: usize) -> Result<()> {
-        let (b, past) = (self.batch, self.len());
-        if b > 1 && t > 1 && past > 0 {
-            return Err(ModelError::Config(format!(
-                "a batch of {b} sequences takes several new tokens only into an empty cache ({past} positions filled)"
-            )));
+    /// Prepares a forward of `t` new columns (mask `[B·T]`, left-padded) on the selected rows:
+    /// gives back blocks no new query can see, takes blocks for the positions to store, and
+    /// uploads each group's block table, lengths and store slots.
+    pub(crate) fn begin(&self, g: &Graph<'_>, mask: &[i32], t: usize) -> Result<()> {
+        let rows = self.selected.borrow().clone();
+        let real = real_counts(mask, t)?;
+        let lens = self.lens.borrow();
+        let prefill = rows.iter().all(|&r| lens[r] == 0);
+        let mut tables = Vec::new();
+        for group in self.groups.borrow_mut().iter_mut() {
+            for (n, &r) in rows.iter().enumerate() {
+                let (past, after) = (lens[r], lens[r] + real[n]);
+                let first_kept = match group.window {
+                    // A prefill's keys are read from the new keys: keep what later queries see.
+                    Some(w) if prefill => (after + 1).saturating_sub(w),
+                    Some(w) => (past + 1).saturating_sub(w),
+                    None => 0,
+                };
+                group.tables.drop_before(r, first_kept);
+                (first_kept.max(past)..after).for_each(|p| group.tables.hold(r, p));
+            }
+            let after: Vec<usize> = rows.iter().zip(&real).map(|(&r, n)| lens[r] + n).collect();
+            tables.push(StepTables::upload(g, &group.tables, &rows, &after, (&real, t))?);
         }
-        self.kmasks.borrow_mut().clear();
+        *self.step.borrow_mut() = Some(Step { rows, real, prefill, tables });
         Ok(())
     }
 
-    /// Records `t` new columns (mask `[B·T]`) as filled, after every layer has appended them.
-    pub(crate) fn commit(&self, mask: &[i32], t: usize) {
-        let mut rows = self.mask.borrow_mut();
-        let mut seen = self.seen.borrow_mut();
-        for (row, cols) in mask.chunks(t).enumerate() {
-            rows[row].extend_from_slice(cols);
-            seen[row] += cols.iter().filter(|&&m| m != 0).count() as i32;
+    /// Records the new columns of the selected rows as held, after every layer has stored them.
+    pub(crate) fn commit(&self, _mask: &[i32], t: usize) {
+        if let Some(step) = self.step.borrow_mut().take() {
+            let (mut lens, mut cols) = (self.lens.borrow_mut(), self.cols.borrow_mut());
+            for (&r, n) in step.rows.iter().zip(&step.real) {
+                lens[r] += n;
+                cols[r] += t;
+            }
         }
-        self.len.set(self.len() + t);
+        self.forwards.set(self.forwards.get() + 1);
     }
 
-    /// Appends layer `i`'s new keys and values `[B, T, Hkv, D]` (mask `new_mask [B·T]`) and returns
-    /// what attention should read, with `opts` (scale, softcap, ALiBi of the layer) completed by
-    /// the masks.
+    /// Stores layer `i`'s new keys and values `[B, T, Hkv, D]` and returns the attention output
+    /// `[B, T, Hq, D]` of the new queries q over the rows' cached keys; `opts` (scale, softcap,
+    /// ALiBi, and the new columns' key mask `[B, T]`) as the layer's uncached attention.
     pub(crate) fn attend(
         &self,
         g: &Graph<'_>,
         i: usize,
-        k: &Tensor,
-        v: &Tensor,
-        new_mask: &[i32],
+        (q, k, v): (&Tensor, &Tensor, &Tensor),
         mut opts: AttnOptions,
-    ) -> Result<Attend> {
-        let (b, t) = (self.batch, k.shape()[1]);
-        let past = self.len();
-        self.make_room(g, i, t)?;
+    ) -> Result<Tensor> {
+        let step = self.step.borrow();
+        let step = step.as_ref().ok_or_else(|| ModelError::Config("KV cache attend outside a forward".into()))?;
         let mut layers = self.layers.borrow_mut();
-        let lc = &mut layers[i];
-        write_rows(g, lc, k, v, past - lc.start)?;
-        let window = lc.window.unwrap_or(0);
-        opts.window = window as u32;
-        if b == 1 {
-            // Filled slots are a prefix: the new queries sit at its end, as the kernel assumes.
-            let filled = past + t - lc.start;
-            let shape = [1, filled, k.shape()[2], k.shape()[3]];
-            opts.kmask = Some(self.kmask(g, lc, filled, false, new_mask)?);
-            return Ok(Attend { k: g.view_prefix(&lc.k, &shape)?, v: g.view_prefix(&lc.v, &shape)?, opts });
+        let layer = &mut layers[i];
+        let groups = self.groups.borrow();
+        let group = &groups[layer.group()];
+        layer.store(g, group.tables.num_blocks() * self.block_size, (k, v), &step.tables[layer.group()])?;
+        opts.window = group.window.unwrap_or(0) as u32;
+        if step.prefill {
+            return Ok(vkformers_tensor::ops::attention::attention(g, q, k, v, &opts)?);
         }
-        if past == 0 {
-            // Batched prefill: the new keys are the whole history.
-            opts.kmask = Some(g.ints(new_mask, &[b, t])?);
-            return Ok(Attend { k: k.clone(), v: v.clone(), opts });
-        }
-        // Batched decode (t = 1): every slot, visibility (filled, real, in the window) in the mask.
-        opts.kmask = Some(self.kmask(g, lc, lc.slots, true, new_mask)?);
-        opts.causal = false;
-        opts.window = 0;
-        Ok(Attend { k: lc.k.clone(), v: lc.v.clone(), opts })
-    }
-
-    /// Key mask `[B, n]` over slots `0..n` of `lc` for the query at the newest position: slot s
-    /// (position `start + s`) is kept when filled and real, and with `fold_window` also when within
-    /// the layer's window of the query.
-    fn kmask(&self, g: &Graph<'_>, lc: &LayerCache, n: usize, fold_window: bool, new_mask: &[i32]) -> Result<Tensor> {
-        let key = (n, lc.start, lc.window.unwrap_or(0), fold_window);
-        if let Some(t) = self.kmasks.borrow().get(&key) {
-            return Ok(t.clone());
-        }
-        let rows = self.mask.borrow();
-        let (b, past) = (self.batch, self.len());
-        let t_new = new_mask.len() / b;
-        let query = past + t_new - 1;
-        let mut data = vec![0; b * n];
-        for (row, out) in data.chunks_mut(n).enumerate() {
-            for (s, o) in out.iter_mut().enumerate() {
-                let p = lc.start + s;
-                let real = match p {
-                    p if p < past => rows[row][p],
-                    p if p < past + t_new => new_mask[row * t_new + p - past],
-                    _ => 0,
-                };
-                let in_window = !fold_window || p > query || lc.window.is_none_or(|w| query - p < w);
-                *o = i32::from(real != 0 && in_window);
-            }
-        }
-        let t = g.ints(&data, &[b, n])?;
-        self.kmasks.borrow_mut().insert(key, t.clone());
-        Ok(t)
-    }
-
-    /// Makes room in layer `i` for `t` more positions: a sliding-window layer keeps only the last
-    /// `window − 1` (all a new query can see), a global layer doubles.
-    fn make_room(&self, g: &Graph<'_>, i: usize, t: usize) -> Result<()> {
-        let past = self.len();
-        let mut layers = self.layers.borrow_mut();
-        let lc = &mut layers[i];
-        if past + t - lc.start <= lc.slots {
-            return Ok(());
-        }
-        let (keep, slots) = match lc.window {
-            Some(w) => {
-                let keep = (past - lc.start).min(w.saturating_sub(1));
-                (keep, lc.slots.max(keep + t))
-            }
-            None => (past - lc.start, (2 * lc.slots).max(past - lc.start + t)),
-        };
-        let shape = [self.batch, slots, lc.k.shape()[2], lc.k.shape()[3]];
-        let (k, v) = (g.full(&shape, 0.0)?, g.full(&shape, 0.0)?);
-        let from = past - keep - lc.start;
-        move_rows(g, (&lc.k, lc.slots, from), (&k, slots, 0), keep)?;
-        move_rows(g, (&lc.v, lc.slots, from), (&v, slots, 0), keep)?;
-        *lc = LayerCache { k, v, slots, start: past - keep, window: lc.window };
-        Ok(())
+        layer.decode(g, q, &step.tables[layer.group()], &opts, group.tables.block_size())
     }
 }
 
-/// Writes `[B, T, Hkv, D]` keys and values into slots `at..at + T` of every row.
-fn write_rows(g: &Graph<'_>, lc: &LayerCache, k: &Tensor, v: &Tensor, at: usize) -> Result<()> {
-    let t = k.shape()[1];
-    move_rows(g, (k, t, 0), (&lc.k, lc.slots, at), t)?;
-    move_rows(g, (v, t, 0), (&lc.v, lc.slots, at), t)
-}
-
-/// Copies `n` positions of every batch row from `src` (rows of `src_slots`, from slot `src_at`) to
-/// `dst` (rows of `dst_slots`, from slot `dst_at`); both `[B, slots, Hkv, D]` f32.
-fn move_rows(g: &Graph<'_>, src: (&Tensor, usize, usize), dst: (&Tensor, usize, usize), n: usize) -> Result<()> {
-    let ((s, s_slots, s_at), (d, d_slots, d_at)) = (src, dst);
-    if n == 0 {
-        return Ok(());
-    }
-    let batch = d.shape()[0];
-    let pos_bytes = (d.shape()[2] * d.shape()[3] * 4) as u64;
-    let len = n as u64 * pos_bytes;
-    g.record(|rec| {
-        for b in 0..batch {
-            let from = ((b * s_slots + s_at) as u64) * pos_bytes;
-            let to = ((b * d_slots + d_at) as u64) * pos_bytes;
-            rec.copy(s.view().buffer.slice(from, len), d.view().buffer.slice(to, len))?;
-        }
-        Ok(())
-    })?;
-    Ok(())
+/// Real tokens of each row of a left-padded `[B, T]` mask (`0…0 1…1`); anything else is an error.
+fn real_counts(mask: &[i32], t: usize) -> Result<Vec<usize>> {
+    mask.chunks(t.max(1))
+        .map(|row| {
+            let n = row.iter().filter(|&&m| m != 0).count();
+            if row[t - n..].contains(&0) {
+                return Err(ModelError::Config(format!("mask {row:?}: a KV cache takes left padding only")));
+            }
+            Ok(n)
+        })
+        .collect()
 }

@@ -21,6 +21,7 @@
 //! key tile, looping over the G query heads of its kv head and the query tiles).
 
 pub mod coopmat2;
+pub mod decode;
 pub mod reference;
 
 use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result, VkError};

@@ -1,0 +1,365 @@
+//! Decode attention over a paged KV cache (`shaders/attention/decode*.comp`), for few new query
+//! rows per sequence (a decode step, Tq = 1; chunked or speculative steps, Tq ≤ ~16; any Tq runs).
+//!
+//! Layout: keys and values live in pools `[num_blocks, block_size, Hkv, D]` shared by every
+//! sequence; row b's key j (its own position, no padding) is pool row
+//! `table[b, j / block_size] · block_size + j % block_size`, for `j < lens[b]` (table
+//! `[B, max_blocks]` and lens `[B]` int32, on the device). Query i of row b sits at position
+//! `lens[b] − Tq + i`: the new keys are stored ([`store`]) before attention reads them.
+//! Options as the flash kernels ([`super`]): scale, causal (within the new rows), sliding window,
+//! softcap, ALiBi; the key padding mask has no equivalent to pass, positions a row never had
+//! are not in its table. q, k, v, o are stored in [`DecodeOptions::dtype`] (f32 math); lse
+//! `[B, Hq, Tq]` is f32, [`super::LSE_MASKED`] for a query that sees no key.
+//!
+//! Split-KV ("flash decoding"): with [`splits`] > 1, each row's keys are cut into that many chunks,
+//! each run by its own workgroup, which write partial softmax statistics to a work buffer
+//! ([`work_floats`]) that `decode_combine` merges: one long sequence then fills the GPU.
+
+use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result, VkError};
+
+use crate::code;
+use crate::dtype::DType;
+
+/// Query rows of one kv head per workgroup (BQ of decode.comp), by head-dim class.
+const TILE_ROWS: [u32; 3] = [16, 16, 8];
+/// Workgroups one dispatch should have before more splits stop paying (a few per SM on the
+/// largest GPUs).
+const TARGET_GROUPS: u32 = 512;
+/// Fewest keys a split should own: below this the combine pass costs more than it saves.
+const MIN_SPLIT_KEYS: u32 = 256;
+/// Most splits of one row.
+pub const MAX_SPLITS: u32 = 64;
+
+const FLAG_CAUSAL: u32 = 1;
+const FLAG_ALIBI: u32 = 4;
+
+/// Sizes of one decode-attention call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DecodeShape {
+    pub batch: u32,
+    /// New query rows per sequence.
+    pub tq: u32,
+    pub hq: u32,
+    pub hkv: u32,
+    /// Head dimension, 1..=256.
+    pub d: u32,
+    /// Positions per block.
+    pub block_size: u32,
+    /// Blocks in each pool.
+    pub num_blocks: u32,
+    /// Columns of the block table.
+    pub max_blocks: u32,
+}
+
+impl DecodeShape {
+    fn q_len(&self) -> u64 {
+        u64::from(self.batch) * u64::from(self.tq) * u64::from(self.hq) * u64::from(self.d)
+    }
+
+    fn pool_len(&self) -> u64 {
+        u64::from(self.num_blocks) * u64::from(self.block_size) * u64::from(self.hkv) * u64::from(self.d)
+    }
+
+    fn lse_len(&self) -> u64 {
+        u64::from(self.batch) * u64::from(self.hq) * u64::from(self.tq)
+    }
+
+    /// Query rows that share one kv head (`G · Tq`), in tiles of the variant's rows.
+    fn row_tiles(&self) -> u32 {
+        ((self.hq / self.hkv.max(1)) * self.tq).div_ceil(TILE_ROWS[class(self.d)])
+    }
+}
+
+/// Options; see the module docs.
+#[derive(Clone, Copy, Debug)]
+pub struct DecodeOptions<'a> {
+    pub scale: f32,
+    pub causal: bool,
+    /// Sliding window W, 0 = off.
+    pub window: u32,
+    /// Logit softcap c, 0 = off.
+    pub softcap: f32,
+    /// ALiBi slopes [Hq] of f32.
+    pub alibi: Option<BufferView<'a>>,
+    /// Storage type of q, k, v, o.
+    pub dtype: DType,
+}
+
+impl DecodeOptions<'_> {
+    /// Scale `1/sqrt(d)`, causal, nothing else.
+    pub fn new(d: u32) -> Self {
+        DecodeOptions {
+            scale: 1.0 / (d.max(1) as f32).sqrt(),
+            causal: true,
+            window: 0,
+            softcap: 0.0,
+            alibi: None,
+            dtype: DType::F32,
+        }
+    }
+}
+
+/// The inputs: new queries, the pools, the block table and the lengths.
+#[derive(Clone, Copy, Debug)]
+pub struct PagedInputs<'a> {
+    /// [B, Tq, Hq, D]
+    pub q: BufferView<'a>,
+    /// [num_blocks, block_size, Hkv, D]
+    pub k: BufferView<'a>,
+    /// [num_blocks, block_size, Hkv, D]
+    pub v: BufferView<'a>,
+    /// [B, max_blocks] int32 block ids (entries past a row's length are never read).
+    pub table: BufferView<'a>,
+    /// [B] int32 keys per row, the new ones included.
+    pub lens: BufferView<'a>,
+}
+
+/// The outputs, and the work buffer of split calls.
+#[derive(Clone, Copy, Debug)]
+pub struct DecodeOutputs<'a> {
+    /// [B, Tq, Hq, D]
+    pub o: BufferView<'a>,
+    /// [B, Hq, Tq] f32
+    pub lse: BufferView<'a>,
+    /// [`work_floats`] f32, needed when splits > 1.
+    pub work: Option<BufferView<'a>>,
+}
+
+fn fail(kernel: &str, message: String) -> VkError {
+    VkError::Kernel { kernel: kernel.into(), message }
+}
+
+/// Head-dim class: d64, d128, d256 (d checked by the caller).
+fn class(d: u32) -> usize {
+    match d {
+        0..=64 => 0,
+        65..=128 => 1,
+        _ => 2,
+    }
+}
+
+fn dtype_index(dt: DType) -> usize {
+    match dt {
+        DType::F32 => 0,
+        DType::F16 => 1,
+        DType::BF16 => 2,
+    }
+}
+
+fn main_code(d: u32, dt: DType) -> &'static KernelCode {
+    let codes = [
+        [&code::ATTENTION_DECODE_D64, &code::ATTENTION_DECODE_D128, &code::ATTENTION_DECODE_D256],
+        [&code::ATTENTION_DECODE_D64_F16, &code::ATTENTION_DECODE_D128_F16, &code::ATTENTION_DECODE_D256_F16],
+        [&code::ATTENTION_DECODE_D64_BF16, &code::ATTENTION_DECODE_D128_BF16, &code::ATTENTION_DECODE_D256_BF16],
+    ];
+    codes[dtype_index(dt)][class(d)]
+}
+
+fn combine_code(dt: DType) -> &'static KernelCode {
+    [&code::ATTENTION_DECODE_COMBINE_F32, &code::ATTENTION_DECODE_COMBINE_F16, &code::ATTENTION_DECODE_COMBINE_BF16]
+        [dtype_index(dt)]
+}
+
+fn store_code(dt: DType) -> &'static KernelCode {
+    [&code::ATTENTION_DECODE_STORE_F32, &code::ATTENTION_DECODE_STORE_F16, &code::ATTENTION_DECODE_STORE_BF16]
+        [dtype_index(dt)]
+}
+
+/// Splits of each row for a call whose longest row has `max_len` keys: enough workgroups to
+/// fill a large GPU (`TARGET_GROUPS`), but no split under `MIN_SPLIT_KEYS` keys. A pure function
+/// of the sizes, so the choice is the same on every device.
+pub fn splits(s: &DecodeShape, max_len: u32) -> u32 {
+    let groups = s.batch.max(1) * s.hkv.max(1) * s.row_tiles().max(1);
+    let wanted = TARGET_GROUPS.div_ceil(groups);
+    let most = max_len.div_ceil(MIN_SPLIT_KEYS).max(1);
+    wanted.min(most).clamp(1, MAX_SPLITS)
+}
+
+/// f32 values of the work buffer of a call with `splits` splits: acc `[B, Hq, Tq, S, D]` and
+/// (m, l) `[B, Hq, Tq, S, 2]`.
+pub fn work_floats(s: &DecodeShape, splits: u32) -> u64 {
+    s.lse_len() * u64::from(splits) * (u64::from(s.d) + 2)
+}
+
+fn check_len(kernel: &str, what: &str, v: &BufferView<'_>, elems: u64, bytes: u64) -> Result<()> {
+    if v.len != elems * bytes {
+        return Err(fail(kernel, format!("{what}: view of {} bytes, the shape needs {}", v.len, elems * bytes)));
+    }
+    Ok(())
+}
+
+fn check(
+    kernel: &str,
+    s: &DecodeShape,
+    x: &PagedInputs<'_>,
+    out: &DecodeOutputs<'_>,
+    opt: &DecodeOptions<'_>,
+) -> Result<()> {
+    if s.batch == 0
+        || s.tq == 0
+        || s.hq == 0
+        || s.hkv == 0
+        || s.block_size == 0
+        || s.num_blocks == 0
+        || s.max_blocks == 0
+    {
+        return Err(fail(kernel, format!("empty shape {s:?}")));
+    }
+    if s.d == 0 || s.d > super::MAX_HEAD_DIM || !s.hq.is_multiple_of(s.hkv) {
+        return Err(fail(
+            kernel,
+            format!("head dim {} outside 1..=256 or hq {} not a multiple of hkv {}", s.d, s.hq, s.hkv),
+        ));
+    }
+    let table = u64::from(s.batch) * u64::from(s.max_blocks);
+    let rows = u64::from(s.max_blocks) * u64::from(s.block_size);
+    if s.q_len().max(s.pool_len()).max(table) >= 1 << 32 || rows > i32::MAX as u64 || s.batch > 65_535 {
+        return Err(fail(kernel, format!("shape {s:?} too large (2^32 elements per tensor, 65535 rows)")));
+    }
+    if u64::from(s.hkv) * u64::from(s.row_tiles()) > 65_535 || opt.window > i32::MAX as u32 / 2 {
+        return Err(fail(kernel, format!("shape {s:?}: too many query tiles, or window {} too large", opt.window)));
+    }
+    if !(opt.softcap >= 0.0 && opt.softcap.is_finite()) {
+        return Err(fail(kernel, format!("softcap {} is not a finite value >= 0", opt.softcap)));
+    }
+    let dt = opt.dtype.bytes();
+    check_len(kernel, "q [B, Tq, Hq, D]", &x.q, s.q_len(), dt)?;
+    check_len(kernel, "k pool [NB, BS, Hkv, D]", &x.k, s.pool_len(), dt)?;
+    check_len(kernel, "v pool [NB, BS, Hkv, D]", &x.v, s.pool_len(), dt)?;
+    check_len(kernel, "table [B, max_blocks]", &x.table, table, 4)?;
+    check_len(kernel, "lens [B]", &x.lens, u64::from(s.batch), 4)?;
+    check_len(kernel, "o [B, Tq, Hq, D]", &out.o, s.q_len(), dt)?;
+    check_len(kernel, "lse [B, Hq, Tq]", &out.lse, s.lse_len(), 4)?;
+    if let Some(a) = &opt.alibi {
+        check_len(kernel, "alibi slopes [Hq]", a, u64::from(s.hq), 4)?;
+    }
+    Ok(())
+}
+
+/// Attention of `Tq` new queries per row over the paged cache, split `splits` ways (1 = one
+/// pass; see [`splits`] for the usual choice; more than 1 needs `out.work`).
+pub fn forward(
+    rec: &mut Recorder,
+    x: &PagedInputs<'_>,
+    out: &DecodeOutputs<'_>,
+    s: &DecodeShape,
+    opt: &DecodeOptions<'_>,
+    splits: u32,
+) -> Result<()> {
+    let main = main_code(s.d, opt.dtype);
+    check(main.name, s, x, out, opt)?;
+    if splits == 0 || splits > MAX_SPLITS {
+        return Err(fail(main.name, format!("{splits} splits outside 1..={MAX_SPLITS}")));
+    }
+    let work = match (splits, out.work) {
+        (1, _) => None,
+        (_, Some(w)) => {
+            check_len(main.name, "work", &w, work_floats(s, splits), 4)?;
+            Some(w)
+        }
+        (_, None) => return Err(fail(main.name, format!("{splits} splits need a work buffer"))),
+    };
+    let flags = if opt.causal { FLAG_CAUSAL } else { 0 } | if opt.alibi.is_some() { FLAG_ALIBI } else { 0 };
+    let scalars = [
+        s.tq,
+        s.hq,
+        s.hkv,
+        s.d,
+        flags,
+        opt.window,
+        opt.scale.to_bits(),
+        opt.softcap.to_bits(),
+        s.block_size,
+        s.max_blocks,
+        s.num_blocks,
+        splits,
+    ];
+    let params: Vec<u8> = scalars.iter().flat_map(|w| w.to_le_bytes()).collect();
+    // Unused pointers are never dereferenced; q stands in for them. Splits write only `work`.
+    let (o, lse, w) = match work {
+        None => (write(out.o), write(out.lse), read(x.q)),
+        Some(w) => (read(x.q), read(x.q), write(w)),
+    };
+    let args =
+        [read(x.q), read(x.k), read(x.v), read(x.table), read(x.lens), read(opt.alibi.unwrap_or(x.q)), o, lse, w];
+    rec.dispatch(main, &[], &args, &params, [splits, s.hkv * s.row_tiles(), s.batch])?;
+    let Some(w) = work else { return Ok(()) };
+    let combine = combine_code(opt.dtype);
+    let params: Vec<u8> = [s.tq, s.hq, s.d, splits].iter().flat_map(|w| w.to_le_bytes()).collect();
+    if s.tq > 65_535 || s.hq > 65_535 {
+        return Err(fail(combine.name, format!("shape {s:?}: Tq and Hq up to 65535")));
+    }
+    rec.dispatch(combine, &[], &[read(w), write(out.o), write(out.lse)], &params, [s.tq, s.hq, s.batch])
+}
+
+/// Where [`store`] writes: the pools and their sizes.
+#[derive(Clone, Copy, Debug)]
+pub struct Pools<'a> {
+    /// [num_blocks, block_size, Hkv, D]
+    pub k: BufferView<'a>,
+    pub v: BufferView<'a>,
+    /// `num_blocks · block_size`.
+    pub rows: u32,
+    /// `Hkv · D`.
+    pub width: u32,
+}
+
+/// Stores new keys and values `[N, Hkv, D]` (storage type `dt`) at pool rows `slots [N]` int32
+/// (`block · block_size + offset`; negative = not stored).
+pub fn store(
+    rec: &mut Recorder,
+    (k_new, v_new): (BufferView<'_>, BufferView<'_>),
+    slots: BufferView<'_>,
+    pools: &Pools<'_>,
+    dt: DType,
+) -> Result<()> {
+    let code = store_code(dt);
+    let n = slots.len / 4;
+    let width = u64::from(pools.width);
+    let elems = n * width;
+    check_len(code.name, "k new [N, Hkv, D]", &k_new, elems, dt.bytes())?;
+    check_len(code.name, "v new [N, Hkv, D]", &v_new, elems, dt.bytes())?;
+    let pool = u64::from(pools.rows) * width;
+    check_len(code.name, "k pool", &pools.k, pool, dt.bytes())?;
+    check_len(code.name, "v pool", &pools.v, pool, dt.bytes())?;
+    if elems == 0 {
+        return Ok(());
+    }
+    if elems.max(pool) >= 1 << 32 {
+        return Err(fail(code.name, format!("{n} positions of {width} or a pool of {pool} elements: beyond 2^32")));
+    }
+    let params: Vec<u8> = [n as u32, pools.width, pools.rows].iter().flat_map(|w| w.to_le_bytes()).collect();
+    let groups = (elems.div_ceil(256) as u32).min(65_535);
+    let args = [read(k_new), read(v_new), read(slots), write(pools.k), write(pools.v)];
+    rec.dispatch(code, &[], &args, &params, [groups, 1, 1])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(batch: u32, tq: u32, hq: u32, hkv: u32, d: u32) -> DecodeShape {
+        DecodeShape { batch, tq, hq, hkv, d, block_size: 16, num_blocks: 64, max_blocks: 8 }
+    }
+
+    #[test]
+    fn one_long_row_is_split_and_a_big_batch_is_not() {
+        // One sequence of 32k keys, 8 kv heads, one row tile: 8 groups unsplit -> 64 splits of 512 keys.
+        assert_eq!(splits(&shape(1, 1, 32, 8, 128), 32_768), 64);
+        assert_eq!(splits(&shape(4, 1, 32, 8, 128), 32_768), 16);
+        // Short rows never split below MIN_SPLIT_KEYS keys per split.
+        assert_eq!(splits(&shape(1, 1, 32, 8, 128), 300), 2);
+        assert_eq!(splits(&shape(1, 1, 32, 8, 128), 100), 1);
+        // 64 rows x 8 kv heads already fill the GPU.
+        assert_eq!(splits(&shape(64, 1, 32, 8, 128), 32_768), 1);
+        // MQA with one head: capped at MAX_SPLITS.
+        assert_eq!(splits(&shape(1, 1, 8, 1, 64), 1 << 20), MAX_SPLITS);
+    }
+
+    #[test]
+    fn row_tiles_cover_the_query_heads_of_a_kv_head() {
+        assert_eq!(shape(1, 1, 32, 8, 128).row_tiles(), 1);
+        assert_eq!(shape(1, 16, 32, 8, 128).row_tiles(), 4);
+        assert_eq!(shape(1, 3, 12, 1, 256).row_tiles(), 5);
+    }
+}

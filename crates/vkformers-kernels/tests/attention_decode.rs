@@ -1,0 +1,320 @@
+//! Paged decode attention (`attention::decode`) against the f64 reference of `attention/reference`:
+//! each row's keys and values are scattered over a shared pool through a random block table
+//! (non-contiguous blocks, blocks of odd sizes, rows of different lengths, one empty), the last
+//! Tq positions of each row written by `decode::store` (padding slots skipped), and every pool row
+//! no table entry reaches filled with NaN, so any read past a row's own keys shows in the output.
+//! The reference sees each row alone (`tk` = its length, so query i sits at `len − Tq + i` as in
+//! the kernel). Tq 1 and > 1, GQA / MQA, causal or not, window, softcap, ALiBi, forced and
+//! automatic split-KV, every head-dim variant and storage type.
+
+use vkformers_kernels::attention::decode::{self, DecodeOptions, DecodeOutputs, DecodeShape, PagedInputs, Pools};
+use vkformers_kernels::attention::reference::{self, Shape};
+use vkformers_kernels::dtype::DType;
+use vkformers_kernels::testutil::storage::{download, round, tol, unsupported, upload};
+use vkformers_kernels::testutil::{assert_close, f64s, Rng, TOL_F32};
+use vkformers_vk::testing::on_every_device;
+use vkformers_vk::{Context, Result};
+
+#[derive(Clone, Debug)]
+struct Case {
+    name: &'static str,
+    lens: Vec<usize>,
+    tq: usize,
+    hq: usize,
+    hkv: usize,
+    d: usize,
+    block_size: usize,
+    causal: bool,
+    window: usize,
+    softcap: f64,
+    alibi: bool,
+    /// `None`: `decode::splits`' choice.
+    splits: Option<u32>,
+}
+
+impl Case {
+    fn new(name: &'static str, lens: &[usize], tq: usize, (hq, hkv, d): (usize, usize, usize), bs: usize) -> Self {
+        Case {
+            name,
+            lens: lens.to_vec(),
+            tq,
+            hq,
+            hkv,
+            d,
+            block_size: bs,
+            causal: true,
+            window: 0,
+            softcap: 0.0,
+            alibi: false,
+            splits: Some(1),
+        }
+    }
+
+    fn window(mut self, w: usize) -> Self {
+        self.window = w;
+        self
+    }
+
+    fn softcap(mut self, c: f64) -> Self {
+        self.softcap = c;
+        self
+    }
+
+    fn alibi(mut self) -> Self {
+        self.alibi = true;
+        self
+    }
+
+    fn not_causal(mut self) -> Self {
+        self.causal = false;
+        self
+    }
+
+    fn splits(mut self, s: Option<u32>) -> Self {
+        self.splits = s;
+        self
+    }
+
+    fn slopes(&self) -> Vec<f32> {
+        (0..self.hq).map(|h| 2f32.powf(-8.0 * (h as f32 + 1.0) / self.hq as f32)).collect()
+    }
+}
+
+/// A random paged layout: `table[b]` block ids of row b (`max_blocks` columns, unused ones -1 or
+/// an id of another row), from a shuffled pool with a few blocks no row owns.
+struct Layout {
+    num_blocks: usize,
+    max_blocks: usize,
+    table: Vec<i32>,
+}
+
+fn layout(case: &Case, rng: &mut Rng) -> Layout {
+    let need: Vec<usize> = case.lens.iter().map(|l| l.div_ceil(case.block_size)).collect();
+    let num_blocks = need.iter().sum::<usize>() + 3;
+    let max_blocks = need.iter().max().copied().unwrap_or(0) + 1;
+    let mut ids: Vec<i32> = (0..num_blocks as i32).collect();
+    for i in (1..ids.len()).rev() {
+        ids.swap(i, rng.below(i + 1));
+    }
+    let mut table = vec![-1; case.lens.len() * max_blocks];
+    let mut next = ids.into_iter();
+    for (b, &n) in need.iter().enumerate() {
+        for c in 0..n {
+            table[b * max_blocks + c] = next.next().unwrap();
+        }
+        // A stale entry past the row's length must never be followed.
+        table[b * max_blocks + n] = if b % 2 == 0 { 0 } else { -1 };
+    }
+    Layout { num_blocks, max_blocks, table }
+}
+
+/// Host data of a case: per row q [Tq, Hq, D], k and v [len, Hkv, D] (rounded to `dt`).
+struct Rows {
+    q: Vec<Vec<f32>>,
+    k: Vec<Vec<f32>>,
+    v: Vec<Vec<f32>>,
+}
+
+fn rows(case: &Case, rng: &mut Rng, dt: DType) -> Rows {
+    let (kw, qw) = (case.hkv * case.d, case.tq * case.hq * case.d);
+    let amp = if case.softcap > 0.0 { 3.0 } else { 1.0 };
+    let gen = |rng: &mut Rng, n: usize, a: f32| round(dt, &rng.vec(n, a));
+    Rows {
+        q: case.lens.iter().map(|_| gen(rng, qw, amp)).collect(),
+        k: case.lens.iter().map(|&l| gen(rng, l * kw, amp)).collect(),
+        v: case.lens.iter().map(|&l| gen(rng, l * kw, 1.0)).collect(),
+    }
+}
+
+/// Pool row of key j of row b.
+fn pool_row(case: &Case, lay: &Layout, b: usize, j: usize) -> usize {
+    lay.table[b * lay.max_blocks + j / case.block_size] as usize * case.block_size + j % case.block_size
+}
+
+/// The pools before the store (the rows' old keys; NaN elsewhere), the new positions
+/// `[B·Tq, Hkv, D]` with their slots (-1 for padding, whose values are garbage), and the pools
+/// expected after the store.
+struct Staged {
+    before: [Vec<f32>; 2],
+    new: [Vec<f32>; 2],
+    slots: Vec<i32>,
+    after: [Vec<f32>; 2],
+}
+
+fn stage(case: &Case, lay: &Layout, r: &Rows, rng: &mut Rng, dt: DType) -> Staged {
+    let kw = case.hkv * case.d;
+    let pool = lay.num_blocks * case.block_size * kw;
+    let mut before = [vec![f32::NAN; pool], vec![f32::NAN; pool]];
+    let mut new = [round(dt, &rng.vec(case.lens.len() * case.tq * kw, 9.0)), vec![0.0; case.lens.len() * case.tq * kw]];
+    new[1] = round(dt, &rng.vec(new[1].len(), 9.0));
+    let mut slots = vec![-1; case.lens.len() * case.tq];
+    let mut after = before.clone();
+    for (b, &len) in case.lens.iter().enumerate() {
+        let fresh = len.min(case.tq);
+        for j in 0..len {
+            let at = pool_row(case, lay, b, j) * kw;
+            for (x, src) in [&r.k[b], &r.v[b]].into_iter().enumerate() {
+                after[x][at..at + kw].copy_from_slice(&src[j * kw..(j + 1) * kw]);
+                if j < len - fresh {
+                    before[x][at..at + kw].copy_from_slice(&src[j * kw..(j + 1) * kw]);
+                } else {
+                    let p = b * case.tq + case.tq - (len - j);
+                    slots[p] = pool_row(case, lay, b, j) as i32;
+                    new[x][p * kw..(p + 1) * kw].copy_from_slice(&src[j * kw..(j + 1) * kw]);
+                }
+            }
+        }
+    }
+    Staged { before, new, slots, after }
+}
+
+/// The reference o [B, Tq, Hq, D] and lse [B, Hq, Tq], one row at a time.
+fn expected(case: &Case, r: &Rows, scale: f32) -> (Vec<f64>, Vec<f64>) {
+    let slopes = f64s(&case.slopes());
+    let (mut o, mut lse) = (Vec::new(), Vec::new());
+    for (b, &len) in case.lens.iter().enumerate() {
+        let s = Shape { batch: 1, tq: case.tq, tk: len, hq: case.hq, hkv: case.hkv, d: case.d };
+        let opt = reference::Options {
+            scale: f64::from(scale),
+            causal: case.causal,
+            window: case.window,
+            softcap: case.softcap,
+            kmask: None,
+            slopes: case.alibi.then_some(&slopes[..]),
+        };
+        let (ob, lb) = reference::forward(&f64s(&r.q[b]), &f64s(&r.k[b]), &f64s(&r.v[b]), &s, &opt);
+        o.extend(ob);
+        lse.extend(lb);
+    }
+    (o, lse)
+}
+
+fn same_bits(what: &str, got: &[f32], want: &[f32]) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(g == w || (g.is_nan() && w.is_nan()), "{what}: element {i}: {g} != {w}");
+    }
+}
+
+fn check(ctx: &Context, case: &Case, seed: u64, dt: DType) -> Result<()> {
+    let mut rng = Rng::new(seed);
+    let lay = layout(case, &mut rng);
+    let r = rows(case, &mut rng, dt);
+    let st = stage(case, &lay, &r, &mut rng, dt);
+    let b = case.lens.len();
+    let shape = DecodeShape {
+        batch: b as u32,
+        tq: case.tq as u32,
+        hq: case.hq as u32,
+        hkv: case.hkv as u32,
+        d: case.d as u32,
+        block_size: case.block_size as u32,
+        num_blocks: lay.num_blocks as u32,
+        max_blocks: lay.max_blocks as u32,
+    };
+    let max_len = case.lens.iter().max().copied().unwrap_or(0) as u32;
+    let splits = case.splits.unwrap_or_else(|| decode::splits(&shape, max_len));
+    let q: Vec<f32> = r.q.concat();
+    let (bq, bk, bv) =
+        (upload(ctx, dt, &q, "q")?, upload(ctx, dt, &st.before[0], "k")?, upload(ctx, dt, &st.before[1], "v")?);
+    let (nk, nv) = (upload(ctx, dt, &st.new[0], "k new")?, upload(ctx, dt, &st.new[1], "v new")?);
+    let slots = ctx.buffer_from(&st.slots, "slots")?;
+    let table = ctx.buffer_from(&lay.table, "table")?;
+    let lens: Vec<i32> = case.lens.iter().map(|&l| l as i32).collect();
+    let lens = ctx.buffer_from(&lens, "lens")?;
+    let slopes = ctx.buffer_from(&case.slopes(), "slopes")?;
+    let o = upload(ctx, dt, &vec![0.0; q.len()], "o")?;
+    let lse = ctx.buffer((b * case.hq * case.tq * 4) as u64, "lse")?;
+    let work = ctx.buffer(decode::work_floats(&shape, splits).max(1) * 4, "work")?;
+    let mut opt = DecodeOptions::new(shape.d);
+    opt.causal = case.causal;
+    opt.window = case.window as u32;
+    opt.softcap = case.softcap as f32;
+    opt.alibi = case.alibi.then(|| slopes.view());
+    opt.dtype = dt;
+    let width = (case.hkv * case.d) as u32;
+    let pools = Pools { k: bk.view(), v: bv.view(), rows: (lay.num_blocks * case.block_size) as u32, width };
+    let x = PagedInputs { q: bq.view(), k: bk.view(), v: bv.view(), table: table.view(), lens: lens.view() };
+    let w = (splits > 1).then(|| work.slice(0, decode::work_floats(&shape, splits) * 4));
+    let out = DecodeOutputs { o: o.view(), lse: lse.view(), work: w };
+    let mut rec = ctx.recorder(false)?;
+    decode::store(&mut rec, (nk.view(), nv.view()), slots.view(), &pools, dt)?;
+    decode::forward(&mut rec, &x, &out, &shape, &opt, splits)?;
+    rec.submit()?;
+
+    let name = format!("{} {dt:?} ({splits} splits)", case.name);
+    same_bits(&format!("{name}: k pool after store"), &download(ctx, dt, bk.view())?, &st.after[0]);
+    same_bits(&format!("{name}: v pool after store"), &download(ctx, dt, bv.view())?, &st.after[1]);
+    let (want_o, want_lse) = expected(case, &r, opt.scale);
+    assert_close(&format!("{name}: o"), &download(ctx, dt, o.view())?, &want_o, tol(dt));
+    assert_close(&format!("{name}: lse"), &ctx.read_vec::<f32>(lse.view())?, &want_lse, TOL_F32);
+    Ok(())
+}
+
+fn run(test: &str, cases: &[Case], dt: DType) {
+    on_every_device(&format!("{test} {dt:?}"), |ctx| {
+        if unsupported(ctx, dt, test) {
+            return Ok(());
+        }
+        for (n, case) in cases.iter().enumerate() {
+            check(ctx, case, 1000 + n as u64, dt)?;
+        }
+        Ok(())
+    });
+}
+
+fn cases() -> Vec<Case> {
+    vec![
+        Case::new("tq1 mha d16 bs16, rows 37/1/16", &[37, 1, 16], 1, (2, 2, 16), 16),
+        Case::new("tq1 gqa d24 bs5", &[23, 9], 1, (6, 2, 24), 5),
+        Case::new("tq4 mqa d8 bs3", &[10, 4], 4, (4, 1, 8), 3),
+        Case::new("tq16 gqa d32 bs7 window 5", &[40, 20], 16, (4, 2, 32), 7).window(5),
+        Case::new("tq2 softcap alibi bs4", &[15, 7], 2, (3, 1, 12), 4).softcap(2.0).alibi(),
+        Case::new("tq3 not causal", &[12, 8], 3, (2, 2, 8), 4).not_causal(),
+        Case::new("an empty row", &[0, 5], 1, (2, 1, 8), 4),
+        Case::new("split 3, d64", &[300, 45], 1, (4, 2, 64), 16).splits(Some(3)),
+        Case::new("split auto, d128, one long row", &[1100], 2, (8, 1, 128), 32).splits(None),
+        Case::new("split 4, d200, window 20 (empty splits)", &[90, 33], 3, (2, 1, 200), 16).window(20).splits(Some(4)),
+        Case::new("everything split 2", &[57, 31, 3], 3, (4, 2, 16), 6).window(9).softcap(4.0).alibi().splits(Some(2)),
+    ]
+}
+
+#[test]
+fn paged_decode_matches_reference_f32() {
+    run("paged decode", &cases(), DType::F32);
+}
+
+fn cases_16bit() -> Vec<Case> {
+    let all = cases();
+    [0, 3, 4, 7, 8, 9, 10].iter().map(|&i| all[i].clone()).collect()
+}
+
+#[test]
+fn paged_decode_matches_reference_f16() {
+    run("paged decode", &cases_16bit(), DType::F16);
+}
+
+#[test]
+fn paged_decode_matches_reference_bf16() {
+    run("paged decode", &cases_16bit(), DType::BF16);
+}
+
+/// Bad calls are errors, not device faults: a split call without work buffer, a pool view of
+/// the wrong size.
+#[test]
+fn paged_decode_rejects_bad_calls() {
+    on_every_device("paged decode errors", |ctx| {
+        let shape = DecodeShape { batch: 1, tq: 1, hq: 2, hkv: 1, d: 8, block_size: 4, num_blocks: 2, max_blocks: 2 };
+        let buf = |n: usize| ctx.buffer((n * 4) as u64, "x");
+        let (q, pool, small, ints, lens, lse) = (buf(16)?, buf(64)?, buf(60)?, buf(2)?, buf(1)?, buf(2)?);
+        let x = PagedInputs { q: q.view(), k: pool.view(), v: pool.view(), table: ints.view(), lens: lens.view() };
+        let out = DecodeOutputs { o: q.view(), lse: lse.view(), work: None };
+        let opt = DecodeOptions::new(8);
+        let mut rec = ctx.recorder(false)?;
+        assert!(decode::forward(&mut rec, &x, &out, &shape, &opt, 2).is_err());
+        let bad = PagedInputs { k: small.view(), ..x };
+        assert!(decode::forward(&mut rec, &bad, &out, &shape, &opt, 1).is_err());
+        assert!(decode::forward(&mut rec, &x, &out, &shape, &opt, 1).is_ok());
+        Ok(())
+    });
+}

@@ -1,0 +1,164 @@
+//! Device side of the paged KV cache: each layer's pools, the per-forward tables, and the two
+//! kernels of `vkformers_kernels::attention::decode` (store, paged attention) on tensors.
+//! Inference only: no gradient flows through the cache.
+
+use vkformers_kernels::attention::decode::{self, DecodeOptions, DecodeOutputs, DecodeShape, PagedInputs, Pools};
+use vkformers_kernels::dtype::cast;
+use vkformers_tensor::ops::attention::AttnOptions;
+use vkformers_tensor::{DType, Graph, Tensor};
+
+use super::blocks::BlockTables;
+use crate::error::{ModelError, Result};
+
+/// One group's device tables for one forward over B selected rows of T new columns.
+pub(crate) struct StepTables {
+    /// `[B, max_blocks]` int32 block ids (-1: not held).
+    table: Tensor,
+    max_blocks: usize,
+    /// `[B]` int32: real positions of each row after this forward.
+    lens: Tensor,
+    max_len: usize,
+    /// `[B·T]` int32: pool row of each new column's key (-1: padding, or not kept).
+    slots: Tensor,
+}
+
+impl StepTables {
+    /// Tables of `rows` whose lengths become `after`, with `real[n]` real tokens among the `t`
+    /// new columns of row n (the last `real[n]` columns, at positions `after − real .. after`).
+    pub(crate) fn upload(
+        g: &Graph<'_>,
+        tables: &BlockTables,
+        rows: &[usize],
+        after: &[usize],
+        (real, t): (&[usize], usize),
+    ) -> Result<Self> {
+        let (ids, max_blocks) = tables.table(rows);
+        let mut slots = vec![-1; rows.len() * t];
+        for (n, &r) in rows.iter().enumerate() {
+            for c in t - real[n]..t {
+                slots[n * t + c] = tables.slot(r, after[n] + c - t).unwrap_or(-1);
+            }
+        }
+        let lens: Vec<i32> = after.iter().map(|&l| l as i32).collect();
+        if after.iter().any(|&l| l > i32::MAX as usize) {
+            return Err(ModelError::Config("a KV cache row beyond 2^31 positions".into()));
+        }
+        Ok(StepTables {
+            table: g.ints(&ids, &[rows.len(), max_blocks])?,
+            max_blocks,
+            lens: g.ints(&lens, &[rows.len()])?,
+            max_len: after.iter().copied().max().unwrap_or(0),
+            slots: g.ints(&slots, &[rows.len() * t])?,
+        })
+    }
+}
+
+/// One layer's pools `[pool rows, Hkv, D]` (pool rows = blocks · block_size) in their storage type.
+pub(crate) struct LayerPool {
+    group: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    pools: Option<(Tensor, Tensor)>,
+}
+
+impl LayerPool {
+    pub(crate) fn new(group: usize, kv_heads: usize, head_dim: usize) -> Self {
+        LayerPool { group, kv_heads, head_dim, pools: None }
+    }
+
+    pub(crate) fn group(&self) -> usize {
+        self.group
+    }
+
+    /// The pools with at least `rows` rows: allocated on first use in the storage type
+    /// (autocast's, else k's), copied into bigger ones when the group's pool grew.
+    fn pools(&mut self, g: &Graph<'_>, rows: usize, k: &Tensor) -> Result<(Tensor, Tensor)> {
+        let dt = self.pools.as_ref().map_or(g.autocast().unwrap_or(k.dtype()), |p| p.0.dtype());
+        let shape = [rows, self.kv_heads, self.head_dim];
+        match &self.pools {
+            Some(p) if p.0.shape()[0] >= rows => return Ok(p.clone()),
+            Some((ok, ov)) => {
+                let (nk, nv) = (g.empty_as(&shape, dt)?, g.empty_as(&shape, dt)?);
+                g.record(|rec| {
+                    for (old, new) in [(ok, &nk), (ov, &nv)] {
+                        let bytes = old.view().len;
+                        rec.copy(old.view(), new.view().buffer.slice(0, bytes))?;
+                    }
+                    Ok(())
+                })?;
+                self.pools = Some((nk, nv));
+            }
+            None => self.pools = Some((g.empty_as(&shape, dt)?, g.empty_as(&shape, dt)?)),
+        }
+        Ok(self.pools.clone().expect("pools just made"))
+    }
+
+    /// Writes the new keys and values `[B, T, Hkv, D]` at their slots (pools of `rows` rows).
+    pub(crate) fn store(
+        &mut self,
+        g: &Graph<'_>,
+        rows: usize,
+        (k, v): (&Tensor, &Tensor),
+        st: &StepTables,
+    ) -> Result<()> {
+        let (pk, pv) = self.pools(g, rows, k)?;
+        let dt = pk.dtype();
+        let (k, v) = (in_type(g, k, dt)?, in_type(g, v, dt)?);
+        let pools =
+            Pools { k: pk.view(), v: pv.view(), rows: rows as u32, width: (self.kv_heads * self.head_dim) as u32 };
+        g.record(|rec| decode::store(rec, (k.view(), v.view()), st.slots.view(), &pools, dt))?;
+        Ok(())
+    }
+
+    /// Paged attention of q `[B, T, Hq, D]` over the rows' keys (stored by [`Self::store`]), in
+    /// q's type.
+    pub(crate) fn decode(
+        &self,
+        g: &Graph<'_>,
+        q: &Tensor,
+        st: &StepTables,
+        opts: &AttnOptions,
+        block_size: usize,
+    ) -> Result<Tensor> {
+        let (pk, pv) =
+            self.pools.as_ref().ok_or_else(|| ModelError::Config("paged attention before a store".into()))?;
+        let dt = pk.dtype();
+        let qs = q.shape();
+        let shape = DecodeShape {
+            batch: qs[0] as u32,
+            tq: qs[1] as u32,
+            hq: qs[2] as u32,
+            hkv: self.kv_heads as u32,
+            d: self.head_dim as u32,
+            block_size: block_size as u32,
+            num_blocks: (pk.shape()[0] / block_size) as u32,
+            max_blocks: st.max_blocks as u32,
+        };
+        let q16 = in_type(g, q, dt)?;
+        let o = g.empty_as(qs, dt)?;
+        let lse = g.empty(&[qs[0], qs[2], qs[1]])?;
+        let splits = decode::splits(&shape, st.max_len as u32);
+        let work = if splits > 1 { Some(g.empty(&[decode::work_floats(&shape, splits) as usize])?) } else { None };
+        let mut ko = DecodeOptions::new(shape.d);
+        ko.scale = opts.scale.unwrap_or(ko.scale);
+        ko.causal = opts.causal;
+        ko.window = opts.window;
+        ko.softcap = opts.softcap;
+        ko.alibi = opts.alibi.as_ref().map(Tensor::view);
+        ko.dtype = dt;
+        let x = PagedInputs { q: q16.view(), k: pk.view(), v: pv.view(), table: st.table.view(), lens: st.lens.view() };
+        let out = DecodeOutputs { o: o.view(), lse: lse.view(), work: work.as_ref().map(Tensor::view) };
+        g.record(|rec| decode::forward(rec, &x, &out, &shape, &ko, splits))?;
+        in_type(g, &o, q.dtype())
+    }
+}
+
+/// `x` in storage type `dt` (itself, or a cast copy).
+fn in_type(g: &Graph<'_>, x: &Tensor, dt: DType) -> Result<Tensor> {
+    if x.dtype() == dt {
+        return Ok(x.clone());
+    }
+    let y = g.empty_as(x.shape(), dt)?;
+    g.record(|rec| cast(rec, x.view(), x.dtype(), y.view(), dt))?;
+    Ok(y)
+}
