@@ -86,6 +86,10 @@ pub struct Args {
     /// decode timings of the batch and the device memory peak.
     #[arg(long)]
     json: bool,
+    /// Continuous batching: at most this many prompts decode at once; when a row finishes, the
+    /// next prompt of the file takes its slot (each row gets the tokens it gets alone).
+    #[arg(long)]
+    max_batch: Option<usize>,
     #[command(flatten)]
     dtype: crate::precision::DtypeArgs,
     #[command(flatten)]
@@ -263,7 +267,12 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
         text: TextStream::default(),
         error: None,
     };
-    let gen = generate(&g, &model, &prompts, &opts, &mut |row, ids| printer.on_token(row, ids))?;
+    let mut on_token = |row: usize, ids: &[u32]| printer.on_token(row, ids);
+    let gen = match args.max_batch {
+        Some(n) if n == 0 => bail!("--max-batch must be at least 1"),
+        Some(n) => vkformers_generate::continuous::generate_continuous(&g, &model, &prompts, &opts, n, &mut on_token)?,
+        None => generate(&g, &model, &prompts, &opts, &mut on_token)?,
+    };
     if let Some(e) = printer.error.take() {
         return Err(e);
     }
@@ -348,5 +357,11 @@ fn report(
             "decode_seconds": t.decode_secs,
             "decode_tokens_per_second": t.decode_tokens_per_sec(),
         },
+        "per_row": gen.per_row.iter().map(|r| json!({
+            "prefill_tokens": r.prefill_tokens,
+            "prefill_tokens_per_second": r.prefill_tokens_per_sec(),
+            "decode_tokens": r.decode_tokens,
+            "decode_tokens_per_second": r.decode_tokens_per_sec(),
+        })).collect::<Vec<_>>(),
     }))
 }

@@ -105,3 +105,25 @@ fn training_keeps_the_input_dtype_unless_save_dtype_says_otherwise() {
         assert_eq!(config, want.1);
     }
 }
+
+#[test]
+fn continuous_batching_gives_each_row_its_tokens() {
+    let (m, prompts) = (cli_model(), tempfile::NamedTempFile::new().unwrap());
+    let rows =
+        "{\"input_ids\": [1, 40, 50, 60]}\n{\"input_ids\": [1, 70]}\n{\"input_ids\": [1, 41, 42, 43, 44, 45, 46]}\n";
+    std::fs::write(prompts.path(), rows).unwrap();
+    let run = |extra: &[&str]| -> Value {
+        let mut args = vec!["generate", "--model", m.to_str().unwrap(), "--json", "--max-new-tokens", "6", "--greedy"];
+        args.extend(["--prompt-ids-file", prompts.path().to_str().unwrap()]);
+        args.extend(extra);
+        let out = Command::new(env!("CARGO_BIN_EXE_vkformers")).args(&args).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let lockstep = run(&[]);
+    let continuous = run(&["--max-batch", "2"]);
+    let ids =
+        |v: &Value| -> Vec<Value> { v["rows"].as_array().unwrap().iter().map(|r| r["token_ids"].clone()).collect() };
+    assert_eq!(ids(&continuous), ids(&lockstep), "two slots for three prompts give every row its tokens");
+    assert_eq!(continuous["per_row"].as_array().unwrap().len(), 3);
+}
