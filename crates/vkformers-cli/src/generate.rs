@@ -269,7 +269,7 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     };
     let mut on_token = |row: usize, ids: &[u32]| printer.on_token(row, ids);
     let gen = match args.max_batch {
-        Some(n) if n == 0 => bail!("--max-batch must be at least 1"),
+        Some(0) => bail!("--max-batch must be at least 1"),
         Some(n) => vkformers_generate::continuous::generate_continuous(&g, &model, &prompts, &opts, n, &mut on_token)?,
         None => generate(&g, &model, &prompts, &opts, &mut on_token)?,
     };
