@@ -282,8 +282,23 @@ impl<'c> Graph<'c> {
     /// A constant tensor from host data.
     pub fn constant(&self, data: &[f32], shape: &[usize]) -> Result<Tensor> {
         check_len(data.len(), shape)?;
-        let buf = self.ctx.buffer_from(data, "tensor")?;
+        let buf = self.small_upload(bytemuck::cast_slice(data))?;
         Ok(as_source(self.make(buf, shape, false, false)))
+    }
+
+    /// A device buffer holding `bytes`: small data (≤ 64 KiB) is written by a command of the
+    /// open batch into a scratch buffer (no submission of its own: decoding uploads ids,
+    /// masks and positions every token), larger data through the staging path.
+    fn small_upload(&self, bytes: &[u8]) -> Result<vkformers_vk::Buffer> {
+        let padded = bytes.len().next_multiple_of(4).max(4);
+        if padded > vkformers_vk::Recorder::UPDATE_MAX {
+            return self.ctx.buffer_from(bytes, "tensor");
+        }
+        let buf = self.ctx.scratch_buffer(padded as u64, "tensor")?;
+        let mut words = bytes.to_vec();
+        words.resize(padded, 0);
+        self.record(|rec| rec.update(buf.view(), &words))?;
+        Ok(buf)
     }
 
     /// A constant tensor of 16-bit values given as their bit patterns (bf16 or f16 weights
@@ -311,7 +326,7 @@ impl<'c> Graph<'c> {
     /// int32 data (token ids, labels, positions) as a buffer with a shape.
     pub fn ints(&self, data: &[i32], shape: &[usize]) -> Result<Tensor> {
         check_len(data.len(), shape)?;
-        let buf = self.ctx.buffer_from(data, "int tensor")?;
+        let buf = self.small_upload(bytemuck::cast_slice(data))?;
         Ok(self.make(buf, shape, false, false))
     }
 

@@ -179,6 +179,39 @@ impl Recorder {
         Ok(())
     }
 
+    /// Most bytes `update` writes in one command (vkCmdUpdateBuffer's limit).
+    pub const UPDATE_MAX: usize = 65_536;
+
+    /// Appends a write of host `data` into `dst` (at most `UPDATE_MAX` bytes, a multiple of 4,
+    /// at a 4-byte-aligned offset): small inputs (ids, masks, positions) travel inside the
+    /// batch instead of as a staging submission of their own.
+    pub fn update(&mut self, dst: BufferView<'_>, data: &[u8]) -> Result<()> {
+        if data.len() > Self::UPDATE_MAX || !data.len().is_multiple_of(4) || !dst.offset.is_multiple_of(4) {
+            return Err(VkError::Kernel {
+                kernel: "update".into(),
+                message: format!("{} bytes at offset {}: need a multiple of 4 up to 65536", data.len(), dst.offset),
+            });
+        }
+        if data.len() as u64 > dst.len {
+            return Err(VkError::Kernel {
+                kernel: "update".into(),
+                message: format!("{} bytes into a view of {}", data.len(), dst.len),
+            });
+        }
+        if data.is_empty() {
+            return Ok(());
+        }
+        let span = Span { buffer: dst.buffer.id(), start: dst.offset, end: dst.offset + data.len() as u64 };
+        self.hazard_barrier(&[(span, AccessKind::Write)]);
+        self.timestamp(vk::PipelineStageFlags::TOP_OF_PIPE)?;
+        // SAFETY: recording; the size and offset rules were checked above; the buffer is held.
+        unsafe { self.shared.device.cmd_update_buffer(self.cmd, dst.buffer.raw(), dst.offset, data) };
+        self.hold([dst.buffer]);
+        self.timestamp(vk::PipelineStageFlags::BOTTOM_OF_PIPE)?;
+        self.labels.push("update");
+        Ok(())
+    }
+
     /// Keeps a handle to each buffer (once) until the batch has completed.
     fn hold<'b>(&mut self, buffers: impl IntoIterator<Item = &'b Buffer>) {
         // Pooled device buffers outlive their handles (a dropped one waits in the pool, its
