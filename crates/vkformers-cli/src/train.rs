@@ -244,6 +244,11 @@ pub fn check_vocab(examples: &[Example], vocab: usize, what: &str) -> anyhow::Re
         if let Some(&bad) = e.input_ids.iter().find(|&&t| t as usize >= vocab) {
             bail!("{what} row {}: token id {bad} is outside the model's vocabulary of {vocab}", i + 1);
         }
+        // A label is a token id to predict or -100 (ignored); anything else would be dropped by
+        // the loss yet counted as a target.
+        if let Some(&bad) = e.labels.iter().find(|&&l| l != -100 && (l < 0 || l as usize >= vocab)) {
+            bail!("{what} row {}: label {bad} is neither -100 nor a token id below the vocabulary of {vocab}", i + 1);
+        }
     }
     Ok(())
 }

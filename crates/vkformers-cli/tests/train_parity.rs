@@ -183,3 +183,36 @@ fn a_bad_data_line_names_its_file_and_line() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("bad.jsonl:2"), "{err}");
 }
+
+#[test]
+fn a_label_outside_the_vocabulary_is_an_error_naming_the_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("labels.jsonl");
+    let rows =
+        "{\"input_ids\": [5, 6, 7], \"labels\": [5, 6, 7]}\n{\"input_ids\": [5, 6, 7], \"labels\": [-100, 6, 99999]}\n";
+    std::fs::write(&data, rows).unwrap();
+    let model = repo().join("tests/fixtures/llama");
+    let out = Command::new(env!("CARGO_BIN_EXE_vkformers"))
+        .args(["eval", "--model", model.to_str().unwrap(), "--data", data.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("row 2") && err.contains("label 99999"), "{err}");
+}
+
+#[test]
+fn training_stops_when_the_loss_stops_being_finite() {
+    let out = tempfile::tempdir().unwrap();
+    let model = repo().join("tests/fixtures/llama");
+    let o = Command::new(env!("CARGO_BIN_EXE_vkformers"))
+        .args(["train", "--model", model.to_str().unwrap(), "--data", &rows_path(), "--out"])
+        .args([out.path().to_str().unwrap(), "--max-steps", "4", "--batch-size", "2", "--lr", "1e30"])
+        .args(["--schedule", "constant", "--max-grad-norm", "0", "--fp32"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "a diverged run must fail: {err}");
+    assert!(err.contains("not finite"), "{err}");
+    assert!(!out.path().join("model.safetensors").exists(), "no model saved from a diverged run");
+}

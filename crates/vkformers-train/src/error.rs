@@ -19,6 +19,11 @@ pub enum TrainError {
     Checkpoint { path: PathBuf, message: String },
     #[error("{0}")]
     Config(String),
+    #[error(
+        "step {step}: the loss is {loss} and the gradient norm {grad_norm} (not finite); the last \
+         checkpoint is intact: resume from it with a lower --lr, --max-grad-norm 1, or --fp32"
+    )]
+    NonFinite { step: u64, loss: f64, grad_norm: f64 },
 }
 
 pub type Result<T> = std::result::Result<T, TrainError>;

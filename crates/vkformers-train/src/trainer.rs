@@ -231,6 +231,12 @@ impl<'g, 'c> Trainer<'g, 'c> {
             Some(n) => Some(f64::from(self.g.read(n)?[0])),
             None => None,
         };
+        let norm_bad = grad_norm.is_some_and(|n| !n.is_finite());
+        if self.scaler.is_none() && (!loss.is_finite() || norm_bad) {
+            // Without a loss scaler nothing recovers from this: stop before saving a NaN model.
+            let grad_norm = grad_norm.unwrap_or(f64::NAN);
+            return Err(TrainError::NonFinite { step: self.step + 1, loss, grad_norm });
+        }
         let mut skipped = false;
         if let Some(scaler) = self.scaler.as_mut() {
             // The device skipped the step on a non-finite norm; the scale backs off.
