@@ -289,7 +289,9 @@ pub fn gemm_coopmat(
         let t = d.tuning;
         vec![u32::from(d.trans_a), u32::from(d.trans_b), u32::from(t.fast), t.raster.max(1), t.unroll.max(1)]
     };
-    rec.dispatch(k, &spec, &[read(a), read(b), c_arg, read(bias_view)], &params, groups)
+    rec.dispatch(k, &spec, &[read(a), read(b), c_arg, read(bias_view)], &params, groups)?;
+    rec.set_flops(d.flops());
+    Ok(())
 }
 
 #[cfg(test)]

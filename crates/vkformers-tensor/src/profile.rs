@@ -1,5 +1,7 @@
 //! `--profile`: device time per kernel, gathered from the recorder's timestamps over any number
-//! of batches, and printed as a table (calls, total ms, share of the timed work, mean µs).
+//! of batches, and printed as a table (calls, total ms, share of the timed work, mean µs, the
+//! GB/s of the views each dispatch was given — what it may touch, each byte once — and the
+//! GFLOP/s of the operations its launcher declared, for the products).
 //!
 //! Dispatches that ran overlapped (no barrier between them) share their time, so shares are
 //! of the summed kernel times, which can exceed the wall time of a step.
@@ -14,6 +16,10 @@ use vkformers_vk::BatchReport;
 pub struct KernelTime {
     pub calls: u64,
     pub nanos: f64,
+    /// Bytes of the views the dispatches were given (what they may touch, each once).
+    pub bytes: f64,
+    /// Floating-point operations their launchers declared (GEMMs; 0 for the others).
+    pub flops: f64,
 }
 
 /// Per-kernel totals over the batches added.
@@ -36,10 +42,13 @@ impl Profile {
         self.batches += 1;
         self.dispatches += report.dispatches as u64;
         self.barriers += report.barriers as u64;
-        for (name, ns) in &report.timings {
+        for (i, (name, ns)) in report.timings.iter().enumerate() {
+            let (bytes, flops) = report.work.get(i).copied().unwrap_or((0, 0.0));
             let k = self.kernels.entry(name).or_default();
             k.calls += 1;
             k.nanos += ns;
+            k.bytes += bytes as f64;
+            k.flops += flops;
         }
     }
 
@@ -55,6 +64,8 @@ impl Profile {
             let k = self.kernels.entry(name).or_default();
             k.calls += t.calls;
             k.nanos += t.nanos;
+            k.bytes += t.bytes;
+            k.flops += t.flops;
         }
     }
 
@@ -77,23 +88,28 @@ impl Profile {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "{:<44} {:>9} {:>11} {:>7} {:>10}",
+            "{:<44} {:>9} {:>11} {:>7} {:>10} {:>8} {:>9}",
             "kernel",
             format!("calls/{unit}"),
             format!("ms/{unit}"),
             "share",
-            "mean µs"
+            "mean µs",
+            "GB/s",
+            "GFLOP/s"
         );
         for (name, t) in self.sorted() {
             let ms = t.nanos / 1e6;
+            let rate = |x: f64| if t.nanos > 0.0 && x > 0.0 { format!("{:.2}", x / t.nanos) } else { "-".into() };
             let _ = writeln!(
                 s,
-                "{:<44} {:>9.1} {:>11.3} {:>6.1}% {:>10.1}",
+                "{:<44} {:>9.1} {:>11.3} {:>6.1}% {:>10.1} {:>8} {:>9}",
                 name,
                 t.calls as f64 / per,
                 ms / per,
                 if total > 0.0 { 100.0 * ms / total } else { 0.0 },
-                t.nanos / 1e3 / t.calls.max(1) as f64
+                t.nanos / 1e3 / t.calls.max(1) as f64,
+                rate(t.bytes),
+                rate(t.flops)
             );
         }
         let _ = writeln!(
@@ -124,14 +140,18 @@ mod tests {
     #[test]
     fn batches_add_up_by_kernel_and_sort_by_time() {
         let mut p = Profile::default();
-        p.add_batch(&BatchReport { dispatches: 3, barriers: 1, timings: vec![("a", 1e6), ("b", 3e6), ("a", 1e6)] });
-        p.add_batch(&BatchReport { dispatches: 1, barriers: 0, timings: vec![("b", 1e6)] });
-        assert_eq!(p.kernels["a"], KernelTime { calls: 2, nanos: 2e6 });
-        assert_eq!(p.kernels["b"], KernelTime { calls: 2, nanos: 4e6 });
+        let timings = vec![("a", 1e6), ("b", 3e6), ("a", 1e6)];
+        let work = vec![(1000, 0.0), (3000, 6e9), (1000, 0.0)];
+        p.add_batch(&BatchReport { dispatches: 3, barriers: 1, timings, work });
+        p.add_batch(&BatchReport { dispatches: 1, barriers: 0, timings: vec![("b", 1e6)], work: vec![(1000, 2e9)] });
+        assert_eq!(p.kernels["a"], KernelTime { calls: 2, nanos: 2e6, bytes: 2000.0, flops: 0.0 });
+        assert_eq!(p.kernels["b"], KernelTime { calls: 2, nanos: 4e6, bytes: 4000.0, flops: 8e9 });
         assert_eq!(p.sorted()[0].0, "b");
         assert!((p.total_ms() - 6.0).abs() < 1e-12);
         let table = p.table(2, "step");
         assert!(table.contains("66.7%"), "{table}");
+        // b: 8e9 flops in 4 ms = 2000 GFLOP/s (bytes and flops per ns are GB/s and GFLOP/s).
+        assert!(table.lines().any(|l| l.starts_with('b') && l.trim_end().ends_with("2000.00")), "{table}");
         assert!(table.lines().any(|l| l.starts_with("total")), "{table}");
     }
 }

@@ -48,6 +48,9 @@ pub struct BatchReport {
     /// Per dispatch (kernel name, GPU time in nanoseconds) when timing was on. Dispatches
     /// that ran overlapped (no barrier between them) share their time.
     pub timings: Vec<(&'static str, f64)>,
+    /// Per dispatch, in the order of `timings`: (bytes of the views it was given, floating-point
+    /// operations a launcher declared with `Recorder::set_flops`, else 0).
+    pub work: Vec<(u64, f64)>,
 }
 
 const QUERIES_PER_POOL: u32 = 4096;
@@ -62,6 +65,8 @@ pub struct Recorder {
     hazards: HazardTracker,
     bound: vk::Pipeline,
     labels: Vec<&'static str>,
+    /// (view bytes, declared flops) per entry of `labels`.
+    work: Vec<(u64, f64)>,
     barriers: usize,
     timing: bool,
     query_pools: Vec<vk::QueryPool>,
@@ -95,6 +100,7 @@ impl Recorder {
             hazards: HazardTracker::default(),
             bound: vk::Pipeline::null(),
             labels: Vec::new(),
+            work: Vec::new(),
             barriers: 0,
             timing,
             query_pools: Vec::new(),
@@ -161,6 +167,7 @@ impl Recorder {
         }
         self.timestamp(vk::PipelineStageFlags::BOTTOM_OF_PIPE)?;
         self.labels.push(code.name);
+        self.work.push((args.iter().map(|a| a.view.len).sum(), 0.0));
         self.hold(args.iter().map(|a| a.view.buffer));
         Ok(())
     }
@@ -176,7 +183,16 @@ impl Recorder {
         self.hold([src.buffer, dst.buffer]);
         self.timestamp(vk::PipelineStageFlags::BOTTOM_OF_PIPE)?;
         self.labels.push("copy");
+        self.work.push((src.len + dst.len, 0.0));
         Ok(())
+    }
+
+    /// Declares the floating-point operations of the dispatch just recorded (for `--profile`'s
+    /// TFLOP/s column).
+    pub fn set_flops(&mut self, flops: f64) {
+        if let Some(w) = self.work.last_mut() {
+            w.1 = flops;
+        }
     }
 
     /// Most bytes `update` writes in one command (vkCmdUpdateBuffer's limit).
@@ -209,6 +225,7 @@ impl Recorder {
         self.hold([dst.buffer]);
         self.timestamp(vk::PipelineStageFlags::BOTTOM_OF_PIPE)?;
         self.labels.push("update");
+        self.work.push((data.len() as u64, 0.0));
         Ok(())
     }
 
@@ -298,7 +315,8 @@ impl Recorder {
         unsafe { device.destroy_fence(fence, None) };
         result.map_err(|r| self.batch_error(r))?;
         let timings = self.read_timings()?;
-        Ok(BatchReport { dispatches: self.labels.len(), barriers: self.barriers, timings })
+        let work = if self.timing { self.work.clone() } else { Vec::new() };
+        Ok(BatchReport { dispatches: self.labels.len(), barriers: self.barriers, timings, work })
     }
 
     fn batch_error(&self, r: vk::Result) -> VkError {

@@ -251,7 +251,9 @@ pub fn gemv(
     let spec = [u32::from(wide), subgroups];
     let groups = desc.n.div_ceil(ROWS_PER_GROUP).min(rec.caps().max_workgroup_count[0]).min(65_535);
     let args = [read(w_sub), read(x_sub), read(bias_sub), write(y_sub)];
-    rec.dispatch(kernel, &spec, &args, &params, [groups, 1, 1])
+    rec.dispatch(kernel, &spec, &args, &params, [groups, 1, 1])?;
+    rec.set_flops(2.0 * f64::from(desc.m) * f64::from(desc.n) * f64::from(desc.k));
+    Ok(())
 }
 
 #[cfg(test)]

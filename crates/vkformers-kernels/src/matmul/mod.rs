@@ -345,5 +345,7 @@ pub fn gemm(
     let params: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
     let c_arg = if desc.beta != 0.0 { read_write(c_sub) } else { write(c_sub) };
     let spec = [u32::from(desc.trans_a), u32::from(desc.trans_b), u32::from(vectorizable(desc, &a_sub, &b_sub))];
-    rec.dispatch(kernel, &spec, &[read(a_sub), read(b_sub), read(bias_view), c_arg], &params, groups)
+    rec.dispatch(kernel, &spec, &[read(a_sub), read(b_sub), read(bias_view), c_arg], &params, groups)?;
+    rec.set_flops(flops(desc));
+    Ok(())
 }
