@@ -32,6 +32,7 @@ pub struct SamplingArgs {
     /// Decode greedily even if generation_config.json says `do_sample`.
     #[arg(long)]
     pub greedy: bool,
+    /// Divide the logits by this before sampling (default: the model's generation config, else 1).
     #[arg(long)]
     pub temperature: Option<f64>,
     /// Keep the k most likely tokens (0 = off).

@@ -11,6 +11,7 @@ use vkformers_tensor::{DType, Graph};
 /// adapter_model.safetensors) applied on top of the model without merging.
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct AdapterArgs {
+    /// A PEFT LoRA adapter folder (or Hub id) applied on top of the model, unmerged.
     #[arg(long)]
     pub adapter: Option<String>,
 }

@@ -64,22 +64,28 @@ pub struct TrainArgs {
     /// Concatenate examples and cut seq-len blocks (default: on for plain text).
     #[arg(long, overrides_with = "no_packing")]
     packing: bool,
+    /// Keep each example its own sequence (padded), even for plain text.
     #[arg(long)]
     no_packing: bool,
     /// Train on the prompt part of instruction/Q&A/chat rows too.
     #[arg(long)]
     train_on_prompt: bool,
+    /// Peak learning rate of AdamW.
     #[arg(long, default_value_t = 5e-5)]
     lr: f64,
+    /// Learning-rate schedule after the warm-up: constant, linear or cosine (decaying to --min-lr).
     #[arg(long, default_value = "linear")]
     schedule: ScheduleKind,
+    /// Steps of linear warm-up from 0 to --lr.
     #[arg(long, default_value_t = 0)]
     warmup_steps: u64,
+    /// The learning rate the linear and cosine schedules end at.
     #[arg(long, default_value_t = 0.0)]
     min_lr: f64,
     /// AdamW weight decay (not on biases and norm weights).
     #[arg(long, default_value_t = 0.0)]
     weight_decay: f64,
+    /// AdamW's beta1, beta2 and epsilon.
     #[arg(long, default_value_t = 0.9)]
     beta1: f64,
     #[arg(long, default_value_t = 0.999)]
@@ -89,11 +95,13 @@ pub struct TrainArgs {
     /// Clip the global gradient norm (0 disables).
     #[arg(long, default_value_t = 1.0)]
     max_grad_norm: f32,
+    /// Seed of the shuffling, dropout and initialisation.
     #[arg(long, default_value_t = 42)]
     pub(crate) seed: u64,
     /// Shuffle the data each epoch (default on).
     #[arg(long, overrides_with = "no_shuffle")]
     shuffle: bool,
+    /// Keep the data in file order.
     #[arg(long)]
     no_shuffle: bool,
     /// Evaluation data (JSONL file or folder).
@@ -362,12 +370,13 @@ pub(crate) fn build_trainer<'g, 'c>(
     };
     let precision = args.precision.precision(g);
     eprintln!(
-        "training {} ({} parameters) on {}: {} sequences of <= {seq_len} tokens{}, {max_steps} steps, {}",
+        "training {} ({} parameters) on {}: {} sequences of <= {seq_len} tokens{}, {max_steps} step{}, {}",
         model.spec.model_type,
         params.iter().map(|p| p.tensor.numel()).sum::<usize>(),
         g.ctx().caps().name,
         loader.len(),
         if packing { " (packed)" } else { "" },
+        if max_steps == 1 { "" } else { "s" },
         precision.name(),
     );
     let mut trainer = Trainer::new(g, params, loader, opts)?;
