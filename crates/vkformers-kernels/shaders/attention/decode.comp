@@ -1,6 +1,7 @@
 #version 460
 #include "common.glsl"
 #include "dtype.glsl"
+#extension GL_EXT_control_flow_attributes : require
 // Decode attention over a paged KV cache: few new query rows per sequence (a decode step is
 // Tq = 1; speculative or chunked steps up to ~16), keys and values read through a block table.
 //
@@ -18,22 +19,31 @@
 //   M = max_s m_s;  L = sum_s l_s e^(m_s - M);  o = sum_s acc_s e^(m_s - M) / L;  lse = M + log L.
 //
 // Grid y = (kv head hk, row tile): the R = G * Tq query rows (r = i * G + g, query head
-// h = hk * G + g, G = Hq / Hkv) that share kv head hk go in tiles of BQ rows, so GQA/MQA read
-// each key and value once per tile, not once per query head. Grid z = B.
-// Per key tile of BK keys (staged in shared memory as in fwd.comp): pool rows of the tile from
-// the table; K tile; BQ x BK scores; running max; V tile; P = exp(S - m); sums and accumulators
-// (output slot o = tid + NT * s -> row o / D, dim o % D).
-// No subgroup operations; shared memory stays under 32 KiB (lavapipe) in every variant.
+// h = hk * G + g, G = Hq / Hkv) that share kv head hk go in tiles of up to BQ rows; NR <= BQ of
+// them are real (a decode step of GQA has NR = G, often 3..8), and every loop over rows stops
+// at NR, so small groups cost no idle rows. Grid z = B.
 //
-// variant: d64 DMAX=64 BQ=16 BK=32 NT=128
-// variant: d128 DMAX=128 BQ=16 BK=16 NT=128
-// variant: d256 DMAX=256 BQ=8 BK=16 NT=128
-// variant: d64_f16 DMAX=64 BQ=16 BK=32 NT=128 DT_F16
-// variant: d128_f16 DMAX=128 BQ=16 BK=16 NT=128 DT_F16
-// variant: d256_f16 DMAX=256 BQ=8 BK=16 NT=128 DT_F16
-// variant: d64_bf16 DMAX=64 BQ=16 BK=32 NT=128 DT_BF16
-// variant: d128_bf16 DMAX=128 BQ=16 BK=16 NT=128 DT_BF16
-// variant: d256_bf16 DMAX=256 BQ=8 BK=16 NT=128 DT_BF16
+// Per tile of BK = NT keys (one key per thread):
+//   1. thread c maps key k0 + c to its pool row and computes its NR scores from global K
+//      (each K element read once per workgroup, q from shared memory): s[r] in registers;
+//   2. the tile max of each row from NP = NT / BQ partial maxima (thread (part, row) scans BK/NP
+//      scores), then m_new = max(m, tile max), alpha = e^(m - m_new) per row (BQ threads);
+//   3. thread c writes p[r][c] = e^(s[r] - m_new[r]);
+//   4. output element (r, d) += sum_c p[r][c] v_c[d], after scaling by alpha[r]: thread t owns
+//      column d = t % DT (DT = min(D, NT) wide) of rows t / DT + RS * s (RS = NT / DT) and, for
+//      D > NT, columns d + NT too, so each V element it loads serves all its rows; the threads of
+//      column 0 also keep l[r] = l[r] alpha + sum_c p[r][c].
+// 5 barriers per 128 keys; no subgroup operations; shared memory under 32 KiB (lavapipe).
+//
+// variant: d64 DMAX=64 BQ=16 NT=128
+// variant: d128 DMAX=128 BQ=16 NT=128
+// variant: d256 DMAX=256 BQ=8 NT=128
+// variant: d64_f16 DMAX=64 BQ=16 NT=128 DT_F16
+// variant: d128_f16 DMAX=128 BQ=16 NT=128 DT_F16
+// variant: d256_f16 DMAX=256 BQ=8 NT=128 DT_F16
+// variant: d64_bf16 DMAX=64 BQ=16 NT=128 DT_BF16
+// variant: d128_bf16 DMAX=128 BQ=16 NT=128 DT_BF16
+// variant: d256_bf16 DMAX=256 BQ=8 NT=128 DT_BF16
 #include "attention/attention.glsl"
 
 layout(local_size_x = NT) in;
@@ -62,52 +72,90 @@ layout(push_constant) uniform Push {
 } pc;
 #include "attention/decode_score.glsl"
 
-const uint SLOTS = (BQ * DMAX + NT - 1) / NT;
+#define BK NT
+// Output columns per thread pass (DT), row step (RS), rows (RPT) and columns (CPT) per thread.
+#define DT (DMAX < NT ? DMAX : NT)
+#define RS (NT / DT)
+#define RPT ((BQ + RS - 1) / RS)
+#define CPT (DMAX / DT)
+// Parts of the tile max: NP threads per row, each over BK / NP keys.
+#define NP (NT / BQ)
 // Pool row of a key that is not in the row's table (never read).
 const uint NO_ROW = 0xffffffffu;
 
 shared float sq[BQ * DS];
-shared float skv[BK * DS];
-shared float ss[BQ * BK];
+shared float sp[BQ * BK];   // scores, then probabilities: [row][key]
+shared float spart[NP * BQ];
 shared float sm[BQ];
-shared float sl[BQ];
 shared float salpha[BQ];
+shared float sl[BQ];
 shared uint srow[BK];
 
-// Pool rows of keys [j0, j0 + BK) of row b (NO_ROW past kend or for a block id outside the pool).
-void map_tile(uint b, uint j0, uint kend) {
-    for (uint c = gl_LocalInvocationID.x; c < BK; c += NT) {
-        uint j = j0 + c;
-        uint row = NO_ROW;
-        if (j < kend) {
-            int blk = pc.table.v[b * pc.max_blocks + j / pc.block_size];
-            if (blk >= 0 && uint(blk) < pc.num_blocks) {
-                row = uint(blk) * pc.block_size + j % pc.block_size;
+// Pool row of key j of row b (NO_ROW at or past kend, or for a block id outside the pool).
+uint pool_row(uint b, uint j, uint kend) {
+    if (j >= kend) {
+        return NO_ROW;
+    }
+    int blk = pc.table.v[b * pc.max_blocks + j / pc.block_size];
+    return blk >= 0 && uint(blk) < pc.num_blocks ? uint(blk) * pc.block_size + j % pc.block_size : NO_ROW;
+}
+
+// Query head of tile row rr (query i = r / G, head hk * G + r % G).
+uint head_of(uint r, uint hk, uint G) {
+    return hk * G + (r - (r / G) * G);
+}
+
+// Step 1: this thread's key (k0 + tid) scored against the NR query rows into sp[rr][tid].
+void score_key(uint b, uint hk, uint k0, uint kend, uint r0, uint nr, int first_q) {
+    uint tid = gl_LocalInvocationID.x;
+    uint G = pc.hq / pc.hkv;
+    uint j = k0 + tid;
+    uint row = pool_row(b, j, kend);
+    srow[tid] = row;
+    float s[BQ];
+    [[unroll]] for (uint rr = 0; rr < BQ; rr++) {
+        s[rr] = 0.0;
+    }
+    if (row != NO_ROW) {
+        uint base = (row * pc.hkv + hk) * pc.d;
+        for (uint dd = 0; dd < pc.d; dd++) {
+            float kv = ld(pc.k, base + dd);
+            [[unroll]] for (uint rr = 0; rr < BQ; rr++) {
+                if (rr >= nr) break;
+                s[rr] += sq[rr * DS + dd] * kv;
             }
         }
-        srow[c] = row;
+    }
+    [[unroll]] for (uint rr = 0; rr < BQ; rr++) {
+        if (rr >= nr) break;
+        uint r = r0 + rr;
+        int qpos = first_q + int(r / G);
+        bool vis = row != NO_ROW && dec_visible(qpos, int(j));
+        sp[rr * BK + tid] = vis ? dec_score(s[rr], head_of(r, hk, G), qpos, int(j)) : MASKED;
     }
 }
 
-// Loads the K or V rows of the tile (kv head hk) into skv; zeros where there is no key.
-void load_tile(DIn src, uint hk) {
-    uint D = pc.d;
-    for (uint e = gl_LocalInvocationID.x; e < BK * D; e += NT) {
-        uint c = e / D;
-        uint dd = e - c * D;
-        uint row = srow[c];
-        skv[c * DS + dd] = row != NO_ROW ? ld(src, (row * pc.hkv + hk) * D + dd) : 0.0;
+// Step 2: running max and rescale factor of every row.
+void update_max(uint nr) {
+    uint tid = gl_LocalInvocationID.x;
+    uint rr = tid % BQ;
+    uint part = tid / BQ;
+    if (rr < nr) {
+        float m = MASKED;
+        for (uint c = part * (BK / NP); c < (part + 1u) * (BK / NP); c++) {
+            m = max(m, sp[rr * BK + c]);
+        }
+        spart[part * BQ + rr] = m;
     }
-}
-
-// Writes the result of tile row rr (query i, head h): o and lse, or this split's partials.
-void finish_row(uint b, uint split, uint rr, uint i, uint h, float acc_value, uint dd) {
-    uint qrow = (b * pc.hq + h) * pc.tq + i;
-    float l = sl[rr];
-    if (pc.splits == 1u) {
-        st(pc.o, ((b * pc.tq + i) * pc.hq + h) * pc.d + dd, l > 0.0 ? acc_value / l : 0.0);
-    } else {
-        pc.work.v[(qrow * pc.splits + split) * pc.d + dd] = acc_value;
+    barrier();
+    if (tid < nr) {
+        float m_old = sm[tid];
+        float m = m_old;
+        for (uint p = 0; p < NP; p++) {
+            m = max(m, spart[p * BQ + tid]);
+        }
+        salpha[tid] = exp(m_old - m);
+        sm[tid] = m;
     }
 }
 
@@ -121,6 +169,7 @@ void main() {
     uint rtiles = (R + BQ - 1) / BQ;
     uint hk = gl_WorkGroupID.y / rtiles;
     uint r0 = (gl_WorkGroupID.y - hk * rtiles) * BQ;
+    uint nr = min(BQ, R - r0);
 
     // Keys of the row: [lo, hi); a table never holds more than max_blocks * BS of them.
     int hi = min(pc.lens.v[b], int(pc.max_blocks * pc.block_size));
@@ -136,101 +185,113 @@ void main() {
         uint dd = e - rr * D;
         uint r = r0 + rr;
         uint i = r / G;
-        uint h = hk * G + (r - i * G);
-        sq[rr * DS + dd] = r < R ? ld(pc.q, ((b * pc.tq + i) * pc.hq + h) * D + dd) : 0.0;
+        sq[rr * DS + dd] = rr < nr ? ld(pc.q, ((b * pc.tq + i) * pc.hq + head_of(r, hk, G)) * D + dd) : 0.0;
     }
-    for (uint rr = tid; rr < BQ; rr += NT) {
-        sm[rr] = MASKED;
-        sl[rr] = 0.0;
+    if (tid < BQ) {
+        sm[tid] = MASKED;
     }
-    float acc[SLOTS];
-    for (uint s = 0; s < SLOTS; s++) {
-        acc[s] = 0.0;
+    // Thread's output columns col0 + DT * cc and rows row0 + RS * s.
+    uint col0 = tid % DT;
+    uint row0 = tid / DT;
+    float acc[CPT][RPT];
+    float lsum[RPT];
+    [[unroll]] for (uint s = 0; s < RPT; s++) {
+        lsum[s] = 0.0;
+        [[unroll]] for (uint cc = 0; cc < CPT; cc++) {
+            acc[cc][s] = 0.0;
+        }
     }
 
     for (uint k0 = kbeg; k0 < kend; k0 += BK) {
+        barrier(); // sq written; the previous tile's sp and srow read
+        score_key(b, hk, k0, kend, r0, nr, first_q);
         barrier();
-        map_tile(b, k0, kend);
+        update_max(nr);
         barrier();
-        load_tile(pc.k, hk);
+        if (srow[tid] != NO_ROW) {
+            [[unroll]] for (uint rr = 0; rr < BQ; rr++) {
+                if (rr >= nr) break;
+                float m = sm[rr];
+                sp[rr * BK + tid] = m <= MASKED ? 0.0 : exp(sp[rr * BK + tid] - m);
+            }
+        } else {
+            [[unroll]] for (uint rr = 0; rr < BQ; rr++) {
+                if (rr >= nr) break;
+                sp[rr * BK + tid] = 0.0;
+            }
+        }
         barrier();
-        for (uint e = tid; e < BQ * BK; e += NT) {
-            uint rr = e / BK;
-            uint c = e - rr * BK;
-            uint r = r0 + rr;
-            uint i = r / G;
-            int qpos = first_q + int(i);
-            int j = int(k0 + c);
-            float s = MASKED;
-            if (r < R && srow[c] != NO_ROW && dec_visible(qpos, j)) {
-                float dot_qk = 0.0;
-                for (uint dd = 0; dd < D; dd++) {
-                    dot_qk += sq[rr * DS + dd] * skv[c * DS + dd];
+        [[unroll]] for (uint s = 0; s < RPT; s++) {
+            uint rr = row0 + RS * s;
+            float a = rr < nr ? salpha[rr] : 0.0;
+            lsum[s] *= a;
+            [[unroll]] for (uint cc = 0; cc < CPT; cc++) {
+                acc[cc][s] *= a;
+            }
+        }
+        uint nk = min(BK, kend - k0);
+        for (uint c = 0; c < nk; c++) {
+            uint row = srow[c];
+            if (row == NO_ROW) {
+                continue; // uniform: every thread reads the same srow[c]
+            }
+            uint base = (row * pc.hkv + hk) * D;
+            [[unroll]] for (uint cc = 0; cc < CPT; cc++) {
+                uint dd = col0 + DT * cc;
+                float vv = dd < D ? ld(pc.v, base + dd) : 0.0;
+                [[unroll]] for (uint s = 0; s < RPT; s++) {
+                    uint rr = row0 + RS * s;
+                    if (rr >= nr) break;
+                    float p = sp[rr * BK + c];
+                    acc[cc][s] += p * vv;
+                    if (cc == 0u) {
+                        lsum[s] += p;
+                    }
                 }
-                s = dec_score(dot_qk, hk * G + (r - i * G), qpos, j);
             }
-            ss[e] = s;
         }
-        barrier();
-        for (uint rr = tid; rr < BQ; rr += NT) {
-            float m_old = sm[rr];
-            float m = m_old;
-            for (uint c = 0; c < BK; c++) {
-                m = max(m, ss[rr * BK + c]);
-            }
-            salpha[rr] = exp(m_old - m);
-            sm[rr] = m;
-        }
-        load_tile(pc.v, hk);
-        barrier();
-        for (uint e = tid; e < BQ * BK; e += NT) {
-            float m = sm[e / BK];
-            ss[e] = m <= MASKED ? 0.0 : exp(ss[e] - m);
-        }
-        barrier();
-        for (uint rr = tid; rr < BQ; rr += NT) {
-            float sum = 0.0;
-            for (uint c = 0; c < BK; c++) {
-                sum += ss[rr * BK + c];
-            }
-            sl[rr] = sl[rr] * salpha[rr] + sum;
-        }
-        for (uint s = 0; s < SLOTS; s++) {
-            uint o = tid + NT * s;
-            if (o < BQ * D) {
-                uint rr = o / D;
-                uint dd = o - rr * D;
-                float a = acc[s] * salpha[rr];
-                for (uint c = 0; c < BK; c++) {
-                    a += ss[rr * BK + c] * skv[c * DS + dd];
-                }
-                acc[s] = a;
+    }
+    // Column-0 threads hold each row's l.
+    barrier();
+    if (col0 == 0u) {
+        [[unroll]] for (uint s = 0; s < RPT; s++) {
+            uint rr = row0 + RS * s;
+            if (rr < BQ) {
+                sl[rr] = lsum[s];
             }
         }
     }
     barrier();
-    for (uint s = 0; s < SLOTS; s++) {
-        uint o = tid + NT * s;
-        uint rr = o / D;
+    [[unroll]] for (uint s = 0; s < RPT; s++) {
+        uint rr = row0 + RS * s;
+        if (rr >= nr) break;
         uint r = r0 + rr;
-        if (o < BQ * D && r < R) {
-            uint i = r / G;
-            finish_row(b, split, rr, i, hk * G + (r - i * G), acc[s], o - rr * D);
+        uint i = r / G;
+        uint h = head_of(r, hk, G);
+        uint qrow = (b * pc.hq + h) * pc.tq + i;
+        float l = sl[rr];
+        [[unroll]] for (uint cc = 0; cc < CPT; cc++) {
+            uint dd = col0 + DT * cc;
+            if (dd < D) {
+                if (pc.splits == 1u) {
+                    st(pc.o, ((b * pc.tq + i) * pc.hq + h) * D + dd, l > 0.0 ? acc[cc][s] / l : 0.0);
+                } else {
+                    pc.work.v[(qrow * pc.splits + split) * D + dd] = acc[cc][s];
+                }
+            }
         }
     }
-    for (uint rr = tid; rr < BQ; rr += NT) {
-        uint r = r0 + rr;
-        if (r < R) {
-            uint i = r / G;
-            uint qrow = (b * pc.hq + hk * G + (r - i * G)) * pc.tq + i;
-            float l = sl[rr];
-            if (pc.splits == 1u) {
-                pc.lse.v[qrow] = l > 0.0 ? sm[rr] + log(l) : MASKED;
-            } else {
-                uint ml = gl_NumWorkGroups.z * pc.hq * pc.tq * pc.splits * D;
-                pc.work.v[ml + 2u * (qrow * pc.splits + split)] = sm[rr];
-                pc.work.v[ml + 2u * (qrow * pc.splits + split) + 1u] = l;
-            }
+    if (tid < nr) {
+        uint r = r0 + tid;
+        uint i = r / G;
+        uint qrow = (b * pc.hq + head_of(r, hk, G)) * pc.tq + i;
+        float l = sl[tid];
+        if (pc.splits == 1u) {
+            pc.lse.v[qrow] = l > 0.0 ? sm[tid] + log(l) : MASKED;
+        } else {
+            uint ml = gl_NumWorkGroups.z * pc.hq * pc.tq * pc.splits * D;
+            pc.work.v[ml + 2u * (qrow * pc.splits + split)] = sm[tid];
+            pc.work.v[ml + 2u * (qrow * pc.splits + split) + 1u] = l;
         }
     }
 }

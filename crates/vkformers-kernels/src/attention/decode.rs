@@ -25,10 +25,11 @@ const TILE_ROWS: [u32; 3] = [16, 16, 8];
 /// Workgroups one dispatch should have before more splits stop paying (a few per SM on the
 /// largest GPUs).
 const TARGET_GROUPS: u32 = 512;
-/// Fewest keys a split should own: below this the combine pass costs more than it saves. On
-/// an H200 one workgroup takes ~480 µs for 256 keys (1.1B shape, batch 1), latency-bound, so
-/// short rows split finely to put more workgroups on the device.
-const MIN_SPLIT_KEYS: u32 = 32;
+/// Fewest keys a split should own: one tile of decode.comp (a key per thread, 128 threads), so
+/// no split has idle threads in its score pass. The old kernel's 32-key tiles took ~480 µs per
+/// call on an H200 (1.1B shape, batch 1: 8 workgroups of 256 keys, each key tile a serial
+/// chain of 6 barriers and per-thread loops over D and the tile): latency, not bandwidth.
+const MIN_SPLIT_KEYS: u32 = 128;
 /// Most splits of one row.
 pub const MAX_SPLITS: u32 = 64;
 
@@ -350,8 +351,8 @@ mod tests {
         assert_eq!(splits(&shape(1, 1, 32, 8, 128), 32_768), 64);
         assert_eq!(splits(&shape(4, 1, 32, 8, 128), 32_768), 16);
         // Short rows never split below MIN_SPLIT_KEYS keys per split.
-        assert_eq!(splits(&shape(1, 1, 32, 8, 128), 300), 10);
-        assert_eq!(splits(&shape(1, 1, 32, 8, 128), 20), 1);
+        assert_eq!(splits(&shape(1, 1, 32, 8, 128), 300), 3);
+        assert_eq!(splits(&shape(1, 1, 32, 8, 128), 100), 1);
         // 64 rows x 8 kv heads already fill the GPU.
         assert_eq!(splits(&shape(64, 1, 32, 8, 128), 32_768), 1);
         // MQA with one head: capped at MAX_SPLITS.
