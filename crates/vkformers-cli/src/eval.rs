@@ -32,6 +32,8 @@ pub struct Args {
     #[arg(long)]
     train_on_prompt: bool,
     #[command(flatten)]
+    eos: crate::train::EosArgs,
+    #[command(flatten)]
     precision: crate::precision::PrecisionArgs,
     #[command(flatten)]
     dtype: crate::precision::DtypeArgs,
@@ -45,10 +47,17 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     let dir = vkformers_hub::resolve_model(&args.model)?;
     let model = crate::load::inference_model(&g, &dir, &args.adapter, args.dtype.resolve(&dir)?)?;
     let tok = dir.join("tokenizer.json").exists().then(|| HfTokenizer::from_dir(&dir)).transpose()?;
-    let data = crate::train::read_data_from(&args.data, &args.hub_data.query(), tok.as_ref(), args.train_on_prompt)?;
+    // No EOS by default: the loss is then transformers' `model(input_ids, labels=input_ids)`.
+    let add_eos = args.eos.resolve(false);
+    let read = vkformers_data::ReadOptions { train_on_prompt: args.train_on_prompt, add_eos, ..Default::default() };
+    let mut data = crate::train::read_data_from(&args.data, &args.hub_data.query(), tok.as_ref(), &read)?;
     crate::train::check_vocab(&data.examples, model.spec.vocab, "data")?;
     let max_pos = ["max_position_embeddings", "n_positions"].iter().find_map(|k| model.config[k].as_u64());
     let seq_len = args.seq_len.unwrap_or(max_pos.map_or(usize::MAX, |m| m as usize));
+    crate::train::truncate_rows(&mut data, seq_len, false, "data");
+    if tok.is_some() {
+        eprintln!("eval: {} rows, {}", data.examples.len(), if add_eos { "EOS appended" } else { "no EOS appended" });
+    }
     let rows = sequences(&data.examples, seq_len, false)?;
     let pad = model.config["pad_token_id"].as_u64().unwrap_or(0) as u32;
     g.set_autocast(args.precision.precision(&g).autocast());

@@ -17,6 +17,9 @@ use vkformers_train::{
 };
 use vkformers_vk::{Context, DeviceSelector};
 
+/// AdamW's peak learning rate when `--lr` is not given (the HF Trainer's).
+const DEFAULT_LR: f64 = 5e-5;
+
 /// The options, boxed so the command enum stays small.
 #[derive(clap::Args)]
 pub struct Args {
@@ -70,9 +73,11 @@ pub struct TrainArgs {
     /// Train on the prompt part of instruction/Q&A/chat rows too.
     #[arg(long)]
     train_on_prompt: bool,
-    /// Peak learning rate of AdamW.
-    #[arg(long, default_value_t = 5e-5)]
-    lr: f64,
+    #[command(flatten)]
+    pub(crate) eos: EosArgs,
+    /// Peak learning rate of AdamW [default: 5e-5]; with --resume, replaces the checkpoint's.
+    #[arg(long)]
+    lr: Option<f64>,
     /// Learning-rate schedule after the warm-up: constant, linear or cosine (decaying to --min-lr).
     #[arg(long, default_value = "linear")]
     schedule: ScheduleKind,
@@ -139,6 +144,33 @@ pub struct TrainArgs {
     pub(crate) profile: crate::precision::ProfileArgs,
 }
 
+/// `--add-eos` / `--no-add-eos`, shared by train, finetune and eval (`ReadOptions::add_eos`).
+#[derive(clap::Args, Clone, Copy, Debug, Default)]
+pub struct EosArgs {
+    /// Append the tokenizer's EOS token to every text, prompt/completion, instruction and Q&A
+    /// row (chat rows end as their template ends them; token-id rows are used as they are).
+    /// Default: on for train and finetune (the model learns to stop), off for eval (as
+    /// transformers' `model(input_ids, labels=input_ids)` loss).
+    #[arg(long, overrides_with = "no_add_eos")]
+    add_eos: bool,
+    /// Do not append EOS to the rows.
+    #[arg(long)]
+    no_add_eos: bool,
+}
+
+impl EosArgs {
+    /// Whether to append EOS, given the command's default.
+    pub fn resolve(&self, default: bool) -> bool {
+        if self.add_eos {
+            true
+        } else if self.no_add_eos {
+            false
+        } else {
+            default
+        }
+    }
+}
+
 /// The model, where its tokenizer files come from, and its tokenizer.
 struct Loaded {
     model: Model,
@@ -203,20 +235,25 @@ pub fn read_data_from(
     arg: &str,
     query: &vkformers_hub::DatasetQuery,
     tok: Option<&HfTokenizer>,
-    train_on_prompt: bool,
+    opts: &vkformers_data::ReadOptions,
 ) -> anyhow::Result<Dataset> {
     let files = data_files(arg, query)?;
     let ds = match tok {
-        Some(tok) => {
-            let opts = vkformers_data::ReadOptions { train_on_prompt, ..Default::default() };
-            vkformers_data::read_dataset(&files, tok, &opts)?
-        }
-        None => Dataset { examples: vkformers_train::pretokenized::read_pretokenized(&files)?, plain_text: false },
+        Some(tok) => vkformers_data::read_dataset(&files, tok, opts)?,
+        None => vkformers_train::pretokenized::read_pretokenized_dataset(&files)?,
     };
     if ds.examples.is_empty() {
         bail!("{arg}: no rows");
     }
     Ok(ds)
+}
+
+/// Cuts the rows of `data` to `seq_len` tokens, printing how many were cut and naming the rows
+/// left with nothing to predict (removed when `drop_untrained`).
+pub(crate) fn truncate_rows(data: &mut Dataset, seq_len: usize, drop_untrained: bool, what: &str) {
+    for line in data.truncate(seq_len, drop_untrained).warnings(what) {
+        eprintln!("{line}");
+    }
 }
 
 /// Trains a BPE tokenizer on the text of the data: the `text`/`content` of JSON-lines rows (the
@@ -325,7 +362,9 @@ pub(crate) fn build_trainer<'g, 'c>(
 ) -> anyhow::Result<(Trainer<'g, 'c>, u64)> {
     g.set_checkpointing(args.gradient_checkpointing);
     let seq_len = args.seq_len.unwrap_or_else(|| default_seq_len(model));
-    let data = read_data_from(&args.data, &args.hub_data.query(), tokenizer, args.train_on_prompt)?;
+    let add_eos = args.eos.resolve(true);
+    let read = vkformers_data::ReadOptions { train_on_prompt: args.train_on_prompt, add_eos, ..Default::default() };
+    let mut data = read_data_from(&args.data, &args.hub_data.query(), tokenizer, &read)?;
     let packing = if args.packing {
         true
     } else if args.no_packing {
@@ -333,9 +372,13 @@ pub(crate) fn build_trainer<'g, 'c>(
     } else {
         data.plain_text
     };
+    if !packing {
+        truncate_rows(&mut data, seq_len, true, "training data");
+    }
     let (train_rows, eval_rows) = match (&args.eval_data, args.eval_split) {
         (Some(e), _) => {
-            let eval = read_data_from(e, &args.hub_data.eval_query(), tokenizer, args.train_on_prompt)?;
+            let mut eval = read_data_from(e, &args.hub_data.eval_query(), tokenizer, &read)?;
+            truncate_rows(&mut eval, seq_len, true, "evaluation data");
             (data.examples, Some(eval.examples))
         }
         (None, Some(f)) => {
@@ -347,11 +390,24 @@ pub(crate) fn build_trainer<'g, 'c>(
     check_vocab(&train_rows, model.spec.vocab, "training data")?;
     let pad = model.config["pad_token_id"].as_u64().unwrap_or(0) as u32;
     let shuffle = !args.no_shuffle;
-    let loader = Loader::new(sequences(&train_rows, seq_len, packing)?, args.batch_size, shuffle, args.seed, pad)?;
+    let seqs = sequences(&train_rows, seq_len, packing)?;
+    // Packed blocks holding only masked tokens (inside a long prompt) would make a batch with
+    // nothing to predict.
+    let (seqs, empty) = vkformers_train::batching::drop_untrained(seqs);
+    if empty > 0 {
+        eprintln!("warning: {empty} packed block(s) of {seq_len} tokens have no token to predict: skipped");
+    }
+    let loader = Loader::new(seqs, args.batch_size, shuffle, args.seed, pad)?;
     let max_steps = args.max_steps.unwrap_or_else(|| steps_for_epochs(&loader, args.grad_accum, args.epochs));
     let opts = TrainOptions {
         grad_accum: args.grad_accum,
-        schedule: Schedule::new(args.schedule, args.lr, args.min_lr, args.warmup_steps, max_steps)?,
+        schedule: Schedule::new(
+            args.schedule,
+            args.lr.unwrap_or(DEFAULT_LR),
+            args.min_lr,
+            args.warmup_steps,
+            max_steps,
+        )?,
         optim: OptimOptions {
             beta1: args.beta1,
             beta2: args.beta2,
@@ -370,16 +426,24 @@ pub(crate) fn build_trainer<'g, 'c>(
     };
     let precision = args.precision.precision(g);
     eprintln!(
-        "training {} ({} parameters) on {}: {} sequences of <= {seq_len} tokens{}, {max_steps} step{}, {}",
+        "training {} ({} parameters) on {}: {} sequences of <= {seq_len} tokens{}{}, {max_steps} step{}, {}",
         model.spec.model_type,
         params.iter().map(|p| p.tensor.numel()).sum::<usize>(),
         g.ctx().caps().name,
         loader.len(),
         if packing { " (packed)" } else { "" },
+        if tokenizer.is_none() {
+            ""
+        } else if add_eos {
+            ", EOS appended"
+        } else {
+            ", no EOS appended"
+        },
         if max_steps == 1 { "" } else { "s" },
         precision.name(),
     );
     let mut trainer = Trainer::new(g, params, loader, opts)?;
+    trainer.set_lr_override(args.lr);
     trainer.set_precision(precision, Some(vkformers_train::GradScaler::with_scale(args.loss_scale)));
     if let Some(e) = eval_rows {
         check_vocab(&e, model.spec.vocab, "evaluation data")?;

@@ -8,10 +8,12 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-fn train(out: &Path, extra: &[&str]) {
+/// Runs `vkformers train` on the llama fixture; `extra` adds options or replaces the value of
+/// one already given.
+fn run_train(out: &Path, extra: &[&str]) -> std::process::Output {
     let model = repo().join("tests/fixtures/llama");
     let data = repo().join("tests/fixtures_train/rows.jsonl");
-    let mut args = vec![
+    let mut args: Vec<&str> = vec![
         "train",
         "--model",
         model.to_str().unwrap(),
@@ -38,9 +40,24 @@ fn train(out: &Path, extra: &[&str]) {
         "--seed",
         "3",
     ];
-    args.extend_from_slice(extra);
-    let r = Command::new(env!("CARGO_BIN_EXE_vkformers")).args(&args).output().unwrap();
-    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let mut i = 0;
+    while i < extra.len() {
+        let has_value = extra.get(i + 1).is_some_and(|v| !v.starts_with("--"));
+        match args.iter().position(|a| *a == extra[i]) {
+            Some(at) if has_value => args[at + 1] = extra[i + 1],
+            _ => args.extend_from_slice(&extra[i..i + 1 + usize::from(has_value)]),
+        }
+        i += 1 + usize::from(has_value);
+    }
+    Command::new(env!("CARGO_BIN_EXE_vkformers")).args(&args).output().unwrap()
+}
+
+/// Trains and returns stderr; the run must succeed.
+fn train(out: &Path, extra: &[&str]) -> String {
+    let r = run_train(out, extra);
+    let err = String::from_utf8_lossy(&r.stderr).into_owned();
+    assert!(r.status.success(), "{err}");
+    err
 }
 
 /// metrics.jsonl without the timing and memory fields (measurements of the run, not its state).
@@ -152,4 +169,113 @@ fn a_killed_run_resumes_from_what_it_left() {
     let steps: Vec<u64> = losses(out.path()).iter().map(|v| v["step"].as_u64().unwrap()).collect();
     assert_eq!(steps, (1..=40).collect::<Vec<_>>(), "one metrics line per step");
     assert!(out.path().join("model.safetensors").exists());
+}
+
+/// Overwrites the last `n` bytes of a file with NaN bit patterns (the size is unchanged).
+fn corrupt_tail(path: &Path, n: usize) {
+    let mut bytes = std::fs::read(path).unwrap();
+    let len = bytes.len();
+    bytes[len - n..].fill(0xFF);
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// A checkpoint damaged after it was written (garbage of the right size, or truncated) is
+/// detected by its checksums: the resume falls back to the previous intact one, naming the bad
+/// one, and continues to the same result; with none intact it fails with a clear error.
+#[test]
+fn damaged_checkpoints_fall_back_to_the_previous_one() {
+    let out = tempfile::tempdir().unwrap();
+    train(out.path(), &["--save-every", "3"]);
+    let straight = losses(out.path());
+    let optimizer = out.path().join("checkpoint-6/optimizer/model.safetensors");
+    corrupt_tail(&optimizer, 64);
+    let resume = ["--save-every", "3", "--resume", out.path().to_str().unwrap()];
+    let err = train(out.path(), &resume);
+    assert!(err.contains("checkpoint-6") && err.contains("SHA-256"), "no warning naming checkpoint-6: {err}");
+    assert!(err.contains("resumed from") && err.contains("checkpoint-3"), "{err}");
+    assert_eq!(losses(out.path()), straight, "steps 4-6 trained again from checkpoint-3, finite and equal");
+
+    corrupt_tail(&out.path().join("checkpoint-6/optimizer/model.safetensors"), 64);
+    let trainable = out.path().join("checkpoint-3/trainable/model.safetensors");
+    let f = std::fs::OpenOptions::new().write(true).open(&trainable).unwrap();
+    f.set_len(f.metadata().unwrap().len() - 100).unwrap();
+    let r = run_train(out.path(), &resume);
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(!r.status.success(), "resumed from damaged checkpoints: {err}");
+    assert!(err.contains("no complete, intact checkpoint") && err.contains("truncated"), "{err}");
+}
+
+/// Resuming with a larger --max-steps continues the schedule over the new total (not at lr 0),
+/// a new --lr is followed, each change is said once, and a changed data order is refused.
+#[test]
+fn resume_follows_a_new_max_steps_and_lr() {
+    let out = tempfile::tempdir().unwrap();
+    train(out.path(), &["--save-every", "3"]);
+    let cp6 = out.path().join("checkpoint-6");
+    let more = ["--max-steps", "10", "--lr", "1e-3", "--resume", cp6.to_str().unwrap()];
+    let err = train(out.path(), &more);
+    assert!(err.contains("resume: max_steps 6 -> 10, the schedule follows the new total"), "{err}");
+    assert!(err.contains("resume: lr 0.002 -> 0.001"), "{err}");
+    let log = losses(out.path());
+    assert_eq!(log.len(), 10);
+    // Cosine after 2 warm-up steps over 10: step s (0-based) has lr 1e-3 · ½(1 + cos(π (s−2)/8)).
+    for (s, line) in log.iter().enumerate().skip(6) {
+        let want = 1e-3 * 0.5 * (1.0 + (std::f64::consts::PI * (s as f64 - 2.0) / 8.0).cos());
+        let lr = line["lr"].as_f64().unwrap();
+        assert!((lr - want).abs() < 1e-9 && lr > 0.0, "step {}: lr {lr}, want {want}", s + 1);
+    }
+    let r = run_train(out.path(), &["--max-steps", "12", "--seed", "4", "--resume", cp6.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(!r.status.success() && err.contains("--seed 3"), "a changed seed must be refused: {err}");
+}
+
+/// Rows longer than --seq-len are counted in one warning with the longest length; a row left
+/// with no token to predict (its trained part past the cut) is named by file:line and skipped,
+/// so a batch of it alone no longer stops the run with "no token to predict".
+#[test]
+fn truncation_is_reported_and_rows_without_targets_are_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("rows.jsonl");
+    let rows = [
+        r#"{"input_ids": [5, 6, 7, 8, 9, 10], "labels": [-100, -100, -100, -100, 9, 10]}"#,
+        r#"{"input_ids": [5, 6, 7, 8, 9, 10, 11, 12]}"#,
+        r#"{"input_ids": [3, 4, 5]}"#,
+    ];
+    std::fs::write(&data, rows.join("\n")).unwrap();
+    let out = dir.path().join("out");
+    let extra = ["--data", data.to_str().unwrap(), "--seq-len", "4", "--no-shuffle", "--grad-accum", "1"];
+    let err = train(&out, &extra);
+    assert!(err.contains("2 rows are longer than --seq-len 4 cut to it (the longest has 8 tokens)"), "{err}");
+    let named = format!("1 row has no token to predict within --seq-len 4 (skipped): {}:1", data.display());
+    assert!(err.contains(&named), "{err}");
+    assert_eq!(losses(&out).len(), 6);
+}
+
+/// `eval` appends no EOS unless asked (transformers' `model(input_ids, labels=input_ids)` loss),
+/// says which in its header, and `--add-eos` adds one predicted token per text row.
+#[test]
+fn eval_appends_eos_only_when_asked() {
+    let model = repo().join("tests/fixtures_generate/cli_model");
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("text.jsonl");
+    std::fs::write(&data, "{\"text\": \"hello world\"}\n{\"text\": \"abc\"}\n").unwrap();
+    let eval = |extra: &[&str]| {
+        let mut args = vec!["eval", "--model", model.to_str().unwrap(), "--data", data.to_str().unwrap(), "--json"];
+        args.extend_from_slice(extra);
+        let r = Command::new(env!("CARGO_BIN_EXE_vkformers")).args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&r.stderr).into_owned();
+        assert!(r.status.success(), "{err}");
+        let v: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+        (v["tokens"].as_u64().unwrap(), err)
+    };
+    let (plain, err) = eval(&[]);
+    assert!(err.contains("no EOS appended"), "{err}");
+    let (with_eos, err) = eval(&["--add-eos"]);
+    assert!(err.contains("EOS appended") && !err.contains("no EOS"), "{err}");
+    assert_eq!(with_eos, plain + 2, "one more target (the EOS) per row");
+    let (off, _) = eval(&["--no-add-eos"]);
+    assert_eq!(off, plain);
+    let help = Command::new(env!("CARGO_BIN_EXE_vkformers")).args(["eval", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("--add-eos") && help.contains("--no-add-eos"), "{help}");
 }

@@ -30,6 +30,7 @@
 
 mod bpe;
 mod chat;
+mod cut;
 mod encode;
 mod error;
 mod parquet_rows;
@@ -44,6 +45,7 @@ use std::path::PathBuf;
 use vkformers_io::HfTokenizer;
 
 pub use bpe::{train_bpe_tokenizer, train_bpe_tokenizer_with, BpeOptions, CHAT_TEMPLATE};
+pub use cut::CutReport;
 pub use error::{DataError, Location, Place, Result, ACCEPTED_SHAPES};
 pub use text_files::read_text_files;
 
@@ -69,6 +71,9 @@ pub struct Dataset {
     pub examples: Vec<Example>,
     /// True when every row is plain text (`text`/`content`): packing is then on by default.
     pub plain_text: bool,
+    /// Where each example was read (file and line, item or row), one per example; empty when
+    /// unknown (rows are then named by their index).
+    pub sources: Vec<Location>,
 }
 
 /// How rows are turned into examples.
@@ -79,6 +84,8 @@ pub struct ReadOptions {
     /// Append the tokenizer's EOS token (trained) to text, prompt/completion, instruction and Q&A
     /// rows unless their ids already end with it; nothing is appended when the tokenizer has no
     /// EOS token. Chat rows end as their template ends them; pre-tokenized rows are used as they are.
+    /// On by default (training rows should teach the model to stop); `transformers`' plain
+    /// `model(input_ids, labels=input_ids)` loss has no EOS, so `vkformers eval` turns it off.
     pub add_eos: bool,
     /// Read at most this many rows (over all files, in order).
     pub max_rows: Option<usize>,
@@ -99,7 +106,7 @@ pub fn read_dataset(files: &[PathBuf], tok: &HfTokenizer, opts: &ReadOptions) ->
     }
     let tokenize = Tokenize { tok, chat: ChatTemplate::of(tok), opts };
     let limit = opts.max_rows.unwrap_or(usize::MAX);
-    let mut dataset = Dataset { examples: Vec::new(), plain_text: true };
+    let mut dataset = Dataset { examples: Vec::new(), plain_text: true, sources: Vec::new() };
     'files: for file in files {
         for raw in source::rows(file)? {
             if dataset.examples.len() >= limit {
@@ -109,6 +116,7 @@ pub fn read_dataset(files: &[PathBuf], tok: &HfTokenizer, opts: &ReadOptions) ->
             let row = parse_row(&value).map_err(|reason| DataError::bad_row(&location, reason))?;
             dataset.plain_text &= matches!(row, Row::Text(_));
             dataset.examples.push(tokenize.example(&row, &location)?);
+            dataset.sources.push(location);
         }
     }
     if dataset.examples.is_empty() {

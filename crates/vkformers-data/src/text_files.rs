@@ -18,7 +18,7 @@ pub fn read_text_files(files: &[PathBuf], tok: &HfTokenizer, opts: &ReadOptions)
     }
     let tokenize = Tokenize { tok, chat: None, opts };
     let limit = opts.max_rows.unwrap_or(usize::MAX);
-    let mut examples = Vec::new();
+    let (mut examples, mut sources) = (Vec::new(), Vec::new());
     for path in files {
         if examples.len() >= limit {
             break;
@@ -31,11 +31,12 @@ pub fn read_text_files(files: &[PathBuf], tok: &HfTokenizer, opts: &ReadOptions)
         let location = Location { file: path.clone(), place: Place::Line(1) };
         if !text.trim().is_empty() {
             examples.push(tokenize.text(&text, &location)?);
+            sources.push(location);
         }
     }
     if examples.is_empty() {
         let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
         return Err(DataError::Empty { files: names.join(", ") });
     }
-    Ok(Dataset { examples, plain_text: true })
+    Ok(Dataset { examples, plain_text: true, sources })
 }

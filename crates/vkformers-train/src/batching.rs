@@ -49,6 +49,16 @@ pub fn sequences(examples: &[Example], seq_len: usize, packing: bool) -> Result<
     Ok(if packing { pack(examples, seq_len) } else { truncate(examples, seq_len) })
 }
 
+/// Removes the sequences with no token to predict (no label other than -100 at positions
+/// `1..`), returning the rest and how many were removed: a batch of only such sequences would
+/// have no loss to train on.
+pub fn drop_untrained(seqs: Vec<Example>) -> (Vec<Example>, usize) {
+    let n = seqs.len();
+    let kept: Vec<Example> = seqs.into_iter().filter(|e| e.labels.iter().skip(1).any(|&l| l != IGNORE)).collect();
+    let dropped = n - kept.len();
+    (kept, dropped)
+}
+
 /// A right-padded batch `[batch, seq]`: ids (padding = `pad_id`), attention mask (1 real, 0
 /// padding) and unshifted labels (-100 on padding); `seq` is the longest row.
 #[derive(Clone, Debug, PartialEq)]

@@ -4,13 +4,17 @@
 //! schedule, RNG seed, data position, loss log), plus whatever the caller adds (a full model
 //! adds a Hugging Face folder). Everything is written into `OUT/.checkpoint-<step>.tmp` and
 //! that folder is renamed only once complete, so a kill mid-write leaves no `checkpoint-*`
-//! that `--resume` would take but cannot read.
+//! that `--resume` would take but cannot read. The state records the size and SHA-256 of every
+//! other file (`checksum`); a resume verifies them and falls back to the previous checkpoint when
+//! the newest was damaged after it was written.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use crate::batching::DataPosition;
+use crate::checksum::{self, FileSum};
 use crate::error::{Result, TrainError};
 use crate::schedule::Schedule;
 
@@ -54,6 +58,14 @@ pub struct TrainerState {
     /// fp16 runs: the loss scale and its clean-step count (absent in other runs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loss_scale: Option<(f32, u32)>,
+    /// Training sequences per epoch: the data position indexes them, so a resume over another
+    /// count (other data, --seq-len or --packing) is refused (absent in older checkpoints).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_sequences: Option<usize>,
+    /// Size and SHA-256 of every other file of the checkpoint, by relative path (empty in
+    /// checkpoints written before checksums, which are then not verified).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub files: BTreeMap<String, FileSum>,
 }
 
 impl TrainerState {
@@ -88,6 +100,19 @@ pub fn read_state(dir: &Path) -> Result<TrainerState> {
     Ok(state)
 }
 
+/// Reads the state of a checkpoint folder and verifies its files against their checksums.
+pub fn read_verified(dir: &Path) -> Result<TrainerState> {
+    let state = read_state(dir)?;
+    checksum::verify(dir, &state.files)?;
+    Ok(state)
+}
+
+/// Records the checksums of the files written so far into `tmp` in `state`.
+pub fn record_checksums(tmp: &Path, state: &mut TrainerState) -> Result<()> {
+    state.files = checksum::sums(tmp, STATE_FILE)?;
+    Ok(())
+}
+
 /// Complete checkpoints under `out`, oldest first.
 pub fn list_checkpoints(out: &Path) -> Vec<(u64, PathBuf)> {
     let mut v: Vec<(u64, PathBuf)> = std::fs::read_dir(out)
@@ -98,22 +123,29 @@ pub fn list_checkpoints(out: &Path) -> Vec<(u64, PathBuf)> {
 }
 
 /// The checkpoint `--resume DIR` means: `DIR` itself when it is a checkpoint, else the newest
-/// readable `checkpoint-*` inside it.
+/// `checkpoint-*` inside it that is complete and passes its checksums; each newer one skipped is
+/// named in a warning. None good is an error naming why each failed.
 pub fn find_resume_dir(dir: &Path) -> Result<PathBuf> {
     if dir.join(STATE_FILE).exists() {
-        read_state(dir)?;
+        read_verified(dir)?;
         return Ok(dir.to_path_buf());
     }
     if !dir.is_dir() {
         return Err(TrainError::file(dir, "--resume: no such folder"));
     }
+    let mut bad = Vec::new();
     for (_, cp) in list_checkpoints(dir).into_iter().rev() {
-        match read_state(&cp) {
+        match read_verified(&cp) {
             Ok(_) => return Ok(cp),
-            Err(e) => eprintln!("warning: skipping incomplete checkpoint: {e}"),
+            Err(e) => {
+                eprintln!("warning: skipping {}: {e}; falling back to the previous checkpoint", cp.display());
+                bad.push(e.to_string());
+            }
         }
     }
-    Err(TrainError::file(dir, "--resume: no complete checkpoint-<step> folder here"))
+    let why = if bad.is_empty() { String::new() } else { format!(" ({})", bad.join("; ")) };
+    let msg = format!("--resume: no complete, intact checkpoint-<step> folder here{why}; start without --resume");
+    Err(TrainError::file(dir, msg))
 }
 
 /// Moves the finished temporary folder `tmp` to `OUT/checkpoint-<step>` (replacing one of that

@@ -8,6 +8,7 @@
 
 pub mod batching;
 pub mod checkpoint;
+pub mod checksum;
 pub mod decay;
 pub mod error;
 pub mod eval;

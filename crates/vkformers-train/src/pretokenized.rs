@@ -5,20 +5,27 @@
 use std::path::PathBuf;
 
 use serde_json::Value;
-use vkformers_data::Example;
+use vkformers_data::{Dataset, Example, Location, Place};
 
 use crate::error::{Result, TrainError};
 
 /// Every row of the JSONL files, in order. A malformed line is an error naming its file and line.
 pub fn read_pretokenized(files: &[PathBuf]) -> Result<Vec<Example>> {
-    let mut out = Vec::new();
+    Ok(read_pretokenized_dataset(files)?.examples)
+}
+
+/// The rows as a [`Dataset`] (not plain text), each with its file and line.
+pub fn read_pretokenized_dataset(files: &[PathBuf]) -> Result<Dataset> {
+    let mut out = Dataset::default();
     for f in files {
         let text = std::fs::read_to_string(f).map_err(|e| TrainError::file(f, e))?;
         for (i, line) in text.lines().enumerate() {
             if line.trim().is_empty() {
                 continue;
             }
-            out.push(parse_row(line).map_err(|message| TrainError::Data { path: f.clone(), line: i + 1, message })?);
+            let row = parse_row(line).map_err(|message| TrainError::Data { path: f.clone(), line: i + 1, message })?;
+            out.examples.push(row);
+            out.sources.push(Location { file: f.clone(), place: Place::Line(i + 1) });
         }
     }
     Ok(out)

@@ -109,6 +109,8 @@ pub struct Trainer<'g, 'c> {
     precision: Precision,
     /// fp16's dynamic loss scale.
     scaler: Option<GradScaler>,
+    /// The peak lr this run was asked for explicitly: it replaces the checkpoint's on resume.
+    lr_override: Option<f64>,
     /// Tests only: fail a checkpoint write after this many of its parts (a simulated kill).
     pub fail_checkpoint_after: Option<usize>,
 }
@@ -140,6 +142,7 @@ impl<'g, 'c> Trainer<'g, 'c> {
             log: Vec::new(),
             precision: Precision::Fp32,
             scaler: None,
+            lr_override: None,
             fail_checkpoint_after: None,
         })
     }
@@ -150,6 +153,12 @@ impl<'g, 'c> Trainer<'g, 'c> {
         self.precision = p;
         self.g.set_autocast(p.autocast());
         self.scaler = (p == Precision::Fp16).then(|| scaler.unwrap_or_default());
+    }
+
+    /// A peak learning rate given explicitly (`--lr`): a resume follows it instead of the
+    /// checkpoint's (the HF Trainer would keep the saved one silently).
+    pub fn set_lr_override(&mut self, lr: Option<f64>) {
+        self.lr_override = lr;
     }
 
     /// The precision of the run.
@@ -311,6 +320,8 @@ impl<'g, 'c> Trainer<'g, 'c> {
             params: self.params.iter().map(|p| (p.name.clone(), p.decay)).collect(),
             log: self.log.clone(),
             loss_scale: self.scaler.map(|s| (s.scale, s.growth_tracker)),
+            data_sequences: Some(self.loader.len()),
+            files: Default::default(),
         }
     }
 
@@ -346,7 +357,9 @@ impl<'g, 'c> Trainer<'g, 'c> {
         part(&tmp)?;
         observer.save_extra(&tmp)?;
         part(&tmp)?;
-        let state = serde_json::to_value(self.state()).map_err(|e| TrainError::checkpoint(&tmp, e.to_string()))?;
+        let mut state = self.state();
+        checkpoint::record_checksums(&tmp, &mut state)?;
+        let state = serde_json::to_value(state).map_err(|e| TrainError::checkpoint(&tmp, e.to_string()))?;
         vkformers_io::write_json_atomic(tmp.join(checkpoint::STATE_FILE), &state)?;
         checkpoint::publish(&tmp, out, self.step, self.opts.keep_checkpoints)
     }
@@ -357,6 +370,7 @@ impl<'g, 'c> Trainer<'g, 'c> {
     pub fn resume(&mut self, dir: &Path) -> Result<PathBuf> {
         let cp = checkpoint::find_resume_dir(dir)?;
         let state = checkpoint::read_state(&cp)?;
+        self.check_data_matches(&state, &cp)?;
         let names: Vec<&str> = self.params.iter().map(|p| p.name.as_str()).collect();
         let saved: Vec<&str> = state.params.iter().map(|(n, _)| n.as_str()).collect();
         if names != saved {
@@ -375,17 +389,75 @@ impl<'g, 'c> Trainer<'g, 'c> {
                 self.opt.import_moments(self.g, &p.tensor, &m, &v)?;
             }
         }
+        self.opts.schedule = self.resumed_schedule(&state, &cp)?;
         self.opt.set_steps(state.optimizer_steps);
         self.loader.set_position(state.data_position)?;
         self.step = state.step;
         self.log = state.log;
-        // The saved schedule continues (its total and warm-up are part of the run's state).
-        self.opts.schedule = state.schedule;
         if let (Some(scaler), Some((scale, tracker))) = (self.scaler.as_mut(), state.loss_scale) {
             scaler.scale = scale;
             scaler.growth_tracker = tracker;
         }
         Ok(cp)
+    }
+}
+
+impl Trainer<'_, '_> {
+    /// The data position counts sequences of one shuffled order: it means the same data only
+    /// over the same sequences (data, --seq-len, --packing) in the same order (seed, shuffle).
+    fn check_data_matches(&self, state: &TrainerState, cp: &Path) -> Result<()> {
+        let n = self.loader.len();
+        if let Some(saved) = state.data_sequences.filter(|&s| s != n) {
+            return Err(TrainError::checkpoint(
+                cp,
+                format!(
+                    "it was made over {saved} training sequences and this run has {n}: resume with the \
+                     checkpoint's data, --seq-len and --packing (its data position would point elsewhere)"
+                ),
+            ));
+        }
+        if (state.seed, state.shuffle) != (self.opts.seed, self.opts.shuffle) {
+            return Err(TrainError::checkpoint(
+                cp,
+                format!(
+                    "it was made with --seed {} and shuffle {}, this run has --seed {} and shuffle {}: the \
+                     data order would change mid-epoch; resume with the checkpoint's",
+                    state.seed, state.shuffle, self.opts.seed, self.opts.shuffle
+                ),
+            ));
+        }
+        if state.step > self.opts.max_steps {
+            let msg = format!("it is at step {}, past --max-steps {}", state.step, self.opts.max_steps);
+            return Err(TrainError::checkpoint(cp, msg));
+        }
+        Ok(())
+    }
+
+    /// The schedule after a resume, as the HF Trainer builds it: the checkpoint's kind, warm-up
+    /// and floor over this run's total (`max_steps`), with this run's peak lr when one was given.
+    /// Each change is printed once: a longer run otherwise looks like it trains on at lr 0.
+    fn resumed_schedule(&self, state: &TrainerState, cp: &Path) -> Result<Schedule> {
+        let saved = state.schedule;
+        let (total, lr) = (self.opts.max_steps, self.lr_override.unwrap_or(saved.lr));
+        let s = Schedule::new(saved.kind, lr, saved.min_lr, saved.warmup, total)
+            .map_err(|e| TrainError::checkpoint(cp, format!("cannot continue its schedule: {e}")))?;
+        if saved.total != total {
+            eprintln!("resume: max_steps {} -> {total}, the schedule follows the new total", saved.total);
+        }
+        if saved.lr != lr {
+            eprintln!("resume: lr {} -> {lr}, the schedule follows the new peak lr", saved.lr);
+        }
+        let asked = self.opts.schedule;
+        if (asked.kind, asked.warmup, asked.min_lr) != (saved.kind, saved.warmup, saved.min_lr) {
+            eprintln!(
+                "resume: keeping the checkpoint's schedule {} with {} warm-up steps and min lr {} (this \
+                 run's options differ)",
+                format!("{:?}", saved.kind).to_lowercase(),
+                saved.warmup,
+                saved.min_lr
+            );
+        }
+        Ok(s)
     }
 }
 
