@@ -71,15 +71,19 @@ fn linear(out: &mut Vec<Planned>, name: &str, rows: usize, cols: usize, bias: bo
 
 /// The parameters (internal names, shapes, init) a spec's decoder graph reads.
 fn plan(spec: &ModelSpec, config: &Value) -> Result<Vec<Planned>> {
-    if !spec.joins.is_empty() || spec.project_in.is_some() || spec.project_out.is_some() {
-        return Err(ModelError::Config(format!(
-            "--init-from-config does not support `{}` configs with joined or projected weights yet",
-            spec.model_type
-        )));
-    }
     let h = spec.hidden;
+    // OPT's embedding is `word_embed_proj_dim` wide; project_in/out map it to and from `h`.
+    let e = match (&spec.project_in, &spec.project_out) {
+        (None, None) => h,
+        _ => config["word_embed_proj_dim"].as_u64().map(|d| d as usize).ok_or_else(|| {
+            ModelError::Config("config.json has in/out projections but no word_embed_proj_dim".into())
+        })?,
+    };
     let mut out =
-        vec![Planned { name: format!("{}.weight", spec.embed_name), shape: vec![spec.vocab, h], init: Init::Normal }];
+        vec![Planned { name: format!("{}.weight", spec.embed_name), shape: vec![spec.vocab, e], init: Init::Normal }];
+    if let Some(name) = &spec.project_in {
+        linear(&mut out, name, h, e, false);
+    }
     if let Some(wpe) = &spec.position_embedding {
         let max =
             ["max_position_embeddings", "n_positions"].iter().find_map(|k| config[k].as_u64()).ok_or_else(|| {
@@ -117,10 +121,20 @@ fn plan(spec: &ModelSpec, config: &Value) -> Result<Vec<Planned>> {
         linear(&mut out, &layer_name(&names.k, i), kv, h, a.qkv_bias);
         linear(&mut out, &layer_name(&names.v, i), kv, h, a.qkv_bias);
         linear(&mut out, &layer_name(&names.o, i), h, q, a.out_bias);
-        if let Some(n) = &a.qk_norm {
-            let (wq, wk) = if a.qk_norm_full { (q, kv) } else { (a.head_dim, a.head_dim) };
-            norm_params(&mut out, &layer_name(&names.q_norm, i), n, wq);
-            norm_params(&mut out, &layer_name(&names.k_norm, i), n, wk);
+        match &a.qk_norm {
+            // Per-head weights [heads, D] (Cohere's qk norm).
+            Some(Norm::LayerPerHead { .. }) => {
+                for (template, heads) in [(&names.q_norm, a.heads), (&names.k_norm, a.kv_heads)] {
+                    let name = format!("{}.weight", layer_name(template, i));
+                    out.push(Planned { name, shape: vec![heads, a.head_dim], init: Init::Ones });
+                }
+            }
+            Some(n) => {
+                let (wq, wk) = if a.qk_norm_full { (q, kv) } else { (a.head_dim, a.head_dim) };
+                norm_params(&mut out, &layer_name(&names.q_norm, i), n, wq);
+                norm_params(&mut out, &layer_name(&names.k_norm, i), n, wk);
+            }
+            None => {}
         }
         match &l.mlp {
             MlpSpec::Gated { intermediate, bias, .. } => {
@@ -135,12 +149,21 @@ fn plan(spec: &ModelSpec, config: &Value) -> Result<Vec<Planned>> {
         }
     }
     norm_params(&mut out, &spec.final_norm_name, &spec.final_norm, h);
+    if let Some(name) = &spec.project_out {
+        linear(&mut out, name, e, h, false);
+    }
     if !spec.tied_head {
-        linear(&mut out, &spec.head_name, spec.vocab, h, spec.head_bias);
+        linear(&mut out, &spec.head_name, spec.vocab, e, spec.head_bias);
     } else if spec.head_bias {
         out.push(Planned { name: format!("{}.bias", spec.head_name), shape: vec![spec.vocab], init: Init::Zeros });
     }
     Ok(out)
+}
+
+/// The parameters (internal names and shapes) the decoder graph of `spec` reads: the one list
+/// init, load checks and save agree on.
+pub(crate) fn expected_params(spec: &ModelSpec, config: &Value) -> Result<Vec<(String, Vec<usize>)>> {
+    Ok(plan(spec, config)?.into_iter().map(|p| (p.name, p.shape)).collect())
 }
 
 /// The stored (Hugging Face) names of the planned internal parameters: fused tensors of the
@@ -148,6 +171,11 @@ fn plan(spec: &ModelSpec, config: &Value) -> Result<Vec<Planned>> {
 fn stored_names(spec: &ModelSpec, planned: &[Planned]) -> Vec<String> {
     let mut names: Vec<String> = Vec::new();
     for p in planned {
+        // A joined parameter is stored as its parts (StableLM's per-head norm weights).
+        if let Some(j) = spec.joins.iter().find(|j| j.internal == p.name) {
+            names.extend(j.parts.iter().cloned());
+            continue;
+        }
         let hf = spec.weight_map.iter().find(|e| e.parts.iter().any(|(n, _)| *n == p.name)).map(|e| e.hf.clone());
         let hf = hf.unwrap_or_else(|| p.name.clone());
         if !names.contains(&hf) {

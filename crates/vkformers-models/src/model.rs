@@ -12,7 +12,7 @@ use crate::archs::spec_from_config;
 use crate::decoder::Weights;
 use crate::error::{ModelError, Result};
 use crate::spec::ModelSpec;
-use crate::weights::{to_hf, to_internal, HostTensor};
+use crate::weights::{internal_shapes, join_of, to_hf, to_internal, HostTensor};
 
 /// A loaded model: its spec, its parameters by internal name, and the stored names.
 pub struct Model {
@@ -65,6 +65,7 @@ impl Model {
             }
         };
         let file = ModelWeights::open(dir).map_err(io_err)?;
+        check_against_config(&spec, &config, &file, dir)?;
         let mut weights = Weights::default();
         let mut params = Vec::new();
         let mut hf_names = Vec::new();
@@ -88,8 +89,9 @@ impl Model {
             params.push((j.internal.clone(), p));
         }
         for info in file.tensors() {
-            if spec.tied_head && info.name == tied_head {
-                // Some checkpoints store the tied head anyway; transformers ignores it too.
+            if (spec.tied_head && info.name == tied_head) || is_ignored_buffer(&info.name) {
+                // Some checkpoints store the tied head or non-parameter buffers (GPT-2's causal
+                // mask); transformers ignores them too.
                 continue;
             }
             hf_names.push(info.name.clone());
@@ -221,4 +223,136 @@ fn to_bits(data: &[f32], dtype: DType) -> Vec<u16> {
         DType::F16 => data.iter().map(|&x| half::f16::from_f32(x).to_bits()).collect(),
         _ => data.iter().map(|&x| half::bf16::from_f32(x).to_bits()).collect(),
     }
+}
+
+/// Buffers some checkpoints store that are no parameters (transformers ignores them on load).
+fn is_ignored_buffer(name: &str) -> bool {
+    [".attn.bias", ".attn.masked_bias", ".rotary_emb.inv_freq"].iter().any(|b| name.ends_with(b))
+}
+
+/// The internal parameters (name -> shape) a folder's stored tensors make, from their headers:
+/// joined parts stacked, fused tensors split, a stored copy of a tied head and non-parameter
+/// buffers left out (transformers skips those too).
+fn stored_params(spec: &ModelSpec, file: &ModelWeights) -> Result<HashMap<String, Vec<usize>>> {
+    let mut found = HashMap::new();
+    for j in &spec.joins {
+        let shapes: Vec<Vec<usize>> = j.parts.iter().filter_map(|p| file.info(p).ok().map(|i| i.shape)).collect();
+        if shapes.is_empty() {
+            continue;
+        }
+        let missing: Vec<&str> = j.parts.iter().filter(|p| file.info(p).is_err()).map(String::as_str).collect();
+        if !missing.is_empty() {
+            return Err(ModelError::Weights(format!(
+                "missing tensor `{}` (one of the {} parts of `{}`)",
+                missing.join("`, `"),
+                j.parts.len(),
+                j.internal
+            )));
+        }
+        if shapes.iter().any(|s| *s != shapes[0]) {
+            return Err(ModelError::Weights(format!(
+                "`{}` is stored as {} tensors of one shape (`{}`, ...); their shapes are {shapes:?}",
+                j.internal,
+                j.parts.len(),
+                j.parts[0]
+            )));
+        }
+        // Parts of [D] stack to [parts, D]; parts of [r, D] to [parts·r, D].
+        let s = &shapes[0];
+        let shape = if s.len() == 1 {
+            vec![j.parts.len(), s[0]]
+        } else {
+            [vec![j.parts.len() * s[0]], s[1..].to_vec()].concat()
+        };
+        found.insert(j.internal.clone(), shape);
+    }
+    let tied_head = format!("{}.weight", spec.head_name);
+    for info in file.tensors() {
+        if (spec.tied_head && info.name == tied_head)
+            || is_ignored_buffer(&info.name)
+            || join_of(spec, &info.name).is_some()
+        {
+            continue;
+        }
+        found.extend(internal_shapes(spec, &info.name, &info.shape)?);
+    }
+    Ok(found)
+}
+
+/// The stored tensor an internal parameter comes from when the names differ (a part of a fused
+/// tensor such as GPT-2's `c_attn`, or of a joined one), for naming what a folder lacks.
+fn stored_name_of(spec: &ModelSpec, internal: &str) -> Option<String> {
+    if let Some(e) = spec.weight_map.iter().find(|e| e.parts.iter().any(|(n, _)| n == internal) && e.hf != internal) {
+        return Some(e.hf.clone());
+    }
+    spec.joins
+        .iter()
+        .find(|j| j.internal == internal)
+        .map(|j| format!("{}` ... `{}", j.parts[0], j.parts[j.parts.len() - 1]))
+}
+
+/// The config field that decides a parameter's shape, for the error message.
+fn shape_field(spec: &ModelSpec, name: &str) -> &'static str {
+    let n = &spec.layer_names;
+    let is = |t: &str| (0..spec.layers.len()).any(|i| name.starts_with(&crate::spec::layer_name(t, i)));
+    if name.starts_with(&spec.embed_name) || name.starts_with(&spec.head_name) {
+        "vocab_size / hidden_size"
+    } else if is(&n.k) || is(&n.v) {
+        "num_key_value_heads / head_dim"
+    } else if is(&n.q) || is(&n.o) {
+        "num_attention_heads / head_dim"
+    } else if is(&n.gate) || is(&n.up) || is(&n.down) {
+        "intermediate_size"
+    } else {
+        "hidden_size"
+    }
+}
+
+/// A folder's tensors against the parameters its config's graph reads, from the headers, before
+/// anything is read or allocated; as transformers reports `missing_keys` / `unexpected_keys`,
+/// every missing, unexpected or mis-shaped tensor is named with both shapes (a folder missing a
+/// norm weight or a bias must not run with a default, and a config with fewer layers than the
+/// checkpoint must not silently drop some).
+fn check_against_config(spec: &ModelSpec, config: &serde_json::Value, file: &ModelWeights, dir: &Path) -> Result<()> {
+    let expected = crate::init::expected_params(spec, config)?;
+    let found = stored_params(spec, file)?;
+    let mut problems: Vec<String> = Vec::new();
+    for (name, shape) in &expected {
+        match found.get(name) {
+            None => {
+                let p = match stored_name_of(spec, name) {
+                    Some(hf) => format!("missing tensor `{hf}` (it holds `{name}`, shape {shape:?})"),
+                    None => format!("missing tensor `{name}` (the config needs shape {shape:?})"),
+                };
+                if !problems.contains(&p) {
+                    problems.push(p);
+                }
+            }
+            Some(s) if s != shape => problems.push(format!(
+                "`{name}` has shape {s:?}, the config gives {shape:?} (check {})",
+                shape_field(spec, name)
+            )),
+            Some(_) => {}
+        }
+    }
+    let known: std::collections::HashSet<&str> = expected.iter().map(|(n, _)| n.as_str()).collect();
+    let mut unexpected: Vec<_> = found.iter().filter(|(n, _)| !known.contains(n.as_str())).collect();
+    unexpected.sort();
+    for (name, shape) in unexpected {
+        problems.push(format!("unexpected tensor `{name}` {shape:?}"));
+    }
+    if problems.is_empty() {
+        return Ok(());
+    }
+    let shown = problems.len().min(12);
+    let more =
+        if problems.len() > shown { format!("\n  ... and {} more", problems.len() - shown) } else { String::new() };
+    Err(ModelError::Weights(format!(
+        "{} does not match its config.json (`{}`, {} layers):\n  {}{more}\ncheck num_hidden_layers and the \
+         fields named above against the checkpoint, or use the config.json it was saved with",
+        dir.display(),
+        spec.model_type,
+        spec.layers.len(),
+        problems[..shown].join("\n  ")
+    )))
 }

@@ -72,6 +72,33 @@ pub fn to_internal(spec: &ModelSpec, t: HostTensor) -> Result<Vec<HostTensor>> {
     Ok(out)
 }
 
+/// The internal parameters (names and shapes) one stored tensor of shape `shape` becomes, from
+/// its header alone: [`to_internal`] without the data, so a folder is checked against its
+/// config before anything is read or allocated.
+pub fn internal_shapes(spec: &ModelSpec, hf: &str, shape: &[usize]) -> Result<Vec<(String, Vec<usize>)>> {
+    let Some(e) = entry(spec, hf) else { return Ok(vec![(hf.to_string(), shape.to_vec())]) };
+    let shape = if e.transpose {
+        if shape.len() != 2 {
+            return Err(ModelError::Weights(format!("`{hf}` should be 2-D, has shape {shape:?}")));
+        }
+        vec![shape[1], shape[0]]
+    } else {
+        shape.to_vec()
+    };
+    if e.parts.len() == 1 {
+        return Ok(vec![(e.parts[0].0.clone(), shape)]);
+    }
+    let total: usize = e.parts.iter().map(|p| p.1).sum();
+    if shape.first() != Some(&total) {
+        let internal: Vec<String> = e.parts.iter().map(|(n, r)| format!("`{n}` ({r} rows)")).collect();
+        return Err(ModelError::Weights(format!(
+            "`{hf}` has shape {shape:?}; the config gives {total} rows for {}",
+            internal.join(" + ")
+        )));
+    }
+    Ok(e.parts.iter().map(|(n, rows)| (n.clone(), [vec![*rows], shape[1..].to_vec()].concat())).collect())
+}
+
 /// The join an internal parameter or stored tensor belongs to, with the part's index.
 pub fn join_of<'s>(spec: &'s ModelSpec, hf: &str) -> Option<(&'s crate::spec::JoinEntry, usize)> {
     spec.joins.iter().find_map(|j| j.parts.iter().position(|p| p == hf).map(|i| (j, i)))

@@ -69,3 +69,32 @@ fn a_model_from_a_config_has_the_stored_layout_and_init() {
         Ok(())
     });
 }
+
+/// Joined (StableLM's per-head QK norms), per-head (Cohere's) and projected (OPT's
+/// `project_in`/`project_out`) layouts: the stored names and shapes of the fixture, and the
+/// folder reloads through the load checks.
+#[test]
+fn joined_and_projected_layouts_init_with_the_stored_names_and_shapes() {
+    on_every_device("init joined/projected", |ctx| {
+        for name in ["stablelm_qknorm", "cohere_qknorm", "opt"] {
+            let g = Graph::new(ctx);
+            let config = vkformers_io::read_json(fixture(name).join("config.json")).unwrap();
+            let m = init_from_config(&g, config, 3).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let out = tempfile::tempdir().unwrap();
+            m.save(&g, out.path(), None, u64::MAX).unwrap();
+            let (src, ours) = (ModelWeights::open(fixture(name)).unwrap(), ModelWeights::open(out.path()).unwrap());
+            let mut want: Vec<(String, Vec<usize>)> = src
+                .names()
+                .filter(|n| !(m.spec.tied_head && *n == format!("{}.weight", m.spec.head_name)))
+                .map(|n| (n.to_string(), src.info(n).unwrap().shape))
+                .collect();
+            let mut got: Vec<(String, Vec<usize>)> =
+                ours.names().map(|n| (n.to_string(), ours.info(n).unwrap().shape)).collect();
+            want.sort();
+            got.sort();
+            assert_eq!(got, want, "{name}: stored names and shapes");
+            Model::load(&g, out.path()).unwrap_or_else(|e| panic!("{name} reload: {e}"));
+        }
+        Ok(())
+    });
+}

@@ -7,6 +7,7 @@ use crate::error::{ModelError, Result};
 use crate::spec::ModelSpec;
 
 mod bloom;
+mod check;
 mod cohere;
 mod common;
 mod falcon;
@@ -65,5 +66,8 @@ pub fn spec_from_config(cfg: &Value) -> Result<ModelSpec> {
         .and_then(Value::as_str)
         .ok_or_else(|| ModelError::Config("no `model_type` field".into()))?;
     let arch = ARCHS.iter().find(|a| a.model_type == mt).ok_or_else(|| ModelError::UnknownModelType(mt.into()))?;
-    (arch.build)(cfg)
+    check::config_fields(cfg)?;
+    let spec = (arch.build)(cfg)?;
+    check::spec(&spec)?;
+    Ok(spec)
 }

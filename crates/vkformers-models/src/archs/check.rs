@@ -1,0 +1,150 @@
+//! Config values checked before and after a family's parser runs, so a bad `config.json` is an
+//! error naming the field instead of a division by zero, a huge allocation or a graph that runs
+//! on something we do not implement (a quantized checkpoint).
+
+use serde_json::Value;
+
+use crate::error::{ModelError, Result};
+use crate::spec::{MlpSpec, ModelSpec};
+
+/// Sizes under the names the families use; each must be a positive integer where present.
+const SIZE_FIELDS: &[&str] = &[
+    "vocab_size",
+    "hidden_size",
+    "n_embd",
+    "num_hidden_layers",
+    "n_layer",
+    "num_attention_heads",
+    "n_head",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+    "n_inner",
+    "ffn_dim",
+    "max_position_embeddings",
+    "n_positions",
+    "word_embed_proj_dim",
+];
+
+/// Epsilons of the norms; each must be a finite number ≥ 0 where present.
+const EPS_FIELDS: &[&str] = &["rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_eps"];
+
+/// No single dimension of a model we can hold reaches this (2^31 elements).
+const MAX_SIZE: u64 = 1 << 31;
+
+/// The raw fields, before any parser divides by them or sizes a tensor from them.
+pub fn config_fields(cfg: &Value) -> Result<()> {
+    if let Some(q) = cfg.get("quantization_config").filter(|q| !q.is_null()) {
+        let method = q.get("quant_method").and_then(Value::as_str).unwrap_or("unknown");
+        return Err(ModelError::Unsupported(format!(
+            "a quantized checkpoint (quantization_config.quant_method `{method}`); use an unquantized \
+             f32/f16/bf16 folder of the model"
+        )));
+    }
+    for key in SIZE_FIELDS {
+        let Some(v) = cfg.get(*key).filter(|v| !v.is_null()) else { continue };
+        match v.as_u64() {
+            Some(n) if n > 0 && n < MAX_SIZE => {}
+            _ => {
+                return Err(ModelError::Config(format!(
+                    "`{key}` is {v}; it must be a positive integer below {MAX_SIZE}"
+                )))
+            }
+        }
+    }
+    for key in EPS_FIELDS {
+        let Some(v) = cfg.get(*key).filter(|v| !v.is_null()) else { continue };
+        if !v.as_f64().is_some_and(|e| e.is_finite() && e >= 0.0) {
+            return Err(ModelError::Config(format!("`{key}` is {v}; it must be a finite number ≥ 0")));
+        }
+    }
+    Ok(())
+}
+
+/// The spec a parser made: what the graph divides by or groups on.
+pub fn spec(spec: &ModelSpec) -> Result<()> {
+    let bad = |m: String| Err(ModelError::Config(m));
+    if spec.layers.is_empty() {
+        return bad("`num_hidden_layers` is 0; a decoder needs at least one layer".into());
+    }
+    for l in &spec.layers {
+        let a = &l.attn;
+        if a.heads == 0 || a.kv_heads == 0 || a.head_dim == 0 {
+            return bad(format!(
+                "attention with {} heads, {} key/value heads of size {}: check num_attention_heads, \
+                 num_key_value_heads and head_dim",
+                a.heads, a.kv_heads, a.head_dim
+            ));
+        }
+        if a.heads % a.kv_heads != 0 {
+            return bad(format!(
+                "num_attention_heads ({}) is not a multiple of num_key_value_heads ({})",
+                a.heads, a.kv_heads
+            ));
+        }
+        if let Some(r) = a.rope.as_ref().filter(|r| r.rotary_dim > a.head_dim) {
+            return bad(format!("the rotary dimension {} exceeds head_dim {}", r.rotary_dim, a.head_dim));
+        }
+        let (MlpSpec::Gated { intermediate, .. } | MlpSpec::Plain { intermediate, .. }) = &l.mlp;
+        if *intermediate == 0 {
+            return bad("`intermediate_size` is 0".into());
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::archs::spec_from_config;
+
+    fn llama(edit: impl Fn(&mut Value)) -> Result<ModelSpec> {
+        let mut c = json!({
+            "model_type": "llama", "vocab_size": 64, "hidden_size": 32, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 48
+        });
+        edit(&mut c);
+        spec_from_config(&c)
+    }
+
+    #[test]
+    fn a_valid_config_passes() {
+        llama(|_| {}).unwrap();
+    }
+
+    #[test]
+    fn zero_heads_is_an_error_naming_the_field_not_a_panic() {
+        let e = llama(|c| c["num_attention_heads"] = 0.into()).unwrap_err().to_string();
+        assert!(e.contains("num_attention_heads"), "{e}");
+    }
+
+    #[test]
+    fn negative_fractional_or_huge_sizes_are_errors_naming_the_field() {
+        for (key, v) in
+            [("hidden_size", json!(-4)), ("vocab_size", json!(6.5)), ("intermediate_size", json!(1u64 << 40))]
+        {
+            let e = llama(|c| c[key] = v.clone()).unwrap_err().to_string();
+            assert!(e.contains(key), "{key}={v}: {e}");
+        }
+    }
+
+    #[test]
+    fn heads_that_do_not_group_are_an_error() {
+        let e = llama(|c| c["num_key_value_heads"] = 3.into()).unwrap_err().to_string();
+        assert!(e.contains("num_key_value_heads (3)"), "{e}");
+    }
+
+    #[test]
+    fn a_quantized_checkpoint_is_refused_naming_the_method() {
+        let e = llama(|c| c["quantization_config"] = json!({"quant_method": "gptq", "bits": 4})).unwrap_err();
+        assert!(e.to_string().contains("gptq"), "{e}");
+    }
+
+    #[test]
+    fn a_bad_epsilon_is_an_error() {
+        let e = llama(|c| c["rms_norm_eps"] = json!(-1.0)).unwrap_err().to_string();
+        assert!(e.contains("rms_norm_eps"), "{e}");
+    }
+}
