@@ -30,10 +30,28 @@
 // variant: bf16_m4 W_BF16 MB=4
 // variant: bf16_m8 W_BF16 MB=8
 // variant: bf16_m16 W_BF16 MB=16
+// variant: f32_m1_cpu W_F32 MB=1 WG=8
+// variant: f32_m4_cpu W_F32 MB=4 WG=8
+// variant: f32_m8_cpu W_F32 MB=8 WG=8
+// variant: f32_m16_cpu W_F32 MB=16 WG=8
+// variant: f16_m1_cpu W_F16 MB=1 WG=8
+// variant: f16_m4_cpu W_F16 MB=4 WG=8
+// variant: f16_m8_cpu W_F16 MB=8 WG=8
+// variant: f16_m16_cpu W_F16 MB=16 WG=8
+// variant: bf16_m1_cpu W_BF16 MB=1 WG=8
+// variant: bf16_m4_cpu W_BF16 MB=4 WG=8
+// variant: bf16_m8_cpu W_BF16 MB=8 WG=8
+// variant: bf16_m16_cpu W_BF16 MB=16 WG=8
 
-#define WG 128   // threads per workgroup: a multiple of every subgroup size (8, 32, 64)
-#define R 4      // rows of W (output columns) per workgroup
+// WG: threads per workgroup, 128 (a multiple of every subgroup
+// size: 8, 32, 64) or, on CPU devices, one subgroup (NSG = 1): llvmpipe runs the subgroups of
+// a workgroup one after another as coroutines switched at each barrier, which cost more than
+// the loads of a 4-row block; one subgroup per workgroup needs no barrier and no shared memory.
+#ifndef WG
+#define WG 128
+#endif
 layout(local_size_x = WG) in;
+#define R 4      // rows of W (output columns) per workgroup
 
 // VEC (specialization constant 0): K is a multiple of CH, W starts on a 16-byte boundary at
 // an even element, x rows are 16-byte aligned (ldx a multiple of 4): every chunk of every row
@@ -171,6 +189,20 @@ void main() {
 
         // Sum over the subgroup, then over the subgroups of the workgroup. pc.M is uniform, so
         // every subgroupAdd runs in uniform control flow.
+        if (NSG == 1) {
+            // One subgroup: its sums are the workgroup's; one lane writes them.
+            [[unroll]] for (uint i = 0; i < MB; i++) {
+                if (i >= pc.M) break;
+                [[unroll]] for (uint r = 0; r < R; r++) {
+                    float s = subgroupAdd(acc[i][r]);
+                    if (subgroupElect() && j0 + r < pc.N) {
+                        if (has_bias) s += pc.bias.v[j0 + r];
+                        pc.y.v[i * pc.ldy + j0 + r] = s;
+                    }
+                }
+            }
+            continue;
+        }
         barrier(); // readers of red in the previous row block are done
         [[unroll]] for (uint i = 0; i < MB; i++) {
             if (i >= pc.M) break;

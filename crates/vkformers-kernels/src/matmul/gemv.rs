@@ -65,29 +65,54 @@ fn row_bucket(m: u32) -> (usize, u32) {
     }
 }
 
-/// The variant for a W dtype and the bucket of m.
-fn kernel_for(dtype: DType, m: u32) -> &'static KernelCode {
-    let table: [&'static KernelCode; 4] = match dtype {
+/// The variant for a W dtype, the bucket of m, and the workgroup: 128 threads, or (`cpu`) one
+/// subgroup of 8 (`CPU_THREADS`).
+fn kernel_for(dtype: DType, m: u32, cpu: bool) -> &'static KernelCode {
+    let table: [[&'static KernelCode; 4]; 2] = match dtype {
         DType::F32 => [
-            &code::MATMUL_GEMV_F32_M1,
-            &code::MATMUL_GEMV_F32_M4,
-            &code::MATMUL_GEMV_F32_M8,
-            &code::MATMUL_GEMV_F32_M16,
+            [
+                &code::MATMUL_GEMV_F32_M1,
+                &code::MATMUL_GEMV_F32_M4,
+                &code::MATMUL_GEMV_F32_M8,
+                &code::MATMUL_GEMV_F32_M16,
+            ],
+            [
+                &code::MATMUL_GEMV_F32_M1_CPU,
+                &code::MATMUL_GEMV_F32_M4_CPU,
+                &code::MATMUL_GEMV_F32_M8_CPU,
+                &code::MATMUL_GEMV_F32_M16_CPU,
+            ],
         ],
         DType::F16 => [
-            &code::MATMUL_GEMV_F16_M1,
-            &code::MATMUL_GEMV_F16_M4,
-            &code::MATMUL_GEMV_F16_M8,
-            &code::MATMUL_GEMV_F16_M16,
+            [
+                &code::MATMUL_GEMV_F16_M1,
+                &code::MATMUL_GEMV_F16_M4,
+                &code::MATMUL_GEMV_F16_M8,
+                &code::MATMUL_GEMV_F16_M16,
+            ],
+            [
+                &code::MATMUL_GEMV_F16_M1_CPU,
+                &code::MATMUL_GEMV_F16_M4_CPU,
+                &code::MATMUL_GEMV_F16_M8_CPU,
+                &code::MATMUL_GEMV_F16_M16_CPU,
+            ],
         ],
         DType::BF16 => [
-            &code::MATMUL_GEMV_BF16_M1,
-            &code::MATMUL_GEMV_BF16_M4,
-            &code::MATMUL_GEMV_BF16_M8,
-            &code::MATMUL_GEMV_BF16_M16,
+            [
+                &code::MATMUL_GEMV_BF16_M1,
+                &code::MATMUL_GEMV_BF16_M4,
+                &code::MATMUL_GEMV_BF16_M8,
+                &code::MATMUL_GEMV_BF16_M16,
+            ],
+            [
+                &code::MATMUL_GEMV_BF16_M1_CPU,
+                &code::MATMUL_GEMV_BF16_M4_CPU,
+                &code::MATMUL_GEMV_BF16_M8_CPU,
+                &code::MATMUL_GEMV_BF16_M16_CPU,
+            ],
         ],
     };
-    table[row_bucket(m).0]
+    table[usize::from(cpu)][row_bucket(m).0]
 }
 
 /// Shared memory of the per-subgroup partial sums: `red[MB · R · NSG]` f32 in gemv.comp.
@@ -103,6 +128,18 @@ fn max_subgroups(caps: &Caps) -> u32 {
         s => s.min(caps.subgroup_size),
     };
     THREADS / smallest.clamp(1, THREADS)
+}
+
+/// Threads of the `_cpu` variants' workgroups (`WG=8`): one llvmpipe subgroup.
+const CPU_THREADS: u32 = 8;
+
+/// Whether to run the `_cpu` variants: a CPU device whose subgroups are always `CPU_THREADS`
+/// wide. llvmpipe runs the subgroups of a workgroup one after another as coroutines switched at
+/// each barrier, which costs more than a 4-row block's loads; a workgroup of one subgroup needs
+/// no barrier and no shared memory (NSG = 1).
+fn one_subgroup(caps: &Caps) -> bool {
+    let fixed = caps.subgroup_size_min == CPU_THREADS && caps.subgroup_size_max == CPU_THREADS;
+    caps.device_type == "cpu" && caps.subgroup_size == CPU_THREADS && fixed
 }
 
 fn err(kernel: &str, message: String) -> VkError {
@@ -131,7 +168,7 @@ fn check_device(name: &str, m: u32, caps: &Caps) -> Result<u32> {
     if !has_subgroup_arithmetic(caps) {
         return Err(err(name, format!("{} has no subgroup arithmetic; use matmul::gemm", caps.name)));
     }
-    let subgroups = max_subgroups(caps);
+    let subgroups = if one_subgroup(caps) { 1 } else { max_subgroups(caps) };
     let need = shared_bytes(m, subgroups);
     if need > caps.max_shared_memory {
         let size = THREADS / subgroups;
@@ -224,7 +261,7 @@ pub fn gemv(
     bias: Option<BufferView<'_>>,
     y: BufferView<'_>,
 ) -> Result<()> {
-    let kernel = kernel_for(desc.dtype, desc.m);
+    let kernel = kernel_for(desc.dtype, desc.m, one_subgroup(rec.caps()));
     let name = kernel.name;
     if desc.has_bias != bias.is_some() {
         let given = if bias.is_some() { "" } else { "not " };
@@ -279,15 +316,26 @@ mod tests {
     }
 
     #[test]
+    fn cpu_devices_with_a_fixed_subgroup_size_get_one_subgroup_per_workgroup() {
+        let lavapipe = Caps { device_type: "cpu".into(), subgroup_size_max: 8, ..caps(&["arithmetic"], 8, 8) };
+        assert!(one_subgroup(&lavapipe));
+        let varying = Caps { subgroup_size_min: 4, ..lavapipe.clone() };
+        assert!(!one_subgroup(&varying), "a varying subgroup size keeps the shared reduction");
+        let gpu = Caps { device_type: "discrete-gpu".into(), subgroup_size_max: 32, ..caps(&["arithmetic"], 32, 32) };
+        assert!(!one_subgroup(&gpu));
+        assert_eq!(kernel_for(DType::F32, 1, true).name, "matmul/gemv:f32_m1_cpu");
+    }
+
+    #[test]
     fn variant_follows_the_row_bucket() {
-        let names: Vec<&str> = [1, 2, 4, 5, 8, 9, 16].iter().map(|&m| kernel_for(DType::BF16, m).name).collect();
+        let names: Vec<&str> = [1, 2, 4, 5, 8, 9, 16].iter().map(|&m| kernel_for(DType::BF16, m, false).name).collect();
         assert_eq!(
             names,
             ["bf16_m1", "bf16_m4", "bf16_m4", "bf16_m8", "bf16_m8", "bf16_m16", "bf16_m16"]
                 .map(|s| format!("matmul/gemv:{s}"))
         );
-        assert_eq!(kernel_for(DType::F16, 3).name, "matmul/gemv:f16_m4");
-        assert_eq!(kernel_for(DType::F32, 16).name, "matmul/gemv:f32_m16");
+        assert_eq!(kernel_for(DType::F16, 3, false).name, "matmul/gemv:f16_m4");
+        assert_eq!(kernel_for(DType::F32, 16, false).name, "matmul/gemv:f32_m16");
     }
 
     #[test]
