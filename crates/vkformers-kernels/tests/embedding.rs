@@ -92,7 +92,19 @@ fn supported(ctx: &Context, dt: DType, test: &str) -> bool {
 /// Gather and scatter-add on the GPU; `dw` starts random, so accumulation is checked too.
 /// W, out and dout are stored in `dt`. Returns the raw bits of `dw` for determinism checks.
 fn check(ctx: &Context, rng: &mut Rng, dt: DType, vocab: usize, dim: usize, n: usize) -> Result<Vec<u32>> {
-    let p = Embedding { vocab: vocab as u32, dim: dim as u32, tokens: n as u32, dtype: dt };
+    check_padded(ctx, rng, dt, (vocab, dim, n), None)
+}
+
+/// As `check`, with the backward leaving row `padding` without gradient.
+fn check_padded(
+    ctx: &Context,
+    rng: &mut Rng,
+    dt: DType,
+    (vocab, dim, n): (usize, usize, usize),
+    padding: Option<usize>,
+) -> Result<Vec<u32>> {
+    let padding_idx = padding.map(|r| r as u32);
+    let p = Embedding { vocab: vocab as u32, dim: dim as u32, tokens: n as u32, dtype: dt, padding_idx };
     let ws = round(dt, &rng.vec(vocab * dim, 1.0));
     let id = ids(rng, n, vocab);
     let gs = round(dt, &rng.vec(n * dim, 1.0));
@@ -112,7 +124,7 @@ fn check(ctx: &Context, rng: &mut Rng, dt: DType, vocab: usize, dim: usize, n: u
     // A gather copies stored values: exact in every storage type.
     let exact = Tol { abs: 0.0, rel: 0.0 };
     assert_close(&format!("{what}: out"), &download(ctx, dt, &out)?, &out_ref, exact);
-    let grad = reference::embedding_backward(&f64s(&gs), &id, vocab, dim);
+    let grad = reference::embedding_backward_padded(&f64s(&gs), &id, vocab, dim, padding);
     let want: Vec<f64> = grad.iter().zip(&dw0).map(|(g, &a)| g + f64::from(a)).collect();
     assert_close(&format!("{what}: dw"), &ctx.read_vec::<f32>(dw.view())?, &want, TOL_F32);
     ctx.read_vec(dw.view())
@@ -148,6 +160,22 @@ fn gpu_bf16_matches_reference_on_odd_shapes() {
     odd_shapes_in(DType::BF16, 41);
 }
 
+/// `padding_idx` (torch's `nn.Embedding(padding_idx=..)`): its row gets no gradient however often
+/// it occurs (`dw` keeps its starting value there), every other row as without it.
+#[test]
+fn padding_idx_row_gets_no_gradient() {
+    on_every_device("embedding padding_idx", |ctx| {
+        let mut rng = Rng::new(23);
+        for (v, d, n, pad) in [(5, 3, 17, 0), (37, 65, 300, 36), (3, 129, 600, 1)] {
+            check_padded(ctx, &mut rng, DType::F32, (v, d, n), Some(pad))?;
+        }
+        Ok(())
+    });
+    let (dout, ids) = ([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], [2, 0, 2]);
+    let dw = reference::embedding_backward_padded(&dout, &ids, 3, 2, Some(2));
+    assert_eq!(dw, vec![3.0, 4.0, 0.0, 0.0, 0.0, 0.0], "row 2 is padding: no gradient");
+}
+
 #[test]
 fn backward_is_deterministic() {
     on_every_device("embedding determinism", |ctx| {
@@ -165,10 +193,10 @@ fn wrong_shapes_are_errors_naming_the_kernel() {
         let id = ctx.buffer(4 * 2, "ids")?;
         let out = ctx.buffer(4 * 8, "out")?;
         let mut rec = ctx.recorder(false)?;
-        let p = Embedding { vocab: 3, dim: 4, tokens: 3, dtype: DType::F32 };
+        let p = Embedding { vocab: 3, dim: 4, tokens: 3, dtype: DType::F32, padding_idx: None };
         let e = embedding::embedding_forward(&mut rec, &p, w.view(), id.view(), out.view()).unwrap_err();
         assert!(matches!(&e, VkError::Kernel { kernel, .. } if kernel == "embedding/gather"), "{e}");
-        let p = Embedding { vocab: 3, dim: 4, tokens: 2, dtype: DType::F32 };
+        let p = Embedding { vocab: 3, dim: 4, tokens: 2, dtype: DType::F32, padding_idx: None };
         let e = embedding::embedding_backward(&mut rec, &p, id.view(), out.view(), w.view(), id.view()).unwrap_err();
         assert!(e.to_string().contains("scratch"), "{e}");
         // 8 f32 are 16 bf16: a bf16 gather of [2, 4] rejects them as its output.

@@ -145,7 +145,9 @@ fn run(
 ) -> Result<Tensor> {
     let embed = w.get(&format!("{}.weight", spec.embed_name))?;
     let embed_dim = embed.shape().get(1).copied().unwrap_or(spec.hidden);
-    let mut x = shape::reshape(g, &embedding::embedding(g, embed, &inputs.ids)?, &[b * t, embed_dim])?;
+    // `padding_idx`: that row of the table gets no gradient from the lookup, as in transformers.
+    let tokens = embedding::embedding_padded(g, embed, &inputs.ids, spec.padding_idx)?;
+    let mut x = shape::reshape(g, &tokens, &[b * t, embed_dim])?;
     if spec.embed_scale != 1.0 {
         x = broadcast::scale(g, &x, spec.embed_scale)?;
     }

@@ -175,6 +175,27 @@ pub struct ModelSpec {
     pub weight_map: Vec<MapEntry>,
     /// Stored tensors stacked into one parameter.
     pub joins: Vec<JoinEntry>,
+    /// The token embedding's `padding_idx` (transformers' `nn.Embedding(.., padding_idx=
+    /// config.pad_token_id)` in most families): that row gets no gradient from the lookup.
+    pub padding_idx: Option<usize>,
+}
+
+/// `padding_idx` from a config's `pad_token_id` as `nn.Embedding` reads it: a negative id counts
+/// from the end; null, or an id outside the vocabulary (torch would refuse it), gives none.
+pub fn padding_idx(pad_token_id: Option<i64>, vocab: usize) -> Option<usize> {
+    let id = pad_token_id?;
+    let id = if id < 0 { vocab as i64 + id } else { id };
+    usize::try_from(id).ok().filter(|&i| i < vocab)
+}
+
+/// `padding_idx` of a family whose config class defaults `pad_token_id` to `default` (a saved
+/// config.json may leave a default value out; an explicit null means none).
+pub fn padding_idx_or(cfg: &serde_json::Value, default: i64, vocab: usize) -> Option<usize> {
+    let id = match cfg.get("pad_token_id") {
+        Some(v) => v.as_i64(),
+        None => Some(default),
+    };
+    padding_idx(id, vocab)
 }
 
 impl LayerNames {

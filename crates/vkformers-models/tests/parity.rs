@@ -38,6 +38,8 @@ macro_rules! parity {
 parity! {
     llama: "llama",
     llama_llama3_tied: "llama_llama3",
+    // pad_token_id 53 occurs unmasked in the batch: its embedding row gets only the tied head's gradient.
+    llama_padding: "llama_padding",
     mistral: "mistral",
     qwen2: "qwen2",
     qwen3: "qwen3",

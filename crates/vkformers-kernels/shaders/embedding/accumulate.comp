@@ -7,6 +7,8 @@
 // Invocation (s, d) works only when slot s is the first of its id's run in perm, so each
 // touched row of dW is written once; rows of ids absent from the batch are not touched.
 // O(N D + V) work overall, no float atomics, deterministic.
+// The row `padding_idx` (0xFFFFFFFF: none) is never written, as torch's nn.Embedding(padding_idx)
+// leaves that row's gradient zero: its positions still sort, their sum is just not added.
 // dout is in the variant's storage type (f32, f16, bf16); the sums and dW are f32.
 // variant: f32
 // variant: f16 DT_F16
@@ -21,6 +23,7 @@ layout(push_constant) uniform Push {
     uint n_tokens;
     uint vocab;
     uint D;
+    uint padding_idx;
 } pc;
 
 void main() {
@@ -33,7 +36,7 @@ void main() {
         uint d = e - s * pc.D;
         uint id = uint(pc.ids.v[pc.perm.v[s]]);
         uint start = pc.offsets.v[id];
-        if (s == start) {
+        if (s == start && id != pc.padding_idx) {
             uint end = pc.offsets.v[id + 1];
             float acc = 0.0;
             for (uint j = start; j < end; j++) {

@@ -7,6 +7,9 @@
 //! scatter), then adds each id's rows of `dout` in increasing position order: O(N D + V),
 //! no float atomics, bitwise reproducible.
 //!
+//! With `padding_idx` set, the backward adds nothing to that row (torch's `padding_idx`); the
+//! forward still reads it.
+//!
 //! `W`, `out` and `dout` are stored in [`Embedding::dtype`] (f32, f16 or bf16); the gradient
 //! `dW` and its sums are f32.
 
@@ -31,6 +34,8 @@ pub struct Embedding {
     /// Storage type of the table `W`, the gathered `out` and the incoming gradient `dout`
     /// (`dW` is always f32).
     pub dtype: DType,
+    /// A row the backward leaves untouched (no gradient), as `nn.Embedding(padding_idx=..)`.
+    pub padding_idx: Option<u32>,
 }
 
 /// Errors name the kernel; the f32 variants keep their plain names (`embedding/gather`).
@@ -107,8 +112,8 @@ pub fn backward_scratch_bytes(vocab: u32, tokens: u32) -> u64 {
     (2 * u64::from(vocab) + 1 + u64::from(tokens)) * 4
 }
 
-/// Backward: `dw[ids[n], :] += dout[n, :]` for every valid id, repeated ids summed in
-/// increasing `n`. `dout [tokens, dim]` in `p.dtype`; `dw [vocab, dim]` f32 is accumulated into (zero it first for a fresh gradient);
+/// Backward: `dw[ids[n], :] += dout[n, :]` for every valid id but `p.padding_idx`, repeated ids
+/// summed in increasing `n`. `dout [tokens, dim]` in `p.dtype`; `dw [vocab, dim]` f32 is accumulated into (zero it first for a fresh gradient);
 /// `scratch` holds at least [`backward_scratch_bytes`] bytes.
 pub fn embedding_backward(
     rec: &mut Recorder,
@@ -146,5 +151,6 @@ pub fn embedding_backward(
     let args = [read(ids), read(offsets), read_write(counts), write(perm)];
     rec.dispatch(scatter, &[], &args, &params, [1, 1, 1])?;
     let args = [read(ids), read(offsets), read(perm), read(dout), read_write(dw)];
-    rec.dispatch(k, &[], &args, &words(&[p.tokens, p.vocab, p.dim]), groups_for(n))
+    let padding = p.padding_idx.unwrap_or(u32::MAX);
+    rec.dispatch(k, &[], &args, &words(&[p.tokens, p.vocab, p.dim, padding]), groups_for(n))
 }

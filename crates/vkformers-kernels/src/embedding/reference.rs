@@ -18,9 +18,21 @@ pub fn embedding(w: &[f64], ids: &[i32], vocab: usize, dim: usize) -> Vec<f64> {
 
 /// Backward: the gradient `dw [vocab, dim]` with `dw[ids[n], :] += dout[n, :]`.
 pub fn embedding_backward(dout: &[f64], ids: &[i32], vocab: usize, dim: usize) -> Vec<f64> {
+    embedding_backward_padded(dout, ids, vocab, dim, None)
+}
+
+/// Backward with torch's `padding_idx`: as [`embedding_backward`], but row `padding_idx` gets no
+/// gradient (`dw[padding_idx, :] = 0`).
+pub fn embedding_backward_padded(
+    dout: &[f64],
+    ids: &[i32],
+    vocab: usize,
+    dim: usize,
+    padding_idx: Option<usize>,
+) -> Vec<f64> {
     let mut dw = vec![0.0; vocab * dim];
     for (n, &id) in ids.iter().enumerate() {
-        if let Some(r) = row(id, vocab) {
+        if let Some(r) = row(id, vocab).filter(|&r| Some(r) != padding_idx) {
             for d in 0..dim {
                 dw[r * dim + d] += dout[n * dim + d];
             }

@@ -135,5 +135,6 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
         project_out: None,
         weight_map: weight_map(c.n_layer, c.hidden_size, c.n_head),
         joins: Vec::new(),
+        padding_idx: None,
     })
 }

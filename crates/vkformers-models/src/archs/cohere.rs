@@ -30,6 +30,8 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     prepare(&mut c.base, cfg, "silu", 1.0);
     c.base.tie_word_embeddings = tied(cfg, true);
     let mut spec = c.base.llama_spec("cohere", c.base.glu("silu")?, false, false, c.base.attention_bias)?;
+    // cohere's config class defaults pad_token_id to 0.
+    spec.padding_idx = crate::spec::padding_idx_or(cfg, 0, spec.vocab);
     set_norms(&mut spec, &Norm::Layer { eps: c.layer_norm_eps as f32, bias: false });
     let rope = c.base.rope(RopeLayout::Interleaved)?;
     for l in &mut spec.layers {

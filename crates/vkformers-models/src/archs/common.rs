@@ -41,6 +41,8 @@ pub struct BaseConfig {
     pub partial_rotary_factor: Option<f64>,
     /// The pre-training context (Phi-3 keeps it beside `rope_scaling`; newer configs inside it).
     pub original_max_position_embeddings: Option<usize>,
+    /// The embedding's `padding_idx` (see `spec::padding_idx`).
+    pub pad_token_id: Option<i64>,
 }
 
 fn default_eps() -> f64 {
@@ -162,6 +164,7 @@ impl BaseConfig {
             project_out: None,
             weight_map: Vec::new(),
             joins: Vec::new(),
+            padding_idx: crate::spec::padding_idx(self.pad_token_id, self.vocab_size),
         })
     }
 }

@@ -118,6 +118,8 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     c.base.num_key_value_heads = Some(kv_heads);
     let act = plain_act(c.activation.as_deref().unwrap_or("gelu"))?;
     let mut spec = c.base.llama_spec("falcon", Glu::SwiGlu, false, false, c.bias)?;
+    // FalconModel's nn.Embedding has no padding_idx.
+    spec.padding_idx = None;
     set_norms(&mut spec, &Norm::Layer { eps: c.layer_norm_epsilon as f32, bias: true });
     let (residual, attn_norm, mlp_norm) = if c.new_decoder_architecture {
         match c.num_ln_in_parallel_attn.unwrap_or(2) {

@@ -22,6 +22,8 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     c.base.tie_word_embeddings = cfg.get("tie_word_embeddings").and_then(Value::as_bool).unwrap_or(true);
     let glu = c.base.glu("gelu_pytorch_tanh")?;
     let mut spec = c.base.llama_spec("gemma", glu, true, false, false)?;
+    // gemma's config class defaults pad_token_id to 0.
+    spec.padding_idx = crate::spec::padding_idx_or(cfg, 0, spec.vocab);
     // transformers rounds sqrt(hidden) to the activation dtype (f32 here).
     spec.embed_scale = (c.base.hidden_size as f64).sqrt() as f32;
     for l in &mut spec.layers {

@@ -83,5 +83,8 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     if cfg.get("sliding_window").is_none() {
         c.base.sliding_window = Some(4096);
     }
-    c.gemma2_spec("gemma2", 2, false)
+    let mut spec = c.gemma2_spec("gemma2", 2, false)?;
+    // Gemma2Config defaults pad_token_id to 0.
+    spec.padding_idx = crate::spec::padding_idx_or(cfg, 0, spec.vocab);
+    Ok(spec)
 }

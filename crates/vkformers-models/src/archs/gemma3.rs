@@ -48,6 +48,8 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     c.base.rope_parameters = Some(global);
     let global_rope = c.base.rope(RopeLayout::HalfSplit)?;
     let mut spec = c.gemma2_spec("gemma3_text", pattern, true)?;
+    // Gemma3TextConfig defaults pad_token_id to 0.
+    spec.padding_idx = crate::spec::padding_idx_or(cfg, 0, spec.vocab);
     for (l, s) in spec.layers.iter_mut().zip(sliding) {
         l.attn.rope = Some(if s { local_rope.clone() } else { global_rope.clone() });
     }

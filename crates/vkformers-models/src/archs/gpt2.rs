@@ -141,5 +141,6 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
         project_out: None,
         weight_map: weight_map(c.n_layer, c.n_embd),
         joins: Vec::new(),
+        padding_idx: None,
     })
 }

@@ -79,6 +79,8 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     }
     let act = plain_act(c.base.hidden_act.as_deref().unwrap_or_default())?;
     let mut spec = c.base.llama_spec("gpt_neox", Glu::SwiGlu, false, false, c.attention_bias)?;
+    // GPTNeoXModel's nn.Embedding has no padding_idx.
+    spec.padding_idx = None;
     set_norms(&mut spec, &Norm::Layer { eps: c.layer_norm_eps as f32, bias: true });
     for l in &mut spec.layers {
         l.attn.out_bias = c.attention_bias;

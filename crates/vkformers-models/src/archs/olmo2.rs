@@ -19,6 +19,8 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     let c: Config = parse(cfg)?;
     let glu = c.base.glu("silu")?;
     let mut spec = c.base.llama_spec("olmo2", glu, false, true, c.base.attention_bias)?;
+    // olmo2's config class defaults pad_token_id to 1.
+    spec.padding_idx = crate::spec::padding_idx_or(cfg, 1, spec.vocab);
     for l in &mut spec.layers {
         l.post_attn_norm = l.attn_norm.take();
         l.post_mlp_norm = l.mlp_norm.take();

@@ -119,5 +119,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
         project_out: projected.then(|| "model.decoder.project_out".into()),
         weight_map: Vec::new(),
         joins: Vec::new(),
+        // OPTDecoder's nn.Embedding takes padding_idx = pad_token_id (OPTConfig's default 1).
+        padding_idx: crate::spec::padding_idx_or(cfg, 1, c.vocab_size),
     })
 }

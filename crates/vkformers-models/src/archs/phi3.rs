@@ -60,6 +60,8 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     c.base.rope_parameters = Some(rope).filter(|r| !r.is_null());
     let glu = c.base.glu("silu")?;
     let mut spec = c.base.llama_spec("phi3", glu, false, false, false)?;
+    // phi3's config class defaults pad_token_id to 32000.
+    spec.padding_idx = crate::spec::padding_idx_or(cfg, 32000, spec.vocab);
     let hd = c.base.head_dim();
     spec.weight_map = weight_map(
         c.base.num_hidden_layers,

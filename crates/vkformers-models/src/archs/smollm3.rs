@@ -43,6 +43,8 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     };
     let glu = c.base.glu("silu")?;
     let mut spec = c.base.llama_spec("smollm3", glu, false, false, c.base.attention_bias)?;
+    // smollm3's config class defaults pad_token_id to 128004.
+    spec.padding_idx = crate::spec::padding_idx_or(cfg, 128004, spec.vocab);
     for (i, l) in spec.layers.iter_mut().enumerate() {
         if !uses_rope[i] {
             l.attn.rope = None;

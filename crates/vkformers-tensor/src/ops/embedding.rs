@@ -1,6 +1,7 @@
 //! Token embedding: a row gather `out [.., D] = W[ids, :]` from `W [V, D]` with int32
 //! `ids [..]` (an id outside `[0, V)` gives a zero row). Backward: a fresh zero `dW [V, D]`
-//! into which the kernel scatter-adds `dW[ids[n], :] += dout[n, :]` deterministically.
+//! into which the kernel scatter-adds `dW[ids[n], :] += dout[n, :]` deterministically, except
+//! into row `padding_idx` when one is given (torch's `nn.Embedding(padding_idx=..)`).
 
 use vkformers_kernels::dtype::DType;
 use vkformers_kernels::elementwise;
@@ -18,11 +19,19 @@ fn dim32(v: usize) -> Result<u32> {
 
 /// `out [.., D] = w[ids, :]` for a table `w [V, D]` and int32 `ids [..]`.
 pub fn embedding(g: &Graph<'_>, w: &Tensor, ids: &Tensor) -> Result<Tensor> {
+    embedding_padded(g, w, ids, None)
+}
+
+/// As [`embedding`], with row `padding_idx` of `w` getting no gradient (its lookups still read
+/// it), as transformers' decoders build `nn.Embedding(vocab, hidden, padding_idx=pad_token_id)`.
+pub fn embedding_padded(g: &Graph<'_>, w: &Tensor, ids: &Tensor, padding_idx: Option<usize>) -> Result<Tensor> {
     let ws = w.shape();
     if ws.len() != 2 {
         return Err(err(format!("table {ws:?} is not [V, D]")));
     }
-    let p = Embedding { vocab: dim32(ws[0])?, dim: dim32(ws[1])?, tokens: dim32(ids.numel())?, dtype: DType::F32 };
+    let padding_idx = padding_idx.map(dim32).transpose()?;
+    let (vocab, dim, tokens) = (dim32(ws[0])?, dim32(ws[1])?, dim32(ids.numel())?);
+    let p = Embedding { vocab, dim, tokens, dtype: DType::F32, padding_idx };
     let shape: Vec<usize> = ids.shape().iter().copied().chain([ws[1]]).collect();
     let out = g.output(&shape, &[w])?;
     g.record(|rec| k::embedding_forward(rec, &p, w.view(), ids.view(), out.view()))?;
