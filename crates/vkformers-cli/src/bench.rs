@@ -73,7 +73,7 @@ pub fn gemm(selector: &DeviceSelector, args: &GemmArgs) -> anyhow::Result<ExitCo
     };
     let ctx = Context::new(selector)?;
     if !gemm_coopmat::supported(ctx.caps(), elem) {
-        bail!("{} has no {:?} cooperative-matrix GEMM", ctx.caps().name, elem);
+        bail!("{} has no {} cooperative-matrix GEMM", ctx.caps().name, args.dtype);
     }
     let (m, n, k) = (args.m, args.n, args.k);
     let mut desc = CoopGemm::dense(m, n, k, args.trans_b, elem);
@@ -159,16 +159,26 @@ fn report(args: &GemmArgs, ctx: &Context, flops: f64, median_ns: f64, max_err: f
         );
     } else {
         println!(
-            "gemm {m}x{n}x{k} {} on {}: {:.3} ms, {tflops:.1} TFLOP/s (max rel err of 64 samples {max_err:.1e})",
+            "gemm {m}x{n}x{k} {} on {}: {:.3} ms, {} (max rel err of 64 samples {max_err:.1e})",
             args.dtype,
             ctx.caps().name,
-            median_ns / 1e6
+            median_ns / 1e6,
+            rate(tflops)
         );
     }
     if max_err > 1e-3 {
         bail!("sampled entries differ from the f64 reference by {max_err:e}: the kernel is wrong here");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A rate in TFLOP/s, or GFLOP/s below 1 TFLOP/s (where one decimal of TFLOP/s reads 0.0).
+fn rate(tflops: f64) -> String {
+    if tflops >= 1.0 {
+        format!("{tflops:.1} TFLOP/s")
+    } else {
+        format!("{:.1} GFLOP/s", tflops * 1e3)
+    }
 }
 
 /// Largest relative error of 64 sampled C entries against f64 dot products of the same inputs.

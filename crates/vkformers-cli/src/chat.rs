@@ -161,6 +161,14 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     }
     let mut stdout = std::io::stdout();
     let mut stdin = std::io::stdin().lock();
+    // Piped, replies would run together: an empty line goes between the blocks printed.
+    let mut printed = false;
+    let mut separate = |out: &mut std::io::Stdout| -> std::io::Result<()> {
+        if std::mem::replace(&mut printed, true) && !interactive {
+            writeln!(out)?;
+        }
+        Ok(())
+    };
     loop {
         if interactive {
             eprint!("> ");
@@ -174,9 +182,11 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
             "/exit" | "/quit" => break,
             "/reset" => {
                 session.reset();
+                separate(&mut stdout)?;
                 writeln!(stdout, "(conversation reset)")?;
             }
             user => {
+                separate(&mut stdout)?;
                 session.turn(user, &mut stdout)?;
             }
         }

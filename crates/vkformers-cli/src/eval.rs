@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use vkformers_io::HfTokenizer;
 use vkformers_tensor::Graph;
-use vkformers_train::{evaluate, sequences};
+use vkformers_train::sequences;
 use vkformers_vk::{Context, DeviceSelector};
 
 #[derive(clap::Args)]
@@ -23,10 +23,11 @@ pub struct Args {
     /// Print JSON (loss, perplexity, tokens, rows) instead of text.
     #[arg(long)]
     json: bool,
-    #[arg(long, default_value_t = 8)]
+    /// Rows per forward.
+    #[arg(long, default_value_t = 8, value_parser = crate::ranges::at_least_one)]
     batch_size: usize,
     /// Rows are cut to this many tokens (default: the model's max_position_embeddings).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::ranges::at_least_one)]
     seq_len: Option<usize>,
     /// Count the prompt part of instruction/Q&A/chat rows in the loss too.
     #[arg(long)]
@@ -53,6 +54,9 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     let mut data = crate::train::read_data_from(&args.data, &args.hub_data.query(), tok.as_ref(), &read)?;
     crate::train::check_vocab(&data.examples, model.spec.vocab, "data")?;
     let max_pos = ["max_position_embeddings", "n_positions"].iter().find_map(|k| model.config[k].as_u64());
+    if let Some(n) = args.seq_len {
+        crate::train::check_seq_len(&model, n)?;
+    }
     let seq_len = args.seq_len.unwrap_or(max_pos.map_or(usize::MAX, |m| m as usize));
     crate::train::truncate_rows(&mut data, seq_len, false, "data");
     if tok.is_some() {
@@ -62,7 +66,7 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     let pad = model.config["pad_token_id"].as_u64().unwrap_or(0) as u32;
     g.set_autocast(args.precision.precision(&g).autocast());
     args.profile.start(&g);
-    let report = evaluate(&g, &model, &rows, args.batch_size.max(1), pad)?;
+    let report = crate::eval_progress::evaluate_with_bar(&g, &model, &rows, args.batch_size, pad)?;
     args.profile.report(&g, rows.len().div_ceil(args.batch_size.max(1)) as u64, "batch")?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);

@@ -7,7 +7,7 @@ use std::cell::Cell;
 use std::path::Path;
 use std::process::ExitCode;
 
-use anyhow::{bail, Context as _};
+use anyhow::Context as _;
 use vkformers_io::HfTokenizer;
 use vkformers_models::lora::{self, Adapter, LoraConfig, LoraParams, Targets};
 use vkformers_models::model::Model;
@@ -16,17 +16,19 @@ use vkformers_train::metrics::MetricsLog;
 use vkformers_train::{LanguageModel, Observer, StepStats, TokenBatch, TrainableParam};
 use vkformers_vk::{Context, DeviceSelector};
 
+use crate::outdir::OutDir;
+
 /// LoRA options on top of `vkformers train`'s.
 #[derive(clap::Args)]
 pub struct LoraArgs {
-    /// LoRA rank r.
-    #[arg(long, default_value_t = 8)]
+    /// LoRA rank r (1 or more).
+    #[arg(long, default_value_t = 8, value_parser = crate::ranges::at_least_one)]
     lora_rank: usize,
     /// LoRA alpha: the term is scaled by alpha / r (alpha / sqrt(r) with --use-rslora).
-    #[arg(long, default_value_t = 16.0)]
+    #[arg(long, default_value_t = 16.0, value_parser = crate::ranges::positive)]
     lora_alpha: f64,
-    /// Dropout on the input of each LoRA term (training only).
-    #[arg(long, default_value_t = 0.0)]
+    /// Dropout on the input of each LoRA term (training only), in [0, 1).
+    #[arg(long, default_value_t = 0.0, value_parser = crate::ranges::unit_open_f32)]
     lora_dropout: f32,
     /// Modules to adapt: `all-linear`, comma-separated names (a module matches when its full
     /// name ends with `.name`), or a regex matched against the whole module name.
@@ -46,9 +48,12 @@ pub struct LoraArgs {
     json: bool,
 }
 
-/// Every `vkformers train` option plus the LoRA ones.
+/// The base model, every shared `vkformers train` option, and the LoRA ones.
 #[derive(clap::Args)]
 pub struct Args {
+    /// Base model folder (or Hub id) to adapt.
+    #[arg(long)]
+    model: String,
     #[command(flatten)]
     train: Box<crate::train::TrainArgs>,
     #[command(flatten)]
@@ -91,34 +96,40 @@ fn lora_config(a: &LoraArgs, model_dir: &Path) -> LoraConfig {
 fn given_adapter(a: &LoraArgs) -> anyhow::Result<Option<Adapter>> {
     let Some(dir) = &a.adapter else { return Ok(None) };
     let dir = vkformers_hub::resolve_model(dir)?;
+    crate::outdir::check_complete(&dir)?;
     Ok(Some(Adapter::load(&dir).with_context(|| format!("loading the adapter {}", dir.display()))?))
 }
 
 pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
-    let t = &*args.train;
-    let Some(model_arg) = &t.model else { bail!("finetune needs --model (the base model to adapt)") };
-    if t.init_from_config.is_some() {
-        bail!("finetune adapts an existing model: give --model, not --init-from-config");
+    let model_dir = vkformers_hub::resolve_model(&args.model)?;
+    let out = OutDir::check(&args.train.out, Some(&model_dir), args.train.overwrite_output_dir)?;
+    let result = finetune(selector, args, &model_dir, &out);
+    if result.is_err() {
+        out.clean_after_failure();
     }
-    let model_dir = vkformers_hub::resolve_model(model_arg)?;
+    result
+}
+
+fn finetune(selector: &DeviceSelector, args: &Args, model_dir: &Path, out: &OutDir) -> anyhow::Result<ExitCode> {
+    let t = &*args.train;
+    crate::outdir::check_complete(model_dir)?;
     let ctx = Context::new(selector)?;
     let g = Graph::new(&ctx);
-    std::fs::create_dir_all(&t.out).with_context(|| format!("creating {}", t.out.display()))?;
     let given = given_adapter(&args.lora)?;
-    let config = given.as_ref().map_or_else(|| lora_config(&args.lora, &model_dir), |a| a.config.clone());
-    let mut model = lora::load_frozen(&g, &model_dir, &config.modules_to_save)
+    let config = given.as_ref().map_or_else(|| lora_config(&args.lora, model_dir), |a| a.config.clone());
+    let mut model = lora::load_frozen(&g, model_dir, &config.modules_to_save)
         .with_context(|| format!("loading {}", model_dir.display()))?;
     let adapter = match given {
         Some(a) => a,
         None => lora::new_adapter(&model, config, t.seed)?,
     };
     let lora = lora::attach(&g, &mut model, &adapter, t.seed)?;
-    let tokenizer = model_dir.join("tokenizer.json").exists().then(|| HfTokenizer::from_dir(&model_dir)).transpose()?;
+    let tokenizer = model_dir.join("tokenizer.json").exists().then(|| HfTokenizer::from_dir(model_dir)).transpose()?;
     let params: Vec<TrainableParam> =
         lora.named_params().into_iter().map(|(name, tensor, decay)| TrainableParam { name, tensor, decay }).collect();
-    let (mut trainer, max_steps) = crate::train::build_trainer(&g, t, &model, tokenizer.as_ref(), params)?;
+    let (mut trainer, max_steps, plan) = crate::train::build_trainer(&g, t, &model, tokenizer.as_ref(), params)?;
     eprintln!(
-        "fine-tuning {} with LoRA r={} on {} modules ({} trainable of {} parameters) on {}, {max_steps} steps",
+        "fine-tuning {} with LoRA r={} on {} modules ({} trainable of {} parameters) on {}: {plan}",
         model.spec.model_type,
         lora.config.r,
         lora.modules.len(),
@@ -126,6 +137,7 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
         model.params.iter().map(|(_, p)| p.numel()).sum::<usize>(),
         ctx.caps().name,
     );
+    out.create()?;
     if let Some(r) = &t.resume {
         let cp = trainer.resume(r)?;
         eprintln!("resumed from {} at step {}", cp.display(), trainer.steps_done());
@@ -147,7 +159,7 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     }
     t.profile.report(&g, trainer.steps_done() - first, "step")?;
     crate::train::print_summary(trainer.log());
-    lora.save(&g, &t.out).with_context(|| format!("saving the adapter to {}", t.out.display()))?;
+    out.publish(|dir| lora.save(&g, dir).with_context(|| format!("saving the adapter to {}", t.out.display())))?;
     let mem = ctx.device_memory();
     if args.lora.json {
         let v = serde_json::json!({

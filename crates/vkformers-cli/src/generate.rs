@@ -24,7 +24,7 @@ use vkformers_vk::{Context, DeviceSelector};
 #[derive(clap::Args, Debug, Clone)]
 pub struct SamplingArgs {
     /// New tokens per prompt at most (default: generation_config.json, else 128).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::ranges::at_least_one)]
     pub max_new_tokens: Option<usize>,
     /// Sample instead of decoding greedily.
     #[arg(long, conflicts_with = "greedy")]
@@ -33,19 +33,19 @@ pub struct SamplingArgs {
     #[arg(long)]
     pub greedy: bool,
     /// Divide the logits by this before sampling (default: the model's generation config, else 1).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::ranges::non_negative)]
     pub temperature: Option<f64>,
     /// Keep the k most likely tokens (0 = off).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::ranges::count)]
     pub top_k: Option<usize>,
-    /// Keep the smallest set of tokens whose probability reaches p.
-    #[arg(long)]
+    /// Keep the smallest set of tokens whose probability reaches p, in (0, 1].
+    #[arg(long, value_parser = crate::ranges::probability)]
     pub top_p: Option<f64>,
-    /// Drop tokens less likely than min-p times the most likely one.
-    #[arg(long)]
+    /// Drop tokens less likely than min-p times the most likely one, in [0, 1].
+    #[arg(long, value_parser = crate::ranges::unit_closed)]
     pub min_p: Option<f64>,
-    /// Above 1 discourages repeating prompt and generated tokens.
-    #[arg(long)]
+    /// Above 1 discourages repeating prompt and generated tokens (above 0).
+    #[arg(long, value_parser = crate::ranges::positive)]
     pub repetition_penalty: Option<f64>,
     /// Seed of the sampler: the same seed repeats a sampled run exactly.
     #[arg(long, default_value_t = 0)]
@@ -89,7 +89,7 @@ pub struct Args {
     json: bool,
     /// Continuous batching: at most this many prompts decode at once; when a row finishes, the
     /// next prompt of the file takes its slot (each row gets the tokens it gets alone).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::ranges::at_least_one)]
     max_batch: Option<usize>,
     #[command(flatten)]
     dtype: crate::precision::DtypeArgs,
@@ -105,6 +105,11 @@ pub fn model_dir(arg: &str) -> anyhow::Result<PathBuf> {
     }
     if !dir.join("config.json").is_file() {
         bail!("`{}` has no config.json: is it a Hugging Face model folder?", dir.display());
+    }
+    crate::outdir::check_complete(&dir)?;
+    // The generation defaults read these before the model loader (which checks its own).
+    for f in ["config.json", "generation_config.json"] {
+        vkformers_io::check_json_size(dir.join(f))?;
     }
     Ok(dir)
 }

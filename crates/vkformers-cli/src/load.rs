@@ -19,6 +19,7 @@ pub struct AdapterArgs {
 /// The model in `dir` for inference with its projection weights in `dtype` on the device, and
 /// the adapter of `args` attached (unmerged, f32) when one is given.
 pub fn inference_model(g: &Graph<'_>, dir: &Path, args: &AdapterArgs, dtype: DType) -> anyhow::Result<Model> {
+    crate::outdir::check_complete(dir)?;
     if dtype == DType::F32 {
         return model_with_adapter(g, dir, args);
     }
@@ -27,6 +28,7 @@ pub fn inference_model(g: &Graph<'_>, dir: &Path, args: &AdapterArgs, dtype: DTy
             .with_context(|| format!("loading the model in {}", dir.display()));
     };
     let adapter_dir = vkformers_hub::resolve_adapter(adapter)?;
+    crate::outdir::check_complete(&adapter_dir)?;
     let (model, _lora) = vkformers_models::lora::load_with_adapter_as(g, dir, &adapter_dir, dtype)
         .with_context(|| format!("loading {} with the adapter in {}", dir.display(), adapter_dir.display()))?;
     Ok(model)
@@ -38,6 +40,7 @@ pub fn model_with_adapter(g: &Graph<'_>, dir: &Path, args: &AdapterArgs) -> anyh
         return Model::load(g, dir).with_context(|| format!("loading the model in {}", dir.display()));
     };
     let adapter_dir = vkformers_hub::resolve_adapter(adapter)?;
+    crate::outdir::check_complete(&adapter_dir)?;
     // The LoRA weights live on in the model's weights; the returned handles are for training.
     let (model, _lora) = vkformers_models::lora::load_with_adapter(g, dir, &adapter_dir)
         .with_context(|| format!("loading {} with the adapter in {}", dir.display(), adapter_dir.display()))?;

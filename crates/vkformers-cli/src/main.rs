@@ -8,11 +8,14 @@ mod data_args;
 mod devices;
 mod doctor;
 mod eval;
+mod eval_progress;
 mod finetune;
 mod generate;
 mod load;
 mod merge_lora;
+mod outdir;
 mod precision;
+mod ranges;
 mod train;
 
 use clap::{Parser, Subcommand};
@@ -32,6 +35,10 @@ struct Cli {
     command: Command,
 }
 
+// Negative numbers reach the range checks of `ranges` (`--top-k -1` gets "must be 0 or more",
+// not clap's "unexpected argument '-1'"), on every command that takes numbers. Clap does not
+// see `-1e-4` as a number, so the flags usually written that way (--lr, --eps, ...) also
+// take values starting with a hyphen.
 #[derive(Subcommand)]
 enum Command {
     /// List Vulkan devices and their capabilities.
@@ -49,14 +56,19 @@ enum Command {
     /// Every supported model_type, its family, and which parity checks pass (run now).
     Architectures(architectures::Args),
     /// Full-parameter training, or pre-training from a config.
+    #[command(allow_negative_numbers = true)]
     Train(train::Args),
     /// LoRA fine-tuning; writes a PEFT adapter.
+    #[command(allow_negative_numbers = true)]
     Finetune(finetune::Args),
     /// Loss and perplexity of a model on a dataset.
+    #[command(allow_negative_numbers = true)]
     Eval(eval::Args),
     /// Generate text from prompts with a KV cache on the device.
+    #[command(allow_negative_numbers = true)]
     Generate(generate::Args),
     /// Chat in the terminal with the model's chat template.
+    #[command(allow_negative_numbers = true)]
     Chat(chat::Args),
     /// Fold a PEFT adapter into the base weights and write a merged model folder.
     MergeLora(merge_lora::Args),

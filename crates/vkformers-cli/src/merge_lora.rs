@@ -32,7 +32,12 @@ pub fn run(_selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> 
         let v = serde_json::json!({"model": model, "adapter": adapter, "out": args.out, "adapter_tensors": n});
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        println!("merged {n} adapter tensors into {} -> {}", model.display(), args.out.display());
+        println!(
+            "merged {n} adapter tensors of {} into a copy of {} (left unchanged); the merged model is in {}",
+            adapter.display(),
+            model.display(),
+            args.out.display()
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -24,45 +24,62 @@ const DEFAULT_LR: f64 = 5e-5;
 #[derive(clap::Args)]
 pub struct Args {
     #[command(flatten)]
+    source: SourceArgs,
+    #[command(flatten)]
     opts: Box<TrainArgs>,
+    /// Print a JSON summary (steps, final loss, tokens, tokens/s, device memory peak).
+    #[arg(long)]
+    json: bool,
 }
 
+/// Where `train`'s model comes from (`finetune` takes only `--model`, so these stay out of its
+/// `--help`).
 #[derive(clap::Args)]
-pub struct TrainArgs {
+pub struct SourceArgs {
     /// Model folder (or Hub id) to train.
     #[arg(long, conflicts_with = "init_from_config", required_unless_present = "init_from_config")]
-    pub(crate) model: Option<String>,
+    model: Option<String>,
     /// Pre-train from scratch: a config.json, parameters drawn as the model's `_init_weights`.
     #[arg(long)]
-    pub(crate) init_from_config: Option<PathBuf>,
+    init_from_config: Option<PathBuf>,
     /// Tokenizer folder for --init-from-config (tokenizer.json, tokenizer_config.json).
     #[arg(long)]
     tokenizer: Option<PathBuf>,
     /// With --init-from-config: train a byte-level BPE tokenizer of this many tokens on the
     /// data first (written to OUT; the config's vocab_size follows it).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::ranges::at_least_one)]
     train_tokenizer: Option<usize>,
+}
+
+/// The options `train` and `finetune` share.
+#[derive(clap::Args)]
+pub struct TrainArgs {
     /// Training data: a JSONL file or folder (or Hub dataset id).
     #[arg(long)]
     data: String,
     #[command(flatten)]
     hub_data: crate::data_args::HubDataArgs,
-    /// Output folder: checkpoints, metrics.jsonl, and the final model.
+    /// Output folder: checkpoints, metrics.jsonl, and the final model. It must be new, empty,
+    /// or the output of an earlier vkformers run (to continue or redo it).
     #[arg(long)]
     pub(crate) out: PathBuf,
+    /// Write into --out even when it holds other files or is the --model folder.
+    #[arg(long)]
+    pub(crate) overwrite_output_dir: bool,
     /// Passes over the data (ignored when --max-steps is given).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = crate::ranges::at_least_one_u64)]
     epochs: u64,
     /// Optimizer steps in all.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::ranges::at_least_one_u64)]
     max_steps: Option<u64>,
-    #[arg(long, default_value_t = 8)]
+    /// Sequences per micro-batch.
+    #[arg(long, default_value_t = 8, value_parser = crate::ranges::at_least_one)]
     batch_size: usize,
     /// Micro-batches per optimizer step.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = crate::ranges::at_least_one)]
     grad_accum: usize,
     /// Tokens per sequence (default: the model's max_position_embeddings, at most 1024).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::ranges::at_least_one)]
     seq_len: Option<usize>,
     /// Concatenate examples and cut seq-len blocks (default: on for plain text).
     #[arg(long, overrides_with = "no_packing")]
@@ -76,7 +93,7 @@ pub struct TrainArgs {
     #[command(flatten)]
     pub(crate) eos: EosArgs,
     /// Peak learning rate of AdamW [default: 5e-5]; with --resume, replaces the checkpoint's.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::ranges::non_negative, allow_hyphen_values = true)]
     lr: Option<f64>,
     /// Learning-rate schedule after the warm-up: constant, linear or cosine (decaying to --min-lr).
     #[arg(long, default_value = "linear")]
@@ -85,20 +102,22 @@ pub struct TrainArgs {
     #[arg(long, default_value_t = 0)]
     warmup_steps: u64,
     /// The learning rate the linear and cosine schedules end at.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_parser = crate::ranges::non_negative, allow_hyphen_values = true)]
     min_lr: f64,
     /// AdamW weight decay (not on biases and norm weights).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_parser = crate::ranges::non_negative, allow_hyphen_values = true)]
     weight_decay: f64,
     /// AdamW's beta1, beta2 and epsilon.
-    #[arg(long, default_value_t = 0.9)]
+    #[arg(long, default_value_t = 0.9, value_parser = crate::ranges::unit_open)]
     beta1: f64,
-    #[arg(long, default_value_t = 0.999)]
+    /// AdamW's beta2: decay of the squared-gradient average, in [0, 1).
+    #[arg(long, default_value_t = 0.999, value_parser = crate::ranges::unit_open)]
     beta2: f64,
-    #[arg(long, default_value_t = 1e-8)]
+    /// AdamW's epsilon, above 0.
+    #[arg(long, default_value_t = 1e-8, value_parser = crate::ranges::positive, allow_hyphen_values = true)]
     eps: f64,
     /// Clip the global gradient norm (0 disables).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, value_parser = crate::ranges::non_negative_f32)]
     max_grad_norm: f32,
     /// Seed of the shuffling, dropout and initialisation.
     #[arg(long, default_value_t = 42)]
@@ -113,7 +132,7 @@ pub struct TrainArgs {
     #[arg(long, conflicts_with = "eval_split")]
     eval_data: Option<String>,
     /// Hold out this fraction of the training rows for evaluation.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::ranges::unit_open)]
     eval_split: Option<f64>,
     /// Evaluate every this many steps (and at the end).
     #[arg(long, default_value_t = 0)]
@@ -180,17 +199,18 @@ struct Loaded {
     tokenizer: Option<HfTokenizer>,
 }
 
-fn load_model(g: &Graph<'_>, args: &TrainArgs) -> anyhow::Result<Loaded> {
-    if let Some(m) = &args.model {
+fn load_model(g: &Graph<'_>, src: &SourceArgs, args: &TrainArgs) -> anyhow::Result<Loaded> {
+    if let Some(m) = &src.model {
         let dir = vkformers_hub::resolve_model(m)?;
+        crate::outdir::check_complete(&dir)?;
         let model = Model::load(g, &dir).with_context(|| format!("loading {}", dir.display()))?;
         let tokenizer = dir.join("tokenizer.json").exists().then(|| HfTokenizer::from_dir(&dir)).transpose()?;
         let save_dtype = save_dtype(args, &model)?;
         return Ok(Loaded { model, save_dtype, files_from: Some(dir), tokenizer });
     }
-    let cfg_path = args.init_from_config.as_ref().context("--model or --init-from-config is required")?;
+    let cfg_path = src.init_from_config.as_ref().context("--model or --init-from-config is required")?;
     let mut config = vkformers_io::read_json(cfg_path)?;
-    let tok_dir = match (&args.tokenizer, args.train_tokenizer) {
+    let tok_dir = match (&src.tokenizer, src.train_tokenizer) {
         (Some(t), _) => Some(t.clone()),
         (None, Some(vocab)) => {
             let dir = args.out.join("tokenizer");
@@ -322,18 +342,30 @@ fn split_eval(examples: Vec<Example>, fraction: f64, seed: u64) -> anyhow::Resul
 }
 
 fn default_seq_len(model: &Model) -> usize {
-    let max = ["max_position_embeddings", "n_positions"].iter().find_map(|k| model.config[k].as_u64());
-    max.map_or(1024, |m| (m as usize).min(1024))
+    max_positions(model).map_or(1024, |m| m.min(1024))
 }
 
 pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
-    let args = &*args.opts;
+    let model_dir = args.source.model.as_deref().map(vkformers_hub::resolve_model).transpose()?;
+    let out = crate::outdir::OutDir::check(&args.opts.out, model_dir.as_deref(), args.opts.overwrite_output_dir)?;
+    let result = train(selector, args, &out);
+    if result.is_err() {
+        out.clean_after_failure();
+    }
+    result
+}
+
+fn train(selector: &DeviceSelector, cli: &Args, out: &crate::outdir::OutDir) -> anyhow::Result<ExitCode> {
+    let args = &*cli.opts;
     let ctx = Context::new(selector)?;
     let g = Graph::new(&ctx);
-    std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
-    let loaded = load_model(&g, args)?;
+    let loaded = load_model(&g, &cli.source, args)?;
     let model = &loaded.model;
-    let (mut trainer, max_steps) = build_trainer(&g, args, model, loaded.tokenizer.as_ref(), full_model_params(model))?;
+    let params = full_model_params(model);
+    let n_params = params.iter().map(|p| p.tensor.numel()).sum::<usize>();
+    let (mut trainer, max_steps, plan) = build_trainer(&g, args, model, loaded.tokenizer.as_ref(), params)?;
+    eprintln!("training {} ({n_params} parameters) on {}: {plan}", model.spec.model_type, ctx.caps().name);
+    out.create()?;
     if let Some(r) = &args.resume {
         let cp = trainer.resume(r)?;
         eprintln!("resumed from {} at step {}", cp.display(), trainer.steps_done());
@@ -346,21 +378,34 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     progress.finish();
     args.profile.report(&g, trainer.steps_done() - first, "step")?;
     print_summary(trainer.log());
-    save_model_folder(&g, &loaded, &args.out)?;
-    eprintln!("saved the model to {}", args.out.display());
+    out.publish(|dir| save_model_folder(&g, &loaded, dir))?;
+    let peak = ctx.device_memory().peak;
+    if cli.json {
+        let v = serde_json::json!({
+            "out": args.out, "steps": trainer.steps_done(), "final_loss": trainer.log().last().map(|r| r.loss),
+            "tokens": progress.tokens, "tokens_per_s": progress.tokens as f64 / progress.seconds.max(1e-9),
+            "parameters": n_params, "peak_device_bytes": peak,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    }
+    eprintln!("saved the model to {} (peak device memory {:.1} MiB)", args.out.display(), peak as f64 / 1048576.0);
     Ok(ExitCode::SUCCESS)
 }
 
 /// The trainer over `params` with the data, schedule and optimizer options of `args`
-/// (shared by `train` and `finetune`), and its total number of steps.
+/// (shared by `train` and `finetune`), its total number of steps, and the plan of the run in
+/// words (sequences, steps, precision) for the caller's one header line.
 pub(crate) fn build_trainer<'g, 'c>(
     g: &'g Graph<'c>,
     args: &TrainArgs,
     model: &Model,
     tokenizer: Option<&HfTokenizer>,
     params: Vec<TrainableParam>,
-) -> anyhow::Result<(Trainer<'g, 'c>, u64)> {
+) -> anyhow::Result<(Trainer<'g, 'c>, u64, String)> {
     g.set_checkpointing(args.gradient_checkpointing);
+    if let Some(n) = args.seq_len {
+        check_seq_len(model, n)?;
+    }
     let seq_len = args.seq_len.unwrap_or_else(|| default_seq_len(model));
     let add_eos = args.eos.resolve(true);
     let read = vkformers_data::ReadOptions { train_on_prompt: args.train_on_prompt, add_eos, ..Default::default() };
@@ -399,6 +444,10 @@ pub(crate) fn build_trainer<'g, 'c>(
     }
     let loader = Loader::new(seqs, args.batch_size, shuffle, args.seed, pad)?;
     let max_steps = args.max_steps.unwrap_or_else(|| steps_for_epochs(&loader, args.grad_accum, args.epochs));
+    if max_steps == 0 {
+        // An untrained copy saved as "the final model" would look like a result.
+        bail!("the data gives 0 optimizer steps: give --max-steps, more --epochs or more data");
+    }
     let opts = TrainOptions {
         grad_accum: args.grad_accum,
         schedule: Schedule::new(
@@ -425,11 +474,8 @@ pub(crate) fn build_trainer<'g, 'c>(
         shuffle,
     };
     let precision = args.precision.precision(g);
-    eprintln!(
-        "training {} ({} parameters) on {}: {} sequences of <= {seq_len} tokens{}{}, {max_steps} step{}, {}",
-        model.spec.model_type,
-        params.iter().map(|p| p.tensor.numel()).sum::<usize>(),
-        g.ctx().caps().name,
+    let plan = format!(
+        "{} sequences of <= {seq_len} tokens{}{}, {max_steps} step{}, {}",
         loader.len(),
         if packing { " (packed)" } else { "" },
         if tokenizer.is_none() {
@@ -449,7 +495,34 @@ pub(crate) fn build_trainer<'g, 'c>(
         check_vocab(&e, model.spec.vocab, "evaluation data")?;
         trainer.set_eval_data(sequences(&e, seq_len, false)?, pad);
     }
-    Ok((trainer, max_steps))
+    Ok((trainer, max_steps, plan))
+}
+
+/// `--seq-len` past the positions the model was trained for: a learned position table has no
+/// rows there (refused); rotary, ALiBi and other computed positions extrapolate, badly, so
+/// they get transformers' warning.
+pub(crate) fn check_seq_len(model: &Model, seq_len: usize) -> anyhow::Result<()> {
+    let Some(max) = max_positions(model) else { return Ok(()) };
+    if seq_len <= max {
+        return Ok(());
+    }
+    if model.spec.position_embedding.is_some() {
+        bail!(
+            "--seq-len {seq_len} is longer than the {max} positions of {}'s learned position embeddings \
+             (max_position_embeddings): use --seq-len {max} or less",
+            model.spec.model_type
+        );
+    }
+    eprintln!(
+        "warning: --seq-len {seq_len} is longer than the model's max_position_embeddings ({max}); \
+         results past that length may be poor"
+    );
+    Ok(())
+}
+
+/// The context the config declares (`max_position_embeddings`, or GPT-2's `n_positions`).
+fn max_positions(model: &Model) -> Option<usize> {
+    ["max_position_embeddings", "n_positions"].iter().find_map(|k| model.config[k].as_u64()).map(|m| m as usize)
 }
 
 /// The first and last loss of the run (and the last evaluation).
@@ -476,6 +549,9 @@ struct Progress<'a, 'g, 'c> {
     metrics: MetricsLog,
     bar: Option<indicatif::ProgressBar>,
     max_steps: u64,
+    /// Tokens and seconds of the steps run (for `--json`'s tokens/s).
+    tokens: u64,
+    seconds: f64,
 }
 
 impl<'a, 'g, 'c> Progress<'a, 'g, 'c> {
@@ -489,7 +565,7 @@ impl<'a, 'g, 'c> Progress<'a, 'g, 'c> {
             bar.set_style(style);
             bar
         });
-        Progress { g, loaded, metrics, bar, max_steps }
+        Progress { g, loaded, metrics, bar, max_steps, tokens: 0, seconds: 0.0 }
     }
 
     fn finish(&self) {
@@ -502,6 +578,8 @@ impl<'a, 'g, 'c> Progress<'a, 'g, 'c> {
 impl Observer for Progress<'_, '_, '_> {
     fn on_step(&mut self, s: &StepStats) -> vkformers_train::Result<()> {
         self.metrics.write(s)?;
+        self.tokens += s.tokens as u64;
+        self.seconds += s.seconds;
         let line = step_line(s, self.max_steps);
         match &self.bar {
             Some(b) => {

@@ -143,7 +143,9 @@ fn chat_over_a_pipe_resets_and_exits() {
         &["chat", "--model", m, "--max-new-tokens", "12"],
         Some("hello\nhow are you\n/reset\nhello\n/exit\nnever read\n"),
     );
-    let lines: Vec<&str> = out.lines().collect();
+    // Piped, an empty line separates the printed blocks (replies and the reset notice).
+    assert_eq!(out.lines().filter(|l| l.is_empty()).count(), 3, "{out:?}");
+    let lines: Vec<&str> = out.lines().filter(|l| !l.is_empty()).collect();
     let reset = lines.iter().position(|l| *l == "(conversation reset)").expect("/reset acknowledged");
     assert_eq!(reset, 2, "two replies before /reset: {out:?}");
     assert_eq!(lines.len(), 4, "one reply after /reset, nothing after /exit: {out:?}");
@@ -184,7 +186,7 @@ fn bad_input_gets_a_clear_error() {
     assert!(err.contains("context is 256"), "{err}");
     let bad = vkformers(&["generate", "--model", m, "--prompt", "x", "--do-sample", "--top-p", "1.5"], None);
     assert!(
-        String::from_utf8_lossy(&bad.stderr).contains("--top-p 1.5 is outside [0, 1]"),
+        String::from_utf8_lossy(&bad.stderr).contains("'--top-p <TOP_P>': must be in (0, 1]"),
         "{}",
         String::from_utf8_lossy(&bad.stderr)
     );

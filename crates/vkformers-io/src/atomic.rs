@@ -31,11 +31,14 @@ impl Staged {
     pub(crate) fn write(target: &Path, write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> Result<Staged> {
         let dir = parent_of(target);
         let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let temp = tempfile::Builder::new()
-            .prefix(&format!(".{name}."))
-            .suffix(".tmp")
-            .tempfile_in(dir)
-            .map_err(|e| IoError::io(dir, e))?;
+        let prefix = format!(".{name}.");
+        let mut builder = tempfile::Builder::new();
+        builder.prefix(&prefix).suffix(".tmp");
+        // tempfile creates 0600 files; saved models are meant to be shared like any file the
+        // user writes, so ask for 0666 and let the umask narrow it (as `File::create` does).
+        #[cfg(unix)]
+        builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
+        let temp = builder.tempfile_in(dir).map_err(|e| IoError::io(dir, e))?;
         let (file, temp) = temp.into_parts();
         fill(&file, write).map_err(|e| IoError::io(target, e))?;
         Ok(Staged { temp, target: target.to_path_buf() })
@@ -80,4 +83,26 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
     #[cfg(not(unix))]
     let _ = dir;
     Ok(())
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    /// The process umask, read without changing it (Linux reports it in /proc).
+    fn umask() -> Option<u32> {
+        let status = std::fs::read_to_string("/proc/self/status").ok()?;
+        let line = status.lines().find_map(|l| l.strip_prefix("Umask:"))?;
+        u32::from_str_radix(line.trim(), 8).ok()
+    }
+
+    #[test]
+    fn written_files_follow_the_umask() {
+        let Some(mask) = umask() else { return };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.json");
+        super::write_atomic(&path, |w| w.write_all(b"{}")).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o666 & !mask, "mode {mode:o} with umask {mask:o}");
+    }
 }

@@ -7,10 +7,17 @@ use serde_json::Value;
 use crate::atomic::write_atomic;
 use crate::error::{IoError, Result};
 
-/// Reads and parses a JSON file. A missing file, an unreadable one and a syntax error each give
-/// an error naming the file; a syntax error also gives its line and column.
+/// The largest JSON file [`read_json`] reads: configs, indexes and adapter configs are a few KiB
+/// to a few MiB, while parsing a corrupt or hostile 69 MB one took 3.4 GB of memory.
+/// (`tokenizer.json`, which can be tens of MiB, is read by the `tokenizers` library instead.)
+pub const MAX_JSON_BYTES: u64 = 16 << 20;
+
+/// Reads and parses a JSON file. A missing file, an unreadable one, one over
+/// [`MAX_JSON_BYTES`] and a syntax error each give an error naming the file; a syntax error
+/// also gives its line and column.
 pub fn read_json(path: impl AsRef<Path>) -> Result<Value> {
     let path = path.as_ref();
+    check_json_size(path)?;
     let text = std::fs::read_to_string(path).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => {
             IoError::FileNotFound { path: path.to_path_buf(), expected: "a JSON file".to_string() }
@@ -18,6 +25,24 @@ pub fn read_json(path: impl AsRef<Path>) -> Result<Value> {
         _ => IoError::io(path, e),
     })?;
     parse_json(path, &text)
+}
+
+/// Refuses a JSON file over [`MAX_JSON_BYTES`] before anything reads it, naming the file, its
+/// size and the limit. A missing file passes (the reader reports it in its own words).
+pub fn check_json_size(path: impl AsRef<Path>) -> Result<()> {
+    let path = path.as_ref();
+    let Ok(meta) = std::fs::metadata(path) else { return Ok(()) };
+    if meta.len() <= MAX_JSON_BYTES {
+        return Ok(());
+    }
+    let msg = format!(
+        "{} bytes ({:.1} MiB) is over the {} MiB limit for a JSON file of a model folder; \
+         is it the right file?",
+        meta.len(),
+        meta.len() as f64 / 1048576.0,
+        MAX_JSON_BYTES >> 20
+    );
+    Err(IoError::io(path, std::io::Error::new(std::io::ErrorKind::InvalidData, msg)))
 }
 
 /// Parses JSON text read from `path` (used for error messages).
@@ -61,5 +86,20 @@ fn sorted(value: &Value) -> Value {
         }
         Value::Array(items) => Value::Array(items.iter().map(sorted).collect()),
         other => other.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn an_oversized_json_file_is_refused_before_reading() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.json");
+        // Sparse: the size is there, the bytes are not, so the test costs nothing.
+        std::fs::File::create(&path).unwrap().set_len(super::MAX_JSON_BYTES + 1).unwrap();
+        let e = super::read_json(&path).unwrap_err().to_string();
+        assert!(e.contains("config.json") && e.contains("16777217 bytes") && e.contains("16 MiB limit"), "{e}");
+        std::fs::write(&path, "{}").unwrap();
+        assert!(super::read_json(&path).is_ok());
     }
 }

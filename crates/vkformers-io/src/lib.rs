@@ -25,7 +25,7 @@ pub use atomic::write_atomic;
 pub use copy::{copy_tokenizer_files, TOKENIZER_FILES};
 pub use dtype::{byte_size, is_float, numel, Dtype};
 pub use error::{IoError, Result};
-pub use json::{read_json, to_json_text, write_json_atomic};
+pub use json::{check_json_size, read_json, to_json_text, write_json_atomic, MAX_JSON_BYTES};
 pub use read::{ModelWeights, RawTensor, TensorInfo, INDEX_NAME, WEIGHTS_NAME};
 pub use tokenizer::{HfTokenizer, SpecialToken};
 pub use tokenizer_config::{ChatTemplates, TokenizerConfig, SPECIAL_TOKEN_ROLES};

@@ -82,7 +82,8 @@ impl LoraConfig {
     pub fn from_json(v: &Value) -> std::result::Result<Self, String> {
         let s = |k: &str| v.get(k).and_then(Value::as_str);
         if s("peft_type") != Some("LORA") {
-            return Err(format!("peft_type is {:?}; vkformers reads LoRA adapters (\"LORA\")", v.get("peft_type")));
+            let found = v.get("peft_type").map_or("missing".to_string(), Value::to_string);
+            return Err(format!("peft_type is {found}; vkformers reads LoRA adapters (\"LORA\")"));
         }
         if let Some(t) = s("task_type") {
             if t != "CAUSAL_LM" {

@@ -115,8 +115,14 @@ pub fn targeted(all: &[LinearModule], targets: &Targets) -> Result<Vec<LinearMod
         let names: Vec<&str> = all.iter().map(|x| x.name.rsplit('.').next().unwrap_or(&x.name)).collect();
         let mut names: Vec<&str> = names.into_iter().collect::<std::collections::BTreeSet<_>>().into_iter().collect();
         names.dedup();
+        // The targets as the user wrote them (not Rust's Debug form of the enum).
+        let given = match targets {
+            Targets::AllLinear => "all-linear".to_string(),
+            Targets::Regex(r) => format!("`{r}`"),
+            Targets::Names(n) => n.join(","),
+        };
         return Err(ModelError::Config(format!(
-            "target_modules {targets:?} matches no linear module of this model; its modules are {}",
+            "target_modules {given} matches no linear module of this model; its modules are {}",
             names.join(", ")
         )));
     }
