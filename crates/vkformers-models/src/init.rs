@@ -191,6 +191,8 @@ pub fn init_from_config(g: &Graph<'_>, config: Value, seed: u64) -> Result<Model
     let std = config["initializer_range"].as_f64().unwrap_or(0.02);
     let pad = config["pad_token_id"].as_u64().map(|p| p as usize);
     let planned = plan(&spec, &config)?;
+    let elements = planned.iter().map(|p| p.shape.iter().map(|&d| d as u64).product::<u64>()).sum();
+    crate::budget::check(g.ctx().caps(), crate::budget::Need { trainable_elements: elements, frozen_bytes: 0 })?;
     let mut rng = Normal(seed);
     let mut weights = Weights::default();
     let mut params = Vec::new();

@@ -2,6 +2,7 @@
 //! decoder graph over `vkformers-tensor` ops (`decoder.rs`), and the registry.
 
 pub mod archs;
+pub mod budget;
 pub mod decoder;
 pub mod error;
 pub mod init;

@@ -65,7 +65,8 @@ impl Model {
             }
         };
         let file = ModelWeights::open(dir).map_err(io_err)?;
-        check_against_config(&spec, &config, &file, dir)?;
+        let found = check_against_config(&spec, &config, &file, dir)?;
+        crate::budget::check(g.ctx().caps(), need(&found, trainable, &narrow, dtype))?;
         let mut weights = Weights::default();
         let mut params = Vec::new();
         let mut hf_names = Vec::new();
@@ -225,6 +226,27 @@ fn to_bits(data: &[f32], dtype: DType) -> Vec<u16> {
     }
 }
 
+/// The device bytes of the checked parameters once loaded: trainable ones with their gradient
+/// and moments, frozen ones in their storage type.
+fn need(
+    found: &HashMap<String, Vec<usize>>,
+    trainable: &dyn Fn(&str) -> bool,
+    narrow: &std::collections::HashSet<String>,
+    dtype: DType,
+) -> crate::budget::Need {
+    let mut need = crate::budget::Need::default();
+    for (name, shape) in found {
+        let n = shape.iter().map(|&d| d as u64).product::<u64>();
+        if trainable(name) {
+            need.trainable_elements += n;
+        } else {
+            let bytes = if narrow.contains(name) { dtype.bytes() } else { 4 };
+            need.frozen_bytes += n * bytes;
+        }
+    }
+    need
+}
+
 /// Buffers some checkpoints store that are no parameters (transformers ignores them on load).
 fn is_ignored_buffer(name: &str) -> bool {
     [".attn.bias", ".attn.masked_bias", ".rotary_emb.inv_freq"].iter().any(|b| name.ends_with(b))
@@ -313,7 +335,12 @@ fn shape_field(spec: &ModelSpec, name: &str) -> &'static str {
 /// every missing, unexpected or mis-shaped tensor is named with both shapes (a folder missing a
 /// norm weight or a bias must not run with a default, and a config with fewer layers than the
 /// checkpoint must not silently drop some).
-fn check_against_config(spec: &ModelSpec, config: &serde_json::Value, file: &ModelWeights, dir: &Path) -> Result<()> {
+fn check_against_config(
+    spec: &ModelSpec,
+    config: &serde_json::Value,
+    file: &ModelWeights,
+    dir: &Path,
+) -> Result<HashMap<String, Vec<usize>>> {
     let expected = crate::init::expected_params(spec, config)?;
     let found = stored_params(spec, file)?;
     let mut problems: Vec<String> = Vec::new();
@@ -342,7 +369,7 @@ fn check_against_config(spec: &ModelSpec, config: &serde_json::Value, file: &Mod
         problems.push(format!("unexpected tensor `{name}` {shape:?}"));
     }
     if problems.is_empty() {
-        return Ok(());
+        return Ok(found);
     }
     let shown = problems.len().min(12);
     let more =

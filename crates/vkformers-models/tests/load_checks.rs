@@ -130,3 +130,60 @@ fn the_fixtures_themselves_load() {
         Ok(())
     });
 }
+
+/// A folder whose header honestly declares a huge embedding and head (`[2^30, 32]` f32, 128 GiB
+/// each, in a sparse file) in a config that agrees: refused from the headers with the numbers,
+/// before any host or device allocation (it used to abort on the host allocation).
+#[test]
+fn weights_larger_than_the_device_are_refused_before_any_allocation() {
+    let dir = tempfile::tempdir().unwrap();
+    let vocab: usize = 1 << 30;
+    let src = ModelWeights::open(fixture("llama")).unwrap();
+    let mut header = serde_json::Map::new();
+    let mut at = 0u64;
+    let mut names: Vec<String> = src.names().map(String::from).collect();
+    names.sort();
+    for n in &names {
+        let mut shape = src.info(n).unwrap().shape;
+        if n == "model.embed_tokens.weight" || n == "lm_head.weight" {
+            shape[0] = vocab;
+        }
+        let bytes = shape.iter().product::<usize>() as u64 * 4;
+        header.insert(n.clone(), serde_json::json!({"dtype": "F32", "shape": shape, "data_offsets": [at, at + bytes]}));
+        at += bytes;
+    }
+    let mut text = serde_json::to_string(&header).unwrap();
+    while !text.len().is_multiple_of(8) {
+        text.push(' ');
+    }
+    let path = dir.path().join("model.safetensors");
+    let mut bytes = (text.len() as u64).to_le_bytes().to_vec();
+    bytes.extend(text.as_bytes());
+    std::fs::write(&path, &bytes).unwrap();
+    std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(bytes.len() as u64 + at).unwrap();
+    let mut config = vkformers_io::read_json(fixture("llama").join("config.json")).unwrap();
+    config["vocab_size"] = vocab.into();
+    vkformers_io::write_json_atomic(dir.path().join("config.json"), &config).unwrap();
+    let e = load_error(dir.path());
+    assert!(e.contains("the model needs") && e.contains("GiB"), "{e}");
+}
+
+/// `init_from_config` of a 13B-shaped config sizes the run from the plan and fails at once.
+#[test]
+fn a_config_too_large_to_train_on_the_device_fails_at_once_with_the_numbers() {
+    let config = serde_json::json!({
+        "model_type": "llama", "vocab_size": 32000, "hidden_size": 5120, "num_hidden_layers": 40,
+        "num_attention_heads": 40, "intermediate_size": 13824, "max_position_embeddings": 4096
+    });
+    let msg = std::cell::RefCell::new(String::new());
+    on_every_device("init too large", |ctx| {
+        let g = Graph::new(ctx);
+        *msg.borrow_mut() = vkformers_models::init::init_from_config(&g, config.clone(), 0)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        Ok(())
+    });
+    let e = msg.into_inner();
+    assert!(e.contains("trainable parameters") && e.contains("LoRA"), "{e}");
+}
