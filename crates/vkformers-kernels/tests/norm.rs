@@ -2,6 +2,7 @@
 //! and backward against the reference on odd shapes, on every device with validation on, in
 //! each storage type (f32, f16, bf16: inputs rounded on the host, the reference computed on the
 //! rounded values; 16-bit outputs compared with that type's tolerance, f32 outputs with f32's).
+//! The residual add fused with RMSNorm (inference) against the add and the plain forward.
 
 use half::{bf16, f16};
 use vkformers_kernels::dtype::DType;
@@ -192,6 +193,45 @@ fn rms_norm_f16_matches_reference() {
 #[test]
 fn rms_norm_bf16_matches_reference() {
     rms_norm_in(DType::BF16, 23);
+}
+
+/// The residual add fused with RMSNorm: h is `x + r` rounded to the storage type, and y, rstd are
+/// bit for bit those of the plain forward run on that h.
+fn check_add_rms(ctx: &Context, rng: &mut Rng, dt: DType, (rows, dim): (usize, usize), weight: bool) -> Result<()> {
+    let (xs, rs, ws) = (round(dt, &rng.vec(rows * dim, 2.0)), round(dt, &rng.vec(rows * dim, 2.0)), rng.vec(dim, 1.0));
+    let p = RmsNorm { rows: rows as u32, dim: dim as u32, eps: 1e-5, unit_offset: false, dtype: dt };
+    let (x, r, w) = (upload(ctx, dt, &xs, "x")?, upload(ctx, dt, &rs, "r")?, upload(ctx, dt, &round(dt, &ws), "w")?);
+    let out = |what| upload(ctx, dt, &vec![0.0; rows * dim], what);
+    let (h, y, y_plain) = (out("h")?, out("y")?, out("y plain")?);
+    let (rstd, rstd_plain) = (zeros(ctx, rows, "rstd")?, zeros(ctx, rows, "rstd plain")?);
+    let wv = weight.then(|| w.view());
+    let mut rec = ctx.recorder(false)?;
+    norm::add_rms_norm_forward(&mut rec, &p, (x.view(), r.view()), wv, h.view(), y.view(), rstd.view())?;
+    norm::rms_norm_forward(&mut rec, &p, h.view(), wv, y_plain.view(), rstd_plain.view())?;
+    rec.submit()?;
+    let what = format!("add+rms {dt:?} [{rows}, {dim}] w {weight}");
+    let sum: Vec<f32> = xs.iter().zip(&rs).map(|(a, b)| a + b).collect();
+    assert_eq!(download(ctx, dt, &h)?, round(dt, &sum), "{what}: h");
+    assert_eq!(download(ctx, dt, &y)?, download(ctx, dt, &y_plain)?, "{what}: y");
+    assert_eq!(ctx.read_vec::<f32>(rstd.view())?, ctx.read_vec::<f32>(rstd_plain.view())?, "{what}: rstd");
+    Ok(())
+}
+
+#[test]
+fn add_fused_with_rms_norm_equals_add_then_rms_norm() {
+    for (dt, seed) in [(DType::F32, 5), (DType::F16, 15), (DType::BF16, 25)] {
+        on_every_device(&format!("add + rms_norm {dt:?}"), |ctx| {
+            if !supported(ctx, dt, "add + rms_norm") {
+                return Ok(());
+            }
+            let mut rng = Rng::new(seed);
+            for &shape in SHAPES {
+                check_add_rms(ctx, &mut rng, dt, shape, true)?;
+                check_add_rms(ctx, &mut rng, dt, shape, false)?;
+            }
+            Ok(())
+        });
+    }
 }
 
 /// LayerNorm forward and backward on the GPU against the reference; `affine` 0, 1 or 2 is

@@ -1,6 +1,10 @@
 // Shared by the norm kernels (include after dtype.glsl): workgroup size, a deterministic shared-memory tree sum, and the
 // gain g[d] applied after normalising (1, w[d], or 1 + w[d] for Gemma's unit offset).
+// Threads per workgroup: 256, or one 8-lane subgroup in the `_cpu` variants (llvmpipe runs the
+// subgroups of a workgroup as coroutines switched at every barrier of the tree sum).
+#ifndef NORM_LOCAL
 #define NORM_LOCAL 256
+#endif
 
 // Gain modes (push constant `mode`).
 #define GAIN_NONE 0u

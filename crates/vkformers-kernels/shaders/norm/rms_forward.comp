@@ -8,12 +8,29 @@
 // with g = 1 (mode 0), w (mode 1) or 1 + w (mode 2, Gemma); w [D] is read only when mode != 0.
 // One workgroup per row. x, w, y are in the variant's storage type (f32, f16, bf16); rstd
 // and all math are f32.
+// ADD variants (inference: a residual add fused with the norm after it, one dispatch and one
+// barrier fewer): h = x + r is written too and normalised, as rounded to the storage type, so
+// h, y and rstd are those of broadcast/binary:add followed by the plain kernel.
+// `_cpu` variants: one 8-lane workgroup per row (NORM_LOCAL=8).
 // variant: f32
 // variant: f16 DT_F16
 // variant: bf16 DT_BF16
+// variant: f32_cpu NORM_LOCAL=8
+// variant: f16_cpu DT_F16 NORM_LOCAL=8
+// variant: bf16_cpu DT_BF16 NORM_LOCAL=8
+// variant: add_f32 ADD
+// variant: add_f16 DT_F16 ADD
+// variant: add_bf16 DT_BF16 ADD
+// variant: add_f32_cpu ADD NORM_LOCAL=8
+// variant: add_f16_cpu DT_F16 ADD NORM_LOCAL=8
+// variant: add_bf16_cpu DT_BF16 ADD NORM_LOCAL=8
 layout(local_size_x = NORM_LOCAL) in;
 layout(push_constant) uniform Push {
     DIn x;
+#ifdef ADD
+    DIn r;  // [rows, D]: added to x
+    DBuf h; // [rows, D]: x + r
+#endif
     DIn w;
     DBuf y;
     F32Buf rstd;
@@ -28,12 +45,23 @@ void main() {
         uint base = row * pc.D;
         float ss = 0.0;
         FOR_EACH_COL(d, pc.D) {
+#ifdef ADD
+            // Each invocation reads back only what it wrote: h as stored (rounded).
+            st(pc.h, base + d, ld(pc.x, base + d) + ld(pc.r, base + d));
+            float v = ld(DIn(uint64_t(pc.h)), base + d);
+#else
             float v = ld(pc.x, base + d);
+#endif
             ss += v * v;
         }
         float r = inversesqrt(norm_sum2(vec2(ss, 0.0)).x / float(pc.D) + pc.eps);
         FOR_EACH_COL(d, pc.D) {
-            st(pc.y, base + d, ld(pc.x, base + d) * r * norm_gain(pc.w, pc.mode, d));
+#ifdef ADD
+            float v = ld(DIn(uint64_t(pc.h)), base + d);
+#else
+            float v = ld(pc.x, base + d);
+#endif
+            st(pc.y, base + d, v * r * norm_gain(pc.w, pc.mode, d));
         }
         if (gl_LocalInvocationID.x == 0) {
             pc.rstd.v[row] = r;

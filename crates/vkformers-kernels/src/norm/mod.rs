@@ -73,7 +73,9 @@ fn err(kernel: &str, message: String) -> VkError {
 
 /// Name of `k` in errors: without the `:f32` suffix (the f32 kernels keep their plain names).
 fn kname(k: &KernelCode) -> &'static str {
-    k.name.strip_suffix(":f32").unwrap_or(k.name)
+    // Errors name the kernel as on every device: no `_cpu` workgroup suffix.
+    let name = k.name.strip_suffix("_cpu").unwrap_or(k.name);
+    name.strip_suffix(":f32").unwrap_or(name)
 }
 
 /// The variant of a norm kernel for a storage type.
@@ -122,6 +124,56 @@ fn row_groups(rows: u32) -> [u32; 3] {
     [rows.clamp(1, MAX_GROUPS), 1, 1]
 }
 
+/// Whether to run the `_cpu` variants (one 8-lane workgroup per row): a CPU device with
+/// 8-lane subgroups, where llvmpipe switches the subgroups of a 256-thread workgroup as
+/// coroutines at each of the tree sum's barriers.
+fn cpu_variant(rec: &Recorder) -> bool {
+    let c = rec.caps();
+    c.device_type == "cpu" && c.subgroup_size == 8
+}
+
+/// The RMSNorm forward variant: plain or fused with a residual add, storage type, CPU or not.
+fn rms_forward_code(dtype: DType, add: bool, cpu: bool) -> &'static KernelCode {
+    let table = [
+        [
+            [&code::NORM_RMS_FORWARD_F32, &code::NORM_RMS_FORWARD_F16, &code::NORM_RMS_FORWARD_BF16],
+            [&code::NORM_RMS_FORWARD_F32_CPU, &code::NORM_RMS_FORWARD_F16_CPU, &code::NORM_RMS_FORWARD_BF16_CPU],
+        ],
+        [
+            [&code::NORM_RMS_FORWARD_ADD_F32, &code::NORM_RMS_FORWARD_ADD_F16, &code::NORM_RMS_FORWARD_ADD_BF16],
+            [
+                &code::NORM_RMS_FORWARD_ADD_F32_CPU,
+                &code::NORM_RMS_FORWARD_ADD_F16_CPU,
+                &code::NORM_RMS_FORWARD_ADD_BF16_CPU,
+            ],
+        ],
+    ];
+    let dt = match dtype {
+        DType::F32 => 0,
+        DType::F16 => 1,
+        DType::BF16 => 2,
+    };
+    table[usize::from(add)][usize::from(cpu)][dt]
+}
+
+/// Checks the views of an RMSNorm forward: x, y `[rows, dim]`, rstd `[rows]`, w `[dim]`.
+fn check_rms_forward(
+    name: &str,
+    p: &RmsNorm,
+    (x, y, rstd): (&BufferView<'_>, &BufferView<'_>, &BufferView<'_>),
+    w: Option<&BufferView<'_>>,
+) -> Result<()> {
+    let n = u64::from(p.rows) * u64::from(p.dim);
+    check_shape(name, p.rows, p.dim)?;
+    check_len_of(name, "x", x, n, p.dtype)?;
+    check_len_of(name, "y", y, n, p.dtype)?;
+    check_len(name, "rstd", rstd, p.rows.into())?;
+    if let Some(w) = w {
+        check_len_of(name, "w", w, p.dim.into(), p.dtype)?;
+    }
+    Ok(())
+}
+
 /// RMSNorm forward: `y = x * rstd * g` with `rstd = 1 / sqrt(mean(x^2) + eps)` per row and
 /// `g = 1` (no weight), `w`, or `1 + w` (`unit_offset`). Writes `y [rows, dim]` and the
 /// per-row `rstd [rows]` that [`rms_norm_backward`] needs.
@@ -133,19 +185,34 @@ pub fn rms_norm_forward(
     y: BufferView<'_>,
     rstd: BufferView<'_>,
 ) -> Result<()> {
-    let k = pick(p.dtype, &code::NORM_RMS_FORWARD_F32, &code::NORM_RMS_FORWARD_F16, &code::NORM_RMS_FORWARD_BF16);
-    let (name, dt) = (kname(k), p.dtype);
-    let n = u64::from(p.rows) * u64::from(p.dim);
-    check_shape(name, p.rows, p.dim)?;
-    check_len_of(name, "x", &x, n, dt)?;
-    check_len_of(name, "y", &y, n, dt)?;
-    check_len(name, "rstd", &rstd, p.rows.into())?;
-    if let Some(w) = &w {
-        check_len_of(name, "w", w, p.dim.into(), dt)?;
-    }
-    let mode = gain_mode(w.is_some(), p.unit_offset);
-    let params = words(&[p.rows, p.dim, p.eps.to_bits(), mode]);
+    let k = rms_forward_code(p.dtype, false, cpu_variant(rec));
+    check_rms_forward(kname(k), p, (&x, &y, &rstd), w.as_ref())?;
+    let params = words(&[p.rows, p.dim, p.eps.to_bits(), gain_mode(w.is_some(), p.unit_offset)]);
     let args = [read(x), read(w.unwrap_or(x)), write(y), write(rstd)];
+    rec.dispatch(k, &[], &args, &params, row_groups(p.rows))
+}
+
+/// A residual add fused with the RMSNorm after it (inference; no backward): `h = x + r`, then
+/// [`rms_norm_forward`] of h (as stored in `p.dtype`) into `y` and `rstd`. Every value equals
+/// the add kernel followed by the plain forward; one dispatch instead of two.
+#[allow(clippy::too_many_arguments)]
+pub fn add_rms_norm_forward(
+    rec: &mut Recorder,
+    p: &RmsNorm,
+    (x, r): (BufferView<'_>, BufferView<'_>),
+    w: Option<BufferView<'_>>,
+    h: BufferView<'_>,
+    y: BufferView<'_>,
+    rstd: BufferView<'_>,
+) -> Result<()> {
+    let k = rms_forward_code(p.dtype, true, cpu_variant(rec));
+    let name = kname(k);
+    check_rms_forward(name, p, (&x, &y, &rstd), w.as_ref())?;
+    let n = u64::from(p.rows) * u64::from(p.dim);
+    check_len_of(name, "r", &r, n, p.dtype)?;
+    check_len_of(name, "h", &h, n, p.dtype)?;
+    let params = words(&[p.rows, p.dim, p.eps.to_bits(), gain_mode(w.is_some(), p.unit_offset)]);
+    let args = [read(x), read(r), write(h), read(w.unwrap_or(x)), write(y), write(rstd)];
     rec.dispatch(k, &[], &args, &params, row_groups(p.rows))
 }
 
