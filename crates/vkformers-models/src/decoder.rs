@@ -302,6 +302,26 @@ fn residual_add(g: &Graph<'_>, layer: &LayerSpec, x: &Tensor, y: &Tensor) -> Res
     Ok(broadcast::add(g, x, &y)?)
 }
 
+/// `x + s·y` and the layer's MLP norm of it. An RMSNorm after an unscaled add runs as one
+/// fused kernel in inference (`norm::add_rms_norm`; where gradients flow it is the add and the
+/// norm ops): a decode step has one dispatch and one barrier fewer per layer.
+fn add_then_norm(
+    g: &Graph<'_>,
+    layer: &LayerSpec,
+    (x, y): (&Tensor, &Tensor),
+    w: &Weights,
+    template: &str,
+    i: usize,
+) -> Result<(Tensor, Tensor)> {
+    if let (Some(Norm::Rms { eps, unit_offset }), true) = (&layer.mlp_norm, layer.residual_scale == 1.0) {
+        let gain = w.opt(&format!("{}.weight", layer_name(template, i)));
+        return Ok(norm::add_rms_norm(g, (x, y), gain, *eps, *unit_offset)?);
+    }
+    let x = residual_add(g, layer, x, y)?;
+    let h = maybe_norm(g, &layer.mlp_norm, w, template, i, &x)?;
+    Ok((x, h))
+}
+
 #[allow(clippy::too_many_arguments)]
 fn decoder_layer(
     g: &Graph<'_>,
@@ -319,8 +339,7 @@ fn decoder_layer(
     let a = maybe_norm(g, &layer.post_attn_norm, w, &names.post_attn_norm, i, &a)?;
     match layer.residual {
         Residual::Sequential => {
-            let x = residual_add(g, layer, x, &a)?;
-            let h = maybe_norm(g, &layer.mlp_norm, w, &names.mlp_norm, i, &x)?;
+            let (x, h) = add_then_norm(g, layer, (x, &a), w, &names.mlp_norm, i)?;
             let m = mlp(g, spec, w, &layer.mlp, i, &h)?;
             let m = maybe_norm(g, &layer.post_mlp_norm, w, &names.post_mlp_norm, i, &m)?;
             residual_add(g, layer, &x, &m)

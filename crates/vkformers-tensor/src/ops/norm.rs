@@ -93,6 +93,33 @@ pub fn rms_norm(g: &Graph<'_>, x: &Tensor, w: Option<&Tensor>, eps: f32, unit_of
     Ok(y)
 }
 
+/// `h = x + r` and `y = rms_norm(h)` (as [`rms_norm`]) of `x, r [.., D]`: one fused kernel when
+/// no gradient can flow (inference: a decoder's residual add and the norm after it), else the
+/// add and norm ops with their backward. Returns `(h, y)`; the values are the same either way.
+pub fn add_rms_norm(
+    g: &Graph<'_>,
+    (x, r): (&Tensor, &Tensor),
+    w: Option<&Tensor>,
+    eps: f32,
+    unit_offset: bool,
+) -> Result<(Tensor, Tensor)> {
+    let grads = g.grad_enabled() && [Some(x), Some(r), w].iter().flatten().any(|t| t.requires_grad());
+    if grads || x.shape() != r.shape() {
+        let h = crate::ops::broadcast::add(g, x, r)?;
+        let y = rms_norm(g, &h, w, eps, unit_offset)?;
+        return Ok((h, y));
+    }
+    let (rows, dim) = shape("add_rms_norm", x, &[w])?;
+    let p = RmsNorm { rows, dim, eps, unit_offset, dtype: DType::F32 };
+    let inputs: Vec<&Tensor> = [Some(x), Some(r), w].into_iter().flatten().collect();
+    let h = g.output(x.shape(), &inputs)?;
+    let y = g.output(x.shape(), &inputs)?;
+    let rstd = g.empty(&[rows as usize])?;
+    let views = (x.view(), r.view());
+    g.record(|rec| k::add_rms_norm_forward(rec, &p, views, w.map(Tensor::view), h.view(), y.view(), rstd.view()))?;
+    Ok((h, y))
+}
+
 /// LayerNorm over the last dim: `x [.., D]`, optional `w [D]` and `b [D]` (a bias needs a
 /// weight) -> `y [.., D]`.
 pub fn layer_norm(g: &Graph<'_>, x: &Tensor, w: Option<&Tensor>, b: Option<&Tensor>, eps: f32) -> Result<Tensor> {
