@@ -60,7 +60,8 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     let seq_len = args.seq_len.unwrap_or(max_pos.map_or(usize::MAX, |m| m as usize));
     crate::train::truncate_rows(&mut data, seq_len, false, "data");
     if tok.is_some() {
-        eprintln!("eval: {} rows, {}", data.examples.len(), if add_eos { "EOS appended" } else { "no EOS appended" });
+        let rows = crate::precision::plural(data.examples.len() as u64, "row");
+        eprintln!("eval: {rows}, {}", if add_eos { "EOS appended" } else { "no EOS appended" });
     }
     let rows = sequences(&data.examples, seq_len, false)?;
     let pad = model.config["pad_token_id"].as_u64().unwrap_or(0) as u32;

@@ -129,10 +129,10 @@ fn finetune(selector: &DeviceSelector, args: &Args, model_dir: &Path, out: &OutD
         lora.named_params().into_iter().map(|(name, tensor, decay)| TrainableParam { name, tensor, decay }).collect();
     let (mut trainer, max_steps, plan) = crate::train::build_trainer(&g, t, &model, tokenizer.as_ref(), params)?;
     eprintln!(
-        "fine-tuning {} with LoRA r={} on {} modules ({} trainable of {} parameters) on {}: {plan}",
+        "fine-tuning {} with LoRA r={} on {} ({} trainable of {} parameters) on {}: {plan}",
         model.spec.model_type,
         lora.config.r,
-        lora.modules.len(),
+        crate::precision::plural(lora.modules.len() as u64, "module"),
         lora.numel(),
         model.params.iter().map(|(_, p)| p.numel()).sum::<usize>(),
         ctx.caps().name,

@@ -53,7 +53,8 @@ impl ProfileArgs {
     }
 }
 
-fn plural(n: u64, unit: &str) -> String {
+/// `1 step`, `2 steps`.
+pub(crate) fn plural(n: u64, unit: &str) -> String {
     format!("{n} {unit}{}", if n == 1 { "" } else { "s" })
 }
 

@@ -475,8 +475,8 @@ pub(crate) fn build_trainer<'g, 'c>(
     };
     let precision = args.precision.precision(g);
     let plan = format!(
-        "{} sequences of <= {seq_len} tokens{}{}, {max_steps} step{}, {}",
-        loader.len(),
+        "{} of <= {seq_len} tokens{}{}, {}, {}",
+        crate::precision::plural(loader.len() as u64, "sequence"),
         if packing { " (packed)" } else { "" },
         if tokenizer.is_none() {
             ""
@@ -485,7 +485,7 @@ pub(crate) fn build_trainer<'g, 'c>(
         } else {
             ", no EOS appended"
         },
-        if max_steps == 1 { "" } else { "s" },
+        crate::precision::plural(max_steps, "step"),
         precision.name(),
     );
     let mut trainer = Trainer::new(g, params, loader, opts)?;
