@@ -26,8 +26,30 @@ pub struct Args {
 pub fn run(_selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     let model = vkformers_hub::resolve_model(&args.model)?;
     let adapter = vkformers_hub::resolve_model(&args.adapter)?;
-    let n = vkformers_models::lora::merge_to_folder(&model, &adapter, &args.out)
-        .with_context(|| format!("merging {} into {}", adapter.display(), model.display()))?;
+    for dir in [&model, &adapter] {
+        crate::outdir::check_complete(dir)?;
+    }
+    if let Some(input) = [&model, &adapter].into_iter().find(|d| crate::outdir::same_folder(&args.out, d)) {
+        anyhow::bail!(
+            "--out {} is an input folder ({}): give the merged model its own folder",
+            args.out.display(),
+            input.display()
+        );
+    }
+    // Written as the final save of `train` is (all files, then one rename each), so a killed
+    // merge never leaves a half-merged folder that loads.
+    let out = crate::outdir::OutDir::check(&args.out, None, true)?;
+    out.create()?;
+    let mut n = 0;
+    let merged = out.publish(|dir| {
+        n = vkformers_models::lora::merge_to_folder(&model, &adapter, dir)
+            .with_context(|| format!("merging {} into {}", adapter.display(), model.display()))?;
+        Ok(())
+    });
+    if let Err(e) = merged {
+        out.clean_after_failure();
+        return Err(e);
+    }
     if args.json {
         let v = serde_json::json!({"model": model, "adapter": adapter, "out": args.out, "adapter_tensors": n});
         println!("{}", serde_json::to_string_pretty(&v)?);

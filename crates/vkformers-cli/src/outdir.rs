@@ -47,7 +47,8 @@ fn is_leftover(name: &str) -> bool {
     name.starts_with('.') && (name.ends_with(".tmp") || name.ends_with(".discarded"))
 }
 
-fn same_folder(a: &Path, b: &Path) -> bool {
+/// Whether two paths name the same existing folder.
+pub fn same_folder(a: &Path, b: &Path) -> bool {
     match (a.canonicalize(), b.canonicalize()) {
         (Ok(a), Ok(b)) => a == b,
         _ => false,

@@ -199,9 +199,11 @@ struct Loaded {
     tokenizer: Option<HfTokenizer>,
 }
 
-fn load_model(g: &Graph<'_>, src: &SourceArgs, args: &TrainArgs) -> anyhow::Result<Loaded> {
-    if let Some(m) = &src.model {
-        let dir = vkformers_hub::resolve_model(m)?;
+/// The model of `--model` (resolved to `model_dir` by the caller), else one drawn from
+/// `--init-from-config`.
+fn load_model(g: &Graph<'_>, model_dir: Option<&Path>, src: &SourceArgs, args: &TrainArgs) -> anyhow::Result<Loaded> {
+    if let Some(dir) = model_dir {
+        let dir = dir.to_path_buf();
         crate::outdir::check_complete(&dir)?;
         let model = Model::load(g, &dir).with_context(|| format!("loading {}", dir.display()))?;
         let tokenizer = dir.join("tokenizer.json").exists().then(|| HfTokenizer::from_dir(&dir)).transpose()?;
@@ -348,18 +350,23 @@ fn default_seq_len(model: &Model) -> usize {
 pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     let model_dir = args.source.model.as_deref().map(vkformers_hub::resolve_model).transpose()?;
     let out = crate::outdir::OutDir::check(&args.opts.out, model_dir.as_deref(), args.opts.overwrite_output_dir)?;
-    let result = train(selector, args, &out);
+    let result = train(selector, args, model_dir.as_deref(), &out);
     if result.is_err() {
         out.clean_after_failure();
     }
     result
 }
 
-fn train(selector: &DeviceSelector, cli: &Args, out: &crate::outdir::OutDir) -> anyhow::Result<ExitCode> {
+fn train(
+    selector: &DeviceSelector,
+    cli: &Args,
+    model_dir: Option<&Path>,
+    out: &crate::outdir::OutDir,
+) -> anyhow::Result<ExitCode> {
     let args = &*cli.opts;
     let ctx = Context::new(selector)?;
     let g = Graph::new(&ctx);
-    let loaded = load_model(&g, &cli.source, args)?;
+    let loaded = load_model(&g, model_dir, &cli.source, args)?;
     let model = &loaded.model;
     let params = full_model_params(model);
     let n_params = params.iter().map(|p| p.tensor.numel()).sum::<usize>();

@@ -336,3 +336,26 @@ fn bench_gemm_prints_gflops_when_slow() {
     assert!(!text.contains("0.0 TFLOP/s"), "{text}");
     assert!(text.contains("FLOP/s"), "{text}");
 }
+
+/// `merge-lora` never writes into the base model or the adapter it reads.
+#[test]
+fn merge_lora_refuses_to_write_into_its_inputs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tmp.path().join("model");
+    copy_dir(&repo().join("tests/fixtures/llama"), &model);
+    let before = std::fs::read(model.join("model.safetensors")).unwrap();
+    let (m, a) = (model.to_str().unwrap(), path("tests/fixtures_lora/llama"));
+    refused(
+        "merge into the base",
+        &["merge-lora", "--model", m, "--adapter", &a, "--out", m],
+        &["--out", "input folder"],
+        None,
+    );
+    refused(
+        "merge into the adapter",
+        &["merge-lora", "--model", m, "--adapter", &a, "--out", &a],
+        &["--out", "input folder"],
+        None,
+    );
+    assert_eq!(std::fs::read(model.join("model.safetensors")).unwrap(), before, "the base is untouched");
+}
