@@ -509,19 +509,19 @@ pub(crate) fn build_trainer<'g, 'c>(
 /// rows there (refused); rotary, ALiBi and other computed positions extrapolate, badly, so
 /// they get transformers' warning.
 pub(crate) fn check_seq_len(model: &Model, seq_len: usize) -> anyhow::Result<()> {
-    let Some(max) = max_positions(model) else { return Ok(()) };
+    let Some((key, max)) = position_limit(model) else { return Ok(()) };
     if seq_len <= max {
         return Ok(());
     }
     if model.spec.position_embedding.is_some() {
         bail!(
             "--seq-len {seq_len} is longer than the {max} positions of {}'s learned position embeddings \
-             (max_position_embeddings): use --seq-len {max} or less",
+             ({key} in config.json): use --seq-len {max} or less",
             model.spec.model_type
         );
     }
     eprintln!(
-        "warning: --seq-len {seq_len} is longer than the model's max_position_embeddings ({max}); \
+        "warning: --seq-len {seq_len} is longer than the model's {key} ({max}); \
          results past that length may be poor"
     );
     Ok(())
@@ -529,7 +529,12 @@ pub(crate) fn check_seq_len(model: &Model, seq_len: usize) -> anyhow::Result<()>
 
 /// The context the config declares (`max_position_embeddings`, or GPT-2's `n_positions`).
 fn max_positions(model: &Model) -> Option<usize> {
-    ["max_position_embeddings", "n_positions"].iter().find_map(|k| model.config[k].as_u64()).map(|m| m as usize)
+    position_limit(model).map(|(_, m)| m)
+}
+
+/// [`max_positions`] with the config key it came from, for messages.
+fn position_limit(model: &Model) -> Option<(&'static str, usize)> {
+    ["max_position_embeddings", "n_positions"].into_iter().find_map(|k| Some((k, model.config[k].as_u64()? as usize)))
 }
 
 /// The first and last loss of the run (and the last evaluation).
