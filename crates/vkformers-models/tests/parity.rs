@@ -63,6 +63,18 @@ parity! {
     falcon_alibi: "falcon_alibi",
     phi3: "phi3",
     opt: "opt",
+    // Wave 2 (issue 16): config parsers on existing features.
+    ministral: "ministral",
+    cwm: "cwm",
+    arcee: "arcee",
+    helium: "helium",
+    glm: "glm",
+    glm4: "glm4",
+    seed_oss: "seed_oss",
+    olmo3: "olmo3",
+    exaone4: "exaone4",
+    ernie4_5: "ernie4_5",
+    hyperclovax: "hyperclovax",
 }
 
 #[test]

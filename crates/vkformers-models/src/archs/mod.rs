@@ -6,24 +6,34 @@ use serde_json::Value;
 use crate::error::{ModelError, Result};
 use crate::spec::ModelSpec;
 
+mod arcee;
 mod bloom;
 mod check;
 mod cohere;
 mod common;
+mod ernie4_5;
+mod exaone4;
 mod falcon;
 mod gemma;
 mod gemma2;
 mod gemma3;
+mod glm;
 mod gpt2;
 mod gpt_neox;
 mod granite;
+mod helium;
+mod hyperclovax;
+mod layer_types;
 mod llama;
 mod ln_common;
+mod ministral;
 mod olmo2;
+mod olmo3;
 mod opt;
 mod phi;
 mod phi3;
 mod qwen;
+mod seed_oss;
 mod smollm3;
 mod stablelm;
 mod starcoder2;
@@ -57,6 +67,17 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "stablelm", family: "layernorm rotary decoder", build: stablelm::spec },
     Arch { model_type: "bloom", family: "ALiBi decoder", build: bloom::spec },
     Arch { model_type: "falcon", family: "layernorm rotary decoder", build: falcon::spec },
+    Arch { model_type: "ministral", family: "llama-like decoder", build: ministral::ministral },
+    Arch { model_type: "cwm", family: "llama-like decoder", build: ministral::cwm },
+    Arch { model_type: "arcee", family: "llama-like decoder", build: arcee::spec },
+    Arch { model_type: "helium", family: "llama-like decoder", build: helium::spec },
+    Arch { model_type: "glm", family: "llama-like decoder", build: glm::glm },
+    Arch { model_type: "glm4", family: "llama-like decoder", build: glm::glm4 },
+    Arch { model_type: "seed_oss", family: "llama-like decoder", build: seed_oss::spec },
+    Arch { model_type: "olmo3", family: "llama-like decoder", build: olmo3::spec },
+    Arch { model_type: "exaone4", family: "llama-like decoder", build: exaone4::spec },
+    Arch { model_type: "ernie4_5", family: "llama-like decoder", build: ernie4_5::spec },
+    Arch { model_type: "hyperclovax", family: "llama-like decoder", build: hyperclovax::spec },
 ];
 
 /// The spec of a parsed `config.json`.
