@@ -134,8 +134,10 @@ impl OutDir {
         vkformers_io::write_atomic(out.join(INCOMPLETE_MARKER), |w| {
             w.write_all(b"vkformers is replacing the model files of this folder\n")
         })?;
-        for old in entries(out)?.iter().filter(|n| is_weight_file(n) && !new.contains(n)) {
-            remove(&out.join(old))?;
+        if new.iter().any(|n| is_model_weights(n)) {
+            for old in entries(out)?.iter().filter(|n| is_model_weights(n) && !new.contains(n)) {
+                remove(&out.join(old))?;
+            }
         }
         for name in &new {
             let (from, to) = (tmp.join(name), out.join(name));
@@ -148,9 +150,16 @@ impl OutDir {
     }
 }
 
-/// Weights and their index: what a save with another sharding would leave stale.
-fn is_weight_file(name: &str) -> bool {
-    name.ends_with(".safetensors") || name.ends_with(".safetensors.index.json")
+/// A model's weights and index as `save_pretrained` names them (`model.safetensors`,
+/// `model-00001-of-00003.safetensors`, `model.safetensors.index.json`): what a save with
+/// another sharding would leave stale. Only these go, and only when the new save has weights of
+/// its own (an adapter saved into a model folder leaves the model's weights alone).
+fn is_model_weights(name: &str) -> bool {
+    let shard =
+        name.strip_prefix("model-").and_then(|r| r.strip_suffix(".safetensors")).and_then(|r| r.split_once("-of-"));
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    matches!(name, "model.safetensors" | "model.safetensors.index.json")
+        || shard.is_some_and(|(a, b)| digits(a) && digits(b))
 }
 
 fn entries(dir: &Path) -> anyhow::Result<Vec<String>> {
@@ -220,6 +229,18 @@ mod tests {
         .unwrap();
         assert_eq!(names(out.path()), ["checkpoint-2", "config.json", "metrics.jsonl", "model.safetensors"]);
         assert_eq!(std::fs::read_to_string(out.path().join("model.safetensors")).unwrap(), "new");
+    }
+
+    #[test]
+    fn an_adapter_saved_into_a_model_folder_keeps_the_model_weights() {
+        let out = tempfile::tempdir().unwrap();
+        for f in ["model.safetensors", "notes.safetensors"] {
+            std::fs::write(out.path().join(f), "base").unwrap();
+        }
+        let dir = OutDir::check(out.path(), None, true).unwrap();
+        dir.publish(|tmp| Ok(std::fs::write(tmp.join("adapter_model.safetensors"), "lora")?)).unwrap();
+        assert_eq!(names(out.path()), ["adapter_model.safetensors", "model.safetensors", "notes.safetensors"]);
+        assert!(is_model_weights("model-00002-of-00003.safetensors") && !is_model_weights("model-x-of-y.safetensors"));
     }
 
     #[test]
