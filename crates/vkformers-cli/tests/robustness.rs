@@ -359,3 +359,20 @@ fn merge_lora_refuses_to_write_into_its_inputs() {
     );
     assert_eq!(std::fs::read(model.join("model.safetensors")).unwrap(), before, "the base is untouched");
 }
+
+/// `finetune` says what it does in one header line (not `train`'s and its own), in the singular
+/// where there is one of something.
+#[test]
+fn finetune_prints_one_header_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("adapter");
+    let (model, data) = (path("tests/fixtures/llama"), path("tests/fixtures_train/rows.jsonl"));
+    let args = with(&["finetune"], &train_args(&model, &data, out.to_str().unwrap())[1..]);
+    let o = run(&with(&args, &["--target-modules", "model.layers.0.self_attn.q_proj"]), None);
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(err.matches("fine-tuning llama").count(), 1, "{err}");
+    assert!(!err.contains("training llama"), "a second header:\n{err}");
+    assert!(err.contains("on 1 module (") && err.contains(", 1 step,"), "{err}");
+    assert!(out.join("adapter_model.safetensors").is_file() && !out.join(".vkformers-incomplete").exists());
+}
