@@ -163,6 +163,22 @@ pub mod storage {
         }
     }
 
+    /// An uninitialised device tensor of `n` values of `dt` (kernel outputs).
+    pub fn alloc(ctx: &Context, dt: DType, n: usize, what: &str) -> Result<Stored> {
+        let len = n as u64 * dt.bytes();
+        Ok(Stored { buf: ctx.buffer(len, what)?, len })
+    }
+
+    /// A stored tensor read back, widened to f32.
+    pub fn read(ctx: &Context, dt: DType, t: &Stored) -> Result<Vec<f32>> {
+        download(ctx, dt, t.view())
+    }
+
+    /// Whether the device can run the variant of `dt` (says so when it cannot).
+    pub fn supported(ctx: &Context, dt: DType, what: &str) -> bool {
+        !unsupported(ctx, dt, what)
+    }
+
     /// Whether the device lacks 16-bit storage for `dt` (then the test of `dt` is skipped).
     pub fn unsupported(ctx: &Context, dt: DType, what: &str) -> bool {
         let skip = dt != DType::F32 && !ctx.caps().fp16;

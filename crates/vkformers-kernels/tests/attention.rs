@@ -3,13 +3,13 @@
 //! and in f16 / bf16 storage (inputs rounded on the host, the reference computed on the rounded
 //! values; 16-bit outputs compared with that type's tolerance, lse and delta with f32's).
 
-use half::{bf16, f16};
 use vkformers_kernels::attention::reference::{self, Shape};
 use vkformers_kernels::attention::{self, Grads, Qkv, Saved};
 use vkformers_kernels::dtype::DType;
-use vkformers_kernels::testutil::{assert_close, assert_grad_matches_fd, f64s, Rng, Tol, TOL_BF16, TOL_F16, TOL_F32};
+use vkformers_kernels::testutil::storage::{alloc, read, round, supported, tol, upload};
+use vkformers_kernels::testutil::{assert_close, assert_grad_matches_fd, f64s, Rng, TOL_F32};
 use vkformers_vk::testing::on_every_device;
-use vkformers_vk::{Buffer, BufferView, Context, Result, VkError};
+use vkformers_vk::{Context, Result, VkError};
 
 /// One test configuration: shape, options, and the data's magnitude.
 #[derive(Clone, Debug)]
@@ -158,70 +158,6 @@ fn reference_handles_fully_masked_rows() {
 
 // ---------------------------------------------------------------- GPU vs reference
 
-/// `xs` rounded to the storage type `dt` (to nearest even; the identity for f32).
-fn round(dt: DType, xs: &[f32]) -> Vec<f32> {
-    match dt {
-        DType::F32 => xs.to_vec(),
-        DType::F16 => xs.iter().map(|&x| f16::from_f32(x).to_f32()).collect(),
-        DType::BF16 => xs.iter().map(|&x| bf16::from_f32(x).to_f32()).collect(),
-    }
-}
-
-/// A device tensor in a storage type: a buffer (at least 4 bytes) and the length of its data.
-struct Stored {
-    buf: Buffer,
-    bytes: u64,
-}
-
-impl Stored {
-    fn view(&self) -> BufferView<'_> {
-        self.buf.slice(0, self.bytes)
-    }
-}
-
-/// An uninitialised device tensor of `n` values of `dt`.
-fn alloc(ctx: &Context, dt: DType, n: usize, what: &str) -> Result<Stored> {
-    let bytes = n as u64 * dt.bytes();
-    Ok(Stored { buf: ctx.buffer(bytes, what)?, bytes })
-}
-
-/// Uploads `xs` in storage type `dt` (values not representable in it are rounded).
-fn upload(ctx: &Context, dt: DType, xs: &[f32], what: &str) -> Result<Stored> {
-    let buf = match dt {
-        DType::F32 => ctx.buffer_from(xs, what)?,
-        DType::F16 => ctx.buffer_from(&xs.iter().map(|&x| f16::from_f32(x).to_bits()).collect::<Vec<_>>(), what)?,
-        DType::BF16 => ctx.buffer_from(&xs.iter().map(|&x| bf16::from_f32(x).to_bits()).collect::<Vec<_>>(), what)?,
-    };
-    Ok(Stored { buf, bytes: xs.len() as u64 * dt.bytes() })
-}
-
-/// Reads a tensor of storage type `dt` back, widened to f32.
-fn download(ctx: &Context, dt: DType, t: &Stored) -> Result<Vec<f32>> {
-    Ok(match dt {
-        DType::F32 => ctx.read_vec(t.view())?,
-        DType::F16 => ctx.read_vec::<u16>(t.view())?.into_iter().map(|b| f16::from_bits(b).to_f32()).collect(),
-        DType::BF16 => ctx.read_vec::<u16>(t.view())?.into_iter().map(|b| bf16::from_bits(b).to_f32()).collect(),
-    })
-}
-
-/// Tolerance of outputs stored in `dt`.
-fn tol(dt: DType) -> Tol {
-    match dt {
-        DType::F32 => TOL_F32,
-        DType::F16 => TOL_F16,
-        DType::BF16 => TOL_BF16,
-    }
-}
-
-/// Whether the device can run 16-bit variants; says so when it cannot.
-fn supported(ctx: &Context, dt: DType, test: &str) -> bool {
-    let ok = dt == DType::F32 || ctx.caps().fp16;
-    if !ok {
-        eprintln!("{test}: skipped {dt:?}: the device has no 16-bit storage");
-    }
-    ok
-}
-
 fn gpu_shape(s: &Shape) -> attention::Shape {
     attention::Shape {
         batch: s.batch as u32,
@@ -277,7 +213,7 @@ fn check_gpu(ctx: &Context, case: &Case, seed: u64, dt: DType) -> Result<()> {
     let [q, k, v, d_o] = [q, k, v, d_o].map(|x| f64s(&x));
     let (o, lse) = reference::forward(&q, &k, &v, &s, &ropt);
     let (dq, dk, dv) = reference::backward(&q, &k, &v, &d_o, &s, &ropt);
-    let o_gpu = download(ctx, dt, &bo)?;
+    let o_gpu = read(ctx, dt, &bo)?;
     // delta = rowsum(do ⊙ o) of the o the backward reads: the stored one in 16 bits (rounded).
     let o_seen = if dt == DType::F32 { o.clone() } else { f64s(&o_gpu) };
     let mut delta = vec![0.0; s.lse_len()];
@@ -293,9 +229,9 @@ fn check_gpu(ctx: &Context, case: &Case, seed: u64, dt: DType) -> Result<()> {
     assert_close(&format!("{name}: o"), &o_gpu, &o, tol(dt));
     assert_close(&format!("{name}: lse"), &ctx.read_vec::<f32>(blse.view())?, &lse, TOL_F32);
     assert_close(&format!("{name}: delta"), &ctx.read_vec::<f32>(bdelta.view())?, &delta, TOL_F32);
-    assert_close(&format!("{name}: dq"), &download(ctx, dt, &bdq)?, &dq, tol(dt));
-    assert_close(&format!("{name}: dk"), &download(ctx, dt, &bdk)?, &dk, tol(dt));
-    assert_close(&format!("{name}: dv"), &download(ctx, dt, &bdv)?, &dv, tol(dt));
+    assert_close(&format!("{name}: dq"), &read(ctx, dt, &bdq)?, &dq, tol(dt));
+    assert_close(&format!("{name}: dk"), &read(ctx, dt, &bdk)?, &dk, tol(dt));
+    assert_close(&format!("{name}: dv"), &read(ctx, dt, &bdv)?, &dv, tol(dt));
     Ok(())
 }
 

@@ -4,12 +4,12 @@
 //! The table, output and dout are stored in f32, f16 or bf16 (rounded on the host, the reference
 //! computed on the rounded values); dW is f32.
 
-use half::{bf16, f16};
 use vkformers_kernels::dtype::DType;
 use vkformers_kernels::embedding::{self, reference, Embedding};
+use vkformers_kernels::testutil::storage::{alloc, read, round, supported, upload};
 use vkformers_kernels::testutil::{assert_close, assert_grad_matches_fd, f64s, Rng, Tol, TOL_F32};
 use vkformers_vk::testing::on_every_device;
-use vkformers_vk::{Buffer, BufferView, Context, Result, VkError};
+use vkformers_vk::{Context, Result, VkError};
 
 /// `n` ids, mostly in `[0, vocab)`, about one in 16 out of range (negative or `>= vocab`).
 fn ids(rng: &mut Rng, n: usize, vocab: usize) -> Vec<i32> {
@@ -32,61 +32,6 @@ fn reference_backward_matches_finite_differences() {
     let dw = reference::embedding_backward(&g, &id, vocab, dim);
     let f = |ws: &[f64]| reference::embedding(ws, &id, vocab, dim).iter().zip(&g).map(|(a, b)| a * b).sum();
     assert_grad_matches_fd("embedding dw", f, &w, &dw);
-}
-
-/// `xs` rounded to the storage type `dt` (to nearest even; the identity for f32).
-fn round(dt: DType, xs: &[f32]) -> Vec<f32> {
-    match dt {
-        DType::F32 => xs.to_vec(),
-        DType::F16 => xs.iter().map(|&x| f16::from_f32(x).to_f32()).collect(),
-        DType::BF16 => xs.iter().map(|&x| bf16::from_f32(x).to_f32()).collect(),
-    }
-}
-
-/// A device tensor in a storage type: a buffer (at least 4 bytes) and the length of its data.
-struct Stored {
-    buf: Buffer,
-    bytes: u64,
-}
-
-impl Stored {
-    fn view(&self) -> BufferView<'_> {
-        self.buf.slice(0, self.bytes)
-    }
-}
-
-/// An uninitialised device tensor of `n` values of `dt`.
-fn alloc(ctx: &Context, dt: DType, n: usize, what: &str) -> Result<Stored> {
-    let bytes = n as u64 * dt.bytes();
-    Ok(Stored { buf: ctx.buffer(bytes, what)?, bytes })
-}
-
-/// Uploads `xs` in storage type `dt` (values not representable in it are rounded).
-fn upload(ctx: &Context, dt: DType, xs: &[f32], what: &str) -> Result<Stored> {
-    let buf = match dt {
-        DType::F32 => ctx.buffer_from(xs, what)?,
-        DType::F16 => ctx.buffer_from(&xs.iter().map(|&x| f16::from_f32(x).to_bits()).collect::<Vec<_>>(), what)?,
-        DType::BF16 => ctx.buffer_from(&xs.iter().map(|&x| bf16::from_f32(x).to_bits()).collect::<Vec<_>>(), what)?,
-    };
-    Ok(Stored { buf, bytes: xs.len() as u64 * dt.bytes() })
-}
-
-/// Reads a tensor of storage type `dt` back, widened to f32.
-fn download(ctx: &Context, dt: DType, t: &Stored) -> Result<Vec<f32>> {
-    Ok(match dt {
-        DType::F32 => ctx.read_vec(t.view())?,
-        DType::F16 => ctx.read_vec::<u16>(t.view())?.into_iter().map(|b| f16::from_bits(b).to_f32()).collect(),
-        DType::BF16 => ctx.read_vec::<u16>(t.view())?.into_iter().map(|b| bf16::from_bits(b).to_f32()).collect(),
-    })
-}
-
-/// Whether the device can run 16-bit variants; says so when it cannot.
-fn supported(ctx: &Context, dt: DType, test: &str) -> bool {
-    let ok = dt == DType::F32 || ctx.caps().fp16;
-    if !ok {
-        eprintln!("{test}: skipped {dt:?}: the device has no 16-bit storage");
-    }
-    ok
 }
 
 /// Gather and scatter-add on the GPU; `dw` starts random, so accumulation is checked too.
@@ -123,7 +68,7 @@ fn check_padded(
     let out_ref = reference::embedding(&f64s(&ws), &id, vocab, dim);
     // A gather copies stored values: exact in every storage type.
     let exact = Tol { abs: 0.0, rel: 0.0 };
-    assert_close(&format!("{what}: out"), &download(ctx, dt, &out)?, &out_ref, exact);
+    assert_close(&format!("{what}: out"), &read(ctx, dt, &out)?, &out_ref, exact);
     let grad = reference::embedding_backward_padded(&f64s(&gs), &id, vocab, dim, padding);
     let want: Vec<f64> = grad.iter().zip(&dw0).map(|(g, &a)| g + f64::from(a)).collect();
     assert_close(&format!("{what}: dw"), &ctx.read_vec::<f32>(dw.view())?, &want, TOL_F32);

@@ -3,14 +3,12 @@
 //! (logits rounded on the host, the reference computed on the rounded values; dlogits compared
 //! with the storage type's tolerance, the f32 outputs with f32's).
 
-use half::{bf16, f16};
 use vkformers_kernels::dtype::DType;
 use vkformers_kernels::loss::{self, reference, CrossEntropy};
-use vkformers_kernels::testutil::{
-    assert_close, assert_grad_matches_fd, f64s, rel_l2, Rng, Tol, TOL_BF16, TOL_F16, TOL_F32,
-};
+use vkformers_kernels::testutil::storage::{alloc, read, round, supported, tol, upload};
+use vkformers_kernels::testutil::{assert_close, assert_grad_matches_fd, f64s, rel_l2, Rng, TOL_F32};
 use vkformers_vk::testing::on_every_device;
-use vkformers_vk::{Buffer, BufferView, Context, Result, VkError};
+use vkformers_vk::{Context, Result, VkError};
 
 const IGNORE: i32 = -100;
 
@@ -43,70 +41,6 @@ fn reference_matches_closed_forms() {
     let (_, mean) = reference::forward(&x, &[IGNORE; 3], vocab);
     assert_eq!(mean, 0.0);
     assert!(reference::backward(&x, &[IGNORE, -1, 11], vocab, 1.0).iter().all(|&d| d == 0.0));
-}
-
-/// `xs` rounded to the storage type `dt` (to nearest even; the identity for f32).
-fn round(dt: DType, xs: &[f32]) -> Vec<f32> {
-    match dt {
-        DType::F32 => xs.to_vec(),
-        DType::F16 => xs.iter().map(|&x| f16::from_f32(x).to_f32()).collect(),
-        DType::BF16 => xs.iter().map(|&x| bf16::from_f32(x).to_f32()).collect(),
-    }
-}
-
-/// A device tensor in a storage type: a buffer (at least 4 bytes) and the length of its data.
-struct Stored {
-    buf: Buffer,
-    bytes: u64,
-}
-
-impl Stored {
-    fn view(&self) -> BufferView<'_> {
-        self.buf.slice(0, self.bytes)
-    }
-}
-
-/// An uninitialised device tensor of `n` values of `dt`.
-fn alloc(ctx: &Context, dt: DType, n: usize, what: &str) -> Result<Stored> {
-    let bytes = n as u64 * dt.bytes();
-    Ok(Stored { buf: ctx.buffer(bytes, what)?, bytes })
-}
-
-/// Uploads `xs` in storage type `dt` (values not representable in it are rounded).
-fn upload(ctx: &Context, dt: DType, xs: &[f32], what: &str) -> Result<Stored> {
-    let buf = match dt {
-        DType::F32 => ctx.buffer_from(xs, what)?,
-        DType::F16 => ctx.buffer_from(&xs.iter().map(|&x| f16::from_f32(x).to_bits()).collect::<Vec<_>>(), what)?,
-        DType::BF16 => ctx.buffer_from(&xs.iter().map(|&x| bf16::from_f32(x).to_bits()).collect::<Vec<_>>(), what)?,
-    };
-    Ok(Stored { buf, bytes: xs.len() as u64 * dt.bytes() })
-}
-
-/// Reads a tensor of storage type `dt` back, widened to f32.
-fn download(ctx: &Context, dt: DType, t: &Stored) -> Result<Vec<f32>> {
-    Ok(match dt {
-        DType::F32 => ctx.read_vec(t.view())?,
-        DType::F16 => ctx.read_vec::<u16>(t.view())?.into_iter().map(|b| f16::from_bits(b).to_f32()).collect(),
-        DType::BF16 => ctx.read_vec::<u16>(t.view())?.into_iter().map(|b| bf16::from_bits(b).to_f32()).collect(),
-    })
-}
-
-/// Tolerance of outputs stored in `dt`.
-fn tol(dt: DType) -> Tol {
-    match dt {
-        DType::F32 => TOL_F32,
-        DType::F16 => TOL_F16,
-        DType::BF16 => TOL_BF16,
-    }
-}
-
-/// Whether the device can run 16-bit variants; says so when it cannot.
-fn supported(ctx: &Context, dt: DType, test: &str) -> bool {
-    let ok = dt == DType::F32 || ctx.caps().fp16;
-    if !ok {
-        eprintln!("{test}: skipped {dt:?}: the device has no 16-bit storage");
-    }
-    ok
 }
 
 /// Bound on the relative L2 error of dlogits: f32 math, or the rounding of each stored element
@@ -153,8 +87,8 @@ fn run_gpu(ctx: &Context, dt: DType, xs: &[f32], ls: &[i32], vocab: usize, g: f3
         rows: ctx.read_vec(loss_rows.view())?,
         lse: ctx.read_vec(lse.view())?,
         mean: ctx.read_vec::<f32>(mean.view())?[0],
-        dlogits_fused: download(ctx, dt, &d1)?,
-        dlogits_bwd: download(ctx, dt, &d2)?,
+        dlogits_fused: read(ctx, dt, &d1)?,
+        dlogits_bwd: read(ctx, dt, &d2)?,
     };
     // The forward-only variant must agree bit for bit with the fused one.
     assert_eq!(ctx.read_vec::<f32>(loss_rows2.view())?, out.rows, "forward vs fused forward");

@@ -4,12 +4,12 @@
 //! rounded values; 16-bit outputs compared with that type's tolerance, f32 outputs with f32's).
 //! The residual add fused with RMSNorm (inference) against the add and the plain forward.
 
-use half::{bf16, f16};
 use vkformers_kernels::dtype::DType;
 use vkformers_kernels::norm::{self, reference, LayerNorm, ParamGrads, RmsNorm};
-use vkformers_kernels::testutil::{assert_close, assert_grad_matches_fd, f64s, Rng, Tol, TOL_BF16, TOL_F16, TOL_F32};
+use vkformers_kernels::testutil::storage::{read, round, supported, tol, upload};
+use vkformers_kernels::testutil::{assert_close, assert_grad_matches_fd, f64s, Rng, TOL_F32};
 use vkformers_vk::testing::on_every_device;
-use vkformers_vk::{Buffer, BufferView, Context, Result, VkError};
+use vkformers_vk::{Buffer, Context, Result, VkError};
 
 /// Odd shapes `(rows, dim)`: size-1 edges, dims around the workgroup size, more rows than the
 /// 256 gradient blocks, and a dim of a few thousand.
@@ -67,64 +67,6 @@ fn zeros(ctx: &Context, n: usize, what: &str) -> Result<Buffer> {
     ctx.buffer_from(&vec![0f32; n], what)
 }
 
-/// `xs` rounded to the storage type `dt` (to nearest even; the identity for f32).
-fn round(dt: DType, xs: &[f32]) -> Vec<f32> {
-    match dt {
-        DType::F32 => xs.to_vec(),
-        DType::F16 => xs.iter().map(|&x| f16::from_f32(x).to_f32()).collect(),
-        DType::BF16 => xs.iter().map(|&x| bf16::from_f32(x).to_f32()).collect(),
-    }
-}
-
-/// A device tensor in a storage type: a buffer (at least 4 bytes) and the length of its data.
-struct Stored {
-    buf: Buffer,
-    bytes: u64,
-}
-
-impl Stored {
-    fn view(&self) -> BufferView<'_> {
-        self.buf.slice(0, self.bytes)
-    }
-}
-
-/// Uploads `xs` in storage type `dt` (values not representable in it are rounded).
-fn upload(ctx: &Context, dt: DType, xs: &[f32], what: &str) -> Result<Stored> {
-    let buf = match dt {
-        DType::F32 => ctx.buffer_from(xs, what)?,
-        DType::F16 => ctx.buffer_from(&xs.iter().map(|&x| f16::from_f32(x).to_bits()).collect::<Vec<_>>(), what)?,
-        DType::BF16 => ctx.buffer_from(&xs.iter().map(|&x| bf16::from_f32(x).to_bits()).collect::<Vec<_>>(), what)?,
-    };
-    Ok(Stored { buf, bytes: xs.len() as u64 * dt.bytes() })
-}
-
-/// Reads a tensor of storage type `dt` back, widened to f32.
-fn download(ctx: &Context, dt: DType, t: &Stored) -> Result<Vec<f32>> {
-    Ok(match dt {
-        DType::F32 => ctx.read_vec(t.view())?,
-        DType::F16 => ctx.read_vec::<u16>(t.view())?.into_iter().map(|b| f16::from_bits(b).to_f32()).collect(),
-        DType::BF16 => ctx.read_vec::<u16>(t.view())?.into_iter().map(|b| bf16::from_bits(b).to_f32()).collect(),
-    })
-}
-
-/// Tolerance of outputs stored in `dt`.
-fn tol(dt: DType) -> Tol {
-    match dt {
-        DType::F32 => TOL_F32,
-        DType::F16 => TOL_F16,
-        DType::BF16 => TOL_BF16,
-    }
-}
-
-/// Whether the device can run 16-bit variants; says so when it cannot.
-fn supported(ctx: &Context, dt: DType, test: &str) -> bool {
-    let ok = dt == DType::F32 || ctx.caps().fp16;
-    if !ok {
-        eprintln!("{test}: skipped {dt:?}: the device has no 16-bit storage");
-    }
-    ok
-}
-
 /// Runs RMSNorm forward and backward on the GPU for one shape and option set; compares all
 /// outputs with the reference. With a weight, `dw` starts at `dw0` and is accumulated into.
 /// `x`, `w`, `y`, `dy`, `dx` are stored in `dt`.
@@ -156,9 +98,9 @@ fn check_rms(ctx: &Context, rng: &mut Rng, dt: DType, rows: usize, dim: usize, w
     let (y_ref, rstd_ref) = reference::rms_norm(&x64, wo, dim, f64::from(eps), unit);
     let (dx_ref, dw_ref) = reference::rms_norm_backward(&x64, wo, &g64, dim, f64::from(eps), unit);
     let what = format!("rms {dt:?} [{rows}, {dim}] w {weight} unit {unit}");
-    assert_close(&format!("{what}: y"), &download(ctx, dt, &y)?, &y_ref, tol(dt));
+    assert_close(&format!("{what}: y"), &read(ctx, dt, &y)?, &y_ref, tol(dt));
     assert_close(&format!("{what}: rstd"), &ctx.read_vec::<f32>(rstd.view())?, &rstd_ref, TOL_F32);
-    assert_close(&format!("{what}: dx"), &download(ctx, dt, &dx)?, &dx_ref, tol(dt));
+    assert_close(&format!("{what}: dx"), &read(ctx, dt, &dx)?, &dx_ref, tol(dt));
     let dw_want: Vec<f64> =
         if weight { dw_ref.iter().zip(&dw0).map(|(r, &a)| r + f64::from(a)).collect() } else { f64s(&dw0) };
     assert_close(&format!("{what}: dw"), &ctx.read_vec::<f32>(dw.view())?, &dw_want, TOL_F32);
@@ -211,8 +153,8 @@ fn check_add_rms(ctx: &Context, rng: &mut Rng, dt: DType, (rows, dim): (usize, u
     rec.submit()?;
     let what = format!("add+rms {dt:?} [{rows}, {dim}] w {weight}");
     let sum: Vec<f32> = xs.iter().zip(&rs).map(|(a, b)| a + b).collect();
-    assert_eq!(download(ctx, dt, &h)?, round(dt, &sum), "{what}: h");
-    assert_eq!(download(ctx, dt, &y)?, download(ctx, dt, &y_plain)?, "{what}: y");
+    assert_eq!(read(ctx, dt, &h)?, round(dt, &sum), "{what}: h");
+    assert_eq!(read(ctx, dt, &y)?, read(ctx, dt, &y_plain)?, "{what}: y");
     assert_eq!(ctx.read_vec::<f32>(rstd.view())?, ctx.read_vec::<f32>(rstd_plain.view())?, "{what}: rstd");
     Ok(())
 }
@@ -275,10 +217,10 @@ fn check_layer(ctx: &Context, rng: &mut Rng, dt: DType, rows: usize, dim: usize,
     let (y_ref, mean_ref, rstd_ref) = reference::layer_norm(&x64, wo, bo, dim, f64::from(eps));
     let (dx_ref, dw_ref, db_ref) = reference::layer_norm_backward(&x64, wo, &g64, dim, f64::from(eps));
     let what = format!("layer {dt:?} [{rows}, {dim}] affine {affine}");
-    assert_close(&format!("{what}: y"), &download(ctx, dt, &y)?, &y_ref, tol(dt));
+    assert_close(&format!("{what}: y"), &read(ctx, dt, &y)?, &y_ref, tol(dt));
     assert_close(&format!("{what}: mean"), &ctx.read_vec::<f32>(mean.view())?, &mean_ref, TOL_F32);
     assert_close(&format!("{what}: rstd"), &ctx.read_vec::<f32>(rstd.view())?, &rstd_ref, TOL_F32);
-    assert_close(&format!("{what}: dx"), &download(ctx, dt, &dx)?, &dx_ref, tol(dt));
+    assert_close(&format!("{what}: dx"), &read(ctx, dt, &dx)?, &dx_ref, tol(dt));
     let untouched = vec![7.0; dim];
     let dw_want = if affine >= 1 { &dw_ref } else { &untouched };
     let db_want = if affine >= 2 { &db_ref } else { &untouched };

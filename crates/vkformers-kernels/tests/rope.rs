@@ -3,12 +3,12 @@
 //! reference on odd shapes, on every device with validation on; x, y, dy, dx in f32, f16 and
 //! bf16 (inputs rounded on the host, the reference computed on the rounded values).
 
-use half::{bf16, f16};
 use vkformers_kernels::dtype::DType;
 use vkformers_kernels::rope::{self, reference, Rope, RopeLayout};
-use vkformers_kernels::testutil::{assert_close, assert_grad_matches_fd, f64s, Rng, Tol, TOL_BF16, TOL_F16, TOL_F32};
+use vkformers_kernels::testutil::storage::{alloc, read, round, supported, tol, upload};
+use vkformers_kernels::testutil::{assert_close, assert_grad_matches_fd, f64s, Rng};
 use vkformers_vk::testing::on_every_device;
-use vkformers_vk::{Buffer, BufferView, Context, Result, VkError};
+use vkformers_vk::{Context, Result, VkError};
 
 const LAYOUTS: [RopeLayout; 2] = [RopeLayout::HalfSplit, RopeLayout::Interleaved];
 
@@ -38,70 +38,6 @@ fn reference_backward_matches_finite_differences() {
     }
 }
 
-/// `xs` rounded to the storage type `dt` (to nearest even; the identity for f32).
-fn round(dt: DType, xs: &[f32]) -> Vec<f32> {
-    match dt {
-        DType::F32 => xs.to_vec(),
-        DType::F16 => xs.iter().map(|&x| f16::from_f32(x).to_f32()).collect(),
-        DType::BF16 => xs.iter().map(|&x| bf16::from_f32(x).to_f32()).collect(),
-    }
-}
-
-/// A device tensor in a storage type: a buffer (at least 4 bytes) and the length of its data.
-struct Stored {
-    buf: Buffer,
-    bytes: u64,
-}
-
-impl Stored {
-    fn view(&self) -> BufferView<'_> {
-        self.buf.slice(0, self.bytes)
-    }
-}
-
-/// An uninitialised device tensor of `n` values of `dt`.
-fn alloc(ctx: &Context, dt: DType, n: usize, what: &str) -> Result<Stored> {
-    let bytes = n as u64 * dt.bytes();
-    Ok(Stored { buf: ctx.buffer(bytes, what)?, bytes })
-}
-
-/// Uploads `xs` in storage type `dt` (values not representable in it are rounded).
-fn upload(ctx: &Context, dt: DType, xs: &[f32], what: &str) -> Result<Stored> {
-    let buf = match dt {
-        DType::F32 => ctx.buffer_from(xs, what)?,
-        DType::F16 => ctx.buffer_from(&xs.iter().map(|&x| f16::from_f32(x).to_bits()).collect::<Vec<_>>(), what)?,
-        DType::BF16 => ctx.buffer_from(&xs.iter().map(|&x| bf16::from_f32(x).to_bits()).collect::<Vec<_>>(), what)?,
-    };
-    Ok(Stored { buf, bytes: xs.len() as u64 * dt.bytes() })
-}
-
-/// Reads a tensor of storage type `dt` back, widened to f32.
-fn download(ctx: &Context, dt: DType, t: &Stored) -> Result<Vec<f32>> {
-    Ok(match dt {
-        DType::F32 => ctx.read_vec(t.view())?,
-        DType::F16 => ctx.read_vec::<u16>(t.view())?.into_iter().map(|b| f16::from_bits(b).to_f32()).collect(),
-        DType::BF16 => ctx.read_vec::<u16>(t.view())?.into_iter().map(|b| bf16::from_bits(b).to_f32()).collect(),
-    })
-}
-
-/// Tolerance of outputs stored in `dt`.
-fn tol(dt: DType) -> Tol {
-    match dt {
-        DType::F32 => TOL_F32,
-        DType::F16 => TOL_F16,
-        DType::BF16 => TOL_BF16,
-    }
-}
-
-/// Whether the device can run 16-bit variants; says so when it cannot.
-fn supported(ctx: &Context, dt: DType, test: &str) -> bool {
-    let ok = dt == DType::F32 || ctx.caps().fp16;
-    if !ok {
-        eprintln!("{test}: skipped {dt:?}: the device has no 16-bit storage");
-    }
-    ok
-}
-
 /// Runs forward and backward, both out of place and in place, and compares with the reference;
 /// x, y, dy, dx are stored in `p.dtype`.
 fn check(ctx: &Context, rng: &mut Rng, p: &Rope, base: f64) -> Result<()> {
@@ -128,10 +64,10 @@ fn check(ctx: &Context, rng: &mut Rng, p: &Rope, base: f64) -> Result<()> {
     let y_ref = reference::rope(p, &f64s(&xs), &pos_v, &inv_v);
     let dx_ref = reference::rope_backward(p, &f64s(&gs), &pos_v, &inv_v);
     let what = format!("{p:?}");
-    assert_close(&format!("{what}: y"), &download(ctx, dt, &y)?, &y_ref, tol(dt));
-    assert_close(&format!("{what}: dx"), &download(ctx, dt, &dx)?, &dx_ref, tol(dt));
-    assert_close(&format!("{what}: y in place"), &download(ctx, dt, &x_in)?, &y_ref, tol(dt));
-    assert_close(&format!("{what}: dx in place"), &download(ctx, dt, &g_in)?, &dx_ref, tol(dt));
+    assert_close(&format!("{what}: y"), &read(ctx, dt, &y)?, &y_ref, tol(dt));
+    assert_close(&format!("{what}: dx"), &read(ctx, dt, &dx)?, &dx_ref, tol(dt));
+    assert_close(&format!("{what}: y in place"), &read(ctx, dt, &x_in)?, &y_ref, tol(dt));
+    assert_close(&format!("{what}: dx in place"), &read(ctx, dt, &g_in)?, &dx_ref, tol(dt));
     Ok(())
 }
 
