@@ -376,3 +376,17 @@ fn finetune_prints_one_header_line() {
     assert!(err.contains("on 1 module (") && err.contains(", 1 step,"), "{err}");
     assert!(out.join("adapter_model.safetensors").is_file() && !out.join(".vkformers-incomplete").exists());
 }
+
+/// On a terminal, `eval` shows a progress bar of the rows (run under `script`, which gives the
+/// command a pseudo-terminal; skipped where it is missing). Piped, it prints none.
+#[test]
+fn eval_shows_progress_on_a_terminal_only() {
+    let (model, data) = (path("tests/fixtures/llama"), path("tests/fixtures_train/rows.jsonl"));
+    let cmd = format!("{} eval --model {model} --data {data} --batch-size 1", env!("CARGO_BIN_EXE_vkformers"));
+    let Ok(o) = Command::new("script").args(["-qec", &cmd, "/dev/null"]).stdin(Stdio::null()).output() else { return };
+    let tty = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{tty}");
+    assert!(tty.contains("4/4 rows"), "{tty}");
+    let piped = run(&["eval", "--model", &model, "--data", &data, "--batch-size", "1"], None);
+    assert!(piped.status.success() && !stderr(&piped).contains("rows ["), "{}", stderr(&piped));
+}
