@@ -75,6 +75,10 @@ parity! {
     exaone4: "exaone4",
     ernie4_5: "ernie4_5",
     hyperclovax: "hyperclovax",
+    jais2: "jais2",
+    vaultgemma: "vaultgemma",
+    cohere2: "cohere2",
+    persimmon: "persimmon",
 }
 
 #[test]

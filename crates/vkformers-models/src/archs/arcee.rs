@@ -1,5 +1,6 @@
 //! `arcee` (AFM): Llama whose MLP is ungated: `down(act(up(x)))` with ReLU² by default
-//! (`hidden_act` `relu2`), optional `mlp_bias`.
+//! (`hidden_act` `relu2`), optional `mlp_bias`. `jais2`: the same with LayerNorms (with bias,
+//! `layer_norm_eps`) instead of RMSNorms, and q/k/v/o and MLP biases on by default.
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -7,9 +8,9 @@ use vkformers_kernels::activation::Activation;
 use vkformers_kernels::glu::Glu;
 
 use super::common::{parse, BaseConfig};
-use super::ln_common::plain_act;
+use super::ln_common::{plain_act, set_norms};
 use crate::error::Result;
-use crate::spec::{MlpSpec, ModelSpec};
+use crate::spec::{MlpSpec, ModelSpec, Norm};
 
 #[derive(Deserialize)]
 struct Config {
@@ -17,15 +18,48 @@ struct Config {
     base: BaseConfig,
 }
 
+#[derive(Deserialize)]
+struct Jais2Config {
+    #[serde(flatten)]
+    base: BaseConfig,
+    #[serde(default = "default_eps")]
+    layer_norm_eps: f64,
+    #[serde(default = "yes")]
+    attention_bias: bool,
+    #[serde(default = "yes")]
+    mlp_bias: bool,
+}
+
+fn default_eps() -> f64 {
+    1e-5
+}
+
+fn yes() -> bool {
+    true
+}
+
 pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     let c: Config = parse(cfg)?;
-    let act = match c.base.hidden_act.as_deref().unwrap_or("relu2") {
+    relu2_spec("arcee", c.base)
+}
+
+pub fn jais2(cfg: &Value) -> Result<ModelSpec> {
+    let mut c: Jais2Config = parse(cfg)?;
+    (c.base.attention_bias, c.base.mlp_bias) = (c.attention_bias, c.mlp_bias);
+    let mut spec = relu2_spec("jais2", c.base)?;
+    set_norms(&mut spec, &Norm::Layer { eps: c.layer_norm_eps as f32, bias: true });
+    Ok(spec)
+}
+
+/// Llama with the ungated MLP.
+fn relu2_spec(model_type: &str, base: BaseConfig) -> Result<ModelSpec> {
+    let act = match base.hidden_act.as_deref().unwrap_or("relu2") {
         "relu2" => Activation::Relu2,
         other => plain_act(other)?,
     };
-    let mut spec = c.base.llama_spec("arcee", Glu::SwiGlu, false, false, c.base.attention_bias)?;
+    let mut spec = base.llama_spec(model_type, Glu::SwiGlu, false, false, base.attention_bias)?;
     for l in &mut spec.layers {
-        l.mlp = MlpSpec::Plain { intermediate: c.base.intermediate_size, act, bias: c.base.mlp_bias };
+        l.mlp = MlpSpec::Plain { intermediate: base.intermediate_size, act, bias: base.mlp_bias };
         l.attn.sliding_window = None;
     }
     Ok(spec)

@@ -10,6 +10,7 @@ mod arcee;
 mod bloom;
 mod check;
 mod cohere;
+mod cohere2;
 mod common;
 mod ernie4_5;
 mod exaone4;
@@ -30,6 +31,7 @@ mod ministral;
 mod olmo2;
 mod olmo3;
 mod opt;
+mod persimmon;
 mod phi;
 mod phi3;
 mod qwen;
@@ -37,6 +39,7 @@ mod seed_oss;
 mod smollm3;
 mod stablelm;
 mod starcoder2;
+mod vaultgemma;
 
 /// One registered architecture.
 pub struct Arch {
@@ -78,6 +81,10 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "exaone4", family: "llama-like decoder", build: exaone4::spec },
     Arch { model_type: "ernie4_5", family: "llama-like decoder", build: ernie4_5::spec },
     Arch { model_type: "hyperclovax", family: "llama-like decoder", build: hyperclovax::spec },
+    Arch { model_type: "jais2", family: "layernorm rotary decoder", build: arcee::jais2 },
+    Arch { model_type: "vaultgemma", family: "llama-like decoder", build: vaultgemma::spec },
+    Arch { model_type: "cohere2", family: "layernorm rotary decoder", build: cohere2::spec },
+    Arch { model_type: "persimmon", family: "layernorm rotary decoder", build: persimmon::spec },
 ];
 
 /// The spec of a parsed `config.json`.
