@@ -267,6 +267,12 @@ def make_fixture(name: str, model_type: str, cfg_kwargs: dict, out_dir: Path, ve
     for stale in ("config.json", "model.safetensors", "generation_config.json"):
         (d / stale).unlink(missing_ok=True)
     model.save_pretrained(d, safe_serialization=True)
+    if cfg.model_type != model_type:
+        # An alias type (`gpt-sw3` uses GPT2Config, which saves "gpt2"): keep the requested name in
+        # config.json, as such checkpoints ship it; transformers maps it back to the same class.
+        saved = json.loads((d / "config.json").read_text())
+        saved["model_type"] = model_type
+        write_json(d / "config.json", saved)
 
     names = [n for n, _ in model.named_parameters()]
     stored = _stored_names(model, d / "model.safetensors")
@@ -323,7 +329,7 @@ def make_fixture(name: str, model_type: str, cfg_kwargs: dict, out_dir: Path, ve
     tied = sorted(set(_all_param_keys(model)) - set(names))
     meta = {
         "fixture": name,
-        "model_type": cfg.model_type,
+        "model_type": model_type,
         "architecture": type(model).__name__,
         "versions": versions,
         "seed": SEED,

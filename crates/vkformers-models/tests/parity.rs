@@ -79,6 +79,9 @@ parity! {
     vaultgemma: "vaultgemma",
     cohere2: "cohere2",
     persimmon: "persimmon",
+    gpt_bigcode: "gpt_bigcode",
+    gpt_bigcode_mha: "gpt_bigcode_mha",
+    gpt_sw3: "gpt-sw3",
 }
 
 #[test]

@@ -20,6 +20,7 @@ mod gemma2;
 mod gemma3;
 mod glm;
 mod gpt2;
+mod gpt_bigcode;
 mod gpt_neox;
 mod granite;
 mod helium;
@@ -85,6 +86,8 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "vaultgemma", family: "llama-like decoder", build: vaultgemma::spec },
     Arch { model_type: "cohere2", family: "layernorm rotary decoder", build: cohere2::spec },
     Arch { model_type: "persimmon", family: "layernorm rotary decoder", build: persimmon::spec },
+    Arch { model_type: "gpt_bigcode", family: "absolute-position GPT", build: gpt_bigcode::gpt_bigcode },
+    Arch { model_type: "gpt-sw3", family: "absolute-position GPT", build: gpt_bigcode::gpt_sw3 },
 ];
 
 /// The spec of a parsed `config.json`.
