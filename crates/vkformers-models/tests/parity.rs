@@ -82,6 +82,8 @@ parity! {
     gpt_bigcode: "gpt_bigcode",
     gpt_bigcode_mha: "gpt_bigcode_mha",
     gpt_sw3: "gpt-sw3",
+    gptj: "gptj",
+    codegen: "codegen",
 }
 
 #[test]

@@ -22,6 +22,7 @@ mod glm;
 mod gpt2;
 mod gpt_bigcode;
 mod gpt_neox;
+mod gptj;
 mod granite;
 mod helium;
 mod hyperclovax;
@@ -88,6 +89,8 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "persimmon", family: "layernorm rotary decoder", build: persimmon::spec },
     Arch { model_type: "gpt_bigcode", family: "absolute-position GPT", build: gpt_bigcode::gpt_bigcode },
     Arch { model_type: "gpt-sw3", family: "absolute-position GPT", build: gpt_bigcode::gpt_sw3 },
+    Arch { model_type: "gptj", family: "layernorm rotary decoder", build: gptj::gptj },
+    Arch { model_type: "codegen", family: "layernorm rotary decoder", build: gptj::codegen },
 ];
 
 /// The spec of a parsed `config.json`.
