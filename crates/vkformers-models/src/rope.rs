@@ -26,6 +26,13 @@ pub struct RopeParams {
 
 /// `(inv_freq [rotary_dim/2], mscale)` for `rotary_dim` rotated dims.
 pub fn inv_freq(p: &RopeParams, rotary_dim: usize, max_positions: usize) -> Result<(Vec<f32>, f32)> {
+    // The rotated width comes from config numbers (head_dim × partial_rotary_factor); no real
+    // head is wider than this, and a hostile value must not size a host allocation.
+    if rotary_dim > MAX_ROTARY_DIM {
+        return Err(ModelError::Config(format!(
+            "the rotary dimension {rotary_dim} (head_dim × partial_rotary_factor) exceeds {MAX_ROTARY_DIM}"
+        )));
+    }
     let base = default_inv_freq(p.theta, rotary_dim);
     match p.rope_type.as_str() {
         "default" | "" | "dynamic" => Ok((base, 1.0)),
@@ -38,6 +45,9 @@ pub fn inv_freq(p: &RopeParams, rotary_dim: usize, max_positions: usize) -> Resu
 }
 
 /// `1 / base^(2i/R)` with the exponent and power in f32, as `torch.arange(0, R, 2).float() / R`.
+/// The widest rotated head dimension accepted.
+const MAX_ROTARY_DIM: usize = 1 << 14;
+
 fn default_inv_freq(theta: f64, dim: usize) -> Vec<f32> {
     (0..dim / 2).map(|i| 1.0 / (theta as f32).powf((2 * i) as f32 / dim as f32)).collect()
 }

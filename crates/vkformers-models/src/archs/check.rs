@@ -7,30 +7,40 @@ use serde_json::Value;
 use crate::error::{ModelError, Result};
 use crate::spec::{MlpSpec, ModelSpec};
 
-/// Sizes under the names the families use; each must be a positive integer where present.
-const SIZE_FIELDS: &[&str] = &[
-    "vocab_size",
-    "hidden_size",
-    "n_embd",
-    "num_hidden_layers",
-    "n_layer",
-    "num_attention_heads",
-    "n_head",
-    "num_key_value_heads",
-    "head_dim",
-    "intermediate_size",
-    "n_inner",
-    "ffn_dim",
-    "max_position_embeddings",
-    "n_positions",
-    "word_embed_proj_dim",
+/// Sizes under the names the families use, each a positive integer up to its bound where
+/// present. The bounds sit far above any real model (Llama 3.1 405B: 126 layers, 128 heads of
+/// 128, hidden 16384) and keep a hostile config from sizing a host allocation (the RoPE
+/// frequencies of a 2^40-wide head, a spec of 2^31 layers) before any tensor is read.
+const SIZE_FIELDS: &[(&str, u64)] = &[
+    ("vocab_size", 1 << 31),
+    ("hidden_size", 1 << 20),
+    ("n_embd", 1 << 20),
+    ("num_hidden_layers", 1 << 12),
+    ("n_layer", 1 << 12),
+    ("num_attention_heads", 1 << 14),
+    ("n_head", 1 << 14),
+    ("num_key_value_heads", 1 << 14),
+    ("num_kv_heads", 1 << 14),
+    ("n_head_kv", 1 << 14),
+    ("rotary_dim", 1 << 14),
+    ("n_ctx", 1 << 31),
+    ("no_rope_layer_interval", 1 << 12),
+    ("max_window_layers", 1 << 12),
+    ("num_ln_in_parallel_attn", 2),
+    ("head_dim", 1 << 14),
+    ("intermediate_size", 1 << 22),
+    ("n_inner", 1 << 22),
+    ("ffn_dim", 1 << 22),
+    ("max_position_embeddings", 1 << 31),
+    ("n_positions", 1 << 31),
+    ("word_embed_proj_dim", 1 << 20),
 ];
+
+/// Fractions of the head rotated; each in (0, 1] where present.
+const FRACTION_FIELDS: &[&str] = &["partial_rotary_factor", "rotary_pct"];
 
 /// Epsilons of the norms; each must be a finite number ≥ 0 where present.
 const EPS_FIELDS: &[&str] = &["rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_eps"];
-
-/// No single dimension of a model we can hold reaches this (2^31 elements).
-const MAX_SIZE: u64 = 1 << 31;
 
 /// The raw fields, before any parser divides by them or sizes a tensor from them.
 pub fn config_fields(cfg: &Value) -> Result<()> {
@@ -41,15 +51,19 @@ pub fn config_fields(cfg: &Value) -> Result<()> {
              f32/f16/bf16 folder of the model"
         )));
     }
-    for key in SIZE_FIELDS {
+    for (key, max) in SIZE_FIELDS {
         let Some(v) = cfg.get(*key).filter(|v| !v.is_null()) else { continue };
         match v.as_u64() {
-            Some(n) if n > 0 && n < MAX_SIZE => {}
-            _ => {
-                return Err(ModelError::Config(format!(
-                    "`{key}` is {v}; it must be a positive integer below {MAX_SIZE}"
-                )))
-            }
+            Some(n) if n > 0 && n <= *max => {}
+            _ => return Err(ModelError::Config(format!("`{key}` is {v}; it must be a positive integer up to {max}"))),
+        }
+    }
+    // The fraction may also sit in the RoPE parameters (transformers 5) or scaling block.
+    let blocks = [cfg, &cfg["rope_parameters"], &cfg["rope_scaling"]];
+    for (block, key) in blocks.iter().flat_map(|b| FRACTION_FIELDS.iter().map(move |k| (b, k))) {
+        let Some(v) = block.get(*key).filter(|v| !v.is_null()) else { continue };
+        if !v.as_f64().is_some_and(|f| f > 0.0 && f <= 1.0) {
+            return Err(ModelError::Config(format!("`{key}` is {v}; it must be a number in (0, 1]")));
         }
     }
     for key in EPS_FIELDS {
@@ -140,6 +154,20 @@ mod tests {
     fn a_quantized_checkpoint_is_refused_naming_the_method() {
         let e = llama(|c| c["quantization_config"] = json!({"quant_method": "gptq", "bits": 4})).unwrap_err();
         assert!(e.to_string().contains("gptq"), "{e}");
+    }
+
+    #[test]
+    fn sizes_that_would_size_a_huge_host_allocation_are_errors() {
+        // Found by the config fuzz target: the RoPE frequencies of a 1e300 rotary fraction
+        // aborted the process on a 16 TiB allocation.
+        for (key, v) in [
+            ("partial_rotary_factor", json!(1e300)),
+            ("head_dim", json!(1u64 << 40)),
+            ("num_hidden_layers", json!(1u64 << 31)),
+        ] {
+            let e = llama(|c| c[key] = v.clone()).unwrap_err().to_string();
+            assert!(e.contains(key), "{key}={v}: {e}");
+        }
     }
 
     #[test]
