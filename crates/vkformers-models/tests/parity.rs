@@ -84,6 +84,7 @@ parity! {
     gpt_sw3: "gpt-sw3",
     gptj: "gptj",
     codegen: "codegen",
+    gpt_neo: "gpt_neo",
 }
 
 #[test]

@@ -21,6 +21,7 @@ mod gemma3;
 mod glm;
 mod gpt2;
 mod gpt_bigcode;
+mod gpt_neo;
 mod gpt_neox;
 mod gptj;
 mod granite;
@@ -91,6 +92,7 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "gpt-sw3", family: "absolute-position GPT", build: gpt_bigcode::gpt_sw3 },
     Arch { model_type: "gptj", family: "layernorm rotary decoder", build: gptj::gptj },
     Arch { model_type: "codegen", family: "layernorm rotary decoder", build: gptj::codegen },
+    Arch { model_type: "gpt_neo", family: "absolute-position GPT", build: gpt_neo::spec },
 ];
 
 /// The spec of a parsed `config.json`.
