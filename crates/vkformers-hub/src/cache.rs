@@ -72,7 +72,11 @@ impl CacheRepo {
         let dir = path.parent().expect("refs path has a parent");
         std::fs::create_dir_all(dir).map_err(HubError::io(dir))?;
         // A temporary file of its own per writer: concurrent resolutions each rename a whole ref.
-        let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(HubError::io(dir))?;
+        // 0666 narrowed by the umask, as Python's cache writes it (tempfile alone gives 0600).
+        let mut tmp = tempfile::Builder::new()
+            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
+            .tempfile_in(dir)
+            .map_err(HubError::io(dir))?;
         tmp.write_all(sha.as_bytes()).map_err(HubError::io(tmp.path()))?;
         tmp.persist(&path).map_err(|e| HubError::Io { path: path.clone(), source: e.error })?;
         Ok(())
@@ -149,5 +153,23 @@ mod tests {
         }
         assert!(check_etag("o/n", "../../x").is_err());
         assert!(check_etag("o/n", &"a".repeat(64)).is_ok());
+    }
+
+    /// Refs are written 0666 narrowed by the umask, as Python's cache writes them, not 0600.
+    #[test]
+    fn refs_follow_the_umask() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let repo = RepoRef::parse("org/name", crate::repo_id::RepoKind::Model).unwrap();
+        let cache = CacheRepo::new(dir.path(), &repo);
+        cache.write_ref("main", &"a".repeat(40)).unwrap();
+        let mode = std::fs::metadata(cache.root.join("refs/main")).unwrap().permissions().mode() & 0o777;
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let Some(mask) =
+            status.lines().find_map(|l| l.strip_prefix("Umask:")).and_then(|m| u32::from_str_radix(m.trim(), 8).ok())
+        else {
+            return;
+        };
+        assert_eq!(mode, 0o666 & !mask, "ref mode {mode:o} with umask {mask:o}");
     }
 }

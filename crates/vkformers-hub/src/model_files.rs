@@ -88,10 +88,19 @@ fn is_pickle(name: &str) -> bool {
     [".bin", ".pt", ".pth", ".ckpt", ".pkl"].iter().any(|ext| name.ends_with(ext))
 }
 
+/// The largest safetensors index read (16 MiB).
+const MAX_INDEX_BYTES: u64 = 16 << 20;
+
 /// The shard file names a `model.safetensors.index.json` maps tensors to, sorted, unique.
 pub(crate) fn shards(id: &str, index: &Path) -> Result<Vec<String>, HubError> {
-    let text = std::fs::read_to_string(index).map_err(HubError::io(index))?;
     let corrupt = |what: String| HubError::Corrupt { id: id.to_string(), name: INDEX.to_string(), what };
+    // An index maps names to shard files: a few MB for the largest models; refuse more before
+    // reading it (as every JSON file we read is capped).
+    let size = std::fs::metadata(index).map_err(HubError::io(index))?.len();
+    if size > MAX_INDEX_BYTES {
+        return Err(corrupt(format!("{size} bytes, above the {MAX_INDEX_BYTES}-byte limit for an index")));
+    }
+    let text = std::fs::read_to_string(index).map_err(HubError::io(index))?;
     let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| corrupt(e.to_string()))?;
     let map = json.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| corrupt("no weight_map".into()))?;
     let mut shards: Vec<String> = Vec::new();
@@ -111,6 +120,15 @@ mod tests {
 
     fn names(list: &[&str]) -> Vec<String> {
         list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn an_oversized_index_is_refused_before_reading() {
+        let dir = tempfile::tempdir().unwrap();
+        let index = dir.path().join(INDEX);
+        std::fs::File::create(&index).unwrap().set_len(MAX_INDEX_BYTES + 1).unwrap();
+        let e = shards("o/m", &index).unwrap_err().to_string();
+        assert!(e.contains("limit"), "{e}");
     }
 
     #[test]

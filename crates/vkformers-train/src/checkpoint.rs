@@ -83,9 +83,21 @@ fn step_of(dir: &Path) -> Option<u64> {
     dir.file_name()?.to_str()?.strip_prefix("checkpoint-")?.parse().ok()
 }
 
+/// The largest trainer state read.
+const MAX_STATE_BYTES: u64 = 256 << 20;
+
 /// Reads and checks a checkpoint folder's state (its files must be present).
 pub fn read_state(dir: &Path) -> Result<TrainerState> {
     let path = dir.join(STATE_FILE);
+    // The state grows with the loss log (~100 bytes a step): 256 MiB is millions of steps, and a
+    // damaged or hostile file larger than that is refused before it is read.
+    let size = std::fs::metadata(&path).map_err(|e| TrainError::checkpoint(dir, format!("{STATE_FILE}: {e}")))?.len();
+    if size > MAX_STATE_BYTES {
+        return Err(TrainError::checkpoint(
+            dir,
+            format!("{STATE_FILE} is {size} bytes, above the {MAX_STATE_BYTES}-byte limit"),
+        ));
+    }
     let text = std::fs::read_to_string(&path).map_err(|e| TrainError::checkpoint(dir, format!("{STATE_FILE}: {e}")))?;
     let state: TrainerState =
         serde_json::from_str(&text).map_err(|e| TrainError::checkpoint(dir, format!("{STATE_FILE}: {e}")))?;
@@ -186,4 +198,17 @@ pub fn temp_dir(out: &Path, step: u64) -> Result<PathBuf> {
     }
     std::fs::create_dir_all(&tmp).map_err(|e| TrainError::file(&tmp, e))?;
     Ok(tmp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_oversized_state_is_refused_before_reading() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::File::create(dir.path().join(STATE_FILE)).unwrap().set_len(MAX_STATE_BYTES + 1).unwrap();
+        let e = read_state(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("limit"), "{e}");
+    }
 }
