@@ -18,7 +18,8 @@ fn local_layers(cfg: &Value, n: usize) -> Result<Vec<bool>> {
     let mut out = Vec::new();
     for item in types.as_array().ok_or_else(bad)? {
         let (kinds, repeat) = (item.get(0).and_then(Value::as_array), item.get(1).and_then(Value::as_u64));
-        for _ in 0..repeat.ok_or_else(bad)? {
+        // A hostile repeat count must not grow the list past the layers it has to match.
+        for _ in 0..repeat.ok_or_else(bad)?.min(n as u64 + 1) {
             for k in kinds.ok_or_else(bad)? {
                 out.push(match k.as_str() {
                     Some("local") => true,
@@ -45,6 +46,8 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
             }
         }
     }
+    // The renamed sizes get the registry's range checks (heads > 0, bounded layer count).
+    super::check::config_fields(&gpt2)?;
     let mut spec = super::gpt2::spec(&gpt2)?;
     spec.model_type = "gpt_neo".into();
     let local = local_layers(cfg, spec.layers.len())?;
