@@ -15,7 +15,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
-use vkformers_models::decoder::{forward_cached, Batch, KvCache};
+use vkformers_models::decoder::{forward_cached_last, Batch, KvCache};
 use vkformers_models::model::Model;
 use vkformers_models::ModelSpec;
 use vkformers_tensor::{Graph, Tensor};
@@ -180,8 +180,9 @@ fn prefill(
     let ids: Vec<i32> = row.history.iter().map(|&t| t as i32).collect();
     let mask = vec![1; ids.len()];
     let batch = Batch { ids: &ids, mask: &mask, batch: 1, seq: ids.len() };
-    let logits = forward_cached(g, &model.spec, &model.weights, &batch, cache)?;
-    Ok(choice.choose(g, &logits, ids.len(), &[row])?[0])
+    // Logits `[1, V]` of the last column only.
+    let logits = forward_cached_last(g, &model.spec, &model.weights, &batch, cache)?;
+    Ok(choice.choose(g, &logits, 1, &[row])?[0])
 }
 
 /// Whether a row whose next token sits at `position` runs on LongRoPE's long factors (the
@@ -224,7 +225,7 @@ fn decode_step(
             .collect();
         let mask = vec![1; group.len()];
         let batch = Batch { ids: &ids, mask: &mask, batch: group.len(), seq: 1 };
-        let logits = forward_cached(g, spec, &model.weights, &batch, cache)?;
+        let logits = forward_cached_last(g, spec, &model.weights, &batch, cache)?;
         let rows: Vec<&Running> = group.iter().map(|&s| running[s].as_ref().expect("active")).collect();
         chosen.extend(group.iter().copied().zip(choice.choose(g, &logits, 1, &rows)?));
     }

@@ -9,7 +9,7 @@
 use std::time::Instant;
 
 use vkformers_kernels::sample::{Draw, Processors};
-use vkformers_models::decoder::{forward_cached, Batch, KvCache};
+use vkformers_models::decoder::{forward_cached_last, Batch, KvCache};
 use vkformers_models::model::Model;
 use vkformers_models::ModelSpec;
 use vkformers_tensor::{Graph, Tensor};
@@ -258,7 +258,8 @@ fn run(
     Ok(Generation { rows: rows.new, finish, timings, per_row })
 }
 
-/// Logits `[B·T, V]` of the columns just run (row b's last column is `b·T + T − 1`), and T.
+/// Logits of the columns just run, `[B·T, V]` (row b's last column is `b·T + T − 1`) and T; generation
+/// runs the head on each row's last column only, so `[B, V]` and T = 1.
 struct Logits {
     all: Tensor,
     t: usize,
@@ -285,7 +286,8 @@ fn feed(
     let ids: Vec<i32> = history.iter().flat_map(|r| r[from..].iter().map(|&x| x as i32)).collect();
     let mask: Vec<i32> = masks.iter().flat_map(|m| m[from..].iter().copied()).collect();
     let batch = Batch { ids: &ids, mask: &mask, batch: b, seq: t };
-    Ok(Logits { all: forward_cached(g, &model.spec, &model.weights, &batch, cache)?, t })
+    // Only each row's last column is chosen from: logits `[B, V]`, one column a row.
+    Ok(Logits { all: forward_cached_last(g, &model.spec, &model.weights, &batch, cache)?, t: 1 })
 }
 
 /// How each step's tokens are chosen: on the device (greedy, or the processors then greedy or a

@@ -2,13 +2,14 @@
 //! -> final norm -> LM head, built from a `ModelSpec` with the differentiable ops, so the same
 //! code gives logits, the loss, and (through the tape) every parameter's gradient.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
 use vkformers_tensor::ops::attention::{attention, AttnOptions};
 use vkformers_tensor::ops::checkpoint::checkpoint;
-use vkformers_tensor::ops::{activation, broadcast, embedding, glu, loss, matmul, norm, rope, shape};
-use vkformers_tensor::{Graph, Tensor};
+use vkformers_tensor::ops::{activation, broadcast, cast, embedding, glu, loss, matmul, norm, rope, shape};
+use vkformers_tensor::{DType, Graph, Tensor};
 
 use crate::error::{ModelError, Result};
 use crate::spec::{layer_name, AttnSpec, LayerSpec, MlpSpec, ModelSpec, Norm, Residual};
@@ -80,6 +81,23 @@ struct Inputs<'c> {
     /// With a cache: the new columns' mask `[B·T]`; new keys and values join the cache and
     /// attention reads it.
     cache: Option<(&'c KvCache, &'c [i32])>,
+    /// RoPE frequency tables uploaded by this forward, by content: every layer with the same
+    /// `inv_freq` (all of them in most models; two tables with sliding/global layers) reads one
+    /// upload instead of one per layer (30 a token for SmolLM2).
+    freqs: RefCell<Vec<(Vec<f32>, Tensor)>>,
+}
+
+impl Inputs<'_> {
+    /// The device copy of `inv_freq [rotary_dim / 2]`, uploaded on first use in this forward.
+    fn freq(&self, g: &Graph<'_>, inv_freq: &[f32]) -> Result<Tensor> {
+        let mut freqs = self.freqs.borrow_mut();
+        if let Some((_, t)) = freqs.iter().find(|(f, _)| f.as_slice() == inv_freq) {
+            return Ok(t.clone());
+        }
+        let t = g.constant(inv_freq, &[inv_freq.len()])?;
+        freqs.push((inv_freq.to_vec(), t.clone()));
+        Ok(t)
+    }
 }
 
 pub use crate::kv_cache::KvCache;
@@ -94,8 +112,20 @@ pub fn forward(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, batch: &Batch<'_>) 
         pos: g.ints(&pos, &[b, t])?,
         seq_len: seq_len(&pos),
         cache: None,
+        freqs: RefCell::default(),
     };
-    run(g, spec, w, &inputs, &pos, (b, t))
+    run(g, spec, w, &inputs, &pos, (b, t), Head::All)
+}
+
+/// Which positions the LM head runs on.
+#[derive(Clone, Copy, PartialEq)]
+enum Head {
+    /// Every position `[B·T, V]` (training, eval, uncached references).
+    All,
+    /// Each row's last column only `[B, V]`: generation reads nothing else, and a prefill of T
+    /// columns would otherwise pay T × V × hidden for the head (64 × 49152 × 576 ≈ 2 s on
+    /// lavapipe for SmolLM2-135M).
+    Last,
 }
 
 fn seq_len(pos: &[i32]) -> usize {
@@ -111,6 +141,29 @@ pub fn forward_cached(
     w: &Weights,
     batch: &Batch<'_>,
     cache: &KvCache,
+) -> Result<Tensor> {
+    cached(g, spec, w, batch, cache, Head::All)
+}
+
+/// As [`forward_cached`], with logits `[B, V]` of each row's last column only (what generation
+/// chooses from): the head, final norm and softcap run on B rows instead of B·T.
+pub fn forward_cached_last(
+    g: &Graph<'_>,
+    spec: &ModelSpec,
+    w: &Weights,
+    batch: &Batch<'_>,
+    cache: &KvCache,
+) -> Result<Tensor> {
+    cached(g, spec, w, batch, cache, Head::Last)
+}
+
+fn cached(
+    g: &Graph<'_>,
+    spec: &ModelSpec,
+    w: &Weights,
+    batch: &Batch<'_>,
+    cache: &KvCache,
+    head: Head,
 ) -> Result<Tensor> {
     let (b, t) = (batch.batch, batch.seq);
     if b != cache.batch() || batch.ids.len() != b * t || batch.mask.len() != b * t {
@@ -129,8 +182,9 @@ pub fn forward_cached(
         pos: g.ints(&pos, &[b, t])?,
         seq_len: seq_len(&pos),
         cache: Some((cache, batch.mask)),
+        freqs: RefCell::default(),
     };
-    let logits = run(g, spec, w, &inputs, &pos, (b, t))?;
+    let logits = run(g, spec, w, &inputs, &pos, (b, t), head)?;
     cache.commit(batch.mask, t);
     Ok(logits)
 }
@@ -142,6 +196,7 @@ fn run(
     inputs: &Inputs<'_>,
     pos: &[i32],
     (b, t): (usize, usize),
+    head_rows: Head,
 ) -> Result<Tensor> {
     let embed = w.get(&format!("{}.weight", spec.embed_name))?;
     let embed_dim = embed.shape().get(1).copied().unwrap_or(spec.hidden);
@@ -177,6 +232,9 @@ fn run(
             None => decoder_layer(g, spec, w, layer, i, &x, inputs, (b, t))?,
         };
     }
+    if head_rows == Head::Last && t > 1 {
+        x = last_columns(g, &x, b, t)?;
+    }
     let mut x = apply_norm(g, &spec.final_norm, w, &spec.final_norm_name, &x)?;
     if let Some(name) = &spec.project_out {
         x = matmul::linear(g, &x, w.get(&format!("{name}.weight"))?, None)?;
@@ -194,6 +252,14 @@ fn run(
     Ok(logits)
 }
 
+/// Rows `b·T + T − 1` of `x [B·T, hidden]` as `[B, hidden]`, gathered with the (f32) embedding
+/// lookup; everything after the last layer is per position, so this commutes with it.
+fn last_columns(g: &Graph<'_>, x: &Tensor, b: usize, t: usize) -> Result<Tensor> {
+    let x = cast::cast(g, x, DType::F32)?;
+    let last: Vec<i32> = (0..b).map(|row| (row * t + t - 1) as i32).collect();
+    Ok(embedding::embedding(g, &x, &g.ints(&last, &[b])?)?)
+}
+
 /// What a checkpointed layer's recompute reads, owned: the tape outlives this call's borrows.
 /// Tensor clones share storage (the parameters are the same tensors, so their gradients
 /// accumulate as usual); the LoRA terms are copied with the dropout step of this forward, so
@@ -208,6 +274,7 @@ fn owned_for_layers(spec: &ModelSpec, w: &Weights, inp: &Inputs<'_>) -> LayerCtx
         pos: inp.pos.clone(),
         seq_len: inp.seq_len,
         cache: None,
+        freqs: RefCell::new(inp.freqs.borrow().clone()),
     };
     Rc::new((spec.clone(), w, inp))
 }
@@ -390,7 +457,7 @@ fn self_attention(
             Some((long, original)) if inp.seq_len > *original => long,
             _ => &r.inv_freq,
         };
-        let freq = g.constant(inv_freq, &[inv_freq.len()])?;
+        let freq = inp.freq(g, inv_freq)?;
         q = rope::rope(g, &q, &inp.pos, &freq, r.layout, r.rotary_dim, r.mscale)?;
         k = rope::rope(g, &k, &inp.pos, &freq, r.layout, r.rotary_dim, r.mscale)?;
     }
