@@ -3,11 +3,10 @@
 use vkformers_vk::{read, write, BufferView, Recorder, Result, VkError};
 
 use crate::code;
+use crate::launch::MAX_GROUPS;
 
 /// Threads per workgroup of the elementwise shaders (their `local_size_x`).
 const LOCAL: u64 = 256;
-/// Workgroups per dispatch at most: the grid-stride loop covers the rest.
-const MAX_GROUPS: u64 = 65_535;
 
 fn groups_for(n: u64) -> [u32; 3] {
     [n.div_ceil(LOCAL).clamp(1, MAX_GROUPS) as u32, 1, 1]

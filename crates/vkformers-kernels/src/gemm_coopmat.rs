@@ -3,9 +3,10 @@
 //! the device has the 16x16x16 shape for the operand type with an f32 accumulator, and
 //! subgroups of 32 (the kernel's 2 x 4 subgroup grid assumes it).
 
-use vkformers_vk::{read, read_write, write, BufferView, Caps, KernelCode, Recorder, Result, VkError};
+use vkformers_vk::{read, read_write, write, BufferView, Caps, KernelCode, Recorder, Result};
 
 use crate::code;
+use crate::launch::err_named as err;
 
 /// Which tensor-core kernel runs a product.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -182,10 +183,6 @@ fn kernel(engine: Engine, elem: Elem) -> (&'static KernelCode, u32, u32) {
         (_, F16) => (&code::MATMUL_COOPMAT_GEMM_F16, 128, 128),
         (_, Bf16) => (&code::MATMUL_COOPMAT_GEMM_BF16, 128, 128),
     }
-}
-
-fn err(kernel: &str, message: String) -> VkError {
-    VkError::Kernel { kernel: kernel.into(), message }
 }
 
 /// Highest element index (+1) a strided operand of `rows x cols` (row stride `ld`) touches over

@@ -1,6 +1,5 @@
-//! Launch helpers shared by this crate's activation, glu, broadcast, reduce, softmax and dropout
-//! launchers: the kernel variant of a storage type, element counts of views, error
-//! construction, push parameters, grid sizes.
+//! Launch helpers shared by every kernel family's launcher: the kernel variant of a storage
+//! type, element counts of views, error construction, push parameters, grid sizes.
 
 use vkformers_vk::{BufferView, KernelCode, Recorder, Result, VkError};
 
@@ -14,7 +13,19 @@ pub(crate) const MAX_GROUPS: u64 = 65_535;
 
 /// A `VkError::Kernel` naming `k`.
 pub(crate) fn err(k: &KernelCode, message: String) -> VkError {
-    VkError::Kernel { kernel: k.name.into(), message }
+    err_named(k.name, message)
+}
+
+/// A `VkError::Kernel` naming the kernel `name` (families that name a kernel before choosing its
+/// variant).
+pub(crate) fn err_named(name: &str, message: String) -> VkError {
+    VkError::Kernel { kernel: name.into(), message }
+}
+
+/// A `VkError::Kernel` naming `k` without its `:f32` suffix: families whose f32 variant kept the
+/// plain name from before they had 16-bit variants.
+pub(crate) fn err_plain(k: &KernelCode, message: String) -> VkError {
+    err_named(k.name.strip_suffix(":f32").unwrap_or(k.name), message)
 }
 
 /// The variant of a kernel for storage type `dt`, from `[f32, f16, bf16]`; an error naming it

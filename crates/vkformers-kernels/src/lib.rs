@@ -18,6 +18,7 @@ pub mod elementwise;
 pub mod embedding;
 pub mod gemm_coopmat;
 pub mod glu;
+pub(crate) mod launch;
 pub mod loss;
 pub mod matmul;
 pub mod norm;

@@ -4,13 +4,12 @@
 //! f32 in every case).
 
 pub mod reference;
-pub(crate) mod util;
 
 use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result};
 
 use crate::code;
 use crate::dtype::DType;
-use util::{elements, expect_len, groups_for, params, pick};
+use crate::launch::{elements, expect_len, groups_for, params, pick};
 
 /// A pointwise activation function.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

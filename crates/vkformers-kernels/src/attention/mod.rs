@@ -38,8 +38,8 @@ pub const MAX_HEAD_DIM: u32 = 256;
 const FLAG_CAUSAL: u32 = 1;
 const FLAG_KMASK: u32 = 2;
 const FLAG_ALIBI: u32 = 4;
-/// Workgroup-count limit of the y and z grid dimensions (and x on lavapipe).
-const MAX_GROUPS: u32 = 65_535;
+/// [`crate::launch::MAX_GROUPS`] in this family's u32 arithmetic.
+const MAX_GROUPS: u32 = crate::launch::MAX_GROUPS as u32;
 
 /// Sizes of one attention call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -15,11 +15,9 @@ pub mod reference;
 
 use vkformers_vk::{read, read_write, write, BufferView, KernelCode, Recorder, Result};
 
-use crate::activation::util::{
-    check_storage, count, elements, err, expect_len, groups_for, groups_per_item, params, pick,
-};
 use crate::code;
 use crate::dtype::DType;
+use crate::launch::{check_storage, count, elements, err, expect_len, groups_for, groups_per_item, params, pick};
 
 /// Most dims an operand or output may have.
 pub const MAX_DIMS: usize = 4;

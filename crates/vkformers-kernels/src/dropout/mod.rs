@@ -9,20 +9,15 @@
 
 pub mod reference;
 
-use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result, VkError};
+use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result};
 
-use crate::activation::util::pick;
 use crate::code;
 use crate::dtype::DType;
+use crate::launch::pick;
+use crate::launch::{err, MAX_GROUPS};
 
 /// Threads per workgroup (each thread draws one 4-word Philox block per loop iteration).
 const LOCAL: u64 = 256;
-/// Workgroups per dispatch at most (the shaders stride over the rest).
-const MAX_GROUPS: u64 = 65_535;
-
-fn err(k: &KernelCode, message: String) -> VkError {
-    VkError::Kernel { kernel: k.name.into(), message }
-}
 
 /// Number of `bytes`-byte values in `v`: an error unless whole and in 1..2^32.
 fn elements(k: &KernelCode, what: &str, v: &BufferView<'_>, bytes: u64) -> Result<u32> {

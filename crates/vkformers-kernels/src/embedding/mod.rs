@@ -15,15 +15,14 @@
 
 pub mod reference;
 
-use vkformers_vk::{read, read_write, write, BufferView, KernelCode, Recorder, Result, VkError};
+use vkformers_vk::{read, read_write, write, BufferView, KernelCode, Recorder, Result};
 
 use crate::dtype::DType;
+use crate::launch::{err_plain as err, MAX_GROUPS};
 use crate::{code, elementwise};
 
 /// Threads per workgroup of the embedding kernels.
 const LOCAL: u64 = 256;
-/// Workgroups per dispatch at most: the grid-stride loops cover the rest.
-const MAX_GROUPS: u64 = 65_535;
 
 /// Shape of an embedding lookup: table `[vocab, dim]`, `tokens` ids.
 #[derive(Clone, Copy, Debug)]
@@ -36,11 +35,6 @@ pub struct Embedding {
     pub dtype: DType,
     /// A row the backward leaves untouched (no gradient), as `nn.Embedding(padding_idx=..)`.
     pub padding_idx: Option<u32>,
-}
-
-/// Errors name the kernel; the f32 variants keep their plain names (`embedding/gather`).
-fn err(kernel: &KernelCode, message: String) -> VkError {
-    VkError::Kernel { kernel: kernel.name.strip_suffix(":f32").unwrap_or(kernel.name).into(), message }
 }
 
 /// Checks that `v` holds `elems` 4-byte values.

@@ -9,10 +9,10 @@ pub mod reference;
 
 use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result};
 
-use crate::activation::util::{count, expect_len, groups_for, params, pick, skip};
 use crate::activation::Activation;
 use crate::code;
 use crate::dtype::DType;
+use crate::launch::{count, expect_len, groups_for, params, pick, skip};
 
 /// A gated linear unit flavour.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

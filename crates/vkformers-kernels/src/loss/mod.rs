@@ -14,15 +14,16 @@
 
 pub mod reference;
 
-use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result, VkError};
+use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result};
 
 use crate::code;
 use crate::dtype::DType;
+use crate::launch::err_plain as err;
 
 /// Threads per workgroup of every loss shader.
 const LOCAL: u32 = 256;
-/// Workgroups per grid dimension at most (the shaders stride over the rest).
-const MAX_GROUPS: u32 = 65_535;
+/// [`crate::launch::MAX_GROUPS`] in this family's u32 arithmetic.
+const MAX_GROUPS: u32 = crate::launch::MAX_GROUPS as u32;
 
 /// The operands shared by the cross-entropy kernels: `logits [rows, vocab]` in `dtype` (which
 /// is also the type of the `dlogits` written) and `labels [rows]` i32.
@@ -34,11 +35,6 @@ pub struct CrossEntropy<'a> {
     pub vocab: u32,
     /// Storage type of `logits` and `dlogits`.
     pub dtype: DType,
-}
-
-fn err(k: &KernelCode, message: String) -> VkError {
-    // The f32 variant of cross_entropy_bwd keeps its plain name in errors.
-    VkError::Kernel { kernel: k.name.strip_suffix(":f32").unwrap_or(k.name).into(), message }
 }
 
 /// Checks that `v` holds exactly `elems` 4-byte values.

@@ -6,10 +6,11 @@
 //! 16-byte loads, which makes decoding run at the memory bandwidth of streaming the weights.
 //! x, bias and y are f32; W is f32, f16 or bf16 storage (f32 math).
 
-use vkformers_vk::{read, write, BufferView, Caps, KernelCode, Recorder, Result, VkError};
+use vkformers_vk::{read, write, BufferView, Caps, KernelCode, Recorder, Result};
 
 use super::DType;
 use crate::code;
+use crate::launch::err_named as err;
 
 /// Most rows of x one dispatch takes.
 pub const MAX_ROWS: u32 = 16;
@@ -140,10 +141,6 @@ const CPU_THREADS: u32 = 8;
 fn one_subgroup(caps: &Caps) -> bool {
     let fixed = caps.subgroup_size_min == CPU_THREADS && caps.subgroup_size_max == CPU_THREADS;
     caps.device_type == "cpu" && caps.subgroup_size == CPU_THREADS && fixed
-}
-
-fn err(kernel: &str, message: String) -> VkError {
-    VkError::Kernel { kernel: kernel.into(), message }
 }
 
 /// Checks the shape fields: m within the kernel, leading dimensions, 32-bit indices.

@@ -14,9 +14,10 @@ pub mod auto;
 pub mod gemv;
 pub mod reference;
 
-use vkformers_vk::{read, read_write, write, BufferView, KernelCode, Recorder, Result, VkError};
+use vkformers_vk::{read, read_write, write, BufferView, KernelCode, Recorder, Result};
 
 use crate::code;
+use crate::launch::err_named as err;
 
 /// Storage type of A and B (C and bias are always f32; accumulation is f32).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -147,10 +148,6 @@ impl GemmDesc {
 /// Floating-point operations of the GEMM: `2·M·N·K·batch`.
 pub fn flops(desc: &GemmDesc) -> f64 {
     2.0 * f64::from(desc.m) * f64::from(desc.n) * f64::from(desc.k) * f64::from(desc.batch)
-}
-
-fn err(kernel: &str, message: String) -> VkError {
-    VkError::Kernel { kernel: kernel.into(), message }
 }
 
 /// The kernel variant for a dtype and concrete tile.

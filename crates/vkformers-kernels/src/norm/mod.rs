@@ -11,15 +11,16 @@
 
 pub mod reference;
 
-use vkformers_vk::{read, read_write, write, BufferView, KernelCode, Recorder, Result, VkError};
+use vkformers_vk::{read, read_write, write, BufferView, KernelCode, Recorder, Result};
 
 use crate::code;
 use crate::dtype::DType;
+use crate::launch::err_named as err;
 
 /// Workgroups sharing out the rows of a backward (and rows of partial sums to add).
 const GRAD_BLOCKS: u32 = 256;
-/// Workgroups per dispatch at most (rows beyond it are strided over the grid).
-const MAX_GROUPS: u32 = 65_535;
+/// [`crate::launch::MAX_GROUPS`] in this family's u32 arithmetic.
+const MAX_GROUPS: u32 = crate::launch::MAX_GROUPS as u32;
 /// Threads per workgroup of `norm/col_sum`.
 const COL_LOCAL: u32 = 256;
 
@@ -65,10 +66,6 @@ pub fn weight_grad_scratch_bytes(rows: u32, dim: u32) -> u64 {
 
 fn grad_blocks(rows: u32) -> u32 {
     rows.clamp(1, GRAD_BLOCKS)
-}
-
-fn err(kernel: &str, message: String) -> VkError {
-    VkError::Kernel { kernel: kernel.into(), message }
 }
 
 /// Name of `k` in errors: without the `:f32` suffix (the f32 kernels keep their plain names).

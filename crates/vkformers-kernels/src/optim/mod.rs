@@ -8,14 +8,13 @@
 
 pub mod reference;
 
-use vkformers_vk::{read, read_write, write, BufferView, KernelCode, Recorder, Result, VkError};
+use vkformers_vk::{read, read_write, write, BufferView, KernelCode, Recorder, Result};
 
 use crate::code;
+use crate::launch::{err, MAX_GROUPS};
 
 /// Threads per workgroup of the optimizer shaders.
 const LOCAL: u64 = 256;
-/// Workgroups per dispatch at most for the elementwise AdamW kernel (it strides over the rest).
-const MAX_GROUPS: u64 = 65_535;
 /// Partial sums written per gradient buffer by [`sum_squares`] (`PARTS` in `optim.glsl`).
 pub const PARTS_PER_SLOT: u32 = 64;
 
@@ -46,10 +45,6 @@ pub struct AdamWBuffers<'a> {
     pub exp_avg: BufferView<'a>,
     pub exp_avg_sq: BufferView<'a>,
     pub grad_scale: Option<BufferView<'a>>,
-}
-
-fn err(k: &KernelCode, message: String) -> VkError {
-    VkError::Kernel { kernel: k.name.into(), message }
 }
 
 /// Number of f32 in `v`, which must be 1..2^32 of them.

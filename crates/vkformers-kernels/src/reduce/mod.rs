@@ -11,9 +11,9 @@ pub mod reference;
 
 use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result};
 
-use crate::activation::util::{count, elements, err, expect_len, groups_for, groups_per_item, params, pick};
 use crate::code;
 use crate::dtype::DType;
+use crate::launch::{count, elements, err, expect_len, groups_for, groups_per_item, params, pick};
 
 /// Elements each workgroup sums per stage when reducing everything.
 pub const CHUNK: u64 = 4096;

@@ -11,11 +11,10 @@ use vkformers_vk::{read, read_write, write, BufferView, KernelCode, Recorder, Re
 
 use crate::code;
 use crate::dtype::DType;
+use crate::launch::MAX_GROUPS;
 
 /// Threads per workgroup of `rope/rope` (its `local_size_x`).
 const LOCAL: u64 = 256;
-/// Workgroups per dispatch at most: the grid-stride loop covers the rest.
-const MAX_GROUPS: u64 = 65_535;
 
 /// Which dims form a rotation pair.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,8 +59,7 @@ fn kernel(dtype: DType) -> &'static KernelCode {
 
 /// Errors name the kernel `rope/rope`, or `rope/rope:f16` / `rope/rope:bf16`.
 fn err(p: &Rope, message: String) -> VkError {
-    let name = kernel(p.dtype).name;
-    VkError::Kernel { kernel: name.strip_suffix(":f32").unwrap_or(name).into(), message }
+    crate::launch::err_plain(kernel(p.dtype), message)
 }
 
 /// Checks that `v` holds `elems` values of `size` bytes.

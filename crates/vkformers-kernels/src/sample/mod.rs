@@ -7,9 +7,9 @@ pub mod reference;
 
 use vkformers_vk::{read, read_write, write, BufferView, Recorder, Result};
 
-use crate::activation::util::{count, err, expect_len, groups_per_item, params};
 use crate::code;
 use crate::dtype::DType;
+use crate::launch::{count, err, expect_len, groups_per_item, params};
 
 /// What [`argmax_last`] writes for a row whose logits are all NaN.
 pub const NO_TOKEN: u32 = u32::MAX;

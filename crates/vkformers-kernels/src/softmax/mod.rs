@@ -5,9 +5,9 @@ pub mod reference;
 
 use vkformers_vk::{read, write, BufferView, Recorder, Result};
 
-use crate::activation::util::{count, err, expect_len, groups_per_item, params, pick};
 use crate::code;
 use crate::dtype::DType;
+use crate::launch::{count, err, expect_len, groups_per_item, params, pick};
 
 /// `y[r, :] = softmax(x[r, :])`, numerically stable (max subtracted); x, y [rows, d] of storage
 /// type `dt`.
