@@ -258,11 +258,13 @@ fn is_ignored_buffer(name: &str) -> bool {
 fn stored_params(spec: &ModelSpec, file: &ModelWeights) -> Result<HashMap<String, Vec<usize>>> {
     let mut found = HashMap::new();
     for j in &spec.joins {
-        let shapes: Vec<Vec<usize>> = j.parts.iter().filter_map(|p| file.info(p).ok().map(|i| i.shape)).collect();
-        if shapes.is_empty() {
+        // Each part's header read once: its shape, or the name it is missing under.
+        let infos: Vec<(&str, Option<Vec<usize>>)> =
+            j.parts.iter().map(|p| (p.as_str(), file.info(p).ok().map(|i| i.shape))).collect();
+        let missing: Vec<&str> = infos.iter().filter(|(_, s)| s.is_none()).map(|(p, _)| *p).collect();
+        if missing.len() == j.parts.len() {
             continue;
         }
-        let missing: Vec<&str> = j.parts.iter().filter(|p| file.info(p).is_err()).map(String::as_str).collect();
         if !missing.is_empty() {
             return Err(ModelError::Weights(format!(
                 "missing tensor `{}` (one of the {} parts of `{}`)",
@@ -271,6 +273,7 @@ fn stored_params(spec: &ModelSpec, file: &ModelWeights) -> Result<HashMap<String
                 j.internal
             )));
         }
+        let shapes: Vec<Vec<usize>> = infos.into_iter().filter_map(|(_, s)| s).collect();
         if shapes.iter().any(|s| *s != shapes[0]) {
             return Err(ModelError::Weights(format!(
                 "`{}` is stored as {} tensors of one shape (`{}`, ...); their shapes are {shapes:?}",

@@ -29,42 +29,33 @@ fn entry<'s>(spec: &'s ModelSpec, hf: &str) -> Option<&'s MapEntry> {
     spec.weight_map.iter().find(|e| e.hf == hf)
 }
 
-/// The internal parameters made from one stored tensor.
+/// The internal parameters made from one stored tensor: the names and shapes of
+/// [`internal_shapes`] (which also checks the stored shape), filled with the data transposed
+/// and split into the parts' rows.
 pub fn to_internal(spec: &ModelSpec, t: HostTensor) -> Result<Vec<HostTensor>> {
+    let parts = internal_shapes(spec, &t.name, &t.shape)?;
     let Some(e) = entry(spec, &t.name) else { return Ok(vec![t]) };
-    let (shape, data) = if e.transpose {
-        if t.shape.len() != 2 {
-            return Err(ModelError::Weights(format!("`{}` should be 2-D, has shape {:?}", t.name, t.shape)));
-        }
-        transpose2(&t.shape, &t.data)
-    } else {
-        (t.shape.clone(), t.data)
-    };
-    if e.parts.len() == 1 {
-        return Ok(vec![HostTensor { name: e.parts[0].0.clone(), shape, data }]);
+    let data = if e.transpose { transpose2(&t.shape, &t.data).1 } else { t.data };
+    if parts.len() == 1 {
+        let (name, shape) = parts.into_iter().next().expect("one part");
+        return Ok(vec![HostTensor { name, shape, data }]);
     }
-    let row: usize = shape[1..].iter().product();
-    let total: usize = e.parts.iter().map(|p| p.1).sum();
     let groups = e.groups.max(1);
-    if total != shape[0] || e.parts.iter().any(|p| p.1 % groups != 0) {
-        return Err(ModelError::Weights(format!(
-            "`{}` has {} rows, its parts {total} in {groups} groups",
-            e.hf, shape[0]
-        )));
+    if let Some((name, _)) = parts.iter().find(|(_, s)| s[0] % groups != 0) {
+        return Err(ModelError::Weights(format!("`{}`: part `{name}` does not split into {groups} groups", e.hf)));
     }
-    let mut out: Vec<HostTensor> = e
-        .parts
-        .iter()
-        .map(|(name, rows)| {
-            let mut s = shape.clone();
-            s[0] = *rows;
-            HostTensor { name: name.clone(), shape: s, data: Vec::with_capacity(rows * row) }
+    let mut out: Vec<HostTensor> = parts
+        .into_iter()
+        .map(|(name, shape)| {
+            let n = shape.iter().product();
+            HostTensor { name, shape, data: Vec::with_capacity(n) }
         })
         .collect();
+    // Each group holds `rows / groups` rows of every part in order (GPT-NeoX's per-head QKV).
     let mut at = 0;
     for _ in 0..groups {
-        for (o, (_, rows)) in out.iter_mut().zip(&e.parts) {
-            let n = rows / groups * row;
+        for o in &mut out {
+            let n = o.shape.iter().product::<usize>() / groups;
             o.data.extend_from_slice(&data[at..at + n]);
             at += n;
         }
