@@ -85,16 +85,13 @@ fn safetensors_mutant(rng: &mut Rng, seed: &[u8], seeds: &[Vec<u8>]) -> Vec<u8> 
 /// Runs one input; returns how long it took, or `None` when it panicked. The input is first
 /// written to `last-input` in the findings folder: an abort (a failed allocation) cannot be
 /// caught, and that file then holds the input that caused it.
-fn exec(t: &Target, ctx: &Ctx, input: &[u8]) -> Option<Duration> {
-    let dir = findings_dir(t.name);
-    std::fs::create_dir_all(&dir).expect("findings folder");
-    std::fs::write(dir.join("last-input"), input).expect("last-input write");
+fn exec(t: &Target, ctx: &Ctx, input: &[u8], last: &Path) -> Option<Duration> {
+    std::fs::write(last, input).expect("last-input write");
     let start = Instant::now();
     catch_unwind(AssertUnwindSafe(|| (t.run)(ctx, input))).ok().map(|_| start.elapsed())
 }
 
 fn keep(dir: &Path, input: &[u8], n: usize) -> PathBuf {
-    std::fs::create_dir_all(dir).expect("findings folder");
     let path = dir.join(format!("finding-{n}"));
     std::fs::write(&path, input).expect("finding write");
     path
@@ -118,6 +115,8 @@ pub fn fuzz(t: &Target, budget: Duration, seed: u64) -> Report {
             Some(d) => report.slowest = report.slowest.max(d),
         }
     };
+    std::fs::create_dir_all(findings_dir(t.name)).expect("findings folder");
+    let last = findings_dir(t.name).join("last-input");
     let old_hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(|info| {
         if let Ok(mut m) = LAST_PANIC.lock() {
@@ -127,7 +126,7 @@ pub fn fuzz(t: &Target, budget: Duration, seed: u64) -> Report {
     let fixed = regressions(t.name);
     report.regressions = fixed.len();
     for input in fixed.iter().chain(&seeds) {
-        let took = exec(t, &ctx, input);
+        let took = exec(t, &ctx, input, &last);
         record(&mut report, input, took);
     }
     let mut rng = Rng::new(seed);
@@ -135,7 +134,7 @@ pub fn fuzz(t: &Target, budget: Duration, seed: u64) -> Report {
     while Instant::now() < deadline {
         let seed_input = &seeds[rng.below(seeds.len())];
         let input = mutant(&mut rng, t.shape, seed_input, &seeds);
-        let took = exec(t, &ctx, &input);
+        let took = exec(t, &ctx, &input, &last);
         record(&mut report, &input, took);
     }
     std::panic::set_hook(old_hook);
