@@ -11,12 +11,19 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use vkformers_kernels::{broadcast, elementwise};
-use vkformers_vk::{Context, Recorder, Result, VkError};
+use vkformers_vk::{Context, Pending, Recorder, Result, VkError};
 
 use crate::profile::Profile;
 use crate::tensor::{DType, Inner, Tensor};
 
 static NEXT_TENSOR_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Commands in one batch before `Graph::record` submits it and opens the next: large enough
+/// that a submission's cost (~tens of µs) is noise, small enough that the device starts on a
+/// training step's forward while the host still records the rest of it.
+const FLUSH_DISPATCHES: usize = 256;
+/// Flushed batches that may run ahead of the host.
+const MAX_IN_FLIGHT: usize = 3;
 
 /// Computes the gradients of a node's inputs (in order; `None` for inputs without gradient)
 /// from the gradient of its output.
@@ -38,6 +45,8 @@ struct Node {
 pub struct Graph<'c> {
     ctx: &'c Context,
     rec: RefCell<Option<Recorder>>,
+    /// Batches submitted by `flush` that the host has not waited for, oldest first.
+    in_flight: RefCell<std::collections::VecDeque<Pending>>,
     tape: RefCell<Vec<Node>>,
     grad_enabled: Cell<bool>,
     /// `--gradient-checkpointing`: models run each layer through `ops::checkpoint::checkpoint`.
@@ -64,6 +73,7 @@ impl<'c> Graph<'c> {
         Graph {
             ctx,
             rec: RefCell::new(None),
+            in_flight: RefCell::new(std::collections::VecDeque::new()),
             tape: RefCell::new(Vec::new()),
             grad_enabled: Cell::new(true),
             checkpointing: Cell::new(false),
@@ -129,11 +139,17 @@ impl<'c> Graph<'c> {
         self.ctx
     }
 
-    /// Runs `f` with the open recorder (opening one if needed).
+    /// Runs `f` with the open recorder (opening one if needed). Once the open batch holds
+    /// `FLUSH_DISPATCHES` commands it is submitted without waiting (`flush`), so the device
+    /// runs it while the host records what follows.
     pub fn record<R>(&self, f: impl FnOnce(&mut Recorder) -> Result<R>) -> Result<R> {
         let mut slot = self.rec.borrow_mut();
         if slot.is_none() {
-            *slot = Some(self.ctx.recorder(self.profile.borrow().is_some())?);
+            let mut rec = self.ctx.recorder(self.profile.borrow().is_some())?;
+            if !self.in_flight.borrow().is_empty() {
+                rec.order_after_earlier_batches();
+            }
+            *slot = Some(rec);
         }
         let start = self.profile.borrow().is_some().then(std::time::Instant::now);
         let out = match slot.as_mut() {
@@ -143,23 +159,63 @@ impl<'c> Graph<'c> {
         if let (Some(t), Some(p)) = (start, self.profile.borrow_mut().as_mut()) {
             p.host_record_ns += t.elapsed().as_nanos() as f64;
         }
+        let full = slot.as_ref().is_some_and(|r| r.len() >= FLUSH_DISPATCHES);
+        drop(slot);
+        if full && out.is_ok() {
+            self.flush()?;
+        }
         out
     }
 
-    /// Submits everything recorded so far and waits for it.
+    /// Submits the open batch without waiting for it. At most `MAX_IN_FLIGHT` batches run
+    /// ahead of the host: beyond that the oldest is waited for, which bounds the command
+    /// buffers and held buffers alive at once.
+    pub fn flush(&self) -> Result<()> {
+        let Some(rec) = self.rec.borrow_mut().take() else { return Ok(()) };
+        if rec.is_empty() {
+            return Ok(());
+        }
+        let start = std::time::Instant::now();
+        let pending = rec.submit_async()?;
+        self.submissions.set(self.submissions.get() + 1);
+        self.in_flight.borrow_mut().push_back(pending);
+        let over = self.in_flight.borrow().len() > MAX_IN_FLIGHT;
+        if over {
+            self.wait_oldest()?;
+        }
+        if let Some(p) = self.profile.borrow_mut().as_mut() {
+            p.submit_wait_ns += start.elapsed().as_nanos() as f64;
+        }
+        Ok(())
+    }
+
+    fn wait_oldest(&self) -> Result<()> {
+        let Some(pending) = self.in_flight.borrow_mut().pop_front() else { return Ok(()) };
+        let report = pending.wait()?;
+        if let Some(p) = self.profile.borrow_mut().as_mut() {
+            p.add_batch(&report);
+        }
+        Ok(())
+    }
+
+    /// Submits everything recorded so far and waits for it (and for every flushed batch).
     pub fn sync(&self) -> Result<()> {
-        if let Some(rec) = self.rec.borrow_mut().take() {
-            if !rec.is_empty() {
-                let start = std::time::Instant::now();
-                let report = rec.submit()?;
-                self.submissions.set(self.submissions.get() + 1);
-                if let Some(p) = self.profile.borrow_mut().as_mut() {
-                    p.add_batch(&report);
-                    p.submit_wait_ns += start.elapsed().as_nanos() as f64;
-                }
+        let start = std::time::Instant::now();
+        let open = self.rec.borrow_mut().take();
+        if let Some(rec) = open.filter(|r| !r.is_empty()) {
+            self.in_flight.borrow_mut().push_back(rec.submit_async()?);
+            self.submissions.set(self.submissions.get() + 1);
+        }
+        let waited = !self.in_flight.borrow().is_empty();
+        while !self.in_flight.borrow().is_empty() {
+            self.wait_oldest()?;
+        }
+        if waited {
+            if let Some(p) = self.profile.borrow_mut().as_mut() {
+                p.submit_wait_ns += start.elapsed().as_nanos() as f64;
             }
         }
-        // No batch is open now: buffers dropped while one was recorded are safe for any use.
+        // No batch is open or in flight now: buffers dropped meanwhile are safe for any use.
         self.ctx.reclaim_buffers();
         Ok(())
     }

@@ -22,5 +22,5 @@ pub use hazard::AccessKind;
 pub use instance::{Instance, InstanceOptions};
 pub use memory::{Buffer, BufferKind, BufferView, DeviceMemory};
 pub use pipeline::KernelCode;
-pub use recorder::{read, read_write, write, Arg, BatchReport, Recorder};
+pub use recorder::{read, read_write, write, Arg, BatchReport, Pending, Recorder};
 pub use staging::STAGING_BYTES;

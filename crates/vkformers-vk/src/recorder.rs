@@ -1,6 +1,7 @@
 //! The `Recorder`: appends dispatches to one command buffer, places a barrier only where a
 //! dispatch depends on an earlier one of the same batch (see `hazard`), submits once and waits
-//! once. Optional timestamp queries time every dispatch.
+//! once (`submit`), or submits and hands back a `Pending` batch to wait for later
+//! (`submit_async`). Optional timestamp queries time every dispatch.
 
 use ash::vk;
 
@@ -239,9 +240,13 @@ impl Recorder {
     }
 
     fn hazard_barrier(&mut self, accesses: &[(Span, AccessKind)]) {
-        if !self.hazards.add(accesses) {
-            return;
+        if self.hazards.add(accesses) {
+            self.full_barrier();
         }
+    }
+
+    /// Every earlier compute or transfer access before every later one.
+    fn full_barrier(&mut self) {
         let stages = vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER;
         let barrier = [vk::MemoryBarrier::default()
             .src_access_mask(
@@ -294,6 +299,13 @@ impl Recorder {
 
     /// Submits the batch and waits for it once.
     pub fn submit(self) -> Result<BatchReport> {
+        self.submit_async()?.wait()
+    }
+
+    /// Submits the batch without waiting: the host records the next batch while the device
+    /// runs this one. The returned `Pending` keeps the command buffer and every buffer the
+    /// batch holds alive until `wait` (or its drop) has seen the fence.
+    pub fn submit_async(self) -> Result<Pending> {
         let device = &self.shared.device;
         // SAFETY: recording was begun in `new`.
         unsafe { device.end_command_buffer(self.cmd) }.vk("vkEndCommandBuffer")?;
@@ -306,17 +318,20 @@ impl Recorder {
             let queue = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
             // SAFETY: the queue is externally synchronized by the mutex.
             unsafe { device.queue_submit(*queue, &submit, fence) }
+        };
+        if let Err(r) = result {
+            // SAFETY: the fence was never submitted.
+            unsafe { device.destroy_fence(fence, None) };
+            return Err(self.batch_error(r));
         }
-        .and_then(|_| {
-            // SAFETY: the fence was submitted above.
-            unsafe { device.wait_for_fences(&[fence], true, u64::MAX) }
-        });
-        // SAFETY: the fence is signalled or the device is lost; either way it is unused now.
-        unsafe { device.destroy_fence(fence, None) };
-        result.map_err(|r| self.batch_error(r))?;
-        let timings = self.read_timings()?;
-        let work = if self.timing { self.work.clone() } else { Vec::new() };
-        Ok(BatchReport { dispatches: self.labels.len(), barriers: self.barriers, timings, work })
+        Ok(Pending { rec: Some(self), fence })
+    }
+
+    /// Orders everything recorded from now on after every command submitted earlier on the
+    /// queue (a pipeline barrier's first scope covers earlier submissions): the hazard tracker
+    /// of a fresh batch knows nothing of the writes of a batch still in flight.
+    pub fn order_after_earlier_batches(&mut self) {
+        self.full_barrier();
     }
 
     fn batch_error(&self, r: vk::Result) -> VkError {
@@ -364,10 +379,47 @@ impl Recorder {
     }
 }
 
+/// A submitted batch the host has not waited for (`Recorder::submit_async`).
+pub struct Pending {
+    rec: Option<Recorder>,
+    fence: vk::Fence,
+}
+
+impl Pending {
+    /// Waits for the batch and reports what it did.
+    pub fn wait(mut self) -> Result<BatchReport> {
+        let rec = self.rec.take().expect("a pending batch holds its recorder until waited");
+        let device = &rec.shared.device;
+        // SAFETY: the fence was submitted with the batch.
+        let result = unsafe { device.wait_for_fences(&[self.fence], true, u64::MAX) };
+        // SAFETY: the fence is signalled or the device is lost; either way it is unused now.
+        unsafe { device.destroy_fence(self.fence, None) };
+        result.map_err(|r| rec.batch_error(r))?;
+        let timings = rec.read_timings()?;
+        let work = if rec.timing { rec.work.clone() } else { Vec::new() };
+        Ok(BatchReport { dispatches: rec.labels.len(), barriers: rec.barriers, timings, work })
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        // Dropped without `wait` (an error elsewhere): the command buffer and the buffers the
+        // batch holds may be freed only once the device is done with them.
+        if let Some(rec) = self.rec.take() {
+            let device = &rec.shared.device;
+            // SAFETY: the fence was submitted with the batch; waited on and destroyed once.
+            unsafe {
+                let _ = device.wait_for_fences(&[self.fence], true, u64::MAX);
+                device.destroy_fence(self.fence, None);
+            }
+        }
+    }
+}
+
 impl Drop for Recorder {
     fn drop(&mut self) {
         let device = &self.shared.device;
-        // SAFETY: `submit` waited for completion, or the batch was never submitted.
+        // SAFETY: `Pending` waited for completion, or the batch was never submitted.
         unsafe {
             for pool in self.query_pools.drain(..) {
                 device.destroy_query_pool(pool, None);
