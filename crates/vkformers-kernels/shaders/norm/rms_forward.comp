@@ -46,9 +46,10 @@ void main() {
         float ss = 0.0;
         FOR_EACH_COL(d, pc.D) {
 #ifdef ADD
-            // Each invocation reads back only what it wrote: h as stored (rounded).
-            st(pc.h, base + d, ld(pc.x, base + d) + ld(pc.r, base + d));
-            float v = ld(DIn(uint64_t(pc.h)), base + d);
+            // h as stored (rounded), kept in registers and recomputed in the second pass:
+            // reading it back through the read-only view gave stale values on the H200.
+            float v = rnd(ld(pc.x, base + d) + ld(pc.r, base + d));
+            st(pc.h, base + d, v);
 #else
             float v = ld(pc.x, base + d);
 #endif
@@ -57,7 +58,7 @@ void main() {
         float r = inversesqrt(norm_sum2(vec2(ss, 0.0)).x / float(pc.D) + pc.eps);
         FOR_EACH_COL(d, pc.D) {
 #ifdef ADD
-            float v = ld(DIn(uint64_t(pc.h)), base + d);
+            float v = rnd(ld(pc.x, base + d) + ld(pc.r, base + d));
 #else
             float v = ld(pc.x, base + d);
 #endif
