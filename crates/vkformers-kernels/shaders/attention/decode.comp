@@ -34,6 +34,8 @@
 //      D > NT, columns d + NT too, so each V element it loads serves all its rows; the threads of
 //      column 0 also keep l[r] = l[r] alpha + sum_c p[r][c].
 // 5 barriers per 128 keys; no subgroup operations; shared memory under 32 KiB (lavapipe).
+// Steps 1 and 4 issue their global loads in groups (KU elements of K, VU keys of V) before
+// using them: one dependent load per loop step made a 576-key call take ~157 µs on an H200.
 //
 // variant: d64 DMAX=64 BQ=16 NT=128
 // variant: d128 DMAX=128 BQ=16 NT=128
@@ -78,6 +80,9 @@ layout(push_constant) uniform Push {
 #define RS (NT / DT)
 #define RPT ((BQ + RS - 1) / RS)
 #define CPT (DMAX / DT)
+// Elements of K (score pass) and keys of V (output pass) whose loads are issued together.
+#define KU 16
+#define VU 8
 // Parts of the tile max: NP threads per row, each over BK / NP keys.
 #define NP (NT / BQ)
 // Pool row of a key that is not in the row's table (never read).
@@ -117,12 +122,19 @@ void score_key(uint b, uint hk, uint k0, uint kend, uint r0, uint nr, int first_
         s[rr] = 0.0;
     }
     if (row != NO_ROW) {
+        // KU elements of K per group, loaded before any is used, so a thread has KU loads in
+        // flight instead of one (a loop of dependent single loads ran at ~0.5 µs a step).
         uint base = (row * pc.hkv + hk) * pc.d;
-        for (uint dd = 0; dd < pc.d; dd++) {
-            float kv = ld(pc.k, base + dd);
-            [[unroll]] for (uint rr = 0; rr < BQ; rr++) {
-                if (rr >= nr) break;
-                s[rr] += sq[rr * DS + dd] * kv;
+        for (uint d0 = 0; d0 < pc.d; d0 += KU) {
+            float kv[KU];
+            [[unroll]] for (uint u = 0; u < KU; u++) {
+                kv[u] = d0 + u < pc.d ? ld(pc.k, base + d0 + u) : 0.0;
+            }
+            [[unroll]] for (uint u = 0; u < KU; u++) {
+                [[unroll]] for (uint rr = 0; rr < BQ; rr++) {
+                    if (rr >= nr) break;
+                    s[rr] += sq[rr * DS + d0 + u] * kv[u];
+                }
             }
         }
     }
@@ -229,23 +241,28 @@ void main() {
                 acc[cc][s] *= a;
             }
         }
+        // Keys in groups of VU: the group's V elements are loaded first (VU loads in flight per
+        // thread), then used. Keys past the tile's end or outside the table have p = 0 and
+        // load 0, so whole groups run without a guard per key.
         uint nk = min(BK, kend - k0);
-        for (uint c = 0; c < nk; c++) {
-            uint row = srow[c];
-            if (row == NO_ROW) {
-                continue; // uniform: every thread reads the same srow[c]
+        for (uint c0 = 0; c0 < nk; c0 += VU) {
+            float vv[VU][CPT];
+            [[unroll]] for (uint u = 0; u < VU; u++) {
+                uint row = srow[c0 + u];
+                uint base = (row * pc.hkv + hk) * D;
+                [[unroll]] for (uint cc = 0; cc < CPT; cc++) {
+                    uint dd = col0 + DT * cc;
+                    vv[u][cc] = row != NO_ROW && dd < D ? ld(pc.v, base + dd) : 0.0;
+                }
             }
-            uint base = (row * pc.hkv + hk) * D;
-            [[unroll]] for (uint cc = 0; cc < CPT; cc++) {
-                uint dd = col0 + DT * cc;
-                float vv = dd < D ? ld(pc.v, base + dd) : 0.0;
+            [[unroll]] for (uint u = 0; u < VU; u++) {
                 [[unroll]] for (uint s = 0; s < RPT; s++) {
                     uint rr = row0 + RS * s;
                     if (rr >= nr) break;
-                    float p = sp[rr * BK + c];
-                    acc[cc][s] += p * vv;
-                    if (cc == 0u) {
-                        lsum[s] += p;
+                    float p = sp[rr * BK + c0 + u];
+                    lsum[s] += p;
+                    [[unroll]] for (uint cc = 0; cc < CPT; cc++) {
+                        acc[cc][s] += p * vv[u][cc];
                     }
                 }
             }
