@@ -174,15 +174,28 @@ void main() {
 
         // acc[i][r] += x[i, chunk] . W[j0 + r, chunk] over this thread's chunks. Rows past N
         // re-read row N - 1 (their sums are never written) so that the loads stay unguarded.
-        for (uint c = tid; c < chunks; c += WG) {
-            float w[R][CH];
-            [[unroll]] for (uint r = 0; r < R; r++) load_w_chunk(rows[r], c, w[r]);
+        // Chunks go in pairs (c, c + WG) whose 2R loads of W are issued before either is used:
+        // decoding is bound by how many bytes are in flight, not by the FMAs.
+        for (uint c = tid; c < chunks; c += 2 * WG) {
+            const bool two = c + WG < chunks;
+            float w[2][R][CH];
+            [[unroll]] for (uint r = 0; r < R; r++) load_w_chunk(rows[r], c, w[0][r]);
+            [[unroll]] for (uint r = 0; r < R; r++) {
+                if (two) {
+                    load_w_chunk(rows[r], c + WG, w[1][r]);
+                } else {
+                    [[unroll]] for (uint e = 0; e < CH; e++) w[1][r][e] = 0.0;
+                }
+            }
             [[unroll]] for (uint i = 0; i < MB; i++) {
                 if (i >= pc.M) break;
-                float xv[CH];
-                load_x_chunk(i, c, xv);
-                [[unroll]] for (uint r = 0; r < R; r++) {
-                    [[unroll]] for (uint e = 0; e < CH; e++) acc[i][r] = fma(xv[e], w[r][e], acc[i][r]);
+                [[unroll]] for (uint h = 0; h < 2; h++) {
+                    if (h == 1 && !two) break;
+                    float xv[CH];
+                    load_x_chunk(i, c + h * WG, xv);
+                    [[unroll]] for (uint r = 0; r < R; r++) {
+                        [[unroll]] for (uint e = 0; e < CH; e++) acc[i][r] = fma(xv[e], w[h][r][e], acc[i][r]);
+                    }
                 }
             }
         }
