@@ -142,6 +142,7 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     let ctx = Context::new(selector)?;
     let g = Graph::new(&ctx);
     let model = crate::load::inference_model(&g, &dir, &args.adapter, args.dtype.resolve(&dir)?)?;
+    crate::load::generate_in_weight_type(&g, &model);
     let mut session = Session {
         g: &g,
         model: &model,

@@ -258,6 +258,7 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     let ctx = Context::new(selector)?;
     let g = Graph::new(&ctx);
     let model = crate::load::inference_model(&g, &dir, &args.adapter, args.dtype.resolve(&dir)?)?;
+    crate::load::generate_in_weight_type(&g, &model);
     if let Some(bad) = prompts.iter().flatten().find(|&&t| t as usize >= model.spec.vocab) {
         bail!("token id {bad} is outside the model's vocabulary of {} ids", model.spec.vocab);
     }

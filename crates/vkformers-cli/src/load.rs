@@ -34,6 +34,14 @@ pub fn inference_model(g: &Graph<'_>, dir: &Path, args: &AdapterArgs, dtype: DTy
     Ok(model)
 }
 
+/// Generation on 16-bit weights runs attention and keeps the KV cache in the weights' type, as
+/// `transformers` does for a model loaded in bf16/f16: prefill attention on the tensor-core
+/// flash-attention kernel, half the cache bytes read per decode step. Norms, softmax statistics
+/// and logits stay f32.
+pub fn generate_in_weight_type(g: &Graph<'_>, model: &Model) {
+    g.set_autocast(Some(model.weight_dtype()));
+}
+
 /// The model in `dir` on `g`, with the adapter of `args` attached when one is given.
 pub fn model_with_adapter(g: &Graph<'_>, dir: &Path, args: &AdapterArgs) -> anyhow::Result<Model> {
     let Some(adapter) = &args.adapter else {

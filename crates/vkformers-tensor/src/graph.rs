@@ -21,7 +21,17 @@ static NEXT_TENSOR_ID: AtomicU64 = AtomicU64::new(1);
 /// Commands in one batch before `Graph::record` submits it and opens the next: large enough
 /// that a submission's cost (~tens of µs) is noise, small enough that the device starts on a
 /// training step's forward while the host still records the rest of it.
+/// `VKFORMERS_BATCH_COMMANDS=N` overrides it (0: one batch until `sync`, for diagnosis).
 const FLUSH_DISPATCHES: usize = 256;
+
+fn flush_dispatches() -> usize {
+    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *N.get_or_init(|| match std::env::var("VKFORMERS_BATCH_COMMANDS").ok().and_then(|v| v.parse::<usize>().ok()) {
+        Some(0) => usize::MAX,
+        Some(n) => n,
+        None => FLUSH_DISPATCHES,
+    })
+}
 /// Flushed batches that may run ahead of the host.
 const MAX_IN_FLIGHT: usize = 3;
 
@@ -159,7 +169,7 @@ impl<'c> Graph<'c> {
         if let (Some(t), Some(p)) = (start, self.profile.borrow_mut().as_mut()) {
             p.host_record_ns += t.elapsed().as_nanos() as f64;
         }
-        let full = slot.as_ref().is_some_and(|r| r.len() >= FLUSH_DISPATCHES);
+        let full = slot.as_ref().is_some_and(|r| r.len() >= flush_dispatches());
         drop(slot);
         if full && out.is_ok() {
             self.flush()?;
