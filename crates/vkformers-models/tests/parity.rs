@@ -85,6 +85,20 @@ parity! {
     gptj: "gptj",
     codegen: "codegen",
     gpt_neo: "gpt_neo",
+    // Encoders (issue 19), masked-LM loss on a padded batch (make_encoder_fixtures.py).
+    bert: "bert",
+    roberta: "roberta",
+    xlm_roberta: "xlm-roberta",
+    camembert: "camembert",
+    data2vec_text: "data2vec-text",
+    ernie: "ernie",
+    distilbert: "distilbert",
+    // embedding_size 16 < hidden_size 32: the embedding projection and a 16-wide head.
+    electra: "electra",
+    electra_untied: "electra_untied",
+    // Sequence classification: BERT's pooler + 3-way cross-entropy; RoBERTa's head, 1 label (MSE).
+    bert_seqcls: "bert_seqcls",
+    roberta_seqcls_regression: "roberta_seqcls_regression",
 }
 
 #[test]

@@ -1,0 +1,151 @@
+//! What the encoder families share: `hidden_act` names, the post-LN BERT layer, and the
+//! `ModelSpec` of an encoder from its parts (the decoder-only fields left neutral).
+
+use serde_json::Value;
+use vkformers_kernels::activation::Activation;
+
+use crate::encoder::{ClassifierHead, EncoderHead, EncoderSpec, MlmHead, PoolAct, Problem};
+use crate::error::{ModelError, Result};
+use crate::spec::{AttnSpec, LayerNames, LayerSpec, MlpSpec, ModelSpec, Norm, Residual};
+
+/// `hidden_act` as `ACT2FN` reads it.
+pub(super) fn activation(name: &str) -> Result<Activation> {
+    match name {
+        "gelu" => Ok(Activation::Gelu),
+        "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => Ok(Activation::GeluTanh),
+        "relu" => Ok(Activation::Relu),
+        "silu" | "swish" => Ok(Activation::Silu),
+        other => Err(ModelError::Unsupported(format!("hidden_act `{other}` in an encoder"))),
+    }
+}
+
+/// One encoder layer: multi-head attention with biases, a plain MLP with biases, and the
+/// LayerNorm `norm` in both norm slots (after each residual add in a post-LN encoder).
+pub(super) fn layer(
+    hidden: usize,
+    heads: usize,
+    intermediate: usize,
+    act: Activation,
+    norm: &Norm,
+) -> Result<LayerSpec> {
+    if heads == 0 || !hidden.is_multiple_of(heads) {
+        return Err(ModelError::Config(format!("hidden size {hidden} is not a multiple of {heads} attention heads")));
+    }
+    let head_dim = hidden / heads;
+    Ok(LayerSpec {
+        attn_norm: Some(norm.clone()),
+        attn: AttnSpec {
+            heads,
+            kv_heads: heads,
+            head_dim,
+            qkv_bias: true,
+            out_bias: true,
+            qk_norm: None,
+            qk_norm_full: false,
+            softcap: 0.0,
+            alibi: false,
+            alibi_scale: 1.0,
+            sliding_window: None,
+            rope: None,
+            scale: 1.0 / (head_dim as f32).sqrt(),
+        },
+        post_attn_norm: None,
+        mlp_norm: Some(norm.clone()),
+        mlp: MlpSpec::Plain { intermediate, act, bias: true },
+        post_mlp_norm: None,
+        residual: Residual::Sequential,
+        residual_scale: 1.0,
+    })
+}
+
+/// The parts of an encoder's spec that differ between families.
+pub(super) struct EncoderParts<'a> {
+    pub model_type: &'a str,
+    pub vocab: usize,
+    pub hidden: usize,
+    pub layers: Vec<LayerSpec>,
+    pub names: LayerNames,
+    /// Word and position tables (`{name}.weight`).
+    pub word: String,
+    pub positions: String,
+    /// The LayerNorm on the summed embeddings and its name.
+    pub embed_norm: (Norm, String),
+    /// The MLM decoder module (its `.weight` is read only when untied).
+    pub decoder: String,
+    pub tied: bool,
+    pub padding_idx: Option<usize>,
+    pub encoder: EncoderSpec,
+}
+
+impl EncoderParts<'_> {
+    pub fn build(self) -> ModelSpec {
+        let (norm, norm_name) = self.embed_norm;
+        ModelSpec {
+            model_type: self.model_type.into(),
+            vocab: self.vocab,
+            hidden: self.hidden,
+            embed_scale: 1.0,
+            embed_norm: Some(norm.clone()),
+            embed_norm_name: norm_name,
+            layers: self.layers,
+            // Unused: an encoder's final norm (pre-LN families) is `EncoderSpec::final_norm`.
+            final_norm: norm,
+            tied_head: self.tied,
+            head_bias: false,
+            logit_scale: 1.0,
+            final_softcap: None,
+            embed_name: self.word,
+            final_norm_name: String::new(),
+            head_name: self.decoder,
+            layer_names: self.names,
+            position_embedding: Some(self.positions),
+            positions_from_mask: false,
+            position_offset: 0,
+            project_in: None,
+            project_out: None,
+            weight_map: Vec::new(),
+            joins: Vec::new(),
+            padding_idx: self.padding_idx,
+            encoder: Some(self.encoder),
+        }
+    }
+}
+
+/// The head `architectures` names: `*ForSequenceClassification` gets the classifier `cls`
+/// (its dense layer, activation and output names) sized by the config's labels, with its
+/// `problem_type`; any other (or none) gets the masked-LM head.
+pub(super) fn head(cfg: &Value, mlm: MlmHead, cls: (&str, PoolAct, &str)) -> Result<EncoderHead> {
+    let archs = cfg.get("architectures").and_then(Value::as_array).cloned().unwrap_or_default();
+    let first = archs.first().and_then(Value::as_str).unwrap_or("");
+    if !first.ends_with("ForSequenceClassification") {
+        if !(first.is_empty() || first.ends_with("ForMaskedLM")) {
+            return Err(ModelError::Unsupported(format!(
+                "the `{first}` head (supported: *ForMaskedLM, *ForSequenceClassification)"
+            )));
+        }
+        return Ok(EncoderHead::MaskedLm(mlm));
+    }
+    // transformers sizes the classifier by `id2label` (which `num_labels` sets and saves).
+    let num_labels = match cfg.get("id2label").and_then(Value::as_object) {
+        Some(m) => m.len(),
+        None => cfg.get("num_labels").and_then(Value::as_u64).unwrap_or(2) as usize,
+    };
+    if num_labels == 0 {
+        return Err(ModelError::Config("a sequence classifier with no labels (id2label / num_labels)".into()));
+    }
+    let problem = match cfg.get("problem_type").and_then(Value::as_str) {
+        None => None,
+        Some("regression") => Some(Problem::Regression),
+        Some("single_label_classification") => Some(Problem::SingleLabel),
+        Some("multi_label_classification") => Some(Problem::MultiLabel),
+        Some(other) => return Err(ModelError::Config(format!("unknown problem_type `{other}`"))),
+    };
+    let (dense, act, out) = cls;
+    Ok(EncoderHead::SequenceClassification(ClassifierHead {
+        dense: dense.into(),
+        act,
+        out: out.into(),
+        num_labels,
+        problem,
+    }))
+}
