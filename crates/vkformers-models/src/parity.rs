@@ -126,6 +126,7 @@ pub fn check(ctx: &Context, dir: &Path) -> Result<ParityReport> {
     let hp = vkformers_kernels::optim::AdamW { lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-6, weight_decay: 0.01 };
     let mut opt = AdamW::new(hp, 0.0);
     let mut ours: HashMap<String, Vec<f32>> = HashMap::new();
+    let mut zero_in_theory = std::collections::HashSet::new();
     for step in 0..2 {
         let (logits, loss) = if model.spec.encoder.is_some() {
             let types = token_types.as_deref();
@@ -153,6 +154,7 @@ pub fn check(ctx: &Context, dir: &Path) -> Result<ParityReport> {
             for (name, grad) in &ours {
                 let w = &want[name];
                 if norm(w) <= TOL_GRAD_ZERO * largest {
+                    zero_in_theory.insert(name.clone());
                     report.grad_zero_tensors += 1;
                     report.grad_zero_abs = report.grad_zero_abs.max(diff_l2(grad, w) / largest);
                 } else {
@@ -168,9 +170,12 @@ pub fn check(ctx: &Context, dir: &Path) -> Result<ParityReport> {
         for i in 0..got.len() {
             let d = (f64::from(got[i]) - f64::from(want[i])).abs();
             // Ill-conditioned: either side's first-step gradient is non-zero yet below eps, so
-            // its AdamW update is rounding noise scaled by 1/eps.
+            // its AdamW update is rounding noise scaled by 1/eps; or the whole tensor's gradient
+            // is zero in theory (see `TOL_GRAD_ZERO`): an element whose first-step gradient came
+            // out exactly 0 still takes a noise-driven second step (RoBERTa's `key.bias`: 0 at
+            // step 1, ~1e-8 at step 2 on both sides, moved 3e-6 by torch and 1.8e-5 by us).
             let tiny = |v: f32| v != 0.0 && f64::from(v.abs()) < hp.eps;
-            if tiny(grad[i]) || (grad[i] == 0.0 && tiny(mine[i])) {
+            if tiny(grad[i]) || (grad[i] == 0.0 && tiny(mine[i])) || zero_in_theory.contains(&name) {
                 report.step2_ill_conditioned += 1;
                 report.step2_ill_abs = report.step2_ill_abs.max(d);
             } else {
