@@ -58,6 +58,11 @@ SPECS = {
                                 "hidden_act": "relu"}),
     # two token types with RoBERTa positions
     "data2vec-text": ("data2vec-text", {**ENC, "type_vocab_size": 2, "pad_token_id": 1, "max_position_embeddings": 66}),
+    # pre-LN layers (`attention.LayerNorm`, `intermediate.LayerNorm`) and a final LayerNorm.
+    "roberta-prelayernorm": (
+        "roberta-prelayernorm",
+        {**ENC, "type_vocab_size": 2, "pad_token_id": 1, "max_position_embeddings": 66},
+    ),
     # BERT's modules under `ernie.`; its head transform uses hidden_act (GELU-tanh here).
     "ernie": ("ernie", {**ENC, "type_vocab_size": 2, "pad_token_id": 0, "hidden_act": "gelu_new"}),
     # DistilBERT's own config names; no token types; the head applies `activation` (GELU-tanh).
@@ -86,6 +91,12 @@ CLS_SPECS = {
         {**ENC, "type_vocab_size": 1, "pad_token_id": 1, "max_position_embeddings": 66, "num_labels": 1},
     ),
 }
+# Token classification (`"head": "token"`): labels [B, T], -100 on padding.
+CLS_SPECS["distilbert_tokcls"] = (
+    "distilbert",
+    dict(vocab_size=128, dim=32, n_layers=2, n_heads=4, hidden_dim=64, max_position_embeddings=64, dropout=0.0,
+         attention_dropout=0.0, initializer_range=mf.INIT_STD, pad_token_id=0, num_labels=5, head="token"),
+)
 SPECS.update(CLS_SPECS)
 CLS_LABELS = [2, 0]
 REGRESSION_LABELS = [0.75, -1.5]
@@ -121,6 +132,10 @@ def is_cls(cfg_kwargs: dict) -> bool:
     return "num_labels" in cfg_kwargs
 
 
+def is_token_cls(cfg_kwargs: dict) -> bool:
+    return cfg_kwargs.get("head") == "token"
+
+
 def cls_labels(cfg):
     import torch
 
@@ -133,9 +148,13 @@ def build_model(model_type: str, cfg_kwargs: dict):
     import torch
     from transformers import AutoConfig, AutoModelForMaskedLM, AutoModelForSequenceClassification
 
-    config = AutoConfig.for_model(model_type, **cfg_kwargs)
+    from transformers import AutoModelForTokenClassification
+
+    config = AutoConfig.for_model(model_type, **{k: v for k, v in cfg_kwargs.items() if k != "head"})
     torch.manual_seed(mf.SEED)
-    auto = AutoModelForSequenceClassification if config.num_labels and is_cls(cfg_kwargs) else AutoModelForMaskedLM
+    auto = AutoModelForSequenceClassification if is_cls(cfg_kwargs) else AutoModelForMaskedLM
+    if is_token_cls(cfg_kwargs):
+        auto = AutoModelForTokenClassification
     model = auto.from_config(config, attn_implementation="eager", dtype=torch.float32)
     # As make_fixtures.py: perturb every 1-D parameter so that an ignored bias or norm weight shows.
     g = torch.Generator().manual_seed(mf.SEED + 1)
@@ -167,7 +186,10 @@ def make_fixture(name: str, model_type: str, cfg_kwargs: dict, out_dir: Path, ve
     names = [n for n, _ in model.named_parameters()]
     stored = mf._stored_names(model, d / "model.safetensors")
     ids, mask, labels, types = make_batch(model.config)
-    if is_cls(cfg_kwargs):
+    if is_token_cls(cfg_kwargs):
+        g = torch.Generator().manual_seed(mf.SEED + 4)
+        labels = torch.randint(0, model.config.num_labels, ids.shape, generator=g).masked_fill(mask == 0, -100)
+    elif is_cls(cfg_kwargs):
         labels = cls_labels(model.config)
 
     model.zero_grad(set_to_none=True)
@@ -232,11 +254,11 @@ def make_fixture(name: str, model_type: str, cfg_kwargs: dict, out_dir: Path, ve
 def check_reload(args) -> int:
     torch = mf.setup_torch()
     from safetensors.torch import load_file
-    from transformers import AutoConfig, AutoModelForMaskedLM, AutoModelForSequenceClassification
+    import transformers
+    from transformers import AutoConfig
 
     cfg = AutoConfig.from_pretrained(str(Path(args.check_reload).resolve()), local_files_only=True)
-    cls = any(a.endswith("ForSequenceClassification") for a in cfg.architectures or [])
-    auto = AutoModelForSequenceClassification if cls else AutoModelForMaskedLM
+    auto = getattr(transformers, cfg.architectures[0])
     ref = load_file(str(Path(args.fixtures).resolve() / args.fixture / "reference.safetensors"))
     model = auto.from_pretrained(
         str(Path(args.check_reload).resolve()), local_files_only=True, attn_implementation="eager",

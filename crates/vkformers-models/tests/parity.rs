@@ -92,6 +92,8 @@ parity! {
     camembert: "camembert",
     data2vec_text: "data2vec-text",
     ernie: "ernie",
+    // Pre-LN layers and a final LayerNorm.
+    roberta_prelayernorm: "roberta-prelayernorm",
     distilbert: "distilbert",
     // embedding_size 16 < hidden_size 32: the embedding projection and a 16-wide head.
     electra: "electra",

@@ -77,6 +77,17 @@ pub(super) fn names(p: &str) -> LayerNames {
     }
 }
 
+/// RoBERTa-PreLayerNorm's names: the norms sit before attention (`attention.LayerNorm`) and
+/// before the MLP (`intermediate.LayerNorm`).
+fn pre_ln_names(p: &str) -> LayerNames {
+    let l = format!("{p}.encoder.layer.{{i}}");
+    LayerNames {
+        attn_norm: format!("{l}.attention.LayerNorm"),
+        mlp_norm: format!("{l}.intermediate.LayerNorm"),
+        ..names(p)
+    }
+}
+
 /// The head's module layout.
 #[derive(Clone, Copy)]
 enum Head {
@@ -94,6 +105,7 @@ fn spec(
     head: Head,
     from_ids: bool,
     pad_default: i64,
+    pre_ln: bool,
     cfg: &Value,
 ) -> Result<ModelSpec> {
     let c: Config = parse(cfg)?;
@@ -153,10 +165,10 @@ fn spec(
         vocab: c.vocab_size,
         hidden: c.hidden_size,
         layers: vec![layer; c.num_hidden_layers],
-        names: names(prefix),
+        names: if pre_ln { pre_ln_names(prefix) } else { names(prefix) },
         word: format!("{e}.word_embeddings"),
         positions: format!("{e}.position_embeddings"),
-        embed_norm: (norm, format!("{e}.LayerNorm")),
+        embed_norm: (norm.clone(), format!("{e}.LayerNorm")),
         decoder: format!("{head_prefix}.decoder"),
         tied: true,
         padding_idx,
@@ -166,8 +178,8 @@ fn spec(
             positions,
             max_positions: c.max_position_embeddings,
             embed_project: None,
-            placement: NormPlacement::Post,
-            final_norm: None,
+            placement: if pre_ln { NormPlacement::Pre } else { NormPlacement::Post },
+            final_norm: pre_ln.then(|| (norm.clone(), format!("{prefix}.LayerNorm"))),
             head: head_of(cfg, mlm, cls)?,
         },
     }
@@ -188,29 +200,34 @@ fn check_positions(s: ModelSpec, max: usize) -> Result<ModelSpec> {
 }
 
 pub fn bert(cfg: &Value) -> Result<ModelSpec> {
-    spec("bert", "bert", Head::Bert, false, 0, cfg)
+    spec("bert", "bert", Head::Bert, false, 0, false, cfg)
 }
 
 pub fn roberta(cfg: &Value) -> Result<ModelSpec> {
-    spec("roberta", "roberta", Head::Roberta, true, 1, cfg)
+    spec("roberta", "roberta", Head::Roberta, true, 1, false, cfg)
 }
 
 /// RoBERTa's modules (XLM-R's vocabulary is larger; the graph is the same).
 pub fn xlm_roberta(cfg: &Value) -> Result<ModelSpec> {
-    spec("xlm-roberta", "roberta", Head::Roberta, true, 1, cfg)
+    spec("xlm-roberta", "roberta", Head::Roberta, true, 1, false, cfg)
 }
 
 pub fn camembert(cfg: &Value) -> Result<ModelSpec> {
-    spec("camembert", "roberta", Head::Roberta, true, 1, cfg)
+    spec("camembert", "roberta", Head::Roberta, true, 1, false, cfg)
 }
 
 pub fn data2vec_text(cfg: &Value) -> Result<ModelSpec> {
-    spec("data2vec-text", "data2vec_text", Head::Roberta, true, 1, cfg)
+    spec("data2vec-text", "data2vec_text", Head::Roberta, true, 1, false, cfg)
 }
 
 /// BERT's modules under `ernie.` (without `use_task_id`).
 pub fn ernie(cfg: &Value) -> Result<ModelSpec> {
-    spec("ernie", "ernie", Head::Bert, false, 0, cfg)
+    spec("ernie", "ernie", Head::Bert, false, 0, false, cfg)
+}
+
+/// RoBERTa with pre-LN layers and a final `roberta_prelayernorm.LayerNorm`.
+pub fn roberta_prelayernorm(cfg: &Value) -> Result<ModelSpec> {
+    spec("roberta-prelayernorm", "roberta_prelayernorm", Head::Roberta, true, 1, true, cfg)
 }
 
 #[cfg(test)]

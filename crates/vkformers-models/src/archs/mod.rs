@@ -104,6 +104,7 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "camembert", family: "BERT-family encoder", build: bert::camembert },
     Arch { model_type: "data2vec-text", family: "BERT-family encoder", build: bert::data2vec_text },
     Arch { model_type: "ernie", family: "BERT-family encoder", build: bert::ernie },
+    Arch { model_type: "roberta-prelayernorm", family: "BERT-family encoder", build: bert::roberta_prelayernorm },
     Arch { model_type: "distilbert", family: "BERT-family encoder", build: distilbert::spec },
     Arch { model_type: "electra", family: "BERT-family encoder", build: electra::spec },
 ];
