@@ -101,6 +101,8 @@ parity! {
     // Sequence classification: BERT's pooler + 3-way cross-entropy; RoBERTa's head, 1 label (MSE).
     bert_seqcls: "bert_seqcls",
     roberta_seqcls_regression: "roberta_seqcls_regression",
+    // Token classification: a classifier on every position, -100 on the padding.
+    distilbert_tokcls: "distilbert_tokcls",
 }
 
 #[test]

@@ -113,14 +113,16 @@ impl EncoderParts<'_> {
 
 /// The head `architectures` names: `*ForSequenceClassification` gets the classifier `cls`
 /// (its dense layer, activation and output names) sized by the config's labels, with its
-/// `problem_type`; any other (or none) gets the masked-LM head.
+/// `problem_type`; `*ForTokenClassification` a `classifier` on every position (the name in all
+/// these families); `*ForMaskedLM` (or none) the masked-LM head.
 pub(super) fn head(cfg: &Value, mlm: MlmHead, cls: (&str, PoolAct, &str)) -> Result<EncoderHead> {
     let archs = cfg.get("architectures").and_then(Value::as_array).cloned().unwrap_or_default();
     let first = archs.first().and_then(Value::as_str).unwrap_or("");
-    if !first.ends_with("ForSequenceClassification") {
+    let token = first.ends_with("ForTokenClassification");
+    if !token && !first.ends_with("ForSequenceClassification") {
         if !(first.is_empty() || first.ends_with("ForMaskedLM")) {
             return Err(ModelError::Unsupported(format!(
-                "the `{first}` head (supported: *ForMaskedLM, *ForSequenceClassification)"
+                "the `{first}` head (supported: *ForMaskedLM, *ForSequenceClassification, *ForTokenClassification)"
             )));
         }
         return Ok(EncoderHead::MaskedLm(mlm));
@@ -132,6 +134,9 @@ pub(super) fn head(cfg: &Value, mlm: MlmHead, cls: (&str, PoolAct, &str)) -> Res
     };
     if num_labels == 0 {
         return Err(ModelError::Config("a sequence classifier with no labels (id2label / num_labels)".into()));
+    }
+    if token {
+        return Ok(EncoderHead::TokenClassification { out: "classifier".into(), num_labels });
     }
     let problem = match cfg.get("problem_type").and_then(Value::as_str) {
         None => None,

@@ -17,6 +17,7 @@ pub fn forward(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, batch: &EncoderBatc
     match &enc.head {
         EncoderHead::MaskedLm(head) => mlm(g, spec, w, head, &x),
         EncoderHead::SequenceClassification(head) => classifier(g, w, head, &x, batch.batch, batch.seq),
+        EncoderHead::TokenClassification { out, .. } => dense(g, w, out, &x),
     }
 }
 
@@ -53,8 +54,8 @@ fn classifier(g: &Graph<'_>, w: &Weights, head: &ClassifierHead, x: &Tensor, b: 
     dense(g, w, &head.out, &h)
 }
 
-/// Logits and loss of a batch: the masked-LM loss against MLM labels `[B·T]` (-100 = not a
-/// target), or a classifier's loss against its labels `[B]`.
+/// Logits and loss of a batch: the masked-LM or token-classification loss against labels
+/// `[B·T]` (-100 = not a target), or a sequence classifier's loss against its labels `[B]`.
 pub fn forward_loss(
     g: &Graph<'_>,
     spec: &ModelSpec,
@@ -64,10 +65,13 @@ pub fn forward_loss(
 ) -> Result<(Tensor, Tensor)> {
     let logits = forward(g, spec, w, batch)?;
     let loss = match (&encoder_of(spec)?.head, labels) {
-        (EncoderHead::MaskedLm(_), ClsLabels::Ids(ids)) => masked_lm_loss(g, &logits, ids)?,
+        // Both: mean cross-entropy over positions whose label is not -100.
+        (EncoderHead::MaskedLm(_) | EncoderHead::TokenClassification { .. }, ClsLabels::Ids(ids)) => {
+            masked_lm_loss(g, &logits, ids)?
+        }
         (EncoderHead::SequenceClassification(head), labels) => classification_loss(g, head, &logits, labels)?,
-        (EncoderHead::MaskedLm(_), ClsLabels::Floats(_)) => {
-            return Err(ModelError::Config("masked-LM labels must be token ids".into()))
+        (EncoderHead::MaskedLm(_) | EncoderHead::TokenClassification { .. }, ClsLabels::Floats(_)) => {
+            return Err(ModelError::Config("masked-LM and token-classification labels must be integer ids".into()))
         }
     };
     Ok((logits, loss))

@@ -81,5 +81,6 @@ fn head(out: &mut Vec<Planned>, spec: &ModelSpec, enc: &EncoderSpec) {
             linear(out, &head.dense, h, h, true);
             linear(out, &head.out, head.num_labels, h, true);
         }
+        EncoderHead::TokenClassification { out: name, num_labels } => linear(out, name, *num_labels, h, true),
     }
 }

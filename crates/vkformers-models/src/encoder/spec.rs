@@ -76,6 +76,11 @@ pub struct ClassifierHead {
 pub enum EncoderHead {
     MaskedLm(MlmHead),
     SequenceClassification(ClassifierHead),
+    /// `{out}` (`[num_labels, hidden]` + bias) on every position: logits `[B·T, num_labels]`.
+    TokenClassification {
+        out: String,
+        num_labels: usize,
+    },
 }
 
 /// The encoder-only parts of a spec.
