@@ -251,6 +251,55 @@ def make_fixture(name: str, model_type: str, cfg_kwargs: dict, out_dir: Path, ve
     print(f"{name:14s} {type(model).__name__:24s} params={meta['num_parameters']:6d} loss={loss.item():.6f}")
 
 
+# Bare models (`AutoModel`, tensors without the base prefix) for sentence embeddings; written
+# to tests/fixtures_embed/<name>/ with the last hidden state and its mean / CLS poolings.
+EMBED_SPECS = {
+    "bert_model": ("bert", {**ENC, "type_vocab_size": 2, "pad_token_id": 0}),
+    "xlm-roberta_model": ("xlm-roberta", {**ENC, "type_vocab_size": 1, "pad_token_id": 1, "max_position_embeddings": 66}),
+}
+
+
+def make_embed_fixture(name: str, model_type: str, cfg_kwargs: dict, out_dir: Path) -> None:
+    """sentence-transformers' Pooling (mean over attention-mask tokens, clamped count; CLS) and
+    Normalize (F.normalize), written out in torch ops here."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoConfig, AutoModel
+
+    config = AutoConfig.for_model(model_type, **cfg_kwargs)
+    torch.manual_seed(mf.SEED)
+    model = AutoModel.from_config(config, attn_implementation="eager", dtype=torch.float32)
+    g = torch.Generator().manual_seed(mf.SEED + 1)
+    with torch.no_grad():
+        for _, p in model.named_parameters():
+            if p.dim() == 1:
+                p.add_(torch.randn(p.shape, generator=g) * mf.ONE_D_NOISE)
+    model.eval()
+    d = out_dir / name
+    d.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(d, safe_serialization=True)
+    ids, mask, _, types = make_batch(model.config)
+    kw = dict(input_ids=ids, attention_mask=mask)
+    if types is not None:
+        kw["token_type_ids"] = types
+    with torch.no_grad():
+        hidden = model(**kw).last_hidden_state
+    m = mask.unsqueeze(-1).float()
+    mean = (hidden * m).sum(1) / torch.clamp(m.sum(1), min=1e-9)
+    ref = {
+        "input_ids": ids.to(torch.int32).contiguous(),
+        "attention_mask": mask.to(torch.int32).contiguous(),
+        "hidden": hidden.contiguous(),
+        "mean": mean.contiguous(),
+        "mean_normalized": torch.nn.functional.normalize(mean, p=2, dim=1).contiguous(),
+        "cls": hidden[:, 0].contiguous(),
+    }
+    if types is not None:
+        ref["token_type_ids"] = types.to(torch.int32).contiguous()
+    save_file(ref, str(d / "reference.safetensors"), metadata={"format": "pt"})
+    print(f"{name:14s} {type(model).__name__:24s} embeddings {tuple(mean.shape)}")
+
+
 def check_reload(args) -> int:
     torch = mf.setup_torch()
     from safetensors.torch import load_file
@@ -285,6 +334,7 @@ def main() -> None:
     ap.add_argument("--check-reload", metavar="DIR")
     ap.add_argument("--fixture", metavar="NAME")
     ap.add_argument("--fixtures", default=str(mf.DEFAULT_OUT))
+    ap.add_argument("--embed", action="store_true", help="write the bare-model embedding fixtures")
     args = ap.parse_args()
     versions = mf.check_versions()
     if args.check_reload:
@@ -293,6 +343,10 @@ def main() -> None:
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
+    if args.embed:
+        for name, (model_type, cfg_kwargs) in EMBED_SPECS.items():
+            make_embed_fixture(name, model_type, cfg_kwargs, mf.REPO / "tests" / "fixtures_embed")
+        return
     todo = args.only or list(SPECS)
     for name in todo:
         if name not in SPECS:

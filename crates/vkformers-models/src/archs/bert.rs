@@ -7,7 +7,7 @@ use serde_json::Value;
 use vkformers_kernels::activation::Activation;
 
 use super::common::parse;
-use super::encoder_common::{activation, head as head_of, layer, EncoderParts};
+use super::encoder_common::{activation, head as head_of, is_bare, layer, EncoderParts};
 use crate::encoder::{EncoderSpec, MlmHead, NormPlacement, PoolAct, Positions};
 use crate::error::{ModelError, Result};
 use crate::spec::{padding_idx_or, LayerNames, ModelSpec, Norm};
@@ -59,7 +59,7 @@ fn yes() -> bool {
 /// BERT's module names under `{p}.encoder.layer.{i}`: the norm after attention sits in the
 /// `attn_norm` slot and the one after the MLP in `mlp_norm` (applied post-add).
 pub(super) fn names(p: &str) -> LayerNames {
-    let l = format!("{p}.encoder.layer.{{i}}");
+    let l = under(p, "encoder.layer.{i}");
     LayerNames {
         attn_norm: format!("{l}.attention.output.LayerNorm"),
         q: format!("{l}.attention.self.query"),
@@ -80,11 +80,20 @@ pub(super) fn names(p: &str) -> LayerNames {
 /// RoBERTa-PreLayerNorm's names: the norms sit before attention (`attention.LayerNorm`) and
 /// before the MLP (`intermediate.LayerNorm`).
 fn pre_ln_names(p: &str) -> LayerNames {
-    let l = format!("{p}.encoder.layer.{{i}}");
+    let l = under(p, "encoder.layer.{i}");
     LayerNames {
         attn_norm: format!("{l}.attention.LayerNorm"),
         mlp_norm: format!("{l}.intermediate.LayerNorm"),
         ..names(p)
+    }
+}
+
+/// `{prefix}.{name}`, or `name` under no prefix (a bare model's tensors).
+fn under(prefix: &str, name: &str) -> String {
+    if prefix.is_empty() {
+        name.into()
+    } else {
+        format!("{prefix}.{name}")
     }
 }
 
@@ -109,6 +118,8 @@ fn spec(
     cfg: &Value,
 ) -> Result<ModelSpec> {
     let c: Config = parse(cfg)?;
+    // A bare model (`BertModel`) stores its tensors without the `bert.` prefix.
+    let prefix = if is_bare(cfg) { "" } else { prefix };
     if c.is_decoder || c.add_cross_attention {
         return Err(ModelError::Unsupported(format!("{model_type} as a decoder (is_decoder / add_cross_attention)")));
     }
@@ -134,7 +145,7 @@ fn spec(
             return Err(ModelError::Config(format!("{model_type} needs a pad_token_id for its position ids")))
         }
     };
-    let pooler = format!("{prefix}.pooler.dense");
+    let pooler = under(prefix, "pooler.dense");
     let (head_prefix, mlm, cls) = match head {
         Head::Bert => (
             "cls.predictions",
@@ -159,7 +170,7 @@ fn spec(
             ("classifier.dense", PoolAct::Tanh, "classifier.out_proj"),
         ),
     };
-    let e = format!("{prefix}.embeddings");
+    let e = under(prefix, "embeddings");
     let spec = EncoderParts {
         model_type,
         vocab: c.vocab_size,
@@ -179,8 +190,8 @@ fn spec(
             max_positions: c.max_position_embeddings,
             embed_project: None,
             placement: if pre_ln { NormPlacement::Pre } else { NormPlacement::Post },
-            final_norm: pre_ln.then(|| (norm.clone(), format!("{prefix}.LayerNorm"))),
-            head: head_of(cfg, mlm, cls)?,
+            final_norm: pre_ln.then(|| (norm.clone(), under(prefix, "LayerNorm"))),
+            head: head_of(cfg, mlm, cls, Some(&pooler))?,
         },
     }
     .build();

@@ -119,6 +119,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
                     bias: "vocab_projector.bias".into(),
                 },
                 ("pre_classifier", PoolAct::Act(Activation::Relu), "classifier"),
+                None,
             )?,
         },
     }

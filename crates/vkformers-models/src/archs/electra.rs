@@ -121,6 +121,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
                     bias: "generator_lm_head.bias".into(),
                 },
                 ("classifier.dense", PoolAct::Act(Activation::Gelu), "classifier.out_proj"),
+                None,
             )?,
         },
     }

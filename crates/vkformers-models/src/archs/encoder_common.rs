@@ -111,13 +111,36 @@ impl EncoderParts<'_> {
     }
 }
 
+fn first_architecture(cfg: &Value) -> &str {
+    cfg.get("architectures").and_then(Value::as_array).and_then(|a| a.first()).and_then(Value::as_str).unwrap_or("")
+}
+
+/// `architectures` names the base model (`BertModel`, `RobertaModel`): its tensors are stored
+/// without the base-model prefix (`embeddings.word_embeddings.weight`).
+pub(super) fn is_bare(cfg: &Value) -> bool {
+    let first = first_architecture(cfg);
+    first.ends_with("Model") && !first.contains("For")
+}
+
 /// The head `architectures` names: `*ForSequenceClassification` gets the classifier `cls`
 /// (its dense layer, activation and output names) sized by the config's labels, with its
 /// `problem_type`; `*ForTokenClassification` a `classifier` on every position (the name in all
 /// these families); `*ForMaskedLM` (or none) the masked-LM head.
-pub(super) fn head(cfg: &Value, mlm: MlmHead, cls: (&str, PoolAct, &str)) -> Result<EncoderHead> {
-    let archs = cfg.get("architectures").and_then(Value::as_array).cloned().unwrap_or_default();
-    let first = archs.first().and_then(Value::as_str).unwrap_or("");
+/// A bare model (`BertModel`: no `For...` head) is supported where the family passes the name
+/// of its pooler (`bare_pooler`), i.e. where its spec strips the base-model prefix.
+pub(super) fn head(
+    cfg: &Value,
+    mlm: MlmHead,
+    cls: (&str, PoolAct, &str),
+    bare_pooler: Option<&str>,
+) -> Result<EncoderHead> {
+    let first = first_architecture(cfg);
+    if is_bare(cfg) {
+        return match bare_pooler {
+            Some(p) => Ok(EncoderHead::Bare { pooler: Some(p.into()) }),
+            None => Err(ModelError::Unsupported(format!("the bare `{first}` (without a task head)"))),
+        };
+    }
     let token = first.ends_with("ForTokenClassification");
     if !token && !first.ends_with("ForSequenceClassification") {
         if !(first.is_empty() || first.ends_with("ForMaskedLM")) {

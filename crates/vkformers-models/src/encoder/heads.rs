@@ -10,7 +10,9 @@ use crate::decoder::{apply_norm, Weights};
 use crate::error::{ModelError, Result};
 use crate::spec::ModelSpec;
 
-/// The head's logits: `[B·T, V]` (masked LM) or `[B, num_labels]` (sequence classification).
+/// The head's output: logits `[B·T, V]` (masked LM), `[B, num_labels]` (sequence
+/// classification), `[B·T, num_labels]` (token classification), or the bare model's last
+/// hidden state `[B·T, hidden]`.
 pub fn forward(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, batch: &EncoderBatch<'_>) -> Result<Tensor> {
     let enc = encoder_of(spec)?;
     let x = hidden_states(g, spec, w, batch)?;
@@ -18,6 +20,7 @@ pub fn forward(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, batch: &EncoderBatc
         EncoderHead::MaskedLm(head) => mlm(g, spec, w, head, &x),
         EncoderHead::SequenceClassification(head) => classifier(g, w, head, &x, batch.batch, batch.seq),
         EncoderHead::TokenClassification { out, .. } => dense(g, w, out, &x),
+        EncoderHead::Bare { .. } => Ok(x),
     }
 }
 
@@ -70,6 +73,7 @@ pub fn forward_loss(
             masked_lm_loss(g, &logits, ids)?
         }
         (EncoderHead::SequenceClassification(head), labels) => classification_loss(g, head, &logits, labels)?,
+        (EncoderHead::Bare { .. }, _) => return Err(ModelError::Config("a bare encoder has no loss".into())),
         (EncoderHead::MaskedLm(_) | EncoderHead::TokenClassification { .. }, ClsLabels::Floats(_)) => {
             return Err(ModelError::Config("masked-LM and token-classification labels must be integer ids".into()))
         }

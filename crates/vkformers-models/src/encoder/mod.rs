@@ -5,10 +5,12 @@
 
 mod heads;
 mod plan;
+mod pooling;
 mod spec;
 
 pub use heads::{classification_loss, forward, forward_loss, masked_lm_loss, ClsLabels};
 pub(crate) use plan::plan;
+pub use pooling::{normalize_rows, pool, Pooling};
 pub use spec::{ClassifierHead, EncoderHead, EncoderSpec, MlmHead, NormPlacement, PoolAct, Positions, Problem};
 
 use vkformers_tensor::ops::attention::{attention, AttnOptions};

@@ -82,5 +82,10 @@ fn head(out: &mut Vec<Planned>, spec: &ModelSpec, enc: &EncoderSpec) {
             linear(out, &head.out, head.num_labels, h, true);
         }
         EncoderHead::TokenClassification { out: name, num_labels } => linear(out, name, *num_labels, h, true),
+        EncoderHead::Bare { pooler } => {
+            if let Some(p) = pooler {
+                linear(out, p, h, h, true);
+            }
+        }
     }
 }

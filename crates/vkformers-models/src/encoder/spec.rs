@@ -81,6 +81,12 @@ pub enum EncoderHead {
         out: String,
         num_labels: usize,
     },
+    /// The bare model (`BertModel`, stored without the `bert.` prefix): the last hidden state,
+    /// for sentence embeddings. `pooler`: BERT's pooler (`[hidden, hidden]` + bias), stored by
+    /// the bare model but not read by mean or CLS pooling.
+    Bare {
+        pooler: Option<String>,
+    },
 }
 
 /// The encoder-only parts of a spec.
