@@ -8,7 +8,7 @@ use vkformers_kernels::activation::Activation;
 
 use super::common::parse;
 use super::encoder_common::{activation, head as head_of, is_bare, layer, EncoderParts};
-use crate::encoder::{EncoderSpec, MlmHead, NormPlacement, PoolAct, Positions};
+use crate::encoder::{EncoderHead, EncoderSpec, MlmHead, NormPlacement, PoolAct, Positions};
 use crate::error::{ModelError, Result};
 use crate::spec::{padding_idx_or, LayerNames, ModelSpec, Norm};
 
@@ -170,6 +170,8 @@ fn spec(
             ("classifier.dense", PoolAct::Tanh, "classifier.out_proj"),
         ),
     };
+    let head = head_of(cfg, mlm, cls, Some(&pooler))?;
+    let ignored = ignored(prefix, head_prefix, &head);
     let e = under(prefix, "embeddings");
     let spec = EncoderParts {
         model_type,
@@ -191,11 +193,34 @@ fn spec(
             embed_project: None,
             placement: if pre_ln { NormPlacement::Pre } else { NormPlacement::Post },
             final_norm: pre_ln.then(|| (norm.clone(), under(prefix, "LayerNorm"))),
-            head: head_of(cfg, mlm, cls, Some(&pooler))?,
+            head,
+            ignored,
         },
     }
     .build();
     check_positions(spec, c.max_position_embeddings)
+}
+
+/// Tensors of heads a pre-training checkpoint stores that this model has not: the pooler (only
+/// BERT's sequence classifier and the bare model read it), the other family head prefixes, and
+/// the tied decoder's bias alias (`cls.predictions.decoder.bias` = `cls.predictions.bias`).
+fn ignored(prefix: &str, head_prefix: &str, head: &EncoderHead) -> Vec<String> {
+    let pooler_used = match head {
+        EncoderHead::Bare { .. } => true,
+        EncoderHead::SequenceClassification(c) => c.dense.ends_with("pooler.dense"),
+        _ => false,
+    };
+    let mut out = Vec::new();
+    if !pooler_used {
+        out.push(under(prefix, "pooler."));
+    }
+    if let EncoderHead::MaskedLm(_) = head {
+        out.push(format!("{head_prefix}.decoder.bias"));
+        out.push("cls.seq_relationship.".into());
+    } else {
+        out.extend(["cls.".into(), "lm_head.".into()]);
+    }
+    out
 }
 
 /// RoBERTa's ids start at `padding_idx + 1`, so its table must hold more than that.

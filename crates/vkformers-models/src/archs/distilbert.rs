@@ -109,6 +109,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
             embed_project: None,
             placement: NormPlacement::Post,
             final_norm: None,
+            ignored: Vec::new(),
             head: head(
                 cfg,
                 MlmHead {

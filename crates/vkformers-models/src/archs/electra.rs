@@ -111,6 +111,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
             embed_project: (c.embedding_size != c.hidden_size).then(|| "electra.embeddings_project".into()),
             placement: NormPlacement::Post,
             final_norm: None,
+            ignored: vec!["generator_lm_head.decoder.bias".into()],
             head: head(
                 cfg,
                 MlmHead {

@@ -6,7 +6,7 @@ use vkformers_kernels::activation::Activation;
 
 use crate::encoder::{ClassifierHead, EncoderHead, EncoderSpec, MlmHead, PoolAct, Problem};
 use crate::error::{ModelError, Result};
-use crate::spec::{AttnSpec, LayerNames, LayerSpec, MlpSpec, ModelSpec, Norm, Residual};
+use crate::spec::{layer_name, AttnSpec, LayerNames, LayerSpec, MapEntry, MlpSpec, ModelSpec, Norm, Residual};
 
 /// `hidden_act` as `ACT2FN` reads it.
 pub(super) fn activation(name: &str) -> Result<Activation> {
@@ -80,7 +80,7 @@ pub(super) struct EncoderParts<'a> {
 impl EncoderParts<'_> {
     pub fn build(self) -> ModelSpec {
         let (norm, norm_name) = self.embed_norm;
-        ModelSpec {
+        let mut spec = ModelSpec {
             model_type: self.model_type.into(),
             vocab: self.vocab,
             hidden: self.hidden,
@@ -107,8 +107,35 @@ impl EncoderParts<'_> {
             joins: Vec::new(),
             padding_idx: self.padding_idx,
             encoder: Some(self.encoder),
+        };
+        spec.weight_map = legacy_norm_names(&spec);
+        spec
+    }
+}
+
+/// Checkpoints converted from TensorFlow store LayerNorms as `gamma` / `beta` (bert-base-uncased);
+/// transformers renames them on load. Each norm's old names map to its parameters (and are
+/// saved under the names the folder used).
+fn legacy_norm_names(spec: &ModelSpec) -> Vec<MapEntry> {
+    let n = &spec.layer_names;
+    let mut norms = vec![spec.embed_norm_name.clone()];
+    for i in 0..spec.layers.len() {
+        norms.push(layer_name(&n.attn_norm, i));
+        norms.push(layer_name(&n.mlp_norm, i));
+    }
+    if let Some(e) = &spec.encoder {
+        norms.extend(e.final_norm.iter().map(|(_, name)| name.clone()));
+        if let EncoderHead::MaskedLm(h) = &e.head {
+            norms.push(h.norm_name.clone());
         }
     }
+    let rename = |from: String, to: String| MapEntry { hf: from, transpose: false, parts: vec![(to, 0)], groups: 1 };
+    norms
+        .iter()
+        .flat_map(|m| {
+            [rename(format!("{m}.gamma"), format!("{m}.weight")), rename(format!("{m}.beta"), format!("{m}.bias"))]
+        })
+        .collect()
 }
 
 fn first_architecture(cfg: &Value) -> &str {

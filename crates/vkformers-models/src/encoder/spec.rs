@@ -106,4 +106,8 @@ pub struct EncoderSpec {
     /// The norm after the last layer (pre-LN families) and its name.
     pub final_norm: Option<(Norm, String)>,
     pub head: EncoderHead,
+    /// Stored tensors under these prefixes belong to heads this model does not have (a
+    /// pre-training checkpoint's pooler and next-sentence head, the tied decoder's bias alias):
+    /// skipped on load, as transformers drops them.
+    pub ignored: Vec<String>,
 }
