@@ -145,32 +145,7 @@ fn spec(
             return Err(ModelError::Config(format!("{model_type} needs a pad_token_id for its position ids")))
         }
     };
-    let pooler = under(prefix, "pooler.dense");
-    let (head_prefix, mlm, cls) = match head {
-        Head::Bert => (
-            "cls.predictions",
-            MlmHead {
-                dense: "cls.predictions.transform.dense".into(),
-                act,
-                norm: norm.clone(),
-                norm_name: "cls.predictions.transform.LayerNorm".into(),
-                bias: "cls.predictions.bias".into(),
-            },
-            (pooler.as_str(), PoolAct::Tanh, "classifier"),
-        ),
-        Head::Roberta => (
-            "lm_head",
-            MlmHead {
-                dense: "lm_head.dense".into(),
-                act: Activation::Gelu,
-                norm: norm.clone(),
-                norm_name: "lm_head.layer_norm".into(),
-                bias: "lm_head.bias".into(),
-            },
-            ("classifier.dense", PoolAct::Tanh, "classifier.out_proj"),
-        ),
-    };
-    let head = head_of(cfg, mlm, cls, Some(&pooler))?;
+    let (head_prefix, head) = task_head(cfg, head, prefix, act, &norm)?;
     let ignored = ignored(prefix, head_prefix, &head);
     let e = under(prefix, "embeddings");
     let spec = EncoderParts {
@@ -199,6 +174,45 @@ fn spec(
     }
     .build();
     check_positions(spec, c.max_position_embeddings)
+}
+
+/// The family's head prefix and the head `architectures` asks for: the masked LM
+/// (`cls.predictions.*` with `hidden_act`, or RoBERTa's `lm_head.*` with exact GELU), the
+/// sequence classifier (BERT's tanh pooler + `classifier`, or RoBERTa's `classifier.dense` +
+/// `classifier.out_proj`), the token classifier or the bare model.
+fn task_head(
+    cfg: &Value,
+    head: Head,
+    prefix: &str,
+    act: Activation,
+    norm: &Norm,
+) -> Result<(&'static str, EncoderHead)> {
+    let pooler = under(prefix, "pooler.dense");
+    let (head_prefix, mlm, cls) = match head {
+        Head::Bert => (
+            "cls.predictions",
+            MlmHead {
+                dense: "cls.predictions.transform.dense".into(),
+                act,
+                norm: norm.clone(),
+                norm_name: "cls.predictions.transform.LayerNorm".into(),
+                bias: "cls.predictions.bias".into(),
+            },
+            (pooler.as_str(), PoolAct::Tanh, "classifier"),
+        ),
+        Head::Roberta => (
+            "lm_head",
+            MlmHead {
+                dense: "lm_head.dense".into(),
+                act: Activation::Gelu,
+                norm: norm.clone(),
+                norm_name: "lm_head.layer_norm".into(),
+                bias: "lm_head.bias".into(),
+            },
+            ("classifier.dense", PoolAct::Tanh, "classifier.out_proj"),
+        ),
+    };
+    Ok((head_prefix, head_of(cfg, mlm, cls, Some(&pooler))?))
 }
 
 /// Tensors of heads a pre-training checkpoint stores that this model has not: the pooler (only
