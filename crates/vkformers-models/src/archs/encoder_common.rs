@@ -204,3 +204,59 @@ pub(super) fn head(
         problem,
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{json, Value};
+
+    use crate::archs::spec_from_config;
+    use crate::encoder::{EncoderHead, Problem};
+
+    fn head(model_type: &str, edit: impl Fn(&mut Value)) -> crate::error::Result<EncoderHead> {
+        let mut c = json!({
+            "model_type": model_type, "vocab_size": 64, "hidden_size": 32, "num_hidden_layers": 1,
+            "num_attention_heads": 4, "intermediate_size": 48, "dim": 32, "n_layers": 1, "n_heads": 4,
+            "hidden_dim": 48, "embedding_size": 32
+        });
+        edit(&mut c);
+        Ok(spec_from_config(&c)?.encoder.expect("an encoder").head)
+    }
+
+    #[test]
+    fn the_head_follows_architectures_and_problem_type() {
+        assert!(matches!(head("bert", |_| {}).unwrap(), EncoderHead::MaskedLm(_)));
+        let cls = head("roberta", |c| {
+            c["architectures"] = json!(["RobertaForSequenceClassification"]);
+            c["id2label"] = json!({"0": "a", "1": "b", "2": "c"});
+            c["problem_type"] = json!("multi_label_classification");
+        });
+        match cls.unwrap() {
+            EncoderHead::SequenceClassification(h) => {
+                assert_eq!((h.num_labels, h.problem), (3, Some(Problem::MultiLabel)));
+                assert_eq!(h.out, "classifier.out_proj");
+            }
+            other => panic!("{other:?}"),
+        }
+        let tok = head("electra", |c| c["architectures"] = json!(["ElectraForTokenClassification"])).unwrap();
+        assert_eq!(tok, EncoderHead::TokenClassification { out: "classifier".into(), num_labels: 2 });
+        let bare = head("bert", |c| c["architectures"] = json!(["BertModel"])).unwrap();
+        assert_eq!(bare, EncoderHead::Bare { pooler: Some("pooler.dense".into()) });
+    }
+
+    #[test]
+    fn heads_and_options_not_modelled_are_refused_by_name() {
+        for (mt, arch) in
+            [("bert", "BertForPreTraining"), ("distilbert", "DistilBertModel"), ("electra", "ElectraModel")]
+        {
+            let e = head(mt, |c| c["architectures"] = json!([arch])).unwrap_err().to_string();
+            assert!(e.contains(arch), "{arch}: {e}");
+        }
+        let e = head("bert", |c| {
+            c["architectures"] = json!(["BertForSequenceClassification"]);
+            c["problem_type"] = json!("ranking");
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("ranking"), "{e}");
+    }
+}
