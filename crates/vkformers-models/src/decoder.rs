@@ -198,6 +198,12 @@ fn run(
     (b, t): (usize, usize),
     head_rows: Head,
 ) -> Result<Tensor> {
+    if spec.encoder.is_some() {
+        return Err(ModelError::Unsupported(format!(
+            "`{}` is an encoder: it runs through `encoder::forward`",
+            spec.model_type
+        )));
+    }
     let embed = w.get(&format!("{}.weight", spec.embed_name))?;
     let embed_dim = embed.shape().get(1).copied().unwrap_or(spec.hidden);
     // `padding_idx`: that row of the table gets no gradient from the lookup, as in transformers.
@@ -341,7 +347,7 @@ fn opt_weight<'w>(w: &'w Weights, template: &str, i: usize, suffix: &str) -> Opt
     w.opt(&format!("{}.{suffix}", layer_name(template, i)))
 }
 
-fn apply_norm(g: &Graph<'_>, n: &Norm, w: &Weights, name: &str, x: &Tensor) -> Result<Tensor> {
+pub(crate) fn apply_norm(g: &Graph<'_>, n: &Norm, w: &Weights, name: &str, x: &Tensor) -> Result<Tensor> {
     Ok(match n {
         Norm::Rms { eps, unit_offset } => norm::rms_norm(g, x, w.opt(&format!("{name}.weight")), *eps, *unit_offset)?,
         Norm::Layer { eps, bias } => {
@@ -421,7 +427,7 @@ fn decoder_layer(
     }
 }
 
-fn project(g: &Graph<'_>, w: &Weights, template: &str, i: usize, x: &Tensor, bias: bool) -> Result<Tensor> {
+pub(crate) fn project(g: &Graph<'_>, w: &Weights, template: &str, i: usize, x: &Tensor, bias: bool) -> Result<Tensor> {
     let b = if bias { opt_weight(w, template, i, "bias") } else { None };
     let name = format!("{}.weight", layer_name(template, i));
     Ok(crate::lora::linear(g, x, w.get(&name)?, b, w.lora(), &name)?)
@@ -482,7 +488,7 @@ fn self_attention(
     project(g, w, &n.o, i, &o, a.out_bias)
 }
 
-fn mlp(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, m: &MlpSpec, i: usize, h: &Tensor) -> Result<Tensor> {
+pub(crate) fn mlp(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, m: &MlpSpec, i: usize, h: &Tensor) -> Result<Tensor> {
     let n = &spec.layer_names;
     match m {
         MlpSpec::Gated { glu: kind, bias, .. } => {

@@ -17,16 +17,16 @@ use crate::spec::{layer_name, MlpSpec, ModelSpec, Norm};
 
 /// How one parameter starts.
 #[derive(Clone, Copy, Debug, PartialEq)]
-enum Init {
+pub(crate) enum Init {
     Normal,
     Zeros,
     Ones,
 }
 
-struct Planned {
-    name: String,
-    shape: Vec<usize>,
-    init: Init,
+pub(crate) struct Planned {
+    pub(crate) name: String,
+    pub(crate) shape: Vec<usize>,
+    pub(crate) init: Init,
 }
 
 /// SplitMix64 with Box–Muller normals: small, portable, and seeded.
@@ -49,7 +49,7 @@ impl Normal {
     }
 }
 
-fn norm_params(out: &mut Vec<Planned>, name: &str, norm: &Norm, width: usize) {
+pub(crate) fn norm_params(out: &mut Vec<Planned>, name: &str, norm: &Norm, width: usize) {
     let (weight_init, bias) = match norm {
         Norm::Rms { unit_offset: true, .. } => (Init::Zeros, false),
         Norm::Rms { .. } => (Init::Ones, false),
@@ -62,7 +62,7 @@ fn norm_params(out: &mut Vec<Planned>, name: &str, norm: &Norm, width: usize) {
     }
 }
 
-fn linear(out: &mut Vec<Planned>, name: &str, rows: usize, cols: usize, bias: bool) {
+pub(crate) fn linear(out: &mut Vec<Planned>, name: &str, rows: usize, cols: usize, bias: bool) {
     out.push(Planned { name: format!("{name}.weight"), shape: vec![rows, cols], init: Init::Normal });
     if bias {
         out.push(Planned { name: format!("{name}.bias"), shape: vec![rows], init: Init::Zeros });
@@ -71,6 +71,9 @@ fn linear(out: &mut Vec<Planned>, name: &str, rows: usize, cols: usize, bias: bo
 
 /// The parameters (internal names, shapes, init) a spec's decoder graph reads.
 fn plan(spec: &ModelSpec, config: &Value) -> Result<Vec<Planned>> {
+    if spec.encoder.is_some() {
+        return crate::encoder::plan(spec, config);
+    }
     let h = spec.hidden;
     // OPT's embedding is `word_embed_proj_dim` wide; project_in/out map it to and from `h`.
     let e = match (&spec.project_in, &spec.project_out) {
@@ -205,7 +208,8 @@ pub fn init_from_config(g: &Graph<'_>, config: Value, seed: u64) -> Result<Model
             Init::Ones => vec![1.0; n],
         };
         if let (true, Some(row)) = (p.name == embed, pad.filter(|&r| r < spec.vocab)) {
-            data[row * spec.hidden..(row + 1) * spec.hidden].fill(0.0);
+            let width = p.shape[1];
+            data[row * width..(row + 1) * width].fill(0.0);
         }
         let t = g.parameter(&data, &p.shape)?;
         weights.insert(p.name.clone(), t.clone());

@@ -4,6 +4,7 @@
 pub mod archs;
 pub mod budget;
 pub mod decoder;
+pub mod encoder;
 pub mod error;
 pub mod init;
 mod kv_cache;

@@ -90,7 +90,7 @@ impl Model {
             params.push((j.internal.clone(), p));
         }
         for info in file.tensors() {
-            if (spec.tied_head && info.name == tied_head) || is_ignored_buffer(&info.name) {
+            if (spec.tied_head && info.name == tied_head) || is_ignored(&spec, &info.name) {
                 // Some checkpoints store the tied head or non-parameter buffers (GPT-2's causal
                 // mask); transformers ignores them too.
                 continue;
@@ -252,6 +252,12 @@ fn is_ignored_buffer(name: &str) -> bool {
     [".attn.bias", ".attn.masked_bias", ".rotary_emb.inv_freq"].iter().any(|b| name.ends_with(b))
 }
 
+/// A buffer, or a tensor of a head the encoder does not have (`EncoderSpec::ignored`).
+fn is_ignored(spec: &ModelSpec, name: &str) -> bool {
+    is_ignored_buffer(name)
+        || spec.encoder.as_ref().is_some_and(|e| e.ignored.iter().any(|p| name.starts_with(p.as_str())))
+}
+
 /// The internal parameters (name -> shape) a folder's stored tensors make, from their headers:
 /// joined parts stacked, fused tensors split, a stored copy of a tied head and non-parameter
 /// buffers left out (transformers skips those too).
@@ -294,7 +300,7 @@ fn stored_params(spec: &ModelSpec, file: &ModelWeights) -> Result<HashMap<String
     let tied_head = format!("{}.weight", spec.head_name);
     for info in file.tensors() {
         if (spec.tied_head && info.name == tied_head)
-            || is_ignored_buffer(&info.name)
+            || is_ignored(spec, &info.name)
             || join_of(spec, &info.name).is_some()
         {
             continue;

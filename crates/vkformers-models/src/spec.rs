@@ -178,6 +178,9 @@ pub struct ModelSpec {
     /// The token embedding's `padding_idx` (transformers' `nn.Embedding(.., padding_idx=
     /// config.pad_token_id)` in most families): that row gets no gradient from the lookup.
     pub padding_idx: Option<usize>,
+    /// Encoder-only models (BERT family): the parts the decoder graph has no slot for; the
+    /// model runs through `encoder::forward` instead. `None` for decoders.
+    pub encoder: Option<crate::encoder::EncoderSpec>,
 }
 
 /// `padding_idx` from a config's `pad_token_id` as `nn.Embedding` reads it: a negative id counts

@@ -85,6 +85,24 @@ parity! {
     gptj: "gptj",
     codegen: "codegen",
     gpt_neo: "gpt_neo",
+    // Encoders (issue 19), masked-LM loss on a padded batch (make_encoder_fixtures.py).
+    bert: "bert",
+    roberta: "roberta",
+    xlm_roberta: "xlm-roberta",
+    camembert: "camembert",
+    data2vec_text: "data2vec-text",
+    ernie: "ernie",
+    // Pre-LN layers and a final LayerNorm.
+    roberta_prelayernorm: "roberta-prelayernorm",
+    distilbert: "distilbert",
+    // embedding_size 16 < hidden_size 32: the embedding projection and a 16-wide head.
+    electra: "electra",
+    electra_untied: "electra_untied",
+    // Sequence classification: BERT's pooler + 3-way cross-entropy; RoBERTa's head, 1 label (MSE).
+    bert_seqcls: "bert_seqcls",
+    roberta_seqcls_regression: "roberta_seqcls_regression",
+    // Token classification: a classifier on every position, -100 on the padding.
+    distilbert_tokcls: "distilbert_tokcls",
 }
 
 #[test]

@@ -136,5 +136,6 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
         weight_map: weight_map(c.n_layer, c.hidden_size, c.n_head),
         joins: Vec::new(),
         padding_idx: None,
+        encoder: None,
     })
 }

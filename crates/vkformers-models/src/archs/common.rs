@@ -165,6 +165,7 @@ impl BaseConfig {
             weight_map: Vec::new(),
             joins: Vec::new(),
             padding_idx: crate::spec::padding_idx(self.pad_token_id, self.vocab_size),
+            encoder: None,
         })
     }
 }

@@ -142,5 +142,6 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
         weight_map: weight_map(c.n_layer, c.n_embd),
         joins: Vec::new(),
         padding_idx: None,
+        encoder: None,
     })
 }

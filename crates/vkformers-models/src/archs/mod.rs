@@ -7,11 +7,15 @@ use crate::error::{ModelError, Result};
 use crate::spec::ModelSpec;
 
 mod arcee;
+mod bert;
 mod bloom;
 mod check;
 mod cohere;
 mod cohere2;
 mod common;
+mod distilbert;
+mod electra;
+mod encoder_common;
 mod ernie4_5;
 mod exaone4;
 mod falcon;
@@ -93,6 +97,16 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "gptj", family: "layernorm rotary decoder", build: gptj::gptj },
     Arch { model_type: "codegen", family: "layernorm rotary decoder", build: gptj::codegen },
     Arch { model_type: "gpt_neo", family: "absolute-position GPT", build: gpt_neo::spec },
+    // Encoders (masked LM), run by `encoder::forward`.
+    Arch { model_type: "bert", family: "BERT-family encoder", build: bert::bert },
+    Arch { model_type: "roberta", family: "BERT-family encoder", build: bert::roberta },
+    Arch { model_type: "xlm-roberta", family: "BERT-family encoder", build: bert::xlm_roberta },
+    Arch { model_type: "camembert", family: "BERT-family encoder", build: bert::camembert },
+    Arch { model_type: "data2vec-text", family: "BERT-family encoder", build: bert::data2vec_text },
+    Arch { model_type: "ernie", family: "BERT-family encoder", build: bert::ernie },
+    Arch { model_type: "roberta-prelayernorm", family: "BERT-family encoder", build: bert::roberta_prelayernorm },
+    Arch { model_type: "distilbert", family: "BERT-family encoder", build: distilbert::spec },
+    Arch { model_type: "electra", family: "BERT-family encoder", build: electra::spec },
 ];
 
 /// The spec of a parsed `config.json`.

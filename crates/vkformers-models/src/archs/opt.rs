@@ -121,5 +121,6 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
         joins: Vec::new(),
         // OPTDecoder's nn.Embedding takes padding_idx = pad_token_id (OPTConfig's default 1).
         padding_idx: crate::spec::padding_idx_or(cfg, 1, c.vocab_size),
+        encoder: None,
     })
 }

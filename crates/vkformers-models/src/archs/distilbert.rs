@@ -1,0 +1,128 @@
+//! `distilbert`: BERT's post-LN layers under other names (`q_lin`, `sa_layer_norm`, `ffn.lin1`,
+//! ...), no token types, LayerNorm eps fixed at 1e-12, and the head `vocab_transform` ->
+//! `activation` -> `vocab_layer_norm` -> `vocab_projector` (tied, with its own bias).
+
+use serde::Deserialize;
+use serde_json::Value;
+use vkformers_kernels::activation::Activation;
+
+use super::common::parse;
+use super::encoder_common::{activation, head, layer, EncoderParts};
+use crate::encoder::{EncoderSpec, MlmHead, NormPlacement, PoolAct, Positions};
+use crate::error::{ModelError, Result};
+use crate::spec::{padding_idx_or, LayerNames, ModelSpec, Norm};
+
+/// `DistilBertConfig` (its own field names; defaults as the class).
+#[derive(Deserialize)]
+struct Config {
+    #[serde(default = "d_vocab")]
+    vocab_size: usize,
+    #[serde(default = "d_dim")]
+    dim: usize,
+    #[serde(default = "d_layers")]
+    n_layers: usize,
+    #[serde(default = "d_heads")]
+    n_heads: usize,
+    #[serde(default = "d_hidden_dim")]
+    hidden_dim: usize,
+    #[serde(default = "d_act")]
+    activation: String,
+    #[serde(default = "d_positions")]
+    max_position_embeddings: usize,
+    #[serde(default)]
+    sinusoidal_pos_embds: bool,
+    #[serde(default = "d_tied")]
+    tie_word_embeddings: bool,
+}
+
+fn d_vocab() -> usize {
+    30522
+}
+fn d_dim() -> usize {
+    768
+}
+fn d_layers() -> usize {
+    6
+}
+fn d_heads() -> usize {
+    12
+}
+fn d_hidden_dim() -> usize {
+    3072
+}
+fn d_positions() -> usize {
+    512
+}
+fn d_act() -> String {
+    "gelu".into()
+}
+fn d_tied() -> bool {
+    true
+}
+
+fn names() -> LayerNames {
+    let l = "distilbert.transformer.layer.{i}";
+    LayerNames {
+        attn_norm: format!("{l}.sa_layer_norm"),
+        q: format!("{l}.attention.q_lin"),
+        k: format!("{l}.attention.k_lin"),
+        v: format!("{l}.attention.v_lin"),
+        o: format!("{l}.attention.out_lin"),
+        q_norm: String::new(),
+        k_norm: String::new(),
+        mlp_norm: format!("{l}.output_layer_norm"),
+        post_attn_norm: String::new(),
+        post_mlp_norm: String::new(),
+        gate: String::new(),
+        up: format!("{l}.ffn.lin1"),
+        down: format!("{l}.ffn.lin2"),
+    }
+}
+
+pub fn spec(cfg: &Value) -> Result<ModelSpec> {
+    let c: Config = parse(cfg)?;
+    if c.sinusoidal_pos_embds {
+        return Err(ModelError::Unsupported("distilbert sinusoidal_pos_embds".into()));
+    }
+    let act = activation(&c.activation)?;
+    // DistilBERT hard-codes eps 1e-12 in every LayerNorm.
+    let norm = Norm::Layer { eps: 1e-12, bias: true };
+    let layer = layer(c.dim, c.n_heads, c.hidden_dim, act, &norm)?;
+    let e = "distilbert.embeddings";
+    Ok(EncoderParts {
+        model_type: "distilbert",
+        vocab: c.vocab_size,
+        hidden: c.dim,
+        layers: vec![layer; c.n_layers],
+        names: names(),
+        word: format!("{e}.word_embeddings"),
+        positions: format!("{e}.position_embeddings"),
+        embed_norm: (norm.clone(), format!("{e}.LayerNorm")),
+        decoder: "vocab_projector".into(),
+        tied: c.tie_word_embeddings,
+        padding_idx: padding_idx_or(cfg, 0, c.vocab_size),
+        encoder: EncoderSpec {
+            embed_dim: c.dim,
+            token_types: None,
+            positions: Positions::Arange,
+            max_positions: c.max_position_embeddings,
+            embed_project: None,
+            placement: NormPlacement::Post,
+            final_norm: None,
+            ignored: Vec::new(),
+            head: head(
+                cfg,
+                MlmHead {
+                    dense: "vocab_transform".into(),
+                    act,
+                    norm,
+                    norm_name: "vocab_layer_norm".into(),
+                    bias: "vocab_projector.bias".into(),
+                },
+                ("pre_classifier", PoolAct::Act(Activation::Relu), "classifier"),
+                None,
+            )?,
+        },
+    }
+    .build())
+}

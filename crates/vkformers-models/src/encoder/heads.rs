@@ -1,0 +1,130 @@
+//! The heads on the encoder's last hidden state `[B·T, hidden]`: the masked-LM head (logits
+//! `[B·T, V]`) and the sequence classifier (logits `[B, num_labels]`), with their losses as
+//! transformers computes them.
+
+use vkformers_tensor::ops::{activation, broadcast, cast, embedding, loss, reduce};
+use vkformers_tensor::{DType, Graph, Tensor};
+
+use super::{encoder_of, hidden_states, ClassifierHead, EncoderBatch, EncoderHead, MlmHead, PoolAct, Problem};
+use crate::decoder::{apply_norm, Weights};
+use crate::error::{ModelError, Result};
+use crate::spec::ModelSpec;
+
+/// The head's output: logits `[B·T, V]` (masked LM), `[B, num_labels]` (sequence
+/// classification), `[B·T, num_labels]` (token classification), or the bare model's last
+/// hidden state `[B·T, hidden]`.
+pub fn forward(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, batch: &EncoderBatch<'_>) -> Result<Tensor> {
+    let enc = encoder_of(spec)?;
+    let x = hidden_states(g, spec, w, batch)?;
+    match &enc.head {
+        EncoderHead::MaskedLm(head) => mlm(g, spec, w, head, &x),
+        EncoderHead::SequenceClassification(head) => classifier(g, w, head, &x, batch.batch, batch.seq),
+        EncoderHead::TokenClassification { out, .. } => dense(g, w, out, &x),
+        EncoderHead::Bare { .. } => Ok(x),
+    }
+}
+
+fn dense(g: &Graph<'_>, w: &Weights, name: &str, x: &Tensor) -> Result<Tensor> {
+    let (weight, bias) = (w.get(&format!("{name}.weight"))?, w.get(&format!("{name}.bias"))?);
+    Ok(crate::lora::linear(g, x, weight, Some(bias), w.lora(), &format!("{name}.weight"))?)
+}
+
+/// `decoder(LN(act(dense(x))))`, the decoder's weight tied to the word embeddings unless the
+/// spec stores its own.
+fn mlm(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, head: &MlmHead, x: &Tensor) -> Result<Tensor> {
+    let x = activation::activation(g, &dense(g, w, &head.dense, x)?, head.act)?;
+    let x = apply_norm(g, &head.norm, w, &head.norm_name, &x)?;
+    let table = if spec.tied_head { &spec.embed_name } else { &spec.head_name };
+    let decoder = format!("{table}.weight");
+    Ok(crate::lora::linear(g, &x, w.get(&decoder)?, Some(w.get(&head.bias)?), w.lora(), &decoder)?)
+}
+
+/// Rows `b·T` of x `[B·T, hidden]` (each sequence's first token) through dense, act and out.
+fn classifier(g: &Graph<'_>, w: &Weights, head: &ClassifierHead, x: &Tensor, b: usize, t: usize) -> Result<Tensor> {
+    // The row gather is the embedding lookup (its backward scatter-adds into those rows).
+    let first: Vec<i32> = (0..b).map(|row| (row * t) as i32).collect();
+    let x = cast::cast(g, x, DType::F32)?;
+    let cls = embedding::embedding(g, &x, &g.ints(&first, &[b])?)?;
+    let h = dense(g, w, &head.dense, &cls)?;
+    let h = match head.act {
+        // tanh(x) = 2·sigmoid(2x) − 1
+        PoolAct::Tanh => {
+            let s = activation::sigmoid(g, &broadcast::scale(g, &h, 2.0)?)?;
+            broadcast::sub(g, &broadcast::scale(g, &s, 2.0)?, &g.constant(&[1.0], &[1])?)?
+        }
+        PoolAct::Act(a) => activation::activation(g, &h, a)?,
+    };
+    dense(g, w, &head.out, &h)
+}
+
+/// Logits and loss of a batch: the masked-LM or token-classification loss against labels
+/// `[B·T]` (-100 = not a target), or a sequence classifier's loss against its labels `[B]`.
+pub fn forward_loss(
+    g: &Graph<'_>,
+    spec: &ModelSpec,
+    w: &Weights,
+    batch: &EncoderBatch<'_>,
+    labels: ClsLabels<'_>,
+) -> Result<(Tensor, Tensor)> {
+    let logits = forward(g, spec, w, batch)?;
+    let loss = match (&encoder_of(spec)?.head, labels) {
+        // Both: mean cross-entropy over positions whose label is not -100.
+        (EncoderHead::MaskedLm(_) | EncoderHead::TokenClassification { .. }, ClsLabels::Ids(ids)) => {
+            masked_lm_loss(g, &logits, ids)?
+        }
+        (EncoderHead::SequenceClassification(head), labels) => classification_loss(g, head, &logits, labels)?,
+        (EncoderHead::Bare { .. }, _) => return Err(ModelError::Config("a bare encoder has no loss".into())),
+        (EncoderHead::MaskedLm(_) | EncoderHead::TokenClassification { .. }, ClsLabels::Floats(_)) => {
+            return Err(ModelError::Config("masked-LM and token-classification labels must be integer ids".into()))
+        }
+    };
+    Ok((logits, loss))
+}
+
+/// transformers' masked-LM loss: mean cross-entropy over positions whose label is not -100
+/// (no shift, unlike the causal LM).
+pub fn masked_lm_loss(g: &Graph<'_>, logits: &Tensor, labels: &[i32]) -> Result<Tensor> {
+    let lab = g.ints(labels, &[labels.len()])?;
+    Ok(loss::cross_entropy(g, logits, &lab)?)
+}
+
+/// A sequence classifier's labels: class ids `[B]`, or floats (`[B]` regression targets).
+pub enum ClsLabels<'a> {
+    Ids(&'a [i32]),
+    Floats(&'a [f32]),
+}
+
+/// The loss of `logits [B, num_labels]` by transformers' rules: the config's `problem_type`, or
+/// regression when `num_labels == 1`, single-label for class ids, multi-label for floats.
+pub fn classification_loss(
+    g: &Graph<'_>,
+    head: &ClassifierHead,
+    logits: &Tensor,
+    labels: ClsLabels<'_>,
+) -> Result<Tensor> {
+    let problem = head.problem.unwrap_or(match (&labels, head.num_labels) {
+        (_, 1) => Problem::Regression,
+        (ClsLabels::Ids(_), _) => Problem::SingleLabel,
+        (ClsLabels::Floats(_), _) => Problem::MultiLabel,
+    });
+    match (problem, labels) {
+        (Problem::SingleLabel, ClsLabels::Ids(ids)) => masked_lm_loss(g, logits, ids),
+        (Problem::Regression, labels) => {
+            // MSE: mean over every element of (logits − labels)², labels shaped as the logits.
+            let y: Vec<f32> = match labels {
+                ClsLabels::Ids(ids) => ids.iter().map(|&v| v as f32).collect(),
+                ClsLabels::Floats(f) => f.to_vec(),
+            };
+            if y.len() != logits.numel() {
+                return Err(ModelError::Config(format!(
+                    "{} regression labels for logits {:?}",
+                    y.len(),
+                    logits.shape()
+                )));
+            }
+            let d = broadcast::sub(g, logits, &g.constant(&y, logits.shape())?)?;
+            Ok(reduce::mean(g, &broadcast::mul(g, &d, &d)?)?)
+        }
+        (p, _) => Err(ModelError::Unsupported(format!("sequence classification loss {p:?} with these labels"))),
+    }
+}

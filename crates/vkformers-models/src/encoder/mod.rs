@@ -1,0 +1,218 @@
+//! The generic encoder graph (BERT family): word + token-type + position embeddings and their
+//! LayerNorm, L layers of bidirectional self-attention (keys masked by the attention mask) and
+//! MLP with post- or pre-LN residuals, then the masked-LM head. Built from the differentiable
+//! ops, so the tape gives every parameter's gradient.
+
+mod heads;
+mod plan;
+mod pooling;
+mod spec;
+
+pub use heads::{classification_loss, forward, forward_loss, masked_lm_loss, ClsLabels};
+pub(crate) use plan::plan;
+pub use pooling::{normalize_rows, pool, Pooling};
+pub use spec::{ClassifierHead, EncoderHead, EncoderSpec, MlmHead, NormPlacement, PoolAct, Positions, Problem};
+
+use vkformers_tensor::ops::attention::{attention, AttnOptions};
+use vkformers_tensor::ops::{broadcast, embedding, matmul, shape};
+use vkformers_tensor::{Graph, Tensor};
+
+use crate::decoder::{apply_norm, mlp, project, Weights};
+use crate::error::{ModelError, Result};
+use crate::spec::{layer_name, LayerSpec, ModelSpec};
+
+/// One batch `[B, T]`: token ids, attention mask (1 real, 0 padding) and optional token types
+/// (all 0 when absent, as transformers' buffer).
+pub struct EncoderBatch<'a> {
+    pub ids: &'a [i32],
+    pub mask: &'a [i32],
+    pub token_types: Option<&'a [i32]>,
+    pub batch: usize,
+    pub seq: usize,
+}
+
+pub(crate) fn encoder_of(spec: &ModelSpec) -> Result<&EncoderSpec> {
+    spec.encoder
+        .as_ref()
+        .ok_or_else(|| ModelError::Unsupported(format!("`{}` is a decoder, not an encoder", spec.model_type)))
+}
+
+/// The last hidden state `[B·T, hidden]` (what pooling and task heads read).
+pub fn hidden_states(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, batch: &EncoderBatch<'_>) -> Result<Tensor> {
+    let enc = encoder_of(spec)?;
+    let (b, t) = (batch.batch, batch.seq);
+    if batch.ids.len() != b * t || batch.mask.len() != b * t || batch.token_types.is_some_and(|x| x.len() != b * t) {
+        return Err(ModelError::Config(format!("a batch of {b}x{t} with {} ids", batch.ids.len())));
+    }
+    let mut x = embeddings(g, spec, enc, w, batch)?;
+    let kmask = g.ints(batch.mask, &[b, t])?;
+    for (i, layer) in spec.layers.iter().enumerate() {
+        x = encoder_layer(g, spec, enc.placement, w, layer, i, &x, &kmask, (b, t))?;
+    }
+    if let Some((n, name)) = &enc.final_norm {
+        x = apply_norm(g, n, w, name, &x)?;
+    }
+    Ok(x)
+}
+
+/// Position ids `[B·T]` of the batch (see `Positions`).
+fn position_ids(positions: Positions, batch: &EncoderBatch<'_>) -> Vec<i32> {
+    let t = batch.seq;
+    match positions {
+        Positions::Arange => (0..batch.batch * t).map(|i| (i % t) as i32).collect(),
+        Positions::FromIds { padding_idx } => {
+            let pad = padding_idx as i32;
+            let mut out = Vec::with_capacity(batch.ids.len());
+            for row in batch.ids.chunks(t) {
+                let mut seen = 0;
+                for &id in row {
+                    let real = i32::from(id != pad);
+                    seen += real;
+                    out.push(seen * real + pad);
+                }
+            }
+            out
+        }
+    }
+}
+
+/// `LN(word[ids] + type[types] + pos[positions])`, then ELECTRA's projection: `[B·T, hidden]`.
+fn embeddings(
+    g: &Graph<'_>,
+    spec: &ModelSpec,
+    enc: &EncoderSpec,
+    w: &Weights,
+    batch: &EncoderBatch<'_>,
+) -> Result<Tensor> {
+    let (b, t, e) = (batch.batch, batch.seq, enc.embed_dim);
+    let rows = |x: Tensor| shape::reshape(g, &x, &[b * t, e]);
+    let ids = g.ints(batch.ids, &[b, t])?;
+    let word = w.get(&format!("{}.weight", spec.embed_name))?;
+    let mut x = rows(embedding::embedding_padded(g, word, &ids, spec.padding_idx)?)?;
+    if let Some((name, type_vocab)) = &enc.token_types {
+        let zeros;
+        let types = match batch.token_types {
+            Some(tt) => tt,
+            None => {
+                zeros = vec![0; b * t];
+                &zeros[..]
+            }
+        };
+        if let Some(bad) = types.iter().find(|&&v| v < 0 || v as usize >= *type_vocab) {
+            return Err(ModelError::Config(format!("token type {bad} outside type_vocab_size {type_vocab}")));
+        }
+        let table = w.get(&format!("{name}.weight"))?;
+        x = broadcast::add(g, &x, &rows(embedding::embedding(g, table, &g.ints(types, &[b, t])?)?)?)?;
+    }
+    if let Some(wpe) = &spec.position_embedding {
+        let table = w.get(&format!("{wpe}.weight"))?;
+        let pos = position_ids(enc.positions, batch);
+        if let Some(bad) = pos.iter().find(|&&p| p < 0 || p as usize >= table.shape()[0]) {
+            return Err(ModelError::Config(format!(
+                "position {bad} outside `{wpe}` {:?} (the sequence is longer than max_position_embeddings)",
+                table.shape()
+            )));
+        }
+        let pad = match enc.positions {
+            Positions::FromIds { padding_idx } => Some(padding_idx),
+            Positions::Arange => None,
+        };
+        let p = embedding::embedding_padded(g, table, &g.ints(&pos, &[b, t])?, pad)?;
+        x = broadcast::add(g, &x, &rows(p)?)?;
+    }
+    if let Some(n) = &spec.embed_norm {
+        x = apply_norm(g, n, w, &spec.embed_norm_name, &x)?;
+    }
+    if let Some(p) = &enc.embed_project {
+        x = matmul::linear(g, &x, w.get(&format!("{p}.weight"))?, Some(w.get(&format!("{p}.bias"))?))?;
+    }
+    Ok(x)
+}
+
+/// One layer on x `[B·T, hidden]`; the norms are the layer's `attn_norm` / `mlp_norm`, applied
+/// after (post-LN) or before (pre-LN) each residual add.
+#[allow(clippy::too_many_arguments)]
+fn encoder_layer(
+    g: &Graph<'_>,
+    spec: &ModelSpec,
+    placement: NormPlacement,
+    w: &Weights,
+    layer: &LayerSpec,
+    i: usize,
+    x: &Tensor,
+    kmask: &Tensor,
+    bt: (usize, usize),
+) -> Result<Tensor> {
+    let n = &spec.layer_names;
+    let norm = |which: &Option<crate::spec::Norm>, template: &str, x: &Tensor| match which {
+        Some(nm) => apply_norm(g, nm, w, &layer_name(template, i), x),
+        None => Ok(x.clone()),
+    };
+    match placement {
+        NormPlacement::Post => {
+            let a = self_attention(g, spec, w, layer, i, x, kmask, bt)?;
+            let x = norm(&layer.attn_norm, &n.attn_norm, &broadcast::add(g, x, &a)?)?;
+            let m = mlp(g, spec, w, &layer.mlp, i, &x)?;
+            norm(&layer.mlp_norm, &n.mlp_norm, &broadcast::add(g, &x, &m)?)
+        }
+        NormPlacement::Pre => {
+            let h = norm(&layer.attn_norm, &n.attn_norm, x)?;
+            let x = broadcast::add(g, x, &self_attention(g, spec, w, layer, i, &h, kmask, bt)?)?;
+            let h = norm(&layer.mlp_norm, &n.mlp_norm, &x)?;
+            Ok(broadcast::add(g, &x, &mlp(g, spec, w, &layer.mlp, i, &h)?)?)
+        }
+    }
+}
+
+/// Bidirectional multi-head attention: q, k, v `[B, T, H, D]`, every query sees every key the
+/// attention mask keeps (padded queries too: their outputs are computed, as in transformers).
+#[allow(clippy::too_many_arguments)]
+fn self_attention(
+    g: &Graph<'_>,
+    spec: &ModelSpec,
+    w: &Weights,
+    layer: &LayerSpec,
+    i: usize,
+    h: &Tensor,
+    kmask: &Tensor,
+    (b, t): (usize, usize),
+) -> Result<Tensor> {
+    let (n, a) = (&spec.layer_names, &layer.attn);
+    if a.rope.is_some() || a.alibi || a.sliding_window.is_some() || a.qk_norm.is_some() || a.softcap != 0.0 {
+        return Err(ModelError::Unsupported("rotary, ALiBi, windowed or QK-normed encoder attention".into()));
+    }
+    let heads = |y: Tensor, count: usize| shape::reshape(g, &y, &[b, t, count, a.head_dim]);
+    let q = heads(project(g, w, &n.q, i, h, a.qkv_bias)?, a.heads)?;
+    let k = heads(project(g, w, &n.k, i, h, a.qkv_bias)?, a.kv_heads)?;
+    let v = heads(project(g, w, &n.v, i, h, a.qkv_bias)?, a.kv_heads)?;
+    let opts =
+        AttnOptions { scale: Some(a.scale), causal: false, kmask: Some(kmask.clone()), ..AttnOptions::default() };
+    let o = shape::reshape(g, &attention(g, &q, &k, &v, &opts)?, &[b * t, a.heads * a.head_dim])?;
+    project(g, w, &n.o, i, &o, a.out_bias)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch<'a>(ids: &'a [i32], mask: &'a [i32], seq: usize) -> EncoderBatch<'a> {
+        EncoderBatch { ids, mask, token_types: None, batch: ids.len() / seq, seq }
+    }
+
+    #[test]
+    fn roberta_positions_count_non_pad_ids_from_padding_idx_plus_one() {
+        // transformers: `cumsum(ids != pad) * (ids != pad) + pad`, from the ids alone: a pad id
+        // inside the text keeps position `pad` and does not advance the count; the mask is not read.
+        let ids = [5, 6, 7, 1, 1, 9, 1, 8];
+        let mask = [1, 1, 1, 1, 0, 1, 1, 1];
+        let got = position_ids(Positions::FromIds { padding_idx: 1 }, &batch(&ids, &mask, 4));
+        assert_eq!(got, vec![2, 3, 4, 1, 1, 2, 1, 3]);
+    }
+
+    #[test]
+    fn bert_positions_are_0_to_t_in_every_row() {
+        let ids = [5, 6, 0, 7, 8, 9];
+        let got = position_ids(Positions::Arange, &batch(&ids, &[1; 6], 3));
+        assert_eq!(got, vec![0, 1, 2, 0, 1, 2]);
+    }
+}

@@ -1,0 +1,113 @@
+//! What an encoder-only model (BERT family) adds to `ModelSpec`: token types, how position ids
+//! are made, where the layer norms sit, and the masked-LM head. The shared parts (word and
+//! position tables, the embedding LayerNorm, the layers' attention and MLP, the weight names)
+//! stay in `ModelSpec`.
+
+use vkformers_kernels::activation::Activation;
+
+use crate::spec::Norm;
+
+/// Where each layer's two norms sit (the norms are `LayerSpec::attn_norm` / `mlp_norm`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NormPlacement {
+    /// BERT: `x = LN(x + attn(x)); x = LN(x + mlp(x))`.
+    Post,
+    /// `x = x + attn(LN(x)); x = x + mlp(LN(x))`, and `final_norm` after the last layer.
+    Pre,
+}
+
+/// How position ids are made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Positions {
+    /// `0..T` in every row (BERT).
+    Arange,
+    /// RoBERTa's `create_position_ids_from_input_ids`: `padding_idx + cumsum(ids != pad)` on
+    /// real tokens and `padding_idx` on pad tokens (decided by the ids, not the attention mask);
+    /// the table is `nn.Embedding(.., padding_idx)`, so its row `padding_idx` gets no gradient.
+    FromIds { padding_idx: usize },
+}
+
+/// The masked-LM prediction head: `decoder(LN(act(dense(h))))` with the decoder's weight tied
+/// to the word embeddings (or `{decoder}.weight` when untied) and its own bias.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MlmHead {
+    /// `{dense}.weight [embed_dim, hidden]` and `.bias`.
+    pub dense: String,
+    pub act: Activation,
+    pub norm: Norm,
+    pub norm_name: String,
+    /// The decoder's bias `[vocab]` (full parameter name, e.g. `cls.predictions.bias`).
+    pub bias: String,
+}
+
+/// A `tanh` or one of the kernels' activations (the classifier heads' poolers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PoolAct {
+    Tanh,
+    Act(Activation),
+}
+
+/// How a sequence classifier's loss is computed (transformers' `problem_type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Problem {
+    /// MSE against float labels (`num_labels == 1` without a `problem_type`).
+    Regression,
+    /// Cross-entropy against class ids.
+    SingleLabel,
+    /// BCE-with-logits against 0/1 floats per label.
+    MultiLabel,
+}
+
+/// `out(act(dense(h[:, 0])))`: each row's first token (`[CLS]` / `<s>`) through a dense layer
+/// (BERT's pooler, RoBERTa's `classifier.dense`, DistilBERT's `pre_classifier`) and the output
+/// projection to `num_labels` logits.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClassifierHead {
+    pub dense: String,
+    pub act: PoolAct,
+    pub out: String,
+    pub num_labels: usize,
+    /// `problem_type` of the config; `None`: decided from `num_labels` and the labels' type.
+    pub problem: Option<Problem>,
+}
+
+/// What sits on the last hidden state.
+#[derive(Clone, Debug, PartialEq)]
+pub enum EncoderHead {
+    MaskedLm(MlmHead),
+    SequenceClassification(ClassifierHead),
+    /// `{out}` (`[num_labels, hidden]` + bias) on every position: logits `[B·T, num_labels]`.
+    TokenClassification {
+        out: String,
+        num_labels: usize,
+    },
+    /// The bare model (`BertModel`, stored without the `bert.` prefix): the last hidden state,
+    /// for sentence embeddings. `pooler`: BERT's pooler (`[hidden, hidden]` + bias), stored by
+    /// the bare model but not read by mean or CLS pooling.
+    Bare {
+        pooler: Option<String>,
+    },
+}
+
+/// The encoder-only parts of a spec.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EncoderSpec {
+    /// Width of the embedding tables (ELECTRA's `embedding_size`); `hidden` for most families.
+    pub embed_dim: usize,
+    /// `{name}.weight [type_vocab, embed_dim]`, or none (DistilBERT).
+    pub token_types: Option<(String, usize)>,
+    pub positions: Positions,
+    /// Rows of the position table (`max_position_embeddings`).
+    pub max_positions: usize,
+    /// `{name}.weight [hidden, embed_dim]` + bias after the embedding norm (ELECTRA when
+    /// `embedding_size != hidden_size`).
+    pub embed_project: Option<String>,
+    pub placement: NormPlacement,
+    /// The norm after the last layer (pre-LN families) and its name.
+    pub final_norm: Option<(Norm, String)>,
+    pub head: EncoderHead,
+    /// Stored tensors under these prefixes belong to heads this model does not have (a
+    /// pre-training checkpoint's pooler and next-sentence head, the tied decoder's bias alias):
+    /// skipped on load, as transformers drops them.
+    pub ignored: Vec<String>,
+}

@@ -1,0 +1,65 @@
+//! Bare encoders (`BertModel`, `XLMRobertaModel`: tensors without the base prefix) give
+//! transformers' last hidden state, and its mean (over the attention mask) and CLS poolings and
+//! the normalized mean are sentence-transformers' embeddings, on a batch with a padded row
+//! (fixtures of `tools/parity/make_encoder_fixtures.py --embed`).
+
+use std::path::PathBuf;
+
+use vkformers_io::ModelWeights;
+use vkformers_models::encoder::{self, EncoderBatch, Pooling};
+use vkformers_models::model::Model;
+use vkformers_tensor::Graph;
+use vkformers_vk::testing::on_every_device;
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures_embed").join(name)
+}
+
+fn rel(got: &[f32], want: &[f32]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    let d: f64 = got.iter().zip(want).map(|(a, b)| (f64::from(*a) - f64::from(*b)).powi(2)).sum();
+    let n: f64 = want.iter().map(|b| f64::from(*b).powi(2)).sum();
+    (d / n).sqrt()
+}
+
+fn check(name: &str) {
+    on_every_device(&format!("embed {name}"), |ctx| {
+        let dir = fixture(name);
+        let r = ModelWeights::open_file(dir.join("reference.safetensors")).unwrap();
+        let ints = |n: &str| -> Option<Vec<i32>> {
+            let raw = r.tensor_bytes(n).ok()?;
+            Some(raw.data.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+        };
+        let (ids, mask, types) = (ints("input_ids").unwrap(), ints("attention_mask").unwrap(), ints("token_type_ids"));
+        let shape = r.info("input_ids").unwrap().shape;
+        let (b, t) = (shape[0], shape[1]);
+        let g = Graph::new(ctx);
+        let model = Model::load(&g, &dir).unwrap();
+        let batch = EncoderBatch { ids: &ids, mask: &mask, token_types: types.as_deref(), batch: b, seq: t };
+        let hidden = encoder::forward(&g, &model.spec, &model.weights, &batch).unwrap();
+        let want = |n: &str| r.tensor_f32(n).unwrap();
+        let e = rel(&g.read(&hidden).unwrap(), &want("hidden"));
+        assert!(e <= 1e-5, "{name}: last hidden state off by {e:e}");
+        let mean = g.read(&encoder::pool(&g, &hidden, &mask, (b, t), Pooling::Mean).unwrap()).unwrap();
+        let e = rel(&mean, &want("mean"));
+        assert!(e <= 1e-5, "{name}: mean pooling off by {e:e}");
+        let cls = g.read(&encoder::pool(&g, &hidden, &mask, (b, t), Pooling::Cls).unwrap()).unwrap();
+        let e = rel(&cls, &want("cls"));
+        assert!(e <= 1e-5, "{name}: CLS pooling off by {e:e}");
+        let mut unit = mean.clone();
+        encoder::normalize_rows(&mut unit, model.spec.hidden);
+        let e = rel(&unit, &want("mean_normalized"));
+        assert!(e <= 1e-5, "{name}: normalized mean off by {e:e}");
+        Ok(())
+    });
+}
+
+#[test]
+fn bare_bert_hidden_states_and_poolings_match_transformers() {
+    check("bert_model");
+}
+
+#[test]
+fn bare_xlm_roberta_hidden_states_and_poolings_match_transformers() {
+    check("xlm-roberta_model");
+}

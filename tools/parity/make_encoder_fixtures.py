@@ -1,0 +1,360 @@
+#!/usr/bin/env python3
+"""Golden fixtures for encoder (masked-LM) models, beside make_fixtures.py's decoder ones.
+
+Builds tiny random `AutoModelForMaskedLM` models from configs (never from the hub), runs forward /
+masked-LM loss / backward / two AdamW steps on a padded batch, and writes tests/fixtures/<name>/
+in the decoder fixtures' format (see tools/parity/README.md), with these differences:
+  - labels are masked-LM labels: -100 except at the masked positions, where they hold the
+    original token (the input there is MASK_ID); the loss is the unshifted mean over them;
+  - `token_type_ids` is stored when the model has more than one token type (the batch mixes
+    segments 0 and 1, so the token-type table's rows both get gradients);
+  - no greedy.json (no generation); no generation_config.json (save_pretrained writes none).
+
+Modes:
+  make_encoder_fixtures.py [--out DIR] [--only NAME ...]
+  make_encoder_fixtures.py --check-reload DIR --fixture NAME   a folder saved by vkformers against
+                                                               the fixture's logits
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import make_fixtures as mf  # sets the offline environment before transformers is imported
+
+MASK_ID = 3  # the masked positions' input id (real ids are drawn from [4, vocab))
+MASKED = [[1, 4, 6], [0, 3]]  # (row, positions) of the MLM targets; row 1 has 5 real tokens
+
+ENC = dict(
+    vocab_size=128,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    max_position_embeddings=64,
+    initializer_range=mf.INIT_STD,
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+    layer_norm_eps=1e-12,
+)
+
+# fixture name -> (model_type, config kwargs); fixtures named `*_seqcls*` use
+# AutoModelForSequenceClassification (see `CLS_SPECS`).
+SPECS = {
+    # pad 0, two token types, tied decoder (the BertConfig defaults).
+    "bert": ("bert", {**ENC, "type_vocab_size": 2, "pad_token_id": 0}),
+    # position ids count from padding_idx + 1 over non-pad tokens; pad 1 as in real RoBERTa.
+    "roberta": ("roberta", {**ENC, "type_vocab_size": 1, "pad_token_id": 1, "max_position_embeddings": 66}),
+    # RoBERTa's modules under other names; each varies one thing the head or the layers read.
+    # GELU-tanh in the layers: the head keeps exact GELU whatever hidden_act says.
+    "xlm-roberta": (
+        "xlm-roberta",
+        {**ENC, "type_vocab_size": 1, "pad_token_id": 1, "max_position_embeddings": 66, "hidden_act": "gelu_new"},
+    ),
+    "camembert": ("camembert", {**ENC, "type_vocab_size": 1, "pad_token_id": 1, "max_position_embeddings": 66,
+                                "hidden_act": "relu"}),
+    # two token types with RoBERTa positions
+    "data2vec-text": ("data2vec-text", {**ENC, "type_vocab_size": 2, "pad_token_id": 1, "max_position_embeddings": 66}),
+    # pre-LN layers (`attention.LayerNorm`, `intermediate.LayerNorm`) and a final LayerNorm.
+    "roberta-prelayernorm": (
+        "roberta-prelayernorm",
+        {**ENC, "type_vocab_size": 2, "pad_token_id": 1, "max_position_embeddings": 66},
+    ),
+    # BERT's modules under `ernie.`; its head transform uses hidden_act (GELU-tanh here).
+    "ernie": ("ernie", {**ENC, "type_vocab_size": 2, "pad_token_id": 0, "hidden_act": "gelu_new"}),
+    # DistilBERT's own config names; no token types; the head applies `activation` (GELU-tanh).
+    "distilbert": (
+        "distilbert",
+        dict(vocab_size=128, dim=32, n_layers=2, n_heads=4, hidden_dim=64, max_position_embeddings=64,
+             dropout=0.0, attention_dropout=0.0, activation="gelu_new", initializer_range=mf.INIT_STD,
+             pad_token_id=0),
+    ),
+    # embedding_size 16 < hidden 32: `electra.embeddings_project` and a head back to 16.
+    "electra": ("electra", {**ENC, "embedding_size": 16, "type_vocab_size": 2, "pad_token_id": 0}),
+    # untied generator head: its own `generator_lm_head.weight`.
+    "electra_untied": (
+        "electra",
+        {**ENC, "embedding_size": 16, "type_vocab_size": 2, "pad_token_id": 0, "tie_word_embeddings": False},
+    ),
+}
+
+
+# Sequence classification: labels [B] (int class ids, or floats when num_labels is 1, which
+# transformers treats as regression with MSE); problem_type left to transformers' rules.
+CLS_SPECS = {
+    "bert_seqcls": ("bert", {**ENC, "type_vocab_size": 2, "pad_token_id": 0, "num_labels": 3}),
+    "roberta_seqcls_regression": (
+        "roberta",
+        {**ENC, "type_vocab_size": 1, "pad_token_id": 1, "max_position_embeddings": 66, "num_labels": 1},
+    ),
+}
+# Token classification (`"head": "token"`): labels [B, T], -100 on padding.
+CLS_SPECS["distilbert_tokcls"] = (
+    "distilbert",
+    dict(vocab_size=128, dim=32, n_layers=2, n_heads=4, hidden_dim=64, max_position_embeddings=64, dropout=0.0,
+         attention_dropout=0.0, initializer_range=mf.INIT_STD, pad_token_id=0, num_labels=5, head="token"),
+)
+SPECS.update(CLS_SPECS)
+CLS_LABELS = [2, 0]
+REGRESSION_LABELS = [0.75, -1.5]
+
+
+def pad_id(cfg) -> int:
+    return cfg.pad_token_id if cfg.pad_token_id is not None else 0
+
+
+def make_batch(cfg):
+    """ids [B, T] (row 1 right-padded with pad_token_id), mask, MLM labels, token types or None."""
+    import torch
+
+    g = torch.Generator().manual_seed(mf.SEED + 2)
+    ids = torch.randint(MASK_ID + 1, cfg.vocab_size, (mf.BATCH, mf.T), generator=g)
+    mask = torch.ones(mf.BATCH, mf.T, dtype=torch.long)
+    mask[1, mf.T - mf.N_PAD :] = 0
+    ids[1, mf.T - mf.N_PAD :] = pad_id(cfg)
+    labels = torch.full_like(ids, -100)
+    for row, positions in enumerate(MASKED):
+        for p in positions:
+            labels[row, p] = ids[row, p]
+            ids[row, p] = MASK_ID
+    types = None
+    if getattr(cfg, "type_vocab_size", 1) > 1:
+        types = torch.zeros_like(ids)
+        types[0, 4:] = 1
+        types[1, 2:5] = 1
+    return ids, mask, labels, types
+
+
+def is_cls(cfg_kwargs: dict) -> bool:
+    return "num_labels" in cfg_kwargs
+
+
+def is_token_cls(cfg_kwargs: dict) -> bool:
+    return cfg_kwargs.get("head") == "token"
+
+
+def cls_labels(cfg):
+    import torch
+
+    if cfg.num_labels == 1:
+        return torch.tensor(REGRESSION_LABELS, dtype=torch.float32)
+    return torch.tensor(CLS_LABELS, dtype=torch.long)
+
+
+def build_model(model_type: str, cfg_kwargs: dict):
+    import torch
+    from transformers import AutoConfig, AutoModelForMaskedLM, AutoModelForSequenceClassification
+
+    from transformers import AutoModelForTokenClassification
+
+    config = AutoConfig.for_model(model_type, **{k: v for k, v in cfg_kwargs.items() if k != "head"})
+    torch.manual_seed(mf.SEED)
+    auto = AutoModelForSequenceClassification if is_cls(cfg_kwargs) else AutoModelForMaskedLM
+    if is_token_cls(cfg_kwargs):
+        auto = AutoModelForTokenClassification
+    model = auto.from_config(config, attn_implementation="eager", dtype=torch.float32)
+    # As make_fixtures.py: perturb every 1-D parameter so that an ignored bias or norm weight shows.
+    g = torch.Generator().manual_seed(mf.SEED + 1)
+    with torch.no_grad():
+        for _, p in model.named_parameters():
+            if p.dim() == 1:
+                p.add_(torch.randn(p.shape, generator=g) * mf.ONE_D_NOISE)
+    model.eval()
+    return model
+
+
+def run(model, ids, mask, labels, types):
+    kw = dict(input_ids=ids, attention_mask=mask, labels=labels)
+    if types is not None:
+        kw["token_type_ids"] = types
+    return model(**kw)
+
+
+def make_fixture(name: str, model_type: str, cfg_kwargs: dict, out_dir: Path, versions: dict) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    model = build_model(model_type, cfg_kwargs)
+    d = out_dir / name
+    d.mkdir(parents=True, exist_ok=True)
+    for stale in ("config.json", "model.safetensors", "generation_config.json", "greedy.json"):
+        (d / stale).unlink(missing_ok=True)
+    model.save_pretrained(d, safe_serialization=True)
+    names = [n for n, _ in model.named_parameters()]
+    stored = mf._stored_names(model, d / "model.safetensors")
+    ids, mask, labels, types = make_batch(model.config)
+    if is_token_cls(cfg_kwargs):
+        g = torch.Generator().manual_seed(mf.SEED + 4)
+        labels = torch.randint(0, model.config.num_labels, ids.shape, generator=g).masked_fill(mask == 0, -100)
+    elif is_cls(cfg_kwargs):
+        labels = cls_labels(model.config)
+
+    model.zero_grad(set_to_none=True)
+    out = run(model, ids, mask, labels, types)
+    logits, loss = out.logits.detach().clone(), out.loss.detach().clone()
+    out.loss.backward()
+    params = dict(model.named_parameters())
+    grads = {n: params[n].grad.detach().clone() for n in names}
+
+    opt = torch.optim.AdamW(model.parameters(), **mf.ADAMW)
+    for _ in range(2):
+        opt.zero_grad(set_to_none=True)
+        run(model, ids, mask, labels, types).loss.backward()
+        opt.step()
+    step2 = {n: params[n].detach().clone() for n in names}
+
+    i32 = lambda t: t.to(torch.int32).contiguous()  # noqa: E731
+    ref = {
+        "input_ids": i32(ids),
+        "attention_mask": i32(mask),
+        "labels": labels.float().contiguous() if labels.is_floating_point() else i32(labels),
+        "logits": logits.float().contiguous(),
+        "loss": loss.reshape(1).float().contiguous(),
+    }
+    if types is not None:
+        ref["token_type_ids"] = i32(types)
+    for n in names:
+        ref[f"grad.{stored[n]}"] = grads[n].float().contiguous()
+        ref[f"step2.{stored[n]}"] = step2[n].float().contiguous()
+    save_file(ref, str(d / "reference.safetensors"), metadata={"format": "pt"})
+
+    meta = {
+        "fixture": name,
+        "model_type": model_type,
+        "architecture": type(model).__name__,
+        "versions": versions,
+        "seed": mf.SEED,
+        "dtype": "float32",
+        "attn_implementation": "eager",
+        "init": {"initializer_range": mf.INIT_STD, "one_d_param_noise_std": mf.ONE_D_NOISE},
+        "T": mf.T,
+        "batch": mf.BATCH,
+        "pad_token_id": pad_id(model.config),
+        "padding": {"side": "right", "positions": [[1, t] for t in range(mf.T - mf.N_PAD, mf.T)]},
+        "loss": {
+            "reduction": "mean over unshifted targets whose label != -100 (masked-LM)",
+            "num_targets": int((labels != -100).sum()),
+            "problem_type": model.config.problem_type,
+            "mask_input_id": MASK_ID,
+        },
+        "token_type_ids": types is not None,
+        "adamw": {**{k: list(v) if isinstance(v, tuple) else v for k, v in mf.ADAMW.items()}, "steps": 2},
+        "parameter_names": [stored[n] for n in names],
+        "tied_parameter_aliases": sorted(set(mf._all_param_keys(model)) - set(names)),
+        "model_safetensors_keys": sorted(mf._safetensors_keys(d / "model.safetensors")),
+        "num_parameters": int(sum(params[n].numel() for n in names)),
+    }
+    mf.write_json(d / "meta.json", meta)
+    print(f"{name:14s} {type(model).__name__:24s} params={meta['num_parameters']:6d} loss={loss.item():.6f}")
+
+
+# Bare models (`AutoModel`, tensors without the base prefix) for sentence embeddings; written
+# to tests/fixtures_embed/<name>/ with the last hidden state and its mean / CLS poolings.
+EMBED_SPECS = {
+    "bert_model": ("bert", {**ENC, "type_vocab_size": 2, "pad_token_id": 0}),
+    "xlm-roberta_model": ("xlm-roberta", {**ENC, "type_vocab_size": 1, "pad_token_id": 1, "max_position_embeddings": 66}),
+}
+
+
+def make_embed_fixture(name: str, model_type: str, cfg_kwargs: dict, out_dir: Path) -> None:
+    """sentence-transformers' Pooling (mean over attention-mask tokens, clamped count; CLS) and
+    Normalize (F.normalize), written out in torch ops here."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoConfig, AutoModel
+
+    config = AutoConfig.for_model(model_type, **cfg_kwargs)
+    torch.manual_seed(mf.SEED)
+    model = AutoModel.from_config(config, attn_implementation="eager", dtype=torch.float32)
+    g = torch.Generator().manual_seed(mf.SEED + 1)
+    with torch.no_grad():
+        for _, p in model.named_parameters():
+            if p.dim() == 1:
+                p.add_(torch.randn(p.shape, generator=g) * mf.ONE_D_NOISE)
+    model.eval()
+    d = out_dir / name
+    d.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(d, safe_serialization=True)
+    ids, mask, _, types = make_batch(model.config)
+    kw = dict(input_ids=ids, attention_mask=mask)
+    if types is not None:
+        kw["token_type_ids"] = types
+    with torch.no_grad():
+        hidden = model(**kw).last_hidden_state
+    m = mask.unsqueeze(-1).float()
+    mean = (hidden * m).sum(1) / torch.clamp(m.sum(1), min=1e-9)
+    ref = {
+        "input_ids": ids.to(torch.int32).contiguous(),
+        "attention_mask": mask.to(torch.int32).contiguous(),
+        "hidden": hidden.contiguous(),
+        "mean": mean.contiguous(),
+        "mean_normalized": torch.nn.functional.normalize(mean, p=2, dim=1).contiguous(),
+        "cls": hidden[:, 0].contiguous(),
+    }
+    if types is not None:
+        ref["token_type_ids"] = types.to(torch.int32).contiguous()
+    save_file(ref, str(d / "reference.safetensors"), metadata={"format": "pt"})
+    print(f"{name:14s} {type(model).__name__:24s} embeddings {tuple(mean.shape)}")
+
+
+def check_reload(args) -> int:
+    torch = mf.setup_torch()
+    from safetensors.torch import load_file
+    import transformers
+    from transformers import AutoConfig
+
+    cfg = AutoConfig.from_pretrained(str(Path(args.check_reload).resolve()), local_files_only=True)
+    auto = getattr(transformers, cfg.architectures[0])
+    ref = load_file(str(Path(args.fixtures).resolve() / args.fixture / "reference.safetensors"))
+    model = auto.from_pretrained(
+        str(Path(args.check_reload).resolve()), local_files_only=True, attn_implementation="eager",
+        dtype=torch.float32,
+    )
+    model.eval()
+    kw = dict(input_ids=ref["input_ids"].long(), attention_mask=ref["attention_mask"].long())
+    if "token_type_ids" in ref:
+        kw["token_type_ids"] = ref["token_type_ids"].long()
+    with torch.no_grad():
+        logits = model(**kw).logits.float()
+    want = ref["logits"]
+    rel = float((logits - want).abs().max() / want.abs().max())
+    ok = logits.shape == want.shape and rel <= mf.RELOAD_RTOL
+    print(f"fixture={args.fixture} max|diff|/max|ref|={rel:.3e} threshold={mf.RELOAD_RTOL:.0e} "
+          f"{'OK' if ok else 'FAIL'}")
+    return 0 if ok else 1
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=str(mf.DEFAULT_OUT))
+    ap.add_argument("--only", nargs="+", metavar="NAME")
+    ap.add_argument("--check-reload", metavar="DIR")
+    ap.add_argument("--fixture", metavar="NAME")
+    ap.add_argument("--fixtures", default=str(mf.DEFAULT_OUT))
+    ap.add_argument("--embed", action="store_true", help="write the bare-model embedding fixtures")
+    args = ap.parse_args()
+    versions = mf.check_versions()
+    if args.check_reload:
+        sys.exit(check_reload(args))
+    mf.setup_torch()
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    if args.embed:
+        for name, (model_type, cfg_kwargs) in EMBED_SPECS.items():
+            make_embed_fixture(name, model_type, cfg_kwargs, mf.REPO / "tests" / "fixtures_embed")
+        return
+    todo = args.only or list(SPECS)
+    for name in todo:
+        if name not in SPECS:
+            sys.exit(f"unknown fixture {name!r}; known: {', '.join(SPECS)}")
+    for name in todo:
+        model_type, cfg_kwargs = SPECS[name]
+        make_fixture(name, model_type, cfg_kwargs, Path(args.out).resolve(), versions)
+
+
+if __name__ == "__main__":
+    main()
