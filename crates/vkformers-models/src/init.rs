@@ -55,6 +55,9 @@ fn norm_params(out: &mut Vec<Planned>, name: &str, norm: &Norm, width: usize) {
         Norm::Rms { .. } => (Init::Ones, false),
         Norm::Layer { bias, .. } => (Init::Ones, *bias),
         Norm::LayerPerHead { .. } => (Init::Ones, false),
+        // NemotronPreTrainedModel._init_weights sets LayerNorm1P's stored weight to one (gain 2).
+        Norm::LayerUnitOffset { .. } => (Init::Ones, true),
+        Norm::LayerPlain { .. } | Norm::RmsPlain { .. } => return,
     };
     out.push(Planned { name: format!("{name}.weight"), shape: vec![width], init: weight_init });
     if bias {
@@ -120,6 +123,9 @@ fn plan(spec: &ModelSpec, config: &Value) -> Result<Vec<Planned>> {
         linear(&mut out, &layer_name(&names.q, i), q, h, a.qkv_bias);
         linear(&mut out, &layer_name(&names.k, i), kv, h, a.qkv_bias);
         linear(&mut out, &layer_name(&names.v, i), kv, h, a.qkv_bias);
+        if let Some((n, template)) = &a.out_norm {
+            norm_params(&mut out, &layer_name(template, i), n, q);
+        }
         linear(&mut out, &layer_name(&names.o, i), h, q, a.out_bias);
         match &a.qk_norm {
             // Per-head weights [heads, D] (Cohere's qk norm).
@@ -140,6 +146,14 @@ fn plan(spec: &ModelSpec, config: &Value) -> Result<Vec<Planned>> {
             MlpSpec::Gated { intermediate, bias, .. } => {
                 linear(&mut out, &layer_name(&names.gate, i), *intermediate, h, *bias);
                 linear(&mut out, &layer_name(&names.up, i), *intermediate, h, *bias);
+                linear(&mut out, &layer_name(&names.down, i), h, *intermediate, *bias);
+            }
+            MlpSpec::GatedAct { intermediate, bias, sub_norm, .. } => {
+                linear(&mut out, &layer_name(&names.gate, i), *intermediate, h, *bias);
+                linear(&mut out, &layer_name(&names.up, i), *intermediate, h, *bias);
+                if let Some((n, template)) = sub_norm {
+                    norm_params(&mut out, &layer_name(template, i), n, *intermediate);
+                }
                 linear(&mut out, &layer_name(&names.down, i), h, *intermediate, *bias);
             }
             MlpSpec::Plain { intermediate, bias, .. } => {

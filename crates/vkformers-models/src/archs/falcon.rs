@@ -15,6 +15,7 @@ use vkformers_kernels::glu::Glu;
 
 use super::common::{parse, BaseConfig};
 use super::ln_common::{plain_act, set_norms};
+use crate::decoder::alibi_slopes;
 use crate::error::{ModelError, Result};
 use crate::spec::{LayerNames, MapEntry, MlpSpec, ModelSpec, Norm, Residual};
 
@@ -140,10 +141,10 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
         l.attn.sliding_window = None;
         if c.alibi {
             l.attn.rope = None;
-            l.attn.alibi = true;
             // transformers adds the bias to the raw scores before the 1/sqrt(head_dim) scale and
             // once more, divided by sqrt(head_dim), through the attention mask.
-            l.attn.alibi_scale = 2.0 / (head_dim as f32).sqrt();
+            let scale = 2.0 / (head_dim as f32).sqrt();
+            l.attn.alibi = Some(alibi_slopes(heads).iter().map(|s| s * scale).collect());
         }
         if mlp_norm.is_empty() {
             l.mlp_norm = None;
