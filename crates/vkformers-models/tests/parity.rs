@@ -85,6 +85,19 @@ parity! {
     gptj: "gptj",
     codegen: "codegen",
     gpt_neo: "gpt_neo",
+    biogpt: "biogpt",
+    gpt_neox_japanese: "gpt_neox_japanese",
+    // Wave 2 (issue 16): one small feature each.
+    openai_gpt: "openai-gpt",
+    xglm: "xglm",
+    ctrl: "ctrl",
+    nemotron: "nemotron",
+    olmo: "olmo",
+    mpt: "mpt",
+    nanochat: "nanochat",
+    hunyuan_v1_dense: "hunyuan_v1_dense",
+    ministral3: "ministral3",
+    bitnet: "bitnet",
 }
 
 #[test]
