@@ -201,6 +201,30 @@ pub struct MapEntry {
     pub groups: usize,
 }
 
+impl MapEntry {
+    /// The fused q/k/v tensor of every layer, `{attn}.{fused}.{suffix}` for each suffix (`attn`
+    /// is the attention module's name template, `{i}` the layer), split into
+    /// `{attn}.{part}.{suffix}` of `rows` rows each, in `groups` blocks (see `groups`).
+    pub fn fused_qkv(
+        layers: usize,
+        attn: &str,
+        fused: &str,
+        parts: [(&str, usize); 3],
+        groups: usize,
+        suffixes: &[&str],
+    ) -> Vec<MapEntry> {
+        let mut map = Vec::new();
+        for i in 0..layers {
+            let p = layer_name(attn, i);
+            for suffix in suffixes {
+                let parts = parts.iter().map(|(x, rows)| (format!("{p}.{x}.{suffix}"), *rows)).collect();
+                map.push(MapEntry { hf: format!("{p}.{fused}.{suffix}"), transpose: false, parts, groups });
+            }
+        }
+        map
+    }
+}
+
 /// One internal parameter made by stacking several stored tensors along dim 0 (StableLM stores
 /// each head's QK-norm weight separately); saving splits it again into equal rows.
 #[derive(Clone, Debug, PartialEq)]

@@ -58,15 +58,15 @@ fn names() -> LayerNames {
 
 /// `query_key_value` (weight and bias): per head, head_dim rows each of q, k and v.
 fn weight_map(layers: usize, hidden: usize, heads: usize) -> Vec<MapEntry> {
-    let mut map = Vec::new();
-    for i in 0..layers {
-        let p = format!("transformer.h.{i}.self_attention");
-        for suffix in ["weight", "bias"] {
-            let parts = ["q", "k", "v"].iter().map(|x| (format!("{p}.{x}.{suffix}"), hidden)).collect();
-            map.push(MapEntry { hf: format!("{p}.query_key_value.{suffix}"), transpose: false, parts, groups: heads });
-        }
-    }
-    map
+    let parts = [("q", hidden), ("k", hidden), ("v", hidden)];
+    MapEntry::fused_qkv(
+        layers,
+        "transformer.h.{i}.self_attention",
+        "query_key_value",
+        parts,
+        heads,
+        &["weight", "bias"],
+    )
 }
 
 pub fn spec(cfg: &Value) -> Result<ModelSpec> {

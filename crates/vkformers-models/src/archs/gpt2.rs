@@ -45,20 +45,14 @@ fn names() -> LayerNames {
 
 /// Conv1D weights are transposed; `c_attn` (weight and bias) is split into q, k, v.
 fn weight_map(layers: usize, hidden: usize) -> Vec<MapEntry> {
-    let mut map = Vec::new();
+    let parts = [("q", hidden), ("k", hidden), ("v", hidden)];
+    let mut map = MapEntry::fused_qkv(layers, "transformer.h.{i}.attn", "c_attn", parts, 1, &["weight", "bias"]);
+    for e in &mut map {
+        e.transpose = e.hf.ends_with(".weight");
+    }
     for i in 0..layers {
-        let p = format!("transformer.h.{i}");
-        for suffix in ["weight", "bias"] {
-            let parts = ["q", "k", "v"].iter().map(|x| (format!("{p}.attn.{x}.{suffix}"), hidden)).collect();
-            map.push(MapEntry {
-                hf: format!("{p}.attn.c_attn.{suffix}"),
-                transpose: suffix == "weight",
-                parts,
-                groups: 1,
-            });
-        }
         for conv in ["attn.c_proj", "mlp.c_fc", "mlp.c_proj"] {
-            let name = format!("{p}.{conv}.weight");
+            let name = format!("transformer.h.{i}.{conv}.weight");
             map.push(MapEntry { hf: name.clone(), transpose: true, parts: vec![(name, 0)], groups: 1 });
         }
     }

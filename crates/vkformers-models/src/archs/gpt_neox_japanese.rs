@@ -18,20 +18,12 @@ const P: &str = "gpt_neox_japanese.layers";
 /// `query_key_value.weight` split per head into q, k, v; the last layer's `dense_bias` read as
 /// `dense.bias`.
 fn weight_map(layers: usize, hidden: usize, heads: usize) -> Vec<MapEntry> {
-    let mut map: Vec<MapEntry> = (0..layers)
-        .map(|i| {
-            let p = format!("{P}.{i}.attention");
-            let parts = ["q", "k", "v"].iter().map(|x| (format!("{p}.{x}.weight"), hidden)).collect();
-            MapEntry { hf: format!("{p}.query_key_value.weight"), transpose: false, parts, groups: heads }
-        })
-        .collect();
+    let parts = [("q", hidden), ("k", hidden), ("v", hidden)];
+    let mut map =
+        MapEntry::fused_qkv(layers, &format!("{P}.{{i}}.attention"), "query_key_value", parts, heads, &["weight"]);
     let p = format!("{P}.{}.attention", layers - 1);
-    map.push(MapEntry {
-        hf: format!("{p}.dense_bias"),
-        transpose: false,
-        parts: vec![(format!("{p}.dense.bias"), 0)],
-        groups: 1,
-    });
+    let parts = vec![(format!("{p}.dense.bias"), 0)];
+    map.push(MapEntry { hf: format!("{p}.dense_bias"), transpose: false, parts, groups: 1 });
     map
 }
 

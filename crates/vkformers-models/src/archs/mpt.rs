@@ -56,13 +56,8 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     spec.tied_head = cfg.get("tie_word_embeddings").and_then(Value::as_bool).unwrap_or(true);
     spec.embed_name = "transformer.wte".into();
     spec.final_norm_name = "transformer.norm_f".into();
-    spec.weight_map = (0..layers)
-        .map(|i| {
-            let p = format!("transformer.blocks.{i}.attn");
-            let parts = ["q", "k", "v"].iter().map(|x| (format!("{p}.{x}.weight"), hidden)).collect();
-            MapEntry { hf: format!("{p}.Wqkv.weight"), transpose: false, parts, groups: 1 }
-        })
-        .collect();
+    let parts = [("q", hidden), ("k", hidden), ("v", hidden)];
+    spec.weight_map = MapEntry::fused_qkv(layers, "transformer.blocks.{i}.attn", "Wqkv", parts, 1, &["weight"]);
     Ok(spec)
 }
 
