@@ -12,7 +12,7 @@ use vkformers_tensor::ops::{activation, broadcast, cast, embedding, glu, loss, m
 use vkformers_tensor::{DType, Graph, Tensor};
 
 use crate::error::{ModelError, Result};
-use crate::spec::{layer_name, AttnSpec, LayerSpec, MlpSpec, ModelSpec, Norm, Residual};
+use crate::spec::{layer_name, AttnSpec, LayerSpec, MlpSpec, ModelSpec, Norm, QkNormAt, Residual};
 
 /// Parameters by Hugging Face name (`model.layers.0.self_attn.q_proj.weight`).
 #[derive(Default)]
@@ -485,18 +485,14 @@ fn self_attention(
         }
     };
     let (mut q, mut k) = (proj(&n.q)?, proj(&n.k)?);
-    if let (Some(qk), true) = (&a.qk_norm, a.qk_norm_full) {
+    if let (Some(qk), QkNormAt::Projection) = (&a.qk_norm, a.qk_norm_at) {
         q = apply_norm(g, qk, w, &layer_name(&n.q_norm, i), &q)?;
         k = apply_norm(g, qk, w, &layer_name(&n.k_norm, i), &k)?;
     }
     let mut q = heads(q, a.heads)?;
     let mut k = heads(k, a.kv_heads)?;
     let v = heads(proj(&n.v)?, a.kv_heads)?;
-    let head_norm = match &a.qk_norm {
-        Some(qk) if !a.qk_norm_full => Some(qk),
-        _ => None,
-    };
-    if let (Some(qk), false) = (head_norm, a.qk_norm_after_rope) {
+    if let (Some(qk), QkNormAt::HeadsBeforeRope) = (&a.qk_norm, a.qk_norm_at) {
         q = apply_norm(g, qk, w, &layer_name(&n.q_norm, i), &q)?;
         k = apply_norm(g, qk, w, &layer_name(&n.k_norm, i), &k)?;
     }
@@ -515,7 +511,7 @@ fn self_attention(
             inp.host_pos.iter().map(|&p| 1.0 + beta * (1.0 + (p as f32 / original as f32).floor()).ln()).collect();
         q = broadcast::mul(g, &q, &g.constant(&s, &[b, t, 1, 1])?)?;
     }
-    if let (Some(qk), true) = (head_norm, a.qk_norm_after_rope) {
+    if let (Some(qk), QkNormAt::HeadsAfterRope) = (&a.qk_norm, a.qk_norm_at) {
         q = apply_norm(g, qk, w, &layer_name(&n.q_norm, i), &q)?;
         k = apply_norm(g, qk, w, &layer_name(&n.k_norm, i), &k)?;
     }

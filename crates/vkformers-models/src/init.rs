@@ -13,7 +13,7 @@ use crate::archs::spec_from_config;
 use crate::decoder::Weights;
 use crate::error::{ModelError, Result};
 use crate::model::Model;
-use crate::spec::{layer_name, MlpSpec, ModelSpec, Norm};
+use crate::spec::{layer_name, MlpSpec, ModelSpec, Norm, QkNormAt};
 
 /// How one parameter starts.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -136,7 +136,7 @@ fn plan(spec: &ModelSpec, config: &Value) -> Result<Vec<Planned>> {
                 }
             }
             Some(n) => {
-                let (wq, wk) = if a.qk_norm_full { (q, kv) } else { (a.head_dim, a.head_dim) };
+                let (wq, wk) = if a.qk_norm_at == QkNormAt::Projection { (q, kv) } else { (a.head_dim, a.head_dim) };
                 norm_params(&mut out, &layer_name(&names.q_norm, i), n, wq);
                 norm_params(&mut out, &layer_name(&names.k_norm, i), n, wk);
             }

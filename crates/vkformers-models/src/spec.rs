@@ -51,6 +51,17 @@ pub struct RopeSpec {
     pub long: Option<(Vec<f32>, usize)>,
 }
 
+/// Where the QK-norm of an attention layer runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QkNormAt {
+    /// Over each head's `head_dim` values, before RoPE (Qwen3, Gemma 3).
+    HeadsBeforeRope,
+    /// Over the whole projection `[heads·head_dim]`, before it is split into heads (OLMo 2).
+    Projection,
+    /// Over each head's `head_dim` values, after RoPE (nanochat, HunYuan).
+    HeadsAfterRope,
+}
+
 /// Self-attention of one layer.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AttnSpec {
@@ -59,12 +70,9 @@ pub struct AttnSpec {
     pub head_dim: usize,
     pub qkv_bias: bool,
     pub out_bias: bool,
-    /// Norm of q and k before RoPE: over each head (Qwen3, Gemma 3) or, with `qk_norm_full`,
-    /// over the whole projection `[heads·head_dim]` (OLMo 2).
+    /// Norm of q and k (`qk_norm_at` says over what and where); `None` = none.
     pub qk_norm: Option<Norm>,
-    pub qk_norm_full: bool,
-    /// The per-head QK-norm runs after RoPE instead of before it (nanochat, HunYuan).
-    pub qk_norm_after_rope: bool,
+    pub qk_norm_at: QkNormAt,
     /// Attention logit softcap c (Gemma 2): s -> c·tanh(s/c); 0 = off.
     pub softcap: f32,
     /// ALiBi position biases with these per-head slopes (BLOOM's series, scaled for Falcon; MPT's
@@ -97,8 +105,7 @@ impl AttnSpec {
             qkv_bias: false,
             out_bias: false,
             qk_norm: None,
-            qk_norm_full: false,
-            qk_norm_after_rope: false,
+            qk_norm_at: QkNormAt::HeadsBeforeRope,
             softcap: 0.0,
             alibi: None,
             clip_qkv: None,

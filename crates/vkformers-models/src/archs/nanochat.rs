@@ -18,7 +18,7 @@ use super::common::{parse, BaseConfig};
 use super::ln_common::plain_act;
 use crate::error::Result;
 use crate::rope::RopeParams;
-use crate::spec::{padding_idx_or, MlpSpec, ModelSpec, Norm, RopeSpec};
+use crate::spec::{padding_idx_or, MlpSpec, ModelSpec, Norm, QkNormAt, RopeSpec};
 
 #[derive(Deserialize)]
 struct Config {
@@ -37,7 +37,7 @@ pub fn nanochat(cfg: &Value) -> Result<ModelSpec> {
     let norm = Norm::RmsPlain { eps: c.base.rms_norm_eps as f32 };
     for l in &mut spec.layers {
         (l.attn_norm, l.mlp_norm, l.attn.qk_norm) = (Some(norm.clone()), Some(norm.clone()), Some(norm.clone()));
-        l.attn.qk_norm_after_rope = true;
+        l.attn.qk_norm_at = QkNormAt::HeadsAfterRope;
         l.attn.sliding_window = None;
         if let Some(r) = &mut l.attn.rope {
             r.inv_freq.iter_mut().for_each(|f| *f = -*f);
@@ -74,7 +74,7 @@ pub fn hunyuan_v1_dense(cfg: &Value) -> Result<ModelSpec> {
         _ => None,
     };
     for l in &mut spec.layers {
-        l.attn.qk_norm_after_rope = true;
+        l.attn.qk_norm_at = QkNormAt::HeadsAfterRope;
         l.attn.sliding_window = None;
         if let Some(r) = &ntk_alpha {
             l.attn.rope = Some(r.clone());

@@ -26,7 +26,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     for l in &mut spec.layers {
         l.post_attn_norm = l.attn_norm.take();
         l.post_mlp_norm = l.mlp_norm.take();
-        l.attn.qk_norm_full = true;
+        l.attn.qk_norm_at = crate::spec::QkNormAt::Projection;
         l.attn.sliding_window = None;
     }
     Ok(spec)
