@@ -12,7 +12,7 @@ use vkformers_tensor::ops::{activation, broadcast, cast, embedding, glu, loss, m
 use vkformers_tensor::{DType, Graph, Tensor};
 
 use crate::error::{ModelError, Result};
-use crate::spec::{layer_name, AttnSpec, LayerSpec, MlpSpec, ModelSpec, Norm, QkNormAt, Residual};
+use crate::spec::{layer_name, AttnSpec, LayerSpec, MlpSpec, ModelSpec, Norm, PositionIds, QkNormAt, Residual};
 
 /// Parameters by Hugging Face name (`model.layers.0.self_attn.q_proj.weight`).
 #[derive(Default)]
@@ -302,11 +302,11 @@ fn checkpointed_layer(g: &Graph<'_>, o: &LayerCtx, i: usize, x: &Tensor, bt: (us
     Ok(y)
 }
 
-/// Position ids `[B·T]`: `0..T` per row, or with `positions_from_mask` the count of real tokens
+/// Position ids `[B·T]`: `0..T` per row, or with `PositionIds::FromMask` the count of real tokens
 /// so far minus one (−1 on padding), as OPT derives them from the attention mask.
 fn positions(spec: &ModelSpec, batch: &Batch<'_>) -> Vec<i32> {
     let t = batch.seq;
-    if !spec.positions_from_mask {
+    if spec.position_ids == PositionIds::Arange {
         return (0..batch.batch * t).map(|i| (i % t) as i32).collect();
     }
     let mut out = Vec::with_capacity(batch.batch * t);

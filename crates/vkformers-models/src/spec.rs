@@ -240,6 +240,16 @@ pub struct JoinEntry {
     pub parts: Vec<String>,
 }
 
+/// Position ids of an uncached forward `[B, T]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PositionIds {
+    /// `0..T` in every row, whatever the padding (transformers' default).
+    Arange,
+    /// `cumsum(mask)·mask − 1` per row (OPT: real tokens count 0, 1, ... past any left padding;
+    /// padding gets −1).
+    FromMask,
+}
+
 /// A fixed sinusoidal position table: row `r = position + offset` is
 /// `[sin(r·f_0) .. sin(r·f_{n−1}), cos(r·f_0) .. cos(r·f_{n−1})]` (zero-padded to the hidden size),
 /// all in f32 as transformers builds it; row `zero_row` is zeros (fairseq's padding row).
@@ -299,9 +309,8 @@ pub struct ModelSpec {
     /// Learned absolute position embeddings (`[max_positions, hidden]`), added to the token
     /// embeddings (GPT-2); `None` for rotary models.
     pub position_embedding: Option<String>,
-    /// Positions are `cumsum(mask)·mask − 1` per row (OPT: real tokens count 0, 1, ... past any
-    /// left padding; padding gets −1) instead of `0..T`.
-    pub positions_from_mask: bool,
+    /// How position ids are made (OPT counts real tokens; most use `0..T`).
+    pub position_ids: PositionIds,
     /// Added to the position ids that index the learned position table (OPT: 2).
     pub position_offset: usize,
     /// Fixed sinusoidal positions added to the embeddings (XGLM, CTRL); `None` for most.
@@ -350,7 +359,7 @@ impl ModelSpec {
             head_name: "lm_head".into(),
             layer_names,
             position_embedding: None,
-            positions_from_mask: false,
+            position_ids: PositionIds::Arange,
             position_offset: 0,
             sinusoidal: None,
             project_in: None,

@@ -30,7 +30,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     spec.model_type = "biogpt".into();
     let scale = cfg.get("scale_embedding").and_then(Value::as_bool).unwrap_or(true);
     spec.embed_scale = if scale { (spec.hidden as f64).sqrt() as f32 } else { 1.0 };
-    spec.positions_from_mask = false;
+    spec.position_ids = crate::spec::PositionIds::Arange;
     spec.layer_names = spec.layer_names.map(|n| n.replace("model.decoder.", "biogpt."));
     spec.embed_name = "biogpt.embed_tokens".into();
     spec.position_embedding = Some("biogpt.embed_positions".into());

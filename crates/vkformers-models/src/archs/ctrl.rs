@@ -47,7 +47,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     // CTRLModel's nn.Embedding has no padding_idx.
     spec.padding_idx = None;
     spec.position_embedding = None;
-    spec.positions_from_mask = false;
+    spec.position_ids = crate::spec::PositionIds::Arange;
     spec.position_offset = 0;
     spec.sinusoidal = Some(Sinusoidal { inv_freq: inv_freq(spec.hidden), offset: 0, zero_row: None });
     Ok(spec)

@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::common::parse;
 use super::ln_common::plain_act;
 use crate::error::{ModelError, Result};
-use crate::spec::{AttnSpec, LayerNames, LayerSpec, MlpSpec, ModelSpec, Norm};
+use crate::spec::{AttnSpec, LayerNames, LayerSpec, MlpSpec, ModelSpec, Norm, PositionIds};
 
 #[derive(Deserialize)]
 struct Config {
@@ -71,7 +71,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     spec.embed_name = "model.decoder.embed_tokens".into();
     spec.final_norm_name = "model.decoder.final_layer_norm".into();
     spec.position_embedding = Some("model.decoder.embed_positions".into());
-    (spec.positions_from_mask, spec.position_offset) = (true, 2);
+    (spec.position_ids, spec.position_offset) = (PositionIds::FromMask, 2);
     spec.project_in = projected.then(|| "model.decoder.project_in".into());
     spec.project_out = projected.then(|| "model.decoder.project_out".into());
     // OPTDecoder's nn.Embedding takes padding_idx = pad_token_id (OPTConfig's default 1).

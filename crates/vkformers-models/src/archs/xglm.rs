@@ -38,7 +38,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     spec.final_norm_name = "model.layer_norm".into();
     spec.padding_idx = padding_idx_or(cfg, 1, spec.vocab);
     spec.position_embedding = None;
-    spec.positions_from_mask = false;
+    spec.position_ids = crate::spec::PositionIds::Arange;
     spec.position_offset = 0;
     spec.sinusoidal = Some(Sinusoidal { inv_freq: inv_freq(spec.hidden), offset: 2, zero_row: spec.padding_idx });
     Ok(spec)
