@@ -12,7 +12,7 @@ use vkformers_tensor::ops::{activation, broadcast, cast, embedding, glu, loss, m
 use vkformers_tensor::{DType, Graph, Tensor};
 
 use crate::error::{ModelError, Result};
-use crate::spec::{layer_name, AttnSpec, LayerSpec, MlpSpec, ModelSpec, Norm, Residual};
+use crate::spec::{layer_name, AttnSpec, LayerSpec, MlpSpec, ModelSpec, Norm, PositionIds, QkNormAt, Residual};
 
 /// Parameters by Hugging Face name (`model.layers.0.self_attn.q_proj.weight`).
 #[derive(Default)]
@@ -76,6 +76,8 @@ struct Inputs<'c> {
     ids: Tensor,
     kmask: Tensor,
     pos: Tensor,
+    /// The same position ids on the host `[B·T]` (position-dependent query scales).
+    host_pos: Vec<i32>,
     /// The largest position id plus one (LongRoPE picks its factors by it, as transformers).
     seq_len: usize,
     /// With a cache: the new columns' mask `[B·T]`; new keys and values join the cache and
@@ -110,6 +112,7 @@ pub fn forward(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, batch: &Batch<'_>) 
         ids: g.ints(batch.ids, &[b, t])?,
         kmask: g.ints(batch.mask, &[b, t])?,
         pos: g.ints(&pos, &[b, t])?,
+        host_pos: pos.clone(),
         seq_len: seq_len(&pos),
         cache: None,
         freqs: RefCell::default(),
@@ -180,6 +183,7 @@ fn cached(
         ids: g.ints(batch.ids, &[b, t])?,
         kmask: g.ints(batch.mask, &[b, t])?,
         pos: g.ints(&pos, &[b, t])?,
+        host_pos: pos.clone(),
         seq_len: seq_len(&pos),
         cache: Some((cache, batch.mask)),
         freqs: RefCell::default(),
@@ -224,6 +228,11 @@ fn run(
         }
         let idx = g.ints(&idx, &[b, t])?;
         let p = shape::reshape(g, &embedding::embedding(g, table, &idx)?, &[b * t, spec.hidden])?;
+        x = broadcast::add(g, &x, &p)?;
+    }
+    if let Some(table) = &spec.sinusoidal {
+        // Fixed rows (no gradient), computed on the host for the batch's positions.
+        let p = g.constant(&table.rows(pos, spec.hidden), &[b * t, spec.hidden])?;
         x = broadcast::add(g, &x, &p)?;
     }
     if let Some(n) = &spec.embed_norm {
@@ -278,6 +287,7 @@ fn owned_for_layers(spec: &ModelSpec, w: &Weights, inp: &Inputs<'_>) -> LayerCtx
         ids: inp.ids.clone(),
         kmask: inp.kmask.clone(),
         pos: inp.pos.clone(),
+        host_pos: inp.host_pos.clone(),
         seq_len: inp.seq_len,
         cache: None,
         freqs: RefCell::new(inp.freqs.borrow().clone()),
@@ -298,11 +308,11 @@ fn checkpointed_layer(g: &Graph<'_>, o: &LayerCtx, i: usize, x: &Tensor, bt: (us
     Ok(y)
 }
 
-/// Position ids `[B·T]`: `0..T` per row, or with `positions_from_mask` the count of real tokens
+/// Position ids `[B·T]`: `0..T` per row, or with `PositionIds::FromMask` the count of real tokens
 /// so far minus one (−1 on padding), as OPT derives them from the attention mask.
 fn positions(spec: &ModelSpec, batch: &Batch<'_>) -> Vec<i32> {
     let t = batch.seq;
-    if !spec.positions_from_mask {
+    if spec.position_ids == PositionIds::Arange {
         return (0..batch.batch * t).map(|i| (i % t) as i32).collect();
     }
     let mut out = Vec::with_capacity(batch.batch * t);
@@ -321,6 +331,15 @@ fn softcap(g: &Graph<'_>, z: &Tensor, c: f32) -> Result<Tensor> {
     let s = activation::sigmoid(g, &broadcast::scale(g, z, 2.0 / c)?)?;
     let y = broadcast::scale(g, &s, 2.0 * c)?;
     Ok(broadcast::sub(g, &y, &g.constant(&[c], &[1])?)?)
+}
+
+/// `clamp(x, −c, c) = x − relu(x − c) + relu(−x − c)` from differentiable ops: the gradient is
+/// 1 inside and 0 outside, as torch's `clamp` (a value exactly at ±c passes it, relu'(0) = 0).
+fn clamp(g: &Graph<'_>, x: &Tensor, c: f32) -> Result<Tensor> {
+    let c_t = g.constant(&[c], &[1])?;
+    let over = activation::relu(g, &broadcast::sub(g, x, &c_t)?)?;
+    let under = activation::relu(g, &broadcast::sub(g, &broadcast::scale(g, x, -1.0)?, &c_t)?)?;
+    Ok(broadcast::add(g, &broadcast::sub(g, x, &over)?, &under)?)
 }
 
 /// The ALiBi slope of each head: for n heads (n a power of two) `2^(-8(h+1)/n)`; otherwise the
@@ -359,6 +378,13 @@ pub(crate) fn apply_norm(g: &Graph<'_>, n: &Norm, w: &Weights, name: &str, x: &T
             let y = norm::layer_norm(g, x, None, None, *eps)?;
             broadcast::mul(g, &y, w.get(&format!("{name}.weight"))?)?
         }
+        Norm::LayerPlain { eps } => norm::layer_norm(g, x, None, None, *eps)?,
+        Norm::LayerUnitOffset { eps } => {
+            // `1 + w` rounded to f32 first, as `F.layer_norm(x, .., self.weight + 1, ..)`.
+            let gain = broadcast::add(g, w.get(&format!("{name}.weight"))?, &g.constant(&[1.0], &[1])?)?;
+            norm::layer_norm(g, x, Some(&gain), Some(w.get(&format!("{name}.bias"))?), *eps)?
+        }
+        Norm::RmsPlain { eps } => norm::rms_norm(g, x, None, *eps, false)?,
     })
 }
 
@@ -407,7 +433,11 @@ fn decoder_layer(
     bt: (usize, usize),
 ) -> Result<Tensor> {
     let names = &spec.layer_names;
-    let h = maybe_norm(g, &layer.attn_norm, w, &names.attn_norm, i, x)?;
+    // Post-LN layers normalise after the adds (below), not before the attention.
+    let h = match layer.residual {
+        Residual::PostNorm => x.clone(),
+        _ => maybe_norm(g, &layer.attn_norm, w, &names.attn_norm, i, x)?,
+    };
     let a = self_attention(g, spec, w, &layer.attn, i, &h, inp, bt)?;
     let a = maybe_norm(g, &layer.post_attn_norm, w, &names.post_attn_norm, i, &a)?;
     match layer.residual {
@@ -423,6 +453,13 @@ fn decoder_layer(
             let m = maybe_norm(g, &layer.post_mlp_norm, w, &names.post_mlp_norm, i, &m)?;
             let x = residual_add(g, layer, x, &a)?;
             residual_add(g, layer, &x, &m)
+        }
+        Residual::PostNorm => {
+            // x = n1(x + attn(x)); x = n2(x + mlp(x)).
+            let x = maybe_norm(g, &layer.attn_norm, w, &names.attn_norm, i, &residual_add(g, layer, x, &a)?)?;
+            let m = mlp(g, spec, w, &layer.mlp, i, &x)?;
+            let m = maybe_norm(g, &layer.post_mlp_norm, w, &names.post_mlp_norm, i, &m)?;
+            maybe_norm(g, &layer.mlp_norm, w, &names.mlp_norm, i, &residual_add(g, layer, &x, &m)?)
         }
     }
 }
@@ -446,15 +483,22 @@ fn self_attention(
 ) -> Result<Tensor> {
     let n = &spec.layer_names;
     let heads = |y: Tensor, count: usize| shape::reshape(g, &y, &[b, t, count, a.head_dim]);
-    let (mut q, mut k) = (project(g, w, &n.q, i, h, a.qkv_bias)?, project(g, w, &n.k, i, h, a.qkv_bias)?);
-    if let (Some(qk), true) = (&a.qk_norm, a.qk_norm_full) {
+    let proj = |template: &str| -> Result<Tensor> {
+        let y = project(g, w, template, i, h, a.qkv_bias)?;
+        match a.clip_qkv {
+            Some(c) => clamp(g, &y, c),
+            None => Ok(y),
+        }
+    };
+    let (mut q, mut k) = (proj(&n.q)?, proj(&n.k)?);
+    if let (Some(qk), QkNormAt::Projection) = (&a.qk_norm, a.qk_norm_at) {
         q = apply_norm(g, qk, w, &layer_name(&n.q_norm, i), &q)?;
         k = apply_norm(g, qk, w, &layer_name(&n.k_norm, i), &k)?;
     }
     let mut q = heads(q, a.heads)?;
     let mut k = heads(k, a.kv_heads)?;
-    let v = heads(project(g, w, &n.v, i, h, a.qkv_bias)?, a.kv_heads)?;
-    if let (Some(qk), false) = (&a.qk_norm, a.qk_norm_full) {
+    let v = heads(proj(&n.v)?, a.kv_heads)?;
+    if let (Some(qk), QkNormAt::HeadsBeforeRope) = (&a.qk_norm, a.qk_norm_at) {
         q = apply_norm(g, qk, w, &layer_name(&n.q_norm, i), &q)?;
         k = apply_norm(g, qk, w, &layer_name(&n.k_norm, i), &k)?;
     }
@@ -467,24 +511,35 @@ fn self_attention(
         q = rope::rope(g, &q, &inp.pos, &freq, r.layout, r.rotary_dim, r.mscale)?;
         k = rope::rope(g, &k, &inp.pos, &freq, r.layout, r.rotary_dim, r.mscale)?;
     }
+    if let Some((beta, original)) = a.q_position_scale {
+        // [B, T, 1, 1] in f32 as `1 + beta * torch.log(1 + torch.floor(pos / original))`.
+        let s: Vec<f32> =
+            inp.host_pos.iter().map(|&p| 1.0 + beta * (1.0 + (p as f32 / original as f32).floor()).ln()).collect();
+        q = broadcast::mul(g, &q, &g.constant(&s, &[b, t, 1, 1])?)?;
+    }
+    if let (Some(qk), QkNormAt::HeadsAfterRope) = (&a.qk_norm, a.qk_norm_at) {
+        q = apply_norm(g, qk, w, &layer_name(&n.q_norm, i), &q)?;
+        k = apply_norm(g, qk, w, &layer_name(&n.k_norm, i), &k)?;
+    }
     let opts = AttnOptions {
         scale: Some(a.scale),
         causal: true,
         window: a.sliding_window.unwrap_or(0),
         softcap: a.softcap,
         kmask: Some(inp.kmask.clone()),
-        alibi: if a.alibi {
-            let slopes: Vec<f32> = alibi_slopes(a.heads).iter().map(|s| s * a.alibi_scale).collect();
-            Some(g.constant(&slopes, &[a.heads])?)
-        } else {
-            None
+        alibi: match &a.alibi {
+            Some(slopes) => Some(g.constant(slopes, &[a.heads])?),
+            None => None,
         },
     };
     let o = match inp.cache {
         Some((cache, _)) => cache.attend(g, i, (&q, &k, &v), opts)?,
         None => attention(g, &q, &k, &v, &opts)?,
     };
-    let o = shape::reshape(g, &o, &[b * t, a.heads * a.head_dim])?;
+    let mut o = shape::reshape(g, &o, &[b * t, a.heads * a.head_dim])?;
+    if let Some((norm, template)) = &a.out_norm {
+        o = apply_norm(g, norm, w, &layer_name(template, i), &o)?;
+    }
     project(g, w, &n.o, i, &o, a.out_bias)
 }
 
@@ -495,6 +550,14 @@ pub(crate) fn mlp(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, m: &MlpSpec, i: 
             let gate = project(g, w, &n.gate, i, h, *bias)?;
             let up = project(g, w, &n.up, i, h, *bias)?;
             project(g, w, &n.down, i, &glu::glu(g, &gate, &up, *kind)?, *bias)
+        }
+        MlpSpec::GatedAct { act, bias, sub_norm, .. } => {
+            let gate = activation::activation(g, &project(g, w, &n.gate, i, h, *bias)?, *act)?;
+            let mut y = broadcast::mul(g, &gate, &project(g, w, &n.up, i, h, *bias)?)?;
+            if let Some((norm, template)) = sub_norm {
+                y = apply_norm(g, norm, w, &layer_name(template, i), &y)?;
+            }
+            project(g, w, &n.down, i, &y, *bias)
         }
         MlpSpec::Plain { act, bias, .. } => {
             let up = project(g, w, &n.up, i, h, *bias)?;

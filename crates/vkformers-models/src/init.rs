@@ -13,7 +13,7 @@ use crate::archs::spec_from_config;
 use crate::decoder::Weights;
 use crate::error::{ModelError, Result};
 use crate::model::Model;
-use crate::spec::{layer_name, MlpSpec, ModelSpec, Norm};
+use crate::spec::{layer_name, MlpSpec, ModelSpec, Norm, QkNormAt};
 
 /// How one parameter starts.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -55,6 +55,9 @@ pub(crate) fn norm_params(out: &mut Vec<Planned>, name: &str, norm: &Norm, width
         Norm::Rms { .. } => (Init::Ones, false),
         Norm::Layer { bias, .. } => (Init::Ones, *bias),
         Norm::LayerPerHead { .. } => (Init::Ones, false),
+        // NemotronPreTrainedModel._init_weights sets LayerNorm1P's stored weight to one (gain 2).
+        Norm::LayerUnitOffset { .. } => (Init::Ones, true),
+        Norm::LayerPlain { .. } | Norm::RmsPlain { .. } => return,
     };
     out.push(Planned { name: format!("{name}.weight"), shape: vec![width], init: weight_init });
     if bias {
@@ -123,6 +126,9 @@ fn plan(spec: &ModelSpec, config: &Value) -> Result<Vec<Planned>> {
         linear(&mut out, &layer_name(&names.q, i), q, h, a.qkv_bias);
         linear(&mut out, &layer_name(&names.k, i), kv, h, a.qkv_bias);
         linear(&mut out, &layer_name(&names.v, i), kv, h, a.qkv_bias);
+        if let Some((n, template)) = &a.out_norm {
+            norm_params(&mut out, &layer_name(template, i), n, q);
+        }
         linear(&mut out, &layer_name(&names.o, i), h, q, a.out_bias);
         match &a.qk_norm {
             // Per-head weights [heads, D] (Cohere's qk norm).
@@ -133,7 +139,7 @@ fn plan(spec: &ModelSpec, config: &Value) -> Result<Vec<Planned>> {
                 }
             }
             Some(n) => {
-                let (wq, wk) = if a.qk_norm_full { (q, kv) } else { (a.head_dim, a.head_dim) };
+                let (wq, wk) = if a.qk_norm_at == QkNormAt::Projection { (q, kv) } else { (a.head_dim, a.head_dim) };
                 norm_params(&mut out, &layer_name(&names.q_norm, i), n, wq);
                 norm_params(&mut out, &layer_name(&names.k_norm, i), n, wk);
             }
@@ -143,6 +149,14 @@ fn plan(spec: &ModelSpec, config: &Value) -> Result<Vec<Planned>> {
             MlpSpec::Gated { intermediate, bias, .. } => {
                 linear(&mut out, &layer_name(&names.gate, i), *intermediate, h, *bias);
                 linear(&mut out, &layer_name(&names.up, i), *intermediate, h, *bias);
+                linear(&mut out, &layer_name(&names.down, i), h, *intermediate, *bias);
+            }
+            MlpSpec::GatedAct { intermediate, bias, sub_norm, .. } => {
+                linear(&mut out, &layer_name(&names.gate, i), *intermediate, h, *bias);
+                linear(&mut out, &layer_name(&names.up, i), *intermediate, h, *bias);
+                if let Some((n, template)) = sub_norm {
+                    norm_params(&mut out, &layer_name(template, i), n, *intermediate);
+                }
                 linear(&mut out, &layer_name(&names.down, i), h, *intermediate, *bias);
             }
             MlpSpec::Plain { intermediate, bias, .. } => {

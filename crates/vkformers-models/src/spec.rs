@@ -16,6 +16,24 @@ pub enum Norm {
     /// LayerNorm over the last dim of `[.., heads, head_dim]` with a separate weight per head
     /// (`w [heads, head_dim]`, no bias): StableLM's `qk_layernorm`.
     LayerPerHead { eps: f32 },
+    /// LayerNorm without learned parameters (OLMo: `F.layer_norm(x, shape, None, None, eps)`).
+    LayerPlain { eps: f32 },
+    /// LayerNorm with bias whose weight is stored as an offset from one, `· (1 + w) + b`
+    /// (Nemotron's `LayerNorm1P`).
+    LayerUnitOffset { eps: f32 },
+    /// RMSNorm without a weight (nanochat).
+    RmsPlain { eps: f32 },
+}
+
+impl Norm {
+    /// A LayerNorm kind (mean-centred): the Trainer exempts `nn.LayerNorm` weights from decay by
+    /// module type, whatever their name.
+    pub fn is_layer_norm(&self) -> bool {
+        matches!(
+            self,
+            Norm::Layer { .. } | Norm::LayerPerHead { .. } | Norm::LayerPlain { .. } | Norm::LayerUnitOffset { .. }
+        )
+    }
 }
 
 /// Rotary position embedding of one attention layer.
@@ -33,6 +51,17 @@ pub struct RopeSpec {
     pub long: Option<(Vec<f32>, usize)>,
 }
 
+/// Where the QK-norm of an attention layer runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QkNormAt {
+    /// Over each head's `head_dim` values, before RoPE (Qwen3, Gemma 3).
+    HeadsBeforeRope,
+    /// Over the whole projection `[heads·head_dim]`, before it is split into heads (OLMo 2).
+    Projection,
+    /// Over each head's `head_dim` values, after RoPE (nanochat, HunYuan).
+    HeadsAfterRope,
+}
+
 /// Self-attention of one layer.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AttnSpec {
@@ -41,21 +70,52 @@ pub struct AttnSpec {
     pub head_dim: usize,
     pub qkv_bias: bool,
     pub out_bias: bool,
-    /// Norm of q and k before RoPE: over each head (Qwen3, Gemma 3) or, with `qk_norm_full`,
-    /// over the whole projection `[heads·head_dim]` (OLMo 2).
+    /// Norm of q and k (`qk_norm_at` says over what and where); `None` = none.
     pub qk_norm: Option<Norm>,
-    pub qk_norm_full: bool,
+    pub qk_norm_at: QkNormAt,
     /// Attention logit softcap c (Gemma 2): s -> c·tanh(s/c); 0 = off.
     pub softcap: f32,
-    /// ALiBi position biases (BLOOM, Falcon) with the standard per-head slopes.
-    pub alibi: bool,
-    /// The ALiBi slopes are multiplied by this (Falcon: `2 / sqrt(head_dim)`); 1 otherwise.
-    pub alibi_scale: f32,
+    /// ALiBi position biases with these per-head slopes (BLOOM's series, scaled for Falcon; MPT's
+    /// own order); `None` = no ALiBi.
+    pub alibi: Option<Vec<f32>>,
+    /// `(β, original)`: after RoPE, queries are multiplied by `1 + β · ln(1 + ⌊pos / original⌋)`
+    /// (Llama 4's attention temperature, Ministral 3); `None` = off.
+    pub q_position_scale: Option<(f32, usize)>,
+    /// A norm of the attention output `[B·T, heads·head_dim]` before the output projection, with
+    /// its weight's name template (BitNet's `attn_sub_norm`); `None` for most.
+    pub out_norm: Option<(Norm, String)>,
+    /// q, k and v (after their projections and biases) are clamped to `[−c, c]` (OLMo and MPT
+    /// `clip_qkv`); `None` = off.
+    pub clip_qkv: Option<f32>,
     /// Keys further back than this are invisible (Mistral); `None` = full causal.
     pub sliding_window: Option<u32>,
     pub rope: Option<RopeSpec>,
     /// Score scale (usually `head_dim^-0.5`).
     pub scale: f32,
+}
+
+impl AttnSpec {
+    /// Causal attention of `heads` query and `kv_heads` key/value heads of `head_dim`, scores
+    /// scaled by `head_dim^-0.5`, without biases, norms, positions, softcap, clipping or window.
+    pub fn new(heads: usize, kv_heads: usize, head_dim: usize) -> Self {
+        AttnSpec {
+            heads,
+            kv_heads,
+            head_dim,
+            qkv_bias: false,
+            out_bias: false,
+            qk_norm: None,
+            qk_norm_at: QkNormAt::HeadsBeforeRope,
+            softcap: 0.0,
+            alibi: None,
+            clip_qkv: None,
+            q_position_scale: None,
+            out_norm: None,
+            sliding_window: None,
+            rope: None,
+            scale: 1.0 / (head_dim as f32).sqrt(),
+        }
+    }
 }
 
 /// Feed-forward block of one layer.
@@ -65,6 +125,10 @@ pub enum MlpSpec {
     Gated { intermediate: usize, glu: Glu, bias: bool },
     /// `down(act(up(x)))`.
     Plain { intermediate: usize, act: Activation, bias: bool },
+    /// `down(sub_norm(act(gate(x)) · up(x)))` for a gate activation the fused GLU kernel lacks
+    /// (BitNet's ReLU²), from the activation and a product; `sub_norm` is an optional norm of the
+    /// product with its weight's name template (BitNet's `ffn_sub_norm`).
+    GatedAct { intermediate: usize, act: Activation, bias: bool, sub_norm: Option<(Norm, String)> },
 }
 
 /// How attention and MLP combine with the residual stream.
@@ -75,6 +139,9 @@ pub enum Residual {
     /// `x += attn(n1(x)) + mlp(n2(x))` from the same input (GPT-NeoX, Phi, Cohere); with
     /// `shared_norm` both read `n1(x)` (Phi, Cohere, Falcon).
     Parallel { shared_norm: bool },
+    /// The original Transformer's post-LN: `x = n1(x + attn(x)); x = n2(x + mlp(x))`, with the
+    /// layer's `attn_norm` and `mlp_norm` applied after the adds (OpenAI GPT).
+    PostNorm,
 }
 
 /// One decoder layer. Norms are optional where families differ: pre-norms (Llama), post-norms
@@ -90,6 +157,22 @@ pub struct LayerSpec {
     pub residual: Residual,
     /// Sublayer outputs are multiplied by this before the residual add (Granite); 1 otherwise.
     pub residual_scale: f32,
+}
+
+impl LayerSpec {
+    /// A pre-norm layer: `x += attn(norm(x)); x += mlp(norm(x))` with two norms of this kind.
+    pub fn pre_norm(norm: Norm, attn: AttnSpec, mlp: MlpSpec) -> Self {
+        LayerSpec {
+            attn_norm: Some(norm.clone()),
+            attn,
+            post_attn_norm: None,
+            mlp_norm: Some(norm),
+            mlp,
+            post_mlp_norm: None,
+            residual: Residual::Sequential,
+            residual_scale: 1.0,
+        }
+    }
 }
 
 /// Hugging Face parameter names of one layer's weights (`{i}` is the layer index).
@@ -125,12 +208,76 @@ pub struct MapEntry {
     pub groups: usize,
 }
 
+impl MapEntry {
+    /// The fused q/k/v tensor of every layer, `{attn}.{fused}.{suffix}` for each suffix (`attn`
+    /// is the attention module's name template, `{i}` the layer), split into
+    /// `{attn}.{part}.{suffix}` of `rows` rows each, in `groups` blocks (see `groups`).
+    pub fn fused_qkv(
+        layers: usize,
+        attn: &str,
+        fused: &str,
+        parts: [(&str, usize); 3],
+        groups: usize,
+        suffixes: &[&str],
+    ) -> Vec<MapEntry> {
+        let mut map = Vec::new();
+        for i in 0..layers {
+            let p = layer_name(attn, i);
+            for suffix in suffixes {
+                let parts = parts.iter().map(|(x, rows)| (format!("{p}.{x}.{suffix}"), *rows)).collect();
+                map.push(MapEntry { hf: format!("{p}.{fused}.{suffix}"), transpose: false, parts, groups });
+            }
+        }
+        map
+    }
+}
+
 /// One internal parameter made by stacking several stored tensors along dim 0 (StableLM stores
 /// each head's QK-norm weight separately); saving splits it again into equal rows.
 #[derive(Clone, Debug, PartialEq)]
 pub struct JoinEntry {
     pub internal: String,
     pub parts: Vec<String>,
+}
+
+/// Position ids of an uncached forward `[B, T]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PositionIds {
+    /// `0..T` in every row, whatever the padding (transformers' default).
+    Arange,
+    /// `cumsum(mask)·mask − 1` per row (OPT: real tokens count 0, 1, ... past any left padding;
+    /// padding gets −1).
+    FromMask,
+}
+
+/// A fixed sinusoidal position table: row `r = position + offset` is
+/// `[sin(r·f_0) .. sin(r·f_{n−1}), cos(r·f_0) .. cos(r·f_{n−1})]` (zero-padded to the hidden size),
+/// all in f32 as transformers builds it; row `zero_row` is zeros (fairseq's padding row).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sinusoidal {
+    pub inv_freq: Vec<f32>,
+    pub offset: usize,
+    pub zero_row: Option<usize>,
+}
+
+impl Sinusoidal {
+    /// Rows `positions + offset` of the table, `[positions.len(), width]`.
+    pub fn rows(&self, positions: &[i32], width: usize) -> Vec<f32> {
+        let n = self.inv_freq.len();
+        let mut out = vec![0f32; positions.len() * width];
+        for (row, &p) in out.chunks_mut(width).zip(positions) {
+            let r = (p + self.offset as i32).max(0);
+            if Some(r as usize) == self.zero_row {
+                continue;
+            }
+            for (j, f) in self.inv_freq.iter().enumerate() {
+                let a = r as f32 * f;
+                row[j] = a.sin();
+                row[n + j] = a.cos();
+            }
+        }
+        out
+    }
 }
 
 /// A whole decoder-only model.
@@ -162,11 +309,12 @@ pub struct ModelSpec {
     /// Learned absolute position embeddings (`[max_positions, hidden]`), added to the token
     /// embeddings (GPT-2); `None` for rotary models.
     pub position_embedding: Option<String>,
-    /// Positions are `cumsum(mask)·mask − 1` per row (OPT: real tokens count 0, 1, ... past any
-    /// left padding; padding gets −1) instead of `0..T`.
-    pub positions_from_mask: bool,
+    /// How position ids are made (OPT counts real tokens; most use `0..T`).
+    pub position_ids: PositionIds,
     /// Added to the position ids that index the learned position table (OPT: 2).
     pub position_offset: usize,
+    /// Fixed sinusoidal positions added to the embeddings (XGLM, CTRL); `None` for most.
+    pub sinusoidal: Option<Sinusoidal>,
     /// Bias-free projections between a narrower embedding (`word_embed_proj_dim`) and the
     /// hidden size: `{name}.weight` after the token embedding and before the (tied) head (OPT).
     pub project_in: Option<String>,
@@ -181,6 +329,50 @@ pub struct ModelSpec {
     /// Encoder-only models (BERT family): the parts the decoder graph has no slot for; the
     /// model runs through `encoder::forward` instead. `None` for decoders.
     pub encoder: Option<crate::encoder::EncoderSpec>,
+}
+
+impl ModelSpec {
+    /// `layers` copies of `layer` under `names`, the final norm `final_norm` and the Llama
+    /// names of the embedding, final norm and untied head (`model.embed_tokens`, `model.norm`,
+    /// `lm_head`); no embedding scale or norm, positions, projections, logit scaling, softcap,
+    /// weight map or padding row. Families set what differs.
+    pub fn new(
+        model_type: &str,
+        (vocab, hidden): (usize, usize),
+        layer: LayerSpec,
+        layers: usize,
+        final_norm: Norm,
+        layer_names: LayerNames,
+    ) -> Self {
+        ModelSpec {
+            model_type: model_type.into(),
+            vocab,
+            hidden,
+            embed_scale: 1.0,
+            embed_norm: None,
+            embed_norm_name: String::new(),
+            layers: vec![layer; layers],
+            final_norm,
+            tied_head: false,
+            head_bias: false,
+            logit_scale: 1.0,
+            final_softcap: None,
+            embed_name: "model.embed_tokens".into(),
+            final_norm_name: "model.norm".into(),
+            head_name: "lm_head".into(),
+            layer_names,
+            position_embedding: None,
+            position_ids: PositionIds::Arange,
+            position_offset: 0,
+            sinusoidal: None,
+            project_in: None,
+            project_out: None,
+            weight_map: Vec::new(),
+            joins: Vec::new(),
+            padding_idx: None,
+            encoder: None,
+        }
+    }
 }
 
 /// `padding_idx` from a config's `pad_token_id` as `nn.Embedding` reads it: a negative id counts
@@ -202,6 +394,27 @@ pub fn padding_idx_or(cfg: &serde_json::Value, default: i64, vocab: usize) -> Op
 }
 
 impl LayerNames {
+    /// Names under `prefix` (e.g. `transformer.h.{i}`) for the pre-norm, attention and plain-MLP
+    /// modules given as suffixes (`[attn_norm, q, k, v, o, mlp_norm, up, down]`); the others empty.
+    pub fn plain(prefix: &str, [attn_norm, q, k, v, o, mlp_norm, up, down]: [&str; 8]) -> Self {
+        let f = |s: &str| format!("{prefix}.{s}");
+        LayerNames {
+            attn_norm: f(attn_norm),
+            q: f(q),
+            k: f(k),
+            v: f(v),
+            o: f(o),
+            q_norm: String::new(),
+            k_norm: String::new(),
+            mlp_norm: f(mlp_norm),
+            post_attn_norm: String::new(),
+            post_mlp_norm: String::new(),
+            gate: String::new(),
+            up: f(up),
+            down: f(down),
+        }
+    }
+
     /// The Llama naming scheme under `prefix` (e.g. `model.layers.{i}`).
     pub fn llama() -> Self {
         let p = "model.layers.{i}";
@@ -219,6 +432,25 @@ impl LayerNames {
             gate: format!("{p}.mlp.gate_proj"),
             up: format!("{p}.mlp.up_proj"),
             down: format!("{p}.mlp.down_proj"),
+        }
+    }
+
+    /// Every name passed through `f` (a family that renames another's prefix).
+    pub fn map(&self, f: impl Fn(&str) -> String) -> Self {
+        LayerNames {
+            attn_norm: f(&self.attn_norm),
+            q: f(&self.q),
+            k: f(&self.k),
+            v: f(&self.v),
+            o: f(&self.o),
+            q_norm: f(&self.q_norm),
+            k_norm: f(&self.k_norm),
+            mlp_norm: f(&self.mlp_norm),
+            post_attn_norm: f(&self.post_attn_norm),
+            post_mlp_norm: f(&self.post_mlp_norm),
+            gate: f(&self.gate),
+            up: f(&self.up),
+            down: f(&self.down),
         }
     }
 }

@@ -70,13 +70,19 @@ fn a_model_from_a_config_has_the_stored_layout_and_init() {
     });
 }
 
-/// Joined (StableLM's per-head QK norms), per-head (Cohere's) and projected (OPT's
-/// `project_in`/`project_out`) layouts: the stored names and shapes of the fixture, and the
-/// folder reloads through the load checks.
+/// Every fixture's config (so every registered model type, with its joined, per-head, fused,
+/// projected, renamed and parameter-free layouts): a model from the config alone has the stored
+/// names and shapes of the fixture, and the folder reloads through the load checks.
 #[test]
-fn joined_and_projected_layouts_init_with_the_stored_names_and_shapes() {
-    on_every_device("init joined/projected", |ctx| {
-        for name in ["stablelm_qknorm", "cohere_qknorm", "opt"] {
+fn every_fixture_config_inits_with_the_stored_names_and_shapes() {
+    let root = fixture("");
+    let names: Vec<String> = vkformers_models::parity::fixtures(&root)
+        .iter()
+        .map(|d| d.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert!(names.len() >= 50, "fixtures missing under {}", root.display());
+    on_every_device("init every fixture", |ctx| {
+        for name in names.iter().map(String::as_str) {
             let g = Graph::new(ctx);
             let config = vkformers_io::read_json(fixture(name).join("config.json")).unwrap();
             let m = init_from_config(&g, config, 3).unwrap_or_else(|e| panic!("{name}: {e}"));

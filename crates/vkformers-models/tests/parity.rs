@@ -103,6 +103,19 @@ parity! {
     roberta_seqcls_regression: "roberta_seqcls_regression",
     // Token classification: a classifier on every position, -100 on the padding.
     distilbert_tokcls: "distilbert_tokcls",
+    biogpt: "biogpt",
+    gpt_neox_japanese: "gpt_neox_japanese",
+    // Wave 2 (issue 16): one small feature each.
+    openai_gpt: "openai-gpt",
+    xglm: "xglm",
+    ctrl: "ctrl",
+    nemotron: "nemotron",
+    olmo: "olmo",
+    mpt: "mpt",
+    nanochat: "nanochat",
+    hunyuan_v1_dense: "hunyuan_v1_dense",
+    ministral3: "ministral3",
+    bitnet: "bitnet",
 }
 
 #[test]

@@ -21,7 +21,7 @@ pub fn name_is_exempt(name: &str) -> bool {
 
 /// Module names (`model.layers.0.ln_1`) of the spec's LayerNorm-kind norms.
 pub fn layer_norm_modules(spec: &ModelSpec) -> HashSet<String> {
-    let is_layer = |n: &Norm| matches!(n, Norm::Layer { .. } | Norm::LayerPerHead { .. });
+    let is_layer = Norm::is_layer_norm;
     let mut out = HashSet::new();
     if spec.embed_norm.as_ref().is_some_and(is_layer) {
         out.insert(spec.embed_norm_name.clone());

@@ -1,6 +1,8 @@
 //! `arcee` (AFM): Llama whose MLP is ungated: `down(act(up(x)))` with ReLU² by default
 //! (`hidden_act` `relu2`), optional `mlp_bias`. `jais2`: the same with LayerNorms (with bias,
 //! `layer_norm_eps`) instead of RMSNorms, and q/k/v/o and MLP biases on by default.
+//! `nemotron`: the same with Nemotron's `LayerNorm1P` (bias, weight stored as `w` for `1 + w`,
+//! `norm_eps`), `attention_bias` on q/k/v/o, and partial rotary (default 0.5).
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -48,6 +50,15 @@ pub fn jais2(cfg: &Value) -> Result<ModelSpec> {
     (c.base.attention_bias, c.base.mlp_bias) = (c.attention_bias, c.mlp_bias);
     let mut spec = relu2_spec("jais2", c.base)?;
     set_norms(&mut spec, &Norm::Layer { eps: c.layer_norm_eps as f32, bias: true });
+    Ok(spec)
+}
+
+pub fn nemotron(cfg: &Value) -> Result<ModelSpec> {
+    let mut c: Config = parse(cfg)?;
+    super::ln_common::prepare(&mut c.base, cfg, "relu2", 0.5);
+    let eps = cfg.get("norm_eps").and_then(Value::as_f64).unwrap_or(1e-5);
+    let mut spec = relu2_spec("nemotron", c.base)?;
+    set_norms(&mut spec, &Norm::LayerUnitOffset { eps: eps as f32 });
     Ok(spec)
 }
 

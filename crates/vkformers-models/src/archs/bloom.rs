@@ -8,8 +8,9 @@ use serde_json::Value;
 use vkformers_kernels::activation::Activation;
 
 use super::common::parse;
+use crate::decoder::alibi_slopes;
 use crate::error::{ModelError, Result};
-use crate::spec::{AttnSpec, LayerNames, LayerSpec, MapEntry, MlpSpec, ModelSpec, Norm, Residual};
+use crate::spec::{AttnSpec, LayerNames, LayerSpec, MapEntry, MlpSpec, ModelSpec, Norm};
 
 #[derive(Deserialize)]
 struct Config {
@@ -47,34 +48,25 @@ fn yes() -> bool {
 const P: &str = "transformer.h.{i}";
 
 fn names() -> LayerNames {
-    LayerNames {
-        attn_norm: format!("{P}.input_layernorm"),
-        q: format!("{P}.self_attention.q"),
-        k: format!("{P}.self_attention.k"),
-        v: format!("{P}.self_attention.v"),
-        o: format!("{P}.self_attention.dense"),
-        q_norm: String::new(),
-        k_norm: String::new(),
-        mlp_norm: format!("{P}.post_attention_layernorm"),
-        post_attn_norm: String::new(),
-        post_mlp_norm: String::new(),
-        gate: String::new(),
-        up: format!("{P}.mlp.dense_h_to_4h"),
-        down: format!("{P}.mlp.dense_4h_to_h"),
-    }
+    let (q, k, v) = ("self_attention.q", "self_attention.k", "self_attention.v");
+    let mlp = ["mlp.dense_h_to_4h", "mlp.dense_4h_to_h"];
+    LayerNames::plain(
+        P,
+        ["input_layernorm", q, k, v, "self_attention.dense", "post_attention_layernorm", mlp[0], mlp[1]],
+    )
 }
 
 /// `query_key_value` (weight and bias): per head, head_dim rows each of q, k and v.
 fn weight_map(layers: usize, hidden: usize, heads: usize) -> Vec<MapEntry> {
-    let mut map = Vec::new();
-    for i in 0..layers {
-        let p = format!("transformer.h.{i}.self_attention");
-        for suffix in ["weight", "bias"] {
-            let parts = ["q", "k", "v"].iter().map(|x| (format!("{p}.{x}.{suffix}"), hidden)).collect();
-            map.push(MapEntry { hf: format!("{p}.query_key_value.{suffix}"), transpose: false, parts, groups: heads });
-        }
-    }
-    map
+    let parts = [("q", hidden), ("k", hidden), ("v", hidden)];
+    MapEntry::fused_qkv(
+        layers,
+        "transformer.h.{i}.self_attention",
+        "query_key_value",
+        parts,
+        heads,
+        &["weight", "bias"],
+    )
 }
 
 pub fn spec(cfg: &Value) -> Result<ModelSpec> {
@@ -87,55 +79,20 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     let _ = (c.pretraining_tp, c.slow_but_exact);
     let head_dim = c.hidden_size / c.n_head;
     let norm = Norm::Layer { eps: c.layer_norm_epsilon as f32, bias: true };
-    let layer = LayerSpec {
-        attn_norm: Some(norm.clone()),
-        attn: AttnSpec {
-            heads: c.n_head,
-            kv_heads: c.n_head,
-            head_dim,
-            qkv_bias: true,
-            out_bias: true,
-            qk_norm: None,
-            qk_norm_full: false,
-            softcap: 0.0,
-            alibi: true,
-            alibi_scale: 1.0,
-            sliding_window: None,
-            rope: None,
-            scale: 1.0 / (head_dim as f32).sqrt(),
-        },
-        post_attn_norm: None,
-        mlp_norm: Some(norm.clone()),
-        mlp: MlpSpec::Plain { intermediate: 4 * c.hidden_size, act: Activation::GeluTanh, bias: true },
-        post_mlp_norm: None,
-        residual: Residual::Sequential,
-        residual_scale: 1.0,
+    let attn = AttnSpec {
+        qkv_bias: true,
+        out_bias: true,
+        alibi: Some(alibi_slopes(c.n_head)),
+        ..AttnSpec::new(c.n_head, c.n_head, head_dim)
     };
-    Ok(ModelSpec {
-        model_type: "bloom".into(),
-        vocab: c.vocab_size,
-        hidden: c.hidden_size,
-        embed_scale: 1.0,
-        embed_norm: Some(norm.clone()),
-        embed_norm_name: "transformer.word_embeddings_layernorm".into(),
-        layers: vec![layer; c.n_layer],
-        final_norm: norm,
-        tied_head: c.tie_word_embeddings,
-        head_bias: false,
-        logit_scale: 1.0,
-        final_softcap: None,
-        embed_name: "transformer.word_embeddings".into(),
-        final_norm_name: "transformer.ln_f".into(),
-        head_name: "lm_head".into(),
-        layer_names: names(),
-        position_embedding: None,
-        positions_from_mask: false,
-        position_offset: 0,
-        project_in: None,
-        project_out: None,
-        weight_map: weight_map(c.n_layer, c.hidden_size, c.n_head),
-        joins: Vec::new(),
-        padding_idx: None,
-        encoder: None,
-    })
+    let mlp = MlpSpec::Plain { intermediate: 4 * c.hidden_size, act: Activation::GeluTanh, bias: true };
+    let layer = LayerSpec::pre_norm(norm.clone(), attn, mlp);
+    let mut spec = ModelSpec::new("bloom", (c.vocab_size, c.hidden_size), layer, c.n_layer, norm.clone(), names());
+    spec.embed_norm = Some(norm);
+    spec.embed_norm_name = "transformer.word_embeddings_layernorm".into();
+    spec.tied_head = c.tie_word_embeddings;
+    spec.embed_name = "transformer.word_embeddings".into();
+    spec.final_norm_name = "transformer.ln_f".into();
+    spec.weight_map = weight_map(c.n_layer, c.hidden_size, c.n_head);
+    Ok(spec)
 }

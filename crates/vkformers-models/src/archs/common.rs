@@ -9,7 +9,7 @@ use vkformers_kernels::rope::RopeLayout;
 
 use crate::error::{ModelError, Result};
 use crate::rope::{inv_freq, long_inv_freq, RopeParams};
-use crate::spec::{AttnSpec, LayerNames, LayerSpec, MlpSpec, ModelSpec, Norm, Residual, RopeSpec};
+use crate::spec::{AttnSpec, LayerNames, LayerSpec, MlpSpec, ModelSpec, Norm, RopeSpec};
 
 /// Fields of a Llama-like `config.json`.
 #[derive(Debug, Deserialize)]
@@ -116,56 +116,19 @@ impl BaseConfig {
         let norm = Norm::Rms { eps: self.rms_norm_eps as f32, unit_offset };
         let head_dim = self.head_dim();
         let attn = AttnSpec {
-            heads: self.num_attention_heads,
-            kv_heads: self.kv_heads(),
-            head_dim,
             qkv_bias,
             out_bias: self.attention_bias,
             qk_norm: qk_norm.then(|| norm.clone()),
-            qk_norm_full: false,
-            softcap: 0.0,
-            alibi: false,
-            alibi_scale: 1.0,
             sliding_window: self.sliding_window,
             rope: Some(self.rope(RopeLayout::HalfSplit)?),
-            scale: 1.0 / (head_dim as f32).sqrt(),
+            ..AttnSpec::new(self.num_attention_heads, self.kv_heads(), head_dim)
         };
-        let layer = LayerSpec {
-            attn_norm: Some(norm.clone()),
-            attn,
-            post_attn_norm: None,
-            mlp_norm: Some(norm.clone()),
-            mlp: MlpSpec::Gated { intermediate: self.intermediate_size, glu, bias: self.mlp_bias },
-            post_mlp_norm: None,
-            residual: Residual::Sequential,
-            residual_scale: 1.0,
-        };
-        Ok(ModelSpec {
-            model_type: model_type.into(),
-            vocab: self.vocab_size,
-            hidden: self.hidden_size,
-            embed_scale: 1.0,
-            embed_norm: None,
-            embed_norm_name: String::new(),
-            layers: vec![layer; self.num_hidden_layers],
-            final_norm: norm,
-            tied_head: self.tie_word_embeddings,
-            head_bias: false,
-            logit_scale: 1.0,
-            final_softcap: None,
-            embed_name: "model.embed_tokens".into(),
-            final_norm_name: "model.norm".into(),
-            head_name: "lm_head".into(),
-            layer_names: LayerNames::llama(),
-            position_embedding: None,
-            positions_from_mask: false,
-            position_offset: 0,
-            project_in: None,
-            project_out: None,
-            weight_map: Vec::new(),
-            joins: Vec::new(),
-            padding_idx: crate::spec::padding_idx(self.pad_token_id, self.vocab_size),
-            encoder: None,
-        })
+        let mlp = MlpSpec::Gated { intermediate: self.intermediate_size, glu, bias: self.mlp_bias };
+        let layer = LayerSpec::pre_norm(norm.clone(), attn, mlp);
+        let size = (self.vocab_size, self.hidden_size);
+        let mut spec = ModelSpec::new(model_type, size, layer, self.num_hidden_layers, norm, LayerNames::llama());
+        spec.tied_head = self.tie_word_embeddings;
+        spec.padding_idx = crate::spec::padding_idx(self.pad_token_id, self.vocab_size);
+        Ok(spec)
     }
 }

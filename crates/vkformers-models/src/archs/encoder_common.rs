@@ -6,7 +6,9 @@ use vkformers_kernels::activation::Activation;
 
 use crate::encoder::{ClassifierHead, EncoderHead, EncoderSpec, MlmHead, PoolAct, Problem};
 use crate::error::{ModelError, Result};
-use crate::spec::{layer_name, AttnSpec, LayerNames, LayerSpec, MapEntry, MlpSpec, ModelSpec, Norm, Residual};
+use crate::spec::{
+    layer_name, AttnSpec, LayerNames, LayerSpec, MapEntry, MlpSpec, ModelSpec, Norm, PositionIds, Residual,
+};
 
 /// `hidden_act` as `ACT2FN` reads it.
 pub(super) fn activation(name: &str) -> Result<Activation> {
@@ -34,21 +36,7 @@ pub(super) fn layer(
     let head_dim = hidden / heads;
     Ok(LayerSpec {
         attn_norm: Some(norm.clone()),
-        attn: AttnSpec {
-            heads,
-            kv_heads: heads,
-            head_dim,
-            qkv_bias: true,
-            out_bias: true,
-            qk_norm: None,
-            qk_norm_full: false,
-            softcap: 0.0,
-            alibi: false,
-            alibi_scale: 1.0,
-            sliding_window: None,
-            rope: None,
-            scale: 1.0 / (head_dim as f32).sqrt(),
-        },
+        attn: AttnSpec { qkv_bias: true, out_bias: true, ..AttnSpec::new(heads, heads, head_dim) },
         post_attn_norm: None,
         mlp_norm: Some(norm.clone()),
         mlp: MlpSpec::Plain { intermediate, act, bias: true },
@@ -99,8 +87,9 @@ impl EncoderParts<'_> {
             head_name: self.decoder,
             layer_names: self.names,
             position_embedding: Some(self.positions),
-            positions_from_mask: false,
+            position_ids: PositionIds::Arange,
             position_offset: 0,
+            sinusoidal: None,
             project_in: None,
             project_out: None,
             weight_map: Vec::new(),

@@ -15,6 +15,7 @@ use vkformers_kernels::glu::Glu;
 
 use super::common::{parse, BaseConfig};
 use super::ln_common::{plain_act, set_norms};
+use crate::decoder::alibi_slopes;
 use crate::error::{ModelError, Result};
 use crate::spec::{LayerNames, MapEntry, MlpSpec, ModelSpec, Norm, Residual};
 
@@ -50,38 +51,16 @@ fn yes() -> bool {
 const P: &str = "transformer.h.{i}";
 
 fn names(attn_norm: &str, mlp_norm: &str) -> LayerNames {
-    LayerNames {
-        attn_norm: format!("{P}.{attn_norm}"),
-        q: format!("{P}.self_attention.q"),
-        k: format!("{P}.self_attention.k"),
-        v: format!("{P}.self_attention.v"),
-        o: format!("{P}.self_attention.dense"),
-        q_norm: String::new(),
-        k_norm: String::new(),
-        mlp_norm: format!("{P}.{mlp_norm}"),
-        post_attn_norm: String::new(),
-        post_mlp_norm: String::new(),
-        gate: String::new(),
-        up: format!("{P}.mlp.dense_h_to_4h"),
-        down: format!("{P}.mlp.dense_4h_to_h"),
-    }
+    let (q, k, v, o) = ("self_attention.q", "self_attention.k", "self_attention.v", "self_attention.dense");
+    LayerNames::plain(P, [attn_norm, q, k, v, o, mlp_norm, "mlp.dense_h_to_4h", "mlp.dense_4h_to_h"])
 }
 
 /// `query_key_value` (weight, and bias with `bias`) split into q, k and v: `groups` blocks,
 /// each with its share of q rows, then of k rows, then of v rows.
 fn weight_map(layers: usize, q_rows: usize, kv_rows: usize, groups: usize, bias: bool) -> Vec<MapEntry> {
-    let mut map = Vec::new();
-    for i in 0..layers {
-        let p = format!("transformer.h.{i}.self_attention");
-        for suffix in ["weight", "bias"].into_iter().take(if bias { 2 } else { 1 }) {
-            let parts = [("q", q_rows), ("k", kv_rows), ("v", kv_rows)]
-                .iter()
-                .map(|(x, rows)| (format!("{p}.{x}.{suffix}"), *rows))
-                .collect();
-            map.push(MapEntry { hf: format!("{p}.query_key_value.{suffix}"), transpose: false, parts, groups });
-        }
-    }
-    map
+    let suffixes: &[&str] = if bias { &["weight", "bias"] } else { &["weight"] };
+    let parts = [("q", q_rows), ("k", kv_rows), ("v", kv_rows)];
+    MapEntry::fused_qkv(layers, "transformer.h.{i}.self_attention", "query_key_value", parts, groups, suffixes)
 }
 
 pub fn spec(cfg: &Value) -> Result<ModelSpec> {
@@ -140,10 +119,10 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
         l.attn.sliding_window = None;
         if c.alibi {
             l.attn.rope = None;
-            l.attn.alibi = true;
             // transformers adds the bias to the raw scores before the 1/sqrt(head_dim) scale and
             // once more, divided by sqrt(head_dim), through the attention mask.
-            l.attn.alibi_scale = 2.0 / (head_dim as f32).sqrt();
+            let scale = 2.0 / (head_dim as f32).sqrt();
+            l.attn.alibi = Some(alibi_slopes(heads).iter().map(|s| s * scale).collect());
         }
         if mlp_norm.is_empty() {
             l.mlp_norm = None;

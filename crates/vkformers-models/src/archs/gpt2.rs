@@ -8,7 +8,7 @@ use vkformers_kernels::activation::Activation;
 
 use super::common::parse;
 use crate::error::{ModelError, Result};
-use crate::spec::{AttnSpec, LayerNames, LayerSpec, MapEntry, MlpSpec, ModelSpec, Norm, Residual};
+use crate::spec::{AttnSpec, LayerNames, LayerSpec, MapEntry, MlpSpec, ModelSpec, Norm};
 
 #[derive(Deserialize)]
 struct Config {
@@ -39,40 +39,20 @@ fn yes() -> bool {
 }
 
 fn names() -> LayerNames {
-    let p = "transformer.h.{i}";
-    LayerNames {
-        attn_norm: format!("{p}.ln_1"),
-        q: format!("{p}.attn.q"),
-        k: format!("{p}.attn.k"),
-        v: format!("{p}.attn.v"),
-        o: format!("{p}.attn.c_proj"),
-        q_norm: String::new(),
-        k_norm: String::new(),
-        mlp_norm: format!("{p}.ln_2"),
-        post_attn_norm: String::new(),
-        post_mlp_norm: String::new(),
-        gate: String::new(),
-        up: format!("{p}.mlp.c_fc"),
-        down: format!("{p}.mlp.c_proj"),
-    }
+    let parts = ["ln_1", "attn.q", "attn.k", "attn.v", "attn.c_proj", "ln_2", "mlp.c_fc", "mlp.c_proj"];
+    LayerNames::plain("transformer.h.{i}", parts)
 }
 
 /// Conv1D weights are transposed; `c_attn` (weight and bias) is split into q, k, v.
 fn weight_map(layers: usize, hidden: usize) -> Vec<MapEntry> {
-    let mut map = Vec::new();
+    let parts = [("q", hidden), ("k", hidden), ("v", hidden)];
+    let mut map = MapEntry::fused_qkv(layers, "transformer.h.{i}.attn", "c_attn", parts, 1, &["weight", "bias"]);
+    for e in &mut map {
+        e.transpose = e.hf.ends_with(".weight");
+    }
     for i in 0..layers {
-        let p = format!("transformer.h.{i}");
-        for suffix in ["weight", "bias"] {
-            let parts = ["q", "k", "v"].iter().map(|x| (format!("{p}.attn.{x}.{suffix}"), hidden)).collect();
-            map.push(MapEntry {
-                hf: format!("{p}.attn.c_attn.{suffix}"),
-                transpose: suffix == "weight",
-                parts,
-                groups: 1,
-            });
-        }
         for conv in ["attn.c_proj", "mlp.c_fc", "mlp.c_proj"] {
-            let name = format!("{p}.{conv}.weight");
+            let name = format!("transformer.h.{i}.{conv}.weight");
             map.push(MapEntry { hf: name.clone(), transpose: true, parts: vec![(name, 0)], groups: 1 });
         }
     }
@@ -93,55 +73,19 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     };
     let head_dim = c.n_embd / c.n_head;
     let norm = Norm::Layer { eps: c.layer_norm_epsilon as f32, bias: true };
-    let layer = LayerSpec {
-        attn_norm: Some(norm.clone()),
-        attn: AttnSpec {
-            heads: c.n_head,
-            kv_heads: c.n_head,
-            head_dim,
-            qkv_bias: true,
-            out_bias: true,
-            qk_norm: None,
-            qk_norm_full: false,
-            softcap: 0.0,
-            alibi: false,
-            alibi_scale: 1.0,
-            sliding_window: None,
-            rope: None,
-            scale: if c.scale_attn_weights { 1.0 / (head_dim as f32).sqrt() } else { 1.0 },
-        },
-        post_attn_norm: None,
-        mlp_norm: Some(norm.clone()),
-        mlp: MlpSpec::Plain { intermediate: c.n_inner.unwrap_or(4 * c.n_embd), act, bias: true },
-        post_mlp_norm: None,
-        residual: Residual::Sequential,
-        residual_scale: 1.0,
+    let attn = AttnSpec {
+        qkv_bias: true,
+        out_bias: true,
+        scale: if c.scale_attn_weights { 1.0 / (head_dim as f32).sqrt() } else { 1.0 },
+        ..AttnSpec::new(c.n_head, c.n_head, head_dim)
     };
-    Ok(ModelSpec {
-        model_type: "gpt2".into(),
-        vocab: c.vocab_size,
-        hidden: c.n_embd,
-        embed_scale: 1.0,
-        embed_norm: None,
-        embed_norm_name: String::new(),
-        layers: vec![layer; c.n_layer],
-        final_norm: norm,
-        tied_head: c.tie_word_embeddings,
-        head_bias: false,
-        logit_scale: 1.0,
-        final_softcap: None,
-        embed_name: "transformer.wte".into(),
-        final_norm_name: "transformer.ln_f".into(),
-        head_name: "lm_head".into(),
-        layer_names: names(),
-        position_embedding: Some("transformer.wpe".into()),
-        positions_from_mask: false,
-        position_offset: 0,
-        project_in: None,
-        project_out: None,
-        weight_map: weight_map(c.n_layer, c.n_embd),
-        joins: Vec::new(),
-        padding_idx: None,
-        encoder: None,
-    })
+    let mlp = MlpSpec::Plain { intermediate: c.n_inner.unwrap_or(4 * c.n_embd), act, bias: true };
+    let layer = LayerSpec::pre_norm(norm.clone(), attn, mlp);
+    let mut spec = ModelSpec::new("gpt2", (c.vocab_size, c.n_embd), layer, c.n_layer, norm, names());
+    spec.tied_head = c.tie_word_embeddings;
+    spec.embed_name = "transformer.wte".into();
+    spec.final_norm_name = "transformer.ln_f".into();
+    spec.position_embedding = Some("transformer.wpe".into());
+    spec.weight_map = weight_map(c.n_layer, c.n_embd);
+    Ok(spec)
 }

@@ -11,16 +11,8 @@ use crate::spec::{MapEntry, ModelSpec};
 
 /// `c_attn` (weight and bias) into q, k, v.
 fn weight_map(layers: usize, q_rows: usize, kv_rows: usize, groups: usize) -> Vec<MapEntry> {
-    let mut map = Vec::new();
-    for i in 0..layers {
-        let p = format!("transformer.h.{i}.attn");
-        for suffix in ["weight", "bias"] {
-            let rows = [("q", q_rows), ("k", kv_rows), ("v", kv_rows)];
-            let parts = rows.iter().map(|(x, n)| (format!("{p}.{x}.{suffix}"), *n)).collect();
-            map.push(MapEntry { hf: format!("{p}.c_attn.{suffix}"), transpose: false, parts, groups });
-        }
-    }
-    map
+    let parts = [("q", q_rows), ("k", kv_rows), ("v", kv_rows)];
+    MapEntry::fused_qkv(layers, "transformer.h.{i}.attn", "c_attn", parts, groups, &["weight", "bias"])
 }
 
 pub fn gpt_bigcode(cfg: &Value) -> Result<ModelSpec> {

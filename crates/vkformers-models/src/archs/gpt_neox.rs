@@ -55,15 +55,9 @@ fn names() -> LayerNames {
 
 /// `query_key_value` (weight and bias): per head, head_dim rows each of q, k and v.
 fn weight_map(layers: usize, hidden: usize, heads: usize, bias: bool) -> Vec<MapEntry> {
-    let mut map = Vec::new();
-    for i in 0..layers {
-        let p = format!("gpt_neox.layers.{i}.attention");
-        for suffix in ["weight", "bias"].into_iter().take(if bias { 2 } else { 1 }) {
-            let parts = ["q", "k", "v"].iter().map(|x| (format!("{p}.{x}.{suffix}"), hidden)).collect();
-            map.push(MapEntry { hf: format!("{p}.query_key_value.{suffix}"), transpose: false, parts, groups: heads });
-        }
-    }
-    map
+    let suffixes: &[&str] = if bias { &["weight", "bias"] } else { &["weight"] };
+    let parts = [("q", hidden), ("k", hidden), ("v", hidden)];
+    MapEntry::fused_qkv(layers, "gpt_neox.layers.{i}.attention", "query_key_value", parts, heads, suffixes)
 }
 
 pub fn spec(cfg: &Value) -> Result<ModelSpec> {

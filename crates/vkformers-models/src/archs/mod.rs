@@ -8,11 +8,14 @@ use crate::spec::ModelSpec;
 
 mod arcee;
 mod bert;
+mod biogpt;
+mod bitnet;
 mod bloom;
 mod check;
 mod cohere;
 mod cohere2;
 mod common;
+mod ctrl;
 mod distilbert;
 mod electra;
 mod encoder_common;
@@ -27,6 +30,7 @@ mod gpt2;
 mod gpt_bigcode;
 mod gpt_neo;
 mod gpt_neox;
+mod gpt_neox_japanese;
 mod gptj;
 mod granite;
 mod helium;
@@ -35,8 +39,11 @@ mod layer_types;
 mod llama;
 mod ln_common;
 mod ministral;
+mod mpt;
+mod nanochat;
 mod olmo2;
 mod olmo3;
+mod openai_gpt;
 mod opt;
 mod persimmon;
 mod phi;
@@ -47,6 +54,7 @@ mod smollm3;
 mod stablelm;
 mod starcoder2;
 mod vaultgemma;
+mod xglm;
 
 /// One registered architecture.
 pub struct Arch {
@@ -107,6 +115,18 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "roberta-prelayernorm", family: "BERT-family encoder", build: bert::roberta_prelayernorm },
     Arch { model_type: "distilbert", family: "BERT-family encoder", build: distilbert::spec },
     Arch { model_type: "electra", family: "BERT-family encoder", build: electra::spec },
+    Arch { model_type: "biogpt", family: "absolute-position GPT", build: biogpt::spec },
+    Arch { model_type: "gpt_neox_japanese", family: "layernorm rotary decoder", build: gpt_neox_japanese::spec },
+    Arch { model_type: "openai-gpt", family: "absolute-position GPT", build: openai_gpt::spec },
+    Arch { model_type: "xglm", family: "absolute-position GPT", build: xglm::spec },
+    Arch { model_type: "ctrl", family: "absolute-position GPT", build: ctrl::spec },
+    Arch { model_type: "nemotron", family: "layernorm rotary decoder", build: arcee::nemotron },
+    Arch { model_type: "olmo", family: "llama-like decoder", build: olmo2::olmo },
+    Arch { model_type: "mpt", family: "ALiBi decoder", build: mpt::spec },
+    Arch { model_type: "bitnet", family: "llama-like decoder", build: bitnet::spec },
+    Arch { model_type: "ministral3", family: "llama-like decoder", build: ministral::ministral3 },
+    Arch { model_type: "nanochat", family: "llama-like decoder", build: nanochat::nanochat },
+    Arch { model_type: "hunyuan_v1_dense", family: "llama-like decoder", build: nanochat::hunyuan_v1_dense },
 ];
 
 /// The spec of a parsed `config.json`.

@@ -55,7 +55,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     for (l, &s) in spec.layers.iter_mut().zip(&slide) {
         l.post_attn_norm = l.attn_norm.take();
         l.post_mlp_norm = l.mlp_norm.take();
-        l.attn.qk_norm_full = true;
+        l.attn.qk_norm_at = crate::spec::QkNormAt::Projection;
         l.attn.rope = Some(if s { local_rope.clone() } else { global_rope.clone() });
     }
     apply(&mut spec, &slide, w)?;

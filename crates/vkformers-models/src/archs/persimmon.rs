@@ -32,15 +32,8 @@ fn yes() -> bool {
 
 /// `query_key_value` (weight and bias): per head, head_dim rows each of q, k and v.
 fn weight_map(layers: usize, hidden: usize, heads: usize) -> Vec<MapEntry> {
-    let mut map = Vec::new();
-    for i in 0..layers {
-        let p = format!("model.layers.{i}.self_attn");
-        for suffix in ["weight", "bias"] {
-            let parts = ["q_proj", "k_proj", "v_proj"].iter().map(|x| (format!("{p}.{x}.{suffix}"), hidden)).collect();
-            map.push(MapEntry { hf: format!("{p}.query_key_value.{suffix}"), transpose: false, parts, groups: heads });
-        }
-    }
-    map
+    let parts = [("q_proj", hidden), ("k_proj", hidden), ("v_proj", hidden)];
+    MapEntry::fused_qkv(layers, "model.layers.{i}.self_attn", "query_key_value", parts, heads, &["weight", "bias"])
 }
 
 pub fn spec(cfg: &Value) -> Result<ModelSpec> {

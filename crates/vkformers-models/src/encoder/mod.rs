@@ -178,8 +178,17 @@ fn self_attention(
     (b, t): (usize, usize),
 ) -> Result<Tensor> {
     let (n, a) = (&spec.layer_names, &layer.attn);
-    if a.rope.is_some() || a.alibi || a.sliding_window.is_some() || a.qk_norm.is_some() || a.softcap != 0.0 {
-        return Err(ModelError::Unsupported("rotary, ALiBi, windowed or QK-normed encoder attention".into()));
+    let plain = a.clip_qkv.is_none() && a.q_position_scale.is_none() && a.out_norm.is_none();
+    if a.rope.is_some()
+        || a.alibi.is_some()
+        || a.sliding_window.is_some()
+        || a.qk_norm.is_some()
+        || a.softcap != 0.0
+        || !plain
+    {
+        return Err(ModelError::Unsupported(
+            "rotary, ALiBi, windowed, QK-normed, clipped or position-scaled encoder attention".into(),
+        ));
     }
     let heads = |y: Tensor, count: usize| shape::reshape(g, &y, &[b, t, count, a.head_dim]);
     let q = heads(project(g, w, &n.q, i, h, a.qkv_bias)?, a.heads)?;

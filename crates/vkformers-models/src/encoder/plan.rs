@@ -48,7 +48,7 @@ fn layers(out: &mut Vec<Planned>, spec: &ModelSpec) {
             norm_params(out, &layer_name(&names.attn_norm, i), n, h);
         }
         match &l.mlp {
-            MlpSpec::Gated { intermediate, bias, .. } => {
+            MlpSpec::Gated { intermediate, bias, .. } | MlpSpec::GatedAct { intermediate, bias, .. } => {
                 linear(out, &layer_name(&names.gate, i), *intermediate, h, *bias);
                 linear(out, &layer_name(&names.up, i), *intermediate, h, *bias);
                 linear(out, &layer_name(&names.down, i), h, *intermediate, *bias);
