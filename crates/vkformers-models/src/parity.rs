@@ -11,7 +11,7 @@ use vkformers_tensor::optim::{AdamW, Param};
 use vkformers_tensor::Graph;
 use vkformers_vk::Context;
 
-use crate::decoder::{causal_lm_loss, forward, Batch};
+use crate::decoder::{causal_lm_loss, forward_with_aux, Batch};
 use crate::error::{ModelError, Result};
 use crate::model::Model;
 use crate::weights::HostTensor;
@@ -115,8 +115,13 @@ pub fn check(ctx: &Context, dir: &Path) -> Result<ParityReport> {
     let mut opt = AdamW::new(hp, 0.0);
     let mut ours: HashMap<String, Vec<f32>> = HashMap::new();
     for step in 0..2 {
-        let logits = forward(&g, &model.spec, &model.weights, &batch)?;
-        let loss = causal_lm_loss(&g, &logits, &labels, b, t)?;
+        let (logits, aux) = forward_with_aux(&g, &model.spec, &model.weights, &batch)?;
+        let mut loss = causal_lm_loss(&g, &logits, &labels, b, t)?;
+        if let (Some(aux), Some(coef)) = (aux, crate::moe::aux_loss_coef(&model.spec)) {
+            // transformers: `loss += router_aux_loss_coef * aux_loss` when it outputs router logits.
+            let scaled = vkformers_tensor::ops::broadcast::scale(&g, &aux, coef)?;
+            loss = vkformers_tensor::ops::broadcast::add(&g, &loss, &scaled)?;
+        }
         g.backward(&loss)?;
         if step == 0 {
             report.logits_rel = rel_l2(&g.read(&logits)?, &reference.f32("logits")?);

@@ -65,6 +65,8 @@ pub enum MlpSpec {
     Gated { intermediate: usize, glu: Glu, bias: bool },
     /// `down(act(up(x)))`.
     Plain { intermediate: usize, act: Activation, bias: bool },
+    /// A routed mixture of experts (see `crate::moe`).
+    Moe(Box<crate::moe::MoeSpec>),
 }
 
 /// How attention and MLP combine with the residual stream.

@@ -85,6 +85,12 @@ parity! {
     gptj: "gptj",
     codegen: "codegen",
     gpt_neo: "gpt_neo",
+    // Routed mixtures of experts (issue 17); `*_aux` add the load-balancing loss.
+    mixtral: "mixtral",
+    mixtral_aux: "mixtral_aux",
+    qwen2_moe_aux: "qwen2_moe",
+    olmoe: "olmoe",
+    qwen3_moe: "qwen3_moe",
 }
 
 #[test]

@@ -99,7 +99,9 @@ pub fn spec(spec: &ModelSpec) -> Result<()> {
         if let Some(r) = a.rope.as_ref().filter(|r| r.rotary_dim > a.head_dim) {
             return bad(format!("the rotary dimension {} exceeds head_dim {}", r.rotary_dim, a.head_dim));
         }
-        let (MlpSpec::Gated { intermediate, .. } | MlpSpec::Plain { intermediate, .. }) = &l.mlp;
+        let (MlpSpec::Gated { intermediate, .. } | MlpSpec::Plain { intermediate, .. }) = &l.mlp else {
+            continue; // checked by `moe::check` when the arch builds it
+        };
         if *intermediate == 0 {
             return bad("`intermediate_size` is 0".into());
         }

@@ -31,13 +31,17 @@ mod layer_types;
 mod llama;
 mod ln_common;
 mod ministral;
+mod mixtral;
+mod moe_common;
 mod olmo2;
 mod olmo3;
+mod olmoe;
 mod opt;
 mod persimmon;
 mod phi;
 mod phi3;
 mod qwen;
+mod qwen_moe;
 mod seed_oss;
 mod smollm3;
 mod stablelm;
@@ -93,6 +97,11 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "gptj", family: "layernorm rotary decoder", build: gptj::gptj },
     Arch { model_type: "codegen", family: "layernorm rotary decoder", build: gptj::codegen },
     Arch { model_type: "gpt_neo", family: "absolute-position GPT", build: gpt_neo::spec },
+    // Routed mixtures of experts (issue 17).
+    Arch { model_type: "mixtral", family: "routed MoE decoder", build: mixtral::spec },
+    Arch { model_type: "qwen2_moe", family: "routed MoE decoder", build: qwen_moe::qwen2_moe },
+    Arch { model_type: "qwen3_moe", family: "routed MoE decoder", build: qwen_moe::qwen3_moe },
+    Arch { model_type: "olmoe", family: "routed MoE decoder", build: olmoe::spec },
 ];
 
 /// The spec of a parsed `config.json`.
