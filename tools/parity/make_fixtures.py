@@ -42,6 +42,10 @@ INIT_STD = 0.2  # initializer_range: large enough that attention is far from uni
 ONE_D_NOISE = 0.1  # std of noise added to every 1-D parameter (norm weights, biases)
 ADAMW = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01)
 RELOAD_RTOL = 1e-5
+# Smallest gap allowed between the k-th and (k+1)-th router probability of an MoE fixture (any
+# routed row of the reference forward, the AdamW steps or greedy generation): f32 differences of
+# ~1e-7 must never flip an expert. A config or seed below it is changed, never the bound.
+MIN_ROUTER_MARGIN = 1e-4
 
 
 def check_versions() -> dict:
@@ -277,6 +281,7 @@ def make_fixture(name: str, model_type: str, cfg_kwargs: dict, out_dir: Path, ve
     names = [n for n, _ in model.named_parameters()]
     stored = _stored_names(model, d / "model.safetensors")
     ids, mask, labels = make_batch(vocab)
+    margins = RouterMargins(model)
 
     # Forward + loss + backward.
     model.zero_grad(set_to_none=True)
@@ -300,6 +305,7 @@ def make_fixture(name: str, model_type: str, cfg_kwargs: dict, out_dir: Path, ve
         step_out.loss.backward()
         opt.step()
     step2 = {n: params[n].detach().clone() for n in names}
+    train_margin = margins.take()
 
     ref = {
         "input_ids": ids.to(torch.int32).contiguous(),
@@ -309,20 +315,24 @@ def make_fixture(name: str, model_type: str, cfg_kwargs: dict, out_dir: Path, ve
         "loss": loss.reshape(1).float().contiguous(),
     }
     for n in names:
-        ref[f"grad.{stored[n]}"] = grads[n].float().contiguous()
-        ref[f"step2.{stored[n]}"] = step2[n].float().contiguous()
+        for key, part in _stored_parts(stored[n], grads[n]):
+            ref[f"grad.{key}"] = part
+        for key, part in _stored_parts(stored[n], step2[n]):
+            ref[f"step2.{key}"] = part
     save_file(ref, str(d / "reference.safetensors"), metadata={"format": "pt"})
     # (one metadata key only: safetensors stores metadata in a hash map, so several keys come out in
     # random order and the file bytes would not be reproducible)
 
     # Greedy generation uses the untrained model: rebuild it from the saved folder contents.
     gen_model = build_model(model_type, cfg_kwargs)
+    gen_margins = RouterMargins(gen_model)
     prompts = make_prompts(vocab)
     new_tokens, gaps = [], []
     for p in prompts:
         toks, gap = greedy(gen_model, p)
         new_tokens.append(toks)
         gaps.append(gap)
+    greedy_margin = gen_margins.take()
     write_json(d / "greedy.json", {"prompts": prompts, "new_tokens": new_tokens})
 
     saved_keys = sorted(_safetensors_keys(d / "model.safetensors"))
@@ -361,15 +371,63 @@ def make_fixture(name: str, model_type: str, cfg_kwargs: dict, out_dir: Path, ve
             "use_cache": True,
             "min_top1_top2_logit_gap": gaps,
         },
-        "parameter_names": [stored[n] for n in names],
+        "parameter_names": [key for n in names for key, _ in _stored_parts(stored[n], params[n].detach())],
         "tied_parameter_aliases": tied,
         "model_safetensors_keys": saved_keys,
         "num_parameters": int(sum(params[n].numel() for n in names)),
     }
+    if margins.found:
+        assert min(train_margin, greedy_margin) >= MIN_ROUTER_MARGIN, (
+            f"{name}: router top-k margin {train_margin:.3g} (steps) / {greedy_margin:.3g} (greedy) is below "
+            f"{MIN_ROUTER_MARGIN}; change the fixture's config")
+        meta["router"] = {
+            "min_topk_margin_forward_and_steps": train_margin,
+            "min_topk_margin_greedy": greedy_margin,
+            "note": "smallest p_k - p_(k+1) of the softmax router probabilities over every routed row "
+                    "of the reference forward and the two AdamW steps (and, apart, of greedy generation)",
+        }
     write_json(d / "meta.json", meta)
     size = sum(f.stat().st_size for f in d.iterdir())
+    extra = f" router_margin={train_margin:.3g} greedy_router_margin={greedy_margin:.3g}" if margins.found else ""
     print(f"{name:14s} {type(model).__name__:20s} params={meta['num_parameters']:6d} loss={loss.item():.6f} "
-          f"bytes={size} greedy_min_gap={min(gaps):.3g}")
+          f"bytes={size} greedy_min_gap={min(gaps):.3g}{extra}")
+
+
+class RouterMargins:
+    """Smallest gap between the k-th and (k+1)-th softmax router probability over every row any
+    top-k router of `model` routes (forward hooks), so a fixture whose routing f32 noise could
+    flip is seen."""
+
+    def __init__(self, model):
+        import torch
+
+        self.margin = float("inf")
+        self.found = False
+        for module in model.modules():
+            if type(module).__name__.endswith("TopKRouter"):
+                self.found = True
+                k = module.top_k
+
+                def hook(mod, args, out, k=k):
+                    logits = out[0].detach().float()
+                    p = torch.softmax(logits, dim=-1)
+                    top = torch.topk(p, min(k + 1, p.shape[-1]), dim=-1).values
+                    if top.shape[-1] > k:
+                        self.margin = min(self.margin, float((top[:, k - 1] - top[:, k]).min()))
+
+                module.register_forward_hook(hook)
+
+    def take(self) -> float:
+        m, self.margin = self.margin, float("inf")
+        return m
+
+
+def _stored_parts(key, t):
+    """(stored name, tensor) pairs of one parameter: itself, or for a packed expert tensor
+    (`[E, rows, cols]`, stored per expert) its per-expert row blocks under their saved names."""
+    if isinstance(key, str):
+        return [(key, t.float().contiguous())]
+    return [(k, t[e, lo:hi].float().contiguous()) for k, (e, lo, hi) in key]
 
 
 def _safetensors_keys(path: Path) -> list[str]:
@@ -392,11 +450,34 @@ def _stored_names(model, path: Path) -> dict:
             if n in keys:
                 out[n] = n
                 continue
+            if p.dim() == 3:
+                out[n] = _expert_parts(n, p.detach(), f, keys)
+                continue
             same = [k for k in keys if f.get_slice(k).get_shape() == list(p.shape)
                     and bool((f.get_tensor(k) == p.detach()).all())]
             assert len(same) == 1, f"{n}: no unique saved tensor ({same})"
             out[n] = same[0]
     return out
+
+
+def _expert_parts(n, p, f, keys):
+    """A packed expert tensor p [E, rows, cols] that transformers saves per expert: the saved
+    tensors (under `.experts.{e}.`) equal to a block of rows of p[e], as [(key, (e, lo, hi))]."""
+    prefix = n.rsplit(".experts.", 1)[0]
+    parts = []
+    for e in range(p.shape[0]):
+        for k in sorted(k for k in keys if k.startswith(f"{prefix}.") and f".experts.{e}." in k
+                        or k.replace("block_sparse_moe", "mlp").startswith(f"{prefix}.") and f".experts.{e}." in k):
+            shape = f.get_slice(k).get_shape()
+            if len(shape) != 2 or shape[1] != p.shape[2] or p.shape[1] % shape[0]:
+                continue
+            t = f.get_tensor(k)
+            for lo in range(0, p.shape[1], shape[0]):
+                if bool((p[e, lo:lo + shape[0]] == t).all()):
+                    parts.append((k, (e, lo, lo + shape[0])))
+    covered = sum(hi - lo for _, (_, lo, hi) in parts)
+    assert covered == p.shape[0] * p.shape[1], f"{n}: saved expert tensors cover {covered} of {p.shape[0] * p.shape[1]} rows"
+    return parts
 
 
 def _all_param_keys(model) -> list[str]:

@@ -87,6 +87,8 @@ struct Inputs<'c> {
     /// `inv_freq` (all of them in most models; two tables with sliding/global layers) reads one
     /// upload instead of one per layer (30 a token for SmolLM2).
     freqs: RefCell<Vec<(Vec<f32>, Tensor)>>,
+    /// MoE layers' router outputs, collected when the load-balancing loss is wanted.
+    router: Option<RefCell<Vec<crate::moe::RouterOut>>>,
 }
 
 impl Inputs<'_> {
@@ -116,8 +118,43 @@ pub fn forward(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, batch: &Batch<'_>) 
         seq_len: seq_len(&pos),
         cache: None,
         freqs: RefCell::default(),
+        router: None,
     };
     run(g, spec, w, &inputs, &pos, (b, t), Head::All)
+}
+
+/// Logits `[B·T, V]` of a batch and, when the config asks for router logits
+/// (`output_router_logits`), the MoE load-balancing loss `[1]` (unscaled; transformers adds
+/// `router_aux_loss_coef` times it to the loss, see `moe::aux_loss_coef`).
+pub fn forward_with_aux(
+    g: &Graph<'_>,
+    spec: &ModelSpec,
+    w: &Weights,
+    batch: &Batch<'_>,
+) -> Result<(Tensor, Option<Tensor>)> {
+    if crate::moe::aux_loss_coef(spec).is_none() {
+        return Ok((forward(g, spec, w, batch)?, None));
+    }
+    if g.checkpointing() && g.grad_enabled() {
+        return Err(ModelError::Unsupported(
+            "gradient checkpointing with the MoE load-balancing loss (output_router_logits)".into(),
+        ));
+    }
+    let (b, t) = (batch.batch, batch.seq);
+    let pos = positions(spec, batch);
+    let inputs = Inputs {
+        ids: g.ints(batch.ids, &[b, t])?,
+        kmask: g.ints(batch.mask, &[b, t])?,
+        pos: g.ints(&pos, &[b, t])?,
+        host_pos: pos.clone(),
+        seq_len: seq_len(&pos),
+        cache: None,
+        freqs: RefCell::default(),
+        router: Some(RefCell::default()),
+    };
+    let logits = run(g, spec, w, &inputs, &pos, (b, t), Head::All)?;
+    let layers = inputs.router.map(RefCell::into_inner).unwrap_or_default();
+    Ok((logits, Some(crate::moe::aux_loss(g, &layers, batch.mask)?)))
 }
 
 /// Which positions the LM head runs on.
@@ -187,6 +224,7 @@ fn cached(
         seq_len: seq_len(&pos),
         cache: Some((cache, batch.mask)),
         freqs: RefCell::default(),
+        router: None,
     };
     let logits = run(g, spec, w, &inputs, &pos, (b, t), head)?;
     cache.commit(batch.mask, t);
@@ -291,6 +329,7 @@ fn owned_for_layers(spec: &ModelSpec, w: &Weights, inp: &Inputs<'_>) -> LayerCtx
         seq_len: inp.seq_len,
         cache: None,
         freqs: RefCell::new(inp.freqs.borrow().clone()),
+        router: None,
     };
     Rc::new((spec.clone(), w, inp))
 }
@@ -443,13 +482,13 @@ fn decoder_layer(
     match layer.residual {
         Residual::Sequential => {
             let (x, h) = add_then_norm(g, layer, (x, &a), w, &names.mlp_norm, i)?;
-            let m = mlp(g, spec, w, &layer.mlp, i, &h)?;
+            let m = layer_mlp(g, spec, w, (&layer.mlp, i), &h, inp)?;
             let m = maybe_norm(g, &layer.post_mlp_norm, w, &names.post_mlp_norm, i, &m)?;
             residual_add(g, layer, &x, &m)
         }
         Residual::Parallel { shared_norm } => {
             let h2 = if shared_norm { h } else { maybe_norm(g, &layer.mlp_norm, w, &names.mlp_norm, i, x)? };
-            let m = mlp(g, spec, w, &layer.mlp, i, &h2)?;
+            let m = layer_mlp(g, spec, w, (&layer.mlp, i), &h2, inp)?;
             let m = maybe_norm(g, &layer.post_mlp_norm, w, &names.post_mlp_norm, i, &m)?;
             let x = residual_add(g, layer, x, &a)?;
             residual_add(g, layer, &x, &m)
@@ -457,7 +496,7 @@ fn decoder_layer(
         Residual::PostNorm => {
             // x = n1(x + attn(x)); x = n2(x + mlp(x)).
             let x = maybe_norm(g, &layer.attn_norm, w, &names.attn_norm, i, &residual_add(g, layer, x, &a)?)?;
-            let m = mlp(g, spec, w, &layer.mlp, i, &x)?;
+            let m = layer_mlp(g, spec, w, (&layer.mlp, i), &x, inp)?;
             let m = maybe_norm(g, &layer.post_mlp_norm, w, &names.post_mlp_norm, i, &m)?;
             maybe_norm(g, &layer.mlp_norm, w, &names.mlp_norm, i, &residual_add(g, layer, &x, &m)?)
         }
@@ -543,6 +582,23 @@ fn self_attention(
     project(g, w, &n.o, i, &o, a.out_bias)
 }
 
+/// The layer's feed-forward block in the decoder graph: a routed mixture of experts collects
+/// its router outputs in `inp` (load-balancing loss); every other kind is `mlp`.
+fn layer_mlp(
+    g: &Graph<'_>,
+    spec: &ModelSpec,
+    w: &Weights,
+    (m, i): (&MlpSpec, usize),
+    h: &Tensor,
+    inp: &Inputs<'_>,
+) -> Result<Tensor> {
+    match m {
+        MlpSpec::Moe(moe) => crate::moe::block(g, w, moe, i, h, inp.router.as_ref()),
+        _ => mlp(g, spec, w, m, i, h),
+    }
+}
+
+/// A dense feed-forward block (the decoder's and the encoder's).
 pub(crate) fn mlp(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, m: &MlpSpec, i: usize, h: &Tensor) -> Result<Tensor> {
     let n = &spec.layer_names;
     match m {
@@ -563,5 +619,6 @@ pub(crate) fn mlp(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, m: &MlpSpec, i: 
             let up = project(g, w, &n.up, i, h, *bias)?;
             project(g, w, &n.down, i, &activation::activation(g, &up, *act)?, *bias)
         }
+        MlpSpec::Moe(_) => Err(ModelError::Unsupported("a mixture of experts outside the decoder graph".into())),
     }
 }

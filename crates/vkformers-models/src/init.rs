@@ -163,6 +163,11 @@ fn plan(spec: &ModelSpec, config: &Value) -> Result<Vec<Planned>> {
                 linear(&mut out, &layer_name(&names.up, i), *intermediate, h, *bias);
                 linear(&mut out, &layer_name(&names.down, i), h, *intermediate, *bias);
             }
+            MlpSpec::Moe(m) => {
+                // Every MoE weight (router, packed experts, shared expert) is a matrix from N(0, std).
+                let params = m.params(i, h);
+                out.extend(params.into_iter().map(|(name, shape)| Planned { name, shape, init: Init::Normal }));
+            }
         }
     }
     norm_params(&mut out, &spec.final_norm_name, &spec.final_norm, h);

@@ -10,6 +10,7 @@ pub mod init;
 mod kv_cache;
 pub mod lora;
 pub mod model;
+pub mod moe;
 pub mod parity;
 pub mod rope;
 pub mod spec;

@@ -65,6 +65,8 @@ impl Model {
             }
         };
         let file = ModelWeights::open(dir).map_err(io_err)?;
+        let mut spec = spec;
+        crate::moe::match_layout(&mut spec, file.names());
         let found = check_against_config(&spec, &config, &file, dir)?;
         crate::budget::check(g.ctx().caps(), need(&found, trainable, &narrow, dtype))?;
         let mut weights = Weights::default();

@@ -11,7 +11,7 @@ use vkformers_tensor::optim::{AdamW, Param};
 use vkformers_tensor::Graph;
 use vkformers_vk::Context;
 
-use crate::decoder::{causal_lm_loss, forward, Batch};
+use crate::decoder::{causal_lm_loss, forward_with_aux, Batch};
 use crate::encoder::{self, ClsLabels, EncoderBatch};
 use crate::error::{ModelError, Result};
 use crate::model::Model;
@@ -137,8 +137,13 @@ pub fn check(ctx: &Context, dir: &Path) -> Result<ParityReport> {
             };
             encoder::forward_loss(&g, &model.spec, &model.weights, &eb, labels)?
         } else {
-            let logits = forward(&g, &model.spec, &model.weights, &batch)?;
-            let loss = causal_lm_loss(&g, &logits, &labels, b, t)?;
+            let (logits, aux) = forward_with_aux(&g, &model.spec, &model.weights, &batch)?;
+            let mut loss = causal_lm_loss(&g, &logits, &labels, b, t)?;
+            if let (Some(aux), Some(coef)) = (aux, crate::moe::aux_loss_coef(&model.spec)) {
+                // transformers: `loss += router_aux_loss_coef * aux_loss` when it outputs router logits.
+                let scaled = vkformers_tensor::ops::broadcast::scale(&g, &aux, coef)?;
+                loss = vkformers_tensor::ops::broadcast::add(&g, &loss, &scaled)?;
+            }
             (logits, loss)
         };
         g.backward(&loss)?;

@@ -129,6 +129,8 @@ pub enum MlpSpec {
     /// (BitNet's ReLU²), from the activation and a product; `sub_norm` is an optional norm of the
     /// product with its weight's name template (BitNet's `ffn_sub_norm`).
     GatedAct { intermediate: usize, act: Activation, bias: bool, sub_norm: Option<(Norm, String)> },
+    /// A routed mixture of experts (see `crate::moe`).
+    Moe(Box<crate::moe::MoeSpec>),
 }
 
 /// How attention and MLP combine with the residual stream.

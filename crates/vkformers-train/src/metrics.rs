@@ -54,6 +54,10 @@ impl MetricsLog {
         if let Some(e) = r.eval_loss {
             v["eval_loss"] = json!(e);
         }
+        if let Some(a) = s.aux_loss {
+            // The MoE load-balancing term inside `loss` (coefficient times the auxiliary loss).
+            v["aux_loss"] = json!(a);
+        }
         writeln!(self.file, "{v}").map_err(|e| TrainError::file(&self.path, e))?;
         self.file.flush().map_err(|e| TrainError::file(&self.path, e))
     }

@@ -2,7 +2,7 @@
 //! parameters it may update. A full model trains all its parameters; a LoRA wrapper would
 //! hand over only its adapter matrices and a forward that adds them.
 
-use vkformers_models::decoder::forward;
+use vkformers_models::decoder::{forward, forward_with_aux};
 use vkformers_models::model::Model;
 use vkformers_tensor::{Graph, Tensor};
 
@@ -15,11 +15,28 @@ use crate::error::Result;
 /// trainable parameters.
 pub trait LanguageModel {
     fn logits(&self, g: &Graph<'_>, batch: &TokenBatch) -> Result<Tensor>;
+
+    /// The logits and, for a mixture of experts whose config asks for router logits
+    /// (`output_router_logits`), the load-balancing loss times `router_aux_loss_coef` `[1]`,
+    /// which transformers adds to the language-model loss.
+    fn logits_and_aux(&self, g: &Graph<'_>, batch: &TokenBatch) -> Result<(Tensor, Option<Tensor>)> {
+        Ok((self.logits(g, batch)?, None))
+    }
 }
 
 impl LanguageModel for Model {
     fn logits(&self, g: &Graph<'_>, batch: &TokenBatch) -> Result<Tensor> {
         Ok(forward(g, &self.spec, &self.weights, &batch.as_model_batch())?)
+    }
+
+    fn logits_and_aux(&self, g: &Graph<'_>, batch: &TokenBatch) -> Result<(Tensor, Option<Tensor>)> {
+        let (logits, aux) = forward_with_aux(g, &self.spec, &self.weights, &batch.as_model_batch())?;
+        let coef = vkformers_models::moe::aux_loss_coef(&self.spec);
+        let scaled = match (aux, coef) {
+            (Some(aux), Some(c)) => Some(vkformers_tensor::ops::broadcast::scale(g, &aux, c)?),
+            _ => None,
+        };
+        Ok((logits, scaled))
     }
 }
 

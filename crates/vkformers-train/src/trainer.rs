@@ -76,6 +76,9 @@ pub struct StepStats {
     /// fp16: the loss scale this step used, and whether an overflow skipped it.
     pub loss_scale: Option<f32>,
     pub skipped: bool,
+    /// MoE with `output_router_logits`: the load-balancing term (`router_aux_loss_coef` times
+    /// the auxiliary loss) included in `record.loss`, summed over the micro-batches.
+    pub aux_loss: Option<f64>,
 }
 
 /// Hooks of the loop: progress display, and extra files in each checkpoint.
@@ -208,17 +211,26 @@ impl<'g, 'c> Trainer<'g, 'c> {
             )));
         }
         let mut losses: Vec<Tensor> = Vec::with_capacity(micro.len());
+        let mut auxes: Vec<Tensor> = Vec::new();
         let loss_scale = self.scaler.map_or(1.0, |s| s.scale);
         for (i, mb) in micro.iter().enumerate() {
             let n = mb.targets();
             if n == 0 {
                 continue;
             }
-            let logits = model.logits(self.g, mb)?;
+            let (logits, aux) = model.logits_and_aux(self.g, mb)?;
             let loss = causal_lm_loss(self.g, &logits, &mb.labels, mb.batch, mb.seq)?;
             // fp16: backward from S·loss (S a power of two, so dividing the read value is exact).
             let factor = n as f32 / targets as f32 * loss_scale;
-            let scaled = if factor == 1.0 { loss } else { broadcast::scale(self.g, &loss, factor)? };
+            let mut scaled = if factor == 1.0 { loss } else { broadcast::scale(self.g, &loss, factor)? };
+            if let Some(aux) = aux {
+                // As the HF Trainer with a model that takes `num_items_in_batch`: each
+                // micro-batch's loss is its share of the token-mean cross-entropy plus its
+                // whole auxiliary term (not divided by the accumulation steps).
+                let aux = if loss_scale == 1.0 { aux } else { broadcast::scale(self.g, &aux, loss_scale)? };
+                scaled = broadcast::add(self.g, &scaled, &aux)?;
+                auxes.push(aux);
+            }
             self.g.backward(&scaled)?;
             losses.push(scaled);
             if i + 1 < micro.len() {
@@ -235,6 +247,10 @@ impl<'g, 'c> Trainer<'g, 'c> {
         let mut loss = 0.0;
         for l in &losses {
             loss += f64::from(self.g.read(l)?[0]) / f64::from(loss_scale);
+        }
+        let mut aux_loss = None;
+        for a in &auxes {
+            *aux_loss.get_or_insert(0.0) += f64::from(self.g.read(a)?[0]) / f64::from(loss_scale);
         }
         let grad_norm = match self.opt.last_grad_norm() {
             Some(n) => Some(f64::from(self.g.read(n)?[0])),
@@ -264,7 +280,7 @@ impl<'g, 'c> Trainer<'g, 'c> {
         let tokens = micro.iter().map(TokenBatch::tokens).sum();
         let device_memory_peak_bytes = self.g.ctx().device_memory().peak;
         let loss_scale = self.scaler.is_some().then_some(loss_scale);
-        Ok(StepStats { record, tokens, targets, seconds, device_memory_peak_bytes, loss_scale, skipped })
+        Ok(StepStats { record, tokens, targets, seconds, device_memory_peak_bytes, loss_scale, skipped, aux_loss })
     }
 
     fn take_micro_batches(&mut self) -> Vec<TokenBatch> {

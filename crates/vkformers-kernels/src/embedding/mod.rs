@@ -106,6 +106,41 @@ pub fn backward_scratch_bytes(vocab: u32, tokens: u32) -> u64 {
     (2 * u64::from(vocab) + 1 + u64::from(tokens)) * 4
 }
 
+/// A stable counting sort of the positions `n < tokens` by `ids[n]` (ids outside `[0, vocab)`
+/// left out), in `scratch` (at least [`backward_scratch_bytes`] bytes): returns the views
+/// `offsets [vocab + 1]` (u32; id v's positions are `perm[offsets[v]..offsets[v + 1]]`) and
+/// `perm [tokens]` (u32, increasing within each id). The embedding backward's grouping, also
+/// the mixture-of-experts grouping of token assignments by expert.
+pub fn counting_sort<'a>(
+    rec: &mut Recorder,
+    ids: BufferView<'_>,
+    tokens: u32,
+    vocab: u32,
+    scratch: BufferView<'a>,
+) -> Result<(BufferView<'a>, BufferView<'a>)> {
+    let hist = &code::EMBEDDING_HISTOGRAM;
+    check_len(hist, "ids", &ids, tokens.into())?;
+    let need = backward_scratch_bytes(vocab, tokens);
+    if scratch.len < need || vocab == 0 || tokens == 0 {
+        return Err(err(hist, format!("scratch of {} bytes for {tokens} ids of {vocab}, need {need}", scratch.len)));
+    }
+    let v4 = u64::from(vocab) * 4;
+    let part = |offset: u64, len: u64| BufferView { offset: scratch.offset + offset, len, ..scratch };
+    let counts = part(0, v4);
+    let offsets = part(v4, v4 + 4);
+    let perm = part(2 * v4 + 4, u64::from(tokens) * 4);
+
+    elementwise::fill(rec, counts, 0.0)?;
+    let params = words(&[tokens, vocab]);
+    rec.dispatch(hist, &[], &[read(ids), read_write(counts)], &params, groups_for(tokens.into()))?;
+    let scan = &code::EMBEDDING_SCAN;
+    rec.dispatch(scan, &[], &[read_write(counts), write(offsets)], &words(&[vocab]), [1, 1, 1])?;
+    let scatter = &code::EMBEDDING_SCATTER;
+    let args = [read(ids), read(offsets), read_write(counts), write(perm)];
+    rec.dispatch(scatter, &[], &args, &params, [1, 1, 1])?;
+    Ok((offsets, perm))
+}
+
 /// Backward: `dw[ids[n], :] += dout[n, :]` for every valid id but `p.padding_idx`, repeated ids
 /// summed in increasing `n`. `dout [tokens, dim]` in `p.dtype`; `dw [vocab, dim]` f32 is accumulated into (zero it first for a fresh gradient);
 /// `scratch` holds at least [`backward_scratch_bytes`] bytes.
@@ -129,21 +164,7 @@ pub fn embedding_backward(
     if scratch.len < need {
         return Err(err(k, format!("scratch of {} bytes, need {need}", scratch.len)));
     }
-    let v4 = u64::from(p.vocab) * 4;
-    let part = |offset: u64, len: u64| BufferView { offset: scratch.offset + offset, len, ..scratch };
-    let counts = part(0, v4);
-    let offsets = part(v4, v4 + 4);
-    let perm = part(2 * v4 + 4, u64::from(p.tokens) * 4);
-
-    elementwise::fill(rec, counts, 0.0)?;
-    let hist = &code::EMBEDDING_HISTOGRAM;
-    let params = words(&[p.tokens, p.vocab]);
-    rec.dispatch(hist, &[], &[read(ids), read_write(counts)], &params, groups_for(p.tokens.into()))?;
-    let scan = &code::EMBEDDING_SCAN;
-    rec.dispatch(scan, &[], &[read_write(counts), write(offsets)], &words(&[p.vocab]), [1, 1, 1])?;
-    let scatter = &code::EMBEDDING_SCATTER;
-    let args = [read(ids), read(offsets), read_write(counts), write(perm)];
-    rec.dispatch(scatter, &[], &args, &params, [1, 1, 1])?;
+    let (offsets, perm) = counting_sort(rec, ids, p.tokens, p.vocab, scratch)?;
     let args = [read(ids), read(offsets), read(perm), read(dout), read_write(dw)];
     let padding = p.padding_idx.unwrap_or(u32::MAX);
     rec.dispatch(k, &[], &args, &words(&[p.tokens, p.vocab, p.dim, padding]), groups_for(n))

@@ -101,7 +101,10 @@ pub fn spec(spec: &ModelSpec) -> Result<()> {
         }
         let (MlpSpec::Gated { intermediate, .. }
         | MlpSpec::Plain { intermediate, .. }
-        | MlpSpec::GatedAct { intermediate, .. }) = &l.mlp;
+        | MlpSpec::GatedAct { intermediate, .. }) = &l.mlp
+        else {
+            continue; // checked by `moe::check` when the arch builds it
+        };
         if *intermediate == 0 {
             return bad("`intermediate_size` is 0".into());
         }

@@ -39,16 +39,21 @@ mod layer_types;
 mod llama;
 mod ln_common;
 mod ministral;
+
+mod mixtral;
+mod moe_common;
 mod mpt;
 mod nanochat;
 mod olmo2;
 mod olmo3;
+mod olmoe;
 mod openai_gpt;
 mod opt;
 mod persimmon;
 mod phi;
 mod phi3;
 mod qwen;
+mod qwen_moe;
 mod seed_oss;
 mod smollm3;
 mod stablelm;
@@ -127,6 +132,11 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "ministral3", family: "llama-like decoder", build: ministral::ministral3 },
     Arch { model_type: "nanochat", family: "llama-like decoder", build: nanochat::nanochat },
     Arch { model_type: "hunyuan_v1_dense", family: "llama-like decoder", build: nanochat::hunyuan_v1_dense },
+    // Routed mixtures of experts (issue 17).
+    Arch { model_type: "mixtral", family: "routed MoE decoder", build: mixtral::spec },
+    Arch { model_type: "qwen2_moe", family: "routed MoE decoder", build: qwen_moe::qwen2_moe },
+    Arch { model_type: "qwen3_moe", family: "routed MoE decoder", build: qwen_moe::qwen3_moe },
+    Arch { model_type: "olmoe", family: "routed MoE decoder", build: olmoe::spec },
 ];
 
 /// The spec of a parsed `config.json`.

@@ -48,6 +48,8 @@ fn layers(out: &mut Vec<Planned>, spec: &ModelSpec) {
             norm_params(out, &layer_name(&names.attn_norm, i), n, h);
         }
         match &l.mlp {
+            // Encoders are built with plain MLPs; the graph refuses other kinds by name.
+            MlpSpec::Moe(_) => {}
             MlpSpec::Gated { intermediate, bias, .. } | MlpSpec::GatedAct { intermediate, bias, .. } => {
                 linear(out, &layer_name(&names.gate, i), *intermediate, h, *bias);
                 linear(out, &layer_name(&names.up, i), *intermediate, h, *bias);

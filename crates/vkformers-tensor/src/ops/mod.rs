@@ -11,6 +11,7 @@ pub mod embedding;
 pub mod glu;
 pub mod loss;
 pub mod matmul;
+pub mod moe;
 pub mod norm;
 pub mod reduce;
 pub mod rope;

@@ -1,0 +1,123 @@
+//! Routed mixture of experts: router top-k, the grouping of token assignments by expert (a
+//! stable counting sort shared with the embedding backward, then per-slot indices), and the
+//! grouped expert products, forward and backward, with no per-expert host loop.
+//!
+//! Shapes: n tokens, E experts, k choices per token, S = n·k assignment slots sorted by expert.
+//! Index buffers are int32; data f32. A first, simple form (one invocation per output element);
+//! the tiled / cooperative-matrix grouped GEMM replaces `grouped_rows` and `grouped_wgrad` later.
+
+pub mod reference;
+
+use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result};
+
+use crate::code;
+use crate::embedding::{backward_scratch_bytes, counting_sort};
+use crate::launch::{count, err, groups_for, params};
+
+fn expect_words(k: &KernelCode, what: &str, v: &BufferView<'_>, n: u64) -> Result<()> {
+    if v.len != n * 4 {
+        return Err(err(k, format!("{what}: view of {} bytes, expected {n} 4-byte values", v.len)));
+    }
+    Ok(())
+}
+
+/// Top-k of each row of `probs [rows, experts]` (descending; ties to the lower index):
+/// `ids [rows, k]` and `flat [rows, k]` (`row·E + id`) int32, `sel [rows, E]` f32 0/1.
+pub fn topk(
+    rec: &mut Recorder,
+    probs: BufferView<'_>,
+    (ids, flat, sel): (BufferView<'_>, BufferView<'_>, BufferView<'_>),
+    rows: usize,
+    experts: usize,
+    k: usize,
+) -> Result<()> {
+    let kc = &code::MOE_TOPK;
+    if k == 0 || k > experts {
+        return Err(err(kc, format!("top-{k} of {experts} experts")));
+    }
+    let n = count(kc, &[rows, experts])?;
+    expect_words(kc, "probs", &probs, n.into())?;
+    expect_words(kc, "sel", &sel, n.into())?;
+    let nk = count(kc, &[rows, k])?;
+    expect_words(kc, "ids", &ids, nk.into())?;
+    expect_words(kc, "flat", &flat, nk.into())?;
+    let p = params(&[rows as u32, experts as u32, k as u32]);
+    rec.dispatch(kc, &[], &[read(probs), write(ids), write(flat), write(sel)], &p, groups_for(rows as u64))
+}
+
+/// Bytes of scratch [`group`] needs for `slots` assignments over `experts`.
+pub fn group_scratch_bytes(experts: u32, slots: u32) -> u64 {
+    backward_scratch_bytes(experts, slots)
+}
+
+/// The slots of the `S = rows·k` assignments sorted by expert (stable: token order within an
+/// expert), from `ids [S]` (int32 experts, assignment `a = token·k + j`):
+/// `offsets [E + 1]` (expert e's slots are `offsets[e]..offsets[e + 1]`), `slot_token [S]`,
+/// `slot_expert [S]` and `assign_slot [S]` (the slot of assignment a). `scratch` holds
+/// [`group_scratch_bytes`]; `offsets` is copied out of it.
+#[allow(clippy::too_many_arguments)]
+pub fn group(
+    rec: &mut Recorder,
+    ids: BufferView<'_>,
+    experts: u32,
+    k: u32,
+    scratch: BufferView<'_>,
+    offsets: BufferView<'_>,
+    (slot_token, slot_expert, assign_slot): (BufferView<'_>, BufferView<'_>, BufferView<'_>),
+) -> Result<()> {
+    let kc = &code::MOE_SLOTS;
+    let slots = (ids.len / 4) as u32;
+    if k == 0 || !slots.is_multiple_of(k) {
+        return Err(err(kc, format!("{slots} assignments are not whole rows of {k}")));
+    }
+    expect_words(kc, "offsets", &offsets, u64::from(experts) + 1)?;
+    for (what, v) in [("slot_token", &slot_token), ("slot_expert", &slot_expert), ("assign_slot", &assign_slot)] {
+        expect_words(kc, what, v, slots.into())?;
+    }
+    let (sorted_offsets, perm) = counting_sort(rec, ids, slots, experts, scratch)?;
+    rec.copy(sorted_offsets, offsets)?;
+    let args = [read(ids), read(perm), write(slot_token), write(slot_expert), write(assign_slot)];
+    rec.dispatch(kc, &[], &args, &params(&[slots, k]), groups_for(slots.into()))
+}
+
+/// `C [rows, cols] = A [rows, inner] ·_e op(B_e)` with `e = slot_expert[s]` per row; B
+/// `[E, cols, inner]` (`trans_b`, the nn.Linear layout) or `[E, inner, cols]`.
+#[allow(clippy::too_many_arguments)]
+pub fn grouped_rows(
+    rec: &mut Recorder,
+    a: BufferView<'_>,
+    b: BufferView<'_>,
+    c: BufferView<'_>,
+    slot_expert: BufferView<'_>,
+    (rows, inner, cols, experts): (usize, usize, usize, usize),
+    trans_b: bool,
+) -> Result<()> {
+    let kc = &code::MOE_GROUPED_ROWS;
+    expect_words(kc, "a", &a, count(kc, &[rows, inner])?.into())?;
+    expect_words(kc, "b", &b, count(kc, &[experts, inner, cols])?.into())?;
+    let n = count(kc, &[rows, cols])?;
+    expect_words(kc, "c", &c, n.into())?;
+    expect_words(kc, "slot_expert", &slot_expert, rows as u64)?;
+    let p = params(&[rows as u32, inner as u32, cols as u32, u32::from(trans_b)]);
+    rec.dispatch(kc, &[], &[read(a), read(b), write(c), read(slot_expert)], &p, groups_for(n.into()))
+}
+
+/// `D [E, li, rj]`: `D_e = L_eᵀ · R_e` over each expert's contiguous slots
+/// (`offsets [E + 1]`); L `[S, li]`, R `[S, rj]`. Overwrites D (zeros for an idle expert).
+pub fn grouped_wgrad(
+    rec: &mut Recorder,
+    l: BufferView<'_>,
+    r: BufferView<'_>,
+    d: BufferView<'_>,
+    offsets: BufferView<'_>,
+    (slots, li, rj, experts): (usize, usize, usize, usize),
+) -> Result<()> {
+    let kc = &code::MOE_GROUPED_WGRAD;
+    expect_words(kc, "l", &l, count(kc, &[slots, li])?.into())?;
+    expect_words(kc, "r", &r, count(kc, &[slots, rj])?.into())?;
+    let n = count(kc, &[experts, li, rj])?;
+    expect_words(kc, "d", &d, n.into())?;
+    expect_words(kc, "offsets", &offsets, experts as u64 + 1)?;
+    let p = params(&[experts as u32, li as u32, rj as u32]);
+    rec.dispatch(kc, &[], &[read(l), read(r), write(d), read(offsets)], &p, groups_for(n.into()))
+}

@@ -1,0 +1,174 @@
+//! Routed mixtures of experts as spec data: the router, the experts (packed per layer), an
+//! optional shared expert, and the load-balancing loss; the graph is in `block.rs`, the
+//! auxiliary loss in `aux_loss.rs`.
+//!
+//! Experts are held as transformers 5 holds them in memory: one `gate_up [E·2I, H]` (expert e's
+//! rows `e·2I..e·2I+I` are its gate projection, the next I its up projection) and one
+//! `down [E·H, I]` per layer. Checkpoints (Hub and what transformers 5 saves) store them per
+//! expert (`experts.{e}.w1` / `gate_proj`, ...): the spec's joins stack them on load and split
+//! them again on save.
+
+mod aux_loss;
+mod block;
+
+pub(crate) use aux_loss::{aux_loss, RouterOut};
+pub(crate) use block::block;
+use vkformers_kernels::glu::Glu;
+
+use crate::error::{ModelError, Result};
+use crate::spec::{layer_name, JoinEntry, MlpSpec, ModelSpec};
+
+/// How router scores become the chosen experts and their weights.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Router {
+    /// `p = softmax(logits)`; the k largest p; with `renormalize` divided by their sum
+    /// (Mixtral, `norm_topk_prob`).
+    SoftmaxTopK { renormalize: bool },
+}
+
+/// A dense expert every token passes through, added to the routed output; with `gate`,
+/// scaled by `sigmoid(x · w_gate)` (`w_gate [1, H]`, Qwen2-MoE's `shared_expert_gate`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SharedExpert {
+    pub intermediate: usize,
+    /// Stored names (with `{i}`, without `.weight`) of the gate, up and down projections.
+    pub gate_proj: String,
+    pub up_proj: String,
+    pub down_proj: String,
+    /// The sigmoid gate's stored name, if any.
+    pub gate: Option<String>,
+}
+
+/// Names of one family's MoE tensors; `{i}` is the layer, `{e}` the expert.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MoeNames {
+    /// The router `[E, H]` (a full tensor name).
+    pub router: String,
+    /// The internal packed tensors (`gate_up [E·2I, H]`, `down [E·H, I]`).
+    pub gate_up: String,
+    pub down: String,
+    /// Per-expert stored tensors of the gate, up and down projections.
+    pub expert_gate: String,
+    pub expert_up: String,
+    pub expert_down: String,
+}
+
+/// A routed MoE feed-forward block.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MoeSpec {
+    pub experts: usize,
+    pub top_k: usize,
+    /// Each expert's intermediate size I.
+    pub intermediate: usize,
+    pub glu: Glu,
+    pub router: Router,
+    pub shared: Option<SharedExpert>,
+    /// `router_aux_loss_coef` when the config asks for router logits (`output_router_logits`),
+    /// which is when transformers adds the load-balancing loss to a loss with labels.
+    pub aux_loss_coef: Option<f32>,
+    pub names: MoeNames,
+    /// The checkpoint holds transformers 5's in-memory layout (`mlp.gate`, packed
+    /// `experts.gate_up_proj [E, 2I, H]` and `experts.down_proj [E, H, I]`) instead of per-expert
+    /// tensors: the parameters are those 3-D tensors, loaded and saved under their own names.
+    pub packed: bool,
+}
+
+fn expert_name(template: &str, i: usize, e: usize) -> String {
+    layer_name(template, i).replace("{e}", &e.to_string())
+}
+
+impl MoeSpec {
+    /// The internal parameters (names, shapes) of layer `i` with hidden size `h`.
+    pub fn params(&self, i: usize, h: usize) -> Vec<(String, Vec<usize>)> {
+        let (e, inter) = (self.experts, self.intermediate);
+        let n = &self.names;
+        let (gate_up, down) = if self.packed {
+            (vec![e, 2 * inter, h], vec![e, h, inter])
+        } else {
+            (vec![e * 2 * inter, h], vec![e * h, inter])
+        };
+        let mut out = vec![
+            (layer_name(&n.router, i), vec![e, h]),
+            (layer_name(&n.gate_up, i), gate_up),
+            (layer_name(&n.down, i), down),
+        ];
+        if let Some(s) = &self.shared {
+            let w = |t: &str| format!("{}.weight", layer_name(t, i));
+            out.push((w(&s.gate_proj), vec![s.intermediate, h]));
+            out.push((w(&s.up_proj), vec![s.intermediate, h]));
+            out.push((w(&s.down_proj), vec![h, s.intermediate]));
+            if let Some(g) = &s.gate {
+                out.push((w(g), vec![1, h]));
+            }
+        }
+        out
+    }
+
+    /// The joins that stack layer `i`'s per-expert stored tensors into the packed parameters.
+    pub fn joins(&self, i: usize) -> Vec<JoinEntry> {
+        let n = &self.names;
+        let gate_up = (0..self.experts)
+            .flat_map(|e| [expert_name(&n.expert_gate, i, e), expert_name(&n.expert_up, i, e)])
+            .collect();
+        let down = (0..self.experts).map(|e| expert_name(&n.expert_down, i, e)).collect();
+        vec![
+            JoinEntry { internal: layer_name(&n.gate_up, i), parts: gate_up },
+            JoinEntry { internal: layer_name(&n.down, i), parts: down },
+        ]
+    }
+
+    /// Sizes the graph divides by or allocates from.
+    pub fn check(&self) -> Result<()> {
+        if self.experts == 0 || self.top_k == 0 || self.top_k > self.experts || self.intermediate == 0 {
+            return Err(ModelError::Config(format!(
+                "a mixture of {} experts of size {} choosing {} per token: check num_experts, \
+                 num_experts_per_tok and the expert intermediate size",
+                self.experts, self.intermediate, self.top_k
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Adds the joins of every MoE layer of `spec` (after the arch set its layers).
+pub fn add_joins(spec: &mut ModelSpec) -> Result<()> {
+    let mut joins = Vec::new();
+    for (i, l) in spec.layers.iter().enumerate() {
+        if let MlpSpec::Moe(m) = &l.mlp {
+            m.check()?;
+            joins.extend(m.joins(i));
+        }
+    }
+    spec.joins.extend(joins);
+    Ok(())
+}
+
+/// transformers 5's in-memory names of a layer's router and packed experts.
+const PACKED_ROUTER: &str = "model.layers.{i}.mlp.gate.weight";
+const PACKED_GATE_UP: &str = "model.layers.{i}.mlp.experts.gate_up_proj";
+
+/// Switches the MoE layers of `spec` to the packed layout where the checkpoint's tensor names
+/// (`stored`) hold it (a `state_dict` written as it is), so both layouts load; a per-expert
+/// checkpoint (the Hub's, and what `save_pretrained` writes) keeps the joins.
+pub fn match_layout<'a>(spec: &mut ModelSpec, stored: impl Iterator<Item = &'a str>) {
+    let stored: std::collections::HashSet<&str> = stored.collect();
+    let mut drop = Vec::new();
+    for (i, l) in spec.layers.iter_mut().enumerate() {
+        let MlpSpec::Moe(m) = &mut l.mlp else { continue };
+        if !stored.contains(layer_name(PACKED_GATE_UP, i).as_str()) || m.names.gate_up != PACKED_GATE_UP {
+            continue;
+        }
+        m.packed = true;
+        m.names.router = PACKED_ROUTER.into();
+        drop.extend([layer_name(&m.names.gate_up, i), layer_name(&m.names.down, i)]);
+    }
+    spec.joins.retain(|j| !drop.contains(&j.internal));
+}
+
+/// The load-balancing coefficient of a spec whose config asks for it (the first MoE layer's).
+pub fn aux_loss_coef(spec: &ModelSpec) -> Option<f32> {
+    spec.layers.iter().find_map(|l| match &l.mlp {
+        MlpSpec::Moe(m) => m.aux_loss_coef,
+        _ => None,
+    })
+}

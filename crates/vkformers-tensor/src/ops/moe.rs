@@ -1,0 +1,102 @@
+//! Routed mixture of experts on the device: the router's top-k choice, the grouping of the
+//! `S = n·k` token assignments by expert (counting sort, no host round trip), and the grouped
+//! expert product with its backward.
+//!
+//! `grouped_linear`: `y [S, out] = x [S, in] ·_e W_eᵀ` with `W [E·out, in]` (E blocks in the
+//! nn.Linear layout, transformers' packed `[E, out, in]` expert tensor) and e the expert of
+//! each slot. Backward: `dx = dy ·_e W_e` (the same kernel, W untransposed) and
+//! `dW_e = dy_eᵀ · x_e` over each expert's contiguous slots.
+
+use vkformers_kernels::moe as k;
+
+use crate::{Graph, Result, Tensor, VkError};
+
+fn err(message: String) -> VkError {
+    VkError::Kernel { kernel: "tensor moe".into(), message }
+}
+
+/// A router's choice for n tokens: int32 `ids [n, k]` (experts, best first), int32
+/// `flat [n, k]` (`token·E + expert`, to gather the chosen probabilities), f32 `sel [n, E]`
+/// (1 where chosen). No gradient flows through the choice itself.
+pub struct TopK {
+    pub ids: Tensor,
+    pub flat: Tensor,
+    pub sel: Tensor,
+}
+
+/// The top `k` of each row of `scores [n, E]` (ties to the lower expert).
+pub fn topk(g: &Graph<'_>, scores: &Tensor, k: usize) -> Result<TopK> {
+    let (n, e) = (scores.rows(), scores.last_dim());
+    let (ids, flat, sel) = (g.empty(&[n, k])?, g.empty(&[n, k])?, g.empty(&[n, e])?);
+    g.record(|rec| k::topk(rec, scores.view(), (ids.view(), flat.view(), sel.view()), n, e, k))?;
+    Ok(TopK { ids, flat, sel })
+}
+
+/// The assignments sorted by expert: int32 `offsets [E + 1]`, and per slot `token [S]`,
+/// `expert [S]`, and per assignment `slot [S]` (where `token·k + j` went).
+pub struct Groups {
+    pub experts: usize,
+    pub offsets: Tensor,
+    pub token: Tensor,
+    pub expert: Tensor,
+    pub slot: Tensor,
+}
+
+/// Groups the assignments `ids [n, k]` of [`topk`] by expert.
+pub fn group(g: &Graph<'_>, ids: &Tensor, experts: usize) -> Result<Groups> {
+    let (slots, kk) = (ids.numel(), ids.last_dim());
+    let e32 = u32::try_from(experts).map_err(|_| err(format!("{experts} experts")))?;
+    let s32 = u32::try_from(slots).map_err(|_| err(format!("{slots} assignments")))?;
+    let scratch = g.empty(&[(k::group_scratch_bytes(e32, s32) / 4) as usize])?;
+    let offsets = g.empty(&[experts + 1])?;
+    let (token, expert, slot) = (g.empty(&[slots])?, g.empty(&[slots])?, g.empty(&[slots])?);
+    g.record(|rec| {
+        let idx = (token.view(), expert.view(), slot.view());
+        k::group(rec, ids.view(), e32, kk as u32, scratch.view(), offsets.view(), idx)
+    })?;
+    Ok(Groups { experts, offsets, token, expert, slot })
+}
+
+/// `y [S, out] = x [S, in] ·_e W_eᵀ` for `W [E·out, in]` or `[E, out, in]` (f32).
+pub fn grouped_linear(g: &Graph<'_>, x: &Tensor, w: &Tensor, groups: &Groups) -> Result<Tensor> {
+    let (slots, inp, e) = (x.rows(), x.last_dim(), groups.experts);
+    let ws = w.shape();
+    if w.last_dim() != inp || !w.numel().is_multiple_of(e * inp) || groups.token.numel() != slots {
+        return Err(err(format!(
+            "grouped_linear: x {:?}, W {ws:?}, {e} experts, {} slots",
+            x.shape(),
+            groups.token.numel()
+        )));
+    }
+    let out = w.numel() / (e * inp);
+    let y = g.output(&[slots, out], &[x, w])?;
+    g.record(|rec| {
+        k::grouped_rows(rec, x.view(), w.view(), y.view(), groups.expert.view(), (slots, inp, out, e), true)
+    })?;
+    let (sx, sw, expert, offsets) = (x.clone(), w.clone(), groups.expert.clone(), groups.offsets.clone());
+    let need = [x.requires_grad(), w.requires_grad()];
+    g.push_node(
+        &y,
+        vec![x.clone(), w.clone()],
+        Box::new(move |g, dy| {
+            let dx = if need[0] {
+                let dx = g.empty(sx.shape())?;
+                let dims = (slots, out, inp, e);
+                g.record(|rec| k::grouped_rows(rec, dy.view(), sw.view(), dx.view(), expert.view(), dims, false))?;
+                Some(dx)
+            } else {
+                None
+            };
+            let dw = if need[1] {
+                let dw = g.empty(sw.shape())?;
+                let dims = (slots, out, inp, e);
+                g.record(|rec| k::grouped_wgrad(rec, dy.view(), sx.view(), dw.view(), offsets.view(), dims))?;
+                Some(dw)
+            } else {
+                None
+            };
+            Ok(vec![dx, dw])
+        }),
+    );
+    Ok(y)
+}
