@@ -106,8 +106,14 @@ impl Inputs<'_> {
 
 pub use crate::kv_cache::KvCache;
 
-/// Logits `[B·T, V]` of a batch.
-pub fn forward(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, batch: &Batch<'_>) -> Result<Tensor> {
+/// The uncached inputs of a batch and its host position ids; `collect_router` keeps each MoE
+/// layer's router outputs for the load-balancing loss.
+fn batch_inputs<'c>(
+    g: &Graph<'_>,
+    spec: &ModelSpec,
+    batch: &Batch<'_>,
+    collect_router: bool,
+) -> Result<(Inputs<'c>, Vec<i32>)> {
     let (b, t) = (batch.batch, batch.seq);
     let pos = positions(spec, batch);
     let inputs = Inputs {
@@ -118,9 +124,15 @@ pub fn forward(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, batch: &Batch<'_>) 
         seq_len: seq_len(&pos),
         cache: None,
         freqs: RefCell::default(),
-        router: None,
+        router: collect_router.then(RefCell::default),
     };
-    run(g, spec, w, &inputs, &pos, (b, t), Head::All)
+    Ok((inputs, pos))
+}
+
+/// Logits `[B·T, V]` of a batch.
+pub fn forward(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, batch: &Batch<'_>) -> Result<Tensor> {
+    let (inputs, pos) = batch_inputs(g, spec, batch, false)?;
+    run(g, spec, w, &inputs, &pos, (batch.batch, batch.seq), Head::All)
 }
 
 /// Logits `[B·T, V]` of a batch and, when the config asks for router logits
@@ -140,19 +152,8 @@ pub fn forward_with_aux(
             "gradient checkpointing with the MoE load-balancing loss (output_router_logits)".into(),
         ));
     }
-    let (b, t) = (batch.batch, batch.seq);
-    let pos = positions(spec, batch);
-    let inputs = Inputs {
-        ids: g.ints(batch.ids, &[b, t])?,
-        kmask: g.ints(batch.mask, &[b, t])?,
-        pos: g.ints(&pos, &[b, t])?,
-        host_pos: pos.clone(),
-        seq_len: seq_len(&pos),
-        cache: None,
-        freqs: RefCell::default(),
-        router: Some(RefCell::default()),
-    };
-    let logits = run(g, spec, w, &inputs, &pos, (b, t), Head::All)?;
+    let (inputs, pos) = batch_inputs(g, spec, batch, true)?;
+    let logits = run(g, spec, w, &inputs, &pos, (batch.batch, batch.seq), Head::All)?;
     let layers = inputs.router.map(RefCell::into_inner).unwrap_or_default();
     Ok((logits, Some(crate::moe::aux_loss(g, &layers, batch.mask)?)))
 }

@@ -198,7 +198,11 @@ fn stored_names(spec: &ModelSpec, planned: &[Planned]) -> Vec<String> {
             names.extend(j.parts.iter().cloned());
             continue;
         }
-        let hf = spec.weight_map.iter().find(|e| e.parts.iter().any(|(n, _)| *n == p.name)).map(|e| e.hf.clone());
+        let hf = spec
+            .weight_map
+            .iter()
+            .find(|e| !e.is_legacy_norm_alias() && e.parts.iter().any(|(n, _)| *n == p.name))
+            .map(|e| e.hf.clone());
         let hf = hf.unwrap_or_else(|| p.name.clone());
         if !names.contains(&hf) {
             names.push(hf);

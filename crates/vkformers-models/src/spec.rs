@@ -211,6 +211,13 @@ pub struct MapEntry {
 }
 
 impl MapEntry {
+    /// A rename from the LayerNorm names of old BERT-era checkpoints (`gamma`/`beta`): read when
+    /// a folder has them (and written back to that folder's names), never chosen for a new model,
+    /// which gets transformers' `weight`/`bias`.
+    pub fn is_legacy_norm_alias(&self) -> bool {
+        !self.transpose && self.parts.len() == 1 && (self.hf.ends_with(".gamma") || self.hf.ends_with(".beta"))
+    }
+
     /// The fused q/k/v tensor of every layer, `{attn}.{fused}.{suffix}` for each suffix (`attn`
     /// is the attention module's name template, `{i}` the layer), split into
     /// `{attn}.{part}.{suffix}` of `rows` rows each, in `groups` blocks (see `groups`).

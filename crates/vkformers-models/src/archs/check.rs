@@ -34,6 +34,20 @@ const SIZE_FIELDS: &[(&str, u64)] = &[
     ("max_position_embeddings", 1 << 31),
     ("n_positions", 1 << 31),
     ("word_embed_proj_dim", 1 << 20),
+    // Encoders (DistilBERT's names, ALBERT/ELECTRA's factorised embedding, token types).
+    ("dim", 1 << 20),
+    ("hidden_dim", 1 << 22),
+    ("n_layers", 1 << 12),
+    ("n_heads", 1 << 14),
+    ("embedding_size", 1 << 20),
+    ("type_vocab_size", 1 << 20),
+    // Mixtures of experts (the largest real ones have a few hundred experts).
+    ("num_experts", 1 << 12),
+    ("num_local_experts", 1 << 12),
+    ("num_experts_per_tok", 1 << 12),
+    ("moe_intermediate_size", 1 << 22),
+    ("shared_expert_intermediate_size", 1 << 22),
+    ("decoder_sparse_step", 1 << 12),
 ];
 
 /// Fractions of the head rotated; each in (0, 1] where present.

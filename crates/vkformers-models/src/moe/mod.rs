@@ -130,8 +130,24 @@ impl MoeSpec {
     }
 }
 
+/// Most expert MLPs of one model (experts × MoE layers): each is three stored tensors named in
+/// the joins, so a config may not size that list beyond any real model (DeepSeek-V3: 58 × 256;
+/// Qwen3-Next: 48 × 512).
+const MAX_EXPERT_MLPS: usize = 1 << 18;
+
 /// Adds the joins of every MoE layer of `spec` (after the arch set its layers).
 pub fn add_joins(spec: &mut ModelSpec) -> Result<()> {
+    let total: usize = spec
+        .layers
+        .iter()
+        .map(|l| if let MlpSpec::Moe(m) = &l.mlp { m.experts } else { 0 })
+        .fold(0usize, usize::saturating_add);
+    if total > MAX_EXPERT_MLPS {
+        return Err(ModelError::Config(format!(
+            "{total} expert MLPs (experts × MoE layers) above the {MAX_EXPERT_MLPS} this loader takes: \
+             check num_experts and num_hidden_layers"
+        )));
+    }
     let mut joins = Vec::new();
     for (i, l) in spec.layers.iter().enumerate() {
         if let MlpSpec::Moe(m) = &l.mlp {
