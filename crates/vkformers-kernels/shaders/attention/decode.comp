@@ -130,7 +130,9 @@ void score_key(uint b, uint hk, uint k0, uint kend, uint r0, uint nr, int first_
             [[unroll]] for (uint u = 0; u < KU; u++) {
                 kv[u] = d0 + u < pc.d ? ld(pc.k, base + d0 + u) : 0.0;
             }
+            // Columns past D: sq is not written there (0 * a stale NaN would be NaN).
             [[unroll]] for (uint u = 0; u < KU; u++) {
+                if (d0 + u >= pc.d) break;
                 [[unroll]] for (uint rr = 0; rr < BQ; rr++) {
                     if (rr >= nr) break;
                     s[rr] += sq[rr * DS + d0 + u] * kv[u];
