@@ -1,8 +1,11 @@
 //! A fresh model from a `config.json` (pre-training from scratch), initialised as the model's
 //! `_init_weights` does in transformers: every linear and embedding weight from
 //! normal(0, `initializer_range`), the embedding's `pad_token_id` row zero, biases zero, norm
-//! weights one (zero for norms stored as an offset from one, e.g. Gemma's `1 + w`). Values come
-//! from a seeded generator, so a seed gives the same model on every machine.
+//! weights one (zero for norms stored as an offset from one, e.g. Gemma's `1 + w`); the per-family
+//! exceptions are spec data (`ResidualInit`: GPT-2's residual projections at std / sqrt(2L);
+//! `layer_init_std`: openai-gpt's Conv1D at 0.02), checked against transformers' own init by
+//! tests/init.rs. Values come from a seeded generator, so a seed gives the same model on every
+//! machine.
 
 use std::path::Path;
 
@@ -13,12 +16,16 @@ use crate::archs::spec_from_config;
 use crate::decoder::Weights;
 use crate::error::{ModelError, Result};
 use crate::model::Model;
-use crate::spec::{layer_name, MlpSpec, ModelSpec, Norm, QkNormAt};
+use crate::spec::{layer_name, MlpSpec, ModelSpec, Norm, QkNormAt, ResidualInit};
 
 /// How one parameter starts.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) enum Init {
     Normal,
+    /// N(0, initializer_range / sqrt(2 * layers)): a residual output projection (`ResidualInit`).
+    ScaledNormal,
+    /// N(0, `ModelSpec::layer_init_std`): a layer matrix of a family with a fixed layer std.
+    LayerNormal,
     Zeros,
     Ones,
 }
@@ -72,6 +79,14 @@ pub(crate) fn linear(out: &mut Vec<Planned>, name: &str, rows: usize, cols: usiz
     }
 }
 
+/// `{module}.weight`, planned last, is drawn with the residual-scaled std.
+fn scale_init(out: &mut [Planned], module: &str) {
+    let name = format!("{module}.weight");
+    if let Some(p) = out.iter_mut().rev().find(|p| p.name == name) {
+        p.init = Init::ScaledNormal;
+    }
+}
+
 /// The parameters (internal names, shapes, init) a spec's decoder graph reads.
 fn plan(spec: &ModelSpec, config: &Value) -> Result<Vec<Planned>> {
     if spec.encoder.is_some() {
@@ -106,6 +121,7 @@ fn plan(spec: &ModelSpec, config: &Value) -> Result<Vec<Planned>> {
     }
     let names = &spec.layer_names;
     for (i, l) in spec.layers.iter().enumerate() {
+        let first = out.len();
         let a = &l.attn;
         let (q, kv) = (a.heads * a.head_dim, a.kv_heads * a.head_dim);
         for (norm, template) in [
@@ -130,6 +146,9 @@ fn plan(spec: &ModelSpec, config: &Value) -> Result<Vec<Planned>> {
             norm_params(&mut out, &layer_name(template, i), n, q);
         }
         linear(&mut out, &layer_name(&names.o, i), h, q, a.out_bias);
+        if spec.residual_init != ResidualInit::Plain {
+            scale_init(&mut out, &layer_name(&names.o, i));
+        }
         match &a.qk_norm {
             // Per-head weights [heads, D] (Cohere's qk norm).
             Some(Norm::LayerPerHead { .. }) => {
@@ -162,12 +181,18 @@ fn plan(spec: &ModelSpec, config: &Value) -> Result<Vec<Planned>> {
             MlpSpec::Plain { intermediate, bias, .. } => {
                 linear(&mut out, &layer_name(&names.up, i), *intermediate, h, *bias);
                 linear(&mut out, &layer_name(&names.down, i), h, *intermediate, *bias);
+                if spec.residual_init == ResidualInit::AttnOutAndMlpDown {
+                    scale_init(&mut out, &layer_name(&names.down, i));
+                }
             }
             MlpSpec::Moe(m) => {
                 // Every MoE weight (router, packed experts, shared expert) is a matrix from N(0, std).
                 let params = m.params(i, h);
                 out.extend(params.into_iter().map(|(name, shape)| Planned { name, shape, init: Init::Normal }));
             }
+        }
+        if spec.layer_init_std.is_some() {
+            out[first..].iter_mut().filter(|p| p.init == Init::Normal).for_each(|p| p.init = Init::LayerNormal);
         }
     }
     norm_params(&mut out, &spec.final_norm_name, &spec.final_norm, h);
@@ -219,6 +244,8 @@ pub fn init_from_config(g: &Graph<'_>, config: Value, seed: u64) -> Result<Model
     let planned = plan(&spec, &config)?;
     let elements = planned.iter().map(|p| p.shape.iter().map(|&d| d as u64).product::<u64>()).sum();
     crate::budget::check(g.ctx().caps(), crate::budget::Need { trainable_elements: elements, frozen_bytes: 0 })?;
+    // GPT-2's residual scaling (`ResidualInit`): 2 residual branches per layer.
+    let scaled_std = std / (2.0 * spec.layers.len().max(1) as f64).sqrt();
     let mut rng = Normal(seed);
     let mut weights = Weights::default();
     let mut params = Vec::new();
@@ -227,6 +254,8 @@ pub fn init_from_config(g: &Graph<'_>, config: Value, seed: u64) -> Result<Model
         let n: usize = p.shape.iter().product();
         let mut data: Vec<f32> = match p.init {
             Init::Normal => (0..n).map(|_| rng.sample(std)).collect(),
+            Init::ScaledNormal => (0..n).map(|_| rng.sample(scaled_std)).collect(),
+            Init::LayerNormal => (0..n).map(|_| rng.sample(spec.layer_init_std.unwrap_or(std))).collect(),
             Init::Zeros => vec![0.0; n],
             Init::Ones => vec![1.0; n],
         };

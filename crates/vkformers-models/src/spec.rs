@@ -338,6 +338,28 @@ pub struct ModelSpec {
     /// Encoder-only models (BERT family): the parts the decoder graph has no slot for; the
     /// model runs through `encoder::forward` instead. `None` for decoders.
     pub encoder: Option<crate::encoder::EncoderSpec>,
+    /// Which residual-branch output projections `init_from_config` draws with the smaller std
+    /// `initializer_range / sqrt(2 * layers)` (GPT-2's scheme); training from a checkpoint
+    /// never reads it.
+    pub residual_init: ResidualInit,
+    /// The std every matrix of the layers starts at when it is not `initializer_range`:
+    /// openai-gpt's `Conv1D` draws N(0, 0.02) in its constructor and its `_init_weights` leaves
+    /// it alone. `None` for most families.
+    pub layer_init_std: Option<f64>,
+}
+
+/// GPT-2's scaled initialisation of the projections that write into the residual stream: with
+/// 2 residual branches per layer the stream's variance at init grows as 2L · std², so those
+/// projections start at std / sqrt(2L) (`_init_weights` of gpt2, gpt_bigcode, nanochat).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ResidualInit {
+    /// Every matrix from N(0, initializer_range).
+    #[default]
+    Plain,
+    /// The attention output projection only (nanochat's `o_proj`).
+    AttnOut,
+    /// The attention output and the MLP down projection (GPT-2's two `c_proj`).
+    AttnOutAndMlpDown,
 }
 
 impl ModelSpec {
@@ -380,6 +402,8 @@ impl ModelSpec {
             joins: Vec::new(),
             padding_idx: None,
             encoder: None,
+            residual_init: ResidualInit::Plain,
+            layer_init_std: None,
         }
     }
 }

@@ -96,6 +96,8 @@ impl EncoderParts<'_> {
             joins: Vec::new(),
             padding_idx: self.padding_idx,
             encoder: Some(self.encoder),
+            residual_init: crate::spec::ResidualInit::Plain,
+            layer_init_std: None,
         };
         spec.weight_map = legacy_norm_names(&spec);
         spec

@@ -8,7 +8,7 @@ use vkformers_kernels::activation::Activation;
 
 use super::common::parse;
 use crate::error::{ModelError, Result};
-use crate::spec::{AttnSpec, LayerNames, LayerSpec, MapEntry, MlpSpec, ModelSpec, Norm};
+use crate::spec::{AttnSpec, LayerNames, LayerSpec, MapEntry, MlpSpec, ModelSpec, Norm, ResidualInit};
 
 #[derive(Deserialize)]
 struct Config {
@@ -87,5 +87,6 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     spec.final_norm_name = "transformer.ln_f".into();
     spec.position_embedding = Some("transformer.wpe".into());
     spec.weight_map = weight_map(c.n_layer, c.n_embd);
+    spec.residual_init = ResidualInit::AttnOutAndMlpDown;
     Ok(spec)
 }

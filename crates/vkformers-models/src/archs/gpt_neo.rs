@@ -49,6 +49,8 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     // The renamed sizes get the registry's range checks (heads > 0, bounded layer count).
     super::check::config_fields(&gpt2)?;
     let mut spec = super::gpt2::spec(&gpt2)?;
+    // Its `_init_weights` draws every matrix at one std (no GPT-2 residual scaling).
+    spec.residual_init = crate::spec::ResidualInit::Plain;
     spec.model_type = "gpt_neo".into();
     let local = local_layers(cfg, spec.layers.len())?;
     let window = cfg.get("window_size").and_then(Value::as_u64).unwrap_or(256) as u32;

@@ -15,6 +15,8 @@ use crate::spec::{MapEntry, ModelSpec, Residual, RopeSpec};
 fn build(model_type: &str, cfg: &Value) -> Result<ModelSpec> {
     // GPTJConfig / CodeGenConfig share GPT-2's size fields; gpt2's parser reads them.
     let mut spec = super::gpt2::spec(cfg)?;
+    // Its `_init_weights` draws every matrix at one std (no GPT-2 residual scaling).
+    spec.residual_init = crate::spec::ResidualInit::Plain;
     spec.model_type = model_type.into();
     let head_dim = spec.hidden / spec.layers[0].attn.heads;
     let rotary_dim = match cfg.get("rotary_dim") {

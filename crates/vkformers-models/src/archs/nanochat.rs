@@ -18,7 +18,7 @@ use super::common::{parse, BaseConfig};
 use super::ln_common::plain_act;
 use crate::error::Result;
 use crate::rope::RopeParams;
-use crate::spec::{padding_idx_or, MlpSpec, ModelSpec, Norm, QkNormAt, RopeSpec};
+use crate::spec::{padding_idx_or, MlpSpec, ModelSpec, Norm, QkNormAt, ResidualInit, RopeSpec};
 
 #[derive(Deserialize)]
 struct Config {
@@ -52,6 +52,7 @@ pub fn nanochat(cfg: &Value) -> Result<ModelSpec> {
     };
     let n = &mut spec.layer_names;
     (n.up, n.down) = ("model.layers.{i}.mlp.fc1".into(), "model.layers.{i}.mlp.fc2".into());
+    spec.residual_init = ResidualInit::AttnOut;
     Ok(spec)
 }
 

@@ -24,6 +24,10 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
         }
     }
     let mut spec = super::gpt2::spec(&gpt2)?;
+    // No GPT-2 residual scaling: its Conv1D layers keep the N(0, 0.02) their constructor draws
+    // (its `_init_weights` leaves them alone).
+    spec.residual_init = crate::spec::ResidualInit::Plain;
+    spec.layer_init_std = Some(0.02);
     spec.model_type = "openai-gpt".into();
     let last = spec.layers.len() - 1;
     for l in &mut spec.layers {
