@@ -37,9 +37,13 @@ def left_pad(prompts: list[list[int]]):
 
 def one(d: Path) -> dict:
     import torch
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoConfig
 
-    model = AutoModelForCausalLM.from_pretrained(d, attn_implementation="eager", dtype=torch.float32).eval()
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from make_fixtures import lm_class
+
+    cls = lm_class(AutoConfig.from_pretrained(d))
+    model = cls.from_pretrained(d, attn_implementation="eager", dtype=torch.float32).eval()
     # MoE fixtures with `output_router_logits` (for the auxiliary loss): transformers 5.24's
     # load-balancing loss fails in batched cached decoding (it weights one new column's router
     # logits with the whole mask), and the loss never changes the tokens; generate without it.

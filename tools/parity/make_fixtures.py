@@ -183,13 +183,23 @@ def setup_torch():
     return torch
 
 
+def lm_class(config):
+    """The class a folder of `config` loads as: AutoModelForCausalLM, or for an image-text wrapper
+    it does not map (mistral3) AutoModelForImageTextToText."""
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+
+    if type(config) in AutoModelForCausalLM._model_mapping:
+        return AutoModelForCausalLM
+    return AutoModelForImageTextToText
+
+
 def build_model(model_type: str, cfg_kwargs: dict):
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig
 
     config = AutoConfig.for_model(model_type, **cfg_kwargs)
     torch.manual_seed(SEED)
-    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager", dtype=torch.float32)
+    model = lm_class(config).from_config(config, attn_implementation="eager", dtype=torch.float32)
     # Default init leaves norm weights at 1 (0 for gemma's 1+w) and biases at 0; perturb every 1-D
     # parameter so that a reimplementation that ignores a bias or a norm weight shows up in the logits.
     g = torch.Generator().manual_seed(SEED + 1)
@@ -265,7 +275,7 @@ def make_fixture(name: str, model_type: str, cfg_kwargs: dict, out_dir: Path, ve
 
     model = build_model(model_type, cfg_kwargs)
     cfg = model.config
-    vocab = cfg.vocab_size
+    vocab = cfg.get_text_config().vocab_size
     d = out_dir / name
     d.mkdir(parents=True, exist_ok=True)
     for stale in ("config.json", "model.safetensors", "generation_config.json"):
@@ -290,6 +300,10 @@ def make_fixture(name: str, model_type: str, cfg_kwargs: dict, out_dir: Path, ve
     loss = out.loss.detach().clone()
     out.loss.backward()
     params = dict(model.named_parameters())
+    # An image-text wrapper's vision tower and projector get no gradient from a text batch: they
+    # are carried (not compared), and AdamW leaves them alone.
+    carried = [n for n in names if params[n].grad is None]
+    names = [n for n in names if params[n].grad is not None]
     grads = {n: params[n].grad.detach().clone() for n in names}
 
     # Sanity: logits from a plain forward (no labels) are identical.
@@ -373,6 +387,7 @@ def make_fixture(name: str, model_type: str, cfg_kwargs: dict, out_dir: Path, ve
         },
         "parameter_names": [key for n in names for key, _ in _stored_parts(stored[n], params[n].detach())],
         "tied_parameter_aliases": tied,
+        "carried_parameters": [stored[n] for n in carried],
         "model_safetensors_keys": saved_keys,
         "num_parameters": int(sum(params[n].numel() for n in names)),
     }
@@ -450,7 +465,7 @@ def _stored_names(model, path: Path) -> dict:
             if n in keys:
                 out[n] = n
                 continue
-            if p.dim() == 3:
+            if p.dim() == 3 and "experts" in n:
                 out[n] = _expert_parts(n, p.detach(), f, keys)
                 continue
             same = [k for k in keys if f.get_slice(k).get_shape() == list(p.shape)
@@ -494,7 +509,7 @@ def verify_fixture(d: Path) -> None:
     weights = load_file(str(d / "model.safetensors"))
     cfg = json.loads((d / "config.json").read_text())
     greedy_ = json.loads((d / "greedy.json").read_text())
-    V = cfg["vocab_size"]
+    V = cfg.get("vocab_size") or cfg["text_config"]["vocab_size"]
     for k in ("input_ids", "attention_mask", "labels"):
         assert ref[k].shape == (BATCH, T) and ref[k].dtype == np.int32, (k, ref[k].shape, ref[k].dtype)
     assert ref["logits"].shape == (BATCH, T, V) and ref["logits"].dtype == np.float32
@@ -540,7 +555,7 @@ def generate(args, versions: dict) -> None:
 def check_reload(args) -> int:
     torch = setup_torch()
     from safetensors.torch import load_file
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoConfig
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
@@ -552,7 +567,7 @@ def check_reload(args) -> int:
     if not (model_dir / "config.json").is_file():
         sys.exit(f"{model_dir} has no config.json")
     ref = load_file(str(ref_path))
-    model = AutoModelForCausalLM.from_pretrained(
+    model = lm_class(AutoConfig.from_pretrained(str(model_dir))).from_pretrained(
         str(model_dir), local_files_only=True, attn_implementation="eager", dtype=torch.float32
     )
     model.eval()

@@ -239,6 +239,17 @@ fn stored_names(spec: &ModelSpec, planned: &[Planned]) -> Vec<String> {
 /// A new model of `config` on `g`, initialised as described above from `seed`.
 pub fn init_from_config(g: &Graph<'_>, config: Value, seed: u64) -> Result<Model> {
     let spec = spec_from_config(&config)?;
+    if !spec.carried.is_empty() {
+        // The vision tower is not ours to draw (its modules are not in the spec).
+        return Err(ModelError::Unsupported(format!(
+            "a new `{}` model from its config: it is an image-text wrapper whose vision tower vkformers \
+             does not build; pre-train its text model from the `text_config` alone (model_type `{}`), or \
+             fine-tune a `{}` checkpoint",
+            spec.model_type,
+            config["text_config"]["model_type"].as_str().unwrap_or("its text type"),
+            spec.model_type
+        )));
+    }
     let std = config["initializer_range"].as_f64().unwrap_or(0.02);
     let pad = config["pad_token_id"].as_u64().map(|p| p as usize);
     let planned = plan(&spec, &config)?;

@@ -177,7 +177,8 @@ impl Model {
         };
         std::fs::create_dir_all(out).map_err(|e| ModelError::Weights(format!("{}: {e}", out.display())))?;
         let tensors = self.hf_params(g)?;
-        let save: Vec<SaveTensor<'_>> = tensors
+        let carried = carried_tensors(&self.spec, source_dir)?;
+        let mut save: Vec<SaveTensor<'_>> = tensors
             .iter()
             .map(|t| SaveTensor {
                 name: t.name.clone(),
@@ -186,6 +187,12 @@ impl Model {
                 data: TensorData::F32(&t.data),
             })
             .collect();
+        save.extend(carried.iter().map(|(name, c)| SaveTensor {
+            name: name.clone(),
+            dtype: c.dtype,
+            shape: c.shape.clone(),
+            data: TensorData::Raw(&c.bytes),
+        }));
         vkformers_io::save_safetensors(out, &save, max_shard_bytes).map_err(io_err)?;
         let mut config = self.config.clone();
         if let Some(obj) = config.as_object_mut() {
@@ -254,10 +261,53 @@ fn is_ignored_buffer(name: &str) -> bool {
     [".attn.bias", ".attn.masked_bias", ".rotary_emb.inv_freq"].iter().any(|b| name.ends_with(b))
 }
 
-/// A buffer, or a tensor of a head the encoder does not have (`EncoderSpec::ignored`).
+/// A buffer, a tensor of a head the encoder does not have (`EncoderSpec::ignored`), or one the
+/// folder carries past the graph (`ModelSpec::carried`).
 fn is_ignored(spec: &ModelSpec, name: &str) -> bool {
     is_ignored_buffer(name)
         || spec.encoder.as_ref().is_some_and(|e| e.ignored.iter().any(|p| name.starts_with(p.as_str())))
+        || is_carried(spec, name)
+}
+
+fn is_carried(spec: &ModelSpec, name: &str) -> bool {
+    spec.carried.iter().any(|p| name.starts_with(p.as_str()))
+}
+
+/// The tensors of `source_dir` under the spec's carried prefixes, as stored (dtype and bytes).
+fn carried_tensors(spec: &ModelSpec, source_dir: Option<&Path>) -> Result<Vec<(String, RawCopy)>> {
+    if spec.carried.is_empty() {
+        return Ok(Vec::new());
+    }
+    let src = source_dir.ok_or_else(|| {
+        ModelError::Weights(format!(
+            "a `{}` folder keeps tensors this model does not run ({}); saving it needs the folder it was \
+             loaded from",
+            spec.model_type,
+            spec.carried.join(", ")
+        ))
+    })?;
+    let file = ModelWeights::open(src).map_err(io_err)?;
+    let mut out = Vec::new();
+    for name in file.names().filter(|n| is_carried(spec, n)) {
+        let raw = file.tensor_bytes(name).map_err(io_err)?;
+        out.push((name.to_string(), RawCopy { dtype: raw.dtype, shape: raw.shape.to_vec(), bytes: raw.data.to_vec() }));
+    }
+    if out.is_empty() {
+        return Err(ModelError::Weights(format!(
+            "{} has no tensors under {}: a `{}` folder keeps its vision tower there",
+            src.display(),
+            spec.carried.join(", "),
+            spec.model_type
+        )));
+    }
+    Ok(out)
+}
+
+/// A stored tensor copied as it is.
+struct RawCopy {
+    dtype: vkformers_io::Dtype,
+    shape: Vec<usize>,
+    bytes: Vec<u8>,
 }
 
 /// The internal parameters (name -> shape) a folder's stored tensors make, from their headers:

@@ -346,6 +346,9 @@ pub struct ModelSpec {
     /// openai-gpt's `Conv1D` draws N(0, 0.02) in its constructor and its `_init_weights` leaves
     /// it alone. `None` for most families.
     pub layer_init_std: Option<f64>,
+    /// Prefixes of stored tensors the graph does not read that the folder's model type still
+    /// owns (an image-text wrapper's vision tower): not loaded, copied unchanged on save.
+    pub carried: Vec<String>,
 }
 
 /// GPT-2's scaled initialisation of the projections that write into the residual stream: with
@@ -404,6 +407,7 @@ impl ModelSpec {
             encoder: None,
             residual_init: ResidualInit::Plain,
             layer_init_std: None,
+            carried: Vec::new(),
         }
     }
 }

@@ -124,6 +124,9 @@ parity! {
     qwen2_moe_aux: "qwen2_moe",
     olmoe: "olmoe",
     qwen3_moe: "qwen3_moe",
+    // Image-text wrappers run as their text backbone; the vision tower is carried, not loaded.
+    gemma3_wrapper: "gemma3",
+    mistral3_wrapper: "mistral3",
 }
 
 #[test]

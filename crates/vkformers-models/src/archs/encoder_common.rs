@@ -98,6 +98,7 @@ impl EncoderParts<'_> {
             encoder: Some(self.encoder),
             residual_init: crate::spec::ResidualInit::Plain,
             layer_init_std: None,
+            carried: Vec::new(),
         };
         spec.weight_map = legacy_norm_names(&spec);
         spec

@@ -43,6 +43,7 @@ mod ministral;
 mod mixtral;
 mod moe_common;
 mod mpt;
+mod multimodal;
 mod nanochat;
 mod olmo2;
 mod olmo3;
@@ -130,6 +131,8 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "mpt", family: "ALiBi decoder", build: mpt::spec },
     Arch { model_type: "bitnet", family: "llama-like decoder", build: bitnet::spec },
     Arch { model_type: "ministral3", family: "llama-like decoder", build: ministral::ministral3 },
+    Arch { model_type: "gemma3", family: "image-text wrapper (text backbone)", build: multimodal::gemma3 },
+    Arch { model_type: "mistral3", family: "image-text wrapper (text backbone)", build: multimodal::mistral3 },
     Arch { model_type: "nanochat", family: "llama-like decoder", build: nanochat::nanochat },
     Arch { model_type: "hunyuan_v1_dense", family: "llama-like decoder", build: nanochat::hunyuan_v1_dense },
     // Routed mixtures of experts (issue 17).
