@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -55,6 +56,9 @@ CONFIGS = {
     "gemma": dict(target_modules=r".*layers\.1\.(self_attn\.q_proj|mlp\.up_proj)", use_rslora=True),
     "gpt2": dict(target_modules=["c_attn", "c_fc"], fan_in_fan_out=True),
     "llama_modules_to_save:llama": dict(target_modules=["o_proj", "up_proj"], modules_to_save=["lm_head"]),
+    # An image-text wrapper: PEFT names its text modules `model.language_model.*` (stored as
+    # `language_model.model.*`); the regex keeps LoRA off the vision tower, as users target it.
+    "gemma3": dict(target_modules=r".*language_model.*\.(q_proj|v_proj|down_proj)"),
 }
 
 
@@ -85,9 +89,10 @@ def load_base(name: str):
 
 def load_model(path: Path):
     import torch
-    from transformers import AutoModelForCausalLM
+    from make_fixtures import lm_class
+    from transformers import AutoConfig
 
-    model = AutoModelForCausalLM.from_pretrained(
+    model = lm_class(AutoConfig.from_pretrained(str(path))).from_pretrained(
         str(path), local_files_only=True, attn_implementation="eager", dtype=torch.float32
     )
     model.eval()
@@ -150,7 +155,10 @@ def make_fixture(key: str) -> None:
     from peft import PeftModel
 
     merged = PeftModel.from_pretrained(merged_model, str(d)).merge_and_unload()
-    sd = merged.state_dict()
+    # Under the stored names (save_pretrained's, which differ from the module names for a wrapper).
+    with tempfile.TemporaryDirectory() as tmp:
+        merged.save_pretrained(tmp, safe_serialization=True)
+        sd = load_file(str(Path(tmp) / "model.safetensors"))
     with safe_open(str(BASE / base_name / "model.safetensors"), framework="pt") as f:
         keys = list(f.keys())
     save_file({k: sd[k].detach().clone().contiguous() for k in keys}, str(d / "merged.safetensors"),

@@ -349,6 +349,10 @@ pub struct ModelSpec {
     /// Prefixes of stored tensors the graph does not read that the folder's model type still
     /// owns (an image-text wrapper's vision tower): not loaded, copied unchanged on save.
     pub carried: Vec<String>,
+    /// `(stored prefix, module prefix)` pairs where transformers' modules are named otherwise
+    /// than their stored tensors (an image-text wrapper stores `language_model.model.*` for the
+    /// module `model.language_model.*`): PEFT keys adapters by module path. Empty for most.
+    pub module_paths: Vec<(String, String)>,
 }
 
 /// GPT-2's scaled initialisation of the projections that write into the residual stream: with
@@ -408,7 +412,20 @@ impl ModelSpec {
             residual_init: ResidualInit::Plain,
             layer_init_std: None,
             carried: Vec::new(),
+            module_paths: Vec::new(),
         }
+    }
+
+    /// The module path (as `named_modules()` of the transformers model names it) of a stored
+    /// name, e.g. `language_model.model.layers.0.self_attn.q_proj` -> `model.language_model.layers.
+    /// 0.self_attn.q_proj` for a wrapper; the stored name itself for most families.
+    pub fn module_path(&self, stored: &str) -> String {
+        for (from, to) in &self.module_paths {
+            if let Some(rest) = stored.strip_prefix(from.as_str()) {
+                return format!("{to}{rest}");
+            }
+        }
+        stored.to_string()
     }
 }
 

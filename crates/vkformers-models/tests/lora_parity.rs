@@ -45,6 +45,8 @@ lora_parity! {
     qwen2: "qwen2" on "qwen2",
     qwen3_all_linear: "qwen3" on "qwen3",
     gemma_regex_rslora: "gemma" on "gemma",
+    // PEFT's module paths of an image-text wrapper (`model.language_model.*`) over its stored names.
+    gemma3_wrapper_regex: "gemma3" on "gemma3",
     gpt2_fused_conv1d: "gpt2" on "gpt2",
     llama_modules_to_save: "llama_modules_to_save" on "llama",
 }

@@ -99,6 +99,7 @@ impl EncoderParts<'_> {
             residual_init: crate::spec::ResidualInit::Plain,
             layer_init_std: None,
             carried: Vec::new(),
+            module_paths: Vec::new(),
         };
         spec.weight_map = legacy_norm_names(&spec);
         spec

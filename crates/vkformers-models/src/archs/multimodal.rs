@@ -45,6 +45,11 @@ fn wrapper(model_type: &str, default_type: &str, cfg: &Value) -> Result<ModelSpe
     });
     spec.model_type = model_type.into();
     spec.carried = CARRIED.iter().map(|p| p.to_string()).collect();
+    // transformers' modules: `model.language_model.*` and `lm_head` (what PEFT names).
+    spec.module_paths = vec![
+        ("language_model.model.".into(), "model.language_model.".into()),
+        ("language_model.lm_head".into(), "lm_head".into()),
+    ];
     Ok(spec)
 }
 

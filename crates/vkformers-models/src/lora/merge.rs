@@ -44,7 +44,8 @@ pub fn merged_tensors(model_dir: &Path, adapter: &Adapter) -> Result<Vec<(vkform
             used.insert(t.name.clone());
         }
         if let Some(module) = info.name.strip_suffix(".weight") {
-            let (ka, kb) = (lora_key(module, 'A'), lora_key(module, 'B'));
+            let module = spec.module_path(module);
+            let (ka, kb) = (lora_key(&module, 'A'), lora_key(&module, 'B'));
             if let (Some(a), Some(b)) = (adapter.tensors.get(&ka), adapter.tensors.get(&kb)) {
                 let transposed = spec.weight_map.iter().any(|e| e.hf == info.name && e.transpose);
                 let (out_f, in_f) = (b.shape[0], a.shape[1]);

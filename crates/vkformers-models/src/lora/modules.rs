@@ -15,7 +15,7 @@ use crate::spec::{layer_name, ModelSpec};
 /// One linear module as PEFT sees it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LinearModule {
-    /// Full HF module name, e.g. `model.layers.0.self_attn.q_proj`.
+    /// Full HF module path, e.g. `model.layers.0.self_attn.q_proj` (`ModelSpec::module_path`).
     pub name: String,
     /// Internal weight names (`<..>.weight`) and their output rows, in the stored row order.
     pub parts: Vec<(String, usize)>,
@@ -66,7 +66,7 @@ pub fn linear_modules(spec: &ModelSpec, w: &Weights) -> Result<Vec<LinearModule>
             in_features = cols;
             parts.push((p, rows));
         }
-        let module = hf.strip_suffix(".weight").unwrap_or(&hf).to_string();
+        let module = spec.module_path(hf.strip_suffix(".weight").unwrap_or(&hf));
         let out_features = parts.iter().map(|p| p.1).sum();
         out.push(LinearModule { name: module, parts, groups, in_features, out_features, conv1d, is_head });
     }
