@@ -1,0 +1,45 @@
+//! Image-text wrappers through the CLI: `vkformers train` on a `gemma3` folder trains its text
+//! backbone and saves a folder whose vision tower and projector are the source's, byte for
+//! byte, beside the trained text weights (transformers loads it as the wrapper:
+//! `tools/parity/make_fixtures.py --check-reload` checks the text logits of such a folder).
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use vkformers_io::ModelWeights;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+#[test]
+fn training_a_wrapper_keeps_its_vision_tower_and_trains_the_text_model() {
+    let model = repo().join("tests/fixtures/gemma3");
+    let data = repo().join("tests/fixtures_train/rows.jsonl");
+    let out = tempfile::tempdir().unwrap();
+    let saved = out.path().join("trained");
+    let r = Command::new(env!("CARGO_BIN_EXE_vkformers"))
+        .args(["train", "--model", model.to_str().unwrap(), "--data", data.to_str().unwrap()])
+        .args(["--out", saved.to_str().unwrap(), "--max-steps", "2", "--batch-size", "2", "--lr", "1e-3"])
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let (src, got) = (ModelWeights::open(&model).unwrap(), ModelWeights::open(&saved).unwrap());
+    let names: Vec<String> = src.names().map(String::from).collect();
+    assert_eq!(got.names().map(String::from).collect::<Vec<_>>(), names, "stored tensors");
+    let (mut carried, mut trained) = (0, 0);
+    for n in &names {
+        let same = src.tensor_bytes(n).unwrap().data == got.tensor_bytes(n).unwrap().data;
+        if n.starts_with("vision_tower.") || n.starts_with("multi_modal_projector.") {
+            assert!(same, "{n}: the vision tower is carried unchanged");
+            carried += 1;
+        } else {
+            assert!(!same, "{n}: a text weight is trained");
+            trained += 1;
+        }
+    }
+    assert!(carried >= 10 && trained >= 10, "{carried} carried, {trained} trained");
+    let config = vkformers_io::read_json(saved.join("config.json")).unwrap();
+    assert_eq!(config["model_type"], "gemma3");
+    assert!(config["vision_config"].is_object());
+}
