@@ -620,6 +620,14 @@ pub(crate) fn mlp(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, m: &MlpSpec, i: 
             let up = project(g, w, &n.up, i, h, *bias)?;
             project(g, w, &n.down, i, &activation::activation(g, &up, *act)?, *bias)
         }
+        MlpSpec::Xielu { bias, act, .. } => {
+            let up = project(g, w, &n.up, i, h, *bias)?;
+            let a = layer_name(act, i);
+            let get = |s: &str| w.get(&format!("{a}.{s}"));
+            let (a_p, a_n, beta, eps) = (get("alpha_p")?, get("alpha_n")?, get("beta")?, get("eps")?);
+            let s = activation::Xielu { a_p, a_n, beta, eps };
+            project(g, w, &n.down, i, &activation::xielu(g, &up, &s)?, *bias)
+        }
         MlpSpec::Moe(_) => Err(ModelError::Unsupported("a mixture of experts outside the decoder graph".into())),
     }
 }

@@ -26,6 +26,8 @@ pub(crate) enum Init {
     ScaledNormal,
     /// N(0, `ModelSpec::layer_init_std`): a layer matrix of a family with a fixed layer std.
     LayerNormal,
+    /// Every element this value.
+    Value(f32),
     Zeros,
     Ones,
 }
@@ -76,6 +78,21 @@ pub(crate) fn linear(out: &mut Vec<Planned>, name: &str, rows: usize, cols: usiz
     out.push(Planned { name: format!("{name}.weight"), shape: vec![rows, cols], init: Init::Normal });
     if bias {
         out.push(Planned { name: format!("{name}.bias"), shape: vec![rows], init: Init::Zeros });
+    }
+}
+
+/// xIELU's scalars as `XIELUActivation.__init__` makes them (alpha_p_init = alpha_n_init = 0.8,
+/// beta 0.5, eps -1e-6; the learned two stored through softplus' inverse, log(expm1(v)));
+/// beta and eps are 0-d buffers.
+fn xielu_params(out: &mut Vec<Planned>, act: &str) {
+    let inv_softplus = |v: f64| v.exp_m1().ln() as f32;
+    for (name, shape, v) in [
+        ("alpha_p", vec![1], inv_softplus(0.8)),
+        ("alpha_n", vec![1], inv_softplus(0.8 - 0.5)),
+        ("beta", vec![], 0.5),
+        ("eps", vec![], -1e-6),
+    ] {
+        out.push(Planned { name: format!("{act}.{name}"), shape, init: Init::Value(v) });
     }
 }
 
@@ -185,6 +202,11 @@ fn plan(spec: &ModelSpec, config: &Value) -> Result<Vec<Planned>> {
                     scale_init(&mut out, &layer_name(&names.down, i));
                 }
             }
+            MlpSpec::Xielu { intermediate, bias, act } => {
+                linear(&mut out, &layer_name(&names.up, i), *intermediate, h, *bias);
+                linear(&mut out, &layer_name(&names.down, i), h, *intermediate, *bias);
+                xielu_params(&mut out, &layer_name(act, i));
+            }
             MlpSpec::Moe(m) => {
                 // Every MoE weight (router, packed experts, shared expert) is a matrix from N(0, std).
                 let params = m.params(i, h);
@@ -269,12 +291,13 @@ pub fn init_from_config(g: &Graph<'_>, config: Value, seed: u64) -> Result<Model
             Init::LayerNormal => (0..n).map(|_| rng.sample(spec.layer_init_std.unwrap_or(std))).collect(),
             Init::Zeros => vec![0.0; n],
             Init::Ones => vec![1.0; n],
+            Init::Value(v) => vec![v; n],
         };
         if let (true, Some(row)) = (p.name == embed, pad.filter(|&r| r < spec.vocab)) {
             let width = p.shape[1];
             data[row * width..(row + 1) * width].fill(0.0);
         }
-        let t = g.parameter(&data, &p.shape)?;
+        let t = if spec.is_buffer(&p.name) { g.constant(&data, &p.shape)? } else { g.parameter(&data, &p.shape)? };
         weights.insert(p.name.clone(), t.clone());
         params.push((p.name.clone(), t));
     }

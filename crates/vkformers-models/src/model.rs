@@ -54,8 +54,9 @@ impl Model {
         let config = vkformers_io::read_json(dir.join("config.json")).map_err(|e| ModelError::Config(e.to_string()))?;
         let spec = spec_from_config(&config)?;
         let narrow = if dtype == DType::F32 { Default::default() } else { linear_weight_names(&spec) };
+        let buffers = spec.clone();
         let make = |name: &str, data: &[f32], shape: &[usize]| {
-            if trainable(name) {
+            if trainable(name) && !buffers.is_buffer(name) {
                 g.parameter(data, shape)
             } else if narrow.contains(name) {
                 // Bf16/f16 storage for a weight only products read (f32 math inside).
@@ -121,6 +122,12 @@ impl Model {
     fn host(&self, g: &Graph<'_>, grads: bool) -> Result<Vec<HostTensor>> {
         let mut internal = HashMap::new();
         for (name, p) in &self.params {
+            if grads && self.spec.is_buffer(name) {
+                // A constant: its gradient is zero (transformers reports none).
+                let data = vec![0.0; p.numel()];
+                internal.insert(name.clone(), HostTensor { name: name.clone(), shape: p.shape().to_vec(), data });
+                continue;
+            }
             let t = if grads {
                 p.grad().ok_or_else(|| ModelError::Weights(format!("no gradient for `{name}`")))?
             } else {
@@ -137,9 +144,9 @@ impl Model {
         self.host(g, false)
     }
 
-    /// The accumulated gradients under the stored names and shapes.
+    /// The accumulated gradients under the stored names and shapes (none for constant buffers).
     pub fn hf_grads(&self, g: &Graph<'_>) -> Result<Vec<HostTensor>> {
-        self.host(g, true)
+        Ok(self.host(g, true)?.into_iter().filter(|t| !self.spec.is_buffer(&t.name)).collect())
     }
 
     /// Writes a Hugging Face folder: `config.json`, `model.safetensors` (f32; sharded above

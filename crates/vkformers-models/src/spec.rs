@@ -131,6 +131,10 @@ pub enum MlpSpec {
     GatedAct { intermediate: usize, act: Activation, bias: bool, sub_norm: Option<(Norm, String)> },
     /// A routed mixture of experts (see `crate::moe`).
     Moe(Box<crate::moe::MoeSpec>),
+    /// `down(xielu(up(x)))` (Apertus): xIELU's learned scalars `{act}.alpha_p`, `{act}.alpha_n`
+    /// (`[1]`, raw before softplus) and its constants `{act}.beta`, `{act}.eps` (stored 0-d)
+    /// live under the name template `act`.
+    Xielu { intermediate: usize, bias: bool, act: String },
 }
 
 /// How attention and MLP combine with the residual stream.
@@ -414,6 +418,18 @@ impl ModelSpec {
             carried: Vec::new(),
             module_paths: Vec::new(),
         }
+    }
+
+    /// A stored tensor that is a module's constant buffer, not a parameter (xIELU's `beta`,
+    /// `eps`): loaded as a constant, never trained, its gradient zero.
+    pub fn is_buffer(&self, name: &str) -> bool {
+        self.layers.iter().enumerate().any(|(i, l)| match &l.mlp {
+            MlpSpec::Xielu { act, .. } => {
+                let a = layer_name(act, i);
+                name.strip_prefix(a.as_str()).is_some_and(|s| s == ".beta" || s == ".eps")
+            }
+            _ => false,
+        })
     }
 
     /// The module path (as `named_modules()` of the transformers model names it) of a stored

@@ -118,6 +118,8 @@ parity! {
     hunyuan_v1_dense: "hunyuan_v1_dense",
     ministral3: "ministral3",
     bitnet: "bitnet",
+    // xIELU with learned scalars (both branches), QK-norm, Llama-3 RoPE.
+    apertus: "apertus",
     // Routed mixtures of experts (issue 17); `*_aux` add the load-balancing loss.
     mixtral: "mixtral",
     mixtral_aux: "mixtral_aux",

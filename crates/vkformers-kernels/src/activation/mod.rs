@@ -119,3 +119,51 @@ pub fn backward(
 pub fn erf(rec: &mut Recorder, x: BufferView<'_>, y: BufferView<'_>) -> Result<()> {
     unary(rec, &code::ACTIVATION_FORWARD_ERF, x, y, DType::F32)
 }
+
+/// xIELU's scalars on the device, `[1]` f32 each: the raw learned `a_p`, `a_n` (used through
+/// softplus) and the constants `beta`, `eps` (see shaders/activation/xielu.comp).
+pub struct XieluScalars<'a> {
+    pub a_p: BufferView<'a>,
+    pub a_n: BufferView<'a>,
+    pub beta: BufferView<'a>,
+    pub eps: BufferView<'a>,
+}
+
+impl XieluScalars<'_> {
+    fn check(&self, k: &KernelCode) -> Result<()> {
+        for (name, v) in [("a_p", &self.a_p), ("a_n", &self.a_n), ("beta", &self.beta), ("eps", &self.eps)] {
+            expect_len(k, name, v, 1, DType::F32)?;
+        }
+        Ok(())
+    }
+}
+
+/// xIELU forward: `y = xielu(x)`; x, y [n] f32.
+pub fn xielu_forward(rec: &mut Recorder, x: BufferView<'_>, s: &XieluScalars<'_>, y: BufferView<'_>) -> Result<()> {
+    let k = &code::ACTIVATION_XIELU_FORWARD;
+    let n = elements(k, "x", &x, DType::F32)?;
+    expect_len(k, "y", &y, n, DType::F32)?;
+    s.check(k)?;
+    let bufs = [read(x), read(s.a_p), read(s.a_n), read(s.beta), read(s.eps), write(y)];
+    rec.dispatch(k, &[], &bufs, &params(&[n as u32]), groups_for(n))
+}
+
+/// xIELU backward: `dx`, and the per-element terms `gp`, `gn` whose sums are the gradients of
+/// softplus(a_p) and softplus(a_n); x, dy, dx, gp, gn [n] f32.
+pub fn xielu_backward(
+    rec: &mut Recorder,
+    x: BufferView<'_>,
+    s: &XieluScalars<'_>,
+    dy: BufferView<'_>,
+    [dx, gp, gn]: [BufferView<'_>; 3],
+) -> Result<()> {
+    let k = &code::ACTIVATION_XIELU_BACKWARD;
+    let n = elements(k, "x", &x, DType::F32)?;
+    for (name, v) in [("dy", &dy), ("dx", &dx), ("gp", &gp), ("gn", &gn)] {
+        expect_len(k, name, v, n, DType::F32)?;
+    }
+    s.check(k)?;
+    let bufs =
+        [read(x), read(s.a_p), read(s.a_n), read(s.beta), read(s.eps), read(dy), write(dx), write(gp), write(gn)];
+    rec.dispatch(k, &[], &bufs, &params(&[n as u32]), groups_for(n))
+}

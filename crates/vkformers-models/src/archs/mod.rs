@@ -6,6 +6,7 @@ use serde_json::Value;
 use crate::error::{ModelError, Result};
 use crate::spec::ModelSpec;
 
+mod apertus;
 mod arcee;
 mod bert;
 mod biogpt;
@@ -131,6 +132,7 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "mpt", family: "ALiBi decoder", build: mpt::spec },
     Arch { model_type: "bitnet", family: "llama-like decoder", build: bitnet::spec },
     Arch { model_type: "ministral3", family: "llama-like decoder", build: ministral::ministral3 },
+    Arch { model_type: "apertus", family: "llama-like decoder", build: apertus::spec },
     Arch { model_type: "gemma3", family: "image-text wrapper (text backbone)", build: multimodal::gemma3 },
     Arch { model_type: "mistral3", family: "image-text wrapper (text backbone)", build: multimodal::mistral3 },
     Arch { model_type: "nanochat", family: "llama-like decoder", build: nanochat::nanochat },

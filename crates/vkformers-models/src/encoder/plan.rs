@@ -49,7 +49,7 @@ fn layers(out: &mut Vec<Planned>, spec: &ModelSpec) {
         }
         match &l.mlp {
             // Encoders are built with plain MLPs; the graph refuses other kinds by name.
-            MlpSpec::Moe(_) => {}
+            MlpSpec::Moe(_) | MlpSpec::Xielu { .. } => {}
             MlpSpec::Gated { intermediate, bias, .. } | MlpSpec::GatedAct { intermediate, bias, .. } => {
                 linear(out, &layer_name(&names.gate, i), *intermediate, h, *bias);
                 linear(out, &layer_name(&names.up, i), *intermediate, h, *bias);

@@ -54,3 +54,45 @@ pub fn relu2(g: &Graph<'_>, x: &Tensor) -> Result<Tensor> {
 pub fn sigmoid(g: &Graph<'_>, x: &Tensor) -> Result<Tensor> {
     activation(g, x, Activation::Sigmoid)
 }
+
+/// xIELU's scalars as graph tensors, `[1]` each: learned `a_p`, `a_n` (raw, before softplus)
+/// and the constants `beta`, `eps`.
+pub struct Xielu<'t> {
+    pub a_p: &'t Tensor,
+    pub a_n: &'t Tensor,
+    pub beta: &'t Tensor,
+    pub eps: &'t Tensor,
+}
+
+/// xIELU (Apertus): `y = ap x^2 + beta x` for x > 0, `an (expm1(min(x, eps)) - x) + beta x`
+/// otherwise, `ap = softplus(a_p)`, `an = beta + softplus(a_n)`; x, y [..]. Gradients flow to x,
+/// `a_p` and `a_n`: `d a_p = sigmoid(a_p) sum_{x>0} dy x^2`, `d a_n = sigmoid(a_n) sum_{x<=0}
+/// dy (expm1(min(x, eps)) - x)` (softplus' = sigmoid).
+pub fn xielu(g: &Graph<'_>, x: &Tensor, s: &Xielu<'_>) -> Result<Tensor> {
+    let y = g.output(x.shape(), &[x, s.a_p, s.a_n])?;
+    let (a_p, a_n, beta, eps) = (s.a_p.clone(), s.a_n.clone(), s.beta.clone(), s.eps.clone());
+    g.record(|rec| {
+        let sv = k::XieluScalars { a_p: a_p.view(), a_n: a_n.view(), beta: beta.view(), eps: eps.view() };
+        k::xielu_forward(rec, x.view(), &sv, y.view())
+    })?;
+    let saved = x.clone();
+    g.push_node(
+        &y,
+        vec![x.clone(), a_p.clone(), a_n.clone()],
+        Box::new(move |g, dy| {
+            let (dx, gp, gn) = (g.empty(saved.shape())?, g.empty(saved.shape())?, g.empty(saved.shape())?);
+            g.record(|rec| {
+                let sv = k::XieluScalars { a_p: a_p.view(), a_n: a_n.view(), beta: beta.view(), eps: eps.view() };
+                k::xielu_backward(rec, saved.view(), &sv, dy.view(), [dx.view(), gp.view(), gn.view()])
+            })?;
+            // softplus'(u) = sigmoid(u), on copies outside the tape.
+            let chain = |raw: &Tensor, terms: &Tensor| -> Result<Tensor> {
+                let sig = g.empty(&[1])?;
+                g.record(|rec| k::forward(rec, Activation::Sigmoid, raw.view(), sig.view(), DType::F32))?;
+                crate::ops::broadcast::mul(g, &crate::ops::reduce::sum(g, terms)?, &sig)
+            };
+            Ok(vec![Some(dx), Some(chain(&a_p, &gp)?), Some(chain(&a_n, &gn)?)])
+        }),
+    );
+    Ok(y)
+}
