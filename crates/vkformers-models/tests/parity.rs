@@ -120,6 +120,8 @@ parity! {
     bitnet: "bitnet",
     // xIELU with learned scalars (both branches), QK-norm, Llama-3 RoPE.
     apertus: "apertus",
+    // Per-layer-type RoPE (half-split) with a NoPE full layer, default logit_scale 1.
+    cohere_compass_text: "cohere_compass_text",
     // Routed mixtures of experts (issue 17); `*_aux` add the load-balancing loss.
     mixtral: "mixtral",
     mixtral_aux: "mixtral_aux",

@@ -15,6 +15,7 @@ mod bloom;
 mod check;
 mod cohere;
 mod cohere2;
+mod cohere_compass;
 mod common;
 mod ctrl;
 mod distilbert;
@@ -132,6 +133,7 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "mpt", family: "ALiBi decoder", build: mpt::spec },
     Arch { model_type: "bitnet", family: "llama-like decoder", build: bitnet::spec },
     Arch { model_type: "ministral3", family: "llama-like decoder", build: ministral::ministral3 },
+    Arch { model_type: "cohere_compass_text", family: "layernorm rotary decoder", build: cohere_compass::text },
     Arch { model_type: "apertus", family: "llama-like decoder", build: apertus::spec },
     Arch { model_type: "gemma3", family: "image-text wrapper (text backbone)", build: multimodal::gemma3 },
     Arch { model_type: "mistral3", family: "image-text wrapper (text backbone)", build: multimodal::mistral3 },
