@@ -125,7 +125,7 @@ fn run(server: &Server, py: &PathBuf, mode: &str, requests: &[Value]) -> Vec<Val
 const PROMPTS: [&str; 3] = ["Once", "Tell me a story", "Hi"];
 
 #[test]
-fn greedy_completions_and_chat_equal_generate() {
+fn greedy_and_seeded_completions_and_chat_equal_generate() {
     let Some(py) = python() else { return };
     let server = Server::start(&[]);
     let mut requests = Vec::new();
@@ -133,7 +133,14 @@ fn greedy_completions_and_chat_equal_generate() {
         requests.push(completion(p, json!({})));
         requests.push(chat(p, json!({})));
     }
+    // Seeded sampling too: a request's draws are those of the same prompt alone.
+    requests.push(completion("Once", json!({"temperature": 1.5, "top_k": -1, "top_p": 0.9, "seed": 7})));
     let got = run(&server, &py, "sequential", &requests);
+    let sampling = ["--do-sample", "--temperature", "1.5", "--top-k", "0", "--top-p", "0.9", "--seed", "7"];
+    let (sampled, _) = generate(&[&["--prompt", "Once", "--max-new-tokens", "16"][..], &sampling].concat());
+    assert_eq!(got[6]["texts"][0], sampled, "seeded sampling vs vkformers generate --do-sample --seed 7");
+    let (greedy, _) = generate(&["--prompt", "Once", "--max-new-tokens", "16"]);
+    assert_ne!(sampled, greedy, "sampling at temperature 1.5 should leave the greedy path");
     for (i, p) in PROMPTS.iter().enumerate() {
         let (text, finish) = generate(&["--prompt", p, "--max-new-tokens", "16"]);
         assert_eq!(got[2 * i]["texts"][0], text, "completion of {p:?} vs vkformers generate");

@@ -51,6 +51,26 @@ pub struct Common {
     pub top_k: Option<i64>,
     pub min_p: Option<f64>,
     pub repetition_penalty: Option<f64>,
+    /// Refused when set (not supported yet): named in the error rather than ignored.
+    pub logit_bias: Option<serde_json::Map<String, serde_json::Value>>,
+    pub tools: Option<Vec<serde_json::Value>>,
+    pub response_format: Option<serde_json::Value>,
+}
+
+impl Common {
+    /// 400 naming a field this server cannot honour yet.
+    pub fn refuse_unsupported(&self) -> Result<(), ApiError> {
+        let json_format = self.response_format.as_ref().is_some_and(|f| f["type"] != "text");
+        let unsupported = [
+            ("logit_bias", self.logit_bias.as_ref().is_some_and(|b| !b.is_empty())),
+            ("tools", self.tools.as_ref().is_some_and(|t| !t.is_empty())),
+            ("response_format", json_format),
+        ];
+        match unsupported.iter().find(|(_, set)| *set) {
+            Some(&(name, _)) => Err(ApiError::bad_param(name, format!("`{name}` is not supported yet: leave it out"))),
+            None => Ok(()),
+        }
+    }
 }
 
 /// `POST /v1/completions`.
@@ -212,6 +232,7 @@ pub fn plan(
     logprobs: Option<usize>,
     eos: Vec<u32>,
 ) -> Result<Plan, ApiError> {
+    c.refuse_unsupported()?;
     let n = c.n.unwrap_or(1);
     if !(1..=MAX_N).contains(&n) {
         return Err(ApiError::bad_param("n", format!("`n` = {n} is outside [1, {MAX_N}]")));

@@ -133,6 +133,19 @@ fn error_statuses_use_openai_shape() {
     assert_error(call(&url, Some(&completion("tiny", json!({"prompt": [1, 2, 500]}))), key), 400, "invalid_request");
     assert_error(call(&url, Some(&completion("tiny", json!({"prompt": []}))), key), 400, "invalid_request");
     assert_error(call(&url, Some(&completion("tiny", json!({"n": 0}))), key), 400, "invalid_request");
+    let bias = json!({"logit_bias": {"5": 10}});
+    let (status, body) = call(&url, Some(&completion("tiny", bias)), key);
+    assert_eq!((status, &body["error"]["param"]), (400, &json!("logit_bias")), "{body}");
+    let chat =
+        json!({"model": "tiny", "messages": [{"role": "user", "content": "Hi"}], "tools": [{"type": "function"}]});
+    let (status, body) = call(&server.url("/v1/chat/completions"), Some(&chat.to_string()), key);
+    assert_eq!((status, &body["error"]["param"]), (400, &json!("tools")), "{body}");
+    let chat =
+        json!({"model": "tiny", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3, "temperature": 0});
+    let (status, body) = call(&server.url("/v1/chat/completions"), Some(&chat.to_string()), key);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["object"], "chat.completion");
+    assert_eq!(body["choices"][0]["message"]["role"], "assistant");
     let long = json!({"prompt": vec![5u32; 70]});
     assert_error(call(&url, Some(&completion("tiny", long)), key), 413, "context_length_exceeded");
     let past = json!({"prompt": vec![5u32; 40], "max_tokens": 30});
