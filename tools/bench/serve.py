@@ -11,6 +11,13 @@ server must free their slots and KV blocks at once). At the end /metrics must sh
 request and zero KV blocks in use, and every finished response must equal the same request run
 alone, one at a time (--verify runs those references; greedy only).
 
+The issue's H200 target (1.1B bf16, 64 concurrent clients, 256-token completions: at least
+10,000 generated tokens/s, p99 time to first token at most 500 ms):
+  python3 tools/bench/serve.py --shape 1.1b --vkformers target/release/vkformers \
+      --serve-args "--max-batch 64" --clients 64 --requests 512 --max-tokens 256
+(--shape builds the random-init Llama folder of common.py, no EOS id so every completion runs to
+--max-tokens, with a WordLevel tokenizer; needs torch and safetensors for that step only.)
+
 Usage:
   python3 tools/bench/serve.py --model DIR [--vkformers PATH] [--serve-args "--max-batch 64"]
       [--clients 64] [--requests 512] [--prompt-len 128] [--max-tokens 256] [--soak] [--verify]
@@ -76,6 +83,17 @@ def metrics(base_url: str) -> dict[str, float]:
     return out
 
 
+def build_shape(shape: str, workdir: str | None) -> Path:
+    """common.py's model folder of `shape`, with a WordLevel tokenizer.json (serve needs one)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import common  # torch and safetensors, only for this
+
+    out = common.build_model_dir(Path(workdir) if workdir else common.DEFAULT_WORKDIR, shape)
+    if not (out / "tokenizer.json").is_file():
+        common.write_wordlevel_tokenizer(out, common.SHAPES[shape]["vocab_size"])
+    return out
+
+
 def one(client, model, req, cancel_after):
     """Streams one completion; returns its record. `cancel_after`: close after that many chunks."""
     t0 = time.perf_counter()
@@ -109,6 +127,8 @@ def requests(args, vocab: int) -> list[dict]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", help="model folder to serve (or the name when --base-url is given)")
+    ap.add_argument("--shape", help="serve common.py's random-init Llama of this shape (1.1b, 134m, tiny)")
+    ap.add_argument("--workdir", help="where --shape builds its folder (default target/bench-work)")
     ap.add_argument("--model-name", help="model name of a running server (default: --model)")
     ap.add_argument("--base-url")
     ap.add_argument("--vkformers")
@@ -127,6 +147,8 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=1800, help="seconds for the whole run at most")
     ap.add_argument("--json")
     args = ap.parse_args()
+    if args.shape:
+        args.model = str(build_shape(args.shape, args.workdir))
     if not args.model and not args.model_name:
         ap.error("give --model (and --base-url for a running server)")
     proc = None
