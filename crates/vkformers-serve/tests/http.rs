@@ -237,3 +237,30 @@ fn stop_drains_running_requests_and_refuses_new_ones() {
     assert_eq!(finished, 16, "every choice of the running request runs to its end");
     server.thread.take().unwrap().join().unwrap().unwrap();
 }
+
+#[test]
+fn a_non_streamed_request_whose_client_leaves_is_cancelled() {
+    let server = start(|c| c.max_batch = 1);
+    let body = json!({"model": "tiny", "prompt": "Once", "max_tokens": 240, "n": 16, "temperature": 0});
+    let impatient: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_millis(100)))
+        .build()
+        .into();
+    let sent = impatient
+        .post(&server.url("/v1/completions"))
+        .header("content-type", "application/json")
+        .send(&body.to_string());
+    assert!(sent.is_err(), "16 × 240 tokens one at a time outlast the client's 100 ms");
+    // Run to their end, the 16 choices would take 3840 decode steps; dropped, they end now.
+    let t = std::time::Instant::now();
+    let ended =
+        || gauge(&server, "vkformers_requests_cancelled_total") + gauge(&server, "vkformers_requests_finished_total");
+    while ended() < 16.0 {
+        assert!(t.elapsed() < Duration::from_secs(30), "the engine should drop the abandoned request");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(gauge(&server, "vkformers_requests_cancelled_total") >= 15.0, "at most the first choice finished");
+    assert_eq!(gauge(&server, "vkformers_kv_blocks_in_use"), 0.0);
+    server.stop().unwrap();
+}
