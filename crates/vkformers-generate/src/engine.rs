@@ -1,9 +1,9 @@
 //! The step-wise batching engine: requests join and leave the running batch at every decode step.
 //!
 //! The engine owns a paged KV cache of `max_batch` slots. [`Engine::submit`] queues a request;
-//! [`Engine::step`] first gives free slots to waiting requests (each prefill runs alone: flash
-//! attention over its prompt, keys and values stored in fresh blocks; it gives the request's first
-//! token), then runs one decode step of every running request together (one new token each,
+//! [`Engine::step`] first gives free slots to waiting requests (their prefill runs without
+//! padding, requests of one prompt length in one forward: flash attention over each prompt, keys
+//! and values stored in fresh blocks; it gives each request's first token), then runs one decode step of every running request together (one new token each,
 //! through the paged decode kernel). A request that finishes (EOS, the sink's stop, its
 //! `max_new_tokens`) or is cancelled ([`Engine::cancel`]) gives its blocks back to the pools at
 //! once and its slot goes to the next waiting request at the next step.
@@ -129,6 +129,22 @@ struct Running {
 }
 
 impl Running {
+    /// A request admitted to a slot: its processors and sampler built.
+    fn new(req: Request) -> Result<Self, DecodeError> {
+        let pipeline = req.opts.params.processors()?;
+        let sampler = if req.opts.params.do_sample { Sampler::Seeded { seed: req.opts.seed } } else { Sampler::Greedy };
+        Ok(Running {
+            id: req.id,
+            pipeline,
+            sampler,
+            timings: Timings { prefill_tokens: req.prompt.len(), ..Timings::default() },
+            history: req.prompt,
+            new: Vec::new(),
+            opts: req.opts,
+            first_token: Instant::now(),
+        })
+    }
+
     /// Whether the device's greedy argmax chooses this row's tokens.
     fn device_greedy(&self) -> bool {
         self.pipeline.processors.is_empty()
@@ -257,49 +273,54 @@ impl<'m> Engine<'m> {
         })
     }
 
-    /// Fills free slots with waiting requests: each prefill runs alone and gives the request's
-    /// first token; a request that finishes on it frees its slot for the next.
+    /// Fills free slots with waiting requests and prefills them, those of one prompt length
+    /// together (no padding: each row's prefill is exactly its own), each giving its request's
+    /// first token; requests that finish on it free their slots for the next waiting ones.
     fn admit(&mut self, g: &Graph<'_>, sink: &mut dyn Sink) -> Result<(), DecodeError> {
-        while let Some(slot) = self.slots.iter().position(Option::is_none) {
-            let Some(req) = self.waiting.pop_front() else { return Ok(()) };
-            let start = Instant::now();
-            let pipeline = req.opts.params.processors()?;
-            let sampler =
-                if req.opts.params.do_sample { Sampler::Seeded { seed: req.opts.seed } } else { Sampler::Greedy };
-            let row = Running {
-                id: req.id,
-                pipeline,
-                sampler,
-                timings: Timings { prefill_tokens: req.prompt.len(), ..Timings::default() },
-                history: req.prompt,
-                new: Vec::new(),
-                opts: req.opts,
-                first_token: start,
-            };
-            self.slots[slot] = Some(row);
-            let chosen = self.prefill(g, slot)?;
-            let row = self.slots[slot].as_mut().expect("just admitted");
-            row.timings.prefill_secs = start.elapsed().as_secs_f64();
-            row.first_token = Instant::now();
-            self.total.prefill_tokens += row.timings.prefill_tokens;
-            self.total.prefill_secs += row.timings.prefill_secs;
-            self.push_token(slot, chosen, sink);
+        loop {
+            let mut admitted = Vec::new();
+            while let Some(slot) = self.slots.iter().position(Option::is_none) {
+                let Some(req) = self.waiting.pop_front() else { break };
+                self.slots[slot] = Some(Running::new(req)?);
+                admitted.push(slot);
+            }
+            if admitted.is_empty() {
+                return Ok(());
+            }
+            let mut by_len: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
+            for slot in admitted {
+                by_len.entry(self.slots[slot].as_ref().expect("admitted").history.len()).or_default().push(slot);
+            }
+            for group in by_len.into_values() {
+                let start = Instant::now();
+                let chosen = self.prefill(g, &group)?;
+                let secs = start.elapsed().as_secs_f64();
+                self.total.prefill_secs += secs;
+                for (&slot, token) in group.iter().zip(chosen) {
+                    let row = self.slots[slot].as_mut().expect("just admitted");
+                    row.timings.prefill_secs = secs;
+                    row.first_token = Instant::now();
+                    self.total.prefill_tokens += row.timings.prefill_tokens;
+                    self.push_token(slot, token, sink);
+                }
+            }
         }
-        Ok(())
     }
 
-    /// Runs every column of the slot's history its cache row does not hold (its prompt, or after
-    /// a LongRoPE switch its whole history) and chooses the next token.
-    fn prefill(&mut self, g: &Graph<'_>, slot: usize) -> Result<(u32, Option<TokenLogprob>), DecodeError> {
-        self.cache.release(slot);
-        self.cache.select(&[slot])?;
-        let row = self.slots[slot].as_ref().expect("a running slot");
-        let ids: Vec<i32> = row.history.iter().map(|&t| t as i32).collect();
+    /// Runs every column of the slots' histories (of one length) their empty cache rows do not
+    /// hold (their prompts, or after a LongRoPE switch a whole history) in one forward `[n, T]`
+    /// and chooses each one's next token.
+    fn prefill(&mut self, g: &Graph<'_>, slots: &[usize]) -> Result<Vec<(u32, Option<TokenLogprob>)>, DecodeError> {
+        slots.iter().for_each(|&s| self.cache.release(s));
+        self.cache.select(slots)?;
+        let rows: Vec<&Running> = slots.iter().map(|&s| self.slots[s].as_ref().expect("a running slot")).collect();
+        let t = rows[0].history.len();
+        let ids: Vec<i32> = rows.iter().flat_map(|r| r.history.iter().map(|&x| x as i32)).collect();
         let mask = vec![1; ids.len()];
-        let batch = Batch { ids: &ids, mask: &mask, batch: 1, seq: ids.len() };
-        // Logits `[1, V]` of the last column only.
+        let batch = Batch { ids: &ids, mask: &mask, batch: slots.len(), seq: t };
+        // Logits `[n, V]` of each row's last column only.
         let logits = forward_cached_last(g, &self.model.spec, &self.model.weights, &batch, &self.cache)?;
-        Ok(self.choose(g, &logits, &[slot])?.remove(0))
+        self.choose(g, &logits, slots)
     }
 
     /// The next token of each slot in `slots` from `logits [n, V]` (one row each, in order).
@@ -338,7 +359,7 @@ impl<'m> Engine<'m> {
             rest.iter().partition(|&&s| on_long_factors(spec, self.cache.row_len(s)));
         let mut chosen = Vec::new();
         for &slot in &crossing {
-            chosen.push((slot, self.prefill(g, slot)?));
+            chosen.push((slot, self.prefill(g, &[slot])?.remove(0)));
         }
         for group in [short, long].into_iter().filter(|g| !g.is_empty()) {
             self.cache.select(&group)?;

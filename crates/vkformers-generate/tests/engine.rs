@@ -1,5 +1,5 @@
-//! The step-wise engine: requests submitted between decode steps join the running batch and get
-//! exactly the tokens they get alone (greedy, and seeded sampling with penalties and
+//! The step-wise engine: requests submitted between decode steps join the running batch (those of
+//! one prompt length prefilled together) and get exactly the tokens they get alone (greedy, and seeded sampling with penalties and
 //! log-probabilities, whose draws depend only on the request's seed, step and row); a cancelled
 //! request gives its KV blocks back at once, queued or running.
 
@@ -43,6 +43,9 @@ fn prompts() -> Vec<Vec<u32>> {
         vec![3],
         vec![11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28],
         vec![8, 1],
+        // Of the lengths of prompts 0 and 1, joining with them: prefilled in one forward.
+        vec![4, 9, 14, 2, 30, 2],
+        vec![6, 6, 6],
     ]
 }
 
@@ -87,7 +90,7 @@ fn requests_joining_between_steps_get_their_tokens_alone() {
         // Request i alone: the others never join.
         let only = |i: usize| -> Vec<usize> { (0..n).map(|j| if j == i { 0 } else { usize::MAX }).collect() };
         let alone: Vec<Gather> = (0..n).map(|i| run(&g, &model, 1, &only(i))).collect();
-        let together = run(&g, &model, 3, &[0, 2, 3, 3, 7]);
+        let together = run(&g, &model, 4, &[0, 2, 3, 3, 7, 0, 2]);
         for (i, alone) in alone.iter().enumerate() {
             let id = i as u64;
             let (a, t) = (&alone.done[&id], &together.done[&id]);
