@@ -37,6 +37,9 @@ use worker::{Command, Setup};
 /// Request bodies larger than this are refused (413) unless the config says otherwise.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 8 << 20;
 
+/// Positions per slot the KV cache's pools hold before they first grow.
+const INITIAL_POSITIONS_PER_SLOT: usize = 1024;
+
 /// What to serve and how.
 pub struct Config {
     pub device: DeviceSelector,
@@ -103,7 +106,9 @@ pub fn run(mut config: Config) -> Result<(), ServeError> {
         loader: std::mem::replace(&mut config.loader, Box::new(|_, _| Err("loader used".into()))),
         adapters,
         max_batch: config.max_batch.max(1),
-        capacity: max_len,
+        // The pools start at this many positions per slot and double when rows need more: a
+        // long-context model's full `max_batch × context` would not fit most devices up front.
+        capacity: max_len.min(INITIAL_POSITIONS_PER_SLOT),
         tokenizer: tokenizer.clone(),
         metrics: metrics.clone(),
     };
