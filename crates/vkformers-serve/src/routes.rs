@@ -17,7 +17,7 @@ use serde_json::json;
 use crate::api::{plan, ChatRequest, CompletionRequest, PromptInput};
 use crate::error::ApiError;
 use crate::respond::{collect, stream, Head, Kind};
-use crate::state::AppState;
+use crate::state::{AppState, Job};
 
 /// The router over `state`, with bodies limited to `max_body_bytes`.
 pub fn router(state: Arc<AppState>, max_body_bytes: usize) -> Router {
@@ -71,8 +71,8 @@ async fn metrics(State(st): State<Arc<AppState>>) -> Response {
     ([("content-type", "text/plain; version=0.0.4")], st.metrics.render()).into_response()
 }
 
-fn head(st: &AppState, kind: Kind, model: &str, include_usage: bool) -> Head {
-    let n = st.next_id.load(Ordering::Relaxed);
+fn head(job: &Job, kind: Kind, model: &str, include_usage: bool) -> Head {
+    let n = job.first_id;
     let prefix = if kind == Kind::Chat { "chatcmpl" } else { "cmpl" };
     let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     Head { kind, id: format!("{prefix}-{n}"), created, model: model.to_string(), include_usage }
@@ -103,7 +103,7 @@ async fn completions(
         let plan = plan(&req.common, &st.defaults, req.logprobs, st.defaults.eos.clone())?;
         // OpenAI's default for completions: 16 new tokens.
         let job = st.submit(model, prompts, &plan, |room| room.min(16))?;
-        let head = head(&st, Kind::Completion, &req.model, plan.include_usage);
+        let head = head(&job, Kind::Completion, &req.model, plan.include_usage);
         if plan.stream {
             return Ok(stream(head, job));
         }
@@ -129,7 +129,7 @@ async fn chat(State(st): State<Arc<AppState>>, headers: HeaderMap, body: Result<
         let plan = plan(&req.common, &st.defaults, logprobs, st.chat_eos.clone())?;
         // Chat's default: whatever the context leaves.
         let job = st.submit(model, vec![prompt], &plan, |room| room)?;
-        let head = head(&st, Kind::Chat, &req.model, plan.include_usage);
+        let head = head(&job, Kind::Chat, &req.model, plan.include_usage);
         if plan.stream {
             return Ok(stream(head, job));
         }

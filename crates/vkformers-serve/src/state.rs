@@ -47,6 +47,8 @@ pub struct Job {
     pub choices: usize,
     /// Prompt tokens over all prompts (each counted once, whatever n is).
     pub prompt_tokens: usize,
+    /// The first request's id (the response's id is made from it).
+    pub first_id: u64,
 }
 
 /// Cancels its requests when dropped before [`CancelOnDrop::disarm`]: a client that disconnects
@@ -147,13 +149,14 @@ impl AppState {
                 items.push(Item { req, index: p * plan.n + j, stops: plan.stops.clone(), received });
             }
         }
-        let ids = items.iter().map(|i| i.req.id).collect();
+        let ids: Vec<u64> = items.iter().map(|i| i.req.id).collect();
+        let first_id = ids[0];
         let (tx, updates) = unbounded_channel();
         let commands = self.commands.lock().map_err(|_| ApiError::internal("the engine channel is poisoned"))?.clone();
         if commands.send(Command::Submit { model, items, events: tx }).is_err() {
             self.metrics.outstanding.fetch_sub(choices, Ordering::SeqCst);
             return Err(ApiError::internal("the engine thread has stopped"));
         }
-        Ok(Job { updates, guard: CancelOnDrop { ids, commands, armed: true }, choices, prompt_tokens })
+        Ok(Job { updates, guard: CancelOnDrop { ids, commands, armed: true }, choices, prompt_tokens, first_id })
     }
 }
