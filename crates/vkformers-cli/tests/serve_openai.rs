@@ -352,3 +352,24 @@ fn soak_500_requests_a_third_cancelled_leaks_no_blocks() {
     assert_eq!(report["running_after"], 0.0);
     assert_eq!(report["mismatched_vs_alone"], 0);
 }
+
+/// Bad start-up options end `vkformers serve` at once with a message saying what to give.
+#[test]
+fn serve_refuses_bad_options_before_listening() {
+    let m = model();
+    let cases: [(&[&str], &str); 3] = [
+        (&["--adapter", "no-equals-sign"], "give NAME=DIR"),
+        (&["--max-model-len", "100000"], "longer than the model's context of 256"),
+        (&["--adapter", &format!("{}={}", m.display(), m.display())], "given twice"),
+    ];
+    for (extra, want) in cases {
+        let out = Command::new(env!("CARGO_BIN_EXE_vkformers"))
+            .args(["serve", "--model", m.to_str().unwrap(), "--port", "0"])
+            .args(extra)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(want), "{extra:?}: {err}");
+        assert!(!err.contains("listening"), "{extra:?}: {err}");
+    }
+}
