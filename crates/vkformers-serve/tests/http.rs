@@ -264,3 +264,25 @@ fn a_non_streamed_request_whose_client_leaves_is_cancelled() {
     assert_eq!(gauge(&server, "vkformers_kv_blocks_in_use"), 0.0);
     server.stop().unwrap();
 }
+
+/// Log-probabilities of a greedy completion: each chosen token is the most likely one, so its
+/// log-probability is the largest of the top ones; all are ≤ 0 and the top ones' probabilities
+/// add up to at most 1.
+#[test]
+fn greedy_logprobs_are_the_most_likely_ones() {
+    let server = start(|_| {});
+    let body = completion("tiny", json!({"logprobs": 3, "max_tokens": 8}));
+    let (status, r) = call(&server.url("/v1/completions"), Some(&body), None);
+    assert_eq!(status, 200, "{r}");
+    let lp = &r["choices"][0]["logprobs"];
+    let chosen: Vec<f64> = lp["token_logprobs"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    assert_eq!(chosen.len(), r["usage"]["completion_tokens"].as_u64().unwrap() as usize);
+    for (i, top) in lp["top_logprobs"].as_array().unwrap().iter().enumerate() {
+        let top: Vec<f64> = top.as_object().unwrap().values().map(|v| v.as_f64().unwrap()).collect();
+        assert!(!top.is_empty() && top.len() <= 3, "{top:?}");
+        let best = top.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        assert_eq!(chosen[i], best, "step {i}: greedy picks the most likely token");
+        assert!(top.iter().all(|&l| l <= 0.0) && top.iter().map(|l| l.exp()).sum::<f64>() <= 1.0 + 1e-6);
+    }
+    server.stop().unwrap();
+}
