@@ -21,8 +21,10 @@ mod error;
 mod json;
 mod message;
 mod render;
+mod turns;
 
 pub use config::{select_template, special_tokens_from_config};
 pub use error::{ChatError, Result};
 pub use message::{Message, SpecialTokens};
 pub use render::render;
+pub use turns::{assistant_prompt, end_of_turn_ids};

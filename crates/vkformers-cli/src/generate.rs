@@ -11,7 +11,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context as _};
 use serde_json::json;
-use vkformers_chat::{render, select_template, Message, SpecialTokens};
+use vkformers_chat::Message;
 use vkformers_generate::config::GenerationDefaults;
 use vkformers_generate::generation::{generate, GenerateOptions, Generation};
 use vkformers_generate::stop::{StopStrings, TextStream};
@@ -150,21 +150,16 @@ pub fn options(
     Ok(GenerateOptions { params, seed: args.seed, max_new_tokens: max_new, eos: defaults.eos.clone(), pad })
 }
 
-/// `text` rendered as one user turn (after an optional system turn) by the model's chat template.
+/// `messages` rendered by the model's chat template (with the assistant prompt).
 pub fn chat_prompt(tok: &HfTokenizer, messages: &[Message]) -> anyhow::Result<String> {
-    let template = select_template(tok.config(), None)?;
-    Ok(render(template, messages, true, &SpecialTokens::from_config(tok.config()), &serde_json::Value::Null)?)
+    Ok(vkformers_chat::assistant_prompt(tok, messages)?)
 }
-
-/// Tokens that end an assistant turn in common templates (besides the tokenizer's EOS).
-const END_OF_TURN: [&str; 6] = ["<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "<|endoftext|>", "</s>"];
 
 /// The ids that end a chat reply: the model's EOS ids, the tokenizer's EOS, and any end-of-turn
 /// token the vocabulary has.
 pub fn end_ids(defaults: &GenerationDefaults, tok: &HfTokenizer) -> Vec<u32> {
     let mut ids = defaults.eos.clone();
-    ids.extend(tok.eos().map(|t| t.id));
-    ids.extend(END_OF_TURN.iter().filter_map(|t| tok.token_to_id(t)));
+    ids.extend(vkformers_chat::end_of_turn_ids(tok));
     ids.sort_unstable();
     ids.dedup();
     ids

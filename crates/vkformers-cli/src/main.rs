@@ -16,6 +16,7 @@ mod merge_lora;
 mod outdir;
 mod precision;
 mod ranges;
+mod serve;
 mod train;
 
 use clap::{Parser, Subcommand};
@@ -70,6 +71,8 @@ enum Command {
     /// Chat in the terminal with the model's chat template.
     #[command(allow_negative_numbers = true)]
     Chat(chat::Args),
+    /// An OpenAI-compatible HTTP server with continuous batching.
+    Serve(serve::Args),
     /// Fold a PEFT adapter into the base weights and write a merged model folder.
     MergeLora(merge_lora::Args),
     /// Benchmarks of single kernels.
@@ -98,6 +101,7 @@ fn main() -> std::process::ExitCode {
         Command::Eval(args) => eval::run(&cli.device, &args),
         Command::Generate(args) => generate::run(&cli.device, &args),
         Command::Chat(args) => chat::run(&cli.device, &args),
+        Command::Serve(args) => serve::run(&cli.device, &args),
         Command::MergeLora(args) => merge_lora::run(&cli.device, &args),
     };
     match result {

@@ -25,6 +25,8 @@ pub enum DecodeError {
     NothingNew { rows: usize, width: usize, cached: usize, batch: usize },
     #[error("no token can be chosen (every logit is NaN)")]
     NoToken,
+    #[error("bad request: {0}")]
+    Request(String),
 }
 
 /// Greedy decoding of `new_tokens` tokens after `prompt`, recomputing the whole prefix each

@@ -4,8 +4,10 @@
 //!   ids from the mask, rolling sliding-window layers, LongRoPE's switch), with EOS ids, a per-token
 //!   callback (streaming, stop strings: [`stop`]) and timings; [`generation::generate_cached`]
 //!   continues an existing cache (chat turns); [`config`] reads `generation_config.json`;
-//! - [`continuous::generate_continuous`]: continuous batching of more prompts than `max_batch`
-//!   rows over the paged KV cache (a finished row's slot and blocks go to the next prompt at once);
+//! - [`engine::Engine`]: the step-wise batching engine over the paged KV cache (requests join and
+//!   leave the running batch at every decode step; a finished or cancelled request's blocks go
+//!   back at once), and [`continuous::generate_continuous`], continuous batching of a fixed list
+//!   of prompts through it;
 //! - the logits processors of Hugging Face `transformers` (repetition penalty, temperature, top-k,
 //!   top-p, min-p) on one row of f32 logits, applied in the order `generate` applies them, and a
 //!   sampler (greedy argmax, or seeded multinomial sampling with a counter-based Philox4x32-10 RNG
@@ -33,8 +35,10 @@ pub mod config;
 pub mod continuous;
 pub mod decode;
 pub mod device_choice;
+pub mod engine;
 mod error;
 pub mod generation;
+mod penalties;
 mod processors;
 mod rng;
 mod sampler;
@@ -42,6 +46,7 @@ mod softmax;
 pub mod stop;
 
 pub use error::GenerateError;
+pub use penalties::{log_probs, Penalties, TokenLogprob};
 pub use processors::{LogitsProcessor, Pipeline, SamplingParams};
 pub use rng::{philox4x32_10, uniform_f64};
 pub use sampler::{argmax, sample_at, Sampler};

@@ -1,0 +1,413 @@
+//! The step-wise batching engine: requests join and leave the running batch at every decode step.
+//!
+//! The engine owns a paged KV cache of `max_batch` slots. [`Engine::submit`] queues a request;
+//! [`Engine::step`] first gives free slots to waiting requests (their prefill runs without
+//! padding, requests of one prompt length in one forward: flash attention over each prompt, keys
+//! and values stored in fresh blocks; it gives each request's first token), then runs one decode step of every running request together (one new token each,
+//! through the paged decode kernel). A request that finishes (EOS, the sink's stop, its
+//! `max_new_tokens`) or is cancelled ([`Engine::cancel`]) gives its blocks back to the pools at
+//! once and its slot goes to the next waiting request at the next step.
+//!
+//! Each request gets exactly the tokens it gets alone: a row's attention reads only its own
+//! blocks, its position ids count only its own tokens, its prefill is never padded, and rows that
+//! run on LongRoPE's long factors decode in a separate forward from rows on the short ones (the
+//! factor is chosen per forward, from its longest row, as transformers does for a batch). A
+//! request's draws depend only on its own seed, its own step and its `row` (seed, step, row), so
+//! sampling does not depend on what else runs.
+//!
+//! Tokens are chosen on the device (argmax; only the ids come back) when every row of a forward
+//! is plain greedy; otherwise the logits `[n, V]` are read back and each row runs its own host
+//! pipeline: repetition penalty, OpenAI's presence/frequency penalties, the warpers, the sampler,
+//! and its log-probabilities (of the model's raw distribution, as OpenAI reports them).
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Instant;
+
+use vkformers_models::decoder::{forward_cached_last, Batch, KvCache};
+use vkformers_models::model::Model;
+use vkformers_models::ModelSpec;
+use vkformers_tensor::{Graph, Tensor};
+
+use crate::decode::DecodeError;
+use crate::device_choice::{required, DeviceChooser};
+use crate::generation::{last_logits, Finish, GenerateOptions, Timings};
+use crate::penalties::{log_probs, Penalties, TokenLogprob};
+use crate::processors::{LogitsProcessor, Pipeline, SamplingParams};
+use crate::sampler::Sampler;
+use crate::GenerateError;
+
+/// How one request generates.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestOptions {
+    /// Greedy or sampling, and transformers' processors.
+    pub params: SamplingParams,
+    /// OpenAI's presence and frequency penalties over the request's new tokens.
+    pub penalties: Penalties,
+    /// Seed of the sampler (ignored when greedy).
+    pub seed: u64,
+    /// The draw's row: draws are Philox of `(seed, step, row)`; `n` choices of one request
+    /// differ by row.
+    pub row: u32,
+    /// New tokens at most (at least 1).
+    pub max_new_tokens: usize,
+    /// The request finishes after producing one of these (kept in its tokens).
+    pub eos: Vec<u32>,
+    /// Report each token's log-probability and this many most likely alternatives.
+    pub logprobs: Option<usize>,
+}
+
+impl RequestOptions {
+    /// The options of one prompt of a fixed-list generation (`generate_continuous`).
+    pub fn from_generate(opts: &GenerateOptions) -> Self {
+        RequestOptions {
+            params: opts.params.clone(),
+            penalties: Penalties::default(),
+            seed: opts.seed,
+            row: 0,
+            max_new_tokens: opts.max_new_tokens,
+            eos: opts.eos.clone(),
+            logprobs: None,
+        }
+    }
+}
+
+/// A request: an id chosen by the caller (unique among those not finished), a prompt and options.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    pub id: u64,
+    pub prompt: Vec<u32>,
+    pub opts: RequestOptions,
+}
+
+/// Why a request was refused.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum SubmitError {
+    #[error("empty prompt: give at least one token")]
+    EmptyPrompt,
+    #[error("token id {id} is outside the model's vocabulary of {vocab} ids")]
+    OutOfVocabulary { id: u32, vocab: usize },
+    #[error("max_new_tokens must be at least 1")]
+    NoNewTokens,
+    #[error("request id {0} is already queued or running")]
+    DuplicateId(u64),
+    #[error(transparent)]
+    Sampling(#[from] GenerateError),
+}
+
+/// A finished request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finished {
+    /// Its new tokens (EOS included when it finished on one).
+    pub tokens: Vec<u32>,
+    pub finish: Finish,
+    /// Its prompt tokens and prefill time, its decode tokens and the time from its first token to
+    /// its last.
+    pub timings: Timings,
+}
+
+/// Where the engine reports tokens.
+pub trait Sink {
+    /// Request `id` produced a token; `new` is every new token so far, `logprob` its
+    /// log-probabilities when asked for. Returning `true` finishes the request (a stop string).
+    fn token(&mut self, id: u64, new: &[u32], logprob: Option<&TokenLogprob>) -> bool;
+    /// Request `id` finished (not called for a cancelled request).
+    fn finished(&mut self, id: u64, done: Finished);
+}
+
+/// A running request.
+struct Running {
+    id: u64,
+    opts: RequestOptions,
+    pipeline: Pipeline,
+    sampler: Sampler,
+    /// Prompt and new tokens so far.
+    history: Vec<u32>,
+    new: Vec<u32>,
+    timings: Timings,
+    /// When its first token was on the host (its decode time runs from there).
+    first_token: Instant,
+}
+
+impl Running {
+    /// A request admitted to a slot: its processors and sampler built.
+    fn new(req: Request) -> Result<Self, DecodeError> {
+        let pipeline = req.opts.params.processors()?;
+        let sampler = if req.opts.params.do_sample { Sampler::Seeded { seed: req.opts.seed } } else { Sampler::Greedy };
+        Ok(Running {
+            id: req.id,
+            pipeline,
+            sampler,
+            timings: Timings { prefill_tokens: req.prompt.len(), ..Timings::default() },
+            history: req.prompt,
+            new: Vec::new(),
+            opts: req.opts,
+            first_token: Instant::now(),
+        })
+    }
+
+    /// Whether the device's greedy argmax chooses this row's tokens.
+    fn device_greedy(&self) -> bool {
+        self.pipeline.processors.is_empty()
+            && !self.opts.params.do_sample
+            && self.opts.penalties.is_off()
+            && self.opts.logprobs.is_none()
+    }
+
+    /// Chooses the next token from the row's raw logits `[V]` on the host.
+    fn choose_host(&self, logits: &mut [f32]) -> Result<(u32, Option<TokenLogprob>), DecodeError> {
+        let raw = self.opts.logprobs.map(|_| log_probs(logits));
+        // transformers' order, with OpenAI's penalties where vLLM puts them: after the repetition
+        // penalty, before the warpers.
+        let is_rep = |p: &&LogitsProcessor| matches!(p, LogitsProcessor::RepetitionPenalty { .. });
+        self.pipeline.processors.iter().filter(is_rep).for_each(|p| p.apply(logits, &self.history));
+        self.opts.penalties.apply(logits, &self.new);
+        self.pipeline.processors.iter().filter(|p| !is_rep(p)).for_each(|p| p.apply(logits, &self.history));
+        let token = self.sampler.sample_row(logits, self.new.len() as u64, self.opts.row)?;
+        let logprob = match (raw, self.opts.logprobs) {
+            (Some(lp), Some(top)) => Some(TokenLogprob::of(&lp, token, top)),
+            _ => None,
+        };
+        Ok((token, logprob))
+    }
+}
+
+/// The step-wise engine (see the module docs).
+pub struct Engine<'m> {
+    model: &'m Model,
+    cache: KvCache,
+    slots: Vec<Option<Running>>,
+    waiting: VecDeque<Request>,
+    /// Device greedy choosers by batch size.
+    device: HashMap<usize, DeviceChooser>,
+    total: Timings,
+}
+
+impl<'m> Engine<'m> {
+    /// An engine of `max_batch` slots whose cache starts with room for `capacity` positions per
+    /// slot (it grows when needed).
+    pub fn new(g: &Graph<'_>, model: &'m Model, max_batch: usize, capacity: usize) -> Result<Self, DecodeError> {
+        let slots = max_batch.max(1);
+        Ok(Engine {
+            model,
+            cache: KvCache::batched(g, &model.spec, slots, capacity)?,
+            slots: (0..slots).map(|_| None).collect(),
+            waiting: VecDeque::new(),
+            device: HashMap::new(),
+            total: Timings::default(),
+        })
+    }
+
+    /// Queues a request (checked now: its prompt, ids and sampling parameters).
+    pub fn submit(&mut self, req: Request) -> Result<(), SubmitError> {
+        if req.prompt.is_empty() {
+            return Err(SubmitError::EmptyPrompt);
+        }
+        let vocab = self.model.spec.vocab;
+        if let Some(&id) = req.prompt.iter().find(|&&t| t as usize >= vocab) {
+            return Err(SubmitError::OutOfVocabulary { id, vocab });
+        }
+        if req.opts.max_new_tokens == 0 {
+            return Err(SubmitError::NoNewTokens);
+        }
+        req.opts.params.processors()?;
+        if self.holds(req.id) {
+            return Err(SubmitError::DuplicateId(req.id));
+        }
+        self.waiting.push_back(req);
+        Ok(())
+    }
+
+    fn holds(&self, id: u64) -> bool {
+        self.waiting.iter().any(|r| r.id == id) || self.slots.iter().flatten().any(|r| r.id == id)
+    }
+
+    /// Drops request `id`, queued or running; a running one's blocks go back to the pools now.
+    /// Returns whether it was there.
+    pub fn cancel(&mut self, id: u64) -> bool {
+        if let Some(at) = self.waiting.iter().position(|r| r.id == id) {
+            self.waiting.remove(at);
+            return true;
+        }
+        let Some(slot) = self.slots.iter().position(|r| r.as_ref().is_some_and(|r| r.id == id)) else {
+            return false;
+        };
+        self.slots[slot] = None;
+        self.cache.release(slot);
+        true
+    }
+
+    /// Requests waiting for a slot.
+    pub fn queued(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// Requests holding a slot.
+    pub fn running(&self) -> usize {
+        self.slots.iter().flatten().count()
+    }
+
+    /// Nothing queued or running.
+    pub fn is_idle(&self) -> bool {
+        self.waiting.is_empty() && self.running() == 0
+    }
+
+    /// KV cache blocks in use (over all layer groups) and the pools' blocks.
+    pub fn blocks_in_use(&self) -> (usize, usize) {
+        self.cache.blocks_in_use()
+    }
+
+    /// Prompt and decode tokens and seconds of everything run so far.
+    pub fn timings(&self) -> Timings {
+        self.total
+    }
+
+    /// Admits waiting requests to free slots (one prefill each), then one decode step of every
+    /// running request. Tokens and finished requests go to `sink`.
+    pub fn step(&mut self, g: &Graph<'_>, sink: &mut dyn Sink) -> Result<(), DecodeError> {
+        g.no_grad(|| {
+            self.admit(g, sink)?;
+            if self.running() > 0 {
+                self.decode_step(g, sink)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Fills free slots with waiting requests and prefills them, those of one prompt length
+    /// together (no padding: each row's prefill is exactly its own), each giving its request's
+    /// first token; requests that finish on it free their slots for the next waiting ones.
+    fn admit(&mut self, g: &Graph<'_>, sink: &mut dyn Sink) -> Result<(), DecodeError> {
+        loop {
+            let mut admitted = Vec::new();
+            while let Some(slot) = self.slots.iter().position(Option::is_none) {
+                let Some(req) = self.waiting.pop_front() else { break };
+                self.slots[slot] = Some(Running::new(req)?);
+                admitted.push(slot);
+            }
+            if admitted.is_empty() {
+                return Ok(());
+            }
+            let mut by_len: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
+            for slot in admitted {
+                by_len.entry(self.slots[slot].as_ref().expect("admitted").history.len()).or_default().push(slot);
+            }
+            for group in by_len.into_values() {
+                let start = Instant::now();
+                let chosen = self.prefill(g, &group)?;
+                let secs = start.elapsed().as_secs_f64();
+                self.total.prefill_secs += secs;
+                for (&slot, token) in group.iter().zip(chosen) {
+                    let row = self.slots[slot].as_mut().expect("just admitted");
+                    row.timings.prefill_secs = secs;
+                    row.first_token = Instant::now();
+                    self.total.prefill_tokens += row.timings.prefill_tokens;
+                    self.push_token(slot, token, sink);
+                }
+            }
+        }
+    }
+
+    /// Runs every column of the slots' histories (of one length) their empty cache rows do not
+    /// hold (their prompts, or after a LongRoPE switch a whole history) in one forward `[n, T]`
+    /// and chooses each one's next token.
+    fn prefill(&mut self, g: &Graph<'_>, slots: &[usize]) -> Result<Vec<(u32, Option<TokenLogprob>)>, DecodeError> {
+        slots.iter().for_each(|&s| self.cache.release(s));
+        self.cache.select(slots)?;
+        let rows: Vec<&Running> = slots.iter().map(|&s| self.slots[s].as_ref().expect("a running slot")).collect();
+        let t = rows[0].history.len();
+        let ids: Vec<i32> = rows.iter().flat_map(|r| r.history.iter().map(|&x| x as i32)).collect();
+        let mask = vec![1; ids.len()];
+        let batch = Batch { ids: &ids, mask: &mask, batch: slots.len(), seq: t };
+        // Logits `[n, V]` of each row's last column only.
+        let logits = forward_cached_last(g, &self.model.spec, &self.model.weights, &batch, &self.cache)?;
+        self.choose(g, &logits, slots)
+    }
+
+    /// The next token of each slot in `slots` from `logits [n, V]` (one row each, in order).
+    fn choose(
+        &mut self,
+        g: &Graph<'_>,
+        logits: &Tensor,
+        slots: &[usize],
+    ) -> Result<Vec<(u32, Option<TokenLogprob>)>, DecodeError> {
+        let rows: Vec<&Running> = slots.iter().map(|&s| self.slots[s].as_ref().expect("a running slot")).collect();
+        let n = rows.len();
+        if rows.iter().all(|r| r.device_greedy()) {
+            let chooser = match self.device.entry(n) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => e.insert(DeviceChooser::new(g, n)?),
+            };
+            let ids = chooser.greedy(g, logits, 1)?;
+            return ids.into_iter().map(|id| Ok((required(id)?, None))).collect();
+        }
+        let mut scores = last_logits(g, logits, n, 1)?;
+        scores.iter_mut().zip(rows).map(|(s, r)| r.choose_host(s)).collect()
+    }
+
+    /// One new token for every running row: rows crossing LongRoPE's original context run their
+    /// whole history again alone (as alone, their cache was rotated with the short factors); the
+    /// others decode together, in one forward per factor set.
+    fn decode_step(&mut self, g: &Graph<'_>, sink: &mut dyn Sink) -> Result<(), DecodeError> {
+        let start = Instant::now();
+        let active: Vec<usize> = (0..self.slots.len()).filter(|&s| self.slots[s].is_some()).collect();
+        let model = self.model;
+        let spec = &model.spec;
+        // Decided before any row runs: a re-prefilled row must not decode again in this step.
+        let (crossing, rest): (Vec<usize>, Vec<usize>) =
+            active.iter().partition(|&&s| crate::generation::crosses_longrope_context(spec, self.cache.row_len(s), 1));
+        let (long, short): (Vec<usize>, Vec<usize>) =
+            rest.iter().partition(|&&s| on_long_factors(spec, self.cache.row_len(s)));
+        let mut chosen = Vec::new();
+        for &slot in &crossing {
+            chosen.push((slot, self.prefill(g, &[slot])?.remove(0)));
+        }
+        for group in [short, long].into_iter().filter(|g| !g.is_empty()) {
+            self.cache.select(&group)?;
+            let ids: Vec<i32> = group
+                .iter()
+                .map(|&s| *self.slots[s].as_ref().expect("active").history.last().expect("a token") as i32)
+                .collect();
+            let mask = vec![1; group.len()];
+            let batch = Batch { ids: &ids, mask: &mask, batch: group.len(), seq: 1 };
+            let logits = forward_cached_last(g, spec, &model.weights, &batch, &self.cache)?;
+            chosen.extend(group.iter().copied().zip(self.choose(g, &logits, &group)?));
+        }
+        self.total.decode_secs += start.elapsed().as_secs_f64();
+        self.total.decode_tokens += chosen.len();
+        for (slot, token) in chosen {
+            if let Some(r) = self.slots[slot].as_mut() {
+                r.timings.decode_tokens += 1;
+            }
+            self.push_token(slot, token, sink);
+        }
+        Ok(())
+    }
+
+    /// Appends a row's new token, tells the sink, and retires the row when it finished: its
+    /// blocks go back to the pools and its slot is free.
+    fn push_token(&mut self, slot: usize, (token, logprob): (u32, Option<TokenLogprob>), sink: &mut dyn Sink) {
+        let Some(row) = self.slots[slot].as_mut() else { return };
+        row.new.push(token);
+        row.history.push(token);
+        let stop = sink.token(row.id, &row.new, logprob.as_ref());
+        let finish = if row.opts.eos.contains(&token) {
+            Some(Finish::Eos)
+        } else if stop {
+            Some(Finish::Stopped)
+        } else {
+            (row.new.len() >= row.opts.max_new_tokens).then_some(Finish::Length)
+        };
+        let Some(finish) = finish else { return };
+        let Some(mut row) = self.slots[slot].take() else { return };
+        self.cache.release(slot);
+        row.timings.decode_secs = row.first_token.elapsed().as_secs_f64();
+        sink.finished(row.id, Finished { tokens: std::mem::take(&mut row.new), finish, timings: row.timings });
+    }
+}
+
+/// Whether a row whose next token sits at `position` runs on LongRoPE's long factors (the
+/// forward's longest position id + 1 beyond the original context).
+fn on_long_factors(spec: &ModelSpec, position: usize) -> bool {
+    let original = spec.layers.iter().find_map(|l| l.attn.rope.as_ref().and_then(|r| r.long.as_ref()).map(|l| l.1));
+    original.is_some_and(|o| position + 1 > o)
+}

@@ -1,0 +1,143 @@
+//! The server's gauges and counters, shared by the engine thread (which writes them after every
+//! step) and the handlers, and their Prometheus text exposition (`GET /metrics`).
+
+use std::collections::VecDeque;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Upper bounds (seconds) of the time-to-first-token histogram's buckets.
+const TTFT_BUCKETS: [f64; 12] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+
+/// Tokens per second are measured over this window.
+const RATE_WINDOW: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Default)]
+struct Histogram {
+    /// Per bucket of `TTFT_BUCKETS` (not cumulative), then the +Inf bucket.
+    counts: [u64; TTFT_BUCKETS.len() + 1],
+    sum: f64,
+}
+
+/// Everything `/metrics` shows.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    /// Requests waiting for a slot of the engine.
+    pub queue_depth: AtomicUsize,
+    /// Requests holding a slot.
+    pub running: AtomicUsize,
+    /// KV cache blocks in use, and the pools' blocks.
+    pub kv_blocks_in_use: AtomicUsize,
+    pub kv_blocks_total: AtomicUsize,
+    pub generated_tokens: AtomicU64,
+    pub prompt_tokens: AtomicU64,
+    pub requests_finished: AtomicU64,
+    pub requests_cancelled: AtomicU64,
+    /// Requests accepted and not yet finished or cancelled (queued or running): the handlers
+    /// admit a request only while this stays within `max_batch + max_queue`.
+    pub outstanding: AtomicUsize,
+    ttft: Mutex<Histogram>,
+    /// `(when, generated_tokens)` samples of the last `RATE_WINDOW`.
+    rate: Mutex<VecDeque<(Instant, u64)>>,
+}
+
+impl Metrics {
+    /// Records a time to first token.
+    pub fn observe_ttft(&self, secs: f64) {
+        let Ok(mut h) = self.ttft.lock() else { return };
+        let at = TTFT_BUCKETS.iter().position(|&b| secs <= b).unwrap_or(TTFT_BUCKETS.len());
+        h.counts[at] += 1;
+        h.sum += secs;
+    }
+
+    /// Samples the generated-token counter for the tokens/s gauge.
+    pub fn sample_rate(&self, now: Instant) {
+        let Ok(mut r) = self.rate.lock() else { return };
+        r.push_back((now, self.generated_tokens.load(Ordering::Relaxed)));
+        while r.len() > 2 && r.front().is_some_and(|(t, _)| now.duration_since(*t) > RATE_WINDOW) {
+            r.pop_front();
+        }
+    }
+
+    /// Generated tokens per second over the last window (0 when idle).
+    pub fn tokens_per_second(&self) -> f64 {
+        let Ok(r) = self.rate.lock() else { return 0.0 };
+        let (Some(first), Some(_)) = (r.front(), r.back()) else { return 0.0 };
+        let now = Instant::now();
+        let secs = now.duration_since(first.0).as_secs_f64();
+        let tokens = self.generated_tokens.load(Ordering::Relaxed) - first.1;
+        if secs > 0.0 {
+            tokens as f64 / secs
+        } else {
+            0.0
+        }
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let load = |a: &AtomicUsize| a.load(Ordering::Relaxed) as f64;
+        let gauges = [
+            ("vkformers_queue_depth", "Requests waiting for a slot.", load(&self.queue_depth)),
+            ("vkformers_running_requests", "Requests in the running batch.", load(&self.running)),
+            ("vkformers_kv_blocks_in_use", "KV cache blocks held by running requests.", load(&self.kv_blocks_in_use)),
+            ("vkformers_kv_blocks_total", "KV cache blocks in the pools.", load(&self.kv_blocks_total)),
+            (
+                "vkformers_tokens_per_second",
+                "Generated tokens per second over the last 10 s.",
+                self.tokens_per_second(),
+            ),
+        ];
+        for (name, help, v) in gauges {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+        }
+        let counters = [
+            ("vkformers_generated_tokens_total", "Tokens generated.", &self.generated_tokens),
+            ("vkformers_prompt_tokens_total", "Prompt tokens prefilled.", &self.prompt_tokens),
+            ("vkformers_requests_finished_total", "Requests that finished.", &self.requests_finished),
+            ("vkformers_requests_cancelled_total", "Requests cancelled (client gone).", &self.requests_cancelled),
+        ];
+        for (name, help, v) in counters {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}", v.load(Ordering::Relaxed));
+        }
+        self.render_ttft(&mut out);
+        out
+    }
+
+    fn render_ttft(&self, out: &mut String) {
+        let Ok(h) = self.ttft.lock() else { return };
+        let name = "vkformers_time_to_first_token_seconds";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Seconds from a request's arrival to its first token.\n# TYPE {name} histogram"
+        );
+        let mut cum = 0;
+        for (i, b) in TTFT_BUCKETS.iter().enumerate() {
+            cum += h.counts[i];
+            let _ = writeln!(out, "{name}_bucket{{le=\"{b}\"}} {cum}");
+        }
+        cum += h.counts[TTFT_BUCKETS.len()];
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {cum}\n{name}_sum {}\n{name}_count {cum}", h.sum);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposition_has_every_series() {
+        let m = Metrics::default();
+        m.observe_ttft(0.03);
+        m.observe_ttft(100.0);
+        m.kv_blocks_in_use.store(3, Ordering::Relaxed);
+        let text = m.render();
+        assert!(text.contains("vkformers_kv_blocks_in_use 3\n"), "{text}");
+        assert!(text.contains("vkformers_time_to_first_token_seconds_bucket{le=\"0.05\"} 1\n"), "{text}");
+        assert!(text.contains("vkformers_time_to_first_token_seconds_count 2\n"), "{text}");
+        for name in ["vkformers_queue_depth", "vkformers_running_requests", "vkformers_tokens_per_second"] {
+            assert!(text.contains(&format!("# TYPE {name} gauge")), "{name}");
+        }
+    }
+}

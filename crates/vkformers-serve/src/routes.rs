@@ -1,0 +1,139 @@
+//! The HTTP routes: OpenAI's `/v1/models`, `/v1/completions`, `/v1/chat/completions`, and
+//! `/health`, `/metrics`.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+use crate::api::{plan, ChatRequest, CompletionRequest, PromptInput};
+use crate::error::ApiError;
+use crate::respond::{collect, stream, Head, Kind};
+use crate::state::{AppState, Job};
+
+/// The router over `state`, with bodies limited to `max_body_bytes`.
+pub fn router(state: Arc<AppState>, max_body_bytes: usize) -> Router {
+    Router::new()
+        .route("/v1/models", get(models))
+        .route("/v1/completions", post(completions))
+        .route("/v1/chat/completions", post(chat))
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .fallback(|uri: Uri| async move { ApiError::no_route(uri.path()) })
+        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .with_state(state)
+}
+
+fn reply(r: Result<Response, ApiError>) -> Response {
+    r.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// The body as `T`: 413 past the size limit, 400 when it is not the request's JSON.
+fn parse<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
+    let body = body.map_err(|e| match e.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::too_long(format!("the request body is too large: {e}")),
+        _ => ApiError::bad_request(format!("cannot read the request body: {e}")),
+    })?;
+    serde_json::from_slice(&body).map_err(|e| ApiError::bad_request(format!("the request body is not valid: {e}")))
+}
+
+async fn models(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    reply((|| {
+        st.gate(&headers)?;
+        let data: Vec<_> = st
+            .models
+            .iter()
+            .map(|m| {
+                json!({"id": m, "object": "model", "created": st.started, "owned_by": "vkformers",
+                       "max_model_len": st.max_model_len, "parent": (m != &st.models[0]).then(|| st.models[0].clone())})
+            })
+            .collect();
+        Ok(axum::Json(json!({"object": "list", "data": data})).into_response())
+    })())
+}
+
+async fn health(State(st): State<Arc<AppState>>) -> Response {
+    if st.draining.load(Ordering::SeqCst) {
+        return (StatusCode::SERVICE_UNAVAILABLE, axum::Json(json!({"status": "draining"}))).into_response();
+    }
+    axum::Json(json!({"status": "ok"})).into_response()
+}
+
+async fn metrics(State(st): State<Arc<AppState>>) -> Response {
+    ([("content-type", "text/plain; version=0.0.4")], st.metrics.render()).into_response()
+}
+
+fn head(job: &Job, kind: Kind, model: &str, include_usage: bool) -> Head {
+    let n = job.first_id;
+    let prefix = if kind == Kind::Chat { "chatcmpl" } else { "cmpl" };
+    let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    Head { kind, id: format!("{prefix}-{n}"), created, model: model.to_string(), include_usage }
+}
+
+fn encode(st: &AppState, text: &str, special: bool) -> Result<Vec<u32>, ApiError> {
+    st.tokenizer.encode(text, special).map_err(|e| ApiError::bad_param("prompt", format!("cannot tokenize: {e}")))
+}
+
+async fn completions(
+    State(st): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let run = async {
+        st.gate(&headers)?;
+        let req: CompletionRequest = parse(body)?;
+        let model = st.model_index(&req.model)?;
+        if req.echo == Some(true) || req.suffix.is_some() || req.best_of.is_some_and(|b| b > 1) {
+            return Err(ApiError::bad_request("`echo`, `suffix` and `best_of` are not supported yet"));
+        }
+        let prompts = match &req.prompt {
+            PromptInput::Text(t) => vec![encode(&st, t, true)?],
+            PromptInput::Texts(ts) => ts.iter().map(|t| encode(&st, t, true)).collect::<Result<_, _>>()?,
+            PromptInput::Ids(ids) => vec![ids.clone()],
+            PromptInput::IdLists(l) => l.clone(),
+        };
+        let plan = plan(&req.common, &st.defaults, req.logprobs, st.defaults.eos.clone())?;
+        // OpenAI's default for completions: 16 new tokens.
+        let job = st.submit(model, prompts, &plan, |room| room.min(16))?;
+        let head = head(&job, Kind::Completion, &req.model, plan.include_usage);
+        if plan.stream {
+            return Ok(stream(head, job));
+        }
+        collect(head, job, req.logprobs.is_some()).await
+    };
+    reply(run.await)
+}
+
+async fn chat(State(st): State<Arc<AppState>>, headers: HeaderMap, body: Result<Bytes, BytesRejection>) -> Response {
+    let run = async {
+        st.gate(&headers)?;
+        let mut req: ChatRequest = parse(body)?;
+        let model = st.model_index(&req.model)?;
+        if req.messages.is_empty() {
+            return Err(ApiError::bad_param("messages", "`messages` is empty: give at least one message"));
+        }
+        let messages = req.messages.iter().map(|m| m.to_message()).collect::<Result<Vec<_>, _>>()?;
+        let text = vkformers_chat::assistant_prompt(&st.tokenizer, &messages)
+            .map_err(|e| ApiError::bad_param("messages", format!("the chat template failed: {e}")))?;
+        let prompt = encode(&st, &text, false)?;
+        req.common.max_tokens = req.max_completion_tokens.or(req.common.max_tokens);
+        let logprobs = req.logprobs.unwrap_or(false).then_some(req.top_logprobs.unwrap_or(0));
+        let plan = plan(&req.common, &st.defaults, logprobs, st.chat_eos.clone())?;
+        // Chat's default: whatever the context leaves.
+        let job = st.submit(model, vec![prompt], &plan, |room| room)?;
+        let head = head(&job, Kind::Chat, &req.model, plan.include_usage);
+        if plan.stream {
+            return Ok(stream(head, job));
+        }
+        collect(head, job, logprobs.is_some()).await
+    };
+    reply(run.await)
+}

@@ -1,0 +1,162 @@
+//! What every handler shares, and submitting a request's prompts to the engine thread.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use axum::http::HeaderMap;
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+use vkformers_generate::config::GenerationDefaults;
+use vkformers_generate::engine::Request;
+use vkformers_io::HfTokenizer;
+
+use crate::api::Plan;
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+use crate::worker::{Command, Item, Update};
+
+/// The server's shared state.
+pub struct AppState {
+    pub commands: Mutex<Sender<Command>>,
+    pub tokenizer: Arc<HfTokenizer>,
+    pub defaults: GenerationDefaults,
+    /// Ids that end a chat reply (the model's EOS and the template's end-of-turn tokens).
+    pub chat_eos: Vec<u32>,
+    /// Served model names; a name's index is its engine.
+    pub models: Vec<String>,
+    pub api_key: Option<String>,
+    pub max_model_len: usize,
+    /// The model's vocabulary size (token ids must be below it).
+    pub vocab: usize,
+    /// Requests queued and running at most: `max_batch + max_queue`.
+    pub max_outstanding: usize,
+    pub max_queue: usize,
+    pub metrics: Arc<Metrics>,
+    pub draining: AtomicBool,
+    pub next_id: AtomicU64,
+    /// Unix seconds the server started (`created` of the models).
+    pub started: u64,
+}
+
+/// A submitted request: its updates, and the ids to cancel if the client goes away first.
+pub struct Job {
+    pub updates: UnboundedReceiver<Update>,
+    pub guard: CancelOnDrop,
+    /// Choices in all (prompts × n).
+    pub choices: usize,
+    /// Prompt tokens over all prompts (each counted once, whatever n is).
+    pub prompt_tokens: usize,
+    /// The first request's id (the response's id is made from it).
+    pub first_id: u64,
+}
+
+/// Cancels its requests when dropped before [`CancelOnDrop::disarm`]: a client that disconnects
+/// drops its handler's future or stream, and the engine frees the requests' slots and blocks.
+pub struct CancelOnDrop {
+    ids: Vec<u64>,
+    commands: Sender<Command>,
+    armed: bool,
+}
+
+impl CancelOnDrop {
+    pub fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if self.armed {
+            let _ = self.commands.send(Command::Cancel(std::mem::take(&mut self.ids)));
+        }
+    }
+}
+
+impl AppState {
+    /// Refuses a request without the API key (401) or while draining (503).
+    pub fn gate(&self, headers: &HeaderMap) -> Result<(), ApiError> {
+        if let Some(key) = &self.api_key {
+            let given =
+                headers.get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+            if given.map(str::trim) != Some(key.as_str()) {
+                return Err(ApiError::unauthorized());
+            }
+        }
+        if self.draining.load(Ordering::SeqCst) {
+            return Err(ApiError::shutting_down());
+        }
+        Ok(())
+    }
+
+    /// The engine index of a served model name (404 otherwise).
+    pub fn model_index(&self, name: &str) -> Result<usize, ApiError> {
+        self.models.iter().position(|m| m == name).ok_or_else(|| ApiError::unknown_model(name, &self.models))
+    }
+
+    /// `max_tokens` of a prompt of `len` tokens: as asked, else `default(room)` where room is what
+    /// the context leaves; 413 when the prompt and its new tokens do not fit.
+    fn fit(&self, len: usize, asked: Option<usize>, default: fn(usize) -> usize) -> Result<usize, ApiError> {
+        let max = self.max_model_len;
+        if len >= max {
+            return Err(ApiError::too_long(format!(
+                "the prompt has {len} tokens but the server's max-model-len is {max}: shorten it"
+            )));
+        }
+        let room = max - len;
+        match asked {
+            Some(n) if n > room => Err(ApiError::too_long(format!(
+                "the prompt ({len} tokens) and max_tokens ({n}) exceed the server's max-model-len of {max}: \
+                 ask for at most {room} tokens or shorten the prompt"
+            ))),
+            Some(n) => Ok(n),
+            None => Ok(default(room)),
+        }
+    }
+
+    /// Queues every prompt × `plan.n` choices on engine `model` (429 when the queue is full).
+    pub fn submit(
+        &self,
+        model: usize,
+        prompts: Vec<Vec<u32>>,
+        plan: &Plan,
+        default_max: fn(usize) -> usize,
+    ) -> Result<Job, ApiError> {
+        if prompts.is_empty() || prompts.iter().any(Vec::is_empty) {
+            return Err(ApiError::bad_param("prompt", "an empty prompt: give at least one token"));
+        }
+        if let Some(bad) = prompts.iter().flatten().find(|&&t| t as usize >= self.vocab) {
+            let msg = format!("token id {bad} is outside the model's vocabulary of {} ids", self.vocab);
+            return Err(ApiError::bad_param("prompt", msg));
+        }
+        let maxes: Vec<usize> =
+            prompts.iter().map(|p| self.fit(p.len(), plan.max_tokens, default_max)).collect::<Result<_, _>>()?;
+        let choices = prompts.len() * plan.n;
+        let before = self.metrics.outstanding.fetch_add(choices, Ordering::SeqCst);
+        if before + choices > self.max_outstanding {
+            self.metrics.outstanding.fetch_sub(choices, Ordering::SeqCst);
+            return Err(ApiError::queue_full(self.max_queue));
+        }
+        let received = Instant::now();
+        let prompt_tokens = prompts.iter().map(Vec::len).sum();
+        let mut items = Vec::with_capacity(choices);
+        for (p, (prompt, max_new)) in prompts.into_iter().zip(maxes).enumerate() {
+            for j in 0..plan.n {
+                let mut opts = plan.opts.clone();
+                (opts.row, opts.max_new_tokens) = (j as u32, max_new);
+                let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+                let req = Request { id, prompt: prompt.clone(), opts };
+                items.push(Item { req, index: p * plan.n + j, stops: plan.stops.clone(), received });
+            }
+        }
+        let ids: Vec<u64> = items.iter().map(|i| i.req.id).collect();
+        let first_id = ids[0];
+        let (tx, updates) = unbounded_channel();
+        let commands = self.commands.lock().map_err(|_| ApiError::internal("the engine channel is poisoned"))?.clone();
+        if commands.send(Command::Submit { model, items, events: tx }).is_err() {
+            self.metrics.outstanding.fetch_sub(choices, Ordering::SeqCst);
+            return Err(ApiError::internal("the engine thread has stopped"));
+        }
+        Ok(Job { updates, guard: CancelOnDrop { ids, commands, armed: true }, choices, prompt_tokens, first_id })
+    }
+}

@@ -1,0 +1,288 @@
+//! The engine thread: it owns the Vulkan context, the models (the base and one per LoRA adapter)
+//! and their engines, takes commands from the handlers through a channel, runs one step of every
+//! busy engine between reading commands, and sends each request's text back as it is produced.
+//! When every engine is idle it blocks on the channel.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::mpsc::UnboundedSender;
+use vkformers_generate::engine::{Engine, Finished, Request, Sink};
+use vkformers_generate::stop::{StopStrings, TextStream};
+use vkformers_generate::TokenLogprob;
+use vkformers_io::HfTokenizer;
+use vkformers_models::model::Model;
+use vkformers_tensor::Graph;
+use vkformers_vk::{Context, DeviceSelector};
+
+use crate::error::ServeError;
+use crate::metrics::Metrics;
+
+/// Loads the base model (adapter `None`) or the base with a LoRA adapter folder, on `g`.
+pub type Loader = Box<dyn Fn(&Graph<'_>, Option<&Path>) -> Result<Model, String> + Send>;
+
+/// One request of a submission (a prompt's choice).
+pub struct Item {
+    pub req: Request,
+    /// The choice's index in the response.
+    pub index: usize,
+    pub stops: StopStrings,
+    pub received: Instant,
+}
+
+/// From the handlers to the engine thread.
+pub enum Command {
+    /// Queue `items` on the engine of model `model`; updates go to `events`.
+    Submit { model: usize, items: Vec<Item>, events: UnboundedSender<Update> },
+    /// Drop these requests (the client went away): their KV blocks go back at once.
+    Cancel(Vec<u64>),
+    /// Finish: the thread returns once this is read.
+    Shutdown,
+}
+
+/// A token's log-probabilities with tokens as text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Logprob {
+    pub token: String,
+    pub logprob: f32,
+    pub top: Vec<(String, f32)>,
+}
+
+/// From the engine thread to a request's handler.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Update {
+    /// A new token of choice `index` and the text it settled (possibly empty: held back until a
+    /// stop string or a whole character is certain).
+    Token { index: usize, text: String, logprob: Option<Logprob> },
+    /// Choice `index` finished: the last settled text, the whole text (cut before a stop string),
+    /// why (`stop` / `length`) and its token count.
+    Done { index: usize, tail: String, text: String, finish: &'static str, tokens: usize },
+    /// The engine failed.
+    Error(String),
+}
+
+/// What the thread needs to start.
+pub struct Setup {
+    pub device: DeviceSelector,
+    pub loader: Loader,
+    /// Per served model: the adapter folder (None: the base).
+    pub adapters: Vec<Option<PathBuf>>,
+    pub max_batch: usize,
+    /// Positions per slot the cache starts with.
+    pub capacity: usize,
+    pub tokenizer: Arc<HfTokenizer>,
+    pub metrics: Arc<Metrics>,
+}
+
+/// Starts the engine thread and waits until its models are loaded; returns the thread and the
+/// model's vocabulary size.
+pub fn spawn(setup: Setup, commands: Receiver<Command>) -> Result<(std::thread::JoinHandle<()>, usize), ServeError> {
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let handle = std::thread::Builder::new()
+        .name("vkformers-engine".into())
+        .spawn(move || run(setup, commands, ready_tx))
+        .map_err(ServeError::Io)?;
+    match ready_rx.recv() {
+        Ok(Ok(vocab)) => Ok((handle, vocab)),
+        Ok(Err(e)) => Err(ServeError::Load(e)),
+        Err(_) => Err(ServeError::EngineGone),
+    }
+}
+
+fn run(setup: Setup, commands: Receiver<Command>, ready: Sender<Result<usize, String>>) {
+    let ctx = match Context::new(&setup.device) {
+        Ok(c) => c,
+        Err(e) => return drop(ready.send(Err(e.to_string()))),
+    };
+    let g = Graph::new(&ctx);
+    let mut models = Vec::new();
+    for adapter in &setup.adapters {
+        match (setup.loader)(&g, adapter.as_deref()) {
+            Ok(m) => models.push(m),
+            Err(e) => return drop(ready.send(Err(e))),
+        }
+    }
+    // Attention and the KV cache in the weights' type, as `vkformers generate` runs.
+    if let Some(m) = models.first() {
+        g.set_autocast(Some(m.weight_dtype()));
+    }
+    let mut engines = Vec::new();
+    for m in &models {
+        match Engine::new(&g, m, setup.max_batch, setup.capacity) {
+            Ok(e) => engines.push(e),
+            Err(e) => return drop(ready.send(Err(format!("creating the KV cache: {e}")))),
+        }
+    }
+    let _ = ready.send(Ok(models.first().map_or(0, |m| m.spec.vocab)));
+    let mut loop_state = Loop { engines, requests: HashMap::new(), tok: &setup.tokenizer, metrics: &setup.metrics };
+    loop_state.serve(&g, &commands);
+}
+
+/// A request's state on the engine thread.
+struct State {
+    index: usize,
+    engine: usize,
+    stops: StopStrings,
+    stream: TextStream,
+    received: Instant,
+    first_token: bool,
+    /// The client went away (its updates could not be sent).
+    gone: bool,
+    events: UnboundedSender<Update>,
+}
+
+struct Loop<'m, 'a> {
+    engines: Vec<Engine<'m>>,
+    requests: HashMap<u64, State>,
+    tok: &'a HfTokenizer,
+    metrics: &'a Metrics,
+}
+
+impl Loop<'_, '_> {
+    fn serve(&mut self, g: &Graph<'_>, commands: &Receiver<Command>) {
+        loop {
+            if self.engines.iter().all(Engine::is_idle) {
+                match commands.recv() {
+                    Ok(Command::Shutdown) | Err(_) => return,
+                    Ok(cmd) => self.handle(cmd),
+                }
+            }
+            while let Ok(cmd) = commands.try_recv() {
+                if matches!(cmd, Command::Shutdown) {
+                    return;
+                }
+                self.handle(cmd);
+            }
+            for e in 0..self.engines.len() {
+                self.step(g, e);
+            }
+            self.publish();
+        }
+    }
+
+    fn handle(&mut self, cmd: Command) {
+        match cmd {
+            Command::Submit { model, items, events } => {
+                for item in items {
+                    let id = item.req.id;
+                    self.metrics.prompt_tokens.fetch_add(item.req.prompt.len() as u64, Ordering::Relaxed);
+                    if let Err(e) = self.engines[model].submit(item.req) {
+                        self.metrics.outstanding.fetch_sub(1, Ordering::Relaxed);
+                        let _ = events.send(Update::Error(e.to_string()));
+                        continue;
+                    }
+                    let state = State {
+                        index: item.index,
+                        engine: model,
+                        stops: item.stops,
+                        stream: TextStream::default(),
+                        received: item.received,
+                        first_token: false,
+                        gone: false,
+                        events: events.clone(),
+                    };
+                    self.requests.insert(id, state);
+                }
+            }
+            Command::Cancel(ids) => {
+                for id in ids {
+                    if let Some(state) = self.requests.remove(&id) {
+                        self.engines[state.engine].cancel(id);
+                        self.metrics.outstanding.fetch_sub(1, Ordering::Relaxed);
+                        self.metrics.requests_cancelled.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            Command::Shutdown => {}
+        }
+        self.publish();
+    }
+
+    /// One step of engine `e`; a failure ends every request it holds with the error.
+    fn step(&mut self, g: &Graph<'_>, e: usize) {
+        if self.engines[e].is_idle() {
+            return;
+        }
+        let mut sink = Reporter { requests: &mut self.requests, tok: self.tok, metrics: self.metrics };
+        if let Err(err) = self.engines[e].step(g, &mut sink) {
+            let ids: Vec<u64> = self.requests.iter().filter(|(_, s)| s.engine == e).map(|(&id, _)| id).collect();
+            for id in ids {
+                if let Some(state) = self.requests.remove(&id) {
+                    self.engines[e].cancel(id);
+                    self.metrics.outstanding.fetch_sub(1, Ordering::Relaxed);
+                    let _ = state.events.send(Update::Error(format!("the engine failed: {err}")));
+                }
+            }
+        }
+    }
+
+    /// Gauges after a step or a command.
+    fn publish(&self) {
+        let m = self.metrics;
+        m.queue_depth.store(self.engines.iter().map(Engine::queued).sum(), Ordering::Relaxed);
+        m.running.store(self.engines.iter().map(Engine::running).sum(), Ordering::Relaxed);
+        let (used, total) =
+            self.engines.iter().map(Engine::blocks_in_use).fold((0, 0), |(u, t), (a, b)| (u + a, t + b));
+        m.kv_blocks_in_use.store(used, Ordering::Relaxed);
+        m.kv_blocks_total.store(total, Ordering::Relaxed);
+        m.sample_rate(Instant::now());
+    }
+}
+
+/// The engine's sink: decodes each request's text, spots stop strings, sends updates.
+struct Reporter<'r, 'a> {
+    requests: &'r mut HashMap<u64, State>,
+    tok: &'a HfTokenizer,
+    metrics: &'a Metrics,
+}
+
+impl Reporter<'_, '_> {
+    fn text(&self, ids: &[u32]) -> String {
+        self.tok.decode(ids, true).unwrap_or_default()
+    }
+
+    fn logprob(&self, lp: &TokenLogprob) -> Logprob {
+        let piece = |id: u32| self.tok.decode(&[id], false).unwrap_or_default();
+        Logprob {
+            token: piece(lp.token),
+            logprob: lp.logprob,
+            top: lp.top.iter().map(|&(t, l)| (piece(t), l)).collect(),
+        }
+    }
+}
+
+impl Sink for Reporter<'_, '_> {
+    fn token(&mut self, id: u64, new: &[u32], logprob: Option<&TokenLogprob>) -> bool {
+        self.metrics.generated_tokens.fetch_add(1, Ordering::Relaxed);
+        let text = self.text(new);
+        let logprob = logprob.map(|lp| self.logprob(lp));
+        let Some(state) = self.requests.get_mut(&id) else { return true };
+        if !std::mem::replace(&mut state.first_token, true) {
+            self.metrics.observe_ttft(state.received.elapsed().as_secs_f64());
+        }
+        let chunk = state.stream.next_chunk(&text, &state.stops, false);
+        state.gone = state.events.send(Update::Token { index: state.index, text: chunk, logprob }).is_err();
+        // A stop string ends it; so does a client that went away (its blocks free now).
+        state.stops.find(&text).is_some() || state.gone
+    }
+
+    fn finished(&mut self, id: u64, done: Finished) {
+        self.metrics.outstanding.fetch_sub(1, Ordering::Relaxed);
+        let Some(mut state) = self.requests.remove(&id) else { return };
+        let counter = if state.gone { &self.metrics.requests_cancelled } else { &self.metrics.requests_finished };
+        counter.fetch_add(1, Ordering::Relaxed);
+        let text = self.text(&done.tokens);
+        let tail = state.stream.next_chunk(&text, &state.stops, true);
+        let _ = state.events.send(Update::Done {
+            index: state.index,
+            tail,
+            text: state.stops.trim(&text).to_string(),
+            finish: done.finish.name(),
+            tokens: done.tokens.len(),
+        });
+    }
+}

@@ -1,0 +1,220 @@
+#!/usr/bin/env python3
+"""Load test of `vkformers serve` through the official `openai` client.
+
+N concurrent clients send a fixed number of streamed completions (random token-id prompts,
+greedy unless --temperature) and the run reports throughput (generated tokens/s over the wall
+time, requests/s), time to first token and latency, p50/p99. Every request asks for usage, so
+the token counts are the server's.
+
+--soak: a random third of the streams are closed mid-way (after a random number of chunks; the
+server must free their slots and KV blocks at once). At the end /metrics must show no running
+request and zero KV blocks in use, and every finished response must equal the same request run
+alone, one at a time (--verify runs those references; greedy only).
+
+The issue's H200 target (1.1B bf16, 64 concurrent clients, 256-token completions: at least
+10,000 generated tokens/s, p99 time to first token at most 500 ms):
+  python3 tools/bench/serve.py --shape 1.1b --vkformers target/release/vkformers \
+      --serve-args "--max-batch 64" --clients 64 --requests 512 --max-tokens 256
+(--shape builds the random-init Llama folder of common.py, no EOS id so every completion runs to
+--max-tokens, with a WordLevel tokenizer; needs torch and safetensors for that step only.)
+
+Usage:
+  python3 tools/bench/serve.py --model DIR [--vkformers PATH] [--serve-args "--max-batch 64"]
+      [--clients 64] [--requests 512] [--prompt-len 128] [--max-tokens 256] [--soak] [--verify]
+      [--json FILE]
+  python3 tools/bench/serve.py --base-url http://127.0.0.1:8000/v1 --model-name NAME ...
+      (a server already running)
+Without --base-url the script starts `vkformers serve --port 0` itself (loopback) and stops it
+with SIGTERM at the end. Needs only the `openai` package (.ci/install-openai installs it into
+/opt/vkformers-openai).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import openai
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def percentile(xs: list[float], p: float) -> float:
+    if not xs:
+        return float("nan")
+    xs = sorted(xs)
+    k = min(len(xs) - 1, max(0, round(p / 100 * (len(xs) - 1))))
+    return xs[k]
+
+
+def start_server(args) -> tuple[subprocess.Popen, str]:
+    exe = args.vkformers or str(REPO / "target" / "release" / "vkformers")
+    if not Path(exe).exists():
+        exe = str(REPO / "target" / "debug" / "vkformers")
+    cmd = [exe, "serve", "--model", args.model, "--port", "0", *shlex.split(args.serve_args)]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    for line in proc.stderr:
+        sys.stderr.write(line)
+        m = re.search(r"listening on (http://\S+)", line)
+        if m:
+            threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
+            return proc, m.group(1) + "/v1"
+    raise SystemExit(f"vkformers serve exited ({proc.wait()}) before listening")
+
+
+def metrics(base_url: str) -> dict[str, float]:
+    text = urllib.request.urlopen(base_url.removesuffix("/v1") + "/metrics", timeout=30).read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return out
+
+
+def build_shape(shape: str, workdir: str | None) -> Path:
+    """common.py's model folder of `shape`, with a WordLevel tokenizer.json (serve needs one)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import common  # torch and safetensors, only for this
+
+    out = common.build_model_dir(Path(workdir) if workdir else common.DEFAULT_WORKDIR, shape)
+    if not (out / "tokenizer.json").is_file():
+        common.write_wordlevel_tokenizer(out, common.SHAPES[shape]["vocab_size"])
+    return out
+
+
+def one(client, model, req, cancel_after):
+    """Streams one completion; returns its record. `cancel_after`: close after that many chunks."""
+    t0 = time.perf_counter()
+    ttft, text, tokens, finish, chunks = None, "", 0, None, 0
+    stream = client.completions.create(model=model, prompt=req["prompt"], max_tokens=req["max_tokens"],
+                                       temperature=req["temperature"], seed=req["seed"], stream=True,
+                                       stream_options={"include_usage": True})
+    for chunk in stream:
+        if chunk.usage is not None:
+            tokens = chunk.usage.completion_tokens
+        for c in chunk.choices:
+            if ttft is None:
+                ttft = time.perf_counter() - t0
+            text += c.text or ""
+            finish = c.finish_reason or finish
+        chunks += 1
+        if cancel_after is not None and chunks >= cancel_after:
+            stream.close()
+            return {"cancelled": True, "ttft": ttft, "latency": time.perf_counter() - t0, "tokens": 0, "text": None}
+    return {"cancelled": False, "ttft": ttft, "latency": time.perf_counter() - t0, "tokens": tokens, "text": text,
+            "finish": finish}
+
+
+def requests(args, vocab: int) -> list[dict]:
+    rng = random.Random(args.seed)
+    distinct = [[rng.randrange(3, vocab) for _ in range(args.prompt_len)] for _ in range(args.distinct)]
+    return [{"prompt": distinct[i % args.distinct], "max_tokens": args.max_tokens, "temperature": args.temperature,
+             "seed": i, "key": i % args.distinct} for i in range(args.requests)]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", help="model folder to serve (or the name when --base-url is given)")
+    ap.add_argument("--shape", help="serve common.py's random-init Llama of this shape (1.1b, 134m, tiny)")
+    ap.add_argument("--workdir", help="where --shape builds its folder (default target/bench-work)")
+    ap.add_argument("--model-name", help="model name of a running server (default: --model)")
+    ap.add_argument("--base-url")
+    ap.add_argument("--vkformers")
+    ap.add_argument("--serve-args", default="")
+    ap.add_argument("--api-key", default="none")
+    ap.add_argument("--clients", type=int, default=64)
+    ap.add_argument("--requests", type=int, default=512)
+    ap.add_argument("--distinct", type=int, default=32, help="distinct prompts the requests cycle through")
+    ap.add_argument("--prompt-len", type=int, default=128)
+    ap.add_argument("--max-tokens", type=int, default=256)
+    ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--vocab", type=int, default=None, help="prompt ids below this (default: config.json's)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--soak", action="store_true")
+    ap.add_argument("--verify", action="store_true")
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds for the whole run at most")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    if args.shape:
+        args.model = str(build_shape(args.shape, args.workdir))
+    if not args.model and not args.model_name:
+        ap.error("give --model (and --base-url for a running server)")
+    proc = None
+    base_url = args.base_url
+    if base_url is None:
+        proc, base_url = start_server(args)
+    model = args.model_name or args.model
+    vocab = args.vocab
+    if vocab is None:
+        vocab = json.loads((Path(args.model) / "config.json").read_text())["vocab_size"] if args.model else 256
+    client = openai.OpenAI(base_url=base_url, api_key=args.api_key, max_retries=0, timeout=args.timeout)
+    try:
+        reqs = requests(args, vocab)
+        rng = random.Random(args.seed + 1)
+        cancel = [rng.randrange(1, max(2, args.max_tokens // 2)) if args.soak and rng.random() < 1 / 3 else None
+                  for _ in reqs]
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=args.clients) as pool:
+            records = list(pool.map(lambda rc: one(client, model, rc[0], rc[1]), zip(reqs, cancel)))
+        wall = time.perf_counter() - t0
+        done = [r for r in records if not r["cancelled"]]
+        tokens = sum(r["tokens"] for r in done)
+        report = {
+            "clients": args.clients, "requests": len(reqs), "cancelled": len(records) - len(done),
+            "prompt_len": args.prompt_len, "max_tokens": args.max_tokens, "wall_s": wall,
+            "generated_tokens": tokens, "tokens_per_s": tokens / wall, "requests_per_s": len(done) / wall,
+            "ttft_p50_s": percentile([r["ttft"] for r in done if r["ttft"] is not None], 50),
+            "ttft_p99_s": percentile([r["ttft"] for r in done if r["ttft"] is not None], 99),
+            "latency_p50_s": percentile([r["latency"] for r in done], 50),
+            "latency_p99_s": percentile([r["latency"] for r in done], 99),
+        }
+        ok = True
+        if args.soak:
+            deadline = time.time() + 30
+            m = metrics(base_url)
+            while (m.get("vkformers_kv_blocks_in_use", 1) or m.get("vkformers_running_requests", 1)) and time.time() < deadline:
+                time.sleep(0.05)
+                m = metrics(base_url)
+            report["kv_blocks_in_use_after"] = m.get("vkformers_kv_blocks_in_use")
+            report["running_after"] = m.get("vkformers_running_requests")
+            ok &= report["kv_blocks_in_use_after"] == 0 and report["running_after"] == 0
+        if args.verify:
+            if args.temperature != 0:
+                raise SystemExit("--verify compares greedy runs: leave --temperature at 0")
+            alone = {}
+            for r in reqs:
+                if r["key"] not in alone:
+                    alone[r["key"]] = one(client, model, r, None)["text"]
+            mismatched = [i for i, (r, rec) in enumerate(zip(reqs, records))
+                          if not rec["cancelled"] and rec["text"] != alone[r["key"]]]
+            report["mismatched_vs_alone"] = len(mismatched)
+            ok &= not mismatched
+        report["ok"] = ok
+        print(json.dumps(report, indent=2))
+        if args.json:
+            Path(args.json).write_text(json.dumps(report, indent=2))
+        if not ok:
+            sys.exit(1)
+    finally:
+        if proc is not None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+if __name__ == "__main__":
+    main()
