@@ -77,6 +77,9 @@ fn plan(spec: &ModelSpec, config: &Value) -> Result<Vec<Planned>> {
     if spec.encoder.is_some() {
         return crate::encoder::plan(spec, config);
     }
+    if spec.seq2seq.is_some() {
+        return crate::seq2seq::plan(spec, config);
+    }
     let h = spec.hidden;
     // OPT's embedding is `word_embed_proj_dim` wide; project_in/out map it to and from `h`.
     let e = match (&spec.project_in, &spec.project_out) {
@@ -222,6 +225,7 @@ pub fn init_from_config(g: &Graph<'_>, config: Value, seed: u64) -> Result<Model
     let mut rng = Normal(seed);
     let mut weights = Weights::default();
     let mut params = Vec::new();
+    let mut buffers = Vec::new();
     let embed = format!("{}.weight", spec.embed_name);
     for p in &planned {
         let n: usize = p.shape.iter().product();
@@ -234,13 +238,19 @@ pub fn init_from_config(g: &Graph<'_>, config: Value, seed: u64) -> Result<Model
             let width = p.shape[1];
             data[row * width..(row + 1) * width].fill(0.0);
         }
+        if crate::seq2seq::is_buffer(&spec, &p.name) {
+            let t = g.constant(&data, &p.shape)?;
+            weights.insert(p.name.clone(), t.clone());
+            buffers.push((p.name.clone(), t));
+            continue;
+        }
         let t = g.parameter(&data, &p.shape)?;
         weights.insert(p.name.clone(), t.clone());
         params.push((p.name.clone(), t));
     }
     params.sort_by(|a, b| a.0.cmp(&b.0));
     let hf_names = stored_names(&spec, &planned);
-    Ok(Model { spec, weights, params, hf_names, config })
+    Ok(Model { spec, weights, params, buffers, hf_names, config })
 }
 
 /// Writes `generation_config.json` into `out` from the model config's special tokens when the

@@ -338,6 +338,9 @@ pub struct ModelSpec {
     /// Encoder-only models (BERT family): the parts the decoder graph has no slot for; the
     /// model runs through `encoder::forward` instead. `None` for decoders.
     pub encoder: Option<crate::encoder::EncoderSpec>,
+    /// Encoder-decoder models (T5, BART families): the encoder stack and the cross-attention;
+    /// `layers` are then the decoder's. The model runs through `seq2seq::forward_loss`.
+    pub seq2seq: Option<Box<crate::seq2seq::Seq2SeqSpec>>,
 }
 
 impl ModelSpec {
@@ -380,6 +383,7 @@ impl ModelSpec {
             joins: Vec::new(),
             padding_idx: None,
             encoder: None,
+            seq2seq: None,
         }
     }
 }

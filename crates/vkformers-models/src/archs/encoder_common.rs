@@ -96,6 +96,7 @@ impl EncoderParts<'_> {
             joins: Vec::new(),
             padding_idx: self.padding_idx,
             encoder: Some(self.encoder),
+            seq2seq: None,
         };
         spec.weight_map = legacy_norm_names(&spec);
         spec

@@ -7,6 +7,7 @@ use crate::error::{ModelError, Result};
 use crate::spec::ModelSpec;
 
 mod arcee;
+mod bart;
 mod bert;
 mod biogpt;
 mod bitnet;
@@ -58,6 +59,7 @@ mod seed_oss;
 mod smollm3;
 mod stablelm;
 mod starcoder2;
+mod t5;
 mod vaultgemma;
 mod xglm;
 
@@ -137,6 +139,15 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "qwen2_moe", family: "routed MoE decoder", build: qwen_moe::qwen2_moe },
     Arch { model_type: "qwen3_moe", family: "routed MoE decoder", build: qwen_moe::qwen3_moe },
     Arch { model_type: "olmoe", family: "routed MoE decoder", build: olmoe::spec },
+    // Encoder-decoders (issue 20), run by `seq2seq::forward_loss`.
+    Arch { model_type: "t5", family: "encoder-decoder", build: t5::t5 },
+    Arch { model_type: "mt5", family: "encoder-decoder", build: t5::mt5 },
+    Arch { model_type: "umt5", family: "encoder-decoder", build: t5::umt5 },
+    Arch { model_type: "bart", family: "encoder-decoder", build: bart::bart },
+    Arch { model_type: "mbart", family: "encoder-decoder", build: bart::mbart },
+    Arch { model_type: "plbart", family: "encoder-decoder", build: bart::plbart },
+    Arch { model_type: "blenderbot", family: "encoder-decoder", build: bart::blenderbot },
+    Arch { model_type: "blenderbot-small", family: "encoder-decoder", build: bart::blenderbot_small },
 ];
 
 /// The spec of a parsed `config.json`.
