@@ -93,6 +93,13 @@ SPECS = {
     "blenderbot": ("blenderbot", {**BART, "activation_function": "gelu", "scale_embedding": True}),
     # post-LN, positions from 0, the decoder's embedding norm before its positions.
     "blenderbot-small": ("blenderbot-small", {**BART, "activation_function": "gelu"}),
+    # post-LN without an embedding norm, fixed sinusoidal positions (not stored), scaled embeddings.
+    "marian": ("marian", {**BART, "activation_function": "swish", "scale_embedding": True, "decoder_start_token_id": 1,
+                          "pad_token_id": 1, "eos_token_id": 2}),
+    # pre-LN, fixed sinusoidal positions (stored frozen, recomputed on load), final norms.
+    "pegasus": ("pegasus", {**BART, "activation_function": "relu", "scale_embedding": True}),
+    # pre-LN, fairseq positions from the ids past pad_token_id, no final_logits_bias.
+    "m2m_100": ("m2m_100", {**BART, "activation_function": "relu", "scale_embedding": True}),
 }
 
 
@@ -184,8 +191,13 @@ def make_fixture(name: str, model_type: str, cfg_kwargs: dict, out_dir: Path, ve
     for stale in ("config.json", "model.safetensors", "generation_config.json", "greedy.json"):
         (d / stale).unlink(missing_ok=True)
     model.save_pretrained(d, safe_serialization=True)
-    names = [n for n, _ in model.named_parameters()]
-    stored = mf._stored_names(model, d / "model.safetensors")
+    # Frozen tables (Marian's and Pegasus' sinusoidal positions) are no trained parameters.
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    # These families save every trained parameter under its own name.
+    keys = set(mf._safetensors_keys(d / "model.safetensors"))
+    missing = [n for n in names if n not in keys]
+    assert not missing, f"{name}: parameters not saved under their names: {missing}"
+    stored = {n: n for n in names}
     ids, mask, labels = make_batch(model.config)
     decoder_input_ids = shifted(model, labels)
 
@@ -238,6 +250,7 @@ def make_fixture(name: str, model_type: str, cfg_kwargs: dict, out_dir: Path, ve
         "tied_parameter_aliases": sorted(set(mf._all_param_keys(model)) - set(names)),
         "model_safetensors_keys": sorted(mf._safetensors_keys(d / "model.safetensors")),
         "num_parameters": int(sum(params[n].numel() for n in names)),
+        "frozen_parameters": [n for n, p in model.named_parameters() if not p.requires_grad],
     }
     mf.write_json(d / "meta.json", meta)
     print(f"{name:14s} {type(model).__name__:32s} params={meta['num_parameters']:6d} loss={loss.item():.6f}")

@@ -21,6 +21,8 @@ pub(crate) enum Init {
     Normal,
     Zeros,
     Ones,
+    /// Marian's / Pegasus' fixed sinusoidal rows (`seq2seq::attention::sinusoid_rows`).
+    Sinusoid,
 }
 
 pub(crate) struct Planned {
@@ -233,6 +235,10 @@ pub fn init_from_config(g: &Graph<'_>, config: Value, seed: u64) -> Result<Model
             Init::Normal => (0..n).map(|_| rng.sample(std)).collect(),
             Init::Zeros => vec![0.0; n],
             Init::Ones => vec![1.0; n],
+            Init::Sinusoid => {
+                let rows: Vec<usize> = (0..p.shape[0]).collect();
+                crate::seq2seq::attention::sinusoid_rows(&rows, p.shape[1])
+            }
         };
         if let (true, Some(row)) = (p.name == embed, pad.filter(|&r| r < spec.vocab)) {
             let width = p.shape[1];

@@ -142,6 +142,11 @@ parity! {
     blenderbot: "blenderbot",
     // Post-LN, positions from 0, the decoder's embedding norm before its positions.
     blenderbot_small: "blenderbot-small",
+    // Fixed sinusoidal positions: Marian (post-LN, not stored), Pegasus (pre-LN, stored frozen).
+    marian: "marian",
+    pegasus: "pegasus",
+    // fairseq positions counted from the ids past pad_token_id; no final_logits_bias.
+    m2m_100: "m2m_100",
 }
 
 #[test]

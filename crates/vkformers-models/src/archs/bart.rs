@@ -10,7 +10,7 @@ use super::common::parse;
 use super::encoder_common::activation;
 use crate::encoder::NormPlacement;
 use crate::error::{ModelError, Result};
-use crate::seq2seq::{CrossNames, Seq2SeqSpec, Shift, StackEnds};
+use crate::seq2seq::{CrossNames, Seq2SeqSpec, Shift, StackEnds, StackPositions};
 use crate::spec::{padding_idx, AttnSpec, LayerNames, LayerSpec, MlpSpec, ModelSpec, Norm, Residual};
 
 #[derive(Debug, Deserialize)]
@@ -50,6 +50,12 @@ struct Family {
     position_offset: usize,
     /// BlenderbotSmall's decoder normalises the token embeddings before adding positions.
     decoder_norm_before_positions: bool,
+    /// Fixed positions instead of the learned `embed_positions` tables.
+    positions: Option<StackPositions>,
+    /// `final_logits_bias` (all but M2M-100).
+    logits_bias: bool,
+    /// Pegasus stores its fixed tables (kept as buffers and saved back; the graph computes them).
+    stored_positions: bool,
 }
 
 impl Family {
@@ -61,6 +67,9 @@ impl Family {
         shift: Shift::Start,
         position_offset: 2,
         decoder_norm_before_positions: false,
+        positions: None,
+        logits_bias: true,
+        stored_positions: false,
     };
 }
 
@@ -106,7 +115,9 @@ fn build(f: &Family, cfg: &Value) -> Result<ModelSpec> {
     let enc = layer(c.encoder_attention_heads, c.d_model, c.encoder_ffn_dim, &c.activation_function)?;
     let dec = layer(c.decoder_attention_heads, c.d_model, c.decoder_ffn_dim, &c.activation_function)?;
     let ends = |stack: &str| StackEnds {
-        positions: Some(format!("model.{stack}.embed_positions")),
+        positions: Some(
+            f.positions.clone().unwrap_or_else(|| StackPositions::Learned(format!("model.{stack}.embed_positions"))),
+        ),
         embed_norm: f.embed_norm.then(|| (norm.clone(), format!("model.{stack}.layernorm_embedding"))),
         final_norm: f.final_norm.then(|| (norm.clone(), format!("model.{stack}.layer_norm"))),
         relative_bias: None,
@@ -119,6 +130,7 @@ fn build(f: &Family, cfg: &Value) -> Result<ModelSpec> {
     if tied {
         aliases.push("lm_head.weight".into());
     }
+
     let s2s = Seq2SeqSpec {
         encoder_layers: vec![enc; c.encoder_layers],
         encoder_names: names("encoder"),
@@ -135,7 +147,12 @@ fn build(f: &Family, cfg: &Value) -> Result<ModelSpec> {
         relative_bias: None,
         position_offset: f.position_offset,
         head_scale: 1.0,
-        final_logits_bias: Some("final_logits_bias".into()),
+        final_logits_bias: f.logits_bias.then(|| "final_logits_bias".into()),
+        stored_tables: if f.stored_positions {
+            ["encoder", "decoder"].map(|s| (format!("model.{s}.embed_positions"), c.max_position_embeddings)).to_vec()
+        } else {
+            Vec::new()
+        },
         tied_aliases: aliases,
         shift: f.shift,
         decoder_start_token_id: c.decoder_start_token_id.unwrap_or(2) as i32,
@@ -143,7 +160,6 @@ fn build(f: &Family, cfg: &Value) -> Result<ModelSpec> {
     };
     let mut spec =
         ModelSpec::new(f.model_type, (c.vocab_size, c.d_model), dec, c.decoder_layers, norm, names("decoder"));
-    let _ = c.max_position_embeddings;
     spec.embed_name = "model.shared".into();
     spec.embed_scale = if c.scale_embedding { (c.d_model as f32).sqrt() } else { 1.0 };
     spec.padding_idx = padding_idx(c.pad_token_id, c.vocab_size);
@@ -195,6 +211,57 @@ pub fn blenderbot_small(cfg: &Value) -> Result<ModelSpec> {
         model_type: "blenderbot-small",
         position_offset: 0,
         decoder_norm_before_positions: true,
+        ..Family::BART
+    };
+    build(&f, cfg)
+}
+
+/// Marian: BART's post-LN layers without an embedding norm, fixed sinusoidal positions from 0,
+/// one table shared by source and target.
+pub fn marian(cfg: &Value) -> Result<ModelSpec> {
+    if cfg.get("share_encoder_decoder_embeddings").and_then(Value::as_bool) == Some(false) {
+        return Err(ModelError::Unsupported(
+            "Marian with separate source and target embeddings (share_encoder_decoder_embeddings: false) is not \
+             supported yet"
+                .into(),
+        ));
+    }
+    let f = Family {
+        model_type: "marian",
+        embed_norm: false,
+        position_offset: 0,
+        positions: Some(StackPositions::Sinusoidal),
+        ..Family::BART
+    };
+    build(&f, cfg)
+}
+
+/// Pegasus: pre-LN with final norms, fixed sinusoidal positions from 0 (stored, recomputed).
+pub fn pegasus(cfg: &Value) -> Result<ModelSpec> {
+    let f = Family {
+        model_type: "pegasus",
+        placement: NormPlacement::Pre,
+        embed_norm: false,
+        final_norm: true,
+        position_offset: 0,
+        positions: Some(StackPositions::Sinusoidal),
+        stored_positions: true,
+        ..Family::BART
+    };
+    build(&f, cfg)
+}
+
+/// M2M-100 (NLLB's architecture): pre-LN with final norms, fairseq positions counted from the
+/// ids past `pad_token_id`, no logits bias.
+pub fn m2m_100(cfg: &Value) -> Result<ModelSpec> {
+    let pad = cfg.get("pad_token_id").and_then(Value::as_u64).unwrap_or(1) as usize;
+    let f = Family {
+        model_type: "m2m_100",
+        placement: NormPlacement::Pre,
+        embed_norm: false,
+        final_norm: true,
+        positions: Some(StackPositions::FairseqFromIds { padding_idx: pad }),
+        logits_bias: false,
         ..Family::BART
     };
     build(&f, cfg)

@@ -148,6 +148,9 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "plbart", family: "encoder-decoder", build: bart::plbart },
     Arch { model_type: "blenderbot", family: "encoder-decoder", build: bart::blenderbot },
     Arch { model_type: "blenderbot-small", family: "encoder-decoder", build: bart::blenderbot_small },
+    Arch { model_type: "marian", family: "encoder-decoder", build: bart::marian },
+    Arch { model_type: "pegasus", family: "encoder-decoder", build: bart::pegasus },
+    Arch { model_type: "m2m_100", family: "encoder-decoder", build: bart::m2m_100 },
 ];
 
 /// The spec of a parsed `config.json`.

@@ -160,6 +160,7 @@ fn build(model_type: &str, cfg: &Value, per_layer_bias: bool, may_scale: bool) -
         position_offset: 0,
         head_scale: if scale_head { (c.d_model as f32).powf(-0.5) } else { 1.0 },
         final_logits_bias: None,
+        stored_tables: Vec::new(),
         tied_aliases: ["encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "lm_head.weight"]
             .map(String::from)
             .to_vec(),

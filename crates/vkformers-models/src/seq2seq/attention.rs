@@ -84,6 +84,61 @@ pub fn additive_mask(
     Ok(g.constant(&m, &[b, 1, tq, tk])?)
 }
 
+/// Marian's / Pegasus' sinusoidal rows `[positions, d]`: `pos / 10000^(2i/d)` in f64, sines in
+/// the first `ceil(d/2)` columns, cosines after, rounded to f32 (their `create_weight`).
+pub fn sinusoid_rows(positions: &[usize], d: usize) -> Vec<f32> {
+    let half = d.div_ceil(2);
+    let mut out = vec![0f32; positions.len() * d];
+    for (row, &p) in out.chunks_mut(d).zip(positions) {
+        for j in 0..d {
+            // Column j of `position_enc` uses exponent 2·(j // 2) / d; even columns feed the
+            // sines, odd ones the cosines.
+            let angle = p as f64 / 10000f64.powf((2 * (j / 2)) as f64 / d as f64);
+            if j % 2 == 0 {
+                row[j / 2] = angle.sin() as f32;
+            } else {
+                row[half + j / 2] = angle.cos() as f32;
+            }
+        }
+    }
+    out
+}
+
+/// fairseq position ids of ids `[B, T]` (see `StackPositions::FairseqFromIds`).
+pub fn fairseq_positions(ids: &[i32], t: usize, padding_idx: usize, past: usize) -> Vec<usize> {
+    let mut out = Vec::with_capacity(ids.len());
+    for row in ids.chunks(t) {
+        let mut seen = 0;
+        for &id in row {
+            let real = usize::from(id != padding_idx as i32);
+            seen += real;
+            out.push((seen + past) * real + padding_idx);
+        }
+    }
+    out
+}
+
+/// fairseq's sinusoidal rows (M2M-100's `get_embedding`) for `positions`, in f32 as torch makes
+/// them: `f_i = exp(i·−(ln(10000)/(h − 1)))`, angle `p·f_i`, `[sin | cos]`, zero-padded to odd
+/// `d`, row `padding_idx` zero.
+pub fn fairseq_rows(positions: &[usize], d: usize, padding_idx: usize) -> Vec<f32> {
+    let half = d / 2;
+    let step = (10000f64.ln() / (half as f64 - 1.0)) as f32;
+    let freqs: Vec<f32> = (0..half).map(|i| (i as f32 * -step).exp()).collect();
+    let mut out = vec![0f32; positions.len() * d];
+    for (row, &p) in out.chunks_mut(d).zip(positions) {
+        if p == padding_idx {
+            continue;
+        }
+        for (i, f) in freqs.iter().enumerate() {
+            let a = p as f32 * f;
+            row[i] = a.sin();
+            row[half + i] = a.cos();
+        }
+    }
+    out
+}
+
 /// Rows of `x [B·T, H·D]` permuted to `[B·H, T, D]` (head-major per row).
 pub(crate) fn heads_first(g: &Graph<'_>, x: &Tensor, (b, t, h, d): (usize, usize, usize, usize)) -> Result<Tensor> {
     let mut idx = Vec::with_capacity(b * t * h);

@@ -10,7 +10,7 @@ mod spec;
 
 pub use cached::Seq2SeqCache;
 pub(crate) use plan::plan;
-pub use spec::{CrossNames, RelativeBias, Seq2SeqSpec, Shift, StackEnds};
+pub use spec::{CrossNames, RelativeBias, Seq2SeqSpec, Shift, StackEnds, StackPositions};
 
 use vkformers_tensor::ops::attention::{attention as fused_attention, AttnOptions};
 use vkformers_tensor::ops::{activation, broadcast, embedding, glu, loss, shape};
@@ -37,9 +37,13 @@ pub(crate) fn seq2seq_of(spec: &ModelSpec) -> Result<&Seq2SeqSpec> {
         .ok_or_else(|| ModelError::Unsupported(format!("`{}` is not an encoder-decoder", spec.model_type)))
 }
 
-/// A stored tensor that is a buffer, not a parameter (see `Seq2SeqSpec::final_logits_bias`).
+/// A stored tensor that is a buffer, not a parameter (`Seq2SeqSpec::final_logits_bias`,
+/// `stored_tables`).
 pub(crate) fn is_buffer(spec: &ModelSpec, name: &str) -> bool {
-    spec.seq2seq.as_ref().and_then(|s| s.final_logits_bias.as_deref()) == Some(name)
+    spec.seq2seq.as_ref().is_some_and(|s| {
+        s.final_logits_bias.as_deref() == Some(name)
+            || s.stored_tables.iter().any(|(t, _)| format!("{t}.weight") == name)
+    })
 }
 
 /// The decoder inputs transformers makes from labels `[B, T]` (`shift_tokens_right`).
@@ -122,23 +126,50 @@ fn embed(
     if ends.norm_before_positions {
         x = norm(&x)?;
     }
-    if let Some(name) = &ends.positions {
-        let pos = w.get(&format!("{name}.weight"))?;
-        let idx: Vec<i32> = (0..b * t).map(|i| (i % t + past + s.position_offset) as i32).collect();
-        if idx.iter().any(|&p| p as usize >= pos.shape()[0]) {
-            return Err(ModelError::Config(format!(
-                "{} positions do not fit `{name}` {:?} (the sequence is longer than max_position_embeddings)",
-                t + past,
-                pos.shape()
-            )));
-        }
-        let p = embedding::embedding(g, pos, &g.ints(&idx, &[b * t])?)?;
+    if let Some(positions) = &ends.positions {
+        let p = position_rows(g, spec, s, w, positions, ids, (b, t, past))?;
         x = broadcast::add(g, &x, &p)?;
     }
     if !ends.norm_before_positions {
         x = norm(&x)?;
     }
     Ok(x)
+}
+
+/// The position rows `[B·T, hidden]` added to the embeddings of ids `[B, T]` after `past`.
+fn position_rows(
+    g: &Graph<'_>,
+    spec: &ModelSpec,
+    s: &Seq2SeqSpec,
+    w: &Weights,
+    positions: &StackPositions,
+    ids: &[i32],
+    (b, t, past): (usize, usize, usize),
+) -> Result<Tensor> {
+    let arange = |offset: usize| -> Vec<usize> { (0..b * t).map(|i| i % t + past + offset).collect() };
+    match positions {
+        StackPositions::Learned(name) => {
+            let table = w.get(&format!("{name}.weight"))?;
+            let idx = arange(s.position_offset);
+            if idx.iter().any(|&p| p >= table.shape()[0]) {
+                return Err(ModelError::Config(format!(
+                    "{} positions do not fit `{name}` {:?} (the sequence is longer than max_position_embeddings)",
+                    t + past,
+                    table.shape()
+                )));
+            }
+            let idx: Vec<i32> = idx.iter().map(|&p| p as i32).collect();
+            Ok(embedding::embedding(g, table, &g.ints(&idx, &[b * t])?)?)
+        }
+        StackPositions::Sinusoidal => {
+            Ok(g.constant(&attention::sinusoid_rows(&arange(0), spec.hidden), &[b * t, spec.hidden])?)
+        }
+        StackPositions::FairseqFromIds { padding_idx } => {
+            let pos = attention::fairseq_positions(ids, t, *padding_idx, past);
+            let rows = attention::fairseq_rows(&pos, spec.hidden, *padding_idx);
+            Ok(g.constant(&rows, &[b * t, spec.hidden])?)
+        }
+    }
 }
 
 /// The encoder's last hidden state `[B·S, hidden]` of ids `[B, S]` under `mask`.

@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::{seq2seq_of, StackEnds};
+use super::{seq2seq_of, StackEnds, StackPositions};
 use crate::error::Result;
 use crate::init::{linear, norm_params, Init, Planned};
 use crate::spec::{layer_name, LayerNames, LayerSpec, MlpSpec, ModelSpec};
@@ -19,7 +19,7 @@ pub(crate) fn plan(spec: &ModelSpec, config: &Value) -> Result<Vec<Planned>> {
     let heads = spec.layers.first().map_or(0, |l| l.attn.heads);
     let buckets = s.relative_bias.map_or(0, |r| r.num_buckets);
     let stack = |out: &mut Vec<Planned>, ends: &StackEnds, layers: &[LayerSpec], names: &LayerNames, cross: bool| {
-        if let Some(p) = &ends.positions {
+        if let Some(StackPositions::Learned(p)) = &ends.positions {
             out.push(Planned { name: format!("{p}.weight"), shape: vec![max_pos, h], init: Init::Normal });
         }
         if let Some((n, name)) = &ends.embed_norm {
@@ -60,6 +60,9 @@ pub(crate) fn plan(spec: &ModelSpec, config: &Value) -> Result<Vec<Planned>> {
     stack(&mut out, &s.decoder, &spec.layers, &spec.layer_names, true);
     if !spec.tied_head {
         linear(&mut out, &spec.head_name, spec.vocab, h, false);
+    }
+    for (t, rows) in &s.stored_tables {
+        out.push(Planned { name: format!("{t}.weight"), shape: vec![*rows, h], init: Init::Sinusoid });
     }
     if let Some(b) = &s.final_logits_bias {
         out.push(Planned { name: b.clone(), shape: vec![1, spec.vocab], init: Init::Zeros });

@@ -18,8 +18,8 @@ pub struct CrossNames {
 /// One stack's embedding and output ends (the encoder's or the decoder's).
 #[derive(Clone, Debug, PartialEq)]
 pub struct StackEnds {
-    /// The learned position table `{name}.weight` (BART); `None` for T5.
-    pub positions: Option<String>,
+    /// How positions enter the embeddings; `None` for T5.
+    pub positions: Option<StackPositions>,
     /// A norm of the embeddings before the first layer (BART's `layernorm_embedding`).
     pub embed_norm: Option<(Norm, String)>,
     /// The norm after the last layer (pre-LN families: T5's `final_layer_norm`).
@@ -30,6 +30,20 @@ pub struct StackEnds {
     /// `embed_norm` runs on the token embeddings before the positions are added
     /// (BlenderbotSmall's decoder); after them otherwise.
     pub norm_before_positions: bool,
+}
+
+/// Absolute positions added to a stack's embeddings.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StackPositions {
+    /// The learned table `{name}.weight`, rows `past + t + position_offset` (BART, Blenderbot).
+    Learned(String),
+    /// A fixed table of `[sin(p·f_i) | cos(p·f_i)]` halves, `f_i = 10000^(−2i/d)` computed in
+    /// f64 and rounded (Marian's and Pegasus' `create_weight`), rows `past + t`.
+    Sinusoidal,
+    /// fairseq's table (M2M-100): `f_i = exp(−i·ln(10000)/(d/2 − 1))` in f32, row `padding_idx`
+    /// zero; position ids from the token ids, `padding_idx + past + count of non-pad ids so far`
+    /// on real tokens and `padding_idx` on pad tokens.
+    FairseqFromIds { padding_idx: usize },
 }
 
 /// T5's bucketed relative position bias (see `attention::relative_buckets`).
@@ -71,6 +85,9 @@ pub struct Seq2SeqSpec {
     /// A stored bias `[1, vocab]` added to the logits (BART's `final_logits_bias`): a buffer,
     /// loaded and saved but never trained.
     pub final_logits_bias: Option<String>,
+    /// Stored fixed position tables `{name}.weight [rows, hidden]` (Pegasus keeps its sinusoids
+    /// in the checkpoint): buffers kept for saving; the graph computes the same rows.
+    pub stored_tables: Vec<(String, usize)>,
     /// Stored copies of the tied embedding (`encoder.embed_tokens.weight`, a tied `lm_head`)
     /// some checkpoints keep: skipped on load, as transformers ties them.
     pub tied_aliases: Vec<String>,
