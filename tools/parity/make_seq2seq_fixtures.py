@@ -9,7 +9,7 @@ decoder fixtures' format (see tools/parity/README.md), with these differences:
   - `labels` [B, L] are the decoder's targets (row 1 ends in -100); the model shifts them into
     its decoder inputs itself (`decoder_input_ids`, stored for reference, is what it built);
   - `logits` [B, L, V] are the decoder's; the loss is the mean cross-entropy over labels != -100;
-  - greedy.json holds `model.generate` on each row of the batch (cached, greedy) and the same
+  - greedy_seq2seq.json holds `model.generate` on each row of the batch (cached, greedy) and the same
     tokens recomputed without a cache, argmax after argmax.
 
 Modes:
@@ -188,7 +188,7 @@ def make_fixture(name: str, model_type: str, cfg_kwargs: dict, out_dir: Path, ve
     model = build_model(model_type, cfg_kwargs)
     d = out_dir / name
     d.mkdir(parents=True, exist_ok=True)
-    for stale in ("config.json", "model.safetensors", "generation_config.json", "greedy.json"):
+    for stale in ("config.json", "model.safetensors", "generation_config.json", "greedy_seq2seq.json"):
         (d / stale).unlink(missing_ok=True)
     model.save_pretrained(d, safe_serialization=True)
     # Frozen tables (Marian's and Pegasus' sinusoidal positions) are no trained parameters.
@@ -229,7 +229,7 @@ def make_fixture(name: str, model_type: str, cfg_kwargs: dict, out_dir: Path, ve
         ref[f"grad.{stored[n]}"] = grads[n].float().contiguous()
         ref[f"step2.{stored[n]}"] = step2[n].float().contiguous()
     save_file(ref, str(d / "reference.safetensors"), metadata={"format": "pt"})
-    mf.write_json(d / "greedy.json", {"max_new_tokens": NEW_TOKENS, "rows": rows})
+    mf.write_json(d / "greedy_seq2seq.json", {"max_new_tokens": NEW_TOKENS, "rows": rows})
 
     meta = {
         "fixture": name,

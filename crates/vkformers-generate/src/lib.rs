@@ -38,6 +38,7 @@ pub mod generation;
 mod processors;
 mod rng;
 mod sampler;
+pub mod seq2seq;
 mod softmax;
 pub mod stop;
 
