@@ -5,6 +5,8 @@
 //! line) run as one left-padded batch and each row is printed when it finishes. `--json` prints
 //! token ids, text and timings instead.
 
+mod seq2seq;
+
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -243,6 +245,9 @@ pub fn row_text(tok: &HfTokenizer, ids: &[u32], stops: &StopStrings) -> anyhow::
 
 pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     let dir = model_dir(&args.model)?;
+    if seq2seq::is_seq2seq(&dir)? {
+        return seq2seq::run(selector, args, &dir);
+    }
     let defaults = GenerationDefaults::from_dir(&dir)?;
     let (prompts, tok) = prompts(&dir, args)?;
     let stops = StopStrings::new(args.sampling.stop.iter().cloned());
