@@ -181,6 +181,33 @@ def greedy(model, ids, mask):
     return rows
 
 
+# Beam searches written to beam_seq2seq.json: generate's keyword arguments.
+BEAM_RUNS = [
+    dict(num_beams=4, length_penalty=1.0, early_stopping=False, no_repeat_ngram_size=0, num_return_sequences=1),
+    dict(num_beams=4, length_penalty=0.6, early_stopping=True, no_repeat_ngram_size=2, num_return_sequences=2),
+    dict(num_beams=3, length_penalty=2.0, early_stopping="never", no_repeat_ngram_size=3, num_return_sequences=3),
+]
+
+
+def beams(model, ids, mask):
+    """transformers' beam search on each source row alone: sequences and their scores."""
+    import torch
+
+    runs = []
+    for kw in BEAM_RUNS:
+        rows = []
+        for r in range(ids.shape[0]):
+            n = int(mask[r].sum())
+            with torch.no_grad():
+                out = model.generate(ids[r : r + 1, :n], attention_mask=mask[r : r + 1, :n], do_sample=False,
+                                     max_new_tokens=NEW_TOKENS, use_cache=True, output_scores=True,
+                                     return_dict_in_generate=True, **kw)
+            rows.append({"input_ids": ids[r, :n].tolist(), "sequences": out.sequences.tolist(),
+                         "sequences_scores": [float(s) for s in out.sequences_scores]})
+        runs.append({"options": kw, "rows": rows})
+    return runs
+
+
 def make_fixture(name: str, model_type: str, cfg_kwargs: dict, out_dir: Path, versions: dict) -> None:
     import torch
     from safetensors.torch import save_file
@@ -188,7 +215,8 @@ def make_fixture(name: str, model_type: str, cfg_kwargs: dict, out_dir: Path, ve
     model = build_model(model_type, cfg_kwargs)
     d = out_dir / name
     d.mkdir(parents=True, exist_ok=True)
-    for stale in ("config.json", "model.safetensors", "generation_config.json", "greedy_seq2seq.json"):
+    for stale in ("config.json", "model.safetensors", "generation_config.json", "greedy_seq2seq.json",
+                  "beam_seq2seq.json"):
         (d / stale).unlink(missing_ok=True)
     model.save_pretrained(d, safe_serialization=True)
     # Frozen tables (Marian's and Pegasus' sinusoidal positions) are no trained parameters.
@@ -208,6 +236,7 @@ def make_fixture(name: str, model_type: str, cfg_kwargs: dict, out_dir: Path, ve
     params = dict(model.named_parameters())
     grads = {n: params[n].grad.detach().clone() for n in names}
     rows = greedy(model, ids, mask)
+    beam_runs = beams(model, ids, mask)
 
     opt = torch.optim.AdamW(model.parameters(), **mf.ADAMW)
     for _ in range(2):
@@ -230,6 +259,7 @@ def make_fixture(name: str, model_type: str, cfg_kwargs: dict, out_dir: Path, ve
         ref[f"step2.{stored[n]}"] = step2[n].float().contiguous()
     save_file(ref, str(d / "reference.safetensors"), metadata={"format": "pt"})
     mf.write_json(d / "greedy_seq2seq.json", {"max_new_tokens": NEW_TOKENS, "rows": rows})
+    mf.write_json(d / "beam_seq2seq.json", {"max_new_tokens": NEW_TOKENS, "runs": beam_runs})
 
     meta = {
         "fixture": name,

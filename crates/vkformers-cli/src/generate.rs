@@ -85,6 +85,8 @@ pub struct Args {
     system: Option<String>,
     #[command(flatten)]
     sampling: SamplingArgs,
+    #[command(flatten)]
+    beams: seq2seq::BeamArgs,
     /// Print JSON: per row the prompt and new token ids, text and finish reason; prefill and
     /// decode timings of the batch and the device memory peak.
     #[arg(long)]
@@ -247,6 +249,9 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     let dir = model_dir(&args.model)?;
     if seq2seq::is_seq2seq(&dir)? {
         return seq2seq::run(selector, args, &dir);
+    }
+    if args.beams.num_beams.is_some_and(|n| n > 1) {
+        bail!("--num-beams is not supported yet for decoder-only models (encoder-decoders only)");
     }
     let defaults = GenerationDefaults::from_dir(&dir)?;
     let (prompts, tok) = prompts(&dir, args)?;

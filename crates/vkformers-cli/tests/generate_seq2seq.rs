@@ -57,3 +57,45 @@ fn sampling_an_encoder_decoder_is_refused_by_name() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("not supported yet for encoder-decoder"), "{err}");
 }
+
+#[test]
+fn beam_flags_give_transformers_beams() {
+    let dir = fixture("bart");
+    let want: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("beam_seq2seq.json")).unwrap()).unwrap();
+    // The second setting: 4 beams, length penalty 0.6, early stopping, no repeated 2-grams, 2 returned.
+    let run = &want["runs"][1];
+    let o = &run["options"];
+    let row = &run["rows"][1];
+    let prompt: Vec<String> = ids(&row["input_ids"]).iter().map(u64::to_string).collect();
+    let out = vkformers(&[
+        "generate",
+        "--model",
+        dir.to_str().unwrap(),
+        "--prompt-ids",
+        &prompt.join(","),
+        "--max-new-tokens",
+        &want["max_new_tokens"].to_string(),
+        "--num-beams",
+        &o["num_beams"].to_string(),
+        "--length-penalty",
+        &o["length_penalty"].to_string(),
+        "--early-stopping",
+        &o["early_stopping"].to_string(),
+        "--no-repeat-ngram-size",
+        &o["no_repeat_ngram_size"].to_string(),
+        "--num-return-sequences",
+        &o["num_return_sequences"].to_string(),
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let got = got["rows"].as_array().unwrap();
+    let seqs = row["sequences"].as_array().unwrap();
+    assert_eq!(got.len(), seqs.len());
+    for (g, s) in got.iter().zip(seqs) {
+        // transformers' sequence without its start token, cut after EOS (id 2 in this fixture).
+        let s = ids(s);
+        let end = s.iter().skip(1).position(|&t| t == 2).map_or(s.len(), |p| p + 2);
+        assert_eq!(ids(&g["token_ids"]), s[1..end].to_vec());
+    }
+}

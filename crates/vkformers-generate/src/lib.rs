@@ -39,6 +39,7 @@ mod processors;
 mod rng;
 mod sampler;
 pub mod seq2seq;
+pub mod seq2seq_beam;
 mod softmax;
 pub mod stop;
 

@@ -1,8 +1,9 @@
 //! `vkformers generate` on an encoder-decoder folder (T5, BART families): each prompt is a source
-//! the encoder reads once; the decoder generates greedily from `decoder_start_token_id` with the
-//! cached loop of `vkformers_generate::seq2seq` (forced BOS/EOS and EOS ids from
-//! `generation_config.json`). Sampling, beams, stop strings, chat templates and continuous
-//! batching are not supported here yet and say so.
+//! the encoder reads once; the decoder generates from `decoder_start_token_id`, greedily with the
+//! cached loop of `vkformers_generate::seq2seq` or, with `--num-beams` above 1 (or
+//! `num_beams` in `generation_config.json`), by `vkformers_generate::seq2seq_beam` (forced BOS/EOS
+//! and EOS ids from `generation_config.json`). Sampling, stop strings, chat templates and
+//! continuous batching are not supported here yet and say so.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -10,10 +11,62 @@ use std::process::ExitCode;
 use anyhow::{bail, Context as _};
 use serde_json::{json, Value};
 use vkformers_generate::seq2seq::{greedy, Seq2SeqOptions};
+use vkformers_generate::seq2seq_beam::{beam_search, BeamOptions, EarlyStopping};
 use vkformers_tensor::{DType, Graph};
 use vkformers_vk::{Context, DeviceSelector};
 
 use super::Args;
+
+/// Beam-search flags (transformers' `generate` names); each overrides `generation_config.json`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct BeamArgs {
+    /// Beams per prompt (1 = greedy; encoder-decoder models only for now).
+    #[arg(long, value_parser = crate::ranges::at_least_one)]
+    pub num_beams: Option<usize>,
+    /// Finished beams are scored `sum of log-probs / length^length_penalty` (default 1).
+    #[arg(long)]
+    pub length_penalty: Option<f64>,
+    /// `true`: stop once num_beams hypotheses are finished; `false` (default): transformers'
+    /// heuristic; `never`: the canonical stopping rule.
+    #[arg(long, value_parser = ["true", "false", "never"])]
+    pub early_stopping: Option<String>,
+    /// No n-gram of this size occurs twice in a hypothesis (0 = off).
+    #[arg(long)]
+    pub no_repeat_ngram_size: Option<usize>,
+    /// Hypotheses returned per prompt, the best first (at most --num-beams).
+    #[arg(long, value_parser = crate::ranges::at_least_one)]
+    pub num_return_sequences: Option<usize>,
+}
+
+/// The beam settings of the flags over `generation_config.json`; `None` for greedy search.
+fn beam_options(b: &BeamArgs, gen: &Value) -> anyhow::Result<Option<BeamOptions>> {
+    let u = |k: &str| gen.get(k).and_then(Value::as_u64).map(|v| v as usize);
+    let num_beams = b.num_beams.or(u("num_beams")).unwrap_or(1);
+    let num_return = b.num_return_sequences.or(u("num_return_sequences")).unwrap_or(1);
+    if num_beams == 1 {
+        if num_return > 1 {
+            bail!("--num-return-sequences {num_return} needs --num-beams of at least {num_return}");
+        }
+        return Ok(None);
+    }
+    let early = match b.early_stopping.as_deref() {
+        Some("true") => EarlyStopping::True,
+        Some("never") => EarlyStopping::Never,
+        Some(_) => EarlyStopping::False,
+        None => match gen.get("early_stopping") {
+            Some(Value::Bool(true)) => EarlyStopping::True,
+            Some(Value::String(s)) if s == "never" => EarlyStopping::Never,
+            _ => EarlyStopping::False,
+        },
+    };
+    Ok(Some(BeamOptions {
+        num_beams,
+        length_penalty: b.length_penalty.or(gen.get("length_penalty").and_then(Value::as_f64)).unwrap_or(1.0),
+        early_stopping: early,
+        no_repeat_ngram_size: b.no_repeat_ngram_size.or(u("no_repeat_ngram_size")).unwrap_or(0),
+        num_return_sequences: num_return,
+    }))
+}
 
 /// True when `dir`'s config is an encoder-decoder (its spec has the seq2seq part).
 pub fn is_seq2seq(dir: &Path) -> anyhow::Result<bool> {
@@ -25,10 +78,8 @@ pub fn is_seq2seq(dir: &Path) -> anyhow::Result<bool> {
 fn refuse_unsupported(args: &Args, gen: &Value) -> anyhow::Result<()> {
     let s = &args.sampling;
     let sampled = (s.do_sample || gen.get("do_sample").and_then(Value::as_bool) == Some(true)) && !s.greedy;
-    let beams = gen.get("num_beams").and_then(Value::as_u64).is_some_and(|n| n > 1);
     let unsupported = [
         (sampled, "sampling (--do-sample or do_sample in generation_config.json; pass --greedy)"),
-        (beams && !s.greedy, "beam search (num_beams in generation_config.json; pass --greedy)"),
         (!s.stop.is_empty(), "--stop"),
         (args.chat, "--chat"),
         (args.max_batch.is_some(), "--max-batch"),
@@ -66,14 +117,24 @@ pub fn run(selector: &DeviceSelector, args: &Args, dir: &Path) -> anyhow::Result
     if let Some(bad) = sources.iter().flatten().find(|&&t| t as usize >= model.spec.vocab) {
         bail!("token id {bad} is outside the model's vocabulary of {} ids", model.spec.vocab);
     }
-    let rows = greedy(&g, &model, &sources, &opts)?;
+    let beams = if args.sampling.greedy { None } else { beam_options(&args.beams, &gen)? };
+    // Per source: its hypotheses (one when greedy) and their scores (beam search only).
+    let hyps: Vec<Vec<(Vec<u32>, Option<f32>)>> = match &beams {
+        None => greedy(&g, &model, &sources, &opts)?.into_iter().map(|s| vec![(s, None)]).collect(),
+        Some(b) => beam_search(&g, &model, &sources, &opts, b)?
+            .into_iter()
+            .map(|hs| hs.into_iter().map(|h| (h.tokens, Some(h.score))).collect())
+            .collect(),
+    };
     let mut out = Vec::new();
-    for (src, seq) in sources.iter().zip(&rows) {
-        // Drop the start token and the padding after a finished row's EOS.
-        let end = seq.iter().skip(1).position(|t| opts.eos.contains(t)).map_or(seq.len(), |p| p + 2);
-        let ids = &seq[1..end];
-        let text = tok.as_ref().map(|t| t.decode(ids, true)).transpose()?;
-        out.push(json!({ "prompt_ids": src, "token_ids": ids, "text": text }));
+    for (src, hs) in sources.iter().zip(&hyps) {
+        for (seq, score) in hs {
+            // Drop the start token and the filling after a finished hypothesis' EOS.
+            let end = seq.iter().skip(1).position(|t| opts.eos.contains(t)).map_or(seq.len(), |p| p + 2);
+            let ids = &seq[1..end];
+            let text = tok.as_ref().map(|t| t.decode(ids, true)).transpose()?;
+            out.push(json!({ "prompt_ids": src, "token_ids": ids, "text": text, "score": score }));
+        }
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&json!({ "rows": out }))?);

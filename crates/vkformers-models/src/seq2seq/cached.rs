@@ -133,6 +133,34 @@ impl Seq2SeqCache {
         Ok(logits)
     }
 
+    /// Beam search: row `r` of the batch continues row `src[r]`'s decoder history (the self-
+    /// attention keys and values of every stored position are gathered to the new order; the
+    /// cross-attention ones are the same source for every beam and stay).
+    pub fn reorder(&self, g: &Graph<'_>, src: &[usize]) -> Result<()> {
+        let (b, len) = (self.batch, self.len());
+        if src.len() != b || src.iter().any(|&r| r >= b) {
+            return Err(ModelError::Config(format!("reorder {src:?} of a {b}-row decoder cache")));
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        let idx: Vec<i32> = (0..len).flat_map(|t| src.iter().map(move |&r| (t * b + r) as i32)).collect();
+        let idx = g.ints(&idx, &[idx.len()])?;
+        for kv in &self.layers {
+            for buf in [&kv.self_k, &kv.self_v] {
+                let width = buf.numel() / (self.capacity * b);
+                let rows = g.view_prefix(buf, &[len * b, width])?;
+                let moved = embedding::embedding(g, &rows, &idx)?;
+                g.record(|rec| {
+                    let whole = buf.view();
+                    let dst = BufferView { buffer: whole.buffer, offset: whole.offset, len: moved.view().len };
+                    rec.copy(moved.view(), dst)
+                })?;
+            }
+        }
+        Ok(())
+    }
+
     /// T5's bias `[1, H, 1, past + 1]` of the new query over every stored key (layer `i`'s table).
     fn position_bias(&self, g: &Graph<'_>, spec: &ModelSpec, w: &Weights, i: usize) -> Result<Option<Tensor>> {
         let s = seq2seq_of(spec)?;
