@@ -250,10 +250,10 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     if seq2seq::is_seq2seq(&dir)? {
         return seq2seq::run(selector, args, &dir);
     }
-    if args.beams.num_beams.is_some_and(|n| n > 1) {
-        bail!("--num-beams is not supported yet for decoder-only models (encoder-decoders only)");
-    }
     let defaults = GenerationDefaults::from_dir(&dir)?;
+    if let Some(beams) = seq2seq::decoder_beams(args, &dir)? {
+        return seq2seq::run_decoder_beams(selector, args, &dir, &defaults, &beams);
+    }
     let (prompts, tok) = prompts(&dir, args)?;
     let stops = StopStrings::new(args.sampling.stop.iter().cloned());
     if !stops.is_empty() && tok.is_none() {

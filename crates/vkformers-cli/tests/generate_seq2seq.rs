@@ -99,3 +99,55 @@ fn beam_flags_give_transformers_beams() {
         assert_eq!(ids(&g["token_ids"]), s[1..end].to_vec());
     }
 }
+
+#[test]
+fn beam_flags_on_a_decoder_give_transformers_beams() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures_generate/beam/llama.json");
+    let want: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    // The llama fixture with the EOS and pad ids the reference generated with.
+    let dir = std::env::temp_dir().join(format!("vkformers-beam-llama-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(fixture("llama").join(f), dir.join(f)).unwrap();
+    }
+    let gen = serde_json::json!({"eos_token_id": want["eos_token_id"], "pad_token_id": want["pad_token_id"]});
+    std::fs::write(dir.join("generation_config.json"), gen.to_string()).unwrap();
+    // The third setting: 3 beams, length penalty 2, early_stopping "never", no repeated 3-grams, 3 returned.
+    let run = &want["runs"][2];
+    let (o, row) = (&run["options"], &run["rows"][0]);
+    let prompt = ids(&row["input_ids"]);
+    let text: Vec<String> = prompt.iter().map(u64::to_string).collect();
+    let out = vkformers(&[
+        "generate",
+        "--model",
+        dir.to_str().unwrap(),
+        "--prompt-ids",
+        &text.join(","),
+        "--max-new-tokens",
+        &want["max_new_tokens"].to_string(),
+        "--num-beams",
+        &o["num_beams"].to_string(),
+        "--length-penalty",
+        &o["length_penalty"].to_string(),
+        "--early-stopping",
+        o["early_stopping"].as_str().unwrap(),
+        "--no-repeat-ngram-size",
+        &o["no_repeat_ngram_size"].to_string(),
+        "--num-return-sequences",
+        &o["num_return_sequences"].to_string(),
+        "--json",
+    ]);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let got = got["rows"].as_array().unwrap();
+    let seqs = row["sequences"].as_array().unwrap();
+    assert_eq!(got.len(), seqs.len());
+    let eos = want["eos_token_id"].as_u64().unwrap();
+    for (g, s) in got.iter().zip(seqs) {
+        // The new tokens, cut after the first EOS, as the CLI prints them.
+        let s = ids(s)[prompt.len()..].to_vec();
+        let end = s.iter().position(|&t| t == eos).map_or(s.len(), |i| i + 1);
+        assert_eq!(ids(&g["token_ids"]), s[..end].to_vec());
+    }
+}

@@ -29,9 +29,11 @@
 //! assert!(token == 1 || token == 3);
 //! ```
 
+pub mod beam;
 pub mod config;
 pub mod continuous;
 pub mod decode;
+pub mod decoder_beam;
 pub mod device_choice;
 mod error;
 pub mod generation;

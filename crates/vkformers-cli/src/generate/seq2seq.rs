@@ -10,6 +10,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context as _};
 use serde_json::{json, Value};
+use vkformers_generate::beam::BeamIds;
 use vkformers_generate::seq2seq::{greedy, Seq2SeqOptions};
 use vkformers_generate::seq2seq_beam::{beam_search, BeamOptions, EarlyStopping};
 use vkformers_tensor::{DType, Graph};
@@ -20,7 +21,7 @@ use super::Args;
 /// Beam-search flags (transformers' `generate` names); each overrides `generation_config.json`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct BeamArgs {
-    /// Beams per prompt (1 = greedy; encoder-decoder models only for now).
+    /// Beams per prompt (1 = greedy).
     #[arg(long, value_parser = crate::ranges::at_least_one)]
     pub num_beams: Option<usize>,
     /// Finished beams are scored `sum of log-probs / length^length_penalty` (default 1).
@@ -68,6 +69,75 @@ fn beam_options(b: &BeamArgs, gen: &Value) -> anyhow::Result<Option<BeamOptions>
     }))
 }
 
+/// The beam settings for a decoder-only folder, when beams are asked for (flags or
+/// `generation_config.json`) and `--greedy` is not given.
+pub fn decoder_beams(args: &Args, dir: &Path) -> anyhow::Result<Option<BeamOptions>> {
+    let p = dir.join("generation_config.json");
+    let gen = if p.is_file() { vkformers_io::read_json(&p)? } else { Value::Null };
+    if args.sampling.greedy {
+        return Ok(None);
+    }
+    beam_options(&args.beams, &gen)
+}
+
+/// Beam search after each prompt of a decoder-only model: without a KV cache for now (each step
+/// reruns every beam), f32 weights; the rows print as the encoder-decoder ones do.
+pub fn run_decoder_beams(
+    selector: &DeviceSelector,
+    args: &Args,
+    dir: &Path,
+    defaults: &vkformers_generate::config::GenerationDefaults,
+    beams: &BeamOptions,
+) -> anyhow::Result<ExitCode> {
+    refuse_unsupported(args, &Value::Null, "beam search")?;
+    if args.sampling.do_sample || defaults.params.do_sample {
+        bail!("beam sampling is not supported yet: pass --greedy or drop --do-sample");
+    }
+    if args.dtype.resolve(dir)? != DType::F32 {
+        bail!("beam search runs in f32 only for now: pass --dtype f32");
+    }
+    let (prompts, tok) = super::prompts(dir, args)?;
+    let width = prompts.iter().map(Vec::len).max().unwrap_or(0);
+    let from_length = defaults.max_length.map(|l| l.saturating_sub(width)).filter(|&n| n > 0);
+    let max_new = args.sampling.max_new_tokens.or(defaults.max_new_tokens).or(from_length).unwrap_or(20);
+    let pad = defaults.pad.or(defaults.eos.first().copied()).unwrap_or(0);
+    let ids = BeamIds { eos: defaults.eos.clone(), pad, forced_bos: None, forced_eos: None, max_new_tokens: max_new };
+    let ctx = Context::new(selector)?;
+    let g = Graph::new(&ctx);
+    let model = vkformers_models::model::Model::load(&g, dir)
+        .with_context(|| format!("loading the model in {}", dir.display()))?;
+    if let Some(bad) = prompts.iter().flatten().find(|&&t| t as usize >= model.spec.vocab) {
+        bail!("token id {bad} is outside the model's vocabulary of {} ids", model.spec.vocab);
+    }
+    let hyps = vkformers_generate::decoder_beam::beam_search(&g, &model, &prompts, &ids, beams)?;
+    let mut out = Vec::new();
+    for (p, hs) in prompts.iter().zip(&hyps) {
+        for h in hs {
+            // The new tokens, cut after the first EOS.
+            let new = &h.tokens[p.len()..];
+            let end = new.iter().position(|t| ids.eos.contains(t)).map_or(new.len(), |i| i + 1);
+            let text = tok.as_ref().map(|t| t.decode(&new[..end], true)).transpose()?;
+            out.push(json!({ "prompt_ids": p, "token_ids": &new[..end], "text": text, "score": h.score }));
+        }
+    }
+    print_rows(args, &out)
+}
+
+fn print_rows(args: &Args, out: &[Value]) -> anyhow::Result<ExitCode> {
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&json!({ "rows": out }))?);
+    } else {
+        for (i, r) in out.iter().enumerate() {
+            match r["text"].as_str() {
+                Some(t) if out.len() == 1 => println!("{t}"),
+                Some(t) => println!("[{i}] {t}"),
+                None => println!("[{i}] {}", r["token_ids"]),
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// True when `dir`'s config is an encoder-decoder (its spec has the seq2seq part).
 pub fn is_seq2seq(dir: &Path) -> anyhow::Result<bool> {
     let config = vkformers_io::read_json(dir.join("config.json"))?;
@@ -75,7 +145,7 @@ pub fn is_seq2seq(dir: &Path) -> anyhow::Result<bool> {
 }
 
 /// Flags the encoder-decoder path does not take yet, named.
-fn refuse_unsupported(args: &Args, gen: &Value) -> anyhow::Result<()> {
+fn refuse_unsupported(args: &Args, gen: &Value, path: &str) -> anyhow::Result<()> {
     let s = &args.sampling;
     let sampled = (s.do_sample || gen.get("do_sample").and_then(Value::as_bool) == Some(true)) && !s.greedy;
     let unsupported = [
@@ -86,7 +156,7 @@ fn refuse_unsupported(args: &Args, gen: &Value) -> anyhow::Result<()> {
         (args.adapter.adapter.is_some(), "--adapter"),
     ];
     if let Some((_, what)) = unsupported.iter().find(|(on, _)| *on) {
-        bail!("{what} is not supported yet for encoder-decoder models; they generate greedily");
+        bail!("{what} is not supported yet for {path}");
     }
     Ok(())
 }
@@ -104,7 +174,7 @@ pub fn run(selector: &DeviceSelector, args: &Args, dir: &Path) -> anyhow::Result
         Ok(if p.is_file() { vkformers_io::read_json(&p)? } else { Value::Null })
     };
     let (gen, cfg) = (read("generation_config.json")?, read("config.json")?);
-    refuse_unsupported(args, &gen)?;
+    refuse_unsupported(args, &gen, "encoder-decoder models (greedy or beam search only)")?;
     if args.dtype.resolve(dir)? != DType::F32 {
         bail!("encoder-decoder models generate in f32 only for now: pass --dtype f32");
     }
@@ -136,16 +206,5 @@ pub fn run(selector: &DeviceSelector, args: &Args, dir: &Path) -> anyhow::Result
             out.push(json!({ "prompt_ids": src, "token_ids": ids, "text": text, "score": score }));
         }
     }
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&json!({ "rows": out }))?);
-    } else {
-        for (i, r) in out.iter().enumerate() {
-            match r["text"].as_str() {
-                Some(t) if out.len() == 1 => println!("{t}"),
-                Some(t) => println!("[{i}] {t}"),
-                None => println!("[{i}] {}", r["token_ids"]),
-            }
-        }
-    }
-    Ok(ExitCode::SUCCESS)
+    print_rows(args, &out)
 }
