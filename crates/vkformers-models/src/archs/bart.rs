@@ -38,28 +38,28 @@ fn default_act() -> String {
 }
 
 /// What the BART-derived families change.
-struct Family {
-    model_type: &'static str,
-    placement: NormPlacement,
+pub(super) struct Family {
+    pub(super) model_type: &'static str,
+    pub(super) placement: NormPlacement,
     /// `layernorm_embedding` on each stack.
-    embed_norm: bool,
+    pub(super) embed_norm: bool,
     /// `layer_norm` after each stack's last layer.
-    final_norm: bool,
-    shift: Shift,
+    pub(super) final_norm: bool,
+    pub(super) shift: Shift,
     /// Added to the position ids (BART's learned table: 2; Blenderbot's: 0).
-    position_offset: usize,
+    pub(super) position_offset: usize,
     /// BlenderbotSmall's decoder normalises the token embeddings before adding positions.
-    decoder_norm_before_positions: bool,
+    pub(super) decoder_norm_before_positions: bool,
     /// Fixed positions instead of the learned `embed_positions` tables.
-    positions: Option<StackPositions>,
+    pub(super) positions: Option<StackPositions>,
     /// `final_logits_bias` (all but M2M-100).
-    logits_bias: bool,
+    pub(super) logits_bias: bool,
     /// Pegasus stores its fixed tables (kept as buffers and saved back; the graph computes them).
-    stored_positions: bool,
+    pub(super) stored_positions: bool,
 }
 
 impl Family {
-    const BART: Family = Family {
+    pub(super) const BART: Family = Family {
         model_type: "bart",
         placement: NormPlacement::Post,
         embed_norm: true,
@@ -109,7 +109,7 @@ fn layer(heads: usize, d_model: usize, ffn: usize, act: &str) -> Result<LayerSpe
     })
 }
 
-fn build(f: &Family, cfg: &Value) -> Result<ModelSpec> {
+pub(super) fn build(f: &Family, cfg: &Value) -> Result<ModelSpec> {
     let c: Config = parse(cfg)?;
     let norm = Norm::Layer { eps: 1e-5, bias: true };
     let enc = layer(c.encoder_attention_heads, c.d_model, c.encoder_ffn_dim, &c.activation_function)?;
@@ -171,98 +171,4 @@ fn build(f: &Family, cfg: &Value) -> Result<ModelSpec> {
 
 pub fn bart(cfg: &Value) -> Result<ModelSpec> {
     build(&Family::BART, cfg)
-}
-
-/// mBART: pre-LN with a final `layer_norm` on each stack; the decoder starts with each row's
-/// last token (its language code).
-pub fn mbart(cfg: &Value) -> Result<ModelSpec> {
-    let f = Family {
-        model_type: "mbart",
-        placement: NormPlacement::Pre,
-        final_norm: true,
-        shift: Shift::WrapLastToken,
-        ..Family::BART
-    };
-    build(&f, cfg)
-}
-
-/// PLBART: BART's layers with mBART's shift.
-pub fn plbart(cfg: &Value) -> Result<ModelSpec> {
-    build(&Family { model_type: "plbart", shift: Shift::WrapLastToken, ..Family::BART }, cfg)
-}
-
-/// Blenderbot: pre-LN, positions from 0, no embedding norm, a final `layer_norm`.
-pub fn blenderbot(cfg: &Value) -> Result<ModelSpec> {
-    let f = Family {
-        model_type: "blenderbot",
-        placement: NormPlacement::Pre,
-        embed_norm: false,
-        final_norm: true,
-        position_offset: 0,
-        ..Family::BART
-    };
-    build(&f, cfg)
-}
-
-/// Blenderbot-small: BART's post-LN layers, positions from 0, and a decoder that normalises its
-/// token embeddings before adding the positions.
-pub fn blenderbot_small(cfg: &Value) -> Result<ModelSpec> {
-    let f = Family {
-        model_type: "blenderbot-small",
-        position_offset: 0,
-        decoder_norm_before_positions: true,
-        ..Family::BART
-    };
-    build(&f, cfg)
-}
-
-/// Marian: BART's post-LN layers without an embedding norm, fixed sinusoidal positions from 0,
-/// one table shared by source and target.
-pub fn marian(cfg: &Value) -> Result<ModelSpec> {
-    if cfg.get("share_encoder_decoder_embeddings").and_then(Value::as_bool) == Some(false) {
-        return Err(ModelError::Unsupported(
-            "Marian with separate source and target embeddings (share_encoder_decoder_embeddings: false) is not \
-             supported yet"
-                .into(),
-        ));
-    }
-    let f = Family {
-        model_type: "marian",
-        embed_norm: false,
-        position_offset: 0,
-        positions: Some(StackPositions::Sinusoidal),
-        ..Family::BART
-    };
-    build(&f, cfg)
-}
-
-/// Pegasus: pre-LN with final norms, fixed sinusoidal positions from 0 (stored, recomputed).
-pub fn pegasus(cfg: &Value) -> Result<ModelSpec> {
-    let f = Family {
-        model_type: "pegasus",
-        placement: NormPlacement::Pre,
-        embed_norm: false,
-        final_norm: true,
-        position_offset: 0,
-        positions: Some(StackPositions::Sinusoidal),
-        stored_positions: true,
-        ..Family::BART
-    };
-    build(&f, cfg)
-}
-
-/// M2M-100 (NLLB's architecture): pre-LN with final norms, fairseq positions counted from the
-/// ids past `pad_token_id`, no logits bias.
-pub fn m2m_100(cfg: &Value) -> Result<ModelSpec> {
-    let pad = cfg.get("pad_token_id").and_then(Value::as_u64).unwrap_or(1) as usize;
-    let f = Family {
-        model_type: "m2m_100",
-        placement: NormPlacement::Pre,
-        embed_norm: false,
-        final_norm: true,
-        positions: Some(StackPositions::FairseqFromIds { padding_idx: pad }),
-        logits_bias: false,
-        ..Family::BART
-    };
-    build(&f, cfg)
 }

@@ -8,6 +8,7 @@ use crate::spec::ModelSpec;
 
 mod arcee;
 mod bart;
+mod bart_family;
 mod bert;
 mod biogpt;
 mod bitnet;
@@ -144,13 +145,13 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "mt5", family: "encoder-decoder", build: t5::mt5 },
     Arch { model_type: "umt5", family: "encoder-decoder", build: t5::umt5 },
     Arch { model_type: "bart", family: "encoder-decoder", build: bart::bart },
-    Arch { model_type: "mbart", family: "encoder-decoder", build: bart::mbart },
-    Arch { model_type: "plbart", family: "encoder-decoder", build: bart::plbart },
-    Arch { model_type: "blenderbot", family: "encoder-decoder", build: bart::blenderbot },
-    Arch { model_type: "blenderbot-small", family: "encoder-decoder", build: bart::blenderbot_small },
-    Arch { model_type: "marian", family: "encoder-decoder", build: bart::marian },
-    Arch { model_type: "pegasus", family: "encoder-decoder", build: bart::pegasus },
-    Arch { model_type: "m2m_100", family: "encoder-decoder", build: bart::m2m_100 },
+    Arch { model_type: "mbart", family: "encoder-decoder", build: bart_family::mbart },
+    Arch { model_type: "plbart", family: "encoder-decoder", build: bart_family::plbart },
+    Arch { model_type: "blenderbot", family: "encoder-decoder", build: bart_family::blenderbot },
+    Arch { model_type: "blenderbot-small", family: "encoder-decoder", build: bart_family::blenderbot_small },
+    Arch { model_type: "marian", family: "encoder-decoder", build: bart_family::marian },
+    Arch { model_type: "pegasus", family: "encoder-decoder", build: bart_family::pegasus },
+    Arch { model_type: "m2m_100", family: "encoder-decoder", build: bart_family::m2m_100 },
 ];
 
 /// The spec of a parsed `config.json`.
