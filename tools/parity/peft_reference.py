@@ -55,6 +55,9 @@ CONFIGS = {
     "gemma": dict(target_modules=r".*layers\.1\.(self_attn\.q_proj|mlp\.up_proj)", use_rslora=True),
     "gpt2": dict(target_modules=["c_attn", "c_fc"], fan_in_fan_out=True),
     "llama_modules_to_save:llama": dict(target_modules=["o_proj", "up_proj"], modules_to_save=["lm_head"]),
+    # Encoder-decoders: encoder, decoder self- and cross-attention modules share these names.
+    "t5": dict(target_modules=["q", "v", "wo"]),
+    "bart": dict(target_modules="all-linear"),
 }
 
 
@@ -83,11 +86,16 @@ def load_base(name: str):
     return load_model(BASE / name)
 
 
+def is_seq2seq(path: Path) -> bool:
+    return bool(json.loads((path / "config.json").read_text()).get("is_encoder_decoder"))
+
+
 def load_model(path: Path):
     import torch
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
-    model = AutoModelForCausalLM.from_pretrained(
+    auto = AutoModelForSeq2SeqLM if is_seq2seq(path) else AutoModelForCausalLM
+    model = auto.from_pretrained(
         str(path), local_files_only=True, attn_implementation="eager", dtype=torch.float32
     )
     model.eval()
@@ -108,7 +116,8 @@ def make_fixture(key: str) -> None:
 
     name, base_name = split_name(key)
     torch.manual_seed(SEED)
-    cfg = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, task_type="CAUSAL_LM", bias="none", **CONFIGS[key])
+    task = "SEQ_2_SEQ_LM" if is_seq2seq(BASE / base_name) else "CAUSAL_LM"
+    cfg = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, task_type=task, bias="none", **CONFIGS[key])
     model = get_peft_model(load_base(base_name), cfg)
     g = torch.Generator().manual_seed(SEED + 1)
     lora = {n: p for n, p in model.named_parameters() if p.requires_grad}
