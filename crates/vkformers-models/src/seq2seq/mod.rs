@@ -84,6 +84,12 @@ pub fn forward_loss(
             batch.labels.len()
         )));
     }
+    if let Some(bad) = batch.labels.iter().find(|&&l| l != -100 && (l < 0 || l as usize >= spec.vocab)) {
+        return Err(ModelError::Config(format!(
+            "label {bad} is outside the vocabulary of {} ids (use -100 for positions without a target)",
+            spec.vocab
+        )));
+    }
     let enc = encode(g, spec, w, batch.ids, batch.mask, (b, batch.src_len))?;
     let dec_ids = shift_labels(s, batch.labels, t);
     let ones = vec![1; b * t];
@@ -183,6 +189,16 @@ pub fn encode(
 ) -> Result<Tensor> {
     let s = seq2seq_of(spec)?;
     let (b, len) = bs;
+    if ids.len() != b * len || mask.len() != ids.len() {
+        return Err(ModelError::Config(format!(
+            "a source of {b}x{len} with {} ids and {} mask entries",
+            ids.len(),
+            mask.len()
+        )));
+    }
+    if let Some(bad) = ids.iter().find(|&&id| id < 0 || id as usize >= spec.vocab) {
+        return Err(ModelError::Config(format!("token id {bad} is outside the vocabulary of {} ids", spec.vocab)));
+    }
     let mut x = embed(g, spec, w, &s.encoder, ids, (b, len, 0))?;
     let scores = ScoreBias::new(g, s, &s.encoder, w, mask, (b, len, len, 0), false)?;
     for (i, layer) in s.encoder_layers.iter().enumerate() {
