@@ -59,6 +59,9 @@ CONFIGS = {
     # An image-text wrapper: PEFT names its text modules `model.language_model.*` (stored as
     # `language_model.model.*`); the regex keeps LoRA off the vision tower, as users target it.
     "gemma3": dict(target_modules=r".*language_model.*\.(q_proj|v_proj|down_proj)"),
+    # Encoder-decoders: encoder, decoder self- and cross-attention modules share these names.
+    "t5": dict(target_modules=["q", "v", "wo"]),
+    "bart": dict(target_modules="all-linear"),
 }
 
 
@@ -87,12 +90,17 @@ def load_base(name: str):
     return load_model(BASE / name)
 
 
+def is_seq2seq(path: Path) -> bool:
+    return bool(json.loads((path / "config.json").read_text()).get("is_encoder_decoder"))
+
+
 def load_model(path: Path):
     import torch
     from make_fixtures import lm_class
-    from transformers import AutoConfig
+    from transformers import AutoConfig, AutoModelForSeq2SeqLM
 
-    model = lm_class(AutoConfig.from_pretrained(str(path))).from_pretrained(
+    auto = AutoModelForSeq2SeqLM if is_seq2seq(path) else lm_class(AutoConfig.from_pretrained(str(path)))
+    model = auto.from_pretrained(
         str(path), local_files_only=True, attn_implementation="eager", dtype=torch.float32
     )
     model.eval()
@@ -113,7 +121,8 @@ def make_fixture(key: str) -> None:
 
     name, base_name = split_name(key)
     torch.manual_seed(SEED)
-    cfg = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, task_type="CAUSAL_LM", bias="none", **CONFIGS[key])
+    task = "SEQ_2_SEQ_LM" if is_seq2seq(BASE / base_name) else "CAUSAL_LM"
+    cfg = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, task_type=task, bias="none", **CONFIGS[key])
     model = get_peft_model(load_base(base_name), cfg)
     g = torch.Generator().manual_seed(SEED + 1)
     lora = {n: p for n, p in model.named_parameters() if p.requires_grad}

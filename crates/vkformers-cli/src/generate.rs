@@ -5,6 +5,8 @@
 //! line) run as one left-padded batch and each row is printed when it finishes. `--json` prints
 //! token ids, text and timings instead.
 
+mod seq2seq;
+
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -83,6 +85,8 @@ pub struct Args {
     system: Option<String>,
     #[command(flatten)]
     sampling: SamplingArgs,
+    #[command(flatten)]
+    beams: seq2seq::BeamArgs,
     /// Print JSON: per row the prompt and new token ids, text and finish reason; prefill and
     /// decode timings of the batch and the device memory peak.
     #[arg(long)]
@@ -238,7 +242,13 @@ pub fn row_text(tok: &HfTokenizer, ids: &[u32], stops: &StopStrings) -> anyhow::
 
 pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     let dir = model_dir(&args.model)?;
+    if seq2seq::is_seq2seq(&dir)? {
+        return seq2seq::run(selector, args, &dir);
+    }
     let defaults = GenerationDefaults::from_dir(&dir)?;
+    if let Some(beams) = seq2seq::decoder_beams(args, &dir)? {
+        return seq2seq::run_decoder_beams(selector, args, &dir, &defaults, &beams);
+    }
     let (prompts, tok) = prompts(&dir, args)?;
     let stops = StopStrings::new(args.sampling.stop.iter().cloned());
     if !stops.is_empty() && tok.is_none() {

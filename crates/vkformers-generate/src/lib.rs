@@ -31,9 +31,11 @@
 //! assert!(token == 1 || token == 3);
 //! ```
 
+pub mod beam;
 pub mod config;
 pub mod continuous;
 pub mod decode;
+pub mod decoder_beam;
 pub mod device_choice;
 pub mod engine;
 mod error;
@@ -42,6 +44,8 @@ mod penalties;
 mod processors;
 mod rng;
 mod sampler;
+pub mod seq2seq;
+pub mod seq2seq_beam;
 mod softmax;
 pub mod stop;
 

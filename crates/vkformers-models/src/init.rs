@@ -30,6 +30,8 @@ pub(crate) enum Init {
     Value(f32),
     Zeros,
     Ones,
+    /// Marian's / Pegasus' fixed sinusoidal rows (`seq2seq::attention::sinusoid_rows`).
+    Sinusoid,
 }
 
 pub(crate) struct Planned {
@@ -108,6 +110,9 @@ fn scale_init(out: &mut [Planned], module: &str) {
 fn plan(spec: &ModelSpec, config: &Value) -> Result<Vec<Planned>> {
     if spec.encoder.is_some() {
         return crate::encoder::plan(spec, config);
+    }
+    if spec.seq2seq.is_some() {
+        return crate::seq2seq::plan(spec, config);
     }
     let h = spec.hidden;
     // OPT's embedding is `word_embed_proj_dim` wide; project_in/out map it to and from `h`.
@@ -282,6 +287,7 @@ pub fn init_from_config(g: &Graph<'_>, config: Value, seed: u64) -> Result<Model
     let mut rng = Normal(seed);
     let mut weights = Weights::default();
     let mut params = Vec::new();
+    let mut buffers = Vec::new();
     let embed = format!("{}.weight", spec.embed_name);
     for p in &planned {
         let n: usize = p.shape.iter().product();
@@ -292,18 +298,28 @@ pub fn init_from_config(g: &Graph<'_>, config: Value, seed: u64) -> Result<Model
             Init::Zeros => vec![0.0; n],
             Init::Ones => vec![1.0; n],
             Init::Value(v) => vec![v; n],
+            Init::Sinusoid => {
+                let rows: Vec<usize> = (0..p.shape[0]).collect();
+                crate::seq2seq::attention::sinusoid_rows(&rows, p.shape[1])
+            }
         };
         if let (true, Some(row)) = (p.name == embed, pad.filter(|&r| r < spec.vocab)) {
             let width = p.shape[1];
             data[row * width..(row + 1) * width].fill(0.0);
         }
-        let t = if spec.is_buffer(&p.name) { g.constant(&data, &p.shape)? } else { g.parameter(&data, &p.shape)? };
+        if spec.is_buffer(&p.name) {
+            let t = g.constant(&data, &p.shape)?;
+            weights.insert(p.name.clone(), t.clone());
+            buffers.push((p.name.clone(), t));
+            continue;
+        }
+        let t = g.parameter(&data, &p.shape)?;
         weights.insert(p.name.clone(), t.clone());
         params.push((p.name.clone(), t));
     }
     params.sort_by(|a, b| a.0.cmp(&b.0));
     let hf_names = stored_names(&spec, &planned);
-    Ok(Model { spec, weights, params, hf_names, config })
+    Ok(Model { spec, weights, params, buffers, hf_names, config })
 }
 
 /// Writes `generation_config.json` into `out` from the model config's special tokens when the

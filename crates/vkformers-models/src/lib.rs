@@ -13,6 +13,7 @@ pub mod model;
 pub mod moe;
 pub mod parity;
 pub mod rope;
+pub mod seq2seq;
 pub mod spec;
 pub mod weights;
 

@@ -20,6 +20,9 @@ pub struct Model {
     pub weights: Weights,
     /// Parameters in a fixed order (sorted internal names), for optimizers.
     pub params: Vec<(String, Tensor)>,
+    /// Stored tensors that are no parameters (BART's `final_logits_bias`): read, saved, never
+    /// trained.
+    pub buffers: Vec<(String, Tensor)>,
     /// Names of the stored tensors, in file order (what `save` writes).
     pub hf_names: Vec<String>,
     pub config: serde_json::Value,
@@ -54,9 +57,8 @@ impl Model {
         let config = vkformers_io::read_json(dir.join("config.json")).map_err(|e| ModelError::Config(e.to_string()))?;
         let spec = spec_from_config(&config)?;
         let narrow = if dtype == DType::F32 { Default::default() } else { linear_weight_names(&spec) };
-        let buffers = spec.clone();
         let make = |name: &str, data: &[f32], shape: &[usize]| {
-            if trainable(name) && !buffers.is_buffer(name) {
+            if trainable(name) {
                 g.parameter(data, shape)
             } else if narrow.contains(name) {
                 // Bf16/f16 storage for a weight only products read (f32 math inside).
@@ -72,6 +74,7 @@ impl Model {
         crate::budget::check(g.ctx().caps(), need(&found, trainable, &narrow, dtype))?;
         let mut weights = Weights::default();
         let mut params = Vec::new();
+        let mut buffers = Vec::new();
         let mut hf_names = Vec::new();
         let tied_head = format!("{}.weight", spec.head_name);
         for j in &spec.joins {
@@ -103,6 +106,12 @@ impl Model {
                 continue;
             }
             let data = file.tensor_f32(&info.name).map_err(io_err)?;
+            if spec.is_buffer(&info.name) {
+                let t = g.constant(&data, &info.shape)?;
+                weights.insert(info.name.clone(), t.clone());
+                buffers.push((info.name.clone(), t));
+                continue;
+            }
             for t in to_internal(&spec, HostTensor { name: info.name.clone(), shape: info.shape.clone(), data })? {
                 let p = make(&t.name, &t.data, &t.shape)?;
                 weights.insert(t.name.clone(), p.clone());
@@ -110,7 +119,7 @@ impl Model {
             }
         }
         params.sort_by(|a, b| a.0.cmp(&b.0));
-        Ok(Model { spec, weights, params, hf_names, config })
+        Ok(Model { spec, weights, params, buffers, hf_names, config })
     }
 
     /// The storage type of the model's projection weights (f32 unless loaded for inference in
@@ -121,13 +130,15 @@ impl Model {
 
     fn host(&self, g: &Graph<'_>, grads: bool) -> Result<Vec<HostTensor>> {
         let mut internal = HashMap::new();
-        for (name, p) in &self.params {
-            if grads && self.spec.is_buffer(name) {
-                // A constant: its gradient is zero (transformers reports none).
-                let data = vec![0.0; p.numel()];
-                internal.insert(name.clone(), HostTensor { name: name.clone(), shape: p.shape().to_vec(), data });
-                continue;
+        if !grads {
+            for (name, b) in &self.buffers {
+                internal.insert(
+                    name.clone(),
+                    HostTensor { name: name.clone(), shape: b.shape().to_vec(), data: g.read(b)? },
+                );
             }
+        }
+        for (name, p) in &self.params {
             let t = if grads {
                 p.grad().ok_or_else(|| ModelError::Weights(format!("no gradient for `{name}`")))?
             } else {
@@ -135,6 +146,12 @@ impl Model {
             };
             let data = g.read(&t)?;
             internal.insert(name.clone(), HostTensor { name: name.clone(), shape: p.shape().to_vec(), data });
+        }
+        if grads {
+            // Buffers have no gradient.
+            let names: Vec<String> =
+                self.hf_names.iter().filter(|n| !self.buffers.iter().any(|(b, _)| b == *n)).cloned().collect();
+            return to_hf(&self.spec, &internal, &names);
         }
         to_hf(&self.spec, &internal, &self.hf_names)
     }
@@ -144,9 +161,9 @@ impl Model {
         self.host(g, false)
     }
 
-    /// The accumulated gradients under the stored names and shapes (none for constant buffers).
+    /// The accumulated gradients under the stored names and shapes (none for buffers).
     pub fn hf_grads(&self, g: &Graph<'_>) -> Result<Vec<HostTensor>> {
-        Ok(self.host(g, true)?.into_iter().filter(|t| !self.spec.is_buffer(&t.name)).collect())
+        self.host(g, true)
     }
 
     /// Writes a Hugging Face folder: `config.json`, `model.safetensors` (f32; sharded above
@@ -274,6 +291,7 @@ fn is_ignored(spec: &ModelSpec, name: &str) -> bool {
     is_ignored_buffer(name)
         || spec.encoder.as_ref().is_some_and(|e| e.ignored.iter().any(|p| name.starts_with(p.as_str())))
         || is_carried(spec, name)
+        || spec.seq2seq.as_ref().is_some_and(|s| s.tied_aliases.iter().any(|a| a == name))
 }
 
 fn is_carried(spec: &ModelSpec, name: &str) -> bool {

@@ -15,6 +15,7 @@ use crate::decoder::{causal_lm_loss, forward_with_aux, Batch};
 use crate::encoder::{self, ClsLabels, EncoderBatch};
 use crate::error::{ModelError, Result};
 use crate::model::Model;
+use crate::seq2seq::Seq2SeqBatch;
 use crate::weights::HostTensor;
 
 /// Tolerances of the harness (fp32): relative for logits and loss, per-tensor relative L2 for
@@ -128,7 +129,12 @@ pub fn check(ctx: &Context, dir: &Path) -> Result<ParityReport> {
     let mut ours: HashMap<String, Vec<f32>> = HashMap::new();
     let mut zero_in_theory = std::collections::HashSet::new();
     for step in 0..2 {
-        let (logits, loss) = if model.spec.encoder.is_some() {
+        let (logits, loss) = if model.spec.seq2seq.is_some() {
+            // Labels [B, L] beside the source [B, S].
+            let (_, lshape) = reference.i32("labels")?;
+            let sb = Seq2SeqBatch { ids: &ids, mask: &mask, batch: b, src_len: t, labels: &labels, tgt_len: lshape[1] };
+            crate::seq2seq::forward_loss(&g, &model.spec, &model.weights, &sb)?
+        } else if model.spec.encoder.is_some() {
             let types = token_types.as_deref();
             let eb = EncoderBatch { ids: &ids, mask: &mask, token_types: types, batch: b, seq: t };
             let labels = match &float_labels {
@@ -169,8 +175,10 @@ pub fn check(ctx: &Context, dir: &Path) -> Result<ParityReport> {
         }
         opt.step(&g, &params)?;
     }
-    // Constant buffers (xIELU's beta, eps) are no parameters: the reference has no step for them.
-    for (name, got) in by_name(model.hf_params(&g)?).into_iter().filter(|(n, _)| !model.spec.is_buffer(n)) {
+    for (name, got) in by_name(model.hf_params(&g)?) {
+        if model.buffers.iter().any(|(b, _)| *b == name) {
+            continue; // not trained (BART's `final_logits_bias`)
+        }
         let (want, grad) = (reference.f32(&format!("step2.{name}"))?, reference.f32(&format!("grad.{name}"))?);
         let mine = ours.get(&name).ok_or_else(|| ModelError::Weights(format!("no gradient for `{name}`")))?;
         for i in 0..got.len() {

@@ -357,6 +357,9 @@ pub struct ModelSpec {
     /// than their stored tensors (an image-text wrapper stores `language_model.model.*` for the
     /// module `model.language_model.*`): PEFT keys adapters by module path. Empty for most.
     pub module_paths: Vec<(String, String)>,
+    /// Encoder-decoder models (T5, BART families): the encoder stack and the cross-attention;
+    /// `layers` are then the decoder's. The model runs through `seq2seq::forward_loss`.
+    pub seq2seq: Option<Box<crate::seq2seq::Seq2SeqSpec>>,
 }
 
 /// GPT-2's scaled initialisation of the projections that write into the residual stream: with
@@ -417,19 +420,22 @@ impl ModelSpec {
             layer_init_std: None,
             carried: Vec::new(),
             module_paths: Vec::new(),
+            seq2seq: None,
         }
     }
 
-    /// A stored tensor that is a module's constant buffer, not a parameter (xIELU's `beta`,
-    /// `eps`): loaded as a constant, never trained, its gradient zero.
+    /// A stored tensor that is a module's buffer, not a parameter (xIELU's `beta`, `eps`; an
+    /// encoder-decoder's `final_logits_bias` and stored sinusoid tables): loaded as a constant
+    /// into `Model::buffers`, never trained, saved back, no gradient.
     pub fn is_buffer(&self, name: &str) -> bool {
-        self.layers.iter().enumerate().any(|(i, l)| match &l.mlp {
-            MlpSpec::Xielu { act, .. } => {
-                let a = layer_name(act, i);
-                name.strip_prefix(a.as_str()).is_some_and(|s| s == ".beta" || s == ".eps")
-            }
-            _ => false,
-        })
+        crate::seq2seq::is_buffer(self, name)
+            || self.layers.iter().enumerate().any(|(i, l)| match &l.mlp {
+                MlpSpec::Xielu { act, .. } => {
+                    let a = layer_name(act, i);
+                    name.strip_prefix(a.as_str()).is_some_and(|s| s == ".beta" || s == ".eps")
+                }
+                _ => false,
+            })
     }
 
     /// The module path (as `named_modules()` of the transformers model names it) of a stored

@@ -63,3 +63,21 @@ fn a_bad_epsilon_is_an_error() {
     let e = llama(|c| c["rms_norm_eps"] = json!(-1.0)).unwrap_err().to_string();
     assert!(e.contains("rms_norm_eps"), "{e}");
 }
+
+#[test]
+fn encoder_decoder_sizes_are_bounded_before_any_allocation() {
+    // A t5 / bart fixture config with one size made hostile: an error naming that field.
+    let fixture = |name: &str| -> Value {
+        let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures").join(name);
+        serde_json::from_str(&std::fs::read_to_string(path.join("config.json")).unwrap()).unwrap()
+    };
+    for (name, field) in
+        [("t5", "num_layers"), ("t5", "num_decoder_layers"), ("t5", "d_kv"), ("bart", "encoder_layers")]
+    {
+        let mut c = fixture(name);
+        assert!(spec_from_config(&c).is_ok(), "{name} as written");
+        c[field] = serde_json::json!(1u64 << 40);
+        let err = spec_from_config(&c).unwrap_err().to_string();
+        assert!(err.contains(field), "{name}.{field}: {err}");
+    }
+}

@@ -49,4 +49,7 @@ lora_parity! {
     gemma3_wrapper_regex: "gemma3" on "gemma3",
     gpt2_fused_conv1d: "gpt2" on "gpt2",
     llama_modules_to_save: "llama_modules_to_save" on "llama",
+    // Encoder-decoders: q / v / wo in the encoder, the decoder's self- and cross-attention.
+    t5_q_v_wo: "t5" on "t5",
+    bart_all_linear: "bart" on "bart",
 }

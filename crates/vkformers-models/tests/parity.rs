@@ -131,6 +131,29 @@ parity! {
     // Image-text wrappers run as their text backbone; the vision tower is carried, not loaded.
     gemma3_wrapper: "gemma3",
     mistral3_wrapper: "mistral3",
+    // Encoder-decoders (issue 20), labels shifted into the decoder (make_seq2seq_fixtures.py).
+    // T5: relative position buckets shared from layer 0, ReLU MLP, tied head at d_model^-0.5.
+    t5: "t5",
+    // Gated-GELU, head not rescaled (`tie_word_embeddings: false` in the old spelling).
+    t5_gated: "t5_gated",
+    mt5: "mt5",
+    // A relative bias table in every layer.
+    umt5: "umt5",
+    // Post-LN, learned positions offset by 2, layernorm_embedding, final_logits_bias buffer.
+    bart: "bart",
+    // Pre-LN with final norms; the decoder starts with each row's last label.
+    mbart: "mbart",
+    // BART's post-LN layers with mBART's shift.
+    plbart: "plbart",
+    // Pre-LN, positions from 0, no embedding norm.
+    blenderbot: "blenderbot",
+    // Post-LN, positions from 0, the decoder's embedding norm before its positions.
+    blenderbot_small: "blenderbot-small",
+    // Fixed sinusoidal positions: Marian (post-LN, not stored), Pegasus (pre-LN, stored frozen).
+    marian: "marian",
+    pegasus: "pegasus",
+    // fairseq positions counted from the ids past pad_token_id; no final_logits_bias.
+    m2m_100: "m2m_100",
 }
 
 #[test]

@@ -48,6 +48,21 @@ const SIZE_FIELDS: &[(&str, u64)] = &[
     ("moe_intermediate_size", 1 << 22),
     ("shared_expert_intermediate_size", 1 << 22),
     ("decoder_sparse_step", 1 << 12),
+    // Encoder-decoders (T5's and BART's names).
+    ("d_model", 1 << 20),
+    ("d_kv", 1 << 14),
+    ("d_ff", 1 << 22),
+    ("num_layers", 1 << 12),
+    ("num_decoder_layers", 1 << 12),
+    ("num_heads", 1 << 14),
+    ("relative_attention_num_buckets", 1 << 16),
+    ("relative_attention_max_distance", 1 << 31),
+    ("encoder_layers", 1 << 12),
+    ("decoder_layers", 1 << 12),
+    ("encoder_attention_heads", 1 << 14),
+    ("decoder_attention_heads", 1 << 14),
+    ("encoder_ffn_dim", 1 << 22),
+    ("decoder_ffn_dim", 1 << 22),
 ];
 
 /// Fractions of the head rotated; each in (0, 1] where present.

@@ -100,6 +100,7 @@ impl EncoderParts<'_> {
             layer_init_std: None,
             carried: Vec::new(),
             module_paths: Vec::new(),
+            seq2seq: None,
         };
         spec.weight_map = legacy_norm_names(&spec);
         spec

@@ -8,6 +8,8 @@ use crate::spec::ModelSpec;
 
 mod apertus;
 mod arcee;
+mod bart;
+mod bart_family;
 mod bert;
 mod biogpt;
 mod bitnet;
@@ -61,6 +63,7 @@ mod seed_oss;
 mod smollm3;
 mod stablelm;
 mod starcoder2;
+mod t5;
 mod vaultgemma;
 mod xglm;
 
@@ -144,6 +147,18 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "qwen2_moe", family: "routed MoE decoder", build: qwen_moe::qwen2_moe },
     Arch { model_type: "qwen3_moe", family: "routed MoE decoder", build: qwen_moe::qwen3_moe },
     Arch { model_type: "olmoe", family: "routed MoE decoder", build: olmoe::spec },
+    // Encoder-decoders (issue 20), run by `seq2seq::forward_loss`.
+    Arch { model_type: "t5", family: "encoder-decoder", build: t5::t5 },
+    Arch { model_type: "mt5", family: "encoder-decoder", build: t5::mt5 },
+    Arch { model_type: "umt5", family: "encoder-decoder", build: t5::umt5 },
+    Arch { model_type: "bart", family: "encoder-decoder", build: bart::bart },
+    Arch { model_type: "mbart", family: "encoder-decoder", build: bart_family::mbart },
+    Arch { model_type: "plbart", family: "encoder-decoder", build: bart_family::plbart },
+    Arch { model_type: "blenderbot", family: "encoder-decoder", build: bart_family::blenderbot },
+    Arch { model_type: "blenderbot-small", family: "encoder-decoder", build: bart_family::blenderbot_small },
+    Arch { model_type: "marian", family: "encoder-decoder", build: bart_family::marian },
+    Arch { model_type: "pegasus", family: "encoder-decoder", build: bart_family::pegasus },
+    Arch { model_type: "m2m_100", family: "encoder-decoder", build: bart_family::m2m_100 },
 ];
 
 /// The spec of a parsed `config.json`.

@@ -128,6 +128,13 @@ pub fn load_frozen(g: &Graph<'_>, dir: &std::path::Path, modules_to_save: &[Stri
 
 /// The linear modules of `model` that `config` targets.
 pub fn target_modules(model: &Model, config: &LoraConfig) -> Result<Vec<LinearModule>> {
+    let seq2seq = model.spec.seq2seq.is_some();
+    if seq2seq != (config.task_type == "SEQ_2_SEQ_LM") {
+        return Err(ModelError::Config(format!(
+            "an adapter for task_type `{}` on a `{}` model; use an adapter trained for this model",
+            config.task_type, model.spec.model_type
+        )));
+    }
     let all = linear_modules(&model.spec, &model.weights)?;
     // OPT's project_in/project_out are Linear modules PEFT would adapt; the decoder adds no
     // LoRA term there, so refuse rather than silently differ from PEFT.
@@ -153,6 +160,9 @@ pub fn target_modules(model: &Model, config: &LoraConfig) -> Result<Vec<LinearMo
 
 /// A fresh adapter for `model` (PEFT's init: A kaiming-uniform, B zero), deterministic in `seed`.
 pub fn new_adapter(model: &Model, mut config: LoraConfig, seed: u64) -> Result<Adapter> {
+    if model.spec.seq2seq.is_some() {
+        config.task_type = "SEQ_2_SEQ_LM".into();
+    }
     let modules = target_modules(model, &config)?;
     config.fan_in_fan_out = modules.iter().any(|m| m.conv1d);
     Ok(Adapter::init(config, &modules, seed))

@@ -48,6 +48,8 @@ pub struct LoraConfig {
     /// The base weight is stored `[in, out]` (GPT-2's Conv1D); the adapter layout is the same.
     pub fan_in_fan_out: bool,
     pub base_model_name_or_path: Option<String>,
+    /// PEFT's `task_type`: `CAUSAL_LM`, or `SEQ_2_SEQ_LM` for an encoder-decoder.
+    pub task_type: String,
 }
 
 impl LoraConfig {
@@ -62,6 +64,7 @@ impl LoraConfig {
             modules_to_save: Vec::new(),
             fan_in_fan_out: false,
             base_model_name_or_path: None,
+            task_type: "CAUSAL_LM".into(),
         }
     }
 
@@ -85,10 +88,11 @@ impl LoraConfig {
             let found = v.get("peft_type").map_or("missing".to_string(), Value::to_string);
             return Err(format!("peft_type is {found}; vkformers reads LoRA adapters (\"LORA\")"));
         }
-        if let Some(t) = s("task_type") {
-            if t != "CAUSAL_LM" {
-                return Err(format!("task_type `{t}`: vkformers runs causal LMs (CAUSAL_LM)"));
-            }
+        let task_type = s("task_type").unwrap_or("CAUSAL_LM").to_string();
+        if task_type != "CAUSAL_LM" && task_type != "SEQ_2_SEQ_LM" {
+            return Err(format!(
+                "task_type `{task_type}`: vkformers runs causal LMs (CAUSAL_LM) and encoder-decoders (SEQ_2_SEQ_LM)"
+            ));
         }
         refuse_unsupported(v)?;
         let r = v.get("r").and_then(Value::as_u64).filter(|&r| r > 0).ok_or("`r` must be a positive integer")?;
@@ -115,6 +119,7 @@ impl LoraConfig {
             modules_to_save,
             fan_in_fan_out: v.get("fan_in_fan_out").and_then(Value::as_bool).unwrap_or(false),
             base_model_name_or_path: s("base_model_name_or_path").map(str::to_string),
+            task_type,
         })
     }
 
@@ -151,7 +156,7 @@ impl LoraConfig {
         m.insert("r".into(), json!(self.r));
         m.insert("rank_pattern".into(), json!({}));
         m.insert("target_modules".into(), targets);
-        m.insert("task_type".into(), json!("CAUSAL_LM"));
+        m.insert("task_type".into(), json!(self.task_type));
         m.insert("use_dora".into(), json!(false));
         m.insert("use_rslora".into(), json!(self.use_rslora));
         Value::Object(m)

@@ -32,13 +32,14 @@ pub struct LinearModule {
 /// Every LoRA-capable linear module of a model, layer by layer (q, k, v, o, gate, up, down),
 /// then the untied head; fused HF modules once.
 pub fn linear_modules(spec: &ModelSpec, w: &Weights) -> Result<Vec<LinearModule>> {
-    let n = &spec.layer_names;
     let mut internal: Vec<(String, bool)> = Vec::new();
-    for i in 0..spec.layers.len() {
-        for t in [&n.q, &n.k, &n.v, &n.o, &n.gate, &n.up, &n.down] {
-            let name = format!("{}.weight", layer_name(t, i));
-            if w.opt(&name).is_some() && !internal.iter().any(|(x, _)| *x == name) {
-                internal.push((name, false));
+    for (templates, layers) in layer_templates(spec) {
+        for i in 0..layers {
+            for t in &templates {
+                let name = format!("{}.weight", layer_name(t, i));
+                if w.opt(&name).is_some() && !internal.iter().any(|(x, _)| *x == name) {
+                    internal.push((name, false));
+                }
             }
         }
     }
@@ -71,6 +72,28 @@ pub fn linear_modules(spec: &ModelSpec, w: &Weights) -> Result<Vec<LinearModule>
         out.push(LinearModule { name: module, parts, groups, in_features, out_features, conv1d, is_head });
     }
     Ok(out)
+}
+
+/// The projection name templates of each stack and its layer count: the decoder's, or an
+/// encoder-decoder's encoder then decoder (self-attention, cross-attention, feed-forward), in
+/// the order the modules are registered.
+fn layer_templates(spec: &ModelSpec) -> Vec<(Vec<String>, usize)> {
+    let n = &spec.layer_names;
+    let Some(s) = &spec.seq2seq else {
+        return vec![(
+            [&n.q, &n.k, &n.v, &n.o, &n.gate, &n.up, &n.down].map(String::clone).to_vec(),
+            spec.layers.len(),
+        )];
+    };
+    let e = &s.encoder_names;
+    let c = &s.cross;
+    vec![
+        ([&e.q, &e.k, &e.v, &e.o, &e.gate, &e.up, &e.down].map(String::clone).to_vec(), s.encoder_layers.len()),
+        (
+            [&n.q, &n.k, &n.v, &n.o, &c.q, &c.k, &c.v, &c.o, &n.gate, &n.up, &n.down].map(String::clone).to_vec(),
+            spec.layers.len(),
+        ),
+    ]
 }
 
 /// PEFT's `check_target_module_exists` for one module name.

@@ -78,8 +78,23 @@ pub fn check(ctx: &Context, base_dir: &Path, lora_dir: &Path) -> Result<LoraRepo
     let params = lora.params();
     let mut first_grads: HashMap<String, Vec<f32>> = HashMap::new();
     for step in 0..2 {
-        let logits = forward(&g, &model.spec, &model.weights, &batch)?;
-        let loss = causal_lm_loss(&g, &logits, &labels, b, t)?;
+        let (logits, loss) = if model.spec.seq2seq.is_some() {
+            // Labels [B, L] beside the source [B, S].
+            let l = labels.len() / b;
+            let sb = crate::seq2seq::Seq2SeqBatch {
+                ids: &ids,
+                mask: &mask,
+                batch: b,
+                src_len: t,
+                labels: &labels,
+                tgt_len: l,
+            };
+            crate::seq2seq::forward_loss(&g, &model.spec, &model.weights, &sb)?
+        } else {
+            let logits = forward(&g, &model.spec, &model.weights, &batch)?;
+            let loss = causal_lm_loss(&g, &logits, &labels, b, t)?;
+            (logits, loss)
+        };
         g.backward(&loss)?;
         if step == 0 {
             report.logits_rel = rel_l2(&g.read(&logits)?, &want_logits);

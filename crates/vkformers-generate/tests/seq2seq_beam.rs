@@ -1,0 +1,78 @@
+//! Beam search of the encoder-decoder fixtures against transformers' `generate`
+//! (`beam_seq2seq.json`, written by `tools/parity/make_seq2seq_fixtures.py`: each source alone,
+//! three settings of num_beams, length_penalty, early_stopping (true, false, "never"),
+//! no_repeat_ngram_size and num_return_sequences): the same sequences, and the same
+//! `sequences_scores` to f32 rounding (relative 1e-5).
+
+use std::path::PathBuf;
+
+use vkformers_generate::seq2seq::Seq2SeqOptions;
+use vkformers_generate::seq2seq_beam::{beam_search, BeamOptions, EarlyStopping};
+use vkformers_models::model::Model;
+use vkformers_models::parity::fixtures;
+use vkformers_tensor::Graph;
+use vkformers_vk::testing::on_every_device;
+
+fn root() -> PathBuf {
+    std::env::var_os("VKFORMERS_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures"))
+}
+
+fn json(path: &std::path::Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect()
+}
+
+fn options(o: &serde_json::Value) -> BeamOptions {
+    let early = match &o["early_stopping"] {
+        serde_json::Value::Bool(true) => EarlyStopping::True,
+        serde_json::Value::Bool(false) => EarlyStopping::False,
+        _ => EarlyStopping::Never,
+    };
+    let u = |k: &str| o[k].as_u64().unwrap() as usize;
+    BeamOptions {
+        num_beams: u("num_beams"),
+        length_penalty: o["length_penalty"].as_f64().unwrap(),
+        early_stopping: early,
+        no_repeat_ngram_size: u("no_repeat_ngram_size"),
+        num_return_sequences: u("num_return_sequences"),
+    }
+}
+
+#[test]
+fn beam_search_equals_transformers_sequences_and_scores() {
+    let dirs: Vec<PathBuf> = fixtures(&root()).into_iter().filter(|d| d.join("beam_seq2seq.json").exists()).collect();
+    assert!(dirs.len() >= 12, "encoder-decoder fixtures missing under {}", root().display());
+    on_every_device("seq2seq beam search", |ctx| {
+        for dir in &dirs {
+            let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+            let g = Graph::new(ctx);
+            let model = Model::load(&g, dir).unwrap();
+            let want = json(&dir.join("beam_seq2seq.json"));
+            let max_new = want["max_new_tokens"].as_u64().unwrap() as usize;
+            let gen = json(&dir.join("generation_config.json"));
+            let opts = Seq2SeqOptions::from_configs(&gen, &model.config, max_new).unwrap();
+            for run in want["runs"].as_array().unwrap() {
+                let bo = options(&run["options"]);
+                for row in run["rows"].as_array().unwrap() {
+                    let src = ids(&row["input_ids"]);
+                    let got = beam_search(&g, &model, std::slice::from_ref(&src), &opts, &bo).unwrap().remove(0);
+                    let seqs: Vec<Vec<u32>> = row["sequences"].as_array().unwrap().iter().map(ids).collect();
+                    let scores: Vec<f64> =
+                        row["sequences_scores"].as_array().unwrap().iter().map(|s| s.as_f64().unwrap()).collect();
+                    let got_seqs: Vec<Vec<u32>> = got.iter().map(|h| h.tokens.clone()).collect();
+                    assert_eq!(got_seqs, seqs, "{name} {}: sequences of {src:?}", run["options"]);
+                    for (h, s) in got.iter().zip(&scores) {
+                        let rel = (f64::from(h.score) - s).abs() / s.abs().max(1e-30);
+                        assert!(rel <= 1e-5, "{name} {}: score {} vs {s}", run["options"], h.score);
+                    }
+                }
+            }
+        }
+        Ok(())
+    });
+}
