@@ -404,7 +404,8 @@ class RouterMargins:
         self.margin = float("inf")
         self.found = False
         for module in model.modules():
-            if type(module).__name__.endswith("TopKRouter"):
+            # DeepSeek spells it `TopkRouter`.
+            if type(module).__name__.lower().endswith("topkrouter"):
                 self.found = True
                 k = module.top_k
 

@@ -14,6 +14,8 @@ use vkformers_tensor::{DType, Graph, Tensor};
 use crate::error::{ModelError, Result};
 use crate::spec::{layer_name, AttnSpec, LayerSpec, MlpSpec, ModelSpec, Norm, PositionIds, QkNormAt, Residual};
 
+mod mla;
+
 /// Parameters by Hugging Face name (`model.layers.0.self_attn.q_proj.weight`).
 #[derive(Default)]
 pub struct Weights {
@@ -521,6 +523,9 @@ fn self_attention(
     inp: &Inputs<'_>,
     (b, t): (usize, usize),
 ) -> Result<Tensor> {
+    if let Some(m) = &a.mla {
+        return mla::attention(g, spec, w, (a, m), i, h, inp, (b, t));
+    }
     let n = &spec.layer_names;
     let heads = |y: Tensor, count: usize| shape::reshape(g, &y, &[b, t, count, a.head_dim]);
     let proj = |template: &str| -> Result<Tensor> {
@@ -561,6 +566,23 @@ fn self_attention(
         q = apply_norm(g, qk, w, &layer_name(&n.q_norm, i), &q)?;
         k = apply_norm(g, qk, w, &layer_name(&n.k_norm, i), &k)?;
     }
+    let o = attend(g, a, i, (&q, &k, &v), inp)?;
+    let mut o = shape::reshape(g, &o, &[b * t, a.heads * a.head_dim])?;
+    if let Some((norm, template)) = &a.out_norm {
+        o = apply_norm(g, norm, w, &layer_name(template, i), &o)?;
+    }
+    project(g, w, &n.o, i, &o, a.out_bias)
+}
+
+/// `o [B, T, Hq, D]` of the layer's fused attention of q `[B, T, Hq, D]`, k and v
+/// `[B, T, Hkv, D]` (through the KV cache when the forward has one).
+fn attend(
+    g: &Graph<'_>,
+    a: &AttnSpec,
+    i: usize,
+    (q, k, v): (&Tensor, &Tensor, &Tensor),
+    inp: &Inputs<'_>,
+) -> Result<Tensor> {
     let opts = AttnOptions {
         scale: Some(a.scale),
         causal: true,
@@ -572,15 +594,10 @@ fn self_attention(
             None => None,
         },
     };
-    let o = match inp.cache {
-        Some((cache, _)) => cache.attend(g, i, (&q, &k, &v), opts)?,
-        None => attention(g, &q, &k, &v, &opts)?,
-    };
-    let mut o = shape::reshape(g, &o, &[b * t, a.heads * a.head_dim])?;
-    if let Some((norm, template)) = &a.out_norm {
-        o = apply_norm(g, norm, w, &layer_name(template, i), &o)?;
-    }
-    project(g, w, &n.o, i, &o, a.out_bias)
+    Ok(match inp.cache {
+        Some((cache, _)) => cache.attend(g, i, (q, k, v), opts)?,
+        None => attention(g, q, k, v, &opts)?,
+    })
 }
 
 /// The layer's feed-forward block in the decoder graph: a routed mixture of experts collects

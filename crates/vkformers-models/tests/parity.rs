@@ -124,6 +124,11 @@ parity! {
     qwen2_moe_aux: "qwen2_moe",
     olmoe: "olmoe",
     qwen3_moe: "qwen3_moe",
+    // Multi-head latent attention (issue 18): v heads narrower and wider than q/k heads.
+    minicpm3: "minicpm3",
+    deepseek_v2: "deepseek_v2",
+    // Low-rank query, attention biases, group-limited routing.
+    deepseek_v2_qlora: "deepseek_v2_qlora",
 }
 
 #[test]

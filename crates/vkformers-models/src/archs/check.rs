@@ -48,6 +48,14 @@ const SIZE_FIELDS: &[(&str, u64)] = &[
     ("moe_intermediate_size", 1 << 22),
     ("shared_expert_intermediate_size", 1 << 22),
     ("decoder_sparse_step", 1 << 12),
+    // Multi-head latent attention and DeepSeek routing (q_lora_rank is checked by its parser;
+    // qk_nope_head_dim may be 0).
+    ("kv_lora_rank", 1 << 20),
+    ("qk_rope_head_dim", 1 << 14),
+    ("v_head_dim", 1 << 14),
+    ("n_routed_experts", 1 << 12),
+    ("n_group", 1 << 12),
+    ("topk_group", 1 << 12),
 ];
 
 /// Fractions of the head rotated; each in (0, 1] where present.

@@ -16,6 +16,7 @@ mod cohere;
 mod cohere2;
 mod common;
 mod ctrl;
+mod deepseek;
 mod distilbert;
 mod electra;
 mod encoder_common;
@@ -38,9 +39,11 @@ mod hyperclovax;
 mod layer_types;
 mod llama;
 mod ln_common;
+mod minicpm3;
 mod ministral;
 
 mod mixtral;
+mod mla_common;
 mod moe_common;
 mod mpt;
 mod nanochat;
@@ -137,6 +140,9 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "qwen2_moe", family: "routed MoE decoder", build: qwen_moe::qwen2_moe },
     Arch { model_type: "qwen3_moe", family: "routed MoE decoder", build: qwen_moe::qwen3_moe },
     Arch { model_type: "olmoe", family: "routed MoE decoder", build: olmoe::spec },
+    // Multi-head latent attention (issue 18).
+    Arch { model_type: "minicpm3", family: "latent-attention decoder", build: minicpm3::spec },
+    Arch { model_type: "deepseek_v2", family: "latent-attention MoE decoder", build: deepseek::deepseek_v2 },
 ];
 
 /// The spec of a parsed `config.json`.

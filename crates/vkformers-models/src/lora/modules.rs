@@ -34,8 +34,11 @@ pub struct LinearModule {
 pub fn linear_modules(spec: &ModelSpec, w: &Weights) -> Result<Vec<LinearModule>> {
     let n = &spec.layer_names;
     let mut internal: Vec<(String, bool)> = Vec::new();
-    for i in 0..spec.layers.len() {
-        for t in [&n.q, &n.k, &n.v, &n.o, &n.gate, &n.up, &n.down] {
+    for (i, layer) in spec.layers.iter().enumerate() {
+        // Multi-head latent attention's projections, under DeepSeek's (PEFT's) module names.
+        let mla = layer.attn.mla.as_ref().map(|m| &m.names);
+        let mla = mla.into_iter().flat_map(|m| [&m.q_a, &m.q_b, &m.kv_a, &m.kv_b]);
+        for t in [&n.q, &n.k, &n.v].into_iter().chain(mla).chain([&n.o, &n.gate, &n.up, &n.down]) {
             let name = format!("{}.weight", layer_name(t, i));
             if w.opt(&name).is_some() && !internal.iter().any(|(x, _)| *x == name) {
                 internal.push((name, false));

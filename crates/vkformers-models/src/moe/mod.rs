@@ -24,6 +24,10 @@ pub enum Router {
     /// `p = softmax(logits)`; the k largest p; with `renormalize` divided by their sum
     /// (Mixtral, `norm_topk_prob`).
     SoftmaxTopK { renormalize: bool },
+    /// DeepSeek-V2's `group_limited_greedy`: the E experts form `groups` equal groups ranked by
+    /// their largest p; experts outside the `top_groups` best groups get p = 0, then the k
+    /// largest p (not renormalised).
+    SoftmaxGroupLimited { groups: usize, top_groups: usize },
 }
 
 /// A dense expert every token passes through, added to the routed output; with `gate`,
@@ -63,6 +67,9 @@ pub struct MoeSpec {
     pub glu: Glu,
     pub router: Router,
     pub shared: Option<SharedExpert>,
+    /// The routing weights are multiplied by this after any renormalisation (DeepSeek's
+    /// `routed_scaling_factor`); 1 otherwise.
+    pub routed_scale: f32,
     /// `router_aux_loss_coef` when the config asks for router logits (`output_router_logits`),
     /// which is when transformers adds the load-balancing loss to a loss with labels.
     pub aux_loss_coef: Option<f32>,

@@ -1,0 +1,69 @@
+"""Multi-head latent attention (issue 18) on COMMON's tiny decoder: 4 heads, a latent of rank 12,
+per-head q/k of nope + rope values and value heads of a different size (v < qk and v > qk), so the
+zero-padding of the shorter side shows if it leaks.
+
+`deepseek_v2` exercises the full-rank query, YaRN with `mscale` != `mscale_all_dim` (cos/sin and
+the softmax scale both scaled), one dense layer before the MoE one (`first_k_dense_replace`),
+greedy top-2 of softmax scores times `routed_scaling_factor` and a shared expert;
+`deepseek_v2_qlora` the low-rank query with its norm, `attention_bias` (q_a, kv_a and o biases)
+and group-limited routing (2 groups of 2 experts, the best group only)."""
+
+from make_fixtures import COMMON
+
+MLA = {**COMMON, "kv_lora_rank": 12, "qk_nope_head_dim": 6, "qk_rope_head_dim": 4}
+DEEPSEEK = {
+    **MLA,
+    "n_routed_experts": 4,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 16,
+    "n_shared_experts": 1,
+    "routed_scaling_factor": 1.5,
+}
+YARN = {
+    "rope_type": "yarn",
+    "rope_theta": 10000.0,
+    "factor": 4.0,
+    "original_max_position_embeddings": 16,
+    "mscale": 1.0,
+    "mscale_all_dim": 0.8,
+}
+
+SPECS = {
+    # Dense MLA, low-rank query, v_head_dim 8 < qk 10; scaled embedding, residuals and logits; tied head.
+    "minicpm3": (
+        "minicpm3",
+        {
+            **MLA,
+            "q_lora_rank": 16,
+            "v_head_dim": 8,
+            "scale_emb": 3.0,
+            "scale_depth": 1.4,
+            "dim_model_base": 16,
+            "tie_word_embeddings": True,
+        },
+    ),
+    "deepseek_v2": (
+        "deepseek_v2",
+        {
+            **DEEPSEEK,
+            "q_lora_rank": None,
+            "v_head_dim": 14,
+            "first_k_dense_replace": 1,
+            "topk_method": "greedy",
+            "rope_parameters": YARN,
+        },
+    ),
+    "deepseek_v2_qlora": (
+        "deepseek_v2",
+        {
+            **DEEPSEEK,
+            "q_lora_rank": 16,
+            "v_head_dim": 8,
+            "attention_bias": True,
+            "first_k_dense_replace": 0,
+            "topk_method": "group_limited_greedy",
+            "n_group": 2,
+            "topk_group": 1,
+        },
+    ),
+}
