@@ -40,6 +40,7 @@ PROMPT_LENS = (5, 9)
 NEW_TOKENS = 32
 INIT_STD = 0.2  # initializer_range: large enough that attention is far from uniform
 ONE_D_NOISE = 0.1  # std of noise added to every 1-D parameter (norm weights, biases)
+CORRECTION_BIAS_STD = 0.3  # std of DeepSeek-V3's e_score_correction_bias buffer in the fixtures
 ADAMW = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01)
 RELOAD_RTOL = 1e-5
 # Smallest gap allowed between the k-th and (k+1)-th router probability of an MoE fixture (any
@@ -197,6 +198,11 @@ def build_model(model_type: str, cfg_kwargs: dict):
         for _, p in model.named_parameters():
             if p.dim() == 1:
                 p.add_(torch.randn(p.shape, generator=g) * ONE_D_NOISE)
+        # DeepSeek-V3's router correction bias is a stored buffer that starts at zero: give it values
+        # large enough to change which experts and groups are chosen.
+        for n, b in model.named_buffers():
+            if n.endswith("e_score_correction_bias"):
+                b.add_(torch.randn(b.shape, generator=g) * CORRECTION_BIAS_STD)
     model.eval()  # every dropout probability is 0 anyway
     return model
 

@@ -192,9 +192,13 @@ fn plan(spec: &ModelSpec, config: &Value) -> Result<Vec<Planned>> {
                 linear(&mut out, &layer_name(&names.down, i), h, *intermediate, *bias);
             }
             MlpSpec::Moe(m) => {
-                // Every MoE weight (router, packed experts, shared expert) is a matrix from N(0, std).
+                // Every MoE weight (router, packed experts, shared expert) is a matrix from N(0, std);
+                // the one vector, DeepSeek-V3's correction bias, starts at zero.
                 let params = m.params(i, h);
-                out.extend(params.into_iter().map(|(name, shape)| Planned { name, shape, init: Init::Normal }));
+                out.extend(params.into_iter().map(|(name, shape)| {
+                    let init = if shape.len() == 1 { Init::Zeros } else { Init::Normal };
+                    Planned { name, shape, init }
+                }));
             }
         }
     }
@@ -248,6 +252,7 @@ pub fn init_from_config(g: &Graph<'_>, config: Value, seed: u64) -> Result<Model
     let elements = planned.iter().map(|p| p.shape.iter().map(|&d| d as u64).product::<u64>()).sum();
     crate::budget::check(g.ctx().caps(), crate::budget::Need { trainable_elements: elements, frozen_bytes: 0 })?;
     let mut rng = Normal(seed);
+    let buffers = crate::moe::buffers(&spec);
     let mut weights = Weights::default();
     let mut params = Vec::new();
     let embed = format!("{}.weight", spec.embed_name);
@@ -262,7 +267,7 @@ pub fn init_from_config(g: &Graph<'_>, config: Value, seed: u64) -> Result<Model
             let width = p.shape[1];
             data[row * width..(row + 1) * width].fill(0.0);
         }
-        let t = g.parameter(&data, &p.shape)?;
+        let t = if buffers.contains(&p.name) { g.constant(&data, &p.shape)? } else { g.parameter(&data, &p.shape)? };
         weights.insert(p.name.clone(), t.clone());
         params.push((p.name.clone(), t));
     }

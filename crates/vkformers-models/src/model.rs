@@ -54,8 +54,10 @@ impl Model {
         let config = vkformers_io::read_json(dir.join("config.json")).map_err(|e| ModelError::Config(e.to_string()))?;
         let spec = spec_from_config(&config)?;
         let narrow = if dtype == DType::F32 { Default::default() } else { linear_weight_names(&spec) };
+        // Stored buffers the graph reads but never trains (DeepSeek-V3's correction bias).
+        let buffers = crate::moe::buffers(&spec);
         let make = |name: &str, data: &[f32], shape: &[usize]| {
-            if trainable(name) {
+            if trainable(name) && !buffers.iter().any(|b| b == name) {
                 g.parameter(data, shape)
             } else if narrow.contains(name) {
                 // Bf16/f16 storage for a weight only products read (f32 math inside).
@@ -120,7 +122,14 @@ impl Model {
 
     fn host(&self, g: &Graph<'_>, grads: bool) -> Result<Vec<HostTensor>> {
         let mut internal = HashMap::new();
+        let buffers = crate::moe::buffers(&self.spec);
         for (name, p) in &self.params {
+            if grads && buffers.contains(name) {
+                // A buffer is no parameter: its gradient is zero (transformers reports none).
+                let data = vec![0.0; p.numel()];
+                internal.insert(name.clone(), HostTensor { name: name.clone(), shape: p.shape().to_vec(), data });
+                continue;
+            }
             let t = if grads {
                 p.grad().ok_or_else(|| ModelError::Weights(format!("no gradient for `{name}`")))?
             } else {

@@ -129,6 +129,8 @@ parity! {
     deepseek_v2: "deepseek_v2",
     // Low-rank query, attention biases, group-limited routing.
     deepseek_v2_qlora: "deepseek_v2_qlora",
+    // Sigmoid + correction-bias group-limited router (the bias a stored buffer), rope_interleave.
+    deepseek_v3: "deepseek_v3",
 }
 
 #[test]

@@ -6,7 +6,11 @@ zero-padding of the shorter side shows if it leaks.
 the softmax scale both scaled), one dense layer before the MoE one (`first_k_dense_replace`),
 greedy top-2 of softmax scores times `routed_scaling_factor` and a shared expert;
 `deepseek_v2_qlora` the low-rank query with its norm, `attention_bias` (q_a, kv_a and o biases)
-and group-limited routing (2 groups of 2 experts, the best group only)."""
+and group-limited routing (2 groups of 2 experts, the best group only).
+
+`deepseek_v3` exercises its router: sigmoid scores, the choice by score + e_score_correction_bias
+(a buffer, given values by make_fixtures.py) within the 2 best of 4 groups of 2 experts, a group
+ranked by its top-2 sum; weights renormalised (norm_topk_prob) times 2.5; rope_interleave."""
 
 from make_fixtures import COMMON
 
@@ -64,6 +68,23 @@ SPECS = {
             "topk_method": "group_limited_greedy",
             "n_group": 2,
             "topk_group": 1,
+        },
+    ),
+    # DeepseekV3Config has no head_dim field: a head_dim kwarg would override qk_rope_head_dim as
+    # the rotary width (COMMON's 8), so it is left out, as DeepSeek-V3's config.json does.
+    "deepseek_v3": (
+        "deepseek_v3",
+        {
+            **{k: v for k, v in DEEPSEEK.items() if k != "head_dim"},
+            "n_routed_experts": 8,
+            "q_lora_rank": 16,
+            "v_head_dim": 8,
+            "first_k_dense_replace": 1,
+            "n_group": 4,
+            "topk_group": 2,
+            "norm_topk_prob": True,
+            "routed_scaling_factor": 2.5,
+            "rope_interleave": True,
         },
     ),
 }

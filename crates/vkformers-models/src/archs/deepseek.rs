@@ -3,6 +3,10 @@
 //! (`topk_method`), no renormalisation, weights times `routed_scaling_factor`, shared experts of
 //! `n_shared_experts · moe_intermediate_size` added unscaled, dense MLPs in the first
 //! `first_k_dense_replace` layers. No load-balancing loss (transformers adds none).
+//! `deepseek_v3`: the same MLA (interleaved pairs with `rope_interleave`, else half-split) and
+//! MoE layout with DeepSeek-V3's router: sigmoid scores, the choice by score plus the stored
+//! `e_score_correction_bias` within the `topk_group` best of `n_group` groups, weights
+//! renormalised with `norm_topk_prob`, times `routed_scaling_factor`.
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -29,6 +33,7 @@ struct DeepseekMoe {
     topk_method: Option<String>,
     n_group: Option<usize>,
     topk_group: Option<usize>,
+    norm_topk_prob: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -39,6 +44,7 @@ struct Config {
     mla: MlaConfig,
     #[serde(flatten)]
     moe: DeepseekMoe,
+    rope_interleave: Option<bool>,
 }
 
 impl DeepseekMoe {
@@ -54,6 +60,17 @@ impl DeepseekMoe {
                 "topk_method `{other}` in a deepseek_v2 config (greedy and group_limited_greedy are supported)"
             ))),
         }
+    }
+
+    /// DeepSeek-V3's router (`noaux_tc`).
+    fn v3_router(&self) -> Result<Router> {
+        let (groups, top_groups) = self.groups()?;
+        Ok(Router::SigmoidGroupLimited {
+            groups,
+            top_groups,
+            renormalize: self.norm_topk_prob.unwrap_or(true),
+            bias: Some("model.layers.{i}.mlp.gate.e_score_correction_bias".into()),
+        })
     }
 
     /// `(n_group, topk_group)`, checked against the expert count.
@@ -118,6 +135,23 @@ pub fn deepseek_v2(cfg: &Value) -> Result<ModelSpec> {
         l.attn = attn.clone();
     }
     let block = c.moe.block(glu, c.moe.v2_router()?)?;
+    c.moe.apply(&mut spec, block)?;
+    Ok(spec)
+}
+
+pub fn deepseek_v3(cfg: &Value) -> Result<ModelSpec> {
+    let c: Config = parse(cfg)?;
+    let b = &c.base;
+    let glu = b.glu("silu")?;
+    let mut spec = b.llama_spec("deepseek_v3", glu, false, false, false)?;
+    // With `rope_interleave` transformers rotates pairs (2i, 2i+1) and writes the results
+    // de-interleaved; q and k share that order, so the scores are those of interleaved RoPE.
+    let layout = if c.rope_interleave.unwrap_or(true) { RopeLayout::Interleaved } else { RopeLayout::HalfSplit };
+    let attn = c.mla.attn(b, layout, 128, q_lora_rank(cfg, Some(1536))?)?;
+    for l in &mut spec.layers {
+        l.attn = attn.clone();
+    }
+    let block = c.moe.block(glu, c.moe.v3_router()?)?;
     c.moe.apply(&mut spec, block)?;
     Ok(spec)
 }

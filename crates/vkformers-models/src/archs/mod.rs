@@ -143,6 +143,7 @@ pub const ARCHS: &[Arch] = &[
     // Multi-head latent attention (issue 18).
     Arch { model_type: "minicpm3", family: "latent-attention decoder", build: minicpm3::spec },
     Arch { model_type: "deepseek_v2", family: "latent-attention MoE decoder", build: deepseek::deepseek_v2 },
+    Arch { model_type: "deepseek_v3", family: "latent-attention MoE decoder", build: deepseek::deepseek_v3 },
 ];
 
 /// The spec of a parsed `config.json`.

@@ -35,16 +35,30 @@ pub(crate) fn block(
     let names = &m.names;
     let logits = matmul::linear(g, h, w.get(&layer_name(&names.router, i))?, None)?;
     let probs = softmax::softmax(g, &logits)?;
-    let (scores, renormalize) = match m.router {
-        Router::SoftmaxTopK { renormalize } => (probs.clone(), renormalize),
+    // The scores the top-k chooses from, and those its weights are read from.
+    let (choose, scores, renormalize) = match &m.router {
+        Router::SoftmaxTopK { renormalize } => (probs.clone(), probs.clone(), *renormalize),
         Router::SoftmaxGroupLimited { groups, top_groups } => {
-            let keep = group_mask(g, &probs, groups, top_groups)?;
+            let keep = group_mask(g, &probs, (*groups, *top_groups), 1)?;
             // p with the experts of the other groups zeroed, [n, G, E/G] -> [n, E].
-            let grouped = shape::reshape(g, &probs, &[n, groups, e / groups])?;
-            (shape::reshape(g, &broadcast::mul(g, &grouped, &keep)?, &[n, e])?, false)
+            let grouped = shape::reshape(g, &probs, &[n, *groups, e / groups])?;
+            let masked = shape::reshape(g, &broadcast::mul(g, &grouped, &keep)?, &[n, e])?;
+            (masked.clone(), masked, false)
+        }
+        Router::SigmoidGroupLimited { groups, top_groups, renormalize, bias } => {
+            let s = activation::sigmoid(g, &logits)?;
+            let biased = match bias {
+                Some(b) => broadcast::add(g, &s, w.get(&layer_name(b, i))?)?,
+                None => s.clone(),
+            };
+            let keep = group_mask(g, &biased, (*groups, *top_groups), 2)?;
+            // Outside the kept groups s + bias − 10³⁰ (transformers' −inf): never chosen.
+            let off = broadcast::scale(g, &broadcast::sub(g, &keep, &g.constant(&[1.0], &[1])?)?, 1e30)?;
+            let grouped = shape::reshape(g, &biased, &[n, *groups, e / groups])?;
+            (shape::reshape(g, &broadcast::add(g, &grouped, &off)?, &[n, e])?, s, *renormalize)
         }
     };
-    let choice = moe::topk(g, &scores, k)?;
+    let choice = moe::topk(g, &choose, k)?;
     // The chosen scores [n, k]: a gather from the scores viewed as a table [n·E, 1].
     let mut weights = gathered(g, &scores, &choice.flat, k)?;
     if renormalize {
@@ -90,13 +104,17 @@ fn gathered(g: &Graph<'_>, x: &Tensor, flat: &Tensor, k: usize) -> Result<Tensor
 }
 
 /// The 0/1 mask `[n, G, 1]` of each token's `top_groups` best expert groups, a group ranked by
-/// its largest score (`scores [n, E]`, E = G · E/G experts in G contiguous groups). A choice, so
-/// no gradient flows through it.
-fn group_mask(g: &Graph<'_>, scores: &Tensor, groups: usize, top_groups: usize) -> Result<Tensor> {
+/// the sum of its `best` largest scores (`scores [n, E]`, E = G · E/G experts in G contiguous
+/// groups). A choice, so no gradient flows through it.
+fn group_mask(g: &Graph<'_>, scores: &Tensor, (groups, top_groups): (usize, usize), best: usize) -> Result<Tensor> {
     let (n, e) = (scores.rows(), scores.last_dim());
     let per_group = shape::reshape(g, scores, &[n * groups, e / groups])?;
-    let best = moe::topk(g, &per_group, 1)?;
-    let rank = shape::reshape(g, &gathered(g, &per_group, &best.flat, 1)?, &[n, groups])?;
+    let top = moe::topk(g, &per_group, best)?;
+    let mut rank = gathered(g, &per_group, &top.flat, best)?;
+    if best > 1 {
+        rank = reduce::sum_last(g, &rank)?;
+    }
+    let rank = shape::reshape(g, &rank, &[n, groups])?;
     let chosen = moe::topk(g, &rank, top_groups)?;
     Ok(shape::reshape(g, &chosen.sel, &[n, groups, 1])?)
 }

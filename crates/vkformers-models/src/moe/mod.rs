@@ -19,7 +19,7 @@ use crate::error::{ModelError, Result};
 use crate::spec::{layer_name, JoinEntry, MlpSpec, ModelSpec};
 
 /// How router scores become the chosen experts and their weights.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Router {
     /// `p = softmax(logits)`; the k largest p; with `renormalize` divided by their sum
     /// (Mixtral, `norm_topk_prob`).
@@ -28,6 +28,21 @@ pub enum Router {
     /// their largest p; experts outside the `top_groups` best groups get p = 0, then the k
     /// largest p (not renormalised).
     SoftmaxGroupLimited { groups: usize, top_groups: usize },
+    /// DeepSeek-V3's `noaux_tc`: `s = sigmoid(logits)`; experts are chosen by `s + bias` (the
+    /// stored `e_score_correction_bias [E]`, a buffer: never trained) within the `top_groups`
+    /// best of `groups` groups, a group ranked by the sum of its two best `s + bias`; the
+    /// weights are the chosen `s` (without the bias), divided by their sum with `renormalize`.
+    SigmoidGroupLimited { groups: usize, top_groups: usize, renormalize: bool, bias: Option<String> },
+}
+
+impl Router {
+    /// The stored name (with `{i}`) of the router's non-trained correction bias, if any.
+    pub fn buffer(&self) -> Option<&str> {
+        match self {
+            Router::SigmoidGroupLimited { bias, .. } => bias.as_deref(),
+            _ => None,
+        }
+    }
 }
 
 /// A dense expert every token passes through, added to the routed output; with `gate`,
@@ -99,6 +114,9 @@ impl MoeSpec {
             (layer_name(&n.gate_up, i), gate_up),
             (layer_name(&n.down, i), down),
         ];
+        if let Some(b) = self.router.buffer() {
+            out.push((layer_name(b, i), vec![e]));
+        }
         if let Some(s) = &self.shared {
             let w = |t: &str| format!("{}.weight", layer_name(t, i));
             out.push((w(&s.gate_proj), vec![s.intermediate, h]));
@@ -126,6 +144,20 @@ impl MoeSpec {
 
     /// Sizes the graph divides by or allocates from.
     pub fn check(&self) -> Result<()> {
+        let grouped = match self.router {
+            Router::SoftmaxGroupLimited { groups, top_groups } => Some((groups, top_groups, 1)),
+            Router::SigmoidGroupLimited { groups, top_groups, .. } => Some((groups, top_groups, 2)),
+            Router::SoftmaxTopK { .. } => None,
+        };
+        if let Some((g, k, per_group)) = grouped {
+            if g == 0 || k == 0 || k > g || !self.experts.is_multiple_of(g) || self.experts / g < per_group {
+                return Err(ModelError::Config(format!(
+                    "group-limited routing of {} experts in n_group {g} groups, the best topk_group {k}: \
+                     n_group must divide the experts (at least {per_group} a group) and topk_group be in 1..=n_group",
+                    self.experts
+                )));
+            }
+        }
         if self.experts == 0 || self.top_k == 0 || self.top_k > self.experts || self.intermediate == 0 {
             return Err(ModelError::Config(format!(
                 "a mixture of {} experts of size {} choosing {} per token: check num_experts, \
@@ -186,6 +218,25 @@ pub fn match_layout<'a>(spec: &mut ModelSpec, stored: impl Iterator<Item = &'a s
         drop.extend([layer_name(&m.names.gate_up, i), layer_name(&m.names.down, i)]);
     }
     spec.joins.retain(|j| !drop.contains(&j.internal));
+}
+
+/// Internal names of the tensors the MoE layers read but never train (DeepSeek-V3's
+/// `e_score_correction_bias`, a buffer in transformers): loaded and saved, no parameters.
+pub fn buffers(spec: &ModelSpec) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, l) in spec.layers.iter().enumerate() {
+        if let Some(b) = matches_moe(&l.mlp).and_then(|m| m.router.buffer()) {
+            out.push(layer_name(b, i));
+        }
+    }
+    out
+}
+
+fn matches_moe(m: &MlpSpec) -> Option<&MoeSpec> {
+    match m {
+        MlpSpec::Moe(m) => Some(m),
+        _ => None,
+    }
 }
 
 /// The load-balancing coefficient of a spec whose config asks for it (the first MoE layer's).
