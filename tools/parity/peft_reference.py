@@ -55,6 +55,9 @@ CONFIGS = {
     "gemma": dict(target_modules=r".*layers\.1\.(self_attn\.q_proj|mlp\.up_proj)", use_rslora=True),
     "gpt2": dict(target_modules=["c_attn", "c_fc"], fan_in_fan_out=True),
     "llama_modules_to_save:llama": dict(target_modules=["o_proj", "up_proj"], modules_to_save=["lm_head"]),
+    # Multi-head latent attention's projections (issue 18), low-rank and full-rank query.
+    "deepseek_v2_qlora": dict(target_modules=["q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj"]),
+    "deepseek_v2": dict(target_modules=["q_proj", "kv_b_proj", "o_proj"]),
 }
 
 
@@ -153,8 +156,12 @@ def make_fixture(key: str) -> None:
     sd = merged.state_dict()
     with safe_open(str(BASE / base_name / "model.safetensors"), framework="pt") as f:
         keys = list(f.keys())
-    save_file({k: sd[k].detach().clone().contiguous() for k in keys}, str(d / "merged.safetensors"),
-              metadata={"format": "pt"})
+        # Routed experts are packed in memory and stored per expert; no config here targets them, so
+        # the merged model keeps the base's stored tensors.
+        untouched = {k: f.get_tensor(k) for k in keys if k not in sd}
+    assert all(".experts." in k for k in untouched), sorted(untouched)
+    save_file({k: (untouched[k] if k in untouched else sd[k]).detach().clone().contiguous() for k in keys},
+              str(d / "merged.safetensors"), metadata={"format": "pt"})
 
     opt = torch.optim.AdamW(list(lora.values()), **ADAMW)
     for _ in range(2):

@@ -47,4 +47,7 @@ lora_parity! {
     gemma_regex_rslora: "gemma" on "gemma",
     gpt2_fused_conv1d: "gpt2" on "gpt2",
     llama_modules_to_save: "llama_modules_to_save" on "llama",
+    // Multi-head latent attention's projections by PEFT's names (issue 18).
+    deepseek_v2_qlora_mla: "deepseek_v2_qlora" on "deepseek_v2_qlora",
+    deepseek_v2_mla: "deepseek_v2" on "deepseek_v2",
 }
