@@ -131,6 +131,7 @@ parity! {
     deepseek_v2_qlora: "deepseek_v2_qlora",
     // Sigmoid + correction-bias group-limited router (the bias a stored buffer), rope_interleave.
     deepseek_v3: "deepseek_v3",
+    youtu: "youtu",
 }
 
 #[test]

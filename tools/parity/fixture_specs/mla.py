@@ -87,4 +87,16 @@ SPECS = {
             "rope_interleave": True,
         },
     ),
+    # Dense MLA with DeepSeek-V3's attention on Llama layers; rope_interleave off (half-split pairs);
+    # YoutuConfig (a DeepseekV3Config) has no head_dim field either. Tied head (its default).
+    "youtu": (
+        "youtu",
+        {
+            **{k: v for k, v in MLA.items() if k != "head_dim"},
+            "q_lora_rank": 16,
+            "v_head_dim": 8,
+            "rope_interleave": False,
+            "tie_word_embeddings": True,
+        },
+    ),
 }

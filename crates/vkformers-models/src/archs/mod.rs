@@ -63,6 +63,7 @@ mod stablelm;
 mod starcoder2;
 mod vaultgemma;
 mod xglm;
+mod youtu;
 
 /// One registered architecture.
 pub struct Arch {
@@ -144,6 +145,7 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "minicpm3", family: "latent-attention decoder", build: minicpm3::spec },
     Arch { model_type: "deepseek_v2", family: "latent-attention MoE decoder", build: deepseek::deepseek_v2 },
     Arch { model_type: "deepseek_v3", family: "latent-attention MoE decoder", build: deepseek::deepseek_v3 },
+    Arch { model_type: "youtu", family: "latent-attention decoder", build: youtu::spec },
 ];
 
 /// The spec of a parsed `config.json`.
