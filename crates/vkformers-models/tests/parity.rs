@@ -132,6 +132,8 @@ parity! {
     // Sigmoid + correction-bias group-limited router (the bias a stored buffer), rope_interleave.
     deepseek_v3: "deepseek_v3",
     youtu: "youtu",
+    // DeepSeek-V3 with a norm on the MoE output, layer types listed.
+    axk1: "axk1",
 }
 
 #[test]

@@ -99,4 +99,20 @@ SPECS = {
             "tie_word_embeddings": True,
         },
     ),
+    # DeepSeek-V3 with an RMSNorm on the MoE output (stored as the layer's post_mlp_layernorm);
+    # layer 0 dense, layer 1 sparse by mlp_layer_types; AXK1Config has no head_dim field either.
+    "axk1": (
+        "axk1",
+        {
+            **{k: v for k, v in DEEPSEEK.items() if k != "head_dim"},
+            "n_routed_experts": 8,
+            "q_lora_rank": 16,
+            "v_head_dim": 8,
+            "mlp_layer_types": ["dense", "sparse"],
+            "n_group": 4,
+            "topk_group": 2,
+            "norm_topk_prob": True,
+            "routed_scaling_factor": 2.5,
+        },
+    ),
 }

@@ -7,6 +7,8 @@
 //! MoE layout with DeepSeek-V3's router: sigmoid scores, the choice by score plus the stored
 //! `e_score_correction_bias` within the `topk_group` best of `n_group` groups, weights
 //! renormalised with `norm_topk_prob`, times `routed_scaling_factor`.
+//! `axk1` (A.X-K1): DeepSeek-V3 with an RMSNorm (`post_mlp_layernorm`, stored per layer) on the
+//! MoE block's output and the sparse layers listed in `mlp_layer_types`.
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -18,7 +20,7 @@ use super::mla_common::{q_lora_rank, MlaConfig};
 use super::moe_common::expert_names;
 use crate::error::{ModelError, Result};
 use crate::moe::{MoeSpec, Router, SharedExpert};
-use crate::spec::{MlpSpec, ModelSpec};
+use crate::spec::{MlpSpec, ModelSpec, Norm};
 
 /// DeepSeek's MoE fields.
 #[derive(Debug, Deserialize)]
@@ -118,11 +120,17 @@ impl DeepseekMoe {
 
     /// The MoE block in every layer from `first_k_dense_replace` on, and the joins.
     fn apply(&self, spec: &mut ModelSpec, block: MoeSpec) -> Result<()> {
-        for l in spec.layers.iter_mut().skip(self.first_k_dense_replace) {
-            l.mlp = MlpSpec::Moe(Box::new(block.clone()));
-        }
-        crate::moe::add_joins(spec)
+        let sparse: Vec<bool> = (0..spec.layers.len()).map(|i| i >= self.first_k_dense_replace).collect();
+        apply_where(spec, &sparse, block)
     }
+}
+
+/// The MoE block in the layers `sparse` marks, and the joins.
+fn apply_where(spec: &mut ModelSpec, sparse: &[bool], block: MoeSpec) -> Result<()> {
+    for (l, _) in spec.layers.iter_mut().zip(sparse).filter(|(_, s)| **s) {
+        l.mlp = MlpSpec::Moe(Box::new(block.clone()));
+    }
+    crate::moe::add_joins(spec)
 }
 
 pub fn deepseek_v2(cfg: &Value) -> Result<ModelSpec> {
@@ -153,5 +161,45 @@ pub fn deepseek_v3(cfg: &Value) -> Result<ModelSpec> {
     }
     let block = c.moe.block(glu, c.moe.v3_router()?)?;
     c.moe.apply(&mut spec, block)?;
+    Ok(spec)
+}
+
+/// A.X-K1's layer pattern: `mlp_layer_types` ("sparse" / "dense"), else the legacy
+/// `first_k_dense_replace` (default 1) and `moe_layer_freq` (default 1) as its config derives it.
+fn axk1_sparse(cfg: &Value, layers: usize) -> Result<Vec<bool>> {
+    if let Some(types) = cfg.get("mlp_layer_types").filter(|v| !v.is_null()) {
+        let types: Vec<String> = parse(types)?;
+        if types.len() != layers || types.iter().any(|t| t != "sparse" && t != "dense") {
+            return Err(ModelError::Config(format!(
+                "mlp_layer_types {types:?}: one \"sparse\" or \"dense\" per layer ({layers} layers)"
+            )));
+        }
+        return Ok(types.iter().map(|t| t == "sparse").collect());
+    }
+    let first = cfg.get("first_k_dense_replace").and_then(Value::as_u64).unwrap_or(1) as usize;
+    let freq = cfg.get("moe_layer_freq").and_then(Value::as_u64).unwrap_or(1).max(1) as usize;
+    Ok((0..layers).map(|i| i >= first && i.is_multiple_of(freq)).collect())
+}
+
+pub fn axk1(cfg: &Value) -> Result<ModelSpec> {
+    let c: Config = parse(cfg)?;
+    let b = &c.base;
+    let glu = b.glu("silu")?;
+    let mut spec = b.llama_spec("axk1", glu, false, false, false)?;
+    let layout = if c.rope_interleave.unwrap_or(true) { RopeLayout::Interleaved } else { RopeLayout::HalfSplit };
+    let Some(rank) = q_lora_rank(cfg, Some(1536))? else {
+        return Err(ModelError::Config("axk1 needs a q_lora_rank (its attention is always low-rank)".into()));
+    };
+    let attn = c.mla.attn(b, layout, 128, Some(rank))?;
+    let sparse = axk1_sparse(cfg, spec.layers.len())?;
+    // AXK1MoE: y = RMSNorm(routed + shared), stored as the layer's `post_mlp_layernorm`.
+    spec.layer_names.post_mlp_norm = "model.layers.{i}.post_mlp_layernorm".into();
+    let norm = Norm::Rms { eps: b.rms_norm_eps as f32, unit_offset: false };
+    for (l, s) in spec.layers.iter_mut().zip(&sparse) {
+        l.attn = attn.clone();
+        l.post_mlp_norm = s.then(|| norm.clone());
+    }
+    let block = c.moe.block(glu, c.moe.v3_router()?)?;
+    apply_where(&mut spec, &sparse, block)?;
     Ok(spec)
 }

@@ -146,6 +146,7 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "deepseek_v2", family: "latent-attention MoE decoder", build: deepseek::deepseek_v2 },
     Arch { model_type: "deepseek_v3", family: "latent-attention MoE decoder", build: deepseek::deepseek_v3 },
     Arch { model_type: "youtu", family: "latent-attention decoder", build: youtu::spec },
+    Arch { model_type: "axk1", family: "latent-attention MoE decoder", build: deepseek::axk1 },
 ];
 
 /// The spec of a parsed `config.json`.
