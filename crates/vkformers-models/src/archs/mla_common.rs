@@ -24,6 +24,10 @@ pub struct MlaConfig {
     pub v_head_dim: Option<usize>,
 }
 
+/// The widest nope part of a head accepted (`qk_rope_head_dim` and `v_head_dim` are bounded by the
+/// config checks).
+const MAX_HEAD_PART: usize = 1 << 14;
+
 /// `q_lora_rank` of `cfg`: `default` when absent, none when null.
 pub fn q_lora_rank(cfg: &Value, default: Option<usize>) -> Result<Option<usize>> {
     match cfg.get("q_lora_rank") {
@@ -66,6 +70,10 @@ impl MlaConfig {
             )));
         }
         let (dn, dr) = (self.qk_nope_head_dim, self.qk_rope_head_dim);
+        // Sizes the graph's column moves (`[D, D]` host matrices) are made from.
+        if dn > MAX_HEAD_PART {
+            return Err(ModelError::Config(format!("`qk_nope_head_dim` is {dn}; it must be at most {MAX_HEAD_PART}")));
+        }
         let dv = self.v_head_dim.unwrap_or(v_default);
         if dr == 0 || dr % 2 != 0 || dv == 0 || self.kv_lora_rank == 0 {
             return Err(ModelError::Config(format!(

@@ -1,0 +1,52 @@
+//! Config errors of the multi-head latent attention families name the field to fix.
+
+use std::path::PathBuf;
+
+use serde_json::{json, Value};
+use vkformers_models::spec_from_config;
+
+fn config(name: &str) -> Value {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures").join(name).join("config.json");
+    vkformers_io::read_json(p).unwrap()
+}
+
+/// The error of `name`'s config with `changes` merged in.
+fn error_with(name: &str, changes: Value) -> String {
+    let mut cfg = config(name);
+    for (k, v) in changes.as_object().unwrap() {
+        cfg[k] = v.clone();
+    }
+    match spec_from_config(&cfg) {
+        Ok(_) => panic!("{name} with {changes} was accepted"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn every_mla_fixture_config_parses() {
+    for name in ["minicpm3", "deepseek_v2", "deepseek_v2_qlora", "deepseek_v3", "youtu", "axk1"] {
+        let spec = spec_from_config(&config(name)).unwrap();
+        assert!(spec.layers.iter().all(|l| l.attn.mla.is_some()), "{name}: every layer is MLA");
+    }
+}
+
+#[test]
+fn bad_mla_configs_are_errors_naming_the_field() {
+    let cases = [
+        ("deepseek_v3", json!({"num_key_value_heads": 2}), "num_key_value_heads"),
+        ("deepseek_v3", json!({"n_group": 3}), "n_group"),
+        ("deepseek_v3", json!({"topk_group": 5}), "topk_group"),
+        ("deepseek_v2_qlora", json!({"n_group": null}), "n_group"),
+        ("deepseek_v2", json!({"topk_method": "noaux_tc"}), "topk_method"),
+        ("deepseek_v2", json!({"q_lora_rank": 0}), "q_lora_rank"),
+        ("minicpm3", json!({"qk_rope_head_dim": 3}), "qk_rope_head_dim"),
+        ("minicpm3", json!({"kv_lora_rank": 0}), "kv_lora_rank"),
+        ("minicpm3", json!({"qk_nope_head_dim": 1u64 << 40}), "qk_nope_head_dim"),
+        ("axk1", json!({"mlp_layer_types": ["dense"]}), "mlp_layer_types"),
+        ("axk1", json!({"q_lora_rank": null}), "q_lora_rank"),
+    ];
+    for (name, changes, field) in cases {
+        let e = error_with(name, changes.clone());
+        assert!(e.contains(field), "{name} with {changes}: `{e}` does not name {field}");
+    }
+}
