@@ -89,6 +89,9 @@ struct Inputs<'c> {
     /// `inv_freq` (all of them in most models; two tables with sliding/global layers) reads one
     /// upload instead of one per layer (30 a token for SmolLM2).
     freqs: RefCell<Vec<(Vec<f32>, Tensor)>>,
+    /// Other constants uploaded once per forward and shared by the layers, by a key naming their
+    /// contents (multi-head latent attention's column-move matrices).
+    consts: RefCell<HashMap<String, Tensor>>,
     /// MoE layers' router outputs, collected when the load-balancing loss is wanted.
     router: Option<RefCell<Vec<crate::moe::RouterOut>>>,
 }
@@ -102,6 +105,18 @@ impl Inputs<'_> {
         }
         let t = g.constant(inv_freq, &[inv_freq.len()])?;
         freqs.push((inv_freq.to_vec(), t.clone()));
+        Ok(t)
+    }
+}
+
+impl Inputs<'_> {
+    /// The constant `key` names, `make()` of `shape` uploaded on its first use in this forward.
+    fn constant(&self, g: &Graph<'_>, key: String, shape: &[usize], make: impl FnOnce() -> Vec<f32>) -> Result<Tensor> {
+        if let Some(t) = self.consts.borrow().get(&key) {
+            return Ok(t.clone());
+        }
+        let t = g.constant(&make(), shape)?;
+        self.consts.borrow_mut().insert(key, t.clone());
         Ok(t)
     }
 }
@@ -126,6 +141,7 @@ fn batch_inputs<'c>(
         seq_len: seq_len(&pos),
         cache: None,
         freqs: RefCell::default(),
+        consts: RefCell::default(),
         router: collect_router.then(RefCell::default),
     };
     Ok((inputs, pos))
@@ -227,6 +243,7 @@ fn cached(
         seq_len: seq_len(&pos),
         cache: Some((cache, batch.mask)),
         freqs: RefCell::default(),
+        consts: RefCell::default(),
         router: None,
     };
     let logits = run(g, spec, w, &inputs, &pos, (b, t), head)?;
@@ -332,6 +349,7 @@ fn owned_for_layers(spec: &ModelSpec, w: &Weights, inp: &Inputs<'_>) -> LayerCtx
         seq_len: inp.seq_len,
         cache: None,
         freqs: RefCell::new(inp.freqs.borrow().clone()),
+        consts: RefCell::new(inp.consts.borrow().clone()),
         router: None,
     };
     Rc::new((spec.clone(), w, inp))

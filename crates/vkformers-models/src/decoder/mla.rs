@@ -28,17 +28,20 @@ use crate::spec::{layer_name, AttnSpec, MlaSpec, ModelSpec};
 /// Column moves `(src, dst, len)`: columns `src..src + len` of a row land at `dst..dst + len`.
 type Moves<'a> = &'a [(usize, usize, usize)];
 
-/// `y [rows, to] = x [rows, from] · P` with `P [from, to]` the 0/1 matrix of `moves`; columns
-/// of y no move writes are zero.
-fn moved(g: &Graph<'_>, x: &Tensor, (from, to): (usize, usize), moves: Moves<'_>) -> Result<Tensor> {
-    let mut p = vec![0f32; from * to];
-    for &(src, dst, len) in moves {
-        for j in 0..len {
-            p[(src + j) * to + dst + j] = 1.0;
+/// `y [rows, to] = x [rows, from] · P` with `P [from, to]` the 0/1 matrix of `moves` (uploaded
+/// once per forward); columns of y no move writes are zero.
+fn moved(g: &Graph<'_>, inp: &Inputs<'_>, x: &Tensor, (from, to): (usize, usize), moves: Moves<'_>) -> Result<Tensor> {
+    let p = inp.constant(g, format!("mla move {from}x{to} {moves:?}"), &[from, to], || {
+        let mut p = vec![0f32; from * to];
+        for &(src, dst, len) in moves {
+            for j in 0..len {
+                p[(src + j) * to + dst + j] = 1.0;
+            }
         }
-    }
+        p
+    })?;
     let x = shape::reshape(g, x, &[x.numel() / from, from])?;
-    Ok(matmul::matmul(g, &x, &g.constant(&p, &[from, to])?)?)
+    Ok(matmul::matmul(g, &x, &p)?)
 }
 
 /// `(q [B, T, H, Dr], k [B, T, 1, Dr])` rotated by the layer's RoPE (unchanged without one).
@@ -84,27 +87,28 @@ pub(super) fn attention(
     let dqk = dn + dr;
     let q = query(g, spec, w, m, i, h)?;
     let ckv = project(g, w, &m.names.kv_a, i, h, m.bias)?;
-    let latent = moved(g, &ckv, (l + dr, l), &[(0, 0, l)])?;
+    let latent = moved(g, inp, &ckv, (l + dr, l), &[(0, 0, l)])?;
     let latent = apply_norm(g, &m.norm, w, &layer_name(&m.names.kv_a_norm, i), &latent)?;
-    let q_rot = shape::reshape(g, &moved(g, &q, (dqk, dr), &[(dn, 0, dr)])?, &[b, t, heads, dr])?;
-    let k_rot = shape::reshape(g, &moved(g, &ckv, (l + dr, dr), &[(l, 0, dr)])?, &[b, t, 1, dr])?;
+    let q_rot = shape::reshape(g, &moved(g, inp, &q, (dqk, dr), &[(dn, 0, dr)])?, &[b, t, heads, dr])?;
+    let k_rot = shape::reshape(g, &moved(g, inp, &ckv, (l + dr, dr), &[(l, 0, dr)])?, &[b, t, 1, dr])?;
     let (q_rot, k_rot) = rotate(g, a, inp, q_rot, k_rot)?;
     if inp.cache.is_some_and(|(c, _)| c.is_latent(i)) {
         // Generation over a latent cache: the absorbed form (the cache holds [c | k_rot]).
-        let o = absorbed(g, w, (a, m), i, (&q, &q_rot), (&latent, &k_rot), |q, k| attend(g, a, i, (q, k, k), inp))?;
+        let o =
+            absorbed(g, w, (a, m), i, (&q, &q_rot), (&latent, &k_rot), inp, |q, k| attend(g, a, i, (q, k, k), inp))?;
         return project(g, w, &spec.layer_names.o, i, &o, a.out_bias);
     }
     let kv = project(g, w, &m.names.kv_b, i, &latent, false)?;
     // Heads of D columns: [nope | rope | zeros] for q and k, [v | zeros] for v.
-    let q_nope = moved(g, &q, (dqk, d), &[(0, 0, dn)])?;
-    let q = broadcast::add(g, &q_nope, &moved(g, &q_rot, (dr, d), &[(0, dn, dr)])?)?;
+    let q_nope = moved(g, inp, &q, (dqk, d), &[(0, 0, dn)])?;
+    let q = broadcast::add(g, &q_nope, &moved(g, inp, &q_rot, (dr, d), &[(0, dn, dr)])?)?;
     let q = shape::reshape(g, &q, &[b, t, heads, d])?;
-    let k_nope = shape::reshape(g, &moved(g, &kv, (dn + dv, d), &[(0, 0, dn)])?, &[b, t, heads, d])?;
-    let k_shared = shape::reshape(g, &moved(g, &k_rot, (dr, d), &[(0, dn, dr)])?, &[b, t, 1, d])?;
+    let k_nope = shape::reshape(g, &moved(g, inp, &kv, (dn + dv, d), &[(0, 0, dn)])?, &[b, t, heads, d])?;
+    let k_shared = shape::reshape(g, &moved(g, inp, &k_rot, (dr, d), &[(0, dn, dr)])?, &[b, t, 1, d])?;
     let k = broadcast::add(g, &k_nope, &k_shared)?;
-    let v = shape::reshape(g, &moved(g, &kv, (dn + dv, d), &[(dn, 0, dv)])?, &[b, t, heads, d])?;
+    let v = shape::reshape(g, &moved(g, inp, &kv, (dn + dv, d), &[(dn, 0, dv)])?, &[b, t, heads, d])?;
     let o = attend(g, a, i, (&q, &k, &v), inp)?;
-    let o = shape::reshape(g, &moved(g, &o, (d, dv), &[(0, 0, dv)])?, &[b * t, heads * dv])?;
+    let o = shape::reshape(g, &moved(g, inp, &o, (d, dv), &[(0, 0, dv)])?, &[b * t, heads * dv])?;
     project(g, w, &spec.layer_names.o, i, &o, a.out_bias)
 }
 
@@ -136,6 +140,7 @@ fn absorbed(
     i: usize,
     (q, q_rot): (&Tensor, &Tensor),
     (latent, k_rot): (&Tensor, &Tensor),
+    inp: &Inputs<'_>,
     attend: impl FnOnce(&Tensor, &Tensor) -> Result<Tensor>,
 ) -> Result<Tensor> {
     let (heads, n) = (a.heads, latent.rows());
@@ -151,18 +156,26 @@ fn absorbed(
     }
     let wkv = shape::reshape(g, w.get(&kv_b)?, &[heads, dkv, l])?;
     // [N·H, Dn+Dv] rows (token, head) -> [H, N, Dn+Dv] -> q_lat [H, N, L] -> [N·H, L].
-    let q_pad = swap_rows(g, &moved(g, q, (dqk, dkv), &[(0, 0, dn)])?, (n, heads))?;
+    let q_pad = swap_rows(g, &moved(g, inp, q, (dqk, dkv), &[(0, 0, dn)])?, (n, heads))?;
     let q_lat = matmul::matmul(g, &shape::reshape(g, &q_pad, &[heads, n, dkv])?, &wkv)?;
     let q_lat = swap_rows(g, &q_lat, (heads, n))?;
-    let q2 = broadcast::add(g, &moved(g, &q_lat, (l, d), &[(0, 0, l)])?, &moved(g, q_rot, (dr, d), &[(0, l, dr)])?)?;
-    let k2 = broadcast::add(g, &moved(g, latent, (l, d), &[(0, 0, l)])?, &moved(g, k_rot, (dr, d), &[(0, l, dr)])?)?;
+    let q2 = broadcast::add(
+        g,
+        &moved(g, inp, &q_lat, (l, d), &[(0, 0, l)])?,
+        &moved(g, inp, q_rot, (dr, d), &[(0, l, dr)])?,
+    )?;
+    let k2 = broadcast::add(
+        g,
+        &moved(g, inp, latent, (l, d), &[(0, 0, l)])?,
+        &moved(g, inp, k_rot, (dr, d), &[(0, l, dr)])?,
+    )?;
     let t = q_rot.shape()[1];
     let q2 = shape::reshape(g, &q2, &[n / t, t, heads, d])?;
     let k2 = shape::reshape(g, &k2, &[n / t, t, 1, d])?;
     let o = attend(&q2, &k2)?;
     // o_lat [N·H, L] -> [H, N, L] -> W_h o_lat [H, N, Dn+Dv] -> [N·H, Dn+Dv] -> its Dv value columns.
-    let o_lat = swap_rows(g, &moved(g, &o, (d, l), &[(0, 0, l)])?, (n, heads))?;
+    let o_lat = swap_rows(g, &moved(g, inp, &o, (d, l), &[(0, 0, l)])?, (n, heads))?;
     let o_full = matmul::matmul_nt(g, &shape::reshape(g, &o_lat, &[heads, n, l])?, &wkv)?;
     let o_full = swap_rows(g, &o_full, (heads, n))?;
-    Ok(shape::reshape(g, &moved(g, &o_full, (dkv, dv), &[(dn, 0, dv)])?, &[n, heads * dv])?)
+    Ok(shape::reshape(g, &moved(g, inp, &o_full, (dkv, dv), &[(dn, 0, dv)])?, &[n, heads * dv])?)
 }
