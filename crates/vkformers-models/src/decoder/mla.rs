@@ -133,6 +133,7 @@ fn swap_rows(g: &Graph<'_>, x: &Tensor, (a, b): (usize, usize)) -> Result<Tensor
 /// `L + Dr` values a position. `attend(q' [B, T, H, L+Dr], k' [B, T, 1, L+Dr])` runs the
 /// attention; the result is `o [N, H·Dv]` for `o_proj`. q_nope meets W_UK_h as `[q_nope | 0]`
 /// times the whole block (no slicing of the weight); inference only.
+#[allow(clippy::too_many_arguments)]
 fn absorbed(
     g: &Graph<'_>,
     w: &Weights,
