@@ -24,10 +24,32 @@ fn error_with(name: &str, changes: Value) -> String {
 
 #[test]
 fn every_mla_fixture_config_parses() {
-    for name in ["minicpm3", "deepseek_v2", "deepseek_v2_qlora", "deepseek_v3", "youtu", "axk1"] {
+    for name in ["minicpm3", "deepseek_v2", "deepseek_v2_qlora", "deepseek_v3", "youtu", "axk1", "sarvam_mla"] {
         let spec = spec_from_config(&config(name)).unwrap();
         assert!(spec.layers.iter().all(|l| l.attn.mla.is_some()), "{name}: every layer is MLA");
     }
+}
+
+/// The original Sarvam config's spellings (remote-code era) give the spec its saved config gives.
+#[test]
+fn sarvam_legacy_spellings_parse_as_the_saved_config() {
+    let saved = config("sarvam_mla");
+    let mut legacy = saved.clone();
+    let obj = legacy.as_object_mut().unwrap();
+    for (name, alias) in [("n_routed_experts", "num_experts"), ("n_shared_experts", "num_shared_experts")] {
+        let v = obj.remove(name).unwrap();
+        obj.insert(alias.into(), v);
+    }
+    let rope = obj.remove("rope_parameters").unwrap();
+    obj.insert("rope_scaling".into(), json!({"type": "deepseek_yarn", "factor": 4.0, "original_max_position_embeddings": 16, "mscale": 1.0, "mscale_all_dim": 1.0}));
+    obj.insert("rope_theta".into(), rope["rope_theta"].clone());
+    let (a, b) = (spec_from_config(&saved).unwrap(), spec_from_config(&legacy).unwrap());
+    assert_eq!(a.layers[1].mlp, b.layers[1].mlp, "the MoE block from the legacy names");
+    let rope = b.layers[0].attn.rope.as_ref().unwrap();
+    assert!(
+        rope.mscale == 1.0 && rope.inv_freq != a.layers[0].attn.rope.as_ref().unwrap().inv_freq,
+        "deepseek_yarn is YaRN"
+    );
 }
 
 #[test]

@@ -134,6 +134,7 @@ parity! {
     youtu: "youtu",
     // DeepSeek-V3 with a norm on the MoE output, layer types listed.
     axk1: "axk1",
+    sarvam_mla: "sarvam_mla",
 }
 
 #[test]

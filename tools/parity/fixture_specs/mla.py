@@ -115,4 +115,20 @@ SPECS = {
             "routed_scaling_factor": 2.5,
         },
     ),
+    # DeepSeek-V3 under another name (transformers builds DeepseekV3ForCausalLM): full-rank query,
+    # one expert group (its default), one dense layer.
+    "sarvam_mla": (
+        "sarvam_mla",
+        {
+            **{k: v for k, v in DEEPSEEK.items() if k != "head_dim"},
+            "n_routed_experts": 8,
+            "q_lora_rank": None,
+            "v_head_dim": 14,
+            "first_k_dense_replace": 1,
+            "n_group": 1,
+            "topk_group": 1,
+            "norm_topk_prob": True,
+            "routed_scaling_factor": 2.5,
+        },
+    ),
 }

@@ -7,6 +7,7 @@
 //! MoE layout with DeepSeek-V3's router: sigmoid scores, the choice by score plus the stored
 //! `e_score_correction_bias` within the `topk_group` best of `n_group` groups, weights
 //! renormalised with `norm_topk_prob`, times `routed_scaling_factor`.
+//! `sarvam_mla`: DeepSeek-V3 under another name (see `sarvam_mla`).
 //! `axk1` (A.X-K1): DeepSeek-V3 with an RMSNorm (`post_mlp_layernorm`, stored per layer) on the
 //! MoE block's output and the sparse layers listed in `mlp_layer_types`.
 
@@ -148,10 +149,37 @@ pub fn deepseek_v2(cfg: &Value) -> Result<ModelSpec> {
 }
 
 pub fn deepseek_v3(cfg: &Value) -> Result<ModelSpec> {
+    v3_like("deepseek_v3", cfg)
+}
+
+/// `sarvam_mla`: DeepSeek-V3 (transformers builds `DeepseekV3ForCausalLM` from its config). The
+/// original Sarvam config's spellings are read too: `num_experts` / `num_shared_experts`, and
+/// `rope_scaling.type = "deepseek_yarn"`, which is YaRN (its `head_dim`, the cached width, is
+/// not the rotary one and is ignored as transformers does).
+pub fn sarvam_mla(cfg: &Value) -> Result<ModelSpec> {
+    let mut cfg = cfg.clone();
+    for (alias, name) in [("num_experts", "n_routed_experts"), ("num_shared_experts", "n_shared_experts")] {
+        if cfg.get(name).is_none_or(Value::is_null) {
+            if let Some(v) = cfg.get(alias).cloned() {
+                cfg[name] = v;
+            }
+        }
+    }
+    if let Some(scaling) = cfg.get_mut("rope_scaling").and_then(Value::as_object_mut) {
+        for key in ["type", "rope_type"] {
+            if scaling.get(key).and_then(Value::as_str) == Some("deepseek_yarn") {
+                scaling.insert(key.into(), "yarn".into());
+            }
+        }
+    }
+    v3_like("sarvam_mla", &cfg)
+}
+
+fn v3_like(model_type: &str, cfg: &Value) -> Result<ModelSpec> {
     let c: Config = parse(cfg)?;
     let b = &c.base;
     let glu = b.glu("silu")?;
-    let mut spec = b.llama_spec("deepseek_v3", glu, false, false, false)?;
+    let mut spec = b.llama_spec(model_type, glu, false, false, false)?;
     // With `rope_interleave` transformers rotates pairs (2i, 2i+1) and writes the results
     // de-interleaved; q and k share that order, so the scores are those of interleaved RoPE.
     let layout = if c.rope_interleave.unwrap_or(true) { RopeLayout::Interleaved } else { RopeLayout::HalfSplit };

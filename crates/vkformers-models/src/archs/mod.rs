@@ -147,6 +147,7 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "deepseek_v3", family: "latent-attention MoE decoder", build: deepseek::deepseek_v3 },
     Arch { model_type: "youtu", family: "latent-attention decoder", build: youtu::spec },
     Arch { model_type: "axk1", family: "latent-attention MoE decoder", build: deepseek::axk1 },
+    Arch { model_type: "sarvam_mla", family: "latent-attention MoE decoder", build: deepseek::sarvam_mla },
 ];
 
 /// The spec of a parsed `config.json`.
