@@ -46,7 +46,16 @@ fn greedy(g: &Graph<'_>, model: &Model, cache: &KvCache, prompt: &[i32], n: usiz
 #[test]
 fn latent_cache_holds_the_latent_and_decodes_as_uncached_and_transformers() {
     on_every_device("mla latent cache", |ctx| {
-        for name in ["deepseek_v3", "deepseek_v2", "deepseek_v2_qlora", "minicpm3", "youtu", "axk1", "sarvam_mla"] {
+        for name in [
+            "deepseek_v3",
+            "deepseek_v2",
+            "deepseek_v2_qlora",
+            "minicpm3",
+            "youtu",
+            "axk1",
+            "sarvam_mla",
+            "glm4_moe_lite",
+        ] {
             let g = Graph::new(ctx);
             let model = Model::load(&g, &fixture(name)).unwrap();
             let cfg = &model.config;

@@ -24,7 +24,9 @@ fn error_with(name: &str, changes: Value) -> String {
 
 #[test]
 fn every_mla_fixture_config_parses() {
-    for name in ["minicpm3", "deepseek_v2", "deepseek_v2_qlora", "deepseek_v3", "youtu", "axk1", "sarvam_mla"] {
+    for name in
+        ["minicpm3", "deepseek_v2", "deepseek_v2_qlora", "deepseek_v3", "youtu", "axk1", "sarvam_mla", "glm4_moe_lite"]
+    {
         let spec = spec_from_config(&config(name)).unwrap();
         assert!(spec.layers.iter().all(|l| l.attn.mla.is_some()), "{name}: every layer is MLA");
     }
@@ -66,6 +68,7 @@ fn bad_mla_configs_are_errors_naming_the_field() {
         ("minicpm3", json!({"qk_nope_head_dim": 1u64 << 40}), "qk_nope_head_dim"),
         ("axk1", json!({"mlp_layer_types": ["dense"]}), "mlp_layer_types"),
         ("axk1", json!({"q_lora_rank": null}), "q_lora_rank"),
+        ("glm4_moe_lite", json!({"partial_rotary_factor": 0.5}), "partial_rotary_factor"),
     ];
     for (name, changes, field) in cases {
         let e = error_with(name, changes.clone());

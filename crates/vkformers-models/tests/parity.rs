@@ -135,6 +135,7 @@ parity! {
     // DeepSeek-V3 with a norm on the MoE output, layer types listed.
     axk1: "axk1",
     sarvam_mla: "sarvam_mla",
+    glm4_moe_lite: "glm4_moe_lite",
 }
 
 #[test]

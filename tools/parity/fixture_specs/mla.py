@@ -131,4 +131,19 @@ SPECS = {
             "routed_scaling_factor": 2.5,
         },
     ),
+    # DeepSeek-V3 attention and router with GLM's layer list (default: layer 0 dense, the rest sparse);
+    # its config maps head_dim onto qk_rope_head_dim, so COMMON's head_dim is left out.
+    "glm4_moe_lite": (
+        "glm4_moe_lite",
+        {
+            **{k: v for k, v in DEEPSEEK.items() if k != "head_dim"},
+            "n_routed_experts": 8,
+            "q_lora_rank": 16,
+            "v_head_dim": 8,
+            "n_group": 2,
+            "topk_group": 1,
+            "norm_topk_prob": True,
+            "routed_scaling_factor": 1.8,
+        },
+    ),
 }

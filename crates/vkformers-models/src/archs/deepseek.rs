@@ -8,6 +8,7 @@
 //! `e_score_correction_bias` within the `topk_group` best of `n_group` groups, weights
 //! renormalised with `norm_topk_prob`, times `routed_scaling_factor`.
 //! `sarvam_mla`: DeepSeek-V3 under another name (see `sarvam_mla`).
+//! `glm4_moe_lite`: the same on the sparse layers of `mlp_layer_types`.
 //! `axk1` (A.X-K1): DeepSeek-V3 with an RMSNorm (`post_mlp_layernorm`, stored per layer) on the
 //! MoE block's output and the sparse layers listed in `mlp_layer_types`.
 
@@ -192,9 +193,10 @@ fn v3_like(model_type: &str, cfg: &Value) -> Result<ModelSpec> {
     Ok(spec)
 }
 
-/// A.X-K1's layer pattern: `mlp_layer_types` ("sparse" / "dense"), else the legacy
-/// `first_k_dense_replace` (default 1) and `moe_layer_freq` (default 1) as its config derives it.
-fn axk1_sparse(cfg: &Value, layers: usize) -> Result<Vec<bool>> {
+/// The sparse layers of `mlp_layer_types` ("sparse" / "dense"), else of the legacy
+/// `first_k_dense_replace` (default 1) and `moe_layer_freq` (default 1), as A.X-K1's and
+/// GLM-4.7-Flash's configs derive them.
+fn layer_types(cfg: &Value, layers: usize) -> Result<Vec<bool>> {
     if let Some(types) = cfg.get("mlp_layer_types").filter(|v| !v.is_null()) {
         let types: Vec<String> = parse(types)?;
         if types.len() != layers || types.iter().any(|t| t != "sparse" && t != "dense") {
@@ -210,22 +212,35 @@ fn axk1_sparse(cfg: &Value, layers: usize) -> Result<Vec<bool>> {
 }
 
 pub fn axk1(cfg: &Value) -> Result<ModelSpec> {
+    if cfg.get("q_lora_rank").is_some_and(Value::is_null) {
+        return Err(ModelError::Config("axk1 needs a q_lora_rank (its attention is always low-rank)".into()));
+    }
+    layer_typed("axk1", cfg, true)
+}
+
+/// `glm4_moe_lite` (GLM-4.7-Flash): DeepSeek-V3's MLA and router (GLM-4-MoE's is the same
+/// sigmoid + correction bias group-limited top-k) with the sparse layers of `mlp_layer_types`
+/// (default: all but the first).
+pub fn glm4_moe_lite(cfg: &Value) -> Result<ModelSpec> {
+    layer_typed("glm4_moe_lite", cfg, false)
+}
+
+/// DeepSeek-V3's MLA and router on the sparse layers of `mlp_layer_types`; with `post_mlp_norm`,
+/// an RMSNorm on each MoE block's output (A.X-K1, `post_mlp_layernorm`).
+fn layer_typed(model_type: &str, cfg: &Value, post_mlp_norm: bool) -> Result<ModelSpec> {
     let c: Config = parse(cfg)?;
     let b = &c.base;
     let glu = b.glu("silu")?;
-    let mut spec = b.llama_spec("axk1", glu, false, false, false)?;
+    let mut spec = b.llama_spec(model_type, glu, false, false, false)?;
     let layout = if c.rope_interleave.unwrap_or(true) { RopeLayout::Interleaved } else { RopeLayout::HalfSplit };
-    let Some(rank) = q_lora_rank(cfg, Some(1536))? else {
-        return Err(ModelError::Config("axk1 needs a q_lora_rank (its attention is always low-rank)".into()));
-    };
-    let attn = c.mla.attn(b, layout, 128, Some(rank))?;
-    let sparse = axk1_sparse(cfg, spec.layers.len())?;
+    let attn = c.mla.attn(b, layout, 128, q_lora_rank(cfg, Some(1536))?)?;
+    let sparse = layer_types(cfg, spec.layers.len())?;
     // AXK1MoE: y = RMSNorm(routed + shared), stored as the layer's `post_mlp_layernorm`.
     spec.layer_names.post_mlp_norm = "model.layers.{i}.post_mlp_layernorm".into();
     let norm = Norm::Rms { eps: b.rms_norm_eps as f32, unit_offset: false };
     for (l, s) in spec.layers.iter_mut().zip(&sparse) {
         l.attn = attn.clone();
-        l.post_mlp_norm = s.then(|| norm.clone());
+        l.post_mlp_norm = (post_mlp_norm && *s).then(|| norm.clone());
     }
     let block = c.moe.block(glu, c.moe.v3_router()?)?;
     apply_where(&mut spec, &sparse, block)?;

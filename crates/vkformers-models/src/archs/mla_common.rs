@@ -83,6 +83,17 @@ impl MlaConfig {
             )));
         }
         let params = base.rope_params()?;
+        // transformers rotates all of q_rot and k_rot; a partial factor would size cos/sin for
+        // fewer dims than they have (its own forward fails on it).
+        let partial =
+            params.scaling.get("partial_rotary_factor").and_then(Value::as_f64).or(base.partial_rotary_factor);
+        // (The families here give the rotary embedding `head_dim = qk_rope_head_dim`.)
+        if partial.is_some_and(|f| (dr as f64 * f) as usize != dr) {
+            return Err(ModelError::Unsupported(format!(
+                "partial_rotary_factor {partial:?} with multi-head latent attention: the rotary part is \
+                 qk_rope_head_dim ({dr}) values, all rotated; leave the factor out"
+            )));
+        }
         let (freq, mscale) = inv_freq(&params, dr, base.max_position_embeddings)?;
         let long = long_inv_freq(&params, dr, base.max_position_embeddings)?;
         let mla = MlaSpec {

@@ -148,6 +148,7 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "youtu", family: "latent-attention decoder", build: youtu::spec },
     Arch { model_type: "axk1", family: "latent-attention MoE decoder", build: deepseek::axk1 },
     Arch { model_type: "sarvam_mla", family: "latent-attention MoE decoder", build: deepseek::sarvam_mla },
+    Arch { model_type: "glm4_moe_lite", family: "latent-attention MoE decoder", build: deepseek::glm4_moe_lite },
 ];
 
 /// The spec of a parsed `config.json`.
