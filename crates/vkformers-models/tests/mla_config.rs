@@ -60,6 +60,7 @@ fn bad_mla_configs_are_errors_naming_the_field() {
         ("deepseek_v3", json!({"num_key_value_heads": 2}), "num_key_value_heads"),
         ("deepseek_v3", json!({"n_group": 3}), "n_group"),
         ("deepseek_v3", json!({"topk_group": 5}), "topk_group"),
+        ("deepseek_v3", json!({"topk_group": 1, "num_experts_per_tok": 3}), "num_experts_per_tok"),
         ("deepseek_v2_qlora", json!({"n_group": null}), "n_group"),
         ("deepseek_v2", json!({"topk_method": "noaux_tc"}), "topk_method"),
         ("deepseek_v2", json!({"q_lora_rank": 0}), "q_lora_rank"),

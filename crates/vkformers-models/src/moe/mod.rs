@@ -150,11 +150,14 @@ impl MoeSpec {
             Router::SoftmaxTopK { .. } => None,
         };
         if let Some((g, k, per_group)) = grouped {
-            if g == 0 || k == 0 || k > g || !self.experts.is_multiple_of(g) || self.experts / g < per_group {
+            // The top-k must fit in the kept groups (transformers would pick masked experts).
+            let fits = g > 0 && self.top_k <= k * (self.experts / g);
+            if g == 0 || k == 0 || k > g || !self.experts.is_multiple_of(g) || self.experts / g < per_group || !fits {
                 return Err(ModelError::Config(format!(
-                    "group-limited routing of {} experts in n_group {g} groups, the best topk_group {k}: \
-                     n_group must divide the experts (at least {per_group} a group) and topk_group be in 1..=n_group",
-                    self.experts
+                    "group-limited routing of {} experts in n_group {g} groups, the best topk_group {k}, choosing \
+                     {}: n_group must divide the experts (at least {per_group} a group), topk_group be in \
+                     1..=n_group and num_experts_per_tok at most the experts of topk_group groups",
+                    self.experts, self.top_k
                 )));
             }
         }
