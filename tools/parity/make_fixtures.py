@@ -40,6 +40,7 @@ PROMPT_LENS = (5, 9)
 NEW_TOKENS = 32
 INIT_STD = 0.2  # initializer_range: large enough that attention is far from uniform
 ONE_D_NOISE = 0.1  # std of noise added to every 1-D parameter (norm weights, biases)
+CORRECTION_BIAS_STD = 0.3  # std of DeepSeek-V3's e_score_correction_bias buffer in the fixtures
 ADAMW = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01)
 RELOAD_RTOL = 1e-5
 # Smallest gap allowed between the k-th and (k+1)-th router probability of an MoE fixture (any
@@ -207,6 +208,11 @@ def build_model(model_type: str, cfg_kwargs: dict):
         for _, p in model.named_parameters():
             if p.dim() == 1:
                 p.add_(torch.randn(p.shape, generator=g) * ONE_D_NOISE)
+        # DeepSeek-V3's router correction bias is a stored buffer that starts at zero: give it values
+        # large enough to change which experts and groups are chosen.
+        for n, b in model.named_buffers():
+            if n.endswith("e_score_correction_bias"):
+                b.add_(torch.randn(b.shape, generator=g) * CORRECTION_BIAS_STD)
     model.eval()  # every dropout probability is 0 anyway
     return model
 
@@ -398,8 +404,10 @@ def make_fixture(name: str, model_type: str, cfg_kwargs: dict, out_dir: Path, ve
         meta["router"] = {
             "min_topk_margin_forward_and_steps": train_margin,
             "min_topk_margin_greedy": greedy_margin,
-            "note": "smallest p_k - p_(k+1) of the softmax router probabilities over every routed row "
-                    "of the reference forward and the two AdamW steps (and, apart, of greedy generation)",
+            "note": "smallest p_k - p_(k+1) of the softmax router probabilities (DeepSeek-V3 routers: sigmoid "
+                    "scores + correction bias; group-limited routers: also the last kept vs first dropped group "
+                    "score, and p_k - p_(k+1) within the kept groups) over every routed row of the reference "
+                    "forward and the two AdamW steps (and, apart, of greedy generation)",
         }
     write_json(d / "meta.json", meta)
     size = sum(f.stat().st_size for f in d.iterdir())
@@ -409,9 +417,9 @@ def make_fixture(name: str, model_type: str, cfg_kwargs: dict, out_dir: Path, ve
 
 
 class RouterMargins:
-    """Smallest gap between the k-th and (k+1)-th softmax router probability over every row any
-    top-k router of `model` routes (forward hooks), so a fixture whose routing f32 noise could
-    flip is seen."""
+    """Smallest gap between the k-th and (k+1)-th router score over every row any top-k router of
+    `model` routes (forward hooks; see `_observe` for grouped and biased routers), so a fixture whose
+    routing f32 noise could flip is seen."""
 
     def __init__(self, model):
         import torch
@@ -419,18 +427,40 @@ class RouterMargins:
         self.margin = float("inf")
         self.found = False
         for module in model.modules():
-            if type(module).__name__.endswith("TopKRouter"):
+            # DeepSeek spells it `TopkRouter`.
+            if type(module).__name__.lower().endswith("topkrouter"):
                 self.found = True
                 k = module.top_k
 
                 def hook(mod, args, out, k=k):
-                    logits = out[0].detach().float()
-                    p = torch.softmax(logits, dim=-1)
-                    top = torch.topk(p, min(k + 1, p.shape[-1]), dim=-1).values
-                    if top.shape[-1] > k:
-                        self.margin = min(self.margin, float((top[:, k - 1] - top[:, k]).min()))
+                    self._observe(mod, out[0].detach().float(), k)
 
                 module.register_forward_hook(hook)
+
+    def _observe(self, mod, logits, k):
+        """Margins of the choices a router makes from `logits [n, E]`: the softmax probabilities (or, with
+        DeepSeek-V3's `e_score_correction_bias`, sigmoid scores plus the bias); with groups (`num_group`
+        and `topk_group`, DeepSeek's group-limited routing), first the gap between the last kept and the
+        first dropped group score, then the top-k margin within the kept groups."""
+        import torch
+
+        biased = hasattr(mod, "e_score_correction_bias")
+        if biased:
+            s, fill, per_group = logits.sigmoid() + mod.e_score_correction_bias.float(), float("-inf"), 2
+        else:
+            s, fill, per_group = torch.softmax(logits, dim=-1), 0.0, 1
+        grouped = biased or getattr(mod, "topk_method", None) == "group_limited_greedy"
+        groups, keep = getattr(mod, "num_group", None), getattr(mod, "topk_group", None)
+        if grouped and groups and keep and groups > 1:
+            g = s.view(s.shape[0], groups, -1).topk(per_group, dim=-1).values.sum(dim=-1)
+            if keep < groups:
+                top = g.topk(keep + 1, dim=-1).values
+                self.margin = min(self.margin, float((top[:, keep - 1] - top[:, keep]).min()))
+            mask = torch.zeros_like(g).scatter_(1, g.topk(keep, dim=-1).indices, 1).bool()
+            s = s.view(s.shape[0], groups, -1).masked_fill(~mask[..., None], fill).view(s.shape[0], -1)
+        top = torch.topk(s, min(k + 1, s.shape[-1]), dim=-1).values
+        if top.shape[-1] > k:
+            self.margin = min(self.margin, float((top[:, k - 1] - top[:, k]).min()))
 
     def take(self) -> float:
         m, self.margin = self.margin, float("inf")

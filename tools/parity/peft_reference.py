@@ -62,6 +62,9 @@ CONFIGS = {
     # Encoder-decoders: encoder, decoder self- and cross-attention modules share these names.
     "t5": dict(target_modules=["q", "v", "wo"]),
     "bart": dict(target_modules="all-linear"),
+    # Multi-head latent attention's projections (issue 18), low-rank and full-rank query.
+    "deepseek_v2_qlora": dict(target_modules=["q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj"]),
+    "deepseek_v2": dict(target_modules=["q_proj", "kv_b_proj", "o_proj"]),
 }
 
 
@@ -170,8 +173,12 @@ def make_fixture(key: str) -> None:
         sd = load_file(str(Path(tmp) / "model.safetensors"))
     with safe_open(str(BASE / base_name / "model.safetensors"), framework="pt") as f:
         keys = list(f.keys())
-    save_file({k: sd[k].detach().clone().contiguous() for k in keys}, str(d / "merged.safetensors"),
-              metadata={"format": "pt"})
+        # Routed experts are packed in memory and stored per expert; no config here targets them, so
+        # the merged model keeps the base's stored tensors.
+        untouched = {k: f.get_tensor(k) for k in keys if k not in sd}
+    assert all(".experts." in k for k in untouched), sorted(untouched)
+    save_file({k: (untouched[k] if k in untouched else sd[k]).detach().clone().contiguous() for k in keys},
+              str(d / "merged.safetensors"), metadata={"format": "pt"})
 
     opt = torch.optim.AdamW(list(lora.values()), **ADAMW)
     for _ in range(2):

@@ -14,6 +14,8 @@ use vkformers_tensor::{DType, Graph, Tensor};
 use crate::error::{ModelError, Result};
 use crate::spec::{layer_name, AttnSpec, LayerSpec, MlpSpec, ModelSpec, Norm, PositionIds, QkNormAt, Residual};
 
+mod mla;
+
 /// Parameters by Hugging Face name (`model.layers.0.self_attn.q_proj.weight`).
 #[derive(Default)]
 pub struct Weights {
@@ -87,6 +89,9 @@ struct Inputs<'c> {
     /// `inv_freq` (all of them in most models; two tables with sliding/global layers) reads one
     /// upload instead of one per layer (30 a token for SmolLM2).
     freqs: RefCell<Vec<(Vec<f32>, Tensor)>>,
+    /// Other constants uploaded once per forward and shared by the layers, by a key naming their
+    /// contents (multi-head latent attention's column-move matrices).
+    consts: RefCell<HashMap<String, Tensor>>,
     /// MoE layers' router outputs, collected when the load-balancing loss is wanted.
     router: Option<RefCell<Vec<crate::moe::RouterOut>>>,
 }
@@ -100,6 +105,18 @@ impl Inputs<'_> {
         }
         let t = g.constant(inv_freq, &[inv_freq.len()])?;
         freqs.push((inv_freq.to_vec(), t.clone()));
+        Ok(t)
+    }
+}
+
+impl Inputs<'_> {
+    /// The constant `key` names, `make()` of `shape` uploaded on its first use in this forward.
+    fn constant(&self, g: &Graph<'_>, key: String, shape: &[usize], make: impl FnOnce() -> Vec<f32>) -> Result<Tensor> {
+        if let Some(t) = self.consts.borrow().get(&key) {
+            return Ok(t.clone());
+        }
+        let t = g.constant(&make(), shape)?;
+        self.consts.borrow_mut().insert(key, t.clone());
         Ok(t)
     }
 }
@@ -124,6 +141,7 @@ fn batch_inputs<'c>(
         seq_len: seq_len(&pos),
         cache: None,
         freqs: RefCell::default(),
+        consts: RefCell::default(),
         router: collect_router.then(RefCell::default),
     };
     Ok((inputs, pos))
@@ -225,6 +243,7 @@ fn cached(
         seq_len: seq_len(&pos),
         cache: Some((cache, batch.mask)),
         freqs: RefCell::default(),
+        consts: RefCell::default(),
         router: None,
     };
     let logits = run(g, spec, w, &inputs, &pos, (b, t), head)?;
@@ -330,6 +349,7 @@ fn owned_for_layers(spec: &ModelSpec, w: &Weights, inp: &Inputs<'_>) -> LayerCtx
         seq_len: inp.seq_len,
         cache: None,
         freqs: RefCell::new(inp.freqs.borrow().clone()),
+        consts: RefCell::new(inp.consts.borrow().clone()),
         router: None,
     };
     Rc::new((spec.clone(), w, inp))
@@ -521,6 +541,9 @@ fn self_attention(
     inp: &Inputs<'_>,
     (b, t): (usize, usize),
 ) -> Result<Tensor> {
+    if let Some(m) = &a.mla {
+        return mla::attention(g, spec, w, (a, m), i, h, inp, (b, t));
+    }
     let n = &spec.layer_names;
     let heads = |y: Tensor, count: usize| shape::reshape(g, &y, &[b, t, count, a.head_dim]);
     let proj = |template: &str| -> Result<Tensor> {
@@ -561,6 +584,23 @@ fn self_attention(
         q = apply_norm(g, qk, w, &layer_name(&n.q_norm, i), &q)?;
         k = apply_norm(g, qk, w, &layer_name(&n.k_norm, i), &k)?;
     }
+    let o = attend(g, a, i, (&q, &k, &v), inp)?;
+    let mut o = shape::reshape(g, &o, &[b * t, a.heads * a.head_dim])?;
+    if let Some((norm, template)) = &a.out_norm {
+        o = apply_norm(g, norm, w, &layer_name(template, i), &o)?;
+    }
+    project(g, w, &n.o, i, &o, a.out_bias)
+}
+
+/// `o [B, T, Hq, D]` of the layer's fused attention of q `[B, T, Hq, D]`, k and v
+/// `[B, T, Hkv, D]` (through the KV cache when the forward has one).
+fn attend(
+    g: &Graph<'_>,
+    a: &AttnSpec,
+    i: usize,
+    (q, k, v): (&Tensor, &Tensor, &Tensor),
+    inp: &Inputs<'_>,
+) -> Result<Tensor> {
     let opts = AttnOptions {
         scale: Some(a.scale),
         causal: true,
@@ -572,15 +612,10 @@ fn self_attention(
             None => None,
         },
     };
-    let o = match inp.cache {
-        Some((cache, _)) => cache.attend(g, i, (&q, &k, &v), opts)?,
-        None => attention(g, &q, &k, &v, &opts)?,
-    };
-    let mut o = shape::reshape(g, &o, &[b * t, a.heads * a.head_dim])?;
-    if let Some((norm, template)) = &a.out_norm {
-        o = apply_norm(g, norm, w, &layer_name(template, i), &o)?;
-    }
-    project(g, w, &n.o, i, &o, a.out_bias)
+    Ok(match inp.cache {
+        Some((cache, _)) => cache.attend(g, i, (q, k, v), opts)?,
+        None => attention(g, q, k, v, &opts)?,
+    })
 }
 
 /// The layer's feed-forward block in the decoder graph: a routed mixture of experts collects

@@ -16,7 +16,7 @@ use crate::archs::spec_from_config;
 use crate::decoder::Weights;
 use crate::error::{ModelError, Result};
 use crate::model::Model;
-use crate::spec::{layer_name, MlpSpec, ModelSpec, Norm, QkNormAt, ResidualInit};
+use crate::spec::{layer_name, LayerNames, MlaSpec, MlpSpec, ModelSpec, Norm, QkNormAt, ResidualInit};
 
 /// How one parameter starts.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -106,6 +106,24 @@ fn scale_init(out: &mut [Planned], module: &str) {
     }
 }
 
+/// Layer `i`'s multi-head latent attention projections and norms (hidden size `h`, `heads`
+/// heads), as DeepSeek-V2's attention module lists them; the output projection is the caller's.
+fn mla_params(out: &mut Vec<Planned>, names: &LayerNames, m: &MlaSpec, (i, h, heads): (usize, usize, usize)) {
+    let n = &m.names;
+    let q_rows = heads * m.qk_dim();
+    match m.q_lora_rank {
+        None => linear(out, &layer_name(&names.q, i), q_rows, h, false),
+        Some(r) => {
+            linear(out, &layer_name(&n.q_a, i), r, h, m.bias);
+            norm_params(out, &layer_name(&n.q_a_norm, i), &m.norm, r);
+            linear(out, &layer_name(&n.q_b, i), q_rows, r, false);
+        }
+    }
+    linear(out, &layer_name(&n.kv_a, i), m.kv_lora_rank + m.rope_dim, h, m.bias);
+    norm_params(out, &layer_name(&n.kv_a_norm, i), &m.norm, m.kv_lora_rank);
+    linear(out, &layer_name(&n.kv_b, i), heads * (m.nope_dim + m.v_dim), m.kv_lora_rank, false);
+}
+
 /// The parameters (internal names, shapes, init) a spec's decoder graph reads.
 fn plan(spec: &ModelSpec, config: &Value) -> Result<Vec<Planned>> {
     if spec.encoder.is_some() {
@@ -161,13 +179,23 @@ fn plan(spec: &ModelSpec, config: &Value) -> Result<Vec<Planned>> {
                 }
             }
         }
-        linear(&mut out, &layer_name(&names.q, i), q, h, a.qkv_bias);
-        linear(&mut out, &layer_name(&names.k, i), kv, h, a.qkv_bias);
-        linear(&mut out, &layer_name(&names.v, i), kv, h, a.qkv_bias);
+        // The attention output's width: heads of `head_dim`, or MLA's value heads.
+        let o_in = match &a.mla {
+            Some(m) => {
+                mla_params(&mut out, names, m, (i, h, a.heads));
+                a.heads * m.v_dim
+            }
+            None => {
+                linear(&mut out, &layer_name(&names.q, i), q, h, a.qkv_bias);
+                linear(&mut out, &layer_name(&names.k, i), kv, h, a.qkv_bias);
+                linear(&mut out, &layer_name(&names.v, i), kv, h, a.qkv_bias);
+                q
+            }
+        };
         if let Some((n, template)) = &a.out_norm {
-            norm_params(&mut out, &layer_name(template, i), n, q);
+            norm_params(&mut out, &layer_name(template, i), n, o_in);
         }
-        linear(&mut out, &layer_name(&names.o, i), h, q, a.out_bias);
+        linear(&mut out, &layer_name(&names.o, i), h, o_in, a.out_bias);
         if spec.residual_init != ResidualInit::Plain {
             scale_init(&mut out, &layer_name(&names.o, i));
         }
@@ -213,9 +241,13 @@ fn plan(spec: &ModelSpec, config: &Value) -> Result<Vec<Planned>> {
                 xielu_params(&mut out, &layer_name(act, i));
             }
             MlpSpec::Moe(m) => {
-                // Every MoE weight (router, packed experts, shared expert) is a matrix from N(0, std).
+                // Every MoE weight (router, packed experts, shared expert) is a matrix from N(0, std);
+                // the one vector, DeepSeek-V3's correction bias, starts at zero.
                 let params = m.params(i, h);
-                out.extend(params.into_iter().map(|(name, shape)| Planned { name, shape, init: Init::Normal }));
+                out.extend(params.into_iter().map(|(name, shape)| {
+                    let init = if shape.len() == 1 { Init::Zeros } else { Init::Normal };
+                    Planned { name, shape, init }
+                }));
             }
         }
         if spec.layer_init_std.is_some() {

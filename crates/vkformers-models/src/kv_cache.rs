@@ -102,7 +102,12 @@ impl KvCache {
                     groups.len() - 1
                 }
             };
-            layers.push(LayerPool::new(group, l.attn.kv_heads, l.attn.head_dim));
+            layers.push(match &l.attn.mla {
+                // The latent and the rotary key, read by the absorbed attention as one key head
+                // that is also the value head (see `decoder::mla`), where the kernels take it.
+                Some(m) if latent_fits(m) => LayerPool::latent(group, m.kv_lora_rank + m.rope_dim),
+                _ => LayerPool::new(group, l.attn.kv_heads, l.attn.head_dim),
+            });
         }
         Ok(KvCache {
             slots: batch,
@@ -115,6 +120,18 @@ impl KvCache {
             step: RefCell::new(None),
             forwards: Cell::new(0),
         })
+    }
+
+    /// Whether layer `i` caches multi-head latent attention's latent `[c | k_rot]` (one head
+    /// read as keys and values) instead of full keys and values.
+    pub(crate) fn is_latent(&self, i: usize) -> bool {
+        self.layers.borrow().get(i).is_some_and(LayerPool::is_latent)
+    }
+
+    /// Values the cache holds per position over all layers: `2 · Hkv · D` per layer for keys and
+    /// values, `kv_lora_rank + qk_rope_head_dim` per latent-cached layer.
+    pub fn values_per_token(&self) -> usize {
+        self.layers.borrow().iter().map(LayerPool::values_per_position).sum()
     }
 
     /// Columns fed so far (padding included): the most of any row.
@@ -264,6 +281,12 @@ impl KvCache {
         }
         layer.decode(g, q, &step.tables[layer.group()], &opts, group.tables.block_size())
     }
+}
+
+/// Whether MLA's latent `[c | k_rot]` (`kv_lora_rank + qk_rope_head_dim` wide) fits the
+/// attention kernels' head size; a wider one (DeepSeek's 512 + 64) caches full keys and values.
+fn latent_fits(m: &crate::spec::MlaSpec) -> bool {
+    m.kv_lora_rank + m.rope_dim <= vkformers_kernels::attention::MAX_HEAD_DIM as usize
 }
 
 /// Real tokens of each row of a left-padded `[B, T]` mask (`0…0 1…1`); anything else is an error.

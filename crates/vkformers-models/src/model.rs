@@ -236,8 +236,11 @@ impl Model {
 fn linear_weight_names(spec: &ModelSpec) -> std::collections::HashSet<String> {
     let n = &spec.layer_names;
     let mut names = std::collections::HashSet::new();
-    for i in 0..spec.layers.len() {
-        for t in [&n.q, &n.k, &n.v, &n.o, &n.gate, &n.up, &n.down] {
+    for (i, layer) in spec.layers.iter().enumerate() {
+        // Multi-head latent attention's projections are products only too.
+        let mla = layer.attn.mla.as_ref().map(|m| &m.names);
+        let mla = mla.into_iter().flat_map(|m| [&m.q_a, &m.q_b, &m.kv_a, &m.kv_b]);
+        for t in [&n.q, &n.k, &n.v, &n.o, &n.gate, &n.up, &n.down].into_iter().chain(mla) {
             names.insert(format!("{}.weight", crate::spec::layer_name(t, i)));
         }
     }

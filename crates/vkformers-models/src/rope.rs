@@ -83,7 +83,9 @@ fn llama3(p: &RopeParams, base: &[f32]) -> Result<(Vec<f32>, f32)> {
     Ok((out, 1.0))
 }
 
-fn yarn_mscale(scale: f64, m: f64) -> f64 {
+/// YaRN's `get_mscale`: `0.1·m·ln(scale) + 1` above scale 1. DeepSeek's attention also
+/// multiplies its softmax scale by the square of this with `m = mscale_all_dim`.
+pub(crate) fn yarn_mscale(scale: f64, m: f64) -> f64 {
     if scale <= 1.0 {
         1.0
     } else {
@@ -96,7 +98,8 @@ fn yarn(p: &RopeParams, dim: usize, max_positions: usize) -> Result<(Vec<f32>, f
     let original = field(p, "original_max_position_embeddings").unwrap_or(max_positions as f64);
     let attention = match (field(p, "attention_factor"), field(p, "mscale"), field(p, "mscale_all_dim")) {
         (Some(a), _, _) => a,
-        (None, Some(m), Some(ma)) => yarn_mscale(factor, m) / yarn_mscale(factor, ma),
+        // transformers tests `if mscale and mscale_all_dim`: a zero in either means the default.
+        (None, Some(m), Some(ma)) if m != 0.0 && ma != 0.0 => yarn_mscale(factor, m) / yarn_mscale(factor, ma),
         _ => yarn_mscale(factor, 1.0),
     };
     let (beta_fast, beta_slow) = (field(p, "beta_fast").unwrap_or(32.0), field(p, "beta_slow").unwrap_or(1.0));

@@ -92,6 +92,64 @@ pub struct AttnSpec {
     pub rope: Option<RopeSpec>,
     /// Score scale (usually `head_dim^-0.5`).
     pub scale: f32,
+    /// Multi-head latent attention (DeepSeek-V2/V3, MiniCPM3): q, k and v come from the
+    /// projections named there instead of `q`/`k`/`v`; `None` for every other family.
+    pub mla: Option<MlaSpec>,
+}
+
+/// Multi-head latent attention of one layer (see `crate::mla`). Queries come from `q`
+/// (`q_lora_rank` None) or `q_b(norm(q_a(x)))`; keys and values from a latent
+/// `c = norm(kv_a(x)[.., :kv_lora_rank])` through `kv_b`, plus one rotary key
+/// `kv_a(x)[.., kv_lora_rank:]` shared by every head. Per head, q and k are `[nope | rope]`
+/// (`qk = nope_dim + rope_dim` values), v has `v_dim`. The attention kernels run on heads of
+/// `AttnSpec::head_dim = max(qk, v_dim)`, the shorter side zero-padded (exact: zeros add nothing
+/// to the scores or the output, and the padded columns get no gradient).
+#[derive(Clone, Debug, PartialEq)]
+pub struct MlaSpec {
+    pub q_lora_rank: Option<usize>,
+    pub kv_lora_rank: usize,
+    pub nope_dim: usize,
+    pub rope_dim: usize,
+    pub v_dim: usize,
+    /// A bias on `q_a` and `kv_a` (`attention_bias`; `q`, `q_b` and `kv_b` never have one).
+    pub bias: bool,
+    /// The norm of the low-rank query and of the latent (`q_a_layernorm`, `kv_a_layernorm`).
+    pub norm: Norm,
+    pub names: MlaNames,
+}
+
+impl MlaSpec {
+    /// Query/key values per head.
+    pub fn qk_dim(&self) -> usize {
+        self.nope_dim + self.rope_dim
+    }
+}
+
+/// Stored names (with `{i}`, without `.weight`) of the MLA modules; the full-rank query
+/// projection (no `q_lora_rank`) is `LayerNames::q`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MlaNames {
+    pub q_a: String,
+    pub q_a_norm: String,
+    pub q_b: String,
+    pub kv_a: String,
+    pub kv_a_norm: String,
+    pub kv_b: String,
+}
+
+impl MlaNames {
+    /// DeepSeek's names under `model.layers.{i}.self_attn`.
+    pub fn deepseek() -> Self {
+        let p = "model.layers.{i}.self_attn";
+        MlaNames {
+            q_a: format!("{p}.q_a_proj"),
+            q_a_norm: format!("{p}.q_a_layernorm"),
+            q_b: format!("{p}.q_b_proj"),
+            kv_a: format!("{p}.kv_a_proj_with_mqa"),
+            kv_a_norm: format!("{p}.kv_a_layernorm"),
+            kv_b: format!("{p}.kv_b_proj"),
+        }
+    }
 }
 
 impl AttnSpec {
@@ -114,6 +172,7 @@ impl AttnSpec {
             sliding_window: None,
             rope: None,
             scale: 1.0 / (head_dim as f32).sqrt(),
+            mla: None,
         }
     }
 }
@@ -424,11 +483,13 @@ impl ModelSpec {
         }
     }
 
-    /// A stored tensor that is a module's buffer, not a parameter (xIELU's `beta`, `eps`; an
-    /// encoder-decoder's `final_logits_bias` and stored sinusoid tables): loaded as a constant
+    /// A stored tensor that is a module's buffer, not a parameter (xIELU's `beta`, `eps`;
+    /// DeepSeek-V3's router correction bias; an encoder-decoder's `final_logits_bias` and stored
+    /// sinusoid tables): loaded as a constant
     /// into `Model::buffers`, never trained, saved back, no gradient.
     pub fn is_buffer(&self, name: &str) -> bool {
         crate::seq2seq::is_buffer(self, name)
+            || crate::moe::buffers(self).iter().any(|b| b == name)
             || self.layers.iter().enumerate().any(|(i, l)| match &l.mlp {
                 MlpSpec::Xielu { act, .. } => {
                     let a = layer_name(act, i);

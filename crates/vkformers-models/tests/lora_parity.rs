@@ -52,4 +52,7 @@ lora_parity! {
     // Encoder-decoders: q / v / wo in the encoder, the decoder's self- and cross-attention.
     t5_q_v_wo: "t5" on "t5",
     bart_all_linear: "bart" on "bart",
+    // Multi-head latent attention's projections by PEFT's names (issue 18).
+    deepseek_v2_qlora_mla: "deepseek_v2_qlora" on "deepseek_v2_qlora",
+    deepseek_v2_mla: "deepseek_v2" on "deepseek_v2",
 }

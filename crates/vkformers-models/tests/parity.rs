@@ -154,6 +154,18 @@ parity! {
     pegasus: "pegasus",
     // fairseq positions counted from the ids past pad_token_id; no final_logits_bias.
     m2m_100: "m2m_100",
+    // Multi-head latent attention (issue 18): v heads narrower and wider than q/k heads.
+    minicpm3: "minicpm3",
+    deepseek_v2: "deepseek_v2",
+    // Low-rank query, attention biases, group-limited routing.
+    deepseek_v2_qlora: "deepseek_v2_qlora",
+    // Sigmoid + correction-bias group-limited router (the bias a stored buffer), rope_interleave.
+    deepseek_v3: "deepseek_v3",
+    youtu: "youtu",
+    // DeepSeek-V3 with a norm on the MoE output, layer types listed.
+    axk1: "axk1",
+    sarvam_mla: "sarvam_mla",
+    glm4_moe_lite: "glm4_moe_lite",
 }
 
 #[test]

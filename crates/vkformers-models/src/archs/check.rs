@@ -63,6 +63,14 @@ const SIZE_FIELDS: &[(&str, u64)] = &[
     ("decoder_attention_heads", 1 << 14),
     ("encoder_ffn_dim", 1 << 22),
     ("decoder_ffn_dim", 1 << 22),
+    // Multi-head latent attention and DeepSeek routing (q_lora_rank is checked by its parser;
+    // qk_nope_head_dim may be 0).
+    ("kv_lora_rank", 1 << 20),
+    ("qk_rope_head_dim", 1 << 14),
+    ("v_head_dim", 1 << 14),
+    ("n_routed_experts", 1 << 12),
+    ("n_group", 1 << 12),
+    ("topk_group", 1 << 12),
 ];
 
 /// Fractions of the head rotated; each in (0, 1] where present.

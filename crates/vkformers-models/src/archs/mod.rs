@@ -20,6 +20,7 @@ mod cohere2;
 mod cohere_compass;
 mod common;
 mod ctrl;
+mod deepseek;
 mod distilbert;
 mod electra;
 mod encoder_common;
@@ -42,9 +43,11 @@ mod hyperclovax;
 mod layer_types;
 mod llama;
 mod ln_common;
+mod minicpm3;
 mod ministral;
 
 mod mixtral;
+mod mla_common;
 mod moe_common;
 mod mpt;
 mod multimodal;
@@ -66,6 +69,7 @@ mod starcoder2;
 mod t5;
 mod vaultgemma;
 mod xglm;
+mod youtu;
 
 /// One registered architecture.
 pub struct Arch {
@@ -159,6 +163,14 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "marian", family: "encoder-decoder", build: bart_family::marian },
     Arch { model_type: "pegasus", family: "encoder-decoder", build: bart_family::pegasus },
     Arch { model_type: "m2m_100", family: "encoder-decoder", build: bart_family::m2m_100 },
+    // Multi-head latent attention (issue 18).
+    Arch { model_type: "minicpm3", family: "latent-attention decoder", build: minicpm3::spec },
+    Arch { model_type: "deepseek_v2", family: "latent-attention MoE decoder", build: deepseek::deepseek_v2 },
+    Arch { model_type: "deepseek_v3", family: "latent-attention MoE decoder", build: deepseek::deepseek_v3 },
+    Arch { model_type: "youtu", family: "latent-attention decoder", build: youtu::spec },
+    Arch { model_type: "axk1", family: "latent-attention MoE decoder", build: deepseek::axk1 },
+    Arch { model_type: "sarvam_mla", family: "latent-attention MoE decoder", build: deepseek::sarvam_mla },
+    Arch { model_type: "glm4_moe_lite", family: "latent-attention MoE decoder", build: deepseek::glm4_moe_lite },
 ];
 
 /// The spec of a parsed `config.json`.

@@ -71,6 +71,7 @@ impl MoeConfig {
             glu,
             router: Router::SoftmaxTopK { renormalize },
             shared,
+            routed_scale: 1.0,
             aux_loss_coef: self.output_router_logits.then_some(coef),
             names,
             packed: false,

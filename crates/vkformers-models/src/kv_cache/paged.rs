@@ -58,12 +58,29 @@ pub(crate) struct LayerPool {
     group: usize,
     kv_heads: usize,
     head_dim: usize,
+    /// The values are the keys (multi-head latent attention's cached latent `[c | k_rot]`): one
+    /// pool serves both, so a position holds `kv_heads · head_dim` values, not twice that.
+    values_are_keys: bool,
     pools: Option<(Tensor, Tensor)>,
 }
 
 impl LayerPool {
     pub(crate) fn new(group: usize, kv_heads: usize, head_dim: usize) -> Self {
-        LayerPool { group, kv_heads, head_dim, pools: None }
+        LayerPool { group, kv_heads, head_dim, values_are_keys: false, pools: None }
+    }
+
+    /// A pool of one head of `width` values a position, read as both keys and values.
+    pub(crate) fn latent(group: usize, width: usize) -> Self {
+        LayerPool { group, kv_heads: 1, head_dim: width, values_are_keys: true, pools: None }
+    }
+
+    pub(crate) fn is_latent(&self) -> bool {
+        self.values_are_keys
+    }
+
+    /// Values held per cached position.
+    pub(crate) fn values_per_position(&self) -> usize {
+        self.kv_heads * self.head_dim * if self.values_are_keys { 1 } else { 2 }
     }
 
     pub(crate) fn group(&self) -> usize {
@@ -75,12 +92,19 @@ impl LayerPool {
     fn pools(&mut self, g: &Graph<'_>, rows: usize, k: &Tensor) -> Result<(Tensor, Tensor)> {
         let dt = self.pools.as_ref().map_or(g.autocast().unwrap_or(k.dtype()), |p| p.0.dtype());
         let shape = [rows, self.kv_heads, self.head_dim];
+        let shared = self.values_are_keys;
+        let fresh = |g: &Graph<'_>| -> Result<(Tensor, Tensor)> {
+            let k = g.empty_as(&shape, dt)?;
+            let v = if shared { k.clone() } else { g.empty_as(&shape, dt)? };
+            Ok((k, v))
+        };
         match &self.pools {
             Some(p) if p.0.shape()[0] >= rows => return Ok(p.clone()),
             Some((ok, ov)) => {
-                let (nk, nv) = (g.empty_as(&shape, dt)?, g.empty_as(&shape, dt)?);
+                let (nk, nv) = fresh(g)?;
+                let copies: &[(&Tensor, &Tensor)] = if shared { &[(ok, &nk)] } else { &[(ok, &nk), (ov, &nv)] };
                 g.record(|rec| {
-                    for (old, new) in [(ok, &nk), (ov, &nv)] {
+                    for (old, new) in copies {
                         let bytes = old.view().len;
                         rec.copy(old.view(), new.view().buffer.slice(0, bytes))?;
                     }
@@ -88,7 +112,7 @@ impl LayerPool {
                 })?;
                 self.pools = Some((nk, nv));
             }
-            None => self.pools = Some((g.empty_as(&shape, dt)?, g.empty_as(&shape, dt)?)),
+            None => self.pools = Some(fresh(g)?),
         }
         Ok(self.pools.clone().expect("pools just made"))
     }

@@ -33,13 +33,11 @@ pub struct LinearModule {
 /// then the untied head; fused HF modules once.
 pub fn linear_modules(spec: &ModelSpec, w: &Weights) -> Result<Vec<LinearModule>> {
     let mut internal: Vec<(String, bool)> = Vec::new();
-    for (templates, layers) in layer_templates(spec) {
-        for i in 0..layers {
-            for t in &templates {
-                let name = format!("{}.weight", layer_name(t, i));
-                if w.opt(&name).is_some() && !internal.iter().any(|(x, _)| *x == name) {
-                    internal.push((name, false));
-                }
+    for (i, templates) in layer_templates(spec) {
+        for t in &templates {
+            let name = format!("{}.weight", layer_name(t, i));
+            if w.opt(&name).is_some() && !internal.iter().any(|(x, _)| *x == name) {
+                internal.push((name, false));
             }
         }
     }
@@ -74,26 +72,31 @@ pub fn linear_modules(spec: &ModelSpec, w: &Weights) -> Result<Vec<LinearModule>
     Ok(out)
 }
 
-/// The projection name templates of each stack and its layer count: the decoder's, or an
-/// encoder-decoder's encoder then decoder (self-attention, cross-attention, feed-forward), in
-/// the order the modules are registered.
-fn layer_templates(spec: &ModelSpec) -> Vec<(Vec<String>, usize)> {
+/// The linear modules' name templates of every layer, `(layer index, templates)` in module
+/// order: a decoder's q, k, v (MLA's q_a, q_b, kv_a, kv_b where the layer has latent
+/// attention), o, gate, up, down; an encoder-decoder's encoder stack, then its decoder stack with
+/// the cross-attention's q, k, v, o after the self-attention's.
+fn layer_templates(spec: &ModelSpec) -> Vec<(usize, Vec<String>)> {
     let n = &spec.layer_names;
     let Some(s) = &spec.seq2seq else {
-        return vec![(
-            [&n.q, &n.k, &n.v, &n.o, &n.gate, &n.up, &n.down].map(String::clone).to_vec(),
-            spec.layers.len(),
-        )];
+        return spec
+            .layers
+            .iter()
+            .enumerate()
+            .map(|(i, layer)| {
+                let mla = layer.attn.mla.as_ref().map(|m| &m.names);
+                let mla = mla.into_iter().flat_map(|m| [&m.q_a, &m.q_b, &m.kv_a, &m.kv_b]);
+                let t = [&n.q, &n.k, &n.v].into_iter().chain(mla).chain([&n.o, &n.gate, &n.up, &n.down]);
+                (i, t.cloned().collect())
+            })
+            .collect();
     };
-    let e = &s.encoder_names;
-    let c = &s.cross;
-    vec![
-        ([&e.q, &e.k, &e.v, &e.o, &e.gate, &e.up, &e.down].map(String::clone).to_vec(), s.encoder_layers.len()),
-        (
-            [&n.q, &n.k, &n.v, &n.o, &c.q, &c.k, &c.v, &c.o, &n.gate, &n.up, &n.down].map(String::clone).to_vec(),
-            spec.layers.len(),
-        ),
-    ]
+    let (e, c) = (&s.encoder_names, &s.cross);
+    let enc: Vec<String> = [&e.q, &e.k, &e.v, &e.o, &e.gate, &e.up, &e.down].map(String::clone).to_vec();
+    let dec: Vec<String> =
+        [&n.q, &n.k, &n.v, &n.o, &c.q, &c.k, &c.v, &c.o, &n.gate, &n.up, &n.down].map(String::clone).to_vec();
+    let encoder = (0..s.encoder_layers.len()).map(|i| (i, enc.clone()));
+    encoder.chain((0..spec.layers.len()).map(|i| (i, dec.clone()))).collect()
 }
 
 /// PEFT's `check_target_module_exists` for one module name.

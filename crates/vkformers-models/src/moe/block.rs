@@ -16,6 +16,7 @@ use vkformers_tensor::{Graph, Tensor};
 
 use super::aux_loss::RouterOut;
 use super::{MoeSpec, Router};
+
 use crate::decoder::Weights;
 use crate::error::Result;
 use crate::spec::layer_name;
@@ -34,14 +35,38 @@ pub(crate) fn block(
     let names = &m.names;
     let logits = matmul::linear(g, h, w.get(&layer_name(&names.router, i))?, None)?;
     let probs = softmax::softmax(g, &logits)?;
-    let Router::SoftmaxTopK { renormalize } = m.router;
-    let choice = moe::topk(g, &probs, k)?;
-    // The chosen probabilities [n, k]: a gather from p viewed as a table [n·E, 1].
-    let table = shape::reshape(g, &probs, &[n * e, 1])?;
-    let mut weights = shape::reshape(g, &embedding::embedding(g, &table, &choice.flat)?, &[n, k])?;
+    // The scores the top-k chooses from, and those its weights are read from.
+    let (choose, scores, renormalize) = match &m.router {
+        Router::SoftmaxTopK { renormalize } => (probs.clone(), probs.clone(), *renormalize),
+        Router::SoftmaxGroupLimited { groups, top_groups } => {
+            let keep = group_mask(g, &probs, (*groups, *top_groups), 1)?;
+            // p with the experts of the other groups zeroed, [n, G, E/G] -> [n, E].
+            let grouped = shape::reshape(g, &probs, &[n, *groups, e / groups])?;
+            let masked = shape::reshape(g, &broadcast::mul(g, &grouped, &keep)?, &[n, e])?;
+            (masked.clone(), masked, false)
+        }
+        Router::SigmoidGroupLimited { groups, top_groups, renormalize, bias } => {
+            let s = activation::sigmoid(g, &logits)?;
+            let biased = match bias {
+                Some(b) => broadcast::add(g, &s, w.get(&layer_name(b, i))?)?,
+                None => s.clone(),
+            };
+            let keep = group_mask(g, &biased, (*groups, *top_groups), 2)?;
+            // Outside the kept groups s + bias − 10³⁰ (transformers' −inf): never chosen.
+            let off = broadcast::scale(g, &broadcast::sub(g, &keep, &g.constant(&[1.0], &[1])?)?, 1e30)?;
+            let grouped = shape::reshape(g, &biased, &[n, *groups, e / groups])?;
+            (shape::reshape(g, &broadcast::add(g, &grouped, &off)?, &[n, e])?, s, *renormalize)
+        }
+    };
+    let choice = moe::topk(g, &choose, k)?;
+    // The chosen scores [n, k]: a gather from the scores viewed as a table [n·E, 1].
+    let mut weights = gathered(g, &scores, &choice.flat, k)?;
     if renormalize {
         let sum = shape::reshape(g, &reduce::sum_last(g, &weights)?, &[n, 1])?;
         weights = broadcast::div(g, &weights, &sum)?;
+    }
+    if m.routed_scale != 1.0 {
+        weights = broadcast::scale(g, &weights, m.routed_scale)?;
     }
     let groups = moe::group(g, &choice.ids, e)?;
     let xs = embedding::embedding(g, h, &groups.token)?;
@@ -68,4 +93,28 @@ pub(crate) fn block(
         r.borrow_mut().push(RouterOut { probs, sel: choice.sel });
     }
     Ok(y)
+}
+
+/// `x [rows, E]` at the int32 flat indices `flat [rows, k]` (`row·E + column`) as `[rows, k]`;
+/// gradients flow back to the gathered entries.
+fn gathered(g: &Graph<'_>, x: &Tensor, flat: &Tensor, k: usize) -> Result<Tensor> {
+    let (rows, e) = (x.rows(), x.last_dim());
+    let table = shape::reshape(g, x, &[rows * e, 1])?;
+    Ok(shape::reshape(g, &embedding::embedding(g, &table, flat)?, &[rows, k])?)
+}
+
+/// The 0/1 mask `[n, G, 1]` of each token's `top_groups` best expert groups, a group ranked by
+/// the sum of its `best` largest scores (`scores [n, E]`, E = G · E/G experts in G contiguous
+/// groups). A choice, so no gradient flows through it.
+fn group_mask(g: &Graph<'_>, scores: &Tensor, (groups, top_groups): (usize, usize), best: usize) -> Result<Tensor> {
+    let (n, e) = (scores.rows(), scores.last_dim());
+    let per_group = shape::reshape(g, scores, &[n * groups, e / groups])?;
+    let top = moe::topk(g, &per_group, best)?;
+    let mut rank = gathered(g, &per_group, &top.flat, best)?;
+    if best > 1 {
+        rank = reduce::sum_last(g, &rank)?;
+    }
+    let rank = shape::reshape(g, &rank, &[n, groups])?;
+    let chosen = moe::topk(g, &rank, top_groups)?;
+    Ok(shape::reshape(g, &chosen.sel, &[n, groups, 1])?)
 }

@@ -19,11 +19,30 @@ use crate::error::{ModelError, Result};
 use crate::spec::{layer_name, JoinEntry, MlpSpec, ModelSpec};
 
 /// How router scores become the chosen experts and their weights.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Router {
     /// `p = softmax(logits)`; the k largest p; with `renormalize` divided by their sum
     /// (Mixtral, `norm_topk_prob`).
     SoftmaxTopK { renormalize: bool },
+    /// DeepSeek-V2's `group_limited_greedy`: the E experts form `groups` equal groups ranked by
+    /// their largest p; experts outside the `top_groups` best groups get p = 0, then the k
+    /// largest p (not renormalised).
+    SoftmaxGroupLimited { groups: usize, top_groups: usize },
+    /// DeepSeek-V3's `noaux_tc`: `s = sigmoid(logits)`; experts are chosen by `s + bias` (the
+    /// stored `e_score_correction_bias [E]`, a buffer: never trained) within the `top_groups`
+    /// best of `groups` groups, a group ranked by the sum of its two best `s + bias`; the
+    /// weights are the chosen `s` (without the bias), divided by their sum with `renormalize`.
+    SigmoidGroupLimited { groups: usize, top_groups: usize, renormalize: bool, bias: Option<String> },
+}
+
+impl Router {
+    /// The stored name (with `{i}`) of the router's non-trained correction bias, if any.
+    pub fn buffer(&self) -> Option<&str> {
+        match self {
+            Router::SigmoidGroupLimited { bias, .. } => bias.as_deref(),
+            _ => None,
+        }
+    }
 }
 
 /// A dense expert every token passes through, added to the routed output; with `gate`,
@@ -63,6 +82,9 @@ pub struct MoeSpec {
     pub glu: Glu,
     pub router: Router,
     pub shared: Option<SharedExpert>,
+    /// The routing weights are multiplied by this after any renormalisation (DeepSeek's
+    /// `routed_scaling_factor`); 1 otherwise.
+    pub routed_scale: f32,
     /// `router_aux_loss_coef` when the config asks for router logits (`output_router_logits`),
     /// which is when transformers adds the load-balancing loss to a loss with labels.
     pub aux_loss_coef: Option<f32>,
@@ -92,6 +114,9 @@ impl MoeSpec {
             (layer_name(&n.gate_up, i), gate_up),
             (layer_name(&n.down, i), down),
         ];
+        if let Some(b) = self.router.buffer() {
+            out.push((layer_name(b, i), vec![e]));
+        }
         if let Some(s) = &self.shared {
             let w = |t: &str| format!("{}.weight", layer_name(t, i));
             out.push((w(&s.gate_proj), vec![s.intermediate, h]));
@@ -119,6 +144,23 @@ impl MoeSpec {
 
     /// Sizes the graph divides by or allocates from.
     pub fn check(&self) -> Result<()> {
+        let grouped = match self.router {
+            Router::SoftmaxGroupLimited { groups, top_groups } => Some((groups, top_groups, 1)),
+            Router::SigmoidGroupLimited { groups, top_groups, .. } => Some((groups, top_groups, 2)),
+            Router::SoftmaxTopK { .. } => None,
+        };
+        if let Some((g, k, per_group)) = grouped {
+            // The top-k must fit in the kept groups (transformers would pick masked experts).
+            let fits = g > 0 && self.top_k <= k * (self.experts / g);
+            if g == 0 || k == 0 || k > g || !self.experts.is_multiple_of(g) || self.experts / g < per_group || !fits {
+                return Err(ModelError::Config(format!(
+                    "group-limited routing of {} experts in n_group {g} groups, the best topk_group {k}, choosing \
+                     {}: n_group must divide the experts (at least {per_group} a group), topk_group be in \
+                     1..=n_group and num_experts_per_tok at most the experts of topk_group groups",
+                    self.experts, self.top_k
+                )));
+            }
+        }
         if self.experts == 0 || self.top_k == 0 || self.top_k > self.experts || self.intermediate == 0 {
             return Err(ModelError::Config(format!(
                 "a mixture of {} experts of size {} choosing {} per token: check num_experts, \
@@ -179,6 +221,25 @@ pub fn match_layout<'a>(spec: &mut ModelSpec, stored: impl Iterator<Item = &'a s
         drop.extend([layer_name(&m.names.gate_up, i), layer_name(&m.names.down, i)]);
     }
     spec.joins.retain(|j| !drop.contains(&j.internal));
+}
+
+/// Internal names of the tensors the MoE layers read but never train (DeepSeek-V3's
+/// `e_score_correction_bias`, a buffer in transformers): loaded and saved, no parameters.
+pub fn buffers(spec: &ModelSpec) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, l) in spec.layers.iter().enumerate() {
+        if let Some(b) = matches_moe(&l.mlp).and_then(|m| m.router.buffer()) {
+            out.push(layer_name(b, i));
+        }
+    }
+    out
+}
+
+fn matches_moe(m: &MlpSpec) -> Option<&MoeSpec> {
+    match m {
+        MlpSpec::Moe(m) => Some(m),
+        _ => None,
+    }
 }
 
 /// The load-balancing coefficient of a spec whose config asks for it (the first MoE layer's).

@@ -1,0 +1,248 @@
+//! `deepseek_v2`: multi-head latent attention (`mla_common`, interleaved RoPE pairs as its
+//! complex rotation) and DeepSeek's MoE: softmax router scores, greedy or group-limited top-k
+//! (`topk_method`), no renormalisation, weights times `routed_scaling_factor`, shared experts of
+//! `n_shared_experts · moe_intermediate_size` added unscaled, dense MLPs in the first
+//! `first_k_dense_replace` layers. No load-balancing loss (transformers adds none).
+//! `deepseek_v3`: the same MLA (interleaved pairs with `rope_interleave`, else half-split) and
+//! MoE layout with DeepSeek-V3's router: sigmoid scores, the choice by score plus the stored
+//! `e_score_correction_bias` within the `topk_group` best of `n_group` groups, weights
+//! renormalised with `norm_topk_prob`, times `routed_scaling_factor`.
+//! `sarvam_mla`: DeepSeek-V3 under another name (see `sarvam_mla`).
+//! `glm4_moe_lite`: the same on the sparse layers of `mlp_layer_types`.
+//! `axk1` (A.X-K1): DeepSeek-V3 with an RMSNorm (`post_mlp_layernorm`, stored per layer) on the
+//! MoE block's output and the sparse layers listed in `mlp_layer_types`.
+
+use serde::Deserialize;
+use serde_json::Value;
+use vkformers_kernels::glu::Glu;
+use vkformers_kernels::rope::RopeLayout;
+
+use super::common::{parse, BaseConfig};
+use super::mla_common::{q_lora_rank, MlaConfig};
+use super::moe_common::expert_names;
+use crate::error::{ModelError, Result};
+use crate::moe::{MoeSpec, Router, SharedExpert};
+use crate::spec::{MlpSpec, ModelSpec, Norm};
+
+/// DeepSeek's MoE fields.
+#[derive(Debug, Deserialize)]
+struct DeepseekMoe {
+    n_routed_experts: Option<usize>,
+    num_experts_per_tok: Option<usize>,
+    moe_intermediate_size: usize,
+    n_shared_experts: Option<usize>,
+    #[serde(default)]
+    first_k_dense_replace: usize,
+    routed_scaling_factor: Option<f64>,
+    topk_method: Option<String>,
+    n_group: Option<usize>,
+    topk_group: Option<usize>,
+    norm_topk_prob: Option<bool>,
+}
+
+#[derive(Deserialize)]
+struct Config {
+    #[serde(flatten)]
+    base: BaseConfig,
+    #[serde(flatten)]
+    mla: MlaConfig,
+    #[serde(flatten)]
+    moe: DeepseekMoe,
+    rope_interleave: Option<bool>,
+}
+
+impl DeepseekMoe {
+    /// The router of `topk_method` (DeepSeek-V2: softmax scores, never renormalised).
+    fn v2_router(&self) -> Result<Router> {
+        match self.topk_method.as_deref().unwrap_or("greedy") {
+            "greedy" => Ok(Router::SoftmaxTopK { renormalize: false }),
+            "group_limited_greedy" => {
+                let (groups, top_groups) = self.groups()?;
+                Ok(Router::SoftmaxGroupLimited { groups, top_groups })
+            }
+            other => Err(ModelError::Unsupported(format!(
+                "topk_method `{other}` in a deepseek_v2 config (greedy and group_limited_greedy are supported)"
+            ))),
+        }
+    }
+
+    /// DeepSeek-V3's router (`noaux_tc`).
+    fn v3_router(&self) -> Result<Router> {
+        let (groups, top_groups) = self.groups()?;
+        Ok(Router::SigmoidGroupLimited {
+            groups,
+            top_groups,
+            renormalize: self.norm_topk_prob.unwrap_or(true),
+            bias: Some("model.layers.{i}.mlp.gate.e_score_correction_bias".into()),
+        })
+    }
+
+    /// `(n_group, topk_group)`, checked against the expert count.
+    fn groups(&self) -> Result<(usize, usize)> {
+        let experts = self.n_routed_experts.unwrap_or(0);
+        match (self.n_group, self.topk_group) {
+            (Some(g), Some(k)) if g > 0 && k > 0 && k <= g && experts.is_multiple_of(g) => Ok((g, k)),
+            (g, k) => Err(ModelError::Config(format!(
+                "group-limited routing with n_group {g:?} and topk_group {k:?} over {experts} experts: \
+                 n_group must divide n_routed_experts and topk_group be in 1..=n_group"
+            ))),
+        }
+    }
+
+    /// The MoE block of the sparse layers.
+    fn block(&self, glu: Glu, router: Router) -> Result<MoeSpec> {
+        let (Some(experts), Some(top_k)) = (self.n_routed_experts, self.num_experts_per_tok) else {
+            return Err(ModelError::Config(
+                "a DeepSeek MoE config needs n_routed_experts and num_experts_per_tok (null for a dense model)".into(),
+            ));
+        };
+        let p = "model.layers.{i}.mlp.shared_experts";
+        let shared = self.n_shared_experts.filter(|&n| n > 0).map(|n| SharedExpert {
+            intermediate: n * self.moe_intermediate_size,
+            gate_proj: format!("{p}.gate_proj"),
+            up_proj: format!("{p}.up_proj"),
+            down_proj: format!("{p}.down_proj"),
+            gate: None,
+        });
+        let m = MoeSpec {
+            experts,
+            top_k,
+            intermediate: self.moe_intermediate_size,
+            glu,
+            router,
+            shared,
+            routed_scale: self.routed_scaling_factor.unwrap_or(1.0) as f32,
+            aux_loss_coef: None,
+            names: expert_names("mlp", ("gate_proj", "up_proj", "down_proj")),
+            packed: false,
+        };
+        m.check()?;
+        Ok(m)
+    }
+
+    /// The MoE block in every layer from `first_k_dense_replace` on, and the joins.
+    fn apply(&self, spec: &mut ModelSpec, block: MoeSpec) -> Result<()> {
+        let sparse: Vec<bool> = (0..spec.layers.len()).map(|i| i >= self.first_k_dense_replace).collect();
+        apply_where(spec, &sparse, block)
+    }
+}
+
+/// The MoE block in the layers `sparse` marks, and the joins.
+fn apply_where(spec: &mut ModelSpec, sparse: &[bool], block: MoeSpec) -> Result<()> {
+    for (l, _) in spec.layers.iter_mut().zip(sparse).filter(|(_, s)| **s) {
+        l.mlp = MlpSpec::Moe(Box::new(block.clone()));
+    }
+    crate::moe::add_joins(spec)
+}
+
+pub fn deepseek_v2(cfg: &Value) -> Result<ModelSpec> {
+    let c: Config = parse(cfg)?;
+    let b = &c.base;
+    let glu = b.glu("silu")?;
+    let mut spec = b.llama_spec("deepseek_v2", glu, false, false, false)?;
+    let attn = c.mla.attn(b, RopeLayout::Interleaved, 128, q_lora_rank(cfg, Some(1536))?)?;
+    for l in &mut spec.layers {
+        l.attn = attn.clone();
+    }
+    let block = c.moe.block(glu, c.moe.v2_router()?)?;
+    c.moe.apply(&mut spec, block)?;
+    Ok(spec)
+}
+
+pub fn deepseek_v3(cfg: &Value) -> Result<ModelSpec> {
+    v3_like("deepseek_v3", cfg)
+}
+
+/// `sarvam_mla`: DeepSeek-V3 (transformers builds `DeepseekV3ForCausalLM` from its config). The
+/// original Sarvam config's spellings are read too: `num_experts` / `num_shared_experts`, and
+/// `rope_scaling.type = "deepseek_yarn"`, which is YaRN (its `head_dim`, the cached width, is
+/// not the rotary one and is ignored as transformers does).
+pub fn sarvam_mla(cfg: &Value) -> Result<ModelSpec> {
+    let mut cfg = cfg.clone();
+    for (alias, name) in [("num_experts", "n_routed_experts"), ("num_shared_experts", "n_shared_experts")] {
+        if cfg.get(name).is_none_or(Value::is_null) {
+            if let Some(v) = cfg.get(alias).cloned() {
+                cfg[name] = v;
+            }
+        }
+    }
+    if let Some(scaling) = cfg.get_mut("rope_scaling").and_then(Value::as_object_mut) {
+        for key in ["type", "rope_type"] {
+            if scaling.get(key).and_then(Value::as_str) == Some("deepseek_yarn") {
+                scaling.insert(key.into(), "yarn".into());
+            }
+        }
+    }
+    v3_like("sarvam_mla", &cfg)
+}
+
+fn v3_like(model_type: &str, cfg: &Value) -> Result<ModelSpec> {
+    let c: Config = parse(cfg)?;
+    let b = &c.base;
+    let glu = b.glu("silu")?;
+    let mut spec = b.llama_spec(model_type, glu, false, false, false)?;
+    // With `rope_interleave` transformers rotates pairs (2i, 2i+1) and writes the results
+    // de-interleaved; q and k share that order, so the scores are those of interleaved RoPE.
+    let layout = if c.rope_interleave.unwrap_or(true) { RopeLayout::Interleaved } else { RopeLayout::HalfSplit };
+    let attn = c.mla.attn(b, layout, 128, q_lora_rank(cfg, Some(1536))?)?;
+    for l in &mut spec.layers {
+        l.attn = attn.clone();
+    }
+    let block = c.moe.block(glu, c.moe.v3_router()?)?;
+    c.moe.apply(&mut spec, block)?;
+    Ok(spec)
+}
+
+/// The sparse layers of `mlp_layer_types` ("sparse" / "dense"), else of the legacy
+/// `first_k_dense_replace` (default 1) and `moe_layer_freq` (default 1), as A.X-K1's and
+/// GLM-4.7-Flash's configs derive them.
+fn layer_types(cfg: &Value, layers: usize) -> Result<Vec<bool>> {
+    if let Some(types) = cfg.get("mlp_layer_types").filter(|v| !v.is_null()) {
+        let types: Vec<String> = parse(types)?;
+        if types.len() != layers || types.iter().any(|t| t != "sparse" && t != "dense") {
+            return Err(ModelError::Config(format!(
+                "mlp_layer_types {types:?}: one \"sparse\" or \"dense\" per layer ({layers} layers)"
+            )));
+        }
+        return Ok(types.iter().map(|t| t == "sparse").collect());
+    }
+    let first = cfg.get("first_k_dense_replace").and_then(Value::as_u64).unwrap_or(1) as usize;
+    let freq = cfg.get("moe_layer_freq").and_then(Value::as_u64).unwrap_or(1).max(1) as usize;
+    Ok((0..layers).map(|i| i >= first && i.is_multiple_of(freq)).collect())
+}
+
+pub fn axk1(cfg: &Value) -> Result<ModelSpec> {
+    if cfg.get("q_lora_rank").is_some_and(Value::is_null) {
+        return Err(ModelError::Config("axk1 needs a q_lora_rank (its attention is always low-rank)".into()));
+    }
+    layer_typed("axk1", cfg, true)
+}
+
+/// `glm4_moe_lite` (GLM-4.7-Flash): DeepSeek-V3's MLA and router (GLM-4-MoE's is the same
+/// sigmoid + correction bias group-limited top-k) with the sparse layers of `mlp_layer_types`
+/// (default: all but the first).
+pub fn glm4_moe_lite(cfg: &Value) -> Result<ModelSpec> {
+    layer_typed("glm4_moe_lite", cfg, false)
+}
+
+/// DeepSeek-V3's MLA and router on the sparse layers of `mlp_layer_types`; with `post_mlp_norm`,
+/// an RMSNorm on each MoE block's output (A.X-K1, `post_mlp_layernorm`).
+fn layer_typed(model_type: &str, cfg: &Value, post_mlp_norm: bool) -> Result<ModelSpec> {
+    let c: Config = parse(cfg)?;
+    let b = &c.base;
+    let glu = b.glu("silu")?;
+    let mut spec = b.llama_spec(model_type, glu, false, false, false)?;
+    let layout = if c.rope_interleave.unwrap_or(true) { RopeLayout::Interleaved } else { RopeLayout::HalfSplit };
+    let attn = c.mla.attn(b, layout, 128, q_lora_rank(cfg, Some(1536))?)?;
+    let sparse = layer_types(cfg, spec.layers.len())?;
+    // AXK1MoE: y = RMSNorm(routed + shared), stored as the layer's `post_mlp_layernorm`.
+    spec.layer_names.post_mlp_norm = "model.layers.{i}.post_mlp_layernorm".into();
+    let norm = Norm::Rms { eps: b.rms_norm_eps as f32, unit_offset: false };
+    for (l, s) in spec.layers.iter_mut().zip(&sparse) {
+        l.attn = attn.clone();
+        l.post_mlp_norm = (post_mlp_norm && *s).then(|| norm.clone());
+    }
+    let block = c.moe.block(glu, c.moe.v3_router()?)?;
+    apply_where(&mut spec, &sparse, block)?;
+    Ok(spec)
+}

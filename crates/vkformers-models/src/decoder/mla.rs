@@ -1,0 +1,182 @@
+//! Multi-head latent attention (DeepSeek-V2/V3, MiniCPM3) in the decoder graph, on the tokens
+//! `h [B·T, hidden]` of one layer (H heads; per head `Dn` nope, `Dr` rotary and `Dv` value
+//! columns; latent rank L):
+//!
+//! ```text
+//! q   [B·T, H·(Dn+Dr)] = q(h)  or  q_b(norm(q_a(h)))
+//! ckv [B·T, L+Dr]      = kv_a(h);  c = norm(ckv[:, :L]);  k_rot = ckv[:, L:]  (one key, all heads)
+//! kv  [B·T, H·(Dn+Dv)] = kv_b(c)
+//! q_h = [q_nope | rope(q_rot)],  k_h = [k_nope | rope(k_rot)],  v_h = kv[.., Dn:]
+//! o_h = softmax(scale · q_h·k_hᵀ + mask) · v_h;   out = o_proj(o [B·T, H·Dv])
+//! ```
+//!
+//! The fused attention kernels take one head size D for q, k and v; MLA runs them on
+//! `D = max(Dn + Dr, Dv)` with the shorter side zero-padded: zero columns add nothing to a score
+//! or to an output, and the padded output columns are dropped, so values and gradients are exact.
+//! Column splits, joins and pads are products with constant 0/1 matrices (`moved`): each output
+//! column is one input column or zero, exact in f32 (and in 16-bit storage, whose attention and
+//! projections round the same values anyway), with the backward `dx = dy · Pᵀ` moving the
+//! gradient back.
+
+use vkformers_tensor::ops::{broadcast, embedding, matmul, rope, shape};
+use vkformers_tensor::{Graph, Tensor};
+
+use super::{apply_norm, attend, project, Inputs, Weights};
+use crate::error::{ModelError, Result};
+use crate::spec::{layer_name, AttnSpec, MlaSpec, ModelSpec};
+
+/// Column moves `(src, dst, len)`: columns `src..src + len` of a row land at `dst..dst + len`.
+type Moves<'a> = &'a [(usize, usize, usize)];
+
+/// `y [rows, to] = x [rows, from] · P` with `P [from, to]` the 0/1 matrix of `moves` (uploaded
+/// once per forward); columns of y no move writes are zero.
+fn moved(g: &Graph<'_>, inp: &Inputs<'_>, x: &Tensor, (from, to): (usize, usize), moves: Moves<'_>) -> Result<Tensor> {
+    let p = inp.constant(g, format!("mla move {from}x{to} {moves:?}"), &[from, to], || {
+        let mut p = vec![0f32; from * to];
+        for &(src, dst, len) in moves {
+            for j in 0..len {
+                p[(src + j) * to + dst + j] = 1.0;
+            }
+        }
+        p
+    })?;
+    let x = shape::reshape(g, x, &[x.numel() / from, from])?;
+    Ok(matmul::matmul(g, &x, &p)?)
+}
+
+/// `(q [B, T, H, Dr], k [B, T, 1, Dr])` rotated by the layer's RoPE (unchanged without one).
+fn rotate(g: &Graph<'_>, a: &AttnSpec, inp: &Inputs<'_>, q: Tensor, k: Tensor) -> Result<(Tensor, Tensor)> {
+    let Some(r) = &a.rope else { return Ok((q, k)) };
+    let inv_freq = match &r.long {
+        Some((long, original)) if inp.seq_len > *original => long,
+        _ => &r.inv_freq,
+    };
+    let freq = inp.freq(g, inv_freq)?;
+    let q = rope::rope(g, &q, &inp.pos, &freq, r.layout, r.rotary_dim, r.mscale)?;
+    let k = rope::rope(g, &k, &inp.pos, &freq, r.layout, r.rotary_dim, r.mscale)?;
+    Ok((q, k))
+}
+
+/// The query projection `[B·T, H·(Dn+Dr)]`: full rank, or low rank through its norm.
+fn query(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, m: &MlaSpec, i: usize, h: &Tensor) -> Result<Tensor> {
+    let n = &m.names;
+    match m.q_lora_rank {
+        None => project(g, w, &spec.layer_names.q, i, h, false),
+        Some(_) => {
+            let qa = project(g, w, &n.q_a, i, h, m.bias)?;
+            let qa = apply_norm(g, &m.norm, w, &layer_name(&n.q_a_norm, i), &qa)?;
+            project(g, w, &n.q_b, i, &qa, false)
+        }
+    }
+}
+
+/// The attention sublayer's output `[B·T, hidden]` of layer `i` (see the module comment).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn attention(
+    g: &Graph<'_>,
+    spec: &ModelSpec,
+    w: &Weights,
+    (a, m): (&AttnSpec, &MlaSpec),
+    i: usize,
+    h: &Tensor,
+    inp: &Inputs<'_>,
+    (b, t): (usize, usize),
+) -> Result<Tensor> {
+    let (heads, d) = (a.heads, a.head_dim);
+    let (dn, dr, dv, l) = (m.nope_dim, m.rope_dim, m.v_dim, m.kv_lora_rank);
+    let dqk = dn + dr;
+    let q = query(g, spec, w, m, i, h)?;
+    let ckv = project(g, w, &m.names.kv_a, i, h, m.bias)?;
+    let latent = moved(g, inp, &ckv, (l + dr, l), &[(0, 0, l)])?;
+    let latent = apply_norm(g, &m.norm, w, &layer_name(&m.names.kv_a_norm, i), &latent)?;
+    let q_rot = shape::reshape(g, &moved(g, inp, &q, (dqk, dr), &[(dn, 0, dr)])?, &[b, t, heads, dr])?;
+    let k_rot = shape::reshape(g, &moved(g, inp, &ckv, (l + dr, dr), &[(l, 0, dr)])?, &[b, t, 1, dr])?;
+    let (q_rot, k_rot) = rotate(g, a, inp, q_rot, k_rot)?;
+    if inp.cache.is_some_and(|(c, _)| c.is_latent(i)) {
+        // Generation over a latent cache: the absorbed form (the cache holds [c | k_rot]).
+        let o =
+            absorbed(g, w, (a, m), i, (&q, &q_rot), (&latent, &k_rot), inp, |q, k| attend(g, a, i, (q, k, k), inp))?;
+        return project(g, w, &spec.layer_names.o, i, &o, a.out_bias);
+    }
+    let kv = project(g, w, &m.names.kv_b, i, &latent, false)?;
+    // Heads of D columns: [nope | rope | zeros] for q and k, [v | zeros] for v.
+    let q_nope = moved(g, inp, &q, (dqk, d), &[(0, 0, dn)])?;
+    let q = broadcast::add(g, &q_nope, &moved(g, inp, &q_rot, (dr, d), &[(0, dn, dr)])?)?;
+    let q = shape::reshape(g, &q, &[b, t, heads, d])?;
+    let k_nope = shape::reshape(g, &moved(g, inp, &kv, (dn + dv, d), &[(0, 0, dn)])?, &[b, t, heads, d])?;
+    let k_shared = shape::reshape(g, &moved(g, inp, &k_rot, (dr, d), &[(0, dn, dr)])?, &[b, t, 1, d])?;
+    let k = broadcast::add(g, &k_nope, &k_shared)?;
+    let v = shape::reshape(g, &moved(g, inp, &kv, (dn + dv, d), &[(dn, 0, dv)])?, &[b, t, heads, d])?;
+    let o = attend(g, a, i, (&q, &k, &v), inp)?;
+    let o = shape::reshape(g, &moved(g, inp, &o, (d, dv), &[(0, 0, dv)])?, &[b * t, heads * dv])?;
+    project(g, w, &spec.layer_names.o, i, &o, a.out_bias)
+}
+
+/// Rows of `x [a·b, w]` in `(a, b)` order, reordered to `(b, a)`: `[b·a, w]` (a transpose of the
+/// two row axes, by a row gather).
+fn swap_rows(g: &Graph<'_>, x: &Tensor, (a, b): (usize, usize)) -> Result<Tensor> {
+    let x = shape::reshape(g, x, &[a * b, x.numel() / (a * b)])?;
+    let ids: Vec<i32> = (0..b).flat_map(|j| (0..a).map(move |i| (i * b + j) as i32)).collect();
+    Ok(embedding::embedding(g, &x, &g.ints(&ids, &[a * b])?)?)
+}
+
+/// MLA with the absorbed projections, as generation runs it over a cache of latents (N = B·T
+/// tokens, per head h the kv_b block `W_h [Dn + Dv, L]` = `[W_UK_h; W_UV_h]`):
+///
+/// ```text
+/// q_nope_h · k_nope_h = q_nope_h · (W_UK_h c) = (q_nope_h W_UK_h) · c     q_lat_h [L]
+/// q'_h = [q_lat_h | q_rot_h],  k' = [c | k_rot]   (one key head of L + Dr, shared by all heads)
+/// o'_h = softmax(scale · q'_h · k'ᵀ) · k'   ->  o'_h[:L] = Σ p c = o_lat_h,  o_h = W_UV_h o_lat_h
+/// ```
+///
+/// `k'` serves as the values too (its rotary columns of `o'` are dropped), so the cache holds
+/// `L + Dr` values a position. `attend(q' [B, T, H, L+Dr], k' [B, T, 1, L+Dr])` runs the
+/// attention; the result is `o [N, H·Dv]` for `o_proj`. q_nope meets W_UK_h as `[q_nope | 0]`
+/// times the whole block (no slicing of the weight); inference only.
+#[allow(clippy::too_many_arguments)]
+fn absorbed(
+    g: &Graph<'_>,
+    w: &Weights,
+    (a, m): (&AttnSpec, &MlaSpec),
+    i: usize,
+    (q, q_rot): (&Tensor, &Tensor),
+    (latent, k_rot): (&Tensor, &Tensor),
+    inp: &Inputs<'_>,
+    attend: impl FnOnce(&Tensor, &Tensor) -> Result<Tensor>,
+) -> Result<Tensor> {
+    let (heads, n) = (a.heads, latent.rows());
+    let (dn, dr, dv, l) = (m.nope_dim, m.rope_dim, m.v_dim, m.kv_lora_rank);
+    let (dqk, dkv, d) = (dn + dr, dn + dv, l + dr);
+    let kv_b = format!("{}.weight", layer_name(&m.names.kv_b, i));
+    if w.lora().get(&kv_b).is_some() {
+        return Err(ModelError::Unsupported(
+            "generation with a LoRA adapter on kv_b_proj over the latent KV cache; merge the adapter first \
+             (vkformers merge-lora)"
+                .into(),
+        ));
+    }
+    let wkv = shape::reshape(g, w.get(&kv_b)?, &[heads, dkv, l])?;
+    // [N·H, Dn+Dv] rows (token, head) -> [H, N, Dn+Dv] -> q_lat [H, N, L] -> [N·H, L].
+    let q_pad = swap_rows(g, &moved(g, inp, q, (dqk, dkv), &[(0, 0, dn)])?, (n, heads))?;
+    let q_lat = matmul::matmul(g, &shape::reshape(g, &q_pad, &[heads, n, dkv])?, &wkv)?;
+    let q_lat = swap_rows(g, &q_lat, (heads, n))?;
+    let q2 = broadcast::add(
+        g,
+        &moved(g, inp, &q_lat, (l, d), &[(0, 0, l)])?,
+        &moved(g, inp, q_rot, (dr, d), &[(0, l, dr)])?,
+    )?;
+    let k2 = broadcast::add(
+        g,
+        &moved(g, inp, latent, (l, d), &[(0, 0, l)])?,
+        &moved(g, inp, k_rot, (dr, d), &[(0, l, dr)])?,
+    )?;
+    let t = q_rot.shape()[1];
+    let q2 = shape::reshape(g, &q2, &[n / t, t, heads, d])?;
+    let k2 = shape::reshape(g, &k2, &[n / t, t, 1, d])?;
+    let o = attend(&q2, &k2)?;
+    // o_lat [N·H, L] -> [H, N, L] -> W_h o_lat [H, N, Dn+Dv] -> [N·H, Dn+Dv] -> its Dv value columns.
+    let o_lat = swap_rows(g, &moved(g, inp, &o, (d, l), &[(0, 0, l)])?, (n, heads))?;
+    let o_full = matmul::matmul_nt(g, &shape::reshape(g, &o_lat, &[heads, n, l])?, &wkv)?;
+    let o_full = swap_rows(g, &o_full, (heads, n))?;
+    Ok(shape::reshape(g, &moved(g, inp, &o_full, (dkv, dv), &[(dn, 0, dv)])?, &[n, heads * dv])?)
+}

@@ -1,0 +1,78 @@
+//! Config errors of the multi-head latent attention families name the field to fix.
+
+use std::path::PathBuf;
+
+use serde_json::{json, Value};
+use vkformers_models::spec_from_config;
+
+fn config(name: &str) -> Value {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures").join(name).join("config.json");
+    vkformers_io::read_json(p).unwrap()
+}
+
+/// The error of `name`'s config with `changes` merged in.
+fn error_with(name: &str, changes: Value) -> String {
+    let mut cfg = config(name);
+    for (k, v) in changes.as_object().unwrap() {
+        cfg[k] = v.clone();
+    }
+    match spec_from_config(&cfg) {
+        Ok(_) => panic!("{name} with {changes} was accepted"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn every_mla_fixture_config_parses() {
+    for name in
+        ["minicpm3", "deepseek_v2", "deepseek_v2_qlora", "deepseek_v3", "youtu", "axk1", "sarvam_mla", "glm4_moe_lite"]
+    {
+        let spec = spec_from_config(&config(name)).unwrap();
+        assert!(spec.layers.iter().all(|l| l.attn.mla.is_some()), "{name}: every layer is MLA");
+    }
+}
+
+/// The original Sarvam config's spellings (remote-code era) give the spec its saved config gives.
+#[test]
+fn sarvam_legacy_spellings_parse_as_the_saved_config() {
+    let saved = config("sarvam_mla");
+    let mut legacy = saved.clone();
+    let obj = legacy.as_object_mut().unwrap();
+    for (name, alias) in [("n_routed_experts", "num_experts"), ("n_shared_experts", "num_shared_experts")] {
+        let v = obj.remove(name).unwrap();
+        obj.insert(alias.into(), v);
+    }
+    let rope = obj.remove("rope_parameters").unwrap();
+    obj.insert("rope_scaling".into(), json!({"type": "deepseek_yarn", "factor": 4.0, "original_max_position_embeddings": 16, "mscale": 1.0, "mscale_all_dim": 1.0}));
+    obj.insert("rope_theta".into(), rope["rope_theta"].clone());
+    let (a, b) = (spec_from_config(&saved).unwrap(), spec_from_config(&legacy).unwrap());
+    assert_eq!(a.layers[1].mlp, b.layers[1].mlp, "the MoE block from the legacy names");
+    let rope = b.layers[0].attn.rope.as_ref().unwrap();
+    assert!(
+        rope.mscale == 1.0 && rope.inv_freq != a.layers[0].attn.rope.as_ref().unwrap().inv_freq,
+        "deepseek_yarn is YaRN"
+    );
+}
+
+#[test]
+fn bad_mla_configs_are_errors_naming_the_field() {
+    let cases = [
+        ("deepseek_v3", json!({"num_key_value_heads": 2}), "num_key_value_heads"),
+        ("deepseek_v3", json!({"n_group": 3}), "n_group"),
+        ("deepseek_v3", json!({"topk_group": 5}), "topk_group"),
+        ("deepseek_v3", json!({"topk_group": 1, "num_experts_per_tok": 3}), "num_experts_per_tok"),
+        ("deepseek_v2_qlora", json!({"n_group": null}), "n_group"),
+        ("deepseek_v2", json!({"topk_method": "noaux_tc"}), "topk_method"),
+        ("deepseek_v2", json!({"q_lora_rank": 0}), "q_lora_rank"),
+        ("minicpm3", json!({"qk_rope_head_dim": 3}), "qk_rope_head_dim"),
+        ("minicpm3", json!({"kv_lora_rank": 0}), "kv_lora_rank"),
+        ("minicpm3", json!({"qk_nope_head_dim": 1u64 << 40}), "qk_nope_head_dim"),
+        ("axk1", json!({"mlp_layer_types": ["dense"]}), "mlp_layer_types"),
+        ("axk1", json!({"q_lora_rank": null}), "q_lora_rank"),
+        ("glm4_moe_lite", json!({"partial_rotary_factor": 0.5}), "partial_rotary_factor"),
+    ];
+    for (name, changes, field) in cases {
+        let e = error_with(name, changes.clone());
+        assert!(e.contains(field), "{name} with {changes}: `{e}` does not name {field}");
+    }
+}
