@@ -69,6 +69,7 @@ const SIZE_FIELDS: &[(&str, u64)] = &[
     ("qk_rope_head_dim", 1 << 14),
     ("v_head_dim", 1 << 14),
     ("n_routed_experts", 1 << 12),
+    ("n_shared_experts", 1 << 12),
     ("n_group", 1 << 12),
     ("topk_group", 1 << 12),
 ];

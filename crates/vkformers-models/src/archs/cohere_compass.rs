@@ -11,15 +11,19 @@ use vkformers_kernels::rope::RopeLayout;
 
 use super::common::{parse, BaseConfig};
 use super::layer_types::{apply, sliding, window};
-use crate::error::Result;
+use crate::error::{ModelError, Result};
 use crate::spec::ModelSpec;
 
 /// The RoPE dict of a layer type: `rope_parameters[type]` when keyed by layer type (null: none),
 /// else the one flat dict for every type.
-fn rope_dict(ropes: &Value, layer_type: &str) -> Option<Value> {
+fn rope_dict(ropes: &Value, layer_type: &str) -> Result<Option<Value>> {
     let keyed = ropes.get("sliding_attention").is_some() || ropes.get("full_attention").is_some();
     let d = if keyed { ropes.get(layer_type).cloned().unwrap_or(Value::Null) } else { ropes.clone() };
-    (!d.is_null()).then_some(d)
+    match d {
+        Value::Null => Ok(None),
+        Value::Object(_) => Ok(Some(d)),
+        other => Err(ModelError::Config(format!("rope_parameters.{layer_type} is {other}: give an object or null"))),
+    }
 }
 
 pub fn text(cfg: &Value) -> Result<ModelSpec> {
@@ -42,7 +46,7 @@ pub fn text(cfg: &Value) -> Result<ModelSpec> {
     c.rope_scaling = None;
     let slide = sliding(cfg, spec.layers.len(), |_| false)?;
     for (l, &s) in spec.layers.iter_mut().zip(&slide) {
-        l.attn.rope = match rope_dict(&ropes, if s { "sliding_attention" } else { "full_attention" }) {
+        l.attn.rope = match rope_dict(&ropes, if s { "sliding_attention" } else { "full_attention" })? {
             None => None,
             Some(mut d) => {
                 if d.get("rope_theta").is_none() {
