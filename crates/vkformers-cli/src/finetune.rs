@@ -112,6 +112,9 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
 
 fn finetune(selector: &DeviceSelector, args: &Args, model_dir: &Path, out: &OutDir) -> anyhow::Result<ExitCode> {
     let t = &*args.train;
+    if t.task.is_some() {
+        anyhow::bail!("--task is not supported yet with LoRA: fine-tune a folder that has the task's head");
+    }
     crate::outdir::check_complete(model_dir)?;
     let ctx = Context::new(selector)?;
     let g = Graph::new(&ctx);

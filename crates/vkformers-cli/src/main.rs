@@ -7,6 +7,7 @@ mod chat;
 mod data_args;
 mod devices;
 mod doctor;
+mod encoder_task;
 mod eval;
 mod eval_progress;
 mod finetune;
@@ -61,7 +62,7 @@ enum Command {
     /// LoRA fine-tuning; writes a PEFT adapter.
     #[command(allow_negative_numbers = true)]
     Finetune(finetune::Args),
-    /// Loss and perplexity of a model on a dataset.
+    /// Loss and perplexity of a model on a dataset (loss, accuracy and F1 for classifiers).
     #[command(allow_negative_numbers = true)]
     Eval(eval::Args),
     /// Generate text from prompts with a KV cache on the device.

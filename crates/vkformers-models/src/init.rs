@@ -243,6 +243,24 @@ pub fn init_from_config(g: &Graph<'_>, config: Value, seed: u64) -> Result<Model
     Ok(Model { spec, weights, params, hf_names, config })
 }
 
+/// Values for `planned` parameters as [`init_from_config`] draws them (normal(0, `std`)
+/// weights, zeros, ones), from `seed`: `(name, shape, data)`.
+pub(crate) fn draw(planned: &[Planned], std: f64, seed: u64) -> Vec<(String, Vec<usize>, Vec<f32>)> {
+    let mut rng = Normal(seed);
+    planned
+        .iter()
+        .map(|p| {
+            let n: usize = p.shape.iter().product();
+            let data = match p.init {
+                Init::Normal => (0..n).map(|_| rng.sample(std)).collect(),
+                Init::Zeros => vec![0.0; n],
+                Init::Ones => vec![1.0; n],
+            };
+            (p.name.clone(), p.shape.clone(), data)
+        })
+        .collect()
+}
+
 /// Writes `generation_config.json` into `out` from the model config's special tokens when the
 /// folder has none (a model trained from a config has no source folder to copy it from).
 pub fn ensure_generation_config(out: &Path, config: &Value) -> Result<()> {

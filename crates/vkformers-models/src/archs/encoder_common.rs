@@ -127,7 +127,8 @@ fn legacy_norm_names(spec: &ModelSpec) -> Vec<MapEntry> {
         .collect()
 }
 
-fn first_architecture(cfg: &Value) -> &str {
+/// The first name of `architectures` (empty when none).
+pub(crate) fn first_architecture(cfg: &Value) -> &str {
     cfg.get("architectures").and_then(Value::as_array).and_then(|a| a.first()).and_then(Value::as_str).unwrap_or("")
 }
 

@@ -18,7 +18,7 @@ mod common;
 mod ctrl;
 mod distilbert;
 mod electra;
-mod encoder_common;
+pub(crate) mod encoder_common;
 mod ernie4_5;
 mod exaone4;
 mod falcon;
