@@ -18,6 +18,13 @@ tests/fixtures/ (make_encoder_fixtures.py). Writes tests/fixtures_train/encoder/
   `regression.json` (roberta_seqcls_regression, float labels), and token classification
   `tokcls.json` (distilbert_tokcls on `tok_rows.jsonl`, eval loss and accuracy too).
 
+- `tests/fixtures_data/wordpiece/`: a BERT-style WordPiece tokenizer of 37 tokens (`[PAD]` 0,
+  `[UNK]` 1, `[CLS]` 2, `[MASK]` 3, `[SEP]` 4: ids the bert fixture's vocabulary of 128 holds),
+  loaded through `AutoTokenizer`, and `text_rows.jsonl` / `text_expected.jsonl`: classification
+  rows (`text` + `label`, `text` + `text_pair` + `label`, `tokens` + `labels`) and what
+  transformers makes of them (ids, token types; word labels on each word's first sub-word,
+  -100 elsewhere, as its token-classification recipe aligns them).
+
 Mode `--check-export DIR`: loads a folder written by `vkformers train --task
 sequence-classification` on bert_seqcls with `AutoModelForSequenceClassification` and checks its
 logits on cls_rows equal those of the Trainer's weights after two steps.
@@ -198,6 +205,56 @@ def loss_only(name: str, fixture: str, rows: list[dict], pad: int, **config) -> 
     return {"trainer_step_losses": losses, "loss": float(out.loss), "logits": out.logits.flatten().tolist()}
 
 
+WORDS = ["the", "a", "cat", "dog", "sat", "on", "mat", "ran", "big", "small", "red", "house", "in", "is",
+         "was", "and", "paris", "john", "lives", "went", "to", "london", "##s", "##ing", "walk", "good", "bad",
+         "movie", "film", "very", ".", ","]
+
+
+def wordpiece_fixture() -> None:
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+    from transformers import AutoTokenizer
+
+    vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[MASK]", "[SEP]"] + WORDS)}
+    tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])])
+    tok.add_special_tokens(["[PAD]", "[UNK]", "[CLS]", "[MASK]", "[SEP]"])
+    d = mf.REPO / "tests" / "fixtures_data" / "wordpiece"
+    d.mkdir(parents=True, exist_ok=True)
+    tok.save(str(d / "tokenizer.json"))
+    write_json(d / "tokenizer_config.json", {
+        "tokenizer_class": "BertTokenizer", "do_lower_case": True, "pad_token": "[PAD]", "unk_token": "[UNK]",
+        "cls_token": "[CLS]", "sep_token": "[SEP]", "mask_token": "[MASK]", "model_max_length": 64})
+    hf = AutoTokenizer.from_pretrained(d)
+    rows = [
+        {"text": "The cat sat on the mat.", "label": 1},
+        {"text": "A very good movie", "text_pair": "a bad film, very bad", "label": "LABEL_0"},
+        {"tokens": ["John", "lives", "in", "Paris", "walking"], "labels": [1, 0, 0, 2, 0]},
+        {"tokens": ["the", "cats", "went", "to", "London"], "labels": ["LABEL_0", "LABEL_3", 0, 0, 2]},
+    ]
+    label2id = {f"LABEL_{i}": i for i in range(5)}
+    expected = []
+    for r in rows:
+        if "tokens" in r:
+            e = hf(r["tokens"], is_split_into_words=True)
+            word_labels = [label2id.get(l, l) for l in r["labels"]]
+            labels, prev = [], None
+            for w in e.word_ids():
+                labels.append(word_labels[w] if w is not None and w != prev else -100)
+                prev = w
+            expected.append({"input_ids": e["input_ids"], "token_type_ids": e["token_type_ids"], "labels": labels})
+        else:
+            e = hf(r["text"], r.get("text_pair"))
+            expected.append({"input_ids": e["input_ids"], "token_type_ids": e["token_type_ids"],
+                             "label": label2id.get(r["label"], r["label"])})
+    write_jsonl(d / "text_rows.jsonl", rows)
+    write_jsonl(d / "text_expected.jsonl", expected)
+    print(f"wordpiece: {len(vocab)} tokens, {len(rows)} classification rows")
+
+
 def check_export(folder: Path) -> None:
     import torch
     from safetensors.torch import load_file
@@ -231,6 +288,7 @@ def main() -> None:
         check_export(a.check_export)
         return
     OUT.mkdir(parents=True, exist_ok=True)
+    wordpiece_fixture()
     mlm_eval()
     rows = cls_rows(128, [2, 0, 1, 2])
     write_jsonl(OUT / "cls_rows.jsonl", rows)

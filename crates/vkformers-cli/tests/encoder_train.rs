@@ -197,3 +197,56 @@ fn a_masked_lm_checkpoint_fine_tunes_with_a_new_classifier_head() {
     let d = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
     assert!(d > 0.0 && d <= 2.0 * 5e-5, "loaded from the checkpoint and trained: max |Δ| {d}");
 }
+
+/// The bert fixture with the WordPiece test tokenizer (its ids fit the fixture's vocabulary).
+fn bert_with_tokenizer(dir: &Path) {
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(repo().join("tests/fixtures/bert").join(f), dir.join(f)).unwrap();
+    }
+    for f in ["tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(repo().join("tests/fixtures_data/wordpiece").join(f), dir.join(f)).unwrap();
+    }
+}
+
+const SENTENCES: &str = "{\"text\": \"the cat sat on the mat. the dog ran to the big red house.\"}\n\
+{\"text\": \"john lives in paris and was walking to london.\"}\n\
+{\"text\": \"a very good movie, a very bad film. the small cat is in the house.\"}\n";
+
+#[test]
+fn mlm_probability_masks_text_rows_as_the_seeded_masking_draws_them() {
+    let model = tempfile::tempdir().unwrap();
+    bert_with_tokenizer(model.path());
+    let data = model.path().join("text.jsonl");
+    std::fs::write(&data, SENTENCES).unwrap();
+    let (m, d) = (model.path().to_str().unwrap(), data.to_str().unwrap());
+    let out =
+        vkformers(&["eval", "--model", m, "--data", d, "--json", "--fp32", "--mlm-probability", "0.4", "--seed", "3"]);
+    let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // The same rows masked here (specials 0..5 never chosen), given pre-masked: the same loss.
+    let tok = vkformers_io::HfTokenizer::from_dir(model.path()).unwrap();
+    let opts = vkformers_data::ReadOptions { add_eos: false, ..Default::default() };
+    let rows = vkformers_data::read_dataset(&[data.clone()], &tok, &opts).unwrap().examples;
+    let masking = vkformers_train::MlmMasking::new(0.4, 3, tok.vocab_size() as u32, (0..5).collect(), 3).unwrap();
+    let masked = masking.mask_all(&rows);
+    assert!(masked.iter().all(|r| r.labels.iter().zip(&r.input_ids).all(|(&l, _)| l == -100 || l >= 5)));
+    let lines: String = masked
+        .iter()
+        .map(|r| serde_json::json!({"input_ids": r.input_ids, "labels": r.labels}).to_string() + "\n")
+        .collect();
+    let pre = model.path().join("masked.jsonl");
+    std::fs::write(&pre, lines).unwrap();
+    let out = vkformers(&["eval", "--model", m, "--data", pre.to_str().unwrap(), "--json", "--fp32"]);
+    let want: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(got["tokens"], want["tokens"]);
+    assert!(rel(got["loss"].as_f64().unwrap(), want["loss"].as_f64().unwrap()) <= 1e-6, "{got} vs {want}");
+    // Training masks each batch as it is drawn: two steps run and say so.
+    let trained = tempfile::tempdir().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_vkformers"))
+        .args(["train", "--model", m, "--data", d, "--out", trained.path().to_str().unwrap(), "--max-steps", "2"])
+        .args(["--batch-size", "3", "--mlm-probability", "0.3", "--fp32"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success() && err.contains("0.3 of the tokens masked"), "{err}");
+    assert_eq!(json(&trained.path().join("config.json"))["architectures"][0], "BertForMaskedLM");
+}
