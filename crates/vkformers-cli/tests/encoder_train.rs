@@ -225,7 +225,7 @@ fn mlm_probability_masks_text_rows_as_the_seeded_masking_draws_them() {
     // The same rows masked here (specials 0..5 never chosen), given pre-masked: the same loss.
     let tok = vkformers_io::HfTokenizer::from_dir(model.path()).unwrap();
     let opts = vkformers_data::ReadOptions { add_eos: false, ..Default::default() };
-    let rows = vkformers_data::read_dataset(&[data.clone()], &tok, &opts).unwrap().examples;
+    let rows = vkformers_data::read_dataset(std::slice::from_ref(&data), &tok, &opts).unwrap().examples;
     let masking = vkformers_train::MlmMasking::new(0.4, 3, tok.vocab_size() as u32, (0..5).collect(), 3).unwrap();
     let masked = masking.mask_all(&rows);
     assert!(masked.iter().all(|r| r.labels.iter().zip(&r.input_ids).all(|(&l, _)| l == -100 || l >= 5)));
