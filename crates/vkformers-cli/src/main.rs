@@ -7,6 +7,7 @@ mod chat;
 mod data_args;
 mod devices;
 mod doctor;
+mod embed;
 mod encoder_task;
 mod eval;
 mod eval_progress;
@@ -17,6 +18,7 @@ mod merge_lora;
 mod outdir;
 mod precision;
 mod ranges;
+mod st_modules;
 mod train;
 
 use clap::{Parser, Subcommand};
@@ -73,6 +75,9 @@ enum Command {
     Chat(chat::Args),
     /// Fold a PEFT adapter into the base weights and write a merged model folder.
     MergeLora(merge_lora::Args),
+    /// Sentence embeddings as sentence-transformers computes them (modules.json, pooling,
+    /// Normalize).
+    Embed(embed::Args),
     /// Benchmarks of single kernels.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -100,6 +105,7 @@ fn main() -> std::process::ExitCode {
         Command::Generate(args) => generate::run(&cli.device, &args),
         Command::Chat(args) => chat::run(&cli.device, &args),
         Command::MergeLora(args) => merge_lora::run(&cli.device, &args),
+        Command::Embed(args) => embed::run(&cli.device, &args),
     };
     match result {
         Ok(code) => code,

@@ -304,9 +304,13 @@ fn need(
     need
 }
 
-/// Buffers some checkpoints store that are no parameters (transformers ignores them on load).
+/// Buffers some checkpoints store that are no parameters (transformers ignores them on load):
+/// GPT-2's masks, rotary frequencies, and the position ids older BERT-family checkpoints saved
+/// (`embeddings.position_ids`, e.g. sentence-transformers' all-MiniLM-L6-v2).
 fn is_ignored_buffer(name: &str) -> bool {
-    [".attn.bias", ".attn.masked_bias", ".rotary_emb.inv_freq"].iter().any(|b| name.ends_with(b))
+    [".attn.bias", ".attn.masked_bias", ".rotary_emb.inv_freq", "embeddings.position_ids"]
+        .iter()
+        .any(|b| name.ends_with(b))
 }
 
 /// A buffer, or a tensor of a head the encoder does not have (`EncoderSpec::ignored`).
