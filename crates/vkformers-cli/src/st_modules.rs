@@ -130,10 +130,12 @@ pub fn pool_host(hidden: &[f32], mask: &[i32], (b, t): (usize, usize), mode: Poo
             }
             PoolMode::Cls => v.copy_from_slice(token(0)),
             PoolMode::Mean => {
+                // The sum over real tokens, then / max(count, 1e-9), as sentence-transformers.
                 let n = m.iter().filter(|&&x| x != 0).count() as f32;
                 for i in (0..t).filter(|&i| m[i] != 0) {
-                    v.iter_mut().zip(token(i)).for_each(|(a, &x)| *a += x / n.max(1e-9));
+                    v.iter_mut().zip(token(i)).for_each(|(a, &x)| *a += x);
                 }
+                v.iter_mut().for_each(|a| *a /= n.max(1e-9));
             }
         }
     }
