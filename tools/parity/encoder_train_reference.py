@@ -255,6 +255,33 @@ def wordpiece_fixture() -> None:
     print(f"wordpiece: {len(vocab)} tokens, {len(rows)} classification rows")
 
 
+CLASSIFY = [("the cat sat on the mat.", None), ("a very good movie", "a bad film")]
+
+
+def classify_reference() -> None:
+    """transformers' text-classification pipeline (all labels) on bert_seqcls with the WordPiece
+    tokenizer, and on the multi-label variant (sigmoid scores)."""
+    import shutil
+
+    from transformers import AutoTokenizer, pipeline
+
+    out = {}
+    for name, config in [("single", {}), ("multi", {"problem_type": "multi_label_classification"})]:
+        with tempfile.TemporaryDirectory() as tmp:
+            d = Path(tmp)
+            for f in ("config.json", "model.safetensors"):
+                shutil.copy(FIXTURES / "bert_seqcls" / f, d / f)
+            for f in ("tokenizer.json", "tokenizer_config.json"):
+                shutil.copy(mf.REPO / "tests" / "fixtures_data" / "wordpiece" / f, d / f)
+            model = load(d, **config)
+            pipe = pipeline("text-classification", model=model, tokenizer=AutoTokenizer.from_pretrained(d), top_k=None)
+            inputs = [{"text": t, "text_pair": p} if p else t for t, p in CLASSIFY]
+            # A plain string comes back as [[...]], a pair as [...]: one list of labels each.
+            out[name] = [r[0] if isinstance(r[0], list) else r for r in (pipe(x) for x in inputs)]
+    write_json(OUT / "classify.json", {"inputs": CLASSIFY, **out})
+    print("classify: pipeline scores written")
+
+
 def check_export(folder: Path) -> None:
     import torch
     from safetensors.torch import load_file
@@ -289,6 +316,7 @@ def main() -> None:
         return
     OUT.mkdir(parents=True, exist_ok=True)
     wordpiece_fixture()
+    classify_reference()
     mlm_eval()
     rows = cls_rows(128, [2, 0, 1, 2])
     write_jsonl(OUT / "cls_rows.jsonl", rows)

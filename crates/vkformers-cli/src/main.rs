@@ -4,6 +4,7 @@ mod architectures;
 mod bench;
 mod bench_shapes;
 mod chat;
+mod classify;
 mod data_args;
 mod devices;
 mod doctor;
@@ -78,6 +79,8 @@ enum Command {
     /// Sentence embeddings as sentence-transformers computes them (modules.json, pooling,
     /// Normalize).
     Embed(embed::Args),
+    /// Labels and scores of a sequence classifier.
+    Classify(classify::Args),
     /// Benchmarks of single kernels.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -106,6 +109,7 @@ fn main() -> std::process::ExitCode {
         Command::Chat(args) => chat::run(&cli.device, &args),
         Command::MergeLora(args) => merge_lora::run(&cli.device, &args),
         Command::Embed(args) => embed::run(&cli.device, &args),
+        Command::Classify(args) => classify::run(&cli.device, &args),
     };
     match result {
         Ok(code) => code,

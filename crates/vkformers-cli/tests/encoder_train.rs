@@ -250,3 +250,39 @@ fn mlm_probability_masks_text_rows_as_the_seeded_masking_draws_them() {
     assert!(o.status.success() && err.contains("0.3 of the tokens masked"), "{err}");
     assert_eq!(json(&trained.path().join("config.json"))["architectures"][0], "BertForMaskedLM");
 }
+
+#[test]
+fn classify_gives_the_text_classification_pipeline_scores() {
+    let want = json(&refs().join("classify.json"));
+    for (variant, problem) in [("single", None), ("multi", Some("multi_label_classification"))] {
+        let model = tempfile::tempdir().unwrap();
+        for f in ["config.json", "model.safetensors"] {
+            std::fs::copy(repo().join("tests/fixtures/bert_seqcls").join(f), model.path().join(f)).unwrap();
+        }
+        for f in ["tokenizer.json", "tokenizer_config.json"] {
+            std::fs::copy(repo().join("tests/fixtures_data/wordpiece").join(f), model.path().join(f)).unwrap();
+        }
+        if let Some(p) = problem {
+            let mut config = json(&model.path().join("config.json"));
+            config["problem_type"] = p.into();
+            std::fs::write(model.path().join("config.json"), config.to_string()).unwrap();
+        }
+        let inputs = want["inputs"].as_array().unwrap();
+        for (input, expected) in inputs.iter().zip(want[variant].as_array().unwrap()) {
+            let mut args = vec!["classify", "--model", model.path().to_str().unwrap(), "--json", "--dtype", "float32"];
+            args.extend(["--text", input[0].as_str().unwrap()]);
+            if let Some(pair) = input[1].as_str() {
+                args.extend(["--text-pair", pair]);
+            }
+            let out = vkformers(&args);
+            let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            let (got, expected) = (got[0].as_array().unwrap(), expected.as_array().unwrap());
+            assert_eq!(got.len(), expected.len(), "{variant}: every label");
+            for (g, w) in got.iter().zip(expected) {
+                assert_eq!(g["label"], w["label"], "{variant} {input}: order of the labels");
+                let (a, b) = (g["score"].as_f64().unwrap(), w["score"].as_f64().unwrap());
+                assert!(rel(a, b) <= 1e-5, "{variant} {input}: {} score {a} vs the pipeline's {b}", g["label"]);
+            }
+        }
+    }
+}
