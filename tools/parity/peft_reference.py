@@ -55,7 +55,12 @@ CONFIGS = {
     "gemma": dict(target_modules=r".*layers\.1\.(self_attn\.q_proj|mlp\.up_proj)", use_rslora=True),
     "gpt2": dict(target_modules=["c_attn", "c_fc"], fan_in_fan_out=True),
     "llama_modules_to_save:llama": dict(target_modules=["o_proj", "up_proj"], modules_to_save=["lm_head"]),
+    # Encoders (masked LM, PEFT's BERT-family names): `dense` also matches the attention output,
+    # both MLP layers and the head's transform; all-linear leaves out only the tied decoder.
+    "bert": dict(target_modules=["query", "key", "value", "dense"]),
+    "roberta": dict(target_modules="all-linear"),
 }
+ENCODERS = {"bert", "roberta"}
 
 
 def split_name(key: str) -> tuple[str, str]:
@@ -85,9 +90,12 @@ def load_base(name: str):
 
 def load_model(path: Path):
     import torch
-    from transformers import AutoModelForCausalLM
+    import transformers
+    from transformers import AutoConfig, AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(
+    arch = (AutoConfig.from_pretrained(str(path), local_files_only=True).architectures or [""])[0]
+    auto = getattr(transformers, arch) if arch.endswith("ForMaskedLM") else AutoModelForCausalLM
+    model = auto.from_pretrained(
         str(path), local_files_only=True, attn_implementation="eager", dtype=torch.float32
     )
     model.eval()
@@ -108,7 +116,8 @@ def make_fixture(key: str) -> None:
 
     name, base_name = split_name(key)
     torch.manual_seed(SEED)
-    cfg = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, task_type="CAUSAL_LM", bias="none", **CONFIGS[key])
+    task = None if base_name in ENCODERS else "CAUSAL_LM"
+    cfg = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, task_type=task, bias="none", **CONFIGS[key])
     model = get_peft_model(load_base(base_name), cfg)
     g = torch.Generator().manual_seed(SEED + 1)
     lora = {n: p for n, p in model.named_parameters() if p.requires_grad}
@@ -132,10 +141,14 @@ def make_fixture(key: str) -> None:
 
     ref = load_file(str(BASE / base_name / "reference.safetensors"))
     ids, mask, labels = (ref[k].long() for k in ("input_ids", "attention_mask", "labels"))
+    extra = {"use_cache": False} if base_name not in ENCODERS else {}
+    if "token_type_ids" in ref:
+        extra["token_type_ids"] = ref["token_type_ids"].long()
     model.train()  # dropout is 0: train mode only matters for PEFT's bookkeeping
-    out = model(input_ids=ids, attention_mask=mask, labels=labels, use_cache=False)
+    out = model(input_ids=ids, attention_mask=mask, labels=labels, **extra)
     out.loss.backward()
     res = {
+        **({"token_type_ids": ref["token_type_ids"]} if "token_type_ids" in ref else {}),
         "input_ids": ref["input_ids"],
         "attention_mask": ref["attention_mask"],
         "labels": ref["labels"],
@@ -159,7 +172,7 @@ def make_fixture(key: str) -> None:
     opt = torch.optim.AdamW(list(lora.values()), **ADAMW)
     for _ in range(2):
         opt.zero_grad(set_to_none=True)
-        model(input_ids=ids, attention_mask=mask, labels=labels, use_cache=False).loss.backward()
+        model(input_ids=ids, attention_mask=mask, labels=labels, **extra).loss.backward()
         opt.step()
     for n, p in lora.items():
         res[f"step2.{adapter_key(n)}"] = p.detach().clone().contiguous()

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use vkformers_io::HfTokenizer;
+use vkformers_models::encoder::{OwnedClsLabels, Problem};
 use vkformers_models::lora::{self, Adapter, LoraConfig, LoraParams, Targets};
 use vkformers_models::model::Model;
 use vkformers_tensor::{Graph, Tensor};
@@ -80,6 +81,23 @@ impl LanguageModel for LoraModel<'_> {
         let micro = self.micro.replace(self.micro.get() + 1);
         self.model.weights.lora().set_step(self.step.get().wrapping_mul(1 << 20).wrapping_add(micro));
         self.model.logits(g, batch)
+    }
+
+    // An encoder's objective and loss are its head's (masked LM, classification).
+    fn objective(&self) -> vkformers_train::Objective {
+        self.model.objective()
+    }
+
+    fn loss(&self, g: &Graph<'_>, logits: &Tensor, batch: &TokenBatch) -> vkformers_train::Result<Tensor> {
+        self.model.loss(g, logits, batch)
+    }
+
+    fn label_names(&self) -> Vec<String> {
+        self.model.label_names()
+    }
+
+    fn problem(&self, labels: &OwnedClsLabels) -> Option<Problem> {
+        self.model.problem(labels)
     }
 }
 

@@ -286,3 +286,42 @@ fn classify_gives_the_text_classification_pipeline_scores() {
         }
     }
 }
+
+#[test]
+fn lora_finetunes_an_encoder_on_its_masked_lm_loss() {
+    let out = tempfile::tempdir().unwrap();
+    let rows = refs().join("mlm_rows.jsonl").display().to_string();
+    vkformers(&[
+        "finetune",
+        "--model",
+        &fixture("bert"),
+        "--data",
+        &rows,
+        "--out",
+        out.path().to_str().unwrap(),
+        "--max-steps",
+        "2",
+        "--batch-size",
+        "2",
+        "--no-shuffle",
+        "--lora-rank",
+        "4",
+        "--target-modules",
+        "query,value,dense",
+        "--fp32",
+    ]);
+    let adapter = ModelWeights::open_file(out.path().join("adapter_model.safetensors")).unwrap();
+    let names: Vec<&str> = adapter.names().collect();
+    for module in ["attention.self.query", "attention.self.value", "cls.predictions.transform.dense"] {
+        assert!(names.iter().any(|n| n.contains(module) && n.contains("lora_A")), "{module} adapted: {names:?}");
+    }
+    // B starts at zero: the first step's loss is the base model's masked-LM loss of rows 0 and 1.
+    let want = json(&refs().join("bert_mlm_eval.json"));
+    let r = want["rows"].as_array().unwrap();
+    let l = |i: usize| r[i]["loss"].as_f64().unwrap();
+    let n = |i: usize| r[i]["tokens"].as_f64().unwrap();
+    let first = (l(0) * n(0) + l(1) * n(1)) / (n(0) + n(1));
+    let metrics = std::fs::read_to_string(out.path().join("metrics.jsonl")).unwrap();
+    let step1: serde_json::Value = serde_json::from_str(metrics.lines().next().unwrap()).unwrap();
+    assert!(rel(step1["loss"].as_f64().unwrap(), first) <= 1e-5, "step 1 loss {step1} vs {first}");
+}

@@ -47,4 +47,6 @@ lora_parity! {
     gemma_regex_rslora: "gemma" on "gemma",
     gpt2_fused_conv1d: "gpt2" on "gpt2",
     llama_modules_to_save: "llama_modules_to_save" on "llama",
+    bert_encoder_query_key_value_dense: "bert" on "bert",
+    roberta_encoder_all_linear: "roberta" on "roberta",
 }
