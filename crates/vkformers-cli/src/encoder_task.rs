@@ -97,6 +97,15 @@ pub fn label2id(model: &Model) -> LabelMap {
     map.map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_i64()?))).collect()).unwrap_or_default()
 }
 
+/// Rows of the position table a sequence cannot use: RoBERTa-style position ids start after
+/// `padding_idx`, so `max_position_embeddings - (padding_idx + 1)` tokens fit.
+pub fn position_offset(model: &Model) -> usize {
+    match model.spec.encoder.as_ref().map(|e| e.positions) {
+        Some(vkformers_models::encoder::Positions::FromIds { padding_idx }) => padding_idx + 1,
+        _ => 0,
+    }
+}
+
 /// Whether the model is an encoder (no EOS appended, no packing: rows are sentences).
 pub fn is_encoder(model: &Model) -> bool {
     model.spec.encoder.is_some()

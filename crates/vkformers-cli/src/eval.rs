@@ -71,7 +71,8 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     if let Some(n) = args.seq_len {
         crate::train::check_seq_len(&model, n)?;
     }
-    let seq_len = args.seq_len.unwrap_or(max_pos.map_or(usize::MAX, |m| m as usize));
+    let offset = crate::encoder_task::position_offset(&model);
+    let seq_len = args.seq_len.unwrap_or(max_pos.map_or(usize::MAX, |m| (m as usize).saturating_sub(offset).max(2)));
     crate::train::truncate_rows(&mut data, seq_len, false, "data");
     if tok.is_some() {
         let rows = crate::precision::plural(data.examples.len() as u64, "row");

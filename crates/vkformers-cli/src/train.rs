@@ -362,7 +362,8 @@ fn split_eval(examples: Vec<Example>, fraction: f64, seed: u64) -> anyhow::Resul
 }
 
 fn default_seq_len(model: &Model) -> usize {
-    max_positions(model).map_or(1024, |m| m.min(1024))
+    let offset = crate::encoder_task::position_offset(model);
+    max_positions(model).map_or(1024, |m| m.saturating_sub(offset).clamp(2, 1024))
 }
 
 pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {

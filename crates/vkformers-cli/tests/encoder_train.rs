@@ -325,3 +325,21 @@ fn lora_finetunes_an_encoder_on_its_masked_lm_loss() {
     let step1: serde_json::Value = serde_json::from_str(metrics.lines().next().unwrap()).unwrap();
     assert!(rel(step1["loss"].as_f64().unwrap(), first) <= 1e-5, "step 1 loss {step1} vs {first}");
 }
+
+#[test]
+fn roberta_rows_are_cut_to_the_positions_its_offset_ids_leave() {
+    // max_position_embeddings 66 and padding_idx 1: position ids 2..=65, so 64 tokens fit.
+    let tmp = tempfile::tempdir().unwrap();
+    let ids: Vec<u32> = (0..70).map(|i| 5 + i % 100).collect();
+    let mut labels = vec![-100i64; 70];
+    labels[3] = 9;
+    let rows = tmp.path().join("long.jsonl");
+    std::fs::write(&rows, serde_json::json!({"input_ids": ids, "labels": labels}).to_string() + "\n").unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_vkformers"))
+        .args(["eval", "--model", &fixture("roberta"), "--data", rows.to_str().unwrap(), "--json", "--fp32"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("--seq-len 64"), "cut to 64 tokens: {err}");
+}
