@@ -63,6 +63,14 @@ SPECS = {
         "roberta-prelayernorm",
         {**ENC, "type_vocab_size": 2, "pad_token_id": 1, "max_position_embeddings": 66},
     ),
+    # RoBERTa's modules, pre-LN (`self_attn_layer_norm`, the layer's `LayerNorm`), a final
+    # `encoder.LayerNorm` and no LayerNorm on the embeddings.
+    "xlm-roberta-xl": (
+        "xlm-roberta-xl",
+        {**ENC, "type_vocab_size": 1, "pad_token_id": 1, "max_position_embeddings": 66},
+    ),
+    # BERT's modules, pre-LN (`attention.ln`, `ln`), a final `encoder.ln`, no embedding norm.
+    "megatron-bert": ("megatron-bert", {**ENC, "type_vocab_size": 2, "pad_token_id": 0}),
     # BERT's modules under `ernie.`; its head transform uses hidden_act (GELU-tanh here).
     "ernie": ("ernie", {**ENC, "type_vocab_size": 2, "pad_token_id": 0, "hidden_act": "gelu_new"}),
     # DistilBERT's own config names; no token types; the head applies `activation` (GELU-tanh).

@@ -65,7 +65,12 @@ CONFIGS = {
     # Multi-head latent attention's projections (issue 18), low-rank and full-rank query.
     "deepseek_v2_qlora": dict(target_modules=["q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj"]),
     "deepseek_v2": dict(target_modules=["q_proj", "kv_b_proj", "o_proj"]),
+    # Encoders (masked LM, PEFT's BERT-family names): `dense` also matches the attention output,
+    # both MLP layers and the head's transform; all-linear leaves out only the tied decoder.
+    "bert": dict(target_modules=["query", "key", "value", "dense"]),
+    "roberta": dict(target_modules="all-linear"),
 }
+ENCODERS = {"bert", "roberta"}
 
 
 def split_name(key: str) -> tuple[str, str]:
@@ -99,10 +104,18 @@ def is_seq2seq(path: Path) -> bool:
 
 def load_model(path: Path):
     import torch
+    import transformers
     from make_fixtures import lm_class
     from transformers import AutoConfig, AutoModelForSeq2SeqLM
 
-    auto = AutoModelForSeq2SeqLM if is_seq2seq(path) else lm_class(AutoConfig.from_pretrained(str(path)))
+    config = AutoConfig.from_pretrained(str(path), local_files_only=True)
+    arch = (config.architectures or [""])[0]
+    if is_seq2seq(path):
+        auto = AutoModelForSeq2SeqLM
+    elif arch.endswith("ForMaskedLM"):
+        auto = getattr(transformers, arch)
+    else:
+        auto = lm_class(config)
     model = auto.from_pretrained(
         str(path), local_files_only=True, attn_implementation="eager", dtype=torch.float32
     )
@@ -124,7 +137,7 @@ def make_fixture(key: str) -> None:
 
     name, base_name = split_name(key)
     torch.manual_seed(SEED)
-    task = "SEQ_2_SEQ_LM" if is_seq2seq(BASE / base_name) else "CAUSAL_LM"
+    task = None if base_name in ENCODERS else ("SEQ_2_SEQ_LM" if is_seq2seq(BASE / base_name) else "CAUSAL_LM")
     cfg = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, task_type=task, bias="none", **CONFIGS[key])
     model = get_peft_model(load_base(base_name), cfg)
     g = torch.Generator().manual_seed(SEED + 1)
@@ -149,10 +162,14 @@ def make_fixture(key: str) -> None:
 
     ref = load_file(str(BASE / base_name / "reference.safetensors"))
     ids, mask, labels = (ref[k].long() for k in ("input_ids", "attention_mask", "labels"))
+    extra = {"use_cache": False} if base_name not in ENCODERS else {}
+    if "token_type_ids" in ref:
+        extra["token_type_ids"] = ref["token_type_ids"].long()
     model.train()  # dropout is 0: train mode only matters for PEFT's bookkeeping
-    out = model(input_ids=ids, attention_mask=mask, labels=labels, use_cache=False)
+    out = model(input_ids=ids, attention_mask=mask, labels=labels, **extra)
     out.loss.backward()
     res = {
+        **({"token_type_ids": ref["token_type_ids"]} if "token_type_ids" in ref else {}),
         "input_ids": ref["input_ids"],
         "attention_mask": ref["attention_mask"],
         "labels": ref["labels"],
@@ -183,7 +200,7 @@ def make_fixture(key: str) -> None:
     opt = torch.optim.AdamW(list(lora.values()), **ADAMW)
     for _ in range(2):
         opt.zero_grad(set_to_none=True)
-        model(input_ids=ids, attention_mask=mask, labels=labels, use_cache=False).loss.backward()
+        model(input_ids=ids, attention_mask=mask, labels=labels, **extra).loss.backward()
         opt.step()
     for n, p in lora.items():
         res[f"step2.{adapter_key(n)}"] = p.detach().clone().contiguous()

@@ -8,12 +8,14 @@ use anyhow::bail;
 use vkformers_data::Example;
 use vkformers_tensor::Graph;
 use vkformers_train::eval::RowLoss;
-use vkformers_train::{evaluate, EvalReport, LanguageModel};
+use vkformers_train::{evaluate, EvalReport, LanguageModel, Objective};
 
-/// Whether a row has a target `evaluate` counts (a label at position 1 or later; position 0
-/// predicts nothing). A batch without one is not sent (`evaluate` refuses it).
-fn has_targets(e: &Example) -> bool {
-    e.labels.get(1..).is_some_and(|l| l.iter().any(|&x| x >= 0))
+/// Whether a row may have a target `evaluate` counts (a row label, or a token label; a causal
+/// LM's position 0 predicts nothing, so a row with only that one is not sent: `evaluate`
+/// refuses a batch without targets).
+fn has_targets(e: &Example, unshifted: bool) -> bool {
+    let from = usize::from(!unshifted);
+    e.target.is_some() || e.labels.get(from..).is_some_and(|l| l.iter().any(|&x| x >= 0))
 }
 
 /// [`evaluate`] of `rows`, `batch` at a time, showing rows done on a terminal's stderr.
@@ -33,11 +35,12 @@ pub fn evaluate_with_bar(
         bar
     });
     let mut losses: Vec<RowLoss> = Vec::with_capacity(rows.len());
+    let unshifted = model.objective() != Objective::CausalLm;
     for chunk in rows.chunks(batch.max(1)) {
-        if chunk.iter().any(has_targets) {
+        if chunk.iter().any(|e| has_targets(e, unshifted)) {
             losses.extend(evaluate(g, model, chunk, batch, pad)?.rows);
         } else {
-            losses.extend(chunk.iter().map(|_| RowLoss { loss: None, tokens: 0 }));
+            losses.extend(chunk.iter().map(|_| RowLoss::default()));
         }
         if let Some(b) = &bar {
             b.inc(chunk.len() as u64);
@@ -46,11 +49,8 @@ pub fn evaluate_with_bar(
     if let Some(b) = &bar {
         b.finish_and_clear();
     }
-    let tokens: usize = losses.iter().map(|r| r.tokens).sum();
-    if tokens == 0 {
+    if losses.iter().all(|r| r.tokens == 0) {
         bail!("the evaluation data has no tokens to predict");
     }
-    let sum: f64 = losses.iter().filter_map(|r| r.loss.map(|l| l * r.tokens as f64)).sum();
-    let loss = sum / tokens as f64;
-    Ok(EvalReport { loss, perplexity: loss.exp(), tokens, rows: losses })
+    Ok(EvalReport::from_rows(losses)?)
 }

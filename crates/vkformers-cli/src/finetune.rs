@@ -9,6 +9,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use vkformers_io::HfTokenizer;
+use vkformers_models::encoder::{OwnedClsLabels, Problem};
 use vkformers_models::lora::{self, Adapter, LoraConfig, LoraParams, Targets};
 use vkformers_models::model::Model;
 use vkformers_tensor::{Graph, Tensor};
@@ -81,6 +82,23 @@ impl LanguageModel for LoraModel<'_> {
         self.model.weights.lora().set_step(self.step.get().wrapping_mul(1 << 20).wrapping_add(micro));
         self.model.logits(g, batch)
     }
+
+    // An encoder's objective and loss are its head's (masked LM, classification).
+    fn objective(&self) -> vkformers_train::Objective {
+        self.model.objective()
+    }
+
+    fn loss(&self, g: &Graph<'_>, logits: &Tensor, batch: &TokenBatch) -> vkformers_train::Result<Tensor> {
+        self.model.loss(g, logits, batch)
+    }
+
+    fn label_names(&self) -> Vec<String> {
+        self.model.label_names()
+    }
+
+    fn problem(&self, labels: &OwnedClsLabels) -> Option<Problem> {
+        self.model.problem(labels)
+    }
 }
 
 fn lora_config(a: &LoraArgs, model_dir: &Path) -> LoraConfig {
@@ -112,6 +130,9 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
 
 fn finetune(selector: &DeviceSelector, args: &Args, model_dir: &Path, out: &OutDir) -> anyhow::Result<ExitCode> {
     let t = &*args.train;
+    if t.task.is_some() {
+        anyhow::bail!("--task is not supported yet with LoRA: fine-tune a folder that has the task's head");
+    }
     crate::outdir::check_complete(model_dir)?;
     let ctx = Context::new(selector)?;
     let g = Graph::new(&ctx);

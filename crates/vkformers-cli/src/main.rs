@@ -4,9 +4,12 @@ mod architectures;
 mod bench;
 mod bench_shapes;
 mod chat;
+mod classify;
 mod data_args;
 mod devices;
 mod doctor;
+mod embed;
+mod encoder_task;
 mod eval;
 mod eval_progress;
 mod finetune;
@@ -17,6 +20,7 @@ mod outdir;
 mod precision;
 mod ranges;
 mod serve;
+mod st_modules;
 mod train;
 
 use clap::{Parser, Subcommand};
@@ -62,7 +66,7 @@ enum Command {
     /// LoRA fine-tuning; writes a PEFT adapter.
     #[command(allow_negative_numbers = true)]
     Finetune(finetune::Args),
-    /// Loss and perplexity of a model on a dataset.
+    /// Loss and perplexity of a model on a dataset (loss, accuracy and F1 for classifiers).
     #[command(allow_negative_numbers = true)]
     Eval(eval::Args),
     /// Generate text from prompts with a KV cache on the device.
@@ -75,6 +79,11 @@ enum Command {
     Serve(serve::Args),
     /// Fold a PEFT adapter into the base weights and write a merged model folder.
     MergeLora(merge_lora::Args),
+    /// Sentence embeddings as sentence-transformers computes them (modules.json, pooling,
+    /// Normalize).
+    Embed(embed::Args),
+    /// Labels and scores of a sequence classifier.
+    Classify(classify::Args),
     /// Benchmarks of single kernels.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -103,6 +112,8 @@ fn main() -> std::process::ExitCode {
         Command::Chat(args) => chat::run(&cli.device, &args),
         Command::Serve(args) => serve::run(&cli.device, &args),
         Command::MergeLora(args) => merge_lora::run(&cli.device, &args),
+        Command::Embed(args) => embed::run(&cli.device, &args),
+        Command::Classify(args) => classify::run(&cli.device, &args),
     };
     match result {
         Ok(code) => code,

@@ -92,6 +92,18 @@ pub struct TrainArgs {
     train_on_prompt: bool,
     #[command(flatten)]
     pub(crate) eos: EosArgs,
+    /// Encoders: train for this task; a folder with another head gets a new one, drawn as
+    /// transformers draws a head it does not find.
+    #[arg(long, value_enum)]
+    pub(crate) task: Option<crate::encoder_task::Task>,
+    /// With --task: the number of classes (default: the config's id2label, else 2).
+    #[arg(long, value_parser = crate::ranges::at_least_one, requires = "task")]
+    pub(crate) num_labels: Option<usize>,
+    /// Masked-LM training: the chance that a token becomes a target (80% replaced by the mask
+    /// token, 10% by a random token, 10% kept; seeded). Default 0.15 on text rows; rows with
+    /// `input_ids` + `labels` are used as given (-100 = not a target).
+    #[arg(long, value_parser = crate::ranges::unit_open)]
+    pub(crate) mlm_probability: Option<f64>,
     /// Peak learning rate of AdamW [default: 5e-5]; with --resume, replaces the checkpoint's.
     #[arg(long, value_parser = crate::ranges::non_negative, allow_hyphen_values = true)]
     lr: Option<f64>,
@@ -205,12 +217,18 @@ fn load_model(g: &Graph<'_>, model_dir: Option<&Path>, src: &SourceArgs, args: &
     if let Some(dir) = model_dir {
         let dir = dir.to_path_buf();
         crate::outdir::check_complete(&dir)?;
-        let model = Model::load(g, &dir).with_context(|| format!("loading {}", dir.display()))?;
+        let model = match args.task {
+            Some(task) => crate::encoder_task::load_for_task(g, &dir, task, args.num_labels, args.seed)?,
+            None => Model::load(g, &dir).with_context(|| format!("loading {}", dir.display()))?,
+        };
         let tokenizer = dir.join("tokenizer.json").exists().then(|| HfTokenizer::from_dir(&dir)).transpose()?;
         let save_dtype = save_dtype(args, &model)?;
         return Ok(Loaded { model, save_dtype, files_from: Some(dir), tokenizer });
     }
     let cfg_path = src.init_from_config.as_ref().context("--model or --init-from-config is required")?;
+    if args.task.is_some() {
+        bail!("--task applies to --model; with --init-from-config, name the head in the config's `architectures`");
+    }
     let mut config = vkformers_io::read_json(cfg_path)?;
     let tok_dir = match (&src.tokenizer, src.train_tokenizer) {
         (Some(t), _) => Some(t.clone()),
@@ -344,7 +362,8 @@ fn split_eval(examples: Vec<Example>, fraction: f64, seed: u64) -> anyhow::Resul
 }
 
 fn default_seq_len(model: &Model) -> usize {
-    max_positions(model).map_or(1024, |m| m.min(1024))
+    let offset = crate::encoder_task::position_offset(model);
+    max_positions(model).map_or(1024, |m| m.saturating_sub(offset).clamp(2, 1024))
 }
 
 pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
@@ -414,16 +433,24 @@ pub(crate) fn build_trainer<'g, 'c>(
         check_seq_len(model, n)?;
     }
     let seq_len = args.seq_len.unwrap_or_else(|| default_seq_len(model));
-    let add_eos = args.eos.resolve(true);
-    let read = vkformers_data::ReadOptions { train_on_prompt: args.train_on_prompt, add_eos, ..Default::default() };
+    // An encoder's rows are sentences: the tokenizer's post-processor ends them, nothing packs.
+    let encoder = crate::encoder_task::is_encoder(model);
+    let add_eos = args.eos.resolve(!encoder);
+    let read = vkformers_data::ReadOptions {
+        train_on_prompt: args.train_on_prompt,
+        add_eos,
+        label2id: crate::encoder_task::label2id(model),
+        ..Default::default()
+    };
     let mut data = read_data_from(&args.data, &args.hub_data.query(), tokenizer, &read)?;
     let packing = if args.packing {
         true
     } else if args.no_packing {
         false
     } else {
-        data.plain_text
+        data.plain_text && !encoder
     };
+    let masking = crate::encoder_task::mlm_masking(model, tokenizer, args.mlm_probability, data.plain_text, args.seed)?;
     if !packing {
         truncate_rows(&mut data, seq_len, true, "training data");
     }
@@ -449,7 +476,10 @@ pub(crate) fn build_trainer<'g, 'c>(
     if empty > 0 {
         eprintln!("warning: {empty} packed block(s) of {seq_len} tokens have no token to predict: skipped");
     }
-    let loader = Loader::new(seqs, args.batch_size, shuffle, args.seed, pad)?;
+    let mut loader = Loader::new(seqs, args.batch_size, shuffle, args.seed, pad)?;
+    if let Some(m) = &masking {
+        loader.set_mlm_masking(m.clone());
+    }
     let max_steps = args.max_steps.unwrap_or_else(|| steps_for_epochs(&loader, args.grad_accum, args.epochs));
     if max_steps == 0 {
         // An untrained copy saved as "the final model" would look like a result.
@@ -482,9 +512,10 @@ pub(crate) fn build_trainer<'g, 'c>(
     };
     let precision = args.precision.precision(g);
     let plan = format!(
-        "{} of <= {seq_len} tokens{}{}, {}, {}",
+        "{} of <= {seq_len} tokens{}{}{}, {}, {}",
         crate::precision::plural(loader.len() as u64, "sequence"),
         if packing { " (packed)" } else { "" },
+        masking.as_ref().map_or(String::new(), |m| format!(", {} of the tokens masked", m.probability)),
         if tokenizer.is_none() {
             ""
         } else if add_eos {
@@ -500,7 +531,8 @@ pub(crate) fn build_trainer<'g, 'c>(
     trainer.set_precision(precision, Some(vkformers_train::GradScaler::with_scale(args.loss_scale)));
     if let Some(e) = eval_rows {
         check_vocab(&e, model.spec.vocab, "evaluation data")?;
-        trainer.set_eval_data(sequences(&e, seq_len, false)?, pad);
+        let e = crate::encoder_task::mask_eval_rows(masking.as_ref(), sequences(&e, seq_len, false)?);
+        trainer.set_eval_data(e, pad);
     }
     Ok((trainer, max_steps, plan))
 }

@@ -23,8 +23,12 @@ pub struct CutReport {
     pub dropped: bool,
 }
 
-/// Counted targets of a row: labels at positions `1..` that are not ignored.
+/// Counted targets of a row: labels at positions `1..` that are not ignored, or the row's own
+/// label (sequence classification).
 fn targets(e: &Example) -> usize {
+    if e.target.is_some() {
+        return 1;
+    }
     e.labels.iter().skip(1).filter(|&&l| l != IGNORE_INDEX).count()
 }
 
@@ -41,6 +45,7 @@ impl Dataset {
                 report.truncated += 1;
                 e.input_ids.truncate(seq_len);
                 e.labels.truncate(seq_len);
+                e.token_types.truncate(seq_len);
             }
             let trained = targets(e) > 0;
             if !trained {

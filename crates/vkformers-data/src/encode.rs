@@ -59,7 +59,7 @@ pub(crate) fn encode_spans(tok: &HfTokenizer, spans: &Spans, location: &Location
             }
         }
     }
-    Ok(Example { input_ids, labels })
+    Ok(Example::new(input_ids, labels))
 }
 
 /// Whether a token from bytes `start..end` overlaps a trained range. A token with empty offsets

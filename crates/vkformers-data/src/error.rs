@@ -7,7 +7,8 @@ use std::path::PathBuf;
 pub const ACCEPTED_SHAPES: &str = "each row must be a JSON object with one of: `text` or `content` (a string); \
 `instruction` (+ optional `input`) and `output`; `prompt` and `completion` (strings, or lists of messages); \
 `question` and `answer`; `messages` (a list of {\"role\", \"content\"}); \
-`input_ids` (a list of token ids, + optional `labels`)";
+`input_ids` (a list of token ids, + optional `labels`); `text` (+ `text_pair`) and `label` \
+(classification); `tokens` (a list of words) and `labels` (one per word)";
 
 /// Where a row sits in its file: a line of JSONL, an item of a JSON array, or a Parquet row.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -33,6 +33,7 @@ mod chat;
 mod cut;
 mod encode;
 mod error;
+mod label;
 mod parquet_rows;
 mod prompt;
 mod shape;
@@ -47,6 +48,7 @@ use vkformers_io::HfTokenizer;
 pub use bpe::{train_bpe_tokenizer, train_bpe_tokenizer_with, BpeOptions, CHAT_TEMPLATE};
 pub use cut::CutReport;
 pub use error::{DataError, Location, Place, Result, ACCEPTED_SHAPES};
+pub use label::{parse_label, LabelMap, SeqLabel};
 pub use text_files::read_text_files;
 
 use crate::chat::ChatTemplate;
@@ -58,11 +60,23 @@ pub const IGNORE_INDEX: i32 = -100;
 
 /// One tokenized row: `labels[i]` is `input_ids[i]` where the token is trained on, or -100
 /// where it is masked from the loss (prompt tokens). Labels are not shifted: position `i`'s
-/// logits predict `labels[i + 1]`, as in transformers.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// logits predict `labels[i + 1]`, as in transformers. Encoder rows also carry token types
+/// (segment ids of a text pair; empty when the tokenizer gives none) and, for sequence
+/// classification, the row's label (`labels` is then all -100; token classification puts its
+/// per-token class ids in `labels`).
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Example {
     pub input_ids: Vec<u32>,
     pub labels: Vec<i32>,
+    pub token_types: Vec<u32>,
+    pub target: Option<SeqLabel>,
+}
+
+impl Example {
+    /// A row of ids and per-token labels only (causal LM, masked LM).
+    pub fn new(input_ids: Vec<u32>, labels: Vec<i32>) -> Example {
+        Example { input_ids, labels, ..Default::default() }
+    }
 }
 
 /// Every row of a dataset, tokenized.
@@ -89,11 +103,13 @@ pub struct ReadOptions {
     pub add_eos: bool,
     /// Read at most this many rows (over all files, in order).
     pub max_rows: Option<usize>,
+    /// Class names of classification rows (`label2id` of the model's config), for string labels.
+    pub label2id: LabelMap,
 }
 
 impl Default for ReadOptions {
     fn default() -> Self {
-        ReadOptions { train_on_prompt: false, add_eos: true, max_rows: None }
+        ReadOptions { train_on_prompt: false, add_eos: true, max_rows: None, label2id: LabelMap::default() }
     }
 }
 

@@ -1,5 +1,6 @@
 //! Recognizing the shape of a row (DESIGN §1). A row is a JSON object (or a Parquet row read as
-//! one); the first shape whose key is present wins, in this order: `input_ids`, `messages`,
+//! one); the first shape whose key is present wins, in this order: `input_ids`, `tokens`
+//! (+ `labels`), `label` (with `text`, + `text_pair`), `messages`,
 //! `prompt`+`completion`, `instruction`+`output`, `question`+`answer`, `text`, `content`. A null
 //! value counts as absent, since a Parquet file holding several shapes has nulls in the columns
 //! a row does not use. Other keys are ignored.
@@ -26,6 +27,10 @@ pub(crate) enum Row {
     Chat(Vec<Message>),
     /// `input_ids` (+ `labels`), used as they are.
     Tokens { input_ids: Vec<u32>, labels: Option<Vec<i32>> },
+    /// `text` (+ `text_pair`) + `label`: sequence classification.
+    Classify { text: String, text_pair: Option<String>, label: Value },
+    /// `tokens` (words) + `labels` (one per word): token classification.
+    Tagged { words: Vec<String>, labels: Vec<Value> },
 }
 
 /// The shape of `value`, or why it has none (the caller adds the location and accepted shapes).
@@ -36,6 +41,14 @@ pub(crate) fn parse_row(value: &Value) -> Result<Row, String> {
     let has = |key: &str| field(obj, key).is_some();
     if has("input_ids") {
         return tokens(obj);
+    }
+    if has("tokens") {
+        return tagged(obj);
+    }
+    if has("label") {
+        let text = string(obj, "text", "`label`")?;
+        let text_pair = optional_string(obj, "text_pair")?;
+        return Ok(Row::Classify { text, text_pair, label: obj["label"].clone() });
     }
     if has("messages") {
         return Ok(Row::Chat(messages(obj, "messages")?));
@@ -158,6 +171,25 @@ fn tokens(obj: &Map<String, Value>) -> Result<Row, String> {
         }
     }
     Ok(Row::Tokens { input_ids, labels })
+}
+
+/// `tokens` (a list of words) and `labels` (one class id or name per word).
+fn tagged(obj: &Map<String, Value>) -> Result<Row, String> {
+    let words = match field(obj, "tokens") {
+        Some(Value::Array(list)) if !list.is_empty() => list
+            .iter()
+            .map(|w| w.as_str().map(str::to_string).ok_or_else(|| format!("`tokens` holds {w}, not a word")))
+            .collect::<Result<Vec<_>, _>>()?,
+        _ => return Err("`tokens` must be a non-empty list of words".to_string()),
+    };
+    let labels = match field(obj, "labels") {
+        Some(Value::Array(list)) => list.clone(),
+        _ => return Err("a `tokens` row needs `labels`: a list with one class id or name per word".to_string()),
+    };
+    if labels.len() != words.len() {
+        return Err(format!("`labels` has {} entries but `tokens` has {} words", labels.len(), words.len()));
+    }
+    Ok(Row::Tagged { words, labels })
 }
 
 fn int_list<T>(obj: &Map<String, Value>, key: &str, convert: impl Fn(i64) -> Option<T>) -> Result<Vec<T>, String> {

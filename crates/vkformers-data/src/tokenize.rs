@@ -6,9 +6,11 @@ use vkformers_io::HfTokenizer;
 use crate::chat::{chat_example, ChatTemplate};
 use crate::encode::{encode_spans, Spans};
 use crate::error::{DataError, Location, Result};
+use crate::label::{parse_label, token_class};
 use crate::prompt::{instruction_message, plain_instruction, plain_qa};
 use crate::shape::Row;
-use crate::{Example, ReadOptions};
+use crate::{Example, ReadOptions, IGNORE_INDEX};
+use serde_json::Value;
 
 /// What every row of a dataset is tokenized with.
 pub(crate) struct Tokenize<'a> {
@@ -41,11 +43,67 @@ impl Tokenize<'_> {
                 let messages: Vec<Message> = prompt.iter().chain(completion).cloned().collect();
                 self.conversation(&messages, prompt.len(), location)
             }
-            Row::Tokens { input_ids, labels } => Ok(Example {
-                input_ids: input_ids.clone(),
-                labels: labels.clone().unwrap_or_else(|| input_ids.iter().map(|&id| id as i32).collect()),
-            }),
+            Row::Tokens { input_ids, labels } => Ok(Example::new(
+                input_ids.clone(),
+                labels.clone().unwrap_or_else(|| input_ids.iter().map(|&id| id as i32).collect()),
+            )),
+            Row::Classify { text, text_pair, label } => self.classify(text, text_pair.as_deref(), label, location),
+            Row::Tagged { words, labels } => self.tagged(words, labels, location),
         }
+    }
+
+    /// `text` (+ `text_pair`) as the tokenizer encodes a (pair of) sequence(s) with its special
+    /// tokens and segment ids; no per-token target, the row's label as the target.
+    fn classify(&self, text: &str, pair: Option<&str>, label: &Value, location: &Location) -> Result<Example> {
+        let encoded = match pair {
+            Some(p) => self.tok.inner().encode((text, p), true),
+            None => self.tok.inner().encode(text, true),
+        };
+        let e = encoded.map_err(|e| DataError::Tokenize { location: location.clone(), message: e.to_string() })?;
+        let target =
+            parse_label(label, &self.opts.label2id, "label").map_err(|reason| DataError::bad_row(location, reason))?;
+        Ok(Example {
+            input_ids: e.get_ids().to_vec(),
+            labels: vec![IGNORE_INDEX; e.get_ids().len()],
+            token_types: e.get_type_ids().to_vec(),
+            target: Some(target),
+        })
+    }
+
+    /// Words encoded as pre-split input (`is_split_into_words=True`); each word's label on its
+    /// first sub-word, -100 on its other sub-words and on special tokens (transformers'
+    /// token-classification recipe).
+    fn tagged(&self, words: &[String], labels: &[Value], location: &Location) -> Result<Example> {
+        let words: Vec<&str> = words.iter().map(String::as_str).collect();
+        let e = self
+            .tok
+            .inner()
+            .encode(words.as_slice(), true)
+            .map_err(|e| DataError::Tokenize { location: location.clone(), message: e.to_string() })?;
+        let classes = labels
+            .iter()
+            .map(|v| token_class(v, &self.opts.label2id, "labels"))
+            .collect::<std::result::Result<Vec<i64>, String>>()
+            .map_err(|reason| DataError::bad_row(location, reason))?;
+        let mut previous = None;
+        let token_labels = e
+            .get_word_ids()
+            .iter()
+            .map(|w| {
+                let first = w.is_some() && *w != previous;
+                previous = *w;
+                match w {
+                    Some(i) if first => classes.get(*i as usize).map_or(IGNORE_INDEX, |&c| c as i32),
+                    _ => IGNORE_INDEX,
+                }
+            })
+            .collect();
+        Ok(Example {
+            input_ids: e.get_ids().to_vec(),
+            labels: token_labels,
+            token_types: e.get_type_ids().to_vec(),
+            target: None,
+        })
     }
 
     /// Plain text: BOS from the post-processor, EOS appended, every token trained.

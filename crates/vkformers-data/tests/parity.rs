@@ -17,7 +17,7 @@ fn reference() -> Value {
 fn example(v: &Value) -> Example {
     let ids = v["input_ids"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
     let labels = v["labels"].as_array().unwrap().iter().map(|x| x.as_i64().unwrap() as i32).collect();
-    Example { input_ids: ids, labels }
+    Example::new(ids, labels)
 }
 
 #[test]

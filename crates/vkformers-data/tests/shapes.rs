@@ -118,8 +118,8 @@ fn pre_tokenized_rows_are_used_as_they_are() {
     let file =
         write(dir.path(), "ids.jsonl", "{\"input_ids\": [3, 1, 4], \"labels\": [-100, 1, -100]}\n{\"input_ids\": [7]}");
     let got = read(&[file], &tok, &ReadOptions { train_on_prompt: true, ..Default::default() });
-    assert_eq!(got[0], Example { input_ids: vec![3, 1, 4], labels: vec![-100, 1, -100] });
-    assert_eq!(got[1], Example { input_ids: vec![7], labels: vec![7] });
+    assert_eq!(got[0], Example::new(vec![3, 1, 4], vec![-100, 1, -100]));
+    assert_eq!(got[1], Example::new(vec![7], vec![7]));
 }
 
 /// A template with no special tokens, no `add_generation_prompt` branch and no generation

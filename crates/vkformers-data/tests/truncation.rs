@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use vkformers_data::{Dataset, Example, Location, Place};
 
 fn ex(ids: &[u32], labels: &[i32]) -> Example {
-    Example { input_ids: ids.to_vec(), labels: labels.to_vec() }
+    Example::new(ids.to_vec(), labels.to_vec())
 }
 
 fn dataset() -> Dataset {

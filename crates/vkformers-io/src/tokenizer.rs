@@ -50,7 +50,15 @@ impl HfTokenizer {
 
     /// Combines a tokenizer with a configuration, resolving each configured special token to its
     /// id; a token that is not in the vocabulary is an error naming the role and the file.
-    pub fn new(inner: tokenizers::Tokenizer, config: TokenizerConfig) -> Result<Self> {
+    ///
+    /// Padding and truncation saved in `tokenizer.json` are turned off, as transformers' fast
+    /// tokenizers turn them off on every call that does not ask for them (all-MiniLM-L6-v2's
+    /// file pads every text to 128 ids).
+    pub fn new(mut inner: tokenizers::Tokenizer, config: TokenizerConfig) -> Result<Self> {
+        inner.with_padding(None);
+        inner
+            .with_truncation(None)
+            .map_err(|e| IoError::Tokenizer { action: "turn off truncation", message: e.to_string() })?;
         let mut special: [Option<SpecialToken>; 4] = Default::default();
         for (slot, role) in special.iter_mut().zip(SPECIAL_TOKEN_ROLES) {
             let Some(content) = config.token(role) else { continue };

@@ -314,8 +314,7 @@ pub fn init_from_config(g: &Graph<'_>, config: Value, seed: u64) -> Result<Model
     let planned = plan(&spec, &config)?;
     let elements = planned.iter().map(|p| p.shape.iter().map(|&d| d as u64).product::<u64>()).sum();
     crate::budget::check(g.ctx().caps(), crate::budget::Need { trainable_elements: elements, frozen_bytes: 0 })?;
-    // GPT-2's residual scaling (`ResidualInit`): 2 residual branches per layer.
-    let scaled_std = std / (2.0 * spec.layers.len().max(1) as f64).sqrt();
+    let stds = Stds::of(&spec, std);
     let mut rng = Normal(seed);
     let mut weights = Weights::default();
     let mut params = Vec::new();
@@ -323,18 +322,7 @@ pub fn init_from_config(g: &Graph<'_>, config: Value, seed: u64) -> Result<Model
     let embed = format!("{}.weight", spec.embed_name);
     for p in &planned {
         let n: usize = p.shape.iter().product();
-        let mut data: Vec<f32> = match p.init {
-            Init::Normal => (0..n).map(|_| rng.sample(std)).collect(),
-            Init::ScaledNormal => (0..n).map(|_| rng.sample(scaled_std)).collect(),
-            Init::LayerNormal => (0..n).map(|_| rng.sample(spec.layer_init_std.unwrap_or(std))).collect(),
-            Init::Zeros => vec![0.0; n],
-            Init::Ones => vec![1.0; n],
-            Init::Value(v) => vec![v; n],
-            Init::Sinusoid => {
-                let rows: Vec<usize> = (0..p.shape[0]).collect();
-                crate::seq2seq::attention::sinusoid_rows(&rows, p.shape[1])
-            }
-        };
+        let mut data = values(p, n, &mut rng, &stds);
         if let (true, Some(row)) = (p.name == embed, pad.filter(|&r| r < spec.vocab)) {
             let width = p.shape[1];
             data[row * width..(row + 1) * width].fill(0.0);
@@ -352,6 +340,54 @@ pub fn init_from_config(g: &Graph<'_>, config: Value, seed: u64) -> Result<Model
     params.sort_by(|a, b| a.0.cmp(&b.0));
     let hf_names = stored_names(&spec, &planned);
     Ok(Model { spec, weights, params, buffers, hf_names, config })
+}
+
+/// The stds of the normal inits of a spec: `initializer_range`, GPT-2's residual scaling
+/// (`ResidualInit`: 2 residual branches per layer) and a family's fixed layer std.
+struct Stds {
+    std: f64,
+    scaled: f64,
+    layer: f64,
+}
+
+impl Stds {
+    fn of(spec: &ModelSpec, std: f64) -> Self {
+        Stds {
+            std,
+            scaled: std / (2.0 * spec.layers.len().max(1) as f64).sqrt(),
+            layer: spec.layer_init_std.unwrap_or(std),
+        }
+    }
+}
+
+/// The `n` starting values of planned parameter `p`.
+fn values(p: &Planned, n: usize, rng: &mut Normal, s: &Stds) -> Vec<f32> {
+    match p.init {
+        Init::Normal => (0..n).map(|_| rng.sample(s.std)).collect(),
+        Init::ScaledNormal => (0..n).map(|_| rng.sample(s.scaled)).collect(),
+        Init::LayerNormal => (0..n).map(|_| rng.sample(s.layer)).collect(),
+        Init::Zeros => vec![0.0; n],
+        Init::Ones => vec![1.0; n],
+        Init::Value(v) => vec![v; n],
+        Init::Sinusoid => {
+            let rows: Vec<usize> = (0..p.shape[0]).collect();
+            crate::seq2seq::attention::sinusoid_rows(&rows, p.shape[1])
+        }
+    }
+}
+
+/// Values for `planned` parameters of `spec` as [`init_from_config`] draws them, from `seed`:
+/// `(name, shape, data)` (a new task head drawn on a loaded encoder).
+pub(crate) fn draw(spec: &ModelSpec, planned: &[Planned], std: f64, seed: u64) -> Vec<(String, Vec<usize>, Vec<f32>)> {
+    let mut rng = Normal(seed);
+    let stds = Stds::of(spec, std);
+    planned
+        .iter()
+        .map(|p| {
+            let n: usize = p.shape.iter().product();
+            (p.name.clone(), p.shape.clone(), values(p, n, &mut rng, &stds))
+        })
+        .collect()
 }
 
 /// Writes `generation_config.json` into `out` from the model config's special tokens when the

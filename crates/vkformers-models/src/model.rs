@@ -55,6 +55,36 @@ impl Model {
     /// (LoRA on a 16-bit base).
     pub fn load_typed(g: &Graph<'_>, dir: &Path, trainable: &dyn Fn(&str) -> bool, dtype: DType) -> Result<Model> {
         let config = vkformers_io::read_json(dir.join("config.json")).map_err(|e| ModelError::Config(e.to_string()))?;
+        Self::load_with_config(g, dir, config, trainable, dtype, None)
+    }
+
+    /// Loads the folder `dir` as the model `config` describes, which names another task head
+    /// than the folder's (`AutoModelForSequenceClassification.from_pretrained` on a masked-LM
+    /// checkpoint): the shared tensors from the folder; the head's parameters the folder lacks
+    /// drawn as transformers initialises them (normal(0, `initializer_range`) weights, zero
+    /// biases) from `seed`; the stored tensors of the old head left out. Returns the model and
+    /// the names of the parameters it drew and of the tensors it left out.
+    pub fn load_with_new_head(
+        g: &Graph<'_>,
+        dir: &Path,
+        config: serde_json::Value,
+        seed: u64,
+    ) -> Result<(Model, Vec<String>, Vec<String>)> {
+        let mut drawn = Vec::new();
+        let mut left_out = Vec::new();
+        let new_head = NewHead { seed, drawn: &mut drawn, left_out: &mut left_out };
+        let model = Self::load_with_config(g, dir, config, &|_| true, DType::F32, Some(new_head))?;
+        Ok((model, drawn, left_out))
+    }
+
+    fn load_with_config(
+        g: &Graph<'_>,
+        dir: &Path,
+        config: serde_json::Value,
+        trainable: &dyn Fn(&str) -> bool,
+        dtype: DType,
+        mut new_head: Option<NewHead<'_>>,
+    ) -> Result<Model> {
         let spec = spec_from_config(&config)?;
         let narrow = if dtype == DType::F32 { Default::default() } else { linear_weight_names(&spec) };
         let make = |name: &str, data: &[f32], shape: &[usize]| {
@@ -70,7 +100,14 @@ impl Model {
         let file = ModelWeights::open(dir).map_err(io_err)?;
         let mut spec = spec;
         crate::moe::match_layout(&mut spec, file.names());
-        let found = check_against_config(&spec, &config, &file, dir)?;
+        let (found, fresh) = match new_head.as_mut() {
+            Some(h) => {
+                let (found, fresh, unexpected) = crate::encoder::check_new_head(&spec, &config, &file, dir)?;
+                h.left_out.extend(unexpected);
+                (found, fresh)
+            }
+            None => (check_against_config(&spec, &config, &file, dir)?, Vec::new()),
+        };
         crate::budget::check(g.ctx().caps(), need(&found, trainable, &narrow, dtype))?;
         let mut weights = Weights::default();
         let mut params = Vec::new();
@@ -96,7 +133,8 @@ impl Model {
             params.push((j.internal.clone(), p));
         }
         for info in file.tensors() {
-            if (spec.tied_head && info.name == tied_head) || is_ignored(&spec, &info.name) {
+            let dropped = new_head.as_ref().is_some_and(|h| h.left_out.contains(&info.name));
+            if (spec.tied_head && info.name == tied_head) || is_ignored(&spec, &info.name) || dropped {
                 // Some checkpoints store the tied head or non-parameter buffers (GPT-2's causal
                 // mask); transformers ignores them too.
                 continue;
@@ -116,6 +154,16 @@ impl Model {
                 let p = make(&t.name, &t.data, &t.shape)?;
                 weights.insert(t.name.clone(), p.clone());
                 params.push((t.name, p));
+            }
+        }
+        if let Some(h) = new_head {
+            let std = config["initializer_range"].as_f64().unwrap_or(0.02);
+            for (name, shape, data) in crate::init::draw(&spec, &fresh, std, h.seed) {
+                let p = g.parameter(&data, &shape)?;
+                weights.insert(name.clone(), p.clone());
+                params.push((name.clone(), p));
+                hf_names.push(name.clone());
+                h.drawn.push(name);
             }
         }
         params.sort_by(|a, b| a.0.cmp(&b.0));
@@ -231,6 +279,13 @@ impl Model {
     }
 }
 
+/// What [`Model::load_with_new_head`] collects while loading.
+struct NewHead<'a> {
+    seed: u64,
+    drawn: &'a mut Vec<String>,
+    left_out: &'a mut Vec<String>,
+}
+
 /// Internal names of the weights only `linear` reads: every layer's q, k, v, o, gate, up and
 /// down projections, the LM head unless it is the tied embedding, and the in/out projections.
 fn linear_weight_names(spec: &ModelSpec) -> std::collections::HashSet<String> {
@@ -283,9 +338,13 @@ fn need(
     need
 }
 
-/// Buffers some checkpoints store that are no parameters (transformers ignores them on load).
+/// Buffers some checkpoints store that are no parameters (transformers ignores them on load):
+/// GPT-2's masks, rotary frequencies, and the position ids older BERT-family checkpoints saved
+/// (`embeddings.position_ids`, e.g. sentence-transformers' all-MiniLM-L6-v2).
 fn is_ignored_buffer(name: &str) -> bool {
-    [".attn.bias", ".attn.masked_bias", ".rotary_emb.inv_freq"].iter().any(|b| name.ends_with(b))
+    [".attn.bias", ".attn.masked_bias", ".rotary_emb.inv_freq", "embeddings.position_ids"]
+        .iter()
+        .any(|b| name.ends_with(b))
 }
 
 /// A buffer, a tensor of a head the encoder does not have (`EncoderSpec::ignored`), or one the
@@ -341,7 +400,7 @@ struct RawCopy {
 /// The internal parameters (name -> shape) a folder's stored tensors make, from their headers:
 /// joined parts stacked, fused tensors split, a stored copy of a tied head and non-parameter
 /// buffers left out (transformers skips those too).
-fn stored_params(spec: &ModelSpec, file: &ModelWeights) -> Result<HashMap<String, Vec<usize>>> {
+pub(crate) fn stored_params(spec: &ModelSpec, file: &ModelWeights) -> Result<HashMap<String, Vec<usize>>> {
     let mut found = HashMap::new();
     for j in &spec.joins {
         // Each part's header read once: its shape, or the name it is missing under.

@@ -55,4 +55,6 @@ lora_parity! {
     // Multi-head latent attention's projections by PEFT's names (issue 18).
     deepseek_v2_qlora_mla: "deepseek_v2_qlora" on "deepseek_v2_qlora",
     deepseek_v2_mla: "deepseek_v2" on "deepseek_v2",
+    bert_encoder_query_key_value_dense: "bert" on "bert",
+    roberta_encoder_all_linear: "roberta" on "roberta",
 }

@@ -96,6 +96,9 @@ parity! {
     ernie: "ernie",
     // Pre-LN layers and a final LayerNorm.
     roberta_prelayernorm: "roberta-prelayernorm",
+    // Pre-LN under other names, a final norm, and no LayerNorm on the embeddings.
+    xlm_roberta_xl: "xlm-roberta-xl",
+    megatron_bert: "megatron-bert",
     distilbert: "distilbert",
     // embedding_size 16 < hidden_size 32: the embedding projection and a 16-wide head.
     electra: "electra",

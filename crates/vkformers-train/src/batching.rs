@@ -3,9 +3,10 @@
 //! and a data position `(epoch, index)` that a checkpoint saves and a resume restores.
 
 use serde::{Deserialize, Serialize};
-use vkformers_data::Example;
+use vkformers_data::{Example, SeqLabel};
 
 use crate::error::{Result, TrainError};
+use crate::mlm::MlmMasking;
 use crate::rng::epoch_order;
 
 /// Label of a token left out of the loss (transformers' `ignore_index`).
@@ -18,7 +19,12 @@ pub fn truncate(examples: &[Example], seq_len: usize) -> Vec<Example> {
         .filter(|e| !e.input_ids.is_empty())
         .map(|e| {
             let n = e.input_ids.len().min(seq_len);
-            Example { input_ids: e.input_ids[..n].to_vec(), labels: e.labels[..n].to_vec() }
+            Example {
+                input_ids: e.input_ids[..n].to_vec(),
+                labels: e.labels[..n].to_vec(),
+                token_types: e.token_types[..n.min(e.token_types.len())].to_vec(),
+                target: e.target.clone(),
+            }
         })
         .collect()
 }
@@ -28,10 +34,7 @@ pub fn truncate(examples: &[Example], seq_len: usize) -> Vec<Example> {
 pub fn pack(examples: &[Example], seq_len: usize) -> Vec<Example> {
     let ids: Vec<u32> = examples.iter().flat_map(|e| e.input_ids.iter().copied()).collect();
     let labels: Vec<i32> = examples.iter().flat_map(|e| e.labels.iter().copied()).collect();
-    ids.chunks(seq_len)
-        .zip(labels.chunks(seq_len))
-        .map(|(i, l)| Example { input_ids: i.to_vec(), labels: l.to_vec() })
-        .collect()
+    ids.chunks(seq_len).zip(labels.chunks(seq_len)).map(|(i, l)| Example::new(i.to_vec(), l.to_vec())).collect()
 }
 
 /// Truncated or packed training sequences; checks that ids and labels line up.
@@ -46,26 +49,49 @@ pub fn sequences(examples: &[Example], seq_len: usize, packing: bool) -> Result<
             e.labels.len()
         )));
     }
+    if packing && examples.iter().any(|e| e.target.is_some() || !e.token_types.is_empty()) {
+        return Err(TrainError::Config(
+            "classification rows (a row label or token types) cannot be packed: use --no-packing".into(),
+        ));
+    }
     Ok(if packing { pack(examples, seq_len) } else { truncate(examples, seq_len) })
 }
 
-/// Removes the sequences with no token to predict (no label other than -100 at positions
-/// `1..`), returning the rest and how many were removed: a batch of only such sequences would
-/// have no loss to train on.
+/// Removes the sequences with no token to predict (no row label and no label other than -100
+/// at positions `1..`), returning the rest and how many were removed: a batch of only such
+/// sequences would have no loss to train on.
 pub fn drop_untrained(seqs: Vec<Example>) -> (Vec<Example>, usize) {
     let n = seqs.len();
-    let kept: Vec<Example> = seqs.into_iter().filter(|e| e.labels.iter().skip(1).any(|&l| l != IGNORE)).collect();
+    let kept: Vec<Example> =
+        seqs.into_iter().filter(|e| e.target.is_some() || e.labels.iter().skip(1).any(|&l| l != IGNORE)).collect();
     let dropped = n - kept.len();
     (kept, dropped)
 }
 
+/// What a batch's labels mean, so how its targets are counted and its loss taken.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Objective {
+    /// Next-token prediction: `labels[t]` is predicted at position `t - 1`.
+    #[default]
+    CausalLm,
+    /// Masked LM: `labels[t]` (-100 = not a target) is predicted at position `t`.
+    MaskedLm,
+    /// A class per position (`labels[t]`, -100 = not a target), predicted at position `t`.
+    TokenClassification,
+    /// One label per row (`TokenBatch::row_labels`).
+    SequenceClassification,
+}
+
 /// A right-padded batch `[batch, seq]`: ids (padding = `pad_id`), attention mask (1 real, 0
-/// padding) and unshifted labels (-100 on padding); `seq` is the longest row.
+/// padding), unshifted labels (-100 on padding), token types (0 on padding; `None` when no
+/// row has any) and the rows' own labels (sequence classification); `seq` is the longest row.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TokenBatch {
     pub ids: Vec<i32>,
     pub mask: Vec<i32>,
     pub labels: Vec<i32>,
+    pub token_types: Option<Vec<i32>>,
+    pub row_labels: Vec<SeqLabel>,
     pub batch: usize,
     pub seq: usize,
 }
@@ -74,12 +100,25 @@ impl TokenBatch {
     /// Pads `rows` on the right to the longest of them.
     pub fn pad(rows: &[&Example], pad_id: u32) -> TokenBatch {
         let seq = rows.iter().map(|r| r.input_ids.len()).max().unwrap_or(0);
-        let mut b = TokenBatch { ids: vec![], mask: vec![], labels: vec![], batch: rows.len(), seq };
+        let typed = rows.iter().any(|r| !r.token_types.is_empty());
+        let mut b = TokenBatch {
+            ids: vec![],
+            mask: vec![],
+            labels: vec![],
+            token_types: typed.then(Vec::new),
+            row_labels: rows.iter().filter_map(|r| r.target.clone()).collect(),
+            batch: rows.len(),
+            seq,
+        };
         for r in rows {
             let pad = seq - r.input_ids.len();
             b.ids.extend(r.input_ids.iter().map(|&t| t as i32).chain(std::iter::repeat_n(pad_id as i32, pad)));
             b.mask.extend(std::iter::repeat_n(1, r.input_ids.len()).chain(std::iter::repeat_n(0, pad)));
             b.labels.extend(r.labels.iter().copied().chain(std::iter::repeat_n(IGNORE, pad)));
+            if let Some(tt) = b.token_types.as_mut() {
+                let types = r.token_types.iter().map(|&t| t as i32).chain(std::iter::repeat(0));
+                tt.extend(types.take(seq));
+            }
         }
         b
     }
@@ -87,7 +126,19 @@ impl TokenBatch {
     /// Tokens the causal-LM loss counts: positions `t < seq - 1` whose next label is not
     /// ignored (transformers counts `labels[..., 1:] != -100`).
     pub fn targets(&self) -> usize {
-        self.labels.chunks(self.seq.max(1)).map(|row| row[1..].iter().filter(|&&l| l >= 0).count()).sum()
+        self.targets_for(Objective::CausalLm)
+    }
+
+    /// The targets `objective`'s loss averages over: shifted labels (causal LM), labels that
+    /// are not -100 (masked LM, token classification) or rows (sequence classification).
+    pub fn targets_for(&self, objective: Objective) -> usize {
+        match objective {
+            Objective::CausalLm => {
+                self.labels.chunks(self.seq.max(1)).map(|row| row[1..].iter().filter(|&&l| l >= 0).count()).sum()
+            }
+            Objective::MaskedLm | Objective::TokenClassification => self.labels.iter().filter(|&&l| l >= 0).count(),
+            Objective::SequenceClassification => self.row_labels.len(),
+        }
     }
 
     /// Real (unpadded) tokens.
@@ -117,6 +168,7 @@ pub struct Loader {
     pad_id: u32,
     pos: DataPosition,
     order: Vec<usize>,
+    mlm: Option<MlmMasking>,
 }
 
 impl Loader {
@@ -128,7 +180,7 @@ impl Loader {
             return Err(TrainError::Config("--batch-size must be at least 1".into()));
         }
         let order = epoch_order(seqs.len(), seed, 0, shuffle);
-        Ok(Loader { seqs, batch_size, shuffle, seed, pad_id, pos: DataPosition::default(), order })
+        Ok(Loader { seqs, batch_size, shuffle, seed, pad_id, pos: DataPosition::default(), order, mlm: None })
     }
 
     /// Sequences per epoch.
@@ -175,10 +227,26 @@ impl Loader {
             self.pos = DataPosition { epoch: self.pos.epoch + 1, index: 0 };
             self.order = epoch_order(self.seqs.len(), self.seed, self.pos.epoch, self.shuffle);
         }
-        let end = (self.pos.index + self.batch_size).min(self.seqs.len());
-        let rows: Vec<&Example> = self.order[self.pos.index..end].iter().map(|&i| &self.seqs[i]).collect();
+        let (start, end) = (self.pos.index, (self.pos.index + self.batch_size).min(self.seqs.len()));
+        let rows: Vec<&Example> = self.order[start..end].iter().map(|&i| &self.seqs[i]).collect();
         self.pos.index = end;
-        TokenBatch::pad(&rows, self.pad_id)
+        match &self.mlm {
+            // Each draw is a pure function of (seed, epoch, place in the epoch): a resumed run
+            // masks exactly as the straight run did.
+            Some(m) => {
+                let masked: Vec<Example> = (start..end)
+                    .zip(&rows)
+                    .map(|(k, r)| m.mask(r, self.pos.epoch.wrapping_mul(1 << 32).wrapping_add(k as u64)))
+                    .collect();
+                TokenBatch::pad(&masked.iter().collect::<Vec<_>>(), self.pad_id)
+            }
+            None => TokenBatch::pad(&rows, self.pad_id),
+        }
+    }
+
+    /// Masks every batch as it is drawn (dynamic masked-LM masking, `DataCollatorForLanguageModeling`).
+    pub fn set_mlm_masking(&mut self, masking: MlmMasking) {
+        self.mlm = Some(masking);
     }
 }
 
@@ -193,7 +261,7 @@ mod tests {
     use super::*;
 
     fn ex(ids: &[u32], labels: &[i32]) -> Example {
-        Example { input_ids: ids.to_vec(), labels: labels.to_vec() }
+        Example::new(ids.to_vec(), labels.to_vec())
     }
 
     #[test]

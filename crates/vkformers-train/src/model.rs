@@ -2,13 +2,14 @@
 //! parameters it may update. A full model trains all its parameters; a LoRA wrapper would
 //! hand over only its adapter matrices and a forward that adds them.
 
-use vkformers_models::decoder::{forward, forward_with_aux};
+use vkformers_models::decoder::{causal_lm_loss, forward, forward_with_aux};
+use vkformers_models::encoder::{self, EncoderBatch, EncoderHead};
 use vkformers_models::model::Model;
 use vkformers_tensor::{Graph, Tensor};
 
-use crate::batching::TokenBatch;
+use crate::batching::{Objective, TokenBatch};
 use crate::decay::decays;
-use crate::error::Result;
+use crate::error::{Result, TrainError};
 
 /// A causal language model for the trainer: logits `[B·T, V]` of a right-padded batch. With
 /// gradients on, the graph's tape records the forward so `Graph::backward` reaches the
@@ -22,14 +23,117 @@ pub trait LanguageModel {
     fn logits_and_aux(&self, g: &Graph<'_>, batch: &TokenBatch) -> Result<(Tensor, Option<Tensor>)> {
         Ok((self.logits(g, batch)?, None))
     }
+
+    /// What the labels of a batch mean (how targets are counted, which loss applies).
+    fn objective(&self) -> Objective {
+        Objective::CausalLm
+    }
+
+    /// The mean loss of `logits` against the batch's labels `[1]`.
+    fn loss(&self, g: &Graph<'_>, logits: &Tensor, batch: &TokenBatch) -> Result<Tensor> {
+        Ok(causal_lm_loss(g, logits, &batch.labels, batch.batch, batch.seq)?)
+    }
+
+    /// A classifier's class names by id (`id2label`), for reports; empty when unnamed.
+    fn label_names(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// A sequence classifier's loss for these labels (transformers' `problem_type` rules).
+    fn problem(&self, _labels: &encoder::OwnedClsLabels) -> Option<encoder::Problem> {
+        None
+    }
+}
+
+/// `id2label` of a config, in id order (ids missing from it named `LABEL_i`).
+pub fn label_names(config: &serde_json::Value) -> Vec<String> {
+    let Some(map) = config.get("id2label").and_then(|v| v.as_object()) else { return Vec::new() };
+    let mut pairs: Vec<(usize, String)> =
+        map.iter().filter_map(|(k, v)| Some((k.parse().ok()?, v.as_str().unwrap_or_default().to_string()))).collect();
+    pairs.sort();
+    let n = pairs.last().map_or(0, |p| p.0 + 1);
+    let mut names: Vec<String> = (0..n).map(|i| format!("LABEL_{i}")).collect();
+    for (i, name) in pairs {
+        names[i] = name;
+    }
+    names
+}
+
+/// The objective an encoder head trains for (`None` for a decoder).
+pub fn encoder_objective(model: &Model) -> Option<Objective> {
+    Some(match &model.spec.encoder.as_ref()?.head {
+        EncoderHead::MaskedLm(_) | EncoderHead::Bare { .. } => Objective::MaskedLm,
+        EncoderHead::TokenClassification { .. } => Objective::TokenClassification,
+        EncoderHead::SequenceClassification(_) => Objective::SequenceClassification,
+    })
+}
+
+/// A batch's row labels as the classifier's loss takes them: class ids `[B]`, or floats
+/// (`[B]` regression targets, `[B, num_labels]` multi-label), all of one kind.
+pub fn row_labels(batch: &TokenBatch) -> Result<encoder::OwnedClsLabels> {
+    use vkformers_data::SeqLabel;
+    if batch.row_labels.len() != batch.batch {
+        return Err(TrainError::Config(format!(
+            "sequence classification needs a `label` on every row; a batch has {} labels for {} rows",
+            batch.row_labels.len(),
+            batch.batch
+        )));
+    }
+    if batch.row_labels.iter().all(|l| matches!(l, SeqLabel::Class(_))) {
+        let ids = batch.row_labels.iter().map(|l| if let SeqLabel::Class(c) = l { *c as i32 } else { 0 });
+        return Ok(encoder::OwnedClsLabels::Ids(ids.collect()));
+    }
+    let mut floats = Vec::new();
+    for l in &batch.row_labels {
+        match l {
+            SeqLabel::Class(c) => floats.push(*c as f32),
+            SeqLabel::Values(v) => floats.extend_from_slice(v),
+        }
+    }
+    Ok(encoder::OwnedClsLabels::Floats(floats))
 }
 
 impl LanguageModel for Model {
     fn logits(&self, g: &Graph<'_>, batch: &TokenBatch) -> Result<Tensor> {
+        if self.spec.encoder.is_some() {
+            return Ok(encoder::forward(g, &self.spec, &self.weights, &encoder_batch(batch))?);
+        }
         Ok(forward(g, &self.spec, &self.weights, &batch.as_model_batch())?)
     }
 
+    fn objective(&self) -> Objective {
+        encoder_objective(self).unwrap_or(Objective::CausalLm)
+    }
+
+    fn label_names(&self) -> Vec<String> {
+        label_names(&self.config)
+    }
+
+    fn problem(&self, labels: &encoder::OwnedClsLabels) -> Option<encoder::Problem> {
+        match &self.spec.encoder.as_ref()?.head {
+            EncoderHead::SequenceClassification(h) => Some(h.problem_for(&labels.as_ref())),
+            _ => None,
+        }
+    }
+
+    fn loss(&self, g: &Graph<'_>, logits: &Tensor, batch: &TokenBatch) -> Result<Tensor> {
+        match &self.spec.encoder.as_ref().map(|e| &e.head) {
+            None => Ok(causal_lm_loss(g, logits, &batch.labels, batch.batch, batch.seq)?),
+            Some(EncoderHead::SequenceClassification(head)) => {
+                let labels = row_labels(batch)?;
+                Ok(encoder::classification_loss(g, head, logits, labels.as_ref())?)
+            }
+            Some(EncoderHead::Bare { .. }) => {
+                Err(TrainError::Config("a bare encoder (no task head) has no loss to train".into()))
+            }
+            Some(_) => Ok(encoder::masked_lm_loss(g, logits, &batch.labels)?),
+        }
+    }
+
     fn logits_and_aux(&self, g: &Graph<'_>, batch: &TokenBatch) -> Result<(Tensor, Option<Tensor>)> {
+        if self.spec.encoder.is_some() {
+            return Ok((self.logits(g, batch)?, None));
+        }
         let (logits, aux) = forward_with_aux(g, &self.spec, &self.weights, &batch.as_model_batch())?;
         let coef = vkformers_models::moe::aux_loss_coef(&self.spec);
         let scaled = match (aux, coef) {
@@ -37,6 +141,17 @@ impl LanguageModel for Model {
             _ => None,
         };
         Ok((logits, scaled))
+    }
+}
+
+/// The encoder graph's view of a batch.
+pub fn encoder_batch(batch: &TokenBatch) -> EncoderBatch<'_> {
+    EncoderBatch {
+        ids: &batch.ids,
+        mask: &batch.mask,
+        token_types: batch.token_types.as_deref(),
+        batch: batch.batch,
+        seq: batch.seq,
     }
 }
 

@@ -1,6 +1,7 @@
 //! Pre-tokenized JSONL rows `{"input_ids": [...], "labels": [...]}` (labels optional: the
 //! ids), for a model folder that has no tokenizer (`vkformers_data::read_dataset`, which reads
-//! every row shape of the design, needs one).
+//! every row shape of the design, needs one). Encoder rows may add `token_type_ids` and, for
+//! sequence classification, a `label` (class id, float or list of floats).
 
 use std::path::PathBuf;
 
@@ -56,5 +57,18 @@ fn parse_row(line: &str) -> std::result::Result<Example, String> {
     if labels.len() != input_ids.len() {
         return Err(format!("{} labels for {} input_ids", labels.len(), input_ids.len()));
     }
-    Ok(Example { input_ids, labels })
+    let token_types: Vec<u32> = match ints("token_type_ids")? {
+        Some(t) if t.len() != input_ids.len() => {
+            return Err(format!("{} token_type_ids for {} input_ids", t.len(), input_ids.len()))
+        }
+        Some(t) => t.iter().map(|&x| x.max(0) as u32).collect(),
+        None => Vec::new(),
+    };
+    let target = match v.get("label") {
+        None | Some(Value::Null) => None,
+        Some(l) => Some(vkformers_data::parse_label(l, &Default::default(), "label")?),
+    };
+    // A sequence label replaces per-token targets (none when `labels` is absent).
+    let labels = if target.is_some() && v.get("labels").is_none() { vec![-100; labels.len()] } else { labels };
+    Ok(Example { input_ids, labels, token_types, target })
 }

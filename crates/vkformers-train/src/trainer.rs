@@ -5,13 +5,14 @@
 //! micro-batches of one optimizer step and `n_i` in micro-batch `i`, micro-batch `i`'s loss
 //! (its own token mean `L_i`) is scaled by `n_i / N` before backward, so the accumulated
 //! gradient is that of `Σ_i n_i L_i / N`, the token-weighted mean over the whole step — the
-//! gradient of one batch holding all the micro-batches.
+//! gradient of one batch holding all the micro-batches. The targets are the model's
+//! (`LanguageModel::objective`): shifted tokens, masked-LM or token-class labels, or rows for a
+//! sequence classifier (whose loss is a row mean, so rows weigh as tokens do above).
 
 use std::path::{Path, PathBuf};
 
 use vkformers_data::Example;
 use vkformers_kernels::optim::AdamW as AdamWHp;
-use vkformers_models::decoder::causal_lm_loss;
 use vkformers_tensor::ops::broadcast;
 use vkformers_tensor::optim::{AdamW, Param};
 use vkformers_tensor::{Graph, Tensor};
@@ -203,7 +204,8 @@ impl<'g, 'c> Trainer<'g, 'c> {
         let start = std::time::Instant::now();
         let lr = self.opts.schedule.lr_at(self.step);
         let micro = self.take_micro_batches();
-        let targets: usize = micro.iter().map(TokenBatch::targets).sum();
+        let objective = model.objective();
+        let targets: usize = micro.iter().map(|b| b.targets_for(objective)).sum();
         if targets == 0 {
             return Err(TrainError::Config(format!(
                 "step {}: no token to predict in this batch (every label is -100): check the data's labels",
@@ -214,12 +216,12 @@ impl<'g, 'c> Trainer<'g, 'c> {
         let mut auxes: Vec<Tensor> = Vec::new();
         let loss_scale = self.scaler.map_or(1.0, |s| s.scale);
         for (i, mb) in micro.iter().enumerate() {
-            let n = mb.targets();
+            let n = mb.targets_for(objective);
             if n == 0 {
                 continue;
             }
             let (logits, aux) = model.logits_and_aux(self.g, mb)?;
-            let loss = causal_lm_loss(self.g, &logits, &mb.labels, mb.batch, mb.seq)?;
+            let loss = model.loss(self.g, &logits, mb)?;
             // fp16: backward from S·loss (S a power of two, so dividing the read value is exact).
             let factor = n as f32 / targets as f32 * loss_scale;
             let mut scaled = if factor == 1.0 { loss } else { broadcast::scale(self.g, &loss, factor)? };

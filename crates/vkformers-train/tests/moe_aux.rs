@@ -25,7 +25,7 @@ fn one_step(name: &str) -> (f64, Option<f64>, f64) {
         let tmp = tempfile::tempdir().unwrap();
         let rows: Vec<Example> = [vec![5u32, 9, 17, 3, 44, 100, 7, 8], vec![31, 2, 60, 61, 12]]
             .into_iter()
-            .map(|ids| Example { labels: ids.iter().map(|&t| t as i32).collect(), input_ids: ids })
+            .map(|ids| Example::new(ids.clone(), ids.iter().map(|&t| t as i32).collect()))
             .collect();
         let seqs = sequences(&rows, 16, false).unwrap();
         let g = Graph::new(ctx);

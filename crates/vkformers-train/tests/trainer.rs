@@ -30,7 +30,7 @@ fn rows(n: usize) -> Vec<Example> {
             let ids: Vec<u32> = (0..len).map(|j| 3 + ((i * 31 + j * 17) % 120) as u32).collect();
             let labels =
                 ids.iter().enumerate().map(|(j, &t)| if i % 3 == 0 && j < 2 { -100 } else { t as i32 }).collect();
-            Example { input_ids: ids, labels }
+            Example::new(ids, labels)
         })
         .collect()
 }

@@ -77,14 +77,46 @@ pub(super) fn names(p: &str) -> LayerNames {
     }
 }
 
-/// RoBERTa-PreLayerNorm's names: the norms sit before attention (`attention.LayerNorm`) and
-/// before the MLP (`intermediate.LayerNorm`).
-fn pre_ln_names(p: &str) -> LayerNames {
-    let l = under(p, "encoder.layer.{i}");
-    LayerNames {
-        attn_norm: format!("{l}.attention.LayerNorm"),
-        mlp_norm: format!("{l}.intermediate.LayerNorm"),
-        ..names(p)
+/// Where a family's layer norms sit and what they are called.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    /// BERT: after each residual add; a LayerNorm on the embeddings.
+    Post,
+    /// RoBERTa-PreLayerNorm: before attention (`attention.LayerNorm`) and the MLP
+    /// (`intermediate.LayerNorm`), a final `LayerNorm`; the embeddings keep theirs.
+    PreLn,
+    /// XLM-RoBERTa-XL: pre-LN (`attention.self_attn_layer_norm`, the layer's `LayerNorm`), a
+    /// final `encoder.LayerNorm`, no norm on the embeddings.
+    XlmRobertaXl,
+    /// Megatron-BERT: pre-LN (`attention.ln`, the layer's `ln`), a final `encoder.ln`, no norm
+    /// on the embeddings.
+    Megatron,
+}
+
+impl Layout {
+    fn names(self, p: &str) -> LayerNames {
+        let l = under(p, "encoder.layer.{i}");
+        let (attn_norm, mlp_norm) = match self {
+            Layout::Post => return names(p),
+            Layout::PreLn => (format!("{l}.attention.LayerNorm"), format!("{l}.intermediate.LayerNorm")),
+            Layout::XlmRobertaXl => (format!("{l}.attention.self_attn_layer_norm"), format!("{l}.LayerNorm")),
+            Layout::Megatron => (format!("{l}.attention.ln"), format!("{l}.ln")),
+        };
+        LayerNames { attn_norm, mlp_norm, ..names(p) }
+    }
+
+    /// The norm after the last layer (pre-LN layouts).
+    fn final_norm(self, p: &str) -> Option<String> {
+        match self {
+            Layout::Post => None,
+            Layout::PreLn => Some(under(p, "LayerNorm")),
+            Layout::XlmRobertaXl => Some(under(p, "encoder.LayerNorm")),
+            Layout::Megatron => Some(under(p, "encoder.ln")),
+        }
+    }
+
+    fn embedding_norm(self) -> bool {
+        matches!(self, Layout::Post | Layout::PreLn)
     }
 }
 
@@ -114,7 +146,7 @@ fn spec(
     head: Head,
     from_ids: bool,
     pad_default: i64,
-    pre_ln: bool,
+    layout: Layout,
     cfg: &Value,
 ) -> Result<ModelSpec> {
     let c: Config = parse(cfg)?;
@@ -153,10 +185,10 @@ fn spec(
         vocab: c.vocab_size,
         hidden: c.hidden_size,
         layers: vec![layer; c.num_hidden_layers],
-        names: if pre_ln { pre_ln_names(prefix) } else { names(prefix) },
+        names: layout.names(prefix),
         word: format!("{e}.word_embeddings"),
         positions: format!("{e}.position_embeddings"),
-        embed_norm: (norm.clone(), format!("{e}.LayerNorm")),
+        embed_norm: layout.embedding_norm().then(|| (norm.clone(), format!("{e}.LayerNorm"))),
         decoder: format!("{head_prefix}.decoder"),
         tied: true,
         padding_idx,
@@ -166,8 +198,8 @@ fn spec(
             positions,
             max_positions: c.max_position_embeddings,
             embed_project: None,
-            placement: if pre_ln { NormPlacement::Pre } else { NormPlacement::Post },
-            final_norm: pre_ln.then(|| (norm.clone(), under(prefix, "LayerNorm"))),
+            placement: if layout == Layout::Post { NormPlacement::Post } else { NormPlacement::Pre },
+            final_norm: layout.final_norm(prefix).map(|name| (norm.clone(), name)),
             head,
             ignored,
         },
@@ -250,34 +282,44 @@ fn check_positions(s: ModelSpec, max: usize) -> Result<ModelSpec> {
 }
 
 pub fn bert(cfg: &Value) -> Result<ModelSpec> {
-    spec("bert", "bert", Head::Bert, false, 0, false, cfg)
+    spec("bert", "bert", Head::Bert, false, 0, Layout::Post, cfg)
 }
 
 pub fn roberta(cfg: &Value) -> Result<ModelSpec> {
-    spec("roberta", "roberta", Head::Roberta, true, 1, false, cfg)
+    spec("roberta", "roberta", Head::Roberta, true, 1, Layout::Post, cfg)
 }
 
 /// RoBERTa's modules (XLM-R's vocabulary is larger; the graph is the same).
 pub fn xlm_roberta(cfg: &Value) -> Result<ModelSpec> {
-    spec("xlm-roberta", "roberta", Head::Roberta, true, 1, false, cfg)
+    spec("xlm-roberta", "roberta", Head::Roberta, true, 1, Layout::Post, cfg)
 }
 
 pub fn camembert(cfg: &Value) -> Result<ModelSpec> {
-    spec("camembert", "roberta", Head::Roberta, true, 1, false, cfg)
+    spec("camembert", "roberta", Head::Roberta, true, 1, Layout::Post, cfg)
 }
 
 pub fn data2vec_text(cfg: &Value) -> Result<ModelSpec> {
-    spec("data2vec-text", "data2vec_text", Head::Roberta, true, 1, false, cfg)
+    spec("data2vec-text", "data2vec_text", Head::Roberta, true, 1, Layout::Post, cfg)
 }
 
 /// BERT's modules under `ernie.` (without `use_task_id`).
 pub fn ernie(cfg: &Value) -> Result<ModelSpec> {
-    spec("ernie", "ernie", Head::Bert, false, 0, false, cfg)
+    spec("ernie", "ernie", Head::Bert, false, 0, Layout::Post, cfg)
 }
 
 /// RoBERTa with pre-LN layers and a final `roberta_prelayernorm.LayerNorm`.
 pub fn roberta_prelayernorm(cfg: &Value) -> Result<ModelSpec> {
-    spec("roberta-prelayernorm", "roberta_prelayernorm", Head::Roberta, true, 1, true, cfg)
+    spec("roberta-prelayernorm", "roberta_prelayernorm", Head::Roberta, true, 1, Layout::PreLn, cfg)
+}
+
+/// RoBERTa's modules with pre-LN layers and no norm on the embeddings.
+pub fn xlm_roberta_xl(cfg: &Value) -> Result<ModelSpec> {
+    spec("xlm-roberta-xl", "roberta", Head::Roberta, true, 1, Layout::XlmRobertaXl, cfg)
+}
+
+/// BERT's modules with pre-LN layers (`ln`), a final `encoder.ln`, no norm on the embeddings.
+pub fn megatron_bert(cfg: &Value) -> Result<ModelSpec> {
+    spec("megatron-bert", "bert", Head::Bert, false, 0, Layout::Megatron, cfg)
 }
 
 #[cfg(test)]

@@ -97,7 +97,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
         names: names(),
         word: format!("{e}.word_embeddings"),
         positions: format!("{e}.position_embeddings"),
-        embed_norm: (norm.clone(), format!("{e}.LayerNorm")),
+        embed_norm: Some((norm.clone(), format!("{e}.LayerNorm"))),
         decoder: "vocab_projector".into(),
         tied: c.tie_word_embeddings,
         padding_idx: padding_idx_or(cfg, 0, c.vocab_size),

@@ -56,8 +56,8 @@ pub(super) struct EncoderParts<'a> {
     /// Word and position tables (`{name}.weight`).
     pub word: String,
     pub positions: String,
-    /// The LayerNorm on the summed embeddings and its name.
-    pub embed_norm: (Norm, String),
+    /// The LayerNorm on the summed embeddings and its name (none in some pre-LN families).
+    pub embed_norm: Option<(Norm, String)>,
     /// The MLM decoder module (its `.weight` is read only when untied).
     pub decoder: String,
     pub tied: bool,
@@ -67,17 +67,21 @@ pub(super) struct EncoderParts<'a> {
 
 impl EncoderParts<'_> {
     pub fn build(self) -> ModelSpec {
-        let (norm, norm_name) = self.embed_norm;
+        let (embed_norm, norm_name) = match self.embed_norm {
+            Some((n, name)) => (Some(n), name),
+            None => (None, String::new()),
+        };
+        // Unused: an encoder's final norm (pre-LN families) is `EncoderSpec::final_norm`.
+        let unused = embed_norm.clone().or_else(|| self.encoder.final_norm.as_ref().map(|(n, _)| n.clone()));
         let mut spec = ModelSpec {
             model_type: self.model_type.into(),
             vocab: self.vocab,
             hidden: self.hidden,
             embed_scale: 1.0,
-            embed_norm: Some(norm.clone()),
+            embed_norm,
             embed_norm_name: norm_name,
             layers: self.layers,
-            // Unused: an encoder's final norm (pre-LN families) is `EncoderSpec::final_norm`.
-            final_norm: norm,
+            final_norm: unused.unwrap_or(Norm::Layer { eps: 1e-12, bias: true }),
             tied_head: self.tied,
             head_bias: false,
             logit_scale: 1.0,
@@ -112,7 +116,7 @@ impl EncoderParts<'_> {
 /// saved under the names the folder used).
 fn legacy_norm_names(spec: &ModelSpec) -> Vec<MapEntry> {
     let n = &spec.layer_names;
-    let mut norms = vec![spec.embed_norm_name.clone()];
+    let mut norms: Vec<String> = spec.embed_norm.iter().map(|_| spec.embed_norm_name.clone()).collect();
     for i in 0..spec.layers.len() {
         norms.push(layer_name(&n.attn_norm, i));
         norms.push(layer_name(&n.mlp_norm, i));
@@ -132,7 +136,8 @@ fn legacy_norm_names(spec: &ModelSpec) -> Vec<MapEntry> {
         .collect()
 }
 
-fn first_architecture(cfg: &Value) -> &str {
+/// The first name of `architectures` (empty when none).
+pub(crate) fn first_architecture(cfg: &Value) -> &str {
     cfg.get("architectures").and_then(Value::as_array).and_then(|a| a.first()).and_then(Value::as_str).unwrap_or("")
 }
 

@@ -23,7 +23,7 @@ mod ctrl;
 mod deepseek;
 mod distilbert;
 mod electra;
-mod encoder_common;
+pub(crate) mod encoder_common;
 mod ernie4_5;
 mod exaone4;
 mod falcon;
@@ -128,6 +128,8 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "data2vec-text", family: "BERT-family encoder", build: bert::data2vec_text },
     Arch { model_type: "ernie", family: "BERT-family encoder", build: bert::ernie },
     Arch { model_type: "roberta-prelayernorm", family: "BERT-family encoder", build: bert::roberta_prelayernorm },
+    Arch { model_type: "xlm-roberta-xl", family: "BERT-family encoder", build: bert::xlm_roberta_xl },
+    Arch { model_type: "megatron-bert", family: "BERT-family encoder", build: bert::megatron_bert },
     Arch { model_type: "distilbert", family: "BERT-family encoder", build: distilbert::spec },
     Arch { model_type: "electra", family: "BERT-family encoder", build: electra::spec },
     Arch { model_type: "biogpt", family: "absolute-position GPT", build: biogpt::spec },

@@ -2,7 +2,7 @@
 //! `[B·T, V]`) and the sequence classifier (logits `[B, num_labels]`), with their losses as
 //! transformers computes them.
 
-use vkformers_tensor::ops::{activation, broadcast, cast, embedding, loss, reduce};
+use vkformers_tensor::ops::{activation, broadcast, cast, embedding, loss, matmul, reduce, shape};
 use vkformers_tensor::{DType, Graph, Tensor};
 
 use super::{encoder_of, hidden_states, ClassifierHead, EncoderBatch, EncoderHead, MlmHead, PoolAct, Problem};
@@ -88,10 +88,39 @@ pub fn masked_lm_loss(g: &Graph<'_>, logits: &Tensor, labels: &[i32]) -> Result<
     Ok(loss::cross_entropy(g, logits, &lab)?)
 }
 
-/// A sequence classifier's labels: class ids `[B]`, or floats (`[B]` regression targets).
+/// A sequence classifier's labels: class ids `[B]`, or floats (`[B]` regression targets,
+/// `[B, num_labels]` multi-label 0/1 values).
 pub enum ClsLabels<'a> {
     Ids(&'a [i32]),
     Floats(&'a [f32]),
+}
+
+/// [`ClsLabels`] that own their values.
+#[derive(Clone, Debug, PartialEq)]
+pub enum OwnedClsLabels {
+    Ids(Vec<i32>),
+    Floats(Vec<f32>),
+}
+
+impl OwnedClsLabels {
+    pub fn as_ref(&self) -> ClsLabels<'_> {
+        match self {
+            OwnedClsLabels::Ids(v) => ClsLabels::Ids(v),
+            OwnedClsLabels::Floats(v) => ClsLabels::Floats(v),
+        }
+    }
+}
+
+impl ClassifierHead {
+    /// transformers' choice of loss: the config's `problem_type`, else regression for one label,
+    /// single-label for integer labels, multi-label for float labels.
+    pub fn problem_for(&self, labels: &ClsLabels<'_>) -> Problem {
+        self.problem.unwrap_or(match (labels, self.num_labels) {
+            (_, 1) => Problem::Regression,
+            (ClsLabels::Ids(_), _) => Problem::SingleLabel,
+            (ClsLabels::Floats(_), _) => Problem::MultiLabel,
+        })
+    }
 }
 
 /// The loss of `logits [B, num_labels]` by transformers' rules: the config's `problem_type`, or
@@ -102,19 +131,13 @@ pub fn classification_loss(
     logits: &Tensor,
     labels: ClsLabels<'_>,
 ) -> Result<Tensor> {
-    let problem = head.problem.unwrap_or(match (&labels, head.num_labels) {
-        (_, 1) => Problem::Regression,
-        (ClsLabels::Ids(_), _) => Problem::SingleLabel,
-        (ClsLabels::Floats(_), _) => Problem::MultiLabel,
-    });
+    let problem = head.problem_for(&labels);
     match (problem, labels) {
         (Problem::SingleLabel, ClsLabels::Ids(ids)) => masked_lm_loss(g, logits, ids),
+        (Problem::MultiLabel, labels) => multi_label_loss(g, logits, &float_labels(labels)),
         (Problem::Regression, labels) => {
             // MSE: mean over every element of (logits − labels)², labels shaped as the logits.
-            let y: Vec<f32> = match labels {
-                ClsLabels::Ids(ids) => ids.iter().map(|&v| v as f32).collect(),
-                ClsLabels::Floats(f) => f.to_vec(),
-            };
+            let y = float_labels(labels);
             if y.len() != logits.numel() {
                 return Err(ModelError::Config(format!(
                     "{} regression labels for logits {:?}",
@@ -127,4 +150,32 @@ pub fn classification_loss(
         }
         (p, _) => Err(ModelError::Unsupported(format!("sequence classification loss {p:?} with these labels"))),
     }
+}
+
+fn float_labels(labels: ClsLabels<'_>) -> Vec<f32> {
+    match labels {
+        ClsLabels::Ids(ids) => ids.iter().map(|&v| v as f32).collect(),
+        ClsLabels::Floats(f) => f.to_vec(),
+    }
+}
+
+/// `BCEWithLogitsLoss` (mean over every element of logits `[B, C]`): per element
+/// `softplus(x) − x·y`. `softplus(x)` is the cross-entropy of the two logits `[0, x]` against
+/// class 0, so the mean is `CE([0, x] rows, class 0) − mean(x ⊙ y)`, any `y` in [0, 1].
+fn multi_label_loss(g: &Graph<'_>, logits: &Tensor, y: &[f32]) -> Result<Tensor> {
+    if y.len() != logits.numel() {
+        return Err(ModelError::Config(format!(
+            "{} multi-label values for logits {:?}: give each row a list of {} 0/1 values",
+            y.len(),
+            logits.shape(),
+            logits.shape().last().copied().unwrap_or(0)
+        )));
+    }
+    let n = logits.numel();
+    let x = cast::cast(g, logits, DType::F32)?;
+    // [N, 1] · [1, 2] with the row [0, 1]: the pairs [0, x].
+    let pairs = matmul::matmul(g, &shape::reshape(g, &x, &[n, 1])?, &g.constant(&[0.0, 1.0], &[1, 2])?)?;
+    let softplus = loss::cross_entropy(g, &pairs, &g.ints(&vec![0; n], &[n])?)?;
+    let xy = reduce::mean(g, &broadcast::mul(g, &x, &g.constant(y, logits.shape())?)?)?;
+    Ok(broadcast::sub(g, &softplus, &xy)?)
 }

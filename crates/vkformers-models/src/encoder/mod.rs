@@ -8,8 +8,8 @@ mod plan;
 mod pooling;
 mod spec;
 
-pub use heads::{classification_loss, forward, forward_loss, masked_lm_loss, ClsLabels};
-pub(crate) use plan::plan;
+pub use heads::{classification_loss, forward, forward_loss, masked_lm_loss, ClsLabels, OwnedClsLabels};
+pub(crate) use plan::{check_new_head, plan};
 pub use pooling::{normalize_rows, pool, Pooling};
 pub use spec::{ClassifierHead, EncoderHead, EncoderSpec, MlmHead, NormPlacement, PoolAct, Positions, Problem};
 

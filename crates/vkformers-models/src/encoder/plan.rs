@@ -1,12 +1,64 @@
 //! The parameters (internal names, shapes, init) the encoder graph reads: the one list that
 //! init, the load check and save agree on (see `init.rs`).
 
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+
 use serde_json::Value;
+use vkformers_io::ModelWeights;
 
 use super::{EncoderHead, EncoderSpec};
 use crate::error::{ModelError, Result};
 use crate::init::{linear, norm_params, Init, Planned};
 use crate::spec::{layer_name, MlpSpec, ModelSpec};
+use crate::weights::internal_shapes;
+
+/// What a folder gives a model with a new task head: the stored parameters that are kept (name
+/// -> shape), the head's parameters to draw, and the stored tensors that are left out (the old
+/// head's). Anything else the config needs but the folder lacks, and any kept tensor of another
+/// shape, is an error.
+pub(crate) type NewHeadPlan = (HashMap<String, Vec<usize>>, Vec<Planned>, Vec<String>);
+
+pub(crate) fn check_new_head(spec: &ModelSpec, config: &Value, file: &ModelWeights, dir: &Path) -> Result<NewHeadPlan> {
+    let enc = spec.encoder.as_ref().ok_or_else(|| ModelError::Config("a new task head needs an encoder".into()))?;
+    let mut head_params = Vec::new();
+    head(&mut head_params, spec, enc);
+    let head_names: HashSet<String> = head_params.into_iter().map(|p| p.name).collect();
+    let planned = plan(spec, config)?;
+    let found = crate::model::stored_params(spec, file)?;
+    let (mut fresh, mut problems) = (Vec::new(), Vec::new());
+    let known: HashSet<String> = planned.iter().map(|p| p.name.clone()).collect();
+    for p in planned {
+        match found.get(&p.name) {
+            None if head_names.contains(&p.name) => fresh.push(p),
+            None => problems.push(format!("missing tensor `{}` {:?}", p.name, p.shape)),
+            Some(s) if *s != p.shape => problems.push(format!(
+                "`{}` has shape {s:?}, the new head needs {:?} (another number of labels? start from the base \
+                 model's folder)",
+                p.name, p.shape
+            )),
+            Some(_) => {}
+        }
+    }
+    if !problems.is_empty() {
+        return Err(ModelError::Weights(format!(
+            "{} cannot take the `{}` head:\n  {}",
+            dir.display(),
+            crate::archs::encoder_common::first_architecture(config),
+            problems.join("\n  ")
+        )));
+    }
+    // A stored tensor is left out when none of the parameters it holds is one this model reads.
+    let mut unexpected = Vec::new();
+    for info in file.tensors() {
+        let parts = internal_shapes(spec, &info.name, &info.shape)?;
+        if !parts.is_empty() && parts.iter().all(|(n, _)| !known.contains(n)) {
+            unexpected.push(info.name.clone());
+        }
+    }
+    let kept = found.into_iter().filter(|(n, _)| known.contains(n)).collect();
+    Ok((kept, fresh, unexpected))
+}
 
 /// Every parameter of an encoder spec, in the order transformers lists them.
 pub(crate) fn plan(spec: &ModelSpec, _config: &Value) -> Result<Vec<Planned>> {

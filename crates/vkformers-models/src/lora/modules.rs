@@ -41,8 +41,20 @@ pub fn linear_modules(spec: &ModelSpec, w: &Weights) -> Result<Vec<LinearModule>
             }
         }
     }
-    if !spec.tied_head {
+    let encoder_head = spec.encoder.as_ref().map(|e| &e.head);
+    // An encoder's task heads have no LM decoder; an untied masked-LM decoder is the head.
+    let lm_head = encoder_head.is_none_or(|h| matches!(h, crate::encoder::EncoderHead::MaskedLm(_)));
+    if !spec.tied_head && lm_head {
         internal.push((format!("{}.weight", spec.head_name), true));
+    }
+    // An encoder head's own Linear layers (the MLM transform, a classifier's pooler/dense and
+    // output): PEFT adapts them when targeted; the output projection is the head, as the LM
+    // head is (never part of `all-linear`).
+    for (name, is_head) in encoder_head.map(head_linears).unwrap_or_default() {
+        let name = format!("{name}.weight");
+        if w.opt(&name).is_some() {
+            internal.push((name, is_head));
+        }
     }
     let mut out: Vec<LinearModule> = Vec::new();
     for (name, is_head) in internal {
@@ -97,6 +109,17 @@ fn layer_templates(spec: &ModelSpec) -> Vec<(usize, Vec<String>)> {
         [&n.q, &n.k, &n.v, &n.o, &c.q, &c.k, &c.v, &c.o, &n.gate, &n.up, &n.down].map(String::clone).to_vec();
     let encoder = (0..s.encoder_layers.len()).map(|i| (i, enc.clone()));
     encoder.chain((0..spec.layers.len()).map(|i| (i, dec.clone()))).collect()
+}
+
+/// The Linear modules of an encoder head, and whether each is the output layer.
+fn head_linears(head: &crate::encoder::EncoderHead) -> Vec<(String, bool)> {
+    use crate::encoder::EncoderHead;
+    match head {
+        EncoderHead::MaskedLm(h) => vec![(h.dense.clone(), false)],
+        EncoderHead::SequenceClassification(h) => vec![(h.dense.clone(), false), (h.out.clone(), true)],
+        EncoderHead::TokenClassification { out, .. } => vec![(out.clone(), true)],
+        EncoderHead::Bare { .. } => Vec::new(),
+    }
 }
 
 /// PEFT's `check_target_module_exists` for one module name.

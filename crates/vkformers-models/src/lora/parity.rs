@@ -11,6 +11,7 @@ use vkformers_tensor::Graph;
 use vkformers_vk::Context;
 
 use crate::decoder::{causal_lm_loss, forward, Batch};
+use crate::encoder::{ClsLabels, EncoderBatch};
 use crate::error::{ModelError, Result};
 use crate::lora::adapter::Adapter;
 use crate::lora::attach::{attach, load_frozen};
@@ -77,6 +78,7 @@ pub fn check(ctx: &Context, base_dir: &Path, lora_dir: &Path) -> Result<LoraRepo
     let mut opt = AdamW::new(hp, 0.0);
     let params = lora.params();
     let mut first_grads: HashMap<String, Vec<f32>> = HashMap::new();
+    let types = ints(&reference, "token_type_ids").ok().map(|(v, _)| v);
     for step in 0..2 {
         let (logits, loss) = if model.spec.seq2seq.is_some() {
             // Labels [B, L] beside the source [B, S].
@@ -90,6 +92,10 @@ pub fn check(ctx: &Context, base_dir: &Path, lora_dir: &Path) -> Result<LoraRepo
                 tgt_len: l,
             };
             crate::seq2seq::forward_loss(&g, &model.spec, &model.weights, &sb)?
+        } else if model.spec.encoder.is_some() {
+            // Masked-LM (or token-classification) labels, unshifted.
+            let eb = EncoderBatch { ids: &ids, mask: &mask, token_types: types.as_deref(), batch: b, seq: t };
+            crate::encoder::forward_loss(&g, &model.spec, &model.weights, &eb, ClsLabels::Ids(&labels))?
         } else {
             let logits = forward(&g, &model.spec, &model.weights, &batch)?;
             let loss = causal_lm_loss(&g, &logits, &labels, b, t)?;

@@ -1,0 +1,183 @@
+//! `vkformers embed`: sentence embeddings as sentence-transformers computes them (the folder's
+//! `modules.json`: the transformer's last hidden state, its pooling, `Normalize`), in batches
+//! sorted by length as `SentenceTransformer.encode` batches them; text lines or JSON in the
+//! OpenAI embeddings shape.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context as _};
+use vkformers_io::HfTokenizer;
+use vkformers_models::encoder::{self, EncoderBatch, Pooling};
+use vkformers_models::model::Model;
+use vkformers_tensor::ops::cast;
+use vkformers_tensor::{DType, Graph};
+use vkformers_vk::{Context, DeviceSelector};
+
+use crate::st_modules::{pool_host, PoolMode, SentenceModel};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// A sentence-transformers folder (modules.json), a plain encoder folder (mean pooling), or
+    /// a Hub id.
+    #[arg(long)]
+    model: String,
+    /// A text to embed (repeat for several).
+    #[arg(long, required_unless_present = "file")]
+    text: Vec<String>,
+    /// A file of texts to embed, one a line (empty lines skipped).
+    #[arg(long, conflicts_with = "text")]
+    file: Option<PathBuf>,
+    /// Print JSON in the OpenAI embeddings shape instead of one line of numbers a text.
+    #[arg(long)]
+    json: bool,
+    /// Texts per forward.
+    #[arg(long, default_value_t = 32, value_parser = crate::ranges::at_least_one)]
+    batch_size: usize,
+    #[command(flatten)]
+    dtype: crate::precision::DtypeArgs,
+}
+
+pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
+    let dir = vkformers_hub::resolve_model(&args.model)?;
+    let st = SentenceModel::read(&dir)?;
+    let texts = texts(args)?;
+    let ctx = Context::new(selector)?;
+    let g = Graph::new(&ctx);
+    crate::outdir::check_complete(&st.transformer)?;
+    let model = Model::load_for_inference(&g, &st.transformer, args.dtype.resolve(&st.transformer)?)
+        .with_context(|| format!("loading {}", st.transformer.display()))?;
+    if model.spec.encoder.is_none() {
+        bail!(
+            "`{}` is a decoder: embeddings of decoder models (last-token pooling) are not supported yet",
+            model.spec.model_type
+        );
+    }
+    crate::load::generate_in_weight_type(&g, &model);
+    let tok = HfTokenizer::from_dir(&st.transformer)?;
+    let (vectors, tokens) = embed_texts(&g, &model, &tok, &st, &texts, args.batch_size)?;
+    if args.json {
+        let data: Vec<serde_json::Value> = vectors
+            .iter()
+            .enumerate()
+            .map(|(i, v)| serde_json::json!({"object": "embedding", "index": i, "embedding": v}))
+            .collect();
+        let out = serde_json::json!({
+            "object": "list", "data": data, "model": args.model,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        });
+        println!("{}", serde_json::to_string(&out)?);
+    } else {
+        for v in &vectors {
+            let line: Vec<String> = v.iter().map(|x| format!("{x:.7}")).collect();
+            println!("{}", line.join(" "));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn texts(args: &Args) -> anyhow::Result<Vec<String>> {
+    let texts = match &args.file {
+        Some(f) => std::fs::read_to_string(f)
+            .with_context(|| format!("reading {}", f.display()))?
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(str::to_string)
+            .collect(),
+        None => args.text.clone(),
+    };
+    if texts.is_empty() {
+        bail!("nothing to embed: give --text or a --file with non-empty lines");
+    }
+    Ok(texts)
+}
+
+/// One embedding a text, in input order, and the number of tokens read.
+pub fn embed_texts(
+    g: &Graph<'_>,
+    model: &Model,
+    tok: &HfTokenizer,
+    st: &SentenceModel,
+    texts: &[String],
+    batch_size: usize,
+) -> anyhow::Result<(Vec<Vec<f32>>, usize)> {
+    let encoded = tokenize(model, tok, st, texts)?;
+    // Longest first, as `encode` sorts: batches hold texts of similar lengths.
+    let mut order: Vec<usize> = (0..texts.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(encoded[i].0.len()));
+    let mut out = vec![Vec::new(); texts.len()];
+    let pad = model.config["pad_token_id"].as_u64().unwrap_or(0) as i32;
+    for chunk in order.chunks(batch_size) {
+        let rows: Vec<&(Vec<i32>, Vec<i32>)> = chunk.iter().map(|&i| &encoded[i]).collect();
+        let vectors = g.no_grad(|| embed_batch(g, model, st, &rows, pad))?;
+        g.clear_tape();
+        for (&i, v) in chunk.iter().zip(vectors) {
+            out[i] = v;
+        }
+    }
+    Ok((out, encoded.iter().map(|e| e.0.len()).sum()))
+}
+
+/// Ids and token types of each text with the tokenizer's special tokens, cut to the model's
+/// `max_seq_length` (else its positions) as the tokenizer truncates.
+fn tokenize(
+    model: &Model,
+    tok: &HfTokenizer,
+    st: &SentenceModel,
+    texts: &[String],
+) -> anyhow::Result<Vec<(Vec<i32>, Vec<i32>)>> {
+    let positions = model.spec.encoder.as_ref().map(|e| e.max_positions);
+    // RoBERTa's positions start after padding_idx: two rows of its table are never read.
+    let offset = match model.spec.encoder.as_ref().map(|e| e.positions) {
+        Some(encoder::Positions::FromIds { padding_idx }) => padding_idx + 1,
+        _ => 0,
+    };
+    let limit = st.max_seq_length.into_iter().chain(positions.map(|p| p - offset)).min();
+    let mut inner = tok.inner().clone();
+    if let Some(max_length) = limit {
+        let params = tokenizers::TruncationParams { max_length, ..Default::default() };
+        inner.with_truncation(Some(params)).map_err(|e| anyhow::anyhow!("tokenizer truncation: {e}"))?;
+    }
+    texts
+        .iter()
+        .map(|t| {
+            let text = if st.lowercase { t.to_lowercase() } else { t.clone() };
+            let e = inner.encode(text.as_str(), true).map_err(|e| anyhow::anyhow!("tokenizing {t:?}: {e}"))?;
+            let ids = e.get_ids().iter().map(|&x| x as i32).collect();
+            Ok((ids, e.get_type_ids().iter().map(|&x| x as i32).collect()))
+        })
+        .collect()
+}
+
+/// The pooled (and normalised) embeddings of one right-padded batch.
+fn embed_batch(
+    g: &Graph<'_>,
+    model: &Model,
+    st: &SentenceModel,
+    rows: &[&(Vec<i32>, Vec<i32>)],
+    pad: i32,
+) -> anyhow::Result<Vec<Vec<f32>>> {
+    let (b, t) = (rows.len(), rows.iter().map(|r| r.0.len()).max().unwrap_or(1).max(1));
+    let (mut ids, mut mask, mut types) =
+        (Vec::with_capacity(b * t), Vec::with_capacity(b * t), Vec::with_capacity(b * t));
+    for (row_ids, row_types) in rows {
+        let n = row_ids.len();
+        ids.extend(row_ids.iter().copied().chain(std::iter::repeat_n(pad, t - n)));
+        mask.extend(std::iter::repeat_n(1, n).chain(std::iter::repeat_n(0, t - n)));
+        types.extend(row_types.iter().copied().chain(std::iter::repeat_n(0, t - n)));
+    }
+    let batch = EncoderBatch { ids: &ids, mask: &mask, token_types: Some(&types), batch: b, seq: t };
+    // f32 for pooling whatever the weights' type (16-bit runs keep activations 16-bit).
+    let hidden = cast::cast(g, &encoder::hidden_states(g, &model.spec, &model.weights, &batch)?, DType::F32)?;
+    let dim = model.spec.hidden;
+    let mut flat = match st.pooling {
+        // On the device: one product [B, B·T] · [B·T, D].
+        PoolMode::Mean => g.read(&encoder::pool(g, &hidden, &mask, (b, t), Pooling::Mean)?)?,
+        PoolMode::Cls => g.read(&encoder::pool(g, &hidden, &mask, (b, t), Pooling::Cls)?)?,
+        mode => pool_host(&g.read(&hidden)?, &mask, (b, t), mode),
+    };
+    if st.normalize {
+        encoder::normalize_rows(&mut flat, dim);
+    }
+    Ok(flat.chunks(dim).map(<[f32]>::to_vec).collect())
+}

