@@ -6,12 +6,12 @@
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::bart_layers::{layer, names};
 use super::common::parse;
-use super::encoder_common::activation;
 use crate::encoder::NormPlacement;
-use crate::error::{ModelError, Result};
+use crate::error::Result;
 use crate::seq2seq::{CrossNames, Seq2SeqSpec, Shift, StackEnds, StackPositions};
-use crate::spec::{padding_idx, AttnSpec, LayerNames, LayerSpec, MlpSpec, ModelSpec, Norm, Residual};
+use crate::spec::{padding_idx, ModelSpec, Norm};
 
 #[derive(Debug, Deserialize)]
 struct Config {
@@ -71,42 +71,6 @@ impl Family {
         logits_bias: true,
         stored_positions: false,
     };
-}
-
-fn names(stack: &str) -> LayerNames {
-    let p = format!("model.{stack}.layers.{{i}}");
-    let mut n = LayerNames::plain(
-        &p,
-        [
-            "self_attn_layer_norm",
-            "self_attn.q_proj",
-            "self_attn.k_proj",
-            "self_attn.v_proj",
-            "self_attn.out_proj",
-            "final_layer_norm",
-            "fc1",
-            "fc2",
-        ],
-    );
-    n.gate = String::new();
-    n
-}
-
-fn layer(heads: usize, d_model: usize, ffn: usize, act: &str) -> Result<LayerSpec> {
-    if heads == 0 || !d_model.is_multiple_of(heads) {
-        return Err(ModelError::Config(format!("d_model {d_model} is not a multiple of {heads} attention heads")));
-    }
-    let norm = Norm::Layer { eps: 1e-5, bias: true };
-    Ok(LayerSpec {
-        attn_norm: Some(norm.clone()),
-        attn: AttnSpec { qkv_bias: true, out_bias: true, ..AttnSpec::new(heads, heads, d_model / heads) },
-        post_attn_norm: None,
-        mlp_norm: Some(norm),
-        mlp: MlpSpec::Plain { intermediate: ffn, act: activation(act)?, bias: true },
-        post_mlp_norm: None,
-        residual: Residual::Sequential,
-        residual_scale: 1.0,
-    })
 }
 
 pub(super) fn build(f: &Family, cfg: &Value) -> Result<ModelSpec> {

@@ -14,31 +14,13 @@
 
 use serde::Deserialize;
 use serde_json::Value;
-use vkformers_kernels::glu::Glu;
 use vkformers_kernels::rope::RopeLayout;
 
 use super::common::{parse, BaseConfig};
+use super::deepseek_moe::{apply_where, DeepseekMoe};
 use super::mla_common::{q_lora_rank, MlaConfig};
-use super::moe_common::expert_names;
 use crate::error::{ModelError, Result};
-use crate::moe::{MoeSpec, Router, SharedExpert};
-use crate::spec::{MlpSpec, ModelSpec, Norm};
-
-/// DeepSeek's MoE fields.
-#[derive(Debug, Deserialize)]
-struct DeepseekMoe {
-    n_routed_experts: Option<usize>,
-    num_experts_per_tok: Option<usize>,
-    moe_intermediate_size: usize,
-    n_shared_experts: Option<usize>,
-    #[serde(default)]
-    first_k_dense_replace: usize,
-    routed_scaling_factor: Option<f64>,
-    topk_method: Option<String>,
-    n_group: Option<usize>,
-    topk_group: Option<usize>,
-    norm_topk_prob: Option<bool>,
-}
+use crate::spec::{ModelSpec, Norm};
 
 #[derive(Deserialize)]
 struct Config {
@@ -49,90 +31,6 @@ struct Config {
     #[serde(flatten)]
     moe: DeepseekMoe,
     rope_interleave: Option<bool>,
-}
-
-impl DeepseekMoe {
-    /// The router of `topk_method` (DeepSeek-V2: softmax scores, never renormalised).
-    fn v2_router(&self) -> Result<Router> {
-        match self.topk_method.as_deref().unwrap_or("greedy") {
-            "greedy" => Ok(Router::SoftmaxTopK { renormalize: false }),
-            "group_limited_greedy" => {
-                let (groups, top_groups) = self.groups()?;
-                Ok(Router::SoftmaxGroupLimited { groups, top_groups })
-            }
-            other => Err(ModelError::Unsupported(format!(
-                "topk_method `{other}` in a deepseek_v2 config (greedy and group_limited_greedy are supported)"
-            ))),
-        }
-    }
-
-    /// DeepSeek-V3's router (`noaux_tc`).
-    fn v3_router(&self) -> Result<Router> {
-        let (groups, top_groups) = self.groups()?;
-        Ok(Router::SigmoidGroupLimited {
-            groups,
-            top_groups,
-            renormalize: self.norm_topk_prob.unwrap_or(true),
-            bias: Some("model.layers.{i}.mlp.gate.e_score_correction_bias".into()),
-        })
-    }
-
-    /// `(n_group, topk_group)`, checked against the expert count.
-    fn groups(&self) -> Result<(usize, usize)> {
-        let experts = self.n_routed_experts.unwrap_or(0);
-        match (self.n_group, self.topk_group) {
-            (Some(g), Some(k)) if g > 0 && k > 0 && k <= g && experts.is_multiple_of(g) => Ok((g, k)),
-            (g, k) => Err(ModelError::Config(format!(
-                "group-limited routing with n_group {g:?} and topk_group {k:?} over {experts} experts: \
-                 n_group must divide n_routed_experts and topk_group be in 1..=n_group"
-            ))),
-        }
-    }
-
-    /// The MoE block of the sparse layers.
-    fn block(&self, glu: Glu, router: Router) -> Result<MoeSpec> {
-        let (Some(experts), Some(top_k)) = (self.n_routed_experts, self.num_experts_per_tok) else {
-            return Err(ModelError::Config(
-                "a DeepSeek MoE config needs n_routed_experts and num_experts_per_tok (null for a dense model)".into(),
-            ));
-        };
-        let p = "model.layers.{i}.mlp.shared_experts";
-        let shared = self.n_shared_experts.filter(|&n| n > 0).map(|n| SharedExpert {
-            intermediate: n * self.moe_intermediate_size,
-            gate_proj: format!("{p}.gate_proj"),
-            up_proj: format!("{p}.up_proj"),
-            down_proj: format!("{p}.down_proj"),
-            gate: None,
-        });
-        let m = MoeSpec {
-            experts,
-            top_k,
-            intermediate: self.moe_intermediate_size,
-            glu,
-            router,
-            shared,
-            routed_scale: self.routed_scaling_factor.unwrap_or(1.0) as f32,
-            aux_loss_coef: None,
-            names: expert_names("mlp", ("gate_proj", "up_proj", "down_proj")),
-            packed: false,
-        };
-        m.check()?;
-        Ok(m)
-    }
-
-    /// The MoE block in every layer from `first_k_dense_replace` on, and the joins.
-    fn apply(&self, spec: &mut ModelSpec, block: MoeSpec) -> Result<()> {
-        let sparse: Vec<bool> = (0..spec.layers.len()).map(|i| i >= self.first_k_dense_replace).collect();
-        apply_where(spec, &sparse, block)
-    }
-}
-
-/// The MoE block in the layers `sparse` marks, and the joins.
-fn apply_where(spec: &mut ModelSpec, sparse: &[bool], block: MoeSpec) -> Result<()> {
-    for (l, _) in spec.layers.iter_mut().zip(sparse).filter(|(_, s)| **s) {
-        l.mlp = MlpSpec::Moe(Box::new(block.clone()));
-    }
-    crate::moe::add_joins(spec)
 }
 
 pub fn deepseek_v2(cfg: &Value) -> Result<ModelSpec> {

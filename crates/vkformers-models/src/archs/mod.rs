@@ -10,7 +10,11 @@ mod apertus;
 mod arcee;
 mod bart;
 mod bart_family;
+mod bart_layers;
 mod bert;
+mod bert_family;
+mod bert_heads;
+mod bert_layout;
 mod biogpt;
 mod bitnet;
 mod bloom;
@@ -21,9 +25,11 @@ mod cohere_compass;
 mod common;
 mod ctrl;
 mod deepseek;
+mod deepseek_moe;
 mod distilbert;
 mod electra;
 pub(crate) mod encoder_common;
+mod encoder_heads;
 mod ernie4_5;
 mod exaone4;
 mod falcon;
@@ -67,6 +73,7 @@ mod smollm3;
 mod stablelm;
 mod starcoder2;
 mod t5;
+mod t5_layers;
 mod vaultgemma;
 mod xglm;
 mod youtu;
@@ -121,15 +128,19 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "codegen", family: "layernorm rotary decoder", build: gptj::codegen },
     Arch { model_type: "gpt_neo", family: "absolute-position GPT", build: gpt_neo::spec },
     // Encoders (masked LM), run by `encoder::forward`.
-    Arch { model_type: "bert", family: "BERT-family encoder", build: bert::bert },
-    Arch { model_type: "roberta", family: "BERT-family encoder", build: bert::roberta },
-    Arch { model_type: "xlm-roberta", family: "BERT-family encoder", build: bert::xlm_roberta },
-    Arch { model_type: "camembert", family: "BERT-family encoder", build: bert::camembert },
-    Arch { model_type: "data2vec-text", family: "BERT-family encoder", build: bert::data2vec_text },
-    Arch { model_type: "ernie", family: "BERT-family encoder", build: bert::ernie },
-    Arch { model_type: "roberta-prelayernorm", family: "BERT-family encoder", build: bert::roberta_prelayernorm },
-    Arch { model_type: "xlm-roberta-xl", family: "BERT-family encoder", build: bert::xlm_roberta_xl },
-    Arch { model_type: "megatron-bert", family: "BERT-family encoder", build: bert::megatron_bert },
+    Arch { model_type: "bert", family: "BERT-family encoder", build: bert_family::bert },
+    Arch { model_type: "roberta", family: "BERT-family encoder", build: bert_family::roberta },
+    Arch { model_type: "xlm-roberta", family: "BERT-family encoder", build: bert_family::xlm_roberta },
+    Arch { model_type: "camembert", family: "BERT-family encoder", build: bert_family::camembert },
+    Arch { model_type: "data2vec-text", family: "BERT-family encoder", build: bert_family::data2vec_text },
+    Arch { model_type: "ernie", family: "BERT-family encoder", build: bert_family::ernie },
+    Arch {
+        model_type: "roberta-prelayernorm",
+        family: "BERT-family encoder",
+        build: bert_family::roberta_prelayernorm,
+    },
+    Arch { model_type: "xlm-roberta-xl", family: "BERT-family encoder", build: bert_family::xlm_roberta_xl },
+    Arch { model_type: "megatron-bert", family: "BERT-family encoder", build: bert_family::megatron_bert },
     Arch { model_type: "distilbert", family: "BERT-family encoder", build: distilbert::spec },
     Arch { model_type: "electra", family: "BERT-family encoder", build: electra::spec },
     Arch { model_type: "biogpt", family: "absolute-position GPT", build: biogpt::spec },

@@ -4,12 +4,11 @@
 
 use serde::Deserialize;
 use serde_json::Value;
-use vkformers_kernels::glu::Glu;
 
 use super::common::parse;
-use super::encoder_common::activation;
+use super::t5_layers::{mlp, names};
 use crate::encoder::NormPlacement;
-use crate::error::{ModelError, Result};
+use crate::error::Result;
 use crate::seq2seq::{CrossNames, RelativeBias, Seq2SeqSpec, Shift, StackEnds};
 use crate::spec::{AttnSpec, LayerNames, LayerSpec, MlpSpec, ModelSpec, Norm, Residual};
 
@@ -52,48 +51,6 @@ fn default_ff() -> String {
     "relu".into()
 }
 
-/// The stack's layer names (`encoder.block.{i}` / `decoder.block.{i}`); the decoder's feed-forward
-/// is the block's third sublayer (after the cross-attention).
-fn names(stack: &str, ff: usize) -> LayerNames {
-    let p = format!("{stack}.block.{{i}}");
-    let a = format!("{p}.layer.0.SelfAttention");
-    let f = format!("{p}.layer.{ff}");
-    LayerNames {
-        attn_norm: format!("{p}.layer.0.layer_norm"),
-        q: format!("{a}.q"),
-        k: format!("{a}.k"),
-        v: format!("{a}.v"),
-        o: format!("{a}.o"),
-        q_norm: String::new(),
-        k_norm: String::new(),
-        mlp_norm: format!("{f}.layer_norm"),
-        post_attn_norm: String::new(),
-        post_mlp_norm: String::new(),
-        gate: format!("{f}.DenseReluDense.wi_0"),
-        up: format!("{f}.DenseReluDense.wi"),
-        down: format!("{f}.DenseReluDense.wo"),
-    }
-}
-
-fn mlp(c: &Config) -> Result<MlpSpec> {
-    let parts: Vec<&str> = c.feed_forward_proj.split('-').collect();
-    match parts.as_slice() {
-        ["gated", act] => {
-            let glu = match *act {
-                // transformers maps `gated-gelu` to gelu_new (tanh).
-                "gelu" | "gelu_new" | "gelu_pytorch_tanh" => Glu::GeGluTanh,
-                "silu" | "swish" => Glu::SwiGlu,
-                other => return Err(ModelError::Unsupported(format!("feed_forward_proj `gated-{other}`"))),
-            };
-            Ok(MlpSpec::Gated { intermediate: c.d_ff, glu, bias: false })
-        }
-        [act] => Ok(MlpSpec::Plain { intermediate: c.d_ff, act: activation(act)?, bias: false }),
-        _ => {
-            Err(ModelError::Config(format!("feed_forward_proj `{}` is not `ACT` or `gated-ACT`", c.feed_forward_proj)))
-        }
-    }
-}
-
 pub fn t5(cfg: &Value) -> Result<ModelSpec> {
     build("t5", cfg, false, true)
 }
@@ -120,7 +77,7 @@ fn build(model_type: &str, cfg: &Value, per_layer_bias: bool, may_scale: bool) -
         attn,
         post_attn_norm: None,
         mlp_norm: Some(norm.clone()),
-        mlp: mlp(&c)?,
+        mlp: mlp(&c.feed_forward_proj, c.d_ff)?,
         post_mlp_norm: None,
         residual: Residual::Sequential,
         residual_scale: 1.0,
