@@ -48,7 +48,7 @@ enum Scores {
 pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     let dir = vkformers_hub::resolve_model(&args.model)?;
     crate::outdir::check_complete(&dir)?;
-    let texts = texts(args)?;
+    let texts = crate::embed::input_texts(&args.text, args.file.as_deref(), "classify")?;
     if !args.text_pair.is_empty() && args.text_pair.len() != texts.len() {
         bail!("{} --text-pair for {} texts: give one for each --text", args.text_pair.len(), texts.len());
     }
@@ -87,22 +87,6 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     }
     print(args, &texts, &results)?;
     Ok(ExitCode::SUCCESS)
-}
-
-fn texts(args: &Args) -> anyhow::Result<Vec<String>> {
-    let texts: Vec<String> = match &args.file {
-        Some(f) => std::fs::read_to_string(f)
-            .with_context(|| format!("reading {}", f.display()))?
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .map(str::to_string)
-            .collect(),
-        None => args.text.clone(),
-    };
-    if texts.is_empty() {
-        bail!("nothing to classify: give --text or a --file with non-empty lines");
-    }
-    Ok(texts)
 }
 
 /// The logits `[num_labels]` of one text (or pair) with the tokenizer's special tokens.

@@ -3,7 +3,7 @@
 //! sorted by length as `SentenceTransformer.encode` batches them; text lines or JSON in the
 //! OpenAI embeddings shape.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context as _};
@@ -41,7 +41,7 @@ pub struct Args {
 pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     let dir = vkformers_hub::resolve_model(&args.model)?;
     let st = SentenceModel::read(&dir)?;
-    let texts = texts(args)?;
+    let texts = input_texts(&args.text, args.file.as_deref(), "embed")?;
     let ctx = Context::new(selector)?;
     let g = Graph::new(&ctx);
     crate::outdir::check_complete(&st.transformer)?;
@@ -76,18 +76,20 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn texts(args: &Args) -> anyhow::Result<Vec<String>> {
-    let texts = match &args.file {
+/// The texts of `--text` (repeatable) or `--file` (one per non-empty line), for `embed` and
+/// `classify`; `what` names the command in the error when there are none.
+pub(crate) fn input_texts(text: &[String], file: Option<&Path>, what: &str) -> anyhow::Result<Vec<String>> {
+    let texts: Vec<String> = match file {
         Some(f) => std::fs::read_to_string(f)
             .with_context(|| format!("reading {}", f.display()))?
             .lines()
             .filter(|l| !l.trim().is_empty())
             .map(str::to_string)
             .collect(),
-        None => args.text.clone(),
+        None => text.to_vec(),
     };
     if texts.is_empty() {
-        bail!("nothing to embed: give --text or a --file with non-empty lines");
+        bail!("nothing to {what}: give --text or a --file with non-empty lines");
     }
     Ok(texts)
 }
