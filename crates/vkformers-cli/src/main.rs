@@ -2,6 +2,7 @@
 
 mod architectures;
 mod bench;
+mod bench_attention;
 mod bench_shapes;
 mod chat;
 mod classify;
@@ -95,6 +96,8 @@ enum BenchCommand {
     Gemm(bench::GemmArgs),
     /// Every matrix product of one Llama training step through the training GEMM entry point.
     TrainGemms(bench_shapes::TrainGemmArgs),
+    /// Fused attention forward and backward on one shape, ms and TFLOP/s per kernel.
+    Attention(bench_attention::AttentionArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -104,6 +107,7 @@ fn main() -> std::process::ExitCode {
         Command::Doctor { json } => doctor::run(&cli.device, json),
         Command::Bench(BenchCommand::Gemm(args)) => bench::gemm(&cli.device, &args),
         Command::Bench(BenchCommand::TrainGemms(args)) => bench_shapes::train_gemms(&cli.device, &args),
+        Command::Bench(BenchCommand::Attention(args)) => bench_attention::attention(&cli.device, &args),
         Command::Architectures(args) => architectures::run(&cli.device, &args),
         Command::Train(args) => train::run(&cli.device, &args),
         Command::Finetune(args) => finetune::run(&cli.device, &args),

@@ -6,7 +6,7 @@
 //! Runs where `coopmat2::supported` says so (the H200); elsewhere (lavapipe) it says why it is
 //! skipped, and only the error paths are checked.
 
-use vkformers_kernels::attention::coopmat2::{backward_cm2, forward_cm2, supported};
+use vkformers_kernels::attention::coopmat2::{backward_cm2, backward_scratch_len, forward_cm2, supported};
 use vkformers_kernels::attention::reference::{self, Shape};
 use vkformers_kernels::attention::{self, Grads, Qkv, Saved};
 use vkformers_kernels::dtype::DType;
@@ -103,6 +103,12 @@ fn cases() -> Vec<Case> {
         Case::new("d80 gqa causal (d128 variant)", shape(2, 67, 67, 4, 2, 80)).causal(),
         Case::new("d200 padded (d256 variant)", shape(1, 45, 50, 2, 1, 200)).causal().padding(7, 0),
         Case::new("d256 window", shape(1, 70, 70, 2, 2, 256)).causal().window(33),
+        // Wholly visible tiles take the plain path (S scaled as one matrix) beside masked
+        // ones; GQA with few workgroups sums dk/dv in parts (attention/sum_parts).
+        Case::new("plain tiles causal gqa 8:1 d64 B2", shape(2, 200, 200, 8, 1, 64)).causal(),
+        Case::new("plain tiles full gqa 4:1 d128", shape(1, 130, 130, 4, 1, 128)),
+        Case::new("plain tiles window 100 causal", shape(1, 260, 260, 2, 1, 64)).causal().window(100),
+        Case::new("plain tiles tq < tk causal d256", shape(1, 70, 140, 2, 2, 256)).causal(),
         Case::new("everything d80", shape(2, 77, 133, 4, 1, 80))
             .causal()
             .window(40)
@@ -217,10 +223,12 @@ fn check_case(ctx: &Context, case: &Case, seed: u64, dt: DType, grads: bool) -> 
     let x = Qkv { q: bq.view(), k: bk.view(), v: bv.view() };
     let saved = Saved { o: o_buf.view(), lse: lse_buf.view() };
     let g = Grads { dq: dq_buf.view(), dk: dk_buf.view(), dv: dv_buf.view(), delta: delta_buf.view() };
+    let scratch_len = backward_scratch_len(&gs, dt)?;
+    let scratch = (scratch_len > 0).then(|| ctx.buffer(scratch_len * 4, "dkdv parts")).transpose()?;
     let mut rec = ctx.recorder(false)?;
     forward_cm2(&mut rec, &x, &saved, &gs, &opt)?;
     if grads {
-        backward_cm2(&mut rec, &x, &saved, bdo.view(), &g, &gs, &opt)?;
+        backward_cm2(&mut rec, &x, &saved, bdo.view(), &g, scratch.as_ref().map(|b| b.view()), &gs, &opt)?;
     }
     rec.submit()?;
 
@@ -321,7 +329,7 @@ fn cm2_errors_are_typed_and_name_the_kernel() {
         // delta is f32 [B, Hq, Tq] (48 bytes); q's 192-byte view is the wrong size.
         let grads = Grads { dq: q.view(), dk: kv.view(), dv: kv.view(), delta: q.view() };
         let bwd = |rec: &mut vkformers_vk::Recorder, s: &attention::Shape, opt: &attention::Options<'_>| {
-            backward_cm2(rec, &x, &saved, q.view(), &grads, s, opt).unwrap_err()
+            backward_cm2(rec, &x, &saved, q.view(), &grads, None, s, opt).unwrap_err()
         };
         expect(bwd(&mut rec, &s, &f32_opt), "attention/bwd_dq_cm2", "f32");
         if supported(ctx.caps(), DType::F16, 8) {
@@ -341,6 +349,51 @@ fn cm2_errors_are_typed_and_name_the_kernel() {
         }
         assert!(rec.is_empty());
         rec.submit()?;
+        Ok(())
+    });
+}
+
+/// `sum_parts` (the adder of bwd_dkdv_cm2's GQA partials) against the host sum, in every
+/// storage type; it runs everywhere (no cooperative matrix).
+#[test]
+fn sum_parts_adds_the_parts_in_order() {
+    on_every_device("attention sum_parts", |ctx| {
+        let (parts, n) = (3u32, 1001usize);
+        let mut rng = Rng::new(7);
+        let data = rng.vec(parts as usize * n, 1.0);
+        let want: Vec<f64> =
+            (0..n).map(|i| (0..parts as usize).map(|p| f64::from(data[p * n + i])).sum::<f64>()).collect();
+        let partial = ctx.buffer_from(&data, "parts")?;
+        for dt in [DType::F32, DType::F16, DType::BF16] {
+            if dt != DType::F32 && !ctx.caps().fp16 {
+                continue;
+            }
+            let out = alloc(ctx, dt, n, "sum")?;
+            let mut rec = ctx.recorder(false)?;
+            vkformers_kernels::attention::coopmat2::sum_parts(
+                &mut rec,
+                partial.view(),
+                out.view(),
+                parts,
+                n as u64,
+                dt,
+            )?;
+            rec.submit()?;
+            let got = download(ctx, dt, out.view())?;
+            assert_close(&format!("sum_parts {dt:?}"), &got, &want, tol(dt));
+        }
+        let out = alloc(ctx, DType::F32, n, "sum")?;
+        let mut rec = ctx.recorder(false)?;
+        let e = vkformers_kernels::attention::coopmat2::sum_parts(
+            &mut rec,
+            partial.view(),
+            out.view(),
+            4,
+            n as u64,
+            DType::F32,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("attention/sum_parts") && e.to_string().contains("4 parts"), "{e}");
         Ok(())
     });
 }

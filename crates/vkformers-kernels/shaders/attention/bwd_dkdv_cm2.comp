@@ -6,9 +6,11 @@
 //   -> dk, dv [B, Tk, Hkv, D]
 //   dv_j = sum_{h in group} sum_i P[i, j] do_i;   dk_j = scale sum_{h in group} sum_i dS[i, j] q_i
 //
-// One workgroup of 128 invocations per (key tile of BC rows, kv head, batch); it owns its dk/dv
-// rows (no atomics; the G query heads of the group and the query tiles are summed in a fixed
-// order: deterministic). Everything is computed transposed, keys as rows, so the products
+// One workgroup of 128 invocations per (key tile of BC rows, kv head and part, batch): with
+// parts = 1 it owns its dk/dv rows and sums the G query heads of its group; with GQA and few
+// workgroups (the host picks parts, a divisor of G, so the grid fills the device) each of the
+// parts sums G / parts heads into an f32 partial [parts, B, Tk, Hkv, D] and attention/sum_parts
+// adds the parts in order after it. No atomics: the sums have a fixed order (deterministic). Everything is computed transposed, keys as rows, so the products
 // need no transposed operand in a multiply by P or dS:
 //   dotᵀ = K Qᵀ [BC, BR] (K [BC, DMAX] A operand held; Qᵀ through a transposing view)
 //   Sᵀ = score(dotᵀ) or MASKED;  Pᵀ = exp(Sᵀ - lse) with lse [BC, BR] repeating lse[q0 + c]
@@ -34,6 +36,7 @@
 #include "attention/cm2.glsl"
 
 layout(local_size_x = CM2_THREADS) in;
+layout(constant_id = 0) const uint FAST = 1;  // plain tiles scale S whole (see fwd_cm2.comp)
 layout(push_constant) uniform Push {
     EIn q;
     EIn k;
@@ -45,7 +48,10 @@ layout(push_constant) uniform Push {
     F32In slopes;  // [Hq] ALiBi slopes (read when flags & ATTN_ALIBI)
     EBuf dk;
     EBuf dv;
+    F32Buf part_dk;  // [parts, B, Tk, Hkv, D] f32 partial sums (parts > 1 only)
+    F32Buf part_dv;
     ATTN_SCALARS
+    uint parts;      // query-head groups summed apart (divides Hq / Hkv)
 } pc;
 #include "attention/helpers.glsl"
 
@@ -62,23 +68,26 @@ layout(push_constant) uniform Push {
 void query_tile(uint q0, uint h, uint b, uint k0, MAT_KV km, MAT_KV vm, inout ACC_KV dk, inout ACC_KV dv) {
     uint q_base = b * pc.tq * pc.hq * pc.d + h * pc.d;
     uint vec_base = (b * pc.hq + h) * pc.tq;
-    CLAMPED_LAYOUT(lq, pc.tq, pc.hq * pc.d)
+    uint q_stride = pc.hq * pc.d;
     COLS_LAYOUT(lvec, BC, pc.tq)
-    tensorViewNV<2, false, 1, 0> transposed = createTensorViewNV(2, false, 1, 0);
 
     MAT_QT qt;
-    coopMatLoadTensorNV(qt, pc.q.v, q_base, sliceTensorLayoutNV(lq, q0, BR, 0, DMAX), transposed);
+    LOAD_ROWS_T(qt, pc.q.v, q_base, pc.tq, q_stride, q0, BR)
     ACC_T dot = ACC_T(0.0);
     dot = coopMatMulAdd(km, qt, dot);
     ACC_T s;
-    coopMatPerElementNV(s, dot, score_t, k0, q0, b, h);
+    if (FAST != 0 && attn_tile_plain(q0, q0 + BR, k0, k0 + BC)) {
+        s = dot * pc.scale;
+    } else {
+        coopMatPerElementNV(s, dot, score_t, k0, q0, b, h);
+    }
     ACC_T lse;
     coopMatLoadTensorNV(lse, pc.lse.v, vec_base, sliceTensorLayoutNV(lvec, 0, BC, q0, BR));
     ACC_T p;
     coopMatPerElementNV(p, s, prob_lse, lse);
 
     MAT_QT dot_t;
-    coopMatLoadTensorNV(dot_t, pc.do_.v, q_base, sliceTensorLayoutNV(lq, q0, BR, 0, DMAX), transposed);
+    LOAD_ROWS_T(dot_t, pc.do_.v, q_base, pc.tq, q_stride, q0, BR)
     ACC_T dp = ACC_T(0.0);
     dp = coopMatMulAdd(vm, dot_t, dp);
     ACC_T delta;
@@ -87,38 +96,47 @@ void query_tile(uint q0, uint h, uint b, uint k0, MAT_KV km, MAT_KV vm, inout AC
     coopMatPerElementNV(ds, p, dscore, dp, delta, dot);
 
     MAT_Q dom;
-    coopMatLoadTensorNV(dom, pc.do_.v, q_base, sliceTensorLayoutNV(lq, q0, BR, 0, DMAX));
+    LOAD_ROWS(dom, pc.do_.v, q_base, pc.tq, q_stride, q0, BR)
     dv = coopMatMulAdd(MAT_T16(p), dom, dv);
     MAT_Q qm;
-    coopMatLoadTensorNV(qm, pc.q.v, q_base, sliceTensorLayoutNV(lq, q0, BR, 0, DMAX));
+    LOAD_ROWS(qm, pc.q.v, q_base, pc.tq, q_stride, q0, BR)
     dk = coopMatMulAdd(MAT_T16(ds), qm, dk);
 }
 
 void main() {
     uint k0 = gl_WorkGroupID.x * BC;
-    uint hk = gl_WorkGroupID.y;
+    uint hk = gl_WorkGroupID.y / pc.parts;
+    uint part = gl_WorkGroupID.y % pc.parts;
     uint b = gl_WorkGroupID.z;
-    uint g = pc.hq / pc.hkv;
+    uint heads = pc.hq / pc.hkv / pc.parts;  // query heads summed by this workgroup
+    uint h0 = hk * (pc.hq / pc.hkv) + part * heads;
     uint kv_base = b * pc.tk * pc.hkv * pc.d + hk * pc.d;
 
     CLAMPED_LAYOUT(lkv, pc.tk, pc.hkv * pc.d)
     MAT_KV km;
     MAT_KV vm;
-    coopMatLoadTensorNV(km, pc.k.v, kv_base, sliceTensorLayoutNV(lkv, k0, BC, 0, DMAX));
-    coopMatLoadTensorNV(vm, pc.v.v, kv_base, sliceTensorLayoutNV(lkv, k0, BC, 0, DMAX));
+    LOAD_ROWS(km, pc.k.v, kv_base, pc.tk, pc.hkv * pc.d, k0, BC)
+    LOAD_ROWS(vm, pc.v.v, kv_base, pc.tk, pc.hkv * pc.d, k0, BC)
     ACC_KV dk = ACC_KV(0.0);
     ACC_KV dv = ACC_KV(0.0);
 
     uint qbeg = attn_query_begin(k0) / BR * BR;
     uint qend = attn_query_end(min(k0 + BC, pc.tk));
-    [[dont_unroll]] for (uint h = hk * g; h < hk * g + g; h++) {
+    [[dont_unroll]] for (uint h = h0; h < h0 + heads; h++) {
         [[dont_unroll]] for (uint q0 = qbeg; q0 < qend; q0 += BR) {
             query_tile(q0, h, b, k0, km, vm, dk, dv);
         }
     }
     dk = dk * pc.scale;
-    ROW16 dk16 = ROW16(dk);
-    ROW16 dv16 = ROW16(dv);
-    coopMatStoreTensorNV(dk16, pc.dk.v, kv_base, sliceTensorLayoutNV(lkv, k0, BC, 0, DMAX));
-    coopMatStoreTensorNV(dv16, pc.dv.v, kv_base, sliceTensorLayoutNV(lkv, k0, BC, 0, DMAX));
+    if (pc.parts == 1) {
+        ROW16 dk16 = ROW16(dk);
+        ROW16 dv16 = ROW16(dv);
+        coopMatStoreTensorNV(dk16, pc.dk.v, kv_base, sliceTensorLayoutNV(lkv, k0, BC, 0, DMAX));
+        coopMatStoreTensorNV(dv16, pc.dv.v, kv_base, sliceTensorLayoutNV(lkv, k0, BC, 0, DMAX));
+    } else {
+        // Part `part` of [parts, B, Tk, Hkv, D]; attention/sum_parts adds the parts in order.
+        uint part_base = part * (gl_NumWorkGroups.z * pc.tk * pc.hkv * pc.d) + kv_base;
+        coopMatStoreTensorNV(dk, pc.part_dk.v, part_base, sliceTensorLayoutNV(lkv, k0, BC, 0, DMAX));
+        coopMatStoreTensorNV(dv, pc.part_dv.v, part_base, sliceTensorLayoutNV(lkv, k0, BC, 0, DMAX));
+    }
 }

@@ -35,6 +35,7 @@
 #include "attention/cm2.glsl"
 
 layout(local_size_x = CM2_THREADS) in;
+layout(constant_id = 0) const uint FAST = 1;  // plain tiles scale S whole (see fwd_cm2.comp)
 layout(push_constant) uniform Push {
     EIn q;
     EIn k;
@@ -77,26 +78,29 @@ ACC_S delta_rows(uint q_base, uint q0, uint vec_base) {
 // One key tile at k0: dq += dS K (see the header).
 void key_tile(uint k0, uint kv_base, MAT_Q qm, MAT_Q dom, ACC_S lse, ACC_S delta, uint q0, uint b, uint h,
               inout ACC_Q dq) {
-    CLAMPED_LAYOUT(lkv, pc.tk, pc.hkv * pc.d)
-    tensorViewNV<2, false, 1, 0> transposed = createTensorViewNV(2, false, 1, 0);
+    uint kv_stride = pc.hkv * pc.d;
     MAT_KT kt;
-    coopMatLoadTensorNV(kt, pc.k.v, kv_base, sliceTensorLayoutNV(lkv, k0, BC, 0, DMAX), transposed);
+    LOAD_ROWS_T(kt, pc.k.v, kv_base, pc.tk, kv_stride, k0, BC)
     ACC_S dot = ACC_S(0.0);
     dot = coopMatMulAdd(qm, kt, dot);
     ACC_S s;
-    coopMatPerElementNV(s, dot, score_of, q0, k0, b, h);
+    if (FAST != 0 && attn_tile_plain(q0, q0 + BR, k0, k0 + BC)) {
+        s = dot * pc.scale;
+    } else {
+        coopMatPerElementNV(s, dot, score_of, q0, k0, b, h);
+    }
     ACC_S p;
     coopMatPerElementNV(p, s, prob_lse, lse);
 
     MAT_KT vt;
-    coopMatLoadTensorNV(vt, pc.v.v, kv_base, sliceTensorLayoutNV(lkv, k0, BC, 0, DMAX), transposed);
+    LOAD_ROWS_T(vt, pc.v.v, kv_base, pc.tk, kv_stride, k0, BC)
     ACC_S dp = ACC_S(0.0);
     dp = coopMatMulAdd(dom, vt, dp);
     ACC_S ds;
     coopMatPerElementNV(ds, p, dscore, dp, delta, dot);
 
     MAT_K km;
-    coopMatLoadTensorNV(km, pc.k.v, kv_base, sliceTensorLayoutNV(lkv, k0, BC, 0, DMAX));
+    LOAD_ROWS(km, pc.k.v, kv_base, pc.tk, kv_stride, k0, BC)
     dq = coopMatMulAdd(MAT_S16(ds), km, dq);
 }
 
@@ -113,8 +117,8 @@ void main() {
     CLAMPED_LAYOUT(lq, pc.tq, pc.hq * D)
     MAT_Q qm;
     MAT_Q dom;
-    coopMatLoadTensorNV(qm, pc.q.v, q_base, sliceTensorLayoutNV(lq, q0, BR, 0, DMAX));
-    coopMatLoadTensorNV(dom, pc.do_.v, q_base, sliceTensorLayoutNV(lq, q0, BR, 0, DMAX));
+    LOAD_ROWS(qm, pc.q.v, q_base, pc.tq, pc.hq * D, q0, BR)
+    LOAD_ROWS(dom, pc.do_.v, q_base, pc.tq, pc.hq * D, q0, BR)
     ACC_S delta = delta_rows(q_base, q0, vec_base);
     ROWS_LAYOUT(lvec, pc.tq, BC)
     ACC_S lse;

@@ -50,3 +50,4 @@ layout(buffer_reference, std430, buffer_reference_align = 2) buffer EBuf { ELEM 
     CLAMPED name = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV); \
     name = setTensorLayoutDimensionNV(name, rows, n);                                \
     name = setTensorLayoutStrideNV(name, 0, 1);
+

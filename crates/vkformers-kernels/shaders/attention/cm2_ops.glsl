@@ -45,3 +45,31 @@ float dscore(const in uint32_t r, const in uint32_t c, const in float p, const i
     }
     return g;
 }
+
+// Loads rows [r0, r0 + R) and columns [0, DMAX) of a [rows, D] slice whose rows are `stride`
+// elements apart, at element `base`, into `mat` (LOAD_ROWS_T: through a transposing view, as
+// the [DMAX, R] operand). When the rows lie wholly inside, D = DMAX and every offset and
+// stride is a multiple of 8 elements (16 bytes), the layout is unclamped and the values are
+// masked with `& ~7u` (no-ops that tell the compiler), so the driver may use wide loads
+// without bounds checks (1.7x on the GEMM, see matmul/coopmat2_gemm.comp); otherwise the
+// clamp-to-zero layout. The condition is uniform over the workgroup when its inputs are.
+bool rows_unclamped(uint r0, uint R, uint rows, uint base, uint stride) {
+    return r0 + R <= rows && pc.d == DMAX && ((base | stride) & 7u) == 0u;
+}
+#define LOAD_ROWS_VIEW(mat, buf, base, rows, stride, r0, R, VIEW)                                        \
+    if (rows_unclamped(r0, R, rows, base, stride)) {                                                     \
+        tensorLayoutNV<2> lf_ = createTensorLayoutNV(2);                                                 \
+        lf_ = setTensorLayoutDimensionNV(lf_, rows, DMAX);                                               \
+        lf_ = setTensorLayoutStrideNV(lf_, (stride) & ~7u, 1);                                           \
+        coopMatLoadTensorNV(mat, buf, (base) & ~7u, sliceTensorLayoutNV(lf_, r0, R, 0, DMAX) VIEW);      \
+    } else {                                                                                             \
+        CLAMPED lc_ = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);                  \
+        lc_ = setTensorLayoutDimensionNV(lc_, rows, pc.d);                                               \
+        lc_ = setTensorLayoutStrideNV(lc_, stride, 1);                                                   \
+        coopMatLoadTensorNV(mat, buf, base, sliceTensorLayoutNV(lc_, r0, R, 0, DMAX) VIEW);              \
+    }
+#define NO_VIEW
+#define LOAD_ROWS(mat, buf, base, rows, stride, r0, R) LOAD_ROWS_VIEW(mat, buf, base, rows, stride, r0, R, NO_VIEW)
+#define LOAD_ROWS_T(mat, buf, base, rows, stride, r0, R) \
+    LOAD_ROWS_VIEW(mat, buf, base, rows, stride, r0, R, COMMA_TRANSPOSED)
+#define COMMA_TRANSPOSED , createTensorViewNV(2, false, 1, 0)

@@ -31,6 +31,11 @@
 // stored: any Tq, Tk, and any D <= DMAX (e.g. D = 80 in the DMAX = 128 variant) work. K is
 // loaded through a transposing view, giving the [DMAX, BC] B operand straight from [BC, D] rows.
 //
+// A tile wholly visible with plain scores (attn_tile_plain: most tiles of a causal or full
+// attention without masks, ALiBi or softcap) scales S as a whole matrix instead of running the
+// per-element score function (its visibility tests and branches for every element); FAST = 0
+// (specialization constant 0) turns that off, to measure it.
+//
 // Key tiles: from attn_key_begin (window) rounded down to a multiple of BC, to attn_key_end
 // (causal); tiles wholly outside the visible band are skipped, partial ones are masked per
 // element. The bounds are uniform over the workgroup, as cooperative matrix operations need.
@@ -56,6 +61,7 @@
 #include "attention/cm2.glsl"
 
 layout(local_size_x = CM2_THREADS) in;
+layout(constant_id = 0) const uint FAST = 1;
 layout(push_constant) uniform Push {
     EIn q;
     EIn k;
@@ -96,13 +102,16 @@ float lse_of(const in uint32_t r, const in uint32_t c, const in float m, const i
 // (The layouts are built here rather than passed in, so no function takes a tensor layout.)
 void key_tile(uint k0, uint kv_base, MAT_Q qm, uint q0, uint b, uint h, inout ACC_S m, inout ACC_S l,
               inout ACC_O o) {
-    CLAMPED_LAYOUT(lkv, pc.tk, pc.hkv * pc.d)
-    tensorViewNV<2, false, 1, 0> transposed = createTensorViewNV(2, false, 1, 0);
+    uint kv_stride = pc.hkv * pc.d;
     MAT_K km;
-    coopMatLoadTensorNV(km, pc.k.v, kv_base, sliceTensorLayoutNV(lkv, k0, BC, 0, DMAX), transposed);
+    LOAD_ROWS_T(km, pc.k.v, kv_base, pc.tk, kv_stride, k0, BC)
     ACC_S s = ACC_S(0.0);
     s = coopMatMulAdd(qm, km, s);
-    coopMatPerElementNV(s, s, score_of, q0, k0, b, h);
+    if (FAST != 0 && attn_tile_plain(q0, q0 + BR, k0, k0 + BC)) {
+        s = s * pc.scale;
+    } else {
+        coopMatPerElementNV(s, s, score_of, q0, k0, b, h);
+    }
 
     ACC_S rowmax;
     coopMatReduceNV(rowmax, s, gl_CooperativeMatrixReduceRowNV, max_of);
@@ -120,7 +129,7 @@ void key_tile(uint k0, uint kv_base, MAT_Q qm, uint q0, uint b, uint h, inout AC
     ACC_O alpha_o;
     coopMatReduceNV(alpha_o, alpha, gl_CooperativeMatrixReduceRowNV, max_of);
     MAT_V vm;
-    coopMatLoadTensorNV(vm, pc.v.v, kv_base, sliceTensorLayoutNV(lkv, k0, BC, 0, DMAX));
+    LOAD_ROWS(vm, pc.v.v, kv_base, pc.tk, kv_stride, k0, BC)
     MAT_P p16 = MAT_P(p);
     o = alpha_o * o;
     o = coopMatMulAdd(p16, vm, o);
@@ -138,7 +147,7 @@ void main() {
     CLAMPED_LAYOUT(lq, pc.tq, pc.hq * D)
 
     MAT_Q qm;
-    coopMatLoadTensorNV(qm, pc.q.v, q_base, sliceTensorLayoutNV(lq, q0, BR, 0, DMAX));
+    LOAD_ROWS(qm, pc.q.v, q_base, pc.tq, pc.hq * D, q0, BR)
     ACC_S m = ACC_S(MASKED);
     ACC_S l = ACC_S(0.0);
     ACC_O o = ACC_O(0.0);

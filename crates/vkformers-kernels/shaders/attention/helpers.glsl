@@ -78,3 +78,22 @@ uint attn_query_end(uint j1) {
     int end = int(j1) - 1 + int(pc.window) - int(pc.tk) + int(pc.tq);
     return uint(clamp(end, 0, int(pc.tq)));
 }
+
+// True when every pair of queries [i0, i1) and keys [j0, j1) is visible and scores plainly
+// (s = scale * dot): rows and columns in range, no key mask, ALiBi or softcap, and the tile
+// lies wholly on the visible side of the causal diagonal (its last key at or before its first
+// query's position) and inside the window (its last query less than W past its first key).
+// Uniform over the workgroup when its arguments are, so a tile can pick its path with it.
+bool attn_tile_plain(uint i0, uint i1, uint j0, uint j1) {
+    if ((pc.flags & (ATTN_KMASK | ATTN_ALIBI)) != 0u || pc.softcap > 0.0) {
+        return false;
+    }
+    if (i1 > pc.tq || j1 > pc.tk) {
+        return false;
+    }
+    int shift = int(pc.tk) - int(pc.tq);  // qpos = i + shift
+    if ((pc.flags & ATTN_CAUSAL) != 0u && int(j1) - 1 > int(i0) + shift) {
+        return false;
+    }
+    return pc.window == 0u || int(i1) - 1 + shift - int(j0) < int(pc.window);
+}

@@ -136,19 +136,25 @@ pub fn forward_cm2(rec: &mut Recorder, x: &Qkv<'_>, out: &Saved<'_>, s: &Shape, 
         write(out.o),
         write(out.lse),
     ];
-    rec.dispatch(kernel, &[], &args, &params(s, opt), groups)
+    rec.dispatch(kernel, &[fast_tiles()], &args, &params(s, opt), groups)
 }
 
 /// Backward of [`forward_cm2`] on cooperative matrix 2, exactly as [`super::backward`] (same
 /// arguments): from q, k, v, the forward's o and lse, and `d_o` = dL/do [B, Tq, Hq, D], writes
 /// dq [B, Tq, Hq, D], dk, dv [B, Tk, Hkv, D] (summed over the query heads of each kv head) and
 /// delta [B, Hq, Tq]. Two dispatches: `bwd_dq_cm2` (dq, delta), then `bwd_dkdv_cm2` (reads delta).
+///
+/// With GQA and few workgroups ([`dkdv_parts`] > 1) dk and dv are summed in parts: `scratch`
+/// must then hold [`backward_scratch_len`] f32 (two [parts, B, Tk, Hkv, D] partials), and a
+/// third and fourth dispatch (`attention/sum_parts`) add the parts in order.
+#[allow(clippy::too_many_arguments)]
 pub fn backward_cm2(
     rec: &mut Recorder,
     x: &Qkv<'_>,
     saved: &Saved<'_>,
     d_o: BufferView<'_>,
     g: &Grads<'_>,
+    scratch: Option<BufferView<'_>>,
     s: &Shape,
     opt: &Options<'_>,
 ) -> Result<()> {
@@ -159,11 +165,31 @@ pub fn backward_cm2(
         require(rec, name, dt, s.d)?;
         check_backward(name, x, saved, d_o, g, s, opt)?;
     }
+    let parts = dkdv_parts(s, dt)?;
+    let part_len = s.kv_len() * 4;
+    let (part_dk, part_dv) = match (parts, scratch) {
+        (1, _) => (x.q, x.q), // never written: q stands in for the pointers
+        (_, Some(v)) if v.len >= 2 * u64::from(parts) * part_len => {
+            let n = u64::from(parts) * part_len;
+            (v.buffer.slice(v.offset, n), v.buffer.slice(v.offset + n, n))
+        }
+        (_, v) => {
+            return Err(fail(
+                dkdv_code.name,
+                format!(
+                    "GQA in {parts} parts needs a scratch of {} f32, got {} bytes",
+                    backward_scratch_len(s, dt)?,
+                    v.map_or(0, |v| v.len)
+                ),
+            ))
+        }
+    };
+    let spec = [fast_tiles()];
     let p = params(s, opt);
     let kmask = opt.kmask.unwrap_or(x.q);
     let alibi = opt.alibi.unwrap_or(x.q);
     let dq_groups = grid(dq_code.name, s.tq, dq_rows, s.hq, s.batch)?;
-    let dkdv_groups = grid(dkdv_code.name, s.tk, dkdv_rows, s.hkv, s.batch)?;
+    let dkdv_groups = grid(dkdv_code.name, s.tk, dkdv_rows, s.hkv * parts, s.batch)?;
     // Buffer order of the push blocks (the same as bwd_dq.comp / bwd_dkdv.comp).
     let dq_args = [
         read(x.q),
@@ -177,7 +203,7 @@ pub fn backward_cm2(
         write(g.delta),
         write(g.dq),
     ];
-    rec.dispatch(dq_code, &[], &dq_args, &p, dq_groups)?;
+    rec.dispatch(dq_code, &spec, &dq_args, &p, dq_groups)?;
     let dkdv_args = [
         read(x.q),
         read(x.k),
@@ -189,8 +215,71 @@ pub fn backward_cm2(
         read(alibi),
         write(g.dk),
         write(g.dv),
+        write(part_dk),
+        write(part_dv),
     ];
-    rec.dispatch(dkdv_code, &[], &dkdv_args, &p, dkdv_groups)
+    let mut p = p;
+    p.extend_from_slice(&parts.to_le_bytes());
+    rec.dispatch(dkdv_code, &spec, &dkdv_args, &p, dkdv_groups)?;
+    if parts > 1 {
+        sum_parts(rec, part_dk, g.dk, parts, s.kv_len(), dt)?;
+        sum_parts(rec, part_dv, g.dv, parts, s.kv_len(), dt)?;
+    }
+    Ok(())
+}
+
+/// Workgroups the dk/dv kernel should fill the device with at least (an H200 has 132
+/// multiprocessors; a few workgroups each hide each other's latency).
+const DKDV_TARGET_GROUPS: u32 = 1024;
+
+/// Parts the query heads of each GQA group are summed in by the dk/dv kernel: the smallest
+/// divisor of G = Hq / Hkv that brings the grid to [`DKDV_TARGET_GROUPS`] (G itself at most),
+/// 1 without GQA. The 1.1B Llama shape (Tk 1024 in 64-key tiles, 4 kv heads, batch 4: 256
+/// workgroups, each summing 8 heads) gets 4.
+pub fn dkdv_parts(s: &Shape, dtype: DType) -> Result<u32> {
+    let (_, rows) = variant(&DKDV, s.d, dtype)?;
+    let groups = s.tk.div_ceil(rows).max(1) * s.hkv * s.batch;
+    let g = s.hq / s.hkv.max(1);
+    Ok((1..=g).find(|p| g.is_multiple_of(*p) && groups * p >= DKDV_TARGET_GROUPS).unwrap_or(g.max(1)))
+}
+
+/// f32 elements of the scratch [`backward_cm2`] needs (0 when it sums dk/dv whole).
+pub fn backward_scratch_len(s: &Shape, dtype: DType) -> Result<u64> {
+    let parts = dkdv_parts(s, dtype)?;
+    Ok(if parts > 1 { 2 * u64::from(parts) * s.kv_len() } else { 0 })
+}
+
+/// out[i] = sum over the `parts` f32 partials of `n` elements each, in order, stored as `dt`.
+pub fn sum_parts(
+    rec: &mut Recorder,
+    partial: BufferView<'_>,
+    out: BufferView<'_>,
+    parts: u32,
+    n: u64,
+    dt: DType,
+) -> Result<()> {
+    let k = match dt {
+        DType::F32 => &code::ATTENTION_SUM_PARTS_F32,
+        DType::F16 => &code::ATTENTION_SUM_PARTS_F16,
+        DType::BF16 => &code::ATTENTION_SUM_PARTS_BF16,
+    };
+    if partial.len < u64::from(parts) * n * 4 || out.len < dt.bytes() * n || parts == 0 || n > u64::from(u32::MAX) {
+        return Err(fail(
+            k.name,
+            format!("{parts} parts of {n}: partial {} bytes, out {} bytes", partial.len, out.len),
+        ));
+    }
+    let words = [n as u32, parts];
+    let p: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    rec.dispatch(k, &[], &[read(partial), write(out)], &p, [n.div_ceil(256).clamp(1, 65_535) as u32, 1, 1])
+}
+
+/// Specialization constant 0 of the cm2 kernels: 1 (default) scales wholly visible tiles as one
+/// matrix; `VKFORMERS_ATTENTION_TILES=masked` runs every tile through the per-element score
+/// function instead, to measure the difference (`vkformers bench attention`).
+fn fast_tiles() -> u32 {
+    static FAST: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *FAST.get_or_init(|| u32::from(std::env::var("VKFORMERS_ATTENTION_TILES").map_or(true, |v| v != "masked")))
 }
 
 /// The checks of [`super::backward`], under the name of the kernel `name`.
@@ -278,6 +367,21 @@ mod tests {
             off(caps.cooperative_matrix2.as_mut().expect("cm2"));
             assert!(!supported(&caps, DType::F16, 64), "feature {n} turned off");
         }
+    }
+
+    #[test]
+    fn gqa_dkdv_is_split_until_the_grid_fills_the_device() {
+        let shape = |batch, tk, hq, hkv, d| Shape { batch, tq: tk, tk, hq, hkv, d };
+        let parts = |s: Shape| dkdv_parts(&s, DType::BF16).unwrap();
+        // TinyLlama 1.1B at batch 4 x 1024: 16 key tiles x 4 kv heads x 4 = 256 groups, G = 8.
+        assert_eq!(parts(shape(4, 1024, 32, 4, 64)), 4);
+        assert_eq!(parts(shape(8, 1024, 12, 12, 64)), 1, "no GQA");
+        assert_eq!(parts(shape(64, 1024, 32, 4, 64)), 1, "enough workgroups already");
+        assert_eq!(parts(shape(1, 100, 12, 4, 64)), 3, "G itself when the grid stays small");
+        assert_eq!(parts(shape(2, 64, 12, 2, 128)), 6, "a divisor of G = 6");
+        let s = shape(4, 1024, 32, 4, 64);
+        assert_eq!(backward_scratch_len(&s, DType::BF16).unwrap(), 2 * 4 * 4 * 1024 * 4 * 64);
+        assert_eq!(backward_scratch_len(&shape(8, 1024, 12, 12, 64), DType::F16).unwrap(), 0);
     }
 
     #[test]

@@ -131,6 +131,13 @@ pub fn attention(g: &Graph<'_>, q: &Tensor, kt: &Tensor, v: &Tensor, opts: &Attn
             let dk = g.empty_as(k16.shape(), dt)?;
             let dv = g.empty_as(v16.shape(), dt)?;
             let delta = g.empty(lse.shape())?;
+            // GQA partial sums of dk/dv on the tensor-core path (none elsewhere).
+            let scratch_len = if on_tensor_cores(g.ctx().caps(), dt, s.d) {
+                k::coopmat2::backward_scratch_len(&s, dt)? as usize
+            } else {
+                0
+            };
+            let scratch = (scratch_len > 0).then(|| g.empty(&[scratch_len])).transpose()?;
             g.record(|rec| {
                 let mut ko = kernel_options(&opts, s.d);
                 ko.dtype = dt;
@@ -138,7 +145,8 @@ pub fn attention(g: &Graph<'_>, q: &Tensor, kt: &Tensor, v: &Tensor, opts: &Attn
                 let saved = Saved { o: os.view(), lse: lse.view() };
                 let grads = Grads { dq: dq.view(), dk: dk.view(), dv: dv.view(), delta: delta.view() };
                 if on_tensor_cores(rec.caps(), dt, s.d) {
-                    k::coopmat2::backward_cm2(rec, &qkv, &saved, do16.view(), &grads, &s, &ko)
+                    let scratch = scratch.as_ref().map(|t| t.view());
+                    k::coopmat2::backward_cm2(rec, &qkv, &saved, do16.view(), &grads, scratch, &s, &ko)
                 } else {
                     k::backward(rec, &qkv, &saved, do16.view(), &grads, &s, &ko)
                 }
