@@ -85,6 +85,8 @@ pub fn gemm(selector: &DeviceSelector, args: &GemmArgs) -> anyhow::Result<ExitCo
         "coopmat2-wide64" => Engine::Coopmat2Wide64,
         "coopmat2-tall64" => Engine::Coopmat2Tall64,
         "coopmat2-wide16" => Engine::Coopmat2Wide16,
+        "coopmat2-small" => Engine::Coopmat2Small,
+        "coopmat2-small64" => Engine::Coopmat2Small64,
         other => bail!("--engine {other}: expected auto, coopmat, coopmat2 or coopmat2-wide"),
     };
     if let Some(f) = args.fast {

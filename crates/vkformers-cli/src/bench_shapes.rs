@@ -10,7 +10,8 @@
 
 use std::process::ExitCode;
 
-use vkformers_kernels::matmul::auto::{gemm_auto, gemm_split_k, split_k_plan};
+use vkformers_kernels::gemm_coopmat::{gemm_coopmat, CoopGemm, Engine};
+use vkformers_kernels::matmul::auto::{coop_plan, gemm_auto, gemm_split_k, split_k_plan};
 use vkformers_kernels::matmul::{DType, GemmDesc};
 use vkformers_vk::{Context, DeviceSelector};
 
@@ -36,6 +37,11 @@ pub struct TrainGemmArgs {
     dtype: String,
     #[arg(long, default_value_t = 10)]
     iters: usize,
+    /// Time every tensor-core engine on every shape (TFLOP/s per engine, and split-K where the
+    /// plan allows it) instead of the one `gemm_auto` picks: the measurements behind
+    /// `choose_engine`.
+    #[arg(long)]
+    sweep: bool,
 }
 
 /// One product of the step: its name, (m, n, k), A read transposed, B read transposed, and
@@ -78,6 +84,9 @@ fn dtype_of(s: &str) -> anyhow::Result<DType> {
 pub fn train_gemms(selector: &DeviceSelector, args: &TrainGemmArgs) -> anyhow::Result<ExitCode> {
     let ctx = Context::new(selector)?;
     let dtype = dtype_of(&args.dtype)?;
+    if args.sweep {
+        return sweep(&ctx, args, dtype);
+    }
     println!("{} ({:?}): GEMMs of one training step, {} tokens", ctx.caps().name, dtype, args.tokens);
     println!(
         "{:<14} {:>6} {:>6} {:>6} {:>6} {:>9} {:>9} {:>8}",
@@ -118,6 +127,53 @@ pub fn train_gemms(selector: &DeviceSelector, args: &TrainGemmArgs) -> anyhow::R
         "step total: {total_ms:.2} ms of GEMMs, {:.1} TFLOP/s over the step's products",
         total_flop / total_ms / 1e9
     );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--sweep`: TFLOP/s of every engine the device has on every product of the step.
+fn sweep(ctx: &Context, args: &TrainGemmArgs, dtype: DType) -> anyhow::Result<ExitCode> {
+    println!("{} ({:?}): TFLOP/s per engine, {} tokens (- : not on this device)", ctx.caps().name, dtype, args.tokens);
+    let names: Vec<String> = Engine::ALL.iter().map(|e| format!("{e:?}").replace("Coopmat2", "cm2").to_lowercase()).collect();
+    println!("{:<14} {:>6} {:>6} {:>6} {} {:>8}", "product", "M", "N", "K", names.iter().map(|n| format!("{n:>9}")).collect::<String>(), "split-k");
+    for s in step_shapes(args) {
+        let (m, n, k) = s.mnk;
+        let mut desc = GemmDesc::packed(m, n, k, s.trans_a, s.trans_b);
+        desc.dtype = dtype;
+        let a = ctx.buffer(u64::from(m) * u64::from(k) * dtype.bytes(), "A")?;
+        let b = ctx.buffer(u64::from(k) * u64::from(n) * dtype.bytes(), "B")?;
+        let c = ctx.buffer(u64::from(m) * u64::from(n) * 4, "C")?;
+        let mut rec = ctx.recorder(false)?;
+        vkformers_kernels::elementwise::fill(&mut rec, a.view(), 0.0)?;
+        vkformers_kernels::elementwise::fill(&mut rec, b.view(), 0.0)?;
+        rec.submit()?;
+        let flop = 2.0 * f64::from(m) * f64::from(n) * f64::from(k);
+        let Some(plan) = coop_plan(ctx.caps(), &desc) else {
+            anyhow::bail!("{}: no tensor-core plan for {:?} on this device", s.name, dtype);
+        };
+        let mut row = format!("{:<14} {m:>6} {n:>6} {k:>6} ", s.name);
+        for engine in Engine::ALL {
+            let best = plan.engine;
+            let runs = engine == best || (engine.is_coopmat2() && best.is_coopmat2()) || engine == Engine::Coopmat;
+            if !runs {
+                row.push_str(&format!("{:>9}", "-"));
+                continue;
+            }
+            let p = CoopGemm { engine, ..plan };
+            let ns = median_ns(ctx, args.iters, &mut |rec| Ok(gemm_coopmat(rec, &p, a.view(), b.view(), None, c.view())?))?;
+            row.push_str(&format!("{:>9.1}", flop / ns / 1e3));
+        }
+        match split_k_plan(&desc) {
+            Some((splits, bytes)) => {
+                let ws = ctx.buffer(bytes, "split-K workspace")?;
+                let ns = median_ns(ctx, args.iters, &mut |rec| {
+                    Ok(gemm_split_k(rec, &desc, splits, a.view(), b.view(), ws.view(), c.view())?)
+                })?;
+                row.push_str(&format!(" {:>8.1}", flop / ns / 1e3));
+            }
+            None => row.push_str(&format!(" {:>8}", "-")),
+        }
+        println!("{row}");
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -25,6 +25,29 @@ pub enum Engine {
     Coopmat2Tall64,
     /// `VK_NV_cooperative_matrix2`, 128 x 256 tiles, K slices of 16.
     Coopmat2Wide16,
+    /// `VK_NV_cooperative_matrix2`, 64 x 128 tiles (thin products: more workgroups).
+    Coopmat2Small,
+    /// `VK_NV_cooperative_matrix2`, 64 x 128 tiles, K slices of 64.
+    Coopmat2Small64,
+}
+
+impl Engine {
+    /// Every concrete engine (for sweeps).
+    pub const ALL: [Engine; 8] = [
+        Engine::Coopmat,
+        Engine::Coopmat2,
+        Engine::Coopmat2Wide,
+        Engine::Coopmat2Wide64,
+        Engine::Coopmat2Tall64,
+        Engine::Coopmat2Wide16,
+        Engine::Coopmat2Small,
+        Engine::Coopmat2Small64,
+    ];
+
+    /// True for the `VK_NV_cooperative_matrix2` kernels.
+    pub fn is_coopmat2(self) -> bool {
+        !matches!(self, Engine::Auto | Engine::Coopmat)
+    }
 }
 
 /// Knobs of the cooperative-matrix-2 kernel (its specialization constants; see the shader).
@@ -180,6 +203,10 @@ fn kernel(engine: Engine, elem: Elem) -> (&'static KernelCode, u32, u32) {
         (Engine::Coopmat2Tall64, Bf16) => (&code::MATMUL_COOPMAT2_GEMM_BF16_TALL64, 256, 128),
         (Engine::Coopmat2Wide16, F16) => (&code::MATMUL_COOPMAT2_GEMM_F16_WIDE16, 128, 256),
         (Engine::Coopmat2Wide16, Bf16) => (&code::MATMUL_COOPMAT2_GEMM_BF16_WIDE16, 128, 256),
+        (Engine::Coopmat2Small, F16) => (&code::MATMUL_COOPMAT2_GEMM_F16_SMALL, 64, 128),
+        (Engine::Coopmat2Small, Bf16) => (&code::MATMUL_COOPMAT2_GEMM_BF16_SMALL, 64, 128),
+        (Engine::Coopmat2Small64, F16) => (&code::MATMUL_COOPMAT2_GEMM_F16_SMALL64, 64, 128),
+        (Engine::Coopmat2Small64, Bf16) => (&code::MATMUL_COOPMAT2_GEMM_BF16_SMALL64, 64, 128),
         (_, F16) => (&code::MATMUL_COOPMAT_GEMM_F16, 128, 128),
         (_, Bf16) => (&code::MATMUL_COOPMAT_GEMM_BF16, 128, 128),
     }

@@ -85,22 +85,14 @@ fn run_case(ctx: &Context, d: &CoopGemm, with_bias: bool, seed: u64) -> vkformer
 fn coopmat_gemm_matches_reference() {
     on_every_device("coopmat gemm", |ctx| {
         for (elem, engine) in [Elem::F16, Elem::Bf16].into_iter().flat_map(|e| {
-            [
-                Engine::Coopmat,
-                Engine::Coopmat2,
-                Engine::Coopmat2Wide,
-                Engine::Coopmat2Wide64,
-                Engine::Coopmat2Tall64,
-                Engine::Coopmat2Wide16,
-            ]
-            .map(|g| (e, g))
+            Engine::ALL.map(|g| (e, g))
         }) {
             // Every engine the device has: the KHR kernel runs wherever any cooperative-matrix
             // engine does; the cm2 kernels only where cm2 is chosen.
             let best = choose_engine(ctx.caps(), elem, 4096);
             let available = match engine {
                 Engine::Coopmat => best.is_some() && ctx.caps().subgroup_size == 32,
-                _ => matches!(best, Some(Engine::Coopmat2Wide)),
+                _ => best.is_some_and(Engine::is_coopmat2),
             };
             if !available {
                 eprintln!("{}: no {elem:?} {engine:?} GEMM here (skipped)", ctx.caps().name);

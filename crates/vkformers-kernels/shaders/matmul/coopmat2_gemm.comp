@@ -31,6 +31,10 @@
 // variant: bf16_tall64 ELEM_BF16 BM=256 BN=128 BK=64
 // variant: f16_wide16 ELEM_F16 BM=128 BN=256 BK=16
 // variant: bf16_wide16 ELEM_BF16 BM=128 BN=256 BK=16
+// variant: f16_small ELEM_F16 BM=64 BN=128 BK=32
+// variant: bf16_small ELEM_BF16 BM=64 BN=128 BK=32
+// variant: f16_small64 ELEM_F16 BM=64 BN=128 BK=64
+// variant: bf16_small64 ELEM_BF16 BM=64 BN=128 BK=64
 #ifdef ELEM_BF16
 #extension GL_EXT_bfloat16 : require
 #define ELEM bfloat16_t
