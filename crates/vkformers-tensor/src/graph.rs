@@ -69,8 +69,8 @@ pub struct Graph<'c> {
     /// Mixed precision: matrix products and attention run on 16-bit copies of their f32
     /// operands (as `torch.autocast`), with f32 results and f32 gradients.
     autocast: Cell<Option<DType>>,
-    /// 16-bit copies made under autocast, by source tensor id: weights (kept until
-    /// `clear_casts`, which the optimizer calls after changing them) and, while the tape records,
+    /// 16-bit copies made under autocast, by source tensor id: weights (kept across
+    /// steps: AdamW rewrites each from the new f32 value; `clear_casts` after any other change) and, while the tape records,
     /// activations shared by several products (dropped with the tape).
     casts: RefCell<HashMap<u64, (Tensor, bool)>>,
     /// Per-kernel device time when profiling (`--profile`).
@@ -114,6 +114,11 @@ impl<'c> Graph<'c> {
     /// Forgets every 16-bit copy (call after parameters change).
     pub fn clear_casts(&self) {
         self.casts.borrow_mut().clear();
+    }
+
+    /// Forgets the 16-bit copy of `src` (its value changed and nothing rewrote the copy).
+    pub(crate) fn forget_cast(&self, src: &Tensor) {
+        self.casts.borrow_mut().remove(&src.id());
     }
 
     /// The kept 16-bit copy of `src`, if any.

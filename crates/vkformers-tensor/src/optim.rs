@@ -68,11 +68,16 @@ impl AdamW {
                 exp_avg_sq: v.view(),
                 grad_scale: coef.as_ref().map(|c| c.view()),
             };
-            g.record(|rec| k::adamw_step(rec, &bufs, &hp, self.step))?;
+            // Mixed precision: the kernel rewrites the weight's kept 16-bit copy from the new
+            // f32 value (rounded as a cast would), so the next forward casts no weight.
+            let copy = g.autocast().and_then(|dt| g.cached_cast(&p.tensor, dt));
+            if copy.is_none() {
+                g.forget_cast(&p.tensor);
+            }
+            let copy_view = copy.as_ref().map(|c| (c.view(), c.dtype()));
+            g.record(|rec| k::adamw_step_copy(rec, &bufs, copy_view, &hp, self.step))?;
             p.tensor.zero_grad();
         }
-        // The parameters changed: their 16-bit copies (autocast) are stale.
-        g.clear_casts();
         Ok(())
     }
 

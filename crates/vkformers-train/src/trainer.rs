@@ -407,6 +407,8 @@ impl<'g, 'c> Trainer<'g, 'c> {
                 self.opt.import_moments(self.g, &p.tensor, &m, &v)?;
             }
         }
+        // New f32 values: any 16-bit copy of them (autocast) is stale.
+        self.g.clear_casts();
         self.opts.schedule = self.resumed_schedule(&state, &cp)?;
         self.opt.set_steps(state.optimizer_steps);
         self.loader.set_position(state.data_position)?;
