@@ -1,7 +1,7 @@
 //! AdamW and gradient-norm clipping on every device vs the f64 reference, with validation on.
 
-use vkformers_kernels::optim::{self, reference, reference::AdamWState, AdamW, AdamWBuffers};
 use vkformers_kernels::dtype::DType;
+use vkformers_kernels::optim::{self, reference, reference::AdamWState, AdamW, AdamWBuffers};
 use vkformers_kernels::testutil::{assert_close, f64s, storage, Rng, TOL_F32};
 use vkformers_vk::testing::on_every_device;
 use vkformers_vk::{Buffer, Context, Result, VkError};

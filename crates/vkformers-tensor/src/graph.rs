@@ -1,6 +1,6 @@
 //! The `Graph`: device, open batch, and the tape of recorded ops.
 //!
-//! Each differentiable op pushes a `Node` holding its inputs and a closure that, given the
+//! Each differentiable op pushes a `Node` naming its inputs and a closure that, given the
 //! gradient of its output, records the kernels for the gradients of its inputs. `backward`
 //! walks the tape in reverse; a node is dropped as soon as it has run, which releases the
 //! activations it saved (the recorder keeps their buffers alive until the GPU is done).
@@ -45,9 +45,30 @@ pub(crate) struct TapeMark {
     casts: HashSet<u64>,
 }
 
+/// What the tape keeps of a node's input: a parameter itself (its gradient accumulates into
+/// it), only the id of an intermediate tensor that gradients flow through, nothing for the
+/// rest. Not the intermediate tensor: that would keep every op input's storage alive until its
+/// node runs, even when the op saved a 16-bit copy instead (autocast products: an f32
+/// activation `[tokens, hidden]` AND its bf16 copy), or saved nothing of it (a residual add).
+enum NodeInput {
+    Leaf(Tensor),
+    Inner(u64, Vec<usize>),
+    NoGrad,
+}
+
+impl NodeInput {
+    fn of(t: Tensor) -> Self {
+        match (t.requires_grad(), t.is_leaf()) {
+            (false, _) => NodeInput::NoGrad,
+            (true, true) => NodeInput::Leaf(t),
+            (true, false) => NodeInput::Inner(t.id(), t.shape().to_vec()),
+        }
+    }
+}
+
 struct Node {
     output: u64,
-    inputs: Vec<Tensor>,
+    inputs: Vec<NodeInput>,
     backward: BackwardFn,
 }
 
@@ -446,6 +467,7 @@ impl<'c> Graph<'c> {
     /// Records the backward of an op whose output is `out`, when gradients flow through it.
     pub fn push_node(&self, out: &Tensor, inputs: Vec<Tensor>, backward: BackwardFn) {
         if out.requires_grad() && !self.discard_nodes.get() {
+            let inputs = inputs.into_iter().map(NodeInput::of).collect();
             self.tape.borrow_mut().push(Node { output: out.id(), inputs, backward });
         }
     }
@@ -529,19 +551,22 @@ impl<'c> Graph<'c> {
             let input_grads = self.no_grad(|| (node.backward)(self, &g))?;
             for (input, ig) in inputs.iter().zip(input_grads) {
                 let Some(ig) = ig else { continue };
-                if !input.requires_grad() {
-                    continue;
-                }
-                if input.is_leaf() {
-                    self.accumulate_leaf(input, &ig)?;
-                } else if let Some(prev) = grads.remove(&input.id()) {
+                let (id, shape) = match input {
+                    NodeInput::NoGrad => continue,
+                    NodeInput::Leaf(leaf) => {
+                        self.accumulate_leaf(leaf, &ig)?;
+                        continue;
+                    }
+                    NodeInput::Inner(id, shape) => (*id, shape),
+                };
+                if let Some(prev) = grads.remove(&id) {
                     // A fresh sum: either operand may also be held elsewhere (an op may hand the
                     // same gradient to two inputs), so neither is updated in place.
-                    let sum = self.empty(input.shape())?;
+                    let sum = self.empty(shape)?;
                     self.record(|rec| elementwise::add(rec, prev.view(), ig.view(), sum.view()))?;
-                    grads.insert(input.id(), sum);
+                    grads.insert(id, sum);
                 } else {
-                    grads.insert(input.id(), ig);
+                    grads.insert(id, ig);
                 }
             }
         }

@@ -184,3 +184,27 @@ fn adamw_step_rewrites_the_kept_weight_copies() {
         Ok(())
     });
 }
+
+/// The tape keeps what each op's backward saved, not every op input: under autocast an f32
+/// activation read only by a product is released after the forward (the product saved its
+/// 16-bit copy), while in f32 the product saves the activation itself. Gradients still flow.
+#[test]
+fn tape_does_not_keep_an_autocast_products_f32_input() {
+    on_every_device("tape inputs", |ctx| {
+        for dt in [None, Some(DType::BF16)] {
+            let g = Graph::new(ctx);
+            g.set_autocast(dt);
+            let w = g.parameter(&[0.25; 12], &[3, 4])?;
+            let p = g.parameter(&[1.0; 80], &[20, 4])?;
+            let x = broadcast::scale(&g, &p, 2.0)?; // an activation only the product reads
+            let weak = x.downgrade();
+            let y = linear(&g, &x, &w, None)?;
+            drop(x);
+            assert_eq!(weak.is_alive(), dt.is_none(), "{dt:?}: f32 input kept by the tape");
+            g.backward(&reduce::sum(&g, &y)?)?;
+            // dL/dp = 2 · colsum(W) = 2 · 3 · 0.25 per element.
+            assert_eq!(g.read(&p.grad().expect("grad"))?, vec![1.5; 80], "{dt:?}");
+        }
+        Ok(())
+    });
+}
