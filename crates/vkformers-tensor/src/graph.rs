@@ -132,6 +132,13 @@ impl<'c> Graph<'c> {
         self.casts.borrow().len()
     }
 
+    /// Bytes of the kept 16-bit copies: `(weights', activations')` (the memory report).
+    pub fn cast_bytes(&self) -> (u64, u64) {
+        let casts = self.casts.borrow();
+        let sum = |weights: bool| casts.values().filter(|(_, w)| *w == weights).map(|(t, _)| t.bytes()).sum();
+        (sum(true), sum(false))
+    }
+
     /// Forgets every 16-bit copy (call after parameters change).
     pub fn clear_casts(&self) {
         self.casts.borrow_mut().clear();

@@ -44,6 +44,11 @@ impl AdamW {
         self.norm.as_ref().map(|(n, _)| n)
     }
 
+    /// Bytes of all moment buffers (the memory report).
+    pub fn moment_bytes(&self) -> u64 {
+        self.moments.values().map(|(m, v)| m.bytes() + v.bytes()).sum()
+    }
+
     /// The moments (exp_avg, exp_avg_sq) of a parameter, once it has been stepped.
     pub fn moments(&self, p: &Tensor) -> Option<&(Tensor, Tensor)> {
         self.moments.get(&p.id())
