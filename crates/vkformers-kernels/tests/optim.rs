@@ -1,7 +1,8 @@
 //! AdamW and gradient-norm clipping on every device vs the f64 reference, with validation on.
 
+use vkformers_kernels::dtype::DType;
 use vkformers_kernels::optim::{self, reference, reference::AdamWState, AdamW, AdamWBuffers};
-use vkformers_kernels::testutil::{assert_close, f64s, Rng, TOL_F32};
+use vkformers_kernels::testutil::{assert_close, f64s, storage, Rng, TOL_F32};
 use vkformers_vk::testing::on_every_device;
 use vkformers_vk::{Buffer, Context, Result, VkError};
 
@@ -175,6 +176,69 @@ fn wrong_arguments_are_errors_naming_the_kernel() {
         let e = optim::sum_squares(&mut rec, a.view(), a.view(), 0).unwrap_err();
         assert!(matches!(&e, VkError::Kernel { kernel, .. } if kernel == "optim/sum_squares"), "{e}");
         rec.submit()?;
+        Ok(())
+    });
+}
+
+/// One step of the `*_copy_*` variant: the f32 state as `adamw_step`'s reference, and the 16-bit
+/// copy exactly the updated parameter rounded to nearest even (what `dtype::cast` stores).
+fn step_with_copy(ctx: &Context, rng: &mut Rng, n: usize, dt: DType, scale: Option<f32>) -> Result<()> {
+    let (p0, g) = (rng.vec(n, 1.0), rng.vec(n, 0.5));
+    let gpu = Gpu::new(ctx, &p0)?;
+    let gb = ctx.buffer_from(&g, "g")?;
+    let copy = storage::upload(ctx, dt, &vec![7.0; n], "copy")?;
+    let coef = ctx.buffer_from(&[scale.unwrap_or(1.0)], "coef")?;
+    let hp = AdamW { lr: 1e-2, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.1 };
+    let bufs = AdamWBuffers {
+        param: gpu.p.view(),
+        grad: gb.view(),
+        exp_avg: gpu.m.view(),
+        exp_avg_sq: gpu.v.view(),
+        grad_scale: scale.map(|_| coef.view()),
+    };
+    let mut rec = ctx.recorder(false)?;
+    optim::adamw_step_copy(&mut rec, &bufs, Some((copy.view(), dt)), &hp, 1)?;
+    rec.submit()?;
+    let what = format!("adamw copy {dt:?} n {n} scale {scale:?}");
+    let got_copy = storage::read(ctx, dt, &copy)?;
+    if scale.is_some_and(|s| s < 0.0) {
+        // Skipped step (overflow): nothing written, the old copy stays.
+        assert!(got_copy.iter().all(|&c| c == 7.0), "{what}: skipped step wrote the copy");
+        assert_eq!(ctx.read_vec::<f32>(gpu.p.view())?, p0, "{what}: skipped step changed p");
+        return Ok(());
+    }
+    let mut want = AdamWState::new(f64s(&p0));
+    want.step(&f64s(&g), f64::from(scale.unwrap_or(1.0)), &hp, 1);
+    gpu.check(ctx, &what, &want)?;
+    let p = ctx.read_vec::<f32>(gpu.p.view())?;
+    let rounded = storage::round(dt, &p);
+    let same = got_copy.iter().zip(&rounded).all(|(a, b)| a.to_bits() == b.to_bits());
+    assert!(same, "{what}: copy is not the rounded parameter");
+    Ok(())
+}
+
+#[test]
+fn adamw_writes_the_16_bit_weight_copy() {
+    on_every_device("adamw copy", |ctx| {
+        let mut rng = Rng::new(11);
+        for dt in [DType::BF16, DType::F16] {
+            if storage::unsupported(ctx, dt, "adamw copy") {
+                continue;
+            }
+            for n in [1, 7, 257, 1001, 70_001] {
+                step_with_copy(ctx, &mut rng, n, dt, None)?;
+                step_with_copy(ctx, &mut rng, n, dt, Some(0.37))?;
+            }
+            step_with_copy(ctx, &mut rng, 513, dt, Some(-1.0))?;
+        }
+        let a = ctx.buffer(28, "a")?;
+        let bufs =
+            AdamWBuffers { param: a.view(), grad: a.view(), exp_avg: a.view(), exp_avg_sq: a.view(), grad_scale: None };
+        let mut rec = ctx.recorder(false)?;
+        let e = optim::adamw_step_copy(&mut rec, &bufs, Some((a.view(), DType::F32)), &AdamW::default(), 1);
+        assert!(e.is_err(), "an f32 copy is refused");
+        let e = optim::adamw_step_copy(&mut rec, &bufs, Some((a.slice(0, 4), DType::BF16)), &AdamW::default(), 1);
+        assert!(e.is_err(), "a short copy is refused");
         Ok(())
     });
 }

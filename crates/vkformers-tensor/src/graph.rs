@@ -1,6 +1,6 @@
 //! The `Graph`: device, open batch, and the tape of recorded ops.
 //!
-//! Each differentiable op pushes a `Node` holding its inputs and a closure that, given the
+//! Each differentiable op pushes a `Node` naming its inputs and a closure that, given the
 //! gradient of its output, records the kernels for the gradients of its inputs. `backward`
 //! walks the tape in reverse; a node is dropped as soon as it has run, which releases the
 //! activations it saved (the recorder keeps their buffers alive until the GPU is done).
@@ -45,9 +45,30 @@ pub(crate) struct TapeMark {
     casts: HashSet<u64>,
 }
 
+/// What the tape keeps of a node's input: a parameter itself (its gradient accumulates into
+/// it), only the id of an intermediate tensor that gradients flow through, nothing for the
+/// rest. Not the intermediate tensor: that would keep every op input's storage alive until its
+/// node runs, even when the op saved a 16-bit copy instead (autocast products: an f32
+/// activation `[tokens, hidden]` AND its bf16 copy), or saved nothing of it (a residual add).
+enum NodeInput {
+    Leaf(Tensor),
+    Inner(u64, Vec<usize>),
+    NoGrad,
+}
+
+impl NodeInput {
+    fn of(t: Tensor) -> Self {
+        match (t.requires_grad(), t.is_leaf()) {
+            (false, _) => NodeInput::NoGrad,
+            (true, true) => NodeInput::Leaf(t),
+            (true, false) => NodeInput::Inner(t.id(), t.shape().to_vec()),
+        }
+    }
+}
+
 struct Node {
     output: u64,
-    inputs: Vec<Tensor>,
+    inputs: Vec<NodeInput>,
     backward: BackwardFn,
 }
 
@@ -69,8 +90,8 @@ pub struct Graph<'c> {
     /// Mixed precision: matrix products and attention run on 16-bit copies of their f32
     /// operands (as `torch.autocast`), with f32 results and f32 gradients.
     autocast: Cell<Option<DType>>,
-    /// 16-bit copies made under autocast, by source tensor id: weights (kept until
-    /// `clear_casts`, which the optimizer calls after changing them) and, while the tape records,
+    /// 16-bit copies made under autocast, by source tensor id: weights (kept across
+    /// steps: AdamW rewrites each from the new f32 value; `clear_casts` after any other change) and, while the tape records,
     /// activations shared by several products (dropped with the tape).
     casts: RefCell<HashMap<u64, (Tensor, bool)>>,
     /// Per-kernel device time when profiling (`--profile`).
@@ -111,9 +132,21 @@ impl<'c> Graph<'c> {
         self.casts.borrow().len()
     }
 
+    /// Bytes of the kept 16-bit copies: `(weights', activations')` (the memory report).
+    pub fn cast_bytes(&self) -> (u64, u64) {
+        let casts = self.casts.borrow();
+        let sum = |weights: bool| casts.values().filter(|(_, w)| *w == weights).map(|(t, _)| t.bytes()).sum();
+        (sum(true), sum(false))
+    }
+
     /// Forgets every 16-bit copy (call after parameters change).
     pub fn clear_casts(&self) {
         self.casts.borrow_mut().clear();
+    }
+
+    /// Forgets the 16-bit copy of `src` (its value changed and nothing rewrote the copy).
+    pub(crate) fn forget_cast(&self, src: &Tensor) {
+        self.casts.borrow_mut().remove(&src.id());
     }
 
     /// The kept 16-bit copy of `src`, if any.
@@ -441,6 +474,7 @@ impl<'c> Graph<'c> {
     /// Records the backward of an op whose output is `out`, when gradients flow through it.
     pub fn push_node(&self, out: &Tensor, inputs: Vec<Tensor>, backward: BackwardFn) {
         if out.requires_grad() && !self.discard_nodes.get() {
+            let inputs = inputs.into_iter().map(NodeInput::of).collect();
             self.tape.borrow_mut().push(Node { output: out.id(), inputs, backward });
         }
     }
@@ -524,19 +558,22 @@ impl<'c> Graph<'c> {
             let input_grads = self.no_grad(|| (node.backward)(self, &g))?;
             for (input, ig) in inputs.iter().zip(input_grads) {
                 let Some(ig) = ig else { continue };
-                if !input.requires_grad() {
-                    continue;
-                }
-                if input.is_leaf() {
-                    self.accumulate_leaf(input, &ig)?;
-                } else if let Some(prev) = grads.remove(&input.id()) {
+                let (id, shape) = match input {
+                    NodeInput::NoGrad => continue,
+                    NodeInput::Leaf(leaf) => {
+                        self.accumulate_leaf(leaf, &ig)?;
+                        continue;
+                    }
+                    NodeInput::Inner(id, shape) => (*id, shape),
+                };
+                if let Some(prev) = grads.remove(&id) {
                     // A fresh sum: either operand may also be held elsewhere (an op may hand the
                     // same gradient to two inputs), so neither is updated in place.
-                    let sum = self.empty(input.shape())?;
+                    let sum = self.empty(shape)?;
                     self.record(|rec| elementwise::add(rec, prev.view(), ig.view(), sum.view()))?;
-                    grads.insert(input.id(), sum);
+                    grads.insert(id, sum);
                 } else {
-                    grads.insert(input.id(), ig);
+                    grads.insert(id, ig);
                 }
             }
         }

@@ -44,6 +44,11 @@ impl AdamW {
         self.norm.as_ref().map(|(n, _)| n)
     }
 
+    /// Bytes of all moment buffers (the memory report).
+    pub fn moment_bytes(&self) -> u64 {
+        self.moments.values().map(|(m, v)| m.bytes() + v.bytes()).sum()
+    }
+
     /// The moments (exp_avg, exp_avg_sq) of a parameter, once it has been stepped.
     pub fn moments(&self, p: &Tensor) -> Option<&(Tensor, Tensor)> {
         self.moments.get(&p.id())
@@ -68,11 +73,16 @@ impl AdamW {
                 exp_avg_sq: v.view(),
                 grad_scale: coef.as_ref().map(|c| c.view()),
             };
-            g.record(|rec| k::adamw_step(rec, &bufs, &hp, self.step))?;
+            // Mixed precision: the kernel rewrites the weight's kept 16-bit copy from the new
+            // f32 value (rounded as a cast would), so the next forward casts no weight.
+            let copy = g.autocast().and_then(|dt| g.cached_cast(&p.tensor, dt));
+            if copy.is_none() {
+                g.forget_cast(&p.tensor);
+            }
+            let copy_view = copy.as_ref().map(|c| (c.view(), c.dtype()));
+            g.record(|rec| k::adamw_step_copy(rec, &bufs, copy_view, &hp, self.step))?;
             p.tensor.zero_grad();
         }
-        // The parameters changed: their 16-bit copies (autocast) are stale.
-        g.clear_casts();
         Ok(())
     }
 

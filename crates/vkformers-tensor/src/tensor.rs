@@ -46,6 +46,11 @@ impl Tensor {
         self.0.shape.iter().product()
     }
 
+    /// Bytes of its elements in its storage type.
+    pub fn bytes(&self) -> u64 {
+        self.numel() as u64 * self.0.dtype.bytes()
+    }
+
     /// Size of the last dimension.
     pub fn last_dim(&self) -> usize {
         self.0.shape.last().copied().unwrap_or(1)

@@ -149,3 +149,62 @@ fn weight_copies_live_until_cleared_and_activation_copies_die_with_the_tape() {
         Ok(())
     });
 }
+
+/// Under autocast the AdamW step rewrites each weight's kept 16-bit copy from the new f32
+/// value (no re-cast next step): the copy the next product reads is the updated weight rounded
+/// to the type, for bf16 and f16, and a weight without a copy (a bias) keeps none.
+#[test]
+fn adamw_step_rewrites_the_kept_weight_copies() {
+    use vkformers_kernels::optim::AdamW as Hp;
+    use vkformers_tensor::ops::cast::autocast_copy;
+    use vkformers_tensor::optim::{AdamW, Param};
+    on_every_device("adamw copies", |ctx| {
+        let mut rng = Rng::new(17);
+        for dt in [DType::BF16, DType::F16] {
+            let g = Graph::new(ctx);
+            g.set_autocast(Some(dt));
+            let w = g.parameter(&rng.vec(7 * 5, 1.0), &[7, 5])?;
+            let b = g.parameter(&rng.vec(7, 1.0), &[7])?;
+            let x = g.constant(&rng.vec(19 * 5, 1.0), &[19, 5])?;
+            let params = [Param { tensor: w.clone(), decay: true }, Param { tensor: b.clone(), decay: false }];
+            let mut opt = AdamW::new(Hp { lr: 0.05, ..Hp::default() }, 1.0);
+            for step in 0..2 {
+                let y = linear(&g, &x, &w, Some(&b))?;
+                g.backward(&dot_loss(&g, &y, &g.constant(&rng.vec(19 * 7, 1.0), &[19, 7])?)?)?;
+                let before = g.read(&w)?;
+                opt.step(&g, &params)?;
+                // W's and the constant x's (both sources); the bias is read in f32 and has none.
+                assert_eq!(g.kept_casts(), 2, "{dt:?} step {step}: copies kept across the step");
+                let after = g.read(&w)?;
+                assert_ne!(before, after, "{dt:?}: the step moved W");
+                let copy = autocast_copy(&g, &w, dt)?;
+                assert_eq!(g.read(&copy)?, round(dt, &after), "{dt:?} step {step}: copy = rounded new W");
+            }
+        }
+        Ok(())
+    });
+}
+
+/// The tape keeps what each op's backward saved, not every op input: under autocast an f32
+/// activation read only by a product is released after the forward (the product saved its
+/// 16-bit copy), while in f32 the product saves the activation itself. Gradients still flow.
+#[test]
+fn tape_does_not_keep_an_autocast_products_f32_input() {
+    on_every_device("tape inputs", |ctx| {
+        for dt in [None, Some(DType::BF16)] {
+            let g = Graph::new(ctx);
+            g.set_autocast(dt);
+            let w = g.parameter(&[0.25; 12], &[3, 4])?;
+            let p = g.parameter(&[1.0; 80], &[20, 4])?;
+            let x = broadcast::scale(&g, &p, 2.0)?; // an activation only the product reads
+            let weak = x.downgrade();
+            let y = linear(&g, &x, &w, None)?;
+            drop(x);
+            assert_eq!(weak.is_alive(), dt.is_none(), "{dt:?}: f32 input kept by the tape");
+            g.backward(&reduce::sum(&g, &y)?)?;
+            // dL/dp = 2 · colsum(W) = 2 · 3 · 0.25 per element.
+            assert_eq!(g.read(&p.grad().expect("grad"))?, vec![1.5; 80], "{dt:?}");
+        }
+        Ok(())
+    });
+}

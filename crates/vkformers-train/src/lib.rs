@@ -12,6 +12,7 @@ pub mod checksum;
 pub mod decay;
 pub mod error;
 pub mod eval;
+pub mod memory;
 pub mod metrics;
 mod metrics_cls;
 pub mod mlm;

@@ -222,6 +222,10 @@ impl<'g, 'c> Trainer<'g, 'c> {
             }
             let (logits, aux) = model.logits_and_aux(self.g, mb)?;
             let loss = model.loss(self.g, &logits, mb)?;
+            self.report_memory("after forward", Some(&logits));
+            // The loss saved what its backward needs: holding the logits `[tokens, vocab]` f32
+            // here through the whole backward would keep them alive past their use.
+            drop(logits);
             // fp16: backward from S·loss (S a power of two, so dividing the read value is exact).
             let factor = n as f32 / targets as f32 * loss_scale;
             let mut scaled = if factor == 1.0 { loss } else { broadcast::scale(self.g, &loss, factor)? };
@@ -234,6 +238,7 @@ impl<'g, 'c> Trainer<'g, 'c> {
                 auxes.push(aux);
             }
             self.g.backward(&scaled)?;
+            self.report_memory("after backward", None);
             losses.push(scaled);
             if i + 1 < micro.len() {
                 // Submit each micro-batch so that its activations are released before the next.
@@ -246,6 +251,7 @@ impl<'g, 'c> Trainer<'g, 'c> {
             None => vkformers_kernels::optim::LossScale::NONE,
         };
         self.opt.step(self.g, &self.opt_params)?;
+        self.report_memory("after step", None);
         let mut loss = 0.0;
         for l in &losses {
             loss += f64::from(self.g.read(l)?[0]) / f64::from(loss_scale);
@@ -283,6 +289,14 @@ impl<'g, 'c> Trainer<'g, 'c> {
         let device_memory_peak_bytes = self.g.ctx().device_memory().peak;
         let loss_scale = self.scaler.is_some().then_some(loss_scale);
         Ok(StepStats { record, tokens, targets, seconds, device_memory_peak_bytes, loss_scale, skipped, aux_loss })
+    }
+
+    /// `VKFORMERS_MEMORY=1`: live device bytes by kind at this point (see `memory`).
+    fn report_memory(&self, at: &str, logits: Option<&Tensor>) {
+        if crate::memory::enabled() {
+            let b = crate::memory::Breakdown::measure(self.g, &self.opt_params, &self.opt, logits);
+            eprintln!("step {}: {}", self.step + 1, b.line(at));
+        }
     }
 
     fn take_micro_batches(&mut self) -> Vec<TokenBatch> {
@@ -407,6 +421,8 @@ impl<'g, 'c> Trainer<'g, 'c> {
                 self.opt.import_moments(self.g, &p.tensor, &m, &v)?;
             }
         }
+        // New f32 values: any 16-bit copy of them (autocast) is stale.
+        self.g.clear_casts();
         self.opts.schedule = self.resumed_schedule(&state, &cp)?;
         self.opt.set_steps(state.optimizer_steps);
         self.loader.set_position(state.data_position)?;

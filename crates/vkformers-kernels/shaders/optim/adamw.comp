@@ -12,8 +12,16 @@
 // floats) and passes them rounded to f32. `precise` keeps the compiler from fusing into FMAs.
 // A negative grad_scale (norm_clip's overflow signal under loss scaling) skips the step: no
 // parameter or moment changes, as GradScaler skips optimizer.step().
+// Variants `*_copy_bf16` / `*_copy_f16` (mixed precision) also store the updated p, rounded as
+// cast/cast.comp rounds it, into `copy [n]`: the 16-bit weight the next forward's products
+// read, so no separate cast of every weight runs after the step.
 // variant: plain
 // variant: scaled GRAD_SCALE
+// variant: plain_copy_bf16 DT_BF16 COPY
+// variant: scaled_copy_bf16 GRAD_SCALE DT_BF16 COPY
+// variant: plain_copy_f16 DT_F16 COPY
+// variant: scaled_copy_f16 GRAD_SCALE DT_F16 COPY
+#include "dtype.glsl"
 layout(local_size_x = 256) in;
 layout(push_constant) uniform Push {
     F32Buf param;
@@ -22,6 +30,9 @@ layout(push_constant) uniform Push {
     F32Buf exp_avg_sq;
 #ifdef GRAD_SCALE
     F32In grad_scale;
+#endif
+#ifdef COPY
+    DBuf copy;
 #endif
     uint n;
     float decay;
@@ -58,6 +69,9 @@ void main() {
         precise float denom = sqrt(v) / pc.bc2_sqrt + pc.eps;
         p = p + pc.neg_step * m / denom;
         pc.param.v[i] = p;
+#ifdef COPY
+        st(pc.copy, i, p);
+#endif
         pc.exp_avg.v[i] = m;
         pc.exp_avg_sq.v[i] = v;
     }

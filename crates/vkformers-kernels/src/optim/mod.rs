@@ -11,6 +11,7 @@ pub mod reference;
 use vkformers_vk::{read, read_write, write, BufferView, KernelCode, Recorder, Result};
 
 use crate::code;
+use crate::dtype::DType;
 use crate::launch::{err, MAX_GROUPS};
 
 /// Threads per workgroup of the optimizer shaders.
@@ -89,7 +90,33 @@ pub fn adamw_scalars(hp: &AdamW, step: u64) -> [f32; 7] {
 /// One AdamW step in place (step number `step >= 1`), see [`AdamWBuffers`]. Bias corrections
 /// are computed on the host in f64 from `step`.
 pub fn adamw_step(rec: &mut Recorder, bufs: &AdamWBuffers<'_>, hp: &AdamW, step: u64) -> Result<()> {
-    let k = if bufs.grad_scale.is_some() { &code::OPTIM_ADAMW_SCALED } else { &code::OPTIM_ADAMW_PLAIN };
+    adamw_step_copy(rec, bufs, None, hp, step)
+}
+
+/// The AdamW kernel variant: scaled or not, and the type of the 16-bit copy it writes, if any.
+fn adamw_kernel(scaled: bool, copy: Option<DType>) -> Result<&'static KernelCode> {
+    Ok(match (scaled, copy) {
+        (false, None) => &code::OPTIM_ADAMW_PLAIN,
+        (true, None) => &code::OPTIM_ADAMW_SCALED,
+        (false, Some(DType::BF16)) => &code::OPTIM_ADAMW_PLAIN_COPY_BF16,
+        (true, Some(DType::BF16)) => &code::OPTIM_ADAMW_SCALED_COPY_BF16,
+        (false, Some(DType::F16)) => &code::OPTIM_ADAMW_PLAIN_COPY_F16,
+        (true, Some(DType::F16)) => &code::OPTIM_ADAMW_SCALED_COPY_F16,
+        (_, Some(DType::F32)) => return Err(err(&code::OPTIM_ADAMW_PLAIN, "the weight copy must be 16-bit".into())),
+    })
+}
+
+/// [`adamw_step`] that also writes the updated parameter, rounded to `dtype` (bf16: nearest
+/// even, as `dtype::cast`), into `copy [n]` (mixed precision: the 16-bit weight that the next
+/// forward's products read). A skipped step (negative `grad_scale`) leaves `copy` as it was.
+pub fn adamw_step_copy(
+    rec: &mut Recorder,
+    bufs: &AdamWBuffers<'_>,
+    copy: Option<(BufferView<'_>, DType)>,
+    hp: &AdamW,
+    step: u64,
+) -> Result<()> {
+    let k = adamw_kernel(bufs.grad_scale.is_some(), copy.map(|c| c.1))?;
     if step == 0 {
         return Err(err(k, "step numbers start at 1".into()));
     }
@@ -101,6 +128,13 @@ pub fn adamw_step(rec: &mut Recorder, bufs: &AdamWBuffers<'_>, hp: &AdamW, step:
     if let Some(s) = bufs.grad_scale {
         expect_len(k, "grad_scale", &s, 1)?;
         args.push(read(s));
+    }
+    if let Some((c, dt)) = copy {
+        // 16-bit storage is padded to whole 4-byte words (odd n: one spare element).
+        if c.len != (u64::from(n) * dt.bytes()).next_multiple_of(4) && c.len != u64::from(n) * dt.bytes() {
+            return Err(err(k, format!("copy: view of {} bytes for {n} {dt:?} values", c.len)));
+        }
+        args.push(write(c));
     }
     let mut words = vec![n];
     words.extend(adamw_scalars(hp, step).map(f32::to_bits));
