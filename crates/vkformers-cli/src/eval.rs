@@ -20,6 +20,8 @@ pub struct Args {
     data: String,
     #[command(flatten)]
     hub_data: crate::data_args::HubDataArgs,
+    #[command(flatten)]
+    langs: crate::seq2seq_data::LangArgs,
     /// Print JSON (loss, perplexity, tokens, rows) instead of text.
     #[arg(long)]
     json: bool,
@@ -63,7 +65,11 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
         label2id: crate::encoder_task::label2id(&model),
         ..Default::default()
     };
-    let mut data = crate::train::read_data_from(&args.data, &args.hub_data.query(), tok.as_ref(), &read)?;
+    crate::seq2seq_data::check_langs(&model, &args.langs)?;
+    let mut data = match crate::seq2seq_data::is_seq2seq(&model) {
+        true => crate::seq2seq_data::read(&args.data, &args.hub_data.query(), tok.as_ref(), &args.langs, add_eos)?,
+        false => crate::train::read_data_from(&args.data, &args.hub_data.query(), tok.as_ref(), &read)?,
+    };
     let masking =
         crate::encoder_task::mlm_masking(&model, tok.as_ref(), args.mlm_probability, data.plain_text, args.seed)?;
     crate::train::check_vocab(&data.examples, model.spec.vocab, "data")?;
