@@ -43,7 +43,9 @@ fn model_with_tokenizer(name: &str) -> tempfile::TempDir {
 
 fn langs(name: &str) -> Seq2SeqRead {
     match name {
-        "marian" => Seq2SeqRead { source_lang: Some("en".into()), target_lang: Some("de".into()), ..Default::default() },
+        "marian" => {
+            Seq2SeqRead { source_lang: Some("en".into()), target_lang: Some("de".into()), ..Default::default() }
+        }
         _ => Seq2SeqRead::default(),
     }
 }
@@ -133,4 +135,3 @@ fn translation_rows_without_languages_are_refused_naming_the_flags() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("marian_pairs.jsonl:1") && err.contains("--source-lang"), "{err}");
 }
-
