@@ -312,6 +312,26 @@ mod tests {
     }
 
     #[test]
+    fn encoder_decoder_rows_pad_their_labels_apart_from_the_source() {
+        let s2s = |src: &[u32], tgt: &[i32]| Example {
+            decoder_labels: tgt.to_vec(),
+            ..Example::new(src.to_vec(), vec![IGNORE; src.len()])
+        };
+        let (a, b) = (s2s(&[5, 6, 7], &[8, 9]), s2s(&[4], &[3, -100, 2, 1]));
+        let batch = TokenBatch::pad(&[&a, &b], 0);
+        assert_eq!((batch.seq, batch.decoder_len), (3, 4));
+        assert_eq!(batch.ids, vec![5, 6, 7, 4, 0, 0]);
+        assert_eq!(batch.decoder_labels, vec![8, 9, -100, -100, 3, -100, 2, 1]);
+        // Every decoder label that is not -100 is a target (nothing is shifted away).
+        assert_eq!(batch.targets_for(Objective::Seq2SeqLm), 5);
+        let cut = sequences(&[b.clone()], 2, false).unwrap();
+        assert_eq!(cut[0].decoder_labels, vec![3, -100], "the target is cut to seq_len too");
+        assert!(sequences(&[a.clone()], 8, true).is_err(), "encoder-decoder rows do not pack");
+        let (kept, dropped) = drop_untrained(vec![a, s2s(&[5], &[-100])]);
+        assert_eq!((kept.len(), dropped), (1, 1));
+    }
+
+    #[test]
     fn position_restores_the_exact_stream() {
         let seqs: Vec<Example> = (0..7u32).map(|i| ex(&[i, i], &[i as i32, i as i32])).collect();
         let mut a = Loader::new(seqs.clone(), 2, true, 3, 0).unwrap();
