@@ -82,7 +82,9 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     crate::train::truncate_rows(&mut data, seq_len, false, "data");
     if tok.is_some() {
         let rows = crate::precision::plural(data.examples.len() as u64, "row");
-        eprintln!("eval: {rows}, {}", if add_eos { "EOS appended" } else { "no EOS appended" });
+        let eos = if add_eos { "EOS appended" } else { "no EOS appended" };
+        let how = if crate::seq2seq_data::is_seq2seq(&model) { "source/target pairs" } else { eos };
+        eprintln!("eval: {rows}, {how}");
     }
     let rows = crate::encoder_task::mask_eval_rows(masking.as_ref(), sequences(&data.examples, seq_len, false)?);
     let pad = model.config["pad_token_id"].as_u64().unwrap_or(0) as u32;

@@ -528,6 +528,8 @@ pub(crate) fn build_trainer<'g, 'c>(
         masking.as_ref().map_or(String::new(), |m| format!(", {} of the tokens masked", m.probability)),
         if tokenizer.is_none() {
             ""
+        } else if seq2seq {
+            ", source/target pairs"
         } else if add_eos {
             ", EOS appended"
         } else {
