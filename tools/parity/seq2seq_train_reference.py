@@ -20,6 +20,10 @@ tests/fixtures/ (make_seq2seq_fixtures.py). Writes tests/fixtures_train/seq2seq/
   them (`step2.safetensors`), the first step's gradients (`grad1.safetensors`), the logged losses
   and the untrained model's loss on the tokenized rows (whole batch and each row; `eval.json`).
   Marian's sinusoidal position tables stay frozen (see `load`).
+- `t5_lora/`: the same two `Seq2SeqTrainer` steps on the t5 pairs of a PEFT model continuing the
+  t5 LoRA adapter of tests/fixtures_lora/t5 (q, v, wo; r 4; B non-zero): the adapter's tensors
+  after them under PEFT's saved names (`step2.safetensors`), its first-step gradients
+  (`grad1.safetensors`) and the logged losses (`eval.json`), for `vkformers finetune --adapter`.
 """
 
 from __future__ import annotations
@@ -152,6 +156,33 @@ def two_steps(name: str, tok, rows: list[dict]) -> None:
     print(f"{name}: step losses {losses}, eval loss {loss:.6f} over {sum(counts)} targets")
 
 
+def lora_two_steps(tok, rows: list[dict]) -> None:
+    import torch
+    from peft import PeftModel
+    from safetensors.torch import save_file
+    from transformers import DataCollatorForSeq2Seq
+
+    adapter = mf.REPO / "tests" / "fixtures_lora" / "t5"
+    peft = lambda: PeftModel.from_pretrained(load(FIXTURES / "t5"), str(adapter), is_trainable=True)  # noqa: E731
+    saved = lambda n: n.replace(".default.", ".")  # noqa: E731  (PEFT's saved keys drop the adapter name)
+    torch.manual_seed(SEED)
+    model = peft()
+    collate = DataCollatorForSeq2Seq(tok, model=model.base_model.model, label_pad_token_id=-100)
+    losses = trainer_steps(model, rows, collate, seq2seq=True)
+    out = OUT / "t5_lora"
+    out.mkdir(parents=True, exist_ok=True)
+    trained = {saved(n): p.detach().clone().contiguous() for n, p in model.named_parameters() if p.requires_grad}
+    save_file(trained, out / "step2.safetensors")
+    first = peft()
+    first.train()
+    first(**collate(rows[:2])).loss.backward()
+    grads = {saved(n): p.grad.detach().clone().contiguous() for n, p in first.named_parameters() if p.requires_grad}
+    save_file(grads, out / "grad1.safetensors")
+    write_json(out / "eval.json", {"trainer_step_losses": losses,
+                                   "note": "Seq2SeqTrainer, 2 steps of the t5 LoRA adapter of tests/fixtures_lora/t5"})
+    print(f"t5 LoRA: step losses {losses}, {len(trained)} adapter tensors")
+
+
 def main() -> None:
     mf.check_versions()
     torch = mf.setup_torch()
@@ -164,6 +195,8 @@ def main() -> None:
         tok = make_tokenizer(name)
         rows = tokenized(name, tok)
         two_steps(name, tok, rows)
+        if name == "t5":
+            lora_two_steps(tok, rows)
 
 
 if __name__ == "__main__":
