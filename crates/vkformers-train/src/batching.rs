@@ -324,9 +324,9 @@ mod tests {
         assert_eq!(batch.decoder_labels, vec![8, 9, -100, -100, 3, -100, 2, 1]);
         // Every decoder label that is not -100 is a target (nothing is shifted away).
         assert_eq!(batch.targets_for(Objective::Seq2SeqLm), 5);
-        let cut = sequences(&[b.clone()], 2, false).unwrap();
+        let cut = sequences(std::slice::from_ref(&b), 2, false).unwrap();
         assert_eq!(cut[0].decoder_labels, vec![3, -100], "the target is cut to seq_len too");
-        assert!(sequences(&[a.clone()], 8, true).is_err(), "encoder-decoder rows do not pack");
+        assert!(sequences(std::slice::from_ref(&a), 8, true).is_err(), "encoder-decoder rows do not pack");
         let (kept, dropped) = drop_untrained(vec![a, s2s(&[5], &[-100])]);
         assert_eq!((kept.len(), dropped), (1, 1));
     }
