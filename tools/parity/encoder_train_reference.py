@@ -123,18 +123,21 @@ def load(path: Path, **config):
     return auto.from_pretrained(path, config=cfg, attn_implementation="eager", dtype=torch.float32)
 
 
-def trainer_steps(model, rows: list[dict], collate) -> list[float]:
-    from transformers import Trainer, TrainingArguments
+def trainer_steps(model, rows: list[dict], collate, seq2seq: bool = False) -> list[float]:
+    """Two optimizer steps of the real Trainer (`Seq2SeqTrainer` with `seq2seq`), the harness's
+    settings; returns the logged step losses."""
+    from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, Trainer, TrainingArguments
 
+    trainer_cls, args_cls = (Seq2SeqTrainer, Seq2SeqTrainingArguments) if seq2seq else (Trainer, TrainingArguments)
     with tempfile.TemporaryDirectory() as tmp:
-        args = TrainingArguments(
+        args = args_cls(
             output_dir=tmp, per_device_train_batch_size=2, max_steps=2, learning_rate=1e-3,
             lr_scheduler_type="constant", warmup_steps=0, optim="adamw_torch", adam_beta1=0.9,
             adam_beta2=0.999, adam_epsilon=1e-6, weight_decay=0.0, max_grad_norm=0.0,
             train_sampling_strategy="sequential", use_cpu=True, report_to=[], save_strategy="no",
             logging_steps=1, seed=SEED, dataloader_num_workers=0,
         )
-        trainer = Trainer(model=model, args=args, train_dataset=rows, data_collator=collate)
+        trainer = trainer_cls(model=model, args=args, train_dataset=rows, data_collator=collate)
         trainer.train()
     return [h["loss"] for h in trainer.state.log_history if "loss" in h]
 

@@ -18,11 +18,10 @@ Modes:
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from pathlib import Path
 
+import fixture_common as fc
 import make_fixtures as mf  # sets the offline environment before transformers is imported
 
 MASK_ID = 3  # the masked positions' input id (real ids are drawn from [4, vocab))
@@ -164,12 +163,7 @@ def build_model(model_type: str, cfg_kwargs: dict):
     if is_token_cls(cfg_kwargs):
         auto = AutoModelForTokenClassification
     model = auto.from_config(config, attn_implementation="eager", dtype=torch.float32)
-    # As make_fixtures.py: perturb every 1-D parameter so that an ignored bias or norm weight shows.
-    g = torch.Generator().manual_seed(mf.SEED + 1)
-    with torch.no_grad():
-        for _, p in model.named_parameters():
-            if p.dim() == 1:
-                p.add_(torch.randn(p.shape, generator=g) * mf.ONE_D_NOISE)
+    fc.perturb_1d(model)
     model.eval()
     return model
 
@@ -200,19 +194,9 @@ def make_fixture(name: str, model_type: str, cfg_kwargs: dict, out_dir: Path, ve
     elif is_cls(cfg_kwargs):
         labels = cls_labels(model.config)
 
-    model.zero_grad(set_to_none=True)
-    out = run(model, ids, mask, labels, types)
-    logits, loss = out.logits.detach().clone(), out.loss.detach().clone()
-    out.loss.backward()
-    params = dict(model.named_parameters())
-    grads = {n: params[n].grad.detach().clone() for n in names}
-
-    opt = torch.optim.AdamW(model.parameters(), **mf.ADAMW)
-    for _ in range(2):
-        opt.zero_grad(set_to_none=True)
-        run(model, ids, mask, labels, types).loss.backward()
-        opt.step()
-    step2 = {n: params[n].detach().clone() for n in names}
+    forward = lambda m: run(m, ids, mask, labels, types)  # noqa: E731
+    logits, loss, grads = fc.forward_backward(model, names, forward)
+    step2 = fc.two_adamw_steps(model, names, forward)
 
     i32 = lambda t: t.to(torch.int32).contiguous()  # noqa: E731
     ref = {
@@ -224,19 +208,10 @@ def make_fixture(name: str, model_type: str, cfg_kwargs: dict, out_dir: Path, ve
     }
     if types is not None:
         ref["token_type_ids"] = i32(types)
-    for n in names:
-        ref[f"grad.{stored[n]}"] = grads[n].float().contiguous()
-        ref[f"step2.{stored[n]}"] = step2[n].float().contiguous()
+    fc.add_grads_and_steps(ref, {n: stored[n] for n in names}, grads, step2)
     save_file(ref, str(d / "reference.safetensors"), metadata={"format": "pt"})
 
-    meta = {
-        "fixture": name,
-        "model_type": model_type,
-        "architecture": type(model).__name__,
-        "versions": versions,
-        "seed": mf.SEED,
-        "dtype": "float32",
-        "attn_implementation": "eager",
+    meta = fc.fixture_meta(name, model_type, model, versions, d, {n: stored[n] for n in names}, {
         "init": {"initializer_range": mf.INIT_STD, "one_d_param_noise_std": mf.ONE_D_NOISE},
         "T": mf.T,
         "batch": mf.BATCH,
@@ -249,12 +224,7 @@ def make_fixture(name: str, model_type: str, cfg_kwargs: dict, out_dir: Path, ve
             "mask_input_id": MASK_ID,
         },
         "token_type_ids": types is not None,
-        "adamw": {**{k: list(v) if isinstance(v, tuple) else v for k, v in mf.ADAMW.items()}, "steps": 2},
-        "parameter_names": [stored[n] for n in names],
-        "tied_parameter_aliases": sorted(set(mf._all_param_keys(model)) - set(names)),
-        "model_safetensors_keys": sorted(mf._safetensors_keys(d / "model.safetensors")),
-        "num_parameters": int(sum(params[n].numel() for n in names)),
-    }
+    })
     mf.write_json(d / "meta.json", meta)
     print(f"{name:14s} {type(model).__name__:24s} params={meta['num_parameters']:6d} loss={loss.item():.6f}")
 
@@ -277,11 +247,7 @@ def make_embed_fixture(name: str, model_type: str, cfg_kwargs: dict, out_dir: Pa
     config = AutoConfig.for_model(model_type, **cfg_kwargs)
     torch.manual_seed(mf.SEED)
     model = AutoModel.from_config(config, attn_implementation="eager", dtype=torch.float32)
-    g = torch.Generator().manual_seed(mf.SEED + 1)
-    with torch.no_grad():
-        for _, p in model.named_parameters():
-            if p.dim() == 1:
-                p.add_(torch.randn(p.shape, generator=g) * mf.ONE_D_NOISE)
+    fc.perturb_1d(model)
     model.eval()
     d = out_dir / name
     d.mkdir(parents=True, exist_ok=True)
@@ -327,42 +293,22 @@ def check_reload(args) -> int:
         kw["token_type_ids"] = ref["token_type_ids"].long()
     with torch.no_grad():
         logits = model(**kw).logits.float()
-    want = ref["logits"]
-    rel = float((logits - want).abs().max() / want.abs().max())
-    ok = logits.shape == want.shape and rel <= mf.RELOAD_RTOL
-    print(f"fixture={args.fixture} max|diff|/max|ref|={rel:.3e} threshold={mf.RELOAD_RTOL:.0e} "
-          f"{'OK' if ok else 'FAIL'}")
-    return 0 if ok else 1
+    return fc.check_logits(args.fixture, logits, ref["logits"])
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default=str(mf.DEFAULT_OUT))
-    ap.add_argument("--only", nargs="+", metavar="NAME")
-    ap.add_argument("--check-reload", metavar="DIR")
-    ap.add_argument("--fixture", metavar="NAME")
-    ap.add_argument("--fixtures", default=str(mf.DEFAULT_OUT))
-    ap.add_argument("--embed", action="store_true", help="write the bare-model embedding fixtures")
-    args = ap.parse_args()
-    versions = mf.check_versions()
-    if args.check_reload:
-        sys.exit(check_reload(args))
-    mf.setup_torch()
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
+def embed_option(ap, args) -> bool:
+    """`--embed`: write the bare-model embedding fixtures instead."""
+    if args is None:
+        ap.add_argument("--embed", action="store_true", help="write the bare-model embedding fixtures")
+        return False
     if args.embed:
         for name, (model_type, cfg_kwargs) in EMBED_SPECS.items():
             make_embed_fixture(name, model_type, cfg_kwargs, mf.REPO / "tests" / "fixtures_embed")
-        return
-    todo = args.only or list(SPECS)
-    for name in todo:
-        if name not in SPECS:
-            sys.exit(f"unknown fixture {name!r}; known: {', '.join(SPECS)}")
-    for name in todo:
-        model_type, cfg_kwargs = SPECS[name]
-        make_fixture(name, model_type, cfg_kwargs, Path(args.out).resolve(), versions)
+    return args.embed
 
+
+def main() -> None:
+    fc.main(__doc__, SPECS, make_fixture, check_reload, embed_option)
 
 if __name__ == "__main__":
     main()

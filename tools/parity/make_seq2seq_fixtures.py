@@ -20,10 +20,10 @@ Modes:
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
+import fixture_common as fc
 import make_fixtures as mf  # sets the offline environment before transformers is imported
 
 S = 8  # encoder length
@@ -129,13 +129,9 @@ def build_model(model_type: str, cfg_kwargs: dict):
     config = AutoConfig.for_model(model_type, **cfg_kwargs)
     torch.manual_seed(mf.SEED)
     model = AutoModelForSeq2SeqLM.from_config(config, attn_implementation="eager", dtype=torch.float32)
-    # As make_fixtures.py: perturb every 1-D parameter so that an ignored bias or norm weight shows.
-    g = torch.Generator().manual_seed(mf.SEED + 1)
-    with torch.no_grad():
-        for _, p in model.named_parameters():
-            if p.dim() == 1:
-                p.add_(torch.randn(p.shape, generator=g) * mf.ONE_D_NOISE)
-        if model_type in T5_TYPES:
+    fc.perturb_1d(model)
+    if model_type in T5_TYPES:
+        with torch.no_grad():
             # Tiny random T5s echo their start token (pad, row 0 of the tied table) forever; a
             # smaller row 0 lets greedy generation pick varied tokens.
             model.get_input_embeddings().weight[config.pad_token_id].mul_(0.1)
@@ -229,21 +225,11 @@ def make_fixture(name: str, model_type: str, cfg_kwargs: dict, out_dir: Path, ve
     ids, mask, labels = make_batch(model.config)
     decoder_input_ids = shifted(model, labels)
 
-    model.zero_grad(set_to_none=True)
-    out = model(input_ids=ids, attention_mask=mask, labels=labels)
-    logits, loss = out.logits.detach().clone(), out.loss.detach().clone()
-    out.loss.backward()
-    params = dict(model.named_parameters())
-    grads = {n: params[n].grad.detach().clone() for n in names}
+    run = lambda m: m(input_ids=ids, attention_mask=mask, labels=labels)  # noqa: E731
+    logits, loss, grads = fc.forward_backward(model, names, run)
     rows = greedy(model, ids, mask)
     beam_runs = beams(model, ids, mask)
-
-    opt = torch.optim.AdamW(model.parameters(), **mf.ADAMW)
-    for _ in range(2):
-        opt.zero_grad(set_to_none=True)
-        model(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()
-        opt.step()
-    step2 = {n: params[n].detach().clone() for n in names}
+    step2 = fc.two_adamw_steps(model, names, run)
 
     i32 = lambda t: t.to(torch.int32).contiguous()  # noqa: E731
     ref = {
@@ -254,34 +240,20 @@ def make_fixture(name: str, model_type: str, cfg_kwargs: dict, out_dir: Path, ve
         "logits": logits.float().contiguous(),
         "loss": loss.reshape(1).float().contiguous(),
     }
-    for n in names:
-        ref[f"grad.{stored[n]}"] = grads[n].float().contiguous()
-        ref[f"step2.{stored[n]}"] = step2[n].float().contiguous()
+    fc.add_grads_and_steps(ref, stored, grads, step2)
     save_file(ref, str(d / "reference.safetensors"), metadata={"format": "pt"})
     mf.write_json(d / "greedy_seq2seq.json", {"max_new_tokens": NEW_TOKENS, "rows": rows})
     mf.write_json(d / "beam_seq2seq.json", {"max_new_tokens": NEW_TOKENS, "runs": beam_runs})
 
-    meta = {
-        "fixture": name,
-        "model_type": model_type,
-        "architecture": type(model).__name__,
-        "versions": versions,
-        "seed": mf.SEED,
-        "dtype": "float32",
-        "attn_implementation": "eager",
+    meta = fc.fixture_meta(name, model_type, model, versions, d, stored, {
         "init": {"one_d_param_noise_std": mf.ONE_D_NOISE},
         "source_len": S,
         "label_len": L,
         "batch": mf.BATCH,
         "padding": {"source": f"row 1, last {N_PAD_SRC}", "labels": f"row 1, last {N_PAD_TGT} are -100"},
         "loss": {"reduction": "mean over labels != -100", "num_targets": int((labels != -100).sum())},
-        "adamw": {**{k: list(v) if isinstance(v, tuple) else v for k, v in mf.ADAMW.items()}, "steps": 2},
-        "parameter_names": [stored[n] for n in names],
-        "tied_parameter_aliases": sorted(set(mf._all_param_keys(model)) - set(names)),
-        "model_safetensors_keys": sorted(mf._safetensors_keys(d / "model.safetensors")),
-        "num_parameters": int(sum(params[n].numel() for n in names)),
-        "frozen_parameters": [n for n, p in model.named_parameters() if not p.requires_grad],
-    }
+    })
+    meta["frozen_parameters"] = [n for n, p in model.named_parameters() if not p.requires_grad]
     mf.write_json(d / "meta.json", meta)
     print(f"{name:14s} {type(model).__name__:32s} params={meta['num_parameters']:6d} loss={loss.item():.6f}")
 
@@ -300,37 +272,11 @@ def check_reload(args) -> int:
     with torch.no_grad():
         logits = model(input_ids=ref["input_ids"].long(), attention_mask=ref["attention_mask"].long(),
                        labels=ref["labels"].long()).logits.float()
-    want = ref["logits"]
-    rel = float((logits - want).abs().max() / want.abs().max())
-    ok = logits.shape == want.shape and rel <= mf.RELOAD_RTOL
-    print(f"fixture={args.fixture} max|diff|/max|ref|={rel:.3e} threshold={mf.RELOAD_RTOL:.0e} "
-          f"{'OK' if ok else 'FAIL'}")
-    return 0 if ok else 1
+    return fc.check_logits(args.fixture, logits, ref["logits"])
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default=str(mf.DEFAULT_OUT))
-    ap.add_argument("--only", nargs="+", metavar="NAME")
-    ap.add_argument("--check-reload", metavar="DIR")
-    ap.add_argument("--fixture", metavar="NAME")
-    ap.add_argument("--fixtures", default=str(mf.DEFAULT_OUT))
-    args = ap.parse_args()
-    versions = mf.check_versions()
-    if args.check_reload:
-        sys.exit(check_reload(args))
-    mf.setup_torch()
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    todo = args.only or list(SPECS)
-    for name in todo:
-        if name not in SPECS:
-            sys.exit(f"unknown fixture {name!r}; known: {', '.join(SPECS)}")
-    for name in todo:
-        model_type, cfg_kwargs = SPECS[name]
-        make_fixture(name, model_type, cfg_kwargs, Path(args.out).resolve(), versions)
-
+    fc.main(__doc__, SPECS, make_fixture, check_reload)
 
 if __name__ == "__main__":
     main()

@@ -20,6 +20,8 @@ pub struct Args {
     data: String,
     #[command(flatten)]
     hub_data: crate::data_args::HubDataArgs,
+    #[command(flatten)]
+    langs: crate::seq2seq_data::LangArgs,
     /// Print JSON (loss, perplexity, tokens, rows) instead of text.
     #[arg(long)]
     json: bool,
@@ -63,7 +65,11 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
         label2id: crate::encoder_task::label2id(&model),
         ..Default::default()
     };
-    let mut data = crate::train::read_data_from(&args.data, &args.hub_data.query(), tok.as_ref(), &read)?;
+    crate::seq2seq_data::check_langs(&model, &args.langs)?;
+    let mut data = match crate::seq2seq_data::is_seq2seq(&model) {
+        true => crate::seq2seq_data::read(&args.data, &args.hub_data.query(), tok.as_ref(), &args.langs, add_eos)?,
+        false => crate::train::read_data_from(&args.data, &args.hub_data.query(), tok.as_ref(), &read)?,
+    };
     let masking =
         crate::encoder_task::mlm_masking(&model, tok.as_ref(), args.mlm_probability, data.plain_text, args.seed)?;
     crate::train::check_vocab(&data.examples, model.spec.vocab, "data")?;
@@ -76,7 +82,9 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     crate::train::truncate_rows(&mut data, seq_len, false, "data");
     if tok.is_some() {
         let rows = crate::precision::plural(data.examples.len() as u64, "row");
-        eprintln!("eval: {rows}, {}", if add_eos { "EOS appended" } else { "no EOS appended" });
+        let eos = if add_eos { "EOS appended" } else { "no EOS appended" };
+        let how = if crate::seq2seq_data::is_seq2seq(&model) { "source/target pairs" } else { eos };
+        eprintln!("eval: {rows}, {how}");
     }
     let rows = crate::encoder_task::mask_eval_rows(masking.as_ref(), sequences(&data.examples, seq_len, false)?);
     let pad = model.config["pad_token_id"].as_u64().unwrap_or(0) as u32;

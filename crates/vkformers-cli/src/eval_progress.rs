@@ -10,12 +10,14 @@ use vkformers_tensor::Graph;
 use vkformers_train::eval::RowLoss;
 use vkformers_train::{evaluate, EvalReport, LanguageModel, Objective};
 
-/// Whether a row may have a target `evaluate` counts (a row label, or a token label; a causal
-/// LM's position 0 predicts nothing, so a row with only that one is not sent: `evaluate`
-/// refuses a batch without targets).
+/// Whether a row may have a target `evaluate` counts (a row label, a token label, or an
+/// encoder-decoder row's decoder label; a causal LM's position 0 predicts nothing, so a row
+/// with only that one is not sent: `evaluate` refuses a batch without targets).
 fn has_targets(e: &Example, unshifted: bool) -> bool {
     let from = usize::from(!unshifted);
-    e.target.is_some() || e.labels.get(from..).is_some_and(|l| l.iter().any(|&x| x >= 0))
+    e.target.is_some()
+        || e.labels.get(from..).is_some_and(|l| l.iter().any(|&x| x >= 0))
+        || e.decoder_labels.iter().any(|&x| x >= 0)
 }
 
 /// [`evaluate`] of `rows`, `batch` at a time, showing rows done on a terminal's stderr.

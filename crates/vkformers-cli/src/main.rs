@@ -20,6 +20,7 @@ mod merge_lora;
 mod outdir;
 mod precision;
 mod ranges;
+mod seq2seq_data;
 mod serve;
 mod st_modules;
 mod train;

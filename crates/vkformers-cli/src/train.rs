@@ -59,6 +59,8 @@ pub struct TrainArgs {
     data: String,
     #[command(flatten)]
     hub_data: crate::data_args::HubDataArgs,
+    #[command(flatten)]
+    langs: crate::seq2seq_data::LangArgs,
     /// Output folder: checkpoints, metrics.jsonl, and the final model. It must be new, empty,
     /// or the output of an earlier vkformers run (to continue or redo it).
     #[arg(long)]
@@ -331,7 +333,8 @@ pub fn check_vocab(examples: &[Example], vocab: usize, what: &str) -> anyhow::Re
         }
         // A label is a token id to predict or -100 (ignored); anything else would be dropped by
         // the loss yet counted as a target.
-        if let Some(&bad) = e.labels.iter().find(|&&l| l != -100 && (l < 0 || l as usize >= vocab)) {
+        let mut labels = e.labels.iter().chain(&e.decoder_labels);
+        if let Some(&bad) = labels.find(|&&l| l != -100 && (l < 0 || l as usize >= vocab)) {
             bail!("{what} row {}: label {bad} is neither -100 nor a token id below the vocabulary of {vocab}", i + 1);
         }
     }
@@ -433,8 +436,11 @@ pub(crate) fn build_trainer<'g, 'c>(
         check_seq_len(model, n)?;
     }
     let seq_len = args.seq_len.unwrap_or_else(|| default_seq_len(model));
-    // An encoder's rows are sentences: the tokenizer's post-processor ends them, nothing packs.
-    let encoder = crate::encoder_task::is_encoder(model);
+    // Encoder and encoder-decoder rows are sentences: the tokenizer's post-processor ends them
+    // (T5's `</s>`), nothing packs.
+    let seq2seq = crate::seq2seq_data::is_seq2seq(model);
+    crate::seq2seq_data::check_langs(model, &args.langs)?;
+    let encoder = crate::encoder_task::is_encoder(model) || seq2seq;
     let add_eos = args.eos.resolve(!encoder);
     let read = vkformers_data::ReadOptions {
         train_on_prompt: args.train_on_prompt,
@@ -442,7 +448,11 @@ pub(crate) fn build_trainer<'g, 'c>(
         label2id: crate::encoder_task::label2id(model),
         ..Default::default()
     };
-    let mut data = read_data_from(&args.data, &args.hub_data.query(), tokenizer, &read)?;
+    let read_rows = |arg: &str, query: &vkformers_hub::DatasetQuery| match seq2seq {
+        true => crate::seq2seq_data::read(arg, query, tokenizer, &args.langs, add_eos),
+        false => read_data_from(arg, query, tokenizer, &read),
+    };
+    let mut data = read_rows(&args.data, &args.hub_data.query())?;
     let packing = if args.packing {
         true
     } else if args.no_packing {
@@ -456,7 +466,7 @@ pub(crate) fn build_trainer<'g, 'c>(
     }
     let (train_rows, eval_rows) = match (&args.eval_data, args.eval_split) {
         (Some(e), _) => {
-            let mut eval = read_data_from(e, &args.hub_data.eval_query(), tokenizer, &read)?;
+            let mut eval = read_rows(e, &args.hub_data.eval_query())?;
             truncate_rows(&mut eval, seq_len, true, "evaluation data");
             (data.examples, Some(eval.examples))
         }
@@ -518,6 +528,8 @@ pub(crate) fn build_trainer<'g, 'c>(
         masking.as_ref().map_or(String::new(), |m| format!(", {} of the tokens masked", m.probability)),
         if tokenizer.is_none() {
             ""
+        } else if seq2seq {
+            ", source/target pairs"
         } else if add_eos {
             ", EOS appended"
         } else {

@@ -4,18 +4,17 @@
 //! the harness's ill-conditioned rule); the Trainer's step losses for multi-label, regression
 //! and token classification; and a masked-LM checkpoint fine-tuned with a new head.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::trainer_parity::{check_step_losses, check_two_step_weights, rel, repo, vkformers};
 use vkformers_io::ModelWeights;
 use vkformers_models::model::Model;
 use vkformers_tensor::Graph;
 use vkformers_train::{LanguageModel, TokenBatch};
 use vkformers_vk::testing::on_every_device;
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 fn refs() -> PathBuf {
     repo().join("tests/fixtures_train/encoder")
@@ -25,41 +24,14 @@ fn fixture(name: &str) -> String {
     repo().join("tests/fixtures").join(name).display().to_string()
 }
 
-fn vkformers(args: &[&str]) -> std::process::Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_vkformers")).args(args).output().unwrap();
-    assert!(out.status.success(), "vkformers {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    out
-}
-
-fn rel(a: f64, b: f64) -> f64 {
-    (a - b).abs() / b.abs()
-}
-
 fn json(path: &Path) -> serde_json::Value {
     vkformers_io::read_json(path).unwrap()
 }
 
-/// `train` for two steps as the Trainer ran them (batch 2, in order, constant lr 1e-3, eps
-/// 1e-6, no decay, no clipping, f32), into `out`.
+/// The harness's two steps on `rows` of this folder's references.
 fn train_two_steps(model: &str, rows: &str, out: &Path, extra: &[&str]) {
     let rows = refs().join(rows).display().to_string();
-    let mut args = vec!["train", "--model", model, "--data", &rows, "--out", out.to_str().unwrap()];
-    args.extend(["--max-steps", "2", "--batch-size", "2", "--no-shuffle", "--schedule", "constant", "--lr", "1e-3"]);
-    args.extend(["--eps", "1e-6", "--weight-decay", "0", "--max-grad-norm", "0", "--fp32"]);
-    args.extend(extra);
-    vkformers(&args);
-}
-
-/// The step losses of `out/metrics.jsonl` against the Trainer's.
-fn check_step_losses(out: &Path, want: &serde_json::Value, what: &str) {
-    let metrics = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
-    let want = want["trainer_step_losses"].as_array().unwrap();
-    assert_eq!(metrics.lines().count(), want.len(), "{what}: steps");
-    for (line, w) in metrics.lines().zip(want) {
-        let v: serde_json::Value = serde_json::from_str(line).unwrap();
-        let (a, b) = (v["loss"].as_f64().unwrap(), w.as_f64().unwrap());
-        assert!(rel(a, b) <= 1e-5, "{what}: step loss {a} vs transformers {b}");
-    }
+    common::trainer_parity::train_two_steps(model, &rows, out, extra);
 }
 
 #[test]
@@ -98,31 +70,7 @@ fn two_sequence_classification_steps_equal_the_transformers_trainer() {
     let out = tempfile::tempdir().unwrap();
     let model = fixture("bert_seqcls");
     train_two_steps(&model, "cls_rows.jsonl", out.path(), &["--task", "sequence-classification"]);
-    let want = ModelWeights::open_file(refs().join("bert_seqcls/step2.safetensors")).unwrap();
-    let ref_grad = ModelWeights::open_file(refs().join("bert_seqcls/grad1.safetensors")).unwrap();
-    let got = ModelWeights::open(out.path()).unwrap();
-    let ours_grad = first_step_grads(&model);
-    let (eps, lr) = (1e-6f64, 1e-3f64);
-    let (mut worst, mut ill, mut ill_worst) = (0.0f64, 0, 0.0f64);
-    for n in want.names() {
-        let (w, o) = (want.tensor_f32(n).unwrap(), got.tensor_f32(n).unwrap());
-        let (gr, go) = (ref_grad.tensor_f32(n).unwrap(), &ours_grad[n]);
-        for i in 0..w.len() {
-            let d = (f64::from(w[i]) - f64::from(o[i])).abs();
-            // As the parity harness: a first-step gradient below AdamW's eps is rounding noise
-            // that AdamW scales by 1/eps; it is held to Adam's step bound.
-            let tiny = |v: f32| v != 0.0 && f64::from(v.abs()) < eps;
-            if tiny(gr[i]) || (gr[i] == 0.0 && tiny(go[i])) {
-                ill += 1;
-                ill_worst = ill_worst.max(d);
-            } else {
-                worst = worst.max(d);
-            }
-        }
-    }
-    eprintln!("bert_seqcls: two steps: max |Δ| {worst:.3e}; {ill} ill-conditioned, max |Δ| {ill_worst:.3e}");
-    assert!(worst <= 1e-5, "weights after two steps differ by {worst}");
-    assert!(ill_worst <= 2.0 * 2.0 * lr, "ill-conditioned elements beyond two Adam steps: {ill_worst}");
+    check_two_step_weights("bert_seqcls", &refs().join("bert_seqcls"), out.path(), Some(&first_step_grads(&model)));
     check_step_losses(out.path(), &json(&refs().join("bert_seqcls/eval.json")), "bert_seqcls");
     let config = json(&out.path().join("config.json"));
     assert_eq!(config["architectures"][0], "BertForSequenceClassification");

@@ -3,24 +3,16 @@
 //! eps 1e-6, no weight decay, no clipping) give transformers' weights within 1e-5, and eval
 //! gives its token-weighted loss and per-row losses (relative <= 1e-5).
 
-use std::path::PathBuf;
+mod common;
+
 use std::process::Command;
 
-use vkformers_io::ModelWeights;
+use common::trainer_parity::{check_eval as check_eval_json, check_step_losses, check_two_step_weights, repo};
+use common::trainer_parity::{train_two_steps, vkformers};
 use vkformers_models::decoder::{causal_lm_loss, forward, Batch};
 use vkformers_models::model::Model;
 use vkformers_tensor::Graph;
 use vkformers_vk::testing::on_every_device;
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn vkformers(args: &[&str]) -> std::process::Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_vkformers")).args(args).output().unwrap();
-    assert!(out.status.success(), "vkformers {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    out
-}
 
 fn rows_path() -> String {
     repo().join("tests/fixtures_train/rows.jsonl").display().to_string()
@@ -57,65 +49,12 @@ fn first_step_grads(name: &str) -> std::collections::HashMap<String, Vec<f32>> {
 fn check_two_steps(name: &str) {
     let out = tempfile::tempdir().unwrap();
     let dir = repo().join("tests/fixtures").join(name);
-    vkformers(&[
-        "train",
-        "--model",
-        dir.to_str().unwrap(),
-        "--data",
-        &rows_path(),
-        "--out",
-        out.path().to_str().unwrap(),
-        "--max-steps",
-        "2",
-        "--batch-size",
-        "2",
-        "--no-shuffle",
-        "--schedule",
-        "constant",
-        "--lr",
-        "1e-3",
-        "--eps",
-        "1e-6",
-        "--weight-decay",
-        "0",
-        "--max-grad-norm",
-        "0",
-        "--fp32",
-    ]);
+    train_two_steps(dir.to_str().unwrap(), &rows_path(), out.path(), &[]);
     let refs = repo().join("tests/fixtures_train").join(name);
-    let want = ModelWeights::open_file(refs.join("step2.safetensors")).unwrap();
-    let ref_grad = ModelWeights::open_file(refs.join("grad1.safetensors")).unwrap();
-    let got = ModelWeights::open(out.path()).unwrap();
-    let ours_grad = first_step_grads(name);
-    let (eps, lr) = (1e-6f64, 1e-3f64);
-    let (mut worst, mut ill, mut ill_worst) = (0.0f64, 0, 0.0f64);
-    for n in want.names() {
-        let (w, o) = (want.tensor_f32(n).unwrap(), got.tensor_f32(n).unwrap());
-        let (gr, go) = (ref_grad.tensor_f32(n).unwrap(), &ours_grad[n]);
-        for i in 0..w.len() {
-            let d = (f64::from(w[i]) - f64::from(o[i])).abs();
-            // As the parity harness: a first-step gradient that is non-zero but below eps is
-            // rounding noise that AdamW scales by 1/eps; it is held to Adam's step bound.
-            let tiny = |v: f32| v != 0.0 && f64::from(v.abs()) < eps;
-            if tiny(gr[i]) || (gr[i] == 0.0 && tiny(go[i])) {
-                ill += 1;
-                ill_worst = ill_worst.max(d);
-            } else {
-                worst = worst.max(d);
-            }
-        }
-    }
-    eprintln!("{name}: two train steps: max |Δ| {worst:.3e}; {ill} ill-conditioned elements, max |Δ| {ill_worst:.3e}");
-    assert!(worst <= 1e-5, "{name}: weights after two steps differ by {worst}");
-    assert!(ill_worst <= 2.0 * 2.0 * lr, "{name}: ill-conditioned elements beyond two Adam steps: {ill_worst}");
+    check_two_step_weights(name, &refs, out.path(), Some(&first_step_grads(name)));
     // The metrics log the Trainer's losses.
     let eval: serde_json::Value = vkformers_io::read_json(refs.join("eval.json")).unwrap();
-    let metrics = std::fs::read_to_string(out.path().join("metrics.jsonl")).unwrap();
-    for (line, want) in metrics.lines().zip(eval["trainer_step_losses"].as_array().unwrap()) {
-        let v: serde_json::Value = serde_json::from_str(line).unwrap();
-        let (a, b) = (v["loss"].as_f64().unwrap(), want.as_f64().unwrap());
-        assert!((a - b).abs() <= 1e-5 * b, "{name}: step loss {a} vs transformers {b}");
-    }
+    check_step_losses(out.path(), &eval, name);
     // The output is a Hugging Face folder.
     for f in ["config.json", "model.safetensors", "generation_config.json"] {
         assert!(out.path().join(f).exists(), "{name}: {f} in the output");
@@ -134,32 +73,12 @@ fn two_train_steps_give_the_transformers_trainer_weights_gpt2() {
 
 fn check_eval(name: &str) {
     let dir = repo().join("tests/fixtures").join(name);
-    let out = vkformers(&[
-        "eval",
-        "--model",
-        dir.to_str().unwrap(),
-        "--data",
-        &rows_path(),
-        "--json",
-        "--batch-size",
-        "3",
-        "--fp32",
-    ]);
+    let args = ["eval", "--model", dir.to_str().unwrap(), "--data", &rows_path(), "--json", "--batch-size", "3"];
+    let out = vkformers(&[&args[..], &["--fp32"]].concat());
     let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let want: serde_json::Value =
         vkformers_io::read_json(repo().join("tests/fixtures_train").join(name).join("eval.json")).unwrap();
-    let rel = |a: &serde_json::Value, b: &serde_json::Value| {
-        let (a, b) = (a.as_f64().unwrap(), b.as_f64().unwrap());
-        (a - b).abs() / b.abs()
-    };
-    assert!(rel(&got["loss"], &want["loss"]) <= 1e-5, "{name}: eval loss {} vs {}", got["loss"], want["loss"]);
-    assert_eq!(got["tokens"], want["tokens"]);
-    let (g_rows, w_rows) = (got["rows"].as_array().unwrap(), want["rows"].as_array().unwrap());
-    assert_eq!(g_rows.len(), w_rows.len());
-    for (g, w) in g_rows.iter().zip(w_rows) {
-        assert!(rel(&g["loss"], &w["loss"]) <= 1e-5, "{name}: row loss {} vs {}", g["loss"], w["loss"]);
-        assert_eq!(g["tokens"], w["tokens"]);
-    }
+    check_eval_json(name, &got, &want);
     assert!((got["perplexity"].as_f64().unwrap() - got["loss"].as_f64().unwrap().exp()).abs() < 1e-9 * 1e3);
 }
 

@@ -23,24 +23,33 @@ pub struct CutReport {
     pub dropped: bool,
 }
 
-/// Counted targets of a row: labels at positions `1..` that are not ignored, or the row's own
-/// label (sequence classification).
+/// Counted targets of a row: labels at positions `1..` that are not ignored, the row's own
+/// label (sequence classification), or an encoder-decoder row's decoder labels that are not
+/// ignored (each predicted at its own position).
 fn targets(e: &Example) -> usize {
     if e.target.is_some() {
         return 1;
+    }
+    if !e.decoder_labels.is_empty() {
+        return e.decoder_labels.iter().filter(|&&l| l != IGNORE_INDEX).count();
     }
     e.labels.iter().skip(1).filter(|&&l| l != IGNORE_INDEX).count()
 }
 
 impl Dataset {
-    /// Cuts every row to its first `seq_len` tokens. Rows left with no token to predict are
+    /// Cuts every row to its first `seq_len` tokens (an encoder-decoder row's source and target
+    /// each, as `max_source_length` and `max_target_length` of `run_translation`). Rows left with no token to predict are
     /// named in the report and removed when `drop_untrained` (training), kept otherwise (an
     /// evaluation lists each row).
     pub fn truncate(&mut self, seq_len: usize, drop_untrained: bool) -> CutReport {
         let mut report = CutReport { seq_len, dropped: drop_untrained, ..Default::default() };
         let mut keep = Vec::with_capacity(self.examples.len());
         for (i, e) in self.examples.iter_mut().enumerate() {
-            report.longest = report.longest.max(e.input_ids.len());
+            report.longest = report.longest.max(e.input_ids.len()).max(e.decoder_labels.len());
+            if e.decoder_labels.len() > seq_len {
+                e.decoder_labels.truncate(seq_len);
+                report.truncated += usize::from(e.input_ids.len() <= seq_len);
+            }
             if e.input_ids.len() > seq_len {
                 report.truncated += 1;
                 e.input_ids.truncate(seq_len);

@@ -69,6 +69,9 @@ pub enum DataError {
     /// One row is malformed: bad JSON, no known shape, a field of the wrong type, or empty.
     #[error("{location}: {reason}\n  ({ACCEPTED_SHAPES})")]
     BadRow { location: Location, reason: String },
+    /// An encoder-decoder row is malformed.
+    #[error("{location}: {reason}\n  ({})", crate::SEQ2SEQ_SHAPES)]
+    BadPair { location: Location, reason: String },
     /// A chat row could not be rendered through the tokenizer's chat template.
     #[error("{location}: {reason}")]
     Chat { location: Location, reason: String },

@@ -36,6 +36,7 @@ mod error;
 mod label;
 mod parquet_rows;
 mod prompt;
+mod seq2seq;
 mod shape;
 mod source;
 mod text_files;
@@ -49,6 +50,7 @@ pub use bpe::{train_bpe_tokenizer, train_bpe_tokenizer_with, BpeOptions, CHAT_TE
 pub use cut::CutReport;
 pub use error::{DataError, Location, Place, Result, ACCEPTED_SHAPES};
 pub use label::{parse_label, LabelMap, SeqLabel};
+pub use seq2seq::{read_seq2seq_dataset, Seq2SeqRead, SEQ2SEQ_SHAPES};
 pub use text_files::read_text_files;
 
 use crate::chat::ChatTemplate;
@@ -63,13 +65,16 @@ pub const IGNORE_INDEX: i32 = -100;
 /// logits predict `labels[i + 1]`, as in transformers. Encoder rows also carry token types
 /// (segment ids of a text pair; empty when the tokenizer gives none) and, for sequence
 /// classification, the row's label (`labels` is then all -100; token classification puts its
-/// per-token class ids in `labels`).
+/// per-token class ids in `labels`). Encoder-decoder rows put the source in `input_ids`
+/// (`labels` all -100) and the decoder's targets in `decoder_labels` (any length, not shifted:
+/// the model shifts them into its decoder inputs); it is empty for every other row.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Example {
     pub input_ids: Vec<u32>,
     pub labels: Vec<i32>,
     pub token_types: Vec<u32>,
     pub target: Option<SeqLabel>,
+    pub decoder_labels: Vec<i32>,
 }
 
 impl Example {

@@ -67,6 +67,7 @@ impl Tokenize<'_> {
             labels: vec![IGNORE_INDEX; e.get_ids().len()],
             token_types: e.get_type_ids().to_vec(),
             target: Some(target),
+            ..Default::default()
         })
     }
 
@@ -103,6 +104,7 @@ impl Tokenize<'_> {
             labels: token_labels,
             token_types: e.get_type_ids().to_vec(),
             target: None,
+            ..Default::default()
         })
     }
 

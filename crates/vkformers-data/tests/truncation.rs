@@ -50,3 +50,17 @@ fn evaluation_keeps_every_row_and_nothing_cut_says_nothing() {
     let mut short = Dataset { examples: vec![ex(&[1, 2], &[1, 2])], ..Default::default() };
     assert!(short.truncate(4, true).warnings("data").is_empty());
 }
+
+#[test]
+fn encoder_decoder_rows_cut_source_and_target_and_count_every_target() {
+    let s2s = |src: &[u32], tgt: &[i32]| Example { decoder_labels: tgt.to_vec(), ..ex(src, &vec![-100; src.len()]) };
+    // A one-token target still trains (no shift); a row whose target is all -100 does not.
+    let examples = vec![s2s(&[1, 2, 3, 4, 5], &[6]), s2s(&[1], &[2, 3, 4, 5, 6, 7]), s2s(&[1, 2], &[-100, -100])];
+    let file = PathBuf::from("pairs.jsonl");
+    let sources = (1..=3).map(|n| Location { file: file.clone(), place: Place::Line(n) }).collect();
+    let mut d = Dataset { examples, plain_text: false, sources };
+    let r = d.truncate(3, true);
+    assert_eq!((r.truncated, r.longest), (2, 6));
+    assert_eq!(r.no_target, vec!["pairs.jsonl:3".to_string()]);
+    assert_eq!(d.examples, vec![s2s(&[1, 2, 3], &[6]), s2s(&[1], &[2, 3, 4])]);
+}

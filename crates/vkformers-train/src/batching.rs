@@ -24,6 +24,7 @@ pub fn truncate(examples: &[Example], seq_len: usize) -> Vec<Example> {
                 labels: e.labels[..n].to_vec(),
                 token_types: e.token_types[..n.min(e.token_types.len())].to_vec(),
                 target: e.target.clone(),
+                decoder_labels: e.decoder_labels[..seq_len.min(e.decoder_labels.len())].to_vec(),
             }
         })
         .collect()
@@ -54,16 +55,23 @@ pub fn sequences(examples: &[Example], seq_len: usize, packing: bool) -> Result<
             "classification rows (a row label or token types) cannot be packed: use --no-packing".into(),
         ));
     }
+    if packing && examples.iter().any(|e| !e.decoder_labels.is_empty()) {
+        return Err(TrainError::Config("encoder-decoder rows (a source and a target) cannot be packed".into()));
+    }
     Ok(if packing { pack(examples, seq_len) } else { truncate(examples, seq_len) })
 }
 
-/// Removes the sequences with no token to predict (no row label and no label other than -100
-/// at positions `1..`), returning the rest and how many were removed: a batch of only such
+/// Removes the sequences with no token to predict (no row label, no label other than -100
+/// at positions `1..`, no decoder label other than -100), returning the rest and how many were removed: a batch of only such
 /// sequences would have no loss to train on.
 pub fn drop_untrained(seqs: Vec<Example>) -> (Vec<Example>, usize) {
     let n = seqs.len();
-    let kept: Vec<Example> =
-        seqs.into_iter().filter(|e| e.target.is_some() || e.labels.iter().skip(1).any(|&l| l != IGNORE)).collect();
+    let trains = |e: &Example| {
+        e.target.is_some()
+            || e.labels.iter().skip(1).any(|&l| l != IGNORE)
+            || e.decoder_labels.iter().any(|&l| l != IGNORE)
+    };
+    let kept: Vec<Example> = seqs.into_iter().filter(trains).collect();
     let dropped = n - kept.len();
     (kept, dropped)
 }
@@ -80,11 +88,16 @@ pub enum Objective {
     TokenClassification,
     /// One label per row (`TokenBatch::row_labels`).
     SequenceClassification,
+    /// An encoder-decoder: `decoder_labels[t]` (-100 = not a target) is predicted at decoder
+    /// position `t` (the model shifts the labels right into its decoder inputs).
+    Seq2SeqLm,
 }
 
 /// A right-padded batch `[batch, seq]`: ids (padding = `pad_id`), attention mask (1 real, 0
 /// padding), unshifted labels (-100 on padding), token types (0 on padding; `None` when no
 /// row has any) and the rows' own labels (sequence classification); `seq` is the longest row.
+/// Encoder-decoder batches add the decoder's labels `[batch, decoder_len]` (-100 on padding, as
+/// `DataCollatorForSeq2Seq` pads them); `decoder_len` is 0 for every other batch.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TokenBatch {
     pub ids: Vec<i32>,
@@ -94,6 +107,8 @@ pub struct TokenBatch {
     pub row_labels: Vec<SeqLabel>,
     pub batch: usize,
     pub seq: usize,
+    pub decoder_labels: Vec<i32>,
+    pub decoder_len: usize,
 }
 
 impl TokenBatch {
@@ -101,6 +116,7 @@ impl TokenBatch {
     pub fn pad(rows: &[&Example], pad_id: u32) -> TokenBatch {
         let seq = rows.iter().map(|r| r.input_ids.len()).max().unwrap_or(0);
         let typed = rows.iter().any(|r| !r.token_types.is_empty());
+        let decoder_len = rows.iter().map(|r| r.decoder_labels.len()).max().unwrap_or(0);
         let mut b = TokenBatch {
             ids: vec![],
             mask: vec![],
@@ -109,8 +125,12 @@ impl TokenBatch {
             row_labels: rows.iter().filter_map(|r| r.target.clone()).collect(),
             batch: rows.len(),
             seq,
+            decoder_labels: Vec::with_capacity(rows.len() * decoder_len),
+            decoder_len,
         };
         for r in rows {
+            let pad = decoder_len - r.decoder_labels.len();
+            b.decoder_labels.extend(r.decoder_labels.iter().copied().chain(std::iter::repeat_n(IGNORE, pad)));
             let pad = seq - r.input_ids.len();
             b.ids.extend(r.input_ids.iter().map(|&t| t as i32).chain(std::iter::repeat_n(pad_id as i32, pad)));
             b.mask.extend(std::iter::repeat_n(1, r.input_ids.len()).chain(std::iter::repeat_n(0, pad)));
@@ -138,6 +158,7 @@ impl TokenBatch {
             }
             Objective::MaskedLm | Objective::TokenClassification => self.labels.iter().filter(|&&l| l >= 0).count(),
             Objective::SequenceClassification => self.row_labels.len(),
+            Objective::Seq2SeqLm => self.decoder_labels.iter().filter(|&&l| l >= 0).count(),
         }
     }
 
@@ -288,6 +309,26 @@ mod tests {
         // Row 0 predicts 6 and 7; row 1 has no next token.
         assert_eq!(batch.targets(), 2);
         assert_eq!(batch.tokens(), 4);
+    }
+
+    #[test]
+    fn encoder_decoder_rows_pad_their_labels_apart_from_the_source() {
+        let s2s = |src: &[u32], tgt: &[i32]| Example {
+            decoder_labels: tgt.to_vec(),
+            ..Example::new(src.to_vec(), vec![IGNORE; src.len()])
+        };
+        let (a, b) = (s2s(&[5, 6, 7], &[8, 9]), s2s(&[4], &[3, -100, 2, 1]));
+        let batch = TokenBatch::pad(&[&a, &b], 0);
+        assert_eq!((batch.seq, batch.decoder_len), (3, 4));
+        assert_eq!(batch.ids, vec![5, 6, 7, 4, 0, 0]);
+        assert_eq!(batch.decoder_labels, vec![8, 9, -100, -100, 3, -100, 2, 1]);
+        // Every decoder label that is not -100 is a target (nothing is shifted away).
+        assert_eq!(batch.targets_for(Objective::Seq2SeqLm), 5);
+        let cut = sequences(std::slice::from_ref(&b), 2, false).unwrap();
+        assert_eq!(cut[0].decoder_labels, vec![3, -100], "the target is cut to seq_len too");
+        assert!(sequences(std::slice::from_ref(&a), 8, true).is_err(), "encoder-decoder rows do not pack");
+        let (kept, dropped) = drop_untrained(vec![a, s2s(&[5], &[-100])]);
+        assert_eq!((kept.len(), dropped), (1, 1));
     }
 
     #[test]

@@ -95,7 +95,9 @@ pub fn evaluate(
 fn batch_rows(g: &Graph<'_>, model: &dyn LanguageModel, batch: &TokenBatch) -> Result<Vec<RowLoss>> {
     let logits = model.logits(g, batch)?;
     match model.objective() {
-        Objective::CausalLm | Objective::MaskedLm => lm_rows(g, model.objective(), &logits, batch),
+        Objective::CausalLm | Objective::MaskedLm | Objective::Seq2SeqLm => {
+            lm_rows(g, model.objective(), &logits, batch)
+        }
         Objective::TokenClassification => token_rows(&g.read(&logits)?, batch, &model.label_names()),
         Objective::SequenceClassification => {
             let labels = crate::model::row_labels(batch)?;
@@ -116,15 +118,21 @@ fn lm_rows(
     batch: &TokenBatch,
 ) -> Result<Vec<RowLoss>> {
     let (b, t) = (batch.batch, batch.seq);
+    let only_row = |labels: &[i32], len: usize, r: usize| -> Vec<i32> {
+        labels.iter().enumerate().map(|(i, &l)| if i / len.max(1) == r { l } else { IGNORE }).collect()
+    };
     let mut pending = Vec::with_capacity(b);
     for r in 0..b {
-        let labels: Vec<i32> =
-            batch.labels.iter().enumerate().map(|(i, &l)| if i / t == r { l } else { IGNORE }).collect();
-        let row = TokenBatch { labels, ..batch.clone() };
+        let row = TokenBatch {
+            labels: only_row(&batch.labels, t, r),
+            decoder_labels: only_row(&batch.decoder_labels, batch.decoder_len, r),
+            ..batch.clone()
+        };
         let tokens = row.targets_for(objective);
         let loss = match (tokens, objective) {
             (0, _) => None,
             (_, Objective::CausalLm) => Some(causal_lm_loss(g, logits, &row.labels, b, t)?),
+            (_, Objective::Seq2SeqLm) => Some(masked_lm_loss(g, logits, &row.decoder_labels)?),
             _ => Some(masked_lm_loss(g, logits, &row.labels)?),
         };
         pending.push((loss, tokens));

@@ -5,6 +5,7 @@
 use vkformers_models::decoder::{causal_lm_loss, forward, forward_with_aux};
 use vkformers_models::encoder::{self, EncoderBatch, EncoderHead};
 use vkformers_models::model::Model;
+use vkformers_models::seq2seq;
 use vkformers_tensor::{Graph, Tensor};
 
 use crate::batching::{Objective, TokenBatch};
@@ -95,6 +96,9 @@ pub fn row_labels(batch: &TokenBatch) -> Result<encoder::OwnedClsLabels> {
 
 impl LanguageModel for Model {
     fn logits(&self, g: &Graph<'_>, batch: &TokenBatch) -> Result<Tensor> {
+        if self.spec.seq2seq.is_some() {
+            return Ok(seq2seq::forward_logits(g, &self.spec, &self.weights, &seq2seq_batch(batch))?);
+        }
         if self.spec.encoder.is_some() {
             return Ok(encoder::forward(g, &self.spec, &self.weights, &encoder_batch(batch))?);
         }
@@ -102,6 +106,9 @@ impl LanguageModel for Model {
     }
 
     fn objective(&self) -> Objective {
+        if self.spec.seq2seq.is_some() {
+            return Objective::Seq2SeqLm;
+        }
         encoder_objective(self).unwrap_or(Objective::CausalLm)
     }
 
@@ -117,6 +124,10 @@ impl LanguageModel for Model {
     }
 
     fn loss(&self, g: &Graph<'_>, logits: &Tensor, batch: &TokenBatch) -> Result<Tensor> {
+        if self.spec.seq2seq.is_some() {
+            // Unshifted: decoder position t predicts decoder_labels[t] (the mean over != -100).
+            return Ok(encoder::masked_lm_loss(g, logits, &batch.decoder_labels)?);
+        }
         match &self.spec.encoder.as_ref().map(|e| &e.head) {
             None => Ok(causal_lm_loss(g, logits, &batch.labels, batch.batch, batch.seq)?),
             Some(EncoderHead::SequenceClassification(head)) => {
@@ -131,7 +142,7 @@ impl LanguageModel for Model {
     }
 
     fn logits_and_aux(&self, g: &Graph<'_>, batch: &TokenBatch) -> Result<(Tensor, Option<Tensor>)> {
-        if self.spec.encoder.is_some() {
+        if self.spec.encoder.is_some() || self.spec.seq2seq.is_some() {
             return Ok((self.logits(g, batch)?, None));
         }
         let (logits, aux) = forward_with_aux(g, &self.spec, &self.weights, &batch.as_model_batch())?;
@@ -152,6 +163,18 @@ pub fn encoder_batch(batch: &TokenBatch) -> EncoderBatch<'_> {
         token_types: batch.token_types.as_deref(),
         batch: batch.batch,
         seq: batch.seq,
+    }
+}
+
+/// The encoder-decoder graph's view of a batch: the source and the decoder's labels.
+pub fn seq2seq_batch(batch: &TokenBatch) -> seq2seq::Seq2SeqBatch<'_> {
+    seq2seq::Seq2SeqBatch {
+        ids: &batch.ids,
+        mask: &batch.mask,
+        batch: batch.batch,
+        src_len: batch.seq,
+        labels: &batch.decoder_labels,
+        tgt_len: batch.decoder_len,
     }
 }
 

@@ -70,5 +70,5 @@ fn parse_row(line: &str) -> std::result::Result<Example, String> {
     };
     // A sequence label replaces per-token targets (none when `labels` is absent).
     let labels = if target.is_some() && v.get("labels").is_none() { vec![-100; labels.len()] } else { labels };
-    Ok(Example { input_ids, labels, token_types, target })
+    Ok(Example { input_ids, labels, token_types, target, ..Default::default() })
 }

@@ -73,6 +73,15 @@ pub fn forward_loss(
     w: &Weights,
     batch: &Seq2SeqBatch<'_>,
 ) -> Result<(Tensor, Tensor)> {
+    let logits = forward_logits(g, spec, w, batch)?;
+    let loss = loss::cross_entropy(g, &logits, &g.ints(batch.labels, &[batch.batch * batch.tgt_len])?)?;
+    Ok((logits, loss))
+}
+
+/// The decoder's logits `[B·T, V]` for labels `[B, T]`: the encoder over the source, then the
+/// decoder over the labels shifted right (`decoder_input_ids` made from `labels`, every decoder
+/// position attended, as transformers does when only `labels` are given).
+pub fn forward_logits(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, batch: &Seq2SeqBatch<'_>) -> Result<Tensor> {
     let s = seq2seq_of(spec)?;
     let (b, t) = (batch.batch, batch.tgt_len);
     if batch.labels.len() != b * t || batch.ids.len() != b * batch.src_len || batch.mask.len() != batch.ids.len() {
@@ -94,9 +103,7 @@ pub fn forward_loss(
     let dec_ids = shift_labels(s, batch.labels, t);
     let ones = vec![1; b * t];
     let ctx = Encoded { hidden: &enc, mask: batch.mask, len: batch.src_len };
-    let logits = decode(g, spec, w, &ctx, (&dec_ids, &ones), (b, t))?;
-    let loss = loss::cross_entropy(g, &logits, &g.ints(batch.labels, &[b * t])?)?;
-    Ok((logits, loss))
+    decode(g, spec, w, &ctx, (&dec_ids, &ones), (b, t))
 }
 
 /// The encoder's output as the decoder reads it.

@@ -1,0 +1,4 @@
+//! Helpers shared by the CLI's integration tests (each test binary uses only some of them).
+#![allow(dead_code)]
+
+pub mod trainer_parity;

@@ -1,0 +1,95 @@
+//! The Trainer-parity harness shared by the CLI's training tests (train_parity, encoder_train,
+//! seq2seq_train): `vkformers train` for two steps with the settings the references ran the
+//! transformers Trainer with, then the weights against the Trainer's and the logged losses
+//! against its.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use vkformers_io::ModelWeights;
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Runs the CLI, failing the test with its stderr when it fails.
+pub fn vkformers(args: &[&str]) -> std::process::Output {
+    let out = Command::new(env!("CARGO_BIN_EXE_vkformers")).args(args).output().unwrap();
+    assert!(out.status.success(), "vkformers {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    out
+}
+
+pub fn rel(a: f64, b: f64) -> f64 {
+    (a - b).abs() / b.abs()
+}
+
+/// AdamW's eps and the learning rate of the references' two steps.
+pub const EPS: f64 = 1e-6;
+pub const LR: f64 = 1e-3;
+
+/// `train` for two steps as the Trainer ran them (batch 2, in order, constant lr 1e-3, eps
+/// 1e-6, no decay, no clipping, f32), into `out`.
+pub fn train_two_steps(model: &str, rows: &str, out: &Path, extra: &[&str]) {
+    let mut args = vec!["train", "--model", model, "--data", rows, "--out", out.to_str().unwrap()];
+    args.extend(["--max-steps", "2", "--batch-size", "2", "--no-shuffle", "--schedule", "constant", "--lr", "1e-3"]);
+    args.extend(["--eps", "1e-6", "--weight-decay", "0", "--max-grad-norm", "0", "--fp32"]);
+    args.extend(extra);
+    vkformers(&args);
+}
+
+/// The weights of `got` (a folder `train` wrote, or a safetensors file) against the Trainer's
+/// after two steps (`refs/step2.safetensors`): within 1e-5, except elements whose first-step
+/// gradient (`refs/grad1.safetensors`, or ours where the reference's is exactly 0, when given) is
+/// non-zero but below AdamW's eps: that gradient is rounding noise which AdamW scales by 1/eps,
+/// so those are held to Adam's step bound (|Δ| <= 2 steps of 2·lr), as the parity harness does.
+pub fn check_two_step_weights(what: &str, refs: &Path, got: &Path, ours_grad: Option<&HashMap<String, Vec<f32>>>) {
+    let want = ModelWeights::open_file(refs.join("step2.safetensors")).unwrap();
+    let ref_grad = ModelWeights::open_file(refs.join("grad1.safetensors")).unwrap();
+    let got = if got.is_file() { ModelWeights::open_file(got) } else { ModelWeights::open(got) }.unwrap();
+    let (mut worst, mut ill, mut ill_worst) = (0.0f64, 0, 0.0f64);
+    for n in want.names() {
+        let (w, o) = (want.tensor_f32(n).unwrap(), got.tensor_f32(n).unwrap());
+        let gr = ref_grad.tensor_f32(n).unwrap();
+        let go = ours_grad.map(|m| m.get(n).unwrap_or_else(|| panic!("{what}: no gradient of ours for {n}")));
+        assert_eq!(w.len(), o.len(), "{what}: {n}");
+        for i in 0..w.len() {
+            let d = (f64::from(w[i]) - f64::from(o[i])).abs();
+            let tiny = |v: f32| v != 0.0 && f64::from(v.abs()) < EPS;
+            if tiny(gr[i]) || (gr[i] == 0.0 && go.is_some_and(|go| tiny(go[i]))) {
+                ill += 1;
+                ill_worst = ill_worst.max(d);
+            } else {
+                worst = worst.max(d);
+            }
+        }
+    }
+    eprintln!("{what}: two train steps: max |Δ| {worst:.3e}; {ill} ill-conditioned elements, max |Δ| {ill_worst:.3e}");
+    assert!(worst <= 1e-5, "{what}: weights after two steps differ by {worst}");
+    assert!(ill_worst <= 2.0 * 2.0 * LR, "{what}: ill-conditioned elements beyond two Adam steps: {ill_worst}");
+}
+
+/// The step losses of `out/metrics.jsonl` against the Trainer's (`trainer_step_losses`).
+pub fn check_step_losses(out: &Path, want: &serde_json::Value, what: &str) {
+    let metrics = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
+    let want = want["trainer_step_losses"].as_array().unwrap();
+    assert_eq!(metrics.lines().count(), want.len(), "{what}: steps");
+    for (line, w) in metrics.lines().zip(want) {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let (a, b) = (v["loss"].as_f64().unwrap(), w.as_f64().unwrap());
+        assert!(rel(a, b) <= 1e-5, "{what}: step loss {a} vs transformers {b}");
+    }
+}
+
+/// `eval --json` against a reference's `loss`, `tokens` and `rows` (relative 1e-5).
+pub fn check_eval(what: &str, got: &serde_json::Value, want: &serde_json::Value) {
+    let f = |v: &serde_json::Value| v.as_f64().unwrap();
+    assert!(rel(f(&got["loss"]), f(&want["loss"])) <= 1e-5, "{what}: eval loss {} vs {}", got["loss"], want["loss"]);
+    assert_eq!(got["tokens"], want["tokens"], "{what}");
+    let (g_rows, w_rows) = (got["rows"].as_array().unwrap(), want["rows"].as_array().unwrap());
+    assert_eq!(g_rows.len(), w_rows.len(), "{what}");
+    for (g, w) in g_rows.iter().zip(w_rows) {
+        assert!(rel(f(&g["loss"]), f(&w["loss"])) <= 1e-5, "{what}: row loss {} vs {}", g["loss"], w["loss"]);
+        assert_eq!(g["tokens"], w["tokens"], "{what}");
+    }
+}
