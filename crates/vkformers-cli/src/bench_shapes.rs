@@ -133,8 +133,17 @@ pub fn train_gemms(selector: &DeviceSelector, args: &TrainGemmArgs) -> anyhow::R
 /// `--sweep`: TFLOP/s of every engine the device has on every product of the step.
 fn sweep(ctx: &Context, args: &TrainGemmArgs, dtype: DType) -> anyhow::Result<ExitCode> {
     println!("{} ({:?}): TFLOP/s per engine, {} tokens (- : not on this device)", ctx.caps().name, dtype, args.tokens);
-    let names: Vec<String> = Engine::ALL.iter().map(|e| format!("{e:?}").replace("Coopmat2", "cm2").to_lowercase()).collect();
-    println!("{:<14} {:>6} {:>6} {:>6} {} {:>8}", "product", "M", "N", "K", names.iter().map(|n| format!("{n:>9}")).collect::<String>(), "split-k");
+    let names: Vec<String> =
+        Engine::ALL.iter().map(|e| format!("{e:?}").replace("Coopmat2", "cm2").to_lowercase()).collect();
+    println!(
+        "{:<14} {:>6} {:>6} {:>6} {} {:>8}",
+        "product",
+        "M",
+        "N",
+        "K",
+        names.iter().map(|n| format!("{n:>9}")).collect::<String>(),
+        "split-k"
+    );
     for s in step_shapes(args) {
         let (m, n, k) = s.mnk;
         let mut desc = GemmDesc::packed(m, n, k, s.trans_a, s.trans_b);
@@ -159,7 +168,8 @@ fn sweep(ctx: &Context, args: &TrainGemmArgs, dtype: DType) -> anyhow::Result<Ex
                 continue;
             }
             let p = CoopGemm { engine, ..plan };
-            let ns = median_ns(ctx, args.iters, &mut |rec| Ok(gemm_coopmat(rec, &p, a.view(), b.view(), None, c.view())?))?;
+            let ns =
+                median_ns(ctx, args.iters, &mut |rec| Ok(gemm_coopmat(rec, &p, a.view(), b.view(), None, c.view())?))?;
             row.push_str(&format!("{:>9.1}", flop / ns / 1e3));
         }
         match split_k_plan(&desc) {

@@ -46,6 +46,19 @@ pub fn cast(rec: &mut Recorder, x: BufferView<'_>, from: DType, out: BufferView<
             message: format!("{} bytes of {from:?} into {} bytes of {to:?}", x.len, out.len),
         });
     }
+    // Four elements a thread where the views allow 16-byte f32 and 8-byte 16-bit accesses.
+    let aligned = n.is_multiple_of(4) && x.offset.is_multiple_of(16) && out.offset.is_multiple_of(16);
+    if aligned && std::env::var_os("VKFORMERS_CAST_SCALAR").is_none() {
+        let k4 = match (from, to) {
+            (DType::F32, DType::F16) => &code::CAST_CAST4_TO_F16,
+            (DType::F32, DType::BF16) => &code::CAST_CAST4_TO_BF16,
+            (DType::F16, _) => &code::CAST_CAST4_FROM_F16,
+            _ => &code::CAST_CAST4_FROM_BF16,
+        };
+        let n4 = n / 4;
+        let groups = n4.div_ceil(256).min(65_535) as u32;
+        return rec.dispatch(k4, &[], &[read(x), write(out)], &(n4 as u32).to_le_bytes(), [groups, 1, 1]);
+    }
     let groups = n.div_ceil(256).min(65_535) as u32;
     rec.dispatch(k, &[], &[read(x), write(out)], &(n as u32).to_le_bytes(), [groups, 1, 1])
 }

@@ -336,7 +336,15 @@ impl<'c> Graph<'c> {
     /// `src` carries them and grad mode is on.
     pub(crate) fn alias(&self, src: &Tensor, shape: &[usize]) -> Tensor {
         let rg = self.grad_enabled() && src.requires_grad();
-        self.make_typed(src.0.buf.clone(), shape, src.dtype(), rg, false)
+        let view = self.make_typed(src.0.buf.clone(), shape, src.dtype(), rg, false);
+        // A kept 16-bit copy of `src` is, reshaped, the copy of the view (an activation reshaped
+        // between two products, e.g. attention's [B, T, H, D] output into o_proj's [B·T, H·D]).
+        let copy = self.casts.borrow().get(&src.id()).map(|(t, _)| t.clone());
+        if let Some(copy) = copy {
+            let copy_view = self.make_typed(copy.0.buf.clone(), shape, copy.dtype(), false, false);
+            self.keep_cast(&view, &copy_view);
+        }
+        view
     }
 
     /// The first `shape`-many elements of `src` as a tensor of that shape, sharing storage and

@@ -208,3 +208,38 @@ fn tape_does_not_keep_an_autocast_products_f32_input() {
         Ok(())
     });
 }
+
+/// Under autocast attention's f32 output is its 16-bit result widened, so that 16-bit result is
+/// kept as the output's copy: the product after attention (o_proj) reads it instead of casting
+/// the output back (q, k, v copies + o's = 4 kept), and the product equals one on rounded o.
+#[test]
+fn attention_output_keeps_its_16_bit_result_for_the_next_product() {
+    on_every_device("autocast attention copy", |ctx| {
+        let (b, t, h, d) = (1, 20, 2, 16); // 20 rows: a GEMM, not the few-row f32 GEMV
+        let mut rng = Rng::new(8);
+        let (q, k, v, w) = (
+            rng.vec(b * t * h * d, 1.0),
+            rng.vec(b * t * h * d, 1.0),
+            rng.vec(b * t * h * d, 1.0),
+            rng.vec(3 * h * d, 1.0),
+        );
+        let g = Graph::new(ctx);
+        g.set_autocast(Some(DType::BF16));
+        let [qp, kp, vp] = [&q, &k, &v].map(|x| g.parameter(x, &[b, t, h, d]));
+        let o = attention(&g, &qp?, &kp?, &vp?, &AttnOptions::default())?;
+        assert_eq!(o.dtype(), DType::F32);
+        assert_eq!(g.kept_casts(), 4, "q, k, v copies and o's 16-bit result");
+        let wp = g.parameter(&w, &[3, h * d])?;
+        g.sync()?; // the batch recorded so far was opened without timestamps
+        g.set_profiling(true);
+        let y = linear(&g, &shape::reshape(&g, &o, &[b * t, h * d])?, &wp, None)?;
+        let profile = g.take_profile()?.expect("profiling on");
+        let casts: u64 = profile.kernels.iter().filter(|(n, _)| n.starts_with("cast/")).map(|(_, k)| k.calls).sum();
+        assert_eq!(casts, 1, "only the weight is cast for the product: {:?}", profile.kernels.keys());
+        let o_rounded = round(DType::BF16, &g.read(&o)?);
+        let want =
+            reference::matmul(&f64s(&o_rounded), &transpose(&f64s(&round(DType::BF16, &w)), 3, h * d), b * t, h * d, 3);
+        assert_close("o_proj on o's copy", &g.read(&y)?, &want, TOL_F32);
+        Ok(())
+    });
+}

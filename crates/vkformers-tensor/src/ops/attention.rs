@@ -119,6 +119,11 @@ pub fn attention(g: &Graph<'_>, q: &Tensor, kt: &Tensor, v: &Tensor, opts: &Attn
         }
         Ok(())
     })?;
+    if out_dtype != dt {
+        // o is o16 widened, so o16 is exactly o's 16-bit copy: the next product (o_proj)
+        // reads it instead of casting o back.
+        g.keep_cast(&o, &o16);
+    }
     let in_types = [q.dtype(), kt.dtype(), v.dtype()];
     let opts = opts.clone();
     let os = o16;
