@@ -87,6 +87,9 @@ pub fn gemm(selector: &DeviceSelector, args: &GemmArgs) -> anyhow::Result<ExitCo
         "coopmat2-wide16" => Engine::Coopmat2Wide16,
         "coopmat2-small" => Engine::Coopmat2Small,
         "coopmat2-small64" => Engine::Coopmat2Small64,
+        "coopmat2-tall" => Engine::Coopmat2Tall,
+        "coopmat2-t128" => Engine::Coopmat2T128,
+        "coopmat2-t128k64" => Engine::Coopmat2T128K64,
         other => bail!("--engine {other}: expected auto, coopmat, coopmat2 or coopmat2-wide"),
     };
     if let Some(f) = args.fast {

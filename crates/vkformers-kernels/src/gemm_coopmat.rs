@@ -29,11 +29,17 @@ pub enum Engine {
     Coopmat2Small,
     /// `VK_NV_cooperative_matrix2`, 64 x 128 tiles, K slices of 64.
     Coopmat2Small64,
+    /// `VK_NV_cooperative_matrix2`, 256 x 128 tiles, K slices of 32.
+    Coopmat2Tall,
+    /// `VK_NV_cooperative_matrix2`, 128 x 128 tiles on 128 invocations.
+    Coopmat2T128,
+    /// `VK_NV_cooperative_matrix2`, 128 x 128 tiles on 128 invocations, K slices of 64.
+    Coopmat2T128K64,
 }
 
 impl Engine {
     /// Every concrete engine (for sweeps).
-    pub const ALL: [Engine; 8] = [
+    pub const ALL: [Engine; 11] = [
         Engine::Coopmat,
         Engine::Coopmat2,
         Engine::Coopmat2Wide,
@@ -42,6 +48,9 @@ impl Engine {
         Engine::Coopmat2Wide16,
         Engine::Coopmat2Small,
         Engine::Coopmat2Small64,
+        Engine::Coopmat2Tall,
+        Engine::Coopmat2T128,
+        Engine::Coopmat2T128K64,
     ];
 
     /// True for the `VK_NV_cooperative_matrix2` kernels.
@@ -207,6 +216,12 @@ fn kernel(engine: Engine, elem: Elem) -> (&'static KernelCode, u32, u32) {
         (Engine::Coopmat2Small, Bf16) => (&code::MATMUL_COOPMAT2_GEMM_BF16_SMALL, 64, 128),
         (Engine::Coopmat2Small64, F16) => (&code::MATMUL_COOPMAT2_GEMM_F16_SMALL64, 64, 128),
         (Engine::Coopmat2Small64, Bf16) => (&code::MATMUL_COOPMAT2_GEMM_BF16_SMALL64, 64, 128),
+        (Engine::Coopmat2Tall, F16) => (&code::MATMUL_COOPMAT2_GEMM_F16_TALL, 256, 128),
+        (Engine::Coopmat2Tall, Bf16) => (&code::MATMUL_COOPMAT2_GEMM_BF16_TALL, 256, 128),
+        (Engine::Coopmat2T128, F16) => (&code::MATMUL_COOPMAT2_GEMM_F16_T128, 128, 128),
+        (Engine::Coopmat2T128, Bf16) => (&code::MATMUL_COOPMAT2_GEMM_BF16_T128, 128, 128),
+        (Engine::Coopmat2T128K64, F16) => (&code::MATMUL_COOPMAT2_GEMM_F16_T128K64, 128, 128),
+        (Engine::Coopmat2T128K64, Bf16) => (&code::MATMUL_COOPMAT2_GEMM_BF16_T128K64, 128, 128),
         (_, F16) => (&code::MATMUL_COOPMAT_GEMM_F16, 128, 128),
         (_, Bf16) => (&code::MATMUL_COOPMAT_GEMM_BF16, 128, 128),
     }

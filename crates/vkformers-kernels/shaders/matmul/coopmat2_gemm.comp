@@ -35,6 +35,14 @@
 // variant: bf16_small ELEM_BF16 BM=64 BN=128 BK=32
 // variant: f16_small64 ELEM_F16 BM=64 BN=128 BK=64
 // variant: bf16_small64 ELEM_BF16 BM=64 BN=128 BK=64
+// variant: f16_tall ELEM_F16 BM=256 BN=128 BK=32
+// variant: bf16_tall ELEM_BF16 BM=256 BN=128 BK=32
+// variant: f16_t128 ELEM_F16 BM=128 BN=128 BK=32 THREADS=128
+// variant: bf16_t128 ELEM_BF16 BM=128 BN=128 BK=32 THREADS=128
+// variant: f16_t128k64 ELEM_F16 BM=128 BN=128 BK=64 THREADS=128
+// variant: bf16_t128k64 ELEM_BF16 BM=128 BN=128 BK=64 THREADS=128
+// (THREADS: invocations per workgroup, 256 unless given; 128 gives each invocation twice the
+// accumulator registers and may let more workgroups share a multiprocessor.)
 #ifdef ELEM_BF16
 #extension GL_EXT_bfloat16 : require
 #define ELEM bfloat16_t
@@ -45,7 +53,10 @@
 
 layout(buffer_reference, std430, buffer_reference_align = 2) readonly buffer EIn { ELEM v[]; };
 
-layout(local_size_x = 256) in;
+#ifndef THREADS
+#define THREADS 256
+#endif
+layout(local_size_x = THREADS) in;
 layout(constant_id = 0) const uint TRANS_A = 0;
 layout(constant_id = 1) const uint TRANS_B = 0;
 layout(constant_id = 2) const uint FAST = 1;
