@@ -84,9 +84,7 @@ fn run_case(ctx: &Context, d: &CoopGemm, with_bias: bool, seed: u64) -> vkformer
 #[test]
 fn coopmat_gemm_matches_reference() {
     on_every_device("coopmat gemm", |ctx| {
-        for (elem, engine) in [Elem::F16, Elem::Bf16].into_iter().flat_map(|e| {
-            Engine::ALL.map(|g| (e, g))
-        }) {
+        for (elem, engine) in [Elem::F16, Elem::Bf16].into_iter().flat_map(|e| Engine::ALL.map(|g| (e, g))) {
             // Every engine the device has: the KHR kernel runs wherever any cooperative-matrix
             // engine does; the cm2 kernels only where cm2 is chosen.
             let best = choose_engine(ctx.caps(), elem, 4096);
