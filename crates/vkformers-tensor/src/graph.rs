@@ -474,6 +474,13 @@ impl<'c> Graph<'c> {
         Ok(if rg { self.make_typed(t.0.buf.clone(), shape, dtype, true, false) } else { t })
     }
 
+    /// An f32 op output that requires grad exactly when `requires_grad` (for ops whose inputs
+    /// alone do not say: the gradient reaches parameters their closure captures).
+    pub(crate) fn output_with_grad(&self, shape: &[usize], requires_grad: bool) -> Result<Tensor> {
+        let t = self.empty(shape)?;
+        Ok(if requires_grad { self.make_typed(t.0.buf.clone(), shape, DType::F32, true, false) } else { t })
+    }
+
     /// A new tensor on `src`'s storage that requires grad and has no producer on the tape: a
     /// checkpointed block's input in its recompute, whose gradient `backward_segment` hands back.
     pub(crate) fn detach(&self, src: &Tensor) -> Tensor {
