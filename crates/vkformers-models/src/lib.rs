@@ -7,6 +7,7 @@ pub mod decoder;
 pub mod encoder;
 pub mod error;
 pub mod init;
+pub mod lm_loss;
 mod kv_cache;
 pub mod lora;
 pub mod model;
