@@ -12,13 +12,16 @@ use crate::decoder::{head_weights, hidden_with_aux, scale_and_cap, shifted_label
 use crate::error::Result;
 use crate::spec::ModelSpec;
 
-/// Logit elements per chunk: 2^24 (64 MiB in f32), e.g. 524 tokens of a 32000-token vocabulary
-/// (head products of 524 x 32000 x H still fill a large GPU).
+/// Logit elements per chunk: 2^24 (64 MiB in f32), e.g. 512 tokens of a 32000-token vocabulary
+/// (head products of 512 x 32000 x H still fill a large GPU). Each chunk after the first adds
+/// its head-weight gradient `[V, H]` f32 into the accumulated one (an axpy), and the recompute
+/// costs one more head product per step: fewer, larger chunks trade memory for that time.
 const CHUNK_ELEMENTS: usize = 1 << 24;
 
 /// The mean causal-LM cross-entropy `[1]` of a batch (as `decoder::causal_lm_loss` of
 /// `decoder::forward_with_aux`'s logits) and the MoE load-balancing loss, if the config asks
-/// for it. `VKFORMERS_LOSS_CHUNK_ROWS=n` sets the tokens per chunk (tests, measurements).
+/// for it. `VKFORMERS_LOSS_CHUNK_ROWS=n` sets the tokens per chunk (tests, measurements; 0:
+/// the whole-logits path).
 pub fn causal_lm_training_loss(
     g: &Graph<'_>,
     spec: &ModelSpec,
@@ -43,13 +46,18 @@ pub fn causal_lm_loss_in_chunks(
     let (head, bias) = head_weights(spec, w)?;
     let (scale, cap) = (spec.logit_scale, spec.final_softcap);
     let head_name = format!("{}.weight", spec.head_name);
-    if w.lora().get(&head_name).is_some() {
+    let rows = match chunk {
+        Some(rows) => Some(rows),
+        // One chunk would hold the whole logits anyway, and recompute the head in backward.
+        None => default_chunk_rows(head.shape()[0]).filter(|&r| r < x.rows()),
+    };
+    let (Some(rows), None) = (rows, w.lora().get(&head_name)) else {
         // A LoRA term on the head draws dropout per element of the whole batch: keep the
-        // whole-logits path (the same masks as before).
+        // whole-logits path (the same masks as before); so does VKFORMERS_LOSS_CHUNK_ROWS=0.
         let logits = crate::lora::linear(g, &x, head, bias, w.lora(), &head_name)?;
         return Ok((loss::cross_entropy(g, &scale_and_cap(g, logits, scale, cap)?, &lab)?, aux));
-    }
-    let rows = chunk.unwrap_or_else(|| chunk_rows(head.shape()[0])).clamp(1, x.rows().max(1));
+    };
+    let rows = rows.clamp(1, x.rows().max(1));
     let (head, bias) = (head.clone(), bias.cloned());
     let chunk_head = move |g: &Graph<'_>, xc: &Tensor| {
         let logits = matmul::linear(g, xc, &head, bias.as_ref())?;
@@ -58,8 +66,17 @@ pub fn causal_lm_loss_in_chunks(
     Ok((chunked_cross_entropy(g, &x, &lab, rows, Box::new(chunk_head))?, aux))
 }
 
-/// Tokens per chunk for a `vocab`-wide head.
-fn chunk_rows(vocab: usize) -> usize {
+/// Tokens per chunk for a `vocab`-wide head; `None`: whole logits (`VKFORMERS_LOSS_CHUNK_ROWS=0`,
+/// for A/B measurements).
+fn default_chunk_rows(vocab: usize) -> Option<usize> {
     let forced = std::env::var("VKFORMERS_LOSS_CHUNK_ROWS").ok().and_then(|v| v.parse::<usize>().ok());
-    forced.unwrap_or(CHUNK_ELEMENTS / vocab.max(1))
+    match forced {
+        Some(0) => None,
+        Some(rows) => Some(rows),
+        // Whole 64-row blocks where possible (the products' tiles): 524 -> 512 for 32000.
+        None => Some(match CHUNK_ELEMENTS / vocab.max(1) {
+            r if r >= 64 => r / 64 * 64,
+            r => r.max(1),
+        }),
+    }
 }

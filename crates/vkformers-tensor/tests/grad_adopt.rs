@@ -3,7 +3,7 @@
 //! parameters, a caller's tensor or a storage-sharing view end up writing the same buffer.
 
 use vkformers_tensor::ops::{broadcast, reduce, shape};
-use vkformers_tensor::{Graph, Result};
+use vkformers_tensor::Graph;
 use vkformers_vk::testing::on_every_device;
 
 fn close(what: &str, got: &[f32], want: &[f32]) {
@@ -18,7 +18,7 @@ fn adopted_gradients_accumulate_over_backwards() {
     on_every_device("adopt accumulate", |ctx| {
         let g = Graph::new(ctx);
         let xs: Vec<f32> = (0..15).map(|i| i as f32 * 0.5 - 3.0).collect();
-        let w = g.parameter(&vec![0.25; 15], &[3, 5])?;
+        let w = g.parameter(&[0.25; 15], &[3, 5])?;
         let x = g.constant(&xs, &[3, 5])?;
         for pass in 1..=3 {
             // d sum(w * x) / dw = x: a fresh product, adopted on the first pass.
