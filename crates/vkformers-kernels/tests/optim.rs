@@ -89,11 +89,11 @@ fn clip_then_step(ctx: &Context, rng: &mut Rng, sizes: &[usize], max_norm: f32) 
     let params: Vec<Vec<f32>> = sizes.iter().map(|&n| rng.vec(n, 1.0)).collect();
     let gbufs: Vec<Buffer> = grads.iter().map(|g| ctx.buffer_from(g, "g")).collect::<Result<_>>()?;
     let states: Vec<Gpu> = params.iter().map(|p| Gpu::new(ctx, p)).collect::<Result<_>>()?;
-    let partials = ctx.buffer(optim::partials_len(sizes.len() as u32) * 4, "partials")?;
+    let views: Vec<_> = gbufs.iter().map(Buffer::view).collect();
+    let partials = ctx.buffer(optim::partials_len(&views) * 4, "partials")?;
     let (norm, coef) = (ctx.buffer(4, "norm")?, ctx.buffer(4, "coef")?);
     let hp = AdamW::default();
     let mut rec = ctx.recorder(false)?;
-    let views: Vec<_> = gbufs.iter().map(Buffer::view).collect();
     optim::grad_norm(&mut rec, &views, partials.view(), max_norm, norm.view(), coef.view())?;
     for (s, g) in states.iter().zip(&gbufs) {
         let bufs = AdamWBuffers {
@@ -131,6 +131,9 @@ fn grad_norm_clip_and_scaled_step_match_reference() {
         clip_then_step(ctx, &mut rng, &[1], 0.1)?;
         clip_then_step(ctx, &mut rng, &[7, 1, 16_385, 1001], 1.0)?;
         clip_then_step(ctx, &mut rng, &[70_001, 3], 1e4)?; // below max_norm: coef exactly 1
+                                                           // More than 1024 x 4096 elements: the first buffer's workgroups are capped and loop;
+                                                           // over 1024 first-stage partials in all: the second stage has two chunks (518 + 517).
+        clip_then_step(ctx, &mut rng, &[4_194_311, 40_001, 5], 1.0)?;
         Ok(())
     });
 }
@@ -140,14 +143,15 @@ fn grad_norm_is_deterministic() {
     on_every_device("grad norm determinism", |ctx| {
         let mut rng = Rng::new(4);
         let g = ctx.buffer_from(&rng.vec(100_003, 1.0), "g")?;
-        let partials = ctx.buffer(optim::partials_len(2) * 4, "partials")?;
+        let partials = ctx.buffer(optim::partials_len(&[g.view(), g.view()]) * 4, "partials")?;
         let mut bits = Vec::new();
         for _ in 0..3 {
             let (norm, coef) = (ctx.buffer(4, "norm")?, ctx.buffer(4, "coef")?);
             let mut rec = ctx.recorder(false)?;
             optim::grad_norm(&mut rec, &[g.view(), g.view()], partials.view(), 1.0, norm.view(), coef.view())?;
             let report = rec.submit()?;
-            assert_eq!(report.barriers, 1, "sums of different slots run without barriers");
+            // Stage 1 of both buffers together, then stage 2, then the norm.
+            assert_eq!(report.barriers, 2, "sums of different buffers run without barriers");
             bits.push(ctx.read_vec::<u32>(norm.view())?[0]);
         }
         assert!(bits.windows(2).all(|w| w[0] == w[1]), "{bits:?}");
@@ -173,7 +177,7 @@ fn wrong_arguments_are_errors_naming_the_kernel() {
         assert!(matches!(&e, VkError::Kernel { kernel, .. } if kernel == "optim/adamw:scaled"), "{e}");
         let e = optim::adamw_step(&mut rec, &AdamWBuffers { grad_scale: None, ..bufs }, &AdamW::default(), 0);
         assert!(e.is_err());
-        let e = optim::sum_squares(&mut rec, a.view(), a.view(), 0).unwrap_err();
+        let e = optim::sum_squares(&mut rec, a.view(), a.view()).unwrap_err();
         assert!(matches!(&e, VkError::Kernel { kernel, .. } if kernel == "optim/sum_squares"), "{e}");
         rec.submit()?;
         Ok(())

@@ -162,18 +162,32 @@ pub fn forward_with_aux(
     w: &Weights,
     batch: &Batch<'_>,
 ) -> Result<(Tensor, Option<Tensor>)> {
-    if crate::moe::aux_loss_coef(spec).is_none() {
-        return Ok((forward(g, spec, w, batch)?, None));
-    }
-    if g.checkpointing() && g.grad_enabled() {
+    let (x, aux) = hidden_with_aux(g, spec, w, batch)?;
+    Ok((head_logits(g, spec, w, &x)?, aux))
+}
+
+/// The final hidden states `[B·T, H]` of a batch (after the final norm and any output
+/// projection: what the LM head multiplies) and the MoE load-balancing loss as
+/// [`forward_with_aux`] gives it. The training loss runs the head on these in chunks.
+pub(crate) fn hidden_with_aux(
+    g: &Graph<'_>,
+    spec: &ModelSpec,
+    w: &Weights,
+    batch: &Batch<'_>,
+) -> Result<(Tensor, Option<Tensor>)> {
+    let aux = crate::moe::aux_loss_coef(spec).is_some();
+    if aux && g.checkpointing() && g.grad_enabled() {
         return Err(ModelError::Unsupported(
             "gradient checkpointing with the MoE load-balancing loss (output_router_logits)".into(),
         ));
     }
-    let (inputs, pos) = batch_inputs(g, spec, batch, true)?;
-    let logits = run(g, spec, w, &inputs, &pos, (batch.batch, batch.seq), Head::All)?;
+    let (inputs, pos) = batch_inputs(g, spec, batch, aux)?;
+    let x = trunk(g, spec, w, &inputs, &pos, (batch.batch, batch.seq), Head::All)?;
+    if !aux {
+        return Ok((x, None));
+    }
     let layers = inputs.router.map(RefCell::into_inner).unwrap_or_default();
-    Ok((logits, Some(crate::moe::aux_loss(g, &layers, batch.mask)?)))
+    Ok((x, Some(crate::moe::aux_loss(g, &layers, batch.mask)?)))
 }
 
 /// Which positions the LM head runs on.
@@ -260,6 +274,20 @@ fn run(
     (b, t): (usize, usize),
     head_rows: Head,
 ) -> Result<Tensor> {
+    let x = trunk(g, spec, w, inputs, pos, (b, t), head_rows)?;
+    head_logits(g, spec, w, &x)
+}
+
+/// Everything before the LM head: hidden states `[rows, H]` (rows = B·T, or B for `Last`).
+fn trunk(
+    g: &Graph<'_>,
+    spec: &ModelSpec,
+    w: &Weights,
+    inputs: &Inputs<'_>,
+    pos: &[i32],
+    (b, t): (usize, usize),
+    head_rows: Head,
+) -> Result<Tensor> {
     if spec.encoder.is_some() {
         return Err(ModelError::Unsupported(format!(
             "`{}` is an encoder: it runs through `encoder::forward`",
@@ -312,14 +340,36 @@ fn run(
     if let Some(name) = &spec.project_out {
         x = matmul::linear(g, &x, w.get(&format!("{name}.weight"))?, None)?;
     }
-    let head = if spec.tied_head { embed } else { w.get(&format!("{}.weight", spec.head_name))? };
+    Ok(x)
+}
+
+/// The LM head's weight `[V, H]` (the embedding table when tied) and bias `[V]`.
+pub(crate) fn head_weights<'w>(spec: &ModelSpec, w: &'w Weights) -> Result<(&'w Tensor, Option<&'w Tensor>)> {
+    let head = w.get(&format!("{}.weight", if spec.tied_head { &spec.embed_name } else { &spec.head_name }))?;
     let head_bias = if spec.head_bias { Some(w.get(&format!("{}.bias", spec.head_name))?) } else { None };
+    Ok((head, head_bias))
+}
+
+/// Logits `[rows, V]` of hidden states `x [rows, H]`: the head (with its LoRA term, if any),
+/// then the logit scale and the final softcap.
+fn head_logits(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, x: &Tensor) -> Result<Tensor> {
+    let (head, head_bias) = head_weights(spec, w)?;
     let head_name = format!("{}.weight", spec.head_name);
-    let mut logits = crate::lora::linear(g, &x, head, head_bias, w.lora(), &head_name)?;
-    if spec.logit_scale != 1.0 {
-        logits = broadcast::scale(g, &logits, spec.logit_scale)?;
+    let logits = crate::lora::linear(g, x, head, head_bias, w.lora(), &head_name)?;
+    Ok(scale_and_cap(g, logits, spec.logit_scale, spec.final_softcap)?)
+}
+
+/// `softcap(scale · logits)`, each step only where the config asks for it.
+pub(crate) fn scale_and_cap(
+    g: &Graph<'_>,
+    mut logits: Tensor,
+    scale: f32,
+    cap: Option<f32>,
+) -> vkformers_tensor::Result<Tensor> {
+    if scale != 1.0 {
+        logits = broadcast::scale(g, &logits, scale)?;
     }
-    if let Some(c) = spec.final_softcap {
+    if let Some(c) = cap {
         logits = softcap(g, &logits, c)?;
     }
     Ok(logits)
@@ -387,10 +437,10 @@ fn positions(spec: &ModelSpec, batch: &Batch<'_>) -> Vec<i32> {
 }
 
 /// `c·tanh(z/c) = 2c·sigmoid(2z/c) − c`, from differentiable ops.
-fn softcap(g: &Graph<'_>, z: &Tensor, c: f32) -> Result<Tensor> {
+fn softcap(g: &Graph<'_>, z: &Tensor, c: f32) -> vkformers_tensor::Result<Tensor> {
     let s = activation::sigmoid(g, &broadcast::scale(g, z, 2.0 / c)?)?;
     let y = broadcast::scale(g, &s, 2.0 * c)?;
-    Ok(broadcast::sub(g, &y, &g.constant(&[c], &[1])?)?)
+    broadcast::sub(g, &y, &g.constant(&[c], &[1])?)
 }
 
 /// `clamp(x, −c, c) = x − relu(x − c) + relu(−x − c)` from differentiable ops: the gradient is
@@ -417,9 +467,13 @@ pub fn alibi_slopes(heads: usize) -> Vec<f32> {
 /// The causal-LM loss of transformers: logits at position t predict `labels[t + 1]`; -100 (and
 /// the last position) are ignored; mean over counted tokens.
 pub fn causal_lm_loss(g: &Graph<'_>, logits: &Tensor, labels: &[i32], batch: usize, seq: usize) -> Result<Tensor> {
+    Ok(loss::cross_entropy(g, logits, &shifted_labels(g, labels, batch, seq)?)?)
+}
+
+/// `labels[t + 1]` at position t of each row, -100 at the last: int32 `[B·T]` on the device.
+pub(crate) fn shifted_labels(g: &Graph<'_>, labels: &[i32], batch: usize, seq: usize) -> Result<Tensor> {
     let shifted: Vec<i32> = (0..batch * seq).map(|i| if i % seq + 1 < seq { labels[i + 1] } else { -100 }).collect();
-    let lab = g.ints(&shifted, &[batch * seq])?;
-    Ok(loss::cross_entropy(g, logits, &lab)?)
+    Ok(g.ints(&shifted, &[batch * seq])?)
 }
 
 fn opt_weight<'w>(w: &'w Weights, template: &str, i: usize, suffix: &str) -> Option<&'w Tensor> {

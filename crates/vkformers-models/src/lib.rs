@@ -8,6 +8,7 @@ pub mod encoder;
 pub mod error;
 pub mod init;
 mod kv_cache;
+pub mod lm_loss;
 pub mod lora;
 pub mod model;
 pub mod moe;

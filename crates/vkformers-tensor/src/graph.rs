@@ -329,19 +329,28 @@ impl<'c> Graph<'c> {
             requires_grad,
             grad: RefCell::new(None),
             is_leaf,
+            shares_storage: Cell::new(false),
         }))
+    }
+
+    /// A tensor on `src`'s storage; both are marked as sharing it (see `Tensor::is_sole_owner`).
+    fn share(&self, src: &Tensor, shape: &[usize], requires_grad: bool) -> Tensor {
+        src.0.shares_storage.set(true);
+        let t = self.make_typed(src.0.buf.clone(), shape, src.dtype(), requires_grad, false);
+        t.0.shares_storage.set(true);
+        t
     }
 
     /// The same storage under another shape (same element count); gradients flow when
     /// `src` carries them and grad mode is on.
     pub(crate) fn alias(&self, src: &Tensor, shape: &[usize]) -> Tensor {
         let rg = self.grad_enabled() && src.requires_grad();
-        let view = self.make_typed(src.0.buf.clone(), shape, src.dtype(), rg, false);
+        let view = self.share(src, shape, rg);
         // A kept 16-bit copy of `src` is, reshaped, the copy of the view (an activation reshaped
         // between two products, e.g. attention's [B, T, H, D] output into o_proj's [B·T, H·D]).
         let copy = self.casts.borrow().get(&src.id()).map(|(t, _)| t.clone());
         if let Some(copy) = copy {
-            let copy_view = self.make_typed(copy.0.buf.clone(), shape, copy.dtype(), false, false);
+            let copy_view = self.share(&copy, shape, false);
             self.keep_cast(&view, &copy_view);
         }
         view
@@ -357,7 +366,7 @@ impl<'c> Graph<'c> {
                 message: format!("{shape:?} is larger than {:?}", src.shape()),
             });
         }
-        Ok(self.make_typed(src.0.buf.clone(), shape, src.dtype(), false, false))
+        Ok(self.share(src, shape, false))
     }
 
     /// An uninitialised f32 tensor (its contents are whatever a kernel writes next).
@@ -473,10 +482,17 @@ impl<'c> Graph<'c> {
         Ok(if rg { self.make_typed(t.0.buf.clone(), shape, dtype, true, false) } else { t })
     }
 
+    /// An f32 op output that requires grad exactly when `requires_grad` (for ops whose inputs
+    /// alone do not say: the gradient reaches parameters their closure captures).
+    pub(crate) fn output_with_grad(&self, shape: &[usize], requires_grad: bool) -> Result<Tensor> {
+        let t = self.empty(shape)?;
+        Ok(if requires_grad { self.make_typed(t.0.buf.clone(), shape, DType::F32, true, false) } else { t })
+    }
+
     /// A new tensor on `src`'s storage that requires grad and has no producer on the tape: a
     /// checkpointed block's input in its recompute, whose gradient `backward_segment` hands back.
     pub(crate) fn detach(&self, src: &Tensor) -> Tensor {
-        self.make_typed(src.0.buf.clone(), src.shape(), src.dtype(), true, false)
+        self.share(src, src.shape(), true)
     }
 
     /// Records the backward of an op whose output is `out`, when gradients flow through it.
@@ -547,7 +563,8 @@ impl<'c> Graph<'c> {
         }
         let mut grads: HashMap<u64, Tensor> = HashMap::new();
         if out.is_leaf() {
-            self.accumulate_leaf(out, grad)?;
+            // The caller keeps `grad`: a clone, so it is never adopted (see `can_adopt`).
+            self.accumulate_leaf(out, grad.clone())?;
             return Ok(grads);
         }
         grads.insert(out.id(), grad.clone());
@@ -569,7 +586,7 @@ impl<'c> Graph<'c> {
                 let (id, shape) = match input {
                     NodeInput::NoGrad => continue,
                     NodeInput::Leaf(leaf) => {
-                        self.accumulate_leaf(leaf, &ig)?;
+                        self.accumulate_leaf(leaf, ig)?;
                         continue;
                     }
                     NodeInput::Inner(id, shape) => (*id, shape),
@@ -593,11 +610,18 @@ impl<'c> Graph<'c> {
         self.casts.borrow_mut().retain(|_, (_, weight)| *weight);
     }
 
-    fn accumulate_leaf(&self, leaf: &Tensor, g: &Tensor) -> Result<()> {
+    fn accumulate_leaf(&self, leaf: &Tensor, g: Tensor) -> Result<()> {
         let mut slot = leaf.0.grad.borrow_mut();
         match slot.as_ref() {
             Some(acc) => {
                 self.record(|rec| broadcast::axpy(rec, 1.0, g.view(), acc.view(), vkformers_kernels::dtype::DType::F32))
+            }
+            // The first gradient of this backward: adopt `g` when nothing else can see it (a
+            // fresh op output handed over whole), saving a [numel] copy per parameter; later
+            // gradients are added into it in place.
+            None if self.can_adopt(leaf, &g) => {
+                *slot = Some(g);
+                Ok(())
             }
             None => {
                 let acc = self.empty(leaf.shape())?;
@@ -606,6 +630,19 @@ impl<'c> Graph<'c> {
                 Ok(())
             }
         }
+    }
+
+    /// `g` (owned by `accumulate_leaf`) may become `leaf`'s accumulator: f32 of the leaf's
+    /// shape, no other handle or tensor on its storage (a gradient an op also handed to another
+    /// input is still held by the tape loop, so it is copied), not a leaf or source itself, and
+    /// no cached 16-bit copy of it that in-place sums would make stale.
+    fn can_adopt(&self, leaf: &Tensor, g: &Tensor) -> bool {
+        g.is_sole_owner()
+            && g.dtype() == DType::F32
+            && g.shape() == leaf.shape()
+            && !g.is_leaf()
+            && !g.0.is_source
+            && !self.casts.borrow().contains_key(&g.id())
     }
 
     /// Drops the recorded tape without running it (e.g. after an evaluation forward).

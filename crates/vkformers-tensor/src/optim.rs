@@ -91,9 +91,9 @@ impl AdamW {
         if (self.max_grad_norm <= 0.0 && !scaling) || grads.is_empty() {
             return Ok(None);
         }
-        let partials = g.empty(&[k::partials_len(grads.len() as u32) as usize])?;
-        let (norm, coef) = (g.empty(&[1])?, g.empty(&[1])?);
         let views: Vec<_> = grads.iter().map(|(_, gr)| gr.view()).collect();
+        let partials = g.empty(&[k::partials_len(&views) as usize])?;
+        let (norm, coef) = (g.empty(&[1])?, g.empty(&[1])?);
         let ls = self.loss_scale;
         let max = if self.max_grad_norm > 0.0 { self.max_grad_norm } else { f32::INFINITY };
         g.record(|rec| k::grad_norm_scaled(rec, &views, partials.view(), max, norm.view(), coef.view(), ls))?;

@@ -1,7 +1,7 @@
 //! `Tensor`: a contiguous array on the device with a shape and a storage type (f32, bf16 or
 //! f16; int32 ids and masks are tagged f32, being 4-byte words), shared by cheap clones.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 pub use vkformers_kernels::dtype::DType;
@@ -23,6 +23,9 @@ pub(crate) struct Inner {
     /// Only leaves (parameters) keep a gradient; it accumulates (`+=`) across backward passes.
     pub(crate) grad: RefCell<Option<Tensor>>,
     pub(crate) is_leaf: bool,
+    /// Another tensor was made on this storage (`alias`, `view_prefix`, `detach`), or this one
+    /// on another's: writing it in place could change a tensor someone else holds.
+    pub(crate) shares_storage: Cell<bool>,
 }
 
 impl Tensor {
@@ -79,6 +82,12 @@ impl Tensor {
     /// Forgets the accumulated gradient (the next backward starts from zero).
     pub fn zero_grad(&self) {
         self.0.grad.borrow_mut().take();
+    }
+
+    /// Nothing else can see this tensor's storage: no other handle (strong or weak) and no
+    /// tensor sharing its buffer. Such a tensor may be taken over and written in place.
+    pub(crate) fn is_sole_owner(&self) -> bool {
+        Rc::strong_count(&self.0) == 1 && Rc::weak_count(&self.0) == 0 && !self.0.shares_storage.get()
     }
 
     pub(crate) fn is_leaf(&self) -> bool {

@@ -27,7 +27,7 @@ pub use batching::{sequences, DataPosition, Loader, Objective, TokenBatch};
 pub use error::{Result, TrainError};
 pub use eval::{evaluate, EvalReport};
 pub use mlm::MlmMasking;
-pub use model::{full_model_params, LanguageModel, TrainableParam};
+pub use model::{full_model_params, ForwardLoss, LanguageModel, TrainableParam};
 pub use precision::{GradScaler, Precision};
 pub use schedule::{Schedule, ScheduleKind};
 pub use trainer::{steps_for_epochs, Observer, OptimOptions, Silent, StepStats, TrainOptions, Trainer};

@@ -4,6 +4,7 @@
 
 use vkformers_models::decoder::{causal_lm_loss, forward, forward_with_aux};
 use vkformers_models::encoder::{self, EncoderBatch, EncoderHead};
+use vkformers_models::lm_loss::causal_lm_training_loss;
 use vkformers_models::model::Model;
 use vkformers_models::seq2seq;
 use vkformers_tensor::{Graph, Tensor};
@@ -25,6 +26,15 @@ pub trait LanguageModel {
         Ok((self.logits(g, batch)?, None))
     }
 
+    /// The training loss `[1]` of a batch and the auxiliary term of [`Self::logits_and_aux`]:
+    /// by default [`Self::loss`] of those logits, which it also returns (memory reports).
+    /// A causal decoder overrides it with the chunked head + loss (no whole logits).
+    fn loss_and_aux(&self, g: &Graph<'_>, batch: &TokenBatch) -> Result<ForwardLoss> {
+        let (logits, aux) = self.logits_and_aux(g, batch)?;
+        let loss = self.loss(g, &logits, batch)?;
+        Ok(ForwardLoss { loss, aux, logits: Some(logits) })
+    }
+
     /// What the labels of a batch mean (how targets are counted, which loss applies).
     fn objective(&self) -> Objective {
         Objective::CausalLm
@@ -44,6 +54,14 @@ pub trait LanguageModel {
     fn problem(&self, _labels: &encoder::OwnedClsLabels) -> Option<encoder::Problem> {
         None
     }
+}
+
+/// A training forward's results (see [`LanguageModel::loss_and_aux`]).
+pub struct ForwardLoss {
+    pub loss: Tensor,
+    pub aux: Option<Tensor>,
+    /// The whole logits `[B·T, V]`, when the loss was taken from them.
+    pub logits: Option<Tensor>,
 }
 
 /// `id2label` of a config, in id order (ids missing from it named `LABEL_i`).
@@ -146,13 +164,27 @@ impl LanguageModel for Model {
             return Ok((self.logits(g, batch)?, None));
         }
         let (logits, aux) = forward_with_aux(g, &self.spec, &self.weights, &batch.as_model_batch())?;
-        let coef = vkformers_models::moe::aux_loss_coef(&self.spec);
-        let scaled = match (aux, coef) {
-            (Some(aux), Some(c)) => Some(vkformers_tensor::ops::broadcast::scale(g, &aux, c)?),
-            _ => None,
-        };
-        Ok((logits, scaled))
+        Ok((logits, scaled_aux(self, g, aux)?))
     }
+
+    fn loss_and_aux(&self, g: &Graph<'_>, batch: &TokenBatch) -> Result<ForwardLoss> {
+        if self.spec.encoder.is_some() {
+            let logits = self.logits(g, batch)?;
+            return Ok(ForwardLoss { loss: self.loss(g, &logits, batch)?, aux: None, logits: Some(logits) });
+        }
+        let (loss, aux) =
+            causal_lm_training_loss(g, &self.spec, &self.weights, &batch.as_model_batch(), &batch.labels)?;
+        Ok(ForwardLoss { loss, aux: scaled_aux(self, g, aux)?, logits: None })
+    }
+}
+
+/// The MoE load-balancing loss times `router_aux_loss_coef`, as transformers adds it.
+fn scaled_aux(model: &Model, g: &Graph<'_>, aux: Option<Tensor>) -> Result<Option<Tensor>> {
+    let coef = vkformers_models::moe::aux_loss_coef(&model.spec);
+    Ok(match (aux, coef) {
+        (Some(aux), Some(c)) => Some(vkformers_tensor::ops::broadcast::scale(g, &aux, c)?),
+        _ => None,
+    })
 }
 
 /// The encoder graph's view of a batch.

@@ -220,9 +220,8 @@ impl<'g, 'c> Trainer<'g, 'c> {
             if n == 0 {
                 continue;
             }
-            let (logits, aux) = model.logits_and_aux(self.g, mb)?;
-            let loss = model.loss(self.g, &logits, mb)?;
-            self.report_memory("after forward", Some(&logits));
+            let crate::model::ForwardLoss { loss, aux, logits } = model.loss_and_aux(self.g, mb)?;
+            self.report_memory("after forward", logits.as_ref());
             // The loss saved what its backward needs: holding the logits `[tokens, vocab]` f32
             // here through the whole backward would keep them alive past their use.
             drop(logits);

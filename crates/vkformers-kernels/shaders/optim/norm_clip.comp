@@ -1,8 +1,7 @@
 #version 460
 #include "common.glsl"
-#include "optim/optim.glsl"
 // Global gradient norm and clip coefficient, as torch.nn.utils.clip_grad_norm_ (norm_type 2):
-//   n       = sqrt(sum_k partials[k]),  k < slots * PARTS    (partials from optim/sum_squares)
+//   n       = sqrt(sum_k partials[k]),  k < count    (partials from optim/sum_parts)
 //   norm[0] = n * inv_scale
 //   coef[0] = min(1, max_norm / (n + 1e-6)) * inv_scale     (NaN norm gives NaN, as torch)
 // Loss scaling (fp16, as torch.amp.GradScaler): the gradients hold S times the true ones; the
@@ -15,7 +14,7 @@ layout(push_constant) uniform Push {
     F32In partials;
     F32Buf norm;
     F32Buf coef;
-    uint slots;
+    uint count;
     float max_norm;
     float inv_scale;
     uint skip_nonfinite;
@@ -24,7 +23,7 @@ shared float part[256];
 void main() {
     uint t = gl_LocalInvocationID.x;
     float s = 0.0;
-    for (uint k = t; k < pc.slots * PARTS; k += 256) s += pc.partials.v[k];
+    for (uint k = t; k < pc.count; k += 256) s += pc.partials.v[k];
     part[t] = s;
     barrier();
     for (uint h = 128; h > 0; h >>= 1) {

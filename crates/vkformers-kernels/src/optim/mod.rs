@@ -3,7 +3,7 @@
 //! training step needs no host round trip.
 //!
 //! Gradient clipping in one batch:
-//! [`sum_squares`] once per gradient buffer (slot k) → [`norm_and_clip_coef`] →
+//! [`sum_squares`] once per gradient buffer → second-stage sums → [`norm_and_clip_coef`] →
 //! [`adamw_step`] with `grad_scale = Some(coef)` for every parameter.
 
 pub mod reference;
@@ -16,8 +16,6 @@ use crate::launch::{err, MAX_GROUPS};
 
 /// Threads per workgroup of the optimizer shaders.
 const LOCAL: u64 = 256;
-/// Partial sums written per gradient buffer by [`sum_squares`] (`PARTS` in `optim.glsl`).
-pub const PARTS_PER_SLOT: u32 = 64;
 
 /// AdamW hyper-parameters, as `torch.optim.AdamW(lr, betas=(beta1, beta2), eps, weight_decay)`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -142,37 +140,77 @@ pub fn adamw_step_copy(
     rec.dispatch(k, &[], &args, &params(&words), [groups, 1, 1])
 }
 
-/// Length in f32 of the partials buffer for `buffers` gradient buffers.
-pub fn partials_len(buffers: u32) -> u64 {
-    u64::from(buffers) * u64::from(PARTS_PER_SLOT)
+/// Most workgroups (and partial sums) of one buffer's [`sum_squares`]: 1024 x 256 threads is
+/// about what an H200 keeps resident (132 SMs x 2048), so one large gradient fills the device.
+const MAX_PARTS: u64 = 1024;
+/// Elements per workgroup below which [`sum_squares`] uses fewer workgroups (16 per thread).
+const PART_ELEMS: u64 = 16 * LOCAL;
+/// Most workgroups of the second stage ([`sum_parts`]).
+const MAX_SUMS: u64 = 256;
+
+/// Partial sums (= workgroups) [`sum_squares`] writes for a buffer of `n` f32: a function of
+/// `n` alone, so the reduction order, and the norm's bits, are the same on every device.
+pub fn parts(n: u64) -> u32 {
+    n.div_ceil(PART_ELEMS).clamp(1, MAX_PARTS) as u32
 }
 
-/// Writes the sum of squares of `x [n]` as [`PARTS_PER_SLOT`] partial sums into
-/// `partials[slot * PARTS_PER_SLOT ..][..PARTS_PER_SLOT]` (deterministic, device-independent).
-pub fn sum_squares(rec: &mut Recorder, x: BufferView<'_>, partials: BufferView<'_>, slot: u32) -> Result<()> {
+/// Second-stage sums over `total` partials: (workgroups, partials per workgroup).
+fn sums(total: u64) -> (u32, u32) {
+    let groups = total.div_ceil(4 * LOCAL).clamp(1, MAX_SUMS);
+    (groups as u32, total.div_ceil(groups) as u32)
+}
+
+/// First-stage partials of `grads`: their total, and the start of each buffer's range.
+fn layout(grads: &[BufferView<'_>]) -> (u64, Vec<u64>) {
+    let mut starts = Vec::with_capacity(grads.len());
+    let mut total = 0;
+    for g in grads {
+        starts.push(total);
+        total += u64::from(parts(g.len / 4));
+    }
+    (total, starts)
+}
+
+/// Length in f32 of the scratch buffer [`grad_norm`] needs for `grads`: every buffer's
+/// [`parts`], then the second stage's sums.
+pub fn partials_len(grads: &[BufferView<'_>]) -> u64 {
+    let (total, _) = layout(grads);
+    total + u64::from(sums(total).0)
+}
+
+/// Writes the sum of squares of `x [n]` as [`parts`]`(n)` partial sums into `partials`, which
+/// must be exactly that long (deterministic, device-independent).
+pub fn sum_squares(rec: &mut Recorder, x: BufferView<'_>, partials: BufferView<'_>) -> Result<()> {
     let k = &code::OPTIM_SUM_SQUARES;
     let n = elements(k, "x", &x)?;
-    let slots = partials.len / 4 / u64::from(PARTS_PER_SLOT);
-    if u64::from(slot) >= slots {
-        return Err(err(k, format!("slot {slot} outside a partials buffer of {slots} slots ({} bytes)", partials.len)));
-    }
-    let out = partials.buffer.slice(partials.offset + partials_len(slot) * 4, partials_len(1) * 4);
-    // The kernel writes from the start of the view: pass the slot's own range, so that sums of
-    // different buffers touch disjoint bytes and need no barrier between them.
-    rec.dispatch(k, &[], &[read(x), write(out)], &params(&[n]), [PARTS_PER_SLOT, 1, 1])
+    let p = parts(n.into());
+    expect_len(k, "partials", &partials, p.into())?;
+    rec.dispatch(k, &[], &[read(x), write(partials)], &params(&[n]), [p, 1, 1])
 }
 
-/// `norm[0] = sqrt(sum(partials[..slots * PARTS_PER_SLOT]))` and
+/// `out[w] = sum(x[w * chunk..][..chunk])` for the `out.len / 4` workgroups (the last chunk
+/// may be short): the second stage of [`grad_norm`].
+fn sum_parts(rec: &mut Recorder, x: BufferView<'_>, out: BufferView<'_>, chunk: u32) -> Result<()> {
+    let k = &code::OPTIM_SUM_PARTS;
+    let n = elements(k, "x", &x)?;
+    let groups = elements(k, "out", &out)?;
+    if u64::from(groups) * u64::from(chunk) < n.into() {
+        return Err(err(k, format!("{groups} chunks of {chunk} do not cover {n} values")));
+    }
+    rec.dispatch(k, &[], &[read(x), write(out)], &params(&[n, chunk]), [groups, 1, 1])
+}
+
+/// `norm[0] = sqrt(sum(partials[..count]))` and
 /// `coef[0] = min(1, max_norm / (norm + 1e-6))`, as `clip_grad_norm_`; `norm`, `coef` `[1]`.
 pub fn norm_and_clip_coef(
     rec: &mut Recorder,
     partials: BufferView<'_>,
-    slots: u32,
+    count: u32,
     max_norm: f32,
     norm: BufferView<'_>,
     coef: BufferView<'_>,
 ) -> Result<()> {
-    norm_and_clip_coef_scaled(rec, partials, slots, max_norm, norm, coef, LossScale::NONE)
+    norm_and_clip_coef_scaled(rec, partials, count, max_norm, norm, coef, LossScale::NONE)
 }
 
 /// Loss scaling of the gradients a norm is taken over (fp16 training, as GradScaler).
@@ -194,26 +232,27 @@ impl LossScale {
 pub fn norm_and_clip_coef_scaled(
     rec: &mut Recorder,
     partials: BufferView<'_>,
-    slots: u32,
+    count: u32,
     max_norm: f32,
     norm: BufferView<'_>,
     coef: BufferView<'_>,
     ls: LossScale,
 ) -> Result<()> {
     let k = &code::OPTIM_NORM_CLIP;
-    if slots == 0 {
-        return Err(err(k, "no gradient buffers".into()));
+    if count == 0 {
+        return Err(err(k, "no partial sums".into()));
     }
-    expect_len(k, "partials", &partials, partials_len(slots))?;
+    expect_len(k, "partials", &partials, count.into())?;
     expect_len(k, "norm", &norm, 1)?;
     expect_len(k, "coef", &coef, 1)?;
     let args = [read(partials), write(norm), write(coef)];
-    let words = [slots, (max_norm * ls.scale).to_bits(), (1.0 / ls.scale).to_bits(), u32::from(ls.skip_nonfinite)];
+    let words = [count, (max_norm * ls.scale).to_bits(), (1.0 / ls.scale).to_bits(), u32::from(ls.skip_nonfinite)];
     rec.dispatch(k, &[], &args, &params(&words), [1, 1, 1])
 }
 
-/// Global 2-norm of all `grads` and its clip coefficient: one [`sum_squares`] per buffer
-/// into `partials` (at least [`partials_len`]`(grads.len())` f32), then [`norm_and_clip_coef`].
+/// Global 2-norm of all `grads` and its clip coefficient: one [`sum_squares`] per buffer into
+/// `partials` (at least [`partials_len`]`(grads)` f32), a second stage of chunk sums, then
+/// [`norm_and_clip_coef`]. Deterministic: the reduction tree depends on the buffer sizes only.
 pub fn grad_norm(
     rec: &mut Recorder,
     grads: &[BufferView<'_>],
@@ -235,10 +274,22 @@ pub fn grad_norm_scaled(
     coef: BufferView<'_>,
     ls: LossScale,
 ) -> Result<()> {
-    let slots = u32::try_from(grads.len()).map_err(|_| err(&code::OPTIM_NORM_CLIP, "too many buffers".into()))?;
-    let used = partials.buffer.slice(partials.offset, partials_len(slots).min(partials.len / 4) * 4);
-    for (slot, g) in grads.iter().enumerate() {
-        sum_squares(rec, *g, used, slot as u32)?;
+    let k = &code::OPTIM_NORM_CLIP;
+    if grads.is_empty() {
+        return Err(err(k, "no gradient buffers".into()));
     }
-    norm_and_clip_coef_scaled(rec, used, slots, max_norm, norm, coef, ls)
+    let (total, starts) = layout(grads);
+    let (groups, chunk) = sums(total);
+    if partials.len < (total + u64::from(groups)) * 4 {
+        return Err(err(k, format!("partials: {} bytes, need {} f32", partials.len, total + u64::from(groups))));
+    }
+    let at = |start: u64, len: u64| partials.buffer.slice(partials.offset + start * 4, len * 4);
+    // Stage 1: each buffer's sums into its own range (disjoint bytes: no barriers between them).
+    for (g, start) in grads.iter().zip(starts) {
+        sum_squares(rec, *g, at(start, parts(g.len / 4).into()))?;
+    }
+    // Stage 2: contiguous chunks of all partials, then one workgroup for the norm.
+    let second = at(total, groups.into());
+    sum_parts(rec, at(0, total), second, chunk)?;
+    norm_and_clip_coef_scaled(rec, second, groups, max_norm, norm, coef, ls)
 }

@@ -6,6 +6,7 @@ pub mod attention;
 pub mod broadcast;
 pub mod cast;
 pub mod checkpoint;
+pub mod chunked_loss;
 pub mod dropout;
 pub mod embedding;
 pub mod glu;
