@@ -86,6 +86,14 @@ SPECS = {
         "electra",
         {**ENC, "embedding_size": 16, "type_vocab_size": 2, "pad_token_id": 0, "tie_word_embeddings": False},
     ),
+    # rotary q/k (pairs 2i, 2i+1), no position table (its fixed sinusoids are a stored buffer),
+    # embedding_size 16 projected to 32 by `roformer.embeddings_project`.
+    "roformer": ("roformer", {**ENC, "embedding_size": 16, "type_vocab_size": 2, "pad_token_id": 0}),
+    # `rotary_value`: the values rotate too; GELU-tanh in the layers and the head transform.
+    "roformer_rotary_value": (
+        "roformer",
+        {**ENC, "type_vocab_size": 2, "pad_token_id": 0, "rotary_value": True, "hidden_act": "gelu_new"},
+    ),
 }
 
 
@@ -185,7 +193,8 @@ def make_fixture(name: str, model_type: str, cfg_kwargs: dict, out_dir: Path, ve
     for stale in ("config.json", "model.safetensors", "generation_config.json", "greedy.json"):
         (d / stale).unlink(missing_ok=True)
     model.save_pretrained(d, safe_serialization=True)
-    names = [n for n, _ in model.named_parameters()]
+    # Trained parameters only (RoFormer's frozen sinusoid table is a stored buffer, no gradient).
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
     stored = mf._stored_names(model, d / "model.safetensors")
     ids, mask, labels, types = make_batch(model.config)
     if is_token_cls(cfg_kwargs):
