@@ -86,6 +86,17 @@ SPECS = {
         "electra",
         {**ENC, "embedding_size": 16, "type_vocab_size": 2, "pad_token_id": 0, "tie_word_embeddings": False},
     ),
+    # rotary q/k (pairs 2i, 2i+1), no position table (its fixed sinusoids are a stored buffer),
+    # embedding_size 16 projected to 32 by `roformer.embeddings_project`.
+    "roformer": ("roformer", {**ENC, "embedding_size": 16, "type_vocab_size": 2, "pad_token_id": 0}),
+    # `rotary_value`: the values rotate too; GELU-tanh in the layers and the head transform.
+    "roformer_rotary_value": (
+        "roformer",
+        {**ENC, "type_vocab_size": 2, "pad_token_id": 0, "rotary_value": True, "hidden_act": "gelu_new"},
+    ),
+    # bias-free rotary attention (rotate_half pairs, rope_theta 1000 by default), a bias-free
+    # SwiGLU MLP, post-LN, no position table; the head's transform uses hidden_act (SiLU).
+    "nomic_bert": ("nomic_bert", {**ENC, "type_vocab_size": 2, "pad_token_id": 0}),
 }
 
 
@@ -96,6 +107,11 @@ CLS_SPECS = {
     "roberta_seqcls_regression": (
         "roberta",
         {**ENC, "type_vocab_size": 1, "pad_token_id": 1, "max_position_embeddings": 66, "num_labels": 1},
+    ),
+    # the pooler (dense + tanh on the first token) and `classifier`, as BERT's; GELU in the MLP.
+    "nomic_bert_seqcls": (
+        "nomic_bert",
+        {**ENC, "type_vocab_size": 2, "pad_token_id": 0, "num_labels": 3, "hidden_act": "gelu"},
     ),
 }
 # Token classification (`"head": "token"`): labels [B, T], -100 on padding.
@@ -175,6 +191,46 @@ def run(model, ids, mask, labels, types):
     return model(**kw)
 
 
+def stored_names(model, path: Path, names: list[str]) -> dict:
+    """Parameter -> stored key, or (key, first row) for a parameter saved as rows of a fused
+    tensor (nomic_bert's q, k, v in `attn.Wqkv`, which transformers fuses again on save)."""
+    from safetensors import safe_open
+
+    params = dict(model.named_parameters())
+    with safe_open(str(path), framework="pt") as f:
+        keys = set(f.keys())
+        direct = [n for n in names if n in keys]
+        out = {n: n for n in direct}
+        for n in names:
+            if n in out:
+                continue
+            p = params[n].detach()
+            hits = []
+            for k in sorted(keys - set(direct)):
+                t = f.get_tensor(k)
+                if t.shape[1:] != p.shape[1:] or t.shape[0] < p.shape[0]:
+                    continue
+                rows = p.shape[0]
+                hits += [(k, lo) for lo in range(0, t.shape[0] - rows + 1, rows) if bool((t[lo:lo + rows] == p).all())]
+            assert len(hits) == 1, f"{n}: no unique saved tensor or rows ({hits})"
+            out[n] = hits[0] if f.get_slice(hits[0][0]).get_shape() != list(p.shape) else hits[0][0]
+    return out
+
+
+def fuse_parts(stored: dict, grads: dict, step2: dict):
+    """(stored, grads, step2) keyed so that each stored tensor appears once: the parts of a fused
+    tensor concatenated along rows in their stored order."""
+    import torch
+
+    parts = {}
+    for n, s in stored.items():
+        key, lo = s if isinstance(s, tuple) else (s, 0)
+        parts.setdefault(key, []).append((lo, n))
+    cat = lambda src, ns: torch.cat([src[n] for _, n in sorted(ns)])  # noqa: E731
+    return ({k: k for k in parts}, {k: cat(grads, ns) for k, ns in parts.items()},
+            {k: cat(step2, ns) for k, ns in parts.items()})
+
+
 def make_fixture(name: str, model_type: str, cfg_kwargs: dict, out_dir: Path, versions: dict) -> None:
     import torch
     from safetensors.torch import save_file
@@ -185,8 +241,9 @@ def make_fixture(name: str, model_type: str, cfg_kwargs: dict, out_dir: Path, ve
     for stale in ("config.json", "model.safetensors", "generation_config.json", "greedy.json"):
         (d / stale).unlink(missing_ok=True)
     model.save_pretrained(d, safe_serialization=True)
-    names = [n for n, _ in model.named_parameters()]
-    stored = mf._stored_names(model, d / "model.safetensors")
+    # Trained parameters only (RoFormer's frozen sinusoid table is a stored buffer, no gradient).
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    stored = stored_names(model, d / "model.safetensors", names)
     ids, mask, labels, types = make_batch(model.config)
     if is_token_cls(cfg_kwargs):
         g = torch.Generator().manual_seed(mf.SEED + 4)
@@ -208,10 +265,11 @@ def make_fixture(name: str, model_type: str, cfg_kwargs: dict, out_dir: Path, ve
     }
     if types is not None:
         ref["token_type_ids"] = i32(types)
-    fc.add_grads_and_steps(ref, {n: stored[n] for n in names}, grads, step2)
+    fc.add_grads_and_steps(ref, *fuse_parts({n: stored[n] for n in names}, grads, step2))
     save_file(ref, str(d / "reference.safetensors"), metadata={"format": "pt"})
 
-    meta = fc.fixture_meta(name, model_type, model, versions, d, {n: stored[n] for n in names}, {
+    key = lambda s: s[0] if isinstance(s, tuple) else s  # noqa: E731
+    meta = fc.fixture_meta(name, model_type, model, versions, d, {n: key(stored[n]) for n in names}, {
         "init": {"initializer_range": mf.INIT_STD, "one_d_param_noise_std": mf.ONE_D_NOISE},
         "T": mf.T,
         "batch": mf.BATCH,
@@ -225,6 +283,7 @@ def make_fixture(name: str, model_type: str, cfg_kwargs: dict, out_dir: Path, ve
         },
         "token_type_ids": types is not None,
     })
+    meta["parameter_names"] = list(dict.fromkeys(meta["parameter_names"]))
     mf.write_json(d / "meta.json", meta)
     print(f"{name:14s} {type(model).__name__:24s} params={meta['num_parameters']:6d} loss={loss.item():.6f}")
 

@@ -489,6 +489,10 @@ impl ModelSpec {
     /// into `Model::buffers`, never trained, saved back, no gradient.
     pub fn is_buffer(&self, name: &str) -> bool {
         crate::seq2seq::is_buffer(self, name)
+            || self
+                .encoder
+                .as_ref()
+                .is_some_and(|e| e.stored_tables.iter().any(|(t, ..)| format!("{t}.weight") == name))
             || crate::moe::buffers(self).iter().any(|b| b == name)
             || self.layers.iter().enumerate().any(|(i, l)| match &l.mlp {
                 MlpSpec::Xielu { act, .. } => {

@@ -103,6 +103,12 @@ parity! {
     // embedding_size 16 < hidden_size 32: the embedding projection and a 16-wide head.
     electra: "electra",
     electra_untied: "electra_untied",
+    // Rotary q/k (interleaved pairs) and no position table; then the values rotated too.
+    roformer: "roformer",
+    roformer_rotary_value: "roformer_rotary_value",
+    // Bias-free rotary attention and SwiGLU, post-LN; then the pooler classifier with GeGLU.
+    nomic_bert: "nomic_bert",
+    nomic_bert_seqcls: "nomic_bert_seqcls",
     // Sequence classification: BERT's pooler + 3-way cross-entropy; RoBERTa's head, 1 label (MSE).
     bert_seqcls: "bert_seqcls",
     roberta_seqcls_regression: "roberta_seqcls_regression",

@@ -122,6 +122,8 @@ pub(super) fn spec(
             final_norm: layout.final_norm(prefix).map(|name| (norm.clone(), name)),
             head,
             ignored,
+            stored_tables: Vec::new(),
+            rope_on_values: false,
         },
     }
     .build();

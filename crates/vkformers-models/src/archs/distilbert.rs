@@ -110,6 +110,8 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
             placement: NormPlacement::Post,
             final_norm: None,
             ignored: Vec::new(),
+            stored_tables: Vec::new(),
+            rope_on_values: false,
             head: head(
                 cfg,
                 MlmHead {

@@ -112,6 +112,8 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
             placement: NormPlacement::Post,
             final_norm: None,
             ignored: vec!["generator_lm_head.decoder.bias".into()],
+            stored_tables: Vec::new(),
+            rope_on_values: false,
             head: head(
                 cfg,
                 MlmHead {

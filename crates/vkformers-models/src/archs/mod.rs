@@ -58,6 +58,7 @@ mod moe_common;
 mod mpt;
 mod multimodal;
 mod nanochat;
+mod nomic_bert;
 mod olmo2;
 mod olmo3;
 mod olmoe;
@@ -68,6 +69,7 @@ mod phi;
 mod phi3;
 mod qwen;
 mod qwen_moe;
+mod roformer;
 mod seed_oss;
 mod smollm3;
 mod stablelm;
@@ -143,6 +145,8 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "megatron-bert", family: "BERT-family encoder", build: bert_family::megatron_bert },
     Arch { model_type: "distilbert", family: "BERT-family encoder", build: distilbert::spec },
     Arch { model_type: "electra", family: "BERT-family encoder", build: electra::spec },
+    Arch { model_type: "roformer", family: "BERT-family encoder", build: roformer::spec },
+    Arch { model_type: "nomic_bert", family: "BERT-family encoder", build: nomic_bert::spec },
     Arch { model_type: "biogpt", family: "absolute-position GPT", build: biogpt::spec },
     Arch { model_type: "gpt_neox_japanese", family: "layernorm rotary decoder", build: gpt_neox_japanese::spec },
     Arch { model_type: "openai-gpt", family: "absolute-position GPT", build: openai_gpt::spec },

@@ -14,7 +14,7 @@ pub use pooling::{normalize_rows, pool, Pooling};
 pub use spec::{ClassifierHead, EncoderHead, EncoderSpec, MlmHead, NormPlacement, PoolAct, Positions, Problem};
 
 use vkformers_tensor::ops::attention::{attention, AttnOptions};
-use vkformers_tensor::ops::{broadcast, embedding, matmul, shape};
+use vkformers_tensor::ops::{broadcast, embedding, matmul, rope, shape};
 use vkformers_tensor::{Graph, Tensor};
 
 use crate::decoder::{apply_norm, mlp, project, Weights};
@@ -179,21 +179,25 @@ fn self_attention(
 ) -> Result<Tensor> {
     let (n, a) = (&spec.layer_names, &layer.attn);
     let plain = a.clip_qkv.is_none() && a.q_position_scale.is_none() && a.out_norm.is_none();
-    if a.rope.is_some()
-        || a.alibi.is_some()
-        || a.sliding_window.is_some()
-        || a.qk_norm.is_some()
-        || a.softcap != 0.0
-        || !plain
-    {
+    if a.alibi.is_some() || a.sliding_window.is_some() || a.qk_norm.is_some() || a.softcap != 0.0 || !plain {
         return Err(ModelError::Unsupported(
-            "rotary, ALiBi, windowed, QK-normed, clipped or position-scaled encoder attention".into(),
+            "ALiBi, windowed, QK-normed, clipped or position-scaled encoder attention".into(),
         ));
     }
     let heads = |y: Tensor, count: usize| shape::reshape(g, &y, &[b, t, count, a.head_dim]);
-    let q = heads(project(g, w, &n.q, i, h, a.qkv_bias)?, a.heads)?;
-    let k = heads(project(g, w, &n.k, i, h, a.qkv_bias)?, a.kv_heads)?;
-    let v = heads(project(g, w, &n.v, i, h, a.qkv_bias)?, a.kv_heads)?;
+    let mut q = heads(project(g, w, &n.q, i, h, a.qkv_bias)?, a.heads)?;
+    let mut k = heads(project(g, w, &n.k, i, h, a.qkv_bias)?, a.kv_heads)?;
+    let mut v = heads(project(g, w, &n.v, i, h, a.qkv_bias)?, a.kv_heads)?;
+    if let Some(r) = &a.rope {
+        // Positions 0..T in every row (padding does not shift them), as RoFormer / ESM.
+        let pos: Vec<i32> = (0..b * t).map(|j| (j % t) as i32).collect();
+        let (pos, freq) = (g.ints(&pos, &[b, t])?, g.constant(&r.inv_freq, &[r.inv_freq.len()])?);
+        let rot = |x: &Tensor| rope::rope(g, x, &pos, &freq, r.layout, r.rotary_dim, r.mscale);
+        (q, k) = (rot(&q)?, rot(&k)?);
+        if encoder_of(spec)?.rope_on_values {
+            v = rot(&v)?;
+        }
+    }
     let opts =
         AttnOptions { scale: Some(a.scale), causal: false, kmask: Some(kmask.clone()), ..AttnOptions::default() };
     let o = shape::reshape(g, &attention(g, &q, &k, &v, &opts)?, &[b * t, a.heads * a.head_dim])?;

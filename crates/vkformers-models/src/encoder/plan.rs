@@ -84,6 +84,9 @@ pub(crate) fn plan(spec: &ModelSpec, _config: &Value) -> Result<Vec<Planned>> {
         norm_params(&mut out, name, n, h);
     }
     head(&mut out, spec, enc);
+    for (name, rows, width) in &enc.stored_tables {
+        out.push(Planned { name: format!("{name}.weight"), shape: vec![*rows, *width], init: Init::Sinusoid });
+    }
     Ok(out)
 }
 

@@ -110,4 +110,10 @@ pub struct EncoderSpec {
     /// pre-training checkpoint's pooler and next-sentence head, the tied decoder's bias alias):
     /// skipped on load, as transformers drops them.
     pub ignored: Vec<String>,
+    /// Fixed sinusoid tables `{name}.weight [rows, width]` the checkpoint stores (RoFormer's
+    /// `encoder.embed_positions`): buffers loaded and saved unchanged; the graph's rotary
+    /// kernel computes the same angles (`pos / 10000^(2i/width)`).
+    pub stored_tables: Vec<(String, usize, usize)>,
+    /// Rotary layers also rotate the values (RoFormer's `rotary_value`).
+    pub rope_on_values: bool,
 }
