@@ -14,6 +14,7 @@ use vkformers_tensor::{DType, Graph, Tensor};
 use crate::error::{ModelError, Result};
 use crate::spec::{layer_name, AttnSpec, LayerSpec, MlpSpec, ModelSpec, Norm, PositionIds, QkNormAt, Residual};
 
+mod grouped;
 mod mla;
 
 /// Parameters by Hugging Face name (`model.layers.0.self_attn.q_proj.weight`).
@@ -618,14 +619,28 @@ fn self_attention(
             None => Ok(y),
         }
     };
-    let (mut q, mut k) = (proj(&n.q)?, proj(&n.k)?);
+    // Decoding: the three products in one dispatch (no bias; clipped as `proj` clips).
+    let names = [&n.q, &n.k, &n.v].map(|t| format!("{}.weight", layer_name(t, i)));
+    let together = if a.qkv_bias { None } else { grouped::products(g, w, h, &names)? };
+    let (mut q, mut k, v) = match together {
+        Some(ys) => {
+            let clip = |y: &Tensor| -> Result<Tensor> {
+                match a.clip_qkv {
+                    Some(c) => clamp(g, y, c),
+                    None => Ok(y.clone()),
+                }
+            };
+            (clip(&ys[0])?, clip(&ys[1])?, clip(&ys[2])?)
+        }
+        None => (proj(&n.q)?, proj(&n.k)?, proj(&n.v)?),
+    };
     if let (Some(qk), QkNormAt::Projection) = (&a.qk_norm, a.qk_norm_at) {
         q = apply_norm(g, qk, w, &layer_name(&n.q_norm, i), &q)?;
         k = apply_norm(g, qk, w, &layer_name(&n.k_norm, i), &k)?;
     }
     let mut q = heads(q, a.heads)?;
     let mut k = heads(k, a.kv_heads)?;
-    let v = heads(proj(&n.v)?, a.kv_heads)?;
+    let v = heads(v, a.kv_heads)?;
     if let (Some(qk), QkNormAt::HeadsBeforeRope) = (&a.qk_norm, a.qk_norm_at) {
         q = apply_norm(g, qk, w, &layer_name(&n.q_norm, i), &q)?;
         k = apply_norm(g, qk, w, &layer_name(&n.k_norm, i), &k)?;
@@ -704,8 +719,12 @@ pub(crate) fn mlp(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, m: &MlpSpec, i: 
     let n = &spec.layer_names;
     match m {
         MlpSpec::Gated { glu: kind, bias, .. } => {
-            let gate = project(g, w, &n.gate, i, h, *bias)?;
-            let up = project(g, w, &n.up, i, h, *bias)?;
+            // Decoding: gate and up in one dispatch when there is no bias.
+            let names = [&n.gate, &n.up].map(|t| format!("{}.weight", layer_name(t, i)));
+            let (gate, up) = match if *bias { None } else { grouped::products(g, w, h, &names)? } {
+                Some(ys) => (ys[0].clone(), ys[1].clone()),
+                None => (project(g, w, &n.gate, i, h, *bias)?, project(g, w, &n.up, i, h, *bias)?),
+            };
             project(g, w, &n.down, i, &glu::glu(g, &gate, &up, *kind)?, *bias)
         }
         MlpSpec::GatedAct { act, bias, sub_norm, .. } => {
