@@ -306,7 +306,7 @@ pub fn forward(
         }
         (_, None) => return Err(fail(main.name, format!("{splits} splits need a work buffer"))),
     };
-    let wide = s.d.is_multiple_of(8) && x.k.offset.is_multiple_of(16) && x.v.offset.is_multiple_of(16);
+    let wide = s.d.is_multiple_of(8) && x.k.address().is_multiple_of(16) && x.v.address().is_multiple_of(16);
     let flags = if opt.causal { FLAG_CAUSAL } else { 0 }
         | if opt.alibi.is_some() { FLAG_ALIBI } else { 0 }
         | if wide { FLAG_WIDE } else { 0 };
