@@ -260,7 +260,9 @@ void probabilities(uint nr) {
 // Step 4: acc[rr][e] += sum over this slot's keys c of p[rr][c] * V[c][c0 + e], l[rr] += p.
 void accumulate(uint hk, uint nr, uint slot, uint c0, inout float acc[BQ][CW], inout float lsum[BQ]) {
     bool live = c0 < pc.d;
-    [[unroll]] for (uint k = 0; k < KPS; k += VG) {
+    // Not unrolled: a group's body is already 8 keys x 8 rows x 8 columns (lavapipe compiles a
+    // fully unrolled d256 body for tens of seconds); acc and vv keep constant indices inside.
+    [[dont_unroll]] for (uint k = 0; k < KPS; k += VG) {
         float vv[VG][CW];
         [[unroll]] for (uint u = 0; u < VG; u++) {
             uint row = srow[slot + KS * (k + u)];
@@ -286,7 +288,7 @@ void accumulate(uint hk, uint nr, uint slot, uint c0, inout float acc[BQ][CW], i
 // Sum of the KS slots' (acc, l) into slot 0, in halving rounds through shared memory.
 void reduce_slots(uint nr, uint slot, uint lane, inout float acc[BQ][CW], inout float lsum[BQ]) {
     uint c0 = lane * CW;
-    [[unroll]] for (uint half_ = KS / 2; half_ > 0u; half_ /= 2u) {
+    [[dont_unroll]] for (uint half_ = KS / 2; half_ > 0u; half_ /= 2u) {
         barrier();
         if (slot >= half_ && slot < 2u * half_) {
             uint at = slot - half_;
