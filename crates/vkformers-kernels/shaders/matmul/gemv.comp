@@ -208,14 +208,18 @@ void main() {
                     [[unroll]] for (uint e = 0; e < CH; e++) w[1][r][e] = 0.0;
                 }
             }
+            // Rows and halves past the end are skipped by uniform branches, not `break`: a loop
+            // a compiler declines to unroll would index acc and w dynamically (local memory).
             [[unroll]] for (uint i = 0; i < MB; i++) {
-                if (i >= pc.M) break;
-                [[unroll]] for (uint h = 0; h < 2; h++) {
-                    if (h == 1 && !two) break;
-                    float xv[CH];
-                    load_x_chunk(i, c + h * WG, xv);
-                    [[unroll]] for (uint r = 0; r < R; r++) {
-                        [[unroll]] for (uint e = 0; e < CH; e++) acc[i][r] = fma(xv[e], w[h][r][e], acc[i][r]);
+                if (i < pc.M) {
+                    [[unroll]] for (uint h = 0; h < 2; h++) {
+                        if (h == 0u || two) {
+                            float xv[CH];
+                            load_x_chunk(i, c + h * WG, xv);
+                            [[unroll]] for (uint r = 0; r < R; r++) {
+                                [[unroll]] for (uint e = 0; e < CH; e++) acc[i][r] = fma(xv[e], w[h][r][e], acc[i][r]);
+                            }
+                        }
                     }
                 }
             }
@@ -226,12 +230,13 @@ void main() {
         if (NSG == 1) {
             // One subgroup: its sums are the workgroup's; one lane writes them.
             [[unroll]] for (uint i = 0; i < MB; i++) {
-                if (i >= pc.M) break;
-                [[unroll]] for (uint r = 0; r < R; r++) {
-                    float s = subgroupAdd(acc[i][r]);
-                    if (subgroupElect() && j0 + r < n) {
-                        if (has_bias) s += pc.bias.v[j0 + r];
-                        yp.v[i * ldy + j0 + r] = s;
+                if (i < pc.M) {
+                    [[unroll]] for (uint r = 0; r < R; r++) {
+                        float s = subgroupAdd(acc[i][r]);
+                        if (subgroupElect() && j0 + r < n) {
+                            if (has_bias) s += pc.bias.v[j0 + r];
+                            yp.v[i * ldy + j0 + r] = s;
+                        }
                     }
                 }
             }
@@ -239,10 +244,11 @@ void main() {
         }
         barrier(); // readers of red in the previous row block are done
         [[unroll]] for (uint i = 0; i < MB; i++) {
-            if (i >= pc.M) break;
-            [[unroll]] for (uint r = 0; r < R; r++) {
-                const float s = subgroupAdd(acc[i][r]);
-                if (subgroupElect()) red[(i * R + r) * NSG + gl_SubgroupID] = s;
+            if (i < pc.M) {
+                [[unroll]] for (uint r = 0; r < R; r++) {
+                    const float s = subgroupAdd(acc[i][r]);
+                    if (subgroupElect()) red[(i * R + r) * NSG + gl_SubgroupID] = s;
+                }
             }
         }
         barrier();
