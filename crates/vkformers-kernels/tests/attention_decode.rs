@@ -196,7 +196,9 @@ fn same_bits(what: &str, got: &[f32], want: &[f32]) {
     }
 }
 
-fn check(ctx: &Context, case: &Case, seed: u64, dt: DType) -> Result<()> {
+/// Checks `case` with pools of `dt`; q, o and the new keys are of `act` (`dt`, or f32 over 16-bit
+/// pools: the `_q32` and `_in32` variants).
+fn check(ctx: &Context, case: &Case, seed: u64, (dt, act): (DType, DType)) -> Result<()> {
     let mut rng = Rng::new(seed);
     let lay = layout(case, &mut rng);
     let r = rows(case, &mut rng, dt);
@@ -216,14 +218,14 @@ fn check(ctx: &Context, case: &Case, seed: u64, dt: DType) -> Result<()> {
     let splits = case.splits.unwrap_or_else(|| decode::splits(&shape, max_len));
     let q: Vec<f32> = r.q.concat();
     let (bq, bk, bv) =
-        (upload(ctx, dt, &q, "q")?, upload(ctx, dt, &st.before[0], "k")?, upload(ctx, dt, &st.before[1], "v")?);
-    let (nk, nv) = (upload(ctx, dt, &st.new[0], "k new")?, upload(ctx, dt, &st.new[1], "v new")?);
+        (upload(ctx, act, &q, "q")?, upload(ctx, dt, &st.before[0], "k")?, upload(ctx, dt, &st.before[1], "v")?);
+    let (nk, nv) = (upload(ctx, act, &st.new[0], "k new")?, upload(ctx, act, &st.new[1], "v new")?);
     let slots = ctx.buffer_from(&st.slots, "slots")?;
     let table = ctx.buffer_from(&lay.table, "table")?;
     let lens: Vec<i32> = case.lens.iter().map(|&l| l as i32).collect();
     let lens = ctx.buffer_from(&lens, "lens")?;
     let slopes = ctx.buffer_from(&case.slopes(), "slopes")?;
-    let o = upload(ctx, dt, &vec![0.0; q.len()], "o")?;
+    let o = upload(ctx, act, &vec![0.0; q.len()], "o")?;
     let lse = ctx.buffer((b * case.hq * case.tq * 4) as u64, "lse")?;
     let work = ctx.buffer(decode::work_floats(&shape, splits).max(1) * 4, "work")?;
     let mut opt = DecodeOptions::new(shape.d);
@@ -232,32 +234,37 @@ fn check(ctx: &Context, case: &Case, seed: u64, dt: DType) -> Result<()> {
     opt.softcap = case.softcap as f32;
     opt.alibi = case.alibi.then(|| slopes.view());
     opt.dtype = dt;
+    opt.act = Some(act);
     let width = (case.hkv * case.d) as u32;
     let pools = Pools { k: bk.view(), v: bv.view(), rows: (lay.num_blocks * case.block_size) as u32, width };
     let x = PagedInputs { q: bq.view(), k: bk.view(), v: bv.view(), table: table.view(), lens: lens.view() };
     let w = (splits > 1).then(|| work.slice(0, decode::work_floats(&shape, splits) * 4));
     let out = DecodeOutputs { o: o.view(), lse: lse.view(), work: w };
     let mut rec = ctx.recorder(false)?;
-    decode::store(&mut rec, (nk.view(), nv.view()), slots.view(), &pools, dt)?;
+    decode::store_from(&mut rec, ((nk.view(), nv.view()), act), slots.view(), &pools, dt)?;
     decode::forward(&mut rec, &x, &out, &shape, &opt, splits)?;
     rec.submit()?;
 
-    let name = format!("{} {dt:?} ({splits} splits)", case.name);
+    let name = format!("{} {dt:?}, q/o {act:?} ({splits} splits)", case.name);
     same_bits(&format!("{name}: k pool after store"), &download(ctx, dt, bk.view())?, &st.after[0]);
     same_bits(&format!("{name}: v pool after store"), &download(ctx, dt, bv.view())?, &st.after[1]);
     let (want_o, want_lse) = expected(case, &r, opt.scale);
-    assert_close(&format!("{name}: o"), &download(ctx, dt, o.view())?, &want_o, tol(dt));
+    assert_close(&format!("{name}: o"), &download(ctx, act, o.view())?, &want_o, tol(dt));
     assert_close(&format!("{name}: lse"), &ctx.read_vec::<f32>(lse.view())?, &want_lse, TOL_F32);
     Ok(())
 }
 
 fn run(test: &str, cases: &[Case], dt: DType) {
-    on_every_device(&format!("{test} {dt:?}"), |ctx| {
+    run_as(test, cases, (dt, dt));
+}
+
+fn run_as(test: &str, cases: &[Case], (dt, act): (DType, DType)) {
+    on_every_device(&format!("{test} {dt:?} {act:?}"), |ctx| {
         if unsupported(ctx, dt, test) {
             return Ok(());
         }
         for (n, case) in cases.iter().enumerate() {
-            check(ctx, case, 1000 + n as u64, dt)?;
+            check(ctx, case, 1000 + n as u64, (dt, act))?;
         }
         Ok(())
     });
@@ -297,6 +304,17 @@ fn paged_decode_matches_reference_f16() {
 #[test]
 fn paged_decode_matches_reference_bf16() {
     run("paged decode", &cases_16bit(), DType::BF16);
+}
+
+/// f32 q, o and new keys over 16-bit pools (a model's f32 activations over a bf16 cache): the
+/// store rounds the new keys as a cast would, o is the f32 result. Odd and wide head dims,
+/// split and not.
+#[test]
+fn paged_decode_f32_activations_over_16bit_pools() {
+    let all = cases();
+    let some: Vec<Case> = [0, 4, 7, 9].iter().map(|&i| all[i].clone()).collect();
+    run_as("paged decode", &some, (DType::BF16, DType::F32));
+    run_as("paged decode", &some, (DType::F16, DType::F32));
 }
 
 /// Bad calls are errors, not device faults: a split call without work buffer, a pool view of

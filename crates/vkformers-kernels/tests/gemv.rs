@@ -190,3 +190,76 @@ fn bad_descriptions_are_errors_naming_the_kernel() {
         Ok(())
     });
 }
+
+/// One group of products `y_p = x · W_pᵀ` (the parts' n), each W in its own buffer (the first
+/// at `w_pad` elements into it): the grouped dispatch equals one `gemv` per weight bit for bit,
+/// and the f64 reference to f32 tolerance; the padding of y past each product untouched.
+fn check_group(ctx: &Context, (m, k, dtype): (u32, u32, DType), ns: &[u32], w_pad: usize, seed: u64) -> Result<()> {
+    let mut rng = Rng::new(seed);
+    let x = rng.vec((m * k) as usize, 1.0);
+    let xb = ctx.buffer_from(&x, "x")?;
+    let elem = dtype.bytes();
+    let (mut wbufs, mut ybufs, mut solo, mut ws) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (p, &n) in ns.iter().enumerate() {
+        let pad = if p == 0 { w_pad } else { 0 };
+        let mut w = round(dtype, &rng.vec(pad + (n * k) as usize, 1.0));
+        if w.len() % 2 == 1 {
+            w.push(0.0);
+        }
+        wbufs.push((upload(ctx, dtype, &w, "w")?, pad));
+        let y0 = rng.vec((m * n) as usize + 3, 1.0);
+        ybufs.push((ctx.buffer_from(&y0, "y")?, ctx.buffer_from(&y0, "y solo")?, y0));
+        ws.push(w[pad..pad + (n * k) as usize].to_vec());
+    }
+    let desc = GemvDesc::packed(m, ns[0], k, dtype);
+    let view = |i: usize| wbufs[i].0.buf.slice(wbufs[i].1 as u64 * elem, u64::from(ns[i] * k) * elem);
+    fn yv(b: &vkformers_vk::Buffer, bytes: u64) -> BufferView<'_> {
+        b.slice(0, bytes)
+    }
+    let parts: Vec<_> = (0..ns.len()).map(|i| (ns[i], view(i), yv(&ybufs[i].0, u64::from(m * ns[i]) * 4))).collect();
+    let mut rec = ctx.recorder(false)?;
+    gemv::gemv_group(&mut rec, &desc, xb.view(), &parts)?;
+    for (i, &n) in ns.iter().enumerate() {
+        gemv::gemv(
+            &mut rec,
+            &GemvDesc { n, ldy: n, ..desc },
+            xb.view(),
+            view(i),
+            None,
+            yv(&ybufs[i].1, u64::from(m * n) * 4),
+        )?;
+    }
+    rec.submit()?;
+    for (i, &n) in ns.iter().enumerate() {
+        let got: Vec<f32> = ctx.read_vec(ybufs[i].0.view())?;
+        solo.push(ctx.read_vec::<f32>(ybufs[i].1.view())?);
+        let what = format!("group {ns:?} {dtype:?} m {m} k {k} pad {w_pad}: product {i}");
+        assert_eq!(
+            got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            solo[i].iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            "{what}: grouped != alone"
+        );
+        let mut want = f64s(&ybufs[i].2);
+        reference::gemm(&GemmDesc::packed(m, n, k, false, true), &f64s(&x), &f64s(&ws[i]), None, &mut want);
+        assert_close(&what, &got, &want, TOL_F32);
+    }
+    Ok(())
+}
+
+/// q/k/v-like and gate/up-like groups: odd n (blocks of 4 rows end inside each product), every
+/// row bucket's first variant, the wide path and the element path (k = 7; W at an odd element).
+#[test]
+fn gpu_gemv_group_equals_one_product_per_weight() {
+    on_every_device("gemv group", |ctx| {
+        let mut seed = 5000;
+        for dtype in [DType::F32, DType::BF16] {
+            for (m, k) in [(1, 576), (5, 7), (16, 64)] {
+                for (ns, pad) in [(&[37u32, 9, 9][..], 0), (&[33, 34][..], 0), (&[13, 5, 6][..], 1)] {
+                    seed += 1;
+                    check_group(ctx, (m, k, dtype), ns, pad, seed)?;
+                }
+            }
+        }
+        Ok(())
+    });
+}

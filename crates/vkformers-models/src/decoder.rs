@@ -14,6 +14,7 @@ use vkformers_tensor::{DType, Graph, Tensor};
 use crate::error::{ModelError, Result};
 use crate::spec::{layer_name, AttnSpec, LayerSpec, MlpSpec, ModelSpec, Norm, PositionIds, QkNormAt, Residual};
 
+mod grouped;
 mod mla;
 
 /// Parameters by Hugging Face name (`model.layers.0.self_attn.q_proj.weight`).
@@ -327,11 +328,22 @@ fn trunk(
     // With checkpointing, each layer keeps only its input; backward recomputes it.
     let owned =
         (g.checkpointing() && g.grad_enabled() && inputs.cache.is_none()).then(|| owned_for_layers(spec, w, inputs));
+    // The MLP output of the layer before, not yet added to x: the next layer adds it in its
+    // fused add + RMSNorm (one dispatch and one barrier fewer per layer), or it is added after
+    // the last layer.
+    let mut carry: Option<Tensor> = None;
     for (i, layer) in spec.layers.iter().enumerate() {
         x = match &owned {
             Some(o) => checkpointed_layer(g, o, i, &x, (b, t))?,
-            None => decoder_layer(g, spec, w, layer, i, &x, inputs, (b, t))?,
+            None => {
+                let (nx, m) = layer_with_carry(g, spec, w, (layer, i), (&x, carry.take()), inputs, (b, t))?;
+                carry = m;
+                nx
+            }
         };
+    }
+    if let Some(m) = carry {
+        x = broadcast::add(g, &x, &m)?;
     }
     if head_rows == Head::Last && t > 1 {
         x = last_columns(g, &x, b, t)?;
@@ -535,6 +547,44 @@ fn add_then_norm(
     Ok((x, h))
 }
 
+/// Layer `i` of the inference graph on `x + carry` (carry: the previous layer's MLP output, not
+/// yet added). Returns the layer's output, or (a sequential layer with an unscaled residual)
+/// its input to the MLP residual and the MLP output to add, left to the next layer.
+fn layer_with_carry(
+    g: &Graph<'_>,
+    spec: &ModelSpec,
+    w: &Weights,
+    (layer, i): (&LayerSpec, usize),
+    (x, carry): (&Tensor, Option<Tensor>),
+    inp: &Inputs<'_>,
+    bt: (usize, usize),
+) -> Result<(Tensor, Option<Tensor>)> {
+    let names = &spec.layer_names;
+    let (x, h) = match (carry, &layer.attn_norm, layer.residual) {
+        (Some(m), Some(Norm::Rms { eps, unit_offset }), Residual::Sequential | Residual::Parallel { .. }) => {
+            let gain = w.opt(&format!("{}.weight", layer_name(&names.attn_norm, i)));
+            let (x, h) = norm::add_rms_norm(g, (x, &m), gain, *eps, *unit_offset)?;
+            (x, Some(h))
+        }
+        (Some(m), ..) => (broadcast::add(g, x, &m)?, None),
+        (None, ..) => (x.clone(), None),
+    };
+    // Inference only: a training graph keeps its ops as they were.
+    let defer = layer.residual == Residual::Sequential && layer.residual_scale == 1.0 && !g.grad_enabled();
+    if !defer {
+        return Ok((decoder_layer_normed(g, spec, w, layer, i, (&x, h), inp, bt)?, None));
+    }
+    let h = match h {
+        Some(h) => h,
+        None => maybe_norm(g, &layer.attn_norm, w, &names.attn_norm, i, &x)?,
+    };
+    let a = self_attention(g, spec, w, &layer.attn, i, &h, inp, bt)?;
+    let a = maybe_norm(g, &layer.post_attn_norm, w, &names.post_attn_norm, i, &a)?;
+    let (x, h) = add_then_norm(g, layer, (&x, &a), w, &names.mlp_norm, i)?;
+    let m = layer_mlp(g, spec, w, (&layer.mlp, i), &h, inp)?;
+    Ok((x, Some(maybe_norm(g, &layer.post_mlp_norm, w, &names.post_mlp_norm, i, &m)?)))
+}
+
 #[allow(clippy::too_many_arguments)]
 fn decoder_layer(
     g: &Graph<'_>,
@@ -546,11 +596,27 @@ fn decoder_layer(
     inp: &Inputs<'_>,
     bt: (usize, usize),
 ) -> Result<Tensor> {
+    decoder_layer_normed(g, spec, w, layer, i, (x, None), inp, bt)
+}
+
+/// [`decoder_layer`] with the attention norm of x given when already computed.
+#[allow(clippy::too_many_arguments)]
+fn decoder_layer_normed(
+    g: &Graph<'_>,
+    spec: &ModelSpec,
+    w: &Weights,
+    layer: &LayerSpec,
+    i: usize,
+    (x, normed): (&Tensor, Option<Tensor>),
+    inp: &Inputs<'_>,
+    bt: (usize, usize),
+) -> Result<Tensor> {
     let names = &spec.layer_names;
     // Post-LN layers normalise after the adds (below), not before the attention.
-    let h = match layer.residual {
-        Residual::PostNorm => x.clone(),
-        _ => maybe_norm(g, &layer.attn_norm, w, &names.attn_norm, i, x)?,
+    let h = match (normed, layer.residual) {
+        (Some(h), _) => h,
+        (None, Residual::PostNorm) => x.clone(),
+        (None, _) => maybe_norm(g, &layer.attn_norm, w, &names.attn_norm, i, x)?,
     };
     let a = self_attention(g, spec, w, &layer.attn, i, &h, inp, bt)?;
     let a = maybe_norm(g, &layer.post_attn_norm, w, &names.post_attn_norm, i, &a)?;
@@ -607,14 +673,28 @@ fn self_attention(
             None => Ok(y),
         }
     };
-    let (mut q, mut k) = (proj(&n.q)?, proj(&n.k)?);
+    // Decoding: the three products in one dispatch (no bias; clipped as `proj` clips).
+    let names = [&n.q, &n.k, &n.v].map(|t| format!("{}.weight", layer_name(t, i)));
+    let together = if a.qkv_bias { None } else { grouped::products(g, w, h, &names)? };
+    let (mut q, mut k, v) = match together {
+        Some(ys) => {
+            let clip = |y: &Tensor| -> Result<Tensor> {
+                match a.clip_qkv {
+                    Some(c) => clamp(g, y, c),
+                    None => Ok(y.clone()),
+                }
+            };
+            (clip(&ys[0])?, clip(&ys[1])?, clip(&ys[2])?)
+        }
+        None => (proj(&n.q)?, proj(&n.k)?, proj(&n.v)?),
+    };
     if let (Some(qk), QkNormAt::Projection) = (&a.qk_norm, a.qk_norm_at) {
         q = apply_norm(g, qk, w, &layer_name(&n.q_norm, i), &q)?;
         k = apply_norm(g, qk, w, &layer_name(&n.k_norm, i), &k)?;
     }
     let mut q = heads(q, a.heads)?;
     let mut k = heads(k, a.kv_heads)?;
-    let v = heads(proj(&n.v)?, a.kv_heads)?;
+    let v = heads(v, a.kv_heads)?;
     if let (Some(qk), QkNormAt::HeadsBeforeRope) = (&a.qk_norm, a.qk_norm_at) {
         q = apply_norm(g, qk, w, &layer_name(&n.q_norm, i), &q)?;
         k = apply_norm(g, qk, w, &layer_name(&n.k_norm, i), &k)?;
@@ -693,8 +773,12 @@ pub(crate) fn mlp(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, m: &MlpSpec, i: 
     let n = &spec.layer_names;
     match m {
         MlpSpec::Gated { glu: kind, bias, .. } => {
-            let gate = project(g, w, &n.gate, i, h, *bias)?;
-            let up = project(g, w, &n.up, i, h, *bias)?;
+            // Decoding: gate and up in one dispatch when there is no bias.
+            let names = [&n.gate, &n.up].map(|t| format!("{}.weight", layer_name(t, i)));
+            let (gate, up) = match if *bias { None } else { grouped::products(g, w, h, &names)? } {
+                Some(ys) => (ys[0].clone(), ys[1].clone()),
+                None => (project(g, w, &n.gate, i, h, *bias)?, project(g, w, &n.up, i, h, *bias)?),
+            };
             project(g, w, &n.down, i, &glu::glu(g, &gate, &up, *kind)?, *bias)
         }
         MlpSpec::GatedAct { act, bias, sub_norm, .. } => {

@@ -19,44 +19,70 @@
 //   M = max_s m_s;  L = sum_s l_s e^(m_s - M);  o = sum_s acc_s e^(m_s - M) / L;  lse = M + log L.
 //
 // Grid y = (kv head hk, row tile): the R = G * Tq query rows (r = i * G + g, query head
-// h = hk * G + g, G = Hq / Hkv) that share kv head hk go in tiles of up to BQ rows; NR <= BQ of
-// them are real (a decode step of GQA has NR = G, often 3..8), and every loop over rows stops
-// at NR, so small groups cost no idle rows. Grid z = B.
+// h = hk * G + g, G = Hq / Hkv) that share kv head hk go in tiles of up to BQ = 8 rows; NR <= BQ
+// of them are real (a decode step of GQA has NR = G, often 4..8). Loops over rows have the
+// constant trip count BQ and skip rows >= NR by a uniform branch (never a `break`), so the
+// register arrays indexed by row (scores, accumulators) stay in registers on every compiler.
+// Grid z = B.
 //
-// Per tile of BK = NT keys (one key per thread):
-//   1. thread c maps key k0 + c to its pool row and computes its NR scores from global K
-//      (each K element read once per workgroup, q from shared memory): s[r] in registers;
+// Per tile of BK = NT keys:
+//   1. thread c maps key k0 + c to its pool row and computes its NR scores from global K, read
+//      KG * 8 elements at a time (16-byte loads when ATTN_WIDE), q from shared memory;
 //   2. the tile max of each row from NP = NT / BQ partial maxima (thread (part, row) scans BK/NP
 //      scores), then m_new = max(m, tile max), alpha = e^(m - m_new) per row (BQ threads);
 //   3. thread c writes p[r][c] = e^(s[r] - m_new[r]);
-//   4. output element (r, d) += sum_c p[r][c] v_c[d], after scaling by alpha[r]: thread t owns
-//      column d = t % DT (DT = min(D, NT) wide) of rows t / DT + RS * s (RS = NT / DT) and, for
-//      D > NT, columns d + NT too, so each V element it loads serves all its rows; the threads of
-//      column 0 also keep l[r] = l[r] alpha + sum_c p[r][c].
+//   4. thread t = (slot, lane) owns the 8 output columns lane * 8 .. lane * 8 + 7 of all NR rows
+//      (acc [BQ][8] in registers) for the keys slot, slot + KS, ... of the tile (LK = DMAX / 8
+//      lanes cover a key's row of V, KS = NT / LK keys are read at once): each key's V row is
+//      read as 16-byte loads (8 keys' loads in flight per thread), and each element serves all
+//      NR rows; acc and l = sum p are rescaled by alpha first.
+// After the last tile the KS slots' partial (acc, l) are summed in shared memory (log2 KS
+// halving rounds) and slot 0 writes o and lse (or the split's partials).
 // 5 barriers per 128 keys; no subgroup operations; shared memory under 32 KiB (lavapipe).
-// Steps 1 and 4 issue their global loads in groups (KU elements of K, VU keys of V) before
-// using them: one dependent load per loop step made a 576-key call take ~157 µs on an H200.
+// ATTN_WIDE (flags bit 3, set by the launcher when D % 8 == 0 and both pools start 16-byte
+// aligned): K and V rows are read 8 elements per load; otherwise element by element.
+// QF32: q and o are f32 whatever the pools' type (a model with f32 activations and a 16-bit
+// cache needs no cast before or after the call).
 //
-// variant: d64 DMAX=64 BQ=16 NT=128
-// variant: d128 DMAX=128 BQ=16 NT=128
-// variant: d256 DMAX=256 BQ=8 NT=128
-// variant: d64_f16 DMAX=64 BQ=16 NT=128 DT_F16
-// variant: d128_f16 DMAX=128 BQ=16 NT=128 DT_F16
-// variant: d256_f16 DMAX=256 BQ=8 NT=128 DT_F16
-// variant: d64_bf16 DMAX=64 BQ=16 NT=128 DT_BF16
-// variant: d128_bf16 DMAX=128 BQ=16 NT=128 DT_BF16
-// variant: d256_bf16 DMAX=256 BQ=8 NT=128 DT_BF16
+// variant: d64 DMAX=64 NT=128
+// variant: d128 DMAX=128 NT=128
+// variant: d256 DMAX=256 NT=128
+// variant: d64_f16 DMAX=64 NT=128 DT_F16
+// variant: d128_f16 DMAX=128 NT=128 DT_F16
+// variant: d256_f16 DMAX=256 NT=128 DT_F16
+// variant: d64_bf16 DMAX=64 NT=128 DT_BF16
+// variant: d128_bf16 DMAX=128 NT=128 DT_BF16
+// variant: d256_bf16 DMAX=256 NT=128 DT_BF16
+// variant: d64_f16_q32 DMAX=64 NT=128 DT_F16 QF32
+// variant: d128_f16_q32 DMAX=128 NT=128 DT_F16 QF32
+// variant: d256_f16_q32 DMAX=256 NT=128 DT_F16 QF32
+// variant: d64_bf16_q32 DMAX=64 NT=128 DT_BF16 QF32
+// variant: d128_bf16_q32 DMAX=128 NT=128 DT_BF16 QF32
+// variant: d256_bf16_q32 DMAX=256 NT=128 DT_BF16 QF32
 #include "attention/attention.glsl"
+
+#define BQ 8
+#if defined(QF32)
+#define QIn F32In
+#define QBuf F32Buf
+float ldq(QIn b, uint i) { return b.v[i]; }
+void stq(QBuf b, uint i, float x) { b.v[i] = x; }
+#else
+#define QIn DIn
+#define QBuf DBuf
+float ldq(QIn b, uint i) { return ld(b, i); }
+void stq(QBuf b, uint i, float x) { st(b, i, x); }
+#endif
 
 layout(local_size_x = NT) in;
 layout(push_constant) uniform Push {
-    DIn q;
+    QIn q;
     DIn k;
     DIn v;
     I32In table;  // [B, max_blocks]
     I32In lens;   // [B]
     F32In slopes; // [Hq] (read when flags & ATTN_ALIBI)
-    DBuf o;       // [B, Tq, Hq, D] (splits == 1)
+    QBuf o;       // [B, Tq, Hq, D] (splits == 1)
     F32Buf lse;   // [B, Hq, Tq] (splits == 1)
     F32Buf work;  // splits > 1: acc [B, Hq, Tq, S, D], then (m, l) [B, Hq, Tq, S, 2]
     uint tq;
@@ -74,27 +100,66 @@ layout(push_constant) uniform Push {
 } pc;
 #include "attention/decode_score.glsl"
 
+#define ATTN_WIDE 8u
 #define BK NT
-// Output columns per thread pass (DT), row step (RS), rows (RPT) and columns (CPT) per thread.
-#define DT (DMAX < NT ? DMAX : NT)
-#define RS (NT / DT)
-#define RPT ((BQ + RS - 1) / RS)
-#define CPT (DMAX / DT)
-// Elements of K (score pass) and keys of V (output pass) whose loads are issued together.
-#define KU 16
-#define VU 8
+// Columns per thread in the output pass (one 16-byte load of 16-bit V), threads per key row,
+// keys read at once (slots), keys per slot per tile.
+#define CW 8
+#define LK (DMAX / CW)
+#define KS (NT / LK)
+#define KPS (BK / KS)
+// Groups of CW elements of K whose loads are issued together; keys of V likewise.
+#define KG 8
+#define VG 8
 // Parts of the tile max: NP threads per row, each over BK / NP keys.
 #define NP (NT / BQ)
 // Pool row of a key that is not in the row's table (never read).
 const uint NO_ROW = 0xffffffffu;
 
-shared float sq[BQ * DS];
-shared float sp[BQ * BK];   // scores, then probabilities: [row][key]
+layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer U4In { uvec4 v[]; };
+
+shared vec4 sq4[BQ * DMAX / 4]; // the tile's q rows, zero past D and past NR
+shared float sp[BQ * BK];       // scores, then probabilities: [row][key]
 shared float spart[NP * BQ];
 shared float sm[BQ];
 shared float salpha[BQ];
-shared float sl[BQ];
 shared uint srow[BK];
+// Halving sums of the slots' partials: acc [KS / 2][BQ][DMAX], l [KS / 2][BQ].
+shared float red[(KS / 2) * BQ * DMAX];
+shared float lred[(KS / 2) * BQ];
+
+// Elements e .. e + 7 of a pool (e % 8 == 0, pool 16-byte aligned) widened to f32.
+void load8_wide(DIn buf, uint e, out float x[CW]) {
+#if defined(DT_F16) || defined(DT_BF16)
+    uvec4 w = U4In(uint64_t(buf) + uint64_t(e) * 2ul).v[0];
+    [[unroll]] for (uint h = 0; h < 4; h++) {
+#if defined(DT_F16)
+        vec2 p = unpackHalf2x16(w[h]);
+#else
+        vec2 p = uintBitsToFloat(uvec2(w[h] << 16, w[h] & 0xffff0000u));
+#endif
+        x[2 * h] = p.x;
+        x[2 * h + 1] = p.y;
+    }
+#else
+    U4In p = U4In(uint64_t(buf) + uint64_t(e) * 4ul);
+    vec4 a = uintBitsToFloat(p.v[0]);
+    vec4 c = uintBitsToFloat(p.v[1]);
+    x[0] = a.x; x[1] = a.y; x[2] = a.z; x[3] = a.w;
+    x[4] = c.x; x[5] = c.y; x[6] = c.z; x[7] = c.w;
+#endif
+}
+
+// Columns c0 .. c0 + 7 (c0 < D) of the head row starting at element `base`: zeros past D.
+void load8(DIn buf, uint base, uint c0, out float x[CW]) {
+    if ((pc.flags & ATTN_WIDE) != 0u) {
+        load8_wide(buf, base + c0, x);
+    } else {
+        [[unroll]] for (uint u = 0; u < CW; u++) {
+            x[u] = c0 + u < pc.d ? ld(buf, base + c0 + u) : 0.0;
+        }
+    }
+}
 
 // Pool row of key j of row b (NO_ROW at or past kend, or for a block id outside the pool).
 uint pool_row(uint b, uint j, uint kend) {
@@ -105,7 +170,7 @@ uint pool_row(uint b, uint j, uint kend) {
     return blk >= 0 && uint(blk) < pc.num_blocks ? uint(blk) * pc.block_size + j % pc.block_size : NO_ROW;
 }
 
-// Query head of tile row rr (query i = r / G, head hk * G + r % G).
+// Query head of tile row r (query i = r / G, head hk * G + r % G).
 uint head_of(uint r, uint hk, uint G) {
     return hk * G + (r - (r / G) * G);
 }
@@ -122,30 +187,37 @@ void score_key(uint b, uint hk, uint k0, uint kend, uint r0, uint nr, int first_
         s[rr] = 0.0;
     }
     if (row != NO_ROW) {
-        // KU elements of K per group, loaded before any is used, so a thread has KU loads in
-        // flight instead of one (a loop of dependent single loads ran at ~0.5 µs a step).
         uint base = (row * pc.hkv + hk) * pc.d;
-        for (uint d0 = 0; d0 < pc.d; d0 += KU) {
-            float kv[KU];
-            [[unroll]] for (uint u = 0; u < KU; u++) {
-                kv[u] = d0 + u < pc.d ? ld(pc.k, base + d0 + u) : 0.0;
+        // KG * CW elements of K per group, all loads issued before any is used. c0 < D, and
+        // c0 + KG * CW <= DMAX (DMAX is a multiple of 64), so every sq4 index is in the tile.
+        for (uint c0 = 0; c0 < pc.d; c0 += KG * CW) {
+            float kv[KG][CW];
+            [[unroll]] for (uint g = 0; g < KG; g++) {
+                if (c0 + g * CW < pc.d) {
+                    load8(pc.k, base, c0 + g * CW, kv[g]);
+                } else {
+                    [[unroll]] for (uint u = 0; u < CW; u++) kv[g][u] = 0.0;
+                }
             }
-            // Columns past D: sq is not written there (0 * a stale NaN would be NaN).
-            [[unroll]] for (uint u = 0; u < KU; u++) {
-                if (d0 + u >= pc.d) break;
+            [[unroll]] for (uint g = 0; g < KG; g++) {
+                uint c4 = (c0 + g * CW) / 4;
+                vec4 lo = vec4(kv[g][0], kv[g][1], kv[g][2], kv[g][3]);
+                vec4 hi = vec4(kv[g][4], kv[g][5], kv[g][6], kv[g][7]);
                 [[unroll]] for (uint rr = 0; rr < BQ; rr++) {
-                    if (rr >= nr) break;
-                    s[rr] += sq[rr * DS + d0 + u] * kv[u];
+                    if (rr < nr) {
+                        s[rr] += dot(sq4[rr * (DMAX / 4) + c4], lo) + dot(sq4[rr * (DMAX / 4) + c4 + 1], hi);
+                    }
                 }
             }
         }
     }
     [[unroll]] for (uint rr = 0; rr < BQ; rr++) {
-        if (rr >= nr) break;
-        uint r = r0 + rr;
-        int qpos = first_q + int(r / G);
-        bool vis = row != NO_ROW && dec_visible(qpos, int(j));
-        sp[rr * BK + tid] = vis ? dec_score(s[rr], head_of(r, hk, G), qpos, int(j)) : MASKED;
+        if (rr < nr) {
+            uint r = r0 + rr;
+            int qpos = first_q + int(r / G);
+            bool vis = row != NO_ROW && dec_visible(qpos, int(j));
+            sp[rr * BK + tid] = vis ? dec_score(s[rr], head_of(r, hk, G), qpos, int(j)) : MASKED;
+        }
     }
 }
 
@@ -173,6 +245,72 @@ void update_max(uint nr) {
     }
 }
 
+// Step 3: p = e^(s - m) of this thread's key (0 for a key outside the table).
+void probabilities(uint nr) {
+    uint tid = gl_LocalInvocationID.x;
+    bool here = srow[tid] != NO_ROW;
+    [[unroll]] for (uint rr = 0; rr < BQ; rr++) {
+        if (rr < nr) {
+            float m = sm[rr];
+            sp[rr * BK + tid] = here && m > MASKED ? exp(sp[rr * BK + tid] - m) : 0.0;
+        }
+    }
+}
+
+// Step 4: acc[rr][e] += sum over this slot's keys c of p[rr][c] * V[c][c0 + e], l[rr] += p.
+void accumulate(uint hk, uint nr, uint slot, uint c0, inout float acc[BQ][CW], inout float lsum[BQ]) {
+    bool live = c0 < pc.d;
+    // Not unrolled: a group's body is already 8 keys x 8 rows x 8 columns (lavapipe compiles a
+    // fully unrolled d256 body for tens of seconds); acc and vv keep constant indices inside.
+    [[dont_unroll]] for (uint k = 0; k < KPS; k += VG) {
+        float vv[VG][CW];
+        [[unroll]] for (uint u = 0; u < VG; u++) {
+            uint row = srow[slot + KS * (k + u)];
+            if (live && row != NO_ROW) {
+                load8(pc.v, (row * pc.hkv + hk) * pc.d, c0, vv[u]);
+            } else {
+                [[unroll]] for (uint e = 0; e < CW; e++) vv[u][e] = 0.0;
+            }
+        }
+        [[unroll]] for (uint u = 0; u < VG; u++) {
+            uint c = slot + KS * (k + u);
+            [[unroll]] for (uint rr = 0; rr < BQ; rr++) {
+                if (rr < nr) {
+                    float p = sp[rr * BK + c];
+                    lsum[rr] += p;
+                    [[unroll]] for (uint e = 0; e < CW; e++) acc[rr][e] += p * vv[u][e];
+                }
+            }
+        }
+    }
+}
+
+// Sum of the KS slots' (acc, l) into slot 0, in halving rounds through shared memory.
+void reduce_slots(uint nr, uint slot, uint lane, inout float acc[BQ][CW], inout float lsum[BQ]) {
+    uint c0 = lane * CW;
+    [[dont_unroll]] for (uint half_ = KS / 2; half_ > 0u; half_ /= 2u) {
+        barrier();
+        if (slot >= half_ && slot < 2u * half_) {
+            uint at = slot - half_;
+            [[unroll]] for (uint rr = 0; rr < BQ; rr++) {
+                if (rr < nr) {
+                    [[unroll]] for (uint e = 0; e < CW; e++) red[(at * BQ + rr) * DMAX + c0 + e] = acc[rr][e];
+                    if (lane == 0u) lred[at * BQ + rr] = lsum[rr];
+                }
+            }
+        }
+        barrier();
+        if (slot < half_) {
+            [[unroll]] for (uint rr = 0; rr < BQ; rr++) {
+                if (rr < nr) {
+                    [[unroll]] for (uint e = 0; e < CW; e++) acc[rr][e] += red[(slot * BQ + rr) * DMAX + c0 + e];
+                    lsum[rr] += lred[slot * BQ + rr];
+                }
+            }
+        }
+    }
+}
+
 void main() {
     uint tid = gl_LocalInvocationID.x;
     uint split = gl_WorkGroupID.x;
@@ -194,26 +332,25 @@ void main() {
     uint kbeg = uint(lo + int(split) * per);
     uint kend = uint(max(min(hi, lo + int(split + 1u) * per), lo));
 
-    for (uint e = tid; e < BQ * D; e += NT) {
-        uint rr = e / D;
-        uint dd = e - rr * D;
+    // The q tile, zero past D and past NR (the score pass reads every column < roundup(D, 64)).
+    for (uint e = tid; e < BQ * DMAX; e += NT) {
+        uint rr = e / DMAX;
+        uint dd = e - rr * DMAX;
         uint r = r0 + rr;
-        uint i = r / G;
-        sq[rr * DS + dd] = rr < nr ? ld(pc.q, ((b * pc.tq + i) * pc.hq + head_of(r, hk, G)) * D + dd) : 0.0;
+        float x = rr < nr && dd < D ? ldq(pc.q, ((b * pc.tq + r / G) * pc.hq + head_of(r, hk, G)) * D + dd) : 0.0;
+        sq4[e / 4][e % 4] = x;
     }
     if (tid < BQ) {
         sm[tid] = MASKED;
     }
-    // Thread's output columns col0 + DT * cc and rows row0 + RS * s.
-    uint col0 = tid % DT;
-    uint row0 = tid / DT;
-    float acc[CPT][RPT];
-    float lsum[RPT];
-    [[unroll]] for (uint s = 0; s < RPT; s++) {
-        lsum[s] = 0.0;
-        [[unroll]] for (uint cc = 0; cc < CPT; cc++) {
-            acc[cc][s] = 0.0;
-        }
+    uint slot = tid / LK;
+    uint lane = tid % LK;
+    uint c0 = lane * CW;
+    float acc[BQ][CW];
+    float lsum[BQ];
+    [[unroll]] for (uint rr = 0; rr < BQ; rr++) {
+        lsum[rr] = 0.0;
+        [[unroll]] for (uint e = 0; e < CW; e++) acc[rr][e] = 0.0;
     }
 
     for (uint k0 = kbeg; k0 < kend; k0 += BK) {
@@ -222,95 +359,48 @@ void main() {
         barrier();
         update_max(nr);
         barrier();
-        if (srow[tid] != NO_ROW) {
-            [[unroll]] for (uint rr = 0; rr < BQ; rr++) {
-                if (rr >= nr) break;
-                float m = sm[rr];
-                sp[rr * BK + tid] = m <= MASKED ? 0.0 : exp(sp[rr * BK + tid] - m);
-            }
-        } else {
-            [[unroll]] for (uint rr = 0; rr < BQ; rr++) {
-                if (rr >= nr) break;
-                sp[rr * BK + tid] = 0.0;
-            }
-        }
+        probabilities(nr);
         barrier();
-        [[unroll]] for (uint s = 0; s < RPT; s++) {
-            uint rr = row0 + RS * s;
-            float a = rr < nr ? salpha[rr] : 0.0;
-            lsum[s] *= a;
-            [[unroll]] for (uint cc = 0; cc < CPT; cc++) {
-                acc[cc][s] *= a;
+        [[unroll]] for (uint rr = 0; rr < BQ; rr++) {
+            if (rr < nr) {
+                float a = salpha[rr];
+                lsum[rr] *= a;
+                [[unroll]] for (uint e = 0; e < CW; e++) acc[rr][e] *= a;
             }
         }
-        // Keys in groups of VU: the group's V elements are loaded first (VU loads in flight per
-        // thread), then used. Keys past the tile's end or outside the table have p = 0 and
-        // load 0, so whole groups run without a guard per key.
-        uint nk = min(BK, kend - k0);
-        for (uint c0 = 0; c0 < nk; c0 += VU) {
-            float vv[VU][CPT];
-            [[unroll]] for (uint u = 0; u < VU; u++) {
-                uint row = srow[c0 + u];
-                uint base = (row * pc.hkv + hk) * D;
-                [[unroll]] for (uint cc = 0; cc < CPT; cc++) {
-                    uint dd = col0 + DT * cc;
-                    vv[u][cc] = row != NO_ROW && dd < D ? ld(pc.v, base + dd) : 0.0;
-                }
-            }
-            [[unroll]] for (uint u = 0; u < VU; u++) {
-                [[unroll]] for (uint s = 0; s < RPT; s++) {
-                    uint rr = row0 + RS * s;
-                    if (rr >= nr) break;
-                    float p = sp[rr * BK + c0 + u];
-                    lsum[s] += p;
-                    [[unroll]] for (uint cc = 0; cc < CPT; cc++) {
-                        acc[cc][s] += p * vv[u][cc];
+        accumulate(hk, nr, slot, c0, acc, lsum);
+    }
+    reduce_slots(nr, slot, lane, acc, lsum);
+
+    if (slot != 0u || c0 >= D) {
+        return;
+    }
+    [[unroll]] for (uint rr = 0; rr < BQ; rr++) {
+        if (rr < nr) {
+            uint r = r0 + rr;
+            uint i = r / G;
+            uint h = head_of(r, hk, G);
+            uint qrow = (b * pc.hq + h) * pc.tq + i;
+            float l = lsum[rr];
+            [[unroll]] for (uint e = 0; e < CW; e++) {
+                uint dd = c0 + e;
+                if (dd < D) {
+                    if (pc.splits == 1u) {
+                        stq(pc.o, ((b * pc.tq + i) * pc.hq + h) * D + dd, l > 0.0 ? acc[rr][e] / l : 0.0);
+                    } else {
+                        pc.work.v[(qrow * pc.splits + split) * D + dd] = acc[rr][e];
                     }
                 }
             }
-        }
-    }
-    // Column-0 threads hold each row's l.
-    barrier();
-    if (col0 == 0u) {
-        [[unroll]] for (uint s = 0; s < RPT; s++) {
-            uint rr = row0 + RS * s;
-            if (rr < BQ) {
-                sl[rr] = lsum[s];
-            }
-        }
-    }
-    barrier();
-    [[unroll]] for (uint s = 0; s < RPT; s++) {
-        uint rr = row0 + RS * s;
-        if (rr >= nr) break;
-        uint r = r0 + rr;
-        uint i = r / G;
-        uint h = head_of(r, hk, G);
-        uint qrow = (b * pc.hq + h) * pc.tq + i;
-        float l = sl[rr];
-        [[unroll]] for (uint cc = 0; cc < CPT; cc++) {
-            uint dd = col0 + DT * cc;
-            if (dd < D) {
+            if (lane == 0u) {
                 if (pc.splits == 1u) {
-                    st(pc.o, ((b * pc.tq + i) * pc.hq + h) * D + dd, l > 0.0 ? acc[cc][s] / l : 0.0);
+                    pc.lse.v[qrow] = l > 0.0 ? sm[rr] + log(l) : MASKED;
                 } else {
-                    pc.work.v[(qrow * pc.splits + split) * D + dd] = acc[cc][s];
+                    uint ml = gl_NumWorkGroups.z * pc.hq * pc.tq * pc.splits * D;
+                    pc.work.v[ml + 2u * (qrow * pc.splits + split)] = sm[rr];
+                    pc.work.v[ml + 2u * (qrow * pc.splits + split) + 1u] = l;
                 }
             }
-        }
-    }
-    if (tid < nr) {
-        uint r = r0 + tid;
-        uint i = r / G;
-        uint qrow = (b * pc.hq + head_of(r, hk, G)) * pc.tq + i;
-        float l = sl[tid];
-        if (pc.splits == 1u) {
-            pc.lse.v[qrow] = l > 0.0 ? sm[tid] + log(l) : MASKED;
-        } else {
-            uint ml = gl_NumWorkGroups.z * pc.hq * pc.tq * pc.splits * D;
-            pc.work.v[ml + 2u * (qrow * pc.splits + split)] = sm[tid];
-            pc.work.v[ml + 2u * (qrow * pc.splits + split) + 1u] = l;
         }
     }
 }

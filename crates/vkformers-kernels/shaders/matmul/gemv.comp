@@ -17,6 +17,10 @@
 // 16-bit W is read as 32-bit words holding two values (low half first) and widened to f32,
 // so no 16-bit storage or arithmetic feature is needed. Math and accumulation are f32.
 // Grid: x = row blocks of R, capped by the launcher; a grid-stride loop covers the rest.
+// Groups: up to three products of the same x (q, k and v projections; gate and up) in one
+// dispatch, y_p = x · W_pᵀ with W_p [N_p, K] (N_0 = N, N_1 = n1, N_2 = n2; 0 = absent): the
+// row blocks of W_0, then W_1's, then W_2's, each block inside one product (one launch and one
+// barrier instead of three, and the small k/v products no longer run on a few workgroups alone).
 //
 // variant: f32_m1 W_F32 MB=1
 // variant: f32_m4 W_F32 MB=4
@@ -78,9 +82,14 @@ layout(push_constant) uniform Push {
     F32In x;
     F32In bias;
     F32Buf y;
+    U32In w1;      // W_1, W_2 and their outputs (packed: rows n1, n2 apart) when n1, n2 > 0
+    U32In w2;
+    F32Buf y1;
+    F32Buf y2;
     uint M, N, K;
     uint ldx, ldy;
-    uint flags;    // bit 0: bias; bit 1: W starts at the odd half of its first word (16-bit)
+    uint flags;    // bit 0: bias (product 0); bit 1 + p: W_p starts at the odd half of its first word
+    uint n1, n2;
 } pc;
 
 // Per-subgroup partial sums: red[(i * R + r) * NSG + subgroup].
@@ -92,12 +101,13 @@ struct Row {
     uint parity;
 };
 
-Row row_of(uint j) {
-    const uint64_t e = uint64_t((pc.flags >> 1) & 1u) + uint64_t(j) * uint64_t(pc.K);
+// Row j of the W that starts at `base` (parity: it starts at the odd half of its first word).
+Row row_of(uint64_t base, uint parity, uint j) {
+    const uint64_t e = uint64_t(parity) + uint64_t(j) * uint64_t(pc.K);
 #if ELEM_BYTES == 4
-    return Row(uint64_t(pc.w) + e * 4ul, 0u);
+    return Row(base + e * 4ul, 0u);
 #else
-    return Row(uint64_t(pc.w) + (e >> 1) * 4ul, uint(e & 1ul));
+    return Row(base + (e >> 1) * 4ul, uint(e & 1ul));
 #endif
 }
 
@@ -163,9 +173,20 @@ void main() {
     const uint chunks = (pc.K + CH - 1) / CH;
     const bool has_bias = (pc.flags & 1u) != 0u;
 
-    for (uint j0 = gl_WorkGroupID.x * R; j0 < pc.N; j0 += gl_NumWorkGroups.x * R) {
+    const uint b0 = (pc.N + R - 1) / R;
+    const uint b1 = (pc.n1 + R - 1) / R;
+    const uint blocks = b0 + b1 + (pc.n2 + R - 1) / R;
+    for (uint blk = gl_WorkGroupID.x; blk < blocks; blk += gl_NumWorkGroups.x) {
+        // The block's product p, its first row j0 in W_p, W_p's rows and where y_p lives.
+        const uint p = blk < b0 ? 0u : (blk < b0 + b1 ? 1u : 2u);
+        const uint j0 = (blk - (p == 0u ? 0u : (p == 1u ? b0 : b0 + b1))) * R;
+        const uint n = p == 0u ? pc.N : (p == 1u ? pc.n1 : pc.n2);
+        const uint64_t wbase = p == 0u ? uint64_t(pc.w) : (p == 1u ? uint64_t(pc.w1) : uint64_t(pc.w2));
+        F32Buf yp = F32Buf(p == 0u ? uint64_t(pc.y) : (p == 1u ? uint64_t(pc.y1) : uint64_t(pc.y2)));
+        const uint parity = (pc.flags >> (1u + p)) & 1u;
+        const uint ldy = p == 0u ? pc.ldy : n;
         Row rows[R];
-        [[unroll]] for (uint r = 0; r < R; r++) rows[r] = row_of(min(j0 + r, pc.N - 1));
+        [[unroll]] for (uint r = 0; r < R; r++) rows[r] = row_of(wbase, parity, min(j0 + r, n - 1));
 
         float acc[MB][R];
         [[unroll]] for (uint i = 0; i < MB; i++) {
@@ -187,14 +208,18 @@ void main() {
                     [[unroll]] for (uint e = 0; e < CH; e++) w[1][r][e] = 0.0;
                 }
             }
+            // Rows and halves past the end are skipped by uniform branches, not `break`: a loop
+            // a compiler declines to unroll would index acc and w dynamically (local memory).
             [[unroll]] for (uint i = 0; i < MB; i++) {
-                if (i >= pc.M) break;
-                [[unroll]] for (uint h = 0; h < 2; h++) {
-                    if (h == 1 && !two) break;
-                    float xv[CH];
-                    load_x_chunk(i, c + h * WG, xv);
-                    [[unroll]] for (uint r = 0; r < R; r++) {
-                        [[unroll]] for (uint e = 0; e < CH; e++) acc[i][r] = fma(xv[e], w[h][r][e], acc[i][r]);
+                if (i < pc.M) {
+                    [[unroll]] for (uint h = 0; h < 2; h++) {
+                        if (h == 0u || two) {
+                            float xv[CH];
+                            load_x_chunk(i, c + h * WG, xv);
+                            [[unroll]] for (uint r = 0; r < R; r++) {
+                                [[unroll]] for (uint e = 0; e < CH; e++) acc[i][r] = fma(xv[e], w[h][r][e], acc[i][r]);
+                            }
+                        }
                     }
                 }
             }
@@ -205,12 +230,13 @@ void main() {
         if (NSG == 1) {
             // One subgroup: its sums are the workgroup's; one lane writes them.
             [[unroll]] for (uint i = 0; i < MB; i++) {
-                if (i >= pc.M) break;
-                [[unroll]] for (uint r = 0; r < R; r++) {
-                    float s = subgroupAdd(acc[i][r]);
-                    if (subgroupElect() && j0 + r < pc.N) {
-                        if (has_bias) s += pc.bias.v[j0 + r];
-                        pc.y.v[i * pc.ldy + j0 + r] = s;
+                if (i < pc.M) {
+                    [[unroll]] for (uint r = 0; r < R; r++) {
+                        float s = subgroupAdd(acc[i][r]);
+                        if (subgroupElect() && j0 + r < n) {
+                            if (has_bias) s += pc.bias.v[j0 + r];
+                            yp.v[i * ldy + j0 + r] = s;
+                        }
                     }
                 }
             }
@@ -218,20 +244,21 @@ void main() {
         }
         barrier(); // readers of red in the previous row block are done
         [[unroll]] for (uint i = 0; i < MB; i++) {
-            if (i >= pc.M) break;
-            [[unroll]] for (uint r = 0; r < R; r++) {
-                const float s = subgroupAdd(acc[i][r]);
-                if (subgroupElect()) red[(i * R + r) * NSG + gl_SubgroupID] = s;
+            if (i < pc.M) {
+                [[unroll]] for (uint r = 0; r < R; r++) {
+                    const float s = subgroupAdd(acc[i][r]);
+                    if (subgroupElect()) red[(i * R + r) * NSG + gl_SubgroupID] = s;
+                }
             }
         }
         barrier();
         if (tid < pc.M * R) {
             const uint j = j0 + tid % R;
-            if (j < pc.N) {
+            if (j < n) {
                 float s = 0.0;
                 for (uint g = 0; g < gl_NumSubgroups; g++) s += red[tid * NSG + g];
                 if (has_bias) s += pc.bias.v[j];
-                pc.y.v[(tid / R) * pc.ldy + j] = s;
+                yp.v[(tid / R) * ldy + j] = s;
             }
         }
     }

@@ -20,8 +20,9 @@ use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result, VkErro
 use crate::code;
 use crate::dtype::DType;
 
-/// Query rows of one kv head per workgroup (BQ of decode.comp), by head-dim class.
-const TILE_ROWS: [u32; 3] = [16, 16, 8];
+/// Query rows of one kv head per workgroup (BQ of decode.comp): a decode step's GQA group
+/// (G = 4..8 on most models) in one tile.
+const TILE_ROWS: u32 = 8;
 /// Workgroups one dispatch should have before more splits stop paying (a few per SM on the
 /// largest GPUs).
 const TARGET_GROUPS: u32 = 512;
@@ -35,6 +36,8 @@ pub const MAX_SPLITS: u32 = 64;
 
 const FLAG_CAUSAL: u32 = 1;
 const FLAG_ALIBI: u32 = 4;
+/// K and V rows are read 8 elements per 16-byte load (D % 8 == 0, pools 16-byte aligned).
+const FLAG_WIDE: u32 = 8;
 
 /// Sizes of one decode-attention call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,7 +72,7 @@ impl DecodeShape {
 
     /// Query rows that share one kv head (`G · Tq`), in tiles of the variant's rows.
     fn row_tiles(&self) -> u32 {
-        ((self.hq / self.hkv.max(1)) * self.tq).div_ceil(TILE_ROWS[class(self.d)])
+        ((self.hq / self.hkv.max(1)) * self.tq).div_ceil(TILE_ROWS)
     }
 }
 
@@ -84,8 +87,11 @@ pub struct DecodeOptions<'a> {
     pub softcap: f32,
     /// ALiBi slopes [Hq] of f32.
     pub alibi: Option<BufferView<'a>>,
-    /// Storage type of q, k, v, o.
+    /// Storage type of the pools (k, v) and, unless `act` says otherwise, of q and o.
     pub dtype: DType,
+    /// Storage type of q and o when it differs from the pools': only f32 with 16-bit pools
+    /// (f32 activations over a 16-bit cache, no cast before or after). `None`: `dtype`.
+    pub act: Option<DType>,
 }
 
 impl DecodeOptions<'_> {
@@ -98,6 +104,7 @@ impl DecodeOptions<'_> {
             softcap: 0.0,
             alibi: None,
             dtype: DType::F32,
+            act: None,
         }
     }
 }
@@ -149,13 +156,38 @@ fn dtype_index(dt: DType) -> usize {
     }
 }
 
-fn main_code(d: u32, dt: DType) -> &'static KernelCode {
+impl DecodeOptions<'_> {
+    /// Storage type of q and o.
+    pub fn act_dtype(&self) -> DType {
+        self.act.unwrap_or(self.dtype)
+    }
+}
+
+/// The main kernel for head dim `d`, pools of `dt`, q and o of `act` (`dt`, or f32 over 16-bit
+/// pools; None otherwise).
+fn main_code(d: u32, dt: DType, act: DType) -> Option<&'static KernelCode> {
     let codes = [
         [&code::ATTENTION_DECODE_D64, &code::ATTENTION_DECODE_D128, &code::ATTENTION_DECODE_D256],
         [&code::ATTENTION_DECODE_D64_F16, &code::ATTENTION_DECODE_D128_F16, &code::ATTENTION_DECODE_D256_F16],
         [&code::ATTENTION_DECODE_D64_BF16, &code::ATTENTION_DECODE_D128_BF16, &code::ATTENTION_DECODE_D256_BF16],
+        [
+            &code::ATTENTION_DECODE_D64_F16_Q32,
+            &code::ATTENTION_DECODE_D128_F16_Q32,
+            &code::ATTENTION_DECODE_D256_F16_Q32,
+        ],
+        [
+            &code::ATTENTION_DECODE_D64_BF16_Q32,
+            &code::ATTENTION_DECODE_D128_BF16_Q32,
+            &code::ATTENTION_DECODE_D256_BF16_Q32,
+        ],
     ];
-    codes[dtype_index(dt)][class(d)]
+    let row = match (dt, act) {
+        (dt, act) if dt == act => dtype_index(dt),
+        (DType::F16, DType::F32) => 3,
+        (DType::BF16, DType::F32) => 4,
+        _ => return None,
+    };
+    Some(codes[row][class(d)])
 }
 
 fn combine_code(dt: DType) -> &'static KernelCode {
@@ -163,9 +195,17 @@ fn combine_code(dt: DType) -> &'static KernelCode {
         [dtype_index(dt)]
 }
 
-fn store_code(dt: DType) -> &'static KernelCode {
-    [&code::ATTENTION_DECODE_STORE_F32, &code::ATTENTION_DECODE_STORE_F16, &code::ATTENTION_DECODE_STORE_BF16]
-        [dtype_index(dt)]
+/// The store kernel for new keys of `src` into pools of `dt` (the same type, or f32 into 16-bit).
+fn store_code(src: DType, dt: DType) -> Option<&'static KernelCode> {
+    match (src, dt) {
+        (src, dt) if src == dt => Some(
+            [&code::ATTENTION_DECODE_STORE_F32, &code::ATTENTION_DECODE_STORE_F16, &code::ATTENTION_DECODE_STORE_BF16]
+                [dtype_index(dt)],
+        ),
+        (DType::F32, DType::F16) => Some(&code::ATTENTION_DECODE_STORE_F16_IN32),
+        (DType::F32, DType::BF16) => Some(&code::ATTENTION_DECODE_STORE_BF16_IN32),
+        _ => None,
+    }
 }
 
 /// Splits of each row for a call whose longest row has `max_len` keys: enough workgroups to
@@ -225,13 +265,13 @@ fn check(
     if !(opt.softcap >= 0.0 && opt.softcap.is_finite()) {
         return Err(fail(kernel, format!("softcap {} is not a finite value >= 0", opt.softcap)));
     }
-    let dt = opt.dtype.bytes();
-    check_len(kernel, "q [B, Tq, Hq, D]", &x.q, s.q_len(), dt)?;
+    let (dt, at) = (opt.dtype.bytes(), opt.act_dtype().bytes());
+    check_len(kernel, "q [B, Tq, Hq, D]", &x.q, s.q_len(), at)?;
     check_len(kernel, "k pool [NB, BS, Hkv, D]", &x.k, s.pool_len(), dt)?;
     check_len(kernel, "v pool [NB, BS, Hkv, D]", &x.v, s.pool_len(), dt)?;
     check_len(kernel, "table [B, max_blocks]", &x.table, table, 4)?;
     check_len(kernel, "lens [B]", &x.lens, u64::from(s.batch), 4)?;
-    check_len(kernel, "o [B, Tq, Hq, D]", &out.o, s.q_len(), dt)?;
+    check_len(kernel, "o [B, Tq, Hq, D]", &out.o, s.q_len(), at)?;
     check_len(kernel, "lse [B, Hq, Tq]", &out.lse, s.lse_len(), 4)?;
     if let Some(a) = &opt.alibi {
         check_len(kernel, "alibi slopes [Hq]", a, u64::from(s.hq), 4)?;
@@ -249,7 +289,11 @@ pub fn forward(
     opt: &DecodeOptions<'_>,
     splits: u32,
 ) -> Result<()> {
-    let main = main_code(s.d, opt.dtype);
+    let Some(main) = main_code(s.d, opt.dtype, opt.act_dtype()) else {
+        let why =
+            format!("q and o of {:?} over pools of {:?}: only the same type, or f32 over 16-bit", opt.act, opt.dtype);
+        return Err(fail("attention/decode", why));
+    };
     check(main.name, s, x, out, opt)?;
     if splits == 0 || splits > MAX_SPLITS {
         return Err(fail(main.name, format!("{splits} splits outside 1..={MAX_SPLITS}")));
@@ -262,7 +306,10 @@ pub fn forward(
         }
         (_, None) => return Err(fail(main.name, format!("{splits} splits need a work buffer"))),
     };
-    let flags = if opt.causal { FLAG_CAUSAL } else { 0 } | if opt.alibi.is_some() { FLAG_ALIBI } else { 0 };
+    let wide = s.d.is_multiple_of(8) && x.k.address().is_multiple_of(16) && x.v.address().is_multiple_of(16);
+    let flags = if opt.causal { FLAG_CAUSAL } else { 0 }
+        | if opt.alibi.is_some() { FLAG_ALIBI } else { 0 }
+        | if wide { FLAG_WIDE } else { 0 };
     let scalars = [
         s.tq,
         s.hq,
@@ -287,7 +334,7 @@ pub fn forward(
         [read(x.q), read(x.k), read(x.v), read(x.table), read(x.lens), read(opt.alibi.unwrap_or(x.q)), o, lse, w];
     rec.dispatch(main, &[], &args, &params, [splits, s.hkv * s.row_tiles(), s.batch])?;
     let Some(w) = work else { return Ok(()) };
-    let combine = combine_code(opt.dtype);
+    let combine = combine_code(opt.act_dtype());
     let params: Vec<u8> = [s.tq, s.hq, s.d, splits].iter().flat_map(|w| w.to_le_bytes()).collect();
     if s.tq > 65_535 || s.hq > 65_535 {
         return Err(fail(combine.name, format!("shape {s:?}: Tq and Hq up to 65535")));
@@ -311,17 +358,31 @@ pub struct Pools<'a> {
 /// (`block · block_size + offset`; negative = not stored).
 pub fn store(
     rec: &mut Recorder,
-    (k_new, v_new): (BufferView<'_>, BufferView<'_>),
+    kv_new: (BufferView<'_>, BufferView<'_>),
     slots: BufferView<'_>,
     pools: &Pools<'_>,
     dt: DType,
 ) -> Result<()> {
-    let code = store_code(dt);
+    store_from(rec, (kv_new, dt), slots, pools, dt)
+}
+
+/// [`store`] of new keys and values of type `src` (`dt`, or f32 into 16-bit pools, rounded to
+/// nearest even as a cast would).
+pub fn store_from(
+    rec: &mut Recorder,
+    ((k_new, v_new), src): ((BufferView<'_>, BufferView<'_>), DType),
+    slots: BufferView<'_>,
+    pools: &Pools<'_>,
+    dt: DType,
+) -> Result<()> {
+    let Some(code) = store_code(src, dt) else {
+        return Err(fail("attention/decode_store", format!("new keys of {src:?} into pools of {dt:?}")));
+    };
     let n = slots.len / 4;
     let width = u64::from(pools.width);
     let elems = n * width;
-    check_len(code.name, "k new [N, Hkv, D]", &k_new, elems, dt.bytes())?;
-    check_len(code.name, "v new [N, Hkv, D]", &v_new, elems, dt.bytes())?;
+    check_len(code.name, "k new [N, Hkv, D]", &k_new, elems, src.bytes())?;
+    check_len(code.name, "v new [N, Hkv, D]", &v_new, elems, src.bytes())?;
     let pool = u64::from(pools.rows) * width;
     check_len(code.name, "k pool", &pools.k, pool, dt.bytes())?;
     check_len(code.name, "v pool", &pools.v, pool, dt.bytes())?;
@@ -361,8 +422,10 @@ mod tests {
 
     #[test]
     fn row_tiles_cover_the_query_heads_of_a_kv_head() {
+        // Tiles of 8 rows: a decode step's GQA group of 4 in one, 16 steps x 4 heads in 8,
+        // 3 x 12 heads of MQA in 5 (the last one half full).
         assert_eq!(shape(1, 1, 32, 8, 128).row_tiles(), 1);
-        assert_eq!(shape(1, 16, 32, 8, 128).row_tiles(), 4);
+        assert_eq!(shape(1, 16, 32, 8, 128).row_tiles(), 8);
         assert_eq!(shape(1, 3, 12, 1, 256).row_tiles(), 5);
     }
 }

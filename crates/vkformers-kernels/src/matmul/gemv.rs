@@ -279,14 +279,68 @@ pub fn gemv(
     let y_sub = f32_matrix(name, "y", y, desc.m, desc.n, desc.ldy)?;
     let bias_sub = bias_view(name, desc.n, bias, x_sub)?;
     let flags = u32::from(desc.has_bias) | parity << 1;
-    let words = [desc.m, desc.n, desc.k, desc.ldx, desc.ldy, flags];
+    let words = [desc.m, desc.n, desc.k, desc.ldx, desc.ldy, flags, 0, 0];
     let params: Vec<u8> = words.iter().flat_map(|v| v.to_le_bytes()).collect();
     let wide = wide_loads(desc, w_sub.address(), parity, x_sub.address());
     let spec = [u32::from(wide), subgroups];
     let groups = desc.n.div_ceil(ROWS_PER_GROUP).min(rec.caps().max_workgroup_count[0]).min(65_535);
-    let args = [read(w_sub), read(x_sub), read(bias_sub), write(y_sub)];
+    // Products 1 and 2 absent (n1 = n2 = 0): their pointers repeat product 0's, never read.
+    let args =
+        [read(w_sub), read(x_sub), read(bias_sub), write(y_sub), read(w_sub), read(w_sub), write(y_sub), write(y_sub)];
     rec.dispatch(kernel, &spec, &args, &params, [groups, 1, 1])?;
     rec.set_flops(2.0 * f64::from(desc.m) * f64::from(desc.n) * f64::from(desc.k));
+    Ok(())
+}
+
+/// Records `y_p = x · W_pᵀ` for two or three weights of the same x in one dispatch (a layer's
+/// q, k and v projections, or gate and up): `parts[p] = (n_p, W_p, y_p)`, W_p `[n_p, k]` packed in
+/// `desc.dtype`, y_p f32 `[m, n_p]` packed. `desc` gives m, k, ldx and the dtype (its n, ldy and
+/// `has_bias` are ignored: no bias). The values are those of one [`gemv`] per
+/// weight, bit for bit (the same chunks, order and reductions per output).
+pub fn gemv_group(
+    rec: &mut Recorder,
+    desc: &GemvDesc,
+    x: BufferView<'_>,
+    parts: &[(u32, BufferView<'_>, BufferView<'_>)],
+) -> Result<()> {
+    let kernel = kernel_for(desc.dtype, desc.m, one_subgroup(rec.caps()));
+    let name = kernel.name;
+    if !(1..=3).contains(&parts.len()) {
+        return Err(err(name, format!("{} products in a group: 1 to 3", parts.len())));
+    }
+    let mut d = GemvDesc { has_bias: false, n: 0, ldy: 0, ..*desc };
+    check_desc(name, &d)?;
+    let subgroups = check_device(name, d.m, rec.caps())?;
+    if d.m == 0 || d.k == 0 || parts.iter().any(|p| p.0 == 0) {
+        // Degenerate shapes: one product at a time (y = 0, or nothing to do).
+        for &(n, w, y) in parts {
+            (d.n, d.ldy) = (n, n);
+            gemv(rec, &d, x, w, None, y)?;
+        }
+        return Ok(());
+    }
+    let x_sub = f32_matrix(name, "x", x, d.m, d.k, d.ldx)?;
+    let (mut ws, mut ys, mut ns, mut flags, mut wide) = (Vec::new(), Vec::new(), Vec::new(), 0u32, true);
+    for (p, &(n, w, y)) in parts.iter().enumerate() {
+        (d.n, d.ldy) = (n, n);
+        let (w_sub, parity) = weight_view(name, &d, w)?;
+        ys.push(f32_matrix(name, "y", y, d.m, n, n)?);
+        wide &= wide_loads(&d, w_sub.address(), parity, x_sub.address());
+        flags |= parity << (1 + p);
+        ws.push(w_sub);
+        ns.push(n);
+    }
+    let (n1, n2) = (ns.get(1).copied().unwrap_or(0), ns.get(2).copied().unwrap_or(0));
+    let words = [d.m, ns[0], d.k, d.ldx, ns[0], flags, n1, n2];
+    let params: Vec<u8> = words.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let blocks: u32 = ns.iter().map(|n| n.div_ceil(ROWS_PER_GROUP)).sum();
+    let groups = blocks.min(rec.caps().max_workgroup_count[0]).min(65_535);
+    let (w1, w2) = (*ws.get(1).unwrap_or(&ws[0]), *ws.get(2).unwrap_or(&ws[0]));
+    let (y1, y2) = (*ys.get(1).unwrap_or(&ys[0]), *ys.get(2).unwrap_or(&ys[0]));
+    let args = [read(ws[0]), read(x_sub), read(x_sub), write(ys[0]), read(w1), read(w2), write(y1), write(y2)];
+    rec.dispatch(kernel, &[u32::from(wide), subgroups], &args, &params, [groups, 1, 1])?;
+    let total: u32 = ns.iter().sum();
+    rec.set_flops(2.0 * f64::from(d.m) * f64::from(total) * f64::from(d.k));
     Ok(())
 }
 

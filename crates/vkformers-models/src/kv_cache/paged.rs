@@ -127,10 +127,13 @@ impl LayerPool {
     ) -> Result<()> {
         let (pk, pv) = self.pools(g, rows, k)?;
         let dt = pk.dtype();
-        let (k, v) = (in_type(g, k, dt)?, in_type(g, v, dt)?);
+        // f32 keys go into a 16-bit pool as they are (the store kernel rounds them, as a cast
+        // would); any other mismatch is cast first.
+        let src = if direct(k.dtype(), dt) { k.dtype() } else { dt };
+        let (k, v) = (in_type(g, k, src)?, in_type(g, v, src)?);
         let pools =
             Pools { k: pk.view(), v: pv.view(), rows: rows as u32, width: (self.kv_heads * self.head_dim) as u32 };
-        g.record(|rec| decode::store(rec, (k.view(), v.view()), st.slots.view(), &pools, dt))?;
+        g.record(|rec| decode::store_from(rec, ((k.view(), v.view()), src), st.slots.view(), &pools, dt))?;
         Ok(())
     }
 
@@ -158,8 +161,10 @@ impl LayerPool {
             num_blocks: (pk.shape()[0] / block_size) as u32,
             max_blocks: st.max_blocks as u32,
         };
-        let q16 = in_type(g, q, dt)?;
-        let o = g.empty_as(qs, dt)?;
+        // f32 q and o over a 16-bit pool need no cast (the kernel's _q32 variants).
+        let act = if direct(q.dtype(), dt) { q.dtype() } else { dt };
+        let q16 = in_type(g, q, act)?;
+        let o = g.empty_as(qs, act)?;
         let lse = g.empty(&[qs[0], qs[2], qs[1]])?;
         let splits = decode::splits(&shape, st.max_len as u32);
         let work = if splits > 1 { Some(g.empty(&[decode::work_floats(&shape, splits) as usize])?) } else { None };
@@ -170,11 +175,18 @@ impl LayerPool {
         ko.softcap = opts.softcap;
         ko.alibi = opts.alibi.as_ref().map(Tensor::view);
         ko.dtype = dt;
+        ko.act = Some(act);
         let x = PagedInputs { q: q16.view(), k: pk.view(), v: pv.view(), table: st.table.view(), lens: st.lens.view() };
         let out = DecodeOutputs { o: o.view(), lse: lse.view(), work: work.as_ref().map(Tensor::view) };
         g.record(|rec| decode::forward(rec, &x, &out, &shape, &ko, splits))?;
         in_type(g, &o, q.dtype())
     }
+}
+
+/// Whether the decode kernels take tensors of `x` directly with pools of `dt`: the same type,
+/// or f32 activations over a 16-bit pool.
+fn direct(x: DType, dt: DType) -> bool {
+    x == dt || (x == DType::F32 && dt != DType::F32)
 }
 
 /// `x` in storage type `dt` (itself, or a cast copy).
