@@ -223,6 +223,7 @@ mod tests {
             tokens: 32,
             dtype: "bf16".into(),
             iters: 1,
+            sweep: false,
         };
         let s = step_shapes(&a);
         assert_eq!(s.len(), 15);

@@ -153,7 +153,7 @@ impl CoopGemm {
 
 /// True when this device can run the tensor-core GEMM for `elem` (a pure function of `Caps`).
 pub fn supported(caps: &Caps, elem: Elem) -> bool {
-    choose_engine(caps, elem, 0).is_some()
+    choose_engine(caps, elem, 1, 1, 1).is_some()
 }
 
 /// True when the device has NV cooperative matrix 2 with what `coopmat2_gemm.comp` uses.
@@ -171,13 +171,21 @@ fn has_coopmat2(caps: &Caps, elem: Elem) -> bool {
         })
 }
 
-/// The engine for a product with `n` columns: cooperative matrix 2 where present (wide tiles
-/// when `n` fills them), else the KHR kernel; `None` when the device has neither.
-pub fn choose_engine(caps: &Caps, elem: Elem, n: u32) -> Option<Engine> {
+/// Blocks of 128 x 128 a product must have for the 128 x 128 kernel to fill the device (an
+/// H200 has 132 multiprocessors); thinner products take 64 x 128 blocks.
+const FULL_GRID: u64 = 132;
+
+/// The engine for a product of `batch` x `m` x `n` outputs: cooperative matrix 2 where present,
+/// else the KHR kernel; `None` when the device has neither. Measured on an H200 (bf16,
+/// docs/bench/h200-2026-12-03-d-gemm-variants.log): 128 x 128 blocks on 128 invocations with K
+/// slices of 64 are fastest at 8192³ (311 TFLOP/s against 282 for 128 x 256 blocks) and on
+/// nearly every product of the 134M and 1.1B training steps; products with fewer than
+/// `FULL_GRID` such blocks (a 512-token prefill's q/o, a 4096-token k/v with 4 kv heads) run
+/// faster on 64 x 128 blocks (e.g. 152 against 115 TFLOP/s for 512 x 2048 x 2048).
+pub fn choose_engine(caps: &Caps, elem: Elem, m: u32, n: u32, batch: u32) -> Option<Engine> {
     if has_coopmat2(caps, elem) {
-        // Measured on an H200 at 8192³ bf16 (docs/bench): 128 x 256 tiles with K slices of 32 on
-        // the fast path, unrolled 8 slices, are fastest.
-        return Some(if n >= 2048 { Engine::Coopmat2Wide } else { Engine::Coopmat2 });
+        let blocks = u64::from(m.div_ceil(128)) * u64::from(n.div_ceil(128)) * u64::from(batch.max(1));
+        return Some(if blocks >= FULL_GRID { Engine::Coopmat2T128K64 } else { Engine::Coopmat2Small64 });
     }
     has_khr_coopmat(caps, elem).then_some(Engine::Coopmat)
 }
@@ -288,7 +296,7 @@ pub fn gemm_coopmat(
     c: BufferView<'_>,
 ) -> Result<()> {
     let engine = match d.engine {
-        Engine::Auto => choose_engine(rec.caps(), d.elem, d.n)
+        Engine::Auto => choose_engine(rec.caps(), d.elem, d.m, d.n, d.batch)
             .ok_or_else(|| err("matmul/coopmat", format!("no {:?} cooperative-matrix GEMM on this device", d.elem)))?,
         e => e,
     };
@@ -374,13 +382,21 @@ mod tests {
 
     #[test]
     fn engine_choice_is_a_function_of_caps() {
-        assert_eq!(choose_engine(&caps(false, false, false), Elem::F16, 4096), None);
-        assert_eq!(choose_engine(&caps(true, false, false), Elem::F16, 4096), Some(Engine::Coopmat));
-        assert_eq!(choose_engine(&caps(true, false, false), Elem::Bf16, 4096), None, "bf16 needs the bf16 feature");
-        assert_eq!(choose_engine(&caps(true, true, true), Elem::Bf16, 4096), Some(Engine::Coopmat2Wide));
-        assert_eq!(choose_engine(&caps(true, true, true), Elem::F16, 512), Some(Engine::Coopmat2));
+        let big = (4096, 4096, 1);
+        let pick = |c: &Caps, e: Elem, (m, n, b): (u32, u32, u32)| choose_engine(c, e, m, n, b);
+        assert_eq!(pick(&caps(false, false, false), Elem::F16, big), None);
+        assert_eq!(pick(&caps(true, false, false), Elem::F16, big), Some(Engine::Coopmat));
+        assert_eq!(pick(&caps(true, false, false), Elem::Bf16, big), None, "bf16 needs the bf16 feature");
+        assert_eq!(pick(&caps(true, true, true), Elem::Bf16, big), Some(Engine::Coopmat2T128K64));
+        assert_eq!(pick(&caps(true, true, true), Elem::F16, (512, 2048, 1)), Some(Engine::Coopmat2Small64));
+        assert_eq!(pick(&caps(true, true, true), Elem::F16, (512, 5632, 1)), Some(Engine::Coopmat2T128K64));
+        assert_eq!(
+            pick(&caps(true, true, true), Elem::F16, (768, 768, 16)),
+            Some(Engine::Coopmat2T128K64),
+            "split-K batches count"
+        );
         let mut amd = caps(true, false, false);
         amd.subgroup_size = 64;
-        assert_eq!(choose_engine(&amd, Elem::F16, 4096), None, "the KHR kernel assumes subgroups of 32");
+        assert_eq!(pick(&amd, Elem::F16, big), None, "the KHR kernel assumes subgroups of 32");
     }
 }

@@ -87,7 +87,7 @@ fn coopmat_gemm_matches_reference() {
         for (elem, engine) in [Elem::F16, Elem::Bf16].into_iter().flat_map(|e| Engine::ALL.map(|g| (e, g))) {
             // Every engine the device has: the KHR kernel runs wherever any cooperative-matrix
             // engine does; the cm2 kernels only where cm2 is chosen.
-            let best = choose_engine(ctx.caps(), elem, 4096);
+            let best = choose_engine(ctx.caps(), elem, 4096, 4096, 1);
             let available = match engine {
                 Engine::Coopmat => best.is_some() && ctx.caps().subgroup_size == 32,
                 _ => best.is_some_and(Engine::is_coopmat2),

@@ -23,7 +23,7 @@ fn elem_of(dtype: DType) -> Option<Elem> {
 /// multiple-of-8 strides); `None` sends it to the portable GEMM. A pure function of `Caps`.
 pub fn coop_plan(caps: &Caps, d: &GemmDesc) -> Option<CoopGemm> {
     let elem = elem_of(d.dtype)?;
-    let engine = choose_engine(caps, elem, d.n)?;
+    let engine = choose_engine(caps, elem, d.m, d.n, d.batch)?;
     if d.k == 0 || !(d.beta == 0.0 || d.beta == 1.0) {
         return None;
     }
