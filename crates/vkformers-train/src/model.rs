@@ -168,7 +168,7 @@ impl LanguageModel for Model {
     }
 
     fn loss_and_aux(&self, g: &Graph<'_>, batch: &TokenBatch) -> Result<ForwardLoss> {
-        if self.spec.encoder.is_some() {
+        if self.spec.encoder.is_some() || self.spec.seq2seq.is_some() {
             let logits = self.logits(g, batch)?;
             return Ok(ForwardLoss { loss: self.loss(g, &logits, batch)?, aux: None, logits: Some(logits) });
         }
