@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use vkformers_kernels::gemm_coopmat::{gemm_coopmat, CoopGemm, Engine};
 use vkformers_kernels::matmul::auto::{coop_plan, gemm_auto, gemm_split_k, split_k_plan};
 use vkformers_kernels::matmul::{DType, GemmDesc};
-use vkformers_vk::{Context, DeviceSelector};
+use vkformers_vk::{Buffer, Context, DeviceSelector};
 
 #[derive(clap::Args)]
 pub struct TrainGemmArgs {
@@ -97,13 +97,7 @@ pub fn train_gemms(selector: &DeviceSelector, args: &TrainGemmArgs) -> anyhow::R
         let (m, n, k) = s.mnk;
         let mut desc = GemmDesc::packed(m, n, k, s.trans_a, s.trans_b);
         desc.dtype = dtype;
-        let a = ctx.buffer(u64::from(m) * u64::from(k) * dtype.bytes(), "A")?;
-        let b = ctx.buffer(u64::from(k) * u64::from(n) * dtype.bytes(), "B")?;
-        let c = ctx.buffer(u64::from(m) * u64::from(n) * 4, "C")?;
-        let mut rec = ctx.recorder(false)?;
-        vkformers_kernels::elementwise::fill(&mut rec, a.view(), 0.0)?; // zero bits are zero in every type
-        vkformers_kernels::elementwise::fill(&mut rec, b.view(), 0.0)?;
-        rec.submit()?;
+        let (a, b, c) = operands(&ctx, (m, n, k), dtype)?;
         // As the tape records it: split along K when the output is too small to fill the GPU.
         let plan = split_k_plan(&desc);
         let ws = ctx.buffer(plan.map_or(4, |p| p.1), "split-K workspace")?;
@@ -130,6 +124,18 @@ pub fn train_gemms(selector: &DeviceSelector, args: &TrainGemmArgs) -> anyhow::R
     Ok(ExitCode::SUCCESS)
 }
 
+/// Zeroed A [m, k] and B [k, n] in `dtype` (zero bits are zero in every type) and an f32 C.
+fn operands(ctx: &Context, (m, n, k): (u32, u32, u32), dtype: DType) -> anyhow::Result<(Buffer, Buffer, Buffer)> {
+    let a = ctx.buffer(u64::from(m) * u64::from(k) * dtype.bytes(), "A")?;
+    let b = ctx.buffer(u64::from(k) * u64::from(n) * dtype.bytes(), "B")?;
+    let c = ctx.buffer(u64::from(m) * u64::from(n) * 4, "C")?;
+    let mut rec = ctx.recorder(false)?;
+    vkformers_kernels::elementwise::fill(&mut rec, a.view(), 0.0)?;
+    vkformers_kernels::elementwise::fill(&mut rec, b.view(), 0.0)?;
+    rec.submit()?;
+    Ok((a, b, c))
+}
+
 /// `--sweep`: TFLOP/s of every engine the device has on every product of the step.
 fn sweep(ctx: &Context, args: &TrainGemmArgs, dtype: DType) -> anyhow::Result<ExitCode> {
     println!("{} ({:?}): TFLOP/s per engine, {} tokens (- : not on this device)", ctx.caps().name, dtype, args.tokens);
@@ -148,13 +154,7 @@ fn sweep(ctx: &Context, args: &TrainGemmArgs, dtype: DType) -> anyhow::Result<Ex
         let (m, n, k) = s.mnk;
         let mut desc = GemmDesc::packed(m, n, k, s.trans_a, s.trans_b);
         desc.dtype = dtype;
-        let a = ctx.buffer(u64::from(m) * u64::from(k) * dtype.bytes(), "A")?;
-        let b = ctx.buffer(u64::from(k) * u64::from(n) * dtype.bytes(), "B")?;
-        let c = ctx.buffer(u64::from(m) * u64::from(n) * 4, "C")?;
-        let mut rec = ctx.recorder(false)?;
-        vkformers_kernels::elementwise::fill(&mut rec, a.view(), 0.0)?;
-        vkformers_kernels::elementwise::fill(&mut rec, b.view(), 0.0)?;
-        rec.submit()?;
+        let (a, b, c) = operands(ctx, (m, n, k), dtype)?;
         let flop = 2.0 * f64::from(m) * f64::from(n) * f64::from(k);
         let Some(plan) = coop_plan(ctx.caps(), &desc) else {
             anyhow::bail!("{}: no tensor-core plan for {:?} on this device", s.name, dtype);
