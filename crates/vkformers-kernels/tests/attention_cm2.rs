@@ -353,47 +353,46 @@ fn cm2_errors_are_typed_and_name_the_kernel() {
     });
 }
 
-/// `sum_parts` (the adder of bwd_dkdv_cm2's GQA partials) against the host sum, in every
-/// storage type; it runs everywhere (no cooperative matrix).
+/// `norm::col_sum` into 16-bit storage (how bwd_dkdv_cm2's GQA partials become dk / dv) against
+/// the host sum, in every storage type, with and without accumulating; it runs everywhere (no
+/// cooperative matrix).
 #[test]
-fn sum_parts_adds_the_parts_in_order() {
-    on_every_device("attention sum_parts", |ctx| {
+fn col_sum_adds_the_parts_in_order_in_every_type() {
+    on_every_device("col_sum", |ctx| {
         let (parts, n) = (3u32, 1001usize);
         let mut rng = Rng::new(7);
         let data = rng.vec(parts as usize * n, 1.0);
-        let want: Vec<f64> =
-            (0..n).map(|i| (0..parts as usize).map(|p| f64::from(data[p * n + i])).sum::<f64>()).collect();
+        let start = round(DType::BF16, &rng.vec(n, 1.0)); // exact in every type
         let partial = ctx.buffer_from(&data, "parts")?;
         for dt in [DType::F32, DType::F16, DType::BF16] {
             if dt != DType::F32 && !ctx.caps().fp16 {
                 continue;
             }
-            let out = alloc(ctx, dt, n, "sum")?;
-            let mut rec = ctx.recorder(false)?;
-            vkformers_kernels::attention::coopmat2::sum_parts(
-                &mut rec,
-                partial.view(),
-                out.view(),
-                parts,
-                n as u64,
-                dt,
-            )?;
-            rec.submit()?;
-            let got = download(ctx, dt, out.view())?;
-            assert_close(&format!("sum_parts {dt:?}"), &got, &want, tol(dt));
+            for accumulate in [false, true] {
+                let sum = |i: usize| (0..parts as usize).map(|p| f64::from(data[p * n + i])).sum::<f64>();
+                let want: Vec<f64> =
+                    (0..n).map(|i| sum(i) + if accumulate { f64::from(start[i]) } else { 0.0 }).collect();
+                let out = upload(ctx, dt, &start, "sum")?;
+                let mut rec = ctx.recorder(false)?;
+                vkformers_kernels::norm::col_sum(
+                    &mut rec,
+                    partial.view(),
+                    out.view(),
+                    parts,
+                    n as u32,
+                    accumulate,
+                    dt,
+                )?;
+                rec.submit()?;
+                let got = download(ctx, dt, out.view())?;
+                assert_close(&format!("col_sum {dt:?} accumulate {accumulate}"), &got, &want, tol(dt));
+            }
         }
         let out = alloc(ctx, DType::F32, n, "sum")?;
         let mut rec = ctx.recorder(false)?;
-        let e = vkformers_kernels::attention::coopmat2::sum_parts(
-            &mut rec,
-            partial.view(),
-            out.view(),
-            4,
-            n as u64,
-            DType::F32,
-        )
-        .unwrap_err();
-        assert!(e.to_string().contains("attention/sum_parts") && e.to_string().contains("4 parts"), "{e}");
+        let e = vkformers_kernels::norm::col_sum(&mut rec, partial.view(), out.view(), 4, n as u32, false, DType::F32)
+            .unwrap_err();
+        assert!(e.to_string().contains("norm/col_sum") && e.to_string().contains("4 blocks"), "{e}");
         Ok(())
     });
 }

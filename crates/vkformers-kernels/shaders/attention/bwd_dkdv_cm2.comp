@@ -9,7 +9,7 @@
 // One workgroup of 128 invocations per (key tile of BC rows, kv head and part, batch): with
 // parts = 1 it owns its dk/dv rows and sums the G query heads of its group; with GQA and few
 // workgroups (the host picks parts, a divisor of G, so the grid fills the device) each of the
-// parts sums G / parts heads into an f32 partial [parts, B, Tk, Hkv, D] and attention/sum_parts
+// parts sums G / parts heads into an f32 partial [parts, B, Tk, Hkv, D] and norm/col_sum
 // adds the parts in order after it. No atomics: the sums have a fixed order (deterministic). Everything is computed transposed, keys as rows, so the products
 // need no transposed operand in a multiply by P or dS:
 //   dotᵀ = K Qᵀ [BC, BR] (K [BC, DMAX] A operand held; Qᵀ through a transposing view)
@@ -134,7 +134,7 @@ void main() {
         coopMatStoreTensorNV(dk16, pc.dk.v, kv_base, sliceTensorLayoutNV(lkv, k0, BC, 0, DMAX));
         coopMatStoreTensorNV(dv16, pc.dv.v, kv_base, sliceTensorLayoutNV(lkv, k0, BC, 0, DMAX));
     } else {
-        // Part `part` of [parts, B, Tk, Hkv, D]; attention/sum_parts adds the parts in order.
+        // Part `part` of [parts, B, Tk, Hkv, D]; norm/col_sum adds the parts in order.
         uint part_base = part * (gl_NumWorkGroups.z * pc.tk * pc.hkv * pc.d) + kv_base;
         coopMatStoreTensorNV(dk, pc.part_dk.v, part_base, sliceTensorLayoutNV(lkv, k0, BC, 0, DMAX));
         coopMatStoreTensorNV(dv, pc.part_dv.v, part_base, sliceTensorLayoutNV(lkv, k0, BC, 0, DMAX));

@@ -146,7 +146,7 @@ pub fn forward_cm2(rec: &mut Recorder, x: &Qkv<'_>, out: &Saved<'_>, s: &Shape, 
 ///
 /// With GQA and few workgroups ([`dkdv_parts`] > 1) dk and dv are summed in parts: `scratch`
 /// must then hold [`backward_scratch_len`] f32 (two [parts, B, Tk, Hkv, D] partials), and a
-/// third and fourth dispatch (`attention/sum_parts`) add the parts in order.
+/// third and fourth dispatch (`norm/col_sum`) add the parts in order.
 #[allow(clippy::too_many_arguments)]
 pub fn backward_cm2(
     rec: &mut Recorder,
@@ -222,8 +222,9 @@ pub fn backward_cm2(
     p.extend_from_slice(&parts.to_le_bytes());
     rec.dispatch(dkdv_code, &spec, &dkdv_args, &p, dkdv_groups)?;
     if parts > 1 {
-        sum_parts(rec, part_dk, g.dk, parts, s.kv_len(), dt)?;
-        sum_parts(rec, part_dv, g.dv, parts, s.kv_len(), dt)?;
+        let n = s.kv_len() as u32; // < 2^32: check_shape refuses larger tensors
+        crate::norm::col_sum(rec, part_dk, g.dk, parts, n, false, dt)?;
+        crate::norm::col_sum(rec, part_dv, g.dv, parts, n, false, dt)?;
     }
     Ok(())
 }
@@ -247,31 +248,6 @@ pub fn dkdv_parts(s: &Shape, dtype: DType) -> Result<u32> {
 pub fn backward_scratch_len(s: &Shape, dtype: DType) -> Result<u64> {
     let parts = dkdv_parts(s, dtype)?;
     Ok(if parts > 1 { 2 * u64::from(parts) * s.kv_len() } else { 0 })
-}
-
-/// out[i] = sum over the `parts` f32 partials of `n` elements each, in order, stored as `dt`.
-pub fn sum_parts(
-    rec: &mut Recorder,
-    partial: BufferView<'_>,
-    out: BufferView<'_>,
-    parts: u32,
-    n: u64,
-    dt: DType,
-) -> Result<()> {
-    let k = match dt {
-        DType::F32 => &code::ATTENTION_SUM_PARTS_F32,
-        DType::F16 => &code::ATTENTION_SUM_PARTS_F16,
-        DType::BF16 => &code::ATTENTION_SUM_PARTS_BF16,
-    };
-    if partial.len < u64::from(parts) * n * 4 || out.len < dt.bytes() * n || parts == 0 || n > u64::from(u32::MAX) {
-        return Err(fail(
-            k.name,
-            format!("{parts} parts of {n}: partial {} bytes, out {} bytes", partial.len, out.len),
-        ));
-    }
-    let words = [n as u32, parts];
-    let p: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-    rec.dispatch(k, &[], &[read(partial), write(out)], &p, [n.div_ceil(256).clamp(1, 65_535) as u32, 1, 1])
 }
 
 /// Specialization constant 0 of the cm2 kernels: 1 (default) scales wholly visible tiles as one

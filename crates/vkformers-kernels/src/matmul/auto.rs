@@ -105,7 +105,7 @@ pub fn gemm_split_k(
     part.stride_c = u64::from(desc.m) * u64::from(desc.n);
     gemm_auto(rec, &part, a, b, None, workspace)?;
     let mn = desc.m * desc.n;
-    crate::norm::col_sum(rec, workspace, c, splits, mn, desc.beta == 1.0)
+    crate::norm::col_sum(rec, workspace, c, splits, mn, desc.beta == 1.0, DType::F32)
 }
 
 /// Records `C = alpha · op(A) · op(B) (+ bias) (+ beta · C)` on the best engine for `desc`

@@ -260,7 +260,7 @@ pub fn rms_norm_backward(
     let args = [read(x), read(w.unwrap_or(x)), read(rstd), read(dy), write(dx), write(partial.unwrap_or(dx))];
     rec.dispatch(k, &[], &args, &params, [blocks, 1, 1])?;
     if let (Some(g), Some(part)) = (grads, partial) {
-        col_sum(rec, part, g.dw, blocks, p.dim, g.accumulate)?;
+        col_sum(rec, part, g.dw, blocks, p.dim, g.accumulate, DType::F32)?;
     }
     Ok(())
 }
@@ -279,17 +279,27 @@ fn partial_view<'a>(kernel: &str, g: &ParamGrads<'a>, blocks: u32, dim: u32) -> 
     Ok(BufferView { len: bytes, ..g.scratch })
 }
 
-/// `out[d] (+)= sum_b partial[b, d]` over `[blocks, dim]`, in a fixed order.
-pub(crate) fn col_sum(
+/// `out[d] = (accumulate ? out[d] : 0) + sum_b partial[b, d]` for `partial [blocks, dim]` f32,
+/// summed in increasing `b` (deterministic), `out [dim]` stored as `dt`: the second stage of
+/// every fixed-order partial-sum reduction (norm weight gradients, split-K, GQA dk / dv).
+pub fn col_sum(
     rec: &mut Recorder,
     partial: BufferView<'_>,
     out: BufferView<'_>,
     blocks: u32,
     dim: u32,
     accumulate: bool,
+    dt: DType,
 ) -> Result<()> {
-    let k: &KernelCode = &code::NORM_COL_SUM;
-    let part = BufferView { len: u64::from(blocks) * u64::from(dim) * 4, ..partial };
+    let k = crate::launch::pick(rec, dt, [&code::NORM_COL_SUM_F32, &code::NORM_COL_SUM_F16, &code::NORM_COL_SUM_BF16])?;
+    let need = u64::from(blocks) * u64::from(dim) * 4;
+    if partial.len < need || out.len < u64::from(dim) * dt.bytes() {
+        return Err(crate::launch::err_plain(
+            k,
+            format!("{blocks} blocks of {dim}: partial {} bytes, out {} bytes", partial.len, out.len),
+        ));
+    }
+    let part = BufferView { len: need, ..partial };
     let params = words(&[blocks, dim, u32::from(accumulate)]);
     let groups = [dim.div_ceil(COL_LOCAL).clamp(1, MAX_GROUPS), 1, 1];
     let out_arg = if accumulate { read_write(out) } else { write(out) };
@@ -374,10 +384,10 @@ pub fn layer_norm_backward(
     rec.dispatch(k, &[], &args, &params, [blocks, 1, 1])?;
     if let (Some(g), Some(part)) = (grads, partial) {
         let half = u64::from(blocks) * u64::from(p.dim) * 4;
-        col_sum(rec, part, g.dw, blocks, p.dim, g.accumulate)?;
+        col_sum(rec, part, g.dw, blocks, p.dim, g.accumulate, DType::F32)?;
         if let Some(db) = g.db {
             let part_b = BufferView { offset: part.offset + half, len: half, ..part };
-            col_sum(rec, part_b, db, blocks, p.dim, g.accumulate)?;
+            col_sum(rec, part_b, db, blocks, p.dim, g.accumulate, DType::F32)?;
         }
     }
     Ok(())
