@@ -106,10 +106,6 @@ def main(doc: str, specs: dict, make_fixture, check_reload, extra=None) -> None:
     hf_logging.set_verbosity_error()
     if extra and extra(ap, args):
         return
-    todo = args.only or list(specs)
-    for name in todo:
-        if name not in specs:
-            sys.exit(f"unknown fixture {name!r}; known: {', '.join(specs)}")
-    for name in todo:
+    for name in mf.chosen(specs, args.only):
         model_type, cfg_kwargs = specs[name]
         make_fixture(name, model_type, cfg_kwargs, Path(args.out).resolve(), versions)

@@ -559,6 +559,15 @@ def verify_fixture(d: Path) -> None:
     assert all(len(t) == NEW_TOKENS for t in greedy_["new_tokens"])
 
 
+def chosen(specs: dict, only: list[str] | None) -> list[str]:
+    """The fixtures named by --only (all when absent); an unknown name exits listing the known ones."""
+    todo = only or list(specs)
+    for name in todo:
+        if name not in specs:
+            sys.exit(f"unknown fixture {name!r}; known: {', '.join(specs)}")
+    return todo
+
+
 def generate(args, versions: dict) -> None:
     setup_torch()
     from transformers.utils import logging as hf_logging
@@ -566,10 +575,7 @@ def generate(args, versions: dict) -> None:
     hf_logging.set_verbosity_error()
     out_dir = Path(args.out).resolve()
     specs = fixture_specs()
-    todo = args.only or list(specs)
-    for name in todo:
-        if name not in specs:
-            sys.exit(f"unknown fixture {name!r}; known: {', '.join(specs)}")
+    todo = chosen(specs, args.only)
     for name in todo:
         model_type, cfg_kwargs = specs[name]
         make_fixture(name, model_type, cfg_kwargs, out_dir, versions)

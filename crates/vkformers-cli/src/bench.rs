@@ -58,7 +58,7 @@ fn operand(n: usize, elem: Elem, seed: u64) -> (Vec<u8>, Vec<f32>) {
     (bytes, vals)
 }
 
-fn upload(ctx: &Context, bytes: &[u8], what: &str) -> anyhow::Result<Buffer> {
+pub(crate) fn upload(ctx: &Context, bytes: &[u8], what: &str) -> anyhow::Result<Buffer> {
     let buf = ctx.buffer(bytes.len() as u64, what)?;
     ctx.upload(&buf, 0, bytes)?;
     Ok(buf)

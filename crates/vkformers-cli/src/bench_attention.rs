@@ -68,9 +68,7 @@ fn random(ctx: &Context, n: u64, dt: DType, seed: u64) -> anyhow::Result<Buffer>
         DType::F16 => vals.iter().flat_map(|v| half::f16::from_f32(*v).to_bits().to_le_bytes()).collect(),
         DType::BF16 => vals.iter().flat_map(|v| half::bf16::from_f32(*v).to_bits().to_le_bytes()).collect(),
     };
-    let buf = ctx.buffer(bytes.len().max(4) as u64, "bench attention")?;
-    ctx.upload(&buf, 0, &bytes)?;
-    Ok(buf)
+    crate::bench::upload(ctx, &bytes, "bench attention")
 }
 
 pub fn attention(selector: &DeviceSelector, args: &AttentionArgs) -> anyhow::Result<ExitCode> {
