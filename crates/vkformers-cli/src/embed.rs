@@ -104,12 +104,25 @@ pub fn embed_texts(
     batch_size: usize,
 ) -> anyhow::Result<(Vec<Vec<f32>>, usize)> {
     let encoded = tokenize(model, tok, st, texts)?;
+    let vectors = embed_encoded(g, model, st, &encoded, batch_size)?;
+    Ok((vectors, encoded.iter().map(|e| e.0.len()).sum()))
+}
+
+/// One embedding per tokenized row `(ids, token types)`, in input order, run in batches of
+/// `batch_size` rows of similar lengths.
+pub fn embed_encoded(
+    g: &Graph<'_>,
+    model: &Model,
+    st: &SentenceModel,
+    encoded: &[(Vec<i32>, Vec<i32>)],
+    batch_size: usize,
+) -> anyhow::Result<Vec<Vec<f32>>> {
     // Longest first, as `encode` sorts: batches hold texts of similar lengths.
-    let mut order: Vec<usize> = (0..texts.len()).collect();
+    let mut order: Vec<usize> = (0..encoded.len()).collect();
     order.sort_by_key(|&i| std::cmp::Reverse(encoded[i].0.len()));
-    let mut out = vec![Vec::new(); texts.len()];
+    let mut out = vec![Vec::new(); encoded.len()];
     let pad = model.config["pad_token_id"].as_u64().unwrap_or(0) as i32;
-    for chunk in order.chunks(batch_size) {
+    for chunk in order.chunks(batch_size.max(1)) {
         let rows: Vec<&(Vec<i32>, Vec<i32>)> = chunk.iter().map(|&i| &encoded[i]).collect();
         let vectors = g.no_grad(|| embed_batch(g, model, st, &rows, pad))?;
         g.clear_tape();
@@ -117,12 +130,12 @@ pub fn embed_texts(
             out[i] = v;
         }
     }
-    Ok((out, encoded.iter().map(|e| e.0.len()).sum()))
+    Ok(out)
 }
 
 /// Ids and token types of each text with the tokenizer's special tokens, cut to the model's
 /// `max_seq_length` (else its positions) as the tokenizer truncates.
-fn tokenize(
+pub(crate) fn tokenize(
     model: &Model,
     tok: &HfTokenizer,
     st: &SentenceModel,

@@ -22,6 +22,7 @@ mod precision;
 mod ranges;
 mod seq2seq_data;
 mod serve;
+mod serve_embed;
 mod st_modules;
 mod train;
 

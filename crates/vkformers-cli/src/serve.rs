@@ -1,5 +1,6 @@
 //! `vkformers serve`: the OpenAI-compatible server (`vkformers_serve`) on a model folder, with
-//! LoRA adapters served by name.
+//! LoRA adapters served by name; an embedding model (sentence-transformers or encoder folder) is
+//! served on `/v1/embeddings` instead.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -55,7 +56,10 @@ fn adapter(arg: &str) -> anyhow::Result<(String, PathBuf)> {
 
 pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     let dir = crate::generate::model_dir(&args.model)?;
-    let dtype = args.dtype.resolve(&dir)?;
+    let embedding = crate::serve_embed::is_embedding_model(&dir)?;
+    // An embedding model's tokenizer and config live in its transformer's folder.
+    let tokenizer_dir = if embedding { crate::st_modules::SentenceModel::read(&dir)?.transformer } else { dir.clone() };
+    let dtype = args.dtype.resolve(&tokenizer_dir)?;
     let adapters = args.adapters.iter().map(|a| adapter(a)).collect::<anyhow::Result<Vec<_>>>()?;
     let api_key = args.api_key.clone().or_else(|| std::env::var("VKFORMERS_API_KEY").ok()).filter(|k| !k.is_empty());
     let model_dir = dir.clone();
@@ -65,10 +69,11 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     });
     let config = vkformers_serve::Config {
         device: selector.clone(),
-        model_dir: dir,
+        model_dir: tokenizer_dir,
         model_name: args.model.clone(),
         adapters,
         loader,
+        embedder: embedding.then(|| crate::serve_embed::loader(dir.clone(), dtype)),
         host: args.host.clone(),
         port: args.port,
         api_key,

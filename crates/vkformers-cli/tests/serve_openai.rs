@@ -12,6 +12,8 @@ use std::process::{Child, Command, Stdio};
 
 use serde_json::{json, Value};
 
+mod common;
+
 fn model() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures_generate/cli_model")
 }
@@ -41,7 +43,10 @@ struct Server {
 
 impl Server {
     fn start(extra: &[&str]) -> Server {
-        let m = model();
+        Server::start_model(&model(), extra)
+    }
+
+    fn start_model(m: &std::path::Path, extra: &[&str]) -> Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_vkformers"));
         cmd.args(["serve", "--model", m.to_str().unwrap(), "--port", "0"]).args(extra);
         let mut child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("start vkformers serve");
@@ -372,4 +377,72 @@ fn serve_refuses_bad_options_before_listening() {
         assert!(!out.status.success() && err.contains(want), "{extra:?}: {err}");
         assert!(!err.contains("listening"), "{extra:?}: {err}");
     }
+}
+
+/// An embedding model served on `/v1/embeddings` (all-MiniLM-L6-v2, a real sentence-transformers
+/// folder): the official client's default base64 vectors and `float` vectors, texts and token-id
+/// inputs, requests run concurrently (so the server batches them together) — every vector equal
+/// to `vkformers embed`'s for the same text (which tests/embed.rs holds to sentence-transformers),
+/// and the generation routes refused with 400.
+#[test]
+fn embeddings_equal_vkformers_embed() {
+    let Some(py) = python() else { return };
+    let Some(model) = common::minilm::minilm() else { return };
+    let name = model.to_str().unwrap();
+    let reference: Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures_embed/all-MiniLM-L6-v2.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let sentences: Vec<String> =
+        reference["sentences"].as_array().unwrap().iter().map(|s| s.as_str().unwrap().to_string()).collect();
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("sentences.txt");
+    std::fs::write(&file, sentences.join("\n") + "\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_vkformers"))
+        .args(["embed", "--model", name, "--file", file.to_str().unwrap(), "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let embed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let want: Vec<Vec<f64>> = embed["data"].as_array().unwrap().iter().map(|d| floats(&d["embedding"])).collect();
+
+    let server = Server::start_model(&model, &[]);
+    // [CLS] hello [SEP] in BERT's uncased vocabulary, as ids.
+    let ids = json!([[101, 7592, 102]]);
+    let mut requests = vec![req("embeddings", json!({"model": name, "input": sentences}))];
+    for s in &sentences {
+        requests.push(req("embeddings", json!({"model": name, "input": s, "encoding_format": "float"})));
+    }
+    requests.push(req("embeddings", json!({"model": name, "input": ids})));
+    requests.push(req("embeddings", json!({"model": name, "input": "hello"})));
+    requests.push(completion("Once", json!({"model": name})));
+    let got = run(&server, &py, "concurrent", &requests);
+
+    let close = |a: &[f64], b: &[f64], what: &str| {
+        assert_eq!(a.len(), 384, "{what}");
+        let diff = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+        assert!(diff <= 1e-5, "{what}: largest difference {diff} from `vkformers embed`");
+    };
+    let all: Vec<Vec<f64>> = got[0]["embeddings"].as_array().unwrap().iter().map(floats).collect();
+    assert_eq!(all.len(), sentences.len());
+    for (i, (a, b)) in all.iter().zip(&want).enumerate() {
+        close(a, b, &format!("sentence {i} of the base64 list"));
+    }
+    for (i, b) in want.iter().enumerate() {
+        close(&floats(&got[1 + i]["embeddings"][0]), b, &format!("sentence {i} alone, float"));
+    }
+    let tokens: u64 = got[1..=sentences.len()].iter().map(|r| r["usage"]["prompt_tokens"].as_u64().unwrap()).sum();
+    assert_eq!(got[0]["usage"]["prompt_tokens"].as_u64().unwrap(), tokens, "usage of the list = sum of singles");
+    assert_eq!(embed["usage"]["prompt_tokens"].as_u64().unwrap(), tokens, "usage equals `embed`'s");
+    let n = sentences.len();
+    close(&floats(&got[n + 1]["embeddings"][0]), &floats(&got[n + 2]["embeddings"][0]), "ids of `hello`");
+    assert_eq!(got[n + 1]["usage"]["prompt_tokens"], 3);
+    assert_eq!(got[n + 3]["status"], 400, "completions on an embedding model: {}", got[n + 3]);
+}
+
+fn floats(v: &Value) -> Vec<f64> {
+    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
 }

@@ -2,8 +2,9 @@
 
 Reads one job (JSON) on stdin, prints one result (JSON) on stdout:
 - {"action": "run", "mode": "sequential" | "concurrent", "requests": [{"endpoint": "completions" |
-  "chat", "kwargs": {...}}]}: per request its choices' texts, finish reasons, log-probabilities
-  and usage, or the error status; streamed requests are gathered from their chunks.
+  "chat" | "embeddings", "kwargs": {...}}]}: per request its choices' texts, finish reasons,
+  log-probabilities and usage (embeddings: the vectors, decoded by the client, and usage), or the
+  error status; streamed requests are gathered from their chunks.
 - {"action": "queue_full", "kwargs": {...}}: opens a long stream, sends a second request once the
   first chunk came (expected: 429), then reads the stream to its end.
 - {"action": "hold", "kwargs": {...}}: opens a stream, prints "first" once a chunk came, reads it
@@ -73,6 +74,11 @@ def create(cl, endpoint, kwargs):
 def one(cl, req):
     endpoint, kwargs = req["endpoint"], req["kwargs"]
     try:
+        if endpoint == "embeddings":
+            # Without encoding_format the client asks for base64 and decodes it itself.
+            resp = cl.embeddings.create(**kwargs)
+            data = sorted(resp.data, key=lambda d: d.index)
+            return {"embeddings": [list(map(float, d.embedding)) for d in data], "usage": resp.usage.model_dump()}
         resp = create(cl, endpoint, kwargs)
         if kwargs.get("stream"):
             return gather_stream(endpoint, resp)

@@ -8,10 +8,13 @@
 //!   ending in `[DONE]`), sampling fields, `stop`, `n`, log-probabilities, penalties and `usage`.
 //! - Errors in OpenAI's JSON shape: 400 bad request, 401 no key, 404 unknown model, 413 too long,
 //!   429 queue full, 503 shutting down ([`error::ApiError`]).
+//! - `POST /v1/embeddings` instead of the generation routes when the model is an embedding model
+//!   ([`Config::embedder`]; `embeddings`).
 //! - `/health`, Prometheus `/metrics` ([`metrics::Metrics`]); on SIGTERM (or Ctrl-C) the server
 //!   answers 503 to new requests, finishes the running ones, then exits.
 
 pub mod api;
+pub mod embeddings;
 pub mod error;
 pub mod metrics;
 mod respond;
@@ -51,6 +54,9 @@ pub struct Config {
     pub adapters: Vec<(String, PathBuf)>,
     /// Loads the base model, or the base with an adapter, on the engine thread's graph.
     pub loader: Loader,
+    /// Serve an embedding model instead (`/v1/embeddings`; the generation routes answer 400):
+    /// builds its embedder on the embedding thread. `loader` and `adapters` are then unused.
+    pub embedder: Option<embeddings::EmbedLoader>,
     pub host: String,
     pub port: u16,
     pub api_key: Option<String>,
@@ -101,24 +107,40 @@ pub fn run(mut config: Config) -> Result<(), ServeError> {
         adapters.push(Some(dir.clone()));
     }
     let (tx, rx) = std::sync::mpsc::channel();
-    let setup = Setup {
-        device: config.device.clone(),
-        loader: std::mem::replace(&mut config.loader, Box::new(|_, _| Err("loader used".into()))),
-        adapters,
-        max_batch: config.max_batch.max(1),
-        // The pools start at this many positions per slot and double when rows need more: a
-        // long-context model's full `max_batch × context` would not fit most devices up front.
-        capacity: max_len.min(INITIAL_POSITIONS_PER_SLOT),
-        tokenizer: tokenizer.clone(),
-        metrics: metrics.clone(),
+    let (engine, vocab, embed) = match config.embedder.take() {
+        Some(loader) => {
+            if !config.adapters.is_empty() {
+                return Err(ServeError::Load(
+                    "LoRA adapters are served for generation only, not for embeddings".into(),
+                ));
+            }
+            let (jobs, job_rx) = std::sync::mpsc::channel();
+            let (handle, vocab) = embeddings::spawn(config.device.clone(), loader, job_rx)?;
+            (handle, vocab, Some(Mutex::new(jobs)))
+        }
+        None => {
+            let setup = Setup {
+                device: config.device.clone(),
+                loader: std::mem::replace(&mut config.loader, Box::new(|_, _| Err("loader used".into()))),
+                adapters,
+                max_batch: config.max_batch.max(1),
+                // The pools start at this many positions per slot and double when rows need more: a
+                // long-context model's full `max_batch × context` would not fit most devices up front.
+                capacity: max_len.min(INITIAL_POSITIONS_PER_SLOT),
+                tokenizer: tokenizer.clone(),
+                metrics: metrics.clone(),
+            };
+            let (handle, vocab) = worker::spawn(setup, rx)?;
+            (handle, vocab, None)
+        }
     };
-    let (engine, vocab) = worker::spawn(setup, rx)?;
     let mut chat_eos = defaults.eos.clone();
     chat_eos.extend(vkformers_chat::end_of_turn_ids(&tokenizer));
     chat_eos.sort_unstable();
     chat_eos.dedup();
     let state = Arc::new(AppState {
         commands: Mutex::new(tx.clone()),
+        embed,
         tokenizer,
         defaults,
         chat_eos,
@@ -135,6 +157,9 @@ pub fn run(mut config: Config) -> Result<(), ServeError> {
     });
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let served = rt.block_on(serve_http(state, &mut config));
+    // The runtime's tasks hold the last handles of the state (and of the embedding queue, whose
+    // thread ends when they are gone).
+    drop(rt);
     let _ = tx.send(Command::Shutdown);
     let joined = engine.join();
     served?;

@@ -1,4 +1,5 @@
-//! The HTTP routes: OpenAI's `/v1/models`, `/v1/completions`, `/v1/chat/completions`, and
+//! The HTTP routes: OpenAI's `/v1/models`, `/v1/completions`, `/v1/chat/completions`,
+//! `/v1/embeddings`, and
 //! `/health`, `/metrics`.
 
 use std::sync::atomic::Ordering;
@@ -15,6 +16,7 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 
 use crate::api::{plan, ChatRequest, CompletionRequest, PromptInput};
+use crate::embeddings::{response, EmbedJob, EmbeddingRequest, Outstanding};
 use crate::error::ApiError;
 use crate::respond::{collect, stream, Head, Kind};
 use crate::state::{AppState, Job};
@@ -25,6 +27,7 @@ pub fn router(state: Arc<AppState>, max_body_bytes: usize) -> Router {
         .route("/v1/models", get(models))
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat))
+        .route("/v1/embeddings", post(embeddings))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .fallback(|uri: Uri| async move { ApiError::no_route(uri.path()) })
@@ -91,6 +94,7 @@ async fn completions(
         st.gate(&headers)?;
         let req: CompletionRequest = parse(body)?;
         let model = st.model_index(&req.model)?;
+        st.generates()?;
         if req.echo == Some(true) || req.suffix.is_some() || req.best_of.is_some_and(|b| b > 1) {
             return Err(ApiError::bad_request("`echo`, `suffix` and `best_of` are not supported yet"));
         }
@@ -117,6 +121,7 @@ async fn chat(State(st): State<Arc<AppState>>, headers: HeaderMap, body: Result<
         st.gate(&headers)?;
         let mut req: ChatRequest = parse(body)?;
         let model = st.model_index(&req.model)?;
+        st.generates()?;
         if req.messages.is_empty() {
             return Err(ApiError::bad_param("messages", "`messages` is empty: give at least one message"));
         }
@@ -134,6 +139,44 @@ async fn chat(State(st): State<Arc<AppState>>, headers: HeaderMap, body: Result<
             return Ok(stream(head, job));
         }
         collect(head, job, logprobs.is_some()).await
+    };
+    reply(run.await)
+}
+
+async fn embeddings(
+    State(st): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let run = async {
+        st.gate(&headers)?;
+        let req: EmbeddingRequest = parse(body)?;
+        st.model_index(&req.model)?;
+        let Some(queue) = &st.embed else {
+            return Err(ApiError::bad_request(format!(
+                "`{}` is a generative model: /v1/embeddings needs an embedding model (a sentence-transformers \
+                 or encoder folder)",
+                st.models[0]
+            )));
+        };
+        let (inputs, base64) = (req.inputs(st.vocab)?, req.base64()?);
+        if let Some(d) = req.dimensions {
+            return Err(ApiError::bad_param("dimensions", format!("{d}: this model only gives its own size")));
+        }
+        let before = st.metrics.outstanding.fetch_add(1, Ordering::SeqCst);
+        let _counted = Outstanding(st.metrics.clone());
+        if before + 1 > st.max_outstanding {
+            return Err(ApiError::queue_full(st.max_queue));
+        }
+        let (reply, result) = tokio::sync::oneshot::channel();
+        let sent = queue
+            .lock()
+            .map_err(|_| ApiError::internal("the embedding queue is poisoned"))?
+            .send(EmbedJob { inputs, reply });
+        sent.map_err(|_| ApiError::internal("the embedding thread has stopped"))?;
+        let out = result.await.map_err(|_| ApiError::internal("the embedding thread has stopped"))?;
+        let out = out.map_err(|e| ApiError::bad_param("input", e))?;
+        Ok(axum::Json(response(&req.model, &out, base64)).into_response())
     };
     reply(run.await)
 }

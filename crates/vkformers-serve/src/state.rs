@@ -12,6 +12,7 @@ use vkformers_generate::engine::Request;
 use vkformers_io::HfTokenizer;
 
 use crate::api::Plan;
+use crate::embeddings::EmbedJob;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::worker::{Command, Item, Update};
@@ -19,6 +20,9 @@ use crate::worker::{Command, Item, Update};
 /// The server's shared state.
 pub struct AppState {
     pub commands: Mutex<Sender<Command>>,
+    /// The embedding thread's queue when the model is an embedding model (then `commands` has
+    /// no engine behind it).
+    pub embed: Option<Mutex<Sender<EmbedJob>>>,
     pub tokenizer: Arc<HfTokenizer>,
     pub defaults: GenerationDefaults,
     /// Ids that end a chat reply (the model's EOS and the template's end-of-turn tokens).
@@ -85,6 +89,17 @@ impl AppState {
         }
         if self.draining.load(Ordering::SeqCst) {
             return Err(ApiError::shutting_down());
+        }
+        Ok(())
+    }
+
+    /// Refuses a generation request when the served model is an embedding model (400).
+    pub fn generates(&self) -> Result<(), ApiError> {
+        if self.embed.is_some() {
+            return Err(ApiError::bad_request(format!(
+                "`{}` is an embedding model: it serves /v1/embeddings, not completions",
+                self.models[0]
+            )));
         }
         Ok(())
     }

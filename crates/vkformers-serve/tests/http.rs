@@ -51,6 +51,7 @@ fn start(tweak: impl FnOnce(&mut Config)) -> Server {
         model_name: "tiny".into(),
         adapters: Vec::new(),
         loader: Box::new(move |g, _| Model::load(g, &dir).map_err(|e| e.to_string())),
+        embedder: None,
         host: "127.0.0.1".into(),
         port: 0,
         api_key: None,

@@ -1,4 +1,5 @@
 //! Helpers shared by the CLI's integration tests (each test binary uses only some of them).
 #![allow(dead_code)]
 
+pub mod minilm;
 pub mod trainer_parity;
