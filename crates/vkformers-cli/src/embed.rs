@@ -55,7 +55,10 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     }
     crate::load::generate_in_weight_type(&g, &model);
     let tok = HfTokenizer::from_dir(&st.transformer)?;
+    let start = std::time::Instant::now();
     let (vectors, tokens) = embed_texts(&g, &model, &tok, &st, &texts, args.batch_size)?;
+    // Tokenizing, the forwards and reading the vectors back; not loading the model.
+    let secs = start.elapsed().as_secs_f64();
     if args.json {
         let data: Vec<serde_json::Value> = vectors
             .iter()
@@ -65,6 +68,8 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
         let out = serde_json::json!({
             "object": "list", "data": data, "model": args.model,
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+            "timings": {"embed_seconds": secs, "texts_per_second": texts.len() as f64 / secs,
+                        "tokens_per_second": tokens as f64 / secs},
         });
         println!("{}", serde_json::to_string(&out)?);
     } else {
