@@ -333,7 +333,7 @@ fn cm2_errors_are_typed_and_name_the_kernel() {
         };
         expect(bwd(&mut rec, &s, &f32_opt), "attention/bwd_dq_cm2", "f32");
         if supported(ctx.caps(), DType::F16, 8) {
-            expect(bwd(&mut rec, &s, &opt), "attention/bwd_dq_cm2:d64_f16", "delta");
+            expect(bwd(&mut rec, &s, &opt), "attention/bwd_dq_cm2:d64_f16_plain", "delta");
             let s3 = attention::Shape { hkv: 3, ..s };
             expect(forward_cm2(&mut rec, &x, &saved, &s3, &opt).unwrap_err(), "attention/fwd_cm2:d64_f16", "multiple");
             let bad_k = Qkv { k: q.view(), ..x };
@@ -345,7 +345,7 @@ fn cm2_errors_are_typed_and_name_the_kernel() {
         } else {
             let e = forward_cm2(&mut rec, &x, &saved, &s, &opt).unwrap_err();
             expect(e, "attention/fwd_cm2:d64_f16", "lacks cooperative matrix 2");
-            expect(bwd(&mut rec, &s, &opt), "attention/bwd_dq_cm2:d64_f16", "lacks cooperative matrix 2");
+            expect(bwd(&mut rec, &s, &opt), "attention/bwd_dq_cm2:d64_f16_plain", "lacks cooperative matrix 2");
         }
         assert!(rec.is_empty());
         rec.submit()?;

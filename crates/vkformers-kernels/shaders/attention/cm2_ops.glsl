@@ -46,6 +46,11 @@ float dscore(const in uint32_t r, const in uint32_t c, const in float p, const i
     return g;
 }
 
+// dS = P (dP - delta) without softcap.
+float dscore_plain(const in uint32_t r, const in uint32_t c, const in float p, const in float dp, const in float delta) {
+    return p * (dp - delta);
+}
+
 // Loads rows [r0, r0 + R) and columns [0, DMAX) of a [rows, D] slice whose rows are `stride`
 // elements apart, at element `base`, into `mat` (LOAD_ROWS_T: through a transposing view, as
 // the [DMAX, R] operand). When the rows lie wholly inside, D = DMAX and every offset and

@@ -47,6 +47,9 @@ pub fn supported(caps: &Caps, dtype: DType, d: u32) -> bool {
 struct Kernel {
     codes: [[&'static KernelCode; 3]; 2],
     rows: [u32; 3],
+    /// The `_plain` variants `[f16, bf16][d64, d128, d256]` run without softcap (dS = P (dP −
+    /// delta), Q Kᵀ dead once the scores exist: fewer registers), where the kernel has them.
+    plain: Option<[[&'static KernelCode; 3]; 2]>,
 }
 
 const FWD: Kernel = Kernel {
@@ -55,6 +58,7 @@ const FWD: Kernel = Kernel {
         [&code::ATTENTION_FWD_CM2_D64_BF16, &code::ATTENTION_FWD_CM2_D128_BF16, &code::ATTENTION_FWD_CM2_D256_BF16],
     ],
     rows: [64, 64, 32],
+    plain: None,
 };
 
 /// Query rows per workgroup.
@@ -72,6 +76,18 @@ const DQ: Kernel = Kernel {
         ],
     ],
     rows: [64, 32, 32],
+    plain: Some([
+        [
+            &code::ATTENTION_BWD_DQ_CM2_D64_F16_PLAIN,
+            &code::ATTENTION_BWD_DQ_CM2_D128_F16_PLAIN,
+            &code::ATTENTION_BWD_DQ_CM2_D256_F16_PLAIN,
+        ],
+        [
+            &code::ATTENTION_BWD_DQ_CM2_D64_BF16_PLAIN,
+            &code::ATTENTION_BWD_DQ_CM2_D128_BF16_PLAIN,
+            &code::ATTENTION_BWD_DQ_CM2_D256_BF16_PLAIN,
+        ],
+    ]),
 };
 
 /// Key rows per workgroup.
@@ -89,18 +105,34 @@ const DKDV: Kernel = Kernel {
         ],
     ],
     rows: [64, 32, 32],
+    plain: Some([
+        [
+            &code::ATTENTION_BWD_DKDV_CM2_D64_F16_PLAIN,
+            &code::ATTENTION_BWD_DKDV_CM2_D128_F16_PLAIN,
+            &code::ATTENTION_BWD_DKDV_CM2_D256_F16_PLAIN,
+        ],
+        [
+            &code::ATTENTION_BWD_DKDV_CM2_D64_BF16_PLAIN,
+            &code::ATTENTION_BWD_DKDV_CM2_D128_BF16_PLAIN,
+            &code::ATTENTION_BWD_DKDV_CM2_D256_BF16_PLAIN,
+        ],
+    ]),
 };
 
-/// Kernel and tile rows of `k` for `dtype` and head dim `d`.
-fn variant(k: &Kernel, d: u32, dtype: DType) -> Result<(&'static KernelCode, u32)> {
+/// Kernel and tile rows of `k` for `dtype` and head dim `d` (its `_plain` variant when
+/// `no_softcap` and it has one).
+fn variant(k: &Kernel, d: u32, dtype: DType, no_softcap: bool) -> Result<(&'static KernelCode, u32)> {
     let family = k.codes[0][0].name.split(':').next().unwrap_or("attention");
     let class = dim_class(family, d)?;
-    let by_dtype = match dtype {
-        DType::F16 => &k.codes[0],
-        DType::BF16 => &k.codes[1],
+    let at = match dtype {
+        DType::F16 => 0,
+        DType::BF16 => 1,
         DType::F32 => return Err(fail(family, "f32 storage has no tensor-core attention (use f16 or bf16)".into())),
     };
-    Ok((by_dtype[class], k.rows[class]))
+    match k.plain {
+        Some(plain) if no_softcap => Ok((plain[at][class], k.rows[class])),
+        _ => Ok((k.codes[at][class], k.rows[class])),
+    }
 }
 
 /// The typed error of a device that cannot run the kernel `name`.
@@ -119,7 +151,7 @@ fn require(rec: &Recorder, name: &str, dtype: DType, d: u32) -> Result<()> {
 /// [`super::forward`] (same arguments). Fails with a typed error naming the kernel when the
 /// device lacks what [`supported`] checks.
 pub fn forward_cm2(rec: &mut Recorder, x: &Qkv<'_>, out: &Saved<'_>, s: &Shape, opt: &Options<'_>) -> Result<()> {
-    let (kernel, rows) = variant(&FWD, s.d, opt.dtype)?;
+    let (kernel, rows) = variant(&FWD, s.d, opt.dtype, true)?;
     let name = kernel.name;
     require(rec, name, opt.dtype, s.d)?;
     check_shape(name, s, opt)?;
@@ -159,8 +191,8 @@ pub fn backward_cm2(
     opt: &Options<'_>,
 ) -> Result<()> {
     let dt = opt.dtype;
-    let (dq_code, dq_rows) = variant(&DQ, s.d, dt)?;
-    let (dkdv_code, dkdv_rows) = variant(&DKDV, s.d, dt)?;
+    let (dq_code, dq_rows) = variant(&DQ, s.d, dt, opt.softcap == 0.0)?;
+    let (dkdv_code, dkdv_rows) = variant(&DKDV, s.d, dt, opt.softcap == 0.0)?;
     for name in [dq_code.name, dkdv_code.name] {
         require(rec, name, dt, s.d)?;
         check_backward(name, x, saved, d_o, g, s, opt)?;
@@ -238,7 +270,7 @@ const DKDV_TARGET_GROUPS: u32 = 1024;
 /// 1 without GQA. The 1.1B Llama shape (Tk 1024 in 64-key tiles, 4 kv heads, batch 4: 256
 /// workgroups, each summing 8 heads) gets 4.
 pub fn dkdv_parts(s: &Shape, dtype: DType) -> Result<u32> {
-    let (_, rows) = variant(&DKDV, s.d, dtype)?;
+    let (_, rows) = variant(&DKDV, s.d, dtype, true)?;
     let groups = s.tk.div_ceil(rows).max(1) * s.hkv * s.batch;
     let g = s.hq / s.hkv.max(1);
     Ok((1..=g).find(|p| g.is_multiple_of(*p) && groups * p >= DKDV_TARGET_GROUPS).unwrap_or(g.max(1)))
@@ -362,16 +394,21 @@ mod tests {
 
     #[test]
     fn variants_by_head_dim() {
-        let pick = |k: &Kernel, d: u32, dt: DType| variant(k, d, dt).map(|(c, r)| (c.name, r)).ok();
+        let pick = |k: &Kernel, d: u32, dt: DType| variant(k, d, dt, false).map(|(c, r)| (c.name, r)).ok();
         assert_eq!(pick(&FWD, 64, DType::F16), Some(("attention/fwd_cm2:d64_f16", 64)));
         assert_eq!(pick(&FWD, 80, DType::BF16), Some(("attention/fwd_cm2:d128_bf16", 64)));
         assert_eq!(pick(&FWD, 256, DType::F16), Some(("attention/fwd_cm2:d256_f16", 32)));
         assert_eq!(pick(&DQ, 128, DType::F16), Some(("attention/bwd_dq_cm2:d128_f16", 32)));
         assert_eq!(pick(&DKDV, 33, DType::BF16), Some(("attention/bwd_dkdv_cm2:d64_bf16", 64)));
         assert_eq!(pick(&DKDV, 200, DType::F16), Some(("attention/bwd_dkdv_cm2:d256_f16", 32)));
-        let e = variant(&FWD, 64, DType::F32).unwrap_err().to_string();
+        // Without softcap the backward kernels run their `_plain` variants; the forward has none.
+        let plain = |k: &Kernel, d: u32| variant(k, d, DType::BF16, true).map(|(c, _)| c.name).ok();
+        assert_eq!(plain(&DQ, 64), Some("attention/bwd_dq_cm2:d64_bf16_plain"));
+        assert_eq!(plain(&DKDV, 128), Some("attention/bwd_dkdv_cm2:d128_bf16_plain"));
+        assert_eq!(plain(&FWD, 64), Some("attention/fwd_cm2:d64_bf16"));
+        let e = variant(&FWD, 64, DType::F32, true).unwrap_err().to_string();
         assert!(e.contains("attention/fwd_cm2") && e.contains("f32"), "{e}");
-        let e = variant(&DQ, 300, DType::F16).unwrap_err().to_string();
+        let e = variant(&DQ, 300, DType::F16, true).unwrap_err().to_string();
         assert!(e.contains("attention/bwd_dq_cm2") && e.contains("head dim"), "{e}");
     }
 }
