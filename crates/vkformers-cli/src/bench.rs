@@ -27,9 +27,13 @@ pub struct GemmArgs {
     /// B given as [n, k] (the nn.Linear weight layout) instead of [k, n].
     #[arg(long)]
     trans_b: bool,
-    /// Kernel: auto, coopmat (KHR), coopmat2 or coopmat2-wide (NV).
+    /// Kernel: auto, coopmat (KHR), coopmat2 or coopmat2-wide (NV) and the other cm2 tiles, or
+    /// portable (the tiled FMA kernel every device runs; f32, or f16/bf16 storage).
     #[arg(long, default_value = "auto")]
     engine: String,
+    /// Tile of the portable kernel: auto, 128x128, 128x128k16, 128x64 or 64x64.
+    #[arg(long, default_value = "auto")]
+    tile: String,
     /// Cooperative-matrix-2 knobs (defaults: the measured best): unclamped aligned loads for
     /// interior blocks (0/1), block-rows per raster group, K slices per unrolled step.
     #[arg(long)]
@@ -66,9 +70,10 @@ pub(crate) fn upload(ctx: &Context, bytes: &[u8], what: &str) -> anyhow::Result<
 
 pub fn gemm(selector: &DeviceSelector, args: &GemmArgs) -> anyhow::Result<ExitCode> {
     let elem = match args.dtype.as_str() {
+        _ if args.engine == "portable" => return gemm_portable(selector, args),
         "f16" => Elem::F16,
         "bf16" => Elem::Bf16,
-        "f32" => return gemm_f32(selector, args),
+        "f32" => return gemm_portable(selector, args),
         other => bail!("--dtype {other}: expected f32, f16 or bf16"),
     };
     let ctx = Context::new(selector)?;
@@ -134,17 +139,31 @@ fn time_median(
     times.get(times.len() / 2).copied().context("no timings (device lacks timestamps)")
 }
 
-/// The portable f32 kernel (tiled, register-blocked; no tensor cores).
-fn gemm_f32(selector: &DeviceSelector, args: &GemmArgs) -> anyhow::Result<ExitCode> {
-    use vkformers_kernels::matmul::{self, GemmDesc};
+/// The portable kernel (tiled, register-blocked FMA; no tensor cores) in `--dtype` storage
+/// (f32 math) with `--tile`.
+fn gemm_portable(selector: &DeviceSelector, args: &GemmArgs) -> anyhow::Result<ExitCode> {
+    use vkformers_kernels::matmul::{self, DType, GemmDesc, Tile};
+    let dtype = match args.dtype.as_str() {
+        "f32" => DType::F32,
+        "f16" => DType::F16,
+        "bf16" => DType::BF16,
+        other => bail!("--dtype {other}: expected f32, f16 or bf16"),
+    };
+    let tile = match args.tile.as_str() {
+        "auto" => Tile::Auto,
+        "128x128" => Tile::T128x128,
+        "128x128k16" => Tile::T128x128K16,
+        "128x64" => Tile::T128x64,
+        "64x64" => Tile::T64x64,
+        other => bail!("--tile {other}: expected auto, 128x128, 128x128k16, 128x64 or 64x64"),
+    };
     let ctx = Context::new(selector)?;
     let (m, n, k) = (args.m, args.n, args.k);
-    let desc = GemmDesc::packed(m, n, k, false, args.trans_b);
-    let mut rng = Rng::new(1);
-    let a = rng.vec((m * k) as usize, 1.0);
-    let b = rng.vec((k * n) as usize, 1.0);
-    let a_buf = ctx.buffer_from(&a, "A")?;
-    let b_buf = ctx.buffer_from(&b, "B")?;
+    let desc = GemmDesc { dtype, tile, ..GemmDesc::packed(m, n, k, false, args.trans_b) };
+    let (a_bytes, a) = portable_operand((m * k) as usize, dtype, 1);
+    let (b_bytes, b) = portable_operand((k * n) as usize, dtype, 2);
+    let a_buf = upload(&ctx, &a_bytes, "A")?;
+    let b_buf = upload(&ctx, &b_bytes, "B")?;
     let c_buf = ctx.buffer(u64::from(m) * u64::from(n) * 4, "C")?;
     let median_ns = time_median(&ctx, args.iters, &mut |rec| {
         Ok(matmul::gemm(rec, &desc, a_buf.view(), b_buf.view(), None, c_buf.view())?)
@@ -152,6 +171,22 @@ fn gemm_f32(selector: &DeviceSelector, args: &GemmArgs) -> anyhow::Result<ExitCo
     let c: Vec<f32> = ctx.read_vec(c_buf.view())?;
     let max_err = check_samples(&a, &b, &c, m, n, k, args.trans_b);
     report(args, &ctx, matmul::flops(&desc), median_ns, max_err)
+}
+
+/// Random operand values in the portable kernel's storage: (device bytes, padded to 4, and the
+/// stored values as f32).
+fn portable_operand(n: usize, dtype: vkformers_kernels::matmul::DType, seed: u64) -> (Vec<u8>, Vec<f32>) {
+    use vkformers_kernels::matmul::DType;
+    let (mut bytes, vals) = match dtype {
+        DType::F32 => {
+            let vals = Rng::new(seed).vec(n, 1.0);
+            (vals.iter().flat_map(|v| v.to_le_bytes()).collect(), vals)
+        }
+        DType::F16 => operand(n, Elem::F16, seed),
+        DType::BF16 => operand(n, Elem::Bf16, seed),
+    };
+    bytes.resize(bytes.len().next_multiple_of(4), 0);
+    (bytes, vals)
 }
 
 fn report(args: &GemmArgs, ctx: &Context, flops: f64, median_ns: f64, max_err: f64) -> anyhow::Result<ExitCode> {
