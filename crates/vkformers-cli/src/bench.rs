@@ -95,9 +95,6 @@ pub fn gemm(selector: &DeviceSelector, args: &GemmArgs) -> anyhow::Result<ExitCo
         "coopmat2-tall" => Engine::Coopmat2Tall,
         "coopmat2-t128" => Engine::Coopmat2T128,
         "coopmat2-t128k64" => Engine::Coopmat2T128K64,
-        "coopmat2-t128k128" => Engine::Coopmat2T128K128,
-        "coopmat2-s128k64" => Engine::Coopmat2S128K64,
-        "coopmat2-n64k64" => Engine::Coopmat2N64K64,
         other => bail!("--engine {other}: expected auto, coopmat, coopmat2 or coopmat2-wide"),
     };
     if let Some(f) = args.fast {

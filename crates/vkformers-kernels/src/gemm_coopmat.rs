@@ -35,18 +35,11 @@ pub enum Engine {
     Coopmat2T128,
     /// `VK_NV_cooperative_matrix2`, 128 x 128 tiles on 128 invocations, K slices of 64.
     Coopmat2T128K64,
-    /// `VK_NV_cooperative_matrix2`, 128 x 128 tiles on 128 invocations, K slices of 128.
-    Coopmat2T128K128,
-    /// `VK_NV_cooperative_matrix2`, 64 x 128 tiles on 128 invocations, K slices of 64 (half the
-    /// accumulator registers of T128K64: more workgroups a multiprocessor).
-    Coopmat2S128K64,
-    /// `VK_NV_cooperative_matrix2`, 128 x 64 tiles on 128 invocations, K slices of 64.
-    Coopmat2N64K64,
 }
 
 impl Engine {
     /// Every concrete engine (for sweeps).
-    pub const ALL: [Engine; 14] = [
+    pub const ALL: [Engine; 11] = [
         Engine::Coopmat,
         Engine::Coopmat2,
         Engine::Coopmat2Wide,
@@ -58,9 +51,6 @@ impl Engine {
         Engine::Coopmat2Tall,
         Engine::Coopmat2T128,
         Engine::Coopmat2T128K64,
-        Engine::Coopmat2T128K128,
-        Engine::Coopmat2S128K64,
-        Engine::Coopmat2N64K64,
     ];
 
     /// True for the `VK_NV_cooperative_matrix2` kernels.
@@ -240,12 +230,6 @@ fn kernel(engine: Engine, elem: Elem) -> (&'static KernelCode, u32, u32) {
         (Engine::Coopmat2T128, Bf16) => (&code::MATMUL_COOPMAT2_GEMM_BF16_T128, 128, 128),
         (Engine::Coopmat2T128K64, F16) => (&code::MATMUL_COOPMAT2_GEMM_F16_T128K64, 128, 128),
         (Engine::Coopmat2T128K64, Bf16) => (&code::MATMUL_COOPMAT2_GEMM_BF16_T128K64, 128, 128),
-        (Engine::Coopmat2T128K128, F16) => (&code::MATMUL_COOPMAT2_GEMM_F16_T128K128, 128, 128),
-        (Engine::Coopmat2T128K128, Bf16) => (&code::MATMUL_COOPMAT2_GEMM_BF16_T128K128, 128, 128),
-        (Engine::Coopmat2S128K64, F16) => (&code::MATMUL_COOPMAT2_GEMM_F16_S128K64, 64, 128),
-        (Engine::Coopmat2S128K64, Bf16) => (&code::MATMUL_COOPMAT2_GEMM_BF16_S128K64, 64, 128),
-        (Engine::Coopmat2N64K64, F16) => (&code::MATMUL_COOPMAT2_GEMM_F16_N64K64, 128, 64),
-        (Engine::Coopmat2N64K64, Bf16) => (&code::MATMUL_COOPMAT2_GEMM_BF16_N64K64, 128, 64),
         (_, F16) => (&code::MATMUL_COOPMAT_GEMM_F16, 128, 128),
         (_, Bf16) => (&code::MATMUL_COOPMAT_GEMM_BF16, 128, 128),
     }

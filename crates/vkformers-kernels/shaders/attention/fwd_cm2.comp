@@ -58,8 +58,6 @@
 // variant: d64_bf16 ELEM_BF16 DMAX=64 BR=64 BC=64
 // variant: d128_bf16 ELEM_BF16 DMAX=128 BR=64 BC=64
 // variant: d256_bf16 ELEM_BF16 DMAX=256 BR=32 BC=32
-// variant: d64_f16_k32 ELEM_F16 DMAX=64 BR=64 BC=32
-// variant: d64_bf16_k32 ELEM_BF16 DMAX=64 BR=64 BC=32
 #include "attention/cm2.glsl"
 
 layout(local_size_x = CM2_THREADS) in;

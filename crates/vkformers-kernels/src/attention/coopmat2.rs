@@ -50,9 +50,6 @@ struct Kernel {
     /// The `_plain` variants `[f16, bf16][d64, d128, d256]` run without softcap (dS = P (dP −
     /// delta), Q Kᵀ dead once the scores exist: fewer registers), where the kernel has them.
     plain: Option<[[&'static KernelCode; 3]; 2]>,
-    /// d64 with 32-wide inner tiles (key tiles of the forward and dq, query tiles of dk/dv) `[f16,
-    /// bf16]`, no softcap (see [`small_tiles`]).
-    small: [&'static KernelCode; 2],
 }
 
 const FWD: Kernel = Kernel {
@@ -62,7 +59,6 @@ const FWD: Kernel = Kernel {
     ],
     rows: [64, 64, 32],
     plain: None,
-    small: [&code::ATTENTION_FWD_CM2_D64_F16_K32, &code::ATTENTION_FWD_CM2_D64_BF16_K32],
 };
 
 /// Query rows per workgroup.
@@ -92,7 +88,6 @@ const DQ: Kernel = Kernel {
             &code::ATTENTION_BWD_DQ_CM2_D256_BF16_PLAIN,
         ],
     ]),
-    small: [&code::ATTENTION_BWD_DQ_CM2_D64_F16_K32, &code::ATTENTION_BWD_DQ_CM2_D64_BF16_K32],
 };
 
 /// Key rows per workgroup.
@@ -122,7 +117,6 @@ const DKDV: Kernel = Kernel {
             &code::ATTENTION_BWD_DKDV_CM2_D256_BF16_PLAIN,
         ],
     ]),
-    small: [&code::ATTENTION_BWD_DKDV_CM2_D64_F16_K32, &code::ATTENTION_BWD_DKDV_CM2_D64_BF16_K32],
 };
 
 /// Kernel and tile rows of `k` for `dtype` and head dim `d` (its `_plain` variant when
@@ -136,7 +130,6 @@ fn variant(k: &Kernel, d: u32, dtype: DType, no_softcap: bool) -> Result<(&'stat
         DType::F32 => return Err(fail(family, "f32 storage has no tensor-core attention (use f16 or bf16)".into())),
     };
     match k.plain {
-        _ if class == 0 && no_softcap && small_tiles() => Ok((k.small[at], k.rows[class])),
         Some(plain) if no_softcap => Ok((plain[at][class], k.rows[class])),
         _ => Ok((k.codes[at][class], k.rows[class])),
     }
@@ -295,14 +288,6 @@ pub fn backward_scratch_len(s: &Shape, dtype: DType) -> Result<u64> {
 fn fast_tiles() -> u32 {
     static FAST: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
     *FAST.get_or_init(|| u32::from(std::env::var("VKFORMERS_ATTENTION_TILES").map_or(true, |v| v != "masked")))
-}
-
-/// Whether d64 without softcap runs the `_k32` variants: inner tiles of 32 keys (forward, dq)
-/// or 32 queries (dk/dv), half the registers of the score tiles, twice the iterations.
-/// `VKFORMERS_ATTENTION_SMALL=1` turns them on, to measure them (`vkformers bench attention`).
-fn small_tiles() -> bool {
-    static SMALL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *SMALL.get_or_init(|| std::env::var("VKFORMERS_ATTENTION_SMALL").is_ok_and(|v| v == "1"))
 }
 
 /// The checks of [`super::backward`], under the name of the kernel `name`.
