@@ -66,6 +66,14 @@ impl NodeInput {
     }
 }
 
+/// A kept 16-bit copy: of a weight (`weight`, kept across steps) or of an activation.
+struct Kept {
+    copy: Tensor,
+    weight: bool,
+    /// The f32 tensor copied (its entry goes once it is dropped).
+    source: crate::tensor::WeakTensor,
+}
+
 struct Node {
     output: u64,
     inputs: Vec<NodeInput>,
@@ -92,8 +100,9 @@ pub struct Graph<'c> {
     autocast: Cell<Option<DType>>,
     /// 16-bit copies made under autocast, by source tensor id: weights (kept across
     /// steps: AdamW rewrites each from the new f32 value; `clear_casts` after any other change) and, while the tape records,
-    /// activations shared by several products (dropped with the tape).
-    casts: RefCell<HashMap<u64, (Tensor, bool)>>,
+    /// activations shared by several products (dropped with the tape, or once the activation
+    /// itself is gone: nothing can ask for its copy then).
+    casts: RefCell<HashMap<u64, Kept>>,
     /// Per-kernel device time when profiling (`--profile`).
     profile: RefCell<Option<Profile>>,
 }
@@ -135,7 +144,7 @@ impl<'c> Graph<'c> {
     /// Bytes of the kept 16-bit copies: `(weights', activations')` (the memory report).
     pub fn cast_bytes(&self) -> (u64, u64) {
         let casts = self.casts.borrow();
-        let sum = |weights: bool| casts.values().filter(|(_, w)| *w == weights).map(|(t, _)| t.bytes()).sum();
+        let sum = |weights: bool| casts.values().filter(|k| k.weight == weights).map(|k| k.copy.bytes()).sum();
         (sum(true), sum(false))
     }
 
@@ -151,7 +160,7 @@ impl<'c> Graph<'c> {
 
     /// The kept 16-bit copy of `src`, if any.
     pub(crate) fn cached_cast(&self, src: &Tensor, dtype: DType) -> Option<Tensor> {
-        self.casts.borrow().get(&src.id()).filter(|(t, _)| t.dtype() == dtype).map(|(t, _)| t.clone())
+        self.casts.borrow().get(&src.id()).filter(|k| k.copy.dtype() == dtype).map(|k| k.copy.clone())
     }
 
     /// Keeps `copy` as the 16-bit copy of `src`: a source tensor's until `clear_casts`, an
@@ -160,7 +169,11 @@ impl<'c> Graph<'c> {
     pub(crate) fn keep_cast(&self, src: &Tensor, copy: &Tensor) {
         let weight = src.0.is_source;
         if weight || self.grad_enabled() {
-            self.casts.borrow_mut().insert(src.id(), (copy.clone(), weight));
+            let mut casts = self.casts.borrow_mut();
+            // Copies of activations that are gone are never asked for again: drop them (a
+            // 16-bit twin written by a norm, rope or GLU whose output no product read).
+            casts.retain(|_, k| k.weight || k.source.is_alive());
+            casts.insert(src.id(), Kept { copy: copy.clone(), weight, source: src.downgrade() });
         }
     }
 
@@ -348,7 +361,7 @@ impl<'c> Graph<'c> {
         let view = self.share(src, shape, rg);
         // A kept 16-bit copy of `src` is, reshaped, the copy of the view (an activation reshaped
         // between two products, e.g. attention's [B, T, H, D] output into o_proj's [B·T, H·D]).
-        let copy = self.casts.borrow().get(&src.id()).map(|(t, _)| t.clone());
+        let copy = self.casts.borrow().get(&src.id()).map(|k| k.copy.clone());
         if let Some(copy) = copy {
             let copy_view = self.share(&copy, shape, false);
             self.keep_cast(&view, &copy_view);
@@ -526,7 +539,7 @@ impl<'c> Graph<'c> {
 
     /// Where the tape and the autocast cache stand now, for `backward_segment`.
     pub(crate) fn tape_mark(&self) -> TapeMark {
-        let casts = self.casts.borrow().iter().filter(|(_, (_, weight))| !weight).map(|(id, _)| *id).collect();
+        let casts = self.casts.borrow().iter().filter(|(_, k)| !k.weight).map(|(id, _)| *id).collect();
         TapeMark { len: self.tape_len(), casts }
     }
 
@@ -548,7 +561,7 @@ impl<'c> Graph<'c> {
     /// Forgets the activation casts made since `mark` (a checkpointed block's 16-bit copies must
     /// not outlive its forward or its recompute; the ones from before it stay).
     pub(crate) fn drop_casts_since(&self, mark: &TapeMark) {
-        self.casts.borrow_mut().retain(|id, (_, weight)| *weight || mark.casts.contains(id));
+        self.casts.borrow_mut().retain(|id, k| k.weight || mark.casts.contains(id));
     }
 
     /// Pops nodes until the tape is `stop` long, running each whose output got a gradient;
@@ -607,7 +620,7 @@ impl<'c> Graph<'c> {
 
     /// Forgets the 16-bit copies of activations (weights' copies stay until `clear_casts`).
     fn drop_activation_casts(&self) {
-        self.casts.borrow_mut().retain(|_, (_, weight)| *weight);
+        self.casts.borrow_mut().retain(|_, k| k.weight);
     }
 
     fn accumulate_leaf(&self, leaf: &Tensor, g: Tensor) -> Result<()> {

@@ -11,7 +11,7 @@ use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result};
 
 use crate::activation::Activation;
 use crate::code;
-use crate::dtype::DType;
+use crate::dtype::{DType, Twin};
 use crate::launch::{count, expect_len, groups_for, params, pick, skip};
 
 /// A gated linear unit flavour.
@@ -79,6 +79,42 @@ fn launch_forward(
     expect_len(k, "out", &out, n.into(), dt)?;
     let p = params(&[rows as u32, inner as u32, stride as u32]);
     rec.dispatch(k, &[], &[read(gate), read(up), write(out)], &p, groups_for(n.into()))
+}
+
+/// [`forward`] of f32 tensors (separate gate and up `[rows, inner]`, or the fused gate_up
+/// `[rows, 2 inner]` when `fused`) that also writes `out` in 16 bits into `twin` (rounded as
+/// `dtype::cast` rounds it): the copy the down projection reads, with no cast dispatch.
+pub fn forward_twin(
+    rec: &mut Recorder,
+    kind: Glu,
+    (gate, up): (BufferView<'_>, Option<BufferView<'_>>),
+    out: BufferView<'_>,
+    twin: Twin<'_>,
+    rows: usize,
+    inner: usize,
+) -> Result<()> {
+    use code::*;
+    let k: &'static KernelCode = match kind {
+        Glu::SwiGlu => &GLU_FORWARD_SWIGLU_TWIN,
+        Glu::GeGlu => &GLU_FORWARD_GEGLU_TWIN,
+        Glu::GeGluTanh => &GLU_FORWARD_GEGLU_TANH_TWIN,
+    };
+    let n = count(k, &[rows, inner])?;
+    let (gate, up, stride) = match up {
+        Some(up) => {
+            expect_len(k, "gate", &gate, n.into(), DType::F32)?;
+            expect_len(k, "up", &up, n.into(), DType::F32)?;
+            (gate, up, inner)
+        }
+        None => {
+            expect_len(k, "gate_up", &gate, u64::from(count(k, &[rows, 2, inner])?), DType::F32)?;
+            (gate, skip(gate, inner as u64, DType::F32), 2 * inner)
+        }
+    };
+    expect_len(k, "out", &out, n.into(), DType::F32)?;
+    let half = twin.code(k.name, n.into())?;
+    let p = params(&[rows as u32, inner as u32, stride as u32, half]);
+    rec.dispatch(k, &[], &[read(gate), read(up), write(out), write(twin.view)], &p, groups_for(n.into()))
 }
 
 /// `out = f(gate) * up`; gate, up, out [rows, inner] (separate tensors) of storage type `dt`.

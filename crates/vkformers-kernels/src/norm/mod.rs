@@ -14,7 +14,7 @@ pub mod reference;
 use vkformers_vk::{read, read_write, write, BufferView, KernelCode, Recorder, Result};
 
 use crate::code;
-use crate::dtype::DType;
+use crate::dtype::{DType, Twin};
 use crate::launch::err_named as err;
 
 /// Workgroups sharing out the rows of a backward (and rows of partial sums to add).
@@ -186,6 +186,29 @@ pub fn rms_norm_forward(
     check_rms_forward(kname(k), p, (&x, &y, &rstd), w.as_ref())?;
     let params = words(&[p.rows, p.dim, p.eps.to_bits(), gain_mode(w.is_some(), p.unit_offset)]);
     let args = [read(x), read(w.unwrap_or(x)), write(y), write(rstd)];
+    rec.dispatch(k, &[], &args, &params, row_groups(p.rows))
+}
+
+/// [`rms_norm_forward`] of f32 tensors that also writes `y` in 16 bits into `twin` (rounded
+/// as `dtype::cast` rounds it): the copy a 16-bit product reads, with no cast dispatch.
+pub fn rms_norm_forward_twin(
+    rec: &mut Recorder,
+    p: &RmsNorm,
+    (x, w): (BufferView<'_>, Option<BufferView<'_>>),
+    y: BufferView<'_>,
+    twin: Twin<'_>,
+    rstd: BufferView<'_>,
+) -> Result<()> {
+    let cpu = cpu_variant(rec);
+    let k = if cpu { &code::NORM_RMS_FORWARD_TWIN_F32_CPU } else { &code::NORM_RMS_FORWARD_TWIN_F32 };
+    let name = kname(k);
+    if p.dtype != DType::F32 {
+        return Err(err(name, format!("a 16-bit twin of {:?} storage", p.dtype)));
+    }
+    check_rms_forward(name, p, (&x, &y, &rstd), w.as_ref())?;
+    let half = twin.code(name, u64::from(p.rows) * u64::from(p.dim))?;
+    let params = words(&[p.rows, p.dim, p.eps.to_bits(), gain_mode(w.is_some(), p.unit_offset), half]);
+    let args = [read(x), read(w.unwrap_or(x)), write(y), write(rstd), write(twin.view)];
     rec.dispatch(k, &[], &args, &params, row_groups(p.rows))
 }
 

@@ -58,3 +58,16 @@ pub fn narrow(g: &Graph<'_>, x: &Tensor, dtype: DType) -> Result<Tensor> {
     g.record(|rec| cast_kernel(rec, x.view(), x.dtype(), y.view(), dtype))?;
     Ok(y)
 }
+
+/// The 16-bit twin an op producing the f32 activation `y` writes too, in training under
+/// autocast (the products and attention that read `y` then find it as `y`'s kept copy and run
+/// no cast; its values are `y` rounded exactly as the cast kernels round). `None` when no
+/// product reads 16-bit copies (autocast off, inference: nothing would keep it).
+pub(crate) fn twin(g: &Graph<'_>, y: &Tensor) -> Result<Option<Tensor>> {
+    let Some(dt) = g.autocast().filter(|_| g.grad_enabled() && y.dtype() == DType::F32) else {
+        return Ok(None);
+    };
+    let copy = g.empty_as(y.shape(), dt)?;
+    g.keep_cast(y, &copy);
+    Ok(Some(copy))
+}

@@ -3,7 +3,7 @@
 //! columns are the gate (HF Phi-3's `gate_up_proj(x).chunk(2, dim=-1)`).
 //! Backward: `dgate = dout * up * f'(gate)`, `dup = dout * f(gate)`, from the saved inputs.
 
-use vkformers_kernels::dtype::DType;
+use vkformers_kernels::dtype::{DType, Twin};
 use vkformers_kernels::glu as k;
 pub use vkformers_kernels::glu::Glu;
 
@@ -16,7 +16,7 @@ pub fn glu(g: &Graph<'_>, gate: &Tensor, up: &Tensor, kind: Glu) -> Result<Tenso
     }
     let (rows, inner) = (gate.rows(), gate.last_dim());
     let out = g.output(gate.shape(), &[gate, up])?;
-    g.record(|rec| k::forward(rec, kind, gate.view(), up.view(), out.view(), rows, inner, DType::F32))?;
+    record_forward(g, kind, (gate, Some(up)), &out, (rows, inner))?;
     let (sg, su) = (gate.clone(), up.clone());
     g.push_node(
         &out,
@@ -55,7 +55,7 @@ pub fn glu_fused(g: &Graph<'_>, gate_up: &Tensor, kind: Glu) -> Result<Tensor> {
         *last = inner;
     }
     let out = g.output(&shape, &[gate_up])?;
-    g.record(|rec| k::forward_fused(rec, kind, gate_up.view(), out.view(), rows, inner, DType::F32))?;
+    record_forward(g, kind, (gate_up, None), &out, (rows, inner))?;
     let saved = gate_up.clone();
     g.push_node(
         &out,
@@ -69,6 +69,26 @@ pub fn glu_fused(g: &Graph<'_>, gate_up: &Tensor, kind: Glu) -> Result<Tensor> {
         }),
     );
     Ok(out)
+}
+
+/// The forward kernel of separate gate and up (`up` given) or a fused gate_up, f32; under
+/// autocast it also writes the 16-bit copy the down projection reads (no cast).
+fn record_forward(
+    g: &Graph<'_>,
+    kind: Glu,
+    (gate, up): (&Tensor, Option<&Tensor>),
+    out: &Tensor,
+    (rows, inner): (usize, usize),
+) -> Result<()> {
+    let twin = crate::ops::cast::twin(g, out)?;
+    g.record(|rec| match (&twin, up) {
+        (Some(t), _) => {
+            let t = Twin { view: t.view(), dtype: t.dtype() };
+            k::forward_twin(rec, kind, (gate.view(), up.map(Tensor::view)), out.view(), t, rows, inner)
+        }
+        (None, Some(up)) => k::forward(rec, kind, gate.view(), up.view(), out.view(), rows, inner, DType::F32),
+        (None, None) => k::forward_fused(rec, kind, gate.view(), out.view(), rows, inner, DType::F32),
+    })
 }
 
 fn shape_error(message: String) -> VkError {

@@ -9,7 +9,7 @@
 //! Weight gradients are summed over rows deterministically by the kernels (partial sums in a
 //! scratch buffer of `weight_grad_scratch_bytes`).
 
-use vkformers_kernels::dtype::DType;
+use vkformers_kernels::dtype::{DType, Twin};
 use vkformers_kernels::norm::{self as k, LayerNorm, ParamGrads, RmsNorm};
 use vkformers_vk::Buffer;
 
@@ -60,7 +60,15 @@ pub fn rms_norm(g: &Graph<'_>, x: &Tensor, w: Option<&Tensor>, eps: f32, unit_of
     let inputs = node_inputs(x, &[w]);
     let y = g.output(x.shape(), &inputs.iter().collect::<Vec<_>>())?;
     let rstd = g.empty(&[rows as usize])?;
-    g.record(|rec| k::rms_norm_forward(rec, &p, x.view(), w.map(Tensor::view), y.view(), rstd.view()))?;
+    // Under autocast the 16-bit copy the next products read is written here (no cast).
+    let twin = crate::ops::cast::twin(g, &y)?;
+    g.record(|rec| match &twin {
+        Some(t) => {
+            let t = Twin { view: t.view(), dtype: t.dtype() };
+            k::rms_norm_forward_twin(rec, &p, (x.view(), w.map(Tensor::view)), y.view(), t, rstd.view())
+        }
+        None => k::rms_norm_forward(rec, &p, x.view(), w.map(Tensor::view), y.view(), rstd.view()),
+    })?;
     let (x, w) = (x.clone(), w.cloned());
     g.push_node(
         &y,

@@ -5,7 +5,7 @@
 
 pub use vkformers_kernels::rope::RopeLayout;
 
-use vkformers_kernels::dtype::DType;
+use vkformers_kernels::dtype::{DType, Twin};
 use vkformers_kernels::rope::{self as k, Rope};
 
 use crate::{Graph, Result, Tensor, VkError};
@@ -62,7 +62,15 @@ pub fn rope(
 ) -> Result<Tensor> {
     let p = describe(x, pos, inv_freq, layout, rotary_dim, mscale)?;
     let y = g.output(x.shape(), &[x])?;
-    g.record(|rec| k::rope_forward(rec, &p, x.view(), pos.view(), inv_freq.view(), y.view()))?;
+    // Under autocast the 16-bit copy attention reads is written here (no cast).
+    let twin = crate::ops::cast::twin(g, &y)?;
+    g.record(|rec| match &twin {
+        Some(t) => {
+            let t = Twin { view: t.view(), dtype: t.dtype() };
+            k::rope_forward_twin(rec, &p, (x.view(), pos.view(), inv_freq.view()), y.view(), t)
+        }
+        None => k::rope_forward(rec, &p, x.view(), pos.view(), inv_freq.view(), y.view()),
+    })?;
     let (pos, inv_freq) = (pos.clone(), inv_freq.clone());
     g.push_node(
         &y,

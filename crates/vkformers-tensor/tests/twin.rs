@@ -1,0 +1,108 @@
+//! 16-bit twins under autocast: in training, RMSNorm, RoPE and the GLU write the 16-bit copy of
+//! their f32 output themselves, so the products reading those activations run no cast, and
+//! read exactly the copy a cast would have made (the product equals one of the rounded f32
+//! output). In inference (no tape) nothing is kept, so no twin is written.
+
+use vkformers_kernels::glu::Glu;
+use vkformers_kernels::matmul::reference;
+use vkformers_kernels::testutil::storage::round;
+use vkformers_kernels::testutil::{assert_close, f64s, Rng, TOL_F32};
+use vkformers_tensor::ops::matmul::linear;
+use vkformers_tensor::ops::rope::{rope, RopeLayout};
+use vkformers_tensor::ops::cast::autocast_copy;
+use vkformers_tensor::ops::{broadcast, glu, norm, reduce, shape};
+use vkformers_tensor::{DType, Graph, Result, Tensor};
+use vkformers_vk::testing::on_every_device;
+
+/// `a [m, k] · w [n, k]ᵀ` of the host values `a` and `w` rounded to `dt`, in f64.
+fn product_of_rounded(dt: DType, a: &[f32], w: &[f32], (m, k, n): (usize, usize, usize)) -> Vec<f64> {
+    let (ar, wr) = (f64s(&round(dt, a)), f64s(&round(dt, w)));
+    let wt: Vec<f64> = (0..k * n).map(|i| wr[(i % n) * k + i / n]).collect();
+    reference::matmul(&ar, &wt, m, k, n)
+}
+
+/// Cast dispatches recorded by `f`, with what it returns.
+fn casts_of<R>(g: &Graph<'_>, f: impl FnOnce() -> Result<R>) -> Result<(u64, R)> {
+    g.sync()?; // the batch recorded so far was opened without timestamps
+    g.set_profiling(true);
+    let out = f()?;
+    let profile = g.take_profile()?.expect("profiling on");
+    g.set_profiling(false);
+    Ok((profile.kernels.iter().filter(|(n, _)| n.starts_with("cast/")).map(|(_, k)| k.calls).sum(), out))
+}
+
+/// `y = act · wᵀ` for each activation, checked against the product of the rounded f32
+/// activation; returns the products.
+fn check_products(g: &Graph<'_>, dt: DType, acts: &[(&str, &Tensor)], w: &Tensor, wv: &[f32]) -> Result<Vec<Tensor>> {
+    let mut ys = Vec::new();
+    for (what, a) in acts {
+        let (m, k) = (a.rows(), a.last_dim());
+        let y = linear(g, &shape::reshape(g, a, &[m, k])?, w, None)?;
+        let want = product_of_rounded(dt, &g.read(a)?, wv, (m, k, w.rows()));
+        assert_close(&format!("{dt:?} {what}: product of the twin"), &g.read(&y)?, &want, TOL_F32);
+        ys.push(y);
+    }
+    Ok(ys)
+}
+
+#[test]
+fn products_read_the_twins_of_norm_rope_and_glu_outputs_without_a_cast() {
+    on_every_device("twin autocast", |ctx| {
+        let (t, h, d) = (19, 3, 6); // 19 rows: a GEMM, not the few-row f32 GEMV
+        let mut rng = Rng::new(21);
+        let (x, nw, wv) = (rng.vec(t * h * d, 2.0), rng.vec(h * d, 1.0), rng.vec(5 * d, 1.0));
+        let (gate, up) = (rng.vec(t * d, 2.0), rng.vec(t * d, 2.0));
+        let pos: Vec<i32> = (0..t as i32).map(|p| p * 7).collect();
+        let inv: Vec<f32> = (0..d / 2).map(|i| 10_000f32.powf(-2.0 * i as f32 / d as f32)).collect();
+        for dt in [DType::BF16, DType::F16] {
+            let g = Graph::new(ctx);
+            g.set_autocast(Some(dt));
+            let xp = g.parameter(&x, &[t, h * d])?;
+            let (np, w) = (g.parameter(&nw, &[h * d])?, g.parameter(&wv, &[5, d])?);
+            let (gp, upp) = (g.parameter(&gate, &[t, d])?, g.parameter(&up, &[t, d])?);
+            let (pos, inv) = (g.ints(&pos, &[1, t])?, g.constant(&inv, &[d / 2])?);
+            let w_wide = g.parameter(&rng.vec(2 * h * d, 1.0), &[2, h * d])?;
+            for weight in [&w_wide, &w] {
+                autocast_copy(&g, weight, dt)?; // cast once, outside the counts
+            }
+            let (casts, ys) = casts_of(&g, || {
+                let hn = norm::rms_norm(&g, &xp, Some(&np), 1e-5, false)?;
+                let q = rope(&g, &shape::reshape(&g, &xp, &[1, t, h, d])?, &pos, &inv, RopeLayout::HalfSplit, d, 1.0)?;
+                let a = glu::glu(&g, &gp, &upp, Glu::SwiGlu)?;
+                let mut ys = vec![linear(&g, &hn, &w_wide, None)?];
+                ys.extend(check_products(&g, dt, &[("rope", &q), ("swiglu", &a)], &w, &wv)?);
+                let want = product_of_rounded(dt, &g.read(&hn)?, &g.read(&w_wide)?, (t, h * d, 2));
+                assert_close(&format!("{dt:?} rms_norm: product of the twin"), &g.read(&ys[0])?, &want, TOL_F32);
+                Ok(ys)
+            })?;
+            assert_eq!(casts, 0, "{dt:?}: the products read the twins");
+            // Gradients flow through the twins' ops as before.
+            let mut loss = reduce::sum(&g, &ys[0])?;
+            for y in &ys[1..] {
+                loss = broadcast::add(&g, &loss, &reduce::sum(&g, y)?)?;
+            }
+            g.backward(&loss)?;
+            for p in [&xp, &np, &gp, &upp] {
+                assert!(p.grad().is_some(), "{dt:?}: a gradient reaches every input");
+            }
+            assert_eq!(g.kept_casts(), 2, "{dt:?}: only the weights' copies outlive backward");
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn inference_writes_no_twin() {
+    on_every_device("twin no_grad", |ctx| {
+        let g = Graph::new(ctx);
+        g.set_autocast(Some(DType::BF16));
+        let x = g.parameter(&Rng::new(3).vec(5 * 7, 1.0), &[5, 7])?;
+        let kept = g.no_grad(|| -> Result<usize> {
+            let y = norm::rms_norm(&g, &x, None, 1e-5, false)?;
+            let _a = glu::glu(&g, &y, &y, Glu::GeGlu)?;
+            Ok(g.kept_casts())
+        })?;
+        assert_eq!(kept, 0);
+        Ok(())
+    });
+}
