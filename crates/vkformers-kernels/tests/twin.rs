@@ -30,7 +30,14 @@ fn twin_buffer(ctx: &Context, n: usize, what: &str) -> Result<Buffer> {
 /// Checks the outputs of one twin launch: `y` (f32, `n` values) against `want` (f64 reference)
 /// and `plain` (the plain kernel's f32 output) bit for bit, and `y16` against the cast kernel
 /// and the host rounding of `y`, bit for bit.
-fn check_outputs(ctx: &Context, what: &str, dt: DType, (y, y16): (&Buffer, &Buffer), plain: &Buffer, want: &[f64]) -> Result<()> {
+fn check_outputs(
+    ctx: &Context,
+    what: &str,
+    dt: DType,
+    (y, y16): (&Buffer, &Buffer),
+    plain: &Buffer,
+    want: &[f64],
+) -> Result<()> {
     let n = want.len();
     fn view(b: &Buffer, n: usize, bytes: u64) -> vkformers_vk::BufferView<'_> {
         b.slice(0, n as u64 * bytes)
@@ -97,7 +104,13 @@ fn check_rope(ctx: &Context, rng: &mut Rng, dt: DType, (b, t, h, dh, r): (u32, u
     check_outputs(ctx, &format!("rope {p:?} {dt:?}"), dt, (&y.buf, &y16), &plain.buf, &want)
 }
 
-fn check_glu(ctx: &Context, rng: &mut Rng, (kind, dt): (Glu, DType), (rows, inner): (usize, usize), fused: bool) -> Result<()> {
+fn check_glu(
+    ctx: &Context,
+    rng: &mut Rng,
+    (kind, dt): (Glu, DType),
+    (rows, inner): (usize, usize),
+    fused: bool,
+) -> Result<()> {
     let n = rows * inner;
     let (gs, us) = (rng.vec(n, 3.0), rng.vec(n, 2.0));
     let gate_up = ctx.buffer_from(&glu::reference::join(&gs, &us, inner), "gate_up")?;
@@ -115,7 +128,14 @@ fn check_glu(ctx: &Context, rng: &mut Rng, (kind, dt): (Glu, DType), (rows, inne
     }
     rec.submit()?;
     let want = glu::reference::forward(kind, &f64s(&gs), &f64s(&us));
-    check_outputs(ctx, &format!("glu {kind:?} {rows}x{inner} fused {fused} {dt:?}"), dt, (&y.buf, &y16), &plain.buf, &want)
+    check_outputs(
+        ctx,
+        &format!("glu {kind:?} {rows}x{inner} fused {fused} {dt:?}"),
+        dt,
+        (&y.buf, &y16),
+        &plain.buf,
+        &want,
+    )
 }
 
 #[test]

@@ -64,10 +64,17 @@ pub fn narrow(g: &Graph<'_>, x: &Tensor, dtype: DType) -> Result<Tensor> {
 /// no cast; its values are `y` rounded exactly as the cast kernels round). `None` when no
 /// product reads 16-bit copies (autocast off, inference: nothing would keep it).
 pub(crate) fn twin(g: &Graph<'_>, y: &Tensor) -> Result<Option<Tensor>> {
-    let Some(dt) = g.autocast().filter(|_| g.grad_enabled() && y.dtype() == DType::F32) else {
+    let Some(dt) = g.autocast().filter(|_| twins_on() && g.grad_enabled() && y.dtype() == DType::F32) else {
         return Ok(None);
     };
     let copy = g.empty_as(y.shape(), dt)?;
     g.keep_cast(y, &copy);
     Ok(Some(copy))
+}
+
+/// `VKFORMERS_NO_TWINS=1` turns the twins off (a cast dispatch per copy again, as before
+/// them): for comparing the two on one binary; the values are the same either way.
+fn twins_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("VKFORMERS_NO_TWINS").is_none())
 }
