@@ -1,4 +1,4 @@
-//! The `twin` variants (RMSNorm forward, RoPE, GLU forward of f32 tensors that also write their
+//! The `twin` variants (RMSNorm forward, RoPE forward and backward, GLU forward and backward of f32 tensors that also write their
 //! output in f16 or bf16): on odd shapes, the f32 output matches the f64 reference and is bit
 //! for bit the plain kernel's, and the 16-bit twin is bit for bit `dtype::cast` of that f32
 //! output (what autocast made before, with a cast dispatch) and the host's rounding of it.
@@ -101,7 +101,39 @@ fn check_rope(ctx: &Context, rng: &mut Rng, dt: DType, (b, t, h, dh, r): (u32, u
     rope::rope_forward(&mut rec, &p, x.view(), pos.view(), inv.view(), plain.view())?;
     rec.submit()?;
     let want = rope::reference::rope(&p, &f64s(&xs), &pos_v, &inv_v);
-    check_outputs(ctx, &format!("rope {p:?} {dt:?}"), dt, (&y.buf, &y16), &plain.buf, &want)
+    check_outputs(ctx, &format!("rope {p:?} {dt:?}"), dt, (&y.buf, &y16), &plain.buf, &want)?;
+    // The backward (x read as dy): the transposed rotation, and its twin.
+    let mut rec = ctx.recorder(false)?;
+    rope::rope_backward_twin(&mut rec, &p, (x.view(), pos.view(), inv.view()), y.view(), twin)?;
+    rope::rope_backward(&mut rec, &p, x.view(), pos.view(), inv.view(), plain.view())?;
+    rec.submit()?;
+    let want = rope::reference::rope_backward(&p, &f64s(&xs), &pos_v, &inv_v);
+    check_outputs(ctx, &format!("rope backward {p:?} {dt:?}"), dt, (&y.buf, &y16), &plain.buf, &want)
+}
+
+/// The GLU backward twin (separate gate and up): dgate and dup with their 16-bit copies.
+fn check_glu_backward(
+    ctx: &Context,
+    rng: &mut Rng,
+    (kind, dt): (Glu, DType),
+    (rows, inner): (usize, usize),
+) -> Result<()> {
+    let n = rows * inner;
+    let (gs, us, ds) = (rng.vec(n, 3.0), rng.vec(n, 2.0), rng.vec(n, 1.0));
+    let (gate, up, dout) = (ctx.buffer_from(&gs, "gate")?, ctx.buffer_from(&us, "up")?, ctx.buffer_from(&ds, "dout")?);
+    let outs: Vec<_> = (0..4).map(|i| alloc(ctx, DType::F32, n, &format!("out {i}"))).collect::<Result<_>>()?;
+    let twins = [twin_buffer(ctx, n, "dgate16")?, twin_buffer(ctx, n, "dup16")?];
+    let mut rec = ctx.recorder(false)?;
+    let t = [&twins[0], &twins[1]].map(|b| Twin { view: b.slice(0, n as u64 * 2), dtype: dt });
+    let ins = (gate.view(), up.view(), dout.view());
+    glu::backward_twin(&mut rec, kind, ins, (outs[0].view(), outs[1].view()), t, (rows, inner))?;
+    let (o2, o3) = (outs[2].view(), outs[3].view());
+    glu::backward(&mut rec, kind, gate.view(), up.view(), dout.view(), o2, o3, rows, inner, DType::F32)?;
+    rec.submit()?;
+    let (dg, du) = glu::reference::backward(kind, &f64s(&gs), &f64s(&us), &f64s(&ds));
+    let what = format!("glu backward {kind:?} {rows}x{inner} {dt:?}");
+    check_outputs(ctx, &format!("{what} dgate"), dt, (&outs[0].buf, &twins[0]), &outs[2].buf, &dg)?;
+    check_outputs(ctx, &format!("{what} dup"), dt, (&outs[1].buf, &twins[1]), &outs[3].buf, &du)
 }
 
 fn check_glu(
@@ -155,6 +187,7 @@ fn twins_are_the_cast_of_the_f32_output() {
             for kind in Glu::ALL {
                 for (shape, fused) in [((1, 1), false), ((3, 7), true), ((5, 9), false), ((2, 33), true)] {
                     check_glu(ctx, &mut rng, (kind, dt), shape, fused)?;
+                    check_glu_backward(ctx, &mut rng, (kind, dt), shape)?;
                 }
             }
         }

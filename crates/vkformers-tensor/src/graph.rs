@@ -169,12 +169,22 @@ impl<'c> Graph<'c> {
     pub(crate) fn keep_cast(&self, src: &Tensor, copy: &Tensor) {
         let weight = src.0.is_source;
         if weight || self.grad_enabled() {
-            let mut casts = self.casts.borrow_mut();
-            // Copies of activations that are gone are never asked for again: drop them (a
-            // 16-bit twin written by a norm, rope or GLU whose output no product read).
-            casts.retain(|_, k| k.weight || k.source.is_alive());
-            casts.insert(src.id(), Kept { copy: copy.clone(), weight, source: src.downgrade() });
+            self.insert_cast(src, copy, weight);
         }
+    }
+
+    /// Keeps `copy` as the 16-bit copy of the gradient `src` during backward (a 16-bit twin of
+    /// a gradient, for the backward products that read it), until the backward ends.
+    pub(crate) fn keep_grad_cast(&self, src: &Tensor, copy: &Tensor) {
+        self.insert_cast(src, copy, false);
+    }
+
+    fn insert_cast(&self, src: &Tensor, copy: &Tensor, weight: bool) {
+        let mut casts = self.casts.borrow_mut();
+        // Copies of activations that are gone are never asked for again: drop them (a 16-bit
+        // twin written by a norm, rope or GLU whose output no product read).
+        casts.retain(|_, k| k.weight || k.source.is_alive());
+        casts.insert(src.id(), Kept { copy: copy.clone(), weight, source: src.downgrade() });
     }
 
     /// Starts (or stops) timing every dispatch; `take_profile` returns what was timed.
@@ -361,10 +371,15 @@ impl<'c> Graph<'c> {
         let view = self.share(src, shape, rg);
         // A kept 16-bit copy of `src` is, reshaped, the copy of the view (an activation reshaped
         // between two products, e.g. attention's [B, T, H, D] output into o_proj's [B·T, H·D]).
-        let copy = self.casts.borrow().get(&src.id()).map(|k| k.copy.clone());
-        if let Some(copy) = copy {
+        let copy = self.casts.borrow().get(&src.id()).map(|k| (k.copy.clone(), k.weight));
+        if let Some((copy, weight)) = copy {
             let copy_view = self.share(&copy, shape, false);
-            self.keep_cast(&view, &copy_view);
+            if weight {
+                self.keep_cast(&view, &copy_view);
+            } else {
+                // An activation's or a gradient's copy (backward reshapes gradients too).
+                self.insert_cast(&view, &copy_view, false);
+            }
         }
         view
     }

@@ -106,3 +106,48 @@ fn inference_writes_no_twin() {
         Ok(())
     });
 }
+
+/// Gradients of `x`, W_gate, W_up, W_q of `sum(W_d · glu(W_gate · x, W_up · x)) + sum(rope(W_q ·
+/// x) ⊙ c)` under autocast, and the casts to 16 bits its backward ran. With `blocked` a scale
+/// by 1 (exact) sits between each product and the glu / rope, so their gradients' twins are not
+/// what the products' backward reads.
+fn glu_rope_grads(g: &Graph<'_>, dt: DType, blocked: bool) -> Result<(Vec<Vec<u32>>, u64)> {
+    let (t, h, d, i) = (17, 2, 6, 9);
+    let mut rng = Rng::new(5);
+    g.set_autocast(Some(dt));
+    let x = g.parameter(&rng.vec(t * h * d, 1.0), &[t, h * d])?;
+    let wg = g.parameter(&rng.vec(i * h * d, 1.0), &[i, h * d])?;
+    let wu = g.parameter(&rng.vec(i * h * d, 1.0), &[i, h * d])?;
+    let wq = g.parameter(&rng.vec(h * d * h * d, 1.0), &[h * d, h * d])?;
+    let wd = g.constant(&rng.vec(3 * i, 1.0), &[3, i])?;
+    let c = g.constant(&rng.vec(t * h * d, 1.0), &[1, t, h, d])?;
+    let pos = g.ints(&(0..t as i32).collect::<Vec<_>>(), &[1, t])?;
+    let inv: Vec<f32> = (0..d / 2).map(|j| 10_000f32.powf(-2.0 * j as f32 / d as f32)).collect();
+    let inv = g.constant(&inv, &[d / 2])?;
+    let block = |y: Tensor| if blocked { broadcast::scale(g, &y, 1.0) } else { Ok(y) };
+    let (gate, up) = (block(linear(g, &x, &wg, None)?)?, block(linear(g, &x, &wu, None)?)?);
+    let m = linear(g, &glu::glu(g, &gate, &up, Glu::SwiGlu)?, &wd, None)?;
+    let q = block(shape::reshape(g, &linear(g, &x, &wq, None)?, &[1, t, h, d])?)?;
+    let q = rope(g, &q, &pos, &inv, RopeLayout::HalfSplit, d, 1.0)?;
+    let loss = broadcast::add(g, &reduce::sum(g, &m)?, &reduce::sum(g, &broadcast::mul(g, &q, &c)?)?)?;
+    let (casts, ()) = casts_of(g, || g.backward(&loss))?;
+    let mut grads = Vec::new();
+    for p in [&x, &wg, &wu, &wq] {
+        grads.push(g.read(&p.grad().expect("gradient"))?.iter().map(|v| v.to_bits()).collect());
+    }
+    Ok((grads, casts))
+}
+
+#[test]
+fn backward_products_read_the_twins_of_glu_and_rope_gradients() {
+    on_every_device("twin backward", |ctx| {
+        for dt in [DType::BF16, DType::F16] {
+            let (twins, casts) = glu_rope_grads(&Graph::new(ctx), dt, false)?;
+            let (plain, casts_plain) = glu_rope_grads(&Graph::new(ctx), dt, true)?;
+            // The same values, bit for bit: a twin is exactly the cast it replaces.
+            assert!(twins == plain, "{dt:?}: gradients differ with the twins");
+            assert_eq!(casts_plain - casts, 3, "{dt:?}: dgate, dup and dq need no cast ({casts} vs {casts_plain})");
+        }
+        Ok(())
+    });
+}

@@ -202,6 +202,36 @@ pub fn backward(
     launch_backward(rec, kind, BackwardViews { gate, up, dout, dgate, dup }, rows, inner, inner, dt)
 }
 
+/// [`backward`] of f32 tensors that also writes `dgate` and `dup` in 16 bits into `twins`
+/// (rounded as `dtype::cast` rounds them): the copies the backward products of the gate and up
+/// projections read, with no cast dispatch. gate, up, dout, dgate, dup [rows, inner].
+pub fn backward_twin(
+    rec: &mut Recorder,
+    kind: Glu,
+    (gate, up, dout): (BufferView<'_>, BufferView<'_>, BufferView<'_>),
+    (dgate, dup): (BufferView<'_>, BufferView<'_>),
+    twins: [Twin<'_>; 2],
+    (rows, inner): (usize, usize),
+) -> Result<()> {
+    use code::*;
+    let k: &'static KernelCode = match kind {
+        Glu::SwiGlu => &GLU_BACKWARD_SWIGLU_TWIN,
+        Glu::GeGlu => &GLU_BACKWARD_GEGLU_TWIN,
+        Glu::GeGluTanh => &GLU_BACKWARD_GEGLU_TANH_TWIN,
+    };
+    let n = u64::from(count(k, &[rows, inner])?);
+    for (what, v) in [("gate", &gate), ("up", &up), ("dout", &dout), ("dgate", &dgate), ("dup", &dup)] {
+        expect_len(k, what, v, n, DType::F32)?;
+    }
+    let half = twins[0].code(k.name, n)?;
+    if twins[1].code(k.name, n)? != half {
+        return Err(crate::launch::err(k, "the twins of dgate and dup differ in type".into()));
+    }
+    let p = params(&[rows as u32, inner as u32, inner as u32, half]);
+    let args = [read(gate), read(up), read(dout), write(dgate), write(dup), write(twins[0].view), write(twins[1].view)];
+    rec.dispatch(k, &[], &args, &p, groups_for(n))
+}
+
 /// Backward of [`forward_fused`]: writes the fused gradient `dgate_up` [rows, 2 inner]
 /// (dgate in the first `inner` columns, dup in the last); dout [rows, inner]; all of storage
 /// type `dt`.

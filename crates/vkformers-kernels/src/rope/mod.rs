@@ -147,6 +147,29 @@ pub fn rope_forward_twin(
     out: BufferView<'_>,
     twin: Twin<'_>,
 ) -> Result<()> {
+    dispatch_twin(rec, p, (x, pos, inv_freq), (out, twin), 1.0)
+}
+
+/// [`rope_backward`] of f32 tensors that also writes `dx` in 16 bits into `twin` (rounded as
+/// `dtype::cast` rounds it): the copy the q / k projection's backward products read.
+pub fn rope_backward_twin(
+    rec: &mut Recorder,
+    p: &Rope,
+    (dy, pos, inv_freq): (BufferView<'_>, BufferView<'_>, BufferView<'_>),
+    dx: BufferView<'_>,
+    twin: Twin<'_>,
+) -> Result<()> {
+    dispatch_twin(rec, p, (dy, pos, inv_freq), (dx, twin), -1.0)
+}
+
+/// One out-of-place `rope/rope:twin_f32` dispatch (`sign` 1: forward, -1: backward).
+fn dispatch_twin(
+    rec: &mut Recorder,
+    p: &Rope,
+    (x, pos, inv_freq): (BufferView<'_>, BufferView<'_>, BufferView<'_>),
+    (out, twin): (BufferView<'_>, Twin<'_>),
+    sign: f32,
+) -> Result<()> {
     let k = &code::ROPE_ROPE_TWIN_F32;
     if p.dtype != DType::F32 {
         return Err(crate::launch::err_plain(k, format!("a 16-bit twin of {:?} storage", p.dtype)));
@@ -158,7 +181,7 @@ pub fn rope_forward_twin(
     if work == 0 {
         return Ok(());
     }
-    let mut params = rope_words(p, true, 1.0);
+    let mut params = rope_words(p, true, sign);
     params.extend_from_slice(&half.to_le_bytes());
     let groups = [work.div_ceil(LOCAL).clamp(1, MAX_GROUPS) as u32, 1, 1];
     let args = [read(x), write(out), read(pos), read(inv_freq), write(twin.view)];

@@ -48,10 +48,14 @@ pub fn autocast_copy(g: &Graph<'_>, x: &Tensor, dtype: DType) -> Result<Tensor> 
     Ok(y)
 }
 
-/// A 16-bit copy of a gradient (never kept: each is read by one op's backward products).
+/// A 16-bit copy of a gradient for one op's backward products: the twin the op that computed
+/// the gradient wrote (`grad_twin`), else a fresh cast (not kept).
 pub fn narrow(g: &Graph<'_>, x: &Tensor, dtype: DType) -> Result<Tensor> {
     if x.dtype() == dtype {
         return Ok(x.clone());
+    }
+    if let Some(t) = g.cached_cast(x, dtype) {
+        return Ok(t);
     }
     check_pair(x.dtype(), dtype)?;
     let y = g.empty_as(x.shape(), dtype)?;
@@ -69,6 +73,18 @@ pub(crate) fn twin(g: &Graph<'_>, y: &Tensor) -> Result<Option<Tensor>> {
     };
     let copy = g.empty_as(y.shape(), dt)?;
     g.keep_cast(y, &copy);
+    Ok(Some(copy))
+}
+
+/// The 16-bit twin a backward kernel writing the f32 gradient `dx` writes too, under autocast:
+/// the backward products that read `dx` (`narrow`) then run no cast. Kept until the backward
+/// ends (or `dx` is dropped).
+pub(crate) fn grad_twin(g: &Graph<'_>, dx: &Tensor) -> Result<Option<Tensor>> {
+    let Some(dt) = g.autocast().filter(|_| twins_on() && dx.dtype() == DType::F32) else {
+        return Ok(None);
+    };
+    let copy = g.empty_as(dx.shape(), dt)?;
+    g.keep_grad_cast(dx, &copy);
     Ok(Some(copy))
 }
 

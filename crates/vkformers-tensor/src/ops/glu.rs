@@ -23,6 +23,14 @@ pub fn glu(g: &Graph<'_>, gate: &Tensor, up: &Tensor, kind: Glu) -> Result<Tenso
         vec![gate.clone(), up.clone()],
         Box::new(move |g, dout| {
             let (dgate, dup) = (g.empty(sg.shape())?, g.empty(su.shape())?);
+            // Under autocast the 16-bit copies the gate / up projections' backward reads.
+            let twins = [crate::ops::cast::grad_twin(g, &dgate)?, crate::ops::cast::grad_twin(g, &dup)?];
+            if let [Some(tg), Some(tu)] = &twins {
+                let t = [tg, tu].map(|t| Twin { view: t.view(), dtype: t.dtype() });
+                let ins = (sg.view(), su.view(), dout.view());
+                g.record(|rec| k::backward_twin(rec, kind, ins, (dgate.view(), dup.view()), t, (rows, inner)))?;
+                return Ok(vec![Some(dgate), Some(dup)]);
+            }
             g.record(|rec| {
                 k::backward(
                     rec,

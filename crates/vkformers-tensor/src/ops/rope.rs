@@ -77,7 +77,15 @@ pub fn rope(
         vec![x.clone()],
         Box::new(move |g, dy| {
             let dx = g.empty(dy.shape())?;
-            g.record(|rec| k::rope_backward(rec, &p, dy.view(), pos.view(), inv_freq.view(), dx.view()))?;
+            // Under autocast the 16-bit copy the q / k projection's backward reads is written here.
+            let twin = crate::ops::cast::grad_twin(g, &dx)?;
+            g.record(|rec| match &twin {
+                Some(t) => {
+                    let t = Twin { view: t.view(), dtype: t.dtype() };
+                    k::rope_backward_twin(rec, &p, (dy.view(), pos.view(), inv_freq.view()), dx.view(), t)
+                }
+                None => k::rope_backward(rec, &p, dy.view(), pos.view(), inv_freq.view(), dx.view()),
+            })?;
             Ok(vec![Some(dx)])
         }),
     );
