@@ -1,4 +1,4 @@
-//! The `twin` variants (RMSNorm forward, RoPE forward and backward, GLU forward and backward of f32 tensors that also write their
+//! The `twin` variants (RMSNorm forward and its accumulating backward, RoPE forward and backward, GLU forward and backward of f32 tensors that also write their
 //! output in f16 or bf16): on odd shapes, the f32 output matches the f64 reference and is bit
 //! for bit the plain kernel's, and the 16-bit twin is bit for bit `dtype::cast` of that f32
 //! output (what autocast made before, with a cast dispatch) and the host's rounding of it.
@@ -7,7 +7,7 @@ use vkformers_kernels::dtype::{self, DType, Twin};
 use vkformers_kernels::glu::{self, Glu};
 use vkformers_kernels::norm::{self, RmsNorm};
 use vkformers_kernels::rope::{self, Rope, RopeLayout};
-use vkformers_kernels::testutil::storage::{alloc, unsupported};
+use vkformers_kernels::testutil::storage::{alloc, unsupported, Stored};
 use vkformers_kernels::testutil::{assert_close, f64s, Rng, TOL_F32};
 use vkformers_vk::testing::on_every_device;
 use vkformers_vk::{Buffer, Context, Result};
@@ -170,6 +170,64 @@ fn check_glu(
     )
 }
 
+/// Weight gradients into `dw` with `s` as their scratch (overwritten).
+fn grads<'a>(dw: &'a Stored, s: &'a Buffer) -> Option<norm::ParamGrads<'a>> {
+    Some(norm::ParamGrads { dw: dw.view(), db: None, scratch: s.view(), accumulate: false })
+}
+
+/// The RMSNorm backward that adds the gradient x already has (`prev`, when given) and writes
+/// a 16-bit twin: dx matches the reference and, bit for bit, the plain backward followed by
+/// the add kernel; its twin is the cast of dx; dw is the plain one.
+fn check_rms_backward_acc(
+    ctx: &Context,
+    rng: &mut Rng,
+    dt: DType,
+    (rows, dim): (usize, usize),
+    prev: bool,
+) -> Result<()> {
+    let n = rows * dim;
+    let (xs, ws, gs, ps) = (rng.vec(n, 3.0), rng.vec(dim, 1.0), rng.vec(n, 1.0), rng.vec(n, 1.0));
+    let [x, w, dy, pv] = [&xs, &ws, &gs, &ps].map(|v| ctx.buffer_from(v, "input"));
+    let (x, w, dy, pv) = (x?, w?, dy?, pv?);
+    let p = RmsNorm { rows: rows as u32, dim: dim as u32, eps: 1e-5, unit_offset: false, dtype: DType::F32 };
+    let outs: Vec<_> = (0..4).map(|i| alloc(ctx, DType::F32, n, &format!("out {i}"))).collect::<Result<_>>()?;
+    let (dw, dw_plain) = (alloc(ctx, DType::F32, dim, "dw")?, alloc(ctx, DType::F32, dim, "dw plain")?);
+    let (rstd, y16) = (ctx.buffer(rows as u64 * 4, "rstd")?, twin_buffer(ctx, n, "dx16")?);
+    let bytes = norm::weight_grad_scratch_bytes(rows as u32, dim as u32);
+    let (s1, s2) = (ctx.buffer(bytes, "scratch")?, ctx.buffer(bytes, "scratch 2")?);
+    let mut rec = ctx.recorder(false)?;
+    norm::rms_norm_forward(&mut rec, &p, x.view(), Some(w.view()), outs[3].view(), rstd.view())?;
+    let twin = Twin { view: y16.slice(0, n as u64 * 2), dtype: dt };
+    let out = norm::DxOut { dx: outs[0].view(), prev: prev.then(|| pv.view()), twin: Some(twin) };
+    let ins = (x.view(), Some(w.view()), rstd.view());
+    norm::rms_norm_backward_acc(&mut rec, &p, ins, dy.view(), out, grads(&dw, &s1))?;
+    let (plain, sum) = (outs[1].view(), outs[2].view());
+    norm::rms_norm_backward(
+        &mut rec,
+        &p,
+        x.view(),
+        Some(w.view()),
+        rstd.view(),
+        dy.view(),
+        plain,
+        grads(&dw_plain, &s2),
+    )?;
+    vkformers_kernels::elementwise::add(&mut rec, pv.view(), plain, sum)?;
+    rec.submit()?;
+    let (mut want, _) = norm::reference::rms_norm_backward(&f64s(&xs), Some(&f64s(&ws)), &f64s(&gs), dim, 1e-5, false);
+    if prev {
+        want.iter_mut().zip(&ps).for_each(|(w, &p)| *w += f64::from(p));
+    }
+    let same_as = if prev { &outs[2].buf } else { &outs[1].buf };
+    let what = format!("rms backward {rows}x{dim} prev {prev} {dt:?}");
+    check_outputs(ctx, &what, dt, (&outs[0].buf, &y16), same_as, &want)?;
+    let bits = |b: &Buffer| -> Result<Vec<u32>> {
+        Ok(ctx.read_vec::<f32>(b.slice(0, dim as u64 * 4))?.iter().map(|v| v.to_bits()).collect())
+    };
+    assert_eq!(bits(&dw.buf)?, bits(&dw_plain.buf)?, "{what}: dw");
+    Ok(())
+}
+
 #[test]
 fn twins_are_the_cast_of_the_f32_output() {
     on_every_device("twin", |ctx| {
@@ -180,6 +238,7 @@ fn twins_are_the_cast_of_the_f32_output() {
             }
             for (shape, weight) in [((1, 1), true), ((3, 7), false), ((5, 33), true), ((2, 300), true)] {
                 check_rms(ctx, &mut rng, dt, shape, weight)?;
+                check_rms_backward_acc(ctx, &mut rng, dt, shape, weight)?;
             }
             for shape in [(1, 1, 1, 2, 2), (2, 3, 3, 7, 4), (1, 5, 2, 10, 10)] {
                 check_rope(ctx, &mut rng, dt, shape)?;

@@ -105,6 +105,11 @@ pub struct Graph<'c> {
     casts: RefCell<HashMap<u64, Kept>>,
     /// Per-kernel device time when profiling (`--profile`).
     profile: RefCell<Option<Profile>>,
+    /// While a node's backward runs: the gradients its inputs already gathered from their other
+    /// readers, by tensor id. The backward may take one (`take_gathered_grad`) and add it into
+    /// the gradient it computes for that input (one pass instead of a separate add); the ones
+    /// left are summed by the tape as before.
+    gathered: RefCell<HashMap<u64, Tensor>>,
 }
 
 impl<'c> Graph<'c> {
@@ -122,6 +127,7 @@ impl<'c> Graph<'c> {
             autocast: Cell::new(None),
             casts: RefCell::new(HashMap::new()),
             profile: RefCell::new(None),
+            gathered: RefCell::new(HashMap::new()),
         }
     }
 
@@ -608,7 +614,19 @@ impl<'c> Graph<'c> {
             let Some(node) = node else { break };
             let Some(g) = grads.remove(&node.output) else { continue };
             let inputs = node.inputs;
-            let input_grads = self.no_grad(|| (node.backward)(self, &g))?;
+            // The gradients these inputs already have, offered to the backward to add into its
+            // own (saved and restored around it: a checkpoint's backward runs a tape inside).
+            let mine: HashMap<u64, Tensor> = inputs
+                .iter()
+                .filter_map(|i| match i {
+                    NodeInput::Inner(id, _) => grads.remove(id).map(|t| (*id, t)),
+                    _ => None,
+                })
+                .collect();
+            let outer = self.gathered.replace(mine);
+            let input_grads = self.no_grad(|| (node.backward)(self, &g));
+            grads.extend(self.gathered.replace(outer));
+            let input_grads = input_grads?;
             for (input, ig) in inputs.iter().zip(input_grads) {
                 let Some(ig) = ig else { continue };
                 let (id, shape) = match input {
@@ -631,6 +649,19 @@ impl<'c> Graph<'c> {
             }
         }
         Ok(grads)
+    }
+
+    /// The gradient `x` already gathered from its other readers, taken for the running node's
+    /// backward to add into the gradient it computes for `x` (which then stands for both). None
+    /// when `x` has none yet, or it is not f32 of `x`'s shape.
+    pub(crate) fn take_gathered_grad(&self, x: &Tensor) -> Option<Tensor> {
+        let mut gathered = self.gathered.borrow_mut();
+        let fits = gathered.get(&x.id()).is_some_and(|t| t.dtype() == DType::F32 && t.shape() == x.shape());
+        if fits {
+            gathered.remove(&x.id())
+        } else {
+            None
+        }
     }
 
     /// Forgets the 16-bit copies of activations (weights' copies stay until `clear_casts`).

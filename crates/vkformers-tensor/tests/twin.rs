@@ -151,3 +151,39 @@ fn backward_products_read_the_twins_of_glu_and_rope_gradients() {
         Ok(())
     });
 }
+
+/// Gradient of p in `sum((x + W · rms(x)) ⊙ c)` with `x = 2p` (a residual around a normed
+/// product), and the add dispatches its backward ran. With `blocked` the norm reads `1 · x`
+/// (exact), so its backward cannot take in the residual's gradient of x.
+fn residual_grad(g: &Graph<'_>, dt: Option<DType>, blocked: bool) -> Result<(Vec<u32>, u64)> {
+    let (t, d) = (19, 13);
+    let mut rng = Rng::new(9);
+    g.set_autocast(dt);
+    let p = g.parameter(&rng.vec(t * d, 1.0), &[t, d])?;
+    let (nw, w) = (g.parameter(&rng.vec(d, 1.0), &[d])?, g.parameter(&rng.vec(d * d, 1.0), &[d, d])?);
+    let c = g.constant(&rng.vec(t * d, 1.0), &[t, d])?;
+    let x = broadcast::scale(g, &p, 2.0)?;
+    let normed_in = if blocked { broadcast::scale(g, &x, 1.0)? } else { x.clone() };
+    let y = linear(g, &norm::rms_norm(g, &normed_in, Some(&nw), 1e-5, false)?, &w, None)?;
+    let loss = reduce::sum(g, &broadcast::mul(g, &broadcast::add(g, &x, &y)?, &c)?)?;
+    g.sync()?;
+    g.set_profiling(true);
+    g.backward(&loss)?;
+    let profile = g.take_profile()?.expect("profiling on");
+    let adds = profile.kernels.iter().filter(|(n, _)| n.starts_with("elementwise/binary:add")).map(|(_, k)| k.calls);
+    let grad = g.read(&p.grad().expect("gradient"))?;
+    Ok((grad.iter().map(|v| v.to_bits()).collect(), adds.sum()))
+}
+
+#[test]
+fn rms_norm_backward_takes_in_the_residual_gradient() {
+    on_every_device("residual gradient", |ctx| {
+        for dt in [None, Some(DType::BF16)] {
+            let (fused, adds) = residual_grad(&Graph::new(ctx), dt, false)?;
+            let (plain, adds_plain) = residual_grad(&Graph::new(ctx), dt, true)?;
+            assert!(fused == plain, "{dt:?}: the gradient differs when the norm adds it in");
+            assert_eq!((adds, adds_plain), (0, 1), "{dt:?}: the residual's add is gone");
+        }
+        Ok(())
+    });
+}

@@ -258,6 +258,58 @@ pub fn rms_norm_backward(
     grads: Option<ParamGrads<'_>>,
 ) -> Result<()> {
     let k = pick(p.dtype, &code::NORM_RMS_BACKWARD_F32, &code::NORM_RMS_BACKWARD_F16, &code::NORM_RMS_BACKWARD_BF16);
+    rms_backward_launch(rec, (k, p), (x, w, rstd), dy, (dx, None), grads)
+}
+
+/// Where [`rms_norm_backward_acc`] puts `dx`: the f32 view, the gradient of x already gathered
+/// to add (`prev`, `[rows, dim]` f32), and a 16-bit twin to write too.
+#[derive(Clone, Copy, Debug)]
+pub struct DxOut<'a> {
+    pub dx: BufferView<'a>,
+    pub prev: Option<BufferView<'a>>,
+    pub twin: Option<Twin<'a>>,
+}
+
+/// [`rms_norm_backward`] of f32 tensors writing `dx = prev + (the norm's dx)` (the gradient of
+/// x gathered from its other readers added in the same pass: no add dispatch after) and, with
+/// a twin, that sum in 16 bits too (rounded as `dtype::cast` rounds it).
+pub fn rms_norm_backward_acc(
+    rec: &mut Recorder,
+    p: &RmsNorm,
+    (x, w, rstd): (BufferView<'_>, Option<BufferView<'_>>, BufferView<'_>),
+    dy: BufferView<'_>,
+    out: DxOut<'_>,
+    grads: Option<ParamGrads<'_>>,
+) -> Result<()> {
+    let k = &code::NORM_RMS_BACKWARD_ACC_F32;
+    let n = u64::from(p.rows) * u64::from(p.dim);
+    if p.dtype != DType::F32 {
+        return Err(err(kname(k), format!("accumulating into {:?} storage", p.dtype)));
+    }
+    if let Some(prev) = &out.prev {
+        check_len(kname(k), "prev", prev, n)?;
+    }
+    let twin = out.twin.map(|t| t.code(kname(k), n).map(|c| (c, t.view))).transpose()?;
+    let extra = (
+        out.prev.unwrap_or(out.dx),
+        twin.map_or(out.dx, |t| t.1),
+        [u32::from(out.prev.is_some()), twin.map_or(0, |t| t.0)],
+    );
+    rms_backward_launch(rec, (k, p), (x, w, rstd), dy, (out.dx, Some(extra)), grads)
+}
+
+/// The pointers and flags after the base ones of `norm/rms_backward:acc_f32`.
+type AccArgs<'a> = (BufferView<'a>, BufferView<'a>, [u32; 2]);
+
+/// One RMSNorm backward of kernel `k` (its acc variant when `acc` is given), checking views.
+fn rms_backward_launch(
+    rec: &mut Recorder,
+    (k, p): (&'static KernelCode, &RmsNorm),
+    (x, w, rstd): (BufferView<'_>, Option<BufferView<'_>>, BufferView<'_>),
+    dy: BufferView<'_>,
+    (dx, acc): (BufferView<'_>, Option<AccArgs<'_>>),
+    grads: Option<ParamGrads<'_>>,
+) -> Result<()> {
     let (name, dt) = (kname(k), p.dtype);
     let n = u64::from(p.rows) * u64::from(p.dim);
     check_shape(name, p.rows, p.dim)?;
@@ -279,9 +331,13 @@ pub fn rms_norm_backward(
         }
     };
     let mode = gain_mode(w.is_some(), p.unit_offset);
-    let params = words(&[p.rows, p.dim, mode, u32::from(partial.is_some())]);
-    let args = [read(x), read(w.unwrap_or(x)), read(rstd), read(dy), write(dx), write(partial.unwrap_or(dx))];
-    rec.dispatch(k, &[], &args, &params, [blocks, 1, 1])?;
+    let mut flags = vec![p.rows, p.dim, mode, u32::from(partial.is_some())];
+    let mut args = vec![read(x), read(w.unwrap_or(x)), read(rstd), read(dy), write(dx), write(partial.unwrap_or(dx))];
+    if let Some((prev, dx16, more)) = acc {
+        args.extend([read(prev), write(dx16)]);
+        flags.extend(more);
+    }
+    rec.dispatch(k, &[], &args, &words(&flags), [blocks, 1, 1])?;
     if let (Some(g), Some(part)) = (grads, partial) {
         col_sum(rec, part, g.dw, blocks, p.dim, g.accumulate, DType::F32)?;
     }

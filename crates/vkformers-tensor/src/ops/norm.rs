@@ -75,6 +75,11 @@ pub fn rms_norm(g: &Graph<'_>, x: &Tensor, w: Option<&Tensor>, eps: f32, unit_of
         inputs,
         Box::new(move |g, dy| {
             let dx = g.empty(x.shape())?;
+            // dx takes in the gradient x already has (the residual branch's): no add after.
+            let prev = g.take_gathered_grad(&x);
+            // Under autocast the 16-bit copy the backward products reading dx take (o_proj's
+            // and down_proj's, through the residual adds).
+            let twin = crate::ops::cast::grad_twin(g, &dx)?;
             let dw = param_grads(g, std::slice::from_ref(&w))?.remove(0);
             let scratch = dw.as_ref().map(|_| scratch(g, rows, dim)).transpose()?;
             g.record(|rec| {
@@ -84,16 +89,10 @@ pub fn rms_norm(g: &Graph<'_>, x: &Tensor, w: Option<&Tensor>, eps: f32, unit_of
                     scratch: s.slice(0, s.size()),
                     accumulate: false,
                 });
-                k::rms_norm_backward(
-                    rec,
-                    &p,
-                    x.view(),
-                    w.as_ref().map(Tensor::view),
-                    rstd.view(),
-                    dy.view(),
-                    dx.view(),
-                    grads,
-                )
+                let ins = (x.view(), w.as_ref().map(Tensor::view), rstd.view());
+                let twin = twin.as_ref().map(|t| Twin { view: t.view(), dtype: t.dtype() });
+                let out = k::DxOut { dx: dx.view(), prev: prev.as_ref().map(Tensor::view), twin };
+                k::rms_norm_backward_acc(rec, &p, ins, dy.view(), out, grads)
             })?;
             Ok(std::iter::once(Some(dx)).chain(w.as_ref().map(|_| dw)).collect())
         }),
