@@ -169,6 +169,17 @@ impl<'c> Graph<'c> {
         self.casts.borrow().get(&src.id()).filter(|k| k.copy.dtype() == dtype).map(|k| k.copy.clone())
     }
 
+    /// The kept 16-bit copy of the gradient `src`, taken out of the cache (a weight's stays).
+    pub(crate) fn take_grad_cast(&self, src: &Tensor, dtype: DType) -> Option<Tensor> {
+        let mut casts = self.casts.borrow_mut();
+        let fits = casts.get(&src.id()).is_some_and(|k| k.copy.dtype() == dtype);
+        match fits {
+            true if casts[&src.id()].weight => Some(casts[&src.id()].copy.clone()),
+            true => casts.remove(&src.id()).map(|k| k.copy),
+            false => None,
+        }
+    }
+
     /// Keeps `copy` as the 16-bit copy of `src`: a source tensor's until `clear_casts`, an
     /// activation's only while the tape records (never in `no_grad`, where nothing reuses it;
     /// a checkpointed block drops the ones it made, see `drop_casts_since`).

@@ -54,7 +54,7 @@ pub fn narrow(g: &Graph<'_>, x: &Tensor, dtype: DType) -> Result<Tensor> {
     if x.dtype() == dtype {
         return Ok(x.clone());
     }
-    if let Some(t) = g.cached_cast(x, dtype) {
+    if let Some(t) = g.take_grad_cast(x, dtype) {
         return Ok(t);
     }
     check_pair(x.dtype(), dtype)?;
