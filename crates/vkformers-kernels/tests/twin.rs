@@ -1,4 +1,4 @@
-//! The `twin` variants (RMSNorm forward and its accumulating backward, RoPE forward and backward, GLU forward and backward of f32 tensors that also write their
+//! The `twin` variants (RMSNorm forward and its accumulating backward, RoPE forward and backward, GLU forward (saving 16-bit gate and up) and backward (from f32 or 16-bit gate and up) of f32 tensors that also write their
 //! output in f16 or bf16): on odd shapes, the f32 output matches the f64 reference and is bit
 //! for bit the plain kernel's, and the 16-bit twin is bit for bit `dtype::cast` of that f32
 //! output (what autocast made before, with a cast dispatch) and the host's rounding of it.
@@ -151,14 +151,23 @@ fn check_glu(
     let y16 = twin_buffer(ctx, n, "y16")?;
     let mut rec = ctx.recorder(false)?;
     let twin = Twin { view: y16.slice(0, n as u64 * 2), dtype: dt };
+    let saved = [twin_buffer(ctx, n, "gate16")?, twin_buffer(ctx, n, "up16")?];
     if fused {
-        glu::forward_twin(&mut rec, kind, (gate_up.view(), None), y.view(), twin, rows, inner)?;
+        glu::forward_twin(&mut rec, kind, (gate_up.view(), None), y.view(), twin, None, rows, inner)?;
         glu::forward_fused(&mut rec, kind, gate_up.view(), plain.view(), rows, inner, DType::F32)?;
     } else {
-        glu::forward_twin(&mut rec, kind, (gate.view(), Some(up.view())), y.view(), twin, rows, inner)?;
+        let save = [&saved[0], &saved[1]].map(|b| Twin { view: b.slice(0, n as u64 * 2), dtype: dt });
+        let ins = (gate.view(), Some(up.view()));
+        glu::forward_twin(&mut rec, kind, ins, y.view(), twin, Some(save), rows, inner)?;
         glu::forward(&mut rec, kind, gate.view(), up.view(), plain.view(), rows, inner, DType::F32)?;
     }
     rec.submit()?;
+    if !fused {
+        for (b, xs) in saved.iter().zip([&gs, &us]) {
+            let got: Vec<u16> = ctx.read_vec(b.slice(0, n as u64 * 2))?;
+            assert_eq!(got, host_bits(dt, xs), "glu {kind:?} {rows}x{inner} {dt:?}: saved 16-bit gate / up");
+        }
+    }
     let want = glu::reference::forward(kind, &f64s(&gs), &f64s(&us));
     check_outputs(
         ctx,
@@ -168,6 +177,40 @@ fn check_glu(
         &plain.buf,
         &want,
     )
+}
+
+/// The GLU backward from 16-bit gate and up: dgate, dup match the reference on the rounded
+/// values and, bit for bit, the f32 backward of those values; the twins are their casts.
+fn check_glu_saved16(
+    ctx: &Context,
+    rng: &mut Rng,
+    (kind, dt): (Glu, DType),
+    (rows, inner): (usize, usize),
+) -> Result<()> {
+    let n = rows * inner;
+    let (gs, us, ds) = (rng.vec(n, 3.0), rng.vec(n, 2.0), rng.vec(n, 1.0));
+    let (gr, ur) =
+        (vkformers_kernels::testutil::storage::round(dt, &gs), vkformers_kernels::testutil::storage::round(dt, &us));
+    let half = |xs: &[f32]| ctx.buffer_from(&host_bits(dt, xs), "16-bit input");
+    let (g16, u16) = (half(&gs)?, half(&us)?);
+    let (gate, up, dout) = (ctx.buffer_from(&gr, "gate")?, ctx.buffer_from(&ur, "up")?, ctx.buffer_from(&ds, "dout")?);
+    let outs: Vec<_> = (0..4).map(|i| alloc(ctx, DType::F32, n, &format!("out {i}"))).collect::<Result<_>>()?;
+    let twins: Vec<_> = (0..4).map(|_| twin_buffer(ctx, n, "twin")).collect::<Result<_>>()?;
+    fn tw(b: &Buffer, n: usize, dt: DType) -> Twin<'_> {
+        Twin { view: b.slice(0, n as u64 * 2), dtype: dt }
+    }
+    let mut rec = ctx.recorder(false)?;
+    let ins = ([tw(&g16, n, dt), tw(&u16, n, dt)], dout.view());
+    let twins_a = [tw(&twins[0], n, dt), tw(&twins[1], n, dt)];
+    glu::backward_saved16(&mut rec, kind, ins, (outs[0].view(), outs[1].view()), twins_a, (rows, inner))?;
+    let ins = (gate.view(), up.view(), dout.view());
+    let twins_b = [tw(&twins[2], n, dt), tw(&twins[3], n, dt)];
+    glu::backward_twin(&mut rec, kind, ins, (outs[2].view(), outs[3].view()), twins_b, (rows, inner))?;
+    rec.submit()?;
+    let (dg, du) = glu::reference::backward(kind, &f64s(&gr), &f64s(&ur), &f64s(&ds));
+    let what = format!("glu saved16 backward {kind:?} {rows}x{inner} {dt:?}");
+    check_outputs(ctx, &format!("{what} dgate"), dt, (&outs[0].buf, &twins[0]), &outs[2].buf, &dg)?;
+    check_outputs(ctx, &format!("{what} dup"), dt, (&outs[1].buf, &twins[1]), &outs[3].buf, &du)
 }
 
 /// Weight gradients into `dw` with `s` as their scratch (overwritten).
@@ -247,6 +290,7 @@ fn twins_are_the_cast_of_the_f32_output() {
                 for (shape, fused) in [((1, 1), false), ((3, 7), true), ((5, 9), false), ((2, 33), true)] {
                     check_glu(ctx, &mut rng, (kind, dt), shape, fused)?;
                     check_glu_backward(ctx, &mut rng, (kind, dt), shape)?;
+                    check_glu_saved16(ctx, &mut rng, (kind, dt), shape)?;
                 }
             }
         }
@@ -268,7 +312,8 @@ fn twin_of_f32_or_a_short_view_is_an_error() {
         let twin = Twin { view: short.view(), dtype: DType::BF16 };
         let e = norm::rms_norm_forward_twin(&mut rec, &p, (x.view(), None), x.view(), twin, rstd.view()).unwrap_err();
         assert!(e.to_string().contains("twin"), "{e}");
-        let e = glu::forward_twin(&mut rec, Glu::SwiGlu, (x.view(), Some(x.view())), x.view(), twin, 2, 3).unwrap_err();
+        let e = glu::forward_twin(&mut rec, Glu::SwiGlu, (x.view(), Some(x.view())), x.view(), twin, None, 2, 3)
+            .unwrap_err();
         assert!(e.to_string().contains("glu/forward:swiglu_twin"), "{e}");
         rec.submit()?;
         Ok(())

@@ -187,3 +187,31 @@ fn rms_norm_backward_takes_in_the_residual_gradient() {
         Ok(())
     });
 }
+
+/// Under autocast the GLU's backward keeps gate and up in 16 bits (as torch.autocast keeps the
+/// products' 16-bit outputs): its gradients are the f64 reference's on the rounded gate and up,
+/// while the forward still reads the f32 values.
+#[test]
+fn glu_backward_reads_16_bit_gate_and_up_under_autocast() {
+    on_every_device("glu saved 16-bit", |ctx| {
+        let (rows, inner) = (7, 11);
+        let mut rng = Rng::new(13);
+        let (gate, up, c) = (rng.vec(rows * inner, 3.0), rng.vec(rows * inner, 2.0), rng.vec(rows * inner, 1.0));
+        for dt in [DType::BF16, DType::F16] {
+            for kind in Glu::ALL {
+                let g = Graph::new(ctx);
+                g.set_autocast(Some(dt));
+                let (gp, upp) = (g.parameter(&gate, &[rows, inner])?, g.parameter(&up, &[rows, inner])?);
+                let a = glu::glu(&g, &gp, &upp, kind)?;
+                let fwd = vkformers_kernels::glu::reference::forward(kind, &f64s(&gate), &f64s(&up));
+                assert_close(&format!("{dt:?} {kind:?} forward on f32"), &g.read(&a)?, &fwd, TOL_F32);
+                g.backward(&reduce::sum(&g, &broadcast::mul(&g, &a, &g.constant(&c, &[rows, inner])?)?)?)?;
+                let (gr, ur) = (f64s(&round(dt, &gate)), f64s(&round(dt, &up)));
+                let (dg, du) = vkformers_kernels::glu::reference::backward(kind, &gr, &ur, &f64s(&c));
+                assert_close(&format!("{dt:?} {kind:?} dgate"), &g.read(&gp.grad().expect("dgate"))?, &dg, TOL_F32);
+                assert_close(&format!("{dt:?} {kind:?} dup"), &g.read(&upp.grad().expect("dup"))?, &du, TOL_F32);
+            }
+        }
+        Ok(())
+    });
+}

@@ -16,3 +16,9 @@ uint16_t twin_bits(float x, uint twin) {
     return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 void st_twin(TwinBuf b, uint i, float x, uint twin) { b.v[i] = twin_bits(x, twin); }
+layout(buffer_reference, std430, buffer_reference_align = 2) readonly buffer TwinIn { uint16_t v[]; };
+// A 16-bit value written by st_twin, widened (exact).
+float ld_twin(TwinIn b, uint i, uint twin) {
+    uint bits = uint(b.v[i]);
+    return twin == 1u ? float(uint16BitsToFloat16(uint16_t(bits))) : uintBitsToFloat(bits << 16);
+}

@@ -18,6 +18,11 @@
 // variant: geglu_tanh_twin ACT_F=gelu_tanh_f ACT_D=gelu_tanh_d OUT16
 // `_twin` (f32): dgate and dup are also written to dgate16 and dup16 in f16/bf16
 // (cast/twin.glsl), the copies the gate and up projections' backward products read.
+// `_saved16` (IN16): gate and up are 16-bit (the copies the `_twin` forward saved: f16 when
+// twin = 1, bf16 when 2), dout, dgate, dup f32, and dgate, dup are written to their twins too.
+// variant: swiglu_saved16 ACT_F=silu_f ACT_D=silu_d OUT16 IN16
+// variant: geglu_saved16 ACT_F=gelu_f ACT_D=gelu_d OUT16 IN16
+// variant: geglu_tanh_saved16 ACT_F=gelu_tanh_f ACT_D=gelu_tanh_d OUT16 IN16
 // variant: swiglu_f16 ACT_F=silu_f ACT_D=silu_d DT_F16
 // variant: swiglu_bf16 ACT_F=silu_f ACT_D=silu_d DT_BF16
 // variant: geglu_f16 ACT_F=gelu_f ACT_D=gelu_d DT_F16
@@ -26,7 +31,12 @@
 // variant: geglu_tanh_bf16 ACT_F=gelu_tanh_f ACT_D=gelu_tanh_d DT_BF16
 layout(local_size_x = 256) in;
 layout(push_constant) uniform Push {
-    DIn gate; DIn up; DIn dout; DBuf dgate; DBuf dup;
+#ifdef IN16
+    TwinIn gate; TwinIn up;
+#else
+    DIn gate; DIn up;
+#endif
+    DIn dout; DBuf dgate; DBuf dup;
 #ifdef OUT16
     TwinBuf dgate16; TwinBuf dup16;
 #endif
@@ -39,8 +49,13 @@ void main() {
     FOR_EACH_INDEX(i, pc.rows * pc.inner) {
         uint r = i / pc.inner;
         uint s = r * pc.stride + (i - r * pc.inner);
+#ifdef IN16
+        float g = ld_twin(pc.gate, s, pc.twin);
+        float u = ld_twin(pc.up, s, pc.twin);
+#else
         float g = ld(pc.gate, s);
         float u = ld(pc.up, s);
+#endif
         float d = ld(pc.dout, i);
         float dg = d * u * ACT_D(g);
         float du = d * ACT_F(g);

@@ -17,7 +17,8 @@
 // variant: geglu_twin ACT_F=gelu_f OUT16
 // variant: geglu_tanh_twin ACT_F=gelu_tanh_f OUT16
 // `_twin` (f32): out is also written to out16 in f16/bf16 (cast/twin.glsl), the copy the down
-// projection reads under autocast.
+// projection reads under autocast; with save != 0 (separate gate and up only) gate and up are
+// written to gate16 and up16 too, the 16-bit inputs the backward keeps instead of f32 ones.
 // variant: swiglu_f16 ACT_F=silu_f DT_F16
 // variant: swiglu_bf16 ACT_F=silu_f DT_BF16
 // variant: geglu_f16 ACT_F=gelu_f DT_F16
@@ -27,7 +28,8 @@
 layout(local_size_x = 256) in;
 #ifdef OUT16
 layout(push_constant) uniform Push {
-    DIn gate; DIn up; DBuf out_; TwinBuf out16; uint rows; uint inner; uint stride; uint twin;
+    DIn gate; DIn up; DBuf out_; TwinBuf out16; TwinBuf gate16; TwinBuf up16;
+    uint rows; uint inner; uint stride; uint twin; uint save;
 } pc;
 #else
 layout(push_constant) uniform Push { DIn gate; DIn up; DBuf out_; uint rows; uint inner; uint stride; } pc;
@@ -36,10 +38,16 @@ void main() {
     FOR_EACH_INDEX(i, pc.rows * pc.inner) {
         uint r = i / pc.inner;
         uint s = r * pc.stride + (i - r * pc.inner);
-        float v = ACT_F(ld(pc.gate, s)) * ld(pc.up, s);
+        float g = ld(pc.gate, s);
+        float u = ld(pc.up, s);
+        float v = ACT_F(g) * u;
         st(pc.out_, i, v);
 #ifdef OUT16
         st_twin(pc.out16, i, v, pc.twin);
+        if (pc.save != 0u) {
+            st_twin(pc.gate16, i, g, pc.twin);
+            st_twin(pc.up16, i, u, pc.twin);
+        }
 #endif
     }
 }
