@@ -1,4 +1,4 @@
-//! The `twin` variants (RMSNorm forward and its accumulating backward, RoPE forward and backward, GLU forward (saving 16-bit gate and up) and backward (from f32 or 16-bit gate and up) of f32 tensors that also write their
+//! The `twin` variants (RMSNorm forward, fused with a residual add or not, and its accumulating backward, RoPE forward and backward, GLU forward (saving 16-bit gate and up) and backward (from f32 or 16-bit gate and up) of f32 tensors that also write their
 //! output in f16 or bf16): on odd shapes, the f32 output matches the f64 reference and is bit
 //! for bit the plain kernel's, and the 16-bit twin is bit for bit `dtype::cast` of that f32
 //! output (what autocast made before, with a cast dispatch) and the host's rounding of it.
@@ -75,6 +75,36 @@ fn check_rms(ctx: &Context, rng: &mut Rng, dt: DType, (rows, dim): (usize, usize
     let wf = f64s(&ws);
     let (want, _) = norm::reference::rms_norm(&f64s(&xs), weight.then_some(&wf[..]), dim, 1e-5, false);
     check_outputs(ctx, &format!("rms {rows}x{dim} w {weight} {dt:?}"), dt, (&y.buf, &y16), &plain.buf, &want)
+}
+
+/// The residual add fused with the twin RMSNorm: h and y bit for bit the plain fused kernel's
+/// (itself the add followed by the norm), y against the reference, the twin the cast of y.
+fn check_add_rms(ctx: &Context, rng: &mut Rng, dt: DType, (rows, dim): (usize, usize)) -> Result<()> {
+    let n = rows * dim;
+    let (xs, rs, ws) = (rng.vec(n, 3.0), rng.vec(n, 1.0), rng.vec(dim, 1.0));
+    let [x, r, w] = [&xs, &rs, &ws].map(|v| ctx.buffer_from(v, "input"));
+    let (x, r, w) = (x?, r?, w?);
+    let outs: Vec<_> = (0..4).map(|i| alloc(ctx, DType::F32, n, &format!("out {i}"))).collect::<Result<_>>()?;
+    let (rstd, rstd2, y16) =
+        (ctx.buffer(rows as u64 * 4, "rstd")?, ctx.buffer(rows as u64 * 4, "rstd2")?, twin_buffer(ctx, n, "y16")?);
+    let p = RmsNorm { rows: rows as u32, dim: dim as u32, eps: 1e-5, unit_offset: true, dtype: DType::F32 };
+    let twin = Twin { view: y16.slice(0, n as u64 * 2), dtype: dt };
+    let mut rec = ctx.recorder(false)?;
+    let (xr, wv) = ((x.view(), r.view()), Some(w.view()));
+    norm::add_rms_norm_forward_twin(&mut rec, &p, xr, wv, outs[0].view(), outs[1].view(), twin, rstd.view())?;
+    norm::add_rms_norm_forward(&mut rec, &p, xr, wv, outs[2].view(), outs[3].view(), rstd2.view())?;
+    rec.submit()?;
+    let h: Vec<f32> = xs.iter().zip(&rs).map(|(a, b)| a + b).collect();
+    let (want, _) = norm::reference::rms_norm(&f64s(&h), Some(&f64s(&ws)), dim, 1e-5, true);
+    let what = format!("add rms {rows}x{dim} {dt:?}");
+    check_outputs(ctx, &what, dt, (&outs[1].buf, &y16), &outs[3].buf, &want)?;
+    let got_h: Vec<f32> = ctx.read_vec(outs[0].view())?;
+    assert_eq!(
+        got_h.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+        h.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+        "{what}: h"
+    );
+    Ok(())
 }
 
 fn check_rope(ctx: &Context, rng: &mut Rng, dt: DType, (b, t, h, dh, r): (u32, u32, u32, u32, u32)) -> Result<()> {
@@ -282,6 +312,7 @@ fn twins_are_the_cast_of_the_f32_output() {
             for (shape, weight) in [((1, 1), true), ((3, 7), false), ((5, 33), true), ((2, 300), true)] {
                 check_rms(ctx, &mut rng, dt, shape, weight)?;
                 check_rms_backward_acc(ctx, &mut rng, dt, shape, weight)?;
+                check_add_rms(ctx, &mut rng, dt, shape)?;
             }
             for shape in [(1, 1, 1, 2, 2), (2, 3, 3, 7, 4), (1, 5, 2, 10, 10)] {
                 check_rope(ctx, &mut rng, dt, shape)?;

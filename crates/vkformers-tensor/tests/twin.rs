@@ -215,3 +215,52 @@ fn glu_backward_reads_16_bit_gate_and_up_under_autocast() {
         Ok(())
     });
 }
+
+/// Values and gradients of `sum((W · y) ⊙ c) + sum(h ⊙ c2)` with `(h, y)` the residual add of
+/// `2p` and `2q` and the RMSNorm after it, fused (`add_rms_norm`) or as two ops, and the
+/// dispatches the forward ran.
+fn add_norm_run(g: &Graph<'_>, dt: Option<DType>, fused: bool) -> Result<(Vec<Vec<u32>>, u64)> {
+    let (t, d) = (19, 13);
+    let mut rng = Rng::new(17);
+    g.set_autocast(dt);
+    let (p, q) = (g.parameter(&rng.vec(t * d, 1.0), &[t, d])?, g.parameter(&rng.vec(t * d, 1.0), &[t, d])?);
+    let (nw, w) = (g.parameter(&rng.vec(d, 1.0), &[d])?, g.parameter(&rng.vec(5 * d, 1.0), &[5, d])?);
+    let (c, c2) = (g.constant(&rng.vec(t * 5, 1.0), &[t, 5])?, g.constant(&rng.vec(t * d, 1.0), &[t, d])?);
+    let (x, r) = (broadcast::scale(g, &p, 2.0)?, broadcast::scale(g, &q, 2.0)?);
+    g.sync()?;
+    g.set_profiling(true);
+    let (h, y) = if fused {
+        norm::add_rms_norm(g, (&x, &r), Some(&nw), 1e-5, false)?
+    } else {
+        let h = broadcast::add(g, &x, &r)?;
+        let y = norm::rms_norm(g, &h, Some(&nw), 1e-5, false)?;
+        (h, y)
+    };
+    let dispatches = g.take_profile()?.expect("profiling on").dispatches;
+    g.set_profiling(false);
+    let out = linear(g, &y, &w, None)?;
+    let loss = broadcast::add(
+        g,
+        &reduce::sum(g, &broadcast::mul(g, &out, &c)?)?,
+        &reduce::sum(g, &broadcast::mul(g, &h, &c2)?)?,
+    )?;
+    let mut values = vec![g.read(&h)?, g.read(&y)?, g.read(&out)?];
+    g.backward(&loss)?;
+    for t in [&p, &q, &nw, &w] {
+        values.push(g.read(&t.grad().expect("gradient"))?);
+    }
+    Ok((values.iter().map(|v| v.iter().map(|x| x.to_bits()).collect()).collect(), dispatches))
+}
+
+#[test]
+fn fused_residual_add_and_norm_trains_as_the_two_ops() {
+    on_every_device("add_rms_norm training", |ctx| {
+        for dt in [None, Some(DType::BF16), Some(DType::F16)] {
+            let (fused, n_fused) = add_norm_run(&Graph::new(ctx), dt, true)?;
+            let (plain, n_plain) = add_norm_run(&Graph::new(ctx), dt, false)?;
+            assert!(fused == plain, "{dt:?}: values or gradients differ when fused");
+            assert_eq!(n_plain - n_fused, 1, "{dt:?}: one dispatch for the add and the norm");
+        }
+        Ok(())
+    });
+}

@@ -16,7 +16,8 @@
 // h, y and rstd are those of broadcast/binary:add followed by the plain kernel.
 // `_cpu` variants: one 8-lane workgroup per row (NORM_LOCAL=8).
 // `twin` variants (f32 only, training under autocast): y is also written to y16 in f16/bf16
-// (cast/twin.glsl), the copy the next 16-bit product reads.
+// (cast/twin.glsl), the copy the next 16-bit product reads; `add_twin` fuses the residual add
+// too (training: the tape still records the add and the norm as two ops).
 // variant: f32
 // variant: f16 DT_F16
 // variant: bf16 DT_BF16
@@ -26,6 +27,8 @@
 // variant: twin_f32 OUT16
 // variant: twin_f32_cpu OUT16 NORM_LOCAL=8
 // variant: add_f32 ADD
+// variant: add_twin_f32 ADD OUT16
+// variant: add_twin_f32_cpu ADD OUT16 NORM_LOCAL=8
 // variant: add_f16 DT_F16 ADD
 // variant: add_bf16 DT_BF16 ADD
 // variant: add_f32_cpu ADD NORM_LOCAL=8

@@ -171,6 +171,36 @@ fn check_rms_forward(
     Ok(())
 }
 
+/// [`add_rms_norm_forward`] of f32 tensors that also writes `y` in 16 bits into `twin`
+/// (rounded as `dtype::cast` rounds it): a training step's residual add and the norm after it
+/// in one dispatch, with the copy the next 16-bit products read.
+#[allow(clippy::too_many_arguments)]
+pub fn add_rms_norm_forward_twin(
+    rec: &mut Recorder,
+    p: &RmsNorm,
+    (x, r): (BufferView<'_>, BufferView<'_>),
+    w: Option<BufferView<'_>>,
+    h: BufferView<'_>,
+    y: BufferView<'_>,
+    twin: Twin<'_>,
+    rstd: BufferView<'_>,
+) -> Result<()> {
+    let cpu = cpu_variant(rec);
+    let k = if cpu { &code::NORM_RMS_FORWARD_ADD_TWIN_F32_CPU } else { &code::NORM_RMS_FORWARD_ADD_TWIN_F32 };
+    let name = kname(k);
+    if p.dtype != DType::F32 {
+        return Err(err(name, format!("a 16-bit twin of {:?} storage", p.dtype)));
+    }
+    check_rms_forward(name, p, (&x, &y, &rstd), w.as_ref())?;
+    let n = u64::from(p.rows) * u64::from(p.dim);
+    check_len(name, "r", &r, n)?;
+    check_len(name, "h", &h, n)?;
+    let half = twin.code(name, n)?;
+    let params = words(&[p.rows, p.dim, p.eps.to_bits(), gain_mode(w.is_some(), p.unit_offset), half]);
+    let args = [read(x), read(r), write(h), read(w.unwrap_or(x)), write(y), write(rstd), write(twin.view)];
+    rec.dispatch(k, &[], &args, &params, row_groups(p.rows))
+}
+
 /// RMSNorm forward: `y = x * rstd * g` with `rstd = 1 / sqrt(mean(x^2) + eps)` per row and
 /// `g = 1` (no weight), `w`, or `1 + w` (`unit_offset`). Writes `y [rows, dim]` and the
 /// per-row `rstd [rows]` that [`rms_norm_backward`] needs.
