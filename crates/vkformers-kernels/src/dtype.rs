@@ -62,3 +62,32 @@ pub fn cast(rec: &mut Recorder, x: BufferView<'_>, from: DType, out: BufferView<
     let groups = n.div_ceil(256).min(65_535) as u32;
     rec.dispatch(k, &[], &[read(x), write(out)], &(n as u32).to_le_bytes(), [groups, 1, 1])
 }
+
+/// A 16-bit twin of an f32 output: the `twin` variants of the RMSNorm forward, RoPE and the
+/// GLU forward also write their f32 result into `view`, rounded to `dtype` exactly as [`cast`]
+/// rounds it (the copy a 16-bit product reads under autocast, with no cast dispatch).
+#[derive(Clone, Copy, Debug)]
+pub struct Twin<'a> {
+    pub view: BufferView<'a>,
+    pub dtype: DType,
+}
+
+impl Twin<'_> {
+    /// The shaders' `twin` push constant (1: f16, 2: bf16), checking that `view` holds
+    /// `elems` values of the type.
+    pub(crate) fn code(&self, kernel: &str, elems: u64) -> Result<u32> {
+        let code = match self.dtype {
+            DType::F16 => 1,
+            DType::BF16 => 2,
+            DType::F32 => 0,
+        };
+        let bytes = elems * self.dtype.bytes();
+        if code == 0 || self.view.len < bytes {
+            return Err(VkError::Kernel {
+                kernel: kernel.into(),
+                message: format!("16-bit twin: {} bytes of {:?} for {elems} values", self.view.len, self.dtype),
+            });
+        }
+        Ok(code)
+    }
+}

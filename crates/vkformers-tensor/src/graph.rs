@@ -66,6 +66,14 @@ impl NodeInput {
     }
 }
 
+/// A kept 16-bit copy: of a weight (`weight`, kept across steps) or of an activation.
+struct Kept {
+    copy: Tensor,
+    weight: bool,
+    /// The f32 tensor copied (its entry goes once it is dropped).
+    source: crate::tensor::WeakTensor,
+}
+
 struct Node {
     output: u64,
     inputs: Vec<NodeInput>,
@@ -92,10 +100,16 @@ pub struct Graph<'c> {
     autocast: Cell<Option<DType>>,
     /// 16-bit copies made under autocast, by source tensor id: weights (kept across
     /// steps: AdamW rewrites each from the new f32 value; `clear_casts` after any other change) and, while the tape records,
-    /// activations shared by several products (dropped with the tape).
-    casts: RefCell<HashMap<u64, (Tensor, bool)>>,
+    /// activations shared by several products (dropped with the tape, or once the activation
+    /// itself is gone: nothing can ask for its copy then).
+    casts: RefCell<HashMap<u64, Kept>>,
     /// Per-kernel device time when profiling (`--profile`).
     profile: RefCell<Option<Profile>>,
+    /// While a node's backward runs: the gradients its inputs already gathered from their other
+    /// readers, by tensor id. The backward may take one (`take_gathered_grad`) and add it into
+    /// the gradient it computes for that input (one pass instead of a separate add); the ones
+    /// left are summed by the tape as before.
+    gathered: RefCell<HashMap<u64, Tensor>>,
 }
 
 impl<'c> Graph<'c> {
@@ -113,6 +127,7 @@ impl<'c> Graph<'c> {
             autocast: Cell::new(None),
             casts: RefCell::new(HashMap::new()),
             profile: RefCell::new(None),
+            gathered: RefCell::new(HashMap::new()),
         }
     }
 
@@ -135,7 +150,7 @@ impl<'c> Graph<'c> {
     /// Bytes of the kept 16-bit copies: `(weights', activations')` (the memory report).
     pub fn cast_bytes(&self) -> (u64, u64) {
         let casts = self.casts.borrow();
-        let sum = |weights: bool| casts.values().filter(|(_, w)| *w == weights).map(|(t, _)| t.bytes()).sum();
+        let sum = |weights: bool| casts.values().filter(|k| k.weight == weights).map(|k| k.copy.bytes()).sum();
         (sum(true), sum(false))
     }
 
@@ -151,7 +166,18 @@ impl<'c> Graph<'c> {
 
     /// The kept 16-bit copy of `src`, if any.
     pub(crate) fn cached_cast(&self, src: &Tensor, dtype: DType) -> Option<Tensor> {
-        self.casts.borrow().get(&src.id()).filter(|(t, _)| t.dtype() == dtype).map(|(t, _)| t.clone())
+        self.casts.borrow().get(&src.id()).filter(|k| k.copy.dtype() == dtype).map(|k| k.copy.clone())
+    }
+
+    /// The kept 16-bit copy of the gradient `src`, taken out of the cache (a weight's stays).
+    pub(crate) fn take_grad_cast(&self, src: &Tensor, dtype: DType) -> Option<Tensor> {
+        let mut casts = self.casts.borrow_mut();
+        let fits = casts.get(&src.id()).is_some_and(|k| k.copy.dtype() == dtype);
+        match fits {
+            true if casts[&src.id()].weight => Some(casts[&src.id()].copy.clone()),
+            true => casts.remove(&src.id()).map(|k| k.copy),
+            false => None,
+        }
     }
 
     /// Keeps `copy` as the 16-bit copy of `src`: a source tensor's until `clear_casts`, an
@@ -160,8 +186,22 @@ impl<'c> Graph<'c> {
     pub(crate) fn keep_cast(&self, src: &Tensor, copy: &Tensor) {
         let weight = src.0.is_source;
         if weight || self.grad_enabled() {
-            self.casts.borrow_mut().insert(src.id(), (copy.clone(), weight));
+            self.insert_cast(src, copy, weight);
         }
+    }
+
+    /// Keeps `copy` as the 16-bit copy of the gradient `src` during backward (a 16-bit twin of
+    /// a gradient, for the backward products that read it), until the backward ends.
+    pub(crate) fn keep_grad_cast(&self, src: &Tensor, copy: &Tensor) {
+        self.insert_cast(src, copy, false);
+    }
+
+    fn insert_cast(&self, src: &Tensor, copy: &Tensor, weight: bool) {
+        let mut casts = self.casts.borrow_mut();
+        // Copies of activations that are gone are never asked for again: drop them (a 16-bit
+        // twin written by a norm, rope or GLU whose output no product read).
+        casts.retain(|_, k| k.weight || k.source.is_alive());
+        casts.insert(src.id(), Kept { copy: copy.clone(), weight, source: src.downgrade() });
     }
 
     /// Starts (or stops) timing every dispatch; `take_profile` returns what was timed.
@@ -348,10 +388,15 @@ impl<'c> Graph<'c> {
         let view = self.share(src, shape, rg);
         // A kept 16-bit copy of `src` is, reshaped, the copy of the view (an activation reshaped
         // between two products, e.g. attention's [B, T, H, D] output into o_proj's [B·T, H·D]).
-        let copy = self.casts.borrow().get(&src.id()).map(|(t, _)| t.clone());
-        if let Some(copy) = copy {
+        let copy = self.casts.borrow().get(&src.id()).map(|k| (k.copy.clone(), k.weight));
+        if let Some((copy, weight)) = copy {
             let copy_view = self.share(&copy, shape, false);
-            self.keep_cast(&view, &copy_view);
+            if weight {
+                self.keep_cast(&view, &copy_view);
+            } else {
+                // An activation's or a gradient's copy (backward reshapes gradients too).
+                self.insert_cast(&view, &copy_view, false);
+            }
         }
         view
     }
@@ -526,7 +571,7 @@ impl<'c> Graph<'c> {
 
     /// Where the tape and the autocast cache stand now, for `backward_segment`.
     pub(crate) fn tape_mark(&self) -> TapeMark {
-        let casts = self.casts.borrow().iter().filter(|(_, (_, weight))| !weight).map(|(id, _)| *id).collect();
+        let casts = self.casts.borrow().iter().filter(|(_, k)| !k.weight).map(|(id, _)| *id).collect();
         TapeMark { len: self.tape_len(), casts }
     }
 
@@ -548,7 +593,7 @@ impl<'c> Graph<'c> {
     /// Forgets the activation casts made since `mark` (a checkpointed block's 16-bit copies must
     /// not outlive its forward or its recompute; the ones from before it stay).
     pub(crate) fn drop_casts_since(&self, mark: &TapeMark) {
-        self.casts.borrow_mut().retain(|id, (_, weight)| *weight || mark.casts.contains(id));
+        self.casts.borrow_mut().retain(|id, k| k.weight || mark.casts.contains(id));
     }
 
     /// Pops nodes until the tape is `stop` long, running each whose output got a gradient;
@@ -580,7 +625,19 @@ impl<'c> Graph<'c> {
             let Some(node) = node else { break };
             let Some(g) = grads.remove(&node.output) else { continue };
             let inputs = node.inputs;
-            let input_grads = self.no_grad(|| (node.backward)(self, &g))?;
+            // The gradients these inputs already have, offered to the backward to add into its
+            // own (saved and restored around it: a checkpoint's backward runs a tape inside).
+            let mine: HashMap<u64, Tensor> = inputs
+                .iter()
+                .filter_map(|i| match i {
+                    NodeInput::Inner(id, _) => grads.remove(id).map(|t| (*id, t)),
+                    _ => None,
+                })
+                .collect();
+            let outer = self.gathered.replace(mine);
+            let input_grads = self.no_grad(|| (node.backward)(self, &g));
+            grads.extend(self.gathered.replace(outer));
+            let input_grads = input_grads?;
             for (input, ig) in inputs.iter().zip(input_grads) {
                 let Some(ig) = ig else { continue };
                 let (id, shape) = match input {
@@ -605,9 +662,22 @@ impl<'c> Graph<'c> {
         Ok(grads)
     }
 
+    /// The gradient `x` already gathered from its other readers, taken for the running node's
+    /// backward to add into the gradient it computes for `x` (which then stands for both). None
+    /// when `x` has none yet, or it is not f32 of `x`'s shape.
+    pub(crate) fn take_gathered_grad(&self, x: &Tensor) -> Option<Tensor> {
+        let mut gathered = self.gathered.borrow_mut();
+        let fits = gathered.get(&x.id()).is_some_and(|t| t.dtype() == DType::F32 && t.shape() == x.shape());
+        if fits {
+            gathered.remove(&x.id())
+        } else {
+            None
+        }
+    }
+
     /// Forgets the 16-bit copies of activations (weights' copies stay until `clear_casts`).
     fn drop_activation_casts(&self) {
-        self.casts.borrow_mut().retain(|_, (_, weight)| *weight);
+        self.casts.borrow_mut().retain(|_, k| k.weight);
     }
 
     fn accumulate_leaf(&self, leaf: &Tensor, g: Tensor) -> Result<()> {

@@ -2,6 +2,9 @@
 #include "common.glsl"
 #include "dtype.glsl"
 #include "norm/norm.glsl"
+#ifdef ACC
+#include "cast/twin.glsl"
+#endif
 // RMSNorm backward. Inputs x [rows, D], w [D] (read when mode != 0), rstd [rows] (from the
 // forward), dy [rows, D]; g = 1, w or 1 + w as in the forward. Per row, with r = rstd[row]:
 //   c        = sum_d dy[d] g[d] x[d]
@@ -10,7 +13,12 @@
 //   partial[b, d] = sum over rows b, b + G, ... of dy[row, d] x[row, d] r     partial [G, D]
 // (G <= rows, so every workgroup owns at least one row), then norm/col_sum adds the G rows.
 // x, w, dy, dx are in the variant's storage type; rstd, partial and all math are f32.
+// `acc_f32` (f32 only): dx also adds prev [rows, D] when has_prev != 0 (the gradient of x
+// already gathered from its other readers, e.g. the residual branch: dx = prev + the above, in
+// place of an add dispatch after), and is also written to dx16 in f16/bf16 when twin != 0
+// (cast/twin.glsl: the copy the backward products reading the gradient take).
 // variant: f32
+// variant: acc_f32 ACC
 // variant: f16 DT_F16
 // variant: bf16 DT_BF16
 layout(local_size_x = NORM_LOCAL) in;
@@ -21,10 +29,18 @@ layout(push_constant) uniform Push {
     DIn dy;
     DBuf dx;
     F32Buf partial;
+#ifdef ACC
+    F32In prev;
+    TwinBuf dx16;
+#endif
     uint rows;
     uint D;
     uint mode;
     uint want_dw;
+#ifdef ACC
+    uint has_prev;
+    uint twin;
+#endif
 } pc;
 
 void main() {
@@ -42,7 +58,16 @@ void main() {
         FOR_EACH_COL(d, pc.D) {
             float xv = ld(pc.x, base + d);
             float g = ld(pc.dy, base + d);
-            st(pc.dx, base + d, r * norm_gain(pc.w, pc.mode, d) * g - xv * k);
+            float dxv = r * norm_gain(pc.w, pc.mode, d) * g - xv * k;
+#ifdef ACC
+            if (pc.has_prev != 0u) {
+                dxv = pc.prev.v[base + d] + dxv;
+            }
+            if (pc.twin != 0u) {
+                st_twin(pc.dx16, base + d, dxv, pc.twin);
+            }
+#endif
+            st(pc.dx, base + d, dxv);
             if (pc.want_dw != 0u) {
                 float contrib = g * xv * r;
                 pc.partial.v[pbase + d] = first ? contrib : pc.partial.v[pbase + d] + contrib;

@@ -2,6 +2,9 @@
 #include "common.glsl"
 #include "dtype.glsl"
 #include "norm/norm.glsl"
+#ifdef OUT16
+#include "cast/twin.glsl"
+#endif
 // RMSNorm forward over the last dim of x [rows, D]:
 //   rstd[r]  = 1 / sqrt(mean_d x[r, d]^2 + eps)                      rstd [rows] (for the backward)
 //   y[r, d]  = x[r, d] * rstd[r] * g[d]                              y [rows, D]
@@ -12,13 +15,20 @@
 // barrier fewer): h = x + r is written too and normalised, as rounded to the storage type, so
 // h, y and rstd are those of broadcast/binary:add followed by the plain kernel.
 // `_cpu` variants: one 8-lane workgroup per row (NORM_LOCAL=8).
+// `twin` variants (f32 only, training under autocast): y is also written to y16 in f16/bf16
+// (cast/twin.glsl), the copy the next 16-bit product reads; `add_twin` fuses the residual add
+// too (training: the tape still records the add and the norm as two ops).
 // variant: f32
 // variant: f16 DT_F16
 // variant: bf16 DT_BF16
 // variant: f32_cpu NORM_LOCAL=8
 // variant: f16_cpu DT_F16 NORM_LOCAL=8
 // variant: bf16_cpu DT_BF16 NORM_LOCAL=8
+// variant: twin_f32 OUT16
+// variant: twin_f32_cpu OUT16 NORM_LOCAL=8
 // variant: add_f32 ADD
+// variant: add_twin_f32 ADD OUT16
+// variant: add_twin_f32_cpu ADD OUT16 NORM_LOCAL=8
 // variant: add_f16 DT_F16 ADD
 // variant: add_bf16 DT_BF16 ADD
 // variant: add_f32_cpu ADD NORM_LOCAL=8
@@ -34,10 +44,16 @@ layout(push_constant) uniform Push {
     DIn w;
     DBuf y;
     F32Buf rstd;
+#ifdef OUT16
+    TwinBuf y16; // [rows, D] in 16 bits
+#endif
     uint rows;
     uint D;
     float eps;
     uint mode;
+#ifdef OUT16
+    uint twin;
+#endif
 } pc;
 
 void main() {
@@ -62,7 +78,11 @@ void main() {
 #else
             float v = ld(pc.x, base + d);
 #endif
-            st(pc.y, base + d, v * r * norm_gain(pc.w, pc.mode, d));
+            float out_ = v * r * norm_gain(pc.w, pc.mode, d);
+            st(pc.y, base + d, out_);
+#ifdef OUT16
+            st_twin(pc.y16, base + d, out_, pc.twin);
+#endif
         }
         if (gl_LocalInvocationID.x == 0) {
             pc.rstd.v[row] = r;

@@ -1,6 +1,9 @@
 #version 460
 #include "common.glsl"
 #include "dtype.glsl"
+#ifdef OUT16
+#include "cast/twin.glsl"
+#endif
 // Rotary position embedding, in place (out == x) or out of place, forward or backward.
 //   x, out [B, T, H, Dh] contiguous (rows = B*T*H of Dh), pos [B, T] int32, inv_freq [R/2] f32,
 //   R = rotary dim (even, <= Dh); dims R..Dh pass through unchanged (partial rotary).
@@ -15,6 +18,9 @@
 // variant: f32
 // variant: f16 DT_F16
 // variant: bf16 DT_BF16
+// variant: twin_f32 OUT16
+// `twin_f32`: out (f32) is also written to out16 in f16/bf16 (cast/twin.glsl), the copy the
+// 16-bit attention or product reads under autocast; out of place only.
 layout(local_size_x = 256) in;
 layout(buffer_reference, std430, buffer_reference_align = 4) readonly buffer I32In { int v[]; };
 layout(push_constant) uniform Push {
@@ -22,6 +28,9 @@ layout(push_constant) uniform Push {
     DBuf out_;
     I32In pos;
     F32In inv_freq;
+#ifdef OUT16
+    TwinBuf out16;
+#endif
     uint rows;
     uint heads;
     uint head_dim;
@@ -30,7 +39,18 @@ layout(push_constant) uniform Push {
     uint copy_tail;
     float mscale;
     float sign;
+#ifdef OUT16
+    uint twin;
+#endif
 } pc;
+
+// out[i] = v (and its 16-bit twin).
+void put(uint i, float v) {
+    st(pc.out_, i, v);
+#ifdef OUT16
+    st_twin(pc.out16, i, v, pc.twin);
+#endif
+}
 
 // sin and cos of a, in f32. Cody-Waite reduction by pi/2 with Cephes' three-part constant
 // (k * C1 exact for |k| < 2^16, k * C2 for |k| < 2^12: near-exact for |a| < 6400, and beyond
@@ -58,7 +78,7 @@ void main() {
         uint base = row * pc.head_dim;
         if (u >= half_r) {
             uint d = pc.rot_dim + (u - half_r);
-            st(pc.out_, base + d, ld(x, base + d));
+            put(base + d, ld(x, base + d));
             continue;
         }
         precise float theta = float(pc.pos.v[row / pc.heads]) * pc.inv_freq.v[u];
@@ -70,7 +90,7 @@ void main() {
         uint ib = pc.interleaved != 0u ? ia + 1 : ia + half_r;
         float a = ld(x, ia);
         float b = ld(x, ib);
-        st(pc.out_, ia, a * cs - b * sn);
-        st(pc.out_, ib, b * cs + a * sn);
+        put(ia, a * cs - b * sn);
+        put(ib, b * cs + a * sn);
     }
 }

@@ -11,7 +11,7 @@ use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result};
 
 use crate::activation::Activation;
 use crate::code;
-use crate::dtype::DType;
+use crate::dtype::{DType, Twin};
 use crate::launch::{count, expect_len, groups_for, params, pick, skip};
 
 /// A gated linear unit flavour.
@@ -79,6 +79,88 @@ fn launch_forward(
     expect_len(k, "out", &out, n.into(), dt)?;
     let p = params(&[rows as u32, inner as u32, stride as u32]);
     rec.dispatch(k, &[], &[read(gate), read(up), write(out)], &p, groups_for(n.into()))
+}
+
+/// [`forward`] of f32 tensors (separate gate and up `[rows, inner]`, or the fused gate_up
+/// `[rows, 2 inner]` when `up` is `None`) that also writes `out` in 16 bits into `twin`
+/// (rounded as `dtype::cast` rounds it): the copy the down projection reads, with no cast
+/// dispatch. With `save` (separate gate and up only) gate and up are written in 16 bits too
+/// (the twin's type), for a backward that keeps those ([`backward_saved16`]).
+#[allow(clippy::too_many_arguments)]
+pub fn forward_twin(
+    rec: &mut Recorder,
+    kind: Glu,
+    (gate, up): (BufferView<'_>, Option<BufferView<'_>>),
+    out: BufferView<'_>,
+    twin: Twin<'_>,
+    save: Option<[Twin<'_>; 2]>,
+    rows: usize,
+    inner: usize,
+) -> Result<()> {
+    use code::*;
+    let k: &'static KernelCode = match kind {
+        Glu::SwiGlu => &GLU_FORWARD_SWIGLU_TWIN,
+        Glu::GeGlu => &GLU_FORWARD_GEGLU_TWIN,
+        Glu::GeGluTanh => &GLU_FORWARD_GEGLU_TANH_TWIN,
+    };
+    let n = count(k, &[rows, inner])?;
+    let (gate, up, stride) = match up {
+        Some(up) => {
+            expect_len(k, "gate", &gate, n.into(), DType::F32)?;
+            expect_len(k, "up", &up, n.into(), DType::F32)?;
+            (gate, up, inner)
+        }
+        None => {
+            expect_len(k, "gate_up", &gate, u64::from(count(k, &[rows, 2, inner])?), DType::F32)?;
+            (gate, skip(gate, inner as u64, DType::F32), 2 * inner)
+        }
+    };
+    expect_len(k, "out", &out, n.into(), DType::F32)?;
+    let half = twin.code(k.name, n.into())?;
+    if let Some(saved) = &save {
+        if stride != inner || saved.iter().any(|t| t.dtype != twin.dtype) {
+            return Err(crate::launch::err(k, "16-bit gate and up: separate tensors, of the twin's type".into()));
+        }
+        for t in saved {
+            t.code(k.name, n.into())?;
+        }
+    }
+    let [g16, u16] = save.map_or([twin.view; 2], |s| s.map(|t| t.view));
+    let p = params(&[rows as u32, inner as u32, stride as u32, half, u32::from(save.is_some())]);
+    let args = [read(gate), read(up), write(out), write(twin.view), write(g16), write(u16)];
+    rec.dispatch(k, &[], &args, &p, groups_for(n.into()))
+}
+
+/// [`backward_twin`] from the 16-bit gate and up [`forward_twin`] saved (`saved`, of the twins'
+/// type): dout, dgate, dup [rows, inner] f32, dgate and dup written to `twins` too.
+pub fn backward_saved16(
+    rec: &mut Recorder,
+    kind: Glu,
+    (saved, dout): ([Twin<'_>; 2], BufferView<'_>),
+    (dgate, dup): (BufferView<'_>, BufferView<'_>),
+    twins: [Twin<'_>; 2],
+    (rows, inner): (usize, usize),
+) -> Result<()> {
+    use code::*;
+    let k: &'static KernelCode = match kind {
+        Glu::SwiGlu => &GLU_BACKWARD_SWIGLU_SAVED16,
+        Glu::GeGlu => &GLU_BACKWARD_GEGLU_SAVED16,
+        Glu::GeGluTanh => &GLU_BACKWARD_GEGLU_TANH_SAVED16,
+    };
+    let n = u64::from(count(k, &[rows, inner])?);
+    for (what, v) in [("dout", &dout), ("dgate", &dgate), ("dup", &dup)] {
+        expect_len(k, what, v, n, DType::F32)?;
+    }
+    let half = twins[0].code(k.name, n)?;
+    for t in saved.iter().chain(&twins[1..]) {
+        if t.code(k.name, n)? != half {
+            return Err(crate::launch::err(k, "16-bit gate, up and twins of different types".into()));
+        }
+    }
+    let p = params(&[rows as u32, inner as u32, inner as u32, half]);
+    let [g16, u16] = saved.map(|t| t.view);
+    let args = [read(g16), read(u16), read(dout), write(dgate), write(dup), write(twins[0].view), write(twins[1].view)];
+    rec.dispatch(k, &[], &args, &p, groups_for(n))
 }
 
 /// `out = f(gate) * up`; gate, up, out [rows, inner] (separate tensors) of storage type `dt`.
@@ -164,6 +246,36 @@ pub fn backward(
         expect_len(k, what, v, n, dt)?;
     }
     launch_backward(rec, kind, BackwardViews { gate, up, dout, dgate, dup }, rows, inner, inner, dt)
+}
+
+/// [`backward`] of f32 tensors that also writes `dgate` and `dup` in 16 bits into `twins`
+/// (rounded as `dtype::cast` rounds them): the copies the backward products of the gate and up
+/// projections read, with no cast dispatch. gate, up, dout, dgate, dup [rows, inner].
+pub fn backward_twin(
+    rec: &mut Recorder,
+    kind: Glu,
+    (gate, up, dout): (BufferView<'_>, BufferView<'_>, BufferView<'_>),
+    (dgate, dup): (BufferView<'_>, BufferView<'_>),
+    twins: [Twin<'_>; 2],
+    (rows, inner): (usize, usize),
+) -> Result<()> {
+    use code::*;
+    let k: &'static KernelCode = match kind {
+        Glu::SwiGlu => &GLU_BACKWARD_SWIGLU_TWIN,
+        Glu::GeGlu => &GLU_BACKWARD_GEGLU_TWIN,
+        Glu::GeGluTanh => &GLU_BACKWARD_GEGLU_TANH_TWIN,
+    };
+    let n = u64::from(count(k, &[rows, inner])?);
+    for (what, v) in [("gate", &gate), ("up", &up), ("dout", &dout), ("dgate", &dgate), ("dup", &dup)] {
+        expect_len(k, what, v, n, DType::F32)?;
+    }
+    let half = twins[0].code(k.name, n)?;
+    if twins[1].code(k.name, n)? != half {
+        return Err(crate::launch::err(k, "the twins of dgate and dup differ in type".into()));
+    }
+    let p = params(&[rows as u32, inner as u32, inner as u32, half]);
+    let args = [read(gate), read(up), read(dout), write(dgate), write(dup), write(twins[0].view), write(twins[1].view)];
+    rec.dispatch(k, &[], &args, &p, groups_for(n))
 }
 
 /// Backward of [`forward_fused`]: writes the fused gradient `dgate_up` [rows, 2 inner]

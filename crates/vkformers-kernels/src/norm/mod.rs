@@ -14,7 +14,7 @@ pub mod reference;
 use vkformers_vk::{read, read_write, write, BufferView, KernelCode, Recorder, Result};
 
 use crate::code;
-use crate::dtype::DType;
+use crate::dtype::{DType, Twin};
 use crate::launch::err_named as err;
 
 /// Workgroups sharing out the rows of a backward (and rows of partial sums to add).
@@ -171,6 +171,36 @@ fn check_rms_forward(
     Ok(())
 }
 
+/// [`add_rms_norm_forward`] of f32 tensors that also writes `y` in 16 bits into `twin`
+/// (rounded as `dtype::cast` rounds it): a training step's residual add and the norm after it
+/// in one dispatch, with the copy the next 16-bit products read.
+#[allow(clippy::too_many_arguments)]
+pub fn add_rms_norm_forward_twin(
+    rec: &mut Recorder,
+    p: &RmsNorm,
+    (x, r): (BufferView<'_>, BufferView<'_>),
+    w: Option<BufferView<'_>>,
+    h: BufferView<'_>,
+    y: BufferView<'_>,
+    twin: Twin<'_>,
+    rstd: BufferView<'_>,
+) -> Result<()> {
+    let cpu = cpu_variant(rec);
+    let k = if cpu { &code::NORM_RMS_FORWARD_ADD_TWIN_F32_CPU } else { &code::NORM_RMS_FORWARD_ADD_TWIN_F32 };
+    let name = kname(k);
+    if p.dtype != DType::F32 {
+        return Err(err(name, format!("a 16-bit twin of {:?} storage", p.dtype)));
+    }
+    check_rms_forward(name, p, (&x, &y, &rstd), w.as_ref())?;
+    let n = u64::from(p.rows) * u64::from(p.dim);
+    check_len(name, "r", &r, n)?;
+    check_len(name, "h", &h, n)?;
+    let half = twin.code(name, n)?;
+    let params = words(&[p.rows, p.dim, p.eps.to_bits(), gain_mode(w.is_some(), p.unit_offset), half]);
+    let args = [read(x), read(r), write(h), read(w.unwrap_or(x)), write(y), write(rstd), write(twin.view)];
+    rec.dispatch(k, &[], &args, &params, row_groups(p.rows))
+}
+
 /// RMSNorm forward: `y = x * rstd * g` with `rstd = 1 / sqrt(mean(x^2) + eps)` per row and
 /// `g = 1` (no weight), `w`, or `1 + w` (`unit_offset`). Writes `y [rows, dim]` and the
 /// per-row `rstd [rows]` that [`rms_norm_backward`] needs.
@@ -186,6 +216,29 @@ pub fn rms_norm_forward(
     check_rms_forward(kname(k), p, (&x, &y, &rstd), w.as_ref())?;
     let params = words(&[p.rows, p.dim, p.eps.to_bits(), gain_mode(w.is_some(), p.unit_offset)]);
     let args = [read(x), read(w.unwrap_or(x)), write(y), write(rstd)];
+    rec.dispatch(k, &[], &args, &params, row_groups(p.rows))
+}
+
+/// [`rms_norm_forward`] of f32 tensors that also writes `y` in 16 bits into `twin` (rounded
+/// as `dtype::cast` rounds it): the copy a 16-bit product reads, with no cast dispatch.
+pub fn rms_norm_forward_twin(
+    rec: &mut Recorder,
+    p: &RmsNorm,
+    (x, w): (BufferView<'_>, Option<BufferView<'_>>),
+    y: BufferView<'_>,
+    twin: Twin<'_>,
+    rstd: BufferView<'_>,
+) -> Result<()> {
+    let cpu = cpu_variant(rec);
+    let k = if cpu { &code::NORM_RMS_FORWARD_TWIN_F32_CPU } else { &code::NORM_RMS_FORWARD_TWIN_F32 };
+    let name = kname(k);
+    if p.dtype != DType::F32 {
+        return Err(err(name, format!("a 16-bit twin of {:?} storage", p.dtype)));
+    }
+    check_rms_forward(name, p, (&x, &y, &rstd), w.as_ref())?;
+    let half = twin.code(name, u64::from(p.rows) * u64::from(p.dim))?;
+    let params = words(&[p.rows, p.dim, p.eps.to_bits(), gain_mode(w.is_some(), p.unit_offset), half]);
+    let args = [read(x), read(w.unwrap_or(x)), write(y), write(rstd), write(twin.view)];
     rec.dispatch(k, &[], &args, &params, row_groups(p.rows))
 }
 
@@ -235,6 +288,58 @@ pub fn rms_norm_backward(
     grads: Option<ParamGrads<'_>>,
 ) -> Result<()> {
     let k = pick(p.dtype, &code::NORM_RMS_BACKWARD_F32, &code::NORM_RMS_BACKWARD_F16, &code::NORM_RMS_BACKWARD_BF16);
+    rms_backward_launch(rec, (k, p), (x, w, rstd), dy, (dx, None), grads)
+}
+
+/// Where [`rms_norm_backward_acc`] puts `dx`: the f32 view, the gradient of x already gathered
+/// to add (`prev`, `[rows, dim]` f32), and a 16-bit twin to write too.
+#[derive(Clone, Copy, Debug)]
+pub struct DxOut<'a> {
+    pub dx: BufferView<'a>,
+    pub prev: Option<BufferView<'a>>,
+    pub twin: Option<Twin<'a>>,
+}
+
+/// [`rms_norm_backward`] of f32 tensors writing `dx = prev + (the norm's dx)` (the gradient of
+/// x gathered from its other readers added in the same pass: no add dispatch after) and, with
+/// a twin, that sum in 16 bits too (rounded as `dtype::cast` rounds it).
+pub fn rms_norm_backward_acc(
+    rec: &mut Recorder,
+    p: &RmsNorm,
+    (x, w, rstd): (BufferView<'_>, Option<BufferView<'_>>, BufferView<'_>),
+    dy: BufferView<'_>,
+    out: DxOut<'_>,
+    grads: Option<ParamGrads<'_>>,
+) -> Result<()> {
+    let k = &code::NORM_RMS_BACKWARD_ACC_F32;
+    let n = u64::from(p.rows) * u64::from(p.dim);
+    if p.dtype != DType::F32 {
+        return Err(err(kname(k), format!("accumulating into {:?} storage", p.dtype)));
+    }
+    if let Some(prev) = &out.prev {
+        check_len(kname(k), "prev", prev, n)?;
+    }
+    let twin = out.twin.map(|t| t.code(kname(k), n).map(|c| (c, t.view))).transpose()?;
+    let extra = (
+        out.prev.unwrap_or(out.dx),
+        twin.map_or(out.dx, |t| t.1),
+        [u32::from(out.prev.is_some()), twin.map_or(0, |t| t.0)],
+    );
+    rms_backward_launch(rec, (k, p), (x, w, rstd), dy, (out.dx, Some(extra)), grads)
+}
+
+/// The pointers and flags after the base ones of `norm/rms_backward:acc_f32`.
+type AccArgs<'a> = (BufferView<'a>, BufferView<'a>, [u32; 2]);
+
+/// One RMSNorm backward of kernel `k` (its acc variant when `acc` is given), checking views.
+fn rms_backward_launch(
+    rec: &mut Recorder,
+    (k, p): (&'static KernelCode, &RmsNorm),
+    (x, w, rstd): (BufferView<'_>, Option<BufferView<'_>>, BufferView<'_>),
+    dy: BufferView<'_>,
+    (dx, acc): (BufferView<'_>, Option<AccArgs<'_>>),
+    grads: Option<ParamGrads<'_>>,
+) -> Result<()> {
     let (name, dt) = (kname(k), p.dtype);
     let n = u64::from(p.rows) * u64::from(p.dim);
     check_shape(name, p.rows, p.dim)?;
@@ -256,9 +361,13 @@ pub fn rms_norm_backward(
         }
     };
     let mode = gain_mode(w.is_some(), p.unit_offset);
-    let params = words(&[p.rows, p.dim, mode, u32::from(partial.is_some())]);
-    let args = [read(x), read(w.unwrap_or(x)), read(rstd), read(dy), write(dx), write(partial.unwrap_or(dx))];
-    rec.dispatch(k, &[], &args, &params, [blocks, 1, 1])?;
+    let mut flags = vec![p.rows, p.dim, mode, u32::from(partial.is_some())];
+    let mut args = vec![read(x), read(w.unwrap_or(x)), read(rstd), read(dy), write(dx), write(partial.unwrap_or(dx))];
+    if let Some((prev, dx16, more)) = acc {
+        args.extend([read(prev), write(dx16)]);
+        flags.extend(more);
+    }
+    rec.dispatch(k, &[], &args, &words(&flags), [blocks, 1, 1])?;
     if let (Some(g), Some(part)) = (grads, partial) {
         col_sum(rec, part, g.dw, blocks, p.dim, g.accumulate, DType::F32)?;
     }

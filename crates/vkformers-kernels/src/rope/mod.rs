@@ -10,7 +10,7 @@ pub mod reference;
 use vkformers_vk::{read, read_write, write, BufferView, KernelCode, Recorder, Result, VkError};
 
 use crate::code;
-use crate::dtype::DType;
+use crate::dtype::{DType, Twin};
 use crate::launch::MAX_GROUPS;
 
 /// Threads per workgroup of `rope/rope` (its `local_size_x`).
@@ -117,17 +117,7 @@ fn dispatch(
     if work == 0 {
         return Ok(());
     }
-    let words = [
-        p.rows() as u32,
-        p.heads,
-        p.head_dim,
-        p.rotary_dim,
-        u32::from(p.layout == RopeLayout::Interleaved),
-        u32::from(copy_tail),
-        p.mscale.to_bits(),
-        sign.to_bits(),
-    ];
-    let params: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let params = rope_words(p, copy_tail, sign);
     let groups = [work.div_ceil(LOCAL).clamp(1, MAX_GROUPS) as u32, 1, 1];
     let args = match out {
         Some(o) => [read(x), write(o), read(pos), read(inv_freq)],
@@ -146,6 +136,71 @@ pub fn rope_forward(
     out: BufferView<'_>,
 ) -> Result<()> {
     dispatch(rec, p, x, pos, inv_freq, Some(out), 1.0)
+}
+
+/// [`rope_forward`] of f32 tensors that also writes `out` in 16 bits into `twin` (rounded as
+/// `dtype::cast` rounds it): the copy 16-bit attention reads, with no cast dispatch.
+pub fn rope_forward_twin(
+    rec: &mut Recorder,
+    p: &Rope,
+    (x, pos, inv_freq): (BufferView<'_>, BufferView<'_>, BufferView<'_>),
+    out: BufferView<'_>,
+    twin: Twin<'_>,
+) -> Result<()> {
+    dispatch_twin(rec, p, (x, pos, inv_freq), (out, twin), 1.0)
+}
+
+/// [`rope_backward`] of f32 tensors that also writes `dx` in 16 bits into `twin` (rounded as
+/// `dtype::cast` rounds it): the copy the q / k projection's backward products read.
+pub fn rope_backward_twin(
+    rec: &mut Recorder,
+    p: &Rope,
+    (dy, pos, inv_freq): (BufferView<'_>, BufferView<'_>, BufferView<'_>),
+    dx: BufferView<'_>,
+    twin: Twin<'_>,
+) -> Result<()> {
+    dispatch_twin(rec, p, (dy, pos, inv_freq), (dx, twin), -1.0)
+}
+
+/// One out-of-place `rope/rope:twin_f32` dispatch (`sign` 1: forward, -1: backward).
+fn dispatch_twin(
+    rec: &mut Recorder,
+    p: &Rope,
+    (x, pos, inv_freq): (BufferView<'_>, BufferView<'_>, BufferView<'_>),
+    (out, twin): (BufferView<'_>, Twin<'_>),
+    sign: f32,
+) -> Result<()> {
+    let k = &code::ROPE_ROPE_TWIN_F32;
+    if p.dtype != DType::F32 {
+        return Err(crate::launch::err_plain(k, format!("a 16-bit twin of {:?} storage", p.dtype)));
+    }
+    let n = check(p, &x, &pos, &inv_freq)?;
+    check_len(p, "out", &out, n, 4)?;
+    let half = twin.code(k.name, n)?;
+    let work = p.rows() * u64::from(p.rotary_dim / 2 + (p.head_dim - p.rotary_dim));
+    if work == 0 {
+        return Ok(());
+    }
+    let mut params = rope_words(p, true, sign);
+    params.extend_from_slice(&half.to_le_bytes());
+    let groups = [work.div_ceil(LOCAL).clamp(1, MAX_GROUPS) as u32, 1, 1];
+    let args = [read(x), write(out), read(pos), read(inv_freq), write(twin.view)];
+    rec.dispatch(k, &[], &args, &params, groups)
+}
+
+/// The push constants after the pointers: shape, layout, tail copy, scale and direction.
+fn rope_words(p: &Rope, copy_tail: bool, sign: f32) -> Vec<u8> {
+    let words = [
+        p.rows() as u32,
+        p.heads,
+        p.head_dim,
+        p.rotary_dim,
+        u32::from(p.layout == RopeLayout::Interleaved),
+        u32::from(copy_tail),
+        p.mscale.to_bits(),
+        sign.to_bits(),
+    ];
+    words.iter().flat_map(|w| w.to_le_bytes()).collect()
 }
 
 /// `x = rope(x)` in place.

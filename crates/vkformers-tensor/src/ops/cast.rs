@@ -48,13 +48,49 @@ pub fn autocast_copy(g: &Graph<'_>, x: &Tensor, dtype: DType) -> Result<Tensor> 
     Ok(y)
 }
 
-/// A 16-bit copy of a gradient (never kept: each is read by one op's backward products).
+/// A 16-bit copy of a gradient for one op's backward products: the twin the op that computed
+/// the gradient wrote (`grad_twin`), else a fresh cast (not kept).
 pub fn narrow(g: &Graph<'_>, x: &Tensor, dtype: DType) -> Result<Tensor> {
     if x.dtype() == dtype {
         return Ok(x.clone());
+    }
+    if let Some(t) = g.take_grad_cast(x, dtype) {
+        return Ok(t);
     }
     check_pair(x.dtype(), dtype)?;
     let y = g.empty_as(x.shape(), dtype)?;
     g.record(|rec| cast_kernel(rec, x.view(), x.dtype(), y.view(), dtype))?;
     Ok(y)
+}
+
+/// The 16-bit twin an op producing the f32 activation `y` writes too, in training under
+/// autocast (the products and attention that read `y` then find it as `y`'s kept copy and run
+/// no cast; its values are `y` rounded exactly as the cast kernels round). `None` when no
+/// product reads 16-bit copies (autocast off, inference: nothing would keep it).
+pub(crate) fn twin(g: &Graph<'_>, y: &Tensor) -> Result<Option<Tensor>> {
+    let Some(dt) = g.autocast().filter(|_| twins_on() && g.grad_enabled() && y.dtype() == DType::F32) else {
+        return Ok(None);
+    };
+    let copy = g.empty_as(y.shape(), dt)?;
+    g.keep_cast(y, &copy);
+    Ok(Some(copy))
+}
+
+/// The 16-bit twin a backward kernel writing the f32 gradient `dx` writes too, under autocast:
+/// the backward products that read `dx` (`narrow`) then run no cast. Kept until the backward
+/// ends (or `dx` is dropped).
+pub(crate) fn grad_twin(g: &Graph<'_>, dx: &Tensor) -> Result<Option<Tensor>> {
+    let Some(dt) = g.autocast().filter(|_| twins_on() && dx.dtype() == DType::F32) else {
+        return Ok(None);
+    };
+    let copy = g.empty_as(dx.shape(), dt)?;
+    g.keep_grad_cast(dx, &copy);
+    Ok(Some(copy))
+}
+
+/// `VKFORMERS_NO_TWINS=1` turns the twins off (a cast dispatch per copy again, as before
+/// them): for comparing the two on one binary; the values are the same either way.
+fn twins_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("VKFORMERS_NO_TWINS").is_none())
 }

@@ -3,44 +3,74 @@
 //! columns are the gate (HF Phi-3's `gate_up_proj(x).chunk(2, dim=-1)`).
 //! Backward: `dgate = dout * up * f'(gate)`, `dup = dout * f(gate)`, from the saved inputs.
 
-use vkformers_kernels::dtype::DType;
+use vkformers_kernels::dtype::{DType, Twin};
 use vkformers_kernels::glu as k;
 pub use vkformers_kernels::glu::Glu;
 
 use crate::{Graph, Result, Tensor, VkError};
 
-/// `out = f(gate) * up`; gate, up, out [.., I] (gate and up of one shape).
+/// `out = f(gate) * up`; gate, up, out [.., I] (gate and up of one shape). Under autocast in
+/// training the backward keeps 16-bit copies of gate and up (written by the forward kernel)
+/// instead of the f32 tensors, as `torch.autocast` keeps the 16-bit outputs of the products.
 pub fn glu(g: &Graph<'_>, gate: &Tensor, up: &Tensor, kind: Glu) -> Result<Tensor> {
     if gate.shape() != up.shape() || gate.shape().is_empty() {
         return Err(shape_error(format!("gate {:?} and up {:?} must have one shape", gate.shape(), up.shape())));
     }
     let (rows, inner) = (gate.rows(), gate.last_dim());
     let out = g.output(gate.shape(), &[gate, up])?;
-    g.record(|rec| k::forward(rec, kind, gate.view(), up.view(), out.view(), rows, inner, DType::F32))?;
-    let (sg, su) = (gate.clone(), up.clone());
+    let saved = match record_forward(g, kind, (gate, Some(up)), &out, (rows, inner))? {
+        Some(half) => Saved::Half(half),
+        None => Saved::Wide(gate.clone(), up.clone()),
+    };
     g.push_node(
         &out,
         vec![gate.clone(), up.clone()],
         Box::new(move |g, dout| {
-            let (dgate, dup) = (g.empty(sg.shape())?, g.empty(su.shape())?);
-            g.record(|rec| {
-                k::backward(
-                    rec,
-                    kind,
-                    sg.view(),
-                    su.view(),
-                    dout.view(),
-                    dgate.view(),
-                    dup.view(),
-                    rows,
-                    inner,
-                    DType::F32,
-                )
-            })?;
+            let (dgate, dup) = backward(g, kind, &saved, dout, (rows, inner))?;
             Ok(vec![Some(dgate), Some(dup)])
         }),
     );
     Ok(out)
+}
+
+/// What the backward of separate gate and up keeps: the f32 tensors, or their 16-bit copies.
+enum Saved {
+    Wide(Tensor, Tensor),
+    Half([Tensor; 2]),
+}
+
+fn twin_of(t: &Tensor) -> Twin<'_> {
+    Twin { view: t.view(), dtype: t.dtype() }
+}
+
+/// `(dgate, dup)` [.., I] f32 from dout [.., I]; under autocast with 16-bit twins for the gate
+/// and up projections' backward products.
+fn backward(g: &Graph<'_>, kind: Glu, saved: &Saved, dout: &Tensor, ri: (usize, usize)) -> Result<(Tensor, Tensor)> {
+    let shape = dout.shape();
+    let (dgate, dup) = (g.empty(shape)?, g.empty(shape)?);
+    let outs = (dgate.view(), dup.view());
+    let twins = [crate::ops::cast::grad_twin(g, &dgate)?, crate::ops::cast::grad_twin(g, &dup)?];
+    match (saved, twins) {
+        (Saved::Half(half), twins) => {
+            // Twins of the saved type even if autocast was turned off since (then not kept).
+            let [tg, tu] = match twins {
+                [Some(a), Some(b)] => [a, b],
+                _ => [g.empty_as(shape, half[0].dtype())?, g.empty_as(shape, half[0].dtype())?],
+            };
+            let ins = (half.each_ref().map(twin_of), dout.view());
+            g.record(|rec| k::backward_saved16(rec, kind, ins, outs, [twin_of(&tg), twin_of(&tu)], ri))?;
+        }
+        (Saved::Wide(sg, su), [Some(tg), Some(tu)]) => {
+            let ins = (sg.view(), su.view(), dout.view());
+            g.record(|rec| k::backward_twin(rec, kind, ins, outs, [twin_of(&tg), twin_of(&tu)], ri))?;
+        }
+        (Saved::Wide(sg, su), _) => {
+            let (rows, inner) = ri;
+            let (sg, su, dv) = (sg.view(), su.view(), dout.view());
+            g.record(|rec| k::backward(rec, kind, sg, su, dv, outs.0, outs.1, rows, inner, DType::F32))?;
+        }
+    }
+    Ok((dgate, dup))
 }
 
 /// `out = f(gate_up[.., :I]) * gate_up[.., I:]`; gate_up [.., 2I], out [.., I].
@@ -55,7 +85,7 @@ pub fn glu_fused(g: &Graph<'_>, gate_up: &Tensor, kind: Glu) -> Result<Tensor> {
         *last = inner;
     }
     let out = g.output(&shape, &[gate_up])?;
-    g.record(|rec| k::forward_fused(rec, kind, gate_up.view(), out.view(), rows, inner, DType::F32))?;
+    record_forward(g, kind, (gate_up, None), &out, (rows, inner))?;
     let saved = gate_up.clone();
     g.push_node(
         &out,
@@ -69,6 +99,36 @@ pub fn glu_fused(g: &Graph<'_>, gate_up: &Tensor, kind: Glu) -> Result<Tensor> {
         }),
     );
     Ok(out)
+}
+
+/// The forward kernel of separate gate and up (`up` given) or a fused gate_up, f32; under
+/// autocast it also writes the 16-bit copy the down projection reads (no cast) and, for
+/// separate gate and up whose output takes gradients, 16-bit copies of them for the backward
+/// (returned).
+fn record_forward(
+    g: &Graph<'_>,
+    kind: Glu,
+    (gate, up): (&Tensor, Option<&Tensor>),
+    out: &Tensor,
+    (rows, inner): (usize, usize),
+) -> Result<Option<[Tensor; 2]>> {
+    let twin = crate::ops::cast::twin(g, out)?;
+    let keep = twin.as_ref().filter(|_| up.is_some() && out.requires_grad() && !g.discarding_nodes());
+    let saved = keep
+        .map(|t| -> Result<[Tensor; 2]> {
+            Ok([g.empty_as(gate.shape(), t.dtype())?, g.empty_as(gate.shape(), t.dtype())?])
+        })
+        .transpose()?;
+    g.record(|rec| match (&twin, up) {
+        (Some(t), _) => {
+            let save = saved.as_ref().map(|s| s.each_ref().map(twin_of));
+            let ins = (gate.view(), up.map(Tensor::view));
+            k::forward_twin(rec, kind, ins, out.view(), twin_of(t), save, rows, inner)
+        }
+        (None, Some(up)) => k::forward(rec, kind, gate.view(), up.view(), out.view(), rows, inner, DType::F32),
+        (None, None) => k::forward_fused(rec, kind, gate.view(), out.view(), rows, inner, DType::F32),
+    })?;
+    Ok(saved)
 }
 
 fn shape_error(message: String) -> VkError {

@@ -9,7 +9,7 @@
 //! Weight gradients are summed over rows deterministically by the kernels (partial sums in a
 //! scratch buffer of `weight_grad_scratch_bytes`).
 
-use vkformers_kernels::dtype::DType;
+use vkformers_kernels::dtype::{DType, Twin};
 use vkformers_kernels::norm::{self as k, LayerNorm, ParamGrads, RmsNorm};
 use vkformers_vk::Buffer;
 
@@ -60,13 +60,39 @@ pub fn rms_norm(g: &Graph<'_>, x: &Tensor, w: Option<&Tensor>, eps: f32, unit_of
     let inputs = node_inputs(x, &[w]);
     let y = g.output(x.shape(), &inputs.iter().collect::<Vec<_>>())?;
     let rstd = g.empty(&[rows as usize])?;
-    g.record(|rec| k::rms_norm_forward(rec, &p, x.view(), w.map(Tensor::view), y.view(), rstd.view()))?;
-    let (x, w) = (x.clone(), w.cloned());
+    // Under autocast the 16-bit copy the next products read is written here (no cast).
+    let twin = crate::ops::cast::twin(g, &y)?;
+    g.record(|rec| match &twin {
+        Some(t) => {
+            let t = Twin { view: t.view(), dtype: t.dtype() };
+            k::rms_norm_forward_twin(rec, &p, (x.view(), w.map(Tensor::view)), y.view(), t, rstd.view())
+        }
+        None => k::rms_norm_forward(rec, &p, x.view(), w.map(Tensor::view), y.view(), rstd.view()),
+    })?;
+    push_rms_node(g, &p, (x, w), rstd, (&y, inputs));
+    Ok(y)
+}
+
+/// Records the backward of `y = rms_norm(x)` (node inputs `inputs`: x and the weight, if any).
+fn push_rms_node(
+    g: &Graph<'_>,
+    p: &RmsNorm,
+    (x, w): (&Tensor, Option<&Tensor>),
+    rstd: Tensor,
+    (y, inputs): (&Tensor, Vec<Tensor>),
+) {
+    let (x, w, p) = (x.clone(), w.cloned(), *p);
+    let (rows, dim) = (p.rows, p.dim);
     g.push_node(
-        &y,
+        y,
         inputs,
         Box::new(move |g, dy| {
             let dx = g.empty(x.shape())?;
+            // dx takes in the gradient x already has (the residual branch's): no add after.
+            let prev = g.take_gathered_grad(&x);
+            // Under autocast the 16-bit copy the backward products reading dx take (o_proj's
+            // and down_proj's, through the residual adds).
+            let twin = crate::ops::cast::grad_twin(g, &dx)?;
             let dw = param_grads(g, std::slice::from_ref(&w))?.remove(0);
             let scratch = dw.as_ref().map(|_| scratch(g, rows, dim)).transpose()?;
             g.record(|rec| {
@@ -76,26 +102,21 @@ pub fn rms_norm(g: &Graph<'_>, x: &Tensor, w: Option<&Tensor>, eps: f32, unit_of
                     scratch: s.slice(0, s.size()),
                     accumulate: false,
                 });
-                k::rms_norm_backward(
-                    rec,
-                    &p,
-                    x.view(),
-                    w.as_ref().map(Tensor::view),
-                    rstd.view(),
-                    dy.view(),
-                    dx.view(),
-                    grads,
-                )
+                let ins = (x.view(), w.as_ref().map(Tensor::view), rstd.view());
+                let twin = twin.as_ref().map(|t| Twin { view: t.view(), dtype: t.dtype() });
+                let out = k::DxOut { dx: dx.view(), prev: prev.as_ref().map(Tensor::view), twin };
+                k::rms_norm_backward_acc(rec, &p, ins, dy.view(), out, grads)
             })?;
             Ok(std::iter::once(Some(dx)).chain(w.as_ref().map(|_| dw)).collect())
         }),
     );
-    Ok(y)
 }
 
-/// `h = x + r` and `y = rms_norm(h)` (as [`rms_norm`]) of `x, r [.., D]`: one fused kernel when
-/// no gradient can flow (inference: a decoder's residual add and the norm after it), else the
-/// add and norm ops with their backward. Returns `(h, y)`; the values are the same either way.
+/// `h = x + r` and `y = rms_norm(h)` (as [`rms_norm`]) of `x, r [.., D]` in one fused kernel
+/// (a decoder's residual add and the norm after it: one dispatch, and h is not read back); in
+/// training the tape still records the add and the norm as two ops (the add's gradient passes
+/// to x and r, the norm's as [`rms_norm`]'s). Broadcast shapes run the two ops. Returns
+/// `(h, y)`; the values are those of the add followed by the norm either way.
 pub fn add_rms_norm(
     g: &Graph<'_>,
     (x, r): (&Tensor, &Tensor),
@@ -103,20 +124,29 @@ pub fn add_rms_norm(
     eps: f32,
     unit_offset: bool,
 ) -> Result<(Tensor, Tensor)> {
-    let grads = g.grad_enabled() && [Some(x), Some(r), w].iter().flatten().any(|t| t.requires_grad());
-    if grads || x.shape() != r.shape() {
+    if x.shape() != r.shape() {
         let h = crate::ops::broadcast::add(g, x, r)?;
         let y = rms_norm(g, &h, w, eps, unit_offset)?;
         return Ok((h, y));
     }
     let (rows, dim) = shape("add_rms_norm", x, &[w])?;
     let p = RmsNorm { rows, dim, eps, unit_offset, dtype: DType::F32 };
-    let inputs: Vec<&Tensor> = [Some(x), Some(r), w].into_iter().flatten().collect();
-    let h = g.output(x.shape(), &inputs)?;
-    let y = g.output(x.shape(), &inputs)?;
+    let h = g.output(x.shape(), &[x, r])?;
+    let inputs = node_inputs(&h, &[w]);
+    let y = g.output(x.shape(), &inputs.iter().collect::<Vec<_>>())?;
     let rstd = g.empty(&[rows as usize])?;
-    let views = (x.view(), r.view());
-    g.record(|rec| k::add_rms_norm_forward(rec, &p, views, w.map(Tensor::view), h.view(), y.view(), rstd.view()))?;
+    let twin = crate::ops::cast::twin(g, &y)?;
+    let (views, wv) = ((x.view(), r.view()), w.map(Tensor::view));
+    g.record(|rec| match &twin {
+        Some(t) => {
+            let t = Twin { view: t.view(), dtype: t.dtype() };
+            k::add_rms_norm_forward_twin(rec, &p, views, wv, h.view(), y.view(), t, rstd.view())
+        }
+        None => k::add_rms_norm_forward(rec, &p, views, wv, h.view(), y.view(), rstd.view()),
+    })?;
+    // dh reaches x and r unchanged (one tensor for both: the tape never updates it in place).
+    g.push_node(&h, vec![x.clone(), r.clone()], Box::new(|_, dh| Ok(vec![Some(dh.clone()), Some(dh.clone())])));
+    push_rms_node(g, &p, (&h, w), rstd, (&y, inputs));
     Ok((h, y))
 }
 

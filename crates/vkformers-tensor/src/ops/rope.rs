@@ -5,7 +5,7 @@
 
 pub use vkformers_kernels::rope::RopeLayout;
 
-use vkformers_kernels::dtype::DType;
+use vkformers_kernels::dtype::{DType, Twin};
 use vkformers_kernels::rope::{self as k, Rope};
 
 use crate::{Graph, Result, Tensor, VkError};
@@ -62,14 +62,30 @@ pub fn rope(
 ) -> Result<Tensor> {
     let p = describe(x, pos, inv_freq, layout, rotary_dim, mscale)?;
     let y = g.output(x.shape(), &[x])?;
-    g.record(|rec| k::rope_forward(rec, &p, x.view(), pos.view(), inv_freq.view(), y.view()))?;
+    // Under autocast the 16-bit copy attention reads is written here (no cast).
+    let twin = crate::ops::cast::twin(g, &y)?;
+    g.record(|rec| match &twin {
+        Some(t) => {
+            let t = Twin { view: t.view(), dtype: t.dtype() };
+            k::rope_forward_twin(rec, &p, (x.view(), pos.view(), inv_freq.view()), y.view(), t)
+        }
+        None => k::rope_forward(rec, &p, x.view(), pos.view(), inv_freq.view(), y.view()),
+    })?;
     let (pos, inv_freq) = (pos.clone(), inv_freq.clone());
     g.push_node(
         &y,
         vec![x.clone()],
         Box::new(move |g, dy| {
             let dx = g.empty(dy.shape())?;
-            g.record(|rec| k::rope_backward(rec, &p, dy.view(), pos.view(), inv_freq.view(), dx.view()))?;
+            // Under autocast the 16-bit copy the q / k projection's backward reads is written here.
+            let twin = crate::ops::cast::grad_twin(g, &dx)?;
+            g.record(|rec| match &twin {
+                Some(t) => {
+                    let t = Twin { view: t.view(), dtype: t.dtype() };
+                    k::rope_backward_twin(rec, &p, (dy.view(), pos.view(), inv_freq.view()), dx.view(), t)
+                }
+                None => k::rope_backward(rec, &p, dy.view(), pos.view(), inv_freq.view(), dx.view()),
+            })?;
             Ok(vec![Some(dx)])
         }),
     );
