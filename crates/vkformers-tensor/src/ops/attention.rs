@@ -162,6 +162,12 @@ pub fn attention(g: &Graph<'_>, q: &Tensor, kt: &Tensor, v: &Tensor, opts: &Attn
                 } else {
                     let wide = g.empty(t.shape())?;
                     g.record(|rec| vkformers_kernels::dtype::cast(rec, t.view(), dt, wide.view(), in_types[i]))?;
+                    if i == 2 {
+                        // dv16 is exactly dv's 16-bit copy: v_proj's backward products read it
+                        // instead of casting dv back. (dq and dk go through RoPE's backward
+                        // first, so their copies would only be held, never read.)
+                        g.keep_grad_cast(&wide, &t);
+                    }
                     Ok(wide)
                 }
             };
