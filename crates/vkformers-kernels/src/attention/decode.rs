@@ -214,16 +214,8 @@ fn store_code(src: DType, dt: DType) -> Option<&'static KernelCode> {
 pub fn splits(s: &DecodeShape, max_len: u32) -> u32 {
     let groups = s.batch.max(1) * s.hkv.max(1) * s.row_tiles().max(1);
     let wanted = TARGET_GROUPS.div_ceil(groups);
-    let most = max_len.div_ceil(min_split_keys()).max(1);
+    let most = max_len.div_ceil(MIN_SPLIT_KEYS).max(1);
     wanted.min(most).clamp(1, MAX_SPLITS)
-}
-
-/// [`MIN_SPLIT_KEYS`], or `VKFORMERS_DECODE_MIN_SPLIT` (at least 1) to measure smaller splits.
-fn min_split_keys() -> u32 {
-    static KEYS: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *KEYS.get_or_init(|| {
-        std::env::var("VKFORMERS_DECODE_MIN_SPLIT").ok().and_then(|v| v.parse().ok()).unwrap_or(MIN_SPLIT_KEYS).max(1)
-    })
 }
 
 /// f32 values of the work buffer of a call with `splits` splits: acc `[B, Hq, Tq, S, D]` and
