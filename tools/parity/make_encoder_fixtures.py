@@ -97,6 +97,15 @@ SPECS = {
     # bias-free rotary attention (rotate_half pairs, rope_theta 1000 by default), a bias-free
     # SwiGLU MLP, post-LN, no position table; the head's transform uses hidden_act (SiLU).
     "nomic_bert": ("nomic_bert", {**ENC, "type_vocab_size": 2, "pad_token_id": 0}),
+    # ESM-2: pre-LN, rotary q/k (rotate_half) on pre-scaled queries, token_dropout (the MASK_ID
+    # inputs zeroed, rows rescaled), embeddings times the attention mask, final
+    # `emb_layer_norm_after`; its `lm_head`; `contact_head` stored but never reached.
+    "esm": ("esm", {**ENC, "pad_token_id": 1, "mask_token_id": MASK_ID, "position_embedding_type": "rotary",
+                    "token_dropout": True, "emb_layer_norm_before": False}),
+    # ESM-1b: a learned table counted from padding_idx + 1, a LayerNorm on the embeddings, no
+    # token_dropout.
+    "esm_absolute": ("esm", {**ENC, "pad_token_id": 1, "mask_token_id": MASK_ID, "max_position_embeddings": 66,
+                             "position_embedding_type": "absolute", "emb_layer_norm_before": True}),
 }
 
 
@@ -113,6 +122,9 @@ CLS_SPECS = {
         "nomic_bert",
         {**ENC, "type_vocab_size": 2, "pad_token_id": 0, "num_labels": 3, "hidden_act": "gelu"},
     ),
+    # ESM's classifier (dense + tanh + out_proj on the first token), rotary, token_dropout.
+    "esm_seqcls": ("esm", {**ENC, "pad_token_id": 1, "mask_token_id": MASK_ID, "position_embedding_type": "rotary",
+                           "token_dropout": True, "num_labels": 3}),
 }
 # Token classification (`"head": "token"`): labels [B, T], -100 on padding.
 CLS_SPECS["distilbert_tokcls"] = (
@@ -121,6 +133,8 @@ CLS_SPECS["distilbert_tokcls"] = (
          attention_dropout=0.0, initializer_range=mf.INIT_STD, pad_token_id=0, num_labels=5, head="token"),
 )
 SPECS.update(CLS_SPECS)
+# Parameters no loss here reaches (ESM's contact prediction, from attention maps).
+UNREACHED = ("esm.contact_head.",)
 CLS_LABELS = [2, 0]
 REGRESSION_LABELS = [0.75, -1.5]
 
@@ -217,6 +231,22 @@ def stored_names(model, path: Path, names: list[str]) -> dict:
     return out
 
 
+def hub_esm_names(path: Path) -> None:
+    """transformers 5 saves ESM through its load-time renamings reversed: `LayerNorm.gamma` /
+    `.beta` and one `encoder.layer.*.attention.self.rotary_embeddings.inv_freq`. Rewritten to the
+    names the hub's ESM checkpoints use (`LayerNorm.weight` / `.bias`), without the rotary buffer
+    (transformers recomputes it from rope_theta when a folder lacks it)."""
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(str(path))
+    out = {}
+    for k, t in tensors.items():
+        if k.endswith("rotary_embeddings.inv_freq"):
+            continue
+        out[k.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")] = t
+    save_file(out, str(path), metadata={"format": "pt"})
+
+
 def fuse_parts(stored: dict, grads: dict, step2: dict):
     """(stored, grads, step2) keyed so that each stored tensor appears once: the parts of a fused
     tensor concatenated along rows in their stored order."""
@@ -241,8 +271,11 @@ def make_fixture(name: str, model_type: str, cfg_kwargs: dict, out_dir: Path, ve
     for stale in ("config.json", "model.safetensors", "generation_config.json", "greedy.json"):
         (d / stale).unlink(missing_ok=True)
     model.save_pretrained(d, safe_serialization=True)
-    # Trained parameters only (RoFormer's frozen sinusoid table is a stored buffer, no gradient).
-    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    if model_type == "esm":
+        hub_esm_names(d / "model.safetensors")
+    # Trained parameters only (RoFormer's frozen sinusoid table is a stored buffer, no gradient;
+    # ESM's contact head gets none from these losses, so AdamW leaves it as it is).
+    names = [n for n, p in model.named_parameters() if p.requires_grad and not n.startswith(UNREACHED)]
     stored = stored_names(model, d / "model.safetensors", names)
     ids, mask, labels, types = make_batch(model.config)
     if is_token_cls(cfg_kwargs):

@@ -109,6 +109,11 @@ parity! {
     // Bias-free rotary attention and SwiGLU, post-LN; then the pooler classifier with GeGLU.
     nomic_bert: "nomic_bert",
     nomic_bert_seqcls: "nomic_bert_seqcls",
+    // Pre-LN, rotary on pre-scaled queries, token_dropout, embeddings times the attention mask;
+    // then ESM-1b's learned positions and embedding norm; then its classifier.
+    esm: "esm",
+    esm_absolute: "esm_absolute",
+    esm_seqcls: "esm_seqcls",
     // Sequence classification: BERT's pooler + 3-way cross-entropy; RoBERTa's head, 1 label (MSE).
     bert_seqcls: "bert_seqcls",
     roberta_seqcls_regression: "roberta_seqcls_regression",

@@ -124,6 +124,8 @@ pub(super) fn spec(
             ignored,
             stored_tables: Vec::new(),
             rope_on_values: false,
+            masking: Default::default(),
+            unread_linears: Vec::new(),
         },
     }
     .build();

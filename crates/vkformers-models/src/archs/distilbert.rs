@@ -112,6 +112,8 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
             ignored: Vec::new(),
             stored_tables: Vec::new(),
             rope_on_values: false,
+            masking: Default::default(),
+            unread_linears: Vec::new(),
             head: head(
                 cfg,
                 MlmHead {

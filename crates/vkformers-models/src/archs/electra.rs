@@ -114,6 +114,8 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
             ignored: vec!["generator_lm_head.decoder.bias".into()],
             stored_tables: Vec::new(),
             rope_on_values: false,
+            masking: Default::default(),
+            unread_linears: Vec::new(),
             head: head(
                 cfg,
                 MlmHead {

@@ -31,6 +31,7 @@ mod electra;
 pub(crate) mod encoder_common;
 mod encoder_heads;
 mod ernie4_5;
+mod esm;
 mod exaone4;
 mod falcon;
 mod gemma;
@@ -147,6 +148,7 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "electra", family: "BERT-family encoder", build: electra::spec },
     Arch { model_type: "roformer", family: "BERT-family encoder", build: roformer::spec },
     Arch { model_type: "nomic_bert", family: "BERT-family encoder", build: nomic_bert::spec },
+    Arch { model_type: "esm", family: "BERT-family encoder", build: esm::spec },
     Arch { model_type: "biogpt", family: "absolute-position GPT", build: biogpt::spec },
     Arch { model_type: "gpt_neox_japanese", family: "layernorm rotary decoder", build: gpt_neox_japanese::spec },
     Arch { model_type: "openai-gpt", family: "absolute-position GPT", build: openai_gpt::spec },

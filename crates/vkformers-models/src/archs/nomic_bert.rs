@@ -122,6 +122,8 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
             ignored: vec!["cls.predictions.decoder.bias".into()],
             stored_tables: Vec::new(),
             rope_on_values: false,
+            masking: Default::default(),
+            unread_linears: Vec::new(),
             head,
         },
     }

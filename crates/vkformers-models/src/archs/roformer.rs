@@ -109,6 +109,8 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
             ignored: vec!["cls.predictions.decoder.bias".into()],
             stored_tables: vec![("roformer.encoder.embed_positions".into(), c.max_position_embeddings, head_dim)],
             rope_on_values: c.rotary_value,
+            masking: Default::default(),
+            unread_linears: Vec::new(),
             head: head(
                 cfg,
                 MlmHead {

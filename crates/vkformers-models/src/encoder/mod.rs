@@ -4,6 +4,7 @@
 //! ops, so the tape gives every parameter's gradient.
 
 mod heads;
+mod masking;
 mod plan;
 mod pooling;
 mod spec;
@@ -11,7 +12,9 @@ mod spec;
 pub use heads::{classification_loss, forward, forward_loss, masked_lm_loss, ClsLabels, OwnedClsLabels};
 pub(crate) use plan::{check_new_head, plan};
 pub use pooling::{normalize_rows, pool, Pooling};
-pub use spec::{ClassifierHead, EncoderHead, EncoderSpec, MlmHead, NormPlacement, PoolAct, Positions, Problem};
+pub use spec::{
+    ClassifierHead, EmbedMasking, EncoderHead, EncoderSpec, MlmHead, NormPlacement, PoolAct, Positions, Problem,
+};
 
 use vkformers_tensor::ops::attention::{attention, AttnOptions};
 use vkformers_tensor::ops::{broadcast, embedding, matmul, rope, shape};
@@ -89,6 +92,9 @@ fn embeddings(
     let ids = g.ints(batch.ids, &[b, t])?;
     let word = w.get(&format!("{}.weight", spec.embed_name))?;
     let mut x = rows(embedding::embedding_padded(g, word, &ids, spec.padding_idx)?)?;
+    if let Some(mask_id) = enc.masking.token_dropout {
+        x = masking::scale_rows(g, &x, &masking::token_dropout_scale(batch, mask_id)?)?;
+    }
     if let Some((name, type_vocab)) = &enc.token_types {
         let zeros;
         let types = match batch.token_types {
@@ -122,6 +128,9 @@ fn embeddings(
     }
     if let Some(n) = &spec.embed_norm {
         x = apply_norm(g, n, w, &spec.embed_norm_name, &x)?;
+    }
+    if enc.masking.zero_padding {
+        x = masking::scale_rows(g, &x, &masking::padding_column(batch))?;
     }
     if let Some(p) = &enc.embed_project {
         x = matmul::linear(g, &x, w.get(&format!("{p}.weight"))?, Some(w.get(&format!("{p}.bias"))?))?;

@@ -87,6 +87,9 @@ pub(crate) fn plan(spec: &ModelSpec, _config: &Value) -> Result<Vec<Planned>> {
     for (name, rows, width) in &enc.stored_tables {
         out.push(Planned { name: format!("{name}.weight"), shape: vec![*rows, *width], init: Init::Sinusoid });
     }
+    for (name, rows, cols) in &enc.unread_linears {
+        linear(&mut out, name, *rows, *cols, true);
+    }
     Ok(out)
 }
 

@@ -116,4 +116,21 @@ pub struct EncoderSpec {
     pub stored_tables: Vec<(String, usize, usize)>,
     /// Rotary layers also rotate the values (RoFormer's `rotary_value`).
     pub rope_on_values: bool,
+    /// ESM's rescaling of the summed embeddings by the batch (none elsewhere).
+    pub masking: EmbedMasking,
+    /// Linear modules `{name}.weight [out, in]` + `.bias [out]` the checkpoint stores that no
+    /// loss here reaches (ESM's `contact_head.regression`, fed by attention maps): buffers,
+    /// loaded and saved unchanged, as transformers' AdamW skips a parameter without gradient.
+    pub unread_linears: Vec<(String, usize, usize)>,
+}
+
+/// ESM's embedding rescalings, both fixed by the batch (constants, no gradient of their own).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EmbedMasking {
+    /// `token_dropout` with this `mask_token_id`: word embeddings of mask tokens are zeroed
+    /// and the row scaled by `(1 - 0.15·0.8) / (1 - masks_in_row / real_tokens_in_row)`
+    /// (in eval too: transformers does not gate it on `training`).
+    pub token_dropout: Option<i32>,
+    /// The embedding output times the attention mask (padded rows enter the layers as zeros).
+    pub zero_padding: bool,
 }
