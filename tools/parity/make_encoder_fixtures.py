@@ -106,6 +106,9 @@ SPECS = {
     # token_dropout.
     "esm_absolute": ("esm", {**ENC, "pad_token_id": 1, "mask_token_id": MASK_ID, "max_position_embeddings": 66,
                              "position_embedding_type": "absolute", "emb_layer_norm_before": True}),
+    # RoBERTa's layout under `mpnet.` with a relative position bias shared by every layer (T5's
+    # bidirectional buckets; T = 8 keeps to the exact ones, the log ones are unit-tested).
+    "mpnet": ("mpnet", {**ENC, "pad_token_id": 1, "max_position_embeddings": 66}),
 }
 
 
@@ -122,6 +125,9 @@ CLS_SPECS = {
         "nomic_bert",
         {**ENC, "type_vocab_size": 2, "pad_token_id": 0, "num_labels": 3, "hidden_act": "gelu"},
     ),
+    # 40 rows of relative bias, still bucketed by 32 (rows 32.. get no gradient); RELU layers.
+    "mpnet_seqcls": ("mpnet", {**ENC, "pad_token_id": 1, "max_position_embeddings": 66, "num_labels": 3,
+                               "relative_attention_num_buckets": 40, "hidden_act": "relu"}),
     # ESM's classifier (dense + tanh + out_proj on the first token), rotary, token_dropout.
     "esm_seqcls": ("esm", {**ENC, "pad_token_id": 1, "mask_token_id": MASK_ID, "position_embedding_type": "rotary",
                            "token_dropout": True, "num_labels": 3}),

@@ -114,6 +114,9 @@ parity! {
     esm: "esm",
     esm_absolute: "esm_absolute",
     esm_seqcls: "esm_seqcls",
+    // A relative position bias shared by the layers; then 40 table rows bucketed by 32.
+    mpnet: "mpnet",
+    mpnet_seqcls: "mpnet_seqcls",
     // Sequence classification: BERT's pooler + 3-way cross-entropy; RoBERTa's head, 1 label (MSE).
     bert_seqcls: "bert_seqcls",
     roberta_seqcls_regression: "roberta_seqcls_regression",

@@ -126,6 +126,7 @@ pub(super) fn spec(
             rope_on_values: false,
             masking: Default::default(),
             unread_linears: Vec::new(),
+            relative_bias: None,
         },
     }
     .build();

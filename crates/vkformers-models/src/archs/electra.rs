@@ -116,6 +116,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
             rope_on_values: false,
             masking: Default::default(),
             unread_linears: Vec::new(),
+            relative_bias: None,
             head: head(
                 cfg,
                 MlmHead {

@@ -144,6 +144,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
             masking: EmbedMasking { token_dropout, zero_padding: true },
             // Logistic regression over every layer's and head's attention map.
             unread_linears: vec![(under(p, "contact_head.regression"), 1, c.num_hidden_layers * c.num_attention_heads)],
+            relative_bias: None,
         },
     }
     .build();

@@ -56,6 +56,7 @@ mod ministral;
 mod mixtral;
 mod mla_common;
 mod moe_common;
+mod mpnet;
 mod mpt;
 mod multimodal;
 mod nanochat;
@@ -149,6 +150,7 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "roformer", family: "BERT-family encoder", build: roformer::spec },
     Arch { model_type: "nomic_bert", family: "BERT-family encoder", build: nomic_bert::spec },
     Arch { model_type: "esm", family: "BERT-family encoder", build: esm::spec },
+    Arch { model_type: "mpnet", family: "BERT-family encoder", build: mpnet::spec },
     Arch { model_type: "biogpt", family: "absolute-position GPT", build: biogpt::spec },
     Arch { model_type: "gpt_neox_japanese", family: "layernorm rotary decoder", build: gpt_neox_japanese::spec },
     Arch { model_type: "openai-gpt", family: "absolute-position GPT", build: openai_gpt::spec },

@@ -111,6 +111,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
             rope_on_values: c.rotary_value,
             masking: Default::default(),
             unread_linears: Vec::new(),
+            relative_bias: None,
             head: head(
                 cfg,
                 MlmHead {

@@ -7,11 +7,13 @@ mod heads;
 mod masking;
 mod plan;
 mod pooling;
+mod relative;
 mod spec;
 
 pub use heads::{classification_loss, forward, forward_loss, masked_lm_loss, ClsLabels, OwnedClsLabels};
 pub(crate) use plan::{check_new_head, plan};
 pub use pooling::{normalize_rows, pool, Pooling};
+pub use relative::RelativeBias;
 pub use spec::{
     ClassifierHead, EmbedMasking, EncoderHead, EncoderSpec, MlmHead, NormPlacement, PoolAct, Positions, Problem,
 };
@@ -22,6 +24,7 @@ use vkformers_tensor::{Graph, Tensor};
 
 use crate::decoder::{apply_norm, mlp, project, Weights};
 use crate::error::{ModelError, Result};
+use crate::seq2seq::attention::biased_attention;
 use crate::spec::{layer_name, LayerSpec, ModelSpec};
 
 /// One batch `[B, T]`: token ids, attention mask (1 real, 0 padding) and optional token types
@@ -48,9 +51,9 @@ pub fn hidden_states(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, batch: &Encod
         return Err(ModelError::Config(format!("a batch of {b}x{t} with {} ids", batch.ids.len())));
     }
     let mut x = embeddings(g, spec, enc, w, batch)?;
-    let kmask = g.ints(batch.mask, &[b, t])?;
+    let keys = relative::keys(g, enc, w, batch)?;
     for (i, layer) in spec.layers.iter().enumerate() {
-        x = encoder_layer(g, spec, enc.placement, w, layer, i, &x, &kmask, (b, t))?;
+        x = encoder_layer(g, spec, enc.placement, w, layer, i, &x, &keys, (b, t))?;
     }
     if let Some((n, name)) = &enc.final_norm {
         x = apply_norm(g, n, w, name, &x)?;
@@ -149,7 +152,7 @@ fn encoder_layer(
     layer: &LayerSpec,
     i: usize,
     x: &Tensor,
-    kmask: &Tensor,
+    keys: &relative::Keys,
     bt: (usize, usize),
 ) -> Result<Tensor> {
     let n = &spec.layer_names;
@@ -159,14 +162,14 @@ fn encoder_layer(
     };
     match placement {
         NormPlacement::Post => {
-            let a = self_attention(g, spec, w, layer, i, x, kmask, bt)?;
+            let a = self_attention(g, spec, w, layer, i, x, keys, bt)?;
             let x = norm(&layer.attn_norm, &n.attn_norm, &broadcast::add(g, x, &a)?)?;
             let m = mlp(g, spec, w, &layer.mlp, i, &x)?;
             norm(&layer.mlp_norm, &n.mlp_norm, &broadcast::add(g, &x, &m)?)
         }
         NormPlacement::Pre => {
             let h = norm(&layer.attn_norm, &n.attn_norm, x)?;
-            let x = broadcast::add(g, x, &self_attention(g, spec, w, layer, i, &h, kmask, bt)?)?;
+            let x = broadcast::add(g, x, &self_attention(g, spec, w, layer, i, &h, keys, bt)?)?;
             let h = norm(&layer.mlp_norm, &n.mlp_norm, &x)?;
             Ok(broadcast::add(g, &x, &mlp(g, spec, w, &layer.mlp, i, &h)?)?)
         }
@@ -183,7 +186,7 @@ fn self_attention(
     layer: &LayerSpec,
     i: usize,
     h: &Tensor,
-    kmask: &Tensor,
+    keys: &relative::Keys,
     (b, t): (usize, usize),
 ) -> Result<Tensor> {
     let (n, a) = (&spec.layer_names, &layer.attn);
@@ -207,9 +210,19 @@ fn self_attention(
             v = rot(&v)?;
         }
     }
-    let opts =
-        AttnOptions { scale: Some(a.scale), causal: false, kmask: Some(kmask.clone()), ..AttnOptions::default() };
-    let o = shape::reshape(g, &attention(g, &q, &k, &v, &opts)?, &[b * t, a.heads * a.head_dim])?;
+    let (hd, rows) = (a.heads * a.head_dim, |x: &Tensor| shape::reshape(g, x, &[b * t, a.heads * a.head_dim]));
+    let o = match &keys.bias {
+        Some(bias) if a.kv_heads == a.heads => {
+            let dims = (b, t, t, a.heads, a.head_dim);
+            biased_attention(g, (&rows(&q)?, &rows(&k)?, &rows(&v)?), bias, dims, a.scale)?
+        }
+        Some(_) => return Err(ModelError::Unsupported("a relative position bias with grouped keys".into())),
+        None => {
+            let kmask = Some(keys.kmask.clone());
+            let opts = AttnOptions { scale: Some(a.scale), causal: false, kmask, ..AttnOptions::default() };
+            shape::reshape(g, &attention(g, &q, &k, &v, &opts)?, &[b * t, hd])?
+        }
+    };
     project(g, w, &n.o, i, &o, a.out_bias)
 }
 

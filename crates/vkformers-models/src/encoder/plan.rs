@@ -87,6 +87,10 @@ pub(crate) fn plan(spec: &ModelSpec, _config: &Value) -> Result<Vec<Planned>> {
     for (name, rows, width) in &enc.stored_tables {
         out.push(Planned { name: format!("{name}.weight"), shape: vec![*rows, *width], init: Init::Sinusoid });
     }
+    if let Some(r) = &enc.relative_bias {
+        let heads = spec.layers.first().map_or(0, |l| l.attn.heads);
+        out.push(Planned { name: format!("{}.weight", r.table), shape: vec![r.rows, heads], init: Init::Normal });
+    }
     for (name, rows, cols) in &enc.unread_linears {
         linear(&mut out, name, *rows, *cols, true);
     }

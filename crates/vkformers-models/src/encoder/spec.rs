@@ -122,6 +122,8 @@ pub struct EncoderSpec {
     /// loss here reaches (ESM's `contact_head.regression`, fed by attention maps): buffers,
     /// loaded and saved unchanged, as transformers' AdamW skips a parameter without gradient.
     pub unread_linears: Vec<(String, usize, usize)>,
+    /// MPNet's relative position bias shared by every layer (none elsewhere).
+    pub relative_bias: Option<super::RelativeBias>,
 }
 
 /// ESM's embedding rescalings, both fixed by the batch (constants, no gradient of their own).
