@@ -109,6 +109,14 @@ SPECS = {
     # RoBERTa's layout under `mpnet.` with a relative position bias shared by every layer (T5's
     # bidirectional buckets; T = 8 keeps to the exact ones, the log ones are unit-tested).
     "mpnet": ("mpnet", {**ENC, "pad_token_id": 1, "max_position_embeddings": 66}),
+    # Factorised embeddings (16 wide, mapped to 32) and one layer shared by all 3 (its gradient
+    # sums 3 uses); the head's dense maps back to 16; GELU-tanh (ALBERT's default).
+    "albert": ("albert", {**ENC, "embedding_size": 16, "num_hidden_layers": 3, "type_vocab_size": 2,
+                          "pad_token_id": 0, "hidden_act": "gelu_new"}),
+    # 3 layers over 2 groups of 2 layers: layers 0 and 1 run group 0 (int(l / 1.5)), layer 2 group 1.
+    "albert_groups": ("albert", {**ENC, "embedding_size": 16, "num_hidden_layers": 3, "num_hidden_groups": 2,
+                                 "inner_group_num": 2, "type_vocab_size": 2, "pad_token_id": 0,
+                                 "hidden_act": "gelu"}),
 }
 
 
@@ -128,6 +136,9 @@ CLS_SPECS = {
     # 40 rows of relative bias, still bucketed by 32 (rows 32.. get no gradient); RELU layers.
     "mpnet_seqcls": ("mpnet", {**ENC, "pad_token_id": 1, "max_position_embeddings": 66, "num_labels": 3,
                                "relative_attention_num_buckets": 40, "hidden_act": "relu"}),
+    # ALBERT's pooler (`albert.pooler`, dense + tanh) and `classifier`; 2 layers sharing one.
+    "albert_seqcls": ("albert", {**ENC, "embedding_size": 16, "type_vocab_size": 2, "pad_token_id": 0,
+                                 "num_labels": 3}),
     # ESM's classifier (dense + tanh + out_proj on the first token), rotary, token_dropout.
     "esm_seqcls": ("esm", {**ENC, "pad_token_id": 1, "mask_token_id": MASK_ID, "position_embedding_type": "rotary",
                            "token_dropout": True, "num_labels": 3}),

@@ -117,6 +117,10 @@ parity! {
     // A relative position bias shared by the layers; then 40 table rows bucketed by 32.
     mpnet: "mpnet",
     mpnet_seqcls: "mpnet_seqcls",
+    // Factorised embeddings and shared layers: one layer run 3 times; 2 groups of 2 over 3 layers.
+    albert: "albert",
+    albert_groups: "albert_groups",
+    albert_seqcls: "albert_seqcls",
     // Sequence classification: BERT's pooler + 3-way cross-entropy; RoBERTa's head, 1 label (MSE).
     bert_seqcls: "bert_seqcls",
     roberta_seqcls_regression: "roberta_seqcls_regression",

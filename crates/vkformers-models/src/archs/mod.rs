@@ -6,6 +6,7 @@ use serde_json::Value;
 use crate::error::{ModelError, Result};
 use crate::spec::ModelSpec;
 
+mod albert;
 mod apertus;
 mod arcee;
 mod bart;
@@ -151,6 +152,7 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "nomic_bert", family: "BERT-family encoder", build: nomic_bert::spec },
     Arch { model_type: "esm", family: "BERT-family encoder", build: esm::spec },
     Arch { model_type: "mpnet", family: "BERT-family encoder", build: mpnet::spec },
+    Arch { model_type: "albert", family: "BERT-family encoder", build: albert::spec },
     Arch { model_type: "biogpt", family: "absolute-position GPT", build: biogpt::spec },
     Arch { model_type: "gpt_neox_japanese", family: "layernorm rotary decoder", build: gpt_neox_japanese::spec },
     Arch { model_type: "openai-gpt", family: "absolute-position GPT", build: openai_gpt::spec },

@@ -125,6 +125,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
             masking: Default::default(),
             unread_linears: Vec::new(),
             relative_bias: None,
+            layer_order: Vec::new(),
             head,
         },
     }

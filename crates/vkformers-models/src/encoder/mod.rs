@@ -52,7 +52,10 @@ pub fn hidden_states(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, batch: &Encod
     }
     let mut x = embeddings(g, spec, enc, w, batch)?;
     let keys = relative::keys(g, enc, w, batch)?;
-    for (i, layer) in spec.layers.iter().enumerate() {
+    let order: Vec<usize> =
+        if enc.layer_order.is_empty() { (0..spec.layers.len()).collect() } else { enc.layer_order.clone() };
+    for i in order {
+        let layer = spec.layers.get(i).ok_or_else(|| ModelError::Config(format!("no stored layer {i} to run")))?;
         x = encoder_layer(g, spec, enc.placement, w, layer, i, &x, &keys, (b, t))?;
     }
     if let Some((n, name)) = &enc.final_norm {

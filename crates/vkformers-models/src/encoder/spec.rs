@@ -124,6 +124,9 @@ pub struct EncoderSpec {
     pub unread_linears: Vec<(String, usize, usize)>,
     /// MPNet's relative position bias shared by every layer (none elsewhere).
     pub relative_bias: Option<super::RelativeBias>,
+    /// The layers run, as indices into `ModelSpec::layers` (ALBERT's shared layers: each stored
+    /// layer runs several times); empty: each layer once, in order.
+    pub layer_order: Vec<usize>,
 }
 
 /// ESM's embedding rescalings, both fixed by the batch (constants, no gradient of their own).
