@@ -40,6 +40,11 @@ ENC = dict(
     layer_norm_eps=1e-12,
 )
 
+# EuroBERT's (Llama-style) config names; pad 0 (its default 128001 is outside this vocabulary).
+EURO = dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=64, initializer_range=mf.INIT_STD, pad_token_id=0,
+            bos_token_id=2, eos_token_id=1, mask_token_id=MASK_ID)
+
 # fixture name -> (model_type, config kwargs); fixtures named `*_seqcls*` use
 # AutoModelForSequenceClassification (see `CLS_SPECS`).
 SPECS = {
@@ -117,6 +122,12 @@ SPECS = {
     "albert_groups": ("albert", {**ENC, "embedding_size": 16, "num_hidden_layers": 3, "num_hidden_groups": 2,
                                  "inner_group_num": 2, "type_vocab_size": 2, "pad_token_id": 0,
                                  "hidden_act": "gelu"}),
+    # Pre-RMSNorm Llama layers (GQA 4/2, rotate_half rotary, SwiGLU) without causal masking, a
+    # final norm, an untied bias-free `lm_head` straight on the hidden state.
+    "eurobert": ("eurobert", EURO),
+    # tied `lm_head` with its bias (mlp_bias), biased attention, GeGLU.
+    "eurobert_tied_bias": ("eurobert", {**EURO, "tie_word_embeddings": True, "mlp_bias": True,
+                                        "attention_bias": True, "hidden_act": "gelu"}),
 }
 
 
@@ -139,6 +150,10 @@ CLS_SPECS = {
     # ALBERT's pooler (`albert.pooler`, dense + tanh) and `classifier`; 2 layers sharing one.
     "albert_seqcls": ("albert", {**ENC, "embedding_size": 16, "type_vocab_size": 2, "pad_token_id": 0,
                                  "num_labels": 3}),
+    # EuroBERT's default `late` pooling: dense + GELU + classifier per token, logits averaged
+    # over real tokens; then `mean` (hidden states averaged first).
+    "eurobert_seqcls": ("eurobert", {**EURO, "num_labels": 3}),
+    "eurobert_seqcls_mean": ("eurobert", {**EURO, "num_labels": 3, "classifier_pooling": "mean"}),
     # ESM's classifier (dense + tanh + out_proj on the first token), rotary, token_dropout.
     "esm_seqcls": ("esm", {**ENC, "pad_token_id": 1, "mask_token_id": MASK_ID, "position_embedding_type": "rotary",
                            "token_dropout": True, "num_labels": 3}),

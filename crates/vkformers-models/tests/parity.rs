@@ -121,6 +121,12 @@ parity! {
     albert: "albert",
     albert_groups: "albert_groups",
     albert_seqcls: "albert_seqcls",
+    // Llama layers as a bidirectional encoder, untied bias-free lm_head; then tied with biases;
+    // then the classifier on every token averaged (`late`), and on the mean hidden state.
+    eurobert: "eurobert",
+    eurobert_tied_bias: "eurobert_tied_bias",
+    eurobert_seqcls: "eurobert_seqcls",
+    eurobert_seqcls_mean: "eurobert_seqcls_mean",
     // Sequence classification: BERT's pooler + 3-way cross-entropy; RoBERTa's head, 1 label (MSE).
     bert_seqcls: "bert_seqcls",
     roberta_seqcls_regression: "roberta_seqcls_regression",

@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::encoder::{ClassifierHead, EncoderHead, MlmHead, PoolAct, Problem};
+use crate::encoder::{ClassifierHead, ClsPooling, EncoderHead, MlmHead, PoolAct, Problem};
 use crate::error::{ModelError, Result};
 
 /// The first name of `architectures` (empty when none).
@@ -71,6 +71,7 @@ pub(super) fn head(
         out: out.into(),
         num_labels,
         problem,
+        pooling: ClsPooling::First,
     }))
 }
 

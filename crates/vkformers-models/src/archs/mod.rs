@@ -33,6 +33,7 @@ pub(crate) mod encoder_common;
 mod encoder_heads;
 mod ernie4_5;
 mod esm;
+mod eurobert;
 mod exaone4;
 mod falcon;
 mod gemma;
@@ -153,6 +154,7 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "esm", family: "BERT-family encoder", build: esm::spec },
     Arch { model_type: "mpnet", family: "BERT-family encoder", build: mpnet::spec },
     Arch { model_type: "albert", family: "BERT-family encoder", build: albert::spec },
+    Arch { model_type: "eurobert", family: "BERT-family encoder", build: eurobert::spec },
     Arch { model_type: "biogpt", family: "absolute-position GPT", build: biogpt::spec },
     Arch { model_type: "gpt_neox_japanese", family: "layernorm rotary decoder", build: gpt_neox_japanese::spec },
     Arch { model_type: "openai-gpt", family: "absolute-position GPT", build: openai_gpt::spec },

@@ -15,7 +15,8 @@ pub(crate) use plan::{check_new_head, plan};
 pub use pooling::{normalize_rows, pool, Pooling};
 pub use relative::RelativeBias;
 pub use spec::{
-    ClassifierHead, EmbedMasking, EncoderHead, EncoderSpec, MlmHead, NormPlacement, PoolAct, Positions, Problem,
+    ClassifierHead, ClsPooling, EmbedMasking, EncoderHead, EncoderSpec, MlmHead, NormPlacement, PoolAct, Positions,
+    Problem,
 };
 
 use vkformers_tensor::ops::attention::{attention, AttnOptions};

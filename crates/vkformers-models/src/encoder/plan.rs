@@ -134,9 +134,13 @@ fn head(out: &mut Vec<Planned>, spec: &ModelSpec, enc: &EncoderSpec) {
     let (e, h) = (enc.embed_dim, spec.hidden);
     match &enc.head {
         EncoderHead::MaskedLm(head) => {
-            out.push(Planned { name: head.bias.clone(), shape: vec![spec.vocab], init: Init::Zeros });
-            linear(out, &head.dense, e, h, true);
-            norm_params(out, &head.norm_name, &head.norm, e);
+            if !head.bias.is_empty() {
+                out.push(Planned { name: head.bias.clone(), shape: vec![spec.vocab], init: Init::Zeros });
+            }
+            if !head.dense.is_empty() {
+                linear(out, &head.dense, e, h, true);
+                norm_params(out, &head.norm_name, &head.norm, e);
+            }
             if !spec.tied_head {
                 linear(out, &spec.head_name, spec.vocab, e, false);
             }

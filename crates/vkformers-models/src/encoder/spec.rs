@@ -58,7 +58,7 @@ pub enum Problem {
     MultiLabel,
 }
 
-/// `out(act(dense(h[:, 0])))`: each row's first token (`[CLS]` / `<s>`) through a dense layer
+/// `out(act(dense(h[:, 0])))` (see `pooling`): each row's first token (`[CLS]` / `<s>`) through a dense layer
 /// (BERT's pooler, RoBERTa's `classifier.dense`, DistilBERT's `pre_classifier`) and the output
 /// projection to `num_labels` logits.
 #[derive(Clone, Debug, PartialEq)]
@@ -69,6 +69,19 @@ pub struct ClassifierHead {
     pub num_labels: usize,
     /// `problem_type` of the config; `None`: decided from `num_labels` and the labels' type.
     pub problem: Option<Problem>,
+    pub pooling: ClsPooling,
+}
+
+/// Which tokens a sequence classifier reads (EuroBERT's `classifier_pooling`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ClsPooling {
+    /// Each row's first token (`[CLS]`, `<s>`, EuroBERT's `bos`).
+    #[default]
+    First,
+    /// The mean over the row's real tokens (attention mask 1), then the classifier.
+    Mean,
+    /// The classifier on every token, then the mean of the logits over real tokens.
+    Late,
 }
 
 /// What sits on the last hidden state.
