@@ -45,6 +45,12 @@ EURO = dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_lay
             num_key_value_heads=2, max_position_embeddings=64, initializer_range=mf.INIT_STD, pad_token_id=0,
             bos_token_id=2, eos_token_id=1, mask_token_id=MASK_ID)
 
+# ModernBERT's config names; its special ids moved into this vocabulary; a window of ±2 so that
+# T = 8 sees the local layers' mask.
+MODERN = dict(vocab_size=128, hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
+              max_position_embeddings=64, initializer_range=mf.INIT_STD, pad_token_id=0, bos_token_id=2,
+              eos_token_id=1, cls_token_id=2, sep_token_id=1, local_attention=4)
+
 # fixture name -> (model_type, config kwargs); fixtures named `*_seqcls*` use
 # AutoModelForSequenceClassification (see `CLS_SPECS`).
 SPECS = {
@@ -124,6 +130,14 @@ SPECS = {
                                  "hidden_act": "gelu"}),
     # Pre-RMSNorm Llama layers (GQA 4/2, rotate_half rotary, SwiGLU) without causal masking, a
     # final norm, an untied bias-free `lm_head` straight on the hidden state.
+    # Layer 0 global (rope_theta 160000, no attn_norm), layers 1-2 local (10000, |q - k| <= 2);
+    # fused Wqkv and Wi; bias-free norms, attention, MLP and head dense; the decoder's bias.
+    "modernbert": ("modernbert", MODERN),
+    # every bias on, GELU-tanh gates, SiLU in the head, a decoder without bias, global every 2nd.
+    "modernbert_bias": ("modernbert", {**MODERN, "norm_bias": True, "attention_bias": True, "mlp_bias": True,
+                                       "classifier_bias": True, "decoder_bias": False,
+                                       "hidden_activation": "gelu_pytorch_tanh", "classifier_activation": "silu",
+                                       "global_attn_every_n_layers": 2}),
     "eurobert": ("eurobert", EURO),
     # tied `lm_head` with its bias (mlp_bias), biased attention, GeGLU.
     "eurobert_tied_bias": ("eurobert", {**EURO, "tie_word_embeddings": True, "mlp_bias": True,

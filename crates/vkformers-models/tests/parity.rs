@@ -124,6 +124,9 @@ parity! {
     // Llama layers as a bidirectional encoder, untied bias-free lm_head; then tied with biases;
     // then the classifier on every token averaged (`late`), and on the mean hidden state.
     eurobert: "eurobert",
+    // Global and windowed local rotary layers, fused Wqkv / Wi; then every bias and other gates.
+    modernbert: "modernbert",
+    modernbert_bias: "modernbert_bias",
     eurobert_tied_bias: "eurobert_tied_bias",
     eurobert_seqcls: "eurobert_seqcls",
     eurobert_seqcls_mean: "eurobert_seqcls_mean",

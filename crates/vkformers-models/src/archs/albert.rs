@@ -88,6 +88,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     let layer = layer(c.hidden_size, c.num_attention_heads, c.intermediate_size, act, &norm)?;
     let mlm = MlmHead {
         dense: "predictions.dense".into(),
+        dense_bias: true,
         act,
         norm: norm.clone(),
         norm_name: "predictions.LayerNorm".into(),

@@ -120,6 +120,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
                 cfg,
                 MlmHead {
                     dense: "vocab_transform".into(),
+                    dense_bias: true,
                     act,
                     norm,
                     norm_name: "vocab_layer_norm".into(),

@@ -122,6 +122,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
                 cfg,
                 MlmHead {
                     dense: "generator_predictions.dense".into(),
+                    dense_bias: true,
                     act: Activation::Gelu,
                     norm,
                     norm_name: "generator_predictions.LayerNorm".into(),

@@ -112,6 +112,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     let e = under(p, "embeddings");
     let mlm = MlmHead {
         dense: "lm_head.dense".into(),
+        dense_bias: true,
         act: Activation::Gelu,
         norm: norm.clone(),
         norm_name: "lm_head.layer_norm".into(),

@@ -55,6 +55,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     // No transform: `lm_head` reads the final norm's output.
     let mlm = MlmHead {
         dense: String::new(),
+        dense_bias: false,
         act: Activation::Gelu,
         norm: norm.clone(),
         norm_name: String::new(),

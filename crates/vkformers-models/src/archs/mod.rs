@@ -57,6 +57,8 @@ mod ministral;
 
 mod mixtral;
 mod mla_common;
+mod modernbert;
+mod modernbert_config;
 mod moe_common;
 mod mpnet;
 mod mpt;
@@ -155,6 +157,7 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "mpnet", family: "BERT-family encoder", build: mpnet::spec },
     Arch { model_type: "albert", family: "BERT-family encoder", build: albert::spec },
     Arch { model_type: "eurobert", family: "BERT-family encoder", build: eurobert::spec },
+    Arch { model_type: "modernbert", family: "BERT-family encoder", build: modernbert::spec },
     Arch { model_type: "biogpt", family: "absolute-position GPT", build: biogpt::spec },
     Arch { model_type: "gpt_neox_japanese", family: "layernorm rotary decoder", build: gpt_neox_japanese::spec },
     Arch { model_type: "openai-gpt", family: "absolute-position GPT", build: openai_gpt::spec },

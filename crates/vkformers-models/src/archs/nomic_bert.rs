@@ -91,6 +91,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
         cfg,
         MlmHead {
             dense: "cls.predictions.transform.dense".into(),
+            dense_bias: true,
             act,
             norm: norm.clone(),
             norm_name: "cls.predictions.transform.layer_norm".into(),

@@ -117,6 +117,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
                 cfg,
                 MlmHead {
                     dense: "cls.predictions.transform.dense".into(),
+                    dense_bias: true,
                     act,
                     norm,
                     norm_name: "cls.predictions.transform.LayerNorm".into(),

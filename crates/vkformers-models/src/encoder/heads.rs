@@ -27,8 +27,13 @@ pub fn forward(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, batch: &EncoderBatc
 }
 
 fn dense(g: &Graph<'_>, w: &Weights, name: &str, x: &Tensor) -> Result<Tensor> {
-    let (weight, bias) = (w.get(&format!("{name}.weight"))?, w.get(&format!("{name}.bias"))?);
-    Ok(crate::lora::linear(g, x, weight, Some(bias), w.lora(), &format!("{name}.weight"))?)
+    dense_with(g, w, name, x, true)
+}
+
+/// `x · {name}.weightᵀ (+ {name}.bias when `bias`)`.
+fn dense_with(g: &Graph<'_>, w: &Weights, name: &str, x: &Tensor, bias: bool) -> Result<Tensor> {
+    let b = if bias { Some(w.get(&format!("{name}.bias"))?) } else { None };
+    Ok(crate::lora::linear(g, x, w.get(&format!("{name}.weight"))?, b, w.lora(), &format!("{name}.weight"))?)
 }
 
 /// `decoder(LN(act(dense(x))))` (or `decoder(x)` without a transform: empty `dense`), the
@@ -37,7 +42,7 @@ fn dense(g: &Graph<'_>, w: &Weights, name: &str, x: &Tensor) -> Result<Tensor> {
 fn mlm(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, head: &MlmHead, x: &Tensor) -> Result<Tensor> {
     let mut x = x.clone();
     if !head.dense.is_empty() {
-        x = activation::activation(g, &dense(g, w, &head.dense, &x)?, head.act)?;
+        x = activation::activation(g, &dense_with(g, w, &head.dense, &x, head.dense_bias)?, head.act)?;
         x = apply_norm(g, &head.norm, w, &head.norm_name, &x)?;
     }
     let table = if spec.tied_head { &spec.embed_name } else { &spec.head_name };

@@ -52,7 +52,7 @@ pub fn hidden_states(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, batch: &Encod
         return Err(ModelError::Config(format!("a batch of {b}x{t} with {} ids", batch.ids.len())));
     }
     let mut x = embeddings(g, spec, enc, w, batch)?;
-    let keys = relative::keys(g, enc, w, batch)?;
+    let keys = relative::keys(g, spec, w, batch)?;
     let order: Vec<usize> =
         if enc.layer_order.is_empty() { (0..spec.layers.len()).collect() } else { enc.layer_order.clone() };
     for i in order {
@@ -195,11 +195,15 @@ fn self_attention(
 ) -> Result<Tensor> {
     let (n, a) = (&spec.layer_names, &layer.attn);
     let plain = a.clip_qkv.is_none() && a.q_position_scale.is_none() && a.out_norm.is_none();
-    if a.alibi.is_some() || a.sliding_window.is_some() || a.qk_norm.is_some() || a.softcap != 0.0 || !plain {
-        return Err(ModelError::Unsupported(
-            "ALiBi, windowed, QK-normed, clipped or position-scaled encoder attention".into(),
-        ));
+    if a.alibi.is_some() || a.qk_norm.is_some() || a.softcap != 0.0 || !plain {
+        return Err(ModelError::Unsupported("ALiBi, QK-normed, clipped or position-scaled encoder attention".into()));
     }
+    // A windowed layer reads its window mask (ModernBERT's local layers), others the keys' bias.
+    let bias = match (a.sliding_window, &keys.window, &keys.bias) {
+        (None, _, bias) => bias.as_ref(),
+        (Some(win), Some((w0, mask)), None) if win == *w0 => Some(mask),
+        _ => return Err(ModelError::Unsupported("windows of several sizes, or a window with a position bias".into())),
+    };
     let heads = |y: Tensor, count: usize| shape::reshape(g, &y, &[b, t, count, a.head_dim]);
     let mut q = heads(project(g, w, &n.q, i, h, a.qkv_bias)?, a.heads)?;
     let mut k = heads(project(g, w, &n.k, i, h, a.qkv_bias)?, a.kv_heads)?;
@@ -215,7 +219,7 @@ fn self_attention(
         }
     }
     let (hd, rows) = (a.heads * a.head_dim, |x: &Tensor| shape::reshape(g, x, &[b * t, a.heads * a.head_dim]));
-    let o = match &keys.bias {
+    let o = match bias {
         Some(bias) if a.kv_heads == a.heads => {
             let dims = (b, t, t, a.heads, a.head_dim);
             biased_attention(g, (&rows(&q)?, &rows(&k)?, &rows(&v)?), bias, dims, a.scale)?

@@ -138,7 +138,7 @@ fn head(out: &mut Vec<Planned>, spec: &ModelSpec, enc: &EncoderSpec) {
                 out.push(Planned { name: head.bias.clone(), shape: vec![spec.vocab], init: Init::Zeros });
             }
             if !head.dense.is_empty() {
-                linear(out, &head.dense, e, h, true);
+                linear(out, &head.dense, e, h, head.dense_bias);
                 norm_params(out, &head.norm_name, &head.norm, e);
             }
             if !spec.tied_head {

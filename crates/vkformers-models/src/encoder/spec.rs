@@ -31,8 +31,9 @@ pub enum Positions {
 /// to the word embeddings (or `{decoder}.weight` when untied) and its own bias.
 #[derive(Clone, Debug, PartialEq)]
 pub struct MlmHead {
-    /// `{dense}.weight [embed_dim, hidden]` and `.bias`.
+    /// `{dense}.weight [embed_dim, hidden]` and `.bias` (with `dense_bias`).
     pub dense: String,
+    pub dense_bias: bool,
     pub act: Activation,
     pub norm: Norm,
     pub norm_name: String,
