@@ -168,6 +168,11 @@ CLS_SPECS = {
     # over real tokens; then `mean` (hidden states averaged first).
     "eurobert_seqcls": ("eurobert", {**EURO, "num_labels": 3}),
     "eurobert_seqcls_mean": ("eurobert", {**EURO, "num_labels": 3, "classifier_pooling": "mean"}),
+    # ModernBERT's classifier: head.dense (no bias) + GELU + head.norm + classifier on the
+    # first token; then on the mean over real tokens, with the dense bias.
+    "modernbert_seqcls": ("modernbert", {**MODERN, "num_labels": 3}),
+    "modernbert_seqcls_mean": ("modernbert", {**MODERN, "num_labels": 3, "classifier_pooling": "mean",
+                                              "classifier_bias": True, "norm_bias": True}),
     # ESM's classifier (dense + tanh + out_proj on the first token), rotary, token_dropout.
     "esm_seqcls": ("esm", {**ENC, "pad_token_id": 1, "mask_token_id": MASK_ID, "position_embedding_type": "rotary",
                            "token_dropout": True, "num_labels": 3}),

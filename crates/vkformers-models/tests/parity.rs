@@ -127,6 +127,9 @@ parity! {
     // Global and windowed local rotary layers, fused Wqkv / Wi; then every bias and other gates.
     modernbert: "modernbert",
     modernbert_bias: "modernbert_bias",
+    // The classifier with the head's norm, on the first token and on the mean.
+    modernbert_seqcls: "modernbert_seqcls",
+    modernbert_seqcls_mean: "modernbert_seqcls_mean",
     eurobert_tied_bias: "eurobert_tied_bias",
     eurobert_seqcls: "eurobert_seqcls",
     eurobert_seqcls_mean: "eurobert_seqcls_mean",

@@ -72,6 +72,8 @@ pub(super) fn head(
         num_labels,
         problem,
         pooling: ClsPooling::First,
+        dense_bias: true,
+        norm: None,
     }))
 }
 

@@ -4,14 +4,15 @@
 //! attention with a global `rope_theta` (160000) on every `global_attn_every_n_layers`-th layer
 //! and a local one (10000) with a bidirectional window `|q − k| ≤ local_attention / 2` on the
 //! rest; a final `model.final_norm`. Masked-LM head: `head.dense` (+ bias with
-//! `classifier_bias`), `classifier_activation`, `head.norm`, tied `decoder` + its bias.
+//! `classifier_bias`), `classifier_activation`, `head.norm`, tied `decoder` + its bias; the
+//! sequence classifier runs the same transform on the first token (`cls`) or the mean (`mean`).
 
 use serde_json::Value;
 
 use super::common::parse;
 use super::encoder_common::{activation, head, is_bare, EncoderParts};
 use super::modernbert_config::{get, local_layers, rope};
-use crate::encoder::{EncoderHead, EncoderSpec, MlmHead, NormPlacement, PoolAct, Positions};
+use crate::encoder::{ClsPooling, EncoderHead, EncoderSpec, MlmHead, NormPlacement, PoolAct, Positions};
 use crate::error::{ModelError, Result};
 use crate::spec::{padding_idx_or, AttnSpec, LayerNames, LayerSpec, MapEntry, MlpSpec, ModelSpec, Norm, Residual};
 
@@ -77,10 +78,22 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
         norm_name: "head.norm".into(),
         bias: if get(cfg, "decoder_bias", true) { "decoder.bias".into() } else { String::new() },
     };
-    let head = head(cfg, mlm, ("head.dense", PoolAct::Act(act), "classifier"), None)?;
-    if !matches!(head, EncoderHead::MaskedLm(_)) {
-        // Its classifiers normalise the pooled state (`head.norm`), which the graph's lacks.
-        return Err(ModelError::Unsupported("modernbert classification heads".into()));
+    let mut head = head(cfg, mlm, ("head.dense", PoolAct::Act(act), "classifier"), None)?;
+    match &mut head {
+        EncoderHead::SequenceClassification(h) => {
+            h.dense_bias = get(cfg, "classifier_bias", false);
+            h.norm = Some((norm.clone(), "head.norm".into()));
+            h.pooling = match get(cfg, "classifier_pooling", "cls".to_string()).as_str() {
+                "cls" => ClsPooling::First,
+                "mean" => ClsPooling::Mean,
+                other => return Err(ModelError::Config(format!("modernbert classifier_pooling `{other}`"))),
+            };
+        }
+        // Its token classifier runs the head's transform on every token first.
+        EncoderHead::TokenClassification { .. } => {
+            return Err(ModelError::Unsupported("ModernBertForTokenClassification".into()))
+        }
+        _ => {}
     }
     let l = "model.layers.{i}";
     let names =

@@ -75,9 +75,9 @@ fn classifier(
     classify(g, w, head, &pooled)
 }
 
-/// `out(act(dense(h)))` on rows h `[N, hidden]`.
+/// `out(act(dense(h)))` (`out(norm(act(dense(h))))` with a norm) on rows h `[N, hidden]`.
 fn classify(g: &Graph<'_>, w: &Weights, head: &ClassifierHead, h: &Tensor) -> Result<Tensor> {
-    let h = dense(g, w, &head.dense, h)?;
+    let h = dense_with(g, w, &head.dense, h, head.dense_bias)?;
     let h = match head.act {
         // tanh(x) = 2·sigmoid(2x) − 1
         PoolAct::Tanh => {
@@ -85,6 +85,10 @@ fn classify(g: &Graph<'_>, w: &Weights, head: &ClassifierHead, h: &Tensor) -> Re
             broadcast::sub(g, &broadcast::scale(g, &s, 2.0)?, &g.constant(&[1.0], &[1])?)?
         }
         PoolAct::Act(a) => activation::activation(g, &h, a)?,
+    };
+    let h = match &head.norm {
+        Some((n, name)) => apply_norm(g, n, w, name, &h)?,
+        None => h,
     };
     dense(g, w, &head.out, &h)
 }

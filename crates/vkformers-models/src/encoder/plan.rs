@@ -146,7 +146,10 @@ fn head(out: &mut Vec<Planned>, spec: &ModelSpec, enc: &EncoderSpec) {
             }
         }
         EncoderHead::SequenceClassification(head) => {
-            linear(out, &head.dense, h, h, true);
+            linear(out, &head.dense, h, h, head.dense_bias);
+            if let Some((n, name)) = &head.norm {
+                norm_params(out, name, n, h);
+            }
             linear(out, &head.out, head.num_labels, h, true);
         }
         EncoderHead::TokenClassification { out: name, num_labels } => linear(out, name, *num_labels, h, true),

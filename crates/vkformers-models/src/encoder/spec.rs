@@ -71,6 +71,10 @@ pub struct ClassifierHead {
     /// `problem_type` of the config; `None`: decided from `num_labels` and the labels' type.
     pub problem: Option<Problem>,
     pub pooling: ClsPooling,
+    /// `dense` has a bias (all but ModernBERT without `classifier_bias`).
+    pub dense_bias: bool,
+    /// A norm after the activation (ModernBERT's `head.norm`) and its name.
+    pub norm: Option<(Norm, String)>,
 }
 
 /// Which tokens a sequence classifier reads (EuroBERT's `classifier_pooling`).
