@@ -377,6 +377,10 @@ def make_fixture(name: str, model_type: str, cfg_kwargs: dict, out_dir: Path, ve
 EMBED_SPECS = {
     "bert_model": ("bert", {**ENC, "type_vocab_size": 2, "pad_token_id": 0}),
     "xlm-roberta_model": ("xlm-roberta", {**ENC, "type_vocab_size": 1, "pad_token_id": 1, "max_position_embeddings": 66}),
+    # Bare models of the families whose tensors then lose their prefix (and keep a pooler).
+    "esm_model": ("esm", SPECS["esm"][1]),
+    "mpnet_model": ("mpnet", SPECS["mpnet"][1]),
+    "albert_model": ("albert", SPECS["albert"][1]),
 }
 
 
@@ -395,6 +399,8 @@ def make_embed_fixture(name: str, model_type: str, cfg_kwargs: dict, out_dir: Pa
     d = out_dir / name
     d.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(d, safe_serialization=True)
+    if model_type == "esm":
+        hub_esm_names(d / "model.safetensors")
     ids, mask, _, types = make_batch(model.config)
     kw = dict(input_ids=ids, attention_mask=mask)
     if types is not None:

@@ -63,3 +63,12 @@ fn bare_bert_hidden_states_and_poolings_match_transformers() {
 fn bare_xlm_roberta_hidden_states_and_poolings_match_transformers() {
     check("xlm-roberta_model");
 }
+
+#[test]
+fn bare_esm_mpnet_and_albert_match_transformers() {
+    // ESM: token_dropout and the zeroed padding rows; MPNet: its relative bias; ALBERT: its
+    // shared layer and embedding projection, all stored without the base prefix.
+    for name in ["esm_model", "mpnet_model", "albert_model"] {
+        check(name);
+    }
+}
