@@ -381,6 +381,8 @@ EMBED_SPECS = {
     "esm_model": ("esm", SPECS["esm"][1]),
     "mpnet_model": ("mpnet", SPECS["mpnet"][1]),
     "albert_model": ("albert", SPECS["albert"][1]),
+    "eurobert_model": ("eurobert", EURO),
+    "modernbert_model": ("modernbert", MODERN),
 }
 
 

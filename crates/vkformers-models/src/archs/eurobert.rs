@@ -4,12 +4,13 @@
 //! `model.norm`. Heads: `lm_head` straight on the hidden state (untied by default, its bias
 //! when `mlp_bias`), or `dense` + GELU + `classifier` on the first token (`bos`), the mean over
 //! real tokens (`mean`) or per token and then averaged (`late`, the default), or a token
-//! `classifier`.
+//! `classifier`; the bare `EuroBertModel` (tensors without `model.`) for embeddings.
 
 use serde_json::Value;
 use vkformers_kernels::activation::Activation;
 use vkformers_kernels::rope::RopeLayout;
 
+use super::bert_layout::under;
 use super::common::{parse, BaseConfig};
 use super::encoder_common::{head, is_bare, EncoderParts};
 use crate::encoder::{ClsPooling, EncoderHead, EncoderSpec, MlmHead, NormPlacement, PoolAct, Positions};
@@ -27,9 +28,8 @@ fn pooling(cfg: &Value) -> Result<ClsPooling> {
 }
 
 pub fn spec(cfg: &Value) -> Result<ModelSpec> {
-    if is_bare(cfg) {
-        return Err(ModelError::Unsupported("the bare `EuroBertModel` (without a task head)".into()));
-    }
+    // `EuroBertModel` stores its tensors without the `model.` prefix.
+    let p = if is_bare(cfg) { "" } else { "model" };
     let c: BaseConfig = parse(cfg)?;
     let norm = Norm::Rms { eps: c.rms_norm_eps as f32, unit_offset: false };
     let kv_heads = c.num_key_value_heads.unwrap_or(c.num_attention_heads);
@@ -61,11 +61,14 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
         norm_name: String::new(),
         bias: if c.mlp_bias { "lm_head.bias".into() } else { String::new() },
     };
-    let mut head = head(cfg, mlm, ("dense", PoolAct::Act(Activation::Gelu), "classifier"), None)?;
+    let mut head = match is_bare(cfg) {
+        true => EncoderHead::Bare { pooler: None },
+        false => head(cfg, mlm, ("dense", PoolAct::Act(Activation::Gelu), "classifier"), None)?,
+    };
     if let EncoderHead::SequenceClassification(h) = &mut head {
         h.pooling = pooling(cfg)?;
     }
-    let l = "model.layers.{i}";
+    let l = &under(p, "layers.{i}");
     let names = LayerNames::plain(
         l,
         [
@@ -85,7 +88,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
         hidden: c.hidden_size,
         layers: vec![layer; c.num_hidden_layers],
         names: LayerNames { gate: format!("{l}.mlp.gate_proj"), ..names },
-        word: "model.embed_tokens".into(),
+        word: under(p, "embed_tokens"),
         positions: String::new(),
         embed_norm: None,
         decoder: "lm_head".into(),
@@ -98,7 +101,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
             max_positions: c.max_position_embeddings,
             embed_project: None,
             placement: NormPlacement::Pre,
-            final_norm: Some((norm, "model.norm".into())),
+            final_norm: Some((norm, under(p, "norm"))),
             head,
             ignored: Vec::new(),
             stored_tables: Vec::new(),

@@ -9,9 +9,10 @@
 
 use serde_json::Value;
 
+use super::bert_layout::under;
 use super::common::parse;
 use super::encoder_common::{activation, head, is_bare, EncoderParts};
-use super::modernbert_config::{get, local_layers, rope};
+use super::modernbert_config::{get, glu, local_layers, rope};
 use crate::encoder::{ClsPooling, EncoderHead, EncoderSpec, MlmHead, NormPlacement, PoolAct, Positions};
 use crate::error::{ModelError, Result};
 use crate::spec::{padding_idx_or, AttnSpec, LayerNames, LayerSpec, MapEntry, MlpSpec, ModelSpec, Norm, Residual};
@@ -28,9 +29,11 @@ struct Config {
 
 pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     let c: Config = parse(cfg)?;
-    if is_bare(cfg) || get(cfg, "sparse_prediction", false) {
-        return Err(ModelError::Unsupported("the bare ModernBertModel or sparse_prediction".into()));
+    if get(cfg, "sparse_prediction", false) {
+        return Err(ModelError::Unsupported("modernbert sparse_prediction".into()));
     }
+    // `ModernBertModel` stores its tensors without the `model.` prefix.
+    let p = if is_bare(cfg) { "" } else { "model" };
     let (h, heads) = (c.hidden_size, c.num_attention_heads);
     if heads == 0 || !h.is_multiple_of(heads) {
         return Err(ModelError::Config(format!("hidden size {h} over {heads} heads")));
@@ -38,17 +41,9 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     let hd = h / heads;
     let norm = Norm::Layer { eps: get(cfg, "norm_eps", 1e-5) as f32, bias: get(cfg, "norm_bias", false) };
     let (qkv_bias, mlp_bias) = (get(cfg, "attention_bias", false), get(cfg, "mlp_bias", false));
-    let glu = match get(cfg, "hidden_activation", "gelu".to_string()).as_str() {
-        "gelu" => vkformers_kernels::glu::Glu::GeGlu,
-        "gelu_new" | "gelu_pytorch_tanh" => vkformers_kernels::glu::Glu::GeGluTanh,
-        "silu" | "swish" => vkformers_kernels::glu::Glu::SwiGlu,
-        other => return Err(ModelError::Unsupported(format!("modernbert hidden_activation `{other}`"))),
-    };
+    let glu = glu(cfg)?;
     let window = (get(cfg, "local_attention", 128usize) / 2) as u32;
     let local = local_layers(cfg, c.num_hidden_layers)?;
-    if local.len() != c.num_hidden_layers {
-        return Err(ModelError::Config("modernbert layer_types does not list every layer".into()));
-    }
     let (global_rope, local_rope) = (
         rope(cfg, "full_attention", "global_rope_theta", 160_000.0, hd)?,
         rope(cfg, "sliding_attention", "local_rope_theta", 10_000.0, hd)?,
@@ -78,7 +73,10 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
         norm_name: "head.norm".into(),
         bias: if get(cfg, "decoder_bias", true) { "decoder.bias".into() } else { String::new() },
     };
-    let mut head = head(cfg, mlm, ("head.dense", PoolAct::Act(act), "classifier"), None)?;
+    let mut head = match is_bare(cfg) {
+        true => EncoderHead::Bare { pooler: None },
+        false => head(cfg, mlm, ("head.dense", PoolAct::Act(act), "classifier"), None)?,
+    };
     match &mut head {
         EncoderHead::SequenceClassification(h) => {
             h.dense_bias = get(cfg, "classifier_bias", false);
@@ -95,7 +93,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
         }
         _ => {}
     }
-    let l = "model.layers.{i}";
+    let l = &under(p, "layers.{i}");
     let names =
         LayerNames::plain(l, ["attn_norm", "attn.q", "attn.k", "attn.v", "attn.Wo", "mlp_norm", "mlp.up", "mlp.Wo"]);
     let mut spec = EncoderParts {
@@ -104,9 +102,9 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
         hidden: h,
         layers: layers.collect(),
         names: LayerNames { gate: format!("{l}.mlp.gate"), ..names },
-        word: "model.embeddings.tok_embeddings".into(),
+        word: under(p, "embeddings.tok_embeddings"),
         positions: String::new(),
-        embed_norm: Some((norm.clone(), "model.embeddings.norm".into())),
+        embed_norm: Some((norm.clone(), under(p, "embeddings.norm"))),
         decoder: "decoder".into(),
         tied: true,
         padding_idx: padding_idx_or(cfg, 50283, c.vocab_size),
@@ -117,7 +115,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
             max_positions: get(cfg, "max_position_embeddings", 8192),
             embed_project: None,
             placement: NormPlacement::Pre,
-            final_norm: Some((norm, "model.final_norm".into())),
+            final_norm: Some((norm, under(p, "final_norm"))),
             head,
             ignored: Vec::new(),
             stored_tables: Vec::new(),

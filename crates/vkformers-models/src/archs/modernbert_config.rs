@@ -2,6 +2,7 @@
 //! each layer type's rotary parameters, and which layers are local (windowed).
 
 use serde_json::Value;
+use vkformers_kernels::glu::Glu;
 use vkformers_kernels::rope::RopeLayout;
 
 use crate::error::{ModelError, Result};
@@ -29,6 +30,9 @@ pub(super) fn rope(cfg: &Value, kind: &str, legacy: &str, default: f64, head_dim
 /// `layer_types`, else every `global_attn_every_n_layers`-th layer global: whether each is local.
 pub(super) fn local_layers(cfg: &Value, layers: usize) -> Result<Vec<bool>> {
     if let Some(types) = cfg.get("layer_types").and_then(Value::as_array) {
+        if types.len() != layers {
+            return Err(ModelError::Config(format!("modernbert layer_types lists {} of {layers} layers", types.len())));
+        }
         return types
             .iter()
             .map(|t| match t.as_str() {
@@ -40,4 +44,14 @@ pub(super) fn local_layers(cfg: &Value, layers: usize) -> Result<Vec<bool>> {
     }
     let every: usize = get(cfg, "global_attn_every_n_layers", 3).max(1);
     Ok((0..layers).map(|i| i % every != 0).collect())
+}
+
+/// The gated MLP's activation (`hidden_activation` on the first half of `Wi`).
+pub(super) fn glu(cfg: &Value) -> Result<Glu> {
+    match get(cfg, "hidden_activation", "gelu".to_string()).as_str() {
+        "gelu" => Ok(Glu::GeGlu),
+        "gelu_new" | "gelu_pytorch_tanh" => Ok(Glu::GeGluTanh),
+        "silu" | "swish" => Ok(Glu::SwiGlu),
+        other => Err(ModelError::Unsupported(format!("modernbert hidden_activation `{other}`"))),
+    }
 }
