@@ -183,6 +183,15 @@ CLS_SPECS["distilbert_tokcls"] = (
     dict(vocab_size=128, dim=32, n_layers=2, n_heads=4, hidden_dim=64, max_position_embeddings=64, dropout=0.0,
          attention_dropout=0.0, initializer_range=mf.INIT_STD, pad_token_id=0, num_labels=5, head="token"),
 )
+# `classifier` on every position of the families added since (ESM with token_dropout and its
+# zeroed padding rows, MPNet's relative bias, ALBERT's shared layer, EuroBERT's final norm).
+for _name, (_mt, _kw) in {
+    "esm_tokcls": ("esm", SPECS["esm"][1]),
+    "mpnet_tokcls": ("mpnet", SPECS["mpnet"][1]),
+    "albert_tokcls": ("albert", SPECS["albert"][1]),
+    "eurobert_tokcls": ("eurobert", EURO),
+}.items():
+    CLS_SPECS[_name] = (_mt, {**_kw, "num_labels": 5, "head": "token"})
 SPECS.update(CLS_SPECS)
 # Parameters no loss here reaches (ESM's contact prediction, from attention maps).
 UNREACHED = ("esm.contact_head.",)

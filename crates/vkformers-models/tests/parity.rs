@@ -138,6 +138,10 @@ parity! {
     roberta_seqcls_regression: "roberta_seqcls_regression",
     // Token classification: a classifier on every position, -100 on the padding.
     distilbert_tokcls: "distilbert_tokcls",
+    esm_tokcls: "esm_tokcls",
+    mpnet_tokcls: "mpnet_tokcls",
+    albert_tokcls: "albert_tokcls",
+    eurobert_tokcls: "eurobert_tokcls",
     biogpt: "biogpt",
     gpt_neox_japanese: "gpt_neox_japanese",
     // Wave 2 (issue 16): one small feature each.
