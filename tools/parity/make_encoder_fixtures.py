@@ -190,6 +190,8 @@ for _name, (_mt, _kw) in {
     "mpnet_tokcls": ("mpnet", SPECS["mpnet"][1]),
     "albert_tokcls": ("albert", SPECS["albert"][1]),
     "eurobert_tokcls": ("eurobert", EURO),
+    # ModernBERT's `head` (dense, GELU, norm) on every token before the classifier.
+    "modernbert_tokcls": ("modernbert", MODERN),
 }.items():
     CLS_SPECS[_name] = (_mt, {**_kw, "num_labels": 5, "head": "token"})
 SPECS.update(CLS_SPECS)

@@ -142,6 +142,7 @@ parity! {
     mpnet_tokcls: "mpnet_tokcls",
     albert_tokcls: "albert_tokcls",
     eurobert_tokcls: "eurobert_tokcls",
+    modernbert_tokcls: "modernbert_tokcls",
     biogpt: "biogpt",
     gpt_neox_japanese: "gpt_neox_japanese",
     // Wave 2 (issue 16): one small feature each.

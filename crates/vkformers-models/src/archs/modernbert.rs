@@ -5,7 +5,8 @@
 //! and a local one (10000) with a bidirectional window `|q − k| ≤ local_attention / 2` on the
 //! rest; a final `model.final_norm`. Masked-LM head: `head.dense` (+ bias with
 //! `classifier_bias`), `classifier_activation`, `head.norm`, tied `decoder` + its bias; the
-//! sequence classifier runs the same transform on the first token (`cls`) or the mean (`mean`).
+//! classifiers run the same transform on the first token (`cls`), the mean (`mean`) or, for
+//! tokens, every token.
 
 use serde_json::Value;
 
@@ -13,7 +14,9 @@ use super::bert_layout::under;
 use super::common::parse;
 use super::encoder_common::{activation, head, is_bare, EncoderParts};
 use super::modernbert_config::{get, glu, local_layers, rope};
-use crate::encoder::{ClsPooling, EncoderHead, EncoderSpec, MlmHead, NormPlacement, PoolAct, Positions};
+use crate::encoder::{
+    ClsPooling, EncoderHead, EncoderSpec, MlmHead, NormPlacement, PoolAct, Positions, TokenTransform,
+};
 use crate::error::{ModelError, Result};
 use crate::spec::{padding_idx_or, AttnSpec, LayerNames, LayerSpec, MapEntry, MlpSpec, ModelSpec, Norm, Residual};
 
@@ -88,8 +91,10 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
             };
         }
         // Its token classifier runs the head's transform on every token first.
-        EncoderHead::TokenClassification { .. } => {
-            return Err(ModelError::Unsupported("ModernBertForTokenClassification".into()))
+        EncoderHead::TokenClassification { transform, .. } => {
+            let dense_bias = get(cfg, "classifier_bias", false);
+            let norm = (norm.clone(), "head.norm".into());
+            *transform = Some(TokenTransform { dense: "head.dense".into(), dense_bias, act, norm });
         }
         _ => {}
     }

@@ -21,7 +21,11 @@ pub fn forward(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, batch: &EncoderBatc
     match &enc.head {
         EncoderHead::MaskedLm(head) => mlm(g, spec, w, head, &x),
         EncoderHead::SequenceClassification(head) => classifier(g, w, head, &x, batch),
-        EncoderHead::TokenClassification { out, .. } => dense(g, w, out, &x),
+        EncoderHead::TokenClassification { out, transform: None, .. } => dense(g, w, out, &x),
+        EncoderHead::TokenClassification { out, transform: Some(t), .. } => {
+            let h = activation::activation(g, &dense_with(g, w, &t.dense, &x, t.dense_bias)?, t.act)?;
+            dense(g, w, out, &apply_norm(g, &t.norm.0, w, &t.norm.1, &h)?)
+        }
         EncoderHead::Bare { .. } => Ok(x),
     }
 }

@@ -16,7 +16,7 @@ pub use pooling::{normalize_rows, pool, Pooling};
 pub use relative::RelativeBias;
 pub use spec::{
     ClassifierHead, ClsPooling, EmbedMasking, EncoderHead, EncoderSpec, MlmHead, NormPlacement, PoolAct, Positions,
-    Problem,
+    Problem, TokenTransform,
 };
 
 use vkformers_tensor::ops::attention::{attention, AttnOptions};

@@ -152,7 +152,13 @@ fn head(out: &mut Vec<Planned>, spec: &ModelSpec, enc: &EncoderSpec) {
             }
             linear(out, &head.out, head.num_labels, h, true);
         }
-        EncoderHead::TokenClassification { out: name, num_labels } => linear(out, name, *num_labels, h, true),
+        EncoderHead::TokenClassification { out: name, num_labels, transform } => {
+            if let Some(t) = transform {
+                linear(out, &t.dense, h, h, t.dense_bias);
+                norm_params(out, &t.norm.1, &t.norm.0, h);
+            }
+            linear(out, name, *num_labels, h, true)
+        }
         EncoderHead::Bare { pooler } => {
             if let Some(p) = pooler {
                 linear(out, p, h, h, true);

@@ -89,15 +89,27 @@ pub enum ClsPooling {
     Late,
 }
 
+/// `norm(act(dense(h)))` on every token before a token classifier (ModernBERT's `head`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenTransform {
+    /// `{dense}.weight [hidden, hidden]`, and `.bias` with `dense_bias`.
+    pub dense: String,
+    pub dense_bias: bool,
+    pub act: Activation,
+    pub norm: (Norm, String),
+}
+
 /// What sits on the last hidden state.
 #[derive(Clone, Debug, PartialEq)]
 pub enum EncoderHead {
     MaskedLm(MlmHead),
     SequenceClassification(ClassifierHead),
-    /// `{out}` (`[num_labels, hidden]` + bias) on every position: logits `[B·T, num_labels]`.
+    /// `{out}` (`[num_labels, hidden]` + bias) on every position: logits `[B·T, num_labels]`;
+    /// after ModernBERT's `transform` where it has one.
     TokenClassification {
         out: String,
         num_labels: usize,
+        transform: Option<TokenTransform>,
     },
     /// The bare model (`BertModel`, stored without the `bert.` prefix): the last hidden state,
     /// for sentence embeddings. `pooler`: BERT's pooler (`[hidden, hidden]` + bias), stored by

@@ -119,7 +119,9 @@ fn head_linears(head: &crate::encoder::EncoderHead) -> Vec<(String, bool)> {
         EncoderHead::MaskedLm(h) if h.dense.is_empty() => Vec::new(),
         EncoderHead::MaskedLm(h) => vec![(h.dense.clone(), false)],
         EncoderHead::SequenceClassification(h) => vec![(h.dense.clone(), false), (h.out.clone(), true)],
-        EncoderHead::TokenClassification { out, .. } => vec![(out.clone(), true)],
+        EncoderHead::TokenClassification { out, transform, .. } => {
+            transform.iter().map(|t| (t.dense.clone(), false)).chain([(out.clone(), true)]).collect()
+        }
         EncoderHead::Bare { .. } => Vec::new(),
     }
 }
