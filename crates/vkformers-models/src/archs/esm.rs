@@ -21,7 +21,8 @@ use crate::error::{ModelError, Result};
 use crate::rope::{inv_freq, RopeParams};
 use crate::spec::{padding_idx_or, LayerNames, ModelSpec, Norm, RopeSpec};
 
-/// `EsmConfig` (its defaults where a config may leave a field out).
+/// `EsmConfig`; its defaults where a config leaves a field out: 1026 positions, `rope_theta`
+/// 10000, eps 1e-12, tied, the flags false.
 #[derive(Deserialize)]
 struct Config {
     vocab_size: usize,
@@ -30,37 +31,16 @@ struct Config {
     num_hidden_layers: usize,
     num_attention_heads: usize,
     intermediate_size: usize,
-    #[serde(default = "d_positions")]
-    max_position_embeddings: usize,
-    #[serde(default = "d_theta")]
-    rope_theta: f64,
-    #[serde(default = "d_eps")]
-    layer_norm_eps: f64,
+    max_position_embeddings: Option<usize>,
+    rope_theta: Option<f64>,
+    layer_norm_eps: Option<f64>,
     position_embedding_type: Option<String>,
     emb_layer_norm_before: Option<bool>,
-    #[serde(default)]
-    token_dropout: bool,
-    #[serde(default)]
-    is_folding_model: bool,
-    #[serde(default)]
-    is_decoder: bool,
-    #[serde(default)]
-    add_cross_attention: bool,
-    #[serde(default = "yes")]
-    tie_word_embeddings: bool,
-}
-
-fn d_positions() -> usize {
-    1026
-}
-fn d_theta() -> f64 {
-    10000.0
-}
-fn d_eps() -> f64 {
-    1e-12
-}
-fn yes() -> bool {
-    true
+    token_dropout: Option<bool>,
+    is_folding_model: Option<bool>,
+    is_decoder: Option<bool>,
+    add_cross_attention: Option<bool>,
+    tie_word_embeddings: Option<bool>,
 }
 
 /// BERT's module names under `{p}.encoder.layer.{i}` with ESM's pre-LN norm names.
@@ -80,20 +60,25 @@ fn rotary_buffers(p: &str, layers: usize) -> Vec<String> {
 
 pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     let c: Config = parse(cfg)?;
-    if c.is_decoder || c.add_cross_attention || c.is_folding_model {
+    let max_pos = c.max_position_embeddings.unwrap_or(1026);
+    if c.is_decoder.unwrap_or(false) || c.add_cross_attention.unwrap_or(false) || c.is_folding_model.unwrap_or(false) {
         return Err(ModelError::Unsupported("esm as a decoder or ESMFold (is_folding_model)".into()));
     }
     // `EsmModel` stores its tensors without the `esm.` prefix.
     let p = if is_bare(cfg) { "" } else { "esm" };
-    let norm = Norm::Layer { eps: c.layer_norm_eps as f32, bias: true };
+    let norm = Norm::Layer { eps: c.layer_norm_eps.unwrap_or(1e-12) as f32, bias: true };
     // ESM's MLP and head use the exact (erf) GELU whatever `hidden_act` says.
     let mut layer = layer(c.hidden_size, c.num_attention_heads, c.intermediate_size, Activation::Gelu, &norm)?;
     let padding_idx = padding_idx_or(cfg, -1, c.vocab_size);
     let positions = match (c.position_embedding_type.as_deref().unwrap_or("absolute"), padding_idx) {
         ("rotary", _) => {
             let hd = layer.attn.head_dim;
-            let params = RopeParams { rope_type: "default".into(), theta: c.rope_theta, ..Default::default() };
-            let (inv_freq, _) = inv_freq(&params, hd, c.max_position_embeddings)?;
+            let params = RopeParams {
+                rope_type: "default".into(),
+                theta: c.rope_theta.unwrap_or(10000.0),
+                ..Default::default()
+            };
+            let (inv_freq, _) = inv_freq(&params, hd, max_pos)?;
             let rope = RopeSpec { inv_freq, mscale: 1.0, rotary_dim: hd, layout: RopeLayout::HalfSplit, long: None };
             layer.attn.rope = Some(rope);
             None
@@ -104,7 +89,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
         }
         (other, _) => return Err(ModelError::Unsupported(format!("esm position_embedding_type `{other}`"))),
     };
-    let token_dropout = match (c.token_dropout, c.mask_token_id) {
+    let token_dropout = match (c.token_dropout.unwrap_or(false), c.mask_token_id) {
         (false, _) => None,
         (true, Some(id)) => Some(id),
         (true, None) => return Err(ModelError::Config("esm token_dropout needs a mask_token_id".into())),
@@ -128,13 +113,13 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
         positions: format!("{e}.position_embeddings"),
         embed_norm: c.emb_layer_norm_before.unwrap_or(false).then(|| (norm.clone(), format!("{e}.layer_norm"))),
         decoder: "lm_head.decoder".into(),
-        tied: c.tie_word_embeddings,
+        tied: c.tie_word_embeddings.unwrap_or(true),
         padding_idx,
         encoder: EncoderSpec {
             embed_dim: c.hidden_size,
             token_types: None,
             positions: positions.unwrap_or(Positions::Arange),
-            max_positions: c.max_position_embeddings,
+            max_positions: max_pos,
             embed_project: None,
             placement: NormPlacement::Pre,
             final_norm: Some((norm, under(p, "encoder.emb_layer_norm_after"))),
