@@ -40,6 +40,17 @@ ENC = dict(
     layer_norm_eps=1e-12,
 )
 
+# EuroBERT's (Llama-style) config names; pad 0 (its default 128001 is outside this vocabulary).
+EURO = dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=64, initializer_range=mf.INIT_STD, pad_token_id=0,
+            bos_token_id=2, eos_token_id=1, mask_token_id=MASK_ID)
+
+# ModernBERT's config names; its special ids moved into this vocabulary; a window of ±2 so that
+# T = 8 sees the local layers' mask.
+MODERN = dict(vocab_size=128, hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
+              max_position_embeddings=64, initializer_range=mf.INIT_STD, pad_token_id=0, bos_token_id=2,
+              eos_token_id=1, cls_token_id=2, sep_token_id=1, local_attention=4)
+
 # fixture name -> (model_type, config kwargs); fixtures named `*_seqcls*` use
 # AutoModelForSequenceClassification (see `CLS_SPECS`).
 SPECS = {
@@ -97,6 +108,40 @@ SPECS = {
     # bias-free rotary attention (rotate_half pairs, rope_theta 1000 by default), a bias-free
     # SwiGLU MLP, post-LN, no position table; the head's transform uses hidden_act (SiLU).
     "nomic_bert": ("nomic_bert", {**ENC, "type_vocab_size": 2, "pad_token_id": 0}),
+    # ESM-2: pre-LN, rotary q/k (rotate_half) on pre-scaled queries, token_dropout (the MASK_ID
+    # inputs zeroed, rows rescaled), embeddings times the attention mask, final
+    # `emb_layer_norm_after`; its `lm_head`; `contact_head` stored but never reached.
+    "esm": ("esm", {**ENC, "pad_token_id": 1, "mask_token_id": MASK_ID, "position_embedding_type": "rotary",
+                    "token_dropout": True, "emb_layer_norm_before": False}),
+    # ESM-1b: a learned table counted from padding_idx + 1, a LayerNorm on the embeddings, no
+    # token_dropout.
+    "esm_absolute": ("esm", {**ENC, "pad_token_id": 1, "mask_token_id": MASK_ID, "max_position_embeddings": 66,
+                             "position_embedding_type": "absolute", "emb_layer_norm_before": True}),
+    # RoBERTa's layout under `mpnet.` with a relative position bias shared by every layer (T5's
+    # bidirectional buckets; T = 8 keeps to the exact ones, the log ones are unit-tested).
+    "mpnet": ("mpnet", {**ENC, "pad_token_id": 1, "max_position_embeddings": 66}),
+    # Factorised embeddings (16 wide, mapped to 32) and one layer shared by all 3 (its gradient
+    # sums 3 uses); the head's dense maps back to 16; GELU-tanh (ALBERT's default).
+    "albert": ("albert", {**ENC, "embedding_size": 16, "num_hidden_layers": 3, "type_vocab_size": 2,
+                          "pad_token_id": 0, "hidden_act": "gelu_new"}),
+    # 3 layers over 2 groups of 2 layers: layers 0 and 1 run group 0 (int(l / 1.5)), layer 2 group 1.
+    "albert_groups": ("albert", {**ENC, "embedding_size": 16, "num_hidden_layers": 3, "num_hidden_groups": 2,
+                                 "inner_group_num": 2, "type_vocab_size": 2, "pad_token_id": 0,
+                                 "hidden_act": "gelu"}),
+    # Pre-RMSNorm Llama layers (GQA 4/2, rotate_half rotary, SwiGLU) without causal masking, a
+    # final norm, an untied bias-free `lm_head` straight on the hidden state.
+    # Layer 0 global (rope_theta 160000, no attn_norm), layers 1-2 local (10000, |q - k| <= 2);
+    # fused Wqkv and Wi; bias-free norms, attention, MLP and head dense; the decoder's bias.
+    "modernbert": ("modernbert", MODERN),
+    # every bias on, GELU-tanh gates, SiLU in the head, a decoder without bias, global every 2nd.
+    "modernbert_bias": ("modernbert", {**MODERN, "norm_bias": True, "attention_bias": True, "mlp_bias": True,
+                                       "classifier_bias": True, "decoder_bias": False,
+                                       "hidden_activation": "gelu_pytorch_tanh", "classifier_activation": "silu",
+                                       "global_attn_every_n_layers": 2}),
+    "eurobert": ("eurobert", EURO),
+    # tied `lm_head` with its bias (mlp_bias), biased attention, GeGLU.
+    "eurobert_tied_bias": ("eurobert", {**EURO, "tie_word_embeddings": True, "mlp_bias": True,
+                                        "attention_bias": True, "hidden_act": "gelu"}),
 }
 
 
@@ -113,6 +158,24 @@ CLS_SPECS = {
         "nomic_bert",
         {**ENC, "type_vocab_size": 2, "pad_token_id": 0, "num_labels": 3, "hidden_act": "gelu"},
     ),
+    # 40 rows of relative bias, still bucketed by 32 (rows 32.. get no gradient); RELU layers.
+    "mpnet_seqcls": ("mpnet", {**ENC, "pad_token_id": 1, "max_position_embeddings": 66, "num_labels": 3,
+                               "relative_attention_num_buckets": 40, "hidden_act": "relu"}),
+    # ALBERT's pooler (`albert.pooler`, dense + tanh) and `classifier`; 2 layers sharing one.
+    "albert_seqcls": ("albert", {**ENC, "embedding_size": 16, "type_vocab_size": 2, "pad_token_id": 0,
+                                 "num_labels": 3}),
+    # EuroBERT's default `late` pooling: dense + GELU + classifier per token, logits averaged
+    # over real tokens; then `mean` (hidden states averaged first).
+    "eurobert_seqcls": ("eurobert", {**EURO, "num_labels": 3}),
+    "eurobert_seqcls_mean": ("eurobert", {**EURO, "num_labels": 3, "classifier_pooling": "mean"}),
+    # ModernBERT's classifier: head.dense (no bias) + GELU + head.norm + classifier on the
+    # first token; then on the mean over real tokens, with the dense bias.
+    "modernbert_seqcls": ("modernbert", {**MODERN, "num_labels": 3}),
+    "modernbert_seqcls_mean": ("modernbert", {**MODERN, "num_labels": 3, "classifier_pooling": "mean",
+                                              "classifier_bias": True, "norm_bias": True}),
+    # ESM's classifier (dense + tanh + out_proj on the first token), rotary, token_dropout.
+    "esm_seqcls": ("esm", {**ENC, "pad_token_id": 1, "mask_token_id": MASK_ID, "position_embedding_type": "rotary",
+                           "token_dropout": True, "num_labels": 3}),
 }
 # Token classification (`"head": "token"`): labels [B, T], -100 on padding.
 CLS_SPECS["distilbert_tokcls"] = (
@@ -120,7 +183,20 @@ CLS_SPECS["distilbert_tokcls"] = (
     dict(vocab_size=128, dim=32, n_layers=2, n_heads=4, hidden_dim=64, max_position_embeddings=64, dropout=0.0,
          attention_dropout=0.0, initializer_range=mf.INIT_STD, pad_token_id=0, num_labels=5, head="token"),
 )
+# `classifier` on every position of the families added since (ESM with token_dropout and its
+# zeroed padding rows, MPNet's relative bias, ALBERT's shared layer, EuroBERT's final norm).
+for _name, (_mt, _kw) in {
+    "esm_tokcls": ("esm", SPECS["esm"][1]),
+    "mpnet_tokcls": ("mpnet", SPECS["mpnet"][1]),
+    "albert_tokcls": ("albert", SPECS["albert"][1]),
+    "eurobert_tokcls": ("eurobert", EURO),
+    # ModernBERT's `head` (dense, GELU, norm) on every token before the classifier.
+    "modernbert_tokcls": ("modernbert", MODERN),
+}.items():
+    CLS_SPECS[_name] = (_mt, {**_kw, "num_labels": 5, "head": "token"})
 SPECS.update(CLS_SPECS)
+# Parameters no loss here reaches (ESM's contact prediction, from attention maps).
+UNREACHED = ("esm.contact_head.",)
 CLS_LABELS = [2, 0]
 REGRESSION_LABELS = [0.75, -1.5]
 
@@ -217,6 +293,22 @@ def stored_names(model, path: Path, names: list[str]) -> dict:
     return out
 
 
+def hub_esm_names(path: Path) -> None:
+    """transformers 5 saves ESM through its load-time renamings reversed: `LayerNorm.gamma` /
+    `.beta` and one `encoder.layer.*.attention.self.rotary_embeddings.inv_freq`. Rewritten to the
+    names the hub's ESM checkpoints use (`LayerNorm.weight` / `.bias`), without the rotary buffer
+    (transformers recomputes it from rope_theta when a folder lacks it)."""
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(str(path))
+    out = {}
+    for k, t in tensors.items():
+        if k.endswith("rotary_embeddings.inv_freq"):
+            continue
+        out[k.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")] = t
+    save_file(out, str(path), metadata={"format": "pt"})
+
+
 def fuse_parts(stored: dict, grads: dict, step2: dict):
     """(stored, grads, step2) keyed so that each stored tensor appears once: the parts of a fused
     tensor concatenated along rows in their stored order."""
@@ -241,8 +333,11 @@ def make_fixture(name: str, model_type: str, cfg_kwargs: dict, out_dir: Path, ve
     for stale in ("config.json", "model.safetensors", "generation_config.json", "greedy.json"):
         (d / stale).unlink(missing_ok=True)
     model.save_pretrained(d, safe_serialization=True)
-    # Trained parameters only (RoFormer's frozen sinusoid table is a stored buffer, no gradient).
-    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    if model_type == "esm":
+        hub_esm_names(d / "model.safetensors")
+    # Trained parameters only (RoFormer's frozen sinusoid table is a stored buffer, no gradient;
+    # ESM's contact head gets none from these losses, so AdamW leaves it as it is).
+    names = [n for n, p in model.named_parameters() if p.requires_grad and not n.startswith(UNREACHED)]
     stored = stored_names(model, d / "model.safetensors", names)
     ids, mask, labels, types = make_batch(model.config)
     if is_token_cls(cfg_kwargs):
@@ -293,6 +388,12 @@ def make_fixture(name: str, model_type: str, cfg_kwargs: dict, out_dir: Path, ve
 EMBED_SPECS = {
     "bert_model": ("bert", {**ENC, "type_vocab_size": 2, "pad_token_id": 0}),
     "xlm-roberta_model": ("xlm-roberta", {**ENC, "type_vocab_size": 1, "pad_token_id": 1, "max_position_embeddings": 66}),
+    # Bare models of the families whose tensors then lose their prefix (and keep a pooler).
+    "esm_model": ("esm", SPECS["esm"][1]),
+    "mpnet_model": ("mpnet", SPECS["mpnet"][1]),
+    "albert_model": ("albert", SPECS["albert"][1]),
+    "eurobert_model": ("eurobert", EURO),
+    "modernbert_model": ("modernbert", MODERN),
 }
 
 
@@ -311,6 +412,8 @@ def make_embed_fixture(name: str, model_type: str, cfg_kwargs: dict, out_dir: Pa
     d = out_dir / name
     d.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(d, safe_serialization=True)
+    if model_type == "esm":
+        hub_esm_names(d / "model.safetensors")
     ids, mask, _, types = make_batch(model.config)
     kw = dict(input_ids=ids, attention_mask=mask)
     if types is not None:

@@ -493,6 +493,11 @@ impl ModelSpec {
                 .encoder
                 .as_ref()
                 .is_some_and(|e| e.stored_tables.iter().any(|(t, ..)| format!("{t}.weight") == name))
+            || self.encoder.as_ref().is_some_and(|e| {
+                e.unread_linears
+                    .iter()
+                    .any(|(m, ..)| name.strip_prefix(m.as_str()).is_some_and(|s| s == ".weight" || s == ".bias"))
+            })
             || crate::moe::buffers(self).iter().any(|b| b == name)
             || self.layers.iter().enumerate().any(|(i, l)| match &l.mlp {
                 MlpSpec::Xielu { act, .. } => {

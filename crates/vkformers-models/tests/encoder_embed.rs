@@ -63,3 +63,13 @@ fn bare_bert_hidden_states_and_poolings_match_transformers() {
 fn bare_xlm_roberta_hidden_states_and_poolings_match_transformers() {
     check("xlm-roberta_model");
 }
+
+#[test]
+fn bare_esm_mpnet_albert_eurobert_and_modernbert_match_transformers() {
+    // ESM: token_dropout and the zeroed padding rows; MPNet: its relative bias; ALBERT: its
+    // shared layer and embedding projection; EuroBERT and ModernBERT: no pooler, their final
+    // norm; all stored without the base prefix.
+    for name in ["esm_model", "mpnet_model", "albert_model", "eurobert_model", "modernbert_model"] {
+        check(name);
+    }
+}

@@ -109,11 +109,40 @@ parity! {
     // Bias-free rotary attention and SwiGLU, post-LN; then the pooler classifier with GeGLU.
     nomic_bert: "nomic_bert",
     nomic_bert_seqcls: "nomic_bert_seqcls",
+    // Pre-LN, rotary on pre-scaled queries, token_dropout, embeddings times the attention mask;
+    // then ESM-1b's learned positions and embedding norm; then its classifier.
+    esm: "esm",
+    esm_absolute: "esm_absolute",
+    esm_seqcls: "esm_seqcls",
+    // A relative position bias shared by the layers; then 40 table rows bucketed by 32.
+    mpnet: "mpnet",
+    mpnet_seqcls: "mpnet_seqcls",
+    // Factorised embeddings and shared layers: one layer run 3 times; 2 groups of 2 over 3 layers.
+    albert: "albert",
+    albert_groups: "albert_groups",
+    albert_seqcls: "albert_seqcls",
+    // Llama layers as a bidirectional encoder, untied bias-free lm_head; then tied with biases;
+    // then the classifier on every token averaged (`late`), and on the mean hidden state.
+    eurobert: "eurobert",
+    // Global and windowed local rotary layers, fused Wqkv / Wi; then every bias and other gates.
+    modernbert: "modernbert",
+    modernbert_bias: "modernbert_bias",
+    // The classifier with the head's norm, on the first token and on the mean.
+    modernbert_seqcls: "modernbert_seqcls",
+    modernbert_seqcls_mean: "modernbert_seqcls_mean",
+    eurobert_tied_bias: "eurobert_tied_bias",
+    eurobert_seqcls: "eurobert_seqcls",
+    eurobert_seqcls_mean: "eurobert_seqcls_mean",
     // Sequence classification: BERT's pooler + 3-way cross-entropy; RoBERTa's head, 1 label (MSE).
     bert_seqcls: "bert_seqcls",
     roberta_seqcls_regression: "roberta_seqcls_regression",
     // Token classification: a classifier on every position, -100 on the padding.
     distilbert_tokcls: "distilbert_tokcls",
+    esm_tokcls: "esm_tokcls",
+    mpnet_tokcls: "mpnet_tokcls",
+    albert_tokcls: "albert_tokcls",
+    eurobert_tokcls: "eurobert_tokcls",
+    modernbert_tokcls: "modernbert_tokcls",
     biogpt: "biogpt",
     gpt_neox_japanese: "gpt_neox_japanese",
     // Wave 2 (issue 16): one small feature each.

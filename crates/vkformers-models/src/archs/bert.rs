@@ -124,6 +124,10 @@ pub(super) fn spec(
             ignored,
             stored_tables: Vec::new(),
             rope_on_values: false,
+            masking: Default::default(),
+            unread_linears: Vec::new(),
+            relative_bias: None,
+            layer_order: Vec::new(),
         },
     }
     .build();

@@ -36,6 +36,7 @@ pub(super) fn task_head(
             "cls.predictions",
             MlmHead {
                 dense: "cls.predictions.transform.dense".into(),
+                dense_bias: true,
                 act,
                 norm: norm.clone(),
                 norm_name: "cls.predictions.transform.LayerNorm".into(),
@@ -47,6 +48,7 @@ pub(super) fn task_head(
             "lm_head",
             MlmHead {
                 dense: "lm_head.dense".into(),
+                dense_bias: true,
                 act: Activation::Gelu,
                 norm: norm.clone(),
                 norm_name: "lm_head.layer_norm".into(),

@@ -112,10 +112,15 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
             ignored: Vec::new(),
             stored_tables: Vec::new(),
             rope_on_values: false,
+            masking: Default::default(),
+            unread_linears: Vec::new(),
+            relative_bias: None,
+            layer_order: Vec::new(),
             head: head(
                 cfg,
                 MlmHead {
                     dense: "vocab_transform".into(),
+                    dense_bias: true,
                     act,
                     norm,
                     norm_name: "vocab_layer_norm".into(),

@@ -114,10 +114,15 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
             ignored: vec!["generator_lm_head.decoder.bias".into()],
             stored_tables: Vec::new(),
             rope_on_values: false,
+            masking: Default::default(),
+            unread_linears: Vec::new(),
+            relative_bias: None,
+            layer_order: Vec::new(),
             head: head(
                 cfg,
                 MlmHead {
                     dense: "generator_predictions.dense".into(),
+                    dense_bias: true,
                     act: Activation::Gelu,
                     norm,
                     norm_name: "generator_predictions.LayerNorm".into(),

@@ -125,7 +125,8 @@ fn legacy_norm_names(spec: &ModelSpec) -> Vec<MapEntry> {
     if let Some(e) = &spec.encoder {
         norms.extend(e.final_norm.iter().map(|(_, name)| name.clone()));
         if let EncoderHead::MaskedLm(h) = &e.head {
-            norms.push(h.norm_name.clone());
+            // Empty: a head without a transform (EuroBERT's bare `lm_head`).
+            norms.extend(Some(h.norm_name.clone()).filter(|n| !n.is_empty()));
         }
     }
     let rename = |from: String, to: String| MapEntry { hf: from, transpose: false, parts: vec![(to, 0)], groups: 1 };

@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::encoder::{ClassifierHead, EncoderHead, MlmHead, PoolAct, Problem};
+use crate::encoder::{ClassifierHead, ClsPooling, EncoderHead, MlmHead, PoolAct, Problem};
 use crate::error::{ModelError, Result};
 
 /// The first name of `architectures` (empty when none).
@@ -55,7 +55,7 @@ pub(super) fn head(
         return Err(ModelError::Config("a sequence classifier with no labels (id2label / num_labels)".into()));
     }
     if token {
-        return Ok(EncoderHead::TokenClassification { out: "classifier".into(), num_labels });
+        return Ok(EncoderHead::TokenClassification { out: "classifier".into(), num_labels, transform: None });
     }
     let problem = match cfg.get("problem_type").and_then(Value::as_str) {
         None => None,
@@ -71,6 +71,9 @@ pub(super) fn head(
         out: out.into(),
         num_labels,
         problem,
+        pooling: ClsPooling::First,
+        dense_bias: true,
+        norm: None,
     }))
 }
 
@@ -107,7 +110,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         let tok = head("electra", |c| c["architectures"] = json!(["ElectraForTokenClassification"])).unwrap();
-        assert_eq!(tok, EncoderHead::TokenClassification { out: "classifier".into(), num_labels: 2 });
+        assert_eq!(tok, EncoderHead::TokenClassification { out: "classifier".into(), num_labels: 2, transform: None });
         let bare = head("bert", |c| c["architectures"] = json!(["BertModel"])).unwrap();
         assert_eq!(bare, EncoderHead::Bare { pooler: Some("pooler.dense".into()) });
     }

@@ -6,6 +6,7 @@ use serde_json::Value;
 use crate::error::{ModelError, Result};
 use crate::spec::ModelSpec;
 
+mod albert;
 mod apertus;
 mod arcee;
 mod bart;
@@ -31,6 +32,8 @@ mod electra;
 pub(crate) mod encoder_common;
 mod encoder_heads;
 mod ernie4_5;
+mod esm;
+mod eurobert;
 mod exaone4;
 mod falcon;
 mod gemma;
@@ -54,7 +57,10 @@ mod ministral;
 
 mod mixtral;
 mod mla_common;
+mod modernbert;
+mod modernbert_config;
 mod moe_common;
+mod mpnet;
 mod mpt;
 mod multimodal;
 mod nanochat;
@@ -147,6 +153,11 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "electra", family: "BERT-family encoder", build: electra::spec },
     Arch { model_type: "roformer", family: "BERT-family encoder", build: roformer::spec },
     Arch { model_type: "nomic_bert", family: "BERT-family encoder", build: nomic_bert::spec },
+    Arch { model_type: "esm", family: "BERT-family encoder", build: esm::spec },
+    Arch { model_type: "mpnet", family: "BERT-family encoder", build: mpnet::spec },
+    Arch { model_type: "albert", family: "BERT-family encoder", build: albert::spec },
+    Arch { model_type: "eurobert", family: "BERT-family encoder", build: eurobert::spec },
+    Arch { model_type: "modernbert", family: "BERT-family encoder", build: modernbert::spec },
     Arch { model_type: "biogpt", family: "absolute-position GPT", build: biogpt::spec },
     Arch { model_type: "gpt_neox_japanese", family: "layernorm rotary decoder", build: gpt_neox_japanese::spec },
     Arch { model_type: "openai-gpt", family: "absolute-position GPT", build: openai_gpt::spec },

@@ -91,6 +91,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
         cfg,
         MlmHead {
             dense: "cls.predictions.transform.dense".into(),
+            dense_bias: true,
             act,
             norm: norm.clone(),
             norm_name: "cls.predictions.transform.layer_norm".into(),
@@ -122,6 +123,10 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
             ignored: vec!["cls.predictions.decoder.bias".into()],
             stored_tables: Vec::new(),
             rope_on_values: false,
+            masking: Default::default(),
+            unread_linears: Vec::new(),
+            relative_bias: None,
+            layer_order: Vec::new(),
             head,
         },
     }

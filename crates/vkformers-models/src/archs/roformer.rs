@@ -109,10 +109,15 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
             ignored: vec!["cls.predictions.decoder.bias".into()],
             stored_tables: vec![("roformer.encoder.embed_positions".into(), c.max_position_embeddings, head_dim)],
             rope_on_values: c.rotary_value,
+            masking: Default::default(),
+            unread_linears: Vec::new(),
+            relative_bias: None,
+            layer_order: Vec::new(),
             head: head(
                 cfg,
                 MlmHead {
                     dense: "cls.predictions.transform.dense".into(),
+                    dense_bias: true,
                     act,
                     norm,
                     norm_name: "cls.predictions.transform.LayerNorm".into(),

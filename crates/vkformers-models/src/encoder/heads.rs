@@ -5,7 +5,9 @@
 use vkformers_tensor::ops::{activation, broadcast, cast, embedding, loss, matmul, reduce, shape};
 use vkformers_tensor::{DType, Graph, Tensor};
 
-use super::{encoder_of, hidden_states, ClassifierHead, EncoderBatch, EncoderHead, MlmHead, PoolAct, Problem};
+use super::{
+    encoder_of, hidden_states, ClassifierHead, ClsPooling, EncoderBatch, EncoderHead, MlmHead, PoolAct, Problem,
+};
 use crate::decoder::{apply_norm, Weights};
 use crate::error::{ModelError, Result};
 use crate::spec::ModelSpec;
@@ -18,34 +20,68 @@ pub fn forward(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, batch: &EncoderBatc
     let x = hidden_states(g, spec, w, batch)?;
     match &enc.head {
         EncoderHead::MaskedLm(head) => mlm(g, spec, w, head, &x),
-        EncoderHead::SequenceClassification(head) => classifier(g, w, head, &x, batch.batch, batch.seq),
-        EncoderHead::TokenClassification { out, .. } => dense(g, w, out, &x),
+        EncoderHead::SequenceClassification(head) => classifier(g, w, head, &x, batch),
+        EncoderHead::TokenClassification { out, transform: None, .. } => dense(g, w, out, &x),
+        EncoderHead::TokenClassification { out, transform: Some(t), .. } => {
+            let h = activation::activation(g, &dense_with(g, w, &t.dense, &x, t.dense_bias)?, t.act)?;
+            dense(g, w, out, &apply_norm(g, &t.norm.0, w, &t.norm.1, &h)?)
+        }
         EncoderHead::Bare { .. } => Ok(x),
     }
 }
 
 fn dense(g: &Graph<'_>, w: &Weights, name: &str, x: &Tensor) -> Result<Tensor> {
-    let (weight, bias) = (w.get(&format!("{name}.weight"))?, w.get(&format!("{name}.bias"))?);
-    Ok(crate::lora::linear(g, x, weight, Some(bias), w.lora(), &format!("{name}.weight"))?)
+    dense_with(g, w, name, x, true)
 }
 
-/// `decoder(LN(act(dense(x))))`, the decoder's weight tied to the word embeddings unless the
-/// spec stores its own.
+/// `x · {name}.weightᵀ (+ {name}.bias when `bias`)`.
+fn dense_with(g: &Graph<'_>, w: &Weights, name: &str, x: &Tensor, bias: bool) -> Result<Tensor> {
+    let b = if bias { Some(w.get(&format!("{name}.bias"))?) } else { None };
+    Ok(crate::lora::linear(g, x, w.get(&format!("{name}.weight"))?, b, w.lora(), &format!("{name}.weight"))?)
+}
+
+/// `decoder(LN(act(dense(x))))` (or `decoder(x)` without a transform: empty `dense`), the
+/// decoder's weight tied to the word embeddings unless the spec stores its own; its bias
+/// `head.bias` (none when empty).
 fn mlm(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, head: &MlmHead, x: &Tensor) -> Result<Tensor> {
-    let x = activation::activation(g, &dense(g, w, &head.dense, x)?, head.act)?;
-    let x = apply_norm(g, &head.norm, w, &head.norm_name, &x)?;
+    let mut x = x.clone();
+    if !head.dense.is_empty() {
+        x = activation::activation(g, &dense_with(g, w, &head.dense, &x, head.dense_bias)?, head.act)?;
+        x = apply_norm(g, &head.norm, w, &head.norm_name, &x)?;
+    }
     let table = if spec.tied_head { &spec.embed_name } else { &spec.head_name };
     let decoder = format!("{table}.weight");
-    Ok(crate::lora::linear(g, &x, w.get(&decoder)?, Some(w.get(&head.bias)?), w.lora(), &decoder)?)
+    let bias = if head.bias.is_empty() { None } else { Some(w.get(&head.bias)?) };
+    Ok(crate::lora::linear(g, &x, w.get(&decoder)?, bias, w.lora(), &decoder)?)
 }
 
-/// Rows `b·T` of x `[B·T, hidden]` (each sequence's first token) through dense, act and out.
-fn classifier(g: &Graph<'_>, w: &Weights, head: &ClassifierHead, x: &Tensor, b: usize, t: usize) -> Result<Tensor> {
-    // The row gather is the embedding lookup (its backward scatter-adds into those rows).
-    let first: Vec<i32> = (0..b).map(|row| (row * t) as i32).collect();
+/// `out(act(dense(pooled)))` on each row's first token or its mean over real tokens, or
+/// (`Late`) the mean over real tokens of `out(act(dense(x)))` per token: `[B, num_labels]`.
+fn classifier(
+    g: &Graph<'_>,
+    w: &Weights,
+    head: &ClassifierHead,
+    x: &Tensor,
+    batch: &EncoderBatch<'_>,
+) -> Result<Tensor> {
+    let (b, t) = (batch.batch, batch.seq);
     let x = cast::cast(g, x, DType::F32)?;
-    let cls = embedding::embedding(g, &x, &g.ints(&first, &[b])?)?;
-    let h = dense(g, w, &head.dense, &cls)?;
+    let mean = |y: &Tensor| super::pool(g, y, batch.mask, (b, t), super::Pooling::Mean);
+    let pooled = match head.pooling {
+        ClsPooling::First => {
+            // The row gather is the embedding lookup (its backward scatter-adds into those rows).
+            let first: Vec<i32> = (0..b).map(|row| (row * t) as i32).collect();
+            embedding::embedding(g, &x, &g.ints(&first, &[b])?)?
+        }
+        ClsPooling::Mean => mean(&x)?,
+        ClsPooling::Late => return mean(&classify(g, w, head, &x)?),
+    };
+    classify(g, w, head, &pooled)
+}
+
+/// `out(act(dense(h)))` (`out(norm(act(dense(h))))` with a norm) on rows h `[N, hidden]`.
+fn classify(g: &Graph<'_>, w: &Weights, head: &ClassifierHead, h: &Tensor) -> Result<Tensor> {
+    let h = dense_with(g, w, &head.dense, h, head.dense_bias)?;
     let h = match head.act {
         // tanh(x) = 2·sigmoid(2x) − 1
         PoolAct::Tanh => {
@@ -53,6 +89,10 @@ fn classifier(g: &Graph<'_>, w: &Weights, head: &ClassifierHead, x: &Tensor, b: 
             broadcast::sub(g, &broadcast::scale(g, &s, 2.0)?, &g.constant(&[1.0], &[1])?)?
         }
         PoolAct::Act(a) => activation::activation(g, &h, a)?,
+    };
+    let h = match &head.norm {
+        Some((n, name)) => apply_norm(g, n, w, name, &h)?,
+        None => h,
     };
     dense(g, w, &head.out, &h)
 }

@@ -3,23 +3,30 @@
 //! MLP with post- or pre-LN residuals, then the masked-LM head. Built from the differentiable
 //! ops, so the tape gives every parameter's gradient.
 
+mod attention;
 mod heads;
+mod masking;
 mod plan;
 mod pooling;
+mod relative;
 mod spec;
 
 pub use heads::{classification_loss, forward, forward_loss, masked_lm_loss, ClsLabels, OwnedClsLabels};
 pub(crate) use plan::{check_new_head, plan};
 pub use pooling::{normalize_rows, pool, Pooling};
-pub use spec::{ClassifierHead, EncoderHead, EncoderSpec, MlmHead, NormPlacement, PoolAct, Positions, Problem};
+pub use relative::RelativeBias;
+pub use spec::{
+    ClassifierHead, ClsPooling, EmbedMasking, EncoderHead, EncoderSpec, MlmHead, NormPlacement, PoolAct, Positions,
+    Problem, TokenTransform,
+};
 
-use vkformers_tensor::ops::attention::{attention, AttnOptions};
-use vkformers_tensor::ops::{broadcast, embedding, matmul, rope, shape};
+use vkformers_tensor::ops::{broadcast, embedding, matmul, shape};
 use vkformers_tensor::{Graph, Tensor};
 
-use crate::decoder::{apply_norm, mlp, project, Weights};
+use crate::decoder::{apply_norm, mlp, Weights};
 use crate::error::{ModelError, Result};
 use crate::spec::{layer_name, LayerSpec, ModelSpec};
+use attention::self_attention;
 
 /// One batch `[B, T]`: token ids, attention mask (1 real, 0 padding) and optional token types
 /// (all 0 when absent, as transformers' buffer).
@@ -45,9 +52,12 @@ pub fn hidden_states(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, batch: &Encod
         return Err(ModelError::Config(format!("a batch of {b}x{t} with {} ids", batch.ids.len())));
     }
     let mut x = embeddings(g, spec, enc, w, batch)?;
-    let kmask = g.ints(batch.mask, &[b, t])?;
-    for (i, layer) in spec.layers.iter().enumerate() {
-        x = encoder_layer(g, spec, enc.placement, w, layer, i, &x, &kmask, (b, t))?;
+    let keys = relative::keys(g, spec, w, batch)?;
+    let order: Vec<usize> =
+        if enc.layer_order.is_empty() { (0..spec.layers.len()).collect() } else { enc.layer_order.clone() };
+    for i in order {
+        let layer = spec.layers.get(i).ok_or_else(|| ModelError::Config(format!("no stored layer {i} to run")))?;
+        x = encoder_layer(g, spec, enc.placement, w, layer, i, &x, &keys, (b, t))?;
     }
     if let Some((n, name)) = &enc.final_norm {
         x = apply_norm(g, n, w, name, &x)?;
@@ -89,6 +99,9 @@ fn embeddings(
     let ids = g.ints(batch.ids, &[b, t])?;
     let word = w.get(&format!("{}.weight", spec.embed_name))?;
     let mut x = rows(embedding::embedding_padded(g, word, &ids, spec.padding_idx)?)?;
+    if let Some(mask_id) = enc.masking.token_dropout {
+        x = masking::scale_rows(g, &x, &masking::token_dropout_scale(batch, mask_id)?)?;
+    }
     if let Some((name, type_vocab)) = &enc.token_types {
         let zeros;
         let types = match batch.token_types {
@@ -123,6 +136,9 @@ fn embeddings(
     if let Some(n) = &spec.embed_norm {
         x = apply_norm(g, n, w, &spec.embed_norm_name, &x)?;
     }
+    if enc.masking.zero_padding {
+        x = masking::scale_rows(g, &x, &masking::padding_column(batch))?;
+    }
     if let Some(p) = &enc.embed_project {
         x = matmul::linear(g, &x, w.get(&format!("{p}.weight"))?, Some(w.get(&format!("{p}.bias"))?))?;
     }
@@ -140,7 +156,7 @@ fn encoder_layer(
     layer: &LayerSpec,
     i: usize,
     x: &Tensor,
-    kmask: &Tensor,
+    keys: &relative::Keys,
     bt: (usize, usize),
 ) -> Result<Tensor> {
     let n = &spec.layer_names;
@@ -150,58 +166,18 @@ fn encoder_layer(
     };
     match placement {
         NormPlacement::Post => {
-            let a = self_attention(g, spec, w, layer, i, x, kmask, bt)?;
+            let a = self_attention(g, spec, w, layer, i, x, keys, bt)?;
             let x = norm(&layer.attn_norm, &n.attn_norm, &broadcast::add(g, x, &a)?)?;
             let m = mlp(g, spec, w, &layer.mlp, i, &x)?;
             norm(&layer.mlp_norm, &n.mlp_norm, &broadcast::add(g, &x, &m)?)
         }
         NormPlacement::Pre => {
             let h = norm(&layer.attn_norm, &n.attn_norm, x)?;
-            let x = broadcast::add(g, x, &self_attention(g, spec, w, layer, i, &h, kmask, bt)?)?;
+            let x = broadcast::add(g, x, &self_attention(g, spec, w, layer, i, &h, keys, bt)?)?;
             let h = norm(&layer.mlp_norm, &n.mlp_norm, &x)?;
             Ok(broadcast::add(g, &x, &mlp(g, spec, w, &layer.mlp, i, &h)?)?)
         }
     }
-}
-
-/// Bidirectional multi-head attention: q, k, v `[B, T, H, D]`, every query sees every key the
-/// attention mask keeps (padded queries too: their outputs are computed, as in transformers).
-#[allow(clippy::too_many_arguments)]
-fn self_attention(
-    g: &Graph<'_>,
-    spec: &ModelSpec,
-    w: &Weights,
-    layer: &LayerSpec,
-    i: usize,
-    h: &Tensor,
-    kmask: &Tensor,
-    (b, t): (usize, usize),
-) -> Result<Tensor> {
-    let (n, a) = (&spec.layer_names, &layer.attn);
-    let plain = a.clip_qkv.is_none() && a.q_position_scale.is_none() && a.out_norm.is_none();
-    if a.alibi.is_some() || a.sliding_window.is_some() || a.qk_norm.is_some() || a.softcap != 0.0 || !plain {
-        return Err(ModelError::Unsupported(
-            "ALiBi, windowed, QK-normed, clipped or position-scaled encoder attention".into(),
-        ));
-    }
-    let heads = |y: Tensor, count: usize| shape::reshape(g, &y, &[b, t, count, a.head_dim]);
-    let mut q = heads(project(g, w, &n.q, i, h, a.qkv_bias)?, a.heads)?;
-    let mut k = heads(project(g, w, &n.k, i, h, a.qkv_bias)?, a.kv_heads)?;
-    let mut v = heads(project(g, w, &n.v, i, h, a.qkv_bias)?, a.kv_heads)?;
-    if let Some(r) = &a.rope {
-        // Positions 0..T in every row (padding does not shift them), as RoFormer / ESM.
-        let pos: Vec<i32> = (0..b * t).map(|j| (j % t) as i32).collect();
-        let (pos, freq) = (g.ints(&pos, &[b, t])?, g.constant(&r.inv_freq, &[r.inv_freq.len()])?);
-        let rot = |x: &Tensor| rope::rope(g, x, &pos, &freq, r.layout, r.rotary_dim, r.mscale);
-        (q, k) = (rot(&q)?, rot(&k)?);
-        if encoder_of(spec)?.rope_on_values {
-            v = rot(&v)?;
-        }
-    }
-    let opts =
-        AttnOptions { scale: Some(a.scale), causal: false, kmask: Some(kmask.clone()), ..AttnOptions::default() };
-    let o = shape::reshape(g, &attention(g, &q, &k, &v, &opts)?, &[b * t, a.heads * a.head_dim])?;
-    project(g, w, &n.o, i, &o, a.out_bias)
 }
 
 #[cfg(test)]

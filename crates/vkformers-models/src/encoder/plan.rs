@@ -87,6 +87,13 @@ pub(crate) fn plan(spec: &ModelSpec, _config: &Value) -> Result<Vec<Planned>> {
     for (name, rows, width) in &enc.stored_tables {
         out.push(Planned { name: format!("{name}.weight"), shape: vec![*rows, *width], init: Init::Sinusoid });
     }
+    if let Some(r) = &enc.relative_bias {
+        let heads = spec.layers.first().map_or(0, |l| l.attn.heads);
+        out.push(Planned { name: format!("{}.weight", r.table), shape: vec![r.rows, heads], init: Init::Normal });
+    }
+    for (name, rows, cols) in &enc.unread_linears {
+        linear(&mut out, name, *rows, *cols, true);
+    }
     Ok(out)
 }
 
@@ -127,18 +134,31 @@ fn head(out: &mut Vec<Planned>, spec: &ModelSpec, enc: &EncoderSpec) {
     let (e, h) = (enc.embed_dim, spec.hidden);
     match &enc.head {
         EncoderHead::MaskedLm(head) => {
-            out.push(Planned { name: head.bias.clone(), shape: vec![spec.vocab], init: Init::Zeros });
-            linear(out, &head.dense, e, h, true);
-            norm_params(out, &head.norm_name, &head.norm, e);
+            if !head.bias.is_empty() {
+                out.push(Planned { name: head.bias.clone(), shape: vec![spec.vocab], init: Init::Zeros });
+            }
+            if !head.dense.is_empty() {
+                linear(out, &head.dense, e, h, head.dense_bias);
+                norm_params(out, &head.norm_name, &head.norm, e);
+            }
             if !spec.tied_head {
                 linear(out, &spec.head_name, spec.vocab, e, false);
             }
         }
         EncoderHead::SequenceClassification(head) => {
-            linear(out, &head.dense, h, h, true);
+            linear(out, &head.dense, h, h, head.dense_bias);
+            if let Some((n, name)) = &head.norm {
+                norm_params(out, name, n, h);
+            }
             linear(out, &head.out, head.num_labels, h, true);
         }
-        EncoderHead::TokenClassification { out: name, num_labels } => linear(out, name, *num_labels, h, true),
+        EncoderHead::TokenClassification { out: name, num_labels, transform } => {
+            if let Some(t) = transform {
+                linear(out, &t.dense, h, h, t.dense_bias);
+                norm_params(out, &t.norm.1, &t.norm.0, h);
+            }
+            linear(out, name, *num_labels, h, true)
+        }
         EncoderHead::Bare { pooler } => {
             if let Some(p) = pooler {
                 linear(out, p, h, h, true);

@@ -31,8 +31,9 @@ pub enum Positions {
 /// to the word embeddings (or `{decoder}.weight` when untied) and its own bias.
 #[derive(Clone, Debug, PartialEq)]
 pub struct MlmHead {
-    /// `{dense}.weight [embed_dim, hidden]` and `.bias`.
+    /// `{dense}.weight [embed_dim, hidden]` and `.bias` (with `dense_bias`).
     pub dense: String,
+    pub dense_bias: bool,
     pub act: Activation,
     pub norm: Norm,
     pub norm_name: String,
@@ -58,7 +59,7 @@ pub enum Problem {
     MultiLabel,
 }
 
-/// `out(act(dense(h[:, 0])))`: each row's first token (`[CLS]` / `<s>`) through a dense layer
+/// `out(act(dense(h[:, 0])))` (see `pooling`): each row's first token (`[CLS]` / `<s>`) through a dense layer
 /// (BERT's pooler, RoBERTa's `classifier.dense`, DistilBERT's `pre_classifier`) and the output
 /// projection to `num_labels` logits.
 #[derive(Clone, Debug, PartialEq)]
@@ -69,6 +70,33 @@ pub struct ClassifierHead {
     pub num_labels: usize,
     /// `problem_type` of the config; `None`: decided from `num_labels` and the labels' type.
     pub problem: Option<Problem>,
+    pub pooling: ClsPooling,
+    /// `dense` has a bias (all but ModernBERT without `classifier_bias`).
+    pub dense_bias: bool,
+    /// A norm after the activation (ModernBERT's `head.norm`) and its name.
+    pub norm: Option<(Norm, String)>,
+}
+
+/// Which tokens a sequence classifier reads (EuroBERT's `classifier_pooling`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ClsPooling {
+    /// Each row's first token (`[CLS]`, `<s>`, EuroBERT's `bos`).
+    #[default]
+    First,
+    /// The mean over the row's real tokens (attention mask 1), then the classifier.
+    Mean,
+    /// The classifier on every token, then the mean of the logits over real tokens.
+    Late,
+}
+
+/// `norm(act(dense(h)))` on every token before a token classifier (ModernBERT's `head`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenTransform {
+    /// `{dense}.weight [hidden, hidden]`, and `.bias` with `dense_bias`.
+    pub dense: String,
+    pub dense_bias: bool,
+    pub act: Activation,
+    pub norm: (Norm, String),
 }
 
 /// What sits on the last hidden state.
@@ -76,10 +104,12 @@ pub struct ClassifierHead {
 pub enum EncoderHead {
     MaskedLm(MlmHead),
     SequenceClassification(ClassifierHead),
-    /// `{out}` (`[num_labels, hidden]` + bias) on every position: logits `[B·T, num_labels]`.
+    /// `{out}` (`[num_labels, hidden]` + bias) on every position: logits `[B·T, num_labels]`;
+    /// after ModernBERT's `transform` where it has one.
     TokenClassification {
         out: String,
         num_labels: usize,
+        transform: Option<TokenTransform>,
     },
     /// The bare model (`BertModel`, stored without the `bert.` prefix): the last hidden state,
     /// for sentence embeddings. `pooler`: BERT's pooler (`[hidden, hidden]` + bias), stored by
@@ -116,4 +146,26 @@ pub struct EncoderSpec {
     pub stored_tables: Vec<(String, usize, usize)>,
     /// Rotary layers also rotate the values (RoFormer's `rotary_value`).
     pub rope_on_values: bool,
+    /// ESM's rescaling of the summed embeddings by the batch (none elsewhere).
+    pub masking: EmbedMasking,
+    /// Linear modules `{name}.weight [out, in]` + `.bias [out]` the checkpoint stores that no
+    /// loss here reaches (ESM's `contact_head.regression`, fed by attention maps): buffers,
+    /// loaded and saved unchanged, as transformers' AdamW skips a parameter without gradient.
+    pub unread_linears: Vec<(String, usize, usize)>,
+    /// MPNet's relative position bias shared by every layer (none elsewhere).
+    pub relative_bias: Option<super::RelativeBias>,
+    /// The layers run, as indices into `ModelSpec::layers` (ALBERT's shared layers: each stored
+    /// layer runs several times); empty: each layer once, in order.
+    pub layer_order: Vec<usize>,
+}
+
+/// ESM's embedding rescalings, both fixed by the batch (constants, no gradient of their own).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EmbedMasking {
+    /// `token_dropout` with this `mask_token_id`: word embeddings of mask tokens are zeroed
+    /// and the row scaled by `(1 - 0.15·0.8) / (1 - masks_in_row / real_tokens_in_row)`
+    /// (in eval too: transformers does not gate it on `training`).
+    pub token_dropout: Option<i32>,
+    /// The embedding output times the attention mask (padded rows enter the layers as zeros).
+    pub zero_padding: bool,
 }

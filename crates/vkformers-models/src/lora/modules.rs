@@ -115,9 +115,13 @@ fn layer_templates(spec: &ModelSpec) -> Vec<(usize, Vec<String>)> {
 fn head_linears(head: &crate::encoder::EncoderHead) -> Vec<(String, bool)> {
     use crate::encoder::EncoderHead;
     match head {
+        // No transform (EuroBERT): the decoder alone, an output layer handled as `lm_head`.
+        EncoderHead::MaskedLm(h) if h.dense.is_empty() => Vec::new(),
         EncoderHead::MaskedLm(h) => vec![(h.dense.clone(), false)],
         EncoderHead::SequenceClassification(h) => vec![(h.dense.clone(), false), (h.out.clone(), true)],
-        EncoderHead::TokenClassification { out, .. } => vec![(out.clone(), true)],
+        EncoderHead::TokenClassification { out, transform, .. } => {
+            transform.iter().map(|t| (t.dense.clone(), false)).chain([(out.clone(), true)]).collect()
+        }
         EncoderHead::Bare { .. } => Vec::new(),
     }
 }
