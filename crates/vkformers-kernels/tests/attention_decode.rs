@@ -367,3 +367,46 @@ fn paged_decode_rejects_bad_calls() {
         Ok(())
     });
 }
+
+/// `decode::rope_qk` (q and k of a step in one dispatch) equals `rope::rope_forward` of q and of
+/// k bit for bit, and the f64 reference to f32 tolerance: both layouts, partial rotary dims (a
+/// copied tail), odd head counts, several tokens at scattered positions, mscale != 1.
+#[test]
+fn rope_of_q_and_k_in_one_dispatch() {
+    use vkformers_kernels::rope::{self, reference as rope_ref, Rope, RopeLayout};
+    on_every_device("decode rope qk", |ctx| {
+        let mut rng = Rng::new(77);
+        let shapes = [(1, 3, 1, 8, 8, RopeLayout::HalfSplit, 1.0), (3, 5, 2, 12, 6, RopeLayout::Interleaved, 1.3)];
+        for (n, hq, hkv, d, r, layout, mscale) in shapes {
+            let p = Rope { batch: 1, seq: n, heads: hq, head_dim: d, rotary_dim: r, layout, mscale, dtype: DType::F32 };
+            let pk = Rope { heads: hkv, ..p };
+            let q = rng.vec((n * hq * d) as usize, 1.0);
+            let k = rng.vec((n * hkv * d) as usize, 1.0);
+            let pos: Vec<i32> = (0..n as i32).map(|t| 37 * t + 5).collect();
+            let inv = rope_ref::default_inv_freq(r, 10_000.0);
+            let (qb, kb, pb, ib) = (
+                ctx.buffer_from(&q, "q")?,
+                ctx.buffer_from(&k, "k")?,
+                ctx.buffer_from(&pos, "pos")?,
+                ctx.buffer_from(&inv, "inv")?,
+            );
+            let outs: Vec<_> = [q.len(), k.len(), q.len(), k.len()]
+                .iter()
+                .map(|&l| ctx.buffer((l * 4) as u64, "out"))
+                .collect::<Result<_>>()?;
+            let mut rec = ctx.recorder(false)?;
+            let io = (pb.view(), ib.view());
+            decode::rope_qk(&mut rec, &p, hkv, (qb.view(), kb.view()), io, (outs[0].view(), outs[1].view()))?;
+            rope::rope_forward(&mut rec, &p, qb.view(), pb.view(), ib.view(), outs[2].view())?;
+            rope::rope_forward(&mut rec, &pk, kb.view(), pb.view(), ib.view(), outs[3].view())?;
+            rec.submit()?;
+            let got: Vec<Vec<f32>> = outs.iter().map(|b| ctx.read_vec(b.view())).collect::<Result<_>>()?;
+            let what = format!("rope_qk n {n} hq {hq} hkv {hkv} d {d} r {r} {layout:?}");
+            same_bits(&format!("{what}: q"), &got[0], &got[2]);
+            same_bits(&format!("{what}: k"), &got[1], &got[3]);
+            assert_close(&format!("{what}: q ref"), &got[0], &rope_ref::rope(&p, &f64s(&q), &pos, &inv), TOL_F32);
+            assert_close(&format!("{what}: k ref"), &got[1], &rope_ref::rope(&pk, &f64s(&k), &pos, &inv), TOL_F32);
+        }
+        Ok(())
+    });
+}

@@ -19,6 +19,8 @@ use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result, VkErro
 
 use crate::code;
 use crate::dtype::DType;
+use crate::launch::MAX_GROUPS;
+use crate::rope::{Rope, RopeLayout};
 
 /// Query rows of one kv head per workgroup (BQ of decode.comp): a decode step's GQA group
 /// (G = 4..8 on most models) in one tile.
@@ -463,6 +465,43 @@ pub fn store_from(
     let groups = (elems.div_ceil(256) as u32).min(65_535);
     let args = [read(k_new), read(v_new), read(slots), write(pools.k), write(pools.v)];
     rec.dispatch(code, &[], &args, &params, [groups, 1, 1])
+}
+
+/// Records the rotary embedding of a decode step's queries and keys in one dispatch:
+/// `qo = rope(q)` `[N, Hq, D]` and `ko = rope(k)` `[N, Hkv, D]` with `pos [N]` int32 and
+/// `inv_freq [R/2]` f32, where `p` describes q (`p.heads` = Hq, `p.batch · p.seq` = N tokens)
+/// and `hkv` is the keys' head count. Bit for bit `rope::rope_forward` of q and of k
+/// (decode_rope.comp repeats its math); out of place, dims past the rotary dim copied.
+pub fn rope_qk(
+    rec: &mut Recorder,
+    p: &Rope,
+    hkv: u32,
+    (q, k): (BufferView<'_>, BufferView<'_>),
+    (pos, inv_freq): (BufferView<'_>, BufferView<'_>),
+    (qo, ko): (BufferView<'_>, BufferView<'_>),
+) -> Result<()> {
+    let code = [&code::ATTENTION_DECODE_ROPE_F32, &code::ATTENTION_DECODE_ROPE_F16, &code::ATTENTION_DECODE_ROPE_BF16]
+        [dtype_index(p.dtype)];
+    let tokens = u64::from(p.batch) * u64::from(p.seq);
+    let rows = tokens * u64::from(p.heads + hkv);
+    let (d, r) = (u64::from(p.head_dim), u64::from(p.rotary_dim));
+    if tokens == 0 || p.heads == 0 || hkv == 0 || d == 0 || r % 2 != 0 || r > d || rows * d >= 1 << 32 {
+        return Err(fail(code.name, format!("rope of {p:?} with {hkv} kv heads: empty, odd rotary dim, or too large")));
+    }
+    let el = p.dtype.bytes();
+    check_len(code.name, "q [N, Hq, D]", &q, tokens * u64::from(p.heads) * d, el)?;
+    check_len(code.name, "qo [N, Hq, D]", &qo, tokens * u64::from(p.heads) * d, el)?;
+    check_len(code.name, "k [N, Hkv, D]", &k, tokens * u64::from(hkv) * d, el)?;
+    check_len(code.name, "ko [N, Hkv, D]", &ko, tokens * u64::from(hkv) * d, el)?;
+    check_len(code.name, "pos [N]", &pos, tokens, 4)?;
+    check_len(code.name, "inv_freq [R/2]", &inv_freq, r / 2, 4)?;
+    let interleaved = u32::from(p.layout == RopeLayout::Interleaved);
+    let words = [tokens as u32, p.heads, hkv, p.head_dim, p.rotary_dim, interleaved, p.mscale.to_bits()];
+    let params: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let work = rows * (r / 2 + d - r);
+    let groups = [work.div_ceil(256).clamp(1, MAX_GROUPS) as u32, 1, 1];
+    let args = [read(q), read(k), write(qo), write(ko), read(pos), read(inv_freq)];
+    rec.dispatch(code, &[], &args, &params, groups)
 }
 
 #[cfg(test)]
