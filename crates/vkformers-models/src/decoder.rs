@@ -705,8 +705,16 @@ fn self_attention(
             _ => &r.inv_freq,
         };
         let freq = inp.freq(g, inv_freq)?;
-        q = rope::rope(g, &q, &inp.pos, &freq, r.layout, r.rotary_dim, r.mscale)?;
-        k = rope::rope(g, &k, &inp.pos, &freq, r.layout, r.rotary_dim, r.mscale)?;
+        // Cached decoding: q and k rotated in one dispatch.
+        let rot = (r.layout, r.rotary_dim, r.mscale);
+        let both = if inp.cache.is_some() { grouped::rope_qk(g, (&q, &k), (&inp.pos, &freq), rot)? } else { None };
+        (q, k) = match both {
+            Some(qk) => qk,
+            None => (
+                rope::rope(g, &q, &inp.pos, &freq, r.layout, r.rotary_dim, r.mscale)?,
+                rope::rope(g, &k, &inp.pos, &freq, r.layout, r.rotary_dim, r.mscale)?,
+            ),
+        };
     }
     if let Some((beta, original)) = a.q_position_scale {
         // [B, T, 1, 1] in f32 as `1 + beta * torch.log(1 + torch.floor(pos / original))`.
