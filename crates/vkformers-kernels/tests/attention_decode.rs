@@ -30,6 +30,8 @@ struct Case {
     alibi: bool,
     /// `None`: `decode::splits`' choice.
     splits: Option<u32>,
+    /// Key tile; `None`: `decode::tile_keys`' choice.
+    tile: Option<u32>,
 }
 
 impl Case {
@@ -47,7 +49,13 @@ impl Case {
             softcap: 0.0,
             alibi: false,
             splits: Some(1),
+            tile: None,
         }
+    }
+
+    fn tile(mut self, t: u32) -> Self {
+        self.tile = Some(t);
+        self
     }
 
     fn window(mut self, w: usize) -> Self {
@@ -242,10 +250,11 @@ fn check(ctx: &Context, case: &Case, seed: u64, (dt, act): (DType, DType)) -> Re
     let out = DecodeOutputs { o: o.view(), lse: lse.view(), work: w };
     let mut rec = ctx.recorder(false)?;
     decode::store_from(&mut rec, ((nk.view(), nv.view()), act), slots.view(), &pools, dt)?;
-    decode::forward(&mut rec, &x, &out, &shape, &opt, splits)?;
+    let tile = case.tile.unwrap_or_else(|| decode::tile_keys(&shape));
+    decode::forward_tiled(&mut rec, &x, &out, &shape, &opt, (splits, tile))?;
     rec.submit()?;
 
-    let name = format!("{} {dt:?}, q/o {act:?} ({splits} splits)", case.name);
+    let name = format!("{} {dt:?}, q/o {act:?} ({splits} splits, {tile}-key tiles)", case.name);
     same_bits(&format!("{name}: k pool after store"), &download(ctx, dt, bk.view())?, &st.after[0]);
     same_bits(&format!("{name}: v pool after store"), &download(ctx, dt, bv.view())?, &st.after[1]);
     let (want_o, want_lse) = expected(case, &r, opt.scale);
@@ -317,6 +326,28 @@ fn paged_decode_f32_activations_over_16bit_pools() {
     run_as("paged decode", &some, (DType::F16, DType::F32));
 }
 
+/// Both key tiles on every head dim they cover: the cases above (64-key tiles where the shape
+/// picks them) forced onto 128-key tiles, and odd shapes on 64-key tiles: TinyLlama's heads
+/// (32 q / 4 kv, d64) over 200 keys split automatically, d100 over 130 keys (a partial last
+/// tile) split 3 ways, 16 new rows of a GQA group of 8 (16 row tiles) with a window.
+#[test]
+fn paged_decode_key_tiles() {
+    let big: Vec<Case> = cases().into_iter().map(|c| c.tile(decode::TILE)).collect();
+    run("paged decode 128-key tiles", &big, DType::F32);
+    let small = vec![
+        Case::new("t64 tinyllama heads, auto split", &[200, 67], 1, (32, 4, 64), 16).splits(None),
+        Case::new("t64 d100, split 3", &[130, 1], 1, (4, 2, 100), 8).splits(Some(3)),
+        Case::new("t64 tq16 gqa8 window 40", &[90], 16, (8, 1, 24), 5).window(40).splits(Some(2)),
+        Case::new("t64 d128 softcap alibi", &[70, 65], 2, (2, 1, 128), 16).softcap(3.0).alibi().splits(None),
+    ];
+    let small: Vec<Case> = small.into_iter().map(|c| c.tile(decode::SMALL_TILE)).collect();
+    run("paged decode 64-key tiles", &small, DType::F32);
+    run("paged decode 64-key tiles", &small[..2], DType::BF16);
+    run_as("paged decode 64-key tiles", &small[..2], (DType::BF16, DType::F32));
+    run_as("paged decode 64-key tiles", &small[..2], (DType::F16, DType::F32));
+    run("paged decode 64-key tiles", &small[..2], DType::F16);
+}
+
 /// Bad calls are errors, not device faults: a split call without work buffer, a pool view of
 /// the wrong size.
 #[test]
@@ -333,6 +364,49 @@ fn paged_decode_rejects_bad_calls() {
         let bad = PagedInputs { k: small.view(), ..x };
         assert!(decode::forward(&mut rec, &bad, &out, &shape, &opt, 1).is_err());
         assert!(decode::forward(&mut rec, &x, &out, &shape, &opt, 1).is_ok());
+        Ok(())
+    });
+}
+
+/// `decode::rope_qk` (q and k of a step in one dispatch) equals `rope::rope_forward` of q and of
+/// k bit for bit, and the f64 reference to f32 tolerance: both layouts, partial rotary dims (a
+/// copied tail), odd head counts, several tokens at scattered positions, mscale != 1.
+#[test]
+fn rope_of_q_and_k_in_one_dispatch() {
+    use vkformers_kernels::rope::{self, reference as rope_ref, Rope, RopeLayout};
+    on_every_device("decode rope qk", |ctx| {
+        let mut rng = Rng::new(77);
+        let shapes = [(1, 3, 1, 8, 8, RopeLayout::HalfSplit, 1.0), (3, 5, 2, 12, 6, RopeLayout::Interleaved, 1.3)];
+        for (n, hq, hkv, d, r, layout, mscale) in shapes {
+            let p = Rope { batch: 1, seq: n, heads: hq, head_dim: d, rotary_dim: r, layout, mscale, dtype: DType::F32 };
+            let pk = Rope { heads: hkv, ..p };
+            let q = rng.vec((n * hq * d) as usize, 1.0);
+            let k = rng.vec((n * hkv * d) as usize, 1.0);
+            let pos: Vec<i32> = (0..n as i32).map(|t| 37 * t + 5).collect();
+            let inv = rope_ref::default_inv_freq(r, 10_000.0);
+            let (qb, kb, pb, ib) = (
+                ctx.buffer_from(&q, "q")?,
+                ctx.buffer_from(&k, "k")?,
+                ctx.buffer_from(&pos, "pos")?,
+                ctx.buffer_from(&inv, "inv")?,
+            );
+            let outs: Vec<_> = [q.len(), k.len(), q.len(), k.len()]
+                .iter()
+                .map(|&l| ctx.buffer((l * 4) as u64, "out"))
+                .collect::<Result<_>>()?;
+            let mut rec = ctx.recorder(false)?;
+            let io = (pb.view(), ib.view());
+            decode::rope_qk(&mut rec, &p, hkv, (qb.view(), kb.view()), io, (outs[0].view(), outs[1].view()))?;
+            rope::rope_forward(&mut rec, &p, qb.view(), pb.view(), ib.view(), outs[2].view())?;
+            rope::rope_forward(&mut rec, &pk, kb.view(), pb.view(), ib.view(), outs[3].view())?;
+            rec.submit()?;
+            let got: Vec<Vec<f32>> = outs.iter().map(|b| ctx.read_vec(b.view())).collect::<Result<_>>()?;
+            let what = format!("rope_qk n {n} hq {hq} hkv {hkv} d {d} r {r} {layout:?}");
+            same_bits(&format!("{what}: q"), &got[0], &got[2]);
+            same_bits(&format!("{what}: k"), &got[1], &got[3]);
+            assert_close(&format!("{what}: q ref"), &got[0], &rope_ref::rope(&p, &f64s(&q), &pos, &inv), TOL_F32);
+            assert_close(&format!("{what}: k ref"), &got[1], &rope_ref::rope(&pk, &f64s(&k), &pos, &inv), TOL_F32);
+        }
         Ok(())
     });
 }

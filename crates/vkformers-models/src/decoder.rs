@@ -705,8 +705,16 @@ fn self_attention(
             _ => &r.inv_freq,
         };
         let freq = inp.freq(g, inv_freq)?;
-        q = rope::rope(g, &q, &inp.pos, &freq, r.layout, r.rotary_dim, r.mscale)?;
-        k = rope::rope(g, &k, &inp.pos, &freq, r.layout, r.rotary_dim, r.mscale)?;
+        // Cached decoding: q and k rotated in one dispatch.
+        let rot = (r.layout, r.rotary_dim, r.mscale);
+        let both = if inp.cache.is_some() { grouped::rope_qk(g, (&q, &k), (&inp.pos, &freq), rot)? } else { None };
+        (q, k) = match both {
+            Some(qk) => qk,
+            None => (
+                rope::rope(g, &q, &inp.pos, &freq, r.layout, r.rotary_dim, r.mscale)?,
+                rope::rope(g, &k, &inp.pos, &freq, r.layout, r.rotary_dim, r.mscale)?,
+            ),
+        };
     }
     if let Some((beta, original)) = a.q_position_scale {
         // [B, T, 1, 1] in f32 as `1 + beta * torch.log(1 + torch.floor(pos / original))`.
@@ -779,6 +787,11 @@ pub(crate) fn mlp(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, m: &MlpSpec, i: 
                 Some(ys) => (ys[0].clone(), ys[1].clone()),
                 None => (project(g, w, &n.gate, i, h, *bias)?, project(g, w, &n.up, i, h, *bias)?),
             };
+            // Decoding: the GLU folded into the down projection's GEMV (one dispatch less).
+            let down = format!("{}.weight", layer_name(&n.down, i));
+            if let Some(y) = if *bias { None } else { grouped::glu_down(g, w, (&gate, &up, *kind), &down)? } {
+                return Ok(y);
+            }
             project(g, w, &n.down, i, &glu::glu(g, &gate, &up, *kind)?, *bias)
         }
         MlpSpec::GatedAct { act, bias, sub_norm, .. } => {

@@ -38,7 +38,8 @@
 //      NR rows; acc and l = sum p are rescaled by alpha first.
 // After the last tile the KS slots' partial (acc, l) are summed in shared memory (log2 KS
 // halving rounds) and slot 0 writes o and lse (or the split's partials).
-// 5 barriers per 128 keys; no subgroup operations; shared memory under 32 KiB (lavapipe).
+// 5 barriers per tile of BK = NT keys (128, or 64 for the _t64 variants); no subgroup
+// operations; shared memory under 32 KiB (lavapipe).
 // ATTN_WIDE (flags bit 3, set by the launcher when D % 8 == 0 and both pools start 16-byte
 // aligned): K and V rows are read 8 elements per load; otherwise element by element.
 // QF32: q and o are f32 whatever the pools' type (a model with f32 activations and a 16-bit
@@ -59,6 +60,19 @@
 // variant: d64_bf16_q32 DMAX=64 NT=128 DT_BF16 QF32
 // variant: d128_bf16_q32 DMAX=128 NT=128 DT_BF16 QF32
 // variant: d256_bf16_q32 DMAX=256 NT=128 DT_BF16 QF32
+// _t64: tiles of 64 keys on 64 threads (head dims up to 128), for calls with few workgroups
+// (batch 1 decode): twice the splits of a row, half the work and one halving round less per
+// workgroup, so a short cache is spread over more SMs.
+// variant: d64_t64 DMAX=64 NT=64
+// variant: d64_f16_t64 DMAX=64 NT=64 DT_F16
+// variant: d64_bf16_t64 DMAX=64 NT=64 DT_BF16
+// variant: d64_f16_q32_t64 DMAX=64 NT=64 DT_F16 QF32
+// variant: d64_bf16_q32_t64 DMAX=64 NT=64 DT_BF16 QF32
+// variant: d128_t64 DMAX=128 NT=64
+// variant: d128_f16_t64 DMAX=128 NT=64 DT_F16
+// variant: d128_bf16_t64 DMAX=128 NT=64 DT_BF16
+// variant: d128_f16_q32_t64 DMAX=128 NT=64 DT_F16 QF32
+// variant: d128_bf16_q32_t64 DMAX=128 NT=64 DT_BF16 QF32
 #include "attention/attention.glsl"
 
 #define BQ 8

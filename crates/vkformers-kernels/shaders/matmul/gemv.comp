@@ -3,6 +3,7 @@
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#include "activation/act.glsl"
 // Few-row matrix product for decoding (a "GEMV" of up to MB rows at once):
 //   y[i, j] = sum_k x[i, k] * W[j, k] (+ bias[j])      i < M <= MB, j < N
 //   x [M, K] f32, rows ldx apart; W [N, K] row-major (nn.Linear's [out, in]), f32/f16/bf16;
@@ -21,6 +22,11 @@
 // dispatch, y_p = x · W_pᵀ with W_p [N_p, K] (N_0 = N, N_1 = n1, N_2 = n2; 0 = absent): the
 // row blocks of W_0, then W_1's, then W_2's, each block inside one product (one launch and one
 // barrier instead of three, and the small k/v products no longer run on a few workgroups alone).
+// Gated input (flags bits 4-5 = kind, one product only): x is the gate of a GLU and w1 its up,
+// both f32 [M, K] rows ldx apart, and the product reads x[i, k] = f(gate[i, k]) * up[i, k]
+// (f = silu, gelu, gelu_tanh for kinds 1, 2, 3; the expression of glu/forward.comp), so a gated
+// MLP's down projection needs no separate GLU dispatch. Each workgroup recomputes f over its
+// K-slices (K floats per row block, from the cache), which costs no memory traffic.
 //
 // variant: f32_m1 W_F32 MB=1
 // variant: f32_m4 W_F32 MB=4
@@ -88,7 +94,8 @@ layout(push_constant) uniform Push {
     F32Buf y2;
     uint M, N, K;
     uint ldx, ldy;
-    uint flags;    // bit 0: bias (product 0); bit 1 + p: W_p starts at the odd half of its first word
+    uint flags;    // bit 0: bias (product 0); bit 1 + p: W_p starts at the odd half of its first word;
+                   // bits 4-5: gated input kind (w1 = up)
     uint n1, n2;
 } pc;
 
@@ -153,18 +160,34 @@ void load_w_chunk(Row row, uint c, out float v[CH]) {
     }
 }
 
-// The same K-slice of row i of x, zeros past K.
-void load_x_chunk(uint i, uint c, out float v[CH]) {
+// The same K-slice of row i of a [M, K] f32 matrix rows ldx apart, zeros past K.
+void load_rows_chunk(uint64_t at, uint i, uint c, out float v[CH]) {
     const uint base = i * pc.ldx + c * CH;
     if (VEC != 0) {
         [[unroll]] for (uint q = 0; q < CH / 4; q++) {
-            const vec4 f = V4In(uint64_t(pc.x)).v[(base >> 2) + q];
+            const vec4 f = V4In(at).v[(base >> 2) + q];
             v[4 * q] = f.x; v[4 * q + 1] = f.y; v[4 * q + 2] = f.z; v[4 * q + 3] = f.w;
         }
     } else {
         [[unroll]] for (uint e = 0; e < CH; e++) {
-            v[e] = c * CH + e < pc.K ? pc.x.v[base + e] : 0.0;
+            v[e] = c * CH + e < pc.K ? F32In(at).v[base + e] : 0.0;
         }
+    }
+}
+
+// f(g) of a gated input of kind `glu` (1 silu, 2 gelu, 3 gelu_tanh).
+float gate_act(uint glu, float g) {
+    return glu == 1u ? silu_f(g) : (glu == 2u ? gelu_f(g) : gelu_tanh_f(g));
+}
+
+// The same K-slice of row i of x (or of f(gate) * up for a gated input), zeros past K.
+void load_x_chunk(uint i, uint c, out float v[CH]) {
+    load_rows_chunk(uint64_t(pc.x), i, c, v);
+    const uint glu = (pc.flags >> 4) & 3u;
+    if (glu != 0u) {
+        float u[CH];
+        load_rows_chunk(uint64_t(pc.w1), i, c, u);
+        [[unroll]] for (uint e = 0; e < CH; e++) v[e] = gate_act(glu, v[e]) * u[e];
     }
 }
 

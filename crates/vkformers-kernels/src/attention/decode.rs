@@ -19,6 +19,8 @@ use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result, VkErro
 
 use crate::code;
 use crate::dtype::DType;
+use crate::launch::MAX_GROUPS;
+use crate::rope::{Rope, RopeLayout};
 
 /// Query rows of one kv head per workgroup (BQ of decode.comp): a decode step's GQA group
 /// (G = 4..8 on most models) in one tile.
@@ -31,6 +33,15 @@ const TARGET_GROUPS: u32 = 512;
 /// call on an H200 (1.1B shape, batch 1: 8 workgroups of 256 keys, each key tile a serial
 /// chain of 6 barriers and per-thread loops over D and the tile): latency, not bandwidth.
 const MIN_SPLIT_KEYS: u32 = 128;
+/// Key tile (= threads) of the `_t64` variants, and the fewest keys of their splits.
+pub const SMALL_TILE: u32 = 64;
+/// Key tile of the main variants.
+pub const TILE: u32 = 128;
+/// Unsplit workgroups (batch · kv heads · row tiles) below which a call of head dim ≤ 128 takes
+/// the 64-key tiles: batch 1 of a GQA model (4..8 kv heads) has far fewer workgroups than SMs,
+/// so each split's serial chain of tiles and barriers is the call's latency; halving it (and
+/// doubling the splits) spreads a 640-key cache over 40 workgroups instead of 20.
+const SMALL_TILE_GROUPS: u32 = 64;
 /// Most splits of one row.
 pub const MAX_SPLITS: u32 = 64;
 
@@ -163,6 +174,29 @@ impl DecodeOptions<'_> {
     }
 }
 
+/// The 64-key-tile kernel for head dim `d` ≤ 128 (see [`main_code`]).
+fn small_code(d: u32, dt: DType, act: DType) -> Option<&'static KernelCode> {
+    let codes = [
+        [&code::ATTENTION_DECODE_D64_T64, &code::ATTENTION_DECODE_D128_T64],
+        [&code::ATTENTION_DECODE_D64_F16_T64, &code::ATTENTION_DECODE_D128_F16_T64],
+        [&code::ATTENTION_DECODE_D64_BF16_T64, &code::ATTENTION_DECODE_D128_BF16_T64],
+        [&code::ATTENTION_DECODE_D64_F16_Q32_T64, &code::ATTENTION_DECODE_D128_F16_Q32_T64],
+        [&code::ATTENTION_DECODE_D64_BF16_Q32_T64, &code::ATTENTION_DECODE_D128_BF16_Q32_T64],
+    ];
+    let row = code_row(dt, act)?;
+    codes[row].get(class(d)).copied()
+}
+
+/// Row of the kernel tables for pools of `dt` and q, o of `act`.
+fn code_row(dt: DType, act: DType) -> Option<usize> {
+    match (dt, act) {
+        (dt, act) if dt == act => Some(dtype_index(dt)),
+        (DType::F16, DType::F32) => Some(3),
+        (DType::BF16, DType::F32) => Some(4),
+        _ => None,
+    }
+}
+
 /// The main kernel for head dim `d`, pools of `dt`, q and o of `act` (`dt`, or f32 over 16-bit
 /// pools; None otherwise).
 fn main_code(d: u32, dt: DType, act: DType) -> Option<&'static KernelCode> {
@@ -181,13 +215,7 @@ fn main_code(d: u32, dt: DType, act: DType) -> Option<&'static KernelCode> {
             &code::ATTENTION_DECODE_D256_BF16_Q32,
         ],
     ];
-    let row = match (dt, act) {
-        (dt, act) if dt == act => dtype_index(dt),
-        (DType::F16, DType::F32) => 3,
-        (DType::BF16, DType::F32) => 4,
-        _ => return None,
-    };
-    Some(codes[row][class(d)])
+    Some(codes[code_row(dt, act)?][class(d)])
 }
 
 fn combine_code(dt: DType) -> &'static KernelCode {
@@ -208,13 +236,30 @@ fn store_code(src: DType, dt: DType) -> Option<&'static KernelCode> {
     }
 }
 
+/// Unsplit workgroups of a call: batch · kv heads · row tiles.
+fn groups(s: &DecodeShape) -> u32 {
+    s.batch.max(1) * s.hkv.max(1) * s.row_tiles().max(1)
+}
+
+/// Key tile [`forward`] runs `s` with: [`SMALL_TILE`] for head dims ≤ 128 when the call has
+/// fewer than `SMALL_TILE_GROUPS` unsplit workgroups, else [`TILE`]. A pure function of the
+/// sizes, so the choice is the same on every device.
+pub fn tile_keys(s: &DecodeShape) -> u32 {
+    if s.d <= 128 && groups(s) < SMALL_TILE_GROUPS {
+        SMALL_TILE
+    } else {
+        TILE
+    }
+}
+
 /// Splits of each row for a call whose longest row has `max_len` keys: enough workgroups to
-/// fill a large GPU (`TARGET_GROUPS`), but no split under `MIN_SPLIT_KEYS` keys. A pure function
-/// of the sizes, so the choice is the same on every device.
+/// fill a large GPU (`TARGET_GROUPS`), but no split under one key tile ([`tile_keys`];
+/// `MIN_SPLIT_KEYS` for the main tile). A pure function of the sizes, so the choice is the same
+/// on every device.
 pub fn splits(s: &DecodeShape, max_len: u32) -> u32 {
-    let groups = s.batch.max(1) * s.hkv.max(1) * s.row_tiles().max(1);
-    let wanted = TARGET_GROUPS.div_ceil(groups);
-    let most = max_len.div_ceil(MIN_SPLIT_KEYS).max(1);
+    let wanted = TARGET_GROUPS.div_ceil(groups(s));
+    let least = if tile_keys(s) == SMALL_TILE { SMALL_TILE } else { MIN_SPLIT_KEYS };
+    let most = max_len.div_ceil(least).max(1);
     wanted.min(most).clamp(1, MAX_SPLITS)
 }
 
@@ -280,7 +325,8 @@ fn check(
 }
 
 /// Attention of `Tq` new queries per row over the paged cache, split `splits` ways (1 = one
-/// pass; see [`splits`] for the usual choice; more than 1 needs `out.work`).
+/// pass; see [`splits`] for the usual choice; more than 1 needs `out.work`), in key tiles of
+/// [`tile_keys`].
 pub fn forward(
     rec: &mut Recorder,
     x: &PagedInputs<'_>,
@@ -289,7 +335,30 @@ pub fn forward(
     opt: &DecodeOptions<'_>,
     splits: u32,
 ) -> Result<()> {
-    let Some(main) = main_code(s.d, opt.dtype, opt.act_dtype()) else {
+    forward_tiled(rec, x, out, s, opt, (splits, tile_keys(s)))
+}
+
+/// [`forward`] in key tiles of `tile` ([`TILE`], or [`SMALL_TILE`] for head dims ≤ 128): the
+/// same result either way up to the order of f32 sums.
+pub fn forward_tiled(
+    rec: &mut Recorder,
+    x: &PagedInputs<'_>,
+    out: &DecodeOutputs<'_>,
+    s: &DecodeShape,
+    opt: &DecodeOptions<'_>,
+    (splits, tile): (u32, u32),
+) -> Result<()> {
+    let code = match tile {
+        TILE => main_code(s.d, opt.dtype, opt.act_dtype()),
+        SMALL_TILE if s.d <= 128 => small_code(s.d, opt.dtype, opt.act_dtype()),
+        _ => {
+            return Err(fail(
+                "attention/decode",
+                format!("key tile {tile} for head dim {}: 128, or 64 up to d128", s.d),
+            ))
+        }
+    };
+    let Some(main) = code else {
         let why =
             format!("q and o of {:?} over pools of {:?}: only the same type, or f32 over 16-bit", opt.act, opt.dtype);
         return Err(fail("attention/decode", why));
@@ -398,6 +467,43 @@ pub fn store_from(
     rec.dispatch(code, &[], &args, &params, [groups, 1, 1])
 }
 
+/// Records the rotary embedding of a decode step's queries and keys in one dispatch:
+/// `qo = rope(q)` `[N, Hq, D]` and `ko = rope(k)` `[N, Hkv, D]` with `pos [N]` int32 and
+/// `inv_freq [R/2]` f32, where `p` describes q (`p.heads` = Hq, `p.batch · p.seq` = N tokens)
+/// and `hkv` is the keys' head count. Bit for bit `rope::rope_forward` of q and of k
+/// (decode_rope.comp repeats its math); out of place, dims past the rotary dim copied.
+pub fn rope_qk(
+    rec: &mut Recorder,
+    p: &Rope,
+    hkv: u32,
+    (q, k): (BufferView<'_>, BufferView<'_>),
+    (pos, inv_freq): (BufferView<'_>, BufferView<'_>),
+    (qo, ko): (BufferView<'_>, BufferView<'_>),
+) -> Result<()> {
+    let code = [&code::ATTENTION_DECODE_ROPE_F32, &code::ATTENTION_DECODE_ROPE_F16, &code::ATTENTION_DECODE_ROPE_BF16]
+        [dtype_index(p.dtype)];
+    let tokens = u64::from(p.batch) * u64::from(p.seq);
+    let rows = tokens * u64::from(p.heads + hkv);
+    let (d, r) = (u64::from(p.head_dim), u64::from(p.rotary_dim));
+    if tokens == 0 || p.heads == 0 || hkv == 0 || d == 0 || r % 2 != 0 || r > d || rows * d >= 1 << 32 {
+        return Err(fail(code.name, format!("rope of {p:?} with {hkv} kv heads: empty, odd rotary dim, or too large")));
+    }
+    let el = p.dtype.bytes();
+    check_len(code.name, "q [N, Hq, D]", &q, tokens * u64::from(p.heads) * d, el)?;
+    check_len(code.name, "qo [N, Hq, D]", &qo, tokens * u64::from(p.heads) * d, el)?;
+    check_len(code.name, "k [N, Hkv, D]", &k, tokens * u64::from(hkv) * d, el)?;
+    check_len(code.name, "ko [N, Hkv, D]", &ko, tokens * u64::from(hkv) * d, el)?;
+    check_len(code.name, "pos [N]", &pos, tokens, 4)?;
+    check_len(code.name, "inv_freq [R/2]", &inv_freq, r / 2, 4)?;
+    let interleaved = u32::from(p.layout == RopeLayout::Interleaved);
+    let words = [tokens as u32, p.heads, hkv, p.head_dim, p.rotary_dim, interleaved, p.mscale.to_bits()];
+    let params: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let work = rows * (r / 2 + d - r);
+    let groups = [work.div_ceil(256).clamp(1, MAX_GROUPS) as u32, 1, 1];
+    let args = [read(q), read(k), write(qo), write(ko), read(pos), read(inv_freq)];
+    rec.dispatch(code, &[], &args, &params, groups)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -412,12 +518,26 @@ mod tests {
         assert_eq!(splits(&shape(1, 1, 32, 8, 128), 32_768), 64);
         assert_eq!(splits(&shape(4, 1, 32, 8, 128), 32_768), 16);
         // Short rows never split below MIN_SPLIT_KEYS keys per split.
-        assert_eq!(splits(&shape(1, 1, 32, 8, 128), 300), 3);
-        assert_eq!(splits(&shape(1, 1, 32, 8, 128), 100), 1);
+        // (8 workgroups unsplit: 64-key tiles, splits of at least 64 keys.)
+        assert_eq!(splits(&shape(1, 1, 32, 8, 128), 300), 5);
+        assert_eq!(splits(&shape(1, 1, 32, 8, 128), 60), 1);
+        // Head dim 256 keeps the 128-key tiles and splits.
+        assert_eq!(splits(&shape(1, 1, 32, 8, 256), 300), 3);
+        assert_eq!(splits(&shape(1, 1, 32, 8, 256), 100), 1);
         // 64 rows x 8 kv heads already fill the GPU.
         assert_eq!(splits(&shape(64, 1, 32, 8, 128), 32_768), 1);
         // MQA with one head: capped at MAX_SPLITS.
         assert_eq!(splits(&shape(1, 1, 8, 1, 64), 1 << 20), MAX_SPLITS);
+    }
+
+    #[test]
+    fn few_workgroups_take_the_small_tile() {
+        // TinyLlama at batch 1: 4 kv heads x 1 row tile -> 64-key tiles, 10 splits of 640 keys.
+        assert_eq!(tile_keys(&shape(1, 1, 32, 4, 64)), SMALL_TILE);
+        assert_eq!(splits(&shape(1, 1, 32, 4, 64), 640), 10);
+        // 16 rows x 4 kv heads fill the GPU without it; d256 has no 64-key variant.
+        assert_eq!(tile_keys(&shape(16, 1, 32, 4, 64)), TILE);
+        assert_eq!(tile_keys(&shape(1, 1, 8, 1, 256)), TILE);
     }
 
     #[test]

@@ -10,6 +10,7 @@ use vkformers_vk::{read, write, BufferView, Caps, KernelCode, Recorder, Result};
 
 use super::DType;
 use crate::code;
+use crate::glu::Glu;
 use crate::launch::err_named as err;
 
 /// Most rows of x one dispatch takes.
@@ -287,6 +288,64 @@ pub fn gemv(
     // Products 1 and 2 absent (n1 = n2 = 0): their pointers repeat product 0's, never read.
     let args =
         [read(w_sub), read(x_sub), read(bias_sub), write(y_sub), read(w_sub), read(w_sub), write(y_sub), write(y_sub)];
+    rec.dispatch(kernel, &spec, &args, &params, [groups, 1, 1])?;
+    rec.set_flops(2.0 * f64::from(desc.m) * f64::from(desc.n) * f64::from(desc.k));
+    Ok(())
+}
+
+/// Whether [`gemv_glu`] should replace a GLU dispatch and a [`gemv`] on this device: not on CPU
+/// devices that run the one-subgroup variants, where every 4-row workgroup recomputing f over
+/// all of K costs more than the separate GLU pass.
+pub fn glu_fusion_pays(caps: &Caps) -> bool {
+    !one_subgroup(caps)
+}
+
+/// Code of a GLU kind in the flags of gemv.comp (bits 4-5).
+fn glu_flag(kind: Glu) -> u32 {
+    let code = match kind {
+        Glu::SwiGlu => 1,
+        Glu::GeGlu => 2,
+        Glu::GeGluTanh => 3,
+    };
+    code << 4
+}
+
+/// Records `y = f(gate) · up · Wᵀ (+ bias)`: [`gemv`] of the GLU `x = f(gate) ⊙ up`
+/// (`glu::forward` of `kind`), computed while x is loaded instead of by a dispatch of its own.
+/// `gate`, `up`: f32 `[m, k]`, rows `desc.ldx` apart; the rest as [`gemv`], and the values are
+/// its values on the GLU's output (the same f, the same products and order).
+pub fn gemv_glu(
+    rec: &mut Recorder,
+    desc: &GemvDesc,
+    (gate, up, kind): (BufferView<'_>, BufferView<'_>, Glu),
+    w: BufferView<'_>,
+    bias: Option<BufferView<'_>>,
+    y: BufferView<'_>,
+) -> Result<()> {
+    let kernel = kernel_for(desc.dtype, desc.m, one_subgroup(rec.caps()));
+    let name = kernel.name;
+    if desc.has_bias != bias.is_some() {
+        return Err(err(name, format!("has_bias is {} but the bias view does not match", desc.has_bias)));
+    }
+    check_desc(name, desc)?;
+    let subgroups = check_device(name, desc.m, rec.caps())?;
+    if desc.m == 0 || desc.n == 0 || desc.k == 0 {
+        return Err(err(name, format!("gated input of an empty product m {} n {} k {}", desc.m, desc.n, desc.k)));
+    }
+    let g_sub = f32_matrix(name, "gate", gate, desc.m, desc.k, desc.ldx)?;
+    let u_sub = f32_matrix(name, "up", up, desc.m, desc.k, desc.ldx)?;
+    let (w_sub, parity) = weight_view(name, desc, w)?;
+    let y_sub = f32_matrix(name, "y", y, desc.m, desc.n, desc.ldy)?;
+    let bias_sub = bias_view(name, desc.n, bias, g_sub)?;
+    let flags = u32::from(desc.has_bias) | parity << 1 | glu_flag(kind);
+    let words = [desc.m, desc.n, desc.k, desc.ldx, desc.ldy, flags, 0, 0];
+    let params: Vec<u8> = words.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let wide = wide_loads(desc, w_sub.address(), parity, g_sub.address()) && u_sub.address().is_multiple_of(16);
+    let spec = [u32::from(wide), subgroups];
+    let groups = desc.n.div_ceil(ROWS_PER_GROUP).min(rec.caps().max_workgroup_count[0]).min(65_535);
+    // w1 carries up (n1 = n2 = 0: no second product); w2, y1, y2 repeat others, never read.
+    let args =
+        [read(w_sub), read(g_sub), read(bias_sub), write(y_sub), read(u_sub), read(w_sub), write(y_sub), write(y_sub)];
     rec.dispatch(kernel, &spec, &args, &params, [groups, 1, 1])?;
     rec.set_flops(2.0 * f64::from(desc.m) * f64::from(desc.n) * f64::from(desc.k));
     Ok(())
