@@ -241,24 +241,43 @@ fn groups(s: &DecodeShape) -> u32 {
     s.batch.max(1) * s.hkv.max(1) * s.row_tiles().max(1)
 }
 
-/// Key tile [`forward`] runs `s` with: [`SMALL_TILE`] for head dims ≤ 128 when the call has
+/// Key tile [`forward`] runs `s` with: [`TILE`], or with `VKFORMERS_DECODE_TILE=64` the policy of
+/// [`tile_keys_for`] with small tiles on.
+pub fn tile_keys(s: &DecodeShape) -> u32 {
+    tile_keys_for(s, small_tiles_allowed())
+}
+
+/// The key tile for `s`: [`SMALL_TILE`] when `small` and the head dim is ≤ 128 and the call has
 /// fewer than `SMALL_TILE_GROUPS` unsplit workgroups, else [`TILE`]. A pure function of the
 /// sizes, so the choice is the same on every device.
-pub fn tile_keys(s: &DecodeShape) -> u32 {
-    if s.d <= 128 && groups(s) < SMALL_TILE_GROUPS {
+pub fn tile_keys_for(s: &DecodeShape, small: bool) -> u32 {
+    if small && s.d <= 128 && groups(s) < SMALL_TILE_GROUPS {
         SMALL_TILE
     } else {
         TILE
     }
 }
 
-/// Splits of each row for a call whose longest row has `max_len` keys: enough workgroups to
-/// fill a large GPU (`TARGET_GROUPS`), but no split under one key tile ([`tile_keys`];
-/// `MIN_SPLIT_KEYS` for the main tile). A pure function of the sizes, so the choice is the same
-/// on every device.
+/// Whether calls with few workgroups may take the 64-key tile: only with
+/// `VKFORMERS_DECODE_TILE=64`. On the H200 it was slower (TinyLlama at batch 1, 640 keys: 64.3 µs a
+/// call on 40 workgroups against 50.5 µs with 128-key tiles on 20, `generate --profile`), so the
+/// 128-key tile stays the default until a faster small tile exists.
+fn small_tiles_allowed() -> bool {
+    static ALLOWED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ALLOWED.get_or_init(|| std::env::var("VKFORMERS_DECODE_TILE").is_ok_and(|v| v == "64"))
+}
+
+/// Splits of each row for a call whose longest row has `max_len` keys, with [`tile_keys`]' tile.
 pub fn splits(s: &DecodeShape, max_len: u32) -> u32 {
+    splits_for(s, max_len, tile_keys(s))
+}
+
+/// Splits of each row for a call whose longest row has `max_len` keys on `tile`-key tiles: enough
+/// workgroups to fill a large GPU (`TARGET_GROUPS`), but no split under one key tile
+/// (`MIN_SPLIT_KEYS` for the main tile). A pure function of the sizes.
+pub fn splits_for(s: &DecodeShape, max_len: u32, tile: u32) -> u32 {
     let wanted = TARGET_GROUPS.div_ceil(groups(s));
-    let least = if tile_keys(s) == SMALL_TILE { SMALL_TILE } else { MIN_SPLIT_KEYS };
+    let least = if tile == SMALL_TILE { SMALL_TILE } else { MIN_SPLIT_KEYS };
     let most = max_len.div_ceil(least).max(1);
     wanted.min(most).clamp(1, MAX_SPLITS)
 }
@@ -512,32 +531,41 @@ mod tests {
         DecodeShape { batch, tq, hq, hkv, d, block_size: 16, num_blocks: 64, max_blocks: 8 }
     }
 
-    #[test]
-    fn one_long_row_is_split_and_a_big_batch_is_not() {
-        // One sequence of 32k keys, 8 kv heads, one row tile: 8 groups unsplit -> 64 splits of 512 keys.
-        assert_eq!(splits(&shape(1, 1, 32, 8, 128), 32_768), 64);
-        assert_eq!(splits(&shape(4, 1, 32, 8, 128), 32_768), 16);
-        // Short rows never split below MIN_SPLIT_KEYS keys per split.
-        // (8 workgroups unsplit: 64-key tiles, splits of at least 64 keys.)
-        assert_eq!(splits(&shape(1, 1, 32, 8, 128), 300), 5);
-        assert_eq!(splits(&shape(1, 1, 32, 8, 128), 60), 1);
-        // Head dim 256 keeps the 128-key tiles and splits.
-        assert_eq!(splits(&shape(1, 1, 32, 8, 256), 300), 3);
-        assert_eq!(splits(&shape(1, 1, 32, 8, 256), 100), 1);
-        // 64 rows x 8 kv heads already fill the GPU.
-        assert_eq!(splits(&shape(64, 1, 32, 8, 128), 32_768), 1);
-        // MQA with one head: capped at MAX_SPLITS.
-        assert_eq!(splits(&shape(1, 1, 8, 1, 64), 1 << 20), MAX_SPLITS);
+    /// `splits_for` with the tile the small-tile policy picks.
+    fn small_policy_splits(s: &DecodeShape, max_len: u32) -> u32 {
+        splits_for(s, max_len, tile_keys_for(s, true))
     }
 
     #[test]
-    fn few_workgroups_take_the_small_tile() {
+    fn one_long_row_is_split_and_a_big_batch_is_not() {
+        // One sequence of 32k keys, 8 kv heads, one row tile: 8 groups unsplit -> 64 splits of 512 keys.
+        assert_eq!(splits_for(&shape(1, 1, 32, 8, 128), 32_768, TILE), 64);
+        assert_eq!(splits_for(&shape(4, 1, 32, 8, 128), 32_768, TILE), 16);
+        // Short rows never split below one tile: MIN_SPLIT_KEYS keys on the main tile, 64 keys on
+        // the small one (8 workgroups unsplit).
+        assert_eq!(splits_for(&shape(1, 1, 32, 8, 128), 300, TILE), 3);
+        assert_eq!(small_policy_splits(&shape(1, 1, 32, 8, 128), 300), 5);
+        assert_eq!(small_policy_splits(&shape(1, 1, 32, 8, 128), 60), 1);
+        // Head dim 256 keeps the 128-key tiles and splits.
+        assert_eq!(small_policy_splits(&shape(1, 1, 32, 8, 256), 300), 3);
+        assert_eq!(small_policy_splits(&shape(1, 1, 32, 8, 256), 100), 1);
+        // 64 rows x 8 kv heads already fill the GPU.
+        assert_eq!(splits_for(&shape(64, 1, 32, 8, 128), 32_768, TILE), 1);
+        // MQA with one head: capped at MAX_SPLITS.
+        assert_eq!(splits_for(&shape(1, 1, 8, 1, 64), 1 << 20, TILE), MAX_SPLITS);
+    }
+
+    #[test]
+    fn few_workgroups_take_the_small_tile_only_when_allowed() {
         // TinyLlama at batch 1: 4 kv heads x 1 row tile -> 64-key tiles, 10 splits of 640 keys.
-        assert_eq!(tile_keys(&shape(1, 1, 32, 4, 64)), SMALL_TILE);
-        assert_eq!(splits(&shape(1, 1, 32, 4, 64), 640), 10);
+        assert_eq!(tile_keys_for(&shape(1, 1, 32, 4, 64), true), SMALL_TILE);
+        assert_eq!(small_policy_splits(&shape(1, 1, 32, 4, 64), 640), 10);
         // 16 rows x 4 kv heads fill the GPU without it; d256 has no 64-key variant.
-        assert_eq!(tile_keys(&shape(16, 1, 32, 4, 64)), TILE);
-        assert_eq!(tile_keys(&shape(1, 1, 8, 1, 256)), TILE);
+        assert_eq!(tile_keys_for(&shape(16, 1, 32, 4, 64), true), TILE);
+        assert_eq!(tile_keys_for(&shape(1, 1, 8, 1, 256), true), TILE);
+        // Off (the default): the 128-key tile, 5 splits of 640 keys.
+        assert_eq!(tile_keys_for(&shape(1, 1, 32, 4, 64), false), TILE);
+        assert_eq!(splits_for(&shape(1, 1, 32, 4, 64), 640, TILE), 5);
     }
 
     #[test]
