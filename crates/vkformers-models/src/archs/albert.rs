@@ -69,13 +69,19 @@ fn order(layers: usize, groups: usize, inner: usize) -> Vec<usize> {
     (0..layers).flat_map(|l| ((l as f64 / per_group) as usize * inner..).take(inner)).collect()
 }
 
+/// Most layer applications a config may ask for (num_hidden_layers × inner_group_num).
+const MAX_LAYER_RUNS: usize = 1 << 16;
+
 pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     let c: Config = parse(cfg)?;
     if !c.tie_word_embeddings.unwrap_or(true) {
         return Err(ModelError::Unsupported("albert with tie_word_embeddings false".into()));
     }
     let (groups, inner) = (c.num_hidden_groups.unwrap_or(1), c.inner_group_num.unwrap_or(1));
-    if groups == 0 || inner == 0 || groups > c.num_hidden_layers {
+    // Layers run: num_hidden_layers passes over a group of `inner` layers each; a config whose
+    // count does not fit in memory (e.g. inner_group_num 2^64 - 1) is refused, not allocated.
+    let runs = c.num_hidden_layers.checked_mul(inner).filter(|&n| n <= MAX_LAYER_RUNS);
+    if groups == 0 || inner == 0 || groups > c.num_hidden_layers || runs.is_none() {
         return Err(ModelError::Config(format!(
             "albert with {groups} groups of {inner} for {} layers",
             c.num_hidden_layers
