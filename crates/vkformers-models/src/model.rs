@@ -100,6 +100,7 @@ impl Model {
         let file = ModelWeights::open(dir).map_err(io_err)?;
         let mut spec = spec;
         crate::moe::match_layout(&mut spec, file.names());
+        crate::encoder::match_pooler(&mut spec, file.names());
         let (found, fresh) = match new_head.as_mut() {
             Some(h) => {
                 let (found, fresh, unexpected) = crate::encoder::check_new_head(&spec, &config, &file, dir)?;

@@ -73,3 +73,33 @@ fn bare_esm_mpnet_albert_eurobert_and_modernbert_match_transformers() {
         check(name);
     }
 }
+
+/// A bare BERT whose checkpoint has no pooler (`BertModel(add_pooling_layer=False)`) loads without
+/// it and gives the same hidden states and poolings as the folder with one.
+#[test]
+fn bare_bert_without_its_pooler_loads_and_matches() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = fixture("bert_model");
+    for f in ["config.json", "reference.safetensors"] {
+        std::fs::copy(src.join(f), tmp.path().join(f)).unwrap();
+    }
+    let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let kept: Vec<(String, safetensors::tensor::TensorView<'_>)> =
+        st.tensors().into_iter().filter(|(n, _)| !n.starts_with("pooler.")).collect();
+    assert!(kept.len() < st.len(), "the fixture has a pooler to leave out");
+    std::fs::write(tmp.path().join("model.safetensors"), safetensors::serialize(kept, None).unwrap()).unwrap();
+    on_every_device("bert without pooler", |ctx| {
+        let g = Graph::new(ctx);
+        let with = Model::load(&g, &src).unwrap();
+        let without = Model::load(&g, tmp.path()).unwrap();
+        assert!(with.weights.get("pooler.dense.weight").is_ok());
+        assert!(without.weights.get("pooler.dense.weight").is_err());
+        let (ids, mask) = (vec![5, 9, 3, 7, 2, 8], vec![1, 1, 1, 1, 1, 0]);
+        let batch = EncoderBatch { ids: &ids, mask: &mask, token_types: None, batch: 2, seq: 3 };
+        let a = g.read(&encoder::forward(&g, &with.spec, &with.weights, &batch).unwrap()).unwrap();
+        let b = g.read(&encoder::forward(&g, &without.spec, &without.weights, &batch).unwrap()).unwrap();
+        assert_eq!(a, b);
+        Ok(())
+    });
+}

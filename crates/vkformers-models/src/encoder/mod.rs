@@ -12,7 +12,7 @@ mod relative;
 mod spec;
 
 pub use heads::{classification_loss, forward, forward_loss, masked_lm_loss, ClsLabels, OwnedClsLabels};
-pub(crate) use plan::{check_new_head, plan};
+pub(crate) use plan::{check_new_head, match_pooler, plan};
 pub use pooling::{normalize_rows, pool, Pooling};
 pub use relative::RelativeBias;
 pub use spec::{

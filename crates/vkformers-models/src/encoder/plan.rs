@@ -61,6 +61,18 @@ pub(crate) fn check_new_head(spec: &ModelSpec, config: &Value, file: &ModelWeigh
 }
 
 /// Every parameter of an encoder spec, in the order transformers lists them.
+/// A bare encoder whose checkpoint stores no pooler (`BertModel(add_pooling_layer=False)`, and the
+/// sentence-transformers exports made from one) loads without it: embeddings never read it, and
+/// transformers would only draw it at random. A checkpoint that stores it keeps it.
+pub(crate) fn match_pooler<'a>(spec: &mut ModelSpec, mut stored: impl Iterator<Item = &'a str>) {
+    let Some(enc) = spec.encoder.as_mut() else { return };
+    let EncoderHead::Bare { pooler } = &mut enc.head else { return };
+    let Some(weight) = pooler.as_deref().map(|p| format!("{p}.weight")) else { return };
+    if !stored.any(|n| n == weight) {
+        *pooler = None;
+    }
+}
+
 pub(crate) fn plan(spec: &ModelSpec, _config: &Value) -> Result<Vec<Planned>> {
     let enc = spec.encoder.as_ref().ok_or_else(|| ModelError::Config("not an encoder".into()))?;
     let (h, e) = (spec.hidden, enc.embed_dim);
