@@ -6,7 +6,7 @@
 //! 16-byte loads, which makes decoding run at the memory bandwidth of streaming the weights.
 //! x, bias and y are f32; W is f32, f16 or bf16 storage (f32 math).
 
-use vkformers_vk::{read, write, BufferView, Caps, KernelCode, Recorder, Result};
+use vkformers_vk::{read, write, Arg, BufferView, Caps, KernelCode, Recorder, Result};
 
 use super::DType;
 use crate::code;
@@ -280,15 +280,28 @@ pub fn gemv(
     let y_sub = f32_matrix(name, "y", y, desc.m, desc.n, desc.ldy)?;
     let bias_sub = bias_view(name, desc.n, bias, x_sub)?;
     let flags = u32::from(desc.has_bias) | parity << 1;
-    let words = [desc.m, desc.n, desc.k, desc.ldx, desc.ldy, flags, 0, 0];
-    let params: Vec<u8> = words.iter().flat_map(|v| v.to_le_bytes()).collect();
     let wide = wide_loads(desc, w_sub.address(), parity, x_sub.address());
-    let spec = [u32::from(wide), subgroups];
-    let groups = desc.n.div_ceil(ROWS_PER_GROUP).min(rec.caps().max_workgroup_count[0]).min(65_535);
     // Products 1 and 2 absent (n1 = n2 = 0): their pointers repeat product 0's, never read.
     let args =
         [read(w_sub), read(x_sub), read(bias_sub), write(y_sub), read(w_sub), read(w_sub), write(y_sub), write(y_sub)];
-    rec.dispatch(kernel, &spec, &args, &params, [groups, 1, 1])?;
+    dispatch_single(rec, kernel, desc, flags, [u32::from(wide), subgroups], &args)
+}
+
+/// Records one product of `desc` (n1 = n2 = 0) with `flags` and the 8 pointers `args` of
+/// gemv.comp's push block, on one workgroup per `ROWS_PER_GROUP` rows of W (grid-stride beyond
+/// the device's limit); `spec` = (VEC, NSG).
+fn dispatch_single(
+    rec: &mut Recorder,
+    kernel: &KernelCode,
+    desc: &GemvDesc,
+    flags: u32,
+    spec: [u32; 2],
+    args: &[Arg<'_>; 8],
+) -> Result<()> {
+    let words = [desc.m, desc.n, desc.k, desc.ldx, desc.ldy, flags, 0, 0];
+    let params: Vec<u8> = words.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let groups = desc.n.div_ceil(ROWS_PER_GROUP).min(rec.caps().max_workgroup_count[0]).min(65_535);
+    rec.dispatch(kernel, &spec, args, &params, [groups, 1, 1])?;
     rec.set_flops(2.0 * f64::from(desc.m) * f64::from(desc.n) * f64::from(desc.k));
     Ok(())
 }
@@ -338,17 +351,11 @@ pub fn gemv_glu(
     let y_sub = f32_matrix(name, "y", y, desc.m, desc.n, desc.ldy)?;
     let bias_sub = bias_view(name, desc.n, bias, g_sub)?;
     let flags = u32::from(desc.has_bias) | parity << 1 | glu_flag(kind);
-    let words = [desc.m, desc.n, desc.k, desc.ldx, desc.ldy, flags, 0, 0];
-    let params: Vec<u8> = words.iter().flat_map(|v| v.to_le_bytes()).collect();
     let wide = wide_loads(desc, w_sub.address(), parity, g_sub.address()) && u_sub.address().is_multiple_of(16);
-    let spec = [u32::from(wide), subgroups];
-    let groups = desc.n.div_ceil(ROWS_PER_GROUP).min(rec.caps().max_workgroup_count[0]).min(65_535);
     // w1 carries up (n1 = n2 = 0: no second product); w2, y1, y2 repeat others, never read.
     let args =
         [read(w_sub), read(g_sub), read(bias_sub), write(y_sub), read(u_sub), read(w_sub), write(y_sub), write(y_sub)];
-    rec.dispatch(kernel, &spec, &args, &params, [groups, 1, 1])?;
-    rec.set_flops(2.0 * f64::from(desc.m) * f64::from(desc.n) * f64::from(desc.k));
-    Ok(())
+    dispatch_single(rec, kernel, desc, flags, [u32::from(wide), subgroups], &args)
 }
 
 /// Records `y_p = x · W_pᵀ` for two or three weights of the same x in one dispatch (a layer's
