@@ -185,17 +185,11 @@ pub fn add_rms_norm_forward_twin(
     twin: Twin<'_>,
     rstd: BufferView<'_>,
 ) -> Result<()> {
-    let cpu = cpu_variant(rec);
-    let k = if cpu { &code::NORM_RMS_FORWARD_ADD_TWIN_F32_CPU } else { &code::NORM_RMS_FORWARD_ADD_TWIN_F32 };
-    let name = kname(k);
-    if p.dtype != DType::F32 {
-        return Err(err(name, format!("a 16-bit twin of {:?} storage", p.dtype)));
-    }
-    check_rms_forward(name, p, (&x, &y, &rstd), w.as_ref())?;
+    let kernels = (&code::NORM_RMS_FORWARD_ADD_TWIN_F32_CPU, &code::NORM_RMS_FORWARD_ADD_TWIN_F32);
+    let (k, half) = twin_forward_checks(rec, kernels, p, (&x, &y, &rstd), w.as_ref(), &twin)?;
     let n = u64::from(p.rows) * u64::from(p.dim);
-    check_len(name, "r", &r, n)?;
-    check_len(name, "h", &h, n)?;
-    let half = twin.code(name, n)?;
+    check_len(kname(k), "r", &r, n)?;
+    check_len(kname(k), "h", &h, n)?;
     let params = words(&[p.rows, p.dim, p.eps.to_bits(), gain_mode(w.is_some(), p.unit_offset), half]);
     let args = [read(x), read(r), write(h), read(w.unwrap_or(x)), write(y), write(rstd), write(twin.view)];
     rec.dispatch(k, &[], &args, &params, row_groups(p.rows))
@@ -219,6 +213,26 @@ pub fn rms_norm_forward(
     rec.dispatch(k, &[], &args, &params, row_groups(p.rows))
 }
 
+/// The kernel of a twin RMSNorm forward (`(cpu, gpu)` variants, by device) and its twin code,
+/// after the checks both twin launchers share: f32 storage, the plain forward's views, and a
+/// `[rows, dim]` twin.
+fn twin_forward_checks(
+    rec: &Recorder,
+    (cpu, gpu): (&'static KernelCode, &'static KernelCode),
+    p: &RmsNorm,
+    views: (&BufferView<'_>, &BufferView<'_>, &BufferView<'_>),
+    w: Option<&BufferView<'_>>,
+    twin: &Twin<'_>,
+) -> Result<(&'static KernelCode, u32)> {
+    let k = if cpu_variant(rec) { cpu } else { gpu };
+    let name = kname(k);
+    if p.dtype != DType::F32 {
+        return Err(err(name, format!("a 16-bit twin of {:?} storage", p.dtype)));
+    }
+    check_rms_forward(name, p, views, w)?;
+    Ok((k, twin.code(name, u64::from(p.rows) * u64::from(p.dim))?))
+}
+
 /// [`rms_norm_forward`] of f32 tensors that also writes `y` in 16 bits into `twin` (rounded
 /// as `dtype::cast` rounds it): the copy a 16-bit product reads, with no cast dispatch.
 pub fn rms_norm_forward_twin(
@@ -229,14 +243,8 @@ pub fn rms_norm_forward_twin(
     twin: Twin<'_>,
     rstd: BufferView<'_>,
 ) -> Result<()> {
-    let cpu = cpu_variant(rec);
-    let k = if cpu { &code::NORM_RMS_FORWARD_TWIN_F32_CPU } else { &code::NORM_RMS_FORWARD_TWIN_F32 };
-    let name = kname(k);
-    if p.dtype != DType::F32 {
-        return Err(err(name, format!("a 16-bit twin of {:?} storage", p.dtype)));
-    }
-    check_rms_forward(name, p, (&x, &y, &rstd), w.as_ref())?;
-    let half = twin.code(name, u64::from(p.rows) * u64::from(p.dim))?;
+    let kernels = (&code::NORM_RMS_FORWARD_TWIN_F32_CPU, &code::NORM_RMS_FORWARD_TWIN_F32);
+    let (k, half) = twin_forward_checks(rec, kernels, p, (&x, &y, &rstd), w.as_ref(), &twin)?;
     let params = words(&[p.rows, p.dim, p.eps.to_bits(), gain_mode(w.is_some(), p.unit_offset), half]);
     let args = [read(x), read(w.unwrap_or(x)), write(y), write(rstd), write(twin.view)];
     rec.dispatch(k, &[], &args, &params, row_groups(p.rows))
