@@ -54,16 +54,7 @@ pub fn spawn(
     loader: EmbedLoader,
     jobs: Receiver<EmbedJob>,
 ) -> Result<(std::thread::JoinHandle<()>, usize), ServeError> {
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-    let handle = std::thread::Builder::new()
-        .name("vkformers-embed".into())
-        .spawn(move || run(device, loader, jobs, ready_tx))
-        .map_err(ServeError::Io)?;
-    match ready_rx.recv() {
-        Ok(Ok(vocab)) => Ok((handle, vocab)),
-        Ok(Err(e)) => Err(ServeError::Load(e)),
-        Err(_) => Err(ServeError::EngineGone),
-    }
+    crate::worker::spawn_ready("vkformers-embed", move |ready| run(device, loader, jobs, ready))
 }
 
 fn run(device: DeviceSelector, loader: EmbedLoader, jobs: Receiver<EmbedJob>, ready: Sender<Result<usize, String>>) {

@@ -81,11 +81,18 @@ pub struct Setup {
 /// Starts the engine thread and waits until its models are loaded; returns the thread and the
 /// model's vocabulary size.
 pub fn spawn(setup: Setup, commands: Receiver<Command>) -> Result<(std::thread::JoinHandle<()>, usize), ServeError> {
+    spawn_ready("vkformers-engine", move |ready| run(setup, commands, ready))
+}
+
+/// Starts the thread `name` running `body`, which owns the device and sends `Ok(vocab)` on the
+/// channel once its model is loaded (or the loading error); waits for that word. Returns the
+/// thread and the vocabulary size.
+pub(crate) fn spawn_ready(
+    name: &str,
+    body: impl FnOnce(Sender<Result<usize, String>>) + Send + 'static,
+) -> Result<(std::thread::JoinHandle<()>, usize), ServeError> {
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-    let handle = std::thread::Builder::new()
-        .name("vkformers-engine".into())
-        .spawn(move || run(setup, commands, ready_tx))
-        .map_err(ServeError::Io)?;
+    let handle = std::thread::Builder::new().name(name.into()).spawn(move || body(ready_tx)).map_err(ServeError::Io)?;
     match ready_rx.recv() {
         Ok(Ok(vocab)) => Ok((handle, vocab)),
         Ok(Err(e)) => Err(ServeError::Load(e)),
