@@ -162,7 +162,7 @@ fn sweep(ctx: &Context, args: &TrainGemmArgs, dtype: DType) -> anyhow::Result<Ex
         let mut row = format!("{:<14} {m:>6} {n:>6} {k:>6} ", s.name);
         for engine in Engine::ALL {
             let best = plan.engine;
-            let runs = engine == best || (engine.is_coopmat2() && best.is_coopmat2()) || engine == Engine::Coopmat;
+            let runs = engine == best || (engine.is_coopmat2() && best.is_coopmat2()) || engine.is_khr();
             if !runs {
                 row.push_str(&format!("{:>9}", "-"));
                 continue;

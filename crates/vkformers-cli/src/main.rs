@@ -3,6 +3,7 @@
 mod architectures;
 mod bench;
 mod bench_attention;
+mod bench_peak;
 mod bench_shapes;
 mod chat;
 mod classify;
@@ -100,6 +101,10 @@ enum BenchCommand {
     TrainGemms(bench_shapes::TrainGemmArgs),
     /// Fused attention forward and backward on one shape, ms and TFLOP/s per kernel.
     Attention(bench_attention::AttentionArgs),
+    /// The tensor-core multiply-add ceiling (operands loaded once), per cooperative-matrix shape.
+    MmaPeak(bench_peak::PeakArgs),
+    /// Device time per dispatch in a chain of small dependent dispatches (the decode floor).
+    Dispatch(bench_peak::DispatchArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -110,6 +115,8 @@ fn main() -> std::process::ExitCode {
         Command::Bench(BenchCommand::Gemm(args)) => bench::gemm(&cli.device, &args),
         Command::Bench(BenchCommand::TrainGemms(args)) => bench_shapes::train_gemms(&cli.device, &args),
         Command::Bench(BenchCommand::Attention(args)) => bench_attention::attention(&cli.device, &args),
+        Command::Bench(BenchCommand::MmaPeak(args)) => bench_peak::mma_peak(&cli.device, &args),
+        Command::Bench(BenchCommand::Dispatch(args)) => bench_peak::dispatch_latency(&cli.device, &args),
         Command::Architectures(args) => architectures::run(&cli.device, &args),
         Command::Train(args) => train::run(&cli.device, &args),
         Command::Finetune(args) => finetune::run(&cli.device, &args),

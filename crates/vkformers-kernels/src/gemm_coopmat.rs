@@ -57,6 +57,11 @@ impl Engine {
     pub fn is_coopmat2(self) -> bool {
         !matches!(self, Engine::Auto | Engine::Coopmat)
     }
+
+    /// True for the `VK_KHR_cooperative_matrix` kernels (hand-staged; operands 8-aligned).
+    pub fn is_khr(self) -> bool {
+        self == Engine::Coopmat
+    }
 }
 
 /// Knobs of the cooperative-matrix-2 kernel (its specialization constants; see the shader).
@@ -68,11 +73,13 @@ pub struct Tuning {
     pub raster: u32,
     /// K slices per unrolled step of the fast path.
     pub unroll: u32,
+    /// KHR kernels: bench-only cost probes (see the shader; 0 computes the product).
+    pub probe: u32,
 }
 
 impl Default for Tuning {
     fn default() -> Self {
-        Tuning { fast: true, raster: 1, unroll: 8 }
+        Tuning { fast: true, raster: 1, unroll: 8, probe: 0 }
     }
 }
 
@@ -182,10 +189,21 @@ const FULL_GRID: u64 = 132;
 /// nearly every product of the 134M and 1.1B training steps; products with fewer than
 /// `FULL_GRID` such blocks (a 512-token prefill's q/o, a 4096-token k/v with 4 kv heads) run
 /// faster on 64 x 128 blocks (e.g. 152 against 115 TFLOP/s for 512 x 2048 x 2048).
+///
+/// f16 differs: on the same driver its K-slice-64 kernels are 4-8x slower than its 32-slice
+/// ones (8192³: t128k64 62.7, tall64 37.9 against 282.9 TFLOP/s for t128, which bf16 matches
+/// at 311.9 with k64; `vkformers bench gemm --dtype f16`, docs/bench/h200-2026-12-04-c), so
+/// f16 products take the 32-slice kernels of the same blocks.
 pub fn choose_engine(caps: &Caps, elem: Elem, m: u32, n: u32, batch: u32) -> Option<Engine> {
     if has_coopmat2(caps, elem) {
         let blocks = u64::from(m.div_ceil(128)) * u64::from(n.div_ceil(128)) * u64::from(batch.max(1));
-        return Some(if blocks >= FULL_GRID { Engine::Coopmat2T128K64 } else { Engine::Coopmat2Small64 });
+        let full = blocks >= FULL_GRID;
+        return Some(match elem {
+            Elem::Bf16 if full => Engine::Coopmat2T128K64,
+            Elem::Bf16 => Engine::Coopmat2Small64,
+            Elem::F16 if full => Engine::Coopmat2T128,
+            Elem::F16 => Engine::Coopmat2Small,
+        });
     }
     has_khr_coopmat(caps, elem).then_some(Engine::Coopmat)
 }
@@ -255,7 +273,7 @@ fn check(
     if d.m == 0 || d.n == 0 || d.k == 0 || d.batch == 0 {
         return Err(err(name, format!("empty product {}x{}x{} (batch {})", d.m, d.n, d.k, d.batch)));
     }
-    if engine == Engine::Coopmat
+    if engine.is_khr()
         && (!d.lda.is_multiple_of(8)
             || !d.ldb.is_multiple_of(8)
             || !d.a_off.is_multiple_of(8)
@@ -330,8 +348,8 @@ pub fn gemm_coopmat(
     let c_arg = if d.beta_one { read_write(c) } else { write(c) };
     let bias_view = bias.unwrap_or(a);
     let groups = [d.n.div_ceil(block_n), d.m.div_ceil(block_m), d.batch];
-    let spec: Vec<u32> = if engine == Engine::Coopmat {
-        vec![u32::from(d.trans_a), u32::from(d.trans_b)]
+    let spec: Vec<u32> = if engine.is_khr() {
+        vec![u32::from(d.trans_a), u32::from(d.trans_b), d.tuning.probe]
     } else {
         let t = d.tuning;
         vec![u32::from(d.trans_a), u32::from(d.trans_b), u32::from(t.fast), t.raster.max(1), t.unroll.max(1)]
@@ -388,12 +406,18 @@ mod tests {
         assert_eq!(pick(&caps(true, false, false), Elem::F16, big), Some(Engine::Coopmat));
         assert_eq!(pick(&caps(true, false, false), Elem::Bf16, big), None, "bf16 needs the bf16 feature");
         assert_eq!(pick(&caps(true, true, true), Elem::Bf16, big), Some(Engine::Coopmat2T128K64));
-        assert_eq!(pick(&caps(true, true, true), Elem::F16, (512, 2048, 1)), Some(Engine::Coopmat2Small64));
-        assert_eq!(pick(&caps(true, true, true), Elem::F16, (512, 5632, 1)), Some(Engine::Coopmat2T128K64));
+        assert_eq!(pick(&caps(true, true, true), Elem::Bf16, (512, 2048, 1)), Some(Engine::Coopmat2Small64));
+        assert_eq!(pick(&caps(true, true, true), Elem::F16, (512, 2048, 1)), Some(Engine::Coopmat2Small));
+        assert_eq!(pick(&caps(true, true, true), Elem::F16, (512, 5632, 1)), Some(Engine::Coopmat2T128));
         assert_eq!(
-            pick(&caps(true, true, true), Elem::F16, (768, 768, 16)),
+            pick(&caps(true, true, true), Elem::Bf16, (768, 768, 16)),
             Some(Engine::Coopmat2T128K64),
             "split-K batches count"
+        );
+        assert_eq!(
+            pick(&caps(true, true, true), Elem::F16, (768, 768, 16)),
+            Some(Engine::Coopmat2T128),
+            "f16: 32-slices"
         );
         let mut amd = caps(true, false, false);
         amd.subgroup_size = 64;

@@ -21,6 +21,7 @@ pub mod glu;
 pub(crate) mod launch;
 pub mod loss;
 pub mod matmul;
+pub mod mma_peak;
 pub mod moe;
 pub mod norm;
 pub mod optim;

@@ -89,7 +89,7 @@ fn coopmat_gemm_matches_reference() {
             // engine does; the cm2 kernels only where cm2 is chosen.
             let best = choose_engine(ctx.caps(), elem, 4096, 4096, 1);
             let available = match engine {
-                Engine::Coopmat => best.is_some() && ctx.caps().subgroup_size == 32,
+                e if e.is_khr() => best.is_some() && ctx.caps().subgroup_size == 32,
                 _ => best.is_some_and(Engine::is_coopmat2),
             };
             if !available {
@@ -121,11 +121,11 @@ fn coopmat_gemm_matches_reference() {
             // Interior blocks on the fast path and edge blocks on the clamped one, under every
             // tuning: plain and grouped block order, with and without the fast path, unroll
             // tails (K = 320 is 5 slices of 64, 10 of 32, 20 of 16).
-            if engine != Engine::Coopmat {
+            if !engine.is_khr() {
                 for (fast, raster, unroll) in [(false, 1, 1), (true, 1, 4), (true, 3, 2), (true, 8, 3)] {
                     let mut d = CoopGemm::dense(600, 530, 320, false, elem);
                     d.engine = engine;
-                    d.tuning = Tuning { fast, raster, unroll };
+                    d.tuning = Tuning { fast, raster, unroll, ..Tuning::default() };
                     seed += 1;
                     run_case(ctx, &d, seed % 2 == 0, seed)?;
                 }

@@ -40,6 +40,14 @@ layout(buffer_reference, std430, buffer_reference_align = 2) readonly buffer U16
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint TRANS_A = 0;
 layout(constant_id = 1) const uint TRANS_B = 0;
+// Bench-only cost probes (`bench gemm --probe`; the result is not the product): bit 0 loads the
+// fragments straight from global memory (no staging; A and B not transposed), bit 1 skips the
+// global fetch of later slices, bit 2 drops the barriers. On the H200 every probe ran at 32-39
+// TFLOP/s like the kernel itself (36) while chained multiply-adds on fragments loaded once run
+// at 633 (`bench mma-peak`): per-slice fragment loads, from shared or global memory alike, are
+// what is slow on that driver, so the cm2 kernel is the one chosen there.
+layout(constant_id = 2) const uint PROBE = 0;
+layout(buffer_reference, std430, buffer_reference_align = 2) readonly buffer EIn { ELEM v[]; };
 
 layout(push_constant) uniform Push {
     U4In a;
@@ -140,9 +148,22 @@ void main() {
 
     fetch(0, m0, n0, a_base, a_off, b_base, b_off);
     for (uint k0 = 0; k0 < pc.K; k0 += BK) {
+        if ((PROBE & 1u) != 0) {
+            [[unroll]] for (uint kk = 0; kk < BK; kk += TK) {
+                coopmat<ELEM, gl_ScopeSubgroup, TM, TK, gl_MatrixUseA> ga[FM];
+                coopmat<ELEM, gl_ScopeSubgroup, TK, TN, gl_MatrixUseB> gb[FN];
+                [[unroll]] for (uint i = 0; i < FM; i++)
+                    coopMatLoad(ga[i], EIn(a_base).v, a_off + (m0 + wm + i * TM) * pc.lda + k0 + kk, pc.lda, gl_CooperativeMatrixLayoutRowMajor);
+                [[unroll]] for (uint j = 0; j < FN; j++)
+                    coopMatLoad(gb[j], EIn(b_base).v, b_off + (k0 + kk) * pc.ldb + n0 + wn + j * TN, pc.ldb, gl_CooperativeMatrixLayoutRowMajor);
+                [[unroll]] for (uint i = 0; i < FM; i++)
+                    [[unroll]] for (uint j = 0; j < FN; j++) acc[i][j] = coopMatMulAdd(ga[i], gb[j], acc[i][j]);
+            }
+            continue;
+        }
         stash();
-        barrier();
-        if (k0 + BK < pc.K) fetch(k0 + BK, m0, n0, a_base, a_off, b_base, b_off);
+        if ((PROBE & 4u) == 0) barrier();
+        if (k0 + BK < pc.K && (PROBE & 2u) == 0) fetch(k0 + BK, m0, n0, a_base, a_off, b_base, b_off);
         [[unroll]] for (uint kk = 0; kk < BK; kk += TK) {
             coopmat<ELEM, gl_ScopeSubgroup, TM, TK, gl_MatrixUseA> fa[FM];
             coopmat<ELEM, gl_ScopeSubgroup, TK, TN, gl_MatrixUseB> fb[FN];
@@ -163,7 +184,7 @@ void main() {
             [[unroll]] for (uint i = 0; i < FM; i++)
                 [[unroll]] for (uint j = 0; j < FN; j++) acc[i][j] = coopMatMulAdd(fa[i], fb[j], acc[i][j]);
         }
-        barrier();
+        if ((PROBE & 4u) == 0) barrier();
     }
 
     // Epilogue: C = alpha * acc (+ bias[n]) (+ C), element by element inside the matrix.

@@ -7,7 +7,7 @@
 use vkformers_vk::{BufferView, Caps, Recorder, Result};
 
 use super::{gemm, DType, GemmDesc};
-use crate::gemm_coopmat::{choose_engine, gemm_coopmat, CoopGemm, Elem, Engine, Tuning};
+use crate::gemm_coopmat::{choose_engine, gemm_coopmat, CoopGemm, Elem, Tuning};
 
 /// The tensor-core element type of a storage type (`None` for f32).
 fn elem_of(dtype: DType) -> Option<Elem> {
@@ -53,7 +53,7 @@ pub fn coop_plan(caps: &Caps, d: &GemmDesc) -> Option<CoopGemm> {
         tuning: Tuning::default(),
     };
     let eights = [plan.lda, plan.ldb, plan.a_off, plan.b_off, plan.a_bstride, plan.b_bstride];
-    if engine == Engine::Coopmat && !eights.iter().all(|v| v.is_multiple_of(8)) {
+    if engine.is_khr() && !eights.iter().all(|v| v.is_multiple_of(8)) {
         return None;
     }
     Some(plan)
