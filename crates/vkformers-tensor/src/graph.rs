@@ -675,6 +675,42 @@ impl<'c> Graph<'c> {
         }
     }
 
+    /// The gradient tensor `id` (shape `shape`) already gathered from its other readers, taken
+    /// for the running node's backward to add into *in place* (a product writing `C += …`),
+    /// which then stands for both. Only when nothing else can see it: f32 of that shape, no
+    /// other handle on its storage, not a leaf or a source, no cached 16-bit copy an in-place
+    /// sum would make stale; else it stays gathered (the tape adds it as before).
+    pub(crate) fn take_gathered_grad_in_place(&self, id: u64, shape: &[usize]) -> Option<Tensor> {
+        let mut gathered = self.gathered.borrow_mut();
+        let t = gathered.get(&id)?;
+        let free = t.dtype() == DType::F32
+            && t.shape() == shape
+            && t.is_sole_owner()
+            && !t.is_leaf()
+            && !t.0.is_source
+            && !self.casts.borrow().contains_key(&t.id());
+        if free {
+            gathered.remove(&id)
+        } else {
+            None
+        }
+    }
+
+    /// The gradient accumulator leaf `t` already has in this backward (or from earlier
+    /// micro-batches), for a product to add its contribution into in place (`C += …`) instead
+    /// of returning it to be added: f32 of `t`'s shape and no cached 16-bit copy. The caller
+    /// then returns no gradient for `t`.
+    pub(crate) fn leaf_grad_accumulator(&self, t: &Tensor) -> Option<Tensor> {
+        if !t.is_leaf() || !t.requires_grad() {
+            return None;
+        }
+        let slot = t.0.grad.borrow();
+        let acc = slot.as_ref()?;
+        let fits =
+            acc.dtype() == DType::F32 && acc.shape() == t.shape() && !self.casts.borrow().contains_key(&acc.id());
+        fits.then(|| acc.clone())
+    }
+
     /// Forgets the 16-bit copies of activations (weights' copies stay until `clear_casts`).
     fn drop_activation_casts(&self) {
         self.casts.borrow_mut().retain(|_, k| k.weight);

@@ -164,3 +164,50 @@ fn linear_gradients_accumulate() {
         Ok(())
     });
 }
+
+/// One activation read by three products (the later products' backward add their dx into the
+/// gradient already gathered, in place) and one weight read by two products (the second adds its
+/// dW into the weight's accumulator): every gradient equals the f64 sum of its parts.
+#[test]
+fn gradients_shared_by_several_products_add_up() {
+    on_every_device("tensor shared-gradient sums", |ctx| {
+        let (rows, din, dout) = (6, 10, 7);
+        let mut rng = Rng::new(53);
+        let (x0v, zv) = (rng.vec(rows * din, 1.0), rng.vec(rows * din, 1.0));
+        let wv: Vec<Vec<f32>> = (0..3).map(|_| rng.vec(dout * din, 1.0)).collect();
+        let lv: Vec<Vec<f32>> = (0..4).map(|_| rng.vec(rows * dout, 1.0)).collect();
+        let g = Graph::new(ctx);
+        let x0 = g.parameter(&x0v, &[rows, din])?;
+        let z = g.constant(&zv, &[rows, din])?;
+        // An inner tensor (not a leaf), as a normalised activation is.
+        let x = broadcast::mul(&g, &x0, &g.constant(&vec![1.0; rows * din], &[rows, din])?)?;
+        let ws: Vec<Tensor> = wv.iter().map(|w| g.parameter(w, &[dout, din])).collect::<Result<_>>()?;
+        let reads = [(&x, 0), (&x, 1), (&x, 2), (&z, 0)];
+        let mut loss: Option<Tensor> = None;
+        for (i, (input, w)) in reads.iter().enumerate() {
+            let y = linear(&g, input, &ws[*w], None)?;
+            let part = dot_loss(&g, &y, &g.constant(&lv[i], &[rows * dout])?)?;
+            loss = Some(match loss {
+                Some(l) => broadcast::add(&g, &l, &part)?,
+                None => part,
+            });
+        }
+        g.backward(&loss.expect("loss"))?;
+        let mut want_dx = vec![0.0; rows * din];
+        let mut want_dw = vec![vec![0.0; dout * din]; 3];
+        for (i, (input, w)) in reads.iter().enumerate() {
+            let a = if i < 3 { f64s(&x0v) } else { f64s(&zv) };
+            let wt = transpose(&f64s(&wv[*w]), dout, din);
+            let (da, dwt) = reference::matmul_backward(&a, &wt, &f64s(&lv[i]), rows, din, dout);
+            if std::ptr::eq(*input, &x) {
+                want_dx.iter_mut().zip(da).for_each(|(s, v)| *s += v);
+            }
+            want_dw[*w].iter_mut().zip(transpose(&dwt, din, dout)).for_each(|(s, v)| *s += v);
+        }
+        assert_close("dx", &g.read(&x0.grad().expect("dx"))?, &want_dx, TOL_F32);
+        for (i, w) in ws.iter().enumerate() {
+            assert_close(&format!("dW{i}"), &g.read(&w.grad().expect("dW"))?, &want_dw[i], TOL_F32);
+        }
+        Ok(())
+    });
+}

@@ -153,13 +153,34 @@ fn product(
     let a_grad = Operand { shape: a.shape().to_vec(), dtype: a.dtype() };
     let b_grad = Operand { shape: b.shape().to_vec(), dtype: b.dtype() };
     let saved_bias = bias.map(|t| (t.requires_grad(), t.shape().to_vec()));
+    let a_id = a.id();
+    // A parameter B (a leaf) is kept to reach its gradient accumulator at backward time.
+    let b_leaf = (b.is_leaf() && b.dtype() == DType::F32).then(|| b.clone());
     g.push_node(
         &c,
         inputs.into_iter().cloned().collect(),
         Box::new(move |g, dc| {
             let dc16 = narrow(g, dc, dt)?;
-            let da = if need[0] { Some(grad_a(g, p, &dc16, &b16, &a_grad)?) } else { None };
-            let db = if need[1] { Some(grad_b(g, p, &a16, &dc16, &b_grad)?) } else { None };
+            let da = if need[0] {
+                // dA adds into the gradient A already gathered from its other readers (the
+                // other projections reading one normalised activation): no add after.
+                let into =
+                    if a_grad.dtype == DType::F32 { g.take_gathered_grad_in_place(a_id, &a_grad.shape) } else { None };
+                Some(grad_a(g, p, &dc16, &b16, &a_grad, into)?)
+            } else {
+                None
+            };
+            // dB adds into B's accumulator when it has one (a weight read by several products of
+            // one step, e.g. the LM head over the loss chunks, or a later micro-batch): no axpy.
+            let b_acc = if need[1] { b_leaf.as_ref().and_then(|b| g.leaf_grad_accumulator(b)) } else { None };
+            let db = match b_acc {
+                Some(acc) => {
+                    grad_b(g, p, &a16, &dc16, &b_grad, Some(acc))?;
+                    None
+                }
+                None if need[1] => Some(grad_b(g, p, &a16, &dc16, &b_grad, None)?),
+                None => None,
+            };
             let mut grads = vec![da, db];
             if let Some((rg, shape)) = &saved_bias {
                 grads.push(if *rg { Some(grad_bias(g, p, dc, shape)?) } else { None });
@@ -216,10 +237,23 @@ fn as_grad(g: &Graph<'_>, wide: Tensor, op: &Operand) -> Result<Tensor> {
     narrow(g, &wide, op.dtype)
 }
 
-/// `dA [batch, m, k] = dC [batch, m, n] · op(B)ᵀ`: B read as stored, with the flag flipped.
-fn grad_a(g: &Graph<'_>, p: Product, dc: &Tensor, b: &Tensor, op: &Operand) -> Result<Tensor> {
-    let da = g.empty(&op.shape)?;
+/// A fresh gradient tensor, or `into` (f32, the operand's shape) with beta 1 so the product
+/// adds into it.
+fn grad_out(g: &Graph<'_>, op: &Operand, into: Option<Tensor>, desc: &mut GemmDesc) -> Result<Tensor> {
+    match into {
+        Some(t) => {
+            desc.beta = 1.0;
+            Ok(t)
+        }
+        None => g.empty(&op.shape),
+    }
+}
+
+/// `dA [batch, m, k] = dC [batch, m, n] · op(B)ᵀ` (`+= into` when given): B read as stored, with
+/// the flag flipped.
+fn grad_a(g: &Graph<'_>, p: Product, dc: &Tensor, b: &Tensor, op: &Operand, into: Option<Tensor>) -> Result<Tensor> {
     let mut desc = GemmDesc::packed(p.m, p.k, p.n, false, !p.trans_b);
+    let da = grad_out(g, op, into, &mut desc)?;
     desc.batch = p.batch;
     desc.dtype = dc.dtype();
     record_gemm(g, &desc, dc, b, None, &da)?;
@@ -227,15 +261,17 @@ fn grad_a(g: &Graph<'_>, p: Product, dc: &Tensor, b: &Tensor, op: &Operand) -> R
 }
 
 /// `dB = Aᵀ · dC` (`[k, n]`) or, for B stored `[n, k]`, `dBᵀ = dCᵀ · A`; per batch, or summed
-/// over the folded rows when B is shared.
-fn grad_b(g: &Graph<'_>, p: Product, a: &Tensor, dc: &Tensor, op: &Operand) -> Result<Tensor> {
-    let db = g.empty(&op.shape)?;
+/// over the folded rows when B is shared; `+= into` when given.
+fn grad_b(g: &Graph<'_>, p: Product, a: &Tensor, dc: &Tensor, op: &Operand, into: Option<Tensor>) -> Result<Tensor> {
+    let mut desc0 = GemmDesc::packed(1, 1, 1, false, false);
+    let db = grad_out(g, op, into, &mut desc0)?;
     let (mut desc, lhs, rhs) = if p.trans_b {
         (GemmDesc::packed(p.n, p.k, p.m, true, false), dc, a)
     } else {
         (GemmDesc::packed(p.k, p.n, p.m, true, false), a, dc)
     };
     desc.batch = p.batch;
+    desc.beta = desc0.beta;
     desc.dtype = dc.dtype();
     record_gemm(g, &desc, lhs, rhs, None, &db)?;
     as_grad(g, db, op)
