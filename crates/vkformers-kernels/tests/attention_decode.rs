@@ -189,6 +189,7 @@ fn expected(case: &Case, r: &Rows, scale: f32) -> (Vec<f64>, Vec<f64>) {
             softcap: case.softcap,
             kmask: None,
             slopes: case.alibi.then_some(&slopes[..]),
+            sinks: None,
         };
         let (ob, lb) = reference::forward(&f64s(&r.q[b]), &f64s(&r.k[b]), &f64s(&r.v[b]), &s, &opt);
         o.extend(ob);
