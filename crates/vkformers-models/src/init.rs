@@ -195,6 +195,10 @@ fn plan(spec: &ModelSpec, config: &Value) -> Result<Vec<Planned>> {
         if let Some((n, template)) = &a.out_norm {
             norm_params(&mut out, &layer_name(template, i), n, o_in);
         }
+        if let Some(template) = &a.sinks {
+            // granite_swa's `_init_weights` zeroes the sinks.
+            out.push(Planned { name: layer_name(template, i), shape: vec![a.heads], init: Init::Zeros });
+        }
         linear(&mut out, &layer_name(&names.o, i), h, o_in, a.out_bias);
         if spec.residual_init != ResidualInit::Plain {
             scale_init(&mut out, &layer_name(&names.o, i));

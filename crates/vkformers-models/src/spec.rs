@@ -89,6 +89,10 @@ pub struct AttnSpec {
     pub clip_qkv: Option<f32>,
     /// Keys further back than this are invisible (Mistral); `None` = full causal.
     pub sliding_window: Option<u32>,
+    /// Learned attention sinks: a per-head logit `[heads]` stored under this name template
+    /// (granite_swa's and gpt-oss's `self_attn.sinks`, no `.weight`) that joins every query's
+    /// softmax denominator and takes no value; `None` = none.
+    pub sinks: Option<String>,
     pub rope: Option<RopeSpec>,
     /// Score scale (usually `head_dim^-0.5`).
     pub scale: f32,
@@ -170,6 +174,7 @@ impl AttnSpec {
             q_position_scale: None,
             out_norm: None,
             sliding_window: None,
+            sinks: None,
             rope: None,
             scale: 1.0 / (head_dim as f32).sqrt(),
             mla: None,

@@ -71,6 +71,9 @@ fn rename_stored(spec: &mut ModelSpec, f: &dyn Fn(&str) -> String) {
         if let Some((_, template)) = &mut l.attn.out_norm {
             rename(template);
         }
+        if let Some(template) = &mut l.attn.sinks {
+            rename(template);
+        }
         if let MlpSpec::GatedAct { sub_norm: Some((_, template)), .. } = &mut l.mlp {
             rename(template);
         }

@@ -166,7 +166,9 @@ pub fn attention(g: &Graph<'_>, q: &Tensor, kt: &Tensor, v: &Tensor, opts: &Attn
                     k::backward(rec, &qkv, &saved, do16.view(), &grads, &s, &ko)?;
                 }
                 match (&sinks, &dsinks) {
-                    (Some(sk), Some(ds)) => k::sinks::backward(rec, (lse.view(), delta.view()), sk.view(), ds.view(), &s),
+                    (Some(sk), Some(ds)) => {
+                        k::sinks::backward(rec, (lse.view(), delta.view()), sk.view(), ds.view(), &s)
+                    }
                     _ => Ok(()),
                 }
             })?;
