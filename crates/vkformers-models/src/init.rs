@@ -308,9 +308,16 @@ pub fn init_from_config(g: &Graph<'_>, config: Value, seed: u64) -> Result<Model
     let text = if spec.carried.is_empty() { &config } else { &config["text_config"] };
     let std = text["initializer_range"].as_f64().or(config["initializer_range"].as_f64()).unwrap_or(0.02);
     let pad = text["pad_token_id"].as_u64().or(config["pad_token_id"].as_u64()).map(|p| p as usize);
-    let wrapper = match spec.carried.is_empty() {
-        true => Vec::new(),
-        false => crate::wrapper_init::plan(&spec.model_type, &config, spec.hidden)?,
+    let wrapper = match (spec.vision, spec.carried.is_empty()) {
+        (Some(tower), _) => crate::wrapper_init::plan(tower, &config, spec.hidden),
+        (None, true) => Vec::new(),
+        (None, false) => {
+            return Err(ModelError::Unsupported(format!(
+                "a new `{}` model: it carries {} but names no vision tower to draw",
+                spec.model_type,
+                spec.carried.join(", ")
+            )))
+        }
     };
     let planned = plan(&spec, &config)?;
     let count = |shape: &[usize]| shape.iter().map(|&d| d as u64).product::<u64>();

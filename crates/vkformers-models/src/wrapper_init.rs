@@ -13,8 +13,8 @@
 
 use serde_json::Value;
 
-use crate::error::{ModelError, Result};
 use crate::init::Normal;
+use crate::spec::VisionTower;
 
 /// How one tensor starts.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -44,13 +44,13 @@ fn lecun(fan_in: usize) -> Draw {
     Draw::TruncNormal((1.0 / fan_in as f64).sqrt())
 }
 
-/// The wrapper's own tensors for `model_type` (`gemma3`, `mistral3`), text hidden size `text_h`.
-pub(crate) fn plan(model_type: &str, cfg: &Value, text_h: usize) -> Result<Vec<Planned>> {
+/// The wrapper's own tensors for its tower, from the wrapper config `cfg`; `text_h` is the text
+/// model's hidden size.
+pub(crate) fn plan(tower: VisionTower, cfg: &Value, text_h: usize) -> Vec<Planned> {
     let v = cfg.get("vision_config").cloned().unwrap_or(Value::Null);
-    match model_type {
-        "gemma3" => Ok(siglip(&v, text_h)),
-        "mistral3" => Ok(pixtral(&v, cfg, text_h)),
-        other => Err(ModelError::Unsupported(format!("a new `{other}` wrapper: no vision tower init"))),
+    match tower {
+        VisionTower::SiglipGemma3 => siglip(&v, text_h),
+        VisionTower::PixtralMistral3 => pixtral(&v, cfg, text_h),
     }
 }
 
