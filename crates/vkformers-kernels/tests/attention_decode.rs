@@ -346,7 +346,7 @@ fn paged_decode_matches_reference_bf16() {
 #[test]
 fn paged_decode_f32_activations_over_16bit_pools() {
     let all = cases();
-    let some: Vec<Case> = [0, 4, 7, 9].iter().map(|&i| all[i].clone()).collect();
+    let some: Vec<Case> = [0, 4, 7, 9, 11, 12].iter().map(|&i| all[i].clone()).collect();
     run_as("paged decode", &some, (DType::BF16, DType::F32));
     run_as("paged decode", &some, (DType::F16, DType::F32));
 }
@@ -364,6 +364,7 @@ fn paged_decode_key_tiles() {
         Case::new("t64 d100, split 3", &[130, 1], 1, (4, 2, 100), 8).splits(Some(3)),
         Case::new("t64 tq16 gqa8 window 40", &[90], 16, (8, 1, 24), 5).window(40).splits(Some(2)),
         Case::new("t64 d128 softcap alibi", &[70, 65], 2, (2, 1, 128), 16).softcap(3.0).alibi().splits(None),
+        Case::new("t64 sinks, auto split and a 3-key row", &[150, 3], 2, (4, 2, 64), 16).splits(None).sinks(),
     ];
     let small: Vec<Case> = small.into_iter().map(|c| c.tile(decode::SMALL_TILE)).collect();
     run("paged decode 64-key tiles", &small, DType::F32);
@@ -371,6 +372,7 @@ fn paged_decode_key_tiles() {
     run_as("paged decode 64-key tiles", &small[..2], (DType::BF16, DType::F32));
     run_as("paged decode 64-key tiles", &small[..2], (DType::F16, DType::F32));
     run("paged decode 64-key tiles", &small[..2], DType::F16);
+    run_as("paged decode 64-key tiles, sinks", &small[4..], (DType::BF16, DType::F32));
 }
 
 /// Bad calls are errors, not device faults: a split call without work buffer, a pool view of
