@@ -38,6 +38,10 @@ pub struct AttentionArgs {
     /// Storage type: bf16, f16 or f32 (f32 runs the FMA kernels).
     #[arg(long, default_value = "bf16")]
     dtype: String,
+    /// Learned attention sinks (one logit per query head, gpt-oss / granite_swa): the forward
+    /// folds them in and the backward adds `attention/sink_grad`.
+    #[arg(long)]
+    sinks: bool,
     /// Timed runs (after 2 warm-up runs); the median is reported.
     #[arg(long, default_value_t = 10)]
     iters: usize,
@@ -95,7 +99,11 @@ pub fn attention(selector: &DeviceSelector, args: &AttentionArgs) -> anyhow::Res
     let (dq, dk, dv) = (ctx.buffer(bytes(nq), "dq")?, ctx.buffer(bytes(nkv), "dk")?, ctx.buffer(bytes(nkv), "dv")?);
     let scratch_len = if cm2 { coopmat2::backward_scratch_len(&s, dt)? } else { 0 };
     let scratch = ctx.buffer(scratch_len.max(1) * 4, "dkdv parts")?;
-    let opt = attention::Options { causal: !args.full, dtype: dt, ..attention::Options::new(s.d) };
+    let sink_logits: Vec<f32> = (0..s.hq).map(|h| h as f32 * 0.25 - 1.0).collect();
+    let sinks = ctx.buffer_from(&sink_logits, "sinks")?;
+    let dsinks = ctx.buffer(u64::from(s.hq) * 4, "dsinks")?;
+    let mut opt = attention::Options { causal: !args.full, dtype: dt, ..attention::Options::new(s.d) };
+    opt.sinks = args.sinks.then(|| sinks.view());
     let x = Qkv { q: q.view(), k: k.view(), v: v.view() };
     let saved = Saved { o: o.view(), lse: lse.view() };
     let g = Grads { dq: dq.view(), dk: dk.view(), dv: dv.view(), delta: delta.view() };
@@ -103,10 +111,14 @@ pub fn attention(selector: &DeviceSelector, args: &AttentionArgs) -> anyhow::Res
         if cm2 {
             coopmat2::forward_cm2(rec, &x, &saved, &s, &opt)?;
             let sv = (scratch_len > 0).then(|| scratch.view());
-            coopmat2::backward_cm2(rec, &x, &saved, d_o.view(), &g, sv, &s, &opt)
+            coopmat2::backward_cm2(rec, &x, &saved, d_o.view(), &g, sv, &s, &opt)?;
         } else {
             attention::forward(rec, &x, &saved, &s, &opt)?;
-            attention::backward(rec, &x, &saved, d_o.view(), &g, &s, &opt)
+            attention::backward(rec, &x, &saved, d_o.view(), &g, &s, &opt)?;
+        }
+        match opt.sinks {
+            Some(sk) => attention::sinks::backward(rec, (lse.view(), delta.view()), sk, dsinks.view(), &s),
+            None => Ok(()),
         }
     };
     let mut warm = ctx.recorder(false)?;

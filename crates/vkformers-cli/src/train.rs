@@ -245,11 +245,19 @@ fn load_model(g: &Graph<'_>, model_dir: Option<&Path>, src: &SourceArgs, args: &
     };
     let tokenizer = tok_dir.as_ref().map(HfTokenizer::from_dir).transpose()?;
     if let Some(t) = &tokenizer {
-        // The embedding must cover the tokenizer; special ids follow it too.
-        config["vocab_size"] = t.vocab_size().into();
+        // The embedding must cover the tokenizer; special ids follow it too. An image-text
+        // wrapper's text model reads its own `text_config`, so both get them.
+        let wrapper = config.get("text_config").is_some_and(serde_json::Value::is_object);
+        let mut set = |key: &str, v: serde_json::Value| {
+            if wrapper {
+                config["text_config"][key] = v.clone();
+            }
+            config[key] = v;
+        };
+        set("vocab_size", t.vocab_size().into());
         for (key, tok) in [("pad_token_id", t.pad()), ("bos_token_id", t.bos()), ("eos_token_id", t.eos())] {
             if let Some(s) = tok {
-                config[key] = s.id.into();
+                set(key, s.id.into());
             }
         }
     }

@@ -101,3 +101,37 @@ fn finetuning_a_wrapper_writes_peft_keys_and_merging_keeps_its_vision_tower() {
     }
     assert_eq!(changed, 4, "the adapted q and v weights of 2 layers");
 }
+
+/// `train --init-from-config` on a wrapper's config (mistral3, with a BPE tokenizer trained on the
+/// data, whose vocabulary — not the config's 128 — the text model then takes): the folder has every tensor transformers stores for the wrapper,
+/// the vision tower and projector of the config's shapes (drawn as transformers does: see the
+/// models crate's init tests), and a text_config that matches the trained embedding.
+#[test]
+fn a_wrapper_from_its_config_trains_and_saves_its_vision_tower() {
+    let fixture = repo().join("tests/fixtures/mistral3");
+    let data = repo().join("tests/fixtures_train/rows.jsonl");
+    let out = tempfile::tempdir().unwrap();
+    let saved = out.path().join("new");
+    let r = Command::new(env!("CARGO_BIN_EXE_vkformers"))
+        .args(["train", "--init-from-config", fixture.join("config.json").to_str().unwrap()])
+        .args(["--train-tokenizer", "300", "--data", data.to_str().unwrap()])
+        .args(["--out", saved.to_str().unwrap(), "--max-steps", "2", "--batch-size", "2", "--lr", "1e-3"])
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let (src, got) = (ModelWeights::open(&fixture).unwrap(), ModelWeights::open(&saved).unwrap());
+    let sorted = |w: &ModelWeights| {
+        let mut v: Vec<String> = w.names().map(String::from).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(sorted(&got), sorted(&src), "stored tensors");
+    for n in sorted(&src).iter().filter(|n| !n.starts_with("language_model.")) {
+        assert_eq!(got.info(n).unwrap().shape, src.info(n).unwrap().shape, "{n}");
+    }
+    let config = vkformers_io::read_json(saved.join("config.json")).unwrap();
+    let vocab = got.info("language_model.model.embed_tokens.weight").unwrap().shape[0];
+    assert_ne!(vocab, 128, "the tokenizer's vocabulary");
+    assert_eq!(config["text_config"]["vocab_size"], vocab, "text_config follows the tokenizer");
+    assert_eq!(config["model_type"], "mistral3");
+}

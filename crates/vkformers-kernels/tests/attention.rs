@@ -21,6 +21,7 @@ struct Case {
     softcap: f64,
     kmask: Option<Vec<i32>>,
     slopes: Option<Vec<f64>>,
+    sinks: Option<Vec<f64>>,
     /// q and k are uniform in [-amp, amp].
     amp: f32,
 }
@@ -31,7 +32,7 @@ fn shape(batch: usize, tq: usize, tk: usize, hq: usize, hkv: usize, d: usize) ->
 
 impl Case {
     fn new(name: &'static str, shape: Shape) -> Self {
-        Case { name, shape, causal: false, window: 0, softcap: 0.0, kmask: None, slopes: None, amp: 1.0 }
+        Case { name, shape, causal: false, window: 0, softcap: 0.0, kmask: None, slopes: None, sinks: None, amp: 1.0 }
     }
 
     fn causal(mut self) -> Self {
@@ -63,6 +64,13 @@ impl Case {
         self
     }
 
+    /// Learned sinks, exact in f32: from below every score to above most, so the sink takes
+    /// from nothing to most of a row's weight.
+    fn sinks(mut self) -> Self {
+        self.sinks = Some((0..self.shape.hq).map(|h| [-3.0, 0.75, 2.5, -0.25][h % 4]).collect());
+        self
+    }
+
     fn options(&self) -> reference::Options<'_> {
         reference::Options {
             scale: 1.0 / (self.shape.d as f64).sqrt(),
@@ -71,6 +79,7 @@ impl Case {
             softcap: self.softcap,
             kmask: self.kmask.as_deref(),
             slopes: self.slopes.as_deref(),
+            sinks: self.sinks.as_deref(),
         }
     }
 }
@@ -111,6 +120,14 @@ fn check_reference_grads(case: &Case) {
     assert_grad_matches_fd(&format!("{}: dq", case.name), |x| loss(x, &k, &v), &q, &dq);
     assert_grad_matches_fd(&format!("{}: dk", case.name), |x| loss(&q, x, &v), &k, &dk);
     assert_grad_matches_fd(&format!("{}: dv", case.name), |x| loss(&q, &k, x), &v, &dv);
+    if let Some(sinks) = &case.sinks {
+        let ds = reference::sinks_backward(&q, &k, &v, &w, &s, &opt);
+        let loss_s = |x: &[f64]| {
+            let (o, _) = reference::forward(&q, &k, &v, &s, &reference::Options { sinks: Some(x), ..opt });
+            o.iter().zip(&w).map(|(a, b)| a * b).sum()
+        };
+        assert_grad_matches_fd(&format!("{}: dsinks", case.name), loss_s, sinks, &ds);
+    }
 }
 
 fn small_cases() -> Vec<Case> {
@@ -128,6 +145,12 @@ fn small_cases() -> Vec<Case> {
             .softcap(1.5, 2.0)
             .alibi()
             .kmask(padding(2, 6, 1, 1)),
+        Case::new("sinks gqa causal", shape(2, 5, 5, 4, 2, 3)).causal().sinks(),
+        Case::new("sinks window padding", shape(2, 6, 6, 2, 1, 2))
+            .causal()
+            .window(3)
+            .kmask(padding(2, 6, 1, 2))
+            .sinks(),
     ]
 }
 
@@ -154,6 +177,16 @@ fn reference_handles_fully_masked_rows() {
         }
     }
     assert!(o.iter().chain(&lse).all(|x| x.is_finite()));
+    // With sinks the sink takes all of such a row's weight: o = 0 and lse = s_h.
+    let case = case.sinks();
+    let (o, lse) = reference::forward(&q, &k, &v, &s, &case.options());
+    for h in 0..s.hq {
+        for i in 0..3 {
+            assert_eq!(lse[(s.hq + h) * s.tq + i], case.sinks.as_ref().unwrap()[h]);
+            let at = ((s.tq + i) * s.hq + h) * s.d;
+            assert!(o[at..at + s.d].iter().all(|&x| x == 0.0));
+        }
+    }
 }
 
 // ---------------------------------------------------------------- GPU vs reference
@@ -182,6 +215,9 @@ fn check_gpu(ctx: &Context, case: &Case, seed: u64, dt: DType) -> Result<()> {
     let kmask = case.kmask.as_ref().map(|m| ctx.buffer_from(m, "kmask")).transpose()?;
     let slopes32: Option<Vec<f32>> = case.slopes.as_ref().map(|sl| sl.iter().map(|&x| x as f32).collect());
     let slopes = slopes32.as_ref().map(|sl| ctx.buffer_from(sl, "slopes")).transpose()?;
+    let sinks32: Option<Vec<f32>> = case.sinks.as_ref().map(|sk| sk.iter().map(|&x| x as f32).collect());
+    let sinks = sinks32.as_ref().map(|sk| ctx.buffer_from(sk, "sinks")).transpose()?;
+    let bds = ctx.buffer((s.hq * 4) as u64, "dsinks")?;
     let lbytes = (s.lse_len() * 4) as u64;
     let bo = alloc(ctx, dt, s.q_len(), "o")?;
     let blse = ctx.buffer(lbytes, "lse")?;
@@ -197,6 +233,7 @@ fn check_gpu(ctx: &Context, case: &Case, seed: u64, dt: DType) -> Result<()> {
         softcap: case.softcap as f32,
         kmask: kmask.as_ref().map(|b| b.view()),
         alibi: slopes.as_ref().map(|b| b.view()),
+        sinks: sinks.as_ref().map(|b| b.view()),
         dtype: dt,
     };
     let x = Qkv { q: bq.view(), k: bk.view(), v: bv.view() };
@@ -205,6 +242,9 @@ fn check_gpu(ctx: &Context, case: &Case, seed: u64, dt: DType) -> Result<()> {
     let mut rec = ctx.recorder(false)?;
     attention::forward(&mut rec, &x, &saved, &gs, &opt)?;
     attention::backward(&mut rec, &x, &saved, bdo.view(), &grads, &gs, &opt)?;
+    if let Some(sk) = &sinks {
+        attention::sinks::backward(&mut rec, (blse.view(), bdelta.view()), sk.view(), bds.view(), &gs)?;
+    }
     rec.submit()?;
 
     // The reference sees exactly the data as stored (and f32 slopes).
@@ -232,6 +272,22 @@ fn check_gpu(ctx: &Context, case: &Case, seed: u64, dt: DType) -> Result<()> {
     assert_close(&format!("{name}: dq"), &read(ctx, dt, &bdq)?, &dq, tol(dt));
     assert_close(&format!("{name}: dk"), &read(ctx, dt, &bdk)?, &dk, tol(dt));
     assert_close(&format!("{name}: dv"), &read(ctx, dt, &bdv)?, &dv, tol(dt));
+    if let Some(sk) = &case.sinks {
+        // ds from the delta the GPU sees (16-bit o), which in f32 is the reference's own.
+        let mut ds = vec![0.0; s.hq];
+        for (row, (dl, l)) in delta.iter().zip(&lse).enumerate() {
+            ds[(row / s.tq) % s.hq] -= dl * (sk[(row / s.tq) % s.hq] - l).exp();
+        }
+        if dt == DType::F32 {
+            assert_close(
+                &format!("{name}: ds formula"),
+                &ds.iter().map(|&x| x as f32).collect::<Vec<_>>(),
+                &reference::sinks_backward(&q, &k, &v, &d_o, &s, &ropt),
+                TOL_F32,
+            );
+        }
+        assert_close(&format!("{name}: dsinks"), &ctx.read_vec::<f32>(bds.view())?, &ds, TOL_F32);
+    }
     Ok(())
 }
 
@@ -267,6 +323,11 @@ fn cases_16bit() -> Vec<Case> {
         Case::new("d64 t37", shape(2, 37, 37, 4, 2, 64)).causal(),
         Case::new("d80 (d128 variant)", shape(2, 19, 21, 2, 1, 80)).causal(),
         Case::new("d200 (d256 variant)", shape(1, 11, 13, 2, 1, 200)).causal().kmask(padding(1, 13, 2, 0)),
+        Case::new("sinks window padding", shape(2, 17, 17, 4, 2, 16))
+            .causal()
+            .window(5)
+            .kmask(padding(2, 17, 2, 3))
+            .sinks(),
     ]
 }
 
@@ -328,6 +389,29 @@ fn gpu_matches_reference_softcap_alibi() {
                 .softcap(5.0, 2.0)
                 .alibi()
                 .kmask(padding(2, 17, 3, 2)),
+        ],
+    );
+}
+
+#[test]
+fn gpu_matches_reference_sinks() {
+    run_cases(
+        "attention sinks",
+        &[
+            Case::new("sinks gqa 13x13 d8 causal", shape(2, 13, 13, 4, 2, 8)).causal().sinks(),
+            Case::new("sinks cross 7x19 d5", shape(1, 7, 19, 3, 1, 5)).sinks(),
+            Case::new("sinks, fully padded rows", shape(2, 11, 11, 4, 2, 8))
+                .causal()
+                .kmask(padding(2, 11, 2, 3))
+                .sinks(),
+            Case::new("sinks window 4 softcap alibi", shape(2, 13, 13, 4, 1, 8))
+                .causal()
+                .window(4)
+                .softcap(5.0, 3.0)
+                .alibi()
+                .sinks(),
+            Case::new("sinks d80 (d128 variant)", shape(1, 19, 21, 2, 1, 80)).causal().sinks(),
+            Case::new("sinks d200 (d256 variant)", shape(1, 11, 13, 2, 1, 200)).causal().window(5).sinks(),
         ],
     );
 }

@@ -25,6 +25,8 @@ struct Case {
     softcap: f64,
     kmask: Option<Vec<i32>>,
     alibi: bool,
+    /// Learned sink logits (exact in f32), see [`Case::sinks`].
+    sinks: bool,
     /// q and k uniform in [-amp, amp] (v in [-1, 1]).
     amp: f32,
 }
@@ -35,7 +37,7 @@ fn shape(batch: usize, tq: usize, tk: usize, hq: usize, hkv: usize, d: usize) ->
 
 impl Case {
     fn new(name: &'static str, shape: Shape) -> Self {
-        Case { name, shape, causal: false, window: 0, softcap: 0.0, kmask: None, alibi: false, amp: 1.0 }
+        Case { name, shape, causal: false, window: 0, softcap: 0.0, kmask: None, alibi: false, sinks: false, amp: 1.0 }
     }
 
     fn causal(mut self) -> Self {
@@ -61,6 +63,17 @@ impl Case {
     fn alibi(mut self) -> Self {
         self.alibi = true;
         self
+    }
+
+    fn sinks(mut self) -> Self {
+        self.sinks = true;
+        self
+    }
+
+    /// Sink logits from below every score to above most (the sink takes from nothing to most of
+    /// a row's weight), exact in f32.
+    fn sink_values(&self) -> Option<Vec<f32>> {
+        self.sinks.then(|| (0..self.shape.hq).map(|h| [-3.0, 0.75, 2.5, -0.25][h % 4]).collect())
     }
 
     /// Key padding: batch 0 right-padded by `right`, batch 1 (if any) left-padded by `left`.
@@ -116,6 +129,20 @@ fn cases() -> Vec<Case> {
             .amp(2.0)
             .alibi()
             .padding(11, 13),
+        // Learned sinks (gpt-oss, granite_swa): folded into lse by the forward; ds from
+        // attention::sinks::backward on the cm2 backward's delta.
+        Case::new("sinks gqa 4:1 d64 causal, fully padded rows", shape(2, 100, 100, 4, 1, 64))
+            .causal()
+            .padding(9, 70)
+            .sinks(),
+        Case::new("sinks window 40 d128 plain tiles", shape(1, 130, 130, 4, 2, 128)).causal().window(40).sinks(),
+        Case::new("sinks everything d200", shape(2, 45, 77, 4, 2, 200))
+            .causal()
+            .window(30)
+            .softcap(5.0)
+            .alibi()
+            .padding(5, 7)
+            .sinks(),
     ]
 }
 
@@ -198,6 +225,9 @@ fn check_case(ctx: &Context, case: &Case, seed: u64, dt: DType, grads: bool) -> 
     let slopes = case.slopes();
     let kmask = case.kmask.as_ref().map(|m| ctx.buffer_from(m, "kmask")).transpose()?;
     let alibi = slopes.as_ref().map(|sl| ctx.buffer_from(sl, "slopes")).transpose()?;
+    let sink_values = case.sink_values();
+    let sinks = sink_values.as_ref().map(|sk| ctx.buffer_from(sk, "sinks")).transpose()?;
+    let ds_buf = ctx.buffer(s.hq as u64 * 4, "dsinks")?;
     let o_buf = alloc(ctx, dt, s.q_len(), "o")?;
     let lse_buf = ctx.buffer(s.lse_len() as u64 * 4, "lse")?;
     let delta_buf = ctx.buffer(s.lse_len() as u64 * 4, "delta")?;
@@ -218,6 +248,7 @@ fn check_case(ctx: &Context, case: &Case, seed: u64, dt: DType, grads: bool) -> 
         softcap: case.softcap as f32,
         kmask: kmask.as_ref().map(|b| b.view()),
         alibi: alibi.as_ref().map(|b| b.view()),
+        sinks: sinks.as_ref().map(|b| b.view()),
         dtype: dt,
     };
     let x = Qkv { q: bq.view(), k: bk.view(), v: bv.view() };
@@ -229,10 +260,14 @@ fn check_case(ctx: &Context, case: &Case, seed: u64, dt: DType, grads: bool) -> 
     forward_cm2(&mut rec, &x, &saved, &gs, &opt)?;
     if grads {
         backward_cm2(&mut rec, &x, &saved, bdo.view(), &g, scratch.as_ref().map(|b| b.view()), &gs, &opt)?;
+        if let Some(sk) = &sinks {
+            attention::sinks::backward(&mut rec, (lse_buf.view(), delta_buf.view()), sk.view(), ds_buf.view(), &gs)?;
+        }
     }
     rec.submit()?;
 
     let slopes64 = slopes.as_ref().map(|sl| f64s(sl));
+    let sinks64 = sink_values.as_ref().map(|sk| f64s(sk));
     let ropt = reference::Options {
         scale: f64::from(opt.scale),
         causal: case.causal,
@@ -240,6 +275,7 @@ fn check_case(ctx: &Context, case: &Case, seed: u64, dt: DType, grads: bool) -> 
         softcap: f64::from(opt.softcap),
         kmask: case.kmask.as_deref(),
         slopes: slopes64.as_deref(),
+        sinks: sinks64.as_deref(),
     };
     let [q, k, v, d_o] = [q, k, v, d_o].map(|x| f64s(&x));
     let (o, lse) = reference::forward(&q, &k, &v, &s, &ropt);
@@ -267,6 +303,15 @@ fn check_case(ctx: &Context, case: &Case, seed: u64, dt: DType, grads: bool) -> 
     let kv_at = bthd(&s, s.tk, s.hkv, dkdv_rows);
     check(&format!("{name}: dk"), &download(ctx, dt, dk_buf.view())?, &dk, tol(dt), &kv_at);
     check(&format!("{name}: dv"), &download(ctx, dt, dv_buf.view())?, &dv, tol(dt), &kv_at);
+    if let Some(sk) = &sinks64 {
+        // ds = -Σ delta e^(s - lse) over the delta of the stored o (see attention.rs).
+        let mut ds = vec![0.0; s.hq];
+        for (row, (dl, l)) in delta.iter().zip(&lse).enumerate() {
+            let h = (row / s.tq) % s.hq;
+            ds[h] -= dl * (sk[h] - l).exp();
+        }
+        check(&format!("{name}: dsinks"), &ctx.read_vec::<f32>(ds_buf.view())?, &ds, TOL_F32, |h| format!("[h {h}]"));
+    }
     Ok(())
 }
 

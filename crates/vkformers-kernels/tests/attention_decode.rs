@@ -28,6 +28,8 @@ struct Case {
     window: usize,
     softcap: f64,
     alibi: bool,
+    /// Learned sinks ([`Case::sink_values`]).
+    sinks: bool,
     /// `None`: `decode::splits`' choice.
     splits: Option<u32>,
     /// Key tile; `None`: `decode::tile_keys`' choice.
@@ -48,6 +50,7 @@ impl Case {
             window: 0,
             softcap: 0.0,
             alibi: false,
+            sinks: false,
             splits: Some(1),
             tile: None,
         }
@@ -71,6 +74,16 @@ impl Case {
     fn alibi(mut self) -> Self {
         self.alibi = true;
         self
+    }
+
+    fn sinks(mut self) -> Self {
+        self.sinks = true;
+        self
+    }
+
+    /// Sink logits from below every score to above most, exact in f32.
+    fn sink_values(&self) -> Vec<f32> {
+        (0..self.hq).map(|h| [-3.0, 0.75, 2.5, -0.25][h % 4]).collect()
     }
 
     fn not_causal(mut self) -> Self {
@@ -179,6 +192,7 @@ fn stage(case: &Case, lay: &Layout, r: &Rows, rng: &mut Rng, dt: DType) -> Stage
 /// The reference o [B, Tq, Hq, D] and lse [B, Hq, Tq], one row at a time.
 fn expected(case: &Case, r: &Rows, scale: f32) -> (Vec<f64>, Vec<f64>) {
     let slopes = f64s(&case.slopes());
+    let sinks = f64s(&case.sink_values());
     let (mut o, mut lse) = (Vec::new(), Vec::new());
     for (b, &len) in case.lens.iter().enumerate() {
         let s = Shape { batch: 1, tq: case.tq, tk: len, hq: case.hq, hkv: case.hkv, d: case.d };
@@ -189,6 +203,7 @@ fn expected(case: &Case, r: &Rows, scale: f32) -> (Vec<f64>, Vec<f64>) {
             softcap: case.softcap,
             kmask: None,
             slopes: case.alibi.then_some(&slopes[..]),
+            sinks: case.sinks.then_some(&sinks[..]),
         };
         let (ob, lb) = reference::forward(&f64s(&r.q[b]), &f64s(&r.k[b]), &f64s(&r.v[b]), &s, &opt);
         o.extend(ob);
@@ -233,6 +248,7 @@ fn check(ctx: &Context, case: &Case, seed: u64, (dt, act): (DType, DType)) -> Re
     let lens: Vec<i32> = case.lens.iter().map(|&l| l as i32).collect();
     let lens = ctx.buffer_from(&lens, "lens")?;
     let slopes = ctx.buffer_from(&case.slopes(), "slopes")?;
+    let sinks = ctx.buffer_from(&case.sink_values(), "sinks")?;
     let o = upload(ctx, act, &vec![0.0; q.len()], "o")?;
     let lse = ctx.buffer((b * case.hq * case.tq * 4) as u64, "lse")?;
     let work = ctx.buffer(decode::work_floats(&shape, splits).max(1) * 4, "work")?;
@@ -241,6 +257,7 @@ fn check(ctx: &Context, case: &Case, seed: u64, (dt, act): (DType, DType)) -> Re
     opt.window = case.window as u32;
     opt.softcap = case.softcap as f32;
     opt.alibi = case.alibi.then(|| slopes.view());
+    opt.sinks = case.sinks.then(|| sinks.view());
     opt.dtype = dt;
     opt.act = Some(act);
     let width = (case.hkv * case.d) as u32;
@@ -292,6 +309,14 @@ fn cases() -> Vec<Case> {
         Case::new("split auto, d128, one long row", &[1100], 2, (8, 1, 128), 32).splits(None),
         Case::new("split 4, d200, window 20 (empty splits)", &[90, 33], 3, (2, 1, 200), 16).window(20).splits(Some(4)),
         Case::new("everything split 2", &[57, 31, 3], 3, (4, 2, 16), 6).window(9).softcap(4.0).alibi().splits(Some(2)),
+        // Learned sinks: joined by the kernel unsplit, by the combine (once) when split; an
+        // empty row and empty splits give o = 0 and lse = s_h.
+        Case::new("sinks tq1 gqa d24 bs5, an empty row", &[23, 0, 9], 1, (4, 2, 24), 5).sinks(),
+        Case::new("sinks split 4, d200, window 20", &[90, 33, 0], 3, (4, 1, 200), 16)
+            .window(20)
+            .splits(Some(4))
+            .sinks(),
+        Case::new("sinks split auto, d64, softcap", &[300, 5], 2, (8, 2, 64), 32).softcap(4.0).splits(None).sinks(),
     ]
 }
 
@@ -302,7 +327,7 @@ fn paged_decode_matches_reference_f32() {
 
 fn cases_16bit() -> Vec<Case> {
     let all = cases();
-    [0, 3, 4, 7, 8, 9, 10].iter().map(|&i| all[i].clone()).collect()
+    [0, 3, 4, 7, 8, 9, 10, 11, 12].iter().map(|&i| all[i].clone()).collect()
 }
 
 #[test]
@@ -321,7 +346,7 @@ fn paged_decode_matches_reference_bf16() {
 #[test]
 fn paged_decode_f32_activations_over_16bit_pools() {
     let all = cases();
-    let some: Vec<Case> = [0, 4, 7, 9].iter().map(|&i| all[i].clone()).collect();
+    let some: Vec<Case> = [0, 4, 7, 9, 11, 12].iter().map(|&i| all[i].clone()).collect();
     run_as("paged decode", &some, (DType::BF16, DType::F32));
     run_as("paged decode", &some, (DType::F16, DType::F32));
 }
@@ -339,6 +364,7 @@ fn paged_decode_key_tiles() {
         Case::new("t64 d100, split 3", &[130, 1], 1, (4, 2, 100), 8).splits(Some(3)),
         Case::new("t64 tq16 gqa8 window 40", &[90], 16, (8, 1, 24), 5).window(40).splits(Some(2)),
         Case::new("t64 d128 softcap alibi", &[70, 65], 2, (2, 1, 128), 16).softcap(3.0).alibi().splits(None),
+        Case::new("t64 sinks, auto split and a 3-key row", &[150, 3], 2, (4, 2, 64), 16).splits(None).sinks(),
     ];
     let small: Vec<Case> = small.into_iter().map(|c| c.tile(decode::SMALL_TILE)).collect();
     run("paged decode 64-key tiles", &small, DType::F32);
@@ -346,6 +372,7 @@ fn paged_decode_key_tiles() {
     run_as("paged decode 64-key tiles", &small[..2], (DType::BF16, DType::F32));
     run_as("paged decode 64-key tiles", &small[..2], (DType::F16, DType::F32));
     run("paged decode 64-key tiles", &small[..2], DType::F16);
+    run_as("paged decode 64-key tiles, sinks", &small[4..], (DType::BF16, DType::F32));
 }
 
 /// Bad calls are errors, not device faults: a split call without work buffer, a pool view of

@@ -726,7 +726,7 @@ fn self_attention(
         q = apply_norm(g, qk, w, &layer_name(&n.q_norm, i), &q)?;
         k = apply_norm(g, qk, w, &layer_name(&n.k_norm, i), &k)?;
     }
-    let o = attend(g, a, i, (&q, &k, &v), inp)?;
+    let o = attend(g, (a, w), i, (&q, &k, &v), inp)?;
     let mut o = shape::reshape(g, &o, &[b * t, a.heads * a.head_dim])?;
     if let Some((norm, template)) = &a.out_norm {
         o = apply_norm(g, norm, w, &layer_name(template, i), &o)?;
@@ -735,10 +735,10 @@ fn self_attention(
 }
 
 /// `o [B, T, Hq, D]` of the layer's fused attention of q `[B, T, Hq, D]`, k and v
-/// `[B, T, Hkv, D]` (through the KV cache when the forward has one).
+/// `[B, T, Hkv, D]` (through the KV cache when the forward has one); `w` holds the sinks.
 fn attend(
     g: &Graph<'_>,
-    a: &AttnSpec,
+    (a, w): (&AttnSpec, &Weights),
     i: usize,
     (q, k, v): (&Tensor, &Tensor, &Tensor),
     inp: &Inputs<'_>,
@@ -753,6 +753,7 @@ fn attend(
             Some(slopes) => Some(g.constant(slopes, &[a.heads])?),
             None => None,
         },
+        sinks: a.sinks.as_ref().map(|t| w.get(&layer_name(t, i)).cloned()).transpose()?,
     };
     Ok(match inp.cache {
         Some((cache, _)) => cache.attend(g, i, (q, k, v), opts)?,

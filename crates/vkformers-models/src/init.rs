@@ -41,7 +41,7 @@ pub(crate) struct Planned {
 }
 
 /// SplitMix64 with Box–Muller normals: small, portable, and seeded.
-struct Normal(u64);
+pub(crate) struct Normal(pub(crate) u64);
 
 impl Normal {
     fn next_u64(&mut self) -> u64 {
@@ -51,10 +51,10 @@ impl Normal {
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
     }
-    fn unit(&mut self) -> f64 {
+    pub(crate) fn unit(&mut self) -> f64 {
         ((self.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
     }
-    fn sample(&mut self, std: f64) -> f32 {
+    pub(crate) fn sample(&mut self, std: f64) -> f32 {
         let (u1, u2) = (self.unit(), self.unit());
         ((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos() * std) as f32
     }
@@ -195,6 +195,10 @@ fn plan(spec: &ModelSpec, config: &Value) -> Result<Vec<Planned>> {
         if let Some((n, template)) = &a.out_norm {
             norm_params(&mut out, &layer_name(template, i), n, o_in);
         }
+        if let Some(template) = &a.sinks {
+            // granite_swa's `_init_weights` zeroes the sinks.
+            out.push(Planned { name: layer_name(template, i), shape: vec![a.heads], init: Init::Zeros });
+        }
         linear(&mut out, &layer_name(&names.o, i), h, o_in, a.out_bias);
         if spec.residual_init != ResidualInit::Plain {
             scale_init(&mut out, &layer_name(&names.o, i));
@@ -298,22 +302,28 @@ fn stored_names(spec: &ModelSpec, planned: &[Planned]) -> Vec<String> {
 /// A new model of `config` on `g`, initialised as described above from `seed`.
 pub fn init_from_config(g: &Graph<'_>, config: Value, seed: u64) -> Result<Model> {
     let spec = spec_from_config(&config)?;
-    if !spec.carried.is_empty() {
-        // The vision tower is not ours to draw (its modules are not in the spec).
-        return Err(ModelError::Unsupported(format!(
-            "a new `{}` model from its config: it is an image-text wrapper whose vision tower vkformers \
-             does not build; pre-train its text model from the `text_config` alone (model_type `{}`), or \
-             fine-tune a `{}` checkpoint",
-            spec.model_type,
-            config["text_config"]["model_type"].as_str().unwrap_or("its text type"),
-            spec.model_type
-        )));
-    }
-    let std = config["initializer_range"].as_f64().unwrap_or(0.02);
-    let pad = config["pad_token_id"].as_u64().map(|p| p as usize);
+    // An image-text wrapper's text model draws from its own config (transformers initialises each
+    // sub-model by its config), and its vision tower and projector are drawn as transformers
+    // would (`wrapper_init`), kept as buffers (never trained here) and saved with the rest.
+    let text = if spec.carried.is_empty() { &config } else { &config["text_config"] };
+    let std = text["initializer_range"].as_f64().or(config["initializer_range"].as_f64()).unwrap_or(0.02);
+    let pad = text["pad_token_id"].as_u64().or(config["pad_token_id"].as_u64()).map(|p| p as usize);
+    let wrapper = match (spec.vision, spec.carried.is_empty()) {
+        (Some(tower), _) => crate::wrapper_init::plan(tower, &config, spec.hidden),
+        (None, true) => Vec::new(),
+        (None, false) => {
+            return Err(ModelError::Unsupported(format!(
+                "a new `{}` model: it carries {} but names no vision tower to draw",
+                spec.model_type,
+                spec.carried.join(", ")
+            )))
+        }
+    };
     let planned = plan(&spec, &config)?;
-    let elements = planned.iter().map(|p| p.shape.iter().map(|&d| d as u64).product::<u64>()).sum();
-    crate::budget::check(g.ctx().caps(), crate::budget::Need { trainable_elements: elements, frozen_bytes: 0 })?;
+    let count = |shape: &[usize]| shape.iter().map(|&d| d as u64).product::<u64>();
+    let elements = planned.iter().map(|p| count(&p.shape)).sum();
+    let frozen_bytes = 4 * wrapper.iter().map(|(_, shape, _)| count(shape)).sum::<u64>();
+    crate::budget::check(g.ctx().caps(), crate::budget::Need { trainable_elements: elements, frozen_bytes })?;
     let stds = Stds::of(&spec, std);
     let mut rng = Normal(seed);
     let mut weights = Weights::default();
@@ -338,7 +348,14 @@ pub fn init_from_config(g: &Graph<'_>, config: Value, seed: u64) -> Result<Model
         params.push((p.name.clone(), t));
     }
     params.sort_by(|a, b| a.0.cmp(&b.0));
-    let hf_names = stored_names(&spec, &planned);
+    let mut hf_names = stored_names(&spec, &planned);
+    for (name, shape, draw) in wrapper {
+        let data = crate::wrapper_init::values(draw, shape.iter().product(), &mut rng);
+        let t = g.constant(&data, &shape)?;
+        weights.insert(name.clone(), t.clone());
+        hf_names.push(name.clone());
+        buffers.push((name, t));
+    }
     Ok(Model { spec, weights, params, buffers, hf_names, config })
 }
 

@@ -17,6 +17,7 @@ pub mod rope;
 pub mod seq2seq;
 pub mod spec;
 pub mod weights;
+mod wrapper_init;
 
 pub use archs::{spec_from_config, ARCHS};
 pub use error::{ModelError, Result};

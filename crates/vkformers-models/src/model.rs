@@ -250,7 +250,9 @@ impl Model {
         };
         std::fs::create_dir_all(out).map_err(|e| ModelError::Weights(format!("{}: {e}", out.display())))?;
         let tensors = self.hf_params(g)?;
-        let carried = carried_tensors(&self.spec, source_dir)?;
+        // A wrapper made by `init_from_config` holds its vision tower itself (as buffers).
+        let holds_carried = self.buffers.iter().any(|(n, _)| is_carried(&self.spec, n));
+        let carried = if holds_carried { Vec::new() } else { carried_tensors(&self.spec, source_dir)? };
         let mut save: Vec<SaveTensor<'_>> = tensors
             .iter()
             .map(|t| SaveTensor {

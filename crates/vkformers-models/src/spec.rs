@@ -89,6 +89,10 @@ pub struct AttnSpec {
     pub clip_qkv: Option<f32>,
     /// Keys further back than this are invisible (Mistral); `None` = full causal.
     pub sliding_window: Option<u32>,
+    /// Learned attention sinks: a per-head logit `[heads]` stored under this name template
+    /// (granite_swa's and gpt-oss's `self_attn.sinks`, no `.weight`) that joins every query's
+    /// softmax denominator and takes no value; `None` = none.
+    pub sinks: Option<String>,
     pub rope: Option<RopeSpec>,
     /// Score scale (usually `head_dim^-0.5`).
     pub scale: f32,
@@ -170,6 +174,7 @@ impl AttnSpec {
             q_position_scale: None,
             out_norm: None,
             sliding_window: None,
+            sinks: None,
             rope: None,
             scale: 1.0 / (head_dim as f32).sqrt(),
             mla: None,
@@ -412,6 +417,9 @@ pub struct ModelSpec {
     /// Prefixes of stored tensors the graph does not read that the folder's model type still
     /// owns (an image-text wrapper's vision tower): not loaded, copied unchanged on save.
     pub carried: Vec<String>,
+    /// The vision tower an image-text wrapper keeps under `carried` (what `init_from_config`
+    /// draws for a new one); `None` for every other family.
+    pub vision: Option<VisionTower>,
     /// `(stored prefix, module prefix)` pairs where transformers' modules are named otherwise
     /// than their stored tensors (an image-text wrapper stores `language_model.model.*` for the
     /// module `model.language_model.*`): PEFT keys adapters by module path. Empty for most.
@@ -419,6 +427,16 @@ pub struct ModelSpec {
     /// Encoder-decoder models (T5, BART families): the encoder stack and the cross-attention;
     /// `layers` are then the decoder's. The model runs through `seq2seq::forward_loss`.
     pub seq2seq: Option<Box<crate::seq2seq::Seq2SeqSpec>>,
+}
+
+/// The vision tower and projector of an image-text wrapper, by the transformers modules that
+/// make them (see `wrapper_init`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VisionTower {
+    /// SigLIP's vision model and Gemma 3's projector (`gemma3`).
+    SiglipGemma3,
+    /// Pixtral's vision model and Mistral 3's patch-merging projector (`mistral3`).
+    PixtralMistral3,
 }
 
 /// GPT-2's scaled initialisation of the projections that write into the residual stream: with
@@ -478,6 +496,7 @@ impl ModelSpec {
             residual_init: ResidualInit::Plain,
             layer_init_std: None,
             carried: Vec::new(),
+            vision: None,
             module_paths: Vec::new(),
             seq2seq: None,
         }

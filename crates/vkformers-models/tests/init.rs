@@ -123,6 +123,58 @@ fn a_model_from_a_config_has_the_stored_layout_and_init() {
     });
 }
 
+/// A new image-text wrapper draws its vision tower and projector as transformers does (see
+/// `wrapper_init`): SigLIP's xavier-uniform bounds, lecun-normal convolution, zero projector
+/// (gemma3); Pixtral's N(0, vision initializer_range) and the projector's N(0, wrapper's) (mistral3).
+#[test]
+fn wrapper_vision_towers_start_as_transformers_draws_them() {
+    on_every_device("init wrappers", |ctx| {
+        let g = Graph::new(ctx);
+        let read = |m: &Model, n: &str| -> Vec<f32> {
+            let t = m.buffers.iter().find(|(b, _)| b == n).unwrap_or_else(|| panic!("no buffer {n}"));
+            g.read(&t.1).unwrap()
+        };
+        let max_abs = |v: &[f32]| v.iter().fold(0f64, |a, &x| a.max(f64::from(x).abs()));
+        let gemma =
+            init_from_config(&g, vkformers_io::read_json(fixture("gemma3").join("config.json")).unwrap(), 5).unwrap();
+        // q_proj [16, 16]: U(±sqrt(6 / 32)); fc1 [32, 16]: U(±sqrt(6 / 48)).
+        for (n, bound) in [
+            ("encoder.layers.0.self_attn.q_proj.weight", (6.0f64 / 32.0).sqrt()),
+            ("encoder.layers.0.mlp.fc1.weight", (6.0f64 / 48.0).sqrt()),
+        ] {
+            let v = read(&gemma, &format!("vision_tower.{n}"));
+            let m = max_abs(&v);
+            assert!(m <= bound && m > 0.8 * bound, "{n}: max |x| {m} for bound {bound}");
+        }
+        // patch_embedding [16, 3, 8, 8]: lecun normal, std sqrt(1 / 192), truncated at 2σ.
+        let v = read(&gemma, "vision_tower.embeddings.patch_embedding.weight");
+        let (mean, sd) = mean_sd(&v);
+        let want = (1.0f64 / 192.0).sqrt();
+        assert!(mean.abs() < 0.1 * want && (sd / want - 1.0).abs() < 0.06, "patch embedding mean {mean} std {sd}");
+        assert!(max_abs(&v) <= 2.0 * want / 0.879_625_66 + 1e-6);
+        assert!(read(&gemma, "multi_modal_projector.mm_input_projection_weight").iter().all(|&x| x == 0.0));
+        assert!(read(&gemma, "vision_tower.post_layernorm.weight").iter().all(|&x| x == 1.0));
+        let mistral =
+            init_from_config(&g, vkformers_io::read_json(fixture("mistral3").join("config.json")).unwrap(), 5).unwrap();
+        for (n, want) in
+            [("vision_tower.patch_conv.weight", 0.02), ("multi_modal_projector.patch_merger.merging_layer.weight", 0.2)]
+        {
+            let (mean, sd) = mean_sd(&read(&mistral, n));
+            assert!(
+                mean.abs() < 0.1 * want && (sd / want - 1.0).abs() < 0.06,
+                "{n}: mean {mean} std {sd}, want {want}"
+            );
+        }
+        assert!(read(&mistral, "vision_tower.ln_pre.weight").iter().all(|&x| x == 1.0));
+        // Set VKFORMERS_SAVE_DIR to keep both folders (e.g. to load them in transformers).
+        if let Some(root) = std::env::var_os("VKFORMERS_SAVE_DIR").map(PathBuf::from) {
+            gemma.save(&g, &root.join("gemma3_init"), None, u64::MAX).unwrap();
+            mistral.save(&g, &root.join("mistral3_init"), None, u64::MAX).unwrap();
+        }
+        Ok(())
+    });
+}
+
 /// Every fixture's config (so every registered model type, with its joined, per-head, fused,
 /// projected, renamed and parameter-free layouts): a model from the config alone has the stored
 /// names and shapes of the fixture, and the folder reloads through the load checks.
@@ -138,12 +190,7 @@ fn every_fixture_config_inits_with_the_stored_names_and_shapes() {
         for name in names.iter().map(String::as_str) {
             let g = Graph::new(ctx);
             let config = vkformers_io::read_json(fixture(name).join("config.json")).unwrap();
-            if config.get("vision_config").is_some() {
-                // An image-text wrapper: refused with what to do instead.
-                let e = init_from_config(&g, config, 3).err().unwrap_or_else(|| panic!("{name}: a wrapper inits"));
-                assert!(e.to_string().contains("pre-train its text model from the `text_config`"), "{name}: {e}");
-                continue;
-            }
+            // Image-text wrappers too: their vision tower and projector are drawn from the config.
             let m = init_from_config(&g, config, 3).unwrap_or_else(|e| panic!("{name}: {e}"));
             let out = tempfile::tempdir().unwrap();
             m.save(&g, out.path(), None, u64::MAX).unwrap();

@@ -158,6 +158,8 @@ parity! {
     bitnet: "bitnet",
     // xIELU with learned scalars (both branches), QK-norm, Llama-3 RoPE.
     apertus: "apertus",
+    // Sliding/global layers, per-layer RoPE base with a NoPE layer, learned attention sinks.
+    granite_swa: "granite_swa",
     // Per-layer-type RoPE (half-split) with a NoPE full layer, default logit_scale 1.
     cohere_compass_text: "cohere_compass_text",
     // Routed mixtures of experts (issue 17); `*_aux` add the load-balancing loss.

@@ -39,6 +39,41 @@ fn attention_gradients_flow_through_the_tape() {
 }
 
 #[test]
+fn attention_sinks_get_their_gradient_through_the_tape() {
+    on_every_device("tensor attention sinks", |ctx| {
+        let (b, t, hq, hkv, d) = (2usize, 9usize, 3usize, 1usize, 5usize);
+        let mut rng = Rng::new(12);
+        let (qs, ks, vs) = (rng.vec(b * t * hq * d, 1.0), rng.vec(b * t * hkv * d, 1.0), rng.vec(b * t * hkv * d, 1.0));
+        let dos = rng.vec(b * t * hq * d, 1.0);
+        let sinks = [-1.5f32, 0.5, 2.0];
+        let g = Graph::new(ctx);
+        let q = g.parameter(&qs, &[b, t, hq, d])?;
+        let k = g.parameter(&ks, &[b, t, hkv, d])?;
+        let v = g.parameter(&vs, &[b, t, hkv, d])?;
+        let sk = g.parameter(&sinks, &[hq])?;
+        let opts = AttnOptions { window: 4, sinks: Some(sk.clone()), ..AttnOptions::default() };
+        let o = attention(&g, &q, &k, &v, &opts)?;
+        g.backward_from(&o, &g.constant(&dos, o.shape())?)?;
+        let shape = attn_ref::Shape { batch: b, tq: t, tk: t, hq, hkv, d };
+        let sinks64 = f64s(&sinks);
+        let mut ro = attn_ref::Options::new(d);
+        ro.causal = true;
+        ro.window = 4;
+        ro.sinks = Some(&sinks64);
+        let [q64, k64, v64, do64] = [&qs, &ks, &vs, &dos].map(|x| f64s(x));
+        let (want_o, _) = attn_ref::forward(&q64, &k64, &v64, &shape, &ro);
+        let (dq, dk, dv) = attn_ref::backward(&q64, &k64, &v64, &do64, &shape, &ro);
+        let ds = attn_ref::sinks_backward(&q64, &k64, &v64, &do64, &shape, &ro);
+        assert_close("o", &g.read(&o)?, &want_o, TOL_F32);
+        assert_close("dq", &g.read(&q.grad().expect("dq"))?, &dq, TOL_F32);
+        assert_close("dk", &g.read(&k.grad().expect("dk"))?, &dk, TOL_F32);
+        assert_close("dv", &g.read(&v.grad().expect("dv"))?, &dv, TOL_F32);
+        assert_close("dsinks", &g.read(&sk.grad().expect("dsinks"))?, &ds, TOL_F32);
+        Ok(())
+    });
+}
+
+#[test]
 fn cross_entropy_loss_and_gradient_match_reference_and_accumulate() {
     on_every_device("tensor cross-entropy", |ctx| {
         let (n, vocab) = (9usize, 33usize);

@@ -17,6 +17,8 @@
 // partials (acc = sum_j e^(S_j - m) v_j, m, l = sum_j e^(S_j - m)) to `work` and
 // decode_combine.comp merges the S partials of each query row:
 //   M = max_s m_s;  L = sum_s l_s e^(m_s - M);  o = sum_s acc_s e^(m_s - M) / L;  lse = M + log L.
+// Learned sinks (flags & DECODE_SINKS, [Hq] f32, see fwd.comp) join each row's denominator
+// once: here when S = 1 (attn_fold_sink before the row is written), else in the combine.
 //
 // Grid y = (kv head hk, row tile): the R = G * Tq query rows (r = i * G + g, query head
 // h = hk * G + g, G = Hq / Hkv) that share kv head hk go in tiles of up to BQ = 8 rows; NR <= BQ
@@ -96,6 +98,7 @@ layout(push_constant) uniform Push {
     I32In table;  // [B, max_blocks]
     I32In lens;   // [B]
     F32In slopes; // [Hq] (read when flags & ATTN_ALIBI)
+    F32In sinks;  // [Hq] (read when flags & DECODE_SINKS, splits == 1)
     QBuf o;       // [B, Tq, Hq, D] (splits == 1)
     F32Buf lse;   // [B, Hq, Tq] (splits == 1)
     F32Buf work;  // splits > 1: acc [B, Hq, Tq, S, D], then (m, l) [B, Hq, Tq, S, 2]
@@ -115,6 +118,7 @@ layout(push_constant) uniform Push {
 #include "attention/decode_score.glsl"
 
 #define ATTN_WIDE 8u
+#define DECODE_SINKS 16u
 #define BK NT
 // Columns per thread in the output pass (one 16-byte load of 16-bit V), threads per key row,
 // keys read at once (slots), keys per slot per tile.
@@ -396,11 +400,14 @@ void main() {
             uint h = head_of(r, hk, G);
             uint qrow = (b * pc.hq + h) * pc.tq + i;
             float l = lsum[rr];
+            float m = sm[rr];
+            // The sink joins the denominator once, so only an unsplit call folds it here.
+            float a = (pc.flags & DECODE_SINKS) != 0u && pc.splits == 1u ? attn_fold_sink(pc.sinks.v[h], m, l) : 1.0;
             [[unroll]] for (uint e = 0; e < CW; e++) {
                 uint dd = c0 + e;
                 if (dd < D) {
                     if (pc.splits == 1u) {
-                        stq(pc.o, ((b * pc.tq + i) * pc.hq + h) * D + dd, l > 0.0 ? acc[rr][e] / l : 0.0);
+                        stq(pc.o, ((b * pc.tq + i) * pc.hq + h) * D + dd, l > 0.0 ? acc[rr][e] * a / l : 0.0);
                     } else {
                         pc.work.v[(qrow * pc.splits + split) * D + dd] = acc[rr][e];
                     }
@@ -408,7 +415,7 @@ void main() {
             }
             if (lane == 0u) {
                 if (pc.splits == 1u) {
-                    pc.lse.v[qrow] = l > 0.0 ? sm[rr] + log(l) : MASKED;
+                    pc.lse.v[qrow] = l > 0.0 ? m + log(l) : MASKED;
                 } else {
                     uint ml = gl_NumWorkGroups.z * pc.hq * pc.tq * pc.splits * D;
                     pc.work.v[ml + 2u * (qrow * pc.splits + split)] = sm[rr];

@@ -10,6 +10,11 @@
 //   S[i, j] = score(q_i . k_j) (scale, softcap, ALiBi; see helpers.glsl), -inf where masked
 //   o_i = sum_j softmax_j(S[i, :]) v_j,   lse_i = log sum_j exp S[i, j]
 //   A fully masked query row gets o_i = 0 and lse_i = MASKED (-1e30), never NaN.
+//   Sinks (flags & ATTN_SINKS): head h's learned logit s_h joins every row's denominator after
+//   the last key tile (attn_fold_sink): o_i = sum_j e^(S_ij) v_j / (sum_j e^(S_ij) + e^(s_h)),
+//   lse_i = log(sum_j e^(S_ij) + e^(s_h)). The backward kernels read this lse as it is: their
+//   P = e^(S - lse) is then the sink-aware softmax, and delta = rowsum(do o) is unchanged in form
+//   (the sink's value is 0), so only ds_h needs its own kernel (sink_grad.comp).
 //
 // Design (shared by bwd_dq/bwd_dkdv): one workgroup of NT threads per (query tile of BQ rows,
 // query head, batch). The Q tile sits in shared memory ([BQ, D], rows padded to DMAX + 1 floats);
@@ -46,6 +51,7 @@ layout(push_constant) uniform Push {
     DIn v;
     I32In kmask;   // [B, Tk], 1 keep / 0 masked (read when flags & ATTN_KMASK)
     F32In slopes;  // [Hq] ALiBi slopes (read when flags & ATTN_ALIBI)
+    F32In sinks;   // [Hq] sink logits (read when flags & ATTN_SINKS)
     DBuf o;
     F32Buf lse;
     ATTN_SCALARS
@@ -163,6 +169,11 @@ void main() {
         }
     }
     barrier();
+    // The sink joins each row's denominator once; salpha rescales its accumulators.
+    for (uint r = tid; r < BQ; r += NT) {
+        salpha[r] = (pc.flags & ATTN_SINKS) != 0u ? attn_fold_sink(pc.sinks.v[h], sm[r], sl[r]) : 1.0;
+    }
+    barrier();
     for (uint s = 0; s < SLOTS; s++) {
         uint o = tid + NT * s;
         if (o < BQ * D) {
@@ -171,7 +182,7 @@ void main() {
             uint i = q0 + r;
             float l = sl[r];
             if (i < pc.tq) {
-                st(pc.o, qbase + i * qstride + dd, l > 0.0 ? acc[s] / l : 0.0);
+                st(pc.o, qbase + i * qstride + dd, l > 0.0 ? acc[s] * salpha[r] / l : 0.0);
             }
         }
     }

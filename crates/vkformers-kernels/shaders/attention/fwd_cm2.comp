@@ -7,6 +7,9 @@
 //   S[i, j] = score(q_i . k_j) (scale, softcap, ALiBi: helpers.glsl), MASKED (-1e30) where masked
 //   o_i = sum_j softmax_j(S[i, :]) v_j,   lse_i = log sum_j exp S[i, j]
 //   A fully masked row gets o_i = 0 and lse_i = MASKED.
+//   Sinks (flags & ATTN_SINKS): head h's logit s_h joins the denominator once after the last
+//   key tile (fold_sink, as attn_fold_sink of fwd.comp), so lse includes it and the backward
+//   kernels need no change.
 //
 // One workgroup of 128 invocations per (query tile of BR rows, query head, batch). Every matrix
 // is workgroup scope: the driver spreads it over the 4 subgroups and stages loads through
@@ -68,6 +71,7 @@ layout(push_constant) uniform Push {
     EIn v;
     I32In kmask;   // [B, Tk], 1 keep / 0 masked (read when flags & ATTN_KMASK)
     F32In slopes;  // [Hq] ALiBi slopes (read when flags & ATTN_ALIBI)
+    F32In sinks;   // [Hq] sink logits (read when flags & ATTN_SINKS)
     EBuf o;
     F32Buf lse;
     ATTN_SCALARS
@@ -103,6 +107,29 @@ float normalize_row(const in uint32_t r, const in uint32_t c, const in float o, 
 }
 float lse_of(const in uint32_t r, const in uint32_t c, const in float m, const in float l) {
     return l > 0.0 ? m + log(l) : MASKED;
+}
+
+float sink_max(const in uint32_t r, const in uint32_t c, const in float m, const in float s) {
+    return max(m, s);
+}
+float sink_exp(const in uint32_t r, const in uint32_t c, const in float m, const in float s) {
+    return exp(s - m);
+}
+
+// Folds the sink logit s (uniform: one head per workgroup) into m, l and O as one more key of
+// value 0: m' = max(m, s), a = exp(m - m'), l = a l + exp(s - m'), O = a O.
+void fold_sink(float s, inout ACC_R m, inout ACC_R l, inout ACC_O o) {
+    ACC_R m_new;
+    coopMatPerElementNV(m_new, m, sink_max, s);
+    ACC_R alpha;
+    coopMatPerElementNV(alpha, m, rescale, m_new);
+    ACC_R e;
+    coopMatPerElementNV(e, m_new, sink_exp, s);
+    l = alpha * l + e;
+    m = m_new;
+    ACC_O alpha_o;
+    coopMatReduceNV(alpha_o, alpha, gl_CooperativeMatrixReduceRowNV, max_of);
+    o = alpha_o * o;
 }
 
 // One key tile at k0: folds S = Q Kᵀ into the running m, l and O (see the header).
@@ -165,6 +192,9 @@ void main() {
     uint kend = attn_key_end(min(q0 + BR, pc.tq));
     [[dont_unroll]] for (uint k0 = kbeg; k0 < kend; k0 += BC) {
         key_tile(k0, kv_base, qm, q0, b, h, m, l, o);
+    }
+    if ((pc.flags & ATTN_SINKS) != 0u) {
+        fold_sink(pc.sinks.v[h], m, l, o);
     }
 
     ACC_O l_o;

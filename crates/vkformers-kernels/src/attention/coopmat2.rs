@@ -165,6 +165,7 @@ pub fn forward_cm2(rec: &mut Recorder, x: &Qkv<'_>, out: &Saved<'_>, s: &Shape, 
         read(x.v),
         read(opt.kmask.unwrap_or(x.q)),
         read(opt.alibi.unwrap_or(x.q)),
+        read(opt.sinks.unwrap_or(x.q)),
         write(out.o),
         write(out.lse),
     ];

@@ -7,7 +7,8 @@
 //! `[B, max_blocks]` and lens `[B]` int32, on the device). Query i of row b sits at position
 //! `lens[b] − Tq + i`: the new keys are stored ([`store`]) before attention reads them.
 //! Options as the flash kernels ([`super`]): scale, causal (within the new rows), sliding window,
-//! softcap, ALiBi; the key padding mask has no equivalent to pass, positions a row never had
+//! softcap, ALiBi, learned sinks (joined once per row: by the kernel when unsplit, else by the
+//! combine); the key padding mask has no equivalent to pass, positions a row never had
 //! are not in its table. q, k, v, o are stored in [`DecodeOptions::dtype`] (f32 math); lse
 //! `[B, Hq, Tq]` is f32, [`super::LSE_MASKED`] for a query that sees no key.
 //!
@@ -49,6 +50,8 @@ const FLAG_CAUSAL: u32 = 1;
 const FLAG_ALIBI: u32 = 4;
 /// K and V rows are read 8 elements per 16-byte load (D % 8 == 0, pools 16-byte aligned).
 const FLAG_WIDE: u32 = 8;
+/// Learned sinks are read (unsplit calls; split ones fold them in the combine).
+const FLAG_SINKS: u32 = 16;
 
 /// Sizes of one decode-attention call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,6 +101,8 @@ pub struct DecodeOptions<'a> {
     pub softcap: f32,
     /// ALiBi slopes [Hq] of f32.
     pub alibi: Option<BufferView<'a>>,
+    /// Learned sink logits [Hq] of f32 (see [`super::Options::sinks`]).
+    pub sinks: Option<BufferView<'a>>,
     /// Storage type of the pools (k, v) and, unless `act` says otherwise, of q and o.
     pub dtype: DType,
     /// Storage type of q and o when it differs from the pools': only f32 with 16-bit pools
@@ -114,6 +119,7 @@ impl DecodeOptions<'_> {
             window: 0,
             softcap: 0.0,
             alibi: None,
+            sinks: None,
             dtype: DType::F32,
             act: None,
         }
@@ -340,6 +346,9 @@ fn check(
     if let Some(a) = &opt.alibi {
         check_len(kernel, "alibi slopes [Hq]", a, u64::from(s.hq), 4)?;
     }
+    if let Some(a) = &opt.sinks {
+        check_len(kernel, "sinks [Hq]", a, u64::from(s.hq), 4)?;
+    }
     Ok(())
 }
 
@@ -397,7 +406,8 @@ pub fn forward_tiled(
     let wide = s.d.is_multiple_of(8) && x.k.address().is_multiple_of(16) && x.v.address().is_multiple_of(16);
     let flags = if opt.causal { FLAG_CAUSAL } else { 0 }
         | if opt.alibi.is_some() { FLAG_ALIBI } else { 0 }
-        | if wide { FLAG_WIDE } else { 0 };
+        | if wide { FLAG_WIDE } else { 0 }
+        | if opt.sinks.is_some() { FLAG_SINKS } else { 0 };
     let scalars = [
         s.tq,
         s.hq,
@@ -418,16 +428,18 @@ pub fn forward_tiled(
         None => (write(out.o), write(out.lse), read(x.q)),
         Some(w) => (read(x.q), read(x.q), write(w)),
     };
-    let args =
-        [read(x.q), read(x.k), read(x.v), read(x.table), read(x.lens), read(opt.alibi.unwrap_or(x.q)), o, lse, w];
+    let (alibi, sinks) = (read(opt.alibi.unwrap_or(x.q)), read(opt.sinks.unwrap_or(x.q)));
+    let args = [read(x.q), read(x.k), read(x.v), read(x.table), read(x.lens), alibi, sinks, o, lse, w];
     rec.dispatch(main, &[], &args, &params, [splits, s.hkv * s.row_tiles(), s.batch])?;
     let Some(w) = work else { return Ok(()) };
     let combine = combine_code(opt.act_dtype());
-    let params: Vec<u8> = [s.tq, s.hq, s.d, splits].iter().flat_map(|w| w.to_le_bytes()).collect();
+    let has_sinks = u32::from(opt.sinks.is_some());
+    let params: Vec<u8> = [s.tq, s.hq, s.d, splits, has_sinks].iter().flat_map(|w| w.to_le_bytes()).collect();
     if s.tq > 65_535 || s.hq > 65_535 {
         return Err(fail(combine.name, format!("shape {s:?}: Tq and Hq up to 65535")));
     }
-    rec.dispatch(combine, &[], &[read(w), write(out.o), write(out.lse)], &params, [s.tq, s.hq, s.batch])
+    let args = [read(w), write(out.o), write(out.lse), read(opt.sinks.unwrap_or(x.q))];
+    rec.dispatch(combine, &[], &args, &params, [s.tq, s.hq, s.batch])
 }
 
 /// Where [`store`] writes: the pools and their sizes.

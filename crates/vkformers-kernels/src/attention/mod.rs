@@ -11,10 +11,14 @@
 //! Tq = 1). Options: scale; causal (`j ≤ qpos`); key padding mask kmask [B, Tk] int32
 //! (1 keep, 0 masked); sliding window W (`qpos − j < W`, 0 = off); logit softcap c
 //! (`s → c·tanh(s/c)` after scaling, before masks and ALiBi, 0 = off); ALiBi slopes [Hq]
-//! (`+ slope_h · (j − qpos)`).
+//! (`+ slope_h · (j − qpos)`); learned sinks [Hq] f32 (gpt-oss, granite_swa: head h's logit
+//! `s_h` joins every row's softmax denominator and takes no value, so
+//! `o = Σ_j e^(S_j) v_j / (Σ_j e^(S_j) + e^(s_h))`, and the saved lse includes it; the backward
+//! kernels then need no change, and [`sinks::backward`] gives `ds`).
 //!
 //! A fully masked query row (every key masked) gets o = 0, lse = [`LSE_MASKED`] (−1e30, finite
-//! so it never makes NaN) and zero gradients.
+//! so it never makes NaN) and zero gradients; with sinks its lse is `s_h` (the sink takes all
+//! the weight) and o is still 0.
 //!
 //! The backward is two deterministic dispatches without atomics: `bwd_dq` (one workgroup per
 //! query tile; also writes delta = rowsum(do ⊙ o) [B, Hq, Tq]) then `bwd_dkdv` (one workgroup per
@@ -23,6 +27,7 @@
 pub mod coopmat2;
 pub mod decode;
 pub mod reference;
+pub mod sinks;
 
 use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result, VkError};
 
@@ -38,6 +43,7 @@ pub const MAX_HEAD_DIM: u32 = 256;
 const FLAG_CAUSAL: u32 = 1;
 const FLAG_KMASK: u32 = 2;
 const FLAG_ALIBI: u32 = 4;
+const FLAG_SINKS: u32 = 8;
 /// [`crate::launch::MAX_GROUPS`] in this family's u32 arithmetic.
 const MAX_GROUPS: u32 = crate::launch::MAX_GROUPS as u32;
 
@@ -81,6 +87,8 @@ pub struct Options<'a> {
     pub kmask: Option<BufferView<'a>>,
     /// ALiBi slopes [Hq] of f32.
     pub alibi: Option<BufferView<'a>>,
+    /// Learned sink logits [Hq] of f32 (read by the forwards only).
+    pub sinks: Option<BufferView<'a>>,
     /// Storage type of q, k, v, o, do, dq, dk, dv.
     pub dtype: DType,
 }
@@ -95,6 +103,7 @@ impl Options<'_> {
             softcap: 0.0,
             kmask: None,
             alibi: None,
+            sinks: None,
             dtype: DType::F32,
         }
     }
@@ -237,6 +246,9 @@ fn check_shape(kernel: &str, s: &Shape, opt: &Options<'_>) -> Result<()> {
     if let Some(a) = &opt.alibi {
         check_view(kernel, "alibi slopes [Hq]", a, u64::from(s.hq))?;
     }
+    if let Some(a) = &opt.sinks {
+        check_view(kernel, "sinks [Hq]", a, u64::from(s.hq))?;
+    }
     Ok(())
 }
 
@@ -273,6 +285,9 @@ fn params(s: &Shape, opt: &Options<'_>) -> Vec<u8> {
     if opt.alibi.is_some() {
         flags |= FLAG_ALIBI;
     }
+    if opt.sinks.is_some() {
+        flags |= FLAG_SINKS;
+    }
     [s.tq, s.tk, s.hq, s.hkv, s.d, flags, opt.window, opt.scale.to_bits(), opt.softcap.to_bits()]
         .iter()
         .flat_map(|w| w.to_le_bytes())
@@ -295,6 +310,7 @@ pub fn forward(rec: &mut Recorder, x: &Qkv<'_>, out: &Saved<'_>, s: &Shape, opt:
         read(x.v),
         read(opt.kmask.unwrap_or(x.q)),
         read(opt.alibi.unwrap_or(x.q)),
+        read(opt.sinks.unwrap_or(x.q)),
         write(out.o),
         write(out.lse),
     ];
@@ -304,6 +320,7 @@ pub fn forward(rec: &mut Recorder, x: &Qkv<'_>, out: &Saved<'_>, s: &Shape, opt:
 /// Backward of [`forward`]: from q, k, v, the forward's o and lse, and `d_o` = dL/do
 /// [B, Tq, Hq, D], writes dq [B, Tq, Hq, D], dk, dv [B, Tk, Hkv, D] (summed over the query heads
 /// of each kv head) and the work buffer delta [B, Hq, Tq]. Two dispatches: `bwd_dq`, `bwd_dkdv`.
+/// With sinks the same kernels run on the sink-aware lse; [`sinks::backward`] adds ds.
 pub fn backward(
     rec: &mut Recorder,
     x: &Qkv<'_>,

@@ -45,12 +45,22 @@ pub struct Options<'a> {
     pub kmask: Option<&'a [i32]>,
     /// ALiBi slopes [Hq]: `slope_h · (j − qpos)` is added to the score.
     pub slopes: Option<&'a [f64]>,
+    /// Learned sink logits [Hq]: one more softmax entry per row with logit `s_h` and value 0.
+    pub sinks: Option<&'a [f64]>,
 }
 
 impl Options<'_> {
     /// No masks or extras, scale `1/sqrt(d)`.
     pub fn new(d: usize) -> Self {
-        Options { scale: 1.0 / (d as f64).sqrt(), causal: false, window: 0, softcap: 0.0, kmask: None, slopes: None }
+        Options {
+            scale: 1.0 / (d as f64).sqrt(),
+            causal: false,
+            window: 0,
+            softcap: 0.0,
+            kmask: None,
+            slopes: None,
+            sinks: None,
+        }
     }
 }
 
@@ -103,7 +113,8 @@ fn dot(a: &[f64], b: &[f64]) -> f64 {
 }
 
 /// Softmax row of query (b, h, i): (probabilities or None where masked, softcap derivative, lse).
-/// A fully masked row has all None and lse = [`LSE_MASKED`].
+/// A fully masked row has all None and lse = [`LSE_MASKED`] (`s_h` with sinks). With sinks the
+/// denominator and lse include `e^(s_h)`, so the key probabilities sum to `1 − P_sink`.
 fn row(
     s: &Shape,
     opt: &Options<'_>,
@@ -123,11 +134,12 @@ fn row(
             dcap[j] = dc;
         }
     }
-    let m = sc.iter().flatten().fold(f64::NEG_INFINITY, |a, &x| a.max(x));
+    let sink = opt.sinks.map(|sk| sk[h]);
+    let m = sc.iter().flatten().chain(&sink).fold(f64::NEG_INFINITY, |a, &x| a.max(x));
     if m == f64::NEG_INFINITY {
         return (sc, dcap, LSE_MASKED);
     }
-    let l: f64 = sc.iter().flatten().map(|x| (x - m).exp()).sum();
+    let l: f64 = sc.iter().flatten().chain(&sink).map(|x| (x - m).exp()).sum();
     let p = sc.iter().map(|x| x.map(|x| (x - m).exp() / l)).collect();
     (p, dcap, m + l.ln())
 }
@@ -195,4 +207,28 @@ pub fn backward(
         }
     }
     (dq, dk, dv)
+}
+
+/// Gradient of the sinks [Hq] for `do_` = dL/do: the sink of row (b, h, i) has probability
+/// `P_s = 1 − Σ_j P_j` and value 0, so `dS_s = P_s (0 − Σ_j P_j dP_j)` with `dP_j = do·v_j`;
+/// `ds_h` sums that over b and i. Zeros without sinks.
+pub fn sinks_backward(q: &[f64], k: &[f64], v: &[f64], do_: &[f64], s: &Shape, opt: &Options<'_>) -> Vec<f64> {
+    let mut ds = vec![0.0; s.hq];
+    let Some(sinks) = opt.sinks else { return ds };
+    for b in 0..s.batch {
+        for (h, dsh) in ds.iter_mut().enumerate() {
+            let hk = h / (s.hq / s.hkv);
+            for i in 0..s.tq {
+                let (p, _, lse) = row(s, opt, q, k, (b, h, i));
+                let dov = &do_[qi(s, b, i, h)..][..s.d];
+                let di: f64 = p
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(j, pj)| pj.map(|pj| pj * dot(dov, &v[kj(s, b, j, hk)..][..s.d])))
+                    .sum();
+                *dsh -= (sinks[h] - lse).exp() * di;
+            }
+        }
+    }
+    ds
 }

@@ -47,6 +47,7 @@ mod gpt_neox;
 mod gpt_neox_japanese;
 mod gptj;
 mod granite;
+mod granite_swa;
 mod helium;
 mod hyperclovax;
 mod layer_types;
@@ -170,6 +171,7 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "ministral3", family: "llama-like decoder", build: ministral::ministral3 },
     Arch { model_type: "cohere_compass_text", family: "layernorm rotary decoder", build: cohere_compass::text },
     Arch { model_type: "apertus", family: "llama-like decoder", build: apertus::spec },
+    Arch { model_type: "granite_swa", family: "llama-like decoder", build: granite_swa::spec },
     Arch { model_type: "gemma3", family: "image-text wrapper (text backbone)", build: multimodal::gemma3 },
     Arch { model_type: "mistral3", family: "image-text wrapper (text backbone)", build: multimodal::mistral3 },
     Arch { model_type: "nanochat", family: "llama-like decoder", build: nanochat::nanochat },

@@ -7,22 +7,22 @@
 use serde_json::Value;
 
 use crate::error::{ModelError, Result};
-use crate::spec::{MlpSpec, ModelSpec};
+use crate::spec::{MlpSpec, ModelSpec, VisionTower};
 
 /// Stored prefixes of the wrapper's own (non-text) modules.
 const CARRIED: [&str; 2] = ["vision_tower.", "multi_modal_projector."];
 
 pub fn gemma3(cfg: &Value) -> Result<ModelSpec> {
-    wrapper("gemma3", "gemma3_text", cfg)
+    wrapper(("gemma3", VisionTower::SiglipGemma3), "gemma3_text", cfg)
 }
 
 pub fn mistral3(cfg: &Value) -> Result<ModelSpec> {
-    wrapper("mistral3", "mistral", cfg)
+    wrapper(("mistral3", VisionTower::PixtralMistral3), "mistral", cfg)
 }
 
 /// The text spec of `cfg["text_config"]` (of `default_type` when it names none) under the
 /// wrapper's stored names.
-fn wrapper(model_type: &str, default_type: &str, cfg: &Value) -> Result<ModelSpec> {
+fn wrapper((model_type, vision): (&str, VisionTower), default_type: &str, cfg: &Value) -> Result<ModelSpec> {
     let mut text = cfg
         .get("text_config")
         .filter(|t| t.is_object())
@@ -45,6 +45,7 @@ fn wrapper(model_type: &str, default_type: &str, cfg: &Value) -> Result<ModelSpe
     });
     spec.model_type = model_type.into();
     spec.carried = CARRIED.iter().map(|p| p.to_string()).collect();
+    spec.vision = Some(vision);
     // transformers' modules: `model.language_model.*` and `lm_head` (what PEFT names).
     spec.module_paths = vec![
         ("language_model.model.".into(), "model.language_model.".into()),
@@ -69,6 +70,9 @@ fn rename_stored(spec: &mut ModelSpec, f: &dyn Fn(&str) -> String) {
     spec.layer_names = spec.layer_names.map(|s| if s.is_empty() { String::new() } else { f(s) });
     for l in &mut spec.layers {
         if let Some((_, template)) = &mut l.attn.out_norm {
+            rename(template);
+        }
+        if let Some(template) = &mut l.attn.sinks {
             rename(template);
         }
         if let MlpSpec::GatedAct { sub_norm: Some((_, template)), .. } = &mut l.mlp {

@@ -94,8 +94,9 @@ pub(super) fn attention(
     let (q_rot, k_rot) = rotate(g, a, inp, q_rot, k_rot)?;
     if inp.cache.is_some_and(|(c, _)| c.is_latent(i)) {
         // Generation over a latent cache: the absorbed form (the cache holds [c | k_rot]).
-        let o =
-            absorbed(g, w, (a, m), i, (&q, &q_rot), (&latent, &k_rot), inp, |q, k| attend(g, a, i, (q, k, k), inp))?;
+        let o = absorbed(g, w, (a, m), i, (&q, &q_rot), (&latent, &k_rot), inp, |q, k| {
+            attend(g, (a, w), i, (q, k, k), inp)
+        })?;
         return project(g, w, &spec.layer_names.o, i, &o, a.out_bias);
     }
     let kv = project(g, w, &m.names.kv_b, i, &latent, false)?;
@@ -107,7 +108,7 @@ pub(super) fn attention(
     let k_shared = shape::reshape(g, &moved(g, inp, &k_rot, (dr, d), &[(0, dn, dr)])?, &[b, t, 1, d])?;
     let k = broadcast::add(g, &k_nope, &k_shared)?;
     let v = shape::reshape(g, &moved(g, inp, &kv, (dn + dv, d), &[(dn, 0, dv)])?, &[b, t, heads, d])?;
-    let o = attend(g, a, i, (&q, &k, &v), inp)?;
+    let o = attend(g, (a, w), i, (&q, &k, &v), inp)?;
     let o = shape::reshape(g, &moved(g, inp, &o, (d, dv), &[(0, 0, dv)])?, &[b * t, heads * dv])?;
     project(g, w, &spec.layer_names.o, i, &o, a.out_bias)
 }

@@ -174,6 +174,9 @@ impl LayerPool {
         ko.window = opts.window;
         ko.softcap = opts.softcap;
         ko.alibi = opts.alibi.as_ref().map(Tensor::view);
+        // The kernels read f32 sinks; a 16-bit sinks weight is widened (inference: no gradient).
+        let sinks = opts.sinks.as_ref().map(|t| vkformers_tensor::ops::cast::cast(g, t, DType::F32)).transpose()?;
+        ko.sinks = sinks.as_ref().map(Tensor::view);
         ko.dtype = dt;
         ko.act = Some(act);
         let x = PagedInputs { q: q16.view(), k: pk.view(), v: pv.view(), table: st.table.view(), lens: st.lens.view() };

@@ -1,7 +1,8 @@
 //! Fused (flash-style) attention with its fused backward.
 //! q `[B, Tq, Hq, D]`, k and v `[B, Tk, Hkv, D]` (GQA: Hq a multiple of Hkv) -> o `[B, Tq, Hq, D]`,
 //! `o = softmax(scale · q kᵀ (softcapped) + ALiBi + masks) · v`; the row log-sum-exp is saved
-//! for the backward, which recomputes the probabilities tile by tile.
+//! for the backward, which recomputes the probabilities tile by tile. Learned sinks `[Hq]` (a
+//! per-head logit in every row's softmax denominator, with no value) get their gradient too.
 
 use vkformers_kernels::attention::{self as k, Grads, Qkv, Saved, Shape};
 use vkformers_vk::VkError;
@@ -24,11 +25,13 @@ pub struct AttnOptions {
     pub kmask: Option<Tensor>,
     /// ALiBi slopes `[Hq]` f32.
     pub alibi: Option<Tensor>,
+    /// Learned sink logits `[Hq]` (any storage type; read as f32): differentiable.
+    pub sinks: Option<Tensor>,
 }
 
 impl Default for AttnOptions {
     fn default() -> Self {
-        AttnOptions { scale: None, causal: true, window: 0, softcap: 0.0, kmask: None, alibi: None }
+        AttnOptions { scale: None, causal: true, window: 0, softcap: 0.0, kmask: None, alibi: None, sinks: None }
     }
 }
 
@@ -50,7 +53,8 @@ fn shape_of(q: &Tensor, kt: &Tensor) -> Result<Shape> {
     })
 }
 
-fn kernel_options<'a>(o: &'a AttnOptions, d: u32) -> k::Options<'a> {
+/// `sinks` is the f32 copy of the options' sinks (the kernels read f32).
+fn kernel_options<'a>(o: &'a AttnOptions, sinks: Option<&'a Tensor>, d: u32) -> k::Options<'a> {
     let mut ko = k::Options::new(d);
     if let Some(s) = o.scale {
         ko.scale = s;
@@ -60,6 +64,7 @@ fn kernel_options<'a>(o: &'a AttnOptions, d: u32) -> k::Options<'a> {
     ko.softcap = o.softcap;
     ko.kmask = o.kmask.as_ref().map(|t| t.view());
     ko.alibi = o.alibi.as_ref().map(|t| t.view());
+    ko.sinks = sinks.map(|t| t.view());
     ko
 }
 
@@ -94,7 +99,7 @@ fn on_tensor_cores(caps: &vkformers_vk::Caps, dt: DType, d: u32) -> bool {
     dt != DType::F32 && !fma && k::coopmat2::supported(caps, dt, d)
 }
 
-/// Fused attention; gradients flow to q, k and v. Under autocast f32 q, k, v are read as
+/// Fused attention; gradients flow to q, k, v and the sinks. Under autocast f32 q, k, v are read as
 /// 16-bit copies and o is returned in f32 (the kernels keep f32 softmax statistics).
 pub fn attention(g: &Graph<'_>, q: &Tensor, kt: &Tensor, v: &Tensor, opts: &AttnOptions) -> Result<Tensor> {
     let s = shape_of(q, kt)?;
@@ -104,8 +109,10 @@ pub fn attention(g: &Graph<'_>, q: &Tensor, kt: &Tensor, v: &Tensor, opts: &Attn
     let o = g.output_as(q.shape(), out_dtype, &[q, kt, v])?;
     let o16 = if out_dtype == dt { o.clone() } else { g.empty_as(q.shape(), dt)? };
     let lse = g.empty(&[s.batch as usize, s.hq as usize, s.tq as usize])?;
+    // A tape cast, so a 16-bit sinks parameter gets its gradient back in its own type.
+    let sinks = opts.sinks.as_ref().map(|t| super::cast::cast(g, t, DType::F32)).transpose()?;
     g.record(|rec| {
-        let mut ko = kernel_options(opts, s.d);
+        let mut ko = kernel_options(opts, sinks.as_ref(), s.d);
         ko.dtype = dt;
         let (qkv, saved) =
             (Qkv { q: q16.view(), k: k16.view(), v: v16.view() }, Saved { o: o16.view(), lse: lse.view() });
@@ -127,9 +134,11 @@ pub fn attention(g: &Graph<'_>, q: &Tensor, kt: &Tensor, v: &Tensor, opts: &Attn
     let in_types = [q.dtype(), kt.dtype(), v.dtype()];
     let opts = opts.clone();
     let os = o16;
+    let mut inputs = vec![q.clone(), kt.clone(), v.clone()];
+    inputs.extend(sinks.clone());
     g.push_node(
         &o,
-        vec![q.clone(), kt.clone(), v.clone()],
+        inputs,
         Box::new(move |g, d_o| {
             let do16 = narrow(g, d_o, dt)?;
             let dq = g.empty_as(q16.shape(), dt)?;
@@ -143,17 +152,24 @@ pub fn attention(g: &Graph<'_>, q: &Tensor, kt: &Tensor, v: &Tensor, opts: &Attn
                 0
             };
             let scratch = (scratch_len > 0).then(|| g.empty(&[scratch_len])).transpose()?;
+            let dsinks = sinks.as_ref().map(|t| g.empty(t.shape())).transpose()?;
             g.record(|rec| {
-                let mut ko = kernel_options(&opts, s.d);
+                let mut ko = kernel_options(&opts, sinks.as_ref(), s.d);
                 ko.dtype = dt;
                 let qkv = Qkv { q: q16.view(), k: k16.view(), v: v16.view() };
                 let saved = Saved { o: os.view(), lse: lse.view() };
                 let grads = Grads { dq: dq.view(), dk: dk.view(), dv: dv.view(), delta: delta.view() };
                 if on_tensor_cores(rec.caps(), dt, s.d) {
                     let scratch = scratch.as_ref().map(|t| t.view());
-                    k::coopmat2::backward_cm2(rec, &qkv, &saved, do16.view(), &grads, scratch, &s, &ko)
+                    k::coopmat2::backward_cm2(rec, &qkv, &saved, do16.view(), &grads, scratch, &s, &ko)?;
                 } else {
-                    k::backward(rec, &qkv, &saved, do16.view(), &grads, &s, &ko)
+                    k::backward(rec, &qkv, &saved, do16.view(), &grads, &s, &ko)?;
+                }
+                match (&sinks, &dsinks) {
+                    (Some(sk), Some(ds)) => {
+                        k::sinks::backward(rec, (lse.view(), delta.view()), sk.view(), ds.view(), &s)
+                    }
+                    _ => Ok(()),
                 }
             })?;
             let to = |t: Tensor, i: usize| -> Result<Tensor> {
@@ -171,7 +187,11 @@ pub fn attention(g: &Graph<'_>, q: &Tensor, kt: &Tensor, v: &Tensor, opts: &Attn
                     Ok(wide)
                 }
             };
-            Ok(vec![Some(to(dq, 0)?), Some(to(dk, 1)?), Some(to(dv, 2)?)])
+            let mut grads = vec![Some(to(dq, 0)?), Some(to(dk, 1)?), Some(to(dv, 2)?)];
+            if dsinks.is_some() {
+                grads.push(dsinks);
+            }
+            Ok(grads)
         }),
     );
     Ok(o)
