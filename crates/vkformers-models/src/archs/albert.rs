@@ -139,6 +139,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
             masking: Default::default(),
             unread_linears: Vec::new(),
             relative_bias: None,
+            disentangled: None,
             layer_order: order(c.num_hidden_layers, groups, inner),
         },
     }

@@ -127,6 +127,7 @@ pub(super) fn spec(
             masking: Default::default(),
             unread_linears: Vec::new(),
             relative_bias: None,
+            disentangled: None,
             layer_order: Vec::new(),
         },
     }

@@ -117,6 +117,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
             masking: Default::default(),
             unread_linears: Vec::new(),
             relative_bias: None,
+            disentangled: None,
             layer_order: Vec::new(),
             head: head(
                 cfg,

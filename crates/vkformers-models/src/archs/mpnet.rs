@@ -116,6 +116,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
                 num_buckets: 32,
                 max_distance: 128,
             }),
+            disentangled: None,
             layer_order: Vec::new(),
         },
     }

@@ -4,14 +4,18 @@
 //! ops, so the tape gives every parameter's gradient.
 
 mod attention;
+mod disentangled;
 mod heads;
+mod log_bucket;
 mod masking;
 mod plan;
 mod pooling;
 mod relative;
 mod spec;
 
+pub use disentangled::{Disentangled, RelativeTable};
 pub use heads::{classification_loss, forward, forward_loss, masked_lm_loss, ClsLabels, OwnedClsLabels};
+pub use log_bucket::log_bucket;
 pub(crate) use plan::{check_new_head, match_pooler, plan};
 pub use pooling::{normalize_rows, pool, Pooling};
 pub use relative::RelativeBias;

@@ -103,6 +103,28 @@ pub(crate) fn plan(spec: &ModelSpec, _config: &Value) -> Result<Vec<Planned>> {
         let heads = spec.layers.first().map_or(0, |l| l.attn.heads);
         out.push(Planned { name: format!("{}.weight", r.table), shape: vec![r.rows, heads], init: Init::Normal });
     }
+    if enc.disentangled.as_ref().is_some_and(|d| !d.key_bias) {
+        // DeBERTa v1's key projection has no bias (its `in_proj` has none; q and v add theirs).
+        let keys: HashSet<String> =
+            (0..spec.layers.len()).map(|i| format!("{}.bias", layer_name(&spec.layer_names.k, i))).collect();
+        out.retain(|p| !keys.contains(&p.name));
+    }
+    if let Some(r) = enc.disentangled.as_ref().and_then(|d| d.relative.as_ref()) {
+        out.push(Planned { name: format!("{}.weight", r.table), shape: vec![2 * r.span, h], init: Init::Normal });
+        if let Some((n, name)) = &r.norm {
+            norm_params(&mut out, name, n, h);
+        }
+        for i in (0..spec.layers.len()).filter(|_| !r.share_att_key) {
+            let a = &spec.layers[i].attn;
+            let hd = a.heads * a.head_dim;
+            if r.c2p {
+                linear(&mut out, &layer_name(&r.pos_key, i), hd, h, r.pos_key_bias);
+            }
+            if r.p2c {
+                linear(&mut out, &layer_name(&r.pos_query, i), hd, h, true);
+            }
+        }
+    }
     for (name, rows, cols) in &enc.unread_linears {
         linear(&mut out, name, *rows, *cols, true);
     }

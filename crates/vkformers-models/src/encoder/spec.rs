@@ -154,6 +154,8 @@ pub struct EncoderSpec {
     pub unread_linears: Vec<(String, usize, usize)>,
     /// MPNet's relative position bias shared by every layer (none elsewhere).
     pub relative_bias: Option<super::RelativeBias>,
+    /// DeBERTa's disentangled attention (its pair mask, c2p / p2c terms); none elsewhere.
+    pub disentangled: Option<super::Disentangled>,
     /// The layers run, as indices into `ModelSpec::layers` (ALBERT's shared layers: each stored
     /// layer runs several times); empty: each layer once, in order.
     pub layer_order: Vec<usize>,
