@@ -56,6 +56,11 @@ DEBERTA_V3 = dict(ENC, relative_attention=True, pos_att_type=["p2c", "c2p"], pos
                   max_relative_positions=24, norm_rel_ebd="layer_norm", share_att_key=True,
                   position_biased_input=False, type_vocab_size=0, pad_token_id=0)
 
+# MobileBERT: hidden 32 between layers, bottlenecks of 16, 16-wide word table (trigram input),
+# NoNorm, shared q/k bottleneck, 3 FFNs per layer.
+MOBILE = dict(ENC, embedding_size=16, intra_bottleneck_size=16, intermediate_size=24, num_feedforward_networks=3,
+              type_vocab_size=2, pad_token_id=0)
+
 # fixture name -> (model_type, config kwargs); fixtures named `*_seqcls*` use
 # AutoModelForSequenceClassification (see `CLS_SPECS`).
 SPECS = {
@@ -144,6 +149,7 @@ SPECS = {
                                        "hidden_activation": "gelu_pytorch_tanh", "classifier_activation": "silu",
                                        "global_attn_every_n_layers": 2}),
     "eurobert": ("eurobert", EURO),
+    "mobilebert": ("mobilebert", MOBILE),
     # DeBERTa v1: the per-head fused `in_proj` + q_bias / v_bias, `pos_proj` (no bias) and
     # `pos_q_proj`; 6 relative positions each way, fewer than T = 8 (clamped).
     "deberta": ("deberta", {**ENC, "relative_attention": True, "pos_att_type": ["c2p", "p2c"],
@@ -196,6 +202,11 @@ CLS_SPECS = {
     # v1's pooler and classifier; p2c only, the whole 2·64-row table, two token types.
     "deberta_seqcls": ("deberta", {**ENC, "relative_attention": True, "pos_att_type": "p2c", "type_vocab_size": 2,
                                    "pad_token_id": 0, "num_labels": 3}),
+    # MobileBERT with LayerNorms (three of them at torch's default eps), no trigram (a plain
+    # projection 16 -> 32), q, k and v all on the input bottleneck; pooler + tanh, classifier.
+    "mobilebert_seqcls": ("mobilebert", {**MOBILE, "normalization_type": "layer_norm", "trigram_input": False,
+                                         "use_bottleneck_attention": True, "key_query_shared_bottleneck": False,
+                                         "layer_norm_eps": 1e-7, "num_labels": 3}),
     # ESM's classifier (dense + tanh + out_proj on the first token), rotary, token_dropout.
     "esm_seqcls": ("esm", {**ENC, "pad_token_id": 1, "mask_token_id": MASK_ID, "position_embedding_type": "rotary",
                            "token_dropout": True, "num_labels": 3}),
@@ -216,6 +227,7 @@ for _name, (_mt, _kw) in {
     # ModernBERT's `head` (dense, GELU, norm) on every token before the classifier.
     "modernbert_tokcls": ("modernbert", MODERN),
     "deberta_v2_tokcls": ("deberta-v2", DEBERTA_V3),
+    "mobilebert_tokcls": ("mobilebert", MOBILE),
 }.items():
     CLS_SPECS[_name] = (_mt, {**_kw, "num_labels": 5, "head": "token"})
 SPECS.update(CLS_SPECS)
@@ -421,6 +433,7 @@ EMBED_SPECS = {
     # DeBERTa's bare models (no pooler): the pair mask leaves padded rows their own values.
     "deberta_v2_model": ("deberta-v2", DEBERTA_V3),
     "deberta_model": ("deberta", SPECS["deberta"][1]),
+    "mobilebert_model": ("mobilebert", MOBILE),
 }
 
 

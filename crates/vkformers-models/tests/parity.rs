@@ -126,6 +126,11 @@ parity! {
     // v1: the per-head fused in_proj, q/v biases, clamped relative positions; p2c alone.
     deberta: "deberta",
     deberta_seqcls: "deberta_seqcls",
+    // Bottlenecks, stacked FFNs, NoNorm, trigram embeddings; then LayerNorms, q/k/v on the
+    // input bottleneck, a plain embedding projection.
+    mobilebert: "mobilebert",
+    mobilebert_seqcls: "mobilebert_seqcls",
+    mobilebert_tokcls: "mobilebert_tokcls",
     // Factorised embeddings and shared layers: one layer run 3 times; 2 groups of 2 over 3 layers.
     albert: "albert",
     albert_groups: "albert_groups",

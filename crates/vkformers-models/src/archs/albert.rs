@@ -140,6 +140,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
             unread_linears: Vec::new(),
             relative_bias: None,
             disentangled: None,
+            mobile: None,
             layer_order: order(c.num_hidden_layers, groups, inner),
         },
     }

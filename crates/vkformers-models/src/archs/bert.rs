@@ -128,6 +128,7 @@ pub(super) fn spec(
             unread_linears: Vec::new(),
             relative_bias: None,
             disentangled: None,
+            mobile: None,
             layer_order: Vec::new(),
         },
     }

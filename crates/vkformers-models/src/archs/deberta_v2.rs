@@ -109,6 +109,7 @@ pub(super) fn build(cfg: &Value, v1: bool) -> Result<ModelSpec> {
             unread_linears: Vec::new(),
             relative_bias: None,
             disentangled: Some(Disentangled { relative: relative(&c, &types, p, v1), key_bias: !v1 }),
+            mobile: None,
             layer_order: Vec::new(),
         },
     }

@@ -132,6 +132,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
             unread_linears: vec![(under(p, "contact_head.regression"), 1, c.num_hidden_layers * c.num_attention_heads)],
             relative_bias: None,
             disentangled: None,
+            mobile: None,
             layer_order: Vec::new(),
         },
     }

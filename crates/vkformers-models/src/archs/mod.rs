@@ -60,6 +60,7 @@ mod ministral;
 
 mod mixtral;
 mod mla_common;
+mod mobilebert;
 mod modernbert;
 mod modernbert_config;
 mod moe_common;
@@ -160,6 +161,7 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "mpnet", family: "BERT-family encoder", build: mpnet::spec },
     Arch { model_type: "deberta-v2", family: "BERT-family encoder", build: deberta_v2::spec },
     Arch { model_type: "deberta", family: "BERT-family encoder", build: deberta::spec },
+    Arch { model_type: "mobilebert", family: "BERT-family encoder", build: mobilebert::spec },
     Arch { model_type: "albert", family: "BERT-family encoder", build: albert::spec },
     Arch { model_type: "eurobert", family: "BERT-family encoder", build: eurobert::spec },
     Arch { model_type: "modernbert", family: "BERT-family encoder", build: modernbert::spec },

@@ -117,6 +117,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
                 max_distance: 128,
             }),
             disentangled: None,
+            mobile: None,
             layer_order: Vec::new(),
         },
     }

@@ -113,6 +113,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
             unread_linears: Vec::new(),
             relative_bias: None,
             disentangled: None,
+            mobile: None,
             layer_order: Vec::new(),
             head: head(
                 cfg,

@@ -19,6 +19,11 @@ pub fn forward(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, batch: &EncoderBatc
     let enc = encoder_of(spec)?;
     let x = hidden_states(g, spec, w, batch)?;
     match &enc.head {
+        EncoderHead::MaskedLm(head) if enc.mobile.is_some() => {
+            let h = activation::activation(g, &dense_with(g, w, &head.dense, &x, head.dense_bias)?, head.act)?;
+            let h = apply_norm(g, &head.norm, w, &head.norm_name, &h)?;
+            super::mobile_head::mlm_logits(g, spec, w, &h, w.get(&head.bias)?)
+        }
         EncoderHead::MaskedLm(head) => mlm(g, spec, w, head, &x),
         EncoderHead::SequenceClassification(head) => classifier(g, w, head, &x, batch),
         EncoderHead::TokenClassification { out, transform: None, .. } => dense(g, w, out, &x),

@@ -8,6 +8,8 @@ mod disentangled;
 mod heads;
 mod log_bucket;
 mod masking;
+mod mobile;
+mod mobile_head;
 mod plan;
 mod pooling;
 mod relative;
@@ -16,6 +18,7 @@ mod spec;
 pub use disentangled::{Disentangled, RelativeTable};
 pub use heads::{classification_loss, forward, forward_loss, masked_lm_loss, ClsLabels, OwnedClsLabels};
 pub use log_bucket::log_bucket;
+pub use mobile::MobileSpec;
 pub(crate) use plan::{check_new_head, match_pooler, plan};
 pub use pooling::{normalize_rows, pool, Pooling};
 pub use relative::RelativeBias;
@@ -54,6 +57,9 @@ pub fn hidden_states(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, batch: &Encod
     let (b, t) = (batch.batch, batch.seq);
     if batch.ids.len() != b * t || batch.mask.len() != b * t || batch.token_types.is_some_and(|x| x.len() != b * t) {
         return Err(ModelError::Config(format!("a batch of {b}x{t} with {} ids", batch.ids.len())));
+    }
+    if let Some(m) = &enc.mobile {
+        return mobile::hidden_states(g, spec, m, w, batch);
     }
     let mut x = embeddings(g, spec, enc, w, batch)?;
     let keys = relative::keys(g, spec, w, batch)?;

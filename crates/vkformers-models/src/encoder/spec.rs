@@ -156,6 +156,8 @@ pub struct EncoderSpec {
     pub relative_bias: Option<super::RelativeBias>,
     /// DeBERTa's disentangled attention (its pair mask, c2p / p2c terms); none elsewhere.
     pub disentangled: Option<super::Disentangled>,
+    /// MobileBERT's bottlenecked layers and trigram embeddings (replace the generic ones).
+    pub mobile: Option<super::MobileSpec>,
     /// The layers run, as indices into `ModelSpec::layers` (ALBERT's shared layers: each stored
     /// layer runs several times); empty: each layer once, in order.
     pub layer_order: Vec<usize>,
