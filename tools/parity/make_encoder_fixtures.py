@@ -148,6 +148,8 @@ SPECS = {
                                        "classifier_bias": True, "decoder_bias": False,
                                        "hidden_activation": "gelu_pytorch_tanh", "classifier_activation": "silu",
                                        "global_attn_every_n_layers": 2}),
+    # sparse_prediction: the head only on the 5 masked positions (logits [5, V]), the same loss.
+    "modernbert_sparse": ("modernbert", {**MODERN, "sparse_prediction": True}),
     "eurobert": ("eurobert", EURO),
     "mobilebert": ("mobilebert", MOBILE),
     # DeBERTa v1: the per-head fused `in_proj` + q_bias / v_bias, `pos_proj` (no bias) and
@@ -493,6 +495,8 @@ def check_reload(args) -> int:
     kw = dict(input_ids=ref["input_ids"].long(), attention_mask=ref["attention_mask"].long())
     if "token_type_ids" in ref:
         kw["token_type_ids"] = ref["token_type_ids"].long()
+    if getattr(cfg, "sparse_prediction", False):
+        kw["labels"] = ref["labels"].long()  # logits only at the targets, as the fixture's
     with torch.no_grad():
         logits = model(**kw).logits.float()
     return fc.check_logits(args.fixture, logits, ref["logits"])

@@ -129,6 +129,8 @@ parity! {
     // Bottlenecks, stacked FFNs, NoNorm, trigram embeddings; then LayerNorms, q/k/v on the
     // input bottleneck, a plain embedding projection.
     mobilebert: "mobilebert",
+    // ModernBERT's sparse_prediction: logits only at the 5 targets.
+    modernbert_sparse: "modernbert_sparse",
     mobilebert_seqcls: "mobilebert_seqcls",
     mobilebert_tokcls: "mobilebert_tokcls",
     // Factorised embeddings and shared layers: one layer run 3 times; 2 groups of 2 over 3 layers.

@@ -141,6 +141,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
             relative_bias: None,
             disentangled: None,
             mobile: None,
+            sparse_prediction: None,
             layer_order: order(c.num_hidden_layers, groups, inner),
         },
     }

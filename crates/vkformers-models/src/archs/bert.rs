@@ -129,6 +129,7 @@ pub(super) fn spec(
             relative_bias: None,
             disentangled: None,
             mobile: None,
+            sparse_prediction: None,
             layer_order: Vec::new(),
         },
     }

@@ -110,6 +110,7 @@ pub(super) fn build(cfg: &Value, v1: bool) -> Result<ModelSpec> {
             relative_bias: None,
             disentangled: Some(Disentangled { relative: relative(&c, &types, p, v1), key_bias: !v1 }),
             mobile: None,
+            sparse_prediction: None,
             layer_order: Vec::new(),
         },
     }

@@ -119,6 +119,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
             relative_bias: None,
             disentangled: None,
             mobile: None,
+            sparse_prediction: None,
             layer_order: Vec::new(),
             head: head(
                 cfg,

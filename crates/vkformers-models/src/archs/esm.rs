@@ -133,6 +133,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
             relative_bias: None,
             disentangled: None,
             mobile: None,
+            sparse_prediction: None,
             layer_order: Vec::new(),
         },
     }

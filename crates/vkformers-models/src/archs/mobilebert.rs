@@ -143,6 +143,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
             relative_bias: None,
             disentangled: None,
             mobile: Some(m),
+            sparse_prediction: None,
             layer_order: Vec::new(),
         },
     }

@@ -118,6 +118,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
             }),
             disentangled: None,
             mobile: None,
+            sparse_prediction: None,
             layer_order: Vec::new(),
         },
     }

@@ -128,6 +128,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
             relative_bias: None,
             disentangled: None,
             mobile: None,
+            sparse_prediction: None,
             layer_order: Vec::new(),
             head,
         },
