@@ -4,6 +4,7 @@
 //! ops, so the tape gives every parameter's gradient.
 
 mod attention;
+mod bare_decoder;
 mod disentangled;
 mod heads;
 mod log_bucket;
@@ -15,12 +16,13 @@ mod pooling;
 mod relative;
 mod spec;
 
+pub(crate) use bare_decoder::match_bare_decoder;
 pub use disentangled::{Disentangled, RelativeTable};
 pub use heads::{classification_loss, forward, forward_loss, masked_lm_loss, ClsLabels, OwnedClsLabels};
 pub use log_bucket::log_bucket;
 pub use mobile::MobileSpec;
 pub(crate) use plan::{check_new_head, match_pooler, plan};
-pub use pooling::{normalize_rows, pool, Pooling};
+pub use pooling::{decoder_hidden_states, normalize_rows, pool, Pooling};
 pub use relative::RelativeBias;
 pub use spec::{
     ClassifierHead, ClsPooling, EmbedMasking, EncoderHead, EncoderSpec, MlmHead, NormPlacement, PoolAct, Positions,
