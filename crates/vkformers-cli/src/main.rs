@@ -6,6 +6,7 @@ mod bench_attention;
 mod bench_shapes;
 mod chat;
 mod classify;
+mod classify_tokens;
 mod data_args;
 mod devices;
 mod doctor;
