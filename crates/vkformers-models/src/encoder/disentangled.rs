@@ -13,49 +13,37 @@ use vkformers_tensor::ops::{broadcast, embedding, matmul, shape};
 use vkformers_tensor::{Graph, Tensor};
 
 use super::log_bucket::delta;
+use super::Disentangled;
 use super::EncoderBatch;
 use crate::decoder::{apply_norm, project, Weights};
 use crate::error::{ModelError, Result};
 use crate::seq2seq::attention::{heads_attention, heads_first};
-use crate::spec::{LayerSpec, ModelSpec, Norm};
+use crate::spec::{LayerSpec, ModelSpec};
 
-/// The relative part of DeBERTa's attention (`relative_attention`).
-#[derive(Clone, Debug, PartialEq)]
-pub struct RelativeTable {
-    /// `{table}.weight [2·span, hidden]` (`encoder.rel_embeddings`).
-    pub table: String,
-    /// `pos_ebd_size`: `position_buckets` when > 0, else `max_relative_positions`.
-    pub span: usize,
-    /// `(position_buckets, max_relative_positions)` when both are > 0: log buckets.
-    pub log_buckets: Option<(usize, usize)>,
-    /// `encoder.LayerNorm` on the table (`norm_rel_ebd` has `layer_norm`).
-    pub norm: Option<(Norm, String)>,
-    pub c2p: bool,
-    pub p2c: bool,
-    /// The layers' own key / query projections also project the table (`share_att_key`).
-    pub share_att_key: bool,
-    /// Per-layer templates of `pos_key_proj` / `pos_query_proj` (without `share_att_key`).
-    pub pos_key: String,
-    pub pos_query: String,
-    /// `pos_key` has a bias (DeBERTa v1's `pos_proj` has none).
-    pub pos_key_bias: bool,
-}
-
-/// DeBERTa's attention: the pair mask always, the relative terms with `relative_attention`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Disentangled {
-    pub relative: Option<RelativeTable>,
-    /// The key projection has a bias (DeBERTa v1: only `q_bias` and `v_bias`).
-    pub key_bias: bool,
-}
-
-/// What every layer reads: the pair mask `[B, 1, T, T]` and the (normed) table `[2S, hidden]`.
+/// What every layer reads: the pair mask `[B, 1, T, T]` and, with the relative terms, the
+/// (normed) table `[2S, hidden]` and the gathers' index lists (the same in every layer, so
+/// built and uploaded once a forward).
 pub(super) struct Shared {
     mask: Tensor,
-    table: Option<Tensor>,
+    rel: Option<RelShared>,
 }
 
-pub(super) fn shared(g: &Graph<'_>, d: &Disentangled, w: &Weights, batch: &EncoderBatch<'_>) -> Result<Shared> {
+struct RelShared {
+    table: Tensor,
+    /// `[B·H·2S]`: row `(s, h)` of a projection `[2S·H, D]` for each `(b, h, s)`.
+    table_idx: Tensor,
+    /// `[B·H·T·T]` into the flat `[B·H, T, 2S]` products (see `gather_index`).
+    c2p: Option<Tensor>,
+    p2c: Option<Tensor>,
+}
+
+pub(super) fn shared(
+    g: &Graph<'_>,
+    d: &Disentangled,
+    w: &Weights,
+    batch: &EncoderBatch<'_>,
+    heads: usize,
+) -> Result<Shared> {
     let (b, t) = (batch.batch, batch.seq);
     let mut m = vec![0f32; b * t * t];
     for row in 0..b {
@@ -68,23 +56,29 @@ pub(super) fn shared(g: &Graph<'_>, d: &Disentangled, w: &Weights, batch: &Encod
         }
     }
     let mask = g.constant(&m, &[b, 1, t, t])?;
-    let table = match &d.relative {
-        None => None,
-        Some(r) => {
-            let x = w.get(&format!("{}.weight", r.table))?.clone();
-            Some(match &r.norm {
-                Some((n, name)) => apply_norm(g, n, w, name, &x)?,
-                None => x,
-            })
-        }
-    };
-    Ok(Shared { mask, table })
+    let Some(r) = &d.relative else { return Ok(Shared { mask, rel: None }) };
+    let s2 = 2 * r.span;
+    let mut table = w.get(&format!("{}.weight", r.table))?.clone();
+    if table.shape()[0] < s2 {
+        return Err(ModelError::Config(format!("`{}` has fewer than {s2} rows", r.table)));
+    }
+    if let Some((n, name)) = &r.norm {
+        table = apply_norm(g, n, w, name, &table)?;
+    }
+    let idx: Vec<i32> = (0..b * heads * s2).map(|n| ((n % s2) * heads + (n / s2) % heads) as i32).collect();
+    let clamp = |v: i64| v.clamp(0, s2 as i64 - 1) as usize;
+    let (span, dims) = (r.span as i64, (b * heads, t, s2));
+    // c2p[i, j] reads query i's column δ(i − j) + S; p2c[i, j] key j's column −δ(j − i) + S.
+    let c2p = r.c2p.then(|| gather_index(g, dims, |i, j| (i, clamp(delta(r, i as i64 - j as i64) + span))));
+    let p2c = r.p2c.then(|| gather_index(g, dims, |i, j| (j, clamp(-delta(r, j as i64 - i as i64) + span))));
+    let rel = RelShared { table, table_idx: g.ints(&idx, &[idx.len()])?, c2p: c2p.transpose()?, p2c: p2c.transpose()? };
+    Ok(Shared { mask, rel: Some(rel) })
 }
 
-/// `[B·H, T, 2S]` gathered to `[B, H, T, T]` at column `col(i, j)` of row `(bh, row(i, j))`.
-fn gather(
+/// Indices `[B·H·T·T]` into a flat `[B·H, T, 2S]` product: for each `(bh, i, j)` row
+/// `(bh, row(i, j))`, column `col(i, j)`.
+fn gather_index(
     g: &Graph<'_>,
-    full: &Tensor,
     (bh, t, s2): (usize, usize, usize),
     pick: impl Fn(usize, usize) -> (usize, usize),
 ) -> Result<Tensor> {
@@ -97,15 +91,19 @@ fn gather(
             }
         }
     }
-    let flat = shape::reshape(g, full, &[bh * t * s2, 1])?;
-    Ok(embedding::embedding(g, &flat, &g.ints(&idx, &[idx.len()])?)?)
+    Ok(g.ints(&idx, &[idx.len()])?)
+}
+
+/// `[B·H, T, 2S]` gathered at `idx` (the embedding lookup: its backward scatters into `full`).
+fn gather(g: &Graph<'_>, full: &Tensor, idx: &Tensor) -> Result<Tensor> {
+    let flat = shape::reshape(g, full, &[full.numel(), 1])?;
+    Ok(embedding::embedding(g, &flat, idx)?)
 }
 
 /// A projection of the table `[2S, H·D]` as `[B·H, 2S, D]` (each batch row reads the same rows).
-fn table_heads(g: &Graph<'_>, p: &Tensor, (b, h, s2, d): (usize, usize, usize, usize)) -> Result<Tensor> {
-    let idx: Vec<i32> = (0..b * h * s2).map(|n| ((n % s2) * h + (n / s2) % h) as i32).collect();
+fn table_heads(g: &Graph<'_>, p: &Tensor, idx: &Tensor, (b, h, s2, d): (usize, usize, usize, usize)) -> Result<Tensor> {
     let rows = shape::reshape(g, p, &[s2 * h, d])?;
-    let y = embedding::embedding(g, &rows, &g.ints(&idx, &[idx.len()])?)?;
+    let y = embedding::embedding(g, &rows, idx)?;
     Ok(shape::reshape(g, &y, &[b * h, s2, d])?)
 }
 
@@ -130,26 +128,19 @@ pub(super) fn attention(
     let qkv_bias = a.qkv_bias;
     let (q, k, v) = (split(&n.q, x, qkv_bias)?, split(&n.k, x, qkv_bias && d.key_bias)?, split(&n.v, x, qkv_bias)?);
     let mut bias = sh.mask.clone();
-    if let (Some(r), Some(table)) = (&d.relative, &sh.table) {
+    if let (Some(r), Some(rel)) = (&d.relative, &sh.rel) {
         let s2 = 2 * r.span;
-        if table.shape()[0] < s2 {
-            return Err(ModelError::Config(format!("`{}` has fewer than {s2} rows", r.table)));
-        }
         let pos = |template: &str, bias: bool| -> Result<Tensor> {
-            table_heads(g, &project(g, w, template, i, table, bias)?, (b, h, s2, hd))
+            table_heads(g, &project(g, w, template, i, &rel.table, bias)?, &rel.table_idx, (b, h, s2, hd))
         };
-        let clamp = |v: i64| v.clamp(0, s2 as i64 - 1) as usize;
-        let (span, dims) = (r.span as i64, (b * h, t, s2));
         let mut score: Option<Tensor> = None;
-        if r.c2p {
+        if let Some(idx) = &rel.c2p {
             let pk = if r.share_att_key { pos(&n.k, d.key_bias)? } else { pos(&r.pos_key, r.pos_key_bias)? };
-            let full = matmul::matmul_nt(g, &q, &pk)?;
-            score = Some(gather(g, &full, dims, |i, j| (i, clamp(delta(r, i as i64 - j as i64) + span)))?);
+            score = Some(gather(g, &matmul::matmul_nt(g, &q, &pk)?, idx)?);
         }
-        if r.p2c {
+        if let Some(idx) = &rel.p2c {
             let pq = pos(if r.share_att_key { &n.q } else { &r.pos_query }, true)?;
-            let full = matmul::matmul_nt(g, &k, &pq)?;
-            let p2c = gather(g, &full, dims, |i, j| (j, clamp(-delta(r, j as i64 - i as i64) + span)))?;
+            let p2c = gather(g, &matmul::matmul_nt(g, &k, &pq)?, idx)?;
             score = Some(match score {
                 Some(s) => broadcast::add(g, &s, &p2c)?,
                 None => p2c,

@@ -6,6 +6,7 @@
 mod attention;
 mod bare_decoder;
 mod disentangled;
+mod disentangled_spec;
 mod heads;
 mod log_bucket;
 mod masking;
@@ -17,7 +18,7 @@ mod relative;
 mod spec;
 
 pub(crate) use bare_decoder::match_bare_decoder;
-pub use disentangled::{Disentangled, RelativeTable};
+pub use disentangled_spec::{Disentangled, RelativeTable};
 pub use heads::{classification_loss, forward, forward_loss, masked_lm_loss, ClsLabels, OwnedClsLabels};
 pub use log_bucket::log_bucket;
 pub use mobile::MobileSpec;

@@ -43,7 +43,10 @@ pub(super) fn keys(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, batch: &Encoder
     };
     let enc = super::encoder_of(spec)?;
     let disentangled = match &enc.disentangled {
-        Some(d) => Some(super::disentangled::shared(g, d, w, batch)?),
+        Some(d) => {
+            let heads = spec.layers.first().map_or(1, |l| l.attn.heads);
+            Some(super::disentangled::shared(g, d, w, batch, heads)?)
+        }
         None => None,
     };
     let Some(r) = &enc.relative_bias else { return Ok(Keys { kmask, bias: None, window, disentangled }) };
