@@ -197,6 +197,15 @@ fn embed_batch(
         // On the device: one product [B, B·T] · [B·T, D].
         PoolMode::Mean => g.read(&encoder::pool(g, &hidden, &mask, (b, t), Pooling::Mean)?)?,
         PoolMode::Cls => g.read(&encoder::pool(g, &hidden, &mask, (b, t), Pooling::Cls)?)?,
+        // Each row's last real token, gathered on the device (a decoder's states are wide).
+        PoolMode::LastToken => {
+            let last: Vec<i32> = mask
+                .chunks(t)
+                .enumerate()
+                .map(|(row, m)| (row * t + m.iter().rposition(|&x| x != 0).unwrap_or(0)) as i32)
+                .collect();
+            g.read(&vkformers_tensor::ops::embedding::embedding(g, &hidden, &g.ints(&last, &[b])?)?)?
+        }
         mode => pool_host(&g.read(&hidden)?, &mask, (b, t), mode),
     };
     if st.normalize {
