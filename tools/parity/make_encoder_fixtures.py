@@ -51,6 +51,16 @@ MODERN = dict(vocab_size=128, hidden_size=32, intermediate_size=48, num_hidden_l
               max_position_embeddings=64, initializer_range=mf.INIT_STD, pad_token_id=0, bos_token_id=2,
               eos_token_id=1, cls_token_id=2, sep_token_id=1, local_attention=4)
 
+# DeBERTa-v3's attention (see SPECS["deberta_v2"]).
+DEBERTA_V3 = dict(ENC, relative_attention=True, pos_att_type=["p2c", "c2p"], position_buckets=6,
+                  max_relative_positions=24, norm_rel_ebd="layer_norm", share_att_key=True,
+                  position_biased_input=False, type_vocab_size=0, pad_token_id=0)
+
+# MobileBERT: hidden 32 between layers, bottlenecks of 16, 16-wide word table (trigram input),
+# NoNorm, shared q/k bottleneck, 3 FFNs per layer.
+MOBILE = dict(ENC, embedding_size=16, intra_bottleneck_size=16, intermediate_size=24, num_feedforward_networks=3,
+              type_vocab_size=2, pad_token_id=0)
+
 # fixture name -> (model_type, config kwargs); fixtures named `*_seqcls*` use
 # AutoModelForSequenceClassification (see `CLS_SPECS`).
 SPECS = {
@@ -138,7 +148,22 @@ SPECS = {
                                        "classifier_bias": True, "decoder_bias": False,
                                        "hidden_activation": "gelu_pytorch_tanh", "classifier_activation": "silu",
                                        "global_attn_every_n_layers": 2}),
+    # sparse_prediction: the head only on the 5 masked positions (logits [5, V]), the same loss.
+    "modernbert_sparse": ("modernbert", {**MODERN, "sparse_prediction": True}),
     "eurobert": ("eurobert", EURO),
+    "mobilebert": ("mobilebert", MOBILE),
+    # DeBERTa v1: the per-head fused `in_proj` + q_bias / v_bias, `pos_proj` (no bias) and
+    # `pos_q_proj`; 6 relative positions each way, fewer than T = 8 (clamped).
+    "deberta": ("deberta", {**ENC, "relative_attention": True, "pos_att_type": ["c2p", "p2c"],
+                            "max_relative_positions": 6, "pad_token_id": 0}),
+    # DeBERTa-v3's shape: c2p + p2c through the shared key / query projections of a LayerNormed
+    # table, log buckets (6 up to 24: T = 8 reaches the logarithmic ones), no absolute positions.
+    "deberta_v2": ("deberta-v2", DEBERTA_V3),
+    # DeBERTa-v2's: pos_key_proj / pos_query_proj, 2·64 table rows (no buckets), absolute
+    # positions, two token types, the non-legacy `lm_predictions` head, RELU.
+    "deberta_v2_plain": ("deberta-v2", {**ENC, "relative_attention": True, "pos_att_type": "p2c|c2p",
+                                        "type_vocab_size": 2, "pad_token_id": 0, "legacy": False,
+                                        "hidden_act": "relu"}),
     # tied `lm_head` with its bias (mlp_bias), biased attention, GeGLU.
     "eurobert_tied_bias": ("eurobert", {**EURO, "tie_word_embeddings": True, "mlp_bias": True,
                                         "attention_bias": True, "hidden_act": "gelu"}),
@@ -173,6 +198,17 @@ CLS_SPECS = {
     "modernbert_seqcls": ("modernbert", {**MODERN, "num_labels": 3}),
     "modernbert_seqcls_mean": ("modernbert", {**MODERN, "num_labels": 3, "classifier_pooling": "mean",
                                               "classifier_bias": True, "norm_bias": True}),
+    # DeBERTa's ContextPooler (`pooler.dense` + pooler_hidden_act) and `classifier`; c2p only.
+    "deberta_v2_seqcls": ("deberta-v2", {**DEBERTA_V3, "pos_att_type": ["c2p"], "num_labels": 3,
+                                         "pooler_hidden_act": "tanh"}),
+    # v1's pooler and classifier; p2c only, the whole 2·64-row table, two token types.
+    "deberta_seqcls": ("deberta", {**ENC, "relative_attention": True, "pos_att_type": "p2c", "type_vocab_size": 2,
+                                   "pad_token_id": 0, "num_labels": 3}),
+    # MobileBERT with LayerNorms (three of them at torch's default eps), no trigram (a plain
+    # projection 16 -> 32), q, k and v all on the input bottleneck; pooler + tanh, classifier.
+    "mobilebert_seqcls": ("mobilebert", {**MOBILE, "normalization_type": "layer_norm", "trigram_input": False,
+                                         "use_bottleneck_attention": True, "key_query_shared_bottleneck": False,
+                                         "layer_norm_eps": 1e-7, "num_labels": 3}),
     # ESM's classifier (dense + tanh + out_proj on the first token), rotary, token_dropout.
     "esm_seqcls": ("esm", {**ENC, "pad_token_id": 1, "mask_token_id": MASK_ID, "position_embedding_type": "rotary",
                            "token_dropout": True, "num_labels": 3}),
@@ -192,6 +228,8 @@ for _name, (_mt, _kw) in {
     "eurobert_tokcls": ("eurobert", EURO),
     # ModernBERT's `head` (dense, GELU, norm) on every token before the classifier.
     "modernbert_tokcls": ("modernbert", MODERN),
+    "deberta_v2_tokcls": ("deberta-v2", DEBERTA_V3),
+    "mobilebert_tokcls": ("mobilebert", MOBILE),
 }.items():
     CLS_SPECS[_name] = (_mt, {**_kw, "num_labels": 5, "head": "token"})
 SPECS.update(CLS_SPECS)
@@ -394,6 +432,10 @@ EMBED_SPECS = {
     "albert_model": ("albert", SPECS["albert"][1]),
     "eurobert_model": ("eurobert", EURO),
     "modernbert_model": ("modernbert", MODERN),
+    # DeBERTa's bare models (no pooler): the pair mask leaves padded rows their own values.
+    "deberta_v2_model": ("deberta-v2", DEBERTA_V3),
+    "deberta_model": ("deberta", SPECS["deberta"][1]),
+    "mobilebert_model": ("mobilebert", MOBILE),
 }
 
 
@@ -453,6 +495,8 @@ def check_reload(args) -> int:
     kw = dict(input_ids=ref["input_ids"].long(), attention_mask=ref["attention_mask"].long())
     if "token_type_ids" in ref:
         kw["token_type_ids"] = ref["token_type_ids"].long()
+    if getattr(cfg, "sparse_prediction", False):
+        kw["labels"] = ref["labels"].long()  # logits only at the targets, as the fixture's
     with torch.no_grad():
         logits = model(**kw).logits.float()
     return fc.check_logits(args.fixture, logits, ref["logits"])

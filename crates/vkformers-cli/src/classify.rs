@@ -15,7 +15,8 @@ use vkformers_vk::{Context, DeviceSelector};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// A sequence-classification model folder (`*ForSequenceClassification`) or Hub id.
+    /// A sequence- or token-classification model folder (`*ForSequenceClassification`,
+    /// `*ForTokenClassification`) or Hub id.
     #[arg(long)]
     model: String,
     /// A text to classify (repeat for several).
@@ -62,9 +63,15 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
             (Some(Problem::MultiLabel), _) | (_, 1) => Scores::Sigmoid,
             _ => Scores::Softmax,
         },
+        Some(EncoderHead::TokenClassification { num_labels, .. }) => {
+            if !args.text_pair.is_empty() {
+                bail!("--text-pair is for sequence classifiers; a token classifier reads one text");
+            }
+            return crate::classify_tokens::run(&g, &model, &dir, &texts, args.json, *num_labels);
+        }
         _ => bail!(
-            "{}: `classify` needs a sequence classifier (*ForSequenceClassification); this folder is `{}` \
-             (token classification is not supported yet)",
+            "{}: `classify` needs a sequence or token classifier (*ForSequenceClassification, \
+             *ForTokenClassification); this folder is `{}`",
             dir.display(),
             model.config["architectures"][0].as_str().unwrap_or(&model.spec.model_type)
         ),

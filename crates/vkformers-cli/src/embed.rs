@@ -1,7 +1,8 @@
 //! `vkformers embed`: sentence embeddings as sentence-transformers computes them (the folder's
 //! `modules.json`: the transformer's last hidden state, its pooling, `Normalize`), in batches
 //! sorted by length as `SentenceTransformer.encode` batches them; text lines or JSON in the
-//! OpenAI embeddings shape.
+//! OpenAI embeddings shape. Decoder embedding models (Qwen3-Embedding) pool their final
+//! hidden states the same way, usually the last token's.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -18,8 +19,8 @@ use crate::st_modules::{pool_host, PoolMode, SentenceModel};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// A sentence-transformers folder (modules.json), a plain encoder folder (mean pooling), or
-    /// a Hub id.
+    /// A sentence-transformers folder (modules.json; an encoder, or a decoder such as
+    /// Qwen3-Embedding with last-token pooling), a plain encoder folder (mean pooling), or a Hub id.
     #[arg(long)]
     model: String,
     /// A text to embed (repeat for several).
@@ -47,11 +48,8 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     crate::outdir::check_complete(&st.transformer)?;
     let model = Model::load_for_inference(&g, &st.transformer, args.dtype.resolve(&st.transformer)?)
         .with_context(|| format!("loading {}", st.transformer.display()))?;
-    if model.spec.encoder.is_none() {
-        bail!(
-            "`{}` is a decoder: embeddings of decoder models (last-token pooling) are not supported yet",
-            model.spec.model_type
-        );
+    if model.spec.seq2seq.is_some() {
+        bail!("`{}` is an encoder-decoder: its embeddings are not supported", model.spec.model_type);
     }
     crate::load::generate_in_weight_type(&g, &model);
     let tok = HfTokenizer::from_dir(&st.transformer)?;
@@ -187,13 +185,27 @@ fn embed_batch(
         types.extend(row_types.iter().copied().chain(std::iter::repeat_n(0, t - n)));
     }
     let batch = EncoderBatch { ids: &ids, mask: &mask, token_types: Some(&types), batch: b, seq: t };
+    let hidden = match model.spec.encoder {
+        Some(_) => encoder::hidden_states(g, &model.spec, &model.weights, &batch)?,
+        // A decoder embedding model (Qwen3-Embedding: last-token pooling of its final states).
+        None => encoder::decoder_hidden_states(g, &model.spec, &model.weights, &ids, &mask, (b, t))?,
+    };
     // f32 for pooling whatever the weights' type (16-bit runs keep activations 16-bit).
-    let hidden = cast::cast(g, &encoder::hidden_states(g, &model.spec, &model.weights, &batch)?, DType::F32)?;
+    let hidden = cast::cast(g, &hidden, DType::F32)?;
     let dim = model.spec.hidden;
     let mut flat = match st.pooling {
         // On the device: one product [B, B·T] · [B·T, D].
         PoolMode::Mean => g.read(&encoder::pool(g, &hidden, &mask, (b, t), Pooling::Mean)?)?,
         PoolMode::Cls => g.read(&encoder::pool(g, &hidden, &mask, (b, t), Pooling::Cls)?)?,
+        // Each row's last real token, gathered on the device (a decoder's states are wide).
+        PoolMode::LastToken => {
+            let last: Vec<i32> = mask
+                .chunks(t)
+                .enumerate()
+                .map(|(row, m)| (row * t + m.iter().rposition(|&x| x != 0).unwrap_or(0)) as i32)
+                .collect();
+            g.read(&vkformers_tensor::ops::embedding::embedding(g, &hidden, &g.ints(&last, &[b])?)?)?
+        }
         mode => pool_host(&g.read(&hidden)?, &mask, (b, t), mode),
     };
     if st.normalize {

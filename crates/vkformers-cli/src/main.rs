@@ -7,6 +7,7 @@ mod bench_peak;
 mod bench_shapes;
 mod chat;
 mod classify;
+mod classify_tokens;
 mod data_args;
 mod devices;
 mod doctor;

@@ -58,3 +58,34 @@ fn embed_equals_sentence_transformers_on_all_minilm_l6_v2() {
     }
     assert!(got["usage"]["prompt_tokens"].as_u64().unwrap() > sentences.len() as u64);
 }
+
+/// A decoder embedding model: a tiny random Qwen3-Embedding-shaped folder (bare `Qwen3Model`
+/// stored without the `model.` prefix, EOS appended by the tokenizer, last-token pooling,
+/// Normalize), made by tools/parity/make_decoder_embed_fixture.py with sentence-transformers'
+/// own embeddings (left-padded batches of 3); here right-padded batches of 4.
+#[test]
+fn embed_equals_sentence_transformers_on_a_decoder_embedding_model() {
+    let dir = repo().join("tests/fixtures_embed/qwen3_embedding");
+    let reference: serde_json::Value = vkformers_io::read_json(dir.join("reference.json")).unwrap();
+    let sentences: Vec<&str> = reference["sentences"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("sentences.txt");
+    std::fs::write(&file, sentences.join("\n") + "\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_vkformers"))
+        .args(["embed", "--model", dir.to_str().unwrap(), "--file", file.to_str().unwrap(), "--json"])
+        .args(["--batch-size", "4"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let data = got["data"].as_array().unwrap();
+    assert_eq!(data.len(), sentences.len());
+    for (i, (d, want)) in data.iter().zip(reference["embeddings"].as_array().unwrap()).enumerate() {
+        let (a, b) = (floats(&d["embedding"]), floats(want));
+        assert_eq!(a.len(), 32);
+        let c = cosine(&a, &b);
+        assert!(c >= 0.9999, "sentence {i} {:?}: cosine {c} with sentence-transformers", sentences[i]);
+        let norm = a.iter().map(|x| x * x).sum::<f64>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-5, "Normalize: norm {norm}");
+    }
+}

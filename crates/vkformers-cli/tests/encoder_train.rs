@@ -235,6 +235,51 @@ fn classify_gives_the_text_classification_pipeline_scores() {
     }
 }
 
+/// A token classifier: the token-classification pipeline's entities (tools/parity/
+/// token_classify_reference.py: `distilbert_tokcls` with the WordPiece tokenizer, labels O and
+/// B-/I-PER/LOC, tokens labelled O and special tokens left out).
+#[test]
+fn classify_gives_the_token_classification_pipeline_entities() {
+    let want = json(&refs().join("classify_tokens.json"));
+    let model = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        repo().join("tests/fixtures/distilbert_tokcls/model.safetensors"),
+        model.path().join("model.safetensors"),
+    )
+    .unwrap();
+    for f in ["tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(repo().join("tests/fixtures_data/wordpiece").join(f), model.path().join(f)).unwrap();
+    }
+    let mut config = json(&repo().join("tests/fixtures/distilbert_tokcls/config.json"));
+    config["id2label"] = want["id2label"].clone();
+    config["label2id"] = serde_json::Value::Object(
+        want["id2label"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (v.as_str().unwrap().to_string(), k.parse::<u64>().unwrap().into()))
+            .collect(),
+    );
+    std::fs::write(model.path().join("config.json"), config.to_string()).unwrap();
+    let mut args = vec!["classify", "--model", model.path().to_str().unwrap(), "--json", "--dtype", "float32"];
+    for t in want["texts"].as_array().unwrap() {
+        args.extend(["--text", t.as_str().unwrap()]);
+    }
+    let out = vkformers(&args);
+    let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for (g, w) in got.as_array().unwrap().iter().zip(want["entities"].as_array().unwrap()) {
+        let (g, w) = (g.as_array().unwrap(), w.as_array().unwrap());
+        assert_eq!(g.len(), w.len(), "entities {g:?} vs the pipeline's {w:?}");
+        for (a, b) in g.iter().zip(w) {
+            for k in ["entity", "index", "word", "start", "end"] {
+                assert_eq!(a[k], b[k], "{k} of {a} vs the pipeline's {b}");
+            }
+            let (x, y) = (a["score"].as_f64().unwrap(), b["score"].as_f64().unwrap());
+            assert!(rel(x, y) <= 1e-5, "{} score {x} vs the pipeline's {y}", a["word"]);
+        }
+    }
+}
+
 #[test]
 fn lora_finetunes_an_encoder_on_its_masked_lm_loss() {
     let out = tempfile::tempdir().unwrap();

@@ -101,6 +101,7 @@ impl Model {
         let mut spec = spec;
         crate::moe::match_layout(&mut spec, file.names());
         crate::encoder::match_pooler(&mut spec, file.names());
+        crate::encoder::match_bare_decoder(&mut spec, &config, file.names())?;
         let (found, fresh) = match new_head.as_mut() {
             Some(h) => {
                 let (found, fresh, unexpected) = crate::encoder::check_new_head(&spec, &config, &file, dir)?;

@@ -74,6 +74,15 @@ fn bare_esm_mpnet_albert_eurobert_and_modernbert_match_transformers() {
     }
 }
 
+#[test]
+fn bare_deberta_v2_deberta_and_mobilebert_match_transformers() {
+    // Disentangled attention (v3's shared keys and log buckets; v1's fused in_proj), no pooler;
+    // MobileBERT's bottlenecks with its pooler.
+    for name in ["deberta_v2_model", "deberta_model", "mobilebert_model"] {
+        check(name);
+    }
+}
+
 /// A bare BERT whose checkpoint has no pooler (`BertModel(add_pooling_layer=False)`) loads without
 /// it and gives the same hidden states and poolings as the folder with one.
 #[test]

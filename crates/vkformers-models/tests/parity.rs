@@ -117,6 +117,22 @@ parity! {
     // A relative position bias shared by the layers; then 40 table rows bucketed by 32.
     mpnet: "mpnet",
     mpnet_seqcls: "mpnet_seqcls",
+    // Disentangled attention: v3's shared projections, normed table and log buckets; v2's own
+    // position projections, absolute positions and token types; c2p only under the pooler.
+    deberta_v2: "deberta_v2",
+    deberta_v2_plain: "deberta_v2_plain",
+    deberta_v2_seqcls: "deberta_v2_seqcls",
+    deberta_v2_tokcls: "deberta_v2_tokcls",
+    // v1: the per-head fused in_proj, q/v biases, clamped relative positions; p2c alone.
+    deberta: "deberta",
+    deberta_seqcls: "deberta_seqcls",
+    // Bottlenecks, stacked FFNs, NoNorm, trigram embeddings; then LayerNorms, q/k/v on the
+    // input bottleneck, a plain embedding projection.
+    mobilebert: "mobilebert",
+    // ModernBERT's sparse_prediction: logits only at the 5 targets.
+    modernbert_sparse: "modernbert_sparse",
+    mobilebert_seqcls: "mobilebert_seqcls",
+    mobilebert_tokcls: "mobilebert_tokcls",
     // Factorised embeddings and shared layers: one layer run 3 times; 2 groups of 2 over 3 layers.
     albert: "albert",
     albert_groups: "albert_groups",

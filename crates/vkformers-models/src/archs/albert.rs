@@ -139,6 +139,9 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
             masking: Default::default(),
             unread_linears: Vec::new(),
             relative_bias: None,
+            disentangled: None,
+            mobile: None,
+            sparse_prediction: None,
             layer_order: order(c.num_hidden_layers, groups, inner),
         },
     }

@@ -127,6 +127,9 @@ pub(super) fn spec(
             masking: Default::default(),
             unread_linears: Vec::new(),
             relative_bias: None,
+            disentangled: None,
+            mobile: None,
+            sparse_prediction: None,
             layer_order: Vec::new(),
         },
     }

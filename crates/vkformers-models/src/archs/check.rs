@@ -74,6 +74,9 @@ const SIZE_FIELDS: &[(&str, u64)] = &[
     ("topk_group", 1 << 12),
 ];
 
+/// Sizes that may be 0 (DeBERTa-v2/v3 configs: `type_vocab_size` 0, no token-type table).
+const ZERO_OK: &[&str] = &["type_vocab_size"];
+
 /// Fractions of the head rotated; each in (0, 1] where present.
 const FRACTION_FIELDS: &[&str] = &["partial_rotary_factor", "rotary_pct"];
 
@@ -92,7 +95,7 @@ pub fn config_fields(cfg: &Value) -> Result<()> {
     for (key, max) in SIZE_FIELDS {
         let Some(v) = cfg.get(*key).filter(|v| !v.is_null()) else { continue };
         match v.as_u64() {
-            Some(n) if n > 0 && n <= *max => {}
+            Some(n) if (n > 0 || ZERO_OK.contains(key)) && n <= *max => {}
             _ => return Err(ModelError::Config(format!("`{key}` is {v}; it must be a positive integer up to {max}"))),
         }
     }

@@ -117,6 +117,9 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
             masking: Default::default(),
             unread_linears: Vec::new(),
             relative_bias: None,
+            disentangled: None,
+            mobile: None,
+            sparse_prediction: None,
             layer_order: Vec::new(),
             head: head(
                 cfg,

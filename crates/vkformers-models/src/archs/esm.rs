@@ -131,6 +131,9 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
             // Logistic regression over every layer's and head's attention map.
             unread_linears: vec![(under(p, "contact_head.regression"), 1, c.num_hidden_layers * c.num_attention_heads)],
             relative_bias: None,
+            disentangled: None,
+            mobile: None,
+            sparse_prediction: None,
             layer_order: Vec::new(),
         },
     }

@@ -25,6 +25,9 @@ mod cohere2;
 mod cohere_compass;
 mod common;
 mod ctrl;
+mod deberta;
+mod deberta_config;
+mod deberta_v2;
 mod deepseek;
 mod deepseek_moe;
 mod distilbert;
@@ -58,6 +61,7 @@ mod ministral;
 
 mod mixtral;
 mod mla_common;
+mod mobilebert;
 mod modernbert;
 mod modernbert_config;
 mod moe_common;
@@ -156,6 +160,9 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "nomic_bert", family: "BERT-family encoder", build: nomic_bert::spec },
     Arch { model_type: "esm", family: "BERT-family encoder", build: esm::spec },
     Arch { model_type: "mpnet", family: "BERT-family encoder", build: mpnet::spec },
+    Arch { model_type: "deberta-v2", family: "BERT-family encoder", build: deberta_v2::spec },
+    Arch { model_type: "deberta", family: "BERT-family encoder", build: deberta::spec },
+    Arch { model_type: "mobilebert", family: "BERT-family encoder", build: mobilebert::spec },
     Arch { model_type: "albert", family: "BERT-family encoder", build: albert::spec },
     Arch { model_type: "eurobert", family: "BERT-family encoder", build: eurobert::spec },
     Arch { model_type: "modernbert", family: "BERT-family encoder", build: modernbert::spec },

@@ -32,9 +32,6 @@ struct Config {
 
 pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     let c: Config = parse(cfg)?;
-    if get(cfg, "sparse_prediction", false) {
-        return Err(ModelError::Unsupported("modernbert sparse_prediction".into()));
-    }
     // `ModernBertModel` stores its tensors without the `model.` prefix.
     let p = if is_bare(cfg) { "" } else { "model" };
     let (h, heads) = (c.hidden_size, c.num_attention_heads);
@@ -128,6 +125,10 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
             masking: Default::default(),
             unread_linears: Vec::new(),
             relative_bias: None,
+            disentangled: None,
+            mobile: None,
+            sparse_prediction: get(cfg, "sparse_prediction", false)
+                .then(|| get(cfg, "sparse_pred_ignore_index", -100i64) as i32),
             layer_order: Vec::new(),
         },
     }

@@ -116,6 +116,9 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
                 num_buckets: 32,
                 max_distance: 128,
             }),
+            disentangled: None,
+            mobile: None,
+            sparse_prediction: None,
             layer_order: Vec::new(),
         },
     }

@@ -30,6 +30,10 @@ pub(super) fn self_attention(
     if a.alibi.is_some() || a.qk_norm.is_some() || a.softcap != 0.0 || !plain {
         return Err(ModelError::Unsupported("ALiBi, QK-normed, clipped or position-scaled encoder attention".into()));
     }
+    if let (Some(d), Some(sh)) = (&encoder_of(spec)?.disentangled, &keys.disentangled) {
+        let o = super::disentangled::attention(g, spec, d, w, layer, i, h, sh, (b, t))?;
+        return project(g, w, &n.o, i, &o, a.out_bias);
+    }
     // A windowed layer reads its window mask (ModernBERT's local layers), others the keys' bias.
     let bias = match (a.sliding_window, &keys.window, &keys.bias) {
         (None, _, bias) => bias.as_ref(),

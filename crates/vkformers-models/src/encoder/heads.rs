@@ -19,6 +19,11 @@ pub fn forward(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, batch: &EncoderBatc
     let enc = encoder_of(spec)?;
     let x = hidden_states(g, spec, w, batch)?;
     match &enc.head {
+        EncoderHead::MaskedLm(head) if enc.mobile.is_some() => {
+            let h = activation::activation(g, &dense_with(g, w, &head.dense, &x, head.dense_bias)?, head.act)?;
+            let h = apply_norm(g, &head.norm, w, &head.norm_name, &h)?;
+            super::mobile_head::mlm_logits(g, spec, w, &h, w.get(&head.bias)?)
+        }
         EncoderHead::MaskedLm(head) => mlm(g, spec, w, head, &x),
         EncoderHead::SequenceClassification(head) => classifier(g, w, head, &x, batch),
         EncoderHead::TokenClassification { out, transform: None, .. } => dense(g, w, out, &x),
@@ -106,8 +111,14 @@ pub fn forward_loss(
     batch: &EncoderBatch<'_>,
     labels: ClsLabels<'_>,
 ) -> Result<(Tensor, Tensor)> {
+    let enc = encoder_of(spec)?;
+    if let (EncoderHead::MaskedLm(head), Some(ignore), ClsLabels::Ids(ids)) =
+        (&enc.head, enc.sparse_prediction, &labels)
+    {
+        return sparse_mlm(g, spec, w, head, batch, ids, ignore);
+    }
     let logits = forward(g, spec, w, batch)?;
-    let loss = match (&encoder_of(spec)?.head, labels) {
+    let loss = match (&enc.head, labels) {
         // Both: mean cross-entropy over positions whose label is not -100.
         (EncoderHead::MaskedLm(_) | EncoderHead::TokenClassification { .. }, ClsLabels::Ids(ids)) => {
             masked_lm_loss(g, &logits, ids)?
@@ -118,6 +129,33 @@ pub fn forward_loss(
             return Err(ModelError::Config("masked-LM and token-classification labels must be integer ids".into()))
         }
     };
+    Ok((logits, loss))
+}
+
+/// The masked-LM head on the rows of the last hidden state whose label is not `ignore` (the
+/// row gather is an embedding lookup: its backward scatters into those rows): logits
+/// `[targets, V]` and the mean cross-entropy over them, as ModernBERT's `sparse_prediction`.
+fn sparse_mlm(
+    g: &Graph<'_>,
+    spec: &ModelSpec,
+    w: &Weights,
+    head: &MlmHead,
+    batch: &EncoderBatch<'_>,
+    labels: &[i32],
+    ignore: i32,
+) -> Result<(Tensor, Tensor)> {
+    let x = hidden_states(g, spec, w, batch)?;
+    if labels.len() != x.shape()[0] {
+        return Err(ModelError::Config(format!("{} labels for {} positions", labels.len(), x.shape()[0])));
+    }
+    let keep: Vec<i32> = (0..labels.len()).filter(|&j| labels[j] != ignore).map(|j| j as i32).collect();
+    if keep.is_empty() {
+        return Err(ModelError::Config("sparse prediction on a batch without masked-LM targets".into()));
+    }
+    let rows = embedding::embedding(g, &x, &g.ints(&keep, &[keep.len()])?)?;
+    let logits = mlm(g, spec, w, head, &rows)?;
+    let kept: Vec<i32> = keep.iter().map(|&j| labels[j as usize]).collect();
+    let loss = masked_lm_loss(g, &logits, &kept)?;
     Ok((logits, loss))
 }
 

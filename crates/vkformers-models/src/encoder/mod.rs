@@ -4,16 +4,26 @@
 //! ops, so the tape gives every parameter's gradient.
 
 mod attention;
+mod bare_decoder;
+mod disentangled;
+mod disentangled_spec;
 mod heads;
+mod log_bucket;
 mod masking;
+mod mobile;
+mod mobile_head;
 mod plan;
 mod pooling;
 mod relative;
 mod spec;
 
+pub(crate) use bare_decoder::match_bare_decoder;
+pub use disentangled_spec::{Disentangled, RelativeTable};
 pub use heads::{classification_loss, forward, forward_loss, masked_lm_loss, ClsLabels, OwnedClsLabels};
+pub use log_bucket::log_bucket;
+pub use mobile::MobileSpec;
 pub(crate) use plan::{check_new_head, match_pooler, plan};
-pub use pooling::{normalize_rows, pool, Pooling};
+pub use pooling::{decoder_hidden_states, normalize_rows, pool, Pooling};
 pub use relative::RelativeBias;
 pub use spec::{
     ClassifierHead, ClsPooling, EmbedMasking, EncoderHead, EncoderSpec, MlmHead, NormPlacement, PoolAct, Positions,
@@ -50,6 +60,9 @@ pub fn hidden_states(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, batch: &Encod
     let (b, t) = (batch.batch, batch.seq);
     if batch.ids.len() != b * t || batch.mask.len() != b * t || batch.token_types.is_some_and(|x| x.len() != b * t) {
         return Err(ModelError::Config(format!("a batch of {b}x{t} with {} ids", batch.ids.len())));
+    }
+    if let Some(m) = &enc.mobile {
+        return mobile::hidden_states(g, spec, m, w, batch);
     }
     let mut x = embeddings(g, spec, enc, w, batch)?;
     let keys = relative::keys(g, spec, w, batch)?;

@@ -79,19 +79,12 @@ pub(crate) fn plan(spec: &ModelSpec, _config: &Value) -> Result<Vec<Planned>> {
     let table =
         |name: &str, rows: usize| Planned { name: format!("{name}.weight"), shape: vec![rows, e], init: Init::Normal };
     let mut out = vec![table(&spec.embed_name, spec.vocab)];
-    if let Some(wpe) = &spec.position_embedding {
-        out.push(table(wpe, enc.max_positions));
+    if let Some(m) = &enc.mobile {
+        let types = enc.token_types.as_ref().map_or(0, |t| t.1);
+        super::mobile_head::plan(&mut out, spec, m, e, enc.max_positions, types);
+    } else {
+        generic_body(&mut out, spec, enc);
     }
-    if let Some((name, rows)) = &enc.token_types {
-        out.push(table(name, *rows));
-    }
-    if let Some(n) = &spec.embed_norm {
-        norm_params(&mut out, &spec.embed_norm_name, n, e);
-    }
-    if let Some(p) = &enc.embed_project {
-        linear(&mut out, p, h, e, true);
-    }
-    layers(&mut out, spec);
     if let Some((n, name)) = &enc.final_norm {
         norm_params(&mut out, name, n, h);
     }
@@ -103,10 +96,52 @@ pub(crate) fn plan(spec: &ModelSpec, _config: &Value) -> Result<Vec<Planned>> {
         let heads = spec.layers.first().map_or(0, |l| l.attn.heads);
         out.push(Planned { name: format!("{}.weight", r.table), shape: vec![r.rows, heads], init: Init::Normal });
     }
+    if enc.disentangled.as_ref().is_some_and(|d| !d.key_bias) {
+        // DeBERTa v1's key projection has no bias (its `in_proj` has none; q and v add theirs).
+        let keys: HashSet<String> =
+            (0..spec.layers.len()).map(|i| format!("{}.bias", layer_name(&spec.layer_names.k, i))).collect();
+        out.retain(|p| !keys.contains(&p.name));
+    }
+    if let Some(r) = enc.disentangled.as_ref().and_then(|d| d.relative.as_ref()) {
+        out.push(Planned { name: format!("{}.weight", r.table), shape: vec![2 * r.span, h], init: Init::Normal });
+        if let Some((n, name)) = &r.norm {
+            norm_params(&mut out, name, n, h);
+        }
+        for i in (0..spec.layers.len()).filter(|_| !r.share_att_key) {
+            let a = &spec.layers[i].attn;
+            let hd = a.heads * a.head_dim;
+            if r.c2p {
+                linear(&mut out, &layer_name(&r.pos_key, i), hd, h, r.pos_key_bias);
+            }
+            if r.p2c {
+                linear(&mut out, &layer_name(&r.pos_query, i), hd, h, true);
+            }
+        }
+    }
     for (name, rows, cols) in &enc.unread_linears {
         linear(&mut out, name, *rows, *cols, true);
     }
     Ok(out)
+}
+
+/// The generic embeddings (positions, token types, norm, projection) and layers.
+fn generic_body(out: &mut Vec<Planned>, spec: &ModelSpec, enc: &EncoderSpec) {
+    let (h, e) = (spec.hidden, enc.embed_dim);
+    let table =
+        |name: &str, rows: usize| Planned { name: format!("{name}.weight"), shape: vec![rows, e], init: Init::Normal };
+    if let Some(wpe) = &spec.position_embedding {
+        out.push(table(wpe, enc.max_positions));
+    }
+    if let Some((name, rows)) = &enc.token_types {
+        out.push(table(name, *rows));
+    }
+    if let Some(n) = &spec.embed_norm {
+        norm_params(out, &spec.embed_norm_name, n, e);
+    }
+    if let Some(p) = &enc.embed_project {
+        linear(out, p, h, e, true);
+    }
+    layers(out, spec);
 }
 
 fn layers(out: &mut Vec<Planned>, spec: &ModelSpec) {
@@ -149,9 +184,15 @@ fn head(out: &mut Vec<Planned>, spec: &ModelSpec, enc: &EncoderSpec) {
             if !head.bias.is_empty() {
                 out.push(Planned { name: head.bias.clone(), shape: vec![spec.vocab], init: Init::Zeros });
             }
+            // MobileBERT's transform keeps the hidden width; its decoder adds `[H − E, V]` rows.
+            let width = if enc.mobile.is_some() { h } else { e };
             if !head.dense.is_empty() {
-                linear(out, &head.dense, e, h, head.dense_bias);
-                norm_params(out, &head.norm_name, &head.norm, e);
+                linear(out, &head.dense, width, h, head.dense_bias);
+                norm_params(out, &head.norm_name, &head.norm, width);
+            }
+            if enc.mobile.is_some() && h > e {
+                let name = format!("{}.weight", super::mobile_head::MLM_DENSE);
+                out.push(Planned { name, shape: vec![h - e, spec.vocab], init: Init::Normal });
             }
             if !spec.tied_head {
                 linear(out, &spec.head_name, spec.vocab, e, false);

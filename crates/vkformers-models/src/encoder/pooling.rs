@@ -41,6 +41,26 @@ pub fn pool(g: &Graph<'_>, hidden: &Tensor, mask: &[i32], (b, t): (usize, usize)
     Ok(matmul::matmul(g, &g.constant(&p, &[b, b * t])?, hidden)?)
 }
 
+/// A decoder's final hidden states `[B·T, hidden]` (after its final norm: `AutoModel`'s
+/// `last_hidden_state`) on rows `ids`, `mask` `[B·T]`, for a decoder embedding model's pooling.
+/// Right padding: with causal attention the real tokens never see the padding, and RoPE's
+/// scores depend only on distances, so the last real token's state equals the left-padded one
+/// sentence-transformers computes.
+pub fn decoder_hidden_states(
+    g: &Graph<'_>,
+    spec: &crate::spec::ModelSpec,
+    w: &crate::decoder::Weights,
+    ids: &[i32],
+    mask: &[i32],
+    (b, t): (usize, usize),
+) -> Result<Tensor> {
+    if spec.encoder.is_some() || spec.seq2seq.is_some() {
+        return Err(ModelError::Unsupported(format!("`{}` is not a decoder-only model", spec.model_type)));
+    }
+    let batch = crate::decoder::Batch { ids, mask, batch: b, seq: t };
+    Ok(crate::decoder::hidden_with_aux(g, spec, w, &batch)?.0)
+}
+
 /// Each row of `v [rows, dim]` scaled to unit L2 norm (torch's `normalize`: divided by
 /// `max(norm, 1e-12)`), on the host.
 pub fn normalize_rows(v: &mut [f32], dim: usize) {

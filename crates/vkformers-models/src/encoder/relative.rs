@@ -30,6 +30,8 @@ pub(super) struct Keys {
     pub kmask: Tensor,
     pub bias: Option<Tensor>,
     pub window: Option<(u32, Tensor)>,
+    /// DeBERTa's pair mask and relative table (see `disentangled`).
+    pub disentangled: Option<super::disentangled::Shared>,
 }
 
 pub(super) fn keys(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, batch: &EncoderBatch<'_>) -> Result<Keys> {
@@ -40,7 +42,14 @@ pub(super) fn keys(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, batch: &Encoder
         None => None,
     };
     let enc = super::encoder_of(spec)?;
-    let Some(r) = &enc.relative_bias else { return Ok(Keys { kmask, bias: None, window }) };
+    let disentangled = match &enc.disentangled {
+        Some(d) => {
+            let heads = spec.layers.first().map_or(1, |l| l.attn.heads);
+            Some(super::disentangled::shared(g, d, w, batch, heads)?)
+        }
+        None => None,
+    };
+    let Some(r) = &enc.relative_bias else { return Ok(Keys { kmask, bias: None, window, disentangled }) };
     let table = w.get(&format!("{}.weight", r.table))?;
     let heads = table.shape()[1];
     let mut idx = Vec::with_capacity(heads * t * t);
@@ -63,7 +72,7 @@ pub(super) fn keys(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, batch: &Encoder
     let rows = embedding::embedding(g, &flat, &g.ints(&idx, &[idx.len()])?)?;
     let bias = shape::reshape(g, &rows, &[1, heads, t, t])?;
     let mask = additive_mask(g, batch.mask, (b, t, t, 0), false)?;
-    Ok(Keys { kmask, bias: Some(broadcast::add(g, &bias, &mask)?), window })
+    Ok(Keys { kmask, bias: Some(broadcast::add(g, &bias, &mask)?), window, disentangled })
 }
 
 /// `[B, 1, T, T]`: 0 where key k of row b is real and `|q − k| ≤ window`, else -1e30

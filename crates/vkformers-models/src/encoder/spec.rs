@@ -154,6 +154,14 @@ pub struct EncoderSpec {
     pub unread_linears: Vec<(String, usize, usize)>,
     /// MPNet's relative position bias shared by every layer (none elsewhere).
     pub relative_bias: Option<super::RelativeBias>,
+    /// DeBERTa's disentangled attention (its pair mask, c2p / p2c terms); none elsewhere.
+    pub disentangled: Option<super::Disentangled>,
+    /// MobileBERT's bottlenecked layers and trigram embeddings (replace the generic ones).
+    pub mobile: Option<super::MobileSpec>,
+    /// ModernBERT's `sparse_prediction` with its `sparse_pred_ignore_index`: with labels, the
+    /// masked-LM head runs only on the positions whose label is not that index (logits
+    /// `[targets, V]`; the same loss).
+    pub sparse_prediction: Option<i32>,
     /// The layers run, as indices into `ModelSpec::layers` (ALBERT's shared layers: each stored
     /// layer runs several times); empty: each layer once, in order.
     pub layer_order: Vec<usize>,
