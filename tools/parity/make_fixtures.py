@@ -427,8 +427,8 @@ class RouterMargins:
         self.margin = float("inf")
         self.found = False
         for module in model.modules():
-            # DeepSeek spells it `TopkRouter`.
-            if type(module).__name__.lower().endswith("topkrouter"):
+            # DeepSeek spells it `TopkRouter`; Hunyuan's is `HunYuanMoEV1Gate` (logits first too).
+            if type(module).__name__.lower().endswith(("topkrouter", "moev1gate")):
                 self.found = True
                 k = module.top_k
 
@@ -495,7 +495,9 @@ def _stored_names(model, path: Path) -> dict:
             if n in keys:
                 out[n] = n
                 continue
-            if p.dim() == 3 and "experts" in n:
+            # Packed experts saved per expert; a packed tensor saved under another name
+            # (granitemoe's `input_linear`) is matched by contents below.
+            if p.dim() == 3 and "experts" in n and any(".experts." in k for k in keys):
                 out[n] = _expert_parts(n, p.detach(), f, keys)
                 continue
             same = [k for k in keys if f.get_slice(k).get_shape() == list(p.shape)

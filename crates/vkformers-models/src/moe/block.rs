@@ -34,40 +34,7 @@ pub(crate) fn block(
     let (n, hidden, e, k) = (h.rows(), h.last_dim(), m.experts, m.top_k);
     let names = &m.names;
     let logits = matmul::linear(g, h, w.get(&layer_name(&names.router, i))?, None)?;
-    let probs = softmax::softmax(g, &logits)?;
-    // The scores the top-k chooses from, and those its weights are read from.
-    let (choose, scores, renormalize) = match &m.router {
-        Router::SoftmaxTopK { renormalize } => (probs.clone(), probs.clone(), *renormalize),
-        Router::SoftmaxGroupLimited { groups, top_groups } => {
-            let keep = group_mask(g, &probs, (*groups, *top_groups), 1)?;
-            // p with the experts of the other groups zeroed, [n, G, E/G] -> [n, E].
-            let grouped = shape::reshape(g, &probs, &[n, *groups, e / groups])?;
-            let masked = shape::reshape(g, &broadcast::mul(g, &grouped, &keep)?, &[n, e])?;
-            (masked.clone(), masked, false)
-        }
-        Router::SigmoidGroupLimited { groups, top_groups, renormalize, bias } => {
-            let s = activation::sigmoid(g, &logits)?;
-            let biased = match bias {
-                Some(b) => broadcast::add(g, &s, w.get(&layer_name(b, i))?)?,
-                None => s.clone(),
-            };
-            let keep = group_mask(g, &biased, (*groups, *top_groups), 2)?;
-            // Outside the kept groups s + bias − 10³⁰ (transformers' −inf): never chosen.
-            let off = broadcast::scale(g, &broadcast::sub(g, &keep, &g.constant(&[1.0], &[1])?)?, 1e30)?;
-            let grouped = shape::reshape(g, &biased, &[n, *groups, e / groups])?;
-            (shape::reshape(g, &broadcast::add(g, &grouped, &off)?, &[n, e])?, s, *renormalize)
-        }
-    };
-    let choice = moe::topk(g, &choose, k)?;
-    // The chosen scores [n, k]: a gather from the scores viewed as a table [n·E, 1].
-    let mut weights = gathered(g, &scores, &choice.flat, k)?;
-    if renormalize {
-        let sum = shape::reshape(g, &reduce::sum_last(g, &weights)?, &[n, 1])?;
-        weights = broadcast::div(g, &weights, &sum)?;
-    }
-    if m.routed_scale != 1.0 {
-        weights = broadcast::scale(g, &weights, m.routed_scale)?;
-    }
+    let (choice, weights) = route(g, w, m, i, &logits)?;
     let groups = moe::group(g, &choice.ids, e)?;
     let xs = embedding::embedding(g, h, &groups.token)?;
     let gate_up = moe::grouped_linear(g, &xs, w.get(&layer_name(&names.gate_up, i))?, &groups)?;
@@ -81,7 +48,10 @@ pub(crate) fn block(
         let proj = |t: &str, x: &Tensor| -> Result<Tensor> {
             Ok(matmul::linear(g, x, w.get(&format!("{}.weight", layer_name(t, i)))?, None)?)
         };
-        let inner = glu::glu(g, &proj(&s.gate_proj, h)?, &proj(&s.up_proj, h)?, m.glu)?;
+        let inner = match &s.up_proj {
+            Some(up) => glu::glu(g, &proj(&s.gate_proj, h)?, &proj(up, h)?, m.glu)?,
+            None => glu::glu_fused(g, &proj(&s.gate_proj, h)?, m.glu)?,
+        };
         let mut shared = proj(&s.down_proj, &inner)?;
         if let Some(gate) = &s.gate {
             let scale = activation::sigmoid(g, &proj(gate, h)?)?;
@@ -90,9 +60,61 @@ pub(crate) fn block(
         y = broadcast::add(g, &y, &shared)?;
     }
     if let Some(r) = router {
+        // The load-balancing loss reads the full softmax whatever the router (transformers
+        // recomputes it from the router logits).
+        let probs = softmax::softmax(g, &logits)?;
         r.borrow_mut().push(RouterOut { probs, sel: choice.sel });
     }
     Ok(y)
+}
+
+/// The chosen experts and their weights `[n, k]` from the router logits `[n, E]`.
+fn route(g: &Graph<'_>, w: &Weights, m: &MoeSpec, i: usize, logits: &Tensor) -> Result<(moe::TopK, Tensor)> {
+    let (n, e, k) = (logits.rows(), m.experts, m.top_k);
+    if m.router == Router::TopKSoftmax {
+        // The k largest logits are the k largest probabilities; their softmax is the weights.
+        let choice = moe::topk(g, logits, k)?;
+        let weights = softmax::softmax(g, &gathered(g, logits, &choice.flat, k)?)?;
+        return Ok((choice, scaled(g, weights, m.routed_scale)?));
+    }
+    let probs = softmax::softmax(g, logits)?;
+    // The scores the top-k chooses from, and those its weights are read from.
+    let (choose, scores, renormalize) = match &m.router {
+        Router::SoftmaxTopK { renormalize } => (probs.clone(), probs.clone(), *renormalize),
+        Router::SoftmaxGroupLimited { groups, top_groups } => {
+            let keep = group_mask(g, &probs, (*groups, *top_groups), 1)?;
+            // p with the experts of the other groups zeroed, [n, G, E/G] -> [n, E].
+            let grouped = shape::reshape(g, &probs, &[n, *groups, e / groups])?;
+            let masked = shape::reshape(g, &broadcast::mul(g, &grouped, &keep)?, &[n, e])?;
+            (masked.clone(), masked, false)
+        }
+        Router::SigmoidGroupLimited { groups, top_groups, renormalize, bias } => {
+            let s = activation::sigmoid(g, logits)?;
+            let biased = match bias {
+                Some(b) => broadcast::add(g, &s, w.get(&layer_name(b, i))?)?,
+                None => s.clone(),
+            };
+            let keep = group_mask(g, &biased, (*groups, *top_groups), 2)?;
+            // Outside the kept groups s + bias − 10³⁰ (transformers' −inf): never chosen.
+            let off = broadcast::scale(g, &broadcast::sub(g, &keep, &g.constant(&[1.0], &[1])?)?, 1e30)?;
+            let grouped = shape::reshape(g, &biased, &[n, *groups, e / groups])?;
+            (shape::reshape(g, &broadcast::add(g, &grouped, &off)?, &[n, e])?, s, *renormalize)
+        }
+        Router::TopKSoftmax => unreachable!("handled above"),
+    };
+    let choice = moe::topk(g, &choose, k)?;
+    // The chosen scores [n, k]: a gather from the scores viewed as a table [n·E, 1].
+    let mut weights = gathered(g, &scores, &choice.flat, k)?;
+    if renormalize {
+        let sum = shape::reshape(g, &reduce::sum_last(g, &weights)?, &[n, 1])?;
+        weights = broadcast::div(g, &weights, &sum)?;
+    }
+    Ok((choice, scaled(g, weights, m.routed_scale)?))
+}
+
+/// The routing weights times `routed_scaling_factor` (after any renormalisation).
+fn scaled(g: &Graph<'_>, weights: Tensor, scale: f32) -> Result<Tensor> {
+    Ok(if scale == 1.0 { weights } else { broadcast::scale(g, &weights, scale)? })
 }
 
 /// `x [rows, E]` at the int32 flat indices `flat [rows, k]` (`row·E + column`) as `[rows, k]`;

@@ -24,6 +24,9 @@ pub enum Router {
     /// `p = softmax(logits)`; the k largest p; with `renormalize` divided by their sum
     /// (Mixtral, `norm_topk_prob`).
     SoftmaxTopK { renormalize: bool },
+    /// The k largest logits, then a softmax over those k only (GraniteMoE's `TopKRouter`):
+    /// `w = softmax(logits[ids])`; the same experts as softmax then top-k, other weights.
+    TopKSoftmax,
     /// DeepSeek-V2's `group_limited_greedy`: the E experts form `groups` equal groups ranked by
     /// their largest p; experts outside the `top_groups` best groups get p = 0, then the k
     /// largest p (not renormalised).
@@ -50,9 +53,11 @@ impl Router {
 #[derive(Clone, Debug, PartialEq)]
 pub struct SharedExpert {
     pub intermediate: usize,
-    /// Stored names (with `{i}`, without `.weight`) of the gate, up and down projections.
+    /// Stored names (with `{i}`, without `.weight`) of the gate, up and down projections; without
+    /// `up_proj`, `gate_proj` is one fused `[2S, H]` projection, gate rows first (GraniteMoE's
+    /// `shared_mlp.input_linear`, chunked in two after the product).
     pub gate_proj: String,
-    pub up_proj: String,
+    pub up_proj: Option<String>,
     pub down_proj: String,
     /// The sigmoid gate's stored name, if any.
     pub gate: Option<String>,
@@ -119,8 +124,13 @@ impl MoeSpec {
         }
         if let Some(s) = &self.shared {
             let w = |t: &str| format!("{}.weight", layer_name(t, i));
-            out.push((w(&s.gate_proj), vec![s.intermediate, h]));
-            out.push((w(&s.up_proj), vec![s.intermediate, h]));
+            match &s.up_proj {
+                Some(up) => {
+                    out.push((w(&s.gate_proj), vec![s.intermediate, h]));
+                    out.push((w(up), vec![s.intermediate, h]));
+                }
+                None => out.push((w(&s.gate_proj), vec![2 * s.intermediate, h])),
+            }
             out.push((w(&s.down_proj), vec![h, s.intermediate]));
             if let Some(g) = &s.gate {
                 out.push((w(g), vec![1, h]));
@@ -147,7 +157,7 @@ impl MoeSpec {
         let grouped = match self.router {
             Router::SoftmaxGroupLimited { groups, top_groups } => Some((groups, top_groups, 1)),
             Router::SigmoidGroupLimited { groups, top_groups, .. } => Some((groups, top_groups, 2)),
-            Router::SoftmaxTopK { .. } => None,
+            Router::SoftmaxTopK { .. } | Router::TopKSoftmax => None,
         };
         if let Some((g, k, per_group)) = grouped {
             // The top-k must fit in the kept groups (transformers would pick masked experts).
@@ -194,7 +204,10 @@ pub fn add_joins(spec: &mut ModelSpec) -> Result<()> {
     for (i, l) in spec.layers.iter().enumerate() {
         if let MlpSpec::Moe(m) = &l.mlp {
             m.check()?;
-            joins.extend(m.joins(i));
+            // A packed checkpoint stores the parameters themselves: nothing to stack.
+            if !m.packed {
+                joins.extend(m.joins(i));
+            }
         }
     }
     spec.joins.extend(joins);
