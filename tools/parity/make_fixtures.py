@@ -210,7 +210,9 @@ def build_model(model_type: str, cfg_kwargs: dict):
                 p.add_(torch.randn(p.shape, generator=g) * ONE_D_NOISE)
         # DeepSeek-V3's router correction bias is a stored buffer that starts at zero: give it values
         # large enough to change which experts and groups are chosen.
-        for n, b in model.named_buffers():
+        # ERNIE 4.5's is a frozen parameter (requires_grad False) of shape [1, E].
+        frozen = [(n, p) for n, p in model.named_parameters() if not p.requires_grad]
+        for n, b in list(model.named_buffers()) + frozen:
             if n.endswith("e_score_correction_bias"):
                 b.add_(torch.randn(b.shape, generator=g) * CORRECTION_BIAS_STD)
     model.eval()  # every dropout probability is 0 anyway
@@ -447,6 +449,8 @@ class RouterMargins:
         biased = hasattr(mod, "e_score_correction_bias")
         if biased:
             s, fill, per_group = logits.sigmoid() + mod.e_score_correction_bias.float(), float("-inf"), 2
+        elif hasattr(mod, "moe_statics"):  # ERNIE 4.5: softmax plus the bias, no groups
+            s, fill, per_group = torch.softmax(logits, dim=-1) + mod.moe_statics.e_score_correction_bias.float(), 0.0, 1
         else:
             s, fill, per_group = torch.softmax(logits, dim=-1), 0.0, 1
         grouped = biased or getattr(mod, "topk_method", None) == "group_limited_greedy"

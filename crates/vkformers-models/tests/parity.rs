@@ -176,6 +176,8 @@ parity! {
     dots1: "dots1",
     // hunyuan_v1_dense's attention, renormalised softmax top-2 and an ungated shared MLP.
     hunyuan_v1_moe: "hunyuan_v1_moe",
+    // Softmax + frozen correction bias chooses, softmax weighs; the aux loss's top-k unbiased.
+    ernie4_5_moe_aux: "ernie4_5_moe",
     // Image-text wrappers run as their text backbone; the vision tower is carried, not loaded.
     gemma3_wrapper: "gemma3",
     mistral3_wrapper: "mistral3",

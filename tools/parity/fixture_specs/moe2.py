@@ -73,3 +73,15 @@ SPECS.update({
          "rope_parameters": {"rope_type": "dynamic", "rope_theta": 10000.0, "alpha": 1000.0, "factor": 1.0}},
     ),
 })
+
+SPECS.update({
+    # ERNIE 4.5 layers (interleaved RoPE) with a dense layer 0 (moe_layer_start_index 1); experts
+    # chosen by softmax + the frozen moe_statics correction bias, weighted by the softmax alone,
+    # renormalised; one shared expert; the load-balancing loss (its top-k without the bias).
+    "ernie4_5_moe": (
+        "ernie4_5_moe",
+        {**MOE, "moe_num_experts": 4, "moe_k": 2, "moe_intermediate_size": 20, "intermediate_size": 48,
+         "moe_num_shared_experts": 1, "moe_layer_start_index": 1, "use_bias": False,
+         "tie_word_embeddings": False, "output_router_logits": True, "router_aux_loss_coef": 0.5},
+    ),
+})

@@ -32,6 +32,7 @@ mod electra;
 pub(crate) mod encoder_common;
 mod encoder_heads;
 mod ernie4_5;
+mod ernie4_5_moe;
 mod esm;
 mod eurobert;
 mod exaone4;
@@ -186,6 +187,7 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "glm4_moe", family: "routed MoE decoder", build: glm4_moe::glm4_moe },
     Arch { model_type: "dots1", family: "routed MoE decoder", build: glm4_moe::dots1 },
     Arch { model_type: "hunyuan_v1_moe", family: "routed MoE decoder", build: hunyuan_moe::spec },
+    Arch { model_type: "ernie4_5_moe", family: "routed MoE decoder", build: ernie4_5_moe::spec },
     Arch { model_type: "granitemoe", family: "routed MoE decoder", build: granitemoe::granitemoe },
     Arch { model_type: "granitemoeshared", family: "routed MoE decoder", build: granitemoe::granitemoeshared },
     // Encoder-decoders (issue 20), run by `seq2seq::forward_loss`.

@@ -63,7 +63,12 @@ pub(crate) fn block(
         // The load-balancing loss reads the full softmax whatever the router (transformers
         // recomputes it from the router logits).
         let probs = softmax::softmax(g, &logits)?;
-        r.borrow_mut().push(RouterOut { probs, sel: choice.sel });
+        // Its counts are of the top-k of p itself, without a correction bias.
+        let sel = match m.router {
+            Router::SoftmaxBiasedTopK { .. } => moe::topk(g, &probs, k)?.sel,
+            _ => choice.sel,
+        };
+        r.borrow_mut().push(RouterOut { probs, sel });
     }
     Ok(y)
 }
@@ -81,6 +86,9 @@ fn route(g: &Graph<'_>, w: &Weights, m: &MoeSpec, i: usize, logits: &Tensor) -> 
     // The scores the top-k chooses from, and those its weights are read from.
     let (choose, scores, renormalize) = match &m.router {
         Router::SoftmaxTopK { renormalize } => (probs.clone(), probs.clone(), *renormalize),
+        Router::SoftmaxBiasedTopK { bias } => {
+            (broadcast::add(g, &probs, w.get(&layer_name(bias, i))?)?, probs.clone(), true)
+        }
         Router::SoftmaxGroupLimited { groups, top_groups } => {
             let keep = group_mask(g, &probs, (*groups, *top_groups), 1)?;
             // p with the experts of the other groups zeroed, [n, G, E/G] -> [n, E].

@@ -27,6 +27,11 @@ pub enum Router {
     /// The k largest logits, then a softmax over those k only (GraniteMoE's `TopKRouter`):
     /// `w = softmax(logits[ids])`; the same experts as softmax then top-k, other weights.
     TopKSoftmax,
+    /// ERNIE 4.5's: `p = softmax(logits)`; the experts are the k largest `p + bias` (the stored
+    /// `e_score_correction_bias [1, E]`, frozen: never trained), the weights the chosen `p`
+    /// divided by their sum (transformers clamps the sum at `moe_norm_min`, 1e-12, which a sum of
+    /// softmax probabilities in f32 never reaches for k ≥ 1 and E ≤ 2^20).
+    SoftmaxBiasedTopK { bias: String },
     /// DeepSeek-V2's `group_limited_greedy`: the E experts form `groups` equal groups ranked by
     /// their largest p; experts outside the `top_groups` best groups get p = 0, then the k
     /// largest p (not renormalised).
@@ -43,7 +48,16 @@ impl Router {
     pub fn buffer(&self) -> Option<&str> {
         match self {
             Router::SigmoidGroupLimited { bias, .. } => bias.as_deref(),
+            Router::SoftmaxBiasedTopK { bias } => Some(bias),
             _ => None,
+        }
+    }
+
+    /// The shape of the buffer of [`Router::buffer`] for `e` experts as stored.
+    pub fn buffer_shape(&self, e: usize) -> Vec<usize> {
+        match self {
+            Router::SoftmaxBiasedTopK { .. } => vec![1, e],
+            _ => vec![e],
         }
     }
 }
@@ -120,7 +134,7 @@ impl MoeSpec {
             (layer_name(&n.down, i), down),
         ];
         if let Some(b) = self.router.buffer() {
-            out.push((layer_name(b, i), vec![e]));
+            out.push((layer_name(b, i), self.router.buffer_shape(e)));
         }
         if let Some(s) = &self.shared {
             let w = |t: &str| format!("{}.weight", layer_name(t, i));
@@ -157,7 +171,7 @@ impl MoeSpec {
         let grouped = match self.router {
             Router::SoftmaxGroupLimited { groups, top_groups } => Some((groups, top_groups, 1)),
             Router::SigmoidGroupLimited { groups, top_groups, .. } => Some((groups, top_groups, 2)),
-            Router::SoftmaxTopK { .. } | Router::TopKSoftmax => None,
+            Router::SoftmaxTopK { .. } | Router::TopKSoftmax | Router::SoftmaxBiasedTopK { .. } => None,
         };
         if let Some((g, k, per_group)) = grouped {
             // The top-k must fit in the kept groups (transformers would pick masked experts).
