@@ -462,9 +462,24 @@ class RouterMargins:
                 self.margin = min(self.margin, float((top[:, keep - 1] - top[:, keep]).min()))
             mask = torch.zeros_like(g).scatter_(1, g.topk(keep, dim=-1).indices, 1).bool()
             s = s.view(s.shape[0], groups, -1).masked_fill(~mask[..., None], fill).view(s.shape[0], -1)
+        if type(mod).__name__ == "PhimoeTopKRouter":
+            self._observe_sparsemixer(logits, 2 * mod.router_jitter_noise)
         top = torch.topk(s, min(k + 1, s.shape[-1]), dim=-1).values
         if top.shape[-1] > k:
             self.margin = min(self.margin, float((top[:, k - 1] - top[:, k]).min()))
+
+    def _observe_sparsemixer(self, s, threshold):
+        """PhiMoE's sparsemixer masks expert e of choice m when (m - s_e) / max(|s_e|, m) > 2 eps: the
+        smallest distance of that ratio to 2 eps, for both choices (the second without the first)."""
+        import torch
+
+        top2 = s.topk(2, dim=-1)
+        for j in range(2):
+            m = top2.values[:, j:j + 1]
+            ratio = (m - s) / s.abs().clamp(min=m)
+            if j == 1:
+                ratio = ratio.scatter(1, top2.indices[:, :1], float("inf"))
+            self.margin = min(self.margin, float((ratio - threshold).abs().min()))
 
     def take(self) -> float:
         m, self.margin = self.margin, float("inf")

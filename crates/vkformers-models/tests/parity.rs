@@ -178,6 +178,8 @@ parity! {
     hunyuan_v1_moe: "hunyuan_v1_moe",
     // Softmax + frozen correction bias chooses, softmax weighs; the aux loss's top-k unbiased.
     ernie4_5_moe_aux: "ernie4_5_moe",
+    // The eval-mode sparsemixer router (masked softmaxes), LayerNorm, biases, sliding window.
+    phimoe_aux: "phimoe",
     // Image-text wrappers run as their text backbone; the vision tower is carried, not loaded.
     gemma3_wrapper: "gemma3",
     mistral3_wrapper: "mistral3",

@@ -85,3 +85,15 @@ SPECS.update({
          "tie_word_embeddings": False, "output_router_logits": True, "router_aux_loss_coef": 0.5},
     ),
 })
+
+SPECS.update({
+    # The sparsemixer router in eval mode with a wide threshold (2·0.3: the masked softmaxes keep
+    # several experts), LayerNorm everywhere, attention and lm_head biases, sliding window 4, the
+    # load-balancing loss. The harness margin includes each mask's distance to its threshold.
+    "phimoe": (
+        "phimoe",
+        {**MOE, "num_local_experts": 4, "intermediate_size": 24, "router_jitter_noise": 0.3,
+         "attention_bias": True, "lm_head_bias": True, "sliding_window": 4,
+         "output_router_logits": True, "router_aux_loss_coef": 0.5},
+    ),
+})

@@ -7,6 +7,7 @@
 //! the tiled / cooperative-matrix grouped GEMM replaces `grouped_rows` and `grouped_wgrad` later.
 
 pub mod reference;
+pub mod sparsemixer;
 
 use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result};
 

@@ -77,6 +77,7 @@ mod opt;
 mod persimmon;
 mod phi;
 mod phi3;
+mod phimoe;
 mod qwen;
 mod qwen_moe;
 mod roformer;
@@ -188,6 +189,7 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "dots1", family: "routed MoE decoder", build: glm4_moe::dots1 },
     Arch { model_type: "hunyuan_v1_moe", family: "routed MoE decoder", build: hunyuan_moe::spec },
     Arch { model_type: "ernie4_5_moe", family: "routed MoE decoder", build: ernie4_5_moe::spec },
+    Arch { model_type: "phimoe", family: "routed MoE decoder", build: phimoe::spec },
     Arch { model_type: "granitemoe", family: "routed MoE decoder", build: granitemoe::granitemoe },
     Arch { model_type: "granitemoeshared", family: "routed MoE decoder", build: granitemoe::granitemoeshared },
     // Encoder-decoders (issue 20), run by `seq2seq::forward_loss`.

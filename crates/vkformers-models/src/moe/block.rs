@@ -11,7 +11,7 @@
 
 use std::cell::RefCell;
 
-use vkformers_tensor::ops::{activation, broadcast, embedding, glu, matmul, moe, reduce, shape, softmax};
+use vkformers_tensor::ops::{activation, broadcast, embedding, glu, matmul, moe, reduce, shape, softmax, sparsemixer};
 use vkformers_tensor::{Graph, Tensor};
 
 use super::aux_loss::RouterOut;
@@ -82,6 +82,9 @@ fn route(g: &Graph<'_>, w: &Weights, m: &MoeSpec, i: usize, logits: &Tensor) -> 
         let weights = softmax::softmax(g, &gathered(g, logits, &choice.flat, k)?)?;
         return Ok((choice, scaled(g, weights, m.routed_scale)?));
     }
+    if let Router::SparseMixer { eps } = m.router {
+        return sparse_mixer(g, logits, eps);
+    }
     let probs = softmax::softmax(g, logits)?;
     // The scores the top-k chooses from, and those its weights are read from.
     let (choose, scores, renormalize) = match &m.router {
@@ -108,7 +111,7 @@ fn route(g: &Graph<'_>, w: &Weights, m: &MoeSpec, i: usize, logits: &Tensor) -> 
             let grouped = shape::reshape(g, &biased, &[n, *groups, e / groups])?;
             (shape::reshape(g, &broadcast::add(g, &grouped, &off)?, &[n, e])?, s, *renormalize)
         }
-        Router::TopKSoftmax => unreachable!("handled above"),
+        Router::TopKSoftmax | Router::SparseMixer { .. } => unreachable!("handled above"),
     };
     let choice = moe::topk(g, &choose, k)?;
     // The chosen scores [n, k]: a gather from the scores viewed as a table [n·E, 1].
@@ -118,6 +121,19 @@ fn route(g: &Graph<'_>, w: &Weights, m: &MoeSpec, i: usize, logits: &Tensor) -> 
         weights = broadcast::div(g, &weights, &sum)?;
     }
     Ok((choice, scaled(g, weights, m.routed_scale)?))
+}
+
+/// PhiMoE's eval-mode sparsemixer: the two choices and their weights, each the chosen entry of
+/// a softmax over the logits plus that choice's mask: `[n, 1, E] + [n, 2, E]` -> softmax over E
+/// -> gathered at `flat` from the `[n·2·E]` table.
+fn sparse_mixer(g: &Graph<'_>, logits: &Tensor, eps: f32) -> Result<(moe::TopK, Tensor)> {
+    let (n, e) = (logits.rows(), logits.last_dim());
+    let (choice, mask) = sparsemixer::sparsemixer(g, logits, eps)?;
+    let masked = broadcast::add(g, &shape::reshape(g, logits, &[n, 1, e])?, &mask)?;
+    let probs = softmax::softmax(g, &shape::reshape(g, &masked, &[n * 2, e])?)?;
+    let table = shape::reshape(g, &probs, &[n * 2 * e, 1])?;
+    let weights = shape::reshape(g, &embedding::embedding(g, &table, &choice.flat)?, &[n, 2])?;
+    Ok((choice, weights))
 }
 
 /// The routing weights times `routed_scaling_factor` (after any renormalisation).

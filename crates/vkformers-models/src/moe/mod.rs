@@ -32,6 +32,12 @@ pub enum Router {
     /// divided by their sum (transformers clamps the sum at `moe_norm_min`, 1e-12, which a sum of
     /// softmax probabilities in f32 never reaches for k ≥ 1 and E ≤ 2^20).
     SoftmaxBiasedTopK { bias: String },
+    /// PhiMoE's sparsemixer in eval mode (transformers' `sparsemixer(training=False)`), top-2:
+    /// expert i1 = argmax s, weight `softmax(s masked to the experts e with (s[i1] − s[e]) /
+    /// max(|s[e]|, s[i1]) ≤ 2·eps)[i1]`; then i2 the argmax without i1, its weight the same with
+    /// s[i2] and i1 masked too. Training uses the same (deterministic) routing and plain
+    /// gradients, not transformers' Gumbel sampling and Heun-estimated router gradients.
+    SparseMixer { eps: f32 },
     /// DeepSeek-V2's `group_limited_greedy`: the E experts form `groups` equal groups ranked by
     /// their largest p; experts outside the `top_groups` best groups get p = 0, then the k
     /// largest p (not renormalised).
@@ -171,7 +177,10 @@ impl MoeSpec {
         let grouped = match self.router {
             Router::SoftmaxGroupLimited { groups, top_groups } => Some((groups, top_groups, 1)),
             Router::SigmoidGroupLimited { groups, top_groups, .. } => Some((groups, top_groups, 2)),
-            Router::SoftmaxTopK { .. } | Router::TopKSoftmax | Router::SoftmaxBiasedTopK { .. } => None,
+            Router::SoftmaxTopK { .. }
+            | Router::TopKSoftmax
+            | Router::SoftmaxBiasedTopK { .. }
+            | Router::SparseMixer { .. } => None,
         };
         if let Some((g, k, per_group)) = grouped {
             // The top-k must fit in the kept groups (transformers would pick masked experts).
@@ -184,6 +193,12 @@ impl MoeSpec {
                     self.experts, self.top_k
                 )));
             }
+        }
+        if matches!(self.router, Router::SparseMixer { .. }) && (self.top_k != 2 || self.experts < 2) {
+            return Err(ModelError::Config(format!(
+                "the sparsemixer router chooses 2 experts (num_experts_per_tok {} of {})",
+                self.top_k, self.experts
+            )));
         }
         if self.experts == 0 || self.top_k == 0 || self.top_k > self.experts || self.intermediate == 0 {
             return Err(ModelError::Config(format!(

@@ -18,3 +18,4 @@ pub mod reduce;
 pub mod rope;
 pub mod shape;
 pub mod softmax;
+pub mod sparsemixer;
