@@ -7,6 +7,7 @@ pub mod broadcast;
 pub mod cast;
 pub mod checkpoint;
 pub mod chunked_loss;
+pub mod clamped_swiglu;
 pub mod dropout;
 pub mod embedding;
 pub mod glu;
