@@ -429,13 +429,15 @@ class RouterMargins:
         self.margin = float("inf")
         self.found = False
         for module in model.modules():
-            # DeepSeek spells it `TopkRouter`; Hunyuan's is `HunYuanMoEV1Gate` (logits first too).
-            if type(module).__name__.lower().endswith(("topkrouter", "moev1gate")):
+            # DeepSeek spells it `TopkRouter`; Hunyuan's is `HunYuanMoEV1Gate` (logits first too);
+            # DBRX's `DbrxRouter` returns the logits alone and its top-k is in the ffn_config.
+            if type(module).__name__.lower().endswith(("topkrouter", "moev1gate", "dbrxrouter")):
                 self.found = True
-                k = module.top_k
+                k = getattr(module, "top_k", None) or model.config.ffn_config.moe_top_k
 
                 def hook(mod, args, out, k=k):
-                    self._observe(mod, out[0].detach().float(), k)
+                    logits = out[0] if isinstance(out, tuple) else out
+                    self._observe(mod, logits.detach().float(), k)
 
                 module.register_forward_hook(hook)
 

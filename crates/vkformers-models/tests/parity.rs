@@ -180,6 +180,8 @@ parity! {
     ernie4_5_moe_aux: "ernie4_5_moe",
     // The eval-mode sparsemixer router (masked softmaxes), LayerNorm, biases, sliding window.
     phimoe_aux: "phimoe",
+    // Fused clipped Wqkv, separate gate/up expert stacks, transposed down stack, L1 renormalisation.
+    dbrx_aux: "dbrx",
     // Image-text wrappers run as their text backbone; the vision tower is carried, not loaded.
     gemma3_wrapper: "gemma3",
     mistral3_wrapper: "mistral3",

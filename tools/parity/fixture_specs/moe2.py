@@ -97,3 +97,22 @@ SPECS.update({
          "output_router_logits": True, "router_aux_loss_coef": 0.5},
     ),
 })
+
+SPECS.update({
+    # DBRX: nested attn/ffn configs, fused Wqkv clamped to ±clip_qkv, bias-free LayerNorms, experts
+    # stored as w1 (gate) / v1 (up) [E·F, H] and w2 [E·F, H] (each expert's down projection
+    # transposed), softmax top-2 divided by the L1 norm, the load-balancing loss (moe_loss_weight).
+    "dbrx": (
+        "dbrx",
+        {
+            "vocab_size": 128, "d_model": 32, "n_heads": 4, "n_layers": 2, "max_seq_len": 64,
+            "initializer_range": COMMON["initializer_range"], "pad_token_id": COMMON["pad_token_id"],
+            "bos_token_id": COMMON["bos_token_id"], "eos_token_id": COMMON["eos_token_id"],
+            "tie_word_embeddings": False, "output_router_logits": True,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+            "attn_config": {"kv_n_heads": 2, "clip_qkv": 0.6, "rope_theta": 10000.0},
+            "ffn_config": {"ffn_hidden_size": 24, "moe_num_experts": 4, "moe_top_k": 2,
+                           "moe_loss_weight": 0.5, "moe_normalize_expert_weights": 1.0},
+        },
+    ),
+})

@@ -43,6 +43,7 @@ fn names() -> MoeNames {
     MoeNames {
         router: packed("router.layer"),
         gate_up: packed("input_linear"),
+        up: None,
         down: packed("output_linear"),
         // Not stored per expert: the packed tensors are the parameters.
         expert_gate: String::new(),

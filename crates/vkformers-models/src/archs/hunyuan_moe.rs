@@ -59,6 +59,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
         aux_loss_coef: None,
         names,
         packed: false,
+        down_transposed: false,
     };
     block.check()?;
     for l in &mut spec.layers {

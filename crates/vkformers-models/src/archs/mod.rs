@@ -25,6 +25,7 @@ mod cohere2;
 mod cohere_compass;
 mod common;
 mod ctrl;
+mod dbrx;
 mod deepseek;
 mod deepseek_moe;
 mod distilbert;
@@ -190,6 +191,7 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "hunyuan_v1_moe", family: "routed MoE decoder", build: hunyuan_moe::spec },
     Arch { model_type: "ernie4_5_moe", family: "routed MoE decoder", build: ernie4_5_moe::spec },
     Arch { model_type: "phimoe", family: "routed MoE decoder", build: phimoe::spec },
+    Arch { model_type: "dbrx", family: "routed MoE decoder", build: dbrx::spec },
     Arch { model_type: "granitemoe", family: "routed MoE decoder", build: granitemoe::granitemoe },
     Arch { model_type: "granitemoeshared", family: "routed MoE decoder", build: granitemoe::granitemoeshared },
     // Encoder-decoders (issue 20), run by `seq2seq::forward_loss`.

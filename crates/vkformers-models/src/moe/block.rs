@@ -38,8 +38,19 @@ pub(crate) fn block(
     let groups = moe::group(g, &choice.ids, e)?;
     let xs = embedding::embedding(g, h, &groups.token)?;
     let gate_up = moe::grouped_linear(g, &xs, w.get(&layer_name(&names.gate_up, i))?, &groups)?;
-    let act = glu::glu_fused(g, &gate_up, m.glu)?;
-    let out = moe::grouped_linear(g, &act, w.get(&layer_name(&names.down, i))?, &groups)?;
+    let act = match &names.up {
+        Some(up) => {
+            let up = moe::grouped_linear(g, &xs, w.get(&layer_name(up, i))?, &groups)?;
+            glu::glu(g, &gate_up, &up, m.glu)?
+        }
+        None => glu::glu_fused(g, &gate_up, m.glu)?,
+    };
+    let down = w.get(&layer_name(&names.down, i))?;
+    let out = if m.down_transposed {
+        moe::grouped_matmul(g, &act, down, &groups)?
+    } else {
+        moe::grouped_linear(g, &act, down, &groups)?
+    };
     // Back to assignment order [n, k, H], then each token's weighted sum: [n, 1, k] · [n, k, H].
     let per = shape::reshape(g, &embedding::embedding(g, &out, &groups.slot)?, &[n, k, hidden])?;
     let wk = shape::reshape(g, &weights, &[n, 1, k])?;

@@ -88,8 +88,11 @@ pub struct SharedExpert {
 pub struct MoeNames {
     /// The router `[E, H]` (a full tensor name).
     pub router: String,
-    /// The internal packed tensors (`gate_up [E·2I, H]`, `down [E·H, I]`).
+    /// The internal packed tensors (`gate_up [E·2I, H]`, `down [E·H, I]`). With `up`, `gate_up`
+    /// holds the gate projections alone (`[E·I, H]`) and `up` the up projections (DBRX's `w1`,
+    /// `v1`).
     pub gate_up: String,
+    pub up: Option<String>,
     pub down: String,
     /// Per-expert stored tensors of the gate, up and down projections.
     pub expert_gate: String,
@@ -114,6 +117,8 @@ pub struct MoeSpec {
     /// which is when transformers adds the load-balancing loss to a loss with labels.
     pub aux_loss_coef: Option<f32>,
     pub names: MoeNames,
+    /// `down` is `[E·I, H]`: each expert's down projection stored transposed (DBRX's `w2`).
+    pub down_transposed: bool,
     /// The checkpoint holds transformers 5's in-memory layout (`mlp.gate`, packed
     /// `experts.gate_up_proj [E, 2I, H]` and `experts.down_proj [E, H, I]`) instead of per-expert
     /// tensors: the parameters are those 3-D tensors, loaded and saved under their own names.
@@ -129,16 +134,25 @@ impl MoeSpec {
     pub fn params(&self, i: usize, h: usize) -> Vec<(String, Vec<usize>)> {
         let (e, inter) = (self.experts, self.intermediate);
         let n = &self.names;
-        let (gate_up, down) = if self.packed {
+        let (mut gate_up, mut down) = if self.packed {
             (vec![e, 2 * inter, h], vec![e, h, inter])
         } else {
             (vec![e * 2 * inter, h], vec![e * h, inter])
         };
+        if n.up.is_some() {
+            gate_up = vec![e * inter, h];
+        }
+        if self.down_transposed {
+            down = vec![e * inter, h];
+        }
         let mut out = vec![
             (layer_name(&n.router, i), vec![e, h]),
-            (layer_name(&n.gate_up, i), gate_up),
+            (layer_name(&n.gate_up, i), gate_up.clone()),
             (layer_name(&n.down, i), down),
         ];
+        if let Some(up) = &n.up {
+            out.push((layer_name(up, i), gate_up));
+        }
         if let Some(b) = self.router.buffer() {
             out.push((layer_name(b, i), self.router.buffer_shape(e)));
         }
