@@ -33,7 +33,9 @@ pub(crate) fn block(
 ) -> Result<Tensor> {
     let (n, hidden, e, k) = (h.rows(), h.last_dim(), m.experts, m.top_k);
     let names = &m.names;
-    let logits = matmul::linear(g, h, w.get(&layer_name(&names.router, i))?, None)?;
+    // The router and shared projections take an adapter's LoRA terms like any Linear.
+    let router_name = layer_name(&names.router, i);
+    let logits = crate::lora::linear(g, h, w.get(&router_name)?, None, w.lora(), &router_name)?;
     let (choice, weights) = route(g, w, m, i, &logits)?;
     let groups = moe::group(g, &choice.ids, e)?;
     let xs = embedding::embedding(g, h, &groups.token)?;
@@ -57,7 +59,8 @@ pub(crate) fn block(
     let mut y = shape::reshape(g, &matmul::matmul(g, &wk, &per)?, &[n, hidden])?;
     if let Some(s) = &m.shared {
         let proj = |t: &str, x: &Tensor| -> Result<Tensor> {
-            Ok(matmul::linear(g, x, w.get(&format!("{}.weight", layer_name(t, i)))?, None)?)
+            let name = format!("{}.weight", layer_name(t, i));
+            Ok(crate::lora::linear(g, x, w.get(&name)?, None, w.lora(), &name)?)
         };
         let inner = match &s.up_proj {
             Some(up) => glu::glu(g, &proj(&s.gate_proj, h)?, &proj(up, h)?, m.glu)?,

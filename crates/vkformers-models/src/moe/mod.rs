@@ -10,6 +10,7 @@
 
 mod aux_loss;
 mod block;
+pub mod lora;
 
 pub(crate) use aux_loss::{aux_loss, RouterOut};
 pub(crate) use block::block;
