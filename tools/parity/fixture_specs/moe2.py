@@ -48,12 +48,13 @@ V3_MOE = {
     "n_group": 4, "topk_group": 2, "routed_scaling_factor": 2.5,
 }
 SPECS.update({
-    # Layer 0 dense (first_k_dense_replace 1); partial rotary 0.5, q/k/v biases, QK-norm. The
+    # Layer 0 dense (first_k_dense_replace 1); partial rotary 0.75 (not the class default 0.5;
+    # saved inside rope_parameters), q/k/v biases, QK-norm. The
     # config class moves partial_rotary_factor into rope_parameters in place: its own dict, so
     # COMMON's stays as it is for the fixtures made after this one.
     "glm4_moe": (
         "glm4_moe",
-        {**V3_MOE, "first_k_dense_replace": 1, "norm_topk_prob": True, "partial_rotary_factor": 0.5,
+        {**V3_MOE, "first_k_dense_replace": 1, "norm_topk_prob": True, "partial_rotary_factor": 0.75,
          "rope_parameters": dict(COMMON["rope_parameters"]), "attention_bias": True, "use_qk_norm": True},
     ),
     # Both layers sparse; layer 1 sliding (max_window_layers 1, window 4); no renormalisation.

@@ -57,7 +57,9 @@ fn with_moe(c: &Config, mut spec: ModelSpec) -> Result<ModelSpec> {
 
 pub fn glm4_moe(cfg: &Value) -> Result<ModelSpec> {
     let mut c = parse_moe(cfg, 1, true)?;
-    c.base.partial_rotary_factor = c.base.partial_rotary_factor.or(Some(0.5));
+    // transformers 5 keeps it in rope_parameters (the config class moves it there), older
+    // configs at the top level.
+    c.base.partial_rotary_factor = Some(super::ln_common::rotary_factor(cfg, 0.5));
     let glu = c.base.glu("silu")?;
     let b = &c.base;
     let mut spec = b.llama_spec("glm4_moe", glu, false, c.use_qk_norm, b.attention_bias)?;
