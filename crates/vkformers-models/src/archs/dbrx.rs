@@ -70,6 +70,7 @@ fn block(ffn: &Value, experts: usize, coef: Option<f32>) -> Result<MoeSpec> {
             expert_down: String::new(),
         },
         down_transposed: true,
+        biased: None,
         packed: true,
     };
     m.check()?;

@@ -82,6 +82,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
         names: expert_names("mlp", ("gate_proj", "up_proj", "down_proj")),
         packed: false,
         down_transposed: false,
+        biased: None,
     };
     block.check()?;
     for (i, l) in spec.layers.iter_mut().enumerate() {

@@ -60,6 +60,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
         names,
         packed: false,
         down_transposed: false,
+        biased: None,
     };
     block.check()?;
     for l in &mut spec.layers {

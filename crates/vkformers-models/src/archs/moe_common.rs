@@ -75,6 +75,7 @@ impl MoeConfig {
             routed_scale: 1.0,
             aux_loss_coef: self.output_router_logits.then_some(coef),
             down_transposed: false,
+            biased: None,
             names,
             packed: false,
         };

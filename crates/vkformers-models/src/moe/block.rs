@@ -11,7 +11,9 @@
 
 use std::cell::RefCell;
 
-use vkformers_tensor::ops::{activation, broadcast, embedding, glu, matmul, moe, reduce, shape, softmax, sparsemixer};
+use vkformers_tensor::ops::{
+    activation, broadcast, clamped_swiglu, embedding, glu, matmul, moe, reduce, shape, softmax, sparsemixer,
+};
 use vkformers_tensor::{Graph, Tensor};
 
 use super::aux_loss::RouterOut;
@@ -35,23 +37,14 @@ pub(crate) fn block(
     let names = &m.names;
     // The router and shared projections take an adapter's LoRA terms like any Linear.
     let router_name = layer_name(&names.router, i);
-    let logits = crate::lora::linear(g, h, w.get(&router_name)?, None, w.lora(), &router_name)?;
+    let router_bias = m.biased.as_ref().map(|b| w.get(&layer_name(&b.router_bias, i))).transpose()?;
+    let logits = crate::lora::linear(g, h, w.get(&router_name)?, router_bias, w.lora(), &router_name)?;
     let (choice, weights) = route(g, w, m, i, &logits)?;
     let groups = moe::group(g, &choice.ids, e)?;
     let xs = embedding::embedding(g, h, &groups.token)?;
-    let gate_up = moe::grouped_linear(g, &xs, w.get(&layer_name(&names.gate_up, i))?, &groups)?;
-    let act = match &names.up {
-        Some(up) => {
-            let up = moe::grouped_linear(g, &xs, w.get(&layer_name(up, i))?, &groups)?;
-            glu::glu(g, &gate_up, &up, m.glu)?
-        }
-        None => glu::glu_fused(g, &gate_up, m.glu)?,
-    };
-    let down = w.get(&layer_name(&names.down, i))?;
-    let out = if m.down_transposed {
-        moe::grouped_matmul(g, &act, down, &groups)?
-    } else {
-        moe::grouped_linear(g, &act, down, &groups)?
+    let out = match &m.biased {
+        Some(b) => biased_experts(g, w, (m, b), i, &xs, &groups)?,
+        None => experts(g, w, m, i, &xs, &groups)?,
     };
     // Back to assignment order [n, k, H], then each token's weighted sum: [n, 1, k] · [n, k, H].
     let per = shape::reshape(g, &embedding::embedding(g, &out, &groups.slot)?, &[n, k, hidden])?;
@@ -85,6 +78,49 @@ pub(crate) fn block(
         r.borrow_mut().push(RouterOut { probs, sel });
     }
     Ok(y)
+}
+
+/// The experts' outputs `[S, H]` on the grouped rows `xs [S, H]`: a gated MLP per expert from the
+/// packed (or separate gate and up) stacks, the down stack as stored or transposed.
+fn experts(g: &Graph<'_>, w: &Weights, m: &MoeSpec, i: usize, xs: &Tensor, groups: &moe::Groups) -> Result<Tensor> {
+    let names = &m.names;
+    let gate_up = moe::grouped_linear(g, xs, w.get(&layer_name(&names.gate_up, i))?, groups)?;
+    let act = match &names.up {
+        Some(up) => {
+            let up = moe::grouped_linear(g, xs, w.get(&layer_name(up, i))?, groups)?;
+            glu::glu(g, &gate_up, &up, m.glu)?
+        }
+        None => glu::glu_fused(g, &gate_up, m.glu)?,
+    };
+    let down = w.get(&layer_name(&names.down, i))?;
+    Ok(if m.down_transposed {
+        moe::grouped_matmul(g, &act, down, groups)?
+    } else {
+        moe::grouped_linear(g, &act, down, groups)?
+    })
+}
+
+/// gpt-oss's experts on `xs [S, H]`: `a = clamped_swiglu(xs ·_e GU_e + b_e)` with `GU [E, H, 2I]`
+/// used in-out and `b [E, 2I]` gathered by each slot's expert, then `a ·_e D_e + d_e`
+/// (`D [E, I, H]`, `d [E, H]`); bias gradients sum over each expert's slots (the gather's
+/// backward).
+fn biased_experts(
+    g: &Graph<'_>,
+    w: &Weights,
+    (m, b): (&MoeSpec, &super::BiasedExperts),
+    i: usize,
+    xs: &Tensor,
+    groups: &moe::Groups,
+) -> Result<Tensor> {
+    let (e, h, inter) = (m.experts, xs.last_dim(), m.intermediate);
+    let get = |t: &str| w.get(&layer_name(t, i));
+    let gate_up = shape::reshape(g, get(&m.names.gate_up)?, &[e * h, 2 * inter])?;
+    let bias = embedding::embedding(g, get(&b.gate_up_bias)?, &groups.expert)?;
+    let gate_up = broadcast::add(g, &moe::grouped_matmul(g, xs, &gate_up, groups)?, &bias)?;
+    let act = clamped_swiglu::clamped_swiglu(g, &gate_up, b.act)?;
+    let down = shape::reshape(g, get(&m.names.down)?, &[e * inter, h])?;
+    let bias = embedding::embedding(g, get(&b.down_bias)?, &groups.expert)?;
+    Ok(broadcast::add(g, &moe::grouped_matmul(g, &act, &down, groups)?, &bias)?)
 }
 
 /// The chosen experts and their weights `[n, k]` from the router logits `[n, E]`.

@@ -11,6 +11,8 @@
 mod aux_loss;
 mod block;
 pub mod lora;
+#[cfg(test)]
+mod tests;
 
 pub(crate) use aux_loss::{aux_loss, RouterOut};
 pub(crate) use block::block;
@@ -84,6 +86,18 @@ pub struct SharedExpert {
     pub gate: Option<String>,
 }
 
+/// gpt-oss's experts: the router has a bias `[E]`; the experts are stored in-out
+/// (`gate_up [E, H, 2I]` with gate and up in alternating columns, `down [E, I, H]`), each
+/// product adds its expert's bias (`gate_up_bias [E, 2I]`, `down_bias [E, H]`), and the
+/// activation is the clamped SwiGLU. Names with `{i}`, full tensor names.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BiasedExperts {
+    pub router_bias: String,
+    pub gate_up_bias: String,
+    pub down_bias: String,
+    pub act: vkformers_kernels::moe::clamped_swiglu::ClampedSwiGlu,
+}
+
 /// Names of one family's MoE tensors; `{i}` is the layer, `{e}` the expert.
 #[derive(Clone, Debug, PartialEq)]
 pub struct MoeNames {
@@ -120,6 +134,8 @@ pub struct MoeSpec {
     pub names: MoeNames,
     /// `down` is `[E·I, H]`: each expert's down projection stored transposed (DBRX's `w2`).
     pub down_transposed: bool,
+    /// gpt-oss's biased, clamped experts (in-out storage, see [`BiasedExperts`]); `glu` unused.
+    pub biased: Option<BiasedExperts>,
     /// The checkpoint holds transformers 5's in-memory layout (`mlp.gate`, packed
     /// `experts.gate_up_proj [E, 2I, H]` and `experts.down_proj [E, H, I]`) instead of per-expert
     /// tensors: the parameters are those 3-D tensors, loaded and saved under their own names.
@@ -153,6 +169,14 @@ impl MoeSpec {
         ];
         if let Some(up) = &n.up {
             out.push((layer_name(up, i), gate_up));
+        }
+        if let Some(b) = &self.biased {
+            // In-out storage: [E, H, 2I] and [E, I, H].
+            out[1].1 = vec![e, h, 2 * inter];
+            out[2].1 = vec![e, inter, h];
+            out.push((layer_name(&b.router_bias, i), vec![e]));
+            out.push((layer_name(&b.gate_up_bias, i), vec![e, 2 * inter]));
+            out.push((layer_name(&b.down_bias, i), vec![e, h]));
         }
         if let Some(b) = self.router.buffer() {
             out.push((layer_name(b, i), self.router.buffer_shape(e)));
