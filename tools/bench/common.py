@@ -36,7 +36,17 @@ SHAPES = {
     # --dry-run: seconds on a CPU (GQA kept so the same code paths run).
     "tiny": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                  intermediate_size=160, vocab_size=512, max_position_embeddings=256, batch=2, seq=32),
+    # Mixtral-shaped routed MoE (issue 17): 8 experts, top-2, hidden 1024, 16 layers; each expert's
+    # intermediate size 3584 (Mixtral's 14336 scaled with the hidden size, 4096 -> 1024).
+    "moe": dict(hidden_size=1024, num_hidden_layers=16, num_attention_heads=16, num_key_value_heads=8,
+                intermediate_size=3584, vocab_size=32000, max_position_embeddings=4096, batch=4, seq=1024,
+                family="mixtral", num_local_experts=8, num_experts_per_tok=2),
+    # --dry-run --shapes tiny-moe: the MoE path in seconds.
+    "tiny-moe": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                     intermediate_size=96, vocab_size=512, max_position_embeddings=256, batch=2, seq=32,
+                     family="mixtral", num_local_experts=4, num_experts_per_tok=2),
 }
+TINY_SHAPES = ("tiny", "tiny-moe")
 MODEL_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
               "intermediate_size", "vocab_size", "max_position_embeddings")
 
@@ -65,11 +75,19 @@ def llama_config(shape: str) -> dict:
         "use_cache": True,
         "torch_dtype": "bfloat16",
     }
+    if s.get("family") == "mixtral":
+        # Mixtral's Hub config (per-expert names below); no load-balancing loss, as by default.
+        cfg.update(architectures=["MixtralForCausalLM"], model_type="mixtral", rope_theta=1e6,
+                   num_local_experts=s["num_local_experts"], num_experts_per_tok=s["num_experts_per_tok"],
+                   router_aux_loss_coef=0.02, output_router_logits=False, sliding_window=None)
+        for k in ("mlp_bias", "rope_scaling"):
+            cfg.pop(k)
     return cfg
 
 
 def param_shapes(cfg: dict) -> list[tuple[str, tuple[int, ...]]]:
-    """Every tensor of LlamaForCausalLM (untied), in the order of its state dict."""
+    """Every tensor of LlamaForCausalLM (untied), in the order of its state dict; for a Mixtral
+    config, MixtralForCausalLM's as the Hub stores it (per-expert w1/w2/w3)."""
     h, inter, v = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
     hd = cfg["head_dim"]
     q, kv = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
@@ -81,9 +99,20 @@ def param_shapes(cfg: dict) -> list[tuple[str, tuple[int, ...]]]:
             (p + "self_attn.k_proj.weight", (kv, h)),
             (p + "self_attn.v_proj.weight", (kv, h)),
             (p + "self_attn.o_proj.weight", (h, q)),
-            (p + "mlp.gate_proj.weight", (inter, h)),
-            (p + "mlp.up_proj.weight", (inter, h)),
-            (p + "mlp.down_proj.weight", (h, inter)),
+        ]
+        if cfg["model_type"] == "mixtral":
+            m = p + "block_sparse_moe."
+            out.append((m + "gate.weight", (cfg["num_local_experts"], h)))
+            for e in range(cfg["num_local_experts"]):
+                x = f"{m}experts.{e}."
+                out += [(x + "w1.weight", (inter, h)), (x + "w2.weight", (h, inter)), (x + "w3.weight", (inter, h))]
+        else:
+            out += [
+                (p + "mlp.gate_proj.weight", (inter, h)),
+                (p + "mlp.up_proj.weight", (inter, h)),
+                (p + "mlp.down_proj.weight", (h, inter)),
+            ]
+        out += [
             (p + "input_layernorm.weight", (h,)),
             (p + "post_attention_layernorm.weight", (h,)),
         ]
@@ -102,7 +131,7 @@ def build_model_dir(workdir: Path, shape: str, seed: int = 0) -> Path:
     from safetensors.torch import save_file
 
     cfg = llama_config(shape)
-    out = Path(workdir) / f"llama-{shape}"
+    out = Path(workdir) / f"{cfg['model_type']}-{shape}"
     stamp = {"config": cfg, "seed": seed, "builder": 1}
     stamp_path = out / "bench_build.json"
     if stamp_path.is_file() and (out / "model.safetensors").is_file():
@@ -300,7 +329,7 @@ def load_hf_model(model_dir: Path, dtype: torch.dtype, dev: str):
         model, info = AutoModelForCausalLM.from_pretrained(str(model_dir), torch_dtype=dtype, **kw)
     bad = {k: v for k, v in info.items() if k in ("missing_keys", "unexpected_keys", "mismatched_keys") and v}
     if bad:
-        raise RuntimeError(f"{model_dir}: weights do not match LlamaForCausalLM: {bad}")
+        raise RuntimeError(f"{model_dir}: weights do not match {type(model).__name__}: {bad}")
     return model.to(dev)
 
 

@@ -2,7 +2,8 @@
 """Training side by side: `vkformers train` and PyTorch on the same GPU, same run.
 
 For each shape (random-init Llama, bf16 folder built offline; 134m at batch 8 x 1024, 1.1b =
-TinyLlama's shape at batch 4 x 1024) and a dataset of random-token rows of exactly seq_len
+TinyLlama's shape at batch 4 x 1024; `moe`: a Mixtral-shaped routed MoE, 8 experts, top-2, hidden
+1024, 16 layers, batch 4 x 1024, transformers with its default experts implementation) and a dataset of random-token rows of exactly seq_len
 tokens (pre-tokenized `input_ids` JSONL, no tokenizer needed):
 
   vkformers      `vkformers train --model DIR --data data.jsonl --out OUT --batch-size B
@@ -222,7 +223,8 @@ def main() -> int:
         C.write_json(args.json, {"benchmark": "train", "merged_from": metas, "results": results})
         return 0
     if args.dry_run:
-        args.shapes, args.steps, args.warmup = ["tiny"], 2, 1
+        shapes = [x for x in args.shapes if x in C.TINY_SHAPES] or ["tiny"]
+        args.shapes, args.steps, args.warmup = shapes, 2, 1
         args.skip_compile = not args.compile
     dev = C.device_of(args.dry_run or args.skip_torch)
     args.workdir = args.workdir.resolve()

@@ -210,7 +210,9 @@ def build_model(model_type: str, cfg_kwargs: dict):
                 p.add_(torch.randn(p.shape, generator=g) * ONE_D_NOISE)
         # DeepSeek-V3's router correction bias is a stored buffer that starts at zero: give it values
         # large enough to change which experts and groups are chosen.
-        for n, b in model.named_buffers():
+        # ERNIE 4.5's is a frozen parameter (requires_grad False) of shape [1, E].
+        frozen = [(n, p) for n, p in model.named_parameters() if not p.requires_grad]
+        for n, b in list(model.named_buffers()) + frozen:
             if n.endswith("e_score_correction_bias"):
                 b.add_(torch.randn(b.shape, generator=g) * CORRECTION_BIAS_STD)
     model.eval()  # every dropout probability is 0 anyway
@@ -427,13 +429,15 @@ class RouterMargins:
         self.margin = float("inf")
         self.found = False
         for module in model.modules():
-            # DeepSeek spells it `TopkRouter`.
-            if type(module).__name__.lower().endswith("topkrouter"):
+            # DeepSeek spells it `TopkRouter`; Hunyuan's is `HunYuanMoEV1Gate` (logits first too);
+            # DBRX's `DbrxRouter` returns the logits alone and its top-k is in the ffn_config.
+            if type(module).__name__.lower().endswith(("topkrouter", "moev1gate", "dbrxrouter")):
                 self.found = True
-                k = module.top_k
+                k = getattr(module, "top_k", None) or model.config.ffn_config.moe_top_k
 
                 def hook(mod, args, out, k=k):
-                    self._observe(mod, out[0].detach().float(), k)
+                    logits = out[0] if isinstance(out, tuple) else out
+                    self._observe(mod, logits.detach().float(), k)
 
                 module.register_forward_hook(hook)
 
@@ -447,6 +451,8 @@ class RouterMargins:
         biased = hasattr(mod, "e_score_correction_bias")
         if biased:
             s, fill, per_group = logits.sigmoid() + mod.e_score_correction_bias.float(), float("-inf"), 2
+        elif hasattr(mod, "moe_statics"):  # ERNIE 4.5: softmax plus the bias, no groups
+            s, fill, per_group = torch.softmax(logits, dim=-1) + mod.moe_statics.e_score_correction_bias.float(), 0.0, 1
         else:
             s, fill, per_group = torch.softmax(logits, dim=-1), 0.0, 1
         grouped = biased or getattr(mod, "topk_method", None) == "group_limited_greedy"
@@ -458,9 +464,24 @@ class RouterMargins:
                 self.margin = min(self.margin, float((top[:, keep - 1] - top[:, keep]).min()))
             mask = torch.zeros_like(g).scatter_(1, g.topk(keep, dim=-1).indices, 1).bool()
             s = s.view(s.shape[0], groups, -1).masked_fill(~mask[..., None], fill).view(s.shape[0], -1)
+        if type(mod).__name__ == "PhimoeTopKRouter":
+            self._observe_sparsemixer(logits, 2 * mod.router_jitter_noise)
         top = torch.topk(s, min(k + 1, s.shape[-1]), dim=-1).values
         if top.shape[-1] > k:
             self.margin = min(self.margin, float((top[:, k - 1] - top[:, k]).min()))
+
+    def _observe_sparsemixer(self, s, threshold):
+        """PhiMoE's sparsemixer masks expert e of choice m when (m - s_e) / max(|s_e|, m) > 2 eps: the
+        smallest distance of that ratio to 2 eps, for both choices (the second without the first)."""
+        import torch
+
+        top2 = s.topk(2, dim=-1)
+        for j in range(2):
+            m = top2.values[:, j:j + 1]
+            ratio = (m - s) / s.abs().clamp(min=m)
+            if j == 1:
+                ratio = ratio.scatter(1, top2.indices[:, :1], float("inf"))
+            self.margin = min(self.margin, float((ratio - threshold).abs().min()))
 
     def take(self) -> float:
         m, self.margin = self.margin, float("inf")
@@ -495,7 +516,9 @@ def _stored_names(model, path: Path) -> dict:
             if n in keys:
                 out[n] = n
                 continue
-            if p.dim() == 3 and "experts" in n:
+            # Packed experts saved per expert; a packed tensor saved under another name
+            # (granitemoe's `input_linear`) is matched by contents below.
+            if p.dim() == 3 and "experts" in n and any(".experts." in k for k in keys):
                 out[n] = _expert_parts(n, p.detach(), f, keys)
                 continue
             same = [k for k in keys if f.get_slice(k).get_shape() == list(p.shape)

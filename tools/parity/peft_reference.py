@@ -65,6 +65,11 @@ CONFIGS = {
     # Multi-head latent attention's projections (issue 18), low-rank and full-rank query.
     "deepseek_v2_qlora": dict(target_modules=["q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj"]),
     "deepseek_v2": dict(target_modules=["q_proj", "kv_b_proj", "o_proj"]),
+    # Routed MoE (issue 17): attention and the shared expert's sigmoid gate (PEFT turns
+    # gate_proj / up_proj / down_proj / gate on these models into packed-expert parameter targets).
+    "qwen2_moe": dict(target_modules=["q_proj", "v_proj", "shared_expert_gate"]),
+    # Hunyuan's router `mlp.gate.wg` is an nn.Linear: LoRA on the router by name.
+    "hunyuan_v1_moe": dict(target_modules=["k_proj", "o_proj", "wg"]),
     # Encoders (masked LM, PEFT's BERT-family names): `dense` also matches the attention output,
     # both MLP layers and the head's transform; all-linear leaves out only the tied decoder.
     "bert": dict(target_modules=["query", "key", "value", "dense"]),

@@ -248,8 +248,10 @@ fn plan(spec: &ModelSpec, config: &Value) -> Result<Vec<Planned>> {
                 // Every MoE weight (router, packed experts, shared expert) is a matrix from N(0, std);
                 // the one vector, DeepSeek-V3's correction bias, starts at zero.
                 let params = m.params(i, h);
+                let buffer = m.router.buffer().map(|b| layer_name(b, i));
                 out.extend(params.into_iter().map(|(name, shape)| {
-                    let init = if shape.len() == 1 { Init::Zeros } else { Init::Normal };
+                    let zero = shape.len() == 1 || buffer.as_ref() == Some(&name);
+                    let init = if zero { Init::Zeros } else { Init::Normal };
                     Planned { name, shape, init }
                 }));
             }

@@ -55,6 +55,9 @@ lora_parity! {
     // Multi-head latent attention's projections by PEFT's names (issue 18).
     deepseek_v2_qlora_mla: "deepseek_v2_qlora" on "deepseek_v2_qlora",
     deepseek_v2_mla: "deepseek_v2" on "deepseek_v2",
+    // Routed MoE (issue 17): attention, Qwen2-MoE's shared_expert_gate, Hunyuan's router `wg`.
+    qwen2_moe_attention_shared_gate: "qwen2_moe" on "qwen2_moe",
+    hunyuan_v1_moe_router: "hunyuan_v1_moe" on "hunyuan_v1_moe",
     bert_encoder_query_key_value_dense: "bert" on "bert",
     roberta_encoder_all_linear: "roberta" on "roberta",
 }

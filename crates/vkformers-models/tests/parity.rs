@@ -184,6 +184,22 @@ parity! {
     qwen2_moe_aux: "qwen2_moe",
     olmoe: "olmoe",
     qwen3_moe: "qwen3_moe",
+    // Top-k then softmax, packed stored experts, Granite multipliers; then a fused shared MLP.
+    granitemoe_aux: "granitemoe",
+    granitemoeshared: "granitemoeshared",
+    // Qwen3-MoE with sliding/full layers and their own RoPE, a dense layer, the aux loss.
+    mellum_aux: "mellum",
+    // DeepSeek-V3's router on GQA layers: partial rotary + biases + QK-norm; Qwen3 + sliding.
+    glm4_moe: "glm4_moe",
+    dots1: "dots1",
+    // hunyuan_v1_dense's attention, renormalised softmax top-2 and an ungated shared MLP.
+    hunyuan_v1_moe: "hunyuan_v1_moe",
+    // Softmax + frozen correction bias chooses, softmax weighs; the aux loss's top-k unbiased.
+    ernie4_5_moe_aux: "ernie4_5_moe",
+    // The eval-mode sparsemixer router (masked softmaxes), LayerNorm, biases, sliding window.
+    phimoe_aux: "phimoe",
+    // Fused clipped Wqkv, separate gate/up expert stacks, transposed down stack, L1 renormalisation.
+    dbrx_aux: "dbrx",
     // Image-text wrappers run as their text backbone; the vision tower is carried, not loaded.
     gemma3_wrapper: "gemma3",
     mistral3_wrapper: "mistral3",

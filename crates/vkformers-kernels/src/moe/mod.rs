@@ -6,7 +6,9 @@
 //! Index buffers are int32; data f32. A first, simple form (one invocation per output element);
 //! the tiled / cooperative-matrix grouped GEMM replaces `grouped_rows` and `grouped_wgrad` later.
 
+pub mod clamped_swiglu;
 pub mod reference;
+pub mod sparsemixer;
 
 use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result};
 

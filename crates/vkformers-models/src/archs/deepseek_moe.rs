@@ -75,7 +75,7 @@ impl DeepseekMoe {
         let shared = self.n_shared_experts.filter(|&n| n > 0).map(|n| SharedExpert {
             intermediate: n * self.moe_intermediate_size,
             gate_proj: format!("{p}.gate_proj"),
-            up_proj: format!("{p}.up_proj"),
+            up_proj: Some(format!("{p}.up_proj")),
             down_proj: format!("{p}.down_proj"),
             gate: None,
         });
@@ -90,6 +90,8 @@ impl DeepseekMoe {
             aux_loss_coef: None,
             names: expert_names("mlp", ("gate_proj", "up_proj", "down_proj")),
             packed: false,
+            down_transposed: false,
+            biased: None,
         };
         m.check()?;
         Ok(m)

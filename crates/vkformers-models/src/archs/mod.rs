@@ -25,6 +25,7 @@ mod cohere2;
 mod cohere_compass;
 mod common;
 mod ctrl;
+mod dbrx;
 mod deberta;
 mod deberta_config;
 mod deberta_v2;
@@ -35,6 +36,7 @@ mod electra;
 pub(crate) mod encoder_common;
 mod encoder_heads;
 mod ernie4_5;
+mod ernie4_5_moe;
 mod esm;
 mod eurobert;
 mod exaone4;
@@ -43,6 +45,7 @@ mod gemma;
 mod gemma2;
 mod gemma3;
 mod glm;
+mod glm4_moe;
 mod gpt2;
 mod gpt_bigcode;
 mod gpt_neo;
@@ -51,14 +54,16 @@ mod gpt_neox_japanese;
 mod gptj;
 mod granite;
 mod granite_swa;
+mod granitemoe;
 mod helium;
+mod hunyuan_moe;
 mod hyperclovax;
 mod layer_types;
 mod llama;
 mod ln_common;
+mod mellum;
 mod minicpm3;
 mod ministral;
-
 mod mixtral;
 mod mla_common;
 mod mobilebert;
@@ -78,6 +83,7 @@ mod opt;
 mod persimmon;
 mod phi;
 mod phi3;
+mod phimoe;
 mod qwen;
 mod qwen_moe;
 mod roformer;
@@ -188,6 +194,15 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "qwen2_moe", family: "routed MoE decoder", build: qwen_moe::qwen2_moe },
     Arch { model_type: "qwen3_moe", family: "routed MoE decoder", build: qwen_moe::qwen3_moe },
     Arch { model_type: "olmoe", family: "routed MoE decoder", build: olmoe::spec },
+    Arch { model_type: "mellum", family: "routed MoE decoder", build: mellum::spec },
+    Arch { model_type: "glm4_moe", family: "routed MoE decoder", build: glm4_moe::glm4_moe },
+    Arch { model_type: "dots1", family: "routed MoE decoder", build: glm4_moe::dots1 },
+    Arch { model_type: "hunyuan_v1_moe", family: "routed MoE decoder", build: hunyuan_moe::spec },
+    Arch { model_type: "ernie4_5_moe", family: "routed MoE decoder", build: ernie4_5_moe::spec },
+    Arch { model_type: "phimoe", family: "routed MoE decoder", build: phimoe::spec },
+    Arch { model_type: "dbrx", family: "routed MoE decoder", build: dbrx::spec },
+    Arch { model_type: "granitemoe", family: "routed MoE decoder", build: granitemoe::granitemoe },
+    Arch { model_type: "granitemoeshared", family: "routed MoE decoder", build: granitemoe::granitemoeshared },
     // Encoder-decoders (issue 20), run by `seq2seq::forward_loss`.
     Arch { model_type: "t5", family: "encoder-decoder", build: t5::t5 },
     Arch { model_type: "mt5", family: "encoder-decoder", build: t5::mt5 },

@@ -34,6 +34,7 @@ pub fn expert_names(prefix: &str, (gate, up, down): (&str, &str, &str)) -> MoeNa
     MoeNames {
         router: format!("{p}.gate.weight"),
         gate_up: "model.layers.{i}.mlp.experts.gate_up_proj".into(),
+        up: None,
         down: "model.layers.{i}.mlp.experts.down_proj".into(),
         expert_gate: format!("{p}.experts.{{e}}.{gate}.weight"),
         expert_up: format!("{p}.experts.{{e}}.{up}.weight"),
@@ -73,6 +74,8 @@ impl MoeConfig {
             shared,
             routed_scale: 1.0,
             aux_loss_coef: self.output_router_logits.then_some(coef),
+            down_transposed: false,
+            biased: None,
             names,
             packed: false,
         };

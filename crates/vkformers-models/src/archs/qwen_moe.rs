@@ -44,7 +44,7 @@ pub fn qwen2_moe(cfg: &Value) -> Result<ModelSpec> {
         Some(n) if n > 0 => Some(SharedExpert {
             intermediate: n,
             gate_proj: "model.layers.{i}.mlp.shared_expert.gate_proj".into(),
-            up_proj: "model.layers.{i}.mlp.shared_expert.up_proj".into(),
+            up_proj: Some("model.layers.{i}.mlp.shared_expert.up_proj".into()),
             down_proj: "model.layers.{i}.mlp.shared_expert.down_proj".into(),
             gate: Some("model.layers.{i}.mlp.shared_expert_gate".into()),
         }),

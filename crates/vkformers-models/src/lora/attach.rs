@@ -155,7 +155,9 @@ pub fn target_modules(model: &Model, config: &LoraConfig) -> Result<Vec<LinearMo
             )));
         }
     }
-    targeted(&all, &config.target_modules)
+    let out = targeted(&all, &config.target_modules)?;
+    crate::moe::lora::refuse_parameter_targets(&model.spec, &config.target_modules, &out)?;
+    Ok(out)
 }
 
 /// A fresh adapter for `model` (PEFT's init: A kaiming-uniform, B zero), deterministic in `seed`.

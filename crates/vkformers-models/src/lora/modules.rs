@@ -99,7 +99,7 @@ fn layer_templates(spec: &ModelSpec) -> Vec<(usize, Vec<String>)> {
                 let mla = layer.attn.mla.as_ref().map(|m| &m.names);
                 let mla = mla.into_iter().flat_map(|m| [&m.q_a, &m.q_b, &m.kv_a, &m.kv_b]);
                 let t = [&n.q, &n.k, &n.v].into_iter().chain(mla).chain([&n.o, &n.gate, &n.up, &n.down]);
-                (i, t.cloned().collect())
+                (i, t.cloned().chain(moe_templates(&layer.mlp)).collect())
             })
             .collect();
     };
@@ -109,6 +109,18 @@ fn layer_templates(spec: &ModelSpec) -> Vec<(usize, Vec<String>)> {
         [&n.q, &n.k, &n.v, &n.o, &c.q, &c.k, &c.v, &c.o, &n.gate, &n.up, &n.down].map(String::clone).to_vec();
     let encoder = (0..s.encoder_layers.len()).map(|i| (i, enc.clone()));
     encoder.chain((0..spec.layers.len()).map(|i| (i, dec.clone()))).collect()
+}
+
+/// An MoE layer's Linear modules: the router and the shared expert's projections (and gate).
+/// The experts themselves are packed parameters, not modules.
+fn moe_templates(mlp: &crate::spec::MlpSpec) -> Vec<String> {
+    let crate::spec::MlpSpec::Moe(m) = mlp else { return Vec::new() };
+    let router = m.names.router.strip_suffix(".weight").map(String::from);
+    let shared = m.shared.iter().flat_map(|s| {
+        let rest = s.up_proj.iter().chain([&s.down_proj]).chain(s.gate.iter()).cloned();
+        std::iter::once(s.gate_proj.clone()).chain(rest)
+    });
+    router.into_iter().chain(shared).collect()
 }
 
 /// The Linear modules of an encoder head, and whether each is the output layer.

@@ -1,6 +1,6 @@
 //! Routed mixtures of experts as spec data: the router, the experts (packed per layer), an
-//! optional shared expert, and the load-balancing loss; the graph is in `block.rs`, the
-//! auxiliary loss in `aux_loss.rs`.
+//! optional shared expert, and the load-balancing loss: the spec types in `spec.rs`, the graph
+//! in `block.rs` (routing in `route.rs`), the auxiliary loss in `aux_loss.rs`.
 //!
 //! Experts are held as transformers 5 holds them in memory: one `gate_up [E·2I, H]` (expert e's
 //! rows `e·2I..e·2I+I` are its gate projection, the next I its up projection) and one
@@ -10,167 +10,18 @@
 
 mod aux_loss;
 mod block;
+pub mod lora;
+mod route;
+mod spec;
+#[cfg(test)]
+mod tests;
 
 pub(crate) use aux_loss::{aux_loss, RouterOut};
 pub(crate) use block::block;
-use vkformers_kernels::glu::Glu;
+pub use spec::{BiasedExperts, MoeNames, MoeSpec, Router, SharedExpert};
 
 use crate::error::{ModelError, Result};
-use crate::spec::{layer_name, JoinEntry, MlpSpec, ModelSpec};
-
-/// How router scores become the chosen experts and their weights.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Router {
-    /// `p = softmax(logits)`; the k largest p; with `renormalize` divided by their sum
-    /// (Mixtral, `norm_topk_prob`).
-    SoftmaxTopK { renormalize: bool },
-    /// DeepSeek-V2's `group_limited_greedy`: the E experts form `groups` equal groups ranked by
-    /// their largest p; experts outside the `top_groups` best groups get p = 0, then the k
-    /// largest p (not renormalised).
-    SoftmaxGroupLimited { groups: usize, top_groups: usize },
-    /// DeepSeek-V3's `noaux_tc`: `s = sigmoid(logits)`; experts are chosen by `s + bias` (the
-    /// stored `e_score_correction_bias [E]`, a buffer: never trained) within the `top_groups`
-    /// best of `groups` groups, a group ranked by the sum of its two best `s + bias`; the
-    /// weights are the chosen `s` (without the bias), divided by their sum with `renormalize`.
-    SigmoidGroupLimited { groups: usize, top_groups: usize, renormalize: bool, bias: Option<String> },
-}
-
-impl Router {
-    /// The stored name (with `{i}`) of the router's non-trained correction bias, if any.
-    pub fn buffer(&self) -> Option<&str> {
-        match self {
-            Router::SigmoidGroupLimited { bias, .. } => bias.as_deref(),
-            _ => None,
-        }
-    }
-}
-
-/// A dense expert every token passes through, added to the routed output; with `gate`,
-/// scaled by `sigmoid(x · w_gate)` (`w_gate [1, H]`, Qwen2-MoE's `shared_expert_gate`).
-#[derive(Clone, Debug, PartialEq)]
-pub struct SharedExpert {
-    pub intermediate: usize,
-    /// Stored names (with `{i}`, without `.weight`) of the gate, up and down projections.
-    pub gate_proj: String,
-    pub up_proj: String,
-    pub down_proj: String,
-    /// The sigmoid gate's stored name, if any.
-    pub gate: Option<String>,
-}
-
-/// Names of one family's MoE tensors; `{i}` is the layer, `{e}` the expert.
-#[derive(Clone, Debug, PartialEq)]
-pub struct MoeNames {
-    /// The router `[E, H]` (a full tensor name).
-    pub router: String,
-    /// The internal packed tensors (`gate_up [E·2I, H]`, `down [E·H, I]`).
-    pub gate_up: String,
-    pub down: String,
-    /// Per-expert stored tensors of the gate, up and down projections.
-    pub expert_gate: String,
-    pub expert_up: String,
-    pub expert_down: String,
-}
-
-/// A routed MoE feed-forward block.
-#[derive(Clone, Debug, PartialEq)]
-pub struct MoeSpec {
-    pub experts: usize,
-    pub top_k: usize,
-    /// Each expert's intermediate size I.
-    pub intermediate: usize,
-    pub glu: Glu,
-    pub router: Router,
-    pub shared: Option<SharedExpert>,
-    /// The routing weights are multiplied by this after any renormalisation (DeepSeek's
-    /// `routed_scaling_factor`); 1 otherwise.
-    pub routed_scale: f32,
-    /// `router_aux_loss_coef` when the config asks for router logits (`output_router_logits`),
-    /// which is when transformers adds the load-balancing loss to a loss with labels.
-    pub aux_loss_coef: Option<f32>,
-    pub names: MoeNames,
-    /// The checkpoint holds transformers 5's in-memory layout (`mlp.gate`, packed
-    /// `experts.gate_up_proj [E, 2I, H]` and `experts.down_proj [E, H, I]`) instead of per-expert
-    /// tensors: the parameters are those 3-D tensors, loaded and saved under their own names.
-    pub packed: bool,
-}
-
-fn expert_name(template: &str, i: usize, e: usize) -> String {
-    layer_name(template, i).replace("{e}", &e.to_string())
-}
-
-impl MoeSpec {
-    /// The internal parameters (names, shapes) of layer `i` with hidden size `h`.
-    pub fn params(&self, i: usize, h: usize) -> Vec<(String, Vec<usize>)> {
-        let (e, inter) = (self.experts, self.intermediate);
-        let n = &self.names;
-        let (gate_up, down) = if self.packed {
-            (vec![e, 2 * inter, h], vec![e, h, inter])
-        } else {
-            (vec![e * 2 * inter, h], vec![e * h, inter])
-        };
-        let mut out = vec![
-            (layer_name(&n.router, i), vec![e, h]),
-            (layer_name(&n.gate_up, i), gate_up),
-            (layer_name(&n.down, i), down),
-        ];
-        if let Some(b) = self.router.buffer() {
-            out.push((layer_name(b, i), vec![e]));
-        }
-        if let Some(s) = &self.shared {
-            let w = |t: &str| format!("{}.weight", layer_name(t, i));
-            out.push((w(&s.gate_proj), vec![s.intermediate, h]));
-            out.push((w(&s.up_proj), vec![s.intermediate, h]));
-            out.push((w(&s.down_proj), vec![h, s.intermediate]));
-            if let Some(g) = &s.gate {
-                out.push((w(g), vec![1, h]));
-            }
-        }
-        out
-    }
-
-    /// The joins that stack layer `i`'s per-expert stored tensors into the packed parameters.
-    pub fn joins(&self, i: usize) -> Vec<JoinEntry> {
-        let n = &self.names;
-        let gate_up = (0..self.experts)
-            .flat_map(|e| [expert_name(&n.expert_gate, i, e), expert_name(&n.expert_up, i, e)])
-            .collect();
-        let down = (0..self.experts).map(|e| expert_name(&n.expert_down, i, e)).collect();
-        vec![
-            JoinEntry { internal: layer_name(&n.gate_up, i), parts: gate_up },
-            JoinEntry { internal: layer_name(&n.down, i), parts: down },
-        ]
-    }
-
-    /// Sizes the graph divides by or allocates from.
-    pub fn check(&self) -> Result<()> {
-        let grouped = match self.router {
-            Router::SoftmaxGroupLimited { groups, top_groups } => Some((groups, top_groups, 1)),
-            Router::SigmoidGroupLimited { groups, top_groups, .. } => Some((groups, top_groups, 2)),
-            Router::SoftmaxTopK { .. } => None,
-        };
-        if let Some((g, k, per_group)) = grouped {
-            // The top-k must fit in the kept groups (transformers would pick masked experts).
-            let fits = g > 0 && self.top_k <= k * (self.experts / g);
-            if g == 0 || k == 0 || k > g || !self.experts.is_multiple_of(g) || self.experts / g < per_group || !fits {
-                return Err(ModelError::Config(format!(
-                    "group-limited routing of {} experts in n_group {g} groups, the best topk_group {k}, choosing \
-                     {}: n_group must divide the experts (at least {per_group} a group), topk_group be in \
-                     1..=n_group and num_experts_per_tok at most the experts of topk_group groups",
-                    self.experts, self.top_k
-                )));
-            }
-        }
-        if self.experts == 0 || self.top_k == 0 || self.top_k > self.experts || self.intermediate == 0 {
-            return Err(ModelError::Config(format!(
-                "a mixture of {} experts of size {} choosing {} per token: check num_experts, \
-                 num_experts_per_tok and the expert intermediate size",
-                self.experts, self.intermediate, self.top_k
-            )));
-        }
-        Ok(())
-    }
-}
+use crate::spec::{layer_name, MlpSpec, ModelSpec};
 
 /// Most expert MLPs of one model (experts × MoE layers): each is three stored tensors named in
 /// the joins, so a config may not size that list beyond any real model (DeepSeek-V3: 58 × 256;
@@ -194,7 +45,10 @@ pub fn add_joins(spec: &mut ModelSpec) -> Result<()> {
     for (i, l) in spec.layers.iter().enumerate() {
         if let MlpSpec::Moe(m) = &l.mlp {
             m.check()?;
-            joins.extend(m.joins(i));
+            // A packed checkpoint stores the parameters themselves: nothing to stack.
+            if !m.packed {
+                joins.extend(m.joins(i));
+            }
         }
     }
     spec.joins.extend(joins);

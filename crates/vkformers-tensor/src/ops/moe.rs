@@ -100,3 +100,51 @@ pub fn grouped_linear(g: &Graph<'_>, x: &Tensor, w: &Tensor, groups: &Groups) ->
     );
     Ok(y)
 }
+
+/// `y [S, out] = x [S, in] ·_e W_e` for `W [E·in, out]`, each expert's block used as stored, not
+/// transposed (DBRX's `w2`: every expert's down projection kept as `[I, H]`). Backward:
+/// `dx = dy ·_e W_eᵀ` (the transposed form of the kernel) and `dW_e = x_eᵀ · dy_e`.
+pub fn grouped_matmul(g: &Graph<'_>, x: &Tensor, w: &Tensor, groups: &Groups) -> Result<Tensor> {
+    let (slots, inp, e) = (x.rows(), x.last_dim(), groups.experts);
+    let ws = w.shape();
+    if w.shape().len() != 2 || ws[0] != e * inp || groups.token.numel() != slots {
+        return Err(err(format!(
+            "grouped_matmul: x {:?}, W {ws:?} (want [{e}·{inp}, out]), {} slots",
+            x.shape(),
+            groups.token.numel()
+        )));
+    }
+    let out = ws[1];
+    let y = g.output(&[slots, out], &[x, w])?;
+    g.record(|rec| {
+        k::grouped_rows(rec, x.view(), w.view(), y.view(), groups.expert.view(), (slots, inp, out, e), false)
+    })?;
+    let (sx, sw, expert, offsets) = (x.clone(), w.clone(), groups.expert.clone(), groups.offsets.clone());
+    let need = [x.requires_grad(), w.requires_grad()];
+    g.push_node(
+        &y,
+        vec![x.clone(), w.clone()],
+        Box::new(move |g, dy| {
+            let dx = if need[0] {
+                let dx = g.empty(sx.shape())?;
+                // W as [E·in, out] is the nn.Linear layout of an [S, out] -> [S, in] product.
+                let dims = (slots, out, inp, e);
+                g.record(|rec| k::grouped_rows(rec, dy.view(), sw.view(), dx.view(), expert.view(), dims, true))?;
+                Some(dx)
+            } else {
+                None
+            };
+            let dw = if need[1] {
+                let dw = g.empty(sw.shape())?;
+                // dW_e [in, out] = x_eᵀ · dy_e: the weight-gradient kernel with x as its left factor.
+                let dims = (slots, inp, out, e);
+                g.record(|rec| k::grouped_wgrad(rec, sx.view(), dy.view(), dw.view(), offsets.view(), dims))?;
+                Some(dw)
+            } else {
+                None
+            };
+            Ok(vec![dx, dw])
+        }),
+    );
+    Ok(y)
+}

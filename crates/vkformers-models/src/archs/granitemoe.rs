@@ -1,0 +1,86 @@
+//! `granitemoe`: Granite's multipliers (embedding, residual, attention scale, logits) with a
+//! routed MoE in every layer whose router takes the top-k logits and then a softmax over those k
+//! (`Router::TopKSoftmax`). The checkpoint stores the experts packed: `block_sparse_moe.
+//! input_linear [E, 2I, H]` (gate rows first), `output_linear [E, H, I]`, and the router as
+//! `router.layer`. `granitemoeshared` adds an ungated shared MLP with one fused
+//! `shared_mlp.input_linear [2S, H]`.
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::common::{parse, BaseConfig};
+use super::moe_common::MoeConfig;
+use crate::error::Result;
+use crate::moe::{MoeNames, Router, SharedExpert};
+use crate::spec::ModelSpec;
+
+#[derive(Deserialize)]
+struct Config {
+    #[serde(flatten)]
+    base: BaseConfig,
+    #[serde(flatten)]
+    moe: MoeConfig,
+    #[serde(default = "one")]
+    embedding_multiplier: f64,
+    #[serde(default = "one")]
+    residual_multiplier: f64,
+    #[serde(default = "one")]
+    attention_multiplier: f64,
+    #[serde(default = "one")]
+    logits_scaling: f64,
+    #[serde(default)]
+    shared_intermediate_size: usize,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+const P: &str = "model.layers.{i}.block_sparse_moe";
+
+fn names() -> MoeNames {
+    let packed = |t: &str| format!("{P}.{t}.weight");
+    MoeNames {
+        router: packed("router.layer"),
+        gate_up: packed("input_linear"),
+        up: None,
+        down: packed("output_linear"),
+        // Not stored per expert: the packed tensors are the parameters.
+        expert_gate: String::new(),
+        expert_up: String::new(),
+        expert_down: String::new(),
+    }
+}
+
+fn build(cfg: &Value, model_type: &str, shared: bool) -> Result<ModelSpec> {
+    let c: Config = parse(cfg)?;
+    let glu = c.base.glu("silu")?;
+    let mut spec = c.base.llama_spec(model_type, glu, false, false, c.base.attention_bias)?;
+    spec.embed_scale = c.embedding_multiplier as f32;
+    spec.logit_scale = (1.0 / c.logits_scaling) as f32;
+    for l in &mut spec.layers {
+        l.residual_scale = c.residual_multiplier as f32;
+        l.attn.scale = c.attention_multiplier as f32;
+        l.attn.sliding_window = None;
+    }
+    let shared = (shared && c.shared_intermediate_size > 0).then(|| SharedExpert {
+        intermediate: c.shared_intermediate_size,
+        gate_proj: "model.layers.{i}.shared_mlp.input_linear".into(),
+        up_proj: None,
+        down_proj: "model.layers.{i}.shared_mlp.output_linear".into(),
+        gate: None,
+    });
+    let mut block = c.moe.block(c.base.intermediate_size, glu, false, names(), shared, 0.001)?;
+    block.router = Router::TopKSoftmax;
+    block.packed = true;
+    c.moe.apply(&mut spec, block)?;
+    Ok(spec)
+}
+
+pub fn granitemoe(cfg: &Value) -> Result<ModelSpec> {
+    build(cfg, "granitemoe", false)
+}
+
+pub fn granitemoeshared(cfg: &Value) -> Result<ModelSpec> {
+    build(cfg, "granitemoeshared", true)
+}

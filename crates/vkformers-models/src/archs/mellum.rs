@@ -1,0 +1,78 @@
+//! `mellum` (JetBrains Mellum 2): Qwen3-MoE layers (per-head QK-norm, softmax top-k routed
+//! experts renormalised with `norm_topk_prob`, no shared expert) where `layer_types` makes a
+//! layer sliding-window (`sliding_window`, default 1024) or full, each type with its own RoPE
+//! (`rope_parameters` keyed by layer type; defaults θ 10⁴ sliding, 5·10⁵ full), and
+//! `mlp_layer_types` makes a layer dense (an `intermediate_size` SwiGLU MLP) or sparse. The
+//! multi-token-prediction layers (`mtp.*`) are not part of the causal LM and not loaded.
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+use vkformers_kernels::rope::RopeLayout;
+
+use super::common::{parse, BaseConfig};
+use super::layer_types::{apply, sliding, window};
+use super::moe_common::{expert_names, MoeConfig};
+use crate::error::{ModelError, Result};
+use crate::spec::{MlpSpec, ModelSpec};
+
+#[derive(Deserialize)]
+struct Config {
+    #[serde(flatten)]
+    base: BaseConfig,
+    #[serde(flatten)]
+    moe: MoeConfig,
+    mlp_layer_types: Option<Vec<String>>,
+}
+
+/// The RoPE dict of one layer type, with the config class's default θ.
+fn rope_dict(cfg: &Value, layer_type: &str, theta: f64) -> Result<Value> {
+    let d = match cfg.get("rope_parameters").filter(|v| !v.is_null()) {
+        None => json!({"rope_type": "default", "rope_theta": theta}),
+        Some(p) => p.get(layer_type).cloned().filter(Value::is_object).ok_or_else(|| {
+            ModelError::Config(format!("mellum rope_parameters needs a `{layer_type}` object, got {p}"))
+        })?,
+    };
+    // transformers sizes the frequencies by it but rotates the whole head: it cannot run.
+    if d.get("partial_rotary_factor").and_then(Value::as_f64).is_some_and(|f| f != 1.0) {
+        return Err(ModelError::Unsupported(format!("mellum partial_rotary_factor in {d}")));
+    }
+    Ok(d)
+}
+
+pub fn spec(cfg: &Value) -> Result<ModelSpec> {
+    let mut c: Config = parse(cfg)?;
+    let layers = c.base.num_hidden_layers;
+    c.base.rope_scaling = None;
+    c.base.rope_parameters = Some(rope_dict(cfg, "full_attention", 500_000.0)?);
+    let full_rope = c.base.rope(RopeLayout::HalfSplit)?;
+    c.base.rope_parameters = Some(rope_dict(cfg, "sliding_attention", 10_000.0)?);
+    let sliding_rope = c.base.rope(RopeLayout::HalfSplit)?;
+    let glu = c.base.glu("silu")?;
+    let mut spec = c.base.llama_spec("mellum", glu, false, true, c.base.attention_bias)?;
+    let slide = sliding(cfg, layers, |_| false)?;
+    for (l, &s) in spec.layers.iter_mut().zip(&slide) {
+        l.attn.rope = Some(if s { sliding_rope.clone() } else { full_rope.clone() });
+    }
+    apply(&mut spec, &slide, window(cfg, Some(1024)))?;
+    let sparse = match &c.mlp_layer_types {
+        None => vec![true; layers],
+        Some(t) if t.len() == layers && t.iter().all(|t| t == "sparse" || t == "dense") => {
+            t.iter().map(|t| t == "sparse").collect()
+        }
+        Some(t) => {
+            return Err(ModelError::Config(format!(
+                "mlp_layer_types {t:?}: one \"sparse\" or \"dense\" per layer ({layers} layers)"
+            )))
+        }
+    };
+    let inter = c.moe.moe_intermediate_size.unwrap_or(c.base.intermediate_size);
+    let names = expert_names("mlp", ("gate_proj", "up_proj", "down_proj"));
+    let block = c.moe.block(inter, glu, c.moe.norm_topk_prob, names, None, 0.001)?;
+    for (l, s) in spec.layers.iter_mut().zip(sparse) {
+        if s {
+            l.mlp = MlpSpec::Moe(Box::new(block.clone()));
+        }
+    }
+    crate::moe::add_joins(&mut spec)?;
+    Ok(spec)
+}

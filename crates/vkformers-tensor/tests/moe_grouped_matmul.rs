@@ -1,0 +1,46 @@
+//! `moe::grouped_matmul` (expert blocks used untransposed, DBRX's `w2`) against a host f64
+//! reference: the product and both gradients of a weighted sum, on odd shapes (5 tokens, top-2 of
+//! 3 experts, in 7, out 6), through the device top-k and grouping.
+
+use vkformers_kernels::moe::reference;
+use vkformers_kernels::testutil::{assert_close, f64s, Rng, TOL_F32};
+use vkformers_tensor::ops::{broadcast, moe, reduce};
+use vkformers_tensor::Graph;
+use vkformers_vk::testing::on_every_device;
+
+#[test]
+fn grouped_matmul_matches_reference_with_gradients() {
+    let (tokens, experts, k, inp, out) = (5, 3, 2, 7, 6);
+    on_every_device("tensor moe grouped_matmul", |ctx| {
+        let mut rng = Rng::new(8);
+        let scores = rng.vec(tokens * experts, 1.0);
+        let (xv, wv) = (rng.vec(tokens * k * inp, 1.0), rng.vec(experts * inp * out, 1.0));
+        let cv = rng.vec(tokens * k * out, 1.0);
+        let g = Graph::new(ctx);
+        let choice = moe::topk(&g, &g.constant(&scores, &[tokens, experts])?, k)?;
+        let groups = moe::group(&g, &choice.ids, experts)?;
+        // Slot s's expert by the host reference of the choice and grouping (tested against the
+        // device's in the kernel tests).
+        let (ids, ..) = reference::topk(&f64s(&scores), experts, k);
+        let slot_expert: Vec<usize> = reference::group(&ids, experts, k).2.iter().map(|&e| e as usize).collect();
+        let (x, w) = (g.parameter(&xv, &[tokens * k, inp])?, g.parameter(&wv, &[experts * inp, out])?);
+        let y = moe::grouped_matmul(&g, &x, &w, &groups)?;
+        g.backward(&reduce::sum(&g, &broadcast::mul(&g, &y, &g.constant(&cv, &[tokens * k, out])?)?)?)?;
+        let (mut want, mut dx, mut dw) = (vec![0.0; cv.len()], vec![0.0; xv.len()], vec![0.0; wv.len()]);
+        for (s, &e) in slot_expert.iter().enumerate() {
+            for o in 0..out {
+                for i in 0..inp {
+                    let (xi, wi, yi) = (s * inp + i, (e * inp + i) * out + o, s * out + o);
+                    want[yi] += f64::from(xv[xi]) * f64::from(wv[wi]);
+                    dx[xi] += f64::from(cv[yi]) * f64::from(wv[wi]);
+                    dw[wi] += f64::from(xv[xi]) * f64::from(cv[yi]);
+                }
+            }
+        }
+        assert_close("y", &g.read(&y)?, &want, TOL_F32);
+        assert_close("dx", &g.read(&x.grad().expect("dx"))?, &dx, TOL_F32);
+        assert_close("dw", &g.read(&w.grad().expect("dw"))?, &dw, TOL_F32);
+        assert!(moe::grouped_matmul(&g, &x, &g.constant(&wv, &[experts * out, inp])?, &groups).is_err());
+        Ok(())
+    });
+}
