@@ -151,3 +151,51 @@ fn beam_flags_on_a_decoder_give_transformers_beams() {
         assert_eq!(ids(&g["token_ids"]), s[..end].to_vec());
     }
 }
+
+/// `--source-lang/--target-lang` on multilingual folders (the `mbart` fixture with an mBART
+/// tokenizer, the `m2m_100` fixture with an NLLB one): the text sources carry the language token
+/// as transformers' tokenizer places it and the generated ids equal `generate(...,
+/// forced_bos_token_id=<target language>)` (tests/fixtures_train/seq2seq/lang/generate.json,
+/// tools/parity/seq2seq_lang_reference.py).
+#[test]
+fn language_flags_give_transformers_translation_ids() {
+    let lang = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures_train/seq2seq/lang");
+    let want: Value = serde_json::from_str(&std::fs::read_to_string(lang.join("generate.json")).unwrap()).unwrap();
+    for run in want["runs"].as_array().unwrap() {
+        let (fix, tokn) = (run["fixture"].as_str().unwrap(), run["tokenizer"].as_str().unwrap());
+        let dir = std::env::temp_dir().join(format!("vkformers-lang-{fix}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in ["config.json", "generation_config.json", "model.safetensors"] {
+            std::fs::copy(fixture(fix).join(f), dir.join(f)).unwrap();
+        }
+        for f in ["tokenizer.json", "tokenizer_config.json"] {
+            std::fs::copy(lang.join(format!("{tokn}_tokenizer")).join(f), dir.join(f)).unwrap();
+        }
+        let rows = run["rows"].as_array().unwrap();
+        let prompts: Vec<&str> = rows.iter().map(|r| r["source"].as_str().unwrap()).collect();
+        std::fs::write(dir.join("prompts.txt"), prompts.join("\n")).unwrap();
+        let out = vkformers(&[
+            "generate",
+            "--model",
+            dir.to_str().unwrap(),
+            "--prompt-file",
+            dir.join("prompts.txt").to_str().unwrap(),
+            "--source-lang",
+            run["source_lang"].as_str().unwrap(),
+            "--target-lang",
+            run["target_lang"].as_str().unwrap(),
+            "--max-new-tokens",
+            &run["max_new_tokens"].to_string(),
+            "--json",
+        ]);
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(out.status.success(), "{fix}: {}", String::from_utf8_lossy(&out.stderr));
+        let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+        for (r, g) in rows.iter().zip(got["rows"].as_array().unwrap()) {
+            assert_eq!(ids(&g["prompt_ids"]), ids(&r["input_ids"]), "{fix}: {}", r["source"]);
+            let seq = ids(&r["sequences"]);
+            assert_eq!(seq[1], run["forced_bos_token_id"].as_u64().unwrap());
+            assert_eq!(ids(&g["token_ids"]), seq[1..].to_vec(), "{fix}: {}", r["source"]);
+        }
+    }
+}

@@ -24,7 +24,13 @@ impl<'a> PairEncoder<'a> {
     /// The encoder of `tok` with the languages of `read` (see `LangTokens::resolve`).
     pub fn new(tok: &'a HfTokenizer, read: &crate::Seq2SeqRead) -> Result<Self, String> {
         let langs = LangTokens::resolve(tok, read.source_lang.as_deref(), read.target_lang.as_deref())?;
-        Ok(PairEncoder { tok, langs, add_eos: read.add_eos, max_source: read.max_source_len, max_target: read.max_target_len })
+        Ok(PairEncoder {
+            tok,
+            langs,
+            add_eos: read.add_eos,
+            max_source: read.max_source_len,
+            max_target: read.max_target_len,
+        })
     }
 
     /// The language tokens in use, if the tokenizer places any.

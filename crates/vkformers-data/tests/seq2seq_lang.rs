@@ -80,7 +80,8 @@ fn translation_rows_read_with_language_codes() {
 #[test]
 fn an_unknown_language_is_named() {
     let tok = HfTokenizer::from_dir(lang_dir().join("nllb_tokenizer")).unwrap();
-    let read = Seq2SeqRead { source_lang: Some("xx_Yyyy".into()), target_lang: Some("deu_Latn".into()), ..Default::default() };
+    let read =
+        Seq2SeqRead { source_lang: Some("xx_Yyyy".into()), target_lang: Some("deu_Latn".into()), ..Default::default() };
     let err = PairEncoder::new(&tok, &read).err().unwrap();
     assert!(err.contains("NllbTokenizer") && err.contains("xx_Yyyy"), "{err}");
 }

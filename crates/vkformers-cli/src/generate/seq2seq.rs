@@ -2,7 +2,8 @@
 //! the encoder reads once; the decoder generates from `decoder_start_token_id`, greedily with the
 //! cached loop of `vkformers_generate::seq2seq` or, with `--num-beams` above 1 (or
 //! `num_beams` in `generation_config.json`), by `vkformers_generate::seq2seq_beam` (forced BOS/EOS
-//! and EOS ids from `generation_config.json`). Sampling, stop strings, chat templates and
+//! and EOS ids from `generation_config.json`; `--target-lang` forces its language token first,
+//! see `seq2seq_lang`). Sampling, stop strings, chat templates and
 //! continuous batching are not supported here yet and say so.
 
 use std::path::Path;
@@ -178,8 +179,14 @@ pub fn run(selector: &DeviceSelector, args: &Args, dir: &Path) -> anyhow::Result
     if args.dtype.resolve(dir)? != DType::F32 {
         bail!("encoder-decoder models generate in f32 only for now: pass --dtype f32");
     }
-    let opts = Seq2SeqOptions::from_configs(&gen, &cfg, max_new_tokens(args, &gen))?;
-    let (sources, tok) = super::prompts(dir, args)?;
+    let mut opts = Seq2SeqOptions::from_configs(&gen, &cfg, max_new_tokens(args, &gen))?;
+    let (sources, tok) = match super::seq2seq_lang::sources(dir, args)? {
+        Some((ids, tok, forced)) => {
+            opts.forced_bos = Some(forced);
+            (ids, Some(tok))
+        }
+        None => super::prompts(dir, args)?,
+    };
     let ctx = Context::new(selector)?;
     let g = Graph::new(&ctx);
     let model = vkformers_models::model::Model::load(&g, dir)
