@@ -199,3 +199,40 @@ fn language_flags_give_transformers_translation_ids() {
         }
     }
 }
+
+/// `--adapter` on t5 and bart: the PEFT LoRA adapters of tests/fixtures_lora, unmerged, give
+/// `PeftModel.generate`'s sequences, which differ from the base model's
+/// (tools/parity/seq2seq_lora_generate_reference.py).
+#[test]
+fn adapters_give_peft_sequences() {
+    for name in ["t5", "bart"] {
+        let lora = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures_lora").join(name);
+        let want: Value =
+            serde_json::from_str(&std::fs::read_to_string(lora.join("greedy_seq2seq.json")).unwrap()).unwrap();
+        let config: Value =
+            serde_json::from_str(&std::fs::read_to_string(fixture(name).join("config.json")).unwrap()).unwrap();
+        let eos = config["eos_token_id"].as_u64().unwrap();
+        for r in want["rows"].as_array().unwrap() {
+            assert_ne!(r["sequences"], r["base_sequences"], "{name}: the adapter must change the output");
+            let prompt: Vec<String> = ids(&r["input_ids"]).iter().map(u64::to_string).collect();
+            let out = vkformers(&[
+                "generate",
+                "--model",
+                fixture(name).to_str().unwrap(),
+                "--adapter",
+                lora.to_str().unwrap(),
+                "--prompt-ids",
+                &prompt.join(","),
+                "--max-new-tokens",
+                &want["max_new_tokens"].to_string(),
+                "--json",
+            ]);
+            assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+            let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+            let seq = ids(&r["sequences"]);
+            // The CLI prints the new tokens up to and with the first EOS.
+            let end = seq.iter().skip(1).position(|&t| t == eos).map_or(seq.len(), |p| p + 2);
+            assert_eq!(ids(&got["rows"][0]["token_ids"]), seq[1..end].to_vec(), "{name}: {}", r["input_ids"]);
+        }
+    }
+}

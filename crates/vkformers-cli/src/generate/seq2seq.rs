@@ -3,8 +3,8 @@
 //! cached loop of `vkformers_generate::seq2seq` or, with `--num-beams` above 1 (or
 //! `num_beams` in `generation_config.json`), by `vkformers_generate::seq2seq_beam` (forced BOS/EOS
 //! and EOS ids from `generation_config.json`; `--target-lang` forces its language token first,
-//! see `seq2seq_lang`). Sampling, stop strings, chat templates and
-//! continuous batching are not supported here yet and say so.
+//! see `seq2seq_lang`). `--adapter` attaches a PEFT LoRA adapter unmerged. Sampling, stop
+//! strings, chat templates and continuous batching are not supported here yet and say so.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -91,6 +91,9 @@ pub fn run_decoder_beams(
     beams: &BeamOptions,
 ) -> anyhow::Result<ExitCode> {
     refuse_unsupported(args, &Value::Null, "beam search")?;
+    if args.adapter.adapter.is_some() {
+        bail!("--adapter is not supported yet for beam search on decoder-only models");
+    }
     if args.sampling.do_sample || defaults.params.do_sample {
         bail!("beam sampling is not supported yet: pass --greedy or drop --do-sample");
     }
@@ -154,7 +157,6 @@ fn refuse_unsupported(args: &Args, gen: &Value, path: &str) -> anyhow::Result<()
         (!s.stop.is_empty(), "--stop"),
         (args.chat, "--chat"),
         (args.max_batch.is_some(), "--max-batch"),
-        (args.adapter.adapter.is_some(), "--adapter"),
     ];
     if let Some((_, what)) = unsupported.iter().find(|(on, _)| *on) {
         bail!("{what} is not supported yet for {path}");
@@ -189,8 +191,8 @@ pub fn run(selector: &DeviceSelector, args: &Args, dir: &Path) -> anyhow::Result
     };
     let ctx = Context::new(selector)?;
     let g = Graph::new(&ctx);
-    let model = vkformers_models::model::Model::load(&g, dir)
-        .with_context(|| format!("loading the model in {}", dir.display()))?;
+    // A PEFT adapter (SEQ_2_SEQ_LM) stays unmerged: every projection adds its low-rank term.
+    let model = crate::load::model_with_adapter(&g, dir, &args.adapter)?;
     if let Some(bad) = sources.iter().flatten().find(|&&t| t as usize >= model.spec.vocab) {
         bail!("token id {bad} is outside the model's vocabulary of {} ids", model.spec.vocab);
     }
