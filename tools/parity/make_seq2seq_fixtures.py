@@ -70,6 +70,36 @@ BART = dict(
     forced_eos_token_id=None,
 )
 
+# One T5Gemma stack: Gemma 2 layers with grouped keys, windows short enough to matter (the
+# encoder's bidirectional |q - k| <= 2, the decoder's causal q - k < 3) and softcaps low enough to
+# bend the scores and logits.
+T5GEMMA_STACK = dict(
+    vocab_size=64,
+    hidden_size=16,
+    intermediate_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=4,
+    query_pre_attn_scalar=8,
+    attn_logit_softcapping=2.0,
+    final_logit_softcapping=3.0,
+    hidden_activation="gelu_pytorch_tanh",
+    max_position_embeddings=32,
+    initializer_range=mf.INIT_STD,
+    pad_token_id=0,
+    eos_token_id=1,
+    bos_token_id=2,
+)
+T5GEMMA = dict(
+    encoder={**T5GEMMA_STACK, "sliding_window": 2},
+    decoder={**T5GEMMA_STACK, "sliding_window": 3},
+    vocab_size=64,
+    pad_token_id=0,
+    eos_token_id=1,
+    bos_token_id=2,
+)
+
 T5_TYPES = ("t5", "mt5", "umt5")
 
 # fixture name -> (model_type, config kwargs)
@@ -100,6 +130,8 @@ SPECS = {
     "pegasus": ("pegasus", {**BART, "activation_function": "relu", "scale_embedding": True}),
     # pre-LN, fairseq positions from the ids past pad_token_id, no final_logits_bias.
     "m2m_100": ("m2m_100", {**BART, "activation_function": "relu", "scale_embedding": True}),
+    # Gemma 2 stacks: sandwich norms, RoPE, grouped keys, windows, softcaps, own encoder table.
+    "t5gemma": ("t5gemma", T5GEMMA),
 }
 
 

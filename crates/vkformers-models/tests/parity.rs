@@ -192,6 +192,7 @@ parity! {
     pegasus: "pegasus",
     // fairseq positions counted from the ids past pad_token_id; no final_logits_bias.
     m2m_100: "m2m_100",
+    t5gemma: "t5gemma",
     // Multi-head latent attention (issue 18): v heads narrower and wider than q/k heads.
     minicpm3: "minicpm3",
     deepseek_v2: "deepseek_v2",
