@@ -100,7 +100,7 @@ T5GEMMA = dict(
     bos_token_id=2,
 )
 
-T5_TYPES = ("t5", "mt5", "umt5")
+T5_TYPES = ("t5", "mt5", "umt5", "switch_transformers")
 
 # fixture name -> (model_type, config kwargs)
 SPECS = {
@@ -132,6 +132,12 @@ SPECS = {
     "m2m_100": ("m2m_100", {**BART, "activation_function": "relu", "scale_embedding": True}),
     # Gemma 2 stacks: sandwich norms, RoPE, grouped keys, windows, softcaps, own encoder table.
     "t5gemma": ("t5gemma", T5GEMMA),
+    # T5 v1.0 with layer 1 of each stack a top-1 mixture of 2 experts, capacity 3 per sequence
+    # (8 source tokens overflow an expert; dropped tokens pass through the residual; both experts
+    # get tokens in both steps: an expert without any has no gradient, which AdamW skips).
+    "switch_transformers": ("switch_transformers", {
+        **T5, "num_experts": 2, "expert_capacity": 3, "num_sparse_encoder_layers": 1,
+        "num_sparse_decoder_layers": 1, "router_jitter_noise": 0.0}),
 }
 
 

@@ -120,6 +120,7 @@ pub(super) fn build(f: &Family, cfg: &Value) -> Result<ModelSpec> {
             Vec::new()
         },
         tied_aliases: aliases,
+        switch: None,
         shift: f.shift,
         decoder_start_token_id: c.decoder_start_token_id.unwrap_or(2) as i32,
         pad_token_id: pad,

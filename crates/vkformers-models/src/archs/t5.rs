@@ -123,6 +123,7 @@ fn build(model_type: &str, cfg: &Value, per_layer_bias: bool, may_scale: bool) -
         tied_aliases: ["encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "lm_head.weight"]
             .map(String::from)
             .to_vec(),
+        switch: None,
         shift: Shift::Start,
         decoder_start_token_id: c.decoder_start_token_id.unwrap_or(i64::from(pad)) as i32,
         pad_token_id: pad,

@@ -98,6 +98,7 @@ pub fn t5gemma(cfg: &Value) -> Result<ModelSpec> {
         final_logits_bias: None,
         stored_tables: Vec::new(),
         tied_aliases: vec!["lm_head.out_proj.weight".into()],
+        switch: None,
         shift: Shift::Start,
         decoder_start_token_id: id("bos_token_id", 2),
         pad_token_id: pad,

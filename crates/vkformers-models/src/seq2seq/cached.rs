@@ -13,7 +13,7 @@ use vkformers_vk::BufferView;
 
 use super::attention::{additive_mask, heads_attention, heads_first, relative_bias};
 use super::gemma::{self, grouped_heads_first, is_gemma};
-use super::{embed, feed_forward, lm_head, residual_block, seq2seq_of, Encoded};
+use super::{embed, ffn, lm_head, residual_block, seq2seq_of, Encoded};
 use crate::decoder::{project, Weights};
 use crate::error::{ModelError, Result};
 use crate::spec::{layer_name, ModelSpec};
@@ -140,7 +140,7 @@ impl Seq2SeqCache {
             let cross_post = (&layer.post_attn_norm, &*s.cross.post_norm);
             x = residual_block(g, s.placement, w, (&layer.attn_norm, &s.cross.norm, i), cross_post, &x, cross)?;
             x = residual_block(g, s.placement, w, (&layer.mlp_norm, &names.mlp_norm, i), mlp_post, &x, |h| {
-                feed_forward(g, w, names, &layer.mlp, i, h)
+                ffn(g, s, w, (names, &layer.mlp), (true, i), h, b)
             })?;
         }
         if let Some((n, name)) = &s.decoder.final_norm {

@@ -8,6 +8,7 @@ mod cached;
 mod gemma;
 mod plan;
 mod spec;
+pub mod switch;
 
 pub use cached::Seq2SeqCache;
 pub(crate) use plan::plan;
@@ -219,7 +220,7 @@ pub fn encode(
             ((&layer.post_attn_norm, &*names.post_attn_norm), (&layer.post_mlp_norm, &*names.post_mlp_norm));
         x = residual_block(g, s.placement, w, (&layer.attn_norm, &names.attn_norm, i), attn_post, &x, self_attn)?;
         x = residual_block(g, s.placement, w, (&layer.mlp_norm, &names.mlp_norm, i), mlp_post, &x, |h| {
-            feed_forward(g, w, names, &layer.mlp, i, h)
+            ffn(g, s, w, (names, &layer.mlp), (false, i), h, b)
         })?;
     }
     if let Some((n, name)) = &s.encoder.final_norm {
@@ -251,7 +252,7 @@ pub fn decode(
         x = residual_block(g, s.placement, w, (&layer.attn_norm, &names.attn_norm, i), attn_post, &x, self_attn)?;
         x = cross_block(g, s, w, layer, i, &x, enc, b)?;
         x = residual_block(g, s.placement, w, (&layer.mlp_norm, &names.mlp_norm, i), mlp_post, &x, |h| {
-            feed_forward(g, w, names, &layer.mlp, i, h)
+            ffn(g, s, w, (names, &layer.mlp), (true, i), h, b)
         })?;
     }
     if let Some((n, name)) = &s.decoder.final_norm {
@@ -430,6 +431,24 @@ impl ScoreBias {
             }
             _ => Ok(None),
         }
+    }
+}
+
+/// Layer `i`'s feed-forward in stack `decoder`: Switch Transformers' sparse block where the spec
+/// makes the layer sparse, the dense one otherwise; `h` holds `b` sequences.
+#[allow(clippy::too_many_arguments)]
+fn ffn(
+    g: &Graph<'_>,
+    s: &Seq2SeqSpec,
+    w: &Weights,
+    (n, m): (&LayerNames, &MlpSpec),
+    (decoder, i): (bool, usize),
+    h: &Tensor,
+    b: usize,
+) -> Result<Tensor> {
+    match &s.switch {
+        Some(sw) if sw.is_sparse(decoder, i) => switch::forward(g, w, sw, (decoder, i), h, b),
+        _ => feed_forward(g, w, n, m, i, h),
     }
 }
 

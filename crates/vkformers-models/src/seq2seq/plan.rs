@@ -46,7 +46,10 @@ pub(crate) fn plan(spec: &ModelSpec, config: &Value) -> Result<Vec<Planned>> {
                 attention(out, &cn, l, i, h);
                 norms.extend([(&l.attn_norm, &c.norm), (&l.post_attn_norm, &c.post_norm)]);
             }
-            mlp(out, names, &l.mlp, i, h);
+            match &s.switch {
+                Some(sw) if sw.is_sparse(cross, i) => super::switch::plan_layer(out, sw, cross, i, h),
+                _ => mlp(out, names, &l.mlp, i, h),
+            }
             norms.extend([(&l.mlp_norm, &names.mlp_norm), (&l.post_mlp_norm, &names.post_mlp_norm)]);
             for (n, template) in norms {
                 if let Some(n) = n {

@@ -98,6 +98,8 @@ pub struct Seq2SeqSpec {
     /// some checkpoints keep: skipped on load, as transformers ties them.
     pub tied_aliases: Vec<String>,
     pub shift: Shift,
+    /// Switch Transformers' sparse feed-forward layers; `None` for dense models.
+    pub switch: Option<super::switch::SwitchSpec>,
     pub decoder_start_token_id: i32,
     pub pad_token_id: i32,
 }
