@@ -138,6 +138,12 @@ SPECS = {
     "switch_transformers": ("switch_transformers", {
         **T5, "num_experts": 2, "expert_capacity": 3, "num_sparse_encoder_layers": 1,
         "num_sparse_decoder_layers": 1, "router_jitter_noise": 0.0}),
+    # The same with `output_router_logits` in the config: the fixture's loss (and every gradient)
+    # adds the z and balancing losses, with coefficients large enough to move the routers.
+    "switch_transformers_router": ("switch_transformers", {
+        **T5, "num_experts": 2, "expert_capacity": 3, "num_sparse_encoder_layers": 1,
+        "num_sparse_decoder_layers": 1, "router_jitter_noise": 0.0, "output_router_logits": True,
+        "router_z_loss_coef": 0.05, "router_aux_loss_coef": 0.1}),
 }
 
 
@@ -263,7 +269,9 @@ def make_fixture(name: str, model_type: str, cfg_kwargs: dict, out_dir: Path, ve
     ids, mask, labels = make_batch(model.config)
     decoder_input_ids = shifted(model, labels)
 
-    run = lambda m: m(input_ids=ids, attention_mask=mask, labels=labels)  # noqa: E731
+    # Switch Transformers' router losses join the loss only when forward is asked for them.
+    extra = {"output_router_logits": True} if getattr(model.config, "output_router_logits", False) else {}
+    run = lambda m: m(input_ids=ids, attention_mask=mask, labels=labels, **extra)  # noqa: E731
     logits, loss, grads = fc.forward_backward(model, names, run)
     rows = greedy(model, ids, mask)
     beam_runs = beams(model, ids, mask)

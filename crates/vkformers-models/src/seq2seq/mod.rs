@@ -7,6 +7,7 @@ pub mod attention;
 mod cached;
 mod gemma;
 mod plan;
+mod router_loss;
 mod spec;
 pub mod switch;
 
@@ -68,15 +69,29 @@ pub fn shift_labels(s: &Seq2SeqSpec, labels: &[i32], t: usize) -> Vec<i32> {
 }
 
 /// Logits `[B·T, V]` and the mean cross-entropy over labels != -100, as
-/// `AutoModelForSeq2SeqLM(input_ids, attention_mask, labels=labels)`.
+/// `AutoModelForSeq2SeqLM(input_ids, attention_mask, labels=labels)` (plus Switch Transformers'
+/// router losses when its spec asks for them, see `router_loss`).
 pub fn forward_loss(
     g: &Graph<'_>,
     spec: &ModelSpec,
     w: &Weights,
     batch: &Seq2SeqBatch<'_>,
 ) -> Result<(Tensor, Tensor)> {
-    let logits = forward_logits(g, spec, w, batch)?;
-    let loss = loss::cross_entropy(g, &logits, &g.ints(batch.labels, &[batch.batch * batch.tgt_len])?)?;
+    let losses = seq2seq_of(spec)?.switch.as_ref().and_then(|sw| sw.losses.map(|c| (c, sw.loss_stacks)));
+    let Some((coefs, stacks)) = losses else {
+        let logits = forward_logits(g, spec, w, batch)?;
+        let loss = loss::cross_entropy(g, &logits, &g.ints(batch.labels, &[batch.batch * batch.tgt_len])?)?;
+        return Ok((logits, loss));
+    };
+    // Switch Transformers with `output_router_logits`: plus the routers' z and balancing losses.
+    let (logits, records) = router_loss::collect(|| forward_logits(g, spec, w, batch))?;
+    let mut loss = loss::cross_entropy(g, &logits, &g.ints(batch.labels, &[batch.batch * batch.tgt_len])?)?;
+    for decoder in [false, true] {
+        let recs: Vec<_> = records.iter().filter(|r| r.decoder == decoder).collect();
+        if let (true, Some(extra)) = (stacks[usize::from(decoder)], router_loss::stack_loss(g, &recs, coefs)?) {
+            loss = broadcast::add(g, &loss, &extra)?;
+        }
+    }
     Ok((logits, loss))
 }
 

@@ -30,6 +30,12 @@ pub struct SwitchSpec {
     /// (`….mlp.experts.expert_{e}`), per stack: `[encoder, decoder]`.
     pub router: [String; 2],
     pub expert: [String; 2],
+    /// `(router_z_loss_coef, router_aux_loss_coef)` when the loss includes the router losses
+    /// (config `output_router_logits: true`, as `forward(..., output_router_logits=True)`).
+    pub losses: Option<(f32, f32)>,
+    /// Whether each stack (`[encoder, decoder]`) adds its router losses: transformers does so
+    /// only for a `sparse_step` above 1.
+    pub loss_stacks: [bool; 2],
 }
 
 impl SwitchSpec {
@@ -75,8 +81,13 @@ pub(crate) fn forward(
 ) -> Result<Tensor> {
     let (n, d, e) = (h.shape()[0], h.shape()[1], sw.experts);
     let (router, _, _) = sw.names(decoder, 0);
-    let probs = softmax::softmax(g, &project(g, w, &router, i, h, false)?)?;
+    let logits = project(g, w, &router, i, h, false)?;
+    let probs = softmax::softmax(g, &logits)?;
     let choice = route(&g.read(&probs)?, (b, n / b, e), sw.capacity);
+    if super::router_loss::active() {
+        let host = g.read(&logits)?;
+        super::router_loss::record(super::router_loss::Record { decoder, logits, probs: probs.clone(), host, b });
+    }
     let flat = shape::reshape(g, &probs, &[n * e, 1])?;
     let mut out: Option<Tensor> = None;
     for x in 0..e {
