@@ -20,6 +20,8 @@ fn stack_spec(cfg: &Value, which: &str) -> Result<ModelSpec> {
     let sub = cfg.get(which).filter(|v| v.is_object()).ok_or_else(|| {
         ModelError::Config(format!("t5gemma: config.json has no `{which}` object (the stack's config)"))
     })?;
+    // The registry checks the top level; each stack's sizes are checked here the same way.
+    super::check::config_fields(sub)?;
     let mut c: GemmaConfig = parse(sub)?;
     let or = |key: &str, default: f64| match sub.get(key) {
         None => Some(default),
