@@ -70,7 +70,37 @@ BART = dict(
     forced_eos_token_id=None,
 )
 
-T5_TYPES = ("t5", "mt5", "umt5")
+# One T5Gemma stack: Gemma 2 layers with grouped keys, windows short enough to matter (the
+# encoder's bidirectional |q - k| <= 2, the decoder's causal q - k < 3) and softcaps low enough to
+# bend the scores and logits.
+T5GEMMA_STACK = dict(
+    vocab_size=64,
+    hidden_size=16,
+    intermediate_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=4,
+    query_pre_attn_scalar=8,
+    attn_logit_softcapping=2.0,
+    final_logit_softcapping=3.0,
+    hidden_activation="gelu_pytorch_tanh",
+    max_position_embeddings=32,
+    initializer_range=mf.INIT_STD,
+    pad_token_id=0,
+    eos_token_id=1,
+    bos_token_id=2,
+)
+T5GEMMA = dict(
+    encoder={**T5GEMMA_STACK, "sliding_window": 2},
+    decoder={**T5GEMMA_STACK, "sliding_window": 3},
+    vocab_size=64,
+    pad_token_id=0,
+    eos_token_id=1,
+    bos_token_id=2,
+)
+
+T5_TYPES = ("t5", "mt5", "umt5", "switch_transformers")
 
 # fixture name -> (model_type, config kwargs)
 SPECS = {
@@ -100,6 +130,20 @@ SPECS = {
     "pegasus": ("pegasus", {**BART, "activation_function": "relu", "scale_embedding": True}),
     # pre-LN, fairseq positions from the ids past pad_token_id, no final_logits_bias.
     "m2m_100": ("m2m_100", {**BART, "activation_function": "relu", "scale_embedding": True}),
+    # Gemma 2 stacks: sandwich norms, RoPE, grouped keys, windows, softcaps, own encoder table.
+    "t5gemma": ("t5gemma", T5GEMMA),
+    # T5 v1.0 with layer 1 of each stack a top-1 mixture of 2 experts, capacity 3 per sequence
+    # (8 source tokens overflow an expert; dropped tokens pass through the residual; both experts
+    # get tokens in both steps: an expert without any has no gradient, which AdamW skips).
+    "switch_transformers": ("switch_transformers", {
+        **T5, "num_experts": 2, "expert_capacity": 3, "num_sparse_encoder_layers": 1,
+        "num_sparse_decoder_layers": 1, "router_jitter_noise": 0.0}),
+    # The same with `output_router_logits` in the config: the fixture's loss (and every gradient)
+    # adds the z and balancing losses, with coefficients large enough to move the routers.
+    "switch_transformers_router": ("switch_transformers", {
+        **T5, "num_experts": 2, "expert_capacity": 3, "num_sparse_encoder_layers": 1,
+        "num_sparse_decoder_layers": 1, "router_jitter_noise": 0.0, "output_router_logits": True,
+        "router_z_loss_coef": 0.05, "router_aux_loss_coef": 0.1}),
 }
 
 
@@ -225,7 +269,9 @@ def make_fixture(name: str, model_type: str, cfg_kwargs: dict, out_dir: Path, ve
     ids, mask, labels = make_batch(model.config)
     decoder_input_ids = shifted(model, labels)
 
-    run = lambda m: m(input_ids=ids, attention_mask=mask, labels=labels)  # noqa: E731
+    # Switch Transformers' router losses join the loss only when forward is asked for them.
+    extra = {"output_router_logits": True} if getattr(model.config, "output_router_logits", False) else {}
+    run = lambda m: m(input_ids=ids, attention_mask=mask, labels=labels, **extra)  # noqa: E731
     logits, loss, grads = fc.forward_backward(model, names, run)
     rows = greedy(model, ids, mask)
     beam_runs = beams(model, ids, mask)

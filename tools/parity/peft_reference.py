@@ -62,6 +62,8 @@ CONFIGS = {
     # Encoder-decoders: encoder, decoder self- and cross-attention modules share these names.
     "t5": dict(target_modules=["q", "v", "wo"]),
     "bart": dict(target_modules="all-linear"),
+    # Attention, the dense feed-forward and every expert of the sparse layers (wi, wo).
+    "switch_transformers": dict(target_modules=["q", "v", "wi", "wo"]),
     # Multi-head latent attention's projections (issue 18), low-rank and full-rank query.
     "deepseek_v2_qlora": dict(target_modules=["q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj"]),
     "deepseek_v2": dict(target_modules=["q_proj", "kv_b_proj", "o_proj"]),

@@ -6,6 +6,7 @@
 //! token ids, text and timings instead.
 
 mod seq2seq;
+mod seq2seq_lang;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -87,6 +88,8 @@ pub struct Args {
     sampling: SamplingArgs,
     #[command(flatten)]
     beams: seq2seq::BeamArgs,
+    #[command(flatten)]
+    langs: seq2seq_lang::GenLangArgs,
     /// Print JSON: per row the prompt and new token ids, text and finish reason; prefill and
     /// decode timings of the batch and the device memory peak.
     #[arg(long)]
@@ -205,18 +208,7 @@ fn prompts(dir: &Path, args: &Args) -> anyhow::Result<(Vec<Vec<u32>>, Option<HfT
     if let Some(file) = &args.prompt_ids_file {
         return Ok((read_id_prompts(file)?, HfTokenizer::from_dir(dir).ok()));
     }
-    let texts: Vec<String> = match (&args.prompt, &args.prompt_file) {
-        (Some(p), _) => vec![p.clone()],
-        (None, Some(file)) => {
-            let text = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
-            let lines: Vec<String> = text.lines().filter(|l| !l.trim().is_empty()).map(str::to_string).collect();
-            if lines.is_empty() {
-                bail!("{} has no prompts (one per line)", file.display());
-            }
-            lines
-        }
-        (None, None) => bail!("give a prompt: --prompt TEXT, --prompt-file FILE or --prompt-ids 1,2,3"),
-    };
+    let texts = prompt_texts(args)?;
     let tok = tokenizer(dir, "a text prompt")?;
     let mut out = Vec::new();
     for t in &texts {
@@ -235,6 +227,22 @@ fn prompts(dir: &Path, args: &Args) -> anyhow::Result<(Vec<Vec<u32>>, Option<HfT
     Ok((out, Some(tok)))
 }
 
+/// The text prompts of `--prompt` or `--prompt-file` (one per non-empty line).
+fn prompt_texts(args: &Args) -> anyhow::Result<Vec<String>> {
+    Ok(match (&args.prompt, &args.prompt_file) {
+        (Some(p), _) => vec![p.clone()],
+        (None, Some(file)) => {
+            let text = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+            let lines: Vec<String> = text.lines().filter(|l| !l.trim().is_empty()).map(str::to_string).collect();
+            if lines.is_empty() {
+                bail!("{} has no prompts (one per line)", file.display());
+            }
+            lines
+        }
+        (None, None) => bail!("give a prompt: --prompt TEXT, --prompt-file FILE or --prompt-ids 1,2,3"),
+    })
+}
+
 /// Decoded text of `ids` without special tokens, cut before the first stop string.
 pub fn row_text(tok: &HfTokenizer, ids: &[u32], stops: &StopStrings) -> anyhow::Result<String> {
     Ok(stops.trim(&tok.decode(ids, true)?).to_string())
@@ -244,6 +252,9 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     let dir = model_dir(&args.model)?;
     if seq2seq::is_seq2seq(&dir)? {
         return seq2seq::run(selector, args, &dir);
+    }
+    if args.langs.source_lang.is_some() {
+        bail!("--source-lang/--target-lang are for encoder-decoder models (mBART, NLLB, M2M-100, ...)");
     }
     let defaults = GenerationDefaults::from_dir(&dir)?;
     if let Some(beams) = seq2seq::decoder_beams(args, &dir)? {

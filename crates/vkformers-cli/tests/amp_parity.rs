@@ -170,3 +170,20 @@ fn fp16_overflow_steps_are_skipped_and_the_scale_halves() {
     check_scales(case, &m, &metrics);
     check_direction(case, &m, out.path());
 }
+
+/// Encoder-decoders (issue 20): `Seq2SeqTrainer(bf16=True)` on the t5 text pairs
+/// (tools/parity/seq2seq_amp_reference.py).
+#[test]
+fn bf16_two_steps_track_torch_autocast_seq2seq() {
+    check_case("t5_bf16");
+}
+
+/// Marian (post-LN, biases, cross-attention norms) under bf16: the losses track torch and the
+/// global update cosine is 0.998, but one tensor falls short of the bound.
+#[test]
+#[ignore = "open: marian bf16 decoder.layers.1.encoder_attn_layer_norm.weight update cosine 0.944 vs torch; \
+            ours bf16 vs ours f32 0.942 where torch's bf16 vs f32 is 0.99993 (vkformers rounds something torch keeps \
+            in f32); and encoder.layers.0.final_layer_norm.bias is 0.955 against torch's bf16 for our f32 run too"]
+fn bf16_two_steps_track_torch_autocast_marian() {
+    check_case("marian_bf16");
+}

@@ -49,13 +49,47 @@ fn generate_prints_transformers_sequences_for_t5_and_bart() {
     }
 }
 
+/// The new token ids `vkformers generate --json` prints for one prompt with `extra` flags.
+fn new_ids(name: &str, prompt: &str, extra: &[&str]) -> Vec<u64> {
+    let dir = fixture(name);
+    let mut args = vec!["generate", "--model", dir.to_str().unwrap(), "--prompt-ids", prompt, "--json"];
+    args.extend_from_slice(extra);
+    let out = vkformers(&args);
+    assert!(out.status.success(), "{name} {extra:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+    ids(&got["rows"][0]["token_ids"])
+}
+
+/// Sampling an encoder-decoder: a seed repeats the run, top-k 1 is greedy, a hot temperature
+/// leaves the greedy path for some seed; beams with sampling are refused by name.
 #[test]
-fn sampling_an_encoder_decoder_is_refused_by_name() {
-    let dir = fixture("bart");
-    let out = vkformers(&["generate", "--model", dir.to_str().unwrap(), "--prompt-ids", "5,6,7", "--do-sample"]);
+fn sampling_an_encoder_decoder_is_seeded() {
+    let (name, prompt, n) = ("bart", "5,6,7,9,11", "12");
+    let greedy = new_ids(name, prompt, &["--max-new-tokens", n]);
+    let top1 = new_ids(name, prompt, &["--max-new-tokens", n, "--do-sample", "--top-k", "1", "--seed", "3"]);
+    assert_eq!(top1, greedy);
+    let hot = |seed: &str| {
+        new_ids(
+            name,
+            prompt,
+            &["--max-new-tokens", n, "--do-sample", "--temperature", "3", "--top-k", "0", "--seed", seed],
+        )
+    };
+    assert_eq!(hot("1"), hot("1"), "the same seed draws the same tokens");
+    assert!(["1", "2", "3"].iter().any(|s| hot(s) != greedy), "a temperature of 3 never left the greedy tokens");
+    let dir = fixture(name);
+    let out = vkformers(&[
+        "generate",
+        "--model",
+        dir.to_str().unwrap(),
+        "--prompt-ids",
+        prompt,
+        "--do-sample",
+        "--num-beams",
+        "2",
+    ]);
     assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("not supported yet for encoder-decoder"), "{err}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("beam sampling is not supported"));
 }
 
 #[test]
@@ -150,4 +184,121 @@ fn beam_flags_on_a_decoder_give_transformers_beams() {
         let end = s.iter().position(|&t| t == eos).map_or(s.len(), |i| i + 1);
         assert_eq!(ids(&g["token_ids"]), s[..end].to_vec());
     }
+}
+
+/// `--source-lang/--target-lang` on multilingual folders (the `mbart` fixture with an mBART
+/// tokenizer, the `m2m_100` fixture with an NLLB one): the text sources carry the language token
+/// as transformers' tokenizer places it and the generated ids equal `generate(...,
+/// forced_bos_token_id=<target language>)` (tests/fixtures_train/seq2seq/lang/generate.json,
+/// tools/parity/seq2seq_lang_reference.py).
+#[test]
+fn language_flags_give_transformers_translation_ids() {
+    let lang = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures_train/seq2seq/lang");
+    let want: Value = serde_json::from_str(&std::fs::read_to_string(lang.join("generate.json")).unwrap()).unwrap();
+    for run in want["runs"].as_array().unwrap() {
+        let (fix, tokn) = (run["fixture"].as_str().unwrap(), run["tokenizer"].as_str().unwrap());
+        let dir = std::env::temp_dir().join(format!("vkformers-lang-{fix}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in ["config.json", "generation_config.json", "model.safetensors"] {
+            std::fs::copy(fixture(fix).join(f), dir.join(f)).unwrap();
+        }
+        for f in ["tokenizer.json", "tokenizer_config.json"] {
+            std::fs::copy(lang.join(format!("{tokn}_tokenizer")).join(f), dir.join(f)).unwrap();
+        }
+        let rows = run["rows"].as_array().unwrap();
+        let prompts: Vec<&str> = rows.iter().map(|r| r["source"].as_str().unwrap()).collect();
+        std::fs::write(dir.join("prompts.txt"), prompts.join("\n")).unwrap();
+        let out = vkformers(&[
+            "generate",
+            "--model",
+            dir.to_str().unwrap(),
+            "--prompt-file",
+            dir.join("prompts.txt").to_str().unwrap(),
+            "--source-lang",
+            run["source_lang"].as_str().unwrap(),
+            "--target-lang",
+            run["target_lang"].as_str().unwrap(),
+            "--max-new-tokens",
+            &run["max_new_tokens"].to_string(),
+            "--json",
+        ]);
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(out.status.success(), "{fix}: {}", String::from_utf8_lossy(&out.stderr));
+        let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+        for (r, g) in rows.iter().zip(got["rows"].as_array().unwrap()) {
+            assert_eq!(ids(&g["prompt_ids"]), ids(&r["input_ids"]), "{fix}: {}", r["source"]);
+            let seq = ids(&r["sequences"]);
+            assert_eq!(seq[1], run["forced_bos_token_id"].as_u64().unwrap());
+            assert_eq!(ids(&g["token_ids"]), seq[1..].to_vec(), "{fix}: {}", r["source"]);
+        }
+    }
+}
+
+/// `--adapter` on t5 and bart: the PEFT LoRA adapters of tests/fixtures_lora, unmerged, give
+/// `PeftModel.generate`'s sequences, which differ from the base model's
+/// (tools/parity/seq2seq_lora_generate_reference.py).
+#[test]
+fn adapters_give_peft_sequences() {
+    for name in ["t5", "bart"] {
+        let lora = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures_lora").join(name);
+        let want: Value =
+            serde_json::from_str(&std::fs::read_to_string(lora.join("greedy_seq2seq.json")).unwrap()).unwrap();
+        let config: Value =
+            serde_json::from_str(&std::fs::read_to_string(fixture(name).join("config.json")).unwrap()).unwrap();
+        let eos = config["eos_token_id"].as_u64().unwrap();
+        for r in want["rows"].as_array().unwrap() {
+            assert_ne!(r["sequences"], r["base_sequences"], "{name}: the adapter must change the output");
+            let prompt: Vec<String> = ids(&r["input_ids"]).iter().map(u64::to_string).collect();
+            let out = vkformers(&[
+                "generate",
+                "--model",
+                fixture(name).to_str().unwrap(),
+                "--adapter",
+                lora.to_str().unwrap(),
+                "--prompt-ids",
+                &prompt.join(","),
+                "--max-new-tokens",
+                &want["max_new_tokens"].to_string(),
+                "--json",
+            ]);
+            assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+            let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+            let seq = ids(&r["sequences"]);
+            // The CLI prints the new tokens up to and with the first EOS.
+            let end = seq.iter().skip(1).position(|&t| t == eos).map_or(seq.len(), |p| p + 2);
+            assert_eq!(ids(&got["rows"][0]["token_ids"]), seq[1..end].to_vec(), "{name}: {}", r["input_ids"]);
+        }
+    }
+}
+
+/// `--repetition-penalty` over the decoder ids (start token included) gives transformers'
+/// sequences on t5 and bart for penalties 1.5 and 0.7 (tests/fixtures_train/seq2seq/
+/// repetition.json, tools/parity/seq2seq_generate_reference.py; on bart they differ from the
+/// unpenalised ones, and 0.7 ends at once on the boosted start/EOS token).
+#[test]
+fn repetition_penalty_gives_transformers_sequences() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures_train/seq2seq/repetition.json");
+    let want: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut changed = 0;
+    for run in want["runs"].as_array().unwrap() {
+        let name = run["fixture"].as_str().unwrap();
+        let config: Value =
+            serde_json::from_str(&std::fs::read_to_string(fixture(name).join("config.json")).unwrap()).unwrap();
+        let eos = config["eos_token_id"].as_u64().unwrap();
+        for r in run["rows"].as_array().unwrap() {
+            changed += usize::from(r["sequences"] != r["plain_sequences"]);
+            let prompt: Vec<String> = ids(&r["input_ids"]).iter().map(u64::to_string).collect();
+            let flags = [
+                "--max-new-tokens",
+                &run["max_new_tokens"].to_string(),
+                "--repetition-penalty",
+                &run["repetition_penalty"].to_string(),
+            ];
+            let got = new_ids(name, &prompt.join(","), &flags);
+            let seq = ids(&r["sequences"]);
+            let end = seq.iter().skip(1).position(|&t| t == eos).map_or(seq.len(), |p| p + 2);
+            assert_eq!(got, seq[1..end].to_vec(), "{name} penalty {}: {}", run["repetition_penalty"], r["input_ids"]);
+        }
+    }
+    assert!(changed >= 4, "the penalties must change some sequences ({changed})");
 }

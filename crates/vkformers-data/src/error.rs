@@ -79,6 +79,9 @@ pub enum DataError {
     #[error("the dataset is empty: {files} hold no rows")]
     Empty { files: String },
     /// The tokenizer failed on a row's text.
+    #[error("{0}")]
+    Language(String),
+
     #[error("{location}: tokenizer failed: {message}")]
     Tokenize { location: Location, message: String },
     /// Training a tokenizer failed.

@@ -34,9 +34,11 @@ mod cut;
 mod encode;
 mod error;
 mod label;
+mod lang_tokens;
 mod parquet_rows;
 mod prompt;
 mod seq2seq;
+mod seq2seq_encode;
 mod shape;
 mod source;
 mod text_files;
@@ -50,7 +52,9 @@ pub use bpe::{train_bpe_tokenizer, train_bpe_tokenizer_with, BpeOptions, CHAT_TE
 pub use cut::CutReport;
 pub use error::{DataError, Location, Place, Result, ACCEPTED_SHAPES};
 pub use label::{parse_label, LabelMap, SeqLabel};
+pub use lang_tokens::{LangLayout, LangTokens};
 pub use seq2seq::{read_seq2seq_dataset, Seq2SeqRead, SEQ2SEQ_SHAPES};
+pub use seq2seq_encode::PairEncoder;
 pub use text_files::read_text_files;
 
 use crate::chat::ChatTemplate;

@@ -4,13 +4,16 @@
 //! Shapes, first match wins: `input_ids` + `labels` (used as given; `labels` need not be as long
 //! as `input_ids`, -100 = not a target); `translation` (`{"en": ..., "de": ...}`, read with the
 //! source and target languages); `input` + `output`; `source` + `target`. Text is tokenized as
-//! `tokenizer(text, text_target=target)` does with one tokenizer: both sides through
-//! `encode(.., add_special_tokens=True)` (the post-processor adds T5's and Marian's `</s>`).
+//! `tokenizer(text, text_target=target)` does with one tokenizer (`PairEncoder`): the
+//! post-processor adds T5's and Marian's `</s>`; multilingual tokenizers (mBART, NLLB, ...) place
+//! the source and target language tokens; `--max-source-len` / `--max-target-len` cut the text
+//! and keep those special tokens. `{input_ids, labels}` rows are used as given.
 
 use serde_json::{Map, Value};
 use vkformers_io::HfTokenizer;
 
-use crate::error::{DataError, Location, Result};
+use crate::error::{DataError, Result};
+use crate::seq2seq_encode::PairEncoder;
 use crate::{Dataset, Example, IGNORE_INDEX};
 
 /// The row shapes an encoder-decoder dataset may hold, listed in every error about a row.
@@ -22,12 +25,17 @@ language, with --source-lang and --target-lang); `input` and `output`; `source` 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Seq2SeqRead {
     /// The keys of `translation` objects read as source and target (`--source-lang`,
-    /// `--target-lang`).
+    /// `--target-lang`; `en_XX` also finds `en`, as run_translation.py splits it), and the
+    /// language tokens of a multilingual tokenizer.
     pub source_lang: Option<String>,
     pub target_lang: Option<String>,
     /// Append the tokenizer's EOS to source and target unless they already end with it
     /// (for a tokenizer whose post-processor does not).
     pub add_eos: bool,
+    /// Tokens at most per source / target of a text row (the tokenizer's `max_length` with
+    /// `truncation=True`).
+    pub max_source_len: Option<usize>,
+    pub max_target_len: Option<usize>,
     /// Read at most this many rows.
     pub max_rows: Option<usize>,
 }
@@ -51,6 +59,7 @@ pub fn read_seq2seq_dataset(
         return Err(DataError::NoFiles);
     }
     let limit = read.max_rows.unwrap_or(usize::MAX);
+    let encoder = tok.map(|t| PairEncoder::new(t, read)).transpose().map_err(DataError::Language)?;
     let mut dataset = Dataset::default();
     'files: for file in files {
         for raw in crate::source::rows(file)? {
@@ -63,13 +72,14 @@ pub fn read_seq2seq_dataset(
             let (input_ids, decoder_labels) = match pair {
                 Pair::Tokens { input_ids, labels } => (input_ids, labels),
                 Pair::Text { source, target } => {
-                    let Some(tok) = tok else {
+                    let Some(enc) = &encoder else {
                         return Err(bad("a text row needs the model's tokenizer (tokenizer.json); give \
                                         `input_ids` and `labels` instead"
                             .into()));
                     };
-                    let src = encode(tok, &source, read.add_eos, &location)?;
-                    let tgt = encode(tok, &target, read.add_eos, &location)?;
+                    let tokenize = |message| DataError::Tokenize { location: location.clone(), message };
+                    let src = enc.source(&source).map_err(tokenize)?;
+                    let tgt = enc.target(&target).map_err(tokenize)?;
                     (src, tgt.into_iter().map(|t| t as i32).collect())
                 }
             };
@@ -83,21 +93,6 @@ pub fn read_seq2seq_dataset(
         return Err(DataError::Empty { files: names.join(", ") });
     }
     Ok(dataset)
-}
-
-/// `tok.encode(text, add_special_tokens=True)`, then EOS when asked and not already last.
-fn encode(tok: &HfTokenizer, text: &str, add_eos: bool, location: &Location) -> Result<Vec<u32>> {
-    let e = tok
-        .inner()
-        .encode(text, true)
-        .map_err(|e| DataError::Tokenize { location: location.clone(), message: e.to_string() })?;
-    let mut ids = e.get_ids().to_vec();
-    if let (true, Some(eos)) = (add_eos, tok.eos()) {
-        if ids.last() != Some(&eos.id) {
-            ids.push(eos.id);
-        }
-    }
-    Ok(ids)
 }
 
 /// The shape of `value`, or why it has none.
@@ -131,7 +126,9 @@ fn translation(v: &Value, read: &Seq2SeqRead) -> std::result::Result<Pair, Strin
     let (Some(src), Some(tgt)) = (&read.source_lang, &read.target_lang) else {
         return Err(format!("a `translation` row needs --source-lang and --target-lang (it has {})", have()));
     };
-    let pick = |lang: &str| match langs.get(lang) {
+    // run_translation.py reads `translation["en"]` for `--source_lang en_XX`.
+    let find = |lang: &str| langs.get(lang).or_else(|| langs.get(lang.split('_').next().unwrap_or(lang)));
+    let pick = |lang: &str| match find(lang) {
         Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
         Some(_) => Err(format!("`translation.{lang}` must be a non-empty string")),
         None => Err(format!("`translation` has no `{lang}` (it has {})", have())),

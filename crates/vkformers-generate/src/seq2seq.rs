@@ -4,8 +4,11 @@
 //! `vkformers_models::seq2seq::Seq2SeqCache` (cross-attention keys and values projected once,
 //! self-attention keys and values appended). `forced_bos_token_id` is forced as the first new
 //! token, `forced_eos_token_id` as the last one `max_length` allows; a row that emits an EOS id
-//! is finished and continues with `pad_token_id` until every row is. The uncached loop reruns the
-//! whole decoder prefix each step: the reference the cache is checked against.
+//! is finished and continues with `pad_token_id` until every row is. Other tokens come from the
+//! logits processors of `params` (repetition penalty over the decoder ids so far, start token
+//! included; when sampling, temperature, top-k, top-p, min-p) and then argmax or the seeded draw
+//! of `Sampler::Seeded` (per step and row, so a seed repeats a run exactly). The uncached loop
+//! reruns the whole decoder prefix each step: the reference the cache is checked against.
 
 use serde_json::Value;
 use vkformers_models::model::Model;
@@ -13,7 +16,8 @@ use vkformers_models::seq2seq::{decode, encode, Encoded, Seq2SeqCache};
 use vkformers_tensor::{Graph, Tensor};
 
 use crate::decode::DecodeError;
-use crate::sampler::argmax;
+use crate::processors::{Pipeline, SamplingParams};
+use crate::sampler::Sampler;
 
 /// What a seq2seq generation runs with (from the config and `generation_config.json`).
 #[derive(Clone, Debug, PartialEq)]
@@ -24,6 +28,10 @@ pub struct Seq2SeqOptions {
     pub pad: u32,
     pub forced_bos: Option<u32>,
     pub forced_eos: Option<u32>,
+    /// Processors and greedy / sampled choice (`SamplingParams::greedy()` from the configs).
+    pub params: SamplingParams,
+    /// The sampler's seed (ignored when greedy).
+    pub seed: u64,
 }
 
 impl Seq2SeqOptions {
@@ -50,6 +58,8 @@ impl Seq2SeqOptions {
             pad: id("pad_token_id").unwrap_or(0) as u32,
             forced_bos: id("forced_bos_token_id").map(|v| v as u32),
             forced_eos: ids("forced_eos_token_id").first().copied(),
+            params: SamplingParams::greedy(),
+            seed: 0,
         })
     }
 }
@@ -71,31 +81,46 @@ fn pad_sources(sources: &[Vec<u32>], pad: u32) -> Result<(Vec<i32>, Vec<i32>, us
     Ok((ids, mask, s))
 }
 
-/// The next token of each row from its logits row, after the forced-token processors; finished
-/// rows get `pad`.
+/// How a run picks tokens: `opts.params`' processors, then argmax or the seeded draw.
+struct Choice {
+    pipeline: Pipeline,
+    sampler: Sampler,
+}
+
+impl Choice {
+    fn new(opts: &Seq2SeqOptions) -> Result<Self, DecodeError> {
+        let sampler = if opts.params.do_sample { Sampler::Seeded { seed: opts.seed } } else { Sampler::Greedy };
+        Ok(Choice { pipeline: opts.params.processors()?, sampler })
+    }
+}
+
+/// The next token of each row from its logits row (`rows` are the decoder ids so far), after the
+/// forced-token processors; finished rows get `pad`.
 fn choose(
     opts: &Seq2SeqOptions,
+    choice: &Choice,
     logits: &[f32],
     vocab: usize,
     step: usize,
-    done: &[bool],
+    (rows, done): (&[Vec<u32>], &[bool]),
 ) -> Result<Vec<u32>, DecodeError> {
     let last = step + 1 == opts.max_new_tokens;
-    logits
-        .chunks(vocab)
-        .zip(done)
-        .map(|(row, &finished)| {
-            if finished {
-                return Ok(opts.pad);
+    let mut out = Vec::with_capacity(done.len());
+    for (r, (row, &finished)) in logits.chunks(vocab).zip(done).enumerate() {
+        // ForcedBOS at the first new token, ForcedEOS at the last one `max_length` allows (they
+        // leave every other token at -inf, so no processor or draw can change them).
+        out.push(match (finished, step, opts.forced_bos, last, opts.forced_eos) {
+            (true, ..) => opts.pad,
+            (_, 0, Some(bos), _, _) => bos,
+            (_, _, _, true, Some(eos)) => eos,
+            _ => {
+                let mut scores = row.to_vec();
+                choice.pipeline.apply(&mut scores, &rows[r]);
+                choice.sampler.sample_row(&scores, step as u64, r as u32)?
             }
-            // ForcedBOS at the first new token, ForcedEOS at the last one `max_length` allows.
-            match (step, opts.forced_bos, last, opts.forced_eos) {
-                (0, Some(bos), _, _) => Ok(bos),
-                (_, _, true, Some(eos)) => Ok(eos),
-                _ => argmax(row).ok_or(DecodeError::NoToken),
-            }
-        })
-        .collect()
+        });
+    }
+    Ok(out)
 }
 
 /// Runs `step` (logits `[B, V]` of the decoder ids so far) until every row has emitted an EOS id
@@ -107,12 +132,13 @@ fn run_loop(
     b: usize,
     mut step: impl FnMut(&[Vec<u32>]) -> Result<Tensor, DecodeError>,
 ) -> Result<Vec<Vec<u32>>, DecodeError> {
+    let choice = Choice::new(opts)?;
     let mut rows = vec![vec![opts.decoder_start]; b];
     let mut done = vec![false; b];
     for n in 0..opts.max_new_tokens {
         let logits = step(&rows)?;
         let vocab = logits.last_dim();
-        let next = choose(opts, &g.read(&logits)?, vocab, n, &done)?;
+        let next = choose(opts, &choice, &g.read(&logits)?, vocab, n, (&rows, &done))?;
         for ((row, finished), t) in rows.iter_mut().zip(done.iter_mut()).zip(next) {
             row.push(t);
             *finished |= opts.eos.contains(&t);
@@ -175,7 +201,45 @@ mod tests {
     use super::*;
 
     fn opts(forced_bos: Option<u32>, forced_eos: Option<u32>) -> Seq2SeqOptions {
-        Seq2SeqOptions { max_new_tokens: 3, decoder_start: 0, eos: vec![2], pad: 1, forced_bos, forced_eos }
+        Seq2SeqOptions {
+            max_new_tokens: 3,
+            decoder_start: 0,
+            eos: vec![2],
+            pad: 1,
+            forced_bos,
+            forced_eos,
+            params: SamplingParams::greedy(),
+            seed: 0,
+        }
+    }
+
+    /// `choose` over rows of a vocabulary of 4 whose history is the start token 0 then token 3.
+    fn pick(o: &Seq2SeqOptions, logits: &[f32], step: usize, done: &[bool]) -> Result<Vec<u32>, DecodeError> {
+        let rows = vec![vec![0, 3]; done.len()];
+        choose(o, &Choice::new(o)?, logits, 4, step, (&rows, done))
+    }
+
+    #[test]
+    fn processors_and_seeded_draws_pick_the_free_tokens() {
+        let logits = [0.0, 0.1, 0.2, 0.9, 0.0, 0.1, 0.2, 0.9];
+        let live = [false, false];
+        // Repetition penalty 10 on the history's token 3: 0.9 / 10 falls below 0.2.
+        let mut o = opts(None, None);
+        o.params.repetition_penalty = 10.0;
+        assert_eq!(pick(&o, &logits, 1, &live).unwrap(), vec![2, 2]);
+        // Sampling with top-k 1 is argmax; the forced tokens still win.
+        let mut o = opts(Some(1), None);
+        o.params = SamplingParams { top_k: 1, ..SamplingParams::sampling() };
+        assert_eq!(pick(&o, &logits, 0, &live).unwrap(), vec![1, 1]);
+        assert_eq!(pick(&o, &logits, 1, &live).unwrap(), vec![3, 3]);
+        // A seeded draw per (step, row): the sampler's own choice, repeated by the same seed.
+        let mut o = opts(None, None);
+        o.params = SamplingParams { temperature: 5.0, top_k: 0, ..SamplingParams::sampling() };
+        o.seed = 7;
+        let warm: Vec<f32> = logits[..4].iter().map(|x| x / 5.0).collect();
+        let want: Vec<u32> = (0..2).map(|r| Sampler::Seeded { seed: 7 }.sample_row(&warm, 1, r).unwrap()).collect();
+        assert_eq!(pick(&o, &logits, 1, &live).unwrap(), want);
+        assert_eq!(pick(&o, &logits, 1, &live).unwrap(), want);
     }
 
     #[test]
@@ -183,13 +247,13 @@ mod tests {
         // Two rows of a vocabulary of 4; token 3 is every row's argmax.
         let logits = [0.0, 0.1, 0.2, 0.9, 0.0, 0.1, 0.2, 0.9];
         let live = [false, false];
-        assert_eq!(choose(&opts(None, None), &logits, 4, 0, &live).unwrap(), vec![3, 3]);
+        assert_eq!(pick(&opts(None, None), &logits, 0, &live).unwrap(), vec![3, 3]);
         // ForcedBOS: the first new token only; ForcedEOS: the last one max_new_tokens allows.
-        assert_eq!(choose(&opts(Some(0), Some(2)), &logits, 4, 0, &live).unwrap(), vec![0, 0]);
-        assert_eq!(choose(&opts(Some(0), Some(2)), &logits, 4, 1, &live).unwrap(), vec![3, 3]);
-        assert_eq!(choose(&opts(Some(0), Some(2)), &logits, 4, 2, &live).unwrap(), vec![2, 2]);
+        assert_eq!(pick(&opts(Some(0), Some(2)), &logits, 0, &live).unwrap(), vec![0, 0]);
+        assert_eq!(pick(&opts(Some(0), Some(2)), &logits, 1, &live).unwrap(), vec![3, 3]);
+        assert_eq!(pick(&opts(Some(0), Some(2)), &logits, 2, &live).unwrap(), vec![2, 2]);
         // A finished row continues with pad.
-        assert_eq!(choose(&opts(None, None), &logits, 4, 1, &[true, false]).unwrap(), vec![1, 3]);
+        assert_eq!(pick(&opts(None, None), &logits, 1, &[true, false]).unwrap(), vec![1, 3]);
     }
 
     #[test]
@@ -206,7 +270,9 @@ mod tests {
                 eos: vec![2, 3],
                 pad: 1,
                 forced_bos: Some(7),
-                forced_eos: Some(2)
+                forced_eos: Some(2),
+                params: SamplingParams::greedy(),
+                seed: 0,
             }
         );
         assert!(Seq2SeqOptions::from_configs(&serde_json::Value::Null, &serde_json::json!({}), 4).is_err());

@@ -81,3 +81,19 @@ fn encoder_decoder_sizes_are_bounded_before_any_allocation() {
         assert!(err.contains(field), "{name}.{field}: {err}");
     }
 }
+
+#[test]
+fn t5gemma_stack_sizes_are_bounded_before_any_allocation() {
+    // The sizes live in the `encoder` / `decoder` sub-configs: a hostile one names its field.
+    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/t5gemma/config.json");
+    let base: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    assert!(spec_from_config(&base).is_ok(), "t5gemma as written");
+    for (stack, field) in
+        [("encoder", "num_hidden_layers"), ("decoder", "head_dim"), ("decoder", "num_attention_heads")]
+    {
+        let mut c = base.clone();
+        c[stack][field] = serde_json::json!(1u64 << 40);
+        let err = spec_from_config(&c).unwrap_err().to_string();
+        assert!(err.contains(field), "{stack}.{field}: {err}");
+    }
+}

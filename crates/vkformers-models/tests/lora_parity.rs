@@ -52,6 +52,8 @@ lora_parity! {
     // Encoder-decoders: q / v / wo in the encoder, the decoder's self- and cross-attention.
     t5_q_v_wo: "t5" on "t5",
     bart_all_linear: "bart" on "bart",
+    // The experts of Switch Transformers' sparse layers by PEFT's names.
+    switch_transformers_experts: "switch_transformers" on "switch_transformers",
     // Multi-head latent attention's projections by PEFT's names (issue 18).
     deepseek_v2_qlora_mla: "deepseek_v2_qlora" on "deepseek_v2_qlora",
     deepseek_v2_mla: "deepseek_v2" on "deepseek_v2",

@@ -226,6 +226,11 @@ parity! {
     pegasus: "pegasus",
     // fairseq positions counted from the ids past pad_token_id; no final_logits_bias.
     m2m_100: "m2m_100",
+    t5gemma: "t5gemma",
+    // T5 with a top-1 mixture of experts (capacity per sequence) in layer 1 of each stack.
+    switch_transformers: "switch_transformers",
+    // The same with `output_router_logits`: the router z and load-balancing losses in the loss.
+    switch_transformers_router: "switch_transformers_router",
     // Multi-head latent attention (issue 18): v heads narrower and wider than q/k heads.
     minicpm3: "minicpm3",
     deepseek_v2: "deepseek_v2",

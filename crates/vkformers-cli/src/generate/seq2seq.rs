@@ -2,8 +2,10 @@
 //! the encoder reads once; the decoder generates from `decoder_start_token_id`, greedily with the
 //! cached loop of `vkformers_generate::seq2seq` or, with `--num-beams` above 1 (or
 //! `num_beams` in `generation_config.json`), by `vkformers_generate::seq2seq_beam` (forced BOS/EOS
-//! and EOS ids from `generation_config.json`). Sampling, stop strings, chat templates and
-//! continuous batching are not supported here yet and say so.
+//! and EOS ids from `generation_config.json`; `--target-lang` forces its language token first,
+//! see `seq2seq_lang`). `--adapter` attaches a PEFT LoRA adapter unmerged. `--do-sample` (with
+//! temperature, top-k, top-p, min-p, `--seed`) and `--repetition-penalty` run on the greedy loop.
+//! Stop strings, chat templates and continuous batching are not supported here yet and say so.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -11,6 +13,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context as _};
 use serde_json::{json, Value};
 use vkformers_generate::beam::BeamIds;
+use vkformers_generate::config::GenerationDefaults;
 use vkformers_generate::seq2seq::{greedy, Seq2SeqOptions};
 use vkformers_generate::seq2seq_beam::{beam_search, BeamOptions, EarlyStopping};
 use vkformers_tensor::{DType, Graph};
@@ -86,10 +89,13 @@ pub fn run_decoder_beams(
     selector: &DeviceSelector,
     args: &Args,
     dir: &Path,
-    defaults: &vkformers_generate::config::GenerationDefaults,
+    defaults: &GenerationDefaults,
     beams: &BeamOptions,
 ) -> anyhow::Result<ExitCode> {
-    refuse_unsupported(args, &Value::Null, "beam search")?;
+    refuse_unsupported(args, "beam search")?;
+    if args.adapter.adapter.is_some() {
+        bail!("--adapter is not supported yet for beam search on decoder-only models");
+    }
     if args.sampling.do_sample || defaults.params.do_sample {
         bail!("beam sampling is not supported yet: pass --greedy or drop --do-sample");
     }
@@ -145,16 +151,10 @@ pub fn is_seq2seq(dir: &Path) -> anyhow::Result<bool> {
 }
 
 /// Flags the encoder-decoder path does not take yet, named.
-fn refuse_unsupported(args: &Args, gen: &Value, path: &str) -> anyhow::Result<()> {
+fn refuse_unsupported(args: &Args, path: &str) -> anyhow::Result<()> {
     let s = &args.sampling;
-    let sampled = (s.do_sample || gen.get("do_sample").and_then(Value::as_bool) == Some(true)) && !s.greedy;
-    let unsupported = [
-        (sampled, "sampling (--do-sample or do_sample in generation_config.json; pass --greedy)"),
-        (!s.stop.is_empty(), "--stop"),
-        (args.chat, "--chat"),
-        (args.max_batch.is_some(), "--max-batch"),
-        (args.adapter.adapter.is_some(), "--adapter"),
-    ];
+    let unsupported =
+        [(!s.stop.is_empty(), "--stop"), (args.chat, "--chat"), (args.max_batch.is_some(), "--max-batch")];
     if let Some((_, what)) = unsupported.iter().find(|(on, _)| *on) {
         bail!("{what} is not supported yet for {path}");
     }
@@ -174,20 +174,32 @@ pub fn run(selector: &DeviceSelector, args: &Args, dir: &Path) -> anyhow::Result
         Ok(if p.is_file() { vkformers_io::read_json(&p)? } else { Value::Null })
     };
     let (gen, cfg) = (read("generation_config.json")?, read("config.json")?);
-    refuse_unsupported(args, &gen, "encoder-decoder models (greedy or beam search only)")?;
+    refuse_unsupported(args, "encoder-decoder models")?;
     if args.dtype.resolve(dir)? != DType::F32 {
         bail!("encoder-decoder models generate in f32 only for now: pass --dtype f32");
     }
-    let opts = Seq2SeqOptions::from_configs(&gen, &cfg, max_new_tokens(args, &gen))?;
-    let (sources, tok) = super::prompts(dir, args)?;
+    let mut opts = Seq2SeqOptions::from_configs(&gen, &cfg, max_new_tokens(args, &gen))?;
+    // Sampling and the processors as the decoder path reads them (flags over generation_config).
+    let sampling = super::options(&GenerationDefaults::from_dir(dir)?, &args.sampling, 0, opts.pad)?;
+    (opts.params, opts.seed) = (sampling.params, sampling.seed);
+    let (sources, tok) = match super::seq2seq_lang::sources(dir, args)? {
+        Some((ids, tok, forced)) => {
+            opts.forced_bos = Some(forced);
+            (ids, Some(tok))
+        }
+        None => super::prompts(dir, args)?,
+    };
     let ctx = Context::new(selector)?;
     let g = Graph::new(&ctx);
-    let model = vkformers_models::model::Model::load(&g, dir)
-        .with_context(|| format!("loading the model in {}", dir.display()))?;
+    // A PEFT adapter (SEQ_2_SEQ_LM) stays unmerged: every projection adds its low-rank term.
+    let model = crate::load::model_with_adapter(&g, dir, &args.adapter)?;
     if let Some(bad) = sources.iter().flatten().find(|&&t| t as usize >= model.spec.vocab) {
         bail!("token id {bad} is outside the model's vocabulary of {} ids", model.spec.vocab);
     }
     let beams = if args.sampling.greedy { None } else { beam_options(&args.beams, &gen)? };
+    if beams.is_some() && opts.params.do_sample {
+        bail!("beam sampling is not supported yet: pass --greedy, --num-beams 1 or drop --do-sample");
+    }
     // Per source: its hypotheses (one when greedy) and their scores (beam search only).
     let hyps: Vec<Vec<(Vec<u32>, Option<f32>)>> = match &beams {
         None => greedy(&g, &model, &sources, &opts)?.into_iter().map(|s| vec![(s, None)]).collect(),

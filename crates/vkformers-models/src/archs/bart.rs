@@ -79,6 +79,7 @@ pub(super) fn build(f: &Family, cfg: &Value) -> Result<ModelSpec> {
     let enc = layer(c.encoder_attention_heads, c.d_model, c.encoder_ffn_dim, &c.activation_function)?;
     let dec = layer(c.decoder_attention_heads, c.d_model, c.decoder_ffn_dim, &c.activation_function)?;
     let ends = |stack: &str| StackEnds {
+        embed: None,
         positions: Some(
             f.positions.clone().unwrap_or_else(|| StackPositions::Learned(format!("model.{stack}.embed_positions"))),
         ),
@@ -106,6 +107,7 @@ pub(super) fn build(f: &Family, cfg: &Value) -> Result<ModelSpec> {
             k: format!("{x}.k_proj"),
             v: format!("{x}.v_proj"),
             o: format!("{x}.out_proj"),
+            post_norm: String::new(),
         },
         placement: f.placement,
         relative_bias: None,
@@ -118,6 +120,7 @@ pub(super) fn build(f: &Family, cfg: &Value) -> Result<ModelSpec> {
             Vec::new()
         },
         tied_aliases: aliases,
+        switch: None,
         shift: f.shift,
         decoder_start_token_id: c.decoder_start_token_id.unwrap_or(2) as i32,
         pad_token_id: pad,

@@ -91,8 +91,10 @@ mod seed_oss;
 mod smollm3;
 mod stablelm;
 mod starcoder2;
+mod switch_transformers;
 mod t5;
 mod t5_layers;
+mod t5gemma;
 mod vaultgemma;
 mod xglm;
 mod youtu;
@@ -207,6 +209,12 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "t5", family: "encoder-decoder", build: t5::t5 },
     Arch { model_type: "mt5", family: "encoder-decoder", build: t5::mt5 },
     Arch { model_type: "umt5", family: "encoder-decoder", build: t5::umt5 },
+    Arch { model_type: "t5gemma", family: "encoder-decoder", build: t5gemma::t5gemma },
+    Arch {
+        model_type: "switch_transformers",
+        family: "encoder-decoder",
+        build: switch_transformers::switch_transformers,
+    },
     Arch { model_type: "bart", family: "encoder-decoder", build: bart::bart },
     Arch { model_type: "mbart", family: "encoder-decoder", build: bart_family::mbart },
     Arch { model_type: "plbart", family: "encoder-decoder", build: bart_family::plbart },

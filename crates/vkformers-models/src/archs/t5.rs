@@ -87,6 +87,7 @@ fn build(model_type: &str, cfg: &Value, per_layer_bias: bool, may_scale: bool) -
     let enc_names = fix_up(names("encoder", 1));
     let dec_names = fix_up(names("decoder", 2));
     let ends = |stack: &str| StackEnds {
+        embed: None,
         positions: None,
         embed_norm: None,
         final_norm: Some((norm.clone(), format!("{stack}.final_layer_norm"))),
@@ -107,6 +108,7 @@ fn build(model_type: &str, cfg: &Value, per_layer_bias: bool, may_scale: bool) -
             k: format!("{x}.EncDecAttention.k"),
             v: format!("{x}.EncDecAttention.v"),
             o: format!("{x}.EncDecAttention.o"),
+            post_norm: String::new(),
         },
         placement: NormPlacement::Pre,
         relative_bias: Some(RelativeBias {
@@ -121,6 +123,7 @@ fn build(model_type: &str, cfg: &Value, per_layer_bias: bool, may_scale: bool) -
         tied_aliases: ["encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "lm_head.weight"]
             .map(String::from)
             .to_vec(),
+        switch: None,
         shift: Shift::Start,
         decoder_start_token_id: c.decoder_start_token_id.unwrap_or(i64::from(pad)) as i32,
         pad_token_id: pad,

@@ -107,8 +107,20 @@ fn layer_templates(spec: &ModelSpec) -> Vec<(usize, Vec<String>)> {
     let enc: Vec<String> = [&e.q, &e.k, &e.v, &e.o, &e.gate, &e.up, &e.down].map(String::clone).to_vec();
     let dec: Vec<String> =
         [&n.q, &n.k, &n.v, &n.o, &c.q, &c.k, &c.v, &c.o, &n.gate, &n.up, &n.down].map(String::clone).to_vec();
-    let encoder = (0..s.encoder_layers.len()).map(|i| (i, enc.clone()));
-    encoder.chain((0..spec.layers.len()).map(|i| (i, dec.clone()))).collect()
+    // Switch Transformers' sparse layers: the router and every expert's wi / wo (in place of the
+    // dense wi / wo, which the layer does not have).
+    let with_experts = |decoder: bool, i: usize, mut t: Vec<String>| {
+        if let Some(sw) = s.switch.as_ref().filter(|sw| sw.is_sparse(decoder, i)) {
+            t.push(sw.names(decoder, 0).0);
+            for x in 0..sw.experts {
+                let (_, wi, wo) = sw.names(decoder, x);
+                t.extend([wi, wo]);
+            }
+        }
+        (i, t)
+    };
+    let encoder = (0..s.encoder_layers.len()).map(|i| with_experts(false, i, enc.clone()));
+    encoder.chain((0..spec.layers.len()).map(|i| with_experts(true, i, dec.clone()))).collect()
 }
 
 /// An MoE layer's Linear modules: the router and the shared expert's projections (and gate).

@@ -155,7 +155,7 @@ pub(crate) fn heads_first(g: &Graph<'_>, x: &Tensor, (b, t, h, d): (usize, usize
 }
 
 /// The inverse of `heads_first`: `[B·H, T, D]` back to `[B·T, H·D]`.
-fn heads_last(g: &Graph<'_>, x: &Tensor, (b, t, h, d): (usize, usize, usize, usize)) -> Result<Tensor> {
+pub(crate) fn heads_last(g: &Graph<'_>, x: &Tensor, (b, t, h, d): (usize, usize, usize, usize)) -> Result<Tensor> {
     let mut idx = Vec::with_capacity(b * t * h);
     for row in 0..b {
         for pos in 0..t {

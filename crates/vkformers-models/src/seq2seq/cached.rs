@@ -12,7 +12,8 @@ use vkformers_tensor::{DType, Graph, Tensor};
 use vkformers_vk::BufferView;
 
 use super::attention::{additive_mask, heads_attention, heads_first, relative_bias};
-use super::{embed, feed_forward, lm_head, residual_block, seq2seq_of, Encoded};
+use super::gemma::{self, grouped_heads_first, is_gemma};
+use super::{embed, ffn, lm_head, residual_block, seq2seq_of, Encoded};
 use crate::decoder::{project, Weights};
 use crate::error::{ModelError, Result};
 use crate::spec::{layer_name, ModelSpec};
@@ -53,12 +54,13 @@ impl Seq2SeqCache {
         let mut layers = Vec::with_capacity(spec.layers.len());
         for (i, layer) in spec.layers.iter().enumerate() {
             let a = &layer.attn;
-            let dims = (batch, enc.len, a.heads, a.head_dim);
+            // Grouped key heads (T5Gemma) are expanded to the query heads once here.
+            let dims = (batch, enc.len, a.heads, a.kv_heads, a.head_dim);
             let kv = |template: &str| -> Result<Tensor> {
                 let y = f32_rows(g, &project(g, w, template, i, enc.hidden, a.qkv_bias)?)?;
-                heads_first(g, &y, dims)
+                grouped_heads_first(g, &y, dims)
             };
-            let room = capacity * batch * a.heads * a.head_dim;
+            let room = capacity * batch * a.kv_heads * a.head_dim;
             layers.push(LayerKv {
                 cross_k: kv(&s.cross.k)?,
                 cross_v: kv(&s.cross.v)?,
@@ -100,29 +102,45 @@ impl Seq2SeqCache {
             let kv = &self.layers[i];
             let per_layer = s.relative_bias.is_some_and(|r| r.per_layer);
             let bias = if per_layer { self.position_bias(g, spec, w, i)? } else { shared_bias.clone() };
+            // RoPE (T5Gemma) rotates this step's q and k at position `past`.
+            let at = vec![past as i32; b];
             let self_attn = |h: &Tensor| -> Result<Tensor> {
                 let k = f32_rows(g, &project(g, w, &names.k, i, h, a.qkv_bias)?)?;
+                let k = gemma::rotate(g, a, &k, a.kv_heads, (b, 1), &at)?;
                 let v = f32_rows(g, &project(g, w, &names.v, i, h, a.qkv_bias)?)?;
                 self.store(g, (&kv.self_k, &kv.self_v), (&k, &v), past)?;
-                let dims = (b, past + 1, a.heads, a.head_dim);
+                let dims = (b, past + 1, a.heads, a.kv_heads, a.head_dim);
                 let (ks, vs) = (self.filled(g, &kv.self_k, dims)?, self.filled(g, &kv.self_v, dims)?);
                 let q = f32_rows(g, &project(g, w, &names.q, i, h, a.qkv_bias)?)?;
-                let q = heads_first(g, &q, (b, 1, a.heads, a.head_dim))?;
-                let o =
-                    heads_attention(g, (&q, &ks, &vs), bias.as_ref(), (b, 1, past + 1, a.heads, a.head_dim), a.scale)?;
+                let q = heads_first(g, &gemma::rotate(g, a, &q, a.heads, (b, 1), &at)?, (b, 1, a.heads, a.head_dim))?;
+                let o = if is_gemma(a) {
+                    let mask =
+                        gemma::mask(g, &vec![1; b * (past + 1)], (b, 1, past + 1, past), true, a.sliding_window)?;
+                    gemma::scored(g, (&q, &ks, &vs), &mask, a, (b, 1, past + 1))?
+                } else {
+                    let dims = (b, 1, past + 1, a.heads, a.head_dim);
+                    heads_attention(g, (&q, &ks, &vs), bias.as_ref(), dims, a.scale)?
+                };
                 project(g, w, &names.o, i, &o, a.out_bias)
             };
-            x = residual_block(g, s.placement, w, (&layer.attn_norm, &names.attn_norm, i), &x, self_attn)?;
+            let (attn_post, mlp_post) =
+                ((&layer.post_attn_norm, &*names.post_attn_norm), (&layer.post_mlp_norm, &*names.post_mlp_norm));
+            x = residual_block(g, s.placement, w, (&layer.attn_norm, &names.attn_norm, i), attn_post, &x, self_attn)?;
             let cross = |h: &Tensor| -> Result<Tensor> {
                 let q = f32_rows(g, &project(g, w, &s.cross.q, i, h, a.qkv_bias)?)?;
                 let q = heads_first(g, &q, (b, 1, a.heads, a.head_dim))?;
-                let dims = (b, 1, self.src_len, a.heads, a.head_dim);
-                let o = heads_attention(g, (&q, &kv.cross_k, &kv.cross_v), Some(&self.cross_mask), dims, a.scale)?;
+                let (keys, dims) = ((&q, &kv.cross_k, &kv.cross_v), (b, 1, self.src_len, a.heads, a.head_dim));
+                let o = if is_gemma(a) {
+                    gemma::scored(g, keys, &self.cross_mask, a, (b, 1, self.src_len))?
+                } else {
+                    heads_attention(g, keys, Some(&self.cross_mask), dims, a.scale)?
+                };
                 project(g, w, &s.cross.o, i, &o, a.out_bias)
             };
-            x = residual_block(g, s.placement, w, (&layer.attn_norm, &s.cross.norm, i), &x, cross)?;
-            x = residual_block(g, s.placement, w, (&layer.mlp_norm, &names.mlp_norm, i), &x, |h| {
-                feed_forward(g, w, names, &layer.mlp, i, h)
+            let cross_post = (&layer.post_attn_norm, &*s.cross.post_norm);
+            x = residual_block(g, s.placement, w, (&layer.attn_norm, &s.cross.norm, i), cross_post, &x, cross)?;
+            x = residual_block(g, s.placement, w, (&layer.mlp_norm, &names.mlp_norm, i), mlp_post, &x, |h| {
+                ffn(g, s, w, (names, &layer.mlp), (true, i), h, b)
             })?;
         }
         if let Some((n, name)) = &s.decoder.final_norm {
@@ -184,14 +202,20 @@ impl Seq2SeqCache {
         Ok(())
     }
 
-    /// The first `t` positions of a buffer `[t, B, H, D]` as `[B·H, t, D]`.
-    fn filled(&self, g: &Graph<'_>, buf: &Tensor, (b, t, h, d): (usize, usize, usize, usize)) -> Result<Tensor> {
-        let rows = g.view_prefix(buf, &[t * b * h, d])?;
+    /// The first `t` positions of a buffer `[t, B, Hkv, D]` as `[B·H, t, D]`, query head `h`
+    /// reading key head `h / (H / Hkv)`.
+    fn filled(
+        &self,
+        g: &Graph<'_>,
+        buf: &Tensor,
+        (b, t, h, hkv, d): (usize, usize, usize, usize, usize),
+    ) -> Result<Tensor> {
+        let rows = g.view_prefix(buf, &[t * b * hkv, d])?;
         let mut idx = Vec::with_capacity(b * h * t);
         for row in 0..b {
             for head in 0..h {
                 for pos in 0..t {
-                    idx.push(((pos * b + row) * h + head) as i32);
+                    idx.push(((pos * b + row) * hkv + head / (h / hkv)) as i32);
                 }
             }
         }

@@ -5,8 +5,11 @@
 
 pub mod attention;
 mod cached;
+mod gemma;
 mod plan;
+mod router_loss;
 mod spec;
+pub mod switch;
 
 pub use cached::Seq2SeqCache;
 pub(crate) use plan::plan;
@@ -66,15 +69,29 @@ pub fn shift_labels(s: &Seq2SeqSpec, labels: &[i32], t: usize) -> Vec<i32> {
 }
 
 /// Logits `[B·T, V]` and the mean cross-entropy over labels != -100, as
-/// `AutoModelForSeq2SeqLM(input_ids, attention_mask, labels=labels)`.
+/// `AutoModelForSeq2SeqLM(input_ids, attention_mask, labels=labels)` (plus Switch Transformers'
+/// router losses when its spec asks for them, see `router_loss`).
 pub fn forward_loss(
     g: &Graph<'_>,
     spec: &ModelSpec,
     w: &Weights,
     batch: &Seq2SeqBatch<'_>,
 ) -> Result<(Tensor, Tensor)> {
-    let logits = forward_logits(g, spec, w, batch)?;
-    let loss = loss::cross_entropy(g, &logits, &g.ints(batch.labels, &[batch.batch * batch.tgt_len])?)?;
+    let losses = seq2seq_of(spec)?.switch.as_ref().and_then(|sw| sw.losses.map(|c| (c, sw.loss_stacks)));
+    let Some((coefs, stacks)) = losses else {
+        let logits = forward_logits(g, spec, w, batch)?;
+        let loss = loss::cross_entropy(g, &logits, &g.ints(batch.labels, &[batch.batch * batch.tgt_len])?)?;
+        return Ok((logits, loss));
+    };
+    // Switch Transformers with `output_router_logits`: plus the routers' z and balancing losses.
+    let (logits, records) = router_loss::collect(|| forward_logits(g, spec, w, batch))?;
+    let mut loss = loss::cross_entropy(g, &logits, &g.ints(batch.labels, &[batch.batch * batch.tgt_len])?)?;
+    for decoder in [false, true] {
+        let recs: Vec<_> = records.iter().filter(|r| r.decoder == decoder).collect();
+        if let (true, Some(extra)) = (stacks[usize::from(decoder)], router_loss::stack_loss(g, &recs, coefs)?) {
+            loss = broadcast::add(g, &loss, &extra)?;
+        }
+    }
     Ok((logits, loss))
 }
 
@@ -126,7 +143,7 @@ fn embed(
     (b, t, past): (usize, usize, usize),
 ) -> Result<Tensor> {
     let s = seq2seq_of(spec)?;
-    let table = w.get(&format!("{}.weight", spec.embed_name))?;
+    let table = w.get(&format!("{}.weight", ends.embed.as_deref().unwrap_or(&spec.embed_name)))?;
     let tokens = embedding::embedding_padded(g, table, &g.ints(ids, &[b, t])?, spec.padding_idx)?;
     let mut x = shape::reshape(g, &tokens, &[b * t, spec.hidden])?;
     if spec.embed_scale != 1.0 {
@@ -211,12 +228,14 @@ pub fn encode(
     for (i, layer) in s.encoder_layers.iter().enumerate() {
         let names = &s.encoder_names;
         let self_attn = |h: &Tensor| {
-            let kv = KeysValues { x: h, mask, len, causal: false };
+            let kv = KeysValues { x: h, mask, len, causal: false, cross: false };
             attend(g, w, (&layer.attn, names, i), h, &kv, scores.layer(g, w, i)?.as_ref(), b)
         };
-        x = residual_block(g, s.placement, w, (&layer.attn_norm, &names.attn_norm, i), &x, self_attn)?;
-        x = residual_block(g, s.placement, w, (&layer.mlp_norm, &names.mlp_norm, i), &x, |h| {
-            feed_forward(g, w, names, &layer.mlp, i, h)
+        let (attn_post, mlp_post) =
+            ((&layer.post_attn_norm, &*names.post_attn_norm), (&layer.post_mlp_norm, &*names.post_mlp_norm));
+        x = residual_block(g, s.placement, w, (&layer.attn_norm, &names.attn_norm, i), attn_post, &x, self_attn)?;
+        x = residual_block(g, s.placement, w, (&layer.mlp_norm, &names.mlp_norm, i), mlp_post, &x, |h| {
+            ffn(g, s, w, (names, &layer.mlp), (false, i), h, b)
         })?;
     }
     if let Some((n, name)) = &s.encoder.final_norm {
@@ -240,13 +259,15 @@ pub fn decode(
     let names = &spec.layer_names;
     for (i, layer) in spec.layers.iter().enumerate() {
         let self_attn = |h: &Tensor| {
-            let kv = KeysValues { x: h, mask, len: t, causal: true };
+            let kv = KeysValues { x: h, mask, len: t, causal: true, cross: false };
             attend(g, w, (&layer.attn, names, i), h, &kv, scores.layer(g, w, i)?.as_ref(), b)
         };
-        x = residual_block(g, s.placement, w, (&layer.attn_norm, &names.attn_norm, i), &x, self_attn)?;
+        let (attn_post, mlp_post) =
+            ((&layer.post_attn_norm, &*names.post_attn_norm), (&layer.post_mlp_norm, &*names.post_mlp_norm));
+        x = residual_block(g, s.placement, w, (&layer.attn_norm, &names.attn_norm, i), attn_post, &x, self_attn)?;
         x = cross_block(g, s, w, layer, i, &x, enc, b)?;
-        x = residual_block(g, s.placement, w, (&layer.mlp_norm, &names.mlp_norm, i), &x, |h| {
-            feed_forward(g, w, names, &layer.mlp, i, h)
+        x = residual_block(g, s.placement, w, (&layer.mlp_norm, &names.mlp_norm, i), mlp_post, &x, |h| {
+            ffn(g, s, w, (names, &layer.mlp), (true, i), h, b)
         })?;
     }
     if let Some((n, name)) = &s.decoder.final_norm {
@@ -255,7 +276,8 @@ pub fn decode(
     lm_head(g, spec, s, w, &x)
 }
 
-/// `head(x · head_scale)` (+ the stored logits bias).
+/// `head(x · head_scale)` (+ the stored logits bias), soft-capped where the spec says
+/// (T5Gemma's `final_logit_softcapping`).
 fn lm_head(g: &Graph<'_>, spec: &ModelSpec, s: &Seq2SeqSpec, w: &Weights, x: &Tensor) -> Result<Tensor> {
     let x = if s.head_scale != 1.0 { broadcast::scale(g, x, s.head_scale)? } else { x.clone() };
     let head_name = format!("{}.weight", spec.head_name);
@@ -264,7 +286,7 @@ fn lm_head(g: &Graph<'_>, spec: &ModelSpec, s: &Seq2SeqSpec, w: &Weights, x: &Te
     if let Some(name) = &s.final_logits_bias {
         logits = broadcast::add(g, &logits, w.get(name)?)?;
     }
-    Ok(logits)
+    Ok(crate::decoder::scale_and_cap(g, logits, 1.0, spec.final_softcap)?)
 }
 
 /// The cross-attention sublayer of decoder layer `i`: queries from the decoder, keys and values
@@ -287,27 +309,30 @@ fn cross_block(
     // The cross-attention norm is of the self-attention norm's kind.
     let norm = &layer.attn_norm;
     let f = |h: &Tensor| {
-        let kv = KeysValues { x: enc.hidden, mask: enc.mask, len: enc.len, causal: false };
+        let kv = KeysValues { x: enc.hidden, mask: enc.mask, len: enc.len, causal: false, cross: true };
         attend(g, w, (&layer.attn, &names, i), h, &kv, None, b)
     };
-    residual_block(g, s.placement, w, (norm, &c.norm, i), x, f)
+    residual_block(g, s.placement, w, (norm, &c.norm, i), (&layer.post_attn_norm, &c.post_norm), x, f)
 }
 
-/// `x + f(norm(x))` (pre-LN) or `norm(x + f(x))` (post-LN).
+/// `x + post(f(norm(x)))` (pre-LN; `post` is Gemma's sandwich norm, absent elsewhere) or
+/// `norm(x + f(x))` (post-LN).
 fn residual_block(
     g: &Graph<'_>,
     placement: NormPlacement,
     w: &Weights,
     (norm, template, i): (&Option<crate::spec::Norm>, &str, usize),
+    (post, post_template): (&Option<crate::spec::Norm>, &str),
     x: &Tensor,
     f: impl FnOnce(&Tensor) -> Result<Tensor>,
 ) -> Result<Tensor> {
-    let n = |y: &Tensor| match norm {
+    let normed = |norm: &Option<crate::spec::Norm>, template: &str, y: &Tensor| match norm {
         Some(n) => apply_norm(g, n, w, &layer_name(template, i), y),
         None => Ok(y.clone()),
     };
+    let n = |y: &Tensor| normed(norm, template, y);
     match placement {
-        NormPlacement::Pre => Ok(broadcast::add(g, x, &f(&n(x)?)?)?),
+        NormPlacement::Pre => Ok(broadcast::add(g, x, &normed(post, post_template, &f(&n(x)?)?)?)?),
         NormPlacement::Post => n(&broadcast::add(g, x, &f(x)?)?),
     }
 }
@@ -318,6 +343,8 @@ struct KeysValues<'a> {
     mask: &'a [i32],
     len: usize,
     causal: bool,
+    /// Cross-attention: no RoPE, no window (T5Gemma's cross-attention has neither).
+    cross: bool,
 }
 
 /// Multi-head attention of queries from `h [B·Tq, hidden]` over `kv`: the fused kernel, or, with
@@ -335,6 +362,11 @@ fn attend(
     let q = project(g, w, &names.q, i, h, a.qkv_bias)?;
     let k = project(g, w, &names.k, i, kv.x, a.qkv_bias)?;
     let v = project(g, w, &names.v, i, kv.x, a.qkv_bias)?;
+    if gemma::is_gemma(a) {
+        let keys = gemma::Keys { mask: kv.mask, len: kv.len, causal: kv.causal, cross: kv.cross };
+        let o = gemma::attend(g, a, (q, k, v), &keys, (b, tq))?;
+        return project(g, w, &names.o, i, &o, a.out_bias);
+    }
     let o = match bias {
         Some(bias) => {
             attention::biased_attention(g, (&q, &k, &v), bias, (b, tq, kv.len, a.heads, a.head_dim), a.scale)?
@@ -414,6 +446,24 @@ impl ScoreBias {
             }
             _ => Ok(None),
         }
+    }
+}
+
+/// Layer `i`'s feed-forward in stack `decoder`: Switch Transformers' sparse block where the spec
+/// makes the layer sparse, the dense one otherwise; `h` holds `b` sequences.
+#[allow(clippy::too_many_arguments)]
+fn ffn(
+    g: &Graph<'_>,
+    s: &Seq2SeqSpec,
+    w: &Weights,
+    (n, m): (&LayerNames, &MlpSpec),
+    (decoder, i): (bool, usize),
+    h: &Tensor,
+    b: usize,
+) -> Result<Tensor> {
+    match &s.switch {
+        Some(sw) if sw.is_sparse(decoder, i) => switch::forward(g, w, sw, (decoder, i), h, b),
+        _ => feed_forward(g, w, n, m, i, h),
     }
 }
 

@@ -19,6 +19,9 @@ pub(crate) fn plan(spec: &ModelSpec, config: &Value) -> Result<Vec<Planned>> {
     let heads = spec.layers.first().map_or(0, |l| l.attn.heads);
     let buckets = s.relative_bias.map_or(0, |r| r.num_buckets);
     let stack = |out: &mut Vec<Planned>, ends: &StackEnds, layers: &[LayerSpec], names: &LayerNames, cross: bool| {
+        if let Some(e) = &ends.embed {
+            out.push(Planned { name: format!("{e}.weight"), shape: vec![spec.vocab, h], init: Init::Normal });
+        }
         if let Some(StackPositions::Learned(p)) = &ends.positions {
             out.push(Planned { name: format!("{p}.weight"), shape: vec![max_pos, h], init: Init::Normal });
         }
@@ -36,20 +39,22 @@ pub(crate) fn plan(spec: &ModelSpec, config: &Value) -> Result<Vec<Planned>> {
                     });
                 }
             }
-            if let Some(n) = &l.attn_norm {
-                norm_params(out, &layer_name(&names.attn_norm, i), n, h);
-            }
+            let mut norms = vec![(&l.attn_norm, &names.attn_norm), (&l.post_attn_norm, &names.post_attn_norm)];
             if cross {
                 let c = &s.cross;
                 let cn = LayerNames { q: c.q.clone(), k: c.k.clone(), v: c.v.clone(), o: c.o.clone(), ..names.clone() };
                 attention(out, &cn, l, i, h);
-                if let Some(n) = &l.attn_norm {
-                    norm_params(out, &layer_name(&c.norm, i), n, h);
-                }
+                norms.extend([(&l.attn_norm, &c.norm), (&l.post_attn_norm, &c.post_norm)]);
             }
-            mlp(out, names, &l.mlp, i, h);
-            if let Some(n) = &l.mlp_norm {
-                norm_params(out, &layer_name(&names.mlp_norm, i), n, h);
+            match &s.switch {
+                Some(sw) if sw.is_sparse(cross, i) => super::switch::plan_layer(out, sw, cross, i, h),
+                _ => mlp(out, names, &l.mlp, i, h),
+            }
+            norms.extend([(&l.mlp_norm, &names.mlp_norm), (&l.post_mlp_norm, &names.post_mlp_norm)]);
+            for (n, template) in norms {
+                if let Some(n) = n {
+                    norm_params(out, &layer_name(template, i), n, h);
+                }
             }
         }
         if let Some((n, name)) = &ends.final_norm {

@@ -13,11 +13,17 @@ pub struct CrossNames {
     pub k: String,
     pub v: String,
     pub o: String,
+    /// The norm after the cross-attention, of the layer's `post_attn_norm` kind (T5Gemma's
+    /// `post_cross_attn_layernorm`); unused without one.
+    pub post_norm: String,
 }
 
 /// One stack's embedding and output ends (the encoder's or the decoder's).
 #[derive(Clone, Debug, PartialEq)]
 pub struct StackEnds {
+    /// The stack's own token embedding `{name}.weight` (T5Gemma's encoder); `None`: the spec's
+    /// shared `embed_name`.
+    pub embed: Option<String>,
     /// How positions enter the embeddings; `None` for T5.
     pub positions: Option<StackPositions>,
     /// A norm of the embeddings before the first layer (BART's `layernorm_embedding`).
@@ -92,6 +98,8 @@ pub struct Seq2SeqSpec {
     /// some checkpoints keep: skipped on load, as transformers ties them.
     pub tied_aliases: Vec<String>,
     pub shift: Shift,
+    /// Switch Transformers' sparse feed-forward layers; `None` for dense models.
+    pub switch: Option<super::switch::SwitchSpec>,
     pub decoder_start_token_id: i32,
     pub pad_token_id: i32,
 }
