@@ -1,0 +1,47 @@
+//! The training step's hooks for data parallelism (`vkformers-dist` implements them over MPI).
+//!
+//! With `W` ranks, each optimizer step reads `W · grad_accum` batches of the global order (rank
+//! `r` takes the `r`-th batch of each window of `W`, as the HF Trainer's sharded sampler does).
+//! The micro-batch loss is scaled by `n_i / N` with `N` the targets of the whole accumulated
+//! batch over all ranks, so summing the ranks' accumulated gradients gives the gradient of
+//! the global token mean: `Σ_r Σ_i n_ri L_ri / N`. The sum is taken once per optimizer step,
+//! after the last micro-batch, before clipping (the norm is that of the reduced gradient).
+
+use vkformers_tensor::optim::Param;
+use vkformers_tensor::Graph;
+
+use crate::error::Result;
+
+/// What the trainer asks of the other ranks. The single-process path (`SingleProcess`) makes
+/// every hook the identity.
+pub trait DataParallel {
+    /// This process's rank, `0..world()`.
+    fn rank(&self) -> usize {
+        0
+    }
+
+    /// Ranks in all.
+    fn world(&self) -> usize {
+        1
+    }
+
+    /// The sum over ranks of each value of `x` (target counts, partial losses); every rank gets
+    /// the same bits.
+    fn sum(&mut self, x: &[f64]) -> Result<Vec<f64>> {
+        Ok(x.to_vec())
+    }
+
+    /// Replaces the gradient of each parameter by its sum over ranks (same bits everywhere).
+    fn reduce_grads(&mut self, _g: &Graph<'_>, _params: &[Param]) -> Result<()> {
+        Ok(())
+    }
+
+    /// Only rank 0 writes checkpoints (every rank holds the same parameters and moments).
+    fn writes_checkpoints(&self) -> bool {
+        self.rank() == 0
+    }
+}
+
+/// One process: no communication.
+pub struct SingleProcess;
+impl DataParallel for SingleProcess {}
