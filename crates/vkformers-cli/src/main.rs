@@ -8,6 +8,7 @@ mod chat;
 mod classify;
 mod data_args;
 mod devices;
+mod dist;
 mod doctor;
 mod embed;
 mod encoder_task;

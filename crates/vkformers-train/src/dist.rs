@@ -36,6 +36,11 @@ pub trait DataParallel {
         Ok(())
     }
 
+    /// A line on the communication of the run so far (time per step), if any.
+    fn report(&self) -> Option<String> {
+        None
+    }
+
     /// Only rank 0 writes checkpoints (every rank holds the same parameters and moments).
     fn writes_checkpoints(&self) -> bool {
         self.rank() == 0

@@ -1,0 +1,217 @@
+//! `MpiParallel`: the trainer's data-parallel hooks over MPI, and the checks of a same start
+//! (one binary, one set of arguments, rank 0's parameters everywhere, checked by checksum).
+
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::sync::mpsc::Receiver;
+use std::time::Instant;
+
+use sha2::{Digest, Sha256};
+use vkformers_tensor::optim::Param;
+use vkformers_tensor::{DType, Graph, Tensor};
+use vkformers_train::{DataParallel, Result, TrainError};
+
+use crate::comm::Comm;
+
+/// Gradient bucket size: 25 MB of f32, torch DDP's default `bucket_cap_mb`.
+pub const BUCKET_ELEMS: usize = 25 * 1000 * 1000 / 4;
+
+/// Time spent on communication, for the per-step report.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CommStats {
+    /// Optimizer steps whose gradients were reduced.
+    pub steps: u64,
+    /// Seconds inside `reduce_grads` (device reads, all-reduces not hidden by them, uploads).
+    pub reduce_seconds: f64,
+    /// Seconds the communication thread spent in the gradient all-reduces.
+    pub allreduce_seconds: f64,
+    /// Gradient bytes all-reduced by this rank.
+    pub bytes: u64,
+}
+
+pub struct MpiParallel {
+    /// Shared with the caller, which still needs it to abort the job after an error.
+    comm: Rc<Comm>,
+    bucket_elems: usize,
+    stats: CommStats,
+}
+
+fn mpi_err(e: String) -> TrainError {
+    TrainError::Config(format!("MPI: {e}"))
+}
+
+impl MpiParallel {
+    pub fn new(comm: Rc<Comm>) -> Self {
+        MpiParallel { comm, bucket_elems: BUCKET_ELEMS, stats: CommStats::default() }
+    }
+
+    pub fn comm(&self) -> &Comm {
+        &self.comm
+    }
+
+    pub fn stats(&self) -> CommStats {
+        self.stats
+    }
+
+    /// Bucket size in f32 elements (tests use small ones to exercise several buckets).
+    pub fn set_bucket_elems(&mut self, n: usize) {
+        self.bucket_elems = n.max(1);
+    }
+
+    /// Refuses to train when the ranks run different binaries or were given different
+    /// arguments (`args`: this rank's, in a stable text form): their steps would not agree.
+    pub fn check_same_run(&self, args: &str) -> Result<()> {
+        let exe = std::env::current_exe().and_then(std::fs::read).map_err(|e| mpi_err(format!("reading the binary: {e}")))?;
+        let mine = [Sha256::digest(&exe).to_vec(), Sha256::digest(args.as_bytes()).to_vec()].concat();
+        let all = self.comm.gather(mine).map_err(mpi_err)?;
+        for (r, x) in all.iter().enumerate() {
+            if x[..32] != all[0][..32] {
+                return Err(mpi_err(format!("rank {r} runs another vkformers binary than rank 0")));
+            }
+            if x[32..] != all[0][32..] {
+                let msg = format!("rank {r} was started with other arguments than rank 0: every rank needs the same");
+                return Err(mpi_err(msg));
+            }
+        }
+        Ok(())
+    }
+
+    /// Rank 0's values of `params` on every rank, then checked by a checksum of each rank's
+    /// parameters as read back from its device.
+    pub fn broadcast_params(&self, g: &Graph<'_>, params: &[Tensor]) -> Result<()> {
+        g.sync()?;
+        for p in params {
+            check_f32(p, "parameter")?;
+            let data = if self.comm.rank == 0 { g.read(p)? } else { vec![0.0; p.numel()] };
+            let data = self.comm.bcast_f32(data).map_err(mpi_err)?;
+            if self.comm.rank != 0 {
+                upload(g, p, &data)?;
+            }
+        }
+        // New f32 values: any 16-bit copy of them (autocast) is stale.
+        g.clear_casts();
+        self.check_same_params(g, params)
+    }
+
+    /// Fails unless every rank holds the same bits in `params` (SHA-256 over all of them).
+    pub fn check_same_params(&self, g: &Graph<'_>, params: &[Tensor]) -> Result<()> {
+        let mut h = Sha256::new();
+        for p in params {
+            h.update(bytemuck::cast_slice::<f32, u8>(&g.read(p)?));
+        }
+        let all = self.comm.gather(h.finalize().to_vec()).map_err(mpi_err)?;
+        match all.iter().position(|x| x != &all[0]) {
+            Some(r) => Err(mpi_err(format!("rank {r}'s parameters differ from rank 0's (checksum)"))),
+            None => Ok(()),
+        }
+    }
+
+    /// A parameter has a gradient on all ranks or on none (MoE experts that no token reached on
+    /// some rank would need a zero gradient there, which the graph cannot make yet).
+    fn check_same_grads(&self, params: &[Param], grads: &[Option<Tensor>]) -> Result<()> {
+        let have: Vec<f64> = grads.iter().map(|g| f64::from(u8::from(g.is_some()))).collect();
+        let n = self.comm.sum_f64(have).map_err(mpi_err)?;
+        let world = self.comm.world as f64;
+        match n.iter().position(|&c| c != 0.0 && c != world) {
+            Some(i) => Err(mpi_err(format!(
+                "parameter {} ({:?}) has a gradient on {} of {world} ranks: not supported",
+                i,
+                params[i].tensor.shape(),
+                n[i]
+            ))),
+            None => Ok(()),
+        }
+    }
+}
+
+impl DataParallel for MpiParallel {
+    fn rank(&self) -> usize {
+        self.comm.rank
+    }
+
+    fn world(&self) -> usize {
+        self.comm.world
+    }
+
+    fn sum(&mut self, x: &[f64]) -> Result<Vec<f64>> {
+        self.comm.sum_f64(x.to_vec()).map_err(mpi_err)
+    }
+
+    /// Buckets of ~25 MB, last parameter first (the first gradients backward finishes): while
+    /// the communication thread all-reduces one bucket, this thread reads the next off the
+    /// device; the sums are then written back into the gradients.
+    fn reduce_grads(&mut self, g: &Graph<'_>, params: &[Param]) -> Result<()> {
+        let start = Instant::now();
+        self.injected_failure()?;
+        let grads: Vec<Option<Tensor>> = params.iter().map(|p| p.tensor.grad()).collect();
+        self.check_same_grads(params, &grads)?;
+        let mut pending: VecDeque<(Vec<Tensor>, Receiver<(Vec<f32>, f64)>)> = VecDeque::new();
+        let (mut bucket, mut members) = (Vec::new(), Vec::new());
+        for t in grads.into_iter().rev().flatten() {
+            check_f32(&t, "gradient")?;
+            bucket.extend(g.read(&t)?);
+            members.push(t);
+            if bucket.len() >= self.bucket_elems {
+                self.stats.bytes += 4 * bucket.len() as u64;
+                let rx = self.comm.sum_f32(std::mem::take(&mut bucket)).map_err(mpi_err)?;
+                pending.push_back((std::mem::take(&mut members), rx));
+            }
+        }
+        if !members.is_empty() {
+            self.stats.bytes += 4 * bucket.len() as u64;
+            pending.push_back((members, self.comm.sum_f32(bucket).map_err(mpi_err)?));
+        }
+        for (members, rx) in pending {
+            let (sum, seconds) = rx.recv().map_err(|_| mpi_err("the MPI thread ended during an all-reduce".into()))?;
+            self.stats.allreduce_seconds += seconds;
+            let mut at = 0;
+            for t in members {
+                upload(g, &t, &sum[at..at + t.numel()])?;
+                at += t.numel();
+            }
+        }
+        self.stats.steps += 1;
+        self.stats.reduce_seconds += start.elapsed().as_secs_f64();
+        Ok(())
+    }
+
+    fn report(&self) -> Option<String> {
+        let s = self.stats;
+        let per = |x: f64| 1e3 * x / s.steps.max(1) as f64;
+        Some(format!(
+            "communication over {} ranks: {:.1} ms/step in the gradient reduction ({:.1} ms/step in all-reduces \
+             on the MPI thread), {:.1} MB per step",
+            self.comm.world,
+            per(s.reduce_seconds),
+            per(s.allreduce_seconds),
+            s.bytes as f64 / 1e6 / s.steps.max(1) as f64
+        ))
+    }
+}
+
+impl MpiParallel {
+    /// Tests: `VKFORMERS_DIST_FAIL=RANK:STEP` makes rank RANK fail at optimizer step STEP (as a
+    /// device or data error would), to check that the other ranks do not wait for it forever.
+    fn injected_failure(&self) -> Result<()> {
+        let Ok(spec) = std::env::var("VKFORMERS_DIST_FAIL") else { return Ok(()) };
+        let step = self.stats.steps + 1;
+        if spec == format!("{}:{step}", self.comm.rank) {
+            return Err(mpi_err(format!("simulated failure of rank {} at step {step}", self.comm.rank)));
+        }
+        Ok(())
+    }
+}
+
+fn check_f32(t: &Tensor, what: &str) -> Result<()> {
+    match t.dtype() {
+        DType::F32 => Ok(()),
+        d => Err(mpi_err(format!("a {what} {:?} is stored as {d:?}: only f32 is communicated", t.shape()))),
+    }
+}
+
+/// Overwrites `t`'s storage with `data` (the device is idle: the caller read from it last).
+fn upload(g: &Graph<'_>, t: &Tensor, data: &[f32]) -> Result<()> {
+    let v = t.view();
+    g.ctx().upload(v.buffer, v.offset, bytemuck::cast_slice(data))?;
+    Ok(())
+}
