@@ -23,7 +23,11 @@ impl Dist {
     pub fn device(&self, _: &vkformers_vk::DeviceSelector) -> anyhow::Result<vkformers_vk::DeviceSelector> {
         match *self {}
     }
-    pub fn same_start(&self, _: &vkformers_tensor::Graph<'_>, _: &[vkformers_train::TrainableParam]) -> anyhow::Result<()> {
+    pub fn same_start(
+        &self,
+        _: &vkformers_tensor::Graph<'_>,
+        _: &[vkformers_train::TrainableParam],
+    ) -> anyhow::Result<()> {
         match *self {}
     }
     pub fn hooks(&mut self) -> anyhow::Result<Box<dyn vkformers_train::DataParallel>> {

@@ -29,6 +29,9 @@ pub struct CommStats {
     pub bytes: u64,
 }
 
+/// A bucket's all-reduce in flight: its sum and the seconds it took, when done.
+type Pending = Receiver<(Vec<f32>, f64)>;
+
 pub struct MpiParallel {
     /// Shared with the caller, which still needs it to abort the job after an error.
     comm: Rc<Comm>,
@@ -61,7 +64,8 @@ impl MpiParallel {
     /// Refuses to train when the ranks run different binaries or were given different
     /// arguments (`args`: this rank's, in a stable text form): their steps would not agree.
     pub fn check_same_run(&self, args: &str) -> Result<()> {
-        let exe = std::env::current_exe().and_then(std::fs::read).map_err(|e| mpi_err(format!("reading the binary: {e}")))?;
+        let exe =
+            std::env::current_exe().and_then(std::fs::read).map_err(|e| mpi_err(format!("reading the binary: {e}")))?;
         let mine = [Sha256::digest(&exe).to_vec(), Sha256::digest(args.as_bytes()).to_vec()].concat();
         let all = self.comm.gather(mine).map_err(mpi_err)?;
         for (r, x) in all.iter().enumerate() {
@@ -145,7 +149,7 @@ impl DataParallel for MpiParallel {
         self.injected_failure()?;
         let grads: Vec<Option<Tensor>> = params.iter().map(|p| p.tensor.grad()).collect();
         self.check_same_grads(params, &grads)?;
-        let mut pending: VecDeque<(Vec<Tensor>, Receiver<(Vec<f32>, f64)>)> = VecDeque::new();
+        let mut pending: VecDeque<(Vec<Tensor>, Pending)> = VecDeque::new();
         let (mut bucket, mut members) = (Vec::new(), Vec::new());
         for t in grads.into_iter().rev().flatten() {
             check_f32(&t, "gradient")?;
