@@ -30,7 +30,7 @@ impl Dist {
     ) -> anyhow::Result<()> {
         match *self {}
     }
-    pub fn hooks(&mut self) -> anyhow::Result<Box<dyn vkformers_train::DataParallel>> {
+    pub fn hooks(&mut self, _: bool) -> anyhow::Result<Box<dyn vkformers_train::DataParallel>> {
         match *self {}
     }
     pub fn fail(&self, _: &anyhow::Error) -> ! {
@@ -107,9 +107,11 @@ mod imp {
             Ok(())
         }
 
-        /// The trainer's data-parallel hooks (once).
-        pub fn hooks(&mut self) -> anyhow::Result<Box<dyn DataParallel>> {
-            Ok(Box::new(self.hooks.take().context("the MPI hooks were taken already")?))
+        /// The trainer's data-parallel hooks (once); `zero1`: optimizer state sharded.
+        pub fn hooks(&mut self, zero1: bool) -> anyhow::Result<Box<dyn DataParallel>> {
+            let mut hooks = self.hooks.take().context("the MPI hooks were taken already")?;
+            hooks.set_zero1(zero1);
+            Ok(Box::new(hooks))
         }
 
         /// Reports this rank's error and ends the whole job, so no rank waits for this one.

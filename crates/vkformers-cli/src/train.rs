@@ -32,6 +32,10 @@ pub struct Args {
     /// Print a JSON summary (steps, final loss, tokens, tokens/s, device memory peak).
     #[arg(long)]
     json: bool,
+    /// Under mpirun: 1 shards AdamW's state over the ranks (ZeRO stage 1, by parameter); 0 keeps
+    /// a full copy on every rank.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=1))]
+    zero: u8,
 }
 
 /// Where `train`'s model comes from (`finetune` takes only `--model`, so these stay out of its
@@ -420,8 +424,17 @@ fn train(
     let n_params = params.iter().map(|p| p.tensor.numel()).sum::<usize>();
     let (mut trainer, max_steps, plan) = build_trainer(&g, args, model, loaded.tokenizer.as_ref(), params)?;
     let lead = dist.as_ref().is_none_or(|d| d.rank() == 0);
-    if let Some(d) = dist.as_mut() {
-        trainer.set_data_parallel(d.hooks()?);
+    match dist.as_mut() {
+        Some(d) => {
+            if cli.zero == 1 && trainer.precision() == vkformers_train::Precision::Fp16 {
+                bail!("--zero 1 does not support fp16's loss scaling (each rank would skip steps on its own)");
+            }
+            trainer.set_data_parallel(d.hooks(cli.zero == 1)?);
+        }
+        None if cli.zero == 1 => {
+            bail!("--zero 1 shards the optimizer over the ranks of an mpirun job: run under mpirun")
+        }
+        None => {}
     }
     if let Some(r) = &args.resume {
         let cp = trainer.resume(r)?;

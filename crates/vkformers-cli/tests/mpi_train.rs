@@ -246,3 +246,45 @@ fn ranks_started_with_other_arguments_refuse_to_train() {
     assert!(!o.status.success(), "{log}");
     assert!(log.contains("rank 1 was started with other arguments than rank 0"), "{log}");
 }
+
+/// `--zero 1` (AdamW state sharded by parameter, the norm clipped on the host in f64) trains
+/// as plain data parallelism to 1e-6.
+#[test]
+fn zero1_equals_plain_data_parallel_within_1e_6() {
+    if !mpi_available() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (zero, plain) = (t.path().join("zero"), t.path().join("plain"));
+    ranks(2, &zero, 1, &["--zero", "1"]);
+    ranks(2, &plain, 1, &[]);
+    let d = max_diff(&zero, &plain);
+    assert!(d <= 1e-6, "--zero 1 vs plain: {d}");
+    for ((l, n), (l2, n2)) in metrics(&zero).into_iter().zip(metrics(&plain)) {
+        assert!((l - l2).abs() <= 1e-6 * l.abs() && (n - n2).abs() <= 1e-6 * n.abs(), "{l} {n} vs {l2} {n2}");
+    }
+}
+
+/// A 2-rank `--zero 1` checkpoint (rank 0 gathers every moment) resumes on 1 rank and on 4
+/// with the same global batch (4 sequences a step) and continues as the straight run.
+#[test]
+fn a_zero1_checkpoint_resumes_on_one_rank_and_on_four() {
+    if !mpi_available() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (straight, saved) = (t.path().join("straight"), t.path().join("saved"));
+    let steps = ["--max-steps", "4", "--zero", "1"];
+    ranks(2, &straight, 2, &steps);
+    ranks(2, &saved, 2, &["--max-steps", "4", "--zero", "1", "--save-every", "2"]);
+    let cp = saved.join("checkpoint-2");
+    let cp = cp.to_str().unwrap();
+    let (one, four) = (t.path().join("one"), t.path().join("four"));
+    let args = train_args(&one, 2, 2, &["--max-steps", "4", "--resume", cp]);
+    ok(Command::new(env!("CARGO_BIN_EXE_vkformers")).env("LP_NUM_THREADS", "1").args(args).output().unwrap());
+    ranks(4, &four, 1, &["--max-steps", "4", "--zero", "1", "--resume", cp]);
+    for other in [&one, &four] {
+        let d = max_diff(&straight, other);
+        assert!(d <= 1e-5, "resumed in {} vs the straight 2-rank run: {d}", other.display());
+    }
+}

@@ -19,8 +19,8 @@ enum Job {
     SumF64(Vec<f64>, Sender<Vec<f64>>),
     /// The sum over ranks, and the seconds the reduction took on this rank.
     SumF32(Vec<f32>, Sender<(Vec<f32>, f64)>),
-    /// Rank 0's values replace everyone's (same length everywhere).
-    BcastF32(Vec<f32>, Sender<Vec<f32>>),
+    /// Rank `.0`'s values replace everyone's (same length everywhere).
+    BcastF32(usize, Vec<f32>, Sender<Vec<f32>>),
     /// Every rank's bytes, rank after rank (same length everywhere).
     Gather(Vec<u8>, Sender<Vec<u8>>),
     Abort(i32),
@@ -85,10 +85,10 @@ impl Comm {
         Ok(rx)
     }
 
-    /// Rank 0's `x` on every rank.
-    pub fn bcast_f32(&self, x: Vec<f32>) -> Result<Vec<f32>, String> {
+    /// Rank `root`'s `x` on every rank.
+    pub fn bcast_f32(&self, root: usize, x: Vec<f32>) -> Result<Vec<f32>, String> {
         let (tx, rx) = channel();
-        self.send(Job::BcastF32(x, tx))?;
+        self.send(Job::BcastF32(root, x, tx))?;
         rx.recv().map_err(|_| lost())
     }
 
@@ -146,9 +146,9 @@ fn serve(world: &SimpleCommunicator, jobs: Receiver<Job>) {
                 }
                 let _ = reply.send((out, t.elapsed().as_secs_f64()));
             }
-            Job::BcastF32(mut x, reply) => {
+            Job::BcastF32(root, mut x, reply) => {
                 for piece in x.chunks_mut(PIECE) {
-                    world.process_at_rank(0).broadcast_into(piece);
+                    world.process_at_rank(root as i32).broadcast_into(piece);
                 }
                 let _ = reply.send(x);
             }

@@ -7,7 +7,7 @@ use std::sync::mpsc::Receiver;
 use std::time::Instant;
 
 use sha2::{Digest, Sha256};
-use vkformers_tensor::optim::Param;
+use vkformers_tensor::optim::{AdamW, Param};
 use vkformers_tensor::{DType, Graph, Tensor};
 use vkformers_train::{DataParallel, Result, TrainError};
 
@@ -37,15 +37,24 @@ pub struct MpiParallel {
     comm: Rc<Comm>,
     bucket_elems: usize,
     stats: CommStats,
+    /// `--zero 1`: the optimizer state is sharded by parameter (`owners[i]` steps parameter i).
+    zero: bool,
+    owners: Vec<usize>,
 }
 
-fn mpi_err(e: String) -> TrainError {
+pub(crate) fn mpi_err(e: String) -> TrainError {
     TrainError::Config(format!("MPI: {e}"))
 }
 
 impl MpiParallel {
     pub fn new(comm: Rc<Comm>) -> Self {
-        MpiParallel { comm, bucket_elems: BUCKET_ELEMS, stats: CommStats::default() }
+        MpiParallel { comm, bucket_elems: BUCKET_ELEMS, stats: CommStats::default(), zero: false, owners: Vec::new() }
+    }
+
+    /// ZeRO stage 1 (`--zero 1`): each rank keeps AdamW's moments of, and steps, only its share
+    /// of the parameters, then sends their new values to the others.
+    pub fn set_zero1(&mut self, on: bool) {
+        self.zero = on;
     }
 
     pub fn comm(&self) -> &Comm {
@@ -87,7 +96,7 @@ impl MpiParallel {
         for p in params {
             check_f32(p, "parameter")?;
             let data = if self.comm.rank == 0 { g.read(p)? } else { vec![0.0; p.numel()] };
-            let data = self.comm.bcast_f32(data).map_err(mpi_err)?;
+            let data = self.comm.bcast_f32(0, data).map_err(mpi_err)?;
             if self.comm.rank != 0 {
                 upload(g, p, &data)?;
             }
@@ -143,40 +152,55 @@ impl DataParallel for MpiParallel {
 
     /// Buckets of ~25 MB, last parameter first (the first gradients backward finishes): while
     /// the communication thread all-reduces one bucket, this thread reads the next off the
-    /// device; the sums are then written back into the gradients.
-    fn reduce_grads(&mut self, g: &Graph<'_>, params: &[Param]) -> Result<()> {
+    /// device; the sums are then written back into the gradients (ZeRO-1: see `keep_shard`).
+    fn reduce_grads(&mut self, g: &Graph<'_>, params: &[Param], max_norm: f32) -> Result<Option<f64>> {
         let start = Instant::now();
         self.injected_failure()?;
         let grads: Vec<Option<Tensor>> = params.iter().map(|p| p.tensor.grad()).collect();
         self.check_same_grads(params, &grads)?;
-        let mut pending: VecDeque<(Vec<Tensor>, Pending)> = VecDeque::new();
-        let (mut bucket, mut members) = (Vec::new(), Vec::new());
-        for t in grads.into_iter().rev().flatten() {
-            check_f32(&t, "gradient")?;
-            bucket.extend(g.read(&t)?);
-            members.push(t);
-            if bucket.len() >= self.bucket_elems {
-                self.stats.bytes += 4 * bucket.len() as u64;
-                let rx = self.comm.sum_f32(std::mem::take(&mut bucket)).map_err(mpi_err)?;
-                pending.push_back((std::mem::take(&mut members), rx));
+        let grads: Vec<(usize, Tensor)> =
+            grads.into_iter().enumerate().rev().filter_map(|(i, t)| t.map(|t| (i, t))).collect();
+        let norm = if self.zero {
+            if self.owners.is_empty() {
+                self.owners = crate::zero::owners(params, self.comm.world);
             }
-        }
-        if !members.is_empty() {
-            self.stats.bytes += 4 * bucket.len() as u64;
-            pending.push_back((members, self.comm.sum_f32(bucket).map_err(mpi_err)?));
-        }
-        for (members, rx) in pending {
-            let (sum, seconds) = rx.recv().map_err(|_| mpi_err("the MPI thread ended during an all-reduce".into()))?;
-            self.stats.allreduce_seconds += seconds;
-            let mut at = 0;
-            for t in members {
-                upload(g, &t, &sum[at..at + t.numel()])?;
-                at += t.numel();
-            }
-        }
+            let mut sums = Vec::new();
+            self.sum_buckets(g, grads, |i, t, sum| {
+                sums.push((i, t.clone(), sum.to_vec()));
+                Ok(())
+            })?;
+            Some(crate::zero::keep_shard(g, params, &self.owners, self.comm.rank, sums, max_norm)?)
+        } else {
+            self.sum_buckets(g, grads, |_, t, sum| upload(g, t, sum))?;
+            None
+        };
         self.stats.steps += 1;
         self.stats.reduce_seconds += start.elapsed().as_secs_f64();
+        Ok(norm)
+    }
+
+    fn shards_optimizer(&self) -> bool {
+        self.zero
+    }
+
+    fn after_step(&mut self, g: &Graph<'_>, params: &[Param]) -> Result<()> {
+        if !self.zero {
+            return Ok(());
+        }
+        let start = Instant::now();
+        crate::zero::gather_params(g, &self.comm, params, &self.owners)?;
+        self.stats.reduce_seconds += start.elapsed().as_secs_f64();
         Ok(())
+    }
+
+    fn before_save(&mut self, g: &Graph<'_>, params: &[Param], opt: &mut AdamW) -> Result<()> {
+        if !self.zero {
+            return Ok(());
+        }
+        if self.owners.is_empty() {
+            self.owners = crate::zero::owners(params, self.comm.world);
+        }
+        crate::zero::gather_moments(g, &self.comm, params, &self.owners, opt)
     }
 
     fn report(&self) -> Option<String> {
@@ -194,6 +218,42 @@ impl DataParallel for MpiParallel {
 }
 
 impl MpiParallel {
+    /// Sums `grads` (parameter index, gradient) over the ranks in buckets, in the order
+    /// given, handing each sum to `each` as its bucket comes back.
+    fn sum_buckets(
+        &mut self,
+        g: &Graph<'_>,
+        grads: Vec<(usize, Tensor)>,
+        mut each: impl FnMut(usize, &Tensor, &[f32]) -> Result<()>,
+    ) -> Result<()> {
+        let mut pending: VecDeque<(Vec<(usize, Tensor)>, Pending)> = VecDeque::new();
+        let (mut bucket, mut members) = (Vec::new(), Vec::new());
+        for (i, t) in grads {
+            check_f32(&t, "gradient")?;
+            bucket.extend(g.read(&t)?);
+            members.push((i, t));
+            if bucket.len() >= self.bucket_elems {
+                self.stats.bytes += 4 * bucket.len() as u64;
+                let rx = self.comm.sum_f32(std::mem::take(&mut bucket)).map_err(mpi_err)?;
+                pending.push_back((std::mem::take(&mut members), rx));
+            }
+        }
+        if !members.is_empty() {
+            self.stats.bytes += 4 * bucket.len() as u64;
+            pending.push_back((members, self.comm.sum_f32(bucket).map_err(mpi_err)?));
+        }
+        for (members, rx) in pending {
+            let (sum, seconds) = rx.recv().map_err(|_| mpi_err("the MPI thread ended during an all-reduce".into()))?;
+            self.stats.allreduce_seconds += seconds;
+            let mut at = 0;
+            for (i, t) in members {
+                each(i, &t, &sum[at..at + t.numel()])?;
+                at += t.numel();
+            }
+        }
+        Ok(())
+    }
+
     /// Tests: `VKFORMERS_DIST_FAIL=RANK:STEP` makes rank RANK fail at optimizer step STEP (as a
     /// device or data error would), to check that the other ranks do not wait for it forever.
     fn injected_failure(&self) -> Result<()> {
@@ -206,7 +266,7 @@ impl MpiParallel {
     }
 }
 
-fn check_f32(t: &Tensor, what: &str) -> Result<()> {
+pub(crate) fn check_f32(t: &Tensor, what: &str) -> Result<()> {
     match t.dtype() {
         DType::F32 => Ok(()),
         d => Err(mpi_err(format!("a {what} {:?} is stored as {d:?}: only f32 is communicated", t.shape()))),
@@ -214,7 +274,7 @@ fn check_f32(t: &Tensor, what: &str) -> Result<()> {
 }
 
 /// Overwrites `t`'s storage with `data` (the device is idle: the caller read from it last).
-fn upload(g: &Graph<'_>, t: &Tensor, data: &[f32]) -> Result<()> {
+pub(crate) fn upload(g: &Graph<'_>, t: &Tensor, data: &[f32]) -> Result<()> {
     let v = t.view();
     g.ctx().upload(v.buffer, v.offset, bytemuck::cast_slice(data))?;
     Ok(())

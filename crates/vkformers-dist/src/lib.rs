@@ -6,10 +6,12 @@
 //! micro-batch is divided by the target count of the whole step over all ranks; after the
 //! last micro-batch the gradients are summed over ranks (`MpiParallel::reduce_grads`, ~25 MB
 //! buckets, last layer first, on a communication thread) and every rank takes the same AdamW
-//! step. MPI runs on its own thread (`comm`), the only one that calls it.
+//! step. MPI runs on its own thread (`comm`), the only one that calls it. `--zero 1` shards
+//! the optimizer state by parameter (`zero`).
 
 pub mod comm;
 pub mod engine;
+pub mod zero;
 
 pub use comm::Comm;
 pub use engine::{CommStats, MpiParallel, BUCKET_ELEMS};

@@ -7,7 +7,7 @@
 //! the global token mean: `Σ_r Σ_i n_ri L_ri / N`. The sum is taken once per optimizer step,
 //! after the last micro-batch, before clipping (the norm is that of the reduced gradient).
 
-use vkformers_tensor::optim::Param;
+use vkformers_tensor::optim::{AdamW, Param};
 use vkformers_tensor::Graph;
 
 use crate::error::Result;
@@ -32,7 +32,28 @@ pub trait DataParallel {
     }
 
     /// Replaces the gradient of each parameter by its sum over ranks (same bits everywhere).
-    fn reduce_grads(&mut self, _g: &Graph<'_>, _params: &[Param]) -> Result<()> {
+    /// A sharded optimizer (`shards_optimizer`) instead clips the sums itself to `max_norm`
+    /// (0: no clipping), keeps only the gradients of the parameters this rank steps, and
+    /// returns the global norm.
+    fn reduce_grads(&mut self, _g: &Graph<'_>, _params: &[Param], _max_norm: f32) -> Result<Option<f64>> {
+        Ok(None)
+    }
+
+    /// ZeRO-1: each rank steps (and keeps AdamW's moments of) only its share of the
+    /// parameters; the trainer's optimizer then leaves clipping to `reduce_grads`.
+    fn shards_optimizer(&self) -> bool {
+        false
+    }
+
+    /// After the optimizer step: a sharded optimizer gives every rank the new values of the
+    /// parameters the other ranks stepped.
+    fn after_step(&mut self, _g: &Graph<'_>, _params: &[Param]) -> Result<()> {
+        Ok(())
+    }
+
+    /// Before a checkpoint (called on every rank): a sharded optimizer gathers every moment
+    /// into `opt`, so that rank 0 writes the whole optimizer state.
+    fn before_save(&mut self, _g: &Graph<'_>, _params: &[Param], _opt: &mut AdamW) -> Result<()> {
         Ok(())
     }
 

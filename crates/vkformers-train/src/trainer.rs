@@ -173,6 +173,10 @@ impl<'g, 'c> Trainer<'g, 'c> {
     /// target counts, losses and gradients are summed over the ranks (see `dist`).
     pub fn set_data_parallel(&mut self, dp: Box<dyn DataParallel>) {
         self.loader.shard(dp.rank(), dp.world());
+        if dp.shards_optimizer() {
+            // The norm is over every rank's share: `reduce_grads` clips.
+            self.opt.max_grad_norm = 0.0;
+        }
         self.dp = dp;
     }
 
@@ -265,13 +269,14 @@ impl<'g, 'c> Trainer<'g, 'c> {
             }
         }
         // One reduction per optimizer step, none on the accumulation micro-steps.
-        self.dp.reduce_grads(self.g, &self.opt_params)?;
+        let host_norm = self.dp.reduce_grads(self.g, &self.opt_params, self.opts.optim.max_grad_norm)?;
         self.opt.hp.lr = lr;
         self.opt.loss_scale = match self.scaler {
             Some(s) => vkformers_kernels::optim::LossScale { scale: s.scale, skip_nonfinite: true },
             None => vkformers_kernels::optim::LossScale::NONE,
         };
         self.opt.step(self.g, &self.opt_params)?;
+        self.dp.after_step(self.g, &self.opt_params)?;
         self.report_memory("after step", None);
         let mut loss = 0.0;
         for l in &losses {
@@ -282,9 +287,10 @@ impl<'g, 'c> Trainer<'g, 'c> {
             *aux_loss.get_or_insert(0.0) += f64::from(self.g.read(a)?[0]) / f64::from(loss_scale);
         }
         let (loss, aux_loss) = self.sum_losses(loss, aux_loss)?;
-        let grad_norm = match self.opt.last_grad_norm() {
-            Some(n) => Some(f64::from(self.g.read(n)?[0])),
-            None => None,
+        let grad_norm = match (host_norm, self.opt.last_grad_norm()) {
+            (Some(n), _) => Some(n),
+            (None, Some(n)) => Some(f64::from(self.g.read(n)?[0])),
+            (None, None) => None,
         };
         let norm_bad = grad_norm.is_some_and(|n| !n.is_finite());
         if self.scaler.is_none() && (!loss.is_finite() || norm_bad) {
@@ -357,6 +363,9 @@ impl<'g, 'c> Trainer<'g, 'c> {
             let stats = self.step(model)?;
             observer.on_step(&stats)?;
             let due = self.opts.save_every > 0 && self.step.is_multiple_of(self.opts.save_every);
+            if due {
+                self.dp.before_save(self.g, &self.opt_params, &mut self.opt)?;
+            }
             if due && self.dp.writes_checkpoints() {
                 let dir = self.save_checkpoint(observer)?;
                 observer.on_checkpoint(&dir)?;
