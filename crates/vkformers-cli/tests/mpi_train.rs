@@ -210,6 +210,8 @@ fn a_killed_rank_ends_the_job_within_30_s() {
     let log = reader.join().unwrap().join("\n");
     let status = status.unwrap_or_else(|| panic!("still running 30 s after rank 1 was killed:\n{log}"));
     assert!(!status.success(), "{log}");
+    // The launcher names the rank that died and how.
+    assert!(log.contains("rank 1") && log.contains("signal 9"), "{log}");
     eprintln!("the job ended {:.1} s after rank 1 was killed", killed.elapsed().as_secs_f64());
 }
 
