@@ -221,7 +221,15 @@ struct Loaded {
 
 /// The model of `--model` (resolved to `model_dir` by the caller), else one drawn from
 /// `--init-from-config`.
-fn load_model(g: &Graph<'_>, model_dir: Option<&Path>, src: &SourceArgs, args: &TrainArgs) -> anyhow::Result<Loaded> {
+/// `dist`: under mpirun, rank 0 alone trains a `--train-tokenizer` into OUT, which the other
+/// ranks then read (so every rank tokenizes the data with the same vocabulary).
+fn load_model(
+    g: &Graph<'_>,
+    model_dir: Option<&Path>,
+    src: &SourceArgs,
+    args: &TrainArgs,
+    dist: Option<&Dist>,
+) -> anyhow::Result<Loaded> {
     if let Some(dir) = model_dir {
         let dir = dir.to_path_buf();
         crate::outdir::check_complete(&dir)?;
@@ -242,9 +250,14 @@ fn load_model(g: &Graph<'_>, model_dir: Option<&Path>, src: &SourceArgs, args: &
         (Some(t), _) => Some(t.clone()),
         (None, Some(vocab)) => {
             let dir = args.out.join("tokenizer");
-            let files = data_files(&args.data, &args.hub_data.query())?;
-            eprintln!("training a BPE tokenizer of {vocab} tokens on {} file(s)", files.len());
-            train_tokenizer_on_text(&files, vocab, &dir)?;
+            if dist.is_none_or(|d| d.rank() == 0) {
+                let files = data_files(&args.data, &args.hub_data.query())?;
+                eprintln!("training a BPE tokenizer of {vocab} tokens on {} file(s)", files.len());
+                train_tokenizer_on_text(&files, vocab, &dir)?;
+            }
+            if let Some(d) = dist {
+                d.barrier()?;
+            }
             Some(dir)
         }
         (None, None) => None,
@@ -415,7 +428,7 @@ fn train(
     };
     let ctx = Context::new(&selector)?;
     let g = Graph::new(&ctx);
-    let loaded = load_model(&g, model_dir, &cli.source, args)?;
+    let loaded = load_model(&g, model_dir, &cli.source, args, dist.as_deref())?;
     let model = &loaded.model;
     let params = full_model_params(model);
     if let Some(d) = &dist {

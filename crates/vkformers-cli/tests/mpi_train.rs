@@ -290,3 +290,37 @@ fn a_zero1_checkpoint_resumes_on_one_rank_and_on_four() {
         assert!(d <= 1e-5, "resumed in {} vs the straight 2-rank run: {d}", other.display());
     }
 }
+
+/// Pre-training from a config with a tokenizer trained on the data (rank 0 trains it, the
+/// others read it) and tied embeddings: 2 ranks give 1 rank's 2 micro-batches to 1e-5 (tied
+/// embeddings sum their two gradient contributions in another order), the same losses.
+#[test]
+fn pretraining_with_a_trained_tokenizer_on_two_ranks() {
+    if !mpi_available() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (config, corpus) = (repo().join("demo/config.json"), repo().join("demo/corpus.jsonl"));
+    let args = |out: &Path, accum: &str| -> Vec<String> {
+        let a = ["train", "--init-from-config", config.to_str().unwrap(), "--train-tokenizer", "512", "--data"];
+        let b = [corpus.to_str().unwrap(), "--out", out.to_str().unwrap(), "--seq-len", "32", "--max-steps", "2"];
+        let c = ["--batch-size", "2", "--grad-accum", accum, "--lr", "1e-2", "--weight-decay", "0.1", "--seed", "0"];
+        a.iter().chain(&b).chain(&c).map(|s| s.to_string()).collect()
+    };
+    let (two, one) = (t.path().join("two"), t.path().join("one"));
+    let log = ok(mpirun(2, &[]).args(args(&two, "1")).output().unwrap());
+    assert_eq!(log.matches("training a BPE tokenizer").count(), 1, "rank 0 alone trains it:\n{log}");
+    ok(Command::new(env!("CARGO_BIN_EXE_vkformers"))
+        .env("LP_NUM_THREADS", "1")
+        .args(args(&one, "2"))
+        .output()
+        .unwrap());
+    let tok = |d: &Path| std::fs::read(d.join("tokenizer/tokenizer.json")).unwrap();
+    assert_eq!(tok(&two), tok(&one), "the same tokenizer");
+    let d = max_diff(&two, &one);
+    assert!(d <= 1e-5, "2 ranks vs 1 rank x 2 micro-batches: {d}");
+    let (a, b) = (metrics(&two), metrics(&one));
+    for ((l, n), (l2, n2)) in a.into_iter().zip(b) {
+        assert!((l - l2).abs() <= 1e-5 * l.abs() && (n - n2).abs() <= 1e-5 * n.abs(), "{l} {n} vs {l2} {n2}");
+    }
+}
