@@ -19,12 +19,17 @@ enum Job {
     SumF64(Vec<f64>, Sender<Vec<f64>>),
     /// The sum over ranks, and the seconds the reduction took on this rank.
     SumF32(Vec<f32>, Sender<(Vec<f32>, f64)>),
+    /// The sum over ranks, at rank `.0` only (`None` elsewhere), and the seconds it took.
+    ReduceTo(usize, Vec<f32>, Sender<RootSum>),
     /// Rank `.0`'s values replace everyone's (same length everywhere).
     BcastF32(usize, Vec<f32>, Sender<Vec<f32>>),
     /// Every rank's bytes, rank after rank (same length everywhere).
     Gather(Vec<u8>, Sender<Vec<u8>>),
     Abort(i32),
 }
+
+/// A reduce's result: the sum at its root (`None` elsewhere) and the seconds it took.
+pub type RootSum = (Option<Vec<f32>>, f64);
 
 /// Where this process stands in the job, and the handle to its communication thread.
 pub struct Comm {
@@ -82,6 +87,13 @@ impl Comm {
     pub fn sum_f32(&self, x: Vec<f32>) -> Result<Receiver<(Vec<f32>, f64)>, String> {
         let (tx, rx) = channel();
         self.send(Job::SumF32(x, tx))?;
+        Ok(rx)
+    }
+
+    /// Starts Σ over ranks of `x` into rank `root` (ZeRO-1's reduce to a parameter's owner).
+    pub fn reduce_to(&self, root: usize, x: Vec<f32>) -> Result<Receiver<RootSum>, String> {
+        let (tx, rx) = channel();
+        self.send(Job::ReduceTo(root, x, tx))?;
         Ok(rx)
     }
 
@@ -144,6 +156,21 @@ fn serve(world: &SimpleCommunicator, jobs: Receiver<Job>) {
                 for (a, b) in x.chunks(PIECE).zip(out.chunks_mut(PIECE)) {
                     world.all_reduce_into(a, b, sum());
                 }
+                let _ = reply.send((out, t.elapsed().as_secs_f64()));
+            }
+            Job::ReduceTo(root, x, reply) => {
+                let t = Instant::now();
+                let at = world.process_at_rank(root as i32);
+                let out = if world.rank() as usize == root {
+                    let mut out = vec![0.0f32; x.len()];
+                    for (a, b) in x.chunks(PIECE).zip(out.chunks_mut(PIECE)) {
+                        at.reduce_into_root(a, b, sum());
+                    }
+                    Some(out)
+                } else {
+                    x.chunks(PIECE).for_each(|a| at.reduce_into(a, sum()));
+                    None
+                };
                 let _ = reply.send((out, t.elapsed().as_secs_f64()));
             }
             Job::BcastF32(root, mut x, reply) => {

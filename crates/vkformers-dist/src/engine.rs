@@ -164,12 +164,11 @@ impl DataParallel for MpiParallel {
             if self.owners.is_empty() {
                 self.owners = crate::zero::owners(params, self.comm.world);
             }
-            let mut sums = Vec::new();
-            self.sum_buckets(g, grads, |i, t, sum| {
-                sums.push((i, t.clone(), sum.to_vec()));
-                Ok(())
-            })?;
-            Some(crate::zero::keep_shard(g, params, &self.owners, self.comm.rank, sums, max_norm)?)
+            let owned = self.reduce_to_owners(g, params, grads)?;
+            let squares: f64 = owned.iter().flat_map(|(_, s)| s.iter()).map(|&x| f64::from(x) * f64::from(x)).sum();
+            let norm = self.comm.sum_f64(vec![squares]).map_err(mpi_err)?[0].sqrt();
+            crate::zero::clip_owned(g, owned, norm, max_norm)?;
+            Some(norm)
         } else {
             self.sum_buckets(g, grads, |_, t, sum| upload(g, t, sum))?;
             None
@@ -207,7 +206,7 @@ impl DataParallel for MpiParallel {
         let s = self.stats;
         let per = |x: f64| 1e3 * x / s.steps.max(1) as f64;
         Some(format!(
-            "communication over {} ranks: {:.1} ms/step in the gradient reduction ({:.1} ms/step in all-reduces \
+            "communication over {} ranks: {:.1} ms/step in the gradient reduction ({:.1} ms/step in the reductions \
              on the MPI thread), {:.1} MB per step",
             self.comm.world,
             per(s.reduce_seconds),
@@ -252,6 +251,53 @@ impl MpiParallel {
             }
         }
         Ok(())
+    }
+
+    /// ZeRO-1's reduce-scatter by parameter: each gradient summed into its owner only, in
+    /// buckets per owner (last parameter first, several in flight). Returns this rank's
+    /// summed gradients; the others' are dropped here, so AdamW steps only the owned ones.
+    fn reduce_to_owners(
+        &mut self,
+        g: &Graph<'_>,
+        params: &[Param],
+        grads: Vec<(usize, Tensor)>,
+    ) -> Result<Vec<(Tensor, Vec<f32>)>> {
+        type Open = (Vec<f32>, Vec<Tensor>);
+        let world = self.comm.world;
+        let mut open: Vec<Open> = (0..world).map(|_| (Vec::new(), Vec::new())).collect();
+        let mut pending = VecDeque::new();
+        for (i, t) in grads {
+            check_f32(&t, "gradient")?;
+            let root = self.owners[i];
+            open[root].0.extend(g.read(&t)?);
+            if root != self.comm.rank {
+                params[i].tensor.zero_grad();
+            }
+            open[root].1.push(t);
+            if open[root].0.len() >= self.bucket_elems {
+                let (data, members) = std::mem::take(&mut open[root]);
+                self.stats.bytes += 4 * data.len() as u64;
+                pending.push_back((members, self.comm.reduce_to(root, data).map_err(mpi_err)?));
+            }
+        }
+        for (root, (data, members)) in open.into_iter().enumerate() {
+            if !members.is_empty() {
+                self.stats.bytes += 4 * data.len() as u64;
+                pending.push_back((members, self.comm.reduce_to(root, data).map_err(mpi_err)?));
+            }
+        }
+        let mut owned = Vec::new();
+        for (members, rx) in pending {
+            let (sum, seconds) = rx.recv().map_err(|_| mpi_err("the MPI thread ended during a reduce".into()))?;
+            self.stats.allreduce_seconds += seconds;
+            let Some(sum) = sum else { continue };
+            let mut at = 0;
+            for t in members {
+                owned.push((t.clone(), sum[at..at + t.numel()].to_vec()));
+                at += t.numel();
+            }
+        }
+        Ok(owned)
     }
 
     /// Tests: `VKFORMERS_DIST_FAIL=RANK:STEP` makes rank RANK fail at optimizer step STEP (as a

@@ -1,8 +1,9 @@
 //! ZeRO stage 1 (`--zero 1`) by parameter, as torch's `ZeroRedundancyOptimizer` partitions:
-//! each parameter is owned by one rank (largest first, to the least loaded rank), which alone
-//! keeps its AdamW moments and steps it; the owners then broadcast the new values. The
-//! gradients are still all-reduced whole (each rank needs the global norm to clip), so this
-//! saves optimizer memory (2 · 4 bytes per parameter spread over the ranks), not traffic.
+//! each parameter is owned by one rank (largest first, to the least loaded rank). Its
+//! gradient is summed into the owner only (MPI_Reduce in buckets per owner: the reduce-scatter
+//! by parameter), the global norm comes from one all-reduce of the ranks' sums of squares, the
+//! owner alone keeps its AdamW moments and steps it, then broadcasts the new values (the
+//! all-gather). Saves the moments' memory (8 bytes per parameter, spread over the ranks).
 
 use vkformers_tensor::optim::{AdamW, Param};
 use vkformers_tensor::{Graph, Tensor};
@@ -24,33 +25,18 @@ pub fn owners(params: &[Param], world: usize) -> Vec<usize> {
     owner
 }
 
-/// After the all-reduce, `sums` holds every summed gradient (parameter index, gradient,
-/// sum). Clips as `clip_grad_norm_` over all of them (‖g‖ in f64, coefficient
-/// `min(1, max_norm / (‖g‖ + 1e-6))`, no clipping when `max_norm` is 0), writes back the
-/// gradients this rank owns and drops the others (so AdamW steps only the owned ones), and
-/// returns ‖g‖.
-pub fn keep_shard(
-    g: &Graph<'_>,
-    params: &[Param],
-    owners: &[usize],
-    rank: usize,
-    sums: Vec<(usize, Tensor, Vec<f32>)>,
-    max_norm: f32,
-) -> Result<f64> {
-    let squares: f64 = sums.iter().flat_map(|(_, _, s)| s.iter()).map(|&x| f64::from(x) * f64::from(x)).sum();
-    let norm = squares.sqrt();
+/// Clips this rank's summed gradients `owned` as `clip_grad_norm_` does (`norm`: ‖g‖ over
+/// every rank's, in f64; coefficient `min(1, max_norm / (‖g‖ + 1e-6))`, none when `max_norm`
+/// is 0) and writes them back into the gradients.
+pub fn clip_owned(g: &Graph<'_>, owned: Vec<(Tensor, Vec<f32>)>, norm: f64, max_norm: f32) -> Result<()> {
     let coef = if max_norm > 0.0 { (f64::from(max_norm) / (norm + 1e-6)).min(1.0) as f32 } else { 1.0 };
-    for (i, t, mut s) in sums {
-        if owners[i] != rank {
-            params[i].tensor.zero_grad();
-            continue;
-        }
+    for (t, mut s) in owned {
         if coef != 1.0 {
             s.iter_mut().for_each(|x| *x *= coef);
         }
         upload(g, &t, &s)?;
     }
-    Ok(norm)
+    Ok(())
 }
 
 /// Every rank gets the new values of every parameter: one broadcast per owner of its
