@@ -5,6 +5,22 @@
 #[cfg(feature = "mpi")]
 pub use imp::Dist;
 
+/// Under a launcher with several ranks only `train` knows its rank: any other command would
+/// run N times over the same files (N fine-tunes writing one output folder).
+pub fn only_train_runs_on_ranks(is_train: bool) -> anyhow::Result<()> {
+    let ranks = ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok())
+        .and_then(|n| n.parse::<usize>().ok())
+        .unwrap_or(1);
+    if ranks > 1 && !is_train {
+        anyhow::bail!(
+            "only `vkformers train` runs data parallel under mpirun ({ranks} ranks here): run this command alone"
+        );
+    }
+    Ok(())
+}
+
 /// Without MPI there is never a distributed run.
 #[cfg(not(feature = "mpi"))]
 pub enum Dist {}

@@ -324,3 +324,19 @@ fn pretraining_with_a_trained_tokenizer_on_two_ranks() {
         assert!((l - l2).abs() <= 1e-5 * l.abs() && (n - n2).abs() <= 1e-5 * n.abs(), "{l} {n} vs {l2} {n2}");
     }
 }
+
+/// Commands other than `train` do not know their rank: under several ranks they refuse.
+#[test]
+fn other_commands_refuse_to_run_on_several_ranks() {
+    if !mpi_available() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let model = repo().join("tests/fixtures/llama");
+    let data = repo().join("tests/fixtures_train/rows.jsonl");
+    let (m, d, o) = (model.to_str().unwrap(), data.to_str().unwrap(), t.path().to_str().unwrap());
+    let out = mpirun(2, &[]).args(["finetune", "--model", m, "--data", d, "--out", o]).output().unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{log}");
+    assert!(log.contains("only `vkformers train` runs data parallel under mpirun (2 ranks here)"), "{log}");
+}
