@@ -10,6 +10,7 @@ mod classify;
 mod classify_tokens;
 mod data_args;
 mod devices;
+mod dist;
 mod doctor;
 mod embed;
 mod encoder_task;
@@ -110,6 +111,10 @@ enum BenchCommand {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    if let Err(e) = dist::only_train_runs_on_ranks(matches!(cli.command, Command::Train(_))) {
+        eprintln!("error: {e:#}");
+        return std::process::ExitCode::FAILURE;
+    }
     let result = match cli.command {
         Command::Devices { json } => devices::run(json),
         Command::Doctor { json } => doctor::run(&cli.device, json),

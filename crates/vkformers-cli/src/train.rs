@@ -17,6 +17,8 @@ use vkformers_train::{
 };
 use vkformers_vk::{Context, DeviceSelector};
 
+use crate::dist::Dist;
+
 /// AdamW's peak learning rate when `--lr` is not given (the HF Trainer's).
 const DEFAULT_LR: f64 = 5e-5;
 
@@ -30,6 +32,10 @@ pub struct Args {
     /// Print a JSON summary (steps, final loss, tokens, tokens/s, device memory peak).
     #[arg(long)]
     json: bool,
+    /// Under mpirun: 1 shards AdamW's state over the ranks (ZeRO stage 1, by parameter); 0 keeps
+    /// a full copy on every rank.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=1))]
+    zero: u8,
 }
 
 /// Where `train`'s model comes from (`finetune` takes only `--model`, so these stay out of its
@@ -215,7 +221,15 @@ struct Loaded {
 
 /// The model of `--model` (resolved to `model_dir` by the caller), else one drawn from
 /// `--init-from-config`.
-fn load_model(g: &Graph<'_>, model_dir: Option<&Path>, src: &SourceArgs, args: &TrainArgs) -> anyhow::Result<Loaded> {
+/// `dist`: under mpirun, rank 0 alone trains a `--train-tokenizer` into OUT, which the other
+/// ranks then read (so every rank tokenizes the data with the same vocabulary).
+fn load_model(
+    g: &Graph<'_>,
+    model_dir: Option<&Path>,
+    src: &SourceArgs,
+    args: &TrainArgs,
+    dist: Option<&Dist>,
+) -> anyhow::Result<Loaded> {
     if let Some(dir) = model_dir {
         let dir = dir.to_path_buf();
         crate::outdir::check_complete(&dir)?;
@@ -236,9 +250,14 @@ fn load_model(g: &Graph<'_>, model_dir: Option<&Path>, src: &SourceArgs, args: &
         (Some(t), _) => Some(t.clone()),
         (None, Some(vocab)) => {
             let dir = args.out.join("tokenizer");
-            let files = data_files(&args.data, &args.hub_data.query())?;
-            eprintln!("training a BPE tokenizer of {vocab} tokens on {} file(s)", files.len());
-            train_tokenizer_on_text(&files, vocab, &dir)?;
+            if dist.is_none_or(|d| d.rank() == 0) {
+                let files = data_files(&args.data, &args.hub_data.query())?;
+                eprintln!("training a BPE tokenizer of {vocab} tokens on {} file(s)", files.len());
+                train_tokenizer_on_text(&files, vocab, &dir)?;
+            }
+            if let Some(d) = dist {
+                d.barrier()?;
+            }
             Some(dir)
         }
         (None, None) => None,
@@ -378,10 +397,26 @@ fn default_seq_len(model: &Model) -> usize {
 }
 
 pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
+    // Under mpirun (feature `mpi`): one rank of a data-parallel run; an error on any rank
+    // ends them all (`Dist::fail`).
+    let mut dist = crate::dist::Dist::start()?;
+    let result = run_rank(selector, args, dist.as_mut());
+    match (&dist, result) {
+        (Some(d), Err(e)) => d.fail(&e),
+        (_, result) => result,
+    }
+}
+
+fn run_rank(selector: &DeviceSelector, args: &Args, dist: Option<&mut Dist>) -> anyhow::Result<ExitCode> {
     let model_dir = args.source.model.as_deref().map(vkformers_hub::resolve_model).transpose()?;
     let out = crate::outdir::OutDir::check(&args.opts.out, model_dir.as_deref(), args.opts.overwrite_output_dir)?;
-    let result = train(selector, args, model_dir.as_deref(), &out);
-    if result.is_err() {
+    // Rank 0 alone writes the output folder, once every rank has checked it as it was.
+    let lead = dist.as_ref().is_none_or(|d| d.rank() == 0);
+    if let Some(d) = &dist {
+        d.barrier()?;
+    }
+    let result = train(selector, args, model_dir.as_deref(), &out, dist);
+    if result.is_err() && lead {
         out.clean_after_failure();
     }
     result
@@ -392,21 +427,48 @@ fn train(
     cli: &Args,
     model_dir: Option<&Path>,
     out: &crate::outdir::OutDir,
+    mut dist: Option<&mut Dist>,
 ) -> anyhow::Result<ExitCode> {
     let args = &*cli.opts;
-    let ctx = Context::new(selector)?;
+    let selector = match &dist {
+        Some(d) => d.device(selector)?,
+        None => selector.clone(),
+    };
+    let ctx = Context::new(&selector)?;
     let g = Graph::new(&ctx);
-    let loaded = load_model(&g, model_dir, &cli.source, args)?;
+    let loaded = load_model(&g, model_dir, &cli.source, args, dist.as_deref())?;
     let model = &loaded.model;
     let params = full_model_params(model);
+    if let Some(d) = &dist {
+        d.same_start(&g, &params)?;
+    }
     let n_params = params.iter().map(|p| p.tensor.numel()).sum::<usize>();
     let (mut trainer, max_steps, plan) = build_trainer(&g, args, model, loaded.tokenizer.as_ref(), params)?;
-    eprintln!("training {} ({n_params} parameters) on {}: {plan}", model.spec.model_type, ctx.caps().name);
-    out.create()?;
+    let lead = dist.as_ref().is_none_or(|d| d.rank() == 0);
+    match dist.as_mut() {
+        Some(d) => {
+            if cli.zero == 1 && trainer.precision() == vkformers_train::Precision::Fp16 {
+                bail!("--zero 1 does not support fp16's loss scaling (each rank would skip steps on its own)");
+            }
+            trainer.set_data_parallel(d.hooks(cli.zero == 1)?);
+        }
+        None if cli.zero == 1 => {
+            bail!("--zero 1 shards the optimizer over the ranks of an mpirun job: run under mpirun")
+        }
+        None => {}
+    }
     if let Some(r) = &args.resume {
         let cp = trainer.resume(r)?;
-        eprintln!("resumed from {} at step {}", cp.display(), trainer.steps_done());
+        if lead {
+            eprintln!("resumed from {} at step {}", cp.display(), trainer.steps_done());
+        }
     }
+    if !lead {
+        trainer.run(model, &mut vkformers_train::Silent)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    eprintln!("training {} ({n_params} parameters) on {}: {plan}", model.spec.model_type, ctx.caps().name);
+    out.create()?;
     let metrics = MetricsLog::open(&args.out.join("metrics.jsonl"), trainer.steps_done())?;
     let mut progress = Progress::new(&g, &loaded, metrics, trainer.steps_done(), max_steps);
     let first = trainer.steps_done();
@@ -415,6 +477,9 @@ fn train(
     progress.finish();
     args.profile.report(&g, trainer.steps_done() - first, "step")?;
     print_summary(trainer.log());
+    if let Some(line) = trainer.data_parallel().report() {
+        eprintln!("{line}");
+    }
     out.publish(|dir| save_model_folder(&g, &loaded, dir))?;
     let peak = ctx.device_memory().peak;
     if cli.json {

@@ -190,6 +190,9 @@ pub struct Loader {
     pos: DataPosition,
     order: Vec<usize>,
     mlm: Option<MlmMasking>,
+    /// Data parallelism: this rank's place among `world` (0 of 1 alone).
+    rank: usize,
+    world: usize,
 }
 
 impl Loader {
@@ -201,7 +204,8 @@ impl Loader {
             return Err(TrainError::Config("--batch-size must be at least 1".into()));
         }
         let order = epoch_order(seqs.len(), seed, 0, shuffle);
-        Ok(Loader { seqs, batch_size, shuffle, seed, pad_id, pos: DataPosition::default(), order, mlm: None })
+        let pos = DataPosition::default();
+        Ok(Loader { seqs, batch_size, shuffle, seed, pad_id, pos, order, mlm: None, rank: 0, world: 1 })
     }
 
     /// Sequences per epoch.
@@ -213,9 +217,18 @@ impl Loader {
         self.seqs.is_empty()
     }
 
-    /// Batches per epoch (the last one may be smaller).
+    /// Batches per epoch (the last one may be smaller); with several ranks, windows of one
+    /// batch per rank.
     pub fn batches_per_epoch(&self) -> usize {
-        self.seqs.len().div_ceil(self.batch_size)
+        self.seqs.len().div_ceil(self.batch_size * self.world)
+    }
+
+    /// Makes this loader rank `rank` of `world`: each draw consumes a window of `world`
+    /// batches of the global order and returns the `rank`-th (the HF Trainer's sharding of one
+    /// shuffled order). The position stays global, so a checkpoint resumes on any world size.
+    pub fn shard(&mut self, rank: usize, world: usize) {
+        assert!(rank < world, "rank {rank} of {world}");
+        (self.rank, self.world) = (rank, world);
     }
 
     pub fn position(&self) -> DataPosition {
@@ -248,9 +261,17 @@ impl Loader {
             self.pos = DataPosition { epoch: self.pos.epoch + 1, index: 0 };
             self.order = epoch_order(self.seqs.len(), self.seed, self.pos.epoch, self.shuffle);
         }
-        let (start, end) = (self.pos.index, (self.pos.index + self.batch_size).min(self.seqs.len()));
+        let n = self.seqs.len();
+        let window_end = (self.pos.index + self.batch_size * self.world).min(n);
+        let mut start = (self.pos.index + self.batch_size * self.rank).min(window_end);
+        let mut end = (start + self.batch_size).min(window_end);
+        if start == end {
+            // The epoch's last window is short of this rank's batch: as accelerate's
+            // `even_batches`, it takes the epoch's first rows again rather than none.
+            (start, end) = (0, self.batch_size.min(n));
+        }
         let rows: Vec<&Example> = self.order[start..end].iter().map(|&i| &self.seqs[i]).collect();
-        self.pos.index = end;
+        self.pos.index = window_end;
         match &self.mlm {
             // Each draw is a pure function of (seed, epoch, place in the epoch): a resumed run
             // masks exactly as the straight run did.
@@ -356,5 +377,30 @@ mod tests {
         let mut s = e1.clone();
         s.sort();
         assert_eq!(s, (0..7).collect::<Vec<i32>>());
+    }
+
+    #[test]
+    fn ranks_split_each_global_window_in_order() {
+        // 7 sequences, 2 ranks of batch 2: windows of 4 rows; the last window (3 rows) gives
+        // rank 0 two rows and rank 1 one; a third rank would get the epoch's first rows again.
+        let seqs: Vec<Example> = (0..7u32).map(|i| ex(&[i, i], &[i as i32, i as i32])).collect();
+        let mut one = Loader::new(seqs.clone(), 4, true, 5, 0).unwrap();
+        let mut ranks: Vec<Loader> = (0..2).map(|_| Loader::new(seqs.clone(), 2, true, 5, 0).unwrap()).collect();
+        for (r, l) in ranks.iter_mut().enumerate() {
+            l.shard(r, 2);
+            assert_eq!(l.batches_per_epoch(), 2);
+        }
+        for _ in 0..4 {
+            let whole = one.next_batch();
+            let parts: Vec<TokenBatch> = ranks.iter_mut().map(Loader::next_batch).collect();
+            let joined: Vec<i32> = parts.iter().flat_map(|b| b.ids.iter().copied()).collect();
+            assert_eq!(joined, whole.ids);
+            assert!(ranks.iter().all(|l| l.position() == one.position()), "the position is global");
+        }
+        let mut third = Loader::new(seqs.clone(), 2, true, 5, 0).unwrap();
+        third.shard(2, 3);
+        let first_rows = Loader::new(seqs, 2, true, 5, 0).unwrap().next_batch();
+        third.next_batch();
+        assert_eq!(third.next_batch(), first_rows, "an empty share repeats the epoch's first rows");
     }
 }

@@ -10,6 +10,7 @@ pub mod batching;
 pub mod checkpoint;
 pub mod checksum;
 pub mod decay;
+pub mod dist;
 pub mod error;
 pub mod eval;
 pub mod memory;
@@ -24,6 +25,7 @@ pub mod schedule;
 pub mod trainer;
 
 pub use batching::{sequences, DataPosition, Loader, Objective, TokenBatch};
+pub use dist::{DataParallel, SingleProcess};
 pub use error::{Result, TrainError};
 pub use eval::{evaluate, EvalReport};
 pub use mlm::MlmMasking;

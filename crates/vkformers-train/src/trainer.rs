@@ -19,6 +19,7 @@ use vkformers_tensor::{Graph, Tensor};
 
 use crate::batching::{Loader, TokenBatch};
 use crate::checkpoint::{self, StepRecord, TrainerState, OPTIMIZER_DIR, PARAMS_DIR};
+use crate::dist::{DataParallel, SingleProcess};
 use crate::error::{Result, TrainError};
 use crate::eval::evaluate;
 use crate::model::{LanguageModel, TrainableParam};
@@ -117,6 +118,8 @@ pub struct Trainer<'g, 'c> {
     lr_override: Option<f64>,
     /// Tests only: fail a checkpoint write after this many of its parts (a simulated kill).
     pub fail_checkpoint_after: Option<usize>,
+    /// The other ranks of a data-parallel run (`SingleProcess` alone).
+    dp: Box<dyn DataParallel>,
 }
 
 impl<'g, 'c> Trainer<'g, 'c> {
@@ -148,6 +151,7 @@ impl<'g, 'c> Trainer<'g, 'c> {
             scaler: None,
             lr_override: None,
             fail_checkpoint_after: None,
+            dp: Box::new(SingleProcess),
         })
     }
 
@@ -163,6 +167,22 @@ impl<'g, 'c> Trainer<'g, 'c> {
     /// checkpoint's (the HF Trainer would keep the saved one silently).
     pub fn set_lr_override(&mut self, lr: Option<f64>) {
         self.lr_override = lr;
+    }
+
+    /// Trains as one rank of `dp`: the loader takes this rank's share of each global batch,
+    /// target counts, losses and gradients are summed over the ranks (see `dist`).
+    pub fn set_data_parallel(&mut self, dp: Box<dyn DataParallel>) {
+        self.loader.shard(dp.rank(), dp.world());
+        if dp.shards_optimizer() {
+            // The norm is over every rank's share: `reduce_grads` clips.
+            self.opt.max_grad_norm = 0.0;
+        }
+        self.dp = dp;
+    }
+
+    /// The data-parallel hooks (to finish or report on them).
+    pub fn data_parallel(&mut self) -> &mut dyn DataParallel {
+        self.dp.as_mut()
     }
 
     /// The precision of the run.
@@ -205,7 +225,11 @@ impl<'g, 'c> Trainer<'g, 'c> {
         let lr = self.opts.schedule.lr_at(self.step);
         let micro = self.take_micro_batches();
         let objective = model.objective();
-        let targets: usize = micro.iter().map(|b| b.targets_for(objective)).sum();
+        let local: usize = micro.iter().map(|b| b.targets_for(objective)).sum();
+        let local_tokens: usize = micro.iter().map(TokenBatch::tokens).sum();
+        // N is the targets of the accumulated batch over every rank (exact in f64: < 2^53).
+        let counts = self.dp.sum(&[local as f64, local_tokens as f64])?;
+        let (targets, tokens) = (counts[0] as usize, counts[1] as usize);
         if targets == 0 {
             return Err(TrainError::Config(format!(
                 "step {}: no token to predict in this batch (every label is -100): check the data's labels",
@@ -244,12 +268,15 @@ impl<'g, 'c> Trainer<'g, 'c> {
                 self.g.sync()?;
             }
         }
+        // One reduction per optimizer step, none on the accumulation micro-steps.
+        let host_norm = self.dp.reduce_grads(self.g, &self.opt_params, self.opts.optim.max_grad_norm)?;
         self.opt.hp.lr = lr;
         self.opt.loss_scale = match self.scaler {
             Some(s) => vkformers_kernels::optim::LossScale { scale: s.scale, skip_nonfinite: true },
             None => vkformers_kernels::optim::LossScale::NONE,
         };
         self.opt.step(self.g, &self.opt_params)?;
+        self.dp.after_step(self.g, &self.opt_params)?;
         self.report_memory("after step", None);
         let mut loss = 0.0;
         for l in &losses {
@@ -259,9 +286,11 @@ impl<'g, 'c> Trainer<'g, 'c> {
         for a in &auxes {
             *aux_loss.get_or_insert(0.0) += f64::from(self.g.read(a)?[0]) / f64::from(loss_scale);
         }
-        let grad_norm = match self.opt.last_grad_norm() {
-            Some(n) => Some(f64::from(self.g.read(n)?[0])),
-            None => None,
+        let (loss, aux_loss) = self.sum_losses(loss, aux_loss)?;
+        let grad_norm = match (host_norm, self.opt.last_grad_norm()) {
+            (Some(n), _) => Some(n),
+            (None, Some(n)) => Some(f64::from(self.g.read(n)?[0])),
+            (None, None) => None,
         };
         let norm_bad = grad_norm.is_some_and(|n| !n.is_finite());
         if self.scaler.is_none() && (!loss.is_finite() || norm_bad) {
@@ -284,10 +313,19 @@ impl<'g, 'c> Trainer<'g, 'c> {
         let eval_loss = self.maybe_evaluate(model)?;
         let record = StepRecord { step: self.step, loss, lr, grad_norm, eval_loss };
         self.log.push(record.clone());
-        let tokens = micro.iter().map(TokenBatch::tokens).sum();
         let device_memory_peak_bytes = self.g.ctx().device_memory().peak;
         let loss_scale = self.scaler.is_some().then_some(loss_scale);
         Ok(StepStats { record, tokens, targets, seconds, device_memory_peak_bytes, loss_scale, skipped, aux_loss })
+    }
+
+    /// The step's loss (and auxiliary term) over all ranks: each rank's share is already
+    /// divided by the global target count, so the sum is the global token mean.
+    fn sum_losses(&mut self, loss: f64, aux: Option<f64>) -> Result<(f64, Option<f64>)> {
+        if self.dp.world() == 1 {
+            return Ok((loss, aux));
+        }
+        let s = self.dp.sum(&[loss, aux.unwrap_or(0.0)])?;
+        Ok((s[0], aux.map(|_| s[1])))
     }
 
     /// `VKFORMERS_MEMORY=1`: live device bytes by kind at this point (see `memory`).
@@ -324,7 +362,11 @@ impl<'g, 'c> Trainer<'g, 'c> {
         while !self.finished() {
             let stats = self.step(model)?;
             observer.on_step(&stats)?;
-            if self.opts.save_every > 0 && self.step.is_multiple_of(self.opts.save_every) {
+            let due = self.opts.save_every > 0 && self.step.is_multiple_of(self.opts.save_every);
+            if due {
+                self.dp.before_save(self.g, &self.opt_params, &mut self.opt)?;
+            }
+            if due && self.dp.writes_checkpoints() {
                 let dir = self.save_checkpoint(observer)?;
                 observer.on_checkpoint(&dir)?;
             }

@@ -1,0 +1,342 @@
+//! `mpirun -n N vkformers train`: data parallelism gives the single-process step (bit for bit
+//! where MPI sums in the device's order, else within 1e-5), a failing or killed rank ends the
+//! job, and ranks started differently refuse to train. Skipped, with a message, where `mpirun`
+//! is absent or the binary was built without the `mpi` feature.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn mpi_available() -> bool {
+    let found =
+        cfg!(feature = "mpi") && Command::new("mpirun").arg("--version").output().is_ok_and(|o| o.status.success());
+    if !found {
+        eprintln!(
+            "skipped: mpirun not found or vkformers built without the `mpi` feature (.ci/install-mpi installs it)"
+        );
+    }
+    found
+}
+
+/// `vkformers train` on the llama fixture for two AdamW steps with clipping and weight decay
+/// (`extra`: flag and value pairs, replacing the value of a flag already given).
+fn train_args(out: &Path, batch: usize, accum: usize, extra: &[&str]) -> Vec<String> {
+    let (model, data) = (repo().join("tests/fixtures/llama"), repo().join("tests/fixtures_train/rows.jsonl"));
+    let mut a: Vec<String> = ["train", "--model", model.to_str().unwrap(), "--data", data.to_str().unwrap()]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    let (b, ga) = (batch.to_string(), accum.to_string());
+    let rest = ["--out", out.to_str().unwrap(), "--batch-size", &b, "--grad-accum", &ga];
+    let hp = ["--max-steps", "2", "--lr", "2e-3", "--weight-decay", "0.1", "--max-grad-norm", "0.5", "--seed", "3"];
+    a.extend(rest.iter().chain(&hp).map(|s| s.to_string()));
+    for pair in extra.chunks(2) {
+        match a.iter().position(|x| x == pair[0]) {
+            Some(at) => a[at + 1] = pair[1].to_string(),
+            None => a.extend(pair.iter().map(|s| s.to_string())),
+        }
+    }
+    a
+}
+
+/// The launcher with the options a CI container needs (root, more ranks than cores), one
+/// lavapipe thread per rank.
+/// `env` (NAME=value) is passed to every rank.
+fn mpirun(ranks: usize, env: &[&str]) -> Command {
+    let mut c = Command::new("mpirun");
+    c.args(["--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-x", "LP_NUM_THREADS=1"]);
+    for e in env {
+        c.args(["-x", e]);
+    }
+    c.args(["-n", &ranks.to_string(), env!("CARGO_BIN_EXE_vkformers")]);
+    c
+}
+
+fn ok(o: Output) -> String {
+    let err = String::from_utf8_lossy(&o.stderr).into_owned() + &String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{err}");
+    err
+}
+
+fn single(out: &Path, batch: usize, accum: usize) {
+    ok(Command::new(env!("CARGO_BIN_EXE_vkformers"))
+        .env("LP_NUM_THREADS", "1")
+        .args(train_args(out, batch, accum, &[]))
+        .output()
+        .unwrap());
+}
+
+fn ranks(n: usize, out: &Path, batch: usize, extra: &[&str]) -> String {
+    // Small buckets: the fixture's 27k parameters go in several all-reduces.
+    let mut c = mpirun(n, &["VKFORMERS_DIST_BUCKET_ELEMS=3000"]);
+    ok(c.args(train_args(out, batch, 1, extra)).output().unwrap())
+}
+
+fn metrics(out: &Path) -> Vec<(f64, f64)> {
+    let text = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
+    let row = |l: &str| {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        (v["loss"].as_f64().unwrap(), v["grad_norm"].as_f64().unwrap())
+    };
+    text.lines().map(row).collect()
+}
+
+/// Largest |a - b| over every weight of the two saved models.
+fn max_diff(a: &Path, b: &Path) -> f32 {
+    let (a, b) = (vkformers_io::ModelWeights::open(a).unwrap(), vkformers_io::ModelWeights::open(b).unwrap());
+    let mut worst = 0.0f32;
+    for n in a.names() {
+        let (x, y) = (a.tensor_f32(n).unwrap(), b.tensor_f32(n).unwrap());
+        worst = x.iter().zip(&y).map(|(p, q)| (p - q).abs()).fold(worst, f32::max);
+    }
+    worst
+}
+
+#[test]
+fn two_ranks_equal_one_rank_with_two_micro_batches() {
+    if !mpi_available() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (two, micro, wide) = (t.path().join("two"), t.path().join("micro"), t.path().join("wide"));
+    let log = ranks(2, &two, 1, &[]);
+    assert!(log.contains("communication over 2 ranks"), "{log}");
+    single(&micro, 1, 2);
+    single(&wide, 2, 1);
+    // MPI's 2-rank sum is g0 + g1, as the device accumulates the second micro-batch.
+    let same = std::fs::read(two.join("model.safetensors")).unwrap()
+        == std::fs::read(micro.join("model.safetensors")).unwrap();
+    assert!(same, "2 ranks x 1 != 1 rank x 2 micro-batches of 1, bit for bit (max diff {})", max_diff(&two, &micro));
+    assert_eq!(metrics(&two), metrics(&micro), "same losses and gradient norms, bit for bit");
+    let d = max_diff(&two, &wide);
+    assert!(d <= 1e-5, "2 ranks x 1 vs 1 rank x 2: {d}");
+}
+
+#[test]
+fn four_ranks_equal_one_rank_with_four_micro_batches_within_1e_5() {
+    if !mpi_available() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (four, micro, wide) = (t.path().join("four"), t.path().join("micro"), t.path().join("wide"));
+    ranks(4, &four, 1, &[]);
+    single(&micro, 1, 4);
+    single(&wide, 4, 1);
+    // Open MPI sums 4 ranks as (g0 + g1) + (g2 + g3), the device ((g0 + g1) + g2) + g3: the
+    // same up to rounding.
+    let d = max_diff(&four, &micro);
+    assert!(d <= 1e-5, "4 ranks x 1 vs 1 rank x 4 micro-batches of 1: {d}");
+    for ((l, n), (l2, n2)) in metrics(&four).into_iter().zip(metrics(&micro)) {
+        assert!((l - l2).abs() <= 1e-5 * l.abs() && (n - n2).abs() <= 1e-5 * n.abs(), "{l} {n} vs {l2} {n2}");
+    }
+    // One process already differs between 4 micro-batches of 1 and one batch of 4 (other
+    // padding and product shapes; 2.5e-5 on this fixture after two steps): data parallelism
+    // may add at most 1e-5 to that.
+    let own = max_diff(&micro, &wide);
+    let d = max_diff(&four, &wide);
+    assert!(d <= own + 1e-5, "4 ranks x 1 vs 1 rank x 4: {d} (1 rank, 4 micro-batches vs one batch: {own})");
+}
+
+/// A 2-rank checkpoint (written by rank 0, its data position global) continues on 1 rank with
+/// 2 micro-batches as the 2-rank run went on.
+#[test]
+fn a_two_rank_checkpoint_resumes_on_one_rank() {
+    if !mpi_available() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (straight, resumed) = (t.path().join("straight"), t.path().join("resumed"));
+    ranks(2, &straight, 1, &["--max-steps", "4"]);
+    ranks(2, &resumed, 1, &["--max-steps", "4", "--save-every", "2"]);
+    let cp = resumed.join("checkpoint-2");
+    let next = t.path().join("next");
+    let args = train_args(&next, 1, 2, &["--max-steps", "4", "--resume", cp.to_str().unwrap()]);
+    ok(Command::new(env!("CARGO_BIN_EXE_vkformers")).env("LP_NUM_THREADS", "1").args(args).output().unwrap());
+    let d = max_diff(&straight, &next);
+    assert!(d == 0.0, "resumed on 1 rank differs from the 2-rank run by {d}");
+}
+
+/// Waits for `child` at most `limit`; kills it past that.
+fn wait_within(child: &mut std::process::Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if let Some(s) = child.try_wait().unwrap() {
+            return Some(s);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    None
+}
+
+#[test]
+fn a_failing_rank_ends_the_job_with_its_error() {
+    if !mpi_available() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let mut c = mpirun(2, &["VKFORMERS_DIST_FAIL=1:2"]);
+    let args = train_args(&t.path().join("out"), 1, 1, &["--max-steps", "100000"]);
+    let mut child = c.args(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || BufReader::new(stderr).lines().map_while(Result::ok).collect::<Vec<_>>());
+    let status = wait_within(&mut child, Duration::from_secs(120)).expect("the job did not end");
+    let log = reader.join().unwrap().join("\n");
+    assert!(!status.success(), "{log}");
+    assert!(log.contains("error on rank 1 of 2: MPI: simulated failure of rank 1 at step 2"), "{log}");
+}
+
+#[test]
+fn a_killed_rank_ends_the_job_within_30_s() {
+    if !mpi_available() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let args = train_args(&t.path().join("out"), 1, 1, &["--max-steps", "100000"]);
+    let mut child = mpirun(2, &[]).args(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    // Rank 0 prints every step: once one is done, both ranks are deep in training.
+    assert!(lines.by_ref().map_while(Result::ok).any(|l| l.starts_with("step 1/")), "no step was printed");
+    let reader = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>());
+    let rank1 = rank_pid(child.id(), 1).expect("rank 1's process");
+    let killed = Instant::now();
+    Command::new("kill").args(["-9", &rank1.to_string()]).status().unwrap();
+    let status = wait_within(&mut child, Duration::from_secs(30));
+    let log = reader.join().unwrap().join("\n");
+    let status = status.unwrap_or_else(|| panic!("still running 30 s after rank 1 was killed:\n{log}"));
+    assert!(!status.success(), "{log}");
+    // The launcher names the rank that died and how.
+    assert!(log.contains("rank 1") && log.contains("signal 9"), "{log}");
+    eprintln!("the job ended {:.1} s after rank 1 was killed", killed.elapsed().as_secs_f64());
+}
+
+/// The pid of rank `rank` among the children of the launcher `launcher`.
+fn rank_pid(launcher: u32, rank: usize) -> Option<u32> {
+    let want = format!("OMPI_COMM_WORLD_RANK={rank}");
+    for e in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // Field 4 (after the parenthesised name) is the parent pid.
+        let ppid = stat.rsplit(')').next().and_then(|r| r.split_whitespace().nth(1)).and_then(|p| p.parse().ok());
+        if ppid != Some(launcher) {
+            continue;
+        }
+        let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        if env.split(|&b| b == 0).any(|v| v == want.as_bytes()) {
+            return Some(pid);
+        }
+    }
+    None
+}
+
+#[test]
+fn ranks_started_with_other_arguments_refuse_to_train() {
+    if !mpi_available() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let out = t.path().join("out");
+    let mut c = mpirun(1, &[]);
+    c.args(train_args(&out, 1, 1, &[])).args([":", "-n", "1", env!("CARGO_BIN_EXE_vkformers")]);
+    let o = c.args(train_args(&out, 1, 1, &["--lr", "1e-3"])).output().unwrap();
+    let log = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{log}");
+    assert!(log.contains("rank 1 was started with other arguments than rank 0"), "{log}");
+}
+
+/// `--zero 1` (AdamW state sharded by parameter, the norm clipped on the host in f64) trains
+/// as plain data parallelism to 1e-6.
+#[test]
+fn zero1_equals_plain_data_parallel_within_1e_6() {
+    if !mpi_available() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (zero, plain) = (t.path().join("zero"), t.path().join("plain"));
+    ranks(2, &zero, 1, &["--zero", "1"]);
+    ranks(2, &plain, 1, &[]);
+    let d = max_diff(&zero, &plain);
+    assert!(d <= 1e-6, "--zero 1 vs plain: {d}");
+    for ((l, n), (l2, n2)) in metrics(&zero).into_iter().zip(metrics(&plain)) {
+        assert!((l - l2).abs() <= 1e-6 * l.abs() && (n - n2).abs() <= 1e-6 * n.abs(), "{l} {n} vs {l2} {n2}");
+    }
+}
+
+/// A 2-rank `--zero 1` checkpoint (rank 0 gathers every moment) resumes on 1 rank and on 4
+/// with the same global batch (4 sequences a step) and continues as the straight run.
+#[test]
+fn a_zero1_checkpoint_resumes_on_one_rank_and_on_four() {
+    if !mpi_available() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (straight, saved) = (t.path().join("straight"), t.path().join("saved"));
+    let steps = ["--max-steps", "4", "--zero", "1"];
+    ranks(2, &straight, 2, &steps);
+    ranks(2, &saved, 2, &["--max-steps", "4", "--zero", "1", "--save-every", "2"]);
+    let cp = saved.join("checkpoint-2");
+    let cp = cp.to_str().unwrap();
+    let (one, four) = (t.path().join("one"), t.path().join("four"));
+    let args = train_args(&one, 2, 2, &["--max-steps", "4", "--resume", cp]);
+    ok(Command::new(env!("CARGO_BIN_EXE_vkformers")).env("LP_NUM_THREADS", "1").args(args).output().unwrap());
+    ranks(4, &four, 1, &["--max-steps", "4", "--zero", "1", "--resume", cp]);
+    for other in [&one, &four] {
+        let d = max_diff(&straight, other);
+        assert!(d <= 1e-5, "resumed in {} vs the straight 2-rank run: {d}", other.display());
+    }
+}
+
+/// Pre-training from a config with a tokenizer trained on the data (rank 0 trains it, the
+/// others read it) and tied embeddings: 2 ranks give 1 rank's 2 micro-batches to 1e-5 (tied
+/// embeddings sum their two gradient contributions in another order), the same losses.
+#[test]
+fn pretraining_with_a_trained_tokenizer_on_two_ranks() {
+    if !mpi_available() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (config, corpus) = (repo().join("demo/config.json"), repo().join("demo/corpus.jsonl"));
+    let args = |out: &Path, accum: &str| -> Vec<String> {
+        let a = ["train", "--init-from-config", config.to_str().unwrap(), "--train-tokenizer", "512", "--data"];
+        let b = [corpus.to_str().unwrap(), "--out", out.to_str().unwrap(), "--seq-len", "32", "--max-steps", "2"];
+        let c = ["--batch-size", "2", "--grad-accum", accum, "--lr", "1e-2", "--weight-decay", "0.1", "--seed", "0"];
+        a.iter().chain(&b).chain(&c).map(|s| s.to_string()).collect()
+    };
+    let (two, one) = (t.path().join("two"), t.path().join("one"));
+    let log = ok(mpirun(2, &[]).args(args(&two, "1")).output().unwrap());
+    assert_eq!(log.matches("training a BPE tokenizer").count(), 1, "rank 0 alone trains it:\n{log}");
+    ok(Command::new(env!("CARGO_BIN_EXE_vkformers"))
+        .env("LP_NUM_THREADS", "1")
+        .args(args(&one, "2"))
+        .output()
+        .unwrap());
+    let tok = |d: &Path| std::fs::read(d.join("tokenizer/tokenizer.json")).unwrap();
+    assert_eq!(tok(&two), tok(&one), "the same tokenizer");
+    let d = max_diff(&two, &one);
+    assert!(d <= 1e-5, "2 ranks vs 1 rank x 2 micro-batches: {d}");
+    let (a, b) = (metrics(&two), metrics(&one));
+    for ((l, n), (l2, n2)) in a.into_iter().zip(b) {
+        assert!((l - l2).abs() <= 1e-5 * l.abs() && (n - n2).abs() <= 1e-5 * n.abs(), "{l} {n} vs {l2} {n2}");
+    }
+}
+
+/// Commands other than `train` do not know their rank: under several ranks they refuse.
+#[test]
+fn other_commands_refuse_to_run_on_several_ranks() {
+    if !mpi_available() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let model = repo().join("tests/fixtures/llama");
+    let data = repo().join("tests/fixtures_train/rows.jsonl");
+    let (m, d, o) = (model.to_str().unwrap(), data.to_str().unwrap(), t.path().to_str().unwrap());
+    let out = mpirun(2, &[]).args(["finetune", "--model", m, "--data", d, "--out", o]).output().unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{log}");
+    assert!(log.contains("only `vkformers train` runs data parallel under mpirun (2 ranks here)"), "{log}");
+}

@@ -1,0 +1,190 @@
+//! The communication thread: the only thread that calls MPI (initialised `Funneled` on it, as
+//! the rsmpi communicators are not `Send` on Open MPI). The training thread hands it jobs over
+//! a channel and waits on each job's reply channel when it needs the result, so gradient
+//! buckets are reduced while the training thread reads the next ones off the device.
+
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use mpi::collective::SystemOperation;
+use mpi::topology::SimpleCommunicator;
+use mpi::traits::*;
+
+/// Elements per MPI call: counts are C `int`s, so larger buffers go in pieces.
+const PIECE: usize = 1 << 28;
+
+/// One collective for the communication thread; each carries its reply channel.
+enum Job {
+    SumF64(Vec<f64>, Sender<Vec<f64>>),
+    /// The sum over ranks, and the seconds the reduction took on this rank.
+    SumF32(Vec<f32>, Sender<(Vec<f32>, f64)>),
+    /// The sum over ranks, at rank `.0` only (`None` elsewhere), and the seconds it took.
+    ReduceTo(usize, Vec<f32>, Sender<RootSum>),
+    /// Rank `.0`'s values replace everyone's (same length everywhere).
+    BcastF32(usize, Vec<f32>, Sender<Vec<f32>>),
+    /// Every rank's bytes, rank after rank (same length everywhere).
+    Gather(Vec<u8>, Sender<Vec<u8>>),
+    Abort(i32),
+}
+
+/// A reduce's result: the sum at its root (`None` elsewhere) and the seconds it took.
+pub type RootSum = (Option<Vec<f32>>, f64);
+
+/// Where this process stands in the job, and the handle to its communication thread.
+pub struct Comm {
+    pub rank: usize,
+    pub world: usize,
+    /// Rank and ranks among the processes of this host (a device per local rank).
+    pub local_rank: usize,
+    pub local_size: usize,
+    jobs: Option<Sender<Job>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// Ranks and local ranks as the thread found them.
+type Place = (usize, usize, usize, usize);
+
+impl Comm {
+    /// Initialises MPI on a new communication thread.
+    pub fn start() -> Result<Comm, String> {
+        let (jobs, rx) = channel::<Job>();
+        let (placed, place) = channel::<Result<Place, String>>();
+        let thread = std::thread::Builder::new()
+            .name("mpi".into())
+            .spawn(move || {
+                let Some((universe, _)) = mpi::initialize_with_threading(mpi::Threading::Funneled) else {
+                    let _ = placed.send(Err("MPI was already initialised".into()));
+                    return;
+                };
+                let world = universe.world();
+                // The processes that share memory with this one: those of this host.
+                let local = world.split_shared(world.rank());
+                let p = (world.rank() as usize, world.size() as usize, local.rank() as usize, local.size() as usize);
+                let _ = placed.send(Ok(p));
+                serve(&world, rx);
+                // `universe` drops here: MPI_Finalize, once the training thread hangs up.
+            })
+            .map_err(|e| format!("cannot start the MPI thread: {e}"))?;
+        let (rank, world, local_rank, local_size) =
+            place.recv().map_err(|_| "the MPI thread ended during MPI_Init".to_string())??;
+        Ok(Comm { rank, world, local_rank, local_size, jobs: Some(jobs), thread: Some(thread) })
+    }
+
+    fn send(&self, job: Job) -> Result<(), String> {
+        let jobs = self.jobs.as_ref().ok_or("MPI is finished")?;
+        jobs.send(job).map_err(|_| "the MPI thread has ended".to_string())
+    }
+
+    /// Σ over ranks, element by element.
+    pub fn sum_f64(&self, x: Vec<f64>) -> Result<Vec<f64>, String> {
+        let (tx, rx) = channel();
+        self.send(Job::SumF64(x, tx))?;
+        rx.recv().map_err(|_| lost())
+    }
+
+    /// Starts Σ over ranks of a gradient bucket; the reply comes when it is done.
+    pub fn sum_f32(&self, x: Vec<f32>) -> Result<Receiver<(Vec<f32>, f64)>, String> {
+        let (tx, rx) = channel();
+        self.send(Job::SumF32(x, tx))?;
+        Ok(rx)
+    }
+
+    /// Starts Σ over ranks of `x` into rank `root` (ZeRO-1's reduce to a parameter's owner).
+    pub fn reduce_to(&self, root: usize, x: Vec<f32>) -> Result<Receiver<RootSum>, String> {
+        let (tx, rx) = channel();
+        self.send(Job::ReduceTo(root, x, tx))?;
+        Ok(rx)
+    }
+
+    /// Rank `root`'s `x` on every rank.
+    pub fn bcast_f32(&self, root: usize, x: Vec<f32>) -> Result<Vec<f32>, String> {
+        let (tx, rx) = channel();
+        self.send(Job::BcastF32(root, x, tx))?;
+        rx.recv().map_err(|_| lost())
+    }
+
+    /// Every rank's `x` (same length on all), concatenated in rank order.
+    pub fn gather(&self, x: Vec<u8>) -> Result<Vec<Vec<u8>>, String> {
+        let n = x.len();
+        let (tx, rx) = channel();
+        self.send(Job::Gather(x, tx))?;
+        let all = rx.recv().map_err(|_| lost())?;
+        Ok(all.chunks(n.max(1)).map(<[u8]>::to_vec).collect())
+    }
+
+    /// Ends the whole job (MPI_Abort) after a failure on this rank, so that no other rank waits
+    /// forever on a collective this one will never join. When the communication thread is
+    /// stuck inside one, exiting non-zero without MPI_Finalize makes the launcher end the job.
+    pub fn abort(&self, code: i32) -> ! {
+        let _ = self.send(Job::Abort(code));
+        std::thread::sleep(Duration::from_secs(3));
+        std::process::exit(code)
+    }
+
+    /// Lets the thread finalise MPI and waits for it (the normal end of a run).
+    pub fn finish(&mut self) {
+        self.jobs.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Comm {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+fn lost() -> String {
+    "the MPI thread ended during a collective".into()
+}
+
+fn serve(world: &SimpleCommunicator, jobs: Receiver<Job>) {
+    let sum = SystemOperation::sum;
+    for job in jobs {
+        match job {
+            Job::SumF64(x, reply) => {
+                let mut out = vec![0.0; x.len()];
+                world.all_reduce_into(&x[..], &mut out[..], sum());
+                let _ = reply.send(out);
+            }
+            Job::SumF32(x, reply) => {
+                let t = Instant::now();
+                let mut out = vec![0.0f32; x.len()];
+                for (a, b) in x.chunks(PIECE).zip(out.chunks_mut(PIECE)) {
+                    world.all_reduce_into(a, b, sum());
+                }
+                let _ = reply.send((out, t.elapsed().as_secs_f64()));
+            }
+            Job::ReduceTo(root, x, reply) => {
+                let t = Instant::now();
+                let at = world.process_at_rank(root as i32);
+                let out = if world.rank() as usize == root {
+                    let mut out = vec![0.0f32; x.len()];
+                    for (a, b) in x.chunks(PIECE).zip(out.chunks_mut(PIECE)) {
+                        at.reduce_into_root(a, b, sum());
+                    }
+                    Some(out)
+                } else {
+                    x.chunks(PIECE).for_each(|a| at.reduce_into(a, sum()));
+                    None
+                };
+                let _ = reply.send((out, t.elapsed().as_secs_f64()));
+            }
+            Job::BcastF32(root, mut x, reply) => {
+                for piece in x.chunks_mut(PIECE) {
+                    world.process_at_rank(root as i32).broadcast_into(piece);
+                }
+                let _ = reply.send(x);
+            }
+            Job::Gather(x, reply) => {
+                let mut out = vec![0u8; x.len() * world.size() as usize];
+                world.all_gather_into(&x[..], &mut out[..]);
+                let _ = reply.send(out);
+            }
+            Job::Abort(code) => world.abort(code),
+        }
+    }
+}

@@ -1,0 +1,327 @@
+//! `MpiParallel`: the trainer's data-parallel hooks over MPI, and the checks of a same start
+//! (one binary, one set of arguments, rank 0's parameters everywhere, checked by checksum).
+
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::sync::mpsc::Receiver;
+use std::time::Instant;
+
+use sha2::{Digest, Sha256};
+use vkformers_tensor::optim::{AdamW, Param};
+use vkformers_tensor::{DType, Graph, Tensor};
+use vkformers_train::{DataParallel, Result, TrainError};
+
+use crate::comm::Comm;
+
+/// Gradient bucket size: 25 MB of f32, torch DDP's default `bucket_cap_mb`.
+pub const BUCKET_ELEMS: usize = 25 * 1000 * 1000 / 4;
+
+/// Time spent on communication, for the per-step report.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CommStats {
+    /// Optimizer steps whose gradients were reduced.
+    pub steps: u64,
+    /// Seconds inside `reduce_grads` (device reads, all-reduces not hidden by them, uploads).
+    pub reduce_seconds: f64,
+    /// Seconds the communication thread spent in the gradient all-reduces.
+    pub allreduce_seconds: f64,
+    /// Gradient bytes all-reduced by this rank.
+    pub bytes: u64,
+}
+
+/// A bucket's all-reduce in flight: its sum and the seconds it took, when done.
+type Pending = Receiver<(Vec<f32>, f64)>;
+
+pub struct MpiParallel {
+    /// Shared with the caller, which still needs it to abort the job after an error.
+    comm: Rc<Comm>,
+    bucket_elems: usize,
+    stats: CommStats,
+    /// `--zero 1`: the optimizer state is sharded by parameter (`owners[i]` steps parameter i).
+    zero: bool,
+    owners: Vec<usize>,
+}
+
+pub(crate) fn mpi_err(e: String) -> TrainError {
+    TrainError::Config(format!("MPI: {e}"))
+}
+
+impl MpiParallel {
+    pub fn new(comm: Rc<Comm>) -> Self {
+        MpiParallel { comm, bucket_elems: BUCKET_ELEMS, stats: CommStats::default(), zero: false, owners: Vec::new() }
+    }
+
+    /// ZeRO stage 1 (`--zero 1`): each rank keeps AdamW's moments of, and steps, only its share
+    /// of the parameters, then sends their new values to the others.
+    pub fn set_zero1(&mut self, on: bool) {
+        self.zero = on;
+    }
+
+    pub fn comm(&self) -> &Comm {
+        &self.comm
+    }
+
+    pub fn stats(&self) -> CommStats {
+        self.stats
+    }
+
+    /// Bucket size in f32 elements (tests use small ones to exercise several buckets).
+    pub fn set_bucket_elems(&mut self, n: usize) {
+        self.bucket_elems = n.max(1);
+    }
+
+    /// Refuses to train when the ranks run different binaries or were given different
+    /// arguments (`args`: this rank's, in a stable text form): their steps would not agree.
+    pub fn check_same_run(&self, args: &str) -> Result<()> {
+        let exe =
+            std::env::current_exe().and_then(std::fs::read).map_err(|e| mpi_err(format!("reading the binary: {e}")))?;
+        let mine = [Sha256::digest(&exe).to_vec(), Sha256::digest(args.as_bytes()).to_vec()].concat();
+        let all = self.comm.gather(mine).map_err(mpi_err)?;
+        for (r, x) in all.iter().enumerate() {
+            if x[..32] != all[0][..32] {
+                return Err(mpi_err(format!("rank {r} runs another vkformers binary than rank 0")));
+            }
+            if x[32..] != all[0][32..] {
+                let msg = format!("rank {r} was started with other arguments than rank 0: every rank needs the same");
+                return Err(mpi_err(msg));
+            }
+        }
+        Ok(())
+    }
+
+    /// Rank 0's values of `params` on every rank, then checked by a checksum of each rank's
+    /// parameters as read back from its device.
+    pub fn broadcast_params(&self, g: &Graph<'_>, params: &[Tensor]) -> Result<()> {
+        g.sync()?;
+        for p in params {
+            check_f32(p, "parameter")?;
+            let data = if self.comm.rank == 0 { g.read(p)? } else { vec![0.0; p.numel()] };
+            let data = self.comm.bcast_f32(0, data).map_err(mpi_err)?;
+            if self.comm.rank != 0 {
+                upload(g, p, &data)?;
+            }
+        }
+        // New f32 values: any 16-bit copy of them (autocast) is stale.
+        g.clear_casts();
+        self.check_same_params(g, params)
+    }
+
+    /// Fails unless every rank holds the same bits in `params` (SHA-256 over all of them).
+    pub fn check_same_params(&self, g: &Graph<'_>, params: &[Tensor]) -> Result<()> {
+        let mut h = Sha256::new();
+        for p in params {
+            h.update(bytemuck::cast_slice::<f32, u8>(&g.read(p)?));
+        }
+        let all = self.comm.gather(h.finalize().to_vec()).map_err(mpi_err)?;
+        match all.iter().position(|x| x != &all[0]) {
+            Some(r) => Err(mpi_err(format!("rank {r}'s parameters differ from rank 0's (checksum)"))),
+            None => Ok(()),
+        }
+    }
+
+    /// A parameter has a gradient on all ranks or on none (MoE experts that no token reached on
+    /// some rank would need a zero gradient there, which the graph cannot make yet).
+    fn check_same_grads(&self, params: &[Param], grads: &[Option<Tensor>]) -> Result<()> {
+        let have: Vec<f64> = grads.iter().map(|g| f64::from(u8::from(g.is_some()))).collect();
+        let n = self.comm.sum_f64(have).map_err(mpi_err)?;
+        let world = self.comm.world as f64;
+        match n.iter().position(|&c| c != 0.0 && c != world) {
+            Some(i) => Err(mpi_err(format!(
+                "parameter {} ({:?}) has a gradient on {} of {world} ranks: not supported",
+                i,
+                params[i].tensor.shape(),
+                n[i]
+            ))),
+            None => Ok(()),
+        }
+    }
+}
+
+impl DataParallel for MpiParallel {
+    fn rank(&self) -> usize {
+        self.comm.rank
+    }
+
+    fn world(&self) -> usize {
+        self.comm.world
+    }
+
+    fn sum(&mut self, x: &[f64]) -> Result<Vec<f64>> {
+        self.comm.sum_f64(x.to_vec()).map_err(mpi_err)
+    }
+
+    /// Buckets of ~25 MB, last parameter first (the first gradients backward finishes): while
+    /// the communication thread all-reduces one bucket, this thread reads the next off the
+    /// device; the sums are then written back into the gradients (ZeRO-1: see `keep_shard`).
+    fn reduce_grads(&mut self, g: &Graph<'_>, params: &[Param], max_norm: f32) -> Result<Option<f64>> {
+        let start = Instant::now();
+        self.injected_failure()?;
+        let grads: Vec<Option<Tensor>> = params.iter().map(|p| p.tensor.grad()).collect();
+        self.check_same_grads(params, &grads)?;
+        let grads: Vec<(usize, Tensor)> =
+            grads.into_iter().enumerate().rev().filter_map(|(i, t)| t.map(|t| (i, t))).collect();
+        let norm = if self.zero {
+            if self.owners.is_empty() {
+                self.owners = crate::zero::owners(params, self.comm.world);
+            }
+            let owned = self.reduce_to_owners(g, params, grads)?;
+            let squares: f64 = owned.iter().flat_map(|(_, s)| s.iter()).map(|&x| f64::from(x) * f64::from(x)).sum();
+            let norm = self.comm.sum_f64(vec![squares]).map_err(mpi_err)?[0].sqrt();
+            crate::zero::clip_owned(g, owned, norm, max_norm)?;
+            Some(norm)
+        } else {
+            self.sum_buckets(g, grads, |_, t, sum| upload(g, t, sum))?;
+            None
+        };
+        self.stats.steps += 1;
+        self.stats.reduce_seconds += start.elapsed().as_secs_f64();
+        Ok(norm)
+    }
+
+    fn shards_optimizer(&self) -> bool {
+        self.zero
+    }
+
+    fn after_step(&mut self, g: &Graph<'_>, params: &[Param]) -> Result<()> {
+        if !self.zero {
+            return Ok(());
+        }
+        let start = Instant::now();
+        crate::zero::gather_params(g, &self.comm, params, &self.owners)?;
+        self.stats.reduce_seconds += start.elapsed().as_secs_f64();
+        Ok(())
+    }
+
+    fn before_save(&mut self, g: &Graph<'_>, params: &[Param], opt: &mut AdamW) -> Result<()> {
+        if !self.zero {
+            return Ok(());
+        }
+        if self.owners.is_empty() {
+            self.owners = crate::zero::owners(params, self.comm.world);
+        }
+        crate::zero::gather_moments(g, &self.comm, params, &self.owners, opt)
+    }
+
+    fn report(&self) -> Option<String> {
+        let s = self.stats;
+        let per = |x: f64| 1e3 * x / s.steps.max(1) as f64;
+        Some(format!(
+            "communication over {} ranks: {:.1} ms/step in the gradient reduction ({:.1} ms/step in the reductions \
+             on the MPI thread), {:.1} MB per step",
+            self.comm.world,
+            per(s.reduce_seconds),
+            per(s.allreduce_seconds),
+            s.bytes as f64 / 1e6 / s.steps.max(1) as f64
+        ))
+    }
+}
+
+impl MpiParallel {
+    /// Sums `grads` (parameter index, gradient) over the ranks in buckets, in the order
+    /// given, handing each sum to `each` as its bucket comes back.
+    fn sum_buckets(
+        &mut self,
+        g: &Graph<'_>,
+        grads: Vec<(usize, Tensor)>,
+        mut each: impl FnMut(usize, &Tensor, &[f32]) -> Result<()>,
+    ) -> Result<()> {
+        let mut pending: VecDeque<(Vec<(usize, Tensor)>, Pending)> = VecDeque::new();
+        let (mut bucket, mut members) = (Vec::new(), Vec::new());
+        for (i, t) in grads {
+            check_f32(&t, "gradient")?;
+            bucket.extend(g.read(&t)?);
+            members.push((i, t));
+            if bucket.len() >= self.bucket_elems {
+                self.stats.bytes += 4 * bucket.len() as u64;
+                let rx = self.comm.sum_f32(std::mem::take(&mut bucket)).map_err(mpi_err)?;
+                pending.push_back((std::mem::take(&mut members), rx));
+            }
+        }
+        if !members.is_empty() {
+            self.stats.bytes += 4 * bucket.len() as u64;
+            pending.push_back((members, self.comm.sum_f32(bucket).map_err(mpi_err)?));
+        }
+        for (members, rx) in pending {
+            let (sum, seconds) = rx.recv().map_err(|_| mpi_err("the MPI thread ended during an all-reduce".into()))?;
+            self.stats.allreduce_seconds += seconds;
+            let mut at = 0;
+            for (i, t) in members {
+                each(i, &t, &sum[at..at + t.numel()])?;
+                at += t.numel();
+            }
+        }
+        Ok(())
+    }
+
+    /// ZeRO-1's reduce-scatter by parameter: each gradient summed into its owner only, in
+    /// buckets per owner (last parameter first, several in flight). Returns this rank's
+    /// summed gradients; the others' are dropped here, so AdamW steps only the owned ones.
+    fn reduce_to_owners(
+        &mut self,
+        g: &Graph<'_>,
+        params: &[Param],
+        grads: Vec<(usize, Tensor)>,
+    ) -> Result<Vec<(Tensor, Vec<f32>)>> {
+        type Open = (Vec<f32>, Vec<Tensor>);
+        let world = self.comm.world;
+        let mut open: Vec<Open> = (0..world).map(|_| (Vec::new(), Vec::new())).collect();
+        let mut pending = VecDeque::new();
+        for (i, t) in grads {
+            check_f32(&t, "gradient")?;
+            let root = self.owners[i];
+            open[root].0.extend(g.read(&t)?);
+            if root != self.comm.rank {
+                params[i].tensor.zero_grad();
+            }
+            open[root].1.push(t);
+            if open[root].0.len() >= self.bucket_elems {
+                let (data, members) = std::mem::take(&mut open[root]);
+                self.stats.bytes += 4 * data.len() as u64;
+                pending.push_back((members, self.comm.reduce_to(root, data).map_err(mpi_err)?));
+            }
+        }
+        for (root, (data, members)) in open.into_iter().enumerate() {
+            if !members.is_empty() {
+                self.stats.bytes += 4 * data.len() as u64;
+                pending.push_back((members, self.comm.reduce_to(root, data).map_err(mpi_err)?));
+            }
+        }
+        let mut owned = Vec::new();
+        for (members, rx) in pending {
+            let (sum, seconds) = rx.recv().map_err(|_| mpi_err("the MPI thread ended during a reduce".into()))?;
+            self.stats.allreduce_seconds += seconds;
+            let Some(sum) = sum else { continue };
+            let mut at = 0;
+            for t in members {
+                owned.push((t.clone(), sum[at..at + t.numel()].to_vec()));
+                at += t.numel();
+            }
+        }
+        Ok(owned)
+    }
+
+    /// Tests: `VKFORMERS_DIST_FAIL=RANK:STEP` makes rank RANK fail at optimizer step STEP (as a
+    /// device or data error would), to check that the other ranks do not wait for it forever.
+    fn injected_failure(&self) -> Result<()> {
+        let Ok(spec) = std::env::var("VKFORMERS_DIST_FAIL") else { return Ok(()) };
+        let step = self.stats.steps + 1;
+        if spec == format!("{}:{step}", self.comm.rank) {
+            return Err(mpi_err(format!("simulated failure of rank {} at step {step}", self.comm.rank)));
+        }
+        Ok(())
+    }
+}
+
+pub(crate) fn check_f32(t: &Tensor, what: &str) -> Result<()> {
+    match t.dtype() {
+        DType::F32 => Ok(()),
+        d => Err(mpi_err(format!("a {what} {:?} is stored as {d:?}: only f32 is communicated", t.shape()))),
+    }
+}
+
+/// Overwrites `t`'s storage with `data` (the device is idle: the caller read from it last).
+pub(crate) fn upload(g: &Graph<'_>, t: &Tensor, data: &[f32]) -> Result<()> {
+    let v = t.view();
+    g.ctx().upload(v.buffer, v.offset, bytemuck::cast_slice(data))?;
+    Ok(())
+}
