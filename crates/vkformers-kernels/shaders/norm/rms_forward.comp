@@ -2,7 +2,6 @@
 #include "common.glsl"
 #include "dtype.glsl"
 #include "norm/norm.glsl"
-#extension GL_EXT_control_flow_attributes : require
 #ifdef OUT16
 #include "cast/twin.glsl"
 #endif
@@ -57,63 +56,35 @@ layout(push_constant) uniform Push {
 #endif
 } pc;
 
-// Columns a thread handles per pass step: their loads are issued together (a row of D = 2048
-// on 256 invocations is one step, not eight dependent loads: the single-row decode norm took
-// ~10 us on the H200 with a column at a time), and kept in registers for the second pass when
-// the whole row fits in one step. The sum runs over the columns in the same order as a column
-// at a time did (d = lid, lid + L, lid + 2L, ...), so results are unchanged.
-#define NU 8
-
-// x[i] (+ r[i], rounded to the storage type, when ADD).
-float input_at(uint i) {
-#ifdef ADD
-    return rnd(ld(pc.x, i) + ld(pc.r, i));
-#else
-    return ld(pc.x, i);
-#endif
-}
-
 void main() {
-    uint lid = gl_LocalInvocationID.x;
-    const uint STEP = NORM_LOCAL * NU;
-    bool kept = pc.D <= STEP;
     FOR_EACH_ROW(row, pc.rows) {
         uint base = row * pc.D;
         float ss = 0.0;
-        float keep[NU];
-        for (uint d0 = 0; d0 < pc.D; d0 += STEP) {
-            [[unroll]] for (uint u = 0; u < NU; u++) {
-                uint d = d0 + u * NORM_LOCAL + lid;
-                keep[u] = d < pc.D ? input_at(base + d) : 0.0;
-            }
-            [[unroll]] for (uint u = 0; u < NU; u++) {
-                uint d = d0 + u * NORM_LOCAL + lid;
-                if (d < pc.D) {
+        FOR_EACH_COL(d, pc.D) {
 #ifdef ADD
-                    // h as stored (rounded); the second pass uses the registers or recomputes
-                    // x + r: reading h back through the read-only view gave stale values on
-                    // the H200.
-                    st(pc.h, base + d, keep[u]);
+            // h as stored (rounded), kept in registers and recomputed in the second pass:
+            // reading it back through the read-only view gave stale values on the H200.
+            float v = rnd(ld(pc.x, base + d) + ld(pc.r, base + d));
+            st(pc.h, base + d, v);
+#else
+            float v = ld(pc.x, base + d);
 #endif
-                    ss += keep[u] * keep[u];
-                }
-            }
+            ss += v * v;
         }
         float r = inversesqrt(norm_sum2(vec2(ss, 0.0)).x / float(pc.D) + pc.eps);
-        for (uint d0 = 0; d0 < pc.D; d0 += STEP) {
-            [[unroll]] for (uint u = 0; u < NU; u++) {
-                uint d = d0 + u * NORM_LOCAL + lid;
-                if (d < pc.D) {
-                    float v = kept ? keep[u] : input_at(base + d);
-                    float out_ = v * r * norm_gain(pc.w, pc.mode, d);
-                    st(pc.y, base + d, out_);
-#ifdef OUT16
-                    st_twin(pc.y16, base + d, out_, pc.twin);
+        FOR_EACH_COL(d, pc.D) {
+#ifdef ADD
+            float v = rnd(ld(pc.x, base + d) + ld(pc.r, base + d));
+#else
+            float v = ld(pc.x, base + d);
 #endif
-                }
-            }
+            float out_ = v * r * norm_gain(pc.w, pc.mode, d);
+            st(pc.y, base + d, out_);
+#ifdef OUT16
+            st_twin(pc.y16, base + d, out_, pc.twin);
+#endif
         }
-        if (lid == 0) {
+        if (gl_LocalInvocationID.x == 0) {
             pc.rstd.v[row] = r;
         }
     }
