@@ -125,24 +125,17 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
         tied: true,
         padding_idx: padding_idx_or(cfg, 0, c.vocab_size),
         encoder: EncoderSpec {
-            embed_dim: c.embedding_size.unwrap_or(128),
             token_types: Some((format!("{e}.token_type_embeddings"), c.type_vocab_size.unwrap_or(2))),
-            positions: Positions::Arange,
-            max_positions: c.max_position_embeddings.unwrap_or(512),
             embed_project: Some(under(p, "encoder.embedding_hidden_mapping_in")),
-            placement: NormPlacement::Post,
-            final_norm: None,
-            head,
             ignored,
-            stored_tables: Vec::new(),
-            rope_on_values: false,
-            masking: Default::default(),
-            unread_linears: Vec::new(),
-            relative_bias: None,
-            disentangled: None,
-            mobile: None,
-            sparse_prediction: None,
             layer_order: order(c.num_hidden_layers, groups, inner),
+            ..EncoderSpec::new(
+                c.embedding_size.unwrap_or(128),
+                c.max_position_embeddings.unwrap_or(512),
+                Positions::Arange,
+                NormPlacement::Post,
+                head,
+            )
         },
     }
     .build();

@@ -113,24 +113,16 @@ pub(super) fn spec(
         tied: true,
         padding_idx,
         encoder: EncoderSpec {
-            embed_dim: c.hidden_size,
             token_types: Some((format!("{e}.token_type_embeddings"), c.type_vocab_size)),
-            positions,
-            max_positions: c.max_position_embeddings,
-            embed_project: None,
-            placement: if layout == Layout::Post { NormPlacement::Post } else { NormPlacement::Pre },
             final_norm: layout.final_norm(prefix).map(|name| (norm.clone(), name)),
-            head,
             ignored,
-            stored_tables: Vec::new(),
-            rope_on_values: false,
-            masking: Default::default(),
-            unread_linears: Vec::new(),
-            relative_bias: None,
-            disentangled: None,
-            mobile: None,
-            sparse_prediction: None,
-            layer_order: Vec::new(),
+            ..EncoderSpec::new(
+                c.hidden_size,
+                c.max_position_embeddings,
+                positions,
+                if layout == Layout::Post { NormPlacement::Post } else { NormPlacement::Pre },
+                head,
+            )
         },
     }
     .build();

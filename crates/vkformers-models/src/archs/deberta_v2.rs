@@ -93,25 +93,12 @@ pub(super) fn build(cfg: &Value, v1: bool) -> Result<ModelSpec> {
         tied: true,
         padding_idx: padding_idx_or(cfg, 0, c.vocab_size),
         encoder: EncoderSpec {
-            embed_dim: c.hidden_size,
             token_types: (c.type_vocab_size > 0).then(|| (format!("{e}.token_type_embeddings"), c.type_vocab_size)),
-            positions: Positions::Arange,
-            max_positions: c.max_position_embeddings,
-            embed_project: None,
-            placement: NormPlacement::Post,
-            final_norm: None,
-            head,
             ignored,
-            stored_tables: Vec::new(),
-            rope_on_values: false,
             // The embeddings times the attention mask.
             masking: EmbedMasking { token_dropout: None, zero_padding: true },
-            unread_linears: Vec::new(),
-            relative_bias: None,
             disentangled: Some(Disentangled { relative: relative(&c, &types, p, v1), key_bias: !v1 }),
-            mobile: None,
-            sparse_prediction: None,
-            layer_order: Vec::new(),
+            ..EncoderSpec::new(c.hidden_size, c.max_position_embeddings, Positions::Arange, NormPlacement::Post, head)
         },
     }
     .build();

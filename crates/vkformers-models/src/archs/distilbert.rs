@@ -101,25 +101,12 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
         decoder: "vocab_projector".into(),
         tied: c.tie_word_embeddings,
         padding_idx: padding_idx_or(cfg, 0, c.vocab_size),
-        encoder: EncoderSpec {
-            embed_dim: c.dim,
-            token_types: None,
-            positions: Positions::Arange,
-            max_positions: c.max_position_embeddings,
-            embed_project: None,
-            placement: NormPlacement::Post,
-            final_norm: None,
-            ignored: Vec::new(),
-            stored_tables: Vec::new(),
-            rope_on_values: false,
-            masking: Default::default(),
-            unread_linears: Vec::new(),
-            relative_bias: None,
-            disentangled: None,
-            mobile: None,
-            sparse_prediction: None,
-            layer_order: Vec::new(),
-            head: head(
+        encoder: EncoderSpec::new(
+            c.dim,
+            c.max_position_embeddings,
+            Positions::Arange,
+            NormPlacement::Post,
+            head(
                 cfg,
                 MlmHead {
                     dense: "vocab_transform".into(),
@@ -132,7 +119,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
                 ("pre_classifier", PoolAct::Act(Activation::Relu), "classifier"),
                 None,
             )?,
-        },
+        ),
     }
     .build())
 }

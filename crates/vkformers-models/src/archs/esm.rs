@@ -116,25 +116,18 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
         tied: c.tie_word_embeddings.unwrap_or(true),
         padding_idx,
         encoder: EncoderSpec {
-            embed_dim: c.hidden_size,
-            token_types: None,
-            positions: positions.unwrap_or(Positions::Arange),
-            max_positions: max_pos,
-            embed_project: None,
-            placement: NormPlacement::Pre,
             final_norm: Some((norm, under(p, "encoder.emb_layer_norm_after"))),
-            head: head(cfg, mlm, ("classifier.dense", PoolAct::Tanh, "classifier.out_proj"), Some("pooler.dense"))?,
             ignored: rotary_buffers(p, c.num_hidden_layers),
-            stored_tables: Vec::new(),
-            rope_on_values: false,
             masking: EmbedMasking { token_dropout, zero_padding: true },
             // Logistic regression over every layer's and head's attention map.
             unread_linears: vec![(under(p, "contact_head.regression"), 1, c.num_hidden_layers * c.num_attention_heads)],
-            relative_bias: None,
-            disentangled: None,
-            mobile: None,
-            sparse_prediction: None,
-            layer_order: Vec::new(),
+            ..EncoderSpec::new(
+                c.hidden_size,
+                max_pos,
+                positions.unwrap_or(Positions::Arange),
+                NormPlacement::Pre,
+                head(cfg, mlm, ("classifier.dense", PoolAct::Tanh, "classifier.out_proj"), Some("pooler.dense"))?,
+            )
         },
     }
     .build();

@@ -95,24 +95,8 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
         tied: c.tie_word_embeddings,
         padding_idx: padding_idx_or(cfg, 128001, c.vocab_size),
         encoder: EncoderSpec {
-            embed_dim: c.hidden_size,
-            token_types: None,
-            positions: Positions::Arange,
-            max_positions: c.max_position_embeddings,
-            embed_project: None,
-            placement: NormPlacement::Pre,
             final_norm: Some((norm, under(p, "norm"))),
-            head,
-            ignored: Vec::new(),
-            stored_tables: Vec::new(),
-            rope_on_values: false,
-            masking: Default::default(),
-            unread_linears: Vec::new(),
-            relative_bias: None,
-            disentangled: None,
-            mobile: None,
-            sparse_prediction: None,
-            layer_order: Vec::new(),
+            ..EncoderSpec::new(c.hidden_size, c.max_position_embeddings, Positions::Arange, NormPlacement::Pre, head)
         },
     }
     .build();

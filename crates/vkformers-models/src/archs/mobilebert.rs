@@ -127,24 +127,16 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
         tied: true,
         padding_idx: padding_idx_or(cfg, 0, c.vocab_size),
         encoder: EncoderSpec {
-            embed_dim: c.embedding_size,
             token_types: Some((format!("{e}.token_type_embeddings"), c.type_vocab_size)),
-            positions: Positions::Arange,
-            max_positions: c.max_position_embeddings,
-            embed_project: None,
-            placement: NormPlacement::Post,
-            final_norm: None,
             ignored: ignored(p, head_prefix, &head),
-            head,
-            stored_tables: Vec::new(),
-            rope_on_values: false,
-            masking: Default::default(),
-            unread_linears: Vec::new(),
-            relative_bias: None,
-            disentangled: None,
             mobile: Some(m),
-            sparse_prediction: None,
-            layer_order: Vec::new(),
+            ..EncoderSpec::new(
+                c.embedding_size,
+                c.max_position_embeddings,
+                Positions::Arange,
+                NormPlacement::Post,
+                head,
+            )
         },
     }
     .build())

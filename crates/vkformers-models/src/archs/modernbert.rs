@@ -111,25 +111,16 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
         tied: true,
         padding_idx: padding_idx_or(cfg, 50283, c.vocab_size),
         encoder: EncoderSpec {
-            embed_dim: h,
-            token_types: None,
-            positions: Positions::Arange,
-            max_positions: get(cfg, "max_position_embeddings", 8192),
-            embed_project: None,
-            placement: NormPlacement::Pre,
             final_norm: Some((norm, under(p, "final_norm"))),
-            head,
-            ignored: Vec::new(),
-            stored_tables: Vec::new(),
-            rope_on_values: false,
-            masking: Default::default(),
-            unread_linears: Vec::new(),
-            relative_bias: None,
-            disentangled: None,
-            mobile: None,
             sparse_prediction: get(cfg, "sparse_prediction", false)
                 .then(|| get(cfg, "sparse_pred_ignore_index", -100i64) as i32),
-            layer_order: Vec::new(),
+            ..EncoderSpec::new(
+                h,
+                get(cfg, "max_position_embeddings", 8192),
+                Positions::Arange,
+                NormPlacement::Pre,
+                head,
+            )
         },
     }
     .build();

@@ -97,29 +97,20 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
         tied: true,
         padding_idx: Some(PADDING_IDX),
         encoder: EncoderSpec {
-            embed_dim: c.hidden_size,
-            token_types: None,
-            positions: Positions::FromIds { padding_idx: PADDING_IDX },
-            max_positions: c.max_position_embeddings,
-            embed_project: None,
-            placement: NormPlacement::Post,
-            final_norm: None,
             ignored: ignored(p, head_prefix, &head),
-            head,
-            stored_tables: Vec::new(),
-            rope_on_values: false,
-            masking: Default::default(),
-            unread_linears: Vec::new(),
             relative_bias: Some(RelativeBias {
                 table: under(p, "encoder.relative_attention_bias"),
                 rows: c.relative_attention_num_buckets,
                 num_buckets: 32,
                 max_distance: 128,
             }),
-            disentangled: None,
-            mobile: None,
-            sparse_prediction: None,
-            layer_order: Vec::new(),
+            ..EncoderSpec::new(
+                c.hidden_size,
+                c.max_position_embeddings,
+                Positions::FromIds { padding_idx: PADDING_IDX },
+                NormPlacement::Post,
+                head,
+            )
         },
     }
     .build())

@@ -113,24 +113,9 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
         tied: true,
         padding_idx: padding_idx_or(cfg, 0, c.vocab_size),
         encoder: EncoderSpec {
-            embed_dim: c.hidden_size,
             token_types: Some((format!("{e}.token_type_embeddings"), x.type_vocab_size)),
-            positions: Positions::Arange,
-            max_positions: c.max_position_embeddings,
-            embed_project: None,
-            placement: NormPlacement::Post,
-            final_norm: None,
             ignored: vec!["cls.predictions.decoder.bias".into()],
-            stored_tables: Vec::new(),
-            rope_on_values: false,
-            masking: Default::default(),
-            unread_linears: Vec::new(),
-            relative_bias: None,
-            disentangled: None,
-            mobile: None,
-            sparse_prediction: None,
-            layer_order: Vec::new(),
-            head,
+            ..EncoderSpec::new(c.hidden_size, c.max_position_embeddings, Positions::Arange, NormPlacement::Post, head)
         },
     }
     .build();

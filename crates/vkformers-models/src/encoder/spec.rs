@@ -167,6 +167,40 @@ pub struct EncoderSpec {
     pub layer_order: Vec<usize>,
 }
 
+impl EncoderSpec {
+    /// The fields every family sets; the rest start empty (no token types, projection, final
+    /// norm, ignored prefixes, stored tables, relative bias, DeBERTa/MobileBERT/ModernBERT
+    /// options; each layer once, in order), for `EncoderSpec { .., ..EncoderSpec::new(..) }`.
+    pub fn new(
+        embed_dim: usize,
+        max_positions: usize,
+        positions: Positions,
+        placement: NormPlacement,
+        head: EncoderHead,
+    ) -> Self {
+        EncoderSpec {
+            embed_dim,
+            token_types: None,
+            positions,
+            max_positions,
+            embed_project: None,
+            placement,
+            final_norm: None,
+            head,
+            ignored: Vec::new(),
+            stored_tables: Vec::new(),
+            rope_on_values: false,
+            masking: EmbedMasking::default(),
+            unread_linears: Vec::new(),
+            relative_bias: None,
+            disentangled: None,
+            mobile: None,
+            sparse_prediction: None,
+            layer_order: Vec::new(),
+        }
+    }
+}
+
 /// ESM's embedding rescalings, both fixed by the batch (constants, no gradient of their own).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct EmbedMasking {
