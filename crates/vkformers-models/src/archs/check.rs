@@ -72,10 +72,15 @@ const SIZE_FIELDS: &[(&str, u64)] = &[
     ("n_shared_experts", 1 << 12),
     ("n_group", 1 << 12),
     ("topk_group", 1 << 12),
+    // ERNIE 4.5 MoE's names.
+    ("moe_num_experts", 1 << 12),
+    ("moe_k", 1 << 12),
+    ("moe_num_shared_experts", 1 << 12),
 ];
 
-/// Sizes that may be 0 (DeBERTa-v2/v3 configs: `type_vocab_size` 0, no token-type table).
-const ZERO_OK: &[&str] = &["type_vocab_size"];
+/// Sizes that may be 0 (DeBERTa-v2/v3 configs: `type_vocab_size` 0, no token-type table; MoE
+/// configs without shared experts).
+const ZERO_OK: &[&str] = &["type_vocab_size", "moe_num_shared_experts"];
 
 /// Fractions of the head rotated; each in (0, 1] where present.
 const FRACTION_FIELDS: &[&str] = &["partial_rotary_factor", "rotary_pct"];
