@@ -69,36 +69,7 @@ pub fn grouped_linear(g: &Graph<'_>, x: &Tensor, w: &Tensor, groups: &Groups) ->
         )));
     }
     let out = w.numel() / (e * inp);
-    let y = g.output(&[slots, out], &[x, w])?;
-    g.record(|rec| {
-        k::grouped_rows(rec, x.view(), w.view(), y.view(), groups.expert.view(), (slots, inp, out, e), true)
-    })?;
-    let (sx, sw, expert, offsets) = (x.clone(), w.clone(), groups.expert.clone(), groups.offsets.clone());
-    let need = [x.requires_grad(), w.requires_grad()];
-    g.push_node(
-        &y,
-        vec![x.clone(), w.clone()],
-        Box::new(move |g, dy| {
-            let dx = if need[0] {
-                let dx = g.empty(sx.shape())?;
-                let dims = (slots, out, inp, e);
-                g.record(|rec| k::grouped_rows(rec, dy.view(), sw.view(), dx.view(), expert.view(), dims, false))?;
-                Some(dx)
-            } else {
-                None
-            };
-            let dw = if need[1] {
-                let dw = g.empty(sw.shape())?;
-                let dims = (slots, out, inp, e);
-                g.record(|rec| k::grouped_wgrad(rec, dy.view(), sx.view(), dw.view(), offsets.view(), dims))?;
-                Some(dw)
-            } else {
-                None
-            };
-            Ok(vec![dx, dw])
-        }),
-    );
-    Ok(y)
+    grouped(g, x, w, groups, (slots, inp, out, e), true)
 }
 
 /// `y [S, out] = x [S, in] ·_e W_e` for `W [E·in, out]`, each expert's block used as stored, not
@@ -114,11 +85,24 @@ pub fn grouped_matmul(g: &Graph<'_>, x: &Tensor, w: &Tensor, groups: &Groups) ->
             groups.token.numel()
         )));
     }
-    let out = ws[1];
+    grouped(g, x, w, groups, (slots, inp, ws[1], e), false)
+}
+
+/// The product of `grouped_linear` (`linear`: W_e stored `[out, in]`) or `grouped_matmul` (W_e
+/// stored `[in, out]`) on `dims = (S, in, out, E)`, and its backward: `dx = dy ·_e op(W_e)ᵀ`
+/// (the kernel with the other transpose) and `dW_e` = `dy_eᵀ · x_e` (`[out, in]`) or
+/// `x_eᵀ · dy_e` (`[in, out]`).
+fn grouped(
+    g: &Graph<'_>,
+    x: &Tensor,
+    w: &Tensor,
+    groups: &Groups,
+    dims: (usize, usize, usize, usize),
+    linear: bool,
+) -> Result<Tensor> {
+    let (slots, inp, out, e) = dims;
     let y = g.output(&[slots, out], &[x, w])?;
-    g.record(|rec| {
-        k::grouped_rows(rec, x.view(), w.view(), y.view(), groups.expert.view(), (slots, inp, out, e), false)
-    })?;
+    g.record(|rec| k::grouped_rows(rec, x.view(), w.view(), y.view(), groups.expert.view(), dims, linear))?;
     let (sx, sw, expert, offsets) = (x.clone(), w.clone(), groups.expert.clone(), groups.offsets.clone());
     let need = [x.requires_grad(), w.requires_grad()];
     g.push_node(
@@ -127,18 +111,21 @@ pub fn grouped_matmul(g: &Graph<'_>, x: &Tensor, w: &Tensor, groups: &Groups) ->
         Box::new(move |g, dy| {
             let dx = if need[0] {
                 let dx = g.empty(sx.shape())?;
-                // W as [E·in, out] is the nn.Linear layout of an [S, out] -> [S, in] product.
-                let dims = (slots, out, inp, e);
-                g.record(|rec| k::grouped_rows(rec, dy.view(), sw.view(), dx.view(), expert.view(), dims, true))?;
+                let back = (slots, out, inp, e);
+                g.record(|rec| k::grouped_rows(rec, dy.view(), sw.view(), dx.view(), expert.view(), back, !linear))?;
                 Some(dx)
             } else {
                 None
             };
             let dw = if need[1] {
                 let dw = g.empty(sw.shape())?;
-                // dW_e [in, out] = x_eᵀ · dy_e: the weight-gradient kernel with x as its left factor.
-                let dims = (slots, inp, out, e);
-                g.record(|rec| k::grouped_wgrad(rec, sx.view(), dy.view(), dw.view(), offsets.view(), dims))?;
+                g.record(|rec| {
+                    if linear {
+                        k::grouped_wgrad(rec, dy.view(), sx.view(), dw.view(), offsets.view(), (slots, out, inp, e))
+                    } else {
+                        k::grouped_wgrad(rec, sx.view(), dy.view(), dw.view(), offsets.view(), (slots, inp, out, e))
+                    }
+                })?;
                 Some(dw)
             } else {
                 None
