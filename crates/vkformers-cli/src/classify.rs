@@ -109,6 +109,17 @@ fn logits_of(
         None => tok.inner().encode(text, true),
     }
     .map_err(|e| anyhow::anyhow!("tokenizing {text:?}: {e}"))?;
+    encoding_logits(g, model, text, &e)
+}
+
+/// The encoder's logits (f32, `[tokens · labels]`) of one tokenized text, its token types
+/// included; an error naming the text when it has more tokens than the model's positions.
+pub(crate) fn encoding_logits(
+    g: &Graph<'_>,
+    model: &Model,
+    text: &str,
+    e: &tokenizers::Encoding,
+) -> anyhow::Result<Vec<f32>> {
     let ids: Vec<i32> = e.get_ids().iter().map(|&x| x as i32).collect();
     let types: Vec<i32> = e.get_type_ids().iter().map(|&x| x as i32).collect();
     let max = model.spec.encoder.as_ref().map_or(usize::MAX, |enc| enc.max_positions);

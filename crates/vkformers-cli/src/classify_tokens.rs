@@ -5,12 +5,10 @@
 
 use std::process::ExitCode;
 
-use anyhow::bail;
 use vkformers_io::HfTokenizer;
-use vkformers_models::encoder::{self, EncoderBatch};
+
 use vkformers_models::model::Model;
-use vkformers_tensor::ops::cast;
-use vkformers_tensor::{DType, Graph};
+use vkformers_tensor::Graph;
 
 /// A token classifier's entities of each text, printed (one line a token) or as JSON.
 pub fn run(
@@ -61,18 +59,7 @@ pub fn entities(
 ) -> anyhow::Result<Vec<Entity>> {
     // Character offsets, as the pipeline's (Python) offsets.
     let e = tok.inner().encode_char_offsets(text, true).map_err(|e| anyhow::anyhow!("tokenizing {text:?}: {e}"))?;
-    let ids: Vec<i32> = e.get_ids().iter().map(|&x| x as i32).collect();
-    let types: Vec<i32> = e.get_type_ids().iter().map(|&x| x as i32).collect();
-    let max = model.spec.encoder.as_ref().map_or(usize::MAX, |enc| enc.max_positions);
-    if ids.len() > max {
-        bail!("{text:?} has {} tokens, more than the model's {max} positions", ids.len());
-    }
-    let mask = vec![1; ids.len()];
-    let batch = EncoderBatch { ids: &ids, mask: &mask, token_types: Some(&types), batch: 1, seq: ids.len() };
-    let logits = g.no_grad(|| -> anyhow::Result<Vec<f32>> {
-        let l = encoder::forward(g, &model.spec, &model.weights, &batch)?;
-        Ok(g.read(&cast::cast(g, &l, DType::F32)?)?)
-    })?;
+    let logits = g.no_grad(|| crate::classify::encoding_logits(g, model, text, &e))?;
     g.clear_tape();
     let mut out = Vec::new();
     for (i, row) in logits.chunks(num_labels).enumerate() {
