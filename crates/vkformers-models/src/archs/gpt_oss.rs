@@ -95,3 +95,30 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     c.moe.apply(&mut spec, block)?;
     Ok(spec)
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    /// A config with only the sizes (as a Hub config may omit the class defaults) gets
+    /// GptOssConfig's: even layers sliding at 128, attention biases, YaRN at base 150000
+    /// (attention factor 0.1·ln 32 + 1), the SwiGLU limit 7.
+    #[test]
+    fn class_defaults_fill_a_config_of_sizes_only() {
+        let cfg = json!({
+            "vocab_size": 64, "hidden_size": 16, "intermediate_size": 8, "num_hidden_layers": 3,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 4, "num_local_experts": 4,
+        });
+        let s = super::spec(&cfg).unwrap();
+        let windows: Vec<_> = s.layers.iter().map(|l| l.attn.sliding_window).collect();
+        assert_eq!(windows, [Some(128), None, Some(128)]);
+        let a = &s.layers[0].attn;
+        assert!(a.qkv_bias && a.out_bias && a.sinks.is_some());
+        let rope = a.rope.as_ref().unwrap();
+        assert!((rope.mscale - (0.1 * 32f32.ln() + 1.0)).abs() < 1e-6, "mscale {}", rope.mscale);
+        // YaRN keeps the highest frequency (β_fast region) at 150000^0 = 1.
+        assert!((rope.inv_freq[0] - 1.0).abs() < 1e-6);
+        let crate::spec::MlpSpec::Moe(m) = &s.layers[0].mlp else { panic!("not an MoE layer") };
+        assert_eq!((m.top_k, m.biased.as_ref().unwrap().act.limit), (4, 7.0));
+    }
+}
