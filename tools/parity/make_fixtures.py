@@ -205,8 +205,10 @@ def build_model(model_type: str, cfg_kwargs: dict):
     # parameter so that a reimplementation that ignores a bias or a norm weight shows up in the logits.
     g = torch.Generator().manual_seed(SEED + 1)
     with torch.no_grad():
-        for _, p in model.named_parameters():
-            if p.dim() == 1:
+        for n, p in model.named_parameters():
+            # gpt-oss's per-expert biases (`experts.gate_up_proj_bias [E, 2I]`, `down_proj_bias [E, H]`)
+            # are biases too, though 2-D.
+            if p.dim() == 1 or n.endswith("proj_bias"):
                 p.add_(torch.randn(p.shape, generator=g) * ONE_D_NOISE)
         # DeepSeek-V3's router correction bias is a stored buffer that starts at zero: give it values
         # large enough to change which experts and groups are chosen.
@@ -370,7 +372,8 @@ def make_fixture(name: str, model_type: str, cfg_kwargs: dict, out_dir: Path, ve
         "init": {
             "initializer_range": INIT_STD,
             "one_d_param_noise_std": ONE_D_NOISE,
-            "note": "after transformers' own init, N(0, one_d_param_noise_std) noise was added to every 1-D parameter",
+            "note": "after transformers' own init, N(0, one_d_param_noise_std) noise was added to every 1-D parameter "
+                    "(and to gpt-oss's 2-D expert biases, `*proj_bias`)",
         },
         "T": T,
         "batch": BATCH,

@@ -16,7 +16,7 @@ use crate::archs::spec_from_config;
 use crate::decoder::Weights;
 use crate::error::{ModelError, Result};
 use crate::model::Model;
-use crate::spec::{layer_name, LayerNames, MlaSpec, MlpSpec, ModelSpec, Norm, QkNormAt, ResidualInit};
+use crate::spec::{layer_name, LayerNames, MlaSpec, MlpSpec, ModelSpec, Norm, QkNormAt, ResidualInit, SinksInit};
 
 /// How one parameter starts.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -125,6 +125,23 @@ fn mla_params(out: &mut Vec<Planned>, names: &LayerNames, m: &MlaSpec, (i, h, he
 }
 
 /// The parameters (internal names, shapes, init) a spec's decoder graph reads.
+/// The MoE block's parameters of layer `i`: every weight (router, packed experts, shared expert)
+/// a matrix from N(0, std); DeepSeek-V3's correction bias (a vector) zero; gpt-oss's expert
+/// biases `[E, 2I]`, `[E, H]` zero and its router bias `[E]` drawn like a matrix.
+fn moe_params(m: &crate::moe::MoeSpec, i: usize, h: usize) -> Vec<Planned> {
+    let buffer = m.router.buffer().map(|b| layer_name(b, i));
+    let b = m.biased.as_ref();
+    let is = |t: &String, n: &str| layer_name(t, i) == n;
+    let expert_bias = |n: &str| b.is_some_and(|b| is(&b.gate_up_bias, n) || is(&b.down_bias, n));
+    let router_bias = |n: &str| b.is_some_and(|b| is(&b.router_bias, n));
+    let planned = m.params(i, h).into_iter().map(|(name, shape)| {
+        let zero = (shape.len() == 1 && !router_bias(&name)) || buffer.as_ref() == Some(&name) || expert_bias(&name);
+        let init = if zero { Init::Zeros } else { Init::Normal };
+        Planned { name, shape, init }
+    });
+    planned.collect()
+}
+
 fn plan(spec: &ModelSpec, config: &Value) -> Result<Vec<Planned>> {
     if spec.encoder.is_some() {
         return crate::encoder::plan(spec, config);
@@ -196,8 +213,9 @@ fn plan(spec: &ModelSpec, config: &Value) -> Result<Vec<Planned>> {
             norm_params(&mut out, &layer_name(template, i), n, o_in);
         }
         if let Some(template) = &a.sinks {
-            // granite_swa's `_init_weights` zeroes the sinks.
-            out.push(Planned { name: layer_name(template, i), shape: vec![a.heads], init: Init::Zeros });
+            // granite_swa's `_init_weights` zeroes the sinks, gpt-oss's draws them like a matrix.
+            let init = if spec.sinks_init == SinksInit::Normal { Init::Normal } else { Init::Zeros };
+            out.push(Planned { name: layer_name(template, i), shape: vec![a.heads], init });
         }
         linear(&mut out, &layer_name(&names.o, i), h, o_in, a.out_bias);
         if spec.residual_init != ResidualInit::Plain {
@@ -245,15 +263,7 @@ fn plan(spec: &ModelSpec, config: &Value) -> Result<Vec<Planned>> {
                 xielu_params(&mut out, &layer_name(act, i));
             }
             MlpSpec::Moe(m) => {
-                // Every MoE weight (router, packed experts, shared expert) is a matrix from N(0, std);
-                // the one vector, DeepSeek-V3's correction bias, starts at zero.
-                let params = m.params(i, h);
-                let buffer = m.router.buffer().map(|b| layer_name(b, i));
-                out.extend(params.into_iter().map(|(name, shape)| {
-                    let zero = shape.len() == 1 || buffer.as_ref() == Some(&name);
-                    let init = if zero { Init::Zeros } else { Init::Normal };
-                    Planned { name, shape, init }
-                }));
+                out.extend(moe_params(m, i, h));
             }
         }
         if spec.layer_init_std.is_some() {

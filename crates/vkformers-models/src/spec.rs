@@ -414,6 +414,8 @@ pub struct ModelSpec {
     /// openai-gpt's `Conv1D` draws N(0, 0.02) in its constructor and its `_init_weights` leaves
     /// it alone. `None` for most families.
     pub layer_init_std: Option<f64>,
+    /// How `init_from_config` starts the learned attention sinks (`AttnSpec::sinks`).
+    pub sinks_init: SinksInit,
     /// Prefixes of stored tensors the graph does not read that the folder's model type still
     /// owns (an image-text wrapper's vision tower): not loaded, copied unchanged on save.
     pub carried: Vec<String>,
@@ -437,6 +439,17 @@ pub enum VisionTower {
     SiglipGemma3,
     /// Pixtral's vision model and Mistral 3's patch-merging projector (`mistral3`).
     PixtralMistral3,
+}
+
+/// The starting values of the attention sinks `[heads]`, as each family's `_init_weights` sets
+/// them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SinksInit {
+    /// Zeros (granite_swa).
+    #[default]
+    Zeros,
+    /// N(0, initializer_range) like the matrices (gpt-oss).
+    Normal,
 }
 
 /// GPT-2's scaled initialisation of the projections that write into the residual stream: with
@@ -495,6 +508,7 @@ impl ModelSpec {
             encoder: None,
             residual_init: ResidualInit::Plain,
             layer_init_std: None,
+            sinks_init: SinksInit::Zeros,
             carried: Vec::new(),
             vision: None,
             module_paths: Vec::new(),

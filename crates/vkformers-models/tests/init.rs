@@ -210,3 +210,37 @@ fn every_fixture_config_inits_with_the_stored_names_and_shapes() {
         Ok(())
     });
 }
+
+/// The sinks start as each family's `_init_weights` sets them (`ModelSpec::sinks_init`):
+/// gpt-oss draws them, and its router bias `[E]`, from N(0, initializer_range) and zeroes its
+/// expert biases; granite_swa zeroes its sinks. gpt-oss's fixture config is widened (32 heads,
+/// 128 experts) so the sample stds are over 64 sinks (std error ~9%) and 256 router biases (~4%).
+#[test]
+fn sinks_and_router_biases_start_as_each_family_draws_them() {
+    on_every_device("init sinks", |ctx| {
+        let g = Graph::new(ctx);
+        let mut config = vkformers_io::read_json(fixture("gpt_oss").join("config.json")).unwrap();
+        (config["num_attention_heads"], config["num_local_experts"]) = (32.into(), 128.into());
+        let std = config["initializer_range"].as_f64().unwrap();
+        let m = init_from_config(&g, config, 3).unwrap();
+        let out = tempfile::tempdir().unwrap();
+        m.save(&g, out.path(), None, u64::MAX).unwrap();
+        let w = ModelWeights::open(out.path()).unwrap();
+        let all = |t: &str| -> Vec<f32> {
+            (0..2).flat_map(|i| w.tensor_f32(&t.replace("{i}", &i.to_string())).unwrap()).collect()
+        };
+        for (t, tol) in [("model.layers.{i}.self_attn.sinks", 0.3), ("model.layers.{i}.mlp.router.bias", 0.15)] {
+            let (mean, sd) = mean_sd(&all(t));
+            assert!(mean.abs() < 0.3 * std && (sd / std - 1.0).abs() < tol, "gpt_oss {t}: mean {mean} std {sd}");
+        }
+        for t in ["gate_up_proj_bias", "down_proj_bias"] {
+            assert!(all(&format!("model.layers.{{i}}.mlp.experts.{t}")).iter().all(|&x| x == 0.0), "gpt_oss {t}");
+        }
+        let config = vkformers_io::read_json(fixture("granite_swa").join("config.json")).unwrap();
+        let m = init_from_config(&g, config, 3).unwrap();
+        m.save(&g, out.path(), None, u64::MAX).unwrap();
+        let w = ModelWeights::open(out.path()).unwrap();
+        assert!(w.tensor_f32("model.layers.0.self_attn.sinks").unwrap().iter().all(|&x| x == 0.0));
+        Ok(())
+    });
+}

@@ -200,6 +200,10 @@ parity! {
     phimoe_aux: "phimoe",
     // Fused clipped Wqkv, separate gate/up expert stacks, transposed down stack, L1 renormalisation.
     dbrx_aux: "dbrx",
+    // Biased top-2-then-softmax router, in-out biased experts with the clamped SwiGLU, attention
+    // biases and sinks, sliding/full layers, untruncated YaRN; then with the aux loss.
+    gpt_oss: "gpt_oss",
+    gpt_oss_aux: "gpt_oss_aux",
     // Image-text wrappers run as their text backbone; the vision tower is carried, not loaded.
     gemma3_wrapper: "gemma3",
     mistral3_wrapper: "mistral3",

@@ -103,6 +103,7 @@ impl EncoderParts<'_> {
             encoder: Some(self.encoder),
             residual_init: crate::spec::ResidualInit::Plain,
             layer_init_std: None,
+            sinks_init: crate::spec::SinksInit::Zeros,
             carried: Vec::new(),
             vision: None,
             module_paths: Vec::new(),

@@ -51,6 +51,7 @@ mod gpt_bigcode;
 mod gpt_neo;
 mod gpt_neox;
 mod gpt_neox_japanese;
+mod gpt_oss;
 mod gptj;
 mod granite;
 mod granite_swa;
@@ -203,6 +204,7 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "ernie4_5_moe", family: "routed MoE decoder", build: ernie4_5_moe::spec },
     Arch { model_type: "phimoe", family: "routed MoE decoder", build: phimoe::spec },
     Arch { model_type: "dbrx", family: "routed MoE decoder", build: dbrx::spec },
+    Arch { model_type: "gpt_oss", family: "routed MoE decoder", build: gpt_oss::spec },
     Arch { model_type: "granitemoe", family: "routed MoE decoder", build: granitemoe::granitemoe },
     Arch { model_type: "granitemoeshared", family: "routed MoE decoder", build: granitemoe::granitemoeshared },
     // Encoder-decoders (issue 20), run by `seq2seq::forward_loss`.

@@ -67,7 +67,8 @@ pub fn match_layout<'a>(spec: &mut ModelSpec, stored: impl Iterator<Item = &'a s
     let mut drop = Vec::new();
     for (i, l) in spec.layers.iter_mut().enumerate() {
         let MlpSpec::Moe(m) = &mut l.mlp else { continue };
-        if !stored.contains(layer_name(PACKED_GATE_UP, i).as_str()) || m.names.gate_up != PACKED_GATE_UP {
+        // A spec already packed (gpt-oss's own names: `mlp.router`) keeps its names.
+        if m.packed || !stored.contains(layer_name(PACKED_GATE_UP, i).as_str()) || m.names.gate_up != PACKED_GATE_UP {
             continue;
         }
         m.packed = true;
