@@ -104,6 +104,7 @@ impl EncoderParts<'_> {
             residual_init: crate::spec::ResidualInit::Plain,
             layer_init_std: None,
             carried: Vec::new(),
+            skipped: Vec::new(),
             vision: None,
             module_paths: Vec::new(),
             seq2seq: None,
