@@ -3,8 +3,9 @@
 //! Defaults come from the model's `generation_config.json` (else `config.json`); flags override
 //! them. One prompt streams its text to stdout as it is produced; several (`--prompt-file`, one per
 //! line) run as one left-padded batch and each row is printed when it finishes. `--json` prints
-//! token ids, text and timings instead.
+//! token ids, text, timings and the KV cache's size (`kv_report`) instead.
 
+mod kv_report;
 mod seq2seq;
 mod seq2seq_lang;
 
@@ -305,6 +306,7 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
         let mut r = report(&prompts, &gen, tok.as_ref(), &stops)?;
         r["timings"]["device_memory_peak_bytes"] = ctx.device_memory().peak.into();
         r["dtype"] = format!("{:?}", model.weight_dtype()).to_lowercase().into();
+        r["kv_cache"] = kv_report::kv_cache_report(&g, &model, &prompts, &gen)?;
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else if printer.stream {
         println!();

@@ -351,12 +351,14 @@ fn is_ignored_buffer(name: &str) -> bool {
         .any(|b| name.ends_with(b))
 }
 
-/// A buffer, a tensor of a head the encoder does not have (`EncoderSpec::ignored`), or one the
-/// folder carries past the graph (`ModelSpec::carried`).
+/// A buffer, a tensor of a head the encoder does not have (`EncoderSpec::ignored`), one the
+/// folder carries past the graph (`ModelSpec::carried`) or one the model class skips
+/// (`ModelSpec::skipped`).
 fn is_ignored(spec: &ModelSpec, name: &str) -> bool {
     is_ignored_buffer(name)
         || spec.encoder.as_ref().is_some_and(|e| e.ignored.iter().any(|p| name.starts_with(p.as_str())))
         || is_carried(spec, name)
+        || spec.skipped.iter().any(|p| name.starts_with(p.as_str()))
         || spec.seq2seq.as_ref().is_some_and(|s| s.tied_aliases.iter().any(|a| a == name))
 }
 

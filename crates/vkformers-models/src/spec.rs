@@ -419,6 +419,10 @@ pub struct ModelSpec {
     /// Prefixes of stored tensors the graph does not read that the folder's model type still
     /// owns (an image-text wrapper's vision tower): not loaded, copied unchanged on save.
     pub carried: Vec<String>,
+    /// Prefixes of stored tensors transformers' model class does not build (DeepSeek-V3's
+    /// multi-token-prediction layers `model.layers.{N}.*`, N >= num_hidden_layers): not loaded,
+    /// not written on save (`save_pretrained` writes the module's state dict, which lacks them).
+    pub skipped: Vec<String>,
     /// The vision tower an image-text wrapper keeps under `carried` (what `init_from_config`
     /// draws for a new one); `None` for every other family.
     pub vision: Option<VisionTower>,
@@ -510,6 +514,7 @@ impl ModelSpec {
             layer_init_std: None,
             sinks_init: SinksInit::Zeros,
             carried: Vec::new(),
+            skipped: Vec::new(),
             vision: None,
             module_paths: Vec::new(),
             seq2seq: None,

@@ -55,6 +55,7 @@ fn latent_cache_holds_the_latent_and_decodes_as_uncached_and_transformers() {
             "axk1",
             "sarvam_mla",
             "glm4_moe_lite",
+            "mistral4",
         ] {
             let g = Graph::new(ctx);
             let model = Model::load(&g, &fixture(name)).unwrap();

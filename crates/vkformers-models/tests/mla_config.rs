@@ -24,9 +24,17 @@ fn error_with(name: &str, changes: Value) -> String {
 
 #[test]
 fn every_mla_fixture_config_parses() {
-    for name in
-        ["minicpm3", "deepseek_v2", "deepseek_v2_qlora", "deepseek_v3", "youtu", "axk1", "sarvam_mla", "glm4_moe_lite"]
-    {
+    for name in [
+        "minicpm3",
+        "deepseek_v2",
+        "deepseek_v2_qlora",
+        "deepseek_v3",
+        "youtu",
+        "axk1",
+        "sarvam_mla",
+        "glm4_moe_lite",
+        "mistral4",
+    ] {
         let spec = spec_from_config(&config(name)).unwrap();
         assert!(spec.layers.iter().all(|l| l.attn.mla.is_some()), "{name}: every layer is MLA");
     }
@@ -70,6 +78,18 @@ fn bad_mla_configs_are_errors_naming_the_field() {
         ("axk1", json!({"mlp_layer_types": ["dense"]}), "mlp_layer_types"),
         ("axk1", json!({"q_lora_rank": null}), "q_lora_rank"),
         ("glm4_moe_lite", json!({"partial_rotary_factor": 0.5}), "partial_rotary_factor"),
+        // Mistral 4's group-limited softmax router (topk_group < n_group) is not implemented.
+        ("mistral4", json!({"n_routed_experts": 4, "n_group": 2, "topk_group": 1}), "topk_group"),
+        (
+            "mistral4",
+            json!({"rope_parameters": {"rope_type": "default", "partial_rotary_factor": 0.5}}),
+            "partial_rotary_factor",
+        ),
+        (
+            "mistral4",
+            json!({"rope_parameters": {"rope_type": "default", "llama_4_scaling_beta": 0.1}}),
+            "original_max_position_embeddings",
+        ),
     ];
     for (name, changes, field) in cases {
         let e = error_with(name, changes.clone());

@@ -247,6 +247,8 @@ parity! {
     axk1: "axk1",
     sarvam_mla: "sarvam_mla",
     glm4_moe_lite: "glm4_moe_lite",
+    // Softmax router, Llama 4's position scale on the query, YaRN with partial_rotary_factor.
+    mistral4: "mistral4",
 }
 
 #[test]

@@ -148,4 +148,26 @@ SPECS = {
             "routed_scaling_factor": 1.8,
         },
     ),
+    # Mistral 4: DeepSeek-V3's MLA and MoE with a softmax router (one group: its default) and
+    # Llama 4's query scale 1 + beta * ln(1 + floor(pos / 4)), so the fixture's positions 4+ are
+    # scaled; YaRN over original 4 positions; layer 0 dense. Mistral4Config sets head_dim = nope +
+    # rope and a partial_rotary_factor of rope / head_dim itself, so COMMON's head_dim is left out.
+    "mistral4": (
+        "mistral4",
+        {
+            **{k: v for k, v in DEEPSEEK.items() if k != "head_dim"},
+            "q_lora_rank": 16,
+            "v_head_dim": 8,
+            "first_k_dense_replace": 1,
+            "n_group": 1,
+            "topk_group": 1,
+            "norm_topk_prob": True,
+            "rope_interleave": True,
+            "rope_parameters": {
+                **YARN,
+                "original_max_position_embeddings": 4,
+                "llama_4_scaling_beta": 0.5,
+            },
+        },
+    ),
 }

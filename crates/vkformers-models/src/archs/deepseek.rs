@@ -48,7 +48,31 @@ pub fn deepseek_v2(cfg: &Value) -> Result<ModelSpec> {
 }
 
 pub fn deepseek_v3(cfg: &Value) -> Result<ModelSpec> {
-    v3_like("deepseek_v3", cfg)
+    let mut spec = v3_like("deepseek_v3", cfg)?;
+    // transformers' DeepseekV3Config defaults `num_mtp_layers` to 1.
+    skip_mtp_layers(&mut spec, cfg, 1)?;
+    Ok(spec)
+}
+
+/// DeepSeek-V3-style checkpoints store `num_nextn_predict_layers` multi-token-prediction layers
+/// after the last decoder layer, as `model.layers.{N + i}.*` (N = num_hidden_layers).
+/// `*ForCausalLM` builds no module for them: transformers lists them as unexpected keys (silenced
+/// by `_keys_to_ignore_on_load_unexpected`, e.g. `model\.layers\.61.*` for DeepSeek-V3) and
+/// `save_pretrained` does not write them. Loading skips them the same way; other extra layers
+/// stay an error. `default` is the config class's `num_mtp_layers` when the field is absent.
+fn skip_mtp_layers(spec: &mut ModelSpec, cfg: &Value, default: u64) -> Result<()> {
+    let field =
+        ["num_nextn_predict_layers", "num_mtp_layers"].into_iter().find_map(|k| cfg.get(k).filter(|v| !v.is_null()));
+    let n = match field {
+        None => default,
+        Some(v) => v.as_u64().filter(|&n| n <= 64).ok_or_else(|| {
+            ModelError::Config(format!("`num_nextn_predict_layers` is {v}; it must be an integer from 0 to 64"))
+        })?,
+    };
+    let first = spec.layers.len();
+    // The trailing dot keeps `model.layers.2.` from matching `model.layers.20.`.
+    spec.skipped.extend((0..n as usize).map(|i| format!("model.layers.{}.", first + i)));
+    Ok(())
 }
 
 /// `sarvam_mla`: DeepSeek-V3 (transformers builds `DeepseekV3ForCausalLM` from its config). The
@@ -71,7 +95,10 @@ pub fn sarvam_mla(cfg: &Value) -> Result<ModelSpec> {
             }
         }
     }
-    v3_like("sarvam_mla", &cfg)
+    let mut spec = v3_like("sarvam_mla", &cfg)?;
+    // SarvamMLAConfig defaults `num_mtp_layers` to 0.
+    skip_mtp_layers(&mut spec, &cfg, 0)?;
+    Ok(spec)
 }
 
 fn v3_like(model_type: &str, cfg: &Value) -> Result<ModelSpec> {
@@ -142,5 +169,8 @@ fn layer_typed(model_type: &str, cfg: &Value, post_mlp_norm: bool) -> Result<Mod
     }
     let block = c.moe.block(glu, c.moe.v3_router()?)?;
     apply_where(&mut spec, &sparse, block)?;
+    // GLM-4.7-Flash stores one MTP layer (transformers ignores `model\.layers\.47.*`); the
+    // config classes define no default, so only a config that names the count skips layers.
+    skip_mtp_layers(&mut spec, cfg, 0)?;
     Ok(spec)
 }

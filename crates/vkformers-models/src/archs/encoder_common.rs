@@ -105,6 +105,7 @@ impl EncoderParts<'_> {
             layer_init_std: None,
             sinks_init: crate::spec::SinksInit::Zeros,
             carried: Vec::new(),
+            skipped: Vec::new(),
             vision: None,
             module_paths: Vec::new(),
             seq2seq: None,

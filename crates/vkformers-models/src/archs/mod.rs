@@ -65,6 +65,7 @@ mod ln_common;
 mod mellum;
 mod minicpm3;
 mod ministral;
+mod mistral4;
 mod mixtral;
 mod mla_common;
 mod mobilebert;
@@ -233,6 +234,7 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "axk1", family: "latent-attention MoE decoder", build: deepseek::axk1 },
     Arch { model_type: "sarvam_mla", family: "latent-attention MoE decoder", build: deepseek::sarvam_mla },
     Arch { model_type: "glm4_moe_lite", family: "latent-attention MoE decoder", build: deepseek::glm4_moe_lite },
+    Arch { model_type: "mistral4", family: "latent-attention MoE decoder", build: mistral4::mistral4 },
 ];
 
 /// The spec of a parsed `config.json`.

@@ -85,7 +85,15 @@ pub(super) fn attention(
     let (heads, d) = (a.heads, a.head_dim);
     let (dn, dr, dv, l) = (m.nope_dim, m.rope_dim, m.v_dim, m.kv_lora_rank);
     let dqk = dn + dr;
-    let q = query(g, spec, w, m, i, h)?;
+    let mut q = query(g, spec, w, m, i, h)?;
+    if let Some((beta, original)) = a.q_position_scale {
+        // Llama 4's query scale (Mistral 4), per row of q [B·T, H·(Dn+Dr)] in (b, t) order:
+        // `1 + beta · ln(1 + floor(pos / original))`; RoPE is linear, so scaling before it (and
+        // before the absorbed products) equals transformers' scaling of the rotated q.
+        let s: Vec<f32> =
+            inp.host_pos.iter().map(|&p| 1.0 + beta * (1.0 + (p as f32 / original as f32).floor()).ln()).collect();
+        q = broadcast::mul(g, &q, &g.constant(&s, &[b * t, 1])?)?;
+    }
     let ckv = project(g, w, &m.names.kv_a, i, h, m.bias)?;
     let latent = moved(g, inp, &ckv, (l + dr, l), &[(0, 0, l)])?;
     let latent = apply_norm(g, &m.norm, w, &layer_name(&m.names.kv_a_norm, i), &latent)?;
