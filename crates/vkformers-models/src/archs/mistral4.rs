@@ -96,5 +96,7 @@ pub fn mistral4(cfg: &Value) -> Result<ModelSpec> {
     let router = Router::SoftmaxTopK { renormalize: c.moe.norm_topk_prob.unwrap_or(true) };
     let block = c.moe.block(glu, router)?;
     c.moe.apply(&mut spec, block)?;
+    // transformers 5.24's Mistral4 saves its experts packed (no per-expert conversion).
+    crate::moe::packed_layout(&mut spec);
     Ok(spec)
 }

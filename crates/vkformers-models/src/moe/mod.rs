@@ -64,11 +64,23 @@ const PACKED_GATE_UP: &str = "model.layers.{i}.mlp.experts.gate_up_proj";
 /// checkpoint (the Hub's, and what `save_pretrained` writes) keeps the joins.
 pub fn match_layout<'a>(spec: &mut ModelSpec, stored: impl Iterator<Item = &'a str>) {
     let stored: std::collections::HashSet<&str> = stored.collect();
+    pack_layers(spec, |i| stored.contains(layer_name(PACKED_GATE_UP, i).as_str()));
+}
+
+/// Every MoE layer in the packed layout: for families whose transformers class saves its
+/// experts packed (Mistral 4's `experts.gate_up_proj [E, 2I, H]`), so a model made from a config
+/// saves what transformers writes.
+pub fn packed_layout(spec: &mut ModelSpec) {
+    pack_layers(spec, |_| true);
+}
+
+/// Switches MoE layer `i` to the packed names where `wanted(i)`, dropping its joins.
+fn pack_layers(spec: &mut ModelSpec, wanted: impl Fn(usize) -> bool) {
     let mut drop = Vec::new();
     for (i, l) in spec.layers.iter_mut().enumerate() {
         let MlpSpec::Moe(m) = &mut l.mlp else { continue };
         // A spec already packed (gpt-oss's own names: `mlp.router`) keeps its names.
-        if m.packed || !stored.contains(layer_name(PACKED_GATE_UP, i).as_str()) || m.names.gate_up != PACKED_GATE_UP {
+        if m.packed || !wanted(i) || m.names.gate_up != PACKED_GATE_UP {
             continue;
         }
         m.packed = true;
