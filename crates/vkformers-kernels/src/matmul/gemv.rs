@@ -259,14 +259,8 @@ pub fn gemv(
     bias: Option<BufferView<'_>>,
     y: BufferView<'_>,
 ) -> Result<()> {
-    let kernel = kernel_for(desc.dtype, desc.m, one_subgroup(rec.caps()));
+    let (kernel, subgroups) = checked_kernel(rec, desc, bias.is_some())?;
     let name = kernel.name;
-    if desc.has_bias != bias.is_some() {
-        let given = if bias.is_some() { "" } else { "not " };
-        return Err(err(name, format!("has_bias is {} but a bias view was {given}given", desc.has_bias)));
-    }
-    check_desc(name, desc)?;
-    let subgroups = check_device(name, desc.m, rec.caps())?;
     if desc.m == 0 || desc.n == 0 {
         return Ok(());
     }
@@ -285,6 +279,20 @@ pub fn gemv(
     let args =
         [read(w_sub), read(x_sub), read(bias_sub), write(y_sub), read(w_sub), read(w_sub), write(y_sub), write(y_sub)];
     dispatch_single(rec, kernel, desc, flags, [u32::from(wide), subgroups], &args)
+}
+
+/// The kernel of a single product (`gemv`, `gemv_glu`) and its subgroups per workgroup, after
+/// the checks both share: a bias view given exactly when `desc.has_bias`, the description, and
+/// the device.
+fn checked_kernel(rec: &Recorder, desc: &GemvDesc, bias_given: bool) -> Result<(&'static KernelCode, u32)> {
+    let kernel = kernel_for(desc.dtype, desc.m, one_subgroup(rec.caps()));
+    let name = kernel.name;
+    if desc.has_bias != bias_given {
+        let given = if bias_given { "" } else { "not " };
+        return Err(err(name, format!("has_bias is {} but a bias view was {given}given", desc.has_bias)));
+    }
+    check_desc(name, desc)?;
+    Ok((kernel, check_device(name, desc.m, rec.caps())?))
 }
 
 /// Records one product of `desc` (n1 = n2 = 0) with `flags` and the 8 pointers `args` of
@@ -335,13 +343,8 @@ pub fn gemv_glu(
     bias: Option<BufferView<'_>>,
     y: BufferView<'_>,
 ) -> Result<()> {
-    let kernel = kernel_for(desc.dtype, desc.m, one_subgroup(rec.caps()));
+    let (kernel, subgroups) = checked_kernel(rec, desc, bias.is_some())?;
     let name = kernel.name;
-    if desc.has_bias != bias.is_some() {
-        return Err(err(name, format!("has_bias is {} but the bias view does not match", desc.has_bias)));
-    }
-    check_desc(name, desc)?;
-    let subgroups = check_device(name, desc.m, rec.caps())?;
     if desc.m == 0 || desc.n == 0 || desc.k == 0 {
         return Err(err(name, format!("gated input of an empty product m {} n {} k {}", desc.m, desc.n, desc.k)));
     }
