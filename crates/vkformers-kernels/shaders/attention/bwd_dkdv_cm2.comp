@@ -39,6 +39,10 @@
 // variant: d64_bf16_plain ELEM_BF16 DMAX=64 BR=64 BC=64 PLAIN_DS
 // variant: d128_bf16_plain ELEM_BF16 DMAX=128 BR=64 BC=32 PLAIN_DS
 // variant: d256_bf16_plain ELEM_BF16 DMAX=256 BR=32 BC=32 PLAIN_DS
+// Tile-shape candidates, chosen only by VKFORMERS_ATTENTION_TILE (sweeps on the H200):
+// variant: d64_bf16_plain_r128 ELEM_BF16 DMAX=64 BR=128 BC=64 PLAIN_DS
+// variant: d64_bf16_plain_c128 ELEM_BF16 DMAX=64 BR=64 BC=128 PLAIN_DS
+// variant: d64_bf16_plain_r32 ELEM_BF16 DMAX=64 BR=32 BC=64 PLAIN_DS
 #include "attention/cm2.glsl"
 
 layout(local_size_x = CM2_THREADS) in;

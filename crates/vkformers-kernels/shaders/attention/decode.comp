@@ -91,6 +91,10 @@ void stq(QBuf b, uint i, float x) { st(b, i, x); }
 #endif
 
 layout(local_size_x = NT) in;
+// Specialization constant 0: cost probes for `vkformers bench decode --probe` (wrong results;
+// never set otherwise): bit 1 skips the K loads of the score pass, 2 the V pass, 4 the halving
+// sums of the slots, 8 the max and probability passes (their barriers included).
+layout(constant_id = 0) const uint PROBE = 0;
 layout(push_constant) uniform Push {
     QIn q;
     DIn k;
@@ -204,7 +208,7 @@ void score_key(uint b, uint hk, uint k0, uint kend, uint r0, uint nr, int first_
     [[unroll]] for (uint rr = 0; rr < BQ; rr++) {
         s[rr] = 0.0;
     }
-    if (row != NO_ROW) {
+    if (row != NO_ROW && (PROBE & 1u) == 0u) {
         uint base = (row * pc.hkv + hk) * pc.d;
         // KG * CW elements of K per group, all loads issued before any is used. c0 < D, and
         // c0 + KG * CW <= DMAX (DMAX is a multiple of 64), so every sq4 index is in the tile.
@@ -375,10 +379,12 @@ void main() {
         barrier(); // sq written; the previous tile's sp and srow read
         score_key(b, hk, k0, kend, r0, nr, first_q);
         barrier();
-        update_max(nr);
-        barrier();
-        probabilities(nr);
-        barrier();
+        if ((PROBE & 8u) == 0u) {
+            update_max(nr);
+            barrier();
+            probabilities(nr);
+            barrier();
+        }
         [[unroll]] for (uint rr = 0; rr < BQ; rr++) {
             if (rr < nr) {
                 float a = salpha[rr];
@@ -386,9 +392,13 @@ void main() {
                 [[unroll]] for (uint e = 0; e < CW; e++) acc[rr][e] *= a;
             }
         }
-        accumulate(hk, nr, slot, c0, acc, lsum);
+        if ((PROBE & 2u) == 0u) {
+            accumulate(hk, nr, slot, c0, acc, lsum);
+        }
     }
-    reduce_slots(nr, slot, lane, acc, lsum);
+    if ((PROBE & 4u) == 0u) {
+        reduce_slots(nr, slot, lane, acc, lsum);
+    }
 
     if (slot != 0u || c0 >= D) {
         return;

@@ -61,10 +61,21 @@
 // variant: d64_bf16 ELEM_BF16 DMAX=64 BR=64 BC=64
 // variant: d128_bf16 ELEM_BF16 DMAX=128 BR=64 BC=64
 // variant: d256_bf16 ELEM_BF16 DMAX=256 BR=32 BC=32
+// Tile-shape candidates, chosen only by VKFORMERS_ATTENTION_TILE (sweeps on the H200):
+// variant: d64_bf16_r128 ELEM_BF16 DMAX=64 BR=128 BC=64
+// variant: d64_bf16_c128 ELEM_BF16 DMAX=64 BR=64 BC=128
+// variant: d64_bf16_r128c128 ELEM_BF16 DMAX=64 BR=128 BC=128
+// variant: d128_bf16_c128 ELEM_BF16 DMAX=128 BR=64 BC=128
 #include "attention/cm2.glsl"
 
 layout(local_size_x = CM2_THREADS) in;
 layout(constant_id = 0) const uint FAST = 1;
+// Specialization constant 1: cost probes for `vkformers bench attention --probe` (wrong results;
+// never set otherwise): each bit drops one part of the key tile so its time can be measured.
+layout(constant_id = 1) const uint PROBE = 0;
+#define PROBE_NO_SOFTMAX 1u  // P = S: no row max, exp, row sum or rescale of O
+#define PROBE_NO_PV 2u       // no V load and no P V product
+#define PROBE_NO_QK 4u       // no K load and no Q Kᵀ product (S = 0)
 layout(push_constant) uniform Push {
     EIn q;
     EIn k;
@@ -137,38 +148,45 @@ void fold_sink(float s, inout ACC_R m, inout ACC_R l, inout ACC_O o) {
 void key_tile(uint k0, uint kv_base, MAT_Q qm, uint q0, uint b, uint h, inout ACC_R m, inout ACC_R l,
               inout ACC_O o) {
     uint kv_stride = pc.hkv * pc.d;
-    MAT_K km;
-    LOAD_ROWS_T(km, pc.k.v, kv_base, pc.tk, kv_stride, k0, BC)
     ACC_S s = ACC_S(0.0);
-    s = coopMatMulAdd(qm, km, s);
+    if ((PROBE & PROBE_NO_QK) == 0u) {
+        MAT_K km;
+        LOAD_ROWS_T(km, pc.k.v, kv_base, pc.tk, kv_stride, k0, BC)
+        s = coopMatMulAdd(qm, km, s);
+    }
     if (FAST != 0 && attn_tile_plain(q0, q0 + BR, k0, k0 + BC)) {
         s = s * pc.scale;
     } else {
         coopMatPerElementNV(s, s, score_of, q0, k0, b, h);
     }
 
-    ACC_R rowmax;
-    coopMatReduceNV(rowmax, s, gl_CooperativeMatrixReduceRowNV, max_of);
-    ACC_R m_new;
-    coopMatPerElementNV(m_new, rowmax, max_elem, m);
-    ACC_S m_wide;
-    coopMatReduceNV(m_wide, m_new, gl_CooperativeMatrixReduceRowNV, max_of);
     ACC_S p;
-    coopMatPerElementNV(p, s, prob, m_wide);
-    ACC_R alpha;
-    coopMatPerElementNV(alpha, m, rescale, m_new);
-    m = m_new;
-    ACC_R psum;
-    coopMatReduceNV(psum, p, gl_CooperativeMatrixReduceRowNV, sum_of);
-    l = alpha * l + psum;
-
-    ACC_O alpha_o;
-    coopMatReduceNV(alpha_o, alpha, gl_CooperativeMatrixReduceRowNV, max_of);
-    MAT_V vm;
-    LOAD_ROWS(vm, pc.v.v, kv_base, pc.tk, kv_stride, k0, BC)
-    MAT_P p16 = MAT_P(p);
-    o = alpha_o * o;
-    o = coopMatMulAdd(p16, vm, o);
+    if ((PROBE & PROBE_NO_SOFTMAX) == 0u) {
+        ACC_R rowmax;
+        coopMatReduceNV(rowmax, s, gl_CooperativeMatrixReduceRowNV, max_of);
+        ACC_R m_new;
+        coopMatPerElementNV(m_new, rowmax, max_elem, m);
+        ACC_S m_wide;
+        coopMatReduceNV(m_wide, m_new, gl_CooperativeMatrixReduceRowNV, max_of);
+        coopMatPerElementNV(p, s, prob, m_wide);
+        ACC_R alpha;
+        coopMatPerElementNV(alpha, m, rescale, m_new);
+        m = m_new;
+        ACC_R psum;
+        coopMatReduceNV(psum, p, gl_CooperativeMatrixReduceRowNV, sum_of);
+        l = alpha * l + psum;
+        ACC_O alpha_o;
+        coopMatReduceNV(alpha_o, alpha, gl_CooperativeMatrixReduceRowNV, max_of);
+        o = alpha_o * o;
+    } else {
+        p = s;
+    }
+    if ((PROBE & PROBE_NO_PV) == 0u) {
+        MAT_V vm;
+        LOAD_ROWS(vm, pc.v.v, kv_base, pc.tk, kv_stride, k0, BC)
+        MAT_P p16 = MAT_P(p);
+        o = coopMatMulAdd(p16, vm, o);
+    }
 }
 
 void main() {

@@ -129,10 +129,37 @@ fn variant(k: &Kernel, d: u32, dtype: DType, no_softcap: bool) -> Result<(&'stat
         DType::BF16 => 1,
         DType::F32 => return Err(fail(family, "f32 storage has no tensor-core attention (use f16 or bf16)".into())),
     };
-    match k.plain {
-        Some(plain) if no_softcap => Ok((plain[at][class], k.rows[class])),
-        _ => Ok((k.codes[at][class], k.rows[class])),
-    }
+    let chosen = match k.plain {
+        Some(plain) if no_softcap => (plain[at][class], k.rows[class]),
+        _ => (k.codes[at][class], k.rows[class]),
+    };
+    Ok(tile_override(family, chosen).unwrap_or(chosen))
+}
+
+/// A tile-shape candidate in place of `chosen` when `VKFORMERS_ATTENTION_TILE` names one for this
+/// kernel family (`fwd=r128,dq=c128,dkdv=r128`: the `_r128`/`_c128`/... variants of the shader,
+/// BR/BC 128 or 32 instead of 64), for sweeps with `vkformers bench attention`. The rows a
+/// workgroup owns follow the variant: BR for the forward and dq kernels, BC for dk/dv.
+fn tile_override(family: &str, chosen: (&'static KernelCode, u32)) -> Option<(&'static KernelCode, u32)> {
+    let want = std::env::var("VKFORMERS_ATTENTION_TILE").ok()?;
+    let kind = family.strip_prefix("attention/")?.trim_end_matches("_cm2").trim_start_matches("bwd_");
+    let suffix = want.split(',').find_map(|kv| kv.strip_prefix(kind)?.strip_prefix('='))?;
+    let name = format!("{}_{suffix}", chosen.0.name);
+    let code = code::ALL.iter().find(|c| c.name == name)?;
+    let size = |tag: char| {
+        let at = suffix.find(tag)? + 1;
+        suffix[at..].chars().take_while(char::is_ascii_digit).collect::<String>().parse::<u32>().ok()
+    };
+    let rows = if kind == "dkdv" { size('c') } else { size('r') };
+    Some((code, rows.unwrap_or(chosen.1)))
+}
+
+/// Specialization constant 1 of the forward kernel: `VKFORMERS_ATTENTION_PROBE` bits drop parts
+/// of its key tile (1 softmax, 2 P V, 4 Q Kᵀ) to time them; wrong results, for `vkformers bench
+/// attention` only. 0 (no probe) unless set.
+fn probe() -> u32 {
+    static PROBE: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *PROBE.get_or_init(|| std::env::var("VKFORMERS_ATTENTION_PROBE").ok().and_then(|v| v.parse().ok()).unwrap_or(0))
 }
 
 /// The typed error of a device that cannot run the kernel `name`.
@@ -169,7 +196,7 @@ pub fn forward_cm2(rec: &mut Recorder, x: &Qkv<'_>, out: &Saved<'_>, s: &Shape, 
         write(out.o),
         write(out.lse),
     ];
-    rec.dispatch(kernel, &[fast_tiles()], &args, &params(s, opt), groups)
+    rec.dispatch(kernel, &[fast_tiles(), probe()], &args, &params(s, opt), groups)
 }
 
 /// Backward of [`forward_cm2`] on cooperative matrix 2, exactly as [`super::backward`] (same

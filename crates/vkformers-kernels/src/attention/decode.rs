@@ -273,6 +273,14 @@ fn small_tiles_allowed() -> bool {
     *ALLOWED.get_or_init(|| std::env::var("VKFORMERS_DECODE_TILE").is_ok_and(|v| v == "64"))
 }
 
+/// Specialization constant 0 of the decode kernel: `VKFORMERS_DECODE_PROBE` bits drop parts of it
+/// (1 K loads, 2 the V pass, 4 the slot sums, 8 the max/probability passes) to time them; wrong
+/// results, for `vkformers bench decode` only. 0 (no probe) unless set.
+fn probe() -> u32 {
+    static PROBE: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *PROBE.get_or_init(|| std::env::var("VKFORMERS_DECODE_PROBE").ok().and_then(|v| v.parse().ok()).unwrap_or(0))
+}
+
 /// Splits of each row for a call whose longest row has `max_len` keys, with [`tile_keys`]' tile.
 pub fn splits(s: &DecodeShape, max_len: u32) -> u32 {
     splits_for(s, max_len, tile_keys(s))
@@ -430,7 +438,7 @@ pub fn forward_tiled(
     };
     let (alibi, sinks) = (read(opt.alibi.unwrap_or(x.q)), read(opt.sinks.unwrap_or(x.q)));
     let args = [read(x.q), read(x.k), read(x.v), read(x.table), read(x.lens), alibi, sinks, o, lse, w];
-    rec.dispatch(main, &[], &args, &params, [splits, s.hkv * s.row_tiles(), s.batch])?;
+    rec.dispatch(main, &[probe()], &args, &params, [splits, s.hkv * s.row_tiles(), s.batch])?;
     let Some(w) = work else { return Ok(()) };
     let combine = combine_code(opt.act_dtype());
     let has_sinks = u32::from(opt.sinks.is_some());
