@@ -43,6 +43,9 @@ pub struct DecodeBenchArgs {
     /// Dependent calls in the timed chain.
     #[arg(long, default_value_t = 200)]
     calls: usize,
+    /// Milliseconds of untimed chains before each measurement (the clocks ramp under load).
+    #[arg(long, default_value_t = 1500)]
+    warm_ms: u64,
 }
 
 pub fn decode_attention(selector: &DeviceSelector, args: &DecodeBenchArgs) -> anyhow::Result<ExitCode> {
@@ -118,7 +121,11 @@ pub fn decode_attention(selector: &DeviceSelector, args: &DecodeBenchArgs) -> an
             let report = rec.submit()?;
             Ok((t.elapsed().as_secs_f64(), report.timings.iter().map(|(n, ns)| (*n, *ns)).collect()))
         };
-        chain(false)?;
+        // Chains for `--warm-ms` first: the GPU's clocks ramp up only after ~1 s of load.
+        let warm = Instant::now();
+        while warm.elapsed().as_millis() < u128::from(args.warm_ms) {
+            chain(false)?;
+        }
         let (wall, _) = chain(false)?;
         let (_, timings) = chain(true)?;
         let per_call_us = wall / args.calls as f64 * 1e6;

@@ -12,8 +12,10 @@ use vkformers_vk::testing::on_every_device;
 use vkformers_vk::{Buffer, Context, Result, VkError};
 
 /// Odd shapes `(rows, dim)`: size-1 edges, dims around the workgroup size, more rows than the
-/// 256 gradient blocks, and a dim of a few thousand.
-const SHAPES: &[(usize, usize)] = &[(1, 1), (3, 1), (1, 7), (5, 33), (17, 257), (300, 19), (2, 1031), (7, 3001)];
+/// 1024 gradient blocks, a dim of a few thousand (the RMSNorm backward's register path) and one
+/// past 4096 (its memory path).
+const SHAPES: &[(usize, usize)] =
+    &[(1, 1), (3, 1), (1, 7), (5, 33), (17, 257), (300, 19), (1030, 24), (2, 1031), (7, 3001), (3, 4101)];
 
 fn dot(a: &[f64], b: &[f64]) -> f64 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()

@@ -18,7 +18,7 @@ use crate::dtype::{DType, Twin};
 use crate::launch::err_named as err;
 
 /// Workgroups sharing out the rows of a backward (and rows of partial sums to add).
-const GRAD_BLOCKS: u32 = 256;
+const GRAD_BLOCKS: u32 = 1024;
 /// [`crate::launch::MAX_GROUPS`] in this family's u32 arithmetic.
 const MAX_GROUPS: u32 = crate::launch::MAX_GROUPS as u32;
 /// Threads per workgroup of `norm/col_sum`.
