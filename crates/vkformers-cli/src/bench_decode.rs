@@ -43,6 +43,10 @@ pub struct DecodeBenchArgs {
     /// Dependent calls in the timed chain.
     #[arg(long, default_value_t = 200)]
     calls: usize,
+    /// Megabytes copied between calls (0 = none): evicts the cache from L2 as a decode step's
+    /// weight reads do, so the calls read K and V from memory.
+    #[arg(long, default_value_t = 0)]
+    flush_mb: u64,
     /// Milliseconds of untimed chains before each measurement (the clocks ramp under load).
     #[arg(long, default_value_t = 1500)]
     warm_ms: u64,
@@ -92,6 +96,8 @@ pub fn decode_attention(selector: &DeviceSelector, args: &DecodeBenchArgs) -> an
     let work = ctx.buffer(decode::work_floats(&s, decode::MAX_SPLITS) * 4, "work")?;
     let opt = DecodeOptions { dtype: dt, act: (dt != DType::F32).then_some(DType::F32), ..DecodeOptions::new(s.d) };
     let x = PagedInputs { q: q.view(), k: k.view(), v: v.view(), table: table.view(), lens: lens.view() };
+    let flush_bytes = (args.flush_mb << 20).max(4);
+    let (fa, fb) = (ctx.buffer(flush_bytes, "flush a")?, ctx.buffer(flush_bytes, "flush b")?);
     let kv_bytes = 2.0 * f64::from(args.len * s.batch * s.hkv * s.d) * dt.bytes() as f64;
     println!(
         "{}: decode attention B {} Hq {} Hkv {} D {} keys {} block {} {:?} pools, tile {}",
@@ -115,6 +121,9 @@ pub fn decode_attention(selector: &DeviceSelector, args: &DecodeBenchArgs) -> an
         let chain = |timed: bool| -> anyhow::Result<(f64, Vec<(&'static str, f64)>)> {
             let mut rec = ctx.recorder(timed)?;
             for _ in 0..args.calls {
+                if args.flush_mb > 0 {
+                    vkformers_kernels::elementwise::copy(&mut rec, fa.view(), fb.view())?;
+                }
                 decode::forward_tiled(&mut rec, &x, &out, &s, &opt, (splits, args.tile))?;
             }
             let t = Instant::now();
@@ -144,8 +153,9 @@ pub fn decode_attention(selector: &DeviceSelector, args: &DecodeBenchArgs) -> an
             })
             .collect();
         println!(
-            "  splits {splits:>2}: {per_call_us:>7.2} µs a call (chain of {}), {:>7.1} GB/s of K+V; medians: {}",
+            "  splits {splits:>2}: {per_call_us:>7.2} µs a call (chain of {}{}), {:>7.1} GB/s of K+V; medians: {}",
             args.calls,
+            if args.flush_mb > 0 { format!(", each after a {} MB copy", args.flush_mb) } else { String::new() },
             kv_bytes / (per_call_us * 1e3),
             medians.join(", ")
         );
