@@ -15,10 +15,12 @@
 //! request's draws depend only on its own seed, its own step and its `row` (seed, step, row), so
 //! sampling does not depend on what else runs.
 //!
-//! Tokens are chosen on the device (argmax; only the ids come back) when every row of a forward
-//! is plain greedy; otherwise the logits `[n, V]` are read back and each row runs its own host
-//! pipeline: repetition penalty, OpenAI's presence/frequency penalties, the warpers, the sampler,
-//! and its log-probabilities (of the model's raw distribution, as OpenAI reports them).
+//! Tokens are chosen on the device, so a step reads back only ids `[n]`: the argmax when every row
+//! of a forward is plain greedy; otherwise the per-row sampler ([`crate::row_choice`]), each row
+//! with its own processors, repetition penalty, OpenAI's presence/frequency penalties, seed, step
+//! and draw row, and its log-probabilities (of the model's raw distribution, as OpenAI reports
+//! them) only when asked. The host pipeline ([`crate::row_choice::host_choice`]: reads the logits
+//! `[n, V]`) is the reference, used when [`Engine::set_host_sampling`] asks for it.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
@@ -31,10 +33,11 @@ use vkformers_tensor::{Graph, Tensor};
 use crate::decode::DecodeError;
 use crate::device_choice::{required, DeviceChooser};
 use crate::generation::{last_logits, Finish, GenerateOptions, Timings};
-use crate::penalties::{log_probs, Penalties, TokenLogprob};
-use crate::processors::{LogitsProcessor, Pipeline, SamplingParams};
-use crate::sampler::Sampler;
+use crate::penalties::{Penalties, TokenLogprob};
+use crate::processors::{Pipeline, SamplingParams};
+use crate::row_choice::{device_row, host_choice, RowChooser};
 use crate::GenerateError;
+use vkformers_kernels::sample::rows::RowDraw;
 
 /// How one request generates.
 #[derive(Debug, Clone, PartialEq)]
@@ -119,7 +122,6 @@ struct Running {
     id: u64,
     opts: RequestOptions,
     pipeline: Pipeline,
-    sampler: Sampler,
     /// Prompt and new tokens so far.
     history: Vec<u32>,
     new: Vec<u32>,
@@ -129,14 +131,12 @@ struct Running {
 }
 
 impl Running {
-    /// A request admitted to a slot: its processors and sampler built.
+    /// A request admitted to a slot: its processors built.
     fn new(req: Request) -> Result<Self, DecodeError> {
         let pipeline = req.opts.params.processors()?;
-        let sampler = if req.opts.params.do_sample { Sampler::Seeded { seed: req.opts.seed } } else { Sampler::Greedy };
         Ok(Running {
             id: req.id,
             pipeline,
-            sampler,
             timings: Timings { prefill_tokens: req.prompt.len(), ..Timings::default() },
             history: req.prompt,
             new: Vec::new(),
@@ -155,19 +155,12 @@ impl Running {
 
     /// Chooses the next token from the row's raw logits `[V]` on the host.
     fn choose_host(&self, logits: &mut [f32]) -> Result<(u32, Option<TokenLogprob>), DecodeError> {
-        let raw = self.opts.logprobs.map(|_| log_probs(logits));
-        // transformers' order, with OpenAI's penalties where vLLM puts them: after the repetition
-        // penalty, before the warpers.
-        let is_rep = |p: &&LogitsProcessor| matches!(p, LogitsProcessor::RepetitionPenalty { .. });
-        self.pipeline.processors.iter().filter(is_rep).for_each(|p| p.apply(logits, &self.history));
-        self.opts.penalties.apply(logits, &self.new);
-        self.pipeline.processors.iter().filter(|p| !is_rep(p)).for_each(|p| p.apply(logits, &self.history));
-        let token = self.sampler.sample_row(logits, self.new.len() as u64, self.opts.row)?;
-        let logprob = match (raw, self.opts.logprobs) {
-            (Some(lp), Some(top)) => Some(TokenLogprob::of(&lp, token, top)),
-            _ => None,
-        };
-        Ok((token, logprob))
+        Ok(host_choice(&self.opts, &self.pipeline, (&self.history, &self.new), logits)?)
+    }
+
+    /// The row's device choice in `slot`, when its options run there.
+    fn device_row(&self, slot: usize) -> Option<RowDraw> {
+        device_row(&self.opts, &self.pipeline, slot, self.new.len())
     }
 }
 
@@ -179,6 +172,13 @@ pub struct Engine<'m> {
     waiting: VecDeque<Request>,
     /// Device greedy choosers by batch size.
     device: HashMap<usize, DeviceChooser>,
+    /// The per-row device sampler (made at the first step that samples).
+    rows: Option<RowChooser>,
+    /// Per slot: whether the row sampler's state holds the slot's request (false after an
+    /// admission or a choice made elsewhere: the state is uploaded before its next device draw).
+    synced: Vec<bool>,
+    /// Choose every non-greedy token on the host (the reference path; tests compare the two).
+    host_sampling: bool,
     total: Timings,
 }
 
@@ -193,6 +193,9 @@ impl<'m> Engine<'m> {
             slots: (0..slots).map(|_| None).collect(),
             waiting: VecDeque::new(),
             device: HashMap::new(),
+            rows: None,
+            synced: vec![false; slots],
+            host_sampling: false,
             total: Timings::default(),
         })
     }
@@ -234,6 +237,12 @@ impl<'m> Engine<'m> {
         self.slots[slot] = None;
         self.cache.release(slot);
         true
+    }
+
+    /// Chooses sampled (and penalised, or logprob-reporting) tokens on the host, reading back the
+    /// logits `[n, V]`, instead of on the device: the reference path the device's is tested against.
+    pub fn set_host_sampling(&mut self, on: bool) {
+        self.host_sampling = on;
     }
 
     /// Requests waiting for a slot.
@@ -282,6 +291,7 @@ impl<'m> Engine<'m> {
             while let Some(slot) = self.slots.iter().position(Option::is_none) {
                 let Some(req) = self.waiting.pop_front() else { break };
                 self.slots[slot] = Some(Running::new(req)?);
+                self.synced[slot] = false;
                 admitted.push(slot);
             }
             if admitted.is_empty() {
@@ -323,7 +333,9 @@ impl<'m> Engine<'m> {
         self.choose(g, &logits, slots)
     }
 
-    /// The next token of each slot in `slots` from `logits [n, V]` (one row each, in order).
+    /// The next token of each slot in `slots` from `logits [n, V]` (one row each, in order): the
+    /// device's argmax when every row is plain greedy, else the device's per-row sampler (only ids,
+    /// and the log-probabilities asked for, come back), else the host's pipeline.
     fn choose(
         &mut self,
         g: &Graph<'_>,
@@ -333,6 +345,7 @@ impl<'m> Engine<'m> {
         let rows: Vec<&Running> = slots.iter().map(|&s| self.slots[s].as_ref().expect("a running slot")).collect();
         let n = rows.len();
         if rows.iter().all(|r| r.device_greedy()) {
+            slots.iter().for_each(|&s| self.synced[s] = false);
             let chooser = match self.device.entry(n) {
                 std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
                 std::collections::hash_map::Entry::Vacant(e) => e.insert(DeviceChooser::new(g, n)?),
@@ -340,8 +353,38 @@ impl<'m> Engine<'m> {
             let ids = chooser.greedy(g, logits, 1)?;
             return ids.into_iter().map(|id| Ok((required(id)?, None))).collect();
         }
+        let draws: Option<Vec<RowDraw>> =
+            if self.host_sampling { None } else { slots.iter().zip(&rows).map(|(&s, r)| r.device_row(s)).collect() };
+        if let Some(draws) = draws {
+            return self.choose_on_device(g, logits, slots, &draws);
+        }
+        slots.iter().for_each(|&s| self.synced[s] = false);
+        let rows: Vec<&Running> = slots.iter().map(|&s| self.slots[s].as_ref().expect("a running slot")).collect();
         let mut scores = last_logits(g, logits, n, 1)?;
         scores.iter_mut().zip(rows).map(|(s, r)| r.choose_host(s)).collect()
+    }
+
+    /// The per-row device sampler's choice: uploads the state of the slots it does not hold yet,
+    /// then draws (the kernel records each choice in the state, so the slot stays in sync).
+    fn choose_on_device(
+        &mut self,
+        g: &Graph<'_>,
+        logits: &Tensor,
+        slots: &[usize],
+        draws: &[RowDraw],
+    ) -> Result<Vec<(u32, Option<TokenLogprob>)>, DecodeError> {
+        if self.rows.is_none() {
+            self.rows = Some(RowChooser::new(g, self.slots.len(), self.model.spec.vocab)?);
+        }
+        let chooser = self.rows.as_ref().expect("just made");
+        for &s in slots {
+            if !self.synced[s] {
+                let r = self.slots[s].as_ref().expect("a running slot");
+                chooser.reset(g, s, &r.history, r.new.len())?;
+                self.synced[s] = true;
+            }
+        }
+        chooser.choose(g, logits, draws)
     }
 
     /// One new token for every running row: rows crossing LongRoPE's original context run their

@@ -43,6 +43,7 @@ pub mod generation;
 mod penalties;
 mod processors;
 mod rng;
+pub mod row_choice;
 mod sampler;
 pub mod seq2seq;
 pub mod seq2seq_beam;
