@@ -1,19 +1,22 @@
 //! The step-wise batching engine: requests join and leave the running batch at every decode step.
 //!
 //! The engine owns a paged KV cache of `max_batch` slots. [`Engine::submit`] queues a request;
-//! [`Engine::step`] first gives free slots to waiting requests (their prefill runs without
-//! padding, requests of one prompt length in one forward: flash attention over each prompt, keys
-//! and values stored in fresh blocks; it gives each request's first token), then runs one decode step of every running request together (one new token each,
-//! through the paged decode kernel). A request that finishes (EOS, the sink's stop, its
-//! `max_new_tokens`) or is cancelled ([`Engine::cancel`]) gives its blocks back to the pools at
-//! once and its slot goes to the next waiting request at the next step.
+//! [`Engine::step`] first gives free slots to waiting requests and prefills them, several prompt
+//! lengths in one left-padded forward ([`crate::prefill_plan`]: flash attention over each prompt
+//! with its padding masked, only the real keys and values stored in fresh blocks; it gives each
+//! request's first token), then runs one decode step of every running request together (one new
+//! token each, through the paged decode kernel). A request that finishes (EOS, the sink's stop,
+//! its `max_new_tokens`) or is cancelled ([`Engine::cancel`]) gives its blocks back to the pools
+//! at once and its slot goes to the next waiting request at the next step.
 //!
-//! Each request gets exactly the tokens it gets alone: a row's attention reads only its own
-//! blocks, its position ids count only its own tokens, its prefill is never padded, and rows that
-//! run on LongRoPE's long factors decode in a separate forward from rows on the short ones (the
-//! factor is chosen per forward, from its longest row, as transformers does for a batch). A
-//! request's draws depend only on its own seed, its own step and its `row` (seed, step, row), so
-//! sampling does not depend on what else runs.
+//! Each request gets the tokens it gets alone: a row's attention reads only its own blocks and
+//! never its padding, its position ids count only its own tokens, and rows on LongRoPE's long
+//! factors never share a forward with rows on the short ones (the factor is chosen per forward,
+//! from its longest row, as transformers does for a batch). (A padded prefill may round
+//! differently in the last bits than the same prompt alone; [`Engine::set_max_prefill_padding`]
+//! with 1 prefills each prompt length apart, unpadded, for bit-exact runs.) A request's draws
+//! depend only on its own seed, its own step and its `row` (seed, step, row), so sampling does not
+//! depend on what else runs.
 //!
 //! Tokens are chosen on the device, so a step reads back only ids `[n]`: the argmax when every row
 //! of a forward is plain greedy; otherwise the per-row sampler ([`crate::row_choice`]), each row
@@ -34,10 +37,15 @@ use crate::decode::DecodeError;
 use crate::device_choice::{required, DeviceChooser};
 use crate::generation::{last_logits, Finish, GenerateOptions, Timings};
 use crate::penalties::{Penalties, TokenLogprob};
+use crate::prefill_plan::{prefill_groups, Admitted, MAX_PREFILL_TOKENS};
 use crate::processors::{Pipeline, SamplingParams};
 use crate::row_choice::{device_row, host_choice, RowChooser};
 use crate::GenerateError;
 use vkformers_kernels::sample::rows::RowDraw;
+
+/// How much padding a prefill forward takes by default (see [`Engine::set_max_prefill_padding`]):
+/// up to as many padded as real tokens.
+pub const DEFAULT_MAX_PAD: f64 = 2.0;
 
 /// How one request generates.
 #[derive(Debug, Clone, PartialEq)]
@@ -179,6 +187,10 @@ pub struct Engine<'m> {
     synced: Vec<bool>,
     /// Choose every non-greedy token on the host (the reference path; tests compare the two).
     host_sampling: bool,
+    /// A prefill forward pads at most this many times its real tokens (1: one length each).
+    max_pad: f64,
+    /// Prefill forwards run so far.
+    prefill_forwards: usize,
     total: Timings,
 }
 
@@ -196,6 +208,8 @@ impl<'m> Engine<'m> {
             rows: None,
             synced: vec![false; slots],
             host_sampling: false,
+            max_pad: DEFAULT_MAX_PAD,
+            prefill_forwards: 0,
             total: Timings::default(),
         })
     }
@@ -245,6 +259,17 @@ impl<'m> Engine<'m> {
         self.host_sampling = on;
     }
 
+    /// Lets a prefill forward pad up to `max_pad` (>= 1) times its real tokens: requests admitted
+    /// together prefill in fewer forwards; 1 prefills each prompt length apart, unpadded.
+    pub fn set_max_prefill_padding(&mut self, max_pad: f64) {
+        self.max_pad = max_pad.max(1.0);
+    }
+
+    /// Prefill forwards run so far (fewer than the requests admitted when they share forwards).
+    pub fn prefill_forwards(&self) -> usize {
+        self.prefill_forwards
+    }
+
     /// Requests waiting for a slot.
     pub fn queued(&self) -> usize {
         self.waiting.len()
@@ -282,26 +307,24 @@ impl<'m> Engine<'m> {
         })
     }
 
-    /// Fills free slots with waiting requests and prefills them, those of one prompt length
-    /// together (no padding: each row's prefill is exactly its own), each giving its request's
-    /// first token; requests that finish on it free their slots for the next waiting ones.
+    /// Fills free slots with waiting requests and prefills them, as many as `prefill_groups`
+    /// allows in one left-padded forward, each giving its request's first token; requests that
+    /// finish on it free their slots for the next waiting ones.
     fn admit(&mut self, g: &Graph<'_>, sink: &mut dyn Sink) -> Result<(), DecodeError> {
         loop {
             let mut admitted = Vec::new();
             while let Some(slot) = self.slots.iter().position(Option::is_none) {
                 let Some(req) = self.waiting.pop_front() else { break };
+                let len = req.prompt.len();
                 self.slots[slot] = Some(Running::new(req)?);
                 self.synced[slot] = false;
-                admitted.push(slot);
+                // A prefill of `len` columns has position ids up to len - 1.
+                admitted.push(Admitted { slot, len, long: on_long_factors(&self.model.spec, len - 1) });
             }
             if admitted.is_empty() {
                 return Ok(());
             }
-            let mut by_len: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
-            for slot in admitted {
-                by_len.entry(self.slots[slot].as_ref().expect("admitted").history.len()).or_default().push(slot);
-            }
-            for group in by_len.into_values() {
+            for group in prefill_groups(&admitted, self.max_pad, MAX_PREFILL_TOKENS) {
                 let start = Instant::now();
                 let chosen = self.prefill(g, &group)?;
                 let secs = start.elapsed().as_secs_f64();
@@ -317,16 +340,22 @@ impl<'m> Engine<'m> {
         }
     }
 
-    /// Runs every column of the slots' histories (of one length) their empty cache rows do not
-    /// hold (their prompts, or after a LongRoPE switch a whole history) in one forward `[n, T]`
-    /// and chooses each one's next token.
+    /// Runs every column of the slots' histories their empty cache rows do not hold (their
+    /// prompts, or after a LongRoPE switch a whole history) in one forward `[n, T]`, T the longest,
+    /// shorter rows left-padded (mask 0: their padding is neither attended to nor cached), and
+    /// chooses each one's next token.
     fn prefill(&mut self, g: &Graph<'_>, slots: &[usize]) -> Result<Vec<(u32, Option<TokenLogprob>)>, DecodeError> {
         slots.iter().for_each(|&s| self.cache.release(s));
         self.cache.select(slots)?;
+        self.prefill_forwards += 1;
         let rows: Vec<&Running> = slots.iter().map(|&s| self.slots[s].as_ref().expect("a running slot")).collect();
-        let t = rows[0].history.len();
-        let ids: Vec<i32> = rows.iter().flat_map(|r| r.history.iter().map(|&x| x as i32)).collect();
-        let mask = vec![1; ids.len()];
+        let t = rows.iter().map(|r| r.history.len()).max().unwrap_or(0);
+        let (mut ids, mut mask) = (Vec::with_capacity(rows.len() * t), Vec::with_capacity(rows.len() * t));
+        for r in &rows {
+            let pad = t - r.history.len();
+            ids.extend(std::iter::repeat_n(0, pad).chain(r.history.iter().map(|&x| x as i32)));
+            mask.extend(std::iter::repeat_n(0, pad).chain(std::iter::repeat_n(1, r.history.len())));
+        }
         let batch = Batch { ids: &ids, mask: &mask, batch: slots.len(), seq: t };
         // Logits `[n, V]` of each row's last column only.
         let logits = forward_cached_last(g, &self.model.spec, &self.model.weights, &batch, &self.cache)?;

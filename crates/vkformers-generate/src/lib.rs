@@ -41,6 +41,7 @@ pub mod engine;
 mod error;
 pub mod generation;
 mod penalties;
+pub mod prefill_plan;
 mod processors;
 mod rng;
 pub mod row_choice;

@@ -34,6 +34,8 @@ pub struct Metrics {
     pub prompt_tokens: AtomicU64,
     pub requests_finished: AtomicU64,
     pub requests_cancelled: AtomicU64,
+    /// Prefill forwards run (several requests admitted together share one: fewer than requests).
+    pub prefill_forwards: AtomicU64,
     /// Requests accepted and not yet finished or cancelled (queued or running): the handlers
     /// admit a request only while this stays within `max_batch + max_queue`.
     pub outstanding: AtomicUsize,
@@ -97,6 +99,11 @@ impl Metrics {
             ("vkformers_prompt_tokens_total", "Prompt tokens prefilled.", &self.prompt_tokens),
             ("vkformers_requests_finished_total", "Requests that finished.", &self.requests_finished),
             ("vkformers_requests_cancelled_total", "Requests cancelled (client gone).", &self.requests_cancelled),
+            (
+                "vkformers_prefill_forwards_total",
+                "Prefill forwards (requests admitted together share one).",
+                &self.prefill_forwards,
+            ),
         ];
         for (name, help, v) in counters {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}", v.load(Ordering::Relaxed));

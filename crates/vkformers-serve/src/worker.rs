@@ -236,6 +236,8 @@ impl Loop<'_, '_> {
             self.engines.iter().map(Engine::blocks_in_use).fold((0, 0), |(u, t), (a, b)| (u + a, t + b));
         m.kv_blocks_in_use.store(used, Ordering::Relaxed);
         m.kv_blocks_total.store(total, Ordering::Relaxed);
+        let prefills = self.engines.iter().map(Engine::prefill_forwards).sum::<usize>();
+        m.prefill_forwards.store(prefills as u64, Ordering::Relaxed);
         m.sample_rate(Instant::now());
     }
 }

@@ -287,3 +287,51 @@ fn greedy_logprobs_are_the_most_likely_ones() {
     }
     server.stop().unwrap();
 }
+
+/// Requests that arrive together prefill together: 16 concurrent completions of different prompt
+/// lengths (greedy, sampled, penalised) take fewer prefill forwards than requests, and each gives
+/// what it gives alone.
+#[test]
+fn requests_arriving_together_share_prefill_forwards() {
+    let server = start(|c| c.max_batch = 16);
+    let url = server.url("/v1/completions");
+    let bodies: Vec<String> = (0..16)
+        .map(|i| {
+            let prompt = "Once upon a time there".chars().take(2 + i % 7 * 3).collect::<String>();
+            let extra = match i % 3 {
+                0 => json!({}),
+                1 => json!({"temperature": 1.2, "top_p": 0.9, "seed": i}),
+                _ => json!({"presence_penalty": 1.0, "frequency_penalty": 0.5, "repetition_penalty": 1.2}),
+            };
+            let mut body: Value = serde_json::from_str(&completion("tiny", extra)).unwrap();
+            (body["prompt"], body["max_tokens"]) = (prompt.into(), 12.into());
+            body.to_string()
+        })
+        .collect();
+    let text = |(status, r): (u16, Value)| {
+        assert_eq!(status, 200, "{r}");
+        r["choices"][0]["text"].as_str().unwrap().to_string()
+    };
+    let alone: Vec<String> = bodies.iter().map(|b| text(call(&url, Some(b), None))).collect();
+    let before = gauge(&server, "vkformers_prefill_forwards_total");
+    assert_eq!(before, 16.0, "one at a time: one prefill each");
+    let barrier = std::sync::Barrier::new(bodies.len());
+    let together: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = bodies
+            .iter()
+            .map(|b| {
+                let (url, barrier) = (&url, &barrier);
+                s.spawn(move || {
+                    barrier.wait();
+                    text(call(url, Some(b), None))
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let forwards = gauge(&server, "vkformers_prefill_forwards_total") - before;
+    assert!(forwards < 16.0, "16 requests arriving together took {forwards} prefill forwards");
+    eprintln!("16 concurrent requests: {forwards} prefill forwards");
+    assert_eq!(together, alone, "each request gives what it gives alone");
+    server.stop().unwrap();
+}
