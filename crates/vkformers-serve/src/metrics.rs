@@ -36,6 +36,10 @@ pub struct Metrics {
     pub requests_cancelled: AtomicU64,
     /// Prefill forwards run (several requests admitted together share one: fewer than requests).
     pub prefill_forwards: AtomicU64,
+    /// Bytes of the served models' distinct weight tensors (a base shared by adapters counted
+    /// once), and the device memory held once they were loaded.
+    pub weight_bytes: AtomicU64,
+    pub device_memory_bytes: AtomicU64,
     /// Requests accepted and not yet finished or cancelled (queued or running): the handlers
     /// admit a request only while this stays within `max_batch + max_queue`.
     pub outstanding: AtomicUsize,
@@ -91,7 +95,20 @@ impl Metrics {
                 self.tokens_per_second(),
             ),
         ];
-        for (name, help, v) in gauges {
+        let load64 = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
+        let memory = [
+            (
+                "vkformers_weight_bytes",
+                "Bytes of the served models' distinct weights (a shared base once).",
+                load64(&self.weight_bytes),
+            ),
+            (
+                "vkformers_device_memory_bytes",
+                "Device memory held once the models were loaded.",
+                load64(&self.device_memory_bytes),
+            ),
+        ];
+        for (name, help, v) in gauges.into_iter().chain(memory) {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
         }
         let counters = [

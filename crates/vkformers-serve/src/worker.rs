@@ -4,7 +4,7 @@
 //! When every engine is idle it blocks on the channel.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
@@ -21,9 +21,10 @@ use vkformers_vk::{Context, DeviceSelector};
 
 use crate::error::ServeError;
 use crate::metrics::Metrics;
+use crate::shared_base;
 
-/// Loads the base model (adapter `None`) or the base with a LoRA adapter folder, on `g`.
-pub type Loader = Box<dyn Fn(&Graph<'_>, Option<&Path>) -> Result<Model, String> + Send>;
+/// Loads the base model on `g` (once: adapters attach onto its tensors, see `shared_base`).
+pub type Loader = Box<dyn Fn(&Graph<'_>) -> Result<Model, String> + Send>;
 
 /// One request of a submission (a prompt's choice).
 pub struct Item {
@@ -106,13 +107,11 @@ fn run(setup: Setup, commands: Receiver<Command>, ready: Sender<Result<usize, St
         Err(e) => return drop(ready.send(Err(e.to_string()))),
     };
     let g = Graph::new(&ctx);
-    let mut models = Vec::new();
-    for adapter in &setup.adapters {
-        match (setup.loader)(&g, adapter.as_deref()) {
-            Ok(m) => models.push(m),
-            Err(e) => return drop(ready.send(Err(e))),
-        }
-    }
+    let models = match load_models(&g, &setup) {
+        Ok(m) => m,
+        Err(e) => return drop(ready.send(Err(e))),
+    };
+    setup.metrics.device_memory_bytes.store(ctx.device_memory().current, Ordering::Relaxed);
     // Attention and the KV cache in the weights' type, as `vkformers generate` runs.
     if let Some(m) = models.first() {
         g.set_autocast(Some(m.weight_dtype()));
@@ -127,6 +126,25 @@ fn run(setup: Setup, commands: Receiver<Command>, ready: Sender<Result<usize, St
     let _ = ready.send(Ok(models.first().map_or(0, |m| m.spec.vocab)));
     let mut loop_state = Loop { engines, requests: HashMap::new(), tok: &setup.tokenizer, metrics: &setup.metrics };
     loop_state.serve(&g, &commands);
+}
+
+/// The served models: the base uploaded once, each adapter's model sharing its tensors; publishes
+/// the distinct weight bytes they hold.
+fn load_models(g: &Graph<'_>, setup: &Setup) -> Result<Vec<Model>, String> {
+    let base = (setup.loader)(g)?;
+    let (mut models, mut own) = (Vec::new(), Vec::new());
+    for adapter in &setup.adapters {
+        match adapter {
+            None => models.push(shared_base::share(&base)),
+            Some(dir) => {
+                let (m, tensors) = shared_base::with_adapter(g, &base, dir)?;
+                models.push(m);
+                own.extend(tensors);
+            }
+        }
+    }
+    setup.metrics.weight_bytes.store(shared_base::distinct_bytes(&models, &own), Ordering::Relaxed);
+    Ok(models)
 }
 
 /// A request's state on the engine thread.
