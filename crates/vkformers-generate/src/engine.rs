@@ -9,12 +9,11 @@
 //! its `max_new_tokens`) or is cancelled ([`Engine::cancel`]) gives its blocks back to the pools
 //! at once and its slot goes to the next waiting request at the next step.
 //!
-//! Each request gets the tokens it gets alone: a row's attention reads only its own blocks and
-//! never its padding, its position ids count only its own tokens, and rows on LongRoPE's long
-//! factors never share a forward with rows on the short ones (the factor is chosen per forward,
-//! from its longest row, as transformers does for a batch). (A padded prefill may round
-//! differently in the last bits than the same prompt alone; [`Engine::set_max_prefill_padding`]
-//! with 1 prefills each prompt length apart, unpadded, for bit-exact runs.) A request's draws
+//! Each request gets exactly the tokens it gets alone: a row's attention reads only its own
+//! blocks and never its padding, a prefill's width is aligned so that its numbers do not depend on
+//! the other rows ([`crate::prefill_plan`]), its position ids count only its own tokens, and rows
+//! on LongRoPE's long factors never share a forward with rows on the short ones (the factor is
+//! chosen per forward, from its longest row, as transformers does for a batch). A request's draws
 //! depend only on its own seed, its own step and its `row` (seed, step, row), so sampling does not
 //! depend on what else runs.
 //!
@@ -37,14 +36,14 @@ use crate::decode::DecodeError;
 use crate::device_choice::{required, DeviceChooser};
 use crate::generation::{last_logits, Finish, GenerateOptions, Timings};
 use crate::penalties::{Penalties, TokenLogprob};
-use crate::prefill_plan::{prefill_groups, Admitted, MAX_PREFILL_TOKENS};
+use crate::prefill_plan::{prefill_groups, width, Admitted, MAX_PREFILL_TOKENS};
 use crate::processors::{Pipeline, SamplingParams};
 use crate::row_choice::{device_row, host_choice, RowChooser};
 use crate::GenerateError;
 use vkformers_kernels::sample::rows::RowDraw;
 
 /// How much padding a prefill forward takes by default (see [`Engine::set_max_prefill_padding`]):
-/// up to as many padded as real tokens.
+/// up to twice the columns of its rows alone.
 pub const DEFAULT_MAX_PAD: f64 = 2.0;
 
 /// How one request generates.
@@ -259,8 +258,8 @@ impl<'m> Engine<'m> {
         self.host_sampling = on;
     }
 
-    /// Lets a prefill forward pad up to `max_pad` (>= 1) times its real tokens: requests admitted
-    /// together prefill in fewer forwards; 1 prefills each prompt length apart, unpadded.
+    /// Lets a prefill forward cost up to `max_pad` (>= 1) times the columns its rows cost alone:
+    /// requests admitted together prefill in fewer forwards; 1 groups only prompts of one width.
     pub fn set_max_prefill_padding(&mut self, max_pad: f64) {
         self.max_pad = max_pad.max(1.0);
     }
@@ -349,7 +348,8 @@ impl<'m> Engine<'m> {
         self.cache.select(slots)?;
         self.prefill_forwards += 1;
         let rows: Vec<&Running> = slots.iter().map(|&s| self.slots[s].as_ref().expect("a running slot")).collect();
-        let t = rows.iter().map(|r| r.history.len()).max().unwrap_or(0);
+        // Aligned, so that the prefill's numbers do not depend on the other rows (prefill_plan).
+        let t = width(rows.iter().map(|r| r.history.len()).max().unwrap_or(0));
         let (mut ids, mut mask) = (Vec::with_capacity(rows.len() * t), Vec::with_capacity(rows.len() * t));
         for r in &rows {
             let pad = t - r.history.len();

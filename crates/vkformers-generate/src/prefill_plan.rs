@@ -1,9 +1,23 @@
-//! Which newly admitted requests prefill together: one left-padded forward `[n, T_max]` (mask
-//! `0…0 1…1`, the KV cache stores only the real positions) instead of one forward per prompt
-//! length, so requests that arrive together get their first tokens after one forward. A group
-//! pads at most `max_pad` times its real tokens (sorted by length, similar lengths share a group)
-//! and `max_tokens` padded tokens in all (the activations of a forward), and never mixes prompts
-//! on LongRoPE's long factors with prompts on its short ones (the factor is chosen per forward).
+//! Which newly admitted requests prefill together, and how wide: one left-padded forward
+//! `[n, T]` (mask `0…0 1…1`; the KV cache stores only the real positions) instead of one forward
+//! per prompt, so requests that arrive together get their first tokens after one forward.
+//!
+//! Bit-exact whatever the company: every prefill's width is its longest prompt rounded up to
+//! [`ALIGN`] columns, alone or not. Then a prompt's padding differs between any two of its
+//! prefills by a multiple of `ALIGN`, a multiple of every flash-attention key tile (`fwd.comp`:
+//! 32/16/8 keys, `fwd_cm2.comp`: 64/32), so its real keys fall in the same places of the same
+//! tiles; the leading tiles of padding are exact no-ops of the online softmax (masked scores
+//! leave m, l and the accumulators as they start), and every other op is row-wise. So a request's
+//! logits do not depend on what it prefills with (tests: `batched_prefill.rs`, and serve's 16
+//! concurrent requests equal to one at a time, log-probabilities included).
+//!
+//! A group costs at most `max_pad` times the columns its members cost alone (sorted by length,
+//! similar lengths share a group) and at most `max_tokens` columns in all (the activations of a
+//! forward); prompts on LongRoPE's long factors never share a forward with prompts on its short
+//! ones (the factor is chosen per forward).
+
+/// Prefill widths are multiples of this many columns (see the module docs).
+pub const ALIGN: usize = 64;
 
 /// One admitted request: its slot, prompt length and whether its prefill runs on the long factors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,25 +30,31 @@ pub struct Admitted {
 /// Padded tokens a prefill forward holds at most, unless one prompt alone is longer.
 pub const MAX_PREFILL_TOKENS: usize = 16384;
 
+/// The width of a prefill whose longest row has `len` columns.
+pub fn width(len: usize) -> usize {
+    len.div_ceil(ALIGN).max(1) * ALIGN
+}
+
 /// Groups of slots, each one forward (see the module docs). `max_pad` 1 keeps the groups to one
-/// length (no padding at all).
+/// width.
 pub fn prefill_groups(admitted: &[Admitted], max_pad: f64, max_tokens: usize) -> Vec<Vec<usize>> {
     let mut order = admitted.to_vec();
-    // Longest first within each factor set: a group's width is its first member's length.
+    // Longest first within each factor set: a group's width is its first member's.
     order.sort_by(|a, b| a.long.cmp(&b.long).then(b.len.cmp(&a.len)).then(a.slot.cmp(&b.slot)));
     let mut groups: Vec<Vec<usize>> = Vec::new();
-    let (mut width, mut real, mut long) = (0usize, 0usize, false);
+    // The open group's width, the columns its members cost alone, and its factor set.
+    let (mut w, mut alone, mut long) = (0usize, 0usize, false);
     for a in order {
         let fits = groups.last().is_some_and(|g| {
-            let padded = (g.len() + 1) * width;
-            a.long == long && padded <= max_tokens && padded as f64 <= max_pad * (real + a.len) as f64
+            let cols = (g.len() + 1) * w;
+            a.long == long && cols <= max_tokens && cols as f64 <= max_pad * (alone + width(a.len)) as f64
         });
         if fits {
             groups.last_mut().expect("a group").push(a.slot);
-            real += a.len;
+            alone += width(a.len);
         } else {
             groups.push(vec![a.slot]);
-            (width, real, long) = (a.len, a.len, a.long);
+            (w, alone, long) = (width(a.len), width(a.len), a.long);
         }
     }
     groups
@@ -49,21 +69,26 @@ mod tests {
     }
 
     #[test]
-    fn similar_lengths_share_a_forward() {
-        let a = adm(&[(5, false), (7, false), (6, false), (3, false)]);
-        // Padded 4 × 7 = 28 <= 2 × 21 real.
+    fn widths_are_aligned() {
+        assert_eq!((width(1), width(64), width(65), width(200)), (64, 64, 128, 256));
+    }
+
+    #[test]
+    fn short_prompts_share_a_forward() {
+        let a = adm(&[(5, false), (70, false), (6, false), (3, false)]);
+        // 4 × 128 columns <= 2 × (128 + 3 × 64) alone.
         assert_eq!(prefill_groups(&a, 2.0, 1000), vec![vec![1, 2, 0, 3]]);
-        // No padding: one forward per length.
-        assert_eq!(prefill_groups(&a, 1.0, 1000), vec![vec![1], vec![2], vec![0], vec![3]]);
+        // No extra padding: prompts of one width together.
+        assert_eq!(prefill_groups(&a, 1.0, 1000), vec![vec![1], vec![2, 0, 3]]);
     }
 
     #[test]
     fn too_much_padding_or_too_many_tokens_splits() {
-        let a = adm(&[(100, false), (2, false), (3, false)]);
-        // 2 × 100 padded > 1.5 × 103 real.
-        assert_eq!(prefill_groups(&a, 1.5, 1000), vec![vec![0], vec![2, 1]]);
+        let a = adm(&[(1000, false), (2, false), (3, false)]);
+        // 2 × 1024 columns > 1.5 × (1024 + 64) alone.
+        assert_eq!(prefill_groups(&a, 1.5, 100_000), vec![vec![0], vec![2, 1]]);
         let b = adm(&[(10, false), (10, false), (10, false)]);
-        assert_eq!(prefill_groups(&b, 2.0, 20), vec![vec![0, 1], vec![2]]);
+        assert_eq!(prefill_groups(&b, 2.0, 128), vec![vec![0, 1], vec![2]]);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Requests of different prompt lengths admitted together prefill in one left-padded forward
-//! (fewer prefill forwards than requests) and each still gets the tokens it gets alone: greedy,
-//! sampled and penalised, on models with plain, sliding-window (gemma2) and ALiBi (bloom)
-//! attention.
+//! (fewer prefill forwards than requests) and each still gets exactly what it gets alone: its
+//! tokens and, bit for bit, its log-probabilities (the prefill's width is aligned: see
+//! `prefill_plan`); greedy, sampled and penalised, on models with plain, sliding-window (gemma2)
+//! and ALiBi (bloom) attention, prompts on both sides of an alignment boundary.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -14,10 +15,13 @@ use vkformers_tensor::Graph;
 use vkformers_vk::testing::on_every_device;
 
 #[derive(Default)]
-struct Gather(HashMap<u64, Finished>);
+struct Gather(HashMap<u64, Finished>, HashMap<u64, Vec<(u32, u32, Vec<(u32, u32)>)>>);
 
 impl Sink for Gather {
-    fn token(&mut self, _: u64, _: &[u32], _: Option<&TokenLogprob>) -> bool {
+    fn token(&mut self, id: u64, _: &[u32], lp: Option<&TokenLogprob>) -> bool {
+        // Log-probabilities as bits: compared exactly.
+        let bits = lp.map(|l| (l.token, l.logprob.to_bits(), l.top.iter().map(|t| (t.0, t.1.to_bits())).collect()));
+        self.1.entry(id).or_default().extend(bits);
         false
     }
 
@@ -27,8 +31,8 @@ impl Sink for Gather {
 }
 
 fn prompt(i: usize) -> Vec<u32> {
-    // Lengths 9, 6, 8, 5, 7, 9: one padded forward of 6 rows (44 real of 54 columns).
-    let len = [9, 6, 8, 5, 7, 9][i];
+    // Lengths 9 to 70: one padded forward of 6 rows, 128 columns wide (alone: 64 or 128).
+    let len = [9, 66, 8, 5, 70, 9][i];
     (0..len).map(|j| ((11 * i + 5 * j + 2) % 50) as u32 + 1).collect()
 }
 
@@ -39,13 +43,18 @@ fn options(i: usize) -> RequestOptions {
         o.seed = 40 + i as u64;
         o.penalties = Penalties { presence: 0.5, frequency: 0.2 };
     }
+    if i % 3 != 1 {
+        o.logprobs = Some(2);
+    }
     o
 }
 
+type Out = HashMap<u64, (Vec<u32>, Vec<(u32, u32, Vec<(u32, u32)>)>)>;
+
 /// Runs requests `ids` submitted together through an engine of `slots` slots; returns each one's
-/// tokens and the prefill forwards run.
-fn run(g: &Graph<'_>, model: &Model, ids: &[usize], slots: usize) -> (HashMap<u64, Vec<u32>>, usize) {
-    let mut engine = Engine::new(g, model, slots, 32).unwrap();
+/// tokens and log-probabilities, and the prefill forwards run.
+fn run(g: &Graph<'_>, model: &Model, ids: &[usize], slots: usize) -> (Out, usize) {
+    let mut engine = Engine::new(g, model, slots, 96).unwrap();
     for &i in ids {
         engine.submit(Request { id: i as u64, prompt: prompt(i), opts: options(i) }).unwrap();
     }
@@ -54,7 +63,9 @@ fn run(g: &Graph<'_>, model: &Model, ids: &[usize], slots: usize) -> (HashMap<u6
         engine.step(g, &mut out).unwrap();
     }
     assert_eq!(engine.blocks_in_use().0, 0);
-    (out.0.into_iter().map(|(id, f)| (id, f.tokens)).collect(), engine.prefill_forwards())
+    let mut lps = out.1;
+    let got = out.0.into_iter().map(|(id, f)| (id, (f.tokens, lps.remove(&id).unwrap_or_default()))).collect();
+    (got, engine.prefill_forwards())
 }
 
 #[test]
@@ -67,6 +78,7 @@ fn requests_arriving_together_share_one_prefill_and_get_their_tokens_alone() {
             let n = 6;
             let (together, forwards) = run(&g, &model, &(0..n).collect::<Vec<_>>(), n);
             assert_eq!(forwards, 1, "{name}: {n} prompts of 5 lengths admitted together prefill in one forward");
+            assert_eq!(together.values().filter(|t| !t.1.is_empty()).count(), 4, "{name}: 4 with logprobs");
             for i in 0..n {
                 let (alone, _) = run(&g, &model, &[i], 1);
                 assert_eq!(together[&(i as u64)], alone[&(i as u64)], "{name}: request {i} together vs alone");
