@@ -14,12 +14,14 @@ use vkformers_models::model::Model;
 use vkformers_tensor::Graph;
 use vkformers_vk::testing::on_every_device;
 
+/// A token's log-probabilities as bits (compared exactly): token, logprob, alternatives.
+type Bits = (u32, u32, Vec<(u32, u32)>);
+
 #[derive(Default)]
-struct Gather(HashMap<u64, Finished>, HashMap<u64, Vec<(u32, u32, Vec<(u32, u32)>)>>);
+struct Gather(HashMap<u64, Finished>, HashMap<u64, Vec<Bits>>);
 
 impl Sink for Gather {
     fn token(&mut self, id: u64, _: &[u32], lp: Option<&TokenLogprob>) -> bool {
-        // Log-probabilities as bits: compared exactly.
         let bits = lp.map(|l| (l.token, l.logprob.to_bits(), l.top.iter().map(|t| (t.0, t.1.to_bits())).collect()));
         self.1.entry(id).or_default().extend(bits);
         false
@@ -49,7 +51,7 @@ fn options(i: usize) -> RequestOptions {
     o
 }
 
-type Out = HashMap<u64, (Vec<u32>, Vec<(u32, u32, Vec<(u32, u32)>)>)>;
+type Out = HashMap<u64, (Vec<u32>, Vec<Bits>)>;
 
 /// Runs requests `ids` submitted together through an engine of `slots` slots; returns each one's
 /// tokens and log-probabilities, and the prefill forwards run.
