@@ -100,6 +100,8 @@ pub enum SubmitError {
     NoNewTokens,
     #[error("request id {0} is already queued or running")]
     DuplicateId(u64),
+    #[error("the engine has no model {0}")]
+    UnknownModel(usize),
     #[error(transparent)]
     Sampling(#[from] GenerateError),
 }
@@ -127,6 +129,8 @@ pub trait Sink {
 /// A running request.
 struct Running {
     id: u64,
+    /// Its model (index into the engine's models: the base or an adapter over it).
+    model: usize,
     opts: RequestOptions,
     pipeline: Pipeline,
     /// Prompt and new tokens so far.
@@ -139,10 +143,11 @@ struct Running {
 
 impl Running {
     /// A request admitted to a slot: its processors built.
-    fn new(req: Request) -> Result<Self, DecodeError> {
+    fn new(model: usize, req: Request) -> Result<Self, DecodeError> {
         let pipeline = req.opts.params.processors()?;
         Ok(Running {
             id: req.id,
+            model,
             pipeline,
             timings: Timings { prefill_tokens: req.prompt.len(), ..Timings::default() },
             history: req.prompt,
@@ -173,10 +178,12 @@ impl Running {
 
 /// The step-wise engine (see the module docs).
 pub struct Engine<'m> {
-    model: &'m Model,
+    /// The models requests run on: one base and adapters over it (one spec, one KV cache layout).
+    models: Vec<&'m Model>,
     cache: KvCache,
     slots: Vec<Option<Running>>,
-    waiting: VecDeque<Request>,
+    /// Waiting requests with their model.
+    waiting: VecDeque<(usize, Request)>,
     /// Device greedy choosers by batch size.
     device: HashMap<usize, DeviceChooser>,
     /// The per-row device sampler (made at the first step that samples).
@@ -197,10 +204,29 @@ impl<'m> Engine<'m> {
     /// An engine of `max_batch` slots whose cache starts with room for `capacity` positions per
     /// slot (it grows when needed).
     pub fn new(g: &Graph<'_>, model: &'m Model, max_batch: usize, capacity: usize) -> Result<Self, DecodeError> {
+        Self::with_models(g, vec![model], max_batch, capacity)
+    }
+
+    /// An engine serving several models of one spec (a base and LoRA adapters over its shared
+    /// weights) from one pool of slots and one KV cache: a request names its model
+    /// ([`Engine::submit_to`]); each forward runs the rows of one model.
+    pub fn with_models(
+        g: &Graph<'_>,
+        models: Vec<&'m Model>,
+        max_batch: usize,
+        capacity: usize,
+    ) -> Result<Self, DecodeError> {
+        let Some(first) = models.first() else {
+            return Err(DecodeError::Request("an engine needs at least one model".into()));
+        };
+        if models.iter().any(|m| m.spec != first.spec) {
+            return Err(DecodeError::Request("an engine's models must share one spec (adapters of one base)".into()));
+        }
         let slots = max_batch.max(1);
+        let cache = KvCache::batched(g, &first.spec, slots, capacity)?;
         Ok(Engine {
-            model,
-            cache: KvCache::batched(g, &model.spec, slots, capacity)?,
+            models,
+            cache,
             slots: (0..slots).map(|_| None).collect(),
             waiting: VecDeque::new(),
             device: HashMap::new(),
@@ -213,12 +239,20 @@ impl<'m> Engine<'m> {
         })
     }
 
-    /// Queues a request (checked now: its prompt, ids and sampling parameters).
+    /// Queues a request on the first model (checked now: its prompt, ids and sampling parameters).
     pub fn submit(&mut self, req: Request) -> Result<(), SubmitError> {
+        self.submit_to(0, req)
+    }
+
+    /// Queues a request on model `model` of [`Engine::with_models`].
+    pub fn submit_to(&mut self, model: usize, req: Request) -> Result<(), SubmitError> {
+        if model >= self.models.len() {
+            return Err(SubmitError::UnknownModel(model));
+        }
         if req.prompt.is_empty() {
             return Err(SubmitError::EmptyPrompt);
         }
-        let vocab = self.model.spec.vocab;
+        let vocab = self.spec().vocab;
         if let Some(&id) = req.prompt.iter().find(|&&t| t as usize >= vocab) {
             return Err(SubmitError::OutOfVocabulary { id, vocab });
         }
@@ -229,18 +263,22 @@ impl<'m> Engine<'m> {
         if self.holds(req.id) {
             return Err(SubmitError::DuplicateId(req.id));
         }
-        self.waiting.push_back(req);
+        self.waiting.push_back((model, req));
         Ok(())
     }
 
+    fn spec(&self) -> &'m ModelSpec {
+        &self.models[0].spec
+    }
+
     fn holds(&self, id: u64) -> bool {
-        self.waiting.iter().any(|r| r.id == id) || self.slots.iter().flatten().any(|r| r.id == id)
+        self.waiting.iter().any(|(_, r)| r.id == id) || self.slots.iter().flatten().any(|r| r.id == id)
     }
 
     /// Drops request `id`, queued or running; a running one's blocks go back to the pools now.
     /// Returns whether it was there.
     pub fn cancel(&mut self, id: u64) -> bool {
-        if let Some(at) = self.waiting.iter().position(|r| r.id == id) {
+        if let Some(at) = self.waiting.iter().position(|(_, r)| r.id == id) {
             self.waiting.remove(at);
             return true;
         }
@@ -313,12 +351,13 @@ impl<'m> Engine<'m> {
         loop {
             let mut admitted = Vec::new();
             while let Some(slot) = self.slots.iter().position(Option::is_none) {
-                let Some(req) = self.waiting.pop_front() else { break };
+                let Some((model, req)) = self.waiting.pop_front() else { break };
                 let len = req.prompt.len();
-                self.slots[slot] = Some(Running::new(req)?);
+                self.slots[slot] = Some(Running::new(model, req)?);
                 self.synced[slot] = false;
-                // A prefill of `len` columns has position ids up to len - 1.
-                admitted.push(Admitted { slot, len, long: on_long_factors(&self.model.spec, len - 1) });
+                // A prefill of `len` columns has position ids up to len - 1; one model a forward.
+                let long = on_long_factors(self.spec(), len - 1);
+                admitted.push(Admitted { slot, len, key: 2 * model + usize::from(long) });
             }
             if admitted.is_empty() {
                 return Ok(());
@@ -357,8 +396,9 @@ impl<'m> Engine<'m> {
             mask.extend(std::iter::repeat_n(0, pad).chain(std::iter::repeat_n(1, r.history.len())));
         }
         let batch = Batch { ids: &ids, mask: &mask, batch: slots.len(), seq: t };
+        let model = self.models[rows[0].model];
         // Logits `[n, V]` of each row's last column only.
-        let logits = forward_cached_last(g, &self.model.spec, &self.model.weights, &batch, &self.cache)?;
+        let logits = forward_cached_last(g, &model.spec, &model.weights, &batch, &self.cache)?;
         self.choose(g, &logits, slots)
     }
 
@@ -403,7 +443,7 @@ impl<'m> Engine<'m> {
         draws: &[RowDraw],
     ) -> Result<Vec<(u32, Option<TokenLogprob>)>, DecodeError> {
         if self.rows.is_none() {
-            self.rows = Some(RowChooser::new(g, self.slots.len(), self.model.spec.vocab)?);
+            self.rows = Some(RowChooser::new(g, self.slots.len(), self.spec().vocab)?);
         }
         let chooser = self.rows.as_ref().expect("just made");
         for &s in slots {
@@ -418,22 +458,24 @@ impl<'m> Engine<'m> {
 
     /// One new token for every running row: rows crossing LongRoPE's original context run their
     /// whole history again alone (as alone, their cache was rotated with the short factors); the
-    /// others decode together, in one forward per factor set.
+    /// others decode together, in one forward per model and factor set.
     fn decode_step(&mut self, g: &Graph<'_>, sink: &mut dyn Sink) -> Result<(), DecodeError> {
         let start = Instant::now();
         let active: Vec<usize> = (0..self.slots.len()).filter(|&s| self.slots[s].is_some()).collect();
-        let model = self.model;
-        let spec = &model.spec;
+        let spec = self.spec();
         // Decided before any row runs: a re-prefilled row must not decode again in this step.
         let (crossing, rest): (Vec<usize>, Vec<usize>) =
             active.iter().partition(|&&s| crate::generation::crosses_longrope_context(spec, self.cache.row_len(s), 1));
-        let (long, short): (Vec<usize>, Vec<usize>) =
-            rest.iter().partition(|&&s| on_long_factors(spec, self.cache.row_len(s)));
+        let mut groups: std::collections::BTreeMap<(usize, bool), Vec<usize>> = Default::default();
+        for s in rest {
+            let model = self.slots[s].as_ref().expect("active").model;
+            groups.entry((model, on_long_factors(spec, self.cache.row_len(s)))).or_default().push(s);
+        }
         let mut chosen = Vec::new();
         for &slot in &crossing {
             chosen.push((slot, self.prefill(g, &[slot])?.remove(0)));
         }
-        for group in [short, long].into_iter().filter(|g| !g.is_empty()) {
+        for ((model, _), group) in groups {
             self.cache.select(&group)?;
             let ids: Vec<i32> = group
                 .iter()
@@ -441,6 +483,7 @@ impl<'m> Engine<'m> {
                 .collect();
             let mask = vec![1; group.len()];
             let batch = Batch { ids: &ids, mask: &mask, batch: group.len(), seq: 1 };
+            let model = self.models[model];
             let logits = forward_cached_last(g, spec, &model.weights, &batch, &self.cache)?;
             chosen.extend(group.iter().copied().zip(self.choose(g, &logits, &group)?));
         }

@@ -13,18 +13,19 @@
 //!
 //! A group costs at most `max_pad` times the columns its members cost alone (sorted by length,
 //! similar lengths share a group) and at most `max_tokens` columns in all (the activations of a
-//! forward); prompts on LongRoPE's long factors never share a forward with prompts on its short
-//! ones (the factor is chosen per forward).
+//! forward); only requests of one key share a forward (one model: the base or one adapter, and
+//! one of LongRoPE's factor sets, which is chosen per forward).
 
 /// Prefill widths are multiples of this many columns (see the module docs).
 pub const ALIGN: usize = 64;
 
-/// One admitted request: its slot, prompt length and whether its prefill runs on the long factors.
+/// One admitted request: its slot, prompt length and what its forward must share with the
+/// others of its group (its model, and whether its prefill runs on LongRoPE's long factors).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Admitted {
     pub slot: usize,
     pub len: usize,
-    pub long: bool,
+    pub key: usize,
 }
 
 /// Padded tokens a prefill forward holds at most, unless one prompt alone is longer.
@@ -39,22 +40,22 @@ pub fn width(len: usize) -> usize {
 /// width.
 pub fn prefill_groups(admitted: &[Admitted], max_pad: f64, max_tokens: usize) -> Vec<Vec<usize>> {
     let mut order = admitted.to_vec();
-    // Longest first within each factor set: a group's width is its first member's.
-    order.sort_by(|a, b| a.long.cmp(&b.long).then(b.len.cmp(&a.len)).then(a.slot.cmp(&b.slot)));
+    // Longest first within each key: a group's width is its first member's.
+    order.sort_by(|a, b| a.key.cmp(&b.key).then(b.len.cmp(&a.len)).then(a.slot.cmp(&b.slot)));
     let mut groups: Vec<Vec<usize>> = Vec::new();
-    // The open group's width, the columns its members cost alone, and its factor set.
-    let (mut w, mut alone, mut long) = (0usize, 0usize, false);
+    // The open group's width, the columns its members cost alone, and its key.
+    let (mut w, mut alone, mut key) = (0usize, 0usize, 0usize);
     for a in order {
         let fits = groups.last().is_some_and(|g| {
             let cols = (g.len() + 1) * w;
-            a.long == long && cols <= max_tokens && cols as f64 <= max_pad * (alone + width(a.len)) as f64
+            a.key == key && cols <= max_tokens && cols as f64 <= max_pad * (alone + width(a.len)) as f64
         });
         if fits {
             groups.last_mut().expect("a group").push(a.slot);
             alone += width(a.len);
         } else {
             groups.push(vec![a.slot]);
-            (w, alone, long) = (width(a.len), width(a.len), a.long);
+            (w, alone, key) = (width(a.len), width(a.len), a.key);
         }
     }
     groups
@@ -64,8 +65,8 @@ pub fn prefill_groups(admitted: &[Admitted], max_pad: f64, max_tokens: usize) ->
 mod tests {
     use super::*;
 
-    fn adm(v: &[(usize, bool)]) -> Vec<Admitted> {
-        v.iter().enumerate().map(|(slot, &(len, long))| Admitted { slot, len, long }).collect()
+    fn adm(v: &[(usize, usize)]) -> Vec<Admitted> {
+        v.iter().enumerate().map(|(slot, &(len, key))| Admitted { slot, len, key }).collect()
     }
 
     #[test]
@@ -75,7 +76,7 @@ mod tests {
 
     #[test]
     fn short_prompts_share_a_forward() {
-        let a = adm(&[(5, false), (70, false), (6, false), (3, false)]);
+        let a = adm(&[(5, 0), (70, 0), (6, 0), (3, 0)]);
         // 4 × 128 columns <= 2 × (128 + 3 × 64) alone.
         assert_eq!(prefill_groups(&a, 2.0, 1000), vec![vec![1, 2, 0, 3]]);
         // No extra padding: prompts of one width together.
@@ -84,16 +85,16 @@ mod tests {
 
     #[test]
     fn too_much_padding_or_too_many_tokens_splits() {
-        let a = adm(&[(1000, false), (2, false), (3, false)]);
+        let a = adm(&[(1000, 0), (2, 0), (3, 0)]);
         // 2 × 1024 columns > 1.5 × (1024 + 64) alone.
         assert_eq!(prefill_groups(&a, 1.5, 100_000), vec![vec![0], vec![2, 1]]);
-        let b = adm(&[(10, false), (10, false), (10, false)]);
+        let b = adm(&[(10, 0), (10, 0), (10, 0)]);
         assert_eq!(prefill_groups(&b, 2.0, 128), vec![vec![0, 1], vec![2]]);
     }
 
     #[test]
-    fn long_and_short_factors_never_mix() {
-        let a = adm(&[(9, true), (8, false), (9, false)]);
+    fn keys_never_mix() {
+        let a = adm(&[(9, 1), (8, 0), (9, 0)]);
         assert_eq!(prefill_groups(&a, 2.0, 1000), vec![vec![2, 1], vec![0]]);
     }
 }

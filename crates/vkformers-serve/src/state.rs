@@ -27,7 +27,7 @@ pub struct AppState {
     pub defaults: GenerationDefaults,
     /// Ids that end a chat reply (the model's EOS and the template's end-of-turn tokens).
     pub chat_eos: Vec<u32>,
-    /// Served model names; a name's index is its engine.
+    /// Served model names; a name's index is its model in the engine.
     pub models: Vec<String>,
     pub api_key: Option<String>,
     pub max_model_len: usize,

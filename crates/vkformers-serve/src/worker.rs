@@ -1,7 +1,8 @@
-//! The engine thread: it owns the Vulkan context, the models (the base and one per LoRA adapter)
-//! and their engines, takes commands from the handlers through a channel, runs one step of every
-//! busy engine between reading commands, and sends each request's text back as it is produced.
-//! When every engine is idle it blocks on the channel.
+//! The engine thread: it owns the Vulkan context, the models (the base and one per LoRA adapter,
+//! sharing the base's tensors) and one engine over all of them (one pool of slots, one KV cache;
+//! each forward runs the rows of one model), takes commands from the handlers through a channel,
+//! runs one engine step between reading commands, and sends each request's text back as it is
+//! produced. When the engine is idle it blocks on the channel.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -37,7 +38,7 @@ pub struct Item {
 
 /// From the handlers to the engine thread.
 pub enum Command {
-    /// Queue `items` on the engine of model `model`; updates go to `events`.
+    /// Queue `items` on served model `model`; updates go to `events`.
     Submit { model: usize, items: Vec<Item>, events: UnboundedSender<Update> },
     /// Drop these requests (the client went away): their KV blocks go back at once.
     Cancel(Vec<u64>),
@@ -116,15 +117,12 @@ fn run(setup: Setup, commands: Receiver<Command>, ready: Sender<Result<usize, St
     if let Some(m) = models.first() {
         g.set_autocast(Some(m.weight_dtype()));
     }
-    let mut engines = Vec::new();
-    for m in &models {
-        match Engine::new(&g, m, setup.max_batch, setup.capacity) {
-            Ok(e) => engines.push(e),
-            Err(e) => return drop(ready.send(Err(format!("creating the KV cache: {e}")))),
-        }
-    }
+    let engine = match Engine::with_models(&g, models.iter().collect(), setup.max_batch, setup.capacity) {
+        Ok(e) => e,
+        Err(e) => return drop(ready.send(Err(format!("creating the KV cache: {e}")))),
+    };
     let _ = ready.send(Ok(models.first().map_or(0, |m| m.spec.vocab)));
-    let mut loop_state = Loop { engines, requests: HashMap::new(), tok: &setup.tokenizer, metrics: &setup.metrics };
+    let mut loop_state = Loop { engine, requests: HashMap::new(), tok: &setup.tokenizer, metrics: &setup.metrics };
     loop_state.serve(&g, &commands);
 }
 
@@ -150,7 +148,6 @@ fn load_models(g: &Graph<'_>, setup: &Setup) -> Result<Vec<Model>, String> {
 /// A request's state on the engine thread.
 struct State {
     index: usize,
-    engine: usize,
     stops: StopStrings,
     stream: TextStream,
     received: Instant,
@@ -161,7 +158,7 @@ struct State {
 }
 
 struct Loop<'m, 'a> {
-    engines: Vec<Engine<'m>>,
+    engine: Engine<'m>,
     requests: HashMap<u64, State>,
     tok: &'a HfTokenizer,
     metrics: &'a Metrics,
@@ -170,7 +167,7 @@ struct Loop<'m, 'a> {
 impl Loop<'_, '_> {
     fn serve(&mut self, g: &Graph<'_>, commands: &Receiver<Command>) {
         loop {
-            if self.engines.iter().all(Engine::is_idle) {
+            if self.engine.is_idle() {
                 match commands.recv() {
                     Ok(Command::Shutdown) | Err(_) => return,
                     Ok(cmd) => self.handle(cmd),
@@ -182,9 +179,7 @@ impl Loop<'_, '_> {
                 }
                 self.handle(cmd);
             }
-            for e in 0..self.engines.len() {
-                self.step(g, e);
-            }
+            self.step(g);
             self.publish();
         }
     }
@@ -195,14 +190,13 @@ impl Loop<'_, '_> {
                 for item in items {
                     let id = item.req.id;
                     self.metrics.prompt_tokens.fetch_add(item.req.prompt.len() as u64, Ordering::Relaxed);
-                    if let Err(e) = self.engines[model].submit(item.req) {
+                    if let Err(e) = self.engine.submit_to(model, item.req) {
                         self.metrics.outstanding.fetch_sub(1, Ordering::Relaxed);
                         let _ = events.send(Update::Error(e.to_string()));
                         continue;
                     }
                     let state = State {
                         index: item.index,
-                        engine: model,
                         stops: item.stops,
                         stream: TextStream::default(),
                         received: item.received,
@@ -215,8 +209,8 @@ impl Loop<'_, '_> {
             }
             Command::Cancel(ids) => {
                 for id in ids {
-                    if let Some(state) = self.requests.remove(&id) {
-                        self.engines[state.engine].cancel(id);
+                    if self.requests.remove(&id).is_some() {
+                        self.engine.cancel(id);
                         self.metrics.outstanding.fetch_sub(1, Ordering::Relaxed);
                         self.metrics.requests_cancelled.fetch_add(1, Ordering::Relaxed);
                     }
@@ -227,20 +221,17 @@ impl Loop<'_, '_> {
         self.publish();
     }
 
-    /// One step of engine `e`; a failure ends every request it holds with the error.
-    fn step(&mut self, g: &Graph<'_>, e: usize) {
-        if self.engines[e].is_idle() {
+    /// One engine step; a failure ends every request with the error.
+    fn step(&mut self, g: &Graph<'_>) {
+        if self.engine.is_idle() {
             return;
         }
         let mut sink = Reporter { requests: &mut self.requests, tok: self.tok, metrics: self.metrics };
-        if let Err(err) = self.engines[e].step(g, &mut sink) {
-            let ids: Vec<u64> = self.requests.iter().filter(|(_, s)| s.engine == e).map(|(&id, _)| id).collect();
-            for id in ids {
-                if let Some(state) = self.requests.remove(&id) {
-                    self.engines[e].cancel(id);
-                    self.metrics.outstanding.fetch_sub(1, Ordering::Relaxed);
-                    let _ = state.events.send(Update::Error(format!("the engine failed: {err}")));
-                }
+        if let Err(err) = self.engine.step(g, &mut sink) {
+            for (id, state) in std::mem::take(&mut self.requests) {
+                self.engine.cancel(id);
+                self.metrics.outstanding.fetch_sub(1, Ordering::Relaxed);
+                let _ = state.events.send(Update::Error(format!("the engine failed: {err}")));
             }
         }
     }
@@ -248,14 +239,12 @@ impl Loop<'_, '_> {
     /// Gauges after a step or a command.
     fn publish(&self) {
         let m = self.metrics;
-        m.queue_depth.store(self.engines.iter().map(Engine::queued).sum(), Ordering::Relaxed);
-        m.running.store(self.engines.iter().map(Engine::running).sum(), Ordering::Relaxed);
-        let (used, total) =
-            self.engines.iter().map(Engine::blocks_in_use).fold((0, 0), |(u, t), (a, b)| (u + a, t + b));
+        m.queue_depth.store(self.engine.queued(), Ordering::Relaxed);
+        m.running.store(self.engine.running(), Ordering::Relaxed);
+        let (used, total) = self.engine.blocks_in_use();
         m.kv_blocks_in_use.store(used, Ordering::Relaxed);
         m.kv_blocks_total.store(total, Ordering::Relaxed);
-        let prefills = self.engines.iter().map(Engine::prefill_forwards).sum::<usize>();
-        m.prefill_forwards.store(prefills as u64, Ordering::Relaxed);
+        m.prefill_forwards.store(self.engine.prefill_forwards() as u64, Ordering::Relaxed);
         m.sample_rate(Instant::now());
     }
 }
