@@ -61,13 +61,12 @@ pub fn device_row(opts: &RequestOptions, pipeline: &Pipeline, slot: usize, gener
 }
 
 /// The device side of the per-row choice for an engine of `slots` slots and vocabulary `v`: the
-/// persistent state `[slots, v]` (see `rows::state_row`), and the parameter, id and log-probability
-/// buffers of up to `slots` rows.
+/// persistent state `[slots, v]` (see `rows::state_row`), and the id and log-probability buffers
+/// of up to `slots` rows. (Each choice's parameters ride in the forward's own batch.)
 pub struct RowChooser {
     slots: usize,
     v: usize,
     state: Buffer,
-    params: Buffer,
     ids: Buffer,
     logprobs: Buffer,
 }
@@ -80,7 +79,6 @@ impl RowChooser {
             slots,
             v,
             state: ctx.buffer((slots * v * 4) as u64, "sampling state")?,
-            params: ctx.buffer((slots * PARAM_WORDS * 4) as u64, "sampling params")?,
             ids: ctx.buffer((slots * 4) as u64, "chosen ids")?,
             logprobs: ctx.buffer((slots * LOGPROB_WORDS * 4) as u64, "chosen logprobs")?,
         })
@@ -105,8 +103,8 @@ impl RowChooser {
     }
 
     /// Each row's token and log-probabilities from `logits [n, V]` (row i is `rows[i]`): submits
-    /// the pending forward with the choice and reads back `n` ids, and the log-probabilities only
-    /// when a row asks for them.
+    /// the pending forward with the parameters' upload and the choice (one submission), and reads
+    /// back `n` ids, and the log-probabilities only when a row asks for them.
     pub fn choose(
         &self,
         g: &Graph<'_>,
@@ -115,10 +113,11 @@ impl RowChooser {
     ) -> Result<Vec<(u32, Option<TokenLogprob>)>, DecodeError> {
         let n = rows.len();
         let words = rows::row_params(rows, self.v, self.slots)?;
-        g.ctx().upload(&self.params, 0, bytemuck::cast_slice(&words))?;
+        // Recorded into the open batch (n × 64 bytes), not a submission of its own.
+        let params = g.ints(bytemuck::cast_slice(&words), &[n, PARAM_WORDS])?;
         let b = RowBuffers {
             logits: logits.view(),
-            params: Self::view(&self.params, n * PARAM_WORDS),
+            params: params.view(),
             state: self.state.view(),
             ids: Self::view(&self.ids, n),
             logprobs: Self::view(&self.logprobs, n * LOGPROB_WORDS),
