@@ -433,8 +433,8 @@ impl<'m> Engine<'m> {
         scores.iter_mut().zip(rows).map(|(s, r)| r.choose_host(s)).collect()
     }
 
-    /// The per-row device sampler's choice: uploads the state of the slots it does not hold yet,
-    /// then draws (the kernel records each choice in the state, so the slot stays in sync).
+    /// The per-row device sampler's choice: uploads the state of the penalised slots it does not
+    /// hold yet, then draws (the kernel records each choice in the state, so a slot stays in sync).
     fn choose_on_device(
         &mut self,
         g: &Graph<'_>,
@@ -446,8 +446,9 @@ impl<'m> Engine<'m> {
             self.rows = Some(RowChooser::new(g, self.slots.len(), self.spec().vocab)?);
         }
         let chooser = self.rows.as_ref().expect("just made");
-        for &s in slots {
-            if !self.synced[s] {
+        // Only the penalties read the state: other rows need no upload (an admission costs none).
+        for (&s, d) in slots.iter().zip(draws) {
+            if d.reads_state() && !self.synced[s] {
                 let r = self.slots[s].as_ref().expect("a running slot");
                 chooser.reset(g, s, &r.history, r.new.len())?;
                 self.synced[s] = true;

@@ -40,6 +40,13 @@ pub struct RowDraw {
     pub top_logprobs: Option<usize>,
 }
 
+impl RowDraw {
+    /// Whether the row's choice reads its slot's state (the repetition or OpenAI penalties).
+    pub fn reads_state(&self) -> bool {
+        self.p.penalty.is_some() || self.presence != 0.0 || self.frequency != 0.0
+    }
+}
+
 /// The state row `[v]` of a slot whose history is `history` (prompt then generated ids) of which
 /// the last `generated` were generated: [`HIST`] on every id of it, plus each generated id's count.
 pub fn state_row(history: &[u32], generated: usize, v: usize) -> Vec<u32> {
