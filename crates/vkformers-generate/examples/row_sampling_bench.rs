@@ -31,7 +31,7 @@ fn options(i: usize) -> RequestOptions {
     };
     o.seed = i as u64;
     o.penalties = Penalties { presence: 0.5, frequency: 0.0 };
-    o.logprobs = (i % 4 == 0).then_some(5);
+    o.logprobs = i.is_multiple_of(4).then_some(5);
     o
 }
 
