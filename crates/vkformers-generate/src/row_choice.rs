@@ -61,14 +61,14 @@ pub fn device_row(opts: &RequestOptions, pipeline: &Pipeline, slot: usize, gener
 }
 
 /// The device side of the per-row choice for an engine of `slots` slots and vocabulary `v`: the
-/// persistent state `[slots, v]` (see `rows::state_row`), and the id and log-probability buffers
-/// of up to `slots` rows. (Each choice's parameters ride in the forward's own batch.)
+/// persistent state `[slots, v]` (see `rows::state_row`), and one output buffer of up to `slots`
+/// rows: the ids `[n]`, then the log-probabilities `[n, LOGPROB_WORDS]` right after them, so one
+/// read brings back both. (Each choice's parameters ride in the forward's own batch.)
 pub struct RowChooser {
     slots: usize,
     v: usize,
     state: Buffer,
-    ids: Buffer,
-    logprobs: Buffer,
+    out: Buffer,
 }
 
 impl RowChooser {
@@ -79,8 +79,7 @@ impl RowChooser {
             slots,
             v,
             state: ctx.buffer((slots * v * 4) as u64, "sampling state")?,
-            ids: ctx.buffer((slots * 4) as u64, "chosen ids")?,
-            logprobs: ctx.buffer((slots * LOGPROB_WORDS * 4) as u64, "chosen logprobs")?,
+            out: ctx.buffer((slots * (1 + LOGPROB_WORDS) * 4) as u64, "chosen ids and logprobs")?,
         })
     }
 
@@ -98,13 +97,14 @@ impl RowChooser {
         self.state.view()
     }
 
-    fn view(b: &Buffer, n: usize) -> BufferView<'_> {
-        b.slice(0, (n * 4) as u64)
+    /// Words `[from, from + n)` of the output buffer.
+    fn out(&self, from: usize, n: usize) -> BufferView<'_> {
+        self.out.slice((from * 4) as u64, (n * 4) as u64)
     }
 
     /// Each row's token and log-probabilities from `logits [n, V]` (row i is `rows[i]`): submits
     /// the pending forward with the parameters' upload and the choice (one submission), and reads
-    /// back `n` ids, and the log-probabilities only when a row asks for them.
+    /// back `n` ids, with the log-probabilities behind them only when a row asks for them.
     pub fn choose(
         &self,
         g: &Graph<'_>,
@@ -119,19 +119,17 @@ impl RowChooser {
             logits: logits.view(),
             params: params.view(),
             state: self.state.view(),
-            ids: Self::view(&self.ids, n),
-            logprobs: Self::view(&self.logprobs, n * LOGPROB_WORDS),
+            ids: self.out(0, n),
+            logprobs: self.out(n, n * LOGPROB_WORDS),
         };
         g.record(|rec| rows::draw_rows(rec, b, (n, 1, self.v, self.slots)))?;
         g.sync()?;
-        let ids: Vec<u32> = g.ctx().read_vec(Self::view(&self.ids, n))?;
-        let lps: Vec<f32> = if rows.iter().any(|r| r.top_logprobs.is_some()) {
-            g.ctx().read_vec(Self::view(&self.logprobs, n * LOGPROB_WORDS))?
-        } else {
-            Vec::new()
-        };
+        let asked = rows.iter().any(|r| r.top_logprobs.is_some());
+        let words: Vec<u32> = g.ctx().read_vec(self.out(0, if asked { n * (1 + LOGPROB_WORDS) } else { n }))?;
+        let (ids, lps) = words.split_at(n);
+        let lps: Vec<f32> = lps.iter().map(|&w| f32::from_bits(w)).collect();
         let mut out = Vec::with_capacity(n);
-        for (i, (r, &id)) in rows.iter().zip(&ids).enumerate() {
+        for (i, (r, &id)) in rows.iter().zip(ids).enumerate() {
             if id == NO_TOKEN {
                 return Err(GenerateError::NothingToSample.into());
             }
