@@ -197,6 +197,8 @@ pub struct Engine<'m> {
     max_pad: f64,
     /// Prefill forwards run so far.
     prefill_forwards: usize,
+    /// Rows whose logits were read back for the host's choice.
+    host_rows: usize,
     total: Timings,
 }
 
@@ -235,6 +237,7 @@ impl<'m> Engine<'m> {
             host_sampling: false,
             max_pad: DEFAULT_MAX_PAD,
             prefill_forwards: 0,
+            host_rows: 0,
             total: Timings::default(),
         })
     }
@@ -305,6 +308,12 @@ impl<'m> Engine<'m> {
     /// Prefill forwards run so far (fewer than the requests admitted when they share forwards).
     pub fn prefill_forwards(&self) -> usize {
         self.prefill_forwards
+    }
+
+    /// Rows whose logits `[V]` were read back for the host's choice so far (0 when every token
+    /// was chosen on the device).
+    pub fn host_chosen_rows(&self) -> usize {
+        self.host_rows
     }
 
     /// Requests waiting for a slot.
@@ -428,6 +437,7 @@ impl<'m> Engine<'m> {
             return self.choose_on_device(g, logits, slots, &draws);
         }
         slots.iter().for_each(|&s| self.synced[s] = false);
+        self.host_rows += n;
         let rows: Vec<&Running> = slots.iter().map(|&s| self.slots[s].as_ref().expect("a running slot")).collect();
         let mut scores = last_logits(g, logits, n, 1)?;
         scores.iter_mut().zip(rows).map(|(s, r)| r.choose_host(s)).collect()

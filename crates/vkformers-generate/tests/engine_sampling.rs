@@ -1,7 +1,8 @@
 //! The engine's device sampling (per-row kernel: only ids, and the log-probabilities asked for,
 //! come back) gives the tokens of its host path (`Engine::set_host_sampling`: the logits read back
 //! and each row's host pipeline) for a batch of requests with different options and seeds running
-//! together: every processor, repetition and OpenAI penalties, greedy with a penalty, logprobs.
+//! together: every processor, repetition and OpenAI penalties, greedy with a penalty, logprobs;
+//! and the device path reads back no row's logits.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -53,7 +54,8 @@ fn options(i: usize) -> RequestOptions {
     o
 }
 
-fn run(g: &Graph<'_>, model: &Model, host: bool, n: usize) -> Gather {
+/// The requests' results and the rows whose logits were read back for the host's choice.
+fn run(g: &Graph<'_>, model: &Model, host: bool, n: usize) -> (Gather, usize) {
     let mut engine = Engine::new(g, model, 5, 48).unwrap();
     engine.set_host_sampling(host);
     let mut out = Gather::default();
@@ -64,7 +66,7 @@ fn run(g: &Graph<'_>, model: &Model, host: bool, n: usize) -> Gather {
     while !engine.is_idle() {
         engine.step(g, &mut out).unwrap();
     }
-    out
+    (out, engine.host_chosen_rows())
 }
 
 #[test]
@@ -74,7 +76,9 @@ fn device_sampling_gives_the_host_paths_tokens() {
         let model =
             Model::load(&g, &PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/qwen2")).unwrap();
         let n = 14;
-        let (host, device) = (run(&g, &model, true, n), run(&g, &model, false, n));
+        let ((host, host_rows), (device, device_rows)) = (run(&g, &model, true, n), run(&g, &model, false, n));
+        assert_eq!(device_rows, 0, "on the device, no row's logits are read back");
+        assert!(host_rows > 0);
         for i in 0..n as u64 {
             assert_eq!(device.done[&i].tokens, host.done[&i].tokens, "request {i}: {:?}", options(i as usize));
             let (d, h) = (device.logprobs.get(&i), host.logprobs.get(&i));
