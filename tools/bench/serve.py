@@ -5,8 +5,9 @@ N concurrent clients send a fixed number of streamed completions (random token-i
 --prompt-len ± --prompt-spread tokens, greedy unless --temperature; --top-p, --top-k and the
 penalties sample on the server's device like any request) and the run reports throughput
 (generated tokens/s over the wall time, requests/s), time to first token and latency, p50/p99,
-and the prefill forwards the server ran (requests arriving together share them). Every request
-asks for usage, so the token counts are the server's.
+the prefill forwards the server ran (requests arriving together share them) and the rows it
+chose on the host (0: every token chosen on the device). Every request asks for usage, so the
+token counts are the server's.
 
 --soak: a random third of the streams are closed mid-way (after a random number of chunks; the
 server must free their slots and KV blocks at once). At the end /metrics must show no running
@@ -180,7 +181,7 @@ def main() -> None:
         rng = random.Random(args.seed + 1)
         cancel = [rng.randrange(1, max(2, args.max_tokens // 2)) if args.soak and rng.random() < 1 / 3 else None
                   for _ in reqs]
-        prefills_before = metrics(base_url).get("vkformers_prefill_forwards_total", 0)
+        before = metrics(base_url)
         t0 = time.perf_counter()
         with ThreadPoolExecutor(max_workers=args.clients) as pool:
             records = list(pool.map(lambda rc: one(client, model, rc[0], rc[1]), zip(reqs, cancel)))
@@ -195,8 +196,11 @@ def main() -> None:
             "ttft_p99_s": percentile([r["ttft"] for r in done if r["ttft"] is not None], 99),
             "latency_p50_s": percentile([r["latency"] for r in done], 50),
             "latency_p99_s": percentile([r["latency"] for r in done], 99),
-            "prefill_forwards": metrics(base_url).get("vkformers_prefill_forwards_total", 0) - prefills_before,
         }
+        after = metrics(base_url)
+        for key, name in [("prefill_forwards", "vkformers_prefill_forwards_total"),
+                          ("host_sampled_rows", "vkformers_host_sampled_rows_total")]:
+            report[key] = after.get(name, 0) - before.get(name, 0)
         ok = True
         if args.soak:
             deadline = time.time() + 30

@@ -36,6 +36,9 @@ pub struct Metrics {
     pub requests_cancelled: AtomicU64,
     /// Prefill forwards run (several requests admitted together share one: fewer than requests).
     pub prefill_forwards: AtomicU64,
+    /// Rows whose logits were read back for a host-side choice (0 while every token is chosen on
+    /// the device: only ids, and logprobs when asked, come back).
+    pub host_sampled_rows: AtomicU64,
     /// Bytes of the served models' distinct weight tensors (a base shared by adapters counted
     /// once), and the device memory held once they were loaded.
     pub weight_bytes: AtomicU64,
@@ -120,6 +123,11 @@ impl Metrics {
                 "vkformers_prefill_forwards_total",
                 "Prefill forwards (requests admitted together share one).",
                 &self.prefill_forwards,
+            ),
+            (
+                "vkformers_host_sampled_rows_total",
+                "Rows whose logits were read back to choose on the host.",
+                &self.host_sampled_rows,
             ),
         ];
         for (name, help, v) in counters {

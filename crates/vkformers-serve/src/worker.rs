@@ -245,6 +245,7 @@ impl Loop<'_, '_> {
         m.kv_blocks_in_use.store(used, Ordering::Relaxed);
         m.kv_blocks_total.store(total, Ordering::Relaxed);
         m.prefill_forwards.store(self.engine.prefill_forwards() as u64, Ordering::Relaxed);
+        m.host_sampled_rows.store(self.engine.host_chosen_rows() as u64, Ordering::Relaxed);
         m.sample_rate(Instant::now());
     }
 }

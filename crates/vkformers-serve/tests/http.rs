@@ -290,7 +290,7 @@ fn greedy_logprobs_are_the_most_likely_ones() {
 
 /// Requests that arrive together prefill together: 16 concurrent completions of different prompt
 /// lengths (greedy, sampled, penalised) take fewer prefill forwards than requests, and each gives
-/// what it gives alone.
+/// what it gives alone; every token is chosen on the device (no logits read back).
 #[test]
 fn requests_arriving_together_share_prefill_forwards() {
     let server = start(|c| c.max_batch = 16);
@@ -333,6 +333,7 @@ fn requests_arriving_together_share_prefill_forwards() {
     assert!(forwards < 16.0, "16 requests arriving together took {forwards} prefill forwards");
     eprintln!("16 concurrent requests: {forwards} prefill forwards");
     assert_eq!(together, alone, "each request gives what it gives alone");
+    assert_eq!(gauge(&server, "vkformers_host_sampled_rows_total"), 0.0, "every token chosen on the device");
     server.stop().unwrap();
 }
 
