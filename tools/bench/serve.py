@@ -1,15 +1,19 @@
 #!/usr/bin/env python3
 """Load test of `vkformers serve` through the official `openai` client.
 
-N concurrent clients send a fixed number of streamed completions (random token-id prompts,
-greedy unless --temperature) and the run reports throughput (generated tokens/s over the wall
-time, requests/s), time to first token and latency, p50/p99. Every request asks for usage, so
-the token counts are the server's.
+N concurrent clients send a fixed number of streamed completions (random token-id prompts of
+--prompt-len ± --prompt-spread tokens, greedy unless --temperature; --top-p, --top-k and the
+penalties sample on the server's device like any request) and the run reports throughput
+(generated tokens/s over the wall time, requests/s), time to first token and latency, p50/p99,
+the prefill forwards the server ran (requests arriving together share them) and the rows it
+chose on the host (0: every token chosen on the device). Every request asks for usage, so the
+token counts are the server's.
 
 --soak: a random third of the streams are closed mid-way (after a random number of chunks; the
 server must free their slots and KV blocks at once). At the end /metrics must show no running
 request and zero KV blocks in use, and every finished response must equal the same request run
-alone, one at a time (--verify runs those references; greedy only).
+alone, one at a time (--verify runs those references; sampled runs too: a request's seed is its
+prompt's index, so equal requests draw equally).
 
 The issue's H200 target (1.1B bf16, 64 concurrent clients, 256-token completions: at least
 10,000 generated tokens/s, p99 time to first token at most 500 ms):
@@ -100,6 +104,8 @@ def one(client, model, req, cancel_after):
     ttft, text, tokens, finish, chunks = None, "", 0, None, 0
     stream = client.completions.create(model=model, prompt=req["prompt"], max_tokens=req["max_tokens"],
                                        temperature=req["temperature"], seed=req["seed"], stream=True,
+                                       top_p=req["top_p"], presence_penalty=req["presence_penalty"],
+                                       frequency_penalty=req["frequency_penalty"], extra_body=req["extra"],
                                        stream_options={"include_usage": True})
     for chunk in stream:
         if chunk.usage is not None:
@@ -119,9 +125,14 @@ def one(client, model, req, cancel_after):
 
 def requests(args, vocab: int) -> list[dict]:
     rng = random.Random(args.seed)
-    distinct = [[rng.randrange(3, vocab) for _ in range(args.prompt_len)] for _ in range(args.distinct)]
+    lens = [max(1, args.prompt_len + rng.randint(-args.prompt_spread, args.prompt_spread)) for _ in range(args.distinct)]
+    distinct = [[rng.randrange(3, vocab) for _ in range(n)] for n in lens]
+    extra = {"top_k": args.top_k} if args.top_k is not None else {}
+    # The seed is the prompt's index: equal requests draw equally (--verify compares them).
     return [{"prompt": distinct[i % args.distinct], "max_tokens": args.max_tokens, "temperature": args.temperature,
-             "seed": i, "key": i % args.distinct} for i in range(args.requests)]
+             "top_p": args.top_p, "presence_penalty": args.presence_penalty,
+             "frequency_penalty": args.frequency_penalty, "extra": extra,
+             "seed": args.seed + i % args.distinct, "key": i % args.distinct} for i in range(args.requests)]
 
 
 def main() -> None:
@@ -139,7 +150,12 @@ def main() -> None:
     ap.add_argument("--distinct", type=int, default=32, help="distinct prompts the requests cycle through")
     ap.add_argument("--prompt-len", type=int, default=128)
     ap.add_argument("--max-tokens", type=int, default=256)
+    ap.add_argument("--prompt-spread", type=int, default=0, help="prompt lengths vary by up to this much")
     ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--top-p", type=float, default=1.0)
+    ap.add_argument("--top-k", type=int, default=None)
+    ap.add_argument("--presence-penalty", type=float, default=0.0)
+    ap.add_argument("--frequency-penalty", type=float, default=0.0)
     ap.add_argument("--vocab", type=int, default=None, help="prompt ids below this (default: config.json's)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--soak", action="store_true")
@@ -165,6 +181,7 @@ def main() -> None:
         rng = random.Random(args.seed + 1)
         cancel = [rng.randrange(1, max(2, args.max_tokens // 2)) if args.soak and rng.random() < 1 / 3 else None
                   for _ in reqs]
+        before = metrics(base_url)
         t0 = time.perf_counter()
         with ThreadPoolExecutor(max_workers=args.clients) as pool:
             records = list(pool.map(lambda rc: one(client, model, rc[0], rc[1]), zip(reqs, cancel)))
@@ -180,6 +197,10 @@ def main() -> None:
             "latency_p50_s": percentile([r["latency"] for r in done], 50),
             "latency_p99_s": percentile([r["latency"] for r in done], 99),
         }
+        after = metrics(base_url)
+        for key, name in [("prefill_forwards", "vkformers_prefill_forwards_total"),
+                          ("host_sampled_rows", "vkformers_host_sampled_rows_total")]:
+            report[key] = after.get(name, 0) - before.get(name, 0)
         ok = True
         if args.soak:
             deadline = time.time() + 30
@@ -191,8 +212,6 @@ def main() -> None:
             report["running_after"] = m.get("vkformers_running_requests")
             ok &= report["kv_blocks_in_use_after"] == 0 and report["running_after"] == 0
         if args.verify:
-            if args.temperature != 0:
-                raise SystemExit("--verify compares greedy runs: leave --temperature at 0")
             alone = {}
             for r in reqs:
                 if r["key"] not in alone:

@@ -63,9 +63,9 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     let adapters = args.adapters.iter().map(|a| adapter(a)).collect::<anyhow::Result<Vec<_>>>()?;
     let api_key = args.api_key.clone().or_else(|| std::env::var("VKFORMERS_API_KEY").ok()).filter(|k| !k.is_empty());
     let model_dir = dir.clone();
-    let loader: vkformers_serve::Loader = Box::new(move |g, adapter| {
-        let args = AdapterArgs { adapter: adapter.map(|p| p.display().to_string()) };
-        crate::load::inference_model(g, &model_dir, &args, dtype).map_err(|e| format!("{e:#}"))
+    // The base only: the server attaches each adapter onto the base's tensors (one upload).
+    let loader: vkformers_serve::Loader = Box::new(move |g| {
+        crate::load::inference_model(g, &model_dir, &AdapterArgs { adapter: None }, dtype).map_err(|e| format!("{e:#}"))
     });
     let config = vkformers_serve::Config {
         device: selector.clone(),

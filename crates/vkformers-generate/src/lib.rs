@@ -6,8 +6,10 @@
 //!   continues an existing cache (chat turns); [`config`] reads `generation_config.json`;
 //! - [`engine::Engine`]: the step-wise batching engine over the paged KV cache (requests join and
 //!   leave the running batch at every decode step; a finished or cancelled request's blocks go
-//!   back at once), and [`continuous::generate_continuous`], continuous batching of a fixed list
-//!   of prompts through it;
+//!   back at once; a base and LoRA adapters of it in one engine; requests admitted together
+//!   prefill together, [`prefill_plan`]; each row's token chosen on the device with its own
+//!   options, [`row_choice`]), and [`continuous::generate_continuous`], continuous batching of a
+//!   fixed list of prompts through it;
 //! - the logits processors of Hugging Face `transformers` (repetition penalty, temperature, top-k,
 //!   top-p, min-p) on one row of f32 logits, applied in the order `generate` applies them, and a
 //!   sampler (greedy argmax, or seeded multinomial sampling with a counter-based Philox4x32-10 RNG
@@ -17,7 +19,8 @@
 //! `-inf`, exactly as transformers' `filter_value`. The generation loop chooses each token on the
 //! device instead ([`device_choice`], kernels `vkformers_kernels::sample`: the same processors and
 //! the same Philox draw, so each step reads back only the chosen ids); these host versions are the
-//! reference it is tested against (`tests/device_sampling.rs`). Parity with transformers 5.24 is checked by
+//! reference it is tested against (`tests/device_sampling.rs`, and for the engine's per-row
+//! kernel `tests/row_sampling.rs`). Parity with transformers 5.24 is checked by
 //! `tests/processors_parity.rs` against `tests/fixtures_generate/processors.json`, written by
 //! `tools/parity/processors_reference.py`.
 //!
@@ -41,8 +44,10 @@ pub mod engine;
 mod error;
 pub mod generation;
 mod penalties;
+pub mod prefill_plan;
 mod processors;
 mod rng;
+pub mod row_choice;
 mod sampler;
 pub mod seq2seq;
 pub mod seq2seq_beam;

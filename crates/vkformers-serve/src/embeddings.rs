@@ -5,9 +5,7 @@
 //! caller builds there, so this crate knows no model code) and runs the queued requests together:
 //! every request waiting when it wakes goes into the same batches.
 
-use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, Sender};
-use std::sync::Arc;
 
 use serde::Deserialize;
 use serde_json::json;
@@ -15,7 +13,6 @@ use vkformers_tensor::Graph;
 use vkformers_vk::{Context, DeviceSelector};
 
 use crate::error::{ApiError, ServeError};
-use crate::metrics::Metrics;
 
 /// One input of a request: a text (the embedder tokenizes it) or token ids (used as given).
 #[derive(Debug, Clone, PartialEq)]
@@ -191,15 +188,6 @@ pub fn f32_base64(v: &[f32]) -> String {
     use base64::Engine as _;
     let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
     base64::engine::general_purpose::STANDARD.encode(bytes)
-}
-
-/// Counts an embedding request in and out of `outstanding` (so a drain waits for it).
-pub struct Outstanding(pub Arc<Metrics>);
-
-impl Drop for Outstanding {
-    fn drop(&mut self) {
-        self.0.outstanding.fetch_sub(1, Ordering::SeqCst);
-    }
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ pub mod error;
 pub mod metrics;
 mod respond;
 mod routes;
+pub mod shared_base;
 mod state;
 pub mod worker;
 
@@ -52,7 +53,8 @@ pub struct Config {
     pub model_name: String,
     /// LoRA adapters served by name: `(name, folder)`.
     pub adapters: Vec<(String, PathBuf)>,
-    /// Loads the base model, or the base with an adapter, on the engine thread's graph.
+    /// Loads the base model on the engine thread's graph, once: every adapter attaches onto its
+    /// tensors (`shared_base`).
     pub loader: Loader,
     /// Serve an embedding model instead (`/v1/embeddings`; the generation routes answer 400):
     /// builds its embedder on the embedding thread. `loader` and `adapters` are then unused.
@@ -121,7 +123,7 @@ pub fn run(mut config: Config) -> Result<(), ServeError> {
         None => {
             let setup = Setup {
                 device: config.device.clone(),
-                loader: std::mem::replace(&mut config.loader, Box::new(|_, _| Err("loader used".into()))),
+                loader: std::mem::replace(&mut config.loader, Box::new(|_| Err("loader used".into()))),
                 adapters,
                 max_batch: config.max_batch.max(1),
                 // The pools start at this many positions per slot and double when rows need more: a

@@ -34,6 +34,15 @@ pub struct Metrics {
     pub prompt_tokens: AtomicU64,
     pub requests_finished: AtomicU64,
     pub requests_cancelled: AtomicU64,
+    /// Prefill forwards run (several requests admitted together share one: fewer than requests).
+    pub prefill_forwards: AtomicU64,
+    /// Rows whose logits were read back for a host-side choice (0 while every token is chosen on
+    /// the device: only ids, and logprobs when asked, come back).
+    pub host_sampled_rows: AtomicU64,
+    /// Bytes of the served models' distinct weight tensors (a base shared by adapters counted
+    /// once), and the device memory held once they were loaded.
+    pub weight_bytes: AtomicU64,
+    pub device_memory_bytes: AtomicU64,
     /// Requests accepted and not yet finished or cancelled (queued or running): the handlers
     /// admit a request only while this stays within `max_batch + max_queue`.
     pub outstanding: AtomicUsize,
@@ -89,7 +98,20 @@ impl Metrics {
                 self.tokens_per_second(),
             ),
         ];
-        for (name, help, v) in gauges {
+        let load64 = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
+        let memory = [
+            (
+                "vkformers_weight_bytes",
+                "Bytes of the served models' distinct weights (a shared base once).",
+                load64(&self.weight_bytes),
+            ),
+            (
+                "vkformers_device_memory_bytes",
+                "Device memory held once the models were loaded.",
+                load64(&self.device_memory_bytes),
+            ),
+        ];
+        for (name, help, v) in gauges.into_iter().chain(memory) {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
         }
         let counters = [
@@ -97,6 +119,16 @@ impl Metrics {
             ("vkformers_prompt_tokens_total", "Prompt tokens prefilled.", &self.prompt_tokens),
             ("vkformers_requests_finished_total", "Requests that finished.", &self.requests_finished),
             ("vkformers_requests_cancelled_total", "Requests cancelled (client gone).", &self.requests_cancelled),
+            (
+                "vkformers_prefill_forwards_total",
+                "Prefill forwards (requests admitted together share one).",
+                &self.prefill_forwards,
+            ),
+            (
+                "vkformers_host_sampled_rows_total",
+                "Rows whose logits were read back to choose on the host.",
+                &self.host_sampled_rows,
+            ),
         ];
         for (name, help, v) in counters {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}", v.load(Ordering::Relaxed));

@@ -16,7 +16,7 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 
 use crate::api::{plan, ChatRequest, CompletionRequest, PromptInput};
-use crate::embeddings::{response, EmbedJob, EmbeddingRequest, Outstanding};
+use crate::embeddings::{response, EmbedJob, EmbeddingRequest};
 use crate::error::ApiError;
 use crate::respond::{collect, stream, Head, Kind};
 use crate::state::{AppState, Job};
@@ -163,11 +163,8 @@ async fn embeddings(
         if let Some(d) = req.dimensions {
             return Err(ApiError::bad_param("dimensions", format!("{d}: this model only gives its own size")));
         }
-        let before = st.metrics.outstanding.fetch_add(1, Ordering::SeqCst);
-        let _counted = Outstanding(st.metrics.clone());
-        if before + 1 > st.max_outstanding {
-            return Err(ApiError::queue_full(st.max_queue));
-        }
+        // Counted out when the response is ready (a drain waits for it).
+        let _admitted = st.admit(1)?;
         let (reply, result) = tokio::sync::oneshot::channel();
         let sent = queue
             .lock()

@@ -27,7 +27,7 @@ pub struct AppState {
     pub defaults: GenerationDefaults,
     /// Ids that end a chat reply (the model's EOS and the template's end-of-turn tokens).
     pub chat_eos: Vec<u32>,
-    /// Served model names; a name's index is its engine.
+    /// Served model names; a name's index is its model in the engine.
     pub models: Vec<String>,
     pub api_key: Option<String>,
     pub max_model_len: usize,
@@ -77,7 +77,39 @@ impl Drop for CancelOnDrop {
     }
 }
 
+/// Requests counted in `metrics.outstanding` (queued or running: what a drain waits for and the
+/// queue limit counts); counted out when dropped, unless handed over to the engine thread, which
+/// counts each request out as it finishes or is cancelled.
+pub struct Admission {
+    metrics: Arc<Metrics>,
+    n: usize,
+}
+
+impl Admission {
+    /// The engine thread has the requests now: it counts them out.
+    pub fn hand_over(mut self) {
+        self.n = 0;
+    }
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        self.metrics.outstanding.fetch_sub(self.n, Ordering::SeqCst);
+    }
+}
+
 impl AppState {
+    /// Counts `n` requests in (completions' and chat's choices, an embedding request), or 429
+    /// when they would pass `max_batch + max_queue` outstanding requests.
+    pub fn admit(&self, n: usize) -> Result<Admission, ApiError> {
+        let before = self.metrics.outstanding.fetch_add(n, Ordering::SeqCst);
+        let admission = Admission { metrics: self.metrics.clone(), n };
+        if before + n > self.max_outstanding {
+            return Err(ApiError::queue_full(self.max_queue));
+        }
+        Ok(admission)
+    }
+
     /// Refuses a request without the API key (401) or while draining (503).
     pub fn gate(&self, headers: &HeaderMap) -> Result<(), ApiError> {
         if let Some(key) = &self.api_key {
@@ -147,11 +179,7 @@ impl AppState {
         let maxes: Vec<usize> =
             prompts.iter().map(|p| self.fit(p.len(), plan.max_tokens, default_max)).collect::<Result<_, _>>()?;
         let choices = prompts.len() * plan.n;
-        let before = self.metrics.outstanding.fetch_add(choices, Ordering::SeqCst);
-        if before + choices > self.max_outstanding {
-            self.metrics.outstanding.fetch_sub(choices, Ordering::SeqCst);
-            return Err(ApiError::queue_full(self.max_queue));
-        }
+        let admission = self.admit(choices)?;
         let received = Instant::now();
         let prompt_tokens = prompts.iter().map(Vec::len).sum();
         let mut items = Vec::with_capacity(choices);
@@ -169,9 +197,9 @@ impl AppState {
         let (tx, updates) = unbounded_channel();
         let commands = self.commands.lock().map_err(|_| ApiError::internal("the engine channel is poisoned"))?.clone();
         if commands.send(Command::Submit { model, items, events: tx }).is_err() {
-            self.metrics.outstanding.fetch_sub(choices, Ordering::SeqCst);
             return Err(ApiError::internal("the engine thread has stopped"));
         }
+        admission.hand_over();
         Ok(Job { updates, guard: CancelOnDrop { ids, commands, armed: true }, choices, prompt_tokens, first_id })
     }
 }

@@ -1,10 +1,11 @@
-//! The engine thread: it owns the Vulkan context, the models (the base and one per LoRA adapter)
-//! and their engines, takes commands from the handlers through a channel, runs one step of every
-//! busy engine between reading commands, and sends each request's text back as it is produced.
-//! When every engine is idle it blocks on the channel.
+//! The engine thread: it owns the Vulkan context, the models (the base and one per LoRA adapter,
+//! sharing the base's tensors) and one engine over all of them (one pool of slots, one KV cache;
+//! each forward runs the rows of one model), takes commands from the handlers through a channel,
+//! runs one engine step between reading commands, and sends each request's text back as it is
+//! produced. When the engine is idle it blocks on the channel.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
@@ -21,9 +22,10 @@ use vkformers_vk::{Context, DeviceSelector};
 
 use crate::error::ServeError;
 use crate::metrics::Metrics;
+use crate::shared_base;
 
-/// Loads the base model (adapter `None`) or the base with a LoRA adapter folder, on `g`.
-pub type Loader = Box<dyn Fn(&Graph<'_>, Option<&Path>) -> Result<Model, String> + Send>;
+/// Loads the base model on `g` (once: adapters attach onto its tensors, see `shared_base`).
+pub type Loader = Box<dyn Fn(&Graph<'_>) -> Result<Model, String> + Send>;
 
 /// One request of a submission (a prompt's choice).
 pub struct Item {
@@ -36,7 +38,7 @@ pub struct Item {
 
 /// From the handlers to the engine thread.
 pub enum Command {
-    /// Queue `items` on the engine of model `model`; updates go to `events`.
+    /// Queue `items` on served model `model`; updates go to `events`.
     Submit { model: usize, items: Vec<Item>, events: UnboundedSender<Update> },
     /// Drop these requests (the client went away): their KV blocks go back at once.
     Cancel(Vec<u64>),
@@ -106,33 +108,46 @@ fn run(setup: Setup, commands: Receiver<Command>, ready: Sender<Result<usize, St
         Err(e) => return drop(ready.send(Err(e.to_string()))),
     };
     let g = Graph::new(&ctx);
-    let mut models = Vec::new();
-    for adapter in &setup.adapters {
-        match (setup.loader)(&g, adapter.as_deref()) {
-            Ok(m) => models.push(m),
-            Err(e) => return drop(ready.send(Err(e))),
-        }
-    }
+    let models = match load_models(&g, &setup) {
+        Ok(m) => m,
+        Err(e) => return drop(ready.send(Err(e))),
+    };
+    setup.metrics.device_memory_bytes.store(ctx.device_memory().current, Ordering::Relaxed);
     // Attention and the KV cache in the weights' type, as `vkformers generate` runs.
     if let Some(m) = models.first() {
         g.set_autocast(Some(m.weight_dtype()));
     }
-    let mut engines = Vec::new();
-    for m in &models {
-        match Engine::new(&g, m, setup.max_batch, setup.capacity) {
-            Ok(e) => engines.push(e),
-            Err(e) => return drop(ready.send(Err(format!("creating the KV cache: {e}")))),
+    let engine = match Engine::with_models(&g, models.iter().collect(), setup.max_batch, setup.capacity) {
+        Ok(e) => e,
+        Err(e) => return drop(ready.send(Err(format!("creating the KV cache: {e}")))),
+    };
+    let _ = ready.send(Ok(models.first().map_or(0, |m| m.spec.vocab)));
+    let mut loop_state = Loop { engine, requests: HashMap::new(), tok: &setup.tokenizer, metrics: &setup.metrics };
+    loop_state.serve(&g, &commands);
+}
+
+/// The served models: the base uploaded once, each adapter's model sharing its tensors; publishes
+/// the distinct weight bytes they hold.
+fn load_models(g: &Graph<'_>, setup: &Setup) -> Result<Vec<Model>, String> {
+    let base = (setup.loader)(g)?;
+    let (mut models, mut own) = (Vec::new(), Vec::new());
+    for adapter in &setup.adapters {
+        match adapter {
+            None => models.push(shared_base::share(&base)),
+            Some(dir) => {
+                let (m, tensors) = shared_base::with_adapter(g, &base, dir)?;
+                models.push(m);
+                own.extend(tensors);
+            }
         }
     }
-    let _ = ready.send(Ok(models.first().map_or(0, |m| m.spec.vocab)));
-    let mut loop_state = Loop { engines, requests: HashMap::new(), tok: &setup.tokenizer, metrics: &setup.metrics };
-    loop_state.serve(&g, &commands);
+    setup.metrics.weight_bytes.store(shared_base::distinct_bytes(&models, &own), Ordering::Relaxed);
+    Ok(models)
 }
 
 /// A request's state on the engine thread.
 struct State {
     index: usize,
-    engine: usize,
     stops: StopStrings,
     stream: TextStream,
     received: Instant,
@@ -143,7 +158,7 @@ struct State {
 }
 
 struct Loop<'m, 'a> {
-    engines: Vec<Engine<'m>>,
+    engine: Engine<'m>,
     requests: HashMap<u64, State>,
     tok: &'a HfTokenizer,
     metrics: &'a Metrics,
@@ -152,7 +167,7 @@ struct Loop<'m, 'a> {
 impl Loop<'_, '_> {
     fn serve(&mut self, g: &Graph<'_>, commands: &Receiver<Command>) {
         loop {
-            if self.engines.iter().all(Engine::is_idle) {
+            if self.engine.is_idle() {
                 match commands.recv() {
                     Ok(Command::Shutdown) | Err(_) => return,
                     Ok(cmd) => self.handle(cmd),
@@ -164,9 +179,7 @@ impl Loop<'_, '_> {
                 }
                 self.handle(cmd);
             }
-            for e in 0..self.engines.len() {
-                self.step(g, e);
-            }
+            self.step(g);
             self.publish();
         }
     }
@@ -177,14 +190,13 @@ impl Loop<'_, '_> {
                 for item in items {
                     let id = item.req.id;
                     self.metrics.prompt_tokens.fetch_add(item.req.prompt.len() as u64, Ordering::Relaxed);
-                    if let Err(e) = self.engines[model].submit(item.req) {
+                    if let Err(e) = self.engine.submit_to(model, item.req) {
                         self.metrics.outstanding.fetch_sub(1, Ordering::Relaxed);
                         let _ = events.send(Update::Error(e.to_string()));
                         continue;
                     }
                     let state = State {
                         index: item.index,
-                        engine: model,
                         stops: item.stops,
                         stream: TextStream::default(),
                         received: item.received,
@@ -197,8 +209,8 @@ impl Loop<'_, '_> {
             }
             Command::Cancel(ids) => {
                 for id in ids {
-                    if let Some(state) = self.requests.remove(&id) {
-                        self.engines[state.engine].cancel(id);
+                    if self.requests.remove(&id).is_some() {
+                        self.engine.cancel(id);
                         self.metrics.outstanding.fetch_sub(1, Ordering::Relaxed);
                         self.metrics.requests_cancelled.fetch_add(1, Ordering::Relaxed);
                     }
@@ -209,20 +221,17 @@ impl Loop<'_, '_> {
         self.publish();
     }
 
-    /// One step of engine `e`; a failure ends every request it holds with the error.
-    fn step(&mut self, g: &Graph<'_>, e: usize) {
-        if self.engines[e].is_idle() {
+    /// One engine step; a failure ends every request with the error.
+    fn step(&mut self, g: &Graph<'_>) {
+        if self.engine.is_idle() {
             return;
         }
         let mut sink = Reporter { requests: &mut self.requests, tok: self.tok, metrics: self.metrics };
-        if let Err(err) = self.engines[e].step(g, &mut sink) {
-            let ids: Vec<u64> = self.requests.iter().filter(|(_, s)| s.engine == e).map(|(&id, _)| id).collect();
-            for id in ids {
-                if let Some(state) = self.requests.remove(&id) {
-                    self.engines[e].cancel(id);
-                    self.metrics.outstanding.fetch_sub(1, Ordering::Relaxed);
-                    let _ = state.events.send(Update::Error(format!("the engine failed: {err}")));
-                }
+        if let Err(err) = self.engine.step(g, &mut sink) {
+            for (id, state) in std::mem::take(&mut self.requests) {
+                self.engine.cancel(id);
+                self.metrics.outstanding.fetch_sub(1, Ordering::Relaxed);
+                let _ = state.events.send(Update::Error(format!("the engine failed: {err}")));
             }
         }
     }
@@ -230,12 +239,13 @@ impl Loop<'_, '_> {
     /// Gauges after a step or a command.
     fn publish(&self) {
         let m = self.metrics;
-        m.queue_depth.store(self.engines.iter().map(Engine::queued).sum(), Ordering::Relaxed);
-        m.running.store(self.engines.iter().map(Engine::running).sum(), Ordering::Relaxed);
-        let (used, total) =
-            self.engines.iter().map(Engine::blocks_in_use).fold((0, 0), |(u, t), (a, b)| (u + a, t + b));
+        m.queue_depth.store(self.engine.queued(), Ordering::Relaxed);
+        m.running.store(self.engine.running(), Ordering::Relaxed);
+        let (used, total) = self.engine.blocks_in_use();
         m.kv_blocks_in_use.store(used, Ordering::Relaxed);
         m.kv_blocks_total.store(total, Ordering::Relaxed);
+        m.prefill_forwards.store(self.engine.prefill_forwards() as u64, Ordering::Relaxed);
+        m.host_sampled_rows.store(self.engine.host_chosen_rows() as u64, Ordering::Relaxed);
         m.sample_rate(Instant::now());
     }
 }

@@ -50,7 +50,7 @@ fn start(tweak: impl FnOnce(&mut Config)) -> Server {
         model_dir: dir.clone(),
         model_name: "tiny".into(),
         adapters: Vec::new(),
-        loader: Box::new(move |g, _| Model::load(g, &dir).map_err(|e| e.to_string())),
+        loader: Box::new(move |g| Model::load(g, &dir).map_err(|e| e.to_string())),
         embedder: None,
         host: "127.0.0.1".into(),
         port: 0,
@@ -285,5 +285,121 @@ fn greedy_logprobs_are_the_most_likely_ones() {
         assert_eq!(chosen[i], best, "step {i}: greedy picks the most likely token");
         assert!(top.iter().all(|&l| l <= 0.0) && top.iter().map(|l| l.exp()).sum::<f64>() <= 1.0 + 1e-6);
     }
+    server.stop().unwrap();
+}
+
+/// Requests that arrive together prefill together: 16 concurrent completions of different prompt
+/// lengths (greedy, sampled, penalised) take fewer prefill forwards than requests, and each gives
+/// what it gives alone; every token is chosen on the device (no logits read back).
+#[test]
+fn requests_arriving_together_share_prefill_forwards() {
+    let server = start(|c| c.max_batch = 16);
+    let url = server.url("/v1/completions");
+    let bodies: Vec<String> = (0..16)
+        .map(|i| {
+            let prompt = "Once upon a time there".chars().take(2 + i % 7 * 3).collect::<String>();
+            let extra = match i % 3 {
+                0 => json!({}),
+                1 => json!({"temperature": 1.2, "top_p": 0.9, "seed": i}),
+                _ => json!({"presence_penalty": 1.0, "frequency_penalty": 0.5, "repetition_penalty": 1.2}),
+            };
+            let mut body: Value = serde_json::from_str(&completion("tiny", extra)).unwrap();
+            (body["prompt"], body["max_tokens"]) = (prompt.into(), 12.into());
+            body.to_string()
+        })
+        .collect();
+    let text = |(status, r): (u16, Value)| {
+        assert_eq!(status, 200, "{r}");
+        r["choices"][0]["text"].as_str().unwrap().to_string()
+    };
+    let alone: Vec<String> = bodies.iter().map(|b| text(call(&url, Some(b), None))).collect();
+    let before = gauge(&server, "vkformers_prefill_forwards_total");
+    assert_eq!(before, 16.0, "one at a time: one prefill each");
+    let barrier = std::sync::Barrier::new(bodies.len());
+    let together: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = bodies
+            .iter()
+            .map(|b| {
+                let (url, barrier) = (&url, &barrier);
+                s.spawn(move || {
+                    barrier.wait();
+                    text(call(url, Some(b), None))
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let forwards = gauge(&server, "vkformers_prefill_forwards_total") - before;
+    assert!(forwards < 16.0, "16 requests arriving together took {forwards} prefill forwards");
+    eprintln!("16 concurrent requests: {forwards} prefill forwards");
+    assert_eq!(together, alone, "each request gives what it gives alone");
+    assert_eq!(gauge(&server, "vkformers_host_sampled_rows_total"), 0.0, "every token chosen on the device");
+    server.stop().unwrap();
+}
+
+/// The greedy new tokens of `prompt` on the cli model with the adapter in `adapter` (None: the
+/// base), each loaded alone (`lora::load_with_adapter`: its own copy of the base), as text.
+fn reference_text(prompt: &[u32], adapter: Option<&std::path::Path>, max_new: usize) -> String {
+    use vkformers_generate::continuous::generate_continuous;
+    use vkformers_generate::generation::GenerateOptions;
+    let ctx = vkformers_vk::Context::new(&Default::default()).unwrap();
+    let g = vkformers_tensor::Graph::new(&ctx);
+    let model = match adapter {
+        Some(a) => vkformers_models::lora::load_with_adapter(&g, &model_dir(), a).unwrap().0,
+        None => Model::load(&g, &model_dir()).unwrap(),
+    };
+    let opts = GenerateOptions { eos: vec![2], ..GenerateOptions::greedy(max_new) };
+    let out = generate_continuous(&g, &model, &[prompt.to_vec()], &opts, 1, &mut |_, _| false).unwrap();
+    let tok = vkformers_io::HfTokenizer::from_dir(model_dir()).unwrap();
+    tok.decode(&out.rows[0], true).unwrap()
+}
+
+/// Two adapters and the base served at once from one upload of the base: each model name gives
+/// its own tokens (those of the model loaded alone), concurrently, and the served weights hold
+/// the base once plus each adapter's own tensors.
+#[test]
+fn two_adapters_and_the_base_share_one_upload_and_give_their_own_tokens() {
+    let lora = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures_lora");
+    let adapters = [("plain", lora.join("llama")), ("saved", lora.join("llama_modules_to_save"))];
+    let prompt = [1u32, 44, 73, 84];
+    let want: Vec<String> = std::iter::once(None)
+        .chain(adapters.iter().map(|(_, d)| Some(d.as_path())))
+        .map(|a| reference_text(&prompt, a, 10))
+        .collect();
+    assert!(want[0] != want[1] && want[0] != want[2] && want[1] != want[2], "three different models: {want:?}");
+
+    let base_only = start(|_| {});
+    let base_bytes = gauge(&base_only, "vkformers_weight_bytes");
+    base_only.stop().unwrap();
+    let server = start(|c| c.adapters = adapters.iter().map(|(n, d)| (n.to_string(), d.clone())).collect());
+    let own: f64 = adapters
+        .iter()
+        .map(|(_, d)| vkformers_models::lora::Adapter::load(d).unwrap())
+        .map(|a| a.tensors.values().map(|t| t.data.len() * 4).sum::<usize>() as f64)
+        .sum();
+    assert_eq!(
+        gauge(&server, "vkformers_weight_bytes"),
+        base_bytes + own,
+        "the base once, plus each adapter's tensors"
+    );
+    assert!(own < base_bytes, "the adapters ({own} B) are smaller than the base ({base_bytes} B)");
+
+    let url = server.url("/v1/completions");
+    let body = |model: &str| json!({"model": model, "prompt": prompt, "max_tokens": 10, "temperature": 0}).to_string();
+    let got: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = ["tiny", "plain", "saved"]
+            .map(|m| {
+                let (url, b) = (&url, body(m));
+                s.spawn(move || {
+                    let (status, r) = call(url, Some(&b), None);
+                    assert_eq!(status, 200, "{r}");
+                    r["choices"][0]["text"].as_str().unwrap().to_string()
+                })
+            })
+            .into_iter()
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(got, want, "base, `plain` and `saved` served at once vs each loaded alone");
     server.stop().unwrap();
 }

@@ -4,6 +4,7 @@
 //! - [`draw_last`]: sampling, transformers' processors then a seeded multinomial draw.
 
 pub mod reference;
+pub mod rows;
 
 use vkformers_vk::{read, read_write, write, BufferView, Recorder, Result};
 
