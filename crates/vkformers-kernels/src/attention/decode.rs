@@ -26,9 +26,12 @@ use crate::rope::{Rope, RopeLayout};
 /// Query rows of one kv head per workgroup (BQ of decode.comp): a decode step's GQA group
 /// (G = 4..8 on most models) in one tile.
 const TILE_ROWS: u32 = 8;
-/// Workgroups one dispatch should have before more splits stop paying (a few per SM on the
-/// largest GPUs).
-const TARGET_GROUPS: u32 = 512;
+/// Workgroups one dispatch should have before more splits stop paying (about two per SM on the
+/// largest GPUs). Each workgroup pays a fixed ~10 µs on the H200 whatever its keys (`vkformers
+/// bench decode` with every phase probed out), and the combine is one more dispatch: at batch
+/// 64 (256 workgroups unsplit, 600 keys) 1 split took 61 µs, 2 splits 90 µs, 4 splits 108 µs, so
+/// the target was lowered from 512.
+const TARGET_GROUPS: u32 = 256;
 /// Fewest keys a split should own: one tile of decode.comp (a key per thread, 128 threads), so
 /// no split has idle threads in its score pass. The old kernel's 32-key tiles took ~480 µs per
 /// call on an H200 (1.1B shape, batch 1: 8 workgroups of 256 keys, each key tile a serial
@@ -558,9 +561,10 @@ mod tests {
 
     #[test]
     fn one_long_row_is_split_and_a_big_batch_is_not() {
-        // One sequence of 32k keys, 8 kv heads, one row tile: 8 groups unsplit -> 64 splits of 512 keys.
-        assert_eq!(splits_for(&shape(1, 1, 32, 8, 128), 32_768, TILE), 64);
-        assert_eq!(splits_for(&shape(4, 1, 32, 8, 128), 32_768, TILE), 16);
+        // One sequence of 32k keys, 8 kv heads, one row tile: 8 groups unsplit -> 32 splits of 1024
+        // keys (256 workgroups).
+        assert_eq!(splits_for(&shape(1, 1, 32, 8, 128), 32_768, TILE), 32);
+        assert_eq!(splits_for(&shape(4, 1, 32, 8, 128), 32_768, TILE), 8);
         // Short rows never split below one tile: MIN_SPLIT_KEYS keys on the main tile, 64 keys on
         // the small one (8 workgroups unsplit).
         assert_eq!(splits_for(&shape(1, 1, 32, 8, 128), 300, TILE), 3);
