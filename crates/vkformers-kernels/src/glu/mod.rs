@@ -148,18 +148,39 @@ pub fn backward_saved16(
         Glu::GeGluTanh => &GLU_BACKWARD_GEGLU_TANH_SAVED16,
     };
     let n = u64::from(count(k, &[rows, inner])?);
+    let half = one_twin_code(k, &[twins[0], twins[1], saved[0], saved[1]], n, "16-bit gate, up and twins")?;
+    let [g16, u16] = saved.map(|t| t.view);
+    launch_twin_backward(rec, k, (g16, u16, dout), (dgate, dup), twins, (rows, inner, half))
+}
+
+/// The 16-bit type code shared by every twin in `ts` (each of `n` values), or an error naming
+/// `what` when they differ.
+fn one_twin_code(k: &KernelCode, ts: &[Twin<'_>], n: u64, what: &str) -> Result<u32> {
+    let half = ts[0].code(k.name, n)?;
+    for t in &ts[1..] {
+        if t.code(k.name, n)? != half {
+            return Err(crate::launch::err(k, format!("{what} of different types")));
+        }
+    }
+    Ok(half)
+}
+
+/// One launch of an f32 backward kernel writing 16-bit twins of dgate and dup (`_twin`,
+/// `_saved16`): checks the f32 views and dispatches; `half` is the twins' type code.
+fn launch_twin_backward(
+    rec: &mut Recorder,
+    k: &'static KernelCode,
+    (gate, up, dout): (BufferView<'_>, BufferView<'_>, BufferView<'_>),
+    (dgate, dup): (BufferView<'_>, BufferView<'_>),
+    twins: [Twin<'_>; 2],
+    (rows, inner, half): (usize, usize, u32),
+) -> Result<()> {
+    let n = u64::from(count(k, &[rows, inner])?);
     for (what, v) in [("dout", &dout), ("dgate", &dgate), ("dup", &dup)] {
         expect_len(k, what, v, n, DType::F32)?;
     }
-    let half = twins[0].code(k.name, n)?;
-    for t in saved.iter().chain(&twins[1..]) {
-        if t.code(k.name, n)? != half {
-            return Err(crate::launch::err(k, "16-bit gate, up and twins of different types".into()));
-        }
-    }
     let p = params(&[rows as u32, inner as u32, inner as u32, half]);
-    let [g16, u16] = saved.map(|t| t.view);
-    let args = [read(g16), read(u16), read(dout), write(dgate), write(dup), write(twins[0].view), write(twins[1].view)];
+    let args = [read(gate), read(up), read(dout), write(dgate), write(dup), write(twins[0].view), write(twins[1].view)];
     rec.dispatch(k, &[], &args, &p, groups_for(n))
 }
 
@@ -266,16 +287,11 @@ pub fn backward_twin(
         Glu::GeGluTanh => &GLU_BACKWARD_GEGLU_TANH_TWIN,
     };
     let n = u64::from(count(k, &[rows, inner])?);
-    for (what, v) in [("gate", &gate), ("up", &up), ("dout", &dout), ("dgate", &dgate), ("dup", &dup)] {
+    for (what, v) in [("gate", &gate), ("up", &up)] {
         expect_len(k, what, v, n, DType::F32)?;
     }
-    let half = twins[0].code(k.name, n)?;
-    if twins[1].code(k.name, n)? != half {
-        return Err(crate::launch::err(k, "the twins of dgate and dup differ in type".into()));
-    }
-    let p = params(&[rows as u32, inner as u32, inner as u32, half]);
-    let args = [read(gate), read(up), read(dout), write(dgate), write(dup), write(twins[0].view), write(twins[1].view)];
-    rec.dispatch(k, &[], &args, &p, groups_for(n))
+    let half = one_twin_code(k, &twins, n, "the twins of dgate and dup")?;
+    launch_twin_backward(rec, k, (gate, up, dout), (dgate, dup), twins, (rows, inner, half))
 }
 
 /// Backward of [`forward_fused`]: writes the fused gradient `dgate_up` [rows, 2 inner]
