@@ -291,7 +291,18 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
         text: TextStream::default(),
         error: None,
     };
-    let mut on_token = |row: usize, ids: &[u32]| printer.on_token(row, ids);
+    // With --profile, the prefill's kernels (up to every row's first token) get a table of their
+    // own: the decode table then shows the decode steps alone.
+    let mut first_token = vec![false; prompts.len()];
+    let mut prefill_profile = None;
+    let mut on_token = |row: usize, ids: &[u32]| {
+        if args.profile.profile && prefill_profile.is_none() && !std::mem::replace(&mut first_token[row], true) {
+            if first_token.iter().all(|&seen| seen) {
+                prefill_profile = Some(g.take_profile());
+            }
+        }
+        printer.on_token(row, ids)
+    };
     let gen = match args.max_batch {
         Some(0) => bail!("--max-batch must be at least 1"),
         Some(n) => vkformers_generate::continuous::generate_continuous(&g, &model, &prompts, &opts, n, &mut on_token)?,
@@ -301,7 +312,14 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
         return Err(e);
     }
     let new_tokens: usize = gen.rows.iter().map(Vec::len).sum();
-    args.profile.report(&g, new_tokens.max(1) as u64, "token")?;
+    if let Some(p) = prefill_profile.transpose()?.flatten() {
+        let prompt_tokens: usize = prompts.iter().map(Vec::len).sum();
+        eprintln!("\nprefill (and each row's first token), per prompt token:");
+        eprintln!("{}", p.table(prompt_tokens.max(1) as u64, "prompt token"));
+        eprintln!("decode steps after it, per new token:");
+    }
+    let decoded = new_tokens.saturating_sub(if args.profile.profile { prompts.len() } else { 0 });
+    args.profile.report(&g, decoded.max(1) as u64, "token")?;
     if args.json {
         let mut r = report(&prompts, &gen, tok.as_ref(), &stops)?;
         r["timings"]["device_memory_peak_bytes"] = ctx.device_memory().peak.into();
