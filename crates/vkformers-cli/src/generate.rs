@@ -296,10 +296,10 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     let mut first_token = vec![false; prompts.len()];
     let mut prefill_profile = None;
     let mut on_token = |row: usize, ids: &[u32]| {
-        if args.profile.profile && prefill_profile.is_none() && !std::mem::replace(&mut first_token[row], true) {
-            if first_token.iter().all(|&seen| seen) {
-                prefill_profile = Some(g.take_profile());
-            }
+        let first =
+            args.profile.profile && prefill_profile.is_none() && !std::mem::replace(&mut first_token[row], true);
+        if first && first_token.iter().all(|&seen| seen) {
+            prefill_profile = Some(g.take_profile());
         }
         printer.on_token(row, ids)
     };
