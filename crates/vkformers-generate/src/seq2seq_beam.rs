@@ -1,15 +1,17 @@
-//! Beam search for encoder-decoder models (see `crate::beam` for the search): one source at a
-//! time, encoded once for its `num_beams` beams, which are the rows of a `Seq2SeqCache` whose
-//! decoder history is reordered after each step.
+//! Beam search for encoder-decoder models (see `crate::beam` for the search), every source at
+//! once as transformers searches a batch: the sources, right-padded with `pad_token_id` (masked),
+//! each repeated for its `num_beams` beams (`[N·K, S]`, source-major), go through the encoder in
+//! one forward; the `N·K` beams are the rows of one `Seq2SeqCache`, each step decodes all of them
+//! in one forward `[N·K, 1]`, and their decoder history is reordered after each step.
 
 use vkformers_models::model::Model;
 use vkformers_models::seq2seq::{encode, Encoded, Seq2SeqCache};
 use vkformers_tensor::Graph;
 
-use crate::beam::{search, BeamIds, BeamModel};
+use crate::beam::{search_batch, BeamIds, BeamModel};
 pub use crate::beam::{BeamOptions, EarlyStopping, Hypothesis};
 use crate::decode::DecodeError;
-use crate::seq2seq::Seq2SeqOptions;
+use crate::seq2seq::{pad_sources, Seq2SeqOptions};
 
 /// The decoder of one source's beams.
 struct Decoder<'a, 'g> {
@@ -30,8 +32,8 @@ impl BeamModel for Decoder<'_, '_> {
     }
 }
 
-/// Beam search of each source; `num_return_sequences` hypotheses each, the decoder's start token
-/// first.
+/// Beam search of every source in one batch; `num_return_sequences` hypotheses each, the
+/// decoder's start token first, every one as long as the batch's longest.
 pub fn beam_search(
     g: &Graph<'_>,
     model: &Model,
@@ -48,20 +50,16 @@ pub fn beam_search(
         max_new_tokens: opts.max_new_tokens,
     };
     let k = bo.num_beams;
-    sources
-        .iter()
-        .map(|src| {
-            if src.is_empty() {
-                return Err(DecodeError::EmptyPrompt);
-            }
-            g.no_grad(|| {
-                let enc_ids: Vec<i32> = (0..k).flat_map(|_| src.iter().map(|&t| t as i32)).collect();
-                let mask = vec![1; enc_ids.len()];
-                let hidden = encode(g, &model.spec, &model.weights, &enc_ids, &mask, (k, src.len()))?;
-                let enc = Encoded { hidden: &hidden, mask: &mask, len: src.len() };
-                let cache = Seq2SeqCache::new(g, &model.spec, &model.weights, &enc, k, opts.max_new_tokens + 1)?;
-                search(&mut Decoder { g, model, cache }, &[opts.decoder_start], &ids, bo)
-            })
-        })
-        .collect()
+    let (src_ids, src_mask, s) = pad_sources(sources, opts.pad)?;
+    // Each source's row repeated for its K beams: `[N·K, S]`.
+    let beams = |x: &[i32]| -> Vec<i32> { x.chunks(s).flat_map(|row| row.repeat(k)).collect() };
+    let (enc_ids, mask) = (beams(&src_ids), beams(&src_mask));
+    let rows = sources.len() * k;
+    g.no_grad(|| {
+        let hidden = encode(g, &model.spec, &model.weights, &enc_ids, &mask, (rows, s))?;
+        let enc = Encoded { hidden: &hidden, mask: &mask, len: s };
+        let cache = Seq2SeqCache::new(g, &model.spec, &model.weights, &enc, rows, opts.max_new_tokens + 1)?;
+        let starts = vec![vec![opts.decoder_start]; sources.len()];
+        search_batch(&mut Decoder { g, model, cache }, &starts, &ids, bo)
+    })
 }
