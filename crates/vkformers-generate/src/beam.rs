@@ -282,4 +282,66 @@ mod tests {
         ban_repeated_ngrams(&[5], 3, &mut s);
         assert!(s.iter().all(|x| x.is_finite()), "too short to repeat a 3-gram");
     }
+
+    /// Logits that depend only on each beam's sequence (a hash of it), with EOS (id 0) likely
+    /// after source 1 and unlikely after source 2, so their searches end at different steps.
+    struct Hashed;
+
+    impl BeamModel for Hashed {
+        fn step(&mut self, beams: &[Vec<u32>]) -> Result<(Vec<f32>, usize), DecodeError> {
+            const V: usize = 7;
+            let mut out = Vec::with_capacity(beams.len() * V);
+            for seq in beams {
+                let h = seq.iter().fold(0x9e37_79b9_u64, |h, &t| (h ^ u64::from(t)).wrapping_mul(0x100_0000_01b3));
+                for v in 0..V as u64 {
+                    let x = ((h.wrapping_add(v.wrapping_mul(0x2545_f491)) >> 17) % 1000) as f32 / 250.0;
+                    out.push(if v == 0 { x + if seq[0] == 1 { 2.0 } else { -3.0 } } else { x });
+                }
+            }
+            Ok((out, V))
+        }
+
+        fn reorder(&mut self, _src: &[usize]) -> Result<(), DecodeError> {
+            Ok(())
+        }
+    }
+
+    /// A batch searches each source as it is searched alone (transformers' batched beam search):
+    /// the same hypotheses and scores, every sequence filled to the batch's longest.
+    #[test]
+    fn a_batch_gives_each_source_its_own_search() {
+        let ids = BeamIds { eos: vec![0], pad: 6, forced_bos: None, forced_eos: None, max_new_tokens: 9 };
+        for (early, lp, ngram) in
+            [(EarlyStopping::False, 1.0, 0), (EarlyStopping::True, 0.6, 2), (EarlyStopping::Never, 2.0, 3)]
+        {
+            let bo = BeamOptions {
+                num_beams: 3,
+                length_penalty: lp,
+                early_stopping: early,
+                no_repeat_ngram_size: ngram,
+                num_return_sequences: 2,
+            };
+            let prompts = [vec![1], vec![2]];
+            let batch = search_batch(&mut Hashed, &prompts, &ids, &bo).unwrap();
+            let alone: Vec<Vec<Hypothesis>> =
+                prompts.iter().map(|p| search(&mut Hashed, p, &ids, &bo).unwrap()).collect();
+            let longest = batch[0][0].tokens.len();
+            assert!(alone.iter().flatten().all(|h| h.tokens.len() <= longest));
+            let lens: Vec<usize> = alone.iter().map(|h| h[0].tokens.len()).collect();
+            // (A length penalty of 2 with "never" favours the longest: both reach max_length.)
+            if early != EarlyStopping::Never {
+                assert_ne!(
+                    lens[0], lens[1],
+                    "{early:?}: both sources ended at the same length; the test shows nothing"
+                );
+            }
+            for (b, a) in batch.iter().zip(&alone) {
+                for (hb, ha) in b.iter().zip(a) {
+                    let mut filled = ha.tokens.clone();
+                    filled.resize(longest, ids.pad);
+                    assert_eq!((&hb.tokens, hb.score), (&filled, ha.score), "{early:?}");
+                }
+            }
+        }
+    }
 }
