@@ -6,7 +6,9 @@
 //! On 3-position blocks (prompts span several, beams copy partly filled last blocks on write) the
 //! cached search also gives them, holds the prompt's blocks once (as many blocks as the prompt
 //! alone after every beam has it) and gives every block back at the end; on sliding-window models
-//! (window 4: beams let go of shared blocks they can no longer see) it equals the uncached search.
+//! (window 4: beams let go of shared blocks they can no longer see; gpt_oss with its sinks) and on
+//! multi-head latent attention's latent cache (deepseek_v2: one pool read as keys and values) it
+//! equals the uncached search.
 
 use std::path::PathBuf;
 
@@ -130,9 +132,9 @@ fn beams_share_the_prompt_blocks_and_give_every_block_back() {
 }
 
 #[test]
-fn sliding_window_beams_on_shared_blocks_equal_the_uncached_search() {
-    on_every_device("decoder beam search, sliding windows", |ctx| {
-        for name in ["gemma2", "mistral"] {
+fn window_and_latent_beams_on_shared_blocks_equal_the_uncached_search() {
+    on_every_device("decoder beam search, sliding windows and latent caches", |ctx| {
+        for name in ["gemma2", "mistral", "gpt_oss", "deepseek_v2"] {
             let g = Graph::new(ctx);
             let model = Model::load(&g, &repo(&format!("tests/fixtures/{name}"))).unwrap();
             let bid = BeamIds { eos: vec![], pad: 0, forced_bos: None, forced_eos: None, max_new_tokens: 9 };
