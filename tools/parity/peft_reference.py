@@ -62,6 +62,9 @@ CONFIGS = {
     # Encoder-decoders: encoder, decoder self- and cross-attention modules share these names.
     "t5": dict(target_modules=["q", "v", "wo"]),
     "bart": dict(target_modules="all-linear"),
+    # Two Gemma 2 stacks: the encoder's and decoder's self-attention and the cross-attention
+    # (`cross_attn.q_proj`, ...) share these names, as do both stacks' MLPs.
+    "t5gemma": dict(target_modules=["q_proj", "v_proj", "o_proj", "down_proj"]),
     # Attention, the dense feed-forward and every expert of the sparse layers (wi, wo).
     "switch_transformers": dict(target_modules=["q", "v", "wi", "wo"]),
     # Multi-head latent attention's projections (issue 18), low-rank and full-rank query.

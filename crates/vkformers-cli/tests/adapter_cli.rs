@@ -1,12 +1,13 @@
 //! `--adapter` on `generate` and `eval`: a PEFT adapter (the llama LoRA parity fixture, whose B
 //! is non-zero) kept unmerged gives the tokens and the loss the library computes with the adapter
-//! attached, and not those of the bare model.
+//! attached, and not those of the bare model; so do beams on a decoder (`--num-beams`).
 
 use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::Value;
 use vkformers_generate::decode::greedy_cached;
+use vkformers_generate::decoder_beam::{beam_search, BeamIds, BeamOptions, EarlyStopping};
 use vkformers_models::decoder::{causal_lm_loss, forward, Batch};
 use vkformers_models::lora::load_with_adapter;
 use vkformers_tensor::Graph;
@@ -80,6 +81,49 @@ fn generate_and_eval_apply_an_unmerged_adapter() {
         });
         let rel = (f64::from(loss) - loss_with).abs() / loss_with.abs();
         assert!(rel < 1e-5, "eval --adapter {loss_with} vs library {loss} (rel {rel:e})");
+        Ok(())
+    });
+}
+
+/// `generate --num-beams --adapter` on a decoder: the beams of the library's search on the model
+/// with the adapter attached (eos 2 and pad 0 from the fixture's generation config), not those
+/// of the bare model.
+#[test]
+fn decoder_beams_apply_an_unmerged_adapter() {
+    let model = tests_dir().join("fixtures/llama");
+    let adapter = tests_dir().join("fixtures_lora/llama");
+    let (m, a) = (model.display().to_string(), adapter.display().to_string());
+    let prompt = vec![1u32, 17, 42, 99, 5];
+    let beams = |extra: &[&str]| -> Vec<Value> {
+        let mut args = vec!["generate", "--model", &m, "--prompt-ids", "1,17,42,99,5", "--max-new-tokens", "6"];
+        args.extend(["--num-beams", "3", "--num-return-sequences", "2", "--dtype", "f32", "--json"]);
+        args.extend_from_slice(extra);
+        json(&args)["rows"].as_array().unwrap().iter().map(|r| r["token_ids"].clone()).collect()
+    };
+    let (with, without) = (beams(&["--adapter", &a]), beams(&[]));
+    assert_ne!(with, without, "the adapter must change the beams");
+    on_every_device("decoder beams with an adapter in the CLI", |ctx| {
+        let g = Graph::new(ctx);
+        let (lora_model, _params) = load_with_adapter(&g, &model, &adapter).unwrap();
+        let ids = BeamIds { eos: vec![2], pad: 0, forced_bos: None, forced_eos: None, max_new_tokens: 6 };
+        let bo = BeamOptions {
+            num_beams: 3,
+            length_penalty: 1.0,
+            early_stopping: EarlyStopping::False,
+            no_repeat_ngram_size: 0,
+            num_return_sequences: 2,
+        };
+        let hyps = beam_search(&g, &lora_model, std::slice::from_ref(&prompt), &ids, &bo).unwrap().remove(0);
+        let want: Vec<Value> = hyps
+            .iter()
+            .map(|h| {
+                // The new tokens cut after the first EOS, as the CLI prints them.
+                let new = &h.tokens[prompt.len()..];
+                let end = new.iter().position(|&t| t == 2).map_or(new.len(), |i| i + 1);
+                serde_json::json!(new[..end])
+            })
+            .collect();
+        assert_eq!(with, want, "generate --num-beams --adapter vs the library");
         Ok(())
     });
 }

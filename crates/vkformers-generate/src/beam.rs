@@ -67,7 +67,7 @@ pub struct Hypothesis {
     pub score: f32,
 }
 
-/// What the search drives: `num_beams` rows of one prompt.
+/// What the search drives: `num_beams` rows of each prompt.
 pub(crate) trait BeamModel {
     /// Logits `[K·V]` (row-major) of the next token of each beam, given every beam's sequence
     /// (the newest token last), and V.
@@ -143,27 +143,59 @@ pub(crate) fn search(
     ids: &BeamIds,
     bo: &BeamOptions,
 ) -> Result<Vec<Hypothesis>, DecodeError> {
+    Ok(search_batch(model, std::slice::from_ref(&prompt.to_vec()), ids, bo)?.remove(0))
+}
+
+/// Beam search of a batch of prompts of one length (encoder-decoders: each source's start
+/// token), as transformers searches a batch: the model's rows are the `num_beams` beams of each
+/// prompt in turn (`[N·K]`), every step runs all of them; each prompt's candidates, finished list
+/// and stopping heuristic are its own, but the search runs on while any prompt can still improve
+/// (a prompt that cannot only adds `-1e9`-penalised candidates, so its finished list stays),
+/// stops early only when every prompt's finished list is full, and fills every returned
+/// sequence to the batch's longest.
+pub(crate) fn search_batch(
+    model: &mut dyn BeamModel,
+    prompts: &[Vec<u32>],
+    ids: &BeamIds,
+    bo: &BeamOptions,
+) -> Result<Vec<Vec<Hypothesis>>, DecodeError> {
     bo.check()?;
-    let (k, plen) = (bo.num_beams, prompt.len());
+    let (k, plen) = (bo.num_beams, prompts.first().map_or(0, Vec::len));
+    if plen == 0 || prompts.iter().any(|p| p.len() != plen) {
+        return Err(DecodeError::Request("a batched beam search takes prompts of one length, none empty".into()));
+    }
     let max_length = plen + ids.max_new_tokens;
-    let mut st = State {
-        running: (0..k).map(|i| Beam { seq: prompt.to_vec(), score: if i == 0 { 0.0 } else { NEG } }).collect(),
+    let fresh = |prompt: &Vec<u32>| State {
+        running: (0..k).map(|i| Beam { seq: prompt.clone(), score: if i == 0 { 0.0 } else { NEG } }).collect(),
         finished: vec![(Beam { seq: Vec::new(), score: NEG }, false); k],
         unsatisfied: true,
     };
+    let mut states: Vec<State> = prompts.iter().map(fresh).collect();
     loop {
-        let seqs: Vec<Vec<u32>> = st.running.iter().map(|b| b.seq.clone()).collect();
+        let seqs: Vec<Vec<u32>> = states.iter().flat_map(|st| st.running.iter().map(|b| b.seq.clone())).collect();
         let (logits, vocab) = model.step(&seqs)?;
-        let (all_hit, order) = advance(&mut st, ids, bo, (&logits, vocab), plen, max_length)?;
+        let (mut all_hit, mut order) = (true, Vec::with_capacity(seqs.len()));
+        for (n, (st, rows)) in states.iter_mut().zip(logits.chunks(k * vocab)).enumerate() {
+            let (hit, src) = advance(st, ids, bo, (rows, vocab), plen, max_length)?;
+            all_hit &= hit;
+            order.extend(src.into_iter().map(|b| n * k + b));
+        }
         model.reorder(&order)?;
-        let open = !(st.finished.iter().all(|f| f.1) && bo.early_stopping == EarlyStopping::True);
-        if !(st.unsatisfied && open && !all_hit) {
+        let improvable = states.iter().any(|st| st.unsatisfied);
+        let all_full = states.iter().all(|st| st.finished.iter().all(|f| f.1));
+        let open = !(all_full && bo.early_stopping == EarlyStopping::True);
+        if !(improvable && open && !all_hit) {
             break;
         }
     }
     // transformers fills with `pad_token_id or eos_token_id[0]` (a pad id of 0 is falsy there).
     let fill = if ids.pad != 0 { ids.pad } else { ids.eos.first().copied().unwrap_or(0) };
-    Ok(returned(st.finished, bo.num_return_sequences, fill, prompt))
+    let tops: Vec<Vec<Beam>> = states
+        .into_iter()
+        .map(|st| st.finished.into_iter().take(bo.num_return_sequences).map(|f| f.0).collect())
+        .collect();
+    let longest = tops.iter().flatten().map(|b| b.seq.len()).max().unwrap_or(0).max(plen);
+    Ok(tops.into_iter().zip(prompts).map(|(top, prompt)| returned(top, longest, fill, prompt)).collect())
 }
 
 /// One step: candidates, the next running beams, the finished list and the stopping heuristic.
@@ -224,10 +256,8 @@ fn advance(
     Ok((hits.iter().all(|&h| h), order))
 }
 
-/// The first `n` finished hypotheses, each filled with `fill` to the longest one's length.
-fn returned(finished: Vec<(Beam, bool)>, n: usize, fill: u32, prompt: &[u32]) -> Vec<Hypothesis> {
-    let top: Vec<Beam> = finished.into_iter().take(n).map(|f| f.0).collect();
-    let longest = top.iter().map(|b| b.seq.len()).max().unwrap_or(0).max(prompt.len());
+/// Finished hypotheses filled with `fill` to `longest` (one never filled is the prompt).
+fn returned(top: Vec<Beam>, longest: usize, fill: u32, prompt: &[u32]) -> Vec<Hypothesis> {
     top.into_iter()
         .map(|b| {
             let mut tokens = if b.seq.is_empty() { prompt.to_vec() } else { b.seq };
@@ -251,5 +281,67 @@ mod tests {
         let mut s = vec![0.0; 8];
         ban_repeated_ngrams(&[5], 3, &mut s);
         assert!(s.iter().all(|x| x.is_finite()), "too short to repeat a 3-gram");
+    }
+
+    /// Logits that depend only on each beam's sequence (a hash of it), with EOS (id 0) likely
+    /// after source 1 and unlikely after source 2, so their searches end at different steps.
+    struct Hashed;
+
+    impl BeamModel for Hashed {
+        fn step(&mut self, beams: &[Vec<u32>]) -> Result<(Vec<f32>, usize), DecodeError> {
+            const V: usize = 7;
+            let mut out = Vec::with_capacity(beams.len() * V);
+            for seq in beams {
+                let h = seq.iter().fold(0x9e37_79b9_u64, |h, &t| (h ^ u64::from(t)).wrapping_mul(0x100_0000_01b3));
+                for v in 0..V as u64 {
+                    let x = ((h.wrapping_add(v.wrapping_mul(0x2545_f491)) >> 17) % 1000) as f32 / 250.0;
+                    out.push(if v == 0 { x + if seq[0] == 1 { 2.0 } else { -3.0 } } else { x });
+                }
+            }
+            Ok((out, V))
+        }
+
+        fn reorder(&mut self, _src: &[usize]) -> Result<(), DecodeError> {
+            Ok(())
+        }
+    }
+
+    /// A batch searches each source as it is searched alone (transformers' batched beam search):
+    /// the same hypotheses and scores, every sequence filled to the batch's longest.
+    #[test]
+    fn a_batch_gives_each_source_its_own_search() {
+        let ids = BeamIds { eos: vec![0], pad: 6, forced_bos: None, forced_eos: None, max_new_tokens: 9 };
+        for (early, lp, ngram) in
+            [(EarlyStopping::False, 1.0, 0), (EarlyStopping::True, 0.6, 2), (EarlyStopping::Never, 2.0, 3)]
+        {
+            let bo = BeamOptions {
+                num_beams: 3,
+                length_penalty: lp,
+                early_stopping: early,
+                no_repeat_ngram_size: ngram,
+                num_return_sequences: 2,
+            };
+            let prompts = [vec![1], vec![2]];
+            let batch = search_batch(&mut Hashed, &prompts, &ids, &bo).unwrap();
+            let alone: Vec<Vec<Hypothesis>> =
+                prompts.iter().map(|p| search(&mut Hashed, p, &ids, &bo).unwrap()).collect();
+            let longest = batch[0][0].tokens.len();
+            assert!(alone.iter().flatten().all(|h| h.tokens.len() <= longest));
+            let lens: Vec<usize> = alone.iter().map(|h| h[0].tokens.len()).collect();
+            // (A length penalty of 2 with "never" favours the longest: both reach max_length.)
+            if early != EarlyStopping::Never {
+                assert_ne!(
+                    lens[0], lens[1],
+                    "{early:?}: both sources ended at the same length; the test shows nothing"
+                );
+            }
+            for (b, a) in batch.iter().zip(&alone) {
+                for (hb, ha) in b.iter().zip(a) {
+                    let mut filled = ha.tokens.clone();
+                    filled.resize(longest, ids.pad);
+                    assert_eq!((&hb.tokens, hb.score), (&filled, ha.score), "{early:?}");
+                }
+            }
+        }
     }
 }

@@ -65,7 +65,7 @@ impl Seq2SeqOptions {
 }
 
 /// Sources right-padded with `pad`: ids and mask `[B, S]`.
-fn pad_sources(sources: &[Vec<u32>], pad: u32) -> Result<(Vec<i32>, Vec<i32>, usize), DecodeError> {
+pub(crate) fn pad_sources(sources: &[Vec<u32>], pad: u32) -> Result<(Vec<i32>, Vec<i32>, usize), DecodeError> {
     let s = sources.iter().map(Vec::len).max().unwrap_or(0);
     if s == 0 || sources.iter().any(Vec::is_empty) {
         return Err(DecodeError::EmptyPrompt);

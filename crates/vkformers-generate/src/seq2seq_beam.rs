@@ -1,15 +1,19 @@
-//! Beam search for encoder-decoder models (see `crate::beam` for the search): one source at a
-//! time, encoded once for its `num_beams` beams, which are the rows of a `Seq2SeqCache` whose
-//! decoder history is reordered after each step.
+//! Beam search for encoder-decoder models (see `crate::beam` for the search), every source at
+//! once as transformers searches a batch: the sources, right-padded with `pad_token_id` (masked),
+//! go through the encoder in one forward `[N, S]`, whose output is repeated for each source's
+//! `num_beams` beams (`[N·K, S]`, source-major); the `N·K` beams are the rows of one
+//! `Seq2SeqCache`, each step decodes all of them in one forward `[N·K, 1]`, and their decoder
+//! history is reordered after each step.
 
 use vkformers_models::model::Model;
 use vkformers_models::seq2seq::{encode, Encoded, Seq2SeqCache};
-use vkformers_tensor::Graph;
+use vkformers_tensor::ops::{cast, embedding, shape};
+use vkformers_tensor::{DType, Graph, Tensor};
 
-use crate::beam::{search, BeamIds, BeamModel};
+use crate::beam::{search_batch, BeamIds, BeamModel};
 pub use crate::beam::{BeamOptions, EarlyStopping, Hypothesis};
 use crate::decode::DecodeError;
-use crate::seq2seq::Seq2SeqOptions;
+use crate::seq2seq::{pad_sources, Seq2SeqOptions};
 
 /// The decoder of one source's beams.
 struct Decoder<'a, 'g> {
@@ -30,8 +34,8 @@ impl BeamModel for Decoder<'_, '_> {
     }
 }
 
-/// Beam search of each source; `num_return_sequences` hypotheses each, the decoder's start token
-/// first.
+/// Beam search of every source in one batch; `num_return_sequences` hypotheses each, the
+/// decoder's start token first, every one as long as the batch's longest.
 pub fn beam_search(
     g: &Graph<'_>,
     model: &Model,
@@ -48,20 +52,29 @@ pub fn beam_search(
         max_new_tokens: opts.max_new_tokens,
     };
     let k = bo.num_beams;
-    sources
-        .iter()
-        .map(|src| {
-            if src.is_empty() {
-                return Err(DecodeError::EmptyPrompt);
-            }
-            g.no_grad(|| {
-                let enc_ids: Vec<i32> = (0..k).flat_map(|_| src.iter().map(|&t| t as i32)).collect();
-                let mask = vec![1; enc_ids.len()];
-                let hidden = encode(g, &model.spec, &model.weights, &enc_ids, &mask, (k, src.len()))?;
-                let enc = Encoded { hidden: &hidden, mask: &mask, len: src.len() };
-                let cache = Seq2SeqCache::new(g, &model.spec, &model.weights, &enc, k, opts.max_new_tokens + 1)?;
-                search(&mut Decoder { g, model, cache }, &[opts.decoder_start], &ids, bo)
-            })
-        })
-        .collect()
+    let (src_ids, src_mask, s) = pad_sources(sources, opts.pad)?;
+    let n = sources.len();
+    // Each source's mask repeated for its K beams: `[N·K, S]`.
+    let mask: Vec<i32> = src_mask.chunks(s).flat_map(|row| row.repeat(k)).collect();
+    g.no_grad(|| {
+        let hidden = encode(g, &model.spec, &model.weights, &src_ids, &src_mask, (n, s))?;
+        let hidden = per_beam(g, &hidden, (n, s, k))?;
+        let enc = Encoded { hidden: &hidden, mask: &mask, len: s };
+        let cache = Seq2SeqCache::new(g, &model.spec, &model.weights, &enc, n * k, opts.max_new_tokens + 1)?;
+        let starts = vec![vec![opts.decoder_start]; n];
+        search_batch(&mut Decoder { g, model, cache }, &starts, &ids, bo)
+    })
+}
+
+/// The encoder output `[N·S, hidden]` of N sources repeated for each one's K beams,
+/// `[N·K·S, hidden]` (source-major): the rows `[N, S·hidden]` gathered by `n·K + j ↦ n` (a
+/// lookup in the output as a table), so the encoder runs on N rows, not N·K.
+fn per_beam(g: &Graph<'_>, hidden: &Tensor, (n, s, k): (usize, usize, usize)) -> Result<Tensor, DecodeError> {
+    let width = hidden.numel() / (n * s);
+    // The lookup reads f32 tables (a 16-bit output is widened; the projections take either).
+    let hidden = if hidden.dtype() == DType::F32 { hidden.clone() } else { cast::cast(g, hidden, DType::F32)? };
+    let table = shape::reshape(g, &hidden, &[n, s * width])?;
+    let idx: Vec<i32> = (0..n * k).map(|r| (r / k) as i32).collect();
+    let rows = embedding::embedding(g, &table, &g.ints(&idx, &[n * k])?)?;
+    Ok(shape::reshape(g, &rows, &[n * k * s, width])?)
 }

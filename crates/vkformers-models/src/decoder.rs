@@ -133,7 +133,7 @@ impl Inputs<'_> {
     }
 }
 
-pub use crate::kv_cache::KvCache;
+pub use crate::kv_cache::{KvCache, BLOCK_SIZE};
 
 /// The uncached inputs of a batch and its host position ids; `collect_router` keeps each MoE
 /// layer's router outputs for the load-balancing loss.

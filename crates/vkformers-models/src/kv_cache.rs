@@ -203,6 +203,30 @@ impl KvCache {
         self.cols.borrow_mut()[row] = 0;
     }
 
+    /// Rows `dst[n]` continue the histories of rows `src[n]` (read before any row changes, so
+    /// rows may swap or repeat; what `dst` rows held is let go): block tables are re-pointed and
+    /// blocks shared, nothing is copied on the device. A row later writing into a shared, partly
+    /// filled last block copies that block alone (copy on write). Beam search forks the prompt's
+    /// row into every beam with it, and reorders beams after each step with it.
+    pub fn share(&self, dst: &[usize], src: &[usize]) -> Result<()> {
+        let bad = |r: &usize| *r >= self.slots;
+        if dst.len() != src.len() || dst.iter().any(bad) || src.iter().any(bad) {
+            return Err(ModelError::Config(format!(
+                "share rows {src:?} into {dst:?}: not rows of a {}-row cache",
+                self.slots
+            )));
+        }
+        for g in self.groups.borrow_mut().iter_mut() {
+            g.tables.point(dst, src);
+        }
+        for v in [&self.lens, &self.cols] {
+            let mut v = v.borrow_mut();
+            let from: Vec<usize> = src.iter().map(|&s| v[s]).collect();
+            dst.iter().zip(from).for_each(|(&d, x)| v[d] = x);
+        }
+        Ok(())
+    }
+
     /// Position ids `[B·T]` of `T` new columns with mask `mask` (`[B·T]`) of the selected rows:
     /// each real token's count of real tokens before it in its row; padding gets 0.
     pub(crate) fn positions(&self, mask: &[i32], t: usize) -> Vec<i32> {
@@ -227,6 +251,8 @@ impl KvCache {
         let lens = self.lens.borrow();
         let prefill = rows.iter().all(|&r| lens[r] == 0);
         let mut tables = Vec::new();
+        // Shared blocks this forward writes into: (shared, fresh) copied by each layer's store.
+        let mut copies = Vec::new();
         for group in self.groups.borrow_mut().iter_mut() {
             for (n, &r) in rows.iter().enumerate() {
                 let (past, after) = (lens[r], lens[r] + real[n]);
@@ -237,10 +263,12 @@ impl KvCache {
                     None => 0,
                 };
                 group.tables.drop_before(r, first_kept);
-                (first_kept.max(past)..after).for_each(|p| group.tables.hold(r, p));
+                copies.extend((first_kept.max(past)..after).filter_map(|p| group.tables.hold(r, p)));
             }
             let after: Vec<usize> = rows.iter().zip(&real).map(|(&r, n)| lens[r] + n).collect();
-            tables.push(StepTables::upload(g, &group.tables, &rows, &after, (&real, t))?);
+            let mut st = StepTables::upload(g, &group.tables, &rows, &after, (&real, t))?;
+            st.copies = std::mem::take(&mut copies);
+            tables.push(st);
         }
         *self.step.borrow_mut() = Some(Step { rows, real, prefill, tables });
         Ok(())

@@ -132,7 +132,16 @@ pub fn check(ctx: &Context, dir: &Path) -> Result<ParityReport> {
         let (logits, loss) = if model.spec.seq2seq.is_some() {
             // Labels [B, L] beside the source [B, S].
             let (_, lshape) = reference.i32("labels")?;
-            let sb = Seq2SeqBatch { ids: &ids, mask: &mask, batch: b, src_len: t, labels: &labels, tgt_len: lshape[1] };
+            // The fixtures run in eval mode (`model.eval()`, gradients still taken).
+            let sb = Seq2SeqBatch {
+                ids: &ids,
+                mask: &mask,
+                batch: b,
+                src_len: t,
+                labels: &labels,
+                tgt_len: lshape[1],
+                train: false,
+            };
             crate::seq2seq::forward_loss(&g, &model.spec, &model.weights, &sb)?
         } else if model.spec.encoder.is_some() {
             let types = token_types.as_deref();

@@ -52,6 +52,9 @@ lora_parity! {
     // Encoder-decoders: q / v / wo in the encoder, the decoder's self- and cross-attention.
     t5_q_v_wo: "t5" on "t5",
     bart_all_linear: "bart" on "bart",
+    // Both Gemma 2 stacks and the cross-attention; PEFT trains in train mode, where T5Gemma's
+    // decoder (running without a cache) masks its pad-id inputs as keys.
+    t5gemma_q_v_o_down: "t5gemma" on "t5gemma",
     // The experts of Switch Transformers' sparse layers by PEFT's names.
     switch_transformers_experts: "switch_transformers" on "switch_transformers",
     // Multi-head latent attention's projections by PEFT's names (issue 18).

@@ -19,7 +19,15 @@ fn out_of_vocabulary_ids_and_labels_and_bad_shapes_are_named() {
         let v = model.spec.vocab as i32;
         let run = |ids: &[i32], labels: &[i32]| {
             let mask = vec![1; ids.len()];
-            let b = Seq2SeqBatch { ids, mask: &mask, batch: 1, src_len: ids.len(), labels, tgt_len: labels.len() };
+            let b = Seq2SeqBatch {
+                ids,
+                mask: &mask,
+                batch: 1,
+                src_len: ids.len(),
+                labels,
+                tgt_len: labels.len(),
+                train: false,
+            };
             forward_loss(&g, &model.spec, &model.weights, &b).map(|_| ()).map_err(|e| e.to_string())
         };
         assert!(run(&[5, 6, 7], &[8, 9, -100]).is_ok());
@@ -28,7 +36,8 @@ fn out_of_vocabulary_ids_and_labels_and_bad_shapes_are_named() {
         let e = run(&[5, v + 3, 7], &[8, 9]).unwrap_err();
         assert!(e.contains("token id"), "{e}");
         let mask = [1, 1];
-        let b = Seq2SeqBatch { ids: &[5, 6, 7], mask: &mask, batch: 1, src_len: 3, labels: &[8], tgt_len: 1 };
+        let b =
+            Seq2SeqBatch { ids: &[5, 6, 7], mask: &mask, batch: 1, src_len: 3, labels: &[8], tgt_len: 1, train: false };
         assert!(forward_loss(&g, &model.spec, &model.weights, &b).is_err(), "a mask shorter than the ids");
         Ok(())
     });

@@ -115,7 +115,10 @@ pub fn row_labels(batch: &TokenBatch) -> Result<encoder::OwnedClsLabels> {
 impl LanguageModel for Model {
     fn logits(&self, g: &Graph<'_>, batch: &TokenBatch) -> Result<Tensor> {
         if self.spec.seq2seq.is_some() {
-            return Ok(seq2seq::forward_logits(g, &self.spec, &self.weights, &seq2seq_batch(batch))?);
+            // A step taking gradients is transformers' train mode; evaluation (no gradient) its
+            // eval mode, as a Seq2SeqTrainer runs them.
+            let sb = seq2seq::Seq2SeqBatch { train: g.grad_enabled(), ..seq2seq_batch(batch) };
+            return Ok(seq2seq::forward_logits(g, &self.spec, &self.weights, &sb)?);
         }
         if self.spec.encoder.is_some() {
             return Ok(encoder::forward(g, &self.spec, &self.weights, &encoder_batch(batch))?);
@@ -198,7 +201,7 @@ pub fn encoder_batch(batch: &TokenBatch) -> EncoderBatch<'_> {
     }
 }
 
-/// The encoder-decoder graph's view of a batch: the source and the decoder's labels.
+/// The encoder-decoder graph's view of a batch: the source and the decoder's labels (eval mode).
 pub fn seq2seq_batch(batch: &TokenBatch) -> seq2seq::Seq2SeqBatch<'_> {
     seq2seq::Seq2SeqBatch {
         ids: &batch.ids,
@@ -207,6 +210,7 @@ pub fn seq2seq_batch(batch: &TokenBatch) -> seq2seq::Seq2SeqBatch<'_> {
         src_len: batch.seq,
         labels: &batch.decoder_labels,
         tgt_len: batch.decoder_len,
+        train: false,
     }
 }
 

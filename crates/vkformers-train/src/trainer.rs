@@ -447,7 +447,7 @@ impl<'g, 'c> Trainer<'g, 'c> {
         let names: Vec<&str> = self.params.iter().map(|p| p.name.as_str()).collect();
         let saved: Vec<&str> = state.params.iter().map(|(n, _)| n.as_str()).collect();
         if names != saved {
-            return Err(TrainError::checkpoint(&cp, "its trainable parameters differ from this model's"));
+            return Err(TrainError::checkpoint(&cp, params_differ(&names, &saved)));
         }
         let weights = vkformers_io::ModelWeights::open(cp.join(PARAMS_DIR))?;
         let moments = vkformers_io::ModelWeights::open(cp.join(OPTIMIZER_DIR))?;
@@ -556,4 +556,36 @@ fn save_tensors(dir: &Path, tensors: &[(String, Vec<usize>, Vec<f32>)]) -> Resul
 /// Optimizer steps that `epochs` epochs take: `ceil(batches / grad_accum)` per epoch.
 pub fn steps_for_epochs(loader: &Loader, grad_accum: usize, epochs: u64) -> u64 {
     loader.batches_per_epoch().div_ceil(grad_accum.max(1)) as u64 * epochs
+}
+
+/// Why a checkpoint's trainable parameters (`saved`) do not fit this run's (`names`): those only
+/// one side has (a few named), or their order, and what to do.
+fn params_differ(names: &[&str], saved: &[&str]) -> String {
+    let list = |xs: Vec<&&str>| {
+        let shown: Vec<String> = xs.iter().take(6).map(|n| format!("`{n}`")).collect();
+        let more = xs.len().saturating_sub(6);
+        format!("{}{}", shown.join(", "), if more > 0 { format!(" and {more} more") } else { String::new() })
+    };
+    let only_saved: Vec<&&str> = saved.iter().filter(|n| !names.contains(n)).collect();
+    let only_run: Vec<&&str> = names.iter().filter(|n| !saved.contains(n)).collect();
+    let mut why = Vec::new();
+    if !only_saved.is_empty() {
+        why.push(format!(
+            "{} of its tensors match no trainable parameter of this run: {}",
+            only_saved.len(),
+            list(only_saved)
+        ));
+    }
+    if !only_run.is_empty() {
+        why.push(format!("it lacks {} of this run's: {}", only_run.len(), list(only_run)));
+    }
+    if why.is_empty() {
+        why.push("the same parameters in another order".into());
+    }
+    format!(
+        "its trainable parameters differ from this run's ({}); resume with the model, --adapter and LoRA \
+         settings (target modules, rank, modules to save) of the run that wrote it, or start a new run \
+         without --resume",
+        why.join("; ")
+    )
 }

@@ -10,7 +10,7 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use anyhow::{bail, Context as _};
+use anyhow::bail;
 use serde_json::{json, Value};
 use vkformers_generate::beam::BeamIds;
 use vkformers_generate::config::GenerationDefaults;
@@ -83,8 +83,9 @@ pub fn decoder_beams(args: &Args, dir: &Path) -> anyhow::Result<Option<BeamOptio
     beam_options(&args.beams, &gen)
 }
 
-/// Beam search after each prompt of a decoder-only model: without a KV cache for now (each step
-/// reruns every beam), f32 weights; the rows print as the encoder-decoder ones do.
+/// Beam search after each prompt of a decoder-only model on the paged KV cache (beams share the
+/// prompt's blocks; see `vkformers_generate::decoder_beam`), f32 weights, with `--adapter`
+/// unmerged; the rows print as the encoder-decoder ones do.
 pub fn run_decoder_beams(
     selector: &DeviceSelector,
     args: &Args,
@@ -93,9 +94,6 @@ pub fn run_decoder_beams(
     beams: &BeamOptions,
 ) -> anyhow::Result<ExitCode> {
     refuse_unsupported(args, "beam search")?;
-    if args.adapter.adapter.is_some() {
-        bail!("--adapter is not supported yet for beam search on decoder-only models");
-    }
     if args.sampling.do_sample || defaults.params.do_sample {
         bail!("beam sampling is not supported yet: pass --greedy or drop --do-sample");
     }
@@ -110,8 +108,8 @@ pub fn run_decoder_beams(
     let ids = BeamIds { eos: defaults.eos.clone(), pad, forced_bos: None, forced_eos: None, max_new_tokens: max_new };
     let ctx = Context::new(selector)?;
     let g = Graph::new(&ctx);
-    let model = vkformers_models::model::Model::load(&g, dir)
-        .with_context(|| format!("loading the model in {}", dir.display()))?;
+    // An adapter stays unmerged: the cached forward adds its LoRA terms.
+    let model = crate::load::model_with_adapter(&g, dir, &args.adapter)?;
     if let Some(bad) = prompts.iter().flatten().find(|&&t| t as usize >= model.spec.vocab) {
         bail!("token id {bad} is outside the model's vocabulary of {} ids", model.spec.vocab);
     }

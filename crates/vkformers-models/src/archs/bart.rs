@@ -124,6 +124,7 @@ pub(super) fn build(f: &Family, cfg: &Value) -> Result<ModelSpec> {
         shift: f.shift,
         decoder_start_token_id: c.decoder_start_token_id.unwrap_or(2) as i32,
         pad_token_id: pad,
+        pad_keys_in_training: false,
     };
     let mut spec =
         ModelSpec::new(f.model_type, (c.vocab_size, c.d_model), dec, c.decoder_layers, norm, names("decoder"));

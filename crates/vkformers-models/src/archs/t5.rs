@@ -127,6 +127,7 @@ fn build(model_type: &str, cfg: &Value, per_layer_bias: bool, may_scale: bool) -
         shift: Shift::Start,
         decoder_start_token_id: c.decoder_start_token_id.unwrap_or(i64::from(pad)) as i32,
         pad_token_id: pad,
+        pad_keys_in_training: false,
     };
     let decoder_layers = c.num_decoder_layers.unwrap_or(c.num_layers);
     let mut spec = ModelSpec::new(model_type, (c.vocab_size, c.d_model), layer, decoder_layers, norm, dec_names);

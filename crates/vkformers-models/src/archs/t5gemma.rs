@@ -104,6 +104,7 @@ pub fn t5gemma(cfg: &Value) -> Result<ModelSpec> {
         shift: Shift::Start,
         decoder_start_token_id: id("bos_token_id", 2),
         pad_token_id: pad,
+        pad_keys_in_training: true,
     };
     spec.model_type = "t5gemma".into();
     spec.layer_names = names("decoder");

@@ -6,6 +6,12 @@
 //! the blocks wholly before the oldest position a query can still see (so its rows hold about
 //! `window + block_size` positions however long they run). When the free list is empty the pool
 //! doubles: block ids stay valid, the device pools are copied into bigger ones.
+//!
+//! Rows may share blocks (beam search: every beam starts on the prompt's blocks, and reordering
+//! beams after a step re-points tables instead of copying caches). Each block counts the rows
+//! holding it and goes back to the free list when the last one lets go. Writing into a shared
+//! block is copy on write: the writing row takes a fresh block and the caller copies the shared
+//! one's positions into it first (only a partly filled last block is ever written again).
 
 /// Block tables of every row of one layer group.
 #[derive(Debug, Clone)]
@@ -13,6 +19,8 @@ pub(crate) struct BlockTables {
     block_size: usize,
     num_blocks: usize,
     free: Vec<u32>,
+    /// `refs[b]`: rows holding block b (0: free).
+    refs: Vec<u32>,
     /// `rows[r][i]`: the block holding positions `i·bs .. (i+1)·bs` of row r (None: not held).
     rows: Vec<Vec<Option<u32>>>,
 }
@@ -23,7 +31,7 @@ impl BlockTables {
         let num_blocks = num_blocks.max(1);
         // Popped from the end: low ids first.
         let free = (0..num_blocks as u32).rev().collect();
-        BlockTables { block_size, num_blocks, free, rows: vec![Vec::new(); rows] }
+        BlockTables { block_size, num_blocks, free, refs: vec![0; num_blocks], rows: vec![Vec::new(); rows] }
     }
 
     pub(crate) fn num_blocks(&self) -> usize {
@@ -45,31 +53,68 @@ impl BlockTables {
         self.num_blocks - self.free.len()
     }
 
-    /// Makes row r hold the block of position p (taking one from the pool, which doubles when
-    /// empty).
-    pub(crate) fn hold(&mut self, r: usize, p: usize) {
+    /// Makes row r hold its own block of position p, to write p into: a block taken from the
+    /// pool (which doubles when empty), or, when r's block of p is shared with other rows, a
+    /// fresh one that the caller must fill with the shared block's contents first: returns
+    /// `(shared block, fresh block)` then.
+    pub(crate) fn hold(&mut self, r: usize, p: usize) -> Option<(u32, u32)> {
         let i = p / self.block_size;
         if self.rows[r].len() <= i {
             self.rows[r].resize(i + 1, None);
         }
-        if self.rows[r][i].is_some() {
-            return;
+        match self.rows[r][i] {
+            Some(id) if self.refs[id as usize] == 1 => None,
+            Some(id) => {
+                self.refs[id as usize] -= 1;
+                let fresh = self.take();
+                self.rows[r][i] = Some(fresh);
+                Some((id, fresh))
+            }
+            None => {
+                self.rows[r][i] = Some(self.take());
+                None
+            }
         }
+    }
+
+    /// A free block (the pool doubles when none is left), held once.
+    fn take(&mut self) -> u32 {
         if self.free.is_empty() {
             let old = self.num_blocks;
             self.num_blocks *= 2;
             self.free.extend((old as u32..self.num_blocks as u32).rev());
+            self.refs.resize(self.num_blocks, 0);
         }
-        self.rows[r][i] = self.free.pop();
+        let id = self.free.pop().expect("a doubled pool has free blocks");
+        self.refs[id as usize] = 1;
+        id
+    }
+
+    /// One holder of block `id` lets go; the last one frees it.
+    fn give(&mut self, id: u32) {
+        self.refs[id as usize] -= 1;
+        if self.refs[id as usize] == 0 {
+            self.free.push(id);
+        }
     }
 
     /// Gives back the blocks of row r whose positions all lie before `p`.
     pub(crate) fn drop_before(&mut self, r: usize, p: usize) {
         let whole = p / self.block_size;
-        for slot in self.rows[r].iter_mut().take(whole) {
-            if let Some(id) = slot.take() {
-                self.free.push(id);
-            }
+        let ids: Vec<u32> = self.rows[r].iter_mut().take(whole).filter_map(Option::take).collect();
+        ids.into_iter().for_each(|id| self.give(id));
+    }
+
+    /// Row `dst[n]` becomes a holder of row `src[n]`'s blocks (what it held before is let go):
+    /// `src` is read before any row changes, so rows may swap or repeat.
+    pub(crate) fn point(&mut self, dst: &[usize], src: &[usize]) {
+        let tables: Vec<Vec<Option<u32>>> = src.iter().map(|&s| self.rows[s].clone()).collect();
+        for id in tables.iter().flatten().flatten() {
+            self.refs[*id as usize] += 1;
+        }
+        for (&d, table) in dst.iter().zip(tables) {
+            self.release(d);
+            self.rows[d] = table;
         }
     }
 
@@ -138,5 +183,29 @@ mod tests {
         // The last query (39) sees 36..=39: block 9 alone.
         assert_eq!(table.iter().filter(|&&b| b >= 0).count(), 1);
         assert!(table[9] >= 0);
+    }
+
+    #[test]
+    fn shared_blocks_are_counted_once_copied_on_write_and_freed_by_the_last_holder() {
+        let mut t = BlockTables::new(3, 4, 4);
+        // A 6-position prompt on row 0: blocks 0 (full) and 1 (half).
+        for p in 0..6 {
+            assert_eq!(t.hold(0, p), None);
+        }
+        t.point(&[1, 2], &[0, 0]);
+        assert_eq!((t.used(), t.held(1), t.slot(2, 5)), (2, 2, t.slot(0, 5)));
+        // Rows 0 and 1 write position 6 into the shared half block: each copies it; the last
+        // holder (row 2) writes in place.
+        assert_eq!(t.hold(0, 6), Some((1, 2)));
+        assert_eq!(t.hold(1, 6), Some((1, 3)));
+        assert_eq!(t.hold(2, 6), None);
+        assert_eq!((t.used(), t.slot(0, 0), t.slot(2, 6)), (4, Some(0), Some(6)));
+        // Reordering: rows 0 and 1 both continue row 2, row 2 continues row 0.
+        t.point(&[0, 1, 2], &[2, 2, 0]);
+        assert_eq!((t.slot(0, 6), t.slot(1, 6), t.slot(2, 6)), (Some(6), Some(6), Some(10)));
+        // Row 1's old block 3 went back; blocks 0, 1, 2 are in use.
+        assert_eq!(t.used(), 3);
+        (0..3).for_each(|r| t.release(r));
+        assert_eq!(t.used(), 0);
     }
 }

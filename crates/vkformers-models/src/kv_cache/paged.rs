@@ -20,6 +20,9 @@ pub(crate) struct StepTables {
     max_len: usize,
     /// `[B·T]` int32: pool row of each new column's key (-1: padding, or not kept).
     slots: Tensor,
+    /// Copy on write: (shared block, fresh block) pairs each layer copies before its store.
+    pub(crate) copies: Vec<(u32, u32)>,
+    block_size: usize,
 }
 
 impl StepTables {
@@ -49,6 +52,8 @@ impl StepTables {
             lens: g.ints(&lens, &[rows.len()])?,
             max_len: after.iter().copied().max().unwrap_or(0),
             slots: g.ints(&slots, &[rows.len() * t])?,
+            copies: Vec::new(),
+            block_size: tables.block_size(),
         })
     }
 }
@@ -126,6 +131,7 @@ impl LayerPool {
         st: &StepTables,
     ) -> Result<()> {
         let (pk, pv) = self.pools(g, rows, k)?;
+        self.copy_on_write(g, (&pk, &pv), st)?;
         let dt = pk.dtype();
         // f32 keys go into a 16-bit pool as they are (the store kernel rounds them, as a cast
         // would); any other mismatch is cast first.
@@ -134,6 +140,26 @@ impl LayerPool {
         let pools =
             Pools { k: pk.view(), v: pv.view(), rows: rows as u32, width: (self.kv_heads * self.head_dim) as u32 };
         g.record(|rec| decode::store_from(rec, ((k.view(), v.view()), src), st.slots.view(), &pools, dt))?;
+        Ok(())
+    }
+
+    /// Copies each shared block's positions into the fresh block a writing row took
+    /// (`block_size · Hkv · D` values per pool, ahead of the store that writes the new ones).
+    fn copy_on_write(&self, g: &Graph<'_>, (pk, pv): (&Tensor, &Tensor), st: &StepTables) -> Result<()> {
+        if st.copies.is_empty() {
+            return Ok(());
+        }
+        let bytes = (st.block_size * self.kv_heads * self.head_dim) as u64 * pk.dtype().bytes();
+        let pools: &[&Tensor] = if self.values_are_keys { &[pk] } else { &[pk, pv] };
+        g.record(|rec| {
+            for pool in pools {
+                let buf = pool.view().buffer;
+                for &(from, to) in &st.copies {
+                    rec.copy(buf.slice(u64::from(from) * bytes, bytes), buf.slice(u64::from(to) * bytes, bytes))?;
+                }
+            }
+            Ok(())
+        })?;
         Ok(())
     }
 

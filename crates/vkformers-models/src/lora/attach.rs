@@ -175,6 +175,7 @@ pub fn new_adapter(model: &Model, mut config: LoraConfig, seed: u64) -> Result<A
 pub fn attach(g: &Graph<'_>, model: &mut Model, adapter: &Adapter, seed: u64) -> Result<LoraParams> {
     let config = adapter.config.clone();
     let modules = target_modules(model, &config)?;
+    check_all_used(model, adapter, &modules)?;
     let (r, scale) = (config.r, config.scale());
     let mut terms = Terms { map: HashMap::new(), seed, step: Cell::new(0) };
     let (mut a_all, mut b_all) = (Vec::new(), Vec::new());
@@ -194,6 +195,35 @@ pub fn attach(g: &Graph<'_>, model: &mut Model, adapter: &Adapter, seed: u64) ->
     let saved = attach_saved(g, model, adapter)?;
     model.weights.set_lora(terms);
     Ok(LoraParams { config, modules, a: a_all, b: b_all, saved })
+}
+
+/// Refuses an adapter holding tensors that no targeted module or `modules_to_save` tensor of
+/// `model` reads: they would be dropped silently, and the model would run without part of the
+/// adapter (trained for another model, another `target_modules`, or a PEFT variant such as DoRA's
+/// magnitudes or LoRA on embeddings that is not supported).
+fn check_all_used(model: &Model, adapter: &Adapter, modules: &[LinearModule]) -> Result<()> {
+    let mut read: std::collections::HashSet<String> =
+        modules.iter().flat_map(|m| [lora_key(&m.name, 'A'), lora_key(&m.name, 'B')]).collect();
+    let saved = &adapter.config.modules_to_save;
+    read.extend(model.hf_names.iter().filter(|n| is_saved_module(saved, n)).map(|n| saved_key(n)));
+    let unused: Vec<&str> = adapter.tensors.keys().filter(|k| !read.contains(*k)).map(String::as_str).collect();
+    if unused.is_empty() {
+        return Ok(());
+    }
+    const SHOWN: usize = 8;
+    let more = if unused.len() > SHOWN { format!(" and {} more", unused.len() - SHOWN) } else { String::new() };
+    let base = adapter.config.base_model_name_or_path.as_deref().unwrap_or("not recorded");
+    Err(ModelError::Weights(format!(
+        "{} adapter tensor(s) match no module of this `{}` model: {}{more}. The adapter's target_modules \
+         select {} module(s) here (its base model: {base}); load it on the model it was trained for, or \
+         remove those tensors from {} (or fix target_modules in {})",
+        unused.len(),
+        model.spec.model_type,
+        unused.iter().take(SHOWN).map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", "),
+        modules.len(),
+        crate::lora::adapter::ADAPTER_WEIGHTS,
+        crate::lora::adapter::ADAPTER_CONFIG,
+    )))
 }
 
 /// The `modules_to_save` tensors: the adapter's copy when it has one, else the base weight;

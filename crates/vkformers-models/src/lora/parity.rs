@@ -90,6 +90,8 @@ pub fn check(ctx: &Context, base_dir: &Path, lora_dir: &Path) -> Result<LoraRepo
                 src_len: t,
                 labels: &labels,
                 tgt_len: l,
+                // PEFT's fixtures run in train mode (`model.train()`).
+                train: true,
             };
             crate::seq2seq::forward_loss(&g, &model.spec, &model.weights, &sb)?
         } else if model.spec.encoder.is_some() {

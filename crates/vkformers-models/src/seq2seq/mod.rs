@@ -32,6 +32,9 @@ pub struct Seq2SeqBatch<'a> {
     pub src_len: usize,
     pub labels: &'a [i32],
     pub tgt_len: usize,
+    /// transformers' train mode (`model.train()`, as a trainer's steps run) rather than eval
+    /// mode (evaluation, the fixtures' references): see `Seq2SeqSpec::pad_keys_in_training`.
+    pub train: bool,
 }
 
 pub(crate) fn seq2seq_of(spec: &ModelSpec) -> Result<&Seq2SeqSpec> {
@@ -97,7 +100,8 @@ pub fn forward_loss(
 
 /// The decoder's logits `[B·T, V]` for labels `[B, T]`: the encoder over the source, then the
 /// decoder over the labels shifted right (`decoder_input_ids` made from `labels`, every decoder
-/// position attended, as transformers does when only `labels` are given).
+/// position attended, as transformers does when only `labels` are given; in train mode T5Gemma's
+/// decoder hides its pad-id inputs, see `Seq2SeqSpec::pad_keys_in_training`).
 pub fn forward_logits(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, batch: &Seq2SeqBatch<'_>) -> Result<Tensor> {
     let s = seq2seq_of(spec)?;
     let (b, t) = (batch.batch, batch.tgt_len);
@@ -118,9 +122,13 @@ pub fn forward_logits(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, batch: &Seq2
     }
     let enc = encode(g, spec, w, batch.ids, batch.mask, (b, batch.src_len))?;
     let dec_ids = shift_labels(s, batch.labels, t);
-    let ones = vec![1; b * t];
+    let dec_mask: Vec<i32> = if batch.train && s.pad_keys_in_training {
+        dec_ids.iter().map(|&x| i32::from(x != s.pad_token_id)).collect()
+    } else {
+        vec![1; b * t]
+    };
     let ctx = Encoded { hidden: &enc, mask: batch.mask, len: batch.src_len };
-    decode(g, spec, w, &ctx, (&dec_ids, &ones), (b, t))
+    decode(g, spec, w, &ctx, (&dec_ids, &dec_mask), (b, t))
 }
 
 /// The encoder's output as the decoder reads it.

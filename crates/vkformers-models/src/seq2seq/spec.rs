@@ -102,4 +102,9 @@ pub struct Seq2SeqSpec {
     pub switch: Option<super::switch::SwitchSpec>,
     pub decoder_start_token_id: i32,
     pub pad_token_id: i32,
+    /// In train mode the decoder's self-attention hides keys whose input id is `pad_token_id`
+    /// (T5Gemma: without a cache, as in training, its decoder builds its default mask
+    /// `decoder_input_ids != pad`; in eval mode `generate` and a labelled forward make a cache
+    /// and attend every position).
+    pub pad_keys_in_training: bool,
 }
