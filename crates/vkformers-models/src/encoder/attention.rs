@@ -62,7 +62,7 @@ pub(super) fn self_attention(
         }
         Some(_) => return Err(ModelError::Unsupported("a relative position bias with grouped keys".into())),
         None => {
-            let kmask = Some(keys.kmask.clone());
+            let kmask = keys.kmask.clone();
             let opts = AttnOptions { scale: Some(a.scale), causal: false, kmask, ..AttnOptions::default() };
             shape::reshape(g, &attention(g, &q, &k, &v, &opts)?, &[b * t, hd])?
         }

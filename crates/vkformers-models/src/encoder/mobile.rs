@@ -117,7 +117,7 @@ fn layer(
     w: &Weights,
     i: usize,
     x: &Tensor,
-    kmask: &Tensor,
+    kmask: Option<&Tensor>,
     (b, t): (usize, usize),
 ) -> Result<Tensor> {
     let p = layer_name(&m.layer, i);
@@ -143,7 +143,7 @@ fn layer(
         heads(lin("attention.self.key", &qk)?)?,
         heads(lin("attention.self.value", &v_in)?)?,
     );
-    let (scale, kmask) = (Some((d as f32).powf(-0.5)), Some(kmask.clone()));
+    let (scale, kmask) = (Some((d as f32).powf(-0.5)), kmask.cloned());
     let opts = AttnOptions { scale, causal: false, kmask, ..AttnOptions::default() };
     let o = shape::reshape(g, &attention(g, &q, &k, &v, &opts)?, &[b * t, m.inner])?;
     let residual = |name: &str, y: &Tensor, r: &Tensor, default_eps: bool| -> Result<Tensor> {
@@ -171,9 +171,9 @@ pub(super) fn hidden_states(
     batch: &EncoderBatch<'_>,
 ) -> Result<Tensor> {
     let mut x = embeddings(g, spec, m, w, batch)?;
-    let kmask = g.ints(batch.mask, &[batch.batch, batch.seq])?;
+    let kmask = super::relative::padding_mask(g, batch.mask, (batch.batch, batch.seq))?;
     for i in 0..spec.layers.len() {
-        x = layer(g, m, w, i, &x, &kmask, (batch.batch, batch.seq))?;
+        x = layer(g, m, w, i, &x, kmask.as_ref(), (batch.batch, batch.seq))?;
     }
     Ok(x)
 }
