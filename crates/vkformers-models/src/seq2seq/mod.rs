@@ -384,7 +384,8 @@ fn attend(
             let opts = AttnOptions {
                 scale: Some(a.scale),
                 causal: kv.causal,
-                kmask: Some(g.ints(kv.mask, &[b, kv.len])?),
+                // Only when a key is padded: the kernels' plain-tile path otherwise.
+                kmask: if kv.mask.iter().all(|&m| m != 0) { None } else { Some(g.ints(kv.mask, &[b, kv.len])?) },
                 ..AttnOptions::default()
             };
             let o = fused_attention(g, &heads(&q, tq)?, &heads(&k, kv.len)?, &heads(&v, kv.len)?, &opts)?;
