@@ -7,9 +7,10 @@
 //! each slot. Backward: `dx = dy ·_e W_e` (the same kernel, W untransposed) and
 //! `dW_e = dy_eᵀ · x_e` over each expert's contiguous slots.
 
-use vkformers_kernels::moe as k;
+use vkformers_kernels::moe::{self as k, GroupTile, Storage};
 
-use crate::{Graph, Result, Tensor, VkError};
+use super::cast::narrow;
+use crate::{DType, Graph, Result, Tensor, VkError};
 
 fn err(message: String) -> VkError {
     VkError::Kernel { kernel: "tensor moe".into(), message }
@@ -91,7 +92,9 @@ pub fn grouped_matmul(g: &Graph<'_>, x: &Tensor, w: &Tensor, groups: &Groups) ->
 /// The product of `grouped_linear` (`linear`: W_e stored `[out, in]`) or `grouped_matmul` (W_e
 /// stored `[in, out]`) on `dims = (S, in, out, E)`, and its backward: `dx = dy ·_e op(W_e)ᵀ`
 /// (the kernel with the other transpose) and `dW_e` = `dy_eᵀ · x_e` (`[out, in]`) or
-/// `x_eᵀ · dy_e` (`[in, out]`).
+/// `x_eᵀ · dy_e` (`[in, out]`). x and W are read in their stored types (f32, f16, bf16; 16-bit
+/// expert weights need no widened copy); y and dy are f32, and a 16-bit operand's gradient is
+/// rounded to its type.
 fn grouped(
     g: &Graph<'_>,
     x: &Tensor,
@@ -101,9 +104,11 @@ fn grouped(
     linear: bool,
 ) -> Result<Tensor> {
     let (slots, inp, out, e) = dims;
-    let y = g.output(&[slots, out], &[x, w])?;
-    g.record(|rec| k::grouped_rows(rec, x.view(), w.view(), y.view(), groups.expert.view(), dims, linear))?;
-    let (sx, sw, expert, offsets) = (x.clone(), w.clone(), groups.expert.clone(), groups.offsets.clone());
+    let y = g.output_as(&[slots, out], DType::F32, &[x, w])?;
+    let st = Storage { a: x.dtype(), b: w.dtype() };
+    let (xv, wv, yv) = (x.view(), w.view(), y.view());
+    g.record(|rec| k::grouped_rows(rec, (xv, wv, yv), groups.offsets.view(), dims, linear, st, GroupTile::Auto))?;
+    let (sx, sw, offsets) = (x.clone(), w.clone(), groups.offsets.clone());
     let need = [x.requires_grad(), w.requires_grad()];
     g.push_node(
         &y,
@@ -112,21 +117,24 @@ fn grouped(
             let dx = if need[0] {
                 let dx = g.empty(sx.shape())?;
                 let back = (slots, out, inp, e);
-                g.record(|rec| k::grouped_rows(rec, dy.view(), sw.view(), dx.view(), expert.view(), back, !linear))?;
-                Some(dx)
+                let st = Storage { a: DType::F32, b: sw.dtype() };
+                let bufs = (dy.view(), sw.view(), dx.view());
+                g.record(|rec| k::grouped_rows(rec, bufs, offsets.view(), back, !linear, st, GroupTile::Auto))?;
+                Some(as_type(g, dx, sx.dtype())?)
             } else {
                 None
             };
             let dw = if need[1] {
                 let dw = g.empty(sw.shape())?;
-                g.record(|rec| {
-                    if linear {
-                        k::grouped_wgrad(rec, dy.view(), sx.view(), dw.view(), offsets.view(), (slots, out, inp, e))
-                    } else {
-                        k::grouped_wgrad(rec, sx.view(), dy.view(), dw.view(), offsets.view(), (slots, inp, out, e))
-                    }
-                })?;
-                Some(dw)
+                let xt = sx.dtype();
+                // dW_e = dy_eᵀ · x_e ([out, in]) or x_eᵀ · dy_e ([in, out]).
+                let (l, r, st, wd) = if linear {
+                    (dy.view(), sx.view(), Storage { a: DType::F32, b: xt }, (slots, out, inp, e))
+                } else {
+                    (sx.view(), dy.view(), Storage { a: xt, b: DType::F32 }, (slots, inp, out, e))
+                };
+                g.record(|rec| k::grouped_wgrad(rec, (l, r, dw.view()), offsets.view(), wd, st, GroupTile::Auto))?;
+                Some(as_type(g, dw, sw.dtype())?)
             } else {
                 None
             };
@@ -134,4 +142,12 @@ fn grouped(
         }),
     );
     Ok(y)
+}
+
+/// An f32 gradient as the gradient of an operand stored as `dt`.
+fn as_type(g: &Graph<'_>, wide: Tensor, dt: DType) -> Result<Tensor> {
+    if dt == DType::F32 {
+        return Ok(wide);
+    }
+    narrow(g, &wide, dt)
 }

@@ -1,0 +1,153 @@
+//! The grouped expert GEMMs (`shaders/moe/grouped_rows.comp`, `grouped_wgrad.comp`): shared-memory
+//! tiles as `matmul/gemm.comp`, each workgroup owning a tile of ONE expert, found on the device
+//! from `offsets [E + 1]` (no host loop, no host read of the counts). f32 accumulation; A and B
+//! stored f32, f16 or bf16 ([`Storage`]); C and D f32. Deterministic: a fixed reduction order.
+
+use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result};
+
+use super::expect_words;
+use crate::code;
+use crate::dtype::DType;
+use crate::launch::{check_storage, count, err, params, MAX_GROUPS};
+
+/// Storage types of the two operands (A: activations / L, B: expert weights / R).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Storage {
+    pub a: DType,
+    pub b: DType,
+}
+
+impl Storage {
+    /// Both operands stored as `dt`.
+    pub fn both(dt: DType) -> Self {
+        Storage { a: dt, b: dt }
+    }
+}
+
+/// Output tile of one workgroup (256 threads).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum GroupTile {
+    /// 128×128 when every dimension fills it on average and the storage has that variant.
+    #[default]
+    Auto,
+    /// 64×64, BK 16, 4×4 per thread.
+    T64,
+    /// 128×128, BK 8, 8×8 per thread.
+    T128,
+}
+
+fn rows_kernel(st: Storage, big: bool) -> Option<&'static KernelCode> {
+    use DType::*;
+    Some(match (st.a, st.b, big) {
+        (F32, F32, false) => &code::MOE_GROUPED_ROWS_F32,
+        (F32, F16, false) => &code::MOE_GROUPED_ROWS_F32_F16,
+        (F32, BF16, false) => &code::MOE_GROUPED_ROWS_F32_BF16,
+        (F16, F16, false) => &code::MOE_GROUPED_ROWS_F16,
+        (BF16, BF16, false) => &code::MOE_GROUPED_ROWS_BF16,
+        (F32, F32, true) => &code::MOE_GROUPED_ROWS_F32_128,
+        (F32, BF16, true) => &code::MOE_GROUPED_ROWS_F32_BF16_128,
+        (BF16, BF16, true) => &code::MOE_GROUPED_ROWS_BF16_128,
+        _ => return None,
+    })
+}
+
+fn wgrad_kernel(st: Storage, big: bool) -> Option<&'static KernelCode> {
+    use DType::*;
+    Some(match (st.a, st.b, big) {
+        (F32, F32, false) => &code::MOE_GROUPED_WGRAD_F32,
+        (F16, F16, false) => &code::MOE_GROUPED_WGRAD_F16,
+        (F32, F16, false) => &code::MOE_GROUPED_WGRAD_F32_F16,
+        (F32, BF16, false) => &code::MOE_GROUPED_WGRAD_F32_BF16,
+        (F16, F32, false) => &code::MOE_GROUPED_WGRAD_F16_F32,
+        (BF16, F32, false) => &code::MOE_GROUPED_WGRAD_BF16_F32,
+        (BF16, BF16, false) => &code::MOE_GROUPED_WGRAD_BF16,
+        (F32, F32, true) => &code::MOE_GROUPED_WGRAD_F32_128,
+        (BF16, BF16, true) => &code::MOE_GROUPED_WGRAD_BF16_128,
+        _ => return None,
+    })
+}
+
+/// The kernel and its tile edge for `tile` (Auto: 128 when `fill` — the average extent of the
+/// output per expert along both dimensions — reaches 128 and a 128 variant exists).
+fn choose(
+    pick: fn(Storage, bool) -> Option<&'static KernelCode>,
+    st: Storage,
+    tile: GroupTile,
+    fill: usize,
+) -> Option<(&'static KernelCode, u32)> {
+    let big = match tile {
+        GroupTile::Auto => fill >= 128 && pick(st, true).is_some(),
+        GroupTile::T64 => false,
+        GroupTile::T128 => true,
+    };
+    pick(st, big).map(|k| (k, if big { 128 } else { 64 }))
+}
+
+fn no_variant(st: Storage, tile: GroupTile) -> vkformers_vk::VkError {
+    err(&code::MOE_GROUPED_ROWS_F32, format!("no grouped GEMM for A {:?}, B {:?}, tile {tile:?}", st.a, st.b))
+}
+
+fn expect_elems(k: &KernelCode, what: &str, v: &BufferView<'_>, n: u32, dt: DType) -> Result<()> {
+    if v.len != u64::from(n) * dt.bytes() {
+        return Err(err(k, format!("{what}: view of {} bytes, expected {n} {dt:?} values", v.len)));
+    }
+    Ok(())
+}
+
+/// `C [rows, cols] = A [rows, inner] ·_e op(B_e)` where rows `offsets[e]..offsets[e + 1]`
+/// belong to expert e; B `[E, cols, inner]` (`trans_b`, the nn.Linear layout) or
+/// `[E, inner, cols]`. `dims = (rows, inner, cols, E)`.
+#[allow(clippy::too_many_arguments)]
+pub fn grouped_rows(
+    rec: &mut Recorder,
+    (a, b, c): (BufferView<'_>, BufferView<'_>, BufferView<'_>),
+    offsets: BufferView<'_>,
+    dims: (usize, usize, usize, usize),
+    trans_b: bool,
+    st: Storage,
+    tile: GroupTile,
+) -> Result<()> {
+    let (rows, inner, cols, experts) = dims;
+    let fill = (rows / experts.max(1)).min(cols);
+    let (kc, bm) = choose(rows_kernel, st, tile, fill).ok_or_else(|| no_variant(st, tile))?;
+    check_storage(rec, kc, if st.a == DType::F32 { st.b } else { st.a })?;
+    expect_elems(kc, "a", &a, count(kc, &[rows, inner])?, st.a)?;
+    expect_elems(kc, "b", &b, count(kc, &[experts, inner, cols])?, st.b)?;
+    expect_words(kc, "c", &c, count(kc, &[rows, cols])?.into())?;
+    expect_words(kc, "offsets", &offsets, experts as u64 + 1)?;
+    // At most sum_e ceil(count_e / BM) <= ceil(rows / BM) + E row tiles hold slots.
+    let row_tiles = count(kc, &[rows.div_ceil(bm as usize) + experts])?;
+    let col_tiles = cols.div_ceil(bm as usize).max(1) as u32;
+    let p = params(&[rows as u32, inner as u32, cols as u32, experts as u32, row_tiles]);
+    let groups = [col_tiles, row_tiles.clamp(1, MAX_GROUPS as u32), 1];
+    let args = [read(a), read(b), write(c), read(offsets)];
+    rec.dispatch(kc, &[u32::from(trans_b)], &args, &p, groups)
+}
+
+/// `D [E, li, rj]`: `D_e = L_eᵀ · R_e` over each expert's contiguous slots (`offsets [E + 1]`);
+/// L `[S, li]`, R `[S, rj]`, `dims = (S, li, rj, E)`. Overwrites D (zeros for an idle expert).
+pub fn grouped_wgrad(
+    rec: &mut Recorder,
+    (l, r, d): (BufferView<'_>, BufferView<'_>, BufferView<'_>),
+    offsets: BufferView<'_>,
+    dims: (usize, usize, usize, usize),
+    st: Storage,
+    tile: GroupTile,
+) -> Result<()> {
+    let (slots, li, rj, experts) = dims;
+    let (kc, bm) = choose(wgrad_kernel, st, tile, li.min(rj)).ok_or_else(|| no_variant(st, tile))?;
+    check_storage(rec, kc, if st.a == DType::F32 { st.b } else { st.a })?;
+    expect_elems(kc, "l", &l, count(kc, &[slots, li])?, st.a)?;
+    expect_elems(kc, "r", &r, count(kc, &[slots, rj])?, st.b)?;
+    expect_words(kc, "d", &d, count(kc, &[experts, li, rj])?.into())?;
+    expect_words(kc, "offsets", &offsets, experts as u64 + 1)?;
+    let p = params(&[experts as u32, li as u32, rj as u32]);
+    let bm = bm as usize;
+    let groups = [rj.div_ceil(bm).max(1) as u32, li.div_ceil(bm).max(1) as u32, experts.clamp(1, 65_535) as u32];
+    rec.dispatch(kc, &[], &[read(l), read(r), write(d), read(offsets)], &p, groups)
+}
+
+/// Floating-point operations of a grouped product over `rows` slots (2 per multiply-add).
+pub fn flops(rows: usize, inner: usize, cols: usize) -> f64 {
+    2.0 * rows as f64 * inner as f64 * cols as f64
+}
