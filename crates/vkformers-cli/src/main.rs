@@ -3,6 +3,7 @@
 mod architectures;
 mod bench;
 mod bench_attention;
+mod bench_grouped;
 mod bench_peak;
 mod bench_shapes;
 mod chat;
@@ -107,6 +108,8 @@ enum BenchCommand {
     MmaPeak(bench_peak::PeakArgs),
     /// Device time per dispatch in a chain of small dependent dispatches (the decode floor).
     Dispatch(bench_peak::DispatchArgs),
+    /// The grouped expert GEMMs of one MoE projection (forward, dx, dW), TFLOP/s each.
+    GroupedGemm(bench_grouped::GroupedArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -123,6 +126,7 @@ fn main() -> std::process::ExitCode {
         Command::Bench(BenchCommand::Attention(args)) => bench_attention::attention(&cli.device, &args),
         Command::Bench(BenchCommand::MmaPeak(args)) => bench_peak::mma_peak(&cli.device, &args),
         Command::Bench(BenchCommand::Dispatch(args)) => bench_peak::dispatch_latency(&cli.device, &args),
+        Command::Bench(BenchCommand::GroupedGemm(args)) => bench_grouped::grouped_gemm(&cli.device, &args),
         Command::Architectures(args) => architectures::run(&cli.device, &args),
         Command::Train(args) => train::run(&cli.device, &args),
         Command::Finetune(args) => finetune::run(&cli.device, &args),

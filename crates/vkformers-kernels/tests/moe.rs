@@ -209,7 +209,9 @@ fn grouped_gemm_reads_16bit_storage() {
     on_every_device("grouped gemm 16-bit", |ctx| {
         let mut rng = Rng::new(13);
         let (counts, dims): (&[usize], _) = (&[0, 67, 3, 0, 20], (41, 23));
-        for (a, b) in [(DType::F32, DType::BF16), (DType::F32, DType::F16), (DType::BF16, DType::BF16), (DType::F16, DType::F16)] {
+        for (a, b) in
+            [(DType::F32, DType::BF16), (DType::F32, DType::F16), (DType::BF16, DType::BF16), (DType::F16, DType::F16)]
+        {
             if storage::unsupported(ctx, DType::BF16, "grouped gemm") {
                 return Ok(());
             }
