@@ -31,7 +31,8 @@ pub struct GroupedArgs {
     /// activations, 16-bit expert weights).
     #[arg(long, default_value = "bf16")]
     dtype: String,
-    /// Output tile: auto, 64 or 128.
+    /// Kernel: auto (cooperative matrix 2 where the device has it for --dtype, else the portable
+    /// tiles), 64 or 128 (portable tiles), or cm2.
     #[arg(long, default_value = "auto")]
     tile: String,
     #[arg(long, default_value_t = 10)]
@@ -75,7 +76,8 @@ pub fn grouped_gemm(selector: &DeviceSelector, args: &GroupedArgs) -> anyhow::Re
         "auto" => GroupTile::Auto,
         "64" => GroupTile::T64,
         "128" => GroupTile::T128,
-        other => bail!("--tile {other}: expected auto, 64 or 128"),
+        "cm2" => GroupTile::Coopmat2,
+        other => bail!("--tile {other}: expected auto, 64, 128 or cm2"),
     };
     if args.top_k == 0 || args.top_k > args.experts {
         bail!("--top-k {} of {} experts", args.top_k, args.experts);

@@ -224,3 +224,30 @@ fn grouped_gemm_reads_16bit_storage() {
         Ok(())
     });
 }
+
+/// The cooperative-matrix-2 grouped GEMM (tensor cores) on the odd shapes above, where the
+/// device has it (an H200; lavapipe does not, and says so).
+#[test]
+fn grouped_gemm_coopmat2_matches_reference() {
+    on_every_device("grouped gemm coopmat2", |ctx| {
+        let mut rng = Rng::new(17);
+        let cases: [(&[usize], (usize, usize)); 5] = [
+            (&[0, 5, 0, 130, 1, 0], (19, 33)),
+            (&[0, 0, 200], (37, 130)),
+            (&[129, 2], (64, 128)),
+            (&[1, 1, 1, 1, 1, 1, 1], (17, 7)),
+            (&[0, 0], (5, 3)),
+        ];
+        for dt in [DType::BF16, DType::F16] {
+            let st = Storage::both(dt);
+            if !moe::grouped::coopmat2_supported(ctx.caps(), st) {
+                eprintln!("grouped gemm coopmat2: no {dt:?} cooperative matrix 2 on {}: skipped", ctx.caps().name);
+                continue;
+            }
+            for (counts, dims) in cases {
+                check_grouped(ctx, &mut rng, counts, dims, st, GroupTile::Coopmat2)?;
+            }
+        }
+        Ok(())
+    });
+}

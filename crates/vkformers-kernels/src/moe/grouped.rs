@@ -3,11 +3,12 @@
 //! from `offsets [E + 1]` (no host loop, no host read of the counts). f32 accumulation; A and B
 //! stored f32, f16 or bf16 ([`Storage`]); C and D f32. Deterministic: a fixed reduction order.
 
-use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result};
+use vkformers_vk::{read, write, BufferView, Caps, KernelCode, Recorder, Result};
 
 use super::expect_words;
 use crate::code;
 use crate::dtype::DType;
+use crate::gemm_coopmat::{choose_engine, Elem, Engine};
 use crate::launch::{check_storage, count, err, params, MAX_GROUPS};
 
 /// Storage types of the two operands (A: activations / L, B: expert weights / R).
@@ -34,6 +35,42 @@ pub enum GroupTile {
     T64,
     /// 128×128, BK 8, 8×8 per thread.
     T128,
+    /// NVIDIA cooperative matrix 2 (tensor cores; both operands f16 or both bf16): 64×128 row
+    /// tiles (128×128 when experts average 128 rows or more), 128×128 weight-gradient tiles.
+    Coopmat2,
+}
+
+/// True when this device runs the cooperative-matrix-2 grouped GEMM for operands `st`: both
+/// the same 16-bit type, and the dense GEMM would take a cooperative-matrix-2 engine for it
+/// (the same capability test, `gemm_coopmat::choose_engine`).
+pub fn coopmat2_supported(caps: &Caps, st: Storage) -> bool {
+    let elem = match (st.a, st.b) {
+        (DType::BF16, DType::BF16) => Elem::Bf16,
+        (DType::F16, DType::F16) => Elem::F16,
+        _ => return false,
+    };
+    choose_engine(caps, elem, 1, 1, 1).is_some_and(|e| e != Engine::Coopmat)
+}
+
+/// `tile` with Auto resolved to Coopmat2 where the device supports it for `st`.
+fn engine_tile(caps: &Caps, st: Storage, tile: GroupTile) -> GroupTile {
+    match tile {
+        GroupTile::Auto if coopmat2_supported(caps, st) => GroupTile::Coopmat2,
+        t => t,
+    }
+}
+
+/// The cooperative-matrix-2 kernel of a grouped product and its (BM, BN).
+fn cm2_kernel(st: Storage, wgrad: bool, big: bool) -> (&'static KernelCode, usize, usize) {
+    let bf = st.a == DType::BF16;
+    match (wgrad, big, bf) {
+        (true, _, true) => (&code::MOE_GROUPED_WGRAD_CM2_BF16, 128, 128),
+        (true, _, false) => (&code::MOE_GROUPED_WGRAD_CM2_F16, 128, 128),
+        (false, true, true) => (&code::MOE_GROUPED_ROWS_CM2_BF16_128, 128, 128),
+        (false, true, false) => (&code::MOE_GROUPED_ROWS_CM2_F16_128, 128, 128),
+        (false, false, true) => (&code::MOE_GROUPED_ROWS_CM2_BF16, 64, 128),
+        (false, false, false) => (&code::MOE_GROUPED_ROWS_CM2_F16, 64, 128),
+    }
 }
 
 fn rows_kernel(st: Storage, big: bool) -> Option<&'static KernelCode> {
@@ -74,11 +111,12 @@ fn choose(
     st: Storage,
     tile: GroupTile,
     fill: usize,
-) -> Option<(&'static KernelCode, u32)> {
+) -> Option<(&'static KernelCode, usize)> {
     let big = match tile {
         GroupTile::Auto => fill >= 128 && pick(st, true).is_some(),
         GroupTile::T64 => false,
         GroupTile::T128 => true,
+        GroupTile::Coopmat2 => return None,
     };
     pick(st, big).map(|k| (k, if big { 128 } else { 64 }))
 }
@@ -109,15 +147,19 @@ pub fn grouped_rows(
 ) -> Result<()> {
     let (rows, inner, cols, experts) = dims;
     let fill = (rows / experts.max(1)).min(cols);
-    let (kc, bm) = choose(rows_kernel, st, tile, fill).ok_or_else(|| no_variant(st, tile))?;
+    let (kc, bm, bn) = match engine_tile(rec.caps(), st, tile) {
+        GroupTile::Coopmat2 if coopmat2_supported(rec.caps(), st) => cm2_kernel(st, false, fill >= 128),
+        GroupTile::Coopmat2 => return Err(no_variant(st, tile)),
+        t => choose(rows_kernel, st, t, fill).map(|(k, b)| (k, b, b)).ok_or_else(|| no_variant(st, tile))?,
+    };
     check_storage(rec, kc, if st.a == DType::F32 { st.b } else { st.a })?;
     expect_elems(kc, "a", &a, count(kc, &[rows, inner])?, st.a)?;
     expect_elems(kc, "b", &b, count(kc, &[experts, inner, cols])?, st.b)?;
     expect_words(kc, "c", &c, count(kc, &[rows, cols])?.into())?;
     expect_words(kc, "offsets", &offsets, experts as u64 + 1)?;
     // At most sum_e ceil(count_e / BM) <= ceil(rows / BM) + E row tiles hold slots.
-    let row_tiles = count(kc, &[rows.div_ceil(bm as usize) + experts])?;
-    let col_tiles = cols.div_ceil(bm as usize).max(1) as u32;
+    let row_tiles = count(kc, &[rows.div_ceil(bm) + experts])?;
+    let col_tiles = cols.div_ceil(bn).max(1) as u32;
     let p = params(&[rows as u32, inner as u32, cols as u32, experts as u32, row_tiles]);
     let groups = [col_tiles, row_tiles.clamp(1, MAX_GROUPS as u32), 1];
     let args = [read(a), read(b), write(c), read(offsets)];
@@ -135,15 +177,18 @@ pub fn grouped_wgrad(
     tile: GroupTile,
 ) -> Result<()> {
     let (slots, li, rj, experts) = dims;
-    let (kc, bm) = choose(wgrad_kernel, st, tile, li.min(rj)).ok_or_else(|| no_variant(st, tile))?;
+    let (kc, bm, bn) = match engine_tile(rec.caps(), st, tile) {
+        GroupTile::Coopmat2 if coopmat2_supported(rec.caps(), st) => cm2_kernel(st, true, true),
+        GroupTile::Coopmat2 => return Err(no_variant(st, tile)),
+        t => choose(wgrad_kernel, st, t, li.min(rj)).map(|(k, b)| (k, b, b)).ok_or_else(|| no_variant(st, tile))?,
+    };
     check_storage(rec, kc, if st.a == DType::F32 { st.b } else { st.a })?;
     expect_elems(kc, "l", &l, count(kc, &[slots, li])?, st.a)?;
     expect_elems(kc, "r", &r, count(kc, &[slots, rj])?, st.b)?;
     expect_words(kc, "d", &d, count(kc, &[experts, li, rj])?.into())?;
     expect_words(kc, "offsets", &offsets, experts as u64 + 1)?;
     let p = params(&[experts as u32, li as u32, rj as u32]);
-    let bm = bm as usize;
-    let groups = [rj.div_ceil(bm).max(1) as u32, li.div_ceil(bm).max(1) as u32, experts.clamp(1, 65_535) as u32];
+    let groups = [rj.div_ceil(bn).max(1) as u32, li.div_ceil(bm).max(1) as u32, experts.clamp(1, 65_535) as u32];
     rec.dispatch(kc, &[], &[read(l), read(r), write(d), read(offsets)], &p, groups)
 }
 
