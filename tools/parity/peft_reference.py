@@ -72,6 +72,12 @@ CONFIGS = {
     "qwen2_moe": dict(target_modules=["q_proj", "v_proj", "shared_expert_gate"]),
     # Hunyuan's router `mlp.gate.wg` is an nn.Linear: LoRA on the router by name.
     "hunyuan_v1_moe": dict(target_modules=["k_proj", "o_proj", "wg"]),
+    # The packed expert tensors themselves (PEFT's target_parameters: one ParamWrapper per
+    # parameter, nested on the experts module), beside an attention projection. Not merged:
+    # vkformers does not fold expert deltas into the per-expert stored tensors yet.
+    "qwen3_moe_experts:qwen3_moe": dict(
+        target_modules=["q_proj"], target_parameters=["experts.gate_up_proj", "experts.down_proj"]
+    ),
     # Encoders (masked LM, PEFT's BERT-family names): `dense` also matches the attention output,
     # both MLP layers and the head's transform; all-linear leaves out only the tied decoder.
     "bert": dict(target_modules=["query", "key", "value", "dense"]),
@@ -165,6 +171,8 @@ def make_fixture(key: str) -> None:
     saved_cfg["base_model_name_or_path"] = f"tests/fixtures/{base_name}"
     if isinstance(saved_cfg["target_modules"], list):
         saved_cfg["target_modules"] = sorted(saved_cfg["target_modules"])  # PEFT writes a set's order
+    if saved_cfg.get("target_parameters"):
+        saved_cfg["target_parameters"] = sorted(saved_cfg["target_parameters"])
     cfg_path.write_text(json.dumps(saved_cfg, indent=2, sort_keys=True) + "\n")
 
     ref = load_file(str(BASE / base_name / "reference.safetensors"))
@@ -186,10 +194,30 @@ def make_fixture(key: str) -> None:
     for n, p in lora.items():
         res[f"grad.{adapter_key(n)}"] = p.grad.detach().clone().contiguous()
 
+    if not cfg.target_parameters:
+        write_merged(d, base_name)
+
+    opt = torch.optim.AdamW(list(lora.values()), **ADAMW)
+    for _ in range(2):
+        opt.zero_grad(set_to_none=True)
+        model(input_ids=ids, attention_mask=mask, labels=labels, **extra).loss.backward()
+        opt.step()
+    for n, p in lora.items():
+        res[f"step2.{adapter_key(n)}"] = p.detach().clone().contiguous()
+    save_file(res, str(d / "reference.safetensors"), metadata={"format": "pt"})
+    base_loss = float(ref["loss"][0])
+    print(f"{name:22s} trainable tensors={len(lora):3d} (saved whole: {saved}) loss={out.loss.item():.6f} (base {base_loss:.6f})")
+
+
+def write_merged(d: Path, base_name: str) -> None:
+    """merged.safetensors: the base model's stored tensors after merge_and_unload() of the adapter
+    saved in `d`."""
+    from peft import PeftModel
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
     # The merged model, from the adapter as saved (before the optimizer touches it).
     merged_model = load_base(base_name)
-    from peft import PeftModel
-
     merged = PeftModel.from_pretrained(merged_model, str(d)).merge_and_unload()
     # Under the stored names (save_pretrained's, which differ from the module names for a wrapper).
     with tempfile.TemporaryDirectory() as tmp:
@@ -203,17 +231,6 @@ def make_fixture(key: str) -> None:
     assert all(".experts." in k for k in untouched), sorted(untouched)
     save_file({k: (untouched[k] if k in untouched else sd[k]).detach().clone().contiguous() for k in keys},
               str(d / "merged.safetensors"), metadata={"format": "pt"})
-
-    opt = torch.optim.AdamW(list(lora.values()), **ADAMW)
-    for _ in range(2):
-        opt.zero_grad(set_to_none=True)
-        model(input_ids=ids, attention_mask=mask, labels=labels, **extra).loss.backward()
-        opt.step()
-    for n, p in lora.items():
-        res[f"step2.{adapter_key(n)}"] = p.detach().clone().contiguous()
-    save_file(res, str(d / "reference.safetensors"), metadata={"format": "pt"})
-    base_loss = float(ref["loss"][0])
-    print(f"{name:22s} trainable tensors={len(lora):3d} (saved whole: {saved}) loss={out.loss.item():.6f} (base {base_loss:.6f})")
 
 
 def check_adapter(args) -> int:

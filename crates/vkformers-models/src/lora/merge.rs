@@ -30,6 +30,13 @@ fn add_delta(w: &mut [f32], b: &[f32], a: &[f32], (out, r, inp): (usize, usize, 
 
 /// The stored tensors of `model_dir` with `adapter` merged in, by stored name and dtype.
 pub fn merged_tensors(model_dir: &Path, adapter: &Adapter) -> Result<Vec<(vkformers_io::TensorInfo, Vec<f32>)>> {
+    if !adapter.config.target_parameters.is_empty() {
+        return Err(ModelError::Unsupported(format!(
+            "merging an adapter with target_parameters ({:?}): the packed experts' deltas are not folded \
+             into the per-expert stored tensors yet; run it unmerged (--adapter)",
+            adapter.config.target_parameters
+        )));
+    }
     let config = vkformers_io::read_json(model_dir.join("config.json")).map_err(io)?;
     let spec = spec_from_config(&config)?;
     let file = ModelWeights::open(model_dir).map_err(io)?;
