@@ -77,3 +77,32 @@ lora_parity! {
     bert_encoder_query_key_value_dense: "bert" on "bert",
     roberta_encoder_all_linear: "roberta" on "roberta",
 }
+
+/// An adapter on packed experts saves as PEFT saved it: the same keys (nested `base_layer` for
+/// the first parameter of the experts module), shapes and values, and `target_parameters` in
+/// its config. (`VKFORMERS_KEEP_ADAPTER=DIR` keeps the saved folder, e.g. to load it in PEFT:
+/// `tools/parity/peft_reference.py --check-adapter DIR ...`.)
+#[test]
+fn qwen3_moe_target_parameters_adapter_saves_as_peft() {
+    use vkformers_models::lora::{attach, load_frozen, Adapter};
+    use vkformers_tensor::Graph;
+    let (base, lora) = (fixtures().join("fixtures/qwen3_moe"), fixtures().join("fixtures_lora/qwen3_moe_experts"));
+    on_every_device("lora target_parameters save", |ctx| {
+        let g = Graph::new(ctx);
+        let adapter = Adapter::load(&lora).unwrap();
+        let mut model = load_frozen(&g, &base, &[]).unwrap();
+        let params = attach(&g, &mut model, &adapter, 0).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = std::env::var_os("VKFORMERS_KEEP_ADAPTER").map_or(tmp.path().to_path_buf(), PathBuf::from);
+        params.save(&g, &dir).unwrap();
+        let back = Adapter::load(&dir).unwrap();
+        assert_eq!(back.config.target_parameters, adapter.config.target_parameters);
+        assert_eq!(back.tensors.keys().collect::<Vec<_>>(), adapter.tensors.keys().collect::<Vec<_>>());
+        assert!(back.tensors.keys().any(|k| k.ends_with("mlp.experts.base_layer.lora_A.weight")));
+        for (k, t) in &adapter.tensors {
+            let b = &back.tensors[k];
+            assert_eq!((&b.shape, &b.data), (&t.shape, &t.data), "{k}");
+        }
+        Ok(())
+    });
+}
