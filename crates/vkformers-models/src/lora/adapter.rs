@@ -80,7 +80,7 @@ impl Adapter {
     /// PEFT's init of packed expert parameters' pairs (`ParamWrapper`: `A` an
     /// `nn.Linear(in, E·r)` weight, kaiming-uniform, `B [out, E·r]` zero).
     pub fn init_experts(&mut self, params: &[ExpertParam], seed: u64) {
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x6578_7065_7274_73);
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x0065_7870_6572_7473);
         let r = self.config.r;
         for p in params {
             let er = p.experts * r;
