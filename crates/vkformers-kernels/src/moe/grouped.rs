@@ -52,10 +52,13 @@ pub fn coopmat2_supported(caps: &Caps, st: Storage) -> bool {
     choose_engine(caps, elem, 1, 1, 1).is_some_and(|e| e != Engine::Coopmat)
 }
 
-/// `tile` with Auto resolved to Coopmat2 where the device supports it for `st`.
+/// `tile` with Auto resolved to Coopmat2 where the device supports it for `st`, unless
+/// `VKFORMERS_GROUPED_GEMM=portable` (to measure or rule out the tensor-core kernel).
 fn engine_tile(caps: &Caps, st: Storage, tile: GroupTile) -> GroupTile {
+    static PORTABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let portable = *PORTABLE.get_or_init(|| std::env::var("VKFORMERS_GROUPED_GEMM").is_ok_and(|v| v == "portable"));
     match tile {
-        GroupTile::Auto if coopmat2_supported(caps, st) => GroupTile::Coopmat2,
+        GroupTile::Auto if !portable && coopmat2_supported(caps, st) => GroupTile::Coopmat2,
         t => t,
     }
 }
