@@ -73,8 +73,7 @@ CONFIGS = {
     # Hunyuan's router `mlp.gate.wg` is an nn.Linear: LoRA on the router by name.
     "hunyuan_v1_moe": dict(target_modules=["k_proj", "o_proj", "wg"]),
     # The packed expert tensors themselves (PEFT's target_parameters: one ParamWrapper per
-    # parameter, nested on the experts module), beside an attention projection. Not merged:
-    # vkformers does not fold expert deltas into the per-expert stored tensors yet.
+    # parameter, nested on the experts module), beside an attention projection.
     "qwen3_moe_experts:qwen3_moe": dict(
         target_modules=["q_proj"], target_parameters=["experts.gate_up_proj", "experts.down_proj"]
     ),
@@ -194,8 +193,7 @@ def make_fixture(key: str) -> None:
     for n, p in lora.items():
         res[f"grad.{adapter_key(n)}"] = p.grad.detach().clone().contiguous()
 
-    if not cfg.target_parameters:
-        write_merged(d, base_name)
+    write_merged(d, base_name)
 
     opt = torch.optim.AdamW(list(lora.values()), **ADAMW)
     for _ in range(2):
@@ -225,8 +223,8 @@ def write_merged(d: Path, base_name: str) -> None:
         sd = load_file(str(Path(tmp) / "model.safetensors"))
     with safe_open(str(BASE / base_name / "model.safetensors"), framework="pt") as f:
         keys = list(f.keys())
-        # Routed experts are packed in memory and stored per expert; no config here targets them, so
-        # the merged model keeps the base's stored tensors.
+        # Routed experts are packed in memory and stored per expert; a family whose save_pretrained
+        # writes other names keeps the base's stored tensors (no config here targets its experts).
         untouched = {k: f.get_tensor(k) for k in keys if k not in sd}
     assert all(".experts." in k for k in untouched), sorted(untouched)
     save_file({k: (untouched[k] if k in untouched else sd[k]).detach().clone().contiguous() for k in keys},

@@ -37,11 +37,11 @@ fn check_unmerged(name: &str, base: &str) {
 }
 
 /// The packed expert tensors as PEFT's `target_parameters` adapts them (nested ParamWrappers:
-/// `experts.base_layer.lora_*` for gate_up, `experts.lora_*` for down), beside q_proj. Not
-/// merged: merging expert deltas into per-expert stored tensors is refused for now.
+/// `experts.base_layer.lora_*` for gate_up, `experts.lora_*` for down), beside q_proj; merged
+/// into the per-expert stored tensors.
 #[test]
 fn qwen3_moe_target_parameters_experts() {
-    check_unmerged("qwen3_moe_experts", "qwen3_moe");
+    check_fixture("qwen3_moe_experts", "qwen3_moe");
 }
 
 macro_rules! lora_parity {

@@ -66,6 +66,31 @@ fn param_matches(param: &str, targets: &[String]) -> bool {
 /// target matches nothing, or matches a layout this LoRA does not take (gpt-oss's in-out
 /// biased experts, separate up stacks, a transposed down stack).
 pub fn expert_params(spec: &ModelSpec, w: &crate::decoder::Weights, targets: &[String]) -> Result<Vec<ExpertParam>> {
+    expert_params_by(spec, targets, &|name: &str| w.get(name).map(|t| (t.rows(), t.last_dim())))
+}
+
+/// [`expert_params`] from the spec alone (no loaded weights: the host merge).
+pub fn expert_params_of_spec(spec: &ModelSpec, targets: &[String]) -> Result<Vec<ExpertParam>> {
+    let shapes: std::collections::HashMap<String, Vec<usize>> = spec
+        .layers
+        .iter()
+        .enumerate()
+        .filter_map(|(i, l)| if let MlpSpec::Moe(m) = &l.mlp { Some(m.params(i, spec.hidden)) } else { None })
+        .flatten()
+        .collect();
+    expert_params_by(spec, targets, &|name: &str| {
+        let s = shapes.get(name).ok_or_else(|| ModelError::Weights(format!("no expert stack `{name}`")))?;
+        let inp = *s.last().unwrap_or(&0);
+        Ok((s.iter().product::<usize>() / inp.max(1), inp))
+    })
+}
+
+/// [`expert_params`] with the `(rows, in)` of each stack from `shape_of`.
+fn expert_params_by(
+    spec: &ModelSpec,
+    targets: &[String],
+    shape_of: &dyn Fn(&str) -> Result<(usize, usize)>,
+) -> Result<Vec<ExpertParam>> {
     let mut out = Vec::new();
     if targets.is_empty() {
         return Ok(out);
@@ -87,8 +112,7 @@ pub fn expert_params(spec: &ModelSpec, w: &crate::decoder::Weights, targets: &[S
         for (j, name) in hit.iter().enumerate() {
             let (module, _) = name.rsplit_once('.').unwrap_or((name.as_str(), ""));
             let module = format!("{module}{}", ".base_layer".repeat(hit.len() - 1 - j));
-            let t = w.get(name)?;
-            let (rows, inp) = (t.rows(), t.last_dim());
+            let (rows, inp) = shape_of(name)?;
             out.push(ExpertParam {
                 name: (*name).clone(),
                 module,
@@ -161,4 +185,21 @@ pub fn expert_weight(
     let b = shape::reshape(g, &t.b, &[e, out, r])?;
     let delta = shape::reshape(g, &matmul::matmul(g, &b, &a)?, &[e * out, inp])?;
     Ok(broadcast::add(g, base, &broadcast::scale(g, &delta, t.scale)?)?)
+}
+
+/// `scale · B_e A_e` of every expert as the stack `[E·out, in]` (f64), from PEFT's `A [E·r, in]`
+/// and `B [out, E·r]` (host merge: `W' = W + delta`, as PEFT's `ParamWrapper.merge`).
+pub fn expert_delta(p: &ExpertParam, a: &[f32], b: &[f32], r: usize, scale: f64) -> Vec<f64> {
+    let (e_n, out, inp) = (p.experts, p.out_features, p.in_features);
+    let mut d = vec![0.0; e_n * out * inp];
+    for e in 0..e_n {
+        for o in 0..out {
+            for i in 0..inp {
+                let s: f64 =
+                    (0..r).map(|j| f64::from(b[o * r * e_n + j * e_n + e]) * f64::from(a[(e * r + j) * inp + i])).sum();
+                d[(e * out + o) * inp + i] = scale * s;
+            }
+        }
+    }
+    d
 }
