@@ -109,6 +109,9 @@ pub fn merge_to_folder(model_dir: &Path, adapter_dir: &Path, out_dir: &Path) -> 
     Ok(adapter.tensors.len())
 }
 
+/// Deltas to add to stored tensors, by stored name.
+type Deltas = HashMap<String, Vec<f64>>;
+
 /// The deltas of the packed expert parameters an adapter targets, by stored tensor name (the
 /// packed tensor itself, or each per-expert tensor of its join: the stack's rows in part order),
 /// and the adapter keys they use.
@@ -116,7 +119,7 @@ fn expert_deltas(
     spec: &crate::spec::ModelSpec,
     adapter: &Adapter,
     stored: &BTreeSet<String>,
-) -> Result<(HashMap<String, Vec<f64>>, Vec<String>)> {
+) -> Result<(Deltas, Vec<String>)> {
     let (r, scale) = (adapter.config.r, f64::from(adapter.config.scale()));
     let mut out = HashMap::new();
     let mut keys = Vec::new();
