@@ -77,6 +77,8 @@ CONFIGS = {
     "qwen3_moe_experts:qwen3_moe": dict(
         target_modules=["q_proj"], target_parameters=["experts.gate_up_proj", "experts.down_proj"]
     ),
+    # One packed parameter (no nesting), Mixtral's w1/w3 stored per expert.
+    "mixtral_experts:mixtral": dict(target_modules=["k_proj"], target_parameters=["gate_up_proj"]),
     # Encoders (masked LM, PEFT's BERT-family names): `dense` also matches the attention output,
     # both MLP layers and the head's transform; all-linear leaves out only the tied decoder.
     "bert": dict(target_modules=["query", "key", "value", "dense"]),

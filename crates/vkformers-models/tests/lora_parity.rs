@@ -44,6 +44,13 @@ fn qwen3_moe_target_parameters_experts() {
     check_fixture("qwen3_moe_experts", "qwen3_moe");
 }
 
+/// One targeted packed parameter (`gate_up_proj`: no nesting), merged into Mixtral's
+/// per-expert `w1`/`w3`.
+#[test]
+fn mixtral_target_parameters_gate_up() {
+    check_fixture("mixtral_experts", "mixtral");
+}
+
 macro_rules! lora_parity {
     ($($test:ident: $name:literal on $base:literal),* $(,)?) => {$(
         #[test]
