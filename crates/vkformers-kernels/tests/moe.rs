@@ -251,3 +251,48 @@ fn grouped_gemm_coopmat2_matches_reference() {
         Ok(())
     });
 }
+
+/// The grouped products are deterministic: two runs give the same bits (fixed reduction order;
+/// no atomics), on the portable tiles and on cooperative matrix 2 where the device has it.
+#[test]
+fn grouped_gemm_is_deterministic() {
+    on_every_device("grouped gemm determinism", |ctx| {
+        let mut rng = Rng::new(23);
+        let (counts, inner, cols) = ([37usize, 0, 90, 5], 45usize, 70usize);
+        let (offsets, _) = layout(&counts);
+        let (experts, slots) = (counts.len(), counts.iter().sum::<usize>());
+        let offb = ctx.buffer_from(&offsets, "offsets")?;
+        let mut tiles = vec![(Storage::default(), GroupTile::T64), (Storage::default(), GroupTile::T128)];
+        let bf = Storage::both(DType::BF16);
+        if moe::grouped::coopmat2_supported(ctx.caps(), bf) {
+            tiles.push((bf, GroupTile::Coopmat2));
+        }
+        for (st, tile) in tiles {
+            let a = storage::upload(ctx, st.a, &rng.vec(slots * inner, 1.0), "a")?;
+            let b = storage::upload(ctx, st.b, &rng.vec(experts * cols * inner, 1.0), "b")?;
+            let l = storage::upload(ctx, st.a, &rng.vec(slots * cols, 1.0), "l")?;
+            let mut runs = Vec::new();
+            for _ in 0..2 {
+                let c = ctx.buffer((slots * cols) as u64 * 4, "c")?;
+                let d = ctx.buffer((experts * cols * inner) as u64 * 4, "d")?;
+                let mut rec = ctx.recorder(false)?;
+                let dims = (slots, inner, cols, experts);
+                moe::grouped_rows(&mut rec, (a.view(), b.view(), c.view()), offb.view(), dims, true, st, tile)?;
+                let back = (slots, cols, inner, experts);
+                moe::grouped_wgrad(
+                    &mut rec,
+                    (l.view(), a.view(), d.view()),
+                    offb.view(),
+                    back,
+                    Storage::both(st.a),
+                    tile,
+                )?;
+                rec.submit()?;
+                let bits = |x: Vec<f32>| x.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+                runs.push((bits(ctx.read_vec(c.view())?), bits(ctx.read_vec(d.view())?)));
+            }
+            assert!(runs[0] == runs[1], "{st:?} {tile:?}: two runs differ");
+        }
+        Ok(())
+    });
+}
