@@ -75,6 +75,13 @@ CONFIGS = {
     "qwen2_moe": dict(target_modules=["q_proj", "v_proj", "shared_expert_gate"]),
     # Hunyuan's router `mlp.gate.wg` is an nn.Linear: LoRA on the router by name.
     "hunyuan_v1_moe": dict(target_modules=["k_proj", "o_proj", "wg"]),
+    # The packed expert tensors themselves (PEFT's target_parameters: one ParamWrapper per
+    # parameter, nested on the experts module), beside an attention projection.
+    "qwen3_moe_experts:qwen3_moe": dict(
+        target_modules=["q_proj"], target_parameters=["experts.gate_up_proj", "experts.down_proj"]
+    ),
+    # One packed parameter (no nesting), Mixtral's w1/w3 stored per expert.
+    "mixtral_experts:mixtral": dict(target_modules=["k_proj"], target_parameters=["gate_up_proj"]),
     # Encoders (masked LM, PEFT's BERT-family names): `dense` also matches the attention output,
     # both MLP layers and the head's transform; all-linear leaves out only the tied decoder.
     "bert": dict(target_modules=["query", "key", "value", "dense"]),
@@ -168,6 +175,8 @@ def make_fixture(key: str) -> None:
     saved_cfg["base_model_name_or_path"] = f"tests/fixtures/{base_name}"
     if isinstance(saved_cfg["target_modules"], list):
         saved_cfg["target_modules"] = sorted(saved_cfg["target_modules"])  # PEFT writes a set's order
+    if saved_cfg.get("target_parameters"):
+        saved_cfg["target_parameters"] = sorted(saved_cfg["target_parameters"])
     cfg_path.write_text(json.dumps(saved_cfg, indent=2, sort_keys=True) + "\n")
 
     ref = load_file(str(BASE / base_name / "reference.safetensors"))
@@ -189,23 +198,7 @@ def make_fixture(key: str) -> None:
     for n, p in lora.items():
         res[f"grad.{adapter_key(n)}"] = p.grad.detach().clone().contiguous()
 
-    # The merged model, from the adapter as saved (before the optimizer touches it).
-    merged_model = load_base(base_name)
-    from peft import PeftModel
-
-    merged = PeftModel.from_pretrained(merged_model, str(d)).merge_and_unload()
-    # Under the stored names (save_pretrained's, which differ from the module names for a wrapper).
-    with tempfile.TemporaryDirectory() as tmp:
-        merged.save_pretrained(tmp, safe_serialization=True)
-        sd = load_file(str(Path(tmp) / "model.safetensors"))
-    with safe_open(str(BASE / base_name / "model.safetensors"), framework="pt") as f:
-        keys = list(f.keys())
-        # Routed experts are packed in memory and stored per expert; no config here targets them, so
-        # the merged model keeps the base's stored tensors.
-        untouched = {k: f.get_tensor(k) for k in keys if k not in sd}
-    assert all(".experts." in k for k in untouched), sorted(untouched)
-    save_file({k: (untouched[k] if k in untouched else sd[k]).detach().clone().contiguous() for k in keys},
-              str(d / "merged.safetensors"), metadata={"format": "pt"})
+    write_merged(d, base_name)
 
     opt = torch.optim.AdamW(list(lora.values()), **ADAMW)
     for _ in range(2):
@@ -217,6 +210,30 @@ def make_fixture(key: str) -> None:
     save_file(res, str(d / "reference.safetensors"), metadata={"format": "pt"})
     base_loss = float(ref["loss"][0])
     print(f"{name:22s} trainable tensors={len(lora):3d} (saved whole: {saved}) loss={out.loss.item():.6f} (base {base_loss:.6f})")
+
+
+def write_merged(d: Path, base_name: str) -> None:
+    """merged.safetensors: the base model's stored tensors after merge_and_unload() of the adapter
+    saved in `d`."""
+    from peft import PeftModel
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    # The merged model, from the adapter as saved (before the optimizer touches it).
+    merged_model = load_base(base_name)
+    merged = PeftModel.from_pretrained(merged_model, str(d)).merge_and_unload()
+    # Under the stored names (save_pretrained's, which differ from the module names for a wrapper).
+    with tempfile.TemporaryDirectory() as tmp:
+        merged.save_pretrained(tmp, safe_serialization=True)
+        sd = load_file(str(Path(tmp) / "model.safetensors"))
+    with safe_open(str(BASE / base_name / "model.safetensors"), framework="pt") as f:
+        keys = list(f.keys())
+        # Routed experts are packed in memory and stored per expert; a family whose save_pretrained
+        # writes other names keeps the base's stored tensors (no config here targets its experts).
+        untouched = {k: f.get_tensor(k) for k in keys if k not in sd}
+    assert all(".experts." in k for k in untouched), sorted(untouched)
+    save_file({k: (untouched[k] if k in untouched else sd[k]).detach().clone().contiguous() for k in keys},
+              str(d / "merged.safetensors"), metadata={"format": "pt"})
 
 
 def check_adapter(args) -> int:

@@ -125,7 +125,7 @@ pub fn gemm(selector: &DeviceSelector, args: &GemmArgs) -> anyhow::Result<ExitCo
 }
 
 /// Median GPU time of `iters` dispatches recorded by `dispatch`, after 3 warm-up runs.
-fn time_median(
+pub(crate) fn time_median(
     ctx: &Context,
     iters: usize,
     dispatch: &mut dyn FnMut(&mut vkformers_vk::Recorder) -> anyhow::Result<()>,
@@ -218,7 +218,7 @@ fn report(args: &GemmArgs, ctx: &Context, flops: f64, median_ns: f64, max_err: f
 }
 
 /// A rate in TFLOP/s, or GFLOP/s below 1 TFLOP/s (where one decimal of TFLOP/s reads 0.0).
-fn rate(tflops: f64) -> String {
+pub(crate) fn rate(tflops: f64) -> String {
     if tflops >= 1.0 {
         format!("{tflops:.1} TFLOP/s")
     } else {

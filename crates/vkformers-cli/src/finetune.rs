@@ -35,6 +35,10 @@ pub struct LoraArgs {
     /// name ends with `.name`), or a regex matched against the whole module name.
     #[arg(long, default_value = "all-linear")]
     target_modules: String,
+    /// Comma-separated packed expert parameters to adapt directly, as PEFT's
+    /// `target_parameters` (e.g. `experts.gate_up_proj,experts.down_proj` on an MoE model).
+    #[arg(long, value_delimiter = ',')]
+    target_parameters: Vec<String>,
     /// Scale by alpha / sqrt(r) (rsLoRA).
     #[arg(long)]
     use_rslora: bool,
@@ -106,6 +110,7 @@ fn lora_config(a: &LoraArgs, model_dir: &Path) -> LoraConfig {
     c.lora_dropout = a.lora_dropout;
     c.use_rslora = a.use_rslora;
     c.modules_to_save = a.modules_to_save.clone();
+    c.target_parameters = a.target_parameters.clone();
     c.base_model_name_or_path = Some(model_dir.display().to_string());
     c
 }

@@ -4,6 +4,7 @@ mod architectures;
 mod bench;
 mod bench_attention;
 mod bench_decode;
+mod bench_grouped;
 mod bench_peak;
 mod bench_shapes;
 mod chat;
@@ -110,6 +111,8 @@ enum BenchCommand {
     Dispatch(bench_peak::DispatchArgs),
     /// Paged decode attention alone on one shape, µs per call for each split count.
     Decode(bench_decode::DecodeBenchArgs),
+    /// The grouped expert GEMMs of one MoE projection (forward, dx, dW), TFLOP/s each.
+    GroupedGemm(bench_grouped::GroupedArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -127,6 +130,7 @@ fn main() -> std::process::ExitCode {
         Command::Bench(BenchCommand::MmaPeak(args)) => bench_peak::mma_peak(&cli.device, &args),
         Command::Bench(BenchCommand::Dispatch(args)) => bench_peak::dispatch_latency(&cli.device, &args),
         Command::Bench(BenchCommand::Decode(args)) => bench_decode::decode_attention(&cli.device, &args),
+        Command::Bench(BenchCommand::GroupedGemm(args)) => bench_grouped::grouped_gemm(&cli.device, &args),
         Command::Architectures(args) => architectures::run(&cli.device, &args),
         Command::Train(args) => train::run(&cli.device, &args),
         Command::Finetune(args) => finetune::run(&cli.device, &args),

@@ -13,6 +13,14 @@ fn fixtures() -> PathBuf {
 }
 
 fn check_fixture(name: &str, base: &str) {
+    check_unmerged(name, base);
+    let (base, lora) = (fixtures().join("fixtures").join(base), fixtures().join("fixtures_lora").join(name));
+    let merge = check_merge(&base, &lora).unwrap_or_else(|e| panic!("{name} merge: {e}"));
+    assert!(merge <= 1e-6, "{name}: merged weights differ from PEFT's merge_and_unload by {merge:e}");
+}
+
+/// Everything but the merge: logits, loss, gradients, two AdamW steps.
+fn check_unmerged(name: &str, base: &str) {
     let (base, lora) = (fixtures().join("fixtures").join(base), fixtures().join("fixtures_lora").join(name));
     on_every_device(&format!("lora parity {name}"), |ctx| {
         let r = check(ctx, &base, &lora).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -26,8 +34,21 @@ fn check_fixture(name: &str, base: &str) {
         assert_eq!(r.frozen_with_grad, 0, "{name}: frozen base weights received gradients");
         Ok(())
     });
-    let merge = check_merge(&base, &lora).unwrap_or_else(|e| panic!("{name} merge: {e}"));
-    assert!(merge <= 1e-6, "{name}: merged weights differ from PEFT's merge_and_unload by {merge:e}");
+}
+
+/// The packed expert tensors as PEFT's `target_parameters` adapts them (nested ParamWrappers:
+/// `experts.base_layer.lora_*` for gate_up, `experts.lora_*` for down), beside q_proj; merged
+/// into the per-expert stored tensors.
+#[test]
+fn qwen3_moe_target_parameters_experts() {
+    check_fixture("qwen3_moe_experts", "qwen3_moe");
+}
+
+/// One targeted packed parameter (`gate_up_proj`: no nesting), merged into Mixtral's
+/// per-expert `w1`/`w3`.
+#[test]
+fn mixtral_target_parameters_gate_up() {
+    check_fixture("mixtral_experts", "mixtral");
 }
 
 macro_rules! lora_parity {
@@ -65,4 +86,33 @@ lora_parity! {
     hunyuan_v1_moe_router: "hunyuan_v1_moe" on "hunyuan_v1_moe",
     bert_encoder_query_key_value_dense: "bert" on "bert",
     roberta_encoder_all_linear: "roberta" on "roberta",
+}
+
+/// An adapter on packed experts saves as PEFT saved it: the same keys (nested `base_layer` for
+/// the first parameter of the experts module), shapes and values, and `target_parameters` in
+/// its config. (`VKFORMERS_KEEP_ADAPTER=DIR` keeps the saved folder, e.g. to load it in PEFT:
+/// `tools/parity/peft_reference.py --check-adapter DIR ...`.)
+#[test]
+fn qwen3_moe_target_parameters_adapter_saves_as_peft() {
+    use vkformers_models::lora::{attach, load_frozen, Adapter};
+    use vkformers_tensor::Graph;
+    let (base, lora) = (fixtures().join("fixtures/qwen3_moe"), fixtures().join("fixtures_lora/qwen3_moe_experts"));
+    on_every_device("lora target_parameters save", |ctx| {
+        let g = Graph::new(ctx);
+        let adapter = Adapter::load(&lora).unwrap();
+        let mut model = load_frozen(&g, &base, &[]).unwrap();
+        let params = attach(&g, &mut model, &adapter, 0).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = std::env::var_os("VKFORMERS_KEEP_ADAPTER").map_or(tmp.path().to_path_buf(), PathBuf::from);
+        params.save(&g, &dir).unwrap();
+        let back = Adapter::load(&dir).unwrap();
+        assert_eq!(back.config.target_parameters, adapter.config.target_parameters);
+        assert_eq!(back.tensors.keys().collect::<Vec<_>>(), adapter.tensors.keys().collect::<Vec<_>>());
+        assert!(back.tensors.keys().any(|k| k.ends_with("mlp.experts.base_layer.lora_A.weight")));
+        for (k, t) in &adapter.tensors {
+            let b = &back.tensors[k];
+            assert_eq!((&b.shape, &b.data), (&t.shape, &t.data), "{k}");
+        }
+        Ok(())
+    });
 }

@@ -44,3 +44,48 @@ fn grouped_matmul_matches_reference_with_gradients() {
         Ok(())
     });
 }
+
+/// `moe::grouped_linear` under bf16 autocast: x, W and the upstream gradient are read as bf16
+/// (the tensor-core storage of the dense products), f32 accumulation. Inputs are bf16 values
+/// already, so the f64 reference sees what the device reads and the f32 tolerance holds; the
+/// gradients reach the f32 tensors given.
+#[test]
+fn grouped_linear_under_bf16_autocast_matches_reference() {
+    use vkformers_kernels::testutil::storage::round;
+    use vkformers_tensor::DType;
+    let (tokens, experts, k, inp, out) = (9, 4, 2, 19, 11);
+    on_every_device("tensor moe grouped_linear bf16", |ctx| {
+        if vkformers_kernels::testutil::storage::unsupported(ctx, DType::BF16, "grouped_linear") {
+            return Ok(());
+        }
+        let mut rng = Rng::new(21);
+        let scores = rng.vec(tokens * experts, 1.0);
+        let xv = round(DType::BF16, &rng.vec(tokens * k * inp, 1.0));
+        let wv = round(DType::BF16, &rng.vec(experts * out * inp, 1.0));
+        let cv = round(DType::BF16, &rng.vec(tokens * k * out, 1.0));
+        let g = Graph::new(ctx);
+        g.set_autocast(Some(DType::BF16));
+        let choice = moe::topk(&g, &g.constant(&scores, &[tokens, experts])?, k)?;
+        let groups = moe::group(&g, &choice.ids, experts)?;
+        let (ids, ..) = reference::topk(&f64s(&scores), experts, k);
+        let slot_expert: Vec<usize> = reference::group(&ids, experts, k).2.iter().map(|&e| e as usize).collect();
+        let (x, w) = (g.parameter(&xv, &[tokens * k, inp])?, g.parameter(&wv, &[experts * out, inp])?);
+        let y = moe::grouped_linear(&g, &x, &w, &groups)?;
+        g.backward(&reduce::sum(&g, &broadcast::mul(&g, &y, &g.constant(&cv, &[tokens * k, out])?)?)?)?;
+        let (mut want, mut dx, mut dw) = (vec![0.0; cv.len()], vec![0.0; xv.len()], vec![0.0; wv.len()]);
+        for (s, &e) in slot_expert.iter().enumerate() {
+            for o in 0..out {
+                for i in 0..inp {
+                    let (xi, wi, yi) = (s * inp + i, (e * out + o) * inp + i, s * out + o);
+                    want[yi] += f64::from(xv[xi]) * f64::from(wv[wi]);
+                    dx[xi] += f64::from(cv[yi]) * f64::from(wv[wi]);
+                    dw[wi] += f64::from(xv[xi]) * f64::from(cv[yi]);
+                }
+            }
+        }
+        assert_close("y", &g.read(&y)?, &want, TOL_F32);
+        assert_close("dx", &g.read(&x.grad().expect("dx"))?, &dx, TOL_F32);
+        assert_close("dw", &g.read(&w.grad().expect("dw"))?, &dw, TOL_F32);
+        Ok(())
+    });
+}

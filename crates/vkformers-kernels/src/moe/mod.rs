@@ -3,12 +3,14 @@
 //! grouped expert products, forward and backward, with no per-expert host loop.
 //!
 //! Shapes: n tokens, E experts, k choices per token, S = n·k assignment slots sorted by expert.
-//! Index buffers are int32; data f32. A first, simple form (one invocation per output element);
-//! the tiled / cooperative-matrix grouped GEMM replaces `grouped_rows` and `grouped_wgrad` later.
+//! Index buffers are int32; data f32 (the grouped products also read f16/bf16, see [`grouped`]).
 
 pub mod clamped_swiglu;
+pub mod grouped;
 pub mod reference;
 pub mod sparsemixer;
+
+pub use grouped::{grouped_rows, grouped_wgrad, GroupTile, Storage};
 
 use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result};
 
@@ -80,46 +82,4 @@ pub fn group(
     rec.copy(sorted_offsets, offsets)?;
     let args = [read(ids), read(perm), write(slot_token), write(slot_expert), write(assign_slot)];
     rec.dispatch(kc, &[], &args, &params(&[slots, k]), groups_for(slots.into()))
-}
-
-/// `C [rows, cols] = A [rows, inner] ·_e op(B_e)` with `e = slot_expert[s]` per row; B
-/// `[E, cols, inner]` (`trans_b`, the nn.Linear layout) or `[E, inner, cols]`.
-#[allow(clippy::too_many_arguments)]
-pub fn grouped_rows(
-    rec: &mut Recorder,
-    a: BufferView<'_>,
-    b: BufferView<'_>,
-    c: BufferView<'_>,
-    slot_expert: BufferView<'_>,
-    (rows, inner, cols, experts): (usize, usize, usize, usize),
-    trans_b: bool,
-) -> Result<()> {
-    let kc = &code::MOE_GROUPED_ROWS;
-    expect_words(kc, "a", &a, count(kc, &[rows, inner])?.into())?;
-    expect_words(kc, "b", &b, count(kc, &[experts, inner, cols])?.into())?;
-    let n = count(kc, &[rows, cols])?;
-    expect_words(kc, "c", &c, n.into())?;
-    expect_words(kc, "slot_expert", &slot_expert, rows as u64)?;
-    let p = params(&[rows as u32, inner as u32, cols as u32, u32::from(trans_b)]);
-    rec.dispatch(kc, &[], &[read(a), read(b), write(c), read(slot_expert)], &p, groups_for(n.into()))
-}
-
-/// `D [E, li, rj]`: `D_e = L_eᵀ · R_e` over each expert's contiguous slots
-/// (`offsets [E + 1]`); L `[S, li]`, R `[S, rj]`. Overwrites D (zeros for an idle expert).
-pub fn grouped_wgrad(
-    rec: &mut Recorder,
-    l: BufferView<'_>,
-    r: BufferView<'_>,
-    d: BufferView<'_>,
-    offsets: BufferView<'_>,
-    (slots, li, rj, experts): (usize, usize, usize, usize),
-) -> Result<()> {
-    let kc = &code::MOE_GROUPED_WGRAD;
-    expect_words(kc, "l", &l, count(kc, &[slots, li])?.into())?;
-    expect_words(kc, "r", &r, count(kc, &[slots, rj])?.into())?;
-    let n = count(kc, &[experts, li, rj])?;
-    expect_words(kc, "d", &d, n.into())?;
-    expect_words(kc, "offsets", &offsets, experts as u64 + 1)?;
-    let p = params(&[experts as u32, li as u32, rj as u32]);
-    rec.dispatch(kc, &[], &[read(l), read(r), write(d), read(offsets)], &p, groups_for(n.into()))
 }

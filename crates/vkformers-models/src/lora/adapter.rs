@@ -11,6 +11,7 @@ use rand::{Rng, SeedableRng};
 use crate::error::{ModelError, Result};
 use crate::lora::config::{LoraConfig, Targets};
 use crate::lora::modules::LinearModule;
+use crate::moe::lora::ExpertParam;
 use crate::weights::HostTensor;
 
 /// File name of the adapter weights.
@@ -74,6 +75,41 @@ impl Adapter {
             tensors.insert(kb.clone(), HostTensor { name: kb, shape: vec![m.out_features, r], data: b });
         }
         Adapter { config, tensors }
+    }
+
+    /// PEFT's init of packed expert parameters' pairs (`ParamWrapper`: `A` an
+    /// `nn.Linear(in, E·r)` weight, kaiming-uniform, `B [out, E·r]` zero).
+    pub fn init_experts(&mut self, params: &[ExpertParam], seed: u64) {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x0065_7870_6572_7473);
+        let r = self.config.r;
+        for p in params {
+            let er = p.experts * r;
+            let bound = 1.0 / (p.in_features as f32).sqrt();
+            let a: Vec<f32> = (0..er * p.in_features).map(|_| rng.random_range(-bound..bound)).collect();
+            let (ka, kb) = (lora_key(&p.module, 'A'), lora_key(&p.module, 'B'));
+            self.tensors.insert(ka.clone(), HostTensor { name: ka, shape: vec![er, p.in_features], data: a });
+            let b = vec![0.0; p.out_features * er];
+            self.tensors.insert(kb.clone(), HostTensor { name: kb, shape: vec![p.out_features, er], data: b });
+        }
+    }
+
+    /// A packed expert parameter's `(A [E·r, in], B [out, E·r])`, checked against its shape.
+    pub fn expert_pair(&self, p: &ExpertParam) -> Result<(&HostTensor, &HostTensor)> {
+        let er = p.experts * self.config.r;
+        Ok((
+            self.get(lora_key(&p.module, 'A'), [er, p.in_features])?,
+            self.get(lora_key(&p.module, 'B'), [p.out_features, er])?,
+        ))
+    }
+
+    fn get(&self, k: String, shape: [usize; 2]) -> Result<&HostTensor> {
+        let t = self.tensors.get(&k).ok_or_else(|| {
+            ModelError::Weights(format!("adapter has no `{k}` (is it for another model or target_parameters?)"))
+        })?;
+        if t.shape != shape {
+            return Err(ModelError::Weights(format!("adapter `{k}` is {:?}, the model needs {shape:?}", t.shape)));
+        }
+        Ok(t)
     }
 
     /// A module's `(A, B)`, checked against its shape.

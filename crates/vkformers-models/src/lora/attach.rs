@@ -10,9 +10,10 @@ use vkformers_tensor::{Graph, Tensor};
 
 use crate::error::{ModelError, Result};
 use crate::lora::adapter::{lora_key, saved_key, Adapter};
-use crate::lora::config::LoraConfig;
+use crate::lora::config::{LoraConfig, Targets};
 use crate::lora::modules::{linear_modules, name_matches, targeted, LinearModule};
 use crate::model::Model;
+use crate::moe::lora::{b_from_device, b_to_device, expert_params, ExpertParam, ExpertTerm};
 use crate::weights::HostTensor;
 
 /// The LoRA term of one internal projection weight: `scale · dropout(x) Aᵀ Bᵀ`, with
@@ -33,6 +34,8 @@ pub struct Term {
 #[derive(Clone, Default)]
 pub struct Terms {
     map: HashMap<String, Term>,
+    /// Packed expert parameters' terms by internal tensor name (`target_parameters`).
+    experts: HashMap<String, ExpertTerm>,
     seed: u64,
     step: Cell<u64>,
 }
@@ -42,8 +45,13 @@ impl Terms {
         self.map.get(weight)
     }
 
+    /// The term of a packed expert stack (see `moe::lora::expert_weight`).
+    pub fn expert(&self, name: &str) -> Option<&ExpertTerm> {
+        self.experts.get(name)
+    }
+
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.map.is_empty() && self.experts.is_empty()
     }
 
     /// Selects the dropout masks of training step `step` (a pure function of seed, step and
@@ -86,6 +94,9 @@ pub struct LoraParams {
     b: Vec<Vec<Tensor>>,
     /// `modules_to_save` tensors by their stored (HF) name.
     saved: Vec<(String, Tensor)>,
+    /// Packed expert parameters (`target_parameters`) with their device `A [E·r, in]` and
+    /// `B [E·out, r]` (PEFT's B permuted, see `moe::lora::b_to_device`).
+    experts: Vec<(ExpertParam, Tensor, Tensor)>,
 }
 
 /// Splits the rows of `B [out, r]` as the module's weight rows split (see `MapEntry::groups`).
@@ -155,6 +166,11 @@ pub fn target_modules(model: &Model, config: &LoraConfig) -> Result<Vec<LinearMo
             )));
         }
     }
+    // Only packed expert parameters adapted: no module needs to match.
+    let none = matches!(&config.target_modules, Targets::Names(n) if n.is_empty());
+    if none && !config.target_parameters.is_empty() {
+        return Ok(Vec::new());
+    }
     let out = targeted(&all, &config.target_modules)?;
     crate::moe::lora::refuse_parameter_targets(&model.spec, &config.target_modules, &out)?;
     Ok(out)
@@ -167,7 +183,10 @@ pub fn new_adapter(model: &Model, mut config: LoraConfig, seed: u64) -> Result<A
     }
     let modules = target_modules(model, &config)?;
     config.fan_in_fan_out = modules.iter().any(|m| m.conv1d);
-    Ok(Adapter::init(config, &modules, seed))
+    let experts = expert_params(&model.spec, &model.weights, &config.target_parameters)?;
+    let mut adapter = Adapter::init(config, &modules, seed);
+    adapter.init_experts(&experts, seed);
+    Ok(adapter)
 }
 
 /// Puts `adapter` on the device and into `model`'s forward: every targeted projection adds its
@@ -177,7 +196,7 @@ pub fn attach(g: &Graph<'_>, model: &mut Model, adapter: &Adapter, seed: u64) ->
     let modules = target_modules(model, &config)?;
     check_all_used(model, adapter, &modules)?;
     let (r, scale) = (config.r, config.scale());
-    let mut terms = Terms { map: HashMap::new(), seed, step: Cell::new(0) };
+    let mut terms = Terms { map: HashMap::new(), experts: HashMap::new(), seed, step: Cell::new(0) };
     let (mut a_all, mut b_all) = (Vec::new(), Vec::new());
     for (mi, m) in modules.iter().enumerate() {
         let (a, b) = adapter.pair(m)?;
@@ -192,9 +211,37 @@ pub fn attach(g: &Graph<'_>, model: &mut Model, adapter: &Adapter, seed: u64) ->
         a_all.push(a);
         b_all.push(parts);
     }
+    let experts = attach_experts(g, model, adapter, &mut terms)?;
     let saved = attach_saved(g, model, adapter)?;
     model.weights.set_lora(terms);
-    Ok(LoraParams { config, modules, a: a_all, b: b_all, saved })
+    Ok(LoraParams { config, modules, a: a_all, b: b_all, saved, experts })
+}
+
+/// The packed expert parameters' pairs on the device, their terms in `terms`.
+fn attach_experts(
+    g: &Graph<'_>,
+    model: &Model,
+    adapter: &Adapter,
+    terms: &mut Terms,
+) -> Result<Vec<(ExpertParam, Tensor, Tensor)>> {
+    let config = &adapter.config;
+    let params = expert_params(&model.spec, &model.weights, &config.target_parameters)?;
+    if !params.is_empty() && config.lora_dropout > 0.0 {
+        return Err(ModelError::Unsupported(
+            "lora_dropout with target_parameters (PEFT's ParamWrapper refuses it too)".into(),
+        ));
+    }
+    let mut out = Vec::new();
+    for p in params {
+        let (a, b) = adapter.expert_pair(&p)?;
+        let a = g.parameter(&a.data, &a.shape)?;
+        let dims = (p.experts, p.out_features, config.r);
+        let b = g.parameter(&b_to_device(&b.data, dims), &[p.experts * p.out_features, config.r])?;
+        let term = ExpertTerm { a: a.clone(), b: b.clone(), scale: config.scale(), experts: p.experts };
+        terms.experts.insert(p.name.clone(), term);
+        out.push((p, a, b));
+    }
+    Ok(out)
 }
 
 /// Refuses an adapter holding tensors that no targeted module or `modules_to_save` tensor of
@@ -276,6 +323,10 @@ impl LoraParams {
                 v.push((name, b.clone(), true));
             }
         }
+        for (p, a, b) in &self.experts {
+            v.push((lora_key(&p.module, 'A'), a.clone(), true));
+            v.push((lora_key(&p.module, 'B'), b.clone(), true));
+        }
         v.extend(self.saved.iter().map(|(n, t)| (saved_key(n), t.clone(), !n.ends_with("bias"))));
         v
     }
@@ -301,6 +352,13 @@ impl LoraParams {
             out.push(HostTensor { name: ka.clone(), shape: vec![r, m.in_features], data: read(a, &ka)? });
             let parts = bs.iter().map(|b| read(b, &kb)).collect::<Result<Vec<_>>>()?;
             out.push(HostTensor { name: kb, shape: vec![m.out_features, r], data: join_rows(m, &parts) });
+        }
+        for (p, a, b) in &self.experts {
+            let (ka, kb) = (lora_key(&p.module, 'A'), lora_key(&p.module, 'B'));
+            let er = p.experts * r;
+            out.push(HostTensor { name: ka.clone(), shape: vec![er, p.in_features], data: read(a, &ka)? });
+            let data = b_from_device(&read(b, &kb)?, (p.experts, p.out_features, r));
+            out.push(HostTensor { name: kb, shape: vec![p.out_features, er], data });
         }
         for (name, t) in &self.saved {
             let key = saved_key(name);

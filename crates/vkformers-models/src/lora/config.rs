@@ -41,6 +41,10 @@ pub struct LoraConfig {
     pub lora_alpha: f64,
     pub lora_dropout: f32,
     pub target_modules: Targets,
+    /// Parameters adapted directly (PEFT's `target_parameters`): the packed expert tensors of an
+    /// MoE layer, e.g. `experts.gate_up_proj`; a parameter matches when its full name equals an
+    /// entry or ends with `.entry`.
+    pub target_parameters: Vec<String>,
     /// Scale `alpha / sqrt(r)` (rsLoRA) instead of `alpha / r`.
     pub use_rslora: bool,
     /// Modules trained in full and saved whole next to the LoRA pairs.
@@ -60,6 +64,7 @@ impl LoraConfig {
             lora_alpha,
             lora_dropout: 0.0,
             target_modules,
+            target_parameters: Vec::new(),
             use_rslora: false,
             modules_to_save: Vec::new(),
             fan_in_fan_out: false,
@@ -106,6 +111,14 @@ impl LoraConfig {
             ),
             _ => return Err("target_modules is missing; give the module names (e.g. [\"q_proj\", \"v_proj\"])".into()),
         };
+        let target_parameters = match v.get("target_parameters") {
+            Some(Value::Array(a)) => a
+                .iter()
+                .map(|x| x.as_str().map(str::to_string).ok_or("target_parameters must hold strings"))
+                .collect::<std::result::Result<_, _>>()?,
+            None | Some(Value::Null) => Vec::new(),
+            Some(_) => return Err("target_parameters must be a list of parameter names".into()),
+        };
         let modules_to_save = match v.get("modules_to_save") {
             Some(Value::Array(a)) => a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect(),
             _ => Vec::new(),
@@ -115,6 +128,7 @@ impl LoraConfig {
             lora_alpha: v.get("lora_alpha").and_then(Value::as_f64).unwrap_or(8.0),
             lora_dropout: v.get("lora_dropout").and_then(Value::as_f64).unwrap_or(0.0) as f32,
             target_modules,
+            target_parameters,
             use_rslora: v.get("use_rslora").and_then(Value::as_bool).unwrap_or(false),
             modules_to_save,
             fan_in_fan_out: v.get("fan_in_fan_out").and_then(Value::as_bool).unwrap_or(false),
@@ -156,6 +170,14 @@ impl LoraConfig {
         m.insert("r".into(), json!(self.r));
         m.insert("rank_pattern".into(), json!({}));
         m.insert("target_modules".into(), targets);
+        let params = if self.target_parameters.is_empty() {
+            Value::Null
+        } else {
+            let mut p = self.target_parameters.clone();
+            p.sort();
+            json!(p)
+        };
+        m.insert("target_parameters".into(), params);
         m.insert("task_type".into(), json!(self.task_type));
         m.insert("use_dora".into(), json!(false));
         m.insert("use_rslora".into(), json!(self.use_rslora));

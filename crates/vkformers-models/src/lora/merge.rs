@@ -1,9 +1,10 @@
 //! Folding an adapter into the base weights on the host (`vkformers merge-lora`), as PEFT's
 //! `merge_and_unload`: `W' = W + scale · B A` for a weight stored `[out, in]`, and
-//! `W' = W + scale · (B A)ᵀ` for a Conv1D weight stored `[in, out]`; `modules_to_save`
-//! tensors replace the base's. No device is needed.
+//! `W' = W + scale · (B A)ᵀ` for a Conv1D weight stored `[in, out]`; packed expert parameters
+//! (`target_parameters`) get `scale · B_e A_e` per expert, in the packed or per-expert stored
+//! tensors; `modules_to_save` tensors replace the base's. No device is needed.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 
 use vkformers_io::{ModelWeights, SaveTensor};
@@ -11,6 +12,7 @@ use vkformers_io::{ModelWeights, SaveTensor};
 use crate::archs::spec_from_config;
 use crate::error::{ModelError, Result};
 use crate::lora::adapter::{lora_key, saved_key, Adapter};
+use crate::moe::lora::{expert_delta, expert_params_of_spec};
 
 fn io(e: vkformers_io::IoError) -> ModelError {
     ModelError::Weights(e.to_string())
@@ -33,12 +35,25 @@ pub fn merged_tensors(model_dir: &Path, adapter: &Adapter) -> Result<Vec<(vkform
     let config = vkformers_io::read_json(model_dir.join("config.json")).map_err(io)?;
     let spec = spec_from_config(&config)?;
     let file = ModelWeights::open(model_dir).map_err(io)?;
+    let stored: BTreeSet<String> = file.tensors().into_iter().map(|t| t.name).collect();
+    let (mut expert_deltas, expert_keys) = expert_deltas(&spec, adapter, &stored)?;
     let r = adapter.config.r;
     let scale = adapter.config.scale() as f64;
-    let mut used = BTreeSet::new();
+    let mut used: BTreeSet<String> = expert_keys.into_iter().collect();
     let mut out = Vec::new();
     for info in file.tensors() {
         let mut data = file.tensor_f32(&info.name).map_err(io)?;
+        if let Some(d) = expert_deltas.remove(&info.name) {
+            if d.len() != data.len() {
+                return Err(ModelError::Weights(format!(
+                    "`{}`: {} values, its expert delta {}",
+                    info.name,
+                    data.len(),
+                    d.len()
+                )));
+            }
+            data.iter_mut().zip(d).for_each(|(w, d)| *w = (f64::from(*w) + d) as f32);
+        }
         if let Some(t) = adapter.tensors.get(&saved_key(&info.name)) {
             data.clone_from(&t.data);
             used.insert(t.name.clone());
@@ -61,6 +76,9 @@ pub fn merged_tensors(model_dir: &Path, adapter: &Adapter) -> Result<Vec<(vkform
             }
         }
         out.push((info, data));
+    }
+    if let Some(name) = expert_deltas.keys().next() {
+        return Err(ModelError::Weights(format!("expert tensor `{name}` not found in {}", model_dir.display())));
     }
     if let Some(unused) = adapter.tensors.keys().find(|k| !used.contains(*k)) {
         return Err(ModelError::Weights(format!(
@@ -89,4 +107,38 @@ pub fn merge_to_folder(model_dir: &Path, adapter_dir: &Path, out_dir: &Path) -> 
     vkformers_io::write_json_atomic(out_dir.join("config.json"), &config).map_err(io)?;
     vkformers_io::copy_tokenizer_files(model_dir, out_dir).map_err(io)?;
     Ok(adapter.tensors.len())
+}
+
+/// Deltas to add to stored tensors, by stored name.
+type Deltas = HashMap<String, Vec<f64>>;
+
+/// The deltas of the packed expert parameters an adapter targets, by stored tensor name (the
+/// packed tensor itself, or each per-expert tensor of its join: the stack's rows in part order),
+/// and the adapter keys they use.
+fn expert_deltas(
+    spec: &crate::spec::ModelSpec,
+    adapter: &Adapter,
+    stored: &BTreeSet<String>,
+) -> Result<(Deltas, Vec<String>)> {
+    let (r, scale) = (adapter.config.r, f64::from(adapter.config.scale()));
+    let mut out = HashMap::new();
+    let mut keys = Vec::new();
+    for p in expert_params_of_spec(spec, &adapter.config.target_parameters)? {
+        let (a, b) = adapter.expert_pair(&p)?;
+        let delta = expert_delta(&p, &a.data, &b.data, r, scale);
+        keys.extend([lora_key(&p.module, 'A'), lora_key(&p.module, 'B')]);
+        match spec.joins.iter().find(|j| j.internal == p.name && !stored.contains(&p.name)) {
+            // Per-expert stored tensors stacked in order: equal row blocks.
+            Some(j) => {
+                let n = delta.len() / j.parts.len();
+                for (k, part) in j.parts.iter().enumerate() {
+                    out.insert(part.clone(), delta[k * n..(k + 1) * n].to_vec());
+                }
+            }
+            None => {
+                out.insert(p.name.clone(), delta);
+            }
+        }
+    }
+    Ok((out, keys))
 }

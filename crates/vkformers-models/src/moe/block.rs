@@ -83,7 +83,9 @@ pub(crate) fn block(
 /// packed (or separate gate and up) stacks, the down stack as stored or transposed.
 fn experts(g: &Graph<'_>, w: &Weights, m: &MoeSpec, i: usize, xs: &Tensor, groups: &moe::Groups) -> Result<Tensor> {
     let names = &m.names;
-    let gate_up = moe::grouped_linear(g, xs, w.get(&layer_name(&names.gate_up, i))?, groups)?;
+    // A packed parameter an adapter targets comes with its LoRA delta (target_parameters).
+    let stack = |name: &str| super::lora::expert_weight(g, w, &layer_name(name, i));
+    let gate_up = moe::grouped_linear(g, xs, &stack(&names.gate_up)?, groups)?;
     let act = match &names.up {
         Some(up) => {
             let up = moe::grouped_linear(g, xs, w.get(&layer_name(up, i))?, groups)?;
@@ -91,11 +93,11 @@ fn experts(g: &Graph<'_>, w: &Weights, m: &MoeSpec, i: usize, xs: &Tensor, group
         }
         None => glu::glu_fused(g, &gate_up, m.glu)?,
     };
-    let down = w.get(&layer_name(&names.down, i))?;
+    let down = stack(&names.down)?;
     Ok(if m.down_transposed {
-        moe::grouped_matmul(g, &act, down, groups)?
+        moe::grouped_matmul(g, &act, &down, groups)?
     } else {
-        moe::grouped_linear(g, &act, down, groups)?
+        moe::grouped_linear(g, &act, &down, groups)?
     })
 }
 

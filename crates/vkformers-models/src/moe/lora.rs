@@ -1,13 +1,17 @@
-//! Which LoRA targets an MoE model takes. Since transformers 5 packs the experts, PEFT rewrites
-//! the names it used for expert projections and routers (`w1`/`w2`/`w3`, `gate_proj`/`up_proj`/
-//! `down_proj`, `gate`) into `target_parameters` on the packed tensors, for every module of
-//! those names (the shared expert's and a dense layer's MLP too). LoRA on packed parameters is not
-//! here yet, so such targets are refused rather than adapted differently; other Linear modules
-//! (attention, Hunyuan's router `gate.wg`, Qwen2-MoE's `shared_expert_gate`, ...) are adapted.
+//! Which LoRA targets an MoE model takes, and LoRA on the packed expert parameters themselves.
+//!
+//! Since transformers 5 packs the experts, PEFT rewrites the module names it used for expert
+//! projections and routers (`w1`/`w2`/`w3`, `gate_proj`/`up_proj`/`down_proj`, `gate`) in
+//! `target_modules` into parameter targets on the packed tensors, for every module of those
+//! names (the shared expert's and a dense layer's MLP too); such module targets are refused
+//! rather than adapted differently. Other Linear modules (attention, Hunyuan's router `gate.wg`,
+//! Qwen2-MoE's `shared_expert_gate`, ...) are adapted. The packed expert tensors are adapted when
+//! named in `target_parameters` (`experts.gate_up_proj`, `experts.down_proj`), as PEFT's
+//! `ParamWrapper` does ([`ExpertParam`], [`expert_weight`]).
 
 use crate::error::{ModelError, Result};
 use crate::lora::{LinearModule, Targets};
-use crate::spec::{MlpSpec, ModelSpec};
+use crate::spec::{layer_name, MlpSpec, ModelSpec};
 
 /// The module names PEFT turns into expert or router parameter targets.
 const PARAMETER_TARGETS: [&str; 7] = ["w1", "w2", "w3", "gate", "gate_proj", "up_proj", "down_proj"];
@@ -31,7 +35,171 @@ pub fn refuse_parameter_targets(spec: &ModelSpec, targets: &Targets, matched: &[
         None => Ok(()),
         Some(n) => Err(ModelError::Unsupported(format!(
             "LoRA target `{n}` on an MoE model: PEFT adapts it as the packed experts' or router's parameters \
-             (target_parameters), which is not supported yet; target attention or other modules"
+             (target_parameters), which vkformers does not rewrite; name the packed tensors in target_parameters \
+             (`experts.gate_up_proj`, `experts.down_proj`) or target attention or other modules"
         ))),
     }
+}
+
+/// One packed expert parameter an adapter targets (PEFT's `target_parameters`): the in-memory
+/// tensor `name` (`model.layers.{i}.mlp.experts.gate_up_proj`, held `[E·out, in]`, PEFT's
+/// `[E, out, in]`), and the PEFT module path its LoRA pair is saved under (the experts module,
+/// with one `.base_layer` per parameter of that module wrapped after it: PEFT nests one
+/// `ParamWrapper` per parameter, the first parameter innermost).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExpertParam {
+    pub name: String,
+    pub module: String,
+    pub experts: usize,
+    pub out_features: usize,
+    pub in_features: usize,
+}
+
+/// Whether the full parameter name `param` matches a `target_parameters` entry (PEFT: equal, or
+/// ending with `.entry`).
+fn param_matches(param: &str, targets: &[String]) -> bool {
+    targets.iter().any(|t| param == t || param.ends_with(&format!(".{t}")))
+}
+
+/// The packed expert parameters `targets` selects, layer by layer in PEFT's order (each experts
+/// module's parameters as transformers declares them: gate_up, then down). An error when a
+/// target matches nothing, or matches a layout this LoRA does not take (gpt-oss's in-out
+/// biased experts, separate up stacks, a transposed down stack).
+pub fn expert_params(spec: &ModelSpec, w: &crate::decoder::Weights, targets: &[String]) -> Result<Vec<ExpertParam>> {
+    expert_params_by(spec, targets, &|name: &str| w.get(name).map(|t| (t.rows(), t.last_dim())))
+}
+
+/// [`expert_params`] from the spec alone (no loaded weights: the host merge).
+pub fn expert_params_of_spec(spec: &ModelSpec, targets: &[String]) -> Result<Vec<ExpertParam>> {
+    let shapes: std::collections::HashMap<String, Vec<usize>> = spec
+        .layers
+        .iter()
+        .enumerate()
+        .filter_map(|(i, l)| if let MlpSpec::Moe(m) = &l.mlp { Some(m.params(i, spec.hidden)) } else { None })
+        .flatten()
+        .collect();
+    expert_params_by(spec, targets, &|name: &str| {
+        let s = shapes.get(name).ok_or_else(|| ModelError::Weights(format!("no expert stack `{name}`")))?;
+        let inp = *s.last().unwrap_or(&0);
+        Ok((s.iter().product::<usize>() / inp.max(1), inp))
+    })
+}
+
+/// [`expert_params`] with the `(rows, in)` of each stack from `shape_of`.
+fn expert_params_by(
+    spec: &ModelSpec,
+    targets: &[String],
+    shape_of: &dyn Fn(&str) -> Result<(usize, usize)>,
+) -> Result<Vec<ExpertParam>> {
+    let mut out = Vec::new();
+    if targets.is_empty() {
+        return Ok(out);
+    }
+    for (i, l) in spec.layers.iter().enumerate() {
+        let MlpSpec::Moe(m) = &l.mlp else { continue };
+        let (gate_up, down) = (layer_name(&m.names.gate_up, i), layer_name(&m.names.down, i));
+        let hit: Vec<&String> = [&gate_up, &down].into_iter().filter(|n| param_matches(n, targets)).collect();
+        if hit.is_empty() {
+            continue;
+        }
+        if m.biased.is_some() || m.names.up.is_some() || m.down_transposed {
+            return Err(ModelError::Unsupported(format!(
+                "LoRA target_parameters on `{}`: this model's experts are not stored [E, out, in] \
+                 (in-out, biased or split stacks); only that layout is supported",
+                hit[0]
+            )));
+        }
+        for (j, name) in hit.iter().enumerate() {
+            let (module, _) = name.rsplit_once('.').unwrap_or((name.as_str(), ""));
+            let module = format!("{module}{}", ".base_layer".repeat(hit.len() - 1 - j));
+            let (rows, inp) = shape_of(name)?;
+            out.push(ExpertParam {
+                name: (*name).clone(),
+                module,
+                experts: m.experts,
+                out_features: rows / m.experts,
+                in_features: inp,
+            });
+        }
+    }
+    if out.is_empty() {
+        return Err(ModelError::Config(format!(
+            "target_parameters {targets:?} match no packed expert parameter of this model \
+             (they are named like `experts.gate_up_proj`, `experts.down_proj`)"
+        )));
+    }
+    Ok(out)
+}
+
+/// PEFT's `lora_B [out, E·r]` (expert e's column j at `j·E + e`) as the device's `[E·out, r]`
+/// (expert e's `B_e [out, r]` a row block), and back.
+pub fn b_to_device(b: &[f32], (experts, out, r): (usize, usize, usize)) -> Vec<f32> {
+    let mut d = vec![0.0; b.len()];
+    for e in 0..experts {
+        for o in 0..out {
+            for j in 0..r {
+                d[(e * out + o) * r + j] = b[o * r * experts + j * experts + e];
+            }
+        }
+    }
+    d
+}
+
+/// The inverse of [`b_to_device`].
+pub fn b_from_device(d: &[f32], (experts, out, r): (usize, usize, usize)) -> Vec<f32> {
+    let mut b = vec![0.0; d.len()];
+    for e in 0..experts {
+        for o in 0..out {
+            for j in 0..r {
+                b[o * r * experts + j * experts + e] = d[(e * out + o) * r + j];
+            }
+        }
+    }
+    b
+}
+
+/// The LoRA term of a packed expert parameter on the device: `A [E·r, in]` (PEFT's layout:
+/// expert e's `A_e [r, in]` a row block) and `B [E·out, r]` ([`b_to_device`]).
+#[derive(Clone)]
+pub struct ExpertTerm {
+    pub a: vkformers_tensor::Tensor,
+    pub b: vkformers_tensor::Tensor,
+    pub scale: f32,
+    pub experts: usize,
+}
+
+/// The expert stack `name` `[E·out, in]` with its LoRA delta when the adapter has one, as PEFT's
+/// `ParamWrapper` forms it: `W'_e = W_e + scale · B_e A_e` (a batched `[E, out, r] · [E, r, in]`),
+/// so the grouped products, and their gradients to A and B, see the adapted weight.
+pub fn expert_weight(
+    g: &vkformers_tensor::Graph<'_>,
+    w: &crate::decoder::Weights,
+    name: &str,
+) -> Result<vkformers_tensor::Tensor> {
+    use vkformers_tensor::ops::{broadcast, matmul, shape};
+    let base = w.get(name)?;
+    let Some(t) = w.lora().expert(name) else { return Ok(base.clone()) };
+    let (e, inp) = (t.experts, base.last_dim());
+    let (out, r) = (base.rows() / e, t.a.rows() / e);
+    let a = shape::reshape(g, &t.a, &[e, r, inp])?;
+    let b = shape::reshape(g, &t.b, &[e, out, r])?;
+    let delta = shape::reshape(g, &matmul::matmul(g, &b, &a)?, &[e * out, inp])?;
+    Ok(broadcast::add(g, base, &broadcast::scale(g, &delta, t.scale)?)?)
+}
+
+/// `scale · B_e A_e` of every expert as the stack `[E·out, in]` (f64), from PEFT's `A [E·r, in]`
+/// and `B [out, E·r]` (host merge: `W' = W + delta`, as PEFT's `ParamWrapper.merge`).
+pub fn expert_delta(p: &ExpertParam, a: &[f32], b: &[f32], r: usize, scale: f64) -> Vec<f64> {
+    let (e_n, out, inp) = (p.experts, p.out_features, p.in_features);
+    let mut d = vec![0.0; e_n * out * inp];
+    for e in 0..e_n {
+        for o in 0..out {
+            for i in 0..inp {
+                let s: f64 =
+                    (0..r).map(|j| f64::from(b[o * r * e_n + j * e_n + e]) * f64::from(a[(e * r + j) * inp + i])).sum();
+                d[(e * out + o) * inp + i] = scale * s;
+            }
+        }
+    }
+    d
 }

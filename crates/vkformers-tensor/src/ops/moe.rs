@@ -7,9 +7,10 @@
 //! each slot. Backward: `dx = dy ·_e W_e` (the same kernel, W untransposed) and
 //! `dW_e = dy_eᵀ · x_e` over each expert's contiguous slots.
 
-use vkformers_kernels::moe as k;
+use vkformers_kernels::moe::{self as k, GroupTile, Storage};
 
-use crate::{Graph, Result, Tensor, VkError};
+use super::cast::{autocast_copy, narrow};
+use crate::{DType, Graph, Result, Tensor, VkError};
 
 fn err(message: String) -> VkError {
     VkError::Kernel { kernel: "tensor moe".into(), message }
@@ -91,7 +92,10 @@ pub fn grouped_matmul(g: &Graph<'_>, x: &Tensor, w: &Tensor, groups: &Groups) ->
 /// The product of `grouped_linear` (`linear`: W_e stored `[out, in]`) or `grouped_matmul` (W_e
 /// stored `[in, out]`) on `dims = (S, in, out, E)`, and its backward: `dx = dy ·_e op(W_e)ᵀ`
 /// (the kernel with the other transpose) and `dW_e` = `dy_eᵀ · x_e` (`[out, in]`) or
-/// `x_eᵀ · dy_e` (`[in, out]`).
+/// `x_eᵀ · dy_e` (`[in, out]`). Operands are read in the storage type the dense products use
+/// (`product_dtype`: the autocast type, else a 16-bit operand's type, else f32; 16-bit copies
+/// through `autocast_copy`, so gradients are with respect to the tensors given); y and the
+/// f32 products are f32, a 16-bit operand's gradient is rounded to its type.
 fn grouped(
     g: &Graph<'_>,
     x: &Tensor,
@@ -101,32 +105,39 @@ fn grouped(
     linear: bool,
 ) -> Result<Tensor> {
     let (slots, inp, out, e) = dims;
-    let y = g.output(&[slots, out], &[x, w])?;
-    g.record(|rec| k::grouped_rows(rec, x.view(), w.view(), y.view(), groups.expert.view(), dims, linear))?;
-    let (sx, sw, expert, offsets) = (x.clone(), w.clone(), groups.expert.clone(), groups.offsets.clone());
+    let dt = product_dtype(g, x, w)?;
+    let (x16, w16) = (autocast_copy(g, x, dt)?, autocast_copy(g, w, dt)?);
+    let y = g.output_as(&[slots, out], DType::F32, &[x, w])?;
+    let st = Storage::both(dt);
+    let (xv, wv, yv) = (x16.view(), w16.view(), y.view());
+    g.record(|rec| k::grouped_rows(rec, (xv, wv, yv), groups.offsets.view(), dims, linear, st, GroupTile::Auto))?;
+    let offsets = groups.offsets.clone();
+    let (xt, wt) = ((x.shape().to_vec(), x.dtype()), (w.shape().to_vec(), w.dtype()));
     let need = [x.requires_grad(), w.requires_grad()];
     g.push_node(
         &y,
         vec![x.clone(), w.clone()],
         Box::new(move |g, dy| {
+            let dy16 = narrow(g, dy, dt)?;
             let dx = if need[0] {
-                let dx = g.empty(sx.shape())?;
+                let dx = g.empty(&xt.0)?;
                 let back = (slots, out, inp, e);
-                g.record(|rec| k::grouped_rows(rec, dy.view(), sw.view(), dx.view(), expert.view(), back, !linear))?;
-                Some(dx)
+                let bufs = (dy16.view(), w16.view(), dx.view());
+                g.record(|rec| k::grouped_rows(rec, bufs, offsets.view(), back, !linear, st, GroupTile::Auto))?;
+                Some(as_type(g, dx, xt.1)?)
             } else {
                 None
             };
             let dw = if need[1] {
-                let dw = g.empty(sw.shape())?;
-                g.record(|rec| {
-                    if linear {
-                        k::grouped_wgrad(rec, dy.view(), sx.view(), dw.view(), offsets.view(), (slots, out, inp, e))
-                    } else {
-                        k::grouped_wgrad(rec, sx.view(), dy.view(), dw.view(), offsets.view(), (slots, inp, out, e))
-                    }
-                })?;
-                Some(dw)
+                let dw = g.empty(&wt.0)?;
+                // dW_e = dy_eᵀ · x_e ([out, in]) or x_eᵀ · dy_e ([in, out]).
+                let (l, r, wd) = if linear {
+                    (dy16.view(), x16.view(), (slots, out, inp, e))
+                } else {
+                    (x16.view(), dy16.view(), (slots, inp, out, e))
+                };
+                g.record(|rec| k::grouped_wgrad(rec, (l, r, dw.view()), offsets.view(), wd, st, GroupTile::Auto))?;
+                Some(as_type(g, dw, wt.1)?)
             } else {
                 None
             };
@@ -134,4 +145,23 @@ fn grouped(
         }),
     );
     Ok(y)
+}
+
+/// The storage type of a grouped product, as the dense products choose it: the autocast type
+/// when mixed precision is on, else the 16-bit type of a 16-bit operand, else f32.
+fn product_dtype(g: &Graph<'_>, x: &Tensor, w: &Tensor) -> Result<DType> {
+    let half = [x.dtype(), w.dtype()].into_iter().find(|d| *d != DType::F32);
+    let dt = g.autocast().or(half).unwrap_or(DType::F32);
+    if [x, w].iter().any(|t| t.dtype() != DType::F32 && t.dtype() != dt) {
+        return Err(err(format!("grouped product of {:?} and {:?} (16-bit types differ)", x.dtype(), w.dtype())));
+    }
+    Ok(dt)
+}
+
+/// An f32 gradient as the gradient of an operand stored as `dt`.
+fn as_type(g: &Graph<'_>, wide: Tensor, dt: DType) -> Result<Tensor> {
+    if dt == DType::F32 {
+        return Ok(wide);
+    }
+    narrow(g, &wide, dt)
 }
