@@ -194,7 +194,8 @@ pub fn new_adapter(model: &Model, mut config: LoraConfig, seed: u64) -> Result<A
 pub fn attach(g: &Graph<'_>, model: &mut Model, adapter: &Adapter, seed: u64) -> Result<LoraParams> {
     let config = adapter.config.clone();
     let modules = target_modules(model, &config)?;
-    check_all_used(model, adapter, &modules)?;
+    let experts = expert_params(&model.spec, &model.weights, &adapter.config.target_parameters)?;
+    check_all_used(model, adapter, &modules, &experts)?;
     let (r, scale) = (config.r, config.scale());
     let mut terms = Terms { map: HashMap::new(), experts: HashMap::new(), seed, step: Cell::new(0) };
     let (mut a_all, mut b_all) = (Vec::new(), Vec::new());
@@ -244,13 +245,15 @@ fn attach_experts(
     Ok(out)
 }
 
-/// Refuses an adapter holding tensors that no targeted module or `modules_to_save` tensor of
-/// `model` reads: they would be dropped silently, and the model would run without part of the
-/// adapter (trained for another model, another `target_modules`, or a PEFT variant such as DoRA's
-/// magnitudes or LoRA on embeddings that is not supported).
-fn check_all_used(model: &Model, adapter: &Adapter, modules: &[LinearModule]) -> Result<()> {
+/// Refuses an adapter holding tensors that no targeted module, packed expert parameter
+/// (`target_parameters`) or `modules_to_save` tensor of `model` reads: they would be dropped
+/// silently, and the model would run without part of the adapter (trained for another model,
+/// another `target_modules`, or a PEFT variant such as DoRA's magnitudes or LoRA on embeddings
+/// that is not supported).
+fn check_all_used(model: &Model, adapter: &Adapter, modules: &[LinearModule], experts: &[ExpertParam]) -> Result<()> {
+    let names = modules.iter().map(|m| &m.name).chain(experts.iter().map(|p| &p.module));
     let mut read: std::collections::HashSet<String> =
-        modules.iter().flat_map(|m| [lora_key(&m.name, 'A'), lora_key(&m.name, 'B')]).collect();
+        names.flat_map(|n| [lora_key(n, 'A'), lora_key(n, 'B')]).collect();
     let saved = &adapter.config.modules_to_save;
     read.extend(model.hf_names.iter().filter(|n| is_saved_module(saved, n)).map(|n| saved_key(n)));
     let unused: Vec<&str> = adapter.tensors.keys().filter(|k| !read.contains(*k)).map(String::as_str).collect();
