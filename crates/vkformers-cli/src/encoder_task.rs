@@ -70,18 +70,21 @@ pub fn task_config(dir: &Path, task: Task, num_labels: Option<usize>) -> anyhow:
 
 /// The model of `dir` for `task`: loaded as it is when its head is that task's, else with the
 /// new head drawn from `seed` (printing what was drawn and left out, as transformers warns).
+/// Only the tensors `trainable` accepts are parameters (`|_| true` to train in full; LoRA's
+/// `modules_to_save` for a frozen base).
 pub fn load_for_task(
     g: &Graph<'_>,
     dir: &Path,
     task: Task,
     num_labels: Option<usize>,
     seed: u64,
+    trainable: &dyn Fn(&str) -> bool,
 ) -> anyhow::Result<Model> {
     let (config, new_head) = task_config(dir, task, num_labels)?;
     if !new_head {
-        return Model::load(g, dir).with_context(|| format!("loading {}", dir.display()));
+        return Model::load_with_trainable(g, dir, trainable).with_context(|| format!("loading {}", dir.display()));
     }
-    let (model, drawn, left_out) = Model::load_with_new_head(g, dir, config, seed)
+    let (model, drawn, left_out) = Model::load_with_new_head(g, dir, config, seed, trainable)
         .with_context(|| format!("loading {} with a new {task:?} head", dir.display()))?;
     let arch = model.config["architectures"][0].as_str().unwrap_or_default().to_string();
     eprintln!("{arch}: newly initialised (train them on the task): {}", drawn.join(", "));

@@ -76,6 +76,49 @@ fn two_sequence_classification_steps_equal_the_transformers_trainer() {
     assert_eq!(config["architectures"][0], "BertForSequenceClassification");
 }
 
+/// LoRA on a sequence classifier as PEFT's SEQ_CLS wrapper trains it (query/value pairs, the
+/// `classifier` trained in full and saved whole): from the reference's starting adapter, two
+/// steps equal PEFT + the Trainer's. (`encoder_train_reference.py --check-lora OUT` loads the
+/// written folder in PEFT and checks its logits.)
+#[test]
+fn two_lora_sequence_classification_steps_equal_peft_and_the_trainer() {
+    let out = tempfile::tempdir().unwrap();
+    let rows = refs().join("cls_rows.jsonl").display().to_string();
+    let refs = refs().join("bert_seqcls_lora");
+    let init = refs.join("init").display().to_string();
+    common::trainer_parity::run_two_steps(
+        "finetune",
+        &fixture("bert_seqcls"),
+        &rows,
+        out.path(),
+        &["--adapter", &init],
+    );
+    let adapter = out.path().join("adapter_model.safetensors");
+    check_two_step_weights("bert_seqcls LoRA", &refs, &adapter, None);
+    check_step_losses(out.path(), &json(&refs.join("lora.json")), "bert_seqcls LoRA");
+    let config = json(&out.path().join("adapter_config.json"));
+    assert_eq!(config["task_type"], "SEQ_CLS");
+    assert_eq!(config["modules_to_save"], serde_json::json!(["classifier", "score"]));
+}
+
+/// `finetune --task` on a masked-LM checkpoint: PEFT's SEQ_CLS adapter with the new classifier
+/// saved whole (modules_to_save), LoRA pairs on the attention, and no pair inside the classifier.
+#[test]
+fn a_masked_lm_checkpoint_fine_tunes_with_lora_and_a_new_classifier() {
+    let out = tempfile::tempdir().unwrap();
+    let rows = refs().join("cls_rows.jsonl").display().to_string();
+    let args = ["finetune", "--model", &fixture("bert"), "--data", &rows, "--out", out.path().to_str().unwrap()];
+    let task = ["--max-steps", "1", "--batch-size", "2", "--task", "sequence-classification", "--num-labels", "3"];
+    vkformers(&[&args[..], &task[..]].concat());
+    let config = json(&out.path().join("adapter_config.json"));
+    assert_eq!(config["task_type"], "SEQ_CLS");
+    let saved = ModelWeights::open_file(out.path().join("adapter_model.safetensors")).unwrap();
+    assert_eq!(saved.info("base_model.model.classifier.weight").unwrap().shape, vec![3, 32]);
+    assert!(saved.contains("base_model.model.classifier.bias"));
+    assert!(saved.contains("base_model.model.bert.encoder.layer.0.attention.self.query.lora_A.weight"));
+    assert!(!saved.names().any(|n| n.contains("classifier.lora_")), "no LoRA pair inside modules_to_save");
+}
+
 #[test]
 fn eval_of_a_sequence_classifier_gives_the_transformers_loss_and_accuracy() {
     let rows = refs().join("cls_rows.jsonl").display().to_string();
