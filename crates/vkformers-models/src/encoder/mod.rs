@@ -19,7 +19,9 @@ mod spec;
 
 pub(crate) use bare_decoder::match_bare_decoder;
 pub use disentangled_spec::{Disentangled, RelativeTable};
-pub use heads::{classification_loss, forward, forward_loss, masked_lm_loss, ClsLabels, OwnedClsLabels};
+pub use heads::{
+    classification_loss, forward, forward_loss, masked_lm_loss, masked_lm_target_loss, ClsLabels, OwnedClsLabels,
+};
 pub use log_bucket::log_bucket;
 pub use mobile::MobileSpec;
 pub(crate) use plan::{check_new_head, match_pooler, plan};
