@@ -152,10 +152,20 @@ fn load_base(
     modules_to_save: &[String],
 ) -> anyhow::Result<Model> {
     let trainable = |name: &str| lora::attach::is_saved_module(modules_to_save, name);
-    match t.task {
-        Some(task) => crate::encoder_task::load_for_task(g, dir, task, t.num_labels, t.seed, &trainable),
-        None => lora::load_frozen(g, dir, modules_to_save).with_context(|| format!("loading {}", dir.display())),
+    let Some(task) = t.task else {
+        return lora::load_frozen(g, dir, modules_to_save).with_context(|| format!("loading {}", dir.display()));
+    };
+    let (model, drawn) = crate::encoder_task::load_for_task_drawn(g, dir, task, t.num_labels, t.seed, &trainable)?;
+    // PEFT loads the adapter on the base folder, whose missing head parts it draws afresh.
+    let frozen: Vec<&String> = drawn.iter().filter(|n| !trainable(n)).collect();
+    if !frozen.is_empty() {
+        eprintln!(
+            "note: {} stay at their random draw, frozen and not saved in the adapter (PEFT draws them \
+             anew when it loads the base); list their modules in --modules-to-save to train and save them",
+            frozen.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+        );
     }
+    Ok(model)
 }
 
 /// The adapter given with `--adapter`, if any.

@@ -109,7 +109,10 @@ fn a_masked_lm_checkpoint_fine_tunes_with_lora_and_a_new_classifier() {
     let rows = refs().join("cls_rows.jsonl").display().to_string();
     let args = ["finetune", "--model", &fixture("bert"), "--data", &rows, "--out", out.path().to_str().unwrap()];
     let task = ["--max-steps", "1", "--batch-size", "2", "--task", "sequence-classification", "--num-labels", "3"];
-    vkformers(&[&args[..], &task[..]].concat());
+    let o = vkformers(&[&args[..], &task[..]].concat());
+    let err = String::from_utf8_lossy(&o.stderr);
+    // BertForMaskedLM has no pooler: drawn, frozen as PEFT freezes it, and named.
+    assert!(err.contains("bert.pooler.dense.weight") && err.contains("--modules-to-save"), "{err}");
     let config = json(&out.path().join("adapter_config.json"));
     assert_eq!(config["task_type"], "SEQ_CLS");
     let saved = ModelWeights::open_file(out.path().join("adapter_model.safetensors")).unwrap();
