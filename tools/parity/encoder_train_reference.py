@@ -196,7 +196,7 @@ def seqcls_two_steps(rows: list[dict]) -> None:
     print(f"bert_seqcls: step losses {losses}")
 
 
-LORA = dict(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["query", "value"])
+LORA = dict(r=4, lora_alpha=8, lora_dropout=0.0)
 
 
 def peft_key(param_name: str) -> str:
@@ -205,20 +205,22 @@ def peft_key(param_name: str) -> str:
     return param_name.replace(".modules_to_save.default.", ".").replace(".default.", ".")
 
 
-def lora_seqcls_two_steps(rows: list[dict]) -> None:
-    """`bert_seqcls_lora/`: LoRA (query, value; r 4) on bert_seqcls with PEFT's SEQ_CLS wrapper
+def lora_two_steps(rows: list[dict], fixture: str = "bert_seqcls", task: str = "SEQ_CLS",
+                   targets: tuple = ("query", "value")) -> None:
+    """`<fixture>_lora/`: LoRA (`targets`; r 4) on the fixture with PEFT's `task` wrapper
     (`classifier` trained in full through modules_to_save): the adapter it starts from (`init/`,
     B drawn non-zero so the first step moves A too), the Trainer's two steps from it (the
     adapter's tensors after them, `step2.safetensors`; the first step's gradients,
-    `grad1.safetensors`; the step losses and the logits of cls_rows after them, `lora.json`)."""
+    `grad1.safetensors`; the step losses and the logits of the rows after them, `lora.json`)."""
     import torch
     from peft import LoraConfig, PeftModel, get_peft_model
     from safetensors.torch import save_file
 
     collate = collate_with(0)
-    out = OUT / "bert_seqcls_lora"
+    out = OUT / f"{fixture}_lora"
     torch.manual_seed(SEED)
-    model = get_peft_model(load(FIXTURES / "bert_seqcls"), LoraConfig(task_type="SEQ_CLS", **LORA))
+    cfg = LoraConfig(task_type=task, target_modules=list(targets), **LORA)
+    model = get_peft_model(load(FIXTURES / fixture), cfg)
     g = torch.Generator().manual_seed(SEED + 1)
     with torch.no_grad():
         for n, p in model.named_parameters():
@@ -228,11 +230,12 @@ def lora_seqcls_two_steps(rows: list[dict]) -> None:
     (out / "init" / "README.md").unlink(missing_ok=True)
     cfg_path = out / "init" / "adapter_config.json"
     cfg = json.loads(cfg_path.read_text())
-    cfg["base_model_name_or_path"] = "tests/fixtures/bert_seqcls"  # not the absolute path of this checkout
+    cfg["base_model_name_or_path"] = f"tests/fixtures/{fixture}"  # not the absolute path of this checkout
+    cfg["target_modules"] = sorted(cfg["target_modules"])  # PEFT writes a set's order
     cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
 
     def from_init():
-        m = PeftModel.from_pretrained(load(FIXTURES / "bert_seqcls"), out / "init", is_trainable=True)
+        m = PeftModel.from_pretrained(load(FIXTURES / fixture), out / "init", is_trainable=True)
         return m, {n: p for n, p in m.named_parameters() if p.requires_grad}
 
     first, params = from_init()
@@ -247,9 +250,9 @@ def lora_seqcls_two_steps(rows: list[dict]) -> None:
         logits = model(**collate(rows)).logits
     write_json(out / "lora.json", {
         "trainer_step_losses": losses, "logits": logits.flatten().tolist(),
-        "note": "PEFT LoRA SEQ_CLS on bert_seqcls from init/, transformers.Trainer, 2 steps",
+        "note": f"PEFT LoRA {task} on {fixture} from init/, transformers.Trainer, 2 steps",
     })
-    print(f"bert_seqcls LoRA: trainable {sorted(map(peft_key, params))[:3]}... step losses {losses}")
+    print(f"{fixture} LoRA: {len(params)} trainable tensors, step losses {losses}")
 
 
 def check_lora(folder: Path) -> None:
@@ -387,7 +390,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--check-export", type=Path)
     ap.add_argument("--check-lora", type=Path, help="an adapter folder of vkformers finetune (bert_seqcls_lora)")
-    ap.add_argument("--only-lora", action="store_true", help="write bert_seqcls_lora/ alone")
+    ap.add_argument("--only-lora", action="store_true", help="write the *_lora/ references alone")
     a = ap.parse_args()
     mf.check_versions()
     torch = mf.setup_torch()
@@ -403,7 +406,9 @@ def main() -> None:
         return
     rows_path = OUT / "cls_rows.jsonl"
     if a.only_lora:
-        lora_seqcls_two_steps([json.loads(l) for l in rows_path.read_text().splitlines() if l.strip()])
+        lora_two_steps([json.loads(l) for l in rows_path.read_text().splitlines() if l.strip()])
+        tok = [json.loads(l) for l in (OUT / "tok_rows.jsonl").read_text().splitlines() if l.strip()]
+        lora_two_steps(tok, "distilbert_tokcls", "TOKEN_CLS", ("q_lin", "v_lin"))
         return
     OUT.mkdir(parents=True, exist_ok=True)
     wordpiece_fixture()
@@ -412,7 +417,7 @@ def main() -> None:
     rows = cls_rows(128, [2, 0, 1, 2])
     write_jsonl(OUT / "cls_rows.jsonl", rows)
     seqcls_two_steps(rows)
-    lora_seqcls_two_steps(rows)
+    lora_two_steps(rows)
     multi = cls_rows(128, [[1.0, 0.0, 1.0], [0.0, 0.0, 1.0], [1.0, 1.0, 0.0], [0.0, 1.0, 0.0]])
     write_jsonl(OUT / "multi_rows.jsonl", multi)
     res = loss_only("multi-label", "bert_seqcls", multi, 0, problem_type="multi_label_classification")
@@ -431,6 +436,7 @@ def main() -> None:
     counted = labels != -100
     res["accuracy"] = float((logits.argmax(-1)[counted] == labels[counted]).float().mean())
     write_json(OUT / "tokcls.json", res)
+    lora_two_steps(tok, "distilbert_tokcls", "TOKEN_CLS", ("q_lin", "v_lin"))
 
 
 if __name__ == "__main__":

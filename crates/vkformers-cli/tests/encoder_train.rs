@@ -76,29 +76,34 @@ fn two_sequence_classification_steps_equal_the_transformers_trainer() {
     assert_eq!(config["architectures"][0], "BertForSequenceClassification");
 }
 
-/// LoRA on a sequence classifier as PEFT's SEQ_CLS wrapper trains it (query/value pairs, the
-/// `classifier` trained in full and saved whole): from the reference's starting adapter, two
-/// steps equal PEFT + the Trainer's. (`encoder_train_reference.py --check-lora OUT` loads the
-/// written folder in PEFT and checks its logits.)
+/// LoRA on a classifier as PEFT's SEQ_CLS / TOKEN_CLS wrapper trains it (LoRA pairs on the
+/// attention, the `classifier` trained in full and saved whole): from the reference's starting
+/// adapter (`<fixture>_lora/init`), two steps equal PEFT + the Trainer's.
+/// (`encoder_train_reference.py --check-lora OUT` loads a bert_seqcls one in PEFT and checks
+/// its logits.)
+fn lora_two_steps_equal_peft(fixture_name: &str, rows: &str, task_type: &str) {
+    let out = tempfile::tempdir().unwrap();
+    let rows = refs().join(rows).display().to_string();
+    let refs = refs().join(format!("{fixture_name}_lora"));
+    let init = refs.join("init").display().to_string();
+    common::trainer_parity::run_two_steps("finetune", &fixture(fixture_name), &rows, out.path(), &["--adapter", &init]);
+    let adapter = out.path().join("adapter_model.safetensors");
+    let what = format!("{fixture_name} LoRA");
+    check_two_step_weights(&what, &refs, &adapter, None);
+    check_step_losses(out.path(), &json(&refs.join("lora.json")), &what);
+    let config = json(&out.path().join("adapter_config.json"));
+    assert_eq!(config["task_type"], task_type);
+    assert_eq!(config["modules_to_save"], serde_json::json!(["classifier", "score"]));
+}
+
 #[test]
 fn two_lora_sequence_classification_steps_equal_peft_and_the_trainer() {
-    let out = tempfile::tempdir().unwrap();
-    let rows = refs().join("cls_rows.jsonl").display().to_string();
-    let refs = refs().join("bert_seqcls_lora");
-    let init = refs.join("init").display().to_string();
-    common::trainer_parity::run_two_steps(
-        "finetune",
-        &fixture("bert_seqcls"),
-        &rows,
-        out.path(),
-        &["--adapter", &init],
-    );
-    let adapter = out.path().join("adapter_model.safetensors");
-    check_two_step_weights("bert_seqcls LoRA", &refs, &adapter, None);
-    check_step_losses(out.path(), &json(&refs.join("lora.json")), "bert_seqcls LoRA");
-    let config = json(&out.path().join("adapter_config.json"));
-    assert_eq!(config["task_type"], "SEQ_CLS");
-    assert_eq!(config["modules_to_save"], serde_json::json!(["classifier", "score"]));
+    lora_two_steps_equal_peft("bert_seqcls", "cls_rows.jsonl", "SEQ_CLS");
+}
+
+#[test]
+fn two_lora_token_classification_steps_equal_peft_and_the_trainer() {
+    lora_two_steps_equal_peft("distilbert_tokcls", "tok_rows.jsonl", "TOKEN_CLS");
 }
 
 /// `finetune --task` on a masked-LM checkpoint: PEFT's SEQ_CLS adapter with the new classifier
