@@ -254,8 +254,11 @@ fn embed_batch(
     let hidden = cast::cast(g, &hidden, DType::F32)?;
     let dim = model.spec.hidden;
     let mut flat = match st.pooling {
-        // On the device: one product [B, B·T] · [B·T, D].
-        PoolMode::Mean => g.read(&encoder::pool(g, &hidden, &mask, (b, t), Pooling::Mean)?)?,
+        // On the device: fused attention with zero scores, else one product [B, B·T] · [B·T, D].
+        PoolMode::Mean => match encoder::mean_pool(g, &hidden, &mask, (b, t))? {
+            Some(pooled) => g.read(&pooled)?,
+            None => g.read(&encoder::pool(g, &hidden, &mask, (b, t), Pooling::Mean)?)?,
+        },
         PoolMode::Cls => g.read(&encoder::pool(g, &hidden, &mask, (b, t), Pooling::Cls)?)?,
         // Each row's last real token, gathered on the device (a decoder's states are wide).
         PoolMode::LastToken => {

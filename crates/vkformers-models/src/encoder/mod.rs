@@ -25,7 +25,7 @@ pub use heads::{
 pub use log_bucket::log_bucket;
 pub use mobile::MobileSpec;
 pub(crate) use plan::{check_new_head, match_pooler, plan};
-pub use pooling::{decoder_hidden_states, normalize_rows, pool, Pooling};
+pub use pooling::{decoder_hidden_states, mean_pool, normalize_rows, pool, Pooling};
 pub use relative::RelativeBias;
 pub use spec::{
     ClassifierHead, ClsPooling, EmbedMasking, EncoderHead, EncoderSpec, MlmHead, NormPlacement, PoolAct, Positions,
