@@ -91,7 +91,10 @@ def run_vkformers(binary: Path, folder: Path, file: Path, a) -> tuple[float | No
         rates.append(out["timings"]["texts_per_second"])
         if first is None:
             first = np.array([d["embedding"] for d in out["data"][: a.check]], dtype=np.float64)
-        print(f"  vkformers run {r + 1}: {rates[-1]:,.0f} texts/s", flush=True)
+        t = out["timings"]
+        print(f"  vkformers run {r + 1}: {rates[-1]:,.0f} texts/s "
+              f"(waited {t.get('tokenize_wait_seconds', float('nan')):.3f} s of {t['embed_seconds']:.3f} s "
+              f"for the tokenizer)", flush=True)
     return statistics.median(rates), first
 
 

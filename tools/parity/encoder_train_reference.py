@@ -196,6 +196,88 @@ def seqcls_two_steps(rows: list[dict]) -> None:
     print(f"bert_seqcls: step losses {losses}")
 
 
+LORA = dict(r=4, lora_alpha=8, lora_dropout=0.0)
+
+
+def peft_key(param_name: str) -> str:
+    """A PEFT parameter name as the adapter file stores it (adapter name dropped; a
+    `modules_to_save` copy under the wrapped module's own name)."""
+    return param_name.replace(".modules_to_save.default.", ".").replace(".default.", ".")
+
+
+def lora_two_steps(rows: list[dict], fixture: str = "bert_seqcls", task: str = "SEQ_CLS",
+                   targets: tuple = ("query", "value")) -> None:
+    """`<fixture>_lora/`: LoRA (`targets`; r 4) on the fixture with PEFT's `task` wrapper
+    (`classifier` trained in full through modules_to_save): the adapter it starts from (`init/`,
+    B drawn non-zero so the first step moves A too), the Trainer's two steps from it (the
+    adapter's tensors after them, `step2.safetensors`; the first step's gradients,
+    `grad1.safetensors`; the step losses and the logits of the rows after them, `lora.json`)."""
+    import torch
+    from peft import LoraConfig, PeftModel, get_peft_model
+    from safetensors.torch import save_file
+
+    collate = collate_with(0)
+    out = OUT / f"{fixture}_lora"
+    torch.manual_seed(SEED)
+    cfg = LoraConfig(task_type=task, target_modules=list(targets), **LORA)
+    model = get_peft_model(load(FIXTURES / fixture), cfg)
+    g = torch.Generator().manual_seed(SEED + 1)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if ".lora_B." in n:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.05)
+    model.save_pretrained(out / "init")
+    (out / "init" / "README.md").unlink(missing_ok=True)
+    cfg_path = out / "init" / "adapter_config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["base_model_name_or_path"] = f"tests/fixtures/{fixture}"  # not the absolute path of this checkout
+    cfg["target_modules"] = sorted(cfg["target_modules"])  # PEFT writes a set's order
+    cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+
+    def from_init():
+        m = PeftModel.from_pretrained(load(FIXTURES / fixture), out / "init", is_trainable=True)
+        return m, {n: p for n, p in m.named_parameters() if p.requires_grad}
+
+    first, params = from_init()
+    first.train()
+    first(**collate(rows[:2])).loss.backward()
+    save_file({peft_key(n): p.grad.detach().clone().contiguous() for n, p in params.items()}, out / "grad1.safetensors")
+    model, params = from_init()
+    losses = trainer_steps(model, rows, collate)
+    save_file({peft_key(n): p.detach().clone().contiguous() for n, p in params.items()}, out / "step2.safetensors")
+    model.eval()
+    with torch.no_grad():
+        logits = model(**collate(rows)).logits
+    write_json(out / "lora.json", {
+        "trainer_step_losses": losses, "logits": logits.flatten().tolist(),
+        "note": f"PEFT LoRA {task} on {fixture} from init/, transformers.Trainer, 2 steps",
+    })
+    print(f"{fixture} LoRA: {len(params)} trainable tensors, step losses {losses}")
+
+
+def check_lora(folder: Path) -> None:
+    """The adapter `vkformers finetune` wrote, loaded by PEFT on
+    AutoModelForSequenceClassification(bert_seqcls): its logits on cls_rows against the
+    Trainer's after two steps (lora.json)."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForSequenceClassification
+
+    rows = [json.loads(l) for l in (OUT / "cls_rows.jsonl").read_text().splitlines() if l.strip()]
+    base = AutoModelForSequenceClassification.from_pretrained(
+        FIXTURES / "bert_seqcls", attn_implementation="eager", dtype=torch.float32)
+    model = PeftModel.from_pretrained(base, folder)
+    model.eval()
+    with torch.no_grad():
+        got = model(**collate_with(0)(rows)).logits.flatten()
+    want = torch.tensor(json.loads((OUT / "bert_seqcls_lora" / "lora.json").read_text())["logits"])
+    rel = float((got - want).abs().max() / want.abs().max())
+    print(f"{folder}: {type(model).__name__}, logits vs PEFT + Trainer's two steps: max|diff|/max|ref| = {rel:.2e}")
+    if rel > 1e-5:
+        sys.exit("LoRA adapter check FAILED")
+    print("LoRA adapter check ok")
+
+
 def loss_only(name: str, fixture: str, rows: list[dict], pad: int, **config) -> dict:
     import torch
 
@@ -307,6 +389,8 @@ def check_export(folder: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--check-export", type=Path)
+    ap.add_argument("--check-lora", type=Path, help="an adapter folder of vkformers finetune (bert_seqcls_lora)")
+    ap.add_argument("--only-lora", action="store_true", help="write the *_lora/ references alone")
     a = ap.parse_args()
     mf.check_versions()
     torch = mf.setup_torch()
@@ -317,6 +401,15 @@ def main() -> None:
     if a.check_export:
         check_export(a.check_export)
         return
+    if a.check_lora:
+        check_lora(a.check_lora)
+        return
+    rows_path = OUT / "cls_rows.jsonl"
+    if a.only_lora:
+        lora_two_steps([json.loads(l) for l in rows_path.read_text().splitlines() if l.strip()])
+        tok = [json.loads(l) for l in (OUT / "tok_rows.jsonl").read_text().splitlines() if l.strip()]
+        lora_two_steps(tok, "distilbert_tokcls", "TOKEN_CLS", ("q_lin", "v_lin"))
+        return
     OUT.mkdir(parents=True, exist_ok=True)
     wordpiece_fixture()
     classify_reference()
@@ -324,6 +417,7 @@ def main() -> None:
     rows = cls_rows(128, [2, 0, 1, 2])
     write_jsonl(OUT / "cls_rows.jsonl", rows)
     seqcls_two_steps(rows)
+    lora_two_steps(rows)
     multi = cls_rows(128, [[1.0, 0.0, 1.0], [0.0, 0.0, 1.0], [1.0, 1.0, 0.0], [0.0, 1.0, 0.0]])
     write_jsonl(OUT / "multi_rows.jsonl", multi)
     res = loss_only("multi-label", "bert_seqcls", multi, 0, problem_type="multi_label_classification")
@@ -342,6 +436,7 @@ def main() -> None:
     counted = labels != -100
     res["accuracy"] = float((logits.argmax(-1)[counted] == labels[counted]).float().mean())
     write_json(OUT / "tokcls.json", res)
+    lora_two_steps(tok, "distilbert_tokcls", "TOKEN_CLS", ("q_lin", "v_lin"))
 
 
 if __name__ == "__main__":

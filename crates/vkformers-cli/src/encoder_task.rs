@@ -70,25 +70,42 @@ pub fn task_config(dir: &Path, task: Task, num_labels: Option<usize>) -> anyhow:
 
 /// The model of `dir` for `task`: loaded as it is when its head is that task's, else with the
 /// new head drawn from `seed` (printing what was drawn and left out, as transformers warns).
+/// Only the tensors `trainable` accepts are parameters (`|_| true` to train in full; LoRA's
+/// `modules_to_save` for a frozen base).
 pub fn load_for_task(
     g: &Graph<'_>,
     dir: &Path,
     task: Task,
     num_labels: Option<usize>,
     seed: u64,
+    trainable: &dyn Fn(&str) -> bool,
 ) -> anyhow::Result<Model> {
+    Ok(load_for_task_drawn(g, dir, task, num_labels, seed, trainable)?.0)
+}
+
+/// [`load_for_task`], with the names of the parameters drawn for a new head.
+pub fn load_for_task_drawn(
+    g: &Graph<'_>,
+    dir: &Path,
+    task: Task,
+    num_labels: Option<usize>,
+    seed: u64,
+    trainable: &dyn Fn(&str) -> bool,
+) -> anyhow::Result<(Model, Vec<String>)> {
     let (config, new_head) = task_config(dir, task, num_labels)?;
     if !new_head {
-        return Model::load(g, dir).with_context(|| format!("loading {}", dir.display()));
+        let model =
+            Model::load_with_trainable(g, dir, trainable).with_context(|| format!("loading {}", dir.display()))?;
+        return Ok((model, Vec::new()));
     }
-    let (model, drawn, left_out) = Model::load_with_new_head(g, dir, config, seed)
+    let (model, drawn, left_out) = Model::load_with_new_head(g, dir, config, seed, trainable)
         .with_context(|| format!("loading {} with a new {task:?} head", dir.display()))?;
     let arch = model.config["architectures"][0].as_str().unwrap_or_default().to_string();
     eprintln!("{arch}: newly initialised (train them on the task): {}", drawn.join(", "));
     if !left_out.is_empty() {
         eprintln!("{arch}: not used from the checkpoint: {}", left_out.join(", "));
     }
-    Ok(model)
+    Ok((model, drawn))
 }
 
 /// `label2id` of the model's config (class names of string labels).

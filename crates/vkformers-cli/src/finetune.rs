@@ -14,7 +14,7 @@ use vkformers_models::lora::{self, Adapter, LoraConfig, LoraParams, Targets};
 use vkformers_models::model::Model;
 use vkformers_tensor::{Graph, Tensor};
 use vkformers_train::metrics::MetricsLog;
-use vkformers_train::{LanguageModel, Observer, StepStats, TokenBatch, TrainableParam};
+use vkformers_train::{ForwardLoss, LanguageModel, Observer, StepStats, TokenBatch, TrainableParam};
 use vkformers_vk::{Context, DeviceSelector};
 
 use crate::outdir::OutDir;
@@ -78,13 +78,29 @@ impl LoraModel<'_> {
         self.step.set(step);
         self.micro.set(0);
     }
+
+    /// Selects the dropout masks of the next micro-batch.
+    fn next_masks(&self) {
+        let micro = self.micro.replace(self.micro.get() + 1);
+        self.model.weights.lora().set_step(self.step.get().wrapping_mul(1 << 20).wrapping_add(micro));
+    }
 }
 
 impl LanguageModel for LoraModel<'_> {
     fn logits(&self, g: &Graph<'_>, batch: &TokenBatch) -> vkformers_train::Result<Tensor> {
-        let micro = self.micro.replace(self.micro.get() + 1);
-        self.model.weights.lora().set_step(self.step.get().wrapping_mul(1 << 20).wrapping_add(micro));
+        self.next_masks();
         self.model.logits(g, batch)
+    }
+
+    // An encoder trains through the model's own forward + loss (a masked-LM head on the target
+    // rows only); the rest through the logits and `loss`.
+    fn loss_and_aux(&self, g: &Graph<'_>, batch: &TokenBatch) -> vkformers_train::Result<ForwardLoss> {
+        if self.model.spec.encoder.is_some() {
+            self.next_masks();
+            return self.model.loss_and_aux(g, batch);
+        }
+        let logits = self.logits(g, batch)?;
+        Ok(ForwardLoss { loss: self.loss(g, &logits, batch)?, aux: None, logits: Some(logits) })
     }
 
     // An encoder's objective and loss are its head's (masked LM, classification).
@@ -115,6 +131,48 @@ fn lora_config(a: &LoraArgs, model_dir: &Path) -> LoraConfig {
     c
 }
 
+/// `config` for the model's head as PEFT's task wrappers make it: a sequence or token classifier
+/// (the folder's head, or the one `--task` gives it) gets task_type SEQ_CLS / TOKEN_CLS and its
+/// `classifier` / `score` module trained in full and saved in the adapter (`modules_to_save`).
+fn classifier_config(mut config: LoraConfig, dir: &Path, t: &crate::train::TrainArgs) -> anyhow::Result<LoraConfig> {
+    let model_config = match t.task {
+        Some(task) => crate::encoder_task::task_config(dir, task, t.num_labels)?.0,
+        None => vkformers_io::read_json(dir.join("config.json"))?,
+    };
+    let arch = model_config["architectures"].get(0).and_then(serde_json::Value::as_str).unwrap_or_default();
+    if arch.ends_with("ForSequenceClassification") {
+        config.for_classifier(lora::SEQ_CLS);
+    } else if arch.ends_with("ForTokenClassification") {
+        config.for_classifier(lora::TOKEN_CLS);
+    }
+    Ok(config)
+}
+
+/// The base model with every weight frozen but `modules_to_save`; with `--task`, with that
+/// task's head (a new head drawn as `vkformers train --task` draws it).
+fn load_base(
+    g: &Graph<'_>,
+    dir: &Path,
+    t: &crate::train::TrainArgs,
+    modules_to_save: &[String],
+) -> anyhow::Result<Model> {
+    let trainable = |name: &str| lora::attach::is_saved_module(modules_to_save, name);
+    let Some(task) = t.task else {
+        return lora::load_frozen(g, dir, modules_to_save).with_context(|| format!("loading {}", dir.display()));
+    };
+    let (model, drawn) = crate::encoder_task::load_for_task_drawn(g, dir, task, t.num_labels, t.seed, &trainable)?;
+    // PEFT loads the adapter on the base folder, whose missing head parts it draws afresh.
+    let frozen: Vec<&String> = drawn.iter().filter(|n| !trainable(n)).collect();
+    if !frozen.is_empty() {
+        eprintln!(
+            "note: {} stay at their random draw, frozen and not saved in the adapter (PEFT draws them \
+             anew when it loads the base); list their modules in --modules-to-save to train and save them",
+            frozen.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+        );
+    }
+    Ok(model)
+}
+
 /// The adapter given with `--adapter`, if any.
 fn given_adapter(a: &LoraArgs) -> anyhow::Result<Option<Adapter>> {
     let Some(dir) = &a.adapter else { return Ok(None) };
@@ -135,16 +193,15 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
 
 fn finetune(selector: &DeviceSelector, args: &Args, model_dir: &Path, out: &OutDir) -> anyhow::Result<ExitCode> {
     let t = &*args.train;
-    if t.task.is_some() {
-        anyhow::bail!("--task is not supported yet with LoRA: fine-tune a folder that has the task's head");
-    }
     crate::outdir::check_complete(model_dir)?;
     let ctx = Context::new(selector)?;
     let g = Graph::new(&ctx);
     let given = given_adapter(&args.lora)?;
-    let config = given.as_ref().map_or_else(|| lora_config(&args.lora, model_dir), |a| a.config.clone());
-    let mut model = lora::load_frozen(&g, model_dir, &config.modules_to_save)
-        .with_context(|| format!("loading {}", model_dir.display()))?;
+    let config = match &given {
+        Some(a) => a.config.clone(),
+        None => classifier_config(lora_config(&args.lora, model_dir), model_dir, t)?,
+    };
+    let mut model = load_base(&g, model_dir, t, &config.modules_to_save)?;
     let adapter = match given {
         Some(a) => a,
         None => lora::new_adapter(&model, config, t.seed)?,

@@ -234,7 +234,7 @@ fn load_model(
         let dir = dir.to_path_buf();
         crate::outdir::check_complete(&dir)?;
         let model = match args.task {
-            Some(task) => crate::encoder_task::load_for_task(g, &dir, task, args.num_labels, args.seed)?,
+            Some(task) => crate::encoder_task::load_for_task(g, &dir, task, args.num_labels, args.seed, &|_| true)?,
             None => Model::load(g, &dir).with_context(|| format!("loading {}", dir.display()))?,
         };
         let tokenizer = dir.join("tokenizer.json").exists().then(|| HfTokenizer::from_dir(&dir)).transpose()?;

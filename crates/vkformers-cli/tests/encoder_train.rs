@@ -76,6 +76,57 @@ fn two_sequence_classification_steps_equal_the_transformers_trainer() {
     assert_eq!(config["architectures"][0], "BertForSequenceClassification");
 }
 
+/// LoRA on a classifier as PEFT's SEQ_CLS / TOKEN_CLS wrapper trains it (LoRA pairs on the
+/// attention, the `classifier` trained in full and saved whole): from the reference's starting
+/// adapter (`<fixture>_lora/init`), two steps equal PEFT + the Trainer's.
+/// (`encoder_train_reference.py --check-lora OUT` loads a bert_seqcls one in PEFT and checks
+/// its logits.)
+fn lora_two_steps_equal_peft(fixture_name: &str, rows: &str, task_type: &str) {
+    let out = tempfile::tempdir().unwrap();
+    let rows = refs().join(rows).display().to_string();
+    let refs = refs().join(format!("{fixture_name}_lora"));
+    let init = refs.join("init").display().to_string();
+    common::trainer_parity::run_two_steps("finetune", &fixture(fixture_name), &rows, out.path(), &["--adapter", &init]);
+    let adapter = out.path().join("adapter_model.safetensors");
+    let what = format!("{fixture_name} LoRA");
+    check_two_step_weights(&what, &refs, &adapter, None);
+    check_step_losses(out.path(), &json(&refs.join("lora.json")), &what);
+    let config = json(&out.path().join("adapter_config.json"));
+    assert_eq!(config["task_type"], task_type);
+    assert_eq!(config["modules_to_save"], serde_json::json!(["classifier", "score"]));
+}
+
+#[test]
+fn two_lora_sequence_classification_steps_equal_peft_and_the_trainer() {
+    lora_two_steps_equal_peft("bert_seqcls", "cls_rows.jsonl", "SEQ_CLS");
+}
+
+#[test]
+fn two_lora_token_classification_steps_equal_peft_and_the_trainer() {
+    lora_two_steps_equal_peft("distilbert_tokcls", "tok_rows.jsonl", "TOKEN_CLS");
+}
+
+/// `finetune --task` on a masked-LM checkpoint: PEFT's SEQ_CLS adapter with the new classifier
+/// saved whole (modules_to_save), LoRA pairs on the attention, and no pair inside the classifier.
+#[test]
+fn a_masked_lm_checkpoint_fine_tunes_with_lora_and_a_new_classifier() {
+    let out = tempfile::tempdir().unwrap();
+    let rows = refs().join("cls_rows.jsonl").display().to_string();
+    let args = ["finetune", "--model", &fixture("bert"), "--data", &rows, "--out", out.path().to_str().unwrap()];
+    let task = ["--max-steps", "1", "--batch-size", "2", "--task", "sequence-classification", "--num-labels", "3"];
+    let o = vkformers(&[&args[..], &task[..]].concat());
+    let err = String::from_utf8_lossy(&o.stderr);
+    // BertForMaskedLM has no pooler: drawn, frozen as PEFT freezes it, and named.
+    assert!(err.contains("bert.pooler.dense.weight") && err.contains("--modules-to-save"), "{err}");
+    let config = json(&out.path().join("adapter_config.json"));
+    assert_eq!(config["task_type"], "SEQ_CLS");
+    let saved = ModelWeights::open_file(out.path().join("adapter_model.safetensors")).unwrap();
+    assert_eq!(saved.info("base_model.model.classifier.weight").unwrap().shape, vec![3, 32]);
+    assert!(saved.contains("base_model.model.classifier.bias"));
+    assert!(saved.contains("base_model.model.bert.encoder.layer.0.attention.self.query.lora_A.weight"));
+    assert!(!saved.names().any(|n| n.contains("classifier.lora_")), "no LoRA pair inside modules_to_save");
+}
+
 #[test]
 fn eval_of_a_sequence_classifier_gives_the_transformers_loss_and_accuracy() {
     let rows = refs().join("cls_rows.jsonl").display().to_string();

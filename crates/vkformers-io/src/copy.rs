@@ -6,7 +6,7 @@ use crate::atomic::write_atomic;
 use crate::error::{IoError, Result};
 
 /// Files [`copy_tokenizer_files`] copies when present.
-pub const TOKENIZER_FILES: [&str; 14] = [
+pub const TOKENIZER_FILES: [&str; 15] = [
     "tokenizer.json",
     "tokenizer_config.json",
     "special_tokens_map.json",
@@ -19,6 +19,7 @@ pub const TOKENIZER_FILES: [&str; 14] = [
     "merges.txt",
     "tokenizer.model",
     "spiece.model",
+    "spm.model",
     "sentencepiece.bpe.model",
     "vocab.model",
 ];

@@ -16,6 +16,7 @@ mod dtype;
 mod error;
 mod json;
 mod read;
+pub mod spm;
 mod suggest;
 mod tokenizer;
 mod tokenizer_config;

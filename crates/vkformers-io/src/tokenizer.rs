@@ -39,8 +39,15 @@ impl HfTokenizer {
             return Err(IoError::FolderNotFound { path: dir.to_path_buf() });
         }
         let path = dir.join("tokenizer.json");
-        let inner = load(&path)?;
-        Self::new(inner, TokenizerConfig::from_dir(dir)?)
+        let config = TokenizerConfig::from_dir(dir)?;
+        // DeBERTa-v2/v3 checkpoints may ship only their sentencepiece model.
+        let spm = !path.exists() && dir.join(crate::spm::SPM_MODEL).is_file();
+        let inner = if spm && crate::spm::is_deberta_v2(dir, &config.raw) {
+            crate::spm::load_deberta_v2(dir, &config.raw)?
+        } else {
+            load(&path)?
+        };
+        Self::new(inner, config)
     }
 
     /// Loads a `tokenizer.json` alone, with an empty configuration.

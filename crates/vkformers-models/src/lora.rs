@@ -28,6 +28,6 @@ pub use attach::{
     attach, linear, load_frozen, load_with_adapter, load_with_adapter_as, new_adapter, target_modules, LoraParams,
     Terms,
 };
-pub use config::{LoraConfig, Targets};
+pub use config::{LoraConfig, Targets, CLASSIFIER_MODULES, SEQ_CLS, TOKEN_CLS};
 pub use merge::merge_to_folder;
 pub use modules::{linear_modules, LinearModule};

@@ -63,17 +63,20 @@ impl Model {
     /// checkpoint): the shared tensors from the folder; the head's parameters the folder lacks
     /// drawn as transformers initialises them (normal(0, `initializer_range`) weights, zero
     /// biases) from `seed`; the stored tensors of the old head left out. Returns the model and
-    /// the names of the parameters it drew and of the tensors it left out.
+    /// the names of the parameters it drew and of the tensors it left out. Only the tensors
+    /// `trainable` accepts are parameters (LoRA's frozen base with a new head: `|_| true` for
+    /// full training).
     pub fn load_with_new_head(
         g: &Graph<'_>,
         dir: &Path,
         config: serde_json::Value,
         seed: u64,
+        trainable: &dyn Fn(&str) -> bool,
     ) -> Result<(Model, Vec<String>, Vec<String>)> {
         let mut drawn = Vec::new();
         let mut left_out = Vec::new();
         let new_head = NewHead { seed, drawn: &mut drawn, left_out: &mut left_out };
-        let model = Self::load_with_config(g, dir, config, &|_| true, DType::F32, Some(new_head))?;
+        let model = Self::load_with_config(g, dir, config, trainable, DType::F32, Some(new_head))?;
         Ok((model, drawn, left_out))
     }
 
@@ -161,7 +164,7 @@ impl Model {
         if let Some(h) = new_head {
             let std = config["initializer_range"].as_f64().unwrap_or(0.02);
             for (name, shape, data) in crate::init::draw(&spec, &fresh, std, h.seed) {
-                let p = g.parameter(&data, &shape)?;
+                let p = make(&name, &data, &shape)?;
                 weights.insert(name.clone(), p.clone());
                 params.push((name.clone(), p));
                 hf_names.push(name.clone());

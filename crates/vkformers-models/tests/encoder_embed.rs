@@ -46,6 +46,10 @@ fn check(name: &str) {
         let cls = g.read(&encoder::pool(&g, &hidden, &mask, (b, t), Pooling::Cls).unwrap()).unwrap();
         let e = rel(&cls, &want("cls"));
         assert!(e <= 1e-5, "{name}: CLS pooling off by {e:e}");
+        if let Some(fused) = encoder::mean_pool(&g, &hidden, &mask, (b, t)).unwrap() {
+            let e = rel(&g.read(&fused).unwrap(), &want("mean"));
+            assert!(e <= 1e-5, "{name}: mean pooling by attention off by {e:e}");
+        }
         let mut unit = mean.clone();
         encoder::normalize_rows(&mut unit, model.spec.hidden);
         let e = rel(&unit, &want("mean_normalized"));
@@ -109,6 +113,35 @@ fn bare_bert_without_its_pooler_loads_and_matches() {
         let a = g.read(&encoder::forward(&g, &with.spec, &with.weights, &batch).unwrap()).unwrap();
         let b = g.read(&encoder::forward(&g, &without.spec, &without.weights, &batch).unwrap()).unwrap();
         assert_eq!(a, b);
+        Ok(())
+    });
+}
+
+/// Mean pooling by zero-score attention (`encoder::mean_pool`, what `embed` runs) against the
+/// f64 mean over each row's real tokens, on odd shapes (3 rows of 7 and 5 tokens with padding,
+/// hidden 128 and 192), and `None` where the hidden size is not a multiple of 64.
+#[test]
+fn mean_pool_by_attention_equals_the_masked_mean() {
+    on_every_device("mean_pool", |ctx| {
+        let g = Graph::new(ctx);
+        for (b, t, d) in [(3, 7, 128), (3, 5, 192)] {
+            let hidden: Vec<f32> = (0..b * t * d).map(|i| ((i * 37 % 101) as f32 - 50.0) / 17.0).collect();
+            let lens = [t, 2, t - 1];
+            let mask: Vec<i32> = (0..b).flat_map(|r| (0..t).map(move |j| i32::from(j < lens[r]))).collect();
+            let h = g.constant(&hidden, &[b * t, d]).unwrap();
+            let got = g.read(&encoder::mean_pool(&g, &h, &mask, (b, t)).unwrap().unwrap()).unwrap();
+            let mut worst = 0.0f64;
+            for r in 0..b {
+                for c in 0..d {
+                    let sum: f64 = (0..lens[r]).map(|j| f64::from(hidden[(r * t + j) * d + c])).sum();
+                    let want = sum / lens[r] as f64;
+                    worst = worst.max((f64::from(got[r * d + c]) - want).abs() / want.abs().max(1.0));
+                }
+            }
+            assert!(worst <= 1e-6, "{b}x{t}x{d}: mean pooling by attention off by {worst:e}");
+        }
+        let h = g.constant(&[0.0; 2 * 3 * 40], &[6, 40]).unwrap();
+        assert!(encoder::mean_pool(&g, &h, &[1; 6], (2, 3)).unwrap().is_none(), "hidden 40 is left to `pool`");
         Ok(())
     });
 }

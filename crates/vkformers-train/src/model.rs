@@ -171,6 +171,13 @@ impl LanguageModel for Model {
     }
 
     fn loss_and_aux(&self, g: &Graph<'_>, batch: &TokenBatch) -> Result<ForwardLoss> {
+        let head = self.spec.encoder.as_ref().map(|e| &e.head);
+        if self.spec.seq2seq.is_none() && matches!(head, Some(EncoderHead::MaskedLm(_))) {
+            // The head on the target rows only: the dense path's loss and gradients.
+            let (logits, loss) =
+                encoder::masked_lm_target_loss(g, &self.spec, &self.weights, &encoder_batch(batch), &batch.labels)?;
+            return Ok(ForwardLoss { loss, aux: None, logits: Some(logits) });
+        }
         if self.spec.encoder.is_some() || self.spec.seq2seq.is_some() {
             let logits = self.logits(g, batch)?;
             return Ok(ForwardLoss { loss: self.loss(g, &logits, batch)?, aux: None, logits: Some(logits) });

@@ -31,7 +31,12 @@ pub const LR: f64 = 1e-3;
 /// `train` for two steps as the Trainer ran them (batch 2, in order, constant lr 1e-3, eps
 /// 1e-6, no decay, no clipping, f32), into `out`.
 pub fn train_two_steps(model: &str, rows: &str, out: &Path, extra: &[&str]) {
-    let mut args = vec!["train", "--model", model, "--data", rows, "--out", out.to_str().unwrap()];
+    run_two_steps("train", model, rows, out, extra);
+}
+
+/// [`train_two_steps`] with another subcommand taking train's options (`finetune`).
+pub fn run_two_steps(command: &str, model: &str, rows: &str, out: &Path, extra: &[&str]) {
+    let mut args = vec![command, "--model", model, "--data", rows, "--out", out.to_str().unwrap()];
     args.extend(["--max-steps", "2", "--batch-size", "2", "--no-shuffle", "--schedule", "constant", "--lr", "1e-3"]);
     args.extend(["--eps", "1e-6", "--weight-decay", "0", "--max-grad-norm", "0", "--fp32"]);
     args.extend(extra);

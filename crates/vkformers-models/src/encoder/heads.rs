@@ -19,12 +19,7 @@ pub fn forward(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, batch: &EncoderBatc
     let enc = encoder_of(spec)?;
     let x = hidden_states(g, spec, w, batch)?;
     match &enc.head {
-        EncoderHead::MaskedLm(head) if enc.mobile.is_some() => {
-            let h = activation::activation(g, &dense_with(g, w, &head.dense, &x, head.dense_bias)?, head.act)?;
-            let h = apply_norm(g, &head.norm, w, &head.norm_name, &h)?;
-            super::mobile_head::mlm_logits(g, spec, w, &h, w.get(&head.bias)?)
-        }
-        EncoderHead::MaskedLm(head) => mlm(g, spec, w, head, &x),
+        EncoderHead::MaskedLm(head) => masked_lm_logits(g, spec, w, head, &x),
         EncoderHead::SequenceClassification(head) => classifier(g, w, head, &x, batch),
         EncoderHead::TokenClassification { out, transform: None, .. } => dense(g, w, out, &x),
         EncoderHead::TokenClassification { out, transform: Some(t), .. } => {
@@ -33,6 +28,17 @@ pub fn forward(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, batch: &EncoderBatc
         }
         EncoderHead::Bare { .. } => Ok(x),
     }
+}
+
+/// The masked-LM head on rows `x [N, hidden]`: logits `[N, V]` (MobileBERT's own decoder, or
+/// [`mlm`]).
+fn masked_lm_logits(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, head: &MlmHead, x: &Tensor) -> Result<Tensor> {
+    if encoder_of(spec)?.mobile.is_some() {
+        let h = activation::activation(g, &dense_with(g, w, &head.dense, x, head.dense_bias)?, head.act)?;
+        let h = apply_norm(g, &head.norm, w, &head.norm_name, &h)?;
+        return super::mobile_head::mlm_logits(g, spec, w, &h, w.get(&head.bias)?);
+    }
+    mlm(g, spec, w, head, x)
 }
 
 fn dense(g: &Graph<'_>, w: &Weights, name: &str, x: &Tensor) -> Result<Tensor> {
@@ -115,7 +121,7 @@ pub fn forward_loss(
     if let (EncoderHead::MaskedLm(head), Some(ignore), ClsLabels::Ids(ids)) =
         (&enc.head, enc.sparse_prediction, &labels)
     {
-        return sparse_mlm(g, spec, w, head, batch, ids, ignore);
+        return sparse_mlm(g, spec, w, head, batch, ids, |l| l != ignore);
     }
     let logits = forward(g, spec, w, batch)?;
     let loss = match (&enc.head, labels) {
@@ -132,7 +138,29 @@ pub fn forward_loss(
     Ok((logits, loss))
 }
 
-/// The masked-LM head on the rows of the last hidden state whose label is not `ignore` (the
+/// The masked-LM loss of a batch (labels `[B·T]`, -100 = not a target) with the head computed
+/// on the target rows alone: logits `[targets, V]` and the mean cross-entropy over them. The
+/// loss is the dense head's (a row labelled -100 adds nothing to the mean, nor to any
+/// gradient), at `targets / (B·T)` of its cost: the head's `[tokens, hidden] x [hidden, V]`
+/// product and the `[tokens, V]` logits are the largest tensors of masked-LM training, and
+/// 15% masking keeps one row in seven. Training uses it for every masked-LM encoder.
+pub fn masked_lm_target_loss(
+    g: &Graph<'_>,
+    spec: &ModelSpec,
+    w: &Weights,
+    batch: &EncoderBatch<'_>,
+    labels: &[i32],
+) -> Result<(Tensor, Tensor)> {
+    let enc = encoder_of(spec)?;
+    let EncoderHead::MaskedLm(head) = &enc.head else {
+        return Err(ModelError::Config("the masked-LM target loss needs a masked-LM head".into()));
+    };
+    // ModernBERT's own ignore index drops its rows too (they add nothing to the loss either way).
+    let ignore = enc.sparse_prediction;
+    sparse_mlm(g, spec, w, head, batch, labels, |l| l != -100 && Some(l) != ignore)
+}
+
+/// The masked-LM head on the rows of the last hidden state whose label `keep` accepts (the
 /// row gather is an embedding lookup: its backward scatters into those rows): logits
 /// `[targets, V]` and the mean cross-entropy over them, as ModernBERT's `sparse_prediction`.
 fn sparse_mlm(
@@ -142,18 +170,18 @@ fn sparse_mlm(
     head: &MlmHead,
     batch: &EncoderBatch<'_>,
     labels: &[i32],
-    ignore: i32,
+    keep: impl Fn(i32) -> bool,
 ) -> Result<(Tensor, Tensor)> {
     let x = hidden_states(g, spec, w, batch)?;
     if labels.len() != x.shape()[0] {
         return Err(ModelError::Config(format!("{} labels for {} positions", labels.len(), x.shape()[0])));
     }
-    let keep: Vec<i32> = (0..labels.len()).filter(|&j| labels[j] != ignore).map(|j| j as i32).collect();
+    let keep: Vec<i32> = (0..labels.len()).filter(|&j| keep(labels[j])).map(|j| j as i32).collect();
     if keep.is_empty() {
         return Err(ModelError::Config("sparse prediction on a batch without masked-LM targets".into()));
     }
     let rows = embedding::embedding(g, &x, &g.ints(&keep, &[keep.len()])?)?;
-    let logits = mlm(g, spec, w, head, &rows)?;
+    let logits = masked_lm_logits(g, spec, w, head, &rows)?;
     let kept: Vec<i32> = keep.iter().map(|&j| labels[j as usize]).collect();
     let loss = masked_lm_loss(g, &logits, &kept)?;
     Ok((logits, loss))

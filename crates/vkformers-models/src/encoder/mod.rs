@@ -19,11 +19,13 @@ mod spec;
 
 pub(crate) use bare_decoder::match_bare_decoder;
 pub use disentangled_spec::{Disentangled, RelativeTable};
-pub use heads::{classification_loss, forward, forward_loss, masked_lm_loss, ClsLabels, OwnedClsLabels};
+pub use heads::{
+    classification_loss, forward, forward_loss, masked_lm_loss, masked_lm_target_loss, ClsLabels, OwnedClsLabels,
+};
 pub use log_bucket::log_bucket;
 pub use mobile::MobileSpec;
 pub(crate) use plan::{check_new_head, match_pooler, plan};
-pub use pooling::{decoder_hidden_states, normalize_rows, pool, Pooling};
+pub use pooling::{decoder_hidden_states, mean_pool, normalize_rows, pool, Pooling};
 pub use relative::RelativeBias;
 pub use spec::{
     ClassifierHead, ClsPooling, EmbedMasking, EncoderHead, EncoderSpec, MlmHead, NormPlacement, PoolAct, Positions,

@@ -2,7 +2,8 @@
 //! computes them: the mean over each row's real tokens (`pooling_mode_mean_tokens`) or the first
 //! token (`pooling_mode_cls_token`), then optionally `Normalize` (unit L2 norm).
 
-use vkformers_tensor::ops::matmul;
+use vkformers_tensor::ops::attention::{self, AttnOptions};
+use vkformers_tensor::ops::{matmul, shape};
 use vkformers_tensor::{Graph, Tensor};
 
 use crate::error::{ModelError, Result};
@@ -39,6 +40,38 @@ pub fn pool(g: &Graph<'_>, hidden: &Tensor, mask: &[i32], (b, t): (usize, usize)
         }
     }
     Ok(matmul::matmul(g, &g.constant(&p, &[b, b * t])?, hidden)?)
+}
+
+/// Head width of [`mean_pool`]'s attention.
+const POOL_HEAD: usize = 64;
+
+/// Mean pooling for inference, `[B, hidden]` from hidden `[B·T, hidden]` (hidden a multiple
+/// of 64, else `None`: use [`pool`]): fused attention of one all-zero query per row over that
+/// row's tokens with score scale 0, hidden split in heads of 64. Every unmasked score is 0, so
+/// the softmax weighs each real token 1/count: `o = Σ_t mask·h / count`, [`Pooling::Mean`]. It
+/// uploads the query `[B, hidden]` and the key mask `[B, T]` where [`pool`] uploads its
+/// `[B, B·T]` weights (8 MiB a batch of 128 × 128 tokens) and multiplies them in f32.
+pub fn mean_pool(g: &Graph<'_>, hidden: &Tensor, mask: &[i32], (b, t): (usize, usize)) -> Result<Option<Tensor>> {
+    let d = hidden.shape().get(1).copied().unwrap_or(0);
+    if d % POOL_HEAD != 0 || mask.len() != b * t || hidden.shape()[0] != b * t {
+        return Ok(None);
+    }
+    // sentence-transformers pools an all-padding row to 0; attention would divide by 0 there.
+    if mask.chunks(t).any(|m| m.iter().all(|&v| v == 0)) {
+        return Ok(None);
+    }
+    let h = d / POOL_HEAD;
+    let kv = shape::reshape(g, hidden, &[b, t, h, POOL_HEAD])?;
+    let q = g.constant(&vec![0.0; b * d], &[b, 1, h, POOL_HEAD])?;
+    let kmask = Some(g.ints(mask, &[b, t])?);
+    let opts = AttnOptions { scale: Some(0.0), causal: false, kmask, ..AttnOptions::default() };
+    // In the hidden state's own type: under autocast the kernel would read 16-bit copies,
+    // rounding an f32 hidden state once more before the sum.
+    let autocast = g.autocast();
+    g.set_autocast(None);
+    let o = attention::attention(g, &q, &kv, &kv, &opts);
+    g.set_autocast(autocast);
+    Ok(Some(shape::reshape(g, &o?, &[b, d])?))
 }
 
 /// A decoder's final hidden states `[B·T, hidden]` (after its final norm: `AutoModel`'s

@@ -10,8 +10,8 @@ use vkformers_tensor::{Graph, Tensor};
 
 use crate::error::{ModelError, Result};
 use crate::lora::adapter::{lora_key, saved_key, Adapter};
-use crate::lora::config::{LoraConfig, Targets};
-use crate::lora::modules::{linear_modules, name_matches, targeted, LinearModule};
+use crate::lora::config::{LoraConfig, Targets, SEQ_CLS, TOKEN_CLS};
+use crate::lora::modules::{linear_modules, targeted, LinearModule};
 use crate::model::Model;
 use crate::moe::lora::{b_from_device, b_to_device, expert_params, ExpertParam, ExpertTerm};
 use crate::weights::HostTensor;
@@ -125,10 +125,21 @@ fn join_rows(m: &LinearModule, parts: &[Vec<f32>]) -> Vec<f32> {
     out
 }
 
-/// Whether the stored tensor `name` belongs to a module listed in `modules_to_save`.
+/// Whether the stored tensor `name` belongs to a module listed in `modules_to_save`: PEFT wraps
+/// every module whose path ends with a listed name (`key.endswith(target)` in `_set_trainable`)
+/// whole, so a tensor is saved when its module or any module above it ends so
+/// (`classifier.out_proj.weight` under `classifier`).
 pub fn is_saved_module(modules_to_save: &[String], name: &str) -> bool {
     let module = name.rsplit_once('.').map_or(name, |(m, _)| m);
-    modules_to_save.iter().any(|t| name_matches(module, t))
+    let mut ancestors = module.match_indices('.').map(|(i, _)| &module[..i]).chain([module]);
+    ancestors.any(|m| modules_to_save.iter().any(|t| m.ends_with(t.as_str())))
+}
+
+/// Whether the module `name` lies inside a `modules_to_save` module (PEFT never adapts those:
+/// `check_target_module_exists` excludes `(^|.*\.)m($|\..*)`).
+fn inside_saved_module(modules_to_save: &[String], name: &str) -> bool {
+    let dotted = format!(".{name}.");
+    modules_to_save.iter().any(|m| dotted.contains(&format!(".{m}.")))
 }
 
 /// Loads the model folder `dir` with every weight frozen (constants: no gradient, no optimizer
@@ -140,7 +151,8 @@ pub fn load_frozen(g: &Graph<'_>, dir: &std::path::Path, modules_to_save: &[Stri
 /// The linear modules of `model` that `config` targets.
 pub fn target_modules(model: &Model, config: &LoraConfig) -> Result<Vec<LinearModule>> {
     let seq2seq = model.spec.seq2seq.is_some();
-    if seq2seq != (config.task_type == "SEQ_2_SEQ_LM") {
+    let classifier = [SEQ_CLS, TOKEN_CLS].contains(&config.task_type.as_str());
+    if seq2seq != (config.task_type == "SEQ_2_SEQ_LM") || (classifier && model.spec.encoder.is_none()) {
         return Err(ModelError::Config(format!(
             "an adapter for task_type `{}` on a `{}` model; use an adapter trained for this model",
             config.task_type, model.spec.model_type
@@ -171,7 +183,9 @@ pub fn target_modules(model: &Model, config: &LoraConfig) -> Result<Vec<LinearMo
     if none && !config.target_parameters.is_empty() {
         return Ok(Vec::new());
     }
-    let out = targeted(&all, &config.target_modules)?;
+    let free: Vec<LinearModule> =
+        all.into_iter().filter(|m| !inside_saved_module(&config.modules_to_save, &m.name)).collect();
+    let out = targeted(&free, &config.target_modules)?;
     crate::moe::lora::refuse_parameter_targets(&model.spec, &config.target_modules, &out)?;
     Ok(out)
 }

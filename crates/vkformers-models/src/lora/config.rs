@@ -52,9 +52,18 @@ pub struct LoraConfig {
     /// The base weight is stored `[in, out]` (GPT-2's Conv1D); the adapter layout is the same.
     pub fan_in_fan_out: bool,
     pub base_model_name_or_path: Option<String>,
-    /// PEFT's `task_type`: `CAUSAL_LM`, or `SEQ_2_SEQ_LM` for an encoder-decoder.
+    /// PEFT's `task_type`: `CAUSAL_LM`, `SEQ_2_SEQ_LM` for an encoder-decoder, `SEQ_CLS` /
+    /// `TOKEN_CLS` for an encoder's classification head.
     pub task_type: String,
 }
+
+/// PEFT's task type of a sequence classifier (`PeftModelForSequenceClassification`).
+pub const SEQ_CLS: &str = "SEQ_CLS";
+/// PEFT's task type of a token classifier (`PeftModelForTokenClassification`).
+pub const TOKEN_CLS: &str = "TOKEN_CLS";
+/// The modules PEFT's classification wrappers add to `modules_to_save` (the new head trained
+/// in full: `classifier` in BERT-likes, `score` in decoder classifiers).
+pub const CLASSIFIER_MODULES: [&str; 2] = ["classifier", "score"];
 
 impl LoraConfig {
     /// A config with PEFT's defaults for everything but rank, alpha and targets.
@@ -70,6 +79,17 @@ impl LoraConfig {
             fan_in_fan_out: false,
             base_model_name_or_path: None,
             task_type: "CAUSAL_LM".into(),
+        }
+    }
+
+    /// Makes this the config of a classifier of `task_type` (SEQ_CLS / TOKEN_CLS) as PEFT's
+    /// wrapper does: `classifier` and `score` appended to `modules_to_save` (kept once).
+    pub fn for_classifier(&mut self, task_type: &str) {
+        self.task_type = task_type.to_string();
+        for m in CLASSIFIER_MODULES {
+            if !self.modules_to_save.iter().any(|x| x == m) {
+                self.modules_to_save.push(m.to_string());
+            }
         }
     }
 
@@ -94,9 +114,10 @@ impl LoraConfig {
             return Err(format!("peft_type is {found}; vkformers reads LoRA adapters (\"LORA\")"));
         }
         let task_type = s("task_type").unwrap_or("CAUSAL_LM").to_string();
-        if task_type != "CAUSAL_LM" && task_type != "SEQ_2_SEQ_LM" {
+        if !["CAUSAL_LM", "SEQ_2_SEQ_LM", SEQ_CLS, TOKEN_CLS].contains(&task_type.as_str()) {
             return Err(format!(
-                "task_type `{task_type}`: vkformers runs causal LMs (CAUSAL_LM) and encoder-decoders (SEQ_2_SEQ_LM)"
+                "task_type `{task_type}`: vkformers runs causal LMs (CAUSAL_LM), encoder-decoders (SEQ_2_SEQ_LM) \
+                 and encoder classifiers (SEQ_CLS, TOKEN_CLS)"
             ));
         }
         refuse_unsupported(v)?;
