@@ -14,12 +14,14 @@ pub enum Want {
 }
 
 /// Needed when present; loading works without them.
-const OPTIONAL: [&str; 6] = [
+const OPTIONAL: [&str; 7] = [
     "generation_config.json",
     "tokenizer.json",
     "tokenizer_config.json",
     "special_tokens_map.json",
     "tokenizer.model",
+    // DeBERTa-v3 repos ship only the sentencepiece model (no tokenizer.json).
+    "spm.model",
     "chat_template.jinja",
 ];
 
