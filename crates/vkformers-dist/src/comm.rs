@@ -25,7 +25,29 @@ enum Job {
     BcastF32(usize, Vec<f32>, Sender<Vec<f32>>),
     /// Every rank's bytes, rank after rank (same length everywhere).
     Gather(Vec<u8>, Sender<Vec<u8>>),
+    /// A gradient bucket: wait for its download, read it off the mapped staging buffer, sum.
+    Bucket(Box<BucketJob>, Sender<BucketJob>),
     Abort(i32),
+}
+
+/// One bucket's trip through the communication thread (`Comm::sum_bucket`); the same value
+/// comes back with `sum` filled, so its buffers are reused step after step.
+pub struct BucketJob {
+    /// The submission copying the gradients into `staging` (None: nothing to copy).
+    pub download: Option<vkformers_vk::Pending>,
+    /// Host-visible buffer holding the bucket's gradients once `download` is done.
+    pub staging: vkformers_vk::Buffer,
+    /// Bucket values: `[..grads]` read from `staging`, the rest (presence flags) set by the
+    /// caller; `zero`: element ranges to zero after the read (gradients absent on this rank).
+    pub host: Vec<f32>,
+    pub grads: usize,
+    pub zero: Vec<std::ops::Range<usize>>,
+    /// Σ over ranks of `host`.
+    pub sum: Vec<f32>,
+    /// Seconds spent waiting for the download, and in the all-reduce.
+    pub wait_seconds: f64,
+    pub reduce_seconds: f64,
+    pub error: Option<String>,
 }
 
 /// A reduce's result: the sum at its root (`None` elsewhere) and the seconds it took.
@@ -87,6 +109,13 @@ impl Comm {
     pub fn sum_f32(&self, x: Vec<f32>) -> Result<Receiver<(Vec<f32>, f64)>, String> {
         let (tx, rx) = channel();
         self.send(Job::SumF32(x, tx))?;
+        Ok(rx)
+    }
+
+    /// Starts a bucket's download wait and all-reduce; the job comes back when done.
+    pub fn sum_bucket(&self, job: BucketJob) -> Result<Receiver<BucketJob>, String> {
+        let (tx, rx) = channel();
+        self.send(Job::Bucket(Box::new(job), tx))?;
         Ok(rx)
     }
 
@@ -184,7 +213,37 @@ fn serve(world: &SimpleCommunicator, jobs: Receiver<Job>) {
                 world.all_gather_into(&x[..], &mut out[..]);
                 let _ = reply.send(out);
             }
+            Job::Bucket(job, reply) => {
+                let mut job = *job;
+                bucket(world, &mut job);
+                let _ = reply.send(job);
+            }
             Job::Abort(code) => world.abort(code),
         }
     }
+}
+
+/// Waits for `job`'s download, reads it, and all-reduces it. A failed download still joins the
+/// all-reduce (with zeros) so the other ranks are not left waiting; the error goes back.
+fn bucket(world: &SimpleCommunicator, job: &mut BucketJob) {
+    let t = Instant::now();
+    if let Some(d) = job.download.take() {
+        if let Err(e) = d.wait() {
+            job.error = Some(format!("gradient download: {e}"));
+        }
+    }
+    let bytes = bytemuck::cast_slice_mut::<f32, u8>(&mut job.host[..job.grads]);
+    if job.error.is_none() && !job.staging.read_mapped(bytes) {
+        job.error = Some("the gradient staging buffer is not mapped".into());
+    }
+    for r in job.zero.drain(..) {
+        job.host[r].fill(0.0);
+    }
+    job.wait_seconds = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    job.sum.resize(job.host.len(), 0.0);
+    for (a, b) in job.host.chunks(PIECE).zip(job.sum.chunks_mut(PIECE)) {
+        world.all_reduce_into(a, b, SystemOperation::sum());
+    }
+    job.reduce_seconds = t.elapsed().as_secs_f64();
 }

@@ -1,17 +1,18 @@
 //! `MpiParallel`: the trainer's data-parallel hooks over MPI, and the checks of a same start
 //! (one binary, one set of arguments, rank 0's parameters everywhere, checked by checksum).
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::Rc;
-use std::sync::mpsc::Receiver;
 use std::time::Instant;
 
 use sha2::{Digest, Sha256};
 use vkformers_tensor::optim::{AdamW, Param};
-use vkformers_tensor::{DType, Graph, Tensor};
+use vkformers_tensor::{DType, GradReadyHook, Graph, Tensor};
 use vkformers_train::{DataParallel, Result, TrainError};
 
 use crate::comm::Comm;
+use crate::overlap::Buckets;
 
 /// Gradient bucket size: 25 MB of f32, torch DDP's default `bucket_cap_mb`.
 pub const BUCKET_ELEMS: usize = 25 * 1000 * 1000 / 4;
@@ -25,12 +26,11 @@ pub struct CommStats {
     pub reduce_seconds: f64,
     /// Seconds the communication thread spent in the gradient all-reduces.
     pub allreduce_seconds: f64,
+    /// Seconds the communication thread waited for the buckets' downloads (device copies).
+    pub download_wait_seconds: f64,
     /// Gradient bytes all-reduced by this rank.
     pub bytes: u64,
 }
-
-/// A bucket's all-reduce in flight: its sum and the seconds it took, when done.
-type Pending = Receiver<(Vec<f32>, f64)>;
 
 pub struct MpiParallel {
     /// Shared with the caller, which still needs it to abort the job after an error.
@@ -40,6 +40,11 @@ pub struct MpiParallel {
     /// `--zero 1`: the optimizer state is sharded by parameter (`owners[i]` steps parameter i).
     zero: bool,
     owners: Vec<usize>,
+    /// Plain data parallel's gradient buckets (made at the first step), shared with the
+    /// grad-ready hook of the step's last backward.
+    buckets: Option<Rc<RefCell<Buckets>>>,
+    /// `grad_ready_hook` started this step's buckets.
+    step_begun: bool,
 }
 
 pub(crate) fn mpi_err(e: String) -> TrainError {
@@ -48,7 +53,15 @@ pub(crate) fn mpi_err(e: String) -> TrainError {
 
 impl MpiParallel {
     pub fn new(comm: Rc<Comm>) -> Self {
-        MpiParallel { comm, bucket_elems: BUCKET_ELEMS, stats: CommStats::default(), zero: false, owners: Vec::new() }
+        MpiParallel {
+            comm,
+            bucket_elems: BUCKET_ELEMS,
+            stats: CommStats::default(),
+            zero: false,
+            owners: Vec::new(),
+            buckets: None,
+            step_begun: false,
+        }
     }
 
     /// ZeRO stage 1 (`--zero 1`): each rank keeps AdamW's moments of, and steps, only its share
@@ -156,11 +169,11 @@ impl DataParallel for MpiParallel {
     fn reduce_grads(&mut self, g: &Graph<'_>, params: &[Param], max_norm: f32) -> Result<Option<f64>> {
         let start = Instant::now();
         self.injected_failure()?;
-        let grads: Vec<Option<Tensor>> = params.iter().map(|p| p.tensor.grad()).collect();
-        self.check_same_grads(params, &grads)?;
-        let grads: Vec<(usize, Tensor)> =
-            grads.into_iter().enumerate().rev().filter_map(|(i, t)| t.map(|t| (i, t))).collect();
         let norm = if self.zero {
+            let grads: Vec<Option<Tensor>> = params.iter().map(|p| p.tensor.grad()).collect();
+            self.check_same_grads(params, &grads)?;
+            let grads: Vec<(usize, Tensor)> =
+                grads.into_iter().enumerate().rev().filter_map(|(i, t)| t.map(|t| (i, t))).collect();
             if self.owners.is_empty() {
                 self.owners = crate::zero::owners(params, self.comm.world);
             }
@@ -170,12 +183,28 @@ impl DataParallel for MpiParallel {
             crate::zero::clip_owned(g, owned, norm, max_norm)?;
             Some(norm)
         } else {
-            self.sum_buckets(g, grads, |_, t, sum| upload(g, t, sum))?;
+            let buckets = self.buckets(g, params)?;
+            if !std::mem::take(&mut self.step_begun) {
+                buckets.borrow_mut().begin_step();
+            }
+            buckets.borrow_mut().finish(g, &mut self.stats)?;
             None
         };
         self.stats.steps += 1;
         self.stats.reduce_seconds += start.elapsed().as_secs_f64();
         Ok(norm)
+    }
+
+    /// Plain data parallel: the step's buckets start as backward finishes their gradients
+    /// (`overlap`). ZeRO-1 reduces to the owners after backward.
+    fn grad_ready_hook(&mut self, g: &Graph<'_>, params: &[Param]) -> Result<Option<GradReadyHook>> {
+        if self.zero {
+            return Ok(None);
+        }
+        let buckets = self.buckets(g, params)?;
+        buckets.borrow_mut().begin_step();
+        self.step_begun = true;
+        Ok(Some(Box::new(move |g, leaf| buckets.borrow_mut().on_ready(g, leaf))))
     }
 
     fn shards_optimizer(&self) -> bool {
@@ -205,52 +234,31 @@ impl DataParallel for MpiParallel {
     fn report(&self) -> Option<String> {
         let s = self.stats;
         let per = |x: f64| 1e3 * x / s.steps.max(1) as f64;
+        let (early, launched) =
+            self.buckets.as_ref().map_or((0, 0), |b| (b.borrow().launched_early, b.borrow().launched));
         Some(format!(
-            "communication over {} ranks: {:.1} ms/step in the gradient reduction ({:.1} ms/step in the reductions \
-             on the MPI thread), {:.1} MB per step",
+            "communication over {} ranks: {:.1} ms/step in the gradient reduction after backward ({:.1} ms/step in \
+             the reductions on the MPI thread, {:.1} ms/step waiting for bucket downloads), {:.1} MB per step, \
+             {} of {} buckets started during backward",
             self.comm.world,
             per(s.reduce_seconds),
             per(s.allreduce_seconds),
-            s.bytes as f64 / 1e6 / s.steps.max(1) as f64
+            per(s.download_wait_seconds),
+            s.bytes as f64 / 1e6 / s.steps.max(1) as f64,
+            early,
+            launched
         ))
     }
 }
 
 impl MpiParallel {
-    /// Sums `grads` (parameter index, gradient) over the ranks in buckets, in the order
-    /// given, handing each sum to `each` as its bucket comes back.
-    fn sum_buckets(
-        &mut self,
-        g: &Graph<'_>,
-        grads: Vec<(usize, Tensor)>,
-        mut each: impl FnMut(usize, &Tensor, &[f32]) -> Result<()>,
-    ) -> Result<()> {
-        let mut pending: VecDeque<(Vec<(usize, Tensor)>, Pending)> = VecDeque::new();
-        let (mut bucket, mut members) = (Vec::new(), Vec::new());
-        for (i, t) in grads {
-            check_f32(&t, "gradient")?;
-            bucket.extend(g.read(&t)?);
-            members.push((i, t));
-            if bucket.len() >= self.bucket_elems {
-                self.stats.bytes += 4 * bucket.len() as u64;
-                let rx = self.comm.sum_f32(std::mem::take(&mut bucket)).map_err(mpi_err)?;
-                pending.push_back((std::mem::take(&mut members), rx));
-            }
+    /// The gradient buckets, laid out at the first call.
+    fn buckets(&mut self, g: &Graph<'_>, params: &[Param]) -> Result<Rc<RefCell<Buckets>>> {
+        if self.buckets.is_none() {
+            let b = Buckets::new(g, self.comm.clone(), params, self.bucket_elems)?;
+            self.buckets = Some(Rc::new(RefCell::new(b)));
         }
-        if !members.is_empty() {
-            self.stats.bytes += 4 * bucket.len() as u64;
-            pending.push_back((members, self.comm.sum_f32(bucket).map_err(mpi_err)?));
-        }
-        for (members, rx) in pending {
-            let (sum, seconds) = rx.recv().map_err(|_| mpi_err("the MPI thread ended during an all-reduce".into()))?;
-            self.stats.allreduce_seconds += seconds;
-            let mut at = 0;
-            for (i, t) in members {
-                each(i, &t, &sum[at..at + t.numel()])?;
-                at += t.numel();
-            }
-        }
-        Ok(())
+        Ok(self.buckets.clone().expect("made above"))
     }
 
     /// ZeRO-1's reduce-scatter by parameter: each gradient summed into its owner only, in

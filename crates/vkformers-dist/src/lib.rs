@@ -11,6 +11,7 @@
 
 pub mod comm;
 pub mod engine;
+mod overlap;
 pub mod zero;
 
 pub use comm::Comm;

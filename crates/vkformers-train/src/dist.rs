@@ -8,7 +8,7 @@
 //! after the last micro-batch, before clipping (the norm is that of the reduced gradient).
 
 use vkformers_tensor::optim::{AdamW, Param};
-use vkformers_tensor::Graph;
+use vkformers_tensor::{GradReadyHook, Graph};
 
 use crate::error::Result;
 
@@ -36,6 +36,13 @@ pub trait DataParallel {
     /// (0: no clipping), keeps only the gradients of the parameters this rank steps, and
     /// returns the global norm.
     fn reduce_grads(&mut self, _g: &Graph<'_>, _params: &[Param], _max_norm: f32) -> Result<Option<f64>> {
+        Ok(None)
+    }
+
+    /// Before the backward of an optimizer step's last micro-batch: a hook the graph calls as
+    /// each parameter's gradient becomes final, to start reducing it while backward goes on
+    /// (`reduce_grads` then finishes). None: everything is reduced in `reduce_grads`.
+    fn grad_ready_hook(&mut self, _g: &Graph<'_>, _params: &[Param]) -> Result<Option<GradReadyHook>> {
         Ok(None)
     }
 

@@ -239,6 +239,8 @@ impl<'g, 'c> Trainer<'g, 'c> {
         let mut losses: Vec<Tensor> = Vec::with_capacity(micro.len());
         let mut auxes: Vec<Tensor> = Vec::new();
         let loss_scale = self.scaler.map_or(1.0, |s| s.scale);
+        // The last backward of the step: data parallelism reduces gradients as it finishes them.
+        let last = micro.iter().rposition(|mb| mb.targets_for(objective) > 0);
         for (i, mb) in micro.iter().enumerate() {
             let n = mb.targets_for(objective);
             if n == 0 {
@@ -260,7 +262,11 @@ impl<'g, 'c> Trainer<'g, 'c> {
                 scaled = broadcast::add(self.g, &scaled, &aux)?;
                 auxes.push(aux);
             }
-            self.g.backward(&scaled)?;
+            let hook = if Some(i) == last { self.dp.grad_ready_hook(self.g, &self.opt_params)? } else { None };
+            self.g.set_grad_ready_hook(hook);
+            let ran = self.g.backward(&scaled);
+            self.g.set_grad_ready_hook(None);
+            ran?;
             self.report_memory("after backward", None);
             losses.push(scaled);
             if i + 1 < micro.len() {
