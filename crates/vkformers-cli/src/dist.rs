@@ -80,6 +80,7 @@ mod imp {
             if let Some(n) = std::env::var("VKFORMERS_DIST_BUCKET_ELEMS").ok().and_then(|v| v.parse().ok()) {
                 hooks.set_bucket_elems(n);
             }
+            hooks.set_overlap(std::env::var("VKFORMERS_DIST_OVERLAP").map_or(true, |v| v != "0"));
             Ok(Some(Dist { comm, hooks: Some(hooks) }))
         }
 

@@ -86,6 +86,14 @@ fn metrics(out: &Path) -> Vec<(f64, f64)> {
     text.lines().map(row).collect()
 }
 
+/// "E of N buckets started during backward" from the communication report (rank 0's).
+fn buckets_started_in_backward(log: &str) -> (u64, u64) {
+    let line = log.lines().find(|l| l.contains("buckets started during backward")).expect("the report line");
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let at = words.iter().position(|w| *w == "buckets").expect("buckets");
+    (words[at - 3].parse().unwrap(), words[at - 1].parse().unwrap())
+}
+
 /// Largest |a - b| over every weight of the two saved models.
 fn max_diff(a: &Path, b: &Path) -> f32 {
     let (a, b) = (vkformers_io::ModelWeights::open(a).unwrap(), vkformers_io::ModelWeights::open(b).unwrap());
@@ -106,6 +114,8 @@ fn two_ranks_equal_one_rank_with_two_micro_batches() {
     let (two, micro, wide) = (t.path().join("two"), t.path().join("micro"), t.path().join("wide"));
     let log = ranks(2, &two, 1, &[]);
     assert!(log.contains("communication over 2 ranks"), "{log}");
+    let (early, all) = buckets_started_in_backward(&log);
+    assert!(all > 1 && early == all, "every bucket's all-reduce starts during backward: {log}");
     single(&micro, 1, 2);
     single(&wide, 2, 1);
     // MPI's 2-rank sum is g0 + g1, as the device accumulates the second micro-batch.

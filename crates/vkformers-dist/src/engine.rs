@@ -26,6 +26,9 @@ pub struct CommStats {
     pub reduce_seconds: f64,
     /// Seconds the communication thread spent in the gradient all-reduces.
     pub allreduce_seconds: f64,
+    /// Seconds from the device finishing backward to the summed gradients written back: the
+    /// communication the overlap did not hide.
+    pub exposed_seconds: f64,
     /// Seconds the communication thread waited for the buckets' downloads (device copies).
     pub download_wait_seconds: f64,
     /// Gradient bytes all-reduced by this rank.
@@ -45,6 +48,8 @@ pub struct MpiParallel {
     buckets: Option<Rc<RefCell<Buckets>>>,
     /// `grad_ready_hook` started this step's buckets.
     step_begun: bool,
+    /// Start buckets during backward (else all after it: for comparisons).
+    overlap: bool,
 }
 
 pub(crate) fn mpi_err(e: String) -> TrainError {
@@ -61,6 +66,7 @@ impl MpiParallel {
             owners: Vec::new(),
             buckets: None,
             step_begun: false,
+            overlap: true,
         }
     }
 
@@ -68,6 +74,12 @@ impl MpiParallel {
     /// of the parameters, then sends their new values to the others.
     pub fn set_zero1(&mut self, on: bool) {
         self.zero = on;
+    }
+
+    /// Off: every bucket is reduced after backward (`VKFORMERS_DIST_OVERLAP=0`, to measure
+    /// what the overlap saves).
+    pub fn set_overlap(&mut self, on: bool) {
+        self.overlap = on;
     }
 
     pub fn comm(&self) -> &Comm {
@@ -198,7 +210,7 @@ impl DataParallel for MpiParallel {
     /// Plain data parallel: the step's buckets start as backward finishes their gradients
     /// (`overlap`). ZeRO-1 reduces to the owners after backward.
     fn grad_ready_hook(&mut self, g: &Graph<'_>, params: &[Param]) -> Result<Option<GradReadyHook>> {
-        if self.zero {
+        if self.zero || !self.overlap {
             return Ok(None);
         }
         let buckets = self.buckets(g, params)?;
@@ -237,10 +249,11 @@ impl DataParallel for MpiParallel {
         let (early, launched) =
             self.buckets.as_ref().map_or((0, 0), |b| (b.borrow().launched_early, b.borrow().launched));
         Some(format!(
-            "communication over {} ranks: {:.1} ms/step in the gradient reduction after backward ({:.1} ms/step in \
-             the reductions on the MPI thread, {:.1} ms/step waiting for bucket downloads), {:.1} MB per step, \
+            "communication over {} ranks: {:.1} ms/step exposed after the device finished backward, {:.1} ms/step \
+             in the gradient reduction after backward's recording ({:.1} ms/step in the reductions on the MPI thread, {:.1} ms/step waiting for bucket downloads), {:.1} MB per step, \
              {} of {} buckets started during backward",
             self.comm.world,
+            per(s.exposed_seconds),
             per(s.reduce_seconds),
             per(s.allreduce_seconds),
             per(s.download_wait_seconds),

@@ -169,6 +169,7 @@ impl Buckets {
         }
         // The uploads below overwrite gradients: nothing of backward may still run.
         g.sync()?;
+        let exposed = std::time::Instant::now();
         let world = self.comm.world as f32;
         let mut uploads = Vec::new();
         while let Some((b, rx)) = self.in_flight.pop_front() {
@@ -197,6 +198,7 @@ impl Buckets {
         for u in uploads {
             u.wait()?;
         }
+        stats.exposed_seconds += exposed.elapsed().as_secs_f64();
         Ok(())
     }
 }
