@@ -301,6 +301,45 @@ fn a_zero1_checkpoint_resumes_on_one_rank_and_on_four() {
     }
 }
 
+/// Each rank's "rank R: optimizer state B bytes" line, by rank.
+fn optimizer_bytes(log: &str, ranks: usize) -> Vec<u64> {
+    (0..ranks)
+        .map(|r| {
+            let tag = format!("rank {r}: optimizer state ");
+            // Found anywhere: the launcher may interleave two ranks' lines.
+            let at = log.find(&tag).unwrap_or_else(|| panic!("no {tag:?} in {log}")) + tag.len();
+            log[at..].split_whitespace().next().unwrap().parse().unwrap()
+        })
+        .collect()
+}
+
+/// `--zero 1` keeps about 1/N of AdamW's moments on each rank, also after rank 0 gathered all
+/// of them to write a checkpoint, and after resuming one (each rank loads only its share).
+#[test]
+fn zero1_ranks_hold_their_share_of_the_optimizer_state_after_save_and_resume() {
+    if !mpi_available() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (saved, resumed) = (t.path().join("saved"), t.path().join("resumed"));
+    let log = ranks(2, &saved, 1, &["--max-steps", "2", "--zero", "1", "--save-every", "2"]);
+    let params: u64 = {
+        let at = log.find("training llama (").expect("the plan line") + "training llama (".len();
+        log[at..].split_whitespace().next().unwrap().parse().unwrap()
+    };
+    // exp_avg and exp_avg_sq in f32 for every parameter, over both ranks.
+    let total = 8 * params;
+    let cp = saved.join("checkpoint-2");
+    let log2 = ranks(2, &resumed, 1, &["--max-steps", "3", "--zero", "1", "--resume", cp.to_str().unwrap()]);
+    for (what, log) in [("after a save", &log), ("after a resume", &log2)] {
+        let b = optimizer_bytes(log, 2);
+        assert_eq!(b.iter().sum::<u64>(), total, "{what}: the ranks' shares make the whole state once: {b:?}");
+        for x in &b {
+            assert!((*x as f64) < 0.6 * total as f64, "{what}: a rank holds {x} of {total} bytes");
+        }
+    }
+}
+
 /// Pre-training from a config with a tokenizer trained on the data (rank 0 trains it, the
 /// others read it) and tied embeddings: 2 ranks give 1 rank's 2 micro-batches to 1e-5 (tied
 /// embeddings sum their two gradient contributions in another order), the same losses.

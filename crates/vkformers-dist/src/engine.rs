@@ -243,6 +243,27 @@ impl DataParallel for MpiParallel {
         crate::zero::gather_moments(g, &self.comm, params, &self.owners, opt)
     }
 
+    fn keeps_moments(&mut self, params: &[Param], i: usize) -> bool {
+        if !self.zero {
+            return true;
+        }
+        if self.owners.is_empty() {
+            self.owners = crate::zero::owners(params, self.comm.world);
+        }
+        self.owners[i] == self.comm.rank
+    }
+
+    fn after_save(&mut self, params: &[Param], opt: &mut AdamW) {
+        if !self.zero {
+            return;
+        }
+        for (i, p) in params.iter().enumerate() {
+            if !self.keeps_moments(params, i) {
+                opt.forget_moments(&p.tensor);
+            }
+        }
+    }
+
     fn report(&self) -> Option<String> {
         let s = self.stats;
         let per = |x: f64| 1e3 * x / s.steps.max(1) as f64;

@@ -64,6 +64,16 @@ pub trait DataParallel {
         Ok(())
     }
 
+    /// Whether this rank keeps AdamW's moments of parameter `i` (a checkpoint being resumed:
+    /// a sharded optimizer loads only its own share).
+    fn keeps_moments(&mut self, _params: &[Param], _i: usize) -> bool {
+        true
+    }
+
+    /// After a checkpoint (called on every rank): a sharded optimizer drops again the moments
+    /// `before_save` gathered that this rank does not step.
+    fn after_save(&mut self, _params: &[Param], _opt: &mut AdamW) {}
+
     /// A line on the communication of the run so far (time per step), if any.
     fn report(&self) -> Option<String> {
         None

@@ -201,6 +201,11 @@ impl<'g, 'c> Trainer<'g, 'c> {
     }
 
     /// Optimizer steps completed.
+    /// Bytes of AdamW's moments held by this process (a sharded optimizer: its share).
+    pub fn optimizer_state_bytes(&self) -> u64 {
+        self.opt.moment_bytes()
+    }
+
     pub fn steps_done(&self) -> u64 {
         self.step
     }
@@ -376,6 +381,9 @@ impl<'g, 'c> Trainer<'g, 'c> {
                 let dir = self.save_checkpoint(observer)?;
                 observer.on_checkpoint(&dir)?;
             }
+            if due {
+                self.dp.after_save(&self.opt_params, &mut self.opt);
+            }
         }
         Ok(())
     }
@@ -458,11 +466,11 @@ impl<'g, 'c> Trainer<'g, 'c> {
         let weights = vkformers_io::ModelWeights::open(cp.join(PARAMS_DIR))?;
         let moments = vkformers_io::ModelWeights::open(cp.join(OPTIMIZER_DIR))?;
         self.g.sync()?;
-        for p in &self.params {
+        for (i, p) in self.params.iter().enumerate() {
             let data = checked(&weights, &p.name, p.tensor.shape(), &cp)?;
             self.g.ctx().upload(p.tensor.view().buffer, 0, bytemuck::cast_slice(&data))?;
             let m_name = format!("exp_avg.{}", p.name);
-            if moments.contains(&m_name) {
+            if moments.contains(&m_name) && self.dp.keeps_moments(&self.opt_params, i) {
                 let m = checked(&moments, &m_name, p.tensor.shape(), &cp)?;
                 let v = checked(&moments, &format!("exp_avg_sq.{}", p.name), p.tensor.shape(), &cp)?;
                 self.opt.import_moments(self.g, &p.tensor, &m, &v)?;
