@@ -1,7 +1,8 @@
 //! The communication thread: the only thread that calls MPI (initialised `Funneled` on it, as
 //! the rsmpi communicators are not `Send` on Open MPI). The training thread hands it jobs over
 //! a channel and waits on each job's reply channel when it needs the result, so gradient
-//! buckets are reduced while the training thread reads the next ones off the device.
+//! buckets are reduced while backward goes on (a bucket job carries the device submission of
+//! its download: this thread waits for its fence, then reads the mapped staging buffer).
 
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::thread::JoinHandle;

@@ -175,9 +175,9 @@ impl DataParallel for MpiParallel {
         self.comm.sum_f64(x.to_vec()).map_err(mpi_err)
     }
 
-    /// Buckets of ~25 MB, last parameter first (the first gradients backward finishes): while
-    /// the communication thread all-reduces one bucket, this thread reads the next off the
-    /// device; the sums are then written back into the gradients (ZeRO-1: see `keep_shard`).
+    /// Plain data parallel: finishes the buckets `grad_ready_hook` started during backward
+    /// (`overlap`), or all of them when none was; the sums replace the gradients. ZeRO-1:
+    /// each gradient summed into its owner only (`reduce_to_owners`), then clipped there.
     fn reduce_grads(&mut self, g: &Graph<'_>, params: &[Param], max_norm: f32) -> Result<Option<f64>> {
         let start = Instant::now();
         self.injected_failure()?;

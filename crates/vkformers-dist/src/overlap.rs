@@ -73,14 +73,16 @@ fn vk_err(e: String) -> vkformers_tensor::VkError {
 impl Buckets {
     /// Lays out `params` in buckets and allocates their staging buffers.
     pub fn new(g: &Graph<'_>, comm: Rc<Comm>, params: &[Param], bucket_elems: usize) -> Result<Buckets> {
-        let mut groups: Vec<Vec<usize>> = vec![Vec::new()];
-        let mut filled = 0;
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        let mut filled = bucket_elems;
         for i in (0..params.len()).rev() {
             if filled >= bucket_elems {
                 groups.push(Vec::new());
                 filled = 0;
             }
-            groups.last_mut().map(|b| b.push(i));
+            if let Some(b) = groups.last_mut() {
+                b.push(i);
+            }
             filled += params[i].tensor.numel();
         }
         let mut buckets = Vec::new();

@@ -9,6 +9,9 @@ use vkformers_tensor::ops::{matmul, reduce};
 use vkformers_tensor::{Graph, Tensor};
 use vkformers_vk::testing::on_every_device;
 
+/// A leaf's id and its gradient as read when the hook reported it.
+type Reported = (u64, Vec<f32>);
+
 fn values(n: usize, seed: u32) -> Vec<f32> {
     (0..n).map(|i| ((i as u32 * 37 + seed * 11) % 23) as f32 / 23.0 - 0.45).collect()
 }
@@ -33,7 +36,7 @@ fn each_gradient_is_reported_once_when_final_last_layer_first() {
     on_every_device("grad ready", |ctx| {
         let g = Graph::new(ctx);
         let (loss, w) = chain(&g)?;
-        let seen: Rc<RefCell<Vec<(u64, Vec<f32>)>>> = Rc::default();
+        let seen: Rc<RefCell<Vec<Reported>>> = Rc::default();
         let log = seen.clone();
         g.set_grad_ready_hook(Some(Box::new(move |g, leaf| {
             let grad = g.read(&leaf.grad().expect("a reported leaf has a gradient"))?;
