@@ -313,8 +313,9 @@ fn optimizer_bytes(log: &str, ranks: usize) -> Vec<u64> {
         .collect()
 }
 
-/// `--zero 1` keeps about 1/N of AdamW's moments on each rank, also after rank 0 gathered all
-/// of them to write a checkpoint, and after resuming one (each rank loads only its share).
+/// `--zero 1` keeps about 1/N of AdamW's moments on each rank (its slice of the flat
+/// buckets), also after rank 0 gathered all of them to write a checkpoint, and after resuming
+/// one (each rank loads only its slice).
 #[test]
 fn zero1_ranks_hold_their_share_of_the_optimizer_state_after_save_and_resume() {
     if !mpi_available() {
@@ -333,7 +334,12 @@ fn zero1_ranks_hold_their_share_of_the_optimizer_state_after_save_and_resume() {
     let log2 = ranks(2, &resumed, 1, &["--max-steps", "3", "--zero", "1", "--resume", cp.to_str().unwrap()]);
     for (what, log) in [("after a save", &log), ("after a resume", &log2)] {
         let b = optimizer_bytes(log, 2);
-        assert_eq!(b.iter().sum::<u64>(), total, "{what}: the ranks' shares make the whole state once: {b:?}");
+        // Each flat bucket is padded to a multiple of the ranks: a few elements more than once.
+        let sum = b.iter().sum::<u64>();
+        assert!(
+            sum >= total && (sum as f64) <= 1.01 * total as f64,
+            "{what}: the ranks' shares make the state once: {b:?}"
+        );
         for x in &b {
             assert!((*x as f64) < 0.6 * total as f64, "{what}: a rank holds {x} of {total} bytes");
         }

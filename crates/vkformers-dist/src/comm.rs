@@ -20,12 +20,14 @@ enum Job {
     SumF64(Vec<f64>, Sender<Vec<f64>>),
     /// The sum over ranks, and the seconds the reduction took on this rank.
     SumF32(Vec<f32>, Sender<(Vec<f32>, f64)>),
-    /// The sum over ranks, at rank `.0` only (`None` elsewhere), and the seconds it took.
-    ReduceTo(usize, Vec<f32>, Sender<RootSum>),
     /// Rank `.0`'s values replace everyone's (same length everywhere).
     BcastF32(usize, Vec<f32>, Sender<Vec<f32>>),
     /// Every rank's bytes, rank after rank (same length everywhere).
     Gather(Vec<u8>, Sender<Vec<u8>>),
+    /// Σ over ranks of `.0` (a multiple of the world size long), this rank's 1/N of it back.
+    ReduceScatter(Vec<f32>, Sender<(Vec<f32>, f64)>),
+    /// Every rank's `.0` (same length everywhere), concatenated in rank order.
+    AllGatherF32(Vec<f32>, Sender<Vec<f32>>),
     /// A gradient bucket: wait for its download, read it off the mapped staging buffer, sum.
     Bucket(Box<BucketJob>, Sender<BucketJob>),
     Abort(i32),
@@ -50,9 +52,6 @@ pub struct BucketJob {
     pub reduce_seconds: f64,
     pub error: Option<String>,
 }
-
-/// A reduce's result: the sum at its root (`None` elsewhere) and the seconds it took.
-pub type RootSum = (Option<Vec<f32>>, f64);
 
 /// Where this process stands in the job, and the handle to its communication thread.
 pub struct Comm {
@@ -113,17 +112,25 @@ impl Comm {
         Ok(rx)
     }
 
+    /// Starts the reduce-scatter of `x` (a multiple of the world size long): rank r gets
+    /// `Σ_ranks x[r·n/N .. (r+1)·n/N]`, and the seconds it took.
+    pub fn reduce_scatter(&self, x: Vec<f32>) -> Result<Receiver<(Vec<f32>, f64)>, String> {
+        let (tx, rx) = channel();
+        self.send(Job::ReduceScatter(x, tx))?;
+        Ok(rx)
+    }
+
+    /// Every rank's `x` (same length on all), concatenated in rank order.
+    pub fn all_gather_f32(&self, x: Vec<f32>) -> Result<Vec<f32>, String> {
+        let (tx, rx) = channel();
+        self.send(Job::AllGatherF32(x, tx))?;
+        rx.recv().map_err(|_| lost())
+    }
+
     /// Starts a bucket's download wait and all-reduce; the job comes back when done.
     pub fn sum_bucket(&self, job: BucketJob) -> Result<Receiver<BucketJob>, String> {
         let (tx, rx) = channel();
         self.send(Job::Bucket(Box::new(job), tx))?;
-        Ok(rx)
-    }
-
-    /// Starts Σ over ranks of `x` into rank `root` (ZeRO-1's reduce to a parameter's owner).
-    pub fn reduce_to(&self, root: usize, x: Vec<f32>) -> Result<Receiver<RootSum>, String> {
-        let (tx, rx) = channel();
-        self.send(Job::ReduceTo(root, x, tx))?;
         Ok(rx)
     }
 
@@ -188,21 +195,6 @@ fn serve(world: &SimpleCommunicator, jobs: Receiver<Job>) {
                 }
                 let _ = reply.send((out, t.elapsed().as_secs_f64()));
             }
-            Job::ReduceTo(root, x, reply) => {
-                let t = Instant::now();
-                let at = world.process_at_rank(root as i32);
-                let out = if world.rank() as usize == root {
-                    let mut out = vec![0.0f32; x.len()];
-                    for (a, b) in x.chunks(PIECE).zip(out.chunks_mut(PIECE)) {
-                        at.reduce_into_root(a, b, sum());
-                    }
-                    Some(out)
-                } else {
-                    x.chunks(PIECE).for_each(|a| at.reduce_into(a, sum()));
-                    None
-                };
-                let _ = reply.send((out, t.elapsed().as_secs_f64()));
-            }
             Job::BcastF32(root, mut x, reply) => {
                 for piece in x.chunks_mut(PIECE) {
                     world.process_at_rank(root as i32).broadcast_into(piece);
@@ -211,6 +203,17 @@ fn serve(world: &SimpleCommunicator, jobs: Receiver<Job>) {
             }
             Job::Gather(x, reply) => {
                 let mut out = vec![0u8; x.len() * world.size() as usize];
+                world.all_gather_into(&x[..], &mut out[..]);
+                let _ = reply.send(out);
+            }
+            Job::ReduceScatter(x, reply) => {
+                let t = Instant::now();
+                let mut out = vec![0.0f32; x.len() / world.size() as usize];
+                world.reduce_scatter_block_into(&x[..], &mut out[..], sum());
+                let _ = reply.send((out, t.elapsed().as_secs_f64()));
+            }
+            Job::AllGatherF32(x, reply) => {
+                let mut out = vec![0.0f32; x.len() * world.size() as usize];
                 world.all_gather_into(&x[..], &mut out[..]);
                 let _ = reply.send(out);
             }

@@ -2,7 +2,6 @@
 //! (one binary, one set of arguments, rank 0's parameters everywhere, checked by checksum).
 
 use std::cell::RefCell;
-use std::collections::VecDeque;
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -13,6 +12,7 @@ use vkformers_train::{DataParallel, Result, TrainError};
 
 use crate::comm::Comm;
 use crate::overlap::Buckets;
+use crate::zero::Zero1;
 
 /// Gradient bucket size: 25 MB of f32, torch DDP's default `bucket_cap_mb`.
 pub const BUCKET_ELEMS: usize = 25 * 1000 * 1000 / 4;
@@ -40,9 +40,10 @@ pub struct MpiParallel {
     comm: Rc<Comm>,
     bucket_elems: usize,
     stats: CommStats,
-    /// `--zero 1`: the optimizer state is sharded by parameter (`owners[i]` steps parameter i).
+    /// `--zero 1`: the optimizer state is sharded over flat buckets (`zero`), laid out at the
+    /// first use.
     zero: bool,
-    owners: Vec<usize>,
+    zero1: Option<Zero1>,
     /// Plain data parallel's gradient buckets (made at the first step), shared with the
     /// grad-ready hook of the step's last backward.
     buckets: Option<Rc<RefCell<Buckets>>>,
@@ -63,7 +64,7 @@ impl MpiParallel {
             bucket_elems: BUCKET_ELEMS,
             stats: CommStats::default(),
             zero: false,
-            owners: Vec::new(),
+            zero1: None,
             buckets: None,
             step_begun: false,
             overlap: true,
@@ -177,22 +178,17 @@ impl DataParallel for MpiParallel {
 
     /// Plain data parallel: finishes the buckets `grad_ready_hook` started during backward
     /// (`overlap`), or all of them when none was; the sums replace the gradients. ZeRO-1:
-    /// each gradient summed into its owner only (`reduce_to_owners`), then clipped there.
+    /// the gradients reduce-scattered over flat buckets (`zero`), each rank clipping its slice.
     fn reduce_grads(&mut self, g: &Graph<'_>, params: &[Param], max_norm: f32) -> Result<Option<f64>> {
         let start = Instant::now();
         self.injected_failure()?;
         let norm = if self.zero {
             let grads: Vec<Option<Tensor>> = params.iter().map(|p| p.tensor.grad()).collect();
             self.check_same_grads(params, &grads)?;
-            let grads: Vec<(usize, Tensor)> =
-                grads.into_iter().enumerate().rev().filter_map(|(i, t)| t.map(|t| (i, t))).collect();
-            if self.owners.is_empty() {
-                self.owners = crate::zero::owners(params, self.comm.world);
-            }
-            let owned = self.reduce_to_owners(g, params, grads)?;
-            let squares: f64 = owned.iter().flat_map(|(_, s)| s.iter()).map(|&x| f64::from(x) * f64::from(x)).sum();
-            let norm = self.comm.sum_f64(vec![squares]).map_err(mpi_err)?[0].sqrt();
-            crate::zero::clip_owned(g, owned, norm, max_norm)?;
+            let comm = self.comm.clone();
+            let mut stats = self.stats;
+            let norm = self.zero1(params).reduce(g, &comm, params, max_norm, &mut stats)?;
+            self.stats = stats;
             Some(norm)
         } else {
             let buckets = self.buckets(g, params)?;
@@ -223,12 +219,13 @@ impl DataParallel for MpiParallel {
         self.zero
     }
 
-    fn after_step(&mut self, g: &Graph<'_>, params: &[Param]) -> Result<()> {
+    fn after_step(&mut self, g: &Graph<'_>, params: &[Param], opt: &AdamW) -> Result<()> {
         if !self.zero {
             return Ok(());
         }
         let start = Instant::now();
-        crate::zero::gather_params(g, &self.comm, params, &self.owners)?;
+        let comm = self.comm.clone();
+        self.zero1(params).step(g, &comm, params, opt)?;
         self.stats.reduce_seconds += start.elapsed().as_secs_f64();
         Ok(())
     }
@@ -237,31 +234,29 @@ impl DataParallel for MpiParallel {
         if !self.zero {
             return Ok(());
         }
-        if self.owners.is_empty() {
-            self.owners = crate::zero::owners(params, self.comm.world);
-        }
-        crate::zero::gather_moments(g, &self.comm, params, &self.owners, opt)
+        let comm = self.comm.clone();
+        self.zero1(params).gather_moments(g, &comm, params, opt)
     }
 
-    fn keeps_moments(&mut self, params: &[Param], i: usize) -> bool {
-        if !self.zero {
-            return true;
+    /// `--zero 1`: AdamW keeps no moment; this rank's slice of them lives in `zero1`.
+    fn keeps_moments(&mut self, _params: &[Param], _i: usize) -> bool {
+        !self.zero
+    }
+
+    fn import_moments(&mut self, params: &[Param], i: usize, m: &[f32], v: &[f32]) {
+        if self.zero {
+            self.zero1(params).import_moments(i, m, v);
         }
-        if self.owners.is_empty() {
-            self.owners = crate::zero::owners(params, self.comm.world);
-        }
-        self.owners[i] == self.comm.rank
     }
 
     fn after_save(&mut self, params: &[Param], opt: &mut AdamW) {
-        if !self.zero {
-            return;
+        if self.zero {
+            params.iter().for_each(|p| opt.forget_moments(&p.tensor));
         }
-        for (i, p) in params.iter().enumerate() {
-            if !self.keeps_moments(params, i) {
-                opt.forget_moments(&p.tensor);
-            }
-        }
+    }
+
+    fn optimizer_state_bytes(&self) -> u64 {
+        self.zero1.as_ref().map_or(0, Zero1::state_bytes)
     }
 
     fn report(&self) -> Option<String> {
@@ -295,51 +290,10 @@ impl MpiParallel {
         Ok(self.buckets.clone().expect("made above"))
     }
 
-    /// ZeRO-1's reduce-scatter by parameter: each gradient summed into its owner only, in
-    /// buckets per owner (last parameter first, several in flight). Returns this rank's
-    /// summed gradients; the others' are dropped here, so AdamW steps only the owned ones.
-    fn reduce_to_owners(
-        &mut self,
-        g: &Graph<'_>,
-        params: &[Param],
-        grads: Vec<(usize, Tensor)>,
-    ) -> Result<Vec<(Tensor, Vec<f32>)>> {
-        type Open = (Vec<f32>, Vec<Tensor>);
-        let world = self.comm.world;
-        let mut open: Vec<Open> = (0..world).map(|_| (Vec::new(), Vec::new())).collect();
-        let mut pending = VecDeque::new();
-        for (i, t) in grads {
-            check_f32(&t, "gradient")?;
-            let root = self.owners[i];
-            open[root].0.extend(g.read(&t)?);
-            if root != self.comm.rank {
-                params[i].tensor.zero_grad();
-            }
-            open[root].1.push(t);
-            if open[root].0.len() >= self.bucket_elems {
-                let (data, members) = std::mem::take(&mut open[root]);
-                self.stats.bytes += 4 * data.len() as u64;
-                pending.push_back((members, self.comm.reduce_to(root, data).map_err(mpi_err)?));
-            }
-        }
-        for (root, (data, members)) in open.into_iter().enumerate() {
-            if !members.is_empty() {
-                self.stats.bytes += 4 * data.len() as u64;
-                pending.push_back((members, self.comm.reduce_to(root, data).map_err(mpi_err)?));
-            }
-        }
-        let mut owned = Vec::new();
-        for (members, rx) in pending {
-            let (sum, seconds) = rx.recv().map_err(|_| mpi_err("the MPI thread ended during a reduce".into()))?;
-            self.stats.allreduce_seconds += seconds;
-            let Some(sum) = sum else { continue };
-            let mut at = 0;
-            for t in members {
-                owned.push((t.clone(), sum[at..at + t.numel()].to_vec()));
-                at += t.numel();
-            }
-        }
-        Ok(owned)
+    /// The flat-bucket ZeRO-1 layout, made at the first use.
+    fn zero1(&mut self, params: &[Param]) -> &mut Zero1 {
+        let (world, rank, n) = (self.comm.world, self.comm.rank, self.bucket_elems);
+        self.zero1.get_or_insert_with(|| Zero1::new(params, world, rank, n))
     }
 
     /// Tests: `VKFORMERS_DIST_FAIL=RANK:STEP` makes rank RANK fail at optimizer step STEP (as a

@@ -54,7 +54,7 @@ pub trait DataParallel {
 
     /// After the optimizer step: a sharded optimizer gives every rank the new values of the
     /// parameters the other ranks stepped.
-    fn after_step(&mut self, _g: &Graph<'_>, _params: &[Param]) -> Result<()> {
+    fn after_step(&mut self, _g: &Graph<'_>, _params: &[Param], _opt: &AdamW) -> Result<()> {
         Ok(())
     }
 
@@ -68,6 +68,15 @@ pub trait DataParallel {
     /// a sharded optimizer loads only its own share).
     fn keeps_moments(&mut self, _params: &[Param], _i: usize) -> bool {
         true
+    }
+
+    /// A checkpoint's moments of parameter `i` that `keeps_moments` declined (a sharded
+    /// optimizer keeps its own share of them).
+    fn import_moments(&mut self, _params: &[Param], _i: usize, _m: &[f32], _v: &[f32]) {}
+
+    /// Bytes of optimizer state held by the hooks (a sharded optimizer's slice of the moments).
+    fn optimizer_state_bytes(&self) -> u64 {
+        0
     }
 
     /// After a checkpoint (called on every rank): a sharded optimizer drops again the moments

@@ -203,7 +203,7 @@ impl<'g, 'c> Trainer<'g, 'c> {
     /// Optimizer steps completed.
     /// Bytes of AdamW's moments held by this process (a sharded optimizer: its share).
     pub fn optimizer_state_bytes(&self) -> u64 {
-        self.opt.moment_bytes()
+        self.opt.moment_bytes() + self.dp.optimizer_state_bytes()
     }
 
     pub fn steps_done(&self) -> u64 {
@@ -287,7 +287,7 @@ impl<'g, 'c> Trainer<'g, 'c> {
             None => vkformers_kernels::optim::LossScale::NONE,
         };
         self.opt.step(self.g, &self.opt_params)?;
-        self.dp.after_step(self.g, &self.opt_params)?;
+        self.dp.after_step(self.g, &self.opt_params, &self.opt)?;
         self.report_memory("after step", None);
         let mut loss = 0.0;
         for l in &losses {
@@ -470,10 +470,14 @@ impl<'g, 'c> Trainer<'g, 'c> {
             let data = checked(&weights, &p.name, p.tensor.shape(), &cp)?;
             self.g.ctx().upload(p.tensor.view().buffer, 0, bytemuck::cast_slice(&data))?;
             let m_name = format!("exp_avg.{}", p.name);
-            if moments.contains(&m_name) && self.dp.keeps_moments(&self.opt_params, i) {
+            if moments.contains(&m_name) {
                 let m = checked(&moments, &m_name, p.tensor.shape(), &cp)?;
                 let v = checked(&moments, &format!("exp_avg_sq.{}", p.name), p.tensor.shape(), &cp)?;
-                self.opt.import_moments(self.g, &p.tensor, &m, &v)?;
+                if self.dp.keeps_moments(&self.opt_params, i) {
+                    self.opt.import_moments(self.g, &p.tensor, &m, &v)?;
+                } else {
+                    self.dp.import_moments(&self.opt_params, i, &m, &v);
+                }
             }
         }
         // New f32 values: any 16-bit copy of them (autocast) is stale.
