@@ -415,18 +415,54 @@ fn pretraining_with_a_trained_tokenizer_on_two_ranks() {
     }
 }
 
+/// `vkformers finetune` (LoRA on the llama fixture, every linear layer) with LoRA dropout
+/// for two steps: `out`, per-device batch and accumulation, dropout probability.
+fn finetune_args(out: &Path, batch: usize, accum: usize, dropout: &str) -> Vec<String> {
+    let (model, data) = (repo().join("tests/fixtures/llama"), repo().join("tests/fixtures_train/rows.jsonl"));
+    let (b, ga) = (batch.to_string(), accum.to_string());
+    let a = ["finetune", "--model", model.to_str().unwrap(), "--data", data.to_str().unwrap()];
+    let rest = ["--out", out.to_str().unwrap(), "--batch-size", &b, "--grad-accum", &ga, "--max-steps", "2"];
+    let hp = ["--lr", "2e-3", "--seed", "3", "--lora-dropout", dropout, "--target-modules", "all-linear"];
+    a.iter().chain(&rest).chain(&hp).map(|s| s.to_string()).collect()
+}
+
+/// Dropout keyed by the batch's place in the global order, not by the rank that trains it:
+/// LoRA fine-tuning with dropout on 2 ranks x batch 1 gives 1 rank's 2 micro-batches of 1 bit
+/// for bit (the same masks, the sum g0 + g1 in the device's order), and the masks matter
+/// (without dropout the adapter differs).
+#[test]
+fn finetune_with_dropout_on_two_ranks_equals_one_rank_with_two_micro_batches() {
+    if !mpi_available() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (two, micro, plain) = (t.path().join("two"), t.path().join("micro"), t.path().join("plain"));
+    let log =
+        ok(mpirun(2, &["VKFORMERS_DIST_BUCKET_ELEMS=300"]).args(finetune_args(&two, 1, 1, "0.3")).output().unwrap());
+    assert!(log.contains("communication over 2 ranks"), "{log}");
+    let alone = |out: &Path, dropout: &str| {
+        let args = finetune_args(out, 1, 2, dropout);
+        ok(Command::new(env!("CARGO_BIN_EXE_vkformers")).env("LP_NUM_THREADS", "1").args(args).output().unwrap());
+    };
+    alone(&micro, "0.3");
+    alone(&plain, "0");
+    let adapter = |d: &Path| std::fs::read(d.join("adapter_model.safetensors")).unwrap();
+    assert!(adapter(&two) == adapter(&micro), "2 ranks x 1 != 1 rank x 2 micro-batches with dropout, bit for bit");
+    assert_eq!(metrics(&two), metrics(&micro), "same losses and gradient norms, bit for bit");
+    assert!(adapter(&plain) != adapter(&micro), "--lora-dropout changed nothing: the test proves nothing");
+}
+
 /// Commands other than `train` do not know their rank: under several ranks they refuse.
 #[test]
 fn other_commands_refuse_to_run_on_several_ranks() {
     if !mpi_available() {
         return;
     }
-    let t = tempfile::tempdir().unwrap();
-    let model = repo().join("tests/fixtures/llama");
-    let data = repo().join("tests/fixtures_train/rows.jsonl");
-    let (m, d, o) = (model.to_str().unwrap(), data.to_str().unwrap(), t.path().to_str().unwrap());
-    let out = mpirun(2, &[]).args(["finetune", "--model", m, "--data", d, "--out", o]).output().unwrap();
+    let out = mpirun(2, &[]).args(["devices"]).output().unwrap();
     let log = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{log}");
-    assert!(log.contains("only `vkformers train` runs data parallel under mpirun (2 ranks here)"), "{log}");
+    assert!(
+        log.contains("only `vkformers train` and `finetune` run data parallel under mpirun (2 ranks here)"),
+        "{log}"
+    );
 }
