@@ -291,7 +291,9 @@ fn load_model(
 /// output of a rank that exits at once.
 fn report_rank_state(dist: Option<&Dist>, trainer: &Trainer<'_, '_>) -> anyhow::Result<()> {
     if let Some(d) = dist {
-        eprintln!("rank {}: optimizer state {} bytes", d.rank(), trainer.optimizer_state_bytes());
+        // One write: the launcher interleaves the ranks' output by write, not by line.
+        let line = format!("rank {}: optimizer state {} bytes\n", d.rank(), trainer.optimizer_state_bytes());
+        eprint!("{line}");
         d.barrier()?;
     }
     Ok(())
