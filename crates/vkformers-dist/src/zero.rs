@@ -116,6 +116,9 @@ impl Zero1 {
         max_norm: f32,
         stats: &mut CommStats,
     ) -> Result<f64> {
+        // What follows is communication the device's backward does not hide.
+        g.sync()?;
+        let exposed = std::time::Instant::now();
         let mut pending = VecDeque::new();
         for b in &self.buckets {
             let mut host = vec![0.0f32; b.padded];
@@ -143,6 +146,7 @@ impl Zero1 {
             sums.iter_mut().for_each(|x| *x *= coef);
         }
         self.grad = Some(g.constant(&sums, &[self.owned])?);
+        stats.exposed_seconds += exposed.elapsed().as_secs_f64();
         Ok(norm)
     }
 
