@@ -16,7 +16,8 @@
 //! whatever order their gradients become final in. `finish` launches the buckets left (those
 //! with a gradient the hook never reported: gradient checkpointing, parameters read only
 //! inside a closure), then writes each sum back into its gradients with one upload batch per
-//! bucket. Staging buffers and host vectors are allocated once and reused every step.
+//! bucket, through the same staging buffer. Staging buffers (one per bucket, host-visible, the
+//! gradients' size in all) and host vectors are allocated once and reused every step.
 
 use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
@@ -26,7 +27,7 @@ use std::sync::mpsc::Receiver;
 use vkformers_tensor::optim::Param;
 use vkformers_tensor::{Graph, Tensor};
 use vkformers_train::Result;
-use vkformers_vk::{Buffer, BufferKind};
+use vkformers_vk::BufferKind;
 
 use crate::comm::{BucketJob, Comm};
 use crate::engine::{check_f32, mpi_err, CommStats};
@@ -46,8 +47,6 @@ struct Bucket {
     ready: usize,
     /// Its staging buffer and host vectors while not on the communication thread.
     job: Option<BucketJob>,
-    /// Host-visible buffer the sum is written into for its upload.
-    upload: Buffer,
 }
 
 /// The buckets of one `MpiParallel` and the state of the step in progress.
@@ -184,13 +183,16 @@ impl Buckets {
             }
             let bucket = &mut self.buckets[b];
             let present = bucket.check_flags(&job.sum, world, &self.params)?;
-            if !bucket.upload.write_mapped(bytemuck::cast_slice(&job.sum[..bucket.grads])) {
-                return Err(mpi_err("the gradient upload buffer is not mapped".into()));
+            // The staging buffer the bucket came down through takes the sum back up: the
+            // host has read it, and the next download comes after these uploads are waited for.
+            let staging = job.staging.clone();
+            if !staging.write_mapped(bytemuck::cast_slice(&job.sum[..bucket.grads])) {
+                return Err(mpi_err("the gradient staging buffer is not mapped".into()));
             }
             let mut rec = g.ctx().recorder(false)?;
             for m in bucket.members.iter().filter(|m| present(m.param)) {
                 let Some(t) = self.params[m.param].grad() else { continue };
-                rec.copy(bucket.upload.slice(4 * m.at as u64, 4 * m.numel as u64), t.view())?;
+                rec.copy(staging.slice(4 * m.at as u64, 4 * m.numel as u64), t.view())?;
             }
             if !rec.is_empty() {
                 uploads.push(rec.submit_async()?);
@@ -210,7 +212,6 @@ impl Bucket {
         let bytes = 4 * grads.max(1) as u64;
         let ctx = g.ctx();
         let staging = ctx.buffer_of_kind(bytes, BufferKind::Download, "gradient bucket (download)")?;
-        let upload = ctx.buffer_of_kind(bytes, BufferKind::Upload, "gradient bucket (upload)")?;
         let n = grads + members.len();
         let job = BucketJob {
             download: None,
@@ -223,7 +224,7 @@ impl Bucket {
             reduce_seconds: 0.0,
             error: None,
         };
-        Ok(Bucket { members, grads, ready: 0, job: Some(job), upload })
+        Ok(Bucket { members, grads, ready: 0, job: Some(job) })
     }
 
     /// The summed presence flags: each parameter has a gradient on every rank or on none.
