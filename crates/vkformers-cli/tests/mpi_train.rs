@@ -303,7 +303,9 @@ fn zero1_equals_plain_data_parallel_within_1e_6() {
     }
     let t = tempfile::tempdir().unwrap();
     let (zero, plain) = (t.path().join("zero"), t.path().join("plain"));
-    ranks(2, &zero, 1, &["--zero", "1"]);
+    let log = ranks(2, &zero, 1, &["--zero", "1"]);
+    let (early, all) = buckets_started_in_backward(&log);
+    assert!(all > 1 && early == all, "the reduce-scatters start during backward: {log}");
     ranks(2, &plain, 1, &[]);
     let d = max_diff(&zero, &plain);
     assert!(d <= 1e-6, "--zero 1 vs plain: {d}");

@@ -40,12 +40,18 @@ pub struct BucketJob {
     pub download: Option<vkformers_vk::Pending>,
     /// Host-visible buffer holding the bucket's gradients once `download` is done.
     pub staging: vkformers_vk::Buffer,
-    /// Bucket values: `[..grads]` read from `staging`, the rest (presence flags) set by the
-    /// caller; `zero`: element ranges to zero after the read (gradients absent on this rank).
+    /// Bucket values: `[..grads]` read from `staging`, `[padded..]` the presence flags set by
+    /// the caller; `zero`: element ranges to zero after the read (gradients absent on this
+    /// rank, the padding).
     pub host: Vec<f32>,
     pub grads: usize,
     pub zero: Vec<std::ops::Range<usize>>,
-    /// Σ over ranks of `host`.
+    /// `host[..padded]`, a multiple of the ranks long, is reduce-scattered when `scatter`
+    /// (ZeRO-1), else the whole of `host` is all-reduced.
+    pub padded: usize,
+    pub scatter: bool,
+    /// Σ over ranks of `host`; when `scatter`, of this rank's 1/N of `host[..padded]`
+    /// followed by the flags.
     pub sum: Vec<f32>,
     /// Seconds spent waiting for the download, and in the all-reduce.
     pub wait_seconds: f64,
@@ -245,9 +251,19 @@ fn bucket(world: &SimpleCommunicator, job: &mut BucketJob) {
     }
     job.wait_seconds = t.elapsed().as_secs_f64();
     let t = Instant::now();
-    job.sum.resize(job.host.len(), 0.0);
-    for (a, b) in job.host.chunks(PIECE).zip(job.sum.chunks_mut(PIECE)) {
-        world.all_reduce_into(a, b, SystemOperation::sum());
+    if job.scatter {
+        // Both collectives in one job: every rank issues them in the same order.
+        let (values, flags) = job.host.split_at(job.padded);
+        let chunk = job.padded / world.size() as usize;
+        job.sum.resize(chunk + flags.len(), 0.0);
+        let (mine, flag_sums) = job.sum.split_at_mut(chunk);
+        world.reduce_scatter_block_into(values, mine, SystemOperation::sum());
+        world.all_reduce_into(flags, flag_sums, SystemOperation::sum());
+    } else {
+        job.sum.resize(job.host.len(), 0.0);
+        for (a, b) in job.host.chunks(PIECE).zip(job.sum.chunks_mut(PIECE)) {
+            world.all_reduce_into(a, b, SystemOperation::sum());
+        }
     }
     job.reduce_seconds = t.elapsed().as_secs_f64();
 }

@@ -144,23 +144,6 @@ impl MpiParallel {
             None => Ok(()),
         }
     }
-
-    /// A parameter has a gradient on all ranks or on none (MoE experts that no token reached on
-    /// some rank would need a zero gradient there, which the graph cannot make yet).
-    fn check_same_grads(&self, params: &[Param], grads: &[Option<Tensor>]) -> Result<()> {
-        let have: Vec<f64> = grads.iter().map(|g| f64::from(u8::from(g.is_some()))).collect();
-        let n = self.comm.sum_f64(have).map_err(mpi_err)?;
-        let world = self.comm.world as f64;
-        match n.iter().position(|&c| c != 0.0 && c != world) {
-            Some(i) => Err(mpi_err(format!(
-                "parameter {} ({:?}) has a gradient on {} of {world} ranks: not supported",
-                i,
-                params[i].tensor.shape(),
-                n[i]
-            ))),
-            None => Ok(()),
-        }
-    }
 }
 
 impl DataParallel for MpiParallel {
@@ -183,19 +166,11 @@ impl DataParallel for MpiParallel {
         let start = Instant::now();
         self.injected_failure()?;
         let norm = if self.zero {
-            let grads: Vec<Option<Tensor>> = params.iter().map(|p| p.tensor.grad()).collect();
-            self.check_same_grads(params, &grads)?;
+            let sums = self.finish_buckets(g, params)?;
             let comm = self.comm.clone();
-            let mut stats = self.stats;
-            let norm = self.zero1(params).reduce(g, &comm, params, max_norm, &mut stats)?;
-            self.stats = stats;
-            Some(norm)
+            Some(self.zero1(params).take_sums(g, &comm, params, sums, max_norm)?)
         } else {
-            let buckets = self.buckets(g, params)?;
-            if !std::mem::take(&mut self.step_begun) {
-                buckets.borrow_mut().begin_step();
-            }
-            buckets.borrow_mut().finish(g, &mut self.stats)?;
+            self.finish_buckets(g, params)?;
             None
         };
         self.stats.steps += 1;
@@ -206,7 +181,7 @@ impl DataParallel for MpiParallel {
     /// Plain data parallel: the step's buckets start as backward finishes their gradients
     /// (`overlap`). ZeRO-1 reduces to the owners after backward.
     fn grad_ready_hook(&mut self, g: &Graph<'_>, params: &[Param]) -> Result<Option<GradReadyHook>> {
-        if self.zero || !self.overlap {
+        if !self.overlap {
             return Ok(None);
         }
         let buckets = self.buckets(g, params)?;
@@ -284,10 +259,21 @@ impl DataParallel for MpiParallel {
 }
 
 impl MpiParallel {
+    /// Waits for the step's buckets (launching those not started during backward): the sums
+    /// are in the gradients, or with ZeRO-1 returned (this rank's slices).
+    fn finish_buckets(&mut self, g: &Graph<'_>, params: &[Param]) -> Result<Vec<f32>> {
+        let buckets = self.buckets(g, params)?;
+        if !std::mem::take(&mut self.step_begun) {
+            buckets.borrow_mut().begin_step();
+        }
+        let out = buckets.borrow_mut().finish(g, &mut self.stats);
+        out
+    }
+
     /// The gradient buckets, laid out at the first call.
     fn buckets(&mut self, g: &Graph<'_>, params: &[Param]) -> Result<Rc<RefCell<Buckets>>> {
         if self.buckets.is_none() {
-            let b = Buckets::new(g, self.comm.clone(), params, self.bucket_elems)?;
+            let b = Buckets::new(g, self.comm.clone(), params, self.bucket_elems, self.zero)?;
             self.buckets = Some(Rc::new(RefCell::new(b)));
         }
         Ok(self.buckets.clone().expect("made above"))

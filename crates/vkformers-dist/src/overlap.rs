@@ -41,8 +41,11 @@ struct Member {
 
 struct Bucket {
     members: Vec<Member>,
-    /// Gradient values (the flags follow them).
+    /// Gradient values, and with the zero padding (ZeRO-1: a multiple of the ranks).
     grads: usize,
+    padded: usize,
+    /// Where the summed presence flags start in a job's `sum`.
+    flags_at: usize,
     /// Members marked final in this step.
     ready: usize,
     /// Its staging buffer and host vectors while not on the communication thread.
@@ -71,7 +74,10 @@ fn vk_err(e: String) -> vkformers_tensor::VkError {
 
 impl Buckets {
     /// Lays out `params` in buckets and allocates their staging buffers.
-    pub fn new(g: &Graph<'_>, comm: Rc<Comm>, params: &[Param], bucket_elems: usize) -> Result<Buckets> {
+    /// `scatter`: ZeRO-1's reduce-scatter instead of the all-reduce (`finish` then returns
+    /// this rank's slices of the sums instead of writing them into the gradients).
+    pub fn new(g: &Graph<'_>, comm: Rc<Comm>, params: &[Param], bucket_elems: usize, scatter: bool) -> Result<Buckets> {
+        let world = if scatter { comm.world } else { 1 };
         let mut groups: Vec<Vec<usize>> = Vec::new();
         let mut filled = bucket_elems;
         for i in (0..params.len()).rev() {
@@ -97,7 +103,7 @@ impl Buckets {
                     Member { param, at: at - numel, numel }
                 })
                 .collect();
-            buckets.push(Bucket::new(g, members, at)?);
+            buckets.push(Bucket::new(g, members, at, world, scatter)?);
         }
         Ok(Buckets {
             comm,
@@ -146,7 +152,7 @@ impl Buckets {
         rec.order_after_earlier_batches();
         for (k, m) in bucket.members.iter().enumerate() {
             let grad = self.params[m.param].grad();
-            job.host[bucket.grads + k] = f32::from(u8::from(grad.is_some()));
+            job.host[bucket.padded + k] = f32::from(u8::from(grad.is_some()));
             match grad {
                 Some(t) => {
                     check_f32(&t, "gradient")?;
@@ -155,6 +161,7 @@ impl Buckets {
                 None => job.zero.push(m.at..m.at + m.numel),
             }
         }
+        job.zero.push(bucket.grads..bucket.padded);
         job.download = if rec.is_empty() { None } else { Some(rec.submit_async()?) };
         let rx = self.comm.sum_bucket(job).map_err(mpi_err)?;
         self.in_flight.push_back((b, rx));
@@ -162,8 +169,9 @@ impl Buckets {
         Ok(())
     }
 
-    /// Launches the buckets left, waits for every sum and writes it into the gradients.
-    pub fn finish(&mut self, g: &Graph<'_>, stats: &mut CommStats) -> Result<()> {
+    /// Launches the buckets left, waits for every sum and writes it into the gradients; with
+    /// `scatter`, returns instead this rank's slices of the sums, bucket after bucket.
+    pub fn finish(&mut self, g: &Graph<'_>, stats: &mut CommStats) -> Result<Vec<f32>> {
         while self.next < self.buckets.len() {
             self.launch(g, self.next)?;
             self.next += 1;
@@ -172,7 +180,7 @@ impl Buckets {
         g.sync()?;
         let exposed = std::time::Instant::now();
         let world = self.comm.world as f32;
-        let mut uploads = Vec::new();
+        let (mut uploads, mut owned) = (Vec::new(), Vec::new());
         while let Some((b, rx)) = self.in_flight.pop_front() {
             let job = rx.recv().map_err(|_| mpi_err("the MPI thread ended during an all-reduce".into()))?;
             stats.bytes += 4 * job.host.len() as u64;
@@ -183,6 +191,11 @@ impl Buckets {
             }
             let bucket = &mut self.buckets[b];
             let present = bucket.check_flags(&job.sum, world, &self.params)?;
+            if job.scatter {
+                owned.extend_from_slice(&job.sum[..bucket.padded / self.comm.world]);
+                bucket.job = Some(job);
+                continue;
+            }
             // The staging buffer the bucket came down through takes the sum back up: the
             // host has read it, and the next download comes after these uploads are waited for.
             let staging = job.staging.clone();
@@ -203,28 +216,34 @@ impl Buckets {
             u.wait()?;
         }
         stats.exposed_seconds += exposed.elapsed().as_secs_f64();
-        Ok(())
+        Ok(owned)
     }
 }
 
 impl Bucket {
-    fn new(g: &Graph<'_>, members: Vec<Member>, grads: usize) -> Result<Bucket> {
+    /// `world`: the bucket is padded to a multiple of it (1: no padding).
+    fn new(g: &Graph<'_>, members: Vec<Member>, grads: usize, world: usize, scatter: bool) -> Result<Bucket> {
         let bytes = 4 * grads.max(1) as u64;
         let ctx = g.ctx();
         let staging = ctx.buffer_of_kind(bytes, BufferKind::Download, "gradient bucket (download)")?;
-        let n = grads + members.len();
+        // As `Zero1`'s layout: padded to a multiple of the ranks, at least one value each.
+        let padded = if scatter { grads.div_ceil(world).max(1) * world } else { grads };
+        let n = padded + members.len();
         let job = BucketJob {
             download: None,
             staging,
             host: vec![0.0; n],
             grads,
             zero: Vec::<Range<usize>>::new(),
+            padded,
+            scatter,
             sum: vec![0.0; n],
             wait_seconds: 0.0,
             reduce_seconds: 0.0,
             error: None,
         };
-        Ok(Bucket { members, grads, ready: 0, job: Some(job) })
+        let flags_at = if scatter { padded / world } else { grads };
+        Ok(Bucket { members, grads, padded, flags_at, ready: 0, job: Some(job) })
     }
 
     /// The summed presence flags: each parameter has a gradient on every rank or on none.
@@ -232,7 +251,7 @@ impl Bucket {
     fn check_flags(&self, sum: &[f32], world: f32, params: &[Tensor]) -> Result<impl Fn(usize) -> bool> {
         let mut have = HashMap::new();
         for (k, m) in self.members.iter().enumerate() {
-            let n = sum[self.grads + k];
+            let n = sum[self.flags_at + k];
             if n != 0.0 && n != world {
                 return Err(mpi_err(format!(
                     "parameter {} ({:?}) has a gradient on {n} of {world} ranks: not supported",

@@ -2,13 +2,12 @@
 //! gradients are laid out in buckets (parameters in reverse order, about `bucket_elems` values
 //! each, the same layout on every rank), each padded with zeros to a multiple of the N ranks.
 //! Rank r owns the r-th contiguous 1/N of every bucket: it receives that slice's sums
-//! (MPI_Reduce_scatter_block), keeps AdamW's moments for it alone and steps it; then
+//! (MPI_Reduce_scatter_block, started during backward as plain data parallel's all-reduces
+//! are: `overlap`), keeps AdamW's moments for it alone and steps it; then
 //! MPI_Allgather gives every rank every bucket's new values. A parameter may straddle two
 //! ranks' slices: each piece is stepped through its own view of the parameter (AdamW is
 //! elementwise, so the pieces' updates are the whole parameter's). The global norm comes from
 //! one all-reduce of the ranks' sums of squares; clipping scales the owned sums on the host.
-
-use std::collections::VecDeque;
 
 use vkformers_kernels::optim as k;
 use vkformers_tensor::optim::{AdamW, Param};
@@ -16,7 +15,7 @@ use vkformers_tensor::{Graph, Tensor};
 use vkformers_train::Result;
 
 use crate::comm::Comm;
-use crate::engine::{check_f32, mpi_err, upload, CommStats};
+use crate::engine::{mpi_err, upload};
 
 /// A parameter's place in its bucket: element offset and count.
 struct Member {
@@ -105,37 +104,20 @@ impl Zero1 {
         }
     }
 
-    /// Reduce-scatters the gradients bucket by bucket (several in flight), clips the owned sums
-    /// to `max_norm` (0: no clipping) by the global norm, which it returns, and clears every
-    /// parameter's gradient: the trainer's AdamW finds none, `step` steps the owned slice.
-    pub fn reduce(
+    /// Takes this rank's slices of the summed gradients (`sums`: `overlap::Buckets` reduce-
+    /// scattered them, started during backward), clips them to `max_norm` (0: no clipping)
+    /// by the global norm, which it returns, and clears every parameter's gradient: the
+    /// trainer's AdamW finds none, `step` steps the owned slice.
+    pub fn take_sums(
         &mut self,
         g: &Graph<'_>,
         comm: &Comm,
         params: &[Param],
+        mut sums: Vec<f32>,
         max_norm: f32,
-        stats: &mut CommStats,
     ) -> Result<f64> {
-        // What follows is communication the device's backward does not hide.
-        g.sync()?;
-        let exposed = std::time::Instant::now();
-        let mut pending = VecDeque::new();
-        for b in &self.buckets {
-            let mut host = vec![0.0f32; b.padded];
-            for m in &b.members {
-                if let Some(t) = params[m.param].tensor.grad() {
-                    check_f32(&t, "gradient")?;
-                    host[m.at..m.at + m.numel].copy_from_slice(&g.read(&t)?);
-                }
-            }
-            stats.bytes += 4 * b.padded as u64;
-            pending.push_back(comm.reduce_scatter(host).map_err(mpi_err)?);
-        }
-        let mut sums = Vec::with_capacity(self.owned);
-        for rx in pending {
-            let (s, seconds) = rx.recv().map_err(|_| mpi_err("the MPI thread ended during a reduce-scatter".into()))?;
-            stats.allreduce_seconds += seconds;
-            sums.extend(s);
+        if sums.len() != self.owned {
+            return Err(mpi_err(format!("--zero 1: {} summed values for a slice of {}", sums.len(), self.owned)));
         }
         params.iter().for_each(|p| p.tensor.zero_grad());
         let squares: f64 = sums.iter().map(|&x| f64::from(x) * f64::from(x)).sum();
@@ -146,7 +128,6 @@ impl Zero1 {
             sums.iter_mut().for_each(|x| *x *= coef);
         }
         self.grad = Some(g.constant(&sums, &[self.owned])?);
-        stats.exposed_seconds += exposed.elapsed().as_secs_f64();
         Ok(norm)
     }
 
