@@ -28,8 +28,10 @@ common=(train --init-from-config "$work/config.json" --data "$work/data.jsonl" -
 echo "== 1 process, batch $((b * ranks))"
 "$vk" "${common[@]}" --out "$work/one" --batch-size "$((b * ranks))" 2>&1 | grep -E "^step|loss .* ->" | tail -3
 echo "== mpirun -n $ranks, batch $b per rank"
-mpirun --allow-run-as-root --oversubscribe --bind-to none -n "$ranks" "$vk" "${common[@]}" --out "$work/dp" \
-  --batch-size "$b" 2>&1 | grep -E "^step|loss .* ->|communication|error" | tail -4
+# VKFORMERS_DIST_OVERLAP=0 in the environment: every bucket reduced after backward (comparison).
+fwd=(-x "VKFORMERS_DIST_OVERLAP=${VKFORMERS_DIST_OVERLAP:-1}")
+mpirun --allow-run-as-root --oversubscribe --bind-to none "${fwd[@]}" -n "$ranks" "$vk" "${common[@]}" --out "$work/dp" \
+  --batch-size "$b" 2>&1 | grep -E "^step|loss .* ->|communication|optimizer state|error" | tail -6
 python3 - "$work" <<'PY'
 import json, sys
 w = sys.argv[1]

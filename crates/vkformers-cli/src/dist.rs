@@ -5,8 +5,8 @@
 #[cfg(feature = "mpi")]
 pub use imp::Dist;
 
-/// Under a launcher with several ranks only `train` knows its rank: any other command would
-/// run N times over the same files (N fine-tunes writing one output folder).
+/// Under a launcher with several ranks only `train` and `finetune` know their rank: any other
+/// command would run N times over the same files.
 pub fn only_train_runs_on_ranks(is_train: bool) -> anyhow::Result<()> {
     let ranks = ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE"]
         .iter()
@@ -15,7 +15,8 @@ pub fn only_train_runs_on_ranks(is_train: bool) -> anyhow::Result<()> {
         .unwrap_or(1);
     if ranks > 1 && !is_train {
         anyhow::bail!(
-            "only `vkformers train` runs data parallel under mpirun ({ranks} ranks here): run this command alone"
+            "only `vkformers train` and `finetune` run data parallel under mpirun ({ranks} ranks here): run \
+             this command alone"
         );
     }
     Ok(())
@@ -80,6 +81,7 @@ mod imp {
             if let Some(n) = std::env::var("VKFORMERS_DIST_BUCKET_ELEMS").ok().and_then(|v| v.parse().ok()) {
                 hooks.set_bucket_elems(n);
             }
+            hooks.set_overlap(std::env::var("VKFORMERS_DIST_OVERLAP").map_or(true, |v| v != "0"));
             Ok(Some(Dist { comm, hooks: Some(hooks) }))
         }
 

@@ -17,6 +17,7 @@ use vkformers_train::metrics::MetricsLog;
 use vkformers_train::{ForwardLoss, LanguageModel, Observer, StepStats, TokenBatch, TrainableParam};
 use vkformers_vk::{Context, DeviceSelector};
 
+use crate::dist::Dist;
 use crate::outdir::OutDir;
 
 /// LoRA options on top of `vkformers train`'s.
@@ -66,11 +67,16 @@ pub struct Args {
 }
 
 /// The model with its adapter for the trainer. Dropout masks are keyed by (optimizer step,
-/// micro-batch), so a resumed run draws the masks a straight run would.
+/// global micro-batch), so a resumed run draws the masks a straight run would, and a batch
+/// draws the same masks whichever rank trains it: in a step, rank r's i-th micro-batch is
+/// batch `i·N + r` of the step's window of the global order (N ranks; `Loader::shard`), the
+/// key one process gives its (i·N + r)-th micro-batch.
 struct LoraModel<'m> {
     model: &'m Model,
     step: Cell<u64>,
     micro: Cell<u64>,
+    /// (rank, ranks) of a data-parallel run; (0, 1) alone.
+    place: (u64, u64),
 }
 
 impl LoraModel<'_> {
@@ -82,7 +88,9 @@ impl LoraModel<'_> {
     /// Selects the dropout masks of the next micro-batch.
     fn next_masks(&self) {
         let micro = self.micro.replace(self.micro.get() + 1);
-        self.model.weights.lora().set_step(self.step.get().wrapping_mul(1 << 20).wrapping_add(micro));
+        let (rank, ranks) = self.place;
+        let global = micro * ranks + rank;
+        self.model.weights.lora().set_step(self.step.get().wrapping_mul(1 << 20).wrapping_add(global));
     }
 }
 
@@ -182,19 +190,45 @@ fn given_adapter(a: &LoraArgs) -> anyhow::Result<Option<Adapter>> {
 }
 
 pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
+    // Under mpirun (feature `mpi`): one rank of a data-parallel run, as `train`'s; an error on
+    // any rank ends them all.
+    let mut dist = Dist::start()?;
+    let result = run_rank(selector, args, dist.as_mut());
+    match (&dist, result) {
+        (Some(d), Err(e)) => d.fail(&e),
+        (_, result) => result,
+    }
+}
+
+fn run_rank(selector: &DeviceSelector, args: &Args, dist: Option<&mut Dist>) -> anyhow::Result<ExitCode> {
     let model_dir = vkformers_hub::resolve_model(&args.model)?;
     let out = OutDir::check(&args.train.out, Some(&model_dir), args.train.overwrite_output_dir)?;
-    let result = finetune(selector, args, &model_dir, &out);
-    if result.is_err() {
+    // Rank 0 alone writes the output folder, once every rank has checked it as it was.
+    let lead = dist.as_ref().is_none_or(|d| d.rank() == 0);
+    if let Some(d) = &dist {
+        d.barrier()?;
+    }
+    let result = finetune(selector, args, &model_dir, &out, dist);
+    if result.is_err() && lead {
         out.clean_after_failure();
     }
     result
 }
 
-fn finetune(selector: &DeviceSelector, args: &Args, model_dir: &Path, out: &OutDir) -> anyhow::Result<ExitCode> {
+fn finetune(
+    selector: &DeviceSelector,
+    args: &Args,
+    model_dir: &Path,
+    out: &OutDir,
+    mut dist: Option<&mut Dist>,
+) -> anyhow::Result<ExitCode> {
     let t = &*args.train;
     crate::outdir::check_complete(model_dir)?;
-    let ctx = Context::new(selector)?;
+    let selector = match &dist {
+        Some(d) => d.device(selector)?,
+        None => selector.clone(),
+    };
+    let ctx = Context::new(&selector)?;
     let g = Graph::new(&ctx);
     let given = given_adapter(&args.lora)?;
     let config = match &given {
@@ -210,7 +244,27 @@ fn finetune(selector: &DeviceSelector, args: &Args, model_dir: &Path, out: &OutD
     let tokenizer = model_dir.join("tokenizer.json").exists().then(|| HfTokenizer::from_dir(model_dir)).transpose()?;
     let params: Vec<TrainableParam> =
         lora.named_params().into_iter().map(|(name, tensor, decay)| TrainableParam { name, tensor, decay }).collect();
+    if let Some(d) = &dist {
+        d.same_start(&g, &params)?;
+    }
     let (mut trainer, max_steps, plan) = crate::train::build_trainer(&g, t, &model, tokenizer.as_ref(), params)?;
+    let place = match dist.as_mut() {
+        Some(d) => {
+            trainer.set_data_parallel(d.hooks(false)?);
+            (d.rank() as u64, trainer.data_parallel().world() as u64)
+        }
+        None => (0, 1),
+    };
+    let lm = LoraModel { model: &model, step: Cell::new(0), micro: Cell::new(0), place };
+    let resumed = t.resume.as_ref().map(|r| trainer.resume(r)).transpose()?;
+    if place.0 != 0 {
+        // Another rank: the same steps, nothing written.
+        while !trainer.finished() {
+            lm.begin_step(trainer.steps_done());
+            trainer.step(&lm)?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     eprintln!(
         "fine-tuning {} with LoRA r={} on {} ({} trainable of {} parameters) on {}: {plan}",
         model.spec.model_type,
@@ -221,13 +275,11 @@ fn finetune(selector: &DeviceSelector, args: &Args, model_dir: &Path, out: &OutD
         ctx.caps().name,
     );
     out.create()?;
-    if let Some(r) = &t.resume {
-        let cp = trainer.resume(r)?;
+    if let Some(cp) = resumed {
         eprintln!("resumed from {} at step {}", cp.display(), trainer.steps_done());
     }
     let metrics = MetricsLog::open(&t.out.join("metrics.jsonl"), trainer.steps_done())?;
     let mut obs = AdapterObserver { g: &g, lora: &lora, metrics, max_steps, last_loss: None };
-    let lm = LoraModel { model: &model, step: Cell::new(0), micro: Cell::new(0) };
     let save_every = t.save_every;
     let first = trainer.steps_done();
     t.profile.start(&g);
@@ -242,6 +294,9 @@ fn finetune(selector: &DeviceSelector, args: &Args, model_dir: &Path, out: &OutD
     }
     t.profile.report(&g, trainer.steps_done() - first, "step")?;
     crate::train::print_summary(trainer.log());
+    if let Some(line) = trainer.data_parallel().report() {
+        eprintln!("{line}");
+    }
     out.publish(|dir| lora.save(&g, dir).with_context(|| format!("saving the adapter to {}", t.out.display())))?;
     let mem = ctx.device_memory();
     if args.lora.json {

@@ -117,7 +117,7 @@ enum BenchCommand {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    if let Err(e) = dist::only_train_runs_on_ranks(matches!(cli.command, Command::Train(_))) {
+    if let Err(e) = dist::only_train_runs_on_ranks(matches!(cli.command, Command::Train(_) | Command::Finetune(_))) {
         eprintln!("error: {e:#}");
         return std::process::ExitCode::FAILURE;
     }

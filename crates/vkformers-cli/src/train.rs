@@ -286,6 +286,19 @@ fn load_model(
 }
 
 /// `--save-dtype`, else the input model's stored type (as `save_pretrained` keeps it).
+/// Under mpirun, each rank's share of the optimizer state (`--zero 1`: about 1/N of it). The
+/// barrier keeps every rank alive until all have printed: the launcher may drop the last
+/// output of a rank that exits at once.
+fn report_rank_state(dist: Option<&Dist>, trainer: &Trainer<'_, '_>) -> anyhow::Result<()> {
+    if let Some(d) = dist {
+        // One write: the launcher interleaves the ranks' output by write, not by line.
+        let line = format!("rank {}: optimizer state {} bytes\n", d.rank(), trainer.optimizer_state_bytes());
+        eprint!("{line}");
+        d.barrier()?;
+    }
+    Ok(())
+}
+
 fn save_dtype(args: &TrainArgs, model: &Model) -> anyhow::Result<vkformers_tensor::DType> {
     match &args.save_dtype {
         Some(s) => crate::precision::parse_dtype(s)?.context("--save-dtype takes float32, bfloat16 or float16"),
@@ -465,6 +478,7 @@ fn train(
     }
     if !lead {
         trainer.run(model, &mut vkformers_train::Silent)?;
+        report_rank_state(dist.as_deref(), &trainer)?;
         return Ok(ExitCode::SUCCESS);
     }
     eprintln!("training {} ({n_params} parameters) on {}: {plan}", model.spec.model_type, ctx.caps().name);
@@ -480,6 +494,7 @@ fn train(
     if let Some(line) = trainer.data_parallel().report() {
         eprintln!("{line}");
     }
+    report_rank_state(dist.as_deref(), &trainer)?;
     out.publish(|dir| save_model_folder(&g, &loaded, dir))?;
     let peak = ctx.device_memory().peak;
     if cli.json {

@@ -24,7 +24,8 @@ fn mpi_available() -> bool {
 }
 
 /// `vkformers train` on the llama fixture for two AdamW steps with clipping and weight decay
-/// (`extra`: flag and value pairs, replacing the value of a flag already given).
+/// (`extra`: flag and value pairs, replacing the value of a flag already given; an empty
+/// value adds a switch).
 fn train_args(out: &Path, batch: usize, accum: usize, extra: &[&str]) -> Vec<String> {
     let (model, data) = (repo().join("tests/fixtures/llama"), repo().join("tests/fixtures_train/rows.jsonl"));
     let mut a: Vec<String> = ["train", "--model", model.to_str().unwrap(), "--data", data.to_str().unwrap()]
@@ -36,6 +37,11 @@ fn train_args(out: &Path, batch: usize, accum: usize, extra: &[&str]) -> Vec<Str
     let hp = ["--max-steps", "2", "--lr", "2e-3", "--weight-decay", "0.1", "--max-grad-norm", "0.5", "--seed", "3"];
     a.extend(rest.iter().chain(&hp).map(|s| s.to_string()));
     for pair in extra.chunks(2) {
+        if pair[1].is_empty() {
+            // A switch: the flag alone.
+            a.push(pair[0].to_string());
+            continue;
+        }
         match a.iter().position(|x| x == pair[0]) {
             Some(at) => a[at + 1] = pair[1].to_string(),
             None => a.extend(pair.iter().map(|s| s.to_string())),
@@ -86,6 +92,14 @@ fn metrics(out: &Path) -> Vec<(f64, f64)> {
     text.lines().map(row).collect()
 }
 
+/// "E of N buckets started during backward" from the communication report (rank 0's).
+fn buckets_started_in_backward(log: &str) -> (u64, u64) {
+    let line = log.lines().find(|l| l.contains("buckets started during backward")).expect("the report line");
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let at = words.iter().position(|w| *w == "buckets").expect("buckets");
+    (words[at - 3].parse().unwrap(), words[at - 1].parse().unwrap())
+}
+
 /// Largest |a - b| over every weight of the two saved models.
 fn max_diff(a: &Path, b: &Path) -> f32 {
     let (a, b) = (vkformers_io::ModelWeights::open(a).unwrap(), vkformers_io::ModelWeights::open(b).unwrap());
@@ -106,6 +120,8 @@ fn two_ranks_equal_one_rank_with_two_micro_batches() {
     let (two, micro, wide) = (t.path().join("two"), t.path().join("micro"), t.path().join("wide"));
     let log = ranks(2, &two, 1, &[]);
     assert!(log.contains("communication over 2 ranks"), "{log}");
+    let (early, all) = buckets_started_in_backward(&log);
+    assert!(all > 1 && early == all, "every bucket's all-reduce starts during backward: {log}");
     single(&micro, 1, 2);
     single(&wide, 2, 1);
     // MPI's 2-rank sum is g0 + g1, as the device accumulates the second micro-batch.
@@ -115,6 +131,35 @@ fn two_ranks_equal_one_rank_with_two_micro_batches() {
     assert_eq!(metrics(&two), metrics(&micro), "same losses and gradient norms, bit for bit");
     let d = max_diff(&two, &wide);
     assert!(d <= 1e-5, "2 ranks x 1 vs 1 rank x 2: {d}");
+}
+
+/// The overlap around its edges: with accumulation only the last micro-batch's backward
+/// starts buckets (2 ranks x 2 micro-batches = 1 rank x 4 within 1e-5: the sums group
+/// differently); under gradient checkpointing no gradient is reported final during backward
+/// (a block's recompute reads parameters its node does not list), so every bucket starts
+/// after it, and 2 ranks still equal 1 rank's 2 micro-batches bit for bit.
+#[test]
+fn accumulation_and_gradient_checkpointing_on_two_ranks() {
+    if !mpi_available() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (two, four) = (t.path().join("two"), t.path().join("four"));
+    let log = ranks(2, &two, 1, &["--grad-accum", "2"]);
+    let (early, all) = buckets_started_in_backward(&log);
+    assert!(all > 1 && early == all, "{log}");
+    single(&four, 1, 4);
+    let d = max_diff(&two, &four);
+    assert!(d <= 1e-5, "2 ranks x 2 micro-batches vs 1 rank x 4: {d}");
+
+    let (ckpt, micro) = (t.path().join("ckpt"), t.path().join("micro"));
+    let log = ranks(2, &ckpt, 1, &["--gradient-checkpointing", ""]);
+    assert_eq!(buckets_started_in_backward(&log).0, 0, "{log}");
+    let args = train_args(&micro, 1, 2, &["--gradient-checkpointing", ""]);
+    ok(Command::new(env!("CARGO_BIN_EXE_vkformers")).env("LP_NUM_THREADS", "1").args(args).output().unwrap());
+    let same = std::fs::read(ckpt.join("model.safetensors")).unwrap()
+        == std::fs::read(micro.join("model.safetensors")).unwrap();
+    assert!(same, "checkpointed: 2 ranks != 1 rank x 2 micro-batches (max diff {})", max_diff(&ckpt, &micro));
 }
 
 #[test]
@@ -258,7 +303,9 @@ fn zero1_equals_plain_data_parallel_within_1e_6() {
     }
     let t = tempfile::tempdir().unwrap();
     let (zero, plain) = (t.path().join("zero"), t.path().join("plain"));
-    ranks(2, &zero, 1, &["--zero", "1"]);
+    let log = ranks(2, &zero, 1, &["--zero", "1"]);
+    let (early, all) = buckets_started_in_backward(&log);
+    assert!(all > 1 && early == all, "the reduce-scatters start during backward: {log}");
     ranks(2, &plain, 1, &[]);
     let d = max_diff(&zero, &plain);
     assert!(d <= 1e-6, "--zero 1 vs plain: {d}");
@@ -288,6 +335,51 @@ fn a_zero1_checkpoint_resumes_on_one_rank_and_on_four() {
     for other in [&one, &four] {
         let d = max_diff(&straight, other);
         assert!(d <= 1e-5, "resumed in {} vs the straight 2-rank run: {d}", other.display());
+    }
+}
+
+/// Each rank's "rank R: optimizer state B bytes" line, by rank.
+fn optimizer_bytes(log: &str, ranks: usize) -> Vec<u64> {
+    (0..ranks)
+        .map(|r| {
+            let tag = format!("rank {r}: optimizer state ");
+            // Found anywhere: the launcher may interleave two ranks' lines.
+            let at = log.find(&tag).unwrap_or_else(|| panic!("no {tag:?} in {log}")) + tag.len();
+            log[at..].split_whitespace().next().unwrap().parse().unwrap()
+        })
+        .collect()
+}
+
+/// `--zero 1` keeps about 1/N of AdamW's moments on each rank (its slice of the flat
+/// buckets), also after rank 0 gathered all of them to write a checkpoint, and after resuming
+/// one (each rank loads only its slice).
+#[test]
+fn zero1_ranks_hold_their_share_of_the_optimizer_state_after_save_and_resume() {
+    if !mpi_available() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (saved, resumed) = (t.path().join("saved"), t.path().join("resumed"));
+    let log = ranks(2, &saved, 1, &["--max-steps", "2", "--zero", "1", "--save-every", "2"]);
+    let params: u64 = {
+        let at = log.find("training llama (").expect("the plan line") + "training llama (".len();
+        log[at..].split_whitespace().next().unwrap().parse().unwrap()
+    };
+    // exp_avg and exp_avg_sq in f32 for every parameter, over both ranks.
+    let total = 8 * params;
+    let cp = saved.join("checkpoint-2");
+    let log2 = ranks(2, &resumed, 1, &["--max-steps", "3", "--zero", "1", "--resume", cp.to_str().unwrap()]);
+    for (what, log) in [("after a save", &log), ("after a resume", &log2)] {
+        let b = optimizer_bytes(log, 2);
+        // Each flat bucket is padded to a multiple of the ranks: a few elements more than once.
+        let sum = b.iter().sum::<u64>();
+        assert!(
+            sum >= total && (sum as f64) <= 1.01 * total as f64,
+            "{what}: the ranks' shares make the state once: {b:?}"
+        );
+        for x in &b {
+            assert!((*x as f64) < 0.6 * total as f64, "{what}: a rank holds {x} of {total} bytes");
+        }
     }
 }
 
@@ -325,18 +417,54 @@ fn pretraining_with_a_trained_tokenizer_on_two_ranks() {
     }
 }
 
+/// `vkformers finetune` (LoRA on the llama fixture, every linear layer) with LoRA dropout
+/// for two steps: `out`, per-device batch and accumulation, dropout probability.
+fn finetune_args(out: &Path, batch: usize, accum: usize, dropout: &str) -> Vec<String> {
+    let (model, data) = (repo().join("tests/fixtures/llama"), repo().join("tests/fixtures_train/rows.jsonl"));
+    let (b, ga) = (batch.to_string(), accum.to_string());
+    let a = ["finetune", "--model", model.to_str().unwrap(), "--data", data.to_str().unwrap()];
+    let rest = ["--out", out.to_str().unwrap(), "--batch-size", &b, "--grad-accum", &ga, "--max-steps", "2"];
+    let hp = ["--lr", "2e-3", "--seed", "3", "--lora-dropout", dropout, "--target-modules", "all-linear"];
+    a.iter().chain(&rest).chain(&hp).map(|s| s.to_string()).collect()
+}
+
+/// Dropout keyed by the batch's place in the global order, not by the rank that trains it:
+/// LoRA fine-tuning with dropout on 2 ranks x batch 1 gives 1 rank's 2 micro-batches of 1 bit
+/// for bit (the same masks, the sum g0 + g1 in the device's order), and the masks matter
+/// (without dropout the adapter differs).
+#[test]
+fn finetune_with_dropout_on_two_ranks_equals_one_rank_with_two_micro_batches() {
+    if !mpi_available() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (two, micro, plain) = (t.path().join("two"), t.path().join("micro"), t.path().join("plain"));
+    let log =
+        ok(mpirun(2, &["VKFORMERS_DIST_BUCKET_ELEMS=300"]).args(finetune_args(&two, 1, 1, "0.3")).output().unwrap());
+    assert!(log.contains("communication over 2 ranks"), "{log}");
+    let alone = |out: &Path, dropout: &str| {
+        let args = finetune_args(out, 1, 2, dropout);
+        ok(Command::new(env!("CARGO_BIN_EXE_vkformers")).env("LP_NUM_THREADS", "1").args(args).output().unwrap());
+    };
+    alone(&micro, "0.3");
+    alone(&plain, "0");
+    let adapter = |d: &Path| std::fs::read(d.join("adapter_model.safetensors")).unwrap();
+    assert!(adapter(&two) == adapter(&micro), "2 ranks x 1 != 1 rank x 2 micro-batches with dropout, bit for bit");
+    assert_eq!(metrics(&two), metrics(&micro), "same losses and gradient norms, bit for bit");
+    assert!(adapter(&plain) != adapter(&micro), "--lora-dropout changed nothing: the test proves nothing");
+}
+
 /// Commands other than `train` do not know their rank: under several ranks they refuse.
 #[test]
 fn other_commands_refuse_to_run_on_several_ranks() {
     if !mpi_available() {
         return;
     }
-    let t = tempfile::tempdir().unwrap();
-    let model = repo().join("tests/fixtures/llama");
-    let data = repo().join("tests/fixtures_train/rows.jsonl");
-    let (m, d, o) = (model.to_str().unwrap(), data.to_str().unwrap(), t.path().to_str().unwrap());
-    let out = mpirun(2, &[]).args(["finetune", "--model", m, "--data", d, "--out", o]).output().unwrap();
+    let out = mpirun(2, &[]).args(["devices"]).output().unwrap();
     let log = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{log}");
-    assert!(log.contains("only `vkformers train` runs data parallel under mpirun (2 ranks here)"), "{log}");
+    assert!(
+        log.contains("only `vkformers train` and `finetune` run data parallel under mpirun (2 ranks here)"),
+        "{log}"
+    );
 }

@@ -1,7 +1,8 @@
 //! The communication thread: the only thread that calls MPI (initialised `Funneled` on it, as
 //! the rsmpi communicators are not `Send` on Open MPI). The training thread hands it jobs over
 //! a channel and waits on each job's reply channel when it needs the result, so gradient
-//! buckets are reduced while the training thread reads the next ones off the device.
+//! buckets are reduced while backward goes on (a bucket job carries the device submission of
+//! its download: this thread waits for its fence, then reads the mapped staging buffer).
 
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::thread::JoinHandle;
@@ -19,17 +20,44 @@ enum Job {
     SumF64(Vec<f64>, Sender<Vec<f64>>),
     /// The sum over ranks, and the seconds the reduction took on this rank.
     SumF32(Vec<f32>, Sender<(Vec<f32>, f64)>),
-    /// The sum over ranks, at rank `.0` only (`None` elsewhere), and the seconds it took.
-    ReduceTo(usize, Vec<f32>, Sender<RootSum>),
     /// Rank `.0`'s values replace everyone's (same length everywhere).
     BcastF32(usize, Vec<f32>, Sender<Vec<f32>>),
     /// Every rank's bytes, rank after rank (same length everywhere).
     Gather(Vec<u8>, Sender<Vec<u8>>),
+    /// Σ over ranks of `.0` (a multiple of the world size long), this rank's 1/N of it back.
+    ReduceScatter(Vec<f32>, Sender<(Vec<f32>, f64)>),
+    /// Every rank's `.0` (same length everywhere), concatenated in rank order.
+    AllGatherF32(Vec<f32>, Sender<Vec<f32>>),
+    /// A gradient bucket: wait for its download, read it off the mapped staging buffer, sum.
+    Bucket(Box<BucketJob>, Sender<BucketJob>),
     Abort(i32),
 }
 
-/// A reduce's result: the sum at its root (`None` elsewhere) and the seconds it took.
-pub type RootSum = (Option<Vec<f32>>, f64);
+/// One bucket's trip through the communication thread (`Comm::sum_bucket`); the same value
+/// comes back with `sum` filled, so its buffers are reused step after step.
+pub struct BucketJob {
+    /// The submission copying the gradients into `staging` (None: nothing to copy).
+    pub download: Option<vkformers_vk::Pending>,
+    /// Host-visible buffer holding the bucket's gradients once `download` is done.
+    pub staging: vkformers_vk::Buffer,
+    /// Bucket values: `[..grads]` read from `staging`, `[padded..]` the presence flags set by
+    /// the caller; `zero`: element ranges to zero after the read (gradients absent on this
+    /// rank, the padding).
+    pub host: Vec<f32>,
+    pub grads: usize,
+    pub zero: Vec<std::ops::Range<usize>>,
+    /// `host[..padded]`, a multiple of the ranks long, is reduce-scattered when `scatter`
+    /// (ZeRO-1), else the whole of `host` is all-reduced.
+    pub padded: usize,
+    pub scatter: bool,
+    /// Σ over ranks of `host`; when `scatter`, of this rank's 1/N of `host[..padded]`
+    /// followed by the flags.
+    pub sum: Vec<f32>,
+    /// Seconds spent waiting for the download, and in the all-reduce.
+    pub wait_seconds: f64,
+    pub reduce_seconds: f64,
+    pub error: Option<String>,
+}
 
 /// Where this process stands in the job, and the handle to its communication thread.
 pub struct Comm {
@@ -90,10 +118,25 @@ impl Comm {
         Ok(rx)
     }
 
-    /// Starts Σ over ranks of `x` into rank `root` (ZeRO-1's reduce to a parameter's owner).
-    pub fn reduce_to(&self, root: usize, x: Vec<f32>) -> Result<Receiver<RootSum>, String> {
+    /// Starts the reduce-scatter of `x` (a multiple of the world size long): rank r gets
+    /// `Σ_ranks x[r·n/N .. (r+1)·n/N]`, and the seconds it took.
+    pub fn reduce_scatter(&self, x: Vec<f32>) -> Result<Receiver<(Vec<f32>, f64)>, String> {
         let (tx, rx) = channel();
-        self.send(Job::ReduceTo(root, x, tx))?;
+        self.send(Job::ReduceScatter(x, tx))?;
+        Ok(rx)
+    }
+
+    /// Every rank's `x` (same length on all), concatenated in rank order.
+    pub fn all_gather_f32(&self, x: Vec<f32>) -> Result<Vec<f32>, String> {
+        let (tx, rx) = channel();
+        self.send(Job::AllGatherF32(x, tx))?;
+        rx.recv().map_err(|_| lost())
+    }
+
+    /// Starts a bucket's download wait and all-reduce; the job comes back when done.
+    pub fn sum_bucket(&self, job: BucketJob) -> Result<Receiver<BucketJob>, String> {
+        let (tx, rx) = channel();
+        self.send(Job::Bucket(Box::new(job), tx))?;
         Ok(rx)
     }
 
@@ -158,21 +201,6 @@ fn serve(world: &SimpleCommunicator, jobs: Receiver<Job>) {
                 }
                 let _ = reply.send((out, t.elapsed().as_secs_f64()));
             }
-            Job::ReduceTo(root, x, reply) => {
-                let t = Instant::now();
-                let at = world.process_at_rank(root as i32);
-                let out = if world.rank() as usize == root {
-                    let mut out = vec![0.0f32; x.len()];
-                    for (a, b) in x.chunks(PIECE).zip(out.chunks_mut(PIECE)) {
-                        at.reduce_into_root(a, b, sum());
-                    }
-                    Some(out)
-                } else {
-                    x.chunks(PIECE).for_each(|a| at.reduce_into(a, sum()));
-                    None
-                };
-                let _ = reply.send((out, t.elapsed().as_secs_f64()));
-            }
             Job::BcastF32(root, mut x, reply) => {
                 for piece in x.chunks_mut(PIECE) {
                     world.process_at_rank(root as i32).broadcast_into(piece);
@@ -184,7 +212,58 @@ fn serve(world: &SimpleCommunicator, jobs: Receiver<Job>) {
                 world.all_gather_into(&x[..], &mut out[..]);
                 let _ = reply.send(out);
             }
+            Job::ReduceScatter(x, reply) => {
+                let t = Instant::now();
+                let mut out = vec![0.0f32; x.len() / world.size() as usize];
+                world.reduce_scatter_block_into(&x[..], &mut out[..], sum());
+                let _ = reply.send((out, t.elapsed().as_secs_f64()));
+            }
+            Job::AllGatherF32(x, reply) => {
+                let mut out = vec![0.0f32; x.len() * world.size() as usize];
+                world.all_gather_into(&x[..], &mut out[..]);
+                let _ = reply.send(out);
+            }
+            Job::Bucket(job, reply) => {
+                let mut job = *job;
+                bucket(world, &mut job);
+                let _ = reply.send(job);
+            }
             Job::Abort(code) => world.abort(code),
         }
     }
+}
+
+/// Waits for `job`'s download, reads it, and all-reduces it. A failed download still joins the
+/// all-reduce (with zeros) so the other ranks are not left waiting; the error goes back.
+fn bucket(world: &SimpleCommunicator, job: &mut BucketJob) {
+    let t = Instant::now();
+    if let Some(d) = job.download.take() {
+        if let Err(e) = d.wait() {
+            job.error = Some(format!("gradient download: {e}"));
+        }
+    }
+    let bytes = bytemuck::cast_slice_mut::<f32, u8>(&mut job.host[..job.grads]);
+    if job.error.is_none() && !job.staging.read_mapped(bytes) {
+        job.error = Some("the gradient staging buffer is not mapped".into());
+    }
+    for r in job.zero.drain(..) {
+        job.host[r].fill(0.0);
+    }
+    job.wait_seconds = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    if job.scatter {
+        // Both collectives in one job: every rank issues them in the same order.
+        let (values, flags) = job.host.split_at(job.padded);
+        let chunk = job.padded / world.size() as usize;
+        job.sum.resize(chunk + flags.len(), 0.0);
+        let (mine, flag_sums) = job.sum.split_at_mut(chunk);
+        world.reduce_scatter_block_into(values, mine, SystemOperation::sum());
+        world.all_reduce_into(flags, flag_sums, SystemOperation::sum());
+    } else {
+        job.sum.resize(job.host.len(), 0.0);
+        for (a, b) in job.host.chunks(PIECE).zip(job.sum.chunks_mut(PIECE)) {
+            world.all_reduce_into(a, b, SystemOperation::sum());
+        }
+    }
+    job.reduce_seconds = t.elapsed().as_secs_f64();
 }

@@ -1,17 +1,18 @@
 //! `MpiParallel`: the trainer's data-parallel hooks over MPI, and the checks of a same start
 //! (one binary, one set of arguments, rank 0's parameters everywhere, checked by checksum).
 
-use std::collections::VecDeque;
+use std::cell::RefCell;
 use std::rc::Rc;
-use std::sync::mpsc::Receiver;
 use std::time::Instant;
 
 use sha2::{Digest, Sha256};
 use vkformers_tensor::optim::{AdamW, Param};
-use vkformers_tensor::{DType, Graph, Tensor};
+use vkformers_tensor::{DType, GradReadyHook, Graph, Tensor};
 use vkformers_train::{DataParallel, Result, TrainError};
 
 use crate::comm::Comm;
+use crate::overlap::Buckets;
+use crate::zero::Zero1;
 
 /// Gradient bucket size: 25 MB of f32, torch DDP's default `bucket_cap_mb`.
 pub const BUCKET_ELEMS: usize = 25 * 1000 * 1000 / 4;
@@ -25,21 +26,31 @@ pub struct CommStats {
     pub reduce_seconds: f64,
     /// Seconds the communication thread spent in the gradient all-reduces.
     pub allreduce_seconds: f64,
+    /// Seconds from the device finishing backward to the summed gradients written back: the
+    /// communication the overlap did not hide.
+    pub exposed_seconds: f64,
+    /// Seconds the communication thread waited for the buckets' downloads (device copies).
+    pub download_wait_seconds: f64,
     /// Gradient bytes all-reduced by this rank.
     pub bytes: u64,
 }
-
-/// A bucket's all-reduce in flight: its sum and the seconds it took, when done.
-type Pending = Receiver<(Vec<f32>, f64)>;
 
 pub struct MpiParallel {
     /// Shared with the caller, which still needs it to abort the job after an error.
     comm: Rc<Comm>,
     bucket_elems: usize,
     stats: CommStats,
-    /// `--zero 1`: the optimizer state is sharded by parameter (`owners[i]` steps parameter i).
+    /// `--zero 1`: the optimizer state is sharded over flat buckets (`zero`), laid out at the
+    /// first use.
     zero: bool,
-    owners: Vec<usize>,
+    zero1: Option<Zero1>,
+    /// Plain data parallel's gradient buckets (made at the first step), shared with the
+    /// grad-ready hook of the step's last backward.
+    buckets: Option<Rc<RefCell<Buckets>>>,
+    /// `grad_ready_hook` started this step's buckets.
+    step_begun: bool,
+    /// Start buckets during backward (else all after it: for comparisons).
+    overlap: bool,
 }
 
 pub(crate) fn mpi_err(e: String) -> TrainError {
@@ -48,13 +59,28 @@ pub(crate) fn mpi_err(e: String) -> TrainError {
 
 impl MpiParallel {
     pub fn new(comm: Rc<Comm>) -> Self {
-        MpiParallel { comm, bucket_elems: BUCKET_ELEMS, stats: CommStats::default(), zero: false, owners: Vec::new() }
+        MpiParallel {
+            comm,
+            bucket_elems: BUCKET_ELEMS,
+            stats: CommStats::default(),
+            zero: false,
+            zero1: None,
+            buckets: None,
+            step_begun: false,
+            overlap: true,
+        }
     }
 
     /// ZeRO stage 1 (`--zero 1`): each rank keeps AdamW's moments of, and steps, only its share
     /// of the parameters, then sends their new values to the others.
     pub fn set_zero1(&mut self, on: bool) {
         self.zero = on;
+    }
+
+    /// Off: every bucket is reduced after backward (`VKFORMERS_DIST_OVERLAP=0`, to measure
+    /// what the overlap saves).
+    pub fn set_overlap(&mut self, on: bool) {
+        self.overlap = on;
     }
 
     pub fn comm(&self) -> &Comm {
@@ -118,23 +144,6 @@ impl MpiParallel {
             None => Ok(()),
         }
     }
-
-    /// A parameter has a gradient on all ranks or on none (MoE experts that no token reached on
-    /// some rank would need a zero gradient there, which the graph cannot make yet).
-    fn check_same_grads(&self, params: &[Param], grads: &[Option<Tensor>]) -> Result<()> {
-        let have: Vec<f64> = grads.iter().map(|g| f64::from(u8::from(g.is_some()))).collect();
-        let n = self.comm.sum_f64(have).map_err(mpi_err)?;
-        let world = self.comm.world as f64;
-        match n.iter().position(|&c| c != 0.0 && c != world) {
-            Some(i) => Err(mpi_err(format!(
-                "parameter {} ({:?}) has a gradient on {} of {world} ranks: not supported",
-                i,
-                params[i].tensor.shape(),
-                n[i]
-            ))),
-            None => Ok(()),
-        }
-    }
 }
 
 impl DataParallel for MpiParallel {
@@ -150,27 +159,18 @@ impl DataParallel for MpiParallel {
         self.comm.sum_f64(x.to_vec()).map_err(mpi_err)
     }
 
-    /// Buckets of ~25 MB, last parameter first (the first gradients backward finishes): while
-    /// the communication thread all-reduces one bucket, this thread reads the next off the
-    /// device; the sums are then written back into the gradients (ZeRO-1: see `keep_shard`).
+    /// Plain data parallel: finishes the buckets `grad_ready_hook` started during backward
+    /// (`overlap`), or all of them when none was; the sums replace the gradients. ZeRO-1:
+    /// the gradients reduce-scattered over flat buckets (`zero`), each rank clipping its slice.
     fn reduce_grads(&mut self, g: &Graph<'_>, params: &[Param], max_norm: f32) -> Result<Option<f64>> {
         let start = Instant::now();
         self.injected_failure()?;
-        let grads: Vec<Option<Tensor>> = params.iter().map(|p| p.tensor.grad()).collect();
-        self.check_same_grads(params, &grads)?;
-        let grads: Vec<(usize, Tensor)> =
-            grads.into_iter().enumerate().rev().filter_map(|(i, t)| t.map(|t| (i, t))).collect();
         let norm = if self.zero {
-            if self.owners.is_empty() {
-                self.owners = crate::zero::owners(params, self.comm.world);
-            }
-            let owned = self.reduce_to_owners(g, params, grads)?;
-            let squares: f64 = owned.iter().flat_map(|(_, s)| s.iter()).map(|&x| f64::from(x) * f64::from(x)).sum();
-            let norm = self.comm.sum_f64(vec![squares]).map_err(mpi_err)?[0].sqrt();
-            crate::zero::clip_owned(g, owned, norm, max_norm)?;
-            Some(norm)
+            let sums = self.finish_buckets(g, params)?;
+            let comm = self.comm.clone();
+            Some(self.zero1(params).take_sums(g, &comm, params, sums, max_norm)?)
         } else {
-            self.sum_buckets(g, grads, |_, t, sum| upload(g, t, sum))?;
+            self.finish_buckets(g, params)?;
             None
         };
         self.stats.steps += 1;
@@ -178,17 +178,33 @@ impl DataParallel for MpiParallel {
         Ok(norm)
     }
 
+    /// Plain data parallel: the step's buckets start as backward finishes their gradients
+    /// (`overlap`). ZeRO-1 reduces to the owners after backward.
+    fn grad_ready_hook(&mut self, g: &Graph<'_>, params: &[Param]) -> Result<Option<GradReadyHook>> {
+        if !self.overlap {
+            return Ok(None);
+        }
+        let buckets = self.buckets(g, params)?;
+        buckets.borrow_mut().begin_step();
+        self.step_begun = true;
+        Ok(Some(Box::new(move |g, leaf| buckets.borrow_mut().on_ready(g, leaf))))
+    }
+
     fn shards_optimizer(&self) -> bool {
         self.zero
     }
 
-    fn after_step(&mut self, g: &Graph<'_>, params: &[Param]) -> Result<()> {
+    fn after_step(&mut self, g: &Graph<'_>, params: &[Param], opt: &AdamW) -> Result<()> {
         if !self.zero {
             return Ok(());
         }
         let start = Instant::now();
-        crate::zero::gather_params(g, &self.comm, params, &self.owners)?;
-        self.stats.reduce_seconds += start.elapsed().as_secs_f64();
+        let comm = self.comm.clone();
+        self.zero1(params).step(g, &comm, params, opt)?;
+        // The all-gather (and the slice's AdamW step before it) is exposed too.
+        let seconds = start.elapsed().as_secs_f64();
+        self.stats.reduce_seconds += seconds;
+        self.stats.exposed_seconds += seconds;
         Ok(())
     }
 
@@ -196,108 +212,77 @@ impl DataParallel for MpiParallel {
         if !self.zero {
             return Ok(());
         }
-        if self.owners.is_empty() {
-            self.owners = crate::zero::owners(params, self.comm.world);
+        let comm = self.comm.clone();
+        self.zero1(params).gather_moments(g, &comm, params, opt)
+    }
+
+    /// `--zero 1`: AdamW keeps no moment; this rank's slice of them lives in `zero1`.
+    fn keeps_moments(&mut self, _params: &[Param], _i: usize) -> bool {
+        !self.zero
+    }
+
+    fn import_moments(&mut self, params: &[Param], i: usize, m: &[f32], v: &[f32]) {
+        if self.zero {
+            self.zero1(params).import_moments(i, m, v);
         }
-        crate::zero::gather_moments(g, &self.comm, params, &self.owners, opt)
+    }
+
+    fn after_save(&mut self, params: &[Param], opt: &mut AdamW) {
+        if self.zero {
+            params.iter().for_each(|p| opt.forget_moments(&p.tensor));
+        }
+    }
+
+    fn optimizer_state_bytes(&self) -> u64 {
+        self.zero1.as_ref().map_or(0, Zero1::state_bytes)
     }
 
     fn report(&self) -> Option<String> {
         let s = self.stats;
         let per = |x: f64| 1e3 * x / s.steps.max(1) as f64;
+        let (early, launched) =
+            self.buckets.as_ref().map_or((0, 0), |b| (b.borrow().launched_early, b.borrow().launched));
         Some(format!(
-            "communication over {} ranks: {:.1} ms/step in the gradient reduction ({:.1} ms/step in the reductions \
-             on the MPI thread), {:.1} MB per step",
+            "communication over {} ranks: {:.1} ms/step exposed after the device finished backward, {:.1} ms/step \
+             in the gradient reduction after backward's recording ({:.1} ms/step in the reductions on the MPI thread, {:.1} ms/step waiting for bucket downloads), {:.1} MB per step, \
+             {} of {} buckets started during backward",
             self.comm.world,
+            per(s.exposed_seconds),
             per(s.reduce_seconds),
             per(s.allreduce_seconds),
-            s.bytes as f64 / 1e6 / s.steps.max(1) as f64
+            per(s.download_wait_seconds),
+            s.bytes as f64 / 1e6 / s.steps.max(1) as f64,
+            early,
+            launched
         ))
     }
 }
 
 impl MpiParallel {
-    /// Sums `grads` (parameter index, gradient) over the ranks in buckets, in the order
-    /// given, handing each sum to `each` as its bucket comes back.
-    fn sum_buckets(
-        &mut self,
-        g: &Graph<'_>,
-        grads: Vec<(usize, Tensor)>,
-        mut each: impl FnMut(usize, &Tensor, &[f32]) -> Result<()>,
-    ) -> Result<()> {
-        let mut pending: VecDeque<(Vec<(usize, Tensor)>, Pending)> = VecDeque::new();
-        let (mut bucket, mut members) = (Vec::new(), Vec::new());
-        for (i, t) in grads {
-            check_f32(&t, "gradient")?;
-            bucket.extend(g.read(&t)?);
-            members.push((i, t));
-            if bucket.len() >= self.bucket_elems {
-                self.stats.bytes += 4 * bucket.len() as u64;
-                let rx = self.comm.sum_f32(std::mem::take(&mut bucket)).map_err(mpi_err)?;
-                pending.push_back((std::mem::take(&mut members), rx));
-            }
+    /// Waits for the step's buckets (launching those not started during backward): the sums
+    /// are in the gradients, or with ZeRO-1 returned (this rank's slices).
+    fn finish_buckets(&mut self, g: &Graph<'_>, params: &[Param]) -> Result<Vec<f32>> {
+        let buckets = self.buckets(g, params)?;
+        if !std::mem::take(&mut self.step_begun) {
+            buckets.borrow_mut().begin_step();
         }
-        if !members.is_empty() {
-            self.stats.bytes += 4 * bucket.len() as u64;
-            pending.push_back((members, self.comm.sum_f32(bucket).map_err(mpi_err)?));
-        }
-        for (members, rx) in pending {
-            let (sum, seconds) = rx.recv().map_err(|_| mpi_err("the MPI thread ended during an all-reduce".into()))?;
-            self.stats.allreduce_seconds += seconds;
-            let mut at = 0;
-            for (i, t) in members {
-                each(i, &t, &sum[at..at + t.numel()])?;
-                at += t.numel();
-            }
-        }
-        Ok(())
+        let out = buckets.borrow_mut().finish(g, &mut self.stats);
+        out
     }
 
-    /// ZeRO-1's reduce-scatter by parameter: each gradient summed into its owner only, in
-    /// buckets per owner (last parameter first, several in flight). Returns this rank's
-    /// summed gradients; the others' are dropped here, so AdamW steps only the owned ones.
-    fn reduce_to_owners(
-        &mut self,
-        g: &Graph<'_>,
-        params: &[Param],
-        grads: Vec<(usize, Tensor)>,
-    ) -> Result<Vec<(Tensor, Vec<f32>)>> {
-        type Open = (Vec<f32>, Vec<Tensor>);
-        let world = self.comm.world;
-        let mut open: Vec<Open> = (0..world).map(|_| (Vec::new(), Vec::new())).collect();
-        let mut pending = VecDeque::new();
-        for (i, t) in grads {
-            check_f32(&t, "gradient")?;
-            let root = self.owners[i];
-            open[root].0.extend(g.read(&t)?);
-            if root != self.comm.rank {
-                params[i].tensor.zero_grad();
-            }
-            open[root].1.push(t);
-            if open[root].0.len() >= self.bucket_elems {
-                let (data, members) = std::mem::take(&mut open[root]);
-                self.stats.bytes += 4 * data.len() as u64;
-                pending.push_back((members, self.comm.reduce_to(root, data).map_err(mpi_err)?));
-            }
+    /// The gradient buckets, laid out at the first call.
+    fn buckets(&mut self, g: &Graph<'_>, params: &[Param]) -> Result<Rc<RefCell<Buckets>>> {
+        if self.buckets.is_none() {
+            let b = Buckets::new(g, self.comm.clone(), params, self.bucket_elems, self.zero)?;
+            self.buckets = Some(Rc::new(RefCell::new(b)));
         }
-        for (root, (data, members)) in open.into_iter().enumerate() {
-            if !members.is_empty() {
-                self.stats.bytes += 4 * data.len() as u64;
-                pending.push_back((members, self.comm.reduce_to(root, data).map_err(mpi_err)?));
-            }
-        }
-        let mut owned = Vec::new();
-        for (members, rx) in pending {
-            let (sum, seconds) = rx.recv().map_err(|_| mpi_err("the MPI thread ended during a reduce".into()))?;
-            self.stats.allreduce_seconds += seconds;
-            let Some(sum) = sum else { continue };
-            let mut at = 0;
-            for t in members {
-                owned.push((t.clone(), sum[at..at + t.numel()].to_vec()));
-                at += t.numel();
-            }
-        }
-        Ok(owned)
+        Ok(self.buckets.clone().expect("made above"))
+    }
+
+    /// The flat-bucket ZeRO-1 layout, made at the first use.
+    fn zero1(&mut self, params: &[Param]) -> &mut Zero1 {
+        let (world, rank, n) = (self.comm.world, self.comm.rank, self.bucket_elems);
+        self.zero1.get_or_insert_with(|| Zero1::new(params, world, rank, n))
     }
 
     /// Tests: `VKFORMERS_DIST_FAIL=RANK:STEP` makes rank RANK fail at optimizer step STEP (as a

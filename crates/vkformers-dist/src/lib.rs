@@ -4,13 +4,15 @@
 //! moments. Each optimizer step, rank `r` trains on the `r`-th batch of each window of `N`
 //! batches of one global shuffled order (`vkformers_train::Loader::shard`); the loss of each
 //! micro-batch is divided by the target count of the whole step over all ranks; after the
-//! last micro-batch the gradients are summed over ranks (`MpiParallel::reduce_grads`, ~25 MB
-//! buckets, last layer first, on a communication thread) and every rank takes the same AdamW
-//! step. MPI runs on its own thread (`comm`), the only one that calls it. `--zero 1` shards
-//! the optimizer state by parameter (`zero`).
+//! last micro-batch's backward the gradients are summed over ranks (~25 MB buckets, last layer
+//! first, started during that backward as their gradients become final: `overlap`, on a
+//! communication thread) and every rank takes the same AdamW step. MPI runs on its own thread
+//! (`comm`), the only one that calls it. `--zero 1` shards the optimizer state by parameter
+//! (`zero`).
 
 pub mod comm;
 pub mod engine;
+mod overlap;
 pub mod zero;
 
 pub use comm::Comm;

@@ -39,6 +39,13 @@ const MAX_IN_FLIGHT: usize = 3;
 /// from the gradient of its output.
 pub type BackwardFn = Box<dyn FnOnce(&Graph<'_>, &Tensor) -> Result<Vec<Option<Tensor>>>>;
 
+/// Called during `backward` with a leaf (a parameter) once its gradient is final: no node left
+/// on the tape lists it as an input. Data parallelism starts reducing it while backward goes
+/// on. Not called under gradient checkpointing (a block's recompute reads parameters that its
+/// node does not list), nor for leaves only read by such closures: the caller treats every
+/// gradient as final once `backward` returns.
+pub type GradReadyHook = Box<dyn FnMut(&Graph<'_>, &Tensor) -> Result<()>>;
+
 /// A position on the tape and the activation casts kept at that moment (`Graph::tape_mark`).
 pub(crate) struct TapeMark {
     len: usize,
@@ -72,6 +79,31 @@ struct Kept {
     weight: bool,
     /// The f32 tensor copied (its entry goes once it is dropped).
     source: crate::tensor::WeakTensor,
+}
+
+/// The grad-ready hook during one backward, and where each leaf is read for the last time.
+struct ReadyHook {
+    last_use: HashMap<u64, usize>,
+    hook: GradReadyHook,
+}
+
+impl ReadyHook {
+    /// After the node at tape position `at` ran: its leaf inputs read nowhere earlier on the
+    /// tape have their final gradient (when any reached them).
+    fn fire(&mut self, g: &Graph<'_>, inputs: &[NodeInput], at: usize) -> Result<()> {
+        for input in inputs {
+            if let NodeInput::Leaf(leaf) = input {
+                // Removed once fired: a node may list the same leaf twice.
+                if self.last_use.get(&leaf.id()) == Some(&at) {
+                    self.last_use.remove(&leaf.id());
+                    if leaf.grad().is_some() {
+                        (self.hook)(g, leaf)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 struct Node {
@@ -110,6 +142,8 @@ pub struct Graph<'c> {
     /// the gradient it computes for that input (one pass instead of a separate add); the ones
     /// left are summed by the tape as before.
     gathered: RefCell<HashMap<u64, Tensor>>,
+    /// `set_grad_ready_hook`: None on the single-process path.
+    grad_ready: RefCell<Option<GradReadyHook>>,
 }
 
 impl<'c> Graph<'c> {
@@ -128,6 +162,7 @@ impl<'c> Graph<'c> {
             casts: RefCell::new(HashMap::new()),
             profile: RefCell::new(None),
             gathered: RefCell::new(HashMap::new()),
+            grad_ready: RefCell::new(None),
         }
     }
 
@@ -564,9 +599,35 @@ impl<'c> Graph<'c> {
     /// Back-propagates an upstream gradient `grad` (shaped like `out`) from `out`, as
     /// `out.backward(gradient=grad)` does in PyTorch.
     pub fn backward_from(&self, out: &Tensor, grad: &Tensor) -> Result<()> {
-        self.run_tape(out, grad, 0)?;
+        let hook = if self.checkpointing.get() { None } else { self.grad_ready.borrow_mut().take() };
+        let mut ready = hook.map(|hook| ReadyHook { last_use: self.leaf_last_use(), hook });
+        let ran = self.run_tape(out, grad, 0, ready.as_mut());
+        if let Some(r) = ready {
+            *self.grad_ready.borrow_mut() = Some(r.hook);
+        }
+        ran?;
         self.drop_activation_casts();
         Ok(())
+    }
+
+    /// Installs (or removes, with None) the hook `backward` calls as each leaf's gradient
+    /// becomes final; returns the previous one.
+    pub fn set_grad_ready_hook(&self, hook: Option<GradReadyHook>) -> Option<GradReadyHook> {
+        self.grad_ready.replace(hook)
+    }
+
+    /// For each leaf on the tape: the lowest tape position of a node listing it, the last one
+    /// `run_tape` pops (its gradient is final once that node has run).
+    fn leaf_last_use(&self) -> HashMap<u64, usize> {
+        let mut last = HashMap::new();
+        for (at, node) in self.tape.borrow().iter().enumerate().rev() {
+            for input in &node.inputs {
+                if let NodeInput::Leaf(leaf) = input {
+                    last.insert(leaf.id(), at);
+                }
+            }
+        }
+        last
     }
 
     /// Where the tape and the autocast cache stand now, for `backward_segment`.
@@ -585,7 +646,7 @@ impl<'c> Graph<'c> {
         grad: &Tensor,
         mark: &TapeMark,
     ) -> Result<HashMap<u64, Tensor>> {
-        let left = self.run_tape(out, grad, mark.len)?;
+        let left = self.run_tape(out, grad, mark.len, None)?;
         self.drop_casts_since(mark);
         Ok(left)
     }
@@ -599,7 +660,13 @@ impl<'c> Graph<'c> {
     /// Pops nodes until the tape is `stop` long, running each whose output got a gradient;
     /// parameters accumulate theirs. Returns the gradients of non-leaf tensors that no popped
     /// node produced.
-    fn run_tape(&self, out: &Tensor, grad: &Tensor, stop: usize) -> Result<HashMap<u64, Tensor>> {
+    fn run_tape(
+        &self,
+        out: &Tensor,
+        grad: &Tensor,
+        stop: usize,
+        mut ready: Option<&mut ReadyHook>,
+    ) -> Result<HashMap<u64, Tensor>> {
         if out.shape() != grad.shape() {
             return Err(VkError::Kernel {
                 kernel: "backward".into(),
@@ -614,12 +681,12 @@ impl<'c> Graph<'c> {
         }
         grads.insert(out.id(), grad.clone());
         loop {
-            let node = {
+            let (node, at) = {
                 let mut tape = self.tape.borrow_mut();
                 if tape.len() > stop {
-                    tape.pop()
+                    (tape.pop(), tape.len())
                 } else {
-                    None
+                    (None, 0)
                 }
             };
             let Some(node) = node else { break };
@@ -657,6 +724,9 @@ impl<'c> Graph<'c> {
                 } else {
                     grads.insert(id, ig);
                 }
+            }
+            if let Some(r) = ready.as_deref_mut() {
+                r.fire(self, &inputs, at)?;
             }
         }
         Ok(grads)

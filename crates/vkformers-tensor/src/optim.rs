@@ -130,6 +130,11 @@ impl AdamW {
         self.step = step;
     }
 
+    /// Drops parameter `p`'s moments (a sharded optimizer's rank that does not step `p`).
+    pub fn forget_moments(&mut self, p: &Tensor) {
+        self.moments.remove(&p.id());
+    }
+
     /// Gives parameter `p` the moments `exp_avg`, `exp_avg_sq` (host data shaped like `p`).
     pub fn import_moments(&mut self, g: &Graph<'_>, p: &Tensor, exp_avg: &[f32], exp_avg_sq: &[f32]) -> Result<()> {
         let (m, v) = (g.constant(exp_avg, p.shape())?, g.constant(exp_avg_sq, p.shape())?);

@@ -8,7 +8,7 @@
 //! after the last micro-batch, before clipping (the norm is that of the reduced gradient).
 
 use vkformers_tensor::optim::{AdamW, Param};
-use vkformers_tensor::Graph;
+use vkformers_tensor::{GradReadyHook, Graph};
 
 use crate::error::Result;
 
@@ -39,6 +39,13 @@ pub trait DataParallel {
         Ok(None)
     }
 
+    /// Before the backward of an optimizer step's last micro-batch: a hook the graph calls as
+    /// each parameter's gradient becomes final, to start reducing it while backward goes on
+    /// (`reduce_grads` then finishes). None: everything is reduced in `reduce_grads`.
+    fn grad_ready_hook(&mut self, _g: &Graph<'_>, _params: &[Param]) -> Result<Option<GradReadyHook>> {
+        Ok(None)
+    }
+
     /// ZeRO-1: each rank steps (and keeps AdamW's moments of) only its share of the
     /// parameters; the trainer's optimizer then leaves clipping to `reduce_grads`.
     fn shards_optimizer(&self) -> bool {
@@ -47,7 +54,7 @@ pub trait DataParallel {
 
     /// After the optimizer step: a sharded optimizer gives every rank the new values of the
     /// parameters the other ranks stepped.
-    fn after_step(&mut self, _g: &Graph<'_>, _params: &[Param]) -> Result<()> {
+    fn after_step(&mut self, _g: &Graph<'_>, _params: &[Param], _opt: &AdamW) -> Result<()> {
         Ok(())
     }
 
@@ -56,6 +63,25 @@ pub trait DataParallel {
     fn before_save(&mut self, _g: &Graph<'_>, _params: &[Param], _opt: &mut AdamW) -> Result<()> {
         Ok(())
     }
+
+    /// Whether this rank keeps AdamW's moments of parameter `i` (a checkpoint being resumed:
+    /// a sharded optimizer loads only its own share).
+    fn keeps_moments(&mut self, _params: &[Param], _i: usize) -> bool {
+        true
+    }
+
+    /// A checkpoint's moments of parameter `i` that `keeps_moments` declined (a sharded
+    /// optimizer keeps its own share of them).
+    fn import_moments(&mut self, _params: &[Param], _i: usize, _m: &[f32], _v: &[f32]) {}
+
+    /// Bytes of optimizer state held by the hooks (a sharded optimizer's slice of the moments).
+    fn optimizer_state_bytes(&self) -> u64 {
+        0
+    }
+
+    /// After a checkpoint (called on every rank): a sharded optimizer drops again the moments
+    /// `before_save` gathered that this rank does not step.
+    fn after_save(&mut self, _params: &[Param], _opt: &mut AdamW) {}
 
     /// A line on the communication of the run so far (time per step), if any.
     fn report(&self) -> Option<String> {

@@ -201,6 +201,11 @@ impl<'g, 'c> Trainer<'g, 'c> {
     }
 
     /// Optimizer steps completed.
+    /// Bytes of AdamW's moments held by this process (a sharded optimizer: its share).
+    pub fn optimizer_state_bytes(&self) -> u64 {
+        self.opt.moment_bytes() + self.dp.optimizer_state_bytes()
+    }
+
     pub fn steps_done(&self) -> u64 {
         self.step
     }
@@ -239,6 +244,8 @@ impl<'g, 'c> Trainer<'g, 'c> {
         let mut losses: Vec<Tensor> = Vec::with_capacity(micro.len());
         let mut auxes: Vec<Tensor> = Vec::new();
         let loss_scale = self.scaler.map_or(1.0, |s| s.scale);
+        // The last backward of the step: data parallelism reduces gradients as it finishes them.
+        let last = micro.iter().rposition(|mb| mb.targets_for(objective) > 0);
         for (i, mb) in micro.iter().enumerate() {
             let n = mb.targets_for(objective);
             if n == 0 {
@@ -260,7 +267,11 @@ impl<'g, 'c> Trainer<'g, 'c> {
                 scaled = broadcast::add(self.g, &scaled, &aux)?;
                 auxes.push(aux);
             }
-            self.g.backward(&scaled)?;
+            let hook = if Some(i) == last { self.dp.grad_ready_hook(self.g, &self.opt_params)? } else { None };
+            self.g.set_grad_ready_hook(hook);
+            let ran = self.g.backward(&scaled);
+            self.g.set_grad_ready_hook(None);
+            ran?;
             self.report_memory("after backward", None);
             losses.push(scaled);
             if i + 1 < micro.len() {
@@ -276,7 +287,7 @@ impl<'g, 'c> Trainer<'g, 'c> {
             None => vkformers_kernels::optim::LossScale::NONE,
         };
         self.opt.step(self.g, &self.opt_params)?;
-        self.dp.after_step(self.g, &self.opt_params)?;
+        self.dp.after_step(self.g, &self.opt_params, &self.opt)?;
         self.report_memory("after step", None);
         let mut loss = 0.0;
         for l in &losses {
@@ -370,6 +381,9 @@ impl<'g, 'c> Trainer<'g, 'c> {
                 let dir = self.save_checkpoint(observer)?;
                 observer.on_checkpoint(&dir)?;
             }
+            if due {
+                self.dp.after_save(&self.opt_params, &mut self.opt);
+            }
         }
         Ok(())
     }
@@ -452,14 +466,18 @@ impl<'g, 'c> Trainer<'g, 'c> {
         let weights = vkformers_io::ModelWeights::open(cp.join(PARAMS_DIR))?;
         let moments = vkformers_io::ModelWeights::open(cp.join(OPTIMIZER_DIR))?;
         self.g.sync()?;
-        for p in &self.params {
+        for (i, p) in self.params.iter().enumerate() {
             let data = checked(&weights, &p.name, p.tensor.shape(), &cp)?;
             self.g.ctx().upload(p.tensor.view().buffer, 0, bytemuck::cast_slice(&data))?;
             let m_name = format!("exp_avg.{}", p.name);
             if moments.contains(&m_name) {
                 let m = checked(&moments, &m_name, p.tensor.shape(), &cp)?;
                 let v = checked(&moments, &format!("exp_avg_sq.{}", p.name), p.tensor.shape(), &cp)?;
-                self.opt.import_moments(self.g, &p.tensor, &m, &v)?;
+                if self.dp.keeps_moments(&self.opt_params, i) {
+                    self.opt.import_moments(self.g, &p.tensor, &m, &v)?;
+                } else {
+                    self.dp.import_moments(&self.opt_params, i, &m, &v);
+                }
             }
         }
         // New f32 values: any 16-bit copy of them (autocast) is stale.

@@ -106,7 +106,7 @@ impl Buffer {
     }
 
     /// Copies `data` into the mapped memory of a host-visible buffer.
-    pub(crate) fn write_mapped(&self, data: &[u8]) -> bool {
+    pub fn write_mapped(&self, data: &[u8]) -> bool {
         let mut guard = self.0.allocation.lock().unwrap_or_else(|e| e.into_inner());
         match guard.as_mut().and_then(|a| a.mapped_slice_mut()) {
             Some(m) => {
@@ -118,7 +118,7 @@ impl Buffer {
     }
 
     /// Copies the start of a host-visible buffer's mapped memory into `out`.
-    pub(crate) fn read_mapped(&self, out: &mut [u8]) -> bool {
+    pub fn read_mapped(&self, out: &mut [u8]) -> bool {
         let guard = self.0.allocation.lock().unwrap_or_else(|e| e.into_inner());
         match guard.as_ref().and_then(|a| a.mapped_slice()) {
             Some(m) => {
