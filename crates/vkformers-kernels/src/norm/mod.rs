@@ -153,6 +153,33 @@ fn rms_forward_code(dtype: DType, add: bool, cpu: bool) -> &'static KernelCode {
     table[usize::from(add)][usize::from(cpu)][dt]
 }
 
+/// Named views of one launch, in the order their errors are reported.
+type Named<'a, 'b> = &'a [(&'static str, &'a BufferView<'b>)];
+
+/// The checks every norm launch makes, in this order: the shape `[rows, dim]`, the `tensors`
+/// `[rows, dim]` of storage type `dt`, the f32 statistics `stats` `[rows]` (mean, rstd), and
+/// the parameters given of `params` (w, b) `[dim]` of `dt`.
+fn check_views(
+    name: &str,
+    (rows, dim, dt): (u32, u32, DType),
+    (tensors, stats): (Named<'_, '_>, Named<'_, '_>),
+    params: &[(&'static str, Option<&BufferView<'_>>)],
+) -> Result<()> {
+    check_shape(name, rows, dim)?;
+    for (what, v) in tensors {
+        check_len_of(name, what, v, u64::from(rows) * u64::from(dim), dt)?;
+    }
+    for (what, v) in stats {
+        check_len(name, what, v, rows.into())?;
+    }
+    for (what, v) in params {
+        if let Some(v) = v {
+            check_len_of(name, what, v, dim.into(), dt)?;
+        }
+    }
+    Ok(())
+}
+
 /// Checks the views of an RMSNorm forward: x, y `[rows, dim]`, rstd `[rows]`, w `[dim]`.
 fn check_rms_forward(
     name: &str,
@@ -160,15 +187,7 @@ fn check_rms_forward(
     (x, y, rstd): (&BufferView<'_>, &BufferView<'_>, &BufferView<'_>),
     w: Option<&BufferView<'_>>,
 ) -> Result<()> {
-    let n = u64::from(p.rows) * u64::from(p.dim);
-    check_shape(name, p.rows, p.dim)?;
-    check_len_of(name, "x", x, n, p.dtype)?;
-    check_len_of(name, "y", y, n, p.dtype)?;
-    check_len(name, "rstd", rstd, p.rows.into())?;
-    if let Some(w) = w {
-        check_len_of(name, "w", w, p.dim.into(), p.dtype)?;
-    }
-    Ok(())
+    check_views(name, (p.rows, p.dim, p.dtype), (&[("x", x), ("y", y)], &[("rstd", rstd)]), &[("w", w)])
 }
 
 /// [`add_rms_norm_forward`] of f32 tensors that also writes `y` in 16 bits into `twin`
@@ -348,16 +367,9 @@ fn rms_backward_launch(
     (dx, acc): (BufferView<'_>, Option<AccArgs<'_>>),
     grads: Option<ParamGrads<'_>>,
 ) -> Result<()> {
-    let (name, dt) = (kname(k), p.dtype);
-    let n = u64::from(p.rows) * u64::from(p.dim);
-    check_shape(name, p.rows, p.dim)?;
-    for (what, v) in [("x", &x), ("dy", &dy), ("dx", &dx)] {
-        check_len_of(name, what, v, n, dt)?;
-    }
-    check_len(name, "rstd", &rstd, p.rows.into())?;
-    if let Some(w) = &w {
-        check_len_of(name, "w", w, p.dim.into(), dt)?;
-    }
+    let name = kname(k);
+    let tensors = [("x", &x), ("dy", &dy), ("dx", &dx)];
+    check_views(name, (p.rows, p.dim, p.dtype), (&tensors, &[("rstd", &rstd)]), &[("w", w.as_ref())])?;
     let blocks = grad_blocks(p.rows);
     let partial = match &grads {
         None => None,
@@ -438,18 +450,9 @@ pub fn layer_norm_forward(
     rstd: BufferView<'_>,
 ) -> Result<()> {
     let k = pick(p.dtype, &code::NORM_LAYER_FORWARD_F32, &code::NORM_LAYER_FORWARD_F16, &code::NORM_LAYER_FORWARD_BF16);
-    let (name, dt) = (kname(k), p.dtype);
-    let n = u64::from(p.rows) * u64::from(p.dim);
-    check_shape(name, p.rows, p.dim)?;
-    check_len_of(name, "x", &x, n, dt)?;
-    check_len_of(name, "y", &y, n, dt)?;
-    check_len(name, "mean", &mean, p.rows.into())?;
-    check_len(name, "rstd", &rstd, p.rows.into())?;
-    for (what, v) in [("w", &w), ("b", &b)] {
-        if let Some(v) = v {
-            check_len_of(name, what, v, p.dim.into(), dt)?;
-        }
-    }
+    let name = kname(k);
+    let (tensors, stats) = ([("x", &x), ("y", &y)], [("mean", &mean), ("rstd", &rstd)]);
+    check_views(name, (p.rows, p.dim, p.dtype), (&tensors, &stats), &[("w", w.as_ref()), ("b", b.as_ref())])?;
     let affine = match (w.is_some(), b.is_some()) {
         (false, false) => 0,
         (true, false) => 1,
@@ -478,17 +481,9 @@ pub fn layer_norm_backward(
 ) -> Result<()> {
     let k =
         pick(p.dtype, &code::NORM_LAYER_BACKWARD_F32, &code::NORM_LAYER_BACKWARD_F16, &code::NORM_LAYER_BACKWARD_BF16);
-    let (name, dt) = (kname(k), p.dtype);
-    let n = u64::from(p.rows) * u64::from(p.dim);
-    check_shape(name, p.rows, p.dim)?;
-    for (what, v) in [("x", &x), ("dy", &dy), ("dx", &dx)] {
-        check_len_of(name, what, v, n, dt)?;
-    }
-    check_len(name, "mean", &mean, p.rows.into())?;
-    check_len(name, "rstd", &rstd, p.rows.into())?;
-    if let Some(w) = &w {
-        check_len_of(name, "w", w, p.dim.into(), dt)?;
-    }
+    let name = kname(k);
+    let (tensors, stats) = ([("x", &x), ("dy", &dy), ("dx", &dx)], [("mean", &mean), ("rstd", &rstd)]);
+    check_views(name, (p.rows, p.dim, p.dtype), (&tensors, &stats), &[("w", w.as_ref())])?;
     let blocks = grad_blocks(p.rows);
     let partial = match &grads {
         None => None,
