@@ -15,7 +15,7 @@ use vkformers_vk::{read, read_write, write, BufferView, KernelCode, Recorder, Re
 
 use crate::code;
 use crate::dtype::{DType, Twin};
-use crate::launch::err_named as err;
+use crate::launch::{err_named as err, params as words, variant};
 
 /// Workgroups sharing out the rows of a backward (and rows of partial sums to add).
 const GRAD_BLOCKS: u32 = 1024;
@@ -75,20 +75,6 @@ fn kname(k: &KernelCode) -> &'static str {
     name.strip_suffix(":f32").unwrap_or(name)
 }
 
-/// The variant of a norm kernel for a storage type.
-fn pick(
-    dtype: DType,
-    f32: &'static KernelCode,
-    f16: &'static KernelCode,
-    bf16: &'static KernelCode,
-) -> &'static KernelCode {
-    match dtype {
-        DType::F32 => f32,
-        DType::F16 => f16,
-        DType::BF16 => bf16,
-    }
-}
-
 /// Checks that `v` holds exactly `elems` f32 values.
 fn check_len(kernel: &str, what: &str, v: &BufferView<'_>, elems: u64) -> Result<()> {
     check_len_of(kernel, what, v, elems, DType::F32)
@@ -111,10 +97,6 @@ fn check_shape(kernel: &str, rows: u32, dim: u32) -> Result<()> {
         return Err(err(kernel, format!("shape [{rows}, {dim}]: both must be >= 1 with rows * dim < 2^32")));
     }
     Ok(())
-}
-
-fn words(w: &[u32]) -> Vec<u8> {
-    w.iter().flat_map(|v| v.to_le_bytes()).collect()
 }
 
 fn row_groups(rows: u32) -> [u32; 3] {
@@ -145,12 +127,7 @@ fn rms_forward_code(dtype: DType, add: bool, cpu: bool) -> &'static KernelCode {
             ],
         ],
     ];
-    let dt = match dtype {
-        DType::F32 => 0,
-        DType::F16 => 1,
-        DType::BF16 => 2,
-    };
-    table[usize::from(add)][usize::from(cpu)][dt]
+    variant(dtype, table[usize::from(add)][usize::from(cpu)])
 }
 
 /// Named views of one launch, in the order their errors are reported.
@@ -314,7 +291,8 @@ pub fn rms_norm_backward(
     dx: BufferView<'_>,
     grads: Option<ParamGrads<'_>>,
 ) -> Result<()> {
-    let k = pick(p.dtype, &code::NORM_RMS_BACKWARD_F32, &code::NORM_RMS_BACKWARD_F16, &code::NORM_RMS_BACKWARD_BF16);
+    let k =
+        variant(p.dtype, [&code::NORM_RMS_BACKWARD_F32, &code::NORM_RMS_BACKWARD_F16, &code::NORM_RMS_BACKWARD_BF16]);
     rms_backward_launch(rec, (k, p), (x, w, rstd), dy, (dx, None), grads)
 }
 
@@ -449,7 +427,10 @@ pub fn layer_norm_forward(
     mean: BufferView<'_>,
     rstd: BufferView<'_>,
 ) -> Result<()> {
-    let k = pick(p.dtype, &code::NORM_LAYER_FORWARD_F32, &code::NORM_LAYER_FORWARD_F16, &code::NORM_LAYER_FORWARD_BF16);
+    let k = variant(
+        p.dtype,
+        [&code::NORM_LAYER_FORWARD_F32, &code::NORM_LAYER_FORWARD_F16, &code::NORM_LAYER_FORWARD_BF16],
+    );
     let name = kname(k);
     let (tensors, stats) = ([("x", &x), ("y", &y)], [("mean", &mean), ("rstd", &rstd)]);
     check_views(name, (p.rows, p.dim, p.dtype), (&tensors, &stats), &[("w", w.as_ref()), ("b", b.as_ref())])?;
@@ -479,8 +460,10 @@ pub fn layer_norm_backward(
     dx: BufferView<'_>,
     grads: Option<ParamGrads<'_>>,
 ) -> Result<()> {
-    let k =
-        pick(p.dtype, &code::NORM_LAYER_BACKWARD_F32, &code::NORM_LAYER_BACKWARD_F16, &code::NORM_LAYER_BACKWARD_BF16);
+    let k = variant(
+        p.dtype,
+        [&code::NORM_LAYER_BACKWARD_F32, &code::NORM_LAYER_BACKWARD_F16, &code::NORM_LAYER_BACKWARD_BF16],
+    );
     let name = kname(k);
     let (tensors, stats) = ([("x", &x), ("dy", &dy), ("dx", &dx)], [("mean", &mean), ("rstd", &rstd)]);
     check_views(name, (p.rows, p.dim, p.dtype), (&tensors, &stats), &[("w", w.as_ref())])?;
