@@ -10,7 +10,11 @@
 //! multi-head latent attention's latent cache (deepseek_v2: one pool read as keys and values) it
 //! equals the uncached search.
 
+mod common;
+
 use std::path::PathBuf;
+
+use common::{beam_options as options, ids, json};
 
 use vkformers_generate::decoder_beam::{
     beam_search, beam_search_paged, beam_search_uncached, BeamIds, BeamOptions, EarlyStopping, Hypothesis,
@@ -22,26 +26,6 @@ use vkformers_vk::testing::on_every_device;
 
 fn repo(path: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").join(path)
-}
-
-fn ids(v: &serde_json::Value) -> Vec<u32> {
-    v.as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect()
-}
-
-fn options(o: &serde_json::Value) -> BeamOptions {
-    let early = match &o["early_stopping"] {
-        serde_json::Value::Bool(true) => EarlyStopping::True,
-        serde_json::Value::Bool(false) => EarlyStopping::False,
-        _ => EarlyStopping::Never,
-    };
-    let u = |k: &str| o[k].as_u64().unwrap() as usize;
-    BeamOptions {
-        num_beams: u("num_beams"),
-        length_penalty: o["length_penalty"].as_f64().unwrap(),
-        early_stopping: early,
-        no_repeat_ngram_size: u("no_repeat_ngram_size"),
-        num_return_sequences: u("num_return_sequences"),
-    }
 }
 
 /// Checks hypotheses against a fixture row.
@@ -67,10 +51,7 @@ fn prompt_blocks(g: &Graph<'_>, model: &Model, prompt: &[u32], block_size: usize
 }
 
 fn fixture(name: &str) -> (serde_json::Value, BeamIds) {
-    let want: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(repo(&format!("tests/fixtures_generate/beam/{name}.json"))).unwrap(),
-    )
-    .unwrap();
+    let want = json(&repo(&format!("tests/fixtures_generate/beam/{name}.json")));
     let bid = BeamIds {
         eos: vec![want["eos_token_id"].as_u64().unwrap() as u32],
         pad: want["pad_token_id"].as_u64().unwrap() as u32,
