@@ -50,6 +50,11 @@ fn prompt_blocks(g: &Graph<'_>, model: &Model, prompt: &[u32], block_size: usize
     cache.blocks_in_use().0
 }
 
+/// The model fixture `tests/fixtures/<name>`.
+fn fixture_model(g: &Graph<'_>, name: &str) -> Model {
+    Model::load(g, &repo(&format!("tests/fixtures/{name}"))).unwrap()
+}
+
 fn fixture(name: &str) -> (serde_json::Value, BeamIds) {
     let want = json(&repo(&format!("tests/fixtures_generate/beam/{name}.json")));
     let bid = BeamIds {
@@ -68,7 +73,7 @@ fn decoder_beam_search_equals_transformers() {
         for name in ["llama", "gpt2", "qwen2"] {
             let (want, bid) = fixture(name);
             let g = Graph::new(ctx);
-            let model = Model::load(&g, &repo(&format!("tests/fixtures/{name}"))).unwrap();
+            let model = fixture_model(&g, name);
             for run in want["runs"].as_array().unwrap() {
                 let bo = options(&run["options"]);
                 for row in run["rows"].as_array().unwrap() {
@@ -94,7 +99,7 @@ fn beams_share_the_prompt_blocks_and_give_every_block_back() {
         for name in ["llama", "qwen2"] {
             let (want, bid) = fixture(name);
             let g = Graph::new(ctx);
-            let model = Model::load(&g, &repo(&format!("tests/fixtures/{name}"))).unwrap();
+            let model = fixture_model(&g, name);
             for run in want["runs"].as_array().unwrap() {
                 let bo = options(&run["options"]);
                 for row in run["rows"].as_array().unwrap() {
@@ -117,7 +122,7 @@ fn window_and_latent_beams_on_shared_blocks_equal_the_uncached_search() {
     on_every_device("decoder beam search, sliding windows and latent caches", |ctx| {
         for name in ["gemma2", "mistral", "gpt_oss", "deepseek_v2"] {
             let g = Graph::new(ctx);
-            let model = Model::load(&g, &repo(&format!("tests/fixtures/{name}"))).unwrap();
+            let model = fixture_model(&g, name);
             let bid = BeamIds { eos: vec![], pad: 0, forced_bos: None, forced_eos: None, max_new_tokens: 9 };
             let bo = BeamOptions {
                 num_beams: 3,
