@@ -1,12 +1,13 @@
 """Shared pieces of the side-by-side benchmarks (train.py, generate.py).
 
 Random-init Llama folders built offline from a shape table (config.json + one bf16
-model.safetensors), the statistics and table printing, the vkformers binary lookup, and the
-PyTorch helpers (model loading, freeing, peak memory). Needs torch, safetensors and numpy;
+model.safetensors), the statistics and table printing, the vkformers binary lookup, the command
+line and run set-up both share, and the PyTorch helpers (model loading, freeing, peak memory). Needs torch, safetensors and numpy;
 transformers only where a model is loaded.
 """
 from __future__ import annotations
 
+import argparse
 import gc
 import json
 import os
@@ -366,3 +367,58 @@ def read_reports(paths: list[str], benchmark: str) -> tuple[list[dict], list[dic
         for r in d["results"]:
             results[(r.get("shape"), r.get("case"), r["system"])] = dict(r, source=str(p))
     return metas, list(results.values())
+
+
+def add_run_args(p: argparse.ArgumentParser, command: str, extra_example: str, dry_run_help: str) -> None:
+    """The options train.py and generate.py share: which binary and device, which systems run,
+    where they work, the JSON results and --report, --dry-run (`command`: the vkformers subcommand
+    the benchmark runs; `extra_example`: what --extra-args's help suggests)."""
+    p.add_argument("--vkformers", help="vkformers binary (default target/release/vkformers)")
+    p.add_argument("--vk-device", help="vkformers --device (index or part of the name; default: its own choice)")
+    p.add_argument("--skip-compile", action="store_true")
+    p.add_argument("--compile", action="store_true", help="run the torch.compile system even with --dry-run")
+    p.add_argument("--skip-eager", action="store_true", help="no torch eager run (e.g. a compile-only run for --report)")
+    p.add_argument("--skip-vkformers", action="store_true")
+    p.add_argument("--skip-torch", action="store_true")
+    p.add_argument("--extra-args", default="", help=f"more `vkformers {command}` flags{extra_example}")
+    p.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR)
+    p.add_argument("--timeout", type=float, default=None, help="seconds per vkformers run")
+    p.add_argument("--json", help="write the results to this file (rewritten after every run)")
+    p.add_argument("--report", nargs="+", metavar="JSON",
+                   help="run nothing: print one table from the results of earlier --json files")
+    p.add_argument("--dry-run", action="store_true", help=dry_run_help)
+
+
+def report_only(args, benchmark: str, print_report) -> bool:
+    """With --report: prints one table from the earlier results and writes them merged to --json;
+    whether it did (then nothing runs)."""
+    if not args.report:
+        return False
+    metas, results = read_reports(args.report, benchmark)
+    print_report(results)
+    write_json(args.json, {"benchmark": benchmark, "merged_from": metas, "results": results})
+    return True
+
+
+def prepare_run(args) -> tuple[str, Path | None]:
+    """The torch device and the vkformers binary of a run (None: skipped or not found, said so);
+    makes the work folder absolute and creates it."""
+    dev = device_of(args.dry_run or args.skip_torch)
+    args.workdir = args.workdir.resolve()
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    binary = None if args.skip_vkformers else find_binary(args.vkformers, args.dry_run)
+    if not args.skip_vkformers and binary is None:
+        print(f"no vkformers binary ({args.vkformers or 'target/release/vkformers'}): its rows will say so")
+    return dev, binary
+
+
+def run_meta(dev: str, binary: Path | None, args, **more) -> dict:
+    """What every results file records first (device, versions, binary, runs), then `more`."""
+    return {"device": device_name(dev), **versions(), "vkformers": str(binary) if binary else None,
+            "vkformers_version": binary_version(binary), **more, "warmup": args.warmup,
+            "extra_args": args.extra_args, "dry_run": args.dry_run}
+
+
+def print_meta(meta: dict, binary: Path | None) -> None:
+    print(f"device: {meta['device']}  torch {meta['torch']}  transformers {meta.get('transformers')}  "
+          f"vkformers: {meta['vkformers_version'] or binary}", flush=True)

@@ -280,8 +280,6 @@ def print_report(results: list[dict]) -> None:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--vkformers", help="vkformers binary (default target/release/vkformers)")
-    p.add_argument("--vk-device", help="vkformers --device (index or part of the name)")
     p.add_argument("--shape", default="1.1b", choices=sorted(C.SHAPES))
     p.add_argument("--prefill-lens", type=int, nargs="+", default=[512, 2048], help="prompt tokens at batch 1")
     p.add_argument("--batches", type=int, nargs="+", default=[1, 8, 64], help="decode batches")
@@ -291,44 +289,22 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=3, help="timed runs; the median is reported")
     p.add_argument("--prompt-input", dest="vk_mode", default="auto", choices=["auto", "ids-file", "tokenizer"],
                    help="how vkformers gets a batch of prompt ids (auto: --prompt-ids-file if it has it)")
-    p.add_argument("--skip-compile", action="store_true")
-    p.add_argument("--compile", action="store_true", help="run the static/compile system even with --dry-run")
-    p.add_argument("--skip-eager", action="store_true", help="no torch eager run (e.g. a compile-only run for --report)")
-    p.add_argument("--skip-vkformers", action="store_true")
-    p.add_argument("--skip-torch", action="store_true")
-    p.add_argument("--extra-args", default="", help="more `vkformers generate` flags")
-    p.add_argument("--workdir", type=Path, default=C.DEFAULT_WORKDIR)
-    p.add_argument("--timeout", type=float, default=None, help="seconds per vkformers run")
-    p.add_argument("--json", help="write the results to this file (rewritten after every run)")
-    p.add_argument("--report", nargs="+", metavar="JSON",
-                   help="run nothing: print one table from the results of earlier --json files")
-    p.add_argument("--dry-run", action="store_true", help="tiny model, short prompts, CPU torch, no compile")
+    C.add_run_args(p, "generate", "", "tiny model, short prompts, CPU torch, no compile")
     args = p.parse_args()
-    if args.report:
-        metas, results = C.read_reports(args.report, "generate")
-        print_report(results)
-        C.write_json(args.json, {"benchmark": "generate", "merged_from": metas, "results": results})
+    if C.report_only(args, "generate", print_report):
         return 0
     if args.dry_run:
         args.shape, args.prefill_lens, args.batches, args.decode_prompt_len = "tiny", [16, 48], [1, 3], 16
         args.max_new_tokens, args.repeats = min(args.max_new_tokens, 8), 1
         args.skip_compile = not args.compile
-    dev = C.device_of(args.dry_run or args.skip_torch)
-    args.workdir = args.workdir.resolve()
-    args.workdir.mkdir(parents=True, exist_ok=True)
-    binary = None if args.skip_vkformers else C.find_binary(args.vkformers, args.dry_run)
-    if not args.skip_vkformers and binary is None:
-        print(f"no vkformers binary ({args.vkformers or 'target/release/vkformers'}): its rows will say so")
+    dev, binary = C.prepare_run(args)
     if binary is not None:
         args.vk_mode = prompt_mode(binary, args.vk_mode)
     vocab = C.SHAPES[args.shape]["vocab_size"]
-    meta = {"device": C.device_name(dev), **C.versions(), "vkformers": str(binary) if binary else None,
-            "vkformers_version": C.binary_version(binary), "shape": args.shape, "params": C.n_params(args.shape),
-            "max_new_tokens": args.max_new_tokens, "warmup": args.warmup, "repeats": args.repeats,
-            "vk_prompt_input": args.vk_mode if binary else None, "extra_args": args.extra_args,
-            "dry_run": args.dry_run}
-    print(f"device: {meta['device']}  torch {meta['torch']}  transformers {meta.get('transformers')}  "
-          f"vkformers: {meta['vkformers_version'] or binary}", flush=True)
+    meta = C.run_meta(dev, binary, args, shape=args.shape, params=C.n_params(args.shape),
+                      max_new_tokens=args.max_new_tokens, repeats=args.repeats,
+                      vk_prompt_input=args.vk_mode if binary else None)
+    C.print_meta(meta, binary)
     model_dir = C.build_model_dir(args.workdir, args.shape)
     todo = cases(args)
     prompts = {c: make_prompts(*c, vocab) for c in todo}

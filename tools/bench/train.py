@@ -197,46 +197,22 @@ def print_report(results: list[dict]) -> None:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--vkformers", help="vkformers binary (default target/release/vkformers)")
-    p.add_argument("--vk-device", help="vkformers --device (index or part of the name; default: its own choice)")
     p.add_argument("--shapes", nargs="+", default=["134m", "1.1b"], choices=sorted(C.SHAPES))
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3, help="steps left out of the median")
     p.add_argument("--batch-size", type=int, help="override the shape's batch")
     p.add_argument("--seq-len", type=int, help="override the shape's 1024")
-    p.add_argument("--skip-compile", action="store_true")
-    p.add_argument("--compile", action="store_true", help="run torch.compile even with --dry-run")
-    p.add_argument("--skip-eager", action="store_true", help="no torch eager run (e.g. a compile-only run for --report)")
-    p.add_argument("--skip-vkformers", action="store_true")
-    p.add_argument("--skip-torch", action="store_true")
-    p.add_argument("--extra-args", default="", help='more `vkformers train` flags, e.g. "--bf16"')
-    p.add_argument("--workdir", type=Path, default=C.DEFAULT_WORKDIR)
-    p.add_argument("--timeout", type=float, default=None, help="seconds per vkformers run")
-    p.add_argument("--json", help="write the results to this file (rewritten after every run)")
-    p.add_argument("--report", nargs="+", metavar="JSON",
-                   help="run nothing: print one table from the results of earlier --json files")
-    p.add_argument("--dry-run", action="store_true", help="tiny model, 2 steps, CPU torch, no compile")
+    C.add_run_args(p, "train", ', e.g. "--bf16"', "tiny model, 2 steps, CPU torch, no compile")
     args = p.parse_args()
-    if args.report:
-        metas, results = C.read_reports(args.report, "train")
-        print_report(results)
-        C.write_json(args.json, {"benchmark": "train", "merged_from": metas, "results": results})
+    if C.report_only(args, "train", print_report):
         return 0
     if args.dry_run:
         shapes = [x for x in args.shapes if x in C.TINY_SHAPES] or ["tiny"]
         args.shapes, args.steps, args.warmup = shapes, 2, 1
         args.skip_compile = not args.compile
-    dev = C.device_of(args.dry_run or args.skip_torch)
-    args.workdir = args.workdir.resolve()
-    args.workdir.mkdir(parents=True, exist_ok=True)
-    binary = None if args.skip_vkformers else C.find_binary(args.vkformers, args.dry_run)
-    if not args.skip_vkformers and binary is None:
-        print(f"no vkformers binary ({args.vkformers or 'target/release/vkformers'}): its rows will say so")
-    meta = {"device": C.device_name(dev), **C.versions(), "vkformers": str(binary) if binary else None,
-            "vkformers_version": C.binary_version(binary), "steps": args.steps, "warmup": args.warmup,
-            "extra_args": args.extra_args, "lr": LR, "dry_run": args.dry_run}
-    print(f"device: {meta['device']}  torch {meta['torch']}  transformers {meta.get('transformers')}  "
-          f"vkformers: {meta['vkformers_version'] or binary}", flush=True)
+    dev, binary = C.prepare_run(args)
+    meta = C.run_meta(dev, binary, args, steps=args.steps, lr=LR)
+    C.print_meta(meta, binary)
     results = []
 
     def add(r: dict, shape: str, batch: int, seq: int) -> None:

@@ -3,8 +3,9 @@
 //! keys and values, `2 × layers × kv_heads × head_dim`; times the storage type's bytes, and the
 //! total over the positions the rows hold (prompt and new tokens but the last of each row).
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use serde_json::Value;
 
@@ -22,14 +23,11 @@ fn field(c: &Value, name: &str) -> u64 {
 
 /// `generate --json` over two id prompts (3 and 5 tokens), 4 new tokens each, greedy.
 fn generate(model: &Path, extra: &[&str]) -> Value {
-    let ids = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(ids.path(), "{\"input_ids\": [1, 40, 50]}\n{\"input_ids\": [1, 70, 9, 17, 42]}\n").unwrap();
-    let mut args = vec!["generate", "--model", model.to_str().unwrap(), "--json", "--max-new-tokens", "4"];
-    args.extend(["--greedy", "--prompt-ids-file", ids.path().to_str().unwrap()]);
-    args.extend(extra);
-    let out = Command::new(env!("CARGO_BIN_EXE_vkformers")).args(&args).output().unwrap();
-    assert!(out.status.success(), "vkformers {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap()
+    common::generate::greedy_ids_json(
+        model,
+        "{\"input_ids\": [1, 40, 50]}\n{\"input_ids\": [1, 70, 9, 17, 42]}\n",
+        extra,
+    )
 }
 
 /// Checks `r["kv_cache"]` against `values` per token in `bytes`-wide values, and its total

@@ -2,7 +2,7 @@
 //! token ids it prints are transformers' `generate` sequences (`greedy_seq2seq.json`) without
 //! the decoder's start token, and what it cannot do yet is refused by name.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::Value;
@@ -19,12 +19,60 @@ fn ids(v: &Value) -> Vec<u64> {
     v.as_array().unwrap().iter().map(|t| t.as_u64().unwrap()).collect()
 }
 
+fn read_json(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// Token ids as the `--prompt-ids` flag takes them: `"5,6,7"`.
+fn prompt_arg(v: &Value) -> String {
+    let text: Vec<String> = ids(v).iter().map(u64::to_string).collect();
+    text.join(",")
+}
+
+/// The JSON a `--json` run printed, after checking it succeeded (`what` names it on failure).
+fn json_out(out: &Output, what: &str) -> Value {
+    assert!(out.status.success(), "{what}: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// An encoder-decoder sequence (start token first) as the CLI prints its new tokens: without the
+/// start token, up to and with the first EOS after it.
+fn new_tokens_to_eos(seq: &[u64], eos: u64) -> Vec<u64> {
+    let end = seq.iter().skip(1).position(|&t| t == eos).map_or(seq.len(), |p| p + 2);
+    seq[1..end].to_vec()
+}
+
+/// The flags of one beam reference run's `options` (`early_stopping` true, false or "never").
+fn beam_flags(o: &Value) -> Vec<String> {
+    let early = o["early_stopping"].as_str().map_or_else(|| o["early_stopping"].to_string(), str::to_string);
+    let mut flags = Vec::new();
+    for (flag, value) in [
+        ("--num-beams", o["num_beams"].to_string()),
+        ("--length-penalty", o["length_penalty"].to_string()),
+        ("--early-stopping", early),
+        ("--no-repeat-ngram-size", o["no_repeat_ngram_size"].to_string()),
+        ("--num-return-sequences", o["num_return_sequences"].to_string()),
+    ] {
+        flags.extend([flag.to_string(), value]);
+    }
+    flags
+}
+
+/// `vkformers generate --json` on `dir` for one prompt with the beam options `o`.
+fn generate_beams(dir: &Path, prompt: &str, max_new_tokens: &Value, o: &Value) -> Output {
+    let max = max_new_tokens.to_string();
+    let mut args = vec!["generate", "--model", dir.to_str().unwrap(), "--prompt-ids", prompt, "--max-new-tokens", &max];
+    let flags = beam_flags(o);
+    args.extend(flags.iter().map(String::as_str));
+    args.push("--json");
+    vkformers(&args)
+}
+
 #[test]
 fn generate_prints_transformers_sequences_for_t5_and_bart() {
     for name in ["t5", "bart"] {
         let dir = fixture(name);
-        let want: Value =
-            serde_json::from_str(&std::fs::read_to_string(dir.join("greedy_seq2seq.json")).unwrap()).unwrap();
+        let want = read_json(&dir.join("greedy_seq2seq.json"));
         let rows = want["rows"].as_array().unwrap();
         let file = std::env::temp_dir().join(format!("vkformers-s2s-{name}-{}.jsonl", std::process::id()));
         let lines: Vec<String> =
@@ -41,8 +89,7 @@ fn generate_prints_transformers_sequences_for_t5_and_bart() {
             "--json",
         ]);
         let _ = std::fs::remove_file(&file);
-        assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
-        let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let got = json_out(&out, name);
         for (r, g) in rows.iter().zip(got["rows"].as_array().unwrap()) {
             assert_eq!(ids(&g["token_ids"]), ids(&r["sequences"])[1..].to_vec(), "{name}: {}", r["input_ids"]);
         }
@@ -54,9 +101,7 @@ fn new_ids(name: &str, prompt: &str, extra: &[&str]) -> Vec<u64> {
     let dir = fixture(name);
     let mut args = vec!["generate", "--model", dir.to_str().unwrap(), "--prompt-ids", prompt, "--json"];
     args.extend_from_slice(extra);
-    let out = vkformers(&args);
-    assert!(out.status.success(), "{name} {extra:?}: {}", String::from_utf8_lossy(&out.stderr));
-    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let got = json_out(&vkformers(&args), &format!("{name} {extra:?}"));
     ids(&got["rows"][0]["token_ids"])
 }
 
@@ -95,49 +140,26 @@ fn sampling_an_encoder_decoder_is_seeded() {
 #[test]
 fn beam_flags_give_transformers_beams() {
     let dir = fixture("bart");
-    let want: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("beam_seq2seq.json")).unwrap()).unwrap();
+    let want = read_json(&dir.join("beam_seq2seq.json"));
     // The second setting: 4 beams, length penalty 0.6, early stopping, no repeated 2-grams, 2 returned.
     let run = &want["runs"][1];
     let o = &run["options"];
     let row = &run["rows"][1];
-    let prompt: Vec<String> = ids(&row["input_ids"]).iter().map(u64::to_string).collect();
-    let out = vkformers(&[
-        "generate",
-        "--model",
-        dir.to_str().unwrap(),
-        "--prompt-ids",
-        &prompt.join(","),
-        "--max-new-tokens",
-        &want["max_new_tokens"].to_string(),
-        "--num-beams",
-        &o["num_beams"].to_string(),
-        "--length-penalty",
-        &o["length_penalty"].to_string(),
-        "--early-stopping",
-        &o["early_stopping"].to_string(),
-        "--no-repeat-ngram-size",
-        &o["no_repeat_ngram_size"].to_string(),
-        "--num-return-sequences",
-        &o["num_return_sequences"].to_string(),
-        "--json",
-    ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let out = generate_beams(&dir, &prompt_arg(&row["input_ids"]), &want["max_new_tokens"], o);
+    let got = json_out(&out, "bart beams");
     let got = got["rows"].as_array().unwrap();
     let seqs = row["sequences"].as_array().unwrap();
     assert_eq!(got.len(), seqs.len());
     for (g, s) in got.iter().zip(seqs) {
         // transformers' sequence without its start token, cut after EOS (id 2 in this fixture).
-        let s = ids(s);
-        let end = s.iter().skip(1).position(|&t| t == 2).map_or(s.len(), |p| p + 2);
-        assert_eq!(ids(&g["token_ids"]), s[1..end].to_vec());
+        assert_eq!(ids(&g["token_ids"]), new_tokens_to_eos(&ids(s), 2));
     }
 }
 
 #[test]
 fn beam_flags_on_a_decoder_give_transformers_beams() {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures_generate/beam/llama.json");
-    let want: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let want = read_json(&path);
     // The llama fixture with the EOS and pad ids the reference generated with.
     let dir = std::env::temp_dir().join(format!("vkformers-beam-llama-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -150,30 +172,9 @@ fn beam_flags_on_a_decoder_give_transformers_beams() {
     let run = &want["runs"][2];
     let (o, row) = (&run["options"], &run["rows"][0]);
     let prompt = ids(&row["input_ids"]);
-    let text: Vec<String> = prompt.iter().map(u64::to_string).collect();
-    let out = vkformers(&[
-        "generate",
-        "--model",
-        dir.to_str().unwrap(),
-        "--prompt-ids",
-        &text.join(","),
-        "--max-new-tokens",
-        &want["max_new_tokens"].to_string(),
-        "--num-beams",
-        &o["num_beams"].to_string(),
-        "--length-penalty",
-        &o["length_penalty"].to_string(),
-        "--early-stopping",
-        o["early_stopping"].as_str().unwrap(),
-        "--no-repeat-ngram-size",
-        &o["no_repeat_ngram_size"].to_string(),
-        "--num-return-sequences",
-        &o["num_return_sequences"].to_string(),
-        "--json",
-    ]);
+    let out = generate_beams(&dir, &prompt_arg(&row["input_ids"]), &want["max_new_tokens"], o);
     let _ = std::fs::remove_dir_all(&dir);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let got = json_out(&out, "llama beams");
     let got = got["rows"].as_array().unwrap();
     let seqs = row["sequences"].as_array().unwrap();
     assert_eq!(got.len(), seqs.len());
@@ -194,7 +195,7 @@ fn beam_flags_on_a_decoder_give_transformers_beams() {
 #[test]
 fn language_flags_give_transformers_translation_ids() {
     let lang = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures_train/seq2seq/lang");
-    let want: Value = serde_json::from_str(&std::fs::read_to_string(lang.join("generate.json")).unwrap()).unwrap();
+    let want = read_json(&lang.join("generate.json"));
     for run in want["runs"].as_array().unwrap() {
         let (fix, tokn) = (run["fixture"].as_str().unwrap(), run["tokenizer"].as_str().unwrap());
         let dir = std::env::temp_dir().join(format!("vkformers-lang-{fix}-{}", std::process::id()));
@@ -223,8 +224,7 @@ fn language_flags_give_transformers_translation_ids() {
             "--json",
         ]);
         let _ = std::fs::remove_dir_all(&dir);
-        assert!(out.status.success(), "{fix}: {}", String::from_utf8_lossy(&out.stderr));
-        let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let got = json_out(&out, fix);
         for (r, g) in rows.iter().zip(got["rows"].as_array().unwrap()) {
             assert_eq!(ids(&g["prompt_ids"]), ids(&r["input_ids"]), "{fix}: {}", r["source"]);
             let seq = ids(&r["sequences"]);
@@ -241,14 +241,12 @@ fn language_flags_give_transformers_translation_ids() {
 fn adapters_give_peft_sequences() {
     for name in ["t5", "bart"] {
         let lora = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures_lora").join(name);
-        let want: Value =
-            serde_json::from_str(&std::fs::read_to_string(lora.join("greedy_seq2seq.json")).unwrap()).unwrap();
-        let config: Value =
-            serde_json::from_str(&std::fs::read_to_string(fixture(name).join("config.json")).unwrap()).unwrap();
+        let want = read_json(&lora.join("greedy_seq2seq.json"));
+        let config = read_json(&fixture(name).join("config.json"));
         let eos = config["eos_token_id"].as_u64().unwrap();
         for r in want["rows"].as_array().unwrap() {
             assert_ne!(r["sequences"], r["base_sequences"], "{name}: the adapter must change the output");
-            let prompt: Vec<String> = ids(&r["input_ids"]).iter().map(u64::to_string).collect();
+            let prompt = prompt_arg(&r["input_ids"]);
             let out = vkformers(&[
                 "generate",
                 "--model",
@@ -256,17 +254,14 @@ fn adapters_give_peft_sequences() {
                 "--adapter",
                 lora.to_str().unwrap(),
                 "--prompt-ids",
-                &prompt.join(","),
+                &prompt,
                 "--max-new-tokens",
                 &want["max_new_tokens"].to_string(),
                 "--json",
             ]);
-            assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
-            let got: Value = serde_json::from_slice(&out.stdout).unwrap();
-            let seq = ids(&r["sequences"]);
-            // The CLI prints the new tokens up to and with the first EOS.
-            let end = seq.iter().skip(1).position(|&t| t == eos).map_or(seq.len(), |p| p + 2);
-            assert_eq!(ids(&got["rows"][0]["token_ids"]), seq[1..end].to_vec(), "{name}: {}", r["input_ids"]);
+            let got = json_out(&out, name);
+            let want = new_tokens_to_eos(&ids(&r["sequences"]), eos);
+            assert_eq!(ids(&got["rows"][0]["token_ids"]), want, "{name}: {}", r["input_ids"]);
         }
     }
 }
@@ -278,26 +273,23 @@ fn adapters_give_peft_sequences() {
 #[test]
 fn repetition_penalty_gives_transformers_sequences() {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures_train/seq2seq/repetition.json");
-    let want: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let want = read_json(&path);
     let mut changed = 0;
     for run in want["runs"].as_array().unwrap() {
         let name = run["fixture"].as_str().unwrap();
-        let config: Value =
-            serde_json::from_str(&std::fs::read_to_string(fixture(name).join("config.json")).unwrap()).unwrap();
-        let eos = config["eos_token_id"].as_u64().unwrap();
+        let eos = read_json(&fixture(name).join("config.json"))["eos_token_id"].as_u64().unwrap();
         for r in run["rows"].as_array().unwrap() {
             changed += usize::from(r["sequences"] != r["plain_sequences"]);
-            let prompt: Vec<String> = ids(&r["input_ids"]).iter().map(u64::to_string).collect();
+            let prompt = prompt_arg(&r["input_ids"]);
             let flags = [
                 "--max-new-tokens",
                 &run["max_new_tokens"].to_string(),
                 "--repetition-penalty",
                 &run["repetition_penalty"].to_string(),
             ];
-            let got = new_ids(name, &prompt.join(","), &flags);
-            let seq = ids(&r["sequences"]);
-            let end = seq.iter().skip(1).position(|&t| t == eos).map_or(seq.len(), |p| p + 2);
-            assert_eq!(got, seq[1..end].to_vec(), "{name} penalty {}: {}", run["repetition_penalty"], r["input_ids"]);
+            let got = new_ids(name, &prompt, &flags);
+            let want = new_tokens_to_eos(&ids(&r["sequences"]), eos);
+            assert_eq!(got, want, "{name} penalty {}: {}", run["repetition_penalty"], r["input_ids"]);
         }
     }
     assert!(changed >= 4, "the penalties must change some sequences ({changed})");

@@ -3,6 +3,8 @@
 //! than the same model in f32, gives logits within bf16 rounding of the f32 ones, and
 //! `--prompt-ids-file` batches id prompts; `generate --json` reports the dtype and the peak.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -27,14 +29,8 @@ fn bf16_copy(out: &Path) {
 }
 
 fn generate(model: &Path, extra: &[&str]) -> Value {
-    let ids = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(ids.path(), "{\"input_ids\": [1, 40, 50, 60]}\n\n{\"input_ids\": [1, 70]}\n").unwrap();
-    let mut args = vec!["generate", "--model", model.to_str().unwrap(), "--json", "--max-new-tokens", "4"];
-    args.extend(["--greedy", "--prompt-ids-file", ids.path().to_str().unwrap()]);
-    args.extend(extra);
-    let out = Command::new(env!("CARGO_BIN_EXE_vkformers")).args(&args).output().unwrap();
-    assert!(out.status.success(), "vkformers {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap()
+    // A blank line between the prompts: the ids file skips it.
+    common::generate::greedy_ids_json(model, "{\"input_ids\": [1, 40, 50, 60]}\n\n{\"input_ids\": [1, 70]}\n", extra)
 }
 
 #[test]

@@ -88,27 +88,11 @@ fn eval_loss_equals_transformers() {
     check_eval("gpt2");
 }
 
-#[test]
-fn a_bad_data_line_names_its_file_and_line() {
+/// `vkformers eval` of the llama fixture on a data file `name` holding `rows`: its error, after
+/// checking it failed.
+fn eval_error(name: &str, rows: &str) -> String {
     let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("bad.jsonl");
-    std::fs::write(&data, "{\"input_ids\": [5, 6, 7]}\n{\"input_ids\": [5, \"x\"]}\n").unwrap();
-    let model = repo().join("tests/fixtures/llama");
-    let out = Command::new(env!("CARGO_BIN_EXE_vkformers"))
-        .args(["eval", "--model", model.to_str().unwrap(), "--data", data.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("bad.jsonl:2"), "{err}");
-}
-
-#[test]
-fn a_label_outside_the_vocabulary_is_an_error_naming_the_row() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("labels.jsonl");
-    let rows =
-        "{\"input_ids\": [5, 6, 7], \"labels\": [5, 6, 7]}\n{\"input_ids\": [5, 6, 7], \"labels\": [-100, 6, 99999]}\n";
+    let data = dir.path().join(name);
     std::fs::write(&data, rows).unwrap();
     let model = repo().join("tests/fixtures/llama");
     let out = Command::new(env!("CARGO_BIN_EXE_vkformers"))
@@ -116,7 +100,20 @@ fn a_label_outside_the_vocabulary_is_an_error_naming_the_row() {
         .output()
         .unwrap();
     assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn a_bad_data_line_names_its_file_and_line() {
+    let err = eval_error("bad.jsonl", "{\"input_ids\": [5, 6, 7]}\n{\"input_ids\": [5, \"x\"]}\n");
+    assert!(err.contains("bad.jsonl:2"), "{err}");
+}
+
+#[test]
+fn a_label_outside_the_vocabulary_is_an_error_naming_the_row() {
+    let rows =
+        "{\"input_ids\": [5, 6, 7], \"labels\": [5, 6, 7]}\n{\"input_ids\": [5, 6, 7], \"labels\": [-100, 6, 99999]}\n";
+    let err = eval_error("labels.jsonl", rows);
     assert!(err.contains("row 2") && err.contains("label 99999"), "{err}");
 }
 

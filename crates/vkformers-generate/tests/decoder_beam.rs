@@ -10,7 +10,11 @@
 //! multi-head latent attention's latent cache (deepseek_v2: one pool read as keys and values) it
 //! equals the uncached search.
 
+mod common;
+
 use std::path::PathBuf;
+
+use common::{beam_options as options, ids, json};
 
 use vkformers_generate::decoder_beam::{
     beam_search, beam_search_paged, beam_search_uncached, BeamIds, BeamOptions, EarlyStopping, Hypothesis,
@@ -22,26 +26,6 @@ use vkformers_vk::testing::on_every_device;
 
 fn repo(path: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").join(path)
-}
-
-fn ids(v: &serde_json::Value) -> Vec<u32> {
-    v.as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect()
-}
-
-fn options(o: &serde_json::Value) -> BeamOptions {
-    let early = match &o["early_stopping"] {
-        serde_json::Value::Bool(true) => EarlyStopping::True,
-        serde_json::Value::Bool(false) => EarlyStopping::False,
-        _ => EarlyStopping::Never,
-    };
-    let u = |k: &str| o[k].as_u64().unwrap() as usize;
-    BeamOptions {
-        num_beams: u("num_beams"),
-        length_penalty: o["length_penalty"].as_f64().unwrap(),
-        early_stopping: early,
-        no_repeat_ngram_size: u("no_repeat_ngram_size"),
-        num_return_sequences: u("num_return_sequences"),
-    }
 }
 
 /// Checks hypotheses against a fixture row.
@@ -66,11 +50,13 @@ fn prompt_blocks(g: &Graph<'_>, model: &Model, prompt: &[u32], block_size: usize
     cache.blocks_in_use().0
 }
 
+/// The model fixture `tests/fixtures/<name>`.
+fn fixture_model(g: &Graph<'_>, name: &str) -> Model {
+    Model::load(g, &repo(&format!("tests/fixtures/{name}"))).unwrap()
+}
+
 fn fixture(name: &str) -> (serde_json::Value, BeamIds) {
-    let want: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(repo(&format!("tests/fixtures_generate/beam/{name}.json"))).unwrap(),
-    )
-    .unwrap();
+    let want = json(&repo(&format!("tests/fixtures_generate/beam/{name}.json")));
     let bid = BeamIds {
         eos: vec![want["eos_token_id"].as_u64().unwrap() as u32],
         pad: want["pad_token_id"].as_u64().unwrap() as u32,
@@ -87,7 +73,7 @@ fn decoder_beam_search_equals_transformers() {
         for name in ["llama", "gpt2", "qwen2"] {
             let (want, bid) = fixture(name);
             let g = Graph::new(ctx);
-            let model = Model::load(&g, &repo(&format!("tests/fixtures/{name}"))).unwrap();
+            let model = fixture_model(&g, name);
             for run in want["runs"].as_array().unwrap() {
                 let bo = options(&run["options"]);
                 for row in run["rows"].as_array().unwrap() {
@@ -113,7 +99,7 @@ fn beams_share_the_prompt_blocks_and_give_every_block_back() {
         for name in ["llama", "qwen2"] {
             let (want, bid) = fixture(name);
             let g = Graph::new(ctx);
-            let model = Model::load(&g, &repo(&format!("tests/fixtures/{name}"))).unwrap();
+            let model = fixture_model(&g, name);
             for run in want["runs"].as_array().unwrap() {
                 let bo = options(&run["options"]);
                 for row in run["rows"].as_array().unwrap() {
@@ -136,7 +122,7 @@ fn window_and_latent_beams_on_shared_blocks_equal_the_uncached_search() {
     on_every_device("decoder beam search, sliding windows and latent caches", |ctx| {
         for name in ["gemma2", "mistral", "gpt_oss", "deepseek_v2"] {
             let g = Graph::new(ctx);
-            let model = Model::load(&g, &repo(&format!("tests/fixtures/{name}"))).unwrap();
+            let model = fixture_model(&g, name);
             let bid = BeamIds { eos: vec![], pad: 0, forced_bos: None, forced_eos: None, max_new_tokens: 9 };
             let bo = BeamOptions {
                 num_beams: 3,

@@ -8,7 +8,11 @@
 //! - sliding-window layers keep a rolling cache (fewer slots than positions) without changing a
 //!   token; LongRoPE (phi3, original context 32) switches to its long factors past 32 positions.
 
+mod common;
+
 use std::path::{Path, PathBuf};
+
+use common::{fixtures_root as root, json};
 
 use vkformers_generate::argmax;
 use vkformers_generate::decode::{greedy_batched, greedy_cached, greedy_uncached};
@@ -19,26 +23,13 @@ use vkformers_models::parity::fixtures;
 use vkformers_tensor::Graph;
 use vkformers_vk::testing::on_every_device;
 
-fn root() -> PathBuf {
-    std::env::var_os("VKFORMERS_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures"))
-}
-
 fn batched_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures_generate/batched")
 }
 
+/// A JSON array of rows of token ids.
 fn ids(v: &serde_json::Value) -> Vec<Vec<u32>> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r.as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect())
-        .collect()
-}
-
-fn json(path: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))).unwrap()
+    v.as_array().unwrap().iter().map(common::ids).collect()
 }
 
 /// The fixtures of models that generate (encoder fixtures have no `greedy.json`).

@@ -7,44 +7,18 @@
 //! written by `tools/parity/seq2seq_batched_beam_reference.py`: right-padded sources, every
 //! returned row as long as the batch's longest).
 
+mod common;
+
 use std::path::PathBuf;
 
+use common::{beam_options as options, fixtures_root as root, ids, json};
+
 use vkformers_generate::seq2seq::Seq2SeqOptions;
-use vkformers_generate::seq2seq_beam::{beam_search, BeamOptions, EarlyStopping};
+use vkformers_generate::seq2seq_beam::beam_search;
 use vkformers_models::model::Model;
 use vkformers_models::parity::fixtures;
 use vkformers_tensor::Graph;
 use vkformers_vk::testing::on_every_device;
-
-fn root() -> PathBuf {
-    std::env::var_os("VKFORMERS_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures"))
-}
-
-fn json(path: &std::path::Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
-fn ids(v: &serde_json::Value) -> Vec<u32> {
-    v.as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect()
-}
-
-fn options(o: &serde_json::Value) -> BeamOptions {
-    let early = match &o["early_stopping"] {
-        serde_json::Value::Bool(true) => EarlyStopping::True,
-        serde_json::Value::Bool(false) => EarlyStopping::False,
-        _ => EarlyStopping::Never,
-    };
-    let u = |k: &str| o[k].as_u64().unwrap() as usize;
-    BeamOptions {
-        num_beams: u("num_beams"),
-        length_penalty: o["length_penalty"].as_f64().unwrap(),
-        early_stopping: early,
-        no_repeat_ngram_size: u("no_repeat_ngram_size"),
-        num_return_sequences: u("num_return_sequences"),
-    }
-}
 
 #[test]
 fn beam_search_equals_transformers_sequences_and_scores() {

@@ -4,27 +4,17 @@
 //! loop (whole decoder prefix each step) the same, and the two sources batched (right-padded)
 //! give each row's sequence padded with `pad_token_id` after its EOS.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::PathBuf;
+
+use common::{fixtures_root as root, ids, json};
 
 use vkformers_generate::seq2seq::{greedy, greedy_uncached, Seq2SeqOptions};
 use vkformers_models::model::Model;
 use vkformers_models::parity::fixtures;
 use vkformers_tensor::Graph;
 use vkformers_vk::testing::on_every_device;
-
-fn root() -> PathBuf {
-    std::env::var_os("VKFORMERS_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures"))
-}
-
-fn json(path: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
-fn ids(v: &serde_json::Value) -> Vec<u32> {
-    v.as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect()
-}
 
 #[test]
 fn cached_and_uncached_greedy_equal_transformers_generate() {

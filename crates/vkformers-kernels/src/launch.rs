@@ -28,14 +28,18 @@ pub(crate) fn err_plain(k: &KernelCode, message: String) -> VkError {
     err_named(k.name.strip_suffix(":f32").unwrap_or(k.name), message)
 }
 
-/// The variant of a kernel for storage type `dt`, from `[f32, f16, bf16]`; an error naming it
-/// when the device cannot run it (see [`check_storage`]).
-pub(crate) fn pick(rec: &Recorder, dt: DType, k: [&'static KernelCode; 3]) -> Result<&'static KernelCode> {
-    let code = match dt {
+/// The variant of a kernel for storage type `dt`, from `[f32, f16, bf16]`.
+pub(crate) fn variant(dt: DType, k: [&'static KernelCode; 3]) -> &'static KernelCode {
+    match dt {
         DType::F32 => k[0],
         DType::F16 => k[1],
         DType::BF16 => k[2],
-    };
+    }
+}
+
+/// [`variant`], and an error naming it when the device cannot run it (see [`check_storage`]).
+pub(crate) fn pick(rec: &Recorder, dt: DType, k: [&'static KernelCode; 3]) -> Result<&'static KernelCode> {
+    let code = variant(dt, k);
     check_storage(rec, code, dt)?;
     Ok(code)
 }
@@ -80,6 +84,26 @@ pub(crate) fn expect_len(k: &KernelCode, what: &str, v: &BufferView<'_>, n: u64,
     let want = n * dt.bytes();
     if v.len != want {
         return Err(err(k, format!("{what}: view of {} bytes, expected {n} {} ({want} bytes)", v.len, dt.suffix())));
+    }
+    Ok(())
+}
+
+/// Checks that `v` holds exactly `elems` values of `size` bytes (also the 4-byte integers of ids,
+/// labels and positions, which [`DType`] does not name); errors name `k` as [`err_plain`] does.
+pub(crate) fn expect_values(k: &KernelCode, what: &str, v: &BufferView<'_>, elems: u64, size: u64) -> Result<()> {
+    let bytes = elems * size;
+    if v.len != bytes {
+        let message = format!("{what}: view of {} bytes, expected {elems} {size}-byte values ({bytes} bytes)", v.len);
+        return Err(err_plain(k, message));
+    }
+    Ok(())
+}
+
+/// Checks that `v` holds exactly `elems` values of `size` bytes, in the words of the loss and
+/// optimizer launchers; errors name `k` as [`err_plain`] does.
+pub(crate) fn expect_bytes(k: &KernelCode, what: &str, v: &BufferView<'_>, elems: u64, size: u64) -> Result<()> {
+    if v.len != elems * size {
+        return Err(err_plain(k, format!("{what}: view of {} bytes, expected {elems} x {size} bytes", v.len)));
     }
     Ok(())
 }

@@ -23,6 +23,16 @@ fn host_bits(dt: DType, xs: &[f32]) -> Vec<u16> {
 }
 
 /// A 16-bit device tensor of `n` values (padded to whole words, as the graph allocates them).
+/// Four f32 outputs of `n` values: a twin launch's two and the plain launch's two.
+fn f32_outs(ctx: &Context, n: usize) -> Result<Vec<Stored>> {
+    (0..4).map(|i| alloc(ctx, DType::F32, n, &format!("out {i}"))).collect()
+}
+
+/// A GLU backward's gate, up and upstream gradient, `n` values each.
+fn glu_inputs(rng: &mut Rng, n: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    (rng.vec(n, 3.0), rng.vec(n, 2.0), rng.vec(n, 1.0))
+}
+
 fn twin_buffer(ctx: &Context, n: usize, what: &str) -> Result<Buffer> {
     ctx.buffer((n as u64 * 2).next_multiple_of(4), what)
 }
@@ -84,7 +94,7 @@ fn check_add_rms(ctx: &Context, rng: &mut Rng, dt: DType, (rows, dim): (usize, u
     let (xs, rs, ws) = (rng.vec(n, 3.0), rng.vec(n, 1.0), rng.vec(dim, 1.0));
     let [x, r, w] = [&xs, &rs, &ws].map(|v| ctx.buffer_from(v, "input"));
     let (x, r, w) = (x?, r?, w?);
-    let outs: Vec<_> = (0..4).map(|i| alloc(ctx, DType::F32, n, &format!("out {i}"))).collect::<Result<_>>()?;
+    let outs = f32_outs(ctx, n)?;
     let (rstd, rstd2, y16) =
         (ctx.buffer(rows as u64 * 4, "rstd")?, ctx.buffer(rows as u64 * 4, "rstd2")?, twin_buffer(ctx, n, "y16")?);
     let p = RmsNorm { rows: rows as u32, dim: dim as u32, eps: 1e-5, unit_offset: true, dtype: DType::F32 };
@@ -149,9 +159,9 @@ fn check_glu_backward(
     (rows, inner): (usize, usize),
 ) -> Result<()> {
     let n = rows * inner;
-    let (gs, us, ds) = (rng.vec(n, 3.0), rng.vec(n, 2.0), rng.vec(n, 1.0));
+    let (gs, us, ds) = glu_inputs(rng, n);
     let (gate, up, dout) = (ctx.buffer_from(&gs, "gate")?, ctx.buffer_from(&us, "up")?, ctx.buffer_from(&ds, "dout")?);
-    let outs: Vec<_> = (0..4).map(|i| alloc(ctx, DType::F32, n, &format!("out {i}"))).collect::<Result<_>>()?;
+    let outs = f32_outs(ctx, n)?;
     let twins = [twin_buffer(ctx, n, "dgate16")?, twin_buffer(ctx, n, "dup16")?];
     let mut rec = ctx.recorder(false)?;
     let t = [&twins[0], &twins[1]].map(|b| Twin { view: b.slice(0, n as u64 * 2), dtype: dt });
@@ -218,13 +228,13 @@ fn check_glu_saved16(
     (rows, inner): (usize, usize),
 ) -> Result<()> {
     let n = rows * inner;
-    let (gs, us, ds) = (rng.vec(n, 3.0), rng.vec(n, 2.0), rng.vec(n, 1.0));
+    let (gs, us, ds) = glu_inputs(rng, n);
     let (gr, ur) =
         (vkformers_kernels::testutil::storage::round(dt, &gs), vkformers_kernels::testutil::storage::round(dt, &us));
     let half = |xs: &[f32]| ctx.buffer_from(&host_bits(dt, xs), "16-bit input");
     let (g16, u16) = (half(&gs)?, half(&us)?);
     let (gate, up, dout) = (ctx.buffer_from(&gr, "gate")?, ctx.buffer_from(&ur, "up")?, ctx.buffer_from(&ds, "dout")?);
-    let outs: Vec<_> = (0..4).map(|i| alloc(ctx, DType::F32, n, &format!("out {i}"))).collect::<Result<_>>()?;
+    let outs = f32_outs(ctx, n)?;
     let twins: Vec<_> = (0..4).map(|_| twin_buffer(ctx, n, "twin")).collect::<Result<_>>()?;
     fn tw(b: &Buffer, n: usize, dt: DType) -> Twin<'_> {
         Twin { view: b.slice(0, n as u64 * 2), dtype: dt }
@@ -263,7 +273,7 @@ fn check_rms_backward_acc(
     let [x, w, dy, pv] = [&xs, &ws, &gs, &ps].map(|v| ctx.buffer_from(v, "input"));
     let (x, w, dy, pv) = (x?, w?, dy?, pv?);
     let p = RmsNorm { rows: rows as u32, dim: dim as u32, eps: 1e-5, unit_offset: false, dtype: DType::F32 };
-    let outs: Vec<_> = (0..4).map(|i| alloc(ctx, DType::F32, n, &format!("out {i}"))).collect::<Result<_>>()?;
+    let outs = f32_outs(ctx, n)?;
     let (dw, dw_plain) = (alloc(ctx, DType::F32, dim, "dw")?, alloc(ctx, DType::F32, dim, "dw plain")?);
     let (rstd, y16) = (ctx.buffer(rows as u64 * 4, "rstd")?, twin_buffer(ctx, n, "dx16")?);
     let bytes = norm::weight_grad_scratch_bytes(rows as u32, dim as u32);

@@ -18,12 +18,10 @@ pub mod reference;
 use vkformers_vk::{read, read_write, write, BufferView, KernelCode, Recorder, Result};
 
 use crate::dtype::DType;
-use crate::launch::{err_plain as err, MAX_GROUPS};
+use crate::launch::{err_plain as err, expect_values as check_len_of, groups_for, params as words, variant as pick};
 use crate::{code, elementwise};
 
 /// Threads per workgroup of the embedding kernels.
-const LOCAL: u64 = 256;
-
 /// Shape of an embedding lookup: table `[vocab, dim]`, `tokens` ids.
 #[derive(Clone, Copy, Debug)]
 pub struct Embedding {
@@ -42,26 +40,6 @@ fn check_len(kernel: &KernelCode, what: &str, v: &BufferView<'_>, elems: u64) ->
     check_len_of(kernel, what, v, elems, 4)
 }
 
-/// Checks that `v` holds `elems` values of `size` bytes.
-fn check_len_of(kernel: &KernelCode, what: &str, v: &BufferView<'_>, elems: u64, size: u64) -> Result<()> {
-    if v.len != elems * size {
-        return Err(err(
-            kernel,
-            format!("{what}: view of {} bytes, expected {elems} {size}-byte values ({} bytes)", v.len, elems * size),
-        ));
-    }
-    Ok(())
-}
-
-/// The variant of a kernel for a storage type: `[f32, f16, bf16]`.
-fn pick(dtype: DType, codes: [&'static KernelCode; 3]) -> &'static KernelCode {
-    match dtype {
-        DType::F32 => codes[0],
-        DType::F16 => codes[1],
-        DType::BF16 => codes[2],
-    }
-}
-
 /// Checks the shape (indices must fit in 32 bits) and the ids view.
 fn check_shape(kernel: &KernelCode, p: &Embedding, ids: &BufferView<'_>) -> Result<()> {
     let (v, d, n) = (u64::from(p.vocab), u64::from(p.dim), u64::from(p.tokens));
@@ -72,14 +50,6 @@ fn check_shape(kernel: &KernelCode, p: &Embedding, ids: &BufferView<'_>) -> Resu
         ));
     }
     check_len(kernel, "ids", ids, n)
-}
-
-fn words(w: &[u32]) -> Vec<u8> {
-    w.iter().flat_map(|v| v.to_le_bytes()).collect()
-}
-
-fn groups_for(n: u64) -> [u32; 3] {
-    [n.div_ceil(LOCAL).clamp(1, MAX_GROUPS) as u32, 1, 1]
 }
 
 /// Forward: `out[n, :] = w[ids[n], :]` (zeros for an out-of-range id).

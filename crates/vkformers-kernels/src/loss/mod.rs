@@ -18,7 +18,7 @@ use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result};
 
 use crate::code;
 use crate::dtype::DType;
-use crate::launch::err_plain as err;
+use crate::launch::{err_plain as err, expect_bytes as expect_len_of, params, variant as pick};
 
 /// Threads per workgroup of every loss shader.
 const LOCAL: u32 = 256;
@@ -40,27 +40,6 @@ pub struct CrossEntropy<'a> {
 /// Checks that `v` holds exactly `elems` 4-byte values.
 fn expect_len(k: &KernelCode, what: &str, v: &BufferView<'_>, elems: u64) -> Result<()> {
     expect_len_of(k, what, v, elems, 4)
-}
-
-/// Checks that `v` holds exactly `elems` values of `size` bytes.
-fn expect_len_of(k: &KernelCode, what: &str, v: &BufferView<'_>, elems: u64, size: u64) -> Result<()> {
-    if v.len != elems * size {
-        return Err(err(k, format!("{what}: view of {} bytes, expected {elems} x {size} bytes", v.len)));
-    }
-    Ok(())
-}
-
-/// The variant of a cross-entropy kernel for a storage type: `[f32, f16, bf16]`.
-fn pick(dtype: DType, codes: [&'static KernelCode; 3]) -> &'static KernelCode {
-    match dtype {
-        DType::F32 => codes[0],
-        DType::F16 => codes[1],
-        DType::BF16 => codes[2],
-    }
-}
-
-fn params(words: &[u32]) -> Vec<u8> {
-    words.iter().flat_map(|w| w.to_le_bytes()).collect()
 }
 
 impl CrossEntropy<'_> {

@@ -15,7 +15,7 @@ use vkformers_vk::{read, read_write, write, BufferView, KernelCode, Recorder, Re
 
 use crate::code;
 use crate::dtype::{DType, Twin};
-use crate::launch::err_named as err;
+use crate::launch::{err_named as err, params as words, variant};
 
 /// Workgroups sharing out the rows of a backward (and rows of partial sums to add).
 const GRAD_BLOCKS: u32 = 1024;
@@ -75,20 +75,6 @@ fn kname(k: &KernelCode) -> &'static str {
     name.strip_suffix(":f32").unwrap_or(name)
 }
 
-/// The variant of a norm kernel for a storage type.
-fn pick(
-    dtype: DType,
-    f32: &'static KernelCode,
-    f16: &'static KernelCode,
-    bf16: &'static KernelCode,
-) -> &'static KernelCode {
-    match dtype {
-        DType::F32 => f32,
-        DType::F16 => f16,
-        DType::BF16 => bf16,
-    }
-}
-
 /// Checks that `v` holds exactly `elems` f32 values.
 fn check_len(kernel: &str, what: &str, v: &BufferView<'_>, elems: u64) -> Result<()> {
     check_len_of(kernel, what, v, elems, DType::F32)
@@ -111,10 +97,6 @@ fn check_shape(kernel: &str, rows: u32, dim: u32) -> Result<()> {
         return Err(err(kernel, format!("shape [{rows}, {dim}]: both must be >= 1 with rows * dim < 2^32")));
     }
     Ok(())
-}
-
-fn words(w: &[u32]) -> Vec<u8> {
-    w.iter().flat_map(|v| v.to_le_bytes()).collect()
 }
 
 fn row_groups(rows: u32) -> [u32; 3] {
@@ -145,12 +127,34 @@ fn rms_forward_code(dtype: DType, add: bool, cpu: bool) -> &'static KernelCode {
             ],
         ],
     ];
-    let dt = match dtype {
-        DType::F32 => 0,
-        DType::F16 => 1,
-        DType::BF16 => 2,
-    };
-    table[usize::from(add)][usize::from(cpu)][dt]
+    variant(dtype, table[usize::from(add)][usize::from(cpu)])
+}
+
+/// Named views of one launch, in the order their errors are reported.
+type Named<'a, 'b> = &'a [(&'static str, &'a BufferView<'b>)];
+
+/// The checks every norm launch makes, in this order: the shape `[rows, dim]`, the `tensors`
+/// `[rows, dim]` of storage type `dt`, the f32 statistics `stats` `[rows]` (mean, rstd), and
+/// the parameters given of `params` (w, b) `[dim]` of `dt`.
+fn check_views(
+    name: &str,
+    (rows, dim, dt): (u32, u32, DType),
+    (tensors, stats): (Named<'_, '_>, Named<'_, '_>),
+    params: &[(&'static str, Option<&BufferView<'_>>)],
+) -> Result<()> {
+    check_shape(name, rows, dim)?;
+    for (what, v) in tensors {
+        check_len_of(name, what, v, u64::from(rows) * u64::from(dim), dt)?;
+    }
+    for (what, v) in stats {
+        check_len(name, what, v, rows.into())?;
+    }
+    for (what, v) in params {
+        if let Some(v) = v {
+            check_len_of(name, what, v, dim.into(), dt)?;
+        }
+    }
+    Ok(())
 }
 
 /// Checks the views of an RMSNorm forward: x, y `[rows, dim]`, rstd `[rows]`, w `[dim]`.
@@ -160,15 +164,7 @@ fn check_rms_forward(
     (x, y, rstd): (&BufferView<'_>, &BufferView<'_>, &BufferView<'_>),
     w: Option<&BufferView<'_>>,
 ) -> Result<()> {
-    let n = u64::from(p.rows) * u64::from(p.dim);
-    check_shape(name, p.rows, p.dim)?;
-    check_len_of(name, "x", x, n, p.dtype)?;
-    check_len_of(name, "y", y, n, p.dtype)?;
-    check_len(name, "rstd", rstd, p.rows.into())?;
-    if let Some(w) = w {
-        check_len_of(name, "w", w, p.dim.into(), p.dtype)?;
-    }
-    Ok(())
+    check_views(name, (p.rows, p.dim, p.dtype), (&[("x", x), ("y", y)], &[("rstd", rstd)]), &[("w", w)])
 }
 
 /// [`add_rms_norm_forward`] of f32 tensors that also writes `y` in 16 bits into `twin`
@@ -295,7 +291,8 @@ pub fn rms_norm_backward(
     dx: BufferView<'_>,
     grads: Option<ParamGrads<'_>>,
 ) -> Result<()> {
-    let k = pick(p.dtype, &code::NORM_RMS_BACKWARD_F32, &code::NORM_RMS_BACKWARD_F16, &code::NORM_RMS_BACKWARD_BF16);
+    let k =
+        variant(p.dtype, [&code::NORM_RMS_BACKWARD_F32, &code::NORM_RMS_BACKWARD_F16, &code::NORM_RMS_BACKWARD_BF16]);
     rms_backward_launch(rec, (k, p), (x, w, rstd), dy, (dx, None), grads)
 }
 
@@ -348,16 +345,9 @@ fn rms_backward_launch(
     (dx, acc): (BufferView<'_>, Option<AccArgs<'_>>),
     grads: Option<ParamGrads<'_>>,
 ) -> Result<()> {
-    let (name, dt) = (kname(k), p.dtype);
-    let n = u64::from(p.rows) * u64::from(p.dim);
-    check_shape(name, p.rows, p.dim)?;
-    for (what, v) in [("x", &x), ("dy", &dy), ("dx", &dx)] {
-        check_len_of(name, what, v, n, dt)?;
-    }
-    check_len(name, "rstd", &rstd, p.rows.into())?;
-    if let Some(w) = &w {
-        check_len_of(name, "w", w, p.dim.into(), dt)?;
-    }
+    let name = kname(k);
+    let tensors = [("x", &x), ("dy", &dy), ("dx", &dx)];
+    check_views(name, (p.rows, p.dim, p.dtype), (&tensors, &[("rstd", &rstd)]), &[("w", w.as_ref())])?;
     let blocks = grad_blocks(p.rows);
     let partial = match &grads {
         None => None,
@@ -437,19 +427,13 @@ pub fn layer_norm_forward(
     mean: BufferView<'_>,
     rstd: BufferView<'_>,
 ) -> Result<()> {
-    let k = pick(p.dtype, &code::NORM_LAYER_FORWARD_F32, &code::NORM_LAYER_FORWARD_F16, &code::NORM_LAYER_FORWARD_BF16);
-    let (name, dt) = (kname(k), p.dtype);
-    let n = u64::from(p.rows) * u64::from(p.dim);
-    check_shape(name, p.rows, p.dim)?;
-    check_len_of(name, "x", &x, n, dt)?;
-    check_len_of(name, "y", &y, n, dt)?;
-    check_len(name, "mean", &mean, p.rows.into())?;
-    check_len(name, "rstd", &rstd, p.rows.into())?;
-    for (what, v) in [("w", &w), ("b", &b)] {
-        if let Some(v) = v {
-            check_len_of(name, what, v, p.dim.into(), dt)?;
-        }
-    }
+    let k = variant(
+        p.dtype,
+        [&code::NORM_LAYER_FORWARD_F32, &code::NORM_LAYER_FORWARD_F16, &code::NORM_LAYER_FORWARD_BF16],
+    );
+    let name = kname(k);
+    let (tensors, stats) = ([("x", &x), ("y", &y)], [("mean", &mean), ("rstd", &rstd)]);
+    check_views(name, (p.rows, p.dim, p.dtype), (&tensors, &stats), &[("w", w.as_ref()), ("b", b.as_ref())])?;
     let affine = match (w.is_some(), b.is_some()) {
         (false, false) => 0,
         (true, false) => 1,
@@ -476,19 +460,13 @@ pub fn layer_norm_backward(
     dx: BufferView<'_>,
     grads: Option<ParamGrads<'_>>,
 ) -> Result<()> {
-    let k =
-        pick(p.dtype, &code::NORM_LAYER_BACKWARD_F32, &code::NORM_LAYER_BACKWARD_F16, &code::NORM_LAYER_BACKWARD_BF16);
-    let (name, dt) = (kname(k), p.dtype);
-    let n = u64::from(p.rows) * u64::from(p.dim);
-    check_shape(name, p.rows, p.dim)?;
-    for (what, v) in [("x", &x), ("dy", &dy), ("dx", &dx)] {
-        check_len_of(name, what, v, n, dt)?;
-    }
-    check_len(name, "mean", &mean, p.rows.into())?;
-    check_len(name, "rstd", &rstd, p.rows.into())?;
-    if let Some(w) = &w {
-        check_len_of(name, "w", w, p.dim.into(), dt)?;
-    }
+    let k = variant(
+        p.dtype,
+        [&code::NORM_LAYER_BACKWARD_F32, &code::NORM_LAYER_BACKWARD_F16, &code::NORM_LAYER_BACKWARD_BF16],
+    );
+    let name = kname(k);
+    let (tensors, stats) = ([("x", &x), ("dy", &dy), ("dx", &dx)], [("mean", &mean), ("rstd", &rstd)]);
+    check_views(name, (p.rows, p.dim, p.dtype), (&tensors, &stats), &[("w", w.as_ref())])?;
     let blocks = grad_blocks(p.rows);
     let partial = match &grads {
         None => None,

@@ -12,7 +12,7 @@ use vkformers_vk::{read, read_write, write, BufferView, KernelCode, Recorder, Re
 
 use crate::code;
 use crate::dtype::DType;
-use crate::launch::{err, MAX_GROUPS};
+use crate::launch::{err, params, MAX_GROUPS};
 
 /// Threads per workgroup of the optimizer shaders.
 const LOCAL: u64 = 256;
@@ -55,15 +55,9 @@ fn elements(k: &KernelCode, what: &str, v: &BufferView<'_>) -> Result<u32> {
     Ok(n as u32)
 }
 
+/// Checks that `v` holds exactly `elems` f32 values.
 fn expect_len(k: &KernelCode, what: &str, v: &BufferView<'_>, elems: u64) -> Result<()> {
-    if v.len != elems * 4 {
-        return Err(err(k, format!("{what}: view of {} bytes, expected {elems} x 4 bytes", v.len)));
-    }
-    Ok(())
-}
-
-fn params(words: &[u32]) -> Vec<u8> {
-    words.iter().flat_map(|w| w.to_le_bytes()).collect()
+    crate::launch::expect_bytes(k, what, v, elems, 4)
 }
 
 /// The per-step scalars of the shader, computed in f64 and rounded to f32 as PyTorch does

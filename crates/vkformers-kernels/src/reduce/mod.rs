@@ -68,6 +68,23 @@ fn check_rows(
     Ok(n)
 }
 
+/// [`sum_rows`], or with `mean` [`mean_rows`] (the sum scaled by `1 / d`, d >= 1).
+fn reduce_rows(
+    rec: &mut Recorder,
+    (x, out): (BufferView<'_>, BufferView<'_>),
+    (rows, d): (usize, usize),
+    dt: DType,
+    mean: bool,
+) -> Result<()> {
+    let k = rows_code(rec, dt, false)?;
+    if mean && d == 0 {
+        return Err(err(k, "mean over an empty dim".into()));
+    }
+    let n = check_rows(k, &x, &out, rows, d, dt)?;
+    let scale = if mean { 1.0 / d as f32 } else { 1.0 };
+    rows_kernel(rec, k, x, out, (rows as u64, d as u64, n.into()), scale)
+}
+
 /// `out[r] = sum_j x[r, j]`; x [rows, d], out [rows], both of storage type `dt`.
 pub fn sum_rows(
     rec: &mut Recorder,
@@ -77,9 +94,7 @@ pub fn sum_rows(
     d: usize,
     dt: DType,
 ) -> Result<()> {
-    let k = rows_code(rec, dt, false)?;
-    let n = check_rows(k, &x, &out, rows, d, dt)?;
-    rows_kernel(rec, k, x, out, (rows as u64, d as u64, n.into()), 1.0)
+    reduce_rows(rec, (x, out), (rows, d), dt, false)
 }
 
 /// `out[r] = mean_j x[r, j]`; x [rows, d], out [rows], both of storage type `dt`; d >= 1.
@@ -91,12 +106,7 @@ pub fn mean_rows(
     d: usize,
     dt: DType,
 ) -> Result<()> {
-    let k = rows_code(rec, dt, false)?;
-    if d == 0 {
-        return Err(err(k, "mean over an empty dim".into()));
-    }
-    let n = check_rows(k, &x, &out, rows, d, dt)?;
-    rows_kernel(rec, k, x, out, (rows as u64, d as u64, n.into()), 1.0 / d as f32)
+    reduce_rows(rec, (x, out), (rows, d), dt, true)
 }
 
 /// `dx[i] = scale * dy[i / d]`; dy [n / d] of `dy_dt`, dx [n] of `dx_dt` (`dy_dt` is `dx_dt`
@@ -118,6 +128,20 @@ fn broadcast_back(
     rec.dispatch(k, &[], &[read(dy), write(dx)], &params(&[n as u32, d as u32, scale.to_bits()]), groups_for(n))
 }
 
+/// Backward of [`sum_rows`] (`scale` 1) or [`mean_rows`] (`scale` 1 / d): `dx[r, j] = scale *
+/// dy[r]` after checking dx is [rows, d].
+fn rows_backward(
+    rec: &mut Recorder,
+    (dy, dx): (BufferView<'_>, BufferView<'_>),
+    (rows, d): (usize, usize),
+    dt: DType,
+    scale: f32,
+) -> Result<()> {
+    let k = backward_code(rec, dt, false)?;
+    expect_len(k, "dx", &dx, u64::from(count(k, &[rows, d])?), dt)?;
+    broadcast_back(rec, dy, dx, d as u64, scale, (dt, dt))
+}
+
 /// Backward of [`sum_rows`]: `dx[r, j] = dy[r]`; dy [rows], dx [rows, d], both of storage type
 /// `dt`.
 pub fn sum_rows_backward(
@@ -128,9 +152,7 @@ pub fn sum_rows_backward(
     d: usize,
     dt: DType,
 ) -> Result<()> {
-    let k = backward_code(rec, dt, false)?;
-    expect_len(k, "dx", &dx, u64::from(count(k, &[rows, d])?), dt)?;
-    broadcast_back(rec, dy, dx, d as u64, 1.0, (dt, dt))
+    rows_backward(rec, (dy, dx), (rows, d), dt, 1.0)
 }
 
 /// Backward of [`mean_rows`]: `dx[r, j] = dy[r] / d`; dy [rows], dx [rows, d], both of storage
@@ -143,9 +165,7 @@ pub fn mean_rows_backward(
     d: usize,
     dt: DType,
 ) -> Result<()> {
-    let k = backward_code(rec, dt, false)?;
-    expect_len(k, "dx", &dx, u64::from(count(k, &[rows, d])?), dt)?;
-    broadcast_back(rec, dy, dx, d as u64, 1.0 / d.max(1) as f32, (dt, dt))
+    rows_backward(rec, (dy, dx), (rows, d), dt, 1.0 / d.max(1) as f32)
 }
 
 /// Element counts of the stages that reducing `n` elements passes through before the final
@@ -222,14 +242,19 @@ pub fn mean_all(
     reduce_all(rec, x, scratch, out, true, dt)
 }
 
+/// Backward of [`sum_all`] or, with `mean`, [`mean_all`]: `dx[i] = dy[0]` (`/ n` with `mean`).
+fn all_backward(rec: &mut Recorder, (dy, dx): (BufferView<'_>, BufferView<'_>), dt: DType, mean: bool) -> Result<()> {
+    let n = elements(backward_code(rec, dt, true)?, "dx", &dx, dt)?;
+    let scale = if mean { 1.0 / n.max(1) as f32 } else { 1.0 };
+    broadcast_back(rec, dy, dx, n.max(1), scale, (DType::F32, dt))
+}
+
 /// Backward of [`sum_all`]: `dx[i] = dy[0]`; dy [1] f32, dx [n] of storage type `dt`.
 pub fn sum_all_backward(rec: &mut Recorder, dy: BufferView<'_>, dx: BufferView<'_>, dt: DType) -> Result<()> {
-    let n = elements(backward_code(rec, dt, true)?, "dx", &dx, dt)?;
-    broadcast_back(rec, dy, dx, n.max(1), 1.0, (DType::F32, dt))
+    all_backward(rec, (dy, dx), dt, false)
 }
 
 /// Backward of [`mean_all`]: `dx[i] = dy[0] / n`; dy [1] f32, dx [n] of storage type `dt`.
 pub fn mean_all_backward(rec: &mut Recorder, dy: BufferView<'_>, dx: BufferView<'_>, dt: DType) -> Result<()> {
-    let n = elements(backward_code(rec, dt, true)?, "dx", &dx, dt)?;
-    broadcast_back(rec, dy, dx, n.max(1), 1.0 / n.max(1) as f32, (DType::F32, dt))
+    all_backward(rec, (dy, dx), dt, true)
 }

@@ -11,10 +11,7 @@ use vkformers_vk::{read, read_write, write, BufferView, KernelCode, Recorder, Re
 
 use crate::code;
 use crate::dtype::{DType, Twin};
-use crate::launch::MAX_GROUPS;
-
-/// Threads per workgroup of `rope/rope` (its `local_size_x`).
-const LOCAL: u64 = 256;
+use crate::launch::groups_for;
 
 /// Which dims form a rotation pair.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,11 +47,7 @@ impl Rope {
 
 /// The `rope/rope` variant of a storage type.
 fn kernel(dtype: DType) -> &'static KernelCode {
-    match dtype {
-        DType::F32 => &code::ROPE_ROPE_F32,
-        DType::F16 => &code::ROPE_ROPE_F16,
-        DType::BF16 => &code::ROPE_ROPE_BF16,
-    }
+    crate::launch::variant(dtype, [&code::ROPE_ROPE_F32, &code::ROPE_ROPE_F16, &code::ROPE_ROPE_BF16])
 }
 
 /// Errors name the kernel `rope/rope`, or `rope/rope:f16` / `rope/rope:bf16`.
@@ -64,13 +57,7 @@ fn err(p: &Rope, message: String) -> VkError {
 
 /// Checks that `v` holds `elems` values of `size` bytes.
 fn check_len(p: &Rope, what: &str, v: &BufferView<'_>, elems: u64, size: u64) -> Result<()> {
-    if v.len != elems * size {
-        return Err(err(
-            p,
-            format!("{what}: view of {} bytes, expected {elems} {size}-byte values ({} bytes)", v.len, elems * size),
-        ));
-    }
-    Ok(())
+    crate::launch::expect_values(kernel(p.dtype), what, v, elems, size)
 }
 
 /// Validates the shape and every view; returns the number of values of `x`.
@@ -118,7 +105,7 @@ fn dispatch(
         return Ok(());
     }
     let params = rope_words(p, copy_tail, sign);
-    let groups = [work.div_ceil(LOCAL).clamp(1, MAX_GROUPS) as u32, 1, 1];
+    let groups = groups_for(work);
     let args = match out {
         Some(o) => [read(x), write(o), read(pos), read(inv_freq)],
         None => [read_write(x), read_write(x), read(pos), read(inv_freq)],
@@ -183,7 +170,7 @@ fn dispatch_twin(
     }
     let mut params = rope_words(p, true, sign);
     params.extend_from_slice(&half.to_le_bytes());
-    let groups = [work.div_ceil(LOCAL).clamp(1, MAX_GROUPS) as u32, 1, 1];
+    let groups = groups_for(work);
     let args = [read(x), write(out), read(pos), read(inv_freq), write(twin.view)];
     rec.dispatch(k, &[], &args, &params, groups)
 }

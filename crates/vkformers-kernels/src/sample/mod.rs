@@ -66,6 +66,35 @@ pub struct Draw {
     pub step: u64,
 }
 
+/// The words both sampling kernels read in this order: flags (bit 0 penalty, 1 temperature,
+/// 2 top-k, 3 top-p, 4 min-p, 5 greedy, or'ed with `more_flags`), penalty, temperature, top_k
+/// (raised to keep; its flag off when it keeps all `v`), f32(1 - top_p), min_p, keep (<= v),
+/// then the draw's seed and step (lo, hi each).
+fn processor_words(p: &Processors, d: Draw, v: usize, more_flags: u32) -> [u32; 11] {
+    let top_k = p.top_k.map(|k| k.max(p.keep)).filter(|&k| k < v);
+    let flags = u32::from(p.penalty.is_some())
+        | u32::from(p.temperature.is_some()) << 1
+        | u32::from(top_k.is_some()) << 2
+        | u32::from(p.top_p.is_some()) << 3
+        | u32::from(p.min_p.is_some()) << 4
+        | u32::from(p.greedy) << 5
+        | more_flags;
+    [
+        flags,
+        p.penalty.unwrap_or(1.0).to_bits(),
+        p.temperature.unwrap_or(1.0).to_bits(),
+        top_k.unwrap_or(1) as u32,
+        // torch compares the f32 running sum with the Python float `1 - top_p` cast to f32.
+        ((1.0 - p.top_p.unwrap_or(1.0)) as f32).to_bits(),
+        p.min_p.unwrap_or(0.0).to_bits(),
+        p.keep.min(v) as u32,
+        d.seed as u32,
+        (d.seed >> 32) as u32,
+        d.step as u32,
+        (d.step >> 32) as u32,
+    ]
+}
+
 /// Samples `ids[b]` from the last column of every row of logits f32 `[rows * t, v]` after the
 /// processors `p`, and marks `presence[b, ids[b]] = 1` (u32 `[rows, v]`, nonzero = the id occurs in
 /// row b's history, read by the repetition penalty). [`NO_TOKEN`] for a row with nothing to draw
@@ -92,30 +121,8 @@ pub fn draw_last(
     expect_len(k, "logits", &logits, n.into(), DType::F32)?;
     expect_len(k, "presence", &presence, count(k, &[rows, v])?.into(), DType::F32)?;
     expect_len(k, "ids", &ids, rows as u64, DType::F32)?;
-    let top_k = p.top_k.map(|k| k.max(p.keep)).filter(|&k| k < v);
-    let flags = u32::from(p.penalty.is_some())
-        | u32::from(p.temperature.is_some()) << 1
-        | u32::from(top_k.is_some()) << 2
-        | u32::from(p.top_p.is_some()) << 3
-        | u32::from(p.min_p.is_some()) << 4
-        | u32::from(p.greedy) << 5;
-    let words = [
-        rows as u32,
-        t as u32,
-        v as u32,
-        flags,
-        p.penalty.unwrap_or(1.0).to_bits(),
-        p.temperature.unwrap_or(1.0).to_bits(),
-        top_k.unwrap_or(1) as u32,
-        // torch compares the f32 running sum with the Python float `1 - top_p` cast to f32.
-        ((1.0 - p.top_p.unwrap_or(1.0)) as f32).to_bits(),
-        p.min_p.unwrap_or(0.0).to_bits(),
-        p.keep.min(v) as u32,
-        d.seed as u32,
-        (d.seed >> 32) as u32,
-        d.step as u32,
-        (d.step >> 32) as u32,
-    ];
+    let mut words = vec![rows as u32, t as u32, v as u32];
+    words.extend(processor_words(p, d, v, 0));
     let args = [read(logits), read_write(presence), write(ids)];
     rec.dispatch(k, &[], &args, &params(&words), groups_per_item(rows as u64))
 }

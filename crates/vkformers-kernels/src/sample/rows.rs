@@ -71,29 +71,11 @@ pub fn row_params(rows: &[RowDraw], v: usize, slots: usize) -> Result<Vec<u32>> 
         if r.slot >= slots || p.keep == 0 || r.top_logprobs.is_some_and(|n| n > TOP_MAX) {
             return Err(err(k, format!("row {r:?}: slot beyond {slots}, keep 0, or more than {TOP_MAX} logprobs")));
         }
-        let top_k = p.top_k.map(|k| k.max(p.keep)).filter(|&k| k < v);
+        // Flag 6: OpenAI's presence/frequency penalties.
         let penalised = r.presence != 0.0 || r.frequency != 0.0;
-        let flags = u32::from(p.penalty.is_some())
-            | u32::from(p.temperature.is_some()) << 1
-            | u32::from(top_k.is_some()) << 2
-            | u32::from(p.top_p.is_some()) << 3
-            | u32::from(p.min_p.is_some()) << 4
-            | u32::from(p.greedy) << 5
-            | u32::from(penalised) << 6;
+        words.push(r.slot as u32);
+        words.extend(super::processor_words(p, r.draw, v, u32::from(penalised) << 6));
         words.extend([
-            r.slot as u32,
-            flags,
-            p.penalty.unwrap_or(1.0).to_bits(),
-            p.temperature.unwrap_or(1.0).to_bits(),
-            top_k.unwrap_or(1) as u32,
-            // torch compares the f32 running sum with the Python float `1 - top_p` cast to f32.
-            ((1.0 - p.top_p.unwrap_or(1.0)) as f32).to_bits(),
-            p.min_p.unwrap_or(0.0).to_bits(),
-            p.keep.min(v) as u32,
-            r.draw.seed as u32,
-            (r.draw.seed >> 32) as u32,
-            r.draw.step as u32,
-            (r.draw.step >> 32) as u32,
             r.draw_row,
             r.presence.to_bits(),
             r.frequency.to_bits(),
