@@ -27,7 +27,12 @@ struct Case {
 }
 
 fn shape(batch: usize, tq: usize, tk: usize, hq: usize, hkv: usize, d: usize) -> Shape {
-    Shape { batch, tq, tk, hq, hkv, d }
+    Shape { batch, tq, tk, hq, hkv, d, dv: d }
+}
+
+/// `shape` with a value head dim `dv` other than the q/k one (multi-head latent attention).
+fn with_dv(s: Shape, dv: usize) -> Shape {
+    Shape { dv, ..s }
 }
 
 impl Case {
@@ -100,8 +105,8 @@ fn data(case: &Case, seed: u64) -> [Vec<f32>; 4] {
     let mut rng = Rng::new(seed);
     let q = rng.vec(s.q_len(), case.amp);
     let k = rng.vec(s.kv_len(), case.amp);
-    let v = rng.vec(s.kv_len(), 1.0);
-    let d_o = rng.vec(s.q_len(), 1.0);
+    let v = rng.vec(s.v_len(), 1.0);
+    let d_o = rng.vec(s.o_len(), 1.0);
     [q, k, v, d_o]
 }
 
@@ -151,6 +156,8 @@ fn small_cases() -> Vec<Case> {
             .window(3)
             .kmask(padding(2, 6, 1, 2))
             .sinks(),
+        Case::new("dv 5 > d 3 gqa causal", with_dv(shape(2, 4, 5, 4, 2, 3), 5)).causal(),
+        Case::new("dv 2 < d 3 sinks", with_dv(shape(1, 4, 4, 2, 1, 3), 2)).sinks(),
     ]
 }
 
@@ -199,6 +206,7 @@ fn gpu_shape(s: &Shape) -> attention::Shape {
         hq: s.hq as u32,
         hkv: s.hkv as u32,
         d: s.d as u32,
+        dv: s.dv as u32,
     }
 }
 
@@ -219,11 +227,11 @@ fn check_gpu(ctx: &Context, case: &Case, seed: u64, dt: DType) -> Result<()> {
     let sinks = sinks32.as_ref().map(|sk| ctx.buffer_from(sk, "sinks")).transpose()?;
     let bds = ctx.buffer((s.hq * 4) as u64, "dsinks")?;
     let lbytes = (s.lse_len() * 4) as u64;
-    let bo = alloc(ctx, dt, s.q_len(), "o")?;
+    let bo = alloc(ctx, dt, s.o_len(), "o")?;
     let blse = ctx.buffer(lbytes, "lse")?;
     let bdq = alloc(ctx, dt, s.q_len(), "dq")?;
     let bdk = alloc(ctx, dt, s.kv_len(), "dk")?;
-    let bdv = alloc(ctx, dt, s.kv_len(), "dv")?;
+    let bdv = alloc(ctx, dt, s.v_len(), "dv")?;
     let bdelta = ctx.buffer(lbytes, "delta")?;
 
     let opt = attention::Options {
@@ -260,8 +268,8 @@ fn check_gpu(ctx: &Context, case: &Case, seed: u64, dt: DType) -> Result<()> {
     for b in 0..s.batch {
         for i in 0..s.tq {
             for h in 0..s.hq {
-                let at = ((b * s.tq + i) * s.hq + h) * s.d;
-                delta[(b * s.hq + h) * s.tq + i] = (0..s.d).map(|x| o_seen[at + x] * d_o[at + x]).sum();
+                let at = ((b * s.tq + i) * s.hq + h) * s.dv;
+                delta[(b * s.hq + h) * s.tq + i] = (0..s.dv).map(|x| o_seen[at + x] * d_o[at + x]).sum();
             }
         }
     }
@@ -430,6 +438,30 @@ fn gpu_matches_reference_large_head_dims() {
 }
 
 #[test]
+fn gpu_matches_reference_value_dim_differs() {
+    // Multi-head latent attention: v and o of Dv columns, q and k of D (both sides of D, every
+    // head-dim class the wider one picks, odd sizes).
+    run_cases(
+        "attention dv != d",
+        &[
+            Case::new("d3 dv5 gqa causal", with_dv(shape(2, 13, 13, 4, 2, 3), 5)).causal(),
+            Case::new("d24 dv16 (MLA-like) causal", with_dv(shape(2, 11, 11, 3, 3, 24), 16)).causal(),
+            Case::new("d7 dv40 cross, padding", with_dv(shape(2, 7, 19, 2, 1, 7), 40)).kmask(padding(2, 19, 3, 2)),
+            Case::new("d72 dv48 (d128) window sinks", with_dv(shape(1, 17, 17, 2, 1, 72), 48))
+                .causal()
+                .window(5)
+                .sinks(),
+            Case::new("d40 dv136 (d256) decode", with_dv(shape(1, 3, 21, 4, 1, 40), 136)).causal(),
+        ],
+    );
+    run_cases_in(
+        "attention dv != d 16-bit",
+        &[Case::new("d24 dv16 f16", with_dv(shape(2, 11, 11, 3, 3, 24), 16)).causal()],
+        DType::F16,
+    );
+}
+
+#[test]
 fn forward_is_deterministic_and_backward_repeatable() {
     // Same inputs twice in one batch: bit-identical gradients (no atomics, fixed order).
     on_every_device("attention determinism", |ctx| {
@@ -467,7 +499,7 @@ fn forward_is_deterministic_and_backward_repeatable() {
 #[test]
 fn bad_shapes_are_typed_errors_naming_the_kernel() {
     on_every_device("attention errors", |ctx| {
-        let s = attention::Shape { batch: 1, tq: 3, tk: 4, hq: 4, hkv: 2, d: 8 };
+        let s = attention::Shape { batch: 1, tq: 3, tk: 4, hq: 4, hkv: 2, d: 8, dv: 8 };
         let q = ctx.buffer(3 * 4 * 8 * 4, "q")?;
         let kv = ctx.buffer(4 * 2 * 8 * 4, "kv")?;
         let lse = ctx.buffer(4 * 3 * 4, "lse")?;
@@ -486,6 +518,9 @@ fn bad_shapes_are_typed_errors_naming_the_kernel() {
         expect(attention::forward(&mut rec, &x, &saved, &s3, &opt).unwrap_err(), "attention/fwd:d64", "multiple");
         let s_big = attention::Shape { d: 257, ..s };
         expect(attention::forward(&mut rec, &x, &saved, &s_big, &opt).unwrap_err(), "attention/fwd", "head dim");
+        // v sized for Dv = 8, the shape says 6.
+        let s_dv = attention::Shape { dv: 6, ..s };
+        expect(attention::forward(&mut rec, &x, &saved, &s_dv, &opt).unwrap_err(), "attention/fwd:d64", "v [B, Tk");
         let bad_mask = attention::Options { kmask: Some(lse.view()), ..opt };
         expect(attention::forward(&mut rec, &x, &saved, &s, &bad_mask).unwrap_err(), "attention/fwd:d64", "kmask");
         // The f32-sized q is twice what bf16 needs.

@@ -32,7 +32,7 @@ struct Case {
 }
 
 fn shape(batch: usize, tq: usize, tk: usize, hq: usize, hkv: usize, d: usize) -> Shape {
-    Shape { batch, tq, tk, hq, hkv, d }
+    Shape { batch, tq, tk, hq, hkv, d, dv: d }
 }
 
 impl Case {
@@ -240,6 +240,7 @@ fn check_case(ctx: &Context, case: &Case, seed: u64, dt: DType, grads: bool) -> 
         hq: s.hq as u32,
         hkv: s.hkv as u32,
         d: s.d as u32,
+        dv: s.dv as u32,
     };
     let opt = attention::Options {
         scale: 1.0 / (s.d as f32).sqrt(),
@@ -355,7 +356,7 @@ fn cm2_backward_matches_reference_bf16() {
 #[test]
 fn cm2_errors_are_typed_and_name_the_kernel() {
     on_every_device("attention cm2 errors", |ctx| {
-        let s = attention::Shape { batch: 1, tq: 3, tk: 4, hq: 4, hkv: 2, d: 8 };
+        let s = attention::Shape { batch: 1, tq: 3, tk: 4, hq: 4, hkv: 2, d: 8, dv: 8 };
         let q = ctx.buffer(3 * 4 * 8 * 2, "q")?;
         let kv = ctx.buffer(4 * 2 * 8 * 2, "kv")?;
         let lse = ctx.buffer(4 * 3 * 4, "lse")?;

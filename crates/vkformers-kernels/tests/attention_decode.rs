@@ -195,7 +195,7 @@ fn expected(case: &Case, r: &Rows, scale: f32) -> (Vec<f64>, Vec<f64>) {
     let sinks = f64s(&case.sink_values());
     let (mut o, mut lse) = (Vec::new(), Vec::new());
     for (b, &len) in case.lens.iter().enumerate() {
-        let s = Shape { batch: 1, tq: case.tq, tk: len, hq: case.hq, hkv: case.hkv, d: case.d };
+        let s = Shape { batch: 1, tq: case.tq, tk: len, hq: case.hq, hkv: case.hkv, d: case.d, dv: case.d };
         let opt = reference::Options {
             scale: f64::from(scale),
             causal: case.causal,

@@ -1,11 +1,12 @@
 //! Fused attention (flash style: key tiles with an online softmax, the [Tq, Tk] score matrix is
 //! never stored), forward and fused backward.
 //!
-//! Shapes (contiguous): q [B, Tq, Hq, D], k and v [B, Tk, Hkv, D], o [B, Tq, Hq, D], the row
+//! Shapes (contiguous): q [B, Tq, Hq, D], k [B, Tk, Hkv, D], v [B, Tk, Hkv, Dv], o [B, Tq, Hq, Dv]
+//! (Dv = [`Shape::dv`], the value head dim: multi-head latent attention has Dv != D), the row
 //! log-sum-exp lse [B, Hq, Tq] saved for the backward. q, k, v, o, do, dq, dk, dv are stored in
 //! [`Options::dtype`] (f32, f16 or bf16); scores, softmax and accumulation are f32, and lse, delta,
 //! the ALiBi slopes are f32 (the key mask int32). Query head `h` uses kv head `h / G` with
-//! `G = Hq / Hkv` (MHA, GQA, MQA). D ≤ 256.
+//! `G = Hq / Hkv` (MHA, GQA, MQA). D, Dv ≤ 256.
 //!
 //! Query `i` (0-based) sits at absolute position `qpos = i + Tk − Tq` (a KV-cache decode step is
 //! Tq = 1). Options: scale; causal (`j ≤ qpos`); key padding mask kmask [B, Tk] int32
@@ -55,8 +56,10 @@ pub struct Shape {
     pub tk: u32,
     pub hq: u32,
     pub hkv: u32,
-    /// Head dimension, 1..=256.
+    /// Head dimension of q and k, 1..=256.
     pub d: u32,
+    /// Head dimension of v and o, 1..=256 (`d` but for multi-head latent attention).
+    pub dv: u32,
 }
 
 impl Shape {
@@ -66,6 +69,21 @@ impl Shape {
 
     fn kv_len(&self) -> u64 {
         u64::from(self.batch) * u64::from(self.tk) * u64::from(self.hkv) * u64::from(self.d)
+    }
+
+    /// Elements of o / do `[B, Tq, Hq, Dv]`.
+    fn o_len(&self) -> u64 {
+        u64::from(self.batch) * u64::from(self.tq) * u64::from(self.hq) * u64::from(self.dv)
+    }
+
+    /// Elements of v / dv `[B, Tk, Hkv, Dv]`.
+    fn v_len(&self) -> u64 {
+        u64::from(self.batch) * u64::from(self.tk) * u64::from(self.hkv) * u64::from(self.dv)
+    }
+
+    /// The head dim the kernel variant must hold: the wider of `d` and `dv`.
+    fn d_max(&self) -> u32 {
+        self.d.max(self.dv)
     }
 
     fn lse_len(&self) -> u64 {
@@ -116,14 +134,14 @@ pub struct Qkv<'a> {
     pub q: BufferView<'a>,
     /// [B, Tk, Hkv, D]
     pub k: BufferView<'a>,
-    /// [B, Tk, Hkv, D]
+    /// [B, Tk, Hkv, Dv]
     pub v: BufferView<'a>,
 }
 
 /// What the forward writes and the backward reads.
 #[derive(Clone, Copy, Debug)]
 pub struct Saved<'a> {
-    /// [B, Tq, Hq, D]
+    /// [B, Tq, Hq, Dv]
     pub o: BufferView<'a>,
     /// [B, Hq, Tq]
     pub lse: BufferView<'a>,
@@ -136,7 +154,7 @@ pub struct Grads<'a> {
     pub dq: BufferView<'a>,
     /// [B, Tk, Hkv, D]
     pub dk: BufferView<'a>,
-    /// [B, Tk, Hkv, D]
+    /// [B, Tk, Hkv, Dv]
     pub dv: BufferView<'a>,
     /// Work buffer [B, Hq, Tq]: receives delta = rowsum(do ⊙ o).
     pub delta: BufferView<'a>,
@@ -228,6 +246,7 @@ fn check_shape(kernel: &str, s: &Shape, opt: &Options<'_>) -> Result<()> {
         return Err(fail(kernel, format!("empty shape {s:?}")));
     }
     dim_class(kernel, s.d)?;
+    dim_class(kernel, s.dv)?;
     if !s.hq.is_multiple_of(s.hkv) {
         return Err(fail(kernel, format!("hq {} is not a multiple of hkv {}", s.hq, s.hkv)));
     }
@@ -255,11 +274,11 @@ fn check_shape(kernel: &str, s: &Shape, opt: &Options<'_>) -> Result<()> {
 fn check_qkv(kernel: &str, s: &Shape, x: &Qkv<'_>, dt: DType) -> Result<()> {
     check_view_of(kernel, "q [B, Tq, Hq, D]", &x.q, s.q_len(), dt)?;
     check_view_of(kernel, "k [B, Tk, Hkv, D]", &x.k, s.kv_len(), dt)?;
-    check_view_of(kernel, "v [B, Tk, Hkv, D]", &x.v, s.kv_len(), dt)
+    check_view_of(kernel, "v [B, Tk, Hkv, Dv]", &x.v, s.v_len(), dt)
 }
 
 fn check_saved(kernel: &str, s: &Shape, saved: &Saved<'_>, dt: DType) -> Result<()> {
-    check_view_of(kernel, "o [B, Tq, Hq, D]", &saved.o, s.q_len(), dt)?;
+    check_view_of(kernel, "o [B, Tq, Hq, Dv]", &saved.o, s.o_len(), dt)?;
     check_view(kernel, "lse [B, Hq, Tq]", &saved.lse, s.lse_len())
 }
 
@@ -273,7 +292,7 @@ fn grid(kernel: &str, n: u32, rows: u32, heads: u32, batch: u32) -> Result<[u32;
 }
 
 /// The scalar tail of every attention push block: tq, tk, hq, hkv, d, flags, window, scale,
-/// softcap.
+/// softcap, dv.
 fn params(s: &Shape, opt: &Options<'_>) -> Vec<u8> {
     let mut flags = 0;
     if opt.causal {
@@ -288,16 +307,16 @@ fn params(s: &Shape, opt: &Options<'_>) -> Vec<u8> {
     if opt.sinks.is_some() {
         flags |= FLAG_SINKS;
     }
-    [s.tq, s.tk, s.hq, s.hkv, s.d, flags, opt.window, opt.scale.to_bits(), opt.softcap.to_bits()]
+    [s.tq, s.tk, s.hq, s.hkv, s.d, flags, opt.window, opt.scale.to_bits(), opt.softcap.to_bits(), s.dv]
         .iter()
         .flat_map(|w| w.to_le_bytes())
         .collect()
 }
 
 /// Forward: `o = softmax(score(q kᵀ) + masks) v` and `lse` (row log-sum-exp), from q
-/// [B, Tq, Hq, D], k, v [B, Tk, Hkv, D] into o [B, Tq, Hq, D], lse [B, Hq, Tq].
+/// [B, Tq, Hq, D], k [B, Tk, Hkv, D], v [B, Tk, Hkv, Dv] into o [B, Tq, Hq, Dv], lse [B, Hq, Tq].
 pub fn forward(rec: &mut Recorder, x: &Qkv<'_>, out: &Saved<'_>, s: &Shape, opt: &Options<'_>) -> Result<()> {
-    let var = fwd_variant(s.d, opt.dtype)?;
+    let var = fwd_variant(s.d_max(), opt.dtype)?;
     let name = var.code.name;
     check_shape(name, s, opt)?;
     check_qkv(name, s, x, opt.dtype)?;
@@ -318,7 +337,7 @@ pub fn forward(rec: &mut Recorder, x: &Qkv<'_>, out: &Saved<'_>, s: &Shape, opt:
 }
 
 /// Backward of [`forward`]: from q, k, v, the forward's o and lse, and `d_o` = dL/do
-/// [B, Tq, Hq, D], writes dq [B, Tq, Hq, D], dk, dv [B, Tk, Hkv, D] (summed over the query heads
+/// [B, Tq, Hq, Dv], writes dq [B, Tq, Hq, D], dk [B, Tk, Hkv, D], dv [B, Tk, Hkv, Dv] (summed over the query heads
 /// of each kv head) and the work buffer delta [B, Hq, Tq]. Two dispatches: `bwd_dq`, `bwd_dkdv`.
 /// With sinks the same kernels run on the sink-aware lse; [`sinks::backward`] adds ds.
 pub fn backward(
@@ -331,16 +350,16 @@ pub fn backward(
     opt: &Options<'_>,
 ) -> Result<()> {
     let dt = opt.dtype;
-    let dq_var = dq_variant(s.d, dt)?;
-    let dkdv_var = dkdv_variant(s.d, dt)?;
+    let dq_var = dq_variant(s.d_max(), dt)?;
+    let dkdv_var = dkdv_variant(s.d_max(), dt)?;
     for name in [dq_var.code.name, dkdv_var.code.name] {
         check_shape(name, s, opt)?;
         check_qkv(name, s, x, dt)?;
         check_saved(name, s, saved, dt)?;
-        check_view_of(name, "do [B, Tq, Hq, D]", &d_o, s.q_len(), dt)?;
+        check_view_of(name, "do [B, Tq, Hq, Dv]", &d_o, s.o_len(), dt)?;
         check_view_of(name, "dq [B, Tq, Hq, D]", &g.dq, s.q_len(), dt)?;
         check_view_of(name, "dk [B, Tk, Hkv, D]", &g.dk, s.kv_len(), dt)?;
-        check_view_of(name, "dv [B, Tk, Hkv, D]", &g.dv, s.kv_len(), dt)?;
+        check_view_of(name, "dv [B, Tk, Hkv, Dv]", &g.dv, s.v_len(), dt)?;
         check_view(name, "delta [B, Hq, Tq]", &g.delta, s.lse_len())?;
     }
     let p = params(s, opt);
