@@ -433,6 +433,9 @@ fn gpu_matches_reference_large_head_dims() {
             Case::new("d128", shape(1, 17, 17, 2, 2, 128)).softcap(5.0, 1.0).alibi(),
             Case::new("d200 (d256 variant)", shape(1, 11, 13, 2, 1, 200)).causal().kmask(padding(1, 13, 2, 0)),
             Case::new("d256", shape(1, 9, 9, 2, 2, 256)).causal().window(4),
+            Case::new("d320 (d576 variant)", shape(1, 10, 11, 2, 1, 320)).causal().kmask(padding(1, 11, 2, 0)),
+            Case::new("d576 (MLA absorbed 512 + 64)", shape(1, 9, 9, 2, 1, 576)).causal().window(6),
+            Case::new("d576 dv512 sinks", with_dv(shape(1, 5, 7, 2, 1, 576), 512)).sinks(),
         ],
     );
 }
@@ -456,7 +459,10 @@ fn gpu_matches_reference_value_dim_differs() {
     );
     run_cases_in(
         "attention dv != d 16-bit",
-        &[Case::new("d24 dv16 f16", with_dv(shape(2, 11, 11, 3, 3, 24), 16)).causal()],
+        &[
+            Case::new("d24 dv16 f16", with_dv(shape(2, 11, 11, 3, 3, 24), 16)).causal(),
+            Case::new("d330 dv300 f16 (d576)", with_dv(shape(1, 7, 9, 2, 1, 330), 300)).causal(),
+        ],
         DType::F16,
     );
 }
@@ -516,7 +522,7 @@ fn bad_shapes_are_typed_errors_naming_the_kernel() {
         expect(attention::forward(&mut rec, &bad_k, &saved, &s, &opt).unwrap_err(), "attention/fwd:d64", "k [B, Tk");
         let s3 = attention::Shape { hkv: 3, ..s };
         expect(attention::forward(&mut rec, &x, &saved, &s3, &opt).unwrap_err(), "attention/fwd:d64", "multiple");
-        let s_big = attention::Shape { d: 257, ..s };
+        let s_big = attention::Shape { d: 577, ..s };
         expect(attention::forward(&mut rec, &x, &saved, &s_big, &opt).unwrap_err(), "attention/fwd", "head dim");
         // v sized for Dv = 8, the shape says 6.
         let s_dv = attention::Shape { dv: 6, ..s };

@@ -17,6 +17,7 @@
 // query e % BQ), then dv[c, d] += sum_r P[c, r] dO[r, d], dk[c, d] += sum_r dS[c, r] Q[r, d] in
 // per-thread slots spread over the [BK, D] output tile.
 //
+// d576 (heads 257..576): sk + sv + sq + sdo = (2·4 + 2·2)·577 floats ~28 KiB.
 // variant: d64 DMAX=64 BQ=16 BK=32 NT=256
 // variant: d128 DMAX=128 BQ=8 BK=16 NT=128
 // variant: d256 DMAX=256 BQ=4 BK=8 NT=128
@@ -26,6 +27,9 @@
 // variant: d64_bf16 DMAX=64 BQ=16 BK=32 NT=256 DT_BF16
 // variant: d128_bf16 DMAX=128 BQ=8 BK=16 NT=128 DT_BF16
 // variant: d256_bf16 DMAX=256 BQ=4 BK=8 NT=128 DT_BF16
+// variant: d576 DMAX=576 BQ=2 BK=4 NT=64
+// variant: d576_f16 DMAX=576 BQ=2 BK=4 NT=64 DT_F16
+// variant: d576_bf16 DMAX=576 BQ=2 BK=4 NT=64 DT_BF16
 #include "attention/attention.glsl"
 
 layout(local_size_x = NT) in;

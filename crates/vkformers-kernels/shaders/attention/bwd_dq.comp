@@ -16,6 +16,7 @@
 // then the K tile over it (S, P, dS tile), then dq[r, d] += sum_c dS[r, c] K[c, d] in per-thread
 // slots. The workgroup owns its dq rows: no atomics, deterministic.
 //
+// d576 (heads 257..576): sq + sdo + skv = (2·4 + 4)·577 floats ~28 KiB.
 // variant: d64 DMAX=64 BQ=32 BK=16 NT=256
 // variant: d128 DMAX=128 BQ=16 BK=16 NT=256
 // variant: d256 DMAX=256 BQ=8 BK=8 NT=64
@@ -25,6 +26,9 @@
 // variant: d64_bf16 DMAX=64 BQ=32 BK=16 NT=256 DT_BF16
 // variant: d128_bf16 DMAX=128 BQ=16 BK=16 NT=256 DT_BF16
 // variant: d256_bf16 DMAX=256 BQ=8 BK=8 NT=64 DT_BF16
+// variant: d576 DMAX=576 BQ=4 BK=4 NT=64
+// variant: d576_f16 DMAX=576 BQ=4 BK=4 NT=64 DT_F16
+// variant: d576_bf16 DMAX=576 BQ=4 BK=4 NT=64 DT_BF16
 #include "attention/attention.glsl"
 
 layout(local_size_x = NT) in;

@@ -32,7 +32,8 @@
 //      d = o % Dv: the output tile is spread evenly over threads for any Dv <= DMAX).
 // Key tiles no query of the tile can see (causal, sliding window) are skipped.
 // No subgroup operations: any subgroup size works. Variants by DMAX keep shared memory under
-// 32 KiB (lavapipe): d64 ~20 KiB, d128 ~27 KiB, d256 ~25 KiB.
+// 32 KiB (lavapipe): d64 ~20 KiB, d128 ~27 KiB, d256 ~25 KiB, d576 (heads 257..576, e.g.
+// MLA's absorbed 512 + 64) ~28 KiB with BQ = 8, BK = 4 (tiles of 577 floats a row).
 //
 // variant: d64 DMAX=64 BQ=32 BK=32 NT=256
 // variant: d128 DMAX=128 BQ=32 BK=16 NT=256
@@ -43,6 +44,9 @@
 // variant: d64_bf16 DMAX=64 BQ=32 BK=32 NT=256 DT_BF16
 // variant: d128_bf16 DMAX=128 BQ=32 BK=16 NT=256 DT_BF16
 // variant: d256_bf16 DMAX=256 BQ=16 BK=8 NT=128 DT_BF16
+// variant: d576 DMAX=576 BQ=8 BK=4 NT=64
+// variant: d576_f16 DMAX=576 BQ=8 BK=4 NT=64 DT_F16
+// variant: d576_bf16 DMAX=576 BQ=8 BK=4 NT=64 DT_BF16
 #include "attention/attention.glsl"
 
 layout(local_size_x = NT) in;

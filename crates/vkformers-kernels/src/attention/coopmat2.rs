@@ -39,7 +39,18 @@ pub fn supported(caps: &Caps, dtype: DType, d: u32) -> bool {
             && c.reductions
             && c.conversions
     });
-    types && cm2 && dim_class("attention/fwd_cm2", d).is_ok()
+    types && cm2 && cm2_dim_class("attention/fwd_cm2", d).is_ok()
+}
+
+/// Largest head dimension of the cm2 kernels (the FMA ones go to [`super::MAX_HEAD_DIM`]).
+const MAX_CM2_HEAD_DIM: u32 = 256;
+
+/// Variant index by head dimension: d64, d128, d256 (no d576 tiles on tensor cores yet).
+fn cm2_dim_class(kernel: &str, d: u32) -> Result<usize> {
+    match d {
+        1..=MAX_CM2_HEAD_DIM => dim_class(kernel, d),
+        _ => Err(fail(kernel, format!("head dim {d} outside 1..={MAX_CM2_HEAD_DIM}"))),
+    }
 }
 
 /// Variants of one kernel: `[f16, bf16][d64, d128, d256]`, and the rows of the tile a workgroup
@@ -123,7 +134,7 @@ const DKDV: Kernel = Kernel {
 /// `no_softcap` and it has one).
 fn variant(k: &Kernel, d: u32, dtype: DType, no_softcap: bool) -> Result<(&'static KernelCode, u32)> {
     let family = k.codes[0][0].name.split(':').next().unwrap_or("attention");
-    let class = dim_class(family, d)?;
+    let class = cm2_dim_class(family, d)?;
     let at = match dtype {
         DType::F16 => 0,
         DType::BF16 => 1,

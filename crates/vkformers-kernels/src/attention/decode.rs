@@ -25,6 +25,10 @@ use crate::rope::{Rope, RopeLayout};
 
 /// Query rows of one kv head per workgroup (BQ of decode.comp): a decode step's GQA group
 /// (G = 4..8 on most models) in one tile.
+/// Largest head dimension of the paged decode kernels (the forward/backward go to
+/// [`super::MAX_HEAD_DIM`]).
+pub const MAX_DECODE_HEAD_DIM: u32 = 256;
+
 const TILE_ROWS: u32 = 8;
 /// Workgroups one dispatch should have before more splits stop paying (about two per SM on the
 /// largest GPUs). Each workgroup pays a fixed ~10 µs on the H200 whatever its keys (`vkformers
@@ -329,7 +333,7 @@ fn check(
     {
         return Err(fail(kernel, format!("empty shape {s:?}")));
     }
-    if s.d == 0 || s.d > super::MAX_HEAD_DIM || !s.hq.is_multiple_of(s.hkv) {
+    if s.d == 0 || s.d > MAX_DECODE_HEAD_DIM || !s.hq.is_multiple_of(s.hkv) {
         return Err(fail(
             kernel,
             format!("head dim {} outside 1..=256 or hq {} not a multiple of hkv {}", s.d, s.hq, s.hkv),

@@ -6,7 +6,7 @@
 //! log-sum-exp lse [B, Hq, Tq] saved for the backward. q, k, v, o, do, dq, dk, dv are stored in
 //! [`Options::dtype`] (f32, f16 or bf16); scores, softmax and accumulation are f32, and lse, delta,
 //! the ALiBi slopes are f32 (the key mask int32). Query head `h` uses kv head `h / G` with
-//! `G = Hq / Hkv` (MHA, GQA, MQA). D, Dv ≤ 256.
+//! `G = Hq / Hkv` (MHA, GQA, MQA). D, Dv ≤ 576 (the paged decode: ≤ 256).
 //!
 //! Query `i` (0-based) sits at absolute position `qpos = i + Tk − Tq` (a KV-cache decode step is
 //! Tq = 1). Options: scale; causal (`j ≤ qpos`); key padding mask kmask [B, Tk] int32
@@ -38,8 +38,9 @@ use crate::dtype::DType;
 /// lse written for a fully masked query row.
 pub const LSE_MASKED: f32 = -1.0e30;
 
-/// Largest head dimension the kernels support.
-pub const MAX_HEAD_DIM: u32 = 256;
+/// Largest head dimension the fused forward and backward kernels support (DeepSeek's absorbed
+/// MLA head is 512 + 64 = 576).
+pub const MAX_HEAD_DIM: u32 = 576;
 
 const FLAG_CAUSAL: u32 = 1;
 const FLAG_KMASK: u32 = 2;
@@ -170,23 +171,24 @@ fn fail(kernel: &str, message: String) -> VkError {
     VkError::Kernel { kernel: kernel.into(), message }
 }
 
-/// Variant index by head dimension: d64, d128, d256.
+/// Variant index by head dimension: d64, d128, d256, d576.
 fn dim_class(kernel: &str, d: u32) -> Result<usize> {
     match d {
         1..=64 => Ok(0),
         65..=128 => Ok(1),
-        129..=MAX_HEAD_DIM => Ok(2),
+        129..=256 => Ok(2),
+        257..=MAX_HEAD_DIM => Ok(3),
         _ => Err(fail(kernel, format!("head dim {d} outside 1..={MAX_HEAD_DIM}"))),
     }
 }
 
 /// Kernel variants of one attention kernel: `[storage type][head-dim class]` (f32, f16, bf16 ×
-/// d64, d128, d256; see the shaders' variants).
-type Variants = [[&'static KernelCode; 3]; 3];
+/// d64, d128, d256, d576; see the shaders' variants).
+type Variants = [[&'static KernelCode; 4]; 3];
 
 /// Kernel variant by storage type and head dimension; `rows` are the tile rows of each head-dim
 /// class (the same for every storage type).
-fn pick(d: u32, dtype: DType, kernel: &str, codes: &Variants, rows: [u32; 3]) -> Result<Variant> {
+fn pick(d: u32, dtype: DType, kernel: &str, codes: &Variants, rows: [u32; 4]) -> Result<Variant> {
     let class = dim_class(kernel, d)?;
     let by_dtype = match dtype {
         DType::F32 => &codes[0],
@@ -198,29 +200,69 @@ fn pick(d: u32, dtype: DType, kernel: &str, codes: &Variants, rows: [u32; 3]) ->
 
 fn fwd_variant(d: u32, dtype: DType) -> Result<Variant> {
     let codes = [
-        [&code::ATTENTION_FWD_D64, &code::ATTENTION_FWD_D128, &code::ATTENTION_FWD_D256],
-        [&code::ATTENTION_FWD_D64_F16, &code::ATTENTION_FWD_D128_F16, &code::ATTENTION_FWD_D256_F16],
-        [&code::ATTENTION_FWD_D64_BF16, &code::ATTENTION_FWD_D128_BF16, &code::ATTENTION_FWD_D256_BF16],
+        [&code::ATTENTION_FWD_D64, &code::ATTENTION_FWD_D128, &code::ATTENTION_FWD_D256, &code::ATTENTION_FWD_D576],
+        [
+            &code::ATTENTION_FWD_D64_F16,
+            &code::ATTENTION_FWD_D128_F16,
+            &code::ATTENTION_FWD_D256_F16,
+            &code::ATTENTION_FWD_D576_F16,
+        ],
+        [
+            &code::ATTENTION_FWD_D64_BF16,
+            &code::ATTENTION_FWD_D128_BF16,
+            &code::ATTENTION_FWD_D256_BF16,
+            &code::ATTENTION_FWD_D576_BF16,
+        ],
     ];
-    pick(d, dtype, "attention/fwd", &codes, [32, 32, 16])
+    pick(d, dtype, "attention/fwd", &codes, [32, 32, 16, 8])
 }
 
 fn dq_variant(d: u32, dtype: DType) -> Result<Variant> {
     let codes = [
-        [&code::ATTENTION_BWD_DQ_D64, &code::ATTENTION_BWD_DQ_D128, &code::ATTENTION_BWD_DQ_D256],
-        [&code::ATTENTION_BWD_DQ_D64_F16, &code::ATTENTION_BWD_DQ_D128_F16, &code::ATTENTION_BWD_DQ_D256_F16],
-        [&code::ATTENTION_BWD_DQ_D64_BF16, &code::ATTENTION_BWD_DQ_D128_BF16, &code::ATTENTION_BWD_DQ_D256_BF16],
+        [
+            &code::ATTENTION_BWD_DQ_D64,
+            &code::ATTENTION_BWD_DQ_D128,
+            &code::ATTENTION_BWD_DQ_D256,
+            &code::ATTENTION_BWD_DQ_D576,
+        ],
+        [
+            &code::ATTENTION_BWD_DQ_D64_F16,
+            &code::ATTENTION_BWD_DQ_D128_F16,
+            &code::ATTENTION_BWD_DQ_D256_F16,
+            &code::ATTENTION_BWD_DQ_D576_F16,
+        ],
+        [
+            &code::ATTENTION_BWD_DQ_D64_BF16,
+            &code::ATTENTION_BWD_DQ_D128_BF16,
+            &code::ATTENTION_BWD_DQ_D256_BF16,
+            &code::ATTENTION_BWD_DQ_D576_BF16,
+        ],
     ];
-    pick(d, dtype, "attention/bwd_dq", &codes, [32, 16, 8])
+    pick(d, dtype, "attention/bwd_dq", &codes, [32, 16, 8, 4])
 }
 
 fn dkdv_variant(d: u32, dtype: DType) -> Result<Variant> {
     let codes = [
-        [&code::ATTENTION_BWD_DKDV_D64, &code::ATTENTION_BWD_DKDV_D128, &code::ATTENTION_BWD_DKDV_D256],
-        [&code::ATTENTION_BWD_DKDV_D64_F16, &code::ATTENTION_BWD_DKDV_D128_F16, &code::ATTENTION_BWD_DKDV_D256_F16],
-        [&code::ATTENTION_BWD_DKDV_D64_BF16, &code::ATTENTION_BWD_DKDV_D128_BF16, &code::ATTENTION_BWD_DKDV_D256_BF16],
+        [
+            &code::ATTENTION_BWD_DKDV_D64,
+            &code::ATTENTION_BWD_DKDV_D128,
+            &code::ATTENTION_BWD_DKDV_D256,
+            &code::ATTENTION_BWD_DKDV_D576,
+        ],
+        [
+            &code::ATTENTION_BWD_DKDV_D64_F16,
+            &code::ATTENTION_BWD_DKDV_D128_F16,
+            &code::ATTENTION_BWD_DKDV_D256_F16,
+            &code::ATTENTION_BWD_DKDV_D576_F16,
+        ],
+        [
+            &code::ATTENTION_BWD_DKDV_D64_BF16,
+            &code::ATTENTION_BWD_DKDV_D128_BF16,
+            &code::ATTENTION_BWD_DKDV_D256_BF16,
+            &code::ATTENTION_BWD_DKDV_D576_BF16,
+        ],
     ];
-    pick(d, dtype, "attention/bwd_dkdv", &codes, [32, 16, 8])
+    pick(d, dtype, "attention/bwd_dkdv", &codes, [32, 16, 8, 4])
 }
 
 /// Checks that `v` holds `elems` f32 (or int32) values.
