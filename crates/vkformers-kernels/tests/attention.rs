@@ -18,6 +18,8 @@ struct Case {
     shape: Shape,
     causal: bool,
     window: usize,
+    /// Chunked attention C (0 = off).
+    chunk: usize,
     softcap: f64,
     kmask: Option<Vec<i32>>,
     slopes: Option<Vec<f64>>,
@@ -37,7 +39,18 @@ fn with_dv(s: Shape, dv: usize) -> Shape {
 
 impl Case {
     fn new(name: &'static str, shape: Shape) -> Self {
-        Case { name, shape, causal: false, window: 0, softcap: 0.0, kmask: None, slopes: None, sinks: None, amp: 1.0 }
+        Case {
+            name,
+            shape,
+            causal: false,
+            window: 0,
+            chunk: 0,
+            softcap: 0.0,
+            kmask: None,
+            slopes: None,
+            sinks: None,
+            amp: 1.0,
+        }
     }
 
     fn causal(mut self) -> Self {
@@ -47,6 +60,11 @@ impl Case {
 
     fn window(mut self, w: usize) -> Self {
         self.window = w;
+        self
+    }
+
+    fn chunk(mut self, c: usize) -> Self {
+        self.chunk = c;
         self
     }
 
@@ -81,6 +99,7 @@ impl Case {
             scale: 1.0 / (self.shape.d as f64).sqrt(),
             causal: self.causal,
             window: self.window,
+            chunk: self.chunk,
             softcap: self.softcap,
             kmask: self.kmask.as_deref(),
             slopes: self.slopes.as_deref(),
@@ -142,6 +161,7 @@ fn small_cases() -> Vec<Case> {
         Case::new("decode causal", shape(1, 2, 5, 2, 1, 3)).causal(),
         Case::new("causal padding", shape(2, 4, 4, 2, 1, 2)).causal().kmask(padding(2, 4, 1, 2)),
         Case::new("window", shape(1, 6, 6, 2, 1, 2)).causal().window(2),
+        Case::new("chunk", shape(1, 7, 7, 2, 1, 2)).causal().chunk(3),
         Case::new("softcap", shape(1, 4, 5, 2, 2, 3)).softcap(2.0, 3.0),
         Case::new("alibi", shape(1, 4, 4, 3, 1, 2)).causal().alibi(),
         Case::new("everything", shape(2, 3, 6, 4, 2, 2))
@@ -238,6 +258,7 @@ fn check_gpu(ctx: &Context, case: &Case, seed: u64, dt: DType) -> Result<()> {
         scale: 1.0 / (s.d as f32).sqrt(),
         causal: case.causal,
         window: case.window as u32,
+        chunk: case.chunk as u32,
         softcap: case.softcap as f32,
         kmask: kmask.as_ref().map(|b| b.view()),
         alibi: slopes.as_ref().map(|b| b.view()),
@@ -437,6 +458,33 @@ fn gpu_matches_reference_large_head_dims() {
             Case::new("d576 (MLA absorbed 512 + 64)", shape(1, 9, 9, 2, 1, 576)).causal().window(6),
             Case::new("d576 dv512 sinks", with_dv(shape(1, 5, 7, 2, 1, 576), 512)).sinks(),
         ],
+    );
+}
+
+#[test]
+fn gpu_matches_reference_chunked() {
+    // Llama 4's chunked attention: chunks not a multiple of the key/query tiles, decode rows
+    // (tq < tk: the query chunk is that of its absolute position), with a window, not causal.
+    run_cases(
+        "attention chunked",
+        &[
+            Case::new("chunk 5 gqa causal", shape(2, 23, 23, 4, 2, 8)).causal().chunk(5),
+            Case::new("chunk 13 long", shape(1, 45, 45, 2, 1, 16)).causal().chunk(13),
+            Case::new("chunk 7 decode tq3 tk40 padded", shape(2, 3, 40, 2, 1, 8))
+                .causal()
+                .chunk(7)
+                .kmask(padding(2, 40, 5, 7)),
+            Case::new("chunk 6 window 4", shape(1, 19, 19, 2, 2, 8)).causal().chunk(6).window(4),
+            Case::new("chunk 4 not causal", shape(1, 10, 10, 2, 2, 8)).chunk(4),
+            Case::new("chunk 3 tq > tk", shape(1, 8, 5, 2, 1, 8)).causal().chunk(3),
+            Case::new("chunk 9 sinks d80", shape(1, 19, 21, 2, 1, 80)).causal().chunk(9).sinks(),
+            Case::new("chunk 4 d320", shape(1, 10, 11, 2, 1, 320)).causal().chunk(4),
+        ],
+    );
+    run_cases_in(
+        "attention chunked 16-bit",
+        &[Case::new("chunk 5 bf16", shape(2, 23, 23, 4, 2, 8)).causal().chunk(5)],
+        DType::BF16,
     );
 }
 

@@ -200,6 +200,7 @@ fn expected(case: &Case, r: &Rows, scale: f32) -> (Vec<f64>, Vec<f64>) {
             scale: f64::from(scale),
             causal: case.causal,
             window: case.window,
+            chunk: 0,
             softcap: case.softcap,
             kmask: None,
             slopes: case.alibi.then_some(&slopes[..]),

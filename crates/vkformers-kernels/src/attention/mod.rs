@@ -10,7 +10,8 @@
 //!
 //! Query `i` (0-based) sits at absolute position `qpos = i + Tk − Tq` (a KV-cache decode step is
 //! Tq = 1). Options: scale; causal (`j ≤ qpos`); key padding mask kmask [B, Tk] int32
-//! (1 keep, 0 masked); sliding window W (`qpos − j < W`, 0 = off); logit softcap c
+//! (1 keep, 0 masked); sliding window W (`qpos − j < W`, 0 = off); chunk C (Llama 4's chunked
+//! attention: `⌊j/C⌋ = ⌊qpos/C⌋`, 0 = off); logit softcap c
 //! (`s → c·tanh(s/c)` after scaling, before masks and ALiBi, 0 = off); ALiBi slopes [Hq]
 //! (`+ slope_h · (j − qpos)`); learned sinks [Hq] f32 (gpt-oss, granite_swa: head h's logit
 //! `s_h` joins every row's softmax denominator and takes no value, so
@@ -100,6 +101,9 @@ pub struct Options<'a> {
     pub causal: bool,
     /// Sliding window W, 0 = off.
     pub window: u32,
+    /// Chunked attention C (Llama 4), 0 = off: query position p sees key j only when
+    /// `floor(j / C) == floor(p / C)` (with causal: `C·floor(p / C) <= j <= p`).
+    pub chunk: u32,
     /// Logit softcap c, 0 = off.
     pub softcap: f32,
     /// Key padding mask [B, Tk] of int32 (1 keep, 0 masked).
@@ -119,6 +123,7 @@ impl Options<'_> {
             scale: 1.0 / (d.max(1) as f32).sqrt(),
             causal: false,
             window: 0,
+            chunk: 0,
             softcap: 0.0,
             kmask: None,
             alibi: None,
@@ -295,8 +300,8 @@ fn check_shape(kernel: &str, s: &Shape, opt: &Options<'_>) -> Result<()> {
     if s.q_len().max(s.kv_len()) >= 1 << 32 || s.batch > MAX_GROUPS || s.hq > MAX_GROUPS {
         return Err(fail(kernel, format!("shape {s:?} too large (2^32 elements per tensor, 65535 batch/heads)")));
     }
-    if s.tq.max(s.tk) > i32::MAX as u32 / 2 || opt.window > i32::MAX as u32 / 2 {
-        return Err(fail(kernel, "lengths or window beyond 2^30".into()));
+    if s.tq.max(s.tk) > i32::MAX as u32 / 2 || opt.window.max(opt.chunk) > i32::MAX as u32 / 2 {
+        return Err(fail(kernel, "lengths, window or chunk beyond 2^30".into()));
     }
     if !(opt.softcap >= 0.0 && opt.softcap.is_finite()) {
         return Err(fail(kernel, format!("softcap {} is not a finite value >= 0", opt.softcap)));
@@ -334,7 +339,7 @@ fn grid(kernel: &str, n: u32, rows: u32, heads: u32, batch: u32) -> Result<[u32;
 }
 
 /// The scalar tail of every attention push block: tq, tk, hq, hkv, d, flags, window, scale,
-/// softcap, dv.
+/// softcap, dv, chunk.
 fn params(s: &Shape, opt: &Options<'_>) -> Vec<u8> {
     let mut flags = 0;
     if opt.causal {
@@ -349,7 +354,7 @@ fn params(s: &Shape, opt: &Options<'_>) -> Vec<u8> {
     if opt.sinks.is_some() {
         flags |= FLAG_SINKS;
     }
-    [s.tq, s.tk, s.hq, s.hkv, s.d, flags, opt.window, opt.scale.to_bits(), opt.softcap.to_bits(), s.dv]
+    [s.tq, s.tk, s.hq, s.hkv, s.d, flags, opt.window, opt.scale.to_bits(), opt.softcap.to_bits(), s.dv, opt.chunk]
         .iter()
         .flat_map(|w| w.to_le_bytes())
         .collect()

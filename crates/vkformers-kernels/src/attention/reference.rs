@@ -51,6 +51,8 @@ pub struct Options<'a> {
     pub causal: bool,
     /// Sliding window `W` (0 = off): key `j` visible only if `qpos − j < W`.
     pub window: usize,
+    /// Chunk `C` (0 = off): key `j` visible only if `⌊j/C⌋ = ⌊qpos/C⌋` (floor, qpos may be < 0).
+    pub chunk: usize,
     /// Logit softcap `c` (0 = off): `s → c·tanh(s/c)`, after scaling, before masks and ALiBi.
     pub softcap: f64,
     /// Key padding mask [B, Tk]: 1 keep, 0 masked.
@@ -68,6 +70,7 @@ impl Options<'_> {
             scale: 1.0 / (d as f64).sqrt(),
             causal: false,
             window: 0,
+            chunk: 0,
             softcap: 0.0,
             kmask: None,
             slopes: None,
@@ -86,6 +89,9 @@ fn visible(s: &Shape, opt: &Options<'_>, b: usize, i: usize, j: usize) -> bool {
         return false;
     }
     if opt.window > 0 && qpos - j >= opt.window as i64 {
+        return false;
+    }
+    if opt.chunk > 0 && qpos.div_euclid(opt.chunk as i64) != j.div_euclid(opt.chunk as i64) {
         return false;
     }
     if let Some(m) = opt.kmask {
