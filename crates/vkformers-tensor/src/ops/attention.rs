@@ -56,8 +56,9 @@ fn shape_of(q: &Tensor, kt: &Tensor, v: &Tensor) -> Result<Shape> {
 }
 
 /// `sinks` is the f32 copy of the options' sinks (the kernels read f32).
-fn kernel_options<'a>(o: &'a AttnOptions, sinks: Option<&'a Tensor>, d: u32) -> k::Options<'a> {
+fn kernel_options<'a>(o: &'a AttnOptions, sinks: Option<&'a Tensor>, d: u32, chunk: u32) -> k::Options<'a> {
     let mut ko = k::Options::new(d);
+    ko.chunk = chunk;
     if let Some(s) = o.scale {
         ko.scale = s;
     }
@@ -105,6 +106,19 @@ fn on_tensor_cores(caps: &vkformers_vk::Caps, dt: DType, s: &Shape) -> bool {
 /// Fused attention; gradients flow to q, k, v and the sinks. Under autocast f32 q, k, v are read as
 /// 16-bit copies and o is returned in f32 (the kernels keep f32 softmax statistics).
 pub fn attention(g: &Graph<'_>, q: &Tensor, kt: &Tensor, v: &Tensor, opts: &AttnOptions) -> Result<Tensor> {
+    attention_chunked(g, q, kt, v, opts, 0)
+}
+
+/// [`attention`] with Llama 4's chunked mask on top of `opts`: query position p sees key j only
+/// when `floor(j / chunk) == floor(p / chunk)` (`chunk` 0 = off).
+pub fn attention_chunked(
+    g: &Graph<'_>,
+    q: &Tensor,
+    kt: &Tensor,
+    v: &Tensor,
+    opts: &AttnOptions,
+    chunk: u32,
+) -> Result<Tensor> {
     let s = shape_of(q, kt, v)?;
     // o [B, Tq, Hq, Dv]
     let o_shape = [q.shape()[0], q.shape()[1], q.shape()[2], v.shape()[3]];
@@ -117,7 +131,7 @@ pub fn attention(g: &Graph<'_>, q: &Tensor, kt: &Tensor, v: &Tensor, opts: &Attn
     // A tape cast, so a 16-bit sinks parameter gets its gradient back in its own type.
     let sinks = opts.sinks.as_ref().map(|t| super::cast::cast(g, t, DType::F32)).transpose()?;
     g.record(|rec| {
-        let mut ko = kernel_options(opts, sinks.as_ref(), s.d);
+        let mut ko = kernel_options(opts, sinks.as_ref(), s.d, chunk);
         ko.dtype = dt;
         let (qkv, saved) =
             (Qkv { q: q16.view(), k: k16.view(), v: v16.view() }, Saved { o: o16.view(), lse: lse.view() });
@@ -159,7 +173,7 @@ pub fn attention(g: &Graph<'_>, q: &Tensor, kt: &Tensor, v: &Tensor, opts: &Attn
             let scratch = (scratch_len > 0).then(|| g.empty(&[scratch_len])).transpose()?;
             let dsinks = sinks.as_ref().map(|t| g.empty(t.shape())).transpose()?;
             g.record(|rec| {
-                let mut ko = kernel_options(&opts, sinks.as_ref(), s.d);
+                let mut ko = kernel_options(&opts, sinks.as_ref(), s.d, chunk);
                 ko.dtype = dt;
                 let qkv = Qkv { q: q16.view(), k: k16.view(), v: v16.view() };
                 let saved = Saved { o: os.view(), lse: lse.view() };
