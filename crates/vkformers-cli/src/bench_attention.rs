@@ -49,8 +49,8 @@ pub struct AttentionArgs {
 
 fn shape_of(args: &AttentionArgs) -> anyhow::Result<Shape> {
     let base = match args.preset.as_deref() {
-        None | Some("1.1b") => Shape { batch: 4, tq: 1024, tk: 1024, hq: 32, hkv: 4, d: 64 },
-        Some("134m") => Shape { batch: 8, tq: 1024, tk: 1024, hq: 12, hkv: 12, d: 64 },
+        None | Some("1.1b") => Shape { batch: 4, tq: 1024, tk: 1024, hq: 32, hkv: 4, d: 64, dv: 64 },
+        Some("134m") => Shape { batch: 8, tq: 1024, tk: 1024, hq: 12, hkv: 12, d: 64, dv: 64 },
         Some(other) => bail!("--preset {other}: expected 134m or 1.1b"),
     };
     let seq = args.seq.unwrap_or(base.tq);
@@ -61,6 +61,7 @@ fn shape_of(args: &AttentionArgs) -> anyhow::Result<Shape> {
         hq: args.heads.unwrap_or(base.hq),
         hkv: args.kv_heads.unwrap_or(base.hkv),
         d: args.head_dim.unwrap_or(base.d),
+        dv: args.head_dim.unwrap_or(base.d),
     })
 }
 

@@ -70,6 +70,8 @@ pub fn decode_attention(selector: &DeviceSelector, args: &DecodeBenchArgs) -> an
         hq: args.heads,
         hkv: args.kv_heads,
         d: args.head_dim,
+        dv: args.head_dim,
+        v_row: args.head_dim,
         block_size: args.block_size,
         num_blocks: blocks_per_row * args.batch,
         max_blocks: blocks_per_row,

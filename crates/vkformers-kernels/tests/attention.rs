@@ -18,6 +18,8 @@ struct Case {
     shape: Shape,
     causal: bool,
     window: usize,
+    /// Chunked attention C (0 = off).
+    chunk: usize,
     softcap: f64,
     kmask: Option<Vec<i32>>,
     slopes: Option<Vec<f64>>,
@@ -27,12 +29,28 @@ struct Case {
 }
 
 fn shape(batch: usize, tq: usize, tk: usize, hq: usize, hkv: usize, d: usize) -> Shape {
-    Shape { batch, tq, tk, hq, hkv, d }
+    Shape { batch, tq, tk, hq, hkv, d, dv: d }
+}
+
+/// `shape` with a value head dim `dv` other than the q/k one (multi-head latent attention).
+fn with_dv(s: Shape, dv: usize) -> Shape {
+    Shape { dv, ..s }
 }
 
 impl Case {
     fn new(name: &'static str, shape: Shape) -> Self {
-        Case { name, shape, causal: false, window: 0, softcap: 0.0, kmask: None, slopes: None, sinks: None, amp: 1.0 }
+        Case {
+            name,
+            shape,
+            causal: false,
+            window: 0,
+            chunk: 0,
+            softcap: 0.0,
+            kmask: None,
+            slopes: None,
+            sinks: None,
+            amp: 1.0,
+        }
     }
 
     fn causal(mut self) -> Self {
@@ -42,6 +60,11 @@ impl Case {
 
     fn window(mut self, w: usize) -> Self {
         self.window = w;
+        self
+    }
+
+    fn chunk(mut self, c: usize) -> Self {
+        self.chunk = c;
         self
     }
 
@@ -76,6 +99,7 @@ impl Case {
             scale: 1.0 / (self.shape.d as f64).sqrt(),
             causal: self.causal,
             window: self.window,
+            chunk: self.chunk,
             softcap: self.softcap,
             kmask: self.kmask.as_deref(),
             slopes: self.slopes.as_deref(),
@@ -100,8 +124,8 @@ fn data(case: &Case, seed: u64) -> [Vec<f32>; 4] {
     let mut rng = Rng::new(seed);
     let q = rng.vec(s.q_len(), case.amp);
     let k = rng.vec(s.kv_len(), case.amp);
-    let v = rng.vec(s.kv_len(), 1.0);
-    let d_o = rng.vec(s.q_len(), 1.0);
+    let v = rng.vec(s.v_len(), 1.0);
+    let d_o = rng.vec(s.o_len(), 1.0);
     [q, k, v, d_o]
 }
 
@@ -137,6 +161,7 @@ fn small_cases() -> Vec<Case> {
         Case::new("decode causal", shape(1, 2, 5, 2, 1, 3)).causal(),
         Case::new("causal padding", shape(2, 4, 4, 2, 1, 2)).causal().kmask(padding(2, 4, 1, 2)),
         Case::new("window", shape(1, 6, 6, 2, 1, 2)).causal().window(2),
+        Case::new("chunk", shape(1, 7, 7, 2, 1, 2)).causal().chunk(3),
         Case::new("softcap", shape(1, 4, 5, 2, 2, 3)).softcap(2.0, 3.0),
         Case::new("alibi", shape(1, 4, 4, 3, 1, 2)).causal().alibi(),
         Case::new("everything", shape(2, 3, 6, 4, 2, 2))
@@ -151,6 +176,8 @@ fn small_cases() -> Vec<Case> {
             .window(3)
             .kmask(padding(2, 6, 1, 2))
             .sinks(),
+        Case::new("dv 5 > d 3 gqa causal", with_dv(shape(2, 4, 5, 4, 2, 3), 5)).causal(),
+        Case::new("dv 2 < d 3 sinks", with_dv(shape(1, 4, 4, 2, 1, 3), 2)).sinks(),
     ]
 }
 
@@ -199,6 +226,7 @@ fn gpu_shape(s: &Shape) -> attention::Shape {
         hq: s.hq as u32,
         hkv: s.hkv as u32,
         d: s.d as u32,
+        dv: s.dv as u32,
     }
 }
 
@@ -219,17 +247,18 @@ fn check_gpu(ctx: &Context, case: &Case, seed: u64, dt: DType) -> Result<()> {
     let sinks = sinks32.as_ref().map(|sk| ctx.buffer_from(sk, "sinks")).transpose()?;
     let bds = ctx.buffer((s.hq * 4) as u64, "dsinks")?;
     let lbytes = (s.lse_len() * 4) as u64;
-    let bo = alloc(ctx, dt, s.q_len(), "o")?;
+    let bo = alloc(ctx, dt, s.o_len(), "o")?;
     let blse = ctx.buffer(lbytes, "lse")?;
     let bdq = alloc(ctx, dt, s.q_len(), "dq")?;
     let bdk = alloc(ctx, dt, s.kv_len(), "dk")?;
-    let bdv = alloc(ctx, dt, s.kv_len(), "dv")?;
+    let bdv = alloc(ctx, dt, s.v_len(), "dv")?;
     let bdelta = ctx.buffer(lbytes, "delta")?;
 
     let opt = attention::Options {
         scale: 1.0 / (s.d as f32).sqrt(),
         causal: case.causal,
         window: case.window as u32,
+        chunk: case.chunk as u32,
         softcap: case.softcap as f32,
         kmask: kmask.as_ref().map(|b| b.view()),
         alibi: slopes.as_ref().map(|b| b.view()),
@@ -260,8 +289,8 @@ fn check_gpu(ctx: &Context, case: &Case, seed: u64, dt: DType) -> Result<()> {
     for b in 0..s.batch {
         for i in 0..s.tq {
             for h in 0..s.hq {
-                let at = ((b * s.tq + i) * s.hq + h) * s.d;
-                delta[(b * s.hq + h) * s.tq + i] = (0..s.d).map(|x| o_seen[at + x] * d_o[at + x]).sum();
+                let at = ((b * s.tq + i) * s.hq + h) * s.dv;
+                delta[(b * s.hq + h) * s.tq + i] = (0..s.dv).map(|x| o_seen[at + x] * d_o[at + x]).sum();
             }
         }
     }
@@ -425,7 +454,64 @@ fn gpu_matches_reference_large_head_dims() {
             Case::new("d128", shape(1, 17, 17, 2, 2, 128)).softcap(5.0, 1.0).alibi(),
             Case::new("d200 (d256 variant)", shape(1, 11, 13, 2, 1, 200)).causal().kmask(padding(1, 13, 2, 0)),
             Case::new("d256", shape(1, 9, 9, 2, 2, 256)).causal().window(4),
+            Case::new("d320 (d576 variant)", shape(1, 10, 11, 2, 1, 320)).causal().kmask(padding(1, 11, 2, 0)),
+            Case::new("d576 (MLA absorbed 512 + 64)", shape(1, 9, 9, 2, 1, 576)).causal().window(6),
+            Case::new("d576 dv512 sinks", with_dv(shape(1, 5, 7, 2, 1, 576), 512)).sinks(),
         ],
+    );
+}
+
+#[test]
+fn gpu_matches_reference_chunked() {
+    // Llama 4's chunked attention: chunks not a multiple of the key/query tiles, decode rows
+    // (tq < tk: the query chunk is that of its absolute position), with a window, not causal.
+    run_cases(
+        "attention chunked",
+        &[
+            Case::new("chunk 5 gqa causal", shape(2, 23, 23, 4, 2, 8)).causal().chunk(5),
+            Case::new("chunk 13 long", shape(1, 45, 45, 2, 1, 16)).causal().chunk(13),
+            Case::new("chunk 7 decode tq3 tk40 padded", shape(2, 3, 40, 2, 1, 8))
+                .causal()
+                .chunk(7)
+                .kmask(padding(2, 40, 5, 7)),
+            Case::new("chunk 6 window 4", shape(1, 19, 19, 2, 2, 8)).causal().chunk(6).window(4),
+            Case::new("chunk 4 not causal", shape(1, 10, 10, 2, 2, 8)).chunk(4),
+            Case::new("chunk 3 tq > tk", shape(1, 8, 5, 2, 1, 8)).causal().chunk(3),
+            Case::new("chunk 9 sinks d80", shape(1, 19, 21, 2, 1, 80)).causal().chunk(9).sinks(),
+            Case::new("chunk 4 d320", shape(1, 10, 11, 2, 1, 320)).causal().chunk(4),
+        ],
+    );
+    run_cases_in(
+        "attention chunked 16-bit",
+        &[Case::new("chunk 5 bf16", shape(2, 23, 23, 4, 2, 8)).causal().chunk(5)],
+        DType::BF16,
+    );
+}
+
+#[test]
+fn gpu_matches_reference_value_dim_differs() {
+    // Multi-head latent attention: v and o of Dv columns, q and k of D (both sides of D, every
+    // head-dim class the wider one picks, odd sizes).
+    run_cases(
+        "attention dv != d",
+        &[
+            Case::new("d3 dv5 gqa causal", with_dv(shape(2, 13, 13, 4, 2, 3), 5)).causal(),
+            Case::new("d24 dv16 (MLA-like) causal", with_dv(shape(2, 11, 11, 3, 3, 24), 16)).causal(),
+            Case::new("d7 dv40 cross, padding", with_dv(shape(2, 7, 19, 2, 1, 7), 40)).kmask(padding(2, 19, 3, 2)),
+            Case::new("d72 dv48 (d128) window sinks", with_dv(shape(1, 17, 17, 2, 1, 72), 48))
+                .causal()
+                .window(5)
+                .sinks(),
+            Case::new("d40 dv136 (d256) decode", with_dv(shape(1, 3, 21, 4, 1, 40), 136)).causal(),
+        ],
+    );
+    run_cases_in(
+        "attention dv != d 16-bit",
+        &[
+            Case::new("d24 dv16 f16", with_dv(shape(2, 11, 11, 3, 3, 24), 16)).causal(),
+            Case::new("d330 dv300 f16 (d576)", with_dv(shape(1, 7, 9, 2, 1, 330), 300)).causal(),
+        ],
+        DType::F16,
     );
 }
 
@@ -467,7 +553,7 @@ fn forward_is_deterministic_and_backward_repeatable() {
 #[test]
 fn bad_shapes_are_typed_errors_naming_the_kernel() {
     on_every_device("attention errors", |ctx| {
-        let s = attention::Shape { batch: 1, tq: 3, tk: 4, hq: 4, hkv: 2, d: 8 };
+        let s = attention::Shape { batch: 1, tq: 3, tk: 4, hq: 4, hkv: 2, d: 8, dv: 8 };
         let q = ctx.buffer(3 * 4 * 8 * 4, "q")?;
         let kv = ctx.buffer(4 * 2 * 8 * 4, "kv")?;
         let lse = ctx.buffer(4 * 3 * 4, "lse")?;
@@ -484,8 +570,11 @@ fn bad_shapes_are_typed_errors_naming_the_kernel() {
         expect(attention::forward(&mut rec, &bad_k, &saved, &s, &opt).unwrap_err(), "attention/fwd:d64", "k [B, Tk");
         let s3 = attention::Shape { hkv: 3, ..s };
         expect(attention::forward(&mut rec, &x, &saved, &s3, &opt).unwrap_err(), "attention/fwd:d64", "multiple");
-        let s_big = attention::Shape { d: 257, ..s };
+        let s_big = attention::Shape { d: 577, ..s };
         expect(attention::forward(&mut rec, &x, &saved, &s_big, &opt).unwrap_err(), "attention/fwd", "head dim");
+        // v sized for Dv = 8, the shape says 6.
+        let s_dv = attention::Shape { dv: 6, ..s };
+        expect(attention::forward(&mut rec, &x, &saved, &s_dv, &opt).unwrap_err(), "attention/fwd:d64", "v [B, Tk");
         let bad_mask = attention::Options { kmask: Some(lse.view()), ..opt };
         expect(attention::forward(&mut rec, &x, &saved, &s, &bad_mask).unwrap_err(), "attention/fwd:d64", "kmask");
         // The f32-sized q is twice what bf16 needs.

@@ -22,6 +22,8 @@ struct Case {
     shape: Shape,
     causal: bool,
     window: usize,
+    /// Chunked attention C (0 = off).
+    chunk: usize,
     softcap: f64,
     kmask: Option<Vec<i32>>,
     alibi: bool,
@@ -32,12 +34,23 @@ struct Case {
 }
 
 fn shape(batch: usize, tq: usize, tk: usize, hq: usize, hkv: usize, d: usize) -> Shape {
-    Shape { batch, tq, tk, hq, hkv, d }
+    Shape { batch, tq, tk, hq, hkv, d, dv: d }
 }
 
 impl Case {
     fn new(name: &'static str, shape: Shape) -> Self {
-        Case { name, shape, causal: false, window: 0, softcap: 0.0, kmask: None, alibi: false, sinks: false, amp: 1.0 }
+        Case {
+            name,
+            shape,
+            causal: false,
+            window: 0,
+            chunk: 0,
+            softcap: 0.0,
+            kmask: None,
+            alibi: false,
+            sinks: false,
+            amp: 1.0,
+        }
     }
 
     fn causal(mut self) -> Self {
@@ -47,6 +60,11 @@ impl Case {
 
     fn window(mut self, w: usize) -> Self {
         self.window = w;
+        self
+    }
+
+    fn chunk(mut self, c: usize) -> Self {
+        self.chunk = c;
         self
     }
 
@@ -116,6 +134,9 @@ fn cases() -> Vec<Case> {
         Case::new("d80 gqa causal (d128 variant)", shape(2, 67, 67, 4, 2, 80)).causal(),
         Case::new("d200 padded (d256 variant)", shape(1, 45, 50, 2, 1, 200)).causal().padding(7, 0),
         Case::new("d256 window", shape(1, 70, 70, 2, 2, 256)).causal().window(33),
+        Case::new("chunk 48 causal (Llama 4)", shape(1, 150, 150, 2, 1, 64)).causal().chunk(48),
+        Case::new("chunk 64 plain tiles", shape(1, 260, 260, 2, 1, 128)).causal().chunk(64),
+        Case::new("chunk 20 window 30 decode", shape(1, 5, 90, 2, 1, 64)).causal().window(30).chunk(20),
         // Wholly visible tiles take the plain path (S scaled as one matrix) beside masked
         // ones; GQA with few workgroups sums dk/dv in parts (attention/sum_parts).
         Case::new("plain tiles causal gqa 8:1 d64 B2", shape(2, 200, 200, 8, 1, 64)).causal(),
@@ -240,11 +261,13 @@ fn check_case(ctx: &Context, case: &Case, seed: u64, dt: DType, grads: bool) -> 
         hq: s.hq as u32,
         hkv: s.hkv as u32,
         d: s.d as u32,
+        dv: s.dv as u32,
     };
     let opt = attention::Options {
         scale: 1.0 / (s.d as f32).sqrt(),
         causal: case.causal,
         window: case.window as u32,
+        chunk: case.chunk as u32,
         softcap: case.softcap as f32,
         kmask: kmask.as_ref().map(|b| b.view()),
         alibi: alibi.as_ref().map(|b| b.view()),
@@ -272,6 +295,7 @@ fn check_case(ctx: &Context, case: &Case, seed: u64, dt: DType, grads: bool) -> 
         scale: f64::from(opt.scale),
         causal: case.causal,
         window: case.window,
+        chunk: case.chunk,
         softcap: f64::from(opt.softcap),
         kmask: case.kmask.as_deref(),
         slopes: slopes64.as_deref(),
@@ -355,7 +379,7 @@ fn cm2_backward_matches_reference_bf16() {
 #[test]
 fn cm2_errors_are_typed_and_name_the_kernel() {
     on_every_device("attention cm2 errors", |ctx| {
-        let s = attention::Shape { batch: 1, tq: 3, tk: 4, hq: 4, hkv: 2, d: 8 };
+        let s = attention::Shape { batch: 1, tq: 3, tk: 4, hq: 4, hkv: 2, d: 8, dv: 8 };
         let q = ctx.buffer(3 * 4 * 8 * 2, "q")?;
         let kv = ctx.buffer(4 * 2 * 8 * 2, "kv")?;
         let lse = ctx.buffer(4 * 3 * 4, "lse")?;

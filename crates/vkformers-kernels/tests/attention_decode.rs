@@ -26,6 +26,8 @@ struct Case {
     block_size: usize,
     causal: bool,
     window: usize,
+    /// Chunked attention C (0 = off).
+    chunk: usize,
     softcap: f64,
     alibi: bool,
     /// Learned sinks ([`Case::sink_values`]).
@@ -34,6 +36,9 @@ struct Case {
     splits: Option<u32>,
     /// Key tile; `None`: `decode::tile_keys`' choice.
     tile: Option<u32>,
+    /// MLA's absorbed decode: the values are the first `dv` columns of the k pool's rows (one
+    /// pool; `DecodeShape::dv = dv`, `v_row = d`). `None`: the v pool, `dv = d`.
+    latent_dv: Option<usize>,
 }
 
 impl Case {
@@ -48,12 +53,24 @@ impl Case {
             block_size: bs,
             causal: true,
             window: 0,
+            chunk: 0,
             softcap: 0.0,
             alibi: false,
             sinks: false,
             splits: Some(1),
             tile: None,
+            latent_dv: None,
         }
+    }
+
+    fn latent(mut self, dv: usize) -> Self {
+        self.latent_dv = Some(dv);
+        self
+    }
+
+    /// Value / output head dim.
+    fn dv(&self) -> usize {
+        self.latent_dv.unwrap_or(self.d)
     }
 
     fn tile(mut self, t: u32) -> Self {
@@ -63,6 +80,11 @@ impl Case {
 
     fn window(mut self, w: usize) -> Self {
         self.window = w;
+        self
+    }
+
+    fn chunk(mut self, c: usize) -> Self {
+        self.chunk = c;
         self
     }
 
@@ -195,17 +217,23 @@ fn expected(case: &Case, r: &Rows, scale: f32) -> (Vec<f64>, Vec<f64>) {
     let sinks = f64s(&case.sink_values());
     let (mut o, mut lse) = (Vec::new(), Vec::new());
     for (b, &len) in case.lens.iter().enumerate() {
-        let s = Shape { batch: 1, tq: case.tq, tk: len, hq: case.hq, hkv: case.hkv, d: case.d };
+        let s = Shape { batch: 1, tq: case.tq, tk: len, hq: case.hq, hkv: case.hkv, d: case.d, dv: case.dv() };
+        // Latent: v row (j, hk) is the first dv columns of k row (j, hk).
+        let v: Vec<f32> = match case.latent_dv {
+            None => r.v[b].clone(),
+            Some(dv) => r.k[b].chunks(case.d).flat_map(|row| row[..dv].to_vec()).collect(),
+        };
         let opt = reference::Options {
             scale: f64::from(scale),
             causal: case.causal,
             window: case.window,
+            chunk: case.chunk,
             softcap: case.softcap,
             kmask: None,
             slopes: case.alibi.then_some(&slopes[..]),
             sinks: case.sinks.then_some(&sinks[..]),
         };
-        let (ob, lb) = reference::forward(&f64s(&r.q[b]), &f64s(&r.k[b]), &f64s(&r.v[b]), &s, &opt);
+        let (ob, lb) = reference::forward(&f64s(&r.q[b]), &f64s(&r.k[b]), &f64s(&v), &s, &opt);
         o.extend(ob);
         lse.extend(lb);
     }
@@ -233,6 +261,8 @@ fn check(ctx: &Context, case: &Case, seed: u64, (dt, act): (DType, DType)) -> Re
         hq: case.hq as u32,
         hkv: case.hkv as u32,
         d: case.d as u32,
+        dv: case.dv() as u32,
+        v_row: case.latent_dv.map_or(case.dv(), |_| case.d) as u32,
         block_size: case.block_size as u32,
         num_blocks: lay.num_blocks as u32,
         max_blocks: lay.max_blocks as u32,
@@ -249,12 +279,13 @@ fn check(ctx: &Context, case: &Case, seed: u64, (dt, act): (DType, DType)) -> Re
     let lens = ctx.buffer_from(&lens, "lens")?;
     let slopes = ctx.buffer_from(&case.slopes(), "slopes")?;
     let sinks = ctx.buffer_from(&case.sink_values(), "sinks")?;
-    let o = upload(ctx, act, &vec![0.0; q.len()], "o")?;
+    let o = upload(ctx, act, &vec![0.0; b * case.tq * case.hq * case.dv()], "o")?;
     let lse = ctx.buffer((b * case.hq * case.tq * 4) as u64, "lse")?;
     let work = ctx.buffer(decode::work_floats(&shape, splits).max(1) * 4, "work")?;
     let mut opt = DecodeOptions::new(shape.d);
     opt.causal = case.causal;
     opt.window = case.window as u32;
+    opt.chunk = case.chunk as u32;
     opt.softcap = case.softcap as f32;
     opt.alibi = case.alibi.then(|| slopes.view());
     opt.sinks = case.sinks.then(|| sinks.view());
@@ -262,7 +293,8 @@ fn check(ctx: &Context, case: &Case, seed: u64, (dt, act): (DType, DType)) -> Re
     opt.act = Some(act);
     let width = (case.hkv * case.d) as u32;
     let pools = Pools { k: bk.view(), v: bv.view(), rows: (lay.num_blocks * case.block_size) as u32, width };
-    let x = PagedInputs { q: bq.view(), k: bk.view(), v: bv.view(), table: table.view(), lens: lens.view() };
+    let v_pool = if case.latent_dv.is_some() { bk.view() } else { bv.view() };
+    let x = PagedInputs { q: bq.view(), k: bk.view(), v: v_pool, table: table.view(), lens: lens.view() };
     let w = (splits > 1).then(|| work.slice(0, decode::work_floats(&shape, splits) * 4));
     let out = DecodeOutputs { o: o.view(), lse: lse.view(), work: w };
     let mut rec = ctx.recorder(false)?;
@@ -318,6 +350,43 @@ fn cases() -> Vec<Case> {
             .sinks(),
         Case::new("sinks split auto, d64, softcap", &[300, 5], 2, (8, 2, 64), 32).softcap(4.0).splits(None).sinks(),
     ]
+}
+
+#[test]
+fn paged_decode_latent_values() {
+    // MLA's absorbed decode: keys [c | k_rot] of D columns, values their first Dv (one pool), o
+    // of Dv; unsplit and split (the combine merges Dv columns), wide and element loads.
+    run(
+        "paged decode latent values",
+        &[
+            Case::new("d40 dv32 tq1 mqa bs5", &[23, 9], 1, (4, 1, 40), 5).latent(32),
+            Case::new("d21 dv13 tq3 mqa bs4", &[17, 30], 3, (3, 1, 21), 4).latent(13),
+            Case::new("d72 dv64 split 3", &[300, 45], 1, (4, 1, 72), 16).latent(64).splits(Some(3)),
+            Case::new("d200 dv136 split 2 sinks", &[90, 33], 2, (2, 1, 200), 16).latent(136).splits(Some(2)).sinks(),
+        ],
+        DType::F32,
+    );
+    run(
+        "paged decode latent values",
+        &[Case::new("d40 dv32 bf16", &[23, 9], 2, (4, 1, 40), 5).latent(32).splits(Some(2))],
+        DType::BF16,
+    );
+}
+
+#[test]
+fn paged_decode_chunked() {
+    // Llama 4's chunked attention: new rows straddling a chunk boundary (tq 3 over rows of 37
+    // and 21 keys, chunk 10), split rows (the first split starts at the chunk), with a window.
+    run(
+        "paged decode chunked",
+        &[
+            Case::new("chunk 10 tq3 gqa d24 bs5", &[37, 21], 3, (4, 2, 24), 5).chunk(10),
+            Case::new("chunk 7 tq1 bs4", &[30, 7, 1], 1, (2, 1, 16), 4).chunk(7),
+            Case::new("chunk 64 split 3 d64", &[300, 45], 2, (4, 2, 64), 16).chunk(64).splits(Some(3)),
+            Case::new("chunk 9 window 5 tq4", &[40, 20], 4, (4, 2, 32), 7).chunk(9).window(5).sinks(),
+        ],
+        DType::F32,
+    );
 }
 
 #[test]
@@ -380,7 +449,18 @@ fn paged_decode_key_tiles() {
 #[test]
 fn paged_decode_rejects_bad_calls() {
     on_every_device("paged decode errors", |ctx| {
-        let shape = DecodeShape { batch: 1, tq: 1, hq: 2, hkv: 1, d: 8, block_size: 4, num_blocks: 2, max_blocks: 2 };
+        let shape = DecodeShape {
+            batch: 1,
+            tq: 1,
+            hq: 2,
+            hkv: 1,
+            d: 8,
+            dv: 8,
+            v_row: 8,
+            block_size: 4,
+            num_blocks: 2,
+            max_blocks: 2,
+        };
         let buf = |n: usize| ctx.buffer((n * 4) as u64, "x");
         let (q, pool, small, ints, lens, lse) = (buf(16)?, buf(64)?, buf(60)?, buf(2)?, buf(1)?, buf(2)?);
         let x = PagedInputs { q: q.view(), k: pool.view(), v: pool.view(), table: ints.view(), lens: lens.view() };

@@ -311,10 +311,10 @@ impl KvCache {
     }
 }
 
-/// Whether MLA's latent `[c | k_rot]` (`kv_lora_rank + qk_rope_head_dim` wide) fits the
-/// attention kernels' head size; a wider one (DeepSeek's 512 + 64) caches full keys and values.
+/// Whether MLA's latent `[c | k_rot]` (`kv_lora_rank + qk_rope_head_dim` wide) fits the paged
+/// decode kernels' head size; a wider one (DeepSeek's 512 + 64) caches full keys and values.
 fn latent_fits(m: &crate::spec::MlaSpec) -> bool {
-    m.kv_lora_rank + m.rope_dim <= vkformers_kernels::attention::MAX_HEAD_DIM as usize
+    m.kv_lora_rank + m.rope_dim <= vkformers_kernels::attention::decode::MAX_DECODE_HEAD_DIM as usize
 }
 
 /// Real tokens of each row of a left-padded `[B, T]` mask (`0…0 1…1`); anything else is an error.

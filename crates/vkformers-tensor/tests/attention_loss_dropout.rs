@@ -24,7 +24,7 @@ fn attention_gradients_flow_through_the_tape() {
         let opts = AttnOptions { kmask: Some(g.ints(&kmask, &[b, t])?), ..AttnOptions::default() };
         let o = attention(&g, &q, &k, &v, &opts)?;
         g.backward_from(&o, &g.constant(&dos, o.shape())?)?;
-        let shape = attn_ref::Shape { batch: b, tq: t, tk: t, hq, hkv, d };
+        let shape = attn_ref::Shape { batch: b, tq: t, tk: t, hq, hkv, d, dv: d };
         let mut ro = attn_ref::Options::new(d);
         ro.causal = true;
         ro.kmask = Some(&kmask);
@@ -54,7 +54,7 @@ fn attention_sinks_get_their_gradient_through_the_tape() {
         let opts = AttnOptions { window: 4, sinks: Some(sk.clone()), ..AttnOptions::default() };
         let o = attention(&g, &q, &k, &v, &opts)?;
         g.backward_from(&o, &g.constant(&dos, o.shape())?)?;
-        let shape = attn_ref::Shape { batch: b, tq: t, tk: t, hq, hkv, d };
+        let shape = attn_ref::Shape { batch: b, tq: t, tk: t, hq, hkv, d, dv: d };
         let sinks64 = f64s(&sinks);
         let mut ro = attn_ref::Options::new(d);
         ro.causal = true;

@@ -166,7 +166,7 @@ fn attention_block_tape_gradients_match_finite_differences() {
             let q = rope_ref(&rope_of(hq), &linear_ref(p[0], p[1], b * t, c, hq * d), &pos, &inv_freq);
             let k = rope_ref(&rope_of(hkv), &linear_ref(p[0], p[2], b * t, c, hkv * d), &pos, &inv_freq);
             let v = linear_ref(p[0], p[3], b * t, c, hkv * d);
-            let shape = attn_ref::Shape { batch: b, tq: t, tk: t, hq, hkv, d };
+            let shape = attn_ref::Shape { batch: b, tq: t, tk: t, hq, hkv, d, dv: d };
             let mut opts = attn_ref::Options::new(d);
             opts.causal = true;
             let (o, _) = attn_ref::forward(&q, &k, &v, &shape, &opts);

@@ -20,8 +20,10 @@ layout(buffer_reference, std430, buffer_reference_align = 4) readonly buffer I32
 // Scalars shared by every attention push block, after its buffer pointers:
 // tq, tk: query / key lengths; hq, hkv: query / kv heads (hq = G * hkv); d: head dim (<= DMAX);
 // flags: ATTN_* bits; window: sliding window W (0 = off); scale: score scale;
-// softcap: logit cap c (0 = off).
-#define ATTN_SCALARS uint tq; uint tk; uint hq; uint hkv; uint d; uint flags; uint window; float scale; float softcap;
+// softcap: logit cap c (0 = off); dvh: value / output head dim (<= DMAX; MLA has dv != d, the
+// q/k head dim: v, o, do, dv are [.., dv] while q, k, dq, dk are [.., d]); chunk: chunked
+// attention C (Llama 4; 0 = off): qpos sees key j only when floor(j / C) == floor(qpos / C).
+#define ATTN_SCALARS uint tq; uint tk; uint hq; uint hkv; uint d; uint flags; uint window; float scale; float softcap; uint dvh; uint chunk;
 
 // Learned attention sink (gpt-oss, granite_swa): a per-head logit s that joins a row's softmax
 // denominator and carries no value, o = sum_j e^(S_j) v_j / (sum_j e^(S_j) + e^s). Folds s into

@@ -4,8 +4,8 @@
 // Fused attention backward, part 2 of 2: dk and dv (flash-attention-2 style). q, k, v,
 // do, dk, dv in the variant's storage type (f32, f16, bf16); lse, delta and all math are f32.
 //
-//   q, do_ [B, Tq, Hq, D], k, v [B, Tk, Hkv, D], lse, delta [B, Hq, Tq] (delta from bwd_dq)
-//   -> dk, dv [B, Tk, Hkv, D]
+//   q [B, Tq, Hq, D], do_ [B, Tq, Hq, Dv], k [B, Tk, Hkv, D], v [B, Tk, Hkv, Dv],
+//   lse, delta [B, Hq, Tq] (delta from bwd_dq) -> dk [B, Tk, Hkv, D], dv [B, Tk, Hkv, Dv]
 //   P[i, j] = exp(S[i, j] - lse_i) (0 where masked);  dS as in bwd_dq.comp
 //   dv_j = sum_{h in group} sum_i P[i, j] do_i;   dk_j = scale * sum_{h in group} sum_i dS[i, j] q_i
 //
@@ -17,6 +17,7 @@
 // query e % BQ), then dv[c, d] += sum_r P[c, r] dO[r, d], dk[c, d] += sum_r dS[c, r] Q[r, d] in
 // per-thread slots spread over the [BK, D] output tile.
 //
+// d576 (heads 257..576): sk + sv + sq + sdo = (2·4 + 2·2)·577 floats ~28 KiB.
 // variant: d64 DMAX=64 BQ=16 BK=32 NT=256
 // variant: d128 DMAX=128 BQ=8 BK=16 NT=128
 // variant: d256 DMAX=256 BQ=4 BK=8 NT=128
@@ -26,6 +27,9 @@
 // variant: d64_bf16 DMAX=64 BQ=16 BK=32 NT=256 DT_BF16
 // variant: d128_bf16 DMAX=128 BQ=8 BK=16 NT=128 DT_BF16
 // variant: d256_bf16 DMAX=256 BQ=4 BK=8 NT=128 DT_BF16
+// variant: d576 DMAX=576 BQ=2 BK=4 NT=64
+// variant: d576_f16 DMAX=576 BQ=2 BK=4 NT=64 DT_F16
+// variant: d576_bf16 DMAX=576 BQ=2 BK=4 NT=64 DT_BF16
 #include "attention/attention.glsl"
 
 layout(local_size_x = NT) in;
@@ -65,14 +69,22 @@ void main() {
     uint qstride = pc.hq * D;
     uint kstride = pc.hkv * D;
     uint kvbase = b * pc.tk * kstride + hk * D;
+    uint DV = pc.dvh;
+    uint ostride = pc.hq * DV;
+    uint vstride = pc.hkv * DV;
+    uint vbase = b * pc.tk * vstride + hk * DV;
 
     for (uint e = tid; e < BK * D; e += NT) {
         uint c = e / D;
         uint dd = e - c * D;
         uint j = k0 + c;
-        bool in_range = j < pc.tk;
-        sk[c * DS + dd] = in_range ? ld(pc.k, kvbase + j * kstride + dd) : 0.0;
-        sv[c * DS + dd] = in_range ? ld(pc.v, kvbase + j * kstride + dd) : 0.0;
+        sk[c * DS + dd] = j < pc.tk ? ld(pc.k, kvbase + j * kstride + dd) : 0.0;
+    }
+    for (uint e = tid; e < BK * DV; e += NT) {
+        uint c = e / DV;
+        uint dd = e - c * DV;
+        uint j = k0 + c;
+        sv[c * DS + dd] = j < pc.tk ? ld(pc.v, vbase + j * vstride + dd) : 0.0;
     }
     float dk_acc[SLOTS];
     float dv_acc[SLOTS];
@@ -86,6 +98,7 @@ void main() {
     for (uint g = 0; g < G; g++) {
         uint h = hk * G + g;
         uint qbase = b * pc.tq * qstride + h * D;
+        uint obase = b * pc.tq * ostride + h * DV;
         uint rowbase = (b * pc.hq + h) * pc.tq;
         for (uint q0 = ibeg; q0 < iend; q0 += BQ) {
             barrier();
@@ -93,9 +106,13 @@ void main() {
                 uint r = e / D;
                 uint dd = e - r * D;
                 uint i = q0 + r;
-                bool in_range = i < pc.tq;
-                sq[r * DS + dd] = in_range ? ld(pc.q, qbase + i * qstride + dd) : 0.0;
-                sdo[r * DS + dd] = in_range ? ld(pc.do_, qbase + i * qstride + dd) : 0.0;
+                sq[r * DS + dd] = i < pc.tq ? ld(pc.q, qbase + i * qstride + dd) : 0.0;
+            }
+            for (uint e = tid; e < BQ * DV; e += NT) {
+                uint r = e / DV;
+                uint dd = e - r * DV;
+                uint i = q0 + r;
+                sdo[r * DS + dd] = i < pc.tq ? ld(pc.do_, obase + i * ostride + dd) : 0.0;
             }
             for (uint r = tid; r < BQ; r += NT) {
                 uint i = q0 + r;
@@ -117,6 +134,8 @@ void main() {
                     float dp = 0.0;
                     for (uint dd = 0; dd < D; dd++) {
                         dot_qk += sq[r * DS + dd] * sk[c * DS + dd];
+                    }
+                    for (uint dd = 0; dd < DV; dd++) {
                         dp += sdo[r * DS + dd] * sv[c * DS + dd];
                     }
                     float dcap;
@@ -130,16 +149,22 @@ void main() {
             barrier();
             for (uint s = 0; s < SLOTS; s++) {
                 uint o = tid + NT * s;
+                if (o < BK * DV) {
+                    uint c = o / DV;
+                    uint dd = o - c * DV;
+                    float a = dv_acc[s];
+                    for (uint r = 0; r < BQ; r++) {
+                        a += sp[c * BQ + r] * sdo[r * DS + dd];
+                    }
+                    dv_acc[s] = a;
+                }
                 if (o < BK * D) {
                     uint c = o / D;
                     uint dd = o - c * D;
-                    float a = dv_acc[s];
                     float bk = dk_acc[s];
                     for (uint r = 0; r < BQ; r++) {
-                        a += sp[c * BQ + r] * sdo[r * DS + dd];
                         bk += sds[c * BQ + r] * sq[r * DS + dd];
                     }
-                    dv_acc[s] = a;
                     dk_acc[s] = bk;
                 }
             }
@@ -147,13 +172,18 @@ void main() {
     }
     for (uint s = 0; s < SLOTS; s++) {
         uint o = tid + NT * s;
-        if (o < BK * D) {
-            uint c = o / D;
-            uint dd = o - c * D;
+        if (o < BK * DV) {
+            uint c = o / DV;
             uint j = k0 + c;
             if (j < pc.tk) {
-                st(pc.dk, kvbase + j * kstride + dd, pc.scale * dk_acc[s]);
-                st(pc.dv, kvbase + j * kstride + dd, dv_acc[s]);
+                st(pc.dv, vbase + j * vstride + o - c * DV, dv_acc[s]);
+            }
+        }
+        if (o < BK * D) {
+            uint c = o / D;
+            uint j = k0 + c;
+            if (j < pc.tk) {
+                st(pc.dk, kvbase + j * kstride + o - c * D, pc.scale * dk_acc[s]);
             }
         }
     }

@@ -5,10 +5,14 @@
 // Decode attention over a paged KV cache: few new query rows per sequence (a decode step is
 // Tq = 1; speculative or chunked steps up to ~16), keys and values read through a block table.
 //
-//   q [B, Tq, Hq, D]; pools k, v [NB, BS, Hkv, D]; table [B, MAXB] int32; lens [B] int32
+//   q [B, Tq, Hq, D]; pools k [NB, BS, Hkv, D], v [NB, BS, Hkv, VROW]; table [B, MAXB] int32;
+//   lens [B] int32; o [B, Tq, Hq, Dv]: values are the first Dv (pc.dvh) of a v row's VROW
+//   (pc.vrow) columns: Dv = VROW = D usually; MLA's absorbed decode reads its latent [c | k_rot]
+//   (D = L + Dr) as keys and its first L columns as values, from one pool (Dv = L, VROW = D)
 //   key j of row b (0 <= j < lens[b]) lives at pool row table[b, j / BS] * BS + j % BS
 //   query i of row b sits at position qpos = lens[b] - Tq + i (the new keys are already stored)
-//   visible: j < lens[b], (causal) j <= qpos, (window W) qpos - j < W
+//   visible: j < lens[b], (causal) j <= qpos, (window W) qpos - j < W,
+//   (chunk C, Llama 4) floor(j / C) == floor(qpos / C)
 //   S = score(q . k_j) (scale, softcap, ALiBi as fwd.comp), o = softmax(S) v, lse = log sum exp S
 //
 // Split-KV ("flash decoding"): grid x = splits S. Each row's visible key range [lo, lens[b]) is
@@ -118,6 +122,9 @@ layout(push_constant) uniform Push {
     uint max_blocks;
     uint num_blocks;
     uint splits;
+    uint chunk;
+    uint dvh;
+    uint vrow;
 } pc;
 #include "attention/decode_score.glsl"
 
@@ -172,13 +179,13 @@ void load8_wide(DIn buf, uint e, out float x[CW]) {
 #endif
 }
 
-// Columns c0 .. c0 + 7 (c0 < D) of the head row starting at element `base`: zeros past D.
-void load8(DIn buf, uint base, uint c0, out float x[CW]) {
+// Columns c0 .. c0 + 7 (c0 < n) of the head row starting at element `base`: zeros past n.
+void load8(DIn buf, uint base, uint c0, uint n, out float x[CW]) {
     if ((pc.flags & ATTN_WIDE) != 0u) {
         load8_wide(buf, base + c0, x);
     } else {
         [[unroll]] for (uint u = 0; u < CW; u++) {
-            x[u] = c0 + u < pc.d ? ld(buf, base + c0 + u) : 0.0;
+            x[u] = c0 + u < n ? ld(buf, base + c0 + u) : 0.0;
         }
     }
 }
@@ -216,7 +223,7 @@ void score_key(uint b, uint hk, uint k0, uint kend, uint r0, uint nr, int first_
             float kv[KG][CW];
             [[unroll]] for (uint g = 0; g < KG; g++) {
                 if (c0 + g * CW < pc.d) {
-                    load8(pc.k, base, c0 + g * CW, kv[g]);
+                    load8(pc.k, base, c0 + g * CW, pc.d, kv[g]);
                 } else {
                     [[unroll]] for (uint u = 0; u < CW; u++) kv[g][u] = 0.0;
                 }
@@ -281,7 +288,7 @@ void probabilities(uint nr) {
 
 // Step 4: acc[rr][e] += sum over this slot's keys c of p[rr][c] * V[c][c0 + e], l[rr] += p.
 void accumulate(uint hk, uint nr, uint slot, uint c0, inout float acc[BQ][CW], inout float lsum[BQ]) {
-    bool live = c0 < pc.d;
+    bool live = c0 < pc.dvh;
     // Not unrolled: a group's body is already 8 keys x 8 rows x 8 columns (lavapipe compiles a
     // fully unrolled d256 body for tens of seconds); acc and vv keep constant indices inside.
     [[dont_unroll]] for (uint k = 0; k < KPS; k += VG) {
@@ -289,7 +296,7 @@ void accumulate(uint hk, uint nr, uint slot, uint c0, inout float acc[BQ][CW], i
         [[unroll]] for (uint u = 0; u < VG; u++) {
             uint row = srow[slot + KS * (k + u)];
             if (live && row != NO_ROW) {
-                load8(pc.v, (row * pc.hkv + hk) * pc.d, c0, vv[u]);
+                load8(pc.v, (row * pc.hkv + hk) * pc.vrow, c0, pc.dvh, vv[u]);
             } else {
                 [[unroll]] for (uint e = 0; e < CW; e++) vv[u][e] = 0.0;
             }
@@ -349,6 +356,10 @@ void main() {
     int hi = min(pc.lens.v[b], int(pc.max_blocks * pc.block_size));
     int first_q = pc.lens.v[b] - int(pc.tq);
     int lo = pc.window != 0u ? max(0, first_q + 1 - int(pc.window)) : 0;
+    if (pc.chunk != 0u && first_q >= 0) {
+        // The first query's chunk starts at the first key any row of the tile can see.
+        lo = max(lo, int(uint(first_q) / pc.chunk * pc.chunk));
+    }
     int n = max(hi - lo, 0);
     int per = ((n + int(pc.splits) - 1) / int(pc.splits) + BK - 1) / BK * BK;
     uint kbeg = uint(lo + int(split) * per);
@@ -400,7 +411,8 @@ void main() {
         reduce_slots(nr, slot, lane, acc, lsum);
     }
 
-    if (slot != 0u || c0 >= D) {
+    uint DV = pc.dvh;
+    if (slot != 0u || c0 >= DV) {
         return;
     }
     [[unroll]] for (uint rr = 0; rr < BQ; rr++) {
@@ -415,11 +427,11 @@ void main() {
             float a = (pc.flags & DECODE_SINKS) != 0u && pc.splits == 1u ? attn_fold_sink(pc.sinks.v[h], m, l) : 1.0;
             [[unroll]] for (uint e = 0; e < CW; e++) {
                 uint dd = c0 + e;
-                if (dd < D) {
+                if (dd < DV) {
                     if (pc.splits == 1u) {
-                        stq(pc.o, ((b * pc.tq + i) * pc.hq + h) * D + dd, l > 0.0 ? acc[rr][e] * a / l : 0.0);
+                        stq(pc.o, ((b * pc.tq + i) * pc.hq + h) * DV + dd, l > 0.0 ? acc[rr][e] * a / l : 0.0);
                     } else {
-                        pc.work.v[(qrow * pc.splits + split) * D + dd] = acc[rr][e];
+                        pc.work.v[(qrow * pc.splits + split) * DV + dd] = acc[rr][e];
                     }
                 }
             }
@@ -427,7 +439,7 @@ void main() {
                 if (pc.splits == 1u) {
                     pc.lse.v[qrow] = l > 0.0 ? m + log(l) : MASKED;
                 } else {
-                    uint ml = gl_NumWorkGroups.z * pc.hq * pc.tq * pc.splits * D;
+                    uint ml = gl_NumWorkGroups.z * pc.hq * pc.tq * pc.splits * DV;
                     pc.work.v[ml + 2u * (qrow * pc.splits + split)] = sm[rr];
                     pc.work.v[ml + 2u * (qrow * pc.splits + split) + 1u] = l;
                 }

@@ -2,7 +2,7 @@
 #include "common.glsl"
 #include "dtype.glsl"
 // Second pass of split-KV decode attention (decode.comp): merges the S partial softmaxes of each
-// query row (b, h, i) into o [B, Tq, Hq, D] and lse [B, Hq, Tq]. With partial s holding
+// query row (b, h, i) into o [B, Tq, Hq, D] and lse [B, Hq, Tq] (D here: decode.comp's Dv). With partial s holding
 // acc_s [D] = sum_j e^(S_j - m_s) v_j, m_s and l_s = sum_j e^(S_j - m_s) over its keys:
 //   M = max_s m_s;  w_s = e^(m_s - M);  L = sum_s l_s w_s;  o = sum_s acc_s w_s / L;  lse = M + log L
 // A row no split saw a key of (every m_s = MASKED, L = 0) gets o = 0, lse = MASKED.

@@ -2,9 +2,14 @@
 // block `pc` (flags, window, scale, softcap, slopes). Positions are the row's own: query at
 // qpos, key at j (the index of the key in the row's cache).
 
-// Causal: j <= qpos; sliding window W > 0: qpos - j < W. (j < lens[b] is the caller's bound.)
+// Causal: j <= qpos; sliding window W > 0: qpos - j < W; chunk C > 0: floor(j / C) ==
+// floor(qpos / C) (a query before the cache, qpos < 0, sees no chunk). (j < lens[b] is the
+// caller's bound.)
 bool dec_visible(int qpos, int j) {
     if ((pc.flags & ATTN_CAUSAL) != 0u && j > qpos) {
+        return false;
+    }
+    if (pc.chunk != 0u && (qpos < 0 || uint(qpos) / pc.chunk != uint(j) / pc.chunk)) {
         return false;
     }
     return pc.window == 0u || qpos - j < int(pc.window);

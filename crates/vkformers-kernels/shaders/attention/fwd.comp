@@ -5,7 +5,8 @@
 // f16 / bf16: the `_f16` / `_bf16` variants), widened into f32 shared tiles; scores, softmax,
 // accumulators and lse are f32.
 //
-//   q [B, Tq, Hq, D], k, v [B, Tk, Hkv, D] -> o [B, Tq, Hq, D], lse [B, Hq, Tq]
+//   q [B, Tq, Hq, D], k [B, Tk, Hkv, D], v [B, Tk, Hkv, Dv] -> o [B, Tq, Hq, Dv], lse [B, Hq, Tq]
+//   (Dv = pc.dvh, the value head dim; D, Dv <= DMAX)
 //   query head h reads kv head h / G (G = Hq / Hkv: MHA G = 1, GQA, MQA Hkv = 1)
 //   S[i, j] = score(q_i . k_j) (scale, softcap, ALiBi; see helpers.glsl), -inf where masked
 //   o_i = sum_j softmax_j(S[i, :]) v_j,   lse_i = log sum_j exp S[i, j]
@@ -27,11 +28,12 @@
 //      while all threads load the V tile over K;
 //   4. S tile -> P = exp(S - m);
 //   5. one thread per row: l = l * alpha + rowsum(P); every thread updates its output slots
-//      acc[r, d] = acc[r, d] * alpha_r + sum_c P[r, c] V[c, d] (slot o = tid + NT*s, r = o / D,
-//      d = o % D: the output tile is spread evenly over threads for any D <= DMAX).
+//      acc[r, d] = acc[r, d] * alpha_r + sum_c P[r, c] V[c, d] (slot o = tid + NT*s, r = o / Dv,
+//      d = o % Dv: the output tile is spread evenly over threads for any Dv <= DMAX).
 // Key tiles no query of the tile can see (causal, sliding window) are skipped.
 // No subgroup operations: any subgroup size works. Variants by DMAX keep shared memory under
-// 32 KiB (lavapipe): d64 ~20 KiB, d128 ~27 KiB, d256 ~25 KiB.
+// 32 KiB (lavapipe): d64 ~20 KiB, d128 ~27 KiB, d256 ~25 KiB, d576 (heads 257..576, e.g.
+// MLA's absorbed 512 + 64) ~28 KiB with BQ = 8, BK = 4 (tiles of 577 floats a row).
 //
 // variant: d64 DMAX=64 BQ=32 BK=32 NT=256
 // variant: d128 DMAX=128 BQ=32 BK=16 NT=256
@@ -42,6 +44,9 @@
 // variant: d64_bf16 DMAX=64 BQ=32 BK=32 NT=256 DT_BF16
 // variant: d128_bf16 DMAX=128 BQ=32 BK=16 NT=256 DT_BF16
 // variant: d256_bf16 DMAX=256 BQ=16 BK=8 NT=128 DT_BF16
+// variant: d576 DMAX=576 BQ=8 BK=4 NT=64
+// variant: d576_f16 DMAX=576 BQ=8 BK=4 NT=64 DT_F16
+// variant: d576_bf16 DMAX=576 BQ=8 BK=4 NT=64 DT_BF16
 #include "attention/attention.glsl"
 
 layout(local_size_x = NT) in;
@@ -67,9 +72,9 @@ shared float sm[BQ];
 shared float sl[BQ];
 shared float salpha[BQ];
 
-// Loads rows [j0, j0 + BK) of a kv tensor (kv head hk, batch b) into skv, zeros past tk.
-void load_kv_tile(DIn src, uint kvbase, uint kstride, uint j0) {
-    uint D = pc.d;
+// Loads rows [j0, j0 + BK) of a kv tensor of head width D (kv head hk, batch b) into skv,
+// zeros past tk.
+void load_kv_tile(DIn src, uint kvbase, uint kstride, uint j0, uint D) {
     for (uint e = gl_LocalInvocationID.x; e < BK * D; e += NT) {
         uint c = e / D;
         uint dd = e - c * D;
@@ -89,6 +94,11 @@ void main() {
     uint kstride = pc.hkv * D;
     uint qbase = b * pc.tq * qstride + h * D;
     uint kvbase = b * pc.tk * kstride + hk * D;
+    uint DV = pc.dvh;
+    uint ostride = pc.hq * DV;
+    uint vstride = pc.hkv * DV;
+    uint obase = b * pc.tq * ostride + h * DV;
+    uint vbase = b * pc.tk * vstride + hk * DV;
 
     for (uint e = tid; e < BQ * D; e += NT) {
         uint r = e / D;
@@ -109,7 +119,7 @@ void main() {
     uint kend = attn_key_end(min(q0 + BQ, pc.tq));
     for (uint k0 = kbeg; k0 < kend; k0 += BK) {
         barrier();
-        load_kv_tile(pc.k, kvbase, kstride, k0);
+        load_kv_tile(pc.k, kvbase, kstride, k0, D);
         barrier();
         // 2. score tile
         for (uint e = tid; e < BQ * BK; e += NT) {
@@ -139,7 +149,7 @@ void main() {
             salpha[r] = exp(m_old - m);
             sm[r] = m;
         }
-        load_kv_tile(pc.v, kvbase, kstride, k0);
+        load_kv_tile(pc.v, vbase, vstride, k0, DV);
         barrier();
         // 4. probabilities (a row that saw no visible key keeps m = MASKED and P = 0)
         for (uint e = tid; e < BQ * BK; e += NT) {
@@ -157,9 +167,9 @@ void main() {
         }
         for (uint s = 0; s < SLOTS; s++) {
             uint o = tid + NT * s;
-            if (o < BQ * D) {
-                uint r = o / D;
-                uint dd = o - r * D;
+            if (o < BQ * DV) {
+                uint r = o / DV;
+                uint dd = o - r * DV;
                 float a = acc[s] * salpha[r];
                 for (uint c = 0; c < BK; c++) {
                     a += ss[r * BK + c] * skv[c * DS + dd];
@@ -176,13 +186,13 @@ void main() {
     barrier();
     for (uint s = 0; s < SLOTS; s++) {
         uint o = tid + NT * s;
-        if (o < BQ * D) {
-            uint r = o / D;
-            uint dd = o - r * D;
+        if (o < BQ * DV) {
+            uint r = o / DV;
+            uint dd = o - r * DV;
             uint i = q0 + r;
             float l = sl[r];
             if (i < pc.tq) {
-                st(pc.o, qbase + i * qstride + dd, l > 0.0 ? acc[s] * salpha[r] / l : 0.0);
+                st(pc.o, obase + i * ostride + dd, l > 0.0 ? acc[s] * salpha[r] / l : 0.0);
             }
         }
     }

@@ -39,7 +39,18 @@ pub fn supported(caps: &Caps, dtype: DType, d: u32) -> bool {
             && c.reductions
             && c.conversions
     });
-    types && cm2 && dim_class("attention/fwd_cm2", d).is_ok()
+    types && cm2 && cm2_dim_class("attention/fwd_cm2", d).is_ok()
+}
+
+/// Largest head dimension of the cm2 kernels (the FMA ones go to [`super::MAX_HEAD_DIM`]).
+const MAX_CM2_HEAD_DIM: u32 = 256;
+
+/// Variant index by head dimension: d64, d128, d256 (no d576 tiles on tensor cores yet).
+fn cm2_dim_class(kernel: &str, d: u32) -> Result<usize> {
+    match d {
+        1..=MAX_CM2_HEAD_DIM => dim_class(kernel, d),
+        _ => Err(fail(kernel, format!("head dim {d} outside 1..={MAX_CM2_HEAD_DIM}"))),
+    }
 }
 
 /// Variants of one kernel: `[f16, bf16][d64, d128, d256]`, and the rows of the tile a workgroup
@@ -123,7 +134,7 @@ const DKDV: Kernel = Kernel {
 /// `no_softcap` and it has one).
 fn variant(k: &Kernel, d: u32, dtype: DType, no_softcap: bool) -> Result<(&'static KernelCode, u32)> {
     let family = k.codes[0][0].name.split(':').next().unwrap_or("attention");
-    let class = dim_class(family, d)?;
+    let class = cm2_dim_class(family, d)?;
     let at = match dtype {
         DType::F16 => 0,
         DType::BF16 => 1,
@@ -173,6 +184,15 @@ fn require(rec: &Recorder, name: &str, dtype: DType, d: u32) -> Result<()> {
     ))
 }
 
+/// The typed error of a value head dim other than the q/k head dim: the cm2 tiles are `[.., D]`
+/// for q, k, v and o alike (multi-head latent attention runs the FMA kernels).
+fn require_same_dims(name: &str, s: &Shape) -> Result<()> {
+    if s.dv == s.d {
+        return Ok(());
+    }
+    Err(fail(name, format!("value head dim {} != q/k head dim {}: not on cooperative matrix 2", s.dv, s.d)))
+}
+
 /// Forward on cooperative matrix 2: `o = softmax(score(q kᵀ) + masks) v` and `lse`, from q
 /// [B, Tq, Hq, D], k, v [B, Tk, Hkv, D] into o [B, Tq, Hq, D], lse [B, Hq, Tq], exactly as
 /// [`super::forward`] (same arguments). Fails with a typed error naming the kernel when the
@@ -181,6 +201,7 @@ pub fn forward_cm2(rec: &mut Recorder, x: &Qkv<'_>, out: &Saved<'_>, s: &Shape, 
     let (kernel, rows) = variant(&FWD, s.d, opt.dtype, true)?;
     let name = kernel.name;
     require(rec, name, opt.dtype, s.d)?;
+    require_same_dims(name, s)?;
     check_shape(name, s, opt)?;
     check_qkv(name, s, x, opt.dtype)?;
     check_saved(name, s, out, opt.dtype)?;
@@ -223,6 +244,7 @@ pub fn backward_cm2(
     let (dkdv_code, dkdv_rows) = variant(&DKDV, s.d, dt, opt.softcap == 0.0)?;
     for name in [dq_code.name, dkdv_code.name] {
         require(rec, name, dt, s.d)?;
+        require_same_dims(name, s)?;
         check_backward(name, x, saved, d_o, g, s, opt)?;
     }
     let parts = dkdv_parts(s, dt)?;
@@ -407,7 +429,7 @@ mod tests {
 
     #[test]
     fn gqa_dkdv_is_split_until_the_grid_fills_the_device() {
-        let shape = |batch, tk, hq, hkv, d| Shape { batch, tq: tk, tk, hq, hkv, d };
+        let shape = |batch, tk, hq, hkv, d| Shape { batch, tq: tk, tk, hq, hkv, d, dv: d };
         let parts = |s: Shape| dkdv_parts(&s, DType::BF16).unwrap();
         // TinyLlama 1.1B at batch 4 x 1024: 16 key tiles x 4 kv heads x 4 = 256 groups, G = 8.
         assert_eq!(parts(shape(4, 1024, 32, 4, 64)), 4);

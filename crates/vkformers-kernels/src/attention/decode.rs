@@ -25,6 +25,10 @@ use crate::rope::{Rope, RopeLayout};
 
 /// Query rows of one kv head per workgroup (BQ of decode.comp): a decode step's GQA group
 /// (G = 4..8 on most models) in one tile.
+/// Largest head dimension of the paged decode kernels (the forward/backward go to
+/// [`super::MAX_HEAD_DIM`]).
+pub const MAX_DECODE_HEAD_DIM: u32 = 256;
+
 const TILE_ROWS: u32 = 8;
 /// Workgroups one dispatch should have before more splits stop paying (about two per SM on the
 /// largest GPUs). Each workgroup pays a fixed ~10 µs on the H200 whatever its keys (`vkformers
@@ -64,8 +68,13 @@ pub struct DecodeShape {
     pub tq: u32,
     pub hq: u32,
     pub hkv: u32,
-    /// Head dimension, 1..=256.
+    /// Head dimension of q and k, 1..=256.
     pub d: u32,
+    /// Head dimension of the values and o, 1..=256 (`d` but for MLA's absorbed decode).
+    pub dv: u32,
+    /// Elements of a v pool head row, `>= dv`: `dv` for a pool of its own, `d` when the values
+    /// are the first `dv` columns of the k pool's rows (MLA's latent `[c | k_rot]`).
+    pub v_row: u32,
     /// Positions per block.
     pub block_size: u32,
     /// Blocks in each pool.
@@ -81,6 +90,19 @@ impl DecodeShape {
 
     fn pool_len(&self) -> u64 {
         u64::from(self.num_blocks) * u64::from(self.block_size) * u64::from(self.hkv) * u64::from(self.d)
+    }
+
+    fn v_pool_len(&self) -> u64 {
+        u64::from(self.num_blocks) * u64::from(self.block_size) * u64::from(self.hkv) * u64::from(self.v_row)
+    }
+
+    fn o_len(&self) -> u64 {
+        u64::from(self.batch) * u64::from(self.tq) * u64::from(self.hq) * u64::from(self.dv)
+    }
+
+    /// The head dim the kernel variant must hold: the wider of `d` and `dv`.
+    fn d_max(&self) -> u32 {
+        self.d.max(self.dv)
     }
 
     fn lse_len(&self) -> u64 {
@@ -100,6 +122,9 @@ pub struct DecodeOptions<'a> {
     pub causal: bool,
     /// Sliding window W, 0 = off.
     pub window: u32,
+    /// Chunked attention C (Llama 4), 0 = off: key j visible from position p only when
+    /// `floor(j / C) == floor(p / C)`.
+    pub chunk: u32,
     /// Logit softcap c, 0 = off.
     pub softcap: f32,
     /// ALiBi slopes [Hq] of f32.
@@ -120,6 +145,7 @@ impl DecodeOptions<'_> {
             scale: 1.0 / (d.max(1) as f32).sqrt(),
             causal: true,
             window: 0,
+            chunk: 0,
             softcap: 0.0,
             alibi: None,
             sinks: None,
@@ -260,7 +286,7 @@ pub fn tile_keys(s: &DecodeShape) -> u32 {
 /// fewer than `SMALL_TILE_GROUPS` unsplit workgroups, else [`TILE`]. A pure function of the
 /// sizes, so the choice is the same on every device.
 pub fn tile_keys_for(s: &DecodeShape, small: bool) -> u32 {
-    if small && s.d <= 128 && groups(s) < SMALL_TILE_GROUPS {
+    if small && s.d_max() <= 128 && groups(s) < SMALL_TILE_GROUPS {
         SMALL_TILE
     } else {
         TILE
@@ -299,10 +325,10 @@ pub fn splits_for(s: &DecodeShape, max_len: u32, tile: u32) -> u32 {
     wanted.min(most).clamp(1, MAX_SPLITS)
 }
 
-/// f32 values of the work buffer of a call with `splits` splits: acc `[B, Hq, Tq, S, D]` and
+/// f32 values of the work buffer of a call with `splits` splits: acc `[B, Hq, Tq, S, Dv]` and
 /// (m, l) `[B, Hq, Tq, S, 2]`.
 pub fn work_floats(s: &DecodeShape, splits: u32) -> u64 {
-    s.lse_len() * u64::from(splits) * (u64::from(s.d) + 2)
+    s.lse_len() * u64::from(splits) * (u64::from(s.dv) + 2)
 }
 
 fn check_len(kernel: &str, what: &str, v: &BufferView<'_>, elems: u64, bytes: u64) -> Result<()> {
@@ -329,18 +355,27 @@ fn check(
     {
         return Err(fail(kernel, format!("empty shape {s:?}")));
     }
-    if s.d == 0 || s.d > super::MAX_HEAD_DIM || !s.hq.is_multiple_of(s.hkv) {
+    if s.d == 0 || s.d_max() > MAX_DECODE_HEAD_DIM || s.dv == 0 || !s.hq.is_multiple_of(s.hkv) {
         return Err(fail(
             kernel,
-            format!("head dim {} outside 1..=256 or hq {} not a multiple of hkv {}", s.d, s.hq, s.hkv),
+            format!(
+                "head dims {} / {} outside 1..={MAX_DECODE_HEAD_DIM} or hq {} not a multiple of hkv {}",
+                s.d, s.dv, s.hq, s.hkv
+            ),
         ));
+    }
+    if s.v_row < s.dv {
+        return Err(fail(kernel, format!("v pool rows of {} elements hold no {} values", s.v_row, s.dv)));
     }
     let table = u64::from(s.batch) * u64::from(s.max_blocks);
     let rows = u64::from(s.max_blocks) * u64::from(s.block_size);
-    if s.q_len().max(s.pool_len()).max(table) >= 1 << 32 || rows > i32::MAX as u64 || s.batch > 65_535 {
+    if s.q_len().max(s.pool_len()).max(s.v_pool_len()).max(s.o_len()).max(table) >= 1 << 32
+        || rows > i32::MAX as u64
+        || s.batch > 65_535
+    {
         return Err(fail(kernel, format!("shape {s:?} too large (2^32 elements per tensor, 65535 rows)")));
     }
-    if u64::from(s.hkv) * u64::from(s.row_tiles()) > 65_535 || opt.window > i32::MAX as u32 / 2 {
+    if u64::from(s.hkv) * u64::from(s.row_tiles()) > 65_535 || opt.window.max(opt.chunk) > i32::MAX as u32 / 2 {
         return Err(fail(kernel, format!("shape {s:?}: too many query tiles, or window {} too large", opt.window)));
     }
     if !(opt.softcap >= 0.0 && opt.softcap.is_finite()) {
@@ -349,10 +384,10 @@ fn check(
     let (dt, at) = (opt.dtype.bytes(), opt.act_dtype().bytes());
     check_len(kernel, "q [B, Tq, Hq, D]", &x.q, s.q_len(), at)?;
     check_len(kernel, "k pool [NB, BS, Hkv, D]", &x.k, s.pool_len(), dt)?;
-    check_len(kernel, "v pool [NB, BS, Hkv, D]", &x.v, s.pool_len(), dt)?;
+    check_len(kernel, "v pool [NB, BS, Hkv, v_row]", &x.v, s.v_pool_len(), dt)?;
     check_len(kernel, "table [B, max_blocks]", &x.table, table, 4)?;
     check_len(kernel, "lens [B]", &x.lens, u64::from(s.batch), 4)?;
-    check_len(kernel, "o [B, Tq, Hq, D]", &out.o, s.q_len(), at)?;
+    check_len(kernel, "o [B, Tq, Hq, Dv]", &out.o, s.o_len(), at)?;
     check_len(kernel, "lse [B, Hq, Tq]", &out.lse, s.lse_len(), 4)?;
     if let Some(a) = &opt.alibi {
         check_len(kernel, "alibi slopes [Hq]", a, u64::from(s.hq), 4)?;
@@ -388,8 +423,8 @@ pub fn forward_tiled(
     (splits, tile): (u32, u32),
 ) -> Result<()> {
     let code = match tile {
-        TILE => main_code(s.d, opt.dtype, opt.act_dtype()),
-        SMALL_TILE if s.d <= 128 => small_code(s.d, opt.dtype, opt.act_dtype()),
+        TILE => main_code(s.d_max(), opt.dtype, opt.act_dtype()),
+        SMALL_TILE if s.d_max() <= 128 => small_code(s.d_max(), opt.dtype, opt.act_dtype()),
         _ => {
             return Err(fail(
                 "attention/decode",
@@ -414,7 +449,9 @@ pub fn forward_tiled(
         }
         (_, None) => return Err(fail(main.name, format!("{splits} splits need a work buffer"))),
     };
-    let wide = s.d.is_multiple_of(8) && x.k.address().is_multiple_of(16) && x.v.address().is_multiple_of(16);
+    let wide = [s.d, s.dv, s.v_row].iter().all(|w| w.is_multiple_of(8))
+        && x.k.address().is_multiple_of(16)
+        && x.v.address().is_multiple_of(16);
     let flags = if opt.causal { FLAG_CAUSAL } else { 0 }
         | if opt.alibi.is_some() { FLAG_ALIBI } else { 0 }
         | if wide { FLAG_WIDE } else { 0 }
@@ -432,6 +469,9 @@ pub fn forward_tiled(
         s.max_blocks,
         s.num_blocks,
         splits,
+        opt.chunk,
+        s.dv,
+        s.v_row,
     ];
     let params: Vec<u8> = scalars.iter().flat_map(|w| w.to_le_bytes()).collect();
     // Unused pointers are never dereferenced; q stands in for them. Splits write only `work`.
@@ -445,7 +485,7 @@ pub fn forward_tiled(
     let Some(w) = work else { return Ok(()) };
     let combine = combine_code(opt.act_dtype());
     let has_sinks = u32::from(opt.sinks.is_some());
-    let params: Vec<u8> = [s.tq, s.hq, s.d, splits, has_sinks].iter().flat_map(|w| w.to_le_bytes()).collect();
+    let params: Vec<u8> = [s.tq, s.hq, s.dv, splits, has_sinks].iter().flat_map(|w| w.to_le_bytes()).collect();
     if s.tq > 65_535 || s.hq > 65_535 {
         return Err(fail(combine.name, format!("shape {s:?}: Tq and Hq up to 65535")));
     }
@@ -551,7 +591,7 @@ mod tests {
     use super::*;
 
     fn shape(batch: u32, tq: u32, hq: u32, hkv: u32, d: u32) -> DecodeShape {
-        DecodeShape { batch, tq, hq, hkv, d, block_size: 16, num_blocks: 64, max_blocks: 8 }
+        DecodeShape { batch, tq, hq, hkv, d, dv: d, v_row: d, block_size: 16, num_blocks: 64, max_blocks: 8 }
     }
 
     /// `splits_for` with the tile the small-tile policy picks.

@@ -1,15 +1,17 @@
 //! Fused attention (flash style: key tiles with an online softmax, the [Tq, Tk] score matrix is
 //! never stored), forward and fused backward.
 //!
-//! Shapes (contiguous): q [B, Tq, Hq, D], k and v [B, Tk, Hkv, D], o [B, Tq, Hq, D], the row
+//! Shapes (contiguous): q [B, Tq, Hq, D], k [B, Tk, Hkv, D], v [B, Tk, Hkv, Dv], o [B, Tq, Hq, Dv]
+//! (Dv = [`Shape::dv`], the value head dim: multi-head latent attention has Dv != D), the row
 //! log-sum-exp lse [B, Hq, Tq] saved for the backward. q, k, v, o, do, dq, dk, dv are stored in
 //! [`Options::dtype`] (f32, f16 or bf16); scores, softmax and accumulation are f32, and lse, delta,
 //! the ALiBi slopes are f32 (the key mask int32). Query head `h` uses kv head `h / G` with
-//! `G = Hq / Hkv` (MHA, GQA, MQA). D ≤ 256.
+//! `G = Hq / Hkv` (MHA, GQA, MQA). D, Dv ≤ 576 (the paged decode: ≤ 256).
 //!
 //! Query `i` (0-based) sits at absolute position `qpos = i + Tk − Tq` (a KV-cache decode step is
 //! Tq = 1). Options: scale; causal (`j ≤ qpos`); key padding mask kmask [B, Tk] int32
-//! (1 keep, 0 masked); sliding window W (`qpos − j < W`, 0 = off); logit softcap c
+//! (1 keep, 0 masked); sliding window W (`qpos − j < W`, 0 = off); chunk C (Llama 4's chunked
+//! attention: `⌊j/C⌋ = ⌊qpos/C⌋`, 0 = off); logit softcap c
 //! (`s → c·tanh(s/c)` after scaling, before masks and ALiBi, 0 = off); ALiBi slopes [Hq]
 //! (`+ slope_h · (j − qpos)`); learned sinks [Hq] f32 (gpt-oss, granite_swa: head h's logit
 //! `s_h` joins every row's softmax denominator and takes no value, so
@@ -37,8 +39,9 @@ use crate::dtype::DType;
 /// lse written for a fully masked query row.
 pub const LSE_MASKED: f32 = -1.0e30;
 
-/// Largest head dimension the kernels support.
-pub const MAX_HEAD_DIM: u32 = 256;
+/// Largest head dimension the fused forward and backward kernels support (DeepSeek's absorbed
+/// MLA head is 512 + 64 = 576).
+pub const MAX_HEAD_DIM: u32 = 576;
 
 const FLAG_CAUSAL: u32 = 1;
 const FLAG_KMASK: u32 = 2;
@@ -55,8 +58,10 @@ pub struct Shape {
     pub tk: u32,
     pub hq: u32,
     pub hkv: u32,
-    /// Head dimension, 1..=256.
+    /// Head dimension of q and k, 1..=256.
     pub d: u32,
+    /// Head dimension of v and o, 1..=256 (`d` but for multi-head latent attention).
+    pub dv: u32,
 }
 
 impl Shape {
@@ -66,6 +71,21 @@ impl Shape {
 
     fn kv_len(&self) -> u64 {
         u64::from(self.batch) * u64::from(self.tk) * u64::from(self.hkv) * u64::from(self.d)
+    }
+
+    /// Elements of o / do `[B, Tq, Hq, Dv]`.
+    fn o_len(&self) -> u64 {
+        u64::from(self.batch) * u64::from(self.tq) * u64::from(self.hq) * u64::from(self.dv)
+    }
+
+    /// Elements of v / dv `[B, Tk, Hkv, Dv]`.
+    fn v_len(&self) -> u64 {
+        u64::from(self.batch) * u64::from(self.tk) * u64::from(self.hkv) * u64::from(self.dv)
+    }
+
+    /// The head dim the kernel variant must hold: the wider of `d` and `dv`.
+    fn d_max(&self) -> u32 {
+        self.d.max(self.dv)
     }
 
     fn lse_len(&self) -> u64 {
@@ -81,6 +101,9 @@ pub struct Options<'a> {
     pub causal: bool,
     /// Sliding window W, 0 = off.
     pub window: u32,
+    /// Chunked attention C (Llama 4), 0 = off: query position p sees key j only when
+    /// `floor(j / C) == floor(p / C)` (with causal: `C·floor(p / C) <= j <= p`).
+    pub chunk: u32,
     /// Logit softcap c, 0 = off.
     pub softcap: f32,
     /// Key padding mask [B, Tk] of int32 (1 keep, 0 masked).
@@ -100,6 +123,7 @@ impl Options<'_> {
             scale: 1.0 / (d.max(1) as f32).sqrt(),
             causal: false,
             window: 0,
+            chunk: 0,
             softcap: 0.0,
             kmask: None,
             alibi: None,
@@ -116,14 +140,14 @@ pub struct Qkv<'a> {
     pub q: BufferView<'a>,
     /// [B, Tk, Hkv, D]
     pub k: BufferView<'a>,
-    /// [B, Tk, Hkv, D]
+    /// [B, Tk, Hkv, Dv]
     pub v: BufferView<'a>,
 }
 
 /// What the forward writes and the backward reads.
 #[derive(Clone, Copy, Debug)]
 pub struct Saved<'a> {
-    /// [B, Tq, Hq, D]
+    /// [B, Tq, Hq, Dv]
     pub o: BufferView<'a>,
     /// [B, Hq, Tq]
     pub lse: BufferView<'a>,
@@ -136,7 +160,7 @@ pub struct Grads<'a> {
     pub dq: BufferView<'a>,
     /// [B, Tk, Hkv, D]
     pub dk: BufferView<'a>,
-    /// [B, Tk, Hkv, D]
+    /// [B, Tk, Hkv, Dv]
     pub dv: BufferView<'a>,
     /// Work buffer [B, Hq, Tq]: receives delta = rowsum(do ⊙ o).
     pub delta: BufferView<'a>,
@@ -152,23 +176,24 @@ fn fail(kernel: &str, message: String) -> VkError {
     VkError::Kernel { kernel: kernel.into(), message }
 }
 
-/// Variant index by head dimension: d64, d128, d256.
+/// Variant index by head dimension: d64, d128, d256, d576.
 fn dim_class(kernel: &str, d: u32) -> Result<usize> {
     match d {
         1..=64 => Ok(0),
         65..=128 => Ok(1),
-        129..=MAX_HEAD_DIM => Ok(2),
+        129..=256 => Ok(2),
+        257..=MAX_HEAD_DIM => Ok(3),
         _ => Err(fail(kernel, format!("head dim {d} outside 1..={MAX_HEAD_DIM}"))),
     }
 }
 
 /// Kernel variants of one attention kernel: `[storage type][head-dim class]` (f32, f16, bf16 ×
-/// d64, d128, d256; see the shaders' variants).
-type Variants = [[&'static KernelCode; 3]; 3];
+/// d64, d128, d256, d576; see the shaders' variants).
+type Variants = [[&'static KernelCode; 4]; 3];
 
 /// Kernel variant by storage type and head dimension; `rows` are the tile rows of each head-dim
 /// class (the same for every storage type).
-fn pick(d: u32, dtype: DType, kernel: &str, codes: &Variants, rows: [u32; 3]) -> Result<Variant> {
+fn pick(d: u32, dtype: DType, kernel: &str, codes: &Variants, rows: [u32; 4]) -> Result<Variant> {
     let class = dim_class(kernel, d)?;
     let by_dtype = match dtype {
         DType::F32 => &codes[0],
@@ -180,29 +205,69 @@ fn pick(d: u32, dtype: DType, kernel: &str, codes: &Variants, rows: [u32; 3]) ->
 
 fn fwd_variant(d: u32, dtype: DType) -> Result<Variant> {
     let codes = [
-        [&code::ATTENTION_FWD_D64, &code::ATTENTION_FWD_D128, &code::ATTENTION_FWD_D256],
-        [&code::ATTENTION_FWD_D64_F16, &code::ATTENTION_FWD_D128_F16, &code::ATTENTION_FWD_D256_F16],
-        [&code::ATTENTION_FWD_D64_BF16, &code::ATTENTION_FWD_D128_BF16, &code::ATTENTION_FWD_D256_BF16],
+        [&code::ATTENTION_FWD_D64, &code::ATTENTION_FWD_D128, &code::ATTENTION_FWD_D256, &code::ATTENTION_FWD_D576],
+        [
+            &code::ATTENTION_FWD_D64_F16,
+            &code::ATTENTION_FWD_D128_F16,
+            &code::ATTENTION_FWD_D256_F16,
+            &code::ATTENTION_FWD_D576_F16,
+        ],
+        [
+            &code::ATTENTION_FWD_D64_BF16,
+            &code::ATTENTION_FWD_D128_BF16,
+            &code::ATTENTION_FWD_D256_BF16,
+            &code::ATTENTION_FWD_D576_BF16,
+        ],
     ];
-    pick(d, dtype, "attention/fwd", &codes, [32, 32, 16])
+    pick(d, dtype, "attention/fwd", &codes, [32, 32, 16, 8])
 }
 
 fn dq_variant(d: u32, dtype: DType) -> Result<Variant> {
     let codes = [
-        [&code::ATTENTION_BWD_DQ_D64, &code::ATTENTION_BWD_DQ_D128, &code::ATTENTION_BWD_DQ_D256],
-        [&code::ATTENTION_BWD_DQ_D64_F16, &code::ATTENTION_BWD_DQ_D128_F16, &code::ATTENTION_BWD_DQ_D256_F16],
-        [&code::ATTENTION_BWD_DQ_D64_BF16, &code::ATTENTION_BWD_DQ_D128_BF16, &code::ATTENTION_BWD_DQ_D256_BF16],
+        [
+            &code::ATTENTION_BWD_DQ_D64,
+            &code::ATTENTION_BWD_DQ_D128,
+            &code::ATTENTION_BWD_DQ_D256,
+            &code::ATTENTION_BWD_DQ_D576,
+        ],
+        [
+            &code::ATTENTION_BWD_DQ_D64_F16,
+            &code::ATTENTION_BWD_DQ_D128_F16,
+            &code::ATTENTION_BWD_DQ_D256_F16,
+            &code::ATTENTION_BWD_DQ_D576_F16,
+        ],
+        [
+            &code::ATTENTION_BWD_DQ_D64_BF16,
+            &code::ATTENTION_BWD_DQ_D128_BF16,
+            &code::ATTENTION_BWD_DQ_D256_BF16,
+            &code::ATTENTION_BWD_DQ_D576_BF16,
+        ],
     ];
-    pick(d, dtype, "attention/bwd_dq", &codes, [32, 16, 8])
+    pick(d, dtype, "attention/bwd_dq", &codes, [32, 16, 8, 4])
 }
 
 fn dkdv_variant(d: u32, dtype: DType) -> Result<Variant> {
     let codes = [
-        [&code::ATTENTION_BWD_DKDV_D64, &code::ATTENTION_BWD_DKDV_D128, &code::ATTENTION_BWD_DKDV_D256],
-        [&code::ATTENTION_BWD_DKDV_D64_F16, &code::ATTENTION_BWD_DKDV_D128_F16, &code::ATTENTION_BWD_DKDV_D256_F16],
-        [&code::ATTENTION_BWD_DKDV_D64_BF16, &code::ATTENTION_BWD_DKDV_D128_BF16, &code::ATTENTION_BWD_DKDV_D256_BF16],
+        [
+            &code::ATTENTION_BWD_DKDV_D64,
+            &code::ATTENTION_BWD_DKDV_D128,
+            &code::ATTENTION_BWD_DKDV_D256,
+            &code::ATTENTION_BWD_DKDV_D576,
+        ],
+        [
+            &code::ATTENTION_BWD_DKDV_D64_F16,
+            &code::ATTENTION_BWD_DKDV_D128_F16,
+            &code::ATTENTION_BWD_DKDV_D256_F16,
+            &code::ATTENTION_BWD_DKDV_D576_F16,
+        ],
+        [
+            &code::ATTENTION_BWD_DKDV_D64_BF16,
+            &code::ATTENTION_BWD_DKDV_D128_BF16,
+            &code::ATTENTION_BWD_DKDV_D256_BF16,
+            &code::ATTENTION_BWD_DKDV_D576_BF16,
+        ],
     ];
-    pick(d, dtype, "attention/bwd_dkdv", &codes, [32, 16, 8])
+    pick(d, dtype, "attention/bwd_dkdv", &codes, [32, 16, 8, 4])
 }
 
 /// Checks that `v` holds `elems` f32 (or int32) values.
@@ -228,14 +293,15 @@ fn check_shape(kernel: &str, s: &Shape, opt: &Options<'_>) -> Result<()> {
         return Err(fail(kernel, format!("empty shape {s:?}")));
     }
     dim_class(kernel, s.d)?;
+    dim_class(kernel, s.dv)?;
     if !s.hq.is_multiple_of(s.hkv) {
         return Err(fail(kernel, format!("hq {} is not a multiple of hkv {}", s.hq, s.hkv)));
     }
     if s.q_len().max(s.kv_len()) >= 1 << 32 || s.batch > MAX_GROUPS || s.hq > MAX_GROUPS {
         return Err(fail(kernel, format!("shape {s:?} too large (2^32 elements per tensor, 65535 batch/heads)")));
     }
-    if s.tq.max(s.tk) > i32::MAX as u32 / 2 || opt.window > i32::MAX as u32 / 2 {
-        return Err(fail(kernel, "lengths or window beyond 2^30".into()));
+    if s.tq.max(s.tk) > i32::MAX as u32 / 2 || opt.window.max(opt.chunk) > i32::MAX as u32 / 2 {
+        return Err(fail(kernel, "lengths, window or chunk beyond 2^30".into()));
     }
     if !(opt.softcap >= 0.0 && opt.softcap.is_finite()) {
         return Err(fail(kernel, format!("softcap {} is not a finite value >= 0", opt.softcap)));
@@ -255,11 +321,11 @@ fn check_shape(kernel: &str, s: &Shape, opt: &Options<'_>) -> Result<()> {
 fn check_qkv(kernel: &str, s: &Shape, x: &Qkv<'_>, dt: DType) -> Result<()> {
     check_view_of(kernel, "q [B, Tq, Hq, D]", &x.q, s.q_len(), dt)?;
     check_view_of(kernel, "k [B, Tk, Hkv, D]", &x.k, s.kv_len(), dt)?;
-    check_view_of(kernel, "v [B, Tk, Hkv, D]", &x.v, s.kv_len(), dt)
+    check_view_of(kernel, "v [B, Tk, Hkv, Dv]", &x.v, s.v_len(), dt)
 }
 
 fn check_saved(kernel: &str, s: &Shape, saved: &Saved<'_>, dt: DType) -> Result<()> {
-    check_view_of(kernel, "o [B, Tq, Hq, D]", &saved.o, s.q_len(), dt)?;
+    check_view_of(kernel, "o [B, Tq, Hq, Dv]", &saved.o, s.o_len(), dt)?;
     check_view(kernel, "lse [B, Hq, Tq]", &saved.lse, s.lse_len())
 }
 
@@ -273,7 +339,7 @@ fn grid(kernel: &str, n: u32, rows: u32, heads: u32, batch: u32) -> Result<[u32;
 }
 
 /// The scalar tail of every attention push block: tq, tk, hq, hkv, d, flags, window, scale,
-/// softcap.
+/// softcap, dv, chunk.
 fn params(s: &Shape, opt: &Options<'_>) -> Vec<u8> {
     let mut flags = 0;
     if opt.causal {
@@ -288,16 +354,16 @@ fn params(s: &Shape, opt: &Options<'_>) -> Vec<u8> {
     if opt.sinks.is_some() {
         flags |= FLAG_SINKS;
     }
-    [s.tq, s.tk, s.hq, s.hkv, s.d, flags, opt.window, opt.scale.to_bits(), opt.softcap.to_bits()]
+    [s.tq, s.tk, s.hq, s.hkv, s.d, flags, opt.window, opt.scale.to_bits(), opt.softcap.to_bits(), s.dv, opt.chunk]
         .iter()
         .flat_map(|w| w.to_le_bytes())
         .collect()
 }
 
 /// Forward: `o = softmax(score(q kᵀ) + masks) v` and `lse` (row log-sum-exp), from q
-/// [B, Tq, Hq, D], k, v [B, Tk, Hkv, D] into o [B, Tq, Hq, D], lse [B, Hq, Tq].
+/// [B, Tq, Hq, D], k [B, Tk, Hkv, D], v [B, Tk, Hkv, Dv] into o [B, Tq, Hq, Dv], lse [B, Hq, Tq].
 pub fn forward(rec: &mut Recorder, x: &Qkv<'_>, out: &Saved<'_>, s: &Shape, opt: &Options<'_>) -> Result<()> {
-    let var = fwd_variant(s.d, opt.dtype)?;
+    let var = fwd_variant(s.d_max(), opt.dtype)?;
     let name = var.code.name;
     check_shape(name, s, opt)?;
     check_qkv(name, s, x, opt.dtype)?;
@@ -318,7 +384,7 @@ pub fn forward(rec: &mut Recorder, x: &Qkv<'_>, out: &Saved<'_>, s: &Shape, opt:
 }
 
 /// Backward of [`forward`]: from q, k, v, the forward's o and lse, and `d_o` = dL/do
-/// [B, Tq, Hq, D], writes dq [B, Tq, Hq, D], dk, dv [B, Tk, Hkv, D] (summed over the query heads
+/// [B, Tq, Hq, Dv], writes dq [B, Tq, Hq, D], dk [B, Tk, Hkv, D], dv [B, Tk, Hkv, Dv] (summed over the query heads
 /// of each kv head) and the work buffer delta [B, Hq, Tq]. Two dispatches: `bwd_dq`, `bwd_dkdv`.
 /// With sinks the same kernels run on the sink-aware lse; [`sinks::backward`] adds ds.
 pub fn backward(
@@ -331,16 +397,16 @@ pub fn backward(
     opt: &Options<'_>,
 ) -> Result<()> {
     let dt = opt.dtype;
-    let dq_var = dq_variant(s.d, dt)?;
-    let dkdv_var = dkdv_variant(s.d, dt)?;
+    let dq_var = dq_variant(s.d_max(), dt)?;
+    let dkdv_var = dkdv_variant(s.d_max(), dt)?;
     for name in [dq_var.code.name, dkdv_var.code.name] {
         check_shape(name, s, opt)?;
         check_qkv(name, s, x, dt)?;
         check_saved(name, s, saved, dt)?;
-        check_view_of(name, "do [B, Tq, Hq, D]", &d_o, s.q_len(), dt)?;
+        check_view_of(name, "do [B, Tq, Hq, Dv]", &d_o, s.o_len(), dt)?;
         check_view_of(name, "dq [B, Tq, Hq, D]", &g.dq, s.q_len(), dt)?;
         check_view_of(name, "dk [B, Tk, Hkv, D]", &g.dk, s.kv_len(), dt)?;
-        check_view_of(name, "dv [B, Tk, Hkv, D]", &g.dv, s.kv_len(), dt)?;
+        check_view_of(name, "dv [B, Tk, Hkv, Dv]", &g.dv, s.v_len(), dt)?;
         check_view(name, "delta [B, Hq, Tq]", &g.delta, s.lse_len())?;
     }
     let p = params(s, opt);

@@ -1,6 +1,6 @@
 //! f64 reference of fused attention: naive `softmax(score(Q Kᵀ) + masks) V` with every option of
-//! the GPU kernels, and its backward. Shapes as in [`super`]: q [B, Tq, Hq, D], k, v
-//! [B, Tk, Hkv, D], o [B, Tq, Hq, D], lse [B, Hq, Tq].
+//! the GPU kernels, and its backward. Shapes as in [`super`]: q [B, Tq, Hq, D], k [B, Tk, Hkv, D],
+//! v [B, Tk, Hkv, Dv], o [B, Tq, Hq, Dv], lse [B, Hq, Tq].
 
 /// Sizes of one attention call (query head `h` uses kv head `h / (hq / hkv)`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -11,17 +11,29 @@ pub struct Shape {
     pub hq: usize,
     pub hkv: usize,
     pub d: usize,
+    /// Value / output head dim (`d` but for multi-head latent attention).
+    pub dv: usize,
 }
 
 impl Shape {
-    /// Elements of q / o.
+    /// Elements of q.
     pub fn q_len(&self) -> usize {
         self.batch * self.tq * self.hq * self.d
     }
 
-    /// Elements of k / v.
+    /// Elements of k.
     pub fn kv_len(&self) -> usize {
         self.batch * self.tk * self.hkv * self.d
+    }
+
+    /// Elements of o.
+    pub fn o_len(&self) -> usize {
+        self.batch * self.tq * self.hq * self.dv
+    }
+
+    /// Elements of v.
+    pub fn v_len(&self) -> usize {
+        self.batch * self.tk * self.hkv * self.dv
     }
 
     /// Elements of lse.
@@ -39,6 +51,8 @@ pub struct Options<'a> {
     pub causal: bool,
     /// Sliding window `W` (0 = off): key `j` visible only if `qpos − j < W`.
     pub window: usize,
+    /// Chunk `C` (0 = off): key `j` visible only if `⌊j/C⌋ = ⌊qpos/C⌋` (floor, qpos may be < 0).
+    pub chunk: usize,
     /// Logit softcap `c` (0 = off): `s → c·tanh(s/c)`, after scaling, before masks and ALiBi.
     pub softcap: f64,
     /// Key padding mask [B, Tk]: 1 keep, 0 masked.
@@ -56,6 +70,7 @@ impl Options<'_> {
             scale: 1.0 / (d as f64).sqrt(),
             causal: false,
             window: 0,
+            chunk: 0,
             softcap: 0.0,
             kmask: None,
             slopes: None,
@@ -74,6 +89,9 @@ fn visible(s: &Shape, opt: &Options<'_>, b: usize, i: usize, j: usize) -> bool {
         return false;
     }
     if opt.window > 0 && qpos - j >= opt.window as i64 {
+        return false;
+    }
+    if opt.chunk > 0 && qpos.div_euclid(opt.chunk as i64) != j.div_euclid(opt.chunk as i64) {
         return false;
     }
     if let Some(m) = opt.kmask {
@@ -106,6 +124,15 @@ fn qi(s: &Shape, b: usize, i: usize, h: usize) -> usize {
 
 fn kj(s: &Shape, b: usize, j: usize, hk: usize) -> usize {
     ((b * s.tk + j) * s.hkv + hk) * s.d
+}
+
+/// Offsets of o row (b, i, h) and v row (b, j, hk): the q/k offsets at head width Dv.
+fn oi(s: &Shape, b: usize, i: usize, h: usize) -> usize {
+    ((b * s.tq + i) * s.hq + h) * s.dv
+}
+
+fn vj(s: &Shape, b: usize, j: usize, hk: usize) -> usize {
+    ((b * s.tk + j) * s.hkv + hk) * s.dv
 }
 
 fn dot(a: &[f64], b: &[f64]) -> f64 {
@@ -144,10 +171,10 @@ fn row(
     (p, dcap, m + l.ln())
 }
 
-/// Forward: returns (o [B, Tq, Hq, D], lse [B, Hq, Tq]).
+/// Forward: returns (o [B, Tq, Hq, Dv], lse [B, Hq, Tq]).
 pub fn forward(q: &[f64], k: &[f64], v: &[f64], s: &Shape, opt: &Options<'_>) -> (Vec<f64>, Vec<f64>) {
-    let d = s.d;
-    let mut o = vec![0.0; s.q_len()];
+    let dv = s.dv;
+    let mut o = vec![0.0; s.o_len()];
     let mut lse = vec![0.0; s.lse_len()];
     for b in 0..s.batch {
         for h in 0..s.hq {
@@ -155,10 +182,10 @@ pub fn forward(q: &[f64], k: &[f64], v: &[f64], s: &Shape, opt: &Options<'_>) ->
             for i in 0..s.tq {
                 let (p, _, l) = row(s, opt, q, k, (b, h, i));
                 lse[(b * s.hq + h) * s.tq + i] = l;
-                let out = &mut o[qi(s, b, i, h)..][..d];
+                let out = &mut o[oi(s, b, i, h)..][..dv];
                 for (j, pj) in p.iter().enumerate() {
                     if let Some(pj) = pj {
-                        for (od, vd) in out.iter_mut().zip(&v[kj(s, b, j, hk)..][..d]) {
+                        for (od, vd) in out.iter_mut().zip(&v[vj(s, b, j, hk)..][..dv]) {
                             *od += pj * vd;
                         }
                     }
@@ -179,19 +206,19 @@ pub fn backward(
     s: &Shape,
     opt: &Options<'_>,
 ) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
-    let d = s.d;
+    let (d, dvw) = (s.d, s.dv);
     let mut dq = vec![0.0; s.q_len()];
     let mut dk = vec![0.0; s.kv_len()];
-    let mut dv = vec![0.0; s.kv_len()];
+    let mut dv = vec![0.0; s.v_len()];
     for b in 0..s.batch {
         for h in 0..s.hq {
             let hk = h / (s.hq / s.hkv);
             for i in 0..s.tq {
                 let (p, dcap, _) = row(s, opt, q, k, (b, h, i));
                 let qo = qi(s, b, i, h);
-                let dov = &do_[qo..][..d];
+                let dov = &do_[oi(s, b, i, h)..][..dvw];
                 // dP_j = do·v_j; D_i = Σ_j P_j dP_j (= do·o); dS_j = P_j (dP_j − D_i) · dcap_j
-                let dp: Vec<f64> = (0..s.tk).map(|j| dot(dov, &v[kj(s, b, j, hk)..][..d])).collect();
+                let dp: Vec<f64> = (0..s.tk).map(|j| dot(dov, &v[vj(s, b, j, hk)..][..dvw])).collect();
                 let di: f64 = p.iter().zip(&dp).filter_map(|(p, dp)| p.map(|p| p * dp)).sum();
                 for (j, pj) in p.iter().enumerate() {
                     let Some(pj) = *pj else { continue };
@@ -200,7 +227,10 @@ pub fn backward(
                     for x in 0..d {
                         dq[qo + x] += opt.scale * ds * k[ko + x];
                         dk[ko + x] += opt.scale * ds * q[qo + x];
-                        dv[ko + x] += pj * dov[x];
+                    }
+                    let vo = vj(s, b, j, hk);
+                    for x in 0..dvw {
+                        dv[vo + x] += pj * dov[x];
                     }
                 }
             }
@@ -220,11 +250,11 @@ pub fn sinks_backward(q: &[f64], k: &[f64], v: &[f64], do_: &[f64], s: &Shape, o
             let hk = h / (s.hq / s.hkv);
             for i in 0..s.tq {
                 let (p, _, lse) = row(s, opt, q, k, (b, h, i));
-                let dov = &do_[qi(s, b, i, h)..][..s.d];
+                let dov = &do_[oi(s, b, i, h)..][..s.dv];
                 let di: f64 = p
                     .iter()
                     .enumerate()
-                    .filter_map(|(j, pj)| pj.map(|pj| pj * dot(dov, &v[kj(s, b, j, hk)..][..s.d])))
+                    .filter_map(|(j, pj)| pj.map(|pj| pj * dot(dov, &v[vj(s, b, j, hk)..][..s.dv])))
                     .sum();
                 *dsh -= (sinks[h] - lse).exp() * di;
             }

@@ -10,9 +10,10 @@
 //! o_h = softmax(scale · q_h·k_hᵀ + mask) · v_h;   out = o_proj(o [B·T, H·Dv])
 //! ```
 //!
-//! The fused attention kernels take one head size D for q, k and v; MLA runs them on
-//! `D = max(Dn + Dr, Dv)` with the shorter side zero-padded: zero columns add nothing to a score
-//! or to an output, and the padded output columns are dropped, so values and gradients are exact.
+//! The fused attention kernels take q, k of `Dn + Dr` columns and v, o of `Dv` (training and
+//! uncached forwards). The paged cache holds one head size, so a cached forward over full K/V
+//! runs them on `D = max(Dn + Dr, Dv)` with the shorter side zero-padded: zero columns add nothing
+//! to a score or to an output, and the padded output columns are dropped, so values are exact.
 //! Column splits, joins and pads are products with constant 0/1 matrices (`moved`): each output
 //! column is one input column or zero, exact in f32 (and in 16-bit storage, whose attention and
 //! projections round the same values anyway), with the backward `dx = dy · Pᵀ` moving the
@@ -82,9 +83,11 @@ pub(super) fn attention(
     inp: &Inputs<'_>,
     (b, t): (usize, usize),
 ) -> Result<Tensor> {
-    let (heads, d) = (a.heads, a.head_dim);
     let (dn, dr, dv, l) = (m.nope_dim, m.rope_dim, m.v_dim, m.kv_lora_rank);
+    let heads = a.heads;
     let dqk = dn + dr;
+    // Head widths of q/k and of v/o: exact without a cache, padded to the cache's one head size.
+    let (d, dvw) = if inp.cache.is_some() { (a.head_dim, a.head_dim) } else { (dqk, dv) };
     let mut q = query(g, spec, w, m, i, h)?;
     if let Some((beta, original)) = a.q_position_scale {
         // Llama 4's query scale (Mistral 4), per row of q [B·T, H·(Dn+Dr)] in (b, t) order:
@@ -108,16 +111,17 @@ pub(super) fn attention(
         return project(g, w, &spec.layer_names.o, i, &o, a.out_bias);
     }
     let kv = project(g, w, &m.names.kv_b, i, &latent, false)?;
-    // Heads of D columns: [nope | rope | zeros] for q and k, [v | zeros] for v.
+    // Heads of d columns: [nope | rope (| zeros)] for q and k, dvw for v: [v (| zeros)].
     let q_nope = moved(g, inp, &q, (dqk, d), &[(0, 0, dn)])?;
     let q = broadcast::add(g, &q_nope, &moved(g, inp, &q_rot, (dr, d), &[(0, dn, dr)])?)?;
     let q = shape::reshape(g, &q, &[b, t, heads, d])?;
     let k_nope = shape::reshape(g, &moved(g, inp, &kv, (dn + dv, d), &[(0, 0, dn)])?, &[b, t, heads, d])?;
     let k_shared = shape::reshape(g, &moved(g, inp, &k_rot, (dr, d), &[(0, dn, dr)])?, &[b, t, 1, d])?;
     let k = broadcast::add(g, &k_nope, &k_shared)?;
-    let v = shape::reshape(g, &moved(g, inp, &kv, (dn + dv, d), &[(dn, 0, dv)])?, &[b, t, heads, d])?;
+    let v = shape::reshape(g, &moved(g, inp, &kv, (dn + dv, dvw), &[(dn, 0, dv)])?, &[b, t, heads, dvw])?;
     let o = attend(g, (a, w), i, (&q, &k, &v), inp)?;
-    let o = shape::reshape(g, &moved(g, inp, &o, (d, dv), &[(0, 0, dv)])?, &[b * t, heads * dv])?;
+    let o = if dvw == dv { o } else { moved(g, inp, &o, (dvw, dv), &[(0, 0, dv)])? };
+    let o = shape::reshape(g, &o, &[b * t, heads * dv])?;
     project(g, w, &spec.layer_names.o, i, &o, a.out_bias)
 }
 

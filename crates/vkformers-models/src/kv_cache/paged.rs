@@ -183,6 +183,8 @@ impl LayerPool {
             hq: qs[2] as u32,
             hkv: self.kv_heads as u32,
             d: self.head_dim as u32,
+            dv: self.head_dim as u32,
+            v_row: self.head_dim as u32,
             block_size: block_size as u32,
             num_blocks: (pk.shape()[0] / block_size) as u32,
             max_blocks: st.max_blocks as u32,

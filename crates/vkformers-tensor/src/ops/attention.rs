@@ -1,5 +1,6 @@
 //! Fused (flash-style) attention with its fused backward.
-//! q `[B, Tq, Hq, D]`, k and v `[B, Tk, Hkv, D]` (GQA: Hq a multiple of Hkv) -> o `[B, Tq, Hq, D]`,
+//! q `[B, Tq, Hq, D]`, k `[B, Tk, Hkv, D]` and v `[B, Tk, Hkv, Dv]` (GQA: Hq a multiple of Hkv;
+//! Dv != D for multi-head latent attention) -> o `[B, Tq, Hq, Dv]`,
 //! `o = softmax(scale · q kᵀ (softcapped) + ALiBi + masks) · v`; the row log-sum-exp is saved
 //! for the backward, which recomputes the probabilities tile by tile. Learned sinks `[Hq]` (a
 //! per-head logit in every row's softmax denominator, with no value) get their gradient too.
@@ -35,12 +36,12 @@ impl Default for AttnOptions {
     }
 }
 
-fn shape_of(q: &Tensor, kt: &Tensor) -> Result<Shape> {
-    let (qs, ks) = (q.shape(), kt.shape());
-    if qs.len() != 4 || ks.len() != 4 {
+fn shape_of(q: &Tensor, kt: &Tensor, v: &Tensor) -> Result<Shape> {
+    let (qs, ks, vs) = (q.shape(), kt.shape(), v.shape());
+    if qs.len() != 4 || ks.len() != 4 || vs.len() != 4 || vs[..3] != ks[..3] {
         return Err(VkError::Kernel {
             kernel: "attention".into(),
-            message: format!("q {qs:?} and k {ks:?} must be [B, T, H, D]"),
+            message: format!("q {qs:?}, k {ks:?} must be [B, T, H, D] and v {vs:?} [B, Tk, Hkv, Dv]"),
         });
     }
     Ok(Shape {
@@ -50,12 +51,14 @@ fn shape_of(q: &Tensor, kt: &Tensor) -> Result<Shape> {
         d: qs[3] as u32,
         tk: ks[1] as u32,
         hkv: ks[2] as u32,
+        dv: vs[3] as u32,
     })
 }
 
 /// `sinks` is the f32 copy of the options' sinks (the kernels read f32).
-fn kernel_options<'a>(o: &'a AttnOptions, sinks: Option<&'a Tensor>, d: u32) -> k::Options<'a> {
+fn kernel_options<'a>(o: &'a AttnOptions, sinks: Option<&'a Tensor>, d: u32, chunk: u32) -> k::Options<'a> {
     let mut ko = k::Options::new(d);
+    ko.chunk = chunk;
     if let Some(s) = o.scale {
         ko.scale = s;
     }
@@ -93,30 +96,46 @@ fn attention_dtype(g: &Graph<'_>, q: &Tensor, kt: &Tensor, v: &Tensor) -> Result
 
 /// True when attention in `dt` runs on the cooperative-matrix-2 kernels (16-bit storage on a
 /// device that has them); `VKFORMERS_ATTENTION=fma` keeps the FMA kernels, for comparisons.
-fn on_tensor_cores(caps: &vkformers_vk::Caps, dt: DType, d: u32) -> bool {
+/// A value head dim other than the q/k one (MLA) keeps the FMA kernels too.
+fn on_tensor_cores(caps: &vkformers_vk::Caps, dt: DType, s: &Shape) -> bool {
     static FORCE_FMA: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let fma = *FORCE_FMA.get_or_init(|| std::env::var("VKFORMERS_ATTENTION").is_ok_and(|v| v == "fma"));
-    dt != DType::F32 && !fma && k::coopmat2::supported(caps, dt, d)
+    dt != DType::F32 && !fma && s.dv == s.d && k::coopmat2::supported(caps, dt, s.d)
 }
 
 /// Fused attention; gradients flow to q, k, v and the sinks. Under autocast f32 q, k, v are read as
 /// 16-bit copies and o is returned in f32 (the kernels keep f32 softmax statistics).
 pub fn attention(g: &Graph<'_>, q: &Tensor, kt: &Tensor, v: &Tensor, opts: &AttnOptions) -> Result<Tensor> {
-    let s = shape_of(q, kt)?;
+    attention_chunked(g, q, kt, v, opts, 0)
+}
+
+/// [`attention`] with Llama 4's chunked mask on top of `opts`: query position p sees key j only
+/// when `floor(j / chunk) == floor(p / chunk)` (`chunk` 0 = off).
+pub fn attention_chunked(
+    g: &Graph<'_>,
+    q: &Tensor,
+    kt: &Tensor,
+    v: &Tensor,
+    opts: &AttnOptions,
+    chunk: u32,
+) -> Result<Tensor> {
+    let s = shape_of(q, kt, v)?;
+    // o [B, Tq, Hq, Dv]
+    let o_shape = [q.shape()[0], q.shape()[1], q.shape()[2], v.shape()[3]];
     let dt = attention_dtype(g, q, kt, v)?;
     let (q16, k16, v16) = (autocast_copy(g, q, dt)?, autocast_copy(g, kt, dt)?, autocast_copy(g, v, dt)?);
     let out_dtype = if q.dtype() == DType::F32 { DType::F32 } else { dt };
-    let o = g.output_as(q.shape(), out_dtype, &[q, kt, v])?;
-    let o16 = if out_dtype == dt { o.clone() } else { g.empty_as(q.shape(), dt)? };
+    let o = g.output_as(&o_shape, out_dtype, &[q, kt, v])?;
+    let o16 = if out_dtype == dt { o.clone() } else { g.empty_as(&o_shape, dt)? };
     let lse = g.empty(&[s.batch as usize, s.hq as usize, s.tq as usize])?;
     // A tape cast, so a 16-bit sinks parameter gets its gradient back in its own type.
     let sinks = opts.sinks.as_ref().map(|t| super::cast::cast(g, t, DType::F32)).transpose()?;
     g.record(|rec| {
-        let mut ko = kernel_options(opts, sinks.as_ref(), s.d);
+        let mut ko = kernel_options(opts, sinks.as_ref(), s.d, chunk);
         ko.dtype = dt;
         let (qkv, saved) =
             (Qkv { q: q16.view(), k: k16.view(), v: v16.view() }, Saved { o: o16.view(), lse: lse.view() });
-        if on_tensor_cores(rec.caps(), dt, s.d) {
+        if on_tensor_cores(rec.caps(), dt, &s) {
             k::coopmat2::forward_cm2(rec, &qkv, &saved, &s, &ko)?;
         } else {
             k::forward(rec, &qkv, &saved, &s, &ko)?;
@@ -146,7 +165,7 @@ pub fn attention(g: &Graph<'_>, q: &Tensor, kt: &Tensor, v: &Tensor, opts: &Attn
             let dv = g.empty_as(v16.shape(), dt)?;
             let delta = g.empty(lse.shape())?;
             // GQA partial sums of dk/dv on the tensor-core path (none elsewhere).
-            let scratch_len = if on_tensor_cores(g.ctx().caps(), dt, s.d) {
+            let scratch_len = if on_tensor_cores(g.ctx().caps(), dt, &s) {
                 k::coopmat2::backward_scratch_len(&s, dt)? as usize
             } else {
                 0
@@ -154,12 +173,12 @@ pub fn attention(g: &Graph<'_>, q: &Tensor, kt: &Tensor, v: &Tensor, opts: &Attn
             let scratch = (scratch_len > 0).then(|| g.empty(&[scratch_len])).transpose()?;
             let dsinks = sinks.as_ref().map(|t| g.empty(t.shape())).transpose()?;
             g.record(|rec| {
-                let mut ko = kernel_options(&opts, sinks.as_ref(), s.d);
+                let mut ko = kernel_options(&opts, sinks.as_ref(), s.d, chunk);
                 ko.dtype = dt;
                 let qkv = Qkv { q: q16.view(), k: k16.view(), v: v16.view() };
                 let saved = Saved { o: os.view(), lse: lse.view() };
                 let grads = Grads { dq: dq.view(), dk: dk.view(), dv: dv.view(), delta: delta.view() };
-                if on_tensor_cores(rec.caps(), dt, s.d) {
+                if on_tensor_cores(rec.caps(), dt, &s) {
                     let scratch = scratch.as_ref().map(|t| t.view());
                     k::coopmat2::backward_cm2(rec, &qkv, &saved, do16.view(), &grads, scratch, &s, &ko)?;
                 } else {
