@@ -24,13 +24,18 @@ with open(f"{work}/data.jsonl", "w") as f:
         f.write(json.dumps({"input_ids": [rng.randrange(3, 32000) for _ in range(seq)]}) + "\n")
 PY
 common=(train --init-from-config "$work/config.json" --data "$work/data.jsonl" --seq-len "$seq"
-        --max-steps "$steps" --no-shuffle --lr 1e-4 --seed 0 "$@")
+        --max-steps "$steps" --no-shuffle --lr 1e-4 --seed 0)
+# Extra flags go to both runs, except `--zero N`, which only an mpirun job takes.
+extra=("$@") single=()
+for ((i = 0; i < ${#extra[@]}; i++)); do
+  if [ "${extra[i]}" = --zero ]; then i=$((i + 1)); else single+=("${extra[i]}"); fi
+done
 echo "== 1 process, batch $((b * ranks))"
-"$vk" "${common[@]}" --out "$work/one" --batch-size "$((b * ranks))" 2>&1 | grep -E "^step|loss .* ->" | tail -3
+"$vk" "${common[@]}" ${single[@]+"${single[@]}"} --out "$work/one" --batch-size "$((b * ranks))" 2>&1 | grep -E "^step|loss .* ->" | tail -3
 echo "== mpirun -n $ranks, batch $b per rank"
 # VKFORMERS_DIST_OVERLAP=0 in the environment: every bucket reduced after backward (comparison).
 fwd=(-x "VKFORMERS_DIST_OVERLAP=${VKFORMERS_DIST_OVERLAP:-1}")
-mpirun --allow-run-as-root --oversubscribe --bind-to none "${fwd[@]}" -n "$ranks" "$vk" "${common[@]}" --out "$work/dp" \
+mpirun --allow-run-as-root --oversubscribe --bind-to none "${fwd[@]}" -n "$ranks" "$vk" "${common[@]}" ${extra[@]+"${extra[@]}"} --out "$work/dp" \
   --batch-size "$b" 2>&1 | grep -E "^step|loss .* ->|communication|optimizer state|error" | tail -6
 python3 - "$work" <<'PY'
 import json, sys
