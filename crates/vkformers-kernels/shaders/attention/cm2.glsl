@@ -4,18 +4,7 @@
 //
 // ELEM is the 16-bit storage type of q, k, v, o, do and the gradients, and the operand type of
 // every matrix product; accumulators, softmax and lse/delta are f32.
-#extension GL_KHR_cooperative_matrix : require
-#extension GL_NV_cooperative_matrix2 : require
-#extension GL_KHR_memory_scope_semantics : require
-#extension GL_EXT_shader_explicit_arithmetic_types : require
-#extension GL_EXT_shader_16bit_storage : require
-#extension GL_EXT_control_flow_attributes : require
-#ifdef ELEM_BF16
-#extension GL_EXT_bfloat16 : require
-#define ELEM bfloat16_t
-#else
-#define ELEM float16_t
-#endif
+#include "cm2_elem.glsl"
 #include "common.glsl"
 #include "attention/attention.glsl"
 

@@ -4,18 +4,7 @@
 // clamp-to-zero bounds end at the expert's last slot (so a tile never reads the next expert's
 // rows, and stores past it are dropped); f16 or bf16 operands (both the same), f32
 // accumulation, f32 output. The K loop is ascending: a fixed reduction order.
-#extension GL_KHR_cooperative_matrix : require
-#extension GL_NV_cooperative_matrix2 : require
-#extension GL_KHR_memory_scope_semantics : require
-#extension GL_EXT_shader_explicit_arithmetic_types : require
-#extension GL_EXT_shader_16bit_storage : require
-#extension GL_EXT_control_flow_attributes : require
-#ifdef ELEM_BF16
-#extension GL_EXT_bfloat16 : require
-#define ELEM bfloat16_t
-#else
-#define ELEM float16_t
-#endif
+#include "cm2_elem.glsl"
 #include "common.glsl"
 #include "moe/moe.glsl"
 
