@@ -19,24 +19,12 @@ fn grouped_matmul_matches_reference_with_gradients() {
         let g = Graph::new(ctx);
         let choice = moe::topk(&g, &g.constant(&scores, &[tokens, experts])?, k)?;
         let groups = moe::group(&g, &choice.ids, experts)?;
-        // Slot s's expert by the host reference of the choice and grouping (tested against the
-        // device's in the kernel tests).
-        let (ids, ..) = reference::topk(&f64s(&scores), experts, k);
-        let slot_expert: Vec<usize> = reference::group(&ids, experts, k).2.iter().map(|&e| e as usize).collect();
+        let slot_expert = slot_experts(&scores, experts, k);
         let (x, w) = (g.parameter(&xv, &[tokens * k, inp])?, g.parameter(&wv, &[experts * inp, out])?);
         let y = moe::grouped_matmul(&g, &x, &w, &groups)?;
         g.backward(&reduce::sum(&g, &broadcast::mul(&g, &y, &g.constant(&cv, &[tokens * k, out])?)?)?)?;
-        let (mut want, mut dx, mut dw) = (vec![0.0; cv.len()], vec![0.0; xv.len()], vec![0.0; wv.len()]);
-        for (s, &e) in slot_expert.iter().enumerate() {
-            for o in 0..out {
-                for i in 0..inp {
-                    let (xi, wi, yi) = (s * inp + i, (e * inp + i) * out + o, s * out + o);
-                    want[yi] += f64::from(xv[xi]) * f64::from(wv[wi]);
-                    dx[xi] += f64::from(cv[yi]) * f64::from(wv[wi]);
-                    dw[wi] += f64::from(xv[xi]) * f64::from(cv[yi]);
-                }
-            }
-        }
+        let w_at = |e: usize, i: usize, o: usize| (e * inp + i) * out + o;
+        let [want, dx, dw] = reference_products(&slot_expert, (&xv, &wv, &cv), (inp, out), w_at);
         assert_close("y", &g.read(&y)?, &want, TOL_F32);
         assert_close("dx", &g.read(&x.grad().expect("dx"))?, &dx, TOL_F32);
         assert_close("dw", &g.read(&w.grad().expect("dw"))?, &dw, TOL_F32);
@@ -67,25 +55,44 @@ fn grouped_linear_under_bf16_autocast_matches_reference() {
         g.set_autocast(Some(DType::BF16));
         let choice = moe::topk(&g, &g.constant(&scores, &[tokens, experts])?, k)?;
         let groups = moe::group(&g, &choice.ids, experts)?;
-        let (ids, ..) = reference::topk(&f64s(&scores), experts, k);
-        let slot_expert: Vec<usize> = reference::group(&ids, experts, k).2.iter().map(|&e| e as usize).collect();
+        let slot_expert = slot_experts(&scores, experts, k);
         let (x, w) = (g.parameter(&xv, &[tokens * k, inp])?, g.parameter(&wv, &[experts * out, inp])?);
         let y = moe::grouped_linear(&g, &x, &w, &groups)?;
         g.backward(&reduce::sum(&g, &broadcast::mul(&g, &y, &g.constant(&cv, &[tokens * k, out])?)?)?)?;
-        let (mut want, mut dx, mut dw) = (vec![0.0; cv.len()], vec![0.0; xv.len()], vec![0.0; wv.len()]);
-        for (s, &e) in slot_expert.iter().enumerate() {
-            for o in 0..out {
-                for i in 0..inp {
-                    let (xi, wi, yi) = (s * inp + i, (e * out + o) * inp + i, s * out + o);
-                    want[yi] += f64::from(xv[xi]) * f64::from(wv[wi]);
-                    dx[xi] += f64::from(cv[yi]) * f64::from(wv[wi]);
-                    dw[wi] += f64::from(xv[xi]) * f64::from(cv[yi]);
-                }
-            }
-        }
+        let w_at = |e: usize, i: usize, o: usize| (e * out + o) * inp + i;
+        let [want, dx, dw] = reference_products(&slot_expert, (&xv, &wv, &cv), (inp, out), w_at);
         assert_close("y", &g.read(&y)?, &want, TOL_F32);
         assert_close("dx", &g.read(&x.grad().expect("dx"))?, &dx, TOL_F32);
         assert_close("dw", &g.read(&w.grad().expect("dw"))?, &dw, TOL_F32);
         Ok(())
     });
+}
+
+/// Each slot's expert, by the host reference of the router's choice and the grouping (tested
+/// against the device's in the kernel tests).
+fn slot_experts(scores: &[f32], experts: usize, k: usize) -> Vec<usize> {
+    let (ids, ..) = reference::topk(&f64s(scores), experts, k);
+    reference::group(&ids, experts, k).2.iter().map(|&e| e as usize).collect()
+}
+
+/// The f64 reference of `y[s] = x[s] · W_e` (e = slot s's expert) and of its gradients for the
+/// upstream `c`: `[y, dx, dw]`; `w_at(e, i, o)` is where `W_e[i, o]` sits in `w`.
+fn reference_products(
+    slot_expert: &[usize],
+    (xv, wv, cv): (&[f32], &[f32], &[f32]),
+    (inp, out): (usize, usize),
+    w_at: impl Fn(usize, usize, usize) -> usize,
+) -> [Vec<f64>; 3] {
+    let (mut want, mut dx, mut dw) = (vec![0.0; cv.len()], vec![0.0; xv.len()], vec![0.0; wv.len()]);
+    for (s, &e) in slot_expert.iter().enumerate() {
+        for o in 0..out {
+            for i in 0..inp {
+                let (xi, wi, yi) = (s * inp + i, w_at(e, i, o), s * out + o);
+                want[yi] += f64::from(xv[xi]) * f64::from(wv[wi]);
+                dx[xi] += f64::from(cv[yi]) * f64::from(wv[wi]);
+                dw[wi] += f64::from(xv[xi]) * f64::from(cv[yi]);
+            }
+        }
+    }
+    [want, dx, dw]
 }
