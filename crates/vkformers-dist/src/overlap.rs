@@ -72,24 +72,32 @@ fn vk_err(e: String) -> vkformers_tensor::VkError {
     vkformers_tensor::VkError::Kernel { kernel: "gradient all-reduce".into(), message: e }
 }
 
+/// The buckets of `params` as lists of parameter indices: last parameter first (the order
+/// backward finishes them), a new bucket once one holds `bucket_elems` values. The same layout
+/// on every rank, for the all-reduce buckets and ZeRO-1's shards alike.
+pub(crate) fn bucket_groups(params: &[Param], bucket_elems: usize) -> Vec<Vec<usize>> {
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    let mut filled = bucket_elems;
+    for i in (0..params.len()).rev() {
+        if filled >= bucket_elems {
+            groups.push(Vec::new());
+            filled = 0;
+        }
+        if let Some(b) = groups.last_mut() {
+            b.push(i);
+        }
+        filled += params[i].tensor.numel();
+    }
+    groups
+}
+
 impl Buckets {
     /// Lays out `params` in buckets and allocates their staging buffers.
     /// `scatter`: ZeRO-1's reduce-scatter instead of the all-reduce (`finish` then returns
     /// this rank's slices of the sums instead of writing them into the gradients).
     pub fn new(g: &Graph<'_>, comm: Rc<Comm>, params: &[Param], bucket_elems: usize, scatter: bool) -> Result<Buckets> {
         let world = if scatter { comm.world } else { 1 };
-        let mut groups: Vec<Vec<usize>> = Vec::new();
-        let mut filled = bucket_elems;
-        for i in (0..params.len()).rev() {
-            if filled >= bucket_elems {
-                groups.push(Vec::new());
-                filled = 0;
-            }
-            if let Some(b) = groups.last_mut() {
-                b.push(i);
-            }
-            filled += params[i].tensor.numel();
-        }
+        let groups = bucket_groups(params, bucket_elems);
         let mut buckets = Vec::new();
         let mut place = HashMap::new();
         for members in groups.into_iter().filter(|m| !m.is_empty()) {

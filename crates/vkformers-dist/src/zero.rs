@@ -57,18 +57,7 @@ pub(crate) struct Zero1 {
 
 impl Zero1 {
     pub fn new(params: &[Param], world: usize, rank: usize, bucket_elems: usize) -> Zero1 {
-        let mut groups: Vec<Vec<usize>> = Vec::new();
-        let mut filled = bucket_elems;
-        for i in (0..params.len()).rev() {
-            if filled >= bucket_elems {
-                groups.push(Vec::new());
-                filled = 0;
-            }
-            if let Some(b) = groups.last_mut() {
-                b.push(i);
-            }
-            filled += params[i].tensor.numel();
-        }
+        let groups = crate::overlap::bucket_groups(params, bucket_elems);
         let (mut buckets, mut base, mut pieces, mut owned) = (Vec::new(), Vec::new(), Vec::new(), 0);
         for group in groups {
             let mut at = 0;
