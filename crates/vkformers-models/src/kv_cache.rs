@@ -105,7 +105,7 @@ impl KvCache {
             layers.push(match &l.attn.mla {
                 // The latent and the rotary key, read by the absorbed attention as one key head
                 // that is also the value head (see `decoder::mla`), where the kernels take it.
-                Some(m) if latent_fits(m) => LayerPool::latent(group, m.kv_lora_rank + m.rope_dim),
+                Some(m) if latent_fits(m) => LayerPool::latent(group, m.kv_lora_rank + m.rope_dim, m.kv_lora_rank),
                 _ => LayerPool::new(group, l.attn.kv_heads, l.attn.head_dim),
             });
         }

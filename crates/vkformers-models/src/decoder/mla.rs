@@ -142,8 +142,8 @@ fn swap_rows(g: &Graph<'_>, x: &Tensor, (a, b): (usize, usize)) -> Result<Tensor
 /// o'_h = softmax(scale · q'_h · k'ᵀ) · k'   ->  o'_h[:L] = Σ p c = o_lat_h,  o_h = W_UV_h o_lat_h
 /// ```
 ///
-/// `k'` serves as the values too (its rotary columns of `o'` are dropped), so the cache holds
-/// `L + Dr` values a position. `attend(q' [B, T, H, L+Dr], k' [B, T, 1, L+Dr])` runs the
+/// `k'`'s first L columns (c) serve as the values (the paged decode reads them from the key pool,
+/// Dv = L; prefill drops the rotary columns of `o'`), so the cache holds `L + Dr` values a position. `attend(q' [B, T, H, L+Dr], k' [B, T, 1, L+Dr])` runs the
 /// attention; the result is `o [N, H·Dv]` for `o_proj`. q_nope meets W_UK_h as `[q_nope | 0]`
 /// times the whole block (no slicing of the weight); inference only.
 #[allow(clippy::too_many_arguments)]
@@ -188,7 +188,13 @@ fn absorbed(
     let k2 = shape::reshape(g, &k2, &[n / t, t, 1, d])?;
     let o = attend(&q2, &k2)?;
     // o_lat [N·H, L] -> [H, N, L] -> W_h o_lat [H, N, Dn+Dv] -> [N·H, Dn+Dv] -> its Dv value columns.
-    let o_lat = swap_rows(g, &moved(g, inp, &o, (d, l), &[(0, 0, l)])?, (n, heads))?;
+    // The paged decode reads only c as the values (o [B, T, H, L]); prefill's attention over
+    // v = k' gives [B, T, H, L+Dr], of which c's columns are kept.
+    let o_lat = match o.shape()[3] {
+        w if w == l => shape::reshape(g, &o, &[n * heads, l])?,
+        _ => moved(g, inp, &o, (d, l), &[(0, 0, l)])?,
+    };
+    let o_lat = swap_rows(g, &o_lat, (n, heads))?;
     let o_full = matmul::matmul_nt(g, &shape::reshape(g, &o_lat, &[heads, n, l])?, &wkv)?;
     let o_full = swap_rows(g, &o_full, (heads, n))?;
     Ok(shape::reshape(g, &moved(g, inp, &o_full, (dkv, dv), &[(dn, 0, dv)])?, &[n, heads * dv])?)

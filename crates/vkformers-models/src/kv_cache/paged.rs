@@ -66,17 +66,21 @@ pub(crate) struct LayerPool {
     /// The values are the keys (multi-head latent attention's cached latent `[c | k_rot]`): one
     /// pool serves both, so a position holds `kv_heads · head_dim` values, not twice that.
     values_are_keys: bool,
+    /// Value columns read per head: `head_dim`, or the latent's first `kv_lora_rank` columns
+    /// (`c`, the absorbed decode's values; its rotary columns only ever meet q as keys).
+    value_dim: usize,
     pools: Option<(Tensor, Tensor)>,
 }
 
 impl LayerPool {
     pub(crate) fn new(group: usize, kv_heads: usize, head_dim: usize) -> Self {
-        LayerPool { group, kv_heads, head_dim, values_are_keys: false, pools: None }
+        LayerPool { group, kv_heads, head_dim, values_are_keys: false, value_dim: head_dim, pools: None }
     }
 
-    /// A pool of one head of `width` values a position, read as both keys and values.
-    pub(crate) fn latent(group: usize, width: usize) -> Self {
-        LayerPool { group, kv_heads: 1, head_dim: width, values_are_keys: true, pools: None }
+    /// A pool of one head of `width` values a position, read as the keys and (its first
+    /// `values` columns) as the values: no value pool of its own.
+    pub(crate) fn latent(group: usize, width: usize, values: usize) -> Self {
+        LayerPool { group, kv_heads: 1, head_dim: width, values_are_keys: true, value_dim: values, pools: None }
     }
 
     pub(crate) fn is_latent(&self) -> bool {
@@ -164,7 +168,7 @@ impl LayerPool {
     }
 
     /// Paged attention of q `[B, T, Hq, D]` over the rows' keys (stored by [`Self::store`]), in
-    /// q's type.
+    /// q's type: o `[B, T, Hq, Dv]` (Dv = `value_dim`, read from v rows of `head_dim`).
     pub(crate) fn decode(
         &self,
         g: &Graph<'_>,
@@ -183,7 +187,7 @@ impl LayerPool {
             hq: qs[2] as u32,
             hkv: self.kv_heads as u32,
             d: self.head_dim as u32,
-            dv: self.head_dim as u32,
+            dv: self.value_dim as u32,
             v_row: self.head_dim as u32,
             block_size: block_size as u32,
             num_blocks: (pk.shape()[0] / block_size) as u32,
@@ -192,7 +196,7 @@ impl LayerPool {
         // f32 q and o over a 16-bit pool need no cast (the kernel's _q32 variants).
         let act = if direct(q.dtype(), dt) { q.dtype() } else { dt };
         let q16 = in_type(g, q, act)?;
-        let o = g.empty_as(qs, act)?;
+        let o = g.empty_as(&[qs[0], qs[1], qs[2], self.value_dim], act)?;
         let lse = g.empty(&[qs[0], qs[2], qs[1]])?;
         let splits = decode::splits(&shape, st.max_len as u32);
         let work = if splits > 1 { Some(g.empty(&[decode::work_floats(&shape, splits) as usize])?) } else { None };
