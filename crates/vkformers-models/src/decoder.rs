@@ -74,12 +74,15 @@ pub struct Batch<'a> {
     pub seq: usize,
 }
 
-/// The key mask `mask [B·T]` as a device tensor of `shape`, or None when it keeps every key.
-fn key_mask(g: &Graph<'_>, mask: &[i32], shape: &[usize]) -> Result<Option<Tensor>> {
+/// The key padding mask `mask [B·T]` as a device tensor `[B, T]`, or None when it keeps every
+/// key: the attention kernels then take their plain-tile path (one matrix scale for a wholly
+/// visible tile instead of a mask read and test per element). Decoders, encoders and
+/// encoder-decoders all build their attention's mask here.
+pub(crate) fn key_mask(g: &Graph<'_>, mask: &[i32], (b, t): (usize, usize)) -> Result<Option<Tensor>> {
     if mask.iter().all(|&m| m != 0) {
         return Ok(None);
     }
-    Ok(Some(g.ints(mask, shape)?))
+    Ok(Some(g.ints(mask, &[b, t])?))
 }
 
 /// Per-call device inputs shared by all layers.
@@ -147,7 +150,7 @@ fn batch_inputs<'c>(
     let pos = positions(spec, batch);
     let inputs = Inputs {
         ids: g.ints(batch.ids, &[b, t])?,
-        kmask: key_mask(g, batch.mask, &[b, t])?,
+        kmask: key_mask(g, batch.mask, (b, t))?,
         pos: g.ints(&pos, &[b, t])?,
         host_pos: pos.clone(),
         seq_len: seq_len(&pos),
@@ -263,7 +266,7 @@ fn cached(
     let pos = cache.positions(batch.mask, t);
     let inputs = Inputs {
         ids: g.ints(batch.ids, &[b, t])?,
-        kmask: key_mask(g, batch.mask, &[b, t])?,
+        kmask: key_mask(g, batch.mask, (b, t))?,
         pos: g.ints(&pos, &[b, t])?,
         host_pos: pos.clone(),
         seq_len: seq_len(&pos),

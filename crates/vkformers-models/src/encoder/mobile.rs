@@ -171,7 +171,7 @@ pub(super) fn hidden_states(
     batch: &EncoderBatch<'_>,
 ) -> Result<Tensor> {
     let mut x = embeddings(g, spec, m, w, batch)?;
-    let kmask = super::relative::padding_mask(g, batch.mask, (batch.batch, batch.seq))?;
+    let kmask = crate::decoder::key_mask(g, batch.mask, (batch.batch, batch.seq))?;
     for i in 0..spec.layers.len() {
         x = layer(g, m, w, i, &x, kmask.as_ref(), (batch.batch, batch.seq))?;
     }

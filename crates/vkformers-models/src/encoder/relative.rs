@@ -37,7 +37,7 @@ pub(super) struct Keys {
 
 pub(super) fn keys(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, batch: &EncoderBatch<'_>) -> Result<Keys> {
     let (b, t) = (batch.batch, batch.seq);
-    let kmask = padding_mask(g, batch.mask, (b, t))?;
+    let kmask = crate::decoder::key_mask(g, batch.mask, (b, t))?;
     let window = match spec.layers.iter().find_map(|l| l.attn.sliding_window) {
         Some(win) => Some((win, window_mask(g, batch.mask, (b, t), win)?)),
         None => None,
@@ -74,14 +74,6 @@ pub(super) fn keys(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, batch: &Encoder
     let bias = shape::reshape(g, &rows, &[1, heads, t, t])?;
     let mask = additive_mask(g, batch.mask, (b, t, t, 0), false)?;
     Ok(Keys { kmask, bias: Some(broadcast::add(g, &bias, &mask)?), window, disentangled })
-}
-
-/// The key padding mask `mask [B·T]` on the device, or None when it keeps every key.
-pub(super) fn padding_mask(g: &Graph<'_>, mask: &[i32], (b, t): (usize, usize)) -> Result<Option<Tensor>> {
-    if mask.iter().all(|&m| m != 0) {
-        return Ok(None);
-    }
-    Ok(Some(g.ints(mask, &[b, t])?))
 }
 
 /// `[B, 1, T, T]`: 0 where key k of row b is real and `|q − k| ≤ window`, else -1e30

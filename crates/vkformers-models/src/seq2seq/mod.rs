@@ -384,8 +384,7 @@ fn attend(
             let opts = AttnOptions {
                 scale: Some(a.scale),
                 causal: kv.causal,
-                // Only when a key is padded: the kernels' plain-tile path otherwise.
-                kmask: if kv.mask.iter().all(|&m| m != 0) { None } else { Some(g.ints(kv.mask, &[b, kv.len])?) },
+                kmask: crate::decoder::key_mask(g, kv.mask, (b, kv.len))?,
                 ..AttnOptions::default()
             };
             let o = fused_attention(g, &heads(&q, tq)?, &heads(&k, kv.len)?, &heads(&v, kv.len)?, &opts)?;
