@@ -152,7 +152,9 @@ fn variant(k: &Kernel, d: u32, dtype: DType, no_softcap: bool) -> Result<(&'stat
 /// BR/BC 128 or 32 instead of 64), for sweeps with `vkformers bench attention`. The rows a
 /// workgroup owns follow the variant: BR for the forward and dq kernels, BC for dk/dv.
 fn tile_override(family: &str, chosen: (&'static KernelCode, u32)) -> Option<(&'static KernelCode, u32)> {
-    let want = std::env::var("VKFORMERS_ATTENTION_TILE").ok()?;
+    // Read once: this runs on every attention dispatch of a training step.
+    static WANT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    let want = WANT.get_or_init(|| std::env::var("VKFORMERS_ATTENTION_TILE").ok()).as_deref()?;
     let kind = family.strip_prefix("attention/")?.trim_end_matches("_cm2").trim_start_matches("bwd_");
     let suffix = want.split(',').find_map(|kv| kv.strip_prefix(kind)?.strip_prefix('='))?;
     let name = format!("{}_{suffix}", chosen.0.name);
