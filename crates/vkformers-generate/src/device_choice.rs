@@ -3,7 +3,7 @@
 
 use vkformers_kernels::sample::{self, Draw, Processors, NO_TOKEN};
 use vkformers_tensor::{Graph, Tensor};
-use vkformers_vk::{Buffer, BufferView};
+use vkformers_vk::{Buffer, BufferKind, BufferView};
 
 use crate::decode::DecodeError;
 use crate::error::GenerateError;
@@ -63,6 +63,58 @@ impl DeviceChooser {
         let ids = self.ids();
         g.record(|rec| sample::draw_last(rec, logits.view(), presence, ids, (self.rows, t, v), p, d))?;
         self.read_ids(g)
+    }
+}
+
+/// Greedy choice for a decode loop that records step s + 1 before step s's ids come back: the
+/// argmax of step s goes to device buffer `s % 2`, which step s + 1's embedding reads, and to its
+/// host-visible copy, which the host reads once step s's batch has completed (`Graph::wait_ticket`).
+/// Two pairs, because step s + 1's argmax is recorded before step s's copy is read.
+pub struct Lookahead {
+    device: [Buffer; 2],
+    host: [Buffer; 2],
+    rows: usize,
+    next: usize,
+}
+
+impl Lookahead {
+    /// Buffers for `rows` rows.
+    pub fn new(g: &Graph<'_>, rows: usize) -> Result<Self, DecodeError> {
+        let bytes = (rows.max(1) * 4) as u64;
+        let dev = |i| g.ctx().buffer(bytes, &format!("chosen ids {i}"));
+        let host = |i| g.ctx().buffer_of_kind(bytes, BufferKind::Download, &format!("chosen ids {i} (host)"));
+        Ok(Self { device: [dev(0)?, dev(1)?], host: [host(0)?, host(1)?], rows, next: 0 })
+    }
+
+    /// Records the argmax of the last column of every row of `logits [B·T, V]` and its copy for
+    /// the host; returns which pair holds it (for `ids` and `read`).
+    pub fn record(&mut self, g: &Graph<'_>, logits: &Tensor, t: usize) -> Result<usize, DecodeError> {
+        let which = self.next;
+        self.next = 1 - which;
+        let bytes = self.rows as u64 * 4;
+        let (dev, host) = (self.device[which].slice(0, bytes), self.host[which].slice(0, bytes));
+        g.record(|rec| {
+            sample::argmax_last(rec, logits.view(), dev, self.rows, t, logits.last_dim())?;
+            rec.copy(dev, host)
+        })?;
+        Ok(which)
+    }
+
+    /// The ids of pair `which` as a device tensor `[B, 1]`, the next step's input.
+    pub fn ids(&self, g: &Graph<'_>, which: usize) -> Result<Tensor, DecodeError> {
+        Ok(g.ints_over(self.device[which].clone(), &[self.rows, 1])?)
+    }
+
+    /// The ids of pair `which` (call once the batch that recorded them has completed).
+    pub fn read(&self, which: usize) -> Result<Vec<Option<u32>>, DecodeError> {
+        let mut bytes = vec![0u8; self.rows * 4];
+        if !self.host[which].read_mapped(&mut bytes) {
+            return Err(DecodeError::Device(vkformers_vk::VkError::Allocator(
+                "the chosen ids' host buffer is not mapped".into(),
+            )));
+        }
+        let ids: &[u32] = bytemuck::cast_slice(&bytes);
+        Ok(ids.iter().map(|&id| (id != NO_TOKEN).then_some(id)).collect())
     }
 }
 

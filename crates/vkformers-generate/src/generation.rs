@@ -144,10 +144,10 @@ pub fn crosses_longrope_context(spec: &ModelSpec, cached: usize, new: usize) -> 
 }
 
 /// Per-row state of a running generation.
-struct Rows {
-    history: Vec<Vec<u32>>,
-    new: Vec<Vec<u32>>,
-    finish: Vec<Option<Finish>>,
+pub(crate) struct Rows {
+    pub(crate) history: Vec<Vec<u32>>,
+    pub(crate) new: Vec<Vec<u32>>,
+    pub(crate) finish: Vec<Option<Finish>>,
 }
 
 /// Generates after every prompt (a batch, left-padded). `on_token(row, new_tokens)` runs after each
@@ -166,6 +166,11 @@ pub fn generate(
     let history = ids.chunks(width).map(|r| r.iter().map(|&t| t as u32).collect()).collect();
     let masks = mask.chunks(width).map(<[i32]>::to_vec).collect();
     let mut cache = KvCache::batched(g, &model.spec, prompts.len(), width + opts.max_new_tokens)?;
+    if crate::lookahead::applies(&model.spec, opts) {
+        // The cache is ours and dropped after: it may end one speculative column long.
+        let device = crate::device_choice::Lookahead::new(g, prompts.len())?;
+        return crate::lookahead::run(g, model, &mut cache, Context { history, masks }, opts, device, on_token);
+    }
     generate_cached(g, model, &mut cache, Context { history, masks }, opts, on_token)
 }
 
@@ -260,15 +265,15 @@ fn run(
 
 /// Logits of the columns just run, `[B·T, V]` (row b's last column is `b·T + T − 1`) and T; generation
 /// runs the head on each row's last column only, so `[B, V]` and T = 1.
-struct Logits {
-    all: Tensor,
-    t: usize,
+pub(crate) struct Logits {
+    pub(crate) all: Tensor,
+    pub(crate) t: usize,
 }
 
 /// Runs the columns of `history` the cache does not hold yet and returns their logits (recorded,
 /// not yet submitted). Crossing a LongRoPE model's original context starts a fresh cache over every column
 /// (room for `more` further positions).
-fn feed(
+pub(crate) fn feed(
     g: &Graph<'_>,
     model: &Model,
     cache: &mut KvCache,
@@ -348,7 +353,7 @@ impl Chooser {
 }
 
 /// Records step's tokens: `chosen[row]` for running rows, `pad` for finished ones.
-fn record(rows: &mut Rows, chosen: &[Option<u32>], opts: &GenerateOptions) {
+pub(crate) fn record(rows: &mut Rows, chosen: &[Option<u32>], opts: &GenerateOptions) {
     for (row, &id) in chosen.iter().enumerate() {
         if let Some(t) = id {
             rows.new[row].push(t);
@@ -358,7 +363,12 @@ fn record(rows: &mut Rows, chosen: &[Option<u32>], opts: &GenerateOptions) {
 }
 
 /// Marks a row that just produced a token: finished on EOS, on the caller's word, or at the limit.
-fn report(rows: &mut Rows, row: usize, opts: &GenerateOptions, on_token: &mut dyn FnMut(usize, &[u32]) -> bool) {
+pub(crate) fn report(
+    rows: &mut Rows,
+    row: usize,
+    opts: &GenerateOptions,
+    on_token: &mut dyn FnMut(usize, &[u32]) -> bool,
+) {
     let Some(&last) = rows.new[row].last() else { return };
     let stop = on_token(row, &rows.new[row]);
     if opts.eos.contains(&last) {

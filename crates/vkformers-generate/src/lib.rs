@@ -43,6 +43,7 @@ pub mod device_choice;
 pub mod engine;
 mod error;
 pub mod generation;
+mod lookahead;
 mod penalties;
 pub mod prefill_plan;
 mod processors;

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use vkformers_generate::decode::{greedy_batched, greedy_cached};
-use vkformers_generate::generation::{generate, generate_cached, Context, Finish, GenerateOptions};
+use vkformers_generate::generation::{generate, generate_cached, left_pad, Context, Finish, GenerateOptions};
 use vkformers_generate::SamplingParams;
 use vkformers_models::decoder::KvCache;
 use vkformers_models::model::Model;
@@ -60,6 +60,40 @@ fn eos_finishes_one_row_and_the_callback_sees_every_token() {
         assert_eq!(gen.rows[1], free[1][..5]);
         assert_eq!(gen.rows[0], free[0]);
         assert_eq!(gen.finish, vec![Finish::Length, Finish::Stopped]);
+        Ok(())
+    });
+}
+
+/// `generate` records step s + 1 on the device before reading step s's ids (plain greedy); its
+/// tokens equal the synchronous loop's (`generate_cached` on a fresh cache) over 70 steps, past the
+/// full synchronisation every 64, with a row finishing early at an EOS while the other runs on.
+#[test]
+fn running_ahead_gives_the_synchronous_loops_tokens() {
+    on_every_device("generation_lookahead", |ctx| {
+        for name in ["llama", "gemma2", "qwen3_moe"] {
+            let g = Graph::new(ctx);
+            let model = Model::load(&g, &fixture(name)).unwrap();
+            let prompts = prompts(name);
+            let synchronous = |opts: &GenerateOptions| {
+                let (ids, mask, width) = left_pad(&prompts, opts.pad);
+                let history = ids.chunks(width).map(|r| r.iter().map(|&t| t as u32).collect()).collect();
+                let masks = mask.chunks(width).map(<[i32]>::to_vec).collect();
+                let mut cache = KvCache::batched(&g, &model.spec, prompts.len(), width + opts.max_new_tokens).unwrap();
+                generate_cached(&g, &model, &mut cache, Context { history, masks }, opts, &mut |_, _| false).unwrap()
+            };
+            let opts = GenerateOptions::greedy(70);
+            let sync = synchronous(&opts);
+            let ahead = generate(&g, &model, &prompts, &opts, &mut |_, _| false).unwrap();
+            assert_eq!(ahead.rows, sync.rows, "{name}: 70 tokens");
+            // Row 0 stops at a token row 1 never produces; row 1 runs on past it.
+            let eos =
+                *sync.rows[0][3..].iter().find(|t| !sync.rows[1].contains(t)).expect("a token only row 0 produces");
+            let opts = GenerateOptions { eos: vec![eos], ..GenerateOptions::greedy(70) };
+            let sync = synchronous(&opts);
+            let ahead = generate(&g, &model, &prompts, &opts, &mut |_, _| false).unwrap();
+            assert_eq!(ahead.rows, sync.rows, "{name}: row 0 ends at its EOS");
+            assert_eq!(ahead.finish, vec![Finish::Eos, Finish::Length], "{name}");
+        }
         Ok(())
     });
 }

@@ -230,7 +230,7 @@ pub fn forward_cached(
     batch: &Batch<'_>,
     cache: &KvCache,
 ) -> Result<Tensor> {
-    cached(g, spec, w, batch, cache, Head::All)
+    cached(g, spec, w, batch, cache, Head::All, None)
 }
 
 /// As [`forward_cached`], with logits `[B, V]` of each row's last column only (what generation
@@ -242,7 +242,30 @@ pub fn forward_cached_last(
     batch: &Batch<'_>,
     cache: &KvCache,
 ) -> Result<Tensor> {
-    cached(g, spec, w, batch, cache, Head::Last)
+    cached(g, spec, w, batch, cache, Head::Last, None)
+}
+
+/// As [`forward_cached_last`], with the new tokens' ids read from the device tensor `ids [B, T]`
+/// (a previous step's chosen ids) instead of `batch.ids`, whose values are then not read (its
+/// length and `batch.mask` still describe the batch): the host need not wait for a step's
+/// tokens before recording the next.
+pub fn forward_cached_last_ids(
+    g: &Graph<'_>,
+    spec: &ModelSpec,
+    w: &Weights,
+    batch: &Batch<'_>,
+    ids: &Tensor,
+    cache: &KvCache,
+) -> Result<Tensor> {
+    if ids.numel() != batch.batch * batch.seq {
+        return Err(ModelError::Config(format!(
+            "device ids {:?} for a batch of {}x{}",
+            ids.shape(),
+            batch.batch,
+            batch.seq
+        )));
+    }
+    cached(g, spec, w, batch, cache, Head::Last, Some(ids))
 }
 
 fn cached(
@@ -252,6 +275,7 @@ fn cached(
     batch: &Batch<'_>,
     cache: &KvCache,
     head: Head,
+    device_ids: Option<&Tensor>,
 ) -> Result<Tensor> {
     let (b, t) = (batch.batch, batch.seq);
     if b != cache.batch() || batch.ids.len() != b * t || batch.mask.len() != b * t {
@@ -264,8 +288,12 @@ fn cached(
     }
     cache.begin(g, batch.mask, t)?;
     let pos = cache.positions(batch.mask, t);
+    let ids = match device_ids {
+        Some(ids) => shape::reshape(g, ids, &[b, t])?,
+        None => g.ints(batch.ids, &[b, t])?,
+    };
     let inputs = Inputs {
-        ids: g.ints(batch.ids, &[b, t])?,
+        ids,
         kmask: key_mask(g, batch.mask, (b, t))?,
         pos: g.ints(&pos, &[b, t])?,
         host_pos: pos.clone(),

@@ -338,6 +338,30 @@ impl<'c> Graph<'c> {
         Ok(())
     }
 
+    /// Submits the open batch (as `flush`) and returns a ticket for `wait_ticket`: the count of
+    /// batches submitted so far, this one included.
+    pub fn flush_ticket(&self) -> Result<usize> {
+        self.flush()?;
+        Ok(self.submissions.get())
+    }
+
+    /// Waits until every batch submitted up to `ticket` (`flush_ticket`) has completed, leaving
+    /// later ones running: a decode step's ids are read while the next step already runs.
+    pub fn wait_ticket(&self, ticket: usize) -> Result<()> {
+        let start = std::time::Instant::now();
+        let mut waited = false;
+        while self.submissions.get() - self.in_flight.borrow().len() < ticket && !self.in_flight.borrow().is_empty() {
+            self.wait_oldest()?;
+            waited = true;
+        }
+        if waited {
+            if let Some(p) = self.profile.borrow_mut().as_mut() {
+                p.submit_wait_ns += start.elapsed().as_nanos() as f64;
+            }
+        }
+        Ok(())
+    }
+
     /// Number of batches submitted so far (one per `sync` with work in it).
     pub fn submissions(&self) -> usize {
         self.submissions.get()
@@ -523,6 +547,19 @@ impl<'c> Graph<'c> {
     pub fn ints(&self, data: &[i32], shape: &[usize]) -> Result<Tensor> {
         check_len(data.len(), shape)?;
         let buf = self.small_upload(bytemuck::cast_slice(data))?;
+        Ok(self.make(buf, shape, false, false))
+    }
+
+    /// An i32 tensor `shape` over an existing buffer (ids a kernel wrote: a decode step's chosen
+    /// tokens feed the next step's embedding without a trip through the host). No gradient.
+    pub fn ints_over(&self, buf: vkformers_vk::Buffer, shape: &[usize]) -> Result<Tensor> {
+        let need = shape.iter().product::<usize>() as u64 * 4;
+        if buf.size() < need {
+            return Err(VkError::Kernel {
+                kernel: "graph".into(),
+                message: format!("a buffer of {} bytes cannot hold ints {shape:?}", buf.size()),
+            });
+        }
         Ok(self.make(buf, shape, false, false))
     }
 

@@ -1,0 +1,123 @@
+//! Greedy decoding with the host one step behind the device: step s + 1's forward is recorded
+//! and submitted before step s's ids are read back, its embedding reading step s's argmax from a
+//! device buffer ([`Lookahead`]). The device then runs decode steps back to back while the host
+//! records the next one and reports the last one's tokens, instead of idling through every
+//! step's recording, submission and read-back (at batch 1 on an H200 the host's share of a step
+//! is a millisecond against a few of kernels).
+//!
+//! Same tokens as the synchronous loop: a running row's input is the id it chose, as there. A
+//! row that finished is fed its own (ignored) choice instead of the pad id: rows never attend to
+//! each other, so the rows still running see the same numbers. When every row has finished, the
+//! step recorded ahead is wasted and the cache holds one column more than the synchronous loop's
+//! (so only `generate`, whose cache is dropped after, takes this path; a chat's turns continue
+//! their cache and keep the synchronous loop).
+
+use std::time::Instant;
+
+use vkformers_models::decoder::{forward_cached_last_ids, Batch, KvCache};
+use vkformers_models::model::Model;
+use vkformers_models::ModelSpec;
+use vkformers_tensor::Graph;
+
+use crate::decode::DecodeError;
+use crate::device_choice::{required, Lookahead};
+use crate::generation::{feed, record, report, Context, GenerateOptions, Generation, Rows, Timings};
+
+/// Steps between full synchronisations: only then may the buffers dropped meanwhile take host
+/// uploads again (`Context::reclaim_buffers`), so the pool does not grow over a long generation.
+const SYNC_EVERY: usize = 64;
+
+/// Whether a generation runs ahead: plain greedy (the argmax alone chooses), no LongRoPE (whose
+/// context switch runs a whole history again on the host's ids), and not switched off with
+/// `VKFORMERS_DECODE_LOOKAHEAD=0` (for comparison).
+pub(crate) fn applies(spec: &ModelSpec, opts: &GenerateOptions) -> bool {
+    let greedy = !opts.params.do_sample && opts.params.processors().is_ok_and(|p| p.processors.is_empty());
+    let longrope = spec.layers.iter().any(|l| l.attn.rope.as_ref().is_some_and(|r| r.long.is_some()));
+    greedy && !longrope && enabled()
+}
+
+fn enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("VKFORMERS_DECODE_LOOKAHEAD").map_or(true, |v| v != "0"))
+}
+
+/// The generation of [`crate::generation::generate`] for rows that `applies` to (see the module).
+pub(crate) fn run(
+    g: &Graph<'_>,
+    model: &Model,
+    cache: &mut KvCache,
+    ctx: Context,
+    opts: &GenerateOptions,
+    mut device: Lookahead,
+    on_token: &mut dyn FnMut(usize, &[u32]) -> bool,
+) -> Result<Generation, DecodeError> {
+    let b = ctx.history.len();
+    let start = Instant::now();
+    let prompt_tokens: Vec<usize> =
+        ctx.masks.iter().map(|m| m[cache.len()..].iter().filter(|&&v| v != 0).count()).collect();
+    let mut timings = Timings { prefill_tokens: prompt_tokens.iter().sum(), ..Timings::default() };
+    let mut rows = Rows { history: ctx.history, new: vec![Vec::new(); b], finish: vec![None; b] };
+    let mut ended = vec![None; b];
+    let (ones, zeros) = (vec![1; b], vec![0; b]);
+    g.no_grad(|| -> Result<(), DecodeError> {
+        let logits = feed(g, model, cache, &rows.history, &ctx.masks, opts.max_new_tokens)?;
+        let mut which = device.record(g, &logits.all, logits.t)?;
+        let mut ticket = g.flush_ticket()?;
+        let mut decode_start = None;
+        for step in 0..opts.max_new_tokens {
+            // Step + 1 goes to the device before step's ids come back.
+            let ahead = if step + 1 < opts.max_new_tokens {
+                let ids = device.ids(g, which)?;
+                let batch = Batch { ids: &zeros, mask: &ones, batch: b, seq: 1 };
+                let logits = forward_cached_last_ids(g, &model.spec, &model.weights, &batch, &ids, cache)?;
+                let next = device.record(g, &logits, 1)?;
+                Some((next, g.flush_ticket()?))
+            } else {
+                None
+            };
+            g.wait_ticket(ticket)?;
+            let got = device.read(which)?;
+            let chosen = got
+                .into_iter()
+                .enumerate()
+                .map(|(row, id)| rows.finish[row].is_none().then(|| required(id)).transpose())
+                .collect::<Result<Vec<_>, _>>()?;
+            record(&mut rows, &chosen, opts);
+            if step == 0 {
+                timings.prefill_secs = start.elapsed().as_secs_f64();
+                decode_start = Some(Instant::now());
+            }
+            for (row, end) in ended.iter_mut().enumerate() {
+                if rows.finish[row].is_none() {
+                    report(&mut rows, row, opts, on_token);
+                    if rows.finish[row].is_some() {
+                        *end = decode_start.map(|s| s.elapsed().as_secs_f64());
+                    }
+                }
+            }
+            let Some((next, next_ticket)) = ahead else { break };
+            if rows.finish.iter().all(Option::is_some) {
+                break;
+            }
+            (which, ticket) = (next, next_ticket);
+            if (step + 1) % SYNC_EVERY == 0 {
+                g.sync()?;
+            }
+        }
+        // Nothing of this generation stays in flight (a step recorded ahead and not needed).
+        g.sync()?;
+        timings.decode_secs = decode_start.map_or(0.0, |s| s.elapsed().as_secs_f64());
+        Ok(())
+    })?;
+    timings.decode_tokens = rows.new.iter().map(|r| r.len().saturating_sub(1)).sum();
+    let finish = rows.finish.iter().map(|f| f.unwrap_or(crate::generation::Finish::Length)).collect();
+    let per_row = (0..b)
+        .map(|row| Timings {
+            prefill_tokens: prompt_tokens[row],
+            prefill_secs: timings.prefill_secs,
+            decode_tokens: rows.new[row].len().saturating_sub(1),
+            decode_secs: ended[row].unwrap_or(timings.decode_secs),
+        })
+        .collect();
+    Ok(Generation { rows: rows.new, finish, timings, per_row })
+}
