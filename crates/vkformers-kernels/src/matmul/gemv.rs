@@ -47,9 +47,21 @@ impl GemvDesc {
 }
 
 /// Whether `gemv` runs on this device and should be chosen over `matmul::gemm` for `m` rows
-/// of x: 1 ≤ m ≤ 16 and the device has subgroup arithmetic (for `subgroupAdd`).
+/// of x: 1 ≤ m ≤ [`row_limit`] and the device has subgroup arithmetic (for `subgroupAdd`).
 pub fn gemv_applies(m: u32, caps: &Caps) -> bool {
-    (1..=MAX_ROWS).contains(&m) && has_subgroup_arithmetic(caps)
+    (1..=row_limit()).contains(&m) && has_subgroup_arithmetic(caps)
+}
+
+/// Most rows of x the GEMV is chosen for: 16, or `VKFORMERS_GEMV_MAX_ROWS` (0 to 16, read once)
+/// to compare it with the GEMM at a given decode batch on one binary.
+fn row_limit() -> u32 {
+    static LIMIT: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *LIMIT.get_or_init(|| {
+        std::env::var("VKFORMERS_GEMV_MAX_ROWS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map_or(MAX_ROWS, |v: u32| v.min(MAX_ROWS))
+    })
 }
 
 fn has_subgroup_arithmetic(caps: &Caps) -> bool {
