@@ -435,11 +435,12 @@ class RouterMargins:
             # DeepSeek spells it `TopkRouter`; Hunyuan's is `HunYuanMoEV1Gate` (logits first too);
             # DBRX's `DbrxRouter` returns the logits alone and its top-k is in the ffn_config.
             kind = type(module).__name__.lower()
-            if kind.endswith(("topkrouter", "moev1gate", "dbrxrouter", "topkgating")):
+            if kind.endswith(("topkrouter", "moev1gate", "dbrxrouter", "topkgating", "llama4router")):
                 self.found = True
                 k = getattr(module, "top_k", None) or model.config.ffn_config.moe_top_k
-                # JetMoE's `JetMoeTopKGating` returns the logits last (after the grouping).
-                at = 4 if kind.endswith("topkgating") else 0
+                # JetMoE's `JetMoeTopKGating` returns the logits last (after the grouping), Llama 4's
+                # router (scores, logits).
+                at = 4 if kind.endswith("topkgating") else 1 if kind.endswith("llama4router") else 0
 
                 def hook(mod, args, out, k=k, at=at):
                     logits = out[at] if isinstance(out, tuple) else out
