@@ -16,6 +16,7 @@ use crate::spec::{layer_name, AttnSpec, LayerSpec, MlpSpec, ModelSpec, Norm, Pos
 
 mod grouped;
 mod mla;
+mod moa;
 
 /// Parameters by Hugging Face name (`model.layers.0.self_attn.q_proj.weight`).
 #[derive(Default)]
@@ -677,6 +678,9 @@ fn self_attention(
 ) -> Result<Tensor> {
     if let Some(m) = &a.mla {
         return mla::attention(g, spec, w, (a, m), i, h, inp, (b, t));
+    }
+    if let Some(m) = &a.moa {
+        return moa::attention(g, spec, w, (a, m), i, h, inp, (b, t));
     }
     let n = &spec.layer_names;
     let heads = |y: Tensor, count: usize| shape::reshape(g, &y, &[b, t, count, a.head_dim]);

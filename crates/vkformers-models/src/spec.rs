@@ -99,6 +99,9 @@ pub struct AttnSpec {
     /// Multi-head latent attention (DeepSeek-V2/V3, MiniCPM3): q, k and v come from the
     /// projections named there instead of `q`/`k`/`v`; `None` for every other family.
     pub mla: Option<MlaSpec>,
+    /// JetMoE's mixture of attention heads: routed query/output projections (see
+    /// `crate::moe::MoaSpec`); `None` for every other family.
+    pub moa: Option<crate::moe::MoaSpec>,
 }
 
 /// Multi-head latent attention of one layer (see `crate::mla`). Queries come from `q`
@@ -178,6 +181,7 @@ impl AttnSpec {
             rope: None,
             scale: 1.0 / (head_dim as f32).sqrt(),
             mla: None,
+            moa: None,
         }
     }
 }

@@ -204,6 +204,10 @@ parity! {
     // biases and sinks, sliding/full layers, untruncated YaRN; then with the aux loss.
     gpt_oss: "gpt_oss",
     gpt_oss_aux: "gpt_oss_aux",
+    // Mixture of attention heads (routed query/output experts over one shared K/V) and a packed
+    // top-k-then-softmax MoE MLP with an output bias; then tied, with the aux loss over both routers.
+    jetmoe: "jetmoe",
+    jetmoe_aux: "jetmoe_aux",
     // Image-text wrappers run as their text backbone; the vision tower is carried, not loaded.
     gemma3_wrapper: "gemma3",
     mistral3_wrapper: "mistral3",

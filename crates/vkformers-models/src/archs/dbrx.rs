@@ -72,6 +72,7 @@ fn block(ffn: &Value, experts: usize, coef: Option<f32>) -> Result<MoeSpec> {
         down_transposed: true,
         biased: None,
         packed: true,
+        out_bias: None,
     };
     m.check()?;
     Ok(m)

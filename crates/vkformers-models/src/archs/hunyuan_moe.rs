@@ -59,6 +59,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
         aux_loss_coef: None,
         names,
         packed: false,
+        out_bias: None,
         down_transposed: false,
         biased: None,
     };

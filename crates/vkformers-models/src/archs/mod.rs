@@ -57,6 +57,7 @@ mod granite;
 mod granite_swa;
 mod granitemoe;
 mod helium;
+mod jetmoe;
 mod hunyuan_moe;
 mod hyperclovax;
 mod layer_types;
@@ -208,6 +209,7 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "gpt_oss", family: "routed MoE decoder", build: gpt_oss::spec },
     Arch { model_type: "granitemoe", family: "routed MoE decoder", build: granitemoe::granitemoe },
     Arch { model_type: "granitemoeshared", family: "routed MoE decoder", build: granitemoe::granitemoeshared },
+    Arch { model_type: "jetmoe", family: "routed MoE decoder", build: jetmoe::spec },
     // Encoder-decoders (issue 20), run by `seq2seq::forward_loss`.
     Arch { model_type: "t5", family: "encoder-decoder", build: t5::t5 },
     Arch { model_type: "mt5", family: "encoder-decoder", build: t5::mt5 },

@@ -78,6 +78,7 @@ impl MoeConfig {
             biased: None,
             names,
             packed: false,
+            out_bias: None,
         };
         m.check()?;
         Ok(m)

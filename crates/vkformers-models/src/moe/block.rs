@@ -49,6 +49,9 @@ pub(crate) fn block(
     let per = shape::reshape(g, &embedding::embedding(g, &out, &groups.slot)?, &[n, k, hidden])?;
     let wk = shape::reshape(g, &weights, &[n, 1, k])?;
     let mut y = shape::reshape(g, &matmul::matmul(g, &wk, &per)?, &[n, hidden])?;
+    if let Some(b) = &m.out_bias {
+        y = broadcast::add(g, &y, w.get(&layer_name(b, i))?)?;
+    }
     if let Some(s) = &m.shared {
         let proj = |t: &str, x: &Tensor| -> Result<Tensor> {
             let name = format!("{}.weight", layer_name(t, i));

@@ -48,6 +48,7 @@ fn spec() -> MoeSpec {
             act: ACT,
         }),
         packed: true,
+        out_bias: None,
     }
 }
 
