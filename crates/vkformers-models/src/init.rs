@@ -16,7 +16,9 @@ use crate::archs::spec_from_config;
 use crate::decoder::Weights;
 use crate::error::{ModelError, Result};
 use crate::model::Model;
-use crate::spec::{layer_name, AttnSpec, LayerNames, MlaSpec, MlpSpec, ModelSpec, Norm, QkNormAt, ResidualInit, SinksInit};
+use crate::spec::{
+    layer_name, AttnSpec, LayerNames, MlaSpec, MlpSpec, ModelSpec, Norm, QkNormAt, ResidualInit, SinksInit,
+};
 
 /// How one parameter starts.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -81,6 +81,12 @@ pub struct AttnSpec {
     /// `(β, original)`: after RoPE, queries are multiplied by `1 + β · ln(1 + ⌊pos / original⌋)`
     /// (Llama 4's attention temperature, Ministral 3); `None` = off.
     pub q_position_scale: Option<(f32, usize)>,
+    /// Added to the position in that scale (Llama 4's `floor((pos + 1) / floor_scale)`: 1); 0
+    /// otherwise.
+    pub q_position_shift: i32,
+    /// Chunked local attention (Llama 4's chunked layers): key j is visible to the query at p only
+    /// when `floor(j / C) == floor(p / C)`; `None` = off.
+    pub chunk: Option<u32>,
     /// A norm of the attention output `[B·T, heads·head_dim]` before the output projection, with
     /// its weight's name template (BitNet's `attn_sub_norm`); `None` for most.
     pub out_norm: Option<(Norm, String)>,
@@ -175,6 +181,8 @@ impl AttnSpec {
             alibi: None,
             clip_qkv: None,
             q_position_scale: None,
+            q_position_shift: 0,
+            chunk: None,
             out_norm: None,
             sliding_window: None,
             sinks: None,

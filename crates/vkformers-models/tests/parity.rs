@@ -208,6 +208,9 @@ parity! {
     // top-k-then-softmax MoE MLP with an output bias; then tied, with the aux loss over both routers.
     jetmoe: "jetmoe",
     jetmoe_aux: "jetmoe_aux",
+    // Chunked RoPE layer (interleaved, L2 QK-norm) and a NoPE layer with the attention temperature;
+    // the input-scaled sigmoid top-2 MoE with packed in-out experts and a shared expert.
+    llama4_text: "llama4_text",
     // Image-text wrappers run as their text backbone; the vision tower is carried, not loaded.
     gemma3_wrapper: "gemma3",
     mistral3_wrapper: "mistral3",

@@ -3,7 +3,9 @@ local attention of 3 positions) with a dense MLP; layer 1 a NoPE layer (full att
 scaled by the attention temperature `1 + attn_scale·log1p(floor((pos + 1) / floor_scale))`) with
 the MoE: top-2 of four experts by logit, sigmoid of the chosen logits scaling each expert's
 *input*, packed in-out experts (`gate_up_proj [E, H, 2I]`, `down_proj [E, I, H]`) and a shared
-expert. Small chunk and floor_scale so both act inside the 8-token batch and the greedy prompts.
+expert. Small chunk and floor_scale so both act inside the 8-token batch and the greedy prompts; the chunk
+(4) keeps a real token in every chunk of the right-padded row (a chunk of padding alone leaves its
+queries no key: transformers' eager attention then spreads them uniformly over every key).
 transformers never adds a load-balancing loss for this class, so there is no `_aux` variant."""
 
 from make_fixtures import BOS_ID, EOS_ID, INIT_STD, PAD_ID
@@ -21,7 +23,7 @@ LLAMA4 = dict(
     num_experts_per_tok=2,
     interleave_moe_layer_step=2,
     no_rope_layer_interval=2,
-    attention_chunk_size=3,
+    attention_chunk_size=4,
     attn_temperature_tuning=True,
     floor_scale=2,
     attn_scale=0.5,

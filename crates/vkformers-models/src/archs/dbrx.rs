@@ -73,6 +73,7 @@ fn block(ffn: &Value, experts: usize, coef: Option<f32>) -> Result<MoeSpec> {
         biased: None,
         packed: true,
         out_bias: None,
+        in_out: false,
     };
     m.check()?;
     Ok(m)

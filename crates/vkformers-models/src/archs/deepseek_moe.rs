@@ -91,6 +91,7 @@ impl DeepseekMoe {
             names: expert_names("mlp", ("gate_proj", "up_proj", "down_proj")),
             packed: false,
             out_bias: None,
+            in_out: false,
             down_transposed: false,
             biased: None,
         };

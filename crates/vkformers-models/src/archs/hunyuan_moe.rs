@@ -60,6 +60,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
         names,
         packed: false,
         out_bias: None,
+        in_out: false,
         down_transposed: false,
         biased: None,
     };

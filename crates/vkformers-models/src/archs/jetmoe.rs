@@ -83,6 +83,7 @@ fn moe(c: &Config, base: &BaseConfig, glu: vkformers_kernels::glu::Glu) -> MoeSp
         biased: None,
         packed: true,
         out_bias: Some(format!("{MLP}.bias")),
+        in_out: false,
     }
 }
 

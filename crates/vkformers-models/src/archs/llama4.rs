@@ -141,11 +141,8 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     spec.layer_names = spec.layer_names.map(|n| n.replace(".mlp.", ".feed_forward."));
     let rope = c.base.rope(RopeLayout::Interleaved)?;
     let moe = moe_block(&c, glu)?;
-    let dense = MlpSpec::Gated {
-        intermediate: c.intermediate_size_mlp.unwrap_or(c.base.intermediate_size),
-        glu,
-        bias: false,
-    };
+    let dense =
+        MlpSpec::Gated { intermediate: c.intermediate_size_mlp.unwrap_or(c.base.intermediate_size), glu, bias: false };
     for (i, l) in spec.layers.iter_mut().enumerate() {
         let use_rope = no_rope[i] != 0;
         let chunked = match &c.layer_types {

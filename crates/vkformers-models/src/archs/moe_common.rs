@@ -79,6 +79,7 @@ impl MoeConfig {
             names,
             packed: false,
             out_bias: None,
+            in_out: false,
         };
         m.check()?;
         Ok(m)

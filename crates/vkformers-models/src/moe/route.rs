@@ -17,6 +17,12 @@ pub(super) fn route(g: &Graph<'_>, w: &Weights, m: &MoeSpec, i: usize, logits: &
         let (choice, weights) = topk_softmax(g, logits, k)?;
         return Ok((choice, scaled(g, weights, m.routed_scale)?));
     }
+    if m.router == Router::SigmoidTopKInput {
+        // Llama 4: the k largest logits choose, their sigmoids are the (input) scales.
+        let choice = moe::topk(g, logits, k)?;
+        let scales = activation::sigmoid(g, &gathered(g, logits, &choice.flat, k)?)?;
+        return Ok((choice, scales));
+    }
     if let Router::SparseMixer { eps } = m.router {
         return sparse_mixer(g, logits, eps);
     }
@@ -46,7 +52,9 @@ pub(super) fn route(g: &Graph<'_>, w: &Weights, m: &MoeSpec, i: usize, logits: &
             let grouped = shape::reshape(g, &biased, &[n, *groups, e / groups])?;
             (shape::reshape(g, &broadcast::add(g, &grouped, &off)?, &[n, e])?, s, *renormalize)
         }
-        Router::TopKSoftmax | Router::SparseMixer { .. } => unreachable!("handled above"),
+        Router::TopKSoftmax | Router::SparseMixer { .. } | Router::SigmoidTopKInput => {
+            unreachable!("handled above")
+        }
     };
     let choice = moe::topk(g, &choose, k)?;
     // The chosen scores [n, k]: a gather from the scores viewed as a table [n·E, 1].

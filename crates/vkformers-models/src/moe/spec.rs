@@ -35,6 +35,9 @@ pub enum Router {
     /// best of `groups` groups, a group ranked by the sum of its two best `s + bias`; the
     /// weights are the chosen `s` (without the bias), divided by their sum with `renormalize`.
     SigmoidGroupLimited { groups: usize, top_groups: usize, renormalize: bool, bias: Option<String> },
+    /// Llama 4's: the k largest logits choose; `sigmoid(logit)` of each chosen expert scales that
+    /// expert's *input* (`y = sum_j expert_j(sigmoid(l_j) · x)`), not its output.
+    SigmoidTopKInput,
 }
 
 impl Router {
@@ -128,6 +131,9 @@ pub struct MoeSpec {
     /// A bias `[H]` added to the routed output (before any shared expert), stored under this
     /// full name with `{i}` (JetMoE's `mlp.bias`); `None` for most.
     pub out_bias: Option<String>,
+    /// The packed experts are stored in-out without biases (Llama 4's `gate_up_proj [E, H, 2I]`,
+    /// gate columns first, and `down_proj [E, I, H]`); `packed` must be set.
+    pub in_out: bool,
 }
 
 fn expert_name(template: &str, i: usize, e: usize) -> String {
@@ -157,6 +163,10 @@ impl MoeSpec {
         ];
         if let Some(up) = &n.up {
             out.push((layer_name(up, i), gate_up));
+        }
+        if self.in_out {
+            out[1].1 = vec![e, h, 2 * inter];
+            out[2].1 = vec![e, inter, h];
         }
         if let Some(b) = &self.biased {
             // In-out storage: [E, H, 2I] and [E, I, H].
@@ -210,7 +220,8 @@ impl MoeSpec {
             Router::SoftmaxTopK { .. }
             | Router::TopKSoftmax
             | Router::SoftmaxBiasedTopK { .. }
-            | Router::SparseMixer { .. } => None,
+            | Router::SparseMixer { .. }
+            | Router::SigmoidTopKInput => None,
         };
         if let Some((g, k, per_group)) = grouped {
             // The top-k must fit in the kept groups (transformers would pick masked experts).

@@ -49,6 +49,7 @@ fn spec() -> MoeSpec {
         }),
         packed: true,
         out_bias: None,
+        in_out: false,
     }
 }
 

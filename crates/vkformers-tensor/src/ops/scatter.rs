@@ -11,10 +11,8 @@ use vkformers_kernels::embedding::{self as k, Embedding};
 use crate::{Graph, Result, Tensor, VkError};
 
 fn dim32(v: usize) -> Result<u32> {
-    u32::try_from(v).map_err(|_| VkError::Kernel {
-        kernel: "scatter_rows".into(),
-        message: format!("{v} does not fit in 32 bits"),
-    })
+    u32::try_from(v)
+        .map_err(|_| VkError::Kernel { kernel: "scatter_rows".into(), message: format!("{v} does not fit in 32 bits") })
 }
 
 /// `y [rows, D]` with `y[ids[n], :] = sum of x[n, :]` over the n naming that row; `x [N, D]` f32.
