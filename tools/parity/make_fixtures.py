@@ -434,12 +434,16 @@ class RouterMargins:
         for module in model.modules():
             # DeepSeek spells it `TopkRouter`; Hunyuan's is `HunYuanMoEV1Gate` (logits first too);
             # DBRX's `DbrxRouter` returns the logits alone and its top-k is in the ffn_config.
-            if type(module).__name__.lower().endswith(("topkrouter", "moev1gate", "dbrxrouter")):
+            kind = type(module).__name__.lower()
+            if kind.endswith(("topkrouter", "moev1gate", "dbrxrouter", "topkgating", "llama4router")):
                 self.found = True
                 k = getattr(module, "top_k", None) or model.config.ffn_config.moe_top_k
+                # JetMoE's `JetMoeTopKGating` returns the logits last (after the grouping), Llama 4's
+                # router (scores, logits).
+                at = 4 if kind.endswith("topkgating") else 1 if kind.endswith("llama4router") else 0
 
-                def hook(mod, args, out, k=k):
-                    logits = out[0] if isinstance(out, tuple) else out
+                def hook(mod, args, out, k=k, at=at):
+                    logits = out[at] if isinstance(out, tuple) else out
                     self._observe(mod, logits.detach().float(), k)
 
                 module.register_forward_hook(hook)

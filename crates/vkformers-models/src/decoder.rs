@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use vkformers_tensor::ops::attention::{attention, AttnOptions};
+use vkformers_tensor::ops::attention::{attention_chunked, AttnOptions};
 use vkformers_tensor::ops::checkpoint::checkpoint;
 use vkformers_tensor::ops::{activation, broadcast, cast, embedding, glu, loss, matmul, norm, rope, shape};
 use vkformers_tensor::{DType, Graph, Tensor};
@@ -16,6 +16,7 @@ use crate::spec::{layer_name, AttnSpec, LayerSpec, MlpSpec, ModelSpec, Norm, Pos
 
 mod grouped;
 mod mla;
+mod moa;
 
 /// Parameters by Hugging Face name (`model.layers.0.self_attn.q_proj.weight`).
 #[derive(Default)]
@@ -706,6 +707,9 @@ fn self_attention(
     if let Some(m) = &a.mla {
         return mla::attention(g, spec, w, (a, m), i, h, inp, (b, t));
     }
+    if let Some(m) = &a.moa {
+        return moa::attention(g, spec, w, (a, m), i, h, inp, (b, t));
+    }
     let n = &spec.layer_names;
     let heads = |y: Tensor, count: usize| shape::reshape(g, &y, &[b, t, count, a.head_dim]);
     let proj = |template: &str| -> Result<Tensor> {
@@ -760,8 +764,12 @@ fn self_attention(
     }
     if let Some((beta, original)) = a.q_position_scale {
         // [B, T, 1, 1] in f32 as `1 + beta * torch.log(1 + torch.floor(pos / original))`.
-        let s: Vec<f32> =
-            inp.host_pos.iter().map(|&p| 1.0 + beta * (1.0 + (p as f32 / original as f32).floor()).ln()).collect();
+        let shift = a.q_position_shift;
+        let s: Vec<f32> = inp
+            .host_pos
+            .iter()
+            .map(|&p| 1.0 + beta * (1.0 + ((p + shift) as f32 / original as f32).floor()).ln())
+            .collect();
         q = broadcast::mul(g, &q, &g.constant(&s, &[b, t, 1, 1])?)?;
     }
     if let (Some(qk), QkNormAt::HeadsAfterRope) = (&a.qk_norm, a.qk_norm_at) {
@@ -797,9 +805,10 @@ fn attend(
         },
         sinks: a.sinks.as_ref().map(|t| w.get(&layer_name(t, i)).cloned()).transpose()?,
     };
+    let chunk = a.chunk.unwrap_or(0);
     Ok(match inp.cache {
-        Some((cache, _)) => cache.attend(g, i, (q, k, v), opts)?,
-        None => attention(g, q, k, v, &opts)?,
+        Some((cache, _)) => cache.attend_chunked(g, i, (q, k, v), opts, chunk)?,
+        None => attention_chunked(g, q, k, v, &opts, chunk)?,
     })
 }
 

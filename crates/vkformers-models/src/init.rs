@@ -16,7 +16,9 @@ use crate::archs::spec_from_config;
 use crate::decoder::Weights;
 use crate::error::{ModelError, Result};
 use crate::model::Model;
-use crate::spec::{layer_name, LayerNames, MlaSpec, MlpSpec, ModelSpec, Norm, QkNormAt, ResidualInit, SinksInit};
+use crate::spec::{
+    layer_name, AttnSpec, LayerNames, MlaSpec, MlpSpec, ModelSpec, Norm, QkNormAt, ResidualInit, SinksInit,
+};
 
 /// How one parameter starts.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -124,6 +126,19 @@ fn mla_params(out: &mut Vec<Planned>, names: &LayerNames, m: &MlaSpec, (i, h, he
     linear(out, &layer_name(&n.kv_b, i), heads * (m.nope_dim + m.v_dim), m.kv_lora_rank, false);
 }
 
+/// Layer `i`'s mixture of attention heads (hidden size `h`): the shared k/v projections, the
+/// router and expert stacks from N(0, std), the output bias zero (JetMoE's `_init_weights`).
+fn moa_params(out: &mut Vec<Planned>, names: &LayerNames, a: &AttnSpec, (i, h): (usize, usize)) {
+    let kv = a.kv_heads * a.head_dim;
+    linear(out, &layer_name(&names.k, i), kv, h, false);
+    linear(out, &layer_name(&names.v, i), kv, h, false);
+    let Some(m) = &a.moa else { return };
+    for (name, shape) in m.params(i, h, kv) {
+        let init = if shape.len() == 1 { Init::Zeros } else { Init::Normal };
+        out.push(Planned { name, shape, init });
+    }
+}
+
 /// The parameters (internal names, shapes, init) a spec's decoder graph reads.
 /// The MoE block's parameters of layer `i`: every weight (router, packed experts, shared expert)
 /// a matrix from N(0, std); DeepSeek-V3's correction bias (a vector) zero; gpt-oss's expert
@@ -202,6 +217,10 @@ fn plan(spec: &ModelSpec, config: &Value) -> Result<Vec<Planned>> {
                 mla_params(&mut out, names, m, (i, h, a.heads));
                 a.heads * m.v_dim
             }
+            None if a.moa.is_some() => {
+                moa_params(&mut out, names, a, (i, h));
+                kv
+            }
             None => {
                 linear(&mut out, &layer_name(&names.q, i), q, h, a.qkv_bias);
                 linear(&mut out, &layer_name(&names.k, i), kv, h, a.qkv_bias);
@@ -217,8 +236,11 @@ fn plan(spec: &ModelSpec, config: &Value) -> Result<Vec<Planned>> {
             let init = if spec.sinks_init == SinksInit::Normal { Init::Normal } else { Init::Zeros };
             out.push(Planned { name: layer_name(template, i), shape: vec![a.heads], init });
         }
-        linear(&mut out, &layer_name(&names.o, i), h, o_in, a.out_bias);
-        if spec.residual_init != ResidualInit::Plain {
+        // MoA's output projections are its experts'.
+        if a.moa.is_none() {
+            linear(&mut out, &layer_name(&names.o, i), h, o_in, a.out_bias);
+        }
+        if spec.residual_init != ResidualInit::Plain && a.moa.is_none() {
             scale_init(&mut out, &layer_name(&names.o, i));
         }
         match &a.qk_norm {

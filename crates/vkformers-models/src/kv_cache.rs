@@ -289,12 +289,17 @@ impl KvCache {
     /// Stores layer `i`'s new keys and values `[B, T, Hkv, D]` and returns the attention output
     /// `[B, T, Hq, D]` of the new queries q over the rows' cached keys; `opts` (scale, softcap,
     /// ALiBi, and the new columns' key mask `[B, T]`) as the layer's uncached attention.
-    pub(crate) fn attend(
+    /// Llama 4's chunked mask of `chunk` positions (0 = off) applies by each row's
+    /// own positions. A left-padded prefill runs through the paged kernel (which counts a row's
+    /// positions from its first real token) instead of the fused kernel (which would count
+    /// chunks from the padded column 0).
+    pub(crate) fn attend_chunked(
         &self,
         g: &Graph<'_>,
         i: usize,
         (q, k, v): (&Tensor, &Tensor, &Tensor),
         mut opts: AttnOptions,
+        chunk: u32,
     ) -> Result<Tensor> {
         let step = self.step.borrow();
         let step = step.as_ref().ok_or_else(|| ModelError::Config("KV cache attend outside a forward".into()))?;
@@ -304,10 +309,10 @@ impl KvCache {
         let group = &groups[layer.group()];
         layer.store(g, group.tables.num_blocks() * self.block_size, (k, v), &step.tables[layer.group()])?;
         opts.window = group.window.unwrap_or(0) as u32;
-        if step.prefill {
-            return Ok(vkformers_tensor::ops::attention::attention(g, q, k, v, &opts)?);
+        if step.prefill && (chunk == 0 || opts.kmask.is_none()) {
+            return Ok(vkformers_tensor::ops::attention::attention_chunked(g, q, k, v, &opts, chunk)?);
         }
-        layer.decode(g, q, &step.tables[layer.group()], &opts, group.tables.block_size())
+        layer.decode(g, q, &step.tables[layer.group()], &opts, (group.tables.block_size(), chunk))
     }
 }
 

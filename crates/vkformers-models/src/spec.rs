@@ -81,6 +81,12 @@ pub struct AttnSpec {
     /// `(β, original)`: after RoPE, queries are multiplied by `1 + β · ln(1 + ⌊pos / original⌋)`
     /// (Llama 4's attention temperature, Ministral 3); `None` = off.
     pub q_position_scale: Option<(f32, usize)>,
+    /// Added to the position in that scale (Llama 4's `floor((pos + 1) / floor_scale)`: 1); 0
+    /// otherwise.
+    pub q_position_shift: i32,
+    /// Chunked local attention (Llama 4's chunked layers): key j is visible to the query at p only
+    /// when `floor(j / C) == floor(p / C)`; `None` = off.
+    pub chunk: Option<u32>,
     /// A norm of the attention output `[B·T, heads·head_dim]` before the output projection, with
     /// its weight's name template (BitNet's `attn_sub_norm`); `None` for most.
     pub out_norm: Option<(Norm, String)>,
@@ -99,6 +105,9 @@ pub struct AttnSpec {
     /// Multi-head latent attention (DeepSeek-V2/V3, MiniCPM3): q, k and v come from the
     /// projections named there instead of `q`/`k`/`v`; `None` for every other family.
     pub mla: Option<MlaSpec>,
+    /// JetMoE's mixture of attention heads: routed query/output projections (see
+    /// `crate::moe::MoaSpec`); `None` for every other family.
+    pub moa: Option<crate::moe::MoaSpec>,
 }
 
 /// Multi-head latent attention of one layer (see `crate::mla`). Queries come from `q`
@@ -172,12 +181,15 @@ impl AttnSpec {
             alibi: None,
             clip_qkv: None,
             q_position_scale: None,
+            q_position_shift: 0,
+            chunk: None,
             out_norm: None,
             sliding_window: None,
             sinks: None,
             rope: None,
             scale: 1.0 / (head_dim as f32).sqrt(),
             mla: None,
+            moa: None,
         }
     }
 }

@@ -204,6 +204,13 @@ parity! {
     // biases and sinks, sliding/full layers, untruncated YaRN; then with the aux loss.
     gpt_oss: "gpt_oss",
     gpt_oss_aux: "gpt_oss_aux",
+    // Mixture of attention heads (routed query/output experts over one shared K/V) and a packed
+    // top-k-then-softmax MoE MLP with an output bias; then tied, with the aux loss over both routers.
+    jetmoe: "jetmoe",
+    jetmoe_aux: "jetmoe_aux",
+    // Chunked RoPE layer (interleaved, L2 QK-norm) and a NoPE layer with the attention temperature;
+    // the input-scaled sigmoid top-2 MoE with packed in-out experts and a shared expert.
+    llama4_text: "llama4_text",
     // Image-text wrappers run as their text backbone; the vision tower is carried, not loaded.
     gemma3_wrapper: "gemma3",
     mistral3_wrapper: "mistral3",

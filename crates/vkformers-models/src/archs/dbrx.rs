@@ -72,6 +72,8 @@ fn block(ffn: &Value, experts: usize, coef: Option<f32>) -> Result<MoeSpec> {
         down_transposed: true,
         biased: None,
         packed: true,
+        out_bias: None,
+        in_out: false,
     };
     m.check()?;
     Ok(m)

@@ -90,6 +90,8 @@ impl DeepseekMoe {
             aux_loss_coef: None,
             names: expert_names("mlp", ("gate_proj", "up_proj", "down_proj")),
             packed: false,
+            out_bias: None,
+            in_out: false,
             down_transposed: false,
             biased: None,
         };

@@ -81,6 +81,8 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
         aux_loss_coef: c.output_router_logits.then_some(c.router_aux_loss_coef.unwrap_or(0.001) as f32),
         names: expert_names("mlp", ("gate_proj", "up_proj", "down_proj")),
         packed: false,
+        out_bias: None,
+        in_out: false,
         down_transposed: false,
         biased: None,
     };

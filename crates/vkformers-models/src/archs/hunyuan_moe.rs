@@ -59,6 +59,8 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
         aux_loss_coef: None,
         names,
         packed: false,
+        out_bias: None,
+        in_out: false,
         down_transposed: false,
         biased: None,
     };

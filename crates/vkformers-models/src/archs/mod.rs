@@ -59,8 +59,10 @@ mod granitemoe;
 mod helium;
 mod hunyuan_moe;
 mod hyperclovax;
+mod jetmoe;
 mod layer_types;
 mod llama;
+mod llama4;
 mod ln_common;
 mod mellum;
 mod minicpm3;
@@ -208,6 +210,8 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "gpt_oss", family: "routed MoE decoder", build: gpt_oss::spec },
     Arch { model_type: "granitemoe", family: "routed MoE decoder", build: granitemoe::granitemoe },
     Arch { model_type: "granitemoeshared", family: "routed MoE decoder", build: granitemoe::granitemoeshared },
+    Arch { model_type: "jetmoe", family: "routed MoE decoder", build: jetmoe::spec },
+    Arch { model_type: "llama4_text", family: "routed MoE decoder", build: llama4::spec },
     // Encoder-decoders (issue 20), run by `seq2seq::forward_loss`.
     Arch { model_type: "t5", family: "encoder-decoder", build: t5::t5 },
     Arch { model_type: "mt5", family: "encoder-decoder", build: t5::mt5 },

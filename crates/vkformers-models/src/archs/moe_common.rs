@@ -78,6 +78,8 @@ impl MoeConfig {
             biased: None,
             names,
             packed: false,
+            out_bias: None,
+            in_out: false,
         };
         m.check()?;
         Ok(m)

@@ -175,7 +175,7 @@ impl LayerPool {
         q: &Tensor,
         st: &StepTables,
         opts: &AttnOptions,
-        block_size: usize,
+        (block_size, chunk): (usize, u32),
     ) -> Result<Tensor> {
         let (pk, pv) =
             self.pools.as_ref().ok_or_else(|| ModelError::Config("paged attention before a store".into()))?;
@@ -204,6 +204,7 @@ impl LayerPool {
         ko.scale = opts.scale.unwrap_or(ko.scale);
         ko.causal = opts.causal;
         ko.window = opts.window;
+        ko.chunk = chunk;
         ko.softcap = opts.softcap;
         ko.alibi = opts.alibi.as_ref().map(Tensor::view);
         // The kernels read f32 sinks; a 16-bit sinks weight is widened (inference: no gradient).

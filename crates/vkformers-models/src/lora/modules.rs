@@ -99,7 +99,9 @@ fn layer_templates(spec: &ModelSpec) -> Vec<(usize, Vec<String>)> {
                 let mla = layer.attn.mla.as_ref().map(|m| &m.names);
                 let mla = mla.into_iter().flat_map(|m| [&m.q_a, &m.q_b, &m.kv_a, &m.kv_b]);
                 let t = [&n.q, &n.k, &n.v].into_iter().chain(mla).chain([&n.o, &n.gate, &n.up, &n.down]);
-                (i, t.cloned().chain(moe_templates(&layer.mlp)).collect())
+                // JetMoE's attention router is an nn.Linear (its experts are packed, not modules).
+                let moa = layer.attn.moa.as_ref().and_then(|m| m.router.strip_suffix(".weight").map(String::from));
+                (i, t.cloned().chain(moa).chain(moe_templates(&layer.mlp)).collect())
             })
             .collect();
     };

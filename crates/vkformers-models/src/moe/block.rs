@@ -11,7 +11,9 @@
 
 use std::cell::RefCell;
 
-use vkformers_tensor::ops::{activation, broadcast, clamped_swiglu, embedding, glu, matmul, moe, shape, softmax};
+use vkformers_tensor::ops::{
+    activation, broadcast, clamped_swiglu, embedding, glu, matmul, moe, scatter, shape, softmax,
+};
 use vkformers_tensor::{Graph, Tensor};
 
 use super::aux_loss::RouterOut;
@@ -40,15 +42,29 @@ pub(crate) fn block(
     let logits = crate::lora::linear(g, h, w.get(&router_name)?, router_bias, w.lora(), &router_name)?;
     let (choice, weights) = route(g, w, m, i, &logits)?;
     let groups = moe::group(g, &choice.ids, e)?;
-    let xs = embedding::embedding(g, h, &groups.token)?;
+    let mut xs = embedding::embedding(g, h, &groups.token)?;
+    let input_scaled = m.router == Router::SigmoidTopKInput;
+    if input_scaled {
+        // Each slot's input times its score: the scores [n·k, 1] moved to slot order.
+        let scores = shape::reshape(g, &weights, &[n * k, 1])?;
+        xs = broadcast::mul(g, &xs, &scatter::scatter_rows(g, &scores, &groups.slot, n * k)?)?;
+    }
     let out = match &m.biased {
         Some(b) => biased_experts(g, w, (m, b), i, &xs, &groups)?,
         None => experts(g, w, m, i, &xs, &groups)?,
     };
     // Back to assignment order [n, k, H], then each token's weighted sum: [n, 1, k] · [n, k, H].
     let per = shape::reshape(g, &embedding::embedding(g, &out, &groups.slot)?, &[n, k, hidden])?;
-    let wk = shape::reshape(g, &weights, &[n, 1, k])?;
+    // Input-scaled experts are summed as they are.
+    let wk = if input_scaled {
+        g.constant(&vec![1.0; n * k], &[n, 1, k])?
+    } else {
+        shape::reshape(g, &weights, &[n, 1, k])?
+    };
     let mut y = shape::reshape(g, &matmul::matmul(g, &wk, &per)?, &[n, hidden])?;
+    if let Some(b) = &m.out_bias {
+        y = broadcast::add(g, &y, w.get(&layer_name(b, i))?)?;
+    }
     if let Some(s) = &m.shared {
         let proj = |t: &str, x: &Tensor| -> Result<Tensor> {
             let name = format!("{}.weight", layer_name(t, i));
@@ -83,6 +99,14 @@ pub(crate) fn block(
 /// packed (or separate gate and up) stacks, the down stack as stored or transposed.
 fn experts(g: &Graph<'_>, w: &Weights, m: &MoeSpec, i: usize, xs: &Tensor, groups: &moe::Groups) -> Result<Tensor> {
     let names = &m.names;
+    if m.in_out {
+        // [E, H, 2I] as [E·H, 2I] and [E, I, H] as [E·I, H]: each expert's block used as stored.
+        let (e, h, inter) = (m.experts, xs.last_dim(), m.intermediate);
+        let gate_up = shape::reshape(g, w.get(&layer_name(&names.gate_up, i))?, &[e * h, 2 * inter])?;
+        let act = glu::glu_fused(g, &moe::grouped_matmul(g, xs, &gate_up, groups)?, m.glu)?;
+        let down = shape::reshape(g, w.get(&layer_name(&names.down, i))?, &[e * inter, h])?;
+        return Ok(moe::grouped_matmul(g, &act, &down, groups)?);
+    }
     // A packed parameter an adapter targets comes with its LoRA delta (target_parameters).
     let stack = |name: &str| super::lora::expert_weight(g, w, &layer_name(name, i));
     let gate_up = moe::grouped_linear(g, xs, &stack(&names.gate_up)?, groups)?;

@@ -64,7 +64,7 @@ fn param_matches(param: &str, targets: &[String]) -> bool {
 /// The packed expert parameters `targets` selects, layer by layer in PEFT's order (each experts
 /// module's parameters as transformers declares them: gate_up, then down). An error when a
 /// target matches nothing, or matches a layout this LoRA does not take (gpt-oss's in-out
-/// biased experts, separate up stacks, a transposed down stack).
+/// biased experts, Llama 4's in-out experts, separate up stacks, a transposed down stack).
 pub fn expert_params(spec: &ModelSpec, w: &crate::decoder::Weights, targets: &[String]) -> Result<Vec<ExpertParam>> {
     expert_params_by(spec, targets, &|name: &str| w.get(name).map(|t| (t.rows(), t.last_dim())))
 }
@@ -102,7 +102,7 @@ fn expert_params_by(
         if hit.is_empty() {
             continue;
         }
-        if m.biased.is_some() || m.names.up.is_some() || m.down_transposed {
+        if m.biased.is_some() || m.in_out || m.names.up.is_some() || m.down_transposed {
             return Err(ModelError::Unsupported(format!(
                 "LoRA target_parameters on `{}`: this model's experts are not stored [E, out, in] \
                  (in-out, biased or split stacks); only that layout is supported",

@@ -18,7 +18,8 @@ mod tests;
 
 pub(crate) use aux_loss::{aux_loss, RouterOut};
 pub(crate) use block::block;
-pub use spec::{BiasedExperts, MoeNames, MoeSpec, Router, SharedExpert};
+pub(crate) use route::topk_softmax;
+pub use spec::{BiasedExperts, MoaSpec, MoeNames, MoeSpec, Router, SharedExpert};
 
 use crate::error::{ModelError, Result};
 use crate::spec::{layer_name, MlpSpec, ModelSpec};

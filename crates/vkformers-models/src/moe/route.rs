@@ -14,10 +14,14 @@ use crate::spec::layer_name;
 pub(super) fn route(g: &Graph<'_>, w: &Weights, m: &MoeSpec, i: usize, logits: &Tensor) -> Result<(moe::TopK, Tensor)> {
     let (n, e, k) = (logits.rows(), m.experts, m.top_k);
     if m.router == Router::TopKSoftmax {
-        // The k largest logits are the k largest probabilities; their softmax is the weights.
-        let choice = moe::topk(g, logits, k)?;
-        let weights = softmax::softmax(g, &gathered(g, logits, &choice.flat, k)?)?;
+        let (choice, weights) = topk_softmax(g, logits, k)?;
         return Ok((choice, scaled(g, weights, m.routed_scale)?));
+    }
+    if m.router == Router::SigmoidTopKInput {
+        // Llama 4: the k largest logits choose, their sigmoids are the (input) scales.
+        let choice = moe::topk(g, logits, k)?;
+        let scales = activation::sigmoid(g, &gathered(g, logits, &choice.flat, k)?)?;
+        return Ok((choice, scales));
     }
     if let Router::SparseMixer { eps } = m.router {
         return sparse_mixer(g, logits, eps);
@@ -48,7 +52,9 @@ pub(super) fn route(g: &Graph<'_>, w: &Weights, m: &MoeSpec, i: usize, logits: &
             let grouped = shape::reshape(g, &biased, &[n, *groups, e / groups])?;
             (shape::reshape(g, &broadcast::add(g, &grouped, &off)?, &[n, e])?, s, *renormalize)
         }
-        Router::TopKSoftmax | Router::SparseMixer { .. } => unreachable!("handled above"),
+        Router::TopKSoftmax | Router::SparseMixer { .. } | Router::SigmoidTopKInput => {
+            unreachable!("handled above")
+        }
     };
     let choice = moe::topk(g, &choose, k)?;
     // The chosen scores [n, k]: a gather from the scores viewed as a table [n·E, 1].
@@ -58,6 +64,14 @@ pub(super) fn route(g: &Graph<'_>, w: &Weights, m: &MoeSpec, i: usize, logits: &
         weights = broadcast::div(g, &weights, &sum)?;
     }
     Ok((choice, scaled(g, weights, m.routed_scale)?))
+}
+
+/// The k largest logits of `logits [n, E]` (the k largest probabilities) and the softmax over
+/// those k, `[n, k]`: GraniteMoE's and JetMoE's routers.
+pub(crate) fn topk_softmax(g: &Graph<'_>, logits: &Tensor, k: usize) -> Result<(moe::TopK, Tensor)> {
+    let choice = moe::topk(g, logits, k)?;
+    let weights = softmax::softmax(g, &gathered(g, logits, &choice.flat, k)?)?;
+    Ok((choice, weights))
 }
 
 /// PhiMoE's eval-mode sparsemixer: the two choices and their weights, each the chosen entry of

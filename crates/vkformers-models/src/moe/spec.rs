@@ -35,6 +35,9 @@ pub enum Router {
     /// best of `groups` groups, a group ranked by the sum of its two best `s + bias`; the
     /// weights are the chosen `s` (without the bias), divided by their sum with `renormalize`.
     SigmoidGroupLimited { groups: usize, top_groups: usize, renormalize: bool, bias: Option<String> },
+    /// Llama 4's: the k largest logits choose; `sigmoid(logit)` of each chosen expert scales that
+    /// expert's *input* (`y = sum_j expert_j(sigmoid(l_j) · x)`), not its output.
+    SigmoidTopKInput,
 }
 
 impl Router {
@@ -125,6 +128,12 @@ pub struct MoeSpec {
     /// `experts.gate_up_proj [E, 2I, H]` and `experts.down_proj [E, H, I]`) instead of per-expert
     /// tensors: the parameters are those 3-D tensors, loaded and saved under their own names.
     pub packed: bool,
+    /// A bias `[H]` added to the routed output (before any shared expert), stored under this
+    /// full name with `{i}` (JetMoE's `mlp.bias`); `None` for most.
+    pub out_bias: Option<String>,
+    /// The packed experts are stored in-out without biases (Llama 4's `gate_up_proj [E, H, 2I]`,
+    /// gate columns first, and `down_proj [E, I, H]`); `packed` must be set.
+    pub in_out: bool,
 }
 
 fn expert_name(template: &str, i: usize, e: usize) -> String {
@@ -155,6 +164,10 @@ impl MoeSpec {
         if let Some(up) = &n.up {
             out.push((layer_name(up, i), gate_up));
         }
+        if self.in_out {
+            out[1].1 = vec![e, h, 2 * inter];
+            out[2].1 = vec![e, inter, h];
+        }
         if let Some(b) = &self.biased {
             // In-out storage: [E, H, 2I] and [E, I, H].
             out[1].1 = vec![e, h, 2 * inter];
@@ -165,6 +178,9 @@ impl MoeSpec {
         }
         if let Some(b) = self.router.buffer() {
             out.push((layer_name(b, i), self.router.buffer_shape(e)));
+        }
+        if let Some(b) = &self.out_bias {
+            out.push((layer_name(b, i), vec![h]));
         }
         if let Some(s) = &self.shared {
             let w = |t: &str| format!("{}.weight", layer_name(t, i));
@@ -204,7 +220,8 @@ impl MoeSpec {
             Router::SoftmaxTopK { .. }
             | Router::TopKSoftmax
             | Router::SoftmaxBiasedTopK { .. }
-            | Router::SparseMixer { .. } => None,
+            | Router::SparseMixer { .. }
+            | Router::SigmoidTopKInput => None,
         };
         if let Some((g, k, per_group)) = grouped {
             // The top-k must fit in the kept groups (transformers would pick masked experts).
@@ -232,5 +249,35 @@ impl MoeSpec {
             )));
         }
         Ok(())
+    }
+}
+
+/// JetMoE's mixture of attention heads (MoA) in one layer: a router `[E, H]` chooses `top_k` of
+/// `experts` query/output projection pairs per token (top-k logits, then a softmax over those k);
+/// expert e projects the token to `kv_heads` query heads (`input [E, kv·D, H]`) and its
+/// attention output back (`output [E, H, kv·D]`); every chosen expert's heads attend to the one
+/// shared K/V (`AttnSpec::heads` = `top_k · kv_heads`). The weighted outputs are summed and
+/// `bias [H]` added. Names are full tensor names with `{i}`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MoaSpec {
+    pub experts: usize,
+    pub top_k: usize,
+    pub router: String,
+    pub input: String,
+    pub output: String,
+    pub bias: String,
+}
+
+impl MoaSpec {
+    /// The internal parameters (names, shapes) of layer `i` with hidden size `h` and `kv_width`
+    /// = kv heads · head_dim (K and V are the layer's usual `k`/`v` projections, not listed).
+    pub fn params(&self, i: usize, h: usize, kv_width: usize) -> Vec<(String, Vec<usize>)> {
+        let e = self.experts;
+        vec![
+            (layer_name(&self.router, i), vec![e, h]),
+            (layer_name(&self.input, i), vec![e, kv_width, h]),
+            (layer_name(&self.output, i), vec![e, h, kv_width]),
+            (layer_name(&self.bias, i), vec![h]),
+        ]
     }
 }

@@ -48,6 +48,8 @@ fn spec() -> MoeSpec {
             act: ACT,
         }),
         packed: true,
+        out_bias: None,
+        in_out: false,
     }
 }
 

@@ -17,6 +17,7 @@ pub mod moe;
 pub mod norm;
 pub mod reduce;
 pub mod rope;
+pub mod scatter;
 pub mod shape;
 pub mod softmax;
 pub mod sparsemixer;
