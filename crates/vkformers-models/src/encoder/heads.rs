@@ -10,6 +10,7 @@ use super::{
 };
 use crate::decoder::{apply_norm, Weights};
 use crate::error::{ModelError, Result};
+use crate::lora::RowLayout;
 use crate::spec::ModelSpec;
 
 /// The head's output: logits `[B·T, V]` (masked LM), `[B, num_labels]` (sequence
@@ -87,7 +88,8 @@ fn classifier(
         ClsPooling::Mean => mean(&x)?,
         ClsPooling::Late => return mean(&classify(g, w, head, &x)?),
     };
-    classify(g, w, head, &pooled)
+    // The head's rows are the samples `[B]`: their LoRA dropout is keyed per sample.
+    w.lora().with_layout(RowLayout::Samples, || classify(g, w, head, &pooled))
 }
 
 /// `out(act(dense(h)))` (`out(norm(act(dense(h))))` with a norm) on rows h `[N, hidden]`.
