@@ -5,8 +5,8 @@
 
 use std::cell::Cell;
 use std::path::Path;
-use std::rc::Rc;
 use std::process::ExitCode;
+use std::rc::Rc;
 
 use anyhow::Context as _;
 use vkformers_io::HfTokenizer;

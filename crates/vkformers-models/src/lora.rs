@@ -29,7 +29,7 @@ pub use attach::{
     attach, linear, load_frozen, load_with_adapter, load_with_adapter_as, new_adapter, target_modules, LoraParams,
     Terms,
 };
-pub use dropout_keys::{RowLayout, SampleKeys};
 pub use config::{LoraConfig, Targets, CLASSIFIER_MODULES, SEQ_CLS, TOKEN_CLS};
+pub use dropout_keys::{RowLayout, SampleKeys};
 pub use merge::merge_to_folder;
 pub use modules::{linear_modules, LinearModule};

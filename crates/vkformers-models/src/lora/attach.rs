@@ -116,11 +116,7 @@ pub fn linear(
 ) -> vkformers_tensor::Result<Tensor> {
     let y = matmul::linear(g, x, w, bias)?;
     let Some(t) = terms.get(name) else { return Ok(y) };
-    let xd = if t.dropout > 0.0 && g.grad_enabled() {
-        dropped(g, x, t, terms)?
-    } else {
-        x.clone()
-    };
+    let xd = if t.dropout > 0.0 && g.grad_enabled() { dropped(g, x, t, terms)? } else { x.clone() };
     let u = matmul::linear(g, &xd, &t.a, None)?; // [N, r]
     let d = matmul::linear(g, &u, &t.b, None)?; // [N, rows]
     broadcast::add(g, &y, &broadcast::scale(g, &d, t.scale)?)
