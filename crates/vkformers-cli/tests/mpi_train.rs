@@ -491,6 +491,16 @@ fn sequence_classification_with_dropout_on_two_ranks_equals_one_rank_with_twice_
     ));
 }
 
+/// The same for a sparse masked-LM head (ModernBERT, the head run on the target rows only):
+/// each gathered target row keeps its token's masks.
+#[test]
+fn sparse_masked_lm_with_dropout_on_two_ranks_equals_one_rank_with_twice_the_batch() {
+    two_ranks_with_dropout_equal_twice_the_batch((
+        "tests/fixtures/modernbert_sparse",
+        "tests/fixtures_train/encoder/mlm_rows.jsonl",
+    ));
+}
+
 fn two_ranks_with_dropout_equal_twice_the_batch(on: (&str, &str)) {
     if !mpi_available() {
         return;

@@ -183,7 +183,9 @@ fn sparse_mlm(
         return Err(ModelError::Config("sparse prediction on a batch without masked-LM targets".into()));
     }
     let rows = embedding::embedding(g, &x, &g.ints(&keep, &[keep.len()])?)?;
-    let logits = masked_lm_logits(g, spec, w, head, &rows)?;
+    // LoRA dropout on the head keys each target row as the token it was gathered from.
+    let positions = keep.iter().map(|&j| j as usize).collect();
+    let logits = w.lora().with_gathered_rows(positions, || masked_lm_logits(g, spec, w, head, &rows))?;
     let kept: Vec<i32> = keep.iter().map(|&j| labels[j as usize]).collect();
     let loss = masked_lm_loss(g, &logits, &kept)?;
     Ok((logits, loss))

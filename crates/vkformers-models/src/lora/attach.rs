@@ -3,6 +3,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::rc::Rc;
 
 use vkformers_tensor::ops::{broadcast, dropout, matmul};
 use vkformers_tensor::optim::Param;
@@ -43,6 +44,8 @@ pub struct Terms {
     samples: RefCell<Option<SampleKeys>>,
     /// The layout of the inputs `linear` sees now (see `with_layout`).
     layout: Cell<RowLayout>,
+    /// The token positions of `RowLayout::Gathered` rows (see `with_gathered_rows`).
+    gathered: RefCell<Rc<Vec<usize>>>,
     /// The device keys of `samples` made so far, by (rows, layout): one upload per forward.
     key_tensors: RefCell<Vec<(usize, RowLayout, Tensor)>>,
 }
@@ -75,16 +78,32 @@ impl Terms {
         self.key_tensors.borrow_mut().clear();
     }
 
+    /// Runs `f` with `linear`'s inputs being the token rows at `positions` of `[B·T]` (a sparse
+    /// masked-LM head's targets): each keeps its token's masks.
+    pub fn with_gathered_rows<R>(&self, positions: Vec<usize>, f: impl FnOnce() -> R) -> R {
+        let before = self.gathered.replace(Rc::new(positions));
+        let out = with_layout(&self.layout, RowLayout::Gathered, f);
+        *self.gathered.borrow_mut() = before;
+        out
+    }
+
     /// The `[rows, 3]` device keys of `rows` input rows in the current layout, if the
     /// micro-batch's samples key them.
     fn row_keys(&self, g: &Graph<'_>, rows: usize) -> vkformers_tensor::Result<Option<Tensor>> {
         let layout = self.layout.get();
-        if let Some((.., t)) = self.key_tensors.borrow().iter().find(|(r, l, _)| *r == rows && *l == layout) {
+        // Gathered rows change with their positions: made per call (a head's few modules).
+        let cached = layout != RowLayout::Gathered;
+        if let Some((.., t)) = self.key_tensors.borrow().iter().find(|(r, l, _)| cached && *r == rows && *l == layout) {
             return Ok(Some(t.clone()));
         }
-        let Some(keys) = self.samples.borrow().as_ref().and_then(|k| k.keys(rows, layout)) else { return Ok(None) };
+        let gathered = self.gathered.borrow().clone();
+        let Some(keys) = self.samples.borrow().as_ref().and_then(|k| k.keys(rows, layout, &gathered)) else {
+            return Ok(None);
+        };
         let t = g.ints(&keys, &[rows, 3])?;
-        self.key_tensors.borrow_mut().push((rows, layout, t.clone()));
+        if cached {
+            self.key_tensors.borrow_mut().push((rows, layout, t.clone()));
+        }
         Ok(Some(t))
     }
 

@@ -3,8 +3,8 @@
 //! masks in a batch of any size, on any rank of any world size (issue 22's "one RNG stream
 //! keyed by global sample index").
 //!
-//! Rows whose layout is not known (MoE-routed rows, the gathered target rows of a sparse
-//! masked-LM head) fall back to the batch-wide element stream keyed by the training step.
+//! Rows whose layout is not known (an encoder-decoder's decoder rows, a decoder classifier's
+//! gathered last tokens) fall back to the batch-wide element stream keyed by the training step.
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -27,16 +27,31 @@ pub enum RowLayout {
     Tokens,
     /// `[B]` rows, one per sample (a pooled classification head's input).
     Samples,
+    /// Rows gathered from the `[B·T]` token rows at given positions (a sparse masked-LM
+    /// head's target rows).
+    Gathered,
 }
 
 impl SampleKeys {
     /// The `[rows, 3]` key words of `rows` input rows laid out as `layout`; `None` when the
     /// count does not fit the layout (rows the caller gathered or routed).
-    pub fn keys(&self, rows: usize, layout: RowLayout) -> Option<Vec<i32>> {
-        let b = self.samples.len();
+    /// `gathered`: the token positions of `RowLayout::Gathered` rows.
+    pub fn keys(&self, rows: usize, layout: RowLayout, gathered: &[usize]) -> Option<Vec<i32>> {
+        let (b, t) = (self.samples.len(), self.seq);
         match layout {
-            RowLayout::Tokens if rows == b * self.seq => Some(token_row_keys(&self.samples, self.seq)),
+            RowLayout::Tokens if rows == b * t => Some(token_row_keys(&self.samples, t)),
             RowLayout::Samples if rows == b => Some(sample_row_keys(&self.samples)),
+            RowLayout::Gathered if rows == gathered.len() && gathered.iter().all(|&p| p < b * t) => {
+                // Each row keyed as the token row it was gathered from.
+                let key = |p: usize| {
+                    [
+                        (p % t) as u32 as i32,
+                        self.samples[p / t] as u32 as i32,
+                        (self.samples[p / t] >> 32) as u32 as i32,
+                    ]
+                };
+                Some(gathered.iter().flat_map(|&p| key(p)).collect())
+            }
             _ => None,
         }
     }
@@ -68,14 +83,17 @@ mod tests {
     fn token_rows_are_keyed_by_position_and_sample_whatever_the_padding() {
         let short = SampleKeys { samples: Rc::new(vec![7, 1 << 33]), seq: 2 };
         let long = SampleKeys { samples: Rc::new(vec![1 << 33]), seq: 3 };
-        let a = short.keys(4, RowLayout::Tokens).unwrap();
-        let b = long.keys(3, RowLayout::Tokens).unwrap();
+        let a = short.keys(4, RowLayout::Tokens, &[]).unwrap();
+        let b = long.keys(3, RowLayout::Tokens, &[]).unwrap();
         // Sample 2^33's tokens 0 and 1: the same keys in both batches.
         assert_eq!(a[6..12], b[0..6]);
         assert_eq!(a[0..3], [0, 7, 0]);
         assert_eq!(b[6..9], [2, 0, 2]);
-        assert_eq!(short.keys(3, RowLayout::Tokens), None, "routed or gathered rows are not keyed");
-        assert_eq!(short.keys(2, RowLayout::Samples).unwrap()[3..6], [-1, 0, 2]);
+        assert_eq!(short.keys(3, RowLayout::Tokens, &[]), None, "rows of another count are not keyed");
+        assert_eq!(short.keys(2, RowLayout::Samples, &[]).unwrap()[3..6], [-1, 0, 2]);
+        // Gathered rows are keyed as the token rows they came from.
+        assert_eq!(short.keys(2, RowLayout::Gathered, &[3, 0]).unwrap(), [&a[9..12], &a[0..3]].concat());
+        assert_eq!(short.keys(1, RowLayout::Gathered, &[4]), None, "a position past the batch");
     }
 
     #[test]
