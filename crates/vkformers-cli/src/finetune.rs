@@ -96,7 +96,11 @@ impl LoraModel<'_> {
         let lora = self.model.weights.lora();
         lora.set_step(self.step.get().wrapping_mul(1 << 20).wrapping_add(global));
         let keyed = batch.samples.len() == batch.batch && batch.batch > 0;
-        lora.set_samples(keyed.then(|| SampleKeys { samples: Rc::new(batch.samples.clone()), seq: batch.seq }));
+        lora.set_samples(keyed.then(|| SampleKeys {
+            samples: Rc::new(batch.samples.clone()),
+            seq: batch.seq,
+            decoder_seq: batch.decoder_len,
+        }));
     }
 }
 

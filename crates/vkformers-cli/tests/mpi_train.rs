@@ -501,6 +501,15 @@ fn sparse_masked_lm_with_dropout_on_two_ranks_equals_one_rank_with_twice_the_bat
     ));
 }
 
+/// The same for an encoder-decoder (T5): decoder rows `[B·T_dec]` keyed by sample and position.
+#[test]
+fn seq2seq_with_dropout_on_two_ranks_equals_one_rank_with_twice_the_batch() {
+    two_ranks_with_dropout_equal_twice_the_batch((
+        "tests/fixtures/t5",
+        "tests/fixtures_train/seq2seq/t5_tokenized.jsonl",
+    ));
+}
+
 fn two_ranks_with_dropout_equal_twice_the_batch(on: (&str, &str)) {
     if !mpi_available() {
         return;

@@ -106,7 +106,7 @@ fn lora_dropout_masks_are_redrawn_by_the_recompute() {
             let mut m = lora::load_frozen(&g, &fixture("fixtures", "llama"), &[]).unwrap();
             let params = lora::attach(&g, &mut m, &adapter, 3).unwrap();
             let samples = std::rc::Rc::new((0..2).map(|b| 40 + b).collect::<Vec<u64>>());
-            m.weights.lora().set_samples(Some(lora::SampleKeys { samples, seq: 6 }));
+            m.weights.lora().set_samples(Some(lora::SampleKeys { samples, seq: 6, decoder_seq: 0 }));
             step(&g, &m, 6, |g| params.hf_grads(g).unwrap())
         };
         let keyed_plain = keyed(false);

@@ -170,7 +170,7 @@ fn lora_dropout_keyed_by_sample_is_the_same_in_any_batch() {
         lora::attach(&g, &mut model, &adapter, 3).unwrap();
         let run = |ids: &[i32], mask: &[i32], samples: Vec<u64>| {
             let (batch, seq) = (samples.len(), ids.len() / samples.len());
-            model.weights.lora().set_samples(Some(SampleKeys { samples: Rc::new(samples), seq }));
+            model.weights.lora().set_samples(Some(SampleKeys { samples: Rc::new(samples), seq, decoder_seq: 0 }));
             let out = forward(&g, &model.spec, &model.weights, &Batch { ids, mask, batch, seq }).unwrap();
             let out = g.read(&out).unwrap();
             g.clear_tape();

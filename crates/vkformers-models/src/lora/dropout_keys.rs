@@ -3,8 +3,7 @@
 //! masks in a batch of any size, on any rank of any world size (issue 22's "one RNG stream
 //! keyed by global sample index").
 //!
-//! Rows whose layout is not known (an encoder-decoder's decoder rows, a decoder classifier's
-//! gathered last tokens) fall back to the batch-wide element stream keyed by the training step.
+//! Rows whose layout is not known (a decoder classifier's gathered last tokens) fall back to the batch-wide element stream keyed by the training step.
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -12,11 +11,13 @@ use std::rc::Rc;
 use vkformers_tensor::ops::dropout::{sample_row_keys, token_row_keys};
 
 /// The samples of the micro-batch being trained: global indices `[B]` and the padded length
-/// `T` of its token rows `[B·T]`.
+/// `T` of its token rows `[B·T]` (and `T_dec` of an encoder-decoder's decoder rows
+/// `[B·T_dec]`, 0 for other models).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SampleKeys {
     pub samples: Rc<Vec<u64>>,
     pub seq: usize,
+    pub decoder_seq: usize,
 }
 
 /// How the rows of a LoRA input relate to the batch's samples.
@@ -39,7 +40,10 @@ impl SampleKeys {
     pub fn keys(&self, rows: usize, layout: RowLayout, gathered: &[usize]) -> Option<Vec<i32>> {
         let (b, t) = (self.samples.len(), self.seq);
         match layout {
-            RowLayout::Tokens if rows == b * t => Some(token_row_keys(&self.samples, t)),
+            // Token rows of either side: row (b, l) keyed (l, sample b) whatever the length.
+            RowLayout::Tokens if b > 0 && (rows == b * t || rows == b * self.decoder_seq) => {
+                Some(token_row_keys(&self.samples, rows / b))
+            }
             RowLayout::Samples if rows == b => Some(sample_row_keys(&self.samples)),
             RowLayout::Gathered if rows == gathered.len() && gathered.iter().all(|&p| p < b * t) => {
                 // Each row keyed as the token row it was gathered from.
@@ -81,8 +85,8 @@ mod tests {
 
     #[test]
     fn token_rows_are_keyed_by_position_and_sample_whatever_the_padding() {
-        let short = SampleKeys { samples: Rc::new(vec![7, 1 << 33]), seq: 2 };
-        let long = SampleKeys { samples: Rc::new(vec![1 << 33]), seq: 3 };
+        let short = SampleKeys { samples: Rc::new(vec![7, 1 << 33]), seq: 2, decoder_seq: 5 };
+        let long = SampleKeys { samples: Rc::new(vec![1 << 33]), seq: 3, decoder_seq: 0 };
         let a = short.keys(4, RowLayout::Tokens, &[]).unwrap();
         let b = long.keys(3, RowLayout::Tokens, &[]).unwrap();
         // Sample 2^33's tokens 0 and 1: the same keys in both batches.
@@ -90,6 +94,8 @@ mod tests {
         assert_eq!(a[0..3], [0, 7, 0]);
         assert_eq!(b[6..9], [2, 0, 2]);
         assert_eq!(short.keys(3, RowLayout::Tokens, &[]), None, "rows of another count are not keyed");
+        // Decoder rows [2·5]: sample 2^33's decoder tokens 0 and 1 keyed as its source tokens.
+        assert_eq!(short.keys(10, RowLayout::Tokens, &[]).unwrap()[15..21], a[6..12]);
         assert_eq!(short.keys(2, RowLayout::Samples, &[]).unwrap()[3..6], [-1, 0, 2]);
         // Gathered rows are keyed as the token rows they came from.
         assert_eq!(short.keys(2, RowLayout::Gathered, &[3, 0]).unwrap(), [&a[9..12], &a[0..3]].concat());
