@@ -6,7 +6,10 @@ N texts of exactly `--seq` tokens, batches of `--batch`.
 
   vkformers             `vkformers embed --model DIR --file texts.txt --batch-size B --json`; its
                         `timings.texts_per_second` (tokenizing, forwards and read-back; not the
-                        model load), median of --repeats runs.
+                        model load), median of --repeats runs; each run also prints the seconds
+                        the host waited for the tokenizer and for the device (batch i+1 is
+                        recorded while batch i runs: the device wait is what recording did not
+                        fill; VKFORMERS_EMBED_OVERLAP=0 turns the overlap off for A/B).
   sentence-transformers `SentenceTransformer(DIR, model_kwargs={"torch_dtype": bfloat16})
                         .encode(texts, batch_size=B)` after one warm-up call, median of --repeats;
                         where the package is missing, the same computation written out with
@@ -93,8 +96,8 @@ def run_vkformers(binary: Path, folder: Path, file: Path, a) -> tuple[float | No
             first = np.array([d["embedding"] for d in out["data"][: a.check]], dtype=np.float64)
         t = out["timings"]
         print(f"  vkformers run {r + 1}: {rates[-1]:,.0f} texts/s "
-              f"(waited {t.get('tokenize_wait_seconds', float('nan')):.3f} s of {t['embed_seconds']:.3f} s "
-              f"for the tokenizer)", flush=True)
+              f"(of {t['embed_seconds']:.3f} s: waited {t.get('tokenize_wait_seconds', float('nan')):.3f} s "
+              f"for the tokenizer, {t.get('device_wait_seconds', float('nan')):.3f} s for the device)", flush=True)
     return statistics.median(rates), first
 
 

@@ -15,7 +15,8 @@ use vkformers_tensor::ops::cast;
 use vkformers_tensor::{DType, Graph};
 use vkformers_vk::{Context, DeviceSelector};
 
-use crate::st_modules::{pool_host, PoolMode, SentenceModel};
+use crate::embed_queue::{EmbedQueue, Finish, Recorded};
+use crate::st_modules::{PoolMode, SentenceModel};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -54,7 +55,8 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     crate::load::generate_in_weight_type(&g, &model);
     let tok = HfTokenizer::from_dir(&st.transformer)?;
     let start = std::time::Instant::now();
-    let Embedded { vectors, tokens, tokenize_wait } = embed_pipelined(&g, &model, &tok, &st, &texts, args.batch_size)?;
+    let Embedded { vectors, tokens, tokenize_wait, device_wait } =
+        embed_pipelined(&g, &model, &tok, &st, &texts, args.batch_size)?;
     // Tokenizing, the forwards and reading the vectors back; not loading the model.
     let secs = start.elapsed().as_secs_f64();
     if args.json {
@@ -67,6 +69,7 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
             "object": "list", "data": data, "model": args.model,
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
             "timings": {"embed_seconds": secs, "tokenize_wait_seconds": tokenize_wait,
+                        "device_wait_seconds": device_wait,
                         "texts_per_second": texts.len() as f64 / secs, "tokens_per_second": tokens as f64 / secs},
         });
         println!("{}", serde_json::to_string(&out)?);
@@ -105,12 +108,24 @@ struct Embedded {
     tokens: usize,
     /// Seconds the device loop waited for the tokenizer (what overlapping did not hide).
     tokenize_wait: f64,
+    /// Seconds the host waited for the device to finish a batch it wanted to read.
+    device_wait: f64,
+}
+
+impl Embedded {
+    /// Puts the vectors of texts `texts` in their places.
+    fn place(&mut self, texts: &[usize], vectors: Vec<Vec<f32>>) {
+        for (&i, v) in texts.iter().zip(vectors) {
+            self.vectors[i] = v;
+        }
+    }
 }
 
 /// One embedding a text, in batches of `batch_size` texts longest first (by characters, as
 /// `SentenceTransformer.encode` sorts them), each batch tokenized on a worker thread while the
 /// device runs the one before (tokenizing is host time of the order of BERT-base's forwards
-/// on a large GPU; see [`encode_all`]).
+/// on a large GPU; see [`encode_all`]), and recorded while the device runs the one before
+/// (see `embed_queue`).
 fn embed_pipelined(
     g: &Graph<'_>,
     model: &Model,
@@ -124,7 +139,8 @@ fn embed_pipelined(
     order.sort_by_key(|&i| std::cmp::Reverse(texts[i].chars().count()));
     let chunks: Vec<&[usize]> = order.chunks(batch_size.max(1)).collect();
     let pad = model.config["pad_token_id"].as_u64().unwrap_or(0) as i32;
-    let mut done = Embedded { vectors: vec![Vec::new(); texts.len()], tokens: 0, tokenize_wait: 0.0 };
+    let mut done = Embedded { vectors: vec![Vec::new(); texts.len()], tokens: 0, tokenize_wait: 0.0, device_wait: 0.0 };
+    let overlap = overlap_on();
     std::thread::scope(|s| -> anyhow::Result<()> {
         // Two batches ahead at most: the tokenizer never holds more than that in memory.
         let (tx, rx) = std::sync::mpsc::sync_channel(2);
@@ -137,21 +153,40 @@ fn embed_pipelined(
                 }
             }
         });
+        let mut queue = EmbedQueue::new(g, 1);
         for chunk in chunks {
             let wait = std::time::Instant::now();
             let rows = rx.recv().context("the tokenizing thread stopped")??;
             done.tokenize_wait += wait.elapsed().as_secs_f64();
             done.tokens += rows.iter().map(|r| r.0.len()).sum::<usize>();
             let rows: Vec<&(Vec<i32>, Vec<i32>)> = rows.iter().collect();
-            let vectors = g.no_grad(|| embed_batch(g, model, st, &rows, pad))?;
+            let recorded = g.no_grad(|| record_batch(g, model, st, &rows, pad))?;
             g.clear_tape();
-            for (&i, v) in chunk.iter().zip(vectors) {
-                done.vectors[i] = v;
+            if !overlap {
+                let wait = std::time::Instant::now();
+                let read = g.read(&recorded.out)?;
+                done.device_wait += wait.elapsed().as_secs_f64();
+                done.place(chunk, recorded.finish.apply(read));
+                continue;
+            }
+            for (texts, vectors) in queue.submit(chunk.to_vec(), recorded)? {
+                done.place(&texts, vectors);
             }
         }
+        for (texts, vectors) in queue.drain()? {
+            done.place(&texts, vectors);
+        }
+        done.device_wait += queue.device_wait;
         Ok(())
     })?;
     Ok(done)
+}
+
+/// Whether `embed` records a batch while the device runs the one before (default); off with
+/// `VKFORMERS_EMBED_OVERLAP=0`, which reads each batch before recording the next (for A/B
+/// measurements and the bit-identity test).
+fn overlap_on() -> bool {
+    std::env::var("VKFORMERS_EMBED_OVERLAP").map_or(true, |v| v != "0")
 }
 
 /// One embedding per tokenized row `(ids, token types)`, in input order, run in batches of
@@ -227,7 +262,7 @@ fn encode_all(
         .collect())
 }
 
-/// The pooled (and normalised) embeddings of one right-padded batch.
+/// The pooled (and normalised) embeddings of one right-padded batch, read at once.
 fn embed_batch(
     g: &Graph<'_>,
     model: &Model,
@@ -235,6 +270,19 @@ fn embed_batch(
     rows: &[&(Vec<i32>, Vec<i32>)],
     pad: i32,
 ) -> anyhow::Result<Vec<Vec<f32>>> {
+    let r = record_batch(g, model, st, rows, pad)?;
+    Ok(r.finish.apply(g.read(&r.out)?))
+}
+
+/// Records the forward and the device pooling of one right-padded batch: the f32 tensor to
+/// read (pooled `[B, D]`, or the hidden state for host pooling) and how it becomes vectors.
+fn record_batch(
+    g: &Graph<'_>,
+    model: &Model,
+    st: &SentenceModel,
+    rows: &[&(Vec<i32>, Vec<i32>)],
+    pad: i32,
+) -> anyhow::Result<Recorded> {
     let (b, t) = (rows.len(), rows.iter().map(|r| r.0.len()).max().unwrap_or(1).max(1));
     let (mut ids, mut mask, mut types) =
         (Vec::with_capacity(b * t), Vec::with_capacity(b * t), Vec::with_capacity(b * t));
@@ -252,14 +300,14 @@ fn embed_batch(
     };
     // f32 for pooling whatever the weights' type (16-bit runs keep activations 16-bit).
     let hidden = cast::cast(g, &hidden, DType::F32)?;
-    let dim = model.spec.hidden;
-    let mut flat = match st.pooling {
+    let mut finish = Finish { host_pool: None, normalize: st.normalize, dim: model.spec.hidden };
+    let out = match st.pooling {
         // On the device: fused attention with zero scores, else one product [B, B·T] · [B·T, D].
         PoolMode::Mean => match encoder::mean_pool(g, &hidden, &mask, (b, t))? {
-            Some(pooled) => g.read(&pooled)?,
-            None => g.read(&encoder::pool(g, &hidden, &mask, (b, t), Pooling::Mean)?)?,
+            Some(pooled) => pooled,
+            None => encoder::pool(g, &hidden, &mask, (b, t), Pooling::Mean)?,
         },
-        PoolMode::Cls => g.read(&encoder::pool(g, &hidden, &mask, (b, t), Pooling::Cls)?)?,
+        PoolMode::Cls => encoder::pool(g, &hidden, &mask, (b, t), Pooling::Cls)?,
         // Each row's last real token, gathered on the device (a decoder's states are wide).
         PoolMode::LastToken => {
             let last: Vec<i32> = mask
@@ -267,12 +315,13 @@ fn embed_batch(
                 .enumerate()
                 .map(|(row, m)| (row * t + m.iter().rposition(|&x| x != 0).unwrap_or(0)) as i32)
                 .collect();
-            g.read(&vkformers_tensor::ops::embedding::embedding(g, &hidden, &g.ints(&last, &[b])?)?)?
+            vkformers_tensor::ops::embedding::embedding(g, &hidden, &g.ints(&last, &[b])?)?
         }
-        mode => pool_host(&g.read(&hidden)?, &mask, (b, t), mode),
+        mode => {
+            finish.host_pool = Some((mode, mask, (b, t)));
+            hidden
+        }
     };
-    if st.normalize {
-        encoder::normalize_rows(&mut flat, dim);
-    }
-    Ok(flat.chunks(dim).map(<[f32]>::to_vec).collect())
+    // The read-back copies f32 bytes (the pooled outputs are f32 already: no kernel then).
+    Ok(Recorded { out: cast::cast(g, &out, DType::F32)?, finish })
 }

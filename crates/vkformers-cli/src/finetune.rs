@@ -6,11 +6,12 @@
 use std::cell::Cell;
 use std::path::Path;
 use std::process::ExitCode;
+use std::rc::Rc;
 
 use anyhow::Context as _;
 use vkformers_io::HfTokenizer;
 use vkformers_models::encoder::{OwnedClsLabels, Problem};
-use vkformers_models::lora::{self, Adapter, LoraConfig, LoraParams, Targets};
+use vkformers_models::lora::{self, Adapter, LoraConfig, LoraParams, SampleKeys, Targets};
 use vkformers_models::model::Model;
 use vkformers_tensor::{Graph, Tensor};
 use vkformers_train::metrics::MetricsLog;
@@ -66,11 +67,13 @@ pub struct Args {
     lora: LoraArgs,
 }
 
-/// The model with its adapter for the trainer. Dropout masks are keyed by (optimizer step,
-/// global micro-batch), so a resumed run draws the masks a straight run would, and a batch
-/// draws the same masks whichever rank trains it: in a step, rank r's i-th micro-batch is
-/// batch `i·N + r` of the step's window of the global order (N ranks; `Loader::shard`), the
-/// key one process gives its (i·N + r)-th micro-batch.
+/// The model with its adapter for the trainer. Dropout masks are keyed by each row's global
+/// sample index (`TokenBatch::samples`) and token position, so a sample draws the same masks
+/// whichever rank trains it and whatever the batch size or world size (2 ranks × B = 1 rank ×
+/// 2B), and a resumed run draws the masks a straight run would. Rows the adapter cannot key
+/// (routed or gathered) draw from the batch-wide stream keyed by (optimizer step, global
+/// micro-batch): in a step, rank r's i-th micro-batch is batch `i·N + r` of the step's window
+/// of the global order (N ranks; `Loader::shard`).
 struct LoraModel<'m> {
     model: &'m Model,
     step: Cell<u64>,
@@ -85,18 +88,25 @@ impl LoraModel<'_> {
         self.micro.set(0);
     }
 
-    /// Selects the dropout masks of the next micro-batch.
-    fn next_masks(&self) {
+    /// Selects the dropout masks of the next micro-batch, `batch`.
+    fn next_masks(&self, batch: &TokenBatch) {
         let micro = self.micro.replace(self.micro.get() + 1);
         let (rank, ranks) = self.place;
         let global = micro * ranks + rank;
-        self.model.weights.lora().set_step(self.step.get().wrapping_mul(1 << 20).wrapping_add(global));
+        let lora = self.model.weights.lora();
+        lora.set_step(self.step.get().wrapping_mul(1 << 20).wrapping_add(global));
+        let keyed = batch.samples.len() == batch.batch && batch.batch > 0;
+        lora.set_samples(keyed.then(|| SampleKeys {
+            samples: Rc::new(batch.samples.clone()),
+            seq: batch.seq,
+            decoder_seq: batch.decoder_len,
+        }));
     }
 }
 
 impl LanguageModel for LoraModel<'_> {
     fn logits(&self, g: &Graph<'_>, batch: &TokenBatch) -> vkformers_train::Result<Tensor> {
-        self.next_masks();
+        self.next_masks(batch);
         self.model.logits(g, batch)
     }
 
@@ -104,7 +114,7 @@ impl LanguageModel for LoraModel<'_> {
     // rows only); the rest through the logits and `loss`.
     fn loss_and_aux(&self, g: &Graph<'_>, batch: &TokenBatch) -> vkformers_train::Result<ForwardLoss> {
         if self.model.spec.encoder.is_some() {
-            self.next_masks();
+            self.next_masks(batch);
             return self.model.loss_and_aux(g, batch);
         }
         let logits = self.logits(g, batch)?;

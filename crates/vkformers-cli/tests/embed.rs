@@ -89,3 +89,64 @@ fn embed_equals_sentence_transformers_on_a_decoder_embedding_model() {
         assert!((norm - 1.0).abs() < 1e-5, "Normalize: norm {norm}");
     }
 }
+
+/// `embed` on `dir` over `sentences` in batches of 2 (several batches in flight), with
+/// `VKFORMERS_EMBED_OVERLAP` set to `overlap`: the JSON's `data` and its timings.
+fn embed_batches_of_two(dir: &std::path::Path, sentences: &[&str], overlap: &str) -> serde_json::Value {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("sentences.txt");
+    std::fs::write(&file, sentences.join("\n") + "\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_vkformers"))
+        .env("VKFORMERS_EMBED_OVERLAP", overlap)
+        .args(["embed", "--model", dir.to_str().unwrap(), "--file", file.to_str().unwrap(), "--json"])
+        .args(["--batch-size", "2"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// A plain encoder folder (mean pooling on the device): the tiny BERT fixture with the
+/// decoder embedding fixture's WordLevel tokenizer (31 ids, inside BERT's 128).
+fn bert_with_a_tokenizer(into: &std::path::Path) -> PathBuf {
+    let dir = into.join("bert");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (bert, tok) =
+        (repo().join("tests/fixtures_embed/bert_model"), repo().join("tests/fixtures_embed/qwen3_embedding"));
+    for (from, name) in [
+        (&bert, "config.json"),
+        (&bert, "model.safetensors"),
+        (&tok, "tokenizer.json"),
+        (&tok, "tokenizer_config.json"),
+    ] {
+        std::fs::copy(from.join(name), dir.join(name)).unwrap();
+    }
+    dir
+}
+
+/// Recording batch i+1 while the device runs batch i (the default) gives the vectors of the
+/// sequential path (each batch read before the next is recorded) bit for bit, in input
+/// order, for an encoder with device mean pooling and a decoder with last-token pooling.
+#[test]
+fn overlapped_embed_equals_the_sequential_path_bit_for_bit() {
+    let dir = repo().join("tests/fixtures_embed/qwen3_embedding");
+    let reference: serde_json::Value = vkformers_io::read_json(dir.join("reference.json")).unwrap();
+    let mut sentences: Vec<&str> =
+        reference["sentences"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
+    sentences.push("the lazy fox");
+    let tmp = tempfile::tempdir().unwrap();
+    for dir in [dir, bert_with_a_tokenizer(tmp.path())] {
+        let (seq, over) = (embed_batches_of_two(&dir, &sentences, "0"), embed_batches_of_two(&dir, &sentences, "1"));
+        let bits = |v: &serde_json::Value| -> Vec<Vec<u32>> {
+            let data = v["data"].as_array().unwrap();
+            data.iter().map(|d| floats(&d["embedding"]).iter().map(|&x| (x as f32).to_bits()).collect()).collect()
+        };
+        let (a, b) = (bits(&seq), bits(&over));
+        assert_eq!(a.len(), sentences.len());
+        assert!(a.iter().all(|v| !v.is_empty()), "{}: every text has a vector", dir.display());
+        assert_eq!(a, b, "{}: overlapped vectors differ from the sequential ones", dir.display());
+        let distinct: std::collections::HashSet<&Vec<u32>> = a.iter().collect();
+        assert_eq!(distinct.len(), sentences.len(), "{}: texts got other texts' vectors", dir.display());
+        assert!(over["timings"]["device_wait_seconds"].as_f64().unwrap() >= 0.0);
+    }
+}

@@ -19,6 +19,7 @@
 pub mod adapter;
 pub mod attach;
 pub mod config;
+pub mod dropout_keys;
 pub mod merge;
 pub mod modules;
 pub mod parity;
@@ -29,5 +30,6 @@ pub use attach::{
     Terms,
 };
 pub use config::{LoraConfig, Targets, CLASSIFIER_MODULES, SEQ_CLS, TOKEN_CLS};
+pub use dropout_keys::{RowLayout, SampleKeys};
 pub use merge::merge_to_folder;
 pub use modules::{linear_modules, LinearModule};

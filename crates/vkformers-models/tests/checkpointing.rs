@@ -99,6 +99,19 @@ fn lora_dropout_masks_are_redrawn_by_the_recompute() {
         assert_same("lora", &run(true, 5), &plain);
         let other = run(false, 6);
         assert_ne!(other.grads, plain.grads, "another step's masks give other gradients");
+        // Masks keyed by the batch's samples: the recompute redraws those too.
+        let keyed = |ckpt: bool| {
+            let g = Graph::new(ctx);
+            g.set_checkpointing(ckpt);
+            let mut m = lora::load_frozen(&g, &fixture("fixtures", "llama"), &[]).unwrap();
+            let params = lora::attach(&g, &mut m, &adapter, 3).unwrap();
+            let samples = std::rc::Rc::new((0..2).map(|b| 40 + b).collect::<Vec<u64>>());
+            m.weights.lora().set_samples(Some(lora::SampleKeys { samples, seq: 6, decoder_seq: 0 }));
+            step(&g, &m, 6, |g| params.hf_grads(g).unwrap())
+        };
+        let keyed_plain = keyed(false);
+        assert_same("lora keyed", &keyed(true), &keyed_plain);
+        assert_ne!(keyed_plain.grads, plain.grads, "the sample keys select the masks");
         Ok(())
     });
 }

@@ -1,10 +1,11 @@
 //! LoRA config, target matching, init and adapter files.
 
 use std::path::PathBuf;
+use std::rc::Rc;
 
 use serde_json::json;
 use vkformers_models::decoder::{forward, Batch};
-use vkformers_models::lora::{self, Adapter, LoraConfig, Targets};
+use vkformers_models::lora::{self, Adapter, LoraConfig, SampleKeys, Targets};
 use vkformers_models::model::Model;
 use vkformers_tensor::Graph;
 use vkformers_vk::testing::on_every_device;
@@ -152,6 +153,39 @@ fn lora_dropout_is_replayable_and_off_in_inference() {
         assert_ne!(run(&model), a, "another step should draw other masks");
         let inference = g.no_grad(|| run(&model));
         assert_eq!(inference, reference);
+        Ok(())
+    });
+}
+
+/// Row-keyed LoRA dropout: a sample's logits are the same alone (batch 1, unpadded) and
+/// second in a batch of 2 padded to a longer row, as long as it keeps its global sample index;
+/// another index draws other masks.
+#[test]
+fn lora_dropout_keyed_by_sample_is_the_same_in_any_batch() {
+    on_every_device("lora dropout keyed", |ctx| {
+        let g = Graph::new(ctx);
+        let mut adapter = Adapter::load(&fixture("fixtures_lora", "llama")).unwrap();
+        adapter.config.lora_dropout = 0.5;
+        let mut model = lora::load_frozen(&g, &fixture("fixtures", "llama"), &[]).unwrap();
+        lora::attach(&g, &mut model, &adapter, 3).unwrap();
+        let run = |ids: &[i32], mask: &[i32], samples: Vec<u64>| {
+            let (batch, seq) = (samples.len(), ids.len() / samples.len());
+            model.weights.lora().set_samples(Some(SampleKeys { samples: Rc::new(samples), seq, decoder_seq: 0 }));
+            let out = forward(&g, &model.spec, &model.weights, &Batch { ids, mask, batch, seq }).unwrap();
+            let out = g.read(&out).unwrap();
+            g.clear_tape();
+            out
+        };
+        let (a, b) = ([5, 6, 7, 8, 9, 10], [11, 12, 13, 14]);
+        let pair = run(&[&a[..], &b, &[0, 0]].concat(), &[1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0], vec![7, 9]);
+        let alone = run(&b, &[1; 4], vec![9]);
+        let vocab = alone.len() / 4;
+        let second = &pair[6 * vocab..10 * vocab];
+        let diff = |x: &[f32], y: &[f32]| x.iter().zip(y).map(|(p, q)| (p - q).abs()).fold(0f32, f32::max);
+        let scale = alone.iter().fold(0f32, |m, v| m.max(v.abs()));
+        assert!(diff(second, &alone) <= 1e-5 * scale, "sample 9 alone vs in a batch: {}", diff(second, &alone));
+        let other = run(&b, &[1; 4], vec![8]);
+        assert!(diff(&other, &alone) > 1e-3 * scale, "another sample index should draw other masks");
         Ok(())
     });
 }

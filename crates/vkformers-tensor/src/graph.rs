@@ -367,6 +367,17 @@ impl<'c> Graph<'c> {
         self.submissions.get()
     }
 
+    /// Waits until the first `n` submissions have completed (`n`: `submissions()` read after
+    /// a `flush`), leaving later ones running: the host reads one batch's results while the
+    /// device runs the next. Recycled buffers are not reclaimed (a later batch may still read
+    /// them); `sync` does that.
+    pub fn wait_submitted(&self, n: usize) -> Result<()> {
+        while self.submissions.get() - self.in_flight.borrow().len() < n && !self.in_flight.borrow().is_empty() {
+            self.wait_oldest()?;
+        }
+        Ok(())
+    }
+
     /// Runs `f` without recording a tape (inference).
     pub fn no_grad<R>(&self, f: impl FnOnce() -> R) -> R {
         let before = self.grad_enabled.replace(false);

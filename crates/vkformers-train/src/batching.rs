@@ -109,6 +109,10 @@ pub struct TokenBatch {
     pub seq: usize,
     pub decoder_labels: Vec<i32>,
     pub decoder_len: usize,
+    /// Each row's global sample index, `epoch · 2^32 + place in the epoch's order` (the key of
+    /// its dropout masks: the same on any rank and in a batch of any size); empty when the
+    /// batch was not drawn from a `Loader`.
+    pub samples: Vec<u64>,
 }
 
 impl TokenBatch {
@@ -127,6 +131,7 @@ impl TokenBatch {
             seq,
             decoder_labels: Vec::with_capacity(rows.len() * decoder_len),
             decoder_len,
+            samples: Vec::new(),
         };
         for r in rows {
             let pad = decoder_len - r.decoder_labels.len();
@@ -272,7 +277,8 @@ impl Loader {
         }
         let rows: Vec<&Example> = self.order[start..end].iter().map(|&i| &self.seqs[i]).collect();
         self.pos.index = window_end;
-        match &self.mlm {
+        let samples = (start..end).map(|k| self.pos.epoch.wrapping_mul(1 << 32).wrapping_add(k as u64)).collect();
+        let mut batch = match &self.mlm {
             // Each draw is a pure function of (seed, epoch, place in the epoch): a resumed run
             // masks exactly as the straight run did.
             Some(m) => {
@@ -283,7 +289,9 @@ impl Loader {
                 TokenBatch::pad(&masked.iter().collect::<Vec<_>>(), self.pad_id)
             }
             None => TokenBatch::pad(&rows, self.pad_id),
-        }
+        };
+        batch.samples = samples;
+        batch
     }
 
     /// Masks every batch as it is drawn (dynamic masked-LM masking, `DataCollatorForLanguageModeling`).
@@ -395,6 +403,8 @@ mod tests {
             let parts: Vec<TokenBatch> = ranks.iter_mut().map(Loader::next_batch).collect();
             let joined: Vec<i32> = parts.iter().flat_map(|b| b.ids.iter().copied()).collect();
             assert_eq!(joined, whole.ids);
+            let keys: Vec<u64> = parts.iter().flat_map(|b| b.samples.iter().copied()).collect();
+            assert_eq!(keys, whole.samples, "each row keeps its global sample index");
             assert!(ranks.iter().all(|l| l.position() == one.position()), "the position is global");
         }
         let mut third = Loader::new(seqs.clone(), 2, true, 5, 0).unwrap();

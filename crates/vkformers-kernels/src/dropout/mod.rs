@@ -8,6 +8,7 @@
 //! Tensors are stored as `DType` (f32, f16 or bf16; the mask is the same for every type).
 
 pub mod reference;
+pub mod rows;
 
 use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result};
 

@@ -55,3 +55,24 @@ pub fn forward(x: &[f64], p: f32, seed: u64, offset: u64) -> Vec<f64> {
 pub fn backward(dy: &[f64], p: f32, seed: u64, offset: u64) -> Vec<f64> {
     apply(dy, p, seed, offset)
 }
+
+/// The row-keyed dropout mask of `[keys.len(), cols]` (see `dropout::rows`): element `(r, c)`
+/// draws word `c & 3` of `philox4x32_10([c >> 2, keys[r]], seed)`; keep iff uniform >= p.
+pub fn row_mask(keys: &[[u32; 3]], cols: usize, p: f32, seed: u64) -> Vec<bool> {
+    let key = [seed as u32, (seed >> 32) as u32];
+    let mut out = Vec::with_capacity(keys.len() * cols);
+    for k in keys {
+        for c in 0..cols {
+            let w = philox4x32_10([(c >> 2) as u32, k[0], k[1], k[2]], key)[c & 3];
+            out.push(f64::from(w >> 8) / f64::from(1u32 << 24) >= f64::from(p));
+        }
+    }
+    out
+}
+
+/// Row-keyed dropout of `x [keys.len(), cols]` (forward and backward alike).
+pub fn rows_apply(x: &[f64], keys: &[[u32; 3]], cols: usize, p: f32, seed: u64) -> Vec<f64> {
+    let scale = if p >= 1.0 { 0.0 } else { 1.0 / (1.0 - f64::from(p)) };
+    let mask = row_mask(keys, cols, p, seed);
+    x.iter().zip(mask).map(|(&v, keep)| if keep { v * scale } else { 0.0 }).collect()
+}

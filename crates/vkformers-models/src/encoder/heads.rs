@@ -10,6 +10,7 @@ use super::{
 };
 use crate::decoder::{apply_norm, Weights};
 use crate::error::{ModelError, Result};
+use crate::lora::RowLayout;
 use crate::spec::ModelSpec;
 
 /// The head's output: logits `[B·T, V]` (masked LM), `[B, num_labels]` (sequence
@@ -87,7 +88,8 @@ fn classifier(
         ClsPooling::Mean => mean(&x)?,
         ClsPooling::Late => return mean(&classify(g, w, head, &x)?),
     };
-    classify(g, w, head, &pooled)
+    // The head's rows are the samples `[B]`: their LoRA dropout is keyed per sample.
+    w.lora().with_layout(RowLayout::Samples, || classify(g, w, head, &pooled))
 }
 
 /// `out(act(dense(h)))` (`out(norm(act(dense(h))))` with a norm) on rows h `[N, hidden]`.
@@ -181,7 +183,9 @@ fn sparse_mlm(
         return Err(ModelError::Config("sparse prediction on a batch without masked-LM targets".into()));
     }
     let rows = embedding::embedding(g, &x, &g.ints(&keep, &[keep.len()])?)?;
-    let logits = masked_lm_logits(g, spec, w, head, &rows)?;
+    // LoRA dropout on the head keys each target row as the token it was gathered from.
+    let positions = keep.iter().map(|&j| j as usize).collect();
+    let logits = w.lora().with_gathered_rows(positions, || masked_lm_logits(g, spec, w, head, &rows))?;
     let kept: Vec<i32> = keep.iter().map(|&j| labels[j as usize]).collect();
     let loss = masked_lm_loss(g, &logits, &kept)?;
     Ok((logits, loss))

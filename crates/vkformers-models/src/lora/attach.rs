@@ -1,8 +1,9 @@
 //! A LoRA adapter on the device: the trainable `A`/`B` parameters, the per-projection terms
 //! the decoder adds, and the way back to PEFT's tensors (values and gradients).
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::rc::Rc;
 
 use vkformers_tensor::ops::{broadcast, dropout, matmul};
 use vkformers_tensor::optim::Param;
@@ -11,6 +12,7 @@ use vkformers_tensor::{Graph, Tensor};
 use crate::error::{ModelError, Result};
 use crate::lora::adapter::{lora_key, saved_key, Adapter};
 use crate::lora::config::{LoraConfig, Targets, SEQ_CLS, TOKEN_CLS};
+use crate::lora::dropout_keys::{module_seed, with_layout, RowLayout, SampleKeys};
 use crate::lora::modules::{linear_modules, targeted, LinearModule};
 use crate::model::Model;
 use crate::moe::lora::{b_from_device, b_to_device, expert_params, ExpertParam, ExpertTerm};
@@ -38,6 +40,14 @@ pub struct Terms {
     experts: HashMap<String, ExpertTerm>,
     seed: u64,
     step: Cell<u64>,
+    /// The micro-batch's samples: rows laid out as they say draw row-keyed masks.
+    samples: RefCell<Option<SampleKeys>>,
+    /// The layout of the inputs `linear` sees now (see `with_layout`).
+    layout: Cell<RowLayout>,
+    /// The token positions of `RowLayout::Gathered` rows (see `with_gathered_rows`).
+    gathered: RefCell<Rc<Vec<usize>>>,
+    /// The device keys of `samples` made so far, by (rows, layout): one upload per forward.
+    key_tensors: RefCell<Vec<(usize, RowLayout, Tensor)>>,
 }
 
 impl Terms {
@@ -59,6 +69,58 @@ impl Terms {
     pub fn set_step(&self, step: u64) {
         self.step.set(step);
     }
+
+    /// Keys the dropout masks of the next forward by its samples (global sample indices and
+    /// padded length), so each sample draws the same masks in any batch, on any rank; `None`:
+    /// the batch-wide stream of `set_step` alone.
+    pub fn set_samples(&self, keys: Option<SampleKeys>) {
+        *self.samples.borrow_mut() = keys;
+        self.key_tensors.borrow_mut().clear();
+    }
+
+    /// Runs `f` with `linear`'s inputs being the token rows at `positions` of `[B·T]` (a sparse
+    /// masked-LM head's targets): each keeps its token's masks.
+    pub fn with_gathered_rows<R>(&self, positions: Vec<usize>, f: impl FnOnce() -> R) -> R {
+        let before = self.gathered.replace(Rc::new(positions));
+        let out = with_layout(&self.layout, RowLayout::Gathered, f);
+        *self.gathered.borrow_mut() = before;
+        out
+    }
+
+    /// The `[rows, 3]` device keys of `rows` input rows in the current layout, if the
+    /// micro-batch's samples key them.
+    fn row_keys(&self, g: &Graph<'_>, rows: usize) -> vkformers_tensor::Result<Option<Tensor>> {
+        let layout = self.layout.get();
+        // Gathered rows change with their positions: made per call (a head's few modules).
+        let cached = layout != RowLayout::Gathered;
+        if let Some((.., t)) = self.key_tensors.borrow().iter().find(|(r, l, _)| cached && *r == rows && *l == layout) {
+            return Ok(Some(t.clone()));
+        }
+        let gathered = self.gathered.borrow().clone();
+        let Some(keys) = self.samples.borrow().as_ref().and_then(|k| k.keys(rows, layout, &gathered)) else {
+            return Ok(None);
+        };
+        let t = g.ints(&keys, &[rows, 3])?;
+        if cached {
+            self.key_tensors.borrow_mut().push((rows, layout, t.clone()));
+        }
+        Ok(Some(t))
+    }
+
+    /// Runs `f` with `linear`'s inputs laid out as `layout` (a pooled head's `[B]` rows).
+    pub fn with_layout<R>(&self, layout: RowLayout, f: impl FnOnce() -> R) -> R {
+        with_layout(&self.layout, layout, f)
+    }
+}
+
+/// `dropout(x)` of a term's input `x [N, in]`: row-keyed by the batch's samples where the rows
+/// are laid out as `terms` knows, else the batch-wide element stream of the step.
+fn dropped(g: &Graph<'_>, x: &Tensor, t: &Term, terms: &Terms) -> vkformers_tensor::Result<Tensor> {
+    if let Some(keys) = terms.row_keys(g, x.rows())? {
+        return dropout::dropout_rows_keyed(g, x, t.dropout, module_seed(terms.seed, t.module), &keys);
+    }
+    let seed = terms.seed.wrapping_add(terms.step.get().wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    dropout::dropout(g, x, t.dropout, seed, t.module << 32)
 }
 
 /// `y = x Wᵀ (+ b) (+ scale · dropout(x) Aᵀ Bᵀ when `term` is set)`, x `[N, in]`, y `[N, out]`.
@@ -73,12 +135,7 @@ pub fn linear(
 ) -> vkformers_tensor::Result<Tensor> {
     let y = matmul::linear(g, x, w, bias)?;
     let Some(t) = terms.get(name) else { return Ok(y) };
-    let xd = if t.dropout > 0.0 && g.grad_enabled() {
-        let seed = terms.seed.wrapping_add(terms.step.get().wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        dropout::dropout(g, x, t.dropout, seed, t.module << 32)?
-    } else {
-        x.clone()
-    };
+    let xd = if t.dropout > 0.0 && g.grad_enabled() { dropped(g, x, t, terms)? } else { x.clone() };
     let u = matmul::linear(g, &xd, &t.a, None)?; // [N, r]
     let d = matmul::linear(g, &u, &t.b, None)?; // [N, rows]
     broadcast::add(g, &y, &broadcast::scale(g, &d, t.scale)?)
@@ -211,7 +268,7 @@ pub fn attach(g: &Graph<'_>, model: &mut Model, adapter: &Adapter, seed: u64) ->
     let experts = expert_params(&model.spec, &model.weights, &adapter.config.target_parameters)?;
     check_all_used(model, adapter, &modules, &experts)?;
     let (r, scale) = (config.r, config.scale());
-    let mut terms = Terms { map: HashMap::new(), experts: HashMap::new(), seed, step: Cell::new(0) };
+    let mut terms = Terms { seed, ..Terms::default() };
     let (mut a_all, mut b_all) = (Vec::new(), Vec::new());
     for (mi, m) in modules.iter().enumerate() {
         let (a, b) = adapter.pair(m)?;

@@ -25,3 +25,47 @@ pub fn dropout(g: &Graph<'_>, x: &Tensor, p: f32, seed: u64, offset: u64) -> Res
     );
     Ok(y)
 }
+
+/// Row-keyed dropout of `x [rows, cols]`: row `r`'s mask is a function of `(seed, keys[r])`
+/// alone (`keys [rows, 3]` as `g.ints`, bit patterns of u32: a caller's (position, sample lo,
+/// sample hi)), so a sample draws the same mask in any batch and on any rank. Identity when
+/// `p == 0`. See `vkformers_kernels::dropout::rows`.
+pub fn dropout_rows_keyed(g: &Graph<'_>, x: &Tensor, p: f32, seed: u64, keys: &Tensor) -> Result<Tensor> {
+    if p == 0.0 {
+        return Ok(x.clone());
+    }
+    let (rows, cols) = (x.rows(), x.shape().last().copied().unwrap_or(1));
+    let y = g.output(x.shape(), &[x])?;
+    let kv = keys.clone();
+    g.record(|rec| k::rows::apply(rec, x.view(), kv.view(), y.view(), (rows, cols), p, seed, DType::F32))?;
+    let keys = keys.clone();
+    g.push_node(
+        &y,
+        vec![x.clone()],
+        Box::new(move |g, dy| {
+            let dx = g.empty(dy.shape())?;
+            g.record(|rec| k::rows::apply(rec, dy.view(), keys.view(), dx.view(), (rows, cols), p, seed, DType::F32))?;
+            Ok(vec![Some(dx)])
+        }),
+    );
+    Ok(y)
+}
+
+/// The `[rows, 3]` keys of `dropout_rows_keyed` for token rows `[B·T]` of samples `samples [B]`
+/// (each a global sample index): row `b·T + t` is keyed `(t, lo(s_b), hi(s_b))`, so a token's
+/// mask does not depend on the batch's padded length `T` or on the sample's place in it.
+pub fn token_row_keys(samples: &[u64], seq: usize) -> Vec<i32> {
+    let mut out = Vec::with_capacity(samples.len() * seq * 3);
+    for &s in samples {
+        for t in 0..seq {
+            out.extend([t as u32 as i32, s as u32 as i32, (s >> 32) as u32 as i32]);
+        }
+    }
+    out
+}
+
+/// The keys of one row per sample (a pooled `[B, H]` input, e.g. a classification head's):
+/// position `u32::MAX`, apart from every token row of the sample.
+pub fn sample_row_keys(samples: &[u64]) -> Vec<i32> {
+    samples.iter().flat_map(|&s| [u32::MAX as i32, s as u32 as i32, (s >> 32) as u32 as i32]).collect()
+}
