@@ -68,7 +68,7 @@ impl DeviceChooser {
 
 /// Greedy choice for a decode loop that records step s + 1 before step s's ids come back: the
 /// argmax of step s goes to device buffer `s % 2`, which step s + 1's embedding reads, and to its
-/// host-visible copy, which the host reads once step s's batch has completed (`Graph::wait_ticket`).
+/// host-visible copy, which the host reads once step s's batch has completed (`Graph::wait_submitted`).
 /// Two pairs, because step s + 1's argmax is recorded before step s's copy is read.
 pub struct Lookahead {
     device: [Buffer; 2],

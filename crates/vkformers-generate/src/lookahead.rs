@@ -75,7 +75,7 @@ pub(crate) fn run(
             } else {
                 None
             };
-            g.wait_ticket(ticket)?;
+            g.wait_submitted(ticket)?;
             let got = device.read(which)?;
             let chosen = got
                 .into_iter()

@@ -338,28 +338,11 @@ impl<'c> Graph<'c> {
         Ok(())
     }
 
-    /// Submits the open batch (as `flush`) and returns a ticket for `wait_ticket`: the count of
-    /// batches submitted so far, this one included.
+    /// Submits the open batch (as `flush`) and returns the count of batches submitted so far, this
+    /// one included (for `wait_submitted`).
     pub fn flush_ticket(&self) -> Result<usize> {
         self.flush()?;
         Ok(self.submissions.get())
-    }
-
-    /// Waits until every batch submitted up to `ticket` (`flush_ticket`) has completed, leaving
-    /// later ones running: a decode step's ids are read while the next step already runs.
-    pub fn wait_ticket(&self, ticket: usize) -> Result<()> {
-        let start = std::time::Instant::now();
-        let mut waited = false;
-        while self.submissions.get() - self.in_flight.borrow().len() < ticket && !self.in_flight.borrow().is_empty() {
-            self.wait_oldest()?;
-            waited = true;
-        }
-        if waited {
-            if let Some(p) = self.profile.borrow_mut().as_mut() {
-                p.submit_wait_ns += start.elapsed().as_nanos() as f64;
-            }
-        }
-        Ok(())
     }
 
     /// Number of batches submitted so far (one per `sync` with work in it).
@@ -372,8 +355,16 @@ impl<'c> Graph<'c> {
     /// device runs the next. Recycled buffers are not reclaimed (a later batch may still read
     /// them); `sync` does that.
     pub fn wait_submitted(&self, n: usize) -> Result<()> {
+        let start = std::time::Instant::now();
+        let mut waited = false;
         while self.submissions.get() - self.in_flight.borrow().len() < n && !self.in_flight.borrow().is_empty() {
             self.wait_oldest()?;
+            waited = true;
+        }
+        if waited {
+            if let Some(p) = self.profile.borrow_mut().as_mut() {
+                p.submit_wait_ns += start.elapsed().as_nanos() as f64;
+            }
         }
         Ok(())
     }
