@@ -56,6 +56,8 @@ fn latent_cache_holds_the_latent_and_decodes_as_uncached_and_transformers() {
             "sarvam_mla",
             "glm4_moe_lite",
             "mistral4",
+            "longcat_flash",
+            "axk2",
         ] {
             let g = Graph::new(ctx);
             let model = Model::load(&g, &fixture(name)).unwrap();
