@@ -34,6 +34,8 @@ fn every_mla_fixture_config_parses() {
         "sarvam_mla",
         "glm4_moe_lite",
         "mistral4",
+        "longcat_flash",
+        "axk2",
     ] {
         let spec = spec_from_config(&config(name)).unwrap();
         assert!(spec.layers.iter().all(|l| l.attn.mla.is_some()), "{name}: every layer is MLA");
@@ -78,6 +80,14 @@ fn bad_mla_configs_are_errors_naming_the_field() {
         ("axk1", json!({"mlp_layer_types": ["dense"]}), "mlp_layer_types"),
         ("axk1", json!({"q_lora_rank": null}), "q_lora_rank"),
         ("glm4_moe_lite", json!({"partial_rotary_factor": 0.5}), "partial_rotary_factor"),
+        ("axk2", json!({"q_lora_rank": null}), "q_lora_rank"),
+        ("axk2", json!({"n_group": 2}), "topk_group"),
+        ("axk2", json!({"gated_norm_rank": 0}), "gated_norm_rank"),
+        // The rotary embedding is sized by head_dim, the rotary part by qk_rope_head_dim.
+        ("longcat_flash", json!({"head_dim": 6}), "head_dim"),
+        ("longcat_flash", json!({"router_bias": true}), "router_bias"),
+        ("longcat_flash", json!({"moe_topk": 5}), "moe_topk"),
+        ("longcat_flash", json!({"q_lora_rank": null}), "q_lora_rank"),
         // Mistral 4's group-limited softmax router (topk_group < n_group) is not implemented.
         ("mistral4", json!({"n_routed_experts": 4, "n_group": 2, "topk_group": 1}), "topk_group"),
         (

@@ -129,15 +129,9 @@ fn shortcut_moe(g: &Graph<'_>, w: &Weights, sc: &ShortcutMoe, i: usize, h: &Tens
     let xs = embedding::embedding(g, h, &groups.token)?;
     let stack = |name: &str| crate::moe::lora::expert_weight(g, w, &layer_name(name, i));
     let act = glu::glu_fused(g, &moe::grouped_linear(g, &xs, &stack(&m.names.gate_up)?, &groups)?, m.glu)?;
-    // The down stack holds the E routed experts; every slot is on one of them, so the offsets of
-    // the E + Z grouping end at the slot count by expert E.
-    let routed = moe::Groups {
-        experts: sc.routed,
-        offsets: groups.offsets.clone(),
-        token: groups.token.clone(),
-        expert: groups.expert.clone(),
-        slot: groups.slot.clone(),
-    };
+    // The down stack holds the E routed experts only: its products group the same slots over E
+    // (the sort is stable and every slot is on a routed expert, so the order is the same).
+    let routed = moe::group(g, &slots.ids, sc.routed)?;
     let out = moe::grouped_linear(g, &act, &stack(&m.names.down)?, &routed)?;
     let per = shape::reshape(g, &embedding::embedding(g, &out, &groups.slot)?, &[n, k, hidden])?;
     let y = shape::reshape(g, &matmul::matmul(g, &wk, &per)?, &[n, hidden])?;
