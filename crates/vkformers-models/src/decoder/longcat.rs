@@ -76,7 +76,7 @@ pub(super) fn layer_pairs(
     inp: &Inputs<'_>,
     bt: (usize, usize),
 ) -> Result<Tensor> {
-    if spec.layers.len() % 2 != 0 {
+    if !spec.layers.len().is_multiple_of(2) {
         return Err(ModelError::Config(format!("{} sublayers: LongCat-Flash has two a layer", spec.layers.len())));
     }
     let names = &spec.layer_names;
@@ -102,14 +102,26 @@ pub(super) fn layer_pairs(
 }
 
 /// A constant row `[1, cols]`: `inside` where column `c < split`, `outside` elsewhere.
-fn split_row(g: &Graph<'_>, inp: &Inputs<'_>, (cols, split): (usize, usize), (inside, outside): (f32, f32)) -> Result<Tensor> {
+fn split_row(
+    g: &Graph<'_>,
+    inp: &Inputs<'_>,
+    (cols, split): (usize, usize),
+    (inside, outside): (f32, f32),
+) -> Result<Tensor> {
     inp.constant(g, format!("longcat split {cols} {split} {inside} {outside}"), &[1, cols], || {
         (0..cols).map(|c| if c < split { inside } else { outside }).collect()
     })
 }
 
 /// `y [n, H]` of layer `i`'s shortcut MoE on `h [n, H]` (see the module comment).
-fn shortcut_moe(g: &Graph<'_>, w: &Weights, sc: &ShortcutMoe, i: usize, h: &Tensor, inp: &Inputs<'_>) -> Result<Tensor> {
+fn shortcut_moe(
+    g: &Graph<'_>,
+    w: &Weights,
+    sc: &ShortcutMoe,
+    i: usize,
+    h: &Tensor,
+    inp: &Inputs<'_>,
+) -> Result<Tensor> {
     let m = &sc.moe;
     let (n, hidden, all, k) = (h.rows(), h.last_dim(), m.experts, m.top_k);
     let router = layer_name(&m.names.router, i);
