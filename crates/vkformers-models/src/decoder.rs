@@ -351,7 +351,7 @@ fn trunk(
     let mut carry: Option<Tensor> = None;
     // LongCat-Flash's sublayer pairs share a shortcut MoE: their own loop.
     if let Some(sc) = &spec.shortcut_moe {
-        x = longcat::layer_pairs(g, spec, w, sc, &x, inputs, (b, t))?;
+        x = longcat::layer_pairs(g, spec, w, sc, &x, inputs, (b, t), owned.as_ref())?;
     }
     let plain_layers = if spec.shortcut_moe.is_some() { &[][..] } else { &spec.layers[..] };
     for (i, layer) in plain_layers.iter().enumerate() {

@@ -15,10 +15,11 @@
 //! weight's gradient reaches no score) the lowest unchosen routed ones, so no slot names an
 //! identity expert; the identity experts add `(Σ_z w_z) · h`.
 
+use vkformers_tensor::ops::checkpoint::checkpoint;
 use vkformers_tensor::ops::{broadcast, embedding, glu, matmul, moe, reduce, shape, softmax};
-use vkformers_tensor::{Graph, Tensor};
+use vkformers_tensor::{Graph, Tensor, VkError};
 
-use super::{maybe_norm, mlp, residual_add, self_attention, Inputs, Weights};
+use super::{maybe_norm, mlp, residual_add, self_attention, Inputs, LayerCtx, Weights};
 use crate::error::{ModelError, Result};
 use crate::moe::MoeSpec;
 use crate::spec::{layer_name, JoinEntry, ModelSpec};
@@ -66,7 +67,9 @@ impl ShortcutMoe {
     }
 }
 
-/// The layers of `spec` (sublayer pairs) on `x [B·T, H]` (see the module comment).
+/// The layers of `spec` (sublayer pairs) on `x [B·T, H]` (see the module comment); with `owned`
+/// (gradient checkpointing) each pair keeps only its input and is recomputed in backward.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn layer_pairs(
     g: &Graph<'_>,
     spec: &ModelSpec,
@@ -75,30 +78,61 @@ pub(super) fn layer_pairs(
     x: &Tensor,
     inp: &Inputs<'_>,
     bt: (usize, usize),
+    owned: Option<&LayerCtx>,
 ) -> Result<Tensor> {
     if !spec.layers.len().is_multiple_of(2) {
         return Err(ModelError::Config(format!("{} sublayers: LongCat-Flash has two a layer", spec.layers.len())));
     }
-    let names = &spec.layer_names;
     let mut x = x.clone();
     for j in (0..spec.layers.len()).step_by(2) {
-        let mut shortcut = None;
-        for s in [j, j + 1] {
-            let layer = &spec.layers[s];
-            let h = maybe_norm(g, &layer.attn_norm, w, &names.attn_norm, s, &x)?;
-            let a = self_attention(g, spec, w, &layer.attn, s, &h, inp, bt)?;
-            x = residual_add(g, layer, &x, &a)?;
-            let h = maybe_norm(g, &layer.mlp_norm, w, &names.mlp_norm, s, &x)?;
-            if s == j {
-                shortcut = Some(shortcut_moe(g, w, sc, j / 2, &h, inp)?);
+        x = match owned {
+            Some(o) => {
+                let o = o.clone();
+                checkpoint(g, std::slice::from_ref(&x), move |g, xs| {
+                    let (spec, w, inp) = &*o;
+                    let kernel = format!("layers {j}, {}", j + 1);
+                    let sc = spec.shortcut_moe.as_deref().ok_or_else(|| VkError::Kernel {
+                        kernel: kernel.clone(),
+                        message: "no shortcut MoE in the recomputed spec".into(),
+                    })?;
+                    pair(g, (spec, w, sc), j, &xs[0], inp, bt).map_err(|e| match e {
+                        ModelError::Device(e) => e,
+                        e => VkError::Kernel { kernel, message: e.to_string() },
+                    })
+                })?
             }
-            x = residual_add(g, layer, &x, &mlp(g, spec, w, &layer.mlp, s, &h)?)?;
-        }
-        if let Some(y) = shortcut {
-            x = broadcast::add(g, &x, &y)?;
-        }
+            None => pair(g, (spec, w, sc), j, &x, inp, bt)?,
+        };
     }
     Ok(x)
+}
+
+/// Sublayers `j` and `j + 1` with their shortcut MoE (one transformers layer).
+fn pair(
+    g: &Graph<'_>,
+    (spec, w, sc): (&ModelSpec, &Weights, &ShortcutMoe),
+    j: usize,
+    x: &Tensor,
+    inp: &Inputs<'_>,
+    bt: (usize, usize),
+) -> Result<Tensor> {
+    let names = &spec.layer_names;
+    let (mut x, mut shortcut) = (x.clone(), None);
+    for s in [j, j + 1] {
+        let layer = &spec.layers[s];
+        let h = maybe_norm(g, &layer.attn_norm, w, &names.attn_norm, s, &x)?;
+        let a = self_attention(g, spec, w, &layer.attn, s, &h, inp, bt)?;
+        x = residual_add(g, layer, &x, &a)?;
+        let h = maybe_norm(g, &layer.mlp_norm, w, &names.mlp_norm, s, &x)?;
+        if s == j {
+            shortcut = Some(shortcut_moe(g, w, sc, j / 2, &h, inp)?);
+        }
+        x = residual_add(g, layer, &x, &mlp(g, spec, w, &layer.mlp, s, &h)?)?;
+    }
+    match shortcut {
+        Some(y) => Ok(broadcast::add(g, &x, &y)?),
+        None => Ok(x),
+    }
 }
 
 /// A constant row `[1, cols]`: `inside` where column `c < split`, `outside` elsewhere.
