@@ -149,8 +149,8 @@ pub(super) fn attention(
     let (q_rot, k_rot) = rotate(g, a, inp, q_rot, k_rot)?;
     if inp.cache.is_some_and(|(c, _)| c.is_latent(i)) {
         // Generation over a latent cache: the absorbed form (the cache holds [c | k_rot]).
-        let o = absorbed(g, w, (a, m), i, (&q, &q_rot), (&latent, &k_rot), inp, |q, k| {
-            attend(g, (a, w), i, (q, k, k), inp)
+        let o = absorbed(g, w, (a, m), i, (&q, &q_rot), (&latent, &k_rot), inp, |q, k, v| {
+            attend(g, (a, w), i, (q, k, v), inp)
         })?;
         return project(g, w, &spec.layer_names.o, i, &gated(g, o, gate)?, a.out_bias);
     }
@@ -186,9 +186,10 @@ fn swap_rows(g: &Graph<'_>, x: &Tensor, (a, b): (usize, usize)) -> Result<Tensor
 /// o'_h = softmax(scale · q'_h · k'ᵀ) · k'   ->  o'_h[:L] = Σ p c = o_lat_h,  o_h = W_UV_h o_lat_h
 /// ```
 ///
-/// `k'`'s first L columns (c) serve as the values (the paged decode reads them from the key pool,
-/// Dv = L; prefill drops the rotary columns of `o'`), so the cache holds `L + Dr` values a position. `attend(q' [B, T, H, L+Dr], k' [B, T, 1, L+Dr])` runs the
-/// attention; the result is `o [N, H·Dv]` for `o_proj`. q_nope meets W_UK_h as `[q_nope | 0]`
+/// `k'`'s first L columns (c) serve as the values, Dv = L (the paged decode reads them from the key
+/// pool; prefill attends with v = c itself), so the cache holds `L + Dr` values a position.
+/// `attend(q' [B, T, H, L+Dr], k' [B, T, 1, L+Dr], v = c [B, T, 1, L])` runs the attention (its
+/// kernels take Dv != Dqk); the result is `o [N, H·Dv]` for `o_proj`. q_nope meets W_UK_h as `[q_nope | 0]`
 /// times the whole block (no slicing of the weight); inference only.
 #[allow(clippy::too_many_arguments)]
 fn absorbed(
@@ -199,7 +200,7 @@ fn absorbed(
     (q, q_rot): (&Tensor, &Tensor),
     (latent, k_rot): (&Tensor, &Tensor),
     inp: &Inputs<'_>,
-    attend: impl FnOnce(&Tensor, &Tensor) -> Result<Tensor>,
+    attend: impl FnOnce(&Tensor, &Tensor, &Tensor) -> Result<Tensor>,
 ) -> Result<Tensor> {
     let (heads, n) = (a.heads, latent.rows());
     let (dn, dr, dv, l) = (m.nope_dim, m.rope_dim, m.v_dim, m.kv_lora_rank);
@@ -230,14 +231,9 @@ fn absorbed(
     let t = q_rot.shape()[1];
     let q2 = shape::reshape(g, &q2, &[n / t, t, heads, d])?;
     let k2 = shape::reshape(g, &k2, &[n / t, t, 1, d])?;
-    let o = attend(&q2, &k2)?;
+    let o = attend(&q2, &k2, &shape::reshape(g, latent, &[n / t, t, 1, l])?)?;
     // o_lat [N·H, L] -> [H, N, L] -> W_h o_lat [H, N, Dn+Dv] -> [N·H, Dn+Dv] -> its Dv value columns.
-    // The paged decode reads only c as the values (o [B, T, H, L]); prefill's attention over
-    // v = k' gives [B, T, H, L+Dr], of which c's columns are kept.
-    let o_lat = match o.shape()[3] {
-        w if w == l => shape::reshape(g, &o, &[n * heads, l])?,
-        _ => moved(g, inp, &o, (d, l), &[(0, 0, l)])?,
-    };
+    let o_lat = shape::reshape(g, &o, &[n * heads, l])?;
     let o_lat = swap_rows(g, &o_lat, (n, heads))?;
     let o_full = matmul::matmul_nt(g, &shape::reshape(g, &o_lat, &[heads, n, l])?, &wkv)?;
     let o_full = swap_rows(g, &o_full, (heads, n))?;
