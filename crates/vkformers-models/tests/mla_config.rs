@@ -42,6 +42,22 @@ fn every_mla_fixture_config_parses() {
     }
 }
 
+/// PEFT keys adapters by module path: A.X-K2's `q_gate_proj` (stored as `q_b_proj`), and
+/// LongCat-Flash's sublayer modules under their layer (`self_attn.{s}`, `mlps.{s}`).
+#[test]
+fn peft_module_paths_of_axk2_and_longcat_flash() {
+    let axk2 = spec_from_config(&config("axk2")).unwrap();
+    assert_eq!(axk2.module_path("model.layers.1.self_attn.q_b_proj"), "model.layers.1.self_attn.q_gate_proj");
+    assert_eq!(axk2.module_path("model.layers.1.self_attn.kv_b_proj"), "model.layers.1.self_attn.kv_b_proj");
+    let longcat = spec_from_config(&config("longcat_flash")).unwrap();
+    let stored = |internal: &str| {
+        let e = longcat.weight_map.iter().find(|e| e.parts.iter().any(|p| p.0 == internal)).unwrap();
+        longcat.module_path(&e.hf)
+    };
+    assert_eq!(stored("model.sublayers.1.self_attn.q_b_proj.weight"), "model.layers.0.self_attn.1.q_b_proj.weight");
+    assert_eq!(stored("model.sublayers.0.mlp.down_proj.weight"), "model.layers.0.mlps.0.down_proj.weight");
+}
+
 /// The original Sarvam config's spellings (remote-code era) give the spec its saved config gives.
 #[test]
 fn sarvam_legacy_spellings_parse_as_the_saved_config() {

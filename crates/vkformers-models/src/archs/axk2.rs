@@ -95,5 +95,14 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     apply_where(&mut spec, &sparse, block)?;
     spec.carried = (0..spec.layers.len()).map(|i| format!("model.layers.{i}.self_attn.indexer.")).collect();
     spec.vision = Some(VisionTower::DsaIndexer);
+    // transformers saves `q_gate_proj` as `q_b_proj` (its conversion mapping); PEFT names the
+    // module, so adapters on it are keyed `q_gate_proj` (the trailing dot keeps layer 1 from
+    // matching layer 10).
+    spec.module_paths = (0..spec.layers.len())
+        .map(|i| {
+            let p = format!("model.layers.{i}.self_attn.");
+            (format!("{p}q_b_proj"), format!("{p}q_gate_proj"))
+        })
+        .collect();
     Ok(spec)
 }
