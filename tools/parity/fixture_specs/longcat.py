@@ -11,7 +11,7 @@ SPECS = {
     "longcat_flash": (
         "longcat_flash",
         dict(
-            vocab_size=128,
+            vocab_size=96,
             hidden_size=32,
             num_layers=1,
             num_attention_heads=4,

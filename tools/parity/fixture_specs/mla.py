@@ -182,7 +182,6 @@ SPECS["axk2"] = (
     "axk2",
     {
         **{k: v for k, v in DEEPSEEK.items() if k != "head_dim"},
-        "q_lora_rank": 16,
         "v_head_dim": 8,
         "mlp_layer_types": ["dense", "sparse"],
         "norm_topk_prob": True,
@@ -191,7 +190,9 @@ SPECS["axk2"] = (
         "index_head_dim": 8,
         "index_n_heads": 2,
         "gated_norm_rank": 4,
-        # Narrower MLPs than the others, to keep the fixture small.
+        # A smaller vocabulary, query rank and MLPs than the others, to keep the fixture small.
+        "vocab_size": 96,
+        "q_lora_rank": 8,
         "intermediate_size": 32,
         "moe_intermediate_size": 8,
     },
