@@ -104,6 +104,7 @@ fn bad_mla_configs_are_errors_naming_the_field() {
         ("longcat_flash", json!({"router_bias": true}), "router_bias"),
         ("longcat_flash", json!({"moe_topk": 5}), "moe_topk"),
         ("longcat_flash", json!({"q_lora_rank": null}), "q_lora_rank"),
+        ("longcat_flash", json!({"zero_expert_num": -1}), "zero_expert_num"),
         // Mistral 4's group-limited softmax router (topk_group < n_group) is not implemented.
         ("mistral4", json!({"n_routed_experts": 4, "n_group": 2, "topk_group": 1}), "topk_group"),
         (

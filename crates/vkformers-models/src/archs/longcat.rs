@@ -16,7 +16,6 @@ use super::common::{parse, BaseConfig};
 use super::mla_common::{q_lora_rank, MlaConfig};
 use crate::decoder::ShortcutMoe;
 use crate::error::{ModelError, Result};
-use crate::moe::{MoeNames, MoeSpec, Router};
 use crate::spec::{LayerNames, MapEntry, MlaNames, ModelSpec};
 
 #[derive(Deserialize)]
@@ -25,34 +24,14 @@ struct Config {
     base: BaseConfig,
     #[serde(flatten)]
     mla: MlaConfig,
-    #[serde(default = "defaults::n_routed_experts")]
-    n_routed_experts: usize,
-    zero_expert_num: Option<usize>,
-    #[serde(default = "defaults::moe_topk")]
-    moe_topk: usize,
-    #[serde(default = "defaults::expert_ffn_hidden_size")]
-    expert_ffn_hidden_size: usize,
-    #[serde(default = "defaults::routed_scaling_factor")]
-    routed_scaling_factor: f64,
+    // LongcatFlashConfig's defaults where absent: 512, 12, 2048, 6.0.
+    n_routed_experts: Option<usize>,
+    moe_topk: Option<usize>,
+    expert_ffn_hidden_size: Option<usize>,
+    routed_scaling_factor: Option<f64>,
     #[serde(default)]
     router_bias: bool,
     qk_head_dim: Option<usize>,
-}
-
-/// LongcatFlashConfig's defaults.
-mod defaults {
-    pub fn n_routed_experts() -> usize {
-        512
-    }
-    pub fn moe_topk() -> usize {
-        12
-    }
-    pub fn expert_ffn_hidden_size() -> usize {
-        2048
-    }
-    pub fn routed_scaling_factor() -> f64 {
-        6.0
-    }
 }
 
 /// `cfg` with the fields `BaseConfig` reads: `2 · num_layers` sublayers of `ffn_hidden_size`.
@@ -103,43 +82,21 @@ fn sublayer_map(sublayers: usize, bias: bool) -> Vec<MapEntry> {
     map
 }
 
-fn shortcut_moe(c: &Config, glu: vkformers_kernels::glu::Glu) -> Result<ShortcutMoe> {
+/// The shortcut MoE; `z` identity experts (transformers reads `zero_expert_num or 0`: null is none,
+/// a missing key the class default 256).
+fn shortcut_moe(c: &Config, z: usize, glu: vkformers_kernels::glu::Glu) -> Result<ShortcutMoe> {
     if c.router_bias {
         return Err(ModelError::Unsupported("longcat_flash with `router_bias` (a bias on the router)".into()));
     }
-    let (e, z) = (c.n_routed_experts, c.zero_expert_num.unwrap_or(0));
-    if e == 0 || c.moe_topk > e {
+    let e = c.n_routed_experts.unwrap_or(512);
+    let top_k = c.moe_topk.unwrap_or(12);
+    if e == 0 || top_k > e {
         return Err(ModelError::Config(format!(
-            "longcat_flash chooses moe_topk {} of n_routed_experts {e}: it needs at least moe_topk routed experts",
-            c.moe_topk
+            "longcat_flash chooses moe_topk {top_k} of n_routed_experts {e}: it needs at least moe_topk routed experts"
         )));
     }
-    let p = "model.layers.{i}.mlp";
-    let moe = MoeSpec {
-        experts: e + z,
-        top_k: c.moe_topk,
-        intermediate: c.expert_ffn_hidden_size,
-        glu,
-        // Unused: the shortcut block routes itself (softmax + correction bias, no renormalisation).
-        router: Router::SoftmaxTopK { renormalize: false },
-        shared: None,
-        routed_scale: c.routed_scaling_factor as f32,
-        aux_loss_coef: None,
-        names: MoeNames {
-            router: format!("{p}.router.classifier.weight"),
-            gate_up: format!("{p}.experts.gate_up_proj"),
-            up: None,
-            down: format!("{p}.experts.down_proj"),
-            expert_gate: format!("{p}.experts.{{e}}.gate_proj.weight"),
-            expert_up: format!("{p}.experts.{{e}}.up_proj.weight"),
-            expert_down: format!("{p}.experts.{{e}}.down_proj.weight"),
-        },
-        packed: false,
-        down_transposed: false,
-        biased: None,
-    };
-    moe.check()?;
-    Ok(ShortcutMoe { moe, routed: e, bias: format!("{p}.router.e_score_correction_bias") })
+    let sizes = (e, z, top_k, c.expert_ffn_hidden_size.unwrap_or(2048));
+    ShortcutMoe::new(sizes, glu, c.routed_scaling_factor.unwrap_or(6.0) as f32)
 }
 
 pub fn spec(cfg: &Value) -> Result<ModelSpec> {
@@ -184,7 +141,14 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     }
     spec.layer_names = LayerNames::llama().map(|n| n.replace("model.layers.{i}", prefix));
     spec.weight_map = sublayer_map(spec.layers.len(), b.attention_bias);
-    let sc = shortcut_moe(&c, glu)?;
+    let z = match cfg.get("zero_expert_num") {
+        None => 256,
+        Some(Value::Null) => 0,
+        Some(v) => v.as_u64().filter(|&z| z <= 1 << 16).ok_or_else(|| {
+            ModelError::Config(format!("longcat_flash `zero_expert_num` is {v}; it must be an integer to 65536"))
+        })? as usize,
+    };
+    let sc = shortcut_moe(&c, z, glu)?;
     spec.joins.extend((0..spec.layers.len() / 2).flat_map(|i| sc.joins(i)));
     spec.shortcut_moe = Some(Box::new(sc));
     Ok(spec)

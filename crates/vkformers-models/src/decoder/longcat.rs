@@ -21,8 +21,9 @@ use vkformers_tensor::{Graph, Tensor, VkError};
 
 use super::{maybe_norm, mlp, residual_add, self_attention, Inputs, LayerCtx, Weights};
 use crate::error::{ModelError, Result};
-use crate::moe::MoeSpec;
+use crate::moe::{MoeNames, MoeSpec, Router};
 use crate::spec::{layer_name, JoinEntry, ModelSpec};
+use vkformers_kernels::glu::Glu;
 
 /// LongCat-Flash's shortcut MoE of every layer (names with `{i}` = the transformers layer).
 #[derive(Clone, Debug, PartialEq)]
@@ -38,6 +39,37 @@ pub struct ShortcutMoe {
 }
 
 impl ShortcutMoe {
+    /// LongCat-Flash's block of `(E, Z, k, I)` (routed and identity experts, top-k, expert
+    /// intermediate size) under its stored names (`model.layers.{i}.mlp.*`).
+    pub fn new((e, z, top_k, inter): (usize, usize, usize, usize), glu: Glu, routed_scale: f32) -> Result<Self> {
+        let p = "model.layers.{i}.mlp";
+        let moe = MoeSpec {
+            experts: e + z,
+            top_k,
+            intermediate: inter,
+            glu,
+            // Unused: the shortcut block routes itself (softmax + correction bias, no renormalisation).
+            router: Router::SoftmaxTopK { renormalize: false },
+            shared: None,
+            routed_scale,
+            aux_loss_coef: None,
+            names: MoeNames {
+                router: format!("{p}.router.classifier.weight"),
+                gate_up: format!("{p}.experts.gate_up_proj"),
+                up: None,
+                down: format!("{p}.experts.down_proj"),
+                expert_gate: format!("{p}.experts.{{e}}.gate_proj.weight"),
+                expert_up: format!("{p}.experts.{{e}}.up_proj.weight"),
+                expert_down: format!("{p}.experts.{{e}}.down_proj.weight"),
+            },
+            packed: false,
+            down_transposed: false,
+            biased: None,
+        };
+        moe.check()?;
+        Ok(ShortcutMoe { moe, routed: e, bias: format!("{p}.router.e_score_correction_bias") })
+    }
+
     /// The parameters (internal names, shapes) of layer `i`'s MoE with hidden size `h`; the
     /// last is the buffer.
     pub fn params(&self, i: usize, h: usize) -> Vec<(String, Vec<usize>)> {
