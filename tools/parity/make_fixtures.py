@@ -456,7 +456,9 @@ class RouterMargins:
         import torch
 
         biased = hasattr(mod, "e_score_correction_bias")
-        if biased:
+        if type(mod).__name__ == "LongcatFlashTopkRouter":  # softmax scores plus the bias, no groups
+            s, fill, per_group, biased = torch.softmax(logits, dim=-1) + mod.e_score_correction_bias.float(), 0.0, 1, False
+        elif biased:
             s, fill, per_group = logits.sigmoid() + mod.e_score_correction_bias.float(), float("-inf"), 2
         elif hasattr(mod, "moe_statics"):  # ERNIE 4.5: softmax plus the bias, no groups
             s, fill, per_group = torch.softmax(logits, dim=-1) + mod.moe_statics.e_score_correction_bias.float(), 0.0, 1

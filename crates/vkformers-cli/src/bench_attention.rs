@@ -3,8 +3,10 @@
 //! it, the FMA kernels otherwise) and reports milliseconds and TFLOP/s per kernel. Presets
 //! give the attention of the two `tools/bench/train.py` shapes.
 //!
-//! FLOPs counted as the usual convention: forward 4 B Hq Tq Tk D (Q Kᵀ and P V), halved when
-//! causal (Tq = Tk); backward 2.5x the forward. The kernels recompute more than that (the dq
+//! FLOPs counted as the usual convention: forward 2 B Hq Tq Tk (D + Dv) (Q Kᵀ and P V), halved
+//! when causal (Tq = Tk); backward 2.5x the forward. The kernels are chosen as the attention op
+//! chooses them: cooperative matrix 2 needs Dv = D, and `VKFORMERS_ATTENTION=fma` keeps the FMA
+//! kernels (to compare both on one shape). The kernels recompute more than that (the dq
 //! and dk/dv kernels each recompute Q Kᵀ), so these are useful, not executed, FLOP/s.
 
 use std::process::ExitCode;
@@ -32,6 +34,10 @@ pub struct AttentionArgs {
     kv_heads: Option<u32>,
     #[arg(long)]
     head_dim: Option<u32>,
+    /// Value head dim (default: the head dim): multi-head latent attention's prefill over the
+    /// latent cache attends with Dv = kv_lora_rank under D = kv_lora_rank + qk_rope_head_dim.
+    #[arg(long)]
+    v_head_dim: Option<u32>,
     /// Full (bidirectional) attention instead of causal.
     #[arg(long)]
     full: bool,
@@ -61,7 +67,7 @@ fn shape_of(args: &AttentionArgs) -> anyhow::Result<Shape> {
         hq: args.heads.unwrap_or(base.hq),
         hkv: args.kv_heads.unwrap_or(base.hkv),
         d: args.head_dim.unwrap_or(base.d),
-        dv: args.head_dim.unwrap_or(base.d),
+        dv: args.v_head_dim.or(args.head_dim).unwrap_or(base.dv),
     })
 }
 
@@ -88,16 +94,19 @@ pub fn attention(selector: &DeviceSelector, args: &AttentionArgs) -> anyhow::Res
         bail!("--heads {} must be a multiple of --kv-heads {}", s.hq, s.hkv);
     }
     let ctx = Context::new(selector)?;
-    let cm2 = coopmat2::supported(ctx.caps(), dt, s.d);
+    let fma = std::env::var("VKFORMERS_ATTENTION").is_ok_and(|v| v == "fma");
+    let cm2 = !fma && s.dv == s.d && coopmat2::supported(ctx.caps(), dt, s.d);
     let (nq, nkv) = (u64::from(s.batch * s.tq * s.hq * s.d), u64::from(s.batch * s.tk * s.hkv * s.d));
+    // v and dv [B, Tk, Hkv, Dv]; o and dO [B, Tq, Hq, Dv].
+    let (nv, no) = (u64::from(s.batch * s.tk * s.hkv * s.dv), u64::from(s.batch * s.tq * s.hq * s.dv));
     let nlse = u64::from(s.batch * s.hq * s.tq);
     let (q, k, v, d_o) =
-        (random(&ctx, nq, dt, 1)?, random(&ctx, nkv, dt, 2)?, random(&ctx, nkv, dt, 3)?, random(&ctx, nq, dt, 4)?);
+        (random(&ctx, nq, dt, 1)?, random(&ctx, nkv, dt, 2)?, random(&ctx, nv, dt, 3)?, random(&ctx, no, dt, 4)?);
     let bytes = |n: u64| (n * dt.bytes()).next_multiple_of(4);
-    let o = ctx.buffer(bytes(nq), "o")?;
+    let o = ctx.buffer(bytes(no), "o")?;
     let lse = ctx.buffer(nlse * 4, "lse")?;
     let delta = ctx.buffer(nlse * 4, "delta")?;
-    let (dq, dk, dv) = (ctx.buffer(bytes(nq), "dq")?, ctx.buffer(bytes(nkv), "dk")?, ctx.buffer(bytes(nkv), "dv")?);
+    let (dq, dk, dv) = (ctx.buffer(bytes(nq), "dq")?, ctx.buffer(bytes(nkv), "dk")?, ctx.buffer(bytes(nv), "dv")?);
     let scratch_len = if cm2 { coopmat2::backward_scratch_len(&s, dt)? } else { 0 };
     let scratch = ctx.buffer(scratch_len.max(1) * 4, "dkdv parts")?;
     let sink_logits: Vec<f32> = (0..s.hq).map(|h| h as f32 * 0.25 - 1.0).collect();
@@ -153,18 +162,19 @@ fn print_table(
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
-    let mut fwd_flops = 4.0 * f64::from(s.batch * s.hq) * f64::from(s.tq) * f64::from(s.tk) * f64::from(s.d);
+    let mut fwd_flops = 2.0 * f64::from(s.batch * s.hq) * f64::from(s.tq) * f64::from(s.tk) * f64::from(s.d + s.dv);
     if causal {
         fwd_flops /= 2.0;
     }
     println!(
-        "{}: B {} T {} Hq {} Hkv {} D {} {} {:?} ({})",
+        "{}: B {} T {} Hq {} Hkv {} D {} Dv {} {} {:?} ({})",
         ctx.caps().name,
         s.batch,
         s.tq,
         s.hq,
         s.hkv,
         s.d,
+        s.dv,
         if causal { "causal" } else { "full" },
         dt,
         if cm2 { "cooperative matrix 2" } else { "FMA kernels" }

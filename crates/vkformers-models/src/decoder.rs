@@ -15,8 +15,11 @@ use crate::error::{ModelError, Result};
 use crate::spec::{layer_name, AttnSpec, LayerSpec, MlpSpec, ModelSpec, Norm, PositionIds, QkNormAt, Residual};
 
 mod grouped;
+mod longcat;
 mod mla;
 mod moa;
+
+pub use longcat::ShortcutMoe;
 
 /// Parameters by Hugging Face name (`model.layers.0.self_attn.q_proj.weight`).
 #[derive(Default)]
@@ -375,7 +378,12 @@ fn trunk(
     // fused add + RMSNorm (one dispatch and one barrier fewer per layer), or it is added after
     // the last layer.
     let mut carry: Option<Tensor> = None;
-    for (i, layer) in spec.layers.iter().enumerate() {
+    // LongCat-Flash's sublayer pairs share a shortcut MoE: their own loop.
+    if let Some(sc) = &spec.shortcut_moe {
+        x = longcat::layer_pairs(g, spec, w, sc, &x, inputs, (b, t), owned.as_ref())?;
+    }
+    let plain_layers = if spec.shortcut_moe.is_some() { &[][..] } else { &spec.layers[..] };
+    for (i, layer) in plain_layers.iter().enumerate() {
         x = match &owned {
             Some(o) => checkpointed_layer(g, o, i, &x, (b, t))?,
             None => {
@@ -554,6 +562,14 @@ pub(crate) fn apply_norm(g: &Graph<'_>, n: &Norm, w: &Weights, name: &str, x: &T
             norm::layer_norm(g, x, Some(&gain), Some(w.get(&format!("{name}.bias"))?), *eps)?
         }
         Norm::RmsPlain { eps } => norm::rms_norm(g, x, None, *eps, false)?,
+        Norm::RmsGated { eps, .. } => {
+            // x [N, H] -> y = rms(x)·w; y · sigmoid(W_up · silu(W_down · y)) (bottleneck [N, rank]).
+            let y = norm::rms_norm(g, x, w.opt(&format!("{name}.norm.weight")), *eps, false)?;
+            let down = matmul::linear(g, &y, w.get(&format!("{name}.W_down.weight"))?, None)?;
+            let act = activation::activation(g, &down, vkformers_kernels::activation::Activation::Silu)?;
+            let gate = matmul::linear(g, &act, w.get(&format!("{name}.W_up.weight"))?, None)?;
+            broadcast::mul(g, &y, &activation::sigmoid(g, &gate)?)?
+        }
     })
 }
 

@@ -63,6 +63,13 @@ impl Normal {
 }
 
 pub(crate) fn norm_params(out: &mut Vec<Planned>, name: &str, norm: &Norm, width: usize) {
+    if let Norm::RmsGated { rank, .. } = norm {
+        // A.X-K2's gated RMSNorm: the norm's weight and its gate MLP's two bias-free matrices.
+        out.push(Planned { name: format!("{name}.norm.weight"), shape: vec![width], init: Init::Ones });
+        linear(out, &format!("{name}.W_down"), *rank, width, false);
+        linear(out, &format!("{name}.W_up"), width, *rank, false);
+        return;
+    }
     let (weight_init, bias) = match norm {
         Norm::Rms { unit_offset: true, .. } => (Init::Zeros, false),
         Norm::Rms { .. } => (Init::Ones, false),
@@ -70,7 +77,7 @@ pub(crate) fn norm_params(out: &mut Vec<Planned>, name: &str, norm: &Norm, width
         Norm::LayerPerHead { .. } => (Init::Ones, false),
         // NemotronPreTrainedModel._init_weights sets LayerNorm1P's stored weight to one (gain 2).
         Norm::LayerUnitOffset { .. } => (Init::Ones, true),
-        Norm::LayerPlain { .. } | Norm::RmsPlain { .. } => return,
+        Norm::LayerPlain { .. } | Norm::RmsPlain { .. } | Norm::RmsGated { .. } => return,
     };
     out.push(Planned { name: format!("{name}.weight"), shape: vec![width], init: weight_init });
     if bias {
@@ -118,7 +125,9 @@ fn mla_params(out: &mut Vec<Planned>, names: &LayerNames, m: &MlaSpec, (i, h, he
         Some(r) => {
             linear(out, &layer_name(&n.q_a, i), r, h, m.bias);
             norm_params(out, &layer_name(&n.q_a_norm, i), &m.norm, r);
-            linear(out, &layer_name(&n.q_b, i), q_rows, r, false);
+            // A gated query reads [norm(q_a) | q_a] and writes each head's gate too.
+            let (q_rows, q_cols) = if m.gated_query { (q_rows + heads * m.v_dim, 2 * r) } else { (q_rows, r) };
+            linear(out, &layer_name(&n.q_b, i), q_rows, q_cols, false);
         }
     }
     linear(out, &layer_name(&n.kv_a, i), m.kv_lora_rank + m.rope_dim, h, m.bias);
@@ -290,6 +299,16 @@ fn plan(spec: &ModelSpec, config: &Value) -> Result<Vec<Planned>> {
         }
         if spec.layer_init_std.is_some() {
             out[first..].iter_mut().filter(|p| p.init == Init::Normal).for_each(|p| p.init = Init::LayerNormal);
+        }
+    }
+    if let Some(sc) = &spec.shortcut_moe {
+        // LongCat-Flash: each pair of sublayers' MoE (named by the pair); its buffer starts at zero.
+        for i in 0..spec.layers.len() / 2 {
+            let bias = layer_name(&sc.bias, i);
+            out.extend(sc.params(i, h).into_iter().map(|(name, shape)| {
+                let init = if name == bias { Init::Zeros } else { Init::Normal };
+                Planned { name, shape, init }
+            }));
         }
     }
     norm_params(&mut out, &spec.final_norm_name, &spec.final_norm, h);

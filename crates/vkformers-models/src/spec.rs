@@ -23,6 +23,10 @@ pub enum Norm {
     LayerUnitOffset { eps: f32 },
     /// RMSNorm without a weight (nanochat).
     RmsPlain { eps: f32 },
+    /// A.X-K2's gated RMSNorm: `y = rms(x) · w` (`{name}.norm.weight`), then
+    /// `y · sigmoid(W_up · silu(W_down · y))` with a bottleneck of `rank`
+    /// (`{name}.W_down.weight [rank, H]`, `{name}.W_up.weight [H, rank]`).
+    RmsGated { eps: f32, rank: usize },
 }
 
 impl Norm {
@@ -129,6 +133,17 @@ pub struct MlaSpec {
     /// The norm of the low-rank query and of the latent (`q_a_layernorm`, `kv_a_layernorm`).
     pub norm: Norm,
     pub names: MlaNames,
+    /// The normed latent is multiplied by this before `kv_b` and the cache (LongCat-Flash's
+    /// `mla_scale_kv_lora = sqrt(hidden / kv_lora_rank)`); 1 for the others.
+    pub latent_scale: f32,
+    /// A.X-K2's gated query: `q_b` reads `[norm(q_a(h)) | q_a(h)]` (`2 · q_lora_rank` columns) and
+    /// writes per head `[q (Dn + Dr) | gate (Dv)]`; the attention output is multiplied by
+    /// `sigmoid(gate)` before `o_proj`. False for the others.
+    pub gated_query: bool,
+    /// DeepSeek-V3.2's sparse attention indexer keeps this many keys a query: over at most that
+    /// many keys it keeps them all (dense attention, what the graph runs); longer sequences are
+    /// refused. `None`: no indexer.
+    pub index_topk: Option<usize>,
 }
 
 impl MlaSpec {
@@ -445,6 +460,9 @@ pub struct ModelSpec {
     /// Encoder-decoder models (T5, BART families): the encoder stack and the cross-attention;
     /// `layers` are then the decoder's. The model runs through `seq2seq::forward_loss`.
     pub seq2seq: Option<Box<crate::seq2seq::Seq2SeqSpec>>,
+    /// LongCat-Flash: `layers` are sublayers in pairs, and this MoE reads each even sublayer's
+    /// MLP input and is added to the output of the odd one after it; `None` for the others.
+    pub shortcut_moe: Option<Box<crate::decoder::ShortcutMoe>>,
 }
 
 /// The vision tower and projector of an image-text wrapper, by the transformers modules that
@@ -455,6 +473,9 @@ pub enum VisionTower {
     SiglipGemma3,
     /// Pixtral's vision model and Mistral 3's patch-merging projector (`mistral3`).
     PixtralMistral3,
+    /// Not a vision tower: DeepSeek-V3.2's sparse attention indexer of every layer (A.X-K2), carried
+    /// because the graph runs below `index_topk`, where it selects every key.
+    DsaIndexer,
 }
 
 /// The starting values of the attention sinks `[heads]`, as each family's `_init_weights` sets
@@ -530,6 +551,7 @@ impl ModelSpec {
             vision: None,
             module_paths: Vec::new(),
             seq2seq: None,
+            shortcut_moe: None,
         }
     }
 

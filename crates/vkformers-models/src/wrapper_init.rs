@@ -8,6 +8,7 @@
 //!   convolution and the pooling head's output projection lecun-normal (N(0, 1/fan_in) truncated
 //!   at ±2σ), position embeddings N(0, 1/width), LayerNorms 1 and 0; the projector's matrix and
 //!   its (1 + w) RMSNorm zeros (`Gemma3PreTrainedModel`).
+//! - `axk2`: not a tower but its DSA indexers (`dsa_indexer`).
 //! - `mistral3` (Pixtral tower): every matrix N(0, vision `initializer_range`), RMSNorms 1; the
 //!   projector's matrices N(0, the wrapper's `initializer_range`), biases 0.
 
@@ -51,7 +52,27 @@ pub(crate) fn plan(tower: VisionTower, cfg: &Value, text_h: usize) -> Vec<Planne
     match tower {
         VisionTower::SiglipGemma3 => siglip(&v, text_h),
         VisionTower::PixtralMistral3 => pixtral(&v, cfg, text_h),
+        VisionTower::DsaIndexer => dsa_indexer(cfg, text_h),
     }
+}
+
+/// DeepSeek-V3.2's sparse attention indexer of every layer (A.X-K2), as `_init_weights` draws a
+/// Linear (N(0, `initializer_range`)) and a LayerNorm (1, 0): `wq_b [heads·D, q_lora_rank]`,
+/// `wk [D, H]`, `k_norm` over D, `weights_proj [heads, H]`.
+fn dsa_indexer(cfg: &Value, h: usize) -> Vec<Planned> {
+    let std = Draw::Normal(cfg.get("initializer_range").and_then(Value::as_f64).unwrap_or(0.02));
+    let (heads, d) = (get(cfg, "index_n_heads", 16), get(cfg, "index_head_dim", 128));
+    let q_rank = get(cfg, "q_lora_rank", 384);
+    let mut out: Vec<Planned> = Vec::new();
+    for i in 0..get(cfg, "num_hidden_layers", 48) {
+        let p = format!("model.layers.{i}.self_attn.indexer");
+        out.push((format!("{p}.wq_b.weight"), vec![heads * d, q_rank], std));
+        out.push((format!("{p}.wk.weight"), vec![d, h], std));
+        out.push((format!("{p}.k_norm.weight"), vec![d], Draw::Ones));
+        out.push((format!("{p}.k_norm.bias"), vec![d], Draw::Zeros));
+        out.push((format!("{p}.weights_proj.weight"), vec![heads, h], std));
+    }
+    out
 }
 
 fn siglip(v: &Value, text_h: usize) -> Vec<Planned> {

@@ -56,6 +56,8 @@ fn latent_cache_holds_the_latent_and_decodes_as_uncached_and_transformers() {
             "sarvam_mla",
             "glm4_moe_lite",
             "mistral4",
+            "longcat_flash",
+            "axk2",
         ] {
             let g = Graph::new(ctx);
             let model = Model::load(&g, &fixture(name)).unwrap();
@@ -79,6 +81,28 @@ fn latent_cache_holds_the_latent_and_decodes_as_uncached_and_transformers() {
                 assert_eq!(cached, expected, "{name}: latent-cached greedy vs transformers");
             }
         }
+        Ok(())
+    });
+}
+
+/// A.X-K2's DSA indexer keeps `index_topk` keys a query: the graph (dense attention, exact up to
+/// that many keys) refuses a longer sequence instead of attending to keys the indexer would drop.
+#[test]
+fn sparse_attention_past_index_topk_is_refused() {
+    on_every_device("axk2 index_topk", |ctx| {
+        let g = Graph::new(ctx);
+        let mut model = Model::load(&g, &fixture("axk2")).unwrap();
+        for l in &mut model.spec.layers {
+            l.attn.mla.as_mut().unwrap().index_topk = Some(4);
+        }
+        let (spec, w) = (&model.spec, &model.weights);
+        let run = |ids: &[i32]| {
+            let mask = vec![1; ids.len()];
+            g.no_grad(|| forward(&g, spec, w, &Batch { ids, mask: &mask, batch: 1, seq: ids.len() }).map(|_| ()))
+        };
+        assert!(run(&[5, 17, 42, 9]).is_ok(), "4 keys, all kept by the indexer");
+        let e = run(&[5, 17, 42, 9, 100]).unwrap_err().to_string();
+        assert!(e.contains("index_topk"), "5 keys: `{e}`");
         Ok(())
     });
 }

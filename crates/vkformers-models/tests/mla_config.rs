@@ -34,10 +34,28 @@ fn every_mla_fixture_config_parses() {
         "sarvam_mla",
         "glm4_moe_lite",
         "mistral4",
+        "longcat_flash",
+        "axk2",
     ] {
         let spec = spec_from_config(&config(name)).unwrap();
         assert!(spec.layers.iter().all(|l| l.attn.mla.is_some()), "{name}: every layer is MLA");
     }
+}
+
+/// PEFT keys adapters by module path: A.X-K2's `q_gate_proj` (stored as `q_b_proj`), and
+/// LongCat-Flash's sublayer modules under their layer (`self_attn.{s}`, `mlps.{s}`).
+#[test]
+fn peft_module_paths_of_axk2_and_longcat_flash() {
+    let axk2 = spec_from_config(&config("axk2")).unwrap();
+    assert_eq!(axk2.module_path("model.layers.1.self_attn.q_b_proj"), "model.layers.1.self_attn.q_gate_proj");
+    assert_eq!(axk2.module_path("model.layers.1.self_attn.kv_b_proj"), "model.layers.1.self_attn.kv_b_proj");
+    let longcat = spec_from_config(&config("longcat_flash")).unwrap();
+    let stored = |internal: &str| {
+        let e = longcat.weight_map.iter().find(|e| e.parts.iter().any(|p| p.0 == internal)).unwrap();
+        longcat.module_path(&e.hf)
+    };
+    assert_eq!(stored("model.sublayers.1.self_attn.q_b_proj.weight"), "model.layers.0.self_attn.1.q_b_proj.weight");
+    assert_eq!(stored("model.sublayers.0.mlp.down_proj.weight"), "model.layers.0.mlps.0.down_proj.weight");
 }
 
 /// The original Sarvam config's spellings (remote-code era) give the spec its saved config gives.
@@ -78,6 +96,15 @@ fn bad_mla_configs_are_errors_naming_the_field() {
         ("axk1", json!({"mlp_layer_types": ["dense"]}), "mlp_layer_types"),
         ("axk1", json!({"q_lora_rank": null}), "q_lora_rank"),
         ("glm4_moe_lite", json!({"partial_rotary_factor": 0.5}), "partial_rotary_factor"),
+        ("axk2", json!({"q_lora_rank": null}), "q_lora_rank"),
+        ("axk2", json!({"n_group": 2}), "topk_group"),
+        ("axk2", json!({"gated_norm_rank": 0}), "gated_norm_rank"),
+        // The rotary embedding is sized by head_dim, the rotary part by qk_rope_head_dim.
+        ("longcat_flash", json!({"head_dim": 6}), "head_dim"),
+        ("longcat_flash", json!({"router_bias": true}), "router_bias"),
+        ("longcat_flash", json!({"moe_topk": 5}), "moe_topk"),
+        ("longcat_flash", json!({"q_lora_rank": null}), "q_lora_rank"),
+        ("longcat_flash", json!({"zero_expert_num": -1}), "zero_expert_num"),
         // Mistral 4's group-limited softmax router (topk_group < n_group) is not implemented.
         ("mistral4", json!({"n_routed_experts": 4, "n_group": 2, "topk_group": 1}), "topk_group"),
         (

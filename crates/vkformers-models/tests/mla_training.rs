@@ -39,7 +39,7 @@ fn norm(v: &[f32]) -> f64 {
 #[test]
 fn checkpointed_mla_layers_give_the_plain_gradients() {
     on_every_device("mla checkpointing", |ctx| {
-        for name in ["deepseek_v3", "minicpm3"] {
+        for name in ["deepseek_v3", "minicpm3", "axk2", "longcat_flash"] {
             let (plain_loss, plain) = step(ctx, name, false, None);
             let (loss, ckpt) = step(ctx, name, true, None);
             assert_eq!(loss, plain_loss, "{name}: loss");
@@ -58,7 +58,7 @@ fn checkpointed_mla_layers_give_the_plain_gradients() {
 #[test]
 fn bf16_autocast_mla_stays_close_to_f32() {
     on_every_device("mla bf16", |ctx| {
-        for name in ["deepseek_v2", "youtu"] {
+        for name in ["deepseek_v2", "youtu", "axk2", "longcat_flash"] {
             let (l32, g32) = step(ctx, name, false, None);
             let (l16, g16) = step(ctx, name, false, Some(DType::BF16));
             assert!(((l16 - l32) / l32).abs() <= 0.01, "{name}: bf16 loss {l16} vs f32 {l32}");

@@ -256,6 +256,11 @@ parity! {
     glm4_moe_lite: "glm4_moe_lite",
     // Softmax router, Llama 4's position scale on the query, YaRN with partial_rotary_factor.
     mistral4: "mistral4",
+    // Sublayer pairs with a shortcut MoE over routed and zero-computation (identity) experts, MLA with
+    // its query and latent scaled.
+    longcat_flash: "longcat_flash",
+    // Gated query and output gate, gated RMSNorms, ungrouped sigmoid router; the DSA indexer carried.
+    axk2: "axk2",
 }
 
 #[test]

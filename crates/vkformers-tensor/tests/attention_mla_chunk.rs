@@ -49,6 +49,8 @@ fn value_dim_and_chunks_match_the_reference() {
         check(ctx, (1, 9, 3, 3, 10, 8, 0)); // Dv < Dqk
         check(ctx, (2, 13, 4, 1, 8, 8, 5)); // chunked, GQA
         check(ctx, (1, 17, 2, 2, 6, 5, 7)); // chunked with Dv != Dqk
+                                            // MLA's latent prefill: one key head [c | k_rot] of L + Dr, the values c of L (L 12, Dr 4).
+        check(ctx, (2, 11, 4, 1, 16, 12, 0));
         Ok(())
     });
 }

@@ -171,3 +171,29 @@ SPECS = {
         },
     ),
 }
+
+# A.X-K2: DeepSeek-V3.2's MLA without q_b_proj: `q_gate_proj` reads [norm(q_a) | q_a] and writes
+# each head's query and a sigmoid gate on its attention output; gated RMSNorms (norm, then
+# `y * sigmoid(fc2(silu(fc1(y))))`) on every input norm and on the sparse layers' post-attention
+# norm; the sigmoid + correction-bias router without groups (its default). The DSA indexer selects
+# every key below index_topk (64 >= every fixture sequence), so attention is dense; its weights get
+# no gradient (transformers runs it under no_grad). AXK2Config sets head_dim itself.
+SPECS["axk2"] = (
+    "axk2",
+    {
+        **{k: v for k, v in DEEPSEEK.items() if k != "head_dim"},
+        "v_head_dim": 8,
+        "mlp_layer_types": ["dense", "sparse"],
+        "norm_topk_prob": True,
+        "routed_scaling_factor": 2.5,
+        "index_topk": 64,
+        "index_head_dim": 8,
+        "index_n_heads": 2,
+        "gated_norm_rank": 4,
+        # A smaller vocabulary, query rank and MLPs than the others, to keep the fixture small.
+        "vocab_size": 96,
+        "q_lora_rank": 8,
+        "intermediate_size": 32,
+        "moe_intermediate_size": 8,
+    },
+)

@@ -121,7 +121,7 @@ fn v3_like(model_type: &str, cfg: &Value) -> Result<ModelSpec> {
 /// The sparse layers of `mlp_layer_types` ("sparse" / "dense"), else of the legacy
 /// `first_k_dense_replace` (default 1) and `moe_layer_freq` (default 1), as A.X-K1's and
 /// GLM-4.7-Flash's configs derive them.
-fn layer_types(cfg: &Value, layers: usize) -> Result<Vec<bool>> {
+pub(super) fn layer_types(cfg: &Value, layers: usize) -> Result<Vec<bool>> {
     if let Some(types) = cfg.get("mlp_layer_types").filter(|v| !v.is_null()) {
         let types: Vec<String> = parse(types)?;
         if types.len() != layers || types.iter().any(|t| t != "sparse" && t != "dense") {

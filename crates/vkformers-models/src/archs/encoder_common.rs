@@ -109,6 +109,7 @@ impl EncoderParts<'_> {
             vision: None,
             module_paths: Vec::new(),
             seq2seq: None,
+            shortcut_moe: None,
         };
         spec.weight_map = legacy_norm_names(&spec);
         spec

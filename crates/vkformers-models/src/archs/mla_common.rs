@@ -106,6 +106,9 @@ impl MlaConfig {
             // `DeepseekV2RMSNorm(rank)`: the module's default eps, not `rms_norm_eps`.
             norm: Norm::Rms { eps: 1e-6, unit_offset: false },
             names: MlaNames::deepseek(),
+            latent_scale: 1.0,
+            gated_query: false,
+            index_topk: None,
         };
         Ok(AttnSpec {
             out_bias: base.attention_bias,

@@ -9,6 +9,7 @@ use crate::spec::ModelSpec;
 mod albert;
 mod apertus;
 mod arcee;
+mod axk2;
 mod bart;
 mod bart_family;
 mod bart_layers;
@@ -64,6 +65,7 @@ mod layer_types;
 mod llama;
 mod llama4;
 mod ln_common;
+mod longcat;
 mod mellum;
 mod minicpm3;
 mod ministral;
@@ -239,6 +241,8 @@ pub const ARCHS: &[Arch] = &[
     Arch { model_type: "sarvam_mla", family: "latent-attention MoE decoder", build: deepseek::sarvam_mla },
     Arch { model_type: "glm4_moe_lite", family: "latent-attention MoE decoder", build: deepseek::glm4_moe_lite },
     Arch { model_type: "mistral4", family: "latent-attention MoE decoder", build: mistral4::mistral4 },
+    Arch { model_type: "longcat_flash", family: "latent-attention MoE decoder", build: longcat::spec },
+    Arch { model_type: "axk2", family: "latent-attention MoE decoder", build: axk2::spec },
 ];
 
 /// The spec of a parsed `config.json`.

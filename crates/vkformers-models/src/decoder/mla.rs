@@ -19,7 +19,7 @@
 //! projections round the same values anyway), with the backward `dx = dy · Pᵀ` moving the
 //! gradient back.
 
-use vkformers_tensor::ops::{broadcast, embedding, matmul, rope, shape};
+use vkformers_tensor::ops::{activation, broadcast, embedding, matmul, rope, shape};
 use vkformers_tensor::{Graph, Tensor};
 
 use super::{apply_norm, attend, project, Inputs, Weights};
@@ -58,16 +58,56 @@ fn rotate(g: &Graph<'_>, a: &AttnSpec, inp: &Inputs<'_>, q: Tensor, k: Tensor) -
     Ok((q, k))
 }
 
-/// The query projection `[B·T, H·(Dn+Dr)]`: full rank, or low rank through its norm.
-fn query(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, m: &MlaSpec, i: usize, h: &Tensor) -> Result<Tensor> {
+/// The query projection `[B·T, H·(Dn+Dr)]`: full rank, or low rank through its norm; with a
+/// gated query also the gate `[B·T, H·Dv]` of the attention output.
+fn query(
+    g: &Graph<'_>,
+    spec: &ModelSpec,
+    w: &Weights,
+    m: &MlaSpec,
+    i: usize,
+    h: &Tensor,
+    inp: &Inputs<'_>,
+) -> Result<(Tensor, Option<Tensor>)> {
     let n = &m.names;
-    match m.q_lora_rank {
-        None => project(g, w, &spec.layer_names.q, i, h, false),
-        Some(_) => {
-            let qa = project(g, w, &n.q_a, i, h, m.bias)?;
-            let qa = apply_norm(g, &m.norm, w, &layer_name(&n.q_a_norm, i), &qa)?;
-            project(g, w, &n.q_b, i, &qa, false)
-        }
+    let Some(r) = m.q_lora_rank else { return Ok((project(g, w, &spec.layer_names.q, i, h, false)?, None)) };
+    let qa = project(g, w, &n.q_a, i, h, m.bias)?;
+    let normed = apply_norm(g, &m.norm, w, &layer_name(&n.q_a_norm, i), &qa)?;
+    if !m.gated_query {
+        return Ok((project(g, w, &n.q_b, i, &normed, false)?, None));
+    }
+    // A.X-K2: q_b([norm(q_a) | q_a]) [N, H·(Dqk + Dv)], per head [q | gate].
+    let both = broadcast::add(
+        g,
+        &moved(g, inp, &normed, (r, 2 * r), &[(0, 0, r)])?,
+        &moved(g, inp, &qa, (r, 2 * r), &[(0, r, r)])?,
+    )?;
+    let qg = project(g, w, &n.q_b, i, &both, false)?;
+    let (dqk, dv, rows) = (m.qk_dim(), m.v_dim, qg.rows());
+    let q = moved(g, inp, &qg, (dqk + dv, dqk), &[(0, 0, dqk)])?;
+    let gate = moved(g, inp, &qg, (dqk + dv, dv), &[(dqk, 0, dv)])?;
+    let gate = shape::reshape(g, &gate, &[rows, gate.numel() / rows])?;
+    Ok((shape::reshape(g, &q, &[rows, q.numel() / rows])?, Some(gate)))
+}
+
+/// Refuses a forward past the sparse attention indexer's `index_topk` keys (DeepSeek-V3.2's DSA
+/// would then attend to the top-k keys of its index scores only; the graph attends to all).
+fn check_indexer(m: &MlaSpec, inp: &Inputs<'_>) -> Result<()> {
+    let keys = inp.host_pos.iter().copied().max().map_or(0, |p| p as usize + 1);
+    match m.index_topk {
+        Some(k) if keys > k => Err(ModelError::Unsupported(format!(
+            "{keys} positions with DeepSeek sparse attention (its indexer keeps index_topk {k} keys a query): \
+             only sequences of up to index_topk tokens, where it keeps every key, are supported"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// `o [N, H·Dv]` times `sigmoid(gate)` (A.X-K2's output gate), or o itself.
+fn gated(g: &Graph<'_>, o: Tensor, gate: Option<Tensor>) -> Result<Tensor> {
+    match gate {
+        Some(gate) => Ok(broadcast::mul(g, &o, &activation::sigmoid(g, &gate)?)?),
+        None => Ok(o),
     }
 }
 
@@ -88,7 +128,8 @@ pub(super) fn attention(
     let dqk = dn + dr;
     // Head widths of q/k and of v/o: exact without a cache, padded to the cache's one head size.
     let (d, dvw) = if inp.cache.is_some() { (a.head_dim, a.head_dim) } else { (dqk, dv) };
-    let mut q = query(g, spec, w, m, i, h)?;
+    check_indexer(m, inp)?;
+    let (mut q, gate) = query(g, spec, w, m, i, h, inp)?;
     if let Some((beta, original)) = a.q_position_scale {
         // Llama 4's query scale (Mistral 4), per row of q [B·T, H·(Dn+Dr)] in (b, t) order:
         // `1 + beta · ln(1 + floor(pos / original))`; RoPE is linear, so scaling before it (and
@@ -99,16 +140,19 @@ pub(super) fn attention(
     }
     let ckv = project(g, w, &m.names.kv_a, i, h, m.bias)?;
     let latent = moved(g, inp, &ckv, (l + dr, l), &[(0, 0, l)])?;
-    let latent = apply_norm(g, &m.norm, w, &layer_name(&m.names.kv_a_norm, i), &latent)?;
+    let mut latent = apply_norm(g, &m.norm, w, &layer_name(&m.names.kv_a_norm, i), &latent)?;
+    if m.latent_scale != 1.0 {
+        latent = broadcast::scale(g, &latent, m.latent_scale)?;
+    }
     let q_rot = shape::reshape(g, &moved(g, inp, &q, (dqk, dr), &[(dn, 0, dr)])?, &[b, t, heads, dr])?;
     let k_rot = shape::reshape(g, &moved(g, inp, &ckv, (l + dr, dr), &[(l, 0, dr)])?, &[b, t, 1, dr])?;
     let (q_rot, k_rot) = rotate(g, a, inp, q_rot, k_rot)?;
     if inp.cache.is_some_and(|(c, _)| c.is_latent(i)) {
         // Generation over a latent cache: the absorbed form (the cache holds [c | k_rot]).
-        let o = absorbed(g, w, (a, m), i, (&q, &q_rot), (&latent, &k_rot), inp, |q, k| {
-            attend(g, (a, w), i, (q, k, k), inp)
+        let o = absorbed(g, w, (a, m), i, (&q, &q_rot), (&latent, &k_rot), inp, |q, k, v| {
+            attend(g, (a, w), i, (q, k, v), inp)
         })?;
-        return project(g, w, &spec.layer_names.o, i, &o, a.out_bias);
+        return project(g, w, &spec.layer_names.o, i, &gated(g, o, gate)?, a.out_bias);
     }
     let kv = project(g, w, &m.names.kv_b, i, &latent, false)?;
     // Heads of d columns: [nope | rope (| zeros)] for q and k, dvw for v: [v (| zeros)].
@@ -122,7 +166,7 @@ pub(super) fn attention(
     let o = attend(g, (a, w), i, (&q, &k, &v), inp)?;
     let o = if dvw == dv { o } else { moved(g, inp, &o, (dvw, dv), &[(0, 0, dv)])? };
     let o = shape::reshape(g, &o, &[b * t, heads * dv])?;
-    project(g, w, &spec.layer_names.o, i, &o, a.out_bias)
+    project(g, w, &spec.layer_names.o, i, &gated(g, o, gate)?, a.out_bias)
 }
 
 /// Rows of `x [a·b, w]` in `(a, b)` order, reordered to `(b, a)`: `[b·a, w]` (a transpose of the
@@ -142,9 +186,10 @@ fn swap_rows(g: &Graph<'_>, x: &Tensor, (a, b): (usize, usize)) -> Result<Tensor
 /// o'_h = softmax(scale · q'_h · k'ᵀ) · k'   ->  o'_h[:L] = Σ p c = o_lat_h,  o_h = W_UV_h o_lat_h
 /// ```
 ///
-/// `k'`'s first L columns (c) serve as the values (the paged decode reads them from the key pool,
-/// Dv = L; prefill drops the rotary columns of `o'`), so the cache holds `L + Dr` values a position. `attend(q' [B, T, H, L+Dr], k' [B, T, 1, L+Dr])` runs the
-/// attention; the result is `o [N, H·Dv]` for `o_proj`. q_nope meets W_UK_h as `[q_nope | 0]`
+/// `k'`'s first L columns (c) serve as the values, Dv = L (the paged decode reads them from the key
+/// pool; prefill attends with v = c itself), so the cache holds `L + Dr` values a position.
+/// `attend(q' [B, T, H, L+Dr], k' [B, T, 1, L+Dr], v = c [B, T, 1, L])` runs the attention (its
+/// kernels take Dv != Dqk); the result is `o [N, H·Dv]` for `o_proj`. q_nope meets W_UK_h as `[q_nope | 0]`
 /// times the whole block (no slicing of the weight); inference only.
 #[allow(clippy::too_many_arguments)]
 fn absorbed(
@@ -155,7 +200,7 @@ fn absorbed(
     (q, q_rot): (&Tensor, &Tensor),
     (latent, k_rot): (&Tensor, &Tensor),
     inp: &Inputs<'_>,
-    attend: impl FnOnce(&Tensor, &Tensor) -> Result<Tensor>,
+    attend: impl FnOnce(&Tensor, &Tensor, &Tensor) -> Result<Tensor>,
 ) -> Result<Tensor> {
     let (heads, n) = (a.heads, latent.rows());
     let (dn, dr, dv, l) = (m.nope_dim, m.rope_dim, m.v_dim, m.kv_lora_rank);
@@ -186,14 +231,9 @@ fn absorbed(
     let t = q_rot.shape()[1];
     let q2 = shape::reshape(g, &q2, &[n / t, t, heads, d])?;
     let k2 = shape::reshape(g, &k2, &[n / t, t, 1, d])?;
-    let o = attend(&q2, &k2)?;
+    let o = attend(&q2, &k2, &shape::reshape(g, latent, &[n / t, t, 1, l])?)?;
     // o_lat [N·H, L] -> [H, N, L] -> W_h o_lat [H, N, Dn+Dv] -> [N·H, Dn+Dv] -> its Dv value columns.
-    // The paged decode reads only c as the values (o [B, T, H, L]); prefill's attention over
-    // v = k' gives [B, T, H, L+Dr], of which c's columns are kept.
-    let o_lat = match o.shape()[3] {
-        w if w == l => shape::reshape(g, &o, &[n * heads, l])?,
-        _ => moved(g, inp, &o, (d, l), &[(0, 0, l)])?,
-    };
+    let o_lat = shape::reshape(g, &o, &[n * heads, l])?;
     let o_lat = swap_rows(g, &o_lat, (n, heads))?;
     let o_full = matmul::matmul_nt(g, &shape::reshape(g, &o_lat, &[heads, n, l])?, &wkv)?;
     let o_full = swap_rows(g, &o_full, (heads, n))?;

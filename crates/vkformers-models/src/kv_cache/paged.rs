@@ -140,6 +140,9 @@ impl LayerPool {
         // f32 keys go into a 16-bit pool as they are (the store kernel rounds them, as a cast
         // would); any other mismatch is cast first.
         let src = if direct(k.dtype(), dt) { k.dtype() } else { dt };
+        // A latent pool holds the keys alone (its values are their first columns): the values
+        // given (the latent c, for the prefill's attention) are not stored again.
+        let v = if self.values_are_keys { k } else { v };
         let (k, v) = (in_type(g, k, src)?, in_type(g, v, src)?);
         let pools =
             Pools { k: pk.view(), v: pv.view(), rows: rows as u32, width: (self.kv_heads * self.head_dim) as u32 };

@@ -100,6 +100,10 @@ pub fn buffers(spec: &ModelSpec) -> Vec<String> {
             out.push(layer_name(b, i));
         }
     }
+    // LongCat-Flash's shortcut MoE: one a pair of sublayers, named by the transformers layer.
+    if let Some(sc) = &spec.shortcut_moe {
+        out.extend((0..spec.layers.len() / 2).map(|i| layer_name(&sc.bias, i)));
+    }
     out
 }
 
