@@ -65,6 +65,8 @@ impl ShortcutMoe {
             packed: false,
             down_transposed: false,
             biased: None,
+            out_bias: None,
+            in_out: false,
         };
         moe.check()?;
         Ok(ShortcutMoe { moe, routed: e, bias: format!("{p}.router.e_score_correction_bias") })
