@@ -111,6 +111,40 @@ fn cpu_variant(rec: &Recorder) -> bool {
     c.device_type == "cpu" && c.subgroup_size == 8
 }
 
+/// Most rows, and longest rows, of an RMSNorm forward that takes the `_sg` variants (one
+/// subgroup per row, no barrier): a decode step's few hidden states. More rows keep the
+/// 256-thread tree sum (training's thousands of rows, whose speed was measured with it).
+const SG_MAX_ROWS: u32 = 64;
+const SG_MAX_DIM: u32 = 8192;
+/// Threads of an `_sg` workgroup (NORM_LOCAL of the variants).
+const SG_LOCAL: u32 = 64;
+
+/// Whether an RMSNorm forward of `p` runs the `_sg` variants: few short rows, on a device with
+/// subgroup arithmetic. A pure function of the sizes and `Caps`.
+pub fn rms_subgroup_rows(caps: &vkformers_vk::Caps, p: &RmsNorm) -> bool {
+    p.rows <= SG_MAX_ROWS && p.dim <= SG_MAX_DIM && caps.subgroup_ops.iter().any(|op| op == "arithmetic")
+}
+
+/// The `_sg` RMSNorm forward (plain or fused with a residual add) and its grid: one row per
+/// subgroup, `SG_LOCAL / subgroup size` rows a workgroup.
+fn rms_forward_sg(rec: &Recorder, p: &RmsNorm, add: bool) -> Option<(&'static KernelCode, [u32; 3])> {
+    if !rms_subgroup_rows(rec.caps(), p) {
+        return None;
+    }
+    let table = [
+        [&code::NORM_RMS_FORWARD_F32_SG, &code::NORM_RMS_FORWARD_F16_SG, &code::NORM_RMS_FORWARD_BF16_SG],
+        [&code::NORM_RMS_FORWARD_ADD_F32_SG, &code::NORM_RMS_FORWARD_ADD_F16_SG, &code::NORM_RMS_FORWARD_ADD_BF16_SG],
+    ];
+    let per_group = (SG_LOCAL / rec.caps().subgroup_size.clamp(1, SG_LOCAL)).max(1);
+    Some((variant(p.dtype, table[usize::from(add)]), row_groups(p.rows.div_ceil(per_group))))
+}
+
+/// The RMSNorm forward kernel of `p` and its grid: `_sg` for few short rows, else plain or
+/// fused with a residual add, storage type, CPU or not.
+fn rms_forward_launch(rec: &Recorder, p: &RmsNorm, add: bool) -> (&'static KernelCode, [u32; 3]) {
+    rms_forward_sg(rec, p, add).unwrap_or_else(|| (rms_forward_code(p.dtype, add, cpu_variant(rec)), row_groups(p.rows)))
+}
+
 /// The RMSNorm forward variant: plain or fused with a residual add, storage type, CPU or not.
 fn rms_forward_code(dtype: DType, add: bool, cpu: bool) -> &'static KernelCode {
     let table = [
@@ -202,11 +236,11 @@ pub fn rms_norm_forward(
     y: BufferView<'_>,
     rstd: BufferView<'_>,
 ) -> Result<()> {
-    let k = rms_forward_code(p.dtype, false, cpu_variant(rec));
+    let (k, grid) = rms_forward_launch(rec, p, false);
     check_rms_forward(kname(k), p, (&x, &y, &rstd), w.as_ref())?;
     let params = words(&[p.rows, p.dim, p.eps.to_bits(), gain_mode(w.is_some(), p.unit_offset)]);
     let args = [read(x), read(w.unwrap_or(x)), write(y), write(rstd)];
-    rec.dispatch(k, &[], &args, &params, row_groups(p.rows))
+    rec.dispatch(k, &[], &args, &params, grid)
 }
 
 /// The kernel of a twin RMSNorm forward (`(cpu, gpu)` variants, by device) and its twin code,
@@ -259,7 +293,7 @@ pub fn add_rms_norm_forward(
     y: BufferView<'_>,
     rstd: BufferView<'_>,
 ) -> Result<()> {
-    let k = rms_forward_code(p.dtype, true, cpu_variant(rec));
+    let (k, grid) = rms_forward_launch(rec, p, true);
     let name = kname(k);
     check_rms_forward(name, p, (&x, &y, &rstd), w.as_ref())?;
     let n = u64::from(p.rows) * u64::from(p.dim);
@@ -267,7 +301,7 @@ pub fn add_rms_norm_forward(
     check_len_of(name, "h", &h, n, p.dtype)?;
     let params = words(&[p.rows, p.dim, p.eps.to_bits(), gain_mode(w.is_some(), p.unit_offset)]);
     let args = [read(x), read(r), write(h), read(w.unwrap_or(x)), write(y), write(rstd)];
-    rec.dispatch(k, &[], &args, &params, row_groups(p.rows))
+    rec.dispatch(k, &[], &args, &params, grid)
 }
 
 fn gain_mode(weight: bool, unit_offset: bool) -> u32 {
