@@ -306,8 +306,10 @@ fn check(ctx: &Context, case: &Case, seed: u64, (dt, act): (DType, DType)) -> Re
     decode::store_from(&mut rec, ((nk.view(), nv.view()), act), slots.view(), &pools, dt)?;
     let tile = case.tile.unwrap_or_else(|| decode::tile_keys(&shape));
     decode::forward_tiled(&mut rec, &x, &out, &shape, &opt, (splits, tile))?;
-    // A second call on the same counters: split calls merge only if the first one reset them.
-    decode::forward_tiled(&mut rec, &x, &again, &shape, &opt, (splits, tile))?;
+    // A second split call on the same counters merges only if the first one reset them.
+    if splits > 1 {
+        decode::forward_tiled(&mut rec, &x, &again, &shape, &opt, (splits, tile))?;
+    }
     rec.submit()?;
 
     let name = format!("{} {dt:?}, q/o {act:?} ({splits} splits, {tile}-key tiles)", case.name);
@@ -316,8 +318,12 @@ fn check(ctx: &Context, case: &Case, seed: u64, (dt, act): (DType, DType)) -> Re
     let (want_o, want_lse) = expected(case, &r, opt.scale);
     assert_close(&format!("{name}: o"), &download(ctx, act, o.view())?, &want_o, tol(dt));
     assert_close(&format!("{name}: lse"), &ctx.read_vec::<f32>(lse.view())?, &want_lse, TOL_F32);
-    same_bits(&format!("{name}: o of a second call"), &download(ctx, act, o2.view())?, &download(ctx, act, o.view())?);
-    same_bits(&format!("{name}: lse of a second call"), &ctx.read_vec::<f32>(lse2.view())?, &ctx.read_vec::<f32>(lse.view())?);
+    if splits > 1 {
+        let second = download(ctx, act, o2.view())?;
+        same_bits(&format!("{name}: o of a second call"), &second, &download(ctx, act, o.view())?);
+        let second = ctx.read_vec::<f32>(lse2.view())?;
+        same_bits(&format!("{name}: lse of a second call"), &second, &ctx.read_vec::<f32>(lse.view())?);
+    }
     assert!(ctx.read_vec::<u32>(counters.view())?.iter().all(|&c| c == 0), "{name}: counters left non-zero");
     Ok(())
 }

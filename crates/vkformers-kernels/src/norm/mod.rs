@@ -70,8 +70,8 @@ fn grad_blocks(rows: u32) -> u32 {
 
 /// Name of `k` in errors: without the `:f32` suffix (the f32 kernels keep their plain names).
 fn kname(k: &KernelCode) -> &'static str {
-    // Errors name the kernel as on every device: no `_cpu` workgroup suffix.
-    let name = k.name.strip_suffix("_cpu").unwrap_or(k.name);
+    // Errors name the kernel as on every device: no `_cpu` or `_sg` workgroup suffix.
+    let name = k.name.strip_suffix("_cpu").or_else(|| k.name.strip_suffix("_sg")).unwrap_or(k.name);
     name.strip_suffix(":f32").unwrap_or(name)
 }
 
