@@ -21,9 +21,10 @@ use vkformers_tensor::Graph;
 use vkformers_vk::testing::on_every_device;
 
 /// Commands of one decode step of the 2-layer `llama` fixture, at most: 9 per layer where the
-/// GLU runs alone (8 where it is folded) and 6 around the layers (embedding, final add + norm,
-/// head, ids, positions, tables), and the choice of the next id.
-const MAX_COMMANDS: u64 = 26;
+/// GLU runs alone (lavapipe; 8 where it is folded into the down product) and 7 around the
+/// layers (embedding, final add + norm, head, argmax, and the uploads of the ids, the positions
+/// and the cache's tables): 25 on lavapipe, 23 on the H200.
+const MAX_COMMANDS: u64 = 25;
 
 /// The profile of a greedy generation of `new_tokens` after `prompt`.
 fn profile_of(g: &Graph<'_>, model: &Model, prompt: &[u32], new_tokens: usize) -> Profile {
@@ -68,8 +69,8 @@ fn one_decode_step_has_few_commands() {
                 assert!(!name.starts_with(gone), "{name} ran in a decode step: the fused kernels replace it");
             }
         }
-        let rope_store = calls.iter().filter(|(n, _)| n.starts_with("attention/decode_rope_store")).map(|c| c.1).sum();
-        assert_eq!(rope_store, 2u64, "one fused rope + store per layer: {calls:?}");
+        let rope_store: u64 = calls.iter().filter(|(n, _)| n.starts_with("attention/decode_rope_store")).map(|c| c.1).sum();
+        assert_eq!(rope_store, 2, "one fused rope + store per layer: {calls:?}");
         Ok(())
     });
 }
