@@ -69,7 +69,8 @@ fn one_decode_step_has_few_commands() {
                 assert!(!name.starts_with(gone), "{name} ran in a decode step: the fused kernels replace it");
             }
         }
-        let rope_store: u64 = calls.iter().filter(|(n, _)| n.starts_with("attention/decode_rope_store")).map(|c| c.1).sum();
+        let rope_store: u64 =
+            calls.iter().filter(|(n, _)| n.starts_with("attention/decode_rope_store")).map(|c| c.1).sum();
         assert_eq!(rope_store, 2, "one fused rope + store per layer: {calls:?}");
         Ok(())
     });

@@ -284,7 +284,10 @@ fn check(ctx: &Context, case: &Case, seed: u64, (dt, act): (DType, DType)) -> Re
     let work = ctx.buffer(decode::work_floats(&shape, splits).max(1) * 4, "work")?;
     // Zero before the first call; the kernel leaves them zero (checked by the second call below).
     let counters = ctx.buffer_from(&vec![0u32; decode::counter_words(&shape) as usize], "counters")?;
-    let (o2, lse2) = (upload(ctx, act, &vec![0.0; b * case.tq * case.hq * case.dv()], "o2")?, ctx.buffer((b * case.hq * case.tq * 4) as u64, "lse2")?);
+    let (o2, lse2) = (
+        upload(ctx, act, &vec![0.0; b * case.tq * case.hq * case.dv()], "o2")?,
+        ctx.buffer((b * case.hq * case.tq * 4) as u64, "lse2")?,
+    );
     let mut opt = DecodeOptions::new(shape.d);
     opt.causal = case.causal;
     opt.window = case.window as u32;

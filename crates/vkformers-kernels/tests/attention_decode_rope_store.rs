@@ -33,7 +33,11 @@ fn same_bits(what: &str, got: &[f32], want: &[f32]) {
 fn check(ctx: &Context, rng: &mut Rng, case: Case, dt: DType) -> Result<()> {
     let (n, hq, hkv, d, r, layout, mscale) = case;
     let p = Rope { batch: 1, seq: n, heads: hq, head_dim: d, rotary_dim: r, layout, mscale, dtype: DType::F32 };
-    let (q, k, v) = (rng.vec((n * hq * d) as usize, 1.0), rng.vec((n * hkv * d) as usize, 1.0), rng.vec((n * hkv * d) as usize, 1.0));
+    let (q, k, v) = (
+        rng.vec((n * hq * d) as usize, 1.0),
+        rng.vec((n * hkv * d) as usize, 1.0),
+        rng.vec((n * hkv * d) as usize, 1.0),
+    );
     let pos: Vec<i32> = (0..n as i32).map(|t| 41 * t + 7).collect();
     // Pool rows 0..2n+3; token t at row 2t + 1, the last token of several skipped.
     let rows = 2 * n + 3;
@@ -66,7 +70,11 @@ fn check(ctx: &Context, rng: &mut Rng, case: Case, dt: DType) -> Result<()> {
     let init = download(ctx, dt, upload(ctx, dt, &pool_init, "init")?.view())?;
     let w = width as usize;
     for row in (0..rows as usize).filter(|&row| !slots.contains(&(row as i32))) {
-        same_bits(&format!("{what}: untouched pool row {row}"), &got[0][row * w..(row + 1) * w], &init[row * w..(row + 1) * w]);
+        same_bits(
+            &format!("{what}: untouched pool row {row}"),
+            &got[0][row * w..(row + 1) * w],
+            &init[row * w..(row + 1) * w],
+        );
     }
     Ok(())
 }

@@ -52,7 +52,7 @@ pub fn rope_store(
         DType::BF16 => 2,
     }];
     let (d, r) = (u64::from(p.head_dim), u64::from(p.rotary_dim));
-    let hkv = if p.head_dim == 0 { 0 } else { pools.width / p.head_dim };
+    let hkv = pools.width.checked_div(p.head_dim).unwrap_or(0);
     let tokens = u64::from(p.batch) * u64::from(p.seq);
     let rows = tokens * u64::from(p.heads + hkv);
     let pool = u64::from(pools.rows) * u64::from(pools.width);
@@ -65,7 +65,8 @@ pub fn rope_store(
         || r > d
         || (rows * d).max(pool) >= 1 << 32
     {
-        let why = format!("rope of {p:?} into pools {} wide: not f32, empty, odd rotary dim, or too large", pools.width);
+        let why =
+            format!("rope of {p:?} into pools {} wide: not f32, empty, odd rotary dim, or too large", pools.width);
         return Err(fail(code.name, why));
     }
     let kv = tokens * u64::from(hkv) * d;
@@ -79,8 +80,7 @@ pub fn rope_store(
     check_len(code.name, "k pool", &pools.k, pool, dt.bytes())?;
     check_len(code.name, "v pool", &pools.v, pool, dt.bytes())?;
     let interleaved = u32::from(p.layout == RopeLayout::Interleaved);
-    let words =
-        [tokens as u32, p.heads, hkv, p.head_dim, p.rotary_dim, interleaved, p.mscale.to_bits(), pools.rows];
+    let words = [tokens as u32, p.heads, hkv, p.head_dim, p.rotary_dim, interleaved, p.mscale.to_bits(), pools.rows];
     let params: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
     let work = rows * (r / 2 + d - r);
     let groups = [work.div_ceil(256).clamp(1, MAX_GROUPS) as u32, 1, 1];

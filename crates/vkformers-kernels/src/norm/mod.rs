@@ -142,7 +142,8 @@ fn rms_forward_sg(rec: &Recorder, p: &RmsNorm, add: bool) -> Option<(&'static Ke
 /// The RMSNorm forward kernel of `p` and its grid: `_sg` for few short rows, else plain or
 /// fused with a residual add, storage type, CPU or not.
 fn rms_forward_launch(rec: &Recorder, p: &RmsNorm, add: bool) -> (&'static KernelCode, [u32; 3]) {
-    rms_forward_sg(rec, p, add).unwrap_or_else(|| (rms_forward_code(p.dtype, add, cpu_variant(rec)), row_groups(p.rows)))
+    rms_forward_sg(rec, p, add)
+        .unwrap_or_else(|| (rms_forward_code(p.dtype, add, cpu_variant(rec)), row_groups(p.rows)))
 }
 
 /// The RMSNorm forward variant: plain or fused with a residual add, storage type, CPU or not.

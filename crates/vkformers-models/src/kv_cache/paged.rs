@@ -2,12 +2,12 @@
 //! kernels of `vkformers_kernels::attention::decode` (store, paged attention) on tensors.
 //! Inference only: no gradient flows through the cache.
 
+use std::cell::RefCell;
 use vkformers_kernels::attention::decode::{self, DecodeOptions, DecodeOutputs, DecodeShape, PagedInputs, Pools};
 use vkformers_kernels::attention::rope_store::{self, NewRows};
 use vkformers_kernels::dtype::cast;
 use vkformers_kernels::rope::{Rope, RopeLayout};
 use vkformers_tensor::ops::attention::AttnOptions;
-use std::cell::RefCell;
 
 use vkformers_tensor::{DType, Graph, Tensor};
 use vkformers_vk::BufferView;
@@ -49,7 +49,9 @@ impl StepTables {
         ints.extend(after.iter().map(|&l| l as i32));
         for (n, &r) in rows.iter().enumerate() {
             let first_real = t - real[n];
-            ints.extend((0..t).map(|c| if c >= first_real { tables.slot(r, after[n] + c - t).unwrap_or(-1) } else { -1 }));
+            ints.extend(
+                (0..t).map(|c| if c >= first_real { tables.slot(r, after[n] + c - t).unwrap_or(-1) } else { -1 }),
+            );
         }
         let len = ints.len();
         Ok(StepTables {
@@ -103,13 +105,29 @@ pub(crate) struct LayerPool {
 
 impl LayerPool {
     pub(crate) fn new(group: usize, kv_heads: usize, head_dim: usize) -> Self {
-        LayerPool { group, kv_heads, head_dim, values_are_keys: false, value_dim: head_dim, pools: None, counters: RefCell::new(None) }
+        LayerPool {
+            group,
+            kv_heads,
+            head_dim,
+            values_are_keys: false,
+            value_dim: head_dim,
+            pools: None,
+            counters: RefCell::new(None),
+        }
     }
 
     /// A pool of one head of `width` values a position, read as the keys and (its first
     /// `values` columns) as the values: no value pool of its own.
     pub(crate) fn latent(group: usize, width: usize, values: usize) -> Self {
-        LayerPool { group, kv_heads: 1, head_dim: width, values_are_keys: true, value_dim: values, pools: None, counters: RefCell::new(None) }
+        LayerPool {
+            group,
+            kv_heads: 1,
+            head_dim: width,
+            values_are_keys: true,
+            value_dim: values,
+            pools: None,
+            counters: RefCell::new(None),
+        }
     }
 
     pub(crate) fn is_latent(&self) -> bool {
