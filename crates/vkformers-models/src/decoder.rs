@@ -272,7 +272,8 @@ fn cached(
     let inputs = Inputs {
         ids: g.ints(batch.ids, &[b, t])?,
         kmask: key_mask(g, batch.mask, (b, t))?,
-        pos: g.ints(&pos, &[b, t])?,
+        // Uploaded with the cache's tables: one upload fewer a step.
+        pos: cache.step_positions(g, (b, t))?,
         host_pos: pos.clone(),
         seq_len: seq_len(&pos),
         cache: Some((cache, batch.mask)),

@@ -266,6 +266,8 @@ impl KvCache {
     pub(crate) fn begin(&self, g: &Graph<'_>, mask: &[i32], t: usize) -> Result<()> {
         let rows = self.selected.borrow().clone();
         let real = real_counts(mask, t)?;
+        // The position ids ride in the first group's upload ([`KvCache::step_positions`]).
+        let mut positions = self.positions(mask, t);
         let lens = self.lens.borrow();
         let prefill = rows.iter().all(|&r| lens[r] == 0);
         let mut tables = Vec::new();
@@ -284,13 +286,24 @@ impl KvCache {
                 copies.extend((first_kept.max(past)..after).filter_map(|p| group.tables.hold(r, p)));
             }
             let after: Vec<usize> = rows.iter().zip(&real).map(|(&r, n)| lens[r] + n).collect();
-            let mut st = StepTables::upload(g, &group.tables, &rows, &after, (&real, t))?;
+            let prefix = std::mem::take(&mut positions);
+            let mut st = StepTables::upload(g, &group.tables, (&rows, &after), (&real, t), &prefix)?;
             st.copies = std::mem::take(&mut copies);
             tables.push(st);
         }
         let stored = vec![false; self.layers.borrow().len()];
         *self.step.borrow_mut() = Some(Step { rows, real, prefill, tables, stored });
         Ok(())
+    }
+
+    /// The position ids `[B, T]` of the forward [`KvCache::begin`] prepared
+    /// ([`KvCache::positions`] on the device), from the upload of the step's tables.
+    pub(crate) fn step_positions(&self, g: &Graph<'_>, (b, t): (usize, usize)) -> Result<Tensor> {
+        let step = self.step.borrow();
+        match step.as_ref().and_then(|s| s.tables.first()) {
+            Some(st) => st.prefix(g, &[b, t]),
+            None => Err(ModelError::Config("KV cache positions outside a forward".into())),
+        }
     }
 
     /// Records the new columns of the selected rows as held, after every layer has stored them.

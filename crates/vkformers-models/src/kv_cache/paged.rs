@@ -17,11 +17,15 @@ use crate::error::{ModelError, Result};
 
 /// One group's device tables for one forward over B selected rows of T new columns: the block
 /// table, the lengths and the store slots in one int32 buffer (one upload a step instead of
-/// three), each read through its byte range.
+/// three), each read through its byte range, after a prefix of other int32 data the forward
+/// needs (the first group carries the position ids: one upload fewer again).
 pub(crate) struct StepTables {
-    /// `[B·max_blocks | B | B·T]` int32: block ids (-1: not held), real positions of each row
-    /// after this forward, pool row of each new column's key (-1: padding, or not kept).
+    /// `[P | B·max_blocks | B | B·T]` int32: the prefix, block ids (-1: not held), real
+    /// positions of each row after this forward, pool row of each new column's key (-1:
+    /// padding, or not kept).
     ints: Tensor,
+    /// Values in the prefix P.
+    prefix: usize,
     max_blocks: usize,
     /// Rows B and new columns T.
     rows: usize,
@@ -34,18 +38,21 @@ pub(crate) struct StepTables {
 
 impl StepTables {
     /// Tables of `rows` whose lengths become `after`, with `real[n]` real tokens among the `t`
-    /// new columns of row n (the last `real[n]` columns, at positions `after − real .. after`).
+    /// new columns of row n (the last `real[n]` columns, at positions `after − real .. after`),
+    /// uploaded after `prefix` ([`Self::prefix`] reads it back).
     pub(crate) fn upload(
         g: &Graph<'_>,
         tables: &BlockTables,
-        rows: &[usize],
-        after: &[usize],
+        (rows, after): (&[usize], &[usize]),
         (real, t): (&[usize], usize),
+        prefix: &[i32],
     ) -> Result<Self> {
-        let (mut ints, max_blocks) = tables.table(rows);
+        let (table, max_blocks) = tables.table(rows);
         if after.iter().any(|&l| l > i32::MAX as usize) {
             return Err(ModelError::Config("a KV cache row beyond 2^31 positions".into()));
         }
+        let mut ints = prefix.to_vec();
+        ints.extend(table);
         ints.extend(after.iter().map(|&l| l as i32));
         for (n, &r) in rows.iter().enumerate() {
             let first_real = t - real[n];
@@ -56,6 +63,7 @@ impl StepTables {
         let len = ints.len();
         Ok(StepTables {
             ints: g.ints(&ints, &[len])?,
+            prefix: prefix.len(),
             max_blocks,
             rows: rows.len(),
             cols: t,
@@ -65,9 +73,18 @@ impl StepTables {
         })
     }
 
-    /// Bytes `[from, from + n)` int32 values of the upload.
+    /// The int32 values `[from, from + n)` after the prefix.
     fn ints_at(&self, from: usize, n: usize) -> BufferView<'_> {
-        self.ints.view().buffer.slice(self.ints.view().offset + from as u64 * 4, n as u64 * 4)
+        let at = self.ints.view().offset + (self.prefix + from) as u64 * 4;
+        self.ints.view().buffer.slice(at, n as u64 * 4)
+    }
+
+    /// The prefix given to [`Self::upload`] as a tensor of `shape` (sharing the upload).
+    pub(crate) fn prefix(&self, g: &Graph<'_>, shape: &[usize]) -> Result<Tensor> {
+        if shape.iter().product::<usize>() != self.prefix {
+            return Err(ModelError::Config(format!("a prefix of {} values as {shape:?}", self.prefix)));
+        }
+        Ok(g.view_prefix(&self.ints, shape)?)
     }
 
     /// `[B, max_blocks]` int32 block ids.
