@@ -34,8 +34,8 @@
 // variant: add_f32_cpu ADD NORM_LOCAL=8
 // variant: add_f16_cpu DT_F16 ADD NORM_LOCAL=8
 // variant: add_bf16_cpu DT_BF16 ADD NORM_LOCAL=8
-// `_sg` variants (few short rows: a decode step's hidden states): one subgroup per row, its sum
-// a subgroupAdd, so no barrier at all (the tree sum takes log2(256) + 2 barriers a row).
+// `_sg` variants (inference, short rows: a decode step's hidden states): one subgroup per row,
+// its sum a subgroupAdd, so no barrier at all (the tree sum takes log2(256) + 2 barriers a row).
 // Workgroups of 64 threads hold 64 / subgroup size rows; rows past the grid stride over it.
 // variant: f32_sg NORM_SG NORM_LOCAL=64
 // variant: f16_sg DT_F16 NORM_SG NORM_LOCAL=64
