@@ -35,8 +35,7 @@ fn split_decode_steps_give_the_logits_of_one_full_forward() {
         let g = Graph::new(ctx);
         let model = Model::load(&g, &dir).unwrap();
         let a = &model.spec.layers[0].attn;
-        let seqs: Vec<Vec<i32>> =
-            [300, 420].iter().map(|&n| (0..n).map(|i| ((i * 7 + 3) % 120) as i32).collect()).collect();
+        let seqs: Vec<Vec<i32>> = [300i32, 420].iter().map(|&n| (0..n).map(|i| (i * 7 + 3) % 120).collect()).collect();
         // The calls of the last steps split: 2 rows, each row's keys cut at least 2 ways.
         let shape = DecodeShape {
             batch: 2,
