@@ -1,5 +1,5 @@
-//! `vkformers bench decode`: times the paged decode attention (`attention/decode` and its split
-//! combine) alone on one shape, for each split count asked, as a chain of dependent calls (each
+//! `vkformers bench decode`: times the paged decode attention (`attention/decode`, which merges
+//! its splits itself) alone on one shape, for each split count asked, as a chain of dependent calls (each
 //! call overwrites the previous one's output, so barriers separate them as in a decode step).
 //! Reports the device time per call (submit to done over the chain, and the median between
 //! timestamps) and the effective K+V bandwidth. The default shape is TinyLlama-1.1B's attention
@@ -96,6 +96,8 @@ pub fn decode_attention(selector: &DeviceSelector, args: &DecodeBenchArgs) -> an
     let o = ctx.buffer(q_len * 4, "o")?;
     let lse = ctx.buffer(u64::from(s.batch * s.hq) * 4, "lse")?;
     let work = ctx.buffer(decode::work_floats(&s, decode::MAX_SPLITS) * 4, "work")?;
+    // Zero once: every call leaves the split counters zero.
+    let counters = ctx.buffer_from(&vec![0u32; decode::counter_words(&s) as usize], "counters")?;
     let opt = DecodeOptions { dtype: dt, act: (dt != DType::F32).then_some(DType::F32), ..DecodeOptions::new(s.d) };
     let x = PagedInputs { q: q.view(), k: k.view(), v: v.view(), table: table.view(), lens: lens.view() };
     let flush_bytes = (args.flush_mb << 20).max(4);
@@ -119,7 +121,12 @@ pub fn decode_attention(selector: &DeviceSelector, args: &DecodeBenchArgs) -> an
             n => n.parse::<u32>().map_err(|e| anyhow::anyhow!("--splits {n}: {e}"))?,
         };
         let work_view = work.slice(0, decode::work_floats(&s, splits) * 4);
-        let out = DecodeOutputs { o: o.view(), lse: lse.view(), work: (splits > 1).then_some(work_view) };
+        let out = DecodeOutputs {
+            o: o.view(),
+            lse: lse.view(),
+            work: (splits > 1).then_some(work_view),
+            counters: (splits > 1).then(|| counters.view()),
+        };
         let chain = |timed: bool| -> anyhow::Result<(f64, Vec<(&'static str, f64)>)> {
             let mut rec = ctx.recorder(timed)?;
             for _ in 0..args.calls {

@@ -282,6 +282,12 @@ fn check(ctx: &Context, case: &Case, seed: u64, (dt, act): (DType, DType)) -> Re
     let o = upload(ctx, act, &vec![0.0; b * case.tq * case.hq * case.dv()], "o")?;
     let lse = ctx.buffer((b * case.hq * case.tq * 4) as u64, "lse")?;
     let work = ctx.buffer(decode::work_floats(&shape, splits).max(1) * 4, "work")?;
+    // Zero before the first call; the kernel leaves them zero (checked by the second call below).
+    let counters = ctx.buffer_from(&vec![0u32; decode::counter_words(&shape) as usize], "counters")?;
+    let (o2, lse2) = (
+        upload(ctx, act, &vec![0.0; b * case.tq * case.hq * case.dv()], "o2")?,
+        ctx.buffer((b * case.hq * case.tq * 4) as u64, "lse2")?,
+    );
     let mut opt = DecodeOptions::new(shape.d);
     opt.causal = case.causal;
     opt.window = case.window as u32;
@@ -296,11 +302,17 @@ fn check(ctx: &Context, case: &Case, seed: u64, (dt, act): (DType, DType)) -> Re
     let v_pool = if case.latent_dv.is_some() { bk.view() } else { bv.view() };
     let x = PagedInputs { q: bq.view(), k: bk.view(), v: v_pool, table: table.view(), lens: lens.view() };
     let w = (splits > 1).then(|| work.slice(0, decode::work_floats(&shape, splits) * 4));
-    let out = DecodeOutputs { o: o.view(), lse: lse.view(), work: w };
+    let c = Some(counters.view());
+    let out = DecodeOutputs { o: o.view(), lse: lse.view(), work: w, counters: c };
+    let again = DecodeOutputs { o: o2.view(), lse: lse2.view(), work: w, counters: c };
     let mut rec = ctx.recorder(false)?;
     decode::store_from(&mut rec, ((nk.view(), nv.view()), act), slots.view(), &pools, dt)?;
     let tile = case.tile.unwrap_or_else(|| decode::tile_keys(&shape));
     decode::forward_tiled(&mut rec, &x, &out, &shape, &opt, (splits, tile))?;
+    // A second split call on the same counters merges only if the first one reset them.
+    if splits > 1 {
+        decode::forward_tiled(&mut rec, &x, &again, &shape, &opt, (splits, tile))?;
+    }
     rec.submit()?;
 
     let name = format!("{} {dt:?}, q/o {act:?} ({splits} splits, {tile}-key tiles)", case.name);
@@ -309,6 +321,13 @@ fn check(ctx: &Context, case: &Case, seed: u64, (dt, act): (DType, DType)) -> Re
     let (want_o, want_lse) = expected(case, &r, opt.scale);
     assert_close(&format!("{name}: o"), &download(ctx, act, o.view())?, &want_o, tol(dt));
     assert_close(&format!("{name}: lse"), &ctx.read_vec::<f32>(lse.view())?, &want_lse, TOL_F32);
+    if splits > 1 {
+        let second = download(ctx, act, o2.view())?;
+        same_bits(&format!("{name}: o of a second call"), &second, &download(ctx, act, o.view())?);
+        let second = ctx.read_vec::<f32>(lse2.view())?;
+        same_bits(&format!("{name}: lse of a second call"), &second, &ctx.read_vec::<f32>(lse.view())?);
+    }
+    assert!(ctx.read_vec::<u32>(counters.view())?.iter().all(|&c| c == 0), "{name}: counters left non-zero");
     Ok(())
 }
 
@@ -341,7 +360,7 @@ fn cases() -> Vec<Case> {
         Case::new("split auto, d128, one long row", &[1100], 2, (8, 1, 128), 32).splits(None),
         Case::new("split 4, d200, window 20 (empty splits)", &[90, 33], 3, (2, 1, 200), 16).window(20).splits(Some(4)),
         Case::new("everything split 2", &[57, 31, 3], 3, (4, 2, 16), 6).window(9).softcap(4.0).alibi().splits(Some(2)),
-        // Learned sinks: joined by the kernel unsplit, by the combine (once) when split; an
+        // Learned sinks: joined by the kernel unsplit, by the merge (once) when split; an
         // empty row and empty splits give o = 0 and lse = s_h.
         Case::new("sinks tq1 gqa d24 bs5, an empty row", &[23, 0, 9], 1, (4, 2, 24), 5).sinks(),
         Case::new("sinks split 4, d200, window 20", &[90, 33, 0], 3, (4, 1, 200), 16)
@@ -355,7 +374,7 @@ fn cases() -> Vec<Case> {
 #[test]
 fn paged_decode_latent_values() {
     // MLA's absorbed decode: keys [c | k_rot] of D columns, values their first Dv (one pool), o
-    // of Dv; unsplit and split (the combine merges Dv columns), wide and element loads.
+    // of Dv; unsplit and split (the merge reads Dv columns), wide and element loads.
     run(
         "paged decode latent values",
         &[
@@ -464,10 +483,14 @@ fn paged_decode_rejects_bad_calls() {
         let buf = |n: usize| ctx.buffer((n * 4) as u64, "x");
         let (q, pool, small, ints, lens, lse) = (buf(16)?, buf(64)?, buf(60)?, buf(2)?, buf(1)?, buf(2)?);
         let x = PagedInputs { q: q.view(), k: pool.view(), v: pool.view(), table: ints.view(), lens: lens.view() };
-        let out = DecodeOutputs { o: q.view(), lse: lse.view(), work: None };
+        let out = DecodeOutputs { o: q.view(), lse: lse.view(), work: None, counters: None };
         let opt = DecodeOptions::new(8);
         let mut rec = ctx.recorder(false)?;
         assert!(decode::forward(&mut rec, &x, &out, &shape, &opt, 2).is_err());
+        // A work buffer without counters is no better.
+        let work = buf(decode::work_floats(&shape, 2) as usize)?;
+        let no_counters = DecodeOutputs { work: Some(work.view()), ..out };
+        assert!(decode::forward(&mut rec, &x, &no_counters, &shape, &opt, 2).is_err());
         let bad = PagedInputs { k: small.view(), ..x };
         assert!(decode::forward(&mut rec, &bad, &out, &shape, &opt, 1).is_err());
         assert!(decode::forward(&mut rec, &x, &out, &shape, &opt, 1).is_ok());

@@ -87,10 +87,13 @@ fn check_rms(ctx: &Context, rng: &mut Rng, dt: DType, rows: usize, dim: usize, w
     let y = upload(ctx, dt, &vec![0.0; rows * dim], "y")?;
     let dx = upload(ctx, dt, &vec![0.0; rows * dim], "dx")?;
     let rstd = zeros(ctx, rows, "rstd")?;
+    // The inference forward (`_sg` variants for short rows) into its own outputs.
+    let (y_inf, rstd_inf) = (upload(ctx, dt, &vec![0.0; rows * dim], "y inf")?, zeros(ctx, rows, "rstd inf")?);
     let scratch = ctx.buffer(norm::weight_grad_scratch_bytes(rows as u32, dim as u32), "scratch")?;
     let wv = weight.then(|| w.view());
     let mut rec = ctx.recorder(false)?;
     norm::rms_norm_forward(&mut rec, &p, x.view(), wv, y.view(), rstd.view())?;
+    norm::rms_norm_forward_inference(&mut rec, &p, x.view(), wv, y_inf.view(), rstd_inf.view())?;
     let grads = weight.then(|| ParamGrads { dw: dw.view(), db: None, scratch: scratch.view(), accumulate: true });
     norm::rms_norm_backward(&mut rec, &p, x.view(), wv, rstd.view(), dy.view(), dx.view(), grads)?;
     rec.submit()?;
@@ -102,6 +105,8 @@ fn check_rms(ctx: &Context, rng: &mut Rng, dt: DType, rows: usize, dim: usize, w
     let what = format!("rms {dt:?} [{rows}, {dim}] w {weight} unit {unit}");
     assert_close(&format!("{what}: y"), &read(ctx, dt, &y)?, &y_ref, tol(dt));
     assert_close(&format!("{what}: rstd"), &ctx.read_vec::<f32>(rstd.view())?, &rstd_ref, TOL_F32);
+    assert_close(&format!("{what}: inference y"), &read(ctx, dt, &y_inf)?, &y_ref, tol(dt));
+    assert_close(&format!("{what}: inference rstd"), &ctx.read_vec::<f32>(rstd_inf.view())?, &rstd_ref, TOL_F32);
     assert_close(&format!("{what}: dx"), &read(ctx, dt, &dx)?, &dx_ref, tol(dt));
     let dw_want: Vec<f64> =
         if weight { dw_ref.iter().zip(&dw0).map(|(r, &a)| r + f64::from(a)).collect() } else { f64s(&dw0) };
@@ -139,8 +144,8 @@ fn rms_norm_bf16_matches_reference() {
     rms_norm_in(DType::BF16, 23);
 }
 
-/// The residual add fused with RMSNorm: h is `x + r` rounded to the storage type, and y, rstd are
-/// bit for bit those of the plain forward run on that h.
+/// The residual add fused with RMSNorm (inference): h is `x + r` rounded to the storage type,
+/// and y, rstd are bit for bit those of the inference forward run on that h.
 fn check_add_rms(ctx: &Context, rng: &mut Rng, dt: DType, (rows, dim): (usize, usize), weight: bool) -> Result<()> {
     let (xs, rs, ws) = (round(dt, &rng.vec(rows * dim, 2.0)), round(dt, &rng.vec(rows * dim, 2.0)), rng.vec(dim, 1.0));
     let p = RmsNorm { rows: rows as u32, dim: dim as u32, eps: 1e-5, unit_offset: false, dtype: dt };
@@ -151,7 +156,7 @@ fn check_add_rms(ctx: &Context, rng: &mut Rng, dt: DType, (rows, dim): (usize, u
     let wv = weight.then(|| w.view());
     let mut rec = ctx.recorder(false)?;
     norm::add_rms_norm_forward(&mut rec, &p, (x.view(), r.view()), wv, h.view(), y.view(), rstd.view())?;
-    norm::rms_norm_forward(&mut rec, &p, h.view(), wv, y_plain.view(), rstd_plain.view())?;
+    norm::rms_norm_forward_inference(&mut rec, &p, h.view(), wv, y_plain.view(), rstd_plain.view())?;
     rec.submit()?;
     let what = format!("add+rms {dt:?} [{rows}, {dim}] w {weight}");
     let sum: Vec<f32> = xs.iter().zip(&rs).map(|(a, b)| a + b).collect();

@@ -116,8 +116,13 @@ struct Inputs<'c> {
 }
 
 impl Inputs<'_> {
-    /// The device copy of `inv_freq [rotary_dim / 2]`, uploaded on first use in this forward.
+    /// The device copy of `inv_freq [rotary_dim / 2]`, uploaded on first use in this forward (or
+    /// by the first forward through the KV cache).
     fn freq(&self, g: &Graph<'_>, inv_freq: &[f32]) -> Result<Tensor> {
+        if let Some((cache, _)) = self.cache {
+            // Kept on the device by the cache: no upload in a decode step.
+            return cache.constant(g, inv_freq);
+        }
         let mut freqs = self.freqs.borrow_mut();
         if let Some((_, t)) = freqs.iter().find(|(f, _)| f.as_slice() == inv_freq) {
             return Ok(t.clone());
@@ -299,7 +304,8 @@ fn cached(
     let inputs = Inputs {
         ids,
         kmask: key_mask(g, batch.mask, (b, t))?,
-        pos: g.ints(&pos, &[b, t])?,
+        // Uploaded with the cache's tables: one upload fewer a step.
+        pos: cache.step_positions(g, (b, t))?,
         host_pos: pos.clone(),
         seq_len: seq_len(&pos),
         cache: Some((cache, batch.mask)),
@@ -393,17 +399,35 @@ fn trunk(
             }
         };
     }
-    if let Some(m) = carry {
-        x = broadcast::add(g, &x, &m)?;
-    }
-    if head_rows == Head::Last && t > 1 {
-        x = last_columns(g, &x, b, t)?;
-    }
-    let mut x = apply_norm(g, &spec.final_norm, w, &spec.final_norm_name, &x)?;
+    let mut x = final_norm(g, spec, w, (x, carry), (b, t), head_rows)?;
     if let Some(name) = &spec.project_out {
         x = matmul::linear(g, &x, w.get(&format!("{name}.weight"))?, None)?;
     }
     Ok(x)
+}
+
+/// The final norm of `x + carry` (carry: the last layer's MLP output, not yet added) on the rows
+/// the head reads (every row, or each sequence's last column for `Last`). An RMSNorm after the
+/// add runs as the layers' fused add + norm kernel: one dispatch and one barrier fewer a step.
+fn final_norm(
+    g: &Graph<'_>,
+    spec: &ModelSpec,
+    w: &Weights,
+    (x, carry): (Tensor, Option<Tensor>),
+    (b, t): (usize, usize),
+    head_rows: Head,
+) -> Result<Tensor> {
+    let last = head_rows == Head::Last && t > 1;
+    let pick = |y: &Tensor| if last { last_columns(g, y, b, t) } else { Ok(y.clone()) };
+    if let (Some(m), Norm::Rms { eps, unit_offset }) = (&carry, &spec.final_norm) {
+        let gain = w.opt(&format!("{}.weight", spec.final_norm_name));
+        return Ok(norm::add_rms_norm(g, (&pick(&x)?, &pick(m)?), gain, *eps, *unit_offset)?.1);
+    }
+    let x = match carry {
+        Some(m) => broadcast::add(g, &x, &m)?,
+        None => x,
+    };
+    apply_norm(g, &spec.final_norm, w, &spec.final_norm_name, &pick(&x)?)
 }
 
 /// The LM head's weight `[V, H]` (the embedding table when tied) and bias `[V]`.
@@ -767,12 +791,23 @@ fn self_attention(
             _ => &r.inv_freq,
         };
         let freq = inp.freq(g, inv_freq)?;
-        // Cached decoding: q and k rotated in one dispatch.
         let rot = (r.layout, r.rotary_dim, r.mscale);
-        let both = if inp.cache.is_some() { grouped::rope_qk(g, (&q, &k), (&inp.pos, &freq), rot)? } else { None };
-        (q, k) = match both {
-            Some(qk) => qk,
-            None => (
+        // Cached decoding: q and k rotated and k, v stored in the cache in one dispatch (not when
+        // a norm changes k after the rotation); else q and k rotated in one dispatch.
+        let norm_after = a.qk_norm.is_some() && matches!(a.qk_norm_at, QkNormAt::HeadsAfterRope);
+        let fused = match inp.cache {
+            Some((cache, _)) if !norm_after => cache.rope_store(g, i, (&q, &k, &v), (&inp.pos, &freq), rot)?,
+            _ => None,
+        };
+        let both = match (&fused, inp.cache) {
+            (None, Some(_)) => grouped::rope_qk(g, (&q, &k), (&inp.pos, &freq), rot)?,
+            _ => None,
+        };
+        (q, k) = match (fused, both) {
+            // k is stored already; attention reads the cache, not k.
+            (Some(qo), _) => (qo, k),
+            (None, Some(qk)) => qk,
+            (None, None) => (
                 rope::rope(g, &q, &inp.pos, &freq, r.layout, r.rotary_dim, r.mscale)?,
                 rope::rope(g, &k, &inp.pos, &freq, r.layout, r.rotary_dim, r.mscale)?,
             ),

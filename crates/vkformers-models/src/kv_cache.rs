@@ -47,6 +47,8 @@ struct Step {
     prefill: bool,
     /// Per group: device table, lengths and store slots.
     tables: Vec<StepTables>,
+    /// Per layer: its new keys and values are stored already ([`KvCache::rope_store`]).
+    stored: Vec<bool>,
 }
 
 /// Keys and values of every layer for up to `slots` sequences, on the device.
@@ -63,6 +65,9 @@ pub struct KvCache {
     selected: RefCell<Vec<usize>>,
     step: RefCell<Option<Step>>,
     forwards: Cell<usize>,
+    /// f32 constants the forwards read unchanged (RoPE's `inv_freq`), by content: uploaded by
+    /// the first forward and kept on the device, instead of one upload per decode step.
+    constants: RefCell<Vec<(Vec<f32>, Tensor)>>,
 }
 
 impl KvCache {
@@ -119,6 +124,7 @@ impl KvCache {
             selected: RefCell::new((0..batch).collect()),
             step: RefCell::new(None),
             forwards: Cell::new(0),
+            constants: RefCell::new(Vec::new()),
         })
     }
 
@@ -169,6 +175,18 @@ impl KvCache {
     pub fn blocks_in_use(&self) -> (usize, usize) {
         let groups = self.groups.borrow();
         (groups.iter().map(|g| g.tables.used()).sum(), groups.iter().map(|g| g.tables.num_blocks()).sum())
+    }
+
+    /// The device copy of `data` (a 1-d f32 constant), uploaded the first time any forward
+    /// through this cache asks for it and kept for the next ones.
+    pub(crate) fn constant(&self, g: &Graph<'_>, data: &[f32]) -> Result<Tensor> {
+        let mut constants = self.constants.borrow_mut();
+        if let Some((_, t)) = constants.iter().find(|(d, _)| d.as_slice() == data) {
+            return Ok(t.clone());
+        }
+        let t = g.constant(data, &[data.len()])?;
+        constants.push((data.to_vec(), t.clone()));
+        Ok(t)
     }
 
     /// Forwards run so far.
@@ -248,6 +266,8 @@ impl KvCache {
     pub(crate) fn begin(&self, g: &Graph<'_>, mask: &[i32], t: usize) -> Result<()> {
         let rows = self.selected.borrow().clone();
         let real = real_counts(mask, t)?;
+        // The position ids ride in the first group's upload ([`KvCache::step_positions`]).
+        let mut positions = self.positions(mask, t);
         let lens = self.lens.borrow();
         let prefill = rows.iter().all(|&r| lens[r] == 0);
         let mut tables = Vec::new();
@@ -266,12 +286,24 @@ impl KvCache {
                 copies.extend((first_kept.max(past)..after).filter_map(|p| group.tables.hold(r, p)));
             }
             let after: Vec<usize> = rows.iter().zip(&real).map(|(&r, n)| lens[r] + n).collect();
-            let mut st = StepTables::upload(g, &group.tables, &rows, &after, (&real, t))?;
+            let prefix = std::mem::take(&mut positions);
+            let mut st = StepTables::upload(g, &group.tables, (&rows, &after), (&real, t), &prefix)?;
             st.copies = std::mem::take(&mut copies);
             tables.push(st);
         }
-        *self.step.borrow_mut() = Some(Step { rows, real, prefill, tables });
+        let stored = vec![false; self.layers.borrow().len()];
+        *self.step.borrow_mut() = Some(Step { rows, real, prefill, tables, stored });
         Ok(())
+    }
+
+    /// The position ids `[B, T]` of the forward [`KvCache::begin`] prepared
+    /// ([`KvCache::positions`] on the device), from the upload of the step's tables.
+    pub(crate) fn step_positions(&self, g: &Graph<'_>, (b, t): (usize, usize)) -> Result<Tensor> {
+        let step = self.step.borrow();
+        match step.as_ref().and_then(|s| s.tables.first()) {
+            Some(st) => st.prefix(g, &[b, t]),
+            None => Err(ModelError::Config("KV cache positions outside a forward".into())),
+        }
     }
 
     /// Records the new columns of the selected rows as held, after every layer has stored them.
@@ -307,12 +339,43 @@ impl KvCache {
         let layer = &mut layers[i];
         let groups = self.groups.borrow();
         let group = &groups[layer.group()];
-        layer.store(g, group.tables.num_blocks() * self.block_size, (k, v), &step.tables[layer.group()])?;
+        if !step.stored[i] {
+            layer.store(g, group.tables.num_blocks() * self.block_size, (k, v), &step.tables[layer.group()])?;
+        }
         opts.window = group.window.unwrap_or(0) as u32;
         if step.prefill && (chunk == 0 || opts.kmask.is_none()) {
             return Ok(vkformers_tensor::ops::attention::attention_chunked(g, q, k, v, &opts, chunk)?);
         }
         layer.decode(g, q, &step.tables[layer.group()], &opts, (group.tables.block_size(), chunk))
+    }
+}
+
+impl KvCache {
+    /// A decode step's rotary embedding of layer `i`'s q `[B, T, Hq, D]` and k `[B, T, Hkv, D]`
+    /// (f32; positions `pos [B·T]`, `inv_freq [R/2]`, `rot` = layout, rotary dim, mscale) and the
+    /// store of the rotated k and v `[B, T, Hkv, D]` in one dispatch: returns the rotated q, and
+    /// the layer's [`KvCache::attend`] then stores nothing. `None` (nothing done) in a prefill,
+    /// which attends to the rotated new keys themselves, or where the fused kernel does not apply.
+    pub(crate) fn rope_store(
+        &self,
+        g: &Graph<'_>,
+        i: usize,
+        (q, k, v): (&Tensor, &Tensor, &Tensor),
+        rope: (&Tensor, &Tensor),
+        rot: (vkformers_kernels::rope::RopeLayout, usize, f32),
+    ) -> Result<Option<Tensor>> {
+        let mut step = self.step.borrow_mut();
+        let step = step.as_mut().ok_or_else(|| ModelError::Config("KV cache rope_store outside a forward".into()))?;
+        if step.prefill || g.grad_enabled() {
+            return Ok(None);
+        }
+        let mut layers = self.layers.borrow_mut();
+        let layer = &mut layers[i];
+        let groups = self.groups.borrow();
+        let rows = groups[layer.group()].tables.num_blocks() * self.block_size;
+        let q = layer.rope_store(g, rows, (q, k, v), &step.tables[layer.group()], rope, rot)?;
+        step.stored[i] = q.is_some();
+        Ok(q)
     }
 }
 

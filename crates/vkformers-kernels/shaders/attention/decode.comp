@@ -18,11 +18,16 @@
 // Split-KV ("flash decoding"): grid x = splits S. Each row's visible key range [lo, lens[b]) is
 // cut into S chunks (a multiple of BK keys each); a workgroup runs the online softmax over its
 // chunk only. With S = 1 it writes o and lse itself; otherwise it writes its unnormalised
-// partials (acc = sum_j e^(S_j - m) v_j, m, l = sum_j e^(S_j - m)) to `work` and
-// decode_combine.comp merges the S partials of each query row:
-//   M = max_s m_s;  L = sum_s l_s e^(m_s - M);  o = sum_s acc_s e^(m_s - M) / L;  lse = M + log L.
+// partials (acc = sum_j e^(S_j - m) v_j, m, l = sum_j e^(S_j - m)) to `work`, and the last of
+// the S workgroups of a row tile to finish merges the S partials of each of its query rows:
+//   M = max_s m_s;  L = sum_s l_s e^(m_s - M);  o = sum_s acc_s e^(m_s - M) / L;  lse = M + log L
+// (no second dispatch, no barrier between two). "Last" is counted per (row b, grid y) tile in
+// `counters` [B, grid y] uint32: each workgroup makes its partials visible (memoryBarrierBuffer,
+// coherent stores), then adds 1; the one that reads S - 1 is last, resets the counter to 0 for
+// the next call (every other workgroup of the tile has counted already) and reads all S
+// partials through coherent loads. The counters must be 0 before the first call.
 // Learned sinks (flags & DECODE_SINKS, [Hq] f32, see fwd.comp) join each row's denominator
-// once: here when S = 1 (attn_fold_sink before the row is written), else in the combine.
+// once: here when S = 1 (attn_fold_sink before the row is written), else in the merge.
 //
 // Grid y = (kv head hk, row tile): the R = G * Tq query rows (r = i * G + g, query head
 // h = hk * G + g, G = Hq / Hkv) that share kv head hk go in tiles of up to BQ = 8 rows; NR <= BQ
@@ -99,6 +104,10 @@ layout(local_size_x = NT) in;
 // never set otherwise): bit 1 skips the K loads of the score pass, 2 the V pass, 4 the halving
 // sums of the slots, 8 the max and probability passes (their barriers included).
 layout(constant_id = 0) const uint PROBE = 0;
+// The split partials and the tile counters, read and written past the non-coherent caches a
+// workgroup may read through (another workgroup of the same dispatch wrote them).
+layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer F32Coh { float v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer U32Coh { uint v[]; };
 layout(push_constant) uniform Push {
     QIn q;
     DIn k;
@@ -106,10 +115,11 @@ layout(push_constant) uniform Push {
     I32In table;  // [B, max_blocks]
     I32In lens;   // [B]
     F32In slopes; // [Hq] (read when flags & ATTN_ALIBI)
-    F32In sinks;  // [Hq] (read when flags & DECODE_SINKS, splits == 1)
-    QBuf o;       // [B, Tq, Hq, D] (splits == 1)
-    F32Buf lse;   // [B, Hq, Tq] (splits == 1)
+    F32In sinks;  // [Hq] (read when flags & DECODE_SINKS)
+    QBuf o;       // [B, Tq, Hq, Dv]
+    F32Buf lse;   // [B, Hq, Tq]
     F32Buf work;  // splits > 1: acc [B, Hq, Tq, S, D], then (m, l) [B, Hq, Tq, S, 2]
+    U32Coh counters;  // splits > 1: [B, grid y] finished splits of each row tile, 0 between calls
     uint tq;
     uint hq;
     uint hkv;
@@ -340,6 +350,114 @@ void reduce_slots(uint nr, uint slot, uint lane, inout float acc[BQ][CW], inout 
     }
 }
 
+// This workgroup's result rows: o and lse (S = 1), or its split's partials (acc, m, l).
+void write_rows(uint b, uint hk, uint r0, uint nr, uint split, uint c0, uint lane, float acc[BQ][CW], float lsum[BQ]) {
+    uint DV = pc.dvh;
+    uint G = pc.hq / pc.hkv;
+    F32Coh work = F32Coh(uint64_t(pc.work));
+    [[unroll]] for (uint rr = 0; rr < BQ; rr++) {
+        if (rr < nr) {
+            uint r = r0 + rr;
+            uint i = r / G;
+            uint h = head_of(r, hk, G);
+            uint qrow = (b * pc.hq + h) * pc.tq + i;
+            float l = lsum[rr];
+            float m = sm[rr];
+            // The sink joins the denominator once, so only an unsplit call folds it here.
+            float a = (pc.flags & DECODE_SINKS) != 0u && pc.splits == 1u ? attn_fold_sink(pc.sinks.v[h], m, l) : 1.0;
+            [[unroll]] for (uint e = 0; e < CW; e++) {
+                uint dd = c0 + e;
+                if (dd < DV) {
+                    if (pc.splits == 1u) {
+                        stq(pc.o, ((b * pc.tq + i) * pc.hq + h) * DV + dd, l > 0.0 ? acc[rr][e] * a / l : 0.0);
+                    } else {
+                        work.v[(qrow * pc.splits + split) * DV + dd] = acc[rr][e];
+                    }
+                }
+            }
+            if (lane == 0u) {
+                if (pc.splits == 1u) {
+                    pc.lse.v[qrow] = l > 0.0 ? m + log(l) : MASKED;
+                } else {
+                    uint ml = gl_NumWorkGroups.z * pc.hq * pc.tq * pc.splits * DV;
+                    work.v[ml + 2u * (qrow * pc.splits + split)] = sm[rr];
+                    work.v[ml + 2u * (qrow * pc.splits + split) + 1u] = l;
+                }
+            }
+        }
+    }
+}
+
+shared uint slast;
+// Per tile row: the merge's max M (the partials' scale), denominator L and sink factor.
+shared float smax[BQ];
+shared float stotal[BQ];
+shared float ssink[BQ];
+
+// Split calls: counts this workgroup's split done; the tile's last one merges the S partials
+// of its NR rows into o and lse (the math of the module comment, and of a sink as one more
+// partial with m = s_h, l = 1, acc = 0).
+void merge_if_last(uint b, uint hk, uint r0, uint nr) {
+    uint tid = gl_LocalInvocationID.x;
+    uint tile = b * gl_NumWorkGroups.y + gl_WorkGroupID.y;
+    memoryBarrierBuffer(); // this workgroup's partials before its count
+    barrier();
+    if (tid == 0u) {
+        uint done = atomicAdd(pc.counters.v[tile], 1u);
+        slast = done == pc.splits - 1u ? 1u : 0u;
+        if (done == pc.splits - 1u) {
+            atomicExchange(pc.counters.v[tile], 0u);
+        }
+    }
+    barrier();
+    if (slast == 0u) {
+        return;
+    }
+    memoryBarrierBuffer(); // the other splits' partials after their counts
+    uint S = pc.splits;
+    uint DV = pc.dvh;
+    uint G = pc.hq / pc.hkv;
+    uint ml = gl_NumWorkGroups.z * pc.hq * pc.tq * S * DV;
+    F32Coh work = F32Coh(uint64_t(pc.work));
+    if (tid < nr) {
+        uint r = r0 + tid;
+        uint h = head_of(r, hk, G);
+        uint qrow = (b * pc.hq + h) * pc.tq + r / G;
+        float big = MASKED;
+        for (uint s = 0; s < S; s++) {
+            big = max(big, work.v[ml + 2u * (qrow * S + s)]);
+        }
+        float total = 0.0;
+        float big0 = big;
+        for (uint s = 0; s < S; s++) {
+            float m = work.v[ml + 2u * (qrow * S + s)];
+            total += m <= MASKED ? 0.0 : work.v[ml + 2u * (qrow * S + s) + 1u] * exp(m - big0);
+        }
+        // Partials are scaled by e^(m_s - big0); the sink rescales them all by a = e^(big0 - big).
+        float a = (pc.flags & DECODE_SINKS) != 0u ? attn_fold_sink(pc.sinks.v[h], big, total) : 1.0;
+        smax[tid] = big0;
+        stotal[tid] = total;
+        ssink[tid] = a;
+        pc.lse.v[qrow] = total > 0.0 ? big + log(total) : MASKED;
+    }
+    barrier();
+    for (uint e = tid; e < nr * DV; e += NT) {
+        uint rr = e / DV;
+        uint dd = e - rr * DV;
+        uint r = r0 + rr;
+        uint i = r / G;
+        uint h = head_of(r, hk, G);
+        uint qrow = (b * pc.hq + h) * pc.tq + i;
+        float acc = 0.0;
+        for (uint s = 0; s < S; s++) {
+            float m = work.v[ml + 2u * (qrow * S + s)];
+            acc += m <= MASKED ? 0.0 : work.v[(qrow * S + s) * DV + dd] * exp(m - smax[rr]);
+        }
+        float total = stotal[rr];
+        stq(pc.o, ((b * pc.tq + i) * pc.hq + h) * DV + dd, total > 0.0 ? acc * ssink[rr] / total : 0.0);
+    }
+}
+
 void main() {
     uint tid = gl_LocalInvocationID.x;
     uint split = gl_WorkGroupID.x;
@@ -411,39 +529,10 @@ void main() {
         reduce_slots(nr, slot, lane, acc, lsum);
     }
 
-    uint DV = pc.dvh;
-    if (slot != 0u || c0 >= DV) {
-        return;
+    if (slot == 0u && c0 < pc.dvh) {
+        write_rows(b, hk, r0, nr, split, c0, lane, acc, lsum);
     }
-    [[unroll]] for (uint rr = 0; rr < BQ; rr++) {
-        if (rr < nr) {
-            uint r = r0 + rr;
-            uint i = r / G;
-            uint h = head_of(r, hk, G);
-            uint qrow = (b * pc.hq + h) * pc.tq + i;
-            float l = lsum[rr];
-            float m = sm[rr];
-            // The sink joins the denominator once, so only an unsplit call folds it here.
-            float a = (pc.flags & DECODE_SINKS) != 0u && pc.splits == 1u ? attn_fold_sink(pc.sinks.v[h], m, l) : 1.0;
-            [[unroll]] for (uint e = 0; e < CW; e++) {
-                uint dd = c0 + e;
-                if (dd < DV) {
-                    if (pc.splits == 1u) {
-                        stq(pc.o, ((b * pc.tq + i) * pc.hq + h) * DV + dd, l > 0.0 ? acc[rr][e] * a / l : 0.0);
-                    } else {
-                        pc.work.v[(qrow * pc.splits + split) * DV + dd] = acc[rr][e];
-                    }
-                }
-            }
-            if (lane == 0u) {
-                if (pc.splits == 1u) {
-                    pc.lse.v[qrow] = l > 0.0 ? m + log(l) : MASKED;
-                } else {
-                    uint ml = gl_NumWorkGroups.z * pc.hq * pc.tq * pc.splits * DV;
-                    pc.work.v[ml + 2u * (qrow * pc.splits + split)] = sm[rr];
-                    pc.work.v[ml + 2u * (qrow * pc.splits + split) + 1u] = l;
-                }
-            }
-        }
+    if (pc.splits > 1u) {
+        merge_if_last(b, hk, r0, nr);
     }
 }

@@ -8,15 +8,17 @@
 //! `lens[b] − Tq + i`: the new keys are stored ([`store`]) before attention reads them.
 //! Options as the flash kernels ([`super`]): scale, causal (within the new rows), sliding window,
 //! softcap, ALiBi, learned sinks (joined once per row: by the kernel when unsplit, else by the
-//! combine); the key padding mask has no equivalent to pass, positions a row never had
+//! merge of the splits); the key padding mask has no equivalent to pass, positions a row never had
 //! are not in its table. q, k, v, o are stored in [`DecodeOptions::dtype`] (f32 math); lse
 //! `[B, Hq, Tq]` is f32, [`super::LSE_MASKED`] for a query that sees no key.
 //!
 //! Split-KV ("flash decoding"): with [`splits`] > 1, each row's keys are cut into that many chunks,
 //! each run by its own workgroup, which write partial softmax statistics to a work buffer
-//! ([`work_floats`]) that `decode_combine` merges: one long sequence then fills the GPU.
+//! ([`work_floats`]); the last workgroup of each row tile to finish (counted in
+//! [`DecodeOutputs::counters`]) merges them in the same dispatch: one long sequence then fills
+//! the GPU, with one dispatch a call.
 
-use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result, VkError};
+use vkformers_vk::{read, read_write, write, BufferView, KernelCode, Recorder, Result, VkError};
 
 use crate::code;
 use crate::dtype::DType;
@@ -32,9 +34,9 @@ pub const MAX_DECODE_HEAD_DIM: u32 = 256;
 const TILE_ROWS: u32 = 8;
 /// Workgroups one dispatch should have before more splits stop paying (about two per SM on the
 /// largest GPUs). Each workgroup pays a fixed ~10 µs on the H200 whatever its keys (`vkformers
-/// bench decode` with every phase probed out), and the combine is one more dispatch: at batch
-/// 64 (256 workgroups unsplit, 600 keys) 1 split took 61 µs, 2 splits 90 µs, 4 splits 108 µs, so
-/// the target was lowered from 512.
+/// bench decode` with every phase probed out), and the merge of the splits costs more: at batch
+/// 64 (256 workgroups unsplit, 600 keys) 1 split took 61 µs, 2 splits 90 µs, 4 splits 108 µs
+/// (with a second, combining dispatch then), so the target was lowered from 512.
 const TARGET_GROUPS: u32 = 256;
 /// Fewest keys a split should own: one tile of decode.comp (a key per thread, 128 threads), so
 /// no split has idle threads in its score pass. The old kernel's 32-key tiles took ~480 µs per
@@ -57,7 +59,7 @@ const FLAG_CAUSAL: u32 = 1;
 const FLAG_ALIBI: u32 = 4;
 /// K and V rows are read 8 elements per 16-byte load (D % 8 == 0, pools 16-byte aligned).
 const FLAG_WIDE: u32 = 8;
-/// Learned sinks are read (unsplit calls; split ones fold them in the combine).
+/// Learned sinks are read (folded by the unsplit workgroup, or by the merge of the splits).
 const FLAG_SINKS: u32 = 16;
 
 /// Sizes of one decode-attention call.
@@ -170,7 +172,7 @@ pub struct PagedInputs<'a> {
     pub lens: BufferView<'a>,
 }
 
-/// The outputs, and the work buffer of split calls.
+/// The outputs, and the work buffers of split calls.
 #[derive(Clone, Copy, Debug)]
 pub struct DecodeOutputs<'a> {
     /// [B, Tq, Hq, D]
@@ -179,6 +181,10 @@ pub struct DecodeOutputs<'a> {
     pub lse: BufferView<'a>,
     /// [`work_floats`] f32, needed when splits > 1.
     pub work: Option<BufferView<'a>>,
+    /// [`counter_words`] uint32 (at least), needed when splits > 1: the splits of each row tile
+    /// done so far. Zero before the first call; each call leaves it zero (the merging workgroup
+    /// resets its tile's counter), so one buffer serves every later call.
+    pub counters: Option<BufferView<'a>>,
 }
 
 fn fail(kernel: &str, message: String) -> VkError {
@@ -253,11 +259,6 @@ fn main_code(d: u32, dt: DType, act: DType) -> Option<&'static KernelCode> {
     Some(codes[code_row(dt, act)?][class(d)])
 }
 
-fn combine_code(dt: DType) -> &'static KernelCode {
-    [&code::ATTENTION_DECODE_COMBINE_F32, &code::ATTENTION_DECODE_COMBINE_F16, &code::ATTENTION_DECODE_COMBINE_BF16]
-        [dtype_index(dt)]
-}
-
 /// The store kernel for new keys of `src` into pools of `dt` (the same type, or f32 into 16-bit).
 fn store_code(src: DType, dt: DType) -> Option<&'static KernelCode> {
     match (src, dt) {
@@ -323,6 +324,12 @@ pub fn splits_for(s: &DecodeShape, max_len: u32, tile: u32) -> u32 {
     let least = if tile == SMALL_TILE { SMALL_TILE } else { MIN_SPLIT_KEYS };
     let most = max_len.div_ceil(least).max(1);
     wanted.min(most).clamp(1, MAX_SPLITS)
+}
+
+/// uint32 counters of a split call ([`DecodeOutputs::counters`]): one per row tile and batch row
+/// (`B · Hkv · row tiles`).
+pub fn counter_words(s: &DecodeShape) -> u64 {
+    u64::from(s.batch) * u64::from(s.hkv) * u64::from(s.row_tiles())
 }
 
 /// f32 values of the work buffer of a call with `splits` splits: acc `[B, Hq, Tq, S, Dv]` and
@@ -441,13 +448,16 @@ pub fn forward_tiled(
     if splits == 0 || splits > MAX_SPLITS {
         return Err(fail(main.name, format!("{splits} splits outside 1..={MAX_SPLITS}")));
     }
-    let work = match (splits, out.work) {
-        (1, _) => None,
-        (_, Some(w)) => {
+    let work = match (splits, out.work, out.counters) {
+        (1, ..) => None,
+        (_, Some(w), Some(c)) => {
             check_len(main.name, "work", &w, work_floats(s, splits), 4)?;
-            Some(w)
+            if c.len < counter_words(s) * 4 {
+                return Err(fail(main.name, format!("counters: {} bytes for {} tiles", c.len, counter_words(s))));
+            }
+            Some((w, c))
         }
-        (_, None) => return Err(fail(main.name, format!("{splits} splits need a work buffer"))),
+        _ => return Err(fail(main.name, format!("{splits} splits need a work buffer and counters"))),
     };
     let wide = [s.d, s.dv, s.v_row].iter().all(|w| w.is_multiple_of(8))
         && x.k.address().is_multiple_of(16)
@@ -474,23 +484,16 @@ pub fn forward_tiled(
         s.v_row,
     ];
     let params: Vec<u8> = scalars.iter().flat_map(|w| w.to_le_bytes()).collect();
-    // Unused pointers are never dereferenced; q stands in for them. Splits write only `work`.
-    let (o, lse, w) = match work {
-        None => (write(out.o), write(out.lse), read(x.q)),
-        Some(w) => (read(x.q), read(x.q), write(w)),
+    // Unused pointers are never dereferenced; q stands in for them. Split calls write and read
+    // back `work` and count in `counters`.
+    let (w, counters) = match work {
+        None => (read(x.q), read(x.q)),
+        Some((w, c)) => (read_write(w), read_write(c)),
     };
     let (alibi, sinks) = (read(opt.alibi.unwrap_or(x.q)), read(opt.sinks.unwrap_or(x.q)));
-    let args = [read(x.q), read(x.k), read(x.v), read(x.table), read(x.lens), alibi, sinks, o, lse, w];
-    rec.dispatch(main, &[probe()], &args, &params, [splits, s.hkv * s.row_tiles(), s.batch])?;
-    let Some(w) = work else { return Ok(()) };
-    let combine = combine_code(opt.act_dtype());
-    let has_sinks = u32::from(opt.sinks.is_some());
-    let params: Vec<u8> = [s.tq, s.hq, s.dv, splits, has_sinks].iter().flat_map(|w| w.to_le_bytes()).collect();
-    if s.tq > 65_535 || s.hq > 65_535 {
-        return Err(fail(combine.name, format!("shape {s:?}: Tq and Hq up to 65535")));
-    }
-    let args = [read(w), write(out.o), write(out.lse), read(opt.sinks.unwrap_or(x.q))];
-    rec.dispatch(combine, &[], &args, &params, [s.tq, s.hq, s.batch])
+    let (o, lse) = (write(out.o), write(out.lse));
+    let args = [read(x.q), read(x.k), read(x.v), read(x.table), read(x.lens), alibi, sinks, o, lse, w, counters];
+    rec.dispatch(main, &[probe()], &args, &params, [splits, s.hkv * s.row_tiles(), s.batch])
 }
 
 /// Where [`store`] writes: the pools and their sizes.

@@ -29,6 +29,7 @@
 pub mod coopmat2;
 pub mod decode;
 pub mod reference;
+pub mod rope_store;
 pub mod sinks;
 
 use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result, VkError};

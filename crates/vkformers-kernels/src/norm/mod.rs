@@ -70,8 +70,8 @@ fn grad_blocks(rows: u32) -> u32 {
 
 /// Name of `k` in errors: without the `:f32` suffix (the f32 kernels keep their plain names).
 fn kname(k: &KernelCode) -> &'static str {
-    // Errors name the kernel as on every device: no `_cpu` workgroup suffix.
-    let name = k.name.strip_suffix("_cpu").unwrap_or(k.name);
+    // Errors name the kernel as on every device: no `_cpu` or `_sg` workgroup suffix.
+    let name = k.name.strip_suffix("_cpu").or_else(|| k.name.strip_suffix("_sg")).unwrap_or(k.name);
     name.strip_suffix(":f32").unwrap_or(name)
 }
 
@@ -109,6 +109,41 @@ fn row_groups(rows: u32) -> [u32; 3] {
 fn cpu_variant(rec: &Recorder) -> bool {
     let c = rec.caps();
     c.device_type == "cpu" && c.subgroup_size == 8
+}
+
+/// Longest rows of an inference RMSNorm forward that takes the `_sg` variants (one subgroup per
+/// row, no barrier; a decode step's hidden states). Chosen by the row length and the device
+/// only, never by the row count, so a row's values do not depend on the rows beside it (a
+/// prompt alone or in a batch gives the same bits). Training keeps the 256-thread tree sum.
+const SG_MAX_DIM: u32 = 8192;
+/// Threads of an `_sg` workgroup (NORM_LOCAL of the variants).
+const SG_LOCAL: u32 = 64;
+
+/// Whether an inference RMSNorm forward of rows of `dim` runs the `_sg` variants: short rows,
+/// on a device with subgroup arithmetic. A pure function of the row length and `Caps`.
+pub fn rms_subgroup_fits(caps: &vkformers_vk::Caps, dim: u32) -> bool {
+    dim <= SG_MAX_DIM && caps.subgroup_ops.iter().any(|op| op == "arithmetic")
+}
+
+/// The `_sg` RMSNorm forward (plain or fused with a residual add) and its grid: one row per
+/// subgroup, `SG_LOCAL / subgroup size` rows a workgroup.
+fn rms_forward_sg(rec: &Recorder, p: &RmsNorm, add: bool) -> Option<(&'static KernelCode, [u32; 3])> {
+    if !rms_subgroup_fits(rec.caps(), p.dim) {
+        return None;
+    }
+    let table = [
+        [&code::NORM_RMS_FORWARD_F32_SG, &code::NORM_RMS_FORWARD_F16_SG, &code::NORM_RMS_FORWARD_BF16_SG],
+        [&code::NORM_RMS_FORWARD_ADD_F32_SG, &code::NORM_RMS_FORWARD_ADD_F16_SG, &code::NORM_RMS_FORWARD_ADD_BF16_SG],
+    ];
+    let per_group = (SG_LOCAL / rec.caps().subgroup_size.clamp(1, SG_LOCAL)).max(1);
+    Some((variant(p.dtype, table[usize::from(add)]), row_groups(p.rows.div_ceil(per_group))))
+}
+
+/// The RMSNorm forward kernel of `p` and its grid: `_sg` for short rows when `inference`, else
+/// plain or fused with a residual add, storage type, CPU or not.
+fn rms_forward_launch(rec: &Recorder, p: &RmsNorm, add: bool, inference: bool) -> (&'static KernelCode, [u32; 3]) {
+    let sg = if inference { rms_forward_sg(rec, p, add) } else { None };
+    sg.unwrap_or_else(|| (rms_forward_code(p.dtype, add, cpu_variant(rec)), row_groups(p.rows)))
 }
 
 /// The RMSNorm forward variant: plain or fused with a residual add, storage type, CPU or not.
@@ -202,11 +237,35 @@ pub fn rms_norm_forward(
     y: BufferView<'_>,
     rstd: BufferView<'_>,
 ) -> Result<()> {
-    let k = rms_forward_code(p.dtype, false, cpu_variant(rec));
+    rms_forward_views(rec, (p, false), x, w, (y, rstd))
+}
+
+/// [`rms_norm_forward`] for inference: short rows (see [`rms_subgroup_fits`]) take one
+/// subgroup each and no barrier (the `_sg` variants), the sum in another order than the
+/// training forward's (values within f32 rounding of it).
+pub fn rms_norm_forward_inference(
+    rec: &mut Recorder,
+    p: &RmsNorm,
+    x: BufferView<'_>,
+    w: Option<BufferView<'_>>,
+    y: BufferView<'_>,
+    rstd: BufferView<'_>,
+) -> Result<()> {
+    rms_forward_views(rec, (p, true), x, w, (y, rstd))
+}
+
+fn rms_forward_views(
+    rec: &mut Recorder,
+    (p, inference): (&RmsNorm, bool),
+    x: BufferView<'_>,
+    w: Option<BufferView<'_>>,
+    (y, rstd): (BufferView<'_>, BufferView<'_>),
+) -> Result<()> {
+    let (k, grid) = rms_forward_launch(rec, p, false, inference);
     check_rms_forward(kname(k), p, (&x, &y, &rstd), w.as_ref())?;
     let params = words(&[p.rows, p.dim, p.eps.to_bits(), gain_mode(w.is_some(), p.unit_offset)]);
     let args = [read(x), read(w.unwrap_or(x)), write(y), write(rstd)];
-    rec.dispatch(k, &[], &args, &params, row_groups(p.rows))
+    rec.dispatch(k, &[], &args, &params, grid)
 }
 
 /// The kernel of a twin RMSNorm forward (`(cpu, gpu)` variants, by device) and its twin code,
@@ -247,8 +306,8 @@ pub fn rms_norm_forward_twin(
 }
 
 /// A residual add fused with the RMSNorm after it (inference; no backward): `h = x + r`, then
-/// [`rms_norm_forward`] of h (as stored in `p.dtype`) into `y` and `rstd`. Every value equals
-/// the add kernel followed by the plain forward; one dispatch instead of two.
+/// [`rms_norm_forward_inference`] of h (as stored in `p.dtype`) into `y` and `rstd`. Every value
+/// equals the add kernel followed by that forward; one dispatch instead of two.
 #[allow(clippy::too_many_arguments)]
 pub fn add_rms_norm_forward(
     rec: &mut Recorder,
@@ -259,7 +318,8 @@ pub fn add_rms_norm_forward(
     y: BufferView<'_>,
     rstd: BufferView<'_>,
 ) -> Result<()> {
-    let k = rms_forward_code(p.dtype, true, cpu_variant(rec));
+    // Inference only: the `_sg` variants where they apply, as [`rms_norm_forward_inference`].
+    let (k, grid) = rms_forward_launch(rec, p, true, true);
     let name = kname(k);
     check_rms_forward(name, p, (&x, &y, &rstd), w.as_ref())?;
     let n = u64::from(p.rows) * u64::from(p.dim);
@@ -267,7 +327,7 @@ pub fn add_rms_norm_forward(
     check_len_of(name, "h", &h, n, p.dtype)?;
     let params = words(&[p.rows, p.dim, p.eps.to_bits(), gain_mode(w.is_some(), p.unit_offset)]);
     let args = [read(x), read(r), write(h), read(w.unwrap_or(x)), write(y), write(rstd)];
-    rec.dispatch(k, &[], &args, &params, row_groups(p.rows))
+    rec.dispatch(k, &[], &args, &params, grid)
 }
 
 fn gain_mode(weight: bool, unit_offset: bool) -> u32 {

@@ -2,24 +2,35 @@
 //! kernels of `vkformers_kernels::attention::decode` (store, paged attention) on tensors.
 //! Inference only: no gradient flows through the cache.
 
+use std::cell::RefCell;
 use vkformers_kernels::attention::decode::{self, DecodeOptions, DecodeOutputs, DecodeShape, PagedInputs, Pools};
+use vkformers_kernels::attention::rope_store::{self, NewRows};
 use vkformers_kernels::dtype::cast;
+use vkformers_kernels::rope::{Rope, RopeLayout};
 use vkformers_tensor::ops::attention::AttnOptions;
+
 use vkformers_tensor::{DType, Graph, Tensor};
+use vkformers_vk::BufferView;
 
 use super::blocks::BlockTables;
 use crate::error::{ModelError, Result};
 
-/// One group's device tables for one forward over B selected rows of T new columns.
+/// One group's device tables for one forward over B selected rows of T new columns: the block
+/// table, the lengths and the store slots in one int32 buffer (one upload a step instead of
+/// three), each read through its byte range, after a prefix of other int32 data the forward
+/// needs (the first group carries the position ids: one upload fewer again).
 pub(crate) struct StepTables {
-    /// `[B, max_blocks]` int32 block ids (-1: not held).
-    table: Tensor,
+    /// `[P | B·max_blocks | B | B·T]` int32: the prefix, block ids (-1: not held), real
+    /// positions of each row after this forward, pool row of each new column's key (-1:
+    /// padding, or not kept).
+    ints: Tensor,
+    /// Values in the prefix P.
+    prefix: usize,
     max_blocks: usize,
-    /// `[B]` int32: real positions of each row after this forward.
-    lens: Tensor,
+    /// Rows B and new columns T.
+    rows: usize,
+    cols: usize,
     max_len: usize,
-    /// `[B·T]` int32: pool row of each new column's key (-1: padding, or not kept).
-    slots: Tensor,
     /// Copy on write: (shared block, fresh block) pairs each layer copies before its store.
     pub(crate) copies: Vec<(u32, u32)>,
     block_size: usize,
@@ -27,34 +38,68 @@ pub(crate) struct StepTables {
 
 impl StepTables {
     /// Tables of `rows` whose lengths become `after`, with `real[n]` real tokens among the `t`
-    /// new columns of row n (the last `real[n]` columns, at positions `after − real .. after`).
+    /// new columns of row n (the last `real[n]` columns, at positions `after − real .. after`),
+    /// uploaded after `prefix` ([`Self::prefix`] reads it back).
     pub(crate) fn upload(
         g: &Graph<'_>,
         tables: &BlockTables,
-        rows: &[usize],
-        after: &[usize],
+        (rows, after): (&[usize], &[usize]),
         (real, t): (&[usize], usize),
+        prefix: &[i32],
     ) -> Result<Self> {
-        let (ids, max_blocks) = tables.table(rows);
-        let mut slots = vec![-1; rows.len() * t];
-        for (n, &r) in rows.iter().enumerate() {
-            for c in t - real[n]..t {
-                slots[n * t + c] = tables.slot(r, after[n] + c - t).unwrap_or(-1);
-            }
-        }
-        let lens: Vec<i32> = after.iter().map(|&l| l as i32).collect();
+        let (table, max_blocks) = tables.table(rows);
         if after.iter().any(|&l| l > i32::MAX as usize) {
             return Err(ModelError::Config("a KV cache row beyond 2^31 positions".into()));
         }
+        let mut ints = prefix.to_vec();
+        ints.extend(table);
+        ints.extend(after.iter().map(|&l| l as i32));
+        for (n, &r) in rows.iter().enumerate() {
+            let first_real = t - real[n];
+            ints.extend(
+                (0..t).map(|c| if c >= first_real { tables.slot(r, after[n] + c - t).unwrap_or(-1) } else { -1 }),
+            );
+        }
+        let len = ints.len();
         Ok(StepTables {
-            table: g.ints(&ids, &[rows.len(), max_blocks])?,
+            ints: g.ints(&ints, &[len])?,
+            prefix: prefix.len(),
             max_blocks,
-            lens: g.ints(&lens, &[rows.len()])?,
+            rows: rows.len(),
+            cols: t,
             max_len: after.iter().copied().max().unwrap_or(0),
-            slots: g.ints(&slots, &[rows.len() * t])?,
             copies: Vec::new(),
             block_size: tables.block_size(),
         })
+    }
+
+    /// The int32 values `[from, from + n)` after the prefix.
+    fn ints_at(&self, from: usize, n: usize) -> BufferView<'_> {
+        let at = self.ints.view().offset + (self.prefix + from) as u64 * 4;
+        self.ints.view().buffer.slice(at, n as u64 * 4)
+    }
+
+    /// The prefix given to [`Self::upload`] as a tensor of `shape` (sharing the upload).
+    pub(crate) fn prefix(&self, g: &Graph<'_>, shape: &[usize]) -> Result<Tensor> {
+        if shape.iter().product::<usize>() != self.prefix {
+            return Err(ModelError::Config(format!("a prefix of {} values as {shape:?}", self.prefix)));
+        }
+        Ok(g.view_prefix(&self.ints, shape)?)
+    }
+
+    /// `[B, max_blocks]` int32 block ids.
+    pub(crate) fn table(&self) -> BufferView<'_> {
+        self.ints_at(0, self.rows * self.max_blocks)
+    }
+
+    /// `[B]` int32 lengths after this forward.
+    pub(crate) fn lens(&self) -> BufferView<'_> {
+        self.ints_at(self.rows * self.max_blocks, self.rows)
+    }
+
+    /// `[B·T]` int32 store slots.
+    pub(crate) fn slots(&self) -> BufferView<'_> {
+        self.ints_at(self.rows * (self.max_blocks + 1), self.rows * self.cols)
     }
 }
 
@@ -70,17 +115,36 @@ pub(crate) struct LayerPool {
     /// (`c`, the absorbed decode's values; its rotary columns only ever meet q as keys).
     value_dim: usize,
     pools: Option<(Tensor, Tensor)>,
+    /// The split decode attention's per-tile counters (`decode::counter_words` uint32, zero
+    /// between calls), grown with the batch.
+    counters: RefCell<Option<Tensor>>,
 }
 
 impl LayerPool {
     pub(crate) fn new(group: usize, kv_heads: usize, head_dim: usize) -> Self {
-        LayerPool { group, kv_heads, head_dim, values_are_keys: false, value_dim: head_dim, pools: None }
+        LayerPool {
+            group,
+            kv_heads,
+            head_dim,
+            values_are_keys: false,
+            value_dim: head_dim,
+            pools: None,
+            counters: RefCell::new(None),
+        }
     }
 
     /// A pool of one head of `width` values a position, read as the keys and (its first
     /// `values` columns) as the values: no value pool of its own.
     pub(crate) fn latent(group: usize, width: usize, values: usize) -> Self {
-        LayerPool { group, kv_heads: 1, head_dim: width, values_are_keys: true, value_dim: values, pools: None }
+        LayerPool {
+            group,
+            kv_heads: 1,
+            head_dim: width,
+            values_are_keys: true,
+            value_dim: values,
+            pools: None,
+            counters: RefCell::new(None),
+        }
     }
 
     pub(crate) fn is_latent(&self) -> bool {
@@ -146,8 +210,48 @@ impl LayerPool {
         let (k, v) = (in_type(g, k, src)?, in_type(g, v, src)?);
         let pools =
             Pools { k: pk.view(), v: pv.view(), rows: rows as u32, width: (self.kv_heads * self.head_dim) as u32 };
-        g.record(|rec| decode::store_from(rec, ((k.view(), v.view()), src), st.slots.view(), &pools, dt))?;
+        g.record(|rec| decode::store_from(rec, ((k.view(), v.view()), src), st.slots(), &pools, dt))?;
         Ok(())
+    }
+
+    /// Rotates q and k `[B, T, H, D]` f32 and stores k and v at their slots in one dispatch
+    /// (`rope_store`, bit for bit the rope then [`Self::store`]): the rotated q, or `None` where
+    /// the fused kernel does not apply (not f32, latent pools; the caller runs both steps).
+    pub(crate) fn rope_store(
+        &mut self,
+        g: &Graph<'_>,
+        rows: usize,
+        (q, k, v): (&Tensor, &Tensor, &Tensor),
+        st: &StepTables,
+        (pos, inv_freq): (&Tensor, &Tensor),
+        (layout, rotary_dim, mscale): (RopeLayout, usize, f32),
+    ) -> Result<Option<Tensor>> {
+        let (qs, ks) = (q.shape(), k.shape());
+        let f32s = [q, k, v].iter().all(|t| t.dtype() == DType::F32);
+        let fits = |x: usize| u32::try_from(x).ok();
+        if !f32s || self.values_are_keys || qs.len() != 4 || ks.len() != 4 || v.shape() != ks {
+            return Ok(None);
+        }
+        let (Some(b), Some(t), Some(hq), Some(d), Some(r)) =
+            (fits(qs[0]), fits(qs[1]), fits(qs[2]), fits(qs[3]), fits(rotary_dim))
+        else {
+            return Ok(None);
+        };
+        let grid = ks[..2] == qs[..2] && ks[2] == self.kv_heads && ks[3] == self.head_dim && qs[3] == self.head_dim;
+        if !grid || pos.numel() != qs[0] * qs[1] || inv_freq.numel() != rotary_dim / 2 {
+            return Ok(None);
+        }
+        let (pk, pv) = self.pools(g, rows, k)?;
+        self.copy_on_write(g, (&pk, &pv), st)?;
+        let dt = pk.dtype();
+        let p = Rope { batch: b, seq: t, heads: hq, head_dim: d, rotary_dim: r, layout, mscale, dtype: DType::F32 };
+        let qo = g.empty(qs)?;
+        let pools =
+            Pools { k: pk.view(), v: pv.view(), rows: rows as u32, width: (self.kv_heads * self.head_dim) as u32 };
+        let x = NewRows { q: q.view(), k: k.view(), v: v.view() };
+        let io = (pos.view(), inv_freq.view(), st.slots());
+        g.record(|rec| rope_store::rope_store(rec, &p, &x, io, (qo.view(), &pools), dt))?;
+        Ok(Some(qo))
     }
 
     /// Copies each shared block's positions into the fresh block a writing row took
@@ -203,6 +307,7 @@ impl LayerPool {
         let lse = g.empty(&[qs[0], qs[2], qs[1]])?;
         let splits = decode::splits(&shape, st.max_len as u32);
         let work = if splits > 1 { Some(g.empty(&[decode::work_floats(&shape, splits) as usize])?) } else { None };
+        let counters = if splits > 1 { Some(self.counters(g, decode::counter_words(&shape) as usize)?) } else { None };
         let mut ko = DecodeOptions::new(shape.d);
         ko.scale = opts.scale.unwrap_or(ko.scale);
         ko.causal = opts.causal;
@@ -215,10 +320,32 @@ impl LayerPool {
         ko.sinks = sinks.as_ref().map(Tensor::view);
         ko.dtype = dt;
         ko.act = Some(act);
-        let x = PagedInputs { q: q16.view(), k: pk.view(), v: pv.view(), table: st.table.view(), lens: st.lens.view() };
-        let out = DecodeOutputs { o: o.view(), lse: lse.view(), work: work.as_ref().map(Tensor::view) };
+        let x = PagedInputs { q: q16.view(), k: pk.view(), v: pv.view(), table: st.table(), lens: st.lens() };
+        let out = DecodeOutputs {
+            o: o.view(),
+            lse: lse.view(),
+            work: work.as_ref().map(Tensor::view),
+            counters: counters.as_ref().map(Tensor::view),
+        };
         g.record(|rec| decode::forward(rec, &x, &out, &shape, &ko, splits))?;
         in_type(g, &o, q.dtype())
+    }
+}
+
+impl LayerPool {
+    /// The counters of split decode calls, at least `words` of them: made zero on first use (and
+    /// when the batch outgrows them); the kernel leaves them zero after each call.
+    fn counters(&self, g: &Graph<'_>, words: usize) -> Result<Tensor> {
+        let mut slot = self.counters.borrow_mut();
+        match slot.as_ref() {
+            Some(c) if c.numel() >= words => Ok(c.clone()),
+            _ => {
+                // f32 zeros are uint32 zeros.
+                let c = g.full(&[words], 0.0)?;
+                *slot = Some(c.clone());
+                Ok(c)
+            }
+        }
     }
 }
 

@@ -1,0 +1,77 @@
+//! The commands (dispatches, copies, uploads) of one decode step of a tiny Llama, counted by the
+//! profiler: every one is a launch and most a barrier after it, which is what decode speed is
+//! made of at batch 1 (the H200's 1.1B Llama spends more time between kernels than in them).
+//! A step runs per layer: the add + norm, the fused QKV product, the fused rope + KV store,
+//! the paged attention (splits merged inside it), the output product, the add + norm, the fused
+//! gate/up product and the GLU with the down product (two commands where the GLU is not folded
+//! into the down GEMV, as on CPUs); then the final add + norm, the LM head, the choice, the
+//! upload of the ids and one upload of the positions with the cache's tables. The bound makes a regression
+//! (a kernel split again, an upload per layer) fail; the kernels the fusions replaced must not
+//! run at all.
+
+mod common;
+
+use std::collections::HashMap;
+
+use common::fixtures_root;
+use vkformers_generate::generation::{generate, GenerateOptions};
+use vkformers_models::model::Model;
+use vkformers_tensor::profile::Profile;
+use vkformers_tensor::Graph;
+use vkformers_vk::testing::on_every_device;
+
+/// Commands of one decode step of the 2-layer `llama` fixture, at most: 9 per layer where the
+/// GLU runs alone (lavapipe; 8 where it is folded into the down product) and 6 around the
+/// layers (embedding, final add + norm, head, argmax, the upload of the ids and the one upload
+/// of the positions with the cache's tables): 24 on lavapipe, 22 on the H200.
+const MAX_COMMANDS: u64 = 24;
+
+/// The profile of a greedy generation of `new_tokens` after `prompt`.
+fn profile_of(g: &Graph<'_>, model: &Model, prompt: &[u32], new_tokens: usize) -> Profile {
+    g.set_profiling(true);
+    let opts = GenerateOptions::greedy(new_tokens);
+    g.no_grad(|| generate(g, model, &[prompt.to_vec()], &opts, &mut |_, _| false)).unwrap();
+    let p = g.take_profile().unwrap().expect("profiling was on");
+    g.set_profiling(false);
+    p
+}
+
+/// Calls of each kernel in `more` beyond those in `less`.
+fn extra_calls(more: &Profile, less: &Profile) -> HashMap<&'static str, u64> {
+    let mut d = HashMap::new();
+    for (name, t) in &more.kernels {
+        let before = less.kernels.get(name).map_or(0, |k| k.calls);
+        if t.calls > before {
+            d.insert(*name, t.calls - before);
+        }
+    }
+    d
+}
+
+#[test]
+fn one_decode_step_has_few_commands() {
+    let model_dir = fixtures_root().join("llama");
+    on_every_device("decode dispatches", |ctx| {
+        let g = Graph::new(ctx);
+        let model = Model::load(&g, &model_dir).unwrap();
+        let prompt: Vec<u32> = vec![5, 17, 3, 44, 9];
+        // Generations of 3 and 4 tokens differ by one steady decode step (the first step's
+        // one-off work, constants and buffers made once, is in both).
+        let (short, long) = (profile_of(&g, &model, &prompt, 3), profile_of(&g, &model, &prompt, 4));
+        let commands = long.dispatches - short.dispatches;
+        let barriers = long.barriers.saturating_sub(short.barriers);
+        let mut calls: Vec<_> = extra_calls(&long, &short).into_iter().collect();
+        calls.sort();
+        println!("{}: one decode step: {commands} commands, {barriers} barriers: {calls:?}", ctx.caps().name);
+        assert!(commands <= MAX_COMMANDS, "{commands} commands in one decode step (at most {MAX_COMMANDS}): {calls:?}");
+        for (name, _) in &calls {
+            for gone in ["attention/decode_rope:", "attention/decode_store:", "attention/decode_combine"] {
+                assert!(!name.starts_with(gone), "{name} ran in a decode step: the fused kernels replace it");
+            }
+        }
+        let rope_store: u64 =
+            calls.iter().filter(|(n, _)| n.starts_with("attention/decode_rope_store")).map(|c| c.1).sum();
+        assert_eq!(rope_store, 2, "one fused rope + store per layer: {calls:?}");
+        Ok(())
+    });
+}

@@ -1,0 +1,99 @@
+//! A decode step's rotary embedding of q and k and the store of k and v into the paged pools in
+//! one dispatch (`shaders/attention/decode_rope_store.comp`): what [`super::decode::rope_qk`]
+//! then [`super::decode::store_from`] do, bit for bit, without the rotated keys' round trip
+//! through memory and the barrier between the two.
+
+use vkformers_vk::{read, write, BufferView, Recorder, Result, VkError};
+
+use super::decode::Pools;
+use crate::code;
+use crate::dtype::DType;
+use crate::launch::MAX_GROUPS;
+use crate::rope::{Rope, RopeLayout};
+
+/// The step's new rows, f32: q `[N, Hq, D]`, k and v `[N, Hkv, D]`.
+#[derive(Clone, Copy, Debug)]
+pub struct NewRows<'a> {
+    pub q: BufferView<'a>,
+    pub k: BufferView<'a>,
+    pub v: BufferView<'a>,
+}
+
+fn fail(kernel: &str, message: String) -> VkError {
+    VkError::Kernel { kernel: kernel.into(), message }
+}
+
+fn check_len(kernel: &str, what: &str, v: &BufferView<'_>, elems: u64, bytes: u64) -> Result<()> {
+    if v.len != elems * bytes {
+        return Err(fail(kernel, format!("{what}: view of {} bytes, the shape needs {}", v.len, elems * bytes)));
+    }
+    Ok(())
+}
+
+/// Records `qo = rope(q)` and the store of `rope(k)` and `v` at pool rows `slots [N]` int32
+/// (negative: not stored) of `pools` (storage type `dt`), where `p` describes q (`p.heads` = Hq,
+/// `p.batch · p.seq` = N tokens, `p.dtype` f32) and the pools' width is `Hkv · D`; positions
+/// `pos [N]` int32 and `inv_freq [R/2]` f32.
+pub fn rope_store(
+    rec: &mut Recorder,
+    p: &Rope,
+    x: &NewRows<'_>,
+    (pos, inv_freq, slots): (BufferView<'_>, BufferView<'_>, BufferView<'_>),
+    (qo, pools): (BufferView<'_>, &Pools<'_>),
+    dt: DType,
+) -> Result<()> {
+    let code = [
+        &code::ATTENTION_DECODE_ROPE_STORE_F32,
+        &code::ATTENTION_DECODE_ROPE_STORE_F16,
+        &code::ATTENTION_DECODE_ROPE_STORE_BF16,
+    ][match dt {
+        DType::F32 => 0,
+        DType::F16 => 1,
+        DType::BF16 => 2,
+    }];
+    let (d, r) = (u64::from(p.head_dim), u64::from(p.rotary_dim));
+    let hkv = pools.width.checked_div(p.head_dim).unwrap_or(0);
+    let tokens = u64::from(p.batch) * u64::from(p.seq);
+    let rows = tokens * u64::from(p.heads + hkv);
+    let pool = u64::from(pools.rows) * u64::from(pools.width);
+    if p.dtype != DType::F32
+        || tokens == 0
+        || p.heads == 0
+        || hkv == 0
+        || hkv * p.head_dim != pools.width
+        || r % 2 != 0
+        || r > d
+        || (rows * d).max(pool) >= 1 << 32
+    {
+        let why =
+            format!("rope of {p:?} into pools {} wide: not f32, empty, odd rotary dim, or too large", pools.width);
+        return Err(fail(code.name, why));
+    }
+    let kv = tokens * u64::from(hkv) * d;
+    check_len(code.name, "q [N, Hq, D]", &x.q, tokens * u64::from(p.heads) * d, 4)?;
+    check_len(code.name, "qo [N, Hq, D]", &qo, tokens * u64::from(p.heads) * d, 4)?;
+    check_len(code.name, "k [N, Hkv, D]", &x.k, kv, 4)?;
+    check_len(code.name, "v [N, Hkv, D]", &x.v, kv, 4)?;
+    check_len(code.name, "pos [N]", &pos, tokens, 4)?;
+    check_len(code.name, "slots [N]", &slots, tokens, 4)?;
+    check_len(code.name, "inv_freq [R/2]", &inv_freq, r / 2, 4)?;
+    check_len(code.name, "k pool", &pools.k, pool, dt.bytes())?;
+    check_len(code.name, "v pool", &pools.v, pool, dt.bytes())?;
+    let interleaved = u32::from(p.layout == RopeLayout::Interleaved);
+    let words = [tokens as u32, p.heads, hkv, p.head_dim, p.rotary_dim, interleaved, p.mscale.to_bits(), pools.rows];
+    let params: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let work = rows * (r / 2 + d - r);
+    let groups = [work.div_ceil(256).clamp(1, MAX_GROUPS) as u32, 1, 1];
+    let args = [
+        read(x.q),
+        read(x.k),
+        read(x.v),
+        write(qo),
+        write(pools.k),
+        write(pools.v),
+        read(pos),
+        read(slots),
+        read(inv_freq),
+    ];
+    rec.dispatch(code, &[], &args, &params, groups)
+}
