@@ -18,6 +18,7 @@ pub fn on_every_device(test: &str, f: impl Fn(&Context) -> Result<()>) {
     if !validation {
         eprintln!("warning: {test}: validation layer OFF ({NO_VALIDATION_ENV} is set)");
     }
+    keep_driver_loaded();
     let instance = Arc::new(Instance::new(&InstanceOptions { validation }).unwrap_or_else(|e| panic!("{test}: {e}")));
     let devices = list_devices(&instance).unwrap_or_else(|e| panic!("{test}: {e}"));
     assert!(!devices.is_empty(), "{test}: no Vulkan device");
@@ -40,6 +41,17 @@ pub fn on_every_device(test: &str, f: impl Fn(&Context) -> Result<()>) {
             );
         }
     }
+}
+
+/// Keeps one instance (no validation) alive for the rest of the process, so the loader and the
+/// driver stay loaded between tests: each test's own instance otherwise loads and unloads them,
+/// and on the H200 the NVIDIA driver stopped loading after 30 such cycles in one process
+/// (tests run one at a time: "the Vulkan loader found no device" from the 31st on; open file
+/// descriptors and device memory did not grow). Each test keeps its own instance and
+/// validation log.
+fn keep_driver_loaded() {
+    static KEEP: std::sync::OnceLock<Option<Instance>> = std::sync::OnceLock::new();
+    KEEP.get_or_init(|| Instance::new(&InstanceOptions { validation: false }).ok());
 }
 
 #[cfg(test)]

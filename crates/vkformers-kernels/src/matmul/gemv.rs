@@ -49,19 +49,24 @@ impl GemvDesc {
 /// Whether `gemv` runs on this device and should be chosen over `matmul::gemm` for `m` rows
 /// of x: 1 ≤ m ≤ [`row_limit`] and the device has subgroup arithmetic (for `subgroupAdd`).
 pub fn gemv_applies(m: u32, caps: &Caps) -> bool {
-    (1..=row_limit()).contains(&m) && has_subgroup_arithmetic(caps)
+    (1..=row_limit(caps)).contains(&m) && has_subgroup_arithmetic(caps)
 }
 
-/// Most rows of x the GEMV is chosen for: 16, or `VKFORMERS_GEMV_MAX_ROWS` (0 to 16, read once)
-/// to compare it with the GEMM at a given decode batch on one binary.
-fn row_limit() -> u32 {
-    static LIMIT: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *LIMIT.get_or_init(|| {
-        std::env::var("VKFORMERS_GEMV_MAX_ROWS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .map_or(MAX_ROWS, |v: u32| v.min(MAX_ROWS))
-    })
+/// Rows of x up to which the GEMV beats the GEMM on a device with cooperative matrix 2. H200,
+/// 1.1B bf16 decode tokens/s with the GEMV up to 16 / 4 rows: batch 4 589 / 540, batch 8
+/// 628 / 1,053, batch 16 1,218 / 2,091 (`docs/bench/h200-2026-12-04-i/log4-tests-bench.txt`:
+/// the m8 and m16 variants stream W at ~400 GB/s, the tensor-core GEMM far faster).
+const CM2_ROWS: u32 = 4;
+
+/// Most rows of x the GEMV is chosen for: [`CM2_ROWS`] where the tensor-core GEMM runs, else
+/// 16 (lavapipe and other devices: the portable GEMM pads few rows to a tile);
+/// `VKFORMERS_GEMV_MAX_ROWS` (0 to 16, read once) overrides it, to compare the two on one binary.
+fn row_limit(caps: &Caps) -> u32 {
+    static OVERRIDE: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
+    let set = *OVERRIDE.get_or_init(|| {
+        std::env::var("VKFORMERS_GEMV_MAX_ROWS").ok().and_then(|v| v.parse().ok()).map(|v: u32| v.min(MAX_ROWS))
+    });
+    set.unwrap_or(if caps.cooperative_matrix2.is_some() { CM2_ROWS } else { MAX_ROWS })
 }
 
 fn has_subgroup_arithmetic(caps: &Caps) -> bool {
@@ -445,6 +450,8 @@ mod tests {
         assert!((1..=16).all(|m| gemv_applies(m, &nv)));
         assert!(!gemv_applies(17, &nv));
         assert!(!gemv_applies(1, &caps(&["basic", "vote"], 32, 32)), "subgroupAdd needs arithmetic");
+        let cm2 = Caps { cooperative_matrix2: Some(Default::default()), ..nv };
+        assert!((1..=CM2_ROWS).all(|m| gemv_applies(m, &cm2)) && !gemv_applies(CM2_ROWS + 1, &cm2));
     }
 
     #[test]

@@ -127,8 +127,11 @@ pub fn rms_subgroup_fits(caps: &vkformers_vk::Caps, dim: u32) -> bool {
 
 /// The `_sg` RMSNorm forward (plain or fused with a residual add) and its grid: one row per
 /// subgroup, `SG_LOCAL / subgroup size` rows a workgroup.
+/// CPU devices only: on the H200 one subgroup per 2048-wide row took 58 µs a decode step's
+/// add+norm against 13 µs for the 256-thread tree sum (`docs/bench/h200-2026-12-04-i/`), where
+/// lavapipe pays for the tree sum's barriers instead.
 fn rms_forward_sg(rec: &Recorder, p: &RmsNorm, add: bool) -> Option<(&'static KernelCode, [u32; 3])> {
-    if !rms_subgroup_fits(rec.caps(), p.dim) {
+    if !cpu_variant(rec) || !rms_subgroup_fits(rec.caps(), p.dim) {
         return None;
     }
     let table = [
@@ -240,7 +243,7 @@ pub fn rms_norm_forward(
     rms_forward_views(rec, (p, false), x, w, (y, rstd))
 }
 
-/// [`rms_norm_forward`] for inference: short rows (see [`rms_subgroup_fits`]) take one
+/// [`rms_norm_forward`] for inference: on CPU devices short rows (see [`rms_subgroup_fits`]) take one
 /// subgroup each and no barrier (the `_sg` variants), the sum in another order than the
 /// training forward's (values within f32 rounding of it).
 pub fn rms_norm_forward_inference(
