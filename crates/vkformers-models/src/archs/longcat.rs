@@ -105,13 +105,14 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     let b = &c.base;
     let (dn, dr) = (c.mla.qk_nope_head_dim, c.mla.qk_rope_head_dim);
     // transformers sizes the rotary embedding by `head_dim`, and q's heads by `qk_head_dim`.
-    if b.head_dim.is_some_and(|d| d != dr) || c.qk_head_dim.is_some_and(|d| d != dn + dr) {
+    // (Checked: the sum of two config values may overflow; fuzz/regressions/config.)
+    if b.head_dim.is_some_and(|d| d != dr) || c.qk_head_dim.is_some_and(|d| Some(d) != dn.checked_add(dr)) {
         return Err(ModelError::Config(format!(
             "longcat_flash head_dim {:?} / qk_head_dim {:?}: they must be qk_rope_head_dim ({dr}) and \
              qk_nope_head_dim + qk_rope_head_dim ({})",
             b.head_dim,
             c.qk_head_dim,
-            dn + dr
+            dn.saturating_add(dr)
         )));
     }
     let Some(q_rank) = q_lora_rank(&cfg, Some(1536))? else {
