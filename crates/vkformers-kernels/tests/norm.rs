@@ -144,8 +144,8 @@ fn rms_norm_bf16_matches_reference() {
     rms_norm_in(DType::BF16, 23);
 }
 
-/// The residual add fused with RMSNorm (inference): h is `x + r` rounded to the storage type,
-/// and y, rstd are bit for bit those of the inference forward run on that h.
+/// The residual add fused with RMSNorm: h is `x + r` rounded to the storage type, and y, rstd
+/// are bit for bit those of the (tree-sum) forward run on that h.
 fn check_add_rms(ctx: &Context, rng: &mut Rng, dt: DType, (rows, dim): (usize, usize), weight: bool) -> Result<()> {
     let (xs, rs, ws) = (round(dt, &rng.vec(rows * dim, 2.0)), round(dt, &rng.vec(rows * dim, 2.0)), rng.vec(dim, 1.0));
     let p = RmsNorm { rows: rows as u32, dim: dim as u32, eps: 1e-5, unit_offset: false, dtype: dt };
@@ -156,7 +156,7 @@ fn check_add_rms(ctx: &Context, rng: &mut Rng, dt: DType, (rows, dim): (usize, u
     let wv = weight.then(|| w.view());
     let mut rec = ctx.recorder(false)?;
     norm::add_rms_norm_forward(&mut rec, &p, (x.view(), r.view()), wv, h.view(), y.view(), rstd.view())?;
-    norm::rms_norm_forward_inference(&mut rec, &p, h.view(), wv, y_plain.view(), rstd_plain.view())?;
+    norm::rms_norm_forward(&mut rec, &p, h.view(), wv, y_plain.view(), rstd_plain.view())?;
     rec.submit()?;
     let what = format!("add+rms {dt:?} [{rows}, {dim}] w {weight}");
     let sum: Vec<f32> = xs.iter().zip(&rs).map(|(a, b)| a + b).collect();
