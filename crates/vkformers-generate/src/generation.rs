@@ -234,14 +234,7 @@ fn run(
             }
             masks.iter_mut().for_each(|m| m.push(1));
             // Rows not finished before this step are exactly those that produced a token.
-            for (row, end) in ended.iter_mut().enumerate() {
-                if rows.finish[row].is_none() {
-                    report(&mut rows, row, opts, on_token);
-                    if rows.finish[row].is_some() {
-                        *end = decode_start.map(|s| s.elapsed().as_secs_f64());
-                    }
-                }
-            }
+            report_step(&mut rows, &mut ended, decode_start, opts, on_token);
             if rows.finish.iter().all(Option::is_some) || step + 1 == opts.max_new_tokens {
                 break;
             }
@@ -250,17 +243,7 @@ fn run(
         timings.decode_secs = decode_start.map_or(0.0, |s| s.elapsed().as_secs_f64());
         Ok(())
     })?;
-    timings.decode_tokens = rows.new.iter().map(|r| r.len().saturating_sub(1)).sum();
-    let finish = rows.finish.iter().map(|f| f.unwrap_or(Finish::Length)).collect();
-    let per_row = (0..b)
-        .map(|row| Timings {
-            prefill_tokens: prompt_tokens[row],
-            prefill_secs: timings.prefill_secs,
-            decode_tokens: rows.new[row].len().saturating_sub(1),
-            decode_secs: ended[row].unwrap_or(timings.decode_secs),
-        })
-        .collect();
-    Ok(Generation { rows: rows.new, finish, timings, per_row })
+    Ok(finished(rows, timings, &prompt_tokens, &ended))
 }
 
 /// Logits of the columns just run, `[B·T, V]` (row b's last column is `b·T + T − 1`) and T; generation
@@ -360,6 +343,42 @@ pub(crate) fn record(rows: &mut Rows, chosen: &[Option<u32>], opts: &GenerateOpt
         }
         rows.history[row].push(id.unwrap_or(opts.pad));
     }
+}
+
+/// Reports the step's token of every row still running ([`report`]), noting in `ended` the
+/// decode seconds at which a row finishes.
+pub(crate) fn report_step(
+    rows: &mut Rows,
+    ended: &mut [Option<f64>],
+    decode_start: Option<Instant>,
+    opts: &GenerateOptions,
+    on_token: &mut dyn FnMut(usize, &[u32]) -> bool,
+) {
+    for (row, end) in ended.iter_mut().enumerate() {
+        if rows.finish[row].is_none() {
+            report(rows, row, opts, on_token);
+            if rows.finish[row].is_some() {
+                *end = decode_start.map(|s| s.elapsed().as_secs_f64());
+            }
+        }
+    }
+}
+
+/// The generation's result: each row's tokens and finish reason (`Length` where none), the
+/// aggregate timings with their decode tokens, and each row's timings (`ended`: the decode
+/// seconds at which it finished, else the whole decode).
+pub(crate) fn finished(rows: Rows, mut timings: Timings, prompt_tokens: &[usize], ended: &[Option<f64>]) -> Generation {
+    timings.decode_tokens = rows.new.iter().map(|r| r.len().saturating_sub(1)).sum();
+    let finish = rows.finish.iter().map(|f| f.unwrap_or(Finish::Length)).collect();
+    let per_row = (0..rows.new.len())
+        .map(|row| Timings {
+            prefill_tokens: prompt_tokens[row],
+            prefill_secs: timings.prefill_secs,
+            decode_tokens: rows.new[row].len().saturating_sub(1),
+            decode_secs: ended[row].unwrap_or(timings.decode_secs),
+        })
+        .collect();
+    Generation { rows: rows.new, finish, timings, per_row }
 }
 
 /// Marks a row that just produced a token: finished on EOS, on the caller's word, or at the limit.

@@ -21,7 +21,7 @@ use vkformers_tensor::Graph;
 
 use crate::decode::DecodeError;
 use crate::device_choice::{required, Lookahead};
-use crate::generation::{feed, record, report, Context, GenerateOptions, Generation, Rows, Timings};
+use crate::generation::{feed, finished, record, report_step, Context, GenerateOptions, Generation, Rows, Timings};
 
 /// Steps between full synchronisations: only then may the buffers dropped meanwhile take host
 /// uploads again (`Context::reclaim_buffers`), so the pool does not grow over a long generation.
@@ -87,14 +87,7 @@ pub(crate) fn run(
                 timings.prefill_secs = start.elapsed().as_secs_f64();
                 decode_start = Some(Instant::now());
             }
-            for (row, end) in ended.iter_mut().enumerate() {
-                if rows.finish[row].is_none() {
-                    report(&mut rows, row, opts, on_token);
-                    if rows.finish[row].is_some() {
-                        *end = decode_start.map(|s| s.elapsed().as_secs_f64());
-                    }
-                }
-            }
+            report_step(&mut rows, &mut ended, decode_start, opts, on_token);
             let Some((next, next_ticket)) = ahead else { break };
             if rows.finish.iter().all(Option::is_some) {
                 break;
@@ -109,15 +102,5 @@ pub(crate) fn run(
         timings.decode_secs = decode_start.map_or(0.0, |s| s.elapsed().as_secs_f64());
         Ok(())
     })?;
-    timings.decode_tokens = rows.new.iter().map(|r| r.len().saturating_sub(1)).sum();
-    let finish = rows.finish.iter().map(|f| f.unwrap_or(crate::generation::Finish::Length)).collect();
-    let per_row = (0..b)
-        .map(|row| Timings {
-            prefill_tokens: prompt_tokens[row],
-            prefill_secs: timings.prefill_secs,
-            decode_tokens: rows.new[row].len().saturating_sub(1),
-            decode_secs: ended[row].unwrap_or(timings.decode_secs),
-        })
-        .collect();
-    Ok(Generation { rows: rows.new, finish, timings, per_row })
+    Ok(finished(rows, timings, &prompt_tokens, &ended))
 }
