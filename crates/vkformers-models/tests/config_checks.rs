@@ -97,3 +97,14 @@ fn t5gemma_stack_sizes_are_bounded_before_any_allocation() {
         assert!(err.contains(field), "{stack}.{field}: {err}");
     }
 }
+
+#[test]
+fn a_decoder_classifier_is_refused_by_its_head_not_by_its_weights() {
+    // transformers' LlamaForSequenceClassification stores `score.weight` and no lm_head: the
+    // decoder graph builds only the LM head, so the folder is refused naming the head.
+    for head in ["LlamaForSequenceClassification", "LlamaForTokenClassification", "LlamaForQuestionAnswering"] {
+        let e = llama(|c| c["architectures"] = json!([head])).unwrap_err().to_string();
+        assert!(e.contains(&format!("the `{head}` head on the `llama` model")), "{e}");
+    }
+    llama(|c| c["architectures"] = json!(["LlamaForCausalLM"])).unwrap();
+}

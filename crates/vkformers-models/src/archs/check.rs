@@ -121,6 +121,24 @@ pub fn config_fields(cfg: &Value) -> Result<()> {
     Ok(())
 }
 
+/// The task heads `transformers` puts on decoders and encoder-decoders that their graphs do not
+/// build: only the LM head runs there, so such a folder is refused by its head's name rather
+/// than by the weight check's `unexpected tensor score.weight` (which reads as a config error).
+const UNBUILT_HEADS: [&str; 3] = ["ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering"];
+
+/// A decoder's or encoder-decoder's `architectures` asks for a head we do not build.
+pub fn head(cfg: &Value, spec: &ModelSpec) -> Result<()> {
+    let first = super::encoder_heads::first_architecture(cfg);
+    match UNBUILT_HEADS.iter().find(|h| first.ends_with(*h)) {
+        Some(_) if spec.encoder.is_none() => Err(ModelError::Unsupported(format!(
+            "the `{first}` head on the `{}` model (decoders and encoder-decoders run with their LM \
+             head only; sequence and token classification: an encoder, e.g. BERT or ModernBERT)",
+            spec.model_type
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// The spec a parser made: what the graph divides by or groups on.
 pub fn spec(spec: &ModelSpec) -> Result<()> {
     let bad = |m: String| Err(ModelError::Config(m));

@@ -255,5 +255,6 @@ pub fn spec_from_config(cfg: &Value) -> Result<ModelSpec> {
     check::config_fields(cfg)?;
     let spec = (arch.build)(cfg)?;
     check::spec(&spec)?;
+    check::head(cfg, &spec)?;
     Ok(spec)
 }

@@ -3,7 +3,8 @@
 //! masks in a batch of any size, on any rank of any world size (issue 22's "one RNG stream
 //! keyed by global sample index").
 //!
-//! Rows whose layout is not known (a decoder classifier's gathered last tokens) fall back to the batch-wide element stream keyed by the training step.
+//! Rows whose count fits no layout fall back to the batch-wide element stream keyed by the
+//! training step (no supported head makes such rows: decoder classifiers are refused).
 
 use std::cell::Cell;
 use std::rc::Rc;
