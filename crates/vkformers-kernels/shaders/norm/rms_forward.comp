@@ -34,31 +34,6 @@
 // variant: add_f32_cpu ADD NORM_LOCAL=8
 // variant: add_f16_cpu DT_F16 ADD NORM_LOCAL=8
 // variant: add_bf16_cpu DT_BF16 ADD NORM_LOCAL=8
-// `_sg` variants (inference, short rows: a decode step's hidden states): one subgroup per row,
-// its sum a subgroupAdd, so no barrier at all (the tree sum takes log2(256) + 2 barriers a row).
-// Workgroups of 64 threads hold 64 / subgroup size rows; rows past the grid stride over it.
-// variant: f32_sg NORM_SG NORM_LOCAL=64
-// variant: f16_sg DT_F16 NORM_SG NORM_LOCAL=64
-// variant: bf16_sg DT_BF16 NORM_SG NORM_LOCAL=64
-// variant: add_f32_sg ADD NORM_SG NORM_LOCAL=64
-// variant: add_f16_sg DT_F16 ADD NORM_SG NORM_LOCAL=64
-// variant: add_bf16_sg DT_BF16 ADD NORM_SG NORM_LOCAL=64
-#ifdef NORM_SG
-#extension GL_KHR_shader_subgroup_basic : require
-#extension GL_KHR_shader_subgroup_arithmetic : require
-// Row loop per subgroup, column loop per lane, the row's sum over the subgroup's lanes.
-#undef FOR_EACH_ROW
-#undef FOR_EACH_COL
-#define FOR_EACH_ROW(row, rows) \
-    for (uint row = gl_WorkGroupID.x * gl_NumSubgroups + gl_SubgroupID; row < (rows); \
-         row += gl_NumWorkGroups.x * gl_NumSubgroups)
-#define FOR_EACH_COL(d, D) for (uint d = gl_SubgroupInvocationID; d < (D); d += gl_SubgroupSize)
-float row_sum(float ss) { return subgroupAdd(ss); }
-bool row_leader() { return subgroupElect(); }
-#else
-float row_sum(float ss) { return norm_sum2(vec2(ss, 0.0)).x; }
-bool row_leader() { return gl_LocalInvocationID.x == 0; }
-#endif
 layout(local_size_x = NORM_LOCAL) in;
 layout(push_constant) uniform Push {
     DIn x;
@@ -96,7 +71,7 @@ void main() {
 #endif
             ss += v * v;
         }
-        float r = inversesqrt(row_sum(ss) / float(pc.D) + pc.eps);
+        float r = inversesqrt(norm_sum2(vec2(ss, 0.0)).x / float(pc.D) + pc.eps);
         FOR_EACH_COL(d, pc.D) {
 #ifdef ADD
             float v = rnd(ld(pc.x, base + d) + ld(pc.r, base + d));
@@ -109,7 +84,7 @@ void main() {
             st_twin(pc.y16, base + d, out_, pc.twin);
 #endif
         }
-        if (row_leader()) {
+        if (gl_LocalInvocationID.x == 0) {
             pc.rstd.v[row] = r;
         }
     }

@@ -70,8 +70,8 @@ fn grad_blocks(rows: u32) -> u32 {
 
 /// Name of `k` in errors: without the `:f32` suffix (the f32 kernels keep their plain names).
 fn kname(k: &KernelCode) -> &'static str {
-    // Errors name the kernel as on every device: no `_cpu` or `_sg` workgroup suffix.
-    let name = k.name.strip_suffix("_cpu").or_else(|| k.name.strip_suffix("_sg")).unwrap_or(k.name);
+    // Errors name the kernel as on every device: no `_cpu` workgroup suffix.
+    let name = k.name.strip_suffix("_cpu").unwrap_or(k.name);
     name.strip_suffix(":f32").unwrap_or(name)
 }
 
@@ -111,42 +111,11 @@ fn cpu_variant(rec: &Recorder) -> bool {
     c.device_type == "cpu" && c.subgroup_size == 8
 }
 
-/// Longest rows of an inference RMSNorm forward that takes the `_sg` variants (one subgroup per
-/// row, no barrier; a decode step's hidden states). Chosen by the row length and the device
-/// only, never by the row count, so a row's values do not depend on the rows beside it (a
-/// prompt alone or in a batch gives the same bits). Training keeps the 256-thread tree sum.
-const SG_MAX_DIM: u32 = 8192;
-/// Threads of an `_sg` workgroup (NORM_LOCAL of the variants).
-const SG_LOCAL: u32 = 64;
-
-/// Whether an inference RMSNorm forward of rows of `dim` runs the `_sg` variants: short rows,
-/// on a device with subgroup arithmetic. A pure function of the row length and `Caps`.
-pub fn rms_subgroup_fits(caps: &vkformers_vk::Caps, dim: u32) -> bool {
-    dim <= SG_MAX_DIM && caps.subgroup_ops.iter().any(|op| op == "arithmetic")
-}
-
-/// The `_sg` RMSNorm forward (plain or fused with a residual add) and its grid: one row per
-/// subgroup, `SG_LOCAL / subgroup size` rows a workgroup.
-/// CPU devices only: on the H200 one subgroup per 2048-wide row took 58 µs a decode step's
-/// add+norm against 13 µs for the 256-thread tree sum (`docs/bench/h200-2026-12-04-i/`), where
-/// lavapipe pays for the tree sum's barriers instead.
-fn rms_forward_sg(rec: &Recorder, p: &RmsNorm, add: bool) -> Option<(&'static KernelCode, [u32; 3])> {
-    if !cpu_variant(rec) || !rms_subgroup_fits(rec.caps(), p.dim) {
-        return None;
-    }
-    let table = [
-        [&code::NORM_RMS_FORWARD_F32_SG, &code::NORM_RMS_FORWARD_F16_SG, &code::NORM_RMS_FORWARD_BF16_SG],
-        [&code::NORM_RMS_FORWARD_ADD_F32_SG, &code::NORM_RMS_FORWARD_ADD_F16_SG, &code::NORM_RMS_FORWARD_ADD_BF16_SG],
-    ];
-    let per_group = (SG_LOCAL / rec.caps().subgroup_size.clamp(1, SG_LOCAL)).max(1);
-    Some((variant(p.dtype, table[usize::from(add)]), row_groups(p.rows.div_ceil(per_group))))
-}
-
-/// The RMSNorm forward kernel of `p` and its grid: `_sg` for short rows when `inference`, else
-/// plain or fused with a residual add, storage type, CPU or not.
-fn rms_forward_launch(rec: &Recorder, p: &RmsNorm, add: bool, inference: bool) -> (&'static KernelCode, [u32; 3]) {
-    let sg = if inference { rms_forward_sg(rec, p, add) } else { None };
-    sg.unwrap_or_else(|| (rms_forward_code(p.dtype, add, cpu_variant(rec)), row_groups(p.rows)))
+/// The RMSNorm forward kernel of `p` and its grid: plain or fused with a residual add,
+/// storage type, CPU or not; one workgroup per row (the tree sum, in training and inference
+/// alike, so a row's values never depend on the grad mode).
+fn rms_forward_launch(rec: &Recorder, p: &RmsNorm, add: bool) -> (&'static KernelCode, [u32; 3]) {
+    (rms_forward_code(p.dtype, add, cpu_variant(rec)), row_groups(p.rows))
 }
 
 /// The RMSNorm forward variant: plain or fused with a residual add, storage type, CPU or not.
@@ -240,31 +209,7 @@ pub fn rms_norm_forward(
     y: BufferView<'_>,
     rstd: BufferView<'_>,
 ) -> Result<()> {
-    rms_forward_views(rec, (p, false), x, w, (y, rstd))
-}
-
-/// [`rms_norm_forward`] for inference: on CPU devices short rows (see [`rms_subgroup_fits`]) take one
-/// subgroup each and no barrier (the `_sg` variants), the sum in another order than the
-/// training forward's (values within f32 rounding of it).
-pub fn rms_norm_forward_inference(
-    rec: &mut Recorder,
-    p: &RmsNorm,
-    x: BufferView<'_>,
-    w: Option<BufferView<'_>>,
-    y: BufferView<'_>,
-    rstd: BufferView<'_>,
-) -> Result<()> {
-    rms_forward_views(rec, (p, true), x, w, (y, rstd))
-}
-
-fn rms_forward_views(
-    rec: &mut Recorder,
-    (p, inference): (&RmsNorm, bool),
-    x: BufferView<'_>,
-    w: Option<BufferView<'_>>,
-    (y, rstd): (BufferView<'_>, BufferView<'_>),
-) -> Result<()> {
-    let (k, grid) = rms_forward_launch(rec, p, false, inference);
+    let (k, grid) = rms_forward_launch(rec, p, false);
     check_rms_forward(kname(k), p, (&x, &y, &rstd), w.as_ref())?;
     let params = words(&[p.rows, p.dim, p.eps.to_bits(), gain_mode(w.is_some(), p.unit_offset)]);
     let args = [read(x), read(w.unwrap_or(x)), write(y), write(rstd)];
@@ -309,7 +254,7 @@ pub fn rms_norm_forward_twin(
 }
 
 /// A residual add fused with the RMSNorm after it (inference; no backward): `h = x + r`, then
-/// [`rms_norm_forward_inference`] of h (as stored in `p.dtype`) into `y` and `rstd`. Every value
+/// [`rms_norm_forward`] of h (as stored in `p.dtype`) into `y` and `rstd`. Every value
 /// equals the add kernel followed by that forward; one dispatch instead of two.
 #[allow(clippy::too_many_arguments)]
 pub fn add_rms_norm_forward(
@@ -322,9 +267,8 @@ pub fn add_rms_norm_forward(
     rstd: BufferView<'_>,
 ) -> Result<()> {
     // The tree sum, as the twin variant (`add_rms_norm_forward_twin`): training runs this
-    // kernel too, and its f32 output must be bit for bit the twin's (the `_sg` sum rounds
-    // differently; tests/twin.rs).
-    let (k, grid) = rms_forward_launch(rec, p, true, false);
+    // kernel too, and its f32 output must be bit for bit the twin's (tests/twin.rs).
+    let (k, grid) = rms_forward_launch(rec, p, true);
     let name = kname(k);
     check_rms_forward(name, p, (&x, &y, &rstd), w.as_ref())?;
     let n = u64::from(p.rows) * u64::from(p.dim);

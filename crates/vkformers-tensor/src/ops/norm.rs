@@ -68,8 +68,7 @@ pub fn rms_norm(g: &Graph<'_>, x: &Tensor, w: Option<&Tensor>, eps: f32, unit_of
             k::rms_norm_forward_twin(rec, &p, (x.view(), w.map(Tensor::view)), y.view(), t, rstd.view())
         }
         // One kernel with or without a tape, so a forward gives the same values in training and
-        // in inference (the `_sg` inference variant sums in another order: lora_unit's
-        // dropout-off check compares the two bit for bit).
+        // in inference (lora_unit's dropout-off check compares the two bit for bit).
         None => k::rms_norm_forward(rec, &p, x.view(), w.map(Tensor::view), y.view(), rstd.view()),
     })?;
     push_rms_node(g, &p, (x, w), rstd, (&y, inputs));
