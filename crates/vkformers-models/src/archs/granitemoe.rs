@@ -38,8 +38,11 @@ fn one() -> f64 {
 
 const P: &str = "model.layers.{i}.block_sparse_moe";
 
-fn names() -> MoeNames {
-    let packed = |t: &str| format!("{P}.{t}.weight");
+/// The packed experts of GraniteMoE (`block_sparse_moe`) and JetMoE (`mlp`) under `prefix`
+/// (a layer template in `{i}`): a router `router.layer [E, H]`, every expert's gate and up
+/// stacked in `input_linear [E, 2·I, H]`, their down projections in `output_linear [E, H, I]`.
+pub(super) fn names(prefix: &str) -> MoeNames {
+    let packed = |t: &str| format!("{prefix}.{t}.weight");
     MoeNames {
         router: packed("router.layer"),
         gate_up: packed("input_linear"),
@@ -70,7 +73,7 @@ fn build(cfg: &Value, model_type: &str, shared: bool) -> Result<ModelSpec> {
         down_proj: "model.layers.{i}.shared_mlp.output_linear".into(),
         gate: None,
     });
-    let mut block = c.moe.block(c.base.intermediate_size, glu, false, names(), shared, 0.001)?;
+    let mut block = c.moe.block(c.base.intermediate_size, glu, false, names(P), shared, 0.001)?;
     block.router = Router::TopKSoftmax;
     block.packed = true;
     c.moe.apply(&mut spec, block)?;

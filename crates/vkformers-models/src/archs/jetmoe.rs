@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use super::common::{parse, BaseConfig};
 use crate::error::{ModelError, Result};
-use crate::moe::{MoaSpec, MoeNames, MoeSpec, Router};
+use crate::moe::{MoaSpec, MoeSpec, Router};
 use crate::spec::{MapEntry, MlpSpec, ModelSpec, Norm};
 
 #[derive(Deserialize)]
@@ -59,7 +59,6 @@ fn moa(c: &Config) -> MoaSpec {
 }
 
 fn moe(c: &Config, base: &BaseConfig, glu: vkformers_kernels::glu::Glu) -> MoeSpec {
-    let packed = |t: &str| format!("{MLP}.{t}.weight");
     MoeSpec {
         experts: c.num_local_experts,
         top_k: c.num_experts_per_tok,
@@ -69,16 +68,7 @@ fn moe(c: &Config, base: &BaseConfig, glu: vkformers_kernels::glu::Glu) -> MoeSp
         shared: None,
         routed_scale: 1.0,
         aux_loss_coef: c.output_router_logits.then_some(c.aux_loss_coef as f32),
-        names: MoeNames {
-            router: packed("router.layer"),
-            gate_up: packed("input_linear"),
-            up: None,
-            down: packed("output_linear"),
-            // Not stored per expert: the packed tensors are the parameters.
-            expert_gate: String::new(),
-            expert_up: String::new(),
-            expert_down: String::new(),
-        },
+        names: super::granitemoe::names(MLP),
         down_transposed: false,
         biased: None,
         packed: true,
