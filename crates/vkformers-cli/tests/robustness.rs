@@ -177,6 +177,19 @@ fn broken_inputs_leave_no_output_folder() {
         &["peft_type is \"IA3\""],
         None,
     );
+    // A decoder sequence classifier (`score` on each row's last token): no such head is built,
+    // so LoRA on `score` is refused naming the head, not as missing/unexpected tensors.
+    let cls = tmp.path().join("llama_seqcls");
+    copy_dir(Path::new(&llama), &cls);
+    let cfg = std::fs::read_to_string(cls.join("config.json")).unwrap();
+    std::fs::write(cls.join("config.json"), cfg.replace("LlamaForCausalLM", "LlamaForSequenceClassification")).unwrap();
+    let ft = with(&["finetune"], &with(&train_args(cls.to_str().unwrap(), &data, o), &["--lora-dropout", "0.3"])[1..]);
+    refused(
+        "decoder classifier",
+        &with(&ft, &["--target-modules", "q_proj,score"]),
+        &["the `LlamaForSequenceClassification` head on the `llama` model"],
+        Some(&out),
+    );
 }
 
 /// A config.json (or generation_config.json) far over any real one is refused before it is
