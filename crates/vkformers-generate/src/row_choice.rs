@@ -6,7 +6,7 @@
 use vkformers_kernels::sample::rows::{self, RowBuffers, RowDraw, LOGPROB_WORDS, PARAM_WORDS};
 use vkformers_kernels::sample::{Draw, NO_TOKEN};
 use vkformers_tensor::{Graph, Tensor};
-use vkformers_vk::{Buffer, BufferView};
+use vkformers_vk::{Buffer, BufferView, Recorder};
 
 use crate::decode::DecodeError;
 use crate::device_choice::device_processors;
@@ -104,7 +104,8 @@ impl RowChooser {
 
     /// Records slot `slot`'s reset (as [`RowChooser::reset`]) into the open batch instead of a
     /// submission of its own: ordered after the batches still in flight, which may draw for the
-    /// slot's previous request (the engine's lookahead steps).
+    /// slot's previous request (the engine's lookahead steps), and no wait for them (the row
+    /// rides in the command buffer, in updates of at most `Recorder::UPDATE_MAX` bytes).
     pub fn reset_recorded(
         &self,
         g: &Graph<'_>,
@@ -113,9 +114,14 @@ impl RowChooser {
         generated: usize,
     ) -> Result<(), DecodeError> {
         let row = rows::state_row(history, generated, self.v);
-        let src = g.ctx().buffer_from(&row, "sampling state row")?;
-        let dst = self.state.slice((slot * self.v * 4) as u64, (self.v * 4) as u64);
-        g.record(|rec| rec.copy(src.view(), dst))?;
+        let at = (slot * self.v * 4) as u64;
+        g.record(|rec| {
+            for (i, part) in bytemuck::cast_slice::<u32, u8>(&row).chunks(Recorder::UPDATE_MAX).enumerate() {
+                let from = at + (i * Recorder::UPDATE_MAX) as u64;
+                rec.update(self.state.slice(from, part.len() as u64), part)?;
+            }
+            Ok(())
+        })?;
         Ok(())
     }
 

@@ -165,9 +165,15 @@ impl Engine<'_> {
             ahead.next = 1 - set;
             ahead.recorded += 1;
         }
-        let Some(prev) = prev else { return Ok(()) };
+        let Some(prev) = prev else {
+            // The first step only records (its prefills): prefill time.
+            self.total.prefill_secs += start.elapsed().as_secs_f64();
+            return Ok(());
+        };
         g.wait_submitted(prev.ticket)?;
         self.report(&prev, sink)?;
+        // The step's time is the wait for `prev`: decode time when it decoded, else prefill time
+        // (prefills riding with a decode are counted in the decode's time).
         let secs = start.elapsed().as_secs_f64();
         if prev.choices.iter().any(|c| !c.first) {
             self.total.decode_secs += secs;
