@@ -217,10 +217,12 @@ impl Engine<'_> {
         }
         let mut groups: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
         for (s, r) in self.slots.iter().enumerate() {
-            let Some(r) = r else { continue };
-            if r.wants_more() && (r.pending == 0 || source.contains_key(&s)) {
-                groups.entry(r.model).or_default().push(s);
+            let Some(r) = r.as_ref().filter(|r| r.wants_more()) else { continue };
+            if r.pending > 0 && !source.contains_key(&s) {
+                // Its last choice is in no step the host can still read: it would never run again.
+                return Err(DecodeError::Request(format!("request {}: its choice in flight is lost", r.id)));
             }
+            groups.entry(r.model).or_default().push(s);
         }
         for (model, group) in groups {
             self.cache.select(&group)?;
