@@ -36,7 +36,7 @@ pub(crate) fn applies(spec: &ModelSpec, opts: &GenerateOptions) -> bool {
     greedy && !longrope && enabled()
 }
 
-fn enabled() -> bool {
+pub(crate) fn enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("VKFORMERS_DECODE_LOOKAHEAD").map_or(true, |v| v != "0"))
 }

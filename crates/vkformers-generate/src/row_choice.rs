@@ -6,7 +6,7 @@
 use vkformers_kernels::sample::rows::{self, RowBuffers, RowDraw, LOGPROB_WORDS, PARAM_WORDS};
 use vkformers_kernels::sample::{Draw, NO_TOKEN};
 use vkformers_tensor::{Graph, Tensor};
-use vkformers_vk::{Buffer, BufferView};
+use vkformers_vk::{Buffer, BufferView, Recorder};
 
 use crate::decode::DecodeError;
 use crate::device_choice::device_processors;
@@ -102,6 +102,48 @@ impl RowChooser {
         self.out.slice((from * 4) as u64, (n * 4) as u64)
     }
 
+    /// Records slot `slot`'s reset (as [`RowChooser::reset`]) into the open batch instead of a
+    /// submission of its own: ordered after the batches still in flight, which may draw for the
+    /// slot's previous request (the engine's lookahead steps), and no wait for them (the row
+    /// rides in the command buffer, in updates of at most `Recorder::UPDATE_MAX` bytes).
+    pub fn reset_recorded(
+        &self,
+        g: &Graph<'_>,
+        slot: usize,
+        history: &[u32],
+        generated: usize,
+    ) -> Result<(), DecodeError> {
+        let row = rows::state_row(history, generated, self.v);
+        let at = (slot * self.v * 4) as u64;
+        g.record(|rec| {
+            for (i, part) in bytemuck::cast_slice::<u32, u8>(&row).chunks(Recorder::UPDATE_MAX).enumerate() {
+                let from = at + (i * Recorder::UPDATE_MAX) as u64;
+                rec.update(self.state.slice(from, part.len() as u64), part)?;
+            }
+            Ok(())
+        })?;
+        Ok(())
+    }
+
+    /// Records each row's choice from `logits [n, V]` (row i is `rows[i]`) into `ids [n]` u32 and
+    /// `logprobs [n, LOGPROB_WORDS]`, with the parameters' upload, into the open batch; submits
+    /// nothing.
+    pub fn record(
+        &self,
+        g: &Graph<'_>,
+        logits: &Tensor,
+        rows: &[RowDraw],
+        (ids, logprobs): (BufferView<'_>, BufferView<'_>),
+    ) -> Result<(), DecodeError> {
+        let n = rows.len();
+        let words = rows::row_params(rows, self.v, self.slots)?;
+        // Recorded into the open batch (n × 64 bytes), not a submission of its own.
+        let params = g.ints(bytemuck::cast_slice(&words), &[n, PARAM_WORDS])?;
+        let b = RowBuffers { logits: logits.view(), params: params.view(), state: self.state.view(), ids, logprobs };
+        g.record(|rec| rows::draw_rows(rec, b, (n, 1, self.v, self.slots)))?;
+        Ok(())
+    }
+
     /// Each row's token and log-probabilities from `logits [n, V]` (row i is `rows[i]`): submits
     /// the pending forward with the parameters' upload and the choice (one submission), and reads
     /// back `n` ids, with the log-probabilities behind them only when a row asks for them.
@@ -112,32 +154,44 @@ impl RowChooser {
         rows: &[RowDraw],
     ) -> Result<Vec<(u32, Option<TokenLogprob>)>, DecodeError> {
         let n = rows.len();
-        let words = rows::row_params(rows, self.v, self.slots)?;
-        // Recorded into the open batch (n × 64 bytes), not a submission of its own.
-        let params = g.ints(bytemuck::cast_slice(&words), &[n, PARAM_WORDS])?;
-        let b = RowBuffers {
-            logits: logits.view(),
-            params: params.view(),
-            state: self.state.view(),
-            ids: self.out(0, n),
-            logprobs: self.out(n, n * LOGPROB_WORDS),
-        };
-        g.record(|rec| rows::draw_rows(rec, b, (n, 1, self.v, self.slots)))?;
+        self.record(g, logits, rows, (self.out(0, n), self.out(n, n * LOGPROB_WORDS)))?;
         g.sync()?;
         let asked = rows.iter().any(|r| r.top_logprobs.is_some());
         let words: Vec<u32> = g.ctx().read_vec(self.out(0, if asked { n * (1 + LOGPROB_WORDS) } else { n }))?;
         let (ids, lps) = words.split_at(n);
-        let lps: Vec<f32> = lps.iter().map(|&w| f32::from_bits(w)).collect();
-        let mut out = Vec::with_capacity(n);
-        for (i, (r, &id)) in rows.iter().zip(ids).enumerate() {
-            if id == NO_TOKEN {
-                return Err(GenerateError::NothingToSample.into());
-            }
-            let lp = r.top_logprobs.map(|top| logprob_of(&lps[i * LOGPROB_WORDS..][..LOGPROB_WORDS], id, top, self.v));
-            out.push((id, lp));
-        }
-        Ok(out)
+        let tops: Vec<Option<usize>> = rows.iter().map(|r| r.top_logprobs).collect();
+        Ok(chosen_rows(&tops, ids, lps, self.v)?)
     }
+}
+
+/// The choices of rows asking for `tops[i]` alternatives from the kernel's words: ids `[n]` and,
+/// when any row asks, the log-probabilities `[n, LOGPROB_WORDS]` as f32 bits (else empty).
+pub fn chosen_rows(
+    tops: &[Option<usize>],
+    ids: &[u32],
+    logprobs: &[u32],
+    v: usize,
+) -> Result<Vec<(u32, Option<TokenLogprob>)>, GenerateError> {
+    tops.iter().zip(ids).enumerate().map(|(i, (&top, &id))| chosen_row(top, id, logprobs, i, v)).collect()
+}
+
+/// Row `i`'s choice of [`chosen_rows`]: the error of a row with nothing to draw.
+pub fn chosen_row(
+    top: Option<usize>,
+    id: u32,
+    logprobs: &[u32],
+    i: usize,
+    v: usize,
+) -> Result<(u32, Option<TokenLogprob>), GenerateError> {
+    if id == NO_TOKEN {
+        return Err(GenerateError::NothingToSample);
+    }
+    let lp = top.map(|top| {
+        let words: Vec<f32> =
+            logprobs[i * LOGPROB_WORDS..][..LOGPROB_WORDS].iter().map(|&w| f32::from_bits(w)).collect();
+        logprob_of(&words, id, top, v)
+    });
+    Ok((id, lp))
 }
 
 /// A row's log-probabilities from the kernel's words: the chosen token's, then `min(top, v)`

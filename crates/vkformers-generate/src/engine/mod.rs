@@ -23,7 +23,17 @@
 //! and draw row, and its log-probabilities (of the model's raw distribution, as OpenAI reports
 //! them) only when asked. The host pipeline ([`crate::row_choice::host_choice`]: reads the logits
 //! `[n, V]`) is the reference, used when [`Engine::set_host_sampling`] asks for it.
+//!
+//! # Lookahead
+//!
+//! Where every row's token is chosen on the device, a step runs one step ahead of the host
+//! ([`ahead`]): step k's forwards (their ids copied on the device from step k − 1's choices) and
+//! the prefills of joining requests are submitted before step k − 1's tokens are read, reported
+//! and scheduled, so the device does not idle through the host's share of a step. Same tokens;
+//! a row finishing at step k − 1 had step k run for it (wasted; its blocks go back when it
+//! retires). [`Engine::set_lookahead`] (or `VKFORMERS_DECODE_LOOKAHEAD=0`) switches it off.
 
+mod ahead;
 mod choose;
 mod request;
 mod running;
@@ -72,6 +82,12 @@ pub struct Engine<'m> {
     /// Rows whose logits were read back for the host's choice.
     host_rows: usize,
     total: Timings,
+    /// Run the device one step ahead of the host where every row's choice is made there.
+    lookahead: bool,
+    /// The lookahead steps' output buffers and the step in flight (made at the first one).
+    ahead: Option<ahead::Ahead>,
+    /// Requests admitted so far (each admission's serial number).
+    admissions: u64,
 }
 
 impl<'m> Engine<'m> {
@@ -111,6 +127,9 @@ impl<'m> Engine<'m> {
             prefill_forwards: 0,
             host_rows: 0,
             total: Timings::default(),
+            lookahead: crate::lookahead::enabled(),
+            ahead: None,
+            admissions: 0,
         })
     }
 
@@ -171,6 +190,12 @@ impl<'m> Engine<'m> {
         self.host_sampling = on;
     }
 
+    /// Runs the device one step ahead of the host (see [the module](self#lookahead)): on by default
+    /// unless `VKFORMERS_DECODE_LOOKAHEAD=0`; off, every step is synchronous (for comparison).
+    pub fn set_lookahead(&mut self, on: bool) {
+        self.lookahead = on;
+    }
+
     /// Lets a prefill forward cost up to `max_pad` (>= 1) times the columns its rows cost alone:
     /// requests admitted together prefill in fewer forwards; 1 groups only prompts of one width.
     pub fn set_max_prefill_padding(&mut self, max_pad: f64) {
@@ -217,6 +242,11 @@ impl<'m> Engine<'m> {
     /// running request. Tokens and finished requests go to `sink`.
     pub fn step(&mut self, g: &Graph<'_>, sink: &mut dyn Sink) -> Result<(), DecodeError> {
         g.no_grad(|| {
+            if self.runs_ahead() {
+                return self.step_ahead(g, sink);
+            }
+            // The synchronous step starts from the host knowing every token chosen so far.
+            self.drain(g, sink)?;
             self.admit(g, sink)?;
             if self.running() > 0 {
                 self.decode_step(g, sink)?;

@@ -24,11 +24,18 @@ pub(super) struct Running {
     pub(super) timings: Timings,
     /// When its first token was on the host (its decode time runs from there).
     pub(super) first_token: Instant,
+    /// When it was admitted (a lookahead prefill's time runs from there to its first token).
+    pub(super) admitted: Instant,
+    /// Its admission's number (unique): a lookahead step's choice for its slot is its own only
+    /// when this matches (the slot may have passed to another request meanwhile).
+    pub(super) serial: u64,
+    /// Its choices recorded on the device and not yet read (0 or 1: the lookahead step in flight).
+    pub(super) pending: usize,
 }
 
 impl Running {
     /// A request admitted to a slot: its processors built.
-    pub(super) fn new(model: usize, req: Request) -> Result<Self, DecodeError> {
+    pub(super) fn new(model: usize, req: Request, serial: u64) -> Result<Self, DecodeError> {
         let pipeline = req.opts.params.processors()?;
         Ok(Running {
             id: req.id,
@@ -39,15 +46,15 @@ impl Running {
             new: Vec::new(),
             opts: req.opts,
             first_token: Instant::now(),
+            admitted: Instant::now(),
+            serial,
+            pending: 0,
         })
     }
 
     /// Whether the device's greedy argmax chooses this row's tokens.
     pub(super) fn device_greedy(&self) -> bool {
-        self.pipeline.processors.is_empty()
-            && !self.opts.params.do_sample
-            && self.opts.penalties.is_off()
-            && self.opts.logprobs.is_none()
+        argmax_chooses(&self.opts, &self.pipeline)
     }
 
     /// Chooses the next token from the row's raw logits `[V]` on the host.
@@ -59,4 +66,32 @@ impl Running {
     pub(super) fn device_row(&self, slot: usize) -> Option<RowDraw> {
         device_row(&self.opts, &self.pipeline, slot, self.new.len())
     }
+
+    /// The row's device choice in `slot` for its next token not yet recorded: its draw's step
+    /// counts the choices in flight too.
+    pub(super) fn device_row_ahead(&self, slot: usize) -> Option<RowDraw> {
+        device_row(&self.opts, &self.pipeline, slot, self.new.len() + self.pending)
+    }
+
+    /// Whether every token of the row is chosen on the device (the lookahead steps need it).
+    pub(super) fn on_device(&self) -> bool {
+        chosen_on_device(&self.opts, &self.pipeline)
+    }
+
+    /// Whether another token may still be asked of the device (its `max_new_tokens` not yet met
+    /// by the tokens it has and those in flight).
+    pub(super) fn wants_more(&self) -> bool {
+        self.new.len() + self.pending < self.opts.max_new_tokens
+    }
+}
+
+/// Whether the device's greedy argmax chooses the tokens of a request of `opts` and `pipeline`.
+fn argmax_chooses(opts: &RequestOptions, pipeline: &Pipeline) -> bool {
+    pipeline.processors.is_empty() && !opts.params.do_sample && opts.penalties.is_off() && opts.logprobs.is_none()
+}
+
+/// Whether every token of a request of `opts` and `pipeline` is chosen on the device: the argmax,
+/// or the per-row sampler (whose state the kernel keeps, so it needs no upload once admitted).
+pub(super) fn chosen_on_device(opts: &RequestOptions, pipeline: &Pipeline) -> bool {
+    argmax_chooses(opts, pipeline) || device_row(opts, pipeline, 0, 0).is_some()
 }

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use vkformers_models::decoder::{forward_cached_last, Batch};
 use vkformers_models::ModelSpec;
-use vkformers_tensor::Graph;
+use vkformers_tensor::{Graph, Tensor};
 
 use super::{Engine, Finished, Running, Sink};
 use crate::decode::DecodeError;
@@ -19,16 +19,7 @@ impl Engine<'_> {
     /// finish on it free their slots for the next waiting ones.
     pub(super) fn admit(&mut self, g: &Graph<'_>, sink: &mut dyn Sink) -> Result<(), DecodeError> {
         loop {
-            let mut admitted = Vec::new();
-            while let Some(slot) = self.slots.iter().position(Option::is_none) {
-                let Some((model, req)) = self.waiting.pop_front() else { break };
-                let len = req.prompt.len();
-                self.slots[slot] = Some(Running::new(model, req)?);
-                self.synced[slot] = false;
-                // A prefill of `len` columns has position ids up to len - 1; one model a forward.
-                let long = on_long_factors(self.spec(), len - 1);
-                admitted.push(Admitted { slot, len, key: 2 * model + usize::from(long) });
-            }
+            let admitted = self.seat()?;
             if admitted.is_empty() {
                 return Ok(());
             }
@@ -48,11 +39,34 @@ impl Engine<'_> {
         }
     }
 
+    /// Gives free slots to waiting requests, in order: the admitted slots, keyed for
+    /// `prefill_groups`.
+    pub(super) fn seat(&mut self) -> Result<Vec<Admitted>, DecodeError> {
+        let mut admitted = Vec::new();
+        while let Some(slot) = self.slots.iter().position(Option::is_none) {
+            let Some((model, req)) = self.waiting.pop_front() else { break };
+            let len = req.prompt.len();
+            self.admissions += 1;
+            self.slots[slot] = Some(Running::new(model, req, self.admissions)?);
+            self.synced[slot] = false;
+            // A prefill of `len` columns has position ids up to len - 1; one model a forward.
+            let long = on_long_factors(self.spec(), len - 1);
+            admitted.push(Admitted { slot, len, key: 2 * model + usize::from(long) });
+        }
+        Ok(admitted)
+    }
+
     /// Runs every column of the slots' histories their empty cache rows do not hold (their
     /// prompts, or after a LongRoPE switch a whole history) in one forward `[n, T]`, T the longest,
     /// shorter rows left-padded (mask 0: their padding is neither attended to nor cached), and
     /// chooses each one's next token.
     fn prefill(&mut self, g: &Graph<'_>, slots: &[usize]) -> Result<Vec<(u32, Option<TokenLogprob>)>, DecodeError> {
+        let logits = self.prefill_logits(g, slots)?;
+        self.choose(g, &logits, slots)
+    }
+
+    /// Records the forward of [`Engine::prefill`]: logits `[n, V]` of each row's last column.
+    pub(super) fn prefill_logits(&mut self, g: &Graph<'_>, slots: &[usize]) -> Result<Tensor, DecodeError> {
         slots.iter().for_each(|&s| self.cache.release(s));
         self.cache.select(slots)?;
         self.prefill_forwards += 1;
@@ -68,8 +82,7 @@ impl Engine<'_> {
         let batch = Batch { ids: &ids, mask: &mask, batch: slots.len(), seq: t };
         let model = self.models[rows[0].model];
         // Logits `[n, V]` of each row's last column only.
-        let logits = forward_cached_last(g, &model.spec, &model.weights, &batch, &self.cache)?;
-        self.choose(g, &logits, slots)
+        Ok(forward_cached_last(g, &model.spec, &model.weights, &batch, &self.cache)?)
     }
 
     /// One new token for every running row: rows crossing LongRoPE's original context run their
@@ -116,7 +129,12 @@ impl Engine<'_> {
 
     /// Appends a row's new token, tells the sink, and retires the row when it finished: its
     /// blocks go back to the pools and its slot is free.
-    fn push_token(&mut self, slot: usize, (token, logprob): (u32, Option<TokenLogprob>), sink: &mut dyn Sink) {
+    pub(super) fn push_token(
+        &mut self,
+        slot: usize,
+        (token, logprob): (u32, Option<TokenLogprob>),
+        sink: &mut dyn Sink,
+    ) {
         let Some(row) = self.slots[slot].as_mut() else { return };
         row.new.push(token);
         row.history.push(token);
