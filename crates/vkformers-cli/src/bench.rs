@@ -46,6 +46,10 @@ pub struct GemmArgs {
     /// barriers); the result is not the product, so it is not checked.
     #[arg(long, default_value_t = 0)]
     probe: u32,
+    /// Split K this many ways (a batch of K/S slices into S partial products, as the decoder's
+    /// split-K does; the sum of the partials is not timed and the result is not checked).
+    #[arg(long, default_value_t = 1)]
+    split_k: u32,
     #[arg(long)]
     json: bool,
 }
@@ -99,6 +103,8 @@ pub fn gemm(selector: &DeviceSelector, args: &GemmArgs) -> anyhow::Result<ExitCo
         "coopmat2-tall" => Engine::Coopmat2Tall,
         "coopmat2-t128" => Engine::Coopmat2T128,
         "coopmat2-t128k64" => Engine::Coopmat2T128K64,
+        "coopmat2-skinny64" => Engine::Coopmat2Skinny64,
+        "coopmat2-skinny32" => Engine::Coopmat2Skinny32,
         other => bail!("--engine {other}: expected auto, coopmat, coopmat2 or coopmat2-wide"),
     };
     if let Some(f) = args.fast {
@@ -111,16 +117,25 @@ pub fn gemm(selector: &DeviceSelector, args: &GemmArgs) -> anyhow::Result<ExitCo
         desc.tuning.unroll = u;
     }
     desc.tuning.probe = args.probe;
+    if args.split_k > 1 {
+        if !k.is_multiple_of(args.split_k) || !args.trans_b {
+            bail!("--split-k {} needs --trans-b and K a multiple of it", args.split_k);
+        }
+        // Slice z reads columns z·K/S.. of A [m, k] and of B stored [n, k]; writes C[z].
+        (desc.k, desc.batch) = (k / args.split_k, args.split_k);
+        (desc.a_bstride, desc.b_bstride, desc.c_bstride) = (k / args.split_k, k / args.split_k, m * n);
+    }
     let (a_bytes, a) = operand((m * k) as usize, elem, 1);
     let (b_bytes, b) = operand((k * n) as usize, elem, 2);
     let a_buf = upload(&ctx, &a_bytes, "A")?;
     let b_buf = upload(&ctx, &b_bytes, "B")?;
-    let c_buf = ctx.buffer(u64::from(m) * u64::from(n) * 4, "C")?;
+    let c_buf = ctx.buffer(u64::from(m) * u64::from(n) * 4 * u64::from(args.split_k.max(1)), "C")?;
     let median_ns = time_median(&ctx, args.iters, &mut |rec| {
         Ok(gemm_coopmat::gemm_coopmat(rec, &desc, a_buf.view(), b_buf.view(), None, c_buf.view())?)
     })?;
     let c: Vec<f32> = ctx.read_vec(c_buf.view())?;
-    let max_err = if args.probe == 0 { check_samples(&a, &b, &c, m, n, k, args.trans_b) } else { 0.0 };
+    let checked = args.probe == 0 && args.split_k <= 1;
+    let max_err = if checked { check_samples(&a, &b, &c, m, n, k, args.trans_b) } else { 0.0 };
     report(args, &ctx, desc.flops(), median_ns, max_err)
 }
 

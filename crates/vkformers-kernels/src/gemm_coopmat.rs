@@ -35,11 +35,16 @@ pub enum Engine {
     Coopmat2T128,
     /// `VK_NV_cooperative_matrix2`, 128 x 128 tiles on 128 invocations, K slices of 64.
     Coopmat2T128K64,
+    /// `VK_NV_cooperative_matrix2`, 64 x 64 tiles on 128 invocations, K slices of 64 (few-row
+    /// products such as a batch-64 decode step: twice the workgroups of 64 x 128).
+    Coopmat2Skinny64,
+    /// `VK_NV_cooperative_matrix2`, 64 x 32 tiles on 128 invocations, K slices of 64.
+    Coopmat2Skinny32,
 }
 
 impl Engine {
     /// Every concrete engine (for sweeps).
-    pub const ALL: [Engine; 11] = [
+    pub const ALL: [Engine; 13] = [
         Engine::Coopmat,
         Engine::Coopmat2,
         Engine::Coopmat2Wide,
@@ -51,6 +56,8 @@ impl Engine {
         Engine::Coopmat2Tall,
         Engine::Coopmat2T128,
         Engine::Coopmat2T128K64,
+        Engine::Coopmat2Skinny64,
+        Engine::Coopmat2Skinny32,
     ];
 
     /// True for the `VK_NV_cooperative_matrix2` kernels.
@@ -248,6 +255,10 @@ fn kernel(engine: Engine, elem: Elem) -> (&'static KernelCode, u32, u32) {
         (Engine::Coopmat2T128, Bf16) => (&code::MATMUL_COOPMAT2_GEMM_BF16_T128, 128, 128),
         (Engine::Coopmat2T128K64, F16) => (&code::MATMUL_COOPMAT2_GEMM_F16_T128K64, 128, 128),
         (Engine::Coopmat2T128K64, Bf16) => (&code::MATMUL_COOPMAT2_GEMM_BF16_T128K64, 128, 128),
+        (Engine::Coopmat2Skinny64, F16) => (&code::MATMUL_COOPMAT2_GEMM_F16_SKINNY64, 64, 64),
+        (Engine::Coopmat2Skinny64, Bf16) => (&code::MATMUL_COOPMAT2_GEMM_BF16_SKINNY64, 64, 64),
+        (Engine::Coopmat2Skinny32, F16) => (&code::MATMUL_COOPMAT2_GEMM_F16_SKINNY32, 64, 32),
+        (Engine::Coopmat2Skinny32, Bf16) => (&code::MATMUL_COOPMAT2_GEMM_BF16_SKINNY32, 64, 32),
         (_, F16) => (&code::MATMUL_COOPMAT_GEMM_F16, 128, 128),
         (_, Bf16) => (&code::MATMUL_COOPMAT_GEMM_BF16, 128, 128),
     }

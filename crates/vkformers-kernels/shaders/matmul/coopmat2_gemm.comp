@@ -41,6 +41,10 @@
 // variant: bf16_t128 ELEM_BF16 BM=128 BN=128 BK=32 THREADS=128
 // variant: f16_t128k64 ELEM_F16 BM=128 BN=128 BK=64 THREADS=128
 // variant: bf16_t128k64 ELEM_BF16 BM=128 BN=128 BK=64 THREADS=128
+// variant: f16_skinny64 ELEM_F16 BM=64 BN=64 BK=64 THREADS=128
+// variant: bf16_skinny64 ELEM_BF16 BM=64 BN=64 BK=64 THREADS=128
+// variant: f16_skinny32 ELEM_F16 BM=64 BN=32 BK=64 THREADS=128
+// variant: bf16_skinny32 ELEM_BF16 BM=64 BN=32 BK=64 THREADS=128
 // (THREADS: invocations per workgroup, 256 unless given; 128 gives each invocation twice the
 // accumulator registers and may let more workgroups share a multiprocessor.)
 #ifdef ELEM_BF16
