@@ -80,6 +80,12 @@ CONFIGS = {
     "qwen3_moe_experts:qwen3_moe": dict(
         target_modules=["q_proj"], target_parameters=["experts.gate_up_proj", "experts.down_proj"]
     ),
+    # Llama 4's experts are stored in-out ([E, H, 2I], [E, I, H]) but its experts module does not
+    # say `is_transposed`, so PEFT reads them as [E, out, in] like the others: lora_A [E·r, 2I],
+    # lora_B [H, E·r] on gate_up_proj; the router (a Linear returning a tuple) is left alone.
+    "llama4_text_experts:llama4_text": dict(
+        target_modules=["q_proj", "o_proj"], target_parameters=["experts.gate_up_proj", "experts.down_proj"]
+    ),
     # One packed parameter (no nesting), Mixtral's w1/w3 stored per expert.
     "mixtral_experts:mixtral": dict(target_modules=["k_proj"], target_parameters=["gate_up_proj"]),
     # Encoders (masked LM, PEFT's BERT-family names): `dense` also matches the attention output,

@@ -44,6 +44,14 @@ fn qwen3_moe_target_parameters_experts() {
     check_fixture("qwen3_moe_experts", "qwen3_moe");
 }
 
+/// Llama 4's in-out packed experts (`gate_up_proj [E, H, 2I]`, `down_proj [E, I, H]`), which PEFT
+/// adapts in their stored layout as `[E, out, in]` (`lora_A [E·r, 2I]`, `lora_B [H, E·r]`),
+/// beside q_proj and o_proj; merged into the packed stored tensors.
+#[test]
+fn llama4_text_target_parameters_experts() {
+    check_fixture("llama4_text_experts", "llama4_text");
+}
+
 /// One targeted packed parameter (`gate_up_proj`: no nesting), merged into Mixtral's
 /// per-expert `w1`/`w3`.
 #[test]
@@ -94,9 +102,21 @@ lora_parity! {
 /// `tools/parity/peft_reference.py --check-adapter DIR ...`.)
 #[test]
 fn qwen3_moe_target_parameters_adapter_saves_as_peft() {
+    check_expert_adapter_saves_as_peft("qwen3_moe_experts", "qwen3_moe", "mlp");
+}
+
+/// [`qwen3_moe_target_parameters_adapter_saves_as_peft`] on Llama 4's in-out experts.
+#[test]
+fn llama4_text_target_parameters_adapter_saves_as_peft() {
+    check_expert_adapter_saves_as_peft("llama4_text_experts", "llama4_text", "feed_forward");
+}
+
+/// Loads the adapter `name` on the base fixture `base`, saves it and compares with PEFT's file;
+/// `mlp` is the name of the module that holds the experts.
+fn check_expert_adapter_saves_as_peft(name: &str, base: &str, mlp: &str) {
     use vkformers_models::lora::{attach, load_frozen, Adapter};
     use vkformers_tensor::Graph;
-    let (base, lora) = (fixtures().join("fixtures/qwen3_moe"), fixtures().join("fixtures_lora/qwen3_moe_experts"));
+    let (base, lora) = (fixtures().join("fixtures").join(base), fixtures().join("fixtures_lora").join(name));
     on_every_device("lora target_parameters save", |ctx| {
         let g = Graph::new(ctx);
         let adapter = Adapter::load(&lora).unwrap();
@@ -108,7 +128,8 @@ fn qwen3_moe_target_parameters_adapter_saves_as_peft() {
         let back = Adapter::load(&dir).unwrap();
         assert_eq!(back.config.target_parameters, adapter.config.target_parameters);
         assert_eq!(back.tensors.keys().collect::<Vec<_>>(), adapter.tensors.keys().collect::<Vec<_>>());
-        assert!(back.tensors.keys().any(|k| k.ends_with("mlp.experts.base_layer.lora_A.weight")));
+        let nested = format!("{mlp}.experts.base_layer.lora_A.weight");
+        assert!(back.tensors.keys().any(|k| k.ends_with(&nested)), "no `{nested}`");
         for (k, t) in &adapter.tensors {
             let b = &back.tensors[k];
             assert_eq!((&b.shape, &b.data), (&t.shape, &t.data), "{k}");

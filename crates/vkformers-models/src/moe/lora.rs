@@ -63,8 +63,8 @@ fn param_matches(param: &str, targets: &[String]) -> bool {
 
 /// The packed expert parameters `targets` selects, layer by layer in PEFT's order (each experts
 /// module's parameters as transformers declares them: gate_up, then down). An error when a
-/// target matches nothing, or matches a layout this LoRA does not take (gpt-oss's in-out
-/// biased experts, Llama 4's in-out experts, separate up stacks, a transposed down stack).
+/// target matches nothing, or matches a layout this LoRA does not take (gpt-oss's transposed
+/// biased experts, separate up stacks, a transposed down stack).
 pub fn expert_params(spec: &ModelSpec, w: &crate::decoder::Weights, targets: &[String]) -> Result<Vec<ExpertParam>> {
     expert_params_by(spec, targets, &|name: &str| w.get(name).map(|t| (t.rows(), t.last_dim())))
 }
@@ -102,10 +102,13 @@ fn expert_params_by(
         if hit.is_empty() {
             continue;
         }
-        if m.biased.is_some() || m.in_out || m.names.up.is_some() || m.down_transposed {
+        // PEFT reads a 3-D parameter as [E, out, in] unless its experts module says
+        // `is_transposed` (gpt-oss's biased experts do; Llama 4's in-out experts do not, so their
+        // `[E, H, 2I]` takes `B_e [H, r] · A_e [r, 2I]` in the stored layout, like any other).
+        if m.biased.is_some() || m.names.up.is_some() || m.down_transposed {
             return Err(ModelError::Unsupported(format!(
-                "LoRA target_parameters on `{}`: this model's experts are not stored [E, out, in] \
-                 (in-out, biased or split stacks); only that layout is supported",
+                "LoRA target_parameters on `{}`: this model's experts are stored transposed, biased or \
+                 as split stacks; only packed [E, d1, d2] stacks that PEFT adapts as [E, out, in] are supported",
                 hit[0]
             )));
         }
@@ -183,7 +186,8 @@ pub fn expert_weight(
     let (out, r) = (base.rows() / e, t.a.rows() / e);
     let a = shape::reshape(g, &t.a, &[e, r, inp])?;
     let b = shape::reshape(g, &t.b, &[e, out, r])?;
-    let delta = shape::reshape(g, &matmul::matmul(g, &b, &a)?, &[e * out, inp])?;
+    // In the stored shape ([E·out, in], or Llama 4's 3-D [E, out, in]).
+    let delta = shape::reshape(g, &matmul::matmul(g, &b, &a)?, base.shape())?;
     Ok(broadcast::add(g, base, &broadcast::scale(g, &delta, t.scale)?)?)
 }
 
