@@ -86,6 +86,14 @@ CONFIGS = {
     "llama4_text_experts:llama4_text": dict(
         target_modules=["q_proj", "o_proj"], target_parameters=["experts.gate_up_proj", "experts.down_proj"]
     ),
+    # JetMoE: the fused kv_proj and the attention router (Linear modules), and by
+    # target_parameters the attention experts' and the MLP's packed stacks
+    # (`self_attention.experts.{input,output}_linear.weight`, `mlp.{input,output}_linear.weight`:
+    # [E, out, in], one parameter per module, so no nesting).
+    "jetmoe_experts:jetmoe": dict(
+        target_modules=["kv_proj", "experts.router.layer"],
+        target_parameters=["input_linear.weight", "output_linear.weight"],
+    ),
     # One packed parameter (no nesting), Mixtral's w1/w3 stored per expert.
     "mixtral_experts:mixtral": dict(target_modules=["k_proj"], target_parameters=["gate_up_proj"]),
     # Encoders (masked LM, PEFT's BERT-family names): `dense` also matches the attention output,

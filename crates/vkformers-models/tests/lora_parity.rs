@@ -52,6 +52,14 @@ fn llama4_text_target_parameters_experts() {
     check_fixture("llama4_text_experts", "llama4_text");
 }
 
+/// JetMoE: the fused kv_proj and the attention router by name, and by target_parameters the
+/// attention experts' and the MLP's packed `[E, out, in]` stacks (`input_linear.weight`,
+/// `output_linear.weight`: one parameter per module, no nesting); merged into those stacks.
+#[test]
+fn jetmoe_attention_experts_target_parameters() {
+    check_fixture("jetmoe_experts", "jetmoe");
+}
+
 /// One targeted packed parameter (`gate_up_proj`: no nesting), merged into Mixtral's
 /// per-expert `w1`/`w3`.
 #[test]
@@ -102,18 +110,24 @@ lora_parity! {
 /// `tools/parity/peft_reference.py --check-adapter DIR ...`.)
 #[test]
 fn qwen3_moe_target_parameters_adapter_saves_as_peft() {
-    check_expert_adapter_saves_as_peft("qwen3_moe_experts", "qwen3_moe", "mlp");
+    check_expert_adapter_saves_as_peft("qwen3_moe_experts", "qwen3_moe", Some("mlp.experts.base_layer"));
 }
 
 /// [`qwen3_moe_target_parameters_adapter_saves_as_peft`] on Llama 4's in-out experts.
 #[test]
 fn llama4_text_target_parameters_adapter_saves_as_peft() {
-    check_expert_adapter_saves_as_peft("llama4_text_experts", "llama4_text", "feed_forward");
+    check_expert_adapter_saves_as_peft("llama4_text_experts", "llama4_text", Some("feed_forward.experts.base_layer"));
+}
+
+/// [`qwen3_moe_target_parameters_adapter_saves_as_peft`] on JetMoE's attention and MLP experts.
+#[test]
+fn jetmoe_target_parameters_adapter_saves_as_peft() {
+    check_expert_adapter_saves_as_peft("jetmoe_experts", "jetmoe", None);
 }
 
 /// Loads the adapter `name` on the base fixture `base`, saves it and compares with PEFT's file;
-/// `mlp` is the name of the module that holds the experts.
-fn check_expert_adapter_saves_as_peft(name: &str, base: &str, mlp: &str) {
+/// `nested` is a module path (ending) where PEFT nests a ParamWrapper, when it does.
+fn check_expert_adapter_saves_as_peft(name: &str, base: &str, nested: Option<&str>) {
     use vkformers_models::lora::{attach, load_frozen, Adapter};
     use vkformers_tensor::Graph;
     let (base, lora) = (fixtures().join("fixtures").join(base), fixtures().join("fixtures_lora").join(name));
@@ -128,8 +142,10 @@ fn check_expert_adapter_saves_as_peft(name: &str, base: &str, mlp: &str) {
         let back = Adapter::load(&dir).unwrap();
         assert_eq!(back.config.target_parameters, adapter.config.target_parameters);
         assert_eq!(back.tensors.keys().collect::<Vec<_>>(), adapter.tensors.keys().collect::<Vec<_>>());
-        let nested = format!("{mlp}.experts.base_layer.lora_A.weight");
-        assert!(back.tensors.keys().any(|k| k.ends_with(&nested)), "no `{nested}`");
+        if let Some(n) = nested {
+            let key = format!("{n}.lora_A.weight");
+            assert!(back.tensors.keys().any(|k| k.ends_with(&key)), "no `{key}`");
+        }
         for (k, t) in &adapter.tensors {
             let b = &back.tensors[k];
             assert_eq!((&b.shape, &b.data), (&t.shape, &t.data), "{k}");

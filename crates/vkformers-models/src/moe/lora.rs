@@ -6,7 +6,8 @@
 //! names (the shared expert's and a dense layer's MLP too); such module targets are refused
 //! rather than adapted differently. Other Linear modules (attention, Hunyuan's router `gate.wg`,
 //! Qwen2-MoE's `shared_expert_gate`, ...) are adapted. The packed expert tensors are adapted when
-//! named in `target_parameters` (`experts.gate_up_proj`, `experts.down_proj`), as PEFT's
+//! named in `target_parameters` (`experts.gate_up_proj`, `experts.down_proj`; JetMoE's
+//! `input_linear.weight` / `output_linear.weight`, of its attention and MLP experts), as PEFT's
 //! `ParamWrapper` does ([`ExpertParam`], [`expert_weight`]).
 
 use crate::error::{ModelError, Result};
@@ -61,28 +62,56 @@ fn param_matches(param: &str, targets: &[String]) -> bool {
     targets.iter().any(|t| param == t || param.ends_with(&format!(".{t}")))
 }
 
-/// The packed expert parameters `targets` selects, layer by layer in PEFT's order (each experts
-/// module's parameters as transformers declares them: gate_up, then down). An error when a
-/// target matches nothing, or matches a layout this LoRA does not take (gpt-oss's transposed
-/// biased experts, separate up stacks, a transposed down stack).
+/// The packed expert parameters `targets` selects, layer by layer in PEFT's module order (JetMoE's
+/// attention experts `input_linear`, `output_linear`; then the MLP's stacks as transformers
+/// declares them: gate_up, then down). An error when a target matches nothing, or matches a
+/// layout this LoRA does not take (gpt-oss's transposed biased experts, separate up stacks, a
+/// transposed down stack).
 pub fn expert_params(spec: &ModelSpec, w: &crate::decoder::Weights, targets: &[String]) -> Result<Vec<ExpertParam>> {
     expert_params_by(spec, targets, &|name: &str| w.get(name).map(|t| (t.rows(), t.last_dim())))
 }
 
 /// [`expert_params`] from the spec alone (no loaded weights: the host merge).
 pub fn expert_params_of_spec(spec: &ModelSpec, targets: &[String]) -> Result<Vec<ExpertParam>> {
-    let shapes: std::collections::HashMap<String, Vec<usize>> = spec
-        .layers
-        .iter()
-        .enumerate()
-        .filter_map(|(i, l)| if let MlpSpec::Moe(m) = &l.mlp { Some(m.params(i, spec.hidden)) } else { None })
-        .flatten()
-        .collect();
+    let mut shapes: std::collections::HashMap<String, Vec<usize>> = std::collections::HashMap::new();
+    for (i, l) in spec.layers.iter().enumerate() {
+        if let Some(a) = &l.attn.moa {
+            shapes.extend(a.params(i, spec.hidden, l.attn.kv_heads * l.attn.head_dim));
+        }
+        if let MlpSpec::Moe(m) = &l.mlp {
+            shapes.extend(m.params(i, spec.hidden));
+        }
+    }
     expert_params_by(spec, targets, &|name: &str| {
         let s = shapes.get(name).ok_or_else(|| ModelError::Weights(format!("no expert stack `{name}`")))?;
         let inp = *s.last().unwrap_or(&0);
         Ok((s.iter().product::<usize>() / inp.max(1), inp))
     })
+}
+
+/// The packed expert stacks of layer `i` that `targets` selects, `(name, experts)` in module
+/// order; an error when an MoE MLP stack in a layout this LoRA does not take is selected.
+fn layer_stacks(l: &crate::spec::LayerSpec, i: usize, targets: &[String]) -> Result<Vec<(String, usize)>> {
+    let mut stacks = Vec::new();
+    if let Some(a) = &l.attn.moa {
+        stacks.extend([&a.input, &a.output].map(|t| (layer_name(t, i), a.experts)));
+    }
+    if let MlpSpec::Moe(m) = &l.mlp {
+        let mlp = [&m.names.gate_up, &m.names.down].map(|t| layer_name(t, i));
+        // PEFT reads a 3-D parameter as [E, out, in] unless its experts module says
+        // `is_transposed` (gpt-oss's biased experts do; Llama 4's in-out experts do not, so their
+        // `[E, H, 2I]` takes `B_e [H, r] · A_e [r, 2I]` in the stored layout, like any other).
+        let odd = m.biased.is_some() || m.names.up.is_some() || m.down_transposed;
+        if let Some(hit) = mlp.iter().find(|n| odd && param_matches(n, targets)) {
+            return Err(ModelError::Unsupported(format!(
+                "LoRA target_parameters on `{hit}`: this model's experts are stored transposed, biased or \
+                 as split stacks; only packed [E, d1, d2] stacks that PEFT adapts as [E, out, in] are supported"
+            )));
+        }
+        stacks.extend(mlp.map(|n| (n, m.experts)));
+    }
+    stacks.retain(|(n, _)| param_matches(n, targets));
+    Ok(stacks)
 }
 
 /// [`expert_params`] with the `(rows, in)` of each stack from `shape_of`.
@@ -95,32 +124,20 @@ fn expert_params_by(
     if targets.is_empty() {
         return Ok(out);
     }
+    let module_of = |name: &str| name.rsplit_once('.').map_or(name.to_string(), |(m, _)| m.to_string());
     for (i, l) in spec.layers.iter().enumerate() {
-        let MlpSpec::Moe(m) = &l.mlp else { continue };
-        let (gate_up, down) = (layer_name(&m.names.gate_up, i), layer_name(&m.names.down, i));
-        let hit: Vec<&String> = [&gate_up, &down].into_iter().filter(|n| param_matches(n, targets)).collect();
-        if hit.is_empty() {
-            continue;
-        }
-        // PEFT reads a 3-D parameter as [E, out, in] unless its experts module says
-        // `is_transposed` (gpt-oss's biased experts do; Llama 4's in-out experts do not, so their
-        // `[E, H, 2I]` takes `B_e [H, r] · A_e [r, 2I]` in the stored layout, like any other).
-        if m.biased.is_some() || m.names.up.is_some() || m.down_transposed {
-            return Err(ModelError::Unsupported(format!(
-                "LoRA target_parameters on `{}`: this model's experts are stored transposed, biased or \
-                 as split stacks; only packed [E, d1, d2] stacks that PEFT adapts as [E, out, in] are supported",
-                hit[0]
-            )));
-        }
-        for (j, name) in hit.iter().enumerate() {
-            let (module, _) = name.rsplit_once('.').unwrap_or((name.as_str(), ""));
-            let module = format!("{module}{}", ".base_layer".repeat(hit.len() - 1 - j));
+        let hit = layer_stacks(l, i, targets)?;
+        for (j, (name, experts)) in hit.iter().enumerate() {
+            // PEFT nests one ParamWrapper per targeted parameter of a module, the first innermost:
+            // one `.base_layer` for each later parameter of the same module.
+            let module = module_of(name);
+            let later = hit[j + 1..].iter().filter(|(n, _)| module_of(n) == module).count();
             let (rows, inp) = shape_of(name)?;
             out.push(ExpertParam {
-                name: (*name).clone(),
-                module,
-                experts: m.experts,
-                out_features: rows / m.experts,
+                name: name.clone(),
+                module: format!("{module}{}", ".base_layer".repeat(later)),
+                experts: *experts,
+                out_features: rows / experts,
                 in_features: inp,
             });
         }
@@ -128,7 +145,8 @@ fn expert_params_by(
     if out.is_empty() {
         return Err(ModelError::Config(format!(
             "target_parameters {targets:?} match no packed expert parameter of this model \
-             (they are named like `experts.gate_up_proj`, `experts.down_proj`)"
+             (they are named like `experts.gate_up_proj`, `experts.down_proj`, or JetMoE's \
+             `input_linear.weight`, `output_linear.weight`)"
         )));
     }
     Ok(out)
