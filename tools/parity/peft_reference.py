@@ -86,6 +86,12 @@ CONFIGS = {
     "llama4_text_experts:llama4_text": dict(
         target_modules=["q_proj", "o_proj"], target_parameters=["experts.gate_up_proj", "experts.down_proj"]
     ),
+    # gpt-oss's experts module says `is_transposed`: PEFT adapts its [E, H, 2I] / [E, I, H] stacks
+    # in-out (lora_A [E·r, H], lora_B [2I, E·r]; the delta is (B_e A_e)ᵀ); the biases are not
+    # targeted (`experts.gate_up_proj` does not match `gate_up_proj_bias`).
+    "gpt_oss_experts:gpt_oss": dict(
+        target_modules=["q_proj"], target_parameters=["experts.gate_up_proj", "experts.down_proj"]
+    ),
     # JetMoE: the fused kv_proj and the attention router (Linear modules), and by
     # target_parameters the attention experts' and the MLP's packed stacks
     # (`self_attention.experts.{input,output}_linear.weight`, `mlp.{input,output}_linear.weight`:

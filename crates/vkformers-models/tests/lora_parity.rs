@@ -52,6 +52,19 @@ fn llama4_text_target_parameters_experts() {
     check_fixture("llama4_text_experts", "llama4_text");
 }
 
+/// gpt-oss's biased experts, stored `[E, in, out]` with `is_transposed`: PEFT adapts them in-out
+/// (`lora_A [E·r, H]`, `lora_B [2I, E·r]`, the delta `(B_e A_e)ᵀ`), beside q_proj.
+#[test]
+fn gpt_oss_target_parameters_transposed_experts() {
+    check_fixture("gpt_oss_experts", "gpt_oss");
+}
+
+/// [`qwen3_moe_target_parameters_adapter_saves_as_peft`] on gpt-oss's transposed experts.
+#[test]
+fn gpt_oss_target_parameters_adapter_saves_as_peft() {
+    check_expert_adapter_saves_as_peft("gpt_oss_experts", "gpt_oss", Some("mlp.experts.base_layer"));
+}
+
 /// JetMoE: the fused kv_proj and the attention router by name, and by target_parameters the
 /// attention experts' and the MLP's packed `[E, out, in]` stacks (`input_linear.weight`,
 /// `output_linear.weight`: one parameter per module, no nesting); merged into those stacks.

@@ -139,11 +139,13 @@ fn biased_experts(
 ) -> Result<Tensor> {
     let (e, h, inter) = (m.experts, xs.last_dim(), m.intermediate);
     let get = |t: &str| w.get(&layer_name(t, i));
-    let gate_up = shape::reshape(g, get(&m.names.gate_up)?, &[e * h, 2 * inter])?;
+    // The stacks with an adapter's LoRA delta where it targets them (target_parameters).
+    let stack = |t: &str| super::lora::expert_weight(g, w, &layer_name(t, i));
+    let gate_up = shape::reshape(g, &stack(&m.names.gate_up)?, &[e * h, 2 * inter])?;
     let bias = embedding::embedding(g, get(&b.gate_up_bias)?, &groups.expert)?;
     let gate_up = broadcast::add(g, &moe::grouped_matmul(g, xs, &gate_up, groups)?, &bias)?;
     let act = clamped_swiglu::clamped_swiglu(g, &gate_up, b.act)?;
-    let down = shape::reshape(g, get(&m.names.down)?, &[e * inter, h])?;
+    let down = shape::reshape(g, &stack(&m.names.down)?, &[e * inter, h])?;
     let bias = embedding::embedding(g, get(&b.down_bias)?, &groups.expert)?;
     Ok(broadcast::add(g, &moe::grouped_matmul(g, &act, &down, groups)?, &bias)?)
 }

@@ -46,7 +46,9 @@ pub fn refuse_parameter_targets(spec: &ModelSpec, targets: &Targets, matched: &[
 /// tensor `name` (`model.layers.{i}.mlp.experts.gate_up_proj`, held `[E·out, in]`, PEFT's
 /// `[E, out, in]`), and the PEFT module path its LoRA pair is saved under (the experts module,
 /// with one `.base_layer` per parameter of that module wrapped after it: PEFT nests one
-/// `ParamWrapper` per parameter, the first parameter innermost).
+/// `ParamWrapper` per parameter, the first parameter innermost). `transposed`: the stack is
+/// held `[E, in, out]` and its experts module says so (`is_transposed`, gpt-oss), so PEFT adapts
+/// it as such: `W'_e = W_e + scale · (B_e A_e)ᵀ`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ExpertParam {
     pub name: String,
@@ -54,6 +56,7 @@ pub struct ExpertParam {
     pub experts: usize,
     pub out_features: usize,
     pub in_features: usize,
+    pub transposed: bool,
 }
 
 /// Whether the full parameter name `param` matches a `target_parameters` entry (PEFT: equal, or
@@ -89,28 +92,30 @@ pub fn expert_params_of_spec(spec: &ModelSpec, targets: &[String]) -> Result<Vec
     })
 }
 
-/// The packed expert stacks of layer `i` that `targets` selects, `(name, experts)` in module
-/// order; an error when an MoE MLP stack in a layout this LoRA does not take is selected.
-fn layer_stacks(l: &crate::spec::LayerSpec, i: usize, targets: &[String]) -> Result<Vec<(String, usize)>> {
+/// The packed expert stacks of layer `i` that `targets` selects, `(name, experts, transposed)`
+/// in module order; an error when an MoE MLP stack in a layout this LoRA does not take is
+/// selected.
+fn layer_stacks(l: &crate::spec::LayerSpec, i: usize, targets: &[String]) -> Result<Vec<(String, usize, bool)>> {
     let mut stacks = Vec::new();
     if let Some(a) = &l.attn.moa {
-        stacks.extend([&a.input, &a.output].map(|t| (layer_name(t, i), a.experts)));
+        stacks.extend([&a.input, &a.output].map(|t| (layer_name(t, i), a.experts, false)));
     }
     if let MlpSpec::Moe(m) = &l.mlp {
         let mlp = [&m.names.gate_up, &m.names.down].map(|t| layer_name(t, i));
         // PEFT reads a 3-D parameter as [E, out, in] unless its experts module says
         // `is_transposed` (gpt-oss's biased experts do; Llama 4's in-out experts do not, so their
         // `[E, H, 2I]` takes `B_e [H, r] · A_e [r, 2I]` in the stored layout, like any other).
-        let odd = m.biased.is_some() || m.names.up.is_some() || m.down_transposed;
+        // (gpt-oss's `down_transposed` only sizes its in-out down stack.)
+        let odd = m.names.up.is_some() || (m.down_transposed && m.biased.is_none());
         if let Some(hit) = mlp.iter().find(|n| odd && param_matches(n, targets)) {
             return Err(ModelError::Unsupported(format!(
-                "LoRA target_parameters on `{hit}`: this model's experts are stored transposed, biased or \
-                 as split stacks; only packed [E, d1, d2] stacks that PEFT adapts as [E, out, in] are supported"
+                "LoRA target_parameters on `{hit}`: this model's experts are stored as split gate/up stacks \
+                 or a transposed down stack, which this LoRA does not adapt"
             )));
         }
-        stacks.extend(mlp.map(|n| (n, m.experts)));
+        stacks.extend(mlp.map(|n| (n, m.experts, m.biased.is_some())));
     }
-    stacks.retain(|(n, _)| param_matches(n, targets));
+    stacks.retain(|(n, _, _)| param_matches(n, targets));
     Ok(stacks)
 }
 
@@ -127,18 +132,20 @@ fn expert_params_by(
     let module_of = |name: &str| name.rsplit_once('.').map_or(name.to_string(), |(m, _)| m.to_string());
     for (i, l) in spec.layers.iter().enumerate() {
         let hit = layer_stacks(l, i, targets)?;
-        for (j, (name, experts)) in hit.iter().enumerate() {
+        for (j, (name, experts, transposed)) in hit.iter().enumerate() {
             // PEFT nests one ParamWrapper per targeted parameter of a module, the first innermost:
             // one `.base_layer` for each later parameter of the same module.
             let module = module_of(name);
-            let later = hit[j + 1..].iter().filter(|(n, _)| module_of(n) == module).count();
-            let (rows, inp) = shape_of(name)?;
+            let later = hit[j + 1..].iter().filter(|(n, _, _)| module_of(n) == module).count();
+            let (rows, last) = shape_of(name)?;
+            let (out_features, in_features) = if *transposed { (last, rows / experts) } else { (rows / experts, last) };
             out.push(ExpertParam {
                 name: name.clone(),
                 module: format!("{module}{}", ".base_layer".repeat(later)),
                 experts: *experts,
-                out_features: rows / experts,
-                in_features: inp,
+                out_features,
+                in_features,
+                transposed: *transposed,
             });
         }
     }
@@ -187,6 +194,35 @@ pub struct ExpertTerm {
     pub b: vkformers_tensor::Tensor,
     pub scale: f32,
     pub experts: usize,
+    /// The stack is `[E, in, out]` ([`ExpertParam::transposed`]): `a` is held `[E·in, r]`
+    /// ([`a_to_device`]) so that `(B_e A_e)ᵀ = A_eᵀ B_eᵀ` is one batched `matmul_nt`.
+    pub transposed: bool,
+}
+
+/// PEFT's `A [E·r, in]` as `[E·in, r]` (expert e's `A_eᵀ` a row block) for a transposed stack.
+pub fn a_to_device(a: &[f32], (experts, inp, r): (usize, usize, usize)) -> Vec<f32> {
+    let mut d = vec![0.0; a.len()];
+    for e in 0..experts {
+        for j in 0..r {
+            for i in 0..inp {
+                d[(e * inp + i) * r + j] = a[(e * r + j) * inp + i];
+            }
+        }
+    }
+    d
+}
+
+/// The inverse of [`a_to_device`].
+pub fn a_from_device(d: &[f32], (experts, inp, r): (usize, usize, usize)) -> Vec<f32> {
+    let mut a = vec![0.0; d.len()];
+    for e in 0..experts {
+        for j in 0..r {
+            for i in 0..inp {
+                a[(e * r + j) * inp + i] = d[(e * inp + i) * r + j];
+            }
+        }
+    }
+    a
 }
 
 /// The expert stack `name` `[E·out, in]` with its LoRA delta when the adapter has one, as PEFT's
@@ -200,17 +236,26 @@ pub fn expert_weight(
     use vkformers_tensor::ops::{broadcast, matmul, shape};
     let base = w.get(name)?;
     let Some(t) = w.lora().expert(name) else { return Ok(base.clone()) };
-    let (e, inp) = (t.experts, base.last_dim());
-    let (out, r) = (base.rows() / e, t.a.rows() / e);
-    let a = shape::reshape(g, &t.a, &[e, r, inp])?;
-    let b = shape::reshape(g, &t.b, &[e, out, r])?;
-    // In the stored shape ([E·out, in], or Llama 4's 3-D [E, out, in]).
-    let delta = shape::reshape(g, &matmul::matmul(g, &b, &a)?, base.shape())?;
+    let e = t.experts;
+    let r = t.b.last_dim();
+    let delta = if t.transposed {
+        // [E, in, r] · [E, out, r]ᵀ = [E, in, out], the stored layout.
+        let (inp, out) = (base.rows() / e, base.last_dim());
+        let a = shape::reshape(g, &t.a, &[e, inp, r])?;
+        matmul::matmul_nt(g, &a, &shape::reshape(g, &t.b, &[e, out, r])?)?
+    } else {
+        let (out, inp) = (base.rows() / e, base.last_dim());
+        let a = shape::reshape(g, &t.a, &[e, r, inp])?;
+        matmul::matmul(g, &shape::reshape(g, &t.b, &[e, out, r])?, &a)?
+    };
+    // In the stored shape ([E·out, in], or a 3-D [E, out, in] / [E, in, out]).
+    let delta = shape::reshape(g, &delta, base.shape())?;
     Ok(broadcast::add(g, base, &broadcast::scale(g, &delta, t.scale)?)?)
 }
 
-/// `scale · B_e A_e` of every expert as the stack `[E·out, in]` (f64), from PEFT's `A [E·r, in]`
-/// and `B [out, E·r]` (host merge: `W' = W + delta`, as PEFT's `ParamWrapper.merge`).
+/// `scale · B_e A_e` of every expert as the stack `[E·out, in]` (f64; transposed, `[E·in, out]`),
+/// from PEFT's `A [E·r, in]` and `B [out, E·r]` (host merge: `W' = W + delta`, as PEFT's
+/// `ParamWrapper.merge`).
 pub fn expert_delta(p: &ExpertParam, a: &[f32], b: &[f32], r: usize, scale: f64) -> Vec<f64> {
     let (e_n, out, inp) = (p.experts, p.out_features, p.in_features);
     let mut d = vec![0.0; e_n * out * inp];
@@ -219,7 +264,8 @@ pub fn expert_delta(p: &ExpertParam, a: &[f32], b: &[f32], r: usize, scale: f64)
             for i in 0..inp {
                 let s: f64 =
                     (0..r).map(|j| f64::from(b[o * r * e_n + j * e_n + e]) * f64::from(a[(e * r + j) * inp + i])).sum();
-                d[(e * out + o) * inp + i] = scale * s;
+                let at = if p.transposed { (e * inp + i) * out + o } else { (e * out + o) * inp + i };
+                d[at] = scale * s;
             }
         }
     }
