@@ -60,7 +60,13 @@ pub(super) fn attend_left_aligned(
 
 #[cfg(test)]
 mod tests {
-    use super::{left_pads, rotation};
+    use vkformers_kernels::testutil::{assert_close, f64s, Rng, TOL_F32};
+    use vkformers_tensor::ops::attention::{attention_chunked, AttnOptions};
+    use vkformers_tensor::ops::{broadcast, reduce};
+    use vkformers_tensor::{Graph, Tensor};
+    use vkformers_vk::testing::on_every_device;
+
+    use super::{attend_left_aligned, left_pads, rotation};
 
     #[test]
     fn rotations_move_real_tokens_to_column_zero_and_back() {
@@ -72,5 +78,64 @@ mod tests {
         for (dst, &src) in back.iter().enumerate() {
             assert_eq!(there[src as usize] as usize, dst);
         }
+    }
+
+    const T: usize = 7;
+    const W: usize = 2 * 4; // heads · head dim
+    const CHUNK: u32 = 3;
+
+    /// `o` of `attention_chunked` (chunks from column 0) on q, k, v `[1, n, 2, 4]` and the gradients
+    /// of `Σ o·c` to q, k, v.
+    fn unpadded(ctx: &vkformers_vk::Context, qkv: [&[f32]; 3], c: &[f32]) -> vkformers_vk::Result<Vec<Vec<f32>>> {
+        let g = Graph::new(ctx);
+        let n = c.len() / W;
+        let p: Vec<Tensor> = qkv.iter().map(|x| g.parameter(x, &[1, n, 2, 4])).collect::<Result<_, _>>()?;
+        let o = attention_chunked(&g, &p[0], &p[1], &p[2], &AttnOptions::default(), CHUNK)?;
+        g.backward(&reduce::sum(&g, &broadcast::mul(&g, &o, &g.constant(c, &[1, n, 2, 4])?)?)?)?;
+        let mut out = vec![g.read(&o)?];
+        for t in &p {
+            out.push(g.read(&t.grad().expect("a gradient"))?);
+        }
+        Ok(out)
+    }
+
+    /// A row left-padded by 2 (not a multiple of the chunk of 3) attends, forward and backward,
+    /// as the same tokens unpadded; its pad columns get no key gradient.
+    #[test]
+    fn left_padded_rows_attend_as_the_same_rows_unpadded() {
+        on_every_device("left-aligned chunked attention", |ctx| {
+            let mask: Vec<i32> = [[0, 0, 1, 1, 1, 1, 1], [1; T]].concat();
+            let mut rng = Rng::new(5);
+            let qkv: Vec<Vec<f32>> = (0..3).map(|_| rng.vec(2 * T * W, 1.0)).collect();
+            // The upstream gradient is zero on pad rows (no label reads them).
+            let c: Vec<f32> = rng
+                .vec(2 * T * W, 1.0)
+                .iter()
+                .zip(mask.iter().flat_map(|&m| [m; W]))
+                .map(|(x, m)| x * m as f32)
+                .collect();
+            let g = Graph::new(ctx);
+            let p: Vec<Tensor> = qkv.iter().map(|x| g.parameter(x, &[2, T, 2, 4])).collect::<Result<_, _>>()?;
+            let o = attend_left_aligned(&g, (&p[0], &p[1], &p[2]), &AttnOptions::default(), CHUNK, &mask)
+                .map_err(|e| vkformers_vk::VkError::Kernel { kernel: "left-aligned".into(), message: e.to_string() })?;
+            g.backward(&reduce::sum(&g, &broadcast::mul(&g, &o, &g.constant(&c, &[2, T, 2, 4])?)?)?)?;
+            let mut got = vec![g.read(&o)?];
+            for t in &p {
+                got.push(g.read(&t.grad().expect("a gradient"))?);
+            }
+            for (row, pad) in [(0, 2), (1, 0)] {
+                let real = (row * T + pad) * W..(row + 1) * T * W;
+                let part = |x: &Vec<f32>| x[real.clone()].to_vec();
+                let want = unpadded(ctx, [&part(&qkv[0]), &part(&qkv[1]), &part(&qkv[2])], &part(&c))?;
+                for (name, (got, want)) in ["o", "dq", "dk", "dv"].iter().zip(got.iter().zip(&want)) {
+                    assert_close(&format!("row {row} {name}"), &part(got), &f64s(want), TOL_F32);
+                }
+                let pads = (row * T * W)..(row * T + pad) * W;
+                for name in [2, 3] {
+                    assert!(got[name][pads.clone()].iter().all(|&x| x == 0.0), "row {row}: pad key gradient");
+                }
+            }
+            Ok(())
+        });
     }
 }
