@@ -67,9 +67,8 @@ fn param_matches(param: &str, targets: &[String]) -> bool {
 
 /// The packed expert parameters `targets` selects, layer by layer in PEFT's module order (JetMoE's
 /// attention experts `input_linear`, `output_linear`; then the MLP's stacks as transformers
-/// declares them: gate_up, then down). An error when a target matches nothing, or matches a
-/// layout this LoRA does not take (gpt-oss's transposed biased experts, separate up stacks, a
-/// transposed down stack).
+/// declares them: gate_up, then down). An error when a target matches nothing or DBRX's
+/// stacks.
 pub fn expert_params(spec: &ModelSpec, w: &crate::decoder::Weights, targets: &[String]) -> Result<Vec<ExpertParam>> {
     expert_params_by(spec, targets, &|name: &str| w.get(name).map(|t| (t.rows(), t.last_dim())))
 }
@@ -93,24 +92,24 @@ pub fn expert_params_of_spec(spec: &ModelSpec, targets: &[String]) -> Result<Vec
 }
 
 /// The packed expert stacks of layer `i` that `targets` selects, `(name, experts, transposed)`
-/// in module order; an error when an MoE MLP stack in a layout this LoRA does not take is
-/// selected.
+/// in module order.
 fn layer_stacks(l: &crate::spec::LayerSpec, i: usize, targets: &[String]) -> Result<Vec<(String, usize, bool)>> {
     let mut stacks = Vec::new();
     if let Some(a) = &l.attn.moa {
         stacks.extend([&a.input, &a.output].map(|t| (layer_name(t, i), a.experts, false)));
     }
     if let MlpSpec::Moe(m) = &l.mlp {
-        let mlp = [&m.names.gate_up, &m.names.down].map(|t| layer_name(t, i));
         // PEFT reads a 3-D parameter as [E, out, in] unless its experts module says
         // `is_transposed` (gpt-oss's biased experts do; Llama 4's in-out experts do not, so their
         // `[E, H, 2I]` takes `B_e [H, r] · A_e [r, 2I]` in the stored layout, like any other).
-        // (gpt-oss's `down_transposed` only sizes its in-out down stack.)
-        let odd = m.names.up.is_some() || (m.down_transposed && m.biased.is_none());
-        if let Some(hit) = mlp.iter().find(|n| odd && param_matches(n, targets)) {
+        let mlp = [&m.names.gate_up, &m.names.down].map(|t| layer_name(t, i));
+        // DBRX's separate 2-D stacks (`w1`, `v1`, `w2`): PEFT wraps the module transformers'
+        // DbrxExperts reads them from (`self.mlp.v1`), which then fails in PEFT itself.
+        let up = m.names.up.iter().map(|t| layer_name(t, i));
+        if let Some(hit) = up.clone().chain(mlp.clone()).find(|n| m.names.up.is_some() && param_matches(n, targets)) {
             return Err(ModelError::Unsupported(format!(
-                "LoRA target_parameters on `{hit}`: this model's experts are stored as split gate/up stacks \
-                 or a transposed down stack, which this LoRA does not adapt"
+                "LoRA target_parameters on `{hit}`: DBRX's expert stacks, which PEFT 0.21 cannot run either \
+                 (its ParamWrapper hides `mlp.v1` from transformers' DbrxExperts)"
             )));
         }
         stacks.extend(mlp.map(|n| (n, m.experts, m.biased.is_some())));
