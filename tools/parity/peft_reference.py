@@ -80,6 +80,26 @@ CONFIGS = {
     "qwen3_moe_experts:qwen3_moe": dict(
         target_modules=["q_proj"], target_parameters=["experts.gate_up_proj", "experts.down_proj"]
     ),
+    # Llama 4's experts are stored in-out ([E, H, 2I], [E, I, H]) but its experts module does not
+    # say `is_transposed`, so PEFT reads them as [E, out, in] like the others: lora_A [E·r, 2I],
+    # lora_B [H, E·r] on gate_up_proj; the router (a Linear returning a tuple) is left alone.
+    "llama4_text_experts:llama4_text": dict(
+        target_modules=["q_proj", "o_proj"], target_parameters=["experts.gate_up_proj", "experts.down_proj"]
+    ),
+    # gpt-oss's experts module says `is_transposed`: PEFT adapts its [E, H, 2I] / [E, I, H] stacks
+    # in-out (lora_A [E·r, H], lora_B [2I, E·r]; the delta is (B_e A_e)ᵀ); the biases are not
+    # targeted (`experts.gate_up_proj` does not match `gate_up_proj_bias`).
+    "gpt_oss_experts:gpt_oss": dict(
+        target_modules=["q_proj"], target_parameters=["experts.gate_up_proj", "experts.down_proj"]
+    ),
+    # JetMoE: the fused kv_proj and the attention router (Linear modules), and by
+    # target_parameters the attention experts' and the MLP's packed stacks
+    # (`self_attention.experts.{input,output}_linear.weight`, `mlp.{input,output}_linear.weight`:
+    # [E, out, in], one parameter per module, so no nesting).
+    "jetmoe_experts:jetmoe": dict(
+        target_modules=["kv_proj", "experts.router.layer"],
+        target_parameters=["input_linear.weight", "output_linear.weight"],
+    ),
     # One packed parameter (no nesting), Mixtral's w1/w3 stored per expert.
     "mixtral_experts:mixtral": dict(target_modules=["k_proj"], target_parameters=["gate_up_proj"]),
     # Encoders (masked LM, PEFT's BERT-family names): `dense` also matches the attention output,

@@ -15,6 +15,7 @@ use crate::error::{ModelError, Result};
 use crate::spec::{layer_name, AttnSpec, LayerSpec, MlpSpec, ModelSpec, Norm, PositionIds, QkNormAt, Residual};
 
 mod grouped;
+mod left_aligned;
 mod longcat;
 mod mla;
 mod moa;
@@ -99,6 +100,12 @@ struct Inputs<'c> {
     pos: Tensor,
     /// The same position ids on the host `[B·T]` (position-dependent query scales).
     host_pos: Vec<i32>,
+    /// Each token's column in its row, padding included `[B·T]`: transformers' Llama 4
+    /// temperature counts these (`arange(T) + past_seen_tokens`), not the position ids.
+    host_cols: Vec<i32>,
+    /// Without a cache: the padding mask `[B·T]` on the host (chunked attention over left
+    /// padding); empty with a cache, which counts each row's positions itself.
+    host_mask: Vec<i32>,
     /// The largest position id plus one (LongRoPE picks its factors by it, as transformers).
     seq_len: usize,
     /// With a cache: the new columns' mask `[B·T]`; new keys and values join the cache and
@@ -162,6 +169,8 @@ fn batch_inputs<'c>(
         kmask: key_mask(g, batch.mask, (b, t))?,
         pos: g.ints(&pos, &[b, t])?,
         host_pos: pos.clone(),
+        host_cols: (0..b * t).map(|i| (i % t) as i32).collect(),
+        host_mask: batch.mask.to_vec(),
         seq_len: seq_len(&pos),
         cache: None,
         freqs: RefCell::default(),
@@ -307,6 +316,8 @@ fn cached(
         // Uploaded with the cache's tables: one upload fewer a step.
         pos: cache.step_positions(g, (b, t))?,
         host_pos: pos.clone(),
+        host_cols: cache.columns(t),
+        host_mask: Vec::new(),
         seq_len: seq_len(&pos),
         cache: Some((cache, batch.mask)),
         freqs: RefCell::default(),
@@ -483,6 +494,8 @@ fn owned_for_layers(spec: &ModelSpec, w: &Weights, inp: &Inputs<'_>) -> LayerCtx
         kmask: inp.kmask.clone(),
         pos: inp.pos.clone(),
         host_pos: inp.host_pos.clone(),
+        host_cols: inp.host_cols.clone(),
+        host_mask: inp.host_mask.clone(),
         seq_len: inp.seq_len,
         cache: None,
         freqs: RefCell::new(inp.freqs.borrow().clone()),
@@ -816,11 +829,9 @@ fn self_attention(
     if let Some((beta, original)) = a.q_position_scale {
         // [B, T, 1, 1] in f32 as `1 + beta * torch.log(1 + torch.floor(pos / original))`.
         let shift = a.q_position_shift;
-        let s: Vec<f32> = inp
-            .host_pos
-            .iter()
-            .map(|&p| 1.0 + beta * (1.0 + ((p + shift) as f32 / original as f32).floor()).ln())
-            .collect();
+        let pos = if a.q_position_by_column { &inp.host_cols } else { &inp.host_pos };
+        let s: Vec<f32> =
+            pos.iter().map(|&p| 1.0 + beta * (1.0 + ((p + shift) as f32 / original as f32).floor()).ln()).collect();
         q = broadcast::mul(g, &q, &g.constant(&s, &[b, t, 1, 1])?)?;
     }
     if let (Some(qk), QkNormAt::HeadsAfterRope) = (&a.qk_norm, a.qk_norm_at) {
@@ -857,8 +868,10 @@ fn attend(
         sinks: a.sinks.as_ref().map(|t| w.get(&layer_name(t, i)).cloned()).transpose()?,
     };
     let chunk = a.chunk.unwrap_or(0);
+    let left_padded = chunk > 0 && left_aligned::left_pads(&inp.host_mask, q.shape()[1]).iter().any(|&p| p > 0);
     Ok(match inp.cache {
         Some((cache, _)) => cache.attend_chunked(g, i, (q, k, v), opts, chunk)?,
+        None if left_padded => left_aligned::attend_left_aligned(g, (q, k, v), &opts, chunk, &inp.host_mask)?,
         None => attention_chunked(g, q, k, v, &opts, chunk)?,
     })
 }

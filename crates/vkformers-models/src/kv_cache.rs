@@ -260,6 +260,14 @@ impl KvCache {
         out
     }
 
+    /// Each of `t` new columns' index in its row, padding included (`[B·T]`, the selected rows):
+    /// transformers' Llama 4 temperature counts these (`arange(T) + past_seen_tokens`).
+    pub(crate) fn columns(&self, t: usize) -> Vec<i32> {
+        let cols = self.cols.borrow();
+        let rows = self.selected.borrow();
+        rows.iter().flat_map(|&r| (cols[r]..cols[r] + t).map(|c| c as i32)).collect()
+    }
+
     /// Prepares a forward of `t` new columns (mask `[B·T]`, left-padded) on the selected rows:
     /// gives back blocks no new query can see, takes blocks for the positions to store, and
     /// uploads each group's block table, lengths and store slots.

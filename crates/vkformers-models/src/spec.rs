@@ -88,6 +88,9 @@ pub struct AttnSpec {
     /// Added to the position in that scale (Llama 4's `floor((pos + 1) / floor_scale)`: 1); 0
     /// otherwise.
     pub q_position_shift: i32,
+    /// That scale's pos is the column, padding included (Llama 4: transformers counts
+    /// `arange(T) + past_seen_tokens`), not the position id (Ministral 3).
+    pub q_position_by_column: bool,
     /// Chunked local attention (Llama 4's chunked layers): key j is visible to the query at p only
     /// when `floor(j / C) == floor(p / C)`; `None` = off.
     pub chunk: Option<u32>,
@@ -197,6 +200,7 @@ impl AttnSpec {
             clip_qkv: None,
             q_position_scale: None,
             q_position_shift: 0,
+            q_position_by_column: false,
             chunk: None,
             out_norm: None,
             sliding_window: None,

@@ -44,6 +44,35 @@ fn qwen3_moe_target_parameters_experts() {
     check_fixture("qwen3_moe_experts", "qwen3_moe");
 }
 
+/// Llama 4's in-out packed experts (`gate_up_proj [E, H, 2I]`, `down_proj [E, I, H]`), which PEFT
+/// adapts in their stored layout as `[E, out, in]` (`lora_A [E·r, 2I]`, `lora_B [H, E·r]`),
+/// beside q_proj and o_proj; merged into the packed stored tensors.
+#[test]
+fn llama4_text_target_parameters_experts() {
+    check_fixture("llama4_text_experts", "llama4_text");
+}
+
+/// gpt-oss's biased experts, stored `[E, in, out]` with `is_transposed`: PEFT adapts them in-out
+/// (`lora_A [E·r, H]`, `lora_B [2I, E·r]`, the delta `(B_e A_e)ᵀ`), beside q_proj.
+#[test]
+fn gpt_oss_target_parameters_transposed_experts() {
+    check_fixture("gpt_oss_experts", "gpt_oss");
+}
+
+/// [`qwen3_moe_target_parameters_adapter_saves_as_peft`] on gpt-oss's transposed experts.
+#[test]
+fn gpt_oss_target_parameters_adapter_saves_as_peft() {
+    check_expert_adapter_saves_as_peft("gpt_oss_experts", "gpt_oss", Some("mlp.experts.base_layer"));
+}
+
+/// JetMoE: the fused kv_proj and the attention router by name, and by target_parameters the
+/// attention experts' and the MLP's packed `[E, out, in]` stacks (`input_linear.weight`,
+/// `output_linear.weight`: one parameter per module, no nesting); merged into those stacks.
+#[test]
+fn jetmoe_attention_experts_target_parameters() {
+    check_fixture("jetmoe_experts", "jetmoe");
+}
+
 /// One targeted packed parameter (`gate_up_proj`: no nesting), merged into Mixtral's
 /// per-expert `w1`/`w3`.
 #[test]
@@ -94,9 +123,27 @@ lora_parity! {
 /// `tools/parity/peft_reference.py --check-adapter DIR ...`.)
 #[test]
 fn qwen3_moe_target_parameters_adapter_saves_as_peft() {
+    check_expert_adapter_saves_as_peft("qwen3_moe_experts", "qwen3_moe", Some("mlp.experts.base_layer"));
+}
+
+/// [`qwen3_moe_target_parameters_adapter_saves_as_peft`] on Llama 4's in-out experts.
+#[test]
+fn llama4_text_target_parameters_adapter_saves_as_peft() {
+    check_expert_adapter_saves_as_peft("llama4_text_experts", "llama4_text", Some("feed_forward.experts.base_layer"));
+}
+
+/// [`qwen3_moe_target_parameters_adapter_saves_as_peft`] on JetMoE's attention and MLP experts.
+#[test]
+fn jetmoe_target_parameters_adapter_saves_as_peft() {
+    check_expert_adapter_saves_as_peft("jetmoe_experts", "jetmoe", None);
+}
+
+/// Loads the adapter `name` on the base fixture `base`, saves it and compares with PEFT's file;
+/// `nested` is a module path (ending) where PEFT nests a ParamWrapper, when it does.
+fn check_expert_adapter_saves_as_peft(name: &str, base: &str, nested: Option<&str>) {
     use vkformers_models::lora::{attach, load_frozen, Adapter};
     use vkformers_tensor::Graph;
-    let (base, lora) = (fixtures().join("fixtures/qwen3_moe"), fixtures().join("fixtures_lora/qwen3_moe_experts"));
+    let (base, lora) = (fixtures().join("fixtures").join(base), fixtures().join("fixtures_lora").join(name));
     on_every_device("lora target_parameters save", |ctx| {
         let g = Graph::new(ctx);
         let adapter = Adapter::load(&lora).unwrap();
@@ -108,7 +155,10 @@ fn qwen3_moe_target_parameters_adapter_saves_as_peft() {
         let back = Adapter::load(&dir).unwrap();
         assert_eq!(back.config.target_parameters, adapter.config.target_parameters);
         assert_eq!(back.tensors.keys().collect::<Vec<_>>(), adapter.tensors.keys().collect::<Vec<_>>());
-        assert!(back.tensors.keys().any(|k| k.ends_with("mlp.experts.base_layer.lora_A.weight")));
+        if let Some(n) = nested {
+            let key = format!("{n}.lora_A.weight");
+            assert!(back.tensors.keys().any(|k| k.ends_with(&key)), "no `{key}`");
+        }
         for (k, t) in &adapter.tensors {
             let b = &back.tensors[k];
             assert_eq!((&b.shape, &b.data), (&t.shape, &t.data), "{k}");

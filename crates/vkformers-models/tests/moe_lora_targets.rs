@@ -2,6 +2,7 @@
 //! (`w1`/`w2`/`w3`, `gate_proj`/`up_proj`/`down_proj`, `gate`), listed or matched through
 //! `all-linear`, are refused; attention, Qwen2-MoE's `shared_expert_gate` and Hunyuan's router
 //! `wg` (Linear modules PEFT keeps) are targeted. On a dense model `gate_proj` stays a module.
+//! DBRX's expert stacks are refused as `target_parameters`.
 
 use std::path::PathBuf;
 
@@ -42,6 +43,25 @@ fn expert_and_router_parameter_targets_are_refused_on_moe_models() {
         );
         let llama = Model::load(&g, &fixture("llama")).unwrap();
         assert_eq!(lora::target_modules(&llama, &names(&["gate_proj"])).unwrap().len(), 2);
+        Ok(())
+    });
+}
+
+/// DBRX's separate expert stacks by `target_parameters` are refused (PEFT 0.21 cannot run them
+/// either); gpt-oss's transposed stacks are taken.
+#[test]
+fn dbrx_target_parameters_are_refused() {
+    on_every_device("moe lora target_parameters", |ctx| {
+        let g = Graph::new(ctx);
+        let mut config = names(&["out_proj"]);
+        config.target_parameters = vec!["experts.mlp.v1".into()];
+        let dbrx = Model::load(&g, &fixture("dbrx")).unwrap();
+        let err = lora::new_adapter(&dbrx, config, 0).unwrap_err().to_string();
+        assert!(err.contains("DBRX"), "{err}");
+        let mut config = names(&["q_proj"]);
+        config.target_parameters = vec!["experts.gate_up_proj".into()];
+        let gpt_oss = Model::load(&g, &fixture("gpt_oss")).unwrap();
+        assert!(lora::new_adapter(&gpt_oss, config, 0).is_ok());
         Ok(())
     });
 }

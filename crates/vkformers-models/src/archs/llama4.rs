@@ -158,6 +158,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
         if c.attn_temperature_tuning && !use_rope {
             a.q_position_scale = Some((c.attn_scale as f32, c.floor_scale.max(1)));
             a.q_position_shift = 1;
+            a.q_position_by_column = true;
         }
         l.mlp = if moe_layers.contains(&i) { MlpSpec::Moe(Box::new(moe.clone())) } else { dense.clone() };
     }

@@ -68,7 +68,9 @@ pub(super) fn attention(
     let groups = moe::group(g, &choice.ids, m.experts)?;
     // Queries per assignment (token·k + slot) [n·k, kv·D], then heads in (head, slot) order.
     let xs = embedding::embedding(g, h, &groups.token)?;
-    let q_sorted = moe::grouped_linear(g, &xs, w.get(&layer_name(&m.input, i))?, &groups)?;
+    // The packed stacks with an adapter's LoRA delta where it targets them (target_parameters).
+    let stack = |t: &str| crate::moe::lora::expert_weight(g, w, &layer_name(t, i));
+    let q_sorted = moe::grouped_linear(g, &xs, &stack(&m.input)?, &groups)?;
     let q = embedding::embedding(g, &q_sorted, &groups.slot)?;
     let q = reorder(g, &shape::reshape(g, &q, &[n * k * kv, d])?, (n, k, kv), true)?;
     let mut q = shape::reshape(g, &q, &[b, t, k * kv, d])?;
@@ -85,7 +87,7 @@ pub(super) fn attention(
     let o = reorder(g, &shape::reshape(g, &o, &[n * k * kv, d])?, (n, k, kv), false)?;
     let o = shape::reshape(g, &o, &[n * k, kv * d])?;
     let o_sorted = scatter::scatter_rows(g, &o, &groups.slot, n * k)?;
-    let y_sorted = moe::grouped_linear(g, &o_sorted, w.get(&layer_name(&m.output, i))?, &groups)?;
+    let y_sorted = moe::grouped_linear(g, &o_sorted, &stack(&m.output)?, &groups)?;
     // Each token's weighted sum over its k experts: [n, 1, k] · [n, k, H].
     let per = shape::reshape(g, &embedding::embedding(g, &y_sorted, &groups.slot)?, &[n, k, hidden])?;
     let wk = shape::reshape(g, &weights, &[n, 1, k])?;

@@ -15,7 +15,9 @@ use crate::lora::config::{LoraConfig, Targets, SEQ_CLS, TOKEN_CLS};
 use crate::lora::dropout_keys::{module_seed, with_layout, RowLayout, SampleKeys};
 use crate::lora::modules::{linear_modules, targeted, LinearModule};
 use crate::model::Model;
-use crate::moe::lora::{b_from_device, b_to_device, expert_params, ExpertParam, ExpertTerm};
+use crate::moe::lora::{
+    a_from_device, a_to_device, b_from_device, b_to_device, expert_params, ExpertParam, ExpertTerm,
+};
 use crate::weights::HostTensor;
 
 /// The LoRA term of one internal projection weight: `scale · dropout(x) Aᵀ Bᵀ`, with
@@ -151,7 +153,8 @@ pub struct LoraParams {
     b: Vec<Vec<Tensor>>,
     /// `modules_to_save` tensors by their stored (HF) name.
     saved: Vec<(String, Tensor)>,
-    /// Packed expert parameters (`target_parameters`) with their device `A [E·r, in]` and
+    /// Packed expert parameters (`target_parameters`) with their device `A [E·r, in]` (a
+    /// transposed stack's `[E·in, r]`, see `moe::lora::a_to_device`) and
     /// `B [E·out, r]` (PEFT's B permuted, see `moe::lora::b_to_device`).
     experts: Vec<(ExpertParam, Tensor, Tensor)>,
 }
@@ -306,10 +309,16 @@ fn attach_experts(
     let mut out = Vec::new();
     for p in params {
         let (a, b) = adapter.expert_pair(&p)?;
-        let a = g.parameter(&a.data, &a.shape)?;
+        let a = if p.transposed {
+            let a = a_to_device(&a.data, (p.experts, p.in_features, config.r));
+            g.parameter(&a, &[p.experts * p.in_features, config.r])?
+        } else {
+            g.parameter(&a.data, &a.shape)?
+        };
         let dims = (p.experts, p.out_features, config.r);
         let b = g.parameter(&b_to_device(&b.data, dims), &[p.experts * p.out_features, config.r])?;
-        let term = ExpertTerm { a: a.clone(), b: b.clone(), scale: config.scale(), experts: p.experts };
+        let (scale, experts, transposed) = (config.scale(), p.experts, p.transposed);
+        let term = ExpertTerm { a: a.clone(), b: b.clone(), scale, experts, transposed };
         terms.experts.insert(p.name.clone(), term);
         out.push((p, a, b));
     }
@@ -430,7 +439,11 @@ impl LoraParams {
         for (p, a, b) in &self.experts {
             let (ka, kb) = (lora_key(&p.module, 'A'), lora_key(&p.module, 'B'));
             let er = p.experts * r;
-            out.push(HostTensor { name: ka.clone(), shape: vec![er, p.in_features], data: read(a, &ka)? });
+            let mut data = read(a, &ka)?;
+            if p.transposed {
+                data = a_from_device(&data, (p.experts, p.in_features, r));
+            }
+            out.push(HostTensor { name: ka, shape: vec![er, p.in_features], data });
             let data = b_from_device(&read(b, &kb)?, (p.experts, p.out_features, r));
             out.push(HostTensor { name: kb, shape: vec![p.out_features, er], data });
         }

@@ -43,7 +43,11 @@ pub fn merged_tensors(model_dir: &Path, adapter: &Adapter) -> Result<Vec<(vkform
     let mut out = Vec::new();
     for info in file.tensors() {
         let mut data = file.tensor_f32(&info.name).map_err(io)?;
-        if let Some(d) = expert_deltas.remove(&info.name) {
+        // A packed stack stored as `<module>.weight` (JetMoE's `input_linear.weight`) has its
+        // expert delta; its module's LoRA pair is that of the experts, not a Linear's.
+        let expert = expert_deltas.remove(&info.name);
+        let is_expert = expert.is_some();
+        if let Some(d) = expert {
             if d.len() != data.len() {
                 return Err(ModelError::Weights(format!(
                     "`{}`: {} values, its expert delta {}",
@@ -58,7 +62,7 @@ pub fn merged_tensors(model_dir: &Path, adapter: &Adapter) -> Result<Vec<(vkform
             data.clone_from(&t.data);
             used.insert(t.name.clone());
         }
-        if let Some(module) = info.name.strip_suffix(".weight") {
+        if let Some(module) = info.name.strip_suffix(".weight").filter(|_| !is_expert) {
             let module = spec.module_path(module);
             let (ka, kb) = (lora_key(&module, 'A'), lora_key(&module, 'B'));
             if let (Some(a), Some(b)) = (adapter.tensors.get(&ka), adapter.tensors.get(&kb)) {

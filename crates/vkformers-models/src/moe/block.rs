@@ -99,16 +99,16 @@ pub(crate) fn block(
 /// packed (or separate gate and up) stacks, the down stack as stored or transposed.
 fn experts(g: &Graph<'_>, w: &Weights, m: &MoeSpec, i: usize, xs: &Tensor, groups: &moe::Groups) -> Result<Tensor> {
     let names = &m.names;
+    // A packed parameter an adapter targets comes with its LoRA delta (target_parameters).
+    let stack = |name: &str| super::lora::expert_weight(g, w, &layer_name(name, i));
     if m.in_out {
         // [E, H, 2I] as [E·H, 2I] and [E, I, H] as [E·I, H]: each expert's block used as stored.
         let (e, h, inter) = (m.experts, xs.last_dim(), m.intermediate);
-        let gate_up = shape::reshape(g, w.get(&layer_name(&names.gate_up, i))?, &[e * h, 2 * inter])?;
+        let gate_up = shape::reshape(g, &stack(&names.gate_up)?, &[e * h, 2 * inter])?;
         let act = glu::glu_fused(g, &moe::grouped_matmul(g, xs, &gate_up, groups)?, m.glu)?;
-        let down = shape::reshape(g, w.get(&layer_name(&names.down, i))?, &[e * inter, h])?;
+        let down = shape::reshape(g, &stack(&names.down)?, &[e * inter, h])?;
         return Ok(moe::grouped_matmul(g, &act, &down, groups)?);
     }
-    // A packed parameter an adapter targets comes with its LoRA delta (target_parameters).
-    let stack = |name: &str| super::lora::expert_weight(g, w, &layer_name(name, i));
     let gate_up = moe::grouped_linear(g, xs, &stack(&names.gate_up)?, groups)?;
     let act = match &names.up {
         Some(up) => {
@@ -139,11 +139,13 @@ fn biased_experts(
 ) -> Result<Tensor> {
     let (e, h, inter) = (m.experts, xs.last_dim(), m.intermediate);
     let get = |t: &str| w.get(&layer_name(t, i));
-    let gate_up = shape::reshape(g, get(&m.names.gate_up)?, &[e * h, 2 * inter])?;
+    // The stacks with an adapter's LoRA delta where it targets them (target_parameters).
+    let stack = |t: &str| super::lora::expert_weight(g, w, &layer_name(t, i));
+    let gate_up = shape::reshape(g, &stack(&m.names.gate_up)?, &[e * h, 2 * inter])?;
     let bias = embedding::embedding(g, get(&b.gate_up_bias)?, &groups.expert)?;
     let gate_up = broadcast::add(g, &moe::grouped_matmul(g, xs, &gate_up, groups)?, &bias)?;
     let act = clamped_swiglu::clamped_swiglu(g, &gate_up, b.act)?;
-    let down = shape::reshape(g, get(&m.names.down)?, &[e * inter, h])?;
+    let down = shape::reshape(g, &stack(&m.names.down)?, &[e * inter, h])?;
     let bias = embedding::embedding(g, get(&b.down_bias)?, &groups.expert)?;
     Ok(broadcast::add(g, &moe::grouped_matmul(g, &act, &down, groups)?, &bias)?)
 }

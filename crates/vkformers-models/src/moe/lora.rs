@@ -6,7 +6,8 @@
 //! names (the shared expert's and a dense layer's MLP too); such module targets are refused
 //! rather than adapted differently. Other Linear modules (attention, Hunyuan's router `gate.wg`,
 //! Qwen2-MoE's `shared_expert_gate`, ...) are adapted. The packed expert tensors are adapted when
-//! named in `target_parameters` (`experts.gate_up_proj`, `experts.down_proj`), as PEFT's
+//! named in `target_parameters` (`experts.gate_up_proj`, `experts.down_proj`; JetMoE's
+//! `input_linear.weight` / `output_linear.weight`, of its attention and MLP experts), as PEFT's
 //! `ParamWrapper` does ([`ExpertParam`], [`expert_weight`]).
 
 use crate::error::{ModelError, Result};
@@ -45,7 +46,9 @@ pub fn refuse_parameter_targets(spec: &ModelSpec, targets: &Targets, matched: &[
 /// tensor `name` (`model.layers.{i}.mlp.experts.gate_up_proj`, held `[E·out, in]`, PEFT's
 /// `[E, out, in]`), and the PEFT module path its LoRA pair is saved under (the experts module,
 /// with one `.base_layer` per parameter of that module wrapped after it: PEFT nests one
-/// `ParamWrapper` per parameter, the first parameter innermost).
+/// `ParamWrapper` per parameter, the first parameter innermost). `transposed`: the stack is
+/// held `[E, in, out]` and its experts module says so (`is_transposed`, gpt-oss), so PEFT adapts
+/// it as such: `W'_e = W_e + scale · (B_e A_e)ᵀ`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ExpertParam {
     pub name: String,
@@ -53,6 +56,7 @@ pub struct ExpertParam {
     pub experts: usize,
     pub out_features: usize,
     pub in_features: usize,
+    pub transposed: bool,
 }
 
 /// Whether the full parameter name `param` matches a `target_parameters` entry (PEFT: equal, or
@@ -61,28 +65,57 @@ fn param_matches(param: &str, targets: &[String]) -> bool {
     targets.iter().any(|t| param == t || param.ends_with(&format!(".{t}")))
 }
 
-/// The packed expert parameters `targets` selects, layer by layer in PEFT's order (each experts
-/// module's parameters as transformers declares them: gate_up, then down). An error when a
-/// target matches nothing, or matches a layout this LoRA does not take (gpt-oss's in-out
-/// biased experts, Llama 4's in-out experts, separate up stacks, a transposed down stack).
+/// The packed expert parameters `targets` selects, layer by layer in PEFT's module order (JetMoE's
+/// attention experts `input_linear`, `output_linear`; then the MLP's stacks as transformers
+/// declares them: gate_up, then down). An error when a target matches nothing or DBRX's
+/// stacks.
 pub fn expert_params(spec: &ModelSpec, w: &crate::decoder::Weights, targets: &[String]) -> Result<Vec<ExpertParam>> {
     expert_params_by(spec, targets, &|name: &str| w.get(name).map(|t| (t.rows(), t.last_dim())))
 }
 
 /// [`expert_params`] from the spec alone (no loaded weights: the host merge).
 pub fn expert_params_of_spec(spec: &ModelSpec, targets: &[String]) -> Result<Vec<ExpertParam>> {
-    let shapes: std::collections::HashMap<String, Vec<usize>> = spec
-        .layers
-        .iter()
-        .enumerate()
-        .filter_map(|(i, l)| if let MlpSpec::Moe(m) = &l.mlp { Some(m.params(i, spec.hidden)) } else { None })
-        .flatten()
-        .collect();
+    let mut shapes: std::collections::HashMap<String, Vec<usize>> = std::collections::HashMap::new();
+    for (i, l) in spec.layers.iter().enumerate() {
+        if let Some(a) = &l.attn.moa {
+            shapes.extend(a.params(i, spec.hidden, l.attn.kv_heads * l.attn.head_dim));
+        }
+        if let MlpSpec::Moe(m) = &l.mlp {
+            shapes.extend(m.params(i, spec.hidden));
+        }
+    }
     expert_params_by(spec, targets, &|name: &str| {
         let s = shapes.get(name).ok_or_else(|| ModelError::Weights(format!("no expert stack `{name}`")))?;
         let inp = *s.last().unwrap_or(&0);
         Ok((s.iter().product::<usize>() / inp.max(1), inp))
     })
+}
+
+/// The packed expert stacks of layer `i` that `targets` selects, `(name, experts, transposed)`
+/// in module order.
+fn layer_stacks(l: &crate::spec::LayerSpec, i: usize, targets: &[String]) -> Result<Vec<(String, usize, bool)>> {
+    let mut stacks = Vec::new();
+    if let Some(a) = &l.attn.moa {
+        stacks.extend([&a.input, &a.output].map(|t| (layer_name(t, i), a.experts, false)));
+    }
+    if let MlpSpec::Moe(m) = &l.mlp {
+        // PEFT reads a 3-D parameter as [E, out, in] unless its experts module says
+        // `is_transposed` (gpt-oss's biased experts do; Llama 4's in-out experts do not, so their
+        // `[E, H, 2I]` takes `B_e [H, r] · A_e [r, 2I]` in the stored layout, like any other).
+        let mlp = [&m.names.gate_up, &m.names.down].map(|t| layer_name(t, i));
+        // DBRX's separate 2-D stacks (`w1`, `v1`, `w2`): PEFT wraps the module transformers'
+        // DbrxExperts reads them from (`self.mlp.v1`), which then fails in PEFT itself.
+        let up = m.names.up.iter().map(|t| layer_name(t, i));
+        if let Some(hit) = up.clone().chain(mlp.clone()).find(|n| m.names.up.is_some() && param_matches(n, targets)) {
+            return Err(ModelError::Unsupported(format!(
+                "LoRA target_parameters on `{hit}`: DBRX's expert stacks, which PEFT 0.21 cannot run either \
+                 (its ParamWrapper hides `mlp.v1` from transformers' DbrxExperts)"
+            )));
+        }
+        stacks.extend(mlp.map(|n| (n, m.experts, m.biased.is_some())));
+    }
+    stacks.retain(|(n, _, _)| param_matches(n, targets));
+    Ok(stacks)
 }
 
 /// [`expert_params`] with the `(rows, in)` of each stack from `shape_of`.
@@ -95,37 +128,31 @@ fn expert_params_by(
     if targets.is_empty() {
         return Ok(out);
     }
+    let module_of = |name: &str| name.rsplit_once('.').map_or(name.to_string(), |(m, _)| m.to_string());
     for (i, l) in spec.layers.iter().enumerate() {
-        let MlpSpec::Moe(m) = &l.mlp else { continue };
-        let (gate_up, down) = (layer_name(&m.names.gate_up, i), layer_name(&m.names.down, i));
-        let hit: Vec<&String> = [&gate_up, &down].into_iter().filter(|n| param_matches(n, targets)).collect();
-        if hit.is_empty() {
-            continue;
-        }
-        if m.biased.is_some() || m.in_out || m.names.up.is_some() || m.down_transposed {
-            return Err(ModelError::Unsupported(format!(
-                "LoRA target_parameters on `{}`: this model's experts are not stored [E, out, in] \
-                 (in-out, biased or split stacks); only that layout is supported",
-                hit[0]
-            )));
-        }
-        for (j, name) in hit.iter().enumerate() {
-            let (module, _) = name.rsplit_once('.').unwrap_or((name.as_str(), ""));
-            let module = format!("{module}{}", ".base_layer".repeat(hit.len() - 1 - j));
-            let (rows, inp) = shape_of(name)?;
+        let hit = layer_stacks(l, i, targets)?;
+        for (j, (name, experts, transposed)) in hit.iter().enumerate() {
+            // PEFT nests one ParamWrapper per targeted parameter of a module, the first innermost:
+            // one `.base_layer` for each later parameter of the same module.
+            let module = module_of(name);
+            let later = hit[j + 1..].iter().filter(|(n, _, _)| module_of(n) == module).count();
+            let (rows, last) = shape_of(name)?;
+            let (out_features, in_features) = if *transposed { (last, rows / experts) } else { (rows / experts, last) };
             out.push(ExpertParam {
-                name: (*name).clone(),
-                module,
-                experts: m.experts,
-                out_features: rows / m.experts,
-                in_features: inp,
+                name: name.clone(),
+                module: format!("{module}{}", ".base_layer".repeat(later)),
+                experts: *experts,
+                out_features,
+                in_features,
+                transposed: *transposed,
             });
         }
     }
     if out.is_empty() {
         return Err(ModelError::Config(format!(
             "target_parameters {targets:?} match no packed expert parameter of this model \
-             (they are named like `experts.gate_up_proj`, `experts.down_proj`)"
+             (they are named like `experts.gate_up_proj`, `experts.down_proj`, or JetMoE's \
+             `input_linear.weight`, `output_linear.weight`)"
         )));
     }
     Ok(out)
@@ -166,6 +193,35 @@ pub struct ExpertTerm {
     pub b: vkformers_tensor::Tensor,
     pub scale: f32,
     pub experts: usize,
+    /// The stack is `[E, in, out]` ([`ExpertParam::transposed`]): `a` is held `[E·in, r]`
+    /// ([`a_to_device`]) so that `(B_e A_e)ᵀ = A_eᵀ B_eᵀ` is one batched `matmul_nt`.
+    pub transposed: bool,
+}
+
+/// PEFT's `A [E·r, in]` as `[E·in, r]` (expert e's `A_eᵀ` a row block) for a transposed stack.
+pub fn a_to_device(a: &[f32], (experts, inp, r): (usize, usize, usize)) -> Vec<f32> {
+    let mut d = vec![0.0; a.len()];
+    for e in 0..experts {
+        for j in 0..r {
+            for i in 0..inp {
+                d[(e * inp + i) * r + j] = a[(e * r + j) * inp + i];
+            }
+        }
+    }
+    d
+}
+
+/// The inverse of [`a_to_device`].
+pub fn a_from_device(d: &[f32], (experts, inp, r): (usize, usize, usize)) -> Vec<f32> {
+    let mut a = vec![0.0; d.len()];
+    for e in 0..experts {
+        for j in 0..r {
+            for i in 0..inp {
+                a[(e * r + j) * inp + i] = d[(e * inp + i) * r + j];
+            }
+        }
+    }
+    a
 }
 
 /// The expert stack `name` `[E·out, in]` with its LoRA delta when the adapter has one, as PEFT's
@@ -179,16 +235,26 @@ pub fn expert_weight(
     use vkformers_tensor::ops::{broadcast, matmul, shape};
     let base = w.get(name)?;
     let Some(t) = w.lora().expert(name) else { return Ok(base.clone()) };
-    let (e, inp) = (t.experts, base.last_dim());
-    let (out, r) = (base.rows() / e, t.a.rows() / e);
-    let a = shape::reshape(g, &t.a, &[e, r, inp])?;
-    let b = shape::reshape(g, &t.b, &[e, out, r])?;
-    let delta = shape::reshape(g, &matmul::matmul(g, &b, &a)?, &[e * out, inp])?;
+    let e = t.experts;
+    let r = t.b.last_dim();
+    let delta = if t.transposed {
+        // [E, in, r] · [E, out, r]ᵀ = [E, in, out], the stored layout.
+        let (inp, out) = (base.rows() / e, base.last_dim());
+        let a = shape::reshape(g, &t.a, &[e, inp, r])?;
+        matmul::matmul_nt(g, &a, &shape::reshape(g, &t.b, &[e, out, r])?)?
+    } else {
+        let (out, inp) = (base.rows() / e, base.last_dim());
+        let a = shape::reshape(g, &t.a, &[e, r, inp])?;
+        matmul::matmul(g, &shape::reshape(g, &t.b, &[e, out, r])?, &a)?
+    };
+    // In the stored shape ([E·out, in], or a 3-D [E, out, in] / [E, in, out]).
+    let delta = shape::reshape(g, &delta, base.shape())?;
     Ok(broadcast::add(g, base, &broadcast::scale(g, &delta, t.scale)?)?)
 }
 
-/// `scale · B_e A_e` of every expert as the stack `[E·out, in]` (f64), from PEFT's `A [E·r, in]`
-/// and `B [out, E·r]` (host merge: `W' = W + delta`, as PEFT's `ParamWrapper.merge`).
+/// `scale · B_e A_e` of every expert as the stack `[E·out, in]` (f64; transposed, `[E·in, out]`),
+/// from PEFT's `A [E·r, in]` and `B [out, E·r]` (host merge: `W' = W + delta`, as PEFT's
+/// `ParamWrapper.merge`).
 pub fn expert_delta(p: &ExpertParam, a: &[f32], b: &[f32], r: usize, scale: f64) -> Vec<f64> {
     let (e_n, out, inp) = (p.experts, p.out_features, p.in_features);
     let mut d = vec![0.0; e_n * out * inp];
@@ -197,7 +263,8 @@ pub fn expert_delta(p: &ExpertParam, a: &[f32], b: &[f32], r: usize, scale: f64)
             for i in 0..inp {
                 let s: f64 =
                     (0..r).map(|j| f64::from(b[o * r * e_n + j * e_n + e]) * f64::from(a[(e * r + j) * inp + i])).sum();
-                d[(e * out + o) * inp + i] = scale * s;
+                let at = if p.transposed { (e * inp + i) * out + o } else { (e * out + o) * inp + i };
+                d[at] = scale * s;
             }
         }
     }
