@@ -37,9 +37,8 @@ pub struct DecodeBenchArgs {
     /// Split counts to time, comma-separated; `auto` is the launcher's choice.
     #[arg(long, default_value = "auto,1,4,8,12,16,24,32")]
     splits: String,
-    /// Key tile: 128, 64 (head dims up to 128), the device's subgroup size (the one-subgroup
-    /// kernel, where it runs: 32 on NVIDIA, 8 on lavapipe), or 0 for the launcher's choice.
-    #[arg(long, default_value_t = 0)]
+    /// Key tile: 128, or 64 (head dims up to 128).
+    #[arg(long, default_value_t = TILE)]
     tile: u32,
     /// Dependent calls in the timed chain.
     #[arg(long, default_value_t = 200)]
@@ -60,11 +59,10 @@ pub fn decode_attention(selector: &DeviceSelector, args: &DecodeBenchArgs) -> an
         "f32" => DType::F32,
         other => bail!("--dtype {other}: expected bf16, f16 or f32"),
     };
-    let ctx = Context::new(selector)?;
-    let sg = decode::subgroup_tile(ctx.caps());
-    if ![0, TILE, SMALL_TILE].contains(&args.tile) && sg != Some(args.tile) {
-        bail!("--tile {}: 128, 64, 0 (auto) or this device's subgroup kernel tile {sg:?}", args.tile);
+    if args.tile != TILE && args.tile != SMALL_TILE {
+        bail!("--tile {}: 128 or 64", args.tile);
     }
+    let ctx = Context::new(selector)?;
     let blocks_per_row = args.len.div_ceil(args.block_size);
     let s = DecodeShape {
         batch: args.batch,
@@ -78,7 +76,6 @@ pub fn decode_attention(selector: &DeviceSelector, args: &DecodeBenchArgs) -> an
         num_blocks: blocks_per_row * args.batch,
         max_blocks: blocks_per_row,
     };
-    let tile = if args.tile == 0 { decode::tile_keys(ctx.caps(), &s) } else { args.tile };
     let pool = u64::from(s.num_blocks * s.block_size * s.hkv * s.d);
     let q_len = u64::from(s.batch * s.hq * s.d);
     let rng_bytes = |n: u64, seed: u64| -> Vec<u8> {
@@ -116,11 +113,11 @@ pub fn decode_attention(selector: &DeviceSelector, args: &DecodeBenchArgs) -> an
         args.len,
         s.block_size,
         dt,
-        tile
+        args.tile
     );
     for item in args.splits.split(',') {
         let splits = match item.trim() {
-            "auto" => decode::splits_for(&s, args.len, tile),
+            "auto" => decode::splits_for(&s, args.len, args.tile),
             n => n.parse::<u32>().map_err(|e| anyhow::anyhow!("--splits {n}: {e}"))?,
         };
         let work_view = work.slice(0, decode::work_floats(&s, splits) * 4);
@@ -136,7 +133,7 @@ pub fn decode_attention(selector: &DeviceSelector, args: &DecodeBenchArgs) -> an
                 if args.flush_mb > 0 {
                     vkformers_kernels::elementwise::copy(&mut rec, fa.view(), fb.view())?;
                 }
-                decode::forward_tiled(&mut rec, &x, &out, &s, &opt, (splits, tile))?;
+                decode::forward_tiled(&mut rec, &x, &out, &s, &opt, (splits, args.tile))?;
             }
             let t = Instant::now();
             let report = rec.submit()?;

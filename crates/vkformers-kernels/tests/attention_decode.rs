@@ -32,7 +32,7 @@ struct Case {
     alibi: bool,
     /// Learned sinks ([`Case::sink_values`]).
     sinks: bool,
-    /// `None`: `decode::splits_for`' choice for the tile.
+    /// `None`: `decode::splits`' choice.
     splits: Option<u32>,
     /// Key tile; `None`: `decode::tile_keys`' choice.
     tile: Option<u32>,
@@ -268,8 +268,7 @@ fn check(ctx: &Context, case: &Case, seed: u64, (dt, act): (DType, DType)) -> Re
         max_blocks: lay.max_blocks as u32,
     };
     let max_len = case.lens.iter().max().copied().unwrap_or(0) as u32;
-    let tile = case.tile.unwrap_or_else(|| decode::tile_keys(ctx.caps(), &shape));
-    let splits = case.splits.unwrap_or_else(|| decode::splits_for(&shape, max_len, tile));
+    let splits = case.splits.unwrap_or_else(|| decode::splits(&shape, max_len));
     let q: Vec<f32> = r.q.concat();
     let (bq, bk, bv) =
         (upload(ctx, act, &q, "q")?, upload(ctx, dt, &st.before[0], "k")?, upload(ctx, dt, &st.before[1], "v")?);
@@ -308,6 +307,7 @@ fn check(ctx: &Context, case: &Case, seed: u64, (dt, act): (DType, DType)) -> Re
     let again = DecodeOutputs { o: o2.view(), lse: lse2.view(), work: w, counters: c };
     let mut rec = ctx.recorder(false)?;
     decode::store_from(&mut rec, ((nk.view(), nv.view()), act), slots.view(), &pools, dt)?;
+    let tile = case.tile.unwrap_or_else(|| decode::tile_keys(&shape));
     decode::forward_tiled(&mut rec, &x, &out, &shape, &opt, (splits, tile))?;
     // A second split call on the same counters merges only if the first one reset them.
     if splits > 1 {

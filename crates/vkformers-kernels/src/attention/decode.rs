@@ -18,7 +18,7 @@
 //! [`DecodeOutputs::counters`]) merges them in the same dispatch: one long sequence then fills
 //! the GPU, with one dispatch a call.
 
-use vkformers_vk::{read, read_write, write, BufferView, Caps, KernelCode, Recorder, Result, VkError};
+use vkformers_vk::{read, read_write, write, BufferView, KernelCode, Recorder, Result, VkError};
 
 use crate::code;
 use crate::dtype::DType;
@@ -54,13 +54,6 @@ pub const TILE: u32 = 128;
 const SMALL_TILE_GROUPS: u32 = 64;
 /// Most splits of one row.
 pub const MAX_SPLITS: u32 = 64;
-/// Subgroup sizes the one-subgroup kernel is built for (its key tile).
-const SUBGROUP_TILES: [u32; 2] = [32, 8];
-/// Workgroups (one subgroup each) a subgroup-kernel call should have: ~16 per SM of an H200.
-const TARGET_SG_GROUPS: u32 = 2048;
-/// Fewest keys a split of the subgroup kernel owns: two 32-key tiles, so the merge (which reads
-/// every split's partials) stays a small share of a short cache's call.
-const SG_SPLIT_KEYS: u32 = 64;
 
 const FLAG_CAUSAL: u32 = 1;
 const FLAG_ALIBI: u32 = 4;
@@ -266,59 +259,6 @@ fn main_code(d: u32, dt: DType, act: DType) -> Option<&'static KernelCode> {
     Some(codes[code_row(dt, act)?][class(d)])
 }
 
-/// The one-subgroup kernel (decode_sg.comp) for subgroup size `sg` (8 or 32), head dim `d`,
-/// pools of `dt`, q and o of `act`.
-fn subgroup_code(sg: u32, d: u32, dt: DType, act: DType) -> Option<&'static KernelCode> {
-    let s32 = [
-        [&code::ATTENTION_DECODE_SG_D64_S32, &code::ATTENTION_DECODE_SG_D128_S32, &code::ATTENTION_DECODE_SG_D256_S32],
-        [
-            &code::ATTENTION_DECODE_SG_D64_F16_S32,
-            &code::ATTENTION_DECODE_SG_D128_F16_S32,
-            &code::ATTENTION_DECODE_SG_D256_F16_S32,
-        ],
-        [
-            &code::ATTENTION_DECODE_SG_D64_BF16_S32,
-            &code::ATTENTION_DECODE_SG_D128_BF16_S32,
-            &code::ATTENTION_DECODE_SG_D256_BF16_S32,
-        ],
-        [
-            &code::ATTENTION_DECODE_SG_D64_F16_Q32_S32,
-            &code::ATTENTION_DECODE_SG_D128_F16_Q32_S32,
-            &code::ATTENTION_DECODE_SG_D256_F16_Q32_S32,
-        ],
-        [
-            &code::ATTENTION_DECODE_SG_D64_BF16_Q32_S32,
-            &code::ATTENTION_DECODE_SG_D128_BF16_Q32_S32,
-            &code::ATTENTION_DECODE_SG_D256_BF16_Q32_S32,
-        ],
-    ];
-    let s8 = [
-        [&code::ATTENTION_DECODE_SG_D64_S8, &code::ATTENTION_DECODE_SG_D128_S8, &code::ATTENTION_DECODE_SG_D256_S8],
-        [
-            &code::ATTENTION_DECODE_SG_D64_F16_S8,
-            &code::ATTENTION_DECODE_SG_D128_F16_S8,
-            &code::ATTENTION_DECODE_SG_D256_F16_S8,
-        ],
-        [
-            &code::ATTENTION_DECODE_SG_D64_BF16_S8,
-            &code::ATTENTION_DECODE_SG_D128_BF16_S8,
-            &code::ATTENTION_DECODE_SG_D256_BF16_S8,
-        ],
-        [
-            &code::ATTENTION_DECODE_SG_D64_F16_Q32_S8,
-            &code::ATTENTION_DECODE_SG_D128_F16_Q32_S8,
-            &code::ATTENTION_DECODE_SG_D256_F16_Q32_S8,
-        ],
-        [
-            &code::ATTENTION_DECODE_SG_D64_BF16_Q32_S8,
-            &code::ATTENTION_DECODE_SG_D128_BF16_Q32_S8,
-            &code::ATTENTION_DECODE_SG_D256_BF16_Q32_S8,
-        ],
-    ];
-    let row = code_row(dt, act)?;
-    Some(if sg == 32 { s32[row][class(d)] } else { s8[row][class(d)] })
-}
-
 /// The store kernel for new keys of `src` into pools of `dt` (the same type, or f32 into 16-bit).
 fn store_code(src: DType, dt: DType) -> Option<&'static KernelCode> {
     match (src, dt) {
@@ -337,35 +277,15 @@ fn groups(s: &DecodeShape) -> u32 {
     s.batch.max(1) * s.hkv.max(1) * s.row_tiles().max(1)
 }
 
-/// Key tile [`forward`] runs `s` with on a device of `caps`: the subgroup kernel's
-/// ([`subgroup_tile`]) where it runs, else [`TILE`], or with `VKFORMERS_DECODE_TILE=64` the
-/// policy of [`tile_keys_for`] with small tiles on.
-pub fn tile_keys(caps: &Caps, s: &DecodeShape) -> u32 {
-    match subgroup_tile(caps) {
-        Some(sg) if subgroup_kernel_enabled() => sg,
-        _ => tile_keys_for(s, small_tiles_allowed()),
-    }
+/// Key tile [`forward`] runs `s` with: [`TILE`], or with `VKFORMERS_DECODE_TILE=64` the policy of
+/// [`tile_keys_for`] with small tiles on.
+pub fn tile_keys(s: &DecodeShape) -> u32 {
+    tile_keys_for(s, small_tiles_allowed())
 }
 
-/// The key tile of the one-subgroup kernel (`decode_sg.comp`) on a device of `caps`: its
-/// subgroup size, when that is fixed (min = max, so every pipeline gets it) at 8 or 32 and the
-/// subgroup has arithmetic and shuffles; `None` otherwise (decode.comp runs).
-pub fn subgroup_tile(caps: &Caps) -> Option<u32> {
-    let has = |op: &str| caps.subgroup_ops.iter().any(|o| o == op);
-    let fixed = caps.subgroup_size_min == caps.subgroup_size_max || caps.subgroup_size_min == 0;
-    let sg = caps.subgroup_size;
-    (fixed && SUBGROUP_TILES.contains(&sg) && has("arithmetic") && has("shuffle")).then_some(sg)
-}
-
-/// Whether the one-subgroup kernel may run: unless `VKFORMERS_DECODE_SG=0` (for comparison).
-fn subgroup_kernel_enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("VKFORMERS_DECODE_SG").map_or(true, |v| v != "0"))
-}
-
-/// The key tile of decode.comp for `s`: [`SMALL_TILE`] when `small` and the head dim is ≤ 128
-/// and the call has fewer than `SMALL_TILE_GROUPS` unsplit workgroups, else [`TILE`]. A pure
-/// function of the sizes, so the choice is the same on every device.
+/// The key tile for `s`: [`SMALL_TILE`] when `small` and the head dim is ≤ 128 and the call has
+/// fewer than `SMALL_TILE_GROUPS` unsplit workgroups, else [`TILE`]. A pure function of the
+/// sizes, so the choice is the same on every device.
 pub fn tile_keys_for(s: &DecodeShape, small: bool) -> u32 {
     if small && s.d_max() <= 128 && groups(s) < SMALL_TILE_GROUPS {
         SMALL_TILE
@@ -392,21 +312,16 @@ fn probe() -> u32 {
 }
 
 /// Splits of each row for a call whose longest row has `max_len` keys, with [`tile_keys`]' tile.
-pub fn splits(caps: &Caps, s: &DecodeShape, max_len: u32) -> u32 {
-    splits_for(s, max_len, tile_keys(caps, s))
+pub fn splits(s: &DecodeShape, max_len: u32) -> u32 {
+    splits_for(s, max_len, tile_keys(s))
 }
 
 /// Splits of each row for a call whose longest row has `max_len` keys on `tile`-key tiles: enough
-/// workgroups to fill a large GPU (`TARGET_GROUPS`; `TARGET_SG_GROUPS` of one subgroup), but no
-/// split under `MIN_SPLIT_KEYS` (one tile of the main kernel, `SG_SPLIT_KEYS` for the subgroup
-/// kernel). A pure function of the sizes.
+/// workgroups to fill a large GPU (`TARGET_GROUPS`), but no split under one key tile
+/// (`MIN_SPLIT_KEYS` for the main tile). A pure function of the sizes.
 pub fn splits_for(s: &DecodeShape, max_len: u32, tile: u32) -> u32 {
-    let (target, least) = match tile {
-        TILE => (TARGET_GROUPS, MIN_SPLIT_KEYS),
-        SMALL_TILE => (TARGET_GROUPS, SMALL_TILE),
-        _ => (TARGET_SG_GROUPS, SG_SPLIT_KEYS),
-    };
-    let wanted = target.div_ceil(groups(s));
+    let wanted = TARGET_GROUPS.div_ceil(groups(s));
+    let least = if tile == SMALL_TILE { SMALL_TILE } else { MIN_SPLIT_KEYS };
     let most = max_len.div_ceil(least).max(1);
     wanted.min(most).clamp(1, MAX_SPLITS)
 }
@@ -501,8 +416,7 @@ pub fn forward(
     opt: &DecodeOptions<'_>,
     splits: u32,
 ) -> Result<()> {
-    let tile = tile_keys(rec.caps(), s);
-    forward_tiled(rec, x, out, s, opt, (splits, tile))
+    forward_tiled(rec, x, out, s, opt, (splits, tile_keys(s)))
 }
 
 /// [`forward`] in key tiles of `tile` ([`TILE`], or [`SMALL_TILE`] for head dims ≤ 128): the
@@ -518,14 +432,11 @@ pub fn forward_tiled(
     let code = match tile {
         TILE => main_code(s.d_max(), opt.dtype, opt.act_dtype()),
         SMALL_TILE if s.d_max() <= 128 => small_code(s.d_max(), opt.dtype, opt.act_dtype()),
-        sg if subgroup_tile(rec.caps()) == Some(sg) => subgroup_code(sg, s.d_max(), opt.dtype, opt.act_dtype()),
         _ => {
-            let why = format!(
-                "key tile {tile} for head dim {}: 128, 64 up to d128, or the device's subgroup size {} (8 or 32)",
-                s.d,
-                rec.caps().subgroup_size
-            );
-            return Err(fail("attention/decode", why));
+            return Err(fail(
+                "attention/decode",
+                format!("key tile {tile} for head dim {}: 128, or 64 up to d128", s.d),
+            ))
         }
     };
     let Some(main) = code else {
@@ -722,35 +633,6 @@ mod tests {
         // Off (the default): the 128-key tile, 5 splits of 640 keys.
         assert_eq!(tile_keys_for(&shape(1, 1, 32, 4, 64), false), TILE);
         assert_eq!(splits_for(&shape(1, 1, 32, 4, 64), 640, TILE), 5);
-    }
-
-    #[test]
-    fn subgroup_tiles_fill_the_gpu_with_one_subgroup_workgroups() {
-        // TinyLlama at batch 1 over 640 keys: 4 groups unsplit -> 10 splits of 64 keys (40
-        // subgroups); at batch 64, 256 groups -> 8 splits (2048 subgroups).
-        assert_eq!(splits_for(&shape(1, 1, 32, 4, 64), 640, 32), 10);
-        assert_eq!(splits_for(&shape(64, 1, 32, 4, 64), 640, 32), 8);
-        // A short cache is never split below SG_SPLIT_KEYS keys.
-        assert_eq!(splits_for(&shape(1, 1, 32, 4, 64), 60, 8), 1);
-        assert_eq!(splits_for(&shape(1, 1, 32, 4, 64), 130, 8), 3);
-    }
-
-    #[test]
-    fn the_subgroup_kernel_needs_a_fixed_subgroup_of_8_or_32_with_shuffles() {
-        let mut caps = Caps::default();
-        caps.subgroup_ops = ["basic", "arithmetic", "shuffle"].iter().map(|s| s.to_string()).collect();
-        (caps.subgroup_size, caps.subgroup_size_min, caps.subgroup_size_max) = (32, 32, 32);
-        assert_eq!(subgroup_tile(&caps), Some(32));
-        (caps.subgroup_size, caps.subgroup_size_min, caps.subgroup_size_max) = (8, 8, 8);
-        assert_eq!(subgroup_tile(&caps), Some(8));
-        // A size the driver may change per pipeline (wave32/wave64), or one not built.
-        (caps.subgroup_size, caps.subgroup_size_min, caps.subgroup_size_max) = (32, 32, 64);
-        assert_eq!(subgroup_tile(&caps), None);
-        (caps.subgroup_size, caps.subgroup_size_min, caps.subgroup_size_max) = (16, 16, 16);
-        assert_eq!(subgroup_tile(&caps), None);
-        (caps.subgroup_size, caps.subgroup_size_min, caps.subgroup_size_max) = (32, 32, 32);
-        caps.subgroup_ops.retain(|o| o != "shuffle");
-        assert_eq!(subgroup_tile(&caps), None);
     }
 
     #[test]

@@ -305,7 +305,7 @@ impl LayerPool {
         let q16 = in_type(g, q, act)?;
         let o = g.empty_as(&[qs[0], qs[1], qs[2], self.value_dim], act)?;
         let lse = g.empty(&[qs[0], qs[2], qs[1]])?;
-        let splits = decode::splits(g.ctx().caps(), &shape, st.max_len as u32);
+        let splits = decode::splits(&shape, st.max_len as u32);
         let work = if splits > 1 { Some(g.empty(&[decode::work_floats(&shape, splits) as usize])?) } else { None };
         let counters = if splits > 1 { Some(self.counters(g, decode::counter_words(&shape) as usize)?) } else { None };
         let mut ko = DecodeOptions::new(shape.d);
