@@ -187,7 +187,10 @@ fn has_coopmat2(caps: &Caps, elem: Elem) -> bool {
 
 /// Blocks of 128 x 128 a product must have for the 128 x 128 kernel to fill the device (an
 /// H200 has 132 multiprocessors); thinner products take 64 x 128 blocks.
-const FULL_GRID: u64 = 132;
+pub const FULL_GRID: u64 = 132;
+
+/// Rows up to which a bf16 product takes the 64 x 64 blocks of [`Engine::Coopmat2Skinny64`].
+pub const SKINNY_ROWS: u32 = 64;
 
 /// The engine for a product of `batch` x `m` x `n` outputs: cooperative matrix 2 where present,
 /// else the KHR kernel; `None` when the device has neither. Measured on an H200 (bf16,
@@ -201,11 +204,19 @@ const FULL_GRID: u64 = 132;
 /// ones (8192³: t128k64 62.7, tall64 37.9 against 282.9 TFLOP/s for t128, which bf16 matches
 /// at 311.9 with k64; `vkformers bench gemm --dtype f16`, docs/bench/h200-2026-12-04-c), so
 /// f16 products take the 32-slice kernels of the same blocks.
+///
+/// Products of at most `SKINNY_ROWS` rows (a decode step of up to 64 sequences: M = tokens,
+/// weights [N, K]) stream the weights once and are bandwidth-bound: 64 x 64 blocks, never the
+/// 128-row ones, which spend half their tile on rows that do not exist (batch-64 step of the 1.1B
+/// shape, `vkformers bench gemm --m 64 --trans-b --split-k S`,
+/// docs/bench/h200-2026-12-04-j/log2: gate/up 11264 x 2048 0.032 ms against 0.059 for the 128 x
+/// 128 kernel split 4 ways as chosen before, the LM head 32000 x 2048 0.068 against 0.108).
 pub fn choose_engine(caps: &Caps, elem: Elem, m: u32, n: u32, batch: u32) -> Option<Engine> {
     if has_coopmat2(caps, elem) {
         let blocks = u64::from(m.div_ceil(128)) * u64::from(n.div_ceil(128)) * u64::from(batch.max(1));
         let full = blocks >= FULL_GRID;
         return Some(match elem {
+            Elem::Bf16 if m <= SKINNY_ROWS => Engine::Coopmat2Skinny64,
             Elem::Bf16 if full => Engine::Coopmat2T128K64,
             Elem::Bf16 => Engine::Coopmat2Small64,
             Elem::F16 if full => Engine::Coopmat2T128,
@@ -418,6 +429,11 @@ mod tests {
         assert_eq!(pick(&caps(true, false, false), Elem::Bf16, big), None, "bf16 needs the bf16 feature");
         assert_eq!(pick(&caps(true, true, true), Elem::Bf16, big), Some(Engine::Coopmat2T128K64));
         assert_eq!(pick(&caps(true, true, true), Elem::Bf16, (512, 2048, 1)), Some(Engine::Coopmat2Small64));
+        // A batch-64 decode step's products (and their split-K batches) on 64 x 64 blocks.
+        assert_eq!(pick(&caps(true, true, true), Elem::Bf16, (64, 11264, 1)), Some(Engine::Coopmat2Skinny64));
+        assert_eq!(pick(&caps(true, true, true), Elem::Bf16, (16, 2048, 4)), Some(Engine::Coopmat2Skinny64));
+        assert_eq!(pick(&caps(true, true, true), Elem::F16, (64, 11264, 1)), Some(Engine::Coopmat2Small));
+        assert_eq!(pick(&caps(true, true, true), Elem::Bf16, (65, 11264, 1)), Some(Engine::Coopmat2Small64));
         assert_eq!(pick(&caps(true, true, true), Elem::F16, (512, 2048, 1)), Some(Engine::Coopmat2Small));
         assert_eq!(pick(&caps(true, true, true), Elem::F16, (512, 5632, 1)), Some(Engine::Coopmat2T128));
         assert_eq!(

@@ -17,6 +17,11 @@ fn the_plan_splits_only_thin_products_with_a_long_k() {
     assert_eq!(split_k_plan(&dw), Some((8, 8 * 64 * 48 * 4)), "slices of at least 512");
     assert_eq!(split_k_plan(&GemmDesc::packed(8192, 8192, 4096, false, true)), None, "C fills the device");
     assert_eq!(split_k_plan(&GemmDesc::packed(64, 48, 700, true, false)), None, "K too short to split");
+    // A batch-64 decode step of the 1.1B shape (weights [N, K]): q/k/v and o split 4 ways, down
+    // 8 ways, gate/up and the LM head (at least one 64 x 64 tile per SM) not at all.
+    let step = |n, k| split_k_plan(&GemmDesc::packed(64, n, k, false, true)).map(|p| p.0);
+    assert_eq!((step(2560, 2048), step(2048, 2048), step(2048, 5632)), (Some(4), Some(4), Some(8)));
+    assert_eq!((step(11264, 2048), step(32000, 2048)), (None, None));
     let mut biased = dw;
     biased.has_bias = true;
     assert_eq!(split_k_plan(&biased), None);

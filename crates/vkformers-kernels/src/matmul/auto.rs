@@ -7,7 +7,7 @@
 use vkformers_vk::{BufferView, Caps, Recorder, Result};
 
 use super::{gemm, DType, GemmDesc};
-use crate::gemm_coopmat::{choose_engine, gemm_coopmat, CoopGemm, Elem, Tuning};
+use crate::gemm_coopmat::{choose_engine, gemm_coopmat, CoopGemm, Elem, Tuning, FULL_GRID, SKINNY_ROWS};
 
 /// The tensor-core element type of a storage type (`None` for f32).
 fn elem_of(dtype: DType) -> Option<Elem> {
@@ -69,13 +69,24 @@ const TARGET_TILES: u64 = 256;
 /// Returns `(S, workspace bytes)` when it pays: C packed, batch 1, no bias, beta 0 or 1, C
 /// under `TARGET_TILES` 128×128 tiles, and K divisible into slices of at least 512 that are
 /// multiples of 64. A pure function of the descriptor.
+///
+/// A product of at most [`SKINNY_ROWS`] rows (a decode step: M = sequences, weights [N, K]) counts
+/// 64 x 64 tiles, splits only under one tile per SM ([`FULL_GRID`]), and then into as many as 8
+/// slices: on an H200 a batch-64 step's q/k/v, o and down products ran fastest split 4-8 ways and
+/// its gate/up and LM head unsplit (docs/bench/h200-2026-12-04-j/log2).
 pub fn split_k_plan(d: &GemmDesc) -> Option<(u32, u64)> {
-    let tiles = u64::from(d.m.div_ceil(128)) * u64::from(d.n.div_ceil(128));
+    let skinny = d.m <= SKINNY_ROWS;
+    let tiles = if skinny {
+        u64::from(d.m.div_ceil(64)) * u64::from(d.n.div_ceil(64))
+    } else {
+        u64::from(d.m.div_ceil(128)) * u64::from(d.n.div_ceil(128))
+    };
+    let enough = if skinny { FULL_GRID } else { TARGET_TILES };
     let packed = d.ldc == d.n && d.c_offset == 0 && u64::from(d.m) * u64::from(d.n) <= u64::from(u32::MAX);
-    if d.batch != 1 || d.has_bias || !packed || !(d.beta == 0.0 || d.beta == 1.0) || tiles >= TARGET_TILES {
+    if d.batch != 1 || d.has_bias || !packed || !(d.beta == 0.0 || d.beta == 1.0) || tiles >= enough {
         return None;
     }
-    let want = TARGET_TILES.div_ceil(tiles).min(16) as u32;
+    let want = if skinny { 8 } else { TARGET_TILES.div_ceil(tiles).min(16) as u32 };
     let splits = [16u32, 8, 4, 2]
         .into_iter()
         .filter(|&s| s <= want.next_power_of_two())
