@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use anyhow::bail;
 use vkformers_kernels::attention::decode::{
-    self, DecodeOptions, DecodeOutputs, DecodeShape, PagedInputs, BIG_TILE, SMALL_TILE, TILE,
+    self, DecodeOptions, DecodeOutputs, DecodeShape, PagedInputs, SMALL_TILE, TILE,
 };
 use vkformers_kernels::dtype::DType;
 use vkformers_kernels::testutil::Rng;
@@ -59,8 +59,8 @@ pub fn decode_attention(selector: &DeviceSelector, args: &DecodeBenchArgs) -> an
         "f32" => DType::F32,
         other => bail!("--dtype {other}: expected bf16, f16 or f32"),
     };
-    if ![TILE, SMALL_TILE, BIG_TILE].contains(&args.tile) {
-        bail!("--tile {}: 128, 64 or 256", args.tile);
+    if args.tile != TILE && args.tile != SMALL_TILE {
+        bail!("--tile {}: 128 or 64", args.tile);
     }
     let ctx = Context::new(selector)?;
     let blocks_per_row = args.len.div_ceil(args.block_size);

@@ -461,11 +461,6 @@ fn paged_decode_key_tiles() {
     run_as("paged decode 64-key tiles", &small[..2], (DType::F16, DType::F32));
     run("paged decode 64-key tiles", &small[..2], DType::F16);
     run_as("paged decode 64-key tiles, sinks", &small[4..], (DType::BF16, DType::F32));
-    // 256-key tiles (f32 q/o over 16-bit pools; devices with 48 KiB of shared memory run them,
-    // the others fall back to the 128-key kernel with the same splits).
-    let big: Vec<Case> = small.iter().map(|c| c.clone().tile(decode::BIG_TILE)).collect();
-    run_as("paged decode 256-key tiles", &big, (DType::BF16, DType::F32));
-    run_as("paged decode 256-key tiles", &big[..2], (DType::F16, DType::F32));
 }
 
 /// Bad calls are errors, not device faults: a split call without work buffer, a pool view of

@@ -84,12 +84,6 @@
 // variant: d128_bf16_t64 DMAX=128 NT=64 DT_BF16
 // variant: d128_f16_q32_t64 DMAX=128 NT=64 DT_F16 QF32
 // variant: d128_bf16_q32_t64 DMAX=128 NT=64 DT_BF16 QF32
-// _t256: tiles of 256 keys on 256 threads (head dims up to 128; ~44 KiB of shared memory, so
-// devices with 48 KiB only), f32 q/o over 16-bit pools: half the tiles of a row's serial chain.
-// variant: d64_f16_q32_t256 DMAX=64 NT=256 DT_F16 QF32
-// variant: d64_bf16_q32_t256 DMAX=64 NT=256 DT_BF16 QF32
-// variant: d128_f16_q32_t256 DMAX=128 NT=256 DT_F16 QF32
-// variant: d128_bf16_q32_t256 DMAX=128 NT=256 DT_BF16 QF32
 #include "attention/attention.glsl"
 
 #define BQ 8

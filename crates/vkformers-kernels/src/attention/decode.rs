@@ -47,9 +47,6 @@ const MIN_SPLIT_KEYS: u32 = 128;
 pub const SMALL_TILE: u32 = 64;
 /// Key tile of the main variants.
 pub const TILE: u32 = 128;
-/// Key tile (= threads) of the `_t256` variants (f32 q/o over 16-bit pools, head dims up to 128,
-/// 48 KiB of shared memory), and the fewest keys of their splits.
-pub const BIG_TILE: u32 = 256;
 /// Unsplit workgroups (batch · kv heads · row tiles) below which a call of head dim ≤ 128 takes
 /// the 64-key tiles: batch 1 of a GQA model (4..8 kv heads) has far fewer workgroups than SMs,
 /// so each split's serial chain of tiles and barriers is the call's latency; halving it (and
@@ -241,16 +238,6 @@ fn code_row(dt: DType, act: DType) -> Option<usize> {
     }
 }
 
-/// The 256-key-tile kernel for head dim `d` <= 128, f32 q/o over 16-bit pools `dt`.
-fn big_code(d: u32, dt: DType, act: DType) -> Option<&'static KernelCode> {
-    let codes = [
-        [&code::ATTENTION_DECODE_D64_F16_Q32_T256, &code::ATTENTION_DECODE_D128_F16_Q32_T256],
-        [&code::ATTENTION_DECODE_D64_BF16_Q32_T256, &code::ATTENTION_DECODE_D128_BF16_Q32_T256],
-    ];
-    let row = code_row(dt, act)?.checked_sub(3)?;
-    codes[row].get(class(d)).copied()
-}
-
 /// The main kernel for head dim `d`, pools of `dt`, q and o of `act` (`dt`, or f32 over 16-bit
 /// pools; None otherwise).
 fn main_code(d: u32, dt: DType, act: DType) -> Option<&'static KernelCode> {
@@ -290,13 +277,10 @@ fn groups(s: &DecodeShape) -> u32 {
     s.batch.max(1) * s.hkv.max(1) * s.row_tiles().max(1)
 }
 
-/// Key tile [`forward`] runs `s` with: [`TILE`]; with `VKFORMERS_DECODE_TILE=64` the policy of
-/// [`tile_keys_for`] with small tiles on; with `=256` [`BIG_TILE`] for head dims up to 128.
+/// Key tile [`forward`] runs `s` with: [`TILE`], or with `VKFORMERS_DECODE_TILE=64` the policy of
+/// [`tile_keys_for`] with small tiles on.
 pub fn tile_keys(s: &DecodeShape) -> u32 {
-    match tile_env() {
-        Some(BIG_TILE) if s.d_max() <= 128 => BIG_TILE,
-        t => tile_keys_for(s, t == Some(SMALL_TILE)),
-    }
+    tile_keys_for(s, small_tiles_allowed())
 }
 
 /// The key tile for `s`: [`SMALL_TILE`] when `small` and the head dim is ≤ 128 and the call has
@@ -310,13 +294,13 @@ pub fn tile_keys_for(s: &DecodeShape, small: bool) -> u32 {
     }
 }
 
-/// `VKFORMERS_DECODE_TILE`, parsed. Calls with few workgroups take the 64-key tile only with
-/// `=64`: on the H200 it was slower (TinyLlama at batch 1, 640 keys: 64.3 µs a
+/// Whether calls with few workgroups may take the 64-key tile: only with
+/// `VKFORMERS_DECODE_TILE=64`. On the H200 it was slower (TinyLlama at batch 1, 640 keys: 64.3 µs a
 /// call on 40 workgroups against 50.5 µs with 128-key tiles on 20, `generate --profile`), so the
 /// 128-key tile stays the default until a faster small tile exists.
-fn tile_env() -> Option<u32> {
-    static TILE_ENV: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
-    *TILE_ENV.get_or_init(|| std::env::var("VKFORMERS_DECODE_TILE").ok().and_then(|v| v.parse().ok()))
+fn small_tiles_allowed() -> bool {
+    static ALLOWED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ALLOWED.get_or_init(|| std::env::var("VKFORMERS_DECODE_TILE").is_ok_and(|v| v == "64"))
 }
 
 /// Specialization constant 0 of the decode kernel: `VKFORMERS_DECODE_PROBE` bits drop parts of it
@@ -337,10 +321,7 @@ pub fn splits(s: &DecodeShape, max_len: u32) -> u32 {
 /// (`MIN_SPLIT_KEYS` for the main tile). A pure function of the sizes.
 pub fn splits_for(s: &DecodeShape, max_len: u32, tile: u32) -> u32 {
     let wanted = TARGET_GROUPS.div_ceil(groups(s));
-    let least = match tile {
-        SMALL_TILE | BIG_TILE => tile,
-        _ => MIN_SPLIT_KEYS,
-    };
+    let least = if tile == SMALL_TILE { SMALL_TILE } else { MIN_SPLIT_KEYS };
     let most = max_len.div_ceil(least).max(1);
     wanted.min(most).clamp(1, MAX_SPLITS)
 }
@@ -451,11 +432,6 @@ pub fn forward_tiled(
     let code = match tile {
         TILE => main_code(s.d_max(), opt.dtype, opt.act_dtype()),
         SMALL_TILE if s.d_max() <= 128 => small_code(s.d_max(), opt.dtype, opt.act_dtype()),
-        // Where the 256-key kernel does not exist (types, shared memory), the main one runs the
-        // same splits (its chunks are rounded to its own tile).
-        BIG_TILE if s.d_max() <= 128 => big_code(s.d_max(), opt.dtype, opt.act_dtype())
-            .filter(|_| rec.caps().max_shared_memory >= 48 * 1024)
-            .or_else(|| main_code(s.d_max(), opt.dtype, opt.act_dtype())),
         _ => {
             return Err(fail(
                 "attention/decode",
