@@ -227,9 +227,11 @@ fn latent_decode_f32_queries_over_16bit_pools() {
 #[test]
 fn latent_decode_rejects_bad_calls() {
     on_every_device("latent decode errors", |ctx| {
-        let shape = LatentShape { batch: 1, tq: 1, hq: 2, d: 300, dv: 256, block_size: 4, num_blocks: 2, max_blocks: 2 };
+        let shape =
+            LatentShape { batch: 1, tq: 1, hq: 2, d: 300, dv: 256, block_size: 4, num_blocks: 2, max_blocks: 2 };
         let buf = |n: usize| ctx.buffer((n * 4) as u64, "x");
-        let (q, pool, small, ints, lens, lse, o) = (buf(600)?, buf(2400)?, buf(2399)?, buf(2)?, buf(1)?, buf(2)?, buf(512)?);
+        let (q, pool, small, ints, lens, lse, o) =
+            (buf(600)?, buf(2400)?, buf(2399)?, buf(2)?, buf(1)?, buf(2)?, buf(512)?);
         let x = LatentInputs { q: q.view(), pool: pool.view(), table: ints.view(), lens: lens.view() };
         let out = LatentOutputs { o: o.view(), lse: lse.view(), work: None };
         let opt = DecodeOptions::new(300);

@@ -16,6 +16,7 @@
 //! (`vkformers_kernels::attention::decode`, split-KV for long rows) reads each row's blocks.
 
 mod blocks;
+mod latent;
 mod paged;
 
 use std::cell::{Cell, RefCell};
@@ -109,8 +110,9 @@ impl KvCache {
             };
             layers.push(match &l.attn.mla {
                 // The latent and the rotary key, read by the absorbed attention as one key head
-                // that is also the value head (see `decoder::mla`), where the kernels take it.
-                Some(m) if latent_fits(m) => LayerPool::latent(group, m.kv_lora_rank + m.rope_dim, m.kv_lora_rank),
+                // that is also the value head (see `decoder::mla`; rows over 256 values go to the
+                // wide latent kernel).
+                Some(m) => LayerPool::latent(group, m.kv_lora_rank + m.rope_dim, m.kv_lora_rank),
                 _ => LayerPool::new(group, l.attn.kv_heads, l.attn.head_dim),
             });
         }
@@ -377,12 +379,6 @@ impl KvCache {
         step.stored[i] = q.is_some();
         Ok(q)
     }
-}
-
-/// Whether MLA's latent `[c | k_rot]` (`kv_lora_rank + qk_rope_head_dim` wide) fits the paged
-/// decode kernels' head size; a wider one (DeepSeek's 512 + 64) caches full keys and values.
-fn latent_fits(m: &crate::spec::MlaSpec) -> bool {
-    m.kv_lora_rank + m.rope_dim <= vkformers_kernels::attention::decode::MAX_DECODE_HEAD_DIM as usize
 }
 
 /// Real tokens of each row of a left-padded `[B, T]` mask (`0…0 1…1`); anything else is an error.

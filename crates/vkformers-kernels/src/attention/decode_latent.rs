@@ -148,7 +148,13 @@ fn check_len(kernel: &str, what: &str, v: &BufferView<'_>, elems: u64, bytes: u6
     Ok(())
 }
 
-fn check(kernel: &str, s: &LatentShape, x: &LatentInputs<'_>, out: &LatentOutputs<'_>, opt: &DecodeOptions<'_>) -> Result<()> {
+fn check(
+    kernel: &str,
+    s: &LatentShape,
+    x: &LatentInputs<'_>,
+    out: &LatentOutputs<'_>,
+    opt: &DecodeOptions<'_>,
+) -> Result<()> {
     let sizes = [s.batch, s.tq, s.hq, s.d, s.dv, s.block_size, s.num_blocks, s.max_blocks];
     if sizes.contains(&0) || s.dv > s.d || s.d > MAX_LATENT_DIM {
         return Err(fail(kernel, format!("shape {s:?}: empty, dv > d, or d over {MAX_LATENT_DIM}")));
