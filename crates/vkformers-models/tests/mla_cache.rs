@@ -113,16 +113,18 @@ fn sparse_attention_past_index_topk_is_refused() {
 #[test]
 fn latent_cache_decodes_with_bf16_weights() {
     on_every_device("mla latent cache bf16", |ctx| {
-        let g = Graph::new(ctx);
-        let model = Model::load_for_inference(&g, &fixture("deepseek_v3"), vkformers_tensor::DType::BF16).unwrap();
-        let kv_b = "model.layers.0.self_attn.kv_b_proj.weight";
-        assert_eq!(model.weights.get(kv_b).unwrap().dtype(), vkformers_tensor::DType::BF16, "kv_b_proj in bf16");
-        let cache = KvCache::new(&g, &model.spec, 64).unwrap();
-        let (cached, uncached) = greedy(&g, &model, &cache, &[5, 17, 42, 9, 100], 8);
-        // Both decode the same bf16 model: the absorbed form may round differently, so only the
-        // first token (after the prefill, where both attend over the same 5 keys) must agree.
-        assert_eq!(cached[0], uncached[0], "first token over the latent cache vs uncached");
-        assert!(cached.iter().all(|&t| (0..model.spec.vocab as i32).contains(&t)));
+        for name in ["deepseek_v3", "deepseek_v3_wide"] {
+            let g = Graph::new(ctx);
+            let model = Model::load_for_inference(&g, &fixture(name), vkformers_tensor::DType::BF16).unwrap();
+            let kv_b = "model.layers.0.self_attn.kv_b_proj.weight";
+            assert_eq!(model.weights.get(kv_b).unwrap().dtype(), vkformers_tensor::DType::BF16, "{name}: kv_b_proj");
+            let cache = KvCache::new(&g, &model.spec, 64).unwrap();
+            let (cached, uncached) = greedy(&g, &model, &cache, &[5, 17, 42, 9, 100], 8);
+            // Both decode the same bf16 model: the absorbed form may round differently, so only the
+            // first token (after the prefill, where both attend over the same 5 keys) must agree.
+            assert_eq!(cached[0], uncached[0], "{name}: first token over the latent cache vs uncached");
+            assert!(cached.iter().all(|&t| (0..model.spec.vocab as i32).contains(&t)));
+        }
         Ok(())
     });
 }
