@@ -108,6 +108,14 @@ impl KvCache {
                     groups.len() - 1
                 }
             };
+            let widest = vkformers_kernels::attention::decode_latent::MAX_LATENT_DIM as usize;
+            if let Some(m) = l.attn.mla.as_ref().filter(|m| m.kv_lora_rank + m.rope_dim > widest) {
+                return Err(ModelError::Unsupported(format!(
+                    "a latent KV cache of kv_lora_rank {} + qk_rope_head_dim {} values: the latent decode \
+                     takes up to {widest}",
+                    m.kv_lora_rank, m.rope_dim
+                )));
+            }
             layers.push(match &l.attn.mla {
                 // The latent and the rotary key, read by the absorbed attention as one key head
                 // that is also the value head (see `decoder::mla`; rows over 256 values go to the

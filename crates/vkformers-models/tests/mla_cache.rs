@@ -186,3 +186,20 @@ fn a_chunk_over_a_filled_latent_cache_continues_as_transformers() {
         Ok(())
     });
 }
+
+/// A latent row over the latent decode's 576 values is refused when the cache is made, naming
+/// the widths, instead of failing at the first decode step.
+#[test]
+fn a_latent_wider_than_the_kernel_is_refused_up_front() {
+    on_every_device("mla latent too wide", |ctx| {
+        let g = Graph::new(ctx);
+        let mut model = Model::load(&g, &fixture("deepseek_v3_wide")).unwrap();
+        assert!(KvCache::new(&g, &model.spec, 64).is_ok());
+        for l in &mut model.spec.layers {
+            l.attn.mla.as_mut().unwrap().kv_lora_rank = 561;
+        }
+        let e = KvCache::new(&g, &model.spec, 64).err().expect("561 + 16 values cached").to_string();
+        assert!(e.contains("561") && e.contains("576"), "{e}");
+        Ok(())
+    });
+}
