@@ -160,8 +160,9 @@ fn step(g: &Graph<'_>, model: &Model, cache: &KvCache, rows: &[Vec<i32>]) -> Vec
 
 /// Chat's next turn and a batch: a left-padded prefill of two rows, then a chunk of 12 and 10 new
 /// tokens over the non-empty cache (more than a decode step: a wide latent's chunk attends in the
-/// expanded form over the cached latents gathered back, decompressed by kv_b), then decode steps;
-/// every token is transformers' greedy choice. The narrow fixture runs the absorbed form
+/// expanded form over the cached latents gathered back, decompressed by kv_b), then decode steps
+/// and a short chunk of 3 and 2 tokens (the absorbed form with several new rows); every token is
+/// transformers' greedy choice. The narrow fixture runs the absorbed form
 /// throughout.
 #[test]
 fn a_chunk_over_a_filled_latent_cache_continues_as_transformers() {
@@ -180,8 +181,11 @@ fn a_chunk_over_a_filled_latent_cache_continues_as_transformers() {
                     let next = step(&g, &model, &cache, &[vec![e[0][10 + n]], vec![e[1][5 + n]]]);
                     assert_eq!(next, vec![e[0][11 + n], e[1][6 + n]], "{name}: decode step {n} after the chunk");
                 }
+                // A short chunk (3 and 2 new tokens, left-padded): the absorbed form, Tq > 1.
+                let short = [e[0][16..19].to_vec(), e[1][11..13].to_vec()];
+                assert_eq!(step(&g, &model, &cache, &short), vec![e[0][19], e[1][13]], "{name}: after a short chunk");
             });
-            assert_eq!(cache.row_len(0), p[0].len() + 16, "{name}: row 0 tokens held");
+            assert_eq!(cache.row_len(0), p[0].len() + 19, "{name}: row 0 tokens held");
         }
         Ok(())
     });
