@@ -4,6 +4,7 @@ mod architectures;
 mod bench;
 mod bench_attention;
 mod bench_decode;
+mod bench_decode_latent;
 mod bench_grouped;
 mod bench_peak;
 mod bench_shapes;
@@ -112,6 +113,8 @@ enum BenchCommand {
     Dispatch(bench_peak::DispatchArgs),
     /// Paged decode attention alone on one shape, µs per call for each split count.
     Decode(bench_decode::DecodeBenchArgs),
+    /// Multi-head latent attention's wide latent decode alone on one shape, µs per call.
+    DecodeLatent(bench_decode_latent::LatentBenchArgs),
     /// The grouped expert GEMMs of one MoE projection (forward, dx, dW), TFLOP/s each.
     GroupedGemm(bench_grouped::GroupedArgs),
 }
@@ -131,6 +134,7 @@ fn main() -> std::process::ExitCode {
         Command::Bench(BenchCommand::MmaPeak(args)) => bench_peak::mma_peak(&cli.device, &args),
         Command::Bench(BenchCommand::Dispatch(args)) => bench_peak::dispatch_latency(&cli.device, &args),
         Command::Bench(BenchCommand::Decode(args)) => bench_decode::decode_attention(&cli.device, &args),
+        Command::Bench(BenchCommand::DecodeLatent(args)) => bench_decode_latent::decode_latent(&cli.device, &args),
         Command::Bench(BenchCommand::GroupedGemm(args)) => bench_grouped::grouped_gemm(&cli.device, &args),
         Command::Architectures(args) => architectures::run(&cli.device, &args),
         Command::Train(args) => train::run(&cli.device, &args),

@@ -64,6 +64,19 @@ fn an_mla_model_reports_the_latent_cache_bytes() {
     assert!(latent < full, "latent {latent} vs full {full}");
 }
 
+/// A latent row wider than the paged decode kernel's 256 values (kv_lora_rank 272 + rope 16) is
+/// cached as the latent too.
+#[test]
+fn a_wide_mla_model_reports_the_latent_cache_bytes() {
+    let model = root().join("tests/fixtures/deepseek_v3_wide");
+    let c = config(&model);
+    let latent = field(&c, "kv_lora_rank") + field(&c, "qk_rope_head_dim");
+    assert!(latent > 256, "latent {latent}: not wider than the paged decode kernel's rows");
+    let values = field(&c, "num_hidden_layers") * latent;
+    check(&generate(&model, &["--dtype", "float32"]), values, "f32", 4);
+    check(&generate(&model, &["--dtype", "bfloat16"]), values, "bf16", 2);
+}
+
 #[test]
 fn a_llama_model_reports_full_key_and_value_bytes() {
     let model = root().join("tests/fixtures_generate/cli_model");

@@ -7,8 +7,9 @@
 //! cached search also gives them, holds the prompt's blocks once (as many blocks as the prompt
 //! alone after every beam has it) and gives every block back at the end; on sliding-window models
 //! (window 4: beams let go of shared blocks they can no longer see; gpt_oss with its sinks) and on
-//! multi-head latent attention's latent cache (deepseek_v2: one pool read as keys and values) it
-//! equals the uncached search.
+//! multi-head latent attention's latent cache (deepseek_v2: one pool read as keys and values;
+//! deepseek_v3_wide: latent rows over 256 values, the wide latent kernel's) it equals the uncached
+//! search.
 
 mod common;
 
@@ -120,7 +121,7 @@ fn beams_share_the_prompt_blocks_and_give_every_block_back() {
 #[test]
 fn window_and_latent_beams_on_shared_blocks_equal_the_uncached_search() {
     on_every_device("decoder beam search, sliding windows and latent caches", |ctx| {
-        for name in ["gemma2", "mistral", "gpt_oss", "deepseek_v2"] {
+        for name in ["gemma2", "mistral", "gpt_oss", "deepseek_v2", "deepseek_v3_wide"] {
             let g = Graph::new(ctx);
             let model = fixture_model(&g, name);
             let bid = BeamIds { eos: vec![], pad: 0, forced_bos: None, forced_eos: None, max_new_tokens: 9 };

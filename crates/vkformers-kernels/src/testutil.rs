@@ -188,3 +188,45 @@ pub mod storage {
         skip
     }
 }
+
+/// Random paged-cache layouts for the paged decode kernels' tests.
+pub mod paged {
+    use super::Rng;
+
+    /// `table[b]` block ids of row b (`max_blocks` columns, unused ones -1 or an id of another
+    /// row), drawn from a shuffled pool of `num_blocks` with a few blocks no row owns.
+    pub struct Layout {
+        pub num_blocks: usize,
+        pub max_blocks: usize,
+        pub table: Vec<i32>,
+        pub block_size: usize,
+    }
+
+    impl Layout {
+        /// Rows of `lens` positions in blocks of `block_size` (non-contiguous, shuffled blocks).
+        pub fn random(lens: &[usize], block_size: usize, rng: &mut Rng) -> Self {
+            let need: Vec<usize> = lens.iter().map(|l| l.div_ceil(block_size)).collect();
+            let num_blocks = need.iter().sum::<usize>() + 3;
+            let max_blocks = need.iter().max().copied().unwrap_or(0) + 1;
+            let mut ids: Vec<i32> = (0..num_blocks as i32).collect();
+            for i in (1..ids.len()).rev() {
+                ids.swap(i, rng.below(i + 1));
+            }
+            let mut table = vec![-1; lens.len() * max_blocks];
+            let mut next = ids.into_iter();
+            for (b, &n) in need.iter().enumerate() {
+                for c in 0..n {
+                    table[b * max_blocks + c] = next.next().expect("enough blocks");
+                }
+                // A stale entry past the row's length must never be followed.
+                table[b * max_blocks + n] = if b % 2 == 0 { 0 } else { -1 };
+            }
+            Layout { num_blocks, max_blocks, table, block_size }
+        }
+
+        /// Pool row of key j of row b.
+        pub fn pool_row(&self, b: usize, j: usize) -> usize {
+            self.table[b * self.max_blocks + j / self.block_size] as usize * self.block_size + j % self.block_size
+        }
+    }
+}

@@ -10,6 +10,7 @@
 use vkformers_kernels::attention::decode::{self, DecodeOptions, DecodeOutputs, DecodeShape, PagedInputs, Pools};
 use vkformers_kernels::attention::reference::{self, Shape};
 use vkformers_kernels::dtype::DType;
+use vkformers_kernels::testutil::paged::Layout;
 use vkformers_kernels::testutil::storage::{download, round, tol, unsupported, upload};
 use vkformers_kernels::testutil::{assert_close, f64s, Rng, TOL_F32};
 use vkformers_vk::testing::on_every_device;
@@ -123,34 +124,6 @@ impl Case {
     }
 }
 
-/// A random paged layout: `table[b]` block ids of row b (`max_blocks` columns, unused ones -1 or
-/// an id of another row), from a shuffled pool with a few blocks no row owns.
-struct Layout {
-    num_blocks: usize,
-    max_blocks: usize,
-    table: Vec<i32>,
-}
-
-fn layout(case: &Case, rng: &mut Rng) -> Layout {
-    let need: Vec<usize> = case.lens.iter().map(|l| l.div_ceil(case.block_size)).collect();
-    let num_blocks = need.iter().sum::<usize>() + 3;
-    let max_blocks = need.iter().max().copied().unwrap_or(0) + 1;
-    let mut ids: Vec<i32> = (0..num_blocks as i32).collect();
-    for i in (1..ids.len()).rev() {
-        ids.swap(i, rng.below(i + 1));
-    }
-    let mut table = vec![-1; case.lens.len() * max_blocks];
-    let mut next = ids.into_iter();
-    for (b, &n) in need.iter().enumerate() {
-        for c in 0..n {
-            table[b * max_blocks + c] = next.next().unwrap();
-        }
-        // A stale entry past the row's length must never be followed.
-        table[b * max_blocks + n] = if b % 2 == 0 { 0 } else { -1 };
-    }
-    Layout { num_blocks, max_blocks, table }
-}
-
 /// Host data of a case: per row q [Tq, Hq, D], k and v [len, Hkv, D] (rounded to `dt`).
 struct Rows {
     q: Vec<Vec<f32>>,
@@ -167,11 +140,6 @@ fn rows(case: &Case, rng: &mut Rng, dt: DType) -> Rows {
         k: case.lens.iter().map(|&l| gen(rng, l * kw, amp)).collect(),
         v: case.lens.iter().map(|&l| gen(rng, l * kw, 1.0)).collect(),
     }
-}
-
-/// Pool row of key j of row b.
-fn pool_row(case: &Case, lay: &Layout, b: usize, j: usize) -> usize {
-    lay.table[b * lay.max_blocks + j / case.block_size] as usize * case.block_size + j % case.block_size
 }
 
 /// The pools before the store (the rows' old keys; NaN elsewhere), the new positions
@@ -195,14 +163,14 @@ fn stage(case: &Case, lay: &Layout, r: &Rows, rng: &mut Rng, dt: DType) -> Stage
     for (b, &len) in case.lens.iter().enumerate() {
         let fresh = len.min(case.tq);
         for j in 0..len {
-            let at = pool_row(case, lay, b, j) * kw;
+            let at = lay.pool_row(b, j) * kw;
             for (x, src) in [&r.k[b], &r.v[b]].into_iter().enumerate() {
                 after[x][at..at + kw].copy_from_slice(&src[j * kw..(j + 1) * kw]);
                 if j < len - fresh {
                     before[x][at..at + kw].copy_from_slice(&src[j * kw..(j + 1) * kw]);
                 } else {
                     let p = b * case.tq + case.tq - (len - j);
-                    slots[p] = pool_row(case, lay, b, j) as i32;
+                    slots[p] = lay.pool_row(b, j) as i32;
                     new[x][p * kw..(p + 1) * kw].copy_from_slice(&src[j * kw..(j + 1) * kw]);
                 }
             }
@@ -251,7 +219,7 @@ fn same_bits(what: &str, got: &[f32], want: &[f32]) {
 /// pools: the `_q32` and `_in32` variants).
 fn check(ctx: &Context, case: &Case, seed: u64, (dt, act): (DType, DType)) -> Result<()> {
     let mut rng = Rng::new(seed);
-    let lay = layout(case, &mut rng);
+    let lay = Layout::random(&case.lens, case.block_size, &mut rng);
     let r = rows(case, &mut rng, dt);
     let st = stage(case, &lay, &r, &mut rng, dt);
     let b = case.lens.len();

@@ -857,7 +857,20 @@ fn attend(
     (q, k, v): (&Tensor, &Tensor, &Tensor),
     inp: &Inputs<'_>,
 ) -> Result<Tensor> {
-    let opts = AttnOptions {
+    let opts = attn_options(g, (a, w), i, inp)?;
+    let chunk = a.chunk.unwrap_or(0);
+    let left_padded = chunk > 0 && left_aligned::left_pads(&inp.host_mask, q.shape()[1]).iter().any(|&p| p > 0);
+    Ok(match inp.cache {
+        Some((cache, _)) => cache.attend_chunked(g, i, (q, k, v), opts, chunk)?,
+        None if left_padded => left_aligned::attend_left_aligned(g, (q, k, v), &opts, chunk, &inp.host_mask)?,
+        None => attention_chunked(g, q, k, v, &opts, chunk)?,
+    })
+}
+
+/// Layer `i`'s attention options: scale, causal, window, softcap, the new columns' key mask,
+/// ALiBi slopes, sinks.
+fn attn_options(g: &Graph<'_>, (a, w): (&AttnSpec, &Weights), i: usize, inp: &Inputs<'_>) -> Result<AttnOptions> {
+    Ok(AttnOptions {
         scale: Some(a.scale),
         causal: true,
         window: a.sliding_window.unwrap_or(0),
@@ -868,13 +881,6 @@ fn attend(
             None => None,
         },
         sinks: a.sinks.as_ref().map(|t| w.get(&layer_name(t, i)).cloned()).transpose()?,
-    };
-    let chunk = a.chunk.unwrap_or(0);
-    let left_padded = chunk > 0 && left_aligned::left_pads(&inp.host_mask, q.shape()[1]).iter().any(|&p| p > 0);
-    Ok(match inp.cache {
-        Some((cache, _)) => cache.attend_chunked(g, i, (q, k, v), opts, chunk)?,
-        None if left_padded => left_aligned::attend_left_aligned(g, (q, k, v), &opts, chunk, &inp.host_mask)?,
-        None => attention_chunked(g, q, k, v, &opts, chunk)?,
     })
 }
 

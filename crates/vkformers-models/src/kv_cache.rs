@@ -16,6 +16,7 @@
 //! (`vkformers_kernels::attention::decode`, split-KV for long rows) reads each row's blocks.
 
 mod blocks;
+mod latent;
 mod paged;
 
 use std::cell::{Cell, RefCell};
@@ -107,10 +108,19 @@ impl KvCache {
                     groups.len() - 1
                 }
             };
+            let widest = vkformers_kernels::attention::decode_latent::MAX_LATENT_DIM as usize;
+            if let Some(m) = l.attn.mla.as_ref().filter(|m| m.kv_lora_rank + m.rope_dim > widest) {
+                return Err(ModelError::Unsupported(format!(
+                    "a latent KV cache of kv_lora_rank {} + qk_rope_head_dim {} values: the latent decode \
+                     takes up to {widest}",
+                    m.kv_lora_rank, m.rope_dim
+                )));
+            }
             layers.push(match &l.attn.mla {
                 // The latent and the rotary key, read by the absorbed attention as one key head
-                // that is also the value head (see `decoder::mla`), where the kernels take it.
-                Some(m) if latent_fits(m) => LayerPool::latent(group, m.kv_lora_rank + m.rope_dim, m.kv_lora_rank),
+                // that is also the value head (see `decoder::mla`; rows over 256 values go to the
+                // wide latent kernel).
+                Some(m) => LayerPool::latent(group, m.kv_lora_rank + m.rope_dim, m.kv_lora_rank),
                 _ => LayerPool::new(group, l.attn.kv_heads, l.attn.head_dim),
             });
         }
@@ -385,12 +395,6 @@ impl KvCache {
         step.stored[i] = q.is_some();
         Ok(q)
     }
-}
-
-/// Whether MLA's latent `[c | k_rot]` (`kv_lora_rank + qk_rope_head_dim` wide) fits the paged
-/// decode kernels' head size; a wider one (DeepSeek's 512 + 64) caches full keys and values.
-fn latent_fits(m: &crate::spec::MlaSpec) -> bool {
-    m.kv_lora_rank + m.rope_dim <= vkformers_kernels::attention::decode::MAX_DECODE_HEAD_DIM as usize
 }
 
 /// Real tokens of each row of a left-padded `[B, T]` mask (`0…0 1…1`); anything else is an error.

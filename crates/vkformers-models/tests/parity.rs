@@ -249,6 +249,8 @@ parity! {
     deepseek_v2_qlora: "deepseek_v2_qlora",
     // Sigmoid + correction-bias group-limited router (the bias a stored buffer), rope_interleave.
     deepseek_v3: "deepseek_v3",
+    // The same with a latent row of 272 + 16 values (wider than the paged decode kernel's 256).
+    deepseek_v3_wide: "deepseek_v3_wide",
     youtu: "youtu",
     // DeepSeek-V3 with a norm on the MoE output, layer types listed.
     axk1: "axk1",

@@ -197,3 +197,30 @@ SPECS["axk2"] = (
         "moe_intermediate_size": 8,
     },
 )
+
+# DeepSeek-V3 with a latent row wider than the paged decode kernel's 256 values: kv_lora_rank 272
+# + qk_rope_head_dim 16 = 288 (MiniCPM3's real width; DeepSeek-V3's is 512 + 64), so generation
+# caches the latent through the wide latent kernel (decode) and the expanded form (prefill and
+# chunks). Two heads on a hidden size of 16 and small MLPs keep the fixture small.
+SPECS["deepseek_v3_wide"] = (
+    "deepseek_v3",
+    {
+        **{k: v for k, v in DEEPSEEK.items() if k != "head_dim"},
+        "hidden_size": 16,
+        "intermediate_size": 32,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 2,
+        "kv_lora_rank": 272,
+        "qk_rope_head_dim": 16,
+        "q_lora_rank": 8,
+        "v_head_dim": 8,
+        "n_routed_experts": 4,
+        "moe_intermediate_size": 8,
+        "first_k_dense_replace": 1,
+        "n_group": 2,
+        "topk_group": 1,
+        "norm_topk_prob": True,
+        "routed_scaling_factor": 2.5,
+        "rope_interleave": True,
+    },
+)

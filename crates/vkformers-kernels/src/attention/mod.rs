@@ -28,6 +28,7 @@
 
 pub mod coopmat2;
 pub mod decode;
+pub mod decode_latent;
 pub mod reference;
 pub mod rope_store;
 pub mod sinks;

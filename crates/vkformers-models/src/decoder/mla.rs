@@ -11,18 +11,20 @@
 //! ```
 //!
 //! The fused attention kernels take q, k of `Dn + Dr` columns and v, o of `Dv` (training and
-//! uncached forwards). The paged cache holds one head size, so a cached forward over full K/V
-//! runs them on `D = max(Dn + Dr, Dv)` with the shorter side zero-padded: zero columns add nothing
-//! to a score or to an output, and the padded output columns are dropped, so values are exact.
-//! Column splits, joins and pads are products with constant 0/1 matrices (`moved`): each output
+//! uncached forwards: the expanded form above). Generation caches the latent `[c | k_rot]`
+//! (`L + Dr` values a position, [`absorbed`]); where that row is wider than the paged decode
+//! kernel's 256 values, a prefill or a chunk of many new tokens attends in the expanded form and
+//! stores the latent ([`expanded_over_cache`]), decode steps run the absorbed form through the
+//! wide latent kernel (`crate::kv_cache`). Column splits, joins and pads are products with constant 0/1 matrices (`moved`): each output
 //! column is one input column or zero, exact in f32 (and in 16-bit storage, whose attention and
 //! projections round the same values anyway), with the backward `dx = dy · Pᵀ` moving the
 //! gradient back.
 
-use vkformers_tensor::ops::{activation, broadcast, embedding, matmul, rope, shape};
+use vkformers_tensor::ops::attention::attention_chunked;
+use vkformers_tensor::ops::{activation, broadcast, cast, embedding, matmul, rope, shape};
 use vkformers_tensor::{Graph, Tensor};
 
-use super::{apply_norm, attend, project, Inputs, Weights};
+use super::{apply_norm, attend, attn_options, project, Inputs, Weights};
 use crate::error::{ModelError, Result};
 use crate::spec::{layer_name, AttnSpec, MlaSpec, ModelSpec};
 
@@ -123,11 +125,9 @@ pub(super) fn attention(
     inp: &Inputs<'_>,
     (b, t): (usize, usize),
 ) -> Result<Tensor> {
-    let (dn, dr, dv, l) = (m.nope_dim, m.rope_dim, m.v_dim, m.kv_lora_rank);
+    let (dn, dr, l) = (m.nope_dim, m.rope_dim, m.kv_lora_rank);
     let heads = a.heads;
     let dqk = dn + dr;
-    // Head widths of q/k and of v/o: exact without a cache, padded to the cache's one head size.
-    let (d, dvw) = if inp.cache.is_some() { (a.head_dim, a.head_dim) } else { (dqk, dv) };
     check_indexer(m, inp)?;
     let (mut q, gate) = query(g, spec, w, m, i, h, inp)?;
     if let Some((beta, original)) = a.q_position_scale {
@@ -147,26 +147,101 @@ pub(super) fn attention(
     let q_rot = shape::reshape(g, &moved(g, inp, &q, (dqk, dr), &[(dn, 0, dr)])?, &[b, t, heads, dr])?;
     let k_rot = shape::reshape(g, &moved(g, inp, &ckv, (l + dr, dr), &[(l, 0, dr)])?, &[b, t, 1, dr])?;
     let (q_rot, k_rot) = rotate(g, a, inp, q_rot, k_rot)?;
-    if inp.cache.is_some_and(|(c, _)| c.is_latent(i)) {
+    let o = match inp.cache {
+        None => {
+            let (q, k, v) = expanded(g, w, (heads, m), i, (&q, &q_rot), (&latent, &k_rot), inp, (b, t, t))?;
+            let o = attend(g, (a, w), i, (&q, &k, &v), inp)?;
+            shape::reshape(g, &o, &[b * t, heads * m.v_dim])?
+        }
+        Some((cache, _)) if !cache.is_latent(i) => {
+            return Err(ModelError::Config(format!("layer {i}: multi-head latent attention over full keys and values")))
+        }
         // Generation over a latent cache: the absorbed form (the cache holds [c | k_rot]).
-        let o = absorbed(g, w, (a, m), i, (&q, &q_rot), (&latent, &k_rot), inp, |q, k, v| {
-            attend(g, (a, w), i, (q, k, v), inp)
-        })?;
-        return project(g, w, &spec.layer_names.o, i, &gated(g, o, gate)?, a.out_bias);
-    }
-    let kv = project(g, w, &m.names.kv_b, i, &latent, false)?;
-    // Heads of d columns: [nope | rope (| zeros)] for q and k, dvw for v: [v (| zeros)].
-    let q_nope = moved(g, inp, &q, (dqk, d), &[(0, 0, dn)])?;
-    let q = broadcast::add(g, &q_nope, &moved(g, inp, &q_rot, (dr, d), &[(0, dn, dr)])?)?;
-    let q = shape::reshape(g, &q, &[b, t, heads, d])?;
-    let k_nope = shape::reshape(g, &moved(g, inp, &kv, (dn + dv, d), &[(0, 0, dn)])?, &[b, t, heads, d])?;
-    let k_shared = shape::reshape(g, &moved(g, inp, &k_rot, (dr, d), &[(0, dn, dr)])?, &[b, t, 1, d])?;
-    let k = broadcast::add(g, &k_nope, &k_shared)?;
-    let v = shape::reshape(g, &moved(g, inp, &kv, (dn + dv, dvw), &[(dn, 0, dv)])?, &[b, t, heads, dvw])?;
-    let o = attend(g, (a, w), i, (&q, &k, &v), inp)?;
-    let o = if dvw == dv { o } else { moved(g, inp, &o, (dvw, dv), &[(0, 0, dv)])? };
-    let o = shape::reshape(g, &o, &[b * t, heads * dv])?;
+        Some((cache, _)) if cache.latent_absorbs(i, t) => {
+            absorbed(g, w, (a, m), i, (&q, &q_rot), (&latent, &k_rot), inp, |q, k, v| {
+                attend(g, (a, w), i, (q, k, v), inp)
+            })?
+        }
+        Some((cache, _)) => expanded_over_cache(g, w, (a, m), i, (&q, &q_rot), (&latent, &k_rot), inp, (cache, b))?,
+    };
     project(g, w, &spec.layer_names.o, i, &gated(g, o, gate)?, a.out_bias)
+}
+
+/// The expanded form's heads (see the module comment) from q `[B·T, H·(Dn+Dr)]`, the rotated
+/// `q_rot [B, T, H, Dr]`, and `Tk` keys' latents `c [B·Tk, L]` and rotated `k_rot [B, Tk, 1, Dr]`:
+/// q `[B, T, H, Dn+Dr]`, k `[B, Tk, H, Dn+Dr]` and v `[B, Tk, H, Dv]`.
+#[allow(clippy::too_many_arguments)]
+fn expanded(
+    g: &Graph<'_>,
+    w: &Weights,
+    (heads, m): (usize, &MlaSpec),
+    i: usize,
+    (q, q_rot): (&Tensor, &Tensor),
+    (c, k_rot): (&Tensor, &Tensor),
+    inp: &Inputs<'_>,
+    (b, t, tk): (usize, usize, usize),
+) -> Result<(Tensor, Tensor, Tensor)> {
+    let (dn, dr, dv) = (m.nope_dim, m.rope_dim, m.v_dim);
+    let d = dn + dr;
+    let kv = project(g, w, &m.names.kv_b, i, c, false)?;
+    // Heads of d columns: [nope | rope] for q and k; v the Dv value columns of each kv_b head.
+    let q_nope = moved(g, inp, q, (d, d), &[(0, 0, dn)])?;
+    let q = broadcast::add(g, &q_nope, &moved(g, inp, q_rot, (dr, d), &[(0, dn, dr)])?)?;
+    let q = shape::reshape(g, &q, &[b, t, heads, d])?;
+    let k_nope = shape::reshape(g, &moved(g, inp, &kv, (dn + dv, d), &[(0, 0, dn)])?, &[b, tk, heads, d])?;
+    let k_shared = shape::reshape(g, &moved(g, inp, k_rot, (dr, d), &[(0, dn, dr)])?, &[b, tk, 1, d])?;
+    let k = broadcast::add(g, &k_nope, &k_shared)?;
+    let v = shape::reshape(g, &moved(g, inp, &kv, (dn + dv, dv), &[(dn, 0, dv)])?, &[b, tk, heads, dv])?;
+    Ok((q, k, v))
+}
+
+/// Attention `o [B·T, H·Dv]` over a latent cache whose rows the paged decode kernel cannot hold,
+/// for a prefill or a chunk of many new tokens: stores the new latent rows `[c | k_rot]`, then
+/// attends in the expanded form over the new rows (prefill) or over every cached row of the
+/// selected rows (`KvCache::latent_history`: decompressed again by kv_b; it says why).
+#[allow(clippy::too_many_arguments)]
+fn expanded_over_cache(
+    g: &Graph<'_>,
+    w: &Weights,
+    (a, m): (&AttnSpec, &MlaSpec),
+    i: usize,
+    (q, q_rot): (&Tensor, &Tensor),
+    (latent, k_rot): (&Tensor, &Tensor),
+    inp: &Inputs<'_>,
+    (cache, b): (&crate::kv_cache::KvCache, usize),
+) -> Result<Tensor> {
+    let (dr, l) = (m.rope_dim, m.kv_lora_rank);
+    let d = l + dr;
+    let t = q_rot.shape()[1];
+    let rows = broadcast::add(
+        g,
+        &moved(g, inp, latent, (l, d), &[(0, 0, l)])?,
+        &moved(g, inp, k_rot, (dr, d), &[(0, l, dr)])?,
+    )?;
+    cache.store_latent(g, i, &shape::reshape(g, &rows, &[b, t, 1, d])?)?;
+    let mut opts = attn_options(g, (a, w), i, inp)?;
+    let (c, k_rot, tk) = match cache.latent_history(g, i, t)? {
+        None => (latent.clone(), k_rot.clone(), t),
+        Some((history, kmask)) => {
+            if a.chunk.is_some() || a.sliding_window.is_some() {
+                return Err(ModelError::Unsupported(
+                    "chunked or sliding-window attention over a wide latent KV cache".into(),
+                ));
+            }
+            // Right-aligned rows [B, W, L + Dr] (W >= T): the fused kernel's causal mask puts
+            // query column c at key column W - T + c, each row's own position.
+            let tk = history.shape()[1];
+            opts.kmask = kmask;
+            let history =
+                if history.dtype() == latent.dtype() { history } else { cast::cast(g, &history, latent.dtype())? };
+            let c = moved(g, inp, &history, (d, l), &[(0, 0, l)])?;
+            let k_rot = shape::reshape(g, &moved(g, inp, &history, (d, dr), &[(l, 0, dr)])?, &[b, tk, 1, dr])?;
+            (c, k_rot, tk)
+        }
+    };
+    let (q, k, v) = expanded(g, w, (a.heads, m), i, (q, q_rot), (&c, &k_rot), inp, (b, t, tk))?;
+    let o = attention_chunked(g, &q, &k, &v, &opts, a.chunk.unwrap_or(0))?;
+    Ok(shape::reshape(g, &o, &[b * t, a.heads * m.v_dim])?)
 }
 
 /// Rows of `x [a·b, w]` in `(a, b)` order, reordered to `(b, a)`: `[b·a, w]` (a transpose of the

@@ -15,6 +15,8 @@ use vkformers_vk::BufferView;
 use super::blocks::BlockTables;
 use crate::error::{ModelError, Result};
 
+mod wide;
+
 /// One group's device tables for one forward over B selected rows of T new columns: the block
 /// table, the lengths and the store slots in one int32 buffer (one upload a step instead of
 /// three), each read through its byte range, after a prefix of other int32 data the forward
@@ -151,6 +153,16 @@ impl LayerPool {
         self.values_are_keys
     }
 
+    /// Values a position holds (`Hkv · D`: a latent pool's row width).
+    pub(crate) fn width(&self) -> usize {
+        self.kv_heads * self.head_dim
+    }
+
+    /// The key pool `[rows, Hkv, D]` once a store made it.
+    pub(crate) fn key_pool(&self) -> Option<&Tensor> {
+        self.pools.as_ref().map(|p| &p.0)
+    }
+
     /// Values held per cached position.
     pub(crate) fn values_per_position(&self) -> usize {
         self.kv_heads * self.head_dim * if self.values_are_keys { 1 } else { 2 }
@@ -284,6 +296,9 @@ impl LayerPool {
         opts: &AttnOptions,
         (block_size, chunk): (usize, u32),
     ) -> Result<Tensor> {
+        if self.is_wide_latent() {
+            return self.decode_wide(g, q, st, opts, (block_size, chunk));
+        }
         let (pk, pv) =
             self.pools.as_ref().ok_or_else(|| ModelError::Config("paged attention before a store".into()))?;
         let dt = pk.dtype();

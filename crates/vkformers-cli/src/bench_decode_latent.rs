@@ -1,0 +1,126 @@
+//! `vkformers bench decode-latent`: times the wide latent decode (`attention/decode_latent`,
+//! multi-head latent attention's absorbed decode over a paged cache of `[c | k_rot]` rows) alone
+//! on one shape, for each split count asked, as a chain of dependent calls (each call overwrites
+//! the previous one's output). Reports the device time per call and the effective bandwidth of the
+//! latent rows read (each workgroup of 16 query heads reads its split's rows: the cache once per
+//! row tile). The default shape is DeepSeek-V3's attention (128 heads, 512 + 64) at batch 1 over a
+//! 4,096-key cache.
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::bail;
+use vkformers_kernels::attention::decode::DecodeOptions;
+use vkformers_kernels::attention::decode_latent::{self, LatentInputs, LatentOutputs, LatentShape};
+use vkformers_kernels::dtype::DType;
+use vkformers_kernels::testutil::Rng;
+use vkformers_vk::{Context, DeviceSelector};
+
+#[derive(clap::Args)]
+pub struct LatentBenchArgs {
+    #[arg(long, default_value_t = 1)]
+    batch: u32,
+    #[arg(long, default_value_t = 128)]
+    heads: u32,
+    /// Latent row width, kv_lora_rank + qk_rope_head_dim.
+    #[arg(long, default_value_t = 576)]
+    width: u32,
+    /// Value columns, kv_lora_rank.
+    #[arg(long, default_value_t = 512)]
+    values: u32,
+    /// Keys in every row's cache.
+    #[arg(long, default_value_t = 4096)]
+    len: u32,
+    #[arg(long, default_value_t = 16)]
+    block_size: u32,
+    /// Pool storage: bf16, f16 or f32 (q and o f32 with 16-bit pools, as the decoder runs).
+    #[arg(long, default_value = "bf16")]
+    dtype: String,
+    /// Split counts to time, comma-separated; `auto` is the launcher's choice.
+    #[arg(long, default_value = "auto,1,4,8,16,32")]
+    splits: String,
+    /// Dependent calls in the timed chain.
+    #[arg(long, default_value_t = 100)]
+    calls: usize,
+    /// Milliseconds of untimed chains before each measurement (the clocks ramp under load).
+    #[arg(long, default_value_t = 1500)]
+    warm_ms: u64,
+}
+
+pub fn decode_latent(selector: &DeviceSelector, args: &LatentBenchArgs) -> anyhow::Result<ExitCode> {
+    let dt = match args.dtype.as_str() {
+        "bf16" => DType::BF16,
+        "f16" => DType::F16,
+        "f32" => DType::F32,
+        other => bail!("--dtype {other}: expected bf16, f16 or f32"),
+    };
+    let ctx = Context::new(selector)?;
+    let blocks_per_row = args.len.div_ceil(args.block_size);
+    let s = LatentShape {
+        batch: args.batch,
+        tq: 1,
+        hq: args.heads,
+        d: args.width,
+        dv: args.values,
+        block_size: args.block_size,
+        num_blocks: blocks_per_row * args.batch,
+        max_blocks: blocks_per_row,
+    };
+    let pool = u64::from(s.num_blocks * s.block_size * s.d);
+    let q_len = u64::from(s.batch * s.hq * s.d);
+    let vals = Rng::new(1).vec(pool as usize, 1.0);
+    let bytes: Vec<u8> = match dt {
+        DType::F32 => vals.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        DType::F16 => vals.iter().flat_map(|v| half::f16::from_f32(*v).to_bits().to_le_bytes()).collect(),
+        DType::BF16 => vals.iter().flat_map(|v| half::bf16::from_f32(*v).to_bits().to_le_bytes()).collect(),
+    };
+    let pool_buf = crate::bench::upload(&ctx, &bytes, "latent pool")?;
+    let q = ctx.buffer_from(&Rng::new(3).vec(q_len as usize, 1.0), "q")?;
+    // Row b owns blocks b·n .. (b+1)·n in order.
+    let table = ctx.buffer_from(&(0..s.num_blocks as i32).collect::<Vec<_>>(), "table")?;
+    let lens = ctx.buffer_from(&vec![args.len as i32; s.batch as usize], "lens")?;
+    let o = ctx.buffer(u64::from(s.batch * s.hq * s.dv) * 4, "o")?;
+    let lse = ctx.buffer(u64::from(s.batch * s.hq) * 4, "lse")?;
+    let work = ctx.buffer(decode_latent::work_floats(&s, decode_latent::MAX_SPLITS) * 4, "work")?;
+    let opt = DecodeOptions { dtype: dt, act: (dt != DType::F32).then_some(DType::F32), ..DecodeOptions::new(s.d) };
+    let x = LatentInputs { q: q.view(), pool: pool_buf.view(), table: table.view(), lens: lens.view() };
+    let row_bytes = f64::from(args.len * s.batch * s.d) * dt.bytes() as f64;
+    println!(
+        "{}: latent decode B {} Hq {} D {} Dv {} keys {} block {} {dt:?} pool",
+        ctx.caps().name,
+        s.batch,
+        s.hq,
+        s.d,
+        s.dv,
+        args.len,
+        s.block_size
+    );
+    for item in args.splits.split(',') {
+        let splits = match item.trim() {
+            "auto" => decode_latent::splits(&s, args.len),
+            n => n.parse::<u32>().map_err(|e| anyhow::anyhow!("--splits {n}: {e}"))?,
+        };
+        let work_view = work.slice(0, decode_latent::work_floats(&s, splits) * 4);
+        let out = LatentOutputs { o: o.view(), lse: lse.view(), work: (splits > 1).then_some(work_view) };
+        let chain = || -> anyhow::Result<f64> {
+            let mut rec = ctx.recorder(false)?;
+            for _ in 0..args.calls {
+                decode_latent::forward(&mut rec, &x, &out, &s, &opt, splits)?;
+            }
+            let t = Instant::now();
+            rec.submit()?;
+            Ok(t.elapsed().as_secs_f64())
+        };
+        let warm = Instant::now();
+        while warm.elapsed().as_millis() < u128::from(args.warm_ms) {
+            chain()?;
+        }
+        let per_call_us = chain()? / args.calls as f64 * 1e6;
+        println!(
+            "  splits {splits:>2}: {per_call_us:>8.2} µs a call (chain of {}), {:>7.1} GB/s of latent rows (read once)",
+            args.calls,
+            row_bytes / (per_call_us * 1e3),
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

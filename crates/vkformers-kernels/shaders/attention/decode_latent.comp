@@ -1,0 +1,283 @@
+#version 460
+#include "common.glsl"
+#include "dtype.glsl"
+#extension GL_EXT_control_flow_attributes : require
+// Multi-head latent attention's absorbed decode over a paged latent cache whose rows are wider
+// than decode.comp's 256 columns (DeepSeek-V2/V3, Kimi-K2: 512 + 64 = 576; MiniCPM3: 288).
+//
+//   q [B, Tq, Hq, D]; pool [NB·BS, D] holds one latent row [c | k_rot] per position (one key
+//   "head" shared by every query head); the values are each row's first Dv (pc.dvh) columns, c.
+//   table [B, MAXB] int32, lens [B] int32 as decode.comp: key j of row b lives at pool row
+//   table[b, j / BS] · BS + j % BS; query i of row b sits at qpos = lens[b] − Tq + i.
+//   o [B, Tq, Hq, Dv]; lse [B, Hq, Tq] (f32). Masks and scores as decode.comp (decode_score.glsl:
+//   causal, window, chunk, softcap, ALiBi; no sinks).
+//
+// Every query head reads the same latent row, so a workgroup serves QR = 16 query rows at once
+// (rows r = i · Hq + h of the R = Tq · Hq rows of a sequence, in tiles of QR) and reads each key
+// tile once for all of them: per tile of BK = 8 keys,
+//   1. the tile's latent rows go to shared memory sk [BK][DMAX] (zeros past D, and for keys
+//      outside the row or the split);
+//   2. thread (r, s) (tid = r · SL + s, SL = 8 slices) dots its query row's columns
+//      c · SL + s (held in registers, DMAX / SL of them) with the BK keys; the SL partial dots
+//      of each (row, key) are summed through shared memory by thread r · BK + key, which
+//      applies the mask and the score (QR · BK = NT: one score a thread);
+//   3. thread (r, s) runs the online softmax of row r over the tile (each of the SL threads of
+//      a row the same, from the shared scores) and adds p · c to its DMAX / SL output columns
+//      c · SL + s, read from the same shared rows (the interleaved columns make the SL threads of
+//      a row read consecutive words: no bank conflicts; the QR rows read the same words).
+// 3 barriers a tile. Shared memory: BK · DMAX + QR · BK · SL + QR · BK floats (23 KiB at
+// DMAX = 576, under lavapipe's 32 KiB). No subgroup operations.
+//
+// Split-KV: grid x = splits S. Each row's visible key range [lo, lens[b]) is cut into S chunks
+// (multiples of BK keys), one per workgroup; with S = 1 the workgroup writes o and lse, else its
+// unnormalised partials to `work` (acc = Σ e^(s − m) c [B, R, S, Dv], then (m, l) [B, R, S, 2]),
+// and the MERGE variant (a second dispatch, one workgroup per (row, b)) combines them:
+//   M = max_s m_s;  L = Σ_s l_s e^(m_s − M);  o = Σ_s acc_s e^(m_s − M) / L;  lse = M + log L.
+// Grid y = row tiles, z = B. QF32: q and o are f32 whatever the pool's type.
+//
+// variant: d320 DMAX=320
+// variant: d576 DMAX=576
+// variant: d320_f16 DMAX=320 DT_F16
+// variant: d576_f16 DMAX=576 DT_F16
+// variant: d320_bf16 DMAX=320 DT_BF16
+// variant: d576_bf16 DMAX=576 DT_BF16
+// variant: d320_f16_q32 DMAX=320 DT_F16 QF32
+// variant: d576_f16_q32 DMAX=576 DT_F16 QF32
+// variant: d320_bf16_q32 DMAX=320 DT_BF16 QF32
+// variant: d576_bf16_q32 DMAX=576 DT_BF16 QF32
+// The merge of the splits, o stored as f32 / f16 / bf16.
+// variant: merge MERGE DMAX=8
+// variant: merge_f16 MERGE DMAX=8 DT_F16
+// variant: merge_bf16 MERGE DMAX=8 DT_BF16
+#include "attention/attention.glsl"
+
+#if defined(QF32)
+#define QIn F32In
+#define QBuf F32Buf
+float ldq(QIn b, uint i) { return b.v[i]; }
+void stq(QBuf b, uint i, float x) { b.v[i] = x; }
+#else
+#define QIn DIn
+#define QBuf DBuf
+float ldq(QIn b, uint i) { return ld(b, i); }
+void stq(QBuf b, uint i, float x) { st(b, i, x); }
+#endif
+
+#define NT 128
+#define QR 16
+#define SL 8
+#define BK 8
+#define CS (DMAX / SL)
+
+layout(local_size_x = NT) in;
+layout(push_constant) uniform Push {
+    QIn q;        // [B, Tq, Hq, D]
+    DIn pool;     // [NB · BS, D]
+    I32In table;  // [B, max_blocks]
+    I32In lens;   // [B]
+    F32In slopes; // [Hq] (read when flags & ATTN_ALIBI)
+    QBuf o;       // [B, Tq, Hq, Dv]
+    F32Buf lse;   // [B, Hq, Tq]
+    F32Buf work;  // splits > 1: acc [B, R, S, Dv], then (m, l) [B, R, S, 2]
+    uint tq;
+    uint hq;
+    uint d;
+    uint dvh;
+    uint flags;
+    uint window;
+    float scale;
+    float softcap;
+    uint block_size;
+    uint max_blocks;
+    uint num_blocks;
+    uint splits;
+    uint chunk;
+} pc;
+#include "attention/decode_score.glsl"
+
+// Pool row of a key that is not in the row's table or the split (never read).
+const uint NO_ROW = 0xffffffffu;
+
+#if defined(MERGE)
+// One workgroup per (query row, b): the S partials of the row into o and lse.
+void main() {
+    uint tid = gl_LocalInvocationID.x;
+    uint r = gl_WorkGroupID.x;
+    uint b = gl_WorkGroupID.y;
+    uint R = pc.tq * pc.hq;
+    uint S = pc.splits;
+    uint DV = pc.dvh;
+    uint row = b * R + r;
+    uint ml = gl_NumWorkGroups.y * R * S * DV;
+    float big = MASKED;
+    for (uint s = 0; s < S; s++) {
+        big = max(big, pc.work.v[ml + 2u * (row * S + s)]);
+    }
+    float total = 0.0;
+    for (uint s = 0; s < S; s++) {
+        float m = pc.work.v[ml + 2u * (row * S + s)];
+        total += m <= MASKED ? 0.0 : pc.work.v[ml + 2u * (row * S + s) + 1u] * exp(m - big);
+    }
+    for (uint e = tid; e < DV; e += NT) {
+        float acc = 0.0;
+        for (uint s = 0; s < S; s++) {
+            float m = pc.work.v[ml + 2u * (row * S + s)];
+            acc += m <= MASKED ? 0.0 : pc.work.v[(row * S + s) * DV + e] * exp(m - big);
+        }
+        stq(pc.o, row * DV + e, total > 0.0 ? acc / total : 0.0);
+    }
+    if (tid == 0u) {
+        uint i = r / pc.hq;
+        uint h = r - i * pc.hq;
+        pc.lse.v[(b * pc.hq + h) * pc.tq + i] = total > 0.0 ? big + log(total) : MASKED;
+    }
+}
+#else
+shared float sk[BK * DMAX];        // the tile's latent rows
+shared float spart[QR * BK * SL];  // partial dots [row][key][slice]
+shared float ss[QR * BK];          // scores [row][key]
+shared uint srow[BK];
+
+// Pool row of key j of row b (NO_ROW at or past kend, or for a block id outside the pool).
+uint pool_row(uint b, uint j, uint kend) {
+    if (j >= kend) {
+        return NO_ROW;
+    }
+    int blk = pc.table.v[b * pc.max_blocks + j / pc.block_size];
+    return blk >= 0 && uint(blk) < pc.num_blocks ? uint(blk) * pc.block_size + j % pc.block_size : NO_ROW;
+}
+
+// Step 1: keys k0 .. k0 + BK − 1 of row b into sk (zero rows for keys outside [.., kend)).
+void load_tile(uint b, uint k0, uint kend) {
+    uint tid = gl_LocalInvocationID.x;
+    if (tid < BK) {
+        srow[tid] = pool_row(b, k0 + tid, kend);
+    }
+    for (uint e = tid; e < BK * DMAX; e += NT) {
+        uint j = e / DMAX;
+        uint col = e - j * DMAX;
+        uint row = pool_row(b, k0 + j, kend);
+        sk[e] = row != NO_ROW && col < pc.d ? ld(pc.pool, row * pc.d + col) : 0.0;
+    }
+}
+
+// Step 2b: thread (row rr, key jj) sums its SL partial dots into the masked, scaled score.
+void score(uint r0, uint nr, uint k0, int first_q) {
+    uint tid = gl_LocalInvocationID.x;
+    uint rr = tid / BK;
+    uint jj = tid - rr * BK;
+    float dot_qk = 0.0;
+    [[unroll]] for (uint s = 0; s < SL; s++) {
+        dot_qk += spart[tid * SL + s];
+    }
+    uint r = r0 + rr;
+    int qpos = first_q + int(r / pc.hq);
+    int j = int(k0 + jj);
+    bool vis = rr < nr && srow[jj] != NO_ROW && dec_visible(qpos, j);
+    ss[tid] = vis ? dec_score(dot_qk, r - (r / pc.hq) * pc.hq, qpos, j) : MASKED;
+}
+
+void main() {
+    uint tid = gl_LocalInvocationID.x;
+    uint split = gl_WorkGroupID.x;
+    uint b = gl_WorkGroupID.z;
+    uint D = pc.d;
+    uint DV = pc.dvh;
+    uint R = pc.tq * pc.hq;
+    uint r0 = gl_WorkGroupID.y * QR;
+    uint nr = min(QR, R - r0);
+    uint rr = tid / SL;
+    uint sl = tid - rr * SL;
+
+    // Keys of the row: [lo, hi); a table never holds more than max_blocks · BS of them.
+    int hi = min(pc.lens.v[b], int(pc.max_blocks * pc.block_size));
+    int first_q = pc.lens.v[b] - int(pc.tq);
+    int lo = pc.window != 0u ? max(0, first_q + 1 - int(pc.window)) : 0;
+    if (pc.chunk != 0u && first_q >= 0) {
+        // The first query's chunk starts at the first key any row of the tile can see.
+        lo = max(lo, int(uint(first_q) / pc.chunk * pc.chunk));
+    }
+    int n = max(hi - lo, 0);
+    int per = ((n + int(pc.splits) - 1) / int(pc.splits) + BK - 1) / BK * BK;
+    uint kbeg = uint(lo + int(split) * per);
+    uint kend = uint(max(min(hi, lo + int(split + 1u) * per), lo));
+
+    // This thread's query columns c · SL + sl of row rr (zero past D and past the real rows).
+    uint qbase = (b * R + r0 + rr) * D;
+    float q[CS];
+    float acc[CS];
+    [[unroll]] for (uint c = 0; c < CS; c++) {
+        uint col = c * SL + sl;
+        q[c] = rr < nr && col < D ? ldq(pc.q, qbase + col) : 0.0;
+        acc[c] = 0.0;
+    }
+    float m = MASKED;
+    float l = 0.0;
+
+    for (uint k0 = kbeg; k0 < kend; k0 += BK) {
+        barrier(); // the previous tile's sk and ss read
+        load_tile(b, k0, kend);
+        barrier();
+        // Keys not unrolled (the column loops are, for the register arrays' constant indices):
+        // lavapipe compiles a body of BK x DMAX / SL products per key loop for a long time.
+        [[dont_unroll]] for (uint j = 0; j < BK; j++) {
+            float part = 0.0;
+            [[unroll]] for (uint c = 0; c < CS; c++) {
+                part += q[c] * sk[j * DMAX + c * SL + sl];
+            }
+            spart[(rr * BK + j) * SL + sl] = part;
+        }
+        barrier();
+        score(r0, nr, k0, first_q);
+        barrier();
+        float tmax = m;
+        [[unroll]] for (uint j = 0; j < BK; j++) {
+            tmax = max(tmax, ss[rr * BK + j]);
+        }
+        float alpha = exp(m - tmax);
+        l *= alpha;
+        [[unroll]] for (uint c = 0; c < CS; c++) {
+            acc[c] *= alpha;
+        }
+        [[dont_unroll]] for (uint j = 0; j < BK; j++) {
+            float p = tmax > MASKED ? exp(ss[rr * BK + j] - tmax) : 0.0;
+            l += p;
+            [[unroll]] for (uint c = 0; c < CS; c++) {
+                acc[c] += p * sk[j * DMAX + c * SL + sl];
+            }
+        }
+        m = tmax;
+    }
+
+    if (rr >= nr) {
+        return;
+    }
+    uint row = b * R + r0 + rr;
+    if (pc.splits == 1u) {
+        [[unroll]] for (uint c = 0; c < CS; c++) {
+            uint col = c * SL + sl;
+            if (col < DV) {
+                stq(pc.o, row * DV + col, l > 0.0 ? acc[c] / l : 0.0);
+            }
+        }
+        if (sl == 0u) {
+            uint r = r0 + rr;
+            uint i = r / pc.hq;
+            pc.lse.v[(b * pc.hq + (r - i * pc.hq)) * pc.tq + i] = l > 0.0 ? m + log(l) : MASKED;
+        }
+    } else {
+        uint S = pc.splits;
+        [[unroll]] for (uint c = 0; c < CS; c++) {
+            uint col = c * SL + sl;
+            if (col < DV) {
+                pc.work.v[(row * S + split) * DV + col] = acc[c];
+            }
+        }
+        if (sl == 0u) {
+            uint ml = gl_NumWorkGroups.z * R * S * DV;
+            pc.work.v[ml + 2u * (row * S + split)] = m;
+            pc.work.v[ml + 2u * (row * S + split) + 1u] = l;
+        }
+    }
+}
+#endif

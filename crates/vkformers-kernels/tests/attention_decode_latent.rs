@@ -1,0 +1,251 @@
+//! The wide latent decode (`attention::decode_latent`) against the f64 reference of
+//! `attention/reference`: each row's latent rows `[c | k_rot]` (D columns, one key head shared by
+//! all query heads; values = their first Dv columns) scattered over a pool through a random block
+//! table, every pool row no table entry reaches NaN (a stray read shows in the output). The
+//! reference sees each row alone (query i at `len − Tq + i`). Both widths (d320, d576), odd D and
+//! Dv, query heads in one or several tiles of 16, Tq 1 and > 1, causal or not, window, chunk,
+//! softcap, ALiBi, an empty row, forced and automatic splits, f32 / f16 / bf16 pools and f32 q
+//! over 16-bit pools.
+
+use vkformers_kernels::attention::decode::DecodeOptions;
+use vkformers_kernels::attention::decode_latent::{self, LatentInputs, LatentOutputs, LatentShape};
+use vkformers_kernels::attention::reference::{self, Shape};
+use vkformers_kernels::dtype::DType;
+use vkformers_kernels::testutil::paged::Layout;
+use vkformers_kernels::testutil::storage::{download, round, tol, unsupported, upload};
+use vkformers_kernels::testutil::{assert_close, f64s, Rng, TOL_F32};
+use vkformers_vk::testing::on_every_device;
+use vkformers_vk::{Context, Result};
+
+#[derive(Clone, Debug)]
+struct Case {
+    name: &'static str,
+    lens: Vec<usize>,
+    tq: usize,
+    hq: usize,
+    d: usize,
+    dv: usize,
+    block_size: usize,
+    causal: bool,
+    window: usize,
+    chunk: usize,
+    softcap: f64,
+    alibi: bool,
+    /// `None`: `decode_latent::splits`' choice.
+    splits: Option<u32>,
+}
+
+impl Case {
+    fn new(name: &'static str, lens: &[usize], tq: usize, (hq, d, dv): (usize, usize, usize), bs: usize) -> Self {
+        Case {
+            name,
+            lens: lens.to_vec(),
+            tq,
+            hq,
+            d,
+            dv,
+            block_size: bs,
+            causal: true,
+            window: 0,
+            chunk: 0,
+            softcap: 0.0,
+            alibi: false,
+            splits: Some(1),
+        }
+    }
+
+    fn splits(mut self, s: Option<u32>) -> Self {
+        self.splits = s;
+        self
+    }
+
+    fn window(mut self, w: usize) -> Self {
+        self.window = w;
+        self
+    }
+
+    fn chunk(mut self, c: usize) -> Self {
+        self.chunk = c;
+        self
+    }
+
+    fn softcap_alibi(mut self, c: f64) -> Self {
+        self.softcap = c;
+        self.alibi = true;
+        self
+    }
+
+    fn not_causal(mut self) -> Self {
+        self.causal = false;
+        self
+    }
+
+    fn slopes(&self) -> Vec<f32> {
+        (0..self.hq).map(|h| 2f32.powf(-8.0 * (h as f32 + 1.0) / self.hq as f32)).collect()
+    }
+}
+
+/// The reference o [B, Tq, Hq, Dv] and lse [B, Hq, Tq], one row at a time: keys are the latent
+/// rows, values their first Dv columns.
+fn expected(case: &Case, q: &[Vec<f32>], k: &[Vec<f32>], scale: f32) -> (Vec<f64>, Vec<f64>) {
+    let slopes = f64s(&case.slopes());
+    let (mut o, mut lse) = (Vec::new(), Vec::new());
+    for (b, &len) in case.lens.iter().enumerate() {
+        let s = Shape { batch: 1, tq: case.tq, tk: len, hq: case.hq, hkv: 1, d: case.d, dv: case.dv };
+        let v: Vec<f32> = k[b].chunks(case.d).flat_map(|row| row[..case.dv].to_vec()).collect();
+        let opt = reference::Options {
+            scale: f64::from(scale),
+            causal: case.causal,
+            window: case.window,
+            chunk: case.chunk,
+            softcap: case.softcap,
+            kmask: None,
+            slopes: case.alibi.then_some(&slopes[..]),
+            sinks: None,
+        };
+        let (ob, lb) = reference::forward(&f64s(&q[b]), &f64s(&k[b]), &f64s(&v), &s, &opt);
+        o.extend(ob);
+        lse.extend(lb);
+    }
+    (o, lse)
+}
+
+/// Checks `case` with a pool of `dt`, q and o of `act` (`dt`, or f32 over a 16-bit pool).
+fn check(ctx: &Context, case: &Case, seed: u64, (dt, act): (DType, DType)) -> Result<()> {
+    let mut rng = Rng::new(seed);
+    let lay = Layout::random(&case.lens, case.block_size, &mut rng);
+    let amp = if case.softcap > 0.0 { 3.0 } else { 1.0 };
+    let q: Vec<Vec<f32>> = case.lens.iter().map(|_| round(act, &rng.vec(case.tq * case.hq * case.d, amp))).collect();
+    let k: Vec<Vec<f32>> = case.lens.iter().map(|&l| round(dt, &rng.vec(l * case.d, amp))).collect();
+    let mut pool = vec![f32::NAN; lay.num_blocks * case.block_size * case.d];
+    for (b, &len) in case.lens.iter().enumerate() {
+        for j in 0..len {
+            let at = lay.pool_row(b, j) * case.d;
+            pool[at..at + case.d].copy_from_slice(&k[b][j * case.d..(j + 1) * case.d]);
+        }
+    }
+    let batch = case.lens.len();
+    let shape = LatentShape {
+        batch: batch as u32,
+        tq: case.tq as u32,
+        hq: case.hq as u32,
+        d: case.d as u32,
+        dv: case.dv as u32,
+        block_size: case.block_size as u32,
+        num_blocks: lay.num_blocks as u32,
+        max_blocks: lay.max_blocks as u32,
+    };
+    let max_len = case.lens.iter().max().copied().unwrap_or(0) as u32;
+    let splits = case.splits.unwrap_or_else(|| decode_latent::splits(&shape, max_len));
+    let (bq, bpool) = (upload(ctx, act, &q.concat(), "q")?, upload(ctx, dt, &pool, "pool")?);
+    let table = ctx.buffer_from(&lay.table, "table")?;
+    let lens: Vec<i32> = case.lens.iter().map(|&l| l as i32).collect();
+    let lens = ctx.buffer_from(&lens, "lens")?;
+    let slopes = ctx.buffer_from(&case.slopes(), "slopes")?;
+    let rows = batch * case.tq * case.hq;
+    let o = upload(ctx, act, &vec![f32::NAN; rows * case.dv], "o")?;
+    let lse = ctx.buffer((rows * 4) as u64, "lse")?;
+    let work = ctx.buffer(decode_latent::work_floats(&shape, splits).max(1) * 4, "work")?;
+    let mut opt = DecodeOptions::new(shape.d);
+    opt.causal = case.causal;
+    opt.window = case.window as u32;
+    opt.chunk = case.chunk as u32;
+    opt.softcap = case.softcap as f32;
+    opt.alibi = case.alibi.then(|| slopes.view());
+    opt.dtype = dt;
+    opt.act = Some(act);
+    let x = LatentInputs { q: bq.view(), pool: bpool.view(), table: table.view(), lens: lens.view() };
+    let w = (splits > 1).then(|| work.slice(0, decode_latent::work_floats(&shape, splits) * 4));
+    let out = LatentOutputs { o: o.view(), lse: lse.view(), work: w };
+    let mut rec = ctx.recorder(false)?;
+    decode_latent::forward(&mut rec, &x, &out, &shape, &opt, splits)?;
+    rec.submit()?;
+
+    let name = format!("{} {dt:?}, q/o {act:?} ({splits} splits)", case.name);
+    let (want_o, want_lse) = expected(case, &q, &k, opt.scale);
+    assert_close(&format!("{name}: o"), &download(ctx, act, o.view())?, &want_o, tol(dt));
+    assert_close(&format!("{name}: lse"), &ctx.read_vec::<f32>(lse.view())?, &want_lse, TOL_F32);
+    Ok(())
+}
+
+fn run(test: &str, cases: &[Case], (dt, act): (DType, DType)) {
+    on_every_device(&format!("{test} {dt:?} {act:?}"), |ctx| {
+        if unsupported(ctx, dt, test) {
+            return Ok(());
+        }
+        for (n, case) in cases.iter().enumerate() {
+            check(ctx, case, 2000 + n as u64, (dt, act))?;
+        }
+        Ok(())
+    });
+}
+
+fn cases() -> Vec<Case> {
+    vec![
+        // MiniCPM3's row (256 + 32), 5 heads in one tile, an empty row, one of one key.
+        Case::new("d288 dv256 tq1 hq5 bs5, rows 37/0/1", &[37, 0, 1], 1, (5, 288, 256), 5),
+        // DeepSeek-V3's row (512 + 64), 16 heads: one full tile.
+        Case::new("d576 dv512 tq1 hq16 bs16", &[45, 20], 1, (16, 576, 512), 16),
+        // Odd widths (element loads past every multiple of 8), 3 new rows of 3 heads.
+        Case::new("d299 dv283 tq3 hq3 bs4", &[17, 30], 3, (3, 299, 283), 4),
+        // Two row tiles (the second partial), 2 new rows, forced split.
+        Case::new("d576 dv512 tq2 hq20 split 3", &[100, 9], 2, (20, 576, 512), 16).splits(Some(3)),
+        // Automatic split of a long row, with a short one (empty splits).
+        Case::new("d330 dv300 split auto", &[700, 3], 1, (4, 330, 300), 32).splits(None),
+        Case::new("d264 dv256 window 20 split 4", &[90, 33], 3, (6, 264, 256), 16).window(20).splits(Some(4)),
+        Case::new("d300 dv280 chunk 10 tq3", &[37, 21], 3, (2, 300, 280), 5).chunk(10),
+        Case::new("d288 dv272 softcap alibi", &[15, 7], 2, (3, 288, 272), 4).softcap_alibi(2.0),
+        Case::new("d320 dv288 not causal", &[12, 8], 3, (2, 320, 288), 4).not_causal(),
+    ]
+}
+
+#[test]
+fn latent_decode_matches_reference_f32() {
+    run("latent decode", &cases(), (DType::F32, DType::F32));
+}
+
+fn cases_16bit() -> Vec<Case> {
+    let all = cases();
+    [0, 1, 3, 4, 7].iter().map(|&i| all[i].clone()).collect()
+}
+
+#[test]
+fn latent_decode_matches_reference_16bit() {
+    run("latent decode", &cases_16bit(), (DType::BF16, DType::BF16));
+    run("latent decode", &cases_16bit(), (DType::F16, DType::F16));
+}
+
+/// f32 q and o over a 16-bit pool (a model's f32 activations over a bf16 cache).
+#[test]
+fn latent_decode_f32_queries_over_16bit_pools() {
+    run("latent decode", &cases_16bit(), (DType::BF16, DType::F32));
+    run("latent decode", &cases_16bit(), (DType::F16, DType::F32));
+}
+
+/// Bad calls are errors, not device faults: rows over 576 columns, dv > d, a split call without
+/// a work buffer, learned sinks, a pool of the wrong size.
+#[test]
+fn latent_decode_rejects_bad_calls() {
+    on_every_device("latent decode errors", |ctx| {
+        let shape =
+            LatentShape { batch: 1, tq: 1, hq: 2, d: 300, dv: 256, block_size: 4, num_blocks: 2, max_blocks: 2 };
+        let buf = |n: usize| ctx.buffer((n * 4) as u64, "x");
+        let (q, pool, small, ints, lens, lse, o) =
+            (buf(600)?, buf(2400)?, buf(2399)?, buf(2)?, buf(1)?, buf(2)?, buf(512)?);
+        let x = LatentInputs { q: q.view(), pool: pool.view(), table: ints.view(), lens: lens.view() };
+        let out = LatentOutputs { o: o.view(), lse: lse.view(), work: None };
+        let opt = DecodeOptions::new(300);
+        let mut rec = ctx.recorder(false)?;
+        assert!(decode_latent::forward(&mut rec, &x, &out, &shape, &opt, 2).is_err());
+        let wide = LatentShape { d: 600, ..shape };
+        assert!(decode_latent::forward(&mut rec, &x, &out, &wide, &opt, 1).is_err());
+        let dv = LatentShape { dv: 301, ..shape };
+        assert!(decode_latent::forward(&mut rec, &x, &out, &dv, &opt, 1).is_err());
+        let sinks = DecodeOptions { sinks: Some(lse.view()), ..opt };
+        assert!(decode_latent::forward(&mut rec, &x, &out, &shape, &sinks, 1).is_err());
+        let bad = LatentInputs { pool: small.view(), ..x };
+        assert!(decode_latent::forward(&mut rec, &bad, &out, &shape, &opt, 1).is_err());
+        assert!(decode_latent::forward(&mut rec, &x, &out, &shape, &opt, 1).is_ok());
+        Ok(())
+    });
+}
