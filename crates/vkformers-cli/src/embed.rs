@@ -193,7 +193,7 @@ fn embed_pipelined(
             done.tokens += rows.iter().map(|r| r.0.len()).sum::<usize>();
             let rows: Vec<&(Vec<i32>, Vec<i32>)> = rows.iter().collect();
             let start = std::time::Instant::now();
-            let recorded = g.no_grad(|| record_batch(g, model, st, &rows, pad))?;
+            let recorded = g.inference(|| record_batch(g, model, st, &rows, pad))?;
             g.clear_tape();
             host.record += start.elapsed().as_secs_f64();
             host.batches += 1;
@@ -249,7 +249,7 @@ pub fn embed_encoded(
     let pad = model.config["pad_token_id"].as_u64().unwrap_or(0) as i32;
     for chunk in order.chunks(batch_size.max(1)) {
         let rows: Vec<&(Vec<i32>, Vec<i32>)> = chunk.iter().map(|&i| &encoded[i]).collect();
-        let vectors = g.no_grad(|| embed_batch(g, model, st, &rows, pad))?;
+        let vectors = g.inference(|| embed_batch(g, model, st, &rows, pad))?;
         g.clear_tape();
         for (&i, v) in chunk.iter().zip(vectors) {
             out[i] = v;

@@ -7,6 +7,7 @@ use vkformers_kernels::glu::Glu;
 use vkformers_kernels::matmul::reference;
 use vkformers_kernels::testutil::storage::round;
 use vkformers_kernels::testutil::{assert_close, f64s, Rng, TOL_F32};
+use vkformers_tensor::ops::attention::{attention, AttnOptions};
 use vkformers_tensor::ops::cast::autocast_copy;
 use vkformers_tensor::ops::matmul::linear;
 use vkformers_tensor::ops::rope::{rope, RopeLayout};
@@ -103,6 +104,45 @@ fn inference_writes_no_twin() {
             Ok(g.kept_casts())
         })?;
         assert_eq!(kept, 0);
+        Ok(())
+    });
+}
+
+/// An encoder block's products under autocast without a tape: q, k, v = x·W (one f32 x read by
+/// three products), attention, o_proj. `g.inference` keeps the activations' 16-bit copies while
+/// it runs, so x is cast once and o_proj reads the 16-bit o attention wrote; plain `no_grad`
+/// casts x three times and o back. Same kernels, same roundings: the same bits. Returns the
+/// output's bits and the cast dispatches.
+fn qkv_block(g: &Graph<'_>, keep: bool) -> Result<(Vec<u32>, u64)> {
+    let (t, h, d) = (19, 2, 6); // 19 rows: GEMMs, not the few-row f32 GEMV
+    let mut rng = Rng::new(8);
+    g.set_autocast(Some(DType::BF16));
+    let x0 = g.constant(&rng.vec(t * h * d, 1.0), &[t, h * d])?;
+    let ws: Vec<Tensor> =
+        (0..4).map(|_| g.parameter(&rng.vec(h * d * h * d, 0.5), &[h * d, h * d])).collect::<Result<_>>()?;
+    for w in &ws {
+        autocast_copy(g, w, DType::BF16)?; // the weights' copies, outside the counts
+    }
+    let block = || -> Result<Vec<f32>> {
+        // An activation (a constant's copy would be kept as a weight's is).
+        let x = broadcast::scale(g, &x0, 1.0)?;
+        let heads = |w: &Tensor| shape::reshape(g, &linear(g, &x, w, None)?, &[1, t, h, d]);
+        let (q, k, v) = (heads(&ws[0])?, heads(&ws[1])?, heads(&ws[2])?);
+        let o = attention(g, &q, &k, &v, &AttnOptions::default())?;
+        g.read(&linear(g, &shape::reshape(g, &o, &[t, h * d])?, &ws[3], None)?)
+    };
+    let (casts, y) = casts_of(g, || if keep { g.inference(block) } else { g.no_grad(block) })?;
+    assert_eq!(g.kept_casts(), ws.len(), "keep {keep}: only the weights' copies outlive the forward");
+    Ok((y.iter().map(|v| v.to_bits()).collect(), casts))
+}
+
+#[test]
+fn inference_casts_an_activation_once_for_all_its_products() {
+    on_every_device("inference casts", |ctx| {
+        let (kept, plain) = (qkv_block(&Graph::new(ctx), true)?, qkv_block(&Graph::new(ctx), false)?);
+        assert_eq!(kept.0, plain.0, "the same values either way");
+        // x once, q, k, v, o widened to f32 by attention; no_grad adds x twice more and o back.
+        assert_eq!((kept.1, plain.1), (5, 8), "cast dispatches with and without inference's copies");
         Ok(())
     });
 }
