@@ -387,6 +387,11 @@ impl<'c> Graph<'c> {
         out
     }
 
+    /// True inside `inference` (ops may write 16-bit copies of their outputs: they are kept).
+    pub(crate) fn keeps_inference_casts(&self) -> bool {
+        self.inference_casts.get()
+    }
+
     /// Runs `f` without recording a tape (inference).
     pub fn no_grad<R>(&self, f: impl FnOnce() -> R) -> R {
         let before = self.grad_enabled.replace(false);

@@ -1,7 +1,8 @@
 //! 16-bit twins under autocast: in training, RMSNorm, RoPE and the GLU write the 16-bit copy of
 //! their f32 output themselves, so the products reading those activations run no cast, and
 //! read exactly the copy a cast would have made (the product equals one of the rounded f32
-//! output). In inference (no tape) nothing is kept, so no twin is written.
+//! output). In plain `no_grad` nothing is kept, so no twin is written; `Graph::inference` keeps
+//! activations' copies (one cast for several products) and the fused add + LayerNorm's.
 
 use vkformers_kernels::glu::Glu;
 use vkformers_kernels::matmul::reference;
@@ -301,6 +302,38 @@ fn fused_residual_add_and_norm_trains_as_the_two_ops() {
             assert!(fused == plain, "{dt:?}: values or gradients differ when fused");
             assert_eq!(n_plain - n_fused, 1, "{dt:?}: one dispatch for the add and the norm");
         }
+        Ok(())
+    });
+}
+
+/// The post-LN residual `LayerNorm(x + r)` fused for inference: the values of the add and the
+/// norm apart; inside `inference` under autocast it writes y's 16-bit copy, so the product
+/// reading y runs no cast and equals the product of the rounded y; with a tape it declines.
+#[test]
+fn fused_add_and_layer_norm_in_inference_writes_the_copy_products_read() {
+    on_every_device("add + layer_norm inference", |ctx| {
+        let (t, d, n) = (21, 10, 4); // 21 rows: a GEMM, not the few-row f32 GEMV
+        let mut rng = Rng::new(31);
+        let g = Graph::new(ctx);
+        g.set_autocast(Some(DType::BF16));
+        let (x, r) = (g.constant(&rng.vec(t * d, 2.0), &[t, d])?, g.constant(&rng.vec(t * d, 2.0), &[t, d])?);
+        let (w, b) = (g.parameter(&rng.vec(d, 1.0), &[d])?, g.parameter(&rng.vec(d, 1.0), &[d])?);
+        let wv = rng.vec(n * d, 1.0);
+        let proj = g.parameter(&wv, &[n, d])?;
+        autocast_copy(&g, &proj, DType::BF16)?; // the weight's copy, outside the counts
+        assert!(norm::add_layer_norm_inference(&g, (&x, &r), (Some(&w), Some(&b)), 1e-5)?.is_none(), "a tape records");
+        let (casts, (fused, plain, y)) = casts_of(&g, || {
+            g.inference(|| {
+                let fused = norm::add_layer_norm_inference(&g, (&x, &r), (Some(&w), Some(&b)), 1e-5)?.expect("fused");
+                let y = linear(&g, &fused, &proj, None)?;
+                let plain = norm::layer_norm(&g, &broadcast::add(&g, &x, &r)?, Some(&w), Some(&b), 1e-5)?;
+                Ok((g.read(&fused)?, g.read(&plain)?, g.read(&y)?))
+            })
+        })?;
+        assert_eq!(casts, 0, "the product reads the fused kernel's copy");
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&fused), bits(&plain), "the add and the norm's values");
+        assert_close("product of the copy", &y, &product_of_rounded(DType::BF16, &fused, &wv, (t, d, n)), TOL_F32);
         Ok(())
     });
 }
