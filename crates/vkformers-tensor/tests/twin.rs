@@ -8,7 +8,7 @@ use vkformers_kernels::glu::Glu;
 use vkformers_kernels::matmul::reference;
 use vkformers_kernels::testutil::storage::round;
 use vkformers_kernels::testutil::{assert_close, f64s, Rng, TOL_F32};
-use vkformers_tensor::ops::attention::{attention, AttnOptions};
+use vkformers_tensor::ops::attention::{attention, attention_for_product, AttnOptions};
 use vkformers_tensor::ops::cast::autocast_copy;
 use vkformers_tensor::ops::matmul::linear;
 use vkformers_tensor::ops::rope::{rope, RopeLayout};
@@ -334,6 +334,43 @@ fn fused_add_and_layer_norm_in_inference_writes_the_copy_products_read() {
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&fused), bits(&plain), "the add and the norm's values");
         assert_close("product of the copy", &y, &product_of_rounded(DType::BF16, &fused, &wv, (t, d, n)), TOL_F32);
+        Ok(())
+    });
+}
+
+/// Attention for o_proj in inference under autocast returns the 16-bit o the kernel writes (no
+/// widening cast): o_proj's product is bit for bit the one of `attention`'s f32 o (which is
+/// that o widened). Decoding's few rows and a recording tape keep the f32 o.
+#[test]
+fn attention_for_a_product_returns_the_16_bit_o_in_inference() {
+    on_every_device("attention for product", |ctx| {
+        let (h, d) = (2, 8);
+        for t in [3, 23] {
+            let g = Graph::new(ctx);
+            g.set_autocast(Some(DType::BF16));
+            let mut rng = Rng::new(t as u64);
+            let qkv: Vec<Tensor> =
+                (0..3).map(|_| g.constant(&rng.vec(t * h * d, 1.0), &[1, t, h, d])).collect::<Result<_>>()?;
+            let w = g.parameter(&rng.vec(5 * h * d, 1.0), &[5, h * d])?;
+            let opts = AttnOptions::default();
+            let run = |for_product: bool| -> Result<(Vec<u32>, DType)> {
+                g.inference(|| {
+                    let o = if for_product {
+                        attention_for_product(&g, &qkv[0], &qkv[1], &qkv[2], &opts)?
+                    } else {
+                        attention(&g, &qkv[0], &qkv[1], &qkv[2], &opts)?
+                    };
+                    let y = linear(&g, &shape::reshape(&g, &o, &[t, h * d])?, &w, None)?;
+                    Ok((g.read(&y)?.iter().map(|v| v.to_bits()).collect(), o.dtype()))
+                })
+            };
+            let ((fused, dt), (plain, _)) = (run(true)?, run(false)?);
+            assert_eq!(fused, plain, "t {t}: o_proj's product");
+            let gemm = !vkformers_kernels::matmul::gemv::gemv_applies(t as u32, ctx.caps());
+            assert_eq!(dt, if gemm { DType::BF16 } else { DType::F32 }, "t {t}");
+            let taped = attention_for_product(&g, &qkv[0], &qkv[1], &qkv[2], &opts)?;
+            assert_eq!(taped.dtype(), DType::F32, "t {t}: with a tape o stays f32");
+        }
         Ok(())
     });
 }
