@@ -147,10 +147,10 @@ fn embeddings(
             Positions::FromIds { padding_idx } => Some(padding_idx),
             Positions::Arange => None,
         };
-        let p = embedding::embedding_padded(g, table, &g.ints(&pos, &[b, t])?, pad)?;
-        x = broadcast::add(g, &x, &rows(p)?)?;
-    }
-    if let Some(n) = &spec.embed_norm {
+        let p = rows(embedding::embedding_padded(g, table, &g.ints(&pos, &[b, t])?, pad)?)?;
+        // LN(x + pos): the add and a LayerNorm fused in inference, as a post-LN residual.
+        x = add_then_norm(g, w, &spec.embed_norm, &spec.embed_norm_name, (&x, &p))?;
+    } else if let Some(n) = &spec.embed_norm {
         x = apply_norm(g, n, w, &spec.embed_norm_name, &x)?;
     }
     if enc.masking.zero_padding {
