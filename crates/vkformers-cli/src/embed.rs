@@ -15,6 +15,7 @@ use vkformers_tensor::ops::cast;
 use vkformers_tensor::{DType, Graph};
 use vkformers_vk::{Context, DeviceSelector};
 
+use crate::embed_profile::HostTimes;
 use crate::embed_queue::{EmbedQueue, Finish, Recorded};
 use crate::st_modules::{PoolMode, SentenceModel};
 
@@ -38,6 +39,11 @@ pub struct Args {
     batch_size: usize,
     #[command(flatten)]
     dtype: crate::precision::DtypeArgs,
+    /// Print where each batch's time went, over the batches after the first (which creates the
+    /// pipelines): device time per kernel, and the host's share (tokenize, record, submit, wait,
+    /// read back).
+    #[arg(long)]
+    profile: bool,
 }
 
 pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
@@ -55,10 +61,13 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     crate::load::generate_in_weight_type(&g, &model);
     let tok = HfTokenizer::from_dir(&st.transformer)?;
     let start = std::time::Instant::now();
-    let Embedded { vectors, tokens, tokenize_wait, device_wait } =
-        embed_pipelined(&g, &model, &tok, &st, &texts, args.batch_size)?;
+    let Embedded { vectors, tokens, tokenize_wait, device_wait, host } =
+        embed_pipelined(&g, &model, &tok, &st, &texts, (args.batch_size, args.profile))?;
     // Tokenizing, the forwards and reading the vectors back; not loading the model.
     let secs = start.elapsed().as_secs_f64();
+    if args.profile {
+        crate::embed_profile::report(&g, host.as_ref())?;
+    }
     if args.json {
         let data: Vec<serde_json::Value> = vectors
             .iter()
@@ -110,6 +119,8 @@ struct Embedded {
     tokenize_wait: f64,
     /// Seconds the host waited for the device to finish a batch it wanted to read.
     device_wait: f64,
+    /// `--profile`: the host's times over the batches after the first.
+    host: Option<HostTimes>,
 }
 
 impl Embedded {
@@ -132,14 +143,21 @@ fn embed_pipelined(
     tok: &HfTokenizer,
     st: &SentenceModel,
     texts: &[String],
-    batch_size: usize,
+    (batch_size, profile): (usize, bool),
 ) -> anyhow::Result<Embedded> {
     let inner = truncating_tokenizer(model, tok, st)?;
     let mut order: Vec<usize> = (0..texts.len()).collect();
     order.sort_by_key(|&i| std::cmp::Reverse(texts[i].chars().count()));
     let chunks: Vec<&[usize]> = order.chunks(batch_size.max(1)).collect();
     let pad = model.config["pad_token_id"].as_u64().unwrap_or(0) as i32;
-    let mut done = Embedded { vectors: vec![Vec::new(); texts.len()], tokens: 0, tokenize_wait: 0.0, device_wait: 0.0 };
+    let mut done = Embedded {
+        vectors: vec![Vec::new(); texts.len()],
+        tokens: 0,
+        tokenize_wait: 0.0,
+        device_wait: 0.0,
+        host: None,
+    };
+    let mut host = HostTimes::default();
     let overlap = overlap_on();
     std::thread::scope(|s| -> anyhow::Result<()> {
         // Two batches ahead at most: the tokenizer never holds more than that in memory.
@@ -148,25 +166,45 @@ fn embed_pipelined(
         s.spawn(move || {
             for chunk in chunks {
                 let batch: Vec<String> = chunk.iter().map(|&i| texts[i].clone()).collect();
-                if tx.send(encode_all(inner, st, batch)).is_err() {
+                let start = std::time::Instant::now();
+                let rows = encode_all(inner, st, batch);
+                if tx.send((rows, start.elapsed().as_secs_f64())).is_err() {
                     break; // the device loop stopped (an error)
                 }
             }
         });
         let mut queue = EmbedQueue::new(g, 1);
-        for chunk in chunks {
+        for (n, chunk) in chunks.iter().enumerate() {
+            if profile && n == 1 {
+                // The first batch created the pipelines and buffers: time the others alone.
+                for (texts, vectors) in queue.drain()? {
+                    done.place(&texts, vectors);
+                }
+                (host, queue.submit_secs, queue.readback_secs) = (HostTimes::starting(), 0.0, 0.0);
+                (done.device_wait, queue.device_wait) = (done.device_wait + queue.device_wait, 0.0);
+                g.set_profiling(true);
+            }
             let wait = std::time::Instant::now();
-            let rows = rx.recv().context("the tokenizing thread stopped")??;
-            done.tokenize_wait += wait.elapsed().as_secs_f64();
+            let (rows, tokenize_secs) = rx.recv().context("the tokenizing thread stopped")?;
+            let rows = rows?;
+            let waited = wait.elapsed().as_secs_f64();
+            (done.tokenize_wait, host.tokenize_wait, host.tokenize) =
+                (done.tokenize_wait + waited, host.tokenize_wait + waited, host.tokenize + tokenize_secs);
             done.tokens += rows.iter().map(|r| r.0.len()).sum::<usize>();
             let rows: Vec<&(Vec<i32>, Vec<i32>)> = rows.iter().collect();
-            let recorded = g.no_grad(|| record_batch(g, model, st, &rows, pad))?;
+            let start = std::time::Instant::now();
+            let recorded = g.inference(|| record_batch(g, model, st, &rows, pad))?;
             g.clear_tape();
+            host.record += start.elapsed().as_secs_f64();
+            host.batches += 1;
             if !overlap {
                 let wait = std::time::Instant::now();
                 let read = g.read(&recorded.out)?;
-                done.device_wait += wait.elapsed().as_secs_f64();
+                (done.device_wait, host.device_wait) =
+                    (done.device_wait + wait.elapsed().as_secs_f64(), host.device_wait + wait.elapsed().as_secs_f64());
+                let start = std::time::Instant::now();
                 done.place(chunk, recorded.finish.apply(read));
+                host.readback += start.elapsed().as_secs_f64();
                 continue;
             }
             for (texts, vectors) in queue.submit(chunk.to_vec(), recorded)? {
@@ -177,8 +215,14 @@ fn embed_pipelined(
             done.place(&texts, vectors);
         }
         done.device_wait += queue.device_wait;
+        (host.device_wait, host.submit, host.readback) =
+            (host.device_wait + queue.device_wait, queue.submit_secs, host.readback + queue.readback_secs);
         Ok(())
     })?;
+    if profile && chunks.len() > 1 {
+        host.wall = host.started.map_or(0.0, |t| t.elapsed().as_secs_f64());
+        done.host = Some(host);
+    }
     Ok(done)
 }
 
@@ -205,7 +249,7 @@ pub fn embed_encoded(
     let pad = model.config["pad_token_id"].as_u64().unwrap_or(0) as i32;
     for chunk in order.chunks(batch_size.max(1)) {
         let rows: Vec<&(Vec<i32>, Vec<i32>)> = chunk.iter().map(|&i| &encoded[i]).collect();
-        let vectors = g.no_grad(|| embed_batch(g, model, st, &rows, pad))?;
+        let vectors = g.inference(|| embed_batch(g, model, st, &rows, pad))?;
         g.clear_tape();
         for (&i, v) in chunk.iter().zip(vectors) {
             out[i] = v;

@@ -64,6 +64,10 @@ pub struct EmbedQueue<'g, 'c> {
     spare: Vec<Buffer>,
     /// Seconds the host waited for the device to finish a batch it wanted to read.
     pub device_wait: f64,
+    /// Seconds spent recording the read-back copy and submitting (`--profile`'s host share).
+    pub submit_secs: f64,
+    /// Seconds spent copying finished vectors out of the mapped buffer and pooling/normalising them.
+    pub readback_secs: f64,
 }
 
 /// A finished batch: its texts' places and their vectors.
@@ -71,12 +75,21 @@ pub type Done = (Vec<usize>, Vec<Vec<f32>>);
 
 impl<'g, 'c> EmbedQueue<'g, 'c> {
     pub fn new(g: &'g Graph<'c>, depth: usize) -> Self {
-        EmbedQueue { g, depth, queue: VecDeque::new(), spare: Vec::new(), device_wait: 0.0 }
+        EmbedQueue {
+            g,
+            depth,
+            queue: VecDeque::new(),
+            spare: Vec::new(),
+            device_wait: 0.0,
+            submit_secs: 0.0,
+            readback_secs: 0.0,
+        }
     }
 
     /// Submits `batch` (rows of `texts`) and returns the batches that finished meanwhile:
     /// the oldest, once more than `depth` run.
     pub fn submit(&mut self, texts: Vec<usize>, batch: Recorded) -> anyhow::Result<Vec<Done>> {
+        let start = Instant::now();
         let floats = batch.out.numel();
         let bytes = (floats * 4) as u64;
         let readback = match self.spare.iter().position(|b| b.size() >= bytes) {
@@ -87,6 +100,7 @@ impl<'g, 'c> EmbedQueue<'g, 'c> {
         self.g.flush()?;
         let ticket = self.g.submissions();
         self.queue.push_back(InFlight { texts, ticket, readback, floats, finish: batch.finish });
+        self.submit_secs += start.elapsed().as_secs_f64();
         let mut done = Vec::new();
         while self.queue.len() > self.depth {
             done.push(self.complete_oldest()?);
@@ -109,12 +123,15 @@ impl<'g, 'c> EmbedQueue<'g, 'c> {
         let start = Instant::now();
         self.g.wait_submitted(b.ticket)?;
         self.device_wait += start.elapsed().as_secs_f64();
+        let start = Instant::now();
         let mut bytes = vec![0u8; b.floats * 4];
         if !b.readback.read_mapped(&mut bytes) {
             anyhow::bail!("the embeddings' read-back buffer is not mapped");
         }
         self.spare.push(b.readback);
         let read = bytes.chunks_exact(4).map(|w| f32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect();
-        Ok((b.texts, b.finish.apply(read)))
+        let vectors = b.finish.apply(read);
+        self.readback_secs += start.elapsed().as_secs_f64();
+        Ok((b.texts, vectors))
     }
 }

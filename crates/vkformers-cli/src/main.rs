@@ -16,6 +16,7 @@ mod devices;
 mod dist;
 mod doctor;
 mod embed;
+mod embed_profile;
 mod embed_queue;
 mod encoder_task;
 mod eval;

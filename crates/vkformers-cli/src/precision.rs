@@ -53,9 +53,14 @@ impl ProfileArgs {
     }
 }
 
-/// `1 step`, `2 steps`.
+/// `1 step`, `2 steps`, `2 batches`.
 pub(crate) fn plural(n: u64, unit: &str) -> String {
-    format!("{n} {unit}{}", if n == 1 { "" } else { "s" })
+    let suffix = match (n, unit.ends_with("ch") || unit.ends_with('s')) {
+        (1, _) => "",
+        (_, true) => "es",
+        _ => "s",
+    };
+    format!("{n} {unit}{suffix}")
 }
 
 /// A storage type named as transformers names it (`float32`, `bfloat16`, `float16`) or

@@ -150,3 +150,45 @@ fn overlapped_embed_equals_the_sequential_path_bit_for_bit() {
         assert!(over["timings"]["device_wait_seconds"].as_f64().unwrap() >= 0.0);
     }
 }
+
+/// `embed --profile` prints the per-kernel table over the batches after the first (4 batches
+/// of 2: 3 profiled) and the host's share of a batch: the table has kernel rows, each with
+/// calls and time, whose times sum to the total row and whose shares sum to 100%; the host
+/// line gives each part of a batch.
+#[test]
+fn embed_profile_prints_the_kernel_table_and_the_host_share() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = bert_with_a_tokenizer(tmp.path());
+    let file = tmp.path().join("sentences.txt");
+    let sentences = ["the quick brown fox", "a fox", "the lazy dog", "dog", "the fox", "a lazy dog", "fox", "the dog"];
+    std::fs::write(&file, sentences.join("\n") + "\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_vkformers"))
+        .args(["embed", "--model", dir.to_str().unwrap(), "--file", file.to_str().unwrap()])
+        .args(["--batch-size", "2", "--profile"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), sentences.len(), "one vector a text");
+    assert!(err.contains("on 3 batches, after the first"), "{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    let header = lines.iter().position(|l| l.starts_with("kernel")).expect("a table header");
+    let total_at = lines.iter().position(|l| l.starts_with("total")).expect("a total row");
+    let rows = &lines[header + 1..total_at];
+    let number =
+        |l: &str, col: usize| -> f64 { l.split_whitespace().nth(col).unwrap().trim_end_matches('%').parse().unwrap() };
+    // Columns: kernel, calls/batch, ms/batch, share, mean µs, GB/s, GFLOP/s.
+    assert!(rows.iter().any(|l| l.starts_with("attention/")), "the attention kernel is timed: {err}");
+    assert!(rows.iter().any(|l| l.starts_with("norm/layer_forward")), "the LayerNorms are timed: {err}");
+    assert!(rows.iter().all(|l| number(l, 1) > 0.0 && number(l, 2) >= 0.0), "{err}");
+    let (calls, ms) = (rows.iter().map(|l| number(l, 1)).sum::<f64>(), rows.iter().map(|l| number(l, 2)).sum::<f64>());
+    let total = lines[total_at];
+    assert!((calls - number(total, 1)).abs() < 0.1 * rows.len() as f64, "calls add up: {err}");
+    assert!(number(total, 2) > 0.0 && (ms - number(total, 2)).abs() <= 1e-3 * rows.len() as f64, "{err}");
+    let shares: f64 = rows.iter().map(|l| number(l, 3)).sum();
+    assert!((shares - 100.0).abs() < 0.1 * rows.len() as f64, "shares sum to 100%: {shares} in {err}");
+    let host = lines.iter().find(|l| l.starts_with("host per batch:")).expect("the host line");
+    for part in ["tokenize", "record", "submit", "wait for the device", "read back", "wall"] {
+        assert!(host.contains(part), "{host}");
+    }
+}

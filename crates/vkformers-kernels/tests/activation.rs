@@ -149,6 +149,50 @@ fn gpu_forward_and_backward_in_16_bits_match_reference() {
     });
 }
 
+/// `forward_narrow` (f32 x, 16-bit y in one pass) against the f64 reference of the f32 input
+/// (y rounded once, to the 16-bit type), and bit for bit against the f32 forward followed by
+/// the cast kernel it replaces, on odd lengths.
+fn check_narrow(ctx: &Context, act: Activation, dt: DType, n: usize, rng: &mut Rng) -> Result<()> {
+    let mut xs = rng.vec(n, 6.0);
+    for (i, v) in [-100.0f32, -30.0, 0.0, 30.0, 100.0].iter().enumerate() {
+        if i < n {
+            xs[i * (n / 5).max(1) % n] = *v;
+        }
+    }
+    let x = upload(ctx, DType::F32, &xs, "x")?;
+    let (wide, bytes) = (n as u64 * 4, n as u64 * dt.bytes());
+    let (y_f32, y_cast, y) = (ctx.buffer(wide, "y_f32")?, ctx.buffer(bytes, "y_cast")?, ctx.buffer(bytes, "y")?);
+    let mut rec = ctx.recorder(false)?;
+    activation::forward(&mut rec, act, x.view(), y_f32.slice(0, wide), DType::F32)?;
+    vkformers_kernels::dtype::cast(&mut rec, y_f32.slice(0, wide), DType::F32, y_cast.slice(0, bytes), dt)?;
+    activation::forward_narrow(&mut rec, act, x.view(), y.slice(0, bytes), dt)?;
+    rec.submit()?;
+    let got = download(ctx, dt, y.slice(0, bytes))?;
+    let what = format!("{act:?} f32 -> {dt:?} n={n}");
+    assert_close(&what, &got, &reference::forward(act, &f64s(&xs)), tol(dt));
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&got), bits(&download(ctx, dt, y_cast.slice(0, bytes))?), "{what}: forward + cast");
+    Ok(())
+}
+
+#[test]
+fn gpu_forward_narrowing_to_16_bits_matches_reference_and_forward_then_cast() {
+    on_every_device("activations f32 -> f16/bf16", |ctx| {
+        let mut rng = Rng::new(9);
+        for dt in [DType::F16, DType::BF16] {
+            if unsupported(ctx, dt, "narrowing activations") {
+                continue;
+            }
+            for act in Activation::ALL {
+                for n in [1, 5, 257, 3001] {
+                    check_narrow(ctx, act, dt, n, &mut rng)?;
+                }
+            }
+        }
+        Ok(())
+    });
+}
+
 #[test]
 fn wrong_lengths_are_errors_naming_the_kernel() {
     on_every_device("activation errors", |ctx| {

@@ -4,7 +4,7 @@
 //! rounded values; 16-bit outputs compared with that type's tolerance, f32 outputs with f32's).
 //! The residual add fused with RMSNorm (inference) against the add and the plain forward.
 
-use vkformers_kernels::dtype::DType;
+use vkformers_kernels::dtype::{DType, Twin};
 use vkformers_kernels::norm::{self, reference, LayerNorm, ParamGrads, RmsNorm};
 use vkformers_kernels::testutil::storage::{read, round, supported, tol, upload};
 use vkformers_kernels::testutil::{assert_close, assert_grad_matches_fd, f64s, Rng, TOL_F32};
@@ -176,6 +176,62 @@ fn add_fused_with_rms_norm_equals_add_then_rms_norm() {
             Ok(())
         });
     }
+}
+
+/// The residual add fused with LayerNorm (inference, f32): y is bit for bit layer_forward run
+/// on the f32 sum x + r, close to the f64 reference of that sum, and the twin (when asked for)
+/// is y rounded to its 16-bit type.
+fn check_add_layer(
+    ctx: &Context,
+    rng: &mut Rng,
+    (rows, dim): (usize, usize),
+    affine: u32,
+    twin: Option<DType>,
+) -> Result<()> {
+    let f = DType::F32;
+    let xs: Vec<f32> = rng.vec(rows * dim, 2.0).iter().map(|v| v + 3.0).collect();
+    let (rs, ws, bs) = (rng.vec(rows * dim, 2.0), rng.vec(dim, 1.0), rng.vec(dim, 1.0));
+    let sum: Vec<f32> = xs.iter().zip(&rs).map(|(a, b)| a + b).collect();
+    let p = LayerNorm { rows: rows as u32, dim: dim as u32, eps: 1e-5, dtype: f };
+    let (x, r, h) = (upload(ctx, f, &xs, "x")?, upload(ctx, f, &rs, "r")?, upload(ctx, f, &sum, "h")?);
+    let (w, b) = (upload(ctx, f, &ws, "w")?, upload(ctx, f, &bs, "b")?);
+    let (y, y_plain) = (zeros(ctx, rows * dim, "y")?, zeros(ctx, rows * dim, "y plain")?);
+    let (mean, rstd) = (zeros(ctx, rows, "mean")?, zeros(ctx, rows, "rstd")?);
+    let half = twin.map(|dt| upload(ctx, dt, &vec![0.0; rows * dim], "twin")).transpose()?;
+    let (wv, bv) = ((affine >= 1).then(|| w.view()), (affine >= 2).then(|| b.view()));
+    let mut rec = ctx.recorder(false)?;
+    let tw = half.as_ref().zip(twin).map(|(t, dtype)| Twin { view: t.view(), dtype });
+    norm::add_layer_norm_forward(&mut rec, &p, (x.view(), r.view()), (wv, bv), y.view(), tw)?;
+    norm::layer_norm_forward(&mut rec, &p, h.view(), wv, bv, y_plain.view(), mean.view(), rstd.view())?;
+    rec.submit()?;
+    let what = format!("add+layer [{rows}, {dim}] affine {affine} twin {twin:?}");
+    let got = ctx.read_vec::<f32>(y.view())?;
+    assert_eq!(got, ctx.read_vec::<f32>(y_plain.view())?, "{what}: y equals add then layer_forward");
+    let (w64, b64) = (f64s(&ws), f64s(&bs));
+    let (wo, bo) = ((affine >= 1).then_some(&w64[..]), (affine >= 2).then_some(&b64[..]));
+    assert_close(&format!("{what}: y"), &got, &reference::layer_norm(&f64s(&sum), wo, bo, dim, 1e-5).0, TOL_F32);
+    if let (Some(t), Some(dt)) = (&half, twin) {
+        assert_eq!(read(ctx, dt, t)?, round(dt, &got), "{what}: the twin is y rounded");
+    }
+    Ok(())
+}
+
+#[test]
+fn add_fused_with_layer_norm_equals_add_then_layer_norm() {
+    on_every_device("add + layer_norm", |ctx| {
+        let mut rng = Rng::new(35);
+        for twin in [None, Some(DType::BF16), Some(DType::F16)] {
+            if twin.is_some_and(|dt| !supported(ctx, dt, "add + layer_norm twin")) {
+                continue;
+            }
+            for &shape in SHAPES {
+                for affine in 0..3 {
+                    check_add_layer(ctx, &mut rng, shape, affine, twin)?;
+                }
+            }
+        }
+        Ok(())
+    });
 }
 
 /// LayerNorm forward and backward on the GPU against the reference; `affine` 0, 1 or 2 is

@@ -931,7 +931,8 @@ pub(crate) fn mlp(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, m: &MlpSpec, i: 
         }
         MlpSpec::Plain { act, bias, .. } => {
             let up = project(g, w, &n.up, i, h, *bias)?;
-            project(g, w, &n.down, i, &activation::activation(g, &up, *act)?, *bias)
+            // Inference under autocast: the activation writes down's 16-bit operand directly.
+            project(g, w, &n.down, i, &activation::activation_for_product(g, &up, *act)?, *bias)
         }
         MlpSpec::Xielu { bias, act, .. } => {
             let up = project(g, w, &n.up, i, h, *bias)?;

@@ -145,3 +145,39 @@ fn mean_pool_by_attention_equals_the_masked_mean() {
         Ok(())
     });
 }
+
+/// `Graph::inference` (what `embed` records in) runs the encoder with its inference fusions: the
+/// post-LN add + LayerNorm in one kernel writing the 16-bit copy the products read, the GELU
+/// writing down's 16-bit operand, attention's 16-bit o for o_proj, one cast of a state read by
+/// q, k and v. Each gives the values of the ops it replaces, so the last hidden state is bit for
+/// bit the taped forward's (training's ops, none of these fusions), in f32 and with bf16 weights
+/// under autocast; and it runs fewer dispatches under bf16.
+#[test]
+fn inference_fusions_give_the_taped_forward_bit_for_bit() {
+    on_every_device("encoder inference fusions", |ctx| {
+        for dtype in [vkformers_tensor::DType::F32, vkformers_tensor::DType::BF16] {
+            let g = Graph::new(ctx);
+            let model = Model::load_for_inference(&g, &fixture("bert_model"), dtype).unwrap();
+            g.set_autocast(Some(model.weight_dtype()));
+            // 2 rows of 13, one padded: 26 rows, GEMMs rather than the few-row GEMV.
+            let ids: Vec<i32> = (0..26).map(|i| 1 + (i * 7) % 100).collect();
+            let mask: Vec<i32> = (0..26).map(|i| i32::from(i < 22)).collect(); // row 2: 9 real tokens
+            let batch = EncoderBatch { ids: &ids, mask: &mask, token_types: None, batch: 2, seq: 13 };
+            let run = |fused: bool| -> (Vec<u32>, u64) {
+                g.sync().unwrap();
+                g.set_profiling(true);
+                let hidden = |g: &Graph<'_>| encoder::hidden_states(g, &model.spec, &model.weights, &batch).unwrap();
+                let h = if fused { g.inference(|| hidden(&g)) } else { hidden(&g) };
+                let bits = g.read(&h).unwrap().iter().map(|v| v.to_bits()).collect();
+                let dispatches = g.take_profile().unwrap().unwrap().dispatches;
+                g.set_profiling(false);
+                g.clear_tape();
+                (bits, dispatches)
+            };
+            let ((fused, fewer), (taped, all)) = (run(true), run(false));
+            assert_eq!(fused, taped, "{dtype:?}: inference's hidden state differs from the taped forward's");
+            assert!(fewer < all, "{dtype:?}: {fewer} dispatches in inference, {all} taped");
+        }
+        Ok(())
+    });
+}

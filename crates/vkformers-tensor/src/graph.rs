@@ -120,6 +120,8 @@ pub struct Graph<'c> {
     in_flight: RefCell<std::collections::VecDeque<Pending>>,
     tape: RefCell<Vec<Node>>,
     grad_enabled: Cell<bool>,
+    /// Inside `inference`: activations' 16-bit copies are kept as while the tape records.
+    inference_casts: Cell<bool>,
     /// `--gradient-checkpointing`: models run each layer through `ops::checkpoint::checkpoint`.
     checkpointing: Cell<bool>,
     /// True inside the forward of a checkpointed block: ops run exactly as in training (same
@@ -155,6 +157,7 @@ impl<'c> Graph<'c> {
             in_flight: RefCell::new(std::collections::VecDeque::new()),
             tape: RefCell::new(Vec::new()),
             grad_enabled: Cell::new(true),
+            inference_casts: Cell::new(false),
             checkpointing: Cell::new(false),
             discard_nodes: Cell::new(false),
             submissions: Cell::new(0),
@@ -216,11 +219,11 @@ impl<'c> Graph<'c> {
     }
 
     /// Keeps `copy` as the 16-bit copy of `src`: a source tensor's until `clear_casts`, an
-    /// activation's only while the tape records (never in `no_grad`, where nothing reuses it;
+    /// activation's only while the tape records or inside `inference` (never in plain `no_grad`;
     /// a checkpointed block drops the ones it made, see `drop_casts_since`).
     pub(crate) fn keep_cast(&self, src: &Tensor, copy: &Tensor) {
         let weight = src.0.is_source;
-        if weight || self.grad_enabled() {
+        if weight || self.grad_enabled() || self.inference_casts.get() {
             self.insert_cast(src, copy, weight);
         }
     }
@@ -367,6 +370,26 @@ impl<'c> Graph<'c> {
             }
         }
         Ok(())
+    }
+
+    /// Runs `f` as `no_grad`, keeping activations' 16-bit copies while it runs, as the tape
+    /// does: under autocast an activation read by several products (an encoder's normalised
+    /// state by q, k and v) is cast once, and the 16-bit output attention writes is what o_proj
+    /// reads (no cast back). Dropped when `f` returns. Plain `no_grad` keeps none, as backward
+    /// passes (which run in it) accumulate gradients in place, which would stale a copy.
+    pub fn inference<R>(&self, f: impl FnOnce() -> R) -> R {
+        let before = self.inference_casts.replace(true);
+        let out = self.no_grad(f);
+        self.inference_casts.set(before);
+        if !before {
+            self.drop_activation_casts();
+        }
+        out
+    }
+
+    /// True inside `inference` (ops may write 16-bit copies of their outputs: they are kept).
+    pub(crate) fn keeps_inference_casts(&self) -> bool {
+        self.inference_casts.get()
     }
 
     /// Runs `f` without recording a tape (inference).

@@ -4,8 +4,8 @@
 use vkformers_kernels::activation::reference;
 use vkformers_kernels::testutil::{assert_close, f64s, Rng, TOL_F32};
 use vkformers_tensor::ops::activation::{self, Activation};
-use vkformers_tensor::ops::{broadcast, reduce};
-use vkformers_tensor::{Graph, Result, Tensor};
+use vkformers_tensor::ops::{broadcast, matmul, reduce};
+use vkformers_tensor::{DType, Graph, Result, Tensor};
 use vkformers_vk::testing::on_every_device;
 
 type ActFn = fn(&Graph<'_>, &Tensor) -> Result<Tensor>;
@@ -98,6 +98,51 @@ fn no_grad_records_no_tape() {
         assert!(!y.requires_grad(), "output under no_grad requires grad");
         assert_eq!(g.tape_len(), 0, "tape under no_grad");
         assert_close("y", &g.read(&y)?, &reference::forward(Activation::Silu, &[0.5, -1.0, 2.0]), TOL_F32);
+        Ok(())
+    });
+}
+
+/// `down(act(up))` in inference under bf16 autocast, with the activation as `activation` (f32
+/// output, then the product's cast) or `activation_for_product`; returns the product's bits and
+/// the activation's storage type.
+fn up_act_down(g: &Graph<'_>, rows: usize, for_product: bool) -> Result<(Vec<u32>, DType)> {
+    let (k, n) = (13, 7);
+    let mut rng = Rng::new(rows as u64);
+    g.set_autocast(Some(DType::BF16));
+    let up = g.constant(&rng.vec(rows * k, 3.0), &[rows, k])?;
+    let w = g.parameter(&rng.vec(n * k, 1.0), &[n, k])?;
+    g.inference(|| {
+        let a = if for_product {
+            activation::activation_for_product(g, &up, Activation::Gelu)?
+        } else {
+            activation::activation(g, &up, Activation::Gelu)?
+        };
+        let y = matmul::linear(g, &a, &w, None)?;
+        Ok((g.read(&y)?.iter().map(|v| v.to_bits()).collect(), a.dtype()))
+    })
+}
+
+/// The MLP's activation in inference under autocast writes the down product's bf16 operand
+/// itself (one pass, no f32 output and cast), and the product is bit for bit the one of the
+/// f32 activation cast; on a few rows (decoding's GEMV reads f32), with a tape, or without
+/// autocast, it stays f32.
+#[test]
+fn activation_for_a_product_writes_the_16_bit_operand_in_inference() {
+    on_every_device("activation for product", |ctx| {
+        for rows in [3, 37] {
+            let (narrow, plain) =
+                (up_act_down(&Graph::new(ctx), rows, true)?, up_act_down(&Graph::new(ctx), rows, false)?);
+            assert_eq!(narrow.0, plain.0, "{rows} rows: the same product");
+            let gemm = !vkformers_kernels::matmul::gemv::gemv_applies(rows as u32, ctx.caps());
+            assert_eq!(narrow.1, if gemm { DType::BF16 } else { DType::F32 }, "{rows} rows");
+        }
+        let g = Graph::new(ctx);
+        let x = g.constant(&Rng::new(4).vec(37 * 5, 2.0), &[37, 5])?;
+        g.set_autocast(Some(DType::BF16));
+        let taped = activation::activation_for_product(&g, &x, Activation::Gelu)?;
+        g.set_autocast(None);
+        let wide = g.inference(|| activation::activation_for_product(&g, &x, Activation::Gelu))?;
+        assert_eq!((taped.dtype(), wide.dtype()), (DType::F32, DType::F32), "with a tape, or in f32");
         Ok(())
     });
 }

@@ -1,12 +1,14 @@
 //! 16-bit twins under autocast: in training, RMSNorm, RoPE and the GLU write the 16-bit copy of
 //! their f32 output themselves, so the products reading those activations run no cast, and
 //! read exactly the copy a cast would have made (the product equals one of the rounded f32
-//! output). In inference (no tape) nothing is kept, so no twin is written.
+//! output). In plain `no_grad` nothing is kept, so no twin is written; `Graph::inference` keeps
+//! activations' copies (one cast for several products) and the fused add + LayerNorm's.
 
 use vkformers_kernels::glu::Glu;
 use vkformers_kernels::matmul::reference;
 use vkformers_kernels::testutil::storage::round;
 use vkformers_kernels::testutil::{assert_close, f64s, Rng, TOL_F32};
+use vkformers_tensor::ops::attention::{attention, attention_for_product, AttnOptions};
 use vkformers_tensor::ops::cast::autocast_copy;
 use vkformers_tensor::ops::matmul::linear;
 use vkformers_tensor::ops::rope::{rope, RopeLayout};
@@ -103,6 +105,45 @@ fn inference_writes_no_twin() {
             Ok(g.kept_casts())
         })?;
         assert_eq!(kept, 0);
+        Ok(())
+    });
+}
+
+/// An encoder block's products under autocast without a tape: q, k, v = x·W (one f32 x read by
+/// three products), attention, o_proj. `g.inference` keeps the activations' 16-bit copies while
+/// it runs, so x is cast once and o_proj reads the 16-bit o attention wrote; plain `no_grad`
+/// casts x three times and o back. Same kernels, same roundings: the same bits. Returns the
+/// output's bits and the cast dispatches.
+fn qkv_block(g: &Graph<'_>, keep: bool) -> Result<(Vec<u32>, u64)> {
+    let (t, h, d) = (19, 2, 6); // 19 rows: GEMMs, not the few-row f32 GEMV
+    let mut rng = Rng::new(8);
+    g.set_autocast(Some(DType::BF16));
+    let x0 = g.constant(&rng.vec(t * h * d, 1.0), &[t, h * d])?;
+    let ws: Vec<Tensor> =
+        (0..4).map(|_| g.parameter(&rng.vec(h * d * h * d, 0.5), &[h * d, h * d])).collect::<Result<_>>()?;
+    for w in &ws {
+        autocast_copy(g, w, DType::BF16)?; // the weights' copies, outside the counts
+    }
+    let block = || -> Result<Vec<f32>> {
+        // An activation (a constant's copy would be kept as a weight's is).
+        let x = broadcast::scale(g, &x0, 1.0)?;
+        let heads = |w: &Tensor| shape::reshape(g, &linear(g, &x, w, None)?, &[1, t, h, d]);
+        let (q, k, v) = (heads(&ws[0])?, heads(&ws[1])?, heads(&ws[2])?);
+        let o = attention(g, &q, &k, &v, &AttnOptions::default())?;
+        g.read(&linear(g, &shape::reshape(g, &o, &[t, h * d])?, &ws[3], None)?)
+    };
+    let (casts, y) = casts_of(g, || if keep { g.inference(block) } else { g.no_grad(block) })?;
+    assert_eq!(g.kept_casts(), ws.len(), "keep {keep}: only the weights' copies outlive the forward");
+    Ok((y.iter().map(|v| v.to_bits()).collect(), casts))
+}
+
+#[test]
+fn inference_casts_an_activation_once_for_all_its_products() {
+    on_every_device("inference casts", |ctx| {
+        let (kept, plain) = (qkv_block(&Graph::new(ctx), true)?, qkv_block(&Graph::new(ctx), false)?);
+        assert_eq!(kept.0, plain.0, "the same values either way");
+        // x once, q, k, v, o widened to f32 by attention; no_grad adds x twice more and o back.
+        assert_eq!((kept.1, plain.1), (5, 8), "cast dispatches with and without inference's copies");
         Ok(())
     });
 }
@@ -260,6 +301,75 @@ fn fused_residual_add_and_norm_trains_as_the_two_ops() {
             let (plain, n_plain) = add_norm_run(&Graph::new(ctx), dt, false)?;
             assert!(fused == plain, "{dt:?}: values or gradients differ when fused");
             assert_eq!(n_plain - n_fused, 1, "{dt:?}: one dispatch for the add and the norm");
+        }
+        Ok(())
+    });
+}
+
+/// The post-LN residual `LayerNorm(x + r)` fused for inference: the values of the add and the
+/// norm apart; inside `inference` under autocast it writes y's 16-bit copy, so the product
+/// reading y runs no cast and equals the product of the rounded y; with a tape it declines.
+#[test]
+fn fused_add_and_layer_norm_in_inference_writes_the_copy_products_read() {
+    on_every_device("add + layer_norm inference", |ctx| {
+        let (t, d, n) = (21, 10, 4); // 21 rows: a GEMM, not the few-row f32 GEMV
+        let mut rng = Rng::new(31);
+        let g = Graph::new(ctx);
+        g.set_autocast(Some(DType::BF16));
+        let (x, r) = (g.constant(&rng.vec(t * d, 2.0), &[t, d])?, g.constant(&rng.vec(t * d, 2.0), &[t, d])?);
+        let (w, b) = (g.parameter(&rng.vec(d, 1.0), &[d])?, g.parameter(&rng.vec(d, 1.0), &[d])?);
+        let wv = rng.vec(n * d, 1.0);
+        let proj = g.parameter(&wv, &[n, d])?;
+        autocast_copy(&g, &proj, DType::BF16)?; // the weight's copy, outside the counts
+        assert!(norm::add_layer_norm_inference(&g, (&x, &r), (Some(&w), Some(&b)), 1e-5)?.is_none(), "a tape records");
+        let (casts, (fused, plain, y)) = casts_of(&g, || {
+            g.inference(|| {
+                let fused = norm::add_layer_norm_inference(&g, (&x, &r), (Some(&w), Some(&b)), 1e-5)?.expect("fused");
+                let y = linear(&g, &fused, &proj, None)?;
+                let plain = norm::layer_norm(&g, &broadcast::add(&g, &x, &r)?, Some(&w), Some(&b), 1e-5)?;
+                Ok((g.read(&fused)?, g.read(&plain)?, g.read(&y)?))
+            })
+        })?;
+        assert_eq!(casts, 0, "the product reads the fused kernel's copy");
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&fused), bits(&plain), "the add and the norm's values");
+        assert_close("product of the copy", &y, &product_of_rounded(DType::BF16, &fused, &wv, (t, d, n)), TOL_F32);
+        Ok(())
+    });
+}
+
+/// Attention for o_proj in inference under autocast returns the 16-bit o the kernel writes (no
+/// widening cast): o_proj's product is bit for bit the one of `attention`'s f32 o (which is
+/// that o widened). Decoding's few rows and a recording tape keep the f32 o.
+#[test]
+fn attention_for_a_product_returns_the_16_bit_o_in_inference() {
+    on_every_device("attention for product", |ctx| {
+        let (h, d) = (2, 8);
+        for t in [3, 23] {
+            let g = Graph::new(ctx);
+            g.set_autocast(Some(DType::BF16));
+            let mut rng = Rng::new(t as u64);
+            let qkv: Vec<Tensor> =
+                (0..3).map(|_| g.constant(&rng.vec(t * h * d, 1.0), &[1, t, h, d])).collect::<Result<_>>()?;
+            let w = g.parameter(&rng.vec(5 * h * d, 1.0), &[5, h * d])?;
+            let opts = AttnOptions::default();
+            let run = |for_product: bool| -> Result<(Vec<u32>, DType)> {
+                g.inference(|| {
+                    let o = if for_product {
+                        attention_for_product(&g, &qkv[0], &qkv[1], &qkv[2], &opts)?
+                    } else {
+                        attention(&g, &qkv[0], &qkv[1], &qkv[2], &opts)?
+                    };
+                    let y = linear(&g, &shape::reshape(&g, &o, &[t, h * d])?, &w, None)?;
+                    Ok((g.read(&y)?.iter().map(|v| v.to_bits()).collect(), o.dtype()))
+                })
+            };
+            let ((fused, dt), (plain, _)) = (run(true)?, run(false)?);
+            assert_eq!(fused, plain, "t {t}: o_proj's product");
+            let gemm = !vkformers_kernels::matmul::gemv::gemv_applies(t as u32, ctx.caps());
+            assert_eq!(dt, if gemm { DType::BF16 } else { DType::F32 }, "t {t}");
+            let taped = attention_for_product(&g, &qkv[0], &qkv[1], &qkv[2], &opts)?;
+            assert_eq!(taped.dtype(), DType::F32, "t {t}: with a tape o stays f32");
         }
         Ok(())
     });

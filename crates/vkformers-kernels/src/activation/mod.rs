@@ -9,7 +9,7 @@ use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result};
 
 use crate::code;
 use crate::dtype::DType;
-use crate::launch::{elements, expect_len, groups_for, params, pick};
+use crate::launch::{check_storage, elements, err, expect_len, groups_for, params, pick};
 
 /// A pointwise activation function.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,6 +58,21 @@ impl Activation {
         }
     }
 
+    /// Forward kernels from f32 into a 16-bit type, `[f16, bf16]`.
+    fn narrow_codes(self) -> [&'static KernelCode; 2] {
+        use code::*;
+        match self {
+            Activation::Silu => [&ACTIVATION_FORWARD_NARROW_SILU_F16, &ACTIVATION_FORWARD_NARROW_SILU_BF16],
+            Activation::Gelu => [&ACTIVATION_FORWARD_NARROW_GELU_F16, &ACTIVATION_FORWARD_NARROW_GELU_BF16],
+            Activation::GeluTanh => {
+                [&ACTIVATION_FORWARD_NARROW_GELU_TANH_F16, &ACTIVATION_FORWARD_NARROW_GELU_TANH_BF16]
+            }
+            Activation::Relu => [&ACTIVATION_FORWARD_NARROW_RELU_F16, &ACTIVATION_FORWARD_NARROW_RELU_BF16],
+            Activation::Relu2 => [&ACTIVATION_FORWARD_NARROW_RELU2_F16, &ACTIVATION_FORWARD_NARROW_RELU2_BF16],
+            Activation::Sigmoid => [&ACTIVATION_FORWARD_NARROW_SIGMOID_F16, &ACTIVATION_FORWARD_NARROW_SIGMOID_BF16],
+        }
+    }
+
     /// Backward kernels, `[f32, f16, bf16]`.
     fn backward_codes(self) -> [&'static KernelCode; 3] {
         use code::*;
@@ -96,6 +111,28 @@ fn unary(rec: &mut Recorder, k: &KernelCode, x: BufferView<'_>, y: BufferView<'_
 pub fn forward(rec: &mut Recorder, act: Activation, x: BufferView<'_>, y: BufferView<'_>, dt: DType) -> Result<()> {
     let k = pick(rec, dt, act.forward_codes())?;
     unary(rec, k, x, y, dt)
+}
+
+/// `y = f(x)` elementwise, x [n] f32 and y [n] of the 16-bit type `out` (f16 or bf16): the
+/// activation and the cast to a product's operand type in one pass (bit for bit `forward` in
+/// f32 then `dtype::cast`).
+pub fn forward_narrow(
+    rec: &mut Recorder,
+    act: Activation,
+    x: BufferView<'_>,
+    y: BufferView<'_>,
+    out: DType,
+) -> Result<()> {
+    let [f16, bf16] = act.narrow_codes();
+    let k = match out {
+        DType::F16 => f16,
+        DType::BF16 => bf16,
+        DType::F32 => return Err(err(f16, "the output type must be f16 or bf16, not f32".into())),
+    };
+    check_storage(rec, k, out)?;
+    let n = elements(k, "x", &x, DType::F32)?;
+    expect_len(k, "y", &y, n, out)?;
+    rec.dispatch(k, &[], &[read(x), write(y)], &params(&[n as u32]), groups_for(n))
 }
 
 /// `dx = dy * f'(x)` elementwise; x, dy, dx [n] of storage type `dt`.

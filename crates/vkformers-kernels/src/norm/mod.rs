@@ -9,7 +9,10 @@
 //! writes its own partial sums into a scratch view (see [`weight_grad_scratch_bytes`]), then one
 //! more kernel adds the `G` partial rows in a fixed order. No float atomics.
 
+mod add_layer;
 pub mod reference;
+
+pub use add_layer::add_layer_norm_forward;
 
 use vkformers_vk::{read, read_write, write, BufferView, KernelCode, Recorder, Result};
 

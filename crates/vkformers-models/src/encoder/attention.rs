@@ -2,7 +2,7 @@
 //! or, with a position bias or a window (MPNet, ModernBERT's local layers), the differentiable
 //! product `seq2seq::attention::biased_attention` with that additive bias.
 
-use vkformers_tensor::ops::attention::{attention, AttnOptions};
+use vkformers_tensor::ops::attention::{attention_for_product, AttnOptions};
 use vkformers_tensor::ops::{rope, shape};
 use vkformers_tensor::{Graph, Tensor};
 
@@ -64,7 +64,8 @@ pub(super) fn self_attention(
         None => {
             let kmask = keys.kmask.clone();
             let opts = AttnOptions { scale: Some(a.scale), causal: false, kmask, ..AttnOptions::default() };
-            shape::reshape(g, &attention(g, &q, &k, &v, &opts)?, &[b * t, hd])?
+            // o_proj reads o: in inference under autocast, the 16-bit o the kernel writes.
+            shape::reshape(g, &attention_for_product(g, &q, &k, &v, &opts)?, &[b * t, hd])?
         }
     };
     project(g, w, &n.o, i, &o, a.out_bias)

@@ -3,6 +3,7 @@
 //! MLP with post- or pre-LN residuals, then the masked-LM head. Built from the differentiable
 //! ops, so the tape gives every parameter's gradient.
 
+mod add_norm;
 mod attention;
 mod bare_decoder;
 mod disentangled;
@@ -38,6 +39,7 @@ use vkformers_tensor::{Graph, Tensor};
 use crate::decoder::{apply_norm, mlp, Weights};
 use crate::error::{ModelError, Result};
 use crate::spec::{layer_name, LayerSpec, ModelSpec};
+use add_norm::add_then_norm;
 use attention::self_attention;
 
 /// One batch `[B, T]`: token ids, attention mask (1 real, 0 padding) and optional token types
@@ -145,10 +147,10 @@ fn embeddings(
             Positions::FromIds { padding_idx } => Some(padding_idx),
             Positions::Arange => None,
         };
-        let p = embedding::embedding_padded(g, table, &g.ints(&pos, &[b, t])?, pad)?;
-        x = broadcast::add(g, &x, &rows(p)?)?;
-    }
-    if let Some(n) = &spec.embed_norm {
+        let p = rows(embedding::embedding_padded(g, table, &g.ints(&pos, &[b, t])?, pad)?)?;
+        // LN(x + pos): the add and a LayerNorm fused in inference, as a post-LN residual.
+        x = add_then_norm(g, w, &spec.embed_norm, &spec.embed_norm_name, (&x, &p))?;
+    } else if let Some(n) = &spec.embed_norm {
         x = apply_norm(g, n, w, &spec.embed_norm_name, &x)?;
     }
     if enc.masking.zero_padding {
@@ -181,10 +183,11 @@ fn encoder_layer(
     };
     match placement {
         NormPlacement::Post => {
+            // norm(x + sublayer(x)); the add and a LayerNorm fused in inference (add_norm).
             let a = self_attention(g, spec, w, layer, i, x, keys, bt)?;
-            let x = norm(&layer.attn_norm, &n.attn_norm, &broadcast::add(g, x, &a)?)?;
+            let x = add_then_norm(g, w, &layer.attn_norm, &layer_name(&n.attn_norm, i), (x, &a))?;
             let m = mlp(g, spec, w, &layer.mlp, i, &x)?;
-            norm(&layer.mlp_norm, &n.mlp_norm, &broadcast::add(g, &x, &m)?)
+            add_then_norm(g, w, &layer.mlp_norm, &layer_name(&n.mlp_norm, i), (&x, &m))
         }
         NormPlacement::Pre => {
             let h = norm(&layer.attn_norm, &n.attn_norm, x)?;

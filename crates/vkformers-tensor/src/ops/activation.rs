@@ -5,6 +5,7 @@
 use vkformers_kernels::activation as k;
 pub use vkformers_kernels::activation::Activation;
 use vkformers_kernels::dtype::DType;
+use vkformers_kernels::matmul::gemv::gemv_applies;
 
 use crate::{Graph, Result, Tensor};
 
@@ -22,6 +23,22 @@ pub fn activation(g: &Graph<'_>, x: &Tensor, act: Activation) -> Result<Tensor> 
             Ok(vec![Some(dx)])
         }),
     );
+    Ok(y)
+}
+
+/// `act(x)` for the product that reads it next (an MLP's up -> act -> down). In inference under
+/// autocast, on rows a GEMM multiplies (not the few-row f32 GEMV of decoding), that product
+/// reads a 16-bit copy of `act(x)`: the result is that copy, written in one pass from the f32
+/// x (no f32 output written, read back and cast). The same bits as `activation` then the cast;
+/// else `activation` itself (training, f32, decoding).
+pub fn activation_for_product(g: &Graph<'_>, x: &Tensor, act: Activation) -> Result<Tensor> {
+    let gemm_rows = |n: usize| u32::try_from(n).is_ok_and(|m| !gemv_applies(m, g.ctx().caps()));
+    let narrow = g
+        .autocast()
+        .filter(|dt| *dt != DType::F32 && !g.grad_enabled() && x.dtype() == DType::F32 && gemm_rows(x.rows()));
+    let Some(dt) = narrow else { return activation(g, x, act) };
+    let y = g.empty_as(x.shape(), dt)?;
+    g.record(|rec| k::forward_narrow(rec, act, x.view(), y.view(), dt))?;
     Ok(y)
 }
 

@@ -6,6 +6,7 @@
 //! per-head logit in every row's softmax denominator, with no value) get their gradient too.
 
 use vkformers_kernels::attention::{self as k, Grads, Qkv, Saved, Shape};
+use vkformers_kernels::matmul::gemv::gemv_applies;
 use vkformers_vk::VkError;
 
 use super::cast::{autocast_copy, narrow};
@@ -109,6 +110,17 @@ pub fn attention(g: &Graph<'_>, q: &Tensor, kt: &Tensor, v: &Tensor, opts: &Attn
     attention_chunked(g, q, kt, v, opts, 0)
 }
 
+/// [`attention`] for the product that reads o next (an encoder's o_proj). In inference under
+/// autocast, on rows a GEMM multiplies, that product reads o's 16-bit copy: o is returned as
+/// the 16-bit output the kernel writes (no f32 o widened from it, nor a cast back), the same
+/// values the product would read; else [`attention`].
+pub fn attention_for_product(g: &Graph<'_>, q: &Tensor, kt: &Tensor, v: &Tensor, opts: &AttnOptions) -> Result<Tensor> {
+    let dt = attention_dtype(g, q, kt, v)?;
+    let rows = q.shape().first().copied().unwrap_or(0) * q.shape().get(1).copied().unwrap_or(0);
+    let gemm_rows = u32::try_from(rows).is_ok_and(|m| !gemv_applies(m, g.ctx().caps()));
+    attention_typed(g, (q, kt, v), opts, 0, dt != DType::F32 && !g.grad_enabled() && gemm_rows)
+}
+
 /// [`attention`] with Llama 4's chunked mask on top of `opts`: query position p sees key j only
 /// when `floor(j / chunk) == floor(p / chunk)` (`chunk` 0 = off).
 pub fn attention_chunked(
@@ -119,12 +131,24 @@ pub fn attention_chunked(
     opts: &AttnOptions,
     chunk: u32,
 ) -> Result<Tensor> {
+    attention_typed(g, (q, kt, v), opts, chunk, false)
+}
+
+/// The attention of [`attention_chunked`]; with `o16_out`, o in the attention's 16-bit type
+/// whatever q's (inference only: see [`attention_for_product`]).
+fn attention_typed(
+    g: &Graph<'_>,
+    (q, kt, v): (&Tensor, &Tensor, &Tensor),
+    opts: &AttnOptions,
+    chunk: u32,
+    o16_out: bool,
+) -> Result<Tensor> {
     let s = shape_of(q, kt, v)?;
     // o [B, Tq, Hq, Dv]
     let o_shape = [q.shape()[0], q.shape()[1], q.shape()[2], v.shape()[3]];
     let dt = attention_dtype(g, q, kt, v)?;
     let (q16, k16, v16) = (autocast_copy(g, q, dt)?, autocast_copy(g, kt, dt)?, autocast_copy(g, v, dt)?);
-    let out_dtype = if q.dtype() == DType::F32 { DType::F32 } else { dt };
+    let out_dtype = if q.dtype() == DType::F32 && !o16_out { DType::F32 } else { dt };
     let o = g.output_as(&o_shape, out_dtype, &[q, kt, v])?;
     let o16 = if out_dtype == dt { o.clone() } else { g.empty_as(&o_shape, dt)? };
     let lse = g.empty(&[s.batch as usize, s.hq as usize, s.tq as usize])?;

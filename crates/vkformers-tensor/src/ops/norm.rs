@@ -192,3 +192,41 @@ pub fn layer_norm(g: &Graph<'_>, x: &Tensor, w: Option<&Tensor>, b: Option<&Tens
     );
     Ok(y)
 }
+
+/// `LayerNorm(x + r)` over the last dim for inference (no tape: post-LN encoders), in one
+/// dispatch with the same values as `broadcast::add` then `layer_norm`; the sum is not kept.
+/// Inside `Graph::inference` under autocast, on rows a GEMM multiplies (not decoding's f32
+/// GEMV), it also writes y's 16-bit copy, kept for the products that read y (no cast). `None`
+/// (nothing recorded) while a tape records or when x, r, w, b are not all f32: use the two ops.
+pub fn add_layer_norm_inference(
+    g: &Graph<'_>,
+    (x, r): (&Tensor, &Tensor),
+    (w, b): (Option<&Tensor>, Option<&Tensor>),
+    eps: f32,
+) -> Result<Option<Tensor>> {
+    let wide = [Some(x), Some(r), w, b].into_iter().flatten().all(|t| t.dtype() == DType::F32);
+    if g.grad_enabled() || !wide || x.shape() != r.shape() || (b.is_some() && w.is_none()) {
+        return Ok(None);
+    }
+    let (rows, dim) = shape("add_layer_norm", x, &[w, b])?;
+    let p = LayerNorm { rows, dim, eps, dtype: DType::F32 };
+    let y = g.empty(x.shape())?;
+    let gemm_rows = !vkformers_kernels::matmul::gemv::gemv_applies(rows, g.ctx().caps());
+    let half = g.autocast().filter(|dt| *dt != DType::F32 && gemm_rows && g.keeps_inference_casts());
+    let twin = half.map(|dt| g.empty_as(x.shape(), dt)).transpose()?;
+    g.record(|rec| {
+        let tw = twin.as_ref().map(|t| Twin { view: t.view(), dtype: t.dtype() });
+        k::add_layer_norm_forward(
+            rec,
+            &p,
+            (x.view(), r.view()),
+            (w.map(Tensor::view), b.map(Tensor::view)),
+            y.view(),
+            tw,
+        )
+    })?;
+    if let Some(t) = &twin {
+        g.keep_cast(&y, t);
+    }
+    Ok(Some(y))
+}
