@@ -49,6 +49,11 @@ impl Server {
     fn start_model(m: &std::path::Path, extra: &[&str]) -> Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_vkformers"));
         cmd.args(["serve", "--model", m.to_str().unwrap(), "--port", "0"]).args(extra);
+        // One decode kernel for 1 to 16 rows on every device, so "16 at once equals one at a
+        // time" compares the engine's batching, not two kernels' f32 sums: where cooperative
+        // matrices exist the default sends more than 4 rows to the GEMM (the H200 gave logprobs
+        // 1.4e-6 apart, -2.9457173 against -2.9457188, with equal tokens).
+        cmd.env("VKFORMERS_GEMV_MAX_ROWS", "16");
         let mut child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("start vkformers serve");
         let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
         let base_url = loop {
