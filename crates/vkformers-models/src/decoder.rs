@@ -765,18 +765,16 @@ fn self_attention(
     }
     let n = &spec.layer_names;
     let heads = |y: Tensor, count: usize| shape::reshape(g, &y, &[b, t, count, a.head_dim]);
-    let names = [&n.q, &n.k, &n.v].map(|t| format!("{}.weight", layer_name(t, i)));
-    let together = if a.qkv_bias { None } else { grouped::products(g, w, h, &names)? };
-    let h16 = if together.is_none() { grouped::shared_input(g, w, h, &names)? } else { h.clone() };
     let proj = |template: &str| -> Result<Tensor> {
-        let y = project(g, w, template, i, &h16, a.qkv_bias)?;
+        let y = project(g, w, template, i, h, a.qkv_bias)?;
         match a.clip_qkv {
             Some(c) => clamp(g, &y, c),
             None => Ok(y),
         }
     };
-    // Decoding: the three products in one dispatch (no bias; clipped as `proj` clips), or (more
-    // rows) one cast of h shared by the three GEMMs.
+    // Decoding: the three products in one dispatch (no bias; clipped as `proj` clips).
+    let names = [&n.q, &n.k, &n.v].map(|t| format!("{}.weight", layer_name(t, i)));
+    let together = if a.qkv_bias { None } else { grouped::products(g, w, h, &names)? };
     let (mut q, mut k, v) = match together {
         Some(ys) => {
             let clip = |y: &Tensor| -> Result<Tensor> {
@@ -909,10 +907,7 @@ pub(crate) fn mlp(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, m: &MlpSpec, i: 
             let names = [&n.gate, &n.up].map(|t| format!("{}.weight", layer_name(t, i)));
             let (gate, up) = match if *bias { None } else { grouped::products(g, w, h, &names)? } {
                 Some(ys) => (ys[0].clone(), ys[1].clone()),
-                None => {
-                    let h16 = grouped::shared_input(g, w, h, &names)?;
-                    (project(g, w, &n.gate, i, &h16, *bias)?, project(g, w, &n.up, i, &h16, *bias)?)
-                }
+                None => (project(g, w, &n.gate, i, h, *bias)?, project(g, w, &n.up, i, h, *bias)?),
             };
             // Decoding: the GLU folded into the down projection's GEMV (one dispatch less).
             let down = format!("{}.weight", layer_name(&n.down, i));

@@ -43,32 +43,6 @@ pub(crate) fn products(g: &Graph<'_>, w: &Weights, x: &Tensor, names: &[String])
     Ok(Some(ys))
 }
 
-/// x in the 16-bit type of the weights `names` when several products will read it through the
-/// GEMM (a decode step of more rows than the GEMV takes, no gradients): one cast shared by q, k
-/// and v (or gate and up) instead of one inside each product. The same values: each product
-/// would round x to that type itself. Else x unchanged (f32 weights, LoRA on one of them, a
-/// missing or differently typed weight, autocast or gradients on).
-pub(crate) fn shared_input(g: &Graph<'_>, w: &Weights, x: &Tensor, names: &[String]) -> Result<Tensor> {
-    if g.grad_enabled() || g.autocast().is_some() || x.dtype() != DType::F32 || x.shape().len() != 2 {
-        return Ok(x.clone());
-    }
-    let mut dtype = None;
-    for name in names {
-        match w.opt(name) {
-            Some(t)
-                if w.lora().get(name).is_none() && t.dtype() != DType::F32 && dtype.is_none_or(|d| d == t.dtype()) =>
-            {
-                dtype = Some(t.dtype())
-            }
-            _ => return Ok(x.clone()),
-        }
-    }
-    match dtype {
-        Some(d) if names.len() > 1 => Ok(vkformers_tensor::ops::cast::cast(g, x, d)?),
-        _ => Ok(x.clone()),
-    }
-}
-
 /// Whether to fold the GLU into the down projection: `VKFORMERS_FUSED_GLU=1` or `0` forces it on
 /// or off (tests compare both on lavapipe), otherwise where it pays (`glu_fusion_pays`: not on
 /// CPU devices).
