@@ -15,6 +15,7 @@ use std::collections::HashMap;
 
 use common::fixtures_root;
 use vkformers_generate::generation::{generate, GenerateOptions};
+use vkformers_models::decoder::{forward_cached_last, Batch, KvCache};
 use vkformers_models::model::Model;
 use vkformers_tensor::profile::Profile;
 use vkformers_tensor::Graph;
@@ -72,6 +73,40 @@ fn one_decode_step_has_few_commands() {
         let rope_store: u64 =
             calls.iter().filter(|(n, _)| n.starts_with("attention/decode_rope_store")).map(|c| c.1).sum();
         assert_eq!(rope_store, 2, "one fused rope + store per layer: {calls:?}");
+        Ok(())
+    });
+}
+
+/// A decode step of more rows than the GEMV takes, with bf16 weights under autocast (as
+/// `generate` runs a bf16 folder): the products run on the GEMM and read bf16 activations, and
+/// the activation read by q, k and v (and by gate and up) is cast once (`Graph::inference` in
+/// the cached forward), not once per product: per layer one cast for q/k/v, one for o, one for
+/// gate/up and one for the down product's input, and one for the LM head's (before: 7 a layer).
+#[test]
+fn a_batched_decode_step_casts_each_activation_once() {
+    let model_dir = fixtures_root().join("llama");
+    on_every_device("decode casts", |ctx| {
+        let g = Graph::new(ctx);
+        let model = Model::load_for_inference(&g, &model_dir, vkformers_tensor::DType::BF16).unwrap();
+        g.set_autocast(Some(vkformers_tensor::DType::BF16));
+        let rows = 20;
+        let cache = KvCache::batched(&g, &model.spec, rows, 16).unwrap();
+        let step = |t: usize| {
+            let ids: Vec<i32> = (0..rows * t).map(|i| (i * 7 % 50 + 3) as i32).collect();
+            let mask = vec![1; ids.len()];
+            let batch = Batch { ids: &ids, mask: &mask, batch: rows, seq: t };
+            g.no_grad(|| g.read(&forward_cached_last(&g, &model.spec, &model.weights, &batch, &cache).unwrap()))
+                .unwrap();
+        };
+        step(5);
+        g.set_profiling(true);
+        step(1);
+        let p = g.take_profile().unwrap().expect("profiling was on");
+        g.set_profiling(false);
+        let casts: u64 = p.kernels.iter().filter(|(n, _)| n.starts_with("cast/cast4:to_")).map(|(_, k)| k.calls).sum();
+        let layers = model.spec.layers.len() as u64;
+        println!("{}: casts in one {rows}-row decode step: {casts}", ctx.caps().name);
+        assert!(casts <= 4 * layers + 1, "{casts} casts in one decode step of {layers} layers");
         Ok(())
     });
 }

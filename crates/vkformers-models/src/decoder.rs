@@ -324,7 +324,14 @@ fn cached(
         consts: RefCell::default(),
         router: None,
     };
-    let logits = run(g, spec, w, &inputs, &pos, (b, t), head)?;
+    // Without a tape (generation), in `Graph::inference`: an activation read by several products
+    // (q, k and v; gate and up) is cast to the autocast type once, not once per product; the
+    // copies go when the step's forward is recorded.
+    let logits = if g.grad_enabled() {
+        run(g, spec, w, &inputs, &pos, (b, t), head)?
+    } else {
+        g.inference(|| run(g, spec, w, &inputs, &pos, (b, t), head))?
+    };
     cache.commit(batch.mask, t);
     Ok(logits)
 }
