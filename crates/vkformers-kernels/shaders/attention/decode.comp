@@ -84,6 +84,13 @@
 // variant: d128_bf16_t64 DMAX=128 NT=64 DT_BF16
 // variant: d128_f16_q32_t64 DMAX=128 NT=64 DT_F16 QF32
 // variant: d128_bf16_q32_t64 DMAX=128 NT=64 DT_BF16 QF32
+// _g4: groups of 4 loads (KG = VG = 4) instead of 8, a shorter unrolled body: what generation
+// of a bf16 model runs (f32 q/o over bf16 pools). Within a decode step on an H200 (1.1B, 640
+// keys) batch 64 made 11,789 against 11,005 tokens/s and batch 1 292 against 240, though the
+// kernel alone times the same (83 µs at batch 64): the step's other kernels run between two
+// calls, so the cost is not the kernel's own work (docs/bench/h200-2026-12-04-j/log7).
+// variant: d64_bf16_q32_g4 DMAX=64 NT=128 DT_BF16 QF32 G4
+// variant: d128_bf16_q32_g4 DMAX=128 NT=128 DT_BF16 QF32 G4
 #include "attention/attention.glsl"
 
 #define BQ 8
@@ -148,8 +155,13 @@ layout(push_constant) uniform Push {
 #define KS (NT / LK)
 #define KPS (BK / KS)
 // Groups of CW elements of K whose loads are issued together; keys of V likewise.
+#if defined(G4)
+#define KG 4
+#define VG 4
+#else
 #define KG 8
 #define VG 8
+#endif
 // Parts of the tile max: NP threads per row, each over BK / NP keys.
 #define NP (NT / BQ)
 // Pool row of a key that is not in the row's table (never read).

@@ -256,7 +256,19 @@ fn main_code(d: u32, dt: DType, act: DType) -> Option<&'static KernelCode> {
             &code::ATTENTION_DECODE_D256_BF16_Q32,
         ],
     ];
-    Some(codes[code_row(dt, act)?][class(d)])
+    let row = code_row(dt, act)?;
+    if row == 4 && d <= 128 && small_groups() {
+        return Some([&code::ATTENTION_DECODE_D64_BF16_Q32_G4, &code::ATTENTION_DECODE_D128_BF16_Q32_G4][class(d)]);
+    }
+    Some(codes[row][class(d)])
+}
+
+/// Whether f32 q/o over bf16 pools (a bf16 model's generation), head dims up to 128, take the
+/// `_g4` variants (groups of 4 loads; faster inside a decode step on an H200, see the shader):
+/// yes unless `VKFORMERS_DECODE_GROUPS=8` (the groups of 8 the other variants keep).
+fn small_groups() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("VKFORMERS_DECODE_GROUPS").map_or(true, |v| v != "8"))
 }
 
 /// The store kernel for new keys of `src` into pools of `dt` (the same type, or f32 into 16-bit).
