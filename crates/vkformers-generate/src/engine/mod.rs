@@ -10,10 +10,10 @@
 //! at once and its slot goes to the next waiting request at the next step.
 //!
 //! Every prefill forward stalls the decode of every running row, so a request that arrives while
-//! rows decode is held one step ([`Engine::set_admission_hold`], `VKFORMERS_ADMISSION_HOLD=0`
+//! rows run is held one step ([`Engine::set_admission_hold`], `VKFORMERS_ADMISSION_HOLD=0`
 //! switches it off): the requests arriving over two steps (a server's clients answering rows
 //! that finished together send theirs a few milliseconds apart) then share one forward. A request
-//! is never held more than one step, nor when no row decodes or the waiting requests fill every
+//! is never held more than one step, nor when no row runs or the waiting requests fill every
 //! free slot.
 //!
 //! Each request gets exactly the tokens it gets alone: a row's attention reads only its own
@@ -95,7 +95,7 @@ pub struct Engine<'m> {
     ahead: Option<ahead::Ahead>,
     /// Requests admitted so far (each admission's serial number).
     admissions: u64,
-    /// Hold a request that arrives while rows decode for one step, so that requests arriving over
+    /// Hold a request that arrives while rows run for one step, so that requests arriving over
     /// two steps share one prefill forward (see [`Engine::set_admission_hold`]).
     admission_hold: bool,
     /// Requests left waiting at the end of the last step (they have been held once already).
@@ -210,7 +210,7 @@ impl<'m> Engine<'m> {
         self.lookahead = on;
     }
 
-    /// Holds a request that arrives while other rows decode for at most one step before it is
+    /// Holds a request that arrives while other rows run for at most one step before it is
     /// admitted (on by default, unless `VKFORMERS_ADMISSION_HOLD=0`): requests arriving over two steps then share one prefill forward,
     /// each of which stalls every running row's decode (a server's clients send their next
     /// requests a few steps apart). Off, every step admits whatever waits.

@@ -39,15 +39,15 @@ impl Engine<'_> {
         }
     }
 
-    /// Whether this step admits the waiting requests: at once when no row decodes (nothing to
-    /// stall; a lookahead row whose last token is in flight does not), when they fill every free
-    /// slot, or when one of them was already held at the last step (so none waits more than one
-    /// step); otherwise they wait one step, and the requests arriving meanwhile join the same
-    /// prefill forward.
+    /// Whether this step admits the waiting requests: at once when no row runs (nothing to
+    /// stall), when they fill every free slot, or when one of them was already held at the last
+    /// step (so none waits more than one step); otherwise they wait one step, and the requests
+    /// arriving meanwhile join the same prefill forward. (A lookahead row whose last token is in
+    /// flight counts as running: the requests answering it and the rows finishing with it arrive
+    /// over the next steps.)
     pub(super) fn admits_now(&self) -> bool {
         let free = self.slots.iter().filter(|s| s.is_none()).count();
-        let decoding = self.slots.iter().flatten().any(Running::wants_more);
-        !self.admission_hold || !decoding || self.held > 0 || self.waiting.len() >= free
+        !self.admission_hold || self.running() == 0 || self.held > 0 || self.waiting.len() >= free
     }
 
     /// Gives free slots to waiting requests, in order: the admitted slots, keyed for
