@@ -143,7 +143,9 @@ impl Engine<'_> {
         let (set, prev) = (ahead.next, ahead.flight.take());
         let mut choices = Vec::new();
         self.record_decode(g, set, prev.as_ref(), &mut choices)?;
-        let admitted = self.seat()?;
+        let admitted = if self.admits_now() { self.seat()? } else { Vec::new() };
+        // Those left waiting have been held one step.
+        self.held = self.waiting.len();
         for group in prefill_groups(&admitted, self.max_pad, MAX_PREFILL_TOKENS) {
             let logits = self.prefill_logits(g, &group)?;
             self.record_choice(g, &logits, &group, set, true, &mut choices)?;

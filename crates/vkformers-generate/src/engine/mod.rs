@@ -9,6 +9,13 @@
 //! its `max_new_tokens`) or is cancelled ([`Engine::cancel`]) gives its blocks back to the pools
 //! at once and its slot goes to the next waiting request at the next step.
 //!
+//! Every prefill forward stalls the decode of every running row, so a request that arrives while
+//! rows run is held one step ([`Engine::set_admission_hold`], `VKFORMERS_ADMISSION_HOLD=0`
+//! switches it off): the requests arriving over two steps (a server's clients answering rows
+//! that finished together send theirs a few milliseconds apart) then share one forward. A request
+//! is never held more than one step, nor when no row runs or the waiting requests fill every
+//! free slot.
+//!
 //! Each request gets exactly the tokens it gets alone: a row's attention reads only its own
 //! blocks and never its padding, a prefill's width is aligned so that its numbers do not depend on
 //! the other rows ([`crate::prefill_plan`]), its position ids count only its own tokens, and rows
@@ -88,6 +95,11 @@ pub struct Engine<'m> {
     ahead: Option<ahead::Ahead>,
     /// Requests admitted so far (each admission's serial number).
     admissions: u64,
+    /// Hold a request that arrives while rows run for one step, so that requests arriving over
+    /// two steps share one prefill forward (see [`Engine::set_admission_hold`]).
+    admission_hold: bool,
+    /// Requests left waiting at the end of the last step (they have been held once already).
+    held: usize,
 }
 
 impl<'m> Engine<'m> {
@@ -130,6 +142,8 @@ impl<'m> Engine<'m> {
             lookahead: crate::lookahead::enabled(),
             ahead: None,
             admissions: 0,
+            admission_hold: schedule::hold_enabled(),
+            held: 0,
         })
     }
 
@@ -196,6 +210,14 @@ impl<'m> Engine<'m> {
         self.lookahead = on;
     }
 
+    /// Holds a request that arrives while other rows run for at most one step before it is
+    /// admitted (on by default, unless `VKFORMERS_ADMISSION_HOLD=0`): requests arriving over two steps then share one prefill forward,
+    /// each of which stalls every running row's decode (a server's clients send their next
+    /// requests a few steps apart). Off, every step admits whatever waits.
+    pub fn set_admission_hold(&mut self, on: bool) {
+        self.admission_hold = on;
+    }
+
     /// Lets a prefill forward cost up to `max_pad` (>= 1) times the columns its rows cost alone:
     /// requests admitted together prefill in fewer forwards; 1 groups only prompts of one width.
     pub fn set_max_prefill_padding(&mut self, max_pad: f64) {
@@ -247,10 +269,13 @@ impl<'m> Engine<'m> {
             }
             // The synchronous step starts from the host knowing every token chosen so far.
             self.drain(g, sink)?;
-            self.admit(g, sink)?;
+            if self.admits_now() {
+                self.admit(g, sink)?;
+            }
             if self.running() > 0 {
                 self.decode_step(g, sink)?;
             }
+            self.held = self.waiting.len();
             Ok(())
         })
     }

@@ -39,6 +39,17 @@ impl Engine<'_> {
         }
     }
 
+    /// Whether this step admits the waiting requests: at once when no row runs (nothing to
+    /// stall), when they fill every free slot, or when one of them was already held at the last
+    /// step (so none waits more than one step); otherwise they wait one step, and the requests
+    /// arriving meanwhile join the same prefill forward. (A lookahead row whose last token is in
+    /// flight counts as running: the requests answering it and the rows finishing with it arrive
+    /// over the next steps.)
+    pub(super) fn admits_now(&self) -> bool {
+        let free = self.slots.iter().filter(|s| s.is_none()).count();
+        !self.admission_hold || self.running() == 0 || self.held > 0 || self.waiting.len() >= free
+    }
+
     /// Gives free slots to waiting requests, in order: the admitted slots, keyed for
     /// `prefill_groups`.
     pub(super) fn seat(&mut self) -> Result<Vec<Admitted>, DecodeError> {
@@ -152,6 +163,13 @@ impl Engine<'_> {
         row.timings.decode_secs = row.first_token.elapsed().as_secs_f64();
         sink.finished(row.id, Finished { tokens: std::mem::take(&mut row.new), finish, timings: row.timings });
     }
+}
+
+/// Whether the engine holds requests arriving while rows decode for a step (on unless
+/// `VKFORMERS_ADMISSION_HOLD=0`, for comparison).
+pub(super) fn hold_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("VKFORMERS_ADMISSION_HOLD").map_or(true, |v| v != "0"))
 }
 
 /// Whether a row whose next token sits at `position` runs on LongRoPE's long factors (the
