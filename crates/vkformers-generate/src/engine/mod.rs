@@ -10,11 +10,11 @@
 //! at once and its slot goes to the next waiting request at the next step.
 //!
 //! Every prefill forward stalls the decode of every running row, so a request that arrives while
-//! rows run is held one step ([`Engine::set_admission_hold`], `VKFORMERS_ADMISSION_HOLD=0`
-//! switches it off): the requests arriving over two steps (a server's clients answering rows
-//! that finished together send theirs a few milliseconds apart) then share one forward. A request
-//! is never held more than one step, nor when no row runs or the waiting requests fill every
-//! free slot.
+//! rows run may be held one step ([`Engine::set_admission_hold`]; off by default until it is
+//! measured on a GPU, `VKFORMERS_ADMISSION_HOLD=1` switches it on): the requests arriving over
+//! two steps (a server's clients answering rows that finished together send theirs a few
+//! milliseconds apart) then share one forward. A request is never held more than one step, nor
+//! when no row runs or the waiting requests fill every free slot.
 //!
 //! Each request gets exactly the tokens it gets alone: a row's attention reads only its own
 //! blocks and never its padding, a prefill's width is aligned so that its numbers do not depend on
@@ -211,7 +211,8 @@ impl<'m> Engine<'m> {
     }
 
     /// Holds a request that arrives while other rows run for at most one step before it is
-    /// admitted (on by default, unless `VKFORMERS_ADMISSION_HOLD=0`): requests arriving over two steps then share one prefill forward,
+    /// admitted (off by default; `VKFORMERS_ADMISSION_HOLD=1` turns it on): requests arriving over
+    /// two steps then share one prefill forward,
     /// each of which stalls every running row's decode (a server's clients send their next
     /// requests a few steps apart). Off, every step admits whatever waits.
     pub fn set_admission_hold(&mut self, on: bool) {
