@@ -18,8 +18,9 @@
 //! [`DecodeOutputs::counters`]) merges them in the same dispatch: one long sequence then fills
 //! the GPU, with one dispatch a call.
 
-use vkformers_vk::{read, read_write, write, BufferView, KernelCode, Recorder, Result, VkError};
+use vkformers_vk::{read, read_write, write, BufferView, KernelCode, Recorder, Result};
 
+use super::{check_len, fail};
 use crate::code;
 use crate::dtype::DType;
 use crate::launch::MAX_GROUPS;
@@ -187,10 +188,6 @@ pub struct DecodeOutputs<'a> {
     pub counters: Option<BufferView<'a>>,
 }
 
-fn fail(kernel: &str, message: String) -> VkError {
-    VkError::Kernel { kernel: kernel.into(), message }
-}
-
 /// Head-dim class: d64, d128, d256 (d checked by the caller).
 fn class(d: u32) -> usize {
     match d {
@@ -348,13 +345,6 @@ pub fn counter_words(s: &DecodeShape) -> u64 {
 /// (m, l) `[B, Hq, Tq, S, 2]`.
 pub fn work_floats(s: &DecodeShape, splits: u32) -> u64 {
     s.lse_len() * u64::from(splits) * (u64::from(s.dv) + 2)
-}
-
-fn check_len(kernel: &str, what: &str, v: &BufferView<'_>, elems: u64, bytes: u64) -> Result<()> {
-    if v.len != elems * bytes {
-        return Err(fail(kernel, format!("{what}: view of {} bytes, the shape needs {}", v.len, elems * bytes)));
-    }
-    Ok(())
 }
 
 fn check(

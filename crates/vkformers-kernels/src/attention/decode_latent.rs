@@ -13,9 +13,10 @@
 //! Split-KV: with [`splits`] > 1 each row's keys are cut into that many chunks, one workgroup
 //! each, whose partial softmax statistics ([`work_floats`]) a second dispatch merges.
 
-use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result, VkError};
+use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result};
 
 use super::decode::DecodeOptions;
+use super::{check_len, fail};
 use crate::code;
 use crate::dtype::DType;
 
@@ -88,10 +89,6 @@ pub struct LatentOutputs<'a> {
     pub work: Option<BufferView<'a>>,
 }
 
-fn fail(kernel: &str, message: String) -> VkError {
-    VkError::Kernel { kernel: kernel.into(), message }
-}
-
 /// Splits of each row for a call whose longest row has `max_len` keys: enough workgroups to
 /// fill a large GPU, no split under [`MIN_SPLIT_KEYS`] keys. A pure function of the sizes.
 pub fn splits(s: &LatentShape, max_len: u32) -> u32 {
@@ -139,13 +136,6 @@ fn merge_code(act: DType) -> &'static KernelCode {
         DType::F16 => &code::ATTENTION_DECODE_LATENT_MERGE_F16,
         DType::BF16 => &code::ATTENTION_DECODE_LATENT_MERGE_BF16,
     }
-}
-
-fn check_len(kernel: &str, what: &str, v: &BufferView<'_>, elems: u64, bytes: u64) -> Result<()> {
-    if v.len != elems * bytes {
-        return Err(fail(kernel, format!("{what}: view of {} bytes, the shape needs {}", v.len, elems * bytes)));
-    }
-    Ok(())
 }
 
 fn check(

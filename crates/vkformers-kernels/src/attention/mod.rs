@@ -279,11 +279,15 @@ fn check_view(kernel: &str, what: &str, v: &BufferView<'_>, elems: u64) -> Resul
 
 /// Checks that `v` holds `elems` values of storage type `dt`.
 fn check_view_of(kernel: &str, what: &str, v: &BufferView<'_>, elems: u64, dt: DType) -> Result<()> {
-    let size = dt.bytes();
-    if v.len != elems * size {
+    check_len(kernel, what, v, elems, dt.bytes())
+}
+
+/// Checks that `v` holds `elems` values of `bytes` bytes each (the decode kernels' views).
+fn check_len(kernel: &str, what: &str, v: &BufferView<'_>, elems: u64, bytes: u64) -> Result<()> {
+    if v.len != elems * bytes {
         return Err(fail(
             kernel,
-            format!("{what}: view of {} bytes, the shape needs {} ({elems} × {size})", v.len, elems * size),
+            format!("{what}: view of {} bytes, the shape needs {} ({elems} × {bytes})", v.len, elems * bytes),
         ));
     }
     Ok(())

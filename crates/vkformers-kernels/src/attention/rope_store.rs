@@ -3,9 +3,10 @@
 //! then [`super::decode::store_from`] do, bit for bit, without the rotated keys' round trip
 //! through memory and the barrier between the two.
 
-use vkformers_vk::{read, write, BufferView, Recorder, Result, VkError};
+use vkformers_vk::{read, write, BufferView, Recorder, Result};
 
 use super::decode::Pools;
+use super::{check_len, fail};
 use crate::code;
 use crate::dtype::DType;
 use crate::launch::MAX_GROUPS;
@@ -17,17 +18,6 @@ pub struct NewRows<'a> {
     pub q: BufferView<'a>,
     pub k: BufferView<'a>,
     pub v: BufferView<'a>,
-}
-
-fn fail(kernel: &str, message: String) -> VkError {
-    VkError::Kernel { kernel: kernel.into(), message }
-}
-
-fn check_len(kernel: &str, what: &str, v: &BufferView<'_>, elems: u64, bytes: u64) -> Result<()> {
-    if v.len != elems * bytes {
-        return Err(fail(kernel, format!("{what}: view of {} bytes, the shape needs {}", v.len, elems * bytes)));
-    }
-    Ok(())
 }
 
 /// Records `qo = rope(q)` and the store of `rope(k)` and `v` at pool rows `slots [N]` int32
