@@ -70,6 +70,35 @@ fn operand(n: usize, elem: Elem, seed: u64) -> (Vec<u8>, Vec<f32>) {
     (bytes, vals)
 }
 
+/// The storage type a bench's `--dtype` names: bf16, f16 or f32.
+pub(crate) fn dtype_arg(s: &str) -> anyhow::Result<vkformers_kernels::dtype::DType> {
+    use vkformers_kernels::dtype::DType;
+    Ok(match s {
+        "bf16" => DType::BF16,
+        "f16" => DType::F16,
+        "f32" => DType::F32,
+        other => bail!("--dtype {other}: expected bf16, f16 or f32"),
+    })
+}
+
+/// A device buffer of `n` random values (seed `seed`) in `dt` storage (16-bit as bit patterns).
+pub(crate) fn random_buffer(
+    ctx: &Context,
+    n: u64,
+    dt: vkformers_kernels::dtype::DType,
+    seed: u64,
+    what: &str,
+) -> anyhow::Result<Buffer> {
+    use vkformers_kernels::dtype::DType;
+    let vals = Rng::new(seed).vec(n as usize, 1.0);
+    let bytes: Vec<u8> = match dt {
+        DType::F32 => vals.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        DType::F16 => vals.iter().flat_map(|v| f16::from_f32(*v).to_bits().to_le_bytes()).collect(),
+        DType::BF16 => vals.iter().flat_map(|v| bf16::from_f32(*v).to_bits().to_le_bytes()).collect(),
+    };
+    upload(ctx, &bytes, what)
+}
+
 pub(crate) fn upload(ctx: &Context, bytes: &[u8], what: &str) -> anyhow::Result<Buffer> {
     let buf = ctx.buffer(bytes.len() as u64, what)?;
     ctx.upload(&buf, 0, bytes)?;

@@ -14,7 +14,6 @@ use std::process::ExitCode;
 use anyhow::{bail, Context as _};
 use vkformers_kernels::attention::{self, coopmat2, Grads, Qkv, Saved, Shape};
 use vkformers_kernels::dtype::DType;
-use vkformers_kernels::testutil::Rng;
 use vkformers_vk::{Buffer, Context, DeviceSelector, Recorder};
 
 #[derive(clap::Args)]
@@ -73,22 +72,11 @@ fn shape_of(args: &AttentionArgs) -> anyhow::Result<Shape> {
 
 /// A device buffer of `n` random values in `dt` storage (16-bit as bit patterns).
 fn random(ctx: &Context, n: u64, dt: DType, seed: u64) -> anyhow::Result<Buffer> {
-    let vals = Rng::new(seed).vec(n as usize, 1.0);
-    let bytes: Vec<u8> = match dt {
-        DType::F32 => vals.iter().flat_map(|v| v.to_le_bytes()).collect(),
-        DType::F16 => vals.iter().flat_map(|v| half::f16::from_f32(*v).to_bits().to_le_bytes()).collect(),
-        DType::BF16 => vals.iter().flat_map(|v| half::bf16::from_f32(*v).to_bits().to_le_bytes()).collect(),
-    };
-    crate::bench::upload(ctx, &bytes, "bench attention")
+    crate::bench::random_buffer(ctx, n, dt, seed, "bench attention")
 }
 
 pub fn attention(selector: &DeviceSelector, args: &AttentionArgs) -> anyhow::Result<ExitCode> {
-    let dt = match args.dtype.as_str() {
-        "bf16" => DType::BF16,
-        "f16" => DType::F16,
-        "f32" => DType::F32,
-        other => bail!("--dtype {other}: expected bf16, f16 or f32"),
-    };
+    let dt = crate::bench::dtype_arg(&args.dtype)?;
     let s = shape_of(args)?;
     if s.hkv == 0 || s.hq % s.hkv != 0 {
         bail!("--heads {} must be a multiple of --kv-heads {}", s.hq, s.hkv);

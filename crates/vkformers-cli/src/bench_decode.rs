@@ -53,12 +53,7 @@ pub struct DecodeBenchArgs {
 }
 
 pub fn decode_attention(selector: &DeviceSelector, args: &DecodeBenchArgs) -> anyhow::Result<ExitCode> {
-    let dt = match args.dtype.as_str() {
-        "bf16" => DType::BF16,
-        "f16" => DType::F16,
-        "f32" => DType::F32,
-        other => bail!("--dtype {other}: expected bf16, f16 or f32"),
-    };
+    let dt = crate::bench::dtype_arg(&args.dtype)?;
     if args.tile != TILE && args.tile != SMALL_TILE {
         bail!("--tile {}: 128 or 64", args.tile);
     }
@@ -78,16 +73,8 @@ pub fn decode_attention(selector: &DeviceSelector, args: &DecodeBenchArgs) -> an
     };
     let pool = u64::from(s.num_blocks * s.block_size * s.hkv * s.d);
     let q_len = u64::from(s.batch * s.hq * s.d);
-    let rng_bytes = |n: u64, seed: u64| -> Vec<u8> {
-        let vals = Rng::new(seed).vec(n as usize, 1.0);
-        match dt {
-            DType::F32 => vals.iter().flat_map(|v| v.to_le_bytes()).collect(),
-            DType::F16 => vals.iter().flat_map(|v| half::f16::from_f32(*v).to_bits().to_le_bytes()).collect(),
-            DType::BF16 => vals.iter().flat_map(|v| half::bf16::from_f32(*v).to_bits().to_le_bytes()).collect(),
-        }
-    };
-    let k = crate::bench::upload(&ctx, &rng_bytes(pool, 1), "k pool")?;
-    let v = crate::bench::upload(&ctx, &rng_bytes(pool, 2), "v pool")?;
+    let k = crate::bench::random_buffer(&ctx, pool, dt, 1, "k pool")?;
+    let v = crate::bench::random_buffer(&ctx, pool, dt, 2, "v pool")?;
     let q = ctx.buffer_from(&Rng::new(3).vec(q_len as usize, 1.0), "q")?;
     // Row b owns blocks b·n .. (b+1)·n in order.
     let table: Vec<i32> = (0..s.num_blocks as i32).collect();

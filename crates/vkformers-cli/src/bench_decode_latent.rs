@@ -9,7 +9,6 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
-use anyhow::bail;
 use vkformers_kernels::attention::decode::DecodeOptions;
 use vkformers_kernels::attention::decode_latent::{self, LatentInputs, LatentOutputs, LatentShape};
 use vkformers_kernels::dtype::DType;
@@ -48,12 +47,7 @@ pub struct LatentBenchArgs {
 }
 
 pub fn decode_latent(selector: &DeviceSelector, args: &LatentBenchArgs) -> anyhow::Result<ExitCode> {
-    let dt = match args.dtype.as_str() {
-        "bf16" => DType::BF16,
-        "f16" => DType::F16,
-        "f32" => DType::F32,
-        other => bail!("--dtype {other}: expected bf16, f16 or f32"),
-    };
+    let dt = crate::bench::dtype_arg(&args.dtype)?;
     let ctx = Context::new(selector)?;
     let blocks_per_row = args.len.div_ceil(args.block_size);
     let s = LatentShape {
@@ -68,13 +62,7 @@ pub fn decode_latent(selector: &DeviceSelector, args: &LatentBenchArgs) -> anyho
     };
     let pool = u64::from(s.num_blocks * s.block_size * s.d);
     let q_len = u64::from(s.batch * s.hq * s.d);
-    let vals = Rng::new(1).vec(pool as usize, 1.0);
-    let bytes: Vec<u8> = match dt {
-        DType::F32 => vals.iter().flat_map(|v| v.to_le_bytes()).collect(),
-        DType::F16 => vals.iter().flat_map(|v| half::f16::from_f32(*v).to_bits().to_le_bytes()).collect(),
-        DType::BF16 => vals.iter().flat_map(|v| half::bf16::from_f32(*v).to_bits().to_le_bytes()).collect(),
-    };
-    let pool_buf = crate::bench::upload(&ctx, &bytes, "latent pool")?;
+    let pool_buf = crate::bench::random_buffer(&ctx, pool, dt, 1, "latent pool")?;
     let q = ctx.buffer_from(&Rng::new(3).vec(q_len as usize, 1.0), "q")?;
     // Row b owns blocks b·n .. (b+1)·n in order.
     let table = ctx.buffer_from(&(0..s.num_blocks as i32).collect::<Vec<_>>(), "table")?;

@@ -72,18 +72,9 @@ fn step_shapes(a: &TrainGemmArgs) -> Vec<Shape> {
     out
 }
 
-fn dtype_of(s: &str) -> anyhow::Result<DType> {
-    Ok(match s {
-        "bf16" => DType::BF16,
-        "f16" => DType::F16,
-        "f32" => DType::F32,
-        other => anyhow::bail!("--dtype {other}: expected bf16, f16 or f32"),
-    })
-}
-
 pub fn train_gemms(selector: &DeviceSelector, args: &TrainGemmArgs) -> anyhow::Result<ExitCode> {
     let ctx = Context::new(selector)?;
-    let dtype = dtype_of(&args.dtype)?;
+    let dtype = crate::bench::dtype_arg(&args.dtype)?;
     if args.sweep {
         return sweep(&ctx, args, dtype);
     }
