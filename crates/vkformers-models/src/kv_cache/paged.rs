@@ -315,26 +315,14 @@ impl LayerPool {
             num_blocks: (pk.shape()[0] / block_size) as u32,
             max_blocks: st.max_blocks as u32,
         };
-        // f32 q and o over a 16-bit pool need no cast (the kernel's _q32 variants).
-        let act = if direct(q.dtype(), dt) { q.dtype() } else { dt };
-        let q16 = in_type(g, q, act)?;
-        let o = g.empty_as(&[qs[0], qs[1], qs[2], self.value_dim], act)?;
-        let lse = g.empty(&[qs[0], qs[2], qs[1]])?;
+        let (act, q16, o, lse) = self.decode_io(g, q, dt)?;
         let splits = decode::splits(&shape, st.max_len as u32);
         let work = if splits > 1 { Some(g.empty(&[decode::work_floats(&shape, splits) as usize])?) } else { None };
         let counters = if splits > 1 { Some(self.counters(g, decode::counter_words(&shape) as usize)?) } else { None };
-        let mut ko = DecodeOptions::new(shape.d);
-        ko.scale = opts.scale.unwrap_or(ko.scale);
-        ko.causal = opts.causal;
-        ko.window = opts.window;
-        ko.chunk = chunk;
-        ko.softcap = opts.softcap;
-        ko.alibi = opts.alibi.as_ref().map(Tensor::view);
+        let mut ko = decode_options(opts, shape.d, chunk, (dt, act));
         // The kernels read f32 sinks; a 16-bit sinks weight is widened (inference: no gradient).
         let sinks = opts.sinks.as_ref().map(|t| vkformers_tensor::ops::cast::cast(g, t, DType::F32)).transpose()?;
         ko.sinks = sinks.as_ref().map(Tensor::view);
-        ko.dtype = dt;
-        ko.act = Some(act);
         let x = PagedInputs { q: q16.view(), k: pk.view(), v: pv.view(), table: st.table(), lens: st.lens() };
         let out = DecodeOutputs {
             o: o.view(),
@@ -366,6 +354,36 @@ impl LayerPool {
 
 /// Whether the decode kernels take tensors of `x` directly with pools of `dt`: the same type,
 /// or f32 activations over a 16-bit pool.
+/// The decode kernels' options from the layer's attention options: scale (else 1/sqrt(d)),
+/// causal, window, softcap, ALiBi slopes, the chunk, pools of `dt` with q and o in `act` (the
+/// caller adds the sinks).
+fn decode_options(opts: &AttnOptions, d: u32, chunk: u32, (dt, act): (DType, DType)) -> DecodeOptions<'_> {
+    let mut ko = DecodeOptions::new(d);
+    ko.scale = opts.scale.unwrap_or(ko.scale);
+    ko.causal = opts.causal;
+    ko.window = opts.window;
+    ko.chunk = chunk;
+    ko.softcap = opts.softcap;
+    ko.alibi = opts.alibi.as_ref().map(Tensor::view);
+    ko.dtype = dt;
+    ko.act = Some(act);
+    ko
+}
+
+impl LayerPool {
+    /// A decode call's q and outputs over a pool of `dt`: the type q and o are read and written
+    /// in (f32 q and o over a 16-bit pool need no cast: the kernels' _q32 variants), q in it,
+    /// o `[B, T, Hq, Dv]` and lse `[B, Hq, T]` f32.
+    fn decode_io(&self, g: &Graph<'_>, q: &Tensor, dt: DType) -> Result<(DType, Tensor, Tensor, Tensor)> {
+        let qs = q.shape();
+        let act = if direct(q.dtype(), dt) { q.dtype() } else { dt };
+        let q16 = in_type(g, q, act)?;
+        let o = g.empty_as(&[qs[0], qs[1], qs[2], self.value_dim], act)?;
+        let lse = g.empty(&[qs[0], qs[2], qs[1]])?;
+        Ok((act, q16, o, lse))
+    }
+}
+
 fn direct(x: DType, dt: DType) -> bool {
     x == dt || (x == DType::F32 && dt != DType::F32)
 }

@@ -3,12 +3,12 @@
 //! 576): `vkformers_kernels::attention::decode_latent`, which reads each latent row once for 16
 //! query heads.
 
-use vkformers_kernels::attention::decode::{DecodeOptions, MAX_DECODE_HEAD_DIM};
+use vkformers_kernels::attention::decode::MAX_DECODE_HEAD_DIM;
 use vkformers_kernels::attention::decode_latent::{self, LatentInputs, LatentOutputs, LatentShape};
 use vkformers_tensor::ops::attention::AttnOptions;
 use vkformers_tensor::{Graph, Tensor};
 
-use super::{direct, in_type, LayerPool, StepTables};
+use super::{decode_options, in_type, LayerPool, StepTables};
 use crate::error::{ModelError, Result};
 
 impl LayerPool {
@@ -45,23 +45,11 @@ impl LayerPool {
             num_blocks: (pool.shape()[0] / block_size) as u32,
             max_blocks: st.max_blocks as u32,
         };
-        // f32 q and o over a 16-bit pool need no cast (the kernel's _q32 variants).
-        let act = if direct(q.dtype(), dt) { q.dtype() } else { dt };
-        let q16 = in_type(g, q, act)?;
-        let o = g.empty_as(&[qs[0], qs[1], qs[2], self.value_dim], act)?;
-        let lse = g.empty(&[qs[0], qs[2], qs[1]])?;
+        let (act, q16, o, lse) = self.decode_io(g, q, dt)?;
         let splits = decode_latent::splits(&shape, st.max_len as u32);
         let work =
             if splits > 1 { Some(g.empty(&[decode_latent::work_floats(&shape, splits) as usize])?) } else { None };
-        let mut ko = DecodeOptions::new(shape.d);
-        ko.scale = opts.scale.unwrap_or(ko.scale);
-        ko.causal = opts.causal;
-        ko.window = opts.window;
-        ko.chunk = chunk;
-        ko.softcap = opts.softcap;
-        ko.alibi = opts.alibi.as_ref().map(Tensor::view);
-        ko.dtype = dt;
-        ko.act = Some(act);
+        let ko = decode_options(opts, shape.d, chunk, (dt, act));
         let x = LatentInputs { q: q16.view(), pool: pool.view(), table: st.table(), lens: st.lens() };
         let out = LatentOutputs { o: o.view(), lse: lse.view(), work: work.as_ref().map(Tensor::view) };
         g.record(|rec| decode_latent::forward(rec, &x, &out, &shape, &ko, splits))?;
