@@ -41,7 +41,7 @@ def left_pad(prompts: list[list[int]]):
     return torch.tensor(ids), torch.tensor(mask)
 
 
-def one(d: Path) -> dict:
+def load(d: Path):
     import torch
     from transformers import AutoConfig
 
@@ -49,7 +49,30 @@ def one(d: Path) -> dict:
     from make_fixtures import lm_class
 
     cls = lm_class(AutoConfig.from_pretrained(d))
-    model = cls.from_pretrained(d, attn_implementation="eager", dtype=torch.float32).eval()
+    return cls.from_pretrained(d, attn_implementation="eager", dtype=torch.float32).eval()
+
+
+def greedy(model, ids, mask):
+    """transformers' cached greedy generation of NEW_TOKENS for the left-padded batch, with
+    each step's logits."""
+    return model.generate(
+        ids,
+        attention_mask=mask,
+        do_sample=False,
+        max_new_tokens=NEW_TOKENS,
+        min_new_tokens=NEW_TOKENS,
+        eos_token_id=None,
+        pad_token_id=PAD_ID,
+        use_cache=True,
+        output_logits=True,
+        return_dict_in_generate=True,
+    )
+
+
+def one(d: Path) -> dict:
+    import torch
+
+    model = load(d)
     # MoE fixtures with `output_router_logits` (for the auxiliary loss): transformers 5.24's
     # load-balancing loss fails in batched cached decoding (it weights one new column's router
     # logits with the whole mask), and the loss never changes the tokens; generate without it.
@@ -58,18 +81,7 @@ def one(d: Path) -> dict:
     prompts = json.loads((d / "greedy.json").read_text())["prompts"]
     ids, mask = left_pad(prompts)
     with torch.no_grad():
-        out = model.generate(
-            ids,
-            attention_mask=mask,
-            do_sample=False,
-            max_new_tokens=NEW_TOKENS,
-            min_new_tokens=NEW_TOKENS,
-            eos_token_id=None,
-            pad_token_id=PAD_ID,
-            use_cache=True,
-            output_logits=True,
-            return_dict_in_generate=True,
-        )
+        out = greedy(model, ids, mask)
     new = out.sequences[:, ids.shape[1] :].tolist()
     gaps = [min(float(torch.topk(s[r], 2).values.diff().abs()) for s in out.logits) for r in range(len(prompts))]
     return {
@@ -83,17 +95,6 @@ def one(d: Path) -> dict:
 
 LEFT_PADDED_OUT = REPO / "tests" / "fixtures_generate" / "left_padded"
 LEFT_PADDED_LENGTHS = (2, 5, 11)
-
-
-def load(d: Path):
-    import torch
-    from transformers import AutoConfig
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from make_fixtures import lm_class
-
-    cls = lm_class(AutoConfig.from_pretrained(d))
-    return cls.from_pretrained(d, attn_implementation="eager", dtype=torch.float32).eval()
 
 
 def left_padded(name: str) -> None:
@@ -110,18 +111,7 @@ def left_padded(name: str) -> None:
     pos = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
     with torch.no_grad():
         forward = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False).logits
-        out = model.generate(
-            ids,
-            attention_mask=mask,
-            do_sample=False,
-            max_new_tokens=NEW_TOKENS,
-            min_new_tokens=NEW_TOKENS,
-            eos_token_id=None,
-            pad_token_id=PAD_ID,
-            use_cache=True,
-            output_logits=True,
-            return_dict_in_generate=True,
-        )
+        out = greedy(model, ids, mask)
     steps = torch.stack(list(out.logits))
     gaps = [float(torch.topk(steps[:, r], 2).values.diff().abs().min()) for r in range(len(prompts))]
     LEFT_PADDED_OUT.mkdir(parents=True, exist_ok=True)
