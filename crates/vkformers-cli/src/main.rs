@@ -122,6 +122,9 @@ enum BenchCommand {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    if prints_only(&cli.command) {
+        end_quietly_on_closed_pipe();
+    }
     if let Err(e) = dist::only_train_runs_on_ranks(matches!(cli.command, Command::Train(_) | Command::Finetune(_))) {
         eprintln!("error: {e:#}");
         return std::process::ExitCode::FAILURE;
@@ -154,5 +157,32 @@ fn main() -> std::process::ExitCode {
             eprintln!("error: {e:#}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+/// Commands whose only output is what they print: `vkformers eval | head` should end as `ls |
+/// head` does, not panic on the closed pipe. The server, chat and training keep Rust's default
+/// (SIGPIPE ignored, a write error) since they write to sockets, workers and checkpoints.
+fn prints_only(command: &Command) -> bool {
+    matches!(
+        command,
+        Command::Devices { .. }
+            | Command::Doctor { .. }
+            | Command::Bench(_)
+            | Command::Architectures(_)
+            | Command::Eval(_)
+            | Command::Generate(_)
+            | Command::Embed(_)
+            | Command::Classify(_)
+    )
+}
+
+/// Restores the default SIGPIPE action, so a write to a pipe whose reader has gone ends the
+/// process (exit by signal, as Unix tools do) instead of `println!` panicking.
+fn end_quietly_on_closed_pipe() {
+    #[cfg(unix)]
+    // SAFETY: called once at start-up before any thread is spawned; SIG_DFL is a valid action.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }

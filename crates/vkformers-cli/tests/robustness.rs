@@ -403,3 +403,22 @@ fn eval_shows_progress_on_a_terminal_only() {
     let piped = run(&["eval", "--model", &model, "--data", &data, "--batch-size", "1"], None);
     assert!(piped.status.success() && !stderr(&piped).contains("rows ["), "{}", stderr(&piped));
 }
+
+/// `vkformers eval ... | head -n 3` in the demo: a reader that stops early must end the printer
+/// as it ends `ls`, by SIGPIPE, never with a panic (exit 101) and a backtrace. The read end is
+/// closed before the child writes, so every run hits the closed pipe.
+#[test]
+fn a_closed_stdout_ends_a_printing_command_quietly() {
+    use std::os::unix::process::ExitStatusExt as _;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vkformers"))
+        .arg("devices")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(out.status.signal(), Some(13), "want SIGPIPE, got {:?}: {err}", out.status);
+}
