@@ -189,9 +189,16 @@ pub mod storage {
     }
 }
 
+pub mod masks;
+
 /// Random paged-cache layouts for the paged decode kernels' tests.
 pub mod paged {
+    use vkformers_vk::testing::on_every_device;
+    use vkformers_vk::{Context, Result};
+
+    use super::storage::unsupported;
     use super::Rng;
+    use crate::dtype::DType;
 
     /// `table[b]` block ids of row b (`max_blocks` columns, unused ones -1 or an id of another
     /// row), drawn from a shuffled pool of `num_blocks` with a few blocks no row owns.
@@ -228,5 +235,30 @@ pub mod paged {
         pub fn pool_row(&self, b: usize, j: usize) -> usize {
             self.table[b * self.max_blocks + j / self.block_size] as usize * self.block_size + j % self.block_size
         }
+    }
+
+    /// Runs `check` on every case, on every device that stores `dt` (pools of `dt`, q and o of
+    /// `act`), case n seeded with `first_seed + n`.
+    pub fn run_cases<C>(
+        test: &str,
+        cases: &[C],
+        (dt, act): (DType, DType),
+        first_seed: u64,
+        check: impl Fn(&Context, &C, u64, (DType, DType)) -> Result<()>,
+    ) {
+        on_every_device(&format!("{test} {dt:?} {act:?}"), |ctx| {
+            if unsupported(ctx, dt, test) {
+                return Ok(());
+            }
+            for (n, case) in cases.iter().enumerate() {
+                check(ctx, case, first_seed + n as u64, (dt, act))?;
+            }
+            Ok(())
+        });
+    }
+
+    /// The lengths of a case's rows as the kernels' `lens` buffer reads them.
+    pub fn lens_i32(lens: &[usize]) -> Vec<i32> {
+        lens.iter().map(|&l| l as i32).collect()
     }
 }

@@ -6,116 +6,17 @@
 use vkformers_kernels::attention::reference::{self, Shape};
 use vkformers_kernels::attention::{self, Grads, Qkv, Saved};
 use vkformers_kernels::dtype::DType;
+use vkformers_kernels::testutil::masks::{shape, DenseCase, WithMasks};
 use vkformers_kernels::testutil::storage::{alloc, read, round, supported, tol, upload};
 use vkformers_kernels::testutil::{assert_close, assert_grad_matches_fd, f64s, Rng, TOL_F32};
 use vkformers_vk::testing::on_every_device;
 use vkformers_vk::{Context, Result, VkError};
 
-/// One test configuration: shape, options, and the data's magnitude.
-#[derive(Clone, Debug)]
-struct Case {
-    name: &'static str,
-    shape: Shape,
-    causal: bool,
-    window: usize,
-    /// Chunked attention C (0 = off).
-    chunk: usize,
-    softcap: f64,
-    kmask: Option<Vec<i32>>,
-    slopes: Option<Vec<f64>>,
-    sinks: Option<Vec<f64>>,
-    /// q and k are uniform in [-amp, amp].
-    amp: f32,
-}
-
-fn shape(batch: usize, tq: usize, tk: usize, hq: usize, hkv: usize, d: usize) -> Shape {
-    Shape { batch, tq, tk, hq, hkv, d, dv: d }
-}
+type Case = DenseCase;
 
 /// `shape` with a value head dim `dv` other than the q/k one (multi-head latent attention).
 fn with_dv(s: Shape, dv: usize) -> Shape {
     Shape { dv, ..s }
-}
-
-impl Case {
-    fn new(name: &'static str, shape: Shape) -> Self {
-        Case {
-            name,
-            shape,
-            causal: false,
-            window: 0,
-            chunk: 0,
-            softcap: 0.0,
-            kmask: None,
-            slopes: None,
-            sinks: None,
-            amp: 1.0,
-        }
-    }
-
-    fn causal(mut self) -> Self {
-        self.causal = true;
-        self
-    }
-
-    fn window(mut self, w: usize) -> Self {
-        self.window = w;
-        self
-    }
-
-    fn chunk(mut self, c: usize) -> Self {
-        self.chunk = c;
-        self
-    }
-
-    fn softcap(mut self, c: f64, amp: f32) -> Self {
-        self.softcap = c;
-        self.amp = amp;
-        self
-    }
-
-    fn kmask(mut self, m: Vec<i32>) -> Self {
-        assert_eq!(m.len(), self.shape.batch * self.shape.tk, "{}: kmask length", self.name);
-        self.kmask = Some(m);
-        self
-    }
-
-    /// ALiBi slopes 2^(-8 (h+1) / Hq), the usual geometric sequence.
-    fn alibi(mut self) -> Self {
-        let hq = self.shape.hq as f64;
-        self.slopes = Some((0..self.shape.hq).map(|h| 2f64.powf(-8.0 * (h as f64 + 1.0) / hq)).collect());
-        self
-    }
-
-    /// Learned sinks, exact in f32: from below every score to above most, so the sink takes
-    /// from nothing to most of a row's weight.
-    fn sinks(mut self) -> Self {
-        self.sinks = Some((0..self.shape.hq).map(|h| [-3.0, 0.75, 2.5, -0.25][h % 4]).collect());
-        self
-    }
-
-    fn options(&self) -> reference::Options<'_> {
-        reference::Options {
-            scale: 1.0 / (self.shape.d as f64).sqrt(),
-            causal: self.causal,
-            window: self.window,
-            chunk: self.chunk,
-            softcap: self.softcap,
-            kmask: self.kmask.as_deref(),
-            slopes: self.slopes.as_deref(),
-            sinks: self.sinks.as_deref(),
-        }
-    }
-}
-
-/// Key padding: batch 0 right-padded by `right`, batch 1 (if any) left-padded by `left`.
-fn padding(batch: usize, tk: usize, right: usize, left: usize) -> Vec<i32> {
-    let mut m = vec![1; batch * tk];
-    m[tk - right..tk].fill(0);
-    if batch > 1 {
-        m[tk..tk + left].fill(0);
-    }
-    m
 }
 
 /// Random q, k, v, do (f32) of a case.
@@ -133,7 +34,8 @@ fn data(case: &Case, seed: u64) -> [Vec<f32>; 4] {
 
 fn check_reference_grads(case: &Case) {
     let s = case.shape;
-    let opt = case.options();
+    let wide = case.widened();
+    let opt = case.options(&wide);
     let [q, k, v, w] = data(case, 7).map(|x| f64s(&x));
     let (dq, dk, dv) = reference::backward(&q, &k, &v, &w, &s, &opt);
     // L = Σ o ⊙ w, so dL/do = w.
@@ -144,7 +46,7 @@ fn check_reference_grads(case: &Case) {
     assert_grad_matches_fd(&format!("{}: dq", case.name), |x| loss(x, &k, &v), &q, &dq);
     assert_grad_matches_fd(&format!("{}: dk", case.name), |x| loss(&q, x, &v), &k, &dk);
     assert_grad_matches_fd(&format!("{}: dv", case.name), |x| loss(&q, &k, x), &v, &dv);
-    if let Some(sinks) = &case.sinks {
+    if let Some(sinks) = &wide.sinks {
         let ds = reference::sinks_backward(&q, &k, &v, &w, &s, &opt);
         let loss_s = |x: &[f64]| {
             let (o, _) = reference::forward(&q, &k, &v, &s, &reference::Options { sinks: Some(x), ..opt });
@@ -159,23 +61,14 @@ fn small_cases() -> Vec<Case> {
         Case::new("mha", shape(1, 4, 4, 2, 2, 3)),
         Case::new("gqa causal", shape(2, 5, 5, 4, 2, 3)).causal(),
         Case::new("decode causal", shape(1, 2, 5, 2, 1, 3)).causal(),
-        Case::new("causal padding", shape(2, 4, 4, 2, 1, 2)).causal().kmask(padding(2, 4, 1, 2)),
+        Case::new("causal padding", shape(2, 4, 4, 2, 1, 2)).causal().padding(1, 2),
         Case::new("window", shape(1, 6, 6, 2, 1, 2)).causal().window(2),
         Case::new("chunk", shape(1, 7, 7, 2, 1, 2)).causal().chunk(3),
-        Case::new("softcap", shape(1, 4, 5, 2, 2, 3)).softcap(2.0, 3.0),
+        Case::new("softcap", shape(1, 4, 5, 2, 2, 3)).softcap(2.0).amp(3.0),
         Case::new("alibi", shape(1, 4, 4, 3, 1, 2)).causal().alibi(),
-        Case::new("everything", shape(2, 3, 6, 4, 2, 2))
-            .causal()
-            .window(3)
-            .softcap(1.5, 2.0)
-            .alibi()
-            .kmask(padding(2, 6, 1, 1)),
+        Case::new("everything", shape(2, 3, 6, 4, 2, 2)).causal().window(3).softcap(1.5).amp(2.0).alibi().padding(1, 1),
         Case::new("sinks gqa causal", shape(2, 5, 5, 4, 2, 3)).causal().sinks(),
-        Case::new("sinks window padding", shape(2, 6, 6, 2, 1, 2))
-            .causal()
-            .window(3)
-            .kmask(padding(2, 6, 1, 2))
-            .sinks(),
+        Case::new("sinks window padding", shape(2, 6, 6, 2, 1, 2)).causal().window(3).padding(1, 2).sinks(),
         Case::new("dv 5 > d 3 gqa causal", with_dv(shape(2, 4, 5, 4, 2, 3), 5)).causal(),
         Case::new("dv 2 < d 3 sinks", with_dv(shape(1, 4, 4, 2, 1, 3), 2)).sinks(),
     ]
@@ -191,11 +84,12 @@ fn reference_backward_matches_finite_differences() {
 #[test]
 fn reference_handles_fully_masked_rows() {
     // Batch 1 is left-padded by 3: with causal masking its queries 0..3 see no key.
-    let case = Case::new("masked rows", shape(2, 5, 5, 2, 1, 3)).causal().kmask(padding(2, 5, 0, 3));
+    let case = Case::new("masked rows", shape(2, 5, 5, 2, 1, 3)).causal().padding(0, 3);
     let s = case.shape;
     let [q, k, v, w] = data(&case, 3).map(|x| f64s(&x));
-    let (o, lse) = reference::forward(&q, &k, &v, &s, &case.options());
-    let (dq, _, _) = reference::backward(&q, &k, &v, &w, &s, &case.options());
+    let wide = case.widened();
+    let (o, lse) = reference::forward(&q, &k, &v, &s, &case.options(&wide));
+    let (dq, _, _) = reference::backward(&q, &k, &v, &w, &s, &case.options(&wide));
     for h in 0..s.hq {
         for i in 0..3 {
             assert_eq!(lse[(s.hq + h) * s.tq + i], reference::LSE_MASKED);
@@ -206,10 +100,11 @@ fn reference_handles_fully_masked_rows() {
     assert!(o.iter().chain(&lse).all(|x| x.is_finite()));
     // With sinks the sink takes all of such a row's weight: o = 0 and lse = s_h.
     let case = case.sinks();
-    let (o, lse) = reference::forward(&q, &k, &v, &s, &case.options());
+    let wide = case.widened();
+    let (o, lse) = reference::forward(&q, &k, &v, &s, &case.options(&wide));
     for h in 0..s.hq {
         for i in 0..3 {
-            assert_eq!(lse[(s.hq + h) * s.tq + i], case.sinks.as_ref().unwrap()[h]);
+            assert_eq!(lse[(s.hq + h) * s.tq + i], wide.sinks.as_ref().unwrap()[h]);
             let at = ((s.tq + i) * s.hq + h) * s.d;
             assert!(o[at..at + s.d].iter().all(|&x| x == 0.0));
         }
@@ -241,10 +136,8 @@ fn check_gpu(ctx: &Context, case: &Case, seed: u64, dt: DType) -> Result<()> {
     let bv = upload(ctx, dt, &v, "v")?;
     let bdo = upload(ctx, dt, &d_o, "do")?;
     let kmask = case.kmask.as_ref().map(|m| ctx.buffer_from(m, "kmask")).transpose()?;
-    let slopes32: Option<Vec<f32>> = case.slopes.as_ref().map(|sl| sl.iter().map(|&x| x as f32).collect());
-    let slopes = slopes32.as_ref().map(|sl| ctx.buffer_from(sl, "slopes")).transpose()?;
-    let sinks32: Option<Vec<f32>> = case.sinks.as_ref().map(|sk| sk.iter().map(|&x| x as f32).collect());
-    let sinks = sinks32.as_ref().map(|sk| ctx.buffer_from(sk, "sinks")).transpose()?;
+    let slopes = case.masks.slopes(s.hq).map(|sl| ctx.buffer_from(&sl, "slopes")).transpose()?;
+    let sinks = case.masks.sink_values(s.hq).map(|sk| ctx.buffer_from(&sk, "sinks")).transpose()?;
     let bds = ctx.buffer((s.hq * 4) as u64, "dsinks")?;
     let lbytes = (s.lse_len() * 4) as u64;
     let bo = alloc(ctx, dt, s.o_len(), "o")?;
@@ -256,10 +149,10 @@ fn check_gpu(ctx: &Context, case: &Case, seed: u64, dt: DType) -> Result<()> {
 
     let opt = attention::Options {
         scale: 1.0 / (s.d as f32).sqrt(),
-        causal: case.causal,
-        window: case.window as u32,
-        chunk: case.chunk as u32,
-        softcap: case.softcap as f32,
+        causal: case.masks.causal,
+        window: case.masks.window as u32,
+        chunk: case.masks.chunk as u32,
+        softcap: case.masks.softcap as f32,
         kmask: kmask.as_ref().map(|b| b.view()),
         alibi: slopes.as_ref().map(|b| b.view()),
         sinks: sinks.as_ref().map(|b| b.view()),
@@ -276,9 +169,9 @@ fn check_gpu(ctx: &Context, case: &Case, seed: u64, dt: DType) -> Result<()> {
     }
     rec.submit()?;
 
-    // The reference sees exactly the data as stored (and f32 slopes).
-    let slopes64 = slopes32.as_ref().map(|sl| f64s(sl));
-    let ropt = reference::Options { slopes: slopes64.as_deref(), scale: f64::from(opt.scale), ..case.options() };
+    // The reference sees exactly the data as stored (and the f32 slopes and scale).
+    let wide = case.widened();
+    let ropt = reference::Options { scale: f64::from(opt.scale), ..case.options(&wide) };
     let [q, k, v, d_o] = [q, k, v, d_o].map(|x| f64s(&x));
     let (o, lse) = reference::forward(&q, &k, &v, &s, &ropt);
     let (dq, dk, dv) = reference::backward(&q, &k, &v, &d_o, &s, &ropt);
@@ -301,7 +194,7 @@ fn check_gpu(ctx: &Context, case: &Case, seed: u64, dt: DType) -> Result<()> {
     assert_close(&format!("{name}: dq"), &read(ctx, dt, &bdq)?, &dq, tol(dt));
     assert_close(&format!("{name}: dk"), &read(ctx, dt, &bdk)?, &dk, tol(dt));
     assert_close(&format!("{name}: dv"), &read(ctx, dt, &bdv)?, &dv, tol(dt));
-    if let Some(sk) = &case.sinks {
+    if let Some(sk) = &wide.sinks {
         // ds from the delta the GPU sees (16-bit o), which in f32 is the reference's own.
         let mut ds = vec![0.0; s.hq];
         for (row, (dl, l)) in delta.iter().zip(&lse).enumerate() {
@@ -342,21 +235,18 @@ fn cases_16bit() -> Vec<Case> {
         Case::new("gqa 13x13 d8 causal", shape(2, 13, 13, 4, 2, 8)).causal(),
         Case::new("mha cross 7x19 d5", shape(1, 7, 19, 2, 2, 5)),
         Case::new("size 1", shape(1, 1, 1, 1, 1, 1)),
-        Case::new("decode tq3 tk40 padded", shape(2, 3, 40, 2, 1, 8)).causal().kmask(padding(2, 40, 5, 7)),
+        Case::new("decode tq3 tk40 padded", shape(2, 3, 40, 2, 1, 8)).causal().padding(5, 7),
         Case::new("everything", shape(2, 17, 17, 4, 1, 16))
             .causal()
             .window(6)
-            .softcap(5.0, 2.0)
+            .softcap(5.0)
+            .amp(2.0)
             .alibi()
-            .kmask(padding(2, 17, 3, 2)),
+            .padding(3, 2),
         Case::new("d64 t37", shape(2, 37, 37, 4, 2, 64)).causal(),
         Case::new("d80 (d128 variant)", shape(2, 19, 21, 2, 1, 80)).causal(),
-        Case::new("d200 (d256 variant)", shape(1, 11, 13, 2, 1, 200)).causal().kmask(padding(1, 13, 2, 0)),
-        Case::new("sinks window padding", shape(2, 17, 17, 4, 2, 16))
-            .causal()
-            .window(5)
-            .kmask(padding(2, 17, 2, 3))
-            .sinks(),
+        Case::new("d200 (d256 variant)", shape(1, 11, 13, 2, 1, 200)).causal().padding(2, 0),
+        Case::new("sinks window padding", shape(2, 17, 17, 4, 2, 16)).causal().window(5).padding(2, 3).sinks(),
     ]
 }
 
@@ -391,11 +281,9 @@ fn gpu_matches_reference_decode_and_masks() {
         "attention masks",
         &[
             Case::new("decode tq1 tk9", shape(2, 1, 9, 4, 2, 16)).causal(),
-            Case::new("decode tq3 tk40 padded", shape(2, 3, 40, 2, 1, 8)).causal().kmask(padding(2, 40, 5, 7)),
-            Case::new("causal padding, fully padded rows", shape(2, 11, 11, 4, 2, 8))
-                .causal()
-                .kmask(padding(2, 11, 2, 3)),
-            Case::new("padding only", shape(2, 9, 13, 2, 2, 8)).kmask(padding(2, 13, 4, 1)),
+            Case::new("decode tq3 tk40 padded", shape(2, 3, 40, 2, 1, 8)).causal().padding(5, 7),
+            Case::new("causal padding, fully padded rows", shape(2, 11, 11, 4, 2, 8)).causal().padding(2, 3),
+            Case::new("padding only", shape(2, 9, 13, 2, 2, 8)).padding(4, 1),
             Case::new("tq > tk causal (rows before the keys)", shape(1, 6, 3, 2, 1, 8)).causal(),
             Case::new("sliding window 4", shape(2, 13, 13, 4, 2, 8)).causal().window(4),
             Case::new("window 5 long", shape(1, 45, 45, 2, 1, 16)).causal().window(5),
@@ -409,15 +297,16 @@ fn gpu_matches_reference_softcap_alibi() {
     run_cases(
         "attention softcap alibi",
         &[
-            Case::new("softcap 5", shape(2, 13, 13, 4, 2, 8)).causal().softcap(5.0, 3.0),
+            Case::new("softcap 5", shape(2, 13, 13, 4, 2, 8)).causal().softcap(5.0).amp(3.0),
             Case::new("alibi", shape(2, 13, 13, 4, 2, 8)).causal().alibi(),
             Case::new("alibi, not causal", shape(1, 9, 14, 3, 3, 16)).alibi(),
             Case::new("everything", shape(2, 17, 17, 4, 1, 16))
                 .causal()
                 .window(6)
-                .softcap(5.0, 2.0)
+                .softcap(5.0)
+                .amp(2.0)
                 .alibi()
-                .kmask(padding(2, 17, 3, 2)),
+                .padding(3, 2),
         ],
     );
 }
@@ -429,14 +318,12 @@ fn gpu_matches_reference_sinks() {
         &[
             Case::new("sinks gqa 13x13 d8 causal", shape(2, 13, 13, 4, 2, 8)).causal().sinks(),
             Case::new("sinks cross 7x19 d5", shape(1, 7, 19, 3, 1, 5)).sinks(),
-            Case::new("sinks, fully padded rows", shape(2, 11, 11, 4, 2, 8))
-                .causal()
-                .kmask(padding(2, 11, 2, 3))
-                .sinks(),
+            Case::new("sinks, fully padded rows", shape(2, 11, 11, 4, 2, 8)).causal().padding(2, 3).sinks(),
             Case::new("sinks window 4 softcap alibi", shape(2, 13, 13, 4, 1, 8))
                 .causal()
                 .window(4)
-                .softcap(5.0, 3.0)
+                .softcap(5.0)
+                .amp(3.0)
                 .alibi()
                 .sinks(),
             Case::new("sinks d80 (d128 variant)", shape(1, 19, 21, 2, 1, 80)).causal().sinks(),
@@ -451,10 +338,10 @@ fn gpu_matches_reference_large_head_dims() {
         "attention large d",
         &[
             Case::new("d80 (d128 variant)", shape(2, 19, 21, 2, 1, 80)).causal(),
-            Case::new("d128", shape(1, 17, 17, 2, 2, 128)).softcap(5.0, 1.0).alibi(),
-            Case::new("d200 (d256 variant)", shape(1, 11, 13, 2, 1, 200)).causal().kmask(padding(1, 13, 2, 0)),
+            Case::new("d128", shape(1, 17, 17, 2, 2, 128)).softcap(5.0).amp(1.0).alibi(),
+            Case::new("d200 (d256 variant)", shape(1, 11, 13, 2, 1, 200)).causal().padding(2, 0),
             Case::new("d256", shape(1, 9, 9, 2, 2, 256)).causal().window(4),
-            Case::new("d320 (d576 variant)", shape(1, 10, 11, 2, 1, 320)).causal().kmask(padding(1, 11, 2, 0)),
+            Case::new("d320 (d576 variant)", shape(1, 10, 11, 2, 1, 320)).causal().padding(2, 0),
             Case::new("d576 (MLA absorbed 512 + 64)", shape(1, 9, 9, 2, 1, 576)).causal().window(6),
             Case::new("d576 dv512 sinks", with_dv(shape(1, 5, 7, 2, 1, 576), 512)).sinks(),
         ],
@@ -470,10 +357,7 @@ fn gpu_matches_reference_chunked() {
         &[
             Case::new("chunk 5 gqa causal", shape(2, 23, 23, 4, 2, 8)).causal().chunk(5),
             Case::new("chunk 13 long", shape(1, 45, 45, 2, 1, 16)).causal().chunk(13),
-            Case::new("chunk 7 decode tq3 tk40 padded", shape(2, 3, 40, 2, 1, 8))
-                .causal()
-                .chunk(7)
-                .kmask(padding(2, 40, 5, 7)),
+            Case::new("chunk 7 decode tq3 tk40 padded", shape(2, 3, 40, 2, 1, 8)).causal().chunk(7).padding(5, 7),
             Case::new("chunk 6 window 4", shape(1, 19, 19, 2, 2, 8)).causal().chunk(6).window(4),
             Case::new("chunk 4 not causal", shape(1, 10, 10, 2, 2, 8)).chunk(4),
             Case::new("chunk 3 tq > tk", shape(1, 8, 5, 2, 1, 8)).causal().chunk(3),
@@ -497,7 +381,7 @@ fn gpu_matches_reference_value_dim_differs() {
         &[
             Case::new("d3 dv5 gqa causal", with_dv(shape(2, 13, 13, 4, 2, 3), 5)).causal(),
             Case::new("d24 dv16 (MLA-like) causal", with_dv(shape(2, 11, 11, 3, 3, 24), 16)).causal(),
-            Case::new("d7 dv40 cross, padding", with_dv(shape(2, 7, 19, 2, 1, 7), 40)).kmask(padding(2, 19, 3, 2)),
+            Case::new("d7 dv40 cross, padding", with_dv(shape(2, 7, 19, 2, 1, 7), 40)).padding(3, 2),
             Case::new("d72 dv48 (d128) window sinks", with_dv(shape(1, 17, 17, 2, 1, 72), 48))
                 .causal()
                 .window(5)

@@ -10,108 +10,13 @@ use vkformers_kernels::attention::coopmat2::{backward_cm2, backward_scratch_len,
 use vkformers_kernels::attention::reference::{self, Shape};
 use vkformers_kernels::attention::{self, Grads, Qkv, Saved};
 use vkformers_kernels::dtype::DType;
+use vkformers_kernels::testutil::masks::{shape, DenseCase, WithMasks};
 use vkformers_kernels::testutil::storage::{download, round, tol, upload};
 use vkformers_kernels::testutil::{assert_close, f64s, Rng, Tol, TOL_F32};
 use vkformers_vk::testing::on_every_device;
 use vkformers_vk::{Buffer, Context, Result, VkError};
 
-/// One configuration: shape, options, and the magnitude of q and k.
-#[derive(Clone, Debug)]
-struct Case {
-    name: &'static str,
-    shape: Shape,
-    causal: bool,
-    window: usize,
-    /// Chunked attention C (0 = off).
-    chunk: usize,
-    softcap: f64,
-    kmask: Option<Vec<i32>>,
-    alibi: bool,
-    /// Learned sink logits (exact in f32), see [`Case::sinks`].
-    sinks: bool,
-    /// q and k uniform in [-amp, amp] (v in [-1, 1]).
-    amp: f32,
-}
-
-fn shape(batch: usize, tq: usize, tk: usize, hq: usize, hkv: usize, d: usize) -> Shape {
-    Shape { batch, tq, tk, hq, hkv, d, dv: d }
-}
-
-impl Case {
-    fn new(name: &'static str, shape: Shape) -> Self {
-        Case {
-            name,
-            shape,
-            causal: false,
-            window: 0,
-            chunk: 0,
-            softcap: 0.0,
-            kmask: None,
-            alibi: false,
-            sinks: false,
-            amp: 1.0,
-        }
-    }
-
-    fn causal(mut self) -> Self {
-        self.causal = true;
-        self
-    }
-
-    fn window(mut self, w: usize) -> Self {
-        self.window = w;
-        self
-    }
-
-    fn chunk(mut self, c: usize) -> Self {
-        self.chunk = c;
-        self
-    }
-
-    fn softcap(mut self, c: f64) -> Self {
-        self.softcap = c;
-        self
-    }
-
-    fn amp(mut self, a: f32) -> Self {
-        self.amp = a;
-        self
-    }
-
-    fn alibi(mut self) -> Self {
-        self.alibi = true;
-        self
-    }
-
-    fn sinks(mut self) -> Self {
-        self.sinks = true;
-        self
-    }
-
-    /// Sink logits from below every score to above most (the sink takes from nothing to most of
-    /// a row's weight), exact in f32.
-    fn sink_values(&self) -> Option<Vec<f32>> {
-        self.sinks.then(|| (0..self.shape.hq).map(|h| [-3.0, 0.75, 2.5, -0.25][h % 4]).collect())
-    }
-
-    /// Key padding: batch 0 right-padded by `right`, batch 1 (if any) left-padded by `left`.
-    fn padding(mut self, right: usize, left: usize) -> Self {
-        let (b, tk) = (self.shape.batch, self.shape.tk);
-        let mut m = vec![1; b * tk];
-        m[tk - right..tk].fill(0);
-        if b > 1 {
-            m[tk..tk + left].fill(0);
-        }
-        self.kmask = Some(m);
-        self
-    }
-
-    /// ALiBi slopes 2^(-8 (h+1) / Hq), as f32 (what the kernel reads).
-    fn slopes(&self) -> Option<Vec<f32>> {
-        let hq = self.shape.hq as f64;
-        self.alibi.then(|| (0..self.shape.hq).map(|h| 2f64.powf(-8.0 * (h as f64 + 1.0) / hq) as f32).collect())
-    }
-}
+type Case = DenseCase;
 
 /// Every variant (d64, d128 with d = 80 and 128, d256 with d = 200 and 256), each option alone
 /// and all together, tails of every kind (Tq, Tk not multiples of the 64- or 32-row tiles).
@@ -243,11 +148,9 @@ fn check_case(ctx: &Context, case: &Case, seed: u64, dt: DType, grads: bool) -> 
     let d_o = round(dt, &rng.vec(s.q_len(), 1.0));
     let (bq, bk, bv) = (upload(ctx, dt, &q, "q")?, upload(ctx, dt, &k, "k")?, upload(ctx, dt, &v, "v")?);
     let bdo = upload(ctx, dt, &d_o, "do")?;
-    let slopes = case.slopes();
     let kmask = case.kmask.as_ref().map(|m| ctx.buffer_from(m, "kmask")).transpose()?;
-    let alibi = slopes.as_ref().map(|sl| ctx.buffer_from(sl, "slopes")).transpose()?;
-    let sink_values = case.sink_values();
-    let sinks = sink_values.as_ref().map(|sk| ctx.buffer_from(sk, "sinks")).transpose()?;
+    let alibi = case.masks.slopes(s.hq).map(|sl| ctx.buffer_from(&sl, "slopes")).transpose()?;
+    let sinks = case.masks.sink_values(s.hq).map(|sk| ctx.buffer_from(&sk, "sinks")).transpose()?;
     let ds_buf = ctx.buffer(s.hq as u64 * 4, "dsinks")?;
     let o_buf = alloc(ctx, dt, s.q_len(), "o")?;
     let lse_buf = ctx.buffer(s.lse_len() as u64 * 4, "lse")?;
@@ -265,10 +168,10 @@ fn check_case(ctx: &Context, case: &Case, seed: u64, dt: DType, grads: bool) -> 
     };
     let opt = attention::Options {
         scale: 1.0 / (s.d as f32).sqrt(),
-        causal: case.causal,
-        window: case.window as u32,
-        chunk: case.chunk as u32,
-        softcap: case.softcap as f32,
+        causal: case.masks.causal,
+        window: case.masks.window as u32,
+        chunk: case.masks.chunk as u32,
+        softcap: case.masks.softcap as f32,
         kmask: kmask.as_ref().map(|b| b.view()),
         alibi: alibi.as_ref().map(|b| b.view()),
         sinks: sinks.as_ref().map(|b| b.view()),
@@ -289,17 +192,12 @@ fn check_case(ctx: &Context, case: &Case, seed: u64, dt: DType, grads: bool) -> 
     }
     rec.submit()?;
 
-    let slopes64 = slopes.as_ref().map(|sl| f64s(sl));
-    let sinks64 = sink_values.as_ref().map(|sk| f64s(sk));
+    // The reference reads the kernel's f32 scale, softcap, slopes and sinks, widened.
+    let wide = case.masks.widened(s.hq);
     let ropt = reference::Options {
         scale: f64::from(opt.scale),
-        causal: case.causal,
-        window: case.window,
-        chunk: case.chunk,
         softcap: f64::from(opt.softcap),
-        kmask: case.kmask.as_deref(),
-        slopes: slopes64.as_deref(),
-        sinks: sinks64.as_deref(),
+        ..case.masks.reference(0.0, case.kmask.as_deref(), &wide)
     };
     let [q, k, v, d_o] = [q, k, v, d_o].map(|x| f64s(&x));
     let (o, lse) = reference::forward(&q, &k, &v, &s, &ropt);
@@ -327,7 +225,7 @@ fn check_case(ctx: &Context, case: &Case, seed: u64, dt: DType, grads: bool) -> 
     let kv_at = bthd(&s, s.tk, s.hkv, dkdv_rows);
     check(&format!("{name}: dk"), &download(ctx, dt, dk_buf.view())?, &dk, tol(dt), &kv_at);
     check(&format!("{name}: dv"), &download(ctx, dt, dv_buf.view())?, &dv, tol(dt), &kv_at);
-    if let Some(sk) = &sinks64 {
+    if let Some(sk) = &wide.sinks {
         // ds = -Σ delta e^(s - lse) over the delta of the stored o (see attention.rs).
         let mut ds = vec![0.0; s.hq];
         for (row, (dl, l)) in delta.iter().zip(&lse).enumerate() {

@@ -10,8 +10,9 @@
 use vkformers_kernels::attention::decode::{self, DecodeOptions, DecodeOutputs, DecodeShape, PagedInputs, Pools};
 use vkformers_kernels::attention::reference::{self, Shape};
 use vkformers_kernels::dtype::DType;
-use vkformers_kernels::testutil::paged::Layout;
-use vkformers_kernels::testutil::storage::{download, round, tol, unsupported, upload};
+use vkformers_kernels::testutil::masks::{alibi_slopes, sink_logits, Masks, WithMasks};
+use vkformers_kernels::testutil::paged::{lens_i32, run_cases, Layout};
+use vkformers_kernels::testutil::storage::{download, round, tol, upload};
 use vkformers_kernels::testutil::{assert_close, f64s, Rng, TOL_F32};
 use vkformers_vk::testing::on_every_device;
 use vkformers_vk::{Context, Result};
@@ -25,14 +26,7 @@ struct Case {
     hkv: usize,
     d: usize,
     block_size: usize,
-    causal: bool,
-    window: usize,
-    /// Chunked attention C (0 = off).
-    chunk: usize,
-    softcap: f64,
-    alibi: bool,
-    /// Learned sinks ([`Case::sink_values`]).
-    sinks: bool,
+    masks: Masks,
     /// `None`: `decode::splits`' choice.
     splits: Option<u32>,
     /// Key tile; `None`: `decode::tile_keys`' choice.
@@ -42,7 +36,14 @@ struct Case {
     latent_dv: Option<usize>,
 }
 
+impl WithMasks for Case {
+    fn masks_mut(&mut self) -> &mut Masks {
+        &mut self.masks
+    }
+}
+
 impl Case {
+    /// A causal case (decode steps are).
     fn new(name: &'static str, lens: &[usize], tq: usize, (hq, hkv, d): (usize, usize, usize), bs: usize) -> Self {
         Case {
             name,
@@ -52,12 +53,7 @@ impl Case {
             hkv,
             d,
             block_size: bs,
-            causal: true,
-            window: 0,
-            chunk: 0,
-            softcap: 0.0,
-            alibi: false,
-            sinks: false,
+            masks: Masks { causal: true, ..Masks::default() },
             splits: Some(1),
             tile: None,
             latent_dv: None,
@@ -79,48 +75,9 @@ impl Case {
         self
     }
 
-    fn window(mut self, w: usize) -> Self {
-        self.window = w;
-        self
-    }
-
-    fn chunk(mut self, c: usize) -> Self {
-        self.chunk = c;
-        self
-    }
-
-    fn softcap(mut self, c: f64) -> Self {
-        self.softcap = c;
-        self
-    }
-
-    fn alibi(mut self) -> Self {
-        self.alibi = true;
-        self
-    }
-
-    fn sinks(mut self) -> Self {
-        self.sinks = true;
-        self
-    }
-
-    /// Sink logits from below every score to above most, exact in f32.
-    fn sink_values(&self) -> Vec<f32> {
-        (0..self.hq).map(|h| [-3.0, 0.75, 2.5, -0.25][h % 4]).collect()
-    }
-
-    fn not_causal(mut self) -> Self {
-        self.causal = false;
-        self
-    }
-
     fn splits(mut self, s: Option<u32>) -> Self {
         self.splits = s;
         self
-    }
-
-    fn slopes(&self) -> Vec<f32> {
-        (0..self.hq).map(|h| 2f32.powf(-8.0 * (h as f32 + 1.0) / self.hq as f32)).collect()
     }
 }
 
@@ -133,7 +90,7 @@ struct Rows {
 
 fn rows(case: &Case, rng: &mut Rng, dt: DType) -> Rows {
     let (kw, qw) = (case.hkv * case.d, case.tq * case.hq * case.d);
-    let amp = if case.softcap > 0.0 { 3.0 } else { 1.0 };
+    let amp = if case.masks.softcap > 0.0 { 3.0 } else { 1.0 };
     let gen = |rng: &mut Rng, n: usize, a: f32| round(dt, &rng.vec(n, a));
     Rows {
         q: case.lens.iter().map(|_| gen(rng, qw, amp)).collect(),
@@ -181,8 +138,7 @@ fn stage(case: &Case, lay: &Layout, r: &Rows, rng: &mut Rng, dt: DType) -> Stage
 
 /// The reference o [B, Tq, Hq, D] and lse [B, Hq, Tq], one row at a time.
 fn expected(case: &Case, r: &Rows, scale: f32) -> (Vec<f64>, Vec<f64>) {
-    let slopes = f64s(&case.slopes());
-    let sinks = f64s(&case.sink_values());
+    let wide = case.masks.widened(case.hq);
     let (mut o, mut lse) = (Vec::new(), Vec::new());
     for (b, &len) in case.lens.iter().enumerate() {
         let s = Shape { batch: 1, tq: case.tq, tk: len, hq: case.hq, hkv: case.hkv, d: case.d, dv: case.dv() };
@@ -191,16 +147,7 @@ fn expected(case: &Case, r: &Rows, scale: f32) -> (Vec<f64>, Vec<f64>) {
             None => r.v[b].clone(),
             Some(dv) => r.k[b].chunks(case.d).flat_map(|row| row[..dv].to_vec()).collect(),
         };
-        let opt = reference::Options {
-            scale: f64::from(scale),
-            causal: case.causal,
-            window: case.window,
-            chunk: case.chunk,
-            softcap: case.softcap,
-            kmask: None,
-            slopes: case.alibi.then_some(&slopes[..]),
-            sinks: case.sinks.then_some(&sinks[..]),
-        };
+        let opt = case.masks.reference(f64::from(scale), None, &wide);
         let (ob, lb) = reference::forward(&f64s(&r.q[b]), &f64s(&r.k[b]), &f64s(&v), &s, &opt);
         o.extend(ob);
         lse.extend(lb);
@@ -243,10 +190,9 @@ fn check(ctx: &Context, case: &Case, seed: u64, (dt, act): (DType, DType)) -> Re
     let (nk, nv) = (upload(ctx, act, &st.new[0], "k new")?, upload(ctx, act, &st.new[1], "v new")?);
     let slots = ctx.buffer_from(&st.slots, "slots")?;
     let table = ctx.buffer_from(&lay.table, "table")?;
-    let lens: Vec<i32> = case.lens.iter().map(|&l| l as i32).collect();
-    let lens = ctx.buffer_from(&lens, "lens")?;
-    let slopes = ctx.buffer_from(&case.slopes(), "slopes")?;
-    let sinks = ctx.buffer_from(&case.sink_values(), "sinks")?;
+    let lens = ctx.buffer_from(&lens_i32(&case.lens), "lens")?;
+    let slopes = ctx.buffer_from(&alibi_slopes(case.hq), "slopes")?;
+    let sinks = ctx.buffer_from(&sink_logits(case.hq), "sinks")?;
     let o = upload(ctx, act, &vec![0.0; b * case.tq * case.hq * case.dv()], "o")?;
     let lse = ctx.buffer((b * case.hq * case.tq * 4) as u64, "lse")?;
     let work = ctx.buffer(decode::work_floats(&shape, splits).max(1) * 4, "work")?;
@@ -256,15 +202,7 @@ fn check(ctx: &Context, case: &Case, seed: u64, (dt, act): (DType, DType)) -> Re
         upload(ctx, act, &vec![0.0; b * case.tq * case.hq * case.dv()], "o2")?,
         ctx.buffer((b * case.hq * case.tq * 4) as u64, "lse2")?,
     );
-    let mut opt = DecodeOptions::new(shape.d);
-    opt.causal = case.causal;
-    opt.window = case.window as u32;
-    opt.chunk = case.chunk as u32;
-    opt.softcap = case.softcap as f32;
-    opt.alibi = case.alibi.then(|| slopes.view());
-    opt.sinks = case.sinks.then(|| sinks.view());
-    opt.dtype = dt;
-    opt.act = Some(act);
+    let opt = case.masks.decode(shape.d, (Some(slopes.view()), Some(sinks.view())), (dt, act));
     let width = (case.hkv * case.d) as u32;
     let pools = Pools { k: bk.view(), v: bv.view(), rows: (lay.num_blocks * case.block_size) as u32, width };
     let v_pool = if case.latent_dv.is_some() { bk.view() } else { bv.view() };
@@ -303,16 +241,8 @@ fn run(test: &str, cases: &[Case], dt: DType) {
     run_as(test, cases, (dt, dt));
 }
 
-fn run_as(test: &str, cases: &[Case], (dt, act): (DType, DType)) {
-    on_every_device(&format!("{test} {dt:?} {act:?}"), |ctx| {
-        if unsupported(ctx, dt, test) {
-            return Ok(());
-        }
-        for (n, case) in cases.iter().enumerate() {
-            check(ctx, case, 1000 + n as u64, (dt, act))?;
-        }
-        Ok(())
-    });
+fn run_as(test: &str, cases: &[Case], types: (DType, DType)) {
+    run_cases(test, cases, types, 1000, check);
 }
 
 fn cases() -> Vec<Case> {

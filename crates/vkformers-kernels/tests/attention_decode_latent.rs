@@ -11,8 +11,9 @@ use vkformers_kernels::attention::decode::DecodeOptions;
 use vkformers_kernels::attention::decode_latent::{self, LatentInputs, LatentOutputs, LatentShape};
 use vkformers_kernels::attention::reference::{self, Shape};
 use vkformers_kernels::dtype::DType;
-use vkformers_kernels::testutil::paged::Layout;
-use vkformers_kernels::testutil::storage::{download, round, tol, unsupported, upload};
+use vkformers_kernels::testutil::masks::{alibi_slopes, Masks, WithMasks};
+use vkformers_kernels::testutil::paged::{lens_i32, run_cases, Layout};
+use vkformers_kernels::testutil::storage::{download, round, tol, upload};
 use vkformers_kernels::testutil::{assert_close, f64s, Rng, TOL_F32};
 use vkformers_vk::testing::on_every_device;
 use vkformers_vk::{Context, Result};
@@ -26,83 +27,39 @@ struct Case {
     d: usize,
     dv: usize,
     block_size: usize,
-    causal: bool,
-    window: usize,
-    chunk: usize,
-    softcap: f64,
-    alibi: bool,
+    masks: Masks,
     /// `None`: `decode_latent::splits`' choice.
     splits: Option<u32>,
 }
 
+impl WithMasks for Case {
+    fn masks_mut(&mut self) -> &mut Masks {
+        &mut self.masks
+    }
+}
+
 impl Case {
+    /// A causal case (decode steps are).
     fn new(name: &'static str, lens: &[usize], tq: usize, (hq, d, dv): (usize, usize, usize), bs: usize) -> Self {
-        Case {
-            name,
-            lens: lens.to_vec(),
-            tq,
-            hq,
-            d,
-            dv,
-            block_size: bs,
-            causal: true,
-            window: 0,
-            chunk: 0,
-            softcap: 0.0,
-            alibi: false,
-            splits: Some(1),
-        }
+        let masks = Masks { causal: true, ..Masks::default() };
+        Case { name, lens: lens.to_vec(), tq, hq, d, dv, block_size: bs, masks, splits: Some(1) }
     }
 
     fn splits(mut self, s: Option<u32>) -> Self {
         self.splits = s;
         self
     }
-
-    fn window(mut self, w: usize) -> Self {
-        self.window = w;
-        self
-    }
-
-    fn chunk(mut self, c: usize) -> Self {
-        self.chunk = c;
-        self
-    }
-
-    fn softcap_alibi(mut self, c: f64) -> Self {
-        self.softcap = c;
-        self.alibi = true;
-        self
-    }
-
-    fn not_causal(mut self) -> Self {
-        self.causal = false;
-        self
-    }
-
-    fn slopes(&self) -> Vec<f32> {
-        (0..self.hq).map(|h| 2f32.powf(-8.0 * (h as f32 + 1.0) / self.hq as f32)).collect()
-    }
 }
 
 /// The reference o [B, Tq, Hq, Dv] and lse [B, Hq, Tq], one row at a time: keys are the latent
 /// rows, values their first Dv columns.
 fn expected(case: &Case, q: &[Vec<f32>], k: &[Vec<f32>], scale: f32) -> (Vec<f64>, Vec<f64>) {
-    let slopes = f64s(&case.slopes());
+    let wide = case.masks.widened(case.hq);
     let (mut o, mut lse) = (Vec::new(), Vec::new());
     for (b, &len) in case.lens.iter().enumerate() {
         let s = Shape { batch: 1, tq: case.tq, tk: len, hq: case.hq, hkv: 1, d: case.d, dv: case.dv };
         let v: Vec<f32> = k[b].chunks(case.d).flat_map(|row| row[..case.dv].to_vec()).collect();
-        let opt = reference::Options {
-            scale: f64::from(scale),
-            causal: case.causal,
-            window: case.window,
-            chunk: case.chunk,
-            softcap: case.softcap,
-            kmask: None,
-            slopes: case.alibi.then_some(&slopes[..]),
-            sinks: None,
-        };
+        let opt = case.masks.reference(f64::from(scale), None, &wide);
         let (ob, lb) = reference::forward(&f64s(&q[b]), &f64s(&k[b]), &f64s(&v), &s, &opt);
         o.extend(ob);
         lse.extend(lb);
@@ -114,7 +71,7 @@ fn expected(case: &Case, q: &[Vec<f32>], k: &[Vec<f32>], scale: f32) -> (Vec<f64
 fn check(ctx: &Context, case: &Case, seed: u64, (dt, act): (DType, DType)) -> Result<()> {
     let mut rng = Rng::new(seed);
     let lay = Layout::random(&case.lens, case.block_size, &mut rng);
-    let amp = if case.softcap > 0.0 { 3.0 } else { 1.0 };
+    let amp = if case.masks.softcap > 0.0 { 3.0 } else { 1.0 };
     let q: Vec<Vec<f32>> = case.lens.iter().map(|_| round(act, &rng.vec(case.tq * case.hq * case.d, amp))).collect();
     let k: Vec<Vec<f32>> = case.lens.iter().map(|&l| round(dt, &rng.vec(l * case.d, amp))).collect();
     let mut pool = vec![f32::NAN; lay.num_blocks * case.block_size * case.d];
@@ -139,21 +96,13 @@ fn check(ctx: &Context, case: &Case, seed: u64, (dt, act): (DType, DType)) -> Re
     let splits = case.splits.unwrap_or_else(|| decode_latent::splits(&shape, max_len));
     let (bq, bpool) = (upload(ctx, act, &q.concat(), "q")?, upload(ctx, dt, &pool, "pool")?);
     let table = ctx.buffer_from(&lay.table, "table")?;
-    let lens: Vec<i32> = case.lens.iter().map(|&l| l as i32).collect();
-    let lens = ctx.buffer_from(&lens, "lens")?;
-    let slopes = ctx.buffer_from(&case.slopes(), "slopes")?;
+    let lens = ctx.buffer_from(&lens_i32(&case.lens), "lens")?;
+    let slopes = ctx.buffer_from(&alibi_slopes(case.hq), "slopes")?;
     let rows = batch * case.tq * case.hq;
     let o = upload(ctx, act, &vec![f32::NAN; rows * case.dv], "o")?;
     let lse = ctx.buffer((rows * 4) as u64, "lse")?;
     let work = ctx.buffer(decode_latent::work_floats(&shape, splits).max(1) * 4, "work")?;
-    let mut opt = DecodeOptions::new(shape.d);
-    opt.causal = case.causal;
-    opt.window = case.window as u32;
-    opt.chunk = case.chunk as u32;
-    opt.softcap = case.softcap as f32;
-    opt.alibi = case.alibi.then(|| slopes.view());
-    opt.dtype = dt;
-    opt.act = Some(act);
+    let opt = case.masks.decode(shape.d, (Some(slopes.view()), None), (dt, act));
     let x = LatentInputs { q: bq.view(), pool: bpool.view(), table: table.view(), lens: lens.view() };
     let w = (splits > 1).then(|| work.slice(0, decode_latent::work_floats(&shape, splits) * 4));
     let out = LatentOutputs { o: o.view(), lse: lse.view(), work: w };
@@ -168,16 +117,8 @@ fn check(ctx: &Context, case: &Case, seed: u64, (dt, act): (DType, DType)) -> Re
     Ok(())
 }
 
-fn run(test: &str, cases: &[Case], (dt, act): (DType, DType)) {
-    on_every_device(&format!("{test} {dt:?} {act:?}"), |ctx| {
-        if unsupported(ctx, dt, test) {
-            return Ok(());
-        }
-        for (n, case) in cases.iter().enumerate() {
-            check(ctx, case, 2000 + n as u64, (dt, act))?;
-        }
-        Ok(())
-    });
+fn run(test: &str, cases: &[Case], types: (DType, DType)) {
+    run_cases(test, cases, types, 2000, check);
 }
 
 fn cases() -> Vec<Case> {
@@ -194,7 +135,7 @@ fn cases() -> Vec<Case> {
         Case::new("d330 dv300 split auto", &[700, 3], 1, (4, 330, 300), 32).splits(None),
         Case::new("d264 dv256 window 20 split 4", &[90, 33], 3, (6, 264, 256), 16).window(20).splits(Some(4)),
         Case::new("d300 dv280 chunk 10 tq3", &[37, 21], 3, (2, 300, 280), 5).chunk(10),
-        Case::new("d288 dv272 softcap alibi", &[15, 7], 2, (3, 288, 272), 4).softcap_alibi(2.0),
+        Case::new("d288 dv272 softcap alibi", &[15, 7], 2, (3, 288, 272), 4).softcap(2.0).alibi(),
         Case::new("d320 dv288 not causal", &[12, 8], 3, (2, 320, 288), 4).not_causal(),
     ]
 }
