@@ -113,23 +113,11 @@ fn reference_handles_fully_masked_rows() {
 
 // ---------------------------------------------------------------- GPU vs reference
 
-fn gpu_shape(s: &Shape) -> attention::Shape {
-    attention::Shape {
-        batch: s.batch as u32,
-        tq: s.tq as u32,
-        tk: s.tk as u32,
-        hq: s.hq as u32,
-        hkv: s.hkv as u32,
-        d: s.d as u32,
-        dv: s.dv as u32,
-    }
-}
-
 /// Runs forward and backward on the GPU in one batch and compares o, lse, delta, dq, dk, dv
 /// with the f64 reference; q, k, v, do, o, dq, dk, dv are stored in `dt`.
 fn check_gpu(ctx: &Context, case: &Case, seed: u64, dt: DType) -> Result<()> {
     let s = case.shape;
-    let gs = gpu_shape(&s);
+    let gs = case.gpu_shape();
     let [q, k, v, d_o] = data(case, seed).map(|x| round(dt, &x));
     let bq = upload(ctx, dt, &q, "q")?;
     let bk = upload(ctx, dt, &k, "k")?;
@@ -147,17 +135,8 @@ fn check_gpu(ctx: &Context, case: &Case, seed: u64, dt: DType) -> Result<()> {
     let bdv = alloc(ctx, dt, s.v_len(), "dv")?;
     let bdelta = ctx.buffer(lbytes, "delta")?;
 
-    let opt = attention::Options {
-        scale: 1.0 / (s.d as f32).sqrt(),
-        causal: case.masks.causal,
-        window: case.masks.window as u32,
-        chunk: case.masks.chunk as u32,
-        softcap: case.masks.softcap as f32,
-        kmask: kmask.as_ref().map(|b| b.view()),
-        alibi: slopes.as_ref().map(|b| b.view()),
-        sinks: sinks.as_ref().map(|b| b.view()),
-        dtype: dt,
-    };
+    let views = (kmask.as_ref().map(|b| b.view()), slopes.as_ref().map(|b| b.view()), sinks.as_ref().map(|b| b.view()));
+    let opt = case.masks.fused(s.d, views, dt);
     let x = Qkv { q: bq.view(), k: bk.view(), v: bv.view() };
     let saved = Saved { o: bo.view(), lse: blse.view() };
     let grads = Grads { dq: bdq.view(), dk: bdk.view(), dv: bdv.view(), delta: bdelta.view() };
@@ -404,7 +383,7 @@ fn forward_is_deterministic_and_backward_repeatable() {
     // Same inputs twice in one batch: bit-identical gradients (no atomics, fixed order).
     on_every_device("attention determinism", |ctx| {
         let case = Case::new("gqa", shape(2, 21, 21, 4, 2, 16)).causal();
-        let s = gpu_shape(&case.shape);
+        let s = case.gpu_shape();
         let [q, k, v, d_o] = data(&case, 9);
         let bufs: Vec<_> = [&q, &k, &v, &d_o].iter().map(|x| ctx.buffer_from(x, "in")).collect::<Result<_>>()?;
         let qb = (case.shape.q_len() * 4) as u64;

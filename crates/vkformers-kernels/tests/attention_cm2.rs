@@ -157,26 +157,9 @@ fn check_case(ctx: &Context, case: &Case, seed: u64, dt: DType, grads: bool) -> 
     let delta_buf = ctx.buffer(s.lse_len() as u64 * 4, "delta")?;
     let (dq_buf, dk_buf, dv_buf) =
         (alloc(ctx, dt, s.q_len(), "dq")?, alloc(ctx, dt, s.kv_len(), "dk")?, alloc(ctx, dt, s.kv_len(), "dv")?);
-    let gs = attention::Shape {
-        batch: s.batch as u32,
-        tq: s.tq as u32,
-        tk: s.tk as u32,
-        hq: s.hq as u32,
-        hkv: s.hkv as u32,
-        d: s.d as u32,
-        dv: s.dv as u32,
-    };
-    let opt = attention::Options {
-        scale: 1.0 / (s.d as f32).sqrt(),
-        causal: case.masks.causal,
-        window: case.masks.window as u32,
-        chunk: case.masks.chunk as u32,
-        softcap: case.masks.softcap as f32,
-        kmask: kmask.as_ref().map(|b| b.view()),
-        alibi: alibi.as_ref().map(|b| b.view()),
-        sinks: sinks.as_ref().map(|b| b.view()),
-        dtype: dt,
-    };
+    let gs = case.gpu_shape();
+    let views = (kmask.as_ref().map(|b| b.view()), alibi.as_ref().map(|b| b.view()), sinks.as_ref().map(|b| b.view()));
+    let opt = case.masks.fused(s.d, views, dt);
     let x = Qkv { q: bq.view(), k: bk.view(), v: bv.view() };
     let saved = Saved { o: o_buf.view(), lse: lse_buf.view() };
     let g = Grads { dq: dq_buf.view(), dk: dk_buf.view(), dv: dv_buf.view(), delta: delta_buf.view() };

@@ -5,7 +5,7 @@
 use vkformers_vk::BufferView;
 
 use crate::attention::decode::DecodeOptions;
-use crate::attention::reference;
+use crate::attention::{self, reference};
 use crate::dtype::DType;
 
 /// A case's masks and score transforms; `Default` is none of them (not causal).
@@ -114,6 +114,27 @@ impl Masks {
         }
     }
 
+    /// The fused attention kernels' options for these masks: head dim `d`'s scale, storage `dt`,
+    /// the device copies of the key mask, slopes and sinks (read only when the case has them).
+    pub fn fused<'a>(
+        &self,
+        d: usize,
+        (kmask, slopes, sinks): (Option<BufferView<'a>>, Option<BufferView<'a>>, Option<BufferView<'a>>),
+        dt: DType,
+    ) -> attention::Options<'a> {
+        attention::Options {
+            scale: 1.0 / (d as f32).sqrt(),
+            causal: self.causal,
+            window: self.window as u32,
+            chunk: self.chunk as u32,
+            softcap: self.softcap as f32,
+            kmask,
+            alibi: if self.alibi { slopes } else { None },
+            sinks: if self.sinks { sinks } else { None },
+            dtype: dt,
+        }
+    }
+
     /// The paged-decode kernels' options for these masks: head dim `d`'s scale, pools of `dt`, q/o
     /// of `act`; `slopes` and `sinks` are device copies of [`Masks::slopes`] / [`Masks::sink_values`]
     /// (read only when the mask is on).
@@ -179,6 +200,21 @@ impl DenseCase {
     /// The slopes and sinks the reference reads (f64 of the f32 values the kernels get).
     pub fn widened(&self) -> Widened {
         self.masks.widened(self.shape.hq)
+    }
+
+    /// The kernels' shape of the case.
+    pub fn gpu_shape(&self) -> attention::Shape {
+        let s = &self.shape;
+        let u = |x: usize| x as u32;
+        attention::Shape {
+            batch: u(s.batch),
+            tq: u(s.tq),
+            tk: u(s.tk),
+            hq: u(s.hq),
+            hkv: u(s.hkv),
+            d: u(s.d),
+            dv: u(s.dv),
+        }
     }
 
     /// The reference's options at scale 1/sqrt(D), slopes and sinks from `wide`.
