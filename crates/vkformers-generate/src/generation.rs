@@ -4,7 +4,9 @@
 //! seeded draw) and each step reads back only the chosen ids `[B]`. `processors` and `sampler`
 //! stay the host reference the device is tested against (`tests/device_sampling.rs`). Finished
 //! rows follow transformers' `generate` (`_sample`): a row that produced an EOS id (or that the
-//! caller stops) keeps receiving `pad` tokens, which are not reported.
+//! caller stops) keeps receiving `pad` tokens, which are not reported. Where the device chooses,
+//! the steps run one ahead of the host (`crate::lookahead`, [`Stepping`]) with the tokens and the
+//! cache of the synchronous loop here (`run`), which stays the reference and the fallback.
 
 use std::time::Instant;
 
@@ -244,7 +246,8 @@ pub fn generate_cached_stepping(
     run(g, model, cache, ctx, opts, chooser, on_token)
 }
 
-/// [`generate_cached`] with the choice made by `chooser` (checked by the caller).
+/// [`generate_cached`] run synchronously (record, submit, wait, read each step) with the choice
+/// made by `chooser` (checked by the caller).
 fn run(
     g: &Graph<'_>,
     model: &Model,
