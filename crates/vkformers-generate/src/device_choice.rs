@@ -66,28 +66,35 @@ impl DeviceChooser {
     }
 }
 
+/// How [`Lookahead`] chooses: the argmax, or the device processors then a draw of this seed
+/// (greedy with a penalty: the draw kernel with `greedy` set).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum AheadChoice {
+    Argmax,
+    Draw(Processors, u64),
+}
+
 /// The choice of a decode loop that records step s + 1 before step s's ids come back: step s's
 /// ids go to device buffer `s % 2`, which step s + 1's embedding reads, and to its host-visible
 /// copy, which the host reads once step s's batch has completed (`Graph::wait_submitted`). Two
-/// pairs, because step s + 1's choice is recorded before step s's copy is read. The ids are the
-/// argmax, or with `draw` the processors then a seeded draw (greedy with a penalty: the draw
-/// kernel with `greedy` set), its presence buffer kept by the kernel as in [`DeviceChooser`].
+/// pairs, because step s + 1's choice is recorded before step s's copy is read. A draw's presence
+/// buffer is kept by the kernel as in [`DeviceChooser`].
 pub struct Lookahead {
     device: [Buffer; 2],
     host: [Buffer; 2],
     rows: usize,
     next: usize,
-    draw: Option<(Processors, u64)>,
+    how: AheadChoice,
     presence: Option<Buffer>,
 }
 
 impl Lookahead {
-    /// Buffers for `rows` rows choosing by argmax, or by `draw`: processors and seed.
-    pub fn new(g: &Graph<'_>, rows: usize, draw: Option<(Processors, u64)>) -> Result<Self, DecodeError> {
+    /// Buffers for `rows` rows choosing as `how` says.
+    pub fn new(g: &Graph<'_>, rows: usize, how: AheadChoice) -> Result<Self, DecodeError> {
         let bytes = (rows.max(1) * 4) as u64;
         let dev = |i| g.ctx().buffer(bytes, &format!("chosen ids {i}"));
         let host = |i| g.ctx().buffer_of_kind(bytes, BufferKind::Download, &format!("chosen ids {i} (host)"));
-        Ok(Self { device: [dev(0)?, dev(1)?], host: [host(0)?, host(1)?], rows, next: 0, draw, presence: None })
+        Ok(Self { device: [dev(0)?, dev(1)?], host: [host(0)?, host(1)?], rows, next: 0, how, presence: None })
     }
 
     /// Records step `step`'s choice from the last column of every row of `logits [B·T, V]` and its
@@ -105,12 +112,12 @@ impl Lookahead {
         self.next = 1 - which;
         let (bytes, v) = (self.rows as u64 * 4, logits.last_dim());
         let (dev, host) = (self.device[which].slice(0, bytes), self.host[which].slice(0, bytes));
-        if self.draw.is_some() && self.presence.is_none() {
+        if matches!(self.how, AheadChoice::Draw(..)) && self.presence.is_none() {
             self.presence = Some(g.ctx().buffer_from(&presence(history, v), "presence")?);
         }
         g.record(|rec| {
-            match (&self.draw, &self.presence) {
-                (Some((p, seed)), Some(presence)) => {
+            match (&self.how, &self.presence) {
+                (AheadChoice::Draw(p, seed), Some(presence)) => {
                     let d = Draw { seed: *seed, step: step as u64 };
                     sample::draw_last(rec, logits.view(), presence.view(), dev, (self.rows, t, v), p, d)?
                 }

@@ -17,7 +17,7 @@ use vkformers_models::ModelSpec;
 use vkformers_tensor::{Graph, Tensor};
 
 use crate::decode::DecodeError;
-use crate::device_choice::{device_processors, required, DeviceChooser};
+use crate::device_choice::{device_processors, required, AheadChoice, DeviceChooser};
 use crate::processors::{Pipeline, SamplingParams};
 use crate::sampler::Sampler;
 
@@ -232,14 +232,14 @@ pub fn generate_cached_stepping(
         return Err(DecodeError::NothingNew { rows: b, width, cached: cache.len(), batch: cache.batch() });
     }
     let choice = Choice::of(opts)?;
-    if stepping == Stepping::Ahead && crate::lookahead::applies(&model.spec) {
-        let draw = match &choice {
-            Choice::DeviceGreedy => Some(None),
-            Choice::Device(processors) => Some(Some((*processors, opts.seed))),
-            Choice::Host(_) => None,
-        };
-        if let Some(draw) = draw {
-            return crate::lookahead::run(g, model, cache, ctx, opts, draw, on_token);
+    let how = match choice {
+        Choice::DeviceGreedy => Some(AheadChoice::Argmax),
+        Choice::Device(processors) => Some(AheadChoice::Draw(processors, opts.seed)),
+        Choice::Host(_) => None,
+    };
+    if let (Stepping::Ahead, Some(how)) = (stepping, how) {
+        if crate::lookahead::applies(&model.spec) {
+            return crate::lookahead::run(g, model, cache, ctx, opts, how, on_token);
         }
     }
     let chooser = Chooser::new(g, b, choice, opts)?;

@@ -15,14 +15,13 @@
 
 use std::time::Instant;
 
-use vkformers_kernels::sample::Processors;
 use vkformers_models::decoder::{forward_cached_last_ids, Batch, KvCache};
 use vkformers_models::model::Model;
 use vkformers_models::ModelSpec;
 use vkformers_tensor::Graph;
 
 use crate::decode::DecodeError;
-use crate::device_choice::{required, Lookahead};
+use crate::device_choice::{required, AheadChoice, Lookahead};
 use crate::generation::{feed, finished, record, report_step, Context, GenerateOptions, Generation, Rows, Timings};
 
 /// Steps between full synchronisations: only then may the buffers dropped meanwhile take host
@@ -42,15 +41,15 @@ pub(crate) fn enabled() -> bool {
     *ON.get_or_init(|| std::env::var("VKFORMERS_DECODE_LOOKAHEAD").map_or(true, |v| v != "0"))
 }
 
-/// The generation of [`crate::generation::generate_cached`] run ahead (see the module): the
-/// choice by argmax, or by `draw` (the device processors and the seed).
+/// The generation of [`crate::generation::generate_cached`] run ahead (see the module), each
+/// step's ids chosen on the device as `how` says.
 pub(crate) fn run(
     g: &Graph<'_>,
     model: &Model,
     cache: &mut KvCache,
     ctx: Context,
     opts: &GenerateOptions,
-    draw: Option<(Processors, u64)>,
+    how: AheadChoice,
     on_token: &mut dyn FnMut(usize, &[u32]) -> bool,
 ) -> Result<Generation, DecodeError> {
     let b = ctx.history.len();
@@ -60,7 +59,7 @@ pub(crate) fn run(
     let mut timings = Timings { prefill_tokens: prompt_tokens.iter().sum(), ..Timings::default() };
     let mut rows = Rows { history: ctx.history, new: vec![Vec::new(); b], finish: vec![None; b] };
     let mut ended = vec![None; b];
-    let mut device = Lookahead::new(g, b, draw)?;
+    let mut device = Lookahead::new(g, b, how)?;
     let (ones, zeros) = (vec![1; b], vec![0; b]);
     g.no_grad(|| -> Result<(), DecodeError> {
         let logits = feed(g, model, cache, &rows.history, &ctx.masks, opts.max_new_tokens)?;
