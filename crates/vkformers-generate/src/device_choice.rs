@@ -66,35 +66,63 @@ impl DeviceChooser {
     }
 }
 
-/// Greedy choice for a decode loop that records step s + 1 before step s's ids come back: the
-/// argmax of step s goes to device buffer `s % 2`, which step s + 1's embedding reads, and to its
-/// host-visible copy, which the host reads once step s's batch has completed (`Graph::wait_submitted`).
-/// Two pairs, because step s + 1's argmax is recorded before step s's copy is read.
+/// How [`Lookahead`] chooses: the argmax, or the device processors then a draw of this seed
+/// (greedy with a penalty: the draw kernel with `greedy` set).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum AheadChoice {
+    Argmax,
+    Draw(Processors, u64),
+}
+
+/// The choice of a decode loop that records step s + 1 before step s's ids come back: step s's
+/// ids go to device buffer `s % 2`, which step s + 1's embedding reads, and to its host-visible
+/// copy, which the host reads once step s's batch has completed (`Graph::wait_submitted`). Two
+/// pairs, because step s + 1's choice is recorded before step s's copy is read. A draw's presence
+/// buffer is kept by the kernel as in [`DeviceChooser`].
 pub struct Lookahead {
     device: [Buffer; 2],
     host: [Buffer; 2],
     rows: usize,
     next: usize,
+    how: AheadChoice,
+    presence: Option<Buffer>,
 }
 
 impl Lookahead {
-    /// Buffers for `rows` rows.
-    pub fn new(g: &Graph<'_>, rows: usize) -> Result<Self, DecodeError> {
+    /// Buffers for `rows` rows choosing as `how` says.
+    pub fn new(g: &Graph<'_>, rows: usize, how: AheadChoice) -> Result<Self, DecodeError> {
         let bytes = (rows.max(1) * 4) as u64;
         let dev = |i| g.ctx().buffer(bytes, &format!("chosen ids {i}"));
         let host = |i| g.ctx().buffer_of_kind(bytes, BufferKind::Download, &format!("chosen ids {i} (host)"));
-        Ok(Self { device: [dev(0)?, dev(1)?], host: [host(0)?, host(1)?], rows, next: 0 })
+        Ok(Self { device: [dev(0)?, dev(1)?], host: [host(0)?, host(1)?], rows, next: 0, how, presence: None })
     }
 
-    /// Records the argmax of the last column of every row of `logits [B·T, V]` and its copy for
-    /// the host; returns which pair holds it (for `ids` and `read`).
-    pub fn record(&mut self, g: &Graph<'_>, logits: &Tensor, t: usize) -> Result<usize, DecodeError> {
+    /// Records step `step`'s choice from the last column of every row of `logits [B·T, V]` and its
+    /// copy for the host; returns which pair holds it (for `ids` and `read`). `history[b]` (ids so
+    /// far, padding included) seeds the presence buffer of a draw on the first call; later calls
+    /// rely on the kernel having marked its choices, as [`DeviceChooser::sample`].
+    pub fn record(
+        &mut self,
+        g: &Graph<'_>,
+        (logits, t): (&Tensor, usize),
+        history: &[Vec<u32>],
+        step: usize,
+    ) -> Result<usize, DecodeError> {
         let which = self.next;
         self.next = 1 - which;
-        let bytes = self.rows as u64 * 4;
+        let (bytes, v) = (self.rows as u64 * 4, logits.last_dim());
         let (dev, host) = (self.device[which].slice(0, bytes), self.host[which].slice(0, bytes));
+        if matches!(self.how, AheadChoice::Draw(..)) && self.presence.is_none() {
+            self.presence = Some(g.ctx().buffer_from(&presence(history, v), "presence")?);
+        }
         g.record(|rec| {
-            sample::argmax_last(rec, logits.view(), dev, self.rows, t, logits.last_dim())?;
+            match (&self.how, &self.presence) {
+                (AheadChoice::Draw(p, seed), Some(presence)) => {
+                    let d = Draw { seed: *seed, step: step as u64 };
+                    sample::draw_last(rec, logits.view(), presence.view(), dev, (self.rows, t, v), p, d)?
+                }
+                _ => sample::argmax_last(rec, logits.view(), dev, self.rows, t, v)?,
+            }
             rec.copy(dev, host)
         })?;
         Ok(which)
@@ -103,6 +131,32 @@ impl Lookahead {
     /// The ids of pair `which` as a device tensor `[B, 1]`, the next step's input.
     pub fn ids(&self, g: &Graph<'_>, which: usize) -> Result<Tensor, DecodeError> {
         Ok(g.ints_over(self.device[which].clone(), &[self.rows, 1])?)
+    }
+
+    /// The next step's input `[B, 1]`: `fixed[b]` where it is given (a finished row's pad, what the
+    /// synchronous loop feeds it), else pair `which`'s id, copied on the device (one copy per
+    /// run of consecutive rows).
+    pub fn ids_with(&self, g: &Graph<'_>, which: usize, fixed: &[Option<u32>]) -> Result<Tensor, DecodeError> {
+        if fixed.iter().all(Option::is_none) {
+            return self.ids(g, which);
+        }
+        let host: Vec<i32> = fixed.iter().map(|f| f.map_or(0, |id| id as i32)).collect();
+        let ids = g.ints(&host, &[self.rows, 1])?;
+        let dst = ids.view();
+        let src = &self.device[which];
+        g.record(|rec| {
+            let mut row = 0;
+            while row < self.rows {
+                let len = fixed[row..].iter().take_while(|f| f.is_none()).count();
+                if len > 0 {
+                    let (at, n) = ((row * 4) as u64, (len * 4) as u64);
+                    rec.copy(src.slice(at, n), BufferView { buffer: dst.buffer, offset: dst.offset + at, len: n })?;
+                }
+                row += len.max(1);
+            }
+            Ok::<(), vkformers_vk::VkError>(())
+        })?;
+        Ok(ids)
     }
 
     /// The ids of pair `which` (call once the batch that recorded them has completed).

@@ -4,7 +4,9 @@
 //! seeded draw) and each step reads back only the chosen ids `[B]`. `processors` and `sampler`
 //! stay the host reference the device is tested against (`tests/device_sampling.rs`). Finished
 //! rows follow transformers' `generate` (`_sample`): a row that produced an EOS id (or that the
-//! caller stops) keeps receiving `pad` tokens, which are not reported.
+//! caller stops) keeps receiving `pad` tokens, which are not reported. Where the device chooses,
+//! the steps run one ahead of the host (`crate::lookahead`, [`Stepping`]) with the tokens and the
+//! cache of the synchronous loop here (`run`), which stays the reference and the fallback.
 
 use std::time::Instant;
 
@@ -15,7 +17,7 @@ use vkformers_models::ModelSpec;
 use vkformers_tensor::{Graph, Tensor};
 
 use crate::decode::DecodeError;
-use crate::device_choice::{device_processors, required, DeviceChooser};
+use crate::device_choice::{device_processors, required, AheadChoice, DeviceChooser};
 use crate::processors::{Pipeline, SamplingParams};
 use crate::sampler::Sampler;
 
@@ -166,11 +168,6 @@ pub fn generate(
     let history = ids.chunks(width).map(|r| r.iter().map(|&t| t as u32).collect()).collect();
     let masks = mask.chunks(width).map(<[i32]>::to_vec).collect();
     let mut cache = KvCache::batched(g, &model.spec, prompts.len(), width + opts.max_new_tokens)?;
-    if crate::lookahead::applies(&model.spec, opts) {
-        // The cache is ours and dropped after: it may end one speculative column long.
-        let device = crate::device_choice::Lookahead::new(g, prompts.len())?;
-        return crate::lookahead::run(g, model, &mut cache, Context { history, masks }, opts, device, on_token);
-    }
     generate_cached(g, model, &mut cache, Context { history, masks }, opts, on_token)
 }
 
@@ -182,9 +179,32 @@ pub struct Context {
     pub masks: Vec<Vec<i32>>,
 }
 
+/// How the decode steps of [`generate_cached_stepping`] run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stepping {
+    /// The device one step ahead of the host (`crate::lookahead`: step s + 1 is submitted before
+    /// step s's ids are read) where the choice is made on the device and the model has no
+    /// LongRoPE; otherwise synchronous.
+    Ahead,
+    /// Record, submit, wait for and read each step before recording the next (the reference).
+    Synchronous,
+}
+
+impl Stepping {
+    /// `Ahead`, unless `VKFORMERS_DECODE_LOOKAHEAD=0` (read once) asks for `Synchronous`.
+    pub fn from_env() -> Self {
+        if crate::lookahead::enabled() {
+            Stepping::Ahead
+        } else {
+            Stepping::Synchronous
+        }
+    }
+}
+
 /// Generates after `ctx`, whose first `cache.len()` columns the cache already holds (a chat turn
 /// continues the previous turns' cache). On return the cache holds every column but the last
-/// token of each row.
+/// token of each row. Runs ahead unless `VKFORMERS_DECODE_LOOKAHEAD=0` ([`Stepping::from_env`]);
+/// either way the tokens and the cache left are the same.
 pub fn generate_cached(
     g: &Graph<'_>,
     model: &Model,
@@ -193,16 +213,41 @@ pub fn generate_cached(
     opts: &GenerateOptions,
     on_token: &mut dyn FnMut(usize, &[u32]) -> bool,
 ) -> Result<Generation, DecodeError> {
+    generate_cached_stepping(g, model, cache, ctx, opts, Stepping::from_env(), on_token)
+}
+
+/// [`generate_cached`] with its decode steps run as `stepping` says.
+pub fn generate_cached_stepping(
+    g: &Graph<'_>,
+    model: &Model,
+    cache: &mut KvCache,
+    ctx: Context,
+    opts: &GenerateOptions,
+    stepping: Stepping,
+    on_token: &mut dyn FnMut(usize, &[u32]) -> bool,
+) -> Result<Generation, DecodeError> {
     let b = ctx.history.len();
     let width = ctx.history.first().map_or(0, Vec::len);
     if b == 0 || width <= cache.len() || b != cache.batch() {
         return Err(DecodeError::NothingNew { rows: b, width, cached: cache.len(), batch: cache.batch() });
     }
-    let chooser = Chooser::new(g, b, opts)?;
+    let choice = Choice::of(opts)?;
+    let how = match choice {
+        Choice::DeviceGreedy => Some(AheadChoice::Argmax),
+        Choice::Device(processors) => Some(AheadChoice::Draw(processors, opts.seed)),
+        Choice::Host(_) => None,
+    };
+    if let (Stepping::Ahead, Some(how)) = (stepping, how) {
+        if crate::lookahead::applies(&model.spec) {
+            return crate::lookahead::run(g, model, cache, ctx, opts, how, on_token);
+        }
+    }
+    let chooser = Chooser::new(g, b, choice, opts)?;
     run(g, model, cache, ctx, opts, chooser, on_token)
 }
 
-/// [`generate_cached`] with the choice made by `chooser` (checked by the caller).
+/// [`generate_cached`] run synchronously (record, submit, wait, read each step) with the choice
+/// made by `chooser` (checked by the caller).
 fn run(
     g: &Graph<'_>,
     model: &Model,
@@ -287,18 +332,35 @@ enum Chooser {
     Host { pipeline: Pipeline, sampler: Sampler },
 }
 
-impl Chooser {
-    fn new(g: &Graph<'_>, rows: usize, opts: &GenerateOptions) -> Result<Self, DecodeError> {
+/// What makes each step's choice (see [`Chooser`]): the device's argmax, the device's
+/// processors (then greedy or a draw), or the host's pipeline.
+enum Choice {
+    DeviceGreedy,
+    Device(Processors),
+    Host(Pipeline),
+}
+
+impl Choice {
+    fn of(opts: &GenerateOptions) -> Result<Self, DecodeError> {
         let pipeline = opts.params.processors()?;
         let device = device_processors(&pipeline);
         Ok(match (opts.params.do_sample, device) {
-            (false, _) if pipeline.processors.is_empty() => Chooser::DeviceGreedy(DeviceChooser::new(g, rows)?),
-            (do_sample, Some(processors)) => {
-                let processors = Processors { greedy: !do_sample, ..processors };
+            (false, _) if pipeline.processors.is_empty() => Choice::DeviceGreedy,
+            (do_sample, Some(processors)) => Choice::Device(Processors { greedy: !do_sample, ..processors }),
+            (_, None) => Choice::Host(pipeline),
+        })
+    }
+}
+
+impl Chooser {
+    fn new(g: &Graph<'_>, rows: usize, choice: Choice, opts: &GenerateOptions) -> Result<Self, DecodeError> {
+        Ok(match choice {
+            Choice::DeviceGreedy => Chooser::DeviceGreedy(DeviceChooser::new(g, rows)?),
+            Choice::Device(processors) => {
                 Chooser::DeviceSampling { device: DeviceChooser::new(g, rows)?, processors, seed: opts.seed }
             }
-            (do_sample, None) => {
-                let sampler = if do_sample { Sampler::Seeded { seed: opts.seed } } else { Sampler::Greedy };
+            Choice::Host(pipeline) => {
+                let sampler = if opts.params.do_sample { Sampler::Seeded { seed: opts.seed } } else { Sampler::Greedy };
                 Chooser::Host { pipeline, sampler }
             }
         })
@@ -444,7 +506,7 @@ mod tests {
                         if opts.params.do_sample { Sampler::Seeded { seed: opts.seed } } else { Sampler::Greedy };
                     Chooser::Host { pipeline, sampler }
                 } else {
-                    Chooser::new(&g, 2, &opts).unwrap()
+                    Chooser::new(&g, 2, Choice::of(&opts).unwrap(), &opts).unwrap()
                 };
                 assert_eq!(matches!(chooser, Chooser::DeviceSampling { .. }), !host);
                 run(&g, &model, &mut cache, Context { history, masks }, &opts, chooser, &mut |_, _| false).unwrap()

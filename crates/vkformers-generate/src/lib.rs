@@ -3,7 +3,8 @@
 //!   row per step against the KV cache on the device (`vkformers_models::decoder::KvCache`: position
 //!   ids from the mask, rolling sliding-window layers, LongRoPE's switch), with EOS ids, a per-token
 //!   callback (streaming, stop strings: [`stop`]) and timings; [`generation::generate_cached`]
-//!   continues an existing cache (chat turns); [`config`] reads `generation_config.json`;
+//!   continues an existing cache (chat turns); both run the device one step ahead of the host
+//!   (`lookahead`); [`config`] reads `generation_config.json`;
 //! - [`engine::Engine`]: the step-wise batching engine over the paged KV cache (requests join and
 //!   leave the running batch at every decode step; a finished or cancelled request's blocks go
 //!   back at once; a base and LoRA adapters of it in one engine; requests admitted together

@@ -1,16 +1,17 @@
-//! Greedy decoding with the host one step behind the device: step s + 1's forward is recorded
-//! and submitted before step s's ids are read back, its embedding reading step s's argmax from a
-//! device buffer ([`Lookahead`]). The device then runs decode steps back to back while the host
-//! records the next one and reports the last one's tokens, instead of idling through every
-//! step's recording, submission and read-back (at batch 1 on an H200 the host's share of a step
-//! is a millisecond against a few of kernels).
+//! Decoding with the host one step behind the device: step s + 1's forward is recorded and
+//! submitted before step s's ids are read back, its embedding reading step s's choice from a
+//! device buffer ([`Lookahead`]: the argmax, or the device processors and seeded draw). The
+//! device then runs decode steps back to back while the host records the next one and reports
+//! the last one's tokens, instead of idling through every step's recording, submission and
+//! read-back (at batch 1 on an H200 the host's share of a step is a millisecond against a few of
+//! kernels).
 //!
-//! Same tokens as the synchronous loop: a running row's input is the id it chose, as there. A
-//! row that finished is fed its own (ignored) choice instead of the pad id: rows never attend to
-//! each other, so the rows still running see the same numbers. When every row has finished, the
-//! step recorded ahead is wasted and the cache holds one column more than the synchronous loop's
-//! (so only `generate`, whose cache is dropped after, takes this path; a chat's turns continue
-//! their cache and keep the synchronous loop).
+//! Same tokens and the same cache as the synchronous loop (`generation::run`), so a chat's next
+//! turn can continue the cache: a running row's input is the id it chose, as there; a row the
+//! host knows has finished is fed the pad id, as there (copied around it on the device); a draw
+//! counts its step as there, and its presence buffer sees the same choices in the same order.
+//! When every row has finished, the step recorded ahead is not needed: its column is forgotten
+//! ([`KvCache::forget_last_column`]) and the cache holds what the synchronous loop leaves.
 
 use std::time::Instant;
 
@@ -20,20 +21,19 @@ use vkformers_models::ModelSpec;
 use vkformers_tensor::Graph;
 
 use crate::decode::DecodeError;
-use crate::device_choice::{required, Lookahead};
+use crate::device_choice::{required, AheadChoice, Lookahead};
 use crate::generation::{feed, finished, record, report_step, Context, GenerateOptions, Generation, Rows, Timings};
 
 /// Steps between full synchronisations: only then may the buffers dropped meanwhile take host
 /// uploads again (`Context::reclaim_buffers`), so the pool does not grow over a long generation.
 const SYNC_EVERY: usize = 64;
 
-/// Whether a generation runs ahead: plain greedy (the argmax alone chooses), no LongRoPE (whose
-/// context switch runs a whole history again on the host's ids), and not switched off with
-/// `VKFORMERS_DECODE_LOOKAHEAD=0` (for comparison).
-pub(crate) fn applies(spec: &ModelSpec, opts: &GenerateOptions) -> bool {
-    let greedy = !opts.params.do_sample && opts.params.processors().is_ok_and(|p| p.processors.is_empty());
+/// Whether a generation may run ahead: no LongRoPE (whose context switch runs a whole history
+/// again on the host's ids) and not switched off with `VKFORMERS_DECODE_LOOKAHEAD=0` (for
+/// comparison). The caller also needs the choice made on the device.
+pub(crate) fn applies(spec: &ModelSpec) -> bool {
     let longrope = spec.layers.iter().any(|l| l.attn.rope.as_ref().is_some_and(|r| r.long.is_some()));
-    greedy && !longrope && enabled()
+    !longrope && enabled()
 }
 
 pub(crate) fn enabled() -> bool {
@@ -41,14 +41,15 @@ pub(crate) fn enabled() -> bool {
     *ON.get_or_init(|| std::env::var("VKFORMERS_DECODE_LOOKAHEAD").map_or(true, |v| v != "0"))
 }
 
-/// The generation of [`crate::generation::generate`] for rows that `applies` to (see the module).
+/// The generation of [`crate::generation::generate_cached`] run ahead (see the module), each
+/// step's ids chosen on the device as `how` says.
 pub(crate) fn run(
     g: &Graph<'_>,
     model: &Model,
     cache: &mut KvCache,
     ctx: Context,
     opts: &GenerateOptions,
-    mut device: Lookahead,
+    how: AheadChoice,
     on_token: &mut dyn FnMut(usize, &[u32]) -> bool,
 ) -> Result<Generation, DecodeError> {
     let b = ctx.history.len();
@@ -58,19 +59,21 @@ pub(crate) fn run(
     let mut timings = Timings { prefill_tokens: prompt_tokens.iter().sum(), ..Timings::default() };
     let mut rows = Rows { history: ctx.history, new: vec![Vec::new(); b], finish: vec![None; b] };
     let mut ended = vec![None; b];
+    let mut device = Lookahead::new(g, b, how)?;
     let (ones, zeros) = (vec![1; b], vec![0; b]);
     g.no_grad(|| -> Result<(), DecodeError> {
         let logits = feed(g, model, cache, &rows.history, &ctx.masks, opts.max_new_tokens)?;
-        let mut which = device.record(g, &logits.all, logits.t)?;
+        let mut which = device.record(g, (&logits.all, logits.t), &rows.history, 0)?;
         let mut ticket = g.flush_ticket()?;
         let mut decode_start = None;
         for step in 0..opts.max_new_tokens {
             // Step + 1 goes to the device before step's ids come back.
             let ahead = if step + 1 < opts.max_new_tokens {
-                let ids = device.ids(g, which)?;
+                let pads: Vec<Option<u32>> = rows.finish.iter().map(|f| f.map(|_| opts.pad)).collect();
+                let ids = device.ids_with(g, which, &pads)?;
                 let batch = Batch { ids: &zeros, mask: &ones, batch: b, seq: 1 };
                 let logits = forward_cached_last_ids(g, &model.spec, &model.weights, &batch, &ids, cache)?;
-                let next = device.record(g, &logits, 1)?;
+                let next = device.record(g, (&logits, 1), &rows.history, step + 1)?;
                 Some((next, g.flush_ticket()?))
             } else {
                 None
@@ -90,6 +93,8 @@ pub(crate) fn run(
             report_step(&mut rows, &mut ended, decode_start, opts, on_token);
             let Some((next, next_ticket)) = ahead else { break };
             if rows.finish.iter().all(Option::is_some) {
+                // Step + 1 ran for nothing: the cache forgets its column.
+                cache.forget_last_column();
                 break;
             }
             (which, ticket) = (next, next_ticket);

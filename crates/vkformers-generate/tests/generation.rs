@@ -6,7 +6,9 @@
 use std::path::PathBuf;
 
 use vkformers_generate::decode::{greedy_batched, greedy_cached};
-use vkformers_generate::generation::{generate, generate_cached, left_pad, Context, Finish, GenerateOptions};
+use vkformers_generate::generation::{
+    generate, generate_cached, generate_cached_stepping, left_pad, Context, Finish, GenerateOptions, Stepping,
+};
 use vkformers_generate::SamplingParams;
 use vkformers_models::decoder::KvCache;
 use vkformers_models::model::Model;
@@ -65,7 +67,7 @@ fn eos_finishes_one_row_and_the_callback_sees_every_token() {
 }
 
 /// `generate` records step s + 1 on the device before reading step s's ids (plain greedy); its
-/// tokens equal the synchronous loop's (`generate_cached` on a fresh cache) over 70 steps, past the
+/// tokens equal the synchronous loop's (`Stepping::Synchronous` on a fresh cache) over 70 steps, past the
 /// full synchronisation every 64, with a row finishing early at an EOS while the other runs on.
 #[test]
 fn running_ahead_gives_the_synchronous_loops_tokens() {
@@ -79,7 +81,9 @@ fn running_ahead_gives_the_synchronous_loops_tokens() {
                 let history = ids.chunks(width).map(|r| r.iter().map(|&t| t as u32).collect()).collect();
                 let masks = mask.chunks(width).map(<[i32]>::to_vec).collect();
                 let mut cache = KvCache::batched(&g, &model.spec, prompts.len(), width + opts.max_new_tokens).unwrap();
-                generate_cached(&g, &model, &mut cache, Context { history, masks }, opts, &mut |_, _| false).unwrap()
+                let ctx = Context { history, masks };
+                generate_cached_stepping(&g, &model, &mut cache, ctx, opts, Stepping::Synchronous, &mut |_, _| false)
+                    .unwrap()
             };
             let opts = GenerateOptions::greedy(70);
             let sync = synchronous(&opts);

@@ -18,6 +18,7 @@
 mod blocks;
 mod latent;
 mod paged;
+mod rewind;
 
 use std::cell::{Cell, RefCell};
 

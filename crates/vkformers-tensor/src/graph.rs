@@ -129,6 +129,8 @@ pub struct Graph<'c> {
     /// so the activations they would save are released at once.
     discard_nodes: Cell<bool>,
     submissions: Cell<usize>,
+    /// Waits for a batch that left nothing in flight ([`Graph::drained_waits`]).
+    drained_waits: Cell<usize>,
     /// Mixed precision: matrix products and attention run on 16-bit copies of their f32
     /// operands (as `torch.autocast`), with f32 results and f32 gradients.
     autocast: Cell<Option<DType>>,
@@ -161,6 +163,7 @@ impl<'c> Graph<'c> {
             checkpointing: Cell::new(false),
             discard_nodes: Cell::new(false),
             submissions: Cell::new(0),
+            drained_waits: Cell::new(0),
             autocast: Cell::new(None),
             casts: RefCell::new(HashMap::new()),
             profile: RefCell::new(None),
@@ -313,6 +316,9 @@ impl<'c> Graph<'c> {
     fn wait_oldest(&self) -> Result<()> {
         let Some(pending) = self.in_flight.borrow_mut().pop_front() else { return Ok(()) };
         let report = pending.wait()?;
+        if self.in_flight.borrow().is_empty() {
+            self.drained_waits.set(self.drained_waits.get() + 1);
+        }
         if let Some(p) = self.profile.borrow_mut().as_mut() {
             p.add_batch(&report);
         }
@@ -351,6 +357,13 @@ impl<'c> Graph<'c> {
     /// Number of batches submitted so far (one per `sync` with work in it).
     pub fn submissions(&self) -> usize {
         self.submissions.get()
+    }
+
+    /// Host waits so far for a batch after which none was left in flight: the device then idles
+    /// until the host submits again (a synchronous decode loop makes one per token; a loop that
+    /// submits step s + 1 before waiting for step s makes none).
+    pub fn drained_waits(&self) -> usize {
+        self.drained_waits.get()
     }
 
     /// Waits until the first `n` submissions have completed (`n`: `submissions()` read after
