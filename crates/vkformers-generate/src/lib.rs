@@ -39,6 +39,7 @@ pub mod config;
 pub mod continuous;
 pub mod decode;
 pub mod decoder_beam;
+pub mod detok;
 pub mod device_choice;
 pub mod engine;
 mod error;
