@@ -111,15 +111,11 @@ impl Engine<'_> {
     /// Whether this step runs ahead (see the module).
     pub(super) fn runs_ahead(&self) -> bool {
         let longrope = self.spec().layers.iter().any(|l| l.attn.rope.as_ref().is_some_and(|r| r.long.is_some()));
-        let waiting_on_device = self
-            .waiting
-            .iter()
-            .all(|(_, r)| r.opts.params.processors().is_ok_and(|p| super::running::chosen_on_device(&r.opts, &p)));
         self.lookahead
             && !self.host_sampling
             && !longrope
-            && self.slots.iter().flatten().all(|r| r.on_device())
-            && waiting_on_device
+            && self.slots.iter().flatten().all(|r| r.on_device)
+            && self.waiting.iter().all(|&(_, _, on_device)| on_device)
     }
 
     /// One lookahead step (see the module); on an error nothing stays in flight for the host.

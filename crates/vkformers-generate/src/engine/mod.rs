@@ -71,8 +71,9 @@ pub struct Engine<'m> {
     models: Vec<&'m Model>,
     cache: KvCache,
     slots: Vec<Option<Running>>,
-    /// Waiting requests with their model.
-    waiting: VecDeque<(usize, Request)>,
+    /// Waiting requests with their model, and whether every choice of theirs is made on the
+    /// device (decided once, at submission: the lookahead step asks it of every waiting request).
+    waiting: VecDeque<(usize, Request, bool)>,
     /// Device greedy choosers by batch size.
     device: HashMap<usize, DeviceChooser>,
     /// The per-row device sampler (made at the first step that samples).
@@ -167,11 +168,12 @@ impl<'m> Engine<'m> {
         if req.opts.max_new_tokens == 0 {
             return Err(SubmitError::NoNewTokens);
         }
-        req.opts.params.processors()?;
+        let pipeline = req.opts.params.processors()?;
         if self.holds(req.id) {
             return Err(SubmitError::DuplicateId(req.id));
         }
-        self.waiting.push_back((model, req));
+        let on_device = running::chosen_on_device(&req.opts, &pipeline);
+        self.waiting.push_back((model, req, on_device));
         Ok(())
     }
 
@@ -180,13 +182,13 @@ impl<'m> Engine<'m> {
     }
 
     fn holds(&self, id: u64) -> bool {
-        self.waiting.iter().any(|(_, r)| r.id == id) || self.slots.iter().flatten().any(|r| r.id == id)
+        self.waiting.iter().any(|(_, r, _)| r.id == id) || self.slots.iter().flatten().any(|r| r.id == id)
     }
 
     /// Drops request `id`, queued or running; a running one's blocks go back to the pools now.
     /// Returns whether it was there.
     pub fn cancel(&mut self, id: u64) -> bool {
-        if let Some(at) = self.waiting.iter().position(|(_, r)| r.id == id) {
+        if let Some(at) = self.waiting.iter().position(|(_, r, _)| r.id == id) {
             self.waiting.remove(at);
             return true;
         }
