@@ -29,7 +29,7 @@ use vkformers_io::{HfTokenizer, IoError};
 
 /// Re-anchor the context once the decoded window holds more ids than this (each step decodes the
 /// whole window once; re-anchoring costs one decode more).
-const MAX_WINDOW: usize = 8;
+const MAX_WINDOW: usize = 4;
 
 /// How a tokenizer's text is streamed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
