@@ -201,6 +201,16 @@ def main() -> None:
         for key, name in [("prefill_forwards", "vkformers_prefill_forwards_total"),
                           ("host_sampled_rows", "vkformers_host_sampled_rows_total")]:
             report[key] = after.get(name, 0) - before.get(name, 0)
+        # The engine thread's time per step: the host's share (steps less the waits for the
+        # device) and, of it, the sink's (detokenizing, stop strings, sending tokens).
+        delta = {k: after.get(f"vkformers_engine_{k}", 0) - before.get(f"vkformers_engine_{k}", 0)
+                 for k in ["steps_total", "step_seconds_total", "sink_seconds_total", "device_wait_seconds_total"]}
+        if delta["steps_total"]:
+            per_step = lambda secs: 1e3 * secs / delta["steps_total"]
+            report["engine_steps"] = delta["steps_total"]
+            report["engine_step_ms"] = per_step(delta["step_seconds_total"])
+            report["engine_host_ms_per_step"] = per_step(delta["step_seconds_total"] - delta["device_wait_seconds_total"])
+            report["engine_sink_ms_per_step"] = per_step(delta["sink_seconds_total"])
         ok = True
         if args.soak:
             deadline = time.time() + 30

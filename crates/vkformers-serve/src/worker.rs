@@ -230,9 +230,21 @@ impl Loop<'_, '_> {
         if self.engine.is_idle() {
             return;
         }
-        let mut sink =
-            Reporter { requests: &mut self.requests, tok: self.tok, detok: self.detok, metrics: self.metrics };
-        if let Err(err) = self.engine.step(g, &mut sink) {
+        let start = Instant::now();
+        let mut sink = Reporter {
+            requests: &mut self.requests,
+            tok: self.tok,
+            detok: self.detok,
+            metrics: self.metrics,
+            nanos: 0,
+        };
+        let result = self.engine.step(g, &mut sink);
+        let m = self.metrics;
+        m.engine_sink_nanos.fetch_add(sink.nanos, Ordering::Relaxed);
+        m.engine_step_nanos.fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        m.engine_wait_nanos.store((self.engine.device_wait_secs() * 1e9) as u64, Ordering::Relaxed);
+        m.engine_steps.fetch_add(1, Ordering::Relaxed);
+        if let Err(err) = result {
             for (id, state) in std::mem::take(&mut self.requests) {
                 self.engine.cancel(id);
                 self.metrics.outstanding.fetch_sub(1, Ordering::Relaxed);
@@ -262,9 +274,19 @@ struct Reporter<'r, 'a> {
     tok: &'a HfTokenizer,
     detok: &'a Detokenizer<'a>,
     metrics: &'a Metrics,
+    /// Nanoseconds spent in the sink this step.
+    nanos: u64,
 }
 
 impl Reporter<'_, '_> {
+    /// Runs `f`, counting its time in `nanos`.
+    fn timed<T>(&mut self, f: impl FnOnce(&mut Self) -> T) -> T {
+        let start = Instant::now();
+        let out = f(self);
+        self.nanos += start.elapsed().as_nanos() as u64;
+        out
+    }
+
     fn logprob(&self, lp: &TokenLogprob) -> Logprob {
         let piece = |id: u32| self.tok.decode(&[id], false).unwrap_or_default();
         Logprob {
@@ -277,6 +299,16 @@ impl Reporter<'_, '_> {
 
 impl Sink for Reporter<'_, '_> {
     fn token(&mut self, id: u64, new: &[u32], logprob: Option<&TokenLogprob>) -> bool {
+        self.timed(|r| r.report_token(id, new, logprob))
+    }
+
+    fn finished(&mut self, id: u64, done: Finished) {
+        self.timed(|r| r.report_finished(id, done))
+    }
+}
+
+impl Reporter<'_, '_> {
+    fn report_token(&mut self, id: u64, new: &[u32], logprob: Option<&TokenLogprob>) -> bool {
         self.metrics.generated_tokens.fetch_add(1, Ordering::Relaxed);
         let logprob = logprob.map(|lp| self.logprob(lp));
         let Some(state) = self.requests.get_mut(&id) else { return true };
@@ -290,7 +322,7 @@ impl Sink for Reporter<'_, '_> {
         chunk.stop || state.gone
     }
 
-    fn finished(&mut self, id: u64, done: Finished) {
+    fn report_finished(&mut self, id: u64, done: Finished) {
         self.metrics.outstanding.fetch_sub(1, Ordering::Relaxed);
         let Some(mut state) = self.requests.remove(&id) else { return };
         let counter = if state.gone { &self.metrics.requests_cancelled } else { &self.metrics.requests_finished };

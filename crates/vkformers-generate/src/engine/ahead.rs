@@ -168,7 +168,7 @@ impl Engine<'_> {
             self.total.prefill_secs += start.elapsed().as_secs_f64();
             return Ok(());
         };
-        g.wait_submitted(prev.ticket)?;
+        self.wait_device(|| g.wait_submitted(prev.ticket))?;
         self.report(&prev, sink)?;
         // The step's time is the wait for `prev`: decode time when it decoded, else prefill time
         // (prefills riding with a decode are counted in the decode's time).
@@ -181,7 +181,7 @@ impl Engine<'_> {
         let ahead = self.ahead.as_mut().expect("made above");
         ahead.steps += 1;
         if ahead.flight.is_none() || ahead.steps.is_multiple_of(SYNC_EVERY) {
-            g.sync()?;
+            self.wait_device(|| g.sync())?;
         }
         Ok(())
     }
@@ -190,10 +190,26 @@ impl Engine<'_> {
     /// holds every token chosen (the synchronous step starts from there).
     pub(super) fn drain(&mut self, g: &Graph<'_>, sink: &mut dyn Sink) -> Result<(), DecodeError> {
         let Some(prev) = self.ahead.as_mut().and_then(|a| a.flight.take()) else { return Ok(()) };
-        g.wait_submitted(prev.ticket)?;
+        self.wait_device(|| g.wait_submitted(prev.ticket))?;
         self.report(&prev, sink)?;
-        g.sync()?;
+        self.wait_device(|| g.sync())?;
         Ok(())
+    }
+
+    /// Runs `wait` (the host blocked on the device), counting its time in
+    /// [`Engine::device_wait_secs`].
+    fn wait_device(&mut self, wait: impl FnOnce() -> Result<(), VkError>) -> Result<(), VkError> {
+        let start = Instant::now();
+        let out = wait();
+        self.device_wait += start.elapsed().as_secs_f64();
+        out
+    }
+
+    /// Seconds the lookahead steps spent blocked on the device (waiting for a step's batch, or a
+    /// full synchronisation): a step's wall time less this is the host's share, which the device
+    /// does not overlap when this stays near zero.
+    pub fn device_wait_secs(&self) -> f64 {
+        self.device_wait
     }
 
     /// Records one decode forward per model of every running row that wants another token, its

@@ -101,6 +101,8 @@ pub struct Engine<'m> {
     admission_hold: bool,
     /// Requests left waiting at the end of the last step (they have been held once already).
     held: usize,
+    /// Seconds the lookahead steps blocked on the device ([`Engine::device_wait_secs`]).
+    device_wait: f64,
 }
 
 impl<'m> Engine<'m> {
@@ -145,6 +147,7 @@ impl<'m> Engine<'m> {
             admissions: 0,
             admission_hold: schedule::hold_enabled(),
             held: 0,
+            device_wait: 0.0,
         })
     }
 
