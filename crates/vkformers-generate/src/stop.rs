@@ -70,6 +70,8 @@ pub struct TextStream {
     printed: usize,
     /// Bytes of `text` searched for stop strings (none found).
     searched: usize,
+    /// A stop string was found (window mode): nothing more is printed before `finish`.
+    stopped: bool,
 }
 
 impl TextStream {
@@ -97,6 +99,9 @@ impl TextStream {
     /// Window mode: `settled` joins the text; `tail` follows it for now (it is searched, never
     /// printed).
     fn append(&mut self, settled: &str, tail: &str, stops: &StopStrings) -> Chunk {
+        if self.stopped {
+            return Chunk { text: String::new(), stop: true };
+        }
         self.text.push_str(settled);
         // A stop string not found in `text[..searched]` ends after it: it starts at most the
         // longest stop's length, less one byte, before.
@@ -118,7 +123,8 @@ impl TextStream {
         };
         let text = if end > self.printed { self.text[self.printed..end].to_string() } else { String::new() };
         self.printed = self.printed.max(end);
-        Chunk { text, stop: found.is_some() }
+        self.stopped = found.is_some();
+        Chunk { text, stop: self.stopped }
     }
 
     /// The part of `text` (a whole decode) not printed yet and settled; with `done`, everything up

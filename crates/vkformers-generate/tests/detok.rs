@@ -313,6 +313,11 @@ fn split_characters_and_spanning_stops() {
     let stops = StopStrings::new(["e 你".to_string()]);
     let (stop, printed) = run_stream(&detok, &ids, &stops);
     assert_eq!((stop, printed.as_str()), (Some(5), "th"));
+    // Once stopped, a stream prints nothing more (whatever tokens still come).
+    let mut stream = TextStream::default();
+    let stopped: Vec<_> = (1..=ids.len()).map(|k| stream.push(&detok, &ids[..k], &stops).unwrap()).collect();
+    assert_eq!(stopped.iter().map(|c| c.stop).collect::<Vec<_>>(), [false, false, false, false, true, true]);
+    assert_eq!(stopped.iter().map(|c| c.text.as_str()).collect::<String>(), "th");
     // An invalid byte run decodes as one U+FFFD per byte, and only once closed.
     let bad = [id("▁a"), id("<0xE4>"), id("<0x41>"), id("b")];
     assert_eq!(run_stream(&detok, &bad, &none).1, "a\u{FFFD}\u{FFFD}b");
