@@ -48,10 +48,12 @@ pub struct Metrics {
     pub outstanding: AtomicUsize,
     /// The engine thread's steps and where their time went (nanoseconds): the whole steps, the
     /// sink inside them (detokenizing, stop strings, sending each token), and the lookahead's
-    /// waits for the device. Steps less waits is the host's share of a step.
+    /// recording, submissions and waits for the device (`engine::StepTimes`).
     pub engine_steps: AtomicU64,
     pub engine_step_nanos: AtomicU64,
     pub engine_sink_nanos: AtomicU64,
+    pub engine_record_nanos: AtomicU64,
+    pub engine_submit_nanos: AtomicU64,
     pub engine_wait_nanos: AtomicU64,
     ttft: Mutex<Histogram>,
     /// `(when, generated_tokens)` samples of the last `RATE_WINDOW`.
@@ -155,6 +157,16 @@ impl Metrics {
                 "vkformers_engine_sink_seconds_total",
                 "Seconds of engine steps spent detokenizing, searching stop strings and sending tokens.",
                 &self.engine_sink_nanos,
+            ),
+            (
+                "vkformers_engine_record_seconds_total",
+                "Seconds of engine steps spent recording forwards and choices.",
+                &self.engine_record_nanos,
+            ),
+            (
+                "vkformers_engine_submit_seconds_total",
+                "Seconds of engine steps spent in the driver's submission.",
+                &self.engine_submit_nanos,
             ),
             (
                 "vkformers_engine_device_wait_seconds_total",

@@ -242,7 +242,11 @@ impl Loop<'_, '_> {
         let m = self.metrics;
         m.engine_sink_nanos.fetch_add(sink.nanos, Ordering::Relaxed);
         m.engine_step_nanos.fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        m.engine_wait_nanos.store((self.engine.device_wait_secs() * 1e9) as u64, Ordering::Relaxed);
+        let times = self.engine.step_times();
+        let nanos = |secs: f64| (secs * 1e9) as u64;
+        m.engine_record_nanos.store(nanos(times.record_secs), Ordering::Relaxed);
+        m.engine_submit_nanos.store(nanos(times.submit_secs), Ordering::Relaxed);
+        m.engine_wait_nanos.store(nanos(times.wait_secs), Ordering::Relaxed);
         m.engine_steps.fetch_add(1, Ordering::Relaxed);
         if let Err(err) = result {
             for (id, state) in std::mem::take(&mut self.requests) {

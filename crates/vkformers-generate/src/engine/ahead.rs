@@ -34,7 +34,7 @@ use vkformers_models::decoder::{forward_cached_last_ids, Batch};
 use vkformers_tensor::{Graph, Tensor};
 use vkformers_vk::{Buffer, BufferKind, BufferView, VkError};
 
-use super::{Engine, Sink};
+use super::{Engine, Sink, StepTimes};
 use crate::decode::DecodeError;
 use crate::prefill_plan::{prefill_groups, MAX_PREFILL_TOKENS};
 use crate::row_choice::{chosen_row, RowChooser};
@@ -146,6 +146,7 @@ impl Engine<'_> {
             let logits = self.prefill_logits(g, &group)?;
             self.record_choice(g, &logits, &group, set, true, &mut choices)?;
         }
+        self.host_times.record_secs += start.elapsed().as_secs_f64();
         let ahead = self.ahead.as_mut().expect("made above");
         if !choices.is_empty() {
             let (n, cap) = (choices.len(), ahead.cap);
@@ -159,7 +160,9 @@ impl Engine<'_> {
                 let (at, len) = ((cap * 4) as u64, (n * LOGPROB_WORDS * 4) as u64);
                 rec.copy(device.slice(at, len), host.slice(at, len))
             })?;
+            let submit = Instant::now();
             ahead.flight = Some(Flight { set, ticket: g.flush_ticket()?, choices });
+            self.host_times.submit_secs += submit.elapsed().as_secs_f64();
             ahead.next = 1 - set;
             ahead.recorded += 1;
         }
@@ -201,15 +204,13 @@ impl Engine<'_> {
     fn wait_device(&mut self, wait: impl FnOnce() -> Result<(), VkError>) -> Result<(), VkError> {
         let start = Instant::now();
         let out = wait();
-        self.device_wait += start.elapsed().as_secs_f64();
+        self.host_times.wait_secs += start.elapsed().as_secs_f64();
         out
     }
 
-    /// Seconds the lookahead steps spent blocked on the device (waiting for a step's batch, or a
-    /// full synchronisation): a step's wall time less this is the host's share, which the device
-    /// does not overlap when this stays near zero.
-    pub fn device_wait_secs(&self) -> f64 {
-        self.device_wait
+    /// Where the lookahead steps' time went so far (see [`StepTimes`]).
+    pub fn step_times(&self) -> StepTimes {
+        self.host_times
     }
 
     /// Records one decode forward per model of every running row that wants another token, its

@@ -101,8 +101,23 @@ pub struct Engine<'m> {
     admission_hold: bool,
     /// Requests left waiting at the end of the last step (they have been held once already).
     held: usize,
-    /// Seconds the lookahead steps blocked on the device ([`Engine::device_wait_secs`]).
-    device_wait: f64,
+    /// Where the lookahead steps' time went ([`Engine::step_times`]).
+    host_times: StepTimes,
+}
+
+/// Seconds of the engine's lookahead steps so far, by what the engine thread was doing: the host's
+/// own work is `record_secs` (and the sink's, which the caller times); `submit_secs` is the
+/// driver's submission, near zero on a GPU (lavapipe runs the whole batch inside it); `wait_secs`
+/// is the host blocked on the device, which is near zero when the host is the bottleneck (the
+/// device idles between steps).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StepTimes {
+    /// Recording the step's forwards and choices (the graph built, kernels recorded).
+    pub record_secs: f64,
+    /// Submitting the recorded batch.
+    pub submit_secs: f64,
+    /// Waiting for the previous step's batch, and the periodic full synchronisations.
+    pub wait_secs: f64,
 }
 
 impl<'m> Engine<'m> {
@@ -147,7 +162,7 @@ impl<'m> Engine<'m> {
             admissions: 0,
             admission_hold: schedule::hold_enabled(),
             held: 0,
-            device_wait: 0.0,
+            host_times: StepTimes::default(),
         })
     }
 
