@@ -71,6 +71,9 @@ pub struct DetokStream {
     read: usize,
     /// `decode(ids[prefix..read])`.
     context: String,
+    /// The context's text changed with later ids (a decoder less local than its configuration
+    /// says): this stream decodes every id from then on.
+    whole: bool,
 }
 
 impl<'t> Detokenizer<'t> {
@@ -117,11 +120,13 @@ impl<'t> Detokenizer<'t> {
         let DetokMode::Window { byte_fallback } = self.mode else {
             return Ok(Decoded::Whole(self.decode(ids)?));
         };
+        if stream.whole {
+            return Ok(Decoded::Whole(self.decode(ids)?));
+        }
         let text = self.decode(&ids[stream.prefix..])?;
-        // A context whose text changed with the new ids: hold everything (the finished request's
-        // full decode settles it).
         let Some(new) = text.strip_prefix(stream.context.as_str()) else {
-            return Ok(Decoded::Append { settled: String::new(), tail: String::new() });
+            stream.whole = true;
+            return Ok(Decoded::Whole(self.decode(ids)?));
         };
         let held = new.is_empty() || new.ends_with('\u{FFFD}') || (byte_fallback && self.ends_in_byte(ids));
         if held {

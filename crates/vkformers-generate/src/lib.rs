@@ -2,7 +2,8 @@
 //! - [`generation::generate`]: a batch of prompts, left-padded, prefilled once, then one token per
 //!   row per step against the KV cache on the device (`vkformers_models::decoder::KvCache`: position
 //!   ids from the mask, rolling sliding-window layers, LongRoPE's switch), with EOS ids, a per-token
-//!   callback (streaming, stop strings: [`stop`]) and timings; [`generation::generate_cached`]
+//!   callback (streaming, stop strings: [`stop`], each token decoding a few recent ids: [`detok`])
+//!   and timings; [`generation::generate_cached`]
 //!   continues an existing cache (chat turns); [`config`] reads `generation_config.json`;
 //! - [`engine::Engine`]: the step-wise batching engine over the paged KV cache (requests join and
 //!   leave the running batch at every decode step; a finished or cancelled request's blocks go

@@ -64,13 +64,14 @@ pub struct Chunk {
 #[derive(Debug, Default)]
 pub struct TextStream {
     detok: DetokStream,
-    /// The settled text so far (window mode), or the last full decode (full mode).
+    /// The settled text so far (window mode), or the last full decode (full mode, and a window
+    /// stream fallen back to it).
     text: String,
     /// Bytes of `text` printed.
     printed: usize,
     /// Bytes of `text` searched for stop strings (none found).
     searched: usize,
-    /// A stop string was found (window mode): nothing more is printed before `finish`.
+    /// A stop string was found: nothing more is printed before `finish`.
     stopped: bool,
 }
 
@@ -79,14 +80,19 @@ impl TextStream {
     /// and settled (no stop string, and text after one is never printed; no possible start of one
     /// at the end; no incomplete character), and whether a stop string occurs in the text.
     pub fn push(&mut self, detok: &Detokenizer<'_>, ids: &[u32], stops: &StopStrings) -> Result<Chunk, IoError> {
-        Ok(match detok.step(&mut self.detok, ids)? {
+        if self.stopped {
+            return Ok(Chunk { text: String::new(), stop: true });
+        }
+        let chunk = match detok.step(&mut self.detok, ids)? {
             Decoded::Append { settled, tail } => self.append(&settled, &tail, stops),
             Decoded::Whole(text) => {
                 self.text = text;
                 let stop = stops.find(&self.text).is_some();
                 Chunk { text: self.next_whole(stops, false), stop }
             }
-        })
+        };
+        self.stopped = chunk.stop;
+        Ok(chunk)
     }
 
     /// The rest of the row's text once it finished: `text` (the full decode of every token) cut
@@ -99,9 +105,6 @@ impl TextStream {
     /// Window mode: `settled` joins the text; `tail` follows it for now (it is searched, never
     /// printed).
     fn append(&mut self, settled: &str, tail: &str, stops: &StopStrings) -> Chunk {
-        if self.stopped {
-            return Chunk { text: String::new(), stop: true };
-        }
         self.text.push_str(settled);
         // A stop string not found in `text[..searched]` ends after it: it starts at most the
         // longest stop's length, less one byte, before.
@@ -123,8 +126,7 @@ impl TextStream {
         };
         let text = if end > self.printed { self.text[self.printed..end].to_string() } else { String::new() };
         self.printed = self.printed.max(end);
-        self.stopped = found.is_some();
-        Chunk { text, stop: self.stopped }
+        Chunk { text, stop: found.is_some() }
     }
 
     /// The part of `text` (a whole decode) not printed yet and settled; with `done`, everything up

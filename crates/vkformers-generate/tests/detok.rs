@@ -335,3 +335,33 @@ fn split_characters_and_spanning_stops() {
     }
     assert_eq!(printed.concat(), bl.decode(&ids, true).unwrap());
 }
+
+/// A stream over a decoder less local than the window assumes (here forced to the window: a
+/// Replace across tokens after the fuse) notices its context's text changing and decodes every id
+/// from then on: it still stops at the token the full decode stops at.
+#[test]
+fn a_stream_whose_context_changes_falls_back_to_the_full_decode() {
+    let replace_across = json!({"type": "Sequence", "decoders": [
+        {"type": "Fuse"},
+        {"type": "Replace", "pattern": {"String": "ab"}, "content": "X"}]});
+    let tok = word_level(replace_across);
+    assert_eq!(mode_of(&tok), DetokMode::Full);
+    let window = Detokenizer::with_mode(&tok, DetokMode::Window { byte_fallback: false });
+    let full = Detokenizer::with_mode(&tok, DetokMode::Full);
+    let mut rng = Rng::new(5);
+    let mut fell_back = 0;
+    for ids in id_sequences(&tok, &mut rng, 300) {
+        let text = full.decode(&ids).expect("decode");
+        for stops in stop_sets(&text, &mut rng) {
+            assert_eq!(
+                run_stream(&window, &ids, &stops).0,
+                run_stream(&full, &ids, &stops).0,
+                "ids {ids:?}, {stops:?}"
+            );
+        }
+        let mut stream = DetokStream::default();
+        let whole = (1..=ids.len()).any(|k| matches!(window.step(&mut stream, &ids[..k]), Ok(Decoded::Whole(_))));
+        fell_back += usize::from(whole);
+    }
+    assert!(fell_back > 50, "only {fell_back} streams fell back");
+}
