@@ -201,6 +201,16 @@ def main() -> None:
         for key, name in [("prefill_forwards", "vkformers_prefill_forwards_total"),
                           ("host_sampled_rows", "vkformers_host_sampled_rows_total")]:
             report[key] = after.get(name, 0) - before.get(name, 0)
+        # The engine thread's ms per step: recording the forwards (host), the driver's submission,
+        # waiting for the device (near 0: the host is the bottleneck), and the sink (host:
+        # detokenizing, stop strings, sending tokens).
+        parts = ["steps", "step_seconds", "record_seconds", "submit_seconds", "device_wait_seconds", "sink_seconds"]
+        delta = {k: after.get(f"vkformers_engine_{k}_total", 0) - before.get(f"vkformers_engine_{k}_total", 0)
+                 for k in parts}
+        if delta["steps"]:
+            report["engine_steps"] = delta["steps"]
+            for k in parts[1:]:
+                report[f"engine_{k.removesuffix('_seconds')}_ms_per_step"] = 1e3 * delta[k] / delta["steps"]
         ok = True
         if args.soak:
             deadline = time.time() + 30

@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use vkformers_chat::Message;
 use vkformers_generate::config::GenerationDefaults;
+use vkformers_generate::detok::Detokenizer;
 use vkformers_generate::generation::{generate_cached, Context as History, GenerateOptions, Timings};
 use vkformers_generate::stop::{StopStrings, TextStream};
 use vkformers_io::HfTokenizer;
@@ -108,17 +109,21 @@ fn stream_reply(
     out: &mut dyn std::io::Write,
 ) -> anyhow::Result<(Vec<u32>, String, Timings)> {
     let stops = StopStrings::new(stop.iter().cloned());
+    let detok = Detokenizer::new(tok);
     let mut stream = TextStream::default();
     let mut error = None;
     let history = History { history: vec![ids.to_vec()], masks: vec![vec![1; ids.len()]] };
     let gen = generate_cached(g, model, cache, history, opts, &mut |_, new| {
         let mut step = || -> anyhow::Result<bool> {
-            let text = tok.decode(new, true)?;
-            let stopped = stops.find(&text).is_some();
-            let done = stopped || new.last().is_some_and(|t| opts.eos.contains(t)) || new.len() == opts.max_new_tokens;
-            write!(out, "{}", stream.next_chunk(&text, &stops, done))?;
+            let chunk = stream.push(&detok, new, &stops)?;
+            write!(out, "{}", chunk.text)?;
+            let done =
+                chunk.stop || new.last().is_some_and(|t| opts.eos.contains(t)) || new.len() == opts.max_new_tokens;
+            if done {
+                write!(out, "{}", stream.finish(&detok.decode(new)?, &stops))?;
+            }
             out.flush()?;
-            Ok(stopped)
+            Ok(chunk.stop)
         };
         step().unwrap_or_else(|e| {
             error.get_or_insert(e);

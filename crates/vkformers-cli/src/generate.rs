@@ -17,8 +17,9 @@ use anyhow::{bail, Context as _};
 use serde_json::json;
 use vkformers_chat::Message;
 use vkformers_generate::config::GenerationDefaults;
+use vkformers_generate::detok::Detokenizer;
 use vkformers_generate::generation::{generate, GenerateOptions, Generation};
-use vkformers_generate::stop::{StopStrings, TextStream};
+use vkformers_generate::stop::{Chunk, StopStrings, TextStream};
 use vkformers_io::HfTokenizer;
 use vkformers_tensor::Graph;
 use vkformers_vk::{Context, DeviceSelector};
@@ -282,13 +283,13 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     args.profile.start(&g);
     let stream = !args.json && prompts.len() == 1 && tok.is_some();
     let mut printer = Printer {
-        tok: tok.as_ref(),
+        detok: tok.as_ref().map(Detokenizer::new),
         stops: &stops,
         eos: &opts.eos,
         max_new: opts.max_new_tokens,
         stream,
         print_rows: !args.json && !stream,
-        text: TextStream::default(),
+        texts: (0..prompts.len()).map(|_| TextStream::default()).collect(),
         error: None,
     };
     // With --profile, the prefill's kernels (up to every row's first token) get a table of their
@@ -334,13 +335,14 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
 
 /// Streams or prints rows as tokens arrive, and spots stop strings.
 struct Printer<'a> {
-    tok: Option<&'a HfTokenizer>,
+    detok: Option<Detokenizer<'a>>,
     stops: &'a StopStrings,
     eos: &'a [u32],
     max_new: usize,
     stream: bool,
     print_rows: bool,
-    text: TextStream,
+    /// Per row: its text so far (new ids decoded a few at a time, stops searched in the new text).
+    texts: Vec<TextStream>,
     error: Option<anyhow::Error>,
 }
 
@@ -357,18 +359,24 @@ impl Printer<'_> {
     }
 
     fn step(&mut self, row: usize, ids: &[u32]) -> anyhow::Result<bool> {
-        let Some(tok) = self.tok else { return Ok(false) };
-        let text = tok.decode(ids, true)?;
-        let stop = self.stops.find(&text).is_some();
-        let done = stop || ids.last().is_some_and(|t| self.eos.contains(t)) || ids.len() == self.max_new;
+        let Some(detok) = &self.detok else { return Ok(false) };
+        // Without streaming or stop strings the text is needed only once the row is done.
+        let chunk = match self.texts.get_mut(row) {
+            Some(text) if self.stream || !self.stops.is_empty() => text.push(detok, ids, self.stops)?,
+            _ => Chunk::default(),
+        };
+        let done = chunk.stop || ids.last().is_some_and(|t| self.eos.contains(t)) || ids.len() == self.max_new;
         if self.stream {
             let mut out = std::io::stdout().lock();
-            write!(out, "{}", self.text.next_chunk(&text, self.stops, done))?;
+            write!(out, "{}", chunk.text)?;
+            if let (true, Some(text)) = (done, self.texts.get_mut(row)) {
+                write!(out, "{}", text.finish(&detok.decode(ids)?, self.stops))?;
+            }
             out.flush()?;
         } else if self.print_rows && done {
-            println!("[{row}] {}", self.stops.trim(&text));
+            println!("[{row}] {}", self.stops.trim(&detok.decode(ids)?));
         }
-        Ok(stop)
+        Ok(chunk.stop)
     }
 }
 

@@ -2,9 +2,10 @@
 //! - [`generation::generate`]: a batch of prompts, left-padded, prefilled once, then one token per
 //!   row per step against the KV cache on the device (`vkformers_models::decoder::KvCache`: position
 //!   ids from the mask, rolling sliding-window layers, LongRoPE's switch), with EOS ids, a per-token
-//!   callback (streaming, stop strings: [`stop`]) and timings; [`generation::generate_cached`]
-//!   continues an existing cache (chat turns); both run the device one step ahead of the host
-//!   (`lookahead`); [`config`] reads `generation_config.json`;
+//!   callback (streaming, stop strings: [`stop`], each token decoding a few recent ids: [`detok`])
+//!   and timings; [`generation::generate_cached`] continues an existing cache (chat turns); both
+//!   run the device one step ahead of the host (`lookahead`); [`config`] reads
+//!   `generation_config.json`;
 //! - [`engine::Engine`]: the step-wise batching engine over the paged KV cache (requests join and
 //!   leave the running batch at every decode step; a finished or cancelled request's blocks go
 //!   back at once; a base and LoRA adapters of it in one engine; requests admitted together
@@ -40,6 +41,7 @@ pub mod config;
 pub mod continuous;
 pub mod decode;
 pub mod decoder_beam;
+pub mod detok;
 pub mod device_choice;
 pub mod engine;
 mod error;

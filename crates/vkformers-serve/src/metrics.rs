@@ -46,6 +46,15 @@ pub struct Metrics {
     /// Requests accepted and not yet finished or cancelled (queued or running): the handlers
     /// admit a request only while this stays within `max_batch + max_queue`.
     pub outstanding: AtomicUsize,
+    /// The engine thread's steps and where their time went (nanoseconds): the whole steps, the
+    /// sink inside them (detokenizing, stop strings, sending each token), and the lookahead's
+    /// recording, submissions and waits for the device (`engine::StepTimes`).
+    pub engine_steps: AtomicU64,
+    pub engine_step_nanos: AtomicU64,
+    pub engine_sink_nanos: AtomicU64,
+    pub engine_record_nanos: AtomicU64,
+    pub engine_submit_nanos: AtomicU64,
+    pub engine_wait_nanos: AtomicU64,
     ttft: Mutex<Histogram>,
     /// `(when, generated_tokens)` samples of the last `RATE_WINDOW`.
     rate: Mutex<VecDeque<(Instant, u64)>>,
@@ -133,8 +142,42 @@ impl Metrics {
         for (name, help, v) in counters {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}", v.load(Ordering::Relaxed));
         }
+        self.render_engine_time(&mut out);
         self.render_ttft(&mut out);
         out
+    }
+
+    fn render_engine_time(&self, out: &mut String) {
+        let steps = "vkformers_engine_steps_total";
+        let n = self.engine_steps.load(Ordering::Relaxed);
+        let _ = writeln!(out, "# HELP {steps} Engine steps run.\n# TYPE {steps} counter\n{steps} {n}");
+        let seconds = [
+            ("vkformers_engine_step_seconds_total", "Seconds in engine steps.", &self.engine_step_nanos),
+            (
+                "vkformers_engine_sink_seconds_total",
+                "Seconds of engine steps spent detokenizing, searching stop strings and sending tokens.",
+                &self.engine_sink_nanos,
+            ),
+            (
+                "vkformers_engine_record_seconds_total",
+                "Seconds of engine steps spent recording forwards and choices.",
+                &self.engine_record_nanos,
+            ),
+            (
+                "vkformers_engine_submit_seconds_total",
+                "Seconds of engine steps spent in the driver's submission.",
+                &self.engine_submit_nanos,
+            ),
+            (
+                "vkformers_engine_device_wait_seconds_total",
+                "Seconds of engine steps spent waiting for the device.",
+                &self.engine_wait_nanos,
+            ),
+        ];
+        for (name, help, v) in seconds {
+            let secs = v.load(Ordering::Relaxed) as f64 * 1e-9;
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {secs}");
+        }
     }
 
     fn render_ttft(&self, out: &mut String) {
@@ -168,6 +211,9 @@ mod tests {
         assert!(text.contains("vkformers_kv_blocks_in_use 3\n"), "{text}");
         assert!(text.contains("vkformers_time_to_first_token_seconds_bucket{le=\"0.05\"} 1\n"), "{text}");
         assert!(text.contains("vkformers_time_to_first_token_seconds_count 2\n"), "{text}");
+        m.engine_step_nanos.store(1_500_000_000, Ordering::Relaxed);
+        let text = m.render();
+        assert!(text.contains("vkformers_engine_step_seconds_total 1.5\n"), "{text}");
         for name in ["vkformers_queue_depth", "vkformers_running_requests", "vkformers_tokens_per_second"] {
             assert!(text.contains(&format!("# TYPE {name} gauge")), "{name}");
         }

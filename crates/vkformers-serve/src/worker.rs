@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use tokio::sync::mpsc::UnboundedSender;
+use vkformers_generate::detok::Detokenizer;
 use vkformers_generate::engine::{Engine, Finished, Request, Sink};
 use vkformers_generate::stop::{StopStrings, TextStream};
 use vkformers_generate::TokenLogprob;
@@ -122,7 +123,9 @@ fn run(setup: Setup, commands: Receiver<Command>, ready: Sender<Result<usize, St
         Err(e) => return drop(ready.send(Err(format!("creating the KV cache: {e}")))),
     };
     let _ = ready.send(Ok(models.first().map_or(0, |m| m.spec.vocab)));
-    let mut loop_state = Loop { engine, requests: HashMap::new(), tok: &setup.tokenizer, metrics: &setup.metrics };
+    let detok = Detokenizer::new(&setup.tokenizer);
+    let mut loop_state =
+        Loop { engine, requests: HashMap::new(), tok: &setup.tokenizer, detok: &detok, metrics: &setup.metrics };
     loop_state.serve(&g, &commands);
 }
 
@@ -161,6 +164,7 @@ struct Loop<'m, 'a> {
     engine: Engine<'m>,
     requests: HashMap<u64, State>,
     tok: &'a HfTokenizer,
+    detok: &'a Detokenizer<'a>,
     metrics: &'a Metrics,
 }
 
@@ -226,8 +230,25 @@ impl Loop<'_, '_> {
         if self.engine.is_idle() {
             return;
         }
-        let mut sink = Reporter { requests: &mut self.requests, tok: self.tok, metrics: self.metrics };
-        if let Err(err) = self.engine.step(g, &mut sink) {
+        let start = Instant::now();
+        let mut sink = Reporter {
+            requests: &mut self.requests,
+            tok: self.tok,
+            detok: self.detok,
+            metrics: self.metrics,
+            nanos: 0,
+        };
+        let result = self.engine.step(g, &mut sink);
+        let m = self.metrics;
+        m.engine_sink_nanos.fetch_add(sink.nanos, Ordering::Relaxed);
+        m.engine_step_nanos.fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        let times = self.engine.step_times();
+        let nanos = |secs: f64| (secs * 1e9) as u64;
+        m.engine_record_nanos.store(nanos(times.record_secs), Ordering::Relaxed);
+        m.engine_submit_nanos.store(nanos(times.submit_secs), Ordering::Relaxed);
+        m.engine_wait_nanos.store(nanos(times.wait_secs), Ordering::Relaxed);
+        m.engine_steps.fetch_add(1, Ordering::Relaxed);
+        if let Err(err) = result {
             for (id, state) in std::mem::take(&mut self.requests) {
                 self.engine.cancel(id);
                 self.metrics.outstanding.fetch_sub(1, Ordering::Relaxed);
@@ -250,16 +271,24 @@ impl Loop<'_, '_> {
     }
 }
 
-/// The engine's sink: decodes each request's text, spots stop strings, sends updates.
+/// The engine's sink: decodes each request's new text (a few ids a token, `detok`), spots stop
+/// strings in it, sends updates.
 struct Reporter<'r, 'a> {
     requests: &'r mut HashMap<u64, State>,
     tok: &'a HfTokenizer,
+    detok: &'a Detokenizer<'a>,
     metrics: &'a Metrics,
+    /// Nanoseconds spent in the sink this step.
+    nanos: u64,
 }
 
 impl Reporter<'_, '_> {
-    fn text(&self, ids: &[u32]) -> String {
-        self.tok.decode(ids, true).unwrap_or_default()
+    /// Runs `f`, counting its time in `nanos`.
+    fn timed<T>(&mut self, f: impl FnOnce(&mut Self) -> T) -> T {
+        let start = Instant::now();
+        let out = f(self);
+        self.nanos += start.elapsed().as_nanos() as u64;
+        out
     }
 
     fn logprob(&self, lp: &TokenLogprob) -> Logprob {
@@ -274,26 +303,36 @@ impl Reporter<'_, '_> {
 
 impl Sink for Reporter<'_, '_> {
     fn token(&mut self, id: u64, new: &[u32], logprob: Option<&TokenLogprob>) -> bool {
+        self.timed(|r| r.report_token(id, new, logprob))
+    }
+
+    fn finished(&mut self, id: u64, done: Finished) {
+        self.timed(|r| r.report_finished(id, done))
+    }
+}
+
+impl Reporter<'_, '_> {
+    fn report_token(&mut self, id: u64, new: &[u32], logprob: Option<&TokenLogprob>) -> bool {
         self.metrics.generated_tokens.fetch_add(1, Ordering::Relaxed);
-        let text = self.text(new);
         let logprob = logprob.map(|lp| self.logprob(lp));
         let Some(state) = self.requests.get_mut(&id) else { return true };
         if !std::mem::replace(&mut state.first_token, true) {
             self.metrics.observe_ttft(state.received.elapsed().as_secs_f64());
         }
-        let chunk = state.stream.next_chunk(&text, &state.stops, false);
-        state.gone = state.events.send(Update::Token { index: state.index, text: chunk, logprob }).is_err();
+        // A decode error prints nothing more (the finished text is decoded again in full).
+        let chunk = state.stream.push(self.detok, new, &state.stops).unwrap_or_default();
+        state.gone = state.events.send(Update::Token { index: state.index, text: chunk.text, logprob }).is_err();
         // A stop string ends it; so does a client that went away (its blocks free now).
-        state.stops.find(&text).is_some() || state.gone
+        chunk.stop || state.gone
     }
 
-    fn finished(&mut self, id: u64, done: Finished) {
+    fn report_finished(&mut self, id: u64, done: Finished) {
         self.metrics.outstanding.fetch_sub(1, Ordering::Relaxed);
         let Some(mut state) = self.requests.remove(&id) else { return };
         let counter = if state.gone { &self.metrics.requests_cancelled } else { &self.metrics.requests_finished };
         counter.fetch_add(1, Ordering::Relaxed);
-        let text = self.text(&done.tokens);
-        let tail = state.stream.next_chunk(&text, &state.stops, true);
+        let text = self.detok.decode(&done.tokens).unwrap_or_default();
+        let tail = state.stream.finish(&text, &state.stops);
         let _ = state.events.send(Update::Done {
             index: state.index,
             tail,

@@ -34,7 +34,7 @@ use vkformers_models::decoder::{forward_cached_last_ids, Batch};
 use vkformers_tensor::{Graph, Tensor};
 use vkformers_vk::{Buffer, BufferKind, BufferView, VkError};
 
-use super::{Engine, Sink};
+use super::{Engine, Sink, StepTimes};
 use crate::decode::DecodeError;
 use crate::prefill_plan::{prefill_groups, MAX_PREFILL_TOKENS};
 use crate::row_choice::{chosen_row, RowChooser};
@@ -111,15 +111,11 @@ impl Engine<'_> {
     /// Whether this step runs ahead (see the module).
     pub(super) fn runs_ahead(&self) -> bool {
         let longrope = self.spec().layers.iter().any(|l| l.attn.rope.as_ref().is_some_and(|r| r.long.is_some()));
-        let waiting_on_device = self
-            .waiting
-            .iter()
-            .all(|(_, r)| r.opts.params.processors().is_ok_and(|p| super::running::chosen_on_device(&r.opts, &p)));
         self.lookahead
             && !self.host_sampling
             && !longrope
-            && self.slots.iter().flatten().all(|r| r.on_device())
-            && waiting_on_device
+            && self.slots.iter().flatten().all(|r| r.on_device)
+            && self.waiting.iter().all(|&(_, _, on_device)| on_device)
     }
 
     /// One lookahead step (see the module); on an error nothing stays in flight for the host.
@@ -150,6 +146,7 @@ impl Engine<'_> {
             let logits = self.prefill_logits(g, &group)?;
             self.record_choice(g, &logits, &group, set, true, &mut choices)?;
         }
+        self.host_times.record_secs += start.elapsed().as_secs_f64();
         let ahead = self.ahead.as_mut().expect("made above");
         if !choices.is_empty() {
             let (n, cap) = (choices.len(), ahead.cap);
@@ -163,7 +160,9 @@ impl Engine<'_> {
                 let (at, len) = ((cap * 4) as u64, (n * LOGPROB_WORDS * 4) as u64);
                 rec.copy(device.slice(at, len), host.slice(at, len))
             })?;
+            let submit = Instant::now();
             ahead.flight = Some(Flight { set, ticket: g.flush_ticket()?, choices });
+            self.host_times.submit_secs += submit.elapsed().as_secs_f64();
             ahead.next = 1 - set;
             ahead.recorded += 1;
         }
@@ -172,7 +171,7 @@ impl Engine<'_> {
             self.total.prefill_secs += start.elapsed().as_secs_f64();
             return Ok(());
         };
-        g.wait_submitted(prev.ticket)?;
+        self.wait_device(|| g.wait_submitted(prev.ticket))?;
         self.report(&prev, sink)?;
         // The step's time is the wait for `prev`: decode time when it decoded, else prefill time
         // (prefills riding with a decode are counted in the decode's time).
@@ -185,7 +184,7 @@ impl Engine<'_> {
         let ahead = self.ahead.as_mut().expect("made above");
         ahead.steps += 1;
         if ahead.flight.is_none() || ahead.steps.is_multiple_of(SYNC_EVERY) {
-            g.sync()?;
+            self.wait_device(|| g.sync())?;
         }
         Ok(())
     }
@@ -194,10 +193,24 @@ impl Engine<'_> {
     /// holds every token chosen (the synchronous step starts from there).
     pub(super) fn drain(&mut self, g: &Graph<'_>, sink: &mut dyn Sink) -> Result<(), DecodeError> {
         let Some(prev) = self.ahead.as_mut().and_then(|a| a.flight.take()) else { return Ok(()) };
-        g.wait_submitted(prev.ticket)?;
+        self.wait_device(|| g.wait_submitted(prev.ticket))?;
         self.report(&prev, sink)?;
-        g.sync()?;
+        self.wait_device(|| g.sync())?;
         Ok(())
+    }
+
+    /// Runs `wait` (the host blocked on the device), counting its time in
+    /// [`Engine::device_wait_secs`].
+    fn wait_device(&mut self, wait: impl FnOnce() -> Result<(), VkError>) -> Result<(), VkError> {
+        let start = Instant::now();
+        let out = wait();
+        self.host_times.wait_secs += start.elapsed().as_secs_f64();
+        out
+    }
+
+    /// Where the lookahead steps' time went so far (see [`StepTimes`]).
+    pub fn step_times(&self) -> StepTimes {
+        self.host_times
     }
 
     /// Records one decode forward per model of every running row that wants another token, its

@@ -71,8 +71,9 @@ pub struct Engine<'m> {
     models: Vec<&'m Model>,
     cache: KvCache,
     slots: Vec<Option<Running>>,
-    /// Waiting requests with their model.
-    waiting: VecDeque<(usize, Request)>,
+    /// Waiting requests with their model, and whether every choice of theirs is made on the
+    /// device (decided once, at submission: the lookahead step asks it of every waiting request).
+    waiting: VecDeque<(usize, Request, bool)>,
     /// Device greedy choosers by batch size.
     device: HashMap<usize, DeviceChooser>,
     /// The per-row device sampler (made at the first step that samples).
@@ -100,6 +101,23 @@ pub struct Engine<'m> {
     admission_hold: bool,
     /// Requests left waiting at the end of the last step (they have been held once already).
     held: usize,
+    /// Where the lookahead steps' time went ([`Engine::step_times`]).
+    host_times: StepTimes,
+}
+
+/// Seconds of the engine's lookahead steps so far, by what the engine thread was doing: the host's
+/// own work is `record_secs` (and the sink's, which the caller times); `submit_secs` is the
+/// driver's submission, near zero on a GPU (lavapipe runs the whole batch inside it); `wait_secs`
+/// is the host blocked on the device, which is near zero when the host is the bottleneck (the
+/// device idles between steps).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StepTimes {
+    /// Recording the step's forwards and choices (the graph built, kernels recorded).
+    pub record_secs: f64,
+    /// Submitting the recorded batch.
+    pub submit_secs: f64,
+    /// Waiting for the previous step's batch, and the periodic full synchronisations.
+    pub wait_secs: f64,
 }
 
 impl<'m> Engine<'m> {
@@ -144,6 +162,7 @@ impl<'m> Engine<'m> {
             admissions: 0,
             admission_hold: schedule::hold_enabled(),
             held: 0,
+            host_times: StepTimes::default(),
         })
     }
 
@@ -167,11 +186,12 @@ impl<'m> Engine<'m> {
         if req.opts.max_new_tokens == 0 {
             return Err(SubmitError::NoNewTokens);
         }
-        req.opts.params.processors()?;
+        let pipeline = req.opts.params.processors()?;
         if self.holds(req.id) {
             return Err(SubmitError::DuplicateId(req.id));
         }
-        self.waiting.push_back((model, req));
+        let on_device = running::chosen_on_device(&req.opts, &pipeline);
+        self.waiting.push_back((model, req, on_device));
         Ok(())
     }
 
@@ -180,13 +200,13 @@ impl<'m> Engine<'m> {
     }
 
     fn holds(&self, id: u64) -> bool {
-        self.waiting.iter().any(|(_, r)| r.id == id) || self.slots.iter().flatten().any(|r| r.id == id)
+        self.waiting.iter().any(|(_, r, _)| r.id == id) || self.slots.iter().flatten().any(|r| r.id == id)
     }
 
     /// Drops request `id`, queued or running; a running one's blocks go back to the pools now.
     /// Returns whether it was there.
     pub fn cancel(&mut self, id: u64) -> bool {
-        if let Some(at) = self.waiting.iter().position(|(_, r)| r.id == id) {
+        if let Some(at) = self.waiting.iter().position(|(_, r, _)| r.id == id) {
             self.waiting.remove(at);
             return true;
         }

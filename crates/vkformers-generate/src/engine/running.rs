@@ -31,12 +31,15 @@ pub(super) struct Running {
     pub(super) serial: u64,
     /// Its choices recorded on the device and not yet read (0 or 1: the lookahead step in flight).
     pub(super) pending: usize,
+    /// Every token of it is chosen on the device (the lookahead steps need it; asked every step).
+    pub(super) on_device: bool,
 }
 
 impl Running {
     /// A request admitted to a slot: its processors built.
     pub(super) fn new(model: usize, req: Request, serial: u64) -> Result<Self, DecodeError> {
         let pipeline = req.opts.params.processors()?;
+        let on_device = chosen_on_device(&req.opts, &pipeline);
         Ok(Running {
             id: req.id,
             model,
@@ -49,6 +52,7 @@ impl Running {
             admitted: Instant::now(),
             serial,
             pending: 0,
+            on_device,
         })
     }
 
@@ -71,11 +75,6 @@ impl Running {
     /// counts the choices in flight too.
     pub(super) fn device_row_ahead(&self, slot: usize) -> Option<RowDraw> {
         device_row(&self.opts, &self.pipeline, slot, self.new.len() + self.pending)
-    }
-
-    /// Whether every token of the row is chosen on the device (the lookahead steps need it).
-    pub(super) fn on_device(&self) -> bool {
-        chosen_on_device(&self.opts, &self.pipeline)
     }
 
     /// Whether another token may still be asked of the device (its `max_new_tokens` not yet met

@@ -55,7 +55,7 @@ impl Engine<'_> {
     pub(super) fn seat(&mut self) -> Result<Vec<Admitted>, DecodeError> {
         let mut admitted = Vec::new();
         while let Some(slot) = self.slots.iter().position(Option::is_none) {
-            let Some((model, req)) = self.waiting.pop_front() else { break };
+            let Some((model, req, _)) = self.waiting.pop_front() else { break };
             let len = req.prompt.len();
             self.admissions += 1;
             self.slots[slot] = Some(Running::new(model, req, self.admissions)?);
