@@ -92,11 +92,18 @@ impl AdamW {
             return Ok(None);
         }
         let views: Vec<_> = grads.iter().map(|(_, gr)| gr.view()).collect();
-        let partials = g.empty(&[k::partials_len(&views) as usize])?;
         let (norm, coef) = (g.empty(&[1])?, g.empty(&[1])?);
         let ls = self.loss_scale;
         let max = if self.max_grad_norm > 0.0 { self.max_grad_norm } else { f32::INFINITY };
-        g.record(|rec| k::grad_norm_scaled(rec, &views, partials.view(), max, norm.view(), coef.view(), ls))?;
+        if per_buffer_norm() {
+            let partials = g.empty(&[k::partials_len(&views) as usize])?;
+            g.record(|rec| k::grad_norm_scaled(rec, &views, partials.view(), max, norm.view(), coef.view(), ls))?;
+        } else {
+            // Two dispatches for all gradients (a table of their addresses, then the norm).
+            let scratch = g.empty(&[k::multi::scratch_len(&views) as usize])?;
+            let s = scratch.view();
+            g.record(|rec| k::multi::grad_norm_multi_scaled(rec, &views, s, max, norm.view(), coef.view(), ls))?;
+        }
         self.norm = Some((norm, coef.clone()));
         Ok(Some(coef))
     }
@@ -113,6 +120,12 @@ impl AdamW {
         self.moments.insert(p.id(), (m.clone(), v.clone()));
         Ok((m, v))
     }
+}
+
+/// `VKFORMERS_GRAD_NORM=per-buffer` takes the gradient norm with one `sum_squares` dispatch per
+/// gradient (the path before the multi-tensor kernel), for an A/B of the two.
+fn per_buffer_norm() -> bool {
+    std::env::var("VKFORMERS_GRAD_NORM").is_ok_and(|v| v == "per-buffer")
 }
 
 /// Checkpointing: the step count and the moments of each parameter can be read out and put

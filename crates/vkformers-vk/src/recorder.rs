@@ -140,6 +140,21 @@ impl Recorder {
         params: &[u8],
         groups: [u32; 3],
     ) -> Result<()> {
+        self.dispatch_reading(code, spec, args, &[], params, groups)
+    }
+
+    /// [`Recorder::dispatch`] of a kernel that also reads `indirect`: buffers it reaches
+    /// through addresses stored in one of its `args` (a table), not through the push block.
+    /// They count for barriers and are held until the batch completes like `args`.
+    pub fn dispatch_reading(
+        &mut self,
+        code: &KernelCode,
+        spec: &[u32],
+        args: &[Arg<'_>],
+        indirect: &[BufferView<'_>],
+        params: &[u8],
+        groups: [u32; 3],
+    ) -> Result<()> {
         let push = push_block(code, args, params)?;
         let max = self.shared.caps.max_workgroup_count;
         if groups.iter().zip(max).any(|(g, m)| *g > m) || groups.contains(&0) {
@@ -149,7 +164,9 @@ impl Recorder {
             });
         }
         let pipe = self.shared.pipelines.get(&self.shared.device, code, spec)?;
-        let accesses: Vec<(Span, AccessKind)> = args.iter().map(|a| (span_of(&a.view), a.kind)).collect();
+        let indirect_reads = indirect.iter().map(|v| (span_of(v), AccessKind::Read));
+        let accesses: Vec<(Span, AccessKind)> =
+            args.iter().map(|a| (span_of(&a.view), a.kind)).chain(indirect_reads).collect();
         self.hazard_barrier(&accesses);
         self.timestamp(vk::PipelineStageFlags::TOP_OF_PIPE)?;
         let shared = self.shared.clone();
@@ -168,8 +185,9 @@ impl Recorder {
         }
         self.timestamp(vk::PipelineStageFlags::BOTTOM_OF_PIPE)?;
         self.labels.push(code.name);
-        self.work.push((args.iter().map(|a| a.view.len).sum(), 0.0));
-        self.hold(args.iter().map(|a| a.view.buffer));
+        let bytes = args.iter().map(|a| a.view.len).chain(indirect.iter().map(|v| v.len)).sum();
+        self.work.push((bytes, 0.0));
+        self.hold(args.iter().map(|a| a.view.buffer).chain(indirect.iter().map(|v| v.buffer)));
         Ok(())
     }
 

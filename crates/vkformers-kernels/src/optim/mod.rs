@@ -3,9 +3,12 @@
 //! training step needs no host round trip.
 //!
 //! Gradient clipping in one batch:
-//! [`sum_squares`] once per gradient buffer → second-stage sums → [`norm_and_clip_coef`] →
-//! [`adamw_step`] with `grad_scale = Some(coef)` for every parameter.
+//! [`multi::sum_squares_multi`] over every gradient buffer at once (or, the per-buffer path,
+//! [`sum_squares`] once per buffer → second-stage sums) → [`norm_and_clip_coef`] →
+//! [`adamw_step`] with `grad_scale = Some(coef)` for every parameter (the clip scale is applied
+//! inside the AdamW kernel: no pass over the gradients of its own).
 
+pub mod multi;
 pub mod reference;
 
 use vkformers_vk::{read, read_write, write, BufferView, KernelCode, Recorder, Result};
