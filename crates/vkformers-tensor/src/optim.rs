@@ -61,7 +61,7 @@ impl AdamW {
             params.iter().filter_map(|p| p.tensor.grad().map(|gr| (p, gr))).collect();
         let coef = self.clip_coef(g, &with_grad)?;
         for (p, grad) in &with_grad {
-            let (m, v) = self.moments_for(g, &p.tensor)?;
+            let (m, v, moments) = self.moments_for(g, &p.tensor)?;
             let mut hp = self.hp;
             if !p.decay {
                 hp.weight_decay = 0.0;
@@ -80,7 +80,7 @@ impl AdamW {
                 g.forget_cast(&p.tensor);
             }
             let copy_view = copy.as_ref().map(|c| (c.view(), c.dtype()));
-            g.record(|rec| k::adamw_step_copy(rec, &bufs, copy_view, &hp, self.step))?;
+            g.record(|rec| k::adamw_step_from(rec, &bufs, copy_view, &hp, self.step, moments))?;
             p.tensor.zero_grad();
         }
         Ok(())
@@ -108,17 +108,23 @@ impl AdamW {
         Ok(Some(coef))
     }
 
-    fn moments_for(&mut self, g: &Graph<'_>, p: &Tensor) -> Result<(Tensor, Tensor)> {
-        if let Some(mv) = self.moments.get(&p.id()) {
-            return Ok(mv.clone());
+    /// The moments of `p`, and whether they hold anything yet: a parameter's first step gets
+    /// new buffers that the AdamW kernel writes without reading (`Moments::Fresh`), instead of
+    /// zero-filling both (`[numel]` f32 x 2 per parameter: 8.8 GB for a 1.1B model).
+    fn moments_for(&mut self, g: &Graph<'_>, p: &Tensor) -> Result<(Tensor, Tensor, k::Moments)> {
+        if let Some((m, v)) = self.moments.get(&p.id()) {
+            return Ok((m.clone(), v.clone(), k::Moments::Stored));
         }
         let (m, v) = (g.empty(p.shape())?, g.empty(p.shape())?);
+        self.moments.insert(p.id(), (m.clone(), v.clone()));
+        if !crate::zero_fills() {
+            return Ok((m, v, k::Moments::Fresh));
+        }
         g.record(|rec| {
             elementwise::fill(rec, m.view(), 0.0)?;
             elementwise::fill(rec, v.view(), 0.0)
         })?;
-        self.moments.insert(p.id(), (m.clone(), v.clone()));
-        Ok((m, v))
+        Ok((m, v, k::Moments::Stored))
     }
 }
 

@@ -44,7 +44,7 @@ fn adamw_with_clipping_matches_reference_over_two_steps() {
 }
 
 #[test]
-fn the_gradient_norm_of_many_parameters_takes_two_dispatches() {
+fn the_first_step_of_many_parameters_takes_two_norm_dispatches_and_no_fill() {
     on_every_device("tensor adamw dispatches", |ctx| {
         if !ctx.caps().timestamps {
             return Ok(()); // the per-kernel profile needs timestamps
@@ -74,6 +74,8 @@ fn the_gradient_norm_of_many_parameters_takes_two_dispatches() {
         let norm_calls = calls(&|n| n.starts_with("optim/") && !n.starts_with("optim/adamw"));
         assert_eq!(norm_calls, 2, "{:?}", profile.kernels.keys().collect::<Vec<_>>());
         assert_eq!(calls(&|n| n.starts_with("optim/adamw")), 30);
+        // The first step's moments are written by AdamW without a zero fill first.
+        assert_eq!(calls(&|n| n == "elementwise/fill"), 0);
         let g64: Vec<Vec<f64>> = grads.iter().map(|x| f64s(x)).collect();
         let want = global_norm(&g64.iter().map(Vec::as_slice).collect::<Vec<_>>());
         assert!((f64::from(norm) - want).abs() <= 1e-6 * want, "norm {norm} vs {want}");

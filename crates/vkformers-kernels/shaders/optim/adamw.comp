@@ -12,6 +12,9 @@
 // floats) and passes them rounded to f32. `precise` keeps the compiler from fusing into FMAs.
 // A negative grad_scale (norm_clip's overflow signal under loss scaling) skips the step: no
 // parameter or moment changes, as GradScaler skips optimizer.step().
+// `fresh` != 0 (a parameter's first step): the moments are taken as zero instead of read, so
+// they need no zero fill first (the same bits: m = 0 + w1 * (g - 0), v = 0 * beta2 + ...); a
+// skipped fresh step writes them zero.
 // Variants `*_copy_bf16` / `*_copy_f16` (mixed precision) also store the updated p, rounded as
 // cast/cast.comp rounds it, into `copy [n]`: the 16-bit weight the next forward's products
 // read, so no separate cast of every weight runs after the step.
@@ -42,12 +45,19 @@ layout(push_constant) uniform Push {
     float bc2_sqrt;
     float neg_step;
     float eps;
+    uint fresh;
 } pc;
 
 void main() {
 #ifdef GRAD_SCALE
     float gs = pc.grad_scale.v[0];
     if (gs < 0.0) {
+        if (pc.fresh != 0u) {
+            FOR_EACH_INDEX(i, pc.n) {
+                pc.exp_avg.v[i] = 0.0;
+                pc.exp_avg_sq.v[i] = 0.0;
+            }
+        }
         return;
     }
 #endif
@@ -57,14 +67,14 @@ void main() {
         g = g * gs;
 #endif
         precise float p = pc.param.v[i] * pc.decay;
-        precise float m = pc.exp_avg.v[i];
+        precise float m = pc.fresh != 0u ? 0.0 : pc.exp_avg.v[i];
         // torch lerp: weight < 0.5 ? self + w * (end - self) : end - (end - self) * (1 - w)
         if (abs(pc.w1) < 0.5) {
             m = m + pc.w1 * (g - m);
         } else {
             m = g - (g - m) * (1.0 - pc.w1);
         }
-        precise float v = pc.exp_avg_sq.v[i] * pc.beta2;
+        precise float v = (pc.fresh != 0u ? 0.0 : pc.exp_avg_sq.v[i]) * pc.beta2;
         v = v + pc.omb2 * g * g;
         precise float denom = sqrt(v) / pc.bc2_sqrt + pc.eps;
         p = p + pc.neg_step * m / denom;

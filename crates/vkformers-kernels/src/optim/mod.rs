@@ -101,6 +101,16 @@ fn adamw_kernel(scaled: bool, copy: Option<DType>) -> Result<&'static KernelCode
     })
 }
 
+/// What the moment buffers of an AdamW step hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Moments {
+    /// The previous step's moments (or zeros someone wrote).
+    Stored,
+    /// Nothing yet (the parameter's first step): the kernel takes them as zero without reading
+    /// them, so they need no zero fill, and writes them (zero on a skipped step).
+    Fresh,
+}
+
 /// [`adamw_step`] that also writes the updated parameter, rounded to `dtype` (bf16: nearest
 /// even, as `dtype::cast`), into `copy [n]` (mixed precision: the 16-bit weight that the next
 /// forward's products read). A skipped step (negative `grad_scale`) leaves `copy` as it was.
@@ -110,6 +120,18 @@ pub fn adamw_step_copy(
     copy: Option<(BufferView<'_>, DType)>,
     hp: &AdamW,
     step: u64,
+) -> Result<()> {
+    adamw_step_from(rec, bufs, copy, hp, step, Moments::Stored)
+}
+
+/// [`adamw_step_copy`] with `moments` saying whether the moment buffers hold anything yet.
+pub fn adamw_step_from(
+    rec: &mut Recorder,
+    bufs: &AdamWBuffers<'_>,
+    copy: Option<(BufferView<'_>, DType)>,
+    hp: &AdamW,
+    step: u64,
+    moments: Moments,
 ) -> Result<()> {
     let k = adamw_kernel(bufs.grad_scale.is_some(), copy.map(|c| c.1))?;
     if step == 0 {
@@ -133,6 +155,7 @@ pub fn adamw_step_copy(
     }
     let mut words = vec![n];
     words.extend(adamw_scalars(hp, step).map(f32::to_bits));
+    words.push(u32::from(moments == Moments::Fresh));
     let groups = u64::from(n).div_ceil(LOCAL).min(MAX_GROUPS) as u32;
     rec.dispatch(k, &[], &args, &params(&words), [groups, 1, 1])
 }
