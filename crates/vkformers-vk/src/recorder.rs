@@ -140,18 +140,18 @@ impl Recorder {
         params: &[u8],
         groups: [u32; 3],
     ) -> Result<()> {
-        self.dispatch_reading(code, spec, args, &[], params, groups)
+        self.dispatch_indirect(code, spec, args, &[], params, groups)
     }
 
-    /// [`Recorder::dispatch`] of a kernel that also reads `indirect`: buffers it reaches
-    /// through addresses stored in one of its `args` (a table), not through the push block.
-    /// They count for barriers and are held until the batch completes like `args`.
-    pub fn dispatch_reading(
+    /// [`Recorder::dispatch`] of a kernel that also uses `indirect`: buffers it reaches through
+    /// addresses stored in one of its `args` (a table), not through the push block. They count
+    /// for barriers and are held until the batch completes like `args`.
+    pub fn dispatch_indirect(
         &mut self,
         code: &KernelCode,
         spec: &[u32],
         args: &[Arg<'_>],
-        indirect: &[BufferView<'_>],
+        indirect: &[Arg<'_>],
         params: &[u8],
         groups: [u32; 3],
     ) -> Result<()> {
@@ -164,9 +164,8 @@ impl Recorder {
             });
         }
         let pipe = self.shared.pipelines.get(&self.shared.device, code, spec)?;
-        let indirect_reads = indirect.iter().map(|v| (span_of(v), AccessKind::Read));
         let accesses: Vec<(Span, AccessKind)> =
-            args.iter().map(|a| (span_of(&a.view), a.kind)).chain(indirect_reads).collect();
+            args.iter().chain(indirect).map(|a| (span_of(&a.view), a.kind)).collect();
         self.hazard_barrier(&accesses);
         self.timestamp(vk::PipelineStageFlags::TOP_OF_PIPE)?;
         let shared = self.shared.clone();
@@ -185,9 +184,8 @@ impl Recorder {
         }
         self.timestamp(vk::PipelineStageFlags::BOTTOM_OF_PIPE)?;
         self.labels.push(code.name);
-        let bytes = args.iter().map(|a| a.view.len).chain(indirect.iter().map(|v| v.len)).sum();
-        self.work.push((bytes, 0.0));
-        self.hold(args.iter().map(|a| a.view.buffer).chain(indirect.iter().map(|v| v.buffer)));
+        self.work.push((args.iter().chain(indirect).map(|a| a.view.len).sum(), 0.0));
+        self.hold(args.iter().chain(indirect).map(|a| a.view.buffer));
         Ok(())
     }
 

@@ -25,6 +25,7 @@
 // variant: plain_copy_f16 DT_F16 COPY
 // variant: scaled_copy_f16 GRAD_SCALE DT_F16 COPY
 #include "dtype.glsl"
+#include "optim/adamw_math.glsl"
 layout(local_size_x = 256) in;
 layout(push_constant) uniform Push {
     F32Buf param;
@@ -66,18 +67,10 @@ void main() {
 #ifdef GRAD_SCALE
         g = g * gs;
 #endif
-        precise float p = pc.param.v[i] * pc.decay;
-        precise float m = pc.fresh != 0u ? 0.0 : pc.exp_avg.v[i];
-        // torch lerp: weight < 0.5 ? self + w * (end - self) : end - (end - self) * (1 - w)
-        if (abs(pc.w1) < 0.5) {
-            m = m + pc.w1 * (g - m);
-        } else {
-            m = g - (g - m) * (1.0 - pc.w1);
-        }
-        precise float v = (pc.fresh != 0u ? 0.0 : pc.exp_avg_sq.v[i]) * pc.beta2;
-        v = v + pc.omb2 * g * g;
-        precise float denom = sqrt(v) / pc.bc2_sqrt + pc.eps;
-        p = p + pc.neg_step * m / denom;
+        float p = pc.param.v[i];
+        float m = pc.fresh != 0u ? 0.0 : pc.exp_avg.v[i];
+        float v = pc.fresh != 0u ? 0.0 : pc.exp_avg_sq.v[i];
+        adamw_update(g, p, m, v, pc.decay, pc.w1, pc.beta2, pc.omb2, pc.bc2_sqrt, pc.neg_step, pc.eps);
         pc.param.v[i] = p;
 #ifdef COPY
         st(pc.copy, i, p);

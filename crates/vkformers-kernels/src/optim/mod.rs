@@ -8,6 +8,7 @@
 //! [`adamw_step`] with `grad_scale = Some(coef)` for every parameter (the clip scale is applied
 //! inside the AdamW kernel: no pass over the gradients of its own).
 
+pub mod adamw_multi;
 pub mod multi;
 pub mod reference;
 

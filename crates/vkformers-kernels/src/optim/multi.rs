@@ -84,7 +84,8 @@ pub fn sum_squares_multi(
     let out = partials.buffer.slice(partials.offset, u64::from(chunks) * 4);
     let groups = u64::from(chunks).min(MAX_GROUPS) as u32;
     let words = [grads.len() as u32, chunks, CHUNK];
-    rec.dispatch_reading(k, &[], &[read(table_used), write(out)], grads, &params(&words), [groups, 1, 1])?;
+    let reads: Vec<_> = grads.iter().map(|g| read(*g)).collect();
+    rec.dispatch_indirect(k, &[], &[read(table_used), write(out)], &reads, &params(&words), [groups, 1, 1])?;
     Ok(chunks)
 }
 
