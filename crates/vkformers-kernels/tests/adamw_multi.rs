@@ -105,10 +105,11 @@ fn same_bits(ctx: &Context, sizes: &[usize], scale: Option<f32>, copies: bool) -
 #[test]
 fn one_dispatch_for_all_parameters_gives_the_per_parameter_bits() {
     on_every_device("adamw multi", |ctx| {
-        // One element; sizes around the 4096-element chunk; a parameter of many chunks.
-        same_bits(ctx, &[1, 4095, 4096, 4097, 37, 70_001], None, true)?;
+        // One element; sizes around a chunk; a parameter of several chunks, the last short.
+        let c = multi::CHUNK as usize;
+        same_bits(ctx, &[1, c - 1, c, c + 1, 37, 4 * c + 17], None, true)?;
         same_bits(ctx, &[300, 1, 9000], Some(0.25), true)?;
-        same_bits(ctx, &[5, 8193], Some(1.0), false)?;
+        same_bits(ctx, &[5, 2 * c + 1], Some(1.0), false)?;
         Ok(())
     });
 }
