@@ -32,7 +32,7 @@ fn tiled_col_sum_gives_the_serial_bits() {
         let mut rng = Rng::new(41);
         // Whole tiles; a short last tile of blocks and of columns; fewer blocks than a tile;
         // one column; the norm backward's shape.
-        let shapes = [(64u32, 32u32), (130, 100), (7, 45), (200, 1), (1024, 2048)];
+        let shapes = [(128u32, 32u32), (64, 64), (130, 100), (7, 45), (300, 1), (1024, 2048)];
         for (blocks, dim) in shapes {
             let data = rng.vec((blocks * dim) as usize, 1.0);
             let partial = ctx.buffer_from(&data, "partial")?;

@@ -6,8 +6,8 @@
 // added in increasing b from 0. col_sum's one thread per column gives D = 2048 only 8
 // workgroups, each thread a chain of `blocks` dependent loads (37 µs on the H200 for 1024
 // blocks, 45 of them in a 1.1B Llama step). Here a workgroup owns 32 columns (64 workgroups for
-// D = 2048): all 256 threads load a tile of 64 blocks x 32 columns into shared memory (eight
-// independent, coalesced loads each), then 32 threads add their column's 64 values in order.
+// D = 2048): all 256 threads load a tile of 128 blocks x 32 columns into shared memory (16
+// independent, coalesced loads each), then 32 threads add their column's 128 values in order.
 // variant: f32
 // variant: f16 DT_F16
 // variant: bf16 DT_BF16
@@ -23,7 +23,7 @@ layout(push_constant) uniform Push {
 } pc;
 
 #define COLS 32u
-#define ROWS 64u
+#define ROWS 128u
 shared float tile[ROWS][COLS];
 
 void main() {

@@ -1,9 +1,9 @@
 //! Which kernel adds the partial rows of a [`super::col_sum`]: `norm/col_sum` (one thread per
 //! column, a serial chain of loads) or `norm/col_sum_tiled` (a workgroup per 32 columns loading
-//! tiles of 64 blocks into shared memory). Both add in increasing block order from zero: the
+//! tiles of 128 blocks into shared memory). Both add in increasing block order from zero: the
 //! same bits, so the choice is a matter of speed alone, a pure function of the shape.
 
-/// Columns per workgroup of `norm/col_sum_tiled`.
+/// Columns per workgroup of `norm/col_sum_tiled` (its tiles are 128 blocks x 32 columns).
 pub(crate) const TILE_COLS: u32 = 32;
 /// Blocks at least for the tiled kernel: below, the serial chain is short anyway (split-K's
 /// 2..16 splits).
@@ -17,7 +17,7 @@ const MAX_TILED_COLS: u32 = 32_768;
 pub enum ColSum {
     /// `norm/col_sum`: one thread per column.
     Serial,
-    /// `norm/col_sum_tiled`: 32 columns per workgroup, tiles of 64 blocks in shared memory.
+    /// `norm/col_sum_tiled`: 32 columns per workgroup, tiles of 128 blocks in shared memory.
     Tiled,
 }
 
