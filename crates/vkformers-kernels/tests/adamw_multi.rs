@@ -152,8 +152,12 @@ fn mismatched_buffers_are_errors_naming_the_kernel() {
         );
         let p = MultiParam { exp_avg_sq: a.view(), ..p };
         assert!(multi::adamw_step_multi(&mut rec, &[p], None, None, table.view(), &hp, 0).is_err());
+        let big_table = ctx.buffer(128, "table")?;
+        let e = multi::adamw_step_multi(&mut rec, &[p, p], None, None, big_table.view(), &hp, 1).unwrap_err();
+        assert!(e.to_string().contains("listed twice"), "{e}");
+        let q = MultiParam { param: b.view(), grad: b.view(), exp_avg: b.view(), exp_avg_sq: b.view(), ..p };
         assert!(
-            multi::adamw_step_multi(&mut rec, &[p, p], None, None, table.view(), &hp, 1).is_err(),
+            multi::adamw_step_multi(&mut rec, &[p, q], None, None, table.view(), &hp, 1).is_err(),
             "table too small"
         );
         rec.submit()?;

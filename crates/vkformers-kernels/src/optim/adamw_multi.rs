@@ -72,9 +72,14 @@ fn check(k: &KernelCode, i: usize, p: &MultiParam<'_>, copy: Option<DType>) -> R
 fn table(k: &KernelCode, ps: &[MultiParam<'_>], copy: Option<DType>, hp: &AdamW, step: u64) -> Result<(Vec<u32>, u32)> {
     let mut words = Vec::with_capacity(ps.len() * 16);
     let mut chunks: u64 = 0;
+    // Two entries updating the same parameter in one dispatch would race.
+    let mut seen = std::collections::HashSet::with_capacity(ps.len());
     let addr = |v: &BufferView<'_>| [v.address() as u32, (v.address() >> 32) as u32];
     for (i, p) in ps.iter().enumerate() {
         let n = check(k, i, p, copy)?;
+        if !seen.insert(p.param.address()) {
+            return Err(err(k, format!("parameter {i} is listed twice")));
+        }
         let decay = adamw_scalars(&AdamW { weight_decay: p.weight_decay, ..*hp }, step)[0];
         words.extend(addr(&p.param).into_iter().chain(addr(&p.grad)));
         words.extend(addr(&p.exp_avg).into_iter().chain(addr(&p.exp_avg_sq)));
