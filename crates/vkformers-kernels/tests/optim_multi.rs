@@ -2,7 +2,7 @@
 //! device vs the f64 reference and vs the per-buffer path, with validation on.
 
 use vkformers_kernels::elementwise;
-use vkformers_kernels::optim::{self, multi, reference, LossScale};
+use vkformers_kernels::optim::{self, grad_norm_multi as multi, reference, LossScale};
 use vkformers_kernels::testutil::{assert_close, f64s, Rng, TOL_F32};
 use vkformers_vk::testing::on_every_device;
 use vkformers_vk::{Buffer, BufferView, Context, Result, VkError};

@@ -137,9 +137,11 @@ impl AdamW {
             g.record(|rec| k::grad_norm_scaled(rec, &views, partials.view(), max, norm.view(), coef.view(), ls))?;
         } else {
             // Two dispatches for all gradients (a table of their addresses, then the norm).
-            let scratch = g.empty(&[k::multi::scratch_len(&views) as usize])?;
+            let scratch = g.empty(&[k::grad_norm_multi::scratch_len(&views) as usize])?;
             let s = scratch.view();
-            g.record(|rec| k::multi::grad_norm_multi_scaled(rec, &views, s, max, norm.view(), coef.view(), ls))?;
+            g.record(|rec| {
+                k::grad_norm_multi::grad_norm_multi_scaled(rec, &views, s, max, norm.view(), coef.view(), ls)
+            })?;
         }
         self.norm = Some((norm, coef.clone()));
         Ok(Some(coef))

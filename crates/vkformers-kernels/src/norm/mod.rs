@@ -10,11 +10,11 @@
 //! more kernel adds the `G` partial rows in a fixed order. No float atomics.
 
 mod add_layer;
-pub mod col_sum;
+pub mod col_sum_plan;
 pub mod reference;
 
 pub use add_layer::add_layer_norm_forward;
-pub use col_sum::ColSum;
+pub use col_sum_plan::ColSum;
 
 use vkformers_vk::{read, read_write, write, BufferView, KernelCode, Recorder, Result};
 
@@ -412,7 +412,7 @@ pub fn col_sum(
     accumulate: bool,
     dt: DType,
 ) -> Result<()> {
-    col_sum_as(rec, col_sum::plan(blocks, dim), partial, out, blocks, dim, accumulate, dt)
+    col_sum_as(rec, col_sum_plan::plan(blocks, dim), partial, out, blocks, dim, accumulate, dt)
 }
 
 /// [`col_sum`] by the kernel `how` (both give the same bits).
@@ -441,7 +441,7 @@ pub fn col_sum_as(
     }
     let part = BufferView { len: need, ..partial };
     let params = words(&[blocks, dim, u32::from(accumulate)]);
-    let per_group = if how == ColSum::Tiled { col_sum::TILE_COLS } else { COL_LOCAL };
+    let per_group = if how == ColSum::Tiled { col_sum_plan::TILE_COLS } else { COL_LOCAL };
     let groups = [dim.div_ceil(per_group).clamp(1, MAX_GROUPS), 1, 1];
     let out_arg = if accumulate { read_write(out) } else { write(out) };
     rec.dispatch(k, &[], &[read(part), out_arg], &params, groups)

@@ -2,14 +2,17 @@
 //! norm with its clip coefficient (torch.nn.utils.clip_grad_norm_), all on the device so a
 //! training step needs no host round trip.
 //!
-//! Gradient clipping in one batch:
-//! [`multi::sum_squares_multi`] over every gradient buffer at once (or, the per-buffer path,
-//! [`sum_squares`] once per buffer → second-stage sums) → [`norm_and_clip_coef`] →
-//! [`adamw_step`] with `grad_scale = Some(coef)` for every parameter (the clip scale is applied
-//! inside the AdamW kernel: no pass over the gradients of its own).
+//! Gradient clipping in one batch, whatever the number of parameters:
+//! [`grad_norm_multi::grad_norm_multi_scaled`] (one sum-of-squares dispatch over every gradient
+//! through a table of addresses, then [`norm_and_clip_coef_scaled`]) →
+//! [`adamw_multi::adamw_step_multi`] (every parameter in one dispatch) with the clip coefficient
+//! as `grad_scale`: the clip scale is applied inside the AdamW kernel, no pass over the gradients
+//! of its own. The per-buffer kernels ([`grad_norm_scaled`]: one [`sum_squares`] per buffer and
+//! a second stage; [`adamw_step_from`] per parameter) give the same results (AdamW: the same
+//! bits; the norm: within f32 summation order).
 
 pub mod adamw_multi;
-pub mod multi;
+pub mod grad_norm_multi;
 pub mod reference;
 
 use vkformers_vk::{read, read_write, write, BufferView, KernelCode, Recorder, Result};

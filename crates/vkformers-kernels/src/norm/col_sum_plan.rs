@@ -1,4 +1,4 @@
-//! Which kernel adds the partial rows of a [`super::col_sum`]: `norm/col_sum` (one thread per
+//! Which kernel adds the partial rows of a [`super::col_sum()`]: `norm/col_sum` (one thread per
 //! column, a serial chain of loads) or `norm/col_sum_tiled` (a workgroup per 32 columns loading
 //! tiles of 128 blocks into shared memory). Both add in increasing block order from zero: the
 //! same bits, so the choice is a matter of speed alone, a pure function of the shape.
@@ -12,7 +12,7 @@ const MIN_TILED_BLOCKS: u32 = 64;
 /// are 128 workgroups of 256, about one per SM of an H200.
 const MAX_TILED_COLS: u32 = 32_768;
 
-/// The kernel of a [`super::col_sum`].
+/// The kernel of a [`super::col_sum()`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ColSum {
     /// `norm/col_sum`: one thread per column.
