@@ -51,6 +51,11 @@ fn states(ctx: &Context, seed: u64, sizes: &[usize], copies: bool) -> Result<Vec
 
 /// Steps `1..=steps` of both paths; `scale` is the clip coefficient (None: unscaled).
 fn run(ctx: &Context, ss: &[State], multi_path: bool, scale: Option<f32>, steps: u64) -> Result<()> {
+    run_on(ctx, ss, multi_path.then_some(u32::MAX), scale, steps)
+}
+
+/// [`run`], the multi-tensor path on at most `groups` workgroups (None: the per-parameter path).
+fn run_on(ctx: &Context, ss: &[State], groups: Option<u32>, scale: Option<f32>, steps: u64) -> Result<()> {
     let hp = AdamW { lr: 1e-2, weight_decay: 0.5, ..AdamW::default() };
     let coef = ctx.buffer_from(&[scale.unwrap_or(1.0)], "coef")?;
     let grad_scale = scale.map(|_| coef.view());
@@ -59,7 +64,7 @@ fn run(ctx: &Context, ss: &[State], multi_path: bool, scale: Option<f32>, steps:
     for step in 1..=steps {
         let moments = if step == 1 { Moments::Fresh } else { Moments::Stored };
         let mut rec = ctx.recorder(false)?;
-        if multi_path {
+        if let Some(max_groups) = groups {
             let ps: Vec<MultiParam<'_>> = ss
                 .iter()
                 .map(|s| MultiParam {
@@ -72,7 +77,8 @@ fn run(ctx: &Context, ss: &[State], multi_path: bool, scale: Option<f32>, steps:
                     moments,
                 })
                 .collect();
-            multi::adamw_step_multi(&mut rec, &ps, dt, grad_scale, table.view(), &hp, step)?;
+            let max_groups = max_groups.min(65_535);
+            multi::adamw_step_multi_in(&mut rec, &ps, (dt, grad_scale), table.view(), &hp, step, max_groups)?;
         } else {
             for s in ss {
                 let bufs = AdamWBuffers {
@@ -110,6 +116,22 @@ fn one_dispatch_for_all_parameters_gives_the_per_parameter_bits() {
         same_bits(ctx, &[1, c - 1, c, c + 1, 37, 4 * c + 17], None, true)?;
         same_bits(ctx, &[300, 1, 9000], Some(0.25), true)?;
         same_bits(ctx, &[5, 2 * c + 1], Some(1.0), false)?;
+        Ok(())
+    });
+}
+
+#[test]
+fn workgroups_striding_over_the_chunks_give_the_same_bits() {
+    on_every_device("adamw multi strided", |ctx| {
+        // 2 + 1 + 4 chunks on 2 workgroups (a 1.1B model has more chunks than workgroups).
+        let c = multi::CHUNK as usize;
+        let sizes = [c + 3, 17, 3 * c + 1];
+        let (a, b) = (states(ctx, 9, &sizes, true)?, states(ctx, 9, &sizes, true)?);
+        run_on(ctx, &a, Some(2), Some(0.5), 2)?;
+        run_on(ctx, &b, None, Some(0.5), 2)?;
+        for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+            assert!(x.bits(ctx)? == y.bits(ctx)?, "parameter {i} differs with 2 workgroups");
+        }
         Ok(())
     });
 }

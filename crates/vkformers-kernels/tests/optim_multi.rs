@@ -110,6 +110,30 @@ fn multi_tensor_norm_agrees_with_the_per_buffer_path_and_is_deterministic() {
 }
 
 #[test]
+fn workgroups_striding_over_the_chunks_give_the_same_partials() {
+    on_every_device("multi-tensor grad norm strided", |ctx| {
+        // 3 + 1 + 2 chunks on 1, 2 and 4 workgroups (a 1.1B model has more chunks than
+        // workgroups on some devices): the same partial sums, bit for bit.
+        let mut rng = Rng::new(26);
+        let c = multi::CHUNK as usize;
+        let grads = Grads::new(ctx, &mut rng, &[2 * c + 5, 9, c + 1])?;
+        let views = grads.views();
+        let scratch = ctx.buffer(multi::scratch_len(&views) * 4, "scratch")?;
+        let (table, partials) = (scratch.slice(0, 48), scratch.slice(48, scratch.size() - 48));
+        let mut all = Vec::new();
+        for groups in [u32::MAX, 1, 2, 4] {
+            let mut rec = ctx.recorder(false)?;
+            let chunks = multi::sum_squares_multi_in(&mut rec, &views, table, partials, groups.min(65_535))?;
+            rec.submit()?;
+            assert_eq!(chunks, 6);
+            all.push(ctx.read_vec::<u32>(scratch.slice(48, 24))?);
+        }
+        assert!(all.windows(2).all(|w| w[0] == w[1]), "{all:?}");
+        Ok(())
+    });
+}
+
+#[test]
 fn loss_scaled_norm_unscales_and_flags_overflow() {
     on_every_device("multi-tensor grad norm, loss scaling", |ctx| {
         let mut rng = Rng::new(24);

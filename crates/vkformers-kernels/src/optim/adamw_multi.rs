@@ -4,7 +4,7 @@
 
 use vkformers_vk::{read, read_write, write, Arg, BufferView, KernelCode, Recorder, Result};
 
-use super::{adamw_scalars, AdamW, Moments};
+use super::{adamw_scalars, chunk_groups, upload_table, AdamW, Moments};
 use crate::code;
 use crate::dtype::DType;
 use crate::launch::{err, params, MAX_GROUPS};
@@ -107,23 +107,28 @@ pub fn adamw_step_multi(
     hp: &AdamW,
     step: u64,
 ) -> Result<()> {
+    adamw_step_multi_in(rec, ps, (copy, grad_scale), table_view, hp, step, MAX_GROUPS as u32)
+}
+
+/// [`adamw_step_multi`] on at most `max_groups` workgroups (tests: the workgroups then stride
+/// over the chunks, as on a large model).
+#[doc(hidden)]
+pub fn adamw_step_multi_in(
+    rec: &mut Recorder,
+    ps: &[MultiParam<'_>],
+    (copy, grad_scale): (Option<DType>, Option<BufferView<'_>>),
+    table_view: BufferView<'_>,
+    hp: &AdamW,
+    step: u64,
+    max_groups: u32,
+) -> Result<()> {
     let k = kernel(grad_scale.is_some(), copy)?;
     if step == 0 || ps.is_empty() {
         return Err(err(k, format!("step {step} of {} parameters: steps start at 1, and need one", ps.len())));
     }
     let (words, chunks) = table(k, ps, copy, hp, step)?;
     let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-    if table_view.len < bytes.len() as u64 || !table_view.address().is_multiple_of(16) {
-        return Err(err(
-            k,
-            format!("table: {} bytes, need {} at a 16-byte aligned address", table_view.len, bytes.len()),
-        ));
-    }
-    for (i, piece) in bytes.chunks(Recorder::UPDATE_MAX).enumerate() {
-        let at = table_view.offset + (i * Recorder::UPDATE_MAX) as u64;
-        rec.update(table_view.buffer.slice(at, piece.len() as u64), piece)?;
-    }
-    let mut args = vec![read(table_view.buffer.slice(table_view.offset, bytes.len() as u64))];
+    let mut args = vec![read(upload_table(rec, k, table_view, &bytes)?)];
     if let Some(s) = grad_scale {
         crate::launch::expect_bytes(k, "grad_scale", &s, 1, 4)?;
         args.push(read(s));
@@ -138,6 +143,5 @@ pub fn adamw_step_multi(
     let s = adamw_scalars(hp, step);
     let mut push = vec![ps.len() as u32, chunks, CHUNK];
     push.extend(s[1..].iter().map(|x| x.to_bits()));
-    let groups = u64::from(chunks).min(MAX_GROUPS) as u32;
-    rec.dispatch_indirect(k, &[], &args, &indirect, &params(&push), [groups, 1, 1])
+    rec.dispatch_indirect(k, &[], &args, &indirect, &params(&push), chunk_groups(chunks, max_groups))
 }

@@ -7,7 +7,7 @@
 
 use vkformers_vk::{read, write, BufferView, Recorder, Result};
 
-use super::{norm_and_clip_coef_scaled, LossScale};
+use super::{chunk_groups, norm_and_clip_coef_scaled, upload_table, LossScale};
 use crate::code;
 use crate::launch::{err, params, MAX_GROUPS};
 
@@ -60,32 +60,34 @@ pub fn sum_squares_multi(
     table_view: BufferView<'_>,
     partials: BufferView<'_>,
 ) -> Result<u32> {
+    sum_squares_multi_in(rec, grads, table_view, partials, MAX_GROUPS as u32)
+}
+
+/// [`sum_squares_multi`] on at most `max_groups` workgroups (tests: the workgroups then stride
+/// over the chunks, as on a large model).
+#[doc(hidden)]
+pub fn sum_squares_multi_in(
+    rec: &mut Recorder,
+    grads: &[BufferView<'_>],
+    table_view: BufferView<'_>,
+    partials: BufferView<'_>,
+    max_groups: u32,
+) -> Result<u32> {
     let k = &code::OPTIM_SUM_SQUARES_MULTI;
     if grads.is_empty() {
         return Err(err(k, "no gradient buffers".into()));
     }
     let (words, chunks) = table(grads)?;
-    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-    if table_view.len < bytes.len() as u64 || !table_view.address().is_multiple_of(ENTRY_BYTES) {
-        return Err(err(
-            k,
-            format!("table: {} bytes, need {} at a 16-byte aligned address", table_view.len, bytes.len()),
-        ));
-    }
     if partials.len < u64::from(chunks) * 4 {
         return Err(err(k, format!("partials: {} bytes, need {chunks} f32", partials.len)));
     }
-    // Written by commands of this batch (no submission of its own), 64 KiB (4096 entries) each.
-    for (i, piece) in bytes.chunks(Recorder::UPDATE_MAX).enumerate() {
-        let at = table_view.offset + (i * Recorder::UPDATE_MAX) as u64;
-        rec.update(table_view.buffer.slice(at, piece.len() as u64), piece)?;
-    }
-    let table_used = table_view.buffer.slice(table_view.offset, bytes.len() as u64);
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let table_used = upload_table(rec, k, table_view, &bytes)?;
     let out = partials.buffer.slice(partials.offset, u64::from(chunks) * 4);
-    let groups = u64::from(chunks).min(MAX_GROUPS) as u32;
     let words = [grads.len() as u32, chunks, CHUNK];
     let reads: Vec<_> = grads.iter().map(|g| read(*g)).collect();
-    rec.dispatch_indirect(k, &[], &[read(table_used), write(out)], &reads, &params(&words), [groups, 1, 1])?;
+    let groups = chunk_groups(chunks, max_groups);
+    rec.dispatch_indirect(k, &[], &[read(table_used), write(out)], &reads, &params(&words), groups)?;
     Ok(chunks)
 }
 

@@ -53,6 +53,26 @@ pub struct AdamWBuffers<'a> {
     pub grad_scale: Option<BufferView<'a>>,
 }
 
+/// Writes the table `bytes` of a multi-tensor kernel `k` into `table` (16-byte aligned, at
+/// least that long) by commands of this batch (no submission of its own), 64 KiB each; returns
+/// the view of the bytes written.
+fn upload_table<'a>(rec: &mut Recorder, k: &KernelCode, table: BufferView<'a>, bytes: &[u8]) -> Result<BufferView<'a>> {
+    if table.len < bytes.len() as u64 || !table.address().is_multiple_of(16) {
+        return Err(err(k, format!("table: {} bytes, need {} at a 16-byte aligned address", table.len, bytes.len())));
+    }
+    for (i, piece) in bytes.chunks(Recorder::UPDATE_MAX).enumerate() {
+        let at = table.offset + (i * Recorder::UPDATE_MAX) as u64;
+        rec.update(table.buffer.slice(at, piece.len() as u64), piece)?;
+    }
+    Ok(table.buffer.slice(table.offset, bytes.len() as u64))
+}
+
+/// Workgroups of a multi-tensor kernel over `chunks` chunks: one per chunk up to `max_groups`
+/// (the kernels stride over the rest).
+fn chunk_groups(chunks: u32, max_groups: u32) -> [u32; 3] {
+    [chunks.clamp(1, max_groups), 1, 1]
+}
+
 /// Number of f32 in `v`, which must be 1..2^32 of them.
 fn elements(k: &KernelCode, what: &str, v: &BufferView<'_>) -> Result<u32> {
     let n = v.len / 4;
