@@ -14,3 +14,9 @@ pub use graph::{GradReadyHook, Graph};
 pub use profile::Profile;
 pub use tensor::{DType, Tensor, WeakTensor};
 pub use vkformers_vk::{Result, VkError};
+
+/// `VKFORMERS_ZERO_FILLS=1` zero-fills buffers as before the kernels that write them whole
+/// (AdamW's new moments, the embedding gradient), for an A/B of those fills.
+pub(crate) fn zero_fills() -> bool {
+    std::env::var("VKFORMERS_ZERO_FILLS").is_ok_and(|v| v == "1")
+}

@@ -60,30 +60,67 @@ impl AdamW {
         let with_grad: Vec<(&Param, Tensor)> =
             params.iter().filter_map(|p| p.tensor.grad().map(|gr| (p, gr))).collect();
         let coef = self.clip_coef(g, &with_grad)?;
+        let mut steps = Vec::with_capacity(with_grad.len());
         for (p, grad) in &with_grad {
-            let (m, v) = self.moments_for(g, &p.tensor)?;
-            let mut hp = self.hp;
-            if !p.decay {
-                hp.weight_decay = 0.0;
-            }
-            let bufs = k::AdamWBuffers {
-                param: p.tensor.view(),
-                grad: grad.view(),
-                exp_avg: m.view(),
-                exp_avg_sq: v.view(),
-                grad_scale: coef.as_ref().map(|c| c.view()),
-            };
+            let (m, v, moments) = self.moments_for(g, &p.tensor)?;
             // Mixed precision: the kernel rewrites the weight's kept 16-bit copy from the new
             // f32 value (rounded as a cast would), so the next forward casts no weight.
             let copy = g.autocast().and_then(|dt| g.cached_cast(&p.tensor, dt));
             if copy.is_none() {
                 g.forget_cast(&p.tensor);
             }
-            let copy_view = copy.as_ref().map(|c| (c.view(), c.dtype()));
-            g.record(|rec| k::adamw_step_copy(rec, &bufs, copy_view, &hp, self.step))?;
+            let weight_decay = if p.decay { self.hp.weight_decay } else { 0.0 };
+            steps.push(ParamStep { param: &p.tensor, grad, m, v, moments, copy, weight_decay });
+        }
+        if per_tensor_adamw() {
+            self.record_each(g, &steps, coef.as_ref())?;
+        } else {
+            self.record_all(g, &steps, coef.as_ref())?;
+        }
+        for (p, _) in &with_grad {
             p.tensor.zero_grad();
         }
         Ok(())
+    }
+
+    /// One `optim/adamw` dispatch per parameter.
+    fn record_each(&self, g: &Graph<'_>, steps: &[ParamStep<'_>], coef: Option<&Tensor>) -> Result<()> {
+        for s in steps {
+            let hp = k::AdamW { weight_decay: s.weight_decay, ..self.hp };
+            let bufs = k::AdamWBuffers {
+                param: s.param.view(),
+                grad: s.grad.view(),
+                exp_avg: s.m.view(),
+                exp_avg_sq: s.v.view(),
+                grad_scale: coef.map(|c| c.view()),
+            };
+            let copy_view = s.copy.as_ref().map(|c| (c.view(), c.dtype()));
+            g.record(|rec| k::adamw_step_from(rec, &bufs, copy_view, &hp, self.step, s.moments))?;
+        }
+        Ok(())
+    }
+
+    /// One `optim/adamw_multi` dispatch for every parameter (the same bits as `record_each`).
+    fn record_all(&self, g: &Graph<'_>, steps: &[ParamStep<'_>], coef: Option<&Tensor>) -> Result<()> {
+        if steps.is_empty() {
+            return Ok(());
+        }
+        let copy_dtype = steps.iter().find_map(|s| s.copy.as_ref().map(Tensor::dtype));
+        let ps: Vec<k::adamw_multi::MultiParam<'_>> = steps
+            .iter()
+            .map(|s| k::adamw_multi::MultiParam {
+                param: s.param.view(),
+                grad: s.grad.view(),
+                exp_avg: s.m.view(),
+                exp_avg_sq: s.v.view(),
+                copy: s.copy.as_ref().map(Tensor::view),
+                weight_decay: s.weight_decay,
+                moments: s.moments,
+            })
+            .collect();
+        let table = g.empty(&[(ps.len() as u64 * k::adamw_multi::ENTRY_BYTES / 4) as usize])?;
+        let scale = coef.map(Tensor::view);
+        g.record(|rec| k::adamw_multi::adamw_step_multi(rec, &ps, copy_dtype, scale, table.view(), &self.hp, self.step))
     }
 
     fn clip_coef(&mut self, g: &Graph<'_>, grads: &[(&Param, Tensor)]) -> Result<Option<Tensor>> {
@@ -92,27 +129,65 @@ impl AdamW {
             return Ok(None);
         }
         let views: Vec<_> = grads.iter().map(|(_, gr)| gr.view()).collect();
-        let partials = g.empty(&[k::partials_len(&views) as usize])?;
         let (norm, coef) = (g.empty(&[1])?, g.empty(&[1])?);
         let ls = self.loss_scale;
         let max = if self.max_grad_norm > 0.0 { self.max_grad_norm } else { f32::INFINITY };
-        g.record(|rec| k::grad_norm_scaled(rec, &views, partials.view(), max, norm.view(), coef.view(), ls))?;
+        if per_buffer_norm() {
+            let partials = g.empty(&[k::partials_len(&views) as usize])?;
+            g.record(|rec| k::grad_norm_scaled(rec, &views, partials.view(), max, norm.view(), coef.view(), ls))?;
+        } else {
+            // Two dispatches for all gradients (a table of their addresses, then the norm).
+            let scratch = g.empty(&[k::grad_norm_multi::scratch_len(&views) as usize])?;
+            let s = scratch.view();
+            g.record(|rec| {
+                k::grad_norm_multi::grad_norm_multi_scaled(rec, &views, s, max, norm.view(), coef.view(), ls)
+            })?;
+        }
         self.norm = Some((norm, coef.clone()));
         Ok(Some(coef))
     }
 
-    fn moments_for(&mut self, g: &Graph<'_>, p: &Tensor) -> Result<(Tensor, Tensor)> {
-        if let Some(mv) = self.moments.get(&p.id()) {
-            return Ok(mv.clone());
+    /// The moments of `p`, and whether they hold anything yet: a parameter's first step gets
+    /// new buffers that the AdamW kernel writes without reading (`Moments::Fresh`), instead of
+    /// zero-filling both (`[numel]` f32 x 2 per parameter: 8.8 GB for a 1.1B model).
+    fn moments_for(&mut self, g: &Graph<'_>, p: &Tensor) -> Result<(Tensor, Tensor, k::Moments)> {
+        if let Some((m, v)) = self.moments.get(&p.id()) {
+            return Ok((m.clone(), v.clone(), k::Moments::Stored));
         }
         let (m, v) = (g.empty(p.shape())?, g.empty(p.shape())?);
+        self.moments.insert(p.id(), (m.clone(), v.clone()));
+        if !crate::zero_fills() {
+            return Ok((m, v, k::Moments::Fresh));
+        }
         g.record(|rec| {
             elementwise::fill(rec, m.view(), 0.0)?;
             elementwise::fill(rec, v.view(), 0.0)
         })?;
-        self.moments.insert(p.id(), (m.clone(), v.clone()));
-        Ok((m, v))
+        Ok((m, v, k::Moments::Stored))
     }
+}
+
+/// One parameter's part of a step: its buffers, the 16-bit copy to rewrite, its weight decay.
+struct ParamStep<'a> {
+    param: &'a Tensor,
+    grad: &'a Tensor,
+    m: Tensor,
+    v: Tensor,
+    moments: k::Moments,
+    copy: Option<Tensor>,
+    weight_decay: f64,
+}
+
+/// `VKFORMERS_ADAMW=per-tensor` steps each parameter with a dispatch of its own (the path
+/// before `optim/adamw_multi`), for an A/B of the two.
+fn per_tensor_adamw() -> bool {
+    std::env::var("VKFORMERS_ADAMW").is_ok_and(|v| v == "per-tensor")
+}
+
+/// `VKFORMERS_GRAD_NORM=per-buffer` takes the gradient norm with one `sum_squares` dispatch per
+/// gradient (the path before the multi-tensor kernel), for an A/B of the two.
+fn per_buffer_norm() -> bool {
+    std::env::var("VKFORMERS_GRAD_NORM").is_ok_and(|v| v == "per-buffer")
 }
 
 /// Checkpointing: the step count and the moments of each parameter can be read out and put

@@ -42,3 +42,43 @@ fn adamw_with_clipping_matches_reference_over_two_steps() {
         Ok(())
     });
 }
+
+#[test]
+fn a_step_of_many_parameters_takes_three_dispatches_and_no_fill() {
+    on_every_device("tensor adamw dispatches", |ctx| {
+        if !ctx.caps().timestamps {
+            return Ok(()); // the per-kernel profile needs timestamps
+        }
+        let mut rng = Rng::new(10);
+        let sizes: Vec<usize> = (0..30).map(|i| 1 + i * 13).collect();
+        let g = Graph::new(ctx);
+        let params: Vec<Param> = sizes
+            .iter()
+            .map(|&n| Ok(Param { tensor: g.parameter(&rng.vec(n, 1.0), &[n])?, decay: true }))
+            .collect::<vkformers_vk::Result<_>>()?;
+        let grads: Vec<Vec<f32>> = sizes.iter().map(|&n| rng.vec(n, 1.0)).collect();
+        for (p, gr) in params.iter().zip(&grads) {
+            g.backward_from(&p.tensor, &g.constant(gr, &[gr.len()])?)?;
+        }
+        g.sync()?;
+        let mut opt = AdamW::new(Hp::default(), 1.0);
+        g.set_profiling(true);
+        opt.step(&g, &params)?;
+        let norm = g.read(opt.last_grad_norm().expect("clipping is on"))?[0];
+        let profile = g.take_profile()?.expect("profiling was on");
+        let calls = |pick: &dyn Fn(&str) -> bool| -> u64 {
+            profile.kernels.iter().filter(|(name, _)| pick(name)).map(|(_, k)| k.calls).sum()
+        };
+        // One multi-tensor sum of squares and one norm + clip coefficient for all 30 gradients
+        // (the per-buffer path took 30 + 2); the clip scale is applied inside AdamW.
+        let norm_calls = calls(&|n| n.starts_with("optim/") && !n.starts_with("optim/adamw"));
+        assert_eq!(norm_calls, 2, "{:?}", profile.kernels.keys().collect::<Vec<_>>());
+        assert_eq!(calls(&|n| n.starts_with("optim/adamw")), 1, "one AdamW dispatch for all 30 parameters");
+        // The first step's moments are written by AdamW without a zero fill first.
+        assert_eq!(calls(&|n| n == "elementwise/fill"), 0);
+        let g64: Vec<Vec<f64>> = grads.iter().map(|x| f64s(x)).collect();
+        let want = global_norm(&g64.iter().map(Vec::as_slice).collect::<Vec<_>>());
+        assert!((f64::from(norm) - want).abs() <= 1e-6 * want, "norm {norm} vs {want}");
+        Ok(())
+    });
+}

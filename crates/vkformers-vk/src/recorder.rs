@@ -140,6 +140,21 @@ impl Recorder {
         params: &[u8],
         groups: [u32; 3],
     ) -> Result<()> {
+        self.dispatch_indirect(code, spec, args, &[], params, groups)
+    }
+
+    /// [`Recorder::dispatch`] of a kernel that also uses `indirect`: buffers it reaches through
+    /// addresses stored in one of its `args` (a table), not through the push block. They count
+    /// for barriers and are held until the batch completes like `args`.
+    pub fn dispatch_indirect(
+        &mut self,
+        code: &KernelCode,
+        spec: &[u32],
+        args: &[Arg<'_>],
+        indirect: &[Arg<'_>],
+        params: &[u8],
+        groups: [u32; 3],
+    ) -> Result<()> {
         let push = push_block(code, args, params)?;
         let max = self.shared.caps.max_workgroup_count;
         if groups.iter().zip(max).any(|(g, m)| *g > m) || groups.contains(&0) {
@@ -149,7 +164,8 @@ impl Recorder {
             });
         }
         let pipe = self.shared.pipelines.get(&self.shared.device, code, spec)?;
-        let accesses: Vec<(Span, AccessKind)> = args.iter().map(|a| (span_of(&a.view), a.kind)).collect();
+        let accesses: Vec<(Span, AccessKind)> =
+            args.iter().chain(indirect).map(|a| (span_of(&a.view), a.kind)).collect();
         self.hazard_barrier(&accesses);
         self.timestamp(vk::PipelineStageFlags::TOP_OF_PIPE)?;
         let shared = self.shared.clone();
@@ -168,8 +184,8 @@ impl Recorder {
         }
         self.timestamp(vk::PipelineStageFlags::BOTTOM_OF_PIPE)?;
         self.labels.push(code.name);
-        self.work.push((args.iter().map(|a| a.view.len).sum(), 0.0));
-        self.hold(args.iter().map(|a| a.view.buffer));
+        self.work.push((args.iter().chain(indirect).map(|a| a.view.len).sum(), 0.0));
+        self.hold(args.iter().chain(indirect).map(|a| a.view.buffer));
         Ok(())
     }
 

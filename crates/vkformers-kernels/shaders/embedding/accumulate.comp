@@ -10,9 +10,16 @@
 // The row `padding_idx` (0xFFFFFFFF: none) is never written, as torch's nn.Embedding(padding_idx)
 // leaves that row's gradient zero: its positions still sort, their sum is just not added.
 // dout is in the variant's storage type (f32, f16, bf16); the sums and dW are f32.
+// Variants `write_*` (a fresh gradient) instead write every element of dW once, invocation
+// (id, d) over V x D: its id's sum, or 0 for absent ids and `padding_idx`; the same bits as a
+// zero fill followed by the accumulation (0 + acc == acc: acc, a sum from +0, is never -0),
+// without the fill's pass over dW.
 // variant: f32
 // variant: f16 DT_F16
 // variant: bf16 DT_BF16
+// variant: write_f32 WRITE
+// variant: write_f16 DT_F16 WRITE
+// variant: write_bf16 DT_BF16 WRITE
 layout(local_size_x = 256) in;
 layout(push_constant) uniform Push {
     I32In ids;
@@ -26,6 +33,28 @@ layout(push_constant) uniform Push {
     uint padding_idx;
 } pc;
 
+// Sum of dout[perm[j] * D + d] over the slots j of one id, in increasing j.
+float id_sum(uint start, uint end, uint d) {
+    float acc = 0.0;
+    for (uint j = start; j < end; j++) {
+        acc += ld(pc.dout, pc.perm.v[j] * pc.D + d);
+    }
+    return acc;
+}
+
+#ifdef WRITE
+void main() {
+    FOR_EACH_INDEX(e, pc.vocab * pc.D) {
+        uint id = e / pc.D;
+        uint d = e - id * pc.D;
+        float acc = 0.0;
+        if (id != pc.padding_idx) {
+            acc = id_sum(pc.offsets.v[id], pc.offsets.v[id + 1], d);
+        }
+        pc.dw.v[e] = acc;
+    }
+}
+#else
 void main() {
     uint total = pc.offsets.v[pc.vocab];
     FOR_EACH_INDEX(e, pc.n_tokens * pc.D) {
@@ -37,12 +66,8 @@ void main() {
         uint id = uint(pc.ids.v[pc.perm.v[s]]);
         uint start = pc.offsets.v[id];
         if (s == start && id != pc.padding_idx) {
-            uint end = pc.offsets.v[id + 1];
-            float acc = 0.0;
-            for (uint j = start; j < end; j++) {
-                acc += ld(pc.dout, pc.perm.v[j] * pc.D + d);
-            }
-            pc.dw.v[id * pc.D + d] += acc;
+            pc.dw.v[id * pc.D + d] += id_sum(start, pc.offsets.v[id + 1], d);
         }
     }
 }
+#endif

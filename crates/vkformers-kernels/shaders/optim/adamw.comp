@@ -12,6 +12,9 @@
 // floats) and passes them rounded to f32. `precise` keeps the compiler from fusing into FMAs.
 // A negative grad_scale (norm_clip's overflow signal under loss scaling) skips the step: no
 // parameter or moment changes, as GradScaler skips optimizer.step().
+// `fresh` != 0 (a parameter's first step): the moments are taken as zero instead of read, so
+// they need no zero fill first (the same bits: m = 0 + w1 * (g - 0), v = 0 * beta2 + ...); a
+// skipped fresh step writes them zero.
 // Variants `*_copy_bf16` / `*_copy_f16` (mixed precision) also store the updated p, rounded as
 // cast/cast.comp rounds it, into `copy [n]`: the 16-bit weight the next forward's products
 // read, so no separate cast of every weight runs after the step.
@@ -22,6 +25,7 @@
 // variant: plain_copy_f16 DT_F16 COPY
 // variant: scaled_copy_f16 GRAD_SCALE DT_F16 COPY
 #include "dtype.glsl"
+#include "optim/adamw_math.glsl"
 layout(local_size_x = 256) in;
 layout(push_constant) uniform Push {
     F32Buf param;
@@ -42,12 +46,19 @@ layout(push_constant) uniform Push {
     float bc2_sqrt;
     float neg_step;
     float eps;
+    uint fresh;
 } pc;
 
 void main() {
 #ifdef GRAD_SCALE
     float gs = pc.grad_scale.v[0];
     if (gs < 0.0) {
+        if (pc.fresh != 0u) {
+            FOR_EACH_INDEX(i, pc.n) {
+                pc.exp_avg.v[i] = 0.0;
+                pc.exp_avg_sq.v[i] = 0.0;
+            }
+        }
         return;
     }
 #endif
@@ -56,18 +67,10 @@ void main() {
 #ifdef GRAD_SCALE
         g = g * gs;
 #endif
-        precise float p = pc.param.v[i] * pc.decay;
-        precise float m = pc.exp_avg.v[i];
-        // torch lerp: weight < 0.5 ? self + w * (end - self) : end - (end - self) * (1 - w)
-        if (abs(pc.w1) < 0.5) {
-            m = m + pc.w1 * (g - m);
-        } else {
-            m = g - (g - m) * (1.0 - pc.w1);
-        }
-        precise float v = pc.exp_avg_sq.v[i] * pc.beta2;
-        v = v + pc.omb2 * g * g;
-        precise float denom = sqrt(v) / pc.bc2_sqrt + pc.eps;
-        p = p + pc.neg_step * m / denom;
+        float p = pc.param.v[i];
+        float m = pc.fresh != 0u ? 0.0 : pc.exp_avg.v[i];
+        float v = pc.fresh != 0u ? 0.0 : pc.exp_avg_sq.v[i];
+        adamw_update(g, p, m, v, pc.decay, pc.w1, pc.beta2, pc.omb2, pc.bc2_sqrt, pc.neg_step, pc.eps);
         pc.param.v[i] = p;
 #ifdef COPY
         st(pc.copy, i, p);

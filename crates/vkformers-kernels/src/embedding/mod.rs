@@ -111,6 +111,28 @@ pub fn counting_sort<'a>(
     Ok((offsets, perm))
 }
 
+/// [`embedding_backward`] into a fresh gradient: writes every element of `dw` (rows of ids absent
+/// from the batch, and `p.padding_idx`, zero), so `dw` needs no zero fill first; the same bits
+/// as that fill followed by [`embedding_backward`].
+pub fn embedding_backward_fresh(
+    rec: &mut Recorder,
+    p: &Embedding,
+    ids: BufferView<'_>,
+    dout: BufferView<'_>,
+    dw: BufferView<'_>,
+    scratch: BufferView<'_>,
+) -> Result<()> {
+    let k = pick(
+        p.dtype,
+        [
+            &code::EMBEDDING_ACCUMULATE_WRITE_F32,
+            &code::EMBEDDING_ACCUMULATE_WRITE_F16,
+            &code::EMBEDDING_ACCUMULATE_WRITE_BF16,
+        ],
+    );
+    backward_with(rec, k, p, [ids, dout, dw, scratch], u64::from(p.vocab) * u64::from(p.dim))
+}
+
 /// Backward: `dw[ids[n], :] += dout[n, :]` for every valid id but `p.padding_idx`, repeated ids
 /// summed in increasing `n`. `dout [tokens, dim]` in `p.dtype`; `dw [vocab, dim]` f32 is accumulated into (zero it first for a fresh gradient);
 /// `scratch` holds at least [`backward_scratch_bytes`] bytes.
@@ -126,6 +148,17 @@ pub fn embedding_backward(
         p.dtype,
         [&code::EMBEDDING_ACCUMULATE_F32, &code::EMBEDDING_ACCUMULATE_F16, &code::EMBEDDING_ACCUMULATE_BF16],
     );
+    backward_with(rec, k, p, [ids, dout, dw, scratch], u64::from(p.tokens) * u64::from(p.dim))
+}
+
+/// The counting sort, then the accumulation kernel `k` over `threads` invocations.
+fn backward_with(
+    rec: &mut Recorder,
+    k: &KernelCode,
+    p: &Embedding,
+    [ids, dout, dw, scratch]: [BufferView<'_>; 4],
+    threads: u64,
+) -> Result<()> {
     check_shape(k, p, &ids)?;
     check_len(k, "dw", &dw, u64::from(p.vocab) * u64::from(p.dim))?;
     let n = u64::from(p.tokens) * u64::from(p.dim);
@@ -137,5 +170,5 @@ pub fn embedding_backward(
     let (offsets, perm) = counting_sort(rec, ids, p.tokens, p.vocab, scratch)?;
     let args = [read(ids), read(offsets), read(perm), read(dout), read_write(dw)];
     let padding = p.padding_idx.unwrap_or(u32::MAX);
-    rec.dispatch(k, &[], &args, &words(&[p.tokens, p.vocab, p.dim, padding]), groups_for(n))
+    rec.dispatch(k, &[], &args, &words(&[p.tokens, p.vocab, p.dim, padding]), groups_for(threads))
 }

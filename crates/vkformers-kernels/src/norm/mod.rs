@@ -10,9 +10,11 @@
 //! more kernel adds the `G` partial rows in a fixed order. No float atomics.
 
 mod add_layer;
+pub mod col_sum_plan;
 pub mod reference;
 
 pub use add_layer::add_layer_norm_forward;
+pub use col_sum_plan::ColSum;
 
 use vkformers_vk::{read, read_write, write, BufferView, KernelCode, Recorder, Result};
 
@@ -410,7 +412,26 @@ pub fn col_sum(
     accumulate: bool,
     dt: DType,
 ) -> Result<()> {
-    let k = crate::launch::pick(rec, dt, [&code::NORM_COL_SUM_F32, &code::NORM_COL_SUM_F16, &code::NORM_COL_SUM_BF16])?;
+    col_sum_as(rec, col_sum_plan::plan(blocks, dim), partial, out, blocks, dim, accumulate, dt)
+}
+
+/// [`col_sum`] by the kernel `how` (both give the same bits).
+#[allow(clippy::too_many_arguments)]
+pub fn col_sum_as(
+    rec: &mut Recorder,
+    how: ColSum,
+    partial: BufferView<'_>,
+    out: BufferView<'_>,
+    blocks: u32,
+    dim: u32,
+    accumulate: bool,
+    dt: DType,
+) -> Result<()> {
+    let codes = match how {
+        ColSum::Serial => [&code::NORM_COL_SUM_F32, &code::NORM_COL_SUM_F16, &code::NORM_COL_SUM_BF16],
+        ColSum::Tiled => [&code::NORM_COL_SUM_TILED_F32, &code::NORM_COL_SUM_TILED_F16, &code::NORM_COL_SUM_TILED_BF16],
+    };
+    let k = crate::launch::pick(rec, dt, codes)?;
     let need = u64::from(blocks) * u64::from(dim) * 4;
     if partial.len < need || out.len < u64::from(dim) * dt.bytes() {
         return Err(crate::launch::err_plain(
@@ -420,7 +441,8 @@ pub fn col_sum(
     }
     let part = BufferView { len: need, ..partial };
     let params = words(&[blocks, dim, u32::from(accumulate)]);
-    let groups = [dim.div_ceil(COL_LOCAL).clamp(1, MAX_GROUPS), 1, 1];
+    let per_group = if how == ColSum::Tiled { col_sum_plan::TILE_COLS } else { COL_LOCAL };
+    let groups = [dim.div_ceil(per_group).clamp(1, MAX_GROUPS), 1, 1];
     let out_arg = if accumulate { read_write(out) } else { write(out) };
     rec.dispatch(k, &[], &[read(part), out_arg], &params, groups)
 }

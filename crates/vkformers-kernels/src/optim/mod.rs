@@ -2,10 +2,17 @@
 //! norm with its clip coefficient (torch.nn.utils.clip_grad_norm_), all on the device so a
 //! training step needs no host round trip.
 //!
-//! Gradient clipping in one batch:
-//! [`sum_squares`] once per gradient buffer → second-stage sums → [`norm_and_clip_coef`] →
-//! [`adamw_step`] with `grad_scale = Some(coef)` for every parameter.
+//! Gradient clipping in one batch, whatever the number of parameters:
+//! [`grad_norm_multi::grad_norm_multi_scaled`] (one sum-of-squares dispatch over every gradient
+//! through a table of addresses, then [`norm_and_clip_coef_scaled`]) →
+//! [`adamw_multi::adamw_step_multi`] (every parameter in one dispatch) with the clip coefficient
+//! as `grad_scale`: the clip scale is applied inside the AdamW kernel, no pass over the gradients
+//! of its own. The per-buffer kernels ([`grad_norm_scaled`]: one [`sum_squares`] per buffer and
+//! a second stage; [`adamw_step_from`] per parameter) give the same results (AdamW: the same
+//! bits; the norm: within f32 summation order).
 
+pub mod adamw_multi;
+pub mod grad_norm_multi;
 pub mod reference;
 
 use vkformers_vk::{read, read_write, write, BufferView, KernelCode, Recorder, Result};
@@ -44,6 +51,26 @@ pub struct AdamWBuffers<'a> {
     pub exp_avg: BufferView<'a>,
     pub exp_avg_sq: BufferView<'a>,
     pub grad_scale: Option<BufferView<'a>>,
+}
+
+/// Writes the table `bytes` of a multi-tensor kernel `k` into `table` (16-byte aligned, at
+/// least that long) by commands of this batch (no submission of its own), 64 KiB each; returns
+/// the view of the bytes written.
+fn upload_table<'a>(rec: &mut Recorder, k: &KernelCode, table: BufferView<'a>, bytes: &[u8]) -> Result<BufferView<'a>> {
+    if table.len < bytes.len() as u64 || !table.address().is_multiple_of(16) {
+        return Err(err(k, format!("table: {} bytes, need {} at a 16-byte aligned address", table.len, bytes.len())));
+    }
+    for (i, piece) in bytes.chunks(Recorder::UPDATE_MAX).enumerate() {
+        let at = table.offset + (i * Recorder::UPDATE_MAX) as u64;
+        rec.update(table.buffer.slice(at, piece.len() as u64), piece)?;
+    }
+    Ok(table.buffer.slice(table.offset, bytes.len() as u64))
+}
+
+/// Workgroups of a multi-tensor kernel over `chunks` chunks: one per chunk up to `max_groups`
+/// (the kernels stride over the rest).
+fn chunk_groups(chunks: u32, max_groups: u32) -> [u32; 3] {
+    [chunks.clamp(1, max_groups), 1, 1]
 }
 
 /// Number of f32 in `v`, which must be 1..2^32 of them.
@@ -98,6 +125,16 @@ fn adamw_kernel(scaled: bool, copy: Option<DType>) -> Result<&'static KernelCode
     })
 }
 
+/// What the moment buffers of an AdamW step hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Moments {
+    /// The previous step's moments (or zeros someone wrote).
+    Stored,
+    /// Nothing yet (the parameter's first step): the kernel takes them as zero without reading
+    /// them, so they need no zero fill, and writes them (zero on a skipped step).
+    Fresh,
+}
+
 /// [`adamw_step`] that also writes the updated parameter, rounded to `dtype` (bf16: nearest
 /// even, as `dtype::cast`), into `copy [n]` (mixed precision: the 16-bit weight that the next
 /// forward's products read). A skipped step (negative `grad_scale`) leaves `copy` as it was.
@@ -107,6 +144,18 @@ pub fn adamw_step_copy(
     copy: Option<(BufferView<'_>, DType)>,
     hp: &AdamW,
     step: u64,
+) -> Result<()> {
+    adamw_step_from(rec, bufs, copy, hp, step, Moments::Stored)
+}
+
+/// [`adamw_step_copy`] with `moments` saying whether the moment buffers hold anything yet.
+pub fn adamw_step_from(
+    rec: &mut Recorder,
+    bufs: &AdamWBuffers<'_>,
+    copy: Option<(BufferView<'_>, DType)>,
+    hp: &AdamW,
+    step: u64,
+    moments: Moments,
 ) -> Result<()> {
     let k = adamw_kernel(bufs.grad_scale.is_some(), copy.map(|c| c.1))?;
     if step == 0 {
@@ -130,6 +179,7 @@ pub fn adamw_step_copy(
     }
     let mut words = vec![n];
     words.extend(adamw_scalars(hp, step).map(f32::to_bits));
+    words.push(u32::from(moments == Moments::Fresh));
     let groups = u64::from(n).div_ceil(LOCAL).min(MAX_GROUPS) as u32;
     rec.dispatch(k, &[], &args, &params(&words), [groups, 1, 1])
 }

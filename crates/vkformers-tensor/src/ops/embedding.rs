@@ -42,11 +42,16 @@ pub fn embedding_padded(g: &Graph<'_>, w: &Tensor, ids: &Tensor, padding_idx: Op
         Box::new(move |g, dout| {
             let dw = g.empty(&table_shape)?;
             let scratch = g.ctx().buffer(k::backward_scratch_bytes(p.vocab, p.tokens), "embedding backward scratch")?;
-            g.record(|rec| {
-                elementwise::fill(rec, dw.view(), 0.0)?;
-                let s = scratch.slice(0, scratch.size());
-                k::embedding_backward(rec, &p, saved_ids.view(), dout.view(), dw.view(), s)
-            })?;
+            let s = scratch.slice(0, scratch.size());
+            if crate::zero_fills() {
+                g.record(|rec| {
+                    elementwise::fill(rec, dw.view(), 0.0)?;
+                    k::embedding_backward(rec, &p, saved_ids.view(), dout.view(), dw.view(), s)
+                })?;
+            } else {
+                // Every row of dw written (rows of absent ids zero): no [V, D] fill first.
+                g.record(|rec| k::embedding_backward_fresh(rec, &p, saved_ids.view(), dout.view(), dw.view(), s))?;
+            }
             Ok(vec![Some(dw), None])
         }),
     );

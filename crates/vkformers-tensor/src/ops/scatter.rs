@@ -27,10 +27,16 @@ pub fn scatter_rows(g: &Graph<'_>, x: &Tensor, ids: &Tensor, rows: usize) -> Res
     let p = Embedding { vocab: dim32(rows)?, dim: dim32(d)?, tokens: dim32(n)?, dtype: DType::F32, padding_idx: None };
     let y = g.output(&[rows, d], &[x])?;
     let scratch = g.ctx().buffer(k::backward_scratch_bytes(p.vocab, p.tokens), "scatter_rows scratch")?;
-    g.record(|rec| {
-        elementwise::fill(rec, y.view(), 0.0)?;
-        k::embedding_backward(rec, &p, ids.view(), x.view(), y.view(), scratch.slice(0, scratch.size()))
-    })?;
+    let s = scratch.slice(0, scratch.size());
+    if crate::zero_fills() {
+        g.record(|rec| {
+            elementwise::fill(rec, y.view(), 0.0)?;
+            k::embedding_backward(rec, &p, ids.view(), x.view(), y.view(), s)
+        })?;
+    } else {
+        // Every row written (absent ones zero): no fill first.
+        g.record(|rec| k::embedding_backward_fresh(rec, &p, ids.view(), x.view(), y.view(), s))?;
+    }
     let saved_ids = ids.clone();
     g.push_node(
         &y,
