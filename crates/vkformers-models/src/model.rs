@@ -90,7 +90,20 @@ impl Model {
     ) -> Result<Model> {
         let spec = spec_from_config(&config)?;
         let narrow = if dtype == DType::F32 { Default::default() } else { linear_weight_names(&spec) };
+        let packer = std::cell::OnceCell::new();
         let make = |name: &str, data: &[f32], shape: &[usize]| {
+            // q/k/v and gate/up: views of one packed weight per layer (crate::packed).
+            let packs: &crate::packed::Packer = packer.get_or_init(Default::default);
+            if let Some(dt) = packs.dtype_of(name) {
+                let bytes: Vec<u8> = if dt == DType::F32 {
+                    data.iter().flat_map(|x| x.to_le_bytes()).collect()
+                } else {
+                    to_bits(data, dt).iter().flat_map(|x| x.to_le_bytes()).collect()
+                };
+                if let Some(t) = packs.place(g, name, shape, &bytes) {
+                    return t;
+                }
+            }
             if trainable(name) {
                 g.parameter(data, shape)
             } else if narrow.contains(name) {
@@ -114,6 +127,10 @@ impl Model {
             None => (check_against_config(&spec, &config, &file, dir)?, Vec::new()),
         };
         crate::budget::check(g.ctx().caps(), need(&found, trainable, &narrow, dtype))?;
+        if new_head.is_none() {
+            let plan = crate::packed::Packer::plan(g, &spec, &found, trainable, (&narrow, dtype))?;
+            let _ = packer.set(plan);
+        }
         let mut weights = Weights::default();
         let mut params = Vec::new();
         let mut buffers = Vec::new();
@@ -172,6 +189,8 @@ impl Model {
             }
         }
         params.sort_by(|a, b| a.0.cmp(&b.0));
+        let packs = packer.into_inner().unwrap_or_default().finish(&weights);
+        weights.set_packs(packs);
         Ok(Model { spec, weights, params, buffers, hf_names, config })
     }
 
