@@ -23,7 +23,10 @@ fn fixture(name: &str) -> PathBuf {
 const FAMILIES: [&str; 6] = ["llama", "qwen2", "gemma", "phi3", "olmo", "gpt_neox"];
 
 /// The f32 logits tolerance of the parity fixtures (relative L2).
-const TOL_LOGITS_F32: f64 = 1e-5;
+const TOL_LOGITS_F32: f64 = vkformers_models::parity::TOL_LOGITS;
+
+/// A bf16 product's relative tolerance (`vkformers_kernels::testutil::TOL_BF16`).
+const TOL_LOGITS_BF16: f64 = 1.6e-2;
 
 fn rel_l2(got: &[f32], want: &[f32]) -> f64 {
     let l2 = |v: &mut dyn Iterator<Item = f64>| v.map(|x| x * x).sum::<f64>().sqrt();
@@ -119,9 +122,11 @@ fn packed_products_match_the_separate_ones_on_bf16_weights() {
             let (on, off) = (logits(&g, &mut model, &dir, true), logits(&g, &mut model, &dir, false));
             let e = rel_l2(&on, &off);
             println!("{name} bf16: packed vs separate products {e:.2e}");
-            // The same bf16 operands and per-output sums: only a changed split along K may move
-            // the f32 sums' rounding (not at these widths).
-            assert!(e <= TOL_LOGITS_F32, "{name}: packed vs separate bf16 logits {e:.2e}");
+            // The same bf16 operands and per-output sums over `in` (0 on lavapipe's portable
+            // GEMM). A tensor-core engine chosen by the product's width, or a split along K,
+            // may group the f32 sums differently; bf16 activations then round apart: held to
+            // the bf16 product tolerance.
+            assert!(e <= TOL_LOGITS_BF16, "{name}: packed vs separate bf16 logits {e:.2e}");
         }
         Ok(())
     });
