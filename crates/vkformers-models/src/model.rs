@@ -93,16 +93,8 @@ impl Model {
         let packer = std::cell::OnceCell::new();
         let make = |name: &str, data: &[f32], shape: &[usize]| {
             // q/k/v and gate/up: views of one packed weight per layer (crate::packed).
-            let packs: &crate::packed::Packer = packer.get_or_init(Default::default);
-            if let Some(dt) = packs.dtype_of(name) {
-                let bytes: Vec<u8> = if dt == DType::F32 {
-                    data.iter().flat_map(|x| x.to_le_bytes()).collect()
-                } else {
-                    to_bits(data, dt).iter().flat_map(|x| x.to_le_bytes()).collect()
-                };
-                if let Some(t) = packs.place(g, name, shape, &bytes) {
-                    return t;
-                }
+            if let Some(t) = packer.get().and_then(|p: &crate::packed::Packer| p.place(g, name, data, shape)) {
+                return t;
             }
             if trainable(name) {
                 g.parameter(data, shape)

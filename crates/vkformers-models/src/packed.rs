@@ -70,6 +70,16 @@ impl Packs {
     }
 }
 
+/// `data` in the storage type `dtype` as little-endian bytes (16-bit: rounded to nearest even,
+/// exact for values read from a file of that type).
+fn stored_bytes(data: &[f32], dtype: DType) -> Vec<u8> {
+    match dtype {
+        DType::F32 => data.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        DType::F16 => data.iter().flat_map(|&x| half::f16::from_f32(x).to_bits().to_le_bytes()).collect(),
+        DType::BF16 => data.iter().flat_map(|&x| half::bf16::from_f32(x).to_bits().to_le_bytes()).collect(),
+    }
+}
+
 /// Whether the loader packs: on unless `VKFORMERS_FUSED_PROJ=0` (the A/B switch).
 fn packing_enabled() -> bool {
     std::env::var("VKFORMERS_FUSED_PROJ").map_or(true, |v| v != "0")
@@ -164,32 +174,29 @@ impl Packer {
         at
     }
 
-    /// The parameter `name` as a view of its pack's rows, filled with `bits` (its values in the
-    /// pack's storage type, as bytes), or `None` when `name` is not packed.
+    /// The parameter `name` as a view of its pack's rows, filled with `data` (converted to the
+    /// pack's storage type, as the separate weight would have been), or `None` when `name` is
+    /// not packed.
     pub(crate) fn place(
         &self,
         g: &Graph<'_>,
         name: &str,
+        data: &[f32],
         shape: &[usize],
-        bytes: &[u8],
     ) -> Option<vkformers_tensor::Result<Tensor>> {
         let &(at, row0) = self.places.get(name)?;
+        let pack = &self.packs[at].0;
         Some((|| {
-            let view = g.view_rows(&self.packs[at].0, row0, shape.first().copied().unwrap_or(1))?;
+            let view = g.view_rows(pack, row0, shape.first().copied().unwrap_or(1))?;
             if view.shape() != shape {
                 return Err(vkformers_tensor::VkError::Kernel {
                     kernel: "load".into(),
                     message: format!("`{name}` {shape:?} does not fit its packed rows {:?}", view.shape()),
                 });
             }
-            g.upload_into(&view, bytes)?;
+            g.upload_into(&view, &stored_bytes(data, pack.dtype()))?;
             Ok(view)
         })())
-    }
-
-    /// The storage type `name`'s pack keeps, when `name` is packed.
-    pub(crate) fn dtype_of(&self, name: &str) -> Option<DType> {
-        self.places.get(name).map(|&(at, _)| self.packs[at].0.dtype())
     }
 
     /// The packs, by the weight name of their first part; `weights` holds the parts the loader
