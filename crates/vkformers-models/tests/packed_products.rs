@@ -175,3 +175,18 @@ fn packing_keeps_the_device_memory_of_the_separate_weights() {
         Ok(())
     });
 }
+
+/// Training loads (parameters that take gradients) keep every weight in its own buffer: the
+/// optimizer and the tape see the tensors they always did.
+#[test]
+fn a_training_load_packs_nothing() {
+    on_every_device("packed training", |ctx| {
+        let g = Graph::new(ctx);
+        let model = Model::load(&g, &fixture("llama")).unwrap();
+        assert!(model.weights.packs().is_empty(), "trainable weights are not packed");
+        let lora_base = Model::load_with_trainable(&g, &fixture("llama"), &|n| n.contains("q_proj")).unwrap();
+        // q is trainable: no q/k/v pack; gate/up (frozen) packed.
+        assert_eq!(lora_base.weights.packs().len(), lora_base.spec.layers.len(), "gate/up packs only");
+        Ok(())
+    });
+}
