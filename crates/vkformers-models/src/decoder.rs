@@ -8,7 +8,7 @@ use std::rc::Rc;
 
 use vkformers_tensor::ops::attention::{attention_chunked, AttnOptions};
 use vkformers_tensor::ops::checkpoint::checkpoint;
-use vkformers_tensor::ops::{activation, broadcast, cast, embedding, glu, loss, matmul, norm, rope, shape, split};
+use vkformers_tensor::ops::{activation, broadcast, cast, embedding, glu, loss, matmul, norm, rope, shape};
 use vkformers_tensor::{DType, Graph, Tensor};
 
 use crate::error::{ModelError, Result};
@@ -810,14 +810,8 @@ fn self_attention(
     };
     let (mut q, mut k, v) = match (together, packed) {
         (Some(ys), _) => (clip(&ys[0])?, clip(&ys[1])?, clip(&ys[2])?),
-        (None, Some((y, cols))) => {
-            // Clipped once, then split into contiguous q, k and v (one dispatch).
-            let mut parts = split::split_cols(g, &clip(&y)?, &cols)?.into_iter();
-            match (parts.next(), parts.next(), parts.next()) {
-                (Some(q), Some(k), Some(v)) => (q, k, v),
-                _ => return Err(ModelError::Weights(format!("packed q/k/v of layer {i} has {} parts", cols.len()))),
-            }
-        }
+        // Clipped once, then split into contiguous q, k and v (one dispatch).
+        (None, Some((y, cols))) => crate::packed::split_qkv(g, &clip(&y)?, &cols)?,
         (None, None) => (proj(&n.q)?, proj(&n.k)?, proj(&n.v)?),
     };
     if let (Some(qk), QkNormAt::Projection) = (&a.qk_norm, a.qk_norm_at) {

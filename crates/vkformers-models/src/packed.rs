@@ -231,3 +231,12 @@ pub(crate) fn product(
     let y = vkformers_tensor::ops::matmul::linear(g, x, &p.weight, p.bias.as_ref())?;
     Ok(Some((y, p.cols.clone())))
 }
+
+/// q, k and v `[rows, n_p]` of the packed product's output `y` (one split dispatch).
+pub(crate) fn split_qkv(g: &Graph<'_>, y: &Tensor, cols: &[usize]) -> Result<(Tensor, Tensor, Tensor)> {
+    let mut parts = vkformers_tensor::ops::split::split_cols(g, y, cols)?.into_iter();
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(q), Some(k), Some(v)) => Ok((q, k, v)),
+        _ => Err(crate::error::ModelError::Weights(format!("a packed q/k/v of {} parts", cols.len()))),
+    }
+}
