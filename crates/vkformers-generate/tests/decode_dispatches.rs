@@ -82,6 +82,29 @@ fn one_decode_step_has_few_commands() {
 /// the activation read by q, k and v (and by gate and up) is cast once (`Graph::inference` in
 /// the cached forward), not once per product: per layer one cast for q/k/v, one for o, one for
 /// gate/up and one for the down product's input, and one for the LM head's (before: 7 a layer).
+/// The profile of one decode step of `rows` sequences (after a 5-token prefill), bf16 weights
+/// under autocast as `generate` runs a bf16 folder.
+fn batched_step_profile(g: &Graph<'_>, model: &Model, rows: usize) -> Profile {
+    let cache = KvCache::batched(g, &model.spec, rows, 16).unwrap();
+    let step = |t: usize| {
+        let ids: Vec<i32> = (0..rows * t).map(|i| (i * 7 % 50 + 3) as i32).collect();
+        let mask = vec![1; ids.len()];
+        let batch = Batch { ids: &ids, mask: &mask, batch: rows, seq: t };
+        g.no_grad(|| g.read(&forward_cached_last(g, &model.spec, &model.weights, &batch, &cache).unwrap())).unwrap();
+    };
+    step(5);
+    g.set_profiling(true);
+    step(1);
+    let p = g.take_profile().unwrap().expect("profiling was on");
+    g.set_profiling(false);
+    p
+}
+
+/// A decode step of more rows than the GEMV takes, with bf16 weights under autocast (as
+/// `generate` runs a bf16 folder): the products run on the GEMM and read bf16 activations, and
+/// the activation read by q, k and v (and by gate and up) is cast once (`Graph::inference` in
+/// the cached forward), not once per product: per layer one cast for q/k/v, one for o, one for
+/// gate/up and one for the down product's input, and one for the LM head's (before: 7 a layer).
 #[test]
 fn a_batched_decode_step_casts_each_activation_once() {
     let model_dir = fixtures_root().join("llama");
@@ -90,23 +113,44 @@ fn a_batched_decode_step_casts_each_activation_once() {
         let model = Model::load_for_inference(&g, &model_dir, vkformers_tensor::DType::BF16).unwrap();
         g.set_autocast(Some(vkformers_tensor::DType::BF16));
         let rows = 20;
-        let cache = KvCache::batched(&g, &model.spec, rows, 16).unwrap();
-        let step = |t: usize| {
-            let ids: Vec<i32> = (0..rows * t).map(|i| (i * 7 % 50 + 3) as i32).collect();
-            let mask = vec![1; ids.len()];
-            let batch = Batch { ids: &ids, mask: &mask, batch: rows, seq: t };
-            g.no_grad(|| g.read(&forward_cached_last(&g, &model.spec, &model.weights, &batch, &cache).unwrap()))
-                .unwrap();
-        };
-        step(5);
-        g.set_profiling(true);
-        step(1);
-        let p = g.take_profile().unwrap().expect("profiling was on");
-        g.set_profiling(false);
+        let p = batched_step_profile(&g, &model, rows);
         let casts: u64 = p.kernels.iter().filter(|(n, _)| n.starts_with("cast/cast4:to_")).map(|(_, k)| k.calls).sum();
         let layers = model.spec.layers.len() as u64;
         println!("{}: casts in one {rows}-row decode step: {casts}", ctx.caps().name);
         assert!(casts <= 4 * layers + 1, "{casts} casts in one decode step of {layers} layers");
+        Ok(())
+    });
+}
+
+/// The same 20-row bf16 decode step with q/k/v and gate/up packed (an inference load) and with
+/// the separate products (`set_packed_products(false)`, the path of `VKFORMERS_FUSED_PROJ=0`):
+/// per layer the packed one runs one q/k/v product and the split instead of three products, and
+/// one gate/up product read by the GLU instead of two (on the H200 also fewer split-K column
+/// sums: the packed products are wide enough to fill the device unsplit); no gemm is added.
+#[test]
+fn a_batched_decode_step_runs_one_product_for_qkv_and_one_for_gate_up() {
+    let model_dir = fixtures_root().join("llama");
+    on_every_device("decode packed", |ctx| {
+        let g = Graph::new(ctx);
+        let mut model = Model::load_for_inference(&g, &model_dir, vkformers_tensor::DType::BF16).unwrap();
+        g.set_autocast(Some(vkformers_tensor::DType::BF16));
+        let rows = 20;
+        let packed = batched_step_profile(&g, &model, rows);
+        model.weights.set_packed_products(false);
+        let separate = batched_step_profile(&g, &model, rows);
+        let layers = model.spec.layers.len() as u64;
+        let gemms = |p: &Profile| -> u64 {
+            p.kernels.iter().filter(|(n, _)| n.starts_with("matmul/")).map(|(_, k)| k.calls).sum()
+        };
+        let (c_on, c_off) = (packed.dispatches, separate.dispatches);
+        println!(
+            "{}: one {rows}-row decode step: {c_on} commands packed ({} products), {c_off} separate ({} products)",
+            ctx.caps().name,
+            gemms(&packed),
+            gemms(&separate)
+        );
+        assert!(c_on + 2 * layers <= c_off, "{c_on} commands packed, {c_off} separate");
+        assert!(gemms(&packed) + 3 * layers <= gemms(&separate), "products: {:?}", extra_calls(&separate, &packed));
         Ok(())
     });
 }

@@ -1,4 +1,5 @@
-//! Elementwise f32 kernels: fill, copy, add, mul. Views are byte ranges holding f32 values.
+//! Elementwise f32 kernels: fill, copy, add, mul, and the column split of a packed product.
+//! Views are byte ranges holding f32 values.
 
 use vkformers_vk::{read, write, BufferView, Recorder, Result, VkError};
 
@@ -72,4 +73,31 @@ pub fn add(rec: &mut Recorder, x: BufferView<'_>, y: BufferView<'_>, out: Buffer
 /// `out[i] = x[i] * y[i]`.
 pub fn mul(rec: &mut Recorder, x: BufferView<'_>, y: BufferView<'_>, out: BufferView<'_>) -> Result<()> {
     binary(&code::ELEMENTWISE_BINARY_MUL, rec, x, y, out)
+}
+
+/// Splits `x [rows, Σ n_p]` by columns into `outs[p] [rows, n_p]` (two or three parts, f32):
+/// the q, k and v of one packed q/k/v product as three contiguous tensors, in one dispatch.
+pub fn split_cols(rec: &mut Recorder, x: BufferView<'_>, outs: &[BufferView<'_>], rows: u32) -> Result<()> {
+    let k = &code::ELEMENTWISE_SPLIT_COLS;
+    let fail = |message: String| Err(VkError::Kernel { kernel: k.name.into(), message });
+    if !(2..=3).contains(&outs.len()) || rows == 0 {
+        return fail(format!("{} parts of {rows} rows (need 2 or 3 parts, rows > 0)", outs.len()));
+    }
+    let mut n = [0u32; 3];
+    for (p, o) in outs.iter().enumerate() {
+        let e = elements(k.name, o)?;
+        if e % rows != 0 {
+            return fail(format!("part {p} of {e} values is not {rows} rows"));
+        }
+        n[p] = e / rows;
+    }
+    let total = elements(k.name, &x)?;
+    if u64::from(total) != u64::from(rows) * n.iter().map(|&v| u64::from(v)).sum::<u64>() {
+        return fail(format!("x of {total} values for {rows} rows of {n:?} columns"));
+    }
+    // Two parts: the third pointer is never written (n2 = 0); the second fills its place.
+    let third = outs.get(2).copied().unwrap_or(outs[1]);
+    let args = [read(x), write(outs[0]), write(outs[1]), write(third)];
+    let push = params(&[rows, n[0], n[1], n[2]]);
+    rec.dispatch(k, &[], &args, &push, groups_for(u64::from(total)))
 }

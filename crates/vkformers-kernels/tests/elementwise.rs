@@ -165,3 +165,36 @@ fn reflection_matches_every_kernel_layout() {
     assert_eq!((code::ELEMENTWISE_FILL.pointers, code::ELEMENTWISE_FILL.push_size), (1, 16));
     assert_eq!((code::ELEMENTWISE_BINARY_ADD.pointers, code::ELEMENTWISE_BINARY_ADD.push_size), (3, 28));
 }
+
+/// `split_cols` against a host split: three parts (q, k, v of odd widths) and two (gate, up),
+/// on row counts across workgroup edges; bad part sizes are typed errors.
+#[test]
+fn split_cols_gives_each_part_its_columns() {
+    on_every_device("split_cols", |ctx| {
+        for (rows, widths) in [(1, vec![8, 4, 4]), (5, vec![13, 3, 7]), (67, vec![96, 32, 32]), (9, vec![40, 40])] {
+            let total: usize = widths.iter().sum();
+            let xs = ramp(rows * total, 1.5);
+            let x = ctx.buffer_from(&xs, "x")?;
+            let outs: Vec<_> =
+                widths.iter().map(|w| ctx.buffer((rows * w * 4) as u64, "part")).collect::<Result<_>>()?;
+            let views: Vec<_> = outs.iter().map(|o| o.view()).collect();
+            let mut rec = ctx.recorder(false)?;
+            elementwise::split_cols(&mut rec, x.view(), &views, rows as u32)?;
+            rec.submit()?;
+            let mut col0 = 0;
+            for (o, &w) in outs.iter().zip(&widths) {
+                let got: Vec<f32> = ctx.read_vec(o.view())?;
+                let want: Vec<f32> =
+                    (0..rows).flat_map(|r| xs[r * total + col0..r * total + col0 + w].to_vec()).collect();
+                assert_eq!(got, want, "part of {w} columns from column {col0}, {rows} rows");
+                col0 += w;
+            }
+        }
+        let x = ctx.buffer_from(&ramp(12, 1.0), "x")?;
+        let part = ctx.buffer(16, "part")?;
+        let mut rec = ctx.recorder(false)?;
+        let err = elementwise::split_cols(&mut rec, x.view(), &[part.view(), part.view()], 2).unwrap_err();
+        assert!(err.to_string().contains("elementwise/split_cols"), "{err}");
+        Ok(())
+    });
+}

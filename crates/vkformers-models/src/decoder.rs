@@ -28,6 +28,8 @@ pub struct Weights {
     map: HashMap<String, Tensor>,
     /// LoRA terms added to projections (empty without an adapter).
     lora: crate::lora::Terms,
+    /// q/k/v and gate/up packed into one weight per layer (inference loads; `crate::packed`).
+    packs: crate::packed::Packs,
 }
 
 impl Weights {
@@ -63,6 +65,22 @@ impl Weights {
     /// The LoRA terms of an attached adapter.
     pub fn lora(&self) -> &crate::lora::Terms {
         &self.lora
+    }
+
+    /// The packed q/k/v and gate/up weights the loader made (see `crate::packed`).
+    pub fn set_packs(&mut self, packs: crate::packed::Packs) {
+        self.packs = packs;
+    }
+
+    /// The packed weights.
+    pub fn packs(&self) -> &crate::packed::Packs {
+        &self.packs
+    }
+
+    /// Runs q/k/v and gate/up as one packed product each where packed (`on`, the default), or
+    /// as separate products (the same weights: an A/B on one load).
+    pub fn set_packed_products(&mut self, on: bool) {
+        self.packs.on = on;
     }
 
     /// Adds LoRA terms to the projections they name (see `lora::attach`).
@@ -495,7 +513,7 @@ fn last_columns(g: &Graph<'_>, x: &Tensor, b: usize, t: usize) -> Result<Tensor>
 type LayerCtx = Rc<(ModelSpec, Weights, Inputs<'static>)>;
 
 fn owned_for_layers(spec: &ModelSpec, w: &Weights, inp: &Inputs<'_>) -> LayerCtx {
-    let w = Weights { map: w.map.clone(), lora: w.lora.clone() };
+    let w = Weights { map: w.map.clone(), lora: w.lora.clone(), packs: Default::default() };
     let inp = Inputs {
         ids: inp.ids.clone(),
         kmask: inp.kmask.clone(),
@@ -782,17 +800,19 @@ fn self_attention(
     // Decoding: the three products in one dispatch (no bias; clipped as `proj` clips).
     let names = [&n.q, &n.k, &n.v].map(|t| format!("{}.weight", layer_name(t, i)));
     let together = if a.qkv_bias { None } else { grouped::products(g, w, h, &names)? };
-    let (mut q, mut k, v) = match together {
-        Some(ys) => {
-            let clip = |y: &Tensor| -> Result<Tensor> {
-                match a.clip_qkv {
-                    Some(c) => clamp(g, y, c),
-                    None => Ok(y.clone()),
-                }
-            };
-            (clip(&ys[0])?, clip(&ys[1])?, clip(&ys[2])?)
+    // Else (more rows than the GEMV takes, or biases): one product of the packed q/k/v weight.
+    let packed = if together.is_none() { crate::packed::product(g, w, h, &names)? } else { None };
+    let clip = |y: &Tensor| -> Result<Tensor> {
+        match a.clip_qkv {
+            Some(c) => clamp(g, y, c),
+            None => Ok(y.clone()),
         }
-        None => (proj(&n.q)?, proj(&n.k)?, proj(&n.v)?),
+    };
+    let (mut q, mut k, v) = match (together, packed) {
+        (Some(ys), _) => (clip(&ys[0])?, clip(&ys[1])?, clip(&ys[2])?),
+        // Clipped once, then split into contiguous q, k and v (one dispatch).
+        (None, Some((y, cols))) => crate::packed::split_qkv(g, &clip(&y)?, &cols)?,
+        (None, None) => (proj(&n.q)?, proj(&n.k)?, proj(&n.v)?),
     };
     if let (Some(qk), QkNormAt::Projection) = (&a.qk_norm, a.qk_norm_at) {
         q = apply_norm(g, qk, w, &layer_name(&n.q_norm, i), &q)?;
@@ -914,7 +934,16 @@ pub(crate) fn mlp(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, m: &MlpSpec, i: 
             let names = [&n.gate, &n.up].map(|t| format!("{}.weight", layer_name(t, i)));
             let (gate, up) = match if *bias { None } else { grouped::products(g, w, h, &names)? } {
                 Some(ys) => (ys[0].clone(), ys[1].clone()),
-                None => (project(g, w, &n.gate, i, h, *bias)?, project(g, w, &n.up, i, h, *bias)?),
+                None => {
+                    // More rows than the GEMV takes (or biases): one product of the packed
+                    // gate/up weight [rows, 2I], the GLU reading its two halves.
+                    if let Some((gate_up, cols)) = crate::packed::product(g, w, h, &names)? {
+                        if cols.len() == 2 && cols[0] == cols[1] {
+                            return project(g, w, &n.down, i, &glu::glu_fused(g, &gate_up, *kind)?, *bias);
+                        }
+                    }
+                    (project(g, w, &n.gate, i, h, *bias)?, project(g, w, &n.up, i, h, *bias)?)
+                }
             };
             // Decoding: the GLU folded into the down projection's GEMV (one dispatch less).
             let down = format!("{}.weight", layer_name(&n.down, i));

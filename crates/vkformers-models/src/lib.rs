@@ -12,6 +12,7 @@ pub mod lm_loss;
 pub mod lora;
 pub mod model;
 pub mod moe;
+pub mod packed;
 pub mod parity;
 pub mod rope;
 pub mod seq2seq;

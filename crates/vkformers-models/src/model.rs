@@ -90,7 +90,12 @@ impl Model {
     ) -> Result<Model> {
         let spec = spec_from_config(&config)?;
         let narrow = if dtype == DType::F32 { Default::default() } else { linear_weight_names(&spec) };
+        let packer = std::cell::OnceCell::new();
         let make = |name: &str, data: &[f32], shape: &[usize]| {
+            // q/k/v and gate/up: views of one packed weight per layer (crate::packed).
+            if let Some(t) = packer.get().and_then(|p: &crate::packed::Packer| p.place(g, name, data, shape)) {
+                return t;
+            }
             if trainable(name) {
                 g.parameter(data, shape)
             } else if narrow.contains(name) {
@@ -114,6 +119,10 @@ impl Model {
             None => (check_against_config(&spec, &config, &file, dir)?, Vec::new()),
         };
         crate::budget::check(g.ctx().caps(), need(&found, trainable, &narrow, dtype))?;
+        if new_head.is_none() {
+            let plan = crate::packed::Packer::plan(g, &spec, &found, trainable, (&narrow, dtype))?;
+            let _ = packer.set(plan);
+        }
         let mut weights = Weights::default();
         let mut params = Vec::new();
         let mut buffers = Vec::new();
@@ -172,6 +181,8 @@ impl Model {
             }
         }
         params.sort_by(|a, b| a.0.cmp(&b.0));
+        let packs = packer.into_inner().unwrap_or_default().finish(&weights);
+        weights.set_packs(packs);
         Ok(Model { spec, weights, params, buffers, hf_names, config })
     }
 

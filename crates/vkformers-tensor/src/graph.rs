@@ -460,6 +460,7 @@ impl<'c> Graph<'c> {
         Tensor(Rc::new(Inner {
             id: NEXT_TENSOR_ID.fetch_add(1, Ordering::Relaxed),
             buf,
+            offset: 0,
             shape: shape.to_vec(),
             dtype,
             is_source: false,
@@ -473,7 +474,8 @@ impl<'c> Graph<'c> {
     /// A tensor on `src`'s storage; both are marked as sharing it (see `Tensor::is_sole_owner`).
     fn share(&self, src: &Tensor, shape: &[usize], requires_grad: bool) -> Tensor {
         src.0.shares_storage.set(true);
-        let t = self.make_typed(src.0.buf.clone(), shape, src.dtype(), requires_grad, false);
+        let mut t = self.make_typed(src.0.buf.clone(), shape, src.dtype(), requires_grad, false);
+        Rc::get_mut(&mut t.0).expect("a new tensor has one handle").offset = src.0.offset;
         t.0.shares_storage.set(true);
         t
     }
@@ -509,6 +511,58 @@ impl<'c> Graph<'c> {
             });
         }
         Ok(self.share(src, shape, false))
+    }
+
+    /// Rows `[row0, row0 + rows)` of `src` (split along its first dim) as a tensor sharing its
+    /// storage at an offset, carrying no gradient: the q, k and v weights as row blocks of one
+    /// packed `[q + k + v, in]` weight, read apart or as one product. The offset must keep the
+    /// view on whole 4-byte words (16-bit tensors are read as packed words).
+    pub fn view_rows(&self, src: &Tensor, row0: usize, rows: usize) -> Result<Tensor> {
+        let shape = src.shape();
+        let bad = |message: String| VkError::Kernel { kernel: "view_rows".into(), message };
+        let Some((&total, rest)) = shape.split_first() else {
+            return Err(bad("a scalar has no rows".into()));
+        };
+        if row0 + rows > total {
+            return Err(bad(format!("rows {row0}..{} of {shape:?}", row0 + rows)));
+        }
+        let row_bytes = rest.iter().product::<usize>() as u64 * src.dtype().bytes();
+        let offset = src.0.offset + row0 as u64 * row_bytes;
+        if !offset.is_multiple_of(4) {
+            return Err(bad(format!("rows from {row0} of {shape:?} {:?} start inside a word", src.dtype())));
+        }
+        let view_shape: Vec<usize> = [&[rows][..], rest].concat();
+        let mut t = self.share(src, &view_shape, false);
+        let inner = Rc::get_mut(&mut t.0).expect("a new tensor has one handle");
+        inner.offset = offset;
+        // A block of a weight is a weight (autocast keeps its 16-bit copy across calls).
+        inner.is_source = src.0.is_source;
+        Ok(t)
+    }
+
+    /// A constant of `shape` and `dtype` whose contents the caller uploads (`upload_into`, by
+    /// row blocks through `view_rows`): a packed weight filled part by part at load, with no
+    /// second copy of any part on the device.
+    pub fn constant_uninit(&self, shape: &[usize], dtype: DType) -> Result<Tensor> {
+        let n: usize = shape.iter().product();
+        let bytes = (n.max(1) as u64 * dtype.bytes()).next_multiple_of(4);
+        let buf = self.ctx.buffer(bytes, "tensor")?;
+        Ok(as_source(self.make_typed(buf, shape, dtype, false, false)))
+    }
+
+    /// Copies host bytes into `t`'s storage (the loader filling a packed weight's row blocks);
+    /// `bytes` must be `t`'s size (16-bit data: an even count of values, or padded).
+    pub fn upload_into(&self, t: &Tensor, bytes: &[u8]) -> Result<()> {
+        let view = t.view();
+        if bytes.len() as u64 != view.len {
+            return Err(VkError::Kernel {
+                kernel: "upload_into".into(),
+                message: format!("{} bytes for {:?} {:?}", bytes.len(), t.shape(), t.dtype()),
+            });
+        }
+        // Work recorded earlier may still read or write the buffer: it runs first.
+        self.sync()?;
+        self.ctx.upload(view.buffer, view.offset, bytes)
     }
 
     /// An uninitialised f32 tensor (its contents are whatever a kernel writes next).

@@ -7,13 +7,17 @@ use std::rc::Rc;
 pub use vkformers_kernels::dtype::DType;
 use vkformers_vk::{Buffer, BufferView};
 
-/// A contiguous row-major tensor. Clones share the same storage.
+/// A contiguous row-major tensor (possibly at an offset of a shared buffer). Clones share the
+/// same storage.
 #[derive(Clone)]
 pub struct Tensor(pub(crate) Rc<Inner>);
 
 pub(crate) struct Inner {
     pub(crate) id: u64,
     pub(crate) buf: Buffer,
+    /// Byte offset of the first element in `buf` (0 but for row blocks of a packed buffer:
+    /// `Graph::view_rows`).
+    pub(crate) offset: u64,
     pub(crate) shape: Vec<usize>,
     pub(crate) dtype: DType,
     /// Made from host data (`constant`, `parameter`), not by an op: autocast may keep its
@@ -69,9 +73,9 @@ impl Tensor {
         self.0.requires_grad
     }
 
-    /// The device storage (the whole tensor).
+    /// The device storage (the whole tensor: its bytes from its offset in the buffer).
     pub fn view(&self) -> BufferView<'_> {
-        self.0.buf.slice(0, self.numel() as u64 * self.0.dtype.bytes())
+        self.0.buf.slice(self.0.offset, self.numel() as u64 * self.0.dtype.bytes())
     }
 
     /// The accumulated gradient of a leaf, if any backward pass reached it.

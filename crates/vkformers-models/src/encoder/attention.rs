@@ -41,9 +41,19 @@ pub(super) fn self_attention(
         _ => return Err(ModelError::Unsupported("windows of several sizes, or a window with a position bias".into())),
     };
     let heads = |y: Tensor, count: usize| shape::reshape(g, &y, &[b, t, count, a.head_dim]);
-    let mut q = heads(project(g, w, &n.q, i, h, a.qkv_bias)?, a.heads)?;
-    let mut k = heads(project(g, w, &n.k, i, h, a.qkv_bias)?, a.kv_heads)?;
-    let mut v = heads(project(g, w, &n.v, i, h, a.qkv_bias)?, a.kv_heads)?;
+    // Inference on a packed q/k/v weight (`crate::packed`): one product and one split.
+    let names = [&n.q, &n.k, &n.v].map(|t| format!("{}.weight", crate::spec::layer_name(t, i)));
+    let (q, k, v) = match crate::packed::product(g, w, h, &names)? {
+        Some((y, cols)) => crate::packed::split_qkv(g, &y, &cols)?,
+        None => (
+            project(g, w, &n.q, i, h, a.qkv_bias)?,
+            project(g, w, &n.k, i, h, a.qkv_bias)?,
+            project(g, w, &n.v, i, h, a.qkv_bias)?,
+        ),
+    };
+    let mut q = heads(q, a.heads)?;
+    let mut k = heads(k, a.kv_heads)?;
+    let mut v = heads(v, a.kv_heads)?;
     if let Some(r) = &a.rope {
         // Positions 0..T in every row (padding does not shift them), as RoFormer / ESM.
         let pos: Vec<i32> = (0..b * t).map(|j| (j % t) as i32).collect();

@@ -94,7 +94,7 @@ fn backward(
         let mut grads = g.backward_segment(&logits, &dlogits, &mark)?;
         if let Some(dx) = &dx {
             let cols = x.last_dim();
-            let rows_view = dx.0.buf.slice((r0 * cols * 4) as u64, (n * cols * 4) as u64);
+            let rows_view = dx.0.buf.slice(dx.0.offset + (r0 * cols * 4) as u64, (n * cols * 4) as u64);
             match grads.remove(&xc.id()) {
                 Some(dxc) => g.record(|rec| elementwise::copy(rec, dxc.view(), rows_view))?,
                 None => g.record(|rec| elementwise::fill(rec, rows_view, 0.0))?,
@@ -114,14 +114,14 @@ fn chunks(rows: usize, chunk_rows: usize) -> impl Iterator<Item = (usize, usize)
 fn rows_of(g: &Graph<'_>, x: &Tensor, r0: usize, n: usize) -> Result<Tensor> {
     let cols = x.last_dim();
     let out = g.empty(&[n, cols])?;
-    let src = x.0.buf.slice((r0 * cols * 4) as u64, (n * cols * 4) as u64);
+    let src = x.0.buf.slice(x.0.offset + (r0 * cols * 4) as u64, (n * cols * 4) as u64);
     g.record(|rec| elementwise::copy(rec, src, out.view()))?;
     Ok(out)
 }
 
 /// Elements `r0..r0 + n` of an f32 or int32 vector.
 fn part(v: &Tensor, r0: usize, n: usize) -> BufferView<'_> {
-    v.0.buf.slice(r0 as u64 * 4, n as u64 * 4)
+    v.0.buf.slice(v.0.offset + r0 as u64 * 4, n as u64 * 4)
 }
 
 /// The kernels' view of one chunk: its logits and its rows of the labels.

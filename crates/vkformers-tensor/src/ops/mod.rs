@@ -21,3 +21,4 @@ pub mod scatter;
 pub mod shape;
 pub mod softmax;
 pub mod sparsemixer;
+pub mod split;

@@ -1,0 +1,94 @@
+//! Generation on an inference load, whose q/k/v and gate/up weights are packed and run as one
+//! product each (`vkformers_models::packed`), gives the tokens transformers gives and the tokens
+//! of the separate products: through `generate` (one prompt; a batch of 20 left-padded prompts
+//! whose decode steps run past the GEMV's rows, on the GEMM) and through the engine, on llama
+//! (GQA), qwen2 (q/k/v biases), gemma (GeGLU), phi3 (stored fused qkv_proj / gate_up_proj) and
+//! olmo (clip_qkv), with f32 and bf16 weights.
+
+mod common;
+
+use std::collections::HashMap;
+
+use common::{fixtures_root, ids, json};
+use vkformers_generate::engine::{Engine, Finished, Request, RequestOptions, Sink};
+use vkformers_generate::generation::{generate, GenerateOptions};
+use vkformers_models::model::Model;
+use vkformers_tensor::{DType, Graph};
+use vkformers_vk::testing::on_every_device;
+
+const FAMILIES: [&str; 5] = ["llama", "qwen2", "gemma", "phi3", "olmo"];
+
+/// 20 prompts of lengths 1 to 12 (more rows than the GEMV takes on lavapipe: 16).
+fn many_prompts() -> Vec<Vec<u32>> {
+    (0..20).map(|i| (0..1 + i % 12).map(|j| ((i * 7 + j * 13) % 60 + 3) as u32).collect()).collect()
+}
+
+/// Greedy tokens of `prompts` generated together.
+fn greedy(g: &Graph<'_>, model: &Model, prompts: &[Vec<u32>], n: usize) -> Vec<Vec<u32>> {
+    g.no_grad(|| generate(g, model, prompts, &GenerateOptions::greedy(n), &mut |_, _| false)).unwrap().rows
+}
+
+#[derive(Default)]
+struct Gather(HashMap<u64, Finished>);
+
+impl Sink for Gather {
+    fn token(&mut self, _id: u64, _new: &[u32], _logprob: Option<&vkformers_generate::TokenLogprob>) -> bool {
+        false
+    }
+
+    fn finished(&mut self, id: u64, done: Finished) {
+        self.0.insert(id, done);
+    }
+}
+
+/// Greedy tokens of `prompts` through an engine running all of them at once.
+fn engine_greedy(g: &Graph<'_>, model: &Model, prompts: &[Vec<u32>], n: usize) -> Vec<Vec<u32>> {
+    let mut engine = Engine::new(g, model, prompts.len(), 64).unwrap();
+    for (i, p) in prompts.iter().enumerate() {
+        let opts = RequestOptions::from_generate(&GenerateOptions::greedy(n));
+        engine.submit(Request { id: i as u64, prompt: p.clone(), opts }).unwrap();
+    }
+    let mut out = Gather::default();
+    while !engine.is_idle() {
+        engine.step(g, &mut out).unwrap();
+    }
+    (0..prompts.len()).map(|i| out.0.remove(&(i as u64)).expect("finished").tokens).collect()
+}
+
+/// transformers' greedy tokens for the fixture's prompts, with the packed products.
+fn check_reference(g: &Graph<'_>, model: &Model, name: &str) {
+    let want = json(&fixtures_root().join(name).join("greedy.json"));
+    for (prompt, expected) in ids_of(&want["prompts"]).iter().zip(ids_of(&want["new_tokens"])) {
+        let got = greedy(g, model, std::slice::from_ref(prompt), expected.len());
+        assert_eq!(got[0], expected, "{name}: greedy tokens after {prompt:?} with packed products");
+    }
+}
+
+fn ids_of(v: &serde_json::Value) -> Vec<Vec<u32>> {
+    v.as_array().unwrap().iter().map(ids).collect()
+}
+
+#[test]
+fn packed_products_generate_the_tokens_of_the_separate_ones() {
+    on_every_device("packed generate", |ctx| {
+        for name in FAMILIES {
+            for dtype in [DType::F32, DType::BF16] {
+                let g = Graph::new(ctx);
+                let mut model = Model::load_for_inference(&g, &fixtures_root().join(name), dtype).unwrap();
+                assert!(!model.weights.packs().is_empty(), "{name}: an inference load packs");
+                if dtype == DType::F32 {
+                    check_reference(&g, &model, name);
+                } else {
+                    g.set_autocast(Some(dtype));
+                }
+                let prompts = many_prompts();
+                let (batch_on, engine_on) = (greedy(&g, &model, &prompts, 5), engine_greedy(&g, &model, &prompts, 5));
+                model.weights.set_packed_products(false);
+                let (batch_off, engine_off) = (greedy(&g, &model, &prompts, 5), engine_greedy(&g, &model, &prompts, 5));
+                assert_eq!(batch_on, batch_off, "{name} {dtype:?}: generate, packed vs separate products");
+                assert_eq!(engine_on, engine_off, "{name} {dtype:?}: engine, packed vs separate products");
+            }
+        }
+        Ok(())
+    });
+}
