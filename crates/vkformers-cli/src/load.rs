@@ -20,9 +20,10 @@ pub struct AdapterArgs {
 /// the adapter of `args` attached (unmerged, f32) when one is given.
 pub fn inference_model(g: &Graph<'_>, dir: &Path, args: &AdapterArgs, dtype: DType) -> anyhow::Result<Model> {
     crate::outdir::check_complete(dir)?;
-    if dtype == DType::F32 {
+    if dtype == DType::F32 && args.adapter.is_some() {
         return model_with_adapter(g, dir, args);
     }
+    // Frozen weights: an inference load packs q/k/v and gate/up (see vkformers_models::packed).
     let Some(adapter) = &args.adapter else {
         return Model::load_for_inference(g, dir, dtype)
             .with_context(|| format!("loading the model in {}", dir.display()));

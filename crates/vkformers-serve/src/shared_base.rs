@@ -16,6 +16,9 @@ use vkformers_tensor::{Graph, Tensor};
 pub fn share(base: &Model) -> Model {
     let mut weights = Weights::default();
     base.weights.iter().for_each(|(n, t)| weights.insert(n.clone(), t.clone()));
+    // The base's packed q/k/v and gate/up hold these same tensors: an adapter that puts no LoRA
+    // term on a group still runs it as one product.
+    weights.set_packs(base.weights.packs().clone());
     Model {
         spec: base.spec.clone(),
         weights,
