@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use vkformers_tensor::ops::attention::{attention_chunked, AttnOptions};
+use vkformers_tensor::ops::attention::{attention_chunked, attention_chunked_for_product, AttnOptions};
 use vkformers_tensor::ops::checkpoint::checkpoint;
 use vkformers_tensor::ops::{activation, broadcast, cast, embedding, glu, loss, matmul, norm, rope, shape};
 use vkformers_tensor::{DType, Graph, Tensor};
@@ -865,7 +865,7 @@ fn self_attention(
         q = apply_norm(g, qk, w, &layer_name(&n.q_norm, i), &q)?;
         k = apply_norm(g, qk, w, &layer_name(&n.k_norm, i), &k)?;
     }
-    let o = attend(g, (a, w), i, (&q, &k, &v), inp)?;
+    let o = attend_for_o_proj(g, (a, w), (i, &layer_name(&n.o, i)), (&q, &k, &v), inp)?;
     let mut o = shape::reshape(g, &o, &[b * t, a.heads * a.head_dim])?;
     if let Some((norm, template)) = &a.out_norm {
         o = apply_norm(g, norm, w, &layer_name(template, i), &o)?;
@@ -890,6 +890,24 @@ fn attend(
         None if left_padded => left_aligned::attend_left_aligned(g, (q, k, v), &opts, chunk, &inp.host_mask)?,
         None => attention_chunked(g, q, k, v, &opts, chunk)?,
     })
+}
+
+/// [`attend`] when o_proj (`o_name`, no LoRA term) reads o next with no norm between, without a
+/// cache or a chunked mask: o may come in 16 bits under autocast (no widening cast, and dO comes
+/// back in 16 bits: see `attention_chunked_for_product`).
+fn attend_for_o_proj(
+    g: &Graph<'_>,
+    (a, w): (&AttnSpec, &Weights),
+    (i, o_name): (usize, &str),
+    (q, k, v): (&Tensor, &Tensor, &Tensor),
+    inp: &Inputs<'_>,
+) -> Result<Tensor> {
+    let lora = w.lora().get(&format!("{o_name}.weight")).is_some();
+    if inp.cache.is_some() || a.out_norm.is_some() || a.chunk.unwrap_or(0) != 0 || lora {
+        return attend(g, (a, w), i, (q, k, v), inp);
+    }
+    let opts = attn_options(g, (a, w), i, inp)?;
+    Ok(attention_chunked_for_product(g, (q, k, v), &opts, 0)?)
 }
 
 /// Layer `i`'s attention options: scale, causal, window, softcap, the new columns' key mask,

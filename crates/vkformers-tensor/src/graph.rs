@@ -148,6 +148,9 @@ pub struct Graph<'c> {
     gathered: RefCell<HashMap<u64, Tensor>>,
     /// `set_grad_ready_hook`: None on the single-process path.
     grad_ready: RefCell<Option<GradReadyHook>>,
+    /// Tensors whose producing op's backward takes its gradient in the autocast type as well
+    /// as in f32 (see `ops::cast::takes_half_grad`), by id; dropped with the tape.
+    half_grad: RefCell<HashSet<u64>>,
 }
 
 impl<'c> Graph<'c> {
@@ -169,6 +172,7 @@ impl<'c> Graph<'c> {
             profile: RefCell::new(None),
             gathered: RefCell::new(HashMap::new()),
             grad_ready: RefCell::new(None),
+            half_grad: RefCell::new(HashSet::new()),
         }
     }
 
@@ -485,6 +489,10 @@ impl<'c> Graph<'c> {
     pub(crate) fn alias(&self, src: &Tensor, shape: &[usize]) -> Tensor {
         let rg = self.grad_enabled() && src.requires_grad();
         let view = self.share(src, shape, rg);
+        if rg && self.takes_half_grad(src) {
+            // Backward aliases the view's gradient back to `src` whatever its storage type.
+            self.half_grad.borrow_mut().insert(view.id());
+        }
         // A kept 16-bit copy of `src` is, reshaped, the copy of the view (an activation reshaped
         // between two products, e.g. attention's [B, T, H, D] output into o_proj's [B·T, H·D]).
         let copy = self.casts.borrow().get(&src.id()).map(|k| (k.copy.clone(), k.weight));
@@ -846,7 +854,9 @@ impl<'c> Graph<'c> {
                 };
                 if let Some(prev) = grads.remove(&id) {
                     // A fresh sum: either operand may also be held elsewhere (an op may hand the
-                    // same gradient to two inputs), so neither is updated in place.
+                    // same gradient to two inputs), so neither is updated in place. A 16-bit
+                    // gradient (`takes_half_grad`) is widened first: sums are f32.
+                    let (prev, ig) = (self.widened(prev)?, self.widened(ig)?);
                     let sum = self.empty(shape)?;
                     self.record(|rec| elementwise::add(rec, prev.view(), ig.view(), sum.view()))?;
                     grads.insert(id, sum);
@@ -913,9 +923,31 @@ impl<'c> Graph<'c> {
     /// Forgets the 16-bit copies of activations (weights' copies stay until `clear_casts`).
     fn drop_activation_casts(&self) {
         self.casts.borrow_mut().retain(|_, k| k.weight);
+        self.half_grad.borrow_mut().clear();
+    }
+
+    /// Marks `y` as the output of an op whose backward takes its gradient in 16 bits too.
+    pub(crate) fn set_takes_half_grad(&self, y: &Tensor) {
+        self.half_grad.borrow_mut().insert(y.id());
+    }
+
+    /// Whether `x`'s producing op takes a 16-bit gradient (`set_takes_half_grad`).
+    pub(crate) fn takes_half_grad(&self, x: &Tensor) -> bool {
+        self.half_grad.borrow().contains(&x.id())
+    }
+
+    /// `g` in f32: itself, or a 16-bit gradient widened (exact).
+    fn widened(&self, g: Tensor) -> Result<Tensor> {
+        if g.dtype() == DType::F32 {
+            return Ok(g);
+        }
+        let wide = self.empty(g.shape())?;
+        self.record(|rec| vkformers_kernels::dtype::cast(rec, g.view(), g.dtype(), wide.view(), DType::F32))?;
+        Ok(wide)
     }
 
     fn accumulate_leaf(&self, leaf: &Tensor, g: Tensor) -> Result<()> {
+        let g = if leaf.dtype() == DType::F32 { self.widened(g)? } else { g };
         let mut slot = leaf.0.grad.borrow_mut();
         match slot.as_ref() {
             Some(acc) => {

@@ -19,8 +19,11 @@
 // variant: f16 DT_F16
 // variant: bf16 DT_BF16
 // variant: twin_f32 OUT16
+// variant: twin_in16 OUT16 IN16
 // `twin_f32`: out (f32) is also written to out16 in f16/bf16 (cast/twin.glsl), the copy the
 // 16-bit attention or product reads under autocast; out of place only.
+// `twin_in16`: the same with x read in the twin's 16-bit type (widened exactly): the backward
+// of a 16-bit dy (attention's dq / dk under autocast) into an f32 dx and its 16-bit twin.
 layout(local_size_x = 256) in;
 layout(buffer_reference, std430, buffer_reference_align = 4) readonly buffer I32In { int v[]; };
 layout(push_constant) uniform Push {
@@ -54,6 +57,12 @@ void put(uint i, float v) {
 
 #include "rope/sincos.glsl"
 
+#ifdef IN16
+#define LDX(i) ld_twin(TwinIn(uint64_t(pc.x)), i, pc.twin)
+#else
+#define LDX(i) ld(x, i)
+#endif
+
 void main() {
     DIn x = DIn(pc.x);  // same address, read-only view
     uint half_r = pc.rot_dim / 2;
@@ -64,7 +73,7 @@ void main() {
         uint base = row * pc.head_dim;
         if (u >= half_r) {
             uint d = pc.rot_dim + (u - half_r);
-            put(base + d, ld(x, base + d));
+            put(base + d, LDX(base + d));
             continue;
         }
         precise float theta = float(pc.pos.v[row / pc.heads]) * pc.inv_freq.v[u];
@@ -74,8 +83,8 @@ void main() {
         sn *= pc.mscale * pc.sign;
         uint ia = pc.interleaved != 0u ? base + 2 * u : base + u;
         uint ib = pc.interleaved != 0u ? ia + 1 : ia + half_r;
-        float a = ld(x, ia);
-        float b = ld(x, ib);
+        float a = LDX(ia);
+        float b = LDX(ib);
         put(ia, a * cs - b * sn);
         put(ib, b * cs + a * sn);
     }

@@ -149,19 +149,45 @@ pub fn rope_backward_twin(
     dispatch_twin(rec, p, (dy, pos, inv_freq), (dx, twin), -1.0)
 }
 
+/// [`rope_backward_twin`] of a 16-bit `dy` (in the twin's type, widened exactly as a cast
+/// would): `dx` in f32 and in 16 bits from the gradient attention's backward wrote in 16 bits,
+/// with no widening cast before. `p.dtype` is f32 (the type of `dx`).
+pub fn rope_backward_twin_in16(
+    rec: &mut Recorder,
+    p: &Rope,
+    (dy, pos, inv_freq): (BufferView<'_>, BufferView<'_>, BufferView<'_>),
+    dx: BufferView<'_>,
+    twin: Twin<'_>,
+) -> Result<()> {
+    dispatch_twin_of(rec, p, (dy, pos, inv_freq), (dx, twin), (-1.0, true))
+}
+
 /// One out-of-place `rope/rope:twin_f32` dispatch (`sign` 1: forward, -1: backward).
 fn dispatch_twin(
     rec: &mut Recorder,
     p: &Rope,
-    (x, pos, inv_freq): (BufferView<'_>, BufferView<'_>, BufferView<'_>),
-    (out, twin): (BufferView<'_>, Twin<'_>),
+    xs: (BufferView<'_>, BufferView<'_>, BufferView<'_>),
+    outs: (BufferView<'_>, Twin<'_>),
     sign: f32,
 ) -> Result<()> {
-    let k = &code::ROPE_ROPE_TWIN_F32;
+    dispatch_twin_of(rec, p, xs, outs, (sign, false))
+}
+
+/// [`dispatch_twin`], or with `in16` `rope/rope:twin_in16`: x in the twin's 16-bit type.
+fn dispatch_twin_of(
+    rec: &mut Recorder,
+    p: &Rope,
+    (x, pos, inv_freq): (BufferView<'_>, BufferView<'_>, BufferView<'_>),
+    (out, twin): (BufferView<'_>, Twin<'_>),
+    (sign, in16): (f32, bool),
+) -> Result<()> {
+    let k = if in16 { &code::ROPE_ROPE_TWIN_IN16 } else { &code::ROPE_ROPE_TWIN_F32 };
     if p.dtype != DType::F32 {
         return Err(crate::launch::err_plain(k, format!("a 16-bit twin of {:?} storage", p.dtype)));
     }
-    let n = check(p, &x, &pos, &inv_freq)?;
+    // x is checked in its own storage type (the twin's with `in16`).
+    let x_type = Rope { dtype: if in16 { twin.dtype } else { p.dtype }, ..*p };
+    let n = check(&x_type, &x, &pos, &inv_freq)?;
     check_len(p, "out", &out, n, 4)?;
     let half = twin.code(k.name, n)?;
     let work = p.rows() * u64::from(p.rotary_dim / 2 + (p.head_dim - p.rotary_dim));

@@ -115,10 +115,33 @@ pub fn attention(g: &Graph<'_>, q: &Tensor, kt: &Tensor, v: &Tensor, opts: &Attn
 /// the 16-bit output the kernel writes (no f32 o widened from it, nor a cast back), the same
 /// values the product would read; else [`attention`].
 pub fn attention_for_product(g: &Graph<'_>, q: &Tensor, kt: &Tensor, v: &Tensor, opts: &AttnOptions) -> Result<Tensor> {
+    let o16 = o16_for_product(g, q, kt, v, false)?;
+    attention_typed(g, (q, kt, v), opts, 0, o16)
+}
+
+/// [`attention_chunked`] for the product that reads o next and nothing else (a decoder's o_proj
+/// with no LoRA term or norm between): as [`attention_for_product`], and in training under
+/// autocast too, o is the 16-bit output the kernel writes (the tape carries it; the product
+/// reads it as it read o's kept copy, and its backward hands dO over in 16 bits, which this
+/// backward reads with no cast). Same values, bit for bit; `VKFORMERS_ATTN_CASTS=1` or
+/// `VKFORMERS_NO_TWINS=1` keep the f32 o in training.
+pub fn attention_chunked_for_product(
+    g: &Graph<'_>,
+    (q, kt, v): (&Tensor, &Tensor, &Tensor),
+    opts: &AttnOptions,
+    chunk: u32,
+) -> Result<Tensor> {
+    let o16 = o16_for_product(g, q, kt, v, super::cast::half_grads_on(g))?;
+    attention_typed(g, (q, kt, v), opts, chunk, o16)
+}
+
+/// Whether attention returns its 16-bit o for the product reading it: under autocast, on rows
+/// a GEMM multiplies (the GEMV of a few rows reads f32), without a tape or with `taped`.
+fn o16_for_product(g: &Graph<'_>, q: &Tensor, kt: &Tensor, v: &Tensor, taped: bool) -> Result<bool> {
     let dt = attention_dtype(g, q, kt, v)?;
     let rows = q.shape().first().copied().unwrap_or(0) * q.shape().get(1).copied().unwrap_or(0);
     let gemm_rows = u32::try_from(rows).is_ok_and(|m| !gemv_applies(m, g.ctx().caps()));
-    attention_typed(g, (q, kt, v), opts, 0, dt != DType::F32 && !g.grad_enabled() && gemm_rows)
+    Ok(dt != DType::F32 && (!g.grad_enabled() || taped) && gemm_rows)
 }
 
 /// [`attention`] with Llama 4's chunked mask on top of `opts`: query position p sees key j only
@@ -135,7 +158,7 @@ pub fn attention_chunked(
 }
 
 /// The attention of [`attention_chunked`]; with `o16_out`, o in the attention's 16-bit type
-/// whatever q's (inference only: see [`attention_for_product`]).
+/// whatever q's (see [`attention_for_product`]).
 fn attention_typed(
     g: &Graph<'_>,
     (q, kt, v): (&Tensor, &Tensor, &Tensor),
@@ -175,6 +198,9 @@ fn attention_typed(
         g.keep_cast(&o, &o16);
     }
     let in_types = [q.dtype(), kt.dtype(), v.dtype()];
+    // Inputs whose producer's backward reads dq / dk / dv in 16 bits (RoPE, a product): those
+    // are handed over as the kernels write them, with no widening cast.
+    let half_in = [q, kt, v].map(|t| g.takes_half_grad(t));
     let opts = opts.clone();
     let os = o16;
     let mut inputs = vec![q.clone(), kt.clone(), v.clone()];
@@ -216,7 +242,7 @@ fn attention_typed(
                 }
             })?;
             let to = |t: Tensor, i: usize| -> Result<Tensor> {
-                if in_types[i] == dt {
+                if in_types[i] == dt || half_in[i] {
                     Ok(t)
                 } else {
                     let wide = g.empty(t.shape())?;

@@ -88,6 +88,25 @@ pub(crate) fn grad_twin(g: &Graph<'_>, dx: &Tensor) -> Result<Option<Tensor>> {
     Ok(Some(copy))
 }
 
+/// Marks `y` (an op's f32 output) as taking its gradient in the autocast type too, in training
+/// under autocast: its backward reads a 16-bit gradient directly (RoPE's, a product's), so the op
+/// that computes that gradient in 16 bits (attention's backward) hands it over as is, with no
+/// widening cast (the tape widens it where it must add it to another). Off with the twins, or
+/// with `VKFORMERS_ATTN_CASTS=1` (attention's casts as before, for an A/B).
+pub(crate) fn takes_half_grad(g: &Graph<'_>, y: &Tensor) {
+    if half_grads_on(g) && y.dtype() == DType::F32 {
+        g.set_takes_half_grad(y);
+    }
+}
+
+/// Whether 16-bit activations and gradients pass between training attention and its
+/// neighbours (see [`takes_half_grad`]).
+pub(crate) fn half_grads_on(g: &Graph<'_>) -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let on = *ON.get_or_init(|| std::env::var_os("VKFORMERS_ATTN_CASTS").is_none());
+    on && twins_on() && g.autocast().is_some() && g.grad_enabled()
+}
+
 /// `VKFORMERS_NO_TWINS=1` turns the twins off (a cast dispatch per copy again, as before
 /// them): for comparing the two on one binary; the values are the same either way.
 fn twins_on() -> bool {

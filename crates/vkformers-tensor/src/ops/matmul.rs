@@ -149,6 +149,11 @@ fn product(
         desc.dtype = dt;
         record_gemm(g, &desc, &a16, &b16, bias, &c)?;
     }
+    if bias.is_none() {
+        // dC may come in the product's 16-bit type (attention's dv): the products read it as
+        // they read dC's 16-bit copy. (A bias's gradient sums f32 dC.)
+        super::cast::takes_half_grad(g, &c);
+    }
     let need = [a.requires_grad(), b.requires_grad()];
     let a_grad = Operand { shape: a.shape().to_vec(), dtype: a.dtype() };
     let b_grad = Operand { shape: b.shape().to_vec(), dtype: b.dtype() };

@@ -71,6 +71,8 @@ pub fn rope(
         }
         None => k::rope_forward(rec, &p, x.view(), pos.view(), inv_freq.view(), y.view()),
     })?;
+    // Attention's backward may hand dy over in 16 bits (read here, widened exactly).
+    crate::ops::cast::takes_half_grad(g, &y);
     let (pos, inv_freq) = (pos.clone(), inv_freq.clone());
     g.push_node(
         &y,
@@ -79,7 +81,13 @@ pub fn rope(
             let dx = g.empty(dy.shape())?;
             // Under autocast the 16-bit copy the q / k projection's backward reads is written here.
             let twin = crate::ops::cast::grad_twin(g, &dx)?;
+            // A 16-bit dy with no twin to write (autocast turned off since the forward): widened.
+            let dy = if twin.is_none() { &crate::ops::cast::cast(g, dy, DType::F32)? } else { dy };
             g.record(|rec| match &twin {
+                Some(t) if dy.dtype() != DType::F32 => {
+                    let t = Twin { view: t.view(), dtype: t.dtype() };
+                    k::rope_backward_twin_in16(rec, &p, (dy.view(), pos.view(), inv_freq.view()), dx.view(), t)
+                }
                 Some(t) => {
                     let t = Twin { view: t.view(), dtype: t.dtype() };
                     k::rope_backward_twin(rec, &p, (dy.view(), pos.view(), inv_freq.view()), dx.view(), t)
