@@ -1,4 +1,4 @@
-//! The `twin` variants (RMSNorm forward, fused with a residual add or not, and its accumulating backward, RoPE forward and backward, GLU forward (saving 16-bit gate and up) and backward (from f32 or 16-bit gate and up) of f32 tensors that also write their
+//! The `twin` variants (RMSNorm forward, fused with a residual add or not, and its accumulating backward, RoPE forward and backward (of an f32 or a 16-bit dy), GLU forward (saving 16-bit gate and up) and backward (from f32 or 16-bit gate and up) of f32 tensors that also write their
 //! output in f16 or bf16): on odd shapes, the f32 output matches the f64 reference and is bit
 //! for bit the plain kernel's, and the 16-bit twin is bit for bit `dtype::cast` of that f32
 //! output (what autocast made before, with a cast dispatch) and the host's rounding of it.
@@ -148,7 +148,28 @@ fn check_rope(ctx: &Context, rng: &mut Rng, dt: DType, (b, t, h, dh, r): (u32, u
     rope::rope_backward(&mut rec, &p, x.view(), pos.view(), inv.view(), plain.view())?;
     rec.submit()?;
     let want = rope::reference::rope_backward(&p, &f64s(&xs), &pos_v, &inv_v);
-    check_outputs(ctx, &format!("rope backward {p:?} {dt:?}"), dt, (&y.buf, &y16), &plain.buf, &want)
+    check_outputs(ctx, &format!("rope backward {p:?} {dt:?}"), dt, (&y.buf, &y16), &plain.buf, &want)?;
+    // The backward of a 16-bit dy (`twin_in16`: attention's dq / dk under autocast): bit for bit
+    // the f32 backward of dy widened, and its twin.
+    let mut bits = host_bits(dt, &xs);
+    let wide: Vec<f32> = bits.iter().map(|&b| widen(dt, b)).collect();
+    bits.resize(bits.len().next_multiple_of(2), 0);
+    let (dy16, dy) = (ctx.buffer_from(&bits, "dy16")?, ctx.buffer_from(&wide, "dy widened")?);
+    let mut rec = ctx.recorder(false)?;
+    let dy16 = dy16.slice(0, n as u64 * 2);
+    rope::rope_backward_twin_in16(&mut rec, &p, (dy16, pos.view(), inv.view()), y.view(), twin)?;
+    rope::rope_backward(&mut rec, &p, dy.view(), pos.view(), inv.view(), plain.view())?;
+    rec.submit()?;
+    let want = rope::reference::rope_backward(&p, &f64s(&wide), &pos_v, &inv_v);
+    check_outputs(ctx, &format!("rope backward of 16-bit dy {p:?} {dt:?}"), dt, (&y.buf, &y16), &plain.buf, &want)
+}
+
+/// The f32 value of the 16-bit pattern `b` of `dt` (exact).
+fn widen(dt: DType, b: u16) -> f32 {
+    match dt {
+        DType::F16 => half::f16::from_bits(b).to_f32(),
+        _ => f32::from_bits(u32::from(b) << 16),
+    }
 }
 
 /// The GLU backward twin (separate gate and up): dgate and dup with their 16-bit copies.
