@@ -4,7 +4,8 @@
 #   tools/device/pack.sh .dev/ab vkformers-kernels:optim_multi vkformers-kernels:adamw_multi \
 #     vkformers-kernels:col_sum_tiled vkformers-kernels:fresh_outputs vkformers-kernels:split_k \
 #     vkformers-kernels:elementwise vkformers-tensor:views vkformers-models:packed_products \
-#     vkformers-generate:decode_dispatches vkformers-generate:chat_lookahead
+#     vkformers-generate:decode_dispatches vkformers-generate:chat_lookahead \
+#     vkformers-tensor:attention_casts vkformers-kernels:twin vkformers-cli:train_casts vkformers-cli:amp_parity
 #   cp tools/device/ab-suite.sh .dev/ab/; tools/device/stage.sh out llama qwen2 gemma phi3 olmo gpt_neox
 #   run: PACK=.dev/ab source .dev/ab/prelude.sh; bash .dev/ab/ab-suite.sh   (carry .gl, .dev/ab)
 #   tools/device/stage.sh back
@@ -13,7 +14,7 @@ PACK=${PACK:-.dev/ab}
 source "$PACK/prelude.sh"
 sec "kernel and packing tests"
 for n in optim_multi adamw_multi col_sum_tiled fresh_outputs split_k elementwise views packed_products \
-    decode_dispatches chat_lookahead; do t $n; done
+    decode_dispatches chat_lookahead attention_casts twin train_casts amp_parity; do t $n; done
 sec "model"
 bench_model
 M=target/bench-work/llama-1.1b
@@ -33,6 +34,8 @@ done
 sec "train: new optimizer kernels / old (one run with eager)"
 python3 tools/bench/train.py --vkformers "$V" --shapes 134m 1.1b --skip-compile --steps 10 --warmup 3 \
     --json "$OUT/train-new.json" 2>&1 | tail -8 | tee -a "$LOG"
+VKFORMERS_ATTN_CASTS=1 python3 tools/bench/train.py --vkformers "$V" --shapes 1.1b --skip-torch --skip-compile \
+    --steps 10 --warmup 3 --json "$OUT/train-attn-casts.json" 2>&1 | tail -6 | tee -a "$LOG"
 VKFORMERS_ADAMW=per-tensor VKFORMERS_GRAD_NORM=per-buffer VKFORMERS_ZERO_FILLS=1 VKFORMERS_COL_SUM=serial \
     python3 tools/bench/train.py --vkformers "$V" --shapes 1.1b --skip-torch --skip-compile --steps 10 --warmup 3 \
     --json "$OUT/train-old.json" 2>&1 | tail -6 | tee -a "$LOG"
