@@ -71,7 +71,9 @@ void stq(QBuf b, uint i, float x) { st(b, i, x); }
 
 #define NT 128
 #define QR 16
-#define SL 8
+// Query rows per thread (each shared read of a key serves RPT rows), slices of a row.
+#define RPT 2
+#define SL (NT * RPT / QR)
 #define BK 8
 // vec4 chunks of a row, and of a thread's slice of it.
 #define C4 (DMAX / 4)
@@ -257,14 +259,53 @@ void score(uint r0, uint nr, uint k0, int first_q) {
     uint rr = tid / BK;
     uint jj = tid - rr * BK;
     float dot_qk = 0.0;
+    // Slices in a rotated order: thread t starts at slice t % SL, so the 32 threads of a
+    // subgroup read 32 different banks (in order, SL words apart, they would share 2).
     [[unroll]] for (uint s = 0; s < SL; s++) {
-        dot_qk += spart[tid * SL + s];
+        dot_qk += spart[tid * SL + ((s + tid) & (SL - 1u))];
     }
     uint r = r0 + rr;
     int qpos = first_q + int(r / pc.hq);
     int j = int(k0 + jj);
     bool vis = rr < nr && srow[jj] != NO_ROW && dec_visible(qpos, j);
     ss[tid] = vis ? dec_score(dot_qk, r - (r / pc.hq) * pc.hq, qpos, j) : MASKED;
+}
+
+// Row `row` (= b · R + r) of this thread's rows (t): its output columns and lse, or with splits
+// its unnormalised partials (acc, then m and l) in `work`.
+void store_row(uint row, uint r, uint split, uint sl, vec4 acc[RPT * CS], uint t, float m, float l) {
+    uint DV = pc.dvh;
+    if (pc.splits == 1u) {
+        vec4 inv = vec4(l > 0.0 ? 1.0 / l : 0.0);
+        [[unroll]] for (uint c = 0; c < CS; c++) {
+            vec4 x = acc[t * CS + c] * inv;
+            [[unroll]] for (uint u = 0; u < 4; u++) {
+                uint col = (c * SL + sl) * 4u + u;
+                if (col < DV) {
+                    stq(pc.o, row * DV + col, x[u]);
+                }
+            }
+        }
+        if (sl == 0u) {
+            uint i = r / pc.hq;
+            pc.lse.v[(gl_WorkGroupID.z * pc.hq + (r - i * pc.hq)) * pc.tq + i] = l > 0.0 ? m + log(l) : MASKED;
+        }
+    } else {
+        uint S = pc.splits;
+        [[unroll]] for (uint c = 0; c < CS; c++) {
+            [[unroll]] for (uint u = 0; u < 4; u++) {
+                uint col = (c * SL + sl) * 4u + u;
+                if (col < DV) {
+                    pc.work.v[(row * S + split) * DV + col] = acc[t * CS + c][u];
+                }
+            }
+        }
+        if (sl == 0u) {
+            uint ml = gl_NumWorkGroups.z * pc.tq * pc.hq * S * DV;
+            pc.work.v[ml + 2u * (row * S + split)] = m;
+            pc.work.v[ml + 2u * (row * S + split) + 1u] = l;
+        }
+    }
 }
 
 void main() {
@@ -276,8 +317,9 @@ void main() {
     uint R = pc.tq * pc.hq;
     uint r0 = gl_WorkGroupID.y * QR;
     uint nr = min(QR, R - r0);
-    uint rr = tid / SL;
-    uint sl = tid - rr * SL;
+    // This thread's rows rp · RPT + t (t < RPT) of the tile, and its slice.
+    uint rp = tid / SL;
+    uint sl = tid - rp * SL;
 
     // Keys of the row: [lo, hi); a table never holds more than max_blocks · BS of them.
     int hi = min(pc.lens.v[b], int(pc.max_blocks * pc.block_size));
@@ -292,16 +334,22 @@ void main() {
     uint kbeg = uint(lo + int(split) * per);
     uint kend = uint(max(min(hi, lo + int(split + 1u) * per), lo));
 
-    // This thread's query chunks c · SL + sl of row rr (zero past D and past the real rows).
-    uint qbase = (b * R + r0 + rr) * D;
-    vec4 q[CS];
-    vec4 acc[CS];
-    [[unroll]] for (uint c = 0; c < CS; c++) {
-        q[c] = rr < nr ? load_q4(qbase, (c * SL + sl) * 4u) : vec4(0.0);
-        acc[c] = vec4(0.0);
+    // Query chunks c · SL + sl of the thread's rows, q[t · CS + c] (zero past D and past the
+    // real rows); acc likewise.
+    vec4 q[RPT * CS];
+    vec4 acc[RPT * CS];
+    float m[RPT];
+    float l[RPT];
+    [[unroll]] for (uint t = 0; t < RPT; t++) {
+        uint rr = rp * RPT + t;
+        uint qbase = (b * R + r0 + rr) * D;
+        [[unroll]] for (uint c = 0; c < CS; c++) {
+            q[t * CS + c] = rr < nr ? load_q4(qbase, (c * SL + sl) * 4u) : vec4(0.0);
+            acc[t * CS + c] = vec4(0.0);
+        }
+        m[t] = MASKED;
+        l[t] = 0.0;
     }
-    float m = MASKED;
-    float l = 0.0;
 
     bool wide = (pc.flags & LATENT_WIDE) != 0u;
     uvec4 raw[GPT];
@@ -325,69 +373,63 @@ void main() {
         }
         // Keys not unrolled (the chunk loops are, for the register arrays' constant indices):
         // lavapipe compiles a body of BK x DMAX / 4 / SL products per key loop for a long time.
+        // Chunks whose first column (slice 0) is past D hold zeros for every slice: skipped (a
+        // branch on c alone, the same for all threads).
         [[dont_unroll]] for (uint j = 0; j < BK; j++) {
-            float part = 0.0;
-            [[unroll]] for (uint c = 0; c < CS; c++) {
-                part += dot(q[c], sk[j * C4 + c * SL + sl]);
+            float part[RPT];
+            [[unroll]] for (uint t = 0; t < RPT; t++) {
+                part[t] = 0.0;
             }
-            spart[(rr * BK + j) * SL + sl] = part;
+            [[unroll]] for (uint c = 0; c < CS; c++) {
+                if (c * SL * 4u < D) {
+                    vec4 k = sk[j * C4 + c * SL + sl];
+                    [[unroll]] for (uint t = 0; t < RPT; t++) {
+                        part[t] += dot(q[t * CS + c], k);
+                    }
+                }
+            }
+            [[unroll]] for (uint t = 0; t < RPT; t++) {
+                spart[((rp * RPT + t) * BK + j) * SL + sl] = part[t];
+            }
         }
         barrier();
         score(r0, nr, k0, first_q);
         barrier();
-        float tmax = m;
-        [[unroll]] for (uint j = 0; j < BK; j++) {
-            tmax = max(tmax, ss[rr * BK + j]);
-        }
-        float alpha = exp(m - tmax);
-        l *= alpha;
-        [[unroll]] for (uint c = 0; c < CS; c++) {
-            acc[c] *= alpha;
-        }
-        [[dont_unroll]] for (uint j = 0; j < BK; j++) {
-            float p = tmax > MASKED ? exp(ss[rr * BK + j] - tmax) : 0.0;
-            l += p;
+        [[unroll]] for (uint t = 0; t < RPT; t++) {
+            uint rr = rp * RPT + t;
+            float tmax = m[t];
+            [[unroll]] for (uint j = 0; j < BK; j++) {
+                tmax = max(tmax, ss[rr * BK + j]);
+            }
+            float alpha = exp(m[t] - tmax);
+            l[t] *= alpha;
             [[unroll]] for (uint c = 0; c < CS; c++) {
-                acc[c] += p * sk[j * C4 + c * SL + sl];
+                acc[t * CS + c] *= alpha;
+            }
+            m[t] = tmax;
+        }
+        // The value columns: chunks whose first column is at or past Dv (k_rot, zeros) skipped.
+        [[dont_unroll]] for (uint j = 0; j < BK; j++) {
+            float p[RPT];
+            [[unroll]] for (uint t = 0; t < RPT; t++) {
+                p[t] = m[t] > MASKED ? exp(ss[(rp * RPT + t) * BK + j] - m[t]) : 0.0;
+                l[t] += p[t];
+            }
+            [[unroll]] for (uint c = 0; c < CS; c++) {
+                if (c * SL * 4u < DV) {
+                    vec4 v = sk[j * C4 + c * SL + sl];
+                    [[unroll]] for (uint t = 0; t < RPT; t++) {
+                        acc[t * CS + c] += p[t] * v;
+                    }
+                }
             }
         }
-        m = tmax;
     }
 
-    if (rr >= nr) {
-        return;
-    }
-    uint row = b * R + r0 + rr;
-    if (pc.splits == 1u) {
-        vec4 inv = vec4(l > 0.0 ? 1.0 / l : 0.0);
-        [[unroll]] for (uint c = 0; c < CS; c++) {
-            vec4 x = acc[c] * inv;
-            [[unroll]] for (uint u = 0; u < 4; u++) {
-                uint col = (c * SL + sl) * 4u + u;
-                if (col < DV) {
-                    stq(pc.o, row * DV + col, x[u]);
-                }
-            }
-        }
-        if (sl == 0u) {
-            uint r = r0 + rr;
-            uint i = r / pc.hq;
-            pc.lse.v[(b * pc.hq + (r - i * pc.hq)) * pc.tq + i] = l > 0.0 ? m + log(l) : MASKED;
-        }
-    } else {
-        uint S = pc.splits;
-        [[unroll]] for (uint c = 0; c < CS; c++) {
-            [[unroll]] for (uint u = 0; u < 4; u++) {
-                uint col = (c * SL + sl) * 4u + u;
-                if (col < DV) {
-                    pc.work.v[(row * S + split) * DV + col] = acc[c][u];
-                }
-            }
-        }
-        if (sl == 0u) {
-            uint ml = gl_NumWorkGroups.z * R * S * DV;
-            pc.work.v[ml + 2u * (row * S + split)] = m;
-            pc.work.v[ml + 2u * (row * S + split) + 1u] = l;
+    [[unroll]] for (uint t = 0; t < RPT; t++) {
+        uint rr = rp * RPT + t;
+        if (rr < nr) {
+            store_row(b * R + r0 + rr, r0 + rr, split, sl, acc, t, m[t], l[t]);
         }
     }
 }
