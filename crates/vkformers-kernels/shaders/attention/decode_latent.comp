@@ -22,15 +22,16 @@
 //      shared memory, so they are in flight during this tile's math (software pipelining; the
 //      raw words wait in registers and are widened on the store). Otherwise (odd widths) each
 //      thread loads 4 elements a step, one table read per 4 elements.
-//   2. thread (r, s) (tid = r · SL + s, SL = 8 slices) dots its query row's vec4 chunks
-//      c · SL + s (held in registers, DMAX / 4 / SL of them) with the BK keys; the SL partial dots
-//      of each (row, key) are summed through shared memory by thread r · BK + key, which
-//      applies the mask and the score (QR · BK = NT: one score a thread);
-//   3. thread (r, s) runs the online softmax of row r over the tile (each of the SL threads of
-//      a row the same, from the shared scores) and adds p · c to its output chunks c · SL + s,
-//      read from the same shared rows (the SL threads of a row read 8 consecutive vec4s, 128
-//      bytes: no bank conflicts; the QR rows read the same words).
-// 3 barriers a tile. Shared memory: BK · DMAX + QR · BK · SL + QR · BK floats (23 KiB at
+//   2. thread (p, s) (tid = p · SL + s, SL = 16 slices) holds query rows p · RPT + t (RPT = 2)
+//      as vec4 chunks c · SL + s (in registers, DMAX / 4 / SL of them a row) and dots them with
+//      the BK keys: each shared read of a key chunk serves RPT rows. The SL partial dots of each
+//      (row, key) are summed through shared memory by thread r · BK + key, which applies the mask
+//      and the score (QR · BK = NT: one score a thread);
+//   3. thread (p, s) runs the online softmax of its rows over the tile (the SL threads of a row
+//      the same, from the shared scores) and adds p · c to its output chunks c · SL + s, read
+//      from the same shared rows (8 threads of a row read 8 consecutive vec4s, 128 bytes: no bank
+//      conflicts). Chunks whose first column is past D (dots) or Dv (values: k_rot) are skipped.
+// 4 barriers a tile. Shared memory: BK · DMAX + QR · BK · SL + QR · BK floats (27 KiB at
 // DMAX = 576, under lavapipe's 32 KiB). No subgroup operations. q: LATENT_QWIDE (bit 6; D % 8 == 0
 // and q 16-byte aligned) reads a chunk of 4 q values in one load, else element by element.
 //
@@ -119,6 +120,10 @@ layout(push_constant) uniform Push {
 const uint NO_ROW = 0xffffffffu;
 
 #if defined(MERGE)
+// Most splits (MAX_SPLITS of decode_latent.rs).
+#define MAXS 64
+shared float sw[MAXS]; // e^(m_s − M) of each split (0 for an empty one)
+
 // One workgroup per (query row, b): the S partials of the row into o and lse.
 void main() {
     uint tid = gl_LocalInvocationID.x;
@@ -133,16 +138,20 @@ void main() {
     for (uint s = 0; s < S; s++) {
         big = max(big, pc.work.v[ml + 2u * (row * S + s)]);
     }
+    // One exp a split (thread s), not one a split per output column.
+    if (tid < S) {
+        float m = pc.work.v[ml + 2u * (row * S + tid)];
+        sw[tid] = m <= MASKED ? 0.0 : exp(m - big);
+    }
+    barrier();
     float total = 0.0;
     for (uint s = 0; s < S; s++) {
-        float m = pc.work.v[ml + 2u * (row * S + s)];
-        total += m <= MASKED ? 0.0 : pc.work.v[ml + 2u * (row * S + s) + 1u] * exp(m - big);
+        total += sw[s] == 0.0 ? 0.0 : pc.work.v[ml + 2u * (row * S + s) + 1u] * sw[s];
     }
     for (uint e = tid; e < DV; e += NT) {
         float acc = 0.0;
         for (uint s = 0; s < S; s++) {
-            float m = pc.work.v[ml + 2u * (row * S + s)];
-            acc += m <= MASKED ? 0.0 : pc.work.v[(row * S + s) * DV + e] * exp(m - big);
+            acc += sw[s] == 0.0 ? 0.0 : pc.work.v[(row * S + s) * DV + e] * sw[s];
         }
         stq(pc.o, row * DV + e, total > 0.0 ? acc / total : 0.0);
     }
