@@ -10,6 +10,12 @@
 //! lse `[B, Hq, Tq]` f32. Options as [`super::decode`] but learned sinks. Any Tq runs; the kernel
 //! is made for few (each workgroup holds 16 query rows and reads every key of its split).
 //!
+//! Loads: rows of a multiple of 8 columns over a 16-byte-aligned pool are read with 16-byte loads,
+//! the next key tile's in flight while the current one is scored ([`reads_wide`]); other widths
+//! or alignments 4 elements at a time. `VKFORMERS_LATENT_WIDE=0` forces the element loads (an A/B
+//! on one binary: `vkformers bench decode-latent`). On lavapipe (B 1, 32 heads, 1,024 keys, bf16)
+//! a call went from ~47 ms to ~17 ms (16-byte loads) / ~19 ms (element loads).
+//!
 //! Split-KV: with [`splits`] > 1 each row's keys are cut into that many chunks, one workgroup
 //! each, whose partial softmax statistics ([`work_floats`]) a second dispatch merges.
 
