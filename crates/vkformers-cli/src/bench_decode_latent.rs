@@ -4,7 +4,8 @@
 //! the previous one's output). Reports the device time per call and the effective bandwidth of the
 //! latent rows read (each workgroup of 16 query heads reads its split's rows: the cache once per
 //! row tile). The default shape is DeepSeek-V3's attention (128 heads, 512 + 64) at batch 1 over a
-//! 4,096-key cache.
+//! 4,096-key cache. `VKFORMERS_LATENT_WIDE=0` times the element loads of the pool in place of the
+//! 16-byte loads (an A/B on one binary).
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -83,6 +84,9 @@ pub fn decode_latent(selector: &DeviceSelector, args: &LatentBenchArgs) -> anyho
         args.len,
         s.block_size
     );
+    // The pool's load path: 16-byte loads unless VKFORMERS_LATENT_WIDE=0 (or an odd width).
+    let path = if decode_latent::reads_wide(s.d, &x) { "16-byte" } else { "element" };
+    println!("  pool loads: {path} (VKFORMERS_LATENT_WIDE=0 forces the element loads)");
     for item in args.splits.split(',') {
         let splits = match item.trim() {
             "auto" => decode_latent::splits(&s, args.len),

@@ -15,18 +15,25 @@
 // Every query head reads the same latent row, so a workgroup serves QR = 16 query rows at once
 // (rows r = i · Hq + h of the R = Tq · Hq rows of a sequence, in tiles of QR) and reads each key
 // tile once for all of them: per tile of BK = 8 keys,
-//   1. the tile's latent rows go to shared memory sk [BK][DMAX] (zeros past D, and for keys
-//      outside the row or the split);
-//   2. thread (r, s) (tid = r · SL + s, SL = 8 slices) dots its query row's columns
-//      c · SL + s (held in registers, DMAX / SL of them) with the BK keys; the SL partial dots
-//      of each (row, key) are summed through shared memory by thread r · BK + key, which
-//      applies the mask and the score (QR · BK = NT: one score a thread);
-//   3. thread (r, s) runs the online softmax of row r over the tile (each of the SL threads of
-//      a row the same, from the shared scores) and adds p · c to its DMAX / SL output columns
-//      c · SL + s, read from the same shared rows (the interleaved columns make the SL threads of
-//      a row read consecutive words: no bank conflicts; the QR rows read the same words).
-// 3 barriers a tile. Shared memory: BK · DMAX + QR · BK · SL + QR · BK floats (23 KiB at
-// DMAX = 576, under lavapipe's 32 KiB). No subgroup operations.
+//   1. the tile's latent rows go to shared memory sk [BK][DMAX / 4] (vec4s; zeros past D, and for
+//      keys outside the row or the split). LATENT_WIDE (flags bit 5, set by the launcher when
+//      D % 8 == 0 and the pool starts 16-byte aligned, unless VKFORMERS_LATENT_WIDE=0): each
+//      thread issues its GPT 16-byte loads of the *next* tile right after the current one is in
+//      shared memory, so they are in flight during this tile's math (software pipelining; the
+//      raw words wait in registers and are widened on the store). Otherwise (odd widths) each
+//      thread loads 4 elements a step, one table read per 4 elements.
+//   2. thread (p, s) (tid = p · SL + s, SL = 16 slices) holds query rows p · RPT + t (RPT = 2)
+//      as vec4 chunks c · SL + s (in registers, DMAX / 4 / SL of them a row) and dots them with
+//      the BK keys: each shared read of a key chunk serves RPT rows. The SL partial dots of each
+//      (row, key) are summed through shared memory by thread r · BK + key, which applies the mask
+//      and the score (QR · BK = NT: one score a thread);
+//   3. thread (p, s) runs the online softmax of its rows over the tile (the SL threads of a row
+//      the same, from the shared scores) and adds p · c to its output chunks c · SL + s, read
+//      from the same shared rows (8 threads of a row read 8 consecutive vec4s, 128 bytes: no bank
+//      conflicts). Chunks whose first column is past D (dots) or Dv (values: k_rot) are skipped.
+// 4 barriers a tile. Shared memory: BK · DMAX + QR · BK · SL + QR · BK floats (27 KiB at
+// DMAX = 576, under lavapipe's 32 KiB). No subgroup operations. q: LATENT_QWIDE (bit 6; D % 8 == 0
+// and q 16-byte aligned) reads a chunk of 4 q values in one load, else element by element.
 //
 // Split-KV: grid x = splits S. Each row's visible key range [lo, lens[b]) is cut into S chunks
 // (multiples of BK keys), one per workgroup; with S = 1 the workgroup writes o and lse, else its
@@ -65,9 +72,23 @@ void stq(QBuf b, uint i, float x) { st(b, i, x); }
 
 #define NT 128
 #define QR 16
-#define SL 8
+// Query rows per thread (each shared read of a key serves RPT rows), slices of a row.
+#define RPT 2
+#define SL (NT * RPT / QR)
 #define BK 8
-#define CS (DMAX / SL)
+// vec4 chunks of a row, and of a thread's slice of it.
+#define C4 (DMAX / 4)
+#define CS (C4 / SL)
+#define LATENT_WIDE 32u
+#define LATENT_QWIDE 64u
+// Elements of one 16-byte load of the pool, and such loads per row and per thread per tile.
+#if defined(DT_F16) || defined(DT_BF16)
+#define EPG 8
+#else
+#define EPG 4
+#endif
+#define GPR (DMAX / EPG)
+#define GPT ((BK * GPR + NT - 1) / NT)
 
 layout(local_size_x = NT) in;
 layout(push_constant) uniform Push {
@@ -99,6 +120,10 @@ layout(push_constant) uniform Push {
 const uint NO_ROW = 0xffffffffu;
 
 #if defined(MERGE)
+// Most splits (MAX_SPLITS of decode_latent.rs).
+#define MAXS 64
+shared float sw[MAXS]; // e^(m_s − M) of each split (0 for an empty one)
+
 // One workgroup per (query row, b): the S partials of the row into o and lse.
 void main() {
     uint tid = gl_LocalInvocationID.x;
@@ -113,16 +138,20 @@ void main() {
     for (uint s = 0; s < S; s++) {
         big = max(big, pc.work.v[ml + 2u * (row * S + s)]);
     }
+    // One exp a split (thread s), not one a split per output column.
+    if (tid < S) {
+        float m = pc.work.v[ml + 2u * (row * S + tid)];
+        sw[tid] = m <= MASKED ? 0.0 : exp(m - big);
+    }
+    barrier();
     float total = 0.0;
     for (uint s = 0; s < S; s++) {
-        float m = pc.work.v[ml + 2u * (row * S + s)];
-        total += m <= MASKED ? 0.0 : pc.work.v[ml + 2u * (row * S + s) + 1u] * exp(m - big);
+        total += sw[s] == 0.0 ? 0.0 : pc.work.v[ml + 2u * (row * S + s) + 1u] * sw[s];
     }
     for (uint e = tid; e < DV; e += NT) {
         float acc = 0.0;
         for (uint s = 0; s < S; s++) {
-            float m = pc.work.v[ml + 2u * (row * S + s)];
-            acc += m <= MASKED ? 0.0 : pc.work.v[(row * S + s) * DV + e] * exp(m - big);
+            acc += sw[s] == 0.0 ? 0.0 : pc.work.v[(row * S + s) * DV + e] * sw[s];
         }
         stq(pc.o, row * DV + e, total > 0.0 ? acc / total : 0.0);
     }
@@ -133,10 +162,22 @@ void main() {
     }
 }
 #else
-shared float sk[BK * DMAX];        // the tile's latent rows
+shared vec4 sk[BK * C4];           // the tile's latent rows
 shared float spart[QR * BK * SL];  // partial dots [row][key][slice]
 shared float ss[QR * BK];          // scores [row][key]
 shared uint srow[BK];
+
+layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer U4In { uvec4 v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 8) readonly buffer U2In { uvec2 v[]; };
+
+// Two 16-bit values of a word (low half first) widened to f32.
+vec2 unpack2(uint w) {
+#if defined(DT_F16)
+    return unpackHalf2x16(w);
+#else
+    return uintBitsToFloat(uvec2(w << 16, w & 0xffff0000u));
+#endif
+}
 
 // Pool row of key j of row b (NO_ROW at or past kend, or for a block id outside the pool).
 uint pool_row(uint b, uint j, uint kend) {
@@ -147,18 +188,78 @@ uint pool_row(uint b, uint j, uint kend) {
     return blk >= 0 && uint(blk) < pc.num_blocks ? uint(blk) * pc.block_size + j % pc.block_size : NO_ROW;
 }
 
-// Step 1: keys k0 .. k0 + BK − 1 of row b into sk (zero rows for keys outside [.., kend)).
+// Step 1, wide: this thread's GPT 16-byte loads of keys k0 .. k0 + BK − 1 (load g of the tile:
+// key g / GPR, elements EPG · (g % GPR) ..), raw; zeros (0.0 in every type) for keys outside
+// [.., kend) and columns past D. All GPT are independent: issued back to back.
+void fetch_wide(uint b, uint k0, uint kend, out uvec4 raw[GPT]) {
+    uint tid = gl_LocalInvocationID.x;
+    [[unroll]] for (uint i = 0; i < GPT; i++) {
+        uint g = tid + i * NT;
+        uint j = g / GPR;
+        uint col = (g - j * GPR) * EPG;
+        uint row = g < BK * GPR ? pool_row(b, k0 + j, kend) : NO_ROW;
+        raw[i] = uvec4(0u);
+        if (row != NO_ROW && col < pc.d) {
+            uint64_t at = uint64_t(pc.pool) + uint64_t(row * pc.d + col) * uint64_t(EPG == 8 ? 2 : 4);
+            raw[i] = U4In(at).v[0];
+        }
+    }
+}
+
+// Step 1, wide: the fetched words widened into sk (load g fills EPG / 4 consecutive chunks).
+void store_wide(uvec4 raw[GPT]) {
+    uint tid = gl_LocalInvocationID.x;
+    [[unroll]] for (uint i = 0; i < GPT; i++) {
+        uint g = tid + i * NT;
+        if (g < BK * GPR) {
+            uint j = g / GPR;
+            uint at = j * C4 + (g - j * GPR) * (EPG / 4);
+#if EPG == 8
+            sk[at] = vec4(unpack2(raw[i].x), unpack2(raw[i].y));
+            sk[at + 1u] = vec4(unpack2(raw[i].z), unpack2(raw[i].w));
+#else
+            sk[at] = uintBitsToFloat(raw[i]);
+#endif
+        }
+    }
+}
+
+// Step 1, element path (any D, any alignment): chunk e of the tile (key e / C4) four elements
+// at a time, zeros past D and for keys outside [.., kend).
 void load_tile(uint b, uint k0, uint kend) {
     uint tid = gl_LocalInvocationID.x;
-    if (tid < BK) {
-        srow[tid] = pool_row(b, k0 + tid, kend);
-    }
-    for (uint e = tid; e < BK * DMAX; e += NT) {
-        uint j = e / DMAX;
-        uint col = e - j * DMAX;
+    for (uint e = tid; e < BK * C4; e += NT) {
+        uint j = e / C4;
+        uint col = (e - j * C4) * 4u;
         uint row = pool_row(b, k0 + j, kend);
-        sk[e] = row != NO_ROW && col < pc.d ? ld(pc.pool, row * pc.d + col) : 0.0;
+        vec4 x = vec4(0.0);
+        if (row != NO_ROW) {
+            [[unroll]] for (uint u = 0; u < 4; u++) {
+                x[u] = col + u < pc.d ? ld(pc.pool, row * pc.d + col + u) : 0.0;
+            }
+        }
+        sk[e] = x;
     }
+}
+
+// Columns col .. col + 3 of the query row starting at element `base` (zeros past D).
+vec4 load_q4(uint base, uint col) {
+    if ((pc.flags & LATENT_QWIDE) != 0u) {
+        if (col >= pc.d) {
+            return vec4(0.0);
+        }
+#if defined(QF32) || !(defined(DT_F16) || defined(DT_BF16))
+        return uintBitsToFloat(U4In(uint64_t(pc.q) + uint64_t(base + col) * 4ul).v[0]);
+#else
+        uvec2 w = U2In(uint64_t(pc.q) + uint64_t(base + col) * 2ul).v[0];
+        return vec4(unpack2(w.x), unpack2(w.y));
+#endif
+    }
+    vec4 x;
+    [[unroll]] for (uint u = 0; u < 4; u++) {
+        x[u] = col + u < pc.d ? ldq(pc.q, base + col + u) : 0.0;
+    }
+    return x;
 }
 
 // Step 2b: thread (row rr, key jj) sums its SL partial dots into the masked, scaled score.
@@ -167,14 +268,53 @@ void score(uint r0, uint nr, uint k0, int first_q) {
     uint rr = tid / BK;
     uint jj = tid - rr * BK;
     float dot_qk = 0.0;
+    // Slices in a rotated order: thread t starts at slice t % SL, so the 32 threads of a
+    // subgroup read 32 different banks (in order, SL words apart, they would share 2).
     [[unroll]] for (uint s = 0; s < SL; s++) {
-        dot_qk += spart[tid * SL + s];
+        dot_qk += spart[tid * SL + ((s + tid) & (SL - 1u))];
     }
     uint r = r0 + rr;
     int qpos = first_q + int(r / pc.hq);
     int j = int(k0 + jj);
     bool vis = rr < nr && srow[jj] != NO_ROW && dec_visible(qpos, j);
     ss[tid] = vis ? dec_score(dot_qk, r - (r / pc.hq) * pc.hq, qpos, j) : MASKED;
+}
+
+// Row `row` (= b · R + r) of this thread's rows (t): its output columns and lse, or with splits
+// its unnormalised partials (acc, then m and l) in `work`.
+void store_row(uint row, uint r, uint split, uint sl, vec4 acc[RPT * CS], uint t, float m, float l) {
+    uint DV = pc.dvh;
+    if (pc.splits == 1u) {
+        vec4 inv = vec4(l > 0.0 ? 1.0 / l : 0.0);
+        [[unroll]] for (uint c = 0; c < CS; c++) {
+            vec4 x = acc[t * CS + c] * inv;
+            [[unroll]] for (uint u = 0; u < 4; u++) {
+                uint col = (c * SL + sl) * 4u + u;
+                if (col < DV) {
+                    stq(pc.o, row * DV + col, x[u]);
+                }
+            }
+        }
+        if (sl == 0u) {
+            uint i = r / pc.hq;
+            pc.lse.v[(gl_WorkGroupID.z * pc.hq + (r - i * pc.hq)) * pc.tq + i] = l > 0.0 ? m + log(l) : MASKED;
+        }
+    } else {
+        uint S = pc.splits;
+        [[unroll]] for (uint c = 0; c < CS; c++) {
+            [[unroll]] for (uint u = 0; u < 4; u++) {
+                uint col = (c * SL + sl) * 4u + u;
+                if (col < DV) {
+                    pc.work.v[(row * S + split) * DV + col] = acc[t * CS + c][u];
+                }
+            }
+        }
+        if (sl == 0u) {
+            uint ml = gl_NumWorkGroups.z * pc.tq * pc.hq * S * DV;
+            pc.work.v[ml + 2u * (row * S + split)] = m;
+            pc.work.v[ml + 2u * (row * S + split) + 1u] = l;
+        }
+    }
 }
 
 void main() {
@@ -186,8 +326,9 @@ void main() {
     uint R = pc.tq * pc.hq;
     uint r0 = gl_WorkGroupID.y * QR;
     uint nr = min(QR, R - r0);
-    uint rr = tid / SL;
-    uint sl = tid - rr * SL;
+    // This thread's rows rp · RPT + t (t < RPT) of the tile, and its slice.
+    uint rp = tid / SL;
+    uint sl = tid - rp * SL;
 
     // Keys of the row: [lo, hi); a table never holds more than max_blocks · BS of them.
     int hi = min(pc.lens.v[b], int(pc.max_blocks * pc.block_size));
@@ -202,81 +343,102 @@ void main() {
     uint kbeg = uint(lo + int(split) * per);
     uint kend = uint(max(min(hi, lo + int(split + 1u) * per), lo));
 
-    // This thread's query columns c · SL + sl of row rr (zero past D and past the real rows).
-    uint qbase = (b * R + r0 + rr) * D;
-    float q[CS];
-    float acc[CS];
-    [[unroll]] for (uint c = 0; c < CS; c++) {
-        uint col = c * SL + sl;
-        q[c] = rr < nr && col < D ? ldq(pc.q, qbase + col) : 0.0;
-        acc[c] = 0.0;
+    // Query chunks c · SL + sl of the thread's rows, q[t · CS + c] (zero past D and past the
+    // real rows); acc likewise.
+    vec4 q[RPT * CS];
+    vec4 acc[RPT * CS];
+    float m[RPT];
+    float l[RPT];
+    [[unroll]] for (uint t = 0; t < RPT; t++) {
+        uint rr = rp * RPT + t;
+        uint qbase = (b * R + r0 + rr) * D;
+        [[unroll]] for (uint c = 0; c < CS; c++) {
+            q[t * CS + c] = rr < nr ? load_q4(qbase, (c * SL + sl) * 4u) : vec4(0.0);
+            acc[t * CS + c] = vec4(0.0);
+        }
+        m[t] = MASKED;
+        l[t] = 0.0;
     }
-    float m = MASKED;
-    float l = 0.0;
 
+    bool wide = (pc.flags & LATENT_WIDE) != 0u;
+    uvec4 raw[GPT];
+    if (wide) {
+        fetch_wide(b, kbeg, kend, raw);
+    }
     for (uint k0 = kbeg; k0 < kend; k0 += BK) {
         barrier(); // the previous tile's sk and ss read
-        load_tile(b, k0, kend);
+        if (wide) {
+            store_wide(raw);
+        } else {
+            load_tile(b, k0, kend);
+        }
+        if (tid < BK) {
+            srow[tid] = pool_row(b, k0 + tid, kend);
+        }
         barrier();
-        // Keys not unrolled (the column loops are, for the register arrays' constant indices):
-        // lavapipe compiles a body of BK x DMAX / SL products per key loop for a long time.
+        if (wide && k0 + BK < kend) {
+            // The next tile's loads, in flight while this tile's math runs.
+            fetch_wide(b, k0 + BK, kend, raw);
+        }
+        // Keys not unrolled (the chunk loops are, for the register arrays' constant indices):
+        // lavapipe compiles a body of BK x DMAX / 4 / SL products per key loop for a long time.
+        // Chunks whose first column (slice 0) is past D hold zeros for every slice: skipped (a
+        // branch on c alone, the same for all threads).
         [[dont_unroll]] for (uint j = 0; j < BK; j++) {
-            float part = 0.0;
-            [[unroll]] for (uint c = 0; c < CS; c++) {
-                part += q[c] * sk[j * DMAX + c * SL + sl];
+            float part[RPT];
+            [[unroll]] for (uint t = 0; t < RPT; t++) {
+                part[t] = 0.0;
             }
-            spart[(rr * BK + j) * SL + sl] = part;
+            [[unroll]] for (uint c = 0; c < CS; c++) {
+                if (c * SL * 4u < D) {
+                    vec4 k = sk[j * C4 + c * SL + sl];
+                    [[unroll]] for (uint t = 0; t < RPT; t++) {
+                        part[t] += dot(q[t * CS + c], k);
+                    }
+                }
+            }
+            [[unroll]] for (uint t = 0; t < RPT; t++) {
+                spart[((rp * RPT + t) * BK + j) * SL + sl] = part[t];
+            }
         }
         barrier();
         score(r0, nr, k0, first_q);
         barrier();
-        float tmax = m;
-        [[unroll]] for (uint j = 0; j < BK; j++) {
-            tmax = max(tmax, ss[rr * BK + j]);
-        }
-        float alpha = exp(m - tmax);
-        l *= alpha;
-        [[unroll]] for (uint c = 0; c < CS; c++) {
-            acc[c] *= alpha;
-        }
-        [[dont_unroll]] for (uint j = 0; j < BK; j++) {
-            float p = tmax > MASKED ? exp(ss[rr * BK + j] - tmax) : 0.0;
-            l += p;
+        [[unroll]] for (uint t = 0; t < RPT; t++) {
+            uint rr = rp * RPT + t;
+            float tmax = m[t];
+            [[unroll]] for (uint j = 0; j < BK; j++) {
+                tmax = max(tmax, ss[rr * BK + j]);
+            }
+            float alpha = exp(m[t] - tmax);
+            l[t] *= alpha;
             [[unroll]] for (uint c = 0; c < CS; c++) {
-                acc[c] += p * sk[j * DMAX + c * SL + sl];
+                acc[t * CS + c] *= alpha;
+            }
+            m[t] = tmax;
+        }
+        // The value columns: chunks whose first column is at or past Dv (k_rot, zeros) skipped.
+        [[dont_unroll]] for (uint j = 0; j < BK; j++) {
+            float p[RPT];
+            [[unroll]] for (uint t = 0; t < RPT; t++) {
+                p[t] = m[t] > MASKED ? exp(ss[(rp * RPT + t) * BK + j] - m[t]) : 0.0;
+                l[t] += p[t];
+            }
+            [[unroll]] for (uint c = 0; c < CS; c++) {
+                if (c * SL * 4u < DV) {
+                    vec4 v = sk[j * C4 + c * SL + sl];
+                    [[unroll]] for (uint t = 0; t < RPT; t++) {
+                        acc[t * CS + c] += p[t] * v;
+                    }
+                }
             }
         }
-        m = tmax;
     }
 
-    if (rr >= nr) {
-        return;
-    }
-    uint row = b * R + r0 + rr;
-    if (pc.splits == 1u) {
-        [[unroll]] for (uint c = 0; c < CS; c++) {
-            uint col = c * SL + sl;
-            if (col < DV) {
-                stq(pc.o, row * DV + col, l > 0.0 ? acc[c] / l : 0.0);
-            }
-        }
-        if (sl == 0u) {
-            uint r = r0 + rr;
-            uint i = r / pc.hq;
-            pc.lse.v[(b * pc.hq + (r - i * pc.hq)) * pc.tq + i] = l > 0.0 ? m + log(l) : MASKED;
-        }
-    } else {
-        uint S = pc.splits;
-        [[unroll]] for (uint c = 0; c < CS; c++) {
-            uint col = c * SL + sl;
-            if (col < DV) {
-                pc.work.v[(row * S + split) * DV + col] = acc[c];
-            }
-        }
-        if (sl == 0u) {
-            uint ml = gl_NumWorkGroups.z * R * S * DV;
-            pc.work.v[ml + 2u * (row * S + split)] = m;
-            pc.work.v[ml + 2u * (row * S + split) + 1u] = l;
+    [[unroll]] for (uint t = 0; t < RPT; t++) {
+        uint rr = rp * RPT + t;
+        if (rr < nr) {
+            store_row(b * R + r0 + rr, r0 + rr, split, sl, acc, t, m[t], l[t]);
         }
     }
 }

@@ -10,6 +10,12 @@
 //! lse `[B, Hq, Tq]` f32. Options as [`super::decode`] but learned sinks. Any Tq runs; the kernel
 //! is made for few (each workgroup holds 16 query rows and reads every key of its split).
 //!
+//! Loads: rows of a multiple of 8 columns over a 16-byte-aligned pool are read with 16-byte loads,
+//! the next key tile's in flight while the current one is scored ([`reads_wide`]); other widths
+//! or alignments 4 elements at a time. `VKFORMERS_LATENT_WIDE=0` forces the element loads (an A/B
+//! on one binary: `vkformers bench decode-latent`). On lavapipe (B 1, 32 heads, 1,024 keys, bf16)
+//! a call went from ~47 ms to ~17 ms (16-byte loads) / ~19 ms (element loads).
+//!
 //! Split-KV: with [`splits`] > 1 each row's keys are cut into that many chunks, one workgroup
 //! each, whose partial softmax statistics ([`work_floats`]) a second dispatch merges.
 
@@ -34,6 +40,34 @@ pub const MAX_SPLITS: u32 = 64;
 
 const FLAG_CAUSAL: u32 = 1;
 const FLAG_ALIBI: u32 = 4;
+/// LATENT_WIDE of the kernel: the pool read with 16-byte loads, the next tile's in flight.
+const FLAG_WIDE: u32 = 32;
+/// LATENT_QWIDE: q read 4 values a load.
+const FLAG_QWIDE: u32 = 64;
+
+/// Whether calls may take the 16-byte-load paths: yes unless `VKFORMERS_LATENT_WIDE=0` (read
+/// once; forces the element path everywhere, for an A/B of the two on one binary).
+fn wide_allowed() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("VKFORMERS_LATENT_WIDE").map_or(true, |v| v != "0"))
+}
+
+/// The flags of the load paths: 16-byte pool loads need rows of a multiple of 8 elements (every
+/// row then starts 16-byte aligned) and an aligned pool; 4-value q loads likewise (a chunk of 4
+/// values at a multiple of 4 elements of an aligned q is 8- or 16-byte aligned).
+pub fn load_flags(d: u32, x: &LatentInputs<'_>) -> u32 {
+    if !wide_allowed() || !d.is_multiple_of(8) {
+        return 0;
+    }
+    let pool = if x.pool.address().is_multiple_of(16) { FLAG_WIDE } else { 0 };
+    let q = if x.q.address().is_multiple_of(16) { FLAG_QWIDE } else { 0 };
+    pool | q
+}
+
+/// Whether a call of width `d` over these inputs reads the pool with 16-byte loads.
+pub fn reads_wide(d: u32, x: &LatentInputs<'_>) -> bool {
+    load_flags(d, x) & FLAG_WIDE != 0
+}
 
 /// Sizes of one call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -210,7 +244,9 @@ pub fn forward(
         }
         _ => return Err(fail(code.name, format!("{splits} splits need a work buffer"))),
     };
-    let flags = if opt.causal { FLAG_CAUSAL } else { 0 } | if opt.alibi.is_some() { FLAG_ALIBI } else { 0 };
+    let flags = if opt.causal { FLAG_CAUSAL } else { 0 }
+        | if opt.alibi.is_some() { FLAG_ALIBI } else { 0 }
+        | load_flags(s.d, x);
     let scalars = [
         s.tq,
         s.hq,
