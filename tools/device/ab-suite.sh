@@ -5,7 +5,7 @@
 #     vkformers-kernels:col_sum_tiled vkformers-kernels:fresh_outputs vkformers-kernels:split_k \
 #     vkformers-kernels:elementwise vkformers-tensor:views vkformers-models:packed_products \
 #     vkformers-generate:decode_dispatches vkformers-generate:chat_lookahead \
-#     vkformers-tensor:attention_casts vkformers-kernels:twin vkformers-cli:train_casts vkformers-cli:amp_parity
+#     vkformers-kernels:attention_decode_latent vkformers-tensor:attention_casts vkformers-kernels:twin vkformers-cli:train_casts vkformers-cli:amp_parity
 #   cp tools/device/ab-suite.sh .dev/ab/; tools/device/stage.sh out llama qwen2 gemma phi3 olmo gpt_neox
 #   run: PACK=.dev/ab source .dev/ab/prelude.sh; bash .dev/ab/ab-suite.sh   (carry .gl, .dev/ab)
 #   tools/device/stage.sh back
@@ -14,7 +14,16 @@ PACK=${PACK:-.dev/ab}
 source "$PACK/prelude.sh"
 sec "kernel and packing tests"
 for n in optim_multi adamw_multi col_sum_tiled fresh_outputs split_k elementwise views packed_products \
-    decode_dispatches chat_lookahead attention_casts twin train_casts amp_parity; do t $n; done
+    decode_dispatches chat_lookahead attention_casts twin train_casts amp_parity \
+    attention_decode_latent; do t $n; done
+VKFORMERS_LATENT_WIDE=0 t attention_decode_latent
+sec "latent decode: 16-byte loads / element loads (was 299 µs, 16 GB/s)"
+for w in 1 0; do
+    for a in "" "--batch 32 --splits auto,1" "--width 288 --values 256 --heads 40 --splits auto,1" "--dtype f32 --splits auto"; do
+        echo "wide $w $a" | tee -a "$LOG"
+        VKFORMERS_LATENT_WIDE=$w "$V" bench decode-latent $a 2>&1 | tail -8 | tee -a "$LOG"
+    done
+done
 sec "model"
 bench_model
 M=target/bench-work/llama-1.1b
