@@ -190,7 +190,12 @@ fn a_batched_decode_step_ropes_the_packed_product_in_place() {
         assert_eq!(calls_of(&in_place, rope_store), layers, "one fused rope + store a layer");
         assert_eq!(calls_of(&split, split_kernel), layers, "the split path splits once a layer");
         assert_eq!(calls_of(&split, rope_store), layers, "the split path's fused rope + store");
-        assert_eq!(in_place.dispatches + layers, split.dispatches, "one command a layer fewer: {:?}", extra_calls(&split, &in_place));
+        assert_eq!(
+            in_place.dispatches + layers,
+            split.dispatches,
+            "one command a layer fewer: {:?}",
+            extra_calls(&split, &in_place)
+        );
         Ok(())
     });
 }

@@ -68,10 +68,12 @@ fn decode_logits(g: &Graph<'_>, model: &Model, rows: usize) -> Vec<Vec<f32>> {
     for t in [5, 1, 1, 1] {
         let mask = vec![1; ids.len()];
         let batch = Batch { ids: &ids, mask: &mask, batch: rows, seq: t };
-        let logits =
-            g.no_grad(|| g.read(&forward_cached_last(g, &model.spec, &model.weights, &batch, &cache).unwrap())).unwrap();
+        let logits = g
+            .no_grad(|| g.read(&forward_cached_last(g, &model.spec, &model.weights, &batch, &cache).unwrap()))
+            .unwrap();
         let v = logits.len() / rows;
-        ids = logits.chunks(v).map(|r| (0..v).fold(0, |best, j| if r[j] > r[best] { j } else { best }) as i32).collect();
+        ids =
+            logits.chunks(v).map(|r| (0..v).fold(0, |best, j| if r[j] > r[best] { j } else { best }) as i32).collect();
         out.push(logits);
     }
     out
