@@ -60,14 +60,16 @@ fn engine_greedy(g: &Graph<'_>, model: &Model, prompts: &[Vec<u32>], n: usize) -
 }
 
 /// Logits `[rows, V]` of a 5-token prefill of `rows` rows and of three decode steps after it
-/// (each step feeding the rows' greedy ids back), as the cached forward gives them.
-fn decode_logits(g: &Graph<'_>, model: &Model, rows: usize) -> Vec<Vec<f32>> {
+/// (each step feeding the rows' greedy ids back), as the cached forward gives them, and the
+/// splits of a packed product (`split_cols` calls) in the last step.
+fn decode_logits(g: &Graph<'_>, model: &Model, rows: usize) -> (Vec<Vec<f32>>, u64) {
     let cache = KvCache::batched(g, &model.spec, rows, 16).unwrap();
     let mut ids: Vec<i32> = (0..rows * 5).map(|i| (i * 7 % 50 + 3) as i32).collect();
     let mut out = Vec::new();
     for t in [5, 1, 1, 1] {
         let mask = vec![1; ids.len()];
         let batch = Batch { ids: &ids, mask: &mask, batch: rows, seq: t };
+        g.set_profiling(out.len() == 3);
         let logits = g
             .no_grad(|| g.read(&forward_cached_last(g, &model.spec, &model.weights, &batch, &cache).unwrap()))
             .unwrap();
@@ -76,7 +78,10 @@ fn decode_logits(g: &Graph<'_>, model: &Model, rows: usize) -> Vec<Vec<f32>> {
             logits.chunks(v).map(|r| (0..v).fold(0, |best, j| if r[j] > r[best] { j } else { best }) as i32).collect();
         out.push(logits);
     }
-    out
+    let profile = g.take_profile().unwrap().expect("profiling was on");
+    g.set_profiling(false);
+    let splits = profile.kernels.iter().filter(|(n, _)| n.starts_with("elementwise/split_cols")).map(|(_, k)| k.calls);
+    (out, splits.sum())
 }
 
 /// `a` and `b` bit for bit (`what` names them).
@@ -122,19 +127,22 @@ fn packed_products_generate_the_tokens_of_the_separate_ones() {
                 }
                 let prompts = many_prompts();
                 let (batch_on, engine_on) = (greedy(&g, &model, &prompts, 5), engine_greedy(&g, &model, &prompts, 5));
-                let logits_on = decode_logits(&g, &model, prompts.len());
+                let (logits_on, splits_on) = decode_logits(&g, &model, prompts.len());
                 // The split path: q, k, v copied out of the packed product before the rope.
                 set_rope_in_place(&mut model, false);
                 let (batch_split, engine_split) =
                     (greedy(&g, &model, &prompts, 5), engine_greedy(&g, &model, &prompts, 5));
-                same_bits(&format!("{name} {dtype:?}: in place vs split"), &logits_on, &decode_logits(&g, &model, 20));
+                let (logits_split, splits) = decode_logits(&g, &model, prompts.len());
+                let layers = model.spec.layers.len() as u64;
+                assert_eq!((splits_on, splits), (0, layers), "{name} {dtype:?}: splits in a decode step");
+                same_bits(&format!("{name} {dtype:?}: in place vs split"), &logits_on, &logits_split);
                 assert_eq!(batch_on, batch_split, "{name} {dtype:?}: generate, rope in place vs split");
                 assert_eq!(engine_on, engine_split, "{name} {dtype:?}: engine, rope in place vs split");
                 set_rope_in_place(&mut model, true);
                 model.weights.set_packed_products(false);
                 if dtype == DType::F32 {
                     // The separate products sum as the packed one does in f32 on lavapipe.
-                    same_bits(&format!("{name}: packed vs separate"), &logits_on, &decode_logits(&g, &model, 20));
+                    same_bits(&format!("{name}: packed vs separate"), &logits_on, &decode_logits(&g, &model, 20).0);
                 }
                 let (batch_off, engine_off) = (greedy(&g, &model, &prompts, 5), engine_greedy(&g, &model, &prompts, 5));
                 assert_eq!(batch_on, batch_off, "{name} {dtype:?}: generate, packed vs separate products");
