@@ -896,7 +896,7 @@ fn attend_project(
         q = apply_norm(g, qk, w, &layer_name(&n.q_norm, i), &q)?;
         k = apply_norm(g, qk, w, &layer_name(&n.k_norm, i), &k)?;
     }
-    let o = attend(g, (a, w), i, (&q, &k, &v), inp)?;
+    let o = attend(g, (a, w), i, (&q, &k, v), inp)?;
     let mut o = shape::reshape(g, &o, &[b * t, a.heads * a.head_dim])?;
     if let Some((norm, template)) = &a.out_norm {
         o = apply_norm(g, norm, w, &layer_name(template, i), &o)?;
