@@ -3,7 +3,8 @@
 //! of the separate products: through `generate` (one prompt; a batch of 20 left-padded prompts
 //! whose decode steps run past the GEMV's rows, on the GEMM) and through the engine, on llama
 //! (GQA), qwen2 (q/k/v biases), gemma (GeGLU), phi3 (stored fused qkv_proj / gate_up_proj) and
-//! olmo (clip_qkv), with f32 and bf16 weights. Those decode steps read q, k and v for the
+//! olmo (clip_qkv), gpt_neox (partial rotary dim) and gptj (interleaved partial rotary), with f32
+//! and bf16 weights. Those decode steps read q, k and v for the
 //! rope + KV store in place from the packed product's rows (no split dispatch): the tokens and
 //! the logits of each step equal those of the split path (`Packs::set_rope_in_place(false)`,
 //! `VKFORMERS_PACKED_ROPE=0`) bit for bit, and those of the separate products.
@@ -20,7 +21,7 @@ use vkformers_models::model::Model;
 use vkformers_tensor::{DType, Graph};
 use vkformers_vk::testing::on_every_device;
 
-const FAMILIES: [&str; 5] = ["llama", "qwen2", "gemma", "phi3", "olmo"];
+const FAMILIES: [&str; 7] = ["llama", "qwen2", "gemma", "phi3", "olmo", "gpt_neox", "gptj"];
 
 /// 20 prompts of lengths 1 to 12 (more rows than the GEMV takes on lavapipe: 16).
 fn many_prompts() -> Vec<Vec<u32>> {
