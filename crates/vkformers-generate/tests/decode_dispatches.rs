@@ -124,7 +124,7 @@ fn a_batched_decode_step_casts_each_activation_once() {
 
 /// The same 20-row bf16 decode step with q/k/v and gate/up packed (an inference load) and with
 /// the separate products (`set_packed_products(false)`, the path of `VKFORMERS_FUSED_PROJ=0`):
-/// per layer the packed one runs one q/k/v product and the split instead of three products, and
+/// per layer the packed one runs one q/k/v product (read in place by the rope) instead of three, and
 /// one gate/up product read by the GLU instead of two (on the H200 also fewer split-K column
 /// sums: the packed products are wide enough to fill the device unsplit); no gemm is added.
 #[test]
@@ -151,6 +151,51 @@ fn a_batched_decode_step_runs_one_product_for_qkv_and_one_for_gate_up() {
         );
         assert!(c_on + 2 * layers <= c_off, "{c_on} commands packed, {c_off} separate");
         assert!(gemms(&packed) + 3 * layers <= gemms(&separate), "products: {:?}", extra_calls(&separate, &packed));
+        Ok(())
+    });
+}
+
+/// Calls of the kernels whose names start with `prefix` in `p`.
+fn calls_of(p: &Profile, prefix: &str) -> u64 {
+    p.kernels.iter().filter(|(n, _)| n.starts_with(prefix)).map(|(_, k)| k.calls).sum()
+}
+
+/// The same 20-row bf16 decode step on the packed q/k/v product: the fused rope + KV store reads
+/// q, k and v in place from the product's rows, so the split of the product into three tensors
+/// (one dispatch a layer, a copy of the q/k/v bytes) does not run; with the split path
+/// (`Packs::set_rope_in_place(false)`, the path of `VKFORMERS_PACKED_ROPE=0`) it runs once a
+/// layer and the step has one command a layer more.
+#[test]
+fn a_batched_decode_step_ropes_the_packed_product_in_place() {
+    let model_dir = fixtures_root().join("llama");
+    on_every_device("decode packed rope", |ctx| {
+        let g = Graph::new(ctx);
+        let mut model = Model::load_for_inference(&g, &model_dir, vkformers_tensor::DType::BF16).unwrap();
+        g.set_autocast(Some(vkformers_tensor::DType::BF16));
+        let rows = 20;
+        let layers = model.spec.layers.len() as u64;
+        let in_place = batched_step_profile(&g, &model, rows);
+        let mut packs = model.weights.packs().clone();
+        packs.set_rope_in_place(false);
+        model.weights.set_packs(packs);
+        let split = batched_step_profile(&g, &model, rows);
+        let (split_kernel, rope_store) = ("elementwise/split_cols", "attention/decode_rope_store");
+        println!(
+            "{}: one {rows}-row decode step: {} commands with the rope in place, {} with the split",
+            ctx.caps().name,
+            in_place.dispatches,
+            split.dispatches
+        );
+        assert_eq!(calls_of(&in_place, split_kernel), 0, "the packed product split: {:?}", in_place.kernels.keys());
+        assert_eq!(calls_of(&in_place, rope_store), layers, "one fused rope + store a layer");
+        assert_eq!(calls_of(&split, split_kernel), layers, "the split path splits once a layer");
+        assert_eq!(calls_of(&split, rope_store), layers, "the split path's fused rope + store");
+        assert_eq!(
+            in_place.dispatches + layers,
+            split.dispatches,
+            "one command a layer fewer: {:?}",
+            extra_calls(&split, &in_place)
+        );
         Ok(())
     });
 }

@@ -3,7 +3,11 @@
 //! of the separate products: through `generate` (one prompt; a batch of 20 left-padded prompts
 //! whose decode steps run past the GEMV's rows, on the GEMM) and through the engine, on llama
 //! (GQA), qwen2 (q/k/v biases), gemma (GeGLU), phi3 (stored fused qkv_proj / gate_up_proj) and
-//! olmo (clip_qkv), with f32 and bf16 weights.
+//! olmo (clip_qkv), gpt_neox (partial rotary dim) and gptj (interleaved partial rotary), with f32
+//! and bf16 weights. Those decode steps read q, k and v for the
+//! rope + KV store in place from the packed product's rows (no split dispatch): the tokens and
+//! the logits of each step equal those of the split path (`Packs::set_rope_in_place(false)`,
+//! `VKFORMERS_PACKED_ROPE=0`) bit for bit, and those of the separate products.
 
 mod common;
 
@@ -12,11 +16,12 @@ use std::collections::HashMap;
 use common::{fixtures_root, ids, json};
 use vkformers_generate::engine::{Engine, Finished, Request, RequestOptions, Sink};
 use vkformers_generate::generation::{generate, GenerateOptions};
+use vkformers_models::decoder::{forward_cached_last, Batch, KvCache};
 use vkformers_models::model::Model;
 use vkformers_tensor::{DType, Graph};
 use vkformers_vk::testing::on_every_device;
 
-const FAMILIES: [&str; 5] = ["llama", "qwen2", "gemma", "phi3", "olmo"];
+const FAMILIES: [&str; 7] = ["llama", "qwen2", "gemma", "phi3", "olmo", "gpt_neox", "gptj"];
 
 /// 20 prompts of lengths 1 to 12 (more rows than the GEMV takes on lavapipe: 16).
 fn many_prompts() -> Vec<Vec<u32>> {
@@ -55,6 +60,40 @@ fn engine_greedy(g: &Graph<'_>, model: &Model, prompts: &[Vec<u32>], n: usize) -
     (0..prompts.len()).map(|i| out.0.remove(&(i as u64)).expect("finished").tokens).collect()
 }
 
+/// Logits `[rows, V]` of a 5-token prefill of `rows` rows and of three decode steps after it
+/// (each step feeding the rows' greedy ids back), as the cached forward gives them, and the
+/// splits of a packed product (`split_cols` calls) in the last step.
+fn decode_logits(g: &Graph<'_>, model: &Model, rows: usize) -> (Vec<Vec<f32>>, u64) {
+    let cache = KvCache::batched(g, &model.spec, rows, 16).unwrap();
+    let mut ids: Vec<i32> = (0..rows * 5).map(|i| (i * 7 % 50 + 3) as i32).collect();
+    let mut out = Vec::new();
+    for t in [5, 1, 1, 1] {
+        let mask = vec![1; ids.len()];
+        let batch = Batch { ids: &ids, mask: &mask, batch: rows, seq: t };
+        g.set_profiling(out.len() == 3);
+        let logits = g
+            .no_grad(|| g.read(&forward_cached_last(g, &model.spec, &model.weights, &batch, &cache).unwrap()))
+            .unwrap();
+        let v = logits.len() / rows;
+        ids =
+            logits.chunks(v).map(|r| (0..v).fold(0, |best, j| if r[j] > r[best] { j } else { best }) as i32).collect();
+        out.push(logits);
+    }
+    let profile = g.take_profile().unwrap().expect("profiling was on");
+    g.set_profiling(false);
+    let splits = profile.kernels.iter().filter(|(n, _)| n.starts_with("elementwise/split_cols")).map(|(_, k)| k.calls);
+    (out, splits.sum())
+}
+
+/// `a` and `b` bit for bit (`what` names them).
+fn same_bits(what: &str, a: &[Vec<f32>], b: &[Vec<f32>]) {
+    for (step, (x, y)) in a.iter().zip(b).enumerate() {
+        assert_eq!(x.len(), y.len(), "{what}: step {step} lengths");
+        let diff = x.iter().zip(y).position(|(p, q)| p.to_bits() != q.to_bits());
+        assert!(diff.is_none(), "{what}: step {step} logit {diff:?} differs");
+    }
+}
+
 /// transformers' greedy tokens for the fixture's prompts, with the packed products.
 fn check_reference(g: &Graph<'_>, model: &Model, name: &str) {
     let want = json(&fixtures_root().join(name).join("greedy.json"));
@@ -62,6 +101,12 @@ fn check_reference(g: &Graph<'_>, model: &Model, name: &str) {
         let got = greedy(g, model, std::slice::from_ref(prompt), expected.len());
         assert_eq!(got[0], expected, "{name}: greedy tokens after {prompt:?} with packed products");
     }
+}
+
+fn set_rope_in_place(model: &mut Model, on: bool) {
+    let mut packs = model.weights.packs().clone();
+    packs.set_rope_in_place(on);
+    model.weights.set_packs(packs);
 }
 
 fn ids_of(v: &serde_json::Value) -> Vec<Vec<u32>> {
@@ -83,7 +128,23 @@ fn packed_products_generate_the_tokens_of_the_separate_ones() {
                 }
                 let prompts = many_prompts();
                 let (batch_on, engine_on) = (greedy(&g, &model, &prompts, 5), engine_greedy(&g, &model, &prompts, 5));
+                let (logits_on, splits_on) = decode_logits(&g, &model, prompts.len());
+                // The split path: q, k, v copied out of the packed product before the rope.
+                set_rope_in_place(&mut model, false);
+                let (batch_split, engine_split) =
+                    (greedy(&g, &model, &prompts, 5), engine_greedy(&g, &model, &prompts, 5));
+                let (logits_split, splits) = decode_logits(&g, &model, prompts.len());
+                let layers = model.spec.layers.len() as u64;
+                assert_eq!((splits_on, splits), (0, layers), "{name} {dtype:?}: splits in a decode step");
+                same_bits(&format!("{name} {dtype:?}: in place vs split"), &logits_on, &logits_split);
+                assert_eq!(batch_on, batch_split, "{name} {dtype:?}: generate, rope in place vs split");
+                assert_eq!(engine_on, engine_split, "{name} {dtype:?}: engine, rope in place vs split");
+                set_rope_in_place(&mut model, true);
                 model.weights.set_packed_products(false);
+                if dtype == DType::F32 {
+                    // The separate products sum as the packed one does in f32 on lavapipe.
+                    same_bits(&format!("{name}: packed vs separate"), &logits_on, &decode_logits(&g, &model, 20).0);
+                }
                 let (batch_off, engine_off) = (greedy(&g, &model, &prompts, 5), engine_greedy(&g, &model, &prompts, 5));
                 assert_eq!(batch_on, batch_off, "{name} {dtype:?}: generate, packed vs separate products");
                 assert_eq!(engine_on, engine_off, "{name} {dtype:?}: engine, packed vs separate products");

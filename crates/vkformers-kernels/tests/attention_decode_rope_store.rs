@@ -3,7 +3,9 @@
 //! `decode::store_from`, bit for bit: q, and both pools everywhere (the new rows at their slots,
 //! skipped slots and the rest of the pools untouched). Both rope layouts, partial rotary dims (a
 //! copied tail), mscale != 1, GQA and MQA head counts, several tokens at scattered positions and
-//! slots (one skipped), f32 activations into f32, f16 and bf16 pools.
+//! slots (one skipped), f32 activations into f32, f16 and bf16 pools; q, k and v as dense
+//! tensors and as the column blocks of one packed q/k/v product's rows `[N, (Hq + 2 Hkv) D]`
+//! (strided, read in place) against the two dispatches on dense copies.
 
 use vkformers_kernels::attention::decode::{self, Pools};
 use vkformers_kernels::attention::rope_store::{self, NewRows};
@@ -30,7 +32,13 @@ fn same_bits(what: &str, got: &[f32], want: &[f32]) {
     }
 }
 
-fn check(ctx: &Context, rng: &mut Rng, case: Case, dt: DType) -> Result<()> {
+/// The rows `[N, (Hq + 2 Hkv) D]` of the packed q/k/v product whose column blocks are q, k, v.
+fn packed_rows(q: &[f32], k: &[f32], v: &[f32], n: usize) -> Vec<f32> {
+    let (wq, wkv) = (q.len() / n, k.len() / n);
+    (0..n).flat_map(|t| [&q[t * wq..][..wq], &k[t * wkv..][..wkv], &v[t * wkv..][..wkv]].concat()).collect()
+}
+
+fn check(ctx: &Context, rng: &mut Rng, case: Case, dt: DType, packed: bool) -> Result<()> {
     let (n, hq, hkv, d, r, layout, mscale) = case;
     let p = Rope { batch: 1, seq: n, heads: hq, head_dim: d, rotary_dim: r, layout, mscale, dtype: DType::F32 };
     let (q, k, v) = (
@@ -55,13 +63,22 @@ fn check(ctx: &Context, rng: &mut Rng, case: Case, dt: DType) -> Result<()> {
     let fused = Pools { k: pools[0].view(), v: pools[1].view(), rows, width };
     let split = Pools { k: pools[2].view(), v: pools[3].view(), rows, width };
     let mut rec = ctx.recorder(false)?;
-    let x = NewRows { q: qb.view(), k: kb.view(), v: vb.view() };
+    let y = packed_rows(&q, &k, &v, n as usize);
+    let yb = f32buf(&y, "packed qkv")?;
+    let x = if packed {
+        // Views of q, k and v in y from their first element to the last token's last one.
+        let w = (hq + 2 * hkv) * d;
+        let at = |col: u32, width: u32| yb.slice(4 * u64::from(col), 4 * u64::from((n - 1) * w + width));
+        NewRows { q: at(0, hq * d), k: at(hq * d, hkv * d), v: at((hq + hkv) * d, hkv * d), strides: Some((w, w)) }
+    } else {
+        NewRows { q: qb.view(), k: kb.view(), v: vb.view(), strides: None }
+    };
     rope_store::rope_store(&mut rec, &p, &x, (pb.view(), ib.view(), sb.view()), (qo[0].view(), &fused), dt)?;
     let io = (pb.view(), ib.view());
     decode::rope_qk(&mut rec, &p, hkv, (qb.view(), kb.view()), io, (qo[1].view(), ko.view()))?;
     decode::store_from(&mut rec, ((ko.view(), vb.view()), DType::F32), sb.view(), &split, dt)?;
     rec.submit()?;
-    let what = format!("rope_store {dt:?} n {n} hq {hq} hkv {hkv} d {d} r {r} {layout:?}");
+    let what = format!("rope_store {dt:?} packed {packed} n {n} hq {hq} hkv {hkv} d {d} r {r} {layout:?}");
     same_bits(&format!("{what}: q"), &ctx.read_vec::<f32>(qo[0].view())?, &ctx.read_vec::<f32>(qo[1].view())?);
     let got: Vec<Vec<f32>> = pools.iter().map(|b| download(ctx, dt, b.view())).collect::<Result<_>>()?;
     same_bits(&format!("{what}: k pool"), &got[0], &got[2]);
@@ -88,7 +105,9 @@ fn rope_and_store_in_one_dispatch_equal_the_two_dispatches() {
             }
             let mut rng = Rng::new(91);
             for &case in CASES {
-                check(ctx, &mut rng, case, dt)?;
+                for packed in [false, true] {
+                    check(ctx, &mut rng, case, dt, packed)?;
+                }
             }
             Ok(())
         });

@@ -19,6 +19,7 @@ mod left_aligned;
 mod longcat;
 mod mla;
 mod moa;
+mod packed_rope;
 
 pub use longcat::ShortcutMoe;
 
@@ -810,8 +811,15 @@ fn self_attention(
     };
     let (mut q, mut k, v) = match (together, packed) {
         (Some(ys), _) => (clip(&ys[0])?, clip(&ys[1])?, clip(&ys[2])?),
-        // Clipped once, then split into contiguous q, k and v (one dispatch).
-        (None, Some((y, cols))) => crate::packed::split_qkv(g, &clip(&y)?, &cols)?,
+        (None, Some((y, cols))) => {
+            let y = clip(&y)?;
+            // A decode step: the rope + KV store reads q, k, v in y's rows (k, v stored then).
+            if let Some(q) = packed_rope::rope_store(g, (a, w), i, (&y, &cols), inp, (b, t))? {
+                return attend_project(g, spec, w, (a, i), (q, &y, &y), inp, (b, t));
+            }
+            // Else split into contiguous q, k and v (one dispatch).
+            crate::packed::split_qkv(g, &y, &cols)?
+        }
         (None, None) => (proj(&n.q)?, proj(&n.k)?, proj(&n.v)?),
     };
     if let (Some(qk), QkNormAt::Projection) = (&a.qk_norm, a.qk_norm_at) {
@@ -826,11 +834,7 @@ fn self_attention(
         k = apply_norm(g, qk, w, &layer_name(&n.k_norm, i), &k)?;
     }
     if let Some(r) = &a.rope {
-        let inv_freq = match &r.long {
-            Some((long, original)) if inp.seq_len > *original => long,
-            _ => &r.inv_freq,
-        };
-        let freq = inp.freq(g, inv_freq)?;
+        let freq = rope_freq(g, r, inp)?;
         let rot = (r.layout, r.rotary_dim, r.mscale);
         // Cached decoding: q and k rotated and k, v stored in the cache in one dispatch (not when
         // a norm changes k after the rotation); else q and k rotated in one dispatch.
@@ -853,6 +857,33 @@ fn self_attention(
             ),
         };
     }
+    attend_project(g, spec, w, (a, i), (q, &k, &v), inp, (b, t))
+}
+
+/// The frequencies `[R/2]` of the layer's rotary embedding at this forward's length (LongRoPE:
+/// the long factors past the original context).
+fn rope_freq(g: &Graph<'_>, r: &crate::spec::RopeSpec, inp: &Inputs<'_>) -> Result<Tensor> {
+    let inv_freq = match &r.long {
+        Some((long, original)) if inp.seq_len > *original => long,
+        _ => &r.inv_freq,
+    };
+    inp.freq(g, inv_freq)
+}
+
+/// The rest of the layer's self-attention after the rotary embedding: q's position scale and
+/// norms after the rope, the attention of q `[B, T, Hq, D]` (over k, v `[B, T, Hkv, D]`, or over
+/// the cache when the rope stored them), the output norm and projection.
+fn attend_project(
+    g: &Graph<'_>,
+    spec: &ModelSpec,
+    w: &Weights,
+    (a, i): (&AttnSpec, usize),
+    (mut q, k, v): (Tensor, &Tensor, &Tensor),
+    inp: &Inputs<'_>,
+    (b, t): (usize, usize),
+) -> Result<Tensor> {
+    let n = &spec.layer_names;
+    let mut k = k.clone();
     if let Some((beta, original)) = a.q_position_scale {
         // [B, T, 1, 1] in f32 as `1 + beta * torch.log(1 + torch.floor(pos / original))`.
         let shift = a.q_position_shift;
@@ -865,7 +896,7 @@ fn self_attention(
         q = apply_norm(g, qk, w, &layer_name(&n.q_norm, i), &q)?;
         k = apply_norm(g, qk, w, &layer_name(&n.k_norm, i), &k)?;
     }
-    let o = attend_for_o_proj(g, (a, w), (i, &layer_name(&n.o, i)), (&q, &k, &v), inp)?;
+    let o = attend_for_o_proj(g, (a, w), (i, &layer_name(&n.o, i)), (&q, &k, v), inp)?;
     let mut o = shape::reshape(g, &o, &[b * t, a.heads * a.head_dim])?;
     if let Some((norm, template)) = &a.out_norm {
         o = apply_norm(g, norm, w, &layer_name(template, i), &o)?;

@@ -17,6 +17,7 @@
 
 mod blocks;
 mod latent;
+mod packed_rope;
 mod paged;
 mod rewind;
 

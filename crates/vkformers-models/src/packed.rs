@@ -40,12 +40,21 @@ pub struct Packs {
     by_first: HashMap<String, Pack>,
     /// Whether the forward runs the packed products (tests compare both paths on one load).
     pub(crate) on: bool,
+    /// Whether a decode step's rope + KV store reads q, k, v in place from the packed q/k/v
+    /// product's rows (`decoder::packed_rope`) instead of after a split into three tensors.
+    pub(crate) rope_in_place: bool,
 }
 
 impl Default for Packs {
     fn default() -> Self {
-        Packs { by_first: HashMap::new(), on: true }
+        Packs { by_first: HashMap::new(), on: true, rope_in_place: rope_in_place_enabled() }
     }
+}
+
+/// Whether a decode step's rope reads the packed product in place: on unless
+/// `VKFORMERS_PACKED_ROPE=0` (the A/B switch: the split dispatch runs again).
+fn rope_in_place_enabled() -> bool {
+    std::env::var("VKFORMERS_PACKED_ROPE").map_or(true, |v| v != "0")
 }
 
 impl Packs {
@@ -67,6 +76,13 @@ impl Packs {
 
     pub fn is_empty(&self) -> bool {
         self.by_first.is_empty()
+    }
+
+    /// Reads q, k and v of a decode step's rope + KV store in place from the packed product
+    /// (`on`, the default unless `VKFORMERS_PACKED_ROPE=0`), or from the split's three tensors
+    /// (an A/B on one load: `weights.set_packs` with the changed clone).
+    pub fn set_rope_in_place(&mut self, on: bool) {
+        self.rope_in_place = on;
     }
 }
 
@@ -209,7 +225,7 @@ impl Packer {
             let bias = b.map(|b| self.packs[b].0.clone());
             by_first.insert(names[0].clone(), Pack { weight: weight.clone(), bias, cols: rows.clone(), part_ids });
         }
-        Packs { by_first, on: true }
+        Packs { by_first, ..Packs::default() }
     }
 }
 

@@ -11,6 +11,10 @@
 // The rotation is decode_rope.comp's expression for expression (theta = float(pos) * inv_freq[i],
 // sincos_f32, c = mscale cos, s = mscale sin, (u, v) -> (u c - v s, v c + u s)), so q and the
 // stored keys come out bit for bit as the two dispatches give them.
+// q, k, v rows may be strided (q_stride, kv_stride: elements from one token's row to the
+// next): the packed q/k/v product's rows [N, (Hq + 2 Hkv) D] read in place through three
+// pointers at column offsets 0, Hq D and (Hq + Hkv) D, instead of a split into three tensors
+// first; dense tensors have q_stride = Hq D and kv_stride = Hkv D. qo is always dense.
 // Invocation i owns one pair or one copied element of row r = i / units of the N * (Hq + Hkv)
 // rows, token r / (Hq + Hkv): head h < Hq is a q row, the rest k rows, whose invocation also
 // copies the v elements of its k elements.
@@ -37,17 +41,19 @@ layout(push_constant) uniform Push {
     uint interleaved;
     float mscale;
     uint pool_rows;  // NB * BS
+    uint q_stride;   // elements between tokens' rows of q
+    uint kv_stride;  // ... of k and of v
 } pc;
 
 #include "rope/sincos.glsl"
 
-// Element d of key head row `kv_row` of k, v [N·Hkv, D] (head hk of its token): the rotated
-// key x and its value into the pools at the token's slot, when it has one.
-void store_kv(int slot, uint kv_row, uint hk, uint d, float x) {
+// Element d of the key head at element `kv_base` of k and v (head hk of its token): the
+// rotated key x and its value into the pools at the token's slot, when it has one.
+void store_kv(int slot, uint kv_base, uint hk, uint d, float x) {
     if (slot >= 0 && uint(slot) < pc.pool_rows) {
         uint dst = (uint(slot) * pc.hkv + hk) * pc.head_dim + d;
         st(pc.k_pool, dst, x);
-        st(pc.v_pool, dst, pc.v.v[kv_row * pc.head_dim + d]);
+        st(pc.v_pool, dst, pc.v.v[kv_base + d]);
     }
 }
 
@@ -61,19 +67,20 @@ void main() {
         uint tok = row / heads;
         uint h = row - tok * heads;
         bool is_q = h < pc.hq;
-        // Row of q [N·Hq] or of k, v [N·Hkv]; element offsets within a head row below.
-        uint src_row = is_q ? tok * pc.hq + h : tok * pc.hkv + (h - pc.hq);
-        F32In x = is_q ? pc.q : pc.k;
-        uint base = src_row * pc.head_dim;
-        int slot = is_q ? -1 : pc.slots.v[tok];
         uint hk = h - pc.hq; // a k row's head (unused for q rows)
+        // First element of the head row in q (or in k and v), and of the q row in qo [N·Hq, D];
+        // element offsets within a head row below.
+        uint base = is_q ? tok * pc.q_stride + h * pc.head_dim : tok * pc.kv_stride + hk * pc.head_dim;
+        uint obase = (tok * pc.hq + h) * pc.head_dim;
+        F32In x = is_q ? pc.q : pc.k;
+        int slot = is_q ? -1 : pc.slots.v[tok];
         if (u >= half_r) {
             uint d = pc.rot_dim + (u - half_r);
             float c = x.v[base + d];
             if (is_q) {
-                pc.qo.v[base + d] = c;
+                pc.qo.v[obase + d] = c;
             } else {
-                store_kv(slot, src_row, hk, d, c);
+                store_kv(slot, base, hk, d, c);
             }
             continue;
         }
@@ -89,11 +96,11 @@ void main() {
         float ra = a * cs - b * sn;
         float rb = b * cs + a * sn;
         if (is_q) {
-            pc.qo.v[base + da] = ra;
-            pc.qo.v[base + db] = rb;
+            pc.qo.v[obase + da] = ra;
+            pc.qo.v[obase + db] = rb;
         } else {
-            store_kv(slot, src_row, hk, da, ra);
-            store_kv(slot, src_row, hk, db, rb);
+            store_kv(slot, base, hk, da, ra);
+            store_kv(slot, base, hk, db, rb);
         }
     }
 }

@@ -1,7 +1,8 @@
 //! A decode step's rotary embedding of q and k and the store of k and v into the paged pools in
 //! one dispatch (`shaders/attention/decode_rope_store.comp`): what [`super::decode::rope_qk`]
 //! then [`super::decode::store_from`] do, bit for bit, without the rotated keys' round trip
-//! through memory and the barrier between the two.
+//! through memory and the barrier between the two. q, k and v may be rows of one wider tensor
+//! (the packed q/k/v product `[N, (Hq + 2 Hkv) D]`, read in place: no split dispatch first).
 
 use vkformers_vk::{read, write, BufferView, Recorder, Result};
 
@@ -12,12 +13,16 @@ use crate::dtype::DType;
 use crate::launch::MAX_GROUPS;
 use crate::rope::{Rope, RopeLayout};
 
-/// The step's new rows, f32: q `[N, Hq, D]`, k and v `[N, Hkv, D]`.
+/// The step's new rows, f32: q `[N, Hq, D]`, k and v `[N, Hkv, D]`, each token's row `strides`
+/// elements after the previous one (q's, then k's and v's); `None`: dense rows (`Hq·D`,
+/// `Hkv·D`). The packed product `y [N, (Hq + 2 Hkv) D]` is q, k, v at element offsets 0,
+/// `Hq·D`, `(Hq + Hkv)·D` with both strides its width.
 #[derive(Clone, Copy, Debug)]
 pub struct NewRows<'a> {
     pub q: BufferView<'a>,
     pub k: BufferView<'a>,
     pub v: BufferView<'a>,
+    pub strides: Option<(u32, u32)>,
 }
 
 /// Records `qo = rope(q)` and the store of `rope(k)` and `v` at pool rows `slots [N]` int32
@@ -59,18 +64,36 @@ pub fn rope_store(
             format!("rope of {p:?} into pools {} wide: not f32, empty, odd rotary dim, or too large", pools.width);
         return Err(fail(code.name, why));
     }
-    let kv = tokens * u64::from(hkv) * d;
-    check_len(code.name, "q [N, Hq, D]", &x.q, tokens * u64::from(p.heads) * d, 4)?;
-    check_len(code.name, "qo [N, Hq, D]", &qo, tokens * u64::from(p.heads) * d, 4)?;
-    check_len(code.name, "k [N, Hkv, D]", &x.k, kv, 4)?;
-    check_len(code.name, "v [N, Hkv, D]", &x.v, kv, 4)?;
+    let (q_row, kv_row) = (u64::from(p.heads) * d, u64::from(hkv) * d);
+    let (q_stride, kv_stride) = x.strides.map_or((q_row, kv_row), |(a, b)| (u64::from(a), u64::from(b)));
+    // Elements from q's (k's, v's) first to its last read: (N - 1) strides and one row.
+    let (q_span, kv_span) = ((tokens - 1) * q_stride + q_row, (tokens - 1) * kv_stride + kv_row);
+    if q_stride < q_row || kv_stride < kv_row || q_span.max(kv_span) >= 1 << 32 {
+        let why = format!("rows strided ({q_stride}, {kv_stride}) under their widths ({q_row}, {kv_row}) or too large");
+        return Err(fail(code.name, why));
+    }
+    check_len(code.name, "q [N, Hq, D]", &x.q, q_span, 4)?;
+    check_len(code.name, "qo [N, Hq, D]", &qo, tokens * q_row, 4)?;
+    check_len(code.name, "k [N, Hkv, D]", &x.k, kv_span, 4)?;
+    check_len(code.name, "v [N, Hkv, D]", &x.v, kv_span, 4)?;
     check_len(code.name, "pos [N]", &pos, tokens, 4)?;
     check_len(code.name, "slots [N]", &slots, tokens, 4)?;
     check_len(code.name, "inv_freq [R/2]", &inv_freq, r / 2, 4)?;
     check_len(code.name, "k pool", &pools.k, pool, dt.bytes())?;
     check_len(code.name, "v pool", &pools.v, pool, dt.bytes())?;
     let interleaved = u32::from(p.layout == RopeLayout::Interleaved);
-    let words = [tokens as u32, p.heads, hkv, p.head_dim, p.rotary_dim, interleaved, p.mscale.to_bits(), pools.rows];
+    let words = [
+        tokens as u32,
+        p.heads,
+        hkv,
+        p.head_dim,
+        p.rotary_dim,
+        interleaved,
+        p.mscale.to_bits(),
+        pools.rows,
+        q_stride as u32,
+        kv_stride as u32,
+    ];
     let params: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
     let work = rows * (r / 2 + d - r);
     let groups = [work.div_ceil(256).clamp(1, MAX_GROUPS) as u32, 1, 1];

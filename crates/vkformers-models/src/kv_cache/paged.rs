@@ -15,6 +15,7 @@ use vkformers_vk::BufferView;
 use super::blocks::BlockTables;
 use crate::error::{ModelError, Result};
 
+mod packed;
 mod wide;
 
 /// One group's device tables for one forward over B selected rows of T new columns: the block
@@ -253,17 +254,31 @@ impl LayerPool {
         if !grid || pos.numel() != qs[0] * qs[1] || inv_freq.numel() != rotary_dim / 2 {
             return Ok(None);
         }
-        let (pk, pv) = self.pools(g, rows, k)?;
+        let p = Rope { batch: b, seq: t, heads: hq, head_dim: d, rotary_dim: r, layout, mscale, dtype: DType::F32 };
+        let x = NewRows { q: q.view(), k: k.view(), v: v.view(), strides: None };
+        Ok(Some(self.record_rope_store(g, (rows, st), &p, (&x, k), (pos, inv_freq))?))
+    }
+
+    /// The one dispatch of [`Self::rope_store`] on the new rows `x` (described by `p`, q's heads;
+    /// `like`: an f32 tensor the pools take their type from when first made): returns the
+    /// rotated q `[B, T, Hq, D]`, dense.
+    fn record_rope_store(
+        &mut self,
+        g: &Graph<'_>,
+        (rows, st): (usize, &StepTables),
+        p: &Rope,
+        (x, like): (&NewRows<'_>, &Tensor),
+        (pos, inv_freq): (&Tensor, &Tensor),
+    ) -> Result<Tensor> {
+        let (pk, pv) = self.pools(g, rows, like)?;
         self.copy_on_write(g, (&pk, &pv), st)?;
         let dt = pk.dtype();
-        let p = Rope { batch: b, seq: t, heads: hq, head_dim: d, rotary_dim: r, layout, mscale, dtype: DType::F32 };
-        let qo = g.empty(qs)?;
+        let qo = g.empty(&[p.batch, p.seq, p.heads, p.head_dim].map(|x| x as usize))?;
         let pools =
             Pools { k: pk.view(), v: pv.view(), rows: rows as u32, width: (self.kv_heads * self.head_dim) as u32 };
-        let x = NewRows { q: q.view(), k: k.view(), v: v.view() };
         let io = (pos.view(), inv_freq.view(), st.slots());
-        g.record(|rec| rope_store::rope_store(rec, &p, &x, io, (qo.view(), &pools), dt))?;
-        Ok(Some(qo))
+        g.record(|rec| rope_store::rope_store(rec, p, x, io, (qo.view(), &pools), dt))?;
+        Ok(qo)
     }
 
     /// Copies each shared block's positions into the fresh block a writing row took
