@@ -5,7 +5,7 @@
 #     vkformers-kernels:col_sum_tiled vkformers-kernels:fresh_outputs vkformers-kernels:split_k \
 #     vkformers-kernels:elementwise vkformers-tensor:views vkformers-models:packed_products \
 #     vkformers-generate:decode_dispatches vkformers-generate:chat_lookahead \
-#     vkformers-kernels:attention_decode_latent vkformers-tensor:attention_casts vkformers-kernels:twin vkformers-cli:train_casts vkformers-cli:amp_parity
+#     vkformers-kernels:attention_decode_latent vkformers-kernels:attention_decode_rope_store vkformers-tensor:attention_casts vkformers-kernels:twin vkformers-cli:train_casts vkformers-cli:amp_parity
 #   cp tools/device/ab-suite.sh .dev/ab/; tools/device/stage.sh out llama qwen2 gemma phi3 olmo gpt_neox
 #   run: PACK=.dev/ab source .dev/ab/prelude.sh; bash .dev/ab/ab-suite.sh   (carry .gl, .dev/ab)
 #   tools/device/stage.sh back
@@ -15,7 +15,7 @@ source "$PACK/prelude.sh"
 sec "kernel and packing tests"
 for n in optim_multi adamw_multi col_sum_tiled fresh_outputs split_k elementwise views packed_products \
     decode_dispatches chat_lookahead attention_casts twin train_casts amp_parity \
-    attention_decode_latent; do t $n; done
+    attention_decode_latent attention_decode_rope_store; do t $n; done
 VKFORMERS_LATENT_WIDE=0 t attention_decode_latent
 sec "latent decode: 16-byte loads / element loads (was 299 µs, 16 GB/s)"
 for w in 1 0; do
@@ -32,6 +32,8 @@ python3 tools/bench/generate.py --vkformers "$V" --skip-compile --batches 1 8 64
     --warmup 1 --repeats 3 --json "$OUT/gen-on.json" 2>&1 | tail -12 | tee -a "$LOG"
 VKFORMERS_FUSED_PROJ=0 python3 tools/bench/generate.py --vkformers "$V" --skip-eager --skip-compile \
     --batches 8 64 --prefill-lens 512 --warmup 1 --repeats 3 --json "$OUT/gen-off.json" 2>&1 | tail -8 | tee -a "$LOG"
+VKFORMERS_PACKED_ROPE=0 python3 tools/bench/generate.py --vkformers "$V" --skip-eager --skip-compile \
+    --batches 8 64 --prefill-lens 512 --warmup 1 --repeats 3 --json "$OUT/gen-rope-split.json" 2>&1 | tail -8 | tee -a "$LOG"
 sec "prefill profile, batch 8 x 512 (why batched prefill trails eager)"
 python3 -c "import json; print(''.join(json.dumps({'input_ids':[(i*7+r*13)%31000+3 for i in range(512)]})+'\n' for r in range(8)), end='')" > /tmp/b8.jsonl
 "$V" generate --model "$M" --prompt-ids-file /tmp/b8.jsonl --max-new-tokens 1 --greedy --profile 2>&1 | tail -40 >> "$LOG"
