@@ -6,7 +6,8 @@
 #     vkformers-kernels:elementwise vkformers-tensor:views vkformers-models:packed_products \
 #     vkformers-generate:decode_dispatches vkformers-generate:chat_lookahead \
 #     vkformers-kernels:attention_decode_latent vkformers-kernels:attention_decode_rope_store vkformers-tensor:attention_casts vkformers-kernels:twin vkformers-cli:train_casts vkformers-cli:amp_parity
-#   cp tools/device/ab-suite.sh .dev/ab/; tools/device/stage.sh out llama qwen2 gemma phi3 olmo gpt_neox
+#   cp tools/device/ab-suite.sh .dev/ab/; tools/device/stage.sh out llama qwen2 gemma phi3 olmo gpt_neox gptj mistral deepseek_v2 \
+#     fixtures_amp fixtures_train fixtures_lora
 #   run: PACK=.dev/ab source .dev/ab/prelude.sh; bash .dev/ab/ab-suite.sh   (carry .gl, .dev/ab)
 #   tools/device/stage.sh back
 set -u

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The working tree travels to the device machine with every call, under a 64 MiB limit; the parity
 # fixtures alone are ~55 MB. `stage.sh out [KEEP ...]` moves the fixture folders (but the
-# tests/fixtures/KEEP model folders named) and the bench logs to a stash outside the repository;
+# tests/fixtures/KEEP model folders and tests/KEEP fixture folders named) and the bench logs to a stash outside the repository;
 # `stage.sh back` restores them. Run `back` after every call, and check `git status` is clean.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -12,6 +12,9 @@ out)
     [[ ! -e "$stash" ]] || { echo "stage.sh: $stash exists: run 'stage.sh back' first" >&2; exit 1; }
     mkdir -p "$stash/fixtures"
     for d in tests/fixtures_*/ docs/bench/; do
+        keep=0
+        for k in "$@"; do [[ "$(basename "$d")" == "$k" ]] && keep=1; done
+        [[ $keep == 1 ]] && continue
         mkdir -p "$stash/$(dirname "$d")"
         mv "$d" "$stash/$d"
     done
