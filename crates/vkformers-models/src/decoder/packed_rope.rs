@@ -5,7 +5,8 @@
 
 use vkformers_tensor::{Graph, Tensor};
 
-use super::{rope_freq, Inputs, Weights};
+use super::self_attention::rope_freq;
+use super::{Inputs, Weights};
 use crate::error::Result;
 use crate::spec::AttnSpec;
 

@@ -1,0 +1,202 @@
+//! The decoder layer's self-attention: the q/k/v projections (packed into one product where the
+//! load packed them), q/k norms, the rotary embedding (with the KV cache's store where the
+//! forward has one), the fused attention and the output projection.
+
+use vkformers_tensor::ops::attention::{attention_chunked, attention_chunked_for_product, AttnOptions};
+use vkformers_tensor::ops::{broadcast, rope, shape};
+use vkformers_tensor::{Graph, Tensor};
+
+use super::{apply_norm, clamp, grouped, left_aligned, mla, moa, packed_rope, project, Inputs, Weights};
+use crate::error::Result;
+use crate::spec::{layer_name, AttnSpec, ModelSpec, QkNormAt};
+
+#[allow(clippy::too_many_arguments)]
+pub(super) fn self_attention(
+    g: &Graph<'_>,
+    spec: &ModelSpec,
+    w: &Weights,
+    a: &AttnSpec,
+    i: usize,
+    h: &Tensor,
+    inp: &Inputs<'_>,
+    (b, t): (usize, usize),
+) -> Result<Tensor> {
+    if let Some(m) = &a.mla {
+        return mla::attention(g, spec, w, (a, m), i, h, inp, (b, t));
+    }
+    if let Some(m) = &a.moa {
+        return moa::attention(g, spec, w, (a, m), i, h, inp, (b, t));
+    }
+    let n = &spec.layer_names;
+    let heads = |y: Tensor, count: usize| shape::reshape(g, &y, &[b, t, count, a.head_dim]);
+    let proj = |template: &str| -> Result<Tensor> {
+        let y = project(g, w, template, i, h, a.qkv_bias)?;
+        match a.clip_qkv {
+            Some(c) => clamp(g, &y, c),
+            None => Ok(y),
+        }
+    };
+    // Decoding: the three products in one dispatch (no bias; clipped as `proj` clips).
+    let names = [&n.q, &n.k, &n.v].map(|t| format!("{}.weight", layer_name(t, i)));
+    let together = if a.qkv_bias { None } else { grouped::products(g, w, h, &names)? };
+    // Else (more rows than the GEMV takes, or biases): one product of the packed q/k/v weight.
+    let packed = if together.is_none() { crate::packed::product(g, w, h, &names)? } else { None };
+    let clip = |y: &Tensor| -> Result<Tensor> {
+        match a.clip_qkv {
+            Some(c) => clamp(g, y, c),
+            None => Ok(y.clone()),
+        }
+    };
+    let (mut q, mut k, v) = match (together, packed) {
+        (Some(ys), _) => (clip(&ys[0])?, clip(&ys[1])?, clip(&ys[2])?),
+        (None, Some((y, cols))) => {
+            let y = clip(&y)?;
+            // A decode step: the rope + KV store reads q, k, v in y's rows (k, v stored then).
+            if let Some(q) = packed_rope::rope_store(g, (a, w), i, (&y, &cols), inp, (b, t))? {
+                return attend_project(g, spec, w, (a, i), (q, &y, &y), inp, (b, t));
+            }
+            // Else split into contiguous q, k and v (one dispatch).
+            crate::packed::split_qkv(g, &y, &cols)?
+        }
+        (None, None) => (proj(&n.q)?, proj(&n.k)?, proj(&n.v)?),
+    };
+    if let (Some(qk), QkNormAt::Projection) = (&a.qk_norm, a.qk_norm_at) {
+        q = apply_norm(g, qk, w, &layer_name(&n.q_norm, i), &q)?;
+        k = apply_norm(g, qk, w, &layer_name(&n.k_norm, i), &k)?;
+    }
+    let mut q = heads(q, a.heads)?;
+    let mut k = heads(k, a.kv_heads)?;
+    let v = heads(v, a.kv_heads)?;
+    if let (Some(qk), QkNormAt::HeadsBeforeRope) = (&a.qk_norm, a.qk_norm_at) {
+        q = apply_norm(g, qk, w, &layer_name(&n.q_norm, i), &q)?;
+        k = apply_norm(g, qk, w, &layer_name(&n.k_norm, i), &k)?;
+    }
+    if let Some(r) = &a.rope {
+        let freq = rope_freq(g, r, inp)?;
+        let rot = (r.layout, r.rotary_dim, r.mscale);
+        // Cached decoding: q and k rotated and k, v stored in the cache in one dispatch (not when
+        // a norm changes k after the rotation); else q and k rotated in one dispatch.
+        let norm_after = a.qk_norm.is_some() && matches!(a.qk_norm_at, QkNormAt::HeadsAfterRope);
+        let fused = match inp.cache {
+            Some((cache, _)) if !norm_after => cache.rope_store(g, i, (&q, &k, &v), (&inp.pos, &freq), rot)?,
+            _ => None,
+        };
+        let both = match (&fused, inp.cache) {
+            (None, Some(_)) => grouped::rope_qk(g, (&q, &k), (&inp.pos, &freq), rot)?,
+            _ => None,
+        };
+        (q, k) = match (fused, both) {
+            // k is stored already; attention reads the cache, not k.
+            (Some(qo), _) => (qo, k),
+            (None, Some(qk)) => qk,
+            (None, None) => (
+                rope::rope(g, &q, &inp.pos, &freq, r.layout, r.rotary_dim, r.mscale)?,
+                rope::rope(g, &k, &inp.pos, &freq, r.layout, r.rotary_dim, r.mscale)?,
+            ),
+        };
+    }
+    attend_project(g, spec, w, (a, i), (q, &k, &v), inp, (b, t))
+}
+
+/// The frequencies `[R/2]` of the layer's rotary embedding at this forward's length (LongRoPE:
+/// the long factors past the original context).
+pub(super) fn rope_freq(g: &Graph<'_>, r: &crate::spec::RopeSpec, inp: &Inputs<'_>) -> Result<Tensor> {
+    let inv_freq = match &r.long {
+        Some((long, original)) if inp.seq_len > *original => long,
+        _ => &r.inv_freq,
+    };
+    inp.freq(g, inv_freq)
+}
+
+/// The rest of the layer's self-attention after the rotary embedding: q's position scale and
+/// norms after the rope, the attention of q `[B, T, Hq, D]` (over k, v `[B, T, Hkv, D]`, or over
+/// the cache when the rope stored them), the output norm and projection.
+fn attend_project(
+    g: &Graph<'_>,
+    spec: &ModelSpec,
+    w: &Weights,
+    (a, i): (&AttnSpec, usize),
+    (mut q, k, v): (Tensor, &Tensor, &Tensor),
+    inp: &Inputs<'_>,
+    (b, t): (usize, usize),
+) -> Result<Tensor> {
+    let n = &spec.layer_names;
+    let mut k = k.clone();
+    if let Some((beta, original)) = a.q_position_scale {
+        // [B, T, 1, 1] in f32 as `1 + beta * torch.log(1 + torch.floor(pos / original))`.
+        let shift = a.q_position_shift;
+        let pos = if a.q_position_by_column { &inp.host_cols } else { &inp.host_pos };
+        let s: Vec<f32> =
+            pos.iter().map(|&p| 1.0 + beta * (1.0 + ((p + shift) as f32 / original as f32).floor()).ln()).collect();
+        q = broadcast::mul(g, &q, &g.constant(&s, &[b, t, 1, 1])?)?;
+    }
+    if let (Some(qk), QkNormAt::HeadsAfterRope) = (&a.qk_norm, a.qk_norm_at) {
+        q = apply_norm(g, qk, w, &layer_name(&n.q_norm, i), &q)?;
+        k = apply_norm(g, qk, w, &layer_name(&n.k_norm, i), &k)?;
+    }
+    let o = attend_for_o_proj(g, (a, w), (i, &layer_name(&n.o, i)), (&q, &k, v), inp)?;
+    let mut o = shape::reshape(g, &o, &[b * t, a.heads * a.head_dim])?;
+    if let Some((norm, template)) = &a.out_norm {
+        o = apply_norm(g, norm, w, &layer_name(template, i), &o)?;
+    }
+    project(g, w, &n.o, i, &o, a.out_bias)
+}
+
+/// `o [B, T, Hq, D]` of the layer's fused attention of q `[B, T, Hq, D]`, k and v
+/// `[B, T, Hkv, D]` (through the KV cache when the forward has one); `w` holds the sinks.
+pub(super) fn attend(
+    g: &Graph<'_>,
+    (a, w): (&AttnSpec, &Weights),
+    i: usize,
+    (q, k, v): (&Tensor, &Tensor, &Tensor),
+    inp: &Inputs<'_>,
+) -> Result<Tensor> {
+    let opts = attn_options(g, (a, w), i, inp)?;
+    let chunk = a.chunk.unwrap_or(0);
+    let left_padded = chunk > 0 && left_aligned::left_pads(&inp.host_mask, q.shape()[1]).iter().any(|&p| p > 0);
+    Ok(match inp.cache {
+        Some((cache, _)) => cache.attend_chunked(g, i, (q, k, v), opts, chunk)?,
+        None if left_padded => left_aligned::attend_left_aligned(g, (q, k, v), &opts, chunk, &inp.host_mask)?,
+        None => attention_chunked(g, q, k, v, &opts, chunk)?,
+    })
+}
+
+/// [`attend`] when o_proj (`o_name`, no LoRA term) reads o next with no norm between, without a
+/// cache or a chunked mask: o may come in 16 bits under autocast (no widening cast, and dO comes
+/// back in 16 bits: see `attention_chunked_for_product`).
+fn attend_for_o_proj(
+    g: &Graph<'_>,
+    (a, w): (&AttnSpec, &Weights),
+    (i, o_name): (usize, &str),
+    (q, k, v): (&Tensor, &Tensor, &Tensor),
+    inp: &Inputs<'_>,
+) -> Result<Tensor> {
+    let lora = w.lora().get(&format!("{o_name}.weight")).is_some();
+    if inp.cache.is_some() || a.out_norm.is_some() || a.chunk.unwrap_or(0) != 0 || lora {
+        return attend(g, (a, w), i, (q, k, v), inp);
+    }
+    let opts = attn_options(g, (a, w), i, inp)?;
+    Ok(attention_chunked_for_product(g, (q, k, v), &opts, 0)?)
+}
+
+/// Layer `i`'s attention options: scale, causal, window, softcap, the new columns' key mask,
+/// ALiBi slopes, sinks.
+pub(super) fn attn_options(
+    g: &Graph<'_>,
+    (a, w): (&AttnSpec, &Weights),
+    i: usize,
+    inp: &Inputs<'_>,
+) -> Result<AttnOptions> {
+    Ok(AttnOptions {
+        scale: Some(a.scale),
+        causal: true,
+        window: a.sliding_window.unwrap_or(0),
+        softcap: a.softcap,
+        kmask: inp.kmask.clone(),
+        alibi: match &a.alibi {
+            Some(slopes) => Some(g.constant(slopes, &[a.heads])?),
+            None => None,
+        },
+        sinks: a.sinks.as_ref().map(|t| w.get(&layer_name(t, i)).cloned()).transpose()?,
+    })
+}
