@@ -27,6 +27,16 @@
 // (f = silu, gelu, gelu_tanh for kinds 1, 2, 3; the expression of glu/forward.comp), so a gated
 // MLP's down projection needs no separate GLU dispatch. Each workgroup recomputes f over its
 // K-slices (K floats per row block, from the cache), which costs no memory traffic.
+// Normed input (flags bit 6; no bias: the bias pointer carries the gain g): the product reads
+// the RMSNorm of h = x (+ r, flags bit 9) as rms_forward.comp computes it,
+//   x̂[i, k] = h[i, k] * rstd[i] * g[k],   rstd[i] = 1 / sqrt(mean_k h[i, k]^2 + eps),
+// g = 1, w or 1 + w for gain modes 0, 1, 2 (flags bits 7-8; w f32 [K]), so a decoder's input
+// norm (and the residual add before it) needs no dispatch of its own. r, the sum hs = x + r and
+// x̂ are f32 [M, K] rows ldx apart. Every workgroup sums its rows' squares over all of K itself
+// (K floats a row, from the cache); workgroup 0 alone writes hs (with r: the new residual
+// stream later layers read) and, with flags bit 10, x̂ (for readers of the norm other than this
+// product). No workgroup reads hs or x̂ back: they are recomputed from x and r. f32 math; the
+// order of the sum of squares differs from rms_forward's.
 //
 // variant: f32_m1 W_F32 MB=1
 // variant: f32_m4 W_F32 MB=4
@@ -92,15 +102,28 @@ layout(push_constant) uniform Push {
     U32In w2;
     F32Buf y1;
     F32Buf y2;
+    F32In r;       // normed input: the residual added to x before the norm (flags bit 9)
+    F32Buf hs;     // normed input: x + r, written by workgroup 0 (flags bit 9)
+    F32Buf xn;     // normed input: x̂, written by workgroup 0 (flags bit 10)
     uint M, N, K;
     uint ldx, ldy;
     uint flags;    // bit 0: bias (product 0); bit 1 + p: W_p starts at the odd half of its first word;
-                   // bits 4-5: gated input kind (w1 = up)
+                   // bits 4-5: gated input kind (w1 = up); bit 6: normed input, bits 7-8 its
+                   // gain mode, bit 9: plus r, bit 10: x̂ written
     uint n1, n2;
+    float eps;     // normed input: the RMSNorm's epsilon
 } pc;
 
-// Per-subgroup partial sums: red[(i * R + r) * NSG + subgroup].
+#define NORMED_BIT (1u << 6)
+#define RESIDUAL_BIT (1u << 9)
+#define WRITE_XN_BIT (1u << 10)
+
+// Per-subgroup partial sums: red[(i * R + r) * NSG + subgroup] (and the normed input's sums of
+// squares, red[i * NSG + subgroup], before the first row block).
 shared float red[MB * R * NSG];
+
+// Normed input: rstd of each row of h, the same in every invocation of the workgroup.
+float rstd_of[MB];
 
 // One row of W: its first 32-bit word and, for 16-bit W, whether it starts in the high half.
 struct Row {
@@ -180,7 +203,61 @@ float gate_act(uint glu, float g) {
     return glu == 1u ? silu_f(g) : (glu == 2u ? gelu_f(g) : gelu_tanh_f(g));
 }
 
-// The same K-slice of row i of x (or of f(gate) * up for a gated input), zeros past K.
+// The normed input's gain g[k] (mode 0: 1, 1: w[k], 2: 1 + w[k]; w = the bias pointer).
+float gain_at(uint mode, uint k) {
+    return mode == 0u ? 1.0 : (mode == 1u ? pc.bias.v[k] : 1.0 + pc.bias.v[k]);
+}
+
+// h[i, k] = x[i, k] (+ r[i, k]) of a normed input, as f32.
+float h_at(uint i, uint k) {
+    const uint at = i * pc.ldx + k;
+    return (pc.flags & RESIDUAL_BIT) != 0u ? pc.x.v[at] + pc.r.v[at] : pc.x.v[at];
+}
+
+// Normed input, before the first row block: rstd_of[i] of every row of h from the workgroup's
+// own sum of squares (subgroupAdd, then across subgroups through red); workgroup 0 writes hs and
+// x̂. Reached by every invocation (uniform control flow: pc.M is uniform).
+void norm_prologue(uint tid) {
+    const bool writer = gl_WorkGroupID.x == 0u;
+    const bool sum_out = writer && (pc.flags & RESIDUAL_BIT) != 0u;
+    [[unroll]] for (uint i = 0; i < MB; i++) {
+        rstd_of[i] = 0.0;
+        if (i < pc.M) {
+            float ss = 0.0;
+            for (uint k = tid; k < pc.K; k += WG) {
+                const float v = h_at(i, k);
+                if (sum_out) pc.hs.v[i * pc.ldx + k] = v;
+                ss += v * v;
+            }
+            ss = subgroupAdd(ss);
+            if (NSG == 1) {
+                rstd_of[i] = ss;
+            } else if (subgroupElect()) {
+                red[i * NSG + gl_SubgroupID] = ss;
+            }
+        }
+    }
+    if (NSG != 1) {
+        barrier(); // every subgroup's sums are in red (the first row block's barrier guards reuse)
+        [[unroll]] for (uint i = 0; i < MB; i++) {
+            if (i < pc.M) {
+                for (uint s = 0; s < gl_NumSubgroups; s++) rstd_of[i] += red[i * NSG + s];
+            }
+        }
+    }
+    const uint mode = (pc.flags >> 7) & 3u;
+    [[unroll]] for (uint i = 0; i < MB; i++) {
+        if (i < pc.M) {
+            rstd_of[i] = inversesqrt(rstd_of[i] / float(pc.K) + pc.eps);
+            if (writer && (pc.flags & WRITE_XN_BIT) != 0u) {
+                for (uint k = tid; k < pc.K; k += WG) pc.xn.v[i * pc.ldx + k] = h_at(i, k) * rstd_of[i] * gain_at(mode, k);
+            }
+        }
+    }
+}
+
+// The same K-slice of row i of x (or of f(gate) * up for a gated input, or of x̂ for a normed
+// input), zeros past K.
 void load_x_chunk(uint i, uint c, out float v[CH]) {
     load_rows_chunk(uint64_t(pc.x), i, c, v);
     const uint glu = (pc.flags >> 4) & 3u;
@@ -189,12 +266,31 @@ void load_x_chunk(uint i, uint c, out float v[CH]) {
         load_rows_chunk(uint64_t(pc.w1), i, c, u);
         [[unroll]] for (uint e = 0; e < CH; e++) v[e] = gate_act(glu, v[e]) * u[e];
     }
+    if ((pc.flags & NORMED_BIT) != 0u) {
+        if ((pc.flags & RESIDUAL_BIT) != 0u) {
+            float u[CH];
+            load_rows_chunk(uint64_t(pc.r), i, c, u);
+            [[unroll]] for (uint e = 0; e < CH; e++) v[e] += u[e];
+        }
+        const uint mode = (pc.flags >> 7) & 3u;
+        float g[CH];
+        if (mode == 0u) {
+            [[unroll]] for (uint e = 0; e < CH; e++) g[e] = 1.0;
+        } else {
+            load_rows_chunk(uint64_t(pc.bias), 0u, c, g); // w [K]: row 0 (zeros past K)
+            if (mode == 2u) {
+                [[unroll]] for (uint e = 0; e < CH; e++) g[e] += 1.0;
+            }
+        }
+        [[unroll]] for (uint e = 0; e < CH; e++) v[e] = v[e] * rstd_of[i] * g[e];
+    }
 }
 
 void main() {
     const uint tid = gl_LocalInvocationID.x;
     const uint chunks = (pc.K + CH - 1) / CH;
     const bool has_bias = (pc.flags & 1u) != 0u;
+    if ((pc.flags & NORMED_BIT) != 0u) norm_prologue(tid);
 
     const uint b0 = (pc.N + R - 1) / R;
     const uint b1 = (pc.n1 + R - 1) / R;

@@ -292,9 +292,21 @@ pub fn gemv(
     let bias_sub = bias_view(name, desc.n, bias, x_sub)?;
     let flags = u32::from(desc.has_bias) | parity << 1;
     let wide = wide_loads(desc, w_sub.address(), parity, x_sub.address());
-    // Products 1 and 2 absent (n1 = n2 = 0): their pointers repeat product 0's, never read.
-    let args =
-        [read(w_sub), read(x_sub), read(bias_sub), write(y_sub), read(w_sub), read(w_sub), write(y_sub), write(y_sub)];
+    // Products 1 and 2 absent (n1 = n2 = 0): their pointers repeat product 0's, never read; so
+    // do the normed input's (flags bit 6 clear).
+    let args = [
+        read(w_sub),
+        read(x_sub),
+        read(bias_sub),
+        write(y_sub),
+        read(w_sub),
+        read(w_sub),
+        write(y_sub),
+        write(y_sub),
+        read(x_sub),
+        write(y_sub),
+        write(y_sub),
+    ];
     dispatch_single(rec, kernel, desc, flags, [u32::from(wide), subgroups], &args)
 }
 
@@ -312,7 +324,10 @@ fn checked_kernel(rec: &Recorder, desc: &GemvDesc, bias_given: bool) -> Result<(
     Ok((kernel, check_device(name, desc.m, rec.caps())?))
 }
 
-/// Records one product of `desc` (n1 = n2 = 0) with `flags` and the 8 pointers `args` of
+/// Buffer pointers of gemv.comp's push block.
+const POINTERS: usize = 11;
+
+/// Records one product of `desc` (n1 = n2 = 0) with `flags` and the pointers `args` of
 /// gemv.comp's push block, on one workgroup per `ROWS_PER_GROUP` rows of W (grid-stride beyond
 /// the device's limit); `spec` = (VEC, NSG).
 fn dispatch_single(
@@ -321,9 +336,9 @@ fn dispatch_single(
     desc: &GemvDesc,
     flags: u32,
     spec: [u32; 2],
-    args: &[Arg<'_>; 8],
+    args: &[Arg<'_>; POINTERS],
 ) -> Result<()> {
-    let words = [desc.m, desc.n, desc.k, desc.ldx, desc.ldy, flags, 0, 0];
+    let words = [desc.m, desc.n, desc.k, desc.ldx, desc.ldy, flags, 0, 0, 0];
     let params: Vec<u8> = words.iter().flat_map(|v| v.to_le_bytes()).collect();
     let groups = desc.n.div_ceil(ROWS_PER_GROUP).min(rec.caps().max_workgroup_count[0]).min(65_535);
     rec.dispatch(kernel, &spec, args, &params, [groups, 1, 1])?;
@@ -372,9 +387,21 @@ pub fn gemv_glu(
     let bias_sub = bias_view(name, desc.n, bias, g_sub)?;
     let flags = u32::from(desc.has_bias) | parity << 1 | glu_flag(kind);
     let wide = wide_loads(desc, w_sub.address(), parity, g_sub.address()) && u_sub.address().is_multiple_of(16);
-    // w1 carries up (n1 = n2 = 0: no second product); w2, y1, y2 repeat others, never read.
-    let args =
-        [read(w_sub), read(g_sub), read(bias_sub), write(y_sub), read(u_sub), read(w_sub), write(y_sub), write(y_sub)];
+    // w1 carries up (n1 = n2 = 0: no second product); w2, y1, y2 and the normed input's
+    // pointers repeat others, never read.
+    let args = [
+        read(w_sub),
+        read(g_sub),
+        read(bias_sub),
+        write(y_sub),
+        read(u_sub),
+        read(w_sub),
+        write(y_sub),
+        write(y_sub),
+        read(g_sub),
+        write(y_sub),
+        write(y_sub),
+    ];
     dispatch_single(rec, kernel, desc, flags, [u32::from(wide), subgroups], &args)
 }
 
@@ -389,14 +416,7 @@ pub fn gemv_group(
     x: BufferView<'_>,
     parts: &[(u32, BufferView<'_>, BufferView<'_>)],
 ) -> Result<()> {
-    let kernel = kernel_for(desc.dtype, desc.m, one_subgroup(rec.caps()));
-    let name = kernel.name;
-    if !(1..=3).contains(&parts.len()) {
-        return Err(err(name, format!("{} products in a group: 1 to 3", parts.len())));
-    }
-    let mut d = GemvDesc { has_bias: false, n: 0, ldy: 0, ..*desc };
-    check_desc(name, &d)?;
-    let subgroups = check_device(name, d.m, rec.caps())?;
+    let (kernel, subgroups, mut d) = checked_group(rec, desc, parts.len())?;
     if d.m == 0 || d.k == 0 || parts.iter().any(|p| p.0 == 0) {
         // Degenerate shapes: one product at a time (y = 0, or nothing to do).
         for &(n, w, y) in parts {
@@ -405,8 +425,120 @@ pub fn gemv_group(
         }
         return Ok(());
     }
+    let x_sub = f32_matrix(kernel.name, "x", x, d.m, d.k, d.ldx)?;
+    let none = Prologue { flags: 0, eps: 0.0, r: x_sub, gain: x_sub, hs: None, xn: None, wide: true };
+    dispatch_group(rec, (kernel, subgroups), &d, x_sub, &none, parts)
+}
+
+/// The RMSNorm a normed product ([`gemv_group_normed`]) applies to its x while loading it, as
+/// `norm::rms_norm_forward` (or, with a residual, `add_rms_norm_forward`) computes it:
+/// `h = x (+ r)`, `x̂ = h · rstd · g`, `rstd = 1 / sqrt(mean_k h² + eps)`, g = 1, w or
+/// (`unit_offset`) 1 + w.
+#[derive(Clone, Copy, Debug)]
+pub struct NormedInput<'a> {
+    /// w `[k]` f32, or None for g = 1.
+    pub gain: Option<BufferView<'a>>,
+    pub unit_offset: bool,
+    pub eps: f32,
+    /// `(r, hs)`: the residual f32 `[m, k]` added to x before the norm, and where the sum
+    /// `hs = x + r` f32 `[m, k]` is written (both rows `ldx` apart, as x).
+    pub residual: Option<(BufferView<'a>, BufferView<'a>)>,
+    /// Where x̂ f32 `[m, k]` (rows `ldx` apart) is written, for readers of the norm other than
+    /// the products; None: x̂ lives in registers only.
+    pub normed: Option<BufferView<'a>>,
+}
+
+/// Records `y_p = x̂ · W_pᵀ` as [`gemv_group`] (one to three products, no bias) where x̂ is the
+/// RMSNorm `norm` of x (plus a residual), computed by every workgroup while it loads x: the
+/// norm (and the add before it) needs no dispatch of its own. Workgroup 0 writes `hs = x + r`
+/// and x̂ where `norm` asks; they must not overlap x, r, w or each other (no workgroup reads them
+/// back). m, k and every n_p must be positive. f32 math; the sum of squares runs in another
+/// order than the norm kernels' (values within f32 rounding of theirs, not bit for bit).
+pub fn gemv_group_normed(
+    rec: &mut Recorder,
+    desc: &GemvDesc,
+    x: BufferView<'_>,
+    norm: &NormedInput<'_>,
+    parts: &[(u32, BufferView<'_>, BufferView<'_>)],
+) -> Result<()> {
+    let (kernel, subgroups, d) = checked_group(rec, desc, parts.len())?;
+    let name = kernel.name;
+    if d.m == 0 || d.k == 0 || parts.iter().any(|p| p.0 == 0) {
+        let ns: Vec<u32> = parts.iter().map(|p| p.0).collect();
+        return Err(err(name, format!("normed input of an empty product: m {} k {} n {ns:?}", d.m, d.k)));
+    }
     let x_sub = f32_matrix(name, "x", x, d.m, d.k, d.ldx)?;
-    let (mut ws, mut ys, mut ns, mut flags, mut wide) = (Vec::new(), Vec::new(), Vec::new(), 0u32, true);
+    let pro = prologue(name, &d, x_sub, norm)?;
+    dispatch_group(rec, (kernel, subgroups), &d, x_sub, &pro, parts)
+}
+
+/// The kernel of a group of `count` products, its subgroups per workgroup and `desc` without
+/// bias, after the checks every group shares.
+fn checked_group(rec: &Recorder, desc: &GemvDesc, count: usize) -> Result<(&'static KernelCode, u32, GemvDesc)> {
+    let kernel = kernel_for(desc.dtype, desc.m, one_subgroup(rec.caps()));
+    if !(1..=3).contains(&count) {
+        return Err(err(kernel.name, format!("{count} products in a group: 1 to 3")));
+    }
+    let d = GemvDesc { has_bias: false, n: 0, ldy: 0, ..*desc };
+    check_desc(kernel.name, &d)?;
+    Ok((kernel, check_device(kernel.name, d.m, rec.caps())?, d))
+}
+
+/// The input prologue of a group's dispatch: its flags (bits 6-10 of gemv.comp), eps, the
+/// pointers r, gain (in the bias slot), hs and x̂ (r and gain repeat x when unused; hs and x̂
+/// absent repeat y_0), and whether r and the gain allow the wide loads.
+struct Prologue<'a> {
+    flags: u32,
+    eps: f32,
+    r: BufferView<'a>,
+    gain: BufferView<'a>,
+    hs: Option<BufferView<'a>>,
+    xn: Option<BufferView<'a>>,
+    wide: bool,
+}
+
+/// Flag bits of a normed input in gemv.comp.
+const NORMED: u32 = 1 << 6;
+const RESIDUAL: u32 = 1 << 9;
+const WRITE_NORMED: u32 = 1 << 10;
+
+/// Checks the views of a normed input (each inside its buffer) and makes its prologue.
+fn prologue<'a>(name: &str, d: &GemvDesc, x: BufferView<'a>, norm: &NormedInput<'a>) -> Result<Prologue<'a>> {
+    let mode = match (norm.gain, norm.unit_offset) {
+        (None, _) => 0,
+        (Some(_), false) => 1,
+        (Some(_), true) => 2,
+    };
+    let gain = norm.gain.map(|g| f32_matrix(name, "gain", g, 1, d.k, d.k)).transpose()?;
+    let (r, hs) = match norm.residual {
+        Some((r, hs)) => (Some(f32_matrix(name, "r", r, d.m, d.k, d.ldx)?), Some(f32_matrix(name, "hs", hs, d.m, d.k, d.ldx)?)),
+        None => (None, None),
+    };
+    let xn = norm.normed.map(|v| f32_matrix(name, "normed", v, d.m, d.k, d.ldx)).transpose()?;
+    let aligned = |v: &Option<BufferView<'_>>| v.is_none_or(|v| v.address().is_multiple_of(16));
+    let flags = NORMED | mode << 7 | u32::from(r.is_some()) * RESIDUAL | u32::from(xn.is_some()) * WRITE_NORMED;
+    let wide = aligned(&r) && aligned(&gain);
+    Ok(Prologue { flags, eps: norm.eps, r: r.unwrap_or(x), gain: gain.unwrap_or(x), hs, xn, wide })
+}
+
+/// Whether two views share a byte (device addresses are unique across buffers).
+fn overlaps(a: &BufferView<'_>, b: &BufferView<'_>) -> bool {
+    let (a0, b0) = (a.address(), b.address());
+    a0 < b0 + b.len && b0 < a0 + a.len && a.len > 0 && b.len > 0
+}
+
+/// Records a group's dispatch: `parts` as in [`gemv_group`], x already checked (`x_sub`), the
+/// input prologue `pro`.
+fn dispatch_group(
+    rec: &mut Recorder,
+    (kernel, subgroups): (&KernelCode, u32),
+    d: &GemvDesc,
+    x_sub: BufferView<'_>,
+    pro: &Prologue<'_>,
+    parts: &[(u32, BufferView<'_>, BufferView<'_>)],
+) -> Result<()> {
+    let name = kernel.name;
+    let (mut d, mut ws, mut ys, mut ns, mut flags, mut wide) = (*d, Vec::new(), Vec::new(), Vec::new(), pro.flags, pro.wide);
     for (p, &(n, w, y)) in parts.iter().enumerate() {
         (d.n, d.ldy) = (n, n);
         let (w_sub, parity) = weight_view(name, &d, w)?;
@@ -416,14 +548,35 @@ pub fn gemv_group(
         ws.push(w_sub);
         ns.push(n);
     }
+    // hs and x̂ are written by workgroup 0 while the others read x, r, gain and W and write y.
+    let others: Vec<&BufferView<'_>> = [&x_sub, &pro.r, &pro.gain].into_iter().chain(&ws).chain(&ys).collect();
+    let outs: Vec<(&str, BufferView<'_>)> = [("hs", pro.hs), ("normed", pro.xn)].into_iter().filter_map(|(s, v)| Some((s, v?))).collect();
+    for (i, (what, out)) in outs.iter().enumerate() {
+        if others.iter().copied().chain(outs[i + 1..].iter().map(|o| &o.1)).any(|v| overlaps(v, out)) {
+            return Err(err(name, format!("{what}: the view overlaps an operand or the other output")));
+        }
+    }
     let (n1, n2) = (ns.get(1).copied().unwrap_or(0), ns.get(2).copied().unwrap_or(0));
-    let words = [d.m, ns[0], d.k, d.ldx, ns[0], flags, n1, n2];
+    let words = [d.m, ns[0], d.k, d.ldx, ns[0], flags, n1, n2, pro.eps.to_bits()];
     let params: Vec<u8> = words.iter().flat_map(|v| v.to_le_bytes()).collect();
     let blocks: u32 = ns.iter().map(|n| n.div_ceil(ROWS_PER_GROUP)).sum();
     let groups = blocks.min(rec.caps().max_workgroup_count[0]).min(65_535);
     let (w1, w2) = (*ws.get(1).unwrap_or(&ws[0]), *ws.get(2).unwrap_or(&ws[0]));
     let (y1, y2) = (*ys.get(1).unwrap_or(&ys[0]), *ys.get(2).unwrap_or(&ys[0]));
-    let args = [read(ws[0]), read(x_sub), read(x_sub), write(ys[0]), read(w1), read(w2), write(y1), write(y2)];
+    let (hs, xn) = (pro.hs.unwrap_or(ys[0]), pro.xn.unwrap_or(ys[0]));
+    let args = [
+        read(ws[0]),
+        read(x_sub),
+        read(pro.gain),
+        write(ys[0]),
+        read(w1),
+        read(w2),
+        write(y1),
+        write(y2),
+        read(pro.r),
+        write(hs),
+        write(xn),
+    ];
     rec.dispatch(kernel, &[u32::from(wide), subgroups], &args, &params, [groups, 1, 1])?;
     let total: u32 = ns.iter().sum();
     rec.set_flops(2.0 * f64::from(d.m) * f64::from(total) * f64::from(d.k));
