@@ -42,7 +42,8 @@ fn reference_norm(c: &Case, ldx: usize, x: &[f32], r: &[f32], w: &[f32], eps: f3
     let mut hs = vec![0f32; m * k];
     let mut xn = vec![0f64; m * k];
     for i in 0..m {
-        let row: Vec<f32> = (0..k).map(|j| if c.residual { x[i * ldx + j] + r[i * ldx + j] } else { x[i * ldx + j] }).collect();
+        let row: Vec<f32> =
+            (0..k).map(|j| if c.residual { x[i * ldx + j] + r[i * ldx + j] } else { x[i * ldx + j] }).collect();
         let ss: f64 = row.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
         let rstd = 1.0 / (ss / k as f64 + f64::from(eps)).sqrt();
         for j in 0..k {
@@ -116,7 +117,9 @@ fn check(ctx: &Context, c: Case, ns: &[u32], seed: u64) -> Result<()> {
     let parts: Vec<(u32, BufferView<'_>, BufferView<'_>)> = ns
         .iter()
         .enumerate()
-        .map(|(p, &n)| (n, wbufs[p].buf.slice(0, u64::from(n) * k as u64 * elem), ybufs[p].slice(0, (m * n as usize * 4) as u64)))
+        .map(|(p, &n)| {
+            (n, wbufs[p].buf.slice(0, u64::from(n) * k as u64 * elem), ybufs[p].slice(0, (m * n as usize * 4) as u64))
+        })
         .collect();
     let mut rec = ctx.recorder(false)?;
     gemv::gemv_group_normed(&mut rec, &desc, xb.view(), &norm, &parts)?;
@@ -201,18 +204,31 @@ fn gpu_gemv_normed_input_every_mode() {
 #[test]
 fn bad_normed_inputs_are_errors() {
     on_every_device("gemv normed errors", |ctx| {
-        let (x, r, y, hs) = (ctx.buffer(2 * 8 * 4, "x")?, ctx.buffer(2 * 8 * 4, "r")?, ctx.buffer(64, "y")?, ctx.buffer(64, "hs")?);
+        let (x, r, y, hs) =
+            (ctx.buffer(2 * 8 * 4, "x")?, ctx.buffer(2 * 8 * 4, "r")?, ctx.buffer(64, "y")?, ctx.buffer(64, "hs")?);
         let w = ctx.buffer(5 * 8 * 4, "w")?;
         let d = GemvDesc::packed(2, 5, 8, DType::F32);
         let base = NormedInput { gain: None, unit_offset: false, eps: 1e-6, residual: None, normed: None };
         let mut rec = ctx.recorder(false)?;
         let mut fails = |norm: NormedInput<'_>, n: u32, what: &str| {
-            let e = gemv::gemv_group_normed(&mut rec, &d, x.view(), &norm, &[(n, w.view(), y.slice(0, 40))]).unwrap_err();
-            assert!(matches!(&e, VkError::Kernel { kernel, message } if kernel.starts_with("matmul/gemv:f32_m4") && message.contains(what)), "{what}: {e}");
+            let e =
+                gemv::gemv_group_normed(&mut rec, &d, x.view(), &norm, &[(n, w.view(), y.slice(0, 40))]).unwrap_err();
+            assert!(
+                matches!(&e, VkError::Kernel { kernel, message } if kernel.starts_with("matmul/gemv:f32_m4") && message.contains(what)),
+                "{what}: {e}"
+            );
         };
         fails(NormedInput { residual: Some((r.view(), x.view())), ..base }, 5, "hs: the view overlaps");
-        fails(NormedInput { residual: Some((r.view(), hs.view())), normed: Some(y.view()), ..base }, 5, "normed: the view overlaps");
-        fails(NormedInput { residual: Some((r.view(), hs.view())), normed: Some(hs.view()), ..base }, 5, "hs: the view overlaps");
+        fails(
+            NormedInput { residual: Some((r.view(), hs.view())), normed: Some(y.view()), ..base },
+            5,
+            "normed: the view overlaps",
+        );
+        fails(
+            NormedInput { residual: Some((r.view(), hs.view())), normed: Some(hs.view()), ..base },
+            5,
+            "hs: the view overlaps",
+        );
         fails(base, 0, "empty product");
         fails(NormedInput { residual: Some((r.slice(0, 60), hs.view())), ..base }, 5, "r: needs 64 bytes");
         assert!(rec.is_empty());

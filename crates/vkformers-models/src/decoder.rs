@@ -18,6 +18,7 @@ mod left_aligned;
 mod longcat;
 mod mla;
 mod moa;
+mod normed_gemv;
 mod packed_rope;
 mod self_attention;
 
@@ -141,6 +142,9 @@ struct Inputs<'c> {
     consts: RefCell<HashMap<String, Tensor>>,
     /// MoE layers' router outputs, collected when the load-balancing loss is wanted.
     router: Option<RefCell<Vec<crate::moe::RouterOut>>>,
+    /// A decode step's q/k/v products computed with the attention norm (`normed_gemv`), until
+    /// the attention takes them.
+    prepared: RefCell<Option<normed_gemv::Prepared>>,
 }
 
 impl Inputs<'_> {
@@ -197,6 +201,7 @@ fn batch_inputs<'c>(
         freqs: RefCell::default(),
         consts: RefCell::default(),
         router: collect_router.then(RefCell::default),
+        prepared: RefCell::default(),
     };
     Ok((inputs, pos))
 }
@@ -344,6 +349,7 @@ fn cached(
         freqs: RefCell::default(),
         consts: RefCell::default(),
         router: None,
+        prepared: RefCell::default(),
     };
     // Without a tape (generation), in `Graph::inference`: an activation read by several products
     // (q, k and v; gate and up) is cast to the autocast type once, not once per product; the
@@ -529,6 +535,7 @@ fn owned_for_layers(spec: &ModelSpec, w: &Weights, inp: &Inputs<'_>) -> LayerCtx
         freqs: RefCell::new(inp.freqs.borrow().clone()),
         consts: RefCell::new(inp.consts.borrow().clone()),
         router: None,
+        prepared: RefCell::default(),
     };
     Rc::new((spec.clone(), w, inp))
 }
@@ -684,6 +691,10 @@ fn layer_with_carry(
     bt: (usize, usize),
 ) -> Result<(Tensor, Option<Tensor>)> {
     let names = &spec.layer_names;
+    // Decoding: the norm (and the add) computed by the q/k/v GEMV; `h` is written all the same.
+    if let Some((x, h)) = normed_gemv::attention_input(g, spec, w, (layer, i), (x, carry.as_ref()), inp)? {
+        return layer_from_attention(g, spec, w, (layer, i), (&x, &h), inp, bt);
+    }
     let (x, h) = match (carry, &layer.attn_norm, layer.residual) {
         (Some(m), Some(Norm::Rms { eps, unit_offset }), Residual::Sequential | Residual::Parallel { .. }) => {
             let gain = w.opt(&format!("{}.weight", layer_name(&names.attn_norm, i)));
@@ -702,10 +713,33 @@ fn layer_with_carry(
         Some(h) => h,
         None => maybe_norm(g, &layer.attn_norm, w, &names.attn_norm, i, &x)?,
     };
-    let a = self_attention(g, spec, w, &layer.attn, i, &h, inp, bt)?;
+    layer_from_attention(g, spec, w, (layer, i), (&x, &h), inp, bt)
+}
+
+/// The rest of [`layer_with_carry`]'s deferred layer from its attention input `h` (the norm of
+/// x): the attention, the add + MLP norm (in decoding computed by the gate/up GEMV), the MLP.
+fn layer_from_attention(
+    g: &Graph<'_>,
+    spec: &ModelSpec,
+    w: &Weights,
+    (layer, i): (&LayerSpec, usize),
+    (x, h): (&Tensor, &Tensor),
+    inp: &Inputs<'_>,
+    bt: (usize, usize),
+) -> Result<(Tensor, Option<Tensor>)> {
+    let names = &spec.layer_names;
+    let a = self_attention(g, spec, w, &layer.attn, i, h, inp, bt)?;
+    // The attention takes the products the norm's GEMV prepared (else it did the work again).
+    let unused = normed_gemv::left_unused(inp);
+    debug_assert!(!unused, "layer {i}: q/k/v products of the normed input left unused");
     let a = maybe_norm(g, &layer.post_attn_norm, w, &names.post_attn_norm, i, &a)?;
-    let (x, h) = add_then_norm(g, layer, (&x, &a), w, &names.mlp_norm, i)?;
-    let m = layer_mlp(g, spec, w, (&layer.mlp, i), &h, inp)?;
+    let (x, m) = match normed_gemv::add_norm_mlp(g, spec, w, (layer, i), (x, &a))? {
+        Some(xm) => xm,
+        None => {
+            let (x, h) = add_then_norm(g, layer, (x, &a), w, &names.mlp_norm, i)?;
+            (x, layer_mlp(g, spec, w, (&layer.mlp, i), &h, inp)?)
+        }
+    };
     Ok((x, Some(maybe_norm(g, &layer.post_mlp_norm, w, &names.post_mlp_norm, i, &m)?)))
 }
 
@@ -790,6 +824,23 @@ fn layer_mlp(
     }
 }
 
+/// The down projection of a gated MLP's `f(gate) ⊙ up` (down weight template `down`).
+pub(crate) fn gated_down(
+    g: &Graph<'_>,
+    w: &Weights,
+    i: usize,
+    (gate, up, kind): (&Tensor, &Tensor, vkformers_kernels::glu::Glu),
+    bias: bool,
+    down: &str,
+) -> Result<Tensor> {
+    // Decoding: the GLU folded into the down projection's GEMV (one dispatch less).
+    let name = format!("{}.weight", layer_name(down, i));
+    if let Some(y) = if bias { None } else { grouped::glu_down(g, w, (gate, up, kind), &name)? } {
+        return Ok(y);
+    }
+    project(g, w, down, i, &glu::glu(g, gate, up, kind)?, bias)
+}
+
 /// A dense feed-forward block (the decoder's and the encoder's).
 pub(crate) fn mlp(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, m: &MlpSpec, i: usize, h: &Tensor) -> Result<Tensor> {
     let n = &spec.layer_names;
@@ -810,12 +861,7 @@ pub(crate) fn mlp(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, m: &MlpSpec, i: 
                     (project(g, w, &n.gate, i, h, *bias)?, project(g, w, &n.up, i, h, *bias)?)
                 }
             };
-            // Decoding: the GLU folded into the down projection's GEMV (one dispatch less).
-            let down = format!("{}.weight", layer_name(&n.down, i));
-            if let Some(y) = if *bias { None } else { grouped::glu_down(g, w, (&gate, &up, *kind), &down)? } {
-                return Ok(y);
-            }
-            project(g, w, &n.down, i, &glu::glu(g, &gate, &up, *kind)?, *bias)
+            gated_down(g, w, i, (&gate, &up, *kind), *bias, &n.down)
         }
         MlpSpec::GatedAct { act, bias, sub_norm, .. } => {
             let gate = activation::activation(g, &project(g, w, &n.gate, i, h, *bias)?, *act)?;

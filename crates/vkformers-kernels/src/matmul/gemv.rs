@@ -353,6 +353,13 @@ pub fn glu_fusion_pays(caps: &Caps) -> bool {
     !one_subgroup(caps)
 }
 
+/// Whether [`gemv_group_normed`] should replace an RMSNorm dispatch and a [`gemv_group`] on this
+/// device: as [`glu_fusion_pays`], not on CPU devices of one-subgroup workgroups, where every
+/// 4-row workgroup summing the squares of all of x costs more than the norm's own pass.
+pub fn norm_fusion_pays(caps: &Caps) -> bool {
+    !one_subgroup(caps)
+}
+
 /// Code of a GLU kind in the flags of gemv.comp (bits 4-5).
 fn glu_flag(kind: Glu) -> u32 {
     let code = match kind {
@@ -511,7 +518,9 @@ fn prologue<'a>(name: &str, d: &GemvDesc, x: BufferView<'a>, norm: &NormedInput<
     };
     let gain = norm.gain.map(|g| f32_matrix(name, "gain", g, 1, d.k, d.k)).transpose()?;
     let (r, hs) = match norm.residual {
-        Some((r, hs)) => (Some(f32_matrix(name, "r", r, d.m, d.k, d.ldx)?), Some(f32_matrix(name, "hs", hs, d.m, d.k, d.ldx)?)),
+        Some((r, hs)) => {
+            (Some(f32_matrix(name, "r", r, d.m, d.k, d.ldx)?), Some(f32_matrix(name, "hs", hs, d.m, d.k, d.ldx)?))
+        }
         None => (None, None),
     };
     let xn = norm.normed.map(|v| f32_matrix(name, "normed", v, d.m, d.k, d.ldx)).transpose()?;
@@ -538,7 +547,8 @@ fn dispatch_group(
     parts: &[(u32, BufferView<'_>, BufferView<'_>)],
 ) -> Result<()> {
     let name = kernel.name;
-    let (mut d, mut ws, mut ys, mut ns, mut flags, mut wide) = (*d, Vec::new(), Vec::new(), Vec::new(), pro.flags, pro.wide);
+    let (mut d, mut ws, mut ys, mut ns, mut flags, mut wide) =
+        (*d, Vec::new(), Vec::new(), Vec::new(), pro.flags, pro.wide);
     for (p, &(n, w, y)) in parts.iter().enumerate() {
         (d.n, d.ldy) = (n, n);
         let (w_sub, parity) = weight_view(name, &d, w)?;
@@ -550,7 +560,8 @@ fn dispatch_group(
     }
     // hs and x̂ are written by workgroup 0 while the others read x, r, gain and W and write y.
     let others: Vec<&BufferView<'_>> = [&x_sub, &pro.r, &pro.gain].into_iter().chain(&ws).chain(&ys).collect();
-    let outs: Vec<(&str, BufferView<'_>)> = [("hs", pro.hs), ("normed", pro.xn)].into_iter().filter_map(|(s, v)| Some((s, v?))).collect();
+    let outs: Vec<(&str, BufferView<'_>)> =
+        [("hs", pro.hs), ("normed", pro.xn)].into_iter().filter_map(|(s, v)| Some((s, v?))).collect();
     for (i, (what, out)) in outs.iter().enumerate() {
         if others.iter().copied().chain(outs[i + 1..].iter().map(|o| &o.1)).any(|v| overlaps(v, out)) {
             return Err(err(name, format!("{what}: the view overlaps an operand or the other output")));

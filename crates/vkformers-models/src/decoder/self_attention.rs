@@ -38,7 +38,7 @@ pub(super) fn self_attention(
     };
     // Decoding: the three products in one dispatch (no bias; clipped as `proj` clips).
     let names = [&n.q, &n.k, &n.v].map(|t| format!("{}.weight", layer_name(t, i)));
-    let together = if a.qkv_bias { None } else { grouped::products(g, w, h, &names)? };
+    let together = if a.qkv_bias { None } else { super::normed_gemv::products(g, w, h, &names, inp)? };
     // Else (more rows than the GEMV takes, or biases): one product of the packed q/k/v weight.
     let packed = if together.is_none() { crate::packed::product(g, w, h, &names)? } else { None };
     let clip = |y: &Tensor| -> Result<Tensor> {
