@@ -203,31 +203,52 @@ float gate_act(uint glu, float g) {
     return glu == 1u ? silu_f(g) : (glu == 2u ? gelu_f(g) : gelu_tanh_f(g));
 }
 
-// The normed input's gain g[k] (mode 0: 1, 1: w[k], 2: 1 + w[k]; w = the bias pointer).
-float gain_at(uint mode, uint k) {
-    return mode == 0u ? 1.0 : (mode == 1u ? pc.bias.v[k] : 1.0 + pc.bias.v[k]);
+// Chunk c of row i of h = x (+ r) of a normed input, zeros past K.
+void load_h_chunk(uint i, uint c, out float v[CH]) {
+    load_rows_chunk(uint64_t(pc.x), i, c, v);
+    if ((pc.flags & RESIDUAL_BIT) != 0u) {
+        float u[CH];
+        load_rows_chunk(uint64_t(pc.r), i, c, u);
+        [[unroll]] for (uint e = 0; e < CH; e++) v[e] += u[e];
+    }
 }
 
-// h[i, k] = x[i, k] (+ r[i, k]) of a normed input, as f32.
-float h_at(uint i, uint k) {
-    const uint at = i * pc.ldx + k;
-    return (pc.flags & RESIDUAL_BIT) != 0u ? pc.x.v[at] + pc.r.v[at] : pc.x.v[at];
+// Chunk c of the normed input's gain g (mode 0: 1, 1: w, 2: 1 + w; w [K] = the bias pointer).
+void load_gain_chunk(uint c, out float g[CH]) {
+    const uint mode = (pc.flags >> 7) & 3u;
+    if (mode == 0u) {
+        [[unroll]] for (uint e = 0; e < CH; e++) g[e] = 1.0;
+        return;
+    }
+    load_rows_chunk(uint64_t(pc.bias), 0u, c, g); // w as row 0 of a matrix (zeros past K)
+    if (mode == 2u) {
+        [[unroll]] for (uint e = 0; e < CH; e++) g[e] += 1.0;
+    }
+}
+
+// Writes the elements of chunk c of a row of an [M, K] f32 output (rows ldx apart) inside K.
+void store_chunk(F32Buf out_, uint i, uint c, float v[CH]) {
+    [[unroll]] for (uint e = 0; e < CH; e++) {
+        if (c * CH + e < pc.K) out_.v[i * pc.ldx + c * CH + e] = v[e];
+    }
 }
 
 // Normed input, before the first row block: rstd_of[i] of every row of h from the workgroup's
-// own sum of squares (subgroupAdd, then across subgroups through red); workgroup 0 writes hs and
-// x̂. Reached by every invocation (uniform control flow: pc.M is uniform).
-void norm_prologue(uint tid) {
+// own sum of squares over K (in the main loop's chunks; subgroupAdd, then across subgroups
+// through red); workgroup 0 writes hs and x̂. Reached by every invocation (uniform control flow:
+// pc.M is uniform).
+void norm_prologue(uint tid, uint chunks) {
     const bool writer = gl_WorkGroupID.x == 0u;
     const bool sum_out = writer && (pc.flags & RESIDUAL_BIT) != 0u;
     [[unroll]] for (uint i = 0; i < MB; i++) {
         rstd_of[i] = 0.0;
         if (i < pc.M) {
             float ss = 0.0;
-            for (uint k = tid; k < pc.K; k += WG) {
-                const float v = h_at(i, k);
-                if (sum_out) pc.hs.v[i * pc.ldx + k] = v;
-                ss += v * v;
+            for (uint c = tid; c < chunks; c += WG) {
+                float v[CH];
+                load_h_chunk(i, c, v);
+                if (sum_out) store_chunk(pc.hs, i, c, v);
+                [[unroll]] for (uint e = 0; e < CH; e++) ss = fma(v[e], v[e], ss);
             }
             ss = subgroupAdd(ss);
             if (NSG == 1) {
@@ -245,12 +266,17 @@ void norm_prologue(uint tid) {
             }
         }
     }
-    const uint mode = (pc.flags >> 7) & 3u;
     [[unroll]] for (uint i = 0; i < MB; i++) {
         if (i < pc.M) {
             rstd_of[i] = inversesqrt(rstd_of[i] / float(pc.K) + pc.eps);
             if (writer && (pc.flags & WRITE_XN_BIT) != 0u) {
-                for (uint k = tid; k < pc.K; k += WG) pc.xn.v[i * pc.ldx + k] = h_at(i, k) * rstd_of[i] * gain_at(mode, k);
+                for (uint c = tid; c < chunks; c += WG) {
+                    float v[CH], g[CH];
+                    load_h_chunk(i, c, v);
+                    load_gain_chunk(c, g);
+                    [[unroll]] for (uint e = 0; e < CH; e++) v[e] = v[e] * rstd_of[i] * g[e];
+                    store_chunk(pc.xn, i, c, v);
+                }
             }
         }
     }
@@ -259,6 +285,13 @@ void norm_prologue(uint tid) {
 // The same K-slice of row i of x (or of f(gate) * up for a gated input, or of x̂ for a normed
 // input), zeros past K.
 void load_x_chunk(uint i, uint c, out float v[CH]) {
+    if ((pc.flags & NORMED_BIT) != 0u) {
+        float g[CH];
+        load_h_chunk(i, c, v);
+        load_gain_chunk(c, g);
+        [[unroll]] for (uint e = 0; e < CH; e++) v[e] = v[e] * rstd_of[i] * g[e];
+        return;
+    }
     load_rows_chunk(uint64_t(pc.x), i, c, v);
     const uint glu = (pc.flags >> 4) & 3u;
     if (glu != 0u) {
@@ -266,31 +299,13 @@ void load_x_chunk(uint i, uint c, out float v[CH]) {
         load_rows_chunk(uint64_t(pc.w1), i, c, u);
         [[unroll]] for (uint e = 0; e < CH; e++) v[e] = gate_act(glu, v[e]) * u[e];
     }
-    if ((pc.flags & NORMED_BIT) != 0u) {
-        if ((pc.flags & RESIDUAL_BIT) != 0u) {
-            float u[CH];
-            load_rows_chunk(uint64_t(pc.r), i, c, u);
-            [[unroll]] for (uint e = 0; e < CH; e++) v[e] += u[e];
-        }
-        const uint mode = (pc.flags >> 7) & 3u;
-        float g[CH];
-        if (mode == 0u) {
-            [[unroll]] for (uint e = 0; e < CH; e++) g[e] = 1.0;
-        } else {
-            load_rows_chunk(uint64_t(pc.bias), 0u, c, g); // w [K]: row 0 (zeros past K)
-            if (mode == 2u) {
-                [[unroll]] for (uint e = 0; e < CH; e++) g[e] += 1.0;
-            }
-        }
-        [[unroll]] for (uint e = 0; e < CH; e++) v[e] = v[e] * rstd_of[i] * g[e];
-    }
 }
 
 void main() {
     const uint tid = gl_LocalInvocationID.x;
     const uint chunks = (pc.K + CH - 1) / CH;
     const bool has_bias = (pc.flags & 1u) != 0u;
-    if ((pc.flags & NORMED_BIT) != 0u) norm_prologue(tid);
+    if ((pc.flags & NORMED_BIT) != 0u) norm_prologue(tid, chunks);
 
     const uint b0 = (pc.N + R - 1) / R;
     const uint b1 = (pc.n1 + R - 1) / R;
