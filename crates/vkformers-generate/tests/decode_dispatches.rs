@@ -1,13 +1,14 @@
 //! The commands (dispatches, copies, uploads) of one decode step of a tiny Llama, counted by the
 //! profiler: every one is a launch and most a barrier after it, which is what decode speed is
 //! made of at batch 1 (the H200's 1.1B Llama spends more time between kernels than in them).
-//! A step runs per layer: the add + norm, the fused QKV product, the fused rope + KV store,
-//! the paged attention (splits merged inside it), the output product, the add + norm, the fused
-//! gate/up product and the GLU with the down product (two commands where the GLU is not folded
-//! into the down GEMV, as on CPUs); then the final add + norm, the LM head, the choice, the
-//! upload of the ids and one upload of the positions with the cache's tables. The bound makes a regression
-//! (a kernel split again, an upload per layer) fail; the kernels the fusions replaced must not
-//! run at all.
+//! A step runs per layer: the fused QKV product with the add + norm before it computed inside,
+//! the fused rope + KV store, the paged attention (splits merged inside it), the output product,
+//! the fused gate/up product with its add + norm inside, and the GLU with the down product (two
+//! commands where the GLU is not folded into the down GEMV, as on CPUs; the norms run as
+//! kernels of their own with `VKFORMERS_NORM_GEMV=0`, two commands a layer more); then the
+//! final add + norm, the LM head, the choice, the upload of the ids and one upload of the
+//! positions with the cache's tables. The bound makes a regression (a kernel split again, an
+//! upload per layer) fail; the kernels the fusions replaced must not run at all.
 
 mod common;
 
@@ -21,11 +22,17 @@ use vkformers_tensor::profile::Profile;
 use vkformers_tensor::Graph;
 use vkformers_vk::testing::on_every_device;
 
-/// Commands of one decode step of the 2-layer `llama` fixture, at most: 9 per layer where the
-/// GLU runs alone (lavapipe; 8 where it is folded into the down product) and 6 around the
-/// layers (embedding, final add + norm, head, argmax, the upload of the ids and the one upload
-/// of the positions with the cache's tables): 24 on lavapipe, 22 on the H200.
-const MAX_COMMANDS: u64 = 24;
+/// Commands of one decode step of the 2-layer `llama` fixture with the input norms computed by
+/// the GEMV (`VKFORMERS_NORM_GEMV=1`), at most: 7 per layer where the GLU runs alone (lavapipe;
+/// 6 where it is folded into the down product) and 6 around the layers (embedding, final add +
+/// norm, head, argmax, the upload of the ids and the one upload of the positions with the
+/// cache's tables): 20 on lavapipe, 18 on the H200.
+const MAX_COMMANDS: u64 = 20;
+
+/// The same with the norm kernels (`VKFORMERS_NORM_GEMV=0`): the attention's and the MLP's
+/// norm (with the residual add before it) one dispatch each a layer more: 24 on lavapipe, 22 on
+/// the H200.
+const MAX_COMMANDS_NORM_KERNELS: u64 = 24;
 
 /// The profile of a greedy generation of `new_tokens` after `prompt`.
 fn profile_of(g: &Graph<'_>, model: &Model, prompt: &[u32], new_tokens: usize) -> Profile {
@@ -49,22 +56,40 @@ fn extra_calls(more: &Profile, less: &Profile) -> HashMap<&'static str, u64> {
     d
 }
 
+/// The commands of one steady decode step of `model`, with the kernels they ran and their calls.
+fn one_step(g: &Graph<'_>, model: &Model) -> (u64, Vec<(&'static str, u64)>) {
+    let prompt: Vec<u32> = vec![5, 17, 3, 44, 9];
+    // Generations of 3 and 4 tokens differ by one steady decode step (the first step's
+    // one-off work, constants and buffers made once, is in both).
+    let (short, long) = (profile_of(g, model, &prompt, 3), profile_of(g, model, &prompt, 4));
+    let commands = long.dispatches - short.dispatches;
+    let barriers = long.barriers.saturating_sub(short.barriers);
+    let mut calls: Vec<_> = extra_calls(&long, &short).into_iter().collect();
+    calls.sort();
+    println!("{}: one decode step: {commands} commands, {barriers} barriers: {calls:?}", g.ctx().caps().name);
+    (commands, calls)
+}
+
 #[test]
 fn one_decode_step_has_few_commands() {
     let model_dir = fixtures_root().join("llama");
     on_every_device("decode dispatches", |ctx| {
         let g = Graph::new(ctx);
         let model = Model::load(&g, &model_dir).unwrap();
-        let prompt: Vec<u32> = vec![5, 17, 3, 44, 9];
-        // Generations of 3 and 4 tokens differ by one steady decode step (the first step's
-        // one-off work, constants and buffers made once, is in both).
-        let (short, long) = (profile_of(&g, &model, &prompt, 3), profile_of(&g, &model, &prompt, 4));
-        let commands = long.dispatches - short.dispatches;
-        let barriers = long.barriers.saturating_sub(short.barriers);
-        let mut calls: Vec<_> = extra_calls(&long, &short).into_iter().collect();
-        calls.sort();
-        println!("{}: one decode step: {commands} commands, {barriers} barriers: {calls:?}", ctx.caps().name);
+        // The norm kernels' path first: its count, and no norm fused into a product.
+        std::env::set_var("VKFORMERS_NORM_GEMV", "0");
+        let (commands, calls) = one_step(&g, &model);
+        let cap = MAX_COMMANDS_NORM_KERNELS;
+        assert!(commands <= cap, "{commands} commands in one decode step with the norm kernels (at most {cap})");
+        let norms: u64 = calls.iter().filter(|(n, _)| n.starts_with("norm/rms_forward")).map(|c| c.1).sum();
+        assert_eq!(norms, 5, "with the switch off: two norms a layer and the final one: {calls:?}");
+        // Each input norm computed by the product that reads it: only the final norm runs alone.
+        std::env::set_var("VKFORMERS_NORM_GEMV", "1");
+        let (commands, calls) = one_step(&g, &model);
+        std::env::remove_var("VKFORMERS_NORM_GEMV");
         assert!(commands <= MAX_COMMANDS, "{commands} commands in one decode step (at most {MAX_COMMANDS}): {calls:?}");
+        let norms: u64 = calls.iter().filter(|(n, _)| n.starts_with("norm/rms_forward")).map(|c| c.1).sum();
+        assert_eq!(norms, 1, "the final norm alone runs as a norm kernel: {calls:?}");
         for (name, _) in &calls {
             for gone in ["attention/decode_rope:", "attention/decode_store:", "attention/decode_combine"] {
                 assert!(!name.starts_with(gone), "{name} ran in a decode step: the fused kernels replace it");

@@ -2,7 +2,8 @@
 //! against the norm kernels (`=0`) on the llama, qwen2, mistral and gemma fixtures (Gemma: the
 //! `1 + w` gain and a scaled embedding), at batch 1 and 2: the same greedy tokens, logits of every
 //! decode step within the parity tolerance of each other, and the norm kernels gone from the
-//! decode steps (one left a step: the final norm before the LM head).
+//! decode steps (one left a step, the final norm before the LM head, and the attention norms of
+//! layers whose q/k/v products have biases, which the grouped GEMV does not take).
 
 mod common;
 
@@ -10,8 +11,11 @@ use common::fixtures_root;
 use vkformers_generate::argmax;
 use vkformers_models::decoder::{forward_cached_last, Batch, KvCache};
 use vkformers_models::model::Model;
-use vkformers_tensor::Graph;
+use vkformers_tensor::{DType, Graph};
 use vkformers_vk::testing::on_every_device;
+
+/// Held while a test flips `VKFORMERS_NORM_GEMV` (read at each layer) and decodes.
+static SWITCH: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Decode steps after the prefill.
 const STEPS: usize = 6;
@@ -68,13 +72,13 @@ fn rel_diff(a: &[f32], b: &[f32]) -> f32 {
 #[test]
 fn normed_gemv_decodes_as_the_norm_kernels() {
     let prompts: [&[Vec<i32>]; 2] = [&[vec![5, 17, 3, 44, 9]], &[vec![5, 17, 3, 44, 9], vec![8, 2, 30, 11, 6]]];
+    let _switch = SWITCH.lock().unwrap_or_else(|e| e.into_inner());
     on_every_device("normed gemv", |ctx| {
         for name in ["llama", "qwen2", "mistral", "gemma"] {
             let g = Graph::new(ctx);
             let model = Model::load(&g, &fixtures_root().join(name)).unwrap();
             let layers = model.spec.layers.len() as u64;
             for rows in prompts {
-                // The switch is read at each layer (set here, in this test binary's only test).
                 std::env::set_var("VKFORMERS_NORM_GEMV", "0");
                 let off = run(&g, &model, rows);
                 std::env::set_var("VKFORMERS_NORM_GEMV", "1");
@@ -87,7 +91,38 @@ fn normed_gemv_decodes_as_the_norm_kernels() {
                 assert!(worst <= TOL_REL, "{what}: logits differ by {worst:.2e} relative");
                 let steps = STEPS as u64;
                 assert_eq!(off.norms, steps * (2 * layers + 1), "{what}: norm kernels with the switch off");
-                assert_eq!(on.norms, steps, "{what}: norm kernels with the switch on (the final norm only)");
+                // q/k/v with biases (qwen2) do not run on the grouped GEMV: their norm stays.
+                let biased = model.spec.layers.iter().filter(|l| l.attn.qkv_bias).count() as u64;
+                assert_eq!(on.norms, steps * (1 + biased), "{what}: norm kernels with the switch on");
+            }
+        }
+        Ok(())
+    });
+}
+
+/// The H200's path: bf16 weights under bf16 autocast (as `generate` runs a bf16 folder), f32
+/// activations through the GEMV at batch 1 and 3; the same tokens and logits either way.
+#[test]
+fn normed_gemv_decodes_bf16_weights_as_the_norm_kernels() {
+    let rows: [&[Vec<i32>]; 2] = [&[vec![7, 1, 40]], &[vec![7, 1, 40], vec![2, 9, 13], vec![33, 4, 4]]];
+    let _switch = SWITCH.lock().unwrap_or_else(|e| e.into_inner());
+    on_every_device("normed gemv bf16", |ctx| {
+        for name in ["llama", "gemma"] {
+            let g = Graph::new(ctx);
+            let model = Model::load_for_inference(&g, &fixtures_root().join(name), DType::BF16).unwrap();
+            g.set_autocast(Some(DType::BF16));
+            for prompts in rows {
+                std::env::set_var("VKFORMERS_NORM_GEMV", "0");
+                let off = run(&g, &model, prompts);
+                std::env::set_var("VKFORMERS_NORM_GEMV", "1");
+                let on = run(&g, &model, prompts);
+                std::env::remove_var("VKFORMERS_NORM_GEMV");
+                let what = format!("{name} bf16 rows {}", prompts.len());
+                assert_eq!(on.tokens, off.tokens, "{what}: greedy tokens");
+                let worst = on.logits.iter().zip(&off.logits).map(|(a, b)| rel_diff(a, b)).fold(0f32, f32::max);
+                println!("{what}: logits of {STEPS} decode steps within {worst:.2e} (relative to the largest)");
+                assert!(worst <= TOL_REL, "{what}: logits differ by {worst:.2e} relative");
+                assert_eq!(on.norms, STEPS as u64, "{what}: only the final norm runs as a kernel");
             }
         }
         Ok(())

@@ -9,7 +9,7 @@
 use vkformers_kernels::matmul::gemv::{self, GemvDesc, NormedInput};
 use vkformers_kernels::matmul::DType;
 use vkformers_kernels::testutil::storage::{round, upload};
-use vkformers_kernels::testutil::{assert_close, f64s, Rng, Tol, TOL_F32};
+use vkformers_kernels::testutil::{assert_close, Rng, Tol, TOL_F32};
 use vkformers_vk::testing::on_every_device;
 use vkformers_vk::{Buffer, BufferView, Context, Result, VkError};
 

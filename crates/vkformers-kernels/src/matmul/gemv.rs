@@ -525,7 +525,9 @@ fn prologue<'a>(name: &str, d: &GemvDesc, x: BufferView<'a>, norm: &NormedInput<
     };
     let xn = norm.normed.map(|v| f32_matrix(name, "normed", v, d.m, d.k, d.ldx)).transpose()?;
     let aligned = |v: &Option<BufferView<'_>>| v.is_none_or(|v| v.address().is_multiple_of(16));
-    let flags = NORMED | mode << 7 | u32::from(r.is_some()) * RESIDUAL | u32::from(xn.is_some()) * WRITE_NORMED;
+    let (residual, write_normed) =
+        (if r.is_some() { RESIDUAL } else { 0 }, if xn.is_some() { WRITE_NORMED } else { 0 });
+    let flags = NORMED | mode << 7 | residual | write_normed;
     let wide = aligned(&r) && aligned(&gain);
     Ok(Prologue { flags, eps: norm.eps, r: r.unwrap_or(x), gain: gain.unwrap_or(x), hs, xn, wide })
 }
