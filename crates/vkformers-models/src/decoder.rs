@@ -733,7 +733,7 @@ fn layer_from_attention(
     let unused = normed_gemv::left_unused(inp);
     debug_assert!(!unused, "layer {i}: q/k/v products of the normed input left unused");
     let a = maybe_norm(g, &layer.post_attn_norm, w, &names.post_attn_norm, i, &a)?;
-    let (x, m) = match normed_gemv::add_norm_mlp(g, spec, w, (layer, i), (x, &a))? {
+    let (x, m) = match normed_gemv::add_norm_mlp(g, spec, w, (layer, i), (x, &a), inp)? {
         Some(xm) => xm,
         None => {
             let (x, h) = add_then_norm(g, layer, (x, &a), w, &names.mlp_norm, i)?;

@@ -45,14 +45,18 @@ fn rms_of<'w>(norm: &Option<Norm>, w: &'w Weights, name: &str, k: usize) -> Opti
     }
 }
 
-/// The layer is a plain pre-norm layer of a decode step this module may change: inference,
-/// sequential unscaled residuals, no post-norms.
-fn plain_layer(g: &Graph<'_>, layer: &LayerSpec) -> bool {
+/// The layer is a plain pre-norm layer of a KV-cached forward (decode steps; a forward without
+/// a cache keeps the norm kernels, so its values stay those of the training graph bit for bit)
+/// that this module may change: inference, sequential unscaled residuals, no post-norms, the
+/// switch on.
+fn plain_layer(g: &Graph<'_>, layer: &LayerSpec, inp: &Inputs<'_>) -> bool {
     !g.grad_enabled()
+        && inp.cache.is_some()
         && layer.residual == crate::spec::Residual::Sequential
         && layer.residual_scale == 1.0
         && layer.post_attn_norm.is_none()
         && layer.post_mlp_norm.is_none()
+        && enabled(g)
 }
 
 /// The outputs of one normed group: the sum `x + r` (with a residual), x̂ (when asked for) and
@@ -124,8 +128,7 @@ pub(super) fn attention_input(
     inp: &Inputs<'_>,
 ) -> Result<Option<(Tensor, Tensor)>> {
     let a = &layer.attn;
-    if !plain_layer(g, layer) || a.mla.is_some() || a.moa.is_some() || a.qkv_bias || a.qk_norm.is_some() || !enabled(g)
-    {
+    if !plain_layer(g, layer, inp) || a.mla.is_some() || a.moa.is_some() || a.qkv_bias || a.qk_norm.is_some() {
         return Ok(None);
     }
     let n = &spec.layer_names;
@@ -169,9 +172,10 @@ pub(super) fn add_norm_mlp(
     w: &Weights,
     (layer, i): (&LayerSpec, usize),
     (x, a): (&Tensor, &Tensor),
+    inp: &Inputs<'_>,
 ) -> Result<Option<(Tensor, Tensor)>> {
     let MlpSpec::Gated { glu: kind, bias: false, .. } = layer.mlp else { return Ok(None) };
-    if !plain_layer(g, layer) || !enabled(g) {
+    if !plain_layer(g, layer, inp) {
         return Ok(None);
     }
     let n = &spec.layer_names;
