@@ -236,3 +236,55 @@ fn bad_normed_inputs_are_errors() {
         Ok(())
     });
 }
+
+/// The recorder sees the normed product write hs and x̂: a product reading hs (the next layer's
+/// input) right after it gets a barrier and the sum's values; a product reading x̂ after that
+/// needs no second barrier and gets the normed product's values; a product of other operands
+/// recorded first after the normed one runs without a barrier.
+#[test]
+fn gpu_gemv_normed_outputs_are_seen_by_the_hazard_tracking() {
+    on_every_device("gemv normed hazards", |ctx| {
+        let (m, n, k) = (2u32, 9u32, 24u32);
+        let mut rng = Rng::new(9900);
+        let (x, r, w) =
+            (rng.vec((m * k) as usize, 2.0), rng.vec((m * k) as usize, 1.0), rng.vec((n * k) as usize, 1.0));
+        let (xb, rb, wb) = (ctx.buffer_from(&x, "x")?, ctx.buffer_from(&r, "r")?, ctx.buffer_from(&w, "w")?);
+        let other = ctx.buffer_from(&rng.vec((m * k) as usize, 1.0), "other x")?;
+        let bufs: Vec<Buffer> =
+            (0..6).map(|i| ctx.buffer(u64::from(m * k.max(n)) * 4, &format!("out {i}"))).collect::<Result<_>>()?;
+        let [hs, xn, y_normed, y_other, y_hs, y_xn] = &bufs[..] else { unreachable!() };
+        let bytes = u64::from(m * n) * 4;
+        fn y(b: &Buffer, bytes: u64) -> BufferView<'_> {
+            b.slice(0, bytes)
+        }
+        let d = GemvDesc::packed(m, n, k, DType::F32);
+        let norm = NormedInput {
+            gain: None,
+            unit_offset: false,
+            eps: 1e-6,
+            residual: Some((rb.view(), hs.slice(0, u64::from(m * k) * 4))),
+            normed: Some(xn.slice(0, u64::from(m * k) * 4)),
+        };
+        let mut rec = ctx.recorder(false)?;
+        gemv::gemv_group_normed(&mut rec, &d, xb.view(), &norm, &[(n, wb.view(), y(y_normed, bytes))])?;
+        gemv::gemv_group(&mut rec, &d, other.view(), &[(n, wb.view(), y(y_other, bytes))])?;
+        gemv::gemv_group(&mut rec, &d, hs.view(), &[(n, wb.view(), y(y_hs, bytes))])?;
+        gemv::gemv_group(&mut rec, &d, xn.view(), &[(n, wb.view(), y(y_xn, bytes))])?;
+        let report = rec.submit()?;
+        assert_eq!(report.barriers, 1, "one barrier, before the first reader of hs or x̂");
+        let read = |b: &Buffer| ctx.read_vec::<f32>(y(b, bytes));
+        // The product of hs is the plain product of x + r.
+        let sum: Vec<f64> = x.iter().zip(&r).map(|(a, b)| f64::from(a + b)).collect();
+        let mut want = vec![0f64; (m * n) as usize];
+        for i in 0..m as usize {
+            for j in 0..n as usize {
+                want[i * n as usize + j] =
+                    (0..k as usize).map(|t| sum[i * k as usize + t] * f64::from(w[j * k as usize + t])).sum();
+            }
+        }
+        assert_close("product of hs", &read(y_hs)?, &want, TOL_F32);
+        let normed: Vec<f64> = read(y_normed)?.iter().map(|&v| f64::from(v)).collect();
+        assert_close("product of x̂ against the normed product", &read(y_xn)?, &normed, TOL_F32);
+        Ok(())
+    });
+}
