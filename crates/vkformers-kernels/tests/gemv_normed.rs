@@ -4,7 +4,8 @@
 //! row bucket, blocks of 4 rows of W ending inside a product), every gain mode (none, w, 1 + w),
 //! with and without the residual, the wide-load path and the element path (padded rows); the sum
 //! `x + r` the kernel writes equals the f32 add bit for bit, and the x̂ it writes matches the
-//! reference. On every device with validation on.
+//! reference. On every device with validation on (`VKFORMERS_GEMV_CPU_VARIANTS=0` runs the GPUs'
+//! 128-thread variants, with their reductions across subgroups, on lavapipe too).
 
 use vkformers_kernels::matmul::gemv::{self, GemvDesc, NormedInput};
 use vkformers_kernels::matmul::DType;

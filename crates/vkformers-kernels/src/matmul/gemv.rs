@@ -156,7 +156,13 @@ const CPU_THREADS: u32 = 8;
 /// wide. llvmpipe runs the subgroups of a workgroup one after another as coroutines switched at
 /// each barrier, which costs more than a 4-row block's loads; a workgroup of one subgroup needs
 /// no barrier and no shared memory (NSG = 1).
+/// `VKFORMERS_GEMV_CPU_VARIANTS=0` (read once) runs the 128-thread variants on CPU devices too, so
+/// lavapipe tests the GPUs' code path (the shared-memory reductions across subgroups).
 fn one_subgroup(caps: &Caps) -> bool {
+    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if *OFF.get_or_init(|| std::env::var("VKFORMERS_GEMV_CPU_VARIANTS").as_deref() == Ok("0")) {
+        return false;
+    }
     let fixed = caps.subgroup_size_min == CPU_THREADS && caps.subgroup_size_max == CPU_THREADS;
     caps.device_type == "cpu" && caps.subgroup_size == CPU_THREADS && fixed
 }
