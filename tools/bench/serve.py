@@ -240,6 +240,8 @@ def main() -> None:
                  for k in parts}
         if delta["steps"]:
             report["engine_steps"] = delta["steps"]
+            # Rows a step decoded on average (64 when --clients 64 keep every slot busy).
+            report["engine_tokens_per_step"] = tokens / delta["steps"]
             for k in parts[1:]:
                 report[f"engine_{k.removesuffix('_seconds')}_ms_per_step"] = 1e3 * delta[k] / delta["steps"]
         ok = True
