@@ -51,7 +51,8 @@ pub(super) enum NewQkv<'t> {
 /// where the two dispatches keep running: off (`Packs::rope_in_attention`), no cache or no
 /// rotary embedding, T > 1, a prefill (the cache says), anything between the rope and the
 /// attention (a q/k norm after the rope, Llama 4's position scale of q) or between the packed
-/// product and the rope (any q/k norm), ALiBi, 16-bit activations.
+/// product and the rope (any q/k norm), ALiBi, 16-bit activations. The packed product's rows are
+/// read in place only where `Packs::rope_in_place` is on (else the caller splits them first).
 pub(super) fn rope_attend(
     g: &Graph<'_>,
     (a, w): (&AttnSpec, &Weights),
@@ -77,7 +78,8 @@ pub(super) fn rope_attend(
         }
         NewQkv::Packed(y, cols) => {
             let (q_cols, kv_cols) = (a.heads * a.head_dim, a.kv_heads * a.head_dim);
-            if a.qk_norm.is_some() || cols != [q_cols, kv_cols, kv_cols] || y.shape().first() != Some(&b) {
+            let in_place = w.packs().rope_in_place;
+            if !in_place || a.qk_norm.is_some() || cols != [q_cols, kv_cols, kv_cols] || y.shape().first() != Some(&b) {
                 return Ok(None);
             }
             let Some(rows) = packed_new_rows(y, dims) else { return Ok(None) };
