@@ -6,7 +6,7 @@
 //! and 12 (two row tiles: one stores, both read the new key), head dims 20, 64, 128 and 256,
 //! both rope layouts with a partial rotary dim and mscale != 1, 1, several and empty splits, a
 //! row whose new token is not stored (slot -1: attention reads the pool's key as it is), a
-//! window with softcap and learned sinks; f32, f16 and bf16 pools under f32 activations; q, k and
+//! window with softcap and learned sinks, Llama 4's chunked mask; f32, f16 and bf16 pools under f32 activations; q, k and
 //! v as dense tensors and as the column blocks of the packed q/k/v product's rows (strided).
 
 use vkformers_kernels::attention::decode::{self, DecodeOutputs, DecodeShape, PagedInputs, Pools};
@@ -108,6 +108,7 @@ fn cases() -> Vec<Case> {
             .softcap(4.0)
             .sinks()
             .splits(Some(4)),
+        Case::new("chunked (Llama 4) 10, gqa4, 2 splits", &[37, 21, 60], (8, 2, 64), 5).chunk(10).splits(Some(2)),
         Case::new("d20 element loads, interleaved, 3 splits", &[41, 6], (6, 2, 20), 4)
             .rope(12, il, 0.9)
             .splits(Some(3)),
