@@ -9,6 +9,7 @@ use vkformers_tensor::{Graph, Tensor};
 use super::{apply_norm, clamp, grouped, left_aligned, mla, moa, packed_rope, project, Inputs, Weights};
 use crate::error::Result;
 use crate::spec::{layer_name, AttnSpec, ModelSpec, QkNormAt};
+use packed_rope::NewQkv;
 
 #[allow(clippy::too_many_arguments)]
 pub(super) fn self_attention(
@@ -51,6 +52,9 @@ pub(super) fn self_attention(
         (Some(ys), _) => (clip(&ys[0])?, clip(&ys[1])?, clip(&ys[2])?),
         (None, Some((y, cols))) => {
             let y = clip(&y)?;
+            if let Some(o) = packed_rope::rope_attend(g, (a, w), i, NewQkv::Packed(&y, &cols), inp, (b, t))? {
+                return output_projection(g, spec, w, (a, i), o, (b, t));
+            }
             // A decode step: the rope + KV store reads q, k, v in y's rows (k, v stored then).
             if let Some(q) = packed_rope::rope_store(g, (a, w), i, (&y, &cols), inp, (b, t))? {
                 return attend_project(g, spec, w, (a, i), (q, &y, &y), inp, (b, t));
@@ -70,6 +74,9 @@ pub(super) fn self_attention(
     if let (Some(qk), QkNormAt::HeadsBeforeRope) = (&a.qk_norm, a.qk_norm_at) {
         q = apply_norm(g, qk, w, &layer_name(&n.q_norm, i), &q)?;
         k = apply_norm(g, qk, w, &layer_name(&n.k_norm, i), &k)?;
+    }
+    if let Some(o) = packed_rope::rope_attend(g, (a, w), i, NewQkv::Heads(&q, &k, &v), inp, (b, t))? {
+        return output_projection(g, spec, w, (a, i), o, (b, t));
     }
     if let Some(r) = &a.rope {
         let freq = rope_freq(g, r, inp)?;
@@ -135,11 +142,23 @@ fn attend_project(
         k = apply_norm(g, qk, w, &layer_name(&n.k_norm, i), &k)?;
     }
     let o = attend_for_o_proj(g, (a, w), (i, &layer_name(&n.o, i)), (&q, &k, v), inp)?;
+    output_projection(g, spec, w, (a, i), o, (b, t))
+}
+
+/// The layer's output norm and projection of the attention's o `[B, T, Hq, D]`.
+fn output_projection(
+    g: &Graph<'_>,
+    spec: &ModelSpec,
+    w: &Weights,
+    (a, i): (&AttnSpec, usize),
+    o: Tensor,
+    (b, t): (usize, usize),
+) -> Result<Tensor> {
     let mut o = shape::reshape(g, &o, &[b * t, a.heads * a.head_dim])?;
     if let Some((norm, template)) = &a.out_norm {
         o = apply_norm(g, norm, w, &layer_name(template, i), &o)?;
     }
-    project(g, w, &n.o, i, &o, a.out_bias)
+    project(g, w, &spec.layer_names.o, i, &o, a.out_bias)
 }
 
 /// `o [B, T, Hq, D]` of the layer's fused attention of q `[B, T, Hq, D]`, k and v
