@@ -815,7 +815,13 @@ pub(crate) fn mlp(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, m: &MlpSpec, i: 
             if let Some(y) = if *bias { None } else { grouped::glu_down(g, w, (&gate, &up, *kind), &down)? } {
                 return Ok(y);
             }
-            project(g, w, &n.down, i, &glu::glu(g, &gate, &up, *kind)?, *bias)
+            // Training under autocast: down reads the GLU's 16-bit output (no f32 one written);
+            // not with a LoRA term on down (its dropout reads f32).
+            let y = match w.lora().get(&down) {
+                None => glu::glu_for_product(g, &gate, &up, *kind)?,
+                Some(_) => glu::glu(g, &gate, &up, *kind)?,
+            };
+            project(g, w, &n.down, i, &y, *bias)
         }
         MlpSpec::GatedAct { act, bias, sub_norm, .. } => {
             let gate = activation::activation(g, &project(g, w, &n.gate, i, h, *bias)?, *act)?;

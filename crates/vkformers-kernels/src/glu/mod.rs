@@ -97,6 +97,33 @@ pub fn forward_twin(
     rows: usize,
     inner: usize,
 ) -> Result<()> {
+    forward_twins(rec, kind, (gate, up), Some(out), (twin, save), (rows, inner))
+}
+
+/// [`forward_twin`] writing only the 16-bit `twin` (and the saved 16-bit gate and up), not the
+/// f32 `out`: training under autocast when the down projection is the output's only reader
+/// (it reads the twin; the backward recomputes from the saved inputs), so the f32
+/// `[rows, inner]` write (4 bytes an element) is skipped. Same kernel, the f32 store off.
+pub fn forward_twin_only(
+    rec: &mut Recorder,
+    kind: Glu,
+    (gate, up): (BufferView<'_>, Option<BufferView<'_>>),
+    twin: Twin<'_>,
+    save: Option<[Twin<'_>; 2]>,
+    (rows, inner): (usize, usize),
+) -> Result<()> {
+    forward_twins(rec, kind, (gate, up), None, (twin, save), (rows, inner))
+}
+
+/// The `_twin` forward kernel; `out` None turns its f32 store off (push constant `save` bit 1).
+fn forward_twins(
+    rec: &mut Recorder,
+    kind: Glu,
+    (gate, up): (BufferView<'_>, Option<BufferView<'_>>),
+    out: Option<BufferView<'_>>,
+    (twin, save): (Twin<'_>, Option<[Twin<'_>; 2]>),
+    (rows, inner): (usize, usize),
+) -> Result<()> {
     use code::*;
     let k: &'static KernelCode = match kind {
         Glu::SwiGlu => &GLU_FORWARD_SWIGLU_TWIN,
@@ -115,7 +142,9 @@ pub fn forward_twin(
             (gate, skip(gate, inner as u64, DType::F32), 2 * inner)
         }
     };
-    expect_len(k, "out", &out, n.into(), DType::F32)?;
+    if let Some(out) = &out {
+        expect_len(k, "out", out, n.into(), DType::F32)?;
+    }
     let half = twin.code(k.name, n.into())?;
     if let Some(saved) = &save {
         if stride != inner || saved.iter().any(|t| t.dtype != twin.dtype) {
@@ -126,8 +155,11 @@ pub fn forward_twin(
         }
     }
     let [g16, u16] = save.map_or([twin.view; 2], |s| s.map(|t| t.view));
-    let p = params(&[rows as u32, inner as u32, stride as u32, half, u32::from(save.is_some())]);
-    let args = [read(gate), read(up), write(out), write(twin.view), write(g16), write(u16)];
+    // `save`: bit 0 writes the 16-bit gate and up, bit 1 skips the f32 out (given the twin's
+    // address then, never written).
+    let flags = u32::from(save.is_some()) | (u32::from(out.is_none()) << 1);
+    let p = params(&[rows as u32, inner as u32, stride as u32, half, flags]);
+    let args = [read(gate), read(up), write(out.unwrap_or(twin.view)), write(twin.view), write(g16), write(u16)];
     rec.dispatch(k, &[], &args, &p, groups_for(n.into()))
 }
 

@@ -107,6 +107,32 @@ pub(crate) fn half_grads_on(g: &Graph<'_>) -> bool {
     on && twins_on() && g.autocast().is_some() && g.grad_enabled()
 }
 
+/// The 16-bit type an op hands its only reader, a product, instead of an f32 output and its
+/// twin (`glu_for_product`): in training under autocast with the twins on (the f32 output
+/// would be written and never read). None otherwise, or with `VKFORMERS_WIDE_OUTPUTS=1` (the
+/// f32 outputs written as before, for an A/B; the values are the same either way).
+pub(crate) fn half_output_type(g: &Graph<'_>) -> Option<DType> {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let on = *ON.get_or_init(|| std::env::var_os("VKFORMERS_WIDE_OUTPUTS").is_none());
+    let training = g.grad_enabled() && !g.discarding_nodes();
+    g.autocast().filter(|_| on && twins_on() && training)
+}
+
+/// Marks the 16-bit output `y` of an op whose backward takes its gradient in f32 (the op
+/// stands for an f32 op whose output only a product reads, see [`half_output_type`]): the
+/// product hands dA over in f32, unrounded, as it would for the f32 output. (The tape's mark
+/// `takes_half_grad` means, on a 16-bit tensor, "its gradient comes in the other width": f32.)
+pub(crate) fn takes_wide_grad(g: &Graph<'_>, y: &Tensor) {
+    if y.dtype() != DType::F32 {
+        g.set_takes_half_grad(y);
+    }
+}
+
+/// Whether the 16-bit `x` takes an f32 gradient ([`takes_wide_grad`]).
+pub(crate) fn wants_wide_grad(g: &Graph<'_>, x: &Tensor) -> bool {
+    x.dtype() != DType::F32 && g.takes_half_grad(x)
+}
+
 /// `VKFORMERS_NO_TWINS=1` turns the twins off (a cast dispatch per copy again, as before
 /// them): for comparing the two on one binary; the values are the same either way.
 fn twins_on() -> bool {
