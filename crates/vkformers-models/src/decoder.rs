@@ -14,6 +14,7 @@ use crate::error::{ModelError, Result};
 use crate::spec::{layer_name, LayerSpec, MlpSpec, ModelSpec, Norm, PositionIds, Residual};
 
 mod grouped;
+mod half_norm;
 mod left_aligned;
 mod longcat;
 mod mla;
@@ -740,13 +741,20 @@ fn decoder_layer_normed(
     let h = match (normed, layer.residual) {
         (Some(h), _) => h,
         (None, Residual::PostNorm) => x.clone(),
-        (None, _) => maybe_norm(g, &layer.attn_norm, w, &names.attn_norm, i, x)?,
+        // Training under autocast: only 16-bit y written where products alone read it.
+        (None, _) => match half_norm::attn_input(g, spec, w, (layer, i), x)? {
+            Some(h) => h,
+            None => maybe_norm(g, &layer.attn_norm, w, &names.attn_norm, i, x)?,
+        },
     };
     let a = self_attention(g, spec, w, &layer.attn, i, &h, inp, bt)?;
     let a = maybe_norm(g, &layer.post_attn_norm, w, &names.post_attn_norm, i, &a)?;
     match layer.residual {
         Residual::Sequential => {
-            let (x, h) = add_then_norm(g, layer, (x, &a), w, &names.mlp_norm, i)?;
+            let (x, h) = match half_norm::mlp_input(g, spec, w, (layer, i), (x, &a))? {
+                Some(xh) => xh,
+                None => add_then_norm(g, layer, (x, &a), w, &names.mlp_norm, i)?,
+            };
             let m = layer_mlp(g, spec, w, (&layer.mlp, i), &h, inp)?;
             let m = maybe_norm(g, &layer.post_mlp_norm, w, &names.post_mlp_norm, i, &m)?;
             residual_add(g, layer, &x, &m)
