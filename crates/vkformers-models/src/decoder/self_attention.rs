@@ -89,6 +89,11 @@ pub(super) fn self_attention(
             // k is stored already; attention reads the cache, not k.
             (Some(qo), _) => (qo, k),
             (None, Some(qk)) => qk,
+            // Training under autocast: 16-bit q and k only, where attention alone reads them.
+            (None, None) if attention_reads_rope(a, inp) => (
+                rope::rope_for_attention(g, &q, (&inp.pos, &freq), rot)?,
+                rope::rope_for_attention(g, &k, (&inp.pos, &freq), rot)?,
+            ),
             (None, None) => (
                 rope::rope(g, &q, &inp.pos, &freq, r.layout, r.rotary_dim, r.mscale)?,
                 rope::rope(g, &k, &inp.pos, &freq, r.layout, r.rotary_dim, r.mscale)?,
@@ -96,6 +101,13 @@ pub(super) fn self_attention(
         };
     }
     attend_project(g, spec, w, (a, i), (q, &k, &v), inp, (b, t))
+}
+
+/// Whether attention is the only reader of the rotated q and k: no cache, no position scale
+/// or norm applied to them after the rotation, no chunked mask (its left-aligned path).
+fn attention_reads_rope(a: &AttnSpec, inp: &Inputs<'_>) -> bool {
+    let norm_after = a.qk_norm.is_some() && matches!(a.qk_norm_at, QkNormAt::HeadsAfterRope);
+    inp.cache.is_none() && a.q_position_scale.is_none() && !norm_after && a.chunk.unwrap_or(0) == 0
 }
 
 /// The frequencies `[R/2]` of the layer's rotary embedding at this forward's length (LongRoPE:

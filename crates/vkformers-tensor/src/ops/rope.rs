@@ -73,9 +73,38 @@ pub fn rope(
     })?;
     // Attention's backward may hand dy over in 16 bits (read here, widened exactly).
     crate::ops::cast::takes_half_grad(g, &y);
+    push_node(g, p, (x, &y), (pos, inv_freq));
+    Ok(y)
+}
+
+/// [`rope`] for 16-bit attention reading the output next and nothing else (a decoder's q and
+/// k): in training under autocast, with attention's 16-bit gradients on, y is the 16-bit tensor
+/// attention reads and no f32 y is written (4 bytes an element saved); attention's backward
+/// hands dy over in 16 bits as it does to [`rope`]'s, so the values are the same. Else [`rope`].
+pub fn rope_for_attention(
+    g: &Graph<'_>,
+    x: &Tensor,
+    (pos, inv_freq): (&Tensor, &Tensor),
+    (layout, rotary_dim, mscale): (RopeLayout, usize, f32),
+) -> Result<Tensor> {
+    let half = crate::ops::cast::half_output_type(g).filter(|_| crate::ops::cast::half_grads_on(g));
+    let Some(dt) = half.filter(|_| x.dtype() == DType::F32 && x.requires_grad()) else {
+        return rope(g, x, pos, inv_freq, layout, rotary_dim, mscale);
+    };
+    let p = describe(x, pos, inv_freq, layout, rotary_dim, mscale)?;
+    let y = g.output_as(x.shape(), dt, &[x])?;
+    let t = Twin { view: y.view(), dtype: dt };
+    g.record(|rec| k::rope_forward_twin_only(rec, &p, (x.view(), pos.view(), inv_freq.view()), t))?;
+    push_node(g, p, (x, &y), (pos, inv_freq));
+    Ok(y)
+}
+
+/// The backward of `y = rope(x)`: dx f32 (and its 16-bit twin under autocast) from dy in f32
+/// or, from attention, in the autocast type.
+fn push_node(g: &Graph<'_>, p: Rope, (x, y): (&Tensor, &Tensor), (pos, inv_freq): (&Tensor, &Tensor)) {
     let (pos, inv_freq) = (pos.clone(), inv_freq.clone());
     g.push_node(
-        &y,
+        y,
         vec![x.clone()],
         Box::new(move |g, dy| {
             let dx = g.empty(dy.shape())?;
@@ -97,5 +126,4 @@ pub fn rope(
             Ok(vec![Some(dx)])
         }),
     );
-    Ok(y)
 }
