@@ -112,10 +112,15 @@ pub(crate) fn half_grads_on(g: &Graph<'_>) -> bool {
 /// would be written and never read). None otherwise, or with `VKFORMERS_WIDE_OUTPUTS=1` (the
 /// f32 outputs written as before, for an A/B; the values are the same either way).
 pub(crate) fn half_output_type(g: &Graph<'_>) -> Option<DType> {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let on = *ON.get_or_init(|| std::env::var_os("VKFORMERS_WIDE_OUTPUTS").is_none());
     let training = g.grad_enabled() && !g.discarding_nodes();
-    g.autocast().filter(|_| on && twins_on() && training)
+    g.autocast().filter(|_| half_outputs_on() && training)
+}
+
+/// Whether ops may write 16-bit outputs and gradients in place of f32 ones nothing reads
+/// (see [`half_output_type`]; a backward runs with grad mode off, so it asks this).
+pub(crate) fn half_outputs_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("VKFORMERS_WIDE_OUTPUTS").is_none()) && twins_on()
 }
 
 /// Marks the 16-bit output `y` of an op whose backward takes its gradient in f32 (the op

@@ -88,9 +88,9 @@ fn backward(
         let xc = if dx.is_some() { g.detach(&plain) } else { plain };
         let mark = g.tape_mark();
         let logits = g.with_grad(false, || head(g, &xc))?;
-        let dlogits = g.empty_as(logits.shape(), logits.dtype())?;
         let ce = operands(&logits, labels, r0)?;
-        g.record(|rec| k::backward(rec, &ce, part(lse, r0, n), count.view(), dloss.view(), dlogits.view()))?;
+        // In 16 bits under autocast when the head's product takes it so (no cast after).
+        let dlogits = crate::ops::loss::backward(g, &ce, &logits, (part(lse, r0, n), count.view(), dloss.view()))?;
         let mut grads = g.backward_segment(&logits, &dlogits, &mark)?;
         if let Some(dx) = &dx {
             let cols = x.last_dim();
