@@ -182,7 +182,30 @@ pub fn backward_saved16(
     let n = u64::from(count(k, &[rows, inner])?);
     let half = one_twin_code(k, &[twins[0], twins[1], saved[0], saved[1]], n, "16-bit gate, up and twins")?;
     let [g16, u16] = saved.map(|t| t.view);
-    launch_twin_backward(rec, k, (g16, u16, dout), (dgate, dup), twins, (rows, inner, half))
+    launch_twin_backward(rec, k, (g16, u16, dout), Some((dgate, dup)), twins, (rows, inner, half))
+}
+
+/// [`backward_saved16`] writing dgate and dup only in 16 bits (`twins`), not in f32: training
+/// under autocast when the gate and up products, whose backward reads nothing but the 16-bit
+/// gradients, are their only consumers. The same kernel with the f32 stores off (push
+/// constant `twin` bit 2).
+pub fn backward_saved16_twin_only(
+    rec: &mut Recorder,
+    kind: Glu,
+    (saved, dout): ([Twin<'_>; 2], BufferView<'_>),
+    twins: [Twin<'_>; 2],
+    (rows, inner): (usize, usize),
+) -> Result<()> {
+    use code::*;
+    let k: &'static KernelCode = match kind {
+        Glu::SwiGlu => &GLU_BACKWARD_SWIGLU_SAVED16,
+        Glu::GeGlu => &GLU_BACKWARD_GEGLU_SAVED16,
+        Glu::GeGluTanh => &GLU_BACKWARD_GEGLU_TANH_SAVED16,
+    };
+    let n = u64::from(count(k, &[rows, inner])?);
+    let half = one_twin_code(k, &[twins[0], twins[1], saved[0], saved[1]], n, "16-bit gate, up and twins")?;
+    let [g16, u16] = saved.map(|t| t.view);
+    launch_twin_backward(rec, k, (g16, u16, dout), None, twins, (rows, inner, half | 4))
 }
 
 /// The 16-bit type code shared by every twin in `ts` (each of `n` values), or an error naming
@@ -203,13 +226,18 @@ fn launch_twin_backward(
     rec: &mut Recorder,
     k: &'static KernelCode,
     (gate, up, dout): (BufferView<'_>, BufferView<'_>, BufferView<'_>),
-    (dgate, dup): (BufferView<'_>, BufferView<'_>),
+    wide: Option<(BufferView<'_>, BufferView<'_>)>,
     twins: [Twin<'_>; 2],
     (rows, inner, half): (usize, usize, u32),
 ) -> Result<()> {
     let n = u64::from(count(k, &[rows, inner])?);
-    for (what, v) in [("dout", &dout), ("dgate", &dgate), ("dup", &dup)] {
-        expect_len(k, what, v, n, DType::F32)?;
+    expect_len(k, "dout", &dout, n, DType::F32)?;
+    // No f32 dgate and dup (`half` bit 2): the twins' views stand in, never written.
+    let (dgate, dup) = wide.unwrap_or((twins[0].view, twins[1].view));
+    if wide.is_some() {
+        for (what, v) in [("dgate", &dgate), ("dup", &dup)] {
+            expect_len(k, what, v, n, DType::F32)?;
+        }
     }
     let p = params(&[rows as u32, inner as u32, inner as u32, half]);
     let args = [read(gate), read(up), read(dout), write(dgate), write(dup), write(twins[0].view), write(twins[1].view)];
@@ -323,7 +351,7 @@ pub fn backward_twin(
         expect_len(k, what, v, n, DType::F32)?;
     }
     let half = one_twin_code(k, &twins, n, "the twins of dgate and dup")?;
-    launch_twin_backward(rec, k, (gate, up, dout), (dgate, dup), twins, (rows, inner, half))
+    launch_twin_backward(rec, k, (gate, up, dout), Some((dgate, dup)), twins, (rows, inner, half))
 }
 
 /// Backward of [`forward_fused`]: writes the fused gradient `dgate_up` [rows, 2 inner]

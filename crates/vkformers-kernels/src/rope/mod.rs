@@ -174,6 +174,18 @@ pub fn rope_backward_twin_in16(
     dispatch_twin_of(rec, p, (dy, pos, inv_freq), (Some(dx), twin), (-1.0, true))
 }
 
+/// [`rope_backward_twin_in16`] writing dx only in 16 bits (`twin`), not in f32: training under
+/// autocast when the q / k product, whose backward reads nothing but the 16-bit gradient,
+/// produced the rotated input. The same kernel with the f32 store off (`twin` bit 2).
+pub fn rope_backward_in16_twin_only(
+    rec: &mut Recorder,
+    p: &Rope,
+    (dy, pos, inv_freq): (BufferView<'_>, BufferView<'_>, BufferView<'_>),
+    twin: Twin<'_>,
+) -> Result<()> {
+    dispatch_twin_of(rec, p, (dy, pos, inv_freq), (None, twin), (-1.0, true))
+}
+
 /// One out-of-place `rope/rope:twin_f32` dispatch (`sign` 1: forward, -1: backward).
 fn dispatch_twin(
     rec: &mut Recorder,

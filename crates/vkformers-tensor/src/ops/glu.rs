@@ -52,16 +52,36 @@ pub fn glu_for_product(g: &Graph<'_>, gate: &Tensor, up: &Tensor, kind: Glu) -> 
         k::forward_twin_only(rec, kind, (gate.view(), Some(up.view())), twin_of(&out), save, (rows, inner))
     })?;
     crate::ops::cast::takes_wide_grad(g, &out);
-    let saved = Saved::Half(half);
+    // gate and up come from products with nothing else reading them (the MLP's): when those
+    // take 16-bit gradients, dgate and dup are written in 16 bits only.
+    let half_grads = [gate, up].iter().all(|t| g.takes_half_grad(t));
     g.push_node(
         &out,
         vec![gate.clone(), up.clone()],
         Box::new(move |g, dout| {
-            let (dgate, dup) = backward(g, kind, &saved, dout, (rows, inner))?;
+            let (dgate, dup) = match half_grads {
+                true => backward_half(g, kind, &half, dout, (rows, inner))?,
+                false => backward(g, kind, &Saved::Half(half.clone()), dout, (rows, inner))?,
+            };
             Ok(vec![Some(dgate), Some(dup)])
         }),
     );
     Ok(out)
+}
+
+/// `(dgate, dup)` [.., I] in the saved 16-bit type only, from the saved 16-bit gate and up and
+/// an f32 dout: the values the f32 backward's twins hold (same kernel, f32 stores off).
+fn backward_half(
+    g: &Graph<'_>,
+    kind: Glu,
+    half: &[Tensor; 2],
+    dout: &Tensor,
+    ri: (usize, usize),
+) -> Result<(Tensor, Tensor)> {
+    let (dgate, dup) = (g.empty_as(dout.shape(), half[0].dtype())?, g.empty_as(dout.shape(), half[0].dtype())?);
+    let ins = (half.each_ref().map(twin_of), dout.view());
+    g.record(|rec| k::backward_saved16_twin_only(rec, kind, ins, [twin_of(&dgate), twin_of(&dup)], ri))?;
+    Ok((dgate, dup))
 }
 
 /// What the backward of separate gate and up keeps: the f32 tensors, or their 16-bit copies.

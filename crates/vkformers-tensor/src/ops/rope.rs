@@ -95,8 +95,32 @@ pub fn rope_for_attention(
     let y = g.output_as(x.shape(), dt, &[x])?;
     let t = Twin { view: y.view(), dtype: dt };
     g.record(|rec| k::rope_forward_twin_only(rec, &p, (x.view(), pos.view(), inv_freq.view()), t))?;
-    push_node(g, p, (x, &y), (pos, inv_freq));
+    if g.takes_half_grad(x) {
+        // x is a product's output (q or k, reshaped) that takes its gradient in 16 bits: dx is
+        // written in 16 bits only (the values of the f32 backward's twin).
+        push_half_node(g, p, (x, &y), (pos, inv_freq));
+    } else {
+        push_node(g, p, (x, &y), (pos, inv_freq));
+    }
     Ok(y)
+}
+
+/// The backward of [`rope_for_attention`]'s 16-bit `y` into a 16-bit dx only, from attention's
+/// 16-bit dy.
+fn push_half_node(g: &Graph<'_>, p: Rope, (x, y): (&Tensor, &Tensor), (pos, inv_freq): (&Tensor, &Tensor)) {
+    let (pos, inv_freq, dt) = (pos.clone(), inv_freq.clone(), y.dtype());
+    g.push_node(
+        y,
+        vec![x.clone()],
+        Box::new(move |g, dy| {
+            // dy comes in y's type from attention (widened to f32 by the tape only if summed).
+            let dy = if dy.dtype() != dt { &crate::ops::cast::cast(g, dy, dt)? } else { dy };
+            let dx = g.empty_as(dy.shape(), dt)?;
+            let t = Twin { view: dx.view(), dtype: dt };
+            g.record(|rec| k::rope_backward_in16_twin_only(rec, &p, (dy.view(), pos.view(), inv_freq.view()), t))?;
+            Ok(vec![Some(dx)])
+        }),
+    );
 }
 
 /// The backward of `y = rope(x)`: dx f32 (and its 16-bit twin under autocast) from dy in f32
