@@ -44,8 +44,6 @@ impl Profile {
         self.barriers += report.barriers as u64;
         for (i, (name, ns)) in report.timings.iter().enumerate() {
             let (bytes, flops) = report.work.get(i).copied().unwrap_or((0, 0.0));
-                eprintln!("DISPATCH {name} {bytes}");
-            }
             let k = self.kernels.entry(name).or_default();
             k.calls += 1;
             k.nanos += ns;
