@@ -23,17 +23,24 @@ fn train(dtype: &str, env: &[(&str, &str)], out: &Path) -> (Vec<(String, f64)>, 
 
 /// [`train`] returning the profile rows whose kernel starts with one of `prefixes`.
 fn train_rows(dtype: &str, env: &[(&str, &str)], out: &Path, prefixes: &[&str]) -> (Vec<(String, f64)>, Vec<u8>) {
+    train_with(&[&format!("--{dtype}")], env, out, prefixes)
+}
+
+/// [`train_rows`] with the extra arguments `args` (the precision flag among them).
+fn train_with(args: &[&str], env: &[(&str, &str)], out: &Path, prefixes: &[&str]) -> (Vec<(String, f64)>, Vec<u8>) {
+    let dtype = args.join(" ");
     let (model, data) = (repo().join("tests/fixtures/llama"), repo().join("tests/fixtures_train/rows.jsonl"));
     let o = Command::new(env!("CARGO_BIN_EXE_vkformers"))
         .args(["train", "--model", &model.display().to_string(), "--data", &data.display().to_string()])
         .args(["--out", &out.display().to_string(), "--max-steps", "2", "--batch-size", "2", "--no-shuffle"])
-        .args(["--schedule", "constant", "--lr", "1e-3", "--max-grad-norm", "0", &format!("--{dtype}"), "--profile"])
+        .args(["--schedule", "constant", "--lr", "1e-3", "--max-grad-norm", "0", "--profile"])
+        .args(args)
         .env("VKFORMERS_GEMV_MAX_ROWS", "0")
         .envs(env.iter().copied())
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "vkformers train --{dtype}: {text}");
+    assert!(o.status.success(), "vkformers train {dtype}: {text}");
     let mut casts: Vec<(String, f64)> = text
         .lines()
         .filter(|l| prefixes.iter().any(|p| l.starts_with(p)))
@@ -95,4 +102,14 @@ fn a_mixed_precision_step_writes_no_f32_tensor_only_products_read() {
             assert_eq!(kernels_wide, before, "{what}: the casts and copies with VKFORMERS_WIDE_OUTPUTS=1");
         }
     }
+}
+
+#[test]
+fn a_checkpointed_mixed_precision_step_trains_the_same_weights() {
+    // Checkpointed layers run their forward on the f32 outputs (nodes dropped) and their
+    // recompute on the 16-bit ones: the weights are those of the plain step, bit for bit.
+    let (ckpt, plain) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (_, weights) = train_with(&["--bf16", "--gradient-checkpointing"], &[], ckpt.path(), &[]);
+    let (_, weights_plain) = train_with(&["--bf16"], &[], plain.path(), &[]);
+    assert!(weights == weights_plain, "--gradient-checkpointing: trained weights differ from the plain step's");
 }

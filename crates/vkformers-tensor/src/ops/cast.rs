@@ -116,6 +116,15 @@ pub(crate) fn half_output_type(g: &Graph<'_>) -> Option<DType> {
     g.autocast().filter(|_| half_outputs_on() && training)
 }
 
+/// [`half_output_type`] for an output of `rows` rows that products read: only where those
+/// products run the GEMM on 16-bit copies (a few rows take the GEMV, which reads f32 rows: the
+/// f32 output stays then, so the values never depend on this choice).
+pub(crate) fn half_output_for_rows(g: &Graph<'_>, rows: usize) -> Option<DType> {
+    let caps = g.ctx().caps();
+    let gemm_rows = u32::try_from(rows).is_ok_and(|m| !vkformers_kernels::matmul::gemv::gemv_applies(m, caps));
+    half_output_type(g).filter(|_| gemm_rows)
+}
+
 /// Whether ops may write 16-bit outputs and gradients in place of f32 ones nothing reads
 /// (see [`half_output_type`]; a backward runs with grad mode off, so it asks this).
 pub(crate) fn half_outputs_on() -> bool {

@@ -87,7 +87,8 @@ fn backward(
     for (r0, n) in chunks(rows, chunk_rows) {
         let plain = chunk_input(g, (x, x16), r0, n)?;
         let xc = if dx.is_some() { g.detach(&plain) } else { plain };
-        // A 16-bit chunk stands for f32 rows: the head's product hands dxc back in f32.
+        // A 16-bit chunk stands for f32 rows: the head's product hands dxc back in f32 (a no-op
+        // on an f32 chunk).
         crate::ops::cast::takes_wide_grad(g, &xc);
         let mark = g.tape_mark();
         let logits = g.with_grad(false, || head(g, &xc))?;
@@ -121,12 +122,15 @@ fn half_rows_source(g: &Graph<'_>, x: &Tensor) -> Option<Tensor> {
     g.cached_cast(x, dt).filter(|_| x.last_dim().is_multiple_of(2))
 }
 
-/// The head's input for rows `r0..r0 + n`: a view of those rows of `x16` (no copy, no cast),
-/// else an f32 copy of those rows of `x`.
+/// The head's input for rows `r0..r0 + n`: a view of those rows of `x16` (no copy, no cast)
+/// where the head's product runs the GEMM on them, else an f32 copy of those rows of `x` (a
+/// few rows take the GEMV, which reads f32).
 fn chunk_input(g: &Graph<'_>, (x, x16): (&Tensor, Option<&Tensor>), r0: usize, n: usize) -> Result<Tensor> {
+    let caps = g.ctx().caps();
+    let gemm_rows = u32::try_from(n).is_ok_and(|m| !vkformers_kernels::matmul::gemv::gemv_applies(m, caps));
     match x16 {
-        Some(t) => g.view_rows(t, r0, n),
-        None => rows_of(g, x, r0, n),
+        Some(t) if gemm_rows => g.view_rows(t, r0, n),
+        _ => rows_of(g, x, r0, n),
     }
 }
 

@@ -39,7 +39,7 @@ pub fn glu(g: &Graph<'_>, gate: &Tensor, up: &Tensor, kind: Glu) -> Result<Tenso
 /// the saved 16-bit gate and up and takes dout in f32 as [`glu`]'s, so the values are the same).
 /// Else (inference, autocast off, `VKFORMERS_WIDE_OUTPUTS=1`) [`glu`] itself.
 pub fn glu_for_product(g: &Graph<'_>, gate: &Tensor, up: &Tensor, kind: Glu) -> Result<Tensor> {
-    let dt = crate::ops::cast::half_output_type(g);
+    let dt = crate::ops::cast::half_output_for_rows(g, gate.rows());
     let wide = [gate, up].iter().all(|t| t.dtype() == DType::F32 && t.requires_grad());
     let Some(dt) = dt.filter(|_| wide && gate.shape() == up.shape() && !gate.shape().is_empty()) else {
         return glu(g, gate, up, kind);

@@ -211,7 +211,7 @@ pub fn add_rms_norm_for_product(
 /// `cast::half_output_type`) on f32 inputs that carry gradients.
 fn half_output(g: &Graph<'_>, xs: &[&Tensor]) -> Option<DType> {
     let wide = xs.iter().all(|t| t.dtype() == DType::F32 && t.requires_grad() && !t.shape().is_empty());
-    crate::ops::cast::half_output_type(g).filter(|_| wide)
+    crate::ops::cast::half_output_for_rows(g, xs[0].rows()).filter(|_| wide)
 }
 
 /// LayerNorm over the last dim: `x [.., D]`, optional `w [D]` and `b [D]` (a bias needs a

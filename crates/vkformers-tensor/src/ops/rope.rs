@@ -77,8 +77,8 @@ pub fn rope(
     Ok(y)
 }
 
-/// [`rope`] for 16-bit attention reading the output next and nothing else (a decoder's q and
-/// k): in training under autocast, with attention's 16-bit gradients on, y is the 16-bit tensor
+/// [`rope`] for 16-bit attention reading the output next and nothing else, and handing its o
+/// to a product (a decoder's q and k, `attention_chunked_for_product`): in training under autocast, with attention's 16-bit gradients on, y is the 16-bit tensor
 /// attention reads and no f32 y is written (4 bytes an element saved); attention's backward
 /// hands dy over in 16 bits as it does to [`rope`]'s, so the values are the same. Else [`rope`].
 pub fn rope_for_attention(
@@ -87,7 +87,10 @@ pub fn rope_for_attention(
     (pos, inv_freq): (&Tensor, &Tensor),
     (layout, rotary_dim, mscale): (RopeLayout, usize, f32),
 ) -> Result<Tensor> {
-    let half = crate::ops::cast::half_output_type(g).filter(|_| crate::ops::cast::half_grads_on(g));
+    // Only where attention would hand o_proj a 16-bit o anyway (rows the GEMM multiplies):
+    // 16-bit q and k make o 16-bit.
+    let rows = x.shape().iter().take(2).product();
+    let half = crate::ops::cast::half_output_for_rows(g, rows).filter(|_| crate::ops::cast::half_grads_on(g));
     let Some(dt) = half.filter(|_| x.dtype() == DType::F32 && x.requires_grad()) else {
         return rope(g, x, pos, inv_freq, layout, rotary_dim, mscale);
     };
