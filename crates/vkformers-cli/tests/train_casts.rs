@@ -6,7 +6,8 @@
 //! and the trained weights are bit for bit those of `VKFORMERS_ATTN_CASTS=1` (the casts as
 //! before: 4 widenings a layer). The norms, RoPE, the GLU and the loss hand the products 16-bit
 //! outputs and gradients where nothing reads the f32 ones (no cast of dlogits, no row copies
-//! and casts in the chunked loss): bit for bit the weights of `VKFORMERS_WIDE_OUTPUTS=1`.
+//! and casts in the chunked loss), and the residual add after the MLP runs in the next norm's
+//! kernel: bit for bit the weights of `VKFORMERS_WIDE_OUTPUTS=1`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -74,7 +75,7 @@ fn a_mixed_precision_step_widens_nothing_around_attention() {
 
 #[test]
 fn a_mixed_precision_step_writes_no_f32_tensor_only_products_read() {
-    let rows = ["cast/", "elementwise/copy"];
+    let rows = ["broadcast/binary", "cast/", "elementwise/copy"];
     for (dtype, short) in [("bf16", "bf16"), ("fp16", "f16")] {
         // The whole logits (one chunk), and the loss in chunks of 8 of the 16 tokens.
         for chunk in ["0", "8"] {
@@ -93,11 +94,14 @@ fn a_mixed_precision_step_writes_no_f32_tensor_only_products_read() {
                 _ => vec![(to.clone(), 11.5), ("elementwise/copy".to_string(), 2.0)],
             };
             assert_eq!(kernels, expect, "{what}: the casts and copies of a step");
-            // Before: dlogits narrowed for the head's backward (in each chunk), and each chunk's
-            // rows copied out of the final norm's f32 output and cast, in forward and backward.
+            // Before: the residual add after each layer's MLP a dispatch of its own (now in the
+            // next norm's kernel), dlogits narrowed for the head's backward (in each chunk), and
+            // each chunk's rows copied out of the final norm's f32 output and cast, in forward
+            // and backward.
+            let add = ("broadcast/binary:add".to_string(), 2.0);
             let before = match chunk {
-                "0" => vec![(to, 12.5)],
-                _ => vec![(to, 17.5), ("elementwise/copy".to_string(), 6.0)],
+                "0" => vec![add, (to, 12.5)],
+                _ => vec![add, (to, 17.5), ("elementwise/copy".to_string(), 6.0)],
             };
             assert_eq!(kernels_wide, before, "{what}: the casts and copies with VKFORMERS_WIDE_OUTPUTS=1");
         }

@@ -687,15 +687,24 @@ fn layer_with_carry(
     let names = &spec.layer_names;
     let (x, h) = match (carry, &layer.attn_norm, layer.residual) {
         (Some(m), Some(Norm::Rms { eps, unit_offset }), Residual::Sequential | Residual::Parallel { .. }) => {
-            let gain = w.opt(&format!("{}.weight", layer_name(&names.attn_norm, i)));
-            let (x, h) = norm::add_rms_norm(g, (x, &m), gain, *eps, *unit_offset)?;
+            // Training under autocast: y in 16 bits only, for the q/k/v products.
+            let (x, h) = match half_norm::attn_input_after_add(g, spec, w, (layer, i), (x, &m))? {
+                Some(xh) => xh,
+                None => {
+                    let gain = w.opt(&format!("{}.weight", layer_name(&names.attn_norm, i)));
+                    norm::add_rms_norm(g, (x, &m), gain, *eps, *unit_offset)?
+                }
+            };
             (x, Some(h))
         }
         (Some(m), ..) => (broadcast::add(g, x, &m)?, None),
         (None, ..) => (x.clone(), None),
     };
-    // Inference only: a training graph keeps its ops as they were.
-    let defer = layer.residual == Residual::Sequential && layer.residual_scale == 1.0 && !g.grad_enabled();
+    // Inference, and training where the layer's norms write 16-bit outputs only (else a
+    // training graph keeps its ops as they were).
+    let defer = layer.residual == Residual::Sequential
+        && layer.residual_scale == 1.0
+        && (!g.grad_enabled() || half_norm::defers_residual(g, spec, w, (layer, i), x.rows()));
     if !defer {
         return Ok((decoder_layer_normed(g, spec, w, layer, i, (&x, h), inp, bt)?, None));
     }
@@ -705,7 +714,10 @@ fn layer_with_carry(
     };
     let a = self_attention(g, spec, w, &layer.attn, i, &h, inp, bt)?;
     let a = maybe_norm(g, &layer.post_attn_norm, w, &names.post_attn_norm, i, &a)?;
-    let (x, h) = add_then_norm(g, layer, (&x, &a), w, &names.mlp_norm, i)?;
+    let (x, h) = match half_norm::mlp_input(g, spec, w, (layer, i), (&x, &a))? {
+        Some(xh) => xh,
+        None => add_then_norm(g, layer, (&x, &a), w, &names.mlp_norm, i)?,
+    };
     let m = layer_mlp(g, spec, w, (&layer.mlp, i), &h, inp)?;
     Ok((x, Some(maybe_norm(g, &layer.post_mlp_norm, w, &names.post_mlp_norm, i, &m)?)))
 }

@@ -4,12 +4,53 @@
 //! attention is the plain q/k/v projections and whose MLP is gated, without LoRA terms on those
 //! projections (their dropout reads f32). `None` elsewhere: the caller's usual norm.
 
-use vkformers_tensor::ops::norm;
+use vkformers_tensor::ops::{cast, norm};
 use vkformers_tensor::{Graph, Tensor};
 
 use super::Weights;
 use crate::error::Result;
 use crate::spec::{layer_name, LayerSpec, MlpSpec, ModelSpec, Norm, Residual};
+
+/// Whether layer `i` of a training graph defers its MLP's residual add into the next norm's
+/// fused add + RMSNorm (as inference does): where both its norms write 16-bit outputs only
+/// (so f32 training keeps its graph as it was). Saves the add's dispatch and one f32 read of
+/// the sum per layer.
+pub(super) fn defers_residual(
+    g: &Graph<'_>,
+    spec: &ModelSpec,
+    w: &Weights,
+    (layer, i): (&LayerSpec, usize),
+    rows: usize,
+) -> bool {
+    let n = &spec.layer_names;
+    let rms = |norm: &Option<Norm>| matches!(norm, Some(Norm::Rms { .. }));
+    let shape = rms(&layer.attn_norm) && rms(&layer.mlp_norm) && layer.residual == Residual::Sequential;
+    let plain = layer.attn.mla.is_none() && layer.attn.moa.is_none() && matches!(layer.mlp, MlpSpec::Gated { .. });
+    let no_post = layer.post_attn_norm.is_none() && layer.post_mlp_norm.is_none() && layer.residual_scale == 1.0;
+    let lora_free = no_lora(w, [&n.q, &n.k, &n.v], i) && no_lora(w, [&n.gate, &n.up], i);
+    g.grad_enabled() && shape && plain && no_post && lora_free && cast::half_outputs_for(g, rows)
+}
+
+/// `(x + m, norm(x + m))` of layer `i`'s attention input (m: the layer before's MLP output,
+/// deferred), the norm for the q/k/v products only.
+pub(super) fn attn_input_after_add(
+    g: &Graph<'_>,
+    spec: &ModelSpec,
+    w: &Weights,
+    (layer, i): (&LayerSpec, usize),
+    (x, m): (&Tensor, &Tensor),
+) -> Result<Option<(Tensor, Tensor)>> {
+    let n = &spec.layer_names;
+    let (Some(Norm::Rms { eps, unit_offset }), Residual::Sequential) = (&layer.attn_norm, layer.residual) else {
+        return Ok(None);
+    };
+    let plain = layer.attn.mla.is_none() && layer.attn.moa.is_none();
+    if !plain || !no_lora(w, [&n.q, &n.k, &n.v], i) {
+        return Ok(None);
+    }
+    let gain = w.opt(&format!("{}.weight", layer_name(&n.attn_norm, i)));
+    Ok(Some(norm::add_rms_norm_for_product(g, (x, m), gain, *eps, *unit_offset)?))
+}
 
 /// The attention input `norm(x)` of layer `i` for the q/k/v products only.
 pub(super) fn attn_input(

@@ -125,6 +125,13 @@ pub(crate) fn half_output_for_rows(g: &Graph<'_>, rows: usize) -> Option<DType> 
     half_output_type(g).filter(|_| gemm_rows)
 }
 
+/// Whether the `_for_product` ops (norms, GLU) hand products 16-bit outputs of `rows` rows
+/// in this graph's current mode (training under autocast, rows the GEMM multiplies): a model
+/// may arrange its graph for them (a decoder defers its residual add into the next norm).
+pub fn half_outputs_for(g: &Graph<'_>, rows: usize) -> bool {
+    half_output_for_rows(g, rows).is_some()
+}
+
 /// Whether ops may write 16-bit outputs and gradients in place of f32 ones nothing reads
 /// (see [`half_output_type`]; a backward runs with grad mode off, so it asks this).
 pub(crate) fn half_outputs_on() -> bool {
