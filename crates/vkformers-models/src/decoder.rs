@@ -14,6 +14,7 @@ use crate::error::{ModelError, Result};
 use crate::spec::{layer_name, LayerSpec, MlpSpec, ModelSpec, Norm, PositionIds, Residual};
 
 mod grouped;
+mod half_norm;
 mod left_aligned;
 mod longcat;
 mod mla;
@@ -686,15 +687,24 @@ fn layer_with_carry(
     let names = &spec.layer_names;
     let (x, h) = match (carry, &layer.attn_norm, layer.residual) {
         (Some(m), Some(Norm::Rms { eps, unit_offset }), Residual::Sequential | Residual::Parallel { .. }) => {
-            let gain = w.opt(&format!("{}.weight", layer_name(&names.attn_norm, i)));
-            let (x, h) = norm::add_rms_norm(g, (x, &m), gain, *eps, *unit_offset)?;
+            // Training under autocast: y in 16 bits only, for the q/k/v products.
+            let (x, h) = match half_norm::attn_input_after_add(g, spec, w, (layer, i), (x, &m))? {
+                Some(xh) => xh,
+                None => {
+                    let gain = w.opt(&format!("{}.weight", layer_name(&names.attn_norm, i)));
+                    norm::add_rms_norm(g, (x, &m), gain, *eps, *unit_offset)?
+                }
+            };
             (x, Some(h))
         }
         (Some(m), ..) => (broadcast::add(g, x, &m)?, None),
         (None, ..) => (x.clone(), None),
     };
-    // Inference only: a training graph keeps its ops as they were.
-    let defer = layer.residual == Residual::Sequential && layer.residual_scale == 1.0 && !g.grad_enabled();
+    // Inference, and training where the layer's norms write 16-bit outputs only (else a
+    // training graph keeps its ops as they were).
+    let defer = layer.residual == Residual::Sequential
+        && layer.residual_scale == 1.0
+        && (!g.grad_enabled() || half_norm::defers_residual(g, spec, w, (layer, i), x.rows()));
     if !defer {
         return Ok((decoder_layer_normed(g, spec, w, layer, i, (&x, h), inp, bt)?, None));
     }
@@ -704,7 +714,10 @@ fn layer_with_carry(
     };
     let a = self_attention(g, spec, w, &layer.attn, i, &h, inp, bt)?;
     let a = maybe_norm(g, &layer.post_attn_norm, w, &names.post_attn_norm, i, &a)?;
-    let (x, h) = add_then_norm(g, layer, (&x, &a), w, &names.mlp_norm, i)?;
+    let (x, h) = match half_norm::mlp_input(g, spec, w, (layer, i), (&x, &a))? {
+        Some(xh) => xh,
+        None => add_then_norm(g, layer, (&x, &a), w, &names.mlp_norm, i)?,
+    };
     let m = layer_mlp(g, spec, w, (&layer.mlp, i), &h, inp)?;
     Ok((x, Some(maybe_norm(g, &layer.post_mlp_norm, w, &names.post_mlp_norm, i, &m)?)))
 }
@@ -740,13 +753,20 @@ fn decoder_layer_normed(
     let h = match (normed, layer.residual) {
         (Some(h), _) => h,
         (None, Residual::PostNorm) => x.clone(),
-        (None, _) => maybe_norm(g, &layer.attn_norm, w, &names.attn_norm, i, x)?,
+        // Training under autocast: only 16-bit y written where products alone read it.
+        (None, _) => match half_norm::attn_input(g, spec, w, (layer, i), x)? {
+            Some(h) => h,
+            None => maybe_norm(g, &layer.attn_norm, w, &names.attn_norm, i, x)?,
+        },
     };
     let a = self_attention(g, spec, w, &layer.attn, i, &h, inp, bt)?;
     let a = maybe_norm(g, &layer.post_attn_norm, w, &names.post_attn_norm, i, &a)?;
     match layer.residual {
         Residual::Sequential => {
-            let (x, h) = add_then_norm(g, layer, (x, &a), w, &names.mlp_norm, i)?;
+            let (x, h) = match half_norm::mlp_input(g, spec, w, (layer, i), (x, &a))? {
+                Some(xh) => xh,
+                None => add_then_norm(g, layer, (x, &a), w, &names.mlp_norm, i)?,
+            };
             let m = layer_mlp(g, spec, w, (&layer.mlp, i), &h, inp)?;
             let m = maybe_norm(g, &layer.post_mlp_norm, w, &names.post_mlp_norm, i, &m)?;
             residual_add(g, layer, &x, &m)
@@ -815,7 +835,13 @@ pub(crate) fn mlp(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, m: &MlpSpec, i: 
             if let Some(y) = if *bias { None } else { grouped::glu_down(g, w, (&gate, &up, *kind), &down)? } {
                 return Ok(y);
             }
-            project(g, w, &n.down, i, &glu::glu(g, &gate, &up, *kind)?, *bias)
+            // Training under autocast: down reads the GLU's 16-bit output (no f32 one written);
+            // not with a LoRA term on down (its dropout reads f32).
+            let y = match w.lora().get(&down) {
+                None => glu::glu_for_product(g, &gate, &up, *kind)?,
+                Some(_) => glu::glu(g, &gate, &up, *kind)?,
+            };
+            project(g, w, &n.down, i, &y, *bias)
         }
         MlpSpec::GatedAct { act, bias, sub_norm, .. } => {
             let gate = activation::activation(g, &project(g, w, &n.gate, i, h, *bias)?, *act)?;

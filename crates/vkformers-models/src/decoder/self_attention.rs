@@ -96,6 +96,11 @@ pub(super) fn self_attention(
             // k is stored already; attention reads the cache, not k.
             (Some(qo), _) => (qo, k),
             (None, Some(qk)) => qk,
+            // Training under autocast: 16-bit q and k only, where attention alone reads them.
+            (None, None) if attention_reads_rope((a, w), &layer_name(&n.o, i), inp) => (
+                rope::rope_for_attention(g, &q, (&inp.pos, &freq), rot)?,
+                rope::rope_for_attention(g, &k, (&inp.pos, &freq), rot)?,
+            ),
             (None, None) => (
                 rope::rope(g, &q, &inp.pos, &freq, r.layout, r.rotary_dim, r.mscale)?,
                 rope::rope(g, &k, &inp.pos, &freq, r.layout, r.rotary_dim, r.mscale)?,
@@ -103,6 +108,17 @@ pub(super) fn self_attention(
         };
     }
     attend_project(g, spec, w, (a, i), (q, &k, &v), inp, (b, t))
+}
+
+/// Whether attention is the only reader of the rotated q and k, and hands o to o_proj as
+/// `attend_for_o_proj` does (16-bit q and k make a 16-bit o): no position scale or norm
+/// applied to q and k after the rotation, and none of the cases `attend` keeps (a cache, a
+/// chunked mask, a norm or a LoRA term on o_proj).
+fn attention_reads_rope((a, w): (&AttnSpec, &Weights), o_name: &str, inp: &Inputs<'_>) -> bool {
+    let norm_after = a.qk_norm.is_some() && matches!(a.qk_norm_at, QkNormAt::HeadsAfterRope);
+    let lora = w.lora().get(&format!("{o_name}.weight")).is_some();
+    let plain_o = inp.cache.is_none() && a.out_norm.is_none() && a.chunk.unwrap_or(0) == 0 && !lora;
+    plain_o && a.q_position_scale.is_none() && !norm_after
 }
 
 /// The frequencies `[R/2]` of the layer's rotary embedding at this forward's length (LongRoPE:
