@@ -11,8 +11,10 @@ prompts); batch 1 x 512 is one run serving both.
                   new tokens on the host) and decode tokens/s (the tokens after each row's first
                   / the time of the decode steps); peak memory from `device_memory_peak_bytes`
                   (top level or in `timings`) when vkformers writes it, n/a otherwise. One
-                  process per run: --warmup runs first (pipeline cache), then the median of
-                  --repeats runs. Prompts: batch 1 through --prompt-ids; a batch through
+                  process runs --warmup + --repeats generations (`generate --repeat`; the
+                  median of the last --repeats, warm as torch's side is); --cold-processes
+                  (or a build without --repeat) runs a process per run instead; the JSON keeps
+                  the first run's prefill rate either way. Prompts: batch 1 through --prompt-ids; a batch through
                   --prompt-ids-file (JSONL, {"input_ids": [...]} per line) when `generate --help`
                   lists it, else --prompt-file on a copy of the folder with a WordLevel
                   tokenizer.json whose token `t<i>` is id i (the prompt ids the JSON echoes
@@ -86,6 +88,15 @@ def prompt_mode(binary: Path, forced: str) -> str:
     return "ids-file" if "--prompt-ids-file" in help else "tokenizer"
 
 
+def has_repeat(binary: Path) -> bool:
+    """Whether this build's `generate` runs a generation several times in one process."""
+    try:
+        help = subprocess.run([str(binary), "generate", "--help"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return "--repeat" in help
+
+
 def tokenizer_copy(workdir: Path, model_dir: Path, vocab: int) -> Path:
     """A sibling folder that links the model's files and adds the WordLevel tokenizer."""
     out = workdir / (model_dir.name + "-wordlevel")
@@ -135,8 +146,14 @@ def vk_generate(binary: Path | None, args, model_dir: Path, prompts: list[list[i
     print(f"  $ {shlex.join(shown)}", flush=True)
     res.update(prompt_input=mode, cmd=shown)
     log = args.workdir / f"vk-generate-{name}.log"
+    # In one process (`--repeat`): the warm-up runs build the pipelines and wake the GPU as
+    # torch's warm-up does on its side; --cold-processes runs one process per run instead.
+    warm = args.vk_repeat and not args.cold_processes
+    procs = 1 if warm else args.warmup + args.repeats
+    if warm:
+        cmd = cmd + ["--repeat", str(args.warmup + args.repeats)]
     runs = []
-    for i in range(args.warmup + args.repeats):
+    for i in range(procs):
         code, out, wall = C.run_logged(cmd, log, timeout=args.timeout)
         if code != 0:
             res["error"] = f"exit {code}: {C.tail(log)} (log: {log})"
@@ -157,9 +174,19 @@ def vk_generate(binary: Path | None, args, model_dir: Path, prompts: list[list[i
         lens = sorted({len(r.get("token_ids", [])) for r in rows})
         if lens != [args.max_new_tokens]:
             problems.append(f"new tokens per row {lens}, not {args.max_new_tokens}")
-        runs.append(dict(wall_s=wall, prefill=t.get("prefill_tokens_per_second"),
-                         decode=t.get("decode_tokens_per_second"), peak=peak, timings=t, problems=problems,
-                         first=[(r.get("token_ids") or [None])[0] for r in rows]))
+        first = [(r.get("token_ids") or [None])[0] for r in rows]
+        # With --repeat, every run's timings (the rows are the last run's).
+        for rt in (j.get("runs") or [t]) if warm else [t]:
+            runs.append(dict(wall_s=wall, prefill=rt.get("prefill_tokens_per_second"),
+                             decode=rt.get("decode_tokens_per_second"), peak=peak, timings=rt, problems=problems,
+                             first=first))
+    if warm and len(runs) != args.warmup + args.repeats:
+        res["error"] = f"{len(runs)} runs reported for --repeat {args.warmup + args.repeats} (log: {log})"
+        return res
+    res["in_process_runs"] = bool(warm)
+    # The first run of a process: what a one-off `vkformers generate` gets (pipelines built,
+    # GPU woken from idle after the model load).
+    res["first_run_prefill_tokens_per_s"] = runs[0]["prefill"]
     timed = runs[args.warmup:]
     peaks = [r["peak"] for r in runs if r["peak"] is not None]
     res.update(
@@ -289,6 +316,9 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=3, help="timed runs; the median is reported")
     p.add_argument("--prompt-input", dest="vk_mode", default="auto", choices=["auto", "ids-file", "tokenizer"],
                    help="how vkformers gets a batch of prompt ids (auto: --prompt-ids-file if it has it)")
+    p.add_argument("--cold-processes", action="store_true",
+                   help="vkformers: one process per run (each run pays the model load, the pipelines' "
+                        "build on a first run, and an idle GPU's wake-up), as builds without --repeat")
     C.add_run_args(p, "generate", "", "tiny model, short prompts, CPU torch, no compile")
     args = p.parse_args()
     if C.report_only(args, "generate", print_report):
@@ -300,6 +330,7 @@ def main() -> int:
     dev, binary = C.prepare_run(args)
     if binary is not None:
         args.vk_mode = prompt_mode(binary, args.vk_mode)
+    args.vk_repeat = binary is not None and has_repeat(binary)
     vocab = C.SHAPES[args.shape]["vocab_size"]
     meta = C.run_meta(dev, binary, args, shape=args.shape, params=C.n_params(args.shape),
                       max_new_tokens=args.max_new_tokens, repeats=args.repeats,

@@ -33,9 +33,13 @@ if [[ -d .dev/bis ]]; then
         python3 tools/bench/generate.py --vkformers "$b" --skip-eager --skip-compile --batches 1 8 --prefill-lens 512 \
             --warmup 1 --repeats 2 2>&1 | grep -E '^b[0-9]' | tee -a "$LOG"
     done
-    echo HEAD | tee -a "$LOG"
+    echo "HEAD, a process per run as the older builds" | tee -a "$LOG"
+    python3 tools/bench/generate.py --vkformers "$V" --skip-eager --skip-compile --batches 1 8 --prefill-lens 512 \
+        --warmup 1 --repeats 2 --cold-processes 2>&1 | grep -E '^b[0-9]' | tee -a "$LOG"
+    echo "HEAD, warm-up and runs in one process (generate --repeat)" | tee -a "$LOG"
     python3 tools/bench/generate.py --vkformers "$V" --skip-eager --skip-compile --batches 1 8 --prefill-lens 512 \
         --warmup 1 --repeats 2 2>&1 | grep -E '^b[0-9]' | tee -a "$LOG"
+    nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw --format=csv 2>&1 | tee -a "$LOG"
 fi
 sec "train: new optimizer kernels (one run with eager)"
 python3 tools/bench/train.py --vkformers "$V" --shapes 134m 1.1b --skip-compile --steps 10 --warmup 3 \

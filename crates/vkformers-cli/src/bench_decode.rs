@@ -3,7 +3,10 @@
 //! call overwrites the previous one's output, so barriers separate them as in a decode step).
 //! Reports the device time per call (submit to done over the chain, and the median between
 //! timestamps) and the effective K+V bandwidth. The default shape is TinyLlama-1.1B's attention
-//! at batch 1 over a 1,536-key cache (the `generate --profile` shape).
+//! at batch 1 over a 1,536-key cache (the `generate --profile` shape). `--rope apart` times a
+//! decode step's rope + KV store dispatch and the attention after it (two dispatches a call),
+//! `--rope inside` the attention that rotates and stores the new token itself (one; what
+//! `VKFORMERS_ROPE_IN_ATTN=1` runs in a decode step).
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -12,9 +15,11 @@ use anyhow::bail;
 use vkformers_kernels::attention::decode::{
     self, DecodeOptions, DecodeOutputs, DecodeShape, PagedInputs, SMALL_TILE, TILE,
 };
+use vkformers_kernels::attention::rope_store::{self, NewRows, NewToken};
 use vkformers_kernels::dtype::DType;
+use vkformers_kernels::rope::{Rope, RopeLayout};
 use vkformers_kernels::testutil::Rng;
-use vkformers_vk::{Context, DeviceSelector};
+use vkformers_vk::{Buffer, Context, DeviceSelector, Recorder};
 
 #[derive(clap::Args)]
 pub struct DecodeBenchArgs {
@@ -50,12 +55,98 @@ pub struct DecodeBenchArgs {
     /// Milliseconds of untimed chains before each measurement (the clocks ramp under load).
     #[arg(long, default_value_t = 1500)]
     warm_ms: u64,
+    /// The new token's rope + KV store: `none` (attention alone), `apart` (the rope_store
+    /// dispatch, then the attention) or `inside` (the attention's `_rope` variant; 128-key tile).
+    #[arg(long, default_value = "none")]
+    rope: String,
+}
+
+/// The new token of each row for `--rope`: unrotated q, k, v (f32), the rotated q, positions,
+/// slots (pool row of key len - 1) and inv_freq.
+struct NewTokenBufs {
+    k: Buffer,
+    v: Buffer,
+    qo: Buffer,
+    pos: Buffer,
+    slots: Buffer,
+    inv_freq: Buffer,
+}
+
+fn new_token_bufs(ctx: &Context, s: &DecodeShape, len: u32) -> anyhow::Result<NewTokenBufs> {
+    let kv = (s.batch * s.hkv * s.d) as usize;
+    let rows = s.max_blocks * s.block_size;
+    let slots: Vec<i32> = (0..s.batch).map(|b| (b * rows + len - 1) as i32).collect();
+    let inv: Vec<f32> = (0..s.d / 2).map(|i| 10_000f32.powf(-2.0 * i as f32 / s.d as f32)).collect();
+    Ok(NewTokenBufs {
+        k: ctx.buffer_from(&Rng::new(4).vec(kv, 1.0), "k new")?,
+        v: ctx.buffer_from(&Rng::new(5).vec(kv, 1.0), "v new")?,
+        qo: ctx.buffer(u64::from(s.batch * s.hq * s.d) * 4, "rotated q")?,
+        pos: ctx.buffer_from(&vec![len as i32 - 1; s.batch as usize], "pos")?,
+        slots: ctx.buffer_from(&slots, "slots")?,
+        inv_freq: ctx.buffer_from(&inv, "inv_freq")?,
+    })
+}
+
+/// One call of the chain: the attention of `x` alone (`mode` none), after the rope + store of
+/// the new token (apart), or with them inside it (inside).
+#[allow(clippy::too_many_arguments)]
+fn record_call(
+    rec: &mut Recorder,
+    mode: &str,
+    nt: &NewTokenBufs,
+    x: &PagedInputs<'_>,
+    out: &DecodeOutputs<'_>,
+    s: &DecodeShape,
+    opt: &DecodeOptions<'_>,
+    (splits, tile): (u32, u32),
+) -> anyhow::Result<()> {
+    let (pos, inv, slots) = (nt.pos.view(), nt.inv_freq.view(), nt.slots.view());
+    let pool_rows = s.num_blocks * s.block_size;
+    match mode {
+        "none" => decode::forward_tiled(rec, x, out, s, opt, (splits, tile))?,
+        "apart" => {
+            let p = Rope {
+                batch: s.batch,
+                seq: 1,
+                heads: s.hq,
+                head_dim: s.d,
+                rotary_dim: s.d,
+                layout: RopeLayout::HalfSplit,
+                mscale: 1.0,
+                dtype: DType::F32,
+            };
+            let rows = NewRows { q: x.q, k: nt.k.view(), v: nt.v.view(), strides: None };
+            let pools = decode::Pools { k: x.k, v: x.v, rows: pool_rows, width: s.hkv * s.d };
+            rope_store::rope_store(rec, &p, &rows, (pos, inv, slots), (nt.qo.view(), &pools), opt.dtype)?;
+            let rotated = PagedInputs { q: nt.qo.view(), ..*x };
+            decode::forward_tiled(rec, &rotated, out, s, opt, (splits, tile))?;
+        }
+        _ => {
+            let token = NewToken {
+                k: nt.k.view(),
+                v: nt.v.view(),
+                strides: None,
+                pos,
+                inv_freq: inv,
+                slots,
+                layout: RopeLayout::HalfSplit,
+                rotary_dim: s.d,
+                mscale: 1.0,
+                pool_rows,
+            };
+            rope_store::attend(rec, &token, x, out, s, opt, splits)?;
+        }
+    }
+    Ok(())
 }
 
 pub fn decode_attention(selector: &DeviceSelector, args: &DecodeBenchArgs) -> anyhow::Result<ExitCode> {
     let dt = crate::bench::dtype_arg(&args.dtype)?;
     if args.tile != TILE && args.tile != SMALL_TILE {
         bail!("--tile {}: 128 or 64", args.tile);
+    }
+    if !["none", "apart", "inside"].contains(&args.rope.as_str()) || (args.rope == "inside" && args.tile != TILE) {
+        bail!("--rope {}: none, apart or inside (inside: --tile 128)", args.rope);
     }
     let ctx = Context::new(selector)?;
     let blocks_per_row = args.len.div_ceil(args.block_size);
@@ -87,11 +178,12 @@ pub fn decode_attention(selector: &DeviceSelector, args: &DecodeBenchArgs) -> an
     let counters = ctx.buffer_from(&vec![0u32; decode::counter_words(&s) as usize], "counters")?;
     let opt = DecodeOptions { dtype: dt, act: (dt != DType::F32).then_some(DType::F32), ..DecodeOptions::new(s.d) };
     let x = PagedInputs { q: q.view(), k: k.view(), v: v.view(), table: table.view(), lens: lens.view() };
+    let nt = new_token_bufs(&ctx, &s, args.len)?;
     let flush_bytes = (args.flush_mb << 20).max(4);
     let (fa, fb) = (ctx.buffer(flush_bytes, "flush a")?, ctx.buffer(flush_bytes, "flush b")?);
     let kv_bytes = 2.0 * f64::from(args.len * s.batch * s.hkv * s.d) * dt.bytes() as f64;
     println!(
-        "{}: decode attention B {} Hq {} Hkv {} D {} keys {} block {} {:?} pools, tile {}",
+        "{}: decode attention B {} Hq {} Hkv {} D {} keys {} block {} {:?} pools, tile {}, rope {}",
         ctx.caps().name,
         s.batch,
         s.hq,
@@ -100,7 +192,8 @@ pub fn decode_attention(selector: &DeviceSelector, args: &DecodeBenchArgs) -> an
         args.len,
         s.block_size,
         dt,
-        args.tile
+        args.tile,
+        args.rope
     );
     for item in args.splits.split(',') {
         let splits = match item.trim() {
@@ -120,7 +213,7 @@ pub fn decode_attention(selector: &DeviceSelector, args: &DecodeBenchArgs) -> an
                 if args.flush_mb > 0 {
                     vkformers_kernels::elementwise::copy(&mut rec, fa.view(), fb.view())?;
                 }
-                decode::forward_tiled(&mut rec, &x, &out, &s, &opt, (splits, args.tile))?;
+                record_call(&mut rec, &args.rope, &nt, &x, &out, &s, &opt, (splits, args.tile))?;
             }
             let t = Instant::now();
             let report = rec.submit()?;

@@ -18,7 +18,7 @@ use serde_json::json;
 use vkformers_chat::Message;
 use vkformers_generate::config::GenerationDefaults;
 use vkformers_generate::detok::Detokenizer;
-use vkformers_generate::generation::{generate, GenerateOptions, Generation};
+use vkformers_generate::generation::{generate, GenerateOptions, Generation, Timings};
 use vkformers_generate::stop::{Chunk, StopStrings, TextStream};
 use vkformers_io::HfTokenizer;
 use vkformers_tensor::Graph;
@@ -100,6 +100,12 @@ pub struct Args {
     /// next prompt of the file takes its slot (each row gets the tokens it gets alone).
     #[arg(long, value_parser = crate::ranges::at_least_one)]
     max_batch: Option<usize>,
+    /// Run the whole generation this many times in this process, each from an empty cache, and
+    /// report every run's timings (`--json`: `runs`); rows are printed once, from the last run.
+    /// For benchmarks: the first run pays for building pipelines and waking an idle GPU, the
+    /// later ones measure what a warm process (a server, a framework after its warm-up) gets.
+    #[arg(long, default_value_t = 1, value_parser = crate::ranges::at_least_one)]
+    repeat: usize,
     #[command(flatten)]
     dtype: crate::precision::DtypeArgs,
     #[command(flatten)]
@@ -280,20 +286,67 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     if let Some(bad) = prompts.iter().flatten().find(|&&t| t as usize >= model.spec.vocab) {
         bail!("token id {bad} is outside the model's vocabulary of {} ids", model.spec.vocab);
     }
+    if args.profile.profile && args.repeat > 1 {
+        bail!("--profile times one run: leave out --repeat");
+    }
     args.profile.start(&g);
     let stream = !args.json && prompts.len() == 1 && tok.is_some();
-    let mut printer = Printer {
-        detok: tok.as_ref().map(Detokenizer::new),
-        stops: &stops,
-        eos: &opts.eos,
-        max_new: opts.max_new_tokens,
-        stream,
-        print_rows: !args.json && !stream,
-        texts: (0..prompts.len()).map(|_| TextStream::default()).collect(),
-        error: None,
-    };
-    // With --profile, the prefill's kernels (up to every row's first token) get a table of their
-    // own: the decode table then shows the decode steps alone.
+    let mut runs = Vec::with_capacity(args.repeat);
+    for run in 1..=args.repeat {
+        let last = run == args.repeat;
+        let mut printer = Printer {
+            detok: tok.as_ref().map(Detokenizer::new),
+            stops: &stops,
+            eos: &opts.eos,
+            max_new: opts.max_new_tokens,
+            stream: stream && last,
+            print_rows: !args.json && !stream && last,
+            texts: (0..prompts.len()).map(|_| TextStream::default()).collect(),
+            error: None,
+        };
+        let (gen, prefill_profile) = generate_once(&g, &model, (&prompts, &opts), args, &mut printer)?;
+        if let Some(e) = printer.error.take() {
+            return Err(e);
+        }
+        runs.push((gen, prefill_profile));
+    }
+    let Some((gen, prefill_profile)) = runs.pop() else { bail!("no run") };
+    let earlier: Vec<Timings> = runs.iter().map(|(g, _)| g.timings).collect();
+    let new_tokens: usize = gen.rows.iter().map(Vec::len).sum();
+    if let Some(p) = prefill_profile {
+        let prompt_tokens: usize = prompts.iter().map(Vec::len).sum();
+        eprintln!("\nprefill (and each row's first token), per prompt token:");
+        eprintln!("{}", p.table(prompt_tokens.max(1) as u64, "prompt token"));
+        eprintln!("decode steps after it, per new token:");
+    }
+    let decoded = new_tokens.saturating_sub(if args.profile.profile { prompts.len() } else { 0 });
+    args.profile.report(&g, decoded.max(1) as u64, "token")?;
+    if args.json {
+        let mut r = report(&prompts, &gen, tok.as_ref(), &stops)?;
+        r["timings"]["device_memory_peak_bytes"] = ctx.device_memory().peak.into();
+        if args.repeat > 1 {
+            let all = earlier.iter().chain(std::iter::once(&gen.timings));
+            r["runs"] = all.map(timings_json).collect::<Vec<_>>().into();
+        }
+        r["dtype"] = format!("{:?}", model.weight_dtype()).to_lowercase().into();
+        r["kv_cache"] = kv_report::kv_cache_report(&g, &model, &prompts, &gen)?;
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else if stream {
+        println!();
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One generation of `prompts`, printing through `printer`; with `--profile`, also the table
+/// of the prefill's kernels (up to every row's first token), so that the decode table shows
+/// the decode steps alone.
+fn generate_once(
+    g: &Graph<'_>,
+    model: &vkformers_models::model::Model,
+    (prompts, opts): (&[Vec<u32>], &GenerateOptions),
+    args: &Args,
+    printer: &mut Printer<'_>,
+) -> anyhow::Result<(Generation, Option<vkformers_tensor::Profile>)> {
     let mut first_token = vec![false; prompts.len()];
     let mut prefill_profile = None;
     let mut on_token = |row: usize, ids: &[u32]| {
@@ -306,31 +359,10 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
     };
     let gen = match args.max_batch {
         Some(0) => bail!("--max-batch must be at least 1"),
-        Some(n) => vkformers_generate::continuous::generate_continuous(&g, &model, &prompts, &opts, n, &mut on_token)?,
-        None => generate(&g, &model, &prompts, &opts, &mut on_token)?,
+        Some(n) => vkformers_generate::continuous::generate_continuous(g, model, prompts, opts, n, &mut on_token)?,
+        None => generate(g, model, prompts, opts, &mut on_token)?,
     };
-    if let Some(e) = printer.error.take() {
-        return Err(e);
-    }
-    let new_tokens: usize = gen.rows.iter().map(Vec::len).sum();
-    if let Some(p) = prefill_profile.transpose()?.flatten() {
-        let prompt_tokens: usize = prompts.iter().map(Vec::len).sum();
-        eprintln!("\nprefill (and each row's first token), per prompt token:");
-        eprintln!("{}", p.table(prompt_tokens.max(1) as u64, "prompt token"));
-        eprintln!("decode steps after it, per new token:");
-    }
-    let decoded = new_tokens.saturating_sub(if args.profile.profile { prompts.len() } else { 0 });
-    args.profile.report(&g, decoded.max(1) as u64, "token")?;
-    if args.json {
-        let mut r = report(&prompts, &gen, tok.as_ref(), &stops)?;
-        r["timings"]["device_memory_peak_bytes"] = ctx.device_memory().peak.into();
-        r["dtype"] = format!("{:?}", model.weight_dtype()).to_lowercase().into();
-        r["kv_cache"] = kv_report::kv_cache_report(&g, &model, &prompts, &gen)?;
-        println!("{}", serde_json::to_string_pretty(&r)?);
-    } else if printer.stream {
-        println!();
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok((gen, prefill_profile.transpose()?.flatten()))
 }
 
 /// Streams or prints rows as tokens arrive, and spots stop strings.
@@ -381,6 +413,18 @@ impl Printer<'_> {
 }
 
 /// The `--json` report.
+/// A run's prefill and decode tokens, seconds and rates.
+fn timings_json(t: &Timings) -> serde_json::Value {
+    json!({
+        "prefill_tokens": t.prefill_tokens,
+        "prefill_seconds": t.prefill_secs,
+        "prefill_tokens_per_second": t.prefill_tokens_per_sec(),
+        "decode_tokens": t.decode_tokens,
+        "decode_seconds": t.decode_secs,
+        "decode_tokens_per_second": t.decode_tokens_per_sec(),
+    })
+}
+
 fn report(
     prompts: &[Vec<u32>],
     gen: &Generation,
@@ -397,17 +441,9 @@ fn report(
             "finish_reason": gen.finish[i].name(),
         }));
     }
-    let t = &gen.timings;
     Ok(json!({
         "rows": rows,
-        "timings": {
-            "prefill_tokens": t.prefill_tokens,
-            "prefill_seconds": t.prefill_secs,
-            "prefill_tokens_per_second": t.prefill_tokens_per_sec(),
-            "decode_tokens": t.decode_tokens,
-            "decode_seconds": t.decode_secs,
-            "decode_tokens_per_second": t.decode_tokens_per_sec(),
-        },
+        "timings": timings_json(&gen.timings),
         "per_row": gen.per_row.iter().map(|r| json!({
             "prefill_tokens": r.prefill_tokens,
             "prefill_tokens_per_second": r.prefill_tokens_per_sec(),

@@ -197,3 +197,31 @@ fn bad_input_gets_a_clear_error() {
     let ids = vkformers(&["generate", "--model", m, "--prompt-ids", "1,x"], None);
     assert!(String::from_utf8_lossy(&ids.stderr).contains("`x` is not a token id"));
 }
+
+#[test]
+fn repeat_runs_the_same_generation_and_reports_each_run() {
+    let args = ["--prompt-ids", "1,44,73,84,5", "--max-new-tokens", "6"];
+    let once = generate_json(&args);
+    let mut thrice_args = args.to_vec();
+    thrice_args.extend_from_slice(&["--repeat", "3"]);
+    let thrice = generate_json(&thrice_args);
+    // Each run starts from an empty cache: the last run's tokens are the single run's.
+    assert_eq!(tokens(&thrice["rows"][0]), tokens(&once["rows"][0]));
+    assert_eq!(thrice["rows"].as_array().unwrap().len(), 1, "rows are reported once");
+    let runs = thrice["runs"].as_array().expect("runs with --repeat");
+    assert_eq!(runs.len(), 3);
+    for r in runs {
+        assert_eq!(r["prefill_tokens"], 5);
+        assert_eq!(r["decode_tokens"], once["timings"]["decode_tokens"]);
+        assert!(r["prefill_seconds"].as_f64().unwrap() > 0.0);
+    }
+    assert_eq!(runs[2]["prefill_seconds"], thrice["timings"]["prefill_seconds"], "timings are the last run's");
+    assert!(once.get("runs").is_none(), "one run reports no runs list");
+    let m = model();
+    let out = vkformers(
+        &["generate", "--model", m.to_str().unwrap(), "--prompt-ids", "1,2", "--repeat", "2", "--profile"],
+        None,
+    );
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--profile times one run"));
+}

@@ -4,7 +4,10 @@
 //! few rows reads f32 activations). Attention hands 16-bit tensors to its neighbours (o to
 //! o_proj, dq / dk to RoPE's backward, dv to v's product): no widening cast is left in a step,
 //! and the trained weights are bit for bit those of `VKFORMERS_ATTN_CASTS=1` (the casts as
-//! before: 4 widenings a layer).
+//! before: 4 widenings a layer). The norms, RoPE, the GLU and the loss hand the products 16-bit
+//! outputs and gradients where nothing reads the f32 ones (no cast of dlogits, no row copies
+//! and casts in the chunked loss), and the residual add after the MLP runs in the next norm's
+//! kernel: bit for bit the weights of `VKFORMERS_WIDE_OUTPUTS=1`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -16,20 +19,32 @@ fn repo() -> PathBuf {
 /// Runs two steps of `vkformers train --profile` in `dtype` with the extra environment `env`;
 /// returns the profile's `cast/` rows (kernel, calls a step) and the saved weights' bytes.
 fn train(dtype: &str, env: &[(&str, &str)], out: &Path) -> (Vec<(String, f64)>, Vec<u8>) {
+    train_rows(dtype, env, out, &["cast/"])
+}
+
+/// [`train`] returning the profile rows whose kernel starts with one of `prefixes`.
+fn train_rows(dtype: &str, env: &[(&str, &str)], out: &Path, prefixes: &[&str]) -> (Vec<(String, f64)>, Vec<u8>) {
+    train_with(&[&format!("--{dtype}")], env, out, prefixes)
+}
+
+/// [`train_rows`] with the extra arguments `args` (the precision flag among them).
+fn train_with(args: &[&str], env: &[(&str, &str)], out: &Path, prefixes: &[&str]) -> (Vec<(String, f64)>, Vec<u8>) {
+    let dtype = args.join(" ");
     let (model, data) = (repo().join("tests/fixtures/llama"), repo().join("tests/fixtures_train/rows.jsonl"));
     let o = Command::new(env!("CARGO_BIN_EXE_vkformers"))
         .args(["train", "--model", &model.display().to_string(), "--data", &data.display().to_string()])
         .args(["--out", &out.display().to_string(), "--max-steps", "2", "--batch-size", "2", "--no-shuffle"])
-        .args(["--schedule", "constant", "--lr", "1e-3", "--max-grad-norm", "0", &format!("--{dtype}"), "--profile"])
+        .args(["--schedule", "constant", "--lr", "1e-3", "--max-grad-norm", "0", "--profile"])
+        .args(args)
         .env("VKFORMERS_GEMV_MAX_ROWS", "0")
         .envs(env.iter().copied())
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "vkformers train --{dtype}: {text}");
+    assert!(o.status.success(), "vkformers train {dtype}: {text}");
     let mut casts: Vec<(String, f64)> = text
         .lines()
-        .filter(|l| l.starts_with("cast/"))
+        .filter(|l| prefixes.iter().any(|p| l.starts_with(p)))
         .map(|l| {
             let mut cols = l.split_whitespace();
             let name = cols.next().unwrap().to_string();
@@ -48,11 +63,57 @@ fn a_mixed_precision_step_widens_nothing_around_attention() {
         let (casts_before, weights_before) = train(dtype, &[("VKFORMERS_ATTN_CASTS", "1")], before.path());
         assert!(weights == weights_before, "--{dtype}: trained weights differ from VKFORMERS_ATTN_CASTS=1's");
         // To 16 bits, a step on average (the first casts the weights): per layer v for
-        // attention, and the 16-bit copies of the products' incoming gradients (dO among them).
+        // attention and dO after o_proj's dA product (the loss writes dlogits in 16 bits).
         let to = format!("cast/cast4:to_{short}");
-        assert_eq!(casts, vec![(to.clone(), 12.5)], "--{dtype}: the cast dispatches of a step");
-        // Before: o widened after attention, dq, dk and dv after its backward, in each layer.
+        assert_eq!(casts, vec![(to.clone(), 11.5)], "--{dtype}: the cast dispatches of a step");
+        // Before: o widened after attention, dq, dk and dv after its backward, in each layer;
+        // and the f32 dlogits narrowed for the LM head's backward.
         let from = format!("cast/cast4:from_{short}");
         assert_eq!(casts_before, vec![(from, 8.0), (to, 12.5)], "--{dtype}: the casts with VKFORMERS_ATTN_CASTS=1");
     }
+}
+
+#[test]
+fn a_mixed_precision_step_writes_no_f32_tensor_only_products_read() {
+    let rows = ["broadcast/binary", "cast/", "elementwise/copy"];
+    for (dtype, short) in [("bf16", "bf16"), ("fp16", "f16")] {
+        // The whole logits (one chunk), and the loss in chunks of 8 of the 16 tokens.
+        for chunk in ["0", "8"] {
+            let (now, wide) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+            let env = [("VKFORMERS_LOSS_CHUNK_ROWS", chunk)];
+            let (kernels, weights) = train_rows(dtype, &env, now.path(), &rows);
+            let env_wide = [env[0], ("VKFORMERS_WIDE_OUTPUTS", "1")];
+            let (kernels_wide, weights_wide) = train_rows(dtype, &env_wide, wide.path(), &rows);
+            let what = format!("--{dtype}, VKFORMERS_LOSS_CHUNK_ROWS={chunk}");
+            assert!(weights == weights_wide, "{what}: trained weights differ from VKFORMERS_WIDE_OUTPUTS=1's");
+            let to = format!("cast/cast4:to_{short}");
+            // Per step: v and dO in each layer (and the weights once). dX of each chunk is
+            // copied into its rows of the head's input gradient.
+            let expect = match chunk {
+                "0" => vec![(to.clone(), 11.5)],
+                _ => vec![(to.clone(), 11.5), ("elementwise/copy".to_string(), 2.0)],
+            };
+            assert_eq!(kernels, expect, "{what}: the casts and copies of a step");
+            // Before: the residual add after each layer's MLP a dispatch of its own (now in the
+            // next norm's kernel), dlogits narrowed for the head's backward (in each chunk), and
+            // each chunk's rows copied out of the final norm's f32 output and cast, in forward
+            // and backward.
+            let add = ("broadcast/binary:add".to_string(), 2.0);
+            let before = match chunk {
+                "0" => vec![add, (to, 12.5)],
+                _ => vec![add, (to, 17.5), ("elementwise/copy".to_string(), 6.0)],
+            };
+            assert_eq!(kernels_wide, before, "{what}: the casts and copies with VKFORMERS_WIDE_OUTPUTS=1");
+        }
+    }
+}
+
+#[test]
+fn a_checkpointed_mixed_precision_step_trains_the_same_weights() {
+    // Checkpointed layers run their forward on the f32 outputs (nodes dropped) and their
+    // recompute on the 16-bit ones: the weights are those of the plain step, bit for bit.
+    let (ckpt, plain) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (_, weights) = train_with(&["--bf16", "--gradient-checkpointing"], &[], ckpt.path(), &[]);
+    let (_, weights_plain) = train_with(&["--bf16"], &[], plain.path(), &[]);
+    assert!(weights == weights_plain, "--gradient-checkpointing: trained weights differ from the plain step's");
 }

@@ -75,7 +75,9 @@ fn one_decode_step_has_few_commands() {
     let model_dir = fixtures_root().join("llama");
     on_every_device("decode dispatches", |ctx| {
         let g = Graph::new(ctx);
-        let model = Model::load(&g, &model_dir).unwrap();
+        let mut model = Model::load(&g, &model_dir).unwrap();
+        // The rope + store dispatch (`VKFORMERS_ROPE_IN_ATTN=0`): see `rope_in_attention` below.
+        set_rope_in_attention(&mut model, false);
         // The norm kernels' path first: its count, and no norm fused into a product.
         std::env::set_var("VKFORMERS_NORM_GEMV", "0");
         let (commands, calls) = one_step(&g, &model);
@@ -199,6 +201,7 @@ fn a_batched_decode_step_ropes_the_packed_product_in_place() {
         g.set_autocast(Some(vkformers_tensor::DType::BF16));
         let rows = 20;
         let layers = model.spec.layers.len() as u64;
+        set_rope_in_attention(&mut model, false);
         let in_place = batched_step_profile(&g, &model, rows);
         let mut packs = model.weights.packs().clone();
         packs.set_rope_in_place(false);
@@ -221,6 +224,66 @@ fn a_batched_decode_step_ropes_the_packed_product_in_place() {
             "one command a layer fewer: {:?}",
             extra_calls(&split, &in_place)
         );
+        Ok(())
+    });
+}
+
+// --- The rope + KV store inside the decode attention (`VKFORMERS_ROPE_IN_ATTN`). ---
+
+/// Sets `Packs::set_rope_in_attention` on `model`'s weights.
+fn set_rope_in_attention(model: &mut Model, on: bool) {
+    let mut packs = model.weights.packs().clone();
+    packs.set_rope_in_attention(on);
+    model.weights.set_packs(packs);
+}
+
+/// Commands of one steady decode step at batch 1 (`profile_of` 4 tokens minus 3) and its kernel
+/// calls.
+fn batch1_step(g: &Graph<'_>, model: &Model) -> (u64, HashMap<&'static str, u64>) {
+    let prompt: Vec<u32> = vec![5, 17, 3, 44, 9];
+    let (short, long) = (profile_of(g, model, &prompt, 3), profile_of(g, model, &prompt, 4));
+    (long.dispatches - short.dispatches, extra_calls(&long, &short))
+}
+
+/// Calls of the kernels whose names start with `prefix` among `calls`.
+fn named(calls: &HashMap<&'static str, u64>, prefix: &str) -> u64 {
+    calls.iter().filter(|(n, _)| n.starts_with(prefix)).map(|(_, c)| c).sum()
+}
+
+/// With the rope + KV store inside the decode attention (the default), a decode step of the
+/// 2-layer `llama` fixture at batch 1 has one command a layer fewer than with the rope + store
+/// dispatch (`Packs::set_rope_in_attention(false)`, the path of `VKFORMERS_ROPE_IN_ATTN=0`):
+/// no `decode_rope_store` runs, the attention runs once a layer either way (its `_rope`
+/// variant). Likewise a 20-row bf16 step on the packed q/k/v product (read in place).
+#[test]
+fn rope_in_attention_saves_one_command_a_layer() {
+    let model_dir = fixtures_root().join("llama");
+    on_every_device("decode rope in attention", |ctx| {
+        let g = Graph::new(ctx);
+        let mut model = Model::load(&g, &model_dir).unwrap();
+        let layers = model.spec.layers.len() as u64;
+        let (on, on_calls) = batch1_step(&g, &model);
+        set_rope_in_attention(&mut model, false);
+        let (off, off_calls) = batch1_step(&g, &model);
+        println!(
+            "{}: one decode step at batch 1: {on} commands with the rope in the attention, {off} without",
+            ctx.caps().name
+        );
+        let rope_store = "attention/decode_rope_store";
+        assert_eq!(named(&on_calls, rope_store), 0, "{on_calls:?}");
+        assert_eq!(named(&off_calls, rope_store), layers, "{off_calls:?}");
+        assert_eq!(named(&on_calls, "attention/decode:"), layers, "{on_calls:?}");
+        assert_eq!(named(&on_calls, "attention/decode:d64_rope"), layers, "the _rope variant: {on_calls:?}");
+        assert_eq!(on + layers, off, "one command a layer fewer: on {on_calls:?}, off {off_calls:?}");
+
+        let mut model = Model::load_for_inference(&g, &model_dir, vkformers_tensor::DType::BF16).unwrap();
+        g.set_autocast(Some(vkformers_tensor::DType::BF16));
+        let fused = batched_step_profile(&g, &model, 20);
+        set_rope_in_attention(&mut model, false);
+        let apart = batched_step_profile(&g, &model, 20);
+        assert_eq!(calls_of(&fused, rope_store), 0, "{:?}", fused.kernels.keys());
+        assert_eq!(calls_of(&fused, "elementwise/split_cols"), 0, "the packed product split");
+        assert_eq!(fused.dispatches + layers, apart.dispatches, "{:?}", extra_calls(&apart, &fused));
         Ok(())
     });
 }

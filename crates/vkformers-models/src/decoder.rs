@@ -14,6 +14,7 @@ use crate::error::{ModelError, Result};
 use crate::spec::{layer_name, LayerSpec, MlpSpec, ModelSpec, Norm, PositionIds, Residual};
 
 mod grouped;
+mod half_norm;
 mod left_aligned;
 mod longcat;
 mod mla;
@@ -697,15 +698,24 @@ fn layer_with_carry(
     }
     let (x, h) = match (carry, &layer.attn_norm, layer.residual) {
         (Some(m), Some(Norm::Rms { eps, unit_offset }), Residual::Sequential | Residual::Parallel { .. }) => {
-            let gain = w.opt(&format!("{}.weight", layer_name(&names.attn_norm, i)));
-            let (x, h) = norm::add_rms_norm(g, (x, &m), gain, *eps, *unit_offset)?;
+            // Training under autocast: y in 16 bits only, for the q/k/v products.
+            let (x, h) = match half_norm::attn_input_after_add(g, spec, w, (layer, i), (x, &m))? {
+                Some(xh) => xh,
+                None => {
+                    let gain = w.opt(&format!("{}.weight", layer_name(&names.attn_norm, i)));
+                    norm::add_rms_norm(g, (x, &m), gain, *eps, *unit_offset)?
+                }
+            };
             (x, Some(h))
         }
         (Some(m), ..) => (broadcast::add(g, x, &m)?, None),
         (None, ..) => (x.clone(), None),
     };
-    // Inference only: a training graph keeps its ops as they were.
-    let defer = layer.residual == Residual::Sequential && layer.residual_scale == 1.0 && !g.grad_enabled();
+    // Inference, and training where the layer's norms write 16-bit outputs only (else a
+    // training graph keeps its ops as they were).
+    let defer = layer.residual == Residual::Sequential
+        && layer.residual_scale == 1.0
+        && (!g.grad_enabled() || half_norm::defers_residual(g, spec, w, (layer, i), x.rows()));
     if !defer {
         return Ok((decoder_layer_normed(g, spec, w, layer, i, (&x, h), inp, bt)?, None));
     }
@@ -736,7 +746,10 @@ fn layer_from_attention(
     let (x, m) = match normed_gemv::add_norm_mlp(g, spec, w, (layer, i), (x, &a), inp)? {
         Some(xm) => xm,
         None => {
-            let (x, h) = add_then_norm(g, layer, (x, &a), w, &names.mlp_norm, i)?;
+            let (x, h) = match half_norm::mlp_input(g, spec, w, (layer, i), (x, &a))? {
+                Some(xh) => xh,
+                None => add_then_norm(g, layer, (x, &a), w, &names.mlp_norm, i)?,
+            };
             (x, layer_mlp(g, spec, w, (&layer.mlp, i), &h, inp)?)
         }
     };
@@ -774,13 +787,20 @@ fn decoder_layer_normed(
     let h = match (normed, layer.residual) {
         (Some(h), _) => h,
         (None, Residual::PostNorm) => x.clone(),
-        (None, _) => maybe_norm(g, &layer.attn_norm, w, &names.attn_norm, i, x)?,
+        // Training under autocast: only 16-bit y written where products alone read it.
+        (None, _) => match half_norm::attn_input(g, spec, w, (layer, i), x)? {
+            Some(h) => h,
+            None => maybe_norm(g, &layer.attn_norm, w, &names.attn_norm, i, x)?,
+        },
     };
     let a = self_attention(g, spec, w, &layer.attn, i, &h, inp, bt)?;
     let a = maybe_norm(g, &layer.post_attn_norm, w, &names.post_attn_norm, i, &a)?;
     match layer.residual {
         Residual::Sequential => {
-            let (x, h) = add_then_norm(g, layer, (x, &a), w, &names.mlp_norm, i)?;
+            let (x, h) = match half_norm::mlp_input(g, spec, w, (layer, i), (x, &a))? {
+                Some(xh) => xh,
+                None => add_then_norm(g, layer, (x, &a), w, &names.mlp_norm, i)?,
+            };
             let m = layer_mlp(g, spec, w, (&layer.mlp, i), &h, inp)?;
             let m = maybe_norm(g, &layer.post_mlp_norm, w, &names.post_mlp_norm, i, &m)?;
             residual_add(g, layer, &x, &m)
@@ -838,7 +858,13 @@ pub(crate) fn gated_down(
     if let Some(y) = if bias { None } else { grouped::glu_down(g, w, (gate, up, kind), &name)? } {
         return Ok(y);
     }
-    project(g, w, down, i, &glu::glu(g, gate, up, kind)?, bias)
+    // Training under autocast: down reads the GLU's 16-bit output (no f32 one written);
+    // not with a LoRA term on down (its dropout reads f32).
+    let y = match w.lora().get(&name) {
+        None => glu::glu_for_product(g, gate, up, kind)?,
+        Some(_) => glu::glu(g, gate, up, kind)?,
+    };
+    project(g, w, down, i, &y, bias)
 }
 
 /// A dense feed-forward block (the decoder's and the encoder's).

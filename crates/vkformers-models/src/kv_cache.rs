@@ -29,6 +29,7 @@ use vkformers_tensor::{Graph, Tensor};
 use crate::error::{ModelError, Result};
 use crate::spec::ModelSpec;
 use blocks::BlockTables;
+pub(crate) use packed_rope::packed_new_rows;
 use paged::{LayerPool, StepTables};
 
 /// Positions per block.

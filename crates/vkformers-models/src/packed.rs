@@ -43,11 +43,19 @@ pub struct Packs {
     /// Whether a decode step's rope + KV store reads q, k, v in place from the packed q/k/v
     /// product's rows (`decoder::packed_rope`) instead of after a split into three tensors.
     pub(crate) rope_in_place: bool,
+    /// Whether a decode step's rope + KV store runs inside the decode attention
+    /// (`decoder::packed_rope::rope_attend`) instead of in a dispatch of its own.
+    pub(crate) rope_in_attention: bool,
 }
 
 impl Default for Packs {
     fn default() -> Self {
-        Packs { by_first: HashMap::new(), on: true, rope_in_place: rope_in_place_enabled() }
+        Packs {
+            by_first: HashMap::new(),
+            on: true,
+            rope_in_place: rope_in_place_enabled(),
+            rope_in_attention: std::env::var("VKFORMERS_ROPE_IN_ATTN").map_or(true, |v| v != "0"),
+        }
     }
 }
 
@@ -83,6 +91,13 @@ impl Packs {
     /// (an A/B on one load: `weights.set_packs` with the changed clone).
     pub fn set_rope_in_place(&mut self, on: bool) {
         self.rope_in_place = on;
+    }
+
+    /// Runs a decode step's rope + KV store inside the decode attention (`on`, the default
+    /// unless `VKFORMERS_ROPE_IN_ATTN=0`), or in a dispatch of its own before it (an A/B on one
+    /// load: `weights.set_packs` with the changed clone).
+    pub fn set_rope_in_attention(&mut self, on: bool) {
+        self.rope_in_attention = on;
     }
 }
 

@@ -91,10 +91,25 @@
 // calls, so the cost is not the kernel's own work (docs/bench/h200-2026-12-04-j/log7).
 // variant: d64_bf16_q32_g4 DMAX=64 NT=128 DT_BF16 QF32 G4
 // variant: d128_bf16_q32_g4 DMAX=128 NT=128 DT_BF16 QF32 G4
+// _rope (ROPE): a decode step (Tq = 1) that rotates its new token and stores it itself, instead
+// of decode_rope_store.comp in a dispatch before (see attention/decode_rope_in.glsl): q, the new
+// k and v come unrotated in f32, so only the f32-activation variants of the 128-key tile.
+// variant: d64_rope DMAX=64 NT=128 ROPE
+// variant: d128_rope DMAX=128 NT=128 ROPE
+// variant: d256_rope DMAX=256 NT=128 ROPE
+// variant: d64_f16_q32_rope DMAX=64 NT=128 DT_F16 QF32 ROPE
+// variant: d128_f16_q32_rope DMAX=128 NT=128 DT_F16 QF32 ROPE
+// variant: d256_f16_q32_rope DMAX=256 NT=128 DT_F16 QF32 ROPE
+// variant: d64_bf16_q32_rope DMAX=64 NT=128 DT_BF16 QF32 ROPE
+// variant: d128_bf16_q32_rope DMAX=128 NT=128 DT_BF16 QF32 ROPE
+// variant: d256_bf16_q32_rope DMAX=256 NT=128 DT_BF16 QF32 ROPE
+// variant: d64_bf16_q32_g4_rope DMAX=64 NT=128 DT_BF16 QF32 G4 ROPE
+// variant: d128_bf16_q32_g4_rope DMAX=128 NT=128 DT_BF16 QF32 G4 ROPE
 #include "attention/attention.glsl"
 
 #define BQ 8
-#if defined(QF32)
+// ROPE reads q as f32 whatever the pools' type (for f32 pools DIn is f32 already).
+#if defined(QF32) || defined(ROPE)
 #define QIn F32In
 #define QBuf F32Buf
 float ldq(QIn b, uint i) { return b.v[i]; }
@@ -127,6 +142,13 @@ layout(push_constant) uniform Push {
     F32Buf lse;   // [B, Hq, Tq]
     F32Buf work;  // splits > 1: acc [B, Hq, Tq, S, D], then (m, l) [B, Hq, Tq, S, 2]
     U32Coh counters;  // splits > 1: [B, grid y] finished splits of each row tile, 0 between calls
+#if defined(ROPE)
+    F32In kn;       // the new keys [B, Hkv, D] f32 unrotated, rows kv_stride apart
+    F32In vn;       // the new values, likewise
+    I32In pos;      // [B] the new token's rotary position
+    I32In slots;    // [B] the new token's pool row (< 0: not stored)
+    F32In inv_freq; // [R/2]
+#endif
     uint tq;
     uint hq;
     uint hkv;
@@ -142,6 +164,14 @@ layout(push_constant) uniform Push {
     uint chunk;
     uint dvh;
     uint vrow;
+#if defined(ROPE)
+    uint rot_dim;
+    uint interleaved;
+    float mscale;
+    uint pool_rows;  // slots at or past it are not stored
+    uint q_stride;   // elements between rows of q (the packed product's width, or Hq D)
+    uint kv_stride;  // ... of kn and vn
+#endif
 } pc;
 #include "attention/decode_score.glsl"
 
@@ -166,6 +196,10 @@ layout(push_constant) uniform Push {
 #define NP (NT / BQ)
 // Pool row of a key that is not in the row's table (never read).
 const uint NO_ROW = 0xffffffffu;
+#if defined(ROPE)
+#include "rope/sincos.glsl"
+#include "attention/decode_rope_in.glsl"
+#endif
 
 layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer U4In { uvec4 v[]; };
 
@@ -232,6 +266,9 @@ void score_key(uint b, uint hk, uint k0, uint kend, uint r0, uint nr, int first_
     uint G = pc.hq / pc.hkv;
     uint j = k0 + tid;
     uint row = pool_row(b, j, kend);
+#if defined(ROPE)
+    row = row != NO_ROW && j == new_key ? NEW_ROW : row;
+#endif
     srow[tid] = row;
     float s[BQ];
     [[unroll]] for (uint rr = 0; rr < BQ; rr++) {
@@ -245,6 +282,11 @@ void score_key(uint b, uint hk, uint k0, uint kend, uint r0, uint nr, int first_
             float kv[KG][CW];
             [[unroll]] for (uint g = 0; g < KG; g++) {
                 if (c0 + g * CW < pc.d) {
+#if defined(ROPE)
+                    if (row == NEW_ROW) {
+                        [[unroll]] for (uint u = 0; u < CW; u++) kv[g][u] = snk[c0 + g * CW + u];
+                    } else
+#endif
                     load8(pc.k, base, c0 + g * CW, pc.d, kv[g]);
                 } else {
                     [[unroll]] for (uint u = 0; u < CW; u++) kv[g][u] = 0.0;
@@ -317,6 +359,11 @@ void accumulate(uint hk, uint nr, uint slot, uint c0, inout float acc[BQ][CW], i
         float vv[VG][CW];
         [[unroll]] for (uint u = 0; u < VG; u++) {
             uint row = srow[slot + KS * (k + u)];
+#if defined(ROPE)
+            if (live && row == NEW_ROW) {
+                [[unroll]] for (uint e = 0; e < CW; e++) vv[u][e] = snv[c0 + e];
+            } else
+#endif
             if (live && row != NO_ROW) {
                 load8(pc.v, (row * pc.hkv + hk) * pc.vrow, c0, pc.dvh, vv[u]);
             } else {
@@ -500,9 +547,17 @@ void main() {
         uint rr = e / DMAX;
         uint dd = e - rr * DMAX;
         uint r = r0 + rr;
+#if defined(ROPE)
+        // Tq = 1: tile row r is query head head_of(r) of token b, rotated as it is read.
+        float x = rr < nr && dd < D ? rope_elem(pc.q, b * pc.q_stride + head_of(r, hk, G) * D, dd, pc.pos.v[b]) : 0.0;
+#else
         float x = rr < nr && dd < D ? ldq(pc.q, ((b * pc.tq + r / G) * pc.hq + head_of(r, hk, G)) * D + dd) : 0.0;
+#endif
         sq4[e / 4][e % 4] = x;
     }
+#if defined(ROPE)
+    new_key = take_new_key(b, hk, r0 == 0u && split == 0u, kbeg, kend);
+#endif
     if (tid < BQ) {
         sm[tid] = MASKED;
     }

@@ -50,8 +50,8 @@ void main() {
         uint r = i / pc.inner;
         uint s = r * pc.stride + (i - r * pc.inner);
 #ifdef IN16
-        float g = ld_twin(pc.gate, s, pc.twin);
-        float u = ld_twin(pc.up, s, pc.twin);
+        float g = ld_twin(pc.gate, s, pc.twin & 3u);
+        float u = ld_twin(pc.up, s, pc.twin & 3u);
 #else
         float g = ld(pc.gate, s);
         float u = ld(pc.up, s);
@@ -59,11 +59,17 @@ void main() {
         float d = ld(pc.dout, i);
         float dg = d * u * ACT_D(g);
         float du = d * ACT_F(g);
+#ifdef OUT16
+        // twin bit 2: the 16-bit gradients only (their products' backward reads nothing else).
+        if ((pc.twin & 4u) == 0u) {
+            st(pc.dgate, s, dg);
+            st(pc.dup, s, du);
+        }
+        st_twin(pc.dgate16, s, dg, pc.twin & 3u);
+        st_twin(pc.dup16, s, du, pc.twin & 3u);
+#else
         st(pc.dgate, s, dg);
         st(pc.dup, s, du);
-#ifdef OUT16
-        st_twin(pc.dgate16, s, dg, pc.twin);
-        st_twin(pc.dup16, s, du, pc.twin);
 #endif
     }
 }

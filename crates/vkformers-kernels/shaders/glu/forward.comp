@@ -19,6 +19,8 @@
 // `_twin` (f32): out is also written to out16 in f16/bf16 (cast/twin.glsl), the copy the down
 // projection reads under autocast; with save != 0 (separate gate and up only) gate and up are
 // written to gate16 and up16 too, the 16-bit inputs the backward keeps instead of f32 ones.
+// save bit 1 skips the f32 store (training when the down projection, reading out16, is out's
+// only reader).
 // variant: swiglu_f16 ACT_F=silu_f DT_F16
 // variant: swiglu_bf16 ACT_F=silu_f DT_BF16
 // variant: geglu_f16 ACT_F=gelu_f DT_F16
@@ -41,13 +43,15 @@ void main() {
         float g = ld(pc.gate, s);
         float u = ld(pc.up, s);
         float v = ACT_F(g) * u;
-        st(pc.out_, i, v);
 #ifdef OUT16
+        if ((pc.save & 2u) == 0u) st(pc.out_, i, v);
         st_twin(pc.out16, i, v, pc.twin);
-        if (pc.save != 0u) {
+        if ((pc.save & 1u) != 0u) {
             st_twin(pc.gate16, i, g, pc.twin);
             st_twin(pc.up16, i, u, pc.twin);
         }
+#else
+        st(pc.out_, i, v);
 #endif
     }
 }

@@ -16,7 +16,7 @@
 // h, y and rstd are those of broadcast/binary:add followed by the plain kernel.
 // `_cpu` variants: one 8-lane workgroup per row (NORM_LOCAL=8).
 // `twin` variants (f32 only, training under autocast): y is also written to y16 in f16/bf16
-// (cast/twin.glsl), the copy the next 16-bit product reads; `add_twin` fuses the residual add
+// (cast/twin.glsl), the copy the next 16-bit product reads (twin | 4: y16 only, y not written); `add_twin` fuses the residual add
 // too (training: the tape still records the add and the norm as two ops).
 // variant: f32
 // variant: f16 DT_F16
@@ -79,9 +79,12 @@ void main() {
             float v = ld(pc.x, base + d);
 #endif
             float out_ = v * r * norm_gain(pc.w, pc.mode, d);
-            st(pc.y, base + d, out_);
 #ifdef OUT16
-            st_twin(pc.y16, base + d, out_, pc.twin);
+            // twin bit 2: y16 only (training, when products are y's only readers).
+            if ((pc.twin & 4u) == 0u) st(pc.y, base + d, out_);
+            st_twin(pc.y16, base + d, out_, pc.twin & 3u);
+#else
+            st(pc.y, base + d, out_);
 #endif
         }
         if (gl_LocalInvocationID.x == 0) {

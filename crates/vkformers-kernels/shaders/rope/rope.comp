@@ -48,17 +48,20 @@ layout(push_constant) uniform Push {
 } pc;
 
 // out[i] = v (and its 16-bit twin).
+// twin bit 2: out16 only (training, when 16-bit attention is out's only reader).
 void put(uint i, float v) {
-    st(pc.out_, i, v);
 #ifdef OUT16
-    st_twin(pc.out16, i, v, pc.twin);
+    if ((pc.twin & 4u) == 0u) st(pc.out_, i, v);
+    st_twin(pc.out16, i, v, pc.twin & 3u);
+#else
+    st(pc.out_, i, v);
 #endif
 }
 
 #include "rope/sincos.glsl"
 
 #ifdef IN16
-#define LDX(i) ld_twin(TwinIn(uint64_t(pc.x)), i, pc.twin)
+#define LDX(i) ld_twin(TwinIn(uint64_t(pc.x)), i, pc.twin & 3u)
 #else
 #define LDX(i) ld(x, i)
 #endif

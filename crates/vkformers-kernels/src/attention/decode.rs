@@ -18,7 +18,7 @@
 //! [`DecodeOutputs::counters`]) merges them in the same dispatch: one long sequence then fills
 //! the GPU, with one dispatch a call.
 
-use vkformers_vk::{read, read_write, write, BufferView, KernelCode, Recorder, Result};
+use vkformers_vk::{read, read_write, write, Arg, BufferView, KernelCode, Recorder, Result};
 
 use super::{check_len, fail};
 use crate::code;
@@ -391,7 +391,6 @@ fn check(
         return Err(fail(kernel, format!("softcap {} is not a finite value >= 0", opt.softcap)));
     }
     let (dt, at) = (opt.dtype.bytes(), opt.act_dtype().bytes());
-    check_len(kernel, "q [B, Tq, Hq, D]", &x.q, s.q_len(), at)?;
     check_len(kernel, "k pool [NB, BS, Hkv, D]", &x.k, s.pool_len(), dt)?;
     check_len(kernel, "v pool [NB, BS, Hkv, v_row]", &x.v, s.v_pool_len(), dt)?;
     check_len(kernel, "table [B, max_blocks]", &x.table, table, 4)?;
@@ -431,10 +430,69 @@ pub fn forward_tiled(
     opt: &DecodeOptions<'_>,
     (splits, tile): (u32, u32),
 ) -> Result<()> {
-    let code = match tile {
-        TILE => main_code(s.d_max(), opt.dtype, opt.act_dtype()),
-        SMALL_TILE if s.d_max() <= 128 => small_code(s.d_max(), opt.dtype, opt.act_dtype()),
-        _ => {
+    forward_with(rec, x, out, s, opt, (splits, tile), None)
+}
+
+/// What a fused caller adds to a call (`super::rope_store::attend`): the kernel (one of
+/// [`rope_code`]'s), its extra pointers after `counters` and scalars after `v_row`, checked by
+/// the caller, q included (the call's `x.q` is then not checked against `[B, Tq, Hq, D]`).
+pub(crate) struct Extra<'a> {
+    pub code: &'static KernelCode,
+    pub args: Vec<Arg<'a>>,
+    pub scalars: Vec<u32>,
+}
+
+/// The `_rope` kernel for head dim `d`, pools of `dt`, q and o f32 (see
+/// `shaders/attention/decode_rope_in.glsl`), picked as [`main_code`] picks its twin, or `None`
+/// where it has none.
+pub(crate) fn rope_code(d: u32, dt: DType, act: DType) -> Option<&'static KernelCode> {
+    let codes = [
+        [&code::ATTENTION_DECODE_D64_ROPE, &code::ATTENTION_DECODE_D128_ROPE, &code::ATTENTION_DECODE_D256_ROPE],
+        [
+            &code::ATTENTION_DECODE_D64_F16_Q32_ROPE,
+            &code::ATTENTION_DECODE_D128_F16_Q32_ROPE,
+            &code::ATTENTION_DECODE_D256_F16_Q32_ROPE,
+        ],
+        [
+            &code::ATTENTION_DECODE_D64_BF16_Q32_ROPE,
+            &code::ATTENTION_DECODE_D128_BF16_Q32_ROPE,
+            &code::ATTENTION_DECODE_D256_BF16_Q32_ROPE,
+        ],
+    ];
+    let row = match (dt, act) {
+        (DType::F32, DType::F32) => 0,
+        (DType::F16, DType::F32) => 1,
+        (DType::BF16, DType::F32) => 2,
+        _ => return None,
+    };
+    if row == 2 && d <= 128 && small_groups() {
+        return Some(
+            [&code::ATTENTION_DECODE_D64_BF16_Q32_G4_ROPE, &code::ATTENTION_DECODE_D128_BF16_Q32_G4_ROPE][class(d)],
+        );
+    }
+    Some(codes[row][class(d)])
+}
+
+/// [`forward_tiled`], or with `extra` the fused kernel it names (128-key tiles only).
+pub(crate) fn forward_with<'a>(
+    rec: &mut Recorder,
+    x: &PagedInputs<'a>,
+    out: &DecodeOutputs<'a>,
+    s: &DecodeShape,
+    opt: &DecodeOptions<'a>,
+    (splits, tile): (u32, u32),
+    extra: Option<Extra<'a>>,
+) -> Result<()> {
+    if let Some(e) = &extra {
+        if tile != TILE {
+            return Err(fail(e.code.name, format!("key tile {tile}: the fused kernels have {TILE}")));
+        }
+    }
+    let code = match (&extra, tile) {
+        (Some(e), _) => Some(e.code),
+        (None, TILE) => main_code(s.d_max(), opt.dtype, opt.act_dtype()),
+        (None, SMALL_TILE) if s.d_max() <= 128 => small_code(s.d_max(), opt.dtype, opt.act_dtype()),
+        (None, _) => {
             return Err(fail(
                 "attention/decode",
                 format!("key tile {tile} for head dim {}: 128, or 64 up to d128", s.d),
@@ -447,6 +505,9 @@ pub fn forward_tiled(
         return Err(fail("attention/decode", why));
     };
     check(main.name, s, x, out, opt)?;
+    if extra.is_none() {
+        check_len(main.name, "q [B, Tq, Hq, D]", &x.q, s.q_len(), opt.act_dtype().bytes())?;
+    }
     if splits == 0 || splits > MAX_SPLITS {
         return Err(fail(main.name, format!("{splits} splits outside 1..={MAX_SPLITS}")));
     }
@@ -485,7 +546,8 @@ pub fn forward_tiled(
         s.dv,
         s.v_row,
     ];
-    let params: Vec<u8> = scalars.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let more = extra.as_ref().map_or(&[][..], |e| &e.scalars[..]);
+    let params: Vec<u8> = scalars.iter().chain(more).flat_map(|w| w.to_le_bytes()).collect();
     // Unused pointers are never dereferenced; q stands in for them. Split calls write and read
     // back `work` and count in `counters`.
     let (w, counters) = match work {
@@ -494,7 +556,10 @@ pub fn forward_tiled(
     };
     let (alibi, sinks) = (read(opt.alibi.unwrap_or(x.q)), read(opt.sinks.unwrap_or(x.q)));
     let (o, lse) = (write(out.o), write(out.lse));
-    let args = [read(x.q), read(x.k), read(x.v), read(x.table), read(x.lens), alibi, sinks, o, lse, w, counters];
+    // A fused call writes the new keys and values into the pools.
+    let (k, v) = if extra.is_some() { (read_write(x.k), read_write(x.v)) } else { (read(x.k), read(x.v)) };
+    let mut args = vec![read(x.q), k, v, read(x.table), read(x.lens), alibi, sinks, o, lse, w, counters];
+    args.extend(extra.map_or(Vec::new(), |e| e.args));
     rec.dispatch(main, &[probe()], &args, &params, [splits, s.hkv * s.row_tiles(), s.batch])
 }
 

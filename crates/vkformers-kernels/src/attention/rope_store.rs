@@ -3,10 +3,15 @@
 //! then [`super::decode::store_from`] do, bit for bit, without the rotated keys' round trip
 //! through memory and the barrier between the two. q, k and v may be rows of one wider tensor
 //! (the packed q/k/v product `[N, (Hq + 2 Hkv) D]`, read in place: no split dispatch first).
+//!
+//! [`attend`] goes one dispatch further for a decode step of one new token a row: the decode
+//! attention itself rotates q and the new key and stores the new key and value
+//! (`shaders/attention/decode_rope_in.glsl`), bit for bit this module's [`rope_store`] then
+//! [`super::decode::forward`].
 
 use vkformers_vk::{read, write, BufferView, Recorder, Result};
 
-use super::decode::Pools;
+use super::decode::{self, DecodeOptions, DecodeOutputs, DecodeShape, Extra, PagedInputs, Pools};
 use super::{check_len, fail};
 use crate::code;
 use crate::dtype::DType;
@@ -109,4 +114,71 @@ pub fn rope_store(
         read(inv_freq),
     ];
     rec.dispatch(code, &[], &args, &params, groups)
+}
+
+/// The new token of a decode step that [`attend`] rotates and stores: k and v `[B, Hkv, D]` f32
+/// unrotated (rows `strides.1` elements apart; `None`: dense, and q dense too), positions
+/// `pos [B]` int32, `inv_freq [R/2]` f32, pool rows `slots [B]` int32 (negative or at/past
+/// `pool_rows`: not stored, and attention reads the pools' key as it is).
+#[derive(Clone, Copy, Debug)]
+pub struct NewToken<'a> {
+    pub k: BufferView<'a>,
+    pub v: BufferView<'a>,
+    /// Elements between rows of q, and of k and v.
+    pub strides: Option<(u32, u32)>,
+    pub pos: BufferView<'a>,
+    pub inv_freq: BufferView<'a>,
+    pub slots: BufferView<'a>,
+    pub layout: RopeLayout,
+    pub rotary_dim: u32,
+    pub mscale: f32,
+    /// Pool rows a slot may name (the cache's table's; at most the pools' rows).
+    pub pool_rows: u32,
+}
+
+/// [`rope_store`] then [`decode::forward`] (128-key tiles) in one dispatch, for a decode step
+/// (`s.tq` = 1, values in a pool of their own): `x.q` is the unrotated q `[B, Hq, D]` f32 (rows
+/// `new.strides.0` apart), the pools get the rotated new keys and the values at their slots, o
+/// and lse are the attention of the rotated q. f32 q and o (`opt.act_dtype()`) only. The caller
+/// guarantees that `slots[b]` is the pool row `x.table` gives key `lens[b] − 1` (the new one).
+pub fn attend<'a>(
+    rec: &mut Recorder,
+    new: &NewToken<'a>,
+    x: &PagedInputs<'a>,
+    out: &DecodeOutputs<'a>,
+    s: &DecodeShape,
+    opt: &DecodeOptions<'a>,
+    splits: u32,
+) -> Result<()> {
+    let Some(code) = decode::rope_code(s.d, opt.dtype, opt.act_dtype()) else {
+        let why = format!("q of {:?} over pools of {:?}: the fused rope takes f32 q", opt.act_dtype(), opt.dtype);
+        return Err(fail("attention/decode_rope", why));
+    };
+    let (d, r) = (u64::from(s.d), u64::from(new.rotary_dim));
+    let pool = u64::from(s.num_blocks) * u64::from(s.block_size);
+    if s.tq != 1 || s.dv != s.d || s.v_row != s.d || r % 2 != 0 || r > d || u64::from(new.pool_rows) > pool {
+        let why = format!("{s:?} with rotary dim {r}, {} pool rows: Tq 1, Dv = D, even R <= D", new.pool_rows);
+        return Err(fail(code.name, why));
+    }
+    let tokens = u64::from(s.batch);
+    let (q_row, kv_row) = (u64::from(s.hq) * d, u64::from(s.hkv) * d);
+    let (q_stride, kv_stride) = new.strides.map_or((q_row, kv_row), |(a, b)| (u64::from(a), u64::from(b)));
+    // Elements from q's (k's, v's) first to its last read: (B - 1) strides and one row.
+    let (q_span, kv_span) = ((tokens - 1) * q_stride + q_row, (tokens - 1) * kv_stride + kv_row);
+    if q_stride < q_row || kv_stride < kv_row || q_span.max(kv_span) >= 1 << 32 {
+        let why = format!("rows strided ({q_stride}, {kv_stride}) under their widths ({q_row}, {kv_row}) or too large");
+        return Err(fail(code.name, why));
+    }
+    check_len(code.name, "q [B, Hq, D]", &x.q, q_span, 4)?;
+    check_len(code.name, "k new [B, Hkv, D]", &new.k, kv_span, 4)?;
+    check_len(code.name, "v new [B, Hkv, D]", &new.v, kv_span, 4)?;
+    check_len(code.name, "pos [B]", &new.pos, tokens, 4)?;
+    check_len(code.name, "slots [B]", &new.slots, tokens, 4)?;
+    check_len(code.name, "inv_freq [R/2]", &new.inv_freq, r / 2, 4)?;
+    let interleaved = u32::from(new.layout == RopeLayout::Interleaved);
+    let scalars =
+        vec![new.rotary_dim, interleaved, new.mscale.to_bits(), new.pool_rows, q_stride as u32, kv_stride as u32];
+    let args = vec![read(new.k), read(new.v), read(new.pos), read(new.slots), read(new.inv_freq)];
+    let extra = Extra { code, args, scalars };
+    decode::forward_with(rec, x, out, s, opt, (splits, decode::TILE), Some(extra))
 }

@@ -97,6 +97,33 @@ pub fn forward_twin(
     rows: usize,
     inner: usize,
 ) -> Result<()> {
+    forward_twins(rec, kind, (gate, up), Some(out), (twin, save), (rows, inner))
+}
+
+/// [`forward_twin`] writing only the 16-bit `twin` (and the saved 16-bit gate and up), not the
+/// f32 `out`: training under autocast when the down projection is the output's only reader
+/// (it reads the twin; the backward recomputes from the saved inputs), so the f32
+/// `[rows, inner]` write (4 bytes an element) is skipped. Same kernel, the f32 store off.
+pub fn forward_twin_only(
+    rec: &mut Recorder,
+    kind: Glu,
+    (gate, up): (BufferView<'_>, Option<BufferView<'_>>),
+    twin: Twin<'_>,
+    save: Option<[Twin<'_>; 2]>,
+    (rows, inner): (usize, usize),
+) -> Result<()> {
+    forward_twins(rec, kind, (gate, up), None, (twin, save), (rows, inner))
+}
+
+/// The `_twin` forward kernel; `out` None turns its f32 store off (push constant `save` bit 1).
+fn forward_twins(
+    rec: &mut Recorder,
+    kind: Glu,
+    (gate, up): (BufferView<'_>, Option<BufferView<'_>>),
+    out: Option<BufferView<'_>>,
+    (twin, save): (Twin<'_>, Option<[Twin<'_>; 2]>),
+    (rows, inner): (usize, usize),
+) -> Result<()> {
     use code::*;
     let k: &'static KernelCode = match kind {
         Glu::SwiGlu => &GLU_FORWARD_SWIGLU_TWIN,
@@ -115,7 +142,9 @@ pub fn forward_twin(
             (gate, skip(gate, inner as u64, DType::F32), 2 * inner)
         }
     };
-    expect_len(k, "out", &out, n.into(), DType::F32)?;
+    if let Some(out) = &out {
+        expect_len(k, "out", out, n.into(), DType::F32)?;
+    }
     let half = twin.code(k.name, n.into())?;
     if let Some(saved) = &save {
         if stride != inner || saved.iter().any(|t| t.dtype != twin.dtype) {
@@ -126,8 +155,11 @@ pub fn forward_twin(
         }
     }
     let [g16, u16] = save.map_or([twin.view; 2], |s| s.map(|t| t.view));
-    let p = params(&[rows as u32, inner as u32, stride as u32, half, u32::from(save.is_some())]);
-    let args = [read(gate), read(up), write(out), write(twin.view), write(g16), write(u16)];
+    // `save`: bit 0 writes the 16-bit gate and up, bit 1 skips the f32 out (given the twin's
+    // address then, never written).
+    let flags = u32::from(save.is_some()) | (u32::from(out.is_none()) << 1);
+    let p = params(&[rows as u32, inner as u32, stride as u32, half, flags]);
+    let args = [read(gate), read(up), write(out.unwrap_or(twin.view)), write(twin.view), write(g16), write(u16)];
     rec.dispatch(k, &[], &args, &p, groups_for(n.into()))
 }
 
@@ -150,7 +182,30 @@ pub fn backward_saved16(
     let n = u64::from(count(k, &[rows, inner])?);
     let half = one_twin_code(k, &[twins[0], twins[1], saved[0], saved[1]], n, "16-bit gate, up and twins")?;
     let [g16, u16] = saved.map(|t| t.view);
-    launch_twin_backward(rec, k, (g16, u16, dout), (dgate, dup), twins, (rows, inner, half))
+    launch_twin_backward(rec, k, (g16, u16, dout), Some((dgate, dup)), twins, (rows, inner, half))
+}
+
+/// [`backward_saved16`] writing dgate and dup only in 16 bits (`twins`), not in f32: training
+/// under autocast when the gate and up products, whose backward reads nothing but the 16-bit
+/// gradients, are their only consumers. The same kernel with the f32 stores off (push
+/// constant `twin` bit 2).
+pub fn backward_saved16_twin_only(
+    rec: &mut Recorder,
+    kind: Glu,
+    (saved, dout): ([Twin<'_>; 2], BufferView<'_>),
+    twins: [Twin<'_>; 2],
+    (rows, inner): (usize, usize),
+) -> Result<()> {
+    use code::*;
+    let k: &'static KernelCode = match kind {
+        Glu::SwiGlu => &GLU_BACKWARD_SWIGLU_SAVED16,
+        Glu::GeGlu => &GLU_BACKWARD_GEGLU_SAVED16,
+        Glu::GeGluTanh => &GLU_BACKWARD_GEGLU_TANH_SAVED16,
+    };
+    let n = u64::from(count(k, &[rows, inner])?);
+    let half = one_twin_code(k, &[twins[0], twins[1], saved[0], saved[1]], n, "16-bit gate, up and twins")?;
+    let [g16, u16] = saved.map(|t| t.view);
+    launch_twin_backward(rec, k, (g16, u16, dout), None, twins, (rows, inner, half | 4))
 }
 
 /// The 16-bit type code shared by every twin in `ts` (each of `n` values), or an error naming
@@ -171,13 +226,18 @@ fn launch_twin_backward(
     rec: &mut Recorder,
     k: &'static KernelCode,
     (gate, up, dout): (BufferView<'_>, BufferView<'_>, BufferView<'_>),
-    (dgate, dup): (BufferView<'_>, BufferView<'_>),
+    wide: Option<(BufferView<'_>, BufferView<'_>)>,
     twins: [Twin<'_>; 2],
     (rows, inner, half): (usize, usize, u32),
 ) -> Result<()> {
     let n = u64::from(count(k, &[rows, inner])?);
-    for (what, v) in [("dout", &dout), ("dgate", &dgate), ("dup", &dup)] {
-        expect_len(k, what, v, n, DType::F32)?;
+    expect_len(k, "dout", &dout, n, DType::F32)?;
+    // No f32 dgate and dup (`half` bit 2): the twins' views stand in, never written.
+    let (dgate, dup) = wide.unwrap_or((twins[0].view, twins[1].view));
+    if wide.is_some() {
+        for (what, v) in [("dgate", &dgate), ("dup", &dup)] {
+            expect_len(k, what, v, n, DType::F32)?;
+        }
     }
     let p = params(&[rows as u32, inner as u32, inner as u32, half]);
     let args = [read(gate), read(up), read(dout), write(dgate), write(dup), write(twins[0].view), write(twins[1].view)];
@@ -291,7 +351,7 @@ pub fn backward_twin(
         expect_len(k, what, v, n, DType::F32)?;
     }
     let half = one_twin_code(k, &twins, n, "the twins of dgate and dup")?;
-    launch_twin_backward(rec, k, (gate, up, dout), (dgate, dup), twins, (rows, inner, half))
+    launch_twin_backward(rec, k, (gate, up, dout), Some((dgate, dup)), twins, (rows, inner, half))
 }
 
 /// Backward of [`forward_fused`]: writes the fused gradient `dgate_up` [rows, 2 inner]

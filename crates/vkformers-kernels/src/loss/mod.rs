@@ -142,6 +142,29 @@ pub fn backward(
     rec.dispatch(k, &[], &args, &params(&[ce.rows, ce.vocab]), groups)
 }
 
+/// [`backward`] of f32 logits writing dlogits only in 16 bits (`twin`, f16 or bf16, rounded as
+/// `dtype::cast` rounds the f32 value): under autocast, the gradient the head product's
+/// backward reads in its 16-bit type, with no f32 dlogits written and no cast after.
+pub fn backward_twin_only(
+    rec: &mut Recorder,
+    ce: &CrossEntropy<'_>,
+    (lse, count, g): (BufferView<'_>, BufferView<'_>, BufferView<'_>),
+    twin: crate::dtype::Twin<'_>,
+) -> Result<()> {
+    let k = &code::LOSS_CROSS_ENTROPY_BWD_TWIN_F32;
+    if ce.dtype != DType::F32 {
+        return Err(err(k, format!("16-bit dlogits of {:?} logits", ce.dtype)));
+    }
+    ce.validate(k)?;
+    expect_len(k, "lse", &lse, ce.rows.into())?;
+    expect_len(k, "count", &count, 1)?;
+    expect_len(k, "g", &g, 1)?;
+    let half = twin.code(k.name, ce.elems())?;
+    let args = [read(ce.logits), read(ce.labels), read(lse), read(count), read(g), write(twin.view)];
+    let groups = [ce.vocab.div_ceil(LOCAL).min(MAX_GROUPS), ce.rows.min(MAX_GROUPS), 1];
+    rec.dispatch(k, &[], &args, &params(&[ce.rows, ce.vocab, half]), groups)
+}
+
 /// `out[0] = sum(loss_rows) / count[0]` (0 when `count[0] == 0`), a deterministic tree
 /// reduction in one workgroup. `loss_rows [rows]`, `count [1]`, `out [1]`.
 pub fn mean_loss(

@@ -203,6 +203,45 @@ pub fn add_rms_norm_forward_twin(
     rec.dispatch(k, &[], &args, &params, row_groups(p.rows))
 }
 
+/// [`add_rms_norm_forward_twin`] writing y only in 16 bits (`twin`), not in f32: training
+/// under autocast when products are y's only readers (they read the twin; the backward works
+/// from h and rstd). The same kernel with the f32 store off (push constant `twin` bit 2).
+pub fn add_rms_norm_forward_twin_only(
+    rec: &mut Recorder,
+    p: &RmsNorm,
+    (x, r): (BufferView<'_>, BufferView<'_>),
+    w: Option<BufferView<'_>>,
+    h: BufferView<'_>,
+    twin: Twin<'_>,
+    rstd: BufferView<'_>,
+) -> Result<()> {
+    let kernels = (&code::NORM_RMS_FORWARD_ADD_TWIN_F32_CPU, &code::NORM_RMS_FORWARD_ADD_TWIN_F32);
+    // x stands for the absent y in the length checks (both f32 [rows, dim]).
+    let (k, half) = twin_forward_checks(rec, kernels, p, (&x, &x, &rstd), w.as_ref(), &twin)?;
+    let n = u64::from(p.rows) * u64::from(p.dim);
+    check_len(kname(k), "r", &r, n)?;
+    check_len(kname(k), "h", &h, n)?;
+    let params = words(&[p.rows, p.dim, p.eps.to_bits(), gain_mode(w.is_some(), p.unit_offset), half | 4]);
+    let args = [read(x), read(r), write(h), read(w.unwrap_or(x)), write(twin.view), write(rstd), write(twin.view)];
+    rec.dispatch(k, &[], &args, &params, row_groups(p.rows))
+}
+
+/// [`rms_norm_forward_twin`] writing y only in 16 bits (`twin`), not in f32 (see
+/// [`add_rms_norm_forward_twin_only`]).
+pub fn rms_norm_forward_twin_only(
+    rec: &mut Recorder,
+    p: &RmsNorm,
+    (x, w): (BufferView<'_>, Option<BufferView<'_>>),
+    twin: Twin<'_>,
+    rstd: BufferView<'_>,
+) -> Result<()> {
+    let kernels = (&code::NORM_RMS_FORWARD_TWIN_F32_CPU, &code::NORM_RMS_FORWARD_TWIN_F32);
+    let (k, half) = twin_forward_checks(rec, kernels, p, (&x, &x, &rstd), w.as_ref(), &twin)?;
+    let params = words(&[p.rows, p.dim, p.eps.to_bits(), gain_mode(w.is_some(), p.unit_offset), half | 4]);
+    let args = [read(x), read(w.unwrap_or(x)), write(twin.view), write(rstd), write(twin.view)];
+    rec.dispatch(k, &[], &args, &params, row_groups(p.rows))
+}
+
 /// RMSNorm forward: `y = x * rstd * g` with `rstd = 1 / sqrt(mean(x^2) + eps)` per row and
 /// `g = 1` (no weight), `w`, or `1 + w` (`unit_offset`). Writes `y [rows, dim]` and the
 /// per-row `rstd [rows]` that [`rms_norm_backward`] needs.

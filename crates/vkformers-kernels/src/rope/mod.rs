@@ -137,6 +137,18 @@ pub fn rope_forward_twin(
     dispatch_twin(rec, p, (x, pos, inv_freq), (out, twin), 1.0)
 }
 
+/// [`rope_forward_twin`] writing only the 16-bit `twin`, not the f32 out: training under
+/// autocast when 16-bit attention is the output's only reader (the backward needs no saved
+/// output). The same kernel with the f32 store off (push constant `twin` bit 2).
+pub fn rope_forward_twin_only(
+    rec: &mut Recorder,
+    p: &Rope,
+    (x, pos, inv_freq): (BufferView<'_>, BufferView<'_>, BufferView<'_>),
+    twin: Twin<'_>,
+) -> Result<()> {
+    dispatch_twin_of(rec, p, (x, pos, inv_freq), (None, twin), (1.0, false))
+}
+
 /// [`rope_backward`] of f32 tensors that also writes `dx` in 16 bits into `twin` (rounded as
 /// `dtype::cast` rounds it): the copy the q / k projection's backward products read.
 pub fn rope_backward_twin(
@@ -159,7 +171,19 @@ pub fn rope_backward_twin_in16(
     dx: BufferView<'_>,
     twin: Twin<'_>,
 ) -> Result<()> {
-    dispatch_twin_of(rec, p, (dy, pos, inv_freq), (dx, twin), (-1.0, true))
+    dispatch_twin_of(rec, p, (dy, pos, inv_freq), (Some(dx), twin), (-1.0, true))
+}
+
+/// [`rope_backward_twin_in16`] writing dx only in 16 bits (`twin`), not in f32: training under
+/// autocast when the q / k product, whose backward reads nothing but the 16-bit gradient,
+/// produced the rotated input. The same kernel with the f32 store off (`twin` bit 2).
+pub fn rope_backward_in16_twin_only(
+    rec: &mut Recorder,
+    p: &Rope,
+    (dy, pos, inv_freq): (BufferView<'_>, BufferView<'_>, BufferView<'_>),
+    twin: Twin<'_>,
+) -> Result<()> {
+    dispatch_twin_of(rec, p, (dy, pos, inv_freq), (None, twin), (-1.0, true))
 }
 
 /// One out-of-place `rope/rope:twin_f32` dispatch (`sign` 1: forward, -1: backward).
@@ -170,15 +194,16 @@ fn dispatch_twin(
     outs: (BufferView<'_>, Twin<'_>),
     sign: f32,
 ) -> Result<()> {
-    dispatch_twin_of(rec, p, xs, outs, (sign, false))
+    dispatch_twin_of(rec, p, xs, (Some(outs.0), outs.1), (sign, false))
 }
 
-/// [`dispatch_twin`], or with `in16` `rope/rope:twin_in16`: x in the twin's 16-bit type.
+/// [`dispatch_twin`], or with `in16` `rope/rope:twin_in16`: x in the twin's 16-bit type; with
+/// no f32 `out`, the twin alone is written.
 fn dispatch_twin_of(
     rec: &mut Recorder,
     p: &Rope,
     (x, pos, inv_freq): (BufferView<'_>, BufferView<'_>, BufferView<'_>),
-    (out, twin): (BufferView<'_>, Twin<'_>),
+    (out, twin): (Option<BufferView<'_>>, Twin<'_>),
     (sign, in16): (f32, bool),
 ) -> Result<()> {
     let k = if in16 { &code::ROPE_ROPE_TWIN_IN16 } else { &code::ROPE_ROPE_TWIN_F32 };
@@ -188,8 +213,10 @@ fn dispatch_twin_of(
     // x is checked in its own storage type (the twin's with `in16`).
     let x_type = Rope { dtype: if in16 { twin.dtype } else { p.dtype }, ..*p };
     let n = check(&x_type, &x, &pos, &inv_freq)?;
-    check_len(p, "out", &out, n, 4)?;
-    let half = twin.code(k.name, n)?;
+    if let Some(out) = &out {
+        check_len(p, "out", out, n, 4)?;
+    }
+    let half = twin.code(k.name, n)? | if out.is_none() { 4 } else { 0 };
     let work = p.rows() * u64::from(p.rotary_dim / 2 + (p.head_dim - p.rotary_dim));
     if work == 0 {
         return Ok(());
@@ -197,7 +224,7 @@ fn dispatch_twin_of(
     let mut params = rope_words(p, true, sign);
     params.extend_from_slice(&half.to_le_bytes());
     let groups = groups_for(work);
-    let args = [read(x), write(out), read(pos), read(inv_freq), write(twin.view)];
+    let args = [read(x), write(out.unwrap_or(twin.view)), read(pos), read(inv_freq), write(twin.view)];
     rec.dispatch(k, &[], &args, &params, groups)
 }
 

@@ -9,6 +9,7 @@ use vkformers_tensor::{Graph, Tensor};
 use super::{apply_norm, clamp, grouped, left_aligned, mla, moa, packed_rope, project, Inputs, Weights};
 use crate::error::Result;
 use crate::spec::{layer_name, AttnSpec, ModelSpec, QkNormAt};
+use packed_rope::NewQkv;
 
 #[allow(clippy::too_many_arguments)]
 pub(super) fn self_attention(
@@ -51,6 +52,9 @@ pub(super) fn self_attention(
         (Some(ys), _) => (clip(&ys[0])?, clip(&ys[1])?, clip(&ys[2])?),
         (None, Some((y, cols))) => {
             let y = clip(&y)?;
+            if let Some(o) = packed_rope::rope_attend(g, (a, w), i, NewQkv::Packed(&y, &cols), inp, (b, t))? {
+                return output_projection(g, spec, w, (a, i), o, (b, t));
+            }
             // A decode step: the rope + KV store reads q, k, v in y's rows (k, v stored then).
             if let Some(q) = packed_rope::rope_store(g, (a, w), i, (&y, &cols), inp, (b, t))? {
                 return attend_project(g, spec, w, (a, i), (q, &y, &y), inp, (b, t));
@@ -71,6 +75,9 @@ pub(super) fn self_attention(
         q = apply_norm(g, qk, w, &layer_name(&n.q_norm, i), &q)?;
         k = apply_norm(g, qk, w, &layer_name(&n.k_norm, i), &k)?;
     }
+    if let Some(o) = packed_rope::rope_attend(g, (a, w), i, NewQkv::Heads(&q, &k, &v), inp, (b, t))? {
+        return output_projection(g, spec, w, (a, i), o, (b, t));
+    }
     if let Some(r) = &a.rope {
         let freq = rope_freq(g, r, inp)?;
         let rot = (r.layout, r.rotary_dim, r.mscale);
@@ -89,6 +96,11 @@ pub(super) fn self_attention(
             // k is stored already; attention reads the cache, not k.
             (Some(qo), _) => (qo, k),
             (None, Some(qk)) => qk,
+            // Training under autocast: 16-bit q and k only, where attention alone reads them.
+            (None, None) if attention_reads_rope((a, w), &layer_name(&n.o, i), inp) => (
+                rope::rope_for_attention(g, &q, (&inp.pos, &freq), rot)?,
+                rope::rope_for_attention(g, &k, (&inp.pos, &freq), rot)?,
+            ),
             (None, None) => (
                 rope::rope(g, &q, &inp.pos, &freq, r.layout, r.rotary_dim, r.mscale)?,
                 rope::rope(g, &k, &inp.pos, &freq, r.layout, r.rotary_dim, r.mscale)?,
@@ -96,6 +108,17 @@ pub(super) fn self_attention(
         };
     }
     attend_project(g, spec, w, (a, i), (q, &k, &v), inp, (b, t))
+}
+
+/// Whether attention is the only reader of the rotated q and k, and hands o to o_proj as
+/// `attend_for_o_proj` does (16-bit q and k make a 16-bit o): no position scale or norm
+/// applied to q and k after the rotation, and none of the cases `attend` keeps (a cache, a
+/// chunked mask, a norm or a LoRA term on o_proj).
+fn attention_reads_rope((a, w): (&AttnSpec, &Weights), o_name: &str, inp: &Inputs<'_>) -> bool {
+    let norm_after = a.qk_norm.is_some() && matches!(a.qk_norm_at, QkNormAt::HeadsAfterRope);
+    let lora = w.lora().get(&format!("{o_name}.weight")).is_some();
+    let plain_o = inp.cache.is_none() && a.out_norm.is_none() && a.chunk.unwrap_or(0) == 0 && !lora;
+    plain_o && a.q_position_scale.is_none() && !norm_after
 }
 
 /// The frequencies `[R/2]` of the layer's rotary embedding at this forward's length (LongRoPE:
@@ -135,11 +158,23 @@ fn attend_project(
         k = apply_norm(g, qk, w, &layer_name(&n.k_norm, i), &k)?;
     }
     let o = attend_for_o_proj(g, (a, w), (i, &layer_name(&n.o, i)), (&q, &k, v), inp)?;
+    output_projection(g, spec, w, (a, i), o, (b, t))
+}
+
+/// The layer's output norm and projection of the attention's o `[B, T, Hq, D]`.
+fn output_projection(
+    g: &Graph<'_>,
+    spec: &ModelSpec,
+    w: &Weights,
+    (a, i): (&AttnSpec, usize),
+    o: Tensor,
+    (b, t): (usize, usize),
+) -> Result<Tensor> {
     let mut o = shape::reshape(g, &o, &[b * t, a.heads * a.head_dim])?;
     if let Some((norm, template)) = &a.out_norm {
         o = apply_norm(g, norm, w, &layer_name(template, i), &o)?;
     }
-    project(g, w, &n.o, i, &o, a.out_bias)
+    project(g, w, &spec.layer_names.o, i, &o, a.out_bias)
 }
 
 /// `o [B, T, Hq, D]` of the layer's fused attention of q `[B, T, Hq, D]`, k and v

@@ -1,6 +1,9 @@
-//! [`KvCache::rope_store`] reading q, k and v in place from the packed q/k/v product's rows.
+//! [`KvCache::rope_store`] reading q, k and v in place from the packed q/k/v product's rows, and
+//! [`KvCache::rope_attend`]: the rope and store inside the decode attention.
 
+use vkformers_kernels::attention::rope_store::NewRows;
 use vkformers_kernels::rope::RopeLayout;
+use vkformers_tensor::ops::attention::AttnOptions;
 use vkformers_tensor::{Graph, Tensor};
 
 use super::KvCache;
@@ -32,4 +35,48 @@ impl KvCache {
         step.stored[i] = q.is_some();
         Ok(q)
     }
+}
+
+impl KvCache {
+    /// A decode step's attention of layer `i` with the rope of q and the new key and the store of
+    /// the new key and value inside it (one dispatch for `rope_store` and `attend`): o
+    /// `[B, 1, Hq, D]` f32 of the unrotated q, k, v in `x` (`bh` = B, Hq; `like` as
+    /// `LayerPool::rope_attend`), `opts` and `chunk` as [`KvCache::attend_chunked`]'s. `None`
+    /// (nothing done) in a prefill, with gradients, for more than one new column a row, or where
+    /// the fused kernel does not apply (the caller runs the two steps).
+    pub(crate) fn rope_attend(
+        &self,
+        g: &Graph<'_>,
+        i: usize,
+        (x, like, (b, hq)): (&NewRows<'_>, &Tensor, (usize, usize)),
+        rope: (&Tensor, &Tensor),
+        rot: (RopeLayout, usize, f32),
+        (mut opts, chunk): (AttnOptions, u32),
+    ) -> Result<Option<Tensor>> {
+        let mut step = self.step.borrow_mut();
+        let step = step.as_mut().ok_or_else(|| ModelError::Config("KV cache attend outside a forward".into()))?;
+        if step.prefill || g.grad_enabled() || step.real.len() != b || rope.0.numel() != b {
+            return Ok(None);
+        }
+        let mut layers = self.layers.borrow_mut();
+        let layer = &mut layers[i];
+        let groups = self.groups.borrow();
+        let group = &groups[layer.group()];
+        let rows = group.tables.num_blocks() * self.block_size;
+        opts.window = group.window.unwrap_or(0) as u32;
+        let at = (rows, &step.tables[layer.group()], group.tables.block_size());
+        let o = layer.rope_attend(g, at, (x, like, (b, hq)), rope, rot, (&opts, chunk))?;
+        step.stored[i] |= o.is_some();
+        Ok(o)
+    }
+}
+
+/// The new rows q, k, v of a step as the column blocks of the packed q/k/v product
+/// `y [tokens, (Hq + 2 Hkv)·D]` f32 (`hkv_d` = Hq, Hkv, D), or `None` when y is not that.
+pub(crate) fn packed_new_rows(y: &Tensor, (hq, hkv, d): (usize, usize, usize)) -> Option<NewRows<'_>> {
+    let width = (hq + 2 * hkv) * d;
+    let tokens = y.shape().first().copied().unwrap_or(0);
+    let ok = y.dtype() == vkformers_tensor::DType::F32 && y.shape() == [tokens, width] && tokens > 0;
+    let w = u32::try_from(width).ok().filter(|_| ok)?;
+    Some(super::paged::packed_rows(y, tokens, (hq, hkv, d), w))
 }

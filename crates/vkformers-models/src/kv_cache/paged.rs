@@ -16,6 +16,8 @@ use super::blocks::BlockTables;
 use crate::error::{ModelError, Result};
 
 mod packed;
+pub(crate) use packed::packed_rows;
+mod rope_attend;
 mod wide;
 
 /// One group's device tables for one forward over B selected rows of T new columns: the block
@@ -318,25 +320,11 @@ impl LayerPool {
             self.pools.as_ref().ok_or_else(|| ModelError::Config("paged attention before a store".into()))?;
         let dt = pk.dtype();
         let qs = q.shape();
-        let shape = DecodeShape {
-            batch: qs[0] as u32,
-            tq: qs[1] as u32,
-            hq: qs[2] as u32,
-            hkv: self.kv_heads as u32,
-            d: self.head_dim as u32,
-            dv: self.value_dim as u32,
-            v_row: self.head_dim as u32,
-            block_size: block_size as u32,
-            num_blocks: (pk.shape()[0] / block_size) as u32,
-            max_blocks: st.max_blocks as u32,
-        };
+        let shape = self.decode_shape((qs[0], qs[1], qs[2]), pk.shape()[0], st, block_size);
         let (act, q16, o, lse) = self.decode_io(g, q, dt)?;
-        let splits = decode::splits(&shape, st.max_len as u32);
-        let work = if splits > 1 { Some(g.empty(&[decode::work_floats(&shape, splits) as usize])?) } else { None };
-        let counters = if splits > 1 { Some(self.counters(g, decode::counter_words(&shape) as usize)?) } else { None };
+        let (splits, work, counters) = self.split_buffers(g, &shape, st)?;
         let mut ko = decode_options(opts, shape.d, chunk, (dt, act));
-        // The kernels read f32 sinks; a 16-bit sinks weight is widened (inference: no gradient).
-        let sinks = opts.sinks.as_ref().map(|t| vkformers_tensor::ops::cast::cast(g, t, DType::F32)).transpose()?;
+        let sinks = f32_sinks(g, opts)?;
         ko.sinks = sinks.as_ref().map(Tensor::view);
         let x = PagedInputs { q: q16.view(), k: pk.view(), v: pv.view(), table: st.table(), lens: st.lens() };
         let out = DecodeOutputs {
@@ -351,6 +339,40 @@ impl LayerPool {
 }
 
 impl LayerPool {
+    /// The decode kernels' sizes of a call on q `[B, T, Hq, ·]` (`bth`) over pools of `pool_rows`
+    /// rows in blocks of `block_size`.
+    fn decode_shape(
+        &self,
+        (b, t, hq): (usize, usize, usize),
+        pool_rows: usize,
+        st: &StepTables,
+        block_size: usize,
+    ) -> DecodeShape {
+        DecodeShape {
+            batch: b as u32,
+            tq: t as u32,
+            hq: hq as u32,
+            hkv: self.kv_heads as u32,
+            d: self.head_dim as u32,
+            dv: self.value_dim as u32,
+            v_row: self.head_dim as u32,
+            block_size: block_size as u32,
+            num_blocks: (pool_rows / block_size) as u32,
+            max_blocks: st.max_blocks as u32,
+        }
+    }
+
+    /// The splits of a call of `shape` over the step's rows, and its work buffer and counters
+    /// when it splits.
+    fn split_buffers(&self, g: &Graph<'_>, shape: &DecodeShape, st: &StepTables) -> Result<SplitBuffers> {
+        let splits = decode::splits(shape, st.max_len as u32);
+        if splits == 1 {
+            return Ok((1, None, None));
+        }
+        let work = g.empty(&[decode::work_floats(shape, splits) as usize])?;
+        Ok((splits, Some(work), Some(self.counters(g, decode::counter_words(shape) as usize)?)))
+    }
+
     /// The counters of split decode calls, at least `words` of them: made zero on first use (and
     /// when the batch outgrows them); the kernel leaves them zero after each call.
     fn counters(&self, g: &Graph<'_>, words: usize) -> Result<Tensor> {
@@ -397,6 +419,15 @@ impl LayerPool {
         let lse = g.empty(&[qs[0], qs[2], qs[1]])?;
         Ok((act, q16, o, lse))
     }
+}
+
+/// A call's splits, and its work buffer and counters (split calls only).
+type SplitBuffers = (u32, Option<Tensor>, Option<Tensor>);
+
+/// The sinks as the kernels read them: f32 (a 16-bit sinks weight is widened; inference, no
+/// gradient).
+fn f32_sinks(g: &Graph<'_>, opts: &AttnOptions) -> Result<Option<Tensor>> {
+    Ok(opts.sinks.as_ref().map(|t| vkformers_tensor::ops::cast::cast(g, t, DType::F32)).transpose()?)
 }
 
 fn direct(x: DType, dt: DType) -> bool {

@@ -107,6 +107,53 @@ pub(crate) fn half_grads_on(g: &Graph<'_>) -> bool {
     on && twins_on() && g.autocast().is_some() && g.grad_enabled()
 }
 
+/// The 16-bit type an op hands its only reader, a product, instead of an f32 output and its
+/// twin (`glu_for_product`): in training under autocast with the twins on (the f32 output
+/// would be written and never read). None otherwise, or with `VKFORMERS_WIDE_OUTPUTS=1` (the
+/// f32 outputs written as before, for an A/B; the values are the same either way).
+pub(crate) fn half_output_type(g: &Graph<'_>) -> Option<DType> {
+    let training = g.grad_enabled() && !g.discarding_nodes();
+    g.autocast().filter(|_| half_outputs_on() && training)
+}
+
+/// [`half_output_type`] for an output of `rows` rows that products read: only where those
+/// products run the GEMM on 16-bit copies (a few rows take the GEMV, which reads f32 rows: the
+/// f32 output stays then, so the values never depend on this choice).
+pub(crate) fn half_output_for_rows(g: &Graph<'_>, rows: usize) -> Option<DType> {
+    let caps = g.ctx().caps();
+    let gemm_rows = u32::try_from(rows).is_ok_and(|m| !vkformers_kernels::matmul::gemv::gemv_applies(m, caps));
+    half_output_type(g).filter(|_| gemm_rows)
+}
+
+/// Whether the `_for_product` ops (norms, GLU) hand products 16-bit outputs of `rows` rows
+/// in this graph's current mode (training under autocast, rows the GEMM multiplies): a model
+/// may arrange its graph for them (a decoder defers its residual add into the next norm).
+pub fn half_outputs_for(g: &Graph<'_>, rows: usize) -> bool {
+    half_output_for_rows(g, rows).is_some()
+}
+
+/// Whether ops may write 16-bit outputs and gradients in place of f32 ones nothing reads
+/// (see [`half_output_type`]; a backward runs with grad mode off, so it asks this).
+pub(crate) fn half_outputs_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("VKFORMERS_WIDE_OUTPUTS").is_none()) && twins_on()
+}
+
+/// Marks the 16-bit output `y` of an op whose backward takes its gradient in f32 (the op
+/// stands for an f32 op whose output only a product reads, see [`half_output_type`]): the
+/// product hands dA over in f32, unrounded, as it would for the f32 output. (The tape's mark
+/// `takes_half_grad` means, on a 16-bit tensor, "its gradient comes in the other width": f32.)
+pub(crate) fn takes_wide_grad(g: &Graph<'_>, y: &Tensor) {
+    if y.dtype() != DType::F32 {
+        g.set_takes_half_grad(y);
+    }
+}
+
+/// Whether the 16-bit `x` takes an f32 gradient ([`takes_wide_grad`]).
+pub(crate) fn wants_wide_grad(g: &Graph<'_>, x: &Tensor) -> bool {
+    x.dtype() != DType::F32 && g.takes_half_grad(x)
+}
+
 /// `VKFORMERS_NO_TWINS=1` turns the twins off (a cast dispatch per copy again, as before
 /// them): for comparing the two on one binary; the values are the same either way.
 fn twins_on() -> bool {

@@ -42,8 +42,9 @@ pub fn chunked_cross_entropy(
     let (loss_rows, lse) = (g.empty(&[rows])?, g.empty(&[rows])?);
     let count = g.empty(&[1])?;
     let mut needs_grad = false;
+    let x16 = half_rows_source(g, x);
     for (r0, n) in chunks(rows, chunk_rows) {
-        let xc = rows_of(g, x, r0, n)?;
+        let xc = chunk_input(g, (x, x16.as_ref()), r0, n)?;
         // A training forward whose nodes are dropped (as a checkpointed block's): the same
         // kernels as the backward's recompute, and the output says whether gradients flow.
         let mark = g.tape_mark();
@@ -65,7 +66,7 @@ pub fn chunked_cross_entropy(
         &loss,
         vec![x.clone(), labels.clone()],
         Box::new(move |g, dloss| {
-            let dx = backward(g, &xs, &lb, chunk_rows, &*head, (&lse, &count, dloss))?;
+            let dx = backward(g, (&xs, x16.as_ref()), &lb, chunk_rows, &*head, (&lse, &count, dloss))?;
             Ok(vec![dx, None])
         }),
     );
@@ -75,7 +76,7 @@ pub fn chunked_cross_entropy(
 /// dX `[N, H]` (None when `x` needs none), accumulating the head's parameter gradients.
 fn backward(
     g: &Graph<'_>,
-    x: &Tensor,
+    (x, x16): (&Tensor, Option<&Tensor>),
     labels: &Tensor,
     chunk_rows: usize,
     head: &Head,
@@ -84,13 +85,16 @@ fn backward(
     let rows = x.rows();
     let dx = if x.requires_grad() { Some(g.empty(x.shape())?) } else { None };
     for (r0, n) in chunks(rows, chunk_rows) {
-        let plain = rows_of(g, x, r0, n)?;
+        let plain = chunk_input(g, (x, x16), r0, n)?;
         let xc = if dx.is_some() { g.detach(&plain) } else { plain };
+        // A 16-bit chunk stands for f32 rows: the head's product hands dxc back in f32 (a no-op
+        // on an f32 chunk).
+        crate::ops::cast::takes_wide_grad(g, &xc);
         let mark = g.tape_mark();
         let logits = g.with_grad(false, || head(g, &xc))?;
-        let dlogits = g.empty_as(logits.shape(), logits.dtype())?;
         let ce = operands(&logits, labels, r0)?;
-        g.record(|rec| k::backward(rec, &ce, part(lse, r0, n), count.view(), dloss.view(), dlogits.view()))?;
+        // In 16 bits under autocast when the head's product takes it so (no cast after).
+        let dlogits = crate::ops::loss::backward(g, &ce, &logits, (part(lse, r0, n), count.view(), dloss.view()))?;
         let mut grads = g.backward_segment(&logits, &dlogits, &mark)?;
         if let Some(dx) = &dx {
             let cols = x.last_dim();
@@ -107,6 +111,27 @@ fn backward(
 /// `(first row, rows)` of each chunk.
 fn chunks(rows: usize, chunk_rows: usize) -> impl Iterator<Item = (usize, usize)> {
     (0..rows).step_by(chunk_rows).map(move |r0| (r0, chunk_rows.min(rows - r0)))
+}
+
+/// The kept 16-bit copy of `x` (under autocast, the twin the final norm wrote) whose row
+/// blocks the head's product reads in place of f32 row copies and their casts (the same bits:
+/// the twin is the cast's rounding); None without one, or with `VKFORMERS_WIDE_OUTPUTS=1`.
+fn half_rows_source(g: &Graph<'_>, x: &Tensor) -> Option<Tensor> {
+    let dt = g.autocast().filter(|_| crate::ops::cast::half_outputs_on())?;
+    // Row blocks must start on whole 4-byte words.
+    g.cached_cast(x, dt).filter(|_| x.last_dim().is_multiple_of(2))
+}
+
+/// The head's input for rows `r0..r0 + n`: a view of those rows of `x16` (no copy, no cast)
+/// where the head's product runs the GEMM on them, else an f32 copy of those rows of `x` (a
+/// few rows take the GEMV, which reads f32).
+fn chunk_input(g: &Graph<'_>, (x, x16): (&Tensor, Option<&Tensor>), r0: usize, n: usize) -> Result<Tensor> {
+    let caps = g.ctx().caps();
+    let gemm_rows = u32::try_from(n).is_ok_and(|m| !vkformers_kernels::matmul::gemv::gemv_applies(m, caps));
+    match x16 {
+        Some(t) if gemm_rows => g.view_rows(t, r0, n),
+        _ => rows_of(g, x, r0, n),
+    }
 }
 
 /// Rows `r0..r0 + n` of `x [N, H]` f32 as a new `[n, H]` tensor (a copy: tensors start at

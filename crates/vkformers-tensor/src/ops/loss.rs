@@ -5,7 +5,7 @@
 
 use vkformers_kernels::dtype::DType;
 use vkformers_kernels::loss::{self as k, CrossEntropy};
-use vkformers_vk::VkError;
+use vkformers_vk::{BufferView, VkError};
 
 use crate::{Graph, Result, Tensor};
 
@@ -32,14 +32,38 @@ pub fn cross_entropy(g: &Graph<'_>, logits: &Tensor, labels: &Tensor) -> Result<
         &loss,
         vec![logits.clone(), labels.clone()],
         Box::new(move |g, dloss| {
-            let dlogits = g.empty(lg.shape())?;
-            g.record(|rec| {
-                k::backward(rec, &operands(&lg, &lb), lse.view(), count.view(), dloss.view(), dlogits.view())
-            })?;
+            let dlogits = backward(g, &operands(&lg, &lb), &lg, (lse.view(), count.view(), dloss.view()))?;
             Ok(vec![Some(dlogits), None])
         }),
     );
     Ok(loss)
+}
+
+/// dlogits `[N, V]` of the cross-entropy `ce` of `logits`: in the autocast type, written
+/// directly by the kernel, when the op that produced the logits takes a 16-bit gradient (the
+/// LM head's product: its backward products read it as they would read the f32 dlogits'
+/// 16-bit copy; no f32 dlogits written, no cast); else f32.
+pub(crate) fn backward(
+    g: &Graph<'_>,
+    ce: &CrossEntropy<'_>,
+    logits: &Tensor,
+    (lse, count, dloss): (BufferView<'_>, BufferView<'_>, BufferView<'_>),
+) -> Result<Tensor> {
+    let takes_half = logits.dtype() == DType::F32 && g.takes_half_grad(logits);
+    let half = g.autocast().filter(|_| takes_half && crate::ops::cast::half_outputs_on());
+    match half {
+        Some(dt) => {
+            let dlogits = g.empty_as(logits.shape(), dt)?;
+            let twin = vkformers_kernels::dtype::Twin { view: dlogits.view(), dtype: dt };
+            g.record(|rec| k::backward_twin_only(rec, ce, (lse, count, dloss), twin))?;
+            Ok(dlogits)
+        }
+        None => {
+            let dlogits = g.empty_as(logits.shape(), logits.dtype())?;
+            g.record(|rec| k::backward(rec, ce, lse, count, dloss, dlogits.view()))?;
+            Ok(dlogits)
+        }
+    }
 }
 
 fn operands<'a>(logits: &'a Tensor, labels: &'a Tensor) -> CrossEntropy<'a> {

@@ -155,7 +155,9 @@ fn product(
         super::cast::takes_half_grad(g, &c);
     }
     let need = [a.requires_grad(), b.requires_grad()];
-    let a_grad = Operand { shape: a.shape().to_vec(), dtype: a.dtype() };
+    // dA in f32 for a 16-bit A whose producer takes its gradient in f32 (`glu_for_product`).
+    let a_grad_dtype = if super::cast::wants_wide_grad(g, a) { DType::F32 } else { a.dtype() };
+    let a_grad = Operand { shape: a.shape().to_vec(), dtype: a_grad_dtype };
     let b_grad = Operand { shape: b.shape().to_vec(), dtype: b.dtype() };
     let saved_bias = bias.map(|t| (t.requires_grad(), t.shape().to_vec()));
     let a_id = a.id();

@@ -152,6 +152,68 @@ pub fn add_rms_norm(
     Ok((h, y))
 }
 
+/// [`rms_norm`] for products that read y next and nothing else (a decoder's attention or MLP
+/// input): in training under autocast y is the 16-bit tensor they read, and no f32 y is
+/// written (4 bytes an element saved; the backward works from x and rstd and takes dy in f32,
+/// as [`rms_norm`]'s: the values are the same). Else [`rms_norm`] itself.
+pub fn rms_norm_for_product(
+    g: &Graph<'_>,
+    x: &Tensor,
+    w: Option<&Tensor>,
+    eps: f32,
+    unit_offset: bool,
+) -> Result<Tensor> {
+    let Some(dt) = half_output(g, &[x]) else {
+        return rms_norm(g, x, w, eps, unit_offset);
+    };
+    let (rows, dim) = shape("rms_norm", x, &[w])?;
+    let p = RmsNorm { rows, dim, eps, unit_offset, dtype: DType::F32 };
+    let inputs = node_inputs(x, &[w]);
+    let y = g.output_as(x.shape(), dt, &inputs.iter().collect::<Vec<_>>())?;
+    let rstd = g.empty(&[rows as usize])?;
+    let t = Twin { view: y.view(), dtype: dt };
+    g.record(|rec| k::rms_norm_forward_twin_only(rec, &p, (x.view(), w.map(Tensor::view)), t, rstd.view()))?;
+    crate::ops::cast::takes_wide_grad(g, &y);
+    push_rms_node(g, &p, (x, w), rstd, (&y, inputs));
+    Ok(y)
+}
+
+/// [`add_rms_norm`] with y for products only, as [`rms_norm_for_product`]: `(h, y)`, y 16-bit
+/// in training under autocast (h f32 always).
+pub fn add_rms_norm_for_product(
+    g: &Graph<'_>,
+    (x, r): (&Tensor, &Tensor),
+    w: Option<&Tensor>,
+    eps: f32,
+    unit_offset: bool,
+) -> Result<(Tensor, Tensor)> {
+    let dt = half_output(g, &[x, r]).filter(|_| x.shape() == r.shape());
+    let Some(dt) = dt else {
+        return add_rms_norm(g, (x, r), w, eps, unit_offset);
+    };
+    let (rows, dim) = shape("add_rms_norm", x, &[w])?;
+    let p = RmsNorm { rows, dim, eps, unit_offset, dtype: DType::F32 };
+    let h = g.output(x.shape(), &[x, r])?;
+    let inputs = node_inputs(&h, &[w]);
+    let y = g.output_as(x.shape(), dt, &inputs.iter().collect::<Vec<_>>())?;
+    let rstd = g.empty(&[rows as usize])?;
+    let t = Twin { view: y.view(), dtype: dt };
+    let (views, wv) = ((x.view(), r.view()), w.map(Tensor::view));
+    g.record(|rec| k::add_rms_norm_forward_twin_only(rec, &p, views, wv, h.view(), t, rstd.view()))?;
+    crate::ops::cast::takes_wide_grad(g, &y);
+    // As add_rms_norm: dh reaches x and r unchanged.
+    g.push_node(&h, vec![x.clone(), r.clone()], Box::new(|_, dh| Ok(vec![Some(dh.clone()), Some(dh.clone())])));
+    push_rms_node(g, &p, (&h, w), rstd, (&y, inputs));
+    Ok((h, y))
+}
+
+/// The 16-bit type of a `_for_product` norm's y: training under autocast (see
+/// `cast::half_output_type`) on f32 inputs that carry gradients.
+fn half_output(g: &Graph<'_>, xs: &[&Tensor]) -> Option<DType> {
+    let wide = xs.iter().all(|t| t.dtype() == DType::F32 && t.requires_grad() && !t.shape().is_empty());
+    crate::ops::cast::half_output_for_rows(g, xs[0].rows()).filter(|_| wide)
+}
+
 /// LayerNorm over the last dim: `x [.., D]`, optional `w [D]` and `b [D]` (a bias needs a
 /// weight) -> `y [.., D]`.
 pub fn layer_norm(g: &Graph<'_>, x: &Tensor, w: Option<&Tensor>, b: Option<&Tensor>, eps: f32) -> Result<Tensor> {

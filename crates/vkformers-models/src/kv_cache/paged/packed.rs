@@ -37,21 +37,21 @@ impl LayerPool {
         else {
             return Ok(None);
         };
-        let all = y.view();
-        // Part `col..col + part` of every row: from the first row's first element to the last
-        // row's last one (the kernel steps `width` elements a token).
-        let part = |col: usize, part: usize| BufferView {
-            buffer: all.buffer,
-            offset: all.offset + 4 * col as u64,
-            len: 4 * ((tokens - 1) * width + part) as u64,
-        };
-        let x = NewRows {
-            q: part(0, hq * d),
-            k: part(hq * d, hkv * d),
-            v: part((hq + hkv) * d, hkv * d),
-            strides: Some((w, w)),
-        };
+        let x = packed_rows(y, tokens, (hq, hkv, d), w);
         let p = Rope { batch: bu, seq: tu, heads: hqu, head_dim: du, rotary_dim: r, layout, mscale, dtype: DType::F32 };
         Ok(Some(self.record_rope_store(g, (rows, st), &p, (&x, y), (pos, inv_freq))?))
     }
+}
+
+/// q, k and v as the column blocks `[Hq·D | Hkv·D | Hkv·D]` of the rows of
+/// `y [tokens, (Hq + 2 Hkv)·D]` f32 (`w` its width; `tokens` ≥ 1): each part from the first row's
+/// first element to the last row's last one, rows `w` elements apart.
+pub(crate) fn packed_rows(y: &Tensor, tokens: usize, (hq, hkv, d): (usize, usize, usize), w: u32) -> NewRows<'_> {
+    let all = y.view();
+    let part = |col: usize, part: usize| BufferView {
+        buffer: all.buffer,
+        offset: all.offset + 4 * col as u64,
+        len: 4 * ((tokens - 1) * w as usize + part) as u64,
+    };
+    NewRows { q: part(0, hq * d), k: part(hq * d, hkv * d), v: part((hq + hkv) * d, hkv * d), strides: Some((w, w)) }
 }

@@ -1,0 +1,211 @@
+//! The `_twin_only` launchers (RMSNorm forward, fused with a residual add or not; RoPE forward
+//! and the backward of a 16-bit dy; GLU forward saving 16-bit gate and up, and its backward
+//! from them; the cross-entropy backward): the same kernels as the `twin` launchers with the
+//! f32 stores off. On odd shapes, every 16-bit output (and rstd, h) is bit for bit the twin
+//! launcher's, which `twin.rs` holds to the f64 reference and to the cast of the f32 output.
+
+use vkformers_kernels::dtype::{DType, Twin};
+use vkformers_kernels::glu::{self, Glu};
+use vkformers_kernels::loss::{self, CrossEntropy};
+use vkformers_kernels::norm::{self, RmsNorm};
+use vkformers_kernels::rope::{self, Rope, RopeLayout};
+use vkformers_kernels::testutil::storage::unsupported;
+use vkformers_kernels::testutil::Rng;
+use vkformers_vk::testing::on_every_device;
+use vkformers_vk::{Buffer, Context, Result};
+
+const HALVES: [DType; 2] = [DType::F16, DType::BF16];
+
+/// A 16-bit device buffer of `n` values (padded to whole words, as the graph allocates them),
+/// filled with a pattern no kernel writes, so an unwritten value shows.
+fn half_buffer(ctx: &Context, n: usize, what: &str) -> Result<Buffer> {
+    ctx.buffer_from(&vec![0x7fc1_7fc1u32; n.div_ceil(2)], what)
+}
+
+fn f32_buffer(ctx: &Context, n: usize, what: &str) -> Result<Buffer> {
+    ctx.buffer_from(&vec![f32::NAN; n], what)
+}
+
+fn twin(b: &Buffer, n: usize, dtype: DType) -> Twin<'_> {
+    Twin { view: b.slice(0, n as u64 * 2), dtype }
+}
+
+/// The saved 16-bit gate and up of a GLU forward: `b[1]`, `b[2]`.
+fn save(b: &[Buffer], n: usize, dtype: DType) -> [Twin<'_>; 2] {
+    [twin(&b[1], n, dtype), twin(&b[2], n, dtype)]
+}
+
+/// The first `n` 16-bit values of `a` and `b` are equal, bit for bit.
+fn same16(ctx: &Context, what: &str, (a, b): (&Buffer, &Buffer), n: usize) -> Result<()> {
+    let (x, y): (Vec<u16>, Vec<u16>) =
+        (ctx.read_vec(a.slice(0, n as u64 * 2))?, ctx.read_vec(b.slice(0, n as u64 * 2))?);
+    assert_eq!(x, y, "{what}: the 16-bit output differs from the twin launcher's");
+    Ok(())
+}
+
+/// The first `n` f32 values of `a` and `b` are equal, bit for bit.
+fn same32(ctx: &Context, what: &str, (a, b): (&Buffer, &Buffer), n: usize) -> Result<()> {
+    let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+    let (x, y) = (ctx.read_vec(a.slice(0, n as u64 * 4))?, ctx.read_vec(b.slice(0, n as u64 * 4))?);
+    assert_eq!(bits(x), bits(y), "{what}: differs from the twin launcher's");
+    Ok(())
+}
+
+fn check_rms(ctx: &Context, rng: &mut Rng, dt: DType, (rows, dim): (usize, usize), weight: bool) -> Result<()> {
+    let n = rows * dim;
+    let (xs, rs, ws) = (rng.vec(n, 3.0), rng.vec(n, 1.0), rng.vec(dim, 1.0));
+    let (x, r, w) = (ctx.buffer_from(&xs, "x")?, ctx.buffer_from(&rs, "r")?, ctx.buffer_from(&ws, "w")?);
+    let (y, h, h_only) = (f32_buffer(ctx, n, "y")?, f32_buffer(ctx, n, "h")?, f32_buffer(ctx, n, "h only")?);
+    let [t_full, t_only] = [half_buffer(ctx, n, "twin")?, half_buffer(ctx, n, "twin only")?];
+    let [rstd, rstd_only] = [f32_buffer(ctx, rows, "rstd")?, f32_buffer(ctx, rows, "rstd only")?];
+    let p = RmsNorm { rows: rows as u32, dim: dim as u32, eps: 1e-5, unit_offset: !weight, dtype: DType::F32 };
+    let wv = weight.then(|| w.view());
+    let what = format!("rms {rows}x{dim} w {weight} {dt:?}");
+    let mut rec = ctx.recorder(false)?;
+    norm::rms_norm_forward_twin(&mut rec, &p, (x.view(), wv), y.view(), twin(&t_full, n, dt), rstd.view())?;
+    norm::rms_norm_forward_twin_only(&mut rec, &p, (x.view(), wv), twin(&t_only, n, dt), rstd_only.view())?;
+    rec.submit()?;
+    same16(ctx, &what, (&t_full, &t_only), n)?;
+    same32(ctx, &format!("{what}: rstd"), (&rstd, &rstd_only), rows)?;
+    let mut rec = ctx.recorder(false)?;
+    let xr = (x.view(), r.view());
+    norm::add_rms_norm_forward_twin(&mut rec, &p, xr, wv, h.view(), y.view(), twin(&t_full, n, dt), rstd.view())?;
+    norm::add_rms_norm_forward_twin_only(&mut rec, &p, xr, wv, h_only.view(), twin(&t_only, n, dt), rstd_only.view())?;
+    rec.submit()?;
+    let what = format!("add {what}");
+    same16(ctx, &what, (&t_full, &t_only), n)?;
+    same32(ctx, &format!("{what}: h"), (&h, &h_only), n)?;
+    same32(ctx, &format!("{what}: rstd"), (&rstd, &rstd_only), rows)
+}
+
+fn check_rope(ctx: &Context, rng: &mut Rng, dt: DType, (b, t, h, dh, r): (u32, u32, u32, u32, u32)) -> Result<()> {
+    let p = Rope {
+        batch: b,
+        seq: t,
+        heads: h,
+        head_dim: dh,
+        rotary_dim: r,
+        layout: RopeLayout::Interleaved,
+        mscale: 1.25,
+        dtype: DType::F32,
+    };
+    let n = p.rows() as usize * dh as usize;
+    let xs = rng.vec(n, 2.0);
+    let pos_v: Vec<i32> = (0..(b * t) as usize).map(|_| rng.below(4096) as i32).collect();
+    let inv_v = rope::reference::default_inv_freq(r, 10_000.0);
+    let (x, pos, inv) = (ctx.buffer_from(&xs, "x")?, ctx.buffer_from(&pos_v, "pos")?, ctx.buffer_from(&inv_v, "inv")?);
+    let y = f32_buffer(ctx, n, "y")?;
+    let [t_full, t_only] = [half_buffer(ctx, n, "twin")?, half_buffer(ctx, n, "twin only")?];
+    let what = format!("rope {p:?} {dt:?}");
+    let mut rec = ctx.recorder(false)?;
+    let ins = (x.view(), pos.view(), inv.view());
+    rope::rope_forward_twin(&mut rec, &p, ins, y.view(), twin(&t_full, n, dt))?;
+    rope::rope_forward_twin_only(&mut rec, &p, ins, twin(&t_only, n, dt))?;
+    rec.submit()?;
+    same16(ctx, &what, (&t_full, &t_only), n)?;
+    // The backward of a 16-bit dy (the forward's twin read as dy).
+    let [d_full, d_only] = [half_buffer(ctx, n, "dx twin")?, half_buffer(ctx, n, "dx twin only")?];
+    let mut rec = ctx.recorder(false)?;
+    let ins = (t_full.slice(0, n as u64 * 2), pos.view(), inv.view());
+    rope::rope_backward_twin_in16(&mut rec, &p, ins, y.view(), twin(&d_full, n, dt))?;
+    rope::rope_backward_in16_twin_only(&mut rec, &p, ins, twin(&d_only, n, dt))?;
+    rec.submit()?;
+    same16(ctx, &format!("{what} backward"), (&d_full, &d_only), n)
+}
+
+fn check_glu(ctx: &Context, rng: &mut Rng, (kind, dt): (Glu, DType), (rows, inner): (usize, usize)) -> Result<()> {
+    let n = rows * inner;
+    let (gs, us, ds) = (rng.vec(n, 3.0), rng.vec(n, 2.0), rng.vec(n, 1.0));
+    let (gate, up, dout) = (ctx.buffer_from(&gs, "gate")?, ctx.buffer_from(&us, "up")?, ctx.buffer_from(&ds, "dout")?);
+    // Per launcher (full, only): out, saved gate, saved up.
+    let full: Vec<Buffer> = (0..3).map(|_| half_buffer(ctx, n, "full")).collect::<Result<_>>()?;
+    let only: Vec<Buffer> = (0..3).map(|_| half_buffer(ctx, n, "only")).collect::<Result<_>>()?;
+    let y = f32_buffer(ctx, n, "y")?;
+    let what = format!("glu {kind:?} {rows}x{inner} {dt:?}");
+    let mut rec = ctx.recorder(false)?;
+    let ins = (gate.view(), Some(up.view()));
+    glu::forward_twin(&mut rec, kind, ins, y.view(), twin(&full[0], n, dt), Some(save(&full, n, dt)), rows, inner)?;
+    glu::forward_twin_only(&mut rec, kind, ins, twin(&only[0], n, dt), Some(save(&only, n, dt)), (rows, inner))?;
+    rec.submit()?;
+    for (i, part) in ["out", "saved gate", "saved up"].iter().enumerate() {
+        same16(ctx, &format!("{what}: {part}"), (&full[i], &only[i]), n)?;
+    }
+    // The backward from the saved 16-bit gate and up.
+    let (dgate, dup) = (f32_buffer(ctx, n, "dgate")?, f32_buffer(ctx, n, "dup")?);
+    let [dg_full, du_full, dg_only, du_only] = [
+        half_buffer(ctx, n, "dg")?,
+        half_buffer(ctx, n, "du")?,
+        half_buffer(ctx, n, "dg only")?,
+        half_buffer(ctx, n, "du only")?,
+    ];
+    let mut rec = ctx.recorder(false)?;
+    let ins = (save(&full, n, dt), dout.view());
+    let full_twins = [twin(&dg_full, n, dt), twin(&du_full, n, dt)];
+    glu::backward_saved16(&mut rec, kind, ins, (dgate.view(), dup.view()), full_twins, (rows, inner))?;
+    glu::backward_saved16_twin_only(
+        &mut rec,
+        kind,
+        ins,
+        [twin(&dg_only, n, dt), twin(&du_only, n, dt)],
+        (rows, inner),
+    )?;
+    rec.submit()?;
+    same16(ctx, &format!("{what} backward: dgate"), (&dg_full, &dg_only), n)?;
+    same16(ctx, &format!("{what} backward: dup"), (&du_full, &du_only), n)
+}
+
+/// The cross-entropy backward into 16-bit dlogits: bit for bit the f32 backward's values
+/// rounded as the twins round (the f32 kernel's output cast by `dtype::cast`).
+fn check_loss(ctx: &Context, rng: &mut Rng, dt: DType, (rows, vocab): (usize, usize)) -> Result<()> {
+    let n = rows * vocab;
+    let logits = ctx.buffer_from(&rng.vec(n, 4.0), "logits")?;
+    // Every third row ignored (-100).
+    let labels_v: Vec<i32> = (0..rows).map(|r| if r % 3 == 2 { -100 } else { rng.below(vocab) as i32 }).collect();
+    let labels = ctx.buffer_from(&labels_v, "labels")?;
+    let (loss_rows, lse, count) =
+        (f32_buffer(ctx, rows, "loss")?, f32_buffer(ctx, rows, "lse")?, f32_buffer(ctx, 1, "n")?);
+    let g = ctx.buffer_from(&[0.75f32], "g")?;
+    let (d32, cast, d16) = (f32_buffer(ctx, n, "dlogits")?, half_buffer(ctx, n, "cast")?, half_buffer(ctx, n, "d16")?);
+    let ce = CrossEntropy {
+        logits: logits.view(),
+        labels: labels.view(),
+        rows: rows as u32,
+        vocab: vocab as u32,
+        dtype: DType::F32,
+    };
+    let mut rec = ctx.recorder(false)?;
+    loss::count_labels(&mut rec, labels.view(), vocab as u32, count.view())?;
+    loss::forward(&mut rec, &ce, loss_rows.view(), lse.view())?;
+    loss::backward(&mut rec, &ce, lse.view(), count.view(), g.view(), d32.view())?;
+    vkformers_kernels::dtype::cast(&mut rec, d32.view(), DType::F32, cast.slice(0, n as u64 * 2), dt)?;
+    loss::backward_twin_only(&mut rec, &ce, (lse.view(), count.view(), g.view()), twin(&d16, n, dt))?;
+    rec.submit()?;
+    same16(ctx, &format!("cross-entropy backward {rows}x{vocab} {dt:?}"), (&cast, &d16), n)
+}
+
+#[test]
+fn twin_only_launches_write_the_twin_launches_16_bit_outputs() {
+    on_every_device("twin only", |ctx| {
+        let mut rng = Rng::new(17);
+        for dt in HALVES {
+            if unsupported(ctx, dt, "twin only") {
+                continue;
+            }
+            for (shape, weight) in [((1, 1), true), ((3, 7), false), ((5, 33), true), ((2, 300), true)] {
+                check_rms(ctx, &mut rng, dt, shape, weight)?;
+            }
+            for shape in [(1, 1, 1, 2, 2), (2, 3, 3, 7, 4), (1, 5, 2, 10, 10)] {
+                check_rope(ctx, &mut rng, dt, shape)?;
+            }
+            for kind in Glu::ALL {
+                for shape in [(1, 1), (3, 7), (5, 9), (2, 33)] {
+                    check_glu(ctx, &mut rng, (kind, dt), shape)?;
+                }
+            }
+            for shape in [(1, 1), (4, 7), (5, 300)] {
+                check_loss(ctx, &mut rng, dt, shape)?;
+            }
+        }
+        Ok(())
+    });
+}
