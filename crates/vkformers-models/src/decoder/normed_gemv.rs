@@ -3,11 +3,13 @@
 //! (`matmul::gemv::gemv_group_normed`: every workgroup sums its rows' squares over the hidden dim
 //! while it loads x), so the norm needs no dispatch of its own: two launches and two dependent
 //! barriers fewer a layer, the norm kernels being pure latency at batch 1 (one reduction over
-//! the hidden dim). Taken only where a decode step's few f32 rows run the q/k/v and gate/up
-//! products through the grouped GEMV anyway, for plain pre-norm layers (RMSNorm, unscaled
-//! residual, no post-norms, no q/k norm, no MLA or mixture of attention), without gradients.
-//! `VKFORMERS_NORM_GEMV=0` keeps the norm kernels (`1` forces the fusion where it applies).
-//! The values are the norm kernels' within f32 rounding (the sum of squares runs in another order).
+//! the hidden dim). Taken only in KV-cached forwards whose few f32 rows run the q/k/v and
+//! gate/up products through the grouped GEMV anyway (no biases, no LoRA term), for plain
+//! pre-norm layers (RMSNorm, unscaled residual, no post-norms, no q/k norm, no MLA or mixture of
+//! attention), without gradients. `VKFORMERS_NORM_GEMV=0` keeps the norm kernels, `1` forces the
+//! fusion where it applies; by default it runs where `norm_fusion_pays` (not on CPU devices with
+//! one-subgroup workgroups, as the GLU fusion). The values are the norm kernels' within f32
+//! rounding (the sum of squares runs in another order).
 
 use vkformers_kernels::matmul::gemv::{gemv_applies, gemv_group_normed, norm_fusion_pays, GemvDesc, NormedInput};
 use vkformers_tensor::{DType, Graph, Tensor};
