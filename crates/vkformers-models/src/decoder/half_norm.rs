@@ -40,16 +40,8 @@ pub(super) fn attn_input_after_add(
     (layer, i): (&LayerSpec, usize),
     (x, m): (&Tensor, &Tensor),
 ) -> Result<Option<(Tensor, Tensor)>> {
-    let n = &spec.layer_names;
-    let (Some(Norm::Rms { eps, unit_offset }), Residual::Sequential) = (&layer.attn_norm, layer.residual) else {
-        return Ok(None);
-    };
-    let plain = layer.attn.mla.is_none() && layer.attn.moa.is_none();
-    if !plain || !no_lora(w, [&n.q, &n.k, &n.v], i) {
-        return Ok(None);
-    }
-    let gain = w.opt(&format!("{}.weight", layer_name(&n.attn_norm, i)));
-    Ok(Some(norm::add_rms_norm_for_product(g, (x, m), gain, *eps, *unit_offset)?))
+    let Some((gain, eps, unit_offset)) = attn_rms(spec, w, (layer, i)) else { return Ok(None) };
+    Ok(Some(norm::add_rms_norm_for_product(g, (x, m), gain, eps, unit_offset)?))
 }
 
 /// The attention input `norm(x)` of layer `i` for the q/k/v products only.
@@ -60,16 +52,26 @@ pub(super) fn attn_input(
     (layer, i): (&LayerSpec, usize),
     x: &Tensor,
 ) -> Result<Option<Tensor>> {
+    let Some((gain, eps, unit_offset)) = attn_rms(spec, w, (layer, i)) else { return Ok(None) };
+    Ok(Some(norm::rms_norm_for_product(g, x, gain, eps, unit_offset)?))
+}
+
+/// Layer `i`'s attention RMSNorm (gain, eps, unit offset) where its output may be 16-bit only:
+/// a pre-norm layer whose plain q/k/v projections carry no LoRA term. None elsewhere.
+fn attn_rms<'w>(
+    spec: &ModelSpec,
+    w: &'w Weights,
+    (layer, i): (&LayerSpec, usize),
+) -> Option<(Option<&'w Tensor>, f32, bool)> {
     let n = &spec.layer_names;
     let (Some(Norm::Rms { eps, unit_offset }), Residual::Sequential) = (&layer.attn_norm, layer.residual) else {
-        return Ok(None);
+        return None;
     };
     let plain = layer.attn.mla.is_none() && layer.attn.moa.is_none();
     if !plain || !no_lora(w, [&n.q, &n.k, &n.v], i) {
-        return Ok(None);
+        return None;
     }
-    let gain = w.opt(&format!("{}.weight", layer_name(&n.attn_norm, i)));
-    Ok(Some(norm::rms_norm_for_product(g, x, gain, *eps, *unit_offset)?))
+    Some((w.opt(&format!("{}.weight", layer_name(&n.attn_norm, i))), *eps, *unit_offset))
 }
 
 /// `(x + a, norm(x + a))` of layer `i`, the norm for the gate and up products only.
