@@ -173,16 +173,7 @@ pub fn backward_saved16(
     twins: [Twin<'_>; 2],
     (rows, inner): (usize, usize),
 ) -> Result<()> {
-    use code::*;
-    let k: &'static KernelCode = match kind {
-        Glu::SwiGlu => &GLU_BACKWARD_SWIGLU_SAVED16,
-        Glu::GeGlu => &GLU_BACKWARD_GEGLU_SAVED16,
-        Glu::GeGluTanh => &GLU_BACKWARD_GEGLU_TANH_SAVED16,
-    };
-    let n = u64::from(count(k, &[rows, inner])?);
-    let half = one_twin_code(k, &[twins[0], twins[1], saved[0], saved[1]], n, "16-bit gate, up and twins")?;
-    let [g16, u16] = saved.map(|t| t.view);
-    launch_twin_backward(rec, k, (g16, u16, dout), Some((dgate, dup)), twins, (rows, inner, half))
+    backward_saved16_into(rec, kind, (saved, dout), Some((dgate, dup)), twins, (rows, inner))
 }
 
 /// [`backward_saved16`] writing dgate and dup only in 16 bits (`twins`), not in f32: training
@@ -196,6 +187,18 @@ pub fn backward_saved16_twin_only(
     twins: [Twin<'_>; 2],
     (rows, inner): (usize, usize),
 ) -> Result<()> {
+    backward_saved16_into(rec, kind, (saved, dout), None, twins, (rows, inner))
+}
+
+/// The saved-16-bit backward kernel; `wide` None turns its f32 dgate/dup stores off.
+fn backward_saved16_into(
+    rec: &mut Recorder,
+    kind: Glu,
+    (saved, dout): ([Twin<'_>; 2], BufferView<'_>),
+    wide: Option<(BufferView<'_>, BufferView<'_>)>,
+    twins: [Twin<'_>; 2],
+    (rows, inner): (usize, usize),
+) -> Result<()> {
     use code::*;
     let k: &'static KernelCode = match kind {
         Glu::SwiGlu => &GLU_BACKWARD_SWIGLU_SAVED16,
@@ -205,7 +208,8 @@ pub fn backward_saved16_twin_only(
     let n = u64::from(count(k, &[rows, inner])?);
     let half = one_twin_code(k, &[twins[0], twins[1], saved[0], saved[1]], n, "16-bit gate, up and twins")?;
     let [g16, u16] = saved.map(|t| t.view);
-    launch_twin_backward(rec, k, (g16, u16, dout), None, twins, (rows, inner, half | 4))
+    let only16 = if wide.is_none() { 4 } else { 0 };
+    launch_twin_backward(rec, k, (g16, u16, dout), wide, twins, (rows, inner, half | only16))
 }
 
 /// The 16-bit type code shared by every twin in `ts` (each of `n` values), or an error naming
