@@ -132,6 +132,7 @@ impl Engine<'_> {
 
     fn try_step_ahead(&mut self, g: &Graph<'_>, sink: &mut dyn Sink) -> Result<(), DecodeError> {
         let start = Instant::now();
+        let waited = g.batch_wait_secs();
         if self.ahead.is_none() {
             self.ahead = Some(Ahead::new(g, self.slots.len())?);
         }
@@ -146,7 +147,7 @@ impl Engine<'_> {
             let logits = self.prefill_logits(g, &group)?;
             self.record_choice(g, &logits, &group, set, true, &mut choices)?;
         }
-        self.host_times.record_secs += start.elapsed().as_secs_f64();
+        host_phase(&mut self.host_times, g, (start, waited), |t| &mut t.record_secs);
         let ahead = self.ahead.as_mut().expect("made above");
         if !choices.is_empty() {
             let (n, cap) = (choices.len(), ahead.cap);
@@ -160,9 +161,9 @@ impl Engine<'_> {
                 let (at, len) = ((cap * 4) as u64, (n * LOGPROB_WORDS * 4) as u64);
                 rec.copy(device.slice(at, len), host.slice(at, len))
             })?;
-            let submit = Instant::now();
+            let submit = (Instant::now(), g.batch_wait_secs());
             ahead.flight = Some(Flight { set, ticket: g.flush_ticket()?, choices });
-            self.host_times.submit_secs += submit.elapsed().as_secs_f64();
+            host_phase(&mut self.host_times, g, submit, |t| &mut t.submit_secs);
             ahead.next = 1 - set;
             ahead.recorded += 1;
         }
@@ -380,4 +381,18 @@ impl Engine<'_> {
         }
         Ok(())
     }
+}
+
+/// Counts the time since `start` (when the graph had waited `waited` seconds for batches) in the
+/// phase of `times` that `phase` picks, less the waits for batches inside it (the graph waits for
+/// the oldest batch when too many are in flight), which count as device waits.
+fn host_phase(
+    times: &mut StepTimes,
+    g: &Graph<'_>,
+    (start, waited): (Instant, f64),
+    phase: fn(&mut StepTimes) -> &mut f64,
+) {
+    let blocked = g.batch_wait_secs() - waited;
+    *phase(times) += start.elapsed().as_secs_f64() - blocked;
+    times.wait_secs += blocked;
 }

@@ -112,11 +112,14 @@ pub struct Engine<'m> {
 /// device idles between steps).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct StepTimes {
-    /// Recording the step's forwards and choices (the graph built, kernels recorded).
+    /// Recording the step's forwards and choices (the graph built, kernels recorded, and the
+    /// submissions of batches the graph flushes as it fills).
     pub record_secs: f64,
     /// Submitting the recorded batch.
     pub submit_secs: f64,
-    /// Waiting for the previous step's batch, and the periodic full synchronisations.
+    /// Waiting for the previous step's batch, the periodic full synchronisations, and the waits
+    /// for the oldest batch inside recording or submitting (a graph keeps at most three batches
+    /// in flight: a step of two batches waits for the previous step's first as it submits).
     pub wait_secs: f64,
 }
 
