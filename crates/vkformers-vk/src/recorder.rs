@@ -89,6 +89,10 @@ pub struct Recorder {
     timing: bool,
     query_pools: Vec<vk::QueryPool>,
     queries_used: u32,
+    /// Reused by every dispatch: its push-constant block and its accesses (no allocation per
+    /// dispatch once the first has sized them).
+    push: Vec<u8>,
+    accesses: Vec<(Span, AccessKind)>,
 }
 
 impl Context {
@@ -115,6 +119,8 @@ impl Recorder {
             timing,
             query_pools: Vec::new(),
             queries_used: 0,
+            push: Vec::new(),
+            accesses: Vec::new(),
         };
         let begin = vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
         // SAFETY: a new command buffer, or one whose pool was reset (initial state).
@@ -162,7 +168,22 @@ impl Recorder {
         params: &[u8],
         groups: [u32; 3],
     ) -> Result<()> {
-        let push = push_block(code, args, params)?;
+        let mut push = std::mem::take(&mut self.push);
+        let built = push_block(&mut push, code, args, params);
+        let out = built.and_then(|()| self.record_dispatch(code, spec, (args, indirect), &push, groups));
+        self.push = push;
+        out
+    }
+
+    /// [`Recorder::dispatch_indirect`] with its push-constant block built.
+    fn record_dispatch(
+        &mut self,
+        code: &KernelCode,
+        spec: &[u32],
+        (args, indirect): (&[Arg<'_>], &[Arg<'_>]),
+        push: &[u8],
+        groups: [u32; 3],
+    ) -> Result<()> {
         let max = self.shared.caps.max_workgroup_count;
         if groups.iter().zip(max).any(|(g, m)| *g > m) || groups.contains(&0) {
             return Err(VkError::Kernel {
@@ -171,12 +192,13 @@ impl Recorder {
             });
         }
         let pipe = self.shared.pipelines.get(&self.shared.device, code, spec)?;
-        let accesses: Vec<(Span, AccessKind)> =
-            args.iter().chain(indirect).map(|a| (span_of(&a.view), a.kind)).collect();
+        let mut accesses = std::mem::take(&mut self.accesses);
+        accesses.clear();
+        accesses.extend(args.iter().chain(indirect).map(|a| (span_of(&a.view), a.kind)));
         self.hazard_barrier(&accesses);
+        self.accesses = accesses;
         self.timestamp(vk::PipelineStageFlags::TOP_OF_PIPE)?;
-        let shared = self.shared.clone();
-        let device = &shared.device;
+        let device = &self.shared.device;
         // SAFETY: the command buffer is recording; the pipeline and layout are alive for the
         // context's lifetime; push bytes match the layout's range (checked above).
         unsafe {
@@ -185,7 +207,7 @@ impl Recorder {
                 self.bound = pipe.pipeline;
             }
             if !push.is_empty() {
-                device.cmd_push_constants(self.cmd, pipe.layout, vk::ShaderStageFlags::COMPUTE, 0, &push);
+                device.cmd_push_constants(self.cmd, pipe.layout, vk::ShaderStageFlags::COMPUTE, 0, push);
             }
             device.cmd_dispatch(self.cmd, groups[0], groups[1], groups[2]);
         }
@@ -463,16 +485,16 @@ fn span_of(v: &BufferView<'_>) -> Span {
     Span { buffer: v.buffer.id(), start: v.offset, end: v.offset + v.len }
 }
 
-/// Builds the push-constant block: 8-byte device addresses of `args`, then `params`; checks it
-/// against what reflection found in the shader.
-fn push_block(code: &KernelCode, args: &[Arg<'_>], params: &[u8]) -> Result<Vec<u8>> {
+/// Builds the push-constant block in `push`: 8-byte device addresses of `args`, then `params`;
+/// checks it against what reflection found in the shader.
+fn push_block(push: &mut Vec<u8>, code: &KernelCode, args: &[Arg<'_>], params: &[u8]) -> Result<()> {
     if args.len() != code.pointers as usize {
         return Err(VkError::Kernel {
             kernel: code.name.into(),
             message: format!("{} buffer arguments given, the shader declares {}", args.len(), code.pointers),
         });
     }
-    let mut push = Vec::with_capacity(code.push_size as usize);
+    push.clear();
     for a in args {
         push.extend_from_slice(&a.view.address().to_le_bytes());
     }
@@ -483,5 +505,5 @@ fn push_block(code: &KernelCode, args: &[Arg<'_>], params: &[u8]) -> Result<Vec<
             message: format!("push constants of {} bytes given, the shader declares {}", push.len(), code.push_size),
         });
     }
-    Ok(push)
+    Ok(())
 }

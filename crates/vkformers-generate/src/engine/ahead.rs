@@ -26,7 +26,7 @@
 //! that freed its slot, and its first token reaches the host one step later than in the
 //! synchronous engine (the batch holding its prefill is read at the next step).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 use vkformers_kernels::sample::{self, rows::RowDraw, rows::LOGPROB_WORDS};
@@ -224,17 +224,18 @@ impl Engine<'_> {
         prev: Option<&Flight>,
         choices: &mut Vec<Choice>,
     ) -> Result<(), DecodeError> {
-        // slot -> position of the live choice in flight for it.
-        let mut source = HashMap::new();
+        // Per slot: the position of the live choice in flight for it (a plain vector: no map
+        // built and hashed every step).
+        let mut source = vec![None; self.slots.len()];
         for (pos, c) in prev.iter().flat_map(|f| f.choices.iter().enumerate()) {
             if self.slots[c.slot].as_ref().is_some_and(|r| r.serial == c.serial) {
-                source.insert(c.slot, pos);
+                source[c.slot] = Some(pos);
             }
         }
         let mut groups: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
         for (s, r) in self.slots.iter().enumerate() {
             let Some(r) = r.as_ref().filter(|r| r.wants_more()) else { continue };
-            if r.pending > 0 && !source.contains_key(&s) {
+            if r.pending > 0 && source[s].is_none() {
                 // Its last choice is in no step the host can still read: it would never run again.
                 return Err(DecodeError::Request(format!("request {}: its choice in flight is lost", r.id)));
             }
@@ -261,7 +262,7 @@ impl Engine<'_> {
         g: &Graph<'_>,
         group: &[usize],
         prev: Option<usize>,
-        source: &HashMap<usize, usize>,
+        source: &[Option<usize>],
     ) -> Result<Tensor, DecodeError> {
         let row = |s: usize| self.slots[s].as_ref().expect("a running slot");
         let host: Vec<i32> = group
@@ -272,7 +273,7 @@ impl Engine<'_> {
         // (first row, first source, length) of each run copied on the device.
         let mut runs: Vec<(usize, usize, usize)> = Vec::new();
         for (i, &s) in group.iter().enumerate() {
-            let Some(&from) = source.get(&s).filter(|_| row(s).pending > 0) else { continue };
+            let Some(from) = source[s].filter(|_| row(s).pending > 0) else { continue };
             match runs.last_mut() {
                 Some((r, f, len)) if *r + *len == i && *f + *len == from => *len += 1,
                 _ => runs.push((i, from, 1)),
