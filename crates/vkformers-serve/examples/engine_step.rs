@@ -5,15 +5,17 @@
 //! time, the engine's own split (recording, submission, device wait: `Engine::step_times`), the
 //! engine thread's CPU time (from the kernel's schedstat: on lavapipe the device's work runs on
 //! other threads, so this is the host's share: our recording plus the driver's), and the batches
-//! submitted; then the dispatches, barriers and batches of a few profiled steps; and a checksum of
+//! submitted, and the Rust heap allocations (a counting allocator: exact whatever else runs); then the dispatches, barriers and batches of a few profiled steps; and a checksum of
 //! every request's tokens (equal before and after a host-side change: same tokens).
 //!
 //! `cargo run --release -p vkformers-serve --example engine_step -- MODEL_DIR [B] [P] [N] [sample]`
 //! (default B = 32, P = 16, N = 48). `perf record -g -t TID` on the printed thread id splits the
 //! host time by function.
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use vkformers_generate::engine::{Engine, Finished, Request, RequestOptions, Sink};
@@ -28,6 +30,35 @@ use vkformers_vk::{Context, DeviceSelector};
 const WARMUP: usize = 4;
 /// Steps profiled (per-dispatch counts) after the measured window.
 const PROFILED: usize = 2;
+
+/// The system allocator, counting the Rust heap allocations (ours: the driver's own C
+/// allocations are not seen) so that a window's count per step is exact, whatever else runs.
+struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: forwards to the system allocator unchanged.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller's layout, as `GlobalAlloc::alloc` requires.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` came from `System.alloc` with this layout.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: as `GlobalAlloc::realloc` requires.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
 
 #[derive(Default)]
 struct Gather {
@@ -107,7 +138,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         steps += 1;
         // The measured window: from step WARMUP to PROFILED steps before the last decode step.
         if steps == WARMUP + 1 {
-            window = Some((Instant::now(), thread_cpu_secs(), engine.step_times(), g.submissions(), steps));
+            let allocs = ALLOCATIONS.load(Ordering::Relaxed);
+            window = Some((Instant::now(), thread_cpu_secs(), engine.step_times(), (g.submissions(), allocs), steps));
             println!("pipelines: {}", ctx.pipeline_count());
         }
         if steps + PROFILED + 1 == n && profiled == 0 {
@@ -135,23 +167,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-type Window = (Instant, f64, vkformers_generate::engine::StepTimes, usize, usize);
+/// (start, thread CPU seconds, step times, (batches submitted, allocations), first step).
+type Window = (Instant, f64, vkformers_generate::engine::StepTimes, (usize, u64), usize);
 
 /// Prints the per-step means of the window that started at `start` and ends before step `now`.
 fn report_window(engine: &Engine<'_>, g: &Graph<'_>, window: Option<Window>, now: usize) {
-    let Some((wall, cpu, times, subs, first)) = window else { return };
+    let Some((wall, cpu, times, (subs, allocs), first)) = window else { return };
     let k = (now - first).max(1) as f64;
     let t = engine.step_times();
     let ms = |s: f64| s * 1e3 / k;
     println!(
         "{} decode steps, per step: wall {:.3} ms | record {:.3} submit {:.3} wait {:.3} ms | \
-         engine thread CPU {:.3} ms | batches {:.2}",
+         engine thread CPU {:.3} ms | batches {:.2} | Rust allocations {:.0}",
         now - first,
         ms(wall.elapsed().as_secs_f64()),
         ms(t.record_secs - times.record_secs),
         ms(t.submit_secs - times.submit_secs),
         ms(t.wait_secs - times.wait_secs),
         ms(thread_cpu_secs() - cpu),
-        (g.submissions() - subs) as f64 / k
+        (g.submissions() - subs) as f64 / k,
+        (ALLOCATIONS.load(Ordering::Relaxed) - allocs) as f64 / k
     );
 }
