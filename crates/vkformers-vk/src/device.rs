@@ -218,6 +218,11 @@ impl Context {
     pub fn pipeline_count(&self) -> usize {
         self.shared.pipelines.len()
     }
+
+    /// Command pools (with their command buffer and fence) kept for the next batches.
+    pub fn spare_batches(&self) -> usize {
+        self.shared.spares.len()
+    }
 }
 
 impl Drop for Context {

@@ -60,6 +60,11 @@ impl Spares {
         Ok(BatchSet { pool, cmd, fence })
     }
 
+    /// Sets kept now.
+    pub(crate) fn len(&self) -> usize {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
     /// Takes back a set whose command buffer is not pending on the device, its fence signaled
     /// (`signaled`: the batch was submitted and waited for) or never submitted: reset for the next
     /// batch, or destroyed when enough are kept (or a reset fails).
