@@ -133,6 +133,8 @@ pub struct Graph<'c> {
     submissions: Cell<usize>,
     /// Waits for a batch that left nothing in flight ([`Graph::drained_waits`]).
     drained_waits: Cell<usize>,
+    /// Seconds the host was blocked waiting for batches ([`Graph::batch_wait_secs`]).
+    batch_waits: Cell<f64>,
     /// Mixed precision: matrix products and attention run on 16-bit copies of their f32
     /// operands (as `torch.autocast`), with f32 results and f32 gradients.
     autocast: Cell<Option<DType>>,
@@ -169,6 +171,7 @@ impl<'c> Graph<'c> {
             discard_nodes: Cell::new(false),
             submissions: Cell::new(0),
             drained_waits: Cell::new(0),
+            batch_waits: Cell::new(0.0),
             autocast: Cell::new(None),
             casts: RefCell::new(HashMap::new()),
             profile: RefCell::new(None),
@@ -321,7 +324,10 @@ impl<'c> Graph<'c> {
 
     fn wait_oldest(&self) -> Result<()> {
         let Some(pending) = self.in_flight.borrow_mut().pop_front() else { return Ok(()) };
-        let report = pending.wait()?;
+        let start = std::time::Instant::now();
+        let report = pending.wait();
+        self.batch_waits.set(self.batch_waits.get() + start.elapsed().as_secs_f64());
+        let report = report?;
         if self.in_flight.borrow().is_empty() {
             self.drained_waits.set(self.drained_waits.get() + 1);
         }
@@ -363,6 +369,13 @@ impl<'c> Graph<'c> {
     /// Number of batches submitted so far (one per `sync` with work in it).
     pub fn submissions(&self) -> usize {
         self.submissions.get()
+    }
+
+    /// Seconds the host has spent blocked on the device so far, waiting for submitted batches
+    /// (`sync`, `wait_submitted`, and `record`/`flush` when too many batches are in flight):
+    /// a caller timing its own phases tells its host work from waits hidden inside them.
+    pub fn batch_wait_secs(&self) -> f64 {
+        self.batch_waits.get()
     }
 
     /// Host waits so far for a batch after which none was left in flight: the device then idles

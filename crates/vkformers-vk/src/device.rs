@@ -103,6 +103,8 @@ pub(crate) struct Shared {
     pub(crate) device_bytes: crate::memory::MemoryStats,
     /// Dropped device buffers waiting for reuse (see `pool`).
     pub(crate) pool: Mutex<crate::pool::Pool>,
+    /// Command pools and fences of completed batches, kept for the next ones (see `spare`).
+    pub(crate) spares: crate::spare::Spares,
     // Dropped last: the device and everything above were made from it.
     pub(crate) instance: Arc<Instance>,
 }
@@ -137,6 +139,7 @@ impl Drop for Shared {
             let _ = self.device.device_wait_idle();
             let pooled = self.pool().drain_all();
             self.destroy_pooled(pooled);
+            self.spares.destroy_all(&self.device);
             self.pipelines.destroy(&self.device);
             self.allocator().take();
             self.device.destroy_device(None);
@@ -190,6 +193,7 @@ impl Context {
             pipelines,
             device_bytes: Default::default(),
             pool: Mutex::new(Default::default()),
+            spares: Default::default(),
             instance,
         });
         Ok(Context { shared, staging: Mutex::new(None) })
@@ -213,6 +217,11 @@ impl Context {
     /// Number of compute pipelines created so far.
     pub fn pipeline_count(&self) -> usize {
         self.shared.pipelines.len()
+    }
+
+    /// Command pools (with their command buffer and fence) kept for the next batches.
+    pub fn spare_batches(&self) -> usize {
+        self.shared.spares.len()
     }
 }
 

@@ -12,6 +12,7 @@ pub mod memory;
 pub mod pipeline;
 mod pool;
 pub mod recorder;
+mod spare;
 mod staging;
 pub mod testing;
 

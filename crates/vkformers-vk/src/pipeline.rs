@@ -33,13 +33,15 @@ pub(crate) struct PipelineHandle {
     pub layout: vk::PipelineLayout,
 }
 
-type Key = (&'static str, Vec<u32>);
+/// A kernel's pipelines by specialization constants (a kernel has a few variants at most: a
+/// lookup scans them, with no key to allocate and hash on every dispatch).
+type Variants = Vec<(Vec<u32>, (PipelineHandle, vk::ShaderModule))>;
 
 pub(crate) struct Pipelines {
     cache: vk::PipelineCache,
     path: Option<PathBuf>,
     max_push: u32,
-    map: Mutex<HashMap<Key, (PipelineHandle, vk::ShaderModule)>>,
+    map: Mutex<HashMap<&'static str, Variants>>,
 }
 
 /// Where pipeline caches live: `$VKFORMERS_CACHE_DIR`, else `$XDG_CACHE_HOME/vkformers`,
@@ -70,14 +72,14 @@ impl Pipelines {
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.map.lock().map(|m| m.len()).unwrap_or(0)
+        self.map.lock().map(|m| m.values().map(Vec::len).sum()).unwrap_or(0)
     }
 
     /// The pipeline of `code` with specialization constants `spec` (ids 0, 1, ...).
     pub(crate) fn get(&self, device: &ash::Device, code: &KernelCode, spec: &[u32]) -> Result<PipelineHandle> {
-        let key = (code.name, spec.to_vec());
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((h, _)) = map.get(&key) {
+        let variants = map.entry(code.name).or_default();
+        if let Some((_, (h, _))) = variants.iter().find(|(s, _)| s.as_slice() == spec) {
             return Ok(*h);
         }
         if code.push_size > self.max_push {
@@ -87,7 +89,7 @@ impl Pipelines {
             });
         }
         let entry = create_pipeline(device, self.cache, code, spec)?;
-        map.insert(key, entry);
+        variants.push((spec.to_vec(), entry));
         Ok(entry.0)
     }
 
@@ -109,7 +111,7 @@ impl Pipelines {
     /// No pipeline may be in use on the device.
     pub(crate) unsafe fn destroy(&self, device: &ash::Device) {
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        for (_, (h, module)) in map.drain() {
+        for (_, (h, module)) in map.drain().flat_map(|(_, v)| v) {
             // SAFETY: guaranteed idle by the caller.
             unsafe {
                 device.destroy_pipeline(h.pipeline, None);

@@ -12,6 +12,21 @@ use crate::error::{Result, VkError, VkResultExt};
 use crate::hazard::{AccessKind, HazardTracker, Span};
 use crate::memory::{Buffer, BufferView};
 use crate::pipeline::KernelCode;
+use crate::spare::BatchSet;
+
+/// Where a recorder's batch stands, which says what may be done with its command pool and fence
+/// once it is dropped.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Stage {
+    /// Recording (or never submitted): nothing of it is on the device.
+    Recording,
+    /// Submitted; not yet seen complete.
+    Submitted,
+    /// Seen complete (its fence signaled): the set is reset and kept for the next batch.
+    Done,
+    /// A submission or wait failed: the set is destroyed, never reused.
+    Failed,
+}
 
 /// One buffer argument of a dispatch: which bytes, and how the kernel uses them.
 #[derive(Clone, Copy, Debug)]
@@ -61,8 +76,10 @@ const QUERIES_PER_POOL: u32 = 4096;
 pub struct Recorder {
     shared: Arc<Shared>,
     keep: std::collections::HashMap<u64, Buffer>,
-    pool: vk::CommandPool,
+    /// Its command pool, command buffer and fence (from the device's spares, back there on drop).
+    set: BatchSet,
     cmd: vk::CommandBuffer,
+    stage: Stage,
     hazards: HazardTracker,
     bound: vk::Pipeline,
     labels: Vec<&'static str>,
@@ -72,6 +89,10 @@ pub struct Recorder {
     timing: bool,
     query_pools: Vec<vk::QueryPool>,
     queries_used: u32,
+    /// Reused by every dispatch: its push-constant block and its accesses (no allocation per
+    /// dispatch once the first has sized them).
+    push: Vec<u8>,
+    accesses: Vec<(Span, AccessKind)>,
 }
 
 impl Context {
@@ -83,21 +104,13 @@ impl Context {
 
 impl Recorder {
     fn new(shared: Arc<Shared>, timing: bool) -> Result<Self> {
-        let device = &shared.device;
-        let info = vk::CommandPoolCreateInfo::default()
-            .queue_family_index(shared.queue_family)
-            .flags(vk::CommandPoolCreateFlags::TRANSIENT);
-        // SAFETY: valid device; the pool belongs to this recorder alone.
-        let pool = unsafe { device.create_command_pool(&info, None) }.vk("vkCreateCommandPool")?;
-        let alloc = vk::CommandBufferAllocateInfo::default()
-            .command_pool(pool)
-            .level(vk::CommandBufferLevel::PRIMARY)
-            .command_buffer_count(1);
-        let mut rec = Recorder {
+        let set = shared.spares.take(&shared.device, shared.queue_family)?;
+        let rec = Recorder {
             shared: shared.clone(),
             keep: std::collections::HashMap::new(),
-            pool,
-            cmd: vk::CommandBuffer::null(),
+            set,
+            cmd: set.cmd,
+            stage: Stage::Recording,
             hazards: HazardTracker::default(),
             bound: vk::Pipeline::null(),
             labels: Vec::new(),
@@ -106,12 +119,12 @@ impl Recorder {
             timing,
             query_pools: Vec::new(),
             queries_used: 0,
+            push: Vec::new(),
+            accesses: Vec::new(),
         };
-        // SAFETY: the pool was just created.
-        rec.cmd = unsafe { device.allocate_command_buffers(&alloc) }.vk("vkAllocateCommandBuffers")?[0];
         let begin = vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
-        // SAFETY: fresh command buffer.
-        unsafe { device.begin_command_buffer(rec.cmd, &begin) }.vk("vkBeginCommandBuffer")?;
+        // SAFETY: a new command buffer, or one whose pool was reset (initial state).
+        unsafe { shared.device.begin_command_buffer(rec.cmd, &begin) }.vk("vkBeginCommandBuffer")?;
         Ok(rec)
     }
 
@@ -155,7 +168,22 @@ impl Recorder {
         params: &[u8],
         groups: [u32; 3],
     ) -> Result<()> {
-        let push = push_block(code, args, params)?;
+        let mut push = std::mem::take(&mut self.push);
+        let built = push_block(&mut push, code, args, params);
+        let out = built.and_then(|()| self.record_dispatch(code, spec, (args, indirect), &push, groups));
+        self.push = push;
+        out
+    }
+
+    /// [`Recorder::dispatch_indirect`] with its push-constant block built.
+    fn record_dispatch(
+        &mut self,
+        code: &KernelCode,
+        spec: &[u32],
+        (args, indirect): (&[Arg<'_>], &[Arg<'_>]),
+        push: &[u8],
+        groups: [u32; 3],
+    ) -> Result<()> {
         let max = self.shared.caps.max_workgroup_count;
         if groups.iter().zip(max).any(|(g, m)| *g > m) || groups.contains(&0) {
             return Err(VkError::Kernel {
@@ -164,12 +192,13 @@ impl Recorder {
             });
         }
         let pipe = self.shared.pipelines.get(&self.shared.device, code, spec)?;
-        let accesses: Vec<(Span, AccessKind)> =
-            args.iter().chain(indirect).map(|a| (span_of(&a.view), a.kind)).collect();
+        let mut accesses = std::mem::take(&mut self.accesses);
+        accesses.clear();
+        accesses.extend(args.iter().chain(indirect).map(|a| (span_of(&a.view), a.kind)));
         self.hazard_barrier(&accesses);
+        self.accesses = accesses;
         self.timestamp(vk::PipelineStageFlags::TOP_OF_PIPE)?;
-        let shared = self.shared.clone();
-        let device = &shared.device;
+        let device = &self.shared.device;
         // SAFETY: the command buffer is recording; the pipeline and layout are alive for the
         // context's lifetime; push bytes match the layout's range (checked above).
         unsafe {
@@ -178,7 +207,7 @@ impl Recorder {
                 self.bound = pipe.pipeline;
             }
             if !push.is_empty() {
-                device.cmd_push_constants(self.cmd, pipe.layout, vk::ShaderStageFlags::COMPUTE, 0, &push);
+                device.cmd_push_constants(self.cmd, pipe.layout, vk::ShaderStageFlags::COMPUTE, 0, push);
             }
             device.cmd_dispatch(self.cmd, groups[0], groups[1], groups[2]);
         }
@@ -321,26 +350,28 @@ impl Recorder {
     /// Submits the batch without waiting: the host records the next batch while the device
     /// runs this one. The returned `Pending` keeps the command buffer and every buffer the
     /// batch holds alive until `wait` (or its drop) has seen the fence.
-    pub fn submit_async(self) -> Result<Pending> {
-        let device = &self.shared.device;
+    pub fn submit_async(mut self) -> Result<Pending> {
+        let shared = self.shared.clone();
+        let device = &shared.device;
         // SAFETY: recording was begun in `new`.
-        unsafe { device.end_command_buffer(self.cmd) }.vk("vkEndCommandBuffer")?;
-        let fence_info = vk::FenceCreateInfo::default();
-        // SAFETY: valid device.
-        let fence = unsafe { device.create_fence(&fence_info, None) }.vk("vkCreateFence")?;
+        if let Err(e) = unsafe { device.end_command_buffer(self.cmd) }.vk("vkEndCommandBuffer") {
+            self.stage = Stage::Failed;
+            return Err(e);
+        }
         let cmds = [self.cmd];
         let submit = [vk::SubmitInfo::default().command_buffers(&cmds)];
         let result = {
-            let queue = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
-            // SAFETY: the queue is externally synchronized by the mutex.
-            unsafe { device.queue_submit(*queue, &submit, fence) }
+            let queue = shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+            // SAFETY: the queue is externally synchronized by the mutex; the set's fence is
+            // unsignaled and used by no other submission.
+            unsafe { device.queue_submit(*queue, &submit, self.set.fence) }
         };
         if let Err(r) = result {
-            // SAFETY: the fence was never submitted.
-            unsafe { device.destroy_fence(fence, None) };
+            self.stage = Stage::Failed;
             return Err(self.batch_error(r));
         }
-        Ok(Pending { rec: Some(self), fence })
+        self.stage = Stage::Submitted;
+        Ok(Pending { rec: Some(self) })
     }
 
     /// Orders everything recorded from now on after every command submitted earlier on the
@@ -398,19 +429,23 @@ impl Recorder {
 /// A submitted batch the host has not waited for (`Recorder::submit_async`).
 pub struct Pending {
     rec: Option<Recorder>,
-    fence: vk::Fence,
+}
+
+impl Recorder {
+    /// Waits for the submitted batch's fence: Done, or Failed (device lost) with the error.
+    fn wait_fence(&mut self) -> std::result::Result<(), vk::Result> {
+        // SAFETY: the fence was submitted with the batch.
+        let result = unsafe { self.shared.device.wait_for_fences(&[self.set.fence], true, u64::MAX) };
+        self.stage = if result.is_ok() { Stage::Done } else { Stage::Failed };
+        result
+    }
 }
 
 impl Pending {
     /// Waits for the batch and reports what it did.
     pub fn wait(mut self) -> Result<BatchReport> {
-        let rec = self.rec.take().expect("a pending batch holds its recorder until waited");
-        let device = &rec.shared.device;
-        // SAFETY: the fence was submitted with the batch.
-        let result = unsafe { device.wait_for_fences(&[self.fence], true, u64::MAX) };
-        // SAFETY: the fence is signalled or the device is lost; either way it is unused now.
-        unsafe { device.destroy_fence(self.fence, None) };
-        result.map_err(|r| rec.batch_error(r))?;
+        let mut rec = self.rec.take().expect("a pending batch holds its recorder until waited");
+        rec.wait_fence().map_err(|r| rec.batch_error(r))?;
         let timings = rec.read_timings()?;
         let work = if rec.timing { rec.work.clone() } else { Vec::new() };
         Ok(BatchReport { dispatches: rec.labels.len(), barriers: rec.barriers, timings, work })
@@ -421,13 +456,8 @@ impl Drop for Pending {
     fn drop(&mut self) {
         // Dropped without `wait` (an error elsewhere): the command buffer and the buffers the
         // batch holds may be freed only once the device is done with them.
-        if let Some(rec) = self.rec.take() {
-            let device = &rec.shared.device;
-            // SAFETY: the fence was submitted with the batch; waited on and destroyed once.
-            unsafe {
-                let _ = device.wait_for_fences(&[self.fence], true, u64::MAX);
-                device.destroy_fence(self.fence, None);
-            }
+        if let Some(mut rec) = self.rec.take() {
+            let _ = rec.wait_fence();
         }
     }
 }
@@ -440,7 +470,13 @@ impl Drop for Recorder {
             for pool in self.query_pools.drain(..) {
                 device.destroy_query_pool(pool, None);
             }
-            device.destroy_command_pool(self.pool, None);
+        }
+        match self.stage {
+            // Nothing of it on the device: the set is reset and kept.
+            Stage::Recording | Stage::Done => self.shared.spares.give(device, self.set, self.stage == Stage::Done),
+            // SAFETY: a failed batch is not reused (the device is likely lost); `Submitted` is
+            // only ever dropped through `Pending`, which waits first.
+            Stage::Submitted | Stage::Failed => unsafe { crate::spare::destroy(device, self.set) },
         }
     }
 }
@@ -449,16 +485,16 @@ fn span_of(v: &BufferView<'_>) -> Span {
     Span { buffer: v.buffer.id(), start: v.offset, end: v.offset + v.len }
 }
 
-/// Builds the push-constant block: 8-byte device addresses of `args`, then `params`; checks it
-/// against what reflection found in the shader.
-fn push_block(code: &KernelCode, args: &[Arg<'_>], params: &[u8]) -> Result<Vec<u8>> {
+/// Builds the push-constant block in `push`: 8-byte device addresses of `args`, then `params`;
+/// checks it against what reflection found in the shader.
+fn push_block(push: &mut Vec<u8>, code: &KernelCode, args: &[Arg<'_>], params: &[u8]) -> Result<()> {
     if args.len() != code.pointers as usize {
         return Err(VkError::Kernel {
             kernel: code.name.into(),
             message: format!("{} buffer arguments given, the shader declares {}", args.len(), code.pointers),
         });
     }
-    let mut push = Vec::with_capacity(code.push_size as usize);
+    push.clear();
     for a in args {
         push.extend_from_slice(&a.view.address().to_le_bytes());
     }
@@ -469,5 +505,5 @@ fn push_block(code: &KernelCode, args: &[Arg<'_>], params: &[u8]) -> Result<Vec<
             message: format!("push constants of {} bytes given, the shader declares {}", push.len(), code.push_size),
         });
     }
-    Ok(push)
+    Ok(())
 }

@@ -26,7 +26,7 @@
 //! that freed its slot, and its first token reaches the host one step later than in the
 //! synchronous engine (the batch holding its prefill is read at the next step).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 use vkformers_kernels::sample::{self, rows::RowDraw, rows::LOGPROB_WORDS};
@@ -132,6 +132,7 @@ impl Engine<'_> {
 
     fn try_step_ahead(&mut self, g: &Graph<'_>, sink: &mut dyn Sink) -> Result<(), DecodeError> {
         let start = Instant::now();
+        let waited = g.batch_wait_secs();
         if self.ahead.is_none() {
             self.ahead = Some(Ahead::new(g, self.slots.len())?);
         }
@@ -146,7 +147,7 @@ impl Engine<'_> {
             let logits = self.prefill_logits(g, &group)?;
             self.record_choice(g, &logits, &group, set, true, &mut choices)?;
         }
-        self.host_times.record_secs += start.elapsed().as_secs_f64();
+        host_phase(&mut self.host_times, g, (start, waited), |t| &mut t.record_secs);
         let ahead = self.ahead.as_mut().expect("made above");
         if !choices.is_empty() {
             let (n, cap) = (choices.len(), ahead.cap);
@@ -160,9 +161,9 @@ impl Engine<'_> {
                 let (at, len) = ((cap * 4) as u64, (n * LOGPROB_WORDS * 4) as u64);
                 rec.copy(device.slice(at, len), host.slice(at, len))
             })?;
-            let submit = Instant::now();
+            let submit = (Instant::now(), g.batch_wait_secs());
             ahead.flight = Some(Flight { set, ticket: g.flush_ticket()?, choices });
-            self.host_times.submit_secs += submit.elapsed().as_secs_f64();
+            host_phase(&mut self.host_times, g, submit, |t| &mut t.submit_secs);
             ahead.next = 1 - set;
             ahead.recorded += 1;
         }
@@ -223,17 +224,18 @@ impl Engine<'_> {
         prev: Option<&Flight>,
         choices: &mut Vec<Choice>,
     ) -> Result<(), DecodeError> {
-        // slot -> position of the live choice in flight for it.
-        let mut source = HashMap::new();
+        // Per slot: the position of the live choice in flight for it (a plain vector: no map
+        // built and hashed every step).
+        let mut source = vec![None; self.slots.len()];
         for (pos, c) in prev.iter().flat_map(|f| f.choices.iter().enumerate()) {
             if self.slots[c.slot].as_ref().is_some_and(|r| r.serial == c.serial) {
-                source.insert(c.slot, pos);
+                source[c.slot] = Some(pos);
             }
         }
         let mut groups: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
         for (s, r) in self.slots.iter().enumerate() {
             let Some(r) = r.as_ref().filter(|r| r.wants_more()) else { continue };
-            if r.pending > 0 && !source.contains_key(&s) {
+            if r.pending > 0 && source[s].is_none() {
                 // Its last choice is in no step the host can still read: it would never run again.
                 return Err(DecodeError::Request(format!("request {}: its choice in flight is lost", r.id)));
             }
@@ -260,7 +262,7 @@ impl Engine<'_> {
         g: &Graph<'_>,
         group: &[usize],
         prev: Option<usize>,
-        source: &HashMap<usize, usize>,
+        source: &[Option<usize>],
     ) -> Result<Tensor, DecodeError> {
         let row = |s: usize| self.slots[s].as_ref().expect("a running slot");
         let host: Vec<i32> = group
@@ -271,7 +273,7 @@ impl Engine<'_> {
         // (first row, first source, length) of each run copied on the device.
         let mut runs: Vec<(usize, usize, usize)> = Vec::new();
         for (i, &s) in group.iter().enumerate() {
-            let Some(&from) = source.get(&s).filter(|_| row(s).pending > 0) else { continue };
+            let Some(from) = source[s].filter(|_| row(s).pending > 0) else { continue };
             match runs.last_mut() {
                 Some((r, f, len)) if *r + *len == i && *f + *len == from => *len += 1,
                 _ => runs.push((i, from, 1)),
@@ -380,4 +382,18 @@ impl Engine<'_> {
         }
         Ok(())
     }
+}
+
+/// Counts the time since `start` (when the graph had waited `waited` seconds for batches) in the
+/// phase of `times` that `phase` picks, less the waits for batches inside it (the graph waits for
+/// the oldest batch when too many are in flight), which count as device waits.
+fn host_phase(
+    times: &mut StepTimes,
+    g: &Graph<'_>,
+    (start, waited): (Instant, f64),
+    phase: fn(&mut StepTimes) -> &mut f64,
+) {
+    let blocked = g.batch_wait_secs() - waited;
+    *phase(times) += start.elapsed().as_secs_f64() - blocked;
+    times.wait_secs += blocked;
 }

@@ -107,16 +107,19 @@ pub struct Engine<'m> {
 
 /// Seconds of the engine's lookahead steps so far, by what the engine thread was doing: the host's
 /// own work is `record_secs` (and the sink's, which the caller times); `submit_secs` is the
-/// driver's submission, near zero on a GPU (lavapipe runs the whole batch inside it); `wait_secs`
-/// is the host blocked on the device, which is near zero when the host is the bottleneck (the
-/// device idles between steps).
+/// driver's submission alone; `wait_secs` is every wait for the device (the graph's waits for
+/// in-flight batches inside recording or submitting included), near zero when the host is the
+/// bottleneck (the device idles between steps).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct StepTimes {
-    /// Recording the step's forwards and choices (the graph built, kernels recorded).
+    /// Recording the step's forwards and choices (the graph built, kernels recorded, and the
+    /// submissions of batches the graph flushes as it fills).
     pub record_secs: f64,
     /// Submitting the recorded batch.
     pub submit_secs: f64,
-    /// Waiting for the previous step's batch, and the periodic full synchronisations.
+    /// Waiting for the previous step's batch, the periodic full synchronisations, and the waits
+    /// for the oldest batch inside recording or submitting (a graph keeps at most three batches
+    /// in flight: a step of two batches waits for the previous step's first as it submits).
     pub wait_secs: f64,
 }
 
