@@ -7,7 +7,7 @@
 #     vkformers-kernels:attention_decode_rope_store vkformers-kernels:attention_decode_rope_in \
 #     vkformers-kernels:attention_decode_latent vkformers-tensor:attention_casts vkformers-models:packed_products \
 #     vkformers-generate:decode_dispatches vkformers-generate:normed_gemv vkformers-generate:rope_in_attention \
-#     vkformers-generate:chat_lookahead vkformers-cli:train_casts vkformers-cli:amp_parity
+#     vkformers-generate:chat_lookahead vkformers-cli:train_casts vkformers-cli:amp_parity vkformers-vk:spare_batches
 #   cp tools/device/ab-suite.sh .dev/ab/; tools/device/stage.sh out llama qwen2 gemma gemma2 phi3 olmo gpt_neox gptj \
 #     mistral qwen3 gpt_oss gpt2 t5 deepseek_v2 fixtures_amp fixtures_train fixtures_lora
 #   call 1: carry [".gl", ".dev/ab", ".dev/wheels"], `PACK=.dev/ab source .dev/ab/prelude.sh; PART=a bash .dev/ab/ab-suite.sh`
@@ -70,7 +70,7 @@ export PYTHONPATH=/tmp/oa-site${PYTHONPATH:+:$PYTHONPATH}
 sec "kernel, decoder and training tests"
 for n in optim_multi adamw_multi col_sum_tiled fresh_outputs split_k twin twin_only gemv gemv_normed \
     attention_decode_rope_store attention_decode_rope_in attention_decode_latent attention_casts packed_products \
-    decode_dispatches normed_gemv rope_in_attention chat_lookahead train_casts amp_parity; do t $n; done
+    decode_dispatches normed_gemv rope_in_attention chat_lookahead train_casts amp_parity spare_batches; do t $n; done
 sec "generate: today's decode step, in-process warm runs (one run with eager)"
 python3 tools/bench/generate.py --vkformers "$V" --skip-compile --batches 1 8 64 --prefill-lens 512 \
     --warmup 1 --repeats 3 --json "$OUT/gen-new.json" 2>&1 | tail -12 | tee -a "$LOG"
@@ -89,6 +89,10 @@ env $OLD_DECODE "$V" generate --model "$M" --prompt-ids-file /tmp/b1.jsonl --max
 sec "serve, clients over 8 processes"
 python3 tools/bench/serve.py --shape 1.1b --vkformers "$V" --serve-args "--max-batch 64" --procs 8 \
     --clients 64 --requests 256 --max-tokens 256 --prompt-spread 64 --json "$OUT/serve.json" 2>&1 | tail -16 | tee -a "$LOG"
+sec "serve, 8 client processes, one batch a step (VKFORMERS_BATCH_COMMANDS=0)"
+VKFORMERS_BATCH_COMMANDS=0 python3 tools/bench/serve.py --shape 1.1b --vkformers "$V" --serve-args "--max-batch 64" \
+    --procs 8 --clients 64 --requests 256 --max-tokens 256 --prompt-spread 64 --json "$OUT/serve-1batch.json" 2>&1 |
+    tail -16 | tee -a "$LOG"
 sec "serve, one client process (as before)"
 python3 tools/bench/serve.py --shape 1.1b --vkformers "$V" --serve-args "--max-batch 64" --procs 1 \
     --clients 64 --requests 256 --max-tokens 256 --prompt-spread 64 --json "$OUT/serve-1proc.json" 2>&1 | tail -16 | tee -a "$LOG"
