@@ -13,7 +13,8 @@
 #   call 1: carry [".gl", ".dev/ab", ".dev/wheels"], `PACK=.dev/ab source .dev/ab/prelude.sh; PART=a bash .dev/ab/ab-suite.sh`
 #   call 2 (the machine still warm): carry [".gl", ".dev/ab", ".dev/bis"], `... PART=b bash .dev/ab/ab-suite.sh`
 #   tools/device/stage.sh back
-# .dev/bis: xz'd release CLIs of older commits for the prefill bisect (see
+# .dev/bis: xz'd release CLIs of ba19923 (the -j run's tree), 6af4688 and ba03eb7 for the prefill
+# bisect, 18 MB (part b's carry: tree ~19 + pack ~20 + 18 MiB, under 64; see
 # docs/bench/h200-2026-12-04-k/README.md); part b skips the bisect without it.
 set -u
 PACK=${PACK:-.dev/ab}
