@@ -25,22 +25,28 @@ pub(crate) fn products(g: &Graph<'_>, w: &Weights, x: &Tensor, names: &[String])
     if m > u32::MAX as usize || k > u32::MAX as usize || !gemv_applies(m as u32, g.ctx().caps()) {
         return Ok(None);
     }
+    let Some(ws) = gemv_weights(w, names, k) else { return Ok(None) };
+    let ys: Vec<Tensor> = ws.iter().map(|t| g.empty(&[m, t.shape()[0]])).collect::<std::result::Result<_, _>>()?;
+    let parts: Vec<_> = ws.iter().zip(&ys).map(|(t, y)| (t.shape()[0] as u32, t.view(), y.view())).collect();
+    let desc = GemvDesc::packed(m as u32, parts[0].0, k as u32, ws[0].dtype());
+    g.record(|rec| gemv_group(rec, &desc, x.view(), &parts))?;
+    Ok(Some(ys))
+}
+
+/// The weights `names` of one grouped GEMV over `k` input columns: each `[n_p, k]` with
+/// 0 < n_p ≤ u32::MAX, all of one dtype, none adapted by LoRA; `None` otherwise (the caller
+/// then runs separate products).
+pub(crate) fn gemv_weights<'w>(w: &'w Weights, names: &[String], k: usize) -> Option<Vec<&'w Tensor>> {
     let mut ws = Vec::with_capacity(names.len());
     for name in names {
         match w.opt(name) {
             Some(t) if w.lora().get(name).is_none() && t.shape().len() == 2 && t.shape()[1] == k => ws.push(t),
-            _ => return Ok(None),
+            _ => return None,
         }
     }
-    let dtype = ws[0].dtype();
-    if ws.iter().any(|t| t.dtype() != dtype || t.shape()[0] > u32::MAX as usize) {
-        return Ok(None);
-    }
-    let ys: Vec<Tensor> = ws.iter().map(|t| g.empty(&[m, t.shape()[0]])).collect::<std::result::Result<_, _>>()?;
-    let parts: Vec<_> = ws.iter().zip(&ys).map(|(t, y)| (t.shape()[0] as u32, t.view(), y.view())).collect();
-    let desc = GemvDesc::packed(m as u32, parts[0].0, k as u32, dtype);
-    g.record(|rec| gemv_group(rec, &desc, x.view(), &parts))?;
-    Ok(Some(ys))
+    let dtype = ws.first()?.dtype();
+    let rows_fit = |t: &&Tensor| (1..=u32::MAX as usize).contains(&t.shape()[0]);
+    ws.iter().all(|t| t.dtype() == dtype && rows_fit(t)).then_some(ws)
 }
 
 /// Whether to fold the GLU into the down projection: `VKFORMERS_FUSED_GLU=1` or `0` forces it on

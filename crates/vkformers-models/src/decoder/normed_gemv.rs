@@ -90,17 +90,8 @@ fn normed_products(
     if !gemv_applies(m32, g.ctx().caps()) {
         return Ok(None);
     }
-    let mut ws = Vec::with_capacity(names.len());
-    for name in names {
-        match w.opt(name) {
-            Some(t) if w.lora().get(name).is_none() && t.shape().len() == 2 && t.shape()[1] == k => ws.push(t),
-            _ => return Ok(None),
-        }
-    }
+    let Some(ws) = grouped::gemv_weights(w, names, k) else { return Ok(None) };
     let dtype = ws[0].dtype();
-    if ws.iter().any(|t| t.dtype() != dtype || fits(t.shape()[0]).is_none()) {
-        return Ok(None);
-    }
     let ys: Vec<Tensor> = ws.iter().map(|t| g.empty(&[m, t.shape()[0]])).collect::<std::result::Result<_, _>>()?;
     let sum = r.map(|_| g.empty(xs)).transpose()?;
     let normed = if write_normed { Some(g.empty(xs)?) } else { None };
