@@ -385,18 +385,36 @@ impl KvCache {
         rope: (&Tensor, &Tensor),
         rot: (vkformers_kernels::rope::RopeLayout, usize, f32),
     ) -> Result<Option<Tensor>> {
+        self.in_decode_layer(g, i, "rope_store", |layer, (step, _, rows)| {
+            layer.rope_store(g, rows, (q, k, v), &step.tables[layer.group()], rope, rot)
+        })
+    }
+
+    /// Runs `f` on layer `i`'s pools in a decode step (not a prefill, no gradients) with the
+    /// step, the layer's group and the rows its block tables address; `f`'s `Some` means the
+    /// kernel it recorded stored the layer's new keys and values (the layer's `attend` then
+    /// stores nothing). `None` (nothing run) in a prefill or with gradients; `what` names the
+    /// call in the error outside a forward.
+    fn in_decode_layer<R>(
+        &self,
+        g: &Graph<'_>,
+        i: usize,
+        what: &str,
+        f: impl FnOnce(&mut LayerPool, (&Step, &Group, usize)) -> Result<Option<R>>,
+    ) -> Result<Option<R>> {
         let mut step = self.step.borrow_mut();
-        let step = step.as_mut().ok_or_else(|| ModelError::Config("KV cache rope_store outside a forward".into()))?;
+        let step = step.as_mut().ok_or_else(|| ModelError::Config(format!("KV cache {what} outside a forward")))?;
         if step.prefill || g.grad_enabled() {
             return Ok(None);
         }
         let mut layers = self.layers.borrow_mut();
         let layer = &mut layers[i];
         let groups = self.groups.borrow();
-        let rows = groups[layer.group()].tables.num_blocks() * self.block_size;
-        let q = layer.rope_store(g, rows, (q, k, v), &step.tables[layer.group()], rope, rot)?;
-        step.stored[i] = q.is_some();
-        Ok(q)
+        let group = &groups[layer.group()];
+        let rows = group.tables.num_blocks() * self.block_size;
+        let out = f(layer, (step, group, rows))?;
+        step.stored[i] |= out.is_some();
+        Ok(out)
     }
 }
 

@@ -7,7 +7,7 @@ use vkformers_tensor::ops::attention::AttnOptions;
 use vkformers_tensor::{Graph, Tensor};
 
 use super::KvCache;
-use crate::error::{ModelError, Result};
+use crate::error::Result;
 
 impl KvCache {
     /// A decode step's rotary embedding and store of layer `i` (as [`KvCache::rope_store`]) with
@@ -22,18 +22,9 @@ impl KvCache {
         rope: (&Tensor, &Tensor),
         rot: (RopeLayout, usize, f32),
     ) -> Result<Option<Tensor>> {
-        let mut step = self.step.borrow_mut();
-        let step = step.as_mut().ok_or_else(|| ModelError::Config("KV cache rope_store outside a forward".into()))?;
-        if step.prefill || g.grad_enabled() {
-            return Ok(None);
-        }
-        let mut layers = self.layers.borrow_mut();
-        let layer = &mut layers[i];
-        let groups = self.groups.borrow();
-        let rows = groups[layer.group()].tables.num_blocks() * self.block_size;
-        let q = layer.rope_store_packed(g, (rows, &step.tables[layer.group()]), y, rope, rot)?;
-        step.stored[i] = q.is_some();
-        Ok(q)
+        self.in_decode_layer(g, i, "rope_store", |layer, (step, _, rows)| {
+            layer.rope_store_packed(g, (rows, &step.tables[layer.group()]), y, rope, rot)
+        })
     }
 }
 
@@ -53,21 +44,15 @@ impl KvCache {
         rot: (RopeLayout, usize, f32),
         (mut opts, chunk): (AttnOptions, u32),
     ) -> Result<Option<Tensor>> {
-        let mut step = self.step.borrow_mut();
-        let step = step.as_mut().ok_or_else(|| ModelError::Config("KV cache attend outside a forward".into()))?;
-        if step.prefill || g.grad_enabled() || step.real.len() != b || rope.0.numel() != b {
-            return Ok(None);
-        }
-        let mut layers = self.layers.borrow_mut();
-        let layer = &mut layers[i];
-        let groups = self.groups.borrow();
-        let group = &groups[layer.group()];
-        let rows = group.tables.num_blocks() * self.block_size;
-        opts.window = group.window.unwrap_or(0) as u32;
-        let at = (rows, &step.tables[layer.group()], group.tables.block_size());
-        let o = layer.rope_attend(g, at, (x, like, (b, hq)), rope, rot, (&opts, chunk))?;
-        step.stored[i] |= o.is_some();
-        Ok(o)
+        self.in_decode_layer(g, i, "attend", |layer, (step, group, rows)| {
+            // One new column a row (positions [B]).
+            if step.real.len() != b || rope.0.numel() != b {
+                return Ok(None);
+            }
+            opts.window = group.window.unwrap_or(0) as u32;
+            let at = (rows, &step.tables[layer.group()], group.tables.block_size());
+            layer.rope_attend(g, at, (x, like, (b, hq)), rope, rot, (&opts, chunk))
+        })
     }
 }
 
