@@ -13,10 +13,9 @@ mod common;
 
 use std::collections::HashMap;
 
-use common::{fixtures_root, ids, json};
+use common::{cached_decode_logits, fixtures_root, ids, json};
 use vkformers_generate::engine::{Engine, Finished, Request, RequestOptions, Sink};
 use vkformers_generate::generation::{generate, GenerateOptions};
-use vkformers_models::decoder::{forward_cached_last, Batch, KvCache};
 use vkformers_models::model::Model;
 use vkformers_tensor::{DType, Graph};
 use vkformers_vk::testing::on_every_device;
@@ -61,26 +60,10 @@ fn engine_greedy(g: &Graph<'_>, model: &Model, prompts: &[Vec<u32>], n: usize) -
 }
 
 /// Logits `[rows, V]` of a 5-token prefill of `rows` rows and of three decode steps after it
-/// (each step feeding the rows' greedy ids back), as the cached forward gives them, and the
-/// splits of a packed product (`split_cols` calls) in the last step.
+/// (`common::cached_decode_logits`), and the splits of a packed product (`split_cols` calls) in
+/// the last step.
 fn decode_logits(g: &Graph<'_>, model: &Model, rows: usize) -> (Vec<Vec<f32>>, u64) {
-    let cache = KvCache::batched(g, &model.spec, rows, 16).unwrap();
-    let mut ids: Vec<i32> = (0..rows * 5).map(|i| (i * 7 % 50 + 3) as i32).collect();
-    let mut out = Vec::new();
-    for t in [5, 1, 1, 1] {
-        let mask = vec![1; ids.len()];
-        let batch = Batch { ids: &ids, mask: &mask, batch: rows, seq: t };
-        g.set_profiling(out.len() == 3);
-        let logits = g
-            .no_grad(|| g.read(&forward_cached_last(g, &model.spec, &model.weights, &batch, &cache).unwrap()))
-            .unwrap();
-        let v = logits.len() / rows;
-        ids =
-            logits.chunks(v).map(|r| (0..v).fold(0, |best, j| if r[j] > r[best] { j } else { best }) as i32).collect();
-        out.push(logits);
-    }
-    let profile = g.take_profile().unwrap().expect("profiling was on");
-    g.set_profiling(false);
+    let (out, profile) = cached_decode_logits(g, model, rows, vec![1; rows * 5]);
     let splits = profile.kernels.iter().filter(|(n, _)| n.starts_with("elementwise/split_cols")).map(|(_, k)| k.calls);
     (out, splits.sum())
 }

@@ -13,9 +13,8 @@
 
 mod common;
 
-use common::{fixtures_root, ids, json};
+use common::{cached_decode_logits, fixtures_root, ids, json};
 use vkformers_generate::generation::{generate, GenerateOptions};
-use vkformers_models::decoder::{forward_cached_last, Batch, KvCache};
 use vkformers_models::model::Model;
 use vkformers_tensor::profile::Profile;
 use vkformers_tensor::{DType, Graph};
@@ -43,25 +42,8 @@ fn calls(p: &Profile, prefix: &str, part: &str) -> u64 {
 /// 5 columns) and of three decode steps after it, feeding each row's greedy id back, and the
 /// profile of the last step.
 fn decode_logits(g: &Graph<'_>, model: &Model, rows: usize) -> (Vec<Vec<f32>>, Profile) {
-    let cache = KvCache::batched(g, &model.spec, rows, 16).unwrap();
-    let mut ids: Vec<i32> = (0..rows * 5).map(|i| (i * 7 % 50 + 3) as i32).collect();
-    let mut mask: Vec<i32> = (0..rows * 5).map(|i| i32::from(i % 5 >= 4 - (i / 5) % 5)).collect();
-    let mut out = Vec::new();
-    for t in [5, 1, 1, 1] {
-        let batch = Batch { ids: &ids, mask: &mask, batch: rows, seq: t };
-        g.set_profiling(out.len() == 3);
-        let logits = g
-            .no_grad(|| g.read(&forward_cached_last(g, &model.spec, &model.weights, &batch, &cache).unwrap()))
-            .unwrap();
-        let v = logits.len() / rows;
-        ids =
-            logits.chunks(v).map(|r| (0..v).fold(0, |best, j| if r[j] > r[best] { j } else { best }) as i32).collect();
-        mask = vec![1; rows];
-        out.push(logits);
-    }
-    let profile = g.take_profile().unwrap().expect("profiling was on");
-    g.set_profiling(false);
-    (out, profile)
+    let mask: Vec<i32> = (0..rows * 5).map(|i| i32::from(i % 5 >= 4 - (i / 5) % 5)).collect();
+    cached_decode_logits(g, model, rows, mask)
 }
 
 /// `a` and `b` bit for bit (`what` names them).

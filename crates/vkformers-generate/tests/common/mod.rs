@@ -38,3 +38,34 @@ pub fn beam_options(o: &serde_json::Value) -> BeamOptions {
         num_return_sequences: u("num_return_sequences"),
     }
 }
+
+/// Logits `[rows, V]` of a 5-column prefill of `rows` rows (ids `i * 7 % 50 + 3`, key mask
+/// `prefill_mask [rows * 5]`) and of three decode steps after it, each feeding the rows' greedy
+/// ids back, as the cached forward gives them, and the profile of the last step.
+pub fn cached_decode_logits(
+    g: &vkformers_tensor::Graph<'_>,
+    model: &vkformers_models::model::Model,
+    rows: usize,
+    prefill_mask: Vec<i32>,
+) -> (Vec<Vec<f32>>, vkformers_tensor::profile::Profile) {
+    use vkformers_models::decoder::{forward_cached_last, Batch, KvCache};
+    let cache = KvCache::batched(g, &model.spec, rows, 16).unwrap();
+    let mut ids: Vec<i32> = (0..rows * 5).map(|i| (i * 7 % 50 + 3) as i32).collect();
+    let mut mask = prefill_mask;
+    let mut out = Vec::new();
+    for t in [5, 1, 1, 1] {
+        let batch = Batch { ids: &ids, mask: &mask, batch: rows, seq: t };
+        g.set_profiling(out.len() == 3);
+        let logits = g
+            .no_grad(|| g.read(&forward_cached_last(g, &model.spec, &model.weights, &batch, &cache).unwrap()))
+            .unwrap();
+        let v = logits.len() / rows;
+        ids =
+            logits.chunks(v).map(|r| (0..v).fold(0, |best, j| if r[j] > r[best] { j } else { best }) as i32).collect();
+        mask = vec![1; rows];
+        out.push(logits);
+    }
+    let profile = g.take_profile().unwrap().expect("profiling was on");
+    g.set_profiling(false);
+    (out, profile)
+}
