@@ -25,6 +25,12 @@ sec "machine"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw,temperature.gpu \
     --format=csv 2>&1 | tee -a "$LOG"
 "$V" devices 2>&1 | head -4 | tee -a "$LOG"
+# The clocks through the whole call (twice a second), so a run where the GPU sat at low clocks
+# (the -k run's 2.5-3x slower prefill) shows it: read beside the log's section times.
+nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,utilization.gpu,clocks_throttle_reasons.active \
+    --format=csv -lms 500 > "$OUT/clocks-$PART.csv" 2>&1 &
+CLOCKS=$!
+trap 'kill $CLOCKS 2>/dev/null' EXIT
 sec "model"
 bench_model
 M=target/bench-work/llama-1.1b
