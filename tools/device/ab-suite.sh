@@ -64,6 +64,10 @@ if [[ $PART == b ]]; then
     sec "train profile, 1.1B shape, 4 steps"
     python3 -c "import json,shlex; r=[x for x in json.load(open('$OUT/train-new.json'))['results'] if x.get('shape')=='1.1b' and x.get('system')=='vkformers']; c=r[0]['cmd']; i=c.index('--max-steps'); c[i+1]='4'; print(shlex.join(c+['--profile']))" > /tmp/prof.sh
     bash /tmp/prof.sh 2>&1 | tail -45 >> "$LOG"
+    sec "bench gemv: the decode step's products alone (plain; normed), and the dispatch floor"
+    "$V" bench gemv --rows 1,4,8 2>&1 | tee -a "$LOG"
+    "$V" bench gemv --rows 1,4 --normed --shapes 2560x2048,11264x2048 2>&1 | tee -a "$LOG"
+    "$V" bench dispatch 2>&1 | tee -a "$LOG"
     for m in apart inside; do
         sec "bench decode --rope $m (batch 1; batch 64 x 640 keys)"
         "$V" bench decode --rope $m 2>&1 | tail -3 | tee -a "$LOG"

@@ -224,7 +224,7 @@ fn gemm_portable(selector: &DeviceSelector, args: &GemmArgs) -> anyhow::Result<E
 
 /// Random operand values in the portable kernel's storage: (device bytes, padded to 4, and the
 /// stored values as f32).
-fn portable_operand(n: usize, dtype: vkformers_kernels::matmul::DType, seed: u64) -> (Vec<u8>, Vec<f32>) {
+pub(crate) fn portable_operand(n: usize, dtype: vkformers_kernels::matmul::DType, seed: u64) -> (Vec<u8>, Vec<f32>) {
     use vkformers_kernels::matmul::DType;
     let (mut bytes, vals) = match dtype {
         DType::F32 => {
@@ -287,4 +287,22 @@ fn check_samples(a: &[f32], b: &[f32], c: &[f32], m: u32, n: u32, k: u32, trans_
             (f64::from(c[i * n + j]) - dot).abs() / mag.max(1e-30)
         })
         .fold(0.0, f64::max)
+}
+
+/// Median device time (ns) of each kernel name in a timed chain's report.
+pub(crate) fn kernel_medians(timings: Vec<(&'static str, f64)>) -> Vec<(&'static str, f64)> {
+    let mut kernels: Vec<(&str, Vec<f64>)> = Vec::new();
+    for (name, ns) in timings {
+        match kernels.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, v)) => v.push(ns),
+            None => kernels.push((name, vec![ns])),
+        }
+    }
+    kernels
+        .into_iter()
+        .map(|(name, mut v)| {
+            v.sort_by(f64::total_cmp);
+            (name, v[v.len() / 2])
+        })
+        .collect()
 }

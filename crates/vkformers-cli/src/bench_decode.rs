@@ -227,19 +227,9 @@ pub fn decode_attention(selector: &DeviceSelector, args: &DecodeBenchArgs) -> an
         let (wall, _) = chain(false)?;
         let (_, timings) = chain(true)?;
         let per_call_us = wall / args.calls as f64 * 1e6;
-        let mut kernels: Vec<(&str, Vec<f64>)> = Vec::new();
-        for (name, ns) in timings {
-            match kernels.iter_mut().find(|(n, _)| *n == name) {
-                Some((_, v)) => v.push(ns),
-                None => kernels.push((name, vec![ns])),
-            }
-        }
-        let medians: Vec<String> = kernels
-            .iter_mut()
-            .map(|(name, v)| {
-                v.sort_by(f64::total_cmp);
-                format!("{name} {:.2} µs", v[v.len() / 2] / 1e3)
-            })
+        let medians: Vec<String> = crate::bench::kernel_medians(timings)
+            .iter()
+            .map(|(name, ns)| format!("{name} {:.2} µs", ns / 1e3))
             .collect();
         println!(
             "  splits {splits:>2}: {per_call_us:>7.2} µs a call (chain of {}{}), {:>7.1} GB/s of K+V; medians: {}",

@@ -5,6 +5,7 @@ mod bench;
 mod bench_attention;
 mod bench_decode;
 mod bench_decode_latent;
+mod bench_gemv;
 mod bench_grouped;
 mod bench_peak;
 mod bench_shapes;
@@ -114,6 +115,8 @@ enum BenchCommand {
     Dispatch(bench_peak::DispatchArgs),
     /// Paged decode attention alone on one shape, µs per call for each split count.
     Decode(bench_decode::DecodeBenchArgs),
+    /// The decode GEMV alone at a decode step's shapes, µs per call and GB/s of weights.
+    Gemv(bench_gemv::GemvBenchArgs),
     /// Multi-head latent attention's wide latent decode alone on one shape, µs per call.
     DecodeLatent(bench_decode_latent::LatentBenchArgs),
     /// The grouped expert GEMMs of one MoE projection (forward, dx, dW), TFLOP/s each.
@@ -138,6 +141,7 @@ fn main() -> std::process::ExitCode {
         Command::Bench(BenchCommand::MmaPeak(args)) => bench_peak::mma_peak(&cli.device, &args),
         Command::Bench(BenchCommand::Dispatch(args)) => bench_peak::dispatch_latency(&cli.device, &args),
         Command::Bench(BenchCommand::Decode(args)) => bench_decode::decode_attention(&cli.device, &args),
+        Command::Bench(BenchCommand::Gemv(args)) => bench_gemv::gemv_bench(&cli.device, &args),
         Command::Bench(BenchCommand::DecodeLatent(args)) => bench_decode_latent::decode_latent(&cli.device, &args),
         Command::Bench(BenchCommand::GroupedGemm(args)) => bench_grouped::grouped_gemm(&cli.device, &args),
         Command::Architectures(args) => architectures::run(&cli.device, &args),

@@ -1,0 +1,206 @@
+//! `vkformers bench gemv`: times the decode GEMV (`matmul/gemv`) alone at a decode step's
+//! shapes, as a chain of dependent calls (each call rewrites the previous one's y, so a barrier
+//! separates them as in a decode step). Per shape and row count it reports the device time per
+//! call (submit to done over the chain), the median between timestamps, and the weight bytes
+//! streamed per second, beside a plain copy's bandwidth measured in the same process: the
+//! step's GEMVs read ~2.2 GB of a 1.1B model's weights a token, so this says how far each
+//! product is from the memory's rate and how much of a call is fixed cost.
+//!
+//! The default shapes are TinyLlama-1.1B's decode products as `N x K` (`[out, in]`): the packed
+//! q/k/v (2560 x 2048), o_proj (2048 x 2048), the packed gate/up (11264 x 2048), down_proj
+//! (2048 x 5632) and the LM head (32000 x 2048). `--normed` times the products that read an
+//! RMSNorm of x plus a residual while they load it (what a decode step's q/k/v and gate/up
+//! run on a GPU since the norms moved into the GEMV): every workgroup also sums its rows'
+//! squares over all of K.
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::bail;
+use vkformers_kernels::matmul::gemv::{self, GemvDesc, NormedInput};
+use vkformers_kernels::testutil::Rng;
+use vkformers_vk::{Buffer, Context, DeviceSelector};
+
+#[derive(clap::Args)]
+pub struct GemvBenchArgs {
+    /// Products as `NxK` (W `[N, K]`), comma-separated.
+    #[arg(long, default_value = "2560x2048,2048x2048,11264x2048,2048x5632,32000x2048")]
+    shapes: String,
+    /// Rows of x (the batch of a decode step), comma-separated, 1 to 16.
+    #[arg(long, default_value = "1,4")]
+    rows: String,
+    /// Weight storage: bf16, f16 or f32 (x and y are f32).
+    #[arg(long, default_value = "bf16")]
+    dtype: String,
+    /// The RMSNorm (with a residual add) of x computed inside the product.
+    #[arg(long)]
+    normed: bool,
+    /// Dependent calls in the timed chain.
+    #[arg(long, default_value_t = 200)]
+    calls: usize,
+    /// Milliseconds of untimed chains before each measurement (the clocks ramp under load).
+    #[arg(long, default_value_t = 1500)]
+    warm_ms: u64,
+}
+
+/// `NxK` items of `--shapes`.
+fn parse_shapes(s: &str) -> anyhow::Result<Vec<(u32, u32)>> {
+    s.split(',')
+        .map(|item| {
+            let (n, k) = item.trim().split_once('x').ok_or_else(|| anyhow::anyhow!("--shapes {item}: expected NxK"))?;
+            Ok((n.parse()?, k.parse()?))
+        })
+        .collect()
+}
+
+fn parse_rows(s: &str) -> anyhow::Result<Vec<u32>> {
+    let rows = s.split(',').map(|r| r.trim().parse::<u32>()).collect::<Result<Vec<_>, _>>()?;
+    if let Some(bad) = rows.iter().find(|m| !(1..=gemv::MAX_ROWS).contains(*m)) {
+        bail!("--rows {bad}: 1 to {}", gemv::MAX_ROWS);
+    }
+    Ok(rows)
+}
+
+/// The buffers of one product: W (and its stored values), x, y, and the normed input's gain,
+/// residual and sum.
+struct Operands {
+    w: Buffer,
+    w_vals: Vec<f32>,
+    x: Buffer,
+    y: Buffer,
+    gain: Buffer,
+    r: Buffer,
+    hs: Buffer,
+}
+
+fn operands(ctx: &Context, desc: &GemvDesc) -> anyhow::Result<Operands> {
+    let (m, n, k) = (desc.m as usize, desc.n as usize, desc.k as usize);
+    let (w_bytes, w_vals) = crate::bench::portable_operand(n * k, desc.dtype, 1);
+    Ok(Operands {
+        w: ctx.buffer_from(&w_bytes, "w")?,
+        w_vals,
+        x: ctx.buffer_from(&Rng::new(2).vec(m * k, 1.0), "x")?,
+        y: ctx.buffer((m * n * 4) as u64, "y")?,
+        gain: ctx.buffer_from(&Rng::new(3).vec(k, 1.0), "gain")?,
+        r: ctx.buffer_from(&Rng::new(4).vec(m * k, 1.0), "residual")?,
+        hs: ctx.buffer((m * k * 4) as u64, "x + residual")?,
+    })
+}
+
+/// Bytes per second of a device copy of 256 MiB (the reference the products are read against).
+fn copy_bandwidth(ctx: &Context) -> anyhow::Result<f64> {
+    let bytes = 256u64 << 20;
+    let (a, b) = (ctx.buffer(bytes, "copy a")?, ctx.buffer(bytes, "copy b")?);
+    let run = |n: usize| -> anyhow::Result<f64> {
+        let mut rec = ctx.recorder(false)?;
+        for i in 0..n {
+            let (from, to) = if i % 2 == 0 { (&a, &b) } else { (&b, &a) };
+            vkformers_kernels::elementwise::copy(&mut rec, from.view(), to.view())?;
+        }
+        let t = Instant::now();
+        rec.submit()?;
+        Ok(t.elapsed().as_secs_f64())
+    };
+    run(4)?;
+    let n = 20;
+    // A copy reads and writes every byte.
+    Ok(2.0 * bytes as f64 * n as f64 / run(n)?)
+}
+
+/// Largest relative error of 32 sampled entries of y against f64 dot products of the same
+/// inputs (x̂ = RMSNorm(x + r) · g for `normed`), relative to `sum |x̂ w|`.
+fn check_samples(ctx: &Context, desc: &GemvDesc, o: &Operands, normed: bool) -> anyhow::Result<f64> {
+    let (m, n, k) = (desc.m as usize, desc.n as usize, desc.k as usize);
+    let y: Vec<f32> = ctx.read_vec(o.y.view())?;
+    let mut x: Vec<f64> = ctx.read_vec::<f32>(o.x.view())?.into_iter().map(f64::from).collect();
+    if normed {
+        let r: Vec<f32> = ctx.read_vec(o.r.view())?;
+        let g: Vec<f32> = ctx.read_vec(o.gain.view())?;
+        for (i, row) in x.chunks_mut(k).enumerate() {
+            row.iter_mut().zip(&r[i * k..]).for_each(|(h, r)| *h += f64::from(*r));
+            let rstd = 1.0 / (row.iter().map(|h| h * h).sum::<f64>() / k as f64 + 1e-5).sqrt();
+            row.iter_mut().zip(&g).for_each(|(h, g)| *h *= rstd * f64::from(*g));
+        }
+    }
+    let mut rng = Rng::new(7);
+    let mut worst = 0.0f64;
+    for _ in 0..32 {
+        let (i, j) = (rng.below(m), rng.below(n));
+        let (mut dot, mut mag) = (0.0f64, 0.0f64);
+        for (xv, wv) in x[i * k..(i + 1) * k].iter().zip(&o.w_vals[j * k..(j + 1) * k]) {
+            dot += xv * f64::from(*wv);
+            mag += (xv * f64::from(*wv)).abs();
+        }
+        worst = worst.max((f64::from(y[i * n + j]) - dot).abs() / mag.max(1e-30));
+    }
+    Ok(worst)
+}
+
+/// One call: the plain product, or the normed one (residual added, gain w).
+fn record_call(rec: &mut vkformers_vk::Recorder, desc: &GemvDesc, o: &Operands, normed: bool) -> anyhow::Result<()> {
+    if normed {
+        let norm = NormedInput {
+            gain: Some(o.gain.view()),
+            unit_offset: false,
+            eps: 1e-5,
+            residual: Some((o.r.view(), o.hs.view())),
+            normed: None,
+        };
+        gemv::gemv_group_normed(rec, desc, o.x.view(), &norm, &[(desc.n, o.w.view(), o.y.view())])?;
+    } else {
+        gemv::gemv(rec, desc, o.x.view(), o.w.view(), None, o.y.view())?;
+    }
+    Ok(())
+}
+
+pub fn gemv_bench(selector: &DeviceSelector, args: &GemvBenchArgs) -> anyhow::Result<ExitCode> {
+    let dt = crate::bench::dtype_arg(&args.dtype)?;
+    let (shapes, rows) = (parse_shapes(&args.shapes)?, parse_rows(&args.rows)?);
+    let ctx = Context::new(selector)?;
+    let copy = copy_bandwidth(&ctx)?;
+    println!(
+        "{}: decode GEMV, {:?} weights{}, chains of {} dependent calls; a 256 MiB copy moves {:.0} GB/s",
+        ctx.caps().name,
+        dt,
+        if args.normed { ", RMSNorm + residual inside" } else { "" },
+        args.calls,
+        copy / 1e9
+    );
+    for &(n, k) in &shapes {
+        for &m in &rows {
+            let desc = GemvDesc::packed(m, n, k, dt);
+            let o = operands(&ctx, &desc)?;
+            let chain = |timed: bool| -> anyhow::Result<(f64, Vec<(&'static str, f64)>)> {
+                let mut rec = ctx.recorder(timed)?;
+                for _ in 0..args.calls {
+                    record_call(&mut rec, &desc, &o, args.normed)?;
+                }
+                let t = Instant::now();
+                let report = rec.submit()?;
+                Ok((t.elapsed().as_secs_f64(), report.timings.iter().map(|(n, ns)| (*n, *ns)).collect()))
+            };
+            let warm = Instant::now();
+            while warm.elapsed().as_millis() < u128::from(args.warm_ms) {
+                chain(false)?;
+            }
+            let (wall, _) = chain(false)?;
+            let (_, timings) = chain(true)?;
+            let err = check_samples(&ctx, &desc, &o, args.normed)?;
+            if err > 1e-4 {
+                bail!("{n} x {k} m {m}: sampled entries differ from the f64 reference by {err:e}: the kernel is wrong here");
+            }
+            let per_call_us = wall / args.calls as f64 * 1e6;
+            let median_us = crate::bench::kernel_medians(timings).first().map_or(f64::NAN, |k| k.1 / 1e3);
+            let bytes = desc.weight_bytes() as f64;
+            let rate = bytes / (per_call_us * 1e-6);
+            println!(
+                "  {n:>6} x {k:<6} m {m:>2}: {per_call_us:>8.2} µs a call, {median_us:>8.2} µs median between timestamps, \
+                 {:>7.0} GB/s of W ({:>3.0}% of the copy), {:>6.2} µs at the copy's rate (max rel err {err:.1e})",
+                rate / 1e9,
+                100.0 * rate / copy,
+                bytes / copy * 1e6
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
