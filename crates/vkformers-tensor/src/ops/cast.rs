@@ -63,17 +63,36 @@ pub fn narrow(g: &Graph<'_>, x: &Tensor, dtype: DType) -> Result<Tensor> {
     Ok(y)
 }
 
-/// The 16-bit twin an op producing the f32 activation `y` writes too, in training under
-/// autocast (the products and attention that read `y` then find it as `y`'s kept copy and run
-/// no cast; its values are `y` rounded exactly as the cast kernels round). `None` when no
-/// product reads 16-bit copies (autocast off, inference: nothing would keep it).
+/// The 16-bit twin an op producing the f32 activation `y` writes too, under autocast in
+/// training, or inside `Graph::inference` for rows a GEMM multiplies (a prefill, or a decode
+/// step of more rows than the GEMV takes): the products and attention that read `y` then find
+/// it as `y`'s kept copy and run no cast; its values are `y` rounded exactly as the cast
+/// kernels round. `None` when no product reads 16-bit copies (autocast off; plain `no_grad`,
+/// where nothing would keep it; decoding's GEMV rows, which read f32).
 pub(crate) fn twin(g: &Graph<'_>, y: &Tensor) -> Result<Option<Tensor>> {
-    let Some(dt) = g.autocast().filter(|_| twins_on() && g.grad_enabled() && y.dtype() == DType::F32) else {
+    let wanted = g.grad_enabled() || inference_twin(g, y);
+    let Some(dt) = g.autocast().filter(|_| twins_on() && wanted && y.dtype() == DType::F32) else {
         return Ok(None);
     };
     let copy = g.empty_as(y.shape(), dt)?;
     g.keep_cast(y, &copy);
     Ok(Some(copy))
+}
+
+/// Whether an op writing `y` inside `Graph::inference` writes its 16-bit twin too: on rows a
+/// GEMM multiplies (decoding's GEMV reads the f32 rows, so a twin there would be written for
+/// nothing). `VKFORMERS_INFERENCE_TWINS=0` turns it off (a cast dispatch before each product
+/// again, for an A/B on one binary; the values are the same either way).
+fn inference_twin(g: &Graph<'_>, y: &Tensor) -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let on = *ON.get_or_init(|| std::env::var("VKFORMERS_INFERENCE_TWINS").map_or(true, |v| v != "0"));
+    on && g.keeps_inference_casts() && gemm_rows(g, y.rows())
+}
+
+/// Whether products of `rows` rows run on the GEMM (on 16-bit copies), not the GEMV (f32 rows).
+fn gemm_rows(g: &Graph<'_>, rows: usize) -> bool {
+    let caps = g.ctx().caps();
+    u32::try_from(rows).is_ok_and(|m| !vkformers_kernels::matmul::gemv::gemv_applies(m, caps))
 }
 
 /// The 16-bit twin a backward kernel writing the f32 gradient `dx` writes too, under autocast:
@@ -120,9 +139,7 @@ pub(crate) fn half_output_type(g: &Graph<'_>) -> Option<DType> {
 /// products run the GEMM on 16-bit copies (a few rows take the GEMV, which reads f32 rows: the
 /// f32 output stays then, so the values never depend on this choice).
 pub(crate) fn half_output_for_rows(g: &Graph<'_>, rows: usize) -> Option<DType> {
-    let caps = g.ctx().caps();
-    let gemm_rows = u32::try_from(rows).is_ok_and(|m| !vkformers_kernels::matmul::gemv::gemv_applies(m, caps));
-    half_output_type(g).filter(|_| gemm_rows)
+    half_output_type(g).filter(|_| gemm_rows(g, rows))
 }
 
 /// Whether the `_for_product` ops (norms, GLU) hand products 16-bit outputs of `rows` rows
