@@ -178,12 +178,12 @@ fn bf16_two_steps_track_torch_autocast_seq2seq() {
     check_case("t5_bf16");
 }
 
-/// Marian (post-LN, biases, cross-attention norms) under bf16: the losses track torch and the
-/// global update cosine is 0.998, but one tensor falls short of the bound.
+/// Marian (post-LN, biases, cross-attention norms) under bf16. Its 16-element norm vectors hold
+/// elements whose gradient is below bf16's rounding noise (torch's own bf16 run flips the sign of
+/// `encoder.layers.0.final_layer_norm.bias[6]`, +1.8e-4 in f32, against its f32 run: cosine
+/// 0.955): the fixture lists them with the ill-conditioned ones (seq2seq_amp_reference.py's
+/// `below_bf16_noise`), since any rounding order decides them differently.
 #[test]
-#[ignore = "open: marian bf16 decoder.layers.1.encoder_attn_layer_norm.weight update cosine 0.944 vs torch; \
-            ours bf16 vs ours f32 0.942 where torch's bf16 vs f32 is 0.99993 (vkformers rounds something torch keeps \
-            in f32); and encoder.layers.0.final_layer_norm.bias is 0.955 against torch's bf16 for our f32 run too"]
 fn bf16_two_steps_track_torch_autocast_marian() {
     check_case("marian_bf16");
 }
