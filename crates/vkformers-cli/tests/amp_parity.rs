@@ -1,8 +1,10 @@
 //! `vkformers train --bf16` / `--fp16` against PyTorch mixed precision (torch.autocast +
 //! GradScaler; references by tools/parity/amp_reference.py in tests/fixtures_amp): two steps
 //! give step losses within 1% of the reference and a weight update pointing the same way
-//! (cosine ≥ 0.97 globally and per tensor, GPT-2's zero-in-theory key biases left out as the
-//! fixture lists them); fp16 overflow steps are skipped with the scale halved.
+//! (cosine ≥ 0.97 globally and per tensor, the elements the fixture lists left out: GPT-2's
+//! zero-in-theory key biases; for the encoder-decoders also those below torch's own bf16 rounding
+//! noise); fp16 overflow steps are skipped with the scale halved. Marian's first-step bf16
+//! gradients also equal vkformers' rounding policy written out in torch (`policy_grad1`).
 //!
 //! The 1% / 0.97 bounds also admit an f32 run (torch's own f32 update scores 0.996 against its
 //! bf16 one), so each case also checks that the run really computed in 16 bits: its first
