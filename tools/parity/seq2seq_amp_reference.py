@@ -10,7 +10,9 @@ by seq2seq_train_reference.py), with the settings of encoder_train_reference.tra
 mixed precision (the f32 losses, for the check that a run really computed in 16 bits). Writes
 tests/fixtures_amp/<name>_bf16/: update.safetensors (the parameters after minus before, under the
 fixture's stored names) and meta.json in amp_reference.py's layout (the fields amp_parity.rs
-reads: losses, f32_losses, initial_weights, update, vkformers_args).
+reads: losses, f32_losses, initial_weights, update, vkformers_args, and ill_conditioned: the
+elements the update cosines leave out, below 1e-6 or below torch's own bf16 rounding noise, see
+`below_bf16_noise`).
 """
 
 from __future__ import annotations
@@ -80,6 +82,36 @@ def ill_conditioned(grads: list[dict]) -> dict:
     return out
 
 
+def below_bf16_noise(f32_grads: list[dict], bf16_grads: list[dict]) -> dict:
+    """Per tensor, the elements whose f32 gradient is, at some step, smaller in magnitude than
+    bf16's rounding noise on that tensor at that step: the RMS over the tensor of torch's own
+    bf16 gradient minus its f32 one. Their sign is decided by rounding, not by the model (torch's
+    bf16 run flips some of them against its f32 run), and AdamW's first steps move an element by
+    about ±lr whatever its gradient's size, so on a 16-element norm vector one flip alone takes
+    the tensor's update cosine to ~0.95. Any bf16 implementation rounding in other places (or in
+    another order) flips other ones."""
+    import torch
+
+    out = {}
+    for k in f32_grads[0]:
+        bad = torch.zeros(f32_grads[0][k].numel(), dtype=torch.bool)
+        for f32, bf16 in zip(f32_grads, bf16_grads):
+            g, noisy = f32[k].flatten().double(), bf16[k].flatten().double()
+            bad |= g.abs() < (noisy - g).pow(2).mean().sqrt()
+        if bool(bad.any()):
+            out[k] = bad.nonzero().flatten().tolist()
+    return out
+
+
+def merged(*rules: dict) -> dict:
+    """The union of the rules' flat indices, per tensor, sorted."""
+    out: dict = {}
+    for rule in rules:
+        for k, idx in rule.items():
+            out[k] = sorted(set(out.get(k, [])) | set(idx))
+    return out
+
+
 def main() -> None:
     mf.check_versions()
     torch = mf.setup_torch()
@@ -90,7 +122,7 @@ def main() -> None:
     for name in ("t5", "marian"):
         f32_losses, f32_update, f32_grads = run(name, bf16=False)
         assert len(f32_grads) == 2, "one gradient snapshot per step"
-        losses, update, _ = run(name, bf16=True)
+        losses, update, bf16_grads = run(name, bf16=True)
         case = f"{name}_bf16"
         d = OUT / case
         d.mkdir(parents=True, exist_ok=True)
@@ -99,6 +131,7 @@ def main() -> None:
         na = sum(float(update[k].double().pow(2).sum()) for k in update) ** 0.5
         nb = sum(float(f32_update[k].double().pow(2).sum()) for k in update) ** 0.5
         data = DATA.format(name=name)
+        noisy = below_bf16_noise(f32_grads, bf16_grads)
         meta = {
             "case": case, "model": name, "precision": "bf16",
             "initial_weights": f"tests/fixtures/{name}/model.safetensors", "data": data,
@@ -113,8 +146,13 @@ def main() -> None:
             "ill_conditioned": {
                 "rule": "elements whose gradient in the f32 run is below 1e-6 in magnitude at every step and not "
                         "exactly zero at every step: rounding noise AdamW scales up to ~lr per step (key biases, zero "
-                        "in exact arithmetic); amp_parity.rs leaves them out of the cosines",
-                "flat_indices": ill_conditioned(f32_grads),
+                        "in exact arithmetic); and elements whose f32 gradient is, at some step, smaller in magnitude "
+                        "than the RMS over their tensor of torch's bf16 gradient minus its f32 gradient at that step "
+                        "(bf16's rounding noise decides their sign, and AdamW steps them ~lr whatever their size); "
+                        "amp_parity.rs leaves both out of the cosines",
+                "flat_indices": merged(ill_conditioned(f32_grads), noisy),
+                "below_bf16_noise": sum(len(v) for v in noisy.values()),
+                "elements": sum(v.numel() for v in update.values()),
             },
         }
         (d / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")

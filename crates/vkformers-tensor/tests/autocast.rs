@@ -56,41 +56,50 @@ fn f32_ops_refuse_16_bit_inputs_naming_shape_and_dtype() {
     });
 }
 
-/// `linear` under autocast vs the f64 reference on rounded operands, with its gradients.
+/// `linear` under autocast vs the f64 reference on rounded operands, with its gradients: on 21
+/// rows (the GEMM) and on 5 (rows the f32 GEMV takes without a tape; with one, as in training,
+/// the forward multiplies the rounded operands its backward multiplies, as torch.autocast does).
 #[test]
 fn linear_under_autocast_equals_the_product_of_rounded_operands() {
     on_every_device("autocast linear", |ctx| {
-        let (rows, k, n) = (21, 37, 19); // > 16 rows: the GEMM path (fewer take the GEMV in f32)
-        let mut rng = Rng::new(11);
-        let (x, w, b, up) = (rng.vec(rows * k, 1.0), rng.vec(n * k, 1.0), rng.vec(n, 1.0), rng.vec(rows * n, 1.0));
-        for dt in [DType::BF16, DType::F16] {
-            let g = Graph::new(ctx);
-            g.set_autocast(Some(dt));
-            let (xp, wp, bp) = (g.parameter(&x, &[rows, k])?, g.parameter(&w, &[n, k])?, g.parameter(&b, &[n])?);
-            let y = linear(&g, &xp, &wp, Some(&bp))?;
-            assert_eq!(y.dtype(), DType::F32, "products give f32");
-            g.backward(&dot_loss(&g, &y, &g.constant(&up, &[rows, n])?)?)?;
-            let (xr, wr, upr) = (f64s(&round(dt, &x)), f64s(&round(dt, &w)), f64s(&round(dt, &up)));
-            let mut want = reference::matmul(&xr, &transpose(&wr, n, k), rows, k, n);
-            for (i, v) in want.iter_mut().enumerate() {
-                *v += f64::from(b[i % n]);
-            }
-            // Only f32 accumulation separates these from the reference: the f32 tolerance.
-            assert_close(&format!("{dt:?} y"), &g.read(&y)?, &want, TOL_F32);
-            let dx = reference::matmul(&upr, &wr, rows, n, k);
-            assert_close(&format!("{dt:?} dx"), &g.read(&xp.grad().expect("dx"))?, &dx, TOL_F32);
-            let dw = reference::matmul(&transpose(&upr, rows, n), &xr, n, rows, k);
-            assert_close(&format!("{dt:?} dW"), &g.read(&wp.grad().expect("dW"))?, &dw, TOL_F32);
-            let db: Vec<f64> = (0..n).map(|j| (0..rows).map(|r| f64::from(up[r * n + j])).sum()).collect();
-            assert_close(&format!("{dt:?} db"), &g.read(&bp.grad().expect("db"))?, &db, TOL_F32);
-            // And far from the unrounded product (the test sees the rounding).
-            let exact = reference::matmul(&f64s(&x), &transpose(&f64s(&w), n, k), rows, k, n);
-            let got = g.read(&y)?;
-            let moved = got.iter().zip(&exact).any(|(g, e)| (f64::from(*g) - e).abs() > 1e-4);
-            assert!(moved, "{dt:?}: autocast left the product unrounded");
+        for rows in [21, 5] {
+            linear_under_autocast_on(ctx, rows)?;
         }
         Ok(())
     });
+}
+
+fn linear_under_autocast_on(ctx: &vkformers_vk::Context, rows: usize) -> Result<()> {
+    let (k, n) = (37, 19);
+    let mut rng = Rng::new(11);
+    let (x, w, b, up) = (rng.vec(rows * k, 1.0), rng.vec(n * k, 1.0), rng.vec(n, 1.0), rng.vec(rows * n, 1.0));
+    for dt in [DType::BF16, DType::F16] {
+        let g = Graph::new(ctx);
+        g.set_autocast(Some(dt));
+        let (xp, wp, bp) = (g.parameter(&x, &[rows, k])?, g.parameter(&w, &[n, k])?, g.parameter(&b, &[n])?);
+        let y = linear(&g, &xp, &wp, Some(&bp))?;
+        assert_eq!(y.dtype(), DType::F32, "products give f32");
+        g.backward(&dot_loss(&g, &y, &g.constant(&up, &[rows, n])?)?)?;
+        let (xr, wr, upr) = (f64s(&round(dt, &x)), f64s(&round(dt, &w)), f64s(&round(dt, &up)));
+        let mut want = reference::matmul(&xr, &transpose(&wr, n, k), rows, k, n);
+        for (i, v) in want.iter_mut().enumerate() {
+            *v += f64::from(b[i % n]);
+        }
+        // Only f32 accumulation separates these from the reference: the f32 tolerance.
+        assert_close(&format!("{dt:?} {rows} rows y"), &g.read(&y)?, &want, TOL_F32);
+        let dx = reference::matmul(&upr, &wr, rows, n, k);
+        assert_close(&format!("{dt:?} {rows} rows dx"), &g.read(&xp.grad().expect("dx"))?, &dx, TOL_F32);
+        let dw = reference::matmul(&transpose(&upr, rows, n), &xr, n, rows, k);
+        assert_close(&format!("{dt:?} {rows} rows dW"), &g.read(&wp.grad().expect("dW"))?, &dw, TOL_F32);
+        let db: Vec<f64> = (0..n).map(|j| (0..rows).map(|r| f64::from(up[r * n + j])).sum()).collect();
+        assert_close(&format!("{dt:?} {rows} rows db"), &g.read(&bp.grad().expect("db"))?, &db, TOL_F32);
+        // And far from the unrounded product (the test sees the rounding).
+        let exact = reference::matmul(&f64s(&x), &transpose(&f64s(&w), n, k), rows, k, n);
+        let got = g.read(&y)?;
+        let moved = got.iter().zip(&exact).any(|(g, e)| (f64::from(*g) - e).abs() > 1e-4);
+        assert!(moved, "{dt:?} on {rows} rows: autocast left the product unrounded");
+    }
+    Ok(())
 }
 
 /// Attention under autocast equals f32 attention on rounded q, k, v (and a rounded upstream

@@ -200,10 +200,14 @@ fn product(
 
 /// Writes `y = x · Wᵀ (+ bias)` with the GEMV kernel when x is a few f32 rows and W `[n, k]`
 /// any storage type (decoding): the weight is read once at bandwidth, in its stored type,
-/// instead of padding the rows to a GEMM tile. Chosen by shape alone, so a forward gives the
-/// same values with or without a tape; returns false when it does not apply.
+/// instead of padding the rows to a GEMM tile. Chosen by shape alone without autocast, so a
+/// forward gives the same values with or without a tape; returns false when it does not apply.
+/// Not while the tape records under autocast (training): there the forward multiplies the
+/// 16-bit copies its backward multiplies, as `torch.autocast` rounds every linear's operands
+/// however few the rows (the f32 GEMV made a tiny batch's forward f32, its backward 16-bit).
 fn few_rows(g: &Graph<'_>, (x, w): (&Tensor, &Tensor), bias: Option<&Tensor>, p: Product, y: &Tensor) -> Result<bool> {
-    let applies = p.trans_b && p.batch == 1 && x.dtype() == DType::F32;
+    let autocast_training = g.autocast().is_some() && g.grad_enabled();
+    let applies = p.trans_b && p.batch == 1 && x.dtype() == DType::F32 && !autocast_training;
     if !applies || !gemv_applies(p.m, g.ctx().caps()) {
         return Ok(false);
     }
