@@ -206,6 +206,7 @@ pub fn decode_attention(selector: &DeviceSelector, args: &DecodeBenchArgs) -> an
             lse: lse.view(),
             work: (splits > 1).then_some(work_view),
             counters: (splits > 1).then(|| counters.view()),
+            o16: None,
         };
         let chain = |timed: bool| -> anyhow::Result<(f64, Vec<(&'static str, f64)>)> {
             let mut rec = ctx.recorder(timed)?;

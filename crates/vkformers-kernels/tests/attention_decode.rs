@@ -209,8 +209,8 @@ fn check(ctx: &Context, case: &Case, seed: u64, (dt, act): (DType, DType)) -> Re
     let x = PagedInputs { q: bq.view(), k: bk.view(), v: v_pool, table: table.view(), lens: lens.view() };
     let w = (splits > 1).then(|| work.slice(0, decode::work_floats(&shape, splits) * 4));
     let c = Some(counters.view());
-    let out = DecodeOutputs { o: o.view(), lse: lse.view(), work: w, counters: c };
-    let again = DecodeOutputs { o: o2.view(), lse: lse2.view(), work: w, counters: c };
+    let out = DecodeOutputs { o: o.view(), lse: lse.view(), work: w, counters: c, o16: None };
+    let again = DecodeOutputs { o: o2.view(), lse: lse2.view(), work: w, counters: c, o16: None };
     let mut rec = ctx.recorder(false)?;
     decode::store_from(&mut rec, ((nk.view(), nv.view()), act), slots.view(), &pools, dt)?;
     let tile = case.tile.unwrap_or_else(|| decode::tile_keys(&shape));
@@ -381,7 +381,7 @@ fn paged_decode_rejects_bad_calls() {
         let buf = |n: usize| ctx.buffer((n * 4) as u64, "x");
         let (q, pool, small, ints, lens, lse) = (buf(16)?, buf(64)?, buf(60)?, buf(2)?, buf(1)?, buf(2)?);
         let x = PagedInputs { q: q.view(), k: pool.view(), v: pool.view(), table: ints.view(), lens: lens.view() };
-        let out = DecodeOutputs { o: q.view(), lse: lse.view(), work: None, counters: None };
+        let out = DecodeOutputs { o: q.view(), lse: lse.view(), work: None, counters: None, o16: None };
         let opt = DecodeOptions::new(8);
         let mut rec = ctx.recorder(false)?;
         assert!(decode::forward(&mut rec, &x, &out, &shape, &opt, 2).is_err());

@@ -8,6 +8,7 @@
 //! row whose new token is not stored (slot -1: attention reads the pool's key as it is), a
 //! window with softcap and learned sinks, Llama 4's chunked mask; f32, f16 and bf16 pools under f32 activations; q, k and
 //! v as dense tensors and as the column blocks of the packed q/k/v product's rows (strided).
+//! Over 16-bit pools both paths also write o's 16-bit copy (`o16`), checked to be o rounded.
 
 use vkformers_kernels::attention::decode::{self, DecodeOutputs, DecodeShape, PagedInputs, Pools};
 use vkformers_kernels::attention::rope_store::{self, NewRows, NewToken};
@@ -144,6 +145,8 @@ fn new_data(case: &Case, rng: &mut Rng) -> NewData {
 struct Outs {
     pools: [Stored; 2],
     o: Buffer,
+    /// o's 16-bit copy, written by both paths over 16-bit pools (`DecodeOutputs::o16`).
+    o16: Option<Stored>,
     lse: Buffer,
     work: Buffer,
     counters: Buffer,
@@ -154,6 +157,7 @@ fn outs(ctx: &Context, case: &Case, pool: &[f32], (dt, shape, splits): (DType, &
     Ok(Outs {
         pools: [upload(ctx, dt, pool, "k pool")?, upload(ctx, dt, pool, "v pool")?],
         o: ctx.buffer_from(&vec![0f32; b * case.hq * case.d], "o")?,
+        o16: (dt != DType::F32).then(|| upload(ctx, dt, &vec![0f32; b * case.hq * case.d], "o16")).transpose()?,
         lse: ctx.buffer_from(&vec![0f32; b * case.hq], "lse")?,
         work: ctx.buffer(decode::work_floats(shape, splits).max(1) * 4, "work")?,
         counters: ctx.buffer_from(&vec![0u32; decode::counter_words(shape) as usize], "counters")?,
@@ -168,6 +172,7 @@ impl Outs {
             lse: self.lse.view(),
             work: split.then(|| self.work.slice(0, decode::work_floats(shape, splits) * 4)),
             counters: split.then(|| self.counters.view()),
+            o16: self.o16.as_ref().map(Stored::view),
         }
     }
 
@@ -271,6 +276,13 @@ fn check_one(ctx: &Context, case: &Case, seed: u64, dt: DType, packed: bool) -> 
     same_bits(&format!("{what}: o"), &o, &o_want);
     assert!(o.iter().any(|&x| x != 0.0), "{what}: o is all zeros");
     same_bits(&format!("{what}: lse"), &ctx.read_vec(fused.lse.view())?, &ctx.read_vec(split.lse.view())?);
+    // Over 16-bit pools both kernels write o again in the pools' type: o rounded, bit for bit.
+    for (path, outs) in [("fused", &fused), ("apart", &split)] {
+        if let Some(o16) = &outs.o16 {
+            let want = round(dt, &ctx.read_vec::<f32>(outs.o.view())?);
+            same_bits(&format!("{what}: {path} o16"), &download(ctx, dt, o16.view())?, &want);
+        }
+    }
     let counters = ctx.read_vec::<u32>(fused.counters.view())?;
     assert!(counters.iter().all(|&c| c == 0), "{what}: counters left non-zero");
     Ok(())
@@ -324,7 +336,7 @@ fn rope_in_decode_attention_rejects_what_it_cannot_run() {
         };
         let table = ctx.buffer((lay.max_blocks * 4) as u64, "table")?;
         let x = PagedInputs { q: q.view(), k: pool.view(), v: pool.view(), table: table.view(), lens: one.view() };
-        let out = DecodeOutputs { o: q.view(), lse: lse.view(), work: None, counters: None };
+        let out = DecodeOutputs { o: q.view(), lse: lse.view(), work: None, counters: None, o16: None };
         let f32_opt = case.masks.decode(8, (None, None), (DType::F32, DType::F32));
         let mut rec = ctx.recorder(false)?;
         assert!(rope_store::attend(&mut rec, &token, &x, &out, &shape, &f32_opt, 1).is_ok());

@@ -124,6 +124,9 @@ pub struct Graph<'c> {
     grad_enabled: Cell<bool>,
     /// Inside `inference`: activations' 16-bit copies are kept as while the tape records.
     inference_casts: Cell<bool>,
+    /// Inside `inference`, ops write 16-bit twins of outputs that GEMMs read (`ops::cast`);
+    /// `VKFORMERS_INFERENCE_TWINS=0` starts it off.
+    inference_twins: Cell<bool>,
     /// `--gradient-checkpointing`: models run each layer through `ops::checkpoint::checkpoint`.
     checkpointing: Cell<bool>,
     /// True inside the forward of a checkpointed block: ops run exactly as in training (same
@@ -167,6 +170,7 @@ impl<'c> Graph<'c> {
             tape: RefCell::new(Vec::new()),
             grad_enabled: Cell::new(true),
             inference_casts: Cell::new(false),
+            inference_twins: Cell::new(std::env::var("VKFORMERS_INFERENCE_TWINS").map_or(true, |v| v != "0")),
             checkpointing: Cell::new(false),
             discard_nodes: Cell::new(false),
             submissions: Cell::new(0),
@@ -422,6 +426,17 @@ impl<'c> Graph<'c> {
     /// True inside `inference` (ops may write 16-bit copies of their outputs: they are kept).
     pub(crate) fn keeps_inference_casts(&self) -> bool {
         self.inference_casts.get()
+    }
+
+    /// Whether ops inside `inference` write the 16-bit twins of outputs a GEMM reads next
+    /// (on by default): off, a cast runs before each product instead; the values are the same
+    /// either way (for comparisons on one graph).
+    pub fn set_inference_twins(&self, on: bool) {
+        self.inference_twins.set(on);
+    }
+
+    pub(crate) fn inference_twins(&self) -> bool {
+        self.inference_twins.get()
     }
 
     /// Runs `f` without recording a tape (inference).

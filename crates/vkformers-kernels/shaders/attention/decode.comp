@@ -142,6 +142,7 @@ layout(push_constant) uniform Push {
     F32Buf lse;   // [B, Hq, Tq]
     F32Buf work;  // splits > 1: acc [B, Hq, Tq, S, D], then (m, l) [B, Hq, Tq, S, 2]
     U32Coh counters;  // splits > 1: [B, grid y] finished splits of each row tile, 0 between calls
+    DBuf o16;         // flags & DECODE_O16: o again in the pools' 16-bit type [B, Tq, Hq, Dv]
 #if defined(ROPE)
     F32In kn;       // the new keys [B, Hkv, D] f32 unrotated, rows kv_stride apart
     F32In vn;       // the new values, likewise
@@ -177,6 +178,10 @@ layout(push_constant) uniform Push {
 
 #define ATTN_WIDE 8u
 #define DECODE_SINKS 16u
+// f32 o over 16-bit pools (QF32 variants): o is written a second time, rounded to the pools'
+// type as the cast kernels round, into o16: the copy a tensor-core product reading o next
+// (o_proj, on more rows than the GEMV takes) would otherwise make with a cast dispatch.
+#define DECODE_O16 32u
 #define BK NT
 // Columns per thread in the output pass (one 16-byte load of 16-bit V), threads per key row,
 // keys read at once (slots), keys per slot per tile.
@@ -202,6 +207,16 @@ const uint NO_ROW = 0xffffffffu;
 #endif
 
 layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer U4In { uvec4 v[]; };
+
+// o[i] = x, and its 16-bit twin when asked (DECODE_O16).
+void store_o(uint i, float x) {
+    stq(pc.o, i, x);
+#if defined(QF32)
+    if ((pc.flags & DECODE_O16) != 0u) {
+        st(pc.o16, i, x);
+    }
+#endif
+}
 
 shared vec4 sq4[BQ * DMAX / 4]; // the tile's q rows, zero past D and past NR
 shared float sp[BQ * BK];       // scores, then probabilities: [row][key]
@@ -428,7 +443,7 @@ void write_rows(uint b, uint hk, uint r0, uint nr, uint split, uint c0, uint lan
                 uint dd = c0 + e;
                 if (dd < DV) {
                     if (pc.splits == 1u) {
-                        stq(pc.o, ((b * pc.tq + i) * pc.hq + h) * DV + dd, l > 0.0 ? acc[rr][e] * a / l : 0.0);
+                        store_o(((b * pc.tq + i) * pc.hq + h) * DV + dd, l > 0.0 ? acc[rr][e] * a / l : 0.0);
                     } else {
                         work.v[(qrow * pc.splits + split) * DV + dd] = acc[rr][e];
                     }
@@ -513,7 +528,7 @@ void merge_if_last(uint b, uint hk, uint r0, uint nr) {
             acc += m <= MASKED ? 0.0 : work.v[(qrow * S + s) * DV + dd] * exp(m - smax[rr]);
         }
         float total = stotal[rr];
-        stq(pc.o, ((b * pc.tq + i) * pc.hq + h) * DV + dd, total > 0.0 ? acc * ssink[rr] / total : 0.0);
+        store_o(((b * pc.tq + i) * pc.hq + h) * DV + dd, total > 0.0 ? acc * ssink[rr] / total : 0.0);
     }
 }
 

@@ -62,6 +62,8 @@ const FLAG_ALIBI: u32 = 4;
 const FLAG_WIDE: u32 = 8;
 /// Learned sinks are read (folded by the unsplit workgroup, or by the merge of the splits).
 const FLAG_SINKS: u32 = 16;
+/// `out.o16` is written (`DECODE_O16`).
+const FLAG_O16: u32 = 32;
 
 /// Sizes of one decode-attention call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -186,6 +188,10 @@ pub struct DecodeOutputs<'a> {
     /// done so far. Zero before the first call; each call leaves it zero (the merging workgroup
     /// resets its tile's counter), so one buffer serves every later call.
     pub counters: Option<BufferView<'a>>,
+    /// [B, Tq, Hq, Dv] in the pools' 16-bit type, for f32 o over 16-bit pools (`act` f32): o
+    /// written again there, rounded as the cast kernels round (the copy a tensor-core product
+    /// reading o next would otherwise cast). None: not written.
+    pub o16: Option<BufferView<'a>>,
 }
 
 /// Head-dim class: d64, d128, d256 (d checked by the caller).
@@ -403,6 +409,13 @@ fn check(
     if let Some(a) = &opt.sinks {
         check_len(kernel, "sinks [Hq]", a, u64::from(s.hq), 4)?;
     }
+    if let Some(o16) = &out.o16 {
+        if opt.dtype == DType::F32 || opt.act_dtype() != DType::F32 {
+            let why = format!("a 16-bit o copy needs f32 o over 16-bit pools, not {:?} over {:?}", opt.act, opt.dtype);
+            return Err(fail(kernel, why));
+        }
+        check_len(kernel, "o16 [B, Tq, Hq, Dv]", o16, s.o_len(), dt)?;
+    }
     Ok(())
 }
 
@@ -528,7 +541,8 @@ pub(crate) fn forward_with<'a>(
     let flags = if opt.causal { FLAG_CAUSAL } else { 0 }
         | if opt.alibi.is_some() { FLAG_ALIBI } else { 0 }
         | if wide { FLAG_WIDE } else { 0 }
-        | if opt.sinks.is_some() { FLAG_SINKS } else { 0 };
+        | if opt.sinks.is_some() { FLAG_SINKS } else { 0 }
+        | if out.o16.is_some() { FLAG_O16 } else { 0 };
     let scalars = [
         s.tq,
         s.hq,
@@ -558,7 +572,8 @@ pub(crate) fn forward_with<'a>(
     let (o, lse) = (write(out.o), write(out.lse));
     // A fused call writes the new keys and values into the pools.
     let (k, v) = if extra.is_some() { (read_write(x.k), read_write(x.v)) } else { (read(x.k), read(x.v)) };
-    let mut args = vec![read(x.q), k, v, read(x.table), read(x.lens), alibi, sinks, o, lse, w, counters];
+    let o16 = out.o16.map_or(read(x.q), write);
+    let mut args = vec![read(x.q), k, v, read(x.table), read(x.lens), alibi, sinks, o, lse, w, counters, o16];
     args.extend(extra.map_or(Vec::new(), |e| e.args));
     rec.dispatch(main, &[probe()], &args, &params, [splits, s.hkv * s.row_tiles(), s.batch])
 }

@@ -327,11 +327,13 @@ impl LayerPool {
         let sinks = f32_sinks(g, opts)?;
         ko.sinks = sinks.as_ref().map(Tensor::view);
         let x = PagedInputs { q: q16.view(), k: pk.view(), v: pv.view(), table: st.table(), lens: st.lens() };
+        let o16 = o_twin(g, &o, dt)?;
         let out = DecodeOutputs {
             o: o.view(),
             lse: lse.view(),
             work: work.as_ref().map(Tensor::view),
             counters: counters.as_ref().map(Tensor::view),
+            o16: o16.as_ref().map(Tensor::view),
         };
         g.record(|rec| decode::forward(rec, &x, &out, &shape, &ko, splits))?;
         in_type(g, &o, q.dtype())
@@ -419,6 +421,20 @@ impl LayerPool {
         let lse = g.empty(&[qs[0], qs[2], qs[1]])?;
         Ok((act, q16, o, lse))
     }
+}
+
+/// The 16-bit copy of the decode attention's f32 o `[B, T, Hq, Dv]` over pools of `pool` type
+/// that the kernel writes too, where a tensor-core product reads o next (o_proj on more rows
+/// than the GEMV takes, in inference under autocast in the pools' type), kept as o's copy so
+/// o_proj runs no cast; None elsewhere.
+pub(super) fn o_twin(g: &Graph<'_>, o: &Tensor, pool: DType) -> Result<Option<Tensor>> {
+    // Only a copy of the pools' type can be written (and one asked for is kept: never ask for
+    // one the kernel would not write).
+    if o.dtype() != DType::F32 || pool == DType::F32 || g.autocast() != Some(pool) {
+        return Ok(None);
+    }
+    let s = o.shape();
+    Ok(vkformers_tensor::ops::cast::twin_for_rows(g, o, s[0] * s[1])?)
 }
 
 /// A call's splits, and its work buffer and counters (split calls only).

@@ -70,7 +70,15 @@ pub fn narrow(g: &Graph<'_>, x: &Tensor, dtype: DType) -> Result<Tensor> {
 /// kernels round. `None` when no product reads 16-bit copies (autocast off; plain `no_grad`,
 /// where nothing would keep it; decoding's GEMV rows, which read f32).
 pub(crate) fn twin(g: &Graph<'_>, y: &Tensor) -> Result<Option<Tensor>> {
-    let wanted = g.grad_enabled() || inference_twin(g, y);
+    twin_for_rows(g, y, y.rows())
+}
+
+/// [`twin`] for a kernel outside this crate that can write the 16-bit copy of its f32 output
+/// `y` itself (the paged decode attention's o), where a product of `rows` rows reads `y` next
+/// (o `[B, T, Hq, Dv]` is o_proj's `[B·T, Hq·Dv]`): the copy to write, kept as `y`'s, or None
+/// where none is wanted.
+pub fn twin_for_rows(g: &Graph<'_>, y: &Tensor, rows: usize) -> Result<Option<Tensor>> {
+    let wanted = g.grad_enabled() || inference_twin(g, rows);
     let Some(dt) = g.autocast().filter(|_| twins_on() && wanted && y.dtype() == DType::F32) else {
         return Ok(None);
     };
@@ -79,14 +87,12 @@ pub(crate) fn twin(g: &Graph<'_>, y: &Tensor) -> Result<Option<Tensor>> {
     Ok(Some(copy))
 }
 
-/// Whether an op writing `y` inside `Graph::inference` writes its 16-bit twin too: on rows a
+/// Whether an op writing `rows` rows inside `Graph::inference` writes its 16-bit twin too: on rows a
 /// GEMM multiplies (decoding's GEMV reads the f32 rows, so a twin there would be written for
-/// nothing). `VKFORMERS_INFERENCE_TWINS=0` turns it off (a cast dispatch before each product
-/// again, for an A/B on one binary; the values are the same either way).
-fn inference_twin(g: &Graph<'_>, y: &Tensor) -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let on = *ON.get_or_init(|| std::env::var("VKFORMERS_INFERENCE_TWINS").map_or(true, |v| v != "0"));
-    on && g.keeps_inference_casts() && gemm_rows(g, y.rows())
+/// nothing). `Graph::set_inference_twins(false)` (or `VKFORMERS_INFERENCE_TWINS=0`) turns it
+/// off: a cast dispatch before each product again, the same values.
+fn inference_twin(g: &Graph<'_>, rows: usize) -> bool {
+    g.inference_twins() && g.keeps_inference_casts() && gemm_rows(g, rows)
 }
 
 /// Whether products of `rows` rows run on the GEMM (on 16-bit copies), not the GEMV (f32 rows).

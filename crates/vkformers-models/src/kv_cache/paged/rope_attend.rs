@@ -65,11 +65,13 @@ impl LayerPool {
             pool_rows: rows as u32,
         };
         let paged = PagedInputs { q: x.q, k: pk.view(), v: pv.view(), table: st.table(), lens: st.lens() };
+        let o16 = super::o_twin(g, &o, dt)?;
         let out = DecodeOutputs {
             o: o.view(),
             lse: lse.view(),
             work: work.as_ref().map(Tensor::view),
             counters: counters.as_ref().map(Tensor::view),
+            o16: o16.as_ref().map(Tensor::view),
         };
         g.record(|rec| rope_store::attend(rec, &token, &paged, &out, &shape, &ko, splits))?;
         Ok(Some(o))
