@@ -92,6 +92,16 @@ fn metrics(out: &Path) -> Vec<(f64, f64)> {
     text.lines().map(row).collect()
 }
 
+/// Every step's loss and gradient norm of the runs in `a` and `b` within `rel` of each other
+/// (relative), and as many steps logged by each (at least one).
+fn metrics_close(a: &Path, b: &Path, rel: f64) {
+    let (ma, mb) = (metrics(a), metrics(b));
+    assert!(!ma.is_empty() && ma.len() == mb.len(), "steps logged: {} vs {}", ma.len(), mb.len());
+    for ((l, n), (l2, n2)) in ma.into_iter().zip(mb) {
+        assert!((l - l2).abs() <= rel * l.abs() && (n - n2).abs() <= rel * n.abs(), "{l} {n} vs {l2} {n2}");
+    }
+}
+
 /// "E of N buckets started during backward" from the communication report (rank 0's).
 fn buckets_started_in_backward(log: &str) -> (u64, u64) {
     let line = log.lines().find(|l| l.contains("buckets started during backward")).expect("the report line");
@@ -176,9 +186,7 @@ fn four_ranks_equal_one_rank_with_four_micro_batches_within_1e_5() {
     // same up to rounding.
     let d = max_diff(&four, &micro);
     assert!(d <= 1e-5, "4 ranks x 1 vs 1 rank x 4 micro-batches of 1: {d}");
-    for ((l, n), (l2, n2)) in metrics(&four).into_iter().zip(metrics(&micro)) {
-        assert!((l - l2).abs() <= 1e-5 * l.abs() && (n - n2).abs() <= 1e-5 * n.abs(), "{l} {n} vs {l2} {n2}");
-    }
+    metrics_close(&four, &micro, 1e-5);
     // One process already differs between 4 micro-batches of 1 and one batch of 4 (other
     // padding and product shapes; 2.5e-5 on this fixture after two steps): data parallelism
     // may add at most 1e-5 to that.
@@ -309,9 +317,7 @@ fn zero1_equals_plain_data_parallel_within_1e_6() {
     ranks(2, &plain, 1, &[]);
     let d = max_diff(&zero, &plain);
     assert!(d <= 1e-6, "--zero 1 vs plain: {d}");
-    for ((l, n), (l2, n2)) in metrics(&zero).into_iter().zip(metrics(&plain)) {
-        assert!((l - l2).abs() <= 1e-6 * l.abs() && (n - n2).abs() <= 1e-6 * n.abs(), "{l} {n} vs {l2} {n2}");
-    }
+    metrics_close(&zero, &plain, 1e-6);
 }
 
 /// A 2-rank `--zero 1` checkpoint (rank 0 gathers every moment) resumes on 1 rank and on 4
@@ -411,10 +417,7 @@ fn pretraining_with_a_trained_tokenizer_on_two_ranks() {
     assert_eq!(tok(&two), tok(&one), "the same tokenizer");
     let d = max_diff(&two, &one);
     assert!(d <= 1e-5, "2 ranks vs 1 rank x 2 micro-batches: {d}");
-    let (a, b) = (metrics(&two), metrics(&one));
-    for ((l, n), (l2, n2)) in a.into_iter().zip(b) {
-        assert!((l - l2).abs() <= 1e-5 * l.abs() && (n - n2).abs() <= 1e-5 * n.abs(), "{l} {n} vs {l2} {n2}");
-    }
+    metrics_close(&two, &one, 1e-5);
 }
 
 /// `vkformers finetune` (LoRA on the llama fixture, every linear layer) with LoRA dropout
@@ -541,9 +544,7 @@ fn two_ranks_with_dropout_equal_twice_the_batch(on: (&str, &str)) {
     assert!(d <= 1e-5, "2 ranks x 1 vs 1 rank x 2 with dropout: {d}");
     let moved = adapter_diff(&plain, &wide);
     assert!(moved > 1e-3, "--lora-dropout moved the adapter by {moved} only: the test proves nothing");
-    for ((l, n), (l2, n2)) in metrics(&two).into_iter().zip(metrics(&wide)) {
-        assert!((l - l2).abs() <= 1e-5 * l.abs() && (n - n2).abs() <= 1e-5 * n.abs(), "{l} {n} vs {l2} {n2}");
-    }
+    metrics_close(&two, &wide, 1e-5);
 }
 
 /// Commands other than `train` do not know their rank: under several ranks they refuse.
