@@ -59,9 +59,12 @@ fn check_padded(
     let dout = upload(ctx, dt, &gs, "dout")?;
     let dw = ctx.buffer_from(&dw0, "dw")?;
     let out = alloc(ctx, dt, n * dim, "out")?;
+    // The widening gather of a 16-bit table into f32 rows (inference), f32: the plain one.
+    let wide = ctx.buffer_from(&vec![f32::NAN; n * dim], "wide out")?;
     let scratch = ctx.buffer(embedding::backward_scratch_bytes(p.vocab, p.tokens), "scratch")?;
     let mut rec = ctx.recorder(false)?;
     embedding::embedding_forward(&mut rec, &p, w.view(), idb.view(), out.view())?;
+    embedding::embedding_forward_wide(&mut rec, &p, w.view(), idb.view(), wide.view())?;
     embedding::embedding_backward(&mut rec, &p, idb.view(), dout.view(), dw.view(), scratch.view())?;
     rec.submit()?;
     let what = format!("embedding {dt:?} V {vocab} D {dim} N {n}");
@@ -69,6 +72,7 @@ fn check_padded(
     // A gather copies stored values: exact in every storage type.
     let exact = Tol { abs: 0.0, rel: 0.0 };
     assert_close(&format!("{what}: out"), &read(ctx, dt, &out)?, &out_ref, exact);
+    assert_close(&format!("{what}: out widened to f32"), &ctx.read_vec::<f32>(wide.view())?, &out_ref, exact);
     let grad = reference::embedding_backward_padded(&f64s(&gs), &id, vocab, dim, padding);
     let want: Vec<f64> = grad.iter().zip(&dw0).map(|(g, &a)| g + f64::from(a)).collect();
     assert_close(&format!("{what}: dw"), &ctx.read_vec::<f32>(dw.view())?, &want, TOL_F32);

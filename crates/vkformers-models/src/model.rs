@@ -45,8 +45,8 @@ impl Model {
     }
 
     /// Loads `dir` for inference: every tensor a constant, the projection weights (those only
-    /// `linear` reads) kept in `dtype` on the device (f32 for the rest: embeddings, norms,
-    /// biases), as `from_pretrained(dtype=...)` keeps them.
+    /// `linear` reads) and a decoder's token table kept in `dtype` on the device (f32 for the
+    /// rest: position tables, norms, biases), as `from_pretrained(dtype=...)` keeps them.
     pub fn load_for_inference(g: &Graph<'_>, dir: &Path, dtype: DType) -> Result<Model> {
         Self::load_typed(g, dir, &|_| false, dtype)
     }
@@ -304,8 +304,9 @@ struct NewHead<'a> {
     left_out: &'a mut Vec<String>,
 }
 
-/// Internal names of the weights only `linear` reads: every layer's q, k, v, o, gate, up and
-/// down projections, the LM head unless it is the tied embedding, and the in/out projections.
+/// Internal names of the weights kept in 16 bits for inference: those only `linear` reads
+/// (every layer's q, k, v, o, gate, up and down projections, the LM head, the in/out
+/// projections) and a decoder's token table (the widening lookup's, and a tied head's).
 fn linear_weight_names(spec: &ModelSpec) -> std::collections::HashSet<String> {
     let n = &spec.layer_names;
     let mut names = std::collections::HashSet::new();
@@ -319,6 +320,11 @@ fn linear_weight_names(spec: &ModelSpec) -> std::collections::HashSet<String> {
     }
     if !spec.tied_head {
         names.insert(format!("{}.weight", spec.head_name));
+    }
+    // A decoder's token table too: its lookup widens 16-bit rows to f32 (exact), and a tied LM
+    // head reads it as its weight (half the bytes of an f32 copy, e.g. 262 MB of TinyLlama's).
+    if spec.encoder.is_none() {
+        names.insert(format!("{}.weight", spec.embed_name));
     }
     for p in spec.project_in.iter().chain(&spec.project_out) {
         names.insert(format!("{p}.weight"));

@@ -70,6 +70,29 @@ pub fn embedding_forward(
     rec.dispatch(k, &[], &[read(w), read(ids), write(out)], &params, groups_for(n))
 }
 
+/// Forward of a 16-bit table into f32 rows: `out[n, :] = w[ids[n], :]` widened (exact), `w
+/// [vocab, dim]` in `p.dtype` (f16 or bf16), `out [tokens, dim]` f32, `ids [tokens]` i32: an
+/// inference table kept in the model's type feeds the f32 residual stream with no cast.
+pub fn embedding_forward_wide(
+    rec: &mut Recorder,
+    p: &Embedding,
+    w: BufferView<'_>,
+    ids: BufferView<'_>,
+    out: BufferView<'_>,
+) -> Result<()> {
+    let k = match p.dtype {
+        DType::F16 => &code::EMBEDDING_GATHER_F16_WIDE,
+        DType::BF16 => &code::EMBEDDING_GATHER_BF16_WIDE,
+        DType::F32 => return embedding_forward(rec, p, w, ids, out),
+    };
+    check_shape(k, p, &ids)?;
+    check_len_of(k, "w", &w, u64::from(p.vocab) * u64::from(p.dim), p.dtype.bytes())?;
+    let n = u64::from(p.tokens) * u64::from(p.dim);
+    check_len(k, "out", &out, n)?;
+    let params = words(&[p.tokens, p.vocab, p.dim]);
+    rec.dispatch(k, &[], &[read(w), read(ids), write(out)], &params, groups_for(n))
+}
+
 /// Bytes of scratch [`embedding_backward`] needs: `counts [V]`, `offsets [V + 1]`, `perm [N]`
 /// as u32.
 pub fn backward_scratch_bytes(vocab: u32, tokens: u32) -> u64 {

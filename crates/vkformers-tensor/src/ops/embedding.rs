@@ -31,8 +31,11 @@ pub fn embedding_padded(g: &Graph<'_>, w: &Tensor, ids: &Tensor, padding_idx: Op
     }
     let padding_idx = padding_idx.map(dim32).transpose()?;
     let (vocab, dim, tokens) = (dim32(ws[0])?, dim32(ws[1])?, dim32(ids.numel())?);
-    let p = Embedding { vocab, dim, tokens, dtype: DType::F32, padding_idx };
     let shape: Vec<usize> = ids.shape().iter().copied().chain([ws[1]]).collect();
+    if w.dtype() != DType::F32 {
+        return frozen_16bit_table(g, w, ids, Embedding { vocab, dim, tokens, dtype: w.dtype(), padding_idx }, &shape);
+    }
+    let p = Embedding { vocab, dim, tokens, dtype: DType::F32, padding_idx };
     let out = g.output(&shape, &[w])?;
     g.record(|rec| k::embedding_forward(rec, &p, w.view(), ids.view(), out.view()))?;
     let (table_shape, saved_ids) = (ws.to_vec(), ids.clone());
@@ -55,5 +58,18 @@ pub fn embedding_padded(g: &Graph<'_>, w: &Tensor, ids: &Tensor, padding_idx: Op
             Ok(vec![Some(dw), None])
         }),
     );
+    Ok(out)
+}
+
+/// The lookup of a 16-bit table (inference keeps a decoder's table in the model's type, as
+/// `from_pretrained(dtype=...)` does): rows widened to f32 in the gather (exact). Such a table
+/// is a constant: it takes no gradient.
+fn frozen_16bit_table(g: &Graph<'_>, w: &Tensor, ids: &Tensor, p: Embedding, shape: &[usize]) -> Result<Tensor> {
+    if w.requires_grad() {
+        return Err(err(format!("a {:?} table takes no gradient: train with an f32 table", w.dtype())));
+    }
+    // No tape node: nothing upstream of a constant table takes a gradient.
+    let out = g.empty(shape)?;
+    g.record(|rec| k::embedding_forward_wide(rec, &p, w.view(), ids.view(), out.view()))?;
     Ok(out)
 }
