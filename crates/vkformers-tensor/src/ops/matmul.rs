@@ -236,21 +236,28 @@ struct Operand {
     dtype: DType,
 }
 
-/// An f32 GEMM result as the gradient of `op` (cast when the operand is 16-bit).
-fn as_grad(g: &Graph<'_>, wide: Tensor, op: &Operand) -> Result<Tensor> {
-    if op.dtype == DType::F32 {
-        return Ok(wide);
+/// A GEMM result as the gradient of `op`: as written when of the operand's type, else (an f32
+/// result for a 16-bit operand) cast.
+fn as_grad(g: &Graph<'_>, out: Tensor, op: &Operand) -> Result<Tensor> {
+    if out.dtype() == op.dtype {
+        return Ok(out);
     }
-    narrow(g, &wide, op.dtype)
+    narrow(g, &out, op.dtype)
 }
 
 /// A fresh gradient tensor, or `into` (f32, the operand's shape) with beta 1 so the product
-/// adds into it.
+/// adds into it. A 16-bit operand's fresh gradient (o_proj's dA: attention's dO) is the GEMM's
+/// 16-bit C, the f32 result rounded in the kernel as the cast after it rounded (same bits, no
+/// f32 write and cast); `VKFORMERS_WIDE_OUTPUTS=1` writes f32 and casts, as before.
 fn grad_out(g: &Graph<'_>, op: &Operand, into: Option<Tensor>, desc: &mut GemmDesc) -> Result<Tensor> {
     match into {
         Some(t) => {
             desc.beta = 1.0;
             Ok(t)
+        }
+        None if op.dtype != DType::F32 && super::cast::half_outputs_on() => {
+            desc.c_dtype = op.dtype;
+            g.empty_as(&op.shape, op.dtype)
         }
         None => g.empty(&op.shape),
     }
@@ -270,15 +277,15 @@ fn grad_a(g: &Graph<'_>, p: Product, dc: &Tensor, b: &Tensor, op: &Operand, into
 /// `dB = Aᵀ · dC` (`[k, n]`) or, for B stored `[n, k]`, `dBᵀ = dCᵀ · A`; per batch, or summed
 /// over the folded rows when B is shared; `+= into` when given.
 fn grad_b(g: &Graph<'_>, p: Product, a: &Tensor, dc: &Tensor, op: &Operand, into: Option<Tensor>) -> Result<Tensor> {
-    let mut desc0 = GemmDesc::packed(1, 1, 1, false, false);
-    let db = grad_out(g, op, into, &mut desc0)?;
+    let mut out_desc = GemmDesc::packed(1, 1, 1, false, false);
+    let db = grad_out(g, op, into, &mut out_desc)?;
     let (mut desc, lhs, rhs) = if p.trans_b {
         (GemmDesc::packed(p.n, p.k, p.m, true, false), dc, a)
     } else {
         (GemmDesc::packed(p.k, p.n, p.m, true, false), a, dc)
     };
     desc.batch = p.batch;
-    desc.beta = desc0.beta;
+    (desc.beta, desc.c_dtype) = (out_desc.beta, out_desc.c_dtype);
     desc.dtype = dc.dtype();
     record_gemm(g, &desc, lhs, rhs, None, &db)?;
     as_grad(g, db, op)
