@@ -90,7 +90,8 @@ fn check(ctx: &Context, d: &GemmDesc, split: Option<u32>, seed: u64) -> Result<(
     let got: Vec<u16> = ctx.read_vec(c16.view())?;
     let cast_bits: Vec<u16> = ctx.read_vec(cast16.view())?;
     let mut want = vec![0f64; c_len];
-    let (av, bv): (Vec<f64>, Vec<f64>) = (a_vals.iter().map(|&x| x.into()).collect(), b_vals.iter().map(|&x| x.into()).collect());
+    let (av, bv): (Vec<f64>, Vec<f64>) =
+        (a_vals.iter().map(|&x| x.into()).collect(), b_vals.iter().map(|&x| x.into()).collect());
     let bias64: Vec<f64> = bias.iter().map(|&x| x.into()).collect();
     reference::gemm(d, &av, &bv, d.has_bias.then_some(&bias64[..]), &mut want);
     let (mut got_c, mut want_c) = (vec![], vec![]);

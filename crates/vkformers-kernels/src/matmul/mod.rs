@@ -283,7 +283,10 @@ fn c_view<'a>(kernel: &str, desc: &GemmDesc, c: BufferView<'a>) -> Result<(Buffe
     let start = c.offset + first * elem;
     let end = (c.offset + need).next_multiple_of(4);
     if end > c.buffer.size() {
-        return Err(err(kernel, "C: 16-bit C is written as 4-byte words; pad the buffer to a multiple of 4 bytes".into()));
+        return Err(err(
+            kernel,
+            "C: 16-bit C is written as 4-byte words; pad the buffer to a multiple of 4 bytes".into(),
+        ));
     }
     Ok((c.buffer.slice(start, end - start), (desc.c_offset - first) as u32))
 }
