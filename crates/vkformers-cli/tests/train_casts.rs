@@ -71,7 +71,16 @@ fn a_mixed_precision_step_widens_nothing_around_attention() {
         // dO narrowed for it (o_proj's A is the f32 o then); and the f32 dlogits narrowed for
         // the LM head's backward.
         let from = format!("cast/cast4:from_{short}");
-        assert_eq!(casts_before, vec![(from, 8.0), (to, 12.5)], "--{dtype}: the casts with VKFORMERS_ATTN_CASTS=1");
+        assert_eq!(
+            casts_before,
+            vec![(from, 8.0), (to.clone(), 12.5)],
+            "--{dtype}: the casts with VKFORMERS_ATTN_CASTS=1"
+        );
+        // o_proj's dA in f32 and cast to dO, as before the GEMM's 16-bit C: the same weights.
+        let cast_da = tempfile::tempdir().unwrap();
+        let (casts_da, weights_da) = train(dtype, &[("VKFORMERS_GEMM_CASTS", "1")], cast_da.path());
+        assert!(weights == weights_da, "--{dtype}: trained weights differ from VKFORMERS_GEMM_CASTS=1's");
+        assert_eq!(casts_da, vec![(to, 11.5)], "--{dtype}: the casts with VKFORMERS_GEMM_CASTS=1");
     }
 }
 

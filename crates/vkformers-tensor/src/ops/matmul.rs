@@ -248,19 +248,27 @@ fn as_grad(g: &Graph<'_>, out: Tensor, op: &Operand) -> Result<Tensor> {
 /// A fresh gradient tensor, or `into` (f32, the operand's shape) with beta 1 so the product
 /// adds into it. A 16-bit operand's fresh gradient (o_proj's dA: attention's dO) is the GEMM's
 /// 16-bit C, the f32 result rounded in the kernel as the cast after it rounded (same bits, no
-/// f32 write and cast); `VKFORMERS_WIDE_OUTPUTS=1` writes f32 and casts, as before.
+/// f32 write and cast; see [`grads_in_16_bits`]).
 fn grad_out(g: &Graph<'_>, op: &Operand, into: Option<Tensor>, desc: &mut GemmDesc) -> Result<Tensor> {
     match into {
         Some(t) => {
             desc.beta = 1.0;
             Ok(t)
         }
-        None if op.dtype != DType::F32 && super::cast::half_outputs_on() => {
+        None if op.dtype != DType::F32 && grads_in_16_bits() => {
             desc.c_dtype = op.dtype;
             g.empty_as(&op.shape, op.dtype)
         }
         None => g.empty(&op.shape),
     }
+}
+
+/// Whether products write a 16-bit operand's gradient in 16 bits themselves: off with
+/// `VKFORMERS_GEMM_CASTS=1` (an f32 gradient and a cast, as before, for an A/B of this alone) or
+/// with the other 16-bit outputs (`VKFORMERS_WIDE_OUTPUTS=1`, `VKFORMERS_NO_TWINS=1`).
+fn grads_in_16_bits() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("VKFORMERS_GEMM_CASTS").is_none()) && super::cast::half_outputs_on()
 }
 
 /// `dA [batch, m, k] = dC [batch, m, n] · op(B)ᵀ` (`+= into` when given): B read as stored, with
