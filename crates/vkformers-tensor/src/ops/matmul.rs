@@ -47,6 +47,24 @@ pub fn matmul_nt(g: &Graph<'_>, a: &Tensor, b: &Tensor) -> Result<Tensor> {
 
 /// `y [.., out] = x [.., in] · Wᵀ + bias`, with `W [out, in]` and an optional `bias [out]`.
 pub fn linear(g: &Graph<'_>, x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+    let (p, out_shape) = linear_plan(x, w, bias)?;
+    product(g, (x, w), bias, p, &out_shape, DType::F32)
+}
+
+/// [`linear`] for an output that only attention reads (a decoder's v): in training under
+/// autocast, on rows the GEMM multiplies, y is the product's 16-bit C in the autocast type (the
+/// f32 result rounded in the kernel as attention's cast of an f32 y would round it: the same
+/// bits, no f32 y and no cast), and its gradient comes back in that type (attention's dv as
+/// written). Elsewhere, with a bias, or with `VKFORMERS_WIDE_OUTPUTS=1` / `VKFORMERS_GEMM_CASTS=1`,
+/// exactly [`linear`].
+pub fn linear_for_attention(g: &Graph<'_>, x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+    let (p, out_shape) = linear_plan(x, w, bias)?;
+    let half = super::cast::half_output_for_rows(g, x.rows()).filter(|_| bias.is_none() && grads_in_16_bits());
+    product(g, (x, w), bias, p, &out_shape, half.unwrap_or(DType::F32))
+}
+
+/// Shapes of `linear`: the product and the output shape `[.., out]`.
+fn linear_plan(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<(Product, Vec<usize>)> {
     let (xs, ws) = (x.shape(), w.shape());
     if xs.is_empty() || ws.len() != 2 || ws[1] != x.last_dim() {
         return Err(err(format!("linear: x {xs:?} and W {ws:?} (need x [.., in] and W [out, in])")));
@@ -67,7 +85,7 @@ pub fn linear(g: &Graph<'_>, x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> R
     if let Some(last) = out_shape.last_mut() {
         *last = ws[0];
     }
-    product(g, (x, w), bias, p, &out_shape)
+    Ok((p, out_shape))
 }
 
 /// Shapes of `matmul` / `matmul_nt`: the product and the output shape `[.., M, N]`.
@@ -95,7 +113,7 @@ fn plan(a: &Tensor, b: &Tensor, trans_b: bool) -> Result<(Product, Vec<usize>)> 
 
 fn two_operand(g: &Graph<'_>, a: &Tensor, b: &Tensor, trans_b: bool) -> Result<Tensor> {
     let (p, out_shape) = plan(a, b, trans_b)?;
-    product(g, (a, b), None, p, &out_shape)
+    product(g, (a, b), None, p, &out_shape, DType::F32)
 }
 
 /// The storage type a product runs in: the autocast type when mixed precision is on, else
@@ -117,16 +135,18 @@ fn product_dtype(g: &Graph<'_>, a: &Tensor, b: &Tensor) -> Result<DType> {
     Ok(dt)
 }
 
-/// Records `C = A · op(B) (+ bias)` (f32 C; A and B read in `product_dtype`) and its backward
-/// node (inputs `[a, b]` or `[a, b, bias]`). Backward saves only the operands in the product's
-/// type (the 16-bit copies under autocast, so f32 activations are not kept alive by it) and
-/// returns f32 gradients for f32 inputs.
+/// Records `C = A · op(B) (+ bias)` (C of `out`: f32, or the product's 16-bit type on GEMM
+/// rows; A and B read in `product_dtype`) and its backward node (inputs `[a, b]` or
+/// `[a, b, bias]`). Backward saves only the operands in the product's type (the 16-bit copies
+/// under autocast, so f32 activations are not kept alive by it) and returns f32 gradients for
+/// f32 inputs.
 fn product(
     g: &Graph<'_>,
     (a, b): (&Tensor, &Tensor),
     bias: Option<&Tensor>,
     p: Product,
     shape: &[usize],
+    out: DType,
 ) -> Result<Tensor> {
     if let Some(bias) = bias {
         if bias.dtype() != DType::F32 {
@@ -135,18 +155,22 @@ fn product(
     }
     let mut inputs = vec![a, b];
     inputs.extend(bias);
-    let c = g.output_as(shape, DType::F32, &inputs)?;
-    let few = few_rows(g, (a, b), bias, p, &c)?;
+    let c = g.output_as(shape, out, &inputs)?;
+    let few = out == DType::F32 && few_rows(g, (a, b), bias, p, &c)?;
     if few && !c.requires_grad() {
         return Ok(c);
     }
     let dt = product_dtype(g, a, b)?;
+    if out != DType::F32 && out != dt {
+        return Err(err(format!("a {out:?} output of a {dt:?} product")));
+    }
     let (a16, b16) = (autocast_copy(g, a, dt)?, autocast_copy(g, b, dt)?);
     if !few {
         let mut desc = GemmDesc::packed(p.m, p.n, p.k, false, p.trans_b);
         desc.batch = p.batch;
         desc.has_bias = bias.is_some();
         desc.dtype = dt;
+        desc.c_dtype = out;
         record_gemm(g, &desc, &a16, &b16, bias, &c)?;
     }
     if bias.is_none() {
