@@ -50,6 +50,10 @@ pub struct GemmArgs {
     /// split-K does; the sum of the partials is not timed and the result is not checked).
     #[arg(long, default_value_t = 1)]
     split_k: u32,
+    /// C in the operand type (f16/bf16: the kernels' 16-bit C store, as o_proj's backward
+    /// writes attention's dO) instead of f32.
+    #[arg(long)]
+    c16: bool,
     #[arg(long)]
     json: bool,
 }
@@ -146,6 +150,7 @@ pub fn gemm(selector: &DeviceSelector, args: &GemmArgs) -> anyhow::Result<ExitCo
         desc.tuning.unroll = u;
     }
     desc.tuning.probe = args.probe;
+    desc.c_half = args.c16;
     if args.split_k > 1 {
         if !k.is_multiple_of(args.split_k) || !args.trans_b {
             bail!("--split-k {} needs --trans-b and K a multiple of it", args.split_k);
@@ -158,11 +163,12 @@ pub fn gemm(selector: &DeviceSelector, args: &GemmArgs) -> anyhow::Result<ExitCo
     let (b_bytes, b) = operand((k * n) as usize, elem, 2);
     let a_buf = upload(&ctx, &a_bytes, "A")?;
     let b_buf = upload(&ctx, &b_bytes, "B")?;
-    let c_buf = ctx.buffer(u64::from(m) * u64::from(n) * 4 * u64::from(args.split_k.max(1)), "C")?;
+    let c_bytes = if args.c16 { 2 } else { 4 };
+    let c_buf = ctx.buffer(u64::from(m) * u64::from(n) * c_bytes * u64::from(args.split_k.max(1)), "C")?;
     let median_ns = time_median(&ctx, args.iters, &mut |rec| {
         Ok(gemm_coopmat::gemm_coopmat(rec, &desc, a_buf.view(), b_buf.view(), None, c_buf.view())?)
     })?;
-    let c: Vec<f32> = ctx.read_vec(c_buf.view())?;
+    let c = read_c(&ctx, &c_buf, args.c16.then_some(elem))?;
     let checked = args.probe == 0 && args.split_k <= 1;
     let max_err = if checked { check_samples(&a, &b, &c, m, n, k, args.trans_b) } else { 0.0 };
     report(args, &ctx, desc.flops(), median_ns, max_err)
@@ -208,18 +214,34 @@ fn gemm_portable(selector: &DeviceSelector, args: &GemmArgs) -> anyhow::Result<E
     };
     let ctx = Context::new(selector)?;
     let (m, n, k) = (args.m, args.n, args.k);
-    let desc = GemmDesc { dtype, tile, ..GemmDesc::packed(m, n, k, false, args.trans_b) };
+    let c16 = match dtype {
+        DType::F16 if args.c16 => Some(Elem::F16),
+        DType::BF16 if args.c16 => Some(Elem::Bf16),
+        DType::F32 if args.c16 => bail!("--c16 needs --dtype f16 or bf16"),
+        _ => None,
+    };
+    let c_dtype = if c16.is_some() { dtype } else { DType::F32 };
+    let desc = GemmDesc { dtype, c_dtype, tile, ..GemmDesc::packed(m, n, k, false, args.trans_b) };
     let (a_bytes, a) = portable_operand((m * k) as usize, dtype, 1);
     let (b_bytes, b) = portable_operand((k * n) as usize, dtype, 2);
     let a_buf = upload(&ctx, &a_bytes, "A")?;
     let b_buf = upload(&ctx, &b_bytes, "B")?;
-    let c_buf = ctx.buffer(u64::from(m) * u64::from(n) * 4, "C")?;
+    let c_buf = ctx.buffer((u64::from(m) * u64::from(n) * c_dtype.bytes()).next_multiple_of(4), "C")?;
     let median_ns = time_median(&ctx, args.iters, &mut |rec| {
         Ok(matmul::gemm(rec, &desc, a_buf.view(), b_buf.view(), None, c_buf.view())?)
     })?;
-    let c: Vec<f32> = ctx.read_vec(c_buf.view())?;
+    let c = read_c(&ctx, &c_buf, c16)?;
     let max_err = if args.probe == 0 { check_samples(&a, &b, &c, m, n, k, args.trans_b) } else { 0.0 };
     report(args, &ctx, matmul::flops(&desc), median_ns, max_err)
+}
+
+/// C read back as f32: f32 values, or (`c16`) 16-bit ones of that type widened.
+fn read_c(ctx: &Context, c: &Buffer, c16: Option<Elem>) -> anyhow::Result<Vec<f32>> {
+    Ok(match c16 {
+        None => ctx.read_vec(c.view())?,
+        Some(Elem::F16) => ctx.read_vec::<u16>(c.view())?.into_iter().map(|b| f16::from_bits(b).to_f32()).collect(),
+        Some(Elem::Bf16) => ctx.read_vec::<u16>(c.view())?.into_iter().map(|b| bf16::from_bits(b).to_f32()).collect(),
+    })
 }
 
 /// Random operand values in the portable kernel's storage: (device bytes, padded to 4, and the

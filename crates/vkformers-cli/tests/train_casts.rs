@@ -6,8 +6,9 @@
 //! and the trained weights are bit for bit those of `VKFORMERS_ATTN_CASTS=1` (the casts as
 //! before: 4 widenings a layer). The norms, RoPE, the GLU and the loss hand the products 16-bit
 //! outputs and gradients where nothing reads the f32 ones (no cast of dlogits, no row copies
-//! and casts in the chunked loss), and the residual add after the MLP runs in the next norm's
-//! kernel: bit for bit the weights of `VKFORMERS_WIDE_OUTPUTS=1`.
+//! and casts in the chunked loss), the residual add after the MLP runs in the next norm's
+//! kernel, and o_proj's backward product writes attention's dO in 16 bits itself (the GEMM's
+//! 16-bit C: no f32 dA and cast): bit for bit the weights of `VKFORMERS_WIDE_OUTPUTS=1`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -63,13 +64,23 @@ fn a_mixed_precision_step_widens_nothing_around_attention() {
         let (casts_before, weights_before) = train(dtype, &[("VKFORMERS_ATTN_CASTS", "1")], before.path());
         assert!(weights == weights_before, "--{dtype}: trained weights differ from VKFORMERS_ATTN_CASTS=1's");
         // To 16 bits, a step on average (the first casts the weights): per layer v for
-        // attention and dO after o_proj's dA product (the loss writes dlogits in 16 bits).
+        // attention (o_proj's dA product writes dO in 16 bits, the loss dlogits).
         let to = format!("cast/cast4:to_{short}");
-        assert_eq!(casts, vec![(to.clone(), 11.5)], "--{dtype}: the cast dispatches of a step");
+        assert_eq!(casts, vec![(to.clone(), 9.5)], "--{dtype}: the cast dispatches of a step");
         // Before: o widened after attention, dq, dk and dv after its backward, in each layer;
-        // and the f32 dlogits narrowed for the LM head's backward.
+        // dO narrowed for it (o_proj's A is the f32 o then); and the f32 dlogits narrowed for
+        // the LM head's backward.
         let from = format!("cast/cast4:from_{short}");
-        assert_eq!(casts_before, vec![(from, 8.0), (to, 12.5)], "--{dtype}: the casts with VKFORMERS_ATTN_CASTS=1");
+        assert_eq!(
+            casts_before,
+            vec![(from, 8.0), (to.clone(), 12.5)],
+            "--{dtype}: the casts with VKFORMERS_ATTN_CASTS=1"
+        );
+        // o_proj's dA in f32 and cast to dO, as before the GEMM's 16-bit C: the same weights.
+        let cast_da = tempfile::tempdir().unwrap();
+        let (casts_da, weights_da) = train(dtype, &[("VKFORMERS_GEMM_CASTS", "1")], cast_da.path());
+        assert!(weights == weights_da, "--{dtype}: trained weights differ from VKFORMERS_GEMM_CASTS=1's");
+        assert_eq!(casts_da, vec![(to, 11.5)], "--{dtype}: the casts with VKFORMERS_GEMM_CASTS=1");
     }
 }
 
@@ -87,17 +98,17 @@ fn a_mixed_precision_step_writes_no_f32_tensor_only_products_read() {
             let what = format!("--{dtype}, VKFORMERS_LOSS_CHUNK_ROWS={chunk}");
             assert!(weights == weights_wide, "{what}: trained weights differ from VKFORMERS_WIDE_OUTPUTS=1's");
             let to = format!("cast/cast4:to_{short}");
-            // Per step: v and dO in each layer (and the weights once). dX of each chunk is
-            // copied into its rows of the head's input gradient.
+            // Per step: v in each layer (and the weights once). dX of each chunk is copied into
+            // its rows of the head's input gradient.
             let expect = match chunk {
-                "0" => vec![(to.clone(), 11.5)],
-                _ => vec![(to.clone(), 11.5), ("elementwise/copy".to_string(), 2.0)],
+                "0" => vec![(to.clone(), 9.5)],
+                _ => vec![(to.clone(), 9.5), ("elementwise/copy".to_string(), 2.0)],
             };
             assert_eq!(kernels, expect, "{what}: the casts and copies of a step");
             // Before: the residual add after each layer's MLP a dispatch of its own (now in the
-            // next norm's kernel), dlogits narrowed for the head's backward (in each chunk), and
-            // each chunk's rows copied out of the final norm's f32 output and cast, in forward
-            // and backward.
+            // next norm's kernel), o_proj's f32 dA narrowed to dO in each layer, dlogits
+            // narrowed for the head's backward (in each chunk), and each chunk's rows copied out
+            // of the final norm's f32 output and cast, in forward and backward.
             let add = ("broadcast/binary:add".to_string(), 2.0);
             let before = match chunk {
                 "0" => vec![add, (to, 12.5)],

@@ -8,6 +8,7 @@
 // the value, rounded by `rnd`, instead).
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_shader_explicit_arithmetic_types_int16 : require
+#include "half_bits.glsl"
 #if defined(DT_F16)
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 layout(buffer_reference, std430, buffer_reference_align = 2) buffer DBuf { float16_t v[]; };
@@ -16,28 +17,13 @@ float ld(DIn b, uint i) { return float(b.v[i]); }
 void st(DBuf b, uint i, float x) { b.v[i] = float16_t(x); }
 // x rounded to f16 (to nearest even), as integer code: the compiler (Mesa's NIR) folds a
 // float -> f16 -> float round trip away.
-uint f16_bits(float x) {
-    uint u = floatBitsToUint(x);
-    uint sign = (u >> 16) & 0x8000u;
-    uint a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return sign | 0x7e00u;                 // NaN
-    if (a >= 0x477ff000u) return sign | 0x7c00u;                // >= 65520 rounds to inf
-    if (a >= 0x38800000u) {                                      // normal: rebias, round 13 bits
-        uint r = a - 0x38000000u;
-        return sign | ((r + 0xfffu + ((r >> 13) & 1u)) >> 13);
-    }
-    return sign | uint(roundEven(uintBitsToFloat(a) * 16777216.0)); // subnormal: units of 2^-24
-}
+uint f16_bits(float x) { return f16_code(x); }
 float rnd(float x) { return float(uint16BitsToFloat16(uint16_t(f16_bits(x)))); }
 #elif defined(DT_BF16)
 layout(buffer_reference, std430, buffer_reference_align = 2) buffer DBuf { uint16_t v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 2) readonly buffer DIn { uint16_t v[]; };
 float ld(DIn b, uint i) { return uintBitsToFloat(uint(b.v[i]) << 16); }
-uint16_t bf16_bits(float x) {
-    uint u = floatBitsToUint(x);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40u);  // quiet NaN
-    return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
+uint16_t bf16_bits(float x) { return uint16_t(bf16_code(x)); }
 void st(DBuf b, uint i, float x) { b.v[i] = bf16_bits(x); }
 float rnd(float x) { return uintBitsToFloat(uint(bf16_bits(x)) << 16); }
 #else

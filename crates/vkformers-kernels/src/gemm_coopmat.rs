@@ -1,5 +1,5 @@
 //! GEMM on cooperative matrices (tensor cores): f16 or bf16 operands, f32 accumulation and f32
-//! C. See `shaders/matmul/coopmat_gemm.comp` for the tiling. Chosen only when `supported` says
+//! C, or (`c_half`) C in the operands' 16-bit type, rounded as the cast kernels round. See `shaders/matmul/coopmat_gemm.comp` for the tiling. Chosen only when `supported` says
 //! the device has the 16x16x16 shape for the operand type with an f32 accumulator, and
 //! subgroups of 32 (the kernel's 2 x 4 subgroup grid assumes it).
 
@@ -127,6 +127,9 @@ pub struct CoopGemm {
     pub c_bstride: u32,
     pub alpha: f32,
     pub beta_one: bool,
+    /// C stored in the operand type (`elem`) instead of f32: the f32 result rounded to nearest
+    /// even, as a cast of the f32 C would give, bit for bit. Only written (not with `beta_one`).
+    pub c_half: bool,
     pub elem: Elem,
     pub engine: Engine,
     pub tuning: Tuning,
@@ -153,6 +156,7 @@ impl CoopGemm {
             c_bstride: 0,
             alpha: 1.0,
             beta_one: false,
+            c_half: false,
             elem,
             engine: Engine::Auto,
             tuning: Tuning::default(),
@@ -313,10 +317,14 @@ fn check(
             format!("leading dimensions {}/{}/{} below row lengths {ac}/{bc}/{}", d.lda, d.ldb, d.ldc, d.n),
         ));
     }
+    if d.c_half && d.beta_one {
+        return Err(err(name, "a 16-bit C is only written (beta_one with c_half)".into()));
+    }
+    let c_bytes = if d.c_half { 2 } else { 4 };
     let need = [
         ("A", extent(d.a_off, d.lda, ar, ac, d.a_bstride, d.batch) * 2, a.len),
         ("B", extent(d.b_off, d.ldb, br, bc, d.b_bstride, d.batch) * 2, b.len),
-        ("C", extent(d.c_off, d.ldc, d.m, d.n, d.c_bstride, d.batch) * 4, c.len),
+        ("C", extent(d.c_off, d.ldc, d.m, d.n, d.c_bstride, d.batch) * c_bytes, c.len),
     ];
     for (what, bytes, have) in need {
         if bytes > have {
@@ -326,7 +334,8 @@ fn check(
     Ok(())
 }
 
-/// Records `C = alpha * op(A) * op(B) (+ bias) (+ C)`. `bias` is `[n]` f32.
+/// Records `C = alpha * op(A) * op(B) (+ bias) (+ C)`. `bias` is `[n]` f32; C is f32, or the
+/// operand type with `c_half`.
 pub fn gemm_coopmat(
     rec: &mut Recorder,
     d: &CoopGemm,
@@ -347,7 +356,7 @@ pub fn gemm_coopmat(
             return Err(err(k.name, format!("bias of {} bytes for n = {}", bv.len, d.n)));
         }
     }
-    let flags = u32::from(bias.is_some()) | (u32::from(d.beta_one) << 1);
+    let flags = u32::from(bias.is_some()) | (u32::from(d.beta_one) << 1) | (u32::from(d.c_half) << 2);
     let params: Vec<u8> = [
         d.m,
         d.n,

@@ -1,9 +1,12 @@
 //! The tensor-core GEMM against an f64 reference, on every device that has it (the NVIDIA H200
 //! here; lavapipe has no cooperative matrices, so there the test only checks that it is skipped
-//! for the right reason).
+//! for the right reason); its 16-bit C (`c_half`) also bit for bit against the cast kernel's
+//! rounding of the f32 C.
 
 use half::{bf16, f16};
+use vkformers_kernels::dtype::{cast, DType};
 use vkformers_kernels::gemm_coopmat::{choose_engine, gemm_coopmat, CoopGemm, Elem, Engine, Tuning};
+use vkformers_kernels::testutil::storage::tol;
 use vkformers_kernels::testutil::{assert_close, Rng, Tol};
 use vkformers_vk::testing::on_every_device;
 use vkformers_vk::Context;
@@ -143,6 +146,97 @@ fn coopmat_gemm_matches_reference() {
             d.alpha = 0.5;
             d.beta_one = true;
             run_case(ctx, &d, true, 99)?;
+        }
+        Ok(())
+    });
+}
+
+/// Runs `d` with a 16-bit C (`c_half`) and with an f32 C followed by the cast kernel: the two are
+/// equal bit for bit, within the 16-bit tolerance of the f64 reference, and the 16-bit slots
+/// outside C (row padding, the slot before `c_off`) are left as they were.
+fn run_half_case(ctx: &Context, d: &CoopGemm, with_bias: bool, seed: u64) -> vkformers_vk::Result<()> {
+    const UNTOUCHED: u16 = 0x7fc1;
+    let mut rng = Rng::new(seed);
+    let a_len =
+        if d.trans_a { d.k * d.lda } else { d.m * d.lda } as usize + (d.a_off + d.a_bstride * (d.batch - 1)) as usize;
+    let b_len =
+        if d.trans_b { d.n * d.ldb } else { d.k * d.ldb } as usize + (d.b_off + d.b_bstride * (d.batch - 1)) as usize;
+    let c_len = ((d.m * d.ldc) as usize + (d.c_off + d.c_bstride * (d.batch - 1)) as usize).next_multiple_of(2);
+    let (a_bytes, a_vals) = quantize(&rng.vec(a_len, 1.0), d.elem);
+    let (b_bytes, b_vals) = quantize(&rng.vec(b_len, 1.0), d.elem);
+    let bias = rng.vec(d.n as usize, 1.0);
+    let a = ctx.buffer(a_bytes.len() as u64, "A")?;
+    ctx.upload(&a, 0, &a_bytes)?;
+    let b = ctx.buffer(b_bytes.len() as u64, "B")?;
+    ctx.upload(&b, 0, &b_bytes)?;
+    let c16 = ctx.buffer_from(&vec![UNTOUCHED; c_len], "C16")?;
+    let c32 = ctx.buffer_from(&vec![0f32; c_len], "C32")?;
+    let cast16 = ctx.buffer((c_len * 2) as u64, "cast of C32")?;
+    let bias_buf = ctx.buffer_from(&bias, "bias")?;
+    let half = CoopGemm { c_half: true, beta_one: false, ..*d };
+    let wide = CoopGemm { c_half: false, ..half };
+    let dt = match d.elem {
+        Elem::F16 => DType::F16,
+        Elem::Bf16 => DType::BF16,
+    };
+    let mut rec = ctx.recorder(false)?;
+    gemm_coopmat(&mut rec, &half, a.view(), b.view(), with_bias.then(|| bias_buf.view()), c16.view())?;
+    gemm_coopmat(&mut rec, &wide, a.view(), b.view(), with_bias.then(|| bias_buf.view()), c32.view())?;
+    cast(&mut rec, c32.view(), DType::F32, cast16.view(), dt)?;
+    rec.submit()?;
+    let (got, cast_bits): (Vec<u16>, Vec<u16>) = (ctx.read_vec(c16.view())?, ctx.read_vec(cast16.view())?);
+    let bias64: Vec<f64> = bias.iter().map(|&v| f64::from(v)).collect();
+    let want = reference(&half, &a_vals, &b_vals, with_bias.then_some(&bias64[..]), &vec![f64::NAN; c_len]);
+    let (mut got_c, mut want_c) = (vec![], vec![]);
+    for (i, w) in want.iter().enumerate() {
+        if w.is_nan() {
+            assert_eq!(got[i], UNTOUCHED, "{half:?}: slot {i} outside C was written");
+            continue;
+        }
+        assert_eq!(got[i], cast_bits[i], "{half:?}: element {i} differs from the cast of the f32 C");
+        got_c.push(match d.elem {
+            Elem::F16 => f16::from_bits(got[i]).to_f32(),
+            Elem::Bf16 => bf16::from_bits(got[i]).to_f32(),
+        });
+        want_c.push(*w);
+    }
+    assert_close(&format!("{half:?}"), &got_c, &want_c, tol(dt));
+    Ok(())
+}
+
+#[test]
+fn coopmat_gemm_16_bit_c_is_the_cast_of_the_f32_c() {
+    on_every_device("coopmat gemm 16-bit C", |ctx| {
+        for (elem, engine) in [Elem::F16, Elem::Bf16].into_iter().flat_map(|e| Engine::ALL.map(|g| (e, g))) {
+            let best = choose_engine(ctx.caps(), elem, 4096, 4096, 1);
+            let available = match engine {
+                e if e.is_khr() => best.is_some() && ctx.caps().subgroup_size == 32,
+                _ => best.is_some_and(Engine::is_coopmat2),
+            };
+            if !available {
+                eprintln!("{}: no {elem:?} {engine:?} GEMM here (skipped)", ctx.caps().name);
+                continue;
+            }
+            let mut seed = 500;
+            // Odd shapes (edge blocks), an interior-only one (the fast path), odd ldc and c_off.
+            for (m, n, k) in [(1, 1, 1), (17, 13, 29), (130, 67, 129), (256, 512, 128), (300, 520, 320)] {
+                for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+                    let mut d = CoopGemm::dense(m, n, k, tb, elem);
+                    d.engine = engine;
+                    d.trans_a = ta;
+                    d.lda = (if ta { m } else { k }).next_multiple_of(8) + 8;
+                    d.ldb = (if tb { k } else { n }).next_multiple_of(8);
+                    d.ldc = n + 3;
+                    d.c_off = 1;
+                    seed += 1;
+                    run_half_case(ctx, &d, seed % 2 == 0, seed)?;
+                }
+            }
+            // Batched, broadcast B, alpha.
+            let mut d = CoopGemm::dense(70, 45, 36, true, elem);
+            (d.engine, d.batch, d.lda, d.ldb, d.a_off, d.a_bstride) = (engine, 3, 40, 40, 8, 70 * 40);
+            (d.c_off, d.c_bstride, d.alpha) = (5, 70 * 45 + 1, 0.5);
+            run_half_case(ctx, &d, true, 599)?;
         }
         Ok(())
     });

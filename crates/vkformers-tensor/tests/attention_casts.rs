@@ -78,8 +78,9 @@ fn training_attention_passes_16_bit_tensors_to_its_neighbours() {
             // it replaces (a widening is exact, and its narrowing gives the 16 bits back).
             assert!(direct == plain, "{dt:?}: gradients differ from the f32 hand-overs");
             // Forward: v's copy (the product writes f32 v). Backward: dy of o_proj (from the
-            // f32 loss) and dO (o_proj's dA, f32 from the GEMM, narrowed once for attention).
-            assert_eq!(casts, [1, 2], "{dt:?}: casts (forward, backward) with 16-bit hand-overs");
+            // f32 loss); dO is o_proj's dA as the GEMM writes it, in 16 bits (the cast after an
+            // f32 dA, before the GEMM's 16-bit C: [1, 2]).
+            assert_eq!(casts, [1, 1], "{dt:?}: casts (forward, backward) with 16-bit hand-overs");
             // Through f32: q, k, v and o cast for attention and o_proj, o widened; dy, dO
             // narrowed, dq, dk, dv widened, dv narrowed again for v's product (RoPE's backward
             // writes dq's and dk's twins). Today's code without the scales (and this one with

@@ -2,7 +2,9 @@
 // C[b] = alpha * op(A[b]) * op(B[b]) (+ bias) (+ C[b] when BETA_ONE) on NVIDIA cooperative
 // matrix 2: workgroup-scope matrices loaded straight from global memory through tensor layouts
 // (the driver stages them; out-of-range elements read as 0, so any M, N, K works), f16 or bf16
-// operands, f32 accumulation, f32 C. Same operand conventions as coopmat_gemm.comp:
+// operands, f32 accumulation, f32 C (or, flags bit 2, C in the operand type: each f32 result
+// rounded to nearest even in integer code as the cast kernels round, then converted, which is
+// exact). Same operand conventions as coopmat_gemm.comp:
 //   A not transposed: A[m, k] at a_off + m*lda + k;   transposed (stored K x M): at a_off + k*lda + m.
 //   B not transposed: B[k, n] at b_off + k*ldb + n;   transposed (stored N x K): at b_off + n*ldb + k.
 // One workgroup computes a BM x BN block of C, stepping through K in BK slices.
@@ -54,8 +56,10 @@
 #define ELEM float16_t
 #endif
 #include "common.glsl"
+#include "half_bits.glsl"
 
 layout(buffer_reference, std430, buffer_reference_align = 2) readonly buffer EIn { ELEM v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 2) buffer EBuf { ELEM v[]; };
 
 #ifndef THREADS
 #define THREADS 256
@@ -76,9 +80,19 @@ layout(push_constant) uniform Push {
     uint lda, ldb, ldc;
     uint a_off, b_off, c_off;
     uint a_bstride, b_bstride, c_bstride;
-    uint flags;  // bit 0: add bias[n]; bit 1: beta = 1 (accumulate into C)
+    uint flags;  // bit 0: add bias[n]; bit 1: beta = 1 (accumulate into C); bit 2: C in ELEM
     float alpha;
 } pc;
+
+// x rounded to ELEM (to nearest even, NaN quieted as bf16_code / f16_code do), as an f32 that
+// ELEM holds exactly: the conversion after it cannot round again, whatever the device's mode.
+float round_to_elem(const in uint32_t r, const in uint32_t c, const in float x) {
+#ifdef ELEM_BF16
+    return uintBitsToFloat(bf16_code(x) << 16);
+#else
+    return unpackHalf2x16(f16_code(x)).x;
+#endif
+}
 
 #define MAT_A coopmat<ELEM, gl_ScopeWorkgroup, BM, BK, gl_MatrixUseA>
 #define MAT_B coopmat<ELEM, gl_ScopeWorkgroup, BK, BN, gl_MatrixUseB>
@@ -182,5 +196,12 @@ void main() {
         coopMatLoadTensorNV(old, pc.c.v, c_off, sliceTensorLayoutNV(lc, m0, BM, n0, BN));
         acc = acc + old;
     }
-    coopMatStoreTensorNV(acc, pc.c.v, c_off, sliceTensorLayoutNV(lc, m0, BM, n0, BN));
+    if ((pc.flags & 4u) != 0) {
+        coopMatPerElementNV(acc, acc, round_to_elem);
+        coopmat<ELEM, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> c16 =
+            coopmat<ELEM, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>(acc);
+        coopMatStoreTensorNV(c16, EBuf(uint64_t(pc.c)).v, c_off, sliceTensorLayoutNV(lc, m0, BM, n0, BN));
+    } else {
+        coopMatStoreTensorNV(acc, pc.c.v, c_off, sliceTensorLayoutNV(lc, m0, BM, n0, BN));
+    }
 }

@@ -1,7 +1,8 @@
 #version 460
 // C[b] = alpha * op(A[b]) * op(B[b]) (+ bias) (+ C[b] when BETA_ONE), with f16 or bf16 operands,
 // f32 accumulation on the tensor cores (VK_KHR_cooperative_matrix, 16x16x16 subgroup tiles), and
-// an f32 C.
+// an f32 C (or, flags bit 2, C in the operand type: each f32 result rounded to nearest even as
+// the cast kernels round).
 //
 // Shapes (elements): op(A) is M x K, op(B) is K x N, C is M x N (row-major, row stride ldc).
 //   A not transposed: A[m, k] at a_off + m*lda + k;   transposed (stored K x M): at a_off + k*lda + m.
@@ -33,8 +34,10 @@
 #define ELEM float16_t
 #endif
 #include "common.glsl"
+#include "half_bits.glsl"
 
 layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer U4In { uvec4 v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 2) buffer U16Buf { uint16_t v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 2) readonly buffer U16In { uint16_t v[]; };
 
 layout(local_size_x = 256) in;
@@ -58,7 +61,7 @@ layout(push_constant) uniform Push {
     uint lda, ldb, ldc;
     uint a_off, b_off, c_off;
     uint a_bstride, b_bstride, c_bstride;
-    uint flags;  // bit 0: add bias[n]; bit 1: beta = 1 (accumulate into C)
+    uint flags;  // bit 0: add bias[n]; bit 1: beta = 1 (accumulate into C); bit 2: C in ELEM
     float alpha;
 } pc;
 
@@ -188,7 +191,7 @@ void main() {
     }
 
     // Epilogue: C = alpha * acc (+ bias[n]) (+ C), element by element inside the matrix.
-    bool has_bias = (pc.flags & 1u) != 0, beta_one = (pc.flags & 2u) != 0;
+    bool has_bias = (pc.flags & 1u) != 0, beta_one = (pc.flags & 2u) != 0, c_half = (pc.flags & 4u) != 0;
     uint c_off = pc.c_off + batch * pc.c_bstride;
     [[unroll]] for (uint i = 0; i < FM; i++) {
         [[unroll]] for (uint j = 0; j < FN; j++) {
@@ -202,7 +205,15 @@ void main() {
                     if (has_bias) val += pc.bias.v[n];
                     uint idx = c_off + m * pc.ldc + n;
                     if (beta_one) val += pc.c.v[idx];
-                    pc.c.v[idx] = val;
+                    if (c_half) {
+#ifdef ELEM_BF16
+                        U16Buf(uint64_t(pc.c)).v[idx] = uint16_t(bf16_code(val));
+#else
+                        U16Buf(uint64_t(pc.c)).v[idx] = uint16_t(f16_code(val));
+#endif
+                    } else {
+                        pc.c.v[idx] = val;
+                    }
                 }
             }
             subgroupBarrier();

@@ -1,6 +1,7 @@
 #version 460
 #include "common.glsl"
 #extension GL_EXT_control_flow_attributes : require
+#include "matmul/half_c.glsl"
 // Batched, strided GEMM with f32 accumulation:
 //   C[b] = alpha * op(A[b]) * op(B[b]) (+ bias) (+ beta * C[b])      for b in [0, batch)
 //   op(A) [M, K]: A[m,k] at  a + b*sa + m*lda + k   (TRANS_A = 0, stored [M, K])
@@ -11,6 +12,9 @@
 // Batch stride 0 broadcasts an operand. beta == 0 never reads C (so it may hold NaN).
 // Element offsets are folded into the pointers by the launcher, except the parity of 16-bit
 // operands (flags bits 1, 2), which are read as 32-bit words holding two values.
+// 16-bit C (flags bits 3-4: 1 f16, 2 bf16; beta 0): the f32 value above, rounded to nearest
+// even as the cast kernels round, stored as packed words (no 16-bit storage feature needed):
+// see half_c.glsl. Bit 5: C starts at an odd 16-bit element.
 //
 // Tiling: a workgroup of NT = (BM/TM)*(BN/TN) threads computes a BM x BN tile of C, walking K
 // in steps of BK with the A and B tiles in shared memory (k-major, padded against bank
@@ -90,7 +94,8 @@ layout(push_constant) uniform Push {
     uint sa, sb, sc;   // batch strides in elements
     uint batch;
     float alpha, beta;
-    uint flags;        // bit 0: bias; bit 1: A starts at an odd 16-bit element; bit 2: same for B
+    uint flags;        // bit 0: bias; bit 1: A starts at an odd 16-bit element; bit 2: same for B;
+                       // bits 3-4: C's type (0 f32, 1 f16, 2 bf16); bit 5: C starts at an odd element
 } pc;
 
 // Shared tiles, k-major: [buffer][k][mn / 4] as vec4, padded by one vec4 per k row.
@@ -242,17 +247,31 @@ void main() {
         const uint64_t cbase = uint64_t(bz) * uint64_t(pc.sc);
         F32Buf C = F32Buf(uint64_t(pc.c) + cbase * 4ul);
         const bool has_bias = (pc.flags & 1u) != 0u;
+        const uint c_half = (pc.flags >> 3) & 3u;
+        // 16-bit C: this batch's matrix starts at 16-bit element c_par of the word at C16.
+        const uint64_t c_e = uint64_t((pc.flags >> 5) & 1u) + cbase;
+        U32Words C16 = U32Words(uint64_t(pc.c) + (c_e >> 1) * 4ul);
+        const uint c_par = uint(c_e & 1ul);
         [[unroll]] for (uint i = 0; i < TM; i++) {
             const uint m = m0 + (i >> 2) * (TY * 4) + ty * 4 + (i & 3u);
             if (m >= pc.M) continue;
-            [[unroll]] for (uint j = 0; j < TN; j++) {
-                const uint n = n0 + (j >> 2) * (TX * 4) + tx * 4 + (j & 3u);
-                if (n >= pc.N) continue;
-                float v = pc.alpha * acc[i][j >> 2][j & 3u];
-                if (has_bias) v += pc.bias.v[n];
-                const uint ci = m * pc.ldc + n;
-                if (pc.beta != 0.0) v += pc.beta * C.v[ci];
-                C.v[ci] = v;
+            [[unroll]] for (uint jr = 0; jr < TN / 4; jr++) {
+                // A run of 4 adjacent columns n0r .. n0r + 3 of row m.
+                const uint n0r = n0 + jr * (TX * 4) + tx * 4;
+                vec4 run;
+                [[unroll]] for (uint q = 0; q < 4; q++) {
+                    const uint n = n0r + q;
+                    float v = pc.alpha * acc[i][jr][q];
+                    if (n < pc.N) {
+                        if (has_bias) v += pc.bias.v[n];
+                        if (pc.beta != 0.0) v += pc.beta * C.v[m * pc.ldc + n];
+                        if (c_half == 0u) C.v[m * pc.ldc + n] = v;
+                    }
+                    run[q] = v;
+                }
+                if (c_half != 0u && n0r < pc.N) {
+                    store_half_run(C16, c_par + m * pc.ldc + n0r, run, min(pc.N - n0r, 4u), c_half);
+                }
             }
         }
     }

@@ -27,6 +27,12 @@ pub fn coop_plan(caps: &Caps, d: &GemmDesc) -> Option<CoopGemm> {
     if d.k == 0 || !(d.beta == 0.0 || d.beta == 1.0) {
         return None;
     }
+    // A 16-bit C in the operands' own type (the kernels' 16-bit store), only written.
+    let c_half = match d.c_dtype {
+        DType::F32 => false,
+        c if c == d.dtype && d.beta == 0.0 => true,
+        _ => return None,
+    };
     let small = |v: u64| u32::try_from(v).ok();
     let batched = d.batch > 1;
     let stride = |s: u64| if batched { small(s) } else { Some(0) };
@@ -48,6 +54,7 @@ pub fn coop_plan(caps: &Caps, d: &GemmDesc) -> Option<CoopGemm> {
         c_bstride: stride(d.stride_c)?,
         alpha: d.alpha,
         beta_one: d.beta == 1.0,
+        c_half,
         elem,
         engine,
         tuning: Tuning::default(),
@@ -95,7 +102,7 @@ pub fn split_k_plan(d: &GemmDesc) -> Option<(u32, u64)> {
 }
 
 /// Records `desc` split `splits` ways along K (see [`split_k_plan`]) through `workspace`
-/// (f32, at least `splits · M · N` values).
+/// (f32, at least `splits · M · N` values); C of `desc.c_dtype`.
 pub fn gemm_split_k(
     rec: &mut Recorder,
     desc: &GemmDesc,
@@ -114,9 +121,11 @@ pub fn gemm_split_k(
     part.stride_a = u64::from(slice) * if desc.trans_a { u64::from(desc.lda) } else { 1 };
     part.stride_b = u64::from(slice) * if desc.trans_b { 1 } else { u64::from(desc.ldb) };
     part.stride_c = u64::from(desc.m) * u64::from(desc.n);
+    part.c_dtype = DType::F32; // the slices' f32 partial products
     gemm_auto(rec, &part, a, b, None, workspace)?;
     let mn = desc.m * desc.n;
-    crate::norm::col_sum(rec, workspace, c, splits, mn, desc.beta == 1.0, DType::F32)
+    // The fixed-order sum writes C in its type (a 16-bit C rounded as the cast kernels round).
+    crate::norm::col_sum(rec, workspace, c, splits, mn, desc.beta == 1.0, desc.c_dtype)
 }
 
 /// Records `C = alpha · op(A) · op(B) (+ bias) (+ beta · C)` on the best engine for `desc`

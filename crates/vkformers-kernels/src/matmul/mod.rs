@@ -5,7 +5,9 @@
 //! so transposed operands need no copy: `op(A)` is `[M, K]`, stored `[M, K]` or (`trans_a`)
 //! `[K, M]`; `op(B)` is `[K, N]`, stored `[K, N]` or (`trans_b`) `[N, K]` — the `x · Wᵀ` of a
 //! linear layer with `W [out, in]`. A batch stride of 0 broadcasts an operand across the batch.
-//! C and the optional bias `[N]` are f32; A and B are f32, f16 or bf16 (f32 accumulation).
+//! The optional bias `[N]` is f32; A and B are f32, f16 or bf16 (f32 accumulation); C is f32,
+//! or (`c_dtype`, beta 0) f16 / bf16: the f32 result rounded as the cast kernels round it, so a
+//! product whose only reader takes a 16-bit copy writes that copy instead of f32 and a cast.
 //!
 //! The backward of `C = A · B` is two more GEMMs: `dA = dC · Bᵀ`, `dB = Aᵀ · dC`
 //! (see [`reference::matmul_backward`]).
@@ -94,6 +96,8 @@ pub struct GemmDesc {
     pub beta: f32,
     pub has_bias: bool,
     pub dtype: DType,
+    /// Storage type of C: f32, or f16 / bf16 (then beta must be 0: C is only written).
+    pub c_dtype: DType,
     pub tile: Tile,
 }
 
@@ -122,6 +126,7 @@ impl GemmDesc {
             beta: 0.0,
             has_bias: false,
             dtype: DType::F32,
+            c_dtype: DType::F32,
             tile: Tile::Auto,
         }
     }
@@ -249,8 +254,10 @@ fn vectorizable(desc: &GemmDesc, a: &BufferView<'_>, b: &BufferView<'_>) -> bool
         && b.address().is_multiple_of(align)
 }
 
-/// Checks C: f32 `[M, N]` rows `ldc` apart, batches `stride_c` apart without overlap.
-fn c_view<'a>(kernel: &str, desc: &GemmDesc, c: BufferView<'a>) -> Result<BufferView<'a>> {
+/// Checks C: `[M, N]` of `c_dtype` rows `ldc` apart, batches `stride_c` apart without overlap.
+/// Returns the view from C's first element (a 16-bit C: from the 4-byte word holding it, the
+/// whole words written) and the parity of that element within its word.
+fn c_view<'a>(kernel: &str, desc: &GemmDesc, c: BufferView<'a>) -> Result<(BufferView<'a>, u32)> {
     let (m, n, ldc) = (u64::from(desc.m), u64::from(desc.n), u64::from(desc.ldc));
     if ldc < n {
         return Err(err(kernel, format!("C: ldc {ldc} below N {n}")));
@@ -262,19 +269,42 @@ fn c_view<'a>(kernel: &str, desc: &GemmDesc, c: BufferView<'a>) -> Result<Buffer
     if span > u64::from(u32::MAX) || desc.stride_c > u64::from(u32::MAX) {
         return Err(err(kernel, "C: matrix or batch stride above 2^32 - 1 elements".into()));
     }
-    let need = (desc.c_offset + u64::from(desc.batch - 1) * desc.stride_c + span) * 4;
+    let elem = desc.c_dtype.bytes();
+    if elem == 2 && desc.beta != 0.0 {
+        return Err(err(kernel, format!("C: a {:?} C is only written (beta {}, need 0)", desc.c_dtype, desc.beta)));
+    }
+    let need = (desc.c_offset + u64::from(desc.batch - 1) * desc.stride_c + span) * elem;
     if need > c.len || !c.offset.is_multiple_of(4) {
         return Err(err(kernel, format!("C: the GEMM writes up to byte {need} of a view of {} bytes", c.len)));
     }
-    let start = c.offset + desc.c_offset * 4;
-    Ok(c.buffer.slice(start, c.offset + need - start))
+    // 16-bit C is written in whole words: the first and last may hold a value outside C,
+    // which the kernel leaves as it is (atomics on its own half), but they must exist.
+    let first = desc.c_offset & !(4 / elem - 1);
+    let start = c.offset + first * elem;
+    let end = (c.offset + need).next_multiple_of(4);
+    if end > c.buffer.size() {
+        return Err(err(
+            kernel,
+            "C: 16-bit C is written as 4-byte words; pad the buffer to a multiple of 4 bytes".into(),
+        ));
+    }
+    Ok((c.buffer.slice(start, end - start), (desc.c_offset - first) as u32))
+}
+
+/// Flags bits 3-4 of the kernel: C's storage type.
+fn c_type_bits(dtype: DType) -> u32 {
+    match dtype {
+        DType::F32 => 0,
+        DType::F16 => 1,
+        DType::BF16 => 2,
+    }
 }
 
 /// Records `C = alpha · op(A) · op(B) (+ bias) (+ beta · C)` for every batch.
 ///
 /// `a`, `b`: views holding the operands (dtype `desc.dtype`) at the element offsets of `desc`;
-/// `bias`: f32 `[N]`, given iff `desc.has_bias`; `c`: f32. Every access is checked to stay
-/// inside its view. Empty problems (M, N or batch 0) record nothing; K = 0 gives
+/// `bias`: f32 `[N]`, given iff `desc.has_bias`; `c`: of `desc.c_dtype`. Every access is
+/// checked to stay inside its view. Empty problems (M, N or batch 0) record nothing; K = 0 gives
 /// `C = bias + beta · C`.
 pub fn gemm(
     rec: &mut Recorder,
@@ -310,7 +340,7 @@ pub fn gemm(
             operand_view(name, "B", b, elem, desc.b_offset, desc.ldb, desc.b_stored(), desc.stride_b, desc.batch)?;
         (a_sub, pa, b_sub, pb)
     };
-    let c_sub = c_view(name, desc, c)?;
+    let (c_sub, pc) = c_view(name, desc, c)?;
     let bias_view = match bias {
         Some(v) if v.len < u64::from(desc.n) * 4 || !v.offset.is_multiple_of(4) => {
             return Err(err(name, format!("bias: {} bytes for N = {} f32 values", v.len, desc.n)));
@@ -323,7 +353,7 @@ pub fn gemm(
     if groups[0] > 65_535 || groups[1] > 65_535 {
         return Err(err(name, format!("{}×{} too large for the workgroup grid {groups:?}", desc.m, desc.n)));
     }
-    let flags = u32::from(desc.has_bias) | pa << 1 | pb << 2;
+    let flags = u32::from(desc.has_bias) | pa << 1 | pb << 2 | c_type_bits(desc.c_dtype) << 3 | pc << 5;
     let words = [
         desc.m,
         desc.n,

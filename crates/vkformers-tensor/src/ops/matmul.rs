@@ -47,6 +47,24 @@ pub fn matmul_nt(g: &Graph<'_>, a: &Tensor, b: &Tensor) -> Result<Tensor> {
 
 /// `y [.., out] = x [.., in] · Wᵀ + bias`, with `W [out, in]` and an optional `bias [out]`.
 pub fn linear(g: &Graph<'_>, x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+    let (p, out_shape) = linear_plan(x, w, bias)?;
+    product(g, (x, w), bias, p, &out_shape, DType::F32)
+}
+
+/// [`linear`] for an output that only attention reads (a decoder's v): in training under
+/// autocast, on rows the GEMM multiplies, y is the product's 16-bit C in the autocast type (the
+/// f32 result rounded in the kernel as attention's cast of an f32 y would round it: the same
+/// bits, no f32 y and no cast), and its gradient comes back in that type (attention's dv as
+/// written). Elsewhere, with a bias, or with `VKFORMERS_WIDE_OUTPUTS=1` / `VKFORMERS_GEMM_CASTS=1`,
+/// exactly [`linear`].
+pub fn linear_for_attention(g: &Graph<'_>, x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+    let (p, out_shape) = linear_plan(x, w, bias)?;
+    let half = super::cast::half_output_for_rows(g, x.rows()).filter(|_| bias.is_none() && grads_in_16_bits());
+    product(g, (x, w), bias, p, &out_shape, half.unwrap_or(DType::F32))
+}
+
+/// Shapes of `linear`: the product and the output shape `[.., out]`.
+fn linear_plan(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<(Product, Vec<usize>)> {
     let (xs, ws) = (x.shape(), w.shape());
     if xs.is_empty() || ws.len() != 2 || ws[1] != x.last_dim() {
         return Err(err(format!("linear: x {xs:?} and W {ws:?} (need x [.., in] and W [out, in])")));
@@ -67,7 +85,7 @@ pub fn linear(g: &Graph<'_>, x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> R
     if let Some(last) = out_shape.last_mut() {
         *last = ws[0];
     }
-    product(g, (x, w), bias, p, &out_shape)
+    Ok((p, out_shape))
 }
 
 /// Shapes of `matmul` / `matmul_nt`: the product and the output shape `[.., M, N]`.
@@ -95,7 +113,7 @@ fn plan(a: &Tensor, b: &Tensor, trans_b: bool) -> Result<(Product, Vec<usize>)> 
 
 fn two_operand(g: &Graph<'_>, a: &Tensor, b: &Tensor, trans_b: bool) -> Result<Tensor> {
     let (p, out_shape) = plan(a, b, trans_b)?;
-    product(g, (a, b), None, p, &out_shape)
+    product(g, (a, b), None, p, &out_shape, DType::F32)
 }
 
 /// The storage type a product runs in: the autocast type when mixed precision is on, else
@@ -117,16 +135,18 @@ fn product_dtype(g: &Graph<'_>, a: &Tensor, b: &Tensor) -> Result<DType> {
     Ok(dt)
 }
 
-/// Records `C = A · op(B) (+ bias)` (f32 C; A and B read in `product_dtype`) and its backward
-/// node (inputs `[a, b]` or `[a, b, bias]`). Backward saves only the operands in the product's
-/// type (the 16-bit copies under autocast, so f32 activations are not kept alive by it) and
-/// returns f32 gradients for f32 inputs.
+/// Records `C = A · op(B) (+ bias)` (C of `out`: f32, or the product's 16-bit type on GEMM
+/// rows; A and B read in `product_dtype`) and its backward node (inputs `[a, b]` or
+/// `[a, b, bias]`). Backward saves only the operands in the product's type (the 16-bit copies
+/// under autocast, so f32 activations are not kept alive by it) and returns f32 gradients for
+/// f32 inputs.
 fn product(
     g: &Graph<'_>,
     (a, b): (&Tensor, &Tensor),
     bias: Option<&Tensor>,
     p: Product,
     shape: &[usize],
+    out: DType,
 ) -> Result<Tensor> {
     if let Some(bias) = bias {
         if bias.dtype() != DType::F32 {
@@ -135,18 +155,22 @@ fn product(
     }
     let mut inputs = vec![a, b];
     inputs.extend(bias);
-    let c = g.output_as(shape, DType::F32, &inputs)?;
-    let few = few_rows(g, (a, b), bias, p, &c)?;
+    let c = g.output_as(shape, out, &inputs)?;
+    let few = out == DType::F32 && few_rows(g, (a, b), bias, p, &c)?;
     if few && !c.requires_grad() {
         return Ok(c);
     }
     let dt = product_dtype(g, a, b)?;
+    if out != DType::F32 && out != dt {
+        return Err(err(format!("a {out:?} output of a {dt:?} product")));
+    }
     let (a16, b16) = (autocast_copy(g, a, dt)?, autocast_copy(g, b, dt)?);
     if !few {
         let mut desc = GemmDesc::packed(p.m, p.n, p.k, false, p.trans_b);
         desc.batch = p.batch;
         desc.has_bias = bias.is_some();
         desc.dtype = dt;
+        desc.c_dtype = out;
         record_gemm(g, &desc, &a16, &b16, bias, &c)?;
     }
     if bias.is_none() {
@@ -240,24 +264,39 @@ struct Operand {
     dtype: DType,
 }
 
-/// An f32 GEMM result as the gradient of `op` (cast when the operand is 16-bit).
-fn as_grad(g: &Graph<'_>, wide: Tensor, op: &Operand) -> Result<Tensor> {
-    if op.dtype == DType::F32 {
-        return Ok(wide);
+/// A GEMM result as the gradient of `op`: as written when of the operand's type, else (an f32
+/// result for a 16-bit operand) cast.
+fn as_grad(g: &Graph<'_>, out: Tensor, op: &Operand) -> Result<Tensor> {
+    if out.dtype() == op.dtype {
+        return Ok(out);
     }
-    narrow(g, &wide, op.dtype)
+    narrow(g, &out, op.dtype)
 }
 
 /// A fresh gradient tensor, or `into` (f32, the operand's shape) with beta 1 so the product
-/// adds into it.
+/// adds into it. A 16-bit operand's fresh gradient (o_proj's dA: attention's dO) is the GEMM's
+/// 16-bit C, the f32 result rounded in the kernel as the cast after it rounded (same bits, no
+/// f32 write and cast; see [`grads_in_16_bits`]).
 fn grad_out(g: &Graph<'_>, op: &Operand, into: Option<Tensor>, desc: &mut GemmDesc) -> Result<Tensor> {
     match into {
         Some(t) => {
             desc.beta = 1.0;
             Ok(t)
         }
+        None if op.dtype != DType::F32 && grads_in_16_bits() => {
+            desc.c_dtype = op.dtype;
+            g.empty_as(&op.shape, op.dtype)
+        }
         None => g.empty(&op.shape),
     }
+}
+
+/// Whether products write a 16-bit operand's gradient in 16 bits themselves: off with
+/// `VKFORMERS_GEMM_CASTS=1` (an f32 gradient and a cast, as before, for an A/B of this alone) or
+/// with the other 16-bit outputs (`VKFORMERS_WIDE_OUTPUTS=1`, `VKFORMERS_NO_TWINS=1`).
+fn grads_in_16_bits() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("VKFORMERS_GEMM_CASTS").is_none()) && super::cast::half_outputs_on()
 }
 
 /// `dA [batch, m, k] = dC [batch, m, n] · op(B)ᵀ` (`+= into` when given): B read as stored, with
@@ -274,15 +313,15 @@ fn grad_a(g: &Graph<'_>, p: Product, dc: &Tensor, b: &Tensor, op: &Operand, into
 /// `dB = Aᵀ · dC` (`[k, n]`) or, for B stored `[n, k]`, `dBᵀ = dCᵀ · A`; per batch, or summed
 /// over the folded rows when B is shared; `+= into` when given.
 fn grad_b(g: &Graph<'_>, p: Product, a: &Tensor, dc: &Tensor, op: &Operand, into: Option<Tensor>) -> Result<Tensor> {
-    let mut desc0 = GemmDesc::packed(1, 1, 1, false, false);
-    let db = grad_out(g, op, into, &mut desc0)?;
+    let mut out_desc = GemmDesc::packed(1, 1, 1, false, false);
+    let db = grad_out(g, op, into, &mut out_desc)?;
     let (mut desc, lhs, rhs) = if p.trans_b {
         (GemmDesc::packed(p.n, p.k, p.m, true, false), dc, a)
     } else {
         (GemmDesc::packed(p.k, p.n, p.m, true, false), a, dc)
     };
     desc.batch = p.batch;
-    desc.beta = desc0.beta;
+    (desc.beta, desc.c_dtype) = (out_desc.beta, out_desc.c_dtype);
     desc.dtype = dc.dtype();
     record_gemm(g, &desc, lhs, rhs, None, &db)?;
     as_grad(g, db, op)
