@@ -318,6 +318,10 @@ pub(crate) fn feed(
     let t = width - from;
     let ids: Vec<i32> = history.iter().flat_map(|r| r[from..].iter().map(|&x| x as i32)).collect();
     let mask: Vec<i32> = masks.iter().flat_map(|m| m[from..].iter().copied()).collect();
+    // A large batch's prefill in groups of rows (crate::prefill_rows): the same logits.
+    if let Some(all) = crate::prefill_rows::in_groups(g, model, cache, (&ids, &mask), (b, t))? {
+        return Ok(Logits { all, t: 1 });
+    }
     let batch = Batch { ids: &ids, mask: &mask, batch: b, seq: t };
     // Only each row's last column is chosen from: logits `[B, V]`, one column a row.
     Ok(Logits { all: forward_cached_last(g, &model.spec, &model.weights, &batch, cache)?, t: 1 })

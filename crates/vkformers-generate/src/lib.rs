@@ -49,6 +49,7 @@ pub mod generation;
 mod lookahead;
 mod penalties;
 pub mod prefill_plan;
+pub mod prefill_rows;
 mod processors;
 mod rng;
 pub mod row_choice;
