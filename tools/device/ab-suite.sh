@@ -8,7 +8,8 @@
 #     vkformers-kernels:attention_decode_latent vkformers-tensor:attention_casts vkformers-models:packed_products \
 #     vkformers-generate:decode_dispatches vkformers-generate:normed_gemv vkformers-generate:rope_in_attention \
 #     vkformers-generate:chat_lookahead vkformers-cli:train_casts vkformers-cli:amp_parity vkformers-vk:spare_batches \
-#     vkformers-tensor:inference_twin_ops vkformers-generate:inference_twins vkformers-tensor:autocast
+#     vkformers-tensor:inference_twin_ops vkformers-generate:inference_twins vkformers-tensor:autocast \
+#     vkformers-generate:prefill_rows vkformers-kernels:embedding vkformers-kernels:gemm_half_c vkformers-kernels:gemm_coopmat
 #   cp tools/device/ab-suite.sh .dev/ab/; tools/device/stage.sh out llama qwen2 gemma gemma2 phi3 olmo gpt_neox gptj \
 #     mistral qwen3 gpt_oss gpt2 t5 deepseek_v2 fixtures_amp fixtures_train fixtures_lora
 #   call 1: carry [".gl", ".dev/ab", ".dev/wheels"], `PACK=.dev/ab source .dev/ab/prelude.sh; PART=a bash .dev/ab/ab-suite.sh`
@@ -83,7 +84,7 @@ sec "kernel, decoder and training tests"
 for n in optim_multi adamw_multi col_sum_tiled fresh_outputs split_k twin twin_only gemv gemv_normed \
     attention_decode_rope_store attention_decode_rope_in attention_decode_latent attention_casts packed_products \
     decode_dispatches normed_gemv rope_in_attention chat_lookahead train_casts amp_parity spare_batches \
-    inference_twins inference_twin_ops autocast; do t $n; done
+    inference_twins inference_twin_ops autocast prefill_rows embedding gemm_half_c gemm_coopmat; do t $n; done
 sec "generate: today's decode step, in-process warm runs (one run with eager)"
 python3 tools/bench/generate.py --vkformers "$V" --skip-compile --batches 1 8 64 --prefill-lens 512 \
     --warmup 1 --repeats 3 --json "$OUT/gen-new.json" 2>&1 | tail -12 | tee -a "$LOG"
@@ -93,6 +94,9 @@ env $OLD_DECODE python3 tools/bench/generate.py --vkformers "$V" --skip-eager --
 sec "generate batch 8 and 64: casts before products again (VKFORMERS_INFERENCE_TWINS=0)"
 VKFORMERS_INFERENCE_TWINS=0 python3 tools/bench/generate.py --vkformers "$V" --skip-eager --skip-compile --batches 8 64 \
     --prefill-lens 512 --warmup 1 --repeats 3 --json "$OUT/gen-no-twins.json" 2>&1 | tail -6 | tee -a "$LOG"
+sec "generate batch 8 and 64: the prefill in one forward (VKFORMERS_MAX_PREFILL_TOKENS=0; the default groups rows by 2048 columns)"
+VKFORMERS_MAX_PREFILL_TOKENS=0 python3 tools/bench/generate.py --vkformers "$V" --skip-eager --skip-compile --batches 8 64 \
+    --prefill-lens 512 --warmup 1 --repeats 3 --json "$OUT/gen-one-prefill.json" 2>&1 | tail -6 | tee -a "$LOG"
 for sw in VKFORMERS_NORM_GEMV VKFORMERS_ROPE_IN_ATTN; do
     sec "generate batch 1 and 4, $sw=0"
     env $sw=0 python3 tools/bench/generate.py --vkformers "$V" --skip-eager --skip-compile --batches 1 4 \
