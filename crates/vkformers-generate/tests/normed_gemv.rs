@@ -100,8 +100,13 @@ fn normed_gemv_decodes_as_the_norm_kernels() {
     });
 }
 
-/// The H200's path: bf16 weights under bf16 autocast (as `generate` runs a bf16 folder), f32
-/// activations through the GEMV at batch 1 and 3; the same tokens and logits either way.
+/// The H200's path: bf16 weights (as `generate` runs a bf16 folder), f32 activations through
+/// the GEMV at batch 1 and 3. With f32 pools (autocast off) the two paths differ only in the
+/// order of the norms' sums of squares: logits within the f32 tolerance. Under bf16 autocast the
+/// KV cache is bf16, and an f32 difference of one rounding can put a stored key or value on the
+/// other side of a bf16 rounding boundary (one bf16 step of one element: gemma's row [2, 9, 13]
+/// moves its logits by 4.9e-5 relative that way, where f32 pools agree to 2.4e-7): there the
+/// greedy tokens must agree.
 #[test]
 fn normed_gemv_decodes_bf16_weights_as_the_norm_kernels() {
     let rows: [&[Vec<i32>]; 2] = [&[vec![7, 1, 40]], &[vec![7, 1, 40], vec![2, 9, 13], vec![33, 4, 4]]];
@@ -110,19 +115,23 @@ fn normed_gemv_decodes_bf16_weights_as_the_norm_kernels() {
         for name in ["llama", "gemma"] {
             let g = Graph::new(ctx);
             let model = Model::load_for_inference(&g, &fixtures_root().join(name), DType::BF16).unwrap();
-            g.set_autocast(Some(DType::BF16));
-            for prompts in rows {
-                std::env::set_var("VKFORMERS_NORM_GEMV", "0");
-                let off = run(&g, &model, prompts);
-                std::env::set_var("VKFORMERS_NORM_GEMV", "1");
-                let on = run(&g, &model, prompts);
-                std::env::remove_var("VKFORMERS_NORM_GEMV");
-                let what = format!("{name} bf16 rows {}", prompts.len());
-                assert_eq!(on.tokens, off.tokens, "{what}: greedy tokens");
-                let worst = on.logits.iter().zip(&off.logits).map(|(a, b)| rel_diff(a, b)).fold(0f32, f32::max);
-                println!("{what}: logits of {STEPS} decode steps within {worst:.2e} (relative to the largest)");
-                assert!(worst <= TOL_REL, "{what}: logits differ by {worst:.2e} relative");
-                assert_eq!(on.norms, STEPS as u64, "{what}: only the final norm runs as a kernel");
+            for autocast in [None, Some(DType::BF16)] {
+                g.set_autocast(autocast);
+                for prompts in rows {
+                    std::env::set_var("VKFORMERS_NORM_GEMV", "0");
+                    let off = run(&g, &model, prompts);
+                    std::env::set_var("VKFORMERS_NORM_GEMV", "1");
+                    let on = run(&g, &model, prompts);
+                    std::env::remove_var("VKFORMERS_NORM_GEMV");
+                    let what = format!("{name} bf16 weights, autocast {autocast:?}, rows {}", prompts.len());
+                    assert_eq!(on.tokens, off.tokens, "{what}: greedy tokens");
+                    let worst = on.logits.iter().zip(&off.logits).map(|(a, b)| rel_diff(a, b)).fold(0f32, f32::max);
+                    println!("{what}: logits of {STEPS} decode steps within {worst:.2e} (relative to the largest)");
+                    if autocast.is_none() {
+                        assert!(worst <= TOL_REL, "{what}: logits differ by {worst:.2e} relative");
+                    }
+                    assert_eq!(on.norms, STEPS as u64, "{what}: only the final norm runs as a kernel");
+                }
             }
         }
         Ok(())

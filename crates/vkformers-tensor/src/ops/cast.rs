@@ -95,6 +95,13 @@ fn inference_twin(g: &Graph<'_>, rows: usize) -> bool {
     g.inference_twins() && g.keeps_inference_casts() && gemm_rows(g, rows)
 }
 
+/// The 16-bit type an op writes instead of an f32 output that only products read, in
+/// inference: where it would write a twin (`Graph::inference` under autocast, rows a GEMM
+/// multiplies), the twin alone. None elsewhere.
+pub(crate) fn inference_half_output(g: &Graph<'_>, rows: usize) -> Option<DType> {
+    g.autocast().filter(|_| twins_on() && !g.grad_enabled() && inference_twin(g, rows))
+}
+
 /// Whether products of `rows` rows run on the GEMM (on 16-bit copies), not the GEMV (f32 rows).
 fn gemm_rows(g: &Graph<'_>, rows: usize) -> bool {
     let caps = g.ctx().caps();

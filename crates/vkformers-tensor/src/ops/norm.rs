@@ -153,8 +153,8 @@ pub fn add_rms_norm(
 }
 
 /// [`rms_norm`] for products that read y next and nothing else (a decoder's attention or MLP
-/// input): in training under autocast y is the 16-bit tensor they read, and no f32 y is
-/// written (4 bytes an element saved; the backward works from x and rstd and takes dy in f32,
+/// input): in training under autocast (and in inference where products read 16-bit twins) y
+/// is the 16-bit tensor they read, and no f32 y is written (4 bytes an element saved; the backward works from x and rstd and takes dy in f32,
 /// as [`rms_norm`]'s: the values are the same). Else [`rms_norm`] itself.
 pub fn rms_norm_for_product(
     g: &Graph<'_>,
@@ -173,7 +173,9 @@ pub fn rms_norm_for_product(
     let rstd = g.empty(&[rows as usize])?;
     let t = Twin { view: y.view(), dtype: dt };
     g.record(|rec| k::rms_norm_forward_twin_only(rec, &p, (x.view(), w.map(Tensor::view)), t, rstd.view()))?;
-    crate::ops::cast::takes_wide_grad(g, &y);
+    if g.grad_enabled() {
+        crate::ops::cast::takes_wide_grad(g, &y);
+    }
     push_rms_node(g, &p, (x, w), rstd, (&y, inputs));
     Ok(y)
 }
@@ -200,7 +202,9 @@ pub fn add_rms_norm_for_product(
     let t = Twin { view: y.view(), dtype: dt };
     let (views, wv) = ((x.view(), r.view()), w.map(Tensor::view));
     g.record(|rec| k::add_rms_norm_forward_twin_only(rec, &p, views, wv, h.view(), t, rstd.view()))?;
-    crate::ops::cast::takes_wide_grad(g, &y);
+    if g.grad_enabled() {
+        crate::ops::cast::takes_wide_grad(g, &y);
+    }
     // As add_rms_norm: dh reaches x and r unchanged.
     g.push_node(&h, vec![x.clone(), r.clone()], Box::new(|_, dh| Ok(vec![Some(dh.clone()), Some(dh.clone())])));
     push_rms_node(g, &p, (&h, w), rstd, (&y, inputs));
@@ -208,9 +212,15 @@ pub fn add_rms_norm_for_product(
 }
 
 /// The 16-bit type of a `_for_product` norm's y: training under autocast (see
-/// `cast::half_output_type`) on f32 inputs that carry gradients.
+/// `cast::half_output_type`) on f32 inputs that carry gradients, or inference where the
+/// products read 16-bit twins (`cast::inference_half_output`: no f32 y either, 4 bytes an
+/// element of a prefill's activations saved).
 fn half_output(g: &Graph<'_>, xs: &[&Tensor]) -> Option<DType> {
-    let wide = xs.iter().all(|t| t.dtype() == DType::F32 && t.requires_grad() && !t.shape().is_empty());
+    let f32_in = xs.iter().all(|t| t.dtype() == DType::F32 && !t.shape().is_empty());
+    if f32_in && !g.grad_enabled() {
+        return crate::ops::cast::inference_half_output(g, xs[0].rows());
+    }
+    let wide = f32_in && xs.iter().all(|t| t.requires_grad());
     crate::ops::cast::half_output_for_rows(g, xs[0].rows()).filter(|_| wide)
 }
 
