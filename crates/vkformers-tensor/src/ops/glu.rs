@@ -152,6 +152,51 @@ pub fn glu_fused(g: &Graph<'_>, gate_up: &Tensor, kind: Glu) -> Result<Tensor> {
     Ok(out)
 }
 
+/// [`glu_fused`] of the training forward's packed gate/up product (`gate_up [.., 2I]`, its
+/// f32 output taking 16-bit gradients) for the down projection, its only reader: as
+/// [`glu_for_product`], the output is the 16-bit tensor down reads and gate_up is saved in 16
+/// bits, and the backward writes dgate_up `[.., 2I]` in 16 bits only, in the packed layout
+/// the gate/up product's one backward product reads (no concat). Else [`glu_fused`].
+pub fn glu_fused_for_product(g: &Graph<'_>, gate_up: &Tensor, kind: Glu) -> Result<Tensor> {
+    let dt = crate::ops::cast::half_output_for_rows(g, gate_up.rows());
+    let two_inner = gate_up.last_dim();
+    let packed = gate_up.dtype() == DType::F32 && gate_up.requires_grad() && g.takes_half_grad(gate_up);
+    let Some(dt) = dt.filter(|_| packed && !gate_up.shape().is_empty() && two_inner.is_multiple_of(2)) else {
+        return glu_fused(g, gate_up, kind);
+    };
+    let (rows, inner) = (gate_up.rows(), two_inner / 2);
+    let mut shape = gate_up.shape().to_vec();
+    if let Some(last) = shape.last_mut() {
+        *last = inner;
+    }
+    let out = g.output_as(&shape, dt, &[gate_up])?;
+    let saved = g.empty_as(gate_up.shape(), dt)?;
+    g.record(|rec| {
+        let save = Some(halves(&saved, inner));
+        k::forward_twin_only(rec, kind, (gate_up.view(), None), twin_of(&out), save, (rows, inner))
+    })?;
+    crate::ops::cast::takes_wide_grad(g, &out);
+    g.push_node(
+        &out,
+        vec![gate_up.clone()],
+        Box::new(move |g, dout| {
+            let dgate_up = g.empty_as(saved.shape(), dt)?;
+            let ins = (twin_of(&saved), dout.view());
+            g.record(|rec| k::backward_fused_saved16_twin_only(rec, kind, ins, twin_of(&dgate_up), (rows, inner)))?;
+            Ok(vec![Some(dgate_up)])
+        }),
+    );
+    Ok(out)
+}
+
+/// The gate and up halves of a 16-bit gate_up `[.., 2 inner]` (up: the view `inner` values on).
+fn halves(t: &Tensor, inner: usize) -> [Twin<'_>; 2] {
+    let v = t.view();
+    let off = (inner as u64 * t.dtype().bytes()).min(v.len);
+    let up = vkformers_vk::BufferView { buffer: v.buffer, offset: v.offset + off, len: v.len - off };
+    [twin_of(t), Twin { view: up, dtype: t.dtype() }]
+}
+
 /// The forward kernel of separate gate and up (`up` given) or a fused gate_up, f32; under
 /// autocast it also writes the 16-bit copy the down projection reads (no cast) and, for
 /// separate gate and up whose output takes gradients, 16-bit copies of them for the backward

@@ -15,6 +15,8 @@ pub mod loss;
 pub mod matmul;
 pub mod moe;
 pub mod norm;
+pub mod packed_linear;
+pub mod packed_split;
 pub mod reduce;
 pub mod rope;
 pub mod scatter;
