@@ -191,21 +191,24 @@ pub fn backward_saved16_twin_only(
     backward_saved16_into(rec, kind, (saved, dout), None, twins, (rows, inner))
 }
 
-/// [`backward_saved16_twin_only`] of a fused gate_up: the 16-bit gate_up [rows, 2 inner] the
-/// `_twin` forward of a fused input saved (`saved`), and dgate_up [rows, 2 inner] written in 16
-/// bits only (`twin`): the gradient of the training forward's packed gate/up product, in its
-/// layout, read by that product's one backward product. dout [rows, inner] f32.
-pub fn backward_fused_saved16_twin_only(
+/// [`backward_saved16`] of a fused gate_up: from the 16-bit gate_up [rows, 2 inner] the `_twin`
+/// forward of a fused input saved (`saved`) and dout [rows, inner] f32, dgate_up [rows, 2 inner]
+/// written in 16 bits (`twin`) and, when `wide` is given, in f32 too: the gradient of the
+/// training forward's packed gate/up product in its layout, which that product's one backward
+/// product reads.
+pub fn backward_fused_saved16(
     rec: &mut Recorder,
     kind: Glu,
     (saved, dout): (Twin<'_>, BufferView<'_>),
+    wide: Option<BufferView<'_>>,
     twin: Twin<'_>,
     (rows, inner): (usize, usize),
 ) -> Result<()> {
     let i = inner as u64;
     let saved = [saved, Twin { view: skip(saved.view, i, saved.dtype), dtype: saved.dtype }];
     let twins = [twin, Twin { view: skip(twin.view, i, twin.dtype), dtype: twin.dtype }];
-    backward_saved16_strided(rec, kind, (saved, dout), None, twins, (rows, inner, 2 * inner))
+    let wide = wide.map(|d| (d, skip(d, i, DType::F32)));
+    backward_saved16_strided(rec, kind, (saved, dout), wide, twins, (rows, inner, 2 * inner))
 }
 
 /// The saved-16-bit backward kernel; `wide` None turns its f32 dgate/dup stores off.
@@ -276,8 +279,16 @@ fn launch_twin_backward(
     // No f32 dgate and dup (`half` bit 2): the twins' views stand in, never written.
     let (dgate, dup) = wide.unwrap_or((twins[0].view, twins[1].view));
     if wide.is_some() {
+        // Separate tensors: exactly [rows, inner]; a fused dgate_up: its rows of `stride`.
+        let need = strided_len(rows, inner, stride) * DType::F32.bytes();
         for (what, v) in [("dgate", &dgate), ("dup", &dup)] {
-            expect_len(k, what, v, strided_len(rows, inner, stride), DType::F32)?;
+            match stride == inner {
+                true => expect_len(k, what, v, n, DType::F32)?,
+                false if v.len < need => {
+                    return Err(crate::launch::err(k, format!("{what}: view of {} bytes, need {need}", v.len)))
+                }
+                false => {}
+            }
         }
     }
     let p = params(&[rows as u32, inner as u32, stride as u32, half]);

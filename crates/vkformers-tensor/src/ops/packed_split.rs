@@ -67,7 +67,8 @@ struct Join {
 impl Join {
     /// Copies part `p`'s gradient `d [.., n_p]` into its columns (the packed gradient made on the
     /// first call, in `d`'s type; a later part of the other type is cast to it: a 16-bit one
-    /// widens exactly, an f32 one rounds as the product's backward would have rounded it).
+    /// widens exactly, an f32 one rounds as the product's backward would have rounded it, or
+    /// is its kept twin).
     fn write(&mut self, g: &Graph<'_>, p: usize, d: &Tensor, shape: &[usize]) -> Result<()> {
         let packed = match &self.grad {
             Some(t) => t.clone(),
@@ -77,7 +78,12 @@ impl Join {
                 t
             }
         };
-        let d = if d.dtype() == packed.dtype() { d.clone() } else { super::cast::cast(g, d, packed.dtype())? };
+        let d = match (d.dtype(), packed.dtype()) {
+            (a, b) if a == b => d.clone(),
+            // The 16-bit twin the op that wrote d kept (RoPE's backward), else a cast.
+            (DType::F32, half) => super::cast::narrow(g, d, half)?,
+            (_, wide) => super::cast::cast(g, d, wide)?,
+        };
         self.copy(g, &d, &packed, p)?;
         self.written[p] = true;
         Ok(())
