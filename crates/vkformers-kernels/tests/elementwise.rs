@@ -198,3 +198,49 @@ fn split_cols_gives_each_part_its_columns() {
         Ok(())
     });
 }
+
+/// `copy_cols` against a host copy: parts of odd widths copied into their columns of a packed
+/// `[rows, Σ n_p]` tensor of 4-byte and of 2-byte elements (bits as they are), across workgroup
+/// edges; columns no part was copied into keep their bytes; a block past the row is an error.
+#[test]
+fn copy_cols_writes_each_part_into_its_columns() {
+    on_every_device("copy_cols", |ctx| {
+        for elem in [4u64, 2] {
+            for (rows, widths) in [(1, vec![8, 4, 4]), (5, vec![13, 3, 7]), (67, vec![96, 32, 32]), (9, vec![41, 41])] {
+                let total: usize = widths.iter().sum();
+                // Element bits as u16 pairs: a 4-byte element is two u16 words.
+                let per = (elem / 2) as usize;
+                let mark = vec![0xabcdu16; rows * total * per + 1];
+                let packed = ctx.buffer_from(&mark, "packed")?;
+                let mut want = mark.clone();
+                let mut rec = ctx.recorder(false)?;
+                let mut parts = Vec::new();
+                let mut col0 = 0;
+                // The last part is left out: its columns keep the marks.
+                for (p, &w) in widths.iter().enumerate().take(widths.len() - 1) {
+                    let bits: Vec<u16> = (0..rows * w * per).map(|i| (i * 7 + p * 1000) as u16).collect();
+                    for r in 0..rows {
+                        let (at, from) = ((r * total + col0) * per, r * w * per);
+                        want[at..at + w * per].copy_from_slice(&bits[from..from + w * per]);
+                    }
+                    let x = ctx.buffer_from(&[bits.as_slice(), &[0]].concat(), "part")?;
+                    let xv = x.slice(0, (rows * w) as u64 * elem);
+                    let dims = ((rows as u32, w as u32), (total as u32, col0 as u32));
+                    let out = packed.slice(0, (rows * total) as u64 * elem);
+                    elementwise::copy_cols(&mut rec, (xv, out), dims.0, dims.1, elem)?;
+                    parts.push(x);
+                    col0 += w;
+                }
+                rec.submit()?;
+                let got: Vec<u16> = ctx.read_vec(packed.view())?;
+                assert_eq!(got, want, "{rows} rows of {widths:?}, {elem}-byte elements");
+            }
+        }
+        let x = ctx.buffer_from(&ramp(12, 1.0), "x")?;
+        let out = ctx.buffer(48, "out")?;
+        let mut rec = ctx.recorder(false)?;
+        let err = elementwise::copy_cols(&mut rec, (x.view(), out.view()), (2, 4), (6, 3), 4).unwrap_err();
+        assert!(err.to_string().contains("elementwise/copy_cols"), "{err}");
+        Ok(())
+    });
+}
