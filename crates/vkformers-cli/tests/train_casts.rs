@@ -93,7 +93,7 @@ fn a_mixed_precision_step_writes_no_f32_tensor_only_products_read() {
             // Per step: v and dO in each layer (and the weights once, q/k/v and gate/up packed).
             // dX of each chunk is copied into its rows of the head's input gradient; dq, dk and
             // dv into their columns of the packed q/k/v product's 16-bit gradient (3 a layer).
-            let joins = (format!("elementwise/copy_cols:w16"), 6.0);
+            let joins = ("elementwise/copy_cols:w16".to_string(), 6.0);
             let expect = match chunk {
                 "0" => vec![(to.clone(), 8.5), joins.clone()],
                 _ => vec![(to.clone(), 8.5), ("elementwise/copy".to_string(), 2.0), joins.clone()],

@@ -9,10 +9,6 @@ use std::process::Command;
 
 use common::trainer_parity::{check_eval as check_eval_json, check_step_losses, check_two_step_weights, repo};
 use common::trainer_parity::{decoder_first_step_grads, train_two_steps, vkformers};
-use vkformers_models::decoder::{causal_lm_loss, forward, Batch};
-use vkformers_models::model::Model;
-use vkformers_tensor::Graph;
-use vkformers_vk::testing::on_every_device;
 
 fn rows_path() -> String {
     repo().join("tests/fixtures_train/rows.jsonl").display().to_string()
