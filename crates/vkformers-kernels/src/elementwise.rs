@@ -127,3 +127,26 @@ pub fn copy_cols(
     let push = params(&[rows, n, stride, col0]);
     rec.dispatch(k, &[], &[read(x), write(out)], &push, groups_for(r * n64))
 }
+
+/// `out [rows, n]` (16 bits, `out.dtype`) = the first `n` columns of the f32 `x [rows, x_stride]`
+/// (the view from the part's first column), rounded as `dtype::cast` rounds: v in 16 bits read
+/// straight from the packed q/k/v product's output, for attention.
+pub fn cast_cols(
+    rec: &mut Recorder,
+    x: BufferView<'_>,
+    (rows, n, x_stride): (u32, u32, u32),
+    out: crate::dtype::Twin<'_>,
+) -> Result<()> {
+    let k = &code::ELEMENTWISE_CAST_COLS;
+    let (r, n64, s) = (u64::from(rows), u64::from(n), u64::from(x_stride));
+    let fail = |message: String| Err(VkError::Kernel { kernel: k.name.into(), message });
+    if n > x_stride || r * n64 > u64::from(u32::MAX) || r == 0 {
+        return fail(format!("{rows} x {n} out of rows of {x_stride}"));
+    }
+    if x.len < ((r - 1) * s + n64) * 4 {
+        return fail(format!("x of {} bytes for {rows} rows of stride {x_stride}", x.len));
+    }
+    let half = out.code(k.name, r * n64)?;
+    let push = params(&[rows, n, x_stride, half]);
+    rec.dispatch(k, &[], &[read(x), write(out.view)], &push, groups_for(r * n64))
+}

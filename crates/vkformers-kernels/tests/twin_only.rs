@@ -110,7 +110,59 @@ fn check_rope(ctx: &Context, rng: &mut Rng, dt: DType, (b, t, h, dh, r): (u32, u
     rope::rope_backward_twin_in16(&mut rec, &p, ins, y.view(), twin(&d_full, n, dt))?;
     rope::rope_backward_in16_twin_only(&mut rec, &p, ins, twin(&d_only, n, dt))?;
     rec.submit()?;
-    same16(ctx, &format!("{what} backward"), (&d_full, &d_only), n)
+    same16(ctx, &format!("{what} backward"), (&d_full, &d_only), n)?;
+    check_rope_strided(ctx, &p, dt, &xs, (&pos, &inv), (&t_only, &d_only))
+}
+
+/// The view of `b` from its `col`-th value of `bytes` bytes on.
+fn from(b: &Buffer, col: usize, bytes: u64) -> vkformers_vk::BufferView<'_> {
+    b.slice(col as u64 * bytes, b.size() - col as u64 * bytes)
+}
+
+/// The strided launchers (training's q and k read in place from the packed q/k/v output, dq and
+/// dk written into its packed gradient): x placed at column 3 of token rows 5 wider than the
+/// heads; the forward's twin and the backward's (into the same columns of a marked buffer) are
+/// bit for bit the contiguous launchers' (`want`: forward, backward twins), other columns kept.
+fn check_rope_strided(
+    ctx: &Context,
+    p: &Rope,
+    dt: DType,
+    xs: &[f32],
+    (pos, inv): (&Buffer, &Buffer),
+    (fwd, bwd): (&Buffer, &Buffer),
+) -> Result<()> {
+    let (tokens, row) = ((p.batch * p.seq) as usize, (p.heads * p.head_dim) as usize);
+    let (col0, width) = (3, row + 5);
+    let n = tokens * row;
+    let mut wide = vec![f32::NAN; tokens * width];
+    for t in 0..tokens {
+        wide[t * width + col0..t * width + col0 + row].copy_from_slice(&xs[t * row..(t + 1) * row]);
+    }
+    let wide = ctx.buffer_from(&wide, "x in packed rows")?;
+    let q = half_buffer(ctx, n, "strided forward")?;
+    let packed = half_buffer(ctx, tokens * width + 1, "packed gradient")?;
+    let what = format!("strided rope {p:?} {dt:?}");
+    let mut rec = ctx.recorder(false)?;
+    rope::rope_forward_twin_only_strided(
+        &mut rec,
+        p,
+        (from(&wide, col0, 4), pos.view(), inv.view()),
+        width as u32,
+        twin(&q, n, dt),
+    )?;
+    let ins = (fwd.slice(0, n as u64 * 2), pos.view(), inv.view());
+    let dst = Twin { view: from(&packed, col0, 2), dtype: dt };
+    rope::rope_backward_in16_twin_only_strided(&mut rec, p, ins, dst, width as u32)?;
+    rec.submit()?;
+    same16(ctx, &format!("{what} forward"), (fwd, &q), n)?;
+    let got: Vec<u16> = ctx.read_vec(packed.slice(0, (tokens * width) as u64 * 2))?;
+    let want: Vec<u16> = ctx.read_vec(bwd.slice(0, n as u64 * 2))?;
+    for t in 0..tokens {
+        let r = &got[t * width..(t + 1) * width];
+        assert_eq!(&r[col0..col0 + row], &want[t * row..(t + 1) * row], "{what} backward, token {t}");
+        assert!(r[..col0].iter().chain(&r[col0 + row..]).all(|&v| v == 0x7fc1), "{what}: other columns kept");
+    }
+    Ok(())
 }
 
 fn check_glu(ctx: &Context, rng: &mut Rng, (kind, dt): (Glu, DType), (rows, inner): (usize, usize)) -> Result<()> {

@@ -16,6 +16,7 @@ pub mod matmul;
 pub mod moe;
 pub mod norm;
 pub mod packed_linear;
+pub mod packed_qkv;
 pub mod packed_split;
 pub mod reduce;
 pub mod rope;

@@ -39,7 +39,7 @@ pub fn split_cols_packed(g: &Graph<'_>, y: &Tensor, cols: &[usize]) -> Result<Ve
     if g.takes_half_grad(y) {
         outs.iter().for_each(|o| g.set_takes_half_grad(o));
     }
-    let join = Rc::new(RefCell::new(Join { grad: None, written: vec![false; cols.len()], rows, cols: cols.to_vec() }));
+    let join = Rc::new(RefCell::new(Join::new(rows, cols)));
     for (p, o) in outs.iter().enumerate() {
         let join = join.clone();
         let shape = y.shape().to_vec();
@@ -56,8 +56,9 @@ pub fn split_cols_packed(g: &Graph<'_>, y: &Tensor, cols: &[usize]) -> Result<Ve
     Ok(outs)
 }
 
-/// The packed gradient being gathered from the parts' nodes.
-struct Join {
+/// The packed gradient `[rows, Σ n_p]` being gathered from the parts' nodes (shared by them;
+/// the first part's node, which runs last, hands it over: `finish`).
+pub(crate) struct Join {
     grad: Option<Tensor>,
     written: Vec<bool>,
     rows: u32,
@@ -65,19 +66,36 @@ struct Join {
 }
 
 impl Join {
+    pub(crate) fn new(rows: u32, cols: &[usize]) -> Join {
+        Join { grad: None, written: vec![false; cols.len()], rows, cols: cols.to_vec() }
+    }
+
+    /// The packed gradient of `shape`, made on the first call in `dtype`.
+    pub(crate) fn packed(&mut self, g: &Graph<'_>, shape: &[usize], dtype: DType) -> Result<Tensor> {
+        if let Some(t) = &self.grad {
+            return Ok(t.clone());
+        }
+        let t = g.empty_as(shape, dtype)?;
+        self.grad = Some(t.clone());
+        Ok(t)
+    }
+
+    /// First column of part `p` and the packed row width.
+    pub(crate) fn place(&self, p: usize) -> (usize, usize) {
+        (self.cols[..p].iter().sum(), self.cols.iter().sum())
+    }
+
+    /// Part `p`'s columns hold its gradient now.
+    pub(crate) fn mark(&mut self, p: usize) {
+        self.written[p] = true;
+    }
+
     /// Copies part `p`'s gradient `d [.., n_p]` into its columns (the packed gradient made on the
     /// first call, in `d`'s type; a later part of the other type is cast to it: a 16-bit one
     /// widens exactly, an f32 one rounds as the product's backward would have rounded it, or
     /// is its kept twin).
-    fn write(&mut self, g: &Graph<'_>, p: usize, d: &Tensor, shape: &[usize]) -> Result<()> {
-        let packed = match &self.grad {
-            Some(t) => t.clone(),
-            None => {
-                let t = g.empty_as(shape, d.dtype())?;
-                self.grad = Some(t.clone());
-                t
-            }
-        };
+    pub(crate) fn write(&mut self, g: &Graph<'_>, p: usize, d: &Tensor, shape: &[usize]) -> Result<()> {
+        let packed = self.packed(g, shape, d.dtype())?;
         let d = match (d.dtype(), packed.dtype()) {
             (a, b) if a == b => d.clone(),
             // The 16-bit twin the op that wrote d kept (RoPE's backward), else a cast.
@@ -90,8 +108,7 @@ impl Join {
     }
 
     fn copy(&self, g: &Graph<'_>, d: &Tensor, packed: &Tensor, p: usize) -> Result<()> {
-        let col0: usize = self.cols[..p].iter().sum();
-        let stride: usize = self.cols.iter().sum();
+        let (col0, stride) = self.place(p);
         let to32 = |v: usize| u32::try_from(v).map_err(|_| err(format!("{v} columns")));
         let (n, stride, col0) = (to32(self.cols[p])?, to32(stride)?, to32(col0)?);
         let bytes = packed.dtype().bytes();
@@ -99,7 +116,7 @@ impl Join {
     }
 
     /// The packed gradient, with zeros in the columns of parts that got none.
-    fn finish(&mut self, g: &Graph<'_>) -> Result<Tensor> {
+    pub(crate) fn finish(&mut self, g: &Graph<'_>) -> Result<Tensor> {
         let packed = self.grad.take().ok_or_else(|| err("no part's gradient reached the split".into()))?;
         for p in 0..self.cols.len() {
             if !self.written[p] {
