@@ -9,6 +9,9 @@
 //! `grouped`'s GEMV and any reader of the separate names work unchanged and the device holds
 //! each weight once. Biases (Qwen2's q/k/v) are packed the same way. `VKFORMERS_FUSED_PROJ=0`
 //! turns the packing (and so the packed products) off.
+//!
+//! Training packs trained parameters the same way (`crate::packed_train`; off with
+//! `VKFORMERS_TRAIN_PACKED=0`): the parts are parameters of their own on the pack's rows.
 
 use std::collections::HashMap;
 
@@ -153,8 +156,9 @@ pub(crate) struct Packer {
 
 impl Packer {
     /// Plans and allocates the packs of the parameters `found` (internal name -> shape) whose
-    /// parts are all frozen (`trainable` rejects them), 2-D of one input width and one storage
-    /// type (`narrow` names those kept in `dtype`), biases 1-D f32, every block aligned.
+    /// parts are all frozen (`trainable` rejects them) or all trained (f32, placed as parameters:
+    /// `crate::packed_train`), 2-D of one input width and one storage type (`narrow` names those
+    /// kept in `dtype`), biases 1-D f32, every block aligned.
     pub(crate) fn plan(
         g: &Graph<'_>,
         spec: &ModelSpec,
@@ -277,8 +281,9 @@ impl Packer {
 type PartParams = (Vec<Tensor>, Option<Vec<Tensor>>);
 
 /// `x · W_packedᵀ (+ b) [rows, Σ n_p]` of the packed weight whose parts are the weights
-/// `names`, with each part's output columns, or `None` where it does not apply: gradients on,
-/// no such pack, packed products off, or a LoRA term on a part. One product where the separate
+/// `names`, with each part's output columns, or `None` where it does not apply: gradients on
+/// with frozen parts, no such pack, packed products off, or a LoRA term on a part. Trained
+/// parts run the differentiable product (`crate::packed_train`). One product where the separate
 /// weights were as many (the values of each part's columns are those of its own product: the
 /// same sums over `in`, unless the product's split along K changes with its width).
 pub(crate) fn product(
