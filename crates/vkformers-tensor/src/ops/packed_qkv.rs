@@ -53,8 +53,10 @@ pub fn qkv_for_attention(
     let rope_fits = pos.numel() == tokens && inv_freq.numel() == rotary_dim / 2 && rotary_dim <= s.head_dim;
     let (Some(dt), true, true) = (half, fits, rope_fits) else { return Ok(None) };
     let u = |v: usize| u32::try_from(v).ok();
-    let (Some(b), Some(t), Some(d), Some(r), Some(w), Some(rows)) =
-        (u(s.batch), u(s.seq), u(s.head_dim), u(rotary_dim), u(width), u(tokens * width).map(|_| tokens as u32))
+    // The kernels index the packed rows in 32 bits.
+    let indexable = u(tokens * width).is_some();
+    let (Some(b), Some(t), Some(d), Some(r), Some(w), Some(rows), true) =
+        (u(s.batch), u(s.seq), u(s.head_dim), u(rotary_dim), u(width), u(tokens), indexable)
     else {
         return Ok(None);
     };
