@@ -8,42 +8,10 @@ mod common;
 use std::process::Command;
 
 use common::trainer_parity::{check_eval as check_eval_json, check_step_losses, check_two_step_weights, repo};
-use common::trainer_parity::{train_two_steps, vkformers};
-use vkformers_models::decoder::{causal_lm_loss, forward, Batch};
-use vkformers_models::model::Model;
-use vkformers_tensor::Graph;
-use vkformers_vk::testing::on_every_device;
+use common::trainer_parity::{decoder_first_step_grads, train_two_steps, vkformers};
 
 fn rows_path() -> String {
     repo().join("tests/fixtures_train/rows.jsonl").display().to_string()
-}
-
-/// Our gradient of the first step's batch (rows 0 and 1), by stored name.
-fn first_step_grads(name: &str) -> std::collections::HashMap<String, Vec<f32>> {
-    let grads = std::cell::RefCell::new(std::collections::HashMap::new());
-    on_every_device("first-step gradients", |ctx| {
-        let g = Graph::new(ctx);
-        let m = Model::load(&g, &repo().join("tests/fixtures").join(name)).unwrap();
-        let text = std::fs::read_to_string(rows_path()).unwrap();
-        let rows: Vec<serde_json::Value> = text.lines().take(2).map(|l| serde_json::from_str(l).unwrap()).collect();
-        let t = rows.iter().map(|r| r["input_ids"].as_array().unwrap().len()).max().unwrap();
-        let (mut ids, mut mask, mut labels) = (vec![], vec![], vec![]);
-        for r in &rows {
-            let n = r["input_ids"].as_array().unwrap().len();
-            ids.extend(r["input_ids"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap() as i32));
-            labels.extend(r["labels"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap() as i32));
-            mask.extend(std::iter::repeat_n(1, n));
-            ids.extend(std::iter::repeat_n(0, t - n));
-            labels.extend(std::iter::repeat_n(-100, t - n));
-            mask.extend(std::iter::repeat_n(0, t - n));
-        }
-        let logits = forward(&g, &m.spec, &m.weights, &Batch { ids: &ids, mask: &mask, batch: 2, seq: t }).unwrap();
-        let loss = causal_lm_loss(&g, &logits, &labels, 2, t).unwrap();
-        g.backward(&loss)?;
-        *grads.borrow_mut() = m.hf_grads(&g).unwrap().into_iter().map(|h| (h.name, h.data)).collect();
-        Ok(())
-    });
-    grads.into_inner()
 }
 
 fn check_two_steps(name: &str) {
@@ -51,7 +19,8 @@ fn check_two_steps(name: &str) {
     let dir = repo().join("tests/fixtures").join(name);
     train_two_steps(dir.to_str().unwrap(), &rows_path(), out.path(), &[]);
     let refs = repo().join("tests/fixtures_train").join(name);
-    check_two_step_weights(name, &refs, out.path(), Some(&first_step_grads(name)));
+    let grads = decoder_first_step_grads(&dir, std::path::Path::new(&rows_path()));
+    check_two_step_weights(name, &refs, out.path(), Some(&grads));
     // The metrics log the Trainer's losses.
     let eval: serde_json::Value = vkformers_io::read_json(refs.join("eval.json")).unwrap();
     check_step_losses(out.path(), &eval, name);

@@ -101,3 +101,52 @@ pub fn split_cols(rec: &mut Recorder, x: BufferView<'_>, outs: &[BufferView<'_>]
     let push = params(&[rows, n[0], n[1], n[2]]);
     rec.dispatch(k, &[], &args, &push, groups_for(u64::from(total)))
 }
+
+/// Copies `x [rows, n]` into columns `[col0, col0 + n)` of `out [rows, stride]`, elements of
+/// `elem_bytes` (4: f32; 2: bf16 or f16) copied bit for bit: one part's gradient written into
+/// its place in a packed product's gradient (q, k or v of one packed q/k/v product).
+pub fn copy_cols(
+    rec: &mut Recorder,
+    (x, out): (BufferView<'_>, BufferView<'_>),
+    (rows, n): (u32, u32),
+    (stride, col0): (u32, u32),
+    elem_bytes: u64,
+) -> Result<()> {
+    let k = match elem_bytes {
+        4 => &code::ELEMENTWISE_COPY_COLS_W32,
+        _ => &code::ELEMENTWISE_COPY_COLS_W16,
+    };
+    let fail = |message: String| Err(VkError::Kernel { kernel: k.name.into(), message });
+    let (r, n64, s) = (u64::from(rows), u64::from(n), u64::from(stride));
+    if !matches!(elem_bytes, 2 | 4) || u64::from(col0) + n64 > s || r * n64 > u64::from(u32::MAX) {
+        return fail(format!("{rows} x {n} of {elem_bytes} bytes into columns {col0}.. of {stride}"));
+    }
+    if x.len < r * n64 * elem_bytes || out.len < r * s * elem_bytes {
+        return fail(format!("views of {} and {} bytes for {rows} x {n} into {rows} x {stride}", x.len, out.len));
+    }
+    let push = params(&[rows, n, stride, col0]);
+    rec.dispatch(k, &[], &[read(x), write(out)], &push, groups_for(r * n64))
+}
+
+/// `out [rows, n]` (16 bits, `out.dtype`) = the first `n` columns of the f32 `x [rows, x_stride]`
+/// (the view from the part's first column), rounded as `dtype::cast` rounds: v in 16 bits read
+/// straight from the packed q/k/v product's output, for attention.
+pub fn cast_cols(
+    rec: &mut Recorder,
+    x: BufferView<'_>,
+    (rows, n, x_stride): (u32, u32, u32),
+    out: crate::dtype::Twin<'_>,
+) -> Result<()> {
+    let k = &code::ELEMENTWISE_CAST_COLS;
+    let (r, n64, s) = (u64::from(rows), u64::from(n), u64::from(x_stride));
+    let fail = |message: String| Err(VkError::Kernel { kernel: k.name.into(), message });
+    if n > x_stride || r * n64 > u64::from(u32::MAX) || r == 0 {
+        return fail(format!("{rows} x {n} out of rows of {x_stride}"));
+    }
+    if x.len < ((r - 1) * s + n64) * 4 {
+        return fail(format!("x of {} bytes for {rows} rows of stride {x_stride}", x.len));
+    }
+    let half = out.code(k.name, r * n64)?;
+    let push = params(&[rows, n, x_stride, half]);
+    rec.dispatch(k, &[], &[read(x), write(out.view)], &push, groups_for(r * n64))
+}

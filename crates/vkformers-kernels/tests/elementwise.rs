@@ -198,3 +198,82 @@ fn split_cols_gives_each_part_its_columns() {
         Ok(())
     });
 }
+
+/// `copy_cols` against a host copy: parts of odd widths copied into their columns of a packed
+/// `[rows, Σ n_p]` tensor of 4-byte and of 2-byte elements (bits as they are), across workgroup
+/// edges; columns no part was copied into keep their bytes; a block past the row is an error.
+#[test]
+fn copy_cols_writes_each_part_into_its_columns() {
+    on_every_device("copy_cols", |ctx| {
+        for elem in [4u64, 2] {
+            for (rows, widths) in [(1, vec![8, 4, 4]), (5, vec![13, 3, 7]), (67, vec![96, 32, 32]), (9, vec![41, 41])] {
+                let total: usize = widths.iter().sum();
+                // Element bits as u16 pairs: a 4-byte element is two u16 words.
+                let per = (elem / 2) as usize;
+                let mark = vec![0xabcdu16; rows * total * per + 1];
+                let packed = ctx.buffer_from(&mark, "packed")?;
+                let mut want = mark.clone();
+                let mut rec = ctx.recorder(false)?;
+                let mut parts = Vec::new();
+                let mut col0 = 0;
+                // The last part is left out: its columns keep the marks.
+                for (p, &w) in widths.iter().enumerate().take(widths.len() - 1) {
+                    let bits: Vec<u16> = (0..rows * w * per).map(|i| (i * 7 + p * 1000) as u16).collect();
+                    for r in 0..rows {
+                        let (at, from) = ((r * total + col0) * per, r * w * per);
+                        want[at..at + w * per].copy_from_slice(&bits[from..from + w * per]);
+                    }
+                    let x = ctx.buffer_from(&[bits.as_slice(), &[0]].concat(), "part")?;
+                    let xv = x.slice(0, (rows * w) as u64 * elem);
+                    let dims = ((rows as u32, w as u32), (total as u32, col0 as u32));
+                    let out = packed.slice(0, (rows * total) as u64 * elem);
+                    elementwise::copy_cols(&mut rec, (xv, out), dims.0, dims.1, elem)?;
+                    parts.push(x);
+                    col0 += w;
+                }
+                rec.submit()?;
+                let got: Vec<u16> = ctx.read_vec(packed.view())?;
+                assert_eq!(got, want, "{rows} rows of {widths:?}, {elem}-byte elements");
+            }
+        }
+        let x = ctx.buffer_from(&ramp(12, 1.0), "x")?;
+        let out = ctx.buffer(48, "out")?;
+        let mut rec = ctx.recorder(false)?;
+        let err = elementwise::copy_cols(&mut rec, (x.view(), out.view()), (2, 4), (6, 3), 4).unwrap_err();
+        assert!(err.to_string().contains("elementwise/copy_cols"), "{err}");
+        Ok(())
+    });
+}
+
+/// `cast_cols` (training's v rounded to 16 bits from its columns of the packed q/k/v output):
+/// bit for bit `dtype::cast` of the contiguous columns, on odd shapes, f16 and bf16.
+#[test]
+fn cast_cols_rounds_a_column_block_as_the_cast_does() {
+    use vkformers_kernels::dtype::{cast, DType, Twin};
+    on_every_device("cast_cols", |ctx| {
+        for dt in [DType::F16, DType::BF16] {
+            if vkformers_kernels::testutil::storage::unsupported(ctx, dt, "cast_cols") {
+                continue;
+            }
+            for (rows, n, col0, width) in [(1, 4, 0, 4), (5, 7, 3, 13), (67, 32, 96, 160)] {
+                let xs = ramp(rows * width, 300.0);
+                let part: Vec<f32> =
+                    (0..rows).flat_map(|r| xs[r * width + col0..r * width + col0 + n].to_vec()).collect();
+                let (x, contiguous) = (ctx.buffer_from(&xs, "x")?, ctx.buffer_from(&part, "part")?);
+                let words = (rows * n).div_ceil(2) * 4;
+                let (got, want) = (ctx.buffer(words as u64, "got")?, ctx.buffer(words as u64, "want")?);
+                let bytes = (rows * n) as u64 * 2;
+                let mut rec = ctx.recorder(false)?;
+                let xv = x.slice(col0 as u64 * 4, ((rows * width - col0) * 4) as u64);
+                let out = Twin { view: got.slice(0, bytes), dtype: dt };
+                elementwise::cast_cols(&mut rec, xv, (rows as u32, n as u32, width as u32), out)?;
+                cast(&mut rec, contiguous.view(), DType::F32, want.slice(0, bytes), dt)?;
+                rec.submit()?;
+                let (g, w): (Vec<u16>, Vec<u16>) =
+                    (ctx.read_vec(got.slice(0, bytes))?, ctx.read_vec(want.slice(0, bytes))?);
+                assert_eq!(g, w, "{rows} rows of {n} from column {col0} of {width}, {dt:?}");
+            }
+        }
+        Ok(())
+    });
+}

@@ -110,7 +110,59 @@ fn check_rope(ctx: &Context, rng: &mut Rng, dt: DType, (b, t, h, dh, r): (u32, u
     rope::rope_backward_twin_in16(&mut rec, &p, ins, y.view(), twin(&d_full, n, dt))?;
     rope::rope_backward_in16_twin_only(&mut rec, &p, ins, twin(&d_only, n, dt))?;
     rec.submit()?;
-    same16(ctx, &format!("{what} backward"), (&d_full, &d_only), n)
+    same16(ctx, &format!("{what} backward"), (&d_full, &d_only), n)?;
+    check_rope_strided(ctx, &p, dt, &xs, (&pos, &inv), (&t_only, &d_only))
+}
+
+/// The view of `b` from its `col`-th value of `bytes` bytes on.
+fn from(b: &Buffer, col: usize, bytes: u64) -> vkformers_vk::BufferView<'_> {
+    b.slice(col as u64 * bytes, b.size() - col as u64 * bytes)
+}
+
+/// The strided launchers (training's q and k read in place from the packed q/k/v output, dq and
+/// dk written into its packed gradient): x placed at column 3 of token rows 5 wider than the
+/// heads; the forward's twin and the backward's (into the same columns of a marked buffer) are
+/// bit for bit the contiguous launchers' (`want`: forward, backward twins), other columns kept.
+fn check_rope_strided(
+    ctx: &Context,
+    p: &Rope,
+    dt: DType,
+    xs: &[f32],
+    (pos, inv): (&Buffer, &Buffer),
+    (fwd, bwd): (&Buffer, &Buffer),
+) -> Result<()> {
+    let (tokens, row) = ((p.batch * p.seq) as usize, (p.heads * p.head_dim) as usize);
+    let (col0, width) = (3, row + 5);
+    let n = tokens * row;
+    let mut wide = vec![f32::NAN; tokens * width];
+    for t in 0..tokens {
+        wide[t * width + col0..t * width + col0 + row].copy_from_slice(&xs[t * row..(t + 1) * row]);
+    }
+    let wide = ctx.buffer_from(&wide, "x in packed rows")?;
+    let q = half_buffer(ctx, n, "strided forward")?;
+    let packed = half_buffer(ctx, tokens * width + 1, "packed gradient")?;
+    let what = format!("strided rope {p:?} {dt:?}");
+    let mut rec = ctx.recorder(false)?;
+    rope::rope_forward_twin_only_strided(
+        &mut rec,
+        p,
+        (from(&wide, col0, 4), pos.view(), inv.view()),
+        width as u32,
+        twin(&q, n, dt),
+    )?;
+    let ins = (fwd.slice(0, n as u64 * 2), pos.view(), inv.view());
+    let dst = Twin { view: from(&packed, col0, 2), dtype: dt };
+    rope::rope_backward_in16_twin_only_strided(&mut rec, p, ins, dst, width as u32)?;
+    rec.submit()?;
+    same16(ctx, &format!("{what} forward"), (fwd, &q), n)?;
+    let got: Vec<u16> = ctx.read_vec(packed.slice(0, (tokens * width) as u64 * 2))?;
+    let want: Vec<u16> = ctx.read_vec(bwd.slice(0, n as u64 * 2))?;
+    for t in 0..tokens {
+        let r = &got[t * width..(t + 1) * width];
+        assert_eq!(&r[col0..col0 + row], &want[t * row..(t + 1) * row], "{what} backward, token {t}");
+        assert!(r[..col0].iter().chain(&r[col0 + row..]).all(|&v| v == 0x7fc1), "{what}: other columns kept");
+    }
+    Ok(())
 }
 
 fn check_glu(ctx: &Context, rng: &mut Rng, (kind, dt): (Glu, DType), (rows, inner): (usize, usize)) -> Result<()> {
@@ -152,6 +204,89 @@ fn check_glu(ctx: &Context, rng: &mut Rng, (kind, dt): (Glu, DType), (rows, inne
     rec.submit()?;
     same16(ctx, &format!("{what} backward: dgate"), (&dg_full, &dg_only), n)?;
     same16(ctx, &format!("{what} backward: dup"), (&du_full, &du_only), n)
+}
+
+/// The gate and up halves of a 16-bit gate_up buffer of `rows x 2 inner` values (up: from
+/// `inner` values on).
+fn halves(b: &Buffer, inner: usize, dt: DType) -> [Twin<'_>; 2] {
+    let n2 = b.size() / 2;
+    [
+        Twin { view: b.slice(0, n2 * 2), dtype: dt },
+        Twin { view: b.slice(inner as u64 * 2, (n2 - inner as u64) * 2), dtype: dt },
+    ]
+}
+
+/// The GLU of a fused gate_up `[rows, 2 inner]` (the training forward's packed gate/up
+/// product) saving a 16-bit gate_up, and its backward from it writing dgate_up in the packed
+/// layout (f32 with its twin, or the twin only): bit for bit the separate launchers' values
+/// (`check_glu`'s, held to the f64 reference by twin.rs), each row's gate then up.
+fn check_glu_fused(
+    ctx: &Context,
+    rng: &mut Rng,
+    (kind, dt): (Glu, DType),
+    (rows, inner): (usize, usize),
+) -> Result<()> {
+    let n = rows * inner;
+    let (gs, us, ds) = (rng.vec(n, 3.0), rng.vec(n, 2.0), rng.vec(n, 1.0));
+    let packed = |a: &[f32], b: &[f32]| -> Vec<f32> {
+        (0..rows).flat_map(|r| [&a[r * inner..(r + 1) * inner], &b[r * inner..(r + 1) * inner]].concat()).collect()
+    };
+    let (gate, up, dout) = (ctx.buffer_from(&gs, "gate")?, ctx.buffer_from(&us, "up")?, ctx.buffer_from(&ds, "dout")?);
+    let gate_up = ctx.buffer_from(&packed(&gs, &us), "gate_up")?;
+    let sep: Vec<Buffer> = (0..3).map(|_| half_buffer(ctx, n, "separate")).collect::<Result<_>>()?;
+    let (out16, saved) = (half_buffer(ctx, n, "out16")?, half_buffer(ctx, 2 * n, "saved gate_up")?);
+    let what = format!("fused glu {kind:?} {rows}x{inner} {dt:?}");
+    let mut rec = ctx.recorder(false)?;
+    glu::forward_twin_only(
+        &mut rec,
+        kind,
+        (gate.view(), Some(up.view())),
+        twin(&sep[0], n, dt),
+        Some(save(&sep, n, dt)),
+        (rows, inner),
+    )?;
+    glu::forward_twin_only(
+        &mut rec,
+        kind,
+        (gate_up.view(), None),
+        twin(&out16, n, dt),
+        Some(halves(&saved, inner, dt)),
+        (rows, inner),
+    )?;
+    rec.submit()?;
+    same16(ctx, &format!("{what}: out"), (&sep[0], &out16), n)?;
+    let read16 = |b: &Buffer, m: usize| -> Result<Vec<u16>> { ctx.read_vec(b.slice(0, m as u64 * 2)) };
+    let interleave = |a: Vec<u16>, b: Vec<u16>| -> Vec<u16> {
+        (0..rows).flat_map(|r| [&a[r * inner..(r + 1) * inner], &b[r * inner..(r + 1) * inner]].concat()).collect()
+    };
+    assert_eq!(read16(&saved, 2 * n)?, interleave(read16(&sep[1], n)?, read16(&sep[2], n)?), "{what}: saved gate_up");
+    // Backward: separate (f32 + twins) against fused (f32 + twin, and twin only).
+    let (dgate, dup, d_packed) =
+        (f32_buffer(ctx, n, "dgate")?, f32_buffer(ctx, n, "dup")?, f32_buffer(ctx, 2 * n, "d")?);
+    let [dg16, du16] = [half_buffer(ctx, n, "dg16")?, half_buffer(ctx, n, "du16")?];
+    let [d16, d16_only] = [half_buffer(ctx, 2 * n, "d16")?, half_buffer(ctx, 2 * n, "d16 only")?];
+    let mut rec = ctx.recorder(false)?;
+    let sep_twins = [twin(&dg16, n, dt), twin(&du16, n, dt)];
+    glu::backward_saved16(
+        &mut rec,
+        kind,
+        (save(&sep, n, dt), dout.view()),
+        (dgate.view(), dup.view()),
+        sep_twins,
+        (rows, inner),
+    )?;
+    let ins = (twin(&saved, 2 * n, dt), dout.view());
+    glu::backward_fused_saved16(&mut rec, kind, ins, Some(d_packed.view()), twin(&d16, 2 * n, dt), (rows, inner))?;
+    glu::backward_fused_saved16(&mut rec, kind, ins, None, twin(&d16_only, 2 * n, dt), (rows, inner))?;
+    rec.submit()?;
+    let want16 = interleave(read16(&dg16, n)?, read16(&du16, n)?);
+    assert_eq!(read16(&d16, 2 * n)?, want16, "{what}: 16-bit dgate_up");
+    assert_eq!(read16(&d16_only, 2 * n)?, want16, "{what}: 16-bit only dgate_up");
+    let (dg, du): (Vec<f32>, Vec<f32>) = (ctx.read_vec(dgate.view())?, ctx.read_vec(dup.view())?);
+    let got: Vec<f32> = ctx.read_vec(d_packed.view())?;
+    let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+    assert_eq!(bits(got), bits(packed(&dg, &du)), "{what}: f32 dgate_up");
+    Ok(())
 }
 
 /// The cross-entropy backward into 16-bit dlogits: bit for bit the f32 backward's values
@@ -200,6 +335,7 @@ fn twin_only_launches_write_the_twin_launches_16_bit_outputs() {
             for kind in Glu::ALL {
                 for shape in [(1, 1), (3, 7), (5, 9), (2, 33)] {
                     check_glu(ctx, &mut rng, (kind, dt), shape)?;
+                    check_glu_fused(ctx, &mut rng, (kind, dt), shape)?;
                 }
             }
             for shape in [(1, 1), (4, 7), (5, 300)] {

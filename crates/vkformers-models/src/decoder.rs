@@ -523,7 +523,8 @@ fn last_columns(g: &Graph<'_>, x: &Tensor, b: usize, t: usize) -> Result<Tensor>
 type LayerCtx = Rc<(ModelSpec, Weights, Inputs<'static>)>;
 
 fn owned_for_layers(spec: &ModelSpec, w: &Weights, inp: &Inputs<'_>) -> LayerCtx {
-    let w = Weights { map: w.map.clone(), lora: w.lora.clone(), packs: Default::default() };
+    // The packs too: trained q/k/v and gate/up run their packed products in the recompute.
+    let w = Weights { map: w.map.clone(), lora: w.lora.clone(), packs: w.packs.clone() };
     let inp = Inputs {
         ids: inp.ids.clone(),
         kmask: inp.kmask.clone(),
@@ -881,7 +882,13 @@ pub(crate) fn mlp(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, m: &MlpSpec, i: 
                     // gate/up weight [rows, 2I], the GLU reading its two halves.
                     if let Some((gate_up, cols)) = crate::packed::product(g, w, h, &names)? {
                         if cols.len() == 2 && cols[0] == cols[1] {
-                            return project(g, w, &n.down, i, &glu::glu_fused(g, &gate_up, *kind)?, *bias);
+                            // Training: the GLU's backward writes dgate_up in the packed layout.
+                            let down = format!("{}.weight", layer_name(&n.down, i));
+                            let act = match w.lora().get(&down) {
+                                None => glu::glu_fused_for_product(g, &gate_up, *kind)?,
+                                Some(_) => glu::glu_fused(g, &gate_up, *kind)?,
+                            };
+                            return project(g, w, &n.down, i, &act, *bias);
                         }
                     }
                     (project(g, w, &n.gate, i, h, *bias)?, project(g, w, &n.up, i, h, *bias)?)

@@ -378,6 +378,12 @@ pub fn init_from_config(g: &Graph<'_>, config: Value, seed: u64) -> Result<Model
     let frozen_bytes = 4 * wrapper.iter().map(|(_, shape, _)| count(shape)).sum::<u64>();
     crate::budget::check(g.ctx().caps(), crate::budget::Need { trainable_elements: elements, frozen_bytes })?;
     let stds = Stds::of(&spec, std);
+    // q/k/v and gate/up parameters as row blocks of one storage a layer, as a load places them
+    // (`crate::packed_train`).
+    let found =
+        planned.iter().filter(|p| !spec.is_buffer(&p.name)).map(|p| (p.name.clone(), p.shape.clone())).collect();
+    let packer =
+        crate::packed::Packer::plan(g, &spec, &found, &|_| true, (&Default::default(), vkformers_tensor::DType::F32))?;
     let mut rng = Normal(seed);
     let mut weights = Weights::default();
     let mut params = Vec::new();
@@ -396,11 +402,16 @@ pub fn init_from_config(g: &Graph<'_>, config: Value, seed: u64) -> Result<Model
             buffers.push((p.name.clone(), t));
             continue;
         }
-        let t = g.parameter(&data, &p.shape)?;
+        let t = match packer.place(g, &p.name, &data, &p.shape) {
+            Some(t) => t?,
+            None => g.parameter(&data, &p.shape)?,
+        };
         weights.insert(p.name.clone(), t.clone());
         params.push((p.name.clone(), t));
     }
     params.sort_by(|a, b| a.0.cmp(&b.0));
+    let packs = packer.finish(&weights);
+    weights.set_packs(packs);
     let mut hf_names = stored_names(&spec, &planned);
     for (name, shape, draw) in wrapper {
         let data = crate::wrapper_init::values(draw, shape.iter().product(), &mut rng);

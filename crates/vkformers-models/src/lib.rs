@@ -13,6 +13,7 @@ pub mod lora;
 pub mod model;
 pub mod moe;
 pub mod packed;
+mod packed_train;
 pub mod parity;
 pub mod rope;
 pub mod seq2seq;

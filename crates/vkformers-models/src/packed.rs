@@ -9,6 +9,9 @@
 //! `grouped`'s GEMV and any reader of the separate names work unchanged and the device holds
 //! each weight once. Biases (Qwen2's q/k/v) are packed the same way. `VKFORMERS_FUSED_PROJ=0`
 //! turns the packing (and so the packed products) off.
+//!
+//! Training packs trained parameters the same way (`crate::packed_train`; off with
+//! `VKFORMERS_TRAIN_PACKED=0`): the parts are parameters of their own on the pack's rows.
 
 use std::collections::HashMap;
 
@@ -30,6 +33,9 @@ pub(crate) struct Pack {
     /// Ids of the part weights (views of `weight`'s rows) the loader made: a part replaced since
     /// (another tensor under its name) leaves the pack unused rather than stale.
     pub(crate) part_ids: Vec<u64>,
+    /// Training: the parts are parameters (`Graph::parameter_rows` of `weight`, and of `bias`),
+    /// read by the differentiable packed product (`crate::packed_train`).
+    pub(crate) params: Option<(Vec<Tensor>, Option<Vec<Tensor>>)>,
 }
 
 /// The packed weights of a model, by the weight name of their first part
@@ -144,12 +150,15 @@ pub(crate) struct Packer {
     packs: Vec<(Tensor, Vec<String>)>,
     /// Weight packs: index of the weight pack, of its bias pack, and each part's rows.
     layers: Vec<(usize, Option<usize>, Vec<usize>)>,
+    /// Names of the parts placed as parameters (row views that take gradients).
+    trained: std::collections::HashSet<String>,
 }
 
 impl Packer {
     /// Plans and allocates the packs of the parameters `found` (internal name -> shape) whose
-    /// parts are all frozen (`trainable` rejects them), 2-D of one input width and one storage
-    /// type (`narrow` names those kept in `dtype`), biases 1-D f32, every block aligned.
+    /// parts are all frozen (`trainable` rejects them) or all trained (f32, placed as parameters:
+    /// `crate::packed_train`), 2-D of one input width and one storage type (`narrow` names those
+    /// kept in `dtype`), biases 1-D f32, every block aligned.
     pub(crate) fn plan(
         g: &Graph<'_>,
         spec: &ModelSpec,
@@ -164,12 +173,19 @@ impl Packer {
         let joined: std::collections::HashSet<&str> = spec.joins.iter().map(|j| j.internal.as_str()).collect();
         for (weights, biases) in groups(spec) {
             let all: Vec<&String> = weights.iter().chain(biases.iter().flatten()).collect();
-            if all.iter().any(|n| trainable(n) || joined.contains(n.as_str()) || !found.contains_key(*n)) {
+            // Training packs parameters only where every part is one (never frozen and trained
+            // parts in one pack), and `VKFORMERS_TRAIN_PACKED` is not 0.
+            let train = all.iter().all(|n| trainable(n));
+            let mixed = !train && all.iter().any(|n| trainable(n));
+            if mixed || (train && !crate::packed_train::enabled()) {
+                continue;
+            }
+            if all.iter().any(|n| joined.contains(n.as_str()) || !found.contains_key(*n)) {
                 continue;
             }
             let shapes: Vec<&Vec<usize>> = weights.iter().map(|n| &found[n]).collect();
             let k = shapes[0].get(1).copied().unwrap_or(0);
-            let narrowed = narrow.contains(&weights[0]);
+            let narrowed = !train && narrow.contains(&weights[0]);
             let dt = if narrowed { dtype } else { DType::F32 };
             let rows: Vec<usize> = shapes.iter().map(|s| s[0]).collect();
             let aligned = rows.iter().scan(0u64, |at, r| {
@@ -190,6 +206,9 @@ impl Packer {
                 None => None,
             };
             p.layers.push((w, b, rows));
+            if train {
+                p.trained.extend(all.iter().map(|n| (*n).clone()));
+            }
         }
         Ok(p)
     }
@@ -217,8 +236,10 @@ impl Packer {
     ) -> Option<vkformers_tensor::Result<Tensor>> {
         let &(at, row0) = self.places.get(name)?;
         let pack = &self.packs[at].0;
+        let trained = self.trained.contains(name);
         Some((|| {
-            let view = g.view_rows(pack, row0, shape.first().copied().unwrap_or(1))?;
+            let rows = shape.first().copied().unwrap_or(1);
+            let view = if trained { g.parameter_rows(pack, row0, rows)? } else { g.view_rows(pack, row0, rows)? };
             if view.shape() != shape {
                 return Err(vkformers_tensor::VkError::Kernel {
                     kernel: "load".into(),
@@ -238,15 +259,31 @@ impl Packer {
             let (weight, names) = &self.packs[*w];
             let Some(part_ids) = names.iter().map(|n| weights.opt(n).map(Tensor::id)).collect() else { continue };
             let bias = b.map(|b| self.packs[b].0.clone());
-            by_first.insert(names[0].clone(), Pack { weight: weight.clone(), bias, cols: rows.clone(), part_ids });
+            let params = self.trained.contains(&names[0]).then(|| self.part_params(weights, names, *b)).flatten();
+            let pack = Pack { weight: weight.clone(), bias, cols: rows.clone(), part_ids, params };
+            by_first.insert(names[0].clone(), pack);
         }
         Packs { by_first, ..Packs::default() }
     }
+
+    /// The parameters placed as the parts of the weight pack `names` (and of its bias pack `b`).
+    fn part_params(&self, weights: &crate::decoder::Weights, names: &[String], b: Option<usize>) -> Option<PartParams> {
+        let get = |ns: &[String]| -> Option<Vec<Tensor>> { ns.iter().map(|n| weights.opt(n).cloned()).collect() };
+        let bias = match b {
+            Some(b) => Some(get(&self.packs[b].1)?),
+            None => None,
+        };
+        Some((get(names)?, bias))
+    }
 }
 
+/// The parameters of a trained pack's parts: weights, and biases when packed.
+type PartParams = (Vec<Tensor>, Option<Vec<Tensor>>);
+
 /// `x · W_packedᵀ (+ b) [rows, Σ n_p]` of the packed weight whose parts are the weights
-/// `names`, with each part's output columns, or `None` where it does not apply: gradients on,
-/// no such pack, packed products off, or a LoRA term on a part. One product where the separate
+/// `names`, with each part's output columns, or `None` where it does not apply: gradients on
+/// with frozen parts, no such pack, packed products off, or a LoRA term on a part. Trained
+/// parts run the differentiable product (`crate::packed_train`). One product where the separate
 /// weights were as many (the values of each part's columns are those of its own product: the
 /// same sums over `in`, unless the product's split along K changes with its width).
 pub(crate) fn product(
@@ -255,17 +292,23 @@ pub(crate) fn product(
     x: &Tensor,
     names: &[String],
 ) -> Result<Option<(Tensor, Vec<usize>)>> {
+    let Some(p) = w.packs().get(w, names) else { return Ok(None) };
+    if let Some(params) = &p.params {
+        // Trained parts: the differentiable product (also without gradients, as it keeps the
+        // parts' 16-bit copies the row blocks of the packed one the optimizer rewrites).
+        return Ok(Some((crate::packed_train::product(g, p, params, x)?, p.cols.clone())));
+    }
     if g.grad_enabled() {
         return Ok(None);
     }
-    let Some(p) = w.packs().get(w, names) else { return Ok(None) };
     let y = vkformers_tensor::ops::matmul::linear(g, x, &p.weight, p.bias.as_ref())?;
     Ok(Some((y, p.cols.clone())))
 }
 
 /// q, k and v `[rows, n_p]` of the packed product's output `y` (one split dispatch).
 pub(crate) fn split_qkv(g: &Graph<'_>, y: &Tensor, cols: &[usize]) -> Result<(Tensor, Tensor, Tensor)> {
-    let mut parts = vkformers_tensor::ops::split::split_cols(g, y, cols)?.into_iter();
+    // In training the split's backward gathers dq, dk, dv into one packed gradient of y.
+    let mut parts = vkformers_tensor::ops::packed_split::split_cols_packed(g, y, cols)?.into_iter();
     match (parts.next(), parts.next(), parts.next()) {
         (Some(q), Some(k), Some(v)) => Ok((q, k, v)),
         _ => Err(crate::error::ModelError::Weights(format!("a packed q/k/v of {} parts", cols.len()))),

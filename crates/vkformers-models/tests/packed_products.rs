@@ -176,17 +176,25 @@ fn packing_keeps_the_device_memory_of_the_separate_weights() {
     });
 }
 
-/// Training loads (parameters that take gradients) keep every weight in its own buffer: the
-/// optimizer and the tape see the tensors they always did.
+/// Training loads pack each layer's q/k/v and gate/up parameters as row blocks of one storage
+/// (`packed_train`: 2 packs a layer, each part a parameter of its own that takes gradients);
+/// `VKFORMERS_TRAIN_PACKED=0` keeps every parameter in its own buffer; a pack never mixes
+/// trained and frozen parts.
 #[test]
-fn a_training_load_packs_nothing() {
+fn a_training_load_packs_its_parameters() {
     on_every_device("packed training", |ctx| {
         let g = Graph::new(ctx);
         let model = Model::load(&g, &fixture("llama")).unwrap();
-        assert!(model.weights.packs().is_empty(), "trainable weights are not packed");
+        let layers = model.spec.layers.len();
+        assert_eq!(model.weights.packs().len(), 2 * layers, "q/k/v and gate/up packed in each layer");
+        assert!(model.params.iter().all(|(_, t)| t.requires_grad()), "packed parts are parameters");
+        std::env::set_var("VKFORMERS_TRAIN_PACKED", "0");
+        let apart = Model::load(&g, &fixture("llama"));
+        std::env::remove_var("VKFORMERS_TRAIN_PACKED");
+        assert!(apart.unwrap().weights.packs().is_empty(), "VKFORMERS_TRAIN_PACKED=0: nothing packed");
         let lora_base = Model::load_with_trainable(&g, &fixture("llama"), &|n| n.contains("q_proj")).unwrap();
-        // q is trainable: no q/k/v pack; gate/up (frozen) packed.
-        assert_eq!(lora_base.weights.packs().len(), lora_base.spec.layers.len(), "gate/up packs only");
+        // q is trainable, k and v frozen: no q/k/v pack; gate/up (frozen) packed.
+        assert_eq!(lora_base.weights.packs().len(), layers, "gate/up packs only");
         Ok(())
     });
 }

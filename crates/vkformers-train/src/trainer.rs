@@ -468,7 +468,9 @@ impl<'g, 'c> Trainer<'g, 'c> {
         self.g.sync()?;
         for (i, p) in self.params.iter().enumerate() {
             let data = checked(&weights, &p.name, p.tensor.shape(), &cp)?;
-            self.g.ctx().upload(p.tensor.view().buffer, 0, bytemuck::cast_slice(&data))?;
+            // At the view's offset: a packed q/k/v parameter is a row block of one buffer.
+            let view = p.tensor.view();
+            self.g.ctx().upload(view.buffer, view.offset, bytemuck::cast_slice(&data))?;
             let m_name = format!("exp_avg.{}", p.name);
             if moments.contains(&m_name) {
                 let m = checked(&moments, &m_name, p.tensor.shape(), &cp)?;

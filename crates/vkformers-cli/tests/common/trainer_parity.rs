@@ -8,6 +8,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use vkformers_io::ModelWeights;
+use vkformers_models::decoder::{causal_lm_loss, forward, Batch};
+use vkformers_models::model::Model;
+use vkformers_tensor::Graph;
+use vkformers_vk::testing::on_every_device;
 
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -97,4 +101,33 @@ pub fn check_eval(what: &str, got: &serde_json::Value, want: &serde_json::Value)
         assert!(rel(f(&g["loss"]), f(&w["loss"])) <= 1e-5, "{what}: row loss {} vs {}", g["loss"], w["loss"]);
         assert_eq!(g["tokens"], w["tokens"], "{what}");
     }
+}
+
+/// Our gradient of the first step's batch (rows 0 and 1 of `rows`) of the decoder folder `dir`,
+/// by stored name.
+pub fn decoder_first_step_grads(dir: &Path, rows: &Path) -> HashMap<String, Vec<f32>> {
+    let grads = std::cell::RefCell::new(HashMap::new());
+    on_every_device("first-step gradients", |ctx| {
+        let g = Graph::new(ctx);
+        let m = Model::load(&g, dir).unwrap();
+        let text = std::fs::read_to_string(rows).unwrap();
+        let rows: Vec<serde_json::Value> = text.lines().take(2).map(|l| serde_json::from_str(l).unwrap()).collect();
+        let t = rows.iter().map(|r| r["input_ids"].as_array().unwrap().len()).max().unwrap();
+        let (mut ids, mut mask, mut labels) = (vec![], vec![], vec![]);
+        for r in &rows {
+            let n = r["input_ids"].as_array().unwrap().len();
+            ids.extend(r["input_ids"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap() as i32));
+            labels.extend(r["labels"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap() as i32));
+            mask.extend(std::iter::repeat_n(1, n));
+            ids.extend(std::iter::repeat_n(0, t - n));
+            labels.extend(std::iter::repeat_n(-100, t - n));
+            mask.extend(std::iter::repeat_n(0, t - n));
+        }
+        let logits = forward(&g, &m.spec, &m.weights, &Batch { ids: &ids, mask: &mask, batch: 2, seq: t }).unwrap();
+        let loss = causal_lm_loss(&g, &logits, &labels, 2, t).unwrap();
+        g.backward(&loss)?;
+        *grads.borrow_mut() = m.hf_grads(&g).unwrap().into_iter().map(|h| (h.name, h.data)).collect();
+        Ok(())
+    });
+    grads.into_inner()
 }

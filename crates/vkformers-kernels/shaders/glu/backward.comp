@@ -20,6 +20,9 @@
 // (cast/twin.glsl), the copies the gate and up projections' backward products read.
 // `_saved16` (IN16): gate and up are 16-bit (the copies the `_twin` forward saved: f16 when
 // twin = 1, bf16 when 2), dout, dgate, dup f32, and dgate, dup are written to their twins too.
+// With stride = 2 inner (a fused gate_up, the training forward's packed gate/up product) the
+// saved 16-bit gate_up, dgate_up and its twin are all rows of 2 inner: the gradient lands in
+// the packed product's layout, which one backward product reads.
 // variant: swiglu_saved16 ACT_F=silu_f ACT_D=silu_d OUT16 IN16
 // variant: geglu_saved16 ACT_F=gelu_f ACT_D=gelu_d OUT16 IN16
 // variant: geglu_tanh_saved16 ACT_F=gelu_tanh_f ACT_D=gelu_tanh_d OUT16 IN16

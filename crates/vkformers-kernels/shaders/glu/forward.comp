@@ -17,8 +17,9 @@
 // variant: geglu_twin ACT_F=gelu_f OUT16
 // variant: geglu_tanh_twin ACT_F=gelu_tanh_f OUT16
 // `_twin` (f32): out is also written to out16 in f16/bf16 (cast/twin.glsl), the copy the down
-// projection reads under autocast; with save != 0 (separate gate and up only) gate and up are
-// written to gate16 and up16 too, the 16-bit inputs the backward keeps instead of f32 ones.
+// projection reads under autocast; with save != 0 gate and up are written to gate16 and up16
+// too, the 16-bit inputs the backward keeps instead of f32 ones, in the inputs' layout (rows
+// of `stride`: a fused gate_up is saved as one 16-bit gate_up, up16 = gate16 + inner).
 // save bit 1 skips the f32 store (training when the down projection, reading out16, is out's
 // only reader).
 // variant: swiglu_f16 ACT_F=silu_f DT_F16
@@ -47,8 +48,8 @@ void main() {
         if ((pc.save & 2u) == 0u) st(pc.out_, i, v);
         st_twin(pc.out16, i, v, pc.twin);
         if ((pc.save & 1u) != 0u) {
-            st_twin(pc.gate16, i, g, pc.twin);
-            st_twin(pc.up16, i, u, pc.twin);
+            st_twin(pc.gate16, s, g, pc.twin);
+            st_twin(pc.up16, s, u, pc.twin);
         }
 #else
         st(pc.out_, i, v);

@@ -24,6 +24,10 @@
 // 16-bit attention or product reads under autocast; out of place only.
 // `twin_in16`: the same with x read in the twin's 16-bit type (widened exactly): the backward
 // of a 16-bit dy (attention's dq / dk under autocast) into an f32 dx and its 16-bit twin.
+// The twin variants read x and write out (and out16) as token rows of `x_stride` and
+// `out_stride` elements (heads * head_dim: contiguous): training reads q and k in place from the
+// packed q/k/v product's output [tokens, nq + nk + nv] and writes dq, dk into their columns of
+// its packed gradient (the views start at the part's first column).
 layout(local_size_x = 256) in;
 layout(buffer_reference, std430, buffer_reference_align = 4) readonly buffer I32In { int v[]; };
 layout(push_constant) uniform Push {
@@ -44,8 +48,19 @@ layout(push_constant) uniform Push {
     float sign;
 #ifdef OUT16
     uint twin;
+    uint x_stride;
+    uint out_stride;
 #endif
 } pc;
+
+// First element of head row `row` (token row / heads) in x and in out.
+#ifdef OUT16
+uint x_base(uint row) { return (row / pc.heads) * pc.x_stride + (row % pc.heads) * pc.head_dim; }
+uint out_base(uint row) { return (row / pc.heads) * pc.out_stride + (row % pc.heads) * pc.head_dim; }
+#else
+uint x_base(uint row) { return row * pc.head_dim; }
+uint out_base(uint row) { return row * pc.head_dim; }
+#endif
 
 // out[i] = v (and its 16-bit twin).
 // twin bit 2: out16 only (training, when 16-bit attention is out's only reader).
@@ -73,10 +88,11 @@ void main() {
     FOR_EACH_INDEX(i, pc.rows * units) {
         uint row = i / units;
         uint u = i - row * units;
-        uint base = row * pc.head_dim;
+        uint xb = x_base(row);
+        uint ob = out_base(row);
         if (u >= half_r) {
             uint d = pc.rot_dim + (u - half_r);
-            put(base + d, LDX(base + d));
+            put(ob + d, LDX(xb + d));
             continue;
         }
         precise float theta = float(pc.pos.v[row / pc.heads]) * pc.inv_freq.v[u];
@@ -84,11 +100,11 @@ void main() {
         sincos_f32(theta, sn, cs);
         cs *= pc.mscale;
         sn *= pc.mscale * pc.sign;
-        uint ia = pc.interleaved != 0u ? base + 2 * u : base + u;
+        uint ia = pc.interleaved != 0u ? 2 * u : u;
         uint ib = pc.interleaved != 0u ? ia + 1 : ia + half_r;
-        float a = LDX(ia);
-        float b = LDX(ib);
-        put(ia, a * cs - b * sn);
-        put(ib, b * cs + a * sn);
+        float a = LDX(xb + ia);
+        float b = LDX(xb + ib);
+        put(ob + ia, a * cs - b * sn);
+        put(ob + ib, b * cs + a * sn);
     }
 }

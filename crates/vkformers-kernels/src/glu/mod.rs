@@ -147,11 +147,12 @@ fn forward_twins(
     }
     let half = twin.code(k.name, n.into())?;
     if let Some(saved) = &save {
-        if stride != inner || saved.iter().any(|t| t.dtype != twin.dtype) {
-            return Err(crate::launch::err(k, "16-bit gate and up: separate tensors, of the twin's type".into()));
+        if saved.iter().any(|t| t.dtype != twin.dtype) {
+            return Err(crate::launch::err(k, "16-bit gate and up of another type than the twin".into()));
         }
+        // Saved in the inputs' layout: rows of `stride` (the last row's up ends inner after it).
         for t in saved {
-            t.code(k.name, n.into())?;
+            t.code(k.name, strided_len(rows, inner, stride))?;
         }
     }
     let [g16, u16] = save.map_or([twin.view; 2], |s| s.map(|t| t.view));
@@ -190,6 +191,26 @@ pub fn backward_saved16_twin_only(
     backward_saved16_into(rec, kind, (saved, dout), None, twins, (rows, inner))
 }
 
+/// [`backward_saved16`] of a fused gate_up: from the 16-bit gate_up [rows, 2 inner] the `_twin`
+/// forward of a fused input saved (`saved`) and dout [rows, inner] f32, dgate_up [rows, 2 inner]
+/// written in 16 bits (`twin`) and, when `wide` is given, in f32 too: the gradient of the
+/// training forward's packed gate/up product in its layout, which that product's one backward
+/// product reads.
+pub fn backward_fused_saved16(
+    rec: &mut Recorder,
+    kind: Glu,
+    (saved, dout): (Twin<'_>, BufferView<'_>),
+    wide: Option<BufferView<'_>>,
+    twin: Twin<'_>,
+    (rows, inner): (usize, usize),
+) -> Result<()> {
+    let i = inner as u64;
+    let saved = [saved, Twin { view: skip(saved.view, i, saved.dtype), dtype: saved.dtype }];
+    let twins = [twin, Twin { view: skip(twin.view, i, twin.dtype), dtype: twin.dtype }];
+    let wide = wide.map(|d| (d, skip(d, i, DType::F32)));
+    backward_saved16_strided(rec, kind, (saved, dout), wide, twins, (rows, inner, 2 * inner))
+}
+
 /// The saved-16-bit backward kernel; `wide` None turns its f32 dgate/dup stores off.
 fn backward_saved16_into(
     rec: &mut Recorder,
@@ -199,17 +220,36 @@ fn backward_saved16_into(
     twins: [Twin<'_>; 2],
     (rows, inner): (usize, usize),
 ) -> Result<()> {
+    backward_saved16_strided(rec, kind, (saved, dout), wide, twins, (rows, inner, inner))
+}
+
+/// Elements a view of `rows` rows of `stride` holds when each row's `inner` values are read
+/// (the last row ends `inner` into its stride).
+fn strided_len(rows: usize, inner: usize, stride: usize) -> u64 {
+    (rows.saturating_sub(1) * stride + inner) as u64
+}
+
+/// [`backward_saved16_into`] over rows of `stride` (inner: separate tensors; 2 inner: fused).
+fn backward_saved16_strided(
+    rec: &mut Recorder,
+    kind: Glu,
+    (saved, dout): ([Twin<'_>; 2], BufferView<'_>),
+    wide: Option<(BufferView<'_>, BufferView<'_>)>,
+    twins: [Twin<'_>; 2],
+    (rows, inner, stride): (usize, usize, usize),
+) -> Result<()> {
     use code::*;
     let k: &'static KernelCode = match kind {
         Glu::SwiGlu => &GLU_BACKWARD_SWIGLU_SAVED16,
         Glu::GeGlu => &GLU_BACKWARD_GEGLU_SAVED16,
         Glu::GeGluTanh => &GLU_BACKWARD_GEGLU_TANH_SAVED16,
     };
-    let n = u64::from(count(k, &[rows, inner])?);
+    count(k, &[rows, stride])?;
+    let n = strided_len(rows, inner, stride);
     let half = one_twin_code(k, &[twins[0], twins[1], saved[0], saved[1]], n, "16-bit gate, up and twins")?;
     let [g16, u16] = saved.map(|t| t.view);
     let only16 = if wide.is_none() { 4 } else { 0 };
-    launch_twin_backward(rec, k, (g16, u16, dout), wide, twins, (rows, inner, half | only16))
+    launch_twin_backward(rec, k, (g16, u16, dout), wide, twins, (rows, inner, stride, half | only16))
 }
 
 /// The 16-bit type code shared by every twin in `ts` (each of `n` values), or an error naming
@@ -232,18 +272,26 @@ fn launch_twin_backward(
     (gate, up, dout): (BufferView<'_>, BufferView<'_>, BufferView<'_>),
     wide: Option<(BufferView<'_>, BufferView<'_>)>,
     twins: [Twin<'_>; 2],
-    (rows, inner, half): (usize, usize, u32),
+    (rows, inner, stride, half): (usize, usize, usize, u32),
 ) -> Result<()> {
     let n = u64::from(count(k, &[rows, inner])?);
     expect_len(k, "dout", &dout, n, DType::F32)?;
     // No f32 dgate and dup (`half` bit 2): the twins' views stand in, never written.
     let (dgate, dup) = wide.unwrap_or((twins[0].view, twins[1].view));
     if wide.is_some() {
+        // Separate tensors: exactly [rows, inner]; a fused dgate_up: its rows of `stride`.
+        let need = strided_len(rows, inner, stride) * DType::F32.bytes();
         for (what, v) in [("dgate", &dgate), ("dup", &dup)] {
-            expect_len(k, what, v, n, DType::F32)?;
+            match stride == inner {
+                true => expect_len(k, what, v, n, DType::F32)?,
+                false if v.len < need => {
+                    return Err(crate::launch::err(k, format!("{what}: view of {} bytes, need {need}", v.len)))
+                }
+                false => {}
+            }
         }
     }
-    let p = params(&[rows as u32, inner as u32, inner as u32, half]);
+    let p = params(&[rows as u32, inner as u32, stride as u32, half]);
     let args = [read(gate), read(up), read(dout), write(dgate), write(dup), write(twins[0].view), write(twins[1].view)];
     rec.dispatch(k, &[], &args, &p, groups_for(n))
 }
@@ -355,7 +403,7 @@ pub fn backward_twin(
         expect_len(k, what, v, n, DType::F32)?;
     }
     let half = one_twin_code(k, &twins, n, "the twins of dgate and dup")?;
-    launch_twin_backward(rec, k, (gate, up, dout), Some((dgate, dup)), twins, (rows, inner, half))
+    launch_twin_backward(rec, k, (gate, up, dout), Some((dgate, dup)), twins, (rows, inner, inner, half))
 }
 
 /// Backward of [`forward_fused`]: writes the fused gradient `dgate_up` [rows, 2 inner]

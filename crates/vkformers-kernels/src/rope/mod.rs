@@ -186,6 +186,35 @@ pub fn rope_backward_in16_twin_only(
     dispatch_twin_of(rec, p, (dy, pos, inv_freq), (None, twin), (-1.0, true))
 }
 
+/// [`rope_forward_twin_only`] reading x as token rows of `x_stride` elements (x: the view from
+/// the part's first column of a packed `[tokens, x_stride]` tensor): training reads q and k in
+/// place from the packed q/k/v product's f32 output, with no split. The twin is contiguous.
+pub fn rope_forward_twin_only_strided(
+    rec: &mut Recorder,
+    p: &Rope,
+    (x, pos, inv_freq): (BufferView<'_>, BufferView<'_>, BufferView<'_>),
+    x_stride: u32,
+    twin: Twin<'_>,
+) -> Result<()> {
+    let strides = (x_stride, p.heads * p.head_dim);
+    dispatch_strided(rec, p, (x, pos, inv_freq), (None, twin), (1.0, false), strides)
+}
+
+/// [`rope_backward_in16_twin_only`] writing dx as token rows of `out_stride` elements (`twin`:
+/// the view from the part's first column of a packed `[tokens, out_stride]` 16-bit gradient):
+/// training writes dq and dk straight into their columns of the packed q/k/v product's
+/// gradient, which one backward product reads. dy is contiguous.
+pub fn rope_backward_in16_twin_only_strided(
+    rec: &mut Recorder,
+    p: &Rope,
+    (dy, pos, inv_freq): (BufferView<'_>, BufferView<'_>, BufferView<'_>),
+    twin: Twin<'_>,
+    out_stride: u32,
+) -> Result<()> {
+    let strides = (p.heads * p.head_dim, out_stride);
+    dispatch_strided(rec, p, (dy, pos, inv_freq), (None, twin), (-1.0, true), strides)
+}
+
 /// One out-of-place `rope/rope:twin_f32` dispatch (`sign` 1: forward, -1: backward).
 fn dispatch_twin(
     rec: &mut Recorder,
@@ -202,27 +231,65 @@ fn dispatch_twin(
 fn dispatch_twin_of(
     rec: &mut Recorder,
     p: &Rope,
+    xs: (BufferView<'_>, BufferView<'_>, BufferView<'_>),
+    outs: (Option<BufferView<'_>>, Twin<'_>),
+    (sign, in16): (f32, bool),
+) -> Result<()> {
+    let row = p.heads * p.head_dim;
+    dispatch_strided(rec, p, xs, outs, (sign, in16), (row, row))
+}
+
+/// [`dispatch_twin_of`] with x and out (and the twin) as token rows of `x_stride` and
+/// `out_stride` elements (`heads * head_dim`: contiguous, checked exactly; wider: the views
+/// must reach the last token row's heads).
+fn dispatch_strided(
+    rec: &mut Recorder,
+    p: &Rope,
     (x, pos, inv_freq): (BufferView<'_>, BufferView<'_>, BufferView<'_>),
     (out, twin): (Option<BufferView<'_>>, Twin<'_>),
     (sign, in16): (f32, bool),
+    (x_stride, out_stride): (u32, u32),
 ) -> Result<()> {
     let k = if in16 { &code::ROPE_ROPE_TWIN_IN16 } else { &code::ROPE_ROPE_TWIN_F32 };
     if p.dtype != DType::F32 {
         return Err(crate::launch::err_plain(k, format!("a 16-bit twin of {:?} storage", p.dtype)));
     }
+    let row = p.heads * p.head_dim;
+    if x_stride < row || out_stride < row {
+        return Err(crate::launch::err_plain(k, format!("token strides {x_stride}, {out_stride} under {row}")));
+    }
     // x is checked in its own storage type (the twin's with `in16`).
     let x_type = Rope { dtype: if in16 { twin.dtype } else { p.dtype }, ..*p };
-    let n = check(&x_type, &x, &pos, &inv_freq)?;
+    let tokens = u64::from(p.batch) * u64::from(p.seq);
+    let reach = |stride: u32| (tokens.saturating_sub(1)) * u64::from(stride) + u64::from(row);
+    let n = match x_stride == row {
+        true => check(&x_type, &x, &pos, &inv_freq)?,
+        false => {
+            let contiguous = BufferView { len: p.rows() * u64::from(p.head_dim) * x_type.dtype.bytes(), ..x };
+            let n = check(&x_type, &contiguous, &pos, &inv_freq)?;
+            if x.len < reach(x_stride) * x_type.dtype.bytes() {
+                return Err(err(p, format!("x of {} bytes for {tokens} rows of stride {x_stride}", x.len)));
+            }
+            n
+        }
+    };
     if let Some(out) = &out {
+        // An f32 out is contiguous (only the 16-bit twin is ever written strided).
+        if out_stride != row {
+            return Err(err(p, format!("an f32 out of token stride {out_stride}")));
+        }
         check_len(p, "out", out, n, 4)?;
     }
-    let half = twin.code(k.name, n)? | if out.is_none() { 4 } else { 0 };
+    let need_out = if out_stride == row { n } else { reach(out_stride) };
+    let half = twin.code(k.name, need_out)? | if out.is_none() { 4 } else { 0 };
     let work = p.rows() * u64::from(p.rotary_dim / 2 + (p.head_dim - p.rotary_dim));
     if work == 0 {
         return Ok(());
     }
     let mut params = rope_words(p, true, sign);
-    params.extend_from_slice(&half.to_le_bytes());
+    for w in [half, x_stride, out_stride] {
+        params.extend_from_slice(&w.to_le_bytes());
+    }
     let groups = groups_for(work);
     let args = [read(x), write(out.unwrap_or(twin.view)), read(pos), read(inv_freq), write(twin.view)];
     rec.dispatch(k, &[], &args, &params, groups)

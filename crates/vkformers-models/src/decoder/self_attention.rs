@@ -3,6 +3,7 @@
 //! forward has one), the fused attention and the output projection.
 
 use vkformers_tensor::ops::attention::{attention_chunked, attention_chunked_for_product, AttnOptions};
+use vkformers_tensor::ops::packed_qkv::{qkv_for_attention, QkvHeads};
 use vkformers_tensor::ops::{broadcast, rope, shape};
 use vkformers_tensor::{Graph, Tensor};
 
@@ -59,6 +60,10 @@ pub(super) fn self_attention(
             if let Some(q) = packed_rope::rope_store(g, (a, w), i, (&y, &cols), inp, (b, t))? {
                 return attend_project(g, spec, w, (a, i), (q, &y, &y), inp, (b, t));
             }
+            // Training under autocast: q, k rotated and v rounded in place from y's columns.
+            if let Some([q, k, v]) = rope_in_place_for_training(g, spec, (a, w), i, (&y, &cols), inp, (b, t))? {
+                return attend_project(g, spec, w, (a, i), (q, &k, &v), inp, (b, t));
+            }
             // Else split into contiguous q, k and v (one dispatch).
             crate::packed::split_qkv(g, &y, &cols)?
         }
@@ -108,6 +113,31 @@ pub(super) fn self_attention(
         };
     }
     attend_project(g, spec, w, (a, i), (q, &k, &v), inp, (b, t))
+}
+
+/// The training forward's 16-bit `[rope(q), rope(k), v]` read in place from the packed q/k/v
+/// product's output `y` (`ops::packed_qkv`: no split, and their gradients land in y's packed
+/// gradient with no concat), or `None` where it does not apply: no rope, a q/k norm, columns
+/// other than q, k, v heads, attention not the rotated q and k's only reader, or (decided by
+/// the op) not training under autocast with 16-bit gradients around attention.
+fn rope_in_place_for_training(
+    g: &Graph<'_>,
+    spec: &ModelSpec,
+    (a, w): (&AttnSpec, &Weights),
+    i: usize,
+    (y, cols): (&Tensor, &[usize]),
+    inp: &Inputs<'_>,
+    (b, t): (usize, usize),
+) -> Result<Option<[Tensor; 3]>> {
+    let Some(r) = &a.rope else { return Ok(None) };
+    let heads = [a.heads, a.kv_heads, a.kv_heads].map(|h| h * a.head_dim);
+    let o_name = layer_name(&spec.layer_names.o, i);
+    if !g.grad_enabled() || a.qk_norm.is_some() || cols != heads || !attention_reads_rope((a, w), &o_name, inp) {
+        return Ok(None);
+    }
+    let s = QkvHeads { batch: b, seq: t, heads: a.heads, kv_heads: a.kv_heads, head_dim: a.head_dim };
+    let freq = rope_freq(g, r, inp)?;
+    Ok(qkv_for_attention(g, y, s, (&inp.pos, &freq), (r.layout, r.rotary_dim, r.mscale))?)
 }
 
 /// Whether attention is the only reader of the rotated q and k, and hands o to o_proj as

@@ -50,6 +50,32 @@ impl Graph<'_> {
         Ok(t)
     }
 
+    /// Rows `[row0, row0 + rows)` of the f32 storage `pack` as a parameter (a leaf that
+    /// receives gradients) sharing its storage: in training a layer's q, k and v weights are
+    /// row blocks of one packed `[q + k + v, in]` buffer, stepped, saved and clipped under their
+    /// own names, and read together by one product (`ops::packed_linear`).
+    pub fn parameter_rows(&self, pack: &Tensor, row0: usize, rows: usize) -> Result<Tensor> {
+        if pack.dtype() != DType::F32 {
+            return Err(VkError::Kernel {
+                kernel: "parameter_rows".into(),
+                message: format!("parameters are f32, the pack {:?} is {:?}", pack.shape(), pack.dtype()),
+            });
+        }
+        let mut t = self.view_rows(pack, row0, rows)?;
+        let inner = Rc::get_mut(&mut t.0).expect("a new tensor has one handle");
+        inner.requires_grad = true;
+        inner.is_leaf = true;
+        inner.is_source = true;
+        Ok(t)
+    }
+
+    /// A tensor of `shape` over `first`'s storage from its offset on, carrying no gradient: the
+    /// packed gradient `[Σ rows, in]` whose row blocks are the parts' gradients, the first at
+    /// `first` (the caller checked the others follow it).
+    pub(crate) fn rows_from(&self, first: &Tensor, shape: &[usize]) -> Tensor {
+        self.share(first, shape, false)
+    }
+
     /// A constant of `shape` and `dtype` whose contents the caller uploads (`upload_into`, by
     /// row blocks through `view_rows`): a packed weight filled part by part at load, with no
     /// second copy of any part on the device.

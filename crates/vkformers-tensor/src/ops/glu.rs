@@ -152,6 +152,82 @@ pub fn glu_fused(g: &Graph<'_>, gate_up: &Tensor, kind: Glu) -> Result<Tensor> {
     Ok(out)
 }
 
+/// [`glu_fused`] of the training forward's packed gate/up product (`gate_up [.., 2I]`) for the
+/// down projection, its only reader, under autocast: as [`glu`] / [`glu_for_product`] do for
+/// separate gate and up, gate_up is saved in 16 bits, the output is the 16-bit tensor down
+/// reads (or f32 with its twin), and the backward writes dgate_up `[.., 2I]` in the packed
+/// layout the gate/up product's one backward product reads (no concat): in 16 bits only when
+/// that product takes 16-bit gradients, else in f32 with its 16-bit twin. The values are those
+/// of the separate path. Else (no autocast, inference, a checkpointed forward) [`glu_fused`].
+pub fn glu_fused_for_product(g: &Graph<'_>, gate_up: &Tensor, kind: Glu) -> Result<Tensor> {
+    let two_inner = gate_up.last_dim();
+    let trains = g.grad_enabled() && !g.discarding_nodes() && gate_up.requires_grad();
+    if !trains || gate_up.dtype() != DType::F32 || gate_up.shape().is_empty() || !two_inner.is_multiple_of(2) {
+        return glu_fused(g, gate_up, kind);
+    }
+    let (rows, inner) = (gate_up.rows(), two_inner / 2);
+    let mut shape = gate_up.shape().to_vec();
+    if let Some(last) = shape.last_mut() {
+        *last = inner;
+    }
+    let (out, twin) = match crate::ops::cast::half_output_for_rows(g, rows) {
+        Some(dt) => (g.output_as(&shape, dt, &[gate_up])?, None),
+        None => {
+            let out = g.output(&shape, &[gate_up])?;
+            match crate::ops::cast::twin(g, &out)? {
+                Some(t) => (out, Some(t)),
+                None => return glu_fused(g, gate_up, kind),
+            }
+        }
+    };
+    let dt = twin.as_ref().map_or(out.dtype(), Tensor::dtype);
+    let saved = g.empty_as(gate_up.shape(), dt)?;
+    g.record(|rec| {
+        let (gu, save) = ((gate_up.view(), None), Some(halves(&saved, inner)));
+        match &twin {
+            Some(t) => k::forward_twin(rec, kind, gu, out.view(), twin_of(t), save, rows, inner),
+            None => k::forward_twin_only(rec, kind, gu, twin_of(&out), save, (rows, inner)),
+        }
+    })?;
+    if twin.is_none() {
+        crate::ops::cast::takes_wide_grad(g, &out);
+    }
+    let half_grad = g.takes_half_grad(gate_up);
+    g.push_node(
+        &out,
+        vec![gate_up.clone()],
+        Box::new(move |g, dout| {
+            let dout =
+                if dout.dtype() == DType::F32 { dout.clone() } else { crate::ops::cast::cast(g, dout, DType::F32)? };
+            let ri = (rows, inner);
+            if half_grad {
+                let d16 = g.empty_as(saved.shape(), dt)?;
+                let ins = (twin_of(&saved), dout.view());
+                g.record(|rec| k::backward_fused_saved16(rec, kind, ins, None, twin_of(&d16), ri))?;
+                return Ok(vec![Some(d16)]);
+            }
+            let d = g.empty(saved.shape())?;
+            // The twin the product's backward reads (`narrow`); not kept if autocast is off now.
+            let d16 = match crate::ops::cast::grad_twin(g, &d)? {
+                Some(t) => t,
+                None => g.empty_as(saved.shape(), dt)?,
+            };
+            let ins = (twin_of(&saved), dout.view());
+            g.record(|rec| k::backward_fused_saved16(rec, kind, ins, Some(d.view()), twin_of(&d16), ri))?;
+            Ok(vec![Some(d)])
+        }),
+    );
+    Ok(out)
+}
+
+/// The gate and up halves of a 16-bit gate_up `[.., 2 inner]` (up: the view `inner` values on).
+fn halves(t: &Tensor, inner: usize) -> [Twin<'_>; 2] {
+    let v = t.view();
+    let off = (inner as u64 * t.dtype().bytes()).min(v.len);
+    let up = vkformers_vk::BufferView { buffer: v.buffer, offset: v.offset + off, len: v.len - off };
+    [twin_of(t), Twin { view: up, dtype: t.dtype() }]
+}
+
 /// The forward kernel of separate gate and up (`up` given) or a fused gate_up, f32; under
 /// autocast it also writes the 16-bit copy the down projection reads (no cast) and, for
 /// separate gate and up whose output takes gradients, 16-bit copies of them for the backward

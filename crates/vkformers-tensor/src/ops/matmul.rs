@@ -17,12 +17,12 @@ use crate::{DType, Graph, Result, Tensor, VkError};
 /// A (batched) product `C [batch, m, n] = A [batch, m, k] · op(B)`, `op(B) [k, n]` stored
 /// `[k, n]` or (`trans_b`) `[n, k]`. `batch == 1` also covers a B shared by a folded batch.
 #[derive(Clone, Copy, Debug)]
-struct Product {
-    batch: u32,
-    m: u32,
-    k: u32,
-    n: u32,
-    trans_b: bool,
+pub(crate) struct Product {
+    pub(crate) batch: u32,
+    pub(crate) m: u32,
+    pub(crate) k: u32,
+    pub(crate) n: u32,
+    pub(crate) trans_b: bool,
 }
 
 fn err(message: String) -> VkError {
@@ -229,7 +229,13 @@ fn product(
 /// Not while the tape records under autocast (training): there the forward multiplies the
 /// 16-bit copies its backward multiplies, as `torch.autocast` rounds every linear's operands
 /// however few the rows (the f32 GEMV made a tiny batch's forward f32, its backward 16-bit).
-fn few_rows(g: &Graph<'_>, (x, w): (&Tensor, &Tensor), bias: Option<&Tensor>, p: Product, y: &Tensor) -> Result<bool> {
+pub(crate) fn few_rows(
+    g: &Graph<'_>,
+    (x, w): (&Tensor, &Tensor),
+    bias: Option<&Tensor>,
+    p: Product,
+    y: &Tensor,
+) -> Result<bool> {
     let autocast_training = g.autocast().is_some() && g.grad_enabled();
     let applies = p.trans_b && p.batch == 1 && x.dtype() == DType::F32 && !autocast_training;
     if !applies || !gemv_applies(p.m, g.ctx().caps()) {
@@ -243,7 +249,7 @@ fn few_rows(g: &Graph<'_>, (x, w): (&Tensor, &Tensor), bias: Option<&Tensor>, p:
 
 /// Records one GEMM of the tape: split along K into a scratch workspace when the output is
 /// too small to fill the device (weight gradients), else on `gemm_auto`'s engine.
-fn record_gemm(
+pub(crate) fn record_gemm(
     g: &Graph<'_>,
     desc: &GemmDesc,
     a: &Tensor,
@@ -259,9 +265,9 @@ fn record_gemm(
 }
 
 /// Shape and type of an operand's gradient.
-struct Operand {
-    shape: Vec<usize>,
-    dtype: DType,
+pub(crate) struct Operand {
+    pub(crate) shape: Vec<usize>,
+    pub(crate) dtype: DType,
 }
 
 /// A GEMM result as the gradient of `op`: as written when of the operand's type, else (an f32
@@ -301,7 +307,14 @@ fn grads_in_16_bits() -> bool {
 
 /// `dA [batch, m, k] = dC [batch, m, n] · op(B)ᵀ` (`+= into` when given): B read as stored, with
 /// the flag flipped.
-fn grad_a(g: &Graph<'_>, p: Product, dc: &Tensor, b: &Tensor, op: &Operand, into: Option<Tensor>) -> Result<Tensor> {
+pub(crate) fn grad_a(
+    g: &Graph<'_>,
+    p: Product,
+    dc: &Tensor,
+    b: &Tensor,
+    op: &Operand,
+    into: Option<Tensor>,
+) -> Result<Tensor> {
     let mut desc = GemmDesc::packed(p.m, p.k, p.n, false, !p.trans_b);
     let da = grad_out(g, op, into, &mut desc)?;
     desc.batch = p.batch;
@@ -312,7 +325,14 @@ fn grad_a(g: &Graph<'_>, p: Product, dc: &Tensor, b: &Tensor, op: &Operand, into
 
 /// `dB = Aᵀ · dC` (`[k, n]`) or, for B stored `[n, k]`, `dBᵀ = dCᵀ · A`; per batch, or summed
 /// over the folded rows when B is shared; `+= into` when given.
-fn grad_b(g: &Graph<'_>, p: Product, a: &Tensor, dc: &Tensor, op: &Operand, into: Option<Tensor>) -> Result<Tensor> {
+pub(crate) fn grad_b(
+    g: &Graph<'_>,
+    p: Product,
+    a: &Tensor,
+    dc: &Tensor,
+    op: &Operand,
+    into: Option<Tensor>,
+) -> Result<Tensor> {
     let mut out_desc = GemmDesc::packed(1, 1, 1, false, false);
     let db = grad_out(g, op, into, &mut out_desc)?;
     let (mut desc, lhs, rhs) = if p.trans_b {
@@ -328,7 +348,7 @@ fn grad_b(g: &Graph<'_>, p: Product, a: &Tensor, dc: &Tensor, op: &Operand, into
 }
 
 /// `dbias [n] = ones [1, rows] · dC [rows, n]` over all `batch · m` rows (f32).
-fn grad_bias(g: &Graph<'_>, p: Product, dc: &Tensor, shape: &[usize]) -> Result<Tensor> {
+pub(crate) fn grad_bias(g: &Graph<'_>, p: Product, dc: &Tensor, shape: &[usize]) -> Result<Tensor> {
     let rows = dim32("rows", dc.rows())?;
     let ones = g.full(&[rows as usize], 1.0)?;
     let dbias = g.empty(shape)?;
