@@ -161,6 +161,9 @@ pub fn glu_fused(g: &Graph<'_>, gate_up: &Tensor, kind: Glu) -> Result<Tensor> {
 /// of the separate path. Else (no autocast, inference, a checkpointed forward) [`glu_fused`].
 pub fn glu_fused_for_product(g: &Graph<'_>, gate_up: &Tensor, kind: Glu) -> Result<Tensor> {
     let two_inner = gate_up.last_dim();
+    if let Some(out) = inference_half(g, gate_up, kind)? {
+        return Ok(out);
+    }
     let trains = g.grad_enabled() && !g.discarding_nodes() && gate_up.requires_grad();
     if !trains || gate_up.dtype() != DType::F32 || gate_up.shape().is_empty() || !two_inner.is_multiple_of(2) {
         return glu_fused(g, gate_up, kind);
@@ -226,6 +229,24 @@ fn halves(t: &Tensor, inner: usize) -> [Twin<'_>; 2] {
     let off = (inner as u64 * t.dtype().bytes()).min(v.len);
     let up = vkformers_vk::BufferView { buffer: v.buffer, offset: v.offset + off, len: v.len - off };
     [twin_of(t), Twin { view: up, dtype: t.dtype() }]
+}
+
+/// [`glu_fused_for_product`] in inference where down reads a 16-bit twin (a prefill, a decode
+/// step past the GEMV's rows, under autocast): the twin alone, no f32 `[.., I]` output (the
+/// largest of a prefill's per-column activations after gate_up itself). None elsewhere.
+fn inference_half(g: &Graph<'_>, gate_up: &Tensor, kind: Glu) -> Result<Option<Tensor>> {
+    let two_inner = gate_up.last_dim();
+    let shaped = !gate_up.shape().is_empty() && two_inner.is_multiple_of(2) && gate_up.dtype() == DType::F32;
+    let dt = crate::ops::cast::inference_half_output(g, gate_up.rows()).filter(|_| shaped && !g.grad_enabled());
+    let Some(dt) = dt else { return Ok(None) };
+    let (rows, inner) = (gate_up.rows(), two_inner / 2);
+    let mut shape = gate_up.shape().to_vec();
+    if let Some(last) = shape.last_mut() {
+        *last = inner;
+    }
+    let out = g.empty_as(&shape, dt)?;
+    g.record(|rec| k::forward_twin_only(rec, kind, (gate_up.view(), None), twin_of(&out), None, (rows, inner)))?;
+    Ok(Some(out))
 }
 
 /// The forward kernel of separate gate and up (`up` given) or a fused gate_up, f32; under
