@@ -102,7 +102,7 @@ impl Model {
                 // Bf16/f16 storage for a weight only products read (f32 math inside).
                 g.constant_bits(&to_bits(data, dtype), shape, dtype)
             } else {
-                g.constant(data, shape)
+                g.weight_constant(data, shape)
             }
         };
         let file = ModelWeights::open(dir).map_err(io_err)?;

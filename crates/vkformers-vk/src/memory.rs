@@ -243,6 +243,22 @@ impl Context {
         }
     }
 
+    /// A device buffer of exactly `size` bytes (rounded to whole 4-byte words), outside the pool:
+    /// for tensors that live as long as the model (weights, parameters), which the pool's size
+    /// classes would round up by up to a quarter (a 1.1B Llama's bf16 weights by ~144 MB) for
+    /// reuse that never comes. Freed on drop.
+    pub fn exact_buffer(&self, size: u64, what: &str) -> Result<Buffer> {
+        let capacity = size.max(4).next_multiple_of(4);
+        let make = || self.new_buffer_pooled(size, capacity, BufferKind::Device, what, false);
+        match make() {
+            Err(VkError::OutOfDeviceMemory { .. }) => {
+                self.release_free_pool();
+                make()
+            }
+            other => other,
+        }
+    }
+
     /// Gives the memory of every free pooled buffer back (before retrying an allocation).
     fn release_free_pool(&self) {
         let freed = self.shared.pool().drain_free();
@@ -258,6 +274,18 @@ impl Context {
     }
 
     fn new_buffer(&self, size: u64, capacity: u64, kind: BufferKind, what: &str) -> Result<Buffer> {
+        self.new_buffer_pooled(size, capacity, kind, what, kind == BufferKind::Device)
+    }
+
+    /// [`Self::new_buffer`], returning to the pool on drop when `pooled`.
+    fn new_buffer_pooled(
+        &self,
+        size: u64,
+        capacity: u64,
+        kind: BufferKind,
+        what: &str,
+        pooled: bool,
+    ) -> Result<Buffer> {
         let shared = &self.shared;
         let size = size.max(4);
         if size > shared.caps.max_buffer_size && shared.caps.max_buffer_size > 0 {
@@ -320,7 +348,7 @@ impl Context {
             counted,
             size,
             capacity,
-            pooled: kind == BufferKind::Device,
+            pooled,
             address,
             id: NEXT_BUFFER_ID.fetch_add(1, Ordering::Relaxed),
         })))

@@ -73,6 +73,15 @@ impl Context {
         Ok(buf)
     }
 
+    /// [`Self::buffer_from`] in an exact-size buffer outside the pool ([`Self::exact_buffer`]):
+    /// data that lives as long as the model.
+    pub fn buffer_from_exact<T: bytemuck::Pod>(&self, data: &[T], what: &str) -> Result<Buffer> {
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        let buf = self.exact_buffer(bytes.len() as u64, what)?;
+        self.upload(&buf, 0, bytes)?;
+        Ok(buf)
+    }
+
     /// Reads a whole view back as plain values.
     pub fn read_vec<T: bytemuck::Pod>(&self, src: BufferView<'_>) -> Result<Vec<T>> {
         let n = src.len as usize / std::mem::size_of::<T>();

@@ -25,3 +25,24 @@ fn device_memory_tracks_current_and_peak() {
         Ok(())
     });
 }
+
+/// A weight-sized buffer outside the pool (`exact_buffer`) holds its own bytes, not the pool's
+/// size class (which rounds 5.5 MiB up to 6 MiB), and gives them back when dropped.
+#[test]
+fn exact_buffers_hold_their_own_size() {
+    on_every_device("exact buffers", |ctx| {
+        let size = 11u64 << 19; // 5.5 MiB: between two of the pool's size classes
+        let before = ctx.device_memory().current;
+        let pooled = ctx.buffer(size, "pooled")?;
+        let with_pool = ctx.device_memory().current - before;
+        drop(pooled);
+        let at = ctx.device_memory().current;
+        let exact = ctx.exact_buffer(size, "exact")?;
+        let held = ctx.device_memory().current - at;
+        assert_eq!(exact.size(), size);
+        assert!(held >= size && held < with_pool, "exact {held} bytes, pooled {with_pool} for {size}");
+        drop(exact);
+        assert_eq!(ctx.device_memory().current, at, "the exact buffer's bytes given back");
+        Ok(())
+    });
+}

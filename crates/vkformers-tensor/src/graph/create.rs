@@ -82,7 +82,8 @@ impl Graph<'_> {
     pub fn constant_uninit(&self, shape: &[usize], dtype: DType) -> Result<Tensor> {
         let n: usize = shape.iter().product();
         let bytes = (n.max(1) as u64 * dtype.bytes()).next_multiple_of(4);
-        let buf = self.ctx.buffer(bytes, "tensor")?;
+        // As long-lived as the model: exact size, outside the pool (no size-class rounding).
+        let buf = self.ctx.exact_buffer(bytes, "tensor")?;
         Ok(as_source(self.make_typed(buf, shape, dtype, false, false)))
     }
 
@@ -127,6 +128,14 @@ impl Graph<'_> {
         Ok(t)
     }
 
+    /// A constant that lives as long as the model (a weight) from host data: exact size,
+    /// outside the buffer pool, whatever its size.
+    pub fn weight_constant(&self, data: &[f32], shape: &[usize]) -> Result<Tensor> {
+        check_len(data.len(), shape)?;
+        let buf = self.ctx.buffer_from_exact(data, "weight")?;
+        Ok(as_source(self.make(buf, shape, false, false)))
+    }
+
     /// A constant tensor from host data.
     pub fn constant(&self, data: &[f32], shape: &[usize]) -> Result<Tensor> {
         check_len(data.len(), shape)?;
@@ -160,14 +169,15 @@ impl Graph<'_> {
         if words.len() % 2 == 1 {
             words.push(0); // pad to whole 4-byte words
         }
-        let buf = self.ctx.buffer_from(&words, "tensor")?;
+        // Weights: exact size, outside the pool.
+        let buf = self.ctx.buffer_from_exact(&words, "tensor")?;
         Ok(as_source(self.make_typed(buf, shape, dtype, false, false)))
     }
 
     /// A parameter (a leaf that receives gradients) from host data.
     pub fn parameter(&self, data: &[f32], shape: &[usize]) -> Result<Tensor> {
         check_len(data.len(), shape)?;
-        let buf = self.ctx.buffer_from(data, "parameter")?;
+        let buf = self.ctx.buffer_from_exact(data, "parameter")?;
         Ok(as_source(self.make(buf, shape, true, true)))
     }
 
