@@ -154,7 +154,8 @@ impl AdamW {
         if let Some((m, v)) = self.moments.get(&p.id()) {
             return Ok((m.clone(), v.clone(), k::Moments::Stored));
         }
-        let (m, v) = (g.empty(p.shape())?, g.empty(p.shape())?);
+        // They live as long as the run: exact size, outside the pool.
+        let (m, v) = (g.empty_lasting(p.shape())?, g.empty_lasting(p.shape())?);
         self.moments.insert(p.id(), (m.clone(), v.clone()));
         if !crate::zero_fills() {
             return Ok((m, v, k::Moments::Fresh));
@@ -212,7 +213,7 @@ impl AdamW {
 
     /// Gives parameter `p` the moments `exp_avg`, `exp_avg_sq` (host data shaped like `p`).
     pub fn import_moments(&mut self, g: &Graph<'_>, p: &Tensor, exp_avg: &[f32], exp_avg_sq: &[f32]) -> Result<()> {
-        let (m, v) = (g.constant(exp_avg, p.shape())?, g.constant(exp_avg_sq, p.shape())?);
+        let (m, v) = (g.weight_constant(exp_avg, p.shape())?, g.weight_constant(exp_avg_sq, p.shape())?);
         self.moments.insert(p.id(), (m, v));
         Ok(())
     }

@@ -107,6 +107,14 @@ impl Graph<'_> {
         self.empty_as(shape, DType::F32)
     }
 
+    /// An uninitialised f32 tensor that lives for the whole run (an optimizer's moments): exact
+    /// size, outside the buffer pool (no size-class rounding), fresh memory.
+    pub fn empty_lasting(&self, shape: &[usize]) -> Result<Tensor> {
+        let n: usize = shape.iter().product();
+        let buf = self.ctx.exact_buffer(n.max(1) as u64 * 4, "tensor")?;
+        Ok(self.make_typed(buf, shape, DType::F32, false, false))
+    }
+
     /// An uninitialised tensor of `dtype`. 16-bit storage is padded to whole 4-byte words
     /// (kernels read it as packed words).
     pub fn empty_as(&self, shape: &[usize], dtype: DType) -> Result<Tensor> {
