@@ -13,11 +13,12 @@
 #   cp tools/device/ab-suite.sh .dev/ab/; tools/device/stage.sh out llama qwen2 gemma gemma2 phi3 olmo gpt_neox gptj \
 #     mistral qwen3 gpt_oss gpt2 t5 deepseek_v2 fixtures_amp fixtures_train fixtures_lora
 #   call 1: carry [".gl", ".dev/ab", ".dev/wheels"], `PACK=.dev/ab source .dev/ab/prelude.sh; PART=a bash .dev/ab/ab-suite.sh`
-#   call 2 (the machine still warm): carry [".gl", ".dev/ab", ".dev/bis"], `... PART=b bash .dev/ab/ab-suite.sh`
+#   call 2 (the machine still warm): carry [".gl", ".dev/ab", ".dev/wheels"], `... PART=b bash .dev/ab/ab-suite.sh`
+#   call 3 if time is left (the prefill bisect): carry [".gl", ".dev/ab", ".dev/bis"], `... PART=c ...`
 #   tools/device/stage.sh back
 # .dev/bis: xz'd release CLIs of ba19923 (the -j run's tree), 6af4688 and ba03eb7 for the prefill
 # bisect, 18 MB (part b's carry: tree ~19 + pack ~20 + 18 MiB, under 64; see
-# docs/bench/h200-2026-12-04-k/README.md); part b skips the bisect without it.
+# docs/bench/h200-2026-12-04-k/README.md); part c skips the bisect without it.
 set -u
 PACK=${PACK:-.dev/ab}
 source "$PACK/prelude.sh"
@@ -39,7 +40,12 @@ M=target/bench-work/llama-1.1b
 python3 -c "import json; print(json.dumps({'input_ids':[(i*7)%31000+3 for i in range(512)]}))" > /tmp/b1.jsonl
 # Every decode switch of the two sessions off: the step as it was before them.
 OLD_DECODE="VKFORMERS_FUSED_PROJ=0 VKFORMERS_PACKED_ROPE=0 VKFORMERS_NORM_GEMV=0 VKFORMERS_ROPE_IN_ATTN=0"
-if [[ $PART == b ]]; then
+# The openai client for serve.py (parts a and b).
+if [[ -d .dev/wheels ]]; then
+    python3 -m pip install -q --no-index --find-links .dev/wheels --target /tmp/oa-site openai > /tmp/pip.log 2>&1 || tail -3 /tmp/pip.log
+    export PYTHONPATH=/tmp/oa-site${PYTHONPATH:+:$PYTHONPATH}
+fi
+if [[ $PART == c ]]; then
     if [[ -d .dev/bis ]]; then
         sec "prefill bisect (b1/b8 x 512 prefill 12,782/20,226 tok/s in h200-2026-12-04-k against 32,903/63,623 in -j)"
         for x in .dev/bis/vk-*.xz; do
@@ -53,16 +59,22 @@ if [[ $PART == b ]]; then
             --warmup 1 --repeats 2 --cold-processes 2>&1 | grep -E '^b[0-9]' | tee -a "$LOG"
         nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw --format=csv 2>&1 | tee -a "$LOG"
     fi
+    sec done
+    exit 0
+fi
+if [[ $PART == b ]]; then
     sec "train: today's step (one run with eager)"
     python3 tools/bench/train.py --vkformers "$V" --shapes 134m 1.1b --skip-compile --steps 10 --warmup 3 \
         --json "$OUT/train-new.json" 2>&1 | tail -8 | tee -a "$LOG"
     sec "train: f32 outputs and gradients written again (VKFORMERS_WIDE_OUTPUTS=1)"
     VKFORMERS_WIDE_OUTPUTS=1 python3 tools/bench/train.py --vkformers "$V" --shapes 1.1b --skip-torch --skip-compile \
         --steps 10 --warmup 3 --json "$OUT/train-wide.json" 2>&1 | tail -6 | tee -a "$LOG"
-    sec "train: and the optimizer, fills, col sums and attention casts as before the night session"
-    VKFORMERS_WIDE_OUTPUTS=1 VKFORMERS_ADAMW=per-tensor VKFORMERS_GRAD_NORM=per-buffer VKFORMERS_ZERO_FILLS=1 \
-        VKFORMERS_COL_SUM=serial VKFORMERS_ATTN_CASTS=1 python3 tools/bench/train.py --vkformers "$V" --shapes 1.1b \
-        --skip-torch --skip-compile --steps 10 --warmup 3 --json "$OUT/train-old.json" 2>&1 | tail -6 | tee -a "$LOG"
+    sec "train: q/k/v and gate/up as separate products (VKFORMERS_TRAIN_PACKED=0)"
+    VKFORMERS_TRAIN_PACKED=0 python3 tools/bench/train.py --vkformers "$V" --shapes 1.1b --skip-torch --skip-compile \
+        --steps 10 --warmup 3 --json "$OUT/train-apart.json" 2>&1 | tail -6 | tee -a "$LOG"
+    sec "train: o_proj's dA in f32 then a cast (VKFORMERS_GEMM_CASTS=1)"
+    VKFORMERS_GEMM_CASTS=1 python3 tools/bench/train.py --vkformers "$V" --shapes 1.1b --skip-torch --skip-compile \
+        --steps 10 --warmup 3 --json "$OUT/train-gemm-casts.json" 2>&1 | tail -6 | tee -a "$LOG"
     sec "train profile, 1.1B shape, 4 steps"
     python3 -c "import json,shlex; r=[x for x in json.load(open('$OUT/train-new.json'))['results'] if x.get('shape')=='1.1b' and x.get('system')=='vkformers']; c=r[0]['cmd']; i=c.index('--max-steps'); c[i+1]='4'; print(shlex.join(c+['--profile']))" > /tmp/prof.sh
     bash /tmp/prof.sh 2>&1 | tail -45 >> "$LOG"
@@ -70,6 +82,13 @@ if [[ $PART == b ]]; then
     "$V" bench gemv --rows 1,4,8 2>&1 | tee -a "$LOG"
     "$V" bench gemv --rows 1,4 --normed --shapes 2560x2048,11264x2048 2>&1 | tee -a "$LOG"
     "$V" bench dispatch 2>&1 | tee -a "$LOG"
+    sec "serve, 8 client processes, one batch a step (VKFORMERS_BATCH_COMMANDS=0)"
+    VKFORMERS_BATCH_COMMANDS=0 python3 tools/bench/serve.py --shape 1.1b --vkformers "$V" --serve-args "--max-batch 64" \
+        --procs 8 --clients 64 --requests 256 --max-tokens 256 --prompt-spread 64 --json "$OUT/serve-1batch.json" 2>&1 |
+        tail -16 | tee -a "$LOG"
+    sec "serve, one client process (as before)"
+    python3 tools/bench/serve.py --shape 1.1b --vkformers "$V" --serve-args "--max-batch 64" --procs 1 \
+        --clients 64 --requests 256 --max-tokens 256 --prompt-spread 64 --json "$OUT/serve-1proc.json" 2>&1 | tail -16 | tee -a "$LOG"
     for m in apart inside; do
         sec "bench decode --rope $m (batch 1; batch 64 x 640 keys)"
         "$V" bench decode --rope $m 2>&1 | tail -3 | tee -a "$LOG"
@@ -78,8 +97,6 @@ if [[ $PART == b ]]; then
     sec done
     exit 0
 fi
-python3 -m pip install -q --no-index --find-links .dev/wheels --target /tmp/oa-site openai > /tmp/pip.log 2>&1 || tail -3 /tmp/pip.log
-export PYTHONPATH=/tmp/oa-site${PYTHONPATH:+:$PYTHONPATH}
 sec "kernel, decoder and training tests"
 for n in optim_multi adamw_multi col_sum_tiled fresh_outputs split_k twin twin_only gemv gemv_normed \
     attention_decode_rope_store attention_decode_rope_in attention_decode_latent attention_casts packed_products \
@@ -109,13 +126,6 @@ env $OLD_DECODE "$V" generate --model "$M" --prompt-ids-file /tmp/b1.jsonl --max
 sec "serve, clients over 8 processes"
 python3 tools/bench/serve.py --shape 1.1b --vkformers "$V" --serve-args "--max-batch 64" --procs 8 \
     --clients 64 --requests 256 --max-tokens 256 --prompt-spread 64 --json "$OUT/serve.json" 2>&1 | tail -16 | tee -a "$LOG"
-sec "serve, 8 client processes, one batch a step (VKFORMERS_BATCH_COMMANDS=0)"
-VKFORMERS_BATCH_COMMANDS=0 python3 tools/bench/serve.py --shape 1.1b --vkformers "$V" --serve-args "--max-batch 64" \
-    --procs 8 --clients 64 --requests 256 --max-tokens 256 --prompt-spread 64 --json "$OUT/serve-1batch.json" 2>&1 |
-    tail -16 | tee -a "$LOG"
-sec "serve, one client process (as before)"
-python3 tools/bench/serve.py --shape 1.1b --vkformers "$V" --serve-args "--max-batch 64" --procs 1 \
-    --clients 64 --requests 256 --max-tokens 256 --prompt-spread 64 --json "$OUT/serve-1proc.json" 2>&1 | tail -16 | tee -a "$LOG"
 sec "chat: lookahead on / off"
 printf 'Write a long story about a dragon.\nContinue it.\nAnd then?\n' > /tmp/turns.txt
 # chat needs a tokenizer: generate.py's copy of the model folder with a WordLevel one, if made.
