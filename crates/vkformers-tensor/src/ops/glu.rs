@@ -10,8 +10,9 @@ pub use vkformers_kernels::glu::Glu;
 use crate::{Graph, Result, Tensor, VkError};
 
 /// `out = f(gate) * up`; gate, up, out [.., I] (gate and up of one shape). Under autocast in
-/// training the backward keeps 16-bit copies of gate and up (written by the forward kernel)
-/// instead of the f32 tensors, as `torch.autocast` keeps the 16-bit outputs of the products.
+/// training the backward keeps 16-bit copies of gate and up (written by the forward kernel; cast
+/// after it with `VKFORMERS_NO_TWINS=1`) instead of the f32 tensors, as `torch.autocast` keeps
+/// the 16-bit outputs of the products.
 pub fn glu(g: &Graph<'_>, gate: &Tensor, up: &Tensor, kind: Glu) -> Result<Tensor> {
     if gate.shape() != up.shape() || gate.shape().is_empty() {
         return Err(shape_error(format!("gate {:?} and up {:?} must have one shape", gate.shape(), up.shape())));
