@@ -30,8 +30,20 @@ fn train_rows(dtype: &str, env: &[(&str, &str)], out: &Path, prefixes: &[&str]) 
 
 /// [`train_rows`] with the extra arguments `args` (the precision flag among them).
 fn train_with(args: &[&str], env: &[(&str, &str)], out: &Path, prefixes: &[&str]) -> (Vec<(String, f64)>, Vec<u8>) {
-    let dtype = args.join(" ");
-    let (model, data) = (repo().join("tests/fixtures/llama"), repo().join("tests/fixtures_train/rows.jsonl"));
+    train_model("llama", args, env, out, prefixes)
+}
+
+/// [`train_with`] of the fixture `tests/fixtures/<fixture>`.
+fn train_model(
+    fixture: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+    out: &Path,
+    prefixes: &[&str],
+) -> (Vec<(String, f64)>, Vec<u8>) {
+    let dtype = format!("{fixture} {}", args.join(" "));
+    let model = repo().join("tests/fixtures").join(fixture);
+    let data = repo().join("tests/fixtures_train/rows.jsonl");
     let o = Command::new(env!("CARGO_BIN_EXE_vkformers"))
         .args(["train", "--model", &model.display().to_string(), "--data", &data.display().to_string()])
         .args(["--out", &out.display().to_string(), "--max-steps", "2", "--batch-size", "2", "--no-shuffle"])
@@ -136,4 +148,32 @@ fn a_checkpointed_mixed_precision_step_trains_the_same_weights() {
     let (_, weights) = train_with(&["--bf16", "--gradient-checkpointing"], &[], ckpt.path(), &[]);
     let (_, weights_plain) = train_with(&["--bf16"], &[], plain.path(), &[]);
     assert!(weights == weights_plain, "--gradient-checkpointing: trained weights differ from the plain step's");
+}
+
+/// The twins (16-bit copies the producing kernels write) and the A/B switches that turn parts of
+/// them off train the same weights, bit for bit, on families with other norms, clips and MLPs:
+/// OLMo (clip_qkv, LayerNorm without affine weights, biases), Cohere (LayerNorm, parallel
+/// attention and MLP), Phi-3 (fused gate_up), Gemma 2 (GeGLU, softcaps, sandwich norms), Qwen2
+/// (q/k/v biases), DeepSeek-V2 (MLA, experts) and the tiny Llama. `VKFORMERS_NO_TWINS=1` once
+/// made every GLU's backward read f32 gate and up where the twins saved 16-bit copies of them
+/// (2e-3 apart after two steps); the casts now save the copies the twins write.
+#[test]
+fn the_twins_and_their_switches_train_the_same_weights_across_families() {
+    let switches = ["VKFORMERS_NO_TWINS", "VKFORMERS_WIDE_OUTPUTS", "VKFORMERS_ATTN_CASTS", "VKFORMERS_GEMM_CASTS"];
+    for fixture in ["olmo", "llama", "cohere", "phi3", "gemma2", "qwen2", "deepseek_v2"] {
+        let base = tempfile::tempdir().unwrap();
+        let (_, weights) = train_model(fixture, &["--bf16"], &[], base.path(), &[]);
+        for switch in switches {
+            let other = tempfile::tempdir().unwrap();
+            let (_, weights_off) = train_model(fixture, &["--bf16"], &[(switch, "1")], other.path(), &[]);
+            assert!(weights == weights_off, "{fixture} --bf16: trained weights differ from {switch}=1's");
+        }
+    }
+    // Under --fp16 and with the layers recomputed in backward too (the GLU's saved copies).
+    for args in [&["--fp16"][..], &["--bf16", "--gradient-checkpointing"]] {
+        let (twins, casts) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (_, weights) = train_model("olmo", args, &[], twins.path(), &[]);
+        let (_, weights_casts) = train_model("olmo", args, &[("VKFORMERS_NO_TWINS", "1")], casts.path(), &[]);
+        assert!(weights == weights_casts, "olmo {args:?}: trained weights differ from VKFORMERS_NO_TWINS=1's");
+    }
 }

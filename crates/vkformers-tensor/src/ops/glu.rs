@@ -3,15 +3,16 @@
 //! columns are the gate (HF Phi-3's `gate_up_proj(x).chunk(2, dim=-1)`).
 //! Backward: `dgate = dout * up * f'(gate)`, `dup = dout * f(gate)`, from the saved inputs.
 
-use vkformers_kernels::dtype::{DType, Twin};
+use vkformers_kernels::dtype::{cast as cast_kernel, DType, Twin};
 use vkformers_kernels::glu as k;
 pub use vkformers_kernels::glu::Glu;
 
 use crate::{Graph, Result, Tensor, VkError};
 
 /// `out = f(gate) * up`; gate, up, out [.., I] (gate and up of one shape). Under autocast in
-/// training the backward keeps 16-bit copies of gate and up (written by the forward kernel)
-/// instead of the f32 tensors, as `torch.autocast` keeps the 16-bit outputs of the products.
+/// training the backward keeps 16-bit copies of gate and up (written by the forward kernel; cast
+/// after it with `VKFORMERS_NO_TWINS=1`) instead of the f32 tensors, as `torch.autocast` keeps
+/// the 16-bit outputs of the products.
 pub fn glu(g: &Graph<'_>, gate: &Tensor, up: &Tensor, kind: Glu) -> Result<Tensor> {
     if gate.shape() != up.shape() || gate.shape().is_empty() {
         return Err(shape_error(format!("gate {:?} and up {:?} must have one shape", gate.shape(), up.shape())));
@@ -165,9 +166,10 @@ pub fn glu_fused_for_product(g: &Graph<'_>, gate_up: &Tensor, kind: Glu) -> Resu
         return Ok(out);
     }
     let trains = g.grad_enabled() && !g.discarding_nodes() && gate_up.requires_grad();
-    if !trains || gate_up.dtype() != DType::F32 || gate_up.shape().is_empty() || !two_inner.is_multiple_of(2) {
+    let fits = gate_up.dtype() == DType::F32 && !gate_up.shape().is_empty() && two_inner.is_multiple_of(2);
+    let Some(dt) = g.autocast().filter(|_| trains && fits) else {
         return glu_fused(g, gate_up, kind);
-    }
+    };
     let (rows, inner) = (gate_up.rows(), two_inner / 2);
     let mut shape = gate_up.shape().to_vec();
     if let Some(last) = shape.last_mut() {
@@ -177,22 +179,27 @@ pub fn glu_fused_for_product(g: &Graph<'_>, gate_up: &Tensor, kind: Glu) -> Resu
         Some(dt) => (g.output_as(&shape, dt, &[gate_up])?, None),
         None => {
             let out = g.output(&shape, &[gate_up])?;
-            match crate::ops::cast::twin(g, &out)? {
-                Some(t) => (out, Some(t)),
-                None => return glu_fused(g, gate_up, kind),
-            }
+            let twin = crate::ops::cast::twin(g, &out)?;
+            (out, twin)
         }
     };
-    let dt = twin.as_ref().map_or(out.dtype(), Tensor::dtype);
+    // gate_up saved in 16 bits whether the forward kernel writes the copy or (no twins) a cast
+    // does: the backward reads the same saved values either way.
     let saved = g.empty_as(gate_up.shape(), dt)?;
     g.record(|rec| {
         let (gu, save) = ((gate_up.view(), None), Some(halves(&saved, inner)));
         match &twin {
             Some(t) => k::forward_twin(rec, kind, gu, out.view(), twin_of(t), save, rows, inner),
-            None => k::forward_twin_only(rec, kind, gu, twin_of(&out), save, (rows, inner)),
+            None if out.dtype() != DType::F32 => {
+                k::forward_twin_only(rec, kind, gu, twin_of(&out), save, (rows, inner))
+            }
+            None => {
+                k::forward_fused(rec, kind, gate_up.view(), out.view(), rows, inner, DType::F32)?;
+                cast_kernel(rec, gate_up.view(), DType::F32, saved.view(), dt)
+            }
         }
     })?;
-    if twin.is_none() {
+    if out.dtype() != DType::F32 {
         crate::ops::cast::takes_wide_grad(g, &out);
     }
     let half_grad = g.takes_half_grad(gate_up);
@@ -261,19 +268,26 @@ fn record_forward(
     (rows, inner): (usize, usize),
 ) -> Result<Option<[Tensor; 2]>> {
     let twin = crate::ops::cast::twin(g, out)?;
-    let keep = twin.as_ref().filter(|_| up.is_some() && out.requires_grad() && !g.discarding_nodes());
-    let saved = keep
-        .map(|t| -> Result<[Tensor; 2]> {
-            Ok([g.empty_as(gate.shape(), t.dtype())?, g.empty_as(gate.shape(), t.dtype())?])
-        })
-        .transpose()?;
+    // Under autocast in training the backward of separate gate and up reads 16-bit copies of
+    // them, with the twins or without (then cast after the f32 forward: the same values).
+    let trains = g.grad_enabled() && out.requires_grad() && !g.discarding_nodes();
+    let keep = g.autocast().filter(|_| up.is_some() && trains);
+    let saved =
+        keep.map(|dt| -> Result<[Tensor; 2]> { Ok([g.empty_as(gate.shape(), dt)?, g.empty_as(gate.shape(), dt)?]) });
+    let saved = saved.transpose()?;
     g.record(|rec| match (&twin, up) {
         (Some(t), _) => {
             let save = saved.as_ref().map(|s| s.each_ref().map(twin_of));
             let ins = (gate.view(), up.map(Tensor::view));
             k::forward_twin(rec, kind, ins, out.view(), twin_of(t), save, rows, inner)
         }
-        (None, Some(up)) => k::forward(rec, kind, gate.view(), up.view(), out.view(), rows, inner, DType::F32),
+        (None, Some(up)) => {
+            k::forward(rec, kind, gate.view(), up.view(), out.view(), rows, inner, DType::F32)?;
+            for (x, s) in [gate, up].into_iter().zip(saved.iter().flatten()) {
+                cast_kernel(rec, x.view(), DType::F32, s.view(), s.dtype())?;
+            }
+            Ok(())
+        }
         (None, None) => k::forward_fused(rec, kind, gate.view(), out.view(), rows, inner, DType::F32),
     })?;
     Ok(saved)
