@@ -47,6 +47,10 @@ pub struct KernelPush {
     pub bytes: u32,
 }
 
+/// Fewest members a layout of another source of the family must have to be taken as a `base`:
+/// a shared header (attention's 11 scalars), not a coincidence of `n` alone.
+const MIN_SHARED_HEADER: usize = 4;
+
 /// A distinct layout and the kernels that read it.
 struct Layout {
     name: String,
@@ -54,8 +58,9 @@ struct Layout {
     bytes: u32,
     kernels: Vec<String>,
     alias_of: Option<usize>,
-    /// A layout of the same source whose members are a prefix of this one's: this struct holds it
-    /// as `base` (the `#if` members a variant adds come after the shared ones).
+    /// A layout of the same source (or a long one of the family) whose members are a prefix of
+    /// this one's: this struct holds it as `base` (the `#if` members a variant adds, or a
+    /// kernel's own after a shared header, come after the shared ones).
     base: Option<usize>,
 }
 
@@ -155,15 +160,20 @@ fn layouts(all: &[KernelPush]) -> Vec<Layout> {
         }
         let names = group_names(src, &groups);
         let first = out.len();
+        let family_dir = format!("{}/", src.split('/').next().unwrap_or(src));
         for (g, name) in groups.iter().zip(names) {
-            let family = src.split('/').next().unwrap_or(src);
             let alias_of = out.iter().position(|l| {
-                l.alias_of.is_none() && l.members == g[0].members && l.kernels[0].starts_with(&format!("{family}/"))
+                l.alias_of.is_none() && l.members == g[0].members && l.kernels[0].starts_with(&family_dir)
             });
             let members = &g[0].members;
-            let base = (first..out.len()).find(|&i| {
+            let base = (0..out.len()).find(|&i| {
                 let b = &out[i];
-                b.base.is_none() && b.members.len() < members.len() && members.starts_with(&b.members)
+                let near =
+                    i >= first || (b.members.len() >= MIN_SHARED_HEADER && b.kernels[0].starts_with(&family_dir));
+                near && b.alias_of.is_none()
+                    && b.base.is_none()
+                    && b.members.len() < members.len()
+                    && members.starts_with(&b.members)
             });
             out.push(Layout {
                 base,
