@@ -56,6 +56,7 @@ fn main() {
                 kernel: name.clone(),
                 source: base.clone(),
                 suffix: v.suffix.clone(),
+                defines: v.defines.iter().map(|(k, _)| k.clone()).collect(),
                 members,
                 bytes,
             });

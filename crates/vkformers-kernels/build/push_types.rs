@@ -38,11 +38,13 @@ pub struct Member {
 }
 
 /// One compiled kernel's scalars: kernel name (`family/source:variant`), the source
-/// (`family/source`), the variant suffix, the members and their byte length.
+/// (`family/source`), the variant suffix and the names of its defines, the members and their
+/// byte length.
 pub struct KernelPush {
     pub kernel: String,
     pub source: String,
     pub suffix: String,
+    pub defines: Vec<String>,
     pub members: Vec<Member>,
     pub bytes: u32,
 }
@@ -188,27 +190,22 @@ fn layouts(all: &[KernelPush]) -> Vec<Layout> {
     out
 }
 
-/// The struct name of each layout group of source `src`: the first group (most variants break
-/// ties) without distinguishing tokens gets the plain name.
+/// The struct name of each layout group of source `src`: the first group without distinguishing
+/// tokens (variant-name parts, else define names: `out16`) gets the plain name.
 fn group_names(src: &str, groups: &[Vec<&KernelPush>]) -> Vec<String> {
     let base = camel(&src.replace('/', "_"));
     if groups.len() == 1 {
         return vec![format!("{base}Push")];
     }
-    let tokens = |k: &KernelPush| -> Vec<String> { k.suffix.split('_').map(str::to_string).collect() };
+    let suffix_tokens = |k: &KernelPush| -> Vec<String> { k.suffix.split('_').map(str::to_string).collect() };
+    let define_tokens = |k: &KernelPush| -> Vec<String> { k.defines.iter().map(|d| d.to_lowercase()).collect() };
     let mut names = Vec::new();
     let mut plain_taken = false;
     for (i, g) in groups.iter().enumerate() {
-        let others: Vec<String> = groups
-            .iter()
-            .enumerate()
-            .filter(|(j, _)| *j != i)
-            .flat_map(|(_, o)| o.iter().flat_map(|k| tokens(k)))
-            .collect();
-        let own: Vec<String> = tokens(g[0])
-            .into_iter()
-            .filter(|t| !t.is_empty() && g.iter().all(|k| tokens(k).contains(t)) && !others.contains(t))
-            .collect();
+        let mut own = distinguishing(groups, i, suffix_tokens);
+        if own.is_empty() {
+            own = distinguishing(groups, i, define_tokens);
+        }
         let name = if own.is_empty() && !plain_taken {
             plain_taken = true;
             format!("{base}Push")
@@ -220,6 +217,19 @@ fn group_names(src: &str, groups: &[Vec<&KernelPush>]) -> Vec<String> {
         names.push(name);
     }
     names
+}
+
+/// The tokens every kernel of `groups[i]` has and no kernel of another group has.
+fn distinguishing(groups: &[Vec<&KernelPush>], i: usize, tokens: impl Fn(&KernelPush) -> Vec<String>) -> Vec<String> {
+    let others: Vec<String> = groups
+        .iter()
+        .enumerate()
+        .filter(|(j, _)| *j != i)
+        .flat_map(|(_, o)| o.iter().flat_map(|k| tokens(k)))
+        .collect();
+    let g = &groups[i];
+    let shared = |t: &String| !t.is_empty() && g.iter().all(|k| tokens(k).contains(t)) && !others.contains(t);
+    tokens(g[0]).into_iter().filter(shared).collect()
 }
 
 /// `snake_case` (or `a-b`) → `CamelCase`.
