@@ -11,7 +11,7 @@ use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result};
 
 use crate::activation::Activation;
 use crate::code;
-use crate::code::{GluBackwardPush, GluBackwardPushOut16, GluForwardPush, GluForwardPushTwin};
+use crate::code::{GluBackwardPush, GluBackwardPushOut16, GluForwardPush};
 use crate::dtype::{DType, Twin};
 use crate::launch::{count, dispatch, expect_len, groups_for, pick, skip};
 
