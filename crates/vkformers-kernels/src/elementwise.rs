@@ -3,15 +3,11 @@
 
 use vkformers_vk::{read, write, BufferView, Recorder, Result, VkError};
 
-use crate::code;
-use crate::launch::MAX_GROUPS;
-
-/// Threads per workgroup of the elementwise shaders (their `local_size_x`).
-const LOCAL: u64 = 256;
-
-fn groups_for(n: u64) -> [u32; 3] {
-    [n.div_ceil(LOCAL).clamp(1, MAX_GROUPS) as u32, 1, 1]
-}
+use crate::code::{
+    self, ElementwiseBinaryPush, ElementwiseCastColsPush, ElementwiseCopyColsPush, ElementwiseCopyPush,
+    ElementwiseFillPush, ElementwiseSplitColsPush,
+};
+use crate::launch::{dispatch, groups_for};
 
 fn elements(kernel: &str, v: &BufferView<'_>) -> Result<u32> {
     let n = v.len / 4;
@@ -34,14 +30,11 @@ fn same_len(kernel: &str, a: &BufferView<'_>, b: &BufferView<'_>) -> Result<()> 
     Ok(())
 }
 
-fn params(words: &[u32]) -> Vec<u8> {
-    words.iter().flat_map(|w| w.to_le_bytes()).collect()
-}
-
 /// `out[i] = value`.
 pub fn fill(rec: &mut Recorder, out: BufferView<'_>, value: f32) -> Result<()> {
     let n = elements(code::ELEMENTWISE_FILL.name, &out)?;
-    rec.dispatch(&code::ELEMENTWISE_FILL, &[], &[write(out)], &params(&[n, value.to_bits()]), groups_for(n.into()))
+    let push = ElementwiseFillPush { n, value };
+    dispatch(rec, &code::ELEMENTWISE_FILL, &[], &[write(out)], &push, groups_for(n.into()))
 }
 
 /// `out[i] = x[i]`.
@@ -49,7 +42,7 @@ pub fn copy(rec: &mut Recorder, x: BufferView<'_>, out: BufferView<'_>) -> Resul
     let k = &code::ELEMENTWISE_COPY;
     same_len(k.name, &x, &out)?;
     let n = elements(k.name, &out)?;
-    rec.dispatch(k, &[], &[read(x), write(out)], &params(&[n]), groups_for(n.into()))
+    dispatch(rec, k, &[], &[read(x), write(out)], &ElementwiseCopyPush { n }, groups_for(n.into()))
 }
 
 fn binary(
@@ -62,7 +55,7 @@ fn binary(
     same_len(k.name, &x, &out)?;
     same_len(k.name, &y, &out)?;
     let n = elements(k.name, &out)?;
-    rec.dispatch(k, &[], &[read(x), read(y), write(out)], &params(&[n]), groups_for(n.into()))
+    dispatch(rec, k, &[], &[read(x), read(y), write(out)], &ElementwiseBinaryPush { n }, groups_for(n.into()))
 }
 
 /// `out[i] = x[i] + y[i]`.
@@ -98,8 +91,8 @@ pub fn split_cols(rec: &mut Recorder, x: BufferView<'_>, outs: &[BufferView<'_>]
     // Two parts: the third pointer is never written (n2 = 0); the second fills its place.
     let third = outs.get(2).copied().unwrap_or(outs[1]);
     let args = [read(x), write(outs[0]), write(outs[1]), write(third)];
-    let push = params(&[rows, n[0], n[1], n[2]]);
-    rec.dispatch(k, &[], &args, &push, groups_for(u64::from(total)))
+    let [n0, n1, n2] = n;
+    dispatch(rec, k, &[], &args, &ElementwiseSplitColsPush { rows, n0, n1, n2 }, groups_for(u64::from(total)))
 }
 
 /// Copies `x [rows, n]` into columns `[col0, col0 + n)` of `out [rows, stride]`, elements of
@@ -124,8 +117,8 @@ pub fn copy_cols(
     if x.len < r * n64 * elem_bytes || out.len < r * s * elem_bytes {
         return fail(format!("views of {} and {} bytes for {rows} x {n} into {rows} x {stride}", x.len, out.len));
     }
-    let push = params(&[rows, n, stride, col0]);
-    rec.dispatch(k, &[], &[read(x), write(out)], &push, groups_for(r * n64))
+    let push = ElementwiseCopyColsPush { rows, n, stride, col0 };
+    dispatch(rec, k, &[], &[read(x), write(out)], &push, groups_for(r * n64))
 }
 
 /// `out [rows, n]` (16 bits, `out.dtype`) = the first `n` columns of the f32 `x [rows, x_stride]`
@@ -147,6 +140,6 @@ pub fn cast_cols(
         return fail(format!("x of {} bytes for {rows} rows of stride {x_stride}", x.len));
     }
     let half = out.code(k.name, r * n64)?;
-    let push = params(&[rows, n, x_stride, half]);
-    rec.dispatch(k, &[], &[read(x), write(out.view)], &push, groups_for(r * n64))
+    let push = ElementwiseCastColsPush { rows, n, x_stride, twin: half };
+    dispatch(rec, k, &[], &[read(x), write(out.view)], &push, groups_for(r * n64))
 }

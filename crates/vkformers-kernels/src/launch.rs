@@ -107,11 +107,6 @@ fn check_push<P: Push>(code: &KernelCode) -> Result<()> {
     Ok(())
 }
 
-/// Push parameters from 4-byte words.
-pub(crate) fn params(words: &[u32]) -> Vec<u8> {
-    words.iter().flat_map(|w| w.to_le_bytes()).collect()
-}
-
 /// Number of `dt` elements in `v`; an error when it is not whole or not below 2^32.
 pub(crate) fn elements(k: &KernelCode, what: &str, v: &BufferView<'_>, dt: DType) -> Result<u64> {
     let n = v.len / dt.bytes();
