@@ -81,6 +81,18 @@ pub fn generate(all: &[KernelPush]) -> String {
             None => write_struct(&mut code, i, &layouts),
         }
     }
+    let table: Vec<String> = layouts
+        .iter()
+        .filter(|l| l.alias_of.is_none())
+        .map(|l| format!("    (\"{}\", <{} as crate::launch::Push>::KERNELS, {}),", l.name, l.name, l.bytes))
+        .collect();
+    writeln!(
+        code,
+        "\n/// Every push struct: (name, kernels, bytes), for tests that check the grouping.\n\
+         #[cfg(test)]\npub(crate) const PUSH_STRUCTS: &[(&str, &[&str], usize)] = &[\n{}\n];",
+        table.join("\n")
+    )
+    .unwrap();
     code
 }
 

@@ -6,7 +6,7 @@
 use vkformers_vk::{read, write, BufferView, Recorder, Result, VkError};
 
 use crate::code::{self, CastCast4Push, CastCastPush};
-use crate::launch::dispatch;
+use crate::launch::{dispatch, groups_for};
 pub use crate::matmul::DType;
 
 impl DType {
@@ -57,12 +57,10 @@ pub fn cast(rec: &mut Recorder, x: BufferView<'_>, from: DType, out: BufferView<
             _ => &code::CAST_CAST4_FROM_BF16,
         };
         let n4 = n / 4;
-        let groups = n4.div_ceil(256).min(65_535) as u32;
         let push = CastCast4Push { n4: n4 as u32 };
-        return dispatch(rec, k4, &[], &[read(x), write(out)], &push, [groups, 1, 1]);
+        return dispatch(rec, k4, &[], &[read(x), write(out)], &push, groups_for(n4));
     }
-    let groups = n.div_ceil(256).min(65_535) as u32;
-    dispatch(rec, k, &[], &[read(x), write(out)], &CastCastPush { n: n as u32 }, [groups, 1, 1])
+    dispatch(rec, k, &[], &[read(x), write(out)], &CastCastPush { n: n as u32 }, groups_for(n))
 }
 
 /// A 16-bit twin of an f32 output: the `twin` variants of the RMSNorm forward, RoPE and the

@@ -10,6 +10,8 @@ pub(crate) const LOCAL: u64 = 256;
 /// Workgroups per dispatch at most: grid-stride and group-stride loops cover the rest. Also
 /// within lavapipe's x limit of 65535.
 pub(crate) const MAX_GROUPS: u64 = 65_535;
+/// [`MAX_GROUPS`] for families whose grid arithmetic is in u32.
+pub(crate) const MAX_GROUPS_32: u32 = MAX_GROUPS as u32;
 
 /// A `VkError::Kernel` naming `k`.
 pub(crate) fn err(k: &KernelCode, message: String) -> VkError {
@@ -161,4 +163,71 @@ pub(crate) fn count(k: &KernelCode, dims: &[usize]) -> Result<u32> {
 pub(crate) fn skip<'a>(v: BufferView<'a>, elems: u64, dt: DType) -> BufferView<'a> {
     let off = (elems * dt.bytes()).min(v.len);
     BufferView { buffer: v.buffer, offset: v.offset + off, len: v.len - off }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::code::{self, AttentionDecodePush, AttentionDecodePushRope, PUSH_STRUCTS};
+
+    /// Every kernel with scalars has exactly one struct, of its block's scalar bytes (the
+    /// reflected size less the pointers); a kernel without scalars has none.
+    #[test]
+    fn every_kernel_has_one_push_struct_of_its_size() {
+        for k in code::ALL {
+            let scalars = k.push_size as usize - 8 * k.pointers as usize;
+            let owners: Vec<_> = PUSH_STRUCTS.iter().filter(|(_, ks, _)| ks.contains(&k.name)).collect();
+            match (scalars, owners.as_slice()) {
+                (0, []) => {}
+                (n, [(name, _, bytes)]) => assert_eq!(n, *bytes, "{}: {name}", k.name),
+                (_, o) => panic!("{}: {} push structs for {scalars} bytes", k.name, o.len()),
+            }
+        }
+    }
+
+    /// decode.comp's block, member by member as the shader declares it (tq first, vrow last,
+    /// the two floats 7th and 8th); the rope variant appends its members after the base's.
+    #[test]
+    fn decode_push_bytes_follow_the_shader() {
+        let base = AttentionDecodePush {
+            tq: 1,
+            hq: 2,
+            hkv: 3,
+            d: 4,
+            flags: 5,
+            window: 6,
+            scale: 0.5,
+            softcap: 2.0,
+            block_size: 9,
+            max_blocks: 10,
+            num_blocks: 11,
+            splits: 12,
+            chunk: 13,
+            dvh: 14,
+            vrow: 15,
+        };
+        let words = [1, 2, 3, 4, 5, 6, 0.5f32.to_bits(), 2.0f32.to_bits(), 9, 10, 11, 12, 13, 14, 15];
+        let want: Vec<u8> = words.iter().flat_map(|w: &u32| w.to_le_bytes()).collect();
+        assert_eq!(base.bytes().as_slice(), &want[..]);
+        let rope = AttentionDecodePushRope {
+            base,
+            rot_dim: 16,
+            interleaved: 17,
+            mscale: 1.5,
+            pool_rows: 19,
+            q_stride: 20,
+            kv_stride: 21,
+        };
+        let tail = [16, 17, 1.5f32.to_bits(), 19, 20, 21].map(u32::to_le_bytes).concat();
+        assert_eq!(rope.bytes().as_slice(), &[want, tail].concat()[..]);
+    }
+
+    /// A struct passed with another kernel is refused, naming the struct.
+    #[test]
+    fn another_kernels_push_struct_is_refused() {
+        assert!(check_push::<AttentionDecodePush>(&code::ATTENTION_DECODE_D64).is_ok());
+        let e = check_push::<AttentionDecodePushRope>(&code::ATTENTION_DECODE_D64).unwrap_err();
+        assert!(e.to_string().contains("AttentionDecodePushRope"), "{e}");
+        assert!(check_push::<AttentionDecodePush>(&code::NORM_RMS_FORWARD_F32).is_err());
+    }
 }

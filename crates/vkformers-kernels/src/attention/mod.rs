@@ -50,8 +50,7 @@ const FLAG_CAUSAL: u32 = 1;
 const FLAG_KMASK: u32 = 2;
 const FLAG_ALIBI: u32 = 4;
 const FLAG_SINKS: u32 = 8;
-/// [`crate::launch::MAX_GROUPS`] in this family's u32 arithmetic.
-const MAX_GROUPS: u32 = crate::launch::MAX_GROUPS as u32;
+use crate::launch::MAX_GROUPS_32 as MAX_GROUPS;
 
 /// Sizes of one attention call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -24,9 +24,8 @@ use crate::dtype::DType;
 use crate::launch::{dispatch, err_plain as err, expect_bytes as expect_len_of, variant as pick};
 
 /// Threads per workgroup of every loss shader.
-const LOCAL: u32 = 256;
-/// [`crate::launch::MAX_GROUPS`] in this family's u32 arithmetic.
-const MAX_GROUPS: u32 = crate::launch::MAX_GROUPS as u32;
+const LOCAL: u32 = crate::launch::LOCAL as u32;
+use crate::launch::MAX_GROUPS_32 as MAX_GROUPS;
 
 /// The operands shared by the cross-entropy kernels: `logits [rows, vocab]` in `dtype` (which
 /// is also the type of the `dlogits` written) and `labels [rows]` i32.

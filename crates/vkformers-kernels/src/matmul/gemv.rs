@@ -12,7 +12,7 @@ use super::DType;
 use crate::code;
 use crate::code::MatmulGemvPush;
 use crate::glu::Glu;
-use crate::launch::{dispatch, err_named as err};
+use crate::launch::{dispatch, err_named as err, MAX_GROUPS_32};
 
 /// Most rows of x one dispatch takes.
 pub const MAX_ROWS: u32 = 16;
@@ -347,7 +347,7 @@ fn dispatch_single(
 ) -> Result<()> {
     let (m, n, k, ldx, ldy) = (desc.m, desc.n, desc.k, desc.ldx, desc.ldy);
     let push = MatmulGemvPush { M: m, N: n, K: k, ldx, ldy, flags, n1: 0, n2: 0, eps: 0.0 };
-    let groups = desc.n.div_ceil(ROWS_PER_GROUP).min(rec.caps().max_workgroup_count[0]).min(65_535);
+    let groups = desc.n.div_ceil(ROWS_PER_GROUP).min(rec.caps().max_workgroup_count[0]).min(MAX_GROUPS_32);
     dispatch(rec, kernel, &spec, args, &push, [groups, 1, 1])?;
     rec.set_flops(2.0 * f64::from(desc.m) * f64::from(desc.n) * f64::from(desc.k));
     Ok(())
@@ -579,7 +579,7 @@ fn dispatch_group(
     let (n1, n2) = (ns.get(1).copied().unwrap_or(0), ns.get(2).copied().unwrap_or(0));
     let push = MatmulGemvPush { M: d.m, N: ns[0], K: d.k, ldx: d.ldx, ldy: ns[0], flags, n1, n2, eps: pro.eps };
     let blocks: u32 = ns.iter().map(|n| n.div_ceil(ROWS_PER_GROUP)).sum();
-    let groups = blocks.min(rec.caps().max_workgroup_count[0]).min(65_535);
+    let groups = blocks.min(rec.caps().max_workgroup_count[0]).min(MAX_GROUPS_32);
     let (w1, w2) = (*ws.get(1).unwrap_or(&ws[0]), *ws.get(2).unwrap_or(&ws[0]));
     let (y1, y2) = (*ys.get(1).unwrap_or(&ys[0]), *ys.get(2).unwrap_or(&ys[0]));
     let (hs, xn) = (pro.hs.unwrap_or(ys[0]), pro.xn.unwrap_or(ys[0]));

@@ -20,7 +20,7 @@ use vkformers_vk::{read, read_write, write, BufferView, KernelCode, Recorder, Re
 
 use crate::code;
 use crate::code::MatmulGemmPush;
-use crate::launch::{dispatch, err_named as err};
+use crate::launch::{dispatch, err_named as err, MAX_GROUPS_32};
 
 /// Storage type of A and B (C and bias are always f32; accumulation is f32).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -350,8 +350,8 @@ pub fn gemm(
         None => a_sub,
     };
     let (bm, bn) = tile.dims();
-    let groups = [desc.n.div_ceil(bn), desc.m.div_ceil(bm), desc.batch.min(65_535)];
-    if groups[0] > 65_535 || groups[1] > 65_535 {
+    let groups = [desc.n.div_ceil(bn), desc.m.div_ceil(bm), desc.batch.min(MAX_GROUPS_32)];
+    if groups[0] > MAX_GROUPS_32 || groups[1] > MAX_GROUPS_32 {
         return Err(err(name, format!("{}×{} too large for the workgroup grid {groups:?}", desc.m, desc.n)));
     }
     let flags = u32::from(desc.has_bias) | pa << 1 | pb << 2 | c_type_bits(desc.c_dtype) << 3 | pc << 5;

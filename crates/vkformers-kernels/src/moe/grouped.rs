@@ -199,7 +199,8 @@ pub fn grouped_wgrad(
     expect_words(kc, "d", &d, count(kc, &[experts, li, rj])?.into())?;
     expect_words(kc, "offsets", &offsets, experts as u64 + 1)?;
     let p = MoeGroupedWgradPush { experts: experts as u32, li: li as u32, rj: rj as u32 };
-    let groups = [rj.div_ceil(bn).max(1) as u32, li.div_ceil(bm).max(1) as u32, experts.clamp(1, 65_535) as u32];
+    let groups =
+        [rj.div_ceil(bn).max(1) as u32, li.div_ceil(bm).max(1) as u32, experts.clamp(1, MAX_GROUPS as usize) as u32];
     dispatch(rec, kc, &[], &[read(l), read(r), write(d), read(offsets)], &p, groups)
 }
 

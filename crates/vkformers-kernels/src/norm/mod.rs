@@ -28,8 +28,7 @@ use crate::launch::{dispatch, err_named as err, variant};
 
 /// Workgroups sharing out the rows of a backward (and rows of partial sums to add).
 const GRAD_BLOCKS: u32 = 1024;
-/// [`crate::launch::MAX_GROUPS`] in this family's u32 arithmetic.
-const MAX_GROUPS: u32 = crate::launch::MAX_GROUPS as u32;
+use crate::launch::MAX_GROUPS_32 as MAX_GROUPS;
 /// Threads per workgroup of `norm/col_sum`.
 const COL_LOCAL: u32 = 256;
 
