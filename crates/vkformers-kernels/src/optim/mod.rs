@@ -17,12 +17,9 @@ pub mod reference;
 
 use vkformers_vk::{read, read_write, write, BufferView, KernelCode, Recorder, Result};
 
-use crate::code;
-use crate::code::{OptimAdamwPush, OptimNormClipPush, OptimSumPartsPush, OptimSumSquaresPush};
+use crate::code::{self, OptimAdamwPush, OptimNormClipPush, OptimSumPartsPush, OptimSumSquaresPush};
 use crate::dtype::DType;
 use crate::launch::{dispatch, err, LOCAL, MAX_GROUPS};
-
-/// Threads per workgroup of the optimizer shaders.
 
 /// AdamW hyper-parameters, as `torch.optim.AdamW(lr, betas=(beta1, beta2), eps, weight_decay)`.
 #[derive(Clone, Copy, Debug, PartialEq)]
