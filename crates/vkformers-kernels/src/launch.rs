@@ -75,8 +75,10 @@ pub(crate) trait Push {
     fn bytes(&self) -> Self::Bytes;
 }
 
-/// [`Recorder::dispatch`] with the scalars of `push`; an error when `code` is not one of the
-/// kernels whose block `P` is (a launcher passing another kernel's struct).
+/// [`Recorder::dispatch`] with the scalars of `push`; with debug assertions (tests), an error
+/// when `code` is not one of the kernels whose block `P` is (a launcher passing another kernel's
+/// struct). Release builds skip that scan of `P::KERNELS` (up to ~30 names a dispatch, on the
+/// decode path); the recorder still checks the block's size.
 pub(crate) fn dispatch<P: Push>(
     rec: &mut Recorder,
     code: &KernelCode,
@@ -85,7 +87,9 @@ pub(crate) fn dispatch<P: Push>(
     push: &P,
     groups: [u32; 3],
 ) -> Result<()> {
-    check_push::<P>(code)?;
+    if cfg!(debug_assertions) {
+        check_push::<P>(code)?;
+    }
     rec.dispatch(code, spec, args, push.bytes().as_ref(), groups)
 }
 
@@ -97,10 +101,13 @@ pub(crate) fn dispatch_indirect<P: Push>(
     push: &P,
     groups: [u32; 3],
 ) -> Result<()> {
-    check_push::<P>(code)?;
+    if cfg!(debug_assertions) {
+        check_push::<P>(code)?;
+    }
     rec.dispatch_indirect(code, &[], args, indirect, push.bytes().as_ref(), groups)
 }
 
+/// An error unless `code` is one of the kernels whose push block `P` is.
 fn check_push<P: Push>(code: &KernelCode) -> Result<()> {
     if !P::KERNELS.contains(&code.name) {
         let push = std::any::type_name::<P>().rsplit("::").next().unwrap_or("?");
