@@ -1,31 +1,25 @@
 //! Elementwise f32 kernels: fill, copy, add, mul, and the column split of a packed product.
 //! Views are byte ranges holding f32 values.
 
-use vkformers_vk::{read, write, BufferView, Recorder, Result, VkError};
+use vkformers_vk::{read, write, BufferView, Recorder, Result};
 
 use crate::code::{
     self, ElementwiseBinaryPush, ElementwiseCastColsPush, ElementwiseCopyColsPush, ElementwiseCopyPush,
     ElementwiseFillPush, ElementwiseSplitColsPush,
 };
-use crate::launch::{dispatch, groups_for};
+use crate::launch::{dispatch, err, err_named, groups_for};
 
 fn elements(kernel: &str, v: &BufferView<'_>) -> Result<u32> {
     let n = v.len / 4;
     if !v.len.is_multiple_of(4) || n > u64::from(u32::MAX) {
-        return Err(VkError::Kernel {
-            kernel: kernel.into(),
-            message: format!("view of {} bytes is not a whole number of f32 below 2^32", v.len),
-        });
+        return Err(err_named(kernel, format!("view of {} bytes is not a whole number of f32 below 2^32", v.len)));
     }
     Ok(n as u32)
 }
 
 fn same_len(kernel: &str, a: &BufferView<'_>, b: &BufferView<'_>) -> Result<()> {
     if a.len != b.len {
-        return Err(VkError::Kernel {
-            kernel: kernel.into(),
-            message: format!("operands of {} and {} bytes", a.len, b.len),
-        });
+        return Err(err_named(kernel, format!("operands of {} and {} bytes", a.len, b.len)));
     }
     Ok(())
 }
@@ -72,7 +66,7 @@ pub fn mul(rec: &mut Recorder, x: BufferView<'_>, y: BufferView<'_>, out: Buffer
 /// the q, k and v of one packed q/k/v product as three contiguous tensors, in one dispatch.
 pub fn split_cols(rec: &mut Recorder, x: BufferView<'_>, outs: &[BufferView<'_>], rows: u32) -> Result<()> {
     let k = &code::ELEMENTWISE_SPLIT_COLS;
-    let fail = |message: String| Err(VkError::Kernel { kernel: k.name.into(), message });
+    let fail = |message: String| Err(err(k, message));
     if !(2..=3).contains(&outs.len()) || rows == 0 {
         return fail(format!("{} parts of {rows} rows (need 2 or 3 parts, rows > 0)", outs.len()));
     }
@@ -109,7 +103,7 @@ pub fn copy_cols(
         4 => &code::ELEMENTWISE_COPY_COLS_W32,
         _ => &code::ELEMENTWISE_COPY_COLS_W16,
     };
-    let fail = |message: String| Err(VkError::Kernel { kernel: k.name.into(), message });
+    let fail = |message: String| Err(err(k, message));
     let (r, n64, s) = (u64::from(rows), u64::from(n), u64::from(stride));
     if !matches!(elem_bytes, 2 | 4) || u64::from(col0) + n64 > s || r * n64 > u64::from(u32::MAX) {
         return fail(format!("{rows} x {n} of {elem_bytes} bytes into columns {col0}.. of {stride}"));
@@ -132,7 +126,7 @@ pub fn cast_cols(
 ) -> Result<()> {
     let k = &code::ELEMENTWISE_CAST_COLS;
     let (r, n64, s) = (u64::from(rows), u64::from(n), u64::from(x_stride));
-    let fail = |message: String| Err(VkError::Kernel { kernel: k.name.into(), message });
+    let fail = |message: String| Err(err(k, message));
     if n > x_stride || r * n64 > u64::from(u32::MAX) || r == 0 {
         return fail(format!("{rows} x {n} out of rows of {x_stride}"));
     }

@@ -33,11 +33,11 @@ pub mod reference;
 pub mod rope_store;
 pub mod sinks;
 
-use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result, VkError};
+use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result};
 
 use crate::code::{self, AttentionFwdPush};
 use crate::dtype::DType;
-use crate::launch::dispatch;
+use crate::launch::{dispatch, err_named as fail};
 
 /// lse written for a fully masked query row.
 pub const LSE_MASKED: f32 = -1.0e30;
@@ -172,10 +172,6 @@ pub struct Grads<'a> {
 struct Variant {
     code: &'static KernelCode,
     rows: u32,
-}
-
-fn fail(kernel: &str, message: String) -> VkError {
-    VkError::Kernel { kernel: kernel.into(), message }
 }
 
 /// Variant index by head dimension: d64, d128, d256, d576.
