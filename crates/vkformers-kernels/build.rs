@@ -57,6 +57,7 @@ fn main() {
                 source: base.clone(),
                 suffix: v.suffix.clone(),
                 defines: v.defines.iter().map(|(k, _)| k.clone()).collect(),
+                local_x: local_size_x(&words),
                 members,
                 bytes,
             });
@@ -186,6 +187,23 @@ struct Module {
     offsets: std::collections::HashMap<(u32, u32), u32>,
     member_names: std::collections::HashMap<(u32, u32), String>,
     push_var_type: Option<u32>,
+}
+
+/// The literal `local_size_x` of the module's entry point (`OpExecutionMode LocalSize`), or 0
+/// where it is not a literal (`LocalSizeId`, specialization constants).
+fn local_size_x(words: &[u32]) -> u32 {
+    const OP_EXECUTION_MODE: u32 = 16;
+    const MODE_LOCAL_SIZE: u32 = 17;
+    let mut i = 5;
+    while i < words.len() {
+        let count = ((words[i] >> 16) as usize).max(1);
+        let w = &words[i..i + count];
+        if words[i] & 0xffff == OP_EXECUTION_MODE && w[2] == MODE_LOCAL_SIZE {
+            return w[3];
+        }
+        i += count;
+    }
+    0
 }
 
 fn read_module(words: &[u32]) -> Module {

@@ -45,6 +45,8 @@ pub struct KernelPush {
     pub source: String,
     pub suffix: String,
     pub defines: Vec<String>,
+    /// `local_size_x` (0: not a literal).
+    pub local_x: u32,
     pub members: Vec<Member>,
     pub bytes: u32,
 }
@@ -59,6 +61,8 @@ struct Layout {
     members: Vec<Member>,
     bytes: u32,
     kernels: Vec<String>,
+    /// The kernels' common literal `local_size_x`, 0 where they differ or have none.
+    local_x: u32,
     alias_of: Option<usize>,
     /// A layout of the same source (or a long one of the family) whose members are a prefix of
     /// this one's: this struct holds it as `base` (the `#if` members a variant adds, or a
@@ -127,6 +131,9 @@ fn write_struct(code: &mut String, i: usize, layouts: &[Layout]) {
     writeln!(code, "}}\n\nimpl crate::launch::Push for {} {{", l.name).unwrap();
     let names: Vec<String> = kernels.iter().map(|k| format!("\"{k}\"")).collect();
     writeln!(code, "    const KERNELS: &'static [&'static str] = &[{}];", names.join(", ")).unwrap();
+    let group = || layouts.iter().enumerate().filter(|(j, o)| *j == i || o.alias_of == Some(i));
+    let local_x = if group().all(|(_, o)| o.local_x == l.local_x) { l.local_x } else { 0 };
+    writeln!(code, "    const LOCAL_X: u32 = {local_x};").unwrap();
     writeln!(code, "    type Bytes = [u8; {}];", l.bytes).unwrap();
     writeln!(code, "    fn bytes(&self) -> [u8; {}] {{\n        let mut b = [0u8; {}];", l.bytes, l.bytes).unwrap();
     if let Some(base) = l.base {
@@ -195,6 +202,7 @@ fn layouts(all: &[KernelPush]) -> Vec<Layout> {
                 members: g[0].members.clone(),
                 bytes: g[0].bytes,
                 kernels: g.iter().map(|k| k.kernel.clone()).collect(),
+                local_x: if g.iter().all(|k| k.local_x == g[0].local_x) { g[0].local_x } else { 0 },
                 alias_of,
             });
         }

@@ -6,7 +6,7 @@
 use vkformers_vk::{read, write, BufferView, Recorder, Result, VkError};
 
 use crate::code::{self, CastCast4Push, CastCastPush};
-use crate::launch::{dispatch, groups_for};
+use crate::launch::dispatch_elems;
 pub use crate::matmul::DType;
 
 impl DType {
@@ -58,9 +58,9 @@ pub fn cast(rec: &mut Recorder, x: BufferView<'_>, from: DType, out: BufferView<
         };
         let n4 = n / 4;
         let push = CastCast4Push { n4: n4 as u32 };
-        return dispatch(rec, k4, &[], &[read(x), write(out)], &push, groups_for(n4));
+        return dispatch_elems(rec, k4, &[read(x), write(out)], &push, n4);
     }
-    dispatch(rec, k, &[], &[read(x), write(out)], &CastCastPush { n: n as u32 }, groups_for(n))
+    dispatch_elems(rec, k, &[read(x), write(out)], &CastCastPush { n: n as u32 }, n)
 }
 
 /// A 16-bit twin of an f32 output: the `twin` variants of the RMSNorm forward, RoPE and the

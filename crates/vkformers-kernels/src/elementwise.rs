@@ -7,7 +7,7 @@ use crate::code::{
     self, ElementwiseBinaryPush, ElementwiseCastColsPush, ElementwiseCopyColsPush, ElementwiseCopyPush,
     ElementwiseFillPush, ElementwiseSplitColsPush,
 };
-use crate::launch::{dispatch, err, err_named, groups_for};
+use crate::launch::{dispatch_elems, err, err_named};
 
 fn elements(kernel: &str, v: &BufferView<'_>) -> Result<u32> {
     let n = v.len / 4;
@@ -28,7 +28,7 @@ fn same_len(kernel: &str, a: &BufferView<'_>, b: &BufferView<'_>) -> Result<()> 
 pub fn fill(rec: &mut Recorder, out: BufferView<'_>, value: f32) -> Result<()> {
     let n = elements(code::ELEMENTWISE_FILL.name, &out)?;
     let push = ElementwiseFillPush { n, value };
-    dispatch(rec, &code::ELEMENTWISE_FILL, &[], &[write(out)], &push, groups_for(n.into()))
+    dispatch_elems(rec, &code::ELEMENTWISE_FILL, &[write(out)], &push, n.into())
 }
 
 /// `out[i] = x[i]`.
@@ -36,7 +36,7 @@ pub fn copy(rec: &mut Recorder, x: BufferView<'_>, out: BufferView<'_>) -> Resul
     let k = &code::ELEMENTWISE_COPY;
     same_len(k.name, &x, &out)?;
     let n = elements(k.name, &out)?;
-    dispatch(rec, k, &[], &[read(x), write(out)], &ElementwiseCopyPush { n }, groups_for(n.into()))
+    dispatch_elems(rec, k, &[read(x), write(out)], &ElementwiseCopyPush { n }, n.into())
 }
 
 fn binary(
@@ -49,7 +49,7 @@ fn binary(
     same_len(k.name, &x, &out)?;
     same_len(k.name, &y, &out)?;
     let n = elements(k.name, &out)?;
-    dispatch(rec, k, &[], &[read(x), read(y), write(out)], &ElementwiseBinaryPush { n }, groups_for(n.into()))
+    dispatch_elems(rec, k, &[read(x), read(y), write(out)], &ElementwiseBinaryPush { n }, n.into())
 }
 
 /// `out[i] = x[i] + y[i]`.
@@ -86,7 +86,7 @@ pub fn split_cols(rec: &mut Recorder, x: BufferView<'_>, outs: &[BufferView<'_>]
     let third = outs.get(2).copied().unwrap_or(outs[1]);
     let args = [read(x), write(outs[0]), write(outs[1]), write(third)];
     let [n0, n1, n2] = n;
-    dispatch(rec, k, &[], &args, &ElementwiseSplitColsPush { rows, n0, n1, n2 }, groups_for(u64::from(total)))
+    dispatch_elems(rec, k, &args, &ElementwiseSplitColsPush { rows, n0, n1, n2 }, u64::from(total))
 }
 
 /// Copies `x [rows, n]` into columns `[col0, col0 + n)` of `out [rows, stride]`, elements of
@@ -112,7 +112,7 @@ pub fn copy_cols(
         return fail(format!("views of {} and {} bytes for {rows} x {n} into {rows} x {stride}", x.len, out.len));
     }
     let push = ElementwiseCopyColsPush { rows, n, stride, col0 };
-    dispatch(rec, k, &[], &[read(x), write(out)], &push, groups_for(r * n64))
+    dispatch_elems(rec, k, &[read(x), write(out)], &push, r * n64)
 }
 
 /// `out [rows, n]` (16 bits, `out.dtype`) = the first `n` columns of the f32 `x [rows, x_stride]`
@@ -135,5 +135,5 @@ pub fn cast_cols(
     }
     let half = out.code(k.name, r * n64)?;
     let push = ElementwiseCastColsPush { rows, n, x_stride, twin: half };
-    dispatch(rec, k, &[], &[read(x), write(out.view)], &push, groups_for(r * n64))
+    dispatch_elems(rec, k, &[read(x), write(out.view)], &push, r * n64)
 }

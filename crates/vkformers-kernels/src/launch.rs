@@ -5,8 +5,6 @@ use vkformers_vk::{Arg, BufferView, KernelCode, Recorder, Result, VkError};
 
 use crate::dtype::DType;
 
-/// Threads per workgroup of these families' shaders (their `local_size_x`).
-pub(crate) const LOCAL: u64 = 256;
 /// Workgroups per dispatch at most: grid-stride and group-stride loops cover the rest. Also
 /// within lavapipe's x limit of 65535.
 pub(crate) const MAX_GROUPS: u64 = 65_535;
@@ -54,9 +52,12 @@ pub(crate) fn check_storage(rec: &Recorder, k: &KernelCode, dt: DType) -> Result
     Ok(())
 }
 
-/// Grid of a one-thread-per-element kernel over `n` elements.
-pub(crate) fn groups_for(n: u64) -> [u32; 3] {
-    [n.div_ceil(LOCAL).clamp(1, MAX_GROUPS) as u32, 1, 1]
+/// Grid of a one-thread-per-element kernel whose push block is `P`, over `n` elements: the
+/// workgroup size is the shaders' own (`P::LOCAL_X`, from the reflection; a compile error where
+/// they have none in common).
+pub(crate) fn grid_for<P: Push>(_: &P, n: u64) -> [u32; 3] {
+    const { assert!(P::LOCAL_X > 0, "the push block's kernels have no common literal local_size_x") };
+    [n.div_ceil(u64::from(P::LOCAL_X)).clamp(1, MAX_GROUPS) as u32, 1, 1]
 }
 
 /// Grid of a one-workgroup-per-item kernel over `n` items (rows, outputs).
@@ -69,6 +70,8 @@ pub(crate) fn groups_per_item(n: u64) -> [u32; 3] {
 pub(crate) trait Push {
     /// The kernels (`family/source:variant`) whose block this is.
     const KERNELS: &'static [&'static str];
+    /// Their shaders' common literal `local_size_x` (0 where they differ or it is not a literal).
+    const LOCAL_X: u32;
     /// `[u8; N]`, N the scalars' bytes.
     type Bytes: AsRef<[u8]>;
     /// The scalars, little-endian at their offsets after the buffer pointers.
@@ -91,6 +94,18 @@ pub(crate) fn dispatch<P: Push>(
         check_push::<P>(code)?;
     }
     rec.dispatch(code, spec, args, push.bytes().as_ref(), groups)
+}
+
+/// [`dispatch`] of a one-thread-per-element kernel over `n` elements (grid-stride loops past
+/// [`MAX_GROUPS`] workgroups), its workgroup size its shaders' own ([`grid_for`]).
+pub(crate) fn dispatch_elems<P: Push>(
+    rec: &mut Recorder,
+    code: &KernelCode,
+    args: &[Arg<'_>],
+    push: &P,
+    n: u64,
+) -> Result<()> {
+    dispatch(rec, code, &[], args, push, grid_for(push, n))
 }
 
 /// [`Recorder::dispatch_indirect`] with the scalars of `push`, checked as [`dispatch`] does.
@@ -227,6 +242,15 @@ mod tests {
         };
         let tail = [16, 17, 1.5f32.to_bits(), 19, 20, 21].map(u32::to_le_bytes).concat();
         assert_eq!(rope.bytes().as_slice(), &[want, tail].concat()[..]);
+    }
+
+    /// Workgroup sizes come from the shaders: rope.comp's literal 256; decode.comp's variants
+    /// differ (128-key and 64-key tiles), so its struct has none and `grid_for` refuses it.
+    #[test]
+    fn local_sizes_are_the_shaders() {
+        assert_eq!(<code::RopeRopePush as Push>::LOCAL_X, 256);
+        assert_eq!(<AttentionDecodePush as Push>::LOCAL_X, 0);
+        assert_eq!(grid_for(&code::ElementwiseFillPush { n: 0, value: 0.0 }, 257), [2, 1, 1]);
     }
 
     /// A struct passed with another kernel is refused, naming the struct.

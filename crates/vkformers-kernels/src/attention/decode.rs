@@ -24,7 +24,7 @@ use super::{check_len, fail};
 use crate::code;
 use crate::code::{AttentionDecodePush, AttentionDecodePushRope, AttentionDecodeRopePush, AttentionDecodeStorePush};
 use crate::dtype::DType;
-use crate::launch::dispatch;
+use crate::launch::{dispatch, dispatch_elems};
 use crate::rope::{Rope, RopeLayout};
 
 /// Query rows of one kv head per workgroup (BQ of decode.comp): a decode step's GQA group
@@ -636,7 +636,7 @@ pub fn store_from(
     }
     let push = AttentionDecodeStorePush { n: n as u32, width: pools.width, pool_rows: pools.rows };
     let args = [read(k_new), read(v_new), read(slots), write(pools.k), write(pools.v)];
-    dispatch(rec, code, &[], &args, &push, crate::launch::groups_for(elems))
+    dispatch_elems(rec, code, &args, &push, elems)
 }
 
 /// Records the rotary embedding of a decode step's queries and keys in one dispatch:
@@ -679,7 +679,7 @@ pub fn rope_qk(
     };
     let work = rows * (r / 2 + d - r);
     let args = [read(q), read(k), write(qo), write(ko), read(pos), read(inv_freq)];
-    dispatch(rec, code, &[], &args, &push, crate::launch::groups_for(work))
+    dispatch_elems(rec, code, &args, &push, work)
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use super::{check_len, fail};
 use crate::code;
 use crate::code::{AttentionDecodePushRope, AttentionDecodeRopePush, AttentionDecodeRopeStorePush};
 use crate::dtype::DType;
-use crate::launch::{dispatch, groups_for};
+use crate::launch::dispatch_elems;
 use crate::rope::{Rope, RopeLayout};
 
 /// The step's new rows, f32: q `[N, Hq, D]`, k and v `[N, Hkv, D]`, each token's row `strides`
@@ -115,7 +115,7 @@ pub fn rope_store(
         read(slots),
         read(inv_freq),
     ];
-    dispatch(rec, code, &[], &args, &push, groups_for(work))
+    dispatch_elems(rec, code, &args, &push, work)
 }
 
 /// The new token of a decode step that [`attend`] rotates and stores: k and v `[B, Hkv, D]` f32

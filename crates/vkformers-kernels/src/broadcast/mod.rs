@@ -18,7 +18,7 @@ use vkformers_vk::{read, read_write, write, BufferView, KernelCode, Recorder, Re
 use crate::code;
 use crate::code::{BroadcastAxpyPush, BroadcastBinaryPush, BroadcastScalePush};
 use crate::dtype::DType;
-use crate::launch::{check_storage, count, dispatch, elements, err, expect_len, groups_for, groups_per_item, pick};
+use crate::launch::{check_storage, count, dispatch, dispatch_elems, elements, err, expect_len, groups_per_item, pick};
 
 /// Most dims an operand or output may have.
 pub const MAX_DIMS: usize = 4;
@@ -114,7 +114,7 @@ pub fn binary(
     let sb = broadcast_strides(&pad4(b_shape), &o);
     let ([_, d1, d2, d3], [sa0, sa1, sa2, sa3], [sb0, sb1, sb2, sb3]) = (o.map(|d| d as u32), sa, sb);
     let push = BroadcastBinaryPush { n, d1, d2, d3, sa0, sa1, sa2, sa3, sb0, sb1, sb2, sb3 };
-    dispatch(rec, k, &[], &[read(a), read(b), write(out)], &push, groups_for(n.into()))
+    dispatch_elems(rec, k, &[read(a), read(b), write(out)], &push, n.into())
 }
 
 /// `out = sum of g over the dims where `shape` is broadcast to `g_shape``: the gradient of an
@@ -168,7 +168,7 @@ pub fn sum_to_shape(
     let push = BroadcastSumToShapePush { m, k: reduced, o1, o2, o3, t1, t2, t3, r1, r2, r3 };
     let args = [read(g), write(out)];
     if reduced <= 64 || m >= 8192 {
-        dispatch(rec, serial, &[], &args, &push, groups_for(m.into()))
+        dispatch_elems(rec, serial, &args, &push, m.into())
     } else {
         dispatch(rec, k, &[], &args, &push, groups_per_item(m.into()))
     }
@@ -179,7 +179,7 @@ pub fn scale(rec: &mut Recorder, x: BufferView<'_>, out: BufferView<'_>, alpha: 
     let k = pick(rec, dt, [&code::BROADCAST_SCALE_F32, &code::BROADCAST_SCALE_F16, &code::BROADCAST_SCALE_BF16])?;
     let n = elements(k, "x", &x, dt)?;
     expect_len(k, "out", &out, n, dt)?;
-    dispatch(rec, k, &[], &[read(x), write(out)], &BroadcastScalePush { n: n as u32, alpha }, groups_for(n))
+    dispatch_elems(rec, k, &[read(x), write(out)], &BroadcastScalePush { n: n as u32, alpha }, n)
 }
 
 /// `y += alpha * x` in place (gradient accumulation); x [n] of storage type `x_dt`, the
@@ -188,5 +188,5 @@ pub fn axpy(rec: &mut Recorder, alpha: f32, x: BufferView<'_>, y: BufferView<'_>
     let k = pick(rec, x_dt, [&code::BROADCAST_AXPY_F32, &code::BROADCAST_AXPY_F16, &code::BROADCAST_AXPY_BF16])?;
     let n = elements(k, "x", &x, x_dt)?;
     expect_len(k, "y", &y, n, DType::F32)?;
-    dispatch(rec, k, &[], &[read(x), read_write(y)], &BroadcastAxpyPush { n: n as u32, alpha }, groups_for(n))
+    dispatch_elems(rec, k, &[read(x), read_write(y)], &BroadcastAxpyPush { n: n as u32, alpha }, n)
 }

@@ -14,7 +14,7 @@ use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result};
 
 use crate::code::{self, DropoutDropoutPush, DropoutRandomBitsPush};
 use crate::dtype::DType;
-use crate::launch::{dispatch, err, pick, LOCAL, MAX_GROUPS};
+use crate::launch::{dispatch, err, pick, Push, MAX_GROUPS};
 
 /// Number of `bytes`-byte values in `v`: an error unless whole and in 1..2^32.
 fn elements(k: &KernelCode, what: &str, v: &BufferView<'_>, bytes: u64) -> Result<u32> {
@@ -29,7 +29,10 @@ fn elements(k: &KernelCode, what: &str, v: &BufferView<'_>, bytes: u64) -> Resul
 /// 4-word Philox block per loop iteration).
 fn groups(n: u32, offset: u64) -> [u32; 3] {
     let blocks = ((offset & 3) + u64::from(n)).div_ceil(4);
-    [blocks.div_ceil(LOCAL).clamp(1, MAX_GROUPS) as u32, 1, 1]
+    // dropout.comp and random_bits.comp: one workgroup size (checked at compile time).
+    const LOCAL: u32 = <DropoutDropoutPush as Push>::LOCAL_X;
+    const { assert!(LOCAL > 0 && LOCAL == <DropoutRandomBitsPush as Push>::LOCAL_X) };
+    [blocks.div_ceil(u64::from(LOCAL)).clamp(1, MAX_GROUPS) as u32, 1, 1]
 }
 
 /// The low and high words of `x`.

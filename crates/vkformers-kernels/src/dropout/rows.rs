@@ -9,7 +9,7 @@ use vkformers_vk::{read, write, BufferView, Recorder, Result};
 use super::keep_scale;
 use crate::code::{self, DropoutRowsPush};
 use crate::dtype::DType;
-use crate::launch::{dispatch, err, pick, LOCAL, MAX_GROUPS};
+use crate::launch::{dispatch, err, pick, Push, MAX_GROUPS};
 
 /// Words of key per row.
 pub const KEY_WORDS: usize = 3;
@@ -45,6 +45,9 @@ pub fn apply(
     }
     let (seed_lo, seed_hi) = (seed as u32, (seed >> 32) as u32);
     let push = DropoutRowsPush { rows: rows as u32, cols: cols as u32, seed_lo, seed_hi, p, scale: keep_scale(p) };
-    let groups = [blocks.div_ceil(LOCAL).clamp(1, MAX_GROUPS) as u32, 1, 1];
+    const LOCAL: u32 = <DropoutRowsPush as Push>::LOCAL_X;
+    const { assert!(LOCAL > 0) };
+    let local = u64::from(LOCAL);
+    let groups = [blocks.div_ceil(local).clamp(1, MAX_GROUPS) as u32, 1, 1];
     dispatch(rec, k, &[], &[read(x), read(keys), write(y)], &push, groups)
 }

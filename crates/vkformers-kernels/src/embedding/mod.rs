@@ -21,7 +21,7 @@ use crate::code::{
     EmbeddingAccumulatePush, EmbeddingGatherPush, EmbeddingHistogramPush, EmbeddingScanPush, EmbeddingScatterPush,
 };
 use crate::dtype::DType;
-use crate::launch::{dispatch, err_plain as err, expect_values as check_len_of, groups_for, variant as pick};
+use crate::launch::{dispatch, dispatch_elems, err_plain as err, expect_values as check_len_of, variant as pick};
 use crate::{code, elementwise};
 
 /// Threads per workgroup of the embedding kernels.
@@ -70,7 +70,7 @@ pub fn embedding_forward(
     let n = u64::from(p.tokens) * u64::from(p.dim);
     check_len_of(k, "out", &out, n, p.dtype.bytes())?;
     let params = EmbeddingGatherPush { n_tokens: p.tokens, vocab: p.vocab, D: p.dim };
-    dispatch(rec, k, &[], &[read(w), read(ids), write(out)], &params, groups_for(n))
+    dispatch_elems(rec, k, &[read(w), read(ids), write(out)], &params, n)
 }
 
 /// Forward of a 16-bit table into f32 rows: `out[n, :] = w[ids[n], :]` widened (exact), `w
@@ -93,7 +93,7 @@ pub fn embedding_forward_wide(
     let n = u64::from(p.tokens) * u64::from(p.dim);
     check_len(k, "out", &out, n)?;
     let params = EmbeddingGatherPush { n_tokens: p.tokens, vocab: p.vocab, D: p.dim };
-    dispatch(rec, k, &[], &[read(w), read(ids), write(out)], &params, groups_for(n))
+    dispatch_elems(rec, k, &[read(w), read(ids), write(out)], &params, n)
 }
 
 /// Bytes of scratch [`embedding_backward`] needs: `counts [V]`, `offsets [V + 1]`, `perm [N]`
@@ -128,7 +128,7 @@ pub fn counting_sort<'a>(
 
     elementwise::fill(rec, counts, 0.0)?;
     let params = EmbeddingHistogramPush { n_tokens: tokens, vocab };
-    dispatch(rec, hist, &[], &[read(ids), read_write(counts)], &params, groups_for(tokens.into()))?;
+    dispatch_elems(rec, hist, &[read(ids), read_write(counts)], &params, tokens.into())?;
     let scan = &code::EMBEDDING_SCAN;
     dispatch(rec, scan, &[], &[read_write(counts), write(offsets)], &EmbeddingScanPush { vocab }, [1, 1, 1])?;
     let scatter = &code::EMBEDDING_SCATTER;
@@ -197,5 +197,5 @@ fn backward_with(
     let args = [read(ids), read(offsets), read(perm), read(dout), read_write(dw)];
     let padding = p.padding_idx.unwrap_or(u32::MAX);
     let params = EmbeddingAccumulatePush { n_tokens: p.tokens, vocab: p.vocab, D: p.dim, padding_idx: padding };
-    dispatch(rec, k, &[], &args, &params, groups_for(threads))
+    dispatch_elems(rec, k, &args, &params, threads)
 }

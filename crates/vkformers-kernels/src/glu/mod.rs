@@ -13,7 +13,7 @@ use crate::activation::Activation;
 use crate::code;
 use crate::code::{GluBackwardPush, GluBackwardPushOut16, GluForwardPush};
 use crate::dtype::{DType, Twin};
-use crate::launch::{count, dispatch, expect_len, groups_for, pick, skip};
+use crate::launch::{count, dispatch_elems, expect_len, pick, skip};
 
 /// A gated linear unit flavour.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,7 +79,7 @@ fn launch_forward(
     count(k, &[rows, stride])?;
     expect_len(k, "out", &out, n.into(), dt)?;
     let p = GluForwardPush { rows: rows as u32, inner: inner as u32, stride: stride as u32 };
-    dispatch(rec, k, &[], &[read(gate), read(up), write(out)], &p, groups_for(n.into()))
+    dispatch_elems(rec, k, &[read(gate), read(up), write(out)], &p, n.into())
 }
 
 /// [`forward`] of f32 tensors (separate gate and up `[rows, inner]`, or the fused gate_up
@@ -163,7 +163,7 @@ fn forward_twins(
     let p =
         GluForwardPushTwin { rows: rows as u32, inner: inner as u32, stride: stride as u32, twin: half, save: flags };
     let args = [read(gate), read(up), write(out.unwrap_or(twin.view)), write(twin.view), write(g16), write(u16)];
-    dispatch(rec, k, &[], &args, &p, groups_for(n.into()))
+    dispatch_elems(rec, k, &args, &p, n.into())
 }
 
 /// [`backward_twin`] from the 16-bit gate and up [`forward_twin`] saved (`saved`, of the twins'
@@ -296,7 +296,7 @@ fn launch_twin_backward(
     let base = GluBackwardPush { rows: rows as u32, inner: inner as u32, stride: stride as u32 };
     let p = GluBackwardPushOut16 { base, twin: half };
     let args = [read(gate), read(up), read(dout), write(dgate), write(dup), write(twins[0].view), write(twins[1].view)];
-    dispatch(rec, k, &[], &args, &p, groups_for(n))
+    dispatch_elems(rec, k, &args, &p, n)
 }
 
 /// `out = f(gate) * up`; gate, up, out [rows, inner] (separate tensors) of storage type `dt`.
@@ -358,7 +358,7 @@ fn launch_backward(
     expect_len(k, "dout", &v.dout, n.into(), dt)?;
     let p = GluBackwardPush { rows: rows as u32, inner: inner as u32, stride: stride as u32 };
     let args = [read(v.gate), read(v.up), read(v.dout), write(v.dgate), write(v.dup)];
-    dispatch(rec, k, &[], &args, &p, groups_for(n.into()))
+    dispatch_elems(rec, k, &args, &p, n.into())
 }
 
 /// Backward of [`forward`]: `dgate = dout * up * f'(gate)`, `dup = dout * f(gate)`;

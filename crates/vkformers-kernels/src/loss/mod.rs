@@ -21,11 +21,12 @@ use crate::code::{
     LossCountPush, LossCrossEntropyBwdPush, LossCrossEntropyBwdPushTwin, LossCrossEntropyPush, LossMeanPush,
 };
 use crate::dtype::DType;
-use crate::launch::{dispatch, err_plain as err, expect_bytes as expect_len_of, variant as pick};
-
-/// Threads per workgroup of every loss shader.
-const LOCAL: u32 = crate::launch::LOCAL as u32;
 use crate::launch::MAX_GROUPS_32 as MAX_GROUPS;
+use crate::launch::{dispatch, err_plain as err, expect_bytes as expect_len_of, variant as pick, Push};
+
+/// Threads per workgroup of the cross-entropy backward (its shader's, from the reflection).
+const BWD_LOCAL: u32 = <LossCrossEntropyBwdPush as Push>::LOCAL_X;
+const _: () = assert!(BWD_LOCAL > 0 && BWD_LOCAL == <LossCrossEntropyBwdPushTwin as Push>::LOCAL_X);
 
 /// The operands shared by the cross-entropy kernels: `logits [rows, vocab]` in `dtype` (which
 /// is also the type of the `dlogits` written) and `labels [rows]` i32.
@@ -142,7 +143,7 @@ pub fn backward(
     expect_len(k, "g", &g, 1)?;
     expect_len_of(k, "dlogits", &dlogits, ce.elems(), ce.dtype.bytes())?;
     let args = [read(ce.logits), read(ce.labels), read(lse), read(count), read(g), write(dlogits)];
-    let groups = [ce.vocab.div_ceil(LOCAL).min(MAX_GROUPS), ce.rows.min(MAX_GROUPS), 1];
+    let groups = [ce.vocab.div_ceil(BWD_LOCAL).min(MAX_GROUPS), ce.rows.min(MAX_GROUPS), 1];
     dispatch(rec, k, &[], &args, &LossCrossEntropyBwdPush { n: ce.rows, vocab: ce.vocab }, groups)
 }
 
@@ -165,7 +166,7 @@ pub fn backward_twin_only(
     expect_len(k, "g", &g, 1)?;
     let half = twin.code(k.name, ce.elems())?;
     let args = [read(ce.logits), read(ce.labels), read(lse), read(count), read(g), write(twin.view)];
-    let groups = [ce.vocab.div_ceil(LOCAL).min(MAX_GROUPS), ce.rows.min(MAX_GROUPS), 1];
+    let groups = [ce.vocab.div_ceil(BWD_LOCAL).min(MAX_GROUPS), ce.rows.min(MAX_GROUPS), 1];
     let push = LossCrossEntropyBwdPushTwin { n: ce.rows, vocab: ce.vocab, twin: half };
     dispatch(rec, k, &[], &args, &push, groups)
 }

@@ -13,7 +13,7 @@ use vkformers_vk::{read, write, BufferView, Recorder, Result};
 use super::expect_words;
 use crate::code;
 use crate::code::MoeClampedSwigluPush;
-use crate::launch::{count, dispatch, groups_for};
+use crate::launch::{count, dispatch_elems};
 
 /// The SwiGLU's constants (`swiglu_alpha`, `swiglu_limit`; gpt-oss: 1.702 and 7.0) and layout.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -50,7 +50,7 @@ pub fn forward(
     expect_words(kc, "gate_up", &gate_up, n.into())?;
     expect_words(kc, "out", &out, u64::from(n) / 2)?;
     let p = act.push(rows, inner);
-    dispatch(rec, kc, &[], &[read(gate_up), write(out)], &p, groups_for((rows * inner) as u64))
+    dispatch_elems(rec, kc, &[read(gate_up), write(out)], &p, (rows * inner) as u64)
 }
 
 /// `dgate_up [rows, 2·inner]` from `gate_up` and `dout [rows, inner]`.
@@ -68,7 +68,7 @@ pub fn backward(
     expect_words(kc, "dout", &dout, u64::from(n) / 2)?;
     let p = act.push(rows, inner);
     let bufs = [read(gate_up), read(dout), write(dgate_up)];
-    dispatch(rec, kc, &[], &bufs, &p, groups_for((rows * inner) as u64))
+    dispatch_elems(rec, kc, &bufs, &p, (rows * inner) as u64)
 }
 
 /// f64 reference forward: `out [rows, inner]`.

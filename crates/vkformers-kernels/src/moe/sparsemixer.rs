@@ -7,7 +7,7 @@ use vkformers_vk::{read, write, BufferView, Recorder, Result};
 use super::expect_words;
 use crate::code;
 use crate::code::MoeSparsemixerPush;
-use crate::launch::{count, dispatch, err, groups_for};
+use crate::launch::{count, dispatch_elems, err};
 
 /// The additive value of a masked-out expert (transformers' −inf: its softmax weight is 0).
 pub const OFF: f32 = -1e30;
@@ -39,7 +39,7 @@ pub fn sparsemixer(
     expect_words(kc, "flat", &flat, 2 * rows as u64)?;
     let p = MoeSparsemixerPush { rows: rows as u32, experts: experts as u32, eps };
     let bufs = [read(scores), write(mask), write(ids), write(flat), write(sel)];
-    dispatch(rec, kc, &[], &bufs, &p, groups_for(rows as u64))
+    dispatch_elems(rec, kc, &bufs, &p, rows as u64)
 }
 
 /// f64 reference of [`sparsemixer`]: `(mask, ids, flat, sel)`.

@@ -24,13 +24,14 @@ use crate::code::{
     NormRmsForwardPush, NormRmsForwardPushTwin,
 };
 use crate::dtype::{DType, Twin};
-use crate::launch::{dispatch, err_named as err, variant};
+use crate::launch::MAX_GROUPS_32 as MAX_GROUPS;
+use crate::launch::{dispatch, err_named as err, variant, Push};
 
 /// Workgroups sharing out the rows of a backward (and rows of partial sums to add).
 const GRAD_BLOCKS: u32 = 1024;
-use crate::launch::MAX_GROUPS_32 as MAX_GROUPS;
-/// Threads per workgroup of `norm/col_sum`.
-const COL_LOCAL: u32 = 256;
+/// Threads per workgroup of `norm/col_sum` (its shader's, from the reflection).
+const COL_LOCAL: u32 = <NormColSumPush as Push>::LOCAL_X;
+const _: () = assert!(COL_LOCAL > 0);
 
 /// Shape and options of an RMSNorm over the last dimension of `[rows, dim]`.
 #[derive(Clone, Copy, Debug)]

@@ -19,7 +19,7 @@ use vkformers_vk::{read, read_write, write, BufferView, KernelCode, Recorder, Re
 
 use crate::code::{self, OptimAdamwPush, OptimNormClipPush, OptimSumPartsPush, OptimSumSquaresPush};
 use crate::dtype::DType;
-use crate::launch::{dispatch, err, LOCAL, MAX_GROUPS};
+use crate::launch::{dispatch, err, Push, MAX_GROUPS};
 
 /// AdamW hyper-parameters, as `torch.optim.AdamW(lr, betas=(beta1, beta2), eps, weight_decay)`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -177,7 +177,7 @@ pub fn adamw_step_from(
     let [decay, w1, beta2, omb2, bc2_sqrt, neg_step, eps] = adamw_scalars(hp, step);
     let fresh = u32::from(moments == Moments::Fresh);
     let push = OptimAdamwPush { n, decay, w1, beta2, omb2, bc2_sqrt, neg_step, eps, fresh };
-    let groups = u64::from(n).div_ceil(LOCAL).min(MAX_GROUPS) as u32;
+    let groups = u64::from(n).div_ceil(u64::from(<OptimAdamwPush as Push>::LOCAL_X)).min(MAX_GROUPS) as u32;
     dispatch(rec, k, &[], &args, &push, [groups, 1, 1])
 }
 
@@ -185,7 +185,9 @@ pub fn adamw_step_from(
 /// about what an H200 keeps resident (132 SMs x 2048), so one large gradient fills the device.
 const MAX_PARTS: u64 = 1024;
 /// Elements per workgroup below which [`sum_squares`] uses fewer workgroups (16 per thread).
-const PART_ELEMS: u64 = 16 * LOCAL;
+const PART_ELEMS: u64 = 16 * <OptimSumSquaresPush as Push>::LOCAL_X as u64;
+const _: () =
+    assert!(PART_ELEMS > 0 && <OptimAdamwPush as Push>::LOCAL_X > 0 && <OptimSumPartsPush as Push>::LOCAL_X > 0);
 /// Most workgroups of the second stage ([`sum_parts`]).
 const MAX_SUMS: u64 = 256;
 
@@ -197,7 +199,7 @@ pub fn parts(n: u64) -> u32 {
 
 /// Second-stage sums over `total` partials: (workgroups, partials per workgroup).
 fn sums(total: u64) -> (u32, u32) {
-    let groups = total.div_ceil(4 * LOCAL).clamp(1, MAX_SUMS);
+    let groups = total.div_ceil(4 * u64::from(<OptimSumPartsPush as Push>::LOCAL_X)).clamp(1, MAX_SUMS);
     (groups as u32, total.div_ceil(groups) as u32)
 }
 

@@ -14,7 +14,7 @@ use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result};
 use crate::code;
 use crate::code::{ReduceBackwardPush, ReduceRowsPush};
 use crate::dtype::DType;
-use crate::launch::{count, dispatch, elements, err, expect_len, groups_for, groups_per_item, pick};
+use crate::launch::{count, dispatch, dispatch_elems, elements, err, expect_len, groups_per_item, pick};
 
 /// Elements each workgroup sums per stage when reducing everything.
 pub const CHUNK: u64 = 4096;
@@ -127,7 +127,7 @@ fn broadcast_back(
     }
     expect_len(k, "dy", &dy, n / d, dy_dt)?;
     let p = ReduceBackwardPush { n: n as u32, d: d as u32, scale };
-    dispatch(rec, k, &[], &[read(dy), write(dx)], &p, groups_for(n))
+    dispatch_elems(rec, k, &[read(dy), write(dx)], &p, n)
 }
 
 /// Backward of [`sum_rows`] (`scale` 1) or [`mean_rows`] (`scale` 1 / d): `dx[r, j] = scale *

@@ -12,7 +12,7 @@ use vkformers_vk::{read, read_write, write, BufferView, KernelCode, Recorder, Re
 use crate::code;
 use crate::code::{RopeRopePush, RopeRopePushTwin};
 use crate::dtype::{DType, Twin};
-use crate::launch::groups_for;
+use crate::launch::dispatch_elems;
 
 /// Which dims form a rotation pair.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,12 +106,11 @@ fn dispatch(
         return Ok(());
     }
     let params = rope_push(p, copy_tail, sign);
-    let groups = groups_for(work);
     let args = match out {
         Some(o) => [read(x), write(o), read(pos), read(inv_freq)],
         None => [read_write(x), read_write(x), read(pos), read(inv_freq)],
     };
-    crate::launch::dispatch(rec, kernel(p.dtype), &[], &args, &params, groups)
+    dispatch_elems(rec, kernel(p.dtype), &args, &params, work)
 }
 
 /// `out = rope(x)`: rotates each pair by `theta = pos * inv_freq[i]`, scaled by `mscale`.
@@ -288,9 +287,8 @@ fn dispatch_strided(
         return Ok(());
     }
     let params = RopeRopePushTwin { base: rope_push(p, true, sign), twin: half, x_stride, out_stride };
-    let groups = groups_for(work);
     let args = [read(x), write(out.unwrap_or(twin.view)), read(pos), read(inv_freq), write(twin.view)];
-    crate::launch::dispatch(rec, k, &[], &args, &params, groups)
+    dispatch_elems(rec, k, &args, &params, work)
 }
 
 /// The push constants after the pointers: shape, layout, tail copy, scale and direction.
