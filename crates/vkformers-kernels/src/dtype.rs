@@ -5,7 +5,8 @@
 
 use vkformers_vk::{read, write, BufferView, Recorder, Result, VkError};
 
-use crate::code;
+use crate::code::{self, CastCast4Push, CastCastPush};
+use crate::launch::dispatch_elems;
 pub use crate::matmul::DType;
 
 impl DType {
@@ -56,11 +57,10 @@ pub fn cast(rec: &mut Recorder, x: BufferView<'_>, from: DType, out: BufferView<
             _ => &code::CAST_CAST4_FROM_BF16,
         };
         let n4 = n / 4;
-        let groups = n4.div_ceil(256).min(65_535) as u32;
-        return rec.dispatch(k4, &[], &[read(x), write(out)], &(n4 as u32).to_le_bytes(), [groups, 1, 1]);
+        let push = CastCast4Push { n4: n4 as u32 };
+        return dispatch_elems(rec, k4, &[read(x), write(out)], &push, n4);
     }
-    let groups = n.div_ceil(256).min(65_535) as u32;
-    rec.dispatch(k, &[], &[read(x), write(out)], &(n as u32).to_le_bytes(), [groups, 1, 1])
+    dispatch_elems(rec, k, &[read(x), write(out)], &CastCastPush { n: n as u32 }, n)
 }
 
 /// A 16-bit twin of an f32 output: the `twin` variants of the RMSNorm forward, RoPE and the

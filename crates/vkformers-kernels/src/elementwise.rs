@@ -1,47 +1,34 @@
 //! Elementwise f32 kernels: fill, copy, add, mul, and the column split of a packed product.
 //! Views are byte ranges holding f32 values.
 
-use vkformers_vk::{read, write, BufferView, Recorder, Result, VkError};
+use vkformers_vk::{read, write, BufferView, Recorder, Result};
 
-use crate::code;
-use crate::launch::MAX_GROUPS;
-
-/// Threads per workgroup of the elementwise shaders (their `local_size_x`).
-const LOCAL: u64 = 256;
-
-fn groups_for(n: u64) -> [u32; 3] {
-    [n.div_ceil(LOCAL).clamp(1, MAX_GROUPS) as u32, 1, 1]
-}
+use crate::code::{
+    self, ElementwiseBinaryPush, ElementwiseCastColsPush, ElementwiseCopyColsPush, ElementwiseCopyPush,
+    ElementwiseFillPush, ElementwiseSplitColsPush,
+};
+use crate::launch::{dispatch_elems, err, err_named};
 
 fn elements(kernel: &str, v: &BufferView<'_>) -> Result<u32> {
     let n = v.len / 4;
     if !v.len.is_multiple_of(4) || n > u64::from(u32::MAX) {
-        return Err(VkError::Kernel {
-            kernel: kernel.into(),
-            message: format!("view of {} bytes is not a whole number of f32 below 2^32", v.len),
-        });
+        return Err(err_named(kernel, format!("view of {} bytes is not a whole number of f32 below 2^32", v.len)));
     }
     Ok(n as u32)
 }
 
 fn same_len(kernel: &str, a: &BufferView<'_>, b: &BufferView<'_>) -> Result<()> {
     if a.len != b.len {
-        return Err(VkError::Kernel {
-            kernel: kernel.into(),
-            message: format!("operands of {} and {} bytes", a.len, b.len),
-        });
+        return Err(err_named(kernel, format!("operands of {} and {} bytes", a.len, b.len)));
     }
     Ok(())
-}
-
-fn params(words: &[u32]) -> Vec<u8> {
-    words.iter().flat_map(|w| w.to_le_bytes()).collect()
 }
 
 /// `out[i] = value`.
 pub fn fill(rec: &mut Recorder, out: BufferView<'_>, value: f32) -> Result<()> {
     let n = elements(code::ELEMENTWISE_FILL.name, &out)?;
-    rec.dispatch(&code::ELEMENTWISE_FILL, &[], &[write(out)], &params(&[n, value.to_bits()]), groups_for(n.into()))
+    let push = ElementwiseFillPush { n, value };
+    dispatch_elems(rec, &code::ELEMENTWISE_FILL, &[write(out)], &push, n.into())
 }
 
 /// `out[i] = x[i]`.
@@ -49,7 +36,7 @@ pub fn copy(rec: &mut Recorder, x: BufferView<'_>, out: BufferView<'_>) -> Resul
     let k = &code::ELEMENTWISE_COPY;
     same_len(k.name, &x, &out)?;
     let n = elements(k.name, &out)?;
-    rec.dispatch(k, &[], &[read(x), write(out)], &params(&[n]), groups_for(n.into()))
+    dispatch_elems(rec, k, &[read(x), write(out)], &ElementwiseCopyPush { n }, n.into())
 }
 
 fn binary(
@@ -62,7 +49,7 @@ fn binary(
     same_len(k.name, &x, &out)?;
     same_len(k.name, &y, &out)?;
     let n = elements(k.name, &out)?;
-    rec.dispatch(k, &[], &[read(x), read(y), write(out)], &params(&[n]), groups_for(n.into()))
+    dispatch_elems(rec, k, &[read(x), read(y), write(out)], &ElementwiseBinaryPush { n }, n.into())
 }
 
 /// `out[i] = x[i] + y[i]`.
@@ -79,7 +66,7 @@ pub fn mul(rec: &mut Recorder, x: BufferView<'_>, y: BufferView<'_>, out: Buffer
 /// the q, k and v of one packed q/k/v product as three contiguous tensors, in one dispatch.
 pub fn split_cols(rec: &mut Recorder, x: BufferView<'_>, outs: &[BufferView<'_>], rows: u32) -> Result<()> {
     let k = &code::ELEMENTWISE_SPLIT_COLS;
-    let fail = |message: String| Err(VkError::Kernel { kernel: k.name.into(), message });
+    let fail = |message: String| Err(err(k, message));
     if !(2..=3).contains(&outs.len()) || rows == 0 {
         return fail(format!("{} parts of {rows} rows (need 2 or 3 parts, rows > 0)", outs.len()));
     }
@@ -98,8 +85,8 @@ pub fn split_cols(rec: &mut Recorder, x: BufferView<'_>, outs: &[BufferView<'_>]
     // Two parts: the third pointer is never written (n2 = 0); the second fills its place.
     let third = outs.get(2).copied().unwrap_or(outs[1]);
     let args = [read(x), write(outs[0]), write(outs[1]), write(third)];
-    let push = params(&[rows, n[0], n[1], n[2]]);
-    rec.dispatch(k, &[], &args, &push, groups_for(u64::from(total)))
+    let [n0, n1, n2] = n;
+    dispatch_elems(rec, k, &args, &ElementwiseSplitColsPush { rows, n0, n1, n2 }, u64::from(total))
 }
 
 /// Copies `x [rows, n]` into columns `[col0, col0 + n)` of `out [rows, stride]`, elements of
@@ -116,7 +103,7 @@ pub fn copy_cols(
         4 => &code::ELEMENTWISE_COPY_COLS_W32,
         _ => &code::ELEMENTWISE_COPY_COLS_W16,
     };
-    let fail = |message: String| Err(VkError::Kernel { kernel: k.name.into(), message });
+    let fail = |message: String| Err(err(k, message));
     let (r, n64, s) = (u64::from(rows), u64::from(n), u64::from(stride));
     if !matches!(elem_bytes, 2 | 4) || u64::from(col0) + n64 > s || r * n64 > u64::from(u32::MAX) {
         return fail(format!("{rows} x {n} of {elem_bytes} bytes into columns {col0}.. of {stride}"));
@@ -124,8 +111,8 @@ pub fn copy_cols(
     if x.len < r * n64 * elem_bytes || out.len < r * s * elem_bytes {
         return fail(format!("views of {} and {} bytes for {rows} x {n} into {rows} x {stride}", x.len, out.len));
     }
-    let push = params(&[rows, n, stride, col0]);
-    rec.dispatch(k, &[], &[read(x), write(out)], &push, groups_for(r * n64))
+    let push = ElementwiseCopyColsPush { rows, n, stride, col0 };
+    dispatch_elems(rec, k, &[read(x), write(out)], &push, r * n64)
 }
 
 /// `out [rows, n]` (16 bits, `out.dtype`) = the first `n` columns of the f32 `x [rows, x_stride]`
@@ -139,7 +126,7 @@ pub fn cast_cols(
 ) -> Result<()> {
     let k = &code::ELEMENTWISE_CAST_COLS;
     let (r, n64, s) = (u64::from(rows), u64::from(n), u64::from(x_stride));
-    let fail = |message: String| Err(VkError::Kernel { kernel: k.name.into(), message });
+    let fail = |message: String| Err(err(k, message));
     if n > x_stride || r * n64 > u64::from(u32::MAX) || r == 0 {
         return fail(format!("{rows} x {n} out of rows of {x_stride}"));
     }
@@ -147,6 +134,6 @@ pub fn cast_cols(
         return fail(format!("x of {} bytes for {rows} rows of stride {x_stride}", x.len));
     }
     let half = out.code(k.name, r * n64)?;
-    let push = params(&[rows, n, x_stride, half]);
-    rec.dispatch(k, &[], &[read(x), write(out.view)], &push, groups_for(r * n64))
+    let push = ElementwiseCastColsPush { rows, n, x_stride, twin: half };
+    dispatch_elems(rec, k, &[read(x), write(out.view)], &push, r * n64)
 }

@@ -6,7 +6,8 @@
 use vkformers_vk::{read, read_write, write, BufferView, Caps, KernelCode, Recorder, Result};
 
 use crate::code;
-use crate::launch::err_named as err;
+use crate::code::MatmulCoopmat2GemmPush;
+use crate::launch::{dispatch, err_named as err};
 
 /// Which tensor-core kernel runs a product.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -357,25 +358,23 @@ pub fn gemm_coopmat(
         }
     }
     let flags = u32::from(bias.is_some()) | (u32::from(d.beta_one) << 1) | (u32::from(d.c_half) << 2);
-    let params: Vec<u8> = [
-        d.m,
-        d.n,
-        d.k,
-        d.lda,
-        d.ldb,
-        d.ldc,
-        d.a_off,
-        d.b_off,
-        d.c_off,
-        d.a_bstride,
-        d.b_bstride,
-        d.c_bstride,
+    // coopmat_gemm.comp (KHR) declares the same block as coopmat2_gemm.comp (one struct, aliased).
+    let push = MatmulCoopmat2GemmPush {
+        M: d.m,
+        N: d.n,
+        K: d.k,
+        lda: d.lda,
+        ldb: d.ldb,
+        ldc: d.ldc,
+        a_off: d.a_off,
+        b_off: d.b_off,
+        c_off: d.c_off,
+        a_bstride: d.a_bstride,
+        b_bstride: d.b_bstride,
+        c_bstride: d.c_bstride,
         flags,
-        d.alpha.to_bits(),
-    ]
-    .iter()
-    .flat_map(|w| w.to_le_bytes())
-    .collect();
+        alpha: d.alpha,
+    };
     let c_arg = if d.beta_one { read_write(c) } else { write(c) };
     let bias_view = bias.unwrap_or(a);
     let groups = [d.n.div_ceil(block_n), d.m.div_ceil(block_m), d.batch];
@@ -385,7 +384,7 @@ pub fn gemm_coopmat(
         let t = d.tuning;
         vec![u32::from(d.trans_a), u32::from(d.trans_b), u32::from(t.fast), t.raster.max(1), t.unroll.max(1)]
     };
-    rec.dispatch(k, &spec, &[read(a), read(b), c_arg, read(bias_view)], &params, groups)?;
+    dispatch(rec, k, &spec, &[read(a), read(b), c_arg, read(bias_view)], &push, groups)?;
     rec.set_flops(d.flops());
     Ok(())
 }

@@ -6,7 +6,8 @@
 use vkformers_vk::{read, write, BufferView, Caps, KernelCode, Recorder, Result};
 
 use crate::code;
-use crate::launch::err_named as err;
+use crate::code::MatmulMmaPeakPush;
+use crate::launch::{dispatch, err_named as err};
 
 /// One probe: its kernel, multiply-add FLOPs a workgroup does per iteration, f32 outputs a
 /// workgroup writes, and bf16 operand elements it reads.
@@ -75,7 +76,7 @@ pub fn record(
             format!("views of {} / {} bytes are too small for {groups} groups", a.len, c.len),
         ));
     }
-    rec.dispatch(p.code, &[], &[read(a), write(c)], &iters.to_le_bytes(), [groups, 1, 1])?;
+    dispatch(rec, p.code, &[], &[read(a), write(c)], &MatmulMmaPeakPush { iters }, [groups, 1, 1])?;
     rec.set_flops(p.flops_per_iter * f64::from(groups) * f64::from(iters));
     Ok(())
 }

@@ -8,8 +8,9 @@ pub mod reference;
 use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result};
 
 use crate::code;
+use crate::code::{ActivationBackwardPush, ActivationForwardPush, ActivationXieluPush};
 use crate::dtype::DType;
-use crate::launch::{check_storage, elements, err, expect_len, groups_for, params, pick};
+use crate::launch::{check_storage, dispatch_elems, elements, err, expect_len, pick};
 
 /// A pointwise activation function.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,7 +105,7 @@ impl Activation {
 fn unary(rec: &mut Recorder, k: &KernelCode, x: BufferView<'_>, y: BufferView<'_>, dt: DType) -> Result<()> {
     let n = elements(k, "x", &x, dt)?;
     expect_len(k, "y", &y, n, dt)?;
-    rec.dispatch(k, &[], &[read(x), write(y)], &params(&[n as u32]), groups_for(n))
+    dispatch_elems(rec, k, &[read(x), write(y)], &ActivationForwardPush { n: n as u32 }, n)
 }
 
 /// `y = f(x)` elementwise; x, y [n] of storage type `dt`.
@@ -132,7 +133,7 @@ pub fn forward_narrow(
     check_storage(rec, k, out)?;
     let n = elements(k, "x", &x, DType::F32)?;
     expect_len(k, "y", &y, n, out)?;
-    rec.dispatch(k, &[], &[read(x), write(y)], &params(&[n as u32]), groups_for(n))
+    dispatch_elems(rec, k, &[read(x), write(y)], &ActivationForwardPush { n: n as u32 }, n)
 }
 
 /// `dx = dy * f'(x)` elementwise; x, dy, dx [n] of storage type `dt`.
@@ -148,7 +149,7 @@ pub fn backward(
     let n = elements(k, "x", &x, dt)?;
     expect_len(k, "dy", &dy, n, dt)?;
     expect_len(k, "dx", &dx, n, dt)?;
-    rec.dispatch(k, &[], &[read(x), read(dy), write(dx)], &params(&[n as u32]), groups_for(n))
+    dispatch_elems(rec, k, &[read(x), read(dy), write(dx)], &ActivationBackwardPush { n: n as u32 }, n)
 }
 
 /// `y = erf(x)` elementwise with the shaders' f32 erf (absolute error below 2e-7); x, y [n] f32.
@@ -182,7 +183,7 @@ pub fn xielu_forward(rec: &mut Recorder, x: BufferView<'_>, s: &XieluScalars<'_>
     expect_len(k, "y", &y, n, DType::F32)?;
     s.check(k)?;
     let bufs = [read(x), read(s.a_p), read(s.a_n), read(s.beta), read(s.eps), write(y)];
-    rec.dispatch(k, &[], &bufs, &params(&[n as u32]), groups_for(n))
+    dispatch_elems(rec, k, &bufs, &ActivationXieluPush { n: n as u32 }, n)
 }
 
 /// xIELU backward: `dx`, and the per-element terms `gp`, `gn` whose sums are the gradients of
@@ -202,5 +203,5 @@ pub fn xielu_backward(
     s.check(k)?;
     let bufs =
         [read(x), read(s.a_p), read(s.a_n), read(s.beta), read(s.eps), read(dy), write(dx), write(gp), write(gn)];
-    rec.dispatch(k, &[], &bufs, &params(&[n as u32]), groups_for(n))
+    dispatch_elems(rec, k, &bufs, &ActivationXieluPush { n: n as u32 }, n)
 }

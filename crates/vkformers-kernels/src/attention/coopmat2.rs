@@ -10,8 +10,9 @@ use super::{
     check_qkv, check_saved, check_shape, check_view, check_view_of, dim_class, fail, grid, params, Grads, Options, Qkv,
     Saved, Shape,
 };
-use crate::code;
+use crate::code::{self, AttentionBwdDkdvCm2Push};
 use crate::dtype::DType;
+use crate::launch::dispatch;
 
 /// Invocations per workgroup of every variant (`CM2_THREADS` of `shaders/attention/cm2.glsl`).
 const THREADS: u32 = 128;
@@ -219,7 +220,7 @@ pub fn forward_cm2(rec: &mut Recorder, x: &Qkv<'_>, out: &Saved<'_>, s: &Shape, 
         write(out.o),
         write(out.lse),
     ];
-    rec.dispatch(kernel, &[fast_tiles(), probe()], &args, &params(s, opt), groups)
+    dispatch(rec, kernel, &[fast_tiles(), probe()], &args, &params(s, opt), groups)
 }
 
 /// Backward of [`forward_cm2`] on cooperative matrix 2, exactly as [`super::backward`] (same
@@ -287,7 +288,7 @@ pub fn backward_cm2(
         write(g.delta),
         write(g.dq),
     ];
-    rec.dispatch(dq_code, &spec, &dq_args, &p, dq_groups)?;
+    dispatch(rec, dq_code, &spec, &dq_args, &p, dq_groups)?;
     let dkdv_args = [
         read(x.q),
         read(x.k),
@@ -302,9 +303,8 @@ pub fn backward_cm2(
         write(part_dk),
         write(part_dv),
     ];
-    let mut p = p;
-    p.extend_from_slice(&parts.to_le_bytes());
-    rec.dispatch(dkdv_code, &spec, &dkdv_args, &p, dkdv_groups)?;
+    let p = AttentionBwdDkdvCm2Push { base: p, parts };
+    dispatch(rec, dkdv_code, &spec, &dkdv_args, &p, dkdv_groups)?;
     if parts > 1 {
         let n = s.kv_len() as u32; // < 2^32: check_shape refuses larger tensors
         crate::norm::col_sum(rec, part_dk, g.dk, parts, n, false, dt)?;

@@ -22,8 +22,9 @@ use vkformers_vk::{read, read_write, write, Arg, BufferView, KernelCode, Recorde
 
 use super::{check_len, fail};
 use crate::code;
+use crate::code::{AttentionDecodePush, AttentionDecodePushRope, AttentionDecodeRopePush, AttentionDecodeStorePush};
 use crate::dtype::DType;
-use crate::launch::MAX_GROUPS;
+use crate::launch::{dispatch, dispatch_elems};
 use crate::rope::{Rope, RopeLayout};
 
 /// Query rows of one kv head per workgroup (BQ of decode.comp): a decode step's GQA group
@@ -447,12 +448,13 @@ pub fn forward_tiled(
 }
 
 /// What a fused caller adds to a call (`super::rope_store::attend`): the kernel (one of
-/// [`rope_code`]'s), its extra pointers after `counters` and scalars after `v_row`, checked by
-/// the caller, q included (the call's `x.q` is then not checked against `[B, Tq, Hq, D]`).
+/// [`rope_code`]'s), its extra pointers after `counters` and its push scalars: the plain
+/// kernel's (built here) extended by `push`, checked by the caller, q included (the call's `x.q`
+/// is then not checked against `[B, Tq, Hq, D]`).
 pub(crate) struct Extra<'a> {
     pub code: &'static KernelCode,
     pub args: Vec<Arg<'a>>,
-    pub scalars: Vec<u32>,
+    pub push: Box<dyn FnOnce(AttentionDecodePush) -> AttentionDecodePushRope + 'a>,
 }
 
 /// The `_rope` kernel for head dim `d`, pools of `dt`, q and o f32 (see
@@ -543,25 +545,23 @@ pub(crate) fn forward_with<'a>(
         | if wide { FLAG_WIDE } else { 0 }
         | if opt.sinks.is_some() { FLAG_SINKS } else { 0 }
         | if out.o16.is_some() { FLAG_O16 } else { 0 };
-    let scalars = [
-        s.tq,
-        s.hq,
-        s.hkv,
-        s.d,
+    let push = AttentionDecodePush {
+        tq: s.tq,
+        hq: s.hq,
+        hkv: s.hkv,
+        d: s.d,
         flags,
-        opt.window,
-        opt.scale.to_bits(),
-        opt.softcap.to_bits(),
-        s.block_size,
-        s.max_blocks,
-        s.num_blocks,
+        window: opt.window,
+        scale: opt.scale,
+        softcap: opt.softcap,
+        block_size: s.block_size,
+        max_blocks: s.max_blocks,
+        num_blocks: s.num_blocks,
         splits,
-        opt.chunk,
-        s.dv,
-        s.v_row,
-    ];
-    let more = extra.as_ref().map_or(&[][..], |e| &e.scalars[..]);
-    let params: Vec<u8> = scalars.iter().chain(more).flat_map(|w| w.to_le_bytes()).collect();
+        chunk: opt.chunk,
+        dvh: s.dv,
+        vrow: s.v_row,
+    };
     // Unused pointers are never dereferenced; q stands in for them. Split calls write and read
     // back `work` and count in `counters`.
     let (w, counters) = match work {
@@ -574,8 +574,14 @@ pub(crate) fn forward_with<'a>(
     let (k, v) = if extra.is_some() { (read_write(x.k), read_write(x.v)) } else { (read(x.k), read(x.v)) };
     let o16 = out.o16.map_or(read(x.q), write);
     let mut args = vec![read(x.q), k, v, read(x.table), read(x.lens), alibi, sinks, o, lse, w, counters, o16];
-    args.extend(extra.map_or(Vec::new(), |e| e.args));
-    rec.dispatch(main, &[probe()], &args, &params, [splits, s.hkv * s.row_tiles(), s.batch])
+    let groups = [splits, s.hkv * s.row_tiles(), s.batch];
+    match extra {
+        None => dispatch(rec, main, &[probe()], &args, &push, groups),
+        Some(e) => {
+            args.extend(e.args);
+            dispatch(rec, main, &[probe()], &args, &(e.push)(push), groups)
+        }
+    }
 }
 
 /// Where [`store`] writes: the pools and their sizes.
@@ -628,10 +634,9 @@ pub fn store_from(
     if elems.max(pool) >= 1 << 32 {
         return Err(fail(code.name, format!("{n} positions of {width} or a pool of {pool} elements: beyond 2^32")));
     }
-    let params: Vec<u8> = [n as u32, pools.width, pools.rows].iter().flat_map(|w| w.to_le_bytes()).collect();
-    let groups = (elems.div_ceil(256) as u32).min(65_535);
+    let push = AttentionDecodeStorePush { n: n as u32, width: pools.width, pool_rows: pools.rows };
     let args = [read(k_new), read(v_new), read(slots), write(pools.k), write(pools.v)];
-    rec.dispatch(code, &[], &args, &params, [groups, 1, 1])
+    dispatch_elems(rec, code, &args, &push, elems)
 }
 
 /// Records the rotary embedding of a decode step's queries and keys in one dispatch:
@@ -663,12 +668,18 @@ pub fn rope_qk(
     check_len(code.name, "pos [N]", &pos, tokens, 4)?;
     check_len(code.name, "inv_freq [R/2]", &inv_freq, r / 2, 4)?;
     let interleaved = u32::from(p.layout == RopeLayout::Interleaved);
-    let words = [tokens as u32, p.heads, hkv, p.head_dim, p.rotary_dim, interleaved, p.mscale.to_bits()];
-    let params: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let push = AttentionDecodeRopePush {
+        tokens: tokens as u32,
+        hq: p.heads,
+        hkv,
+        head_dim: p.head_dim,
+        rot_dim: p.rotary_dim,
+        interleaved,
+        mscale: p.mscale,
+    };
     let work = rows * (r / 2 + d - r);
-    let groups = [work.div_ceil(256).clamp(1, MAX_GROUPS) as u32, 1, 1];
     let args = [read(q), read(k), write(qo), write(ko), read(pos), read(inv_freq)];
-    rec.dispatch(code, &[], &args, &params, groups)
+    dispatch_elems(rec, code, &args, &push, work)
 }
 
 #[cfg(test)]

@@ -23,8 +23,9 @@ use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result};
 
 use super::decode::DecodeOptions;
 use super::{check_len, fail};
-use crate::code;
+use crate::code::{self, AttentionDecodeLatentPush};
 use crate::dtype::DType;
+use crate::launch::dispatch;
 
 /// Widest latent row the kernel takes (DeepSeek-V3's 512 + 64).
 pub const MAX_LATENT_DIM: u32 = 576;
@@ -247,36 +248,35 @@ pub fn forward(
     let flags = if opt.causal { FLAG_CAUSAL } else { 0 }
         | if opt.alibi.is_some() { FLAG_ALIBI } else { 0 }
         | load_flags(s.d, x);
-    let scalars = [
-        s.tq,
-        s.hq,
-        s.d,
-        s.dv,
+    let params = AttentionDecodeLatentPush {
+        tq: s.tq,
+        hq: s.hq,
+        d: s.d,
+        dvh: s.dv,
         flags,
-        opt.window,
-        opt.scale.to_bits(),
-        opt.softcap.to_bits(),
-        s.block_size,
-        s.max_blocks,
-        s.num_blocks,
+        window: opt.window,
+        scale: opt.scale,
+        softcap: opt.softcap,
+        block_size: s.block_size,
+        max_blocks: s.max_blocks,
+        num_blocks: s.num_blocks,
         splits,
-        opt.chunk,
-    ];
-    let params: Vec<u8> = scalars.iter().flat_map(|w| w.to_le_bytes()).collect();
+        chunk: opt.chunk,
+    };
     // Unused pointers are never dereferenced; q stands in for them.
     let alibi = read(opt.alibi.unwrap_or(x.q));
     let common = [read(x.q), read(x.pool), read(x.table), read(x.lens), alibi];
     match work {
         None => {
             let args = [&common[..], &[write(out.o), write(out.lse), read(x.q)]].concat();
-            rec.dispatch(code, &[], &args, &params, [1, s.row_tiles(), s.batch])
+            dispatch(rec, code, &[], &args, &params, [1, s.row_tiles(), s.batch])
         }
         Some(w) => {
             let args = [&common[..], &[read(out.o), read(out.lse), write(w)]].concat();
-            rec.dispatch(code, &[], &args, &params, [splits, s.row_tiles(), s.batch])?;
+            dispatch(rec, code, &[], &args, &params, [splits, s.row_tiles(), s.batch])?;
             let args = [&common[..], &[write(out.o), write(out.lse), read(w)]].concat();
             let rows = s.tq * s.hq;
-            rec.dispatch(merge_code(opt.act_dtype()), &[], &args, &params, [rows, s.batch, 1])
+            dispatch(rec, merge_code(opt.act_dtype()), &[], &args, &params, [rows, s.batch, 1])
         }
     }
 }

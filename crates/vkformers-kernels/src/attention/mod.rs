@@ -33,10 +33,11 @@ pub mod reference;
 pub mod rope_store;
 pub mod sinks;
 
-use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result, VkError};
+use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result};
 
-use crate::code;
+use crate::code::{self, AttentionFwdPush};
 use crate::dtype::DType;
+use crate::launch::{dispatch, err_named as fail};
 
 /// lse written for a fully masked query row.
 pub const LSE_MASKED: f32 = -1.0e30;
@@ -49,8 +50,7 @@ const FLAG_CAUSAL: u32 = 1;
 const FLAG_KMASK: u32 = 2;
 const FLAG_ALIBI: u32 = 4;
 const FLAG_SINKS: u32 = 8;
-/// [`crate::launch::MAX_GROUPS`] in this family's u32 arithmetic.
-const MAX_GROUPS: u32 = crate::launch::MAX_GROUPS as u32;
+use crate::launch::MAX_GROUPS_32 as MAX_GROUPS;
 
 /// Sizes of one attention call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -172,10 +172,6 @@ pub struct Grads<'a> {
 struct Variant {
     code: &'static KernelCode,
     rows: u32,
-}
-
-fn fail(kernel: &str, message: String) -> VkError {
-    VkError::Kernel { kernel: kernel.into(), message }
 }
 
 /// Variant index by head dimension: d64, d128, d256, d576.
@@ -344,9 +340,9 @@ fn grid(kernel: &str, n: u32, rows: u32, heads: u32, batch: u32) -> Result<[u32;
     Ok([x, heads, batch])
 }
 
-/// The scalar tail of every attention push block: tq, tk, hq, hkv, d, flags, window, scale,
-/// softcap, dv, chunk.
-fn params(s: &Shape, opt: &Options<'_>) -> Vec<u8> {
+/// The scalars of every attention forward and backward push block (the block of `fwd.comp`,
+/// `bwd_dq.comp`, `bwd_dkdv.comp` and their `_cm2` twins; `bwd_dkdv_cm2` adds `parts`).
+fn params(s: &Shape, opt: &Options<'_>) -> AttentionFwdPush {
     let mut flags = 0;
     if opt.causal {
         flags |= FLAG_CAUSAL;
@@ -360,10 +356,19 @@ fn params(s: &Shape, opt: &Options<'_>) -> Vec<u8> {
     if opt.sinks.is_some() {
         flags |= FLAG_SINKS;
     }
-    [s.tq, s.tk, s.hq, s.hkv, s.d, flags, opt.window, opt.scale.to_bits(), opt.softcap.to_bits(), s.dv, opt.chunk]
-        .iter()
-        .flat_map(|w| w.to_le_bytes())
-        .collect()
+    AttentionFwdPush {
+        tq: s.tq,
+        tk: s.tk,
+        hq: s.hq,
+        hkv: s.hkv,
+        d: s.d,
+        flags,
+        window: opt.window,
+        scale: opt.scale,
+        softcap: opt.softcap,
+        dvh: s.dv,
+        chunk: opt.chunk,
+    }
 }
 
 /// Forward: `o = softmax(score(q kᵀ) + masks) v` and `lse` (row log-sum-exp), from q
@@ -386,7 +391,7 @@ pub fn forward(rec: &mut Recorder, x: &Qkv<'_>, out: &Saved<'_>, s: &Shape, opt:
         write(out.o),
         write(out.lse),
     ];
-    rec.dispatch(var.code, &[], &args, &params(s, opt), groups)
+    dispatch(rec, var.code, &[], &args, &params(s, opt), groups)
 }
 
 /// Backward of [`forward`]: from q, k, v, the forward's o and lse, and `d_o` = dL/do
@@ -432,7 +437,7 @@ pub fn backward(
         write(g.delta),
         write(g.dq),
     ];
-    rec.dispatch(dq_var.code, &[], &dq_args, &p, dq_groups)?;
+    dispatch(rec, dq_var.code, &[], &dq_args, &p, dq_groups)?;
     let dkdv_args = [
         read(x.q),
         read(x.k),
@@ -445,5 +450,5 @@ pub fn backward(
         write(g.dk),
         write(g.dv),
     ];
-    rec.dispatch(dkdv_var.code, &[], &dkdv_args, &p, dkdv_groups)
+    dispatch(rec, dkdv_var.code, &[], &dkdv_args, &p, dkdv_groups)
 }

@@ -14,8 +14,9 @@ use vkformers_vk::{read, write, BufferView, Recorder, Result};
 use super::decode::{self, DecodeOptions, DecodeOutputs, DecodeShape, Extra, PagedInputs, Pools};
 use super::{check_len, fail};
 use crate::code;
+use crate::code::{AttentionDecodePushRope, AttentionDecodeRopePush, AttentionDecodeRopeStorePush};
 use crate::dtype::DType;
-use crate::launch::MAX_GROUPS;
+use crate::launch::dispatch_elems;
 use crate::rope::{Rope, RopeLayout};
 
 /// The step's new rows, f32: q `[N, Hq, D]`, k and v `[N, Hkv, D]`, each token's row `strides`
@@ -87,21 +88,22 @@ pub fn rope_store(
     check_len(code.name, "k pool", &pools.k, pool, dt.bytes())?;
     check_len(code.name, "v pool", &pools.v, pool, dt.bytes())?;
     let interleaved = u32::from(p.layout == RopeLayout::Interleaved);
-    let words = [
-        tokens as u32,
-        p.heads,
+    let rope = AttentionDecodeRopePush {
+        tokens: tokens as u32,
+        hq: p.heads,
         hkv,
-        p.head_dim,
-        p.rotary_dim,
+        head_dim: p.head_dim,
+        rot_dim: p.rotary_dim,
         interleaved,
-        p.mscale.to_bits(),
-        pools.rows,
-        q_stride as u32,
-        kv_stride as u32,
-    ];
-    let params: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        mscale: p.mscale,
+    };
+    let push = AttentionDecodeRopeStorePush {
+        base: rope,
+        pool_rows: pools.rows,
+        q_stride: q_stride as u32,
+        kv_stride: kv_stride as u32,
+    };
     let work = rows * (r / 2 + d - r);
-    let groups = [work.div_ceil(256).clamp(1, MAX_GROUPS) as u32, 1, 1];
     let args = [
         read(x.q),
         read(x.k),
@@ -113,7 +115,7 @@ pub fn rope_store(
         read(slots),
         read(inv_freq),
     ];
-    rec.dispatch(code, &[], &args, &params, groups)
+    dispatch_elems(rec, code, &args, &push, work)
 }
 
 /// The new token of a decode step that [`attend`] rotates and stores: k and v `[B, Hkv, D]` f32
@@ -176,9 +178,17 @@ pub fn attend<'a>(
     check_len(code.name, "slots [B]", &new.slots, tokens, 4)?;
     check_len(code.name, "inv_freq [R/2]", &new.inv_freq, r / 2, 4)?;
     let interleaved = u32::from(new.layout == RopeLayout::Interleaved);
-    let scalars =
-        vec![new.rotary_dim, interleaved, new.mscale.to_bits(), new.pool_rows, q_stride as u32, kv_stride as u32];
+    let (rot_dim, mscale, pool_rows) = (new.rotary_dim, new.mscale, new.pool_rows);
+    let push = Box::new(move |base| AttentionDecodePushRope {
+        base,
+        rot_dim,
+        interleaved,
+        mscale,
+        pool_rows,
+        q_stride: q_stride as u32,
+        kv_stride: kv_stride as u32,
+    });
     let args = vec![read(new.k), read(new.v), read(new.pos), read(new.slots), read(new.inv_freq)];
-    let extra = Extra { code, args, scalars };
+    let extra = Extra { code, args, push };
     decode::forward_with(rec, x, out, s, opt, (splits, decode::TILE), Some(extra))
 }

@@ -7,7 +7,8 @@
 use vkformers_vk::{read, write, BufferView, Recorder, Result};
 
 use super::{check_view, fail, Shape, MAX_GROUPS};
-use crate::code;
+use crate::code::{self, AttentionSinkGradPush};
+use crate::launch::dispatch;
 
 /// Writes `ds` [Hq] (overwritten) from the forward's `lse` and the backward's `delta`
 /// [B, Hq, Tq] and the sinks [Hq]; record after [`super::backward`] (or its cm2 twin), which
@@ -28,6 +29,6 @@ pub fn backward(
     check_view(code.name, "delta [B, Hq, Tq]", &delta, rows)?;
     check_view(code.name, "sinks [Hq]", &sinks, u64::from(s.hq))?;
     check_view(code.name, "ds [Hq]", &ds, u64::from(s.hq))?;
-    let params: Vec<u8> = [s.batch, s.hq, s.tq].iter().flat_map(|w| w.to_le_bytes()).collect();
-    rec.dispatch(code, &[], &[read(lse), read(delta), read(sinks), write(ds)], &params, [s.hq, 1, 1])
+    let push = AttentionSinkGradPush { batch: s.batch, hq: s.hq, tq: s.tq };
+    dispatch(rec, code, &[], &[read(lse), read(delta), read(sinks), write(ds)], &push, [s.hq, 1, 1])
 }

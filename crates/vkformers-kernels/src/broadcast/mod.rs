@@ -16,8 +16,9 @@ pub mod reference;
 use vkformers_vk::{read, read_write, write, BufferView, KernelCode, Recorder, Result};
 
 use crate::code;
+use crate::code::{BroadcastAxpyPush, BroadcastBinaryPush, BroadcastScalePush};
 use crate::dtype::DType;
-use crate::launch::{check_storage, count, elements, err, expect_len, groups_for, groups_per_item, params, pick};
+use crate::launch::{check_storage, count, dispatch, dispatch_elems, elements, err, expect_len, groups_per_item, pick};
 
 /// Most dims an operand or output may have.
 pub const MAX_DIMS: usize = 4;
@@ -111,10 +112,9 @@ pub fn binary(
     let o = pad4(&out_shape);
     let sa = broadcast_strides(&pad4(a_shape), &o);
     let sb = broadcast_strides(&pad4(b_shape), &o);
-    let mut words = vec![n, o[1] as u32, o[2] as u32, o[3] as u32];
-    words.extend_from_slice(&sa);
-    words.extend_from_slice(&sb);
-    rec.dispatch(k, &[], &[read(a), read(b), write(out)], &params(&words), groups_for(n.into()))
+    let ([_, d1, d2, d3], [sa0, sa1, sa2, sa3], [sb0, sb1, sb2, sb3]) = (o.map(|d| d as u32), sa, sb);
+    let push = BroadcastBinaryPush { n, d1, d2, d3, sa0, sa1, sa2, sa3, sb0, sb1, sb2, sb3 };
+    dispatch_elems(rec, k, &[read(a), read(b), write(out)], &push, n.into())
 }
 
 /// `out = sum of g over the dims where `shape` is broadcast to `g_shape``: the gradient of an
@@ -162,13 +162,15 @@ pub fn sum_to_shape(
     let (o, t) = (pad4(g_shape), pad4(shape));
     let r: Vec<usize> = (0..MAX_DIMS).map(|d| o[d] / t[d].max(1)).collect();
     let reduced = count(k, &r)?;
-    let mut words = vec![m, reduced];
-    words.extend(o[1..].iter().chain(&t[1..]).chain(&r[1..]).map(|&v| v as u32));
+    // Dims 1..4 of the gradient's shape (o), the output's (t) and their ratio (r), padded to 4.
+    let ([_, o1, o2, o3], [_, t1, t2, t3]) = (o.map(|d| d as u32), t.map(|d| d as u32));
+    let [r1, r2, r3] = [r[1] as u32, r[2] as u32, r[3] as u32];
+    let push = BroadcastSumToShapePush { m, k: reduced, o1, o2, o3, t1, t2, t3, r1, r2, r3 };
     let args = [read(g), write(out)];
     if reduced <= 64 || m >= 8192 {
-        rec.dispatch(serial, &[], &args, &params(&words), groups_for(m.into()))
+        dispatch_elems(rec, serial, &args, &push, m.into())
     } else {
-        rec.dispatch(k, &[], &args, &params(&words), groups_per_item(m.into()))
+        dispatch(rec, k, &[], &args, &push, groups_per_item(m.into()))
     }
 }
 
@@ -177,7 +179,7 @@ pub fn scale(rec: &mut Recorder, x: BufferView<'_>, out: BufferView<'_>, alpha: 
     let k = pick(rec, dt, [&code::BROADCAST_SCALE_F32, &code::BROADCAST_SCALE_F16, &code::BROADCAST_SCALE_BF16])?;
     let n = elements(k, "x", &x, dt)?;
     expect_len(k, "out", &out, n, dt)?;
-    rec.dispatch(k, &[], &[read(x), write(out)], &params(&[n as u32, alpha.to_bits()]), groups_for(n))
+    dispatch_elems(rec, k, &[read(x), write(out)], &BroadcastScalePush { n: n as u32, alpha }, n)
 }
 
 /// `y += alpha * x` in place (gradient accumulation); x [n] of storage type `x_dt`, the
@@ -186,5 +188,5 @@ pub fn axpy(rec: &mut Recorder, alpha: f32, x: BufferView<'_>, y: BufferView<'_>
     let k = pick(rec, x_dt, [&code::BROADCAST_AXPY_F32, &code::BROADCAST_AXPY_F16, &code::BROADCAST_AXPY_BF16])?;
     let n = elements(k, "x", &x, x_dt)?;
     expect_len(k, "y", &y, n, DType::F32)?;
-    rec.dispatch(k, &[], &[read(x), read_write(y)], &params(&[n as u32, alpha.to_bits()]), groups_for(n))
+    dispatch_elems(rec, k, &[read(x), read_write(y)], &BroadcastAxpyPush { n: n as u32, alpha }, n)
 }

@@ -12,13 +12,9 @@ pub mod rows;
 
 use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result};
 
-use crate::code;
+use crate::code::{self, DropoutDropoutPush, DropoutRandomBitsPush};
 use crate::dtype::DType;
-use crate::launch::pick;
-use crate::launch::{err, MAX_GROUPS};
-
-/// Threads per workgroup (each thread draws one 4-word Philox block per loop iteration).
-const LOCAL: u64 = 256;
+use crate::launch::{dispatch, err, pick, Push, MAX_GROUPS};
 
 /// Number of `bytes`-byte values in `v`: an error unless whole and in 1..2^32.
 fn elements(k: &KernelCode, what: &str, v: &BufferView<'_>, bytes: u64) -> Result<u32> {
@@ -29,18 +25,19 @@ fn elements(k: &KernelCode, what: &str, v: &BufferView<'_>, bytes: u64) -> Resul
     Ok(n as u32)
 }
 
-/// Workgroups covering the 4-aligned blocks of `[offset, offset + n)`.
+/// Workgroups covering the 4-aligned blocks of `[offset, offset + n)` (each thread draws one
+/// 4-word Philox block per loop iteration).
 fn groups(n: u32, offset: u64) -> [u32; 3] {
     let blocks = ((offset & 3) + u64::from(n)).div_ceil(4);
-    [blocks.div_ceil(LOCAL).clamp(1, MAX_GROUPS) as u32, 1, 1]
+    // dropout.comp and random_bits.comp: one workgroup size (checked at compile time).
+    const LOCAL: u32 = <DropoutDropoutPush as Push>::LOCAL_X;
+    const { assert!(LOCAL > 0 && LOCAL == <DropoutRandomBitsPush as Push>::LOCAL_X) };
+    [blocks.div_ceil(u64::from(LOCAL)).clamp(1, MAX_GROUPS) as u32, 1, 1]
 }
 
-fn words(n: u32, seed: u64, offset: u64) -> Vec<u32> {
-    vec![n, seed as u32, (seed >> 32) as u32, offset as u32, (offset >> 32) as u32]
-}
-
-fn params(words: &[u32]) -> Vec<u8> {
-    words.iter().flat_map(|w| w.to_le_bytes()).collect()
+/// The low and high words of `x`.
+fn lo_hi(x: u64) -> (u32, u32) {
+    (x as u32, (x >> 32) as u32)
 }
 
 /// `1 / (1 - p)` rounded to f32 (0 when `p == 1`: everything is dropped).
@@ -68,9 +65,9 @@ fn apply(
     if y.len != x.len {
         return Err(err(k, format!("output of {} bytes for an input of {} bytes", y.len, x.len)));
     }
-    let mut w = words(n, seed, offset);
-    w.extend([p.to_bits(), keep_scale(p).to_bits()]);
-    rec.dispatch(k, &[], &[read(x), write(y)], &params(&w), groups(n, offset))
+    let ((seed_lo, seed_hi), (offset_lo, offset_hi)) = (lo_hi(seed), lo_hi(offset));
+    let push = DropoutDropoutPush { n, seed_lo, seed_hi, offset_lo, offset_hi, p, scale: keep_scale(p) };
+    dispatch(rec, k, &[], &[read(x), write(y)], &push, groups(n, offset))
 }
 
 /// Forward: `y[i] = x[i] · mask[i] / (1 − p)` with `mask[i] = uniform(seed, offset + i) >= p`;
@@ -106,5 +103,7 @@ pub fn backward(
 pub fn random_bits(rec: &mut Recorder, out: BufferView<'_>, seed: u64, offset: u64) -> Result<()> {
     let k = &code::DROPOUT_RANDOM_BITS;
     let n = elements(k, "out", &out, 4)?;
-    rec.dispatch(k, &[], &[write(out)], &params(&words(n, seed, offset)), groups(n, offset))
+    let ((seed_lo, seed_hi), (offset_lo, offset_hi)) = (lo_hi(seed), lo_hi(offset));
+    let push = DropoutRandomBitsPush { n, seed_lo, seed_hi, offset_lo, offset_hi };
+    dispatch(rec, k, &[], &[write(out)], &push, groups(n, offset))
 }

@@ -7,13 +7,12 @@
 use vkformers_vk::{read, write, BufferView, Recorder, Result};
 
 use super::keep_scale;
-use crate::code;
+use crate::code::{self, DropoutRowsPush};
 use crate::dtype::DType;
-use crate::launch::{err, params, pick, MAX_GROUPS};
+use crate::launch::{dispatch, err, pick, Push, MAX_GROUPS};
 
 /// Words of key per row.
 pub const KEY_WORDS: usize = 3;
-const LOCAL: u64 = 256;
 
 /// `y = x · mask / (1 − p)` (forward), or `dx = dy · mask / (1 − p)` (backward, the same call
 /// on `dy`, `dx` replays the mask); `x`, `y` `[rows, cols]` of storage type `dt`, `keys` the
@@ -44,7 +43,11 @@ pub fn apply(
     if keys.len != (rows * KEY_WORDS * 4) as u64 {
         return Err(err(k, format!("keys of {} bytes for {rows} rows of {KEY_WORDS} u32", keys.len)));
     }
-    let w = [rows as u32, cols as u32, seed as u32, (seed >> 32) as u32, p.to_bits(), keep_scale(p).to_bits()];
-    let groups = [blocks.div_ceil(LOCAL).clamp(1, MAX_GROUPS) as u32, 1, 1];
-    rec.dispatch(k, &[], &[read(x), read(keys), write(y)], &params(&w), groups)
+    let (seed_lo, seed_hi) = (seed as u32, (seed >> 32) as u32);
+    let push = DropoutRowsPush { rows: rows as u32, cols: cols as u32, seed_lo, seed_hi, p, scale: keep_scale(p) };
+    const LOCAL: u32 = <DropoutRowsPush as Push>::LOCAL_X;
+    const { assert!(LOCAL > 0) };
+    let local = u64::from(LOCAL);
+    let groups = [blocks.div_ceil(local).clamp(1, MAX_GROUPS) as u32, 1, 1];
+    dispatch(rec, k, &[], &[read(x), read(keys), write(y)], &push, groups)
 }

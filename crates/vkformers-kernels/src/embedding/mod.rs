@@ -17,8 +17,11 @@ pub mod reference;
 
 use vkformers_vk::{read, read_write, write, BufferView, KernelCode, Recorder, Result};
 
+use crate::code::{
+    EmbeddingAccumulatePush, EmbeddingGatherPush, EmbeddingHistogramPush, EmbeddingScanPush, EmbeddingScatterPush,
+};
 use crate::dtype::DType;
-use crate::launch::{err_plain as err, expect_values as check_len_of, groups_for, params as words, variant as pick};
+use crate::launch::{dispatch, dispatch_elems, err_plain as err, expect_values as check_len_of, variant as pick};
 use crate::{code, elementwise};
 
 /// Threads per workgroup of the embedding kernels.
@@ -66,8 +69,8 @@ pub fn embedding_forward(
     check_len_of(k, "w", &w, u64::from(p.vocab) * u64::from(p.dim), p.dtype.bytes())?;
     let n = u64::from(p.tokens) * u64::from(p.dim);
     check_len_of(k, "out", &out, n, p.dtype.bytes())?;
-    let params = words(&[p.tokens, p.vocab, p.dim]);
-    rec.dispatch(k, &[], &[read(w), read(ids), write(out)], &params, groups_for(n))
+    let params = EmbeddingGatherPush { n_tokens: p.tokens, vocab: p.vocab, D: p.dim };
+    dispatch_elems(rec, k, &[read(w), read(ids), write(out)], &params, n)
 }
 
 /// Forward of a 16-bit table into f32 rows: `out[n, :] = w[ids[n], :]` widened (exact), `w
@@ -89,8 +92,8 @@ pub fn embedding_forward_wide(
     check_len_of(k, "w", &w, u64::from(p.vocab) * u64::from(p.dim), p.dtype.bytes())?;
     let n = u64::from(p.tokens) * u64::from(p.dim);
     check_len(k, "out", &out, n)?;
-    let params = words(&[p.tokens, p.vocab, p.dim]);
-    rec.dispatch(k, &[], &[read(w), read(ids), write(out)], &params, groups_for(n))
+    let params = EmbeddingGatherPush { n_tokens: p.tokens, vocab: p.vocab, D: p.dim };
+    dispatch_elems(rec, k, &[read(w), read(ids), write(out)], &params, n)
 }
 
 /// Bytes of scratch [`embedding_backward`] needs: `counts [V]`, `offsets [V + 1]`, `perm [N]`
@@ -124,13 +127,13 @@ pub fn counting_sort<'a>(
     let perm = part(2 * v4 + 4, u64::from(tokens) * 4);
 
     elementwise::fill(rec, counts, 0.0)?;
-    let params = words(&[tokens, vocab]);
-    rec.dispatch(hist, &[], &[read(ids), read_write(counts)], &params, groups_for(tokens.into()))?;
+    let params = EmbeddingHistogramPush { n_tokens: tokens, vocab };
+    dispatch_elems(rec, hist, &[read(ids), read_write(counts)], &params, tokens.into())?;
     let scan = &code::EMBEDDING_SCAN;
-    rec.dispatch(scan, &[], &[read_write(counts), write(offsets)], &words(&[vocab]), [1, 1, 1])?;
+    dispatch(rec, scan, &[], &[read_write(counts), write(offsets)], &EmbeddingScanPush { vocab }, [1, 1, 1])?;
     let scatter = &code::EMBEDDING_SCATTER;
     let args = [read(ids), read(offsets), read_write(counts), write(perm)];
-    rec.dispatch(scatter, &[], &args, &params, [1, 1, 1])?;
+    dispatch(rec, scatter, &[], &args, &EmbeddingScatterPush { n_tokens: tokens, vocab }, [1, 1, 1])?;
     Ok((offsets, perm))
 }
 
@@ -193,5 +196,6 @@ fn backward_with(
     let (offsets, perm) = counting_sort(rec, ids, p.tokens, p.vocab, scratch)?;
     let args = [read(ids), read(offsets), read(perm), read(dout), read_write(dw)];
     let padding = p.padding_idx.unwrap_or(u32::MAX);
-    rec.dispatch(k, &[], &args, &words(&[p.tokens, p.vocab, p.dim, padding]), groups_for(threads))
+    let params = EmbeddingAccumulatePush { n_tokens: p.tokens, vocab: p.vocab, D: p.dim, padding_idx: padding };
+    dispatch_elems(rec, k, &args, &params, threads)
 }

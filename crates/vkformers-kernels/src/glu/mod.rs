@@ -11,8 +11,9 @@ use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result};
 
 use crate::activation::Activation;
 use crate::code;
+use crate::code::{GluBackwardPush, GluBackwardPushOut16, GluForwardPush};
 use crate::dtype::{DType, Twin};
-use crate::launch::{count, expect_len, groups_for, params, pick, skip};
+use crate::launch::{count, dispatch_elems, expect_len, pick, skip};
 
 /// A gated linear unit flavour.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,8 +78,8 @@ fn launch_forward(
     let n = count(k, &[rows, inner])?;
     count(k, &[rows, stride])?;
     expect_len(k, "out", &out, n.into(), dt)?;
-    let p = params(&[rows as u32, inner as u32, stride as u32]);
-    rec.dispatch(k, &[], &[read(gate), read(up), write(out)], &p, groups_for(n.into()))
+    let p = GluForwardPush { rows: rows as u32, inner: inner as u32, stride: stride as u32 };
+    dispatch_elems(rec, k, &[read(gate), read(up), write(out)], &p, n.into())
 }
 
 /// [`forward`] of f32 tensors (separate gate and up `[rows, inner]`, or the fused gate_up
@@ -159,9 +160,10 @@ fn forward_twins(
     // `save`: bit 0 writes the 16-bit gate and up, bit 1 skips the f32 out (given the twin's
     // address then, never written).
     let flags = u32::from(save.is_some()) | (u32::from(out.is_none()) << 1);
-    let p = params(&[rows as u32, inner as u32, stride as u32, half, flags]);
+    let p =
+        GluForwardPushTwin { rows: rows as u32, inner: inner as u32, stride: stride as u32, twin: half, save: flags };
     let args = [read(gate), read(up), write(out.unwrap_or(twin.view)), write(twin.view), write(g16), write(u16)];
-    rec.dispatch(k, &[], &args, &p, groups_for(n.into()))
+    dispatch_elems(rec, k, &args, &p, n.into())
 }
 
 /// [`backward_twin`] from the 16-bit gate and up [`forward_twin`] saved (`saved`, of the twins'
@@ -291,9 +293,10 @@ fn launch_twin_backward(
             }
         }
     }
-    let p = params(&[rows as u32, inner as u32, stride as u32, half]);
+    let base = GluBackwardPush { rows: rows as u32, inner: inner as u32, stride: stride as u32 };
+    let p = GluBackwardPushOut16 { base, twin: half };
     let args = [read(gate), read(up), read(dout), write(dgate), write(dup), write(twins[0].view), write(twins[1].view)];
-    rec.dispatch(k, &[], &args, &p, groups_for(n))
+    dispatch_elems(rec, k, &args, &p, n)
 }
 
 /// `out = f(gate) * up`; gate, up, out [rows, inner] (separate tensors) of storage type `dt`.
@@ -353,9 +356,9 @@ fn launch_backward(
     let n = count(k, &[rows, inner])?;
     count(k, &[rows, stride])?;
     expect_len(k, "dout", &v.dout, n.into(), dt)?;
-    let p = params(&[rows as u32, inner as u32, stride as u32]);
+    let p = GluBackwardPush { rows: rows as u32, inner: inner as u32, stride: stride as u32 };
     let args = [read(v.gate), read(v.up), read(v.dout), write(v.dgate), write(v.dup)];
-    rec.dispatch(k, &[], &args, &p, groups_for(n.into()))
+    dispatch_elems(rec, k, &args, &p, n.into())
 }
 
 /// Backward of [`forward`]: `dgate = dout * up * f'(gate)`, `dup = dout * f(gate)`;

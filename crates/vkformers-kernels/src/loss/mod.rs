@@ -17,13 +17,16 @@ pub mod reference;
 use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result};
 
 use crate::code;
+use crate::code::{
+    LossCountPush, LossCrossEntropyBwdPush, LossCrossEntropyBwdPushTwin, LossCrossEntropyPush, LossMeanPush,
+};
 use crate::dtype::DType;
-use crate::launch::{err_plain as err, expect_bytes as expect_len_of, params, variant as pick};
+use crate::launch::MAX_GROUPS_32 as MAX_GROUPS;
+use crate::launch::{dispatch, err_plain as err, expect_bytes as expect_len_of, variant as pick, Push};
 
-/// Threads per workgroup of every loss shader.
-const LOCAL: u32 = 256;
-/// [`crate::launch::MAX_GROUPS`] in this family's u32 arithmetic.
-const MAX_GROUPS: u32 = crate::launch::MAX_GROUPS as u32;
+/// Threads per workgroup of the cross-entropy backward (its shader's, from the reflection).
+const BWD_LOCAL: u32 = <LossCrossEntropyBwdPush as Push>::LOCAL_X;
+const _: () = assert!(BWD_LOCAL > 0 && BWD_LOCAL == <LossCrossEntropyBwdPushTwin as Push>::LOCAL_X);
 
 /// The operands shared by the cross-entropy kernels: `logits [rows, vocab]` in `dtype` (which
 /// is also the type of the `dlogits` written) and `labels [rows]` i32.
@@ -65,7 +68,7 @@ pub fn count_labels(rec: &mut Recorder, labels: BufferView<'_>, vocab: u32, coun
         return Err(err(k, format!("labels: view of {} bytes is not 1..2^32 int32 values", labels.len)));
     }
     expect_len(k, "count", &count, 1)?;
-    rec.dispatch(k, &[], &[read(labels), write(count)], &params(&[rows as u32, vocab]), [1, 1, 1])
+    dispatch(rec, k, &[], &[read(labels), write(count)], &LossCountPush { n: rows as u32, vocab }, [1, 1, 1])
 }
 
 /// Forward only: `loss_rows [rows]` (0 on ignored rows) and `lse [rows]` (row log-sum-exp,
@@ -84,7 +87,8 @@ pub fn forward(
     expect_len(k, "loss_rows", &loss_rows, ce.rows.into())?;
     expect_len(k, "lse", &lse, ce.rows.into())?;
     let args = [read(ce.logits), read(ce.labels), write(loss_rows), write(lse)];
-    rec.dispatch(k, &[], &args, &params(&[ce.rows, ce.vocab]), [ce.rows.min(MAX_GROUPS), 1, 1])
+    let push = LossCrossEntropyPush { n: ce.rows, vocab: ce.vocab };
+    dispatch(rec, k, &[], &args, &push, [ce.rows.min(MAX_GROUPS), 1, 1])
 }
 
 /// Fused forward and backward in one pass over each row: `loss_rows [rows]`, `lse [rows]` and
@@ -115,7 +119,8 @@ pub fn forward_backward(
     expect_len(k, "lse", &lse, ce.rows.into())?;
     expect_len_of(k, "dlogits", &dlogits, ce.elems(), ce.dtype.bytes())?;
     let args = [read(ce.logits), read(ce.labels), write(loss_rows), write(lse), read(count), read(g), write(dlogits)];
-    rec.dispatch(k, &[], &args, &params(&[ce.rows, ce.vocab]), [ce.rows.min(MAX_GROUPS), 1, 1])
+    let push = LossCrossEntropyPush { n: ce.rows, vocab: ce.vocab };
+    dispatch(rec, k, &[], &args, &push, [ce.rows.min(MAX_GROUPS), 1, 1])
 }
 
 /// Backward alone, from the `lse [rows]` saved by [`forward`]:
@@ -138,8 +143,8 @@ pub fn backward(
     expect_len(k, "g", &g, 1)?;
     expect_len_of(k, "dlogits", &dlogits, ce.elems(), ce.dtype.bytes())?;
     let args = [read(ce.logits), read(ce.labels), read(lse), read(count), read(g), write(dlogits)];
-    let groups = [ce.vocab.div_ceil(LOCAL).min(MAX_GROUPS), ce.rows.min(MAX_GROUPS), 1];
-    rec.dispatch(k, &[], &args, &params(&[ce.rows, ce.vocab]), groups)
+    let groups = [ce.vocab.div_ceil(BWD_LOCAL).min(MAX_GROUPS), ce.rows.min(MAX_GROUPS), 1];
+    dispatch(rec, k, &[], &args, &LossCrossEntropyBwdPush { n: ce.rows, vocab: ce.vocab }, groups)
 }
 
 /// [`backward`] of f32 logits writing dlogits only in 16 bits (`twin`, f16 or bf16, rounded as
@@ -161,8 +166,9 @@ pub fn backward_twin_only(
     expect_len(k, "g", &g, 1)?;
     let half = twin.code(k.name, ce.elems())?;
     let args = [read(ce.logits), read(ce.labels), read(lse), read(count), read(g), write(twin.view)];
-    let groups = [ce.vocab.div_ceil(LOCAL).min(MAX_GROUPS), ce.rows.min(MAX_GROUPS), 1];
-    rec.dispatch(k, &[], &args, &params(&[ce.rows, ce.vocab, half]), groups)
+    let groups = [ce.vocab.div_ceil(BWD_LOCAL).min(MAX_GROUPS), ce.rows.min(MAX_GROUPS), 1];
+    let push = LossCrossEntropyBwdPushTwin { n: ce.rows, vocab: ce.vocab, twin: half };
+    dispatch(rec, k, &[], &args, &push, groups)
 }
 
 /// `out[0] = sum(loss_rows) / count[0]` (0 when `count[0] == 0`), a deterministic tree
@@ -180,5 +186,5 @@ pub fn mean_loss(
     }
     expect_len(k, "count", &count, 1)?;
     expect_len(k, "out", &out, 1)?;
-    rec.dispatch(k, &[], &[read(loss_rows), read(count), write(out)], &params(&[rows as u32]), [1, 1, 1])
+    dispatch(rec, k, &[], &[read(loss_rows), read(count), write(out)], &LossMeanPush { n: rows as u32 }, [1, 1, 1])
 }

@@ -10,8 +10,9 @@ use vkformers_vk::{read, write, Arg, BufferView, Caps, KernelCode, Recorder, Res
 
 use super::DType;
 use crate::code;
+use crate::code::MatmulGemvPush;
 use crate::glu::Glu;
-use crate::launch::err_named as err;
+use crate::launch::{dispatch, err_named as err, MAX_GROUPS_32};
 
 /// Most rows of x one dispatch takes.
 pub const MAX_ROWS: u32 = 16;
@@ -344,10 +345,10 @@ fn dispatch_single(
     spec: [u32; 2],
     args: &[Arg<'_>; POINTERS],
 ) -> Result<()> {
-    let words = [desc.m, desc.n, desc.k, desc.ldx, desc.ldy, flags, 0, 0, 0];
-    let params: Vec<u8> = words.iter().flat_map(|v| v.to_le_bytes()).collect();
-    let groups = desc.n.div_ceil(ROWS_PER_GROUP).min(rec.caps().max_workgroup_count[0]).min(65_535);
-    rec.dispatch(kernel, &spec, args, &params, [groups, 1, 1])?;
+    let (m, n, k, ldx, ldy) = (desc.m, desc.n, desc.k, desc.ldx, desc.ldy);
+    let push = MatmulGemvPush { M: m, N: n, K: k, ldx, ldy, flags, n1: 0, n2: 0, eps: 0.0 };
+    let groups = desc.n.div_ceil(ROWS_PER_GROUP).min(rec.caps().max_workgroup_count[0]).min(MAX_GROUPS_32);
+    dispatch(rec, kernel, &spec, args, &push, [groups, 1, 1])?;
     rec.set_flops(2.0 * f64::from(desc.m) * f64::from(desc.n) * f64::from(desc.k));
     Ok(())
 }
@@ -576,10 +577,9 @@ fn dispatch_group(
         }
     }
     let (n1, n2) = (ns.get(1).copied().unwrap_or(0), ns.get(2).copied().unwrap_or(0));
-    let words = [d.m, ns[0], d.k, d.ldx, ns[0], flags, n1, n2, pro.eps.to_bits()];
-    let params: Vec<u8> = words.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let push = MatmulGemvPush { M: d.m, N: ns[0], K: d.k, ldx: d.ldx, ldy: ns[0], flags, n1, n2, eps: pro.eps };
     let blocks: u32 = ns.iter().map(|n| n.div_ceil(ROWS_PER_GROUP)).sum();
-    let groups = blocks.min(rec.caps().max_workgroup_count[0]).min(65_535);
+    let groups = blocks.min(rec.caps().max_workgroup_count[0]).min(MAX_GROUPS_32);
     let (w1, w2) = (*ws.get(1).unwrap_or(&ws[0]), *ws.get(2).unwrap_or(&ws[0]));
     let (y1, y2) = (*ys.get(1).unwrap_or(&ys[0]), *ys.get(2).unwrap_or(&ys[0]));
     let (hs, xn) = (pro.hs.unwrap_or(ys[0]), pro.xn.unwrap_or(ys[0]));
@@ -596,7 +596,7 @@ fn dispatch_group(
         write(hs),
         write(xn),
     ];
-    rec.dispatch(kernel, &[u32::from(wide), subgroups], &args, &params, [groups, 1, 1])?;
+    dispatch(rec, kernel, &[u32::from(wide), subgroups], &args, &push, [groups, 1, 1])?;
     let total: u32 = ns.iter().sum();
     rec.set_flops(2.0 * f64::from(d.m) * f64::from(total) * f64::from(d.k));
     Ok(())

@@ -19,7 +19,8 @@ pub mod reference;
 use vkformers_vk::{read, read_write, write, BufferView, KernelCode, Recorder, Result};
 
 use crate::code;
-use crate::launch::err_named as err;
+use crate::code::MatmulGemmPush;
+use crate::launch::{dispatch, err_named as err, MAX_GROUPS_32};
 
 /// Storage type of A and B (C and bias are always f32; accumulation is f32).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -349,30 +350,29 @@ pub fn gemm(
         None => a_sub,
     };
     let (bm, bn) = tile.dims();
-    let groups = [desc.n.div_ceil(bn), desc.m.div_ceil(bm), desc.batch.min(65_535)];
-    if groups[0] > 65_535 || groups[1] > 65_535 {
+    let groups = [desc.n.div_ceil(bn), desc.m.div_ceil(bm), desc.batch.min(MAX_GROUPS_32)];
+    if groups[0] > MAX_GROUPS_32 || groups[1] > MAX_GROUPS_32 {
         return Err(err(name, format!("{}×{} too large for the workgroup grid {groups:?}", desc.m, desc.n)));
     }
     let flags = u32::from(desc.has_bias) | pa << 1 | pb << 2 | c_type_bits(desc.c_dtype) << 3 | pc << 5;
-    let words = [
-        desc.m,
-        desc.n,
-        desc.k,
-        desc.lda,
-        desc.ldb,
-        desc.ldc,
-        desc.stride_a as u32,
-        desc.stride_b as u32,
-        desc.stride_c as u32,
-        desc.batch,
-        desc.alpha.to_bits(),
-        desc.beta.to_bits(),
+    let push = MatmulGemmPush {
+        M: desc.m,
+        N: desc.n,
+        K: desc.k,
+        lda: desc.lda,
+        ldb: desc.ldb,
+        ldc: desc.ldc,
+        sa: desc.stride_a as u32,
+        sb: desc.stride_b as u32,
+        sc: desc.stride_c as u32,
+        batch: desc.batch,
+        alpha: desc.alpha,
+        beta: desc.beta,
         flags,
-    ];
-    let params: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    };
     let c_arg = if desc.beta != 0.0 { read_write(c_sub) } else { write(c_sub) };
     let spec = [u32::from(desc.trans_a), u32::from(desc.trans_b), u32::from(vectorizable(desc, &a_sub, &b_sub))];
-    rec.dispatch(kernel, &spec, &[read(a_sub), read(b_sub), read(bias_view), c_arg], &params, groups)?;
+    dispatch(rec, kernel, &spec, &[read(a_sub), read(b_sub), read(bias_view), c_arg], &push, groups)?;
     rec.set_flops(flops(desc));
     Ok(())
 }

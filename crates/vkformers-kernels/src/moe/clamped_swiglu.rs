@@ -12,7 +12,8 @@ use vkformers_vk::{read, write, BufferView, Recorder, Result};
 
 use super::expect_words;
 use crate::code;
-use crate::launch::{count, groups_for, params};
+use crate::code::MoeClampedSwigluPush;
+use crate::launch::{count, dispatch_elems};
 
 /// The SwiGLU's constants (`swiglu_alpha`, `swiglu_limit`; gpt-oss: 1.702 and 7.0) and layout.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -23,8 +24,16 @@ pub struct ClampedSwiGlu {
 }
 
 impl ClampedSwiGlu {
-    fn words(&self, rows: usize, inner: usize) -> Vec<u8> {
-        params(&[rows as u32, inner as u32, u32::from(self.interleaved), self.alpha.to_bits(), self.limit.to_bits()])
+    /// The push scalars of both kernels (the backward declares the forward's block).
+    fn push(&self, rows: usize, inner: usize) -> MoeClampedSwigluPush {
+        let interleaved = u32::from(self.interleaved);
+        MoeClampedSwigluPush {
+            rows: rows as u32,
+            inner: inner as u32,
+            interleaved,
+            alpha: self.alpha,
+            limit: self.limit,
+        }
     }
 }
 
@@ -40,8 +49,8 @@ pub fn forward(
     let n = count(kc, &[rows, 2, inner])?;
     expect_words(kc, "gate_up", &gate_up, n.into())?;
     expect_words(kc, "out", &out, u64::from(n) / 2)?;
-    let p = act.words(rows, inner);
-    rec.dispatch(kc, &[], &[read(gate_up), write(out)], &p, groups_for((rows * inner) as u64))
+    let p = act.push(rows, inner);
+    dispatch_elems(rec, kc, &[read(gate_up), write(out)], &p, (rows * inner) as u64)
 }
 
 /// `dgate_up [rows, 2·inner]` from `gate_up` and `dout [rows, inner]`.
@@ -57,9 +66,9 @@ pub fn backward(
     expect_words(kc, "gate_up", &gate_up, n.into())?;
     expect_words(kc, "dgate_up", &dgate_up, n.into())?;
     expect_words(kc, "dout", &dout, u64::from(n) / 2)?;
-    let p = act.words(rows, inner);
+    let p = act.push(rows, inner);
     let bufs = [read(gate_up), read(dout), write(dgate_up)];
-    rec.dispatch(kc, &[], &bufs, &p, groups_for((rows * inner) as u64))
+    dispatch_elems(rec, kc, &bufs, &p, (rows * inner) as u64)
 }
 
 /// f64 reference forward: `out [rows, inner]`.

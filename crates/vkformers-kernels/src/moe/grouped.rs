@@ -7,9 +7,10 @@ use vkformers_vk::{read, write, BufferView, Caps, KernelCode, Recorder, Result};
 
 use super::expect_words;
 use crate::code;
+use crate::code::{MoeGroupedRowsPush, MoeGroupedWgradPush};
 use crate::dtype::DType;
 use crate::gemm_coopmat::{choose_engine, Elem, Engine};
-use crate::launch::{check_storage, count, err, params, MAX_GROUPS};
+use crate::launch::{check_storage, count, dispatch, err, MAX_GROUPS};
 
 /// Storage types of the two operands (A: activations / L, B: expert weights / R).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -163,10 +164,17 @@ pub fn grouped_rows(
     // At most sum_e ceil(count_e / BM) <= ceil(rows / BM) + E row tiles hold slots.
     let row_tiles = count(kc, &[rows.div_ceil(bm) + experts])?;
     let col_tiles = cols.div_ceil(bn).max(1) as u32;
-    let p = params(&[rows as u32, inner as u32, cols as u32, experts as u32, row_tiles]);
+    // grouped_rows_cm2.comp declares the same block (one struct, aliased).
+    let p = MoeGroupedRowsPush {
+        rows: rows as u32,
+        inner: inner as u32,
+        cols: cols as u32,
+        experts: experts as u32,
+        row_tiles,
+    };
     let groups = [col_tiles, row_tiles.clamp(1, MAX_GROUPS as u32), 1];
     let args = [read(a), read(b), write(c), read(offsets)];
-    rec.dispatch(kc, &[u32::from(trans_b)], &args, &p, groups)
+    dispatch(rec, kc, &[u32::from(trans_b)], &args, &p, groups)
 }
 
 /// `D [E, li, rj]`: `D_e = L_eᵀ · R_e` over each expert's contiguous slots (`offsets [E + 1]`);
@@ -190,9 +198,10 @@ pub fn grouped_wgrad(
     expect_elems(kc, "r", &r, count(kc, &[slots, rj])?, st.b)?;
     expect_words(kc, "d", &d, count(kc, &[experts, li, rj])?.into())?;
     expect_words(kc, "offsets", &offsets, experts as u64 + 1)?;
-    let p = params(&[experts as u32, li as u32, rj as u32]);
-    let groups = [rj.div_ceil(bn).max(1) as u32, li.div_ceil(bm).max(1) as u32, experts.clamp(1, 65_535) as u32];
-    rec.dispatch(kc, &[], &[read(l), read(r), write(d), read(offsets)], &p, groups)
+    let p = MoeGroupedWgradPush { experts: experts as u32, li: li as u32, rj: rj as u32 };
+    let groups =
+        [rj.div_ceil(bn).max(1) as u32, li.div_ceil(bm).max(1) as u32, experts.clamp(1, MAX_GROUPS as usize) as u32];
+    dispatch(rec, kc, &[], &[read(l), read(r), write(d), read(offsets)], &p, groups)
 }
 
 /// Floating-point operations of a grouped product over `rows` slots (2 per multiply-add).

@@ -15,8 +15,9 @@ pub use grouped::{grouped_rows, grouped_wgrad, GroupTile, Storage};
 use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result};
 
 use crate::code;
+use crate::code::{MoeSlotsPush, MoeTopkPush};
 use crate::embedding::{backward_scratch_bytes, counting_sort};
-use crate::launch::{count, err, groups_for, params};
+use crate::launch::{count, dispatch_elems, err};
 
 fn expect_words(k: &KernelCode, what: &str, v: &BufferView<'_>, n: u64) -> Result<()> {
     if v.len != n * 4 {
@@ -45,8 +46,8 @@ pub fn topk(
     let nk = count(kc, &[rows, k])?;
     expect_words(kc, "ids", &ids, nk.into())?;
     expect_words(kc, "flat", &flat, nk.into())?;
-    let p = params(&[rows as u32, experts as u32, k as u32]);
-    rec.dispatch(kc, &[], &[read(probs), write(ids), write(flat), write(sel)], &p, groups_for(rows as u64))
+    let p = MoeTopkPush { rows: rows as u32, experts: experts as u32, k: k as u32 };
+    dispatch_elems(rec, kc, &[read(probs), write(ids), write(flat), write(sel)], &p, rows as u64)
 }
 
 /// Bytes of scratch [`group`] needs for `slots` assignments over `experts`.
@@ -81,5 +82,5 @@ pub fn group(
     let (sorted_offsets, perm) = counting_sort(rec, ids, slots, experts, scratch)?;
     rec.copy(sorted_offsets, offsets)?;
     let args = [read(ids), read(perm), write(slot_token), write(slot_expert), write(assign_slot)];
-    rec.dispatch(kc, &[], &args, &params(&[slots, k]), groups_for(slots.into()))
+    dispatch_elems(rec, kc, &args, &MoeSlotsPush { slots, k }, slots.into())
 }

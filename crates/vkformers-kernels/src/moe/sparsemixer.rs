@@ -6,7 +6,8 @@ use vkformers_vk::{read, write, BufferView, Recorder, Result};
 
 use super::expect_words;
 use crate::code;
-use crate::launch::{count, err, groups_for, params};
+use crate::code::MoeSparsemixerPush;
+use crate::launch::{count, dispatch_elems, err};
 
 /// The additive value of a masked-out expert (transformers' −inf: its softmax weight is 0).
 pub const OFF: f32 = -1e30;
@@ -36,9 +37,9 @@ pub fn sparsemixer(
     expect_words(kc, "mask", &mask, n2.into())?;
     expect_words(kc, "ids", &ids, 2 * rows as u64)?;
     expect_words(kc, "flat", &flat, 2 * rows as u64)?;
-    let p = params(&[rows as u32, experts as u32, eps.to_bits()]);
+    let p = MoeSparsemixerPush { rows: rows as u32, experts: experts as u32, eps };
     let bufs = [read(scores), write(mask), write(ids), write(flat), write(sel)];
-    rec.dispatch(kc, &[], &bufs, &p, groups_for(rows as u64))
+    dispatch_elems(rec, kc, &bufs, &p, rows as u64)
 }
 
 /// f64 reference of [`sparsemixer`]: `(mask, ids, flat, sel)`.

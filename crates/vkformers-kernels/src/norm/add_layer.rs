@@ -7,8 +7,9 @@ use vkformers_vk::{read, write, BufferView, Recorder, Result};
 
 use super::{check_views, kname, row_groups, LayerNorm};
 use crate::code;
+use crate::code::NormLayerForwardAddPush;
 use crate::dtype::{DType, Twin};
-use crate::launch::{err_named as err, params as words};
+use crate::launch::{dispatch, err_named as err};
 
 /// `y = LayerNorm(x + r)` over the last dim (`p.dtype` must be f32: x, r, w, b, y are f32),
 /// with `w`, `b` as [`super::layer_norm_forward`]; `twin`, when given, receives y in its 16-bit
@@ -43,8 +44,8 @@ pub fn add_layer_norm_forward(
         t.code(name, u64::from(p.rows) * u64::from(p.dim))?;
         crate::launch::check_storage(rec, k, t.dtype)?;
     }
-    let params = words(&[p.rows, p.dim, p.eps.to_bits(), affine]);
+    let params = NormLayerForwardAddPush { rows: p.rows, D: p.dim, eps: p.eps, affine };
     let twin_view = twin.map_or(y, |t| t.view);
     let args = [read(x), read(r), read(w.unwrap_or(x)), read(b.unwrap_or(x)), write(y), write(twin_view)];
-    rec.dispatch(k, &[], &args, &params, row_groups(p.rows))
+    dispatch(rec, k, &[], &args, &params, row_groups(p.rows))
 }

@@ -19,15 +19,19 @@ pub use col_sum_plan::ColSum;
 use vkformers_vk::{read, read_write, write, BufferView, KernelCode, Recorder, Result};
 
 use crate::code;
+use crate::code::{
+    NormColSumPush, NormLayerBackwardPush, NormLayerForwardPush, NormRmsBackwardPush, NormRmsBackwardPushAcc,
+    NormRmsForwardPush, NormRmsForwardPushTwin,
+};
 use crate::dtype::{DType, Twin};
-use crate::launch::{err_named as err, params as words, variant};
+use crate::launch::MAX_GROUPS_32 as MAX_GROUPS;
+use crate::launch::{dispatch, err_named as err, variant, Push};
 
 /// Workgroups sharing out the rows of a backward (and rows of partial sums to add).
 const GRAD_BLOCKS: u32 = 1024;
-/// [`crate::launch::MAX_GROUPS`] in this family's u32 arithmetic.
-const MAX_GROUPS: u32 = crate::launch::MAX_GROUPS as u32;
-/// Threads per workgroup of `norm/col_sum`.
-const COL_LOCAL: u32 = 256;
+/// Threads per workgroup of `norm/col_sum` (its shader's, from the reflection).
+const COL_LOCAL: u32 = <NormColSumPush as Push>::LOCAL_X;
+const _: () = assert!(COL_LOCAL > 0);
 
 /// Shape and options of an RMSNorm over the last dimension of `[rows, dim]`.
 #[derive(Clone, Copy, Debug)]
@@ -198,9 +202,9 @@ pub fn add_rms_norm_forward_twin(
     let n = u64::from(p.rows) * u64::from(p.dim);
     check_len(kname(k), "r", &r, n)?;
     check_len(kname(k), "h", &h, n)?;
-    let params = words(&[p.rows, p.dim, p.eps.to_bits(), gain_mode(w.is_some(), p.unit_offset), half]);
+    let params = NormRmsForwardPushTwin { base: rms_push(p, w.is_some()), twin: half };
     let args = [read(x), read(r), write(h), read(w.unwrap_or(x)), write(y), write(rstd), write(twin.view)];
-    rec.dispatch(k, &[], &args, &params, row_groups(p.rows))
+    dispatch(rec, k, &[], &args, &params, row_groups(p.rows))
 }
 
 /// [`add_rms_norm_forward_twin`] writing y only in 16 bits (`twin`), not in f32: training
@@ -221,9 +225,10 @@ pub fn add_rms_norm_forward_twin_only(
     let n = u64::from(p.rows) * u64::from(p.dim);
     check_len(kname(k), "r", &r, n)?;
     check_len(kname(k), "h", &h, n)?;
-    let params = words(&[p.rows, p.dim, p.eps.to_bits(), gain_mode(w.is_some(), p.unit_offset), half | 4]);
+    // twin bit 2: no f32 store.
+    let params = NormRmsForwardPushTwin { base: rms_push(p, w.is_some()), twin: half | 4 };
     let args = [read(x), read(r), write(h), read(w.unwrap_or(x)), write(twin.view), write(rstd), write(twin.view)];
-    rec.dispatch(k, &[], &args, &params, row_groups(p.rows))
+    dispatch(rec, k, &[], &args, &params, row_groups(p.rows))
 }
 
 /// [`rms_norm_forward_twin`] writing y only in 16 bits (`twin`), not in f32 (see
@@ -237,9 +242,10 @@ pub fn rms_norm_forward_twin_only(
 ) -> Result<()> {
     let kernels = (&code::NORM_RMS_FORWARD_TWIN_F32_CPU, &code::NORM_RMS_FORWARD_TWIN_F32);
     let (k, half) = twin_forward_checks(rec, kernels, p, (&x, &x, &rstd), w.as_ref(), &twin)?;
-    let params = words(&[p.rows, p.dim, p.eps.to_bits(), gain_mode(w.is_some(), p.unit_offset), half | 4]);
+    // twin bit 2: no f32 store.
+    let params = NormRmsForwardPushTwin { base: rms_push(p, w.is_some()), twin: half | 4 };
     let args = [read(x), read(w.unwrap_or(x)), write(twin.view), write(rstd), write(twin.view)];
-    rec.dispatch(k, &[], &args, &params, row_groups(p.rows))
+    dispatch(rec, k, &[], &args, &params, row_groups(p.rows))
 }
 
 /// RMSNorm forward: `y = x * rstd * g` with `rstd = 1 / sqrt(mean(x^2) + eps)` per row and
@@ -255,9 +261,9 @@ pub fn rms_norm_forward(
 ) -> Result<()> {
     let (k, grid) = rms_forward_launch(rec, p, false);
     check_rms_forward(kname(k), p, (&x, &y, &rstd), w.as_ref())?;
-    let params = words(&[p.rows, p.dim, p.eps.to_bits(), gain_mode(w.is_some(), p.unit_offset)]);
+    let params = rms_push(p, w.is_some());
     let args = [read(x), read(w.unwrap_or(x)), write(y), write(rstd)];
-    rec.dispatch(k, &[], &args, &params, grid)
+    dispatch(rec, k, &[], &args, &params, grid)
 }
 
 /// The kernel of a twin RMSNorm forward (`(cpu, gpu)` variants, by device) and its twin code,
@@ -292,9 +298,9 @@ pub fn rms_norm_forward_twin(
 ) -> Result<()> {
     let kernels = (&code::NORM_RMS_FORWARD_TWIN_F32_CPU, &code::NORM_RMS_FORWARD_TWIN_F32);
     let (k, half) = twin_forward_checks(rec, kernels, p, (&x, &y, &rstd), w.as_ref(), &twin)?;
-    let params = words(&[p.rows, p.dim, p.eps.to_bits(), gain_mode(w.is_some(), p.unit_offset), half]);
+    let params = NormRmsForwardPushTwin { base: rms_push(p, w.is_some()), twin: half };
     let args = [read(x), read(w.unwrap_or(x)), write(y), write(rstd), write(twin.view)];
-    rec.dispatch(k, &[], &args, &params, row_groups(p.rows))
+    dispatch(rec, k, &[], &args, &params, row_groups(p.rows))
 }
 
 /// A residual add fused with the RMSNorm after it (inference; no backward): `h = x + r`, then
@@ -318,9 +324,14 @@ pub fn add_rms_norm_forward(
     let n = u64::from(p.rows) * u64::from(p.dim);
     check_len_of(name, "r", &r, n, p.dtype)?;
     check_len_of(name, "h", &h, n, p.dtype)?;
-    let params = words(&[p.rows, p.dim, p.eps.to_bits(), gain_mode(w.is_some(), p.unit_offset)]);
+    let params = rms_push(p, w.is_some());
     let args = [read(x), read(r), write(h), read(w.unwrap_or(x)), write(y), write(rstd)];
-    rec.dispatch(k, &[], &args, &params, grid)
+    dispatch(rec, k, &[], &args, &params, grid)
+}
+
+/// The scalars of `norm/rms_forward`'s block: rows, dim, eps and the gain mode.
+fn rms_push(p: &RmsNorm, weight: bool) -> NormRmsForwardPush {
+    NormRmsForwardPush { rows: p.rows, D: p.dim, eps: p.eps, mode: gain_mode(weight, p.unit_offset) }
 }
 
 fn gain_mode(weight: bool, unit_offset: bool) -> u32 {
@@ -386,7 +397,8 @@ pub fn rms_norm_backward_acc(
     rms_backward_launch(rec, (k, p), (x, w, rstd), dy, (out.dx, Some(extra)), grads)
 }
 
-/// The pointers and flags after the base ones of `norm/rms_backward:acc_f32`.
+/// The pointers after the base ones of `norm/rms_backward:acc_f32` (prev, dx16), and its
+/// `has_prev`, `twin` scalars.
 type AccArgs<'a> = (BufferView<'a>, BufferView<'a>, [u32; 2]);
 
 /// One RMSNorm backward of kernel `k` (its acc variant when `acc` is given), checking views.
@@ -412,13 +424,16 @@ fn rms_backward_launch(
         }
     };
     let mode = gain_mode(w.is_some(), p.unit_offset);
-    let mut flags = vec![p.rows, p.dim, mode, u32::from(partial.is_some())];
+    let push = NormRmsBackwardPush { rows: p.rows, D: p.dim, mode, want_dw: u32::from(partial.is_some()) };
     let mut args = vec![read(x), read(w.unwrap_or(x)), read(rstd), read(dy), write(dx), write(partial.unwrap_or(dx))];
-    if let Some((prev, dx16, more)) = acc {
-        args.extend([read(prev), write(dx16)]);
-        flags.extend(more);
+    match acc {
+        None => dispatch(rec, k, &[], &args, &push, [blocks, 1, 1])?,
+        Some((prev, dx16, [has_prev, twin])) => {
+            args.extend([read(prev), write(dx16)]);
+            let push = NormRmsBackwardPushAcc { base: push, has_prev, twin };
+            dispatch(rec, k, &[], &args, &push, [blocks, 1, 1])?
+        }
     }
-    rec.dispatch(k, &[], &args, &words(&flags), [blocks, 1, 1])?;
     if let (Some(g), Some(part)) = (grads, partial) {
         col_sum(rec, part, g.dw, blocks, p.dim, g.accumulate, DType::F32)?;
     }
@@ -479,11 +494,11 @@ pub fn col_sum_as(
         ));
     }
     let part = BufferView { len: need, ..partial };
-    let params = words(&[blocks, dim, u32::from(accumulate)]);
+    let params = NormColSumPush { blocks, D: dim, accumulate: u32::from(accumulate) };
     let per_group = if how == ColSum::Tiled { col_sum_plan::TILE_COLS } else { COL_LOCAL };
     let groups = [dim.div_ceil(per_group).clamp(1, MAX_GROUPS), 1, 1];
     let out_arg = if accumulate { read_write(out) } else { write(out) };
-    rec.dispatch(k, &[], &[read(part), out_arg], &params, groups)
+    dispatch(rec, k, &[], &[read(part), out_arg], &params, groups)
 }
 
 /// LayerNorm forward: `y = (x - mean) * rstd * w + b` per row with the biased variance;
@@ -513,9 +528,9 @@ pub fn layer_norm_forward(
         (true, true) => 2,
         (false, true) => return Err(err(name, "a bias without a weight is not supported".into())),
     };
-    let params = words(&[p.rows, p.dim, p.eps.to_bits(), affine]);
+    let params = NormLayerForwardPush { rows: p.rows, D: p.dim, eps: p.eps, affine };
     let args = [read(x), read(w.unwrap_or(x)), read(b.unwrap_or(x)), write(y), write(mean), write(rstd)];
-    rec.dispatch(k, &[], &args, &params, row_groups(p.rows))
+    dispatch(rec, k, &[], &args, &params, row_groups(p.rows))
 }
 
 /// LayerNorm backward: from `x`, `w`, the forward's `mean`, `rstd` and `dy`, writes
@@ -546,10 +561,15 @@ pub fn layer_norm_backward(
         Some(_) if w.is_none() => return Err(err(name, "parameter gradients need a weight".into())),
         Some(g) => Some(partial_view(name, g, blocks, p.dim)?),
     };
-    let params = words(&[p.rows, p.dim, u32::from(w.is_some()), u32::from(partial.is_some())]);
+    let params = NormLayerBackwardPush {
+        rows: p.rows,
+        D: p.dim,
+        has_w: u32::from(w.is_some()),
+        want_dw: u32::from(partial.is_some()),
+    };
     let args =
         [read(x), read(w.unwrap_or(x)), read(mean), read(rstd), read(dy), write(dx), write(partial.unwrap_or(dx))];
-    rec.dispatch(k, &[], &args, &params, [blocks, 1, 1])?;
+    dispatch(rec, k, &[], &args, &params, [blocks, 1, 1])?;
     if let (Some(g), Some(part)) = (grads, partial) {
         let half = u64::from(blocks) * u64::from(p.dim) * 4;
         col_sum(rec, part, g.dw, blocks, p.dim, g.accumulate, DType::F32)?;

@@ -6,8 +6,9 @@ use vkformers_vk::{read, read_write, write, Arg, BufferView, KernelCode, Recorde
 
 use super::{adamw_scalars, chunk_groups, upload_table, AdamW, Moments};
 use crate::code;
+use crate::code::OptimAdamwMultiPush;
 use crate::dtype::DType;
-use crate::launch::{err, params, MAX_GROUPS};
+use crate::launch::{dispatch_indirect, err, MAX_GROUPS};
 
 /// Elements per chunk (one workgroup's share at a time, 64 per thread): a 1.1B model has ~67K
 /// chunks, about one per workgroup, so each workgroup's search of the table (eight dependent
@@ -140,8 +141,18 @@ pub fn adamw_step_multi_in(
             moments.into_iter().chain(p.copy.map(write))
         })
         .collect();
-    let s = adamw_scalars(hp, step);
-    let mut push = vec![ps.len() as u32, chunks, CHUNK];
-    push.extend(s[1..].iter().map(|x| x.to_bits()));
-    rec.dispatch_indirect(k, &[], &args, &indirect, &params(&push), chunk_groups(chunks, max_groups))
+    // Each tensor's decay is in the table (its own weight decay); the rest are shared.
+    let [_, w1, beta2, omb2, bc2_sqrt, neg_step, eps] = adamw_scalars(hp, step);
+    let push = OptimAdamwMultiPush {
+        tensors: ps.len() as u32,
+        chunks,
+        chunk: CHUNK,
+        w1,
+        beta2,
+        omb2,
+        bc2_sqrt,
+        neg_step,
+        eps,
+    };
+    dispatch_indirect(rec, k, (&args, &indirect), &push, chunk_groups(chunks, max_groups))
 }

@@ -9,7 +9,8 @@ use vkformers_vk::{read, write, BufferView, Recorder, Result};
 
 use super::{chunk_groups, norm_and_clip_coef_scaled, upload_table, LossScale};
 use crate::code;
-use crate::launch::{err, params, MAX_GROUPS};
+use crate::code::OptimSumSquaresMultiPush;
+use crate::launch::{dispatch_indirect, err, MAX_GROUPS};
 
 /// Elements per chunk (one workgroup's share, 128 per thread): large enough that a 1.1B
 /// model's ~34K partials are summed quickly by `norm_clip`'s single workgroup, small enough
@@ -84,10 +85,10 @@ pub fn sum_squares_multi_in(
     let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
     let table_used = upload_table(rec, k, table_view, &bytes)?;
     let out = partials.buffer.slice(partials.offset, u64::from(chunks) * 4);
-    let words = [grads.len() as u32, chunks, CHUNK];
+    let push = OptimSumSquaresMultiPush { tensors: grads.len() as u32, chunks, chunk: CHUNK };
     let reads: Vec<_> = grads.iter().map(|g| read(*g)).collect();
     let groups = chunk_groups(chunks, max_groups);
-    rec.dispatch_indirect(k, &[], &[read(table_used), write(out)], &reads, &params(&words), groups)?;
+    dispatch_indirect(rec, k, (&[read(table_used), write(out)], &reads), &push, groups)?;
     Ok(chunks)
 }
 

@@ -17,12 +17,9 @@ pub mod reference;
 
 use vkformers_vk::{read, read_write, write, BufferView, KernelCode, Recorder, Result};
 
-use crate::code;
+use crate::code::{self, OptimAdamwPush, OptimNormClipPush, OptimSumPartsPush, OptimSumSquaresPush};
 use crate::dtype::DType;
-use crate::launch::{err, params, MAX_GROUPS};
-
-/// Threads per workgroup of the optimizer shaders.
-const LOCAL: u64 = 256;
+use crate::launch::{dispatch, err, Push, MAX_GROUPS};
 
 /// AdamW hyper-parameters, as `torch.optim.AdamW(lr, betas=(beta1, beta2), eps, weight_decay)`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -177,18 +174,20 @@ pub fn adamw_step_from(
         }
         args.push(write(c));
     }
-    let mut words = vec![n];
-    words.extend(adamw_scalars(hp, step).map(f32::to_bits));
-    words.push(u32::from(moments == Moments::Fresh));
-    let groups = u64::from(n).div_ceil(LOCAL).min(MAX_GROUPS) as u32;
-    rec.dispatch(k, &[], &args, &params(&words), [groups, 1, 1])
+    let [decay, w1, beta2, omb2, bc2_sqrt, neg_step, eps] = adamw_scalars(hp, step);
+    let fresh = u32::from(moments == Moments::Fresh);
+    let push = OptimAdamwPush { n, decay, w1, beta2, omb2, bc2_sqrt, neg_step, eps, fresh };
+    let groups = u64::from(n).div_ceil(u64::from(<OptimAdamwPush as Push>::LOCAL_X)).min(MAX_GROUPS) as u32;
+    dispatch(rec, k, &[], &args, &push, [groups, 1, 1])
 }
 
 /// Most workgroups (and partial sums) of one buffer's [`sum_squares`]: 1024 x 256 threads is
 /// about what an H200 keeps resident (132 SMs x 2048), so one large gradient fills the device.
 const MAX_PARTS: u64 = 1024;
 /// Elements per workgroup below which [`sum_squares`] uses fewer workgroups (16 per thread).
-const PART_ELEMS: u64 = 16 * LOCAL;
+const PART_ELEMS: u64 = 16 * <OptimSumSquaresPush as Push>::LOCAL_X as u64;
+const _: () =
+    assert!(PART_ELEMS > 0 && <OptimAdamwPush as Push>::LOCAL_X > 0 && <OptimSumPartsPush as Push>::LOCAL_X > 0);
 /// Most workgroups of the second stage ([`sum_parts`]).
 const MAX_SUMS: u64 = 256;
 
@@ -200,7 +199,7 @@ pub fn parts(n: u64) -> u32 {
 
 /// Second-stage sums over `total` partials: (workgroups, partials per workgroup).
 fn sums(total: u64) -> (u32, u32) {
-    let groups = total.div_ceil(4 * LOCAL).clamp(1, MAX_SUMS);
+    let groups = total.div_ceil(4 * u64::from(<OptimSumPartsPush as Push>::LOCAL_X)).clamp(1, MAX_SUMS);
     (groups as u32, total.div_ceil(groups) as u32)
 }
 
@@ -229,7 +228,7 @@ pub fn sum_squares(rec: &mut Recorder, x: BufferView<'_>, partials: BufferView<'
     let n = elements(k, "x", &x)?;
     let p = parts(n.into());
     expect_len(k, "partials", &partials, p.into())?;
-    rec.dispatch(k, &[], &[read(x), write(partials)], &params(&[n]), [p, 1, 1])
+    dispatch(rec, k, &[], &[read(x), write(partials)], &OptimSumSquaresPush { n }, [p, 1, 1])
 }
 
 /// `out[w] = sum(x[w * chunk..][..chunk])` for the `out.len / 4` workgroups (the last chunk
@@ -241,7 +240,7 @@ fn sum_parts(rec: &mut Recorder, x: BufferView<'_>, out: BufferView<'_>, chunk: 
     if u64::from(groups) * u64::from(chunk) < n.into() {
         return Err(err(k, format!("{groups} chunks of {chunk} do not cover {n} values")));
     }
-    rec.dispatch(k, &[], &[read(x), write(out)], &params(&[n, chunk]), [groups, 1, 1])
+    dispatch(rec, k, &[], &[read(x), write(out)], &OptimSumPartsPush { n, chunk }, [groups, 1, 1])
 }
 
 /// `norm[0] = sqrt(sum(partials[..count]))` and
@@ -290,8 +289,13 @@ pub fn norm_and_clip_coef_scaled(
     expect_len(k, "norm", &norm, 1)?;
     expect_len(k, "coef", &coef, 1)?;
     let args = [read(partials), write(norm), write(coef)];
-    let words = [count, (max_norm * ls.scale).to_bits(), (1.0 / ls.scale).to_bits(), u32::from(ls.skip_nonfinite)];
-    rec.dispatch(k, &[], &args, &params(&words), [1, 1, 1])
+    let push = OptimNormClipPush {
+        count,
+        max_norm: max_norm * ls.scale,
+        inv_scale: 1.0 / ls.scale,
+        skip_nonfinite: u32::from(ls.skip_nonfinite),
+    };
+    dispatch(rec, k, &[], &args, &push, [1, 1, 1])
 }
 
 /// Global 2-norm of all `grads` and its clip coefficient: one [`sum_squares`] per buffer into

@@ -12,8 +12,9 @@ pub mod reference;
 use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result};
 
 use crate::code;
+use crate::code::{ReduceBackwardPush, ReduceRowsPush};
 use crate::dtype::DType;
-use crate::launch::{count, elements, err, expect_len, groups_for, groups_per_item, params, pick};
+use crate::launch::{count, dispatch, dispatch_elems, elements, err, expect_len, groups_per_item, pick};
 
 /// Elements each workgroup sums per stage when reducing everything.
 pub const CHUNK: u64 = 4096;
@@ -50,8 +51,8 @@ fn rows_kernel(
     (rows, d, n): (u64, u64, u64),
     scale: f32,
 ) -> Result<()> {
-    let p = params(&[rows as u32, d as u32, n as u32, scale.to_bits()]);
-    rec.dispatch(k, &[], &[read(x), write(out)], &p, groups_per_item(rows))
+    let p = ReduceRowsPush { rows: rows as u32, d: d as u32, n: n as u32, scale };
+    dispatch(rec, k, &[], &[read(x), write(out)], &p, groups_per_item(rows))
 }
 
 fn check_rows(
@@ -125,7 +126,8 @@ fn broadcast_back(
         return Err(err(k, format!("dx of {n} elements is not made of rows of {d}")));
     }
     expect_len(k, "dy", &dy, n / d, dy_dt)?;
-    rec.dispatch(k, &[], &[read(dy), write(dx)], &params(&[n as u32, d as u32, scale.to_bits()]), groups_for(n))
+    let p = ReduceBackwardPush { n: n as u32, d: d as u32, scale };
+    dispatch_elems(rec, k, &[read(dy), write(dx)], &p, n)
 }
 
 /// Backward of [`sum_rows`] (`scale` 1) or [`mean_rows`] (`scale` 1 / d): `dx[r, j] = scale *

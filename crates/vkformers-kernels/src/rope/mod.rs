@@ -10,8 +10,9 @@ pub mod reference;
 use vkformers_vk::{read, read_write, write, BufferView, KernelCode, Recorder, Result, VkError};
 
 use crate::code;
+use crate::code::{RopeRopePush, RopeRopePushTwin};
 use crate::dtype::{DType, Twin};
-use crate::launch::groups_for;
+use crate::launch::dispatch_elems;
 
 /// Which dims form a rotation pair.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,13 +105,12 @@ fn dispatch(
     if work == 0 {
         return Ok(());
     }
-    let params = rope_words(p, copy_tail, sign);
-    let groups = groups_for(work);
+    let params = rope_push(p, copy_tail, sign);
     let args = match out {
         Some(o) => [read(x), write(o), read(pos), read(inv_freq)],
         None => [read_write(x), read_write(x), read(pos), read(inv_freq)],
     };
-    rec.dispatch(kernel(p.dtype), &[], &args, &params, groups)
+    dispatch_elems(rec, kernel(p.dtype), &args, &params, work)
 }
 
 /// `out = rope(x)`: rotates each pair by `theta = pos * inv_freq[i]`, scaled by `mscale`.
@@ -286,28 +286,23 @@ fn dispatch_strided(
     if work == 0 {
         return Ok(());
     }
-    let mut params = rope_words(p, true, sign);
-    for w in [half, x_stride, out_stride] {
-        params.extend_from_slice(&w.to_le_bytes());
-    }
-    let groups = groups_for(work);
+    let params = RopeRopePushTwin { base: rope_push(p, true, sign), twin: half, x_stride, out_stride };
     let args = [read(x), write(out.unwrap_or(twin.view)), read(pos), read(inv_freq), write(twin.view)];
-    rec.dispatch(k, &[], &args, &params, groups)
+    dispatch_elems(rec, k, &args, &params, work)
 }
 
 /// The push constants after the pointers: shape, layout, tail copy, scale and direction.
-fn rope_words(p: &Rope, copy_tail: bool, sign: f32) -> Vec<u8> {
-    let words = [
-        p.rows() as u32,
-        p.heads,
-        p.head_dim,
-        p.rotary_dim,
-        u32::from(p.layout == RopeLayout::Interleaved),
-        u32::from(copy_tail),
-        p.mscale.to_bits(),
-        sign.to_bits(),
-    ];
-    words.iter().flat_map(|w| w.to_le_bytes()).collect()
+fn rope_push(p: &Rope, copy_tail: bool, sign: f32) -> RopeRopePush {
+    RopeRopePush {
+        rows: p.rows() as u32,
+        heads: p.heads,
+        head_dim: p.head_dim,
+        rot_dim: p.rotary_dim,
+        interleaved: u32::from(p.layout == RopeLayout::Interleaved),
+        copy_tail: u32::from(copy_tail),
+        mscale: p.mscale,
+        sign,
+    }
 }
 
 /// `x = rope(x)` in place.

@@ -9,8 +9,9 @@ pub mod rows;
 use vkformers_vk::{read, read_write, write, BufferView, Recorder, Result};
 
 use crate::code;
+use crate::code::{SampleArgmaxPush, SampleDrawPush};
 use crate::dtype::DType;
-use crate::launch::{count, err, expect_len, groups_per_item, params};
+use crate::launch::{count, dispatch, err, expect_len, groups_per_item};
 
 /// What [`argmax_last`] writes for a row whose logits are all NaN.
 pub const NO_TOKEN: u32 = u32::MAX;
@@ -33,8 +34,8 @@ pub fn argmax_last(
     let n = count(k, &[rows, t, v])?;
     expect_len(k, "logits", &logits, n.into(), DType::F32)?;
     expect_len(k, "ids", &ids, rows as u64, DType::F32)?;
-    let p = params(&[rows as u32, t as u32, v as u32]);
-    rec.dispatch(k, &[], &[read(logits), write(ids)], &p, groups_per_item(rows as u64))
+    let p = SampleArgmaxPush { rows: rows as u32, t: t as u32, v: v as u32 };
+    dispatch(rec, k, &[], &[read(logits), write(ids)], &p, groups_per_item(rows as u64))
 }
 
 /// The processors and draw of [`draw_last`], in the order transformers' `generate` applies them.
@@ -121,8 +122,26 @@ pub fn draw_last(
     expect_len(k, "logits", &logits, n.into(), DType::F32)?;
     expect_len(k, "presence", &presence, count(k, &[rows, v])?.into(), DType::F32)?;
     expect_len(k, "ids", &ids, rows as u64, DType::F32)?;
-    let mut words = vec![rows as u32, t as u32, v as u32];
-    words.extend(processor_words(p, d, v, 0));
+    // The processor words are also draw_rows' per-row table (row_params); here they are push
+    // members, named.
+    let [flags, penalty, temperature, top_k, top_p_cut, min_p, keep, seed_lo, seed_hi, step_lo, step_hi] =
+        processor_words(p, d, v, 0);
+    let push = SampleDrawPush {
+        rows: rows as u32,
+        t: t as u32,
+        v: v as u32,
+        flags,
+        penalty: f32::from_bits(penalty),
+        temperature: f32::from_bits(temperature),
+        top_k,
+        top_p_cut: f32::from_bits(top_p_cut),
+        min_p: f32::from_bits(min_p),
+        keep,
+        seed_lo,
+        seed_hi,
+        step_lo,
+        step_hi,
+    };
     let args = [read(logits), read_write(presence), write(ids)];
-    rec.dispatch(k, &[], &args, &params(&words), groups_per_item(rows as u64))
+    dispatch(rec, k, &[], &args, &push, groups_per_item(rows as u64))
 }

@@ -9,8 +9,9 @@ use vkformers_vk::{read, read_write, write, BufferView, Recorder, Result};
 
 use super::{Draw, Processors};
 use crate::code;
+use crate::code::SampleDrawRowsPush;
 use crate::dtype::DType;
-use crate::launch::{count, err, expect_len, groups_per_item, params};
+use crate::launch::{count, dispatch, err, expect_len, groups_per_item};
 
 /// u32 words of one row's parameters.
 pub const PARAM_WORDS: usize = 16;
@@ -113,6 +114,6 @@ pub fn draw_rows(
     expect_len(k, "ids", &b.ids, rows as u64, DType::F32)?;
     expect_len(k, "logprobs", &b.logprobs, count(k, &[rows, LOGPROB_WORDS])?.into(), DType::F32)?;
     let args = [read(b.logits), read(b.params), read_write(b.state), write(b.ids), write(b.logprobs)];
-    let words = params(&[rows as u32, t as u32, v as u32]);
-    rec.dispatch(k, &[], &args, &words, groups_per_item(rows as u64))
+    let push = SampleDrawRowsPush { rows: rows as u32, t: t as u32, v: v as u32 };
+    dispatch(rec, k, &[], &args, &push, groups_per_item(rows as u64))
 }

@@ -6,8 +6,9 @@ pub mod reference;
 use vkformers_vk::{read, write, BufferView, Recorder, Result};
 
 use crate::code;
+use crate::code::{SoftmaxBackwardPush, SoftmaxForwardPush};
 use crate::dtype::DType;
-use crate::launch::{count, err, expect_len, groups_per_item, params, pick};
+use crate::launch::{count, dispatch, err, expect_len, groups_per_item, pick};
 
 /// `y[r, :] = softmax(x[r, :])`, numerically stable (max subtracted); x, y [rows, d] of storage
 /// type `dt`.
@@ -26,8 +27,8 @@ pub fn forward(
     let n = count(k, &[rows, d])?;
     expect_len(k, "x", &x, n.into(), dt)?;
     expect_len(k, "y", &y, n.into(), dt)?;
-    let p = params(&[rows as u32, d as u32]);
-    rec.dispatch(k, &[], &[read(x), write(y)], &p, groups_per_item(rows as u64))
+    let p = SoftmaxForwardPush { rows: rows as u32, d: d as u32 };
+    dispatch(rec, k, &[], &[read(x), write(y)], &p, groups_per_item(rows as u64))
 }
 
 /// `dx = y * (dy - sum(dy * y))` per row, from the forward's output y; y, dy, dx [rows, d] of
@@ -49,6 +50,6 @@ pub fn backward(
     expect_len(k, "y", &y, n, dt)?;
     expect_len(k, "dy", &dy, n, dt)?;
     expect_len(k, "dx", &dx, n, dt)?;
-    let p = params(&[rows as u32, d as u32]);
-    rec.dispatch(k, &[], &[read(y), read(dy), write(dx)], &p, groups_per_item(rows as u64))
+    let p = SoftmaxBackwardPush { rows: rows as u32, d: d as u32 };
+    dispatch(rec, k, &[], &[read(y), read(dy), write(dx)], &p, groups_per_item(rows as u64))
 }
