@@ -63,7 +63,7 @@ fn main() {
             });
             let spv_name = format!("{}.spv", name.replace(['/', ':'], "_"));
             let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-            std::fs::write(out.join(&spv_name), bytes).expect("write spv");
+            write_replacing(&out.join(&spv_name), &bytes);
             let ident = name.replace(['/', ':', '-'], "_").to_uppercase();
             writeln!(code, "/// `{name}`\npub const {ident}: KernelCode = KernelCode {{ name: \"{name}\", spirv: include_bytes!(concat!(env!(\"OUT_DIR\"), \"/{spv_name}\")), push_size: {push_size}, pointers: {pointers} }};").unwrap();
             all.push(ident);
@@ -76,7 +76,16 @@ fn main() {
     )
     .unwrap();
     code.push_str(&push_types::generate(&pushes));
-    std::fs::write(out.join("kernels.rs"), code).expect("write kernels.rs");
+    write_replacing(&out.join("kernels.rs"), code.as_bytes());
+}
+
+/// Writes `path` as a new file (a temporary name, then a rename) instead of rewriting the old
+/// one in place: a target directory copied with hard links (`cp -al`) then keeps its own copy
+/// rather than having another checkout's build write through the shared inode.
+fn write_replacing(path: &Path, bytes: &[u8]) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes).unwrap_or_else(|e| panic!("write {}: {e}", tmp.display()));
+    std::fs::rename(&tmp, path).unwrap_or_else(|e| panic!("rename to {}: {e}", path.display()));
 }
 
 fn collect(dir: &Path, files: &mut Vec<PathBuf>) {
