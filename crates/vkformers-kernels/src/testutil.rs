@@ -120,6 +120,34 @@ pub mod storage {
         }
     }
 
+    /// The host's rounding of `xs` to the 16-bit `dt` (to nearest even), as bit patterns (bf16
+    /// for any other `dt`).
+    pub fn bits16(dt: DType, xs: &[f32]) -> Vec<u16> {
+        match dt {
+            DType::F16 => xs.iter().map(|&x| half::f16::from_f32(x).to_bits()).collect(),
+            _ => xs.iter().map(|&x| half::bf16::from_f32(x).to_bits()).collect(),
+        }
+    }
+
+    /// The f32 value of the 16-bit pattern `b` of `dt` (exact; bf16 for any other `dt`).
+    pub fn widen16(dt: DType, b: u16) -> f32 {
+        match dt {
+            DType::F16 => half::f16::from_bits(b).to_f32(),
+            _ => half::bf16::from_bits(b).to_f32(),
+        }
+    }
+
+    /// `xs` stored as `dt` in a buffer of whole 4-byte words (16-bit operands are read as
+    /// words: an odd count gets a zero pad).
+    pub fn upload_words(ctx: &Context, dt: DType, xs: &[f32], what: &str) -> Result<Buffer> {
+        if dt == DType::F32 {
+            return ctx.buffer_from(xs, what);
+        }
+        let mut bits = bits16(dt, xs);
+        bits.resize(bits.len().next_multiple_of(2), 0);
+        ctx.buffer_from(&bits, what)
+    }
+
     /// `xs` stored in a buffer as the storage type; `view()` covers exactly those elements (the
     /// buffer itself may be longer: buffers hold at least 4 bytes).
     pub struct Stored {
@@ -190,6 +218,7 @@ pub mod storage {
 }
 
 pub mod masks;
+pub mod twins;
 
 /// Random paged-cache layouts for the paged decode kernels' tests.
 pub mod paged {

@@ -10,6 +10,7 @@ use vkformers_kernels::loss::{self, CrossEntropy};
 use vkformers_kernels::norm::{self, RmsNorm};
 use vkformers_kernels::rope::{self, Rope, RopeLayout};
 use vkformers_kernels::testutil::storage::unsupported;
+use vkformers_kernels::testutil::twins::{twin, RopeInputs};
 use vkformers_kernels::testutil::Rng;
 use vkformers_vk::testing::on_every_device;
 use vkformers_vk::{Buffer, Context, Result};
@@ -24,10 +25,6 @@ fn half_buffer(ctx: &Context, n: usize, what: &str) -> Result<Buffer> {
 
 fn f32_buffer(ctx: &Context, n: usize, what: &str) -> Result<Buffer> {
     ctx.buffer_from(&vec![f32::NAN; n], what)
-}
-
-fn twin(b: &Buffer, n: usize, dtype: DType) -> Twin<'_> {
-    Twin { view: b.slice(0, n as u64 * 2), dtype }
 }
 
 /// The saved 16-bit gate and up of a GLU forward: `b[1]`, `b[2]`.
@@ -78,40 +75,26 @@ fn check_rms(ctx: &Context, rng: &mut Rng, dt: DType, (rows, dim): (usize, usize
     same32(ctx, &format!("{what}: rstd"), (&rstd, &rstd_only), rows)
 }
 
-fn check_rope(ctx: &Context, rng: &mut Rng, dt: DType, (b, t, h, dh, r): (u32, u32, u32, u32, u32)) -> Result<()> {
-    let p = Rope {
-        batch: b,
-        seq: t,
-        heads: h,
-        head_dim: dh,
-        rotary_dim: r,
-        layout: RopeLayout::Interleaved,
-        mscale: 1.25,
-        dtype: DType::F32,
-    };
-    let n = p.rows() as usize * dh as usize;
-    let xs = rng.vec(n, 2.0);
-    let pos_v: Vec<i32> = (0..(b * t) as usize).map(|_| rng.below(4096) as i32).collect();
-    let inv_v = rope::reference::default_inv_freq(r, 10_000.0);
-    let (x, pos, inv) = (ctx.buffer_from(&xs, "x")?, ctx.buffer_from(&pos_v, "pos")?, ctx.buffer_from(&inv_v, "inv")?);
+fn check_rope(ctx: &Context, rng: &mut Rng, dt: DType, shape: (u32, u32, u32, u32, u32)) -> Result<()> {
+    let ri = RopeInputs::draw(ctx, rng, shape, (RopeLayout::Interleaved, 1.25))?;
+    let (p, n, ins) = (&ri.p, ri.n(), ri.views());
     let y = f32_buffer(ctx, n, "y")?;
     let [t_full, t_only] = [half_buffer(ctx, n, "twin")?, half_buffer(ctx, n, "twin only")?];
     let what = format!("rope {p:?} {dt:?}");
     let mut rec = ctx.recorder(false)?;
-    let ins = (x.view(), pos.view(), inv.view());
-    rope::rope_forward_twin(&mut rec, &p, ins, y.view(), twin(&t_full, n, dt))?;
-    rope::rope_forward_twin_only(&mut rec, &p, ins, twin(&t_only, n, dt))?;
+    rope::rope_forward_twin(&mut rec, p, ins, y.view(), twin(&t_full, n, dt))?;
+    rope::rope_forward_twin_only(&mut rec, p, ins, twin(&t_only, n, dt))?;
     rec.submit()?;
     same16(ctx, &what, (&t_full, &t_only), n)?;
     // The backward of a 16-bit dy (the forward's twin read as dy).
     let [d_full, d_only] = [half_buffer(ctx, n, "dx twin")?, half_buffer(ctx, n, "dx twin only")?];
     let mut rec = ctx.recorder(false)?;
-    let ins = (t_full.slice(0, n as u64 * 2), pos.view(), inv.view());
-    rope::rope_backward_twin_in16(&mut rec, &p, ins, y.view(), twin(&d_full, n, dt))?;
-    rope::rope_backward_in16_twin_only(&mut rec, &p, ins, twin(&d_only, n, dt))?;
+    let ins = (t_full.slice(0, n as u64 * 2), ins.1, ins.2);
+    rope::rope_backward_twin_in16(&mut rec, p, ins, y.view(), twin(&d_full, n, dt))?;
+    rope::rope_backward_in16_twin_only(&mut rec, p, ins, twin(&d_only, n, dt))?;
     rec.submit()?;
     same16(ctx, &format!("{what} backward"), (&d_full, &d_only), n)?;
-    check_rope_strided(ctx, &p, dt, &xs, (&pos, &inv), (&t_only, &d_only))
+    check_rope_strided(ctx, p, dt, &ri.xs, (&ri.pos, &ri.inv), (&t_only, &d_only))
 }
 
 /// The view of `b` from its `col`-th value of `bytes` bytes on.

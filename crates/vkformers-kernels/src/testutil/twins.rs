@@ -1,0 +1,56 @@
+//! Host side of the tests of the `twin` launchers (kernels that also write their f32 output as
+//! a 16-bit copy, or write that copy only): twin views and the RoPE inputs they draw.
+
+use vkformers_vk::{Buffer, BufferView, Context, Result};
+
+use super::Rng;
+use crate::dtype::{DType, Twin};
+use crate::rope::{reference, Rope, RopeLayout};
+
+/// The first `n` 16-bit values of `b` as a twin of `dt`.
+pub fn twin(b: &Buffer, n: usize, dt: DType) -> Twin<'_> {
+    Twin { view: b.slice(0, n as u64 * 2), dtype: dt }
+}
+
+/// A RoPE launch of f32 x over random positions (below 4096) and the default inverse
+/// frequencies (base 10⁴), on the host and on the device.
+pub struct RopeInputs {
+    pub p: Rope,
+    /// x `[rows, head_dim]`, uniform in [-2, 2).
+    pub xs: Vec<f32>,
+    /// One position per token (`batch · seq`).
+    pub pos_v: Vec<i32>,
+    /// `rotary_dim / 2` inverse frequencies.
+    pub inv_v: Vec<f32>,
+    pub x: Buffer,
+    pub pos: Buffer,
+    pub inv: Buffer,
+}
+
+impl RopeInputs {
+    /// Draws x, then the positions, of `(batch, seq, heads, head_dim, rotary_dim)`.
+    pub fn draw(
+        ctx: &Context,
+        rng: &mut Rng,
+        (b, t, h, dh, r): (u32, u32, u32, u32, u32),
+        (layout, mscale): (RopeLayout, f32),
+    ) -> Result<Self> {
+        let p = Rope { batch: b, seq: t, heads: h, head_dim: dh, rotary_dim: r, layout, mscale, dtype: DType::F32 };
+        let xs = rng.vec(p.rows() as usize * dh as usize, 2.0);
+        let pos_v: Vec<i32> = (0..(b * t) as usize).map(|_| rng.below(4096) as i32).collect();
+        let inv_v = reference::default_inv_freq(r, 10_000.0);
+        let (x, pos, inv) =
+            (ctx.buffer_from(&xs, "x")?, ctx.buffer_from(&pos_v, "pos")?, ctx.buffer_from(&inv_v, "inv")?);
+        Ok(RopeInputs { p, xs, pos_v, inv_v, x, pos, inv })
+    }
+
+    /// Values of x (and of the output).
+    pub fn n(&self) -> usize {
+        self.xs.len()
+    }
+
+    /// x, positions and inverse frequencies, as the launchers take them.
+    pub fn views(&self) -> (BufferView<'_>, BufferView<'_>, BufferView<'_>) {
+        (self.x.view(), self.pos.view(), self.inv.view())
+    }
+}
