@@ -103,6 +103,15 @@ pub fn assert_grad_matches_fd(what: &str, f: impl Fn(&[f64]) -> f64, x: &[f64], 
     assert!(err <= 1e-6, "{what}: analytic gradient vs finite differences: rel L2 error {err:e}");
 }
 
+/// Panics at the first element of `got` whose bits differ from `want`'s (any NaN equals any
+/// NaN: a pool row no one wrote stays a NaN pattern).
+pub fn same_bits(what: &str, got: &[f32], want: &[f32]) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()), "{what}: element {i}: {g} != {w}");
+    }
+}
+
 /// Host side of tests of 16-bit storage variants: round, upload, download and tolerate data in
 /// a `DType`.
 pub mod storage {
@@ -218,76 +227,5 @@ pub mod storage {
 }
 
 pub mod masks;
+pub mod paged;
 pub mod twins;
-
-/// Random paged-cache layouts for the paged decode kernels' tests.
-pub mod paged {
-    use vkformers_vk::testing::on_every_device;
-    use vkformers_vk::{Context, Result};
-
-    use super::storage::unsupported;
-    use super::Rng;
-    use crate::dtype::DType;
-
-    /// `table[b]` block ids of row b (`max_blocks` columns, unused ones -1 or an id of another
-    /// row), drawn from a shuffled pool of `num_blocks` with a few blocks no row owns.
-    pub struct Layout {
-        pub num_blocks: usize,
-        pub max_blocks: usize,
-        pub table: Vec<i32>,
-        pub block_size: usize,
-    }
-
-    impl Layout {
-        /// Rows of `lens` positions in blocks of `block_size` (non-contiguous, shuffled blocks).
-        pub fn random(lens: &[usize], block_size: usize, rng: &mut Rng) -> Self {
-            let need: Vec<usize> = lens.iter().map(|l| l.div_ceil(block_size)).collect();
-            let num_blocks = need.iter().sum::<usize>() + 3;
-            let max_blocks = need.iter().max().copied().unwrap_or(0) + 1;
-            let mut ids: Vec<i32> = (0..num_blocks as i32).collect();
-            for i in (1..ids.len()).rev() {
-                ids.swap(i, rng.below(i + 1));
-            }
-            let mut table = vec![-1; lens.len() * max_blocks];
-            let mut next = ids.into_iter();
-            for (b, &n) in need.iter().enumerate() {
-                for c in 0..n {
-                    table[b * max_blocks + c] = next.next().expect("enough blocks");
-                }
-                // A stale entry past the row's length must never be followed.
-                table[b * max_blocks + n] = if b % 2 == 0 { 0 } else { -1 };
-            }
-            Layout { num_blocks, max_blocks, table, block_size }
-        }
-
-        /// Pool row of key j of row b.
-        pub fn pool_row(&self, b: usize, j: usize) -> usize {
-            self.table[b * self.max_blocks + j / self.block_size] as usize * self.block_size + j % self.block_size
-        }
-    }
-
-    /// Runs `check` on every case, on every device that stores `dt` (pools of `dt`, q and o of
-    /// `act`), case n seeded with `first_seed + n`.
-    pub fn run_cases<C>(
-        test: &str,
-        cases: &[C],
-        (dt, act): (DType, DType),
-        first_seed: u64,
-        check: impl Fn(&Context, &C, u64, (DType, DType)) -> Result<()>,
-    ) {
-        on_every_device(&format!("{test} {dt:?} {act:?}"), |ctx| {
-            if unsupported(ctx, dt, test) {
-                return Ok(());
-            }
-            for (n, case) in cases.iter().enumerate() {
-                check(ctx, case, first_seed + n as u64, (dt, act))?;
-            }
-            Ok(())
-        });
-    }
-
-    /// The lengths of a case's rows as the kernels' `lens` buffer reads them.
-    pub fn lens_i32(lens: &[usize]) -> Vec<i32> {
-        lens.iter().map(|&l| l as i32).collect()
-    }
-}
