@@ -7,13 +7,11 @@ use vkformers_kernels::dtype::{self, DType, Twin};
 use vkformers_kernels::glu::{self, Glu};
 use vkformers_kernels::norm::{self, RmsNorm};
 use vkformers_kernels::rope::{self, RopeLayout};
-use vkformers_kernels::testutil::storage::{alloc, bits16, round, unsupported, upload_words, widen16, Stored};
-use vkformers_kernels::testutil::twins::{twin, RopeInputs};
+use vkformers_kernels::testutil::storage::{alloc, bits16, round, upload_words, widen16, Stored};
+use vkformers_kernels::testutil::twins::{on_halves, twin, RopeInputs, RMS_CASES, ROPE_SHAPES};
 use vkformers_kernels::testutil::{assert_close, f64s, Rng, TOL_F32};
 use vkformers_vk::testing::on_every_device;
 use vkformers_vk::{Buffer, Context, Result};
-
-const HALVES: [DType; 2] = [DType::F16, DType::BF16];
 
 /// A 16-bit device tensor of `n` values (padded to whole words, as the graph allocates them).
 /// Four f32 outputs of `n` values: a twin launch's two and the plain launch's two.
@@ -301,26 +299,20 @@ fn check_rms_backward_acc(
 
 #[test]
 fn twins_are_the_cast_of_the_f32_output() {
-    on_every_device("twin", |ctx| {
-        let mut rng = Rng::new(16);
-        for dt in HALVES {
-            if unsupported(ctx, dt, "twin") {
-                continue;
-            }
-            for (shape, weight) in [((1, 1), true), ((3, 7), false), ((5, 33), true), ((2, 300), true)] {
-                check_rms(ctx, &mut rng, dt, shape, weight)?;
-                check_rms_backward_acc(ctx, &mut rng, dt, shape, weight)?;
-                check_add_rms(ctx, &mut rng, dt, shape)?;
-            }
-            for shape in [(1, 1, 1, 2, 2), (2, 3, 3, 7, 4), (1, 5, 2, 10, 10)] {
-                check_rope(ctx, &mut rng, dt, shape)?;
-            }
-            for kind in Glu::ALL {
-                for (shape, fused) in [((1, 1), false), ((3, 7), true), ((5, 9), false), ((2, 33), true)] {
-                    check_glu(ctx, &mut rng, (kind, dt), shape, fused)?;
-                    check_glu_backward(ctx, &mut rng, (kind, dt), shape)?;
-                    check_glu_saved16(ctx, &mut rng, (kind, dt), shape)?;
-                }
+    on_halves("twin", 16, |ctx, rng, dt| {
+        for (shape, weight) in RMS_CASES {
+            check_rms(ctx, rng, dt, shape, weight)?;
+            check_rms_backward_acc(ctx, rng, dt, shape, weight)?;
+            check_add_rms(ctx, rng, dt, shape)?;
+        }
+        for shape in ROPE_SHAPES {
+            check_rope(ctx, rng, dt, shape)?;
+        }
+        for kind in Glu::ALL {
+            for (shape, fused) in [((1, 1), false), ((3, 7), true), ((5, 9), false), ((2, 33), true)] {
+                check_glu(ctx, rng, (kind, dt), shape, fused)?;
+                check_glu_backward(ctx, rng, (kind, dt), shape)?;
+                check_glu_saved16(ctx, rng, (kind, dt), shape)?;
             }
         }
         Ok(())

@@ -9,13 +9,9 @@ use vkformers_kernels::glu::{self, Glu};
 use vkformers_kernels::loss::{self, CrossEntropy};
 use vkformers_kernels::norm::{self, RmsNorm};
 use vkformers_kernels::rope::{self, Rope, RopeLayout};
-use vkformers_kernels::testutil::storage::unsupported;
-use vkformers_kernels::testutil::twins::{twin, RopeInputs};
+use vkformers_kernels::testutil::twins::{on_halves, twin, RopeInputs, RMS_CASES, ROPE_SHAPES};
 use vkformers_kernels::testutil::Rng;
-use vkformers_vk::testing::on_every_device;
 use vkformers_vk::{Buffer, Context, Result};
-
-const HALVES: [DType; 2] = [DType::F16, DType::BF16];
 
 /// A 16-bit device buffer of `n` values (padded to whole words, as the graph allocates them),
 /// filled with a pattern no kernel writes, so an unwritten value shows.
@@ -303,27 +299,21 @@ fn check_loss(ctx: &Context, rng: &mut Rng, dt: DType, (rows, vocab): (usize, us
 
 #[test]
 fn twin_only_launches_write_the_twin_launches_16_bit_outputs() {
-    on_every_device("twin only", |ctx| {
-        let mut rng = Rng::new(17);
-        for dt in HALVES {
-            if unsupported(ctx, dt, "twin only") {
-                continue;
+    on_halves("twin only", 17, |ctx, rng, dt| {
+        for (shape, weight) in RMS_CASES {
+            check_rms(ctx, rng, dt, shape, weight)?;
+        }
+        for shape in ROPE_SHAPES {
+            check_rope(ctx, rng, dt, shape)?;
+        }
+        for kind in Glu::ALL {
+            for shape in [(1, 1), (3, 7), (5, 9), (2, 33)] {
+                check_glu(ctx, rng, (kind, dt), shape)?;
+                check_glu_fused(ctx, rng, (kind, dt), shape)?;
             }
-            for (shape, weight) in [((1, 1), true), ((3, 7), false), ((5, 33), true), ((2, 300), true)] {
-                check_rms(ctx, &mut rng, dt, shape, weight)?;
-            }
-            for shape in [(1, 1, 1, 2, 2), (2, 3, 3, 7, 4), (1, 5, 2, 10, 10)] {
-                check_rope(ctx, &mut rng, dt, shape)?;
-            }
-            for kind in Glu::ALL {
-                for shape in [(1, 1), (3, 7), (5, 9), (2, 33)] {
-                    check_glu(ctx, &mut rng, (kind, dt), shape)?;
-                    check_glu_fused(ctx, &mut rng, (kind, dt), shape)?;
-                }
-            }
-            for shape in [(1, 1), (4, 7), (5, 300)] {
-                check_loss(ctx, &mut rng, dt, shape)?;
-            }
+        }
+        for shape in [(1, 1), (4, 7), (5, 300)] {
+            check_loss(ctx, rng, dt, shape)?;
         }
         Ok(())
     });
