@@ -240,24 +240,30 @@ def make_prompts(vocab: int):
     return [torch.randint(FIRST_REGULAR_ID, vocab, (n,), generator=g).tolist() for n in PROMPT_LENS]
 
 
+def cached_greedy(model, ids, mask):
+    """transformers' cached greedy generation of NEW_TOKENS for the batch `ids` (padded with
+    PAD_ID where `mask` is 0), with each step's logits."""
+    return model.generate(
+        ids,
+        attention_mask=mask,
+        do_sample=False,
+        max_new_tokens=NEW_TOKENS,
+        min_new_tokens=NEW_TOKENS,
+        eos_token_id=None,
+        pad_token_id=PAD_ID,
+        use_cache=True,
+        output_logits=True,
+        return_dict_in_generate=True,
+    )
+
+
 def greedy(model, prompt: list[int]):
     """Greedy generation with the KV cache; returns (new tokens, min top1-top2 logit gap)."""
     import torch
 
     ids = torch.tensor([prompt])
     with torch.no_grad():
-        out = model.generate(
-            ids,
-            attention_mask=torch.ones_like(ids),
-            do_sample=False,
-            max_new_tokens=NEW_TOKENS,
-            min_new_tokens=NEW_TOKENS,
-            eos_token_id=None,
-            pad_token_id=PAD_ID,
-            use_cache=True,
-            output_logits=True,
-            return_dict_in_generate=True,
-        )
+        out = cached_greedy(model, ids, torch.ones_like(ids))
     new = out.sequences[0, len(prompt) :].tolist()
     assert len(new) == NEW_TOKENS, (len(new), new)
     gaps = []
