@@ -8,7 +8,7 @@ use vkformers_kernels::glu::{self, Glu};
 use vkformers_kernels::norm::{self, RmsNorm};
 use vkformers_kernels::rope::{self, RopeLayout};
 use vkformers_kernels::testutil::storage::{alloc, bits16, round, upload_words, widen16, Stored};
-use vkformers_kernels::testutil::twins::{on_halves, twin, RopeInputs, RMS_CASES, ROPE_SHAPES};
+use vkformers_kernels::testutil::twins::{glu_values, on_halves, twin, GluInputs, RopeInputs, RMS_CASES, ROPE_SHAPES};
 use vkformers_kernels::testutil::{assert_close, f64s, Rng, TOL_F32};
 use vkformers_vk::testing::on_every_device;
 use vkformers_vk::{Buffer, Context, Result};
@@ -17,11 +17,6 @@ use vkformers_vk::{Buffer, Context, Result};
 /// Four f32 outputs of `n` values: a twin launch's two and the plain launch's two.
 fn f32_outs(ctx: &Context, n: usize) -> Result<Vec<Stored>> {
     (0..4).map(|i| alloc(ctx, DType::F32, n, &format!("out {i}"))).collect()
-}
-
-/// A GLU backward's gate, up and upstream gradient, `n` values each.
-fn glu_inputs(rng: &mut Rng, n: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
-    (rng.vec(n, 3.0), rng.vec(n, 2.0), rng.vec(n, 1.0))
 }
 
 fn twin_buffer(ctx: &Context, n: usize, what: &str) -> Result<Buffer> {
@@ -149,8 +144,7 @@ fn check_glu_backward(
     (rows, inner): (usize, usize),
 ) -> Result<()> {
     let n = rows * inner;
-    let (gs, us, ds) = glu_inputs(rng, n);
-    let (gate, up, dout) = (ctx.buffer_from(&gs, "gate")?, ctx.buffer_from(&us, "up")?, ctx.buffer_from(&ds, "dout")?);
+    let GluInputs { gs, us, ds, gate, up, dout } = GluInputs::draw(ctx, rng, n)?;
     let outs = f32_outs(ctx, n)?;
     let twins = [twin_buffer(ctx, n, "dgate16")?, twin_buffer(ctx, n, "dup16")?];
     let mut rec = ctx.recorder(false)?;
@@ -218,7 +212,7 @@ fn check_glu_saved16(
     (rows, inner): (usize, usize),
 ) -> Result<()> {
     let n = rows * inner;
-    let (gs, us, ds) = glu_inputs(rng, n);
+    let (gs, us, ds) = glu_values(rng, n);
     let (gr, ur) = (round(dt, &gs), round(dt, &us));
     let half = |xs: &[f32]| ctx.buffer_from(&bits16(dt, xs), "16-bit input");
     let (g16, u16) = (half(&gs)?, half(&us)?);

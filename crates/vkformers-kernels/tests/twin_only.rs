@@ -9,7 +9,7 @@ use vkformers_kernels::glu::{self, Glu};
 use vkformers_kernels::loss::{self, CrossEntropy};
 use vkformers_kernels::norm::{self, RmsNorm};
 use vkformers_kernels::rope::{self, Rope, RopeLayout};
-use vkformers_kernels::testutil::twins::{on_halves, twin, RopeInputs, RMS_CASES, ROPE_SHAPES};
+use vkformers_kernels::testutil::twins::{on_halves, twin, GluInputs, RopeInputs, RMS_CASES, ROPE_SHAPES};
 use vkformers_kernels::testutil::Rng;
 use vkformers_vk::{Buffer, Context, Result};
 
@@ -146,8 +146,7 @@ fn check_rope_strided(
 
 fn check_glu(ctx: &Context, rng: &mut Rng, (kind, dt): (Glu, DType), (rows, inner): (usize, usize)) -> Result<()> {
     let n = rows * inner;
-    let (gs, us, ds) = (rng.vec(n, 3.0), rng.vec(n, 2.0), rng.vec(n, 1.0));
-    let (gate, up, dout) = (ctx.buffer_from(&gs, "gate")?, ctx.buffer_from(&us, "up")?, ctx.buffer_from(&ds, "dout")?);
+    let GluInputs { gate, up, dout, .. } = GluInputs::draw(ctx, rng, n)?;
     // Per launcher (full, only): out, saved gate, saved up.
     let full: Vec<Buffer> = (0..3).map(|_| half_buffer(ctx, n, "full")).collect::<Result<_>>()?;
     let only: Vec<Buffer> = (0..3).map(|_| half_buffer(ctx, n, "only")).collect::<Result<_>>()?;
@@ -206,11 +205,10 @@ fn check_glu_fused(
     (rows, inner): (usize, usize),
 ) -> Result<()> {
     let n = rows * inner;
-    let (gs, us, ds) = (rng.vec(n, 3.0), rng.vec(n, 2.0), rng.vec(n, 1.0));
+    let GluInputs { gs, us, gate, up, dout, .. } = GluInputs::draw(ctx, rng, n)?;
     let packed = |a: &[f32], b: &[f32]| -> Vec<f32> {
         (0..rows).flat_map(|r| [&a[r * inner..(r + 1) * inner], &b[r * inner..(r + 1) * inner]].concat()).collect()
     };
-    let (gate, up, dout) = (ctx.buffer_from(&gs, "gate")?, ctx.buffer_from(&us, "up")?, ctx.buffer_from(&ds, "dout")?);
     let gate_up = ctx.buffer_from(&packed(&gs, &us), "gate_up")?;
     let sep: Vec<Buffer> = (0..3).map(|_| half_buffer(ctx, n, "separate")).collect::<Result<_>>()?;
     let (out16, saved) = (half_buffer(ctx, n, "out16")?, half_buffer(ctx, 2 * n, "saved gate_up")?);

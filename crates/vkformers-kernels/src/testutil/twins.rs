@@ -76,3 +76,28 @@ impl RopeInputs {
         (self.x.view(), self.pos.view(), self.inv.view())
     }
 }
+
+/// A GLU's gate, up and upstream gradient of `n` values each (uniform in ±3, ±2, ±1), drawn in
+/// that order.
+pub fn glu_values(rng: &mut Rng, n: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    (rng.vec(n, 3.0), rng.vec(n, 2.0), rng.vec(n, 1.0))
+}
+
+/// [`glu_values`] on the host and as f32 device buffers.
+pub struct GluInputs {
+    pub gs: Vec<f32>,
+    pub us: Vec<f32>,
+    pub ds: Vec<f32>,
+    pub gate: Buffer,
+    pub up: Buffer,
+    pub dout: Buffer,
+}
+
+impl GluInputs {
+    pub fn draw(ctx: &Context, rng: &mut Rng, n: usize) -> Result<Self> {
+        let (gs, us, ds) = glu_values(rng, n);
+        let (gate, up, dout) =
+            (ctx.buffer_from(&gs, "gate")?, ctx.buffer_from(&us, "up")?, ctx.buffer_from(&ds, "dout")?);
+        Ok(GluInputs { gs, us, ds, gate, up, dout })
+    }
+}
