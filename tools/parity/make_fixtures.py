@@ -102,6 +102,24 @@ COMMON = dict(
     rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
 )
 
+# The GPT-2 family's shared config (its own key names; no dropout): gpt2 and the fixture_specs
+# built on it (gptj, codegen, gpt_bigcode, gpt-sw3) add their activation, n_inner and head tying.
+GPT2_COMMON = dict(
+    vocab_size=128,
+    n_embd=32,
+    n_layer=2,
+    n_head=4,
+    n_positions=64,
+    resid_pdrop=0.0,
+    embd_pdrop=0.0,
+    attn_pdrop=0.0,
+    layer_norm_epsilon=1e-5,
+    initializer_range=INIT_STD,
+    pad_token_id=PAD_ID,
+    bos_token_id=BOS_ID,
+    eos_token_id=EOS_ID,
+)
+
 
 def extra_fixture_specs() -> dict:
     """More fixtures from tools/parity/fixture_specs/*.py, each defining SPECS = {name: (model_type,
@@ -148,24 +166,8 @@ def base_fixture_specs() -> dict:
         ),
         "gpt2": (
             "gpt2",
-            dict(
-                vocab_size=128,
-                n_embd=32,
-                n_layer=2,
-                n_head=4,
-                n_positions=64,
-                n_inner=None,  # 4 * n_embd = 128
-                activation_function="gelu_new",
-                resid_pdrop=0.0,
-                embd_pdrop=0.0,
-                attn_pdrop=0.0,
-                layer_norm_epsilon=1e-5,
-                initializer_range=INIT_STD,
-                pad_token_id=PAD_ID,
-                bos_token_id=BOS_ID,
-                eos_token_id=EOS_ID,
-                tie_word_embeddings=True,
-            ),
+            # n_inner None: 4 * n_embd = 128.
+            {**GPT2_COMMON, "n_inner": None, "activation_function": "gelu_new", "tie_word_embeddings": True},
         ),
     }
 
