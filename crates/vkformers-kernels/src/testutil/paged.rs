@@ -57,33 +57,22 @@ impl Layout {
         (hq, hkv): (usize, usize),
         (d, dv, v_row): (usize, usize, usize),
     ) -> DecodeShape {
-        DecodeShape {
-            batch: batch as u32,
-            tq: tq as u32,
-            hq: hq as u32,
-            hkv: hkv as u32,
-            d: d as u32,
-            dv: dv as u32,
-            v_row: v_row as u32,
-            block_size: self.block_size as u32,
-            num_blocks: self.num_blocks as u32,
-            max_blocks: self.max_blocks as u32,
-        }
+        let [batch, tq, hq, hkv, d, dv, v_row] = [batch, tq, hq, hkv, d, dv, v_row].map(|x| x as u32);
+        let [block_size, num_blocks, max_blocks] = self.pool_dims();
+        DecodeShape { batch, tq, hq, hkv, d, dv, v_row, block_size, num_blocks, max_blocks }
     }
 
     /// The latent decode's sizes over this layout (one key head of latent rows of `d` values,
     /// the values their first `dv`).
     pub fn latent_shape(&self, (batch, tq): (usize, usize), hq: usize, (d, dv): (usize, usize)) -> LatentShape {
-        LatentShape {
-            batch: batch as u32,
-            tq: tq as u32,
-            hq: hq as u32,
-            d: d as u32,
-            dv: dv as u32,
-            block_size: self.block_size as u32,
-            num_blocks: self.num_blocks as u32,
-            max_blocks: self.max_blocks as u32,
-        }
+        let [batch, tq, hq, d, dv] = [batch, tq, hq, d, dv].map(|x| x as u32);
+        let [block_size, num_blocks, max_blocks] = self.pool_dims();
+        LatentShape { batch, tq, hq, d, dv, block_size, num_blocks, max_blocks }
+    }
+
+    /// Block size, blocks in the pool, blocks a row's table holds.
+    fn pool_dims(&self) -> [u32; 3] {
+        [self.block_size, self.num_blocks, self.max_blocks].map(|x| x as u32)
     }
 }
 
