@@ -186,6 +186,15 @@ def setup_torch():
     return torch
 
 
+def quiet_torch():
+    """`setup_torch`, with transformers' logging down to errors (the scripts' usual start)."""
+    torch = setup_torch()
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    return torch
+
+
 def lm_class(config):
     """The class a folder of `config` loads as: AutoModelForCausalLM, or for an image-text wrapper
     it does not map (mistral3) AutoModelForImageTextToText."""
@@ -609,10 +618,7 @@ def chosen(specs: dict, only: list[str] | None) -> list[str]:
 
 
 def generate(args, versions: dict) -> None:
-    setup_torch()
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
+    quiet_torch()
     out_dir = Path(args.out).resolve()
     specs = fixture_specs()
     todo = chosen(specs, args.only)
