@@ -17,19 +17,16 @@ Run with the pinned venv (tools/parity/requirements.txt); reads only the committ
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+# Also sets the offline environment before transformers is imported.
+from make_fixtures import PAD_ID, cached_greedy, lm_class  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
 OUT = REPO / "tests" / "fixtures_generate" / "batched"
-PAD_ID = 0
-NEW_TOKENS = 32
 
 
 def left_pad(prompts: list[list[int]]):
@@ -45,28 +42,8 @@ def load(d: Path):
     import torch
     from transformers import AutoConfig
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from make_fixtures import lm_class
-
     cls = lm_class(AutoConfig.from_pretrained(d))
     return cls.from_pretrained(d, attn_implementation="eager", dtype=torch.float32).eval()
-
-
-def greedy(model, ids, mask):
-    """transformers' cached greedy generation of NEW_TOKENS for the left-padded batch, with
-    each step's logits."""
-    return model.generate(
-        ids,
-        attention_mask=mask,
-        do_sample=False,
-        max_new_tokens=NEW_TOKENS,
-        min_new_tokens=NEW_TOKENS,
-        eos_token_id=None,
-        pad_token_id=PAD_ID,
-        use_cache=True,
-        output_logits=True,
-        return_dict_in_generate=True,
-    )
 
 
 def one(d: Path) -> dict:
@@ -81,7 +58,7 @@ def one(d: Path) -> dict:
     prompts = json.loads((d / "greedy.json").read_text())["prompts"]
     ids, mask = left_pad(prompts)
     with torch.no_grad():
-        out = greedy(model, ids, mask)
+        out = cached_greedy(model, ids, mask)
     new = out.sequences[:, ids.shape[1] :].tolist()
     gaps = [min(float(torch.topk(s[r], 2).values.diff().abs()) for s in out.logits) for r in range(len(prompts))]
     return {
@@ -111,7 +88,7 @@ def left_padded(name: str) -> None:
     pos = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
     with torch.no_grad():
         forward = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False).logits
-        out = greedy(model, ids, mask)
+        out = cached_greedy(model, ids, mask)
     steps = torch.stack(list(out.logits))
     gaps = [float(torch.topk(steps[:, r], 2).values.diff().abs().min()) for r in range(len(prompts))]
     LEFT_PADDED_OUT.mkdir(parents=True, exist_ok=True)

@@ -49,10 +49,7 @@ def one(d: Path) -> dict:
 
 def main() -> None:
     mf.check_versions()
-    mf.setup_torch()
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
+    mf.quiet_torch()
     OUT.mkdir(parents=True, exist_ok=True)
     for name in sys.argv[1:] or NAMES:
         mf.write_json(OUT / f"{name}.json", one(FIXTURES / name))

@@ -393,11 +393,7 @@ def main() -> None:
     ap.add_argument("--only-lora", action="store_true", help="write the *_lora/ references alone")
     a = ap.parse_args()
     mf.check_versions()
-    torch = mf.setup_torch()
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    torch.use_deterministic_algorithms(True)
+    torch = mf.quiet_torch()
     if a.check_export:
         check_export(a.check_export)
         return

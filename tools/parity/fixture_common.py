@@ -100,10 +100,7 @@ def main(doc: str, specs: dict, make_fixture, check_reload, extra=None) -> None:
     versions = mf.check_versions()
     if args.check_reload:
         sys.exit(check_reload(args))
-    mf.setup_torch()
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
+    mf.quiet_torch()
     if extra and extra(ap, args):
         return
     for name in mf.chosen(specs, args.only):

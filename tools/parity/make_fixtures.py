@@ -102,6 +102,24 @@ COMMON = dict(
     rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
 )
 
+# The GPT-2 family's shared config (its own key names; no dropout): gpt2 and the fixture_specs
+# built on it (gptj, codegen, gpt_bigcode, gpt-sw3) add their activation, n_inner and head tying.
+GPT2_COMMON = dict(
+    vocab_size=128,
+    n_embd=32,
+    n_layer=2,
+    n_head=4,
+    n_positions=64,
+    resid_pdrop=0.0,
+    embd_pdrop=0.0,
+    attn_pdrop=0.0,
+    layer_norm_epsilon=1e-5,
+    initializer_range=INIT_STD,
+    pad_token_id=PAD_ID,
+    bos_token_id=BOS_ID,
+    eos_token_id=EOS_ID,
+)
+
 
 def extra_fixture_specs() -> dict:
     """More fixtures from tools/parity/fixture_specs/*.py, each defining SPECS = {name: (model_type,
@@ -148,24 +166,8 @@ def base_fixture_specs() -> dict:
         ),
         "gpt2": (
             "gpt2",
-            dict(
-                vocab_size=128,
-                n_embd=32,
-                n_layer=2,
-                n_head=4,
-                n_positions=64,
-                n_inner=None,  # 4 * n_embd = 128
-                activation_function="gelu_new",
-                resid_pdrop=0.0,
-                embd_pdrop=0.0,
-                attn_pdrop=0.0,
-                layer_norm_epsilon=1e-5,
-                initializer_range=INIT_STD,
-                pad_token_id=PAD_ID,
-                bos_token_id=BOS_ID,
-                eos_token_id=EOS_ID,
-                tie_word_embeddings=True,
-            ),
+            # n_inner None: 4 * n_embd = 128.
+            {**GPT2_COMMON, "n_inner": None, "activation_function": "gelu_new", "tie_word_embeddings": True},
         ),
     }
 
@@ -181,6 +183,15 @@ def setup_torch():
     torch.set_num_threads(1)  # bitwise-reproducible CPU reductions
     torch.use_deterministic_algorithms(True)
     torch.set_default_dtype(torch.float32)
+    return torch
+
+
+def quiet_torch():
+    """`setup_torch`, with transformers' logging down to errors (the scripts' usual start)."""
+    torch = setup_torch()
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
     return torch
 
 
@@ -240,24 +251,30 @@ def make_prompts(vocab: int):
     return [torch.randint(FIRST_REGULAR_ID, vocab, (n,), generator=g).tolist() for n in PROMPT_LENS]
 
 
+def cached_greedy(model, ids, mask):
+    """transformers' cached greedy generation of NEW_TOKENS for the batch `ids` (padded with
+    PAD_ID where `mask` is 0), with each step's logits."""
+    return model.generate(
+        ids,
+        attention_mask=mask,
+        do_sample=False,
+        max_new_tokens=NEW_TOKENS,
+        min_new_tokens=NEW_TOKENS,
+        eos_token_id=None,
+        pad_token_id=PAD_ID,
+        use_cache=True,
+        output_logits=True,
+        return_dict_in_generate=True,
+    )
+
+
 def greedy(model, prompt: list[int]):
     """Greedy generation with the KV cache; returns (new tokens, min top1-top2 logit gap)."""
     import torch
 
     ids = torch.tensor([prompt])
     with torch.no_grad():
-        out = model.generate(
-            ids,
-            attention_mask=torch.ones_like(ids),
-            do_sample=False,
-            max_new_tokens=NEW_TOKENS,
-            min_new_tokens=NEW_TOKENS,
-            eos_token_id=None,
-            pad_token_id=PAD_ID,
-            use_cache=True,
-            output_logits=True,
-            return_dict_in_generate=True,
-        )
+        out = cached_greedy(model, ids, torch.ones_like(ids))
     new = out.sequences[0, len(prompt) :].tolist()
     assert len(new) == NEW_TOKENS, (len(new), new)
     gaps = []
@@ -601,10 +618,7 @@ def chosen(specs: dict, only: list[str] | None) -> list[str]:
 
 
 def generate(args, versions: dict) -> None:
-    setup_torch()
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
+    quiet_torch()
     out_dir = Path(args.out).resolve()
     specs = fixture_specs()
     todo = chosen(specs, args.only)

@@ -47,11 +47,7 @@ def run(d) -> None:
 
 def main() -> None:
     mf.check_versions()
-    torch = mf.setup_torch()
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    torch.use_deterministic_algorithms(True)
+    mf.quiet_torch()
     for d in sorted(BASE.iterdir()):
         if (d / "beam_seq2seq.json").exists():
             run(d)

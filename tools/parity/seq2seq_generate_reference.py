@@ -76,11 +76,7 @@ def repetition() -> None:
 
 def main() -> None:
     mf.check_versions()
-    torch = mf.setup_torch()
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    torch.use_deterministic_algorithms(True)
+    mf.quiet_torch()
     for name in ("t5", "bart"):
         run(name)
     repetition()

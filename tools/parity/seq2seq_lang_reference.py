@@ -122,11 +122,7 @@ def generate(name: str, fixture: str, src_lang: str, tgt_lang: str) -> dict:
 
 def main() -> None:
     mf.check_versions()
-    torch = mf.setup_torch()
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    torch.use_deterministic_algorithms(True)
+    mf.quiet_torch()
     OUT.mkdir(parents=True, exist_ok=True)
     names = ["mbart", "mbart50", "nllb", "nllb_legacy"]
     write_json(OUT / "cases.json", {n: cases(n) for n in names})

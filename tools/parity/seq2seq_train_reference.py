@@ -185,11 +185,7 @@ def lora_two_steps(tok, rows: list[dict]) -> None:
 
 def main() -> None:
     mf.check_versions()
-    torch = mf.setup_torch()
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    torch.use_deterministic_algorithms(True)
+    mf.quiet_torch()
     OUT.mkdir(parents=True, exist_ok=True)
     for name in ("t5", "marian"):
         tok = make_tokenizer(name)

@@ -10,20 +10,16 @@
 //! bf16 one), so each case also checks that the run really computed in 16 bits: its first
 //! loss must differ from the f32 reference loss by more than f32 rounding could.
 
+mod common;
+
 use std::collections::{HashMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-use vkformers_data::{read_seq2seq_dataset, Seq2SeqRead};
-use vkformers_io::ModelWeights;
-use vkformers_models::model::Model;
-use vkformers_tensor::{DType, Graph};
-use vkformers_train::{LanguageModel, TokenBatch};
-use vkformers_vk::testing::on_every_device;
+use common::trainer_parity::{repo, seq2seq_first_step_grads};
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+use vkformers_io::ModelWeights;
+use vkformers_tensor::DType;
 
 fn meta(case: &str) -> serde_json::Value {
     vkformers_io::read_json(repo().join("tests/fixtures_amp").join(case).join("meta.json")).unwrap()
@@ -198,21 +194,9 @@ fn bf16_two_steps_track_torch_autocast_marian() {
 /// Our first-step gradients under bf16 autocast on the Trainer's first marian batch (tokenized
 /// rows 0 and 1), by stored name.
 fn marian_bf16_first_step_grads() -> HashMap<String, Vec<f32>> {
-    let grads = std::cell::RefCell::new(HashMap::new());
-    on_every_device("marian bf16 first-step gradients", |ctx| {
-        let g = Graph::new(ctx);
-        let m = Model::load(&g, &repo().join("tests/fixtures/marian")).unwrap();
-        g.set_autocast(Some(DType::BF16));
-        let data = repo().join("tests/fixtures_train/seq2seq/marian_tokenized.jsonl");
-        let rows = read_seq2seq_dataset(&[data], None, &Seq2SeqRead::default()).unwrap().examples;
-        let pad = m.config["pad_token_id"].as_u64().unwrap() as u32;
-        let batch = TokenBatch::pad(&[&rows[0], &rows[1]], pad);
-        let logits = m.logits(&g, &batch).unwrap();
-        g.backward(&m.loss(&g, &logits, &batch).unwrap())?;
-        *grads.borrow_mut() = m.hf_grads(&g).unwrap().into_iter().map(|h| (h.name, h.data)).collect();
-        Ok(())
-    });
-    grads.into_inner()
+    let (dir, data) =
+        (repo().join("tests/fixtures/marian"), repo().join("tests/fixtures_train/seq2seq/marian_tokenized.jsonl"));
+    seq2seq_first_step_grads("marian bf16 first-step gradients", &dir, &data, Some(DType::BF16))
 }
 
 /// ‖a − b‖ / ‖b‖ (0 when both are 0).

@@ -69,18 +69,25 @@ fn ok(o: Output) -> String {
     err
 }
 
+/// `vkformers ARGS` in one process (one lavapipe thread); its output.
+fn alone(args: Vec<String>) -> String {
+    ok(Command::new(env!("CARGO_BIN_EXE_vkformers")).env("LP_NUM_THREADS", "1").args(args).output().unwrap())
+}
+
 fn single(out: &Path, batch: usize, accum: usize) {
-    ok(Command::new(env!("CARGO_BIN_EXE_vkformers"))
-        .env("LP_NUM_THREADS", "1")
-        .args(train_args(out, batch, accum, &[]))
-        .output()
-        .unwrap());
+    alone(train_args(out, batch, accum, &[]));
 }
 
 fn ranks(n: usize, out: &Path, batch: usize, extra: &[&str]) -> String {
     // Small buckets: the fixture's 27k parameters go in several all-reduces.
     let mut c = mpirun(n, &["VKFORMERS_DIST_BUCKET_ELEMS=3000"]);
     ok(c.args(train_args(out, batch, 1, extra)).output().unwrap())
+}
+
+/// A fine-tuning run (`args`) on 2 ranks; its output. Small buckets: the adapter's few
+/// parameters go in several all-reduces.
+fn finetune_ranks(args: Vec<String>) -> String {
+    ok(mpirun(2, &["VKFORMERS_DIST_BUCKET_ELEMS=300"]).args(args).output().unwrap())
 }
 
 fn metrics(out: &Path) -> Vec<(f64, f64)> {
@@ -110,9 +117,20 @@ fn buckets_started_in_backward(log: &str) -> (u64, u64) {
     (words[at - 3].parse().unwrap(), words[at - 1].parse().unwrap())
 }
 
+/// Whether the two saved models' weight files are the same bytes.
+fn same_model_bytes(a: &Path, b: &Path) -> bool {
+    let read = |d: &Path| std::fs::read(d.join("model.safetensors")).unwrap();
+    read(a) == read(b)
+}
+
 /// Largest |a - b| over every weight of the two saved models.
 fn max_diff(a: &Path, b: &Path) -> f32 {
-    let (a, b) = (vkformers_io::ModelWeights::open(a).unwrap(), vkformers_io::ModelWeights::open(b).unwrap());
+    let open = |d: &Path| vkformers_io::ModelWeights::open(d).unwrap();
+    max_weight_diff(&open(a), &open(b))
+}
+
+/// Largest |a - b| over every tensor of `a` (each read from both).
+fn max_weight_diff(a: &vkformers_io::ModelWeights, b: &vkformers_io::ModelWeights) -> f32 {
     let mut worst = 0.0f32;
     for n in a.names() {
         let (x, y) = (a.tensor_f32(n).unwrap(), b.tensor_f32(n).unwrap());
@@ -135,9 +153,11 @@ fn two_ranks_equal_one_rank_with_two_micro_batches() {
     single(&micro, 1, 2);
     single(&wide, 2, 1);
     // MPI's 2-rank sum is g0 + g1, as the device accumulates the second micro-batch.
-    let same = std::fs::read(two.join("model.safetensors")).unwrap()
-        == std::fs::read(micro.join("model.safetensors")).unwrap();
-    assert!(same, "2 ranks x 1 != 1 rank x 2 micro-batches of 1, bit for bit (max diff {})", max_diff(&two, &micro));
+    assert!(
+        same_model_bytes(&two, &micro),
+        "2 ranks x 1 != 1 rank x 2 micro-batches of 1, bit for bit (max diff {})",
+        max_diff(&two, &micro)
+    );
     assert_eq!(metrics(&two), metrics(&micro), "same losses and gradient norms, bit for bit");
     let d = max_diff(&two, &wide);
     assert!(d <= 1e-5, "2 ranks x 1 vs 1 rank x 2: {d}");
@@ -165,11 +185,12 @@ fn accumulation_and_gradient_checkpointing_on_two_ranks() {
     let (ckpt, micro) = (t.path().join("ckpt"), t.path().join("micro"));
     let log = ranks(2, &ckpt, 1, &["--gradient-checkpointing", ""]);
     assert_eq!(buckets_started_in_backward(&log).0, 0, "{log}");
-    let args = train_args(&micro, 1, 2, &["--gradient-checkpointing", ""]);
-    ok(Command::new(env!("CARGO_BIN_EXE_vkformers")).env("LP_NUM_THREADS", "1").args(args).output().unwrap());
-    let same = std::fs::read(ckpt.join("model.safetensors")).unwrap()
-        == std::fs::read(micro.join("model.safetensors")).unwrap();
-    assert!(same, "checkpointed: 2 ranks != 1 rank x 2 micro-batches (max diff {})", max_diff(&ckpt, &micro));
+    alone(train_args(&micro, 1, 2, &["--gradient-checkpointing", ""]));
+    assert!(
+        same_model_bytes(&ckpt, &micro),
+        "checkpointed: 2 ranks != 1 rank x 2 micro-batches (max diff {})",
+        max_diff(&ckpt, &micro)
+    );
 }
 
 #[test]
@@ -208,8 +229,7 @@ fn a_two_rank_checkpoint_resumes_on_one_rank() {
     ranks(2, &resumed, 1, &["--max-steps", "4", "--save-every", "2"]);
     let cp = resumed.join("checkpoint-2");
     let next = t.path().join("next");
-    let args = train_args(&next, 1, 2, &["--max-steps", "4", "--resume", cp.to_str().unwrap()]);
-    ok(Command::new(env!("CARGO_BIN_EXE_vkformers")).env("LP_NUM_THREADS", "1").args(args).output().unwrap());
+    alone(train_args(&next, 1, 2, &["--max-steps", "4", "--resume", cp.to_str().unwrap()]));
     let d = max_diff(&straight, &next);
     assert!(d == 0.0, "resumed on 1 rank differs from the 2-rank run by {d}");
 }
@@ -335,8 +355,7 @@ fn a_zero1_checkpoint_resumes_on_one_rank_and_on_four() {
     let cp = saved.join("checkpoint-2");
     let cp = cp.to_str().unwrap();
     let (one, four) = (t.path().join("one"), t.path().join("four"));
-    let args = train_args(&one, 2, 2, &["--max-steps", "4", "--resume", cp]);
-    ok(Command::new(env!("CARGO_BIN_EXE_vkformers")).env("LP_NUM_THREADS", "1").args(args).output().unwrap());
+    alone(train_args(&one, 2, 2, &["--max-steps", "4", "--resume", cp]));
     ranks(4, &four, 1, &["--max-steps", "4", "--zero", "1", "--resume", cp]);
     for other in [&one, &four] {
         let d = max_diff(&straight, other);
@@ -408,11 +427,7 @@ fn pretraining_with_a_trained_tokenizer_on_two_ranks() {
     let (two, one) = (t.path().join("two"), t.path().join("one"));
     let log = ok(mpirun(2, &[]).args(args(&two, "1")).output().unwrap());
     assert_eq!(log.matches("training a BPE tokenizer").count(), 1, "rank 0 alone trains it:\n{log}");
-    ok(Command::new(env!("CARGO_BIN_EXE_vkformers"))
-        .env("LP_NUM_THREADS", "1")
-        .args(args(&one, "2"))
-        .output()
-        .unwrap());
+    alone(args(&one, "2"));
     let tok = |d: &Path| std::fs::read(d.join("tokenizer/tokenizer.json")).unwrap();
     assert_eq!(tok(&two), tok(&one), "the same tokenizer");
     let d = max_diff(&two, &one);
@@ -447,15 +462,10 @@ fn finetune_with_dropout_on_two_ranks_equals_one_rank_with_two_micro_batches() {
     }
     let t = tempfile::tempdir().unwrap();
     let (two, micro, plain) = (t.path().join("two"), t.path().join("micro"), t.path().join("plain"));
-    let log =
-        ok(mpirun(2, &["VKFORMERS_DIST_BUCKET_ELEMS=300"]).args(finetune_args(&two, 1, 1, "0.3")).output().unwrap());
+    let log = finetune_ranks(finetune_args(&two, 1, 1, "0.3"));
     assert!(log.contains("communication over 2 ranks"), "{log}");
-    let alone = |out: &Path, dropout: &str| {
-        let args = finetune_args(out, 1, 2, dropout);
-        ok(Command::new(env!("CARGO_BIN_EXE_vkformers")).env("LP_NUM_THREADS", "1").args(args).output().unwrap());
-    };
-    alone(&micro, "0.3");
-    alone(&plain, "0");
+    alone(finetune_args(&micro, 1, 2, "0.3"));
+    alone(finetune_args(&plain, 1, 2, "0"));
     let adapter = |d: &Path| std::fs::read(d.join("adapter_model.safetensors")).unwrap();
     assert!(adapter(&two) == adapter(&micro), "2 ranks x 1 != 1 rank x 2 micro-batches with dropout, bit for bit");
     assert_eq!(metrics(&two), metrics(&micro), "same losses and gradient norms, bit for bit");
@@ -465,13 +475,7 @@ fn finetune_with_dropout_on_two_ranks_equals_one_rank_with_two_micro_batches() {
 /// Largest |a - b| over every tensor of the two saved adapters.
 fn adapter_diff(a: &Path, b: &Path) -> f32 {
     let open = |d: &Path| vkformers_io::ModelWeights::open_file(d.join("adapter_model.safetensors")).unwrap();
-    let (a, b) = (open(a), open(b));
-    let mut worst = 0.0f32;
-    for n in a.names() {
-        let (x, y) = (a.tensor_f32(n).unwrap(), b.tensor_f32(n).unwrap());
-        worst = x.iter().zip(&y).map(|(p, q)| (p - q).abs()).fold(worst, f32::max);
-    }
-    worst
+    max_weight_diff(&open(a), &open(b))
 }
 
 /// Dropout keyed by each row's global sample index and token position (issue 22): LoRA
@@ -529,16 +533,9 @@ fn two_ranks_with_dropout_equal_twice_the_batch(on: (&str, &str)) {
     }
     let t = tempfile::tempdir().unwrap();
     let (two, wide, plain) = (t.path().join("two"), t.path().join("wide"), t.path().join("plain"));
-    ok(mpirun(2, &["VKFORMERS_DIST_BUCKET_ELEMS=300"])
-        .args(f32_finetune_args(on, &two, (1, 1), "0.3"))
-        .output()
-        .unwrap());
-    let alone = |out: &Path, dropout: &str| {
-        let args = f32_finetune_args(on, out, (2, 1), dropout);
-        ok(Command::new(env!("CARGO_BIN_EXE_vkformers")).env("LP_NUM_THREADS", "1").args(args).output().unwrap());
-    };
-    alone(&wide, "0.3");
-    alone(&plain, "0");
+    finetune_ranks(f32_finetune_args(on, &two, (1, 1), "0.3"));
+    alone(f32_finetune_args(on, &wide, (2, 1), "0.3"));
+    alone(f32_finetune_args(on, &plain, (2, 1), "0"));
     let d = adapter_diff(&two, &wide);
     eprintln!("{}: 2 ranks x 1 vs 1 rank x 2 with dropout: max |diff| {d:e}", on.0);
     assert!(d <= 1e-5, "2 ranks x 1 vs 1 rank x 2 with dropout: {d}");

@@ -9,13 +9,11 @@ mod common;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use common::trainer_parity::{check_eval, check_step_losses, check_two_step_weights, repo, train_two_steps, vkformers};
+use common::trainer_parity::{
+    check_eval, check_step_losses, check_two_step_weights, repo, seq2seq_first_step_grads, train_two_steps, vkformers,
+};
 use vkformers_data::{read_seq2seq_dataset, Seq2SeqRead};
 use vkformers_io::HfTokenizer;
-use vkformers_models::model::Model;
-use vkformers_tensor::Graph;
-use vkformers_train::{LanguageModel, TokenBatch};
-use vkformers_vk::testing::on_every_device;
 
 fn refs() -> PathBuf {
     repo().join("tests/fixtures_train/seq2seq")
@@ -50,10 +48,18 @@ fn langs(name: &str) -> Seq2SeqRead {
     }
 }
 
+/// Our first-step gradients (tokenized rows 0 and 1), by stored name.
+fn first_step_grads(name: &str) -> HashMap<String, Vec<f32>> {
+    seq2seq_first_step_grads("first-step gradients", &fixture(name), &tokenized_file(name), None)
+}
+
 /// The reference's tokenized rows (`{input_ids, labels}`, read without a tokenizer).
+fn tokenized_file(name: &str) -> PathBuf {
+    refs().join(format!("{name}_tokenized.jsonl"))
+}
+
 fn tokenized_rows(name: &str) -> Vec<vkformers_data::Example> {
-    let file = refs().join(format!("{name}_tokenized.jsonl"));
-    read_seq2seq_dataset(&[file], None, &Seq2SeqRead::default()).unwrap().examples
+    read_seq2seq_dataset(&[tokenized_file(name)], None, &Seq2SeqRead::default()).unwrap().examples
 }
 
 #[test]
@@ -70,23 +76,6 @@ fn text_pairs_tokenize_as_tokenizer_with_text_target() {
             assert!(o.labels.iter().all(|&l| l == -100), "{name}: the encoder has no targets");
         }
     }
-}
-
-/// Our first-step gradients (tokenized rows 0 and 1), by stored name.
-fn first_step_grads(name: &str) -> HashMap<String, Vec<f32>> {
-    let grads = std::cell::RefCell::new(HashMap::new());
-    on_every_device("first-step gradients", |ctx| {
-        let g = Graph::new(ctx);
-        let m = Model::load(&g, &fixture(name)).unwrap();
-        let rows = tokenized_rows(name);
-        let pad = m.config["pad_token_id"].as_u64().unwrap() as u32;
-        let batch = TokenBatch::pad(&[&rows[0], &rows[1]], pad);
-        let logits = m.logits(&g, &batch).unwrap();
-        g.backward(&m.loss(&g, &logits, &batch).unwrap())?;
-        *grads.borrow_mut() = m.hf_grads(&g).unwrap().into_iter().map(|h| (h.name, h.data)).collect();
-        Ok(())
-    });
-    grads.into_inner()
 }
 
 fn check_text_pair_training(name: &str, extra: &[&str]) {

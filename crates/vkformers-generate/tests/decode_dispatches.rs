@@ -141,7 +141,7 @@ fn a_batched_decode_step_casts_each_activation_once() {
         g.set_autocast(Some(vkformers_tensor::DType::BF16));
         let rows = 20;
         let p = batched_step_profile(&g, &model, rows);
-        let casts: u64 = p.kernels.iter().filter(|(n, _)| n.starts_with("cast/cast4:to_")).map(|(_, k)| k.calls).sum();
+        let casts = p.calls_of("cast/cast4:to_");
         let layers = model.spec.layers.len() as u64;
         println!("{}: casts in one {rows}-row decode step: {casts}", ctx.caps().name);
         assert!(casts <= 4 * layers + 1, "{casts} casts in one decode step of {layers} layers");

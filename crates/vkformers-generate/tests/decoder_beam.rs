@@ -68,6 +68,27 @@ fn fixture(name: &str) -> (serde_json::Value, BeamIds) {
     (want, bid)
 }
 
+/// A fixture's beam searches, one per row of each run: its options, the row transformers
+/// wrote, its prompt, and a label naming the fixture, the options and the prompt.
+struct Search<'a> {
+    options: BeamOptions,
+    row: &'a serde_json::Value,
+    prompt: Vec<u32>,
+    what: String,
+}
+
+fn searches<'a>(name: &str, want: &'a serde_json::Value) -> Vec<Search<'a>> {
+    let mut out = Vec::new();
+    for run in want["runs"].as_array().unwrap() {
+        for row in run["rows"].as_array().unwrap() {
+            let prompt = ids(&row["input_ids"]);
+            let what = format!("{name} {} after {prompt:?}", run["options"]);
+            out.push(Search { options: options(&run["options"]), row, prompt, what });
+        }
+    }
+    out
+}
+
 #[test]
 fn decoder_beam_search_equals_transformers() {
     on_every_device("decoder beam search", |ctx| {
@@ -75,19 +96,10 @@ fn decoder_beam_search_equals_transformers() {
             let (want, bid) = fixture(name);
             let g = Graph::new(ctx);
             let model = fixture_model(&g, name);
-            for run in want["runs"].as_array().unwrap() {
-                let bo = options(&run["options"]);
-                for row in run["rows"].as_array().unwrap() {
-                    let prompt = ids(&row["input_ids"]);
-                    let what = format!("{name} {} after {prompt:?}", run["options"]);
-                    let one = std::slice::from_ref(&prompt);
-                    check(&beam_search(&g, &model, one, &bid, &bo).unwrap()[0], row, &what);
-                    check(
-                        &beam_search_uncached(&g, &model, one, &bid, &bo).unwrap()[0],
-                        row,
-                        &format!("{what} uncached"),
-                    );
-                }
+            for Search { options: bo, row, prompt, what } in searches(name, &want) {
+                let one = std::slice::from_ref(&prompt);
+                check(&beam_search(&g, &model, one, &bid, &bo).unwrap()[0], row, &what);
+                check(&beam_search_uncached(&g, &model, one, &bid, &bo).unwrap()[0], row, &format!("{what} uncached"));
             }
         }
         Ok(())
@@ -101,17 +113,13 @@ fn beams_share_the_prompt_blocks_and_give_every_block_back() {
             let (want, bid) = fixture(name);
             let g = Graph::new(ctx);
             let model = fixture_model(&g, name);
-            for run in want["runs"].as_array().unwrap() {
-                let bo = options(&run["options"]);
-                for row in run["rows"].as_array().unwrap() {
-                    let prompt = ids(&row["input_ids"]);
-                    let what = format!("{name} {} after {prompt:?}, 3-position blocks", run["options"]);
-                    let (got, used) = beam_search_paged(&g, &model, &prompt, &bid, &bo, 3).unwrap();
-                    check(&got, row, &what);
-                    assert_eq!(used.after_prompt, prompt_blocks(&g, &model, &prompt, 3), "{what}: prompt blocks");
-                    assert!(used.peak > used.after_prompt, "{what}: beams never took blocks of their own");
-                    assert_eq!(used.at_end, 0, "{what}: blocks leaked");
-                }
+            for Search { options: bo, row, prompt, what } in searches(name, &want) {
+                let what = format!("{what}, 3-position blocks");
+                let (got, used) = beam_search_paged(&g, &model, &prompt, &bid, &bo, 3).unwrap();
+                check(&got, row, &what);
+                assert_eq!(used.after_prompt, prompt_blocks(&g, &model, &prompt, 3), "{what}: prompt blocks");
+                assert!(used.peak > used.after_prompt, "{what}: beams never took blocks of their own");
+                assert_eq!(used.at_end, 0, "{what}: blocks leaked");
             }
         }
         Ok(())

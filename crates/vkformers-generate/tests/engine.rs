@@ -3,37 +3,21 @@
 //! log-probabilities, whose draws depend only on the request's seed, step and row); a cancelled
 //! request gives its KV blocks back at once, queued or running.
 
-use std::collections::HashMap;
+mod common;
+
 use std::path::PathBuf;
 
-use vkformers_generate::engine::{Engine, Finished, Request, RequestOptions, Sink};
+use vkformers_generate::engine::{Engine, Request, RequestOptions};
 use vkformers_generate::generation::GenerateOptions;
-use vkformers_generate::{Penalties, SamplingParams, TokenLogprob};
+use vkformers_generate::{Penalties, SamplingParams};
 use vkformers_models::model::Model;
 use vkformers_tensor::Graph;
 use vkformers_vk::testing::on_every_device;
 
+use common::sink::Gather;
+
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures").join(name)
-}
-
-#[derive(Default)]
-struct Gather {
-    done: HashMap<u64, Finished>,
-    logprobs: HashMap<u64, Vec<TokenLogprob>>,
-    tokens_seen: usize,
-}
-
-impl Sink for Gather {
-    fn token(&mut self, id: u64, _new: &[u32], logprob: Option<&TokenLogprob>) -> bool {
-        self.tokens_seen += 1;
-        self.logprobs.entry(id).or_default().extend(logprob.cloned());
-        false
-    }
-
-    fn finished(&mut self, id: u64, done: Finished) {
-        self.done.insert(id, done);
-    }
 }
 
 fn prompts() -> Vec<Vec<u32>> {

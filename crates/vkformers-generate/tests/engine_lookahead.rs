@@ -6,39 +6,22 @@
 //! synchronous steps while it runs), and cancelled requests whose choices were in flight; every
 //! KV block comes back.
 
+mod common;
+
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use vkformers_generate::engine::{Engine, Finished, Request, RequestOptions, Sink};
+use vkformers_generate::engine::{Engine, Request, RequestOptions};
 use vkformers_generate::generation::{Finish, GenerateOptions};
 use vkformers_generate::{Penalties, SamplingParams, TokenLogprob};
 use vkformers_models::model::Model;
 use vkformers_tensor::Graph;
 use vkformers_vk::testing::on_every_device;
 
+use common::sink::Gather;
+
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures").join(name)
-}
-
-/// What the sink saw; `stops[id] = k` stops request `id` at its k-th token (a stop string).
-#[derive(Default)]
-struct Gather {
-    done: HashMap<u64, Finished>,
-    logprobs: HashMap<u64, Vec<TokenLogprob>>,
-    seen: HashMap<u64, usize>,
-    stops: HashMap<u64, usize>,
-}
-
-impl Sink for Gather {
-    fn token(&mut self, id: u64, new: &[u32], logprob: Option<&TokenLogprob>) -> bool {
-        *self.seen.entry(id).or_default() += 1;
-        self.logprobs.entry(id).or_default().extend(logprob.cloned());
-        self.stops.get(&id).is_some_and(|&k| new.len() >= k)
-    }
-
-    fn finished(&mut self, id: u64, done: Finished) {
-        self.done.insert(id, done);
-    }
 }
 
 /// Prompt i: `3 + (7 i mod 17)` tokens, so lengths differ and some repeat.

@@ -4,32 +4,18 @@
 //! together: every processor, repetition and OpenAI penalties, greedy with a penalty, logprobs;
 //! and the device path reads back no row's logits.
 
-use std::collections::HashMap;
+mod common;
+
 use std::path::PathBuf;
 
-use vkformers_generate::engine::{Engine, Finished, Request, RequestOptions, Sink};
+use vkformers_generate::engine::{Engine, Request, RequestOptions};
 use vkformers_generate::generation::GenerateOptions;
-use vkformers_generate::{Penalties, SamplingParams, TokenLogprob};
+use vkformers_generate::{Penalties, SamplingParams};
 use vkformers_models::model::Model;
 use vkformers_tensor::Graph;
 use vkformers_vk::testing::on_every_device;
 
-#[derive(Default)]
-struct Gather {
-    done: HashMap<u64, Finished>,
-    logprobs: HashMap<u64, Vec<TokenLogprob>>,
-}
-
-impl Sink for Gather {
-    fn token(&mut self, id: u64, _new: &[u32], logprob: Option<&TokenLogprob>) -> bool {
-        self.logprobs.entry(id).or_default().extend(logprob.cloned());
-        false
-    }
-
-    fn finished(&mut self, id: u64, done: Finished) {
-        self.done.insert(id, done);
-    }
-}
+use common::sink::Gather;
 
 /// Request i's options: a mix of sampling settings, seed i.
 fn options(i: usize) -> RequestOptions {

@@ -11,14 +11,14 @@
 
 mod common;
 
-use std::collections::HashMap;
-
 use common::{cached_decode_logits, fixtures_root, ids, json};
-use vkformers_generate::engine::{Engine, Finished, Request, RequestOptions, Sink};
+use vkformers_generate::engine::{Engine, Request, RequestOptions};
 use vkformers_generate::generation::{generate, GenerateOptions};
 use vkformers_models::model::Model;
 use vkformers_tensor::{DType, Graph};
 use vkformers_vk::testing::on_every_device;
+
+use common::sink::Gather;
 
 const FAMILIES: [&str; 7] = ["llama", "qwen2", "gemma", "phi3", "olmo", "gpt_neox", "gptj"];
 
@@ -32,19 +32,6 @@ fn greedy(g: &Graph<'_>, model: &Model, prompts: &[Vec<u32>], n: usize) -> Vec<V
     g.no_grad(|| generate(g, model, prompts, &GenerateOptions::greedy(n), &mut |_, _| false)).unwrap().rows
 }
 
-#[derive(Default)]
-struct Gather(HashMap<u64, Finished>);
-
-impl Sink for Gather {
-    fn token(&mut self, _id: u64, _new: &[u32], _logprob: Option<&vkformers_generate::TokenLogprob>) -> bool {
-        false
-    }
-
-    fn finished(&mut self, id: u64, done: Finished) {
-        self.0.insert(id, done);
-    }
-}
-
 /// Greedy tokens of `prompts` through an engine running all of them at once.
 fn engine_greedy(g: &Graph<'_>, model: &Model, prompts: &[Vec<u32>], n: usize) -> Vec<Vec<u32>> {
     let mut engine = Engine::new(g, model, prompts.len(), 64).unwrap();
@@ -56,7 +43,7 @@ fn engine_greedy(g: &Graph<'_>, model: &Model, prompts: &[Vec<u32>], n: usize) -
     while !engine.is_idle() {
         engine.step(g, &mut out).unwrap();
     }
-    (0..prompts.len()).map(|i| out.0.remove(&(i as u64)).expect("finished").tokens).collect()
+    (0..prompts.len()).map(|i| out.done.remove(&(i as u64)).expect("finished").tokens).collect()
 }
 
 /// Logits `[rows, V]` of a 5-token prefill of `rows` rows and of three decode steps after it

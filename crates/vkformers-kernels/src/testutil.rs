@@ -103,6 +103,15 @@ pub fn assert_grad_matches_fd(what: &str, f: impl Fn(&[f64]) -> f64, x: &[f64], 
     assert!(err <= 1e-6, "{what}: analytic gradient vs finite differences: rel L2 error {err:e}");
 }
 
+/// Panics at the first element of `got` whose bits differ from `want`'s (any NaN equals any
+/// NaN: a pool row no one wrote stays a NaN pattern).
+pub fn same_bits(what: &str, got: &[f32], want: &[f32]) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()), "{what}: element {i}: {g} != {w}");
+    }
+}
+
 /// Host side of tests of 16-bit storage variants: round, upload, download and tolerate data in
 /// a `DType`.
 pub mod storage {
@@ -118,6 +127,34 @@ pub mod storage {
             DType::F16 => xs.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect(),
             DType::BF16 => xs.iter().map(|&x| half::bf16::from_f32(x).to_f32()).collect(),
         }
+    }
+
+    /// The host's rounding of `xs` to the 16-bit `dt` (to nearest even), as bit patterns (bf16
+    /// for any other `dt`).
+    pub fn bits16(dt: DType, xs: &[f32]) -> Vec<u16> {
+        match dt {
+            DType::F16 => xs.iter().map(|&x| half::f16::from_f32(x).to_bits()).collect(),
+            _ => xs.iter().map(|&x| half::bf16::from_f32(x).to_bits()).collect(),
+        }
+    }
+
+    /// The f32 value of the 16-bit pattern `b` of `dt` (exact; bf16 for any other `dt`).
+    pub fn widen16(dt: DType, b: u16) -> f32 {
+        match dt {
+            DType::F16 => half::f16::from_bits(b).to_f32(),
+            _ => half::bf16::from_bits(b).to_f32(),
+        }
+    }
+
+    /// `xs` stored as `dt` in a buffer of whole 4-byte words (16-bit operands are read as
+    /// words: an odd count gets a zero pad).
+    pub fn upload_words(ctx: &Context, dt: DType, xs: &[f32], what: &str) -> Result<Buffer> {
+        if dt == DType::F32 {
+            return ctx.buffer_from(xs, what);
+        }
+        let mut bits = bits16(dt, xs);
+        bits.resize(bits.len().next_multiple_of(2), 0);
+        ctx.buffer_from(&bits, what)
     }
 
     /// `xs` stored in a buffer as the storage type; `view()` covers exactly those elements (the
@@ -190,75 +227,5 @@ pub mod storage {
 }
 
 pub mod masks;
-
-/// Random paged-cache layouts for the paged decode kernels' tests.
-pub mod paged {
-    use vkformers_vk::testing::on_every_device;
-    use vkformers_vk::{Context, Result};
-
-    use super::storage::unsupported;
-    use super::Rng;
-    use crate::dtype::DType;
-
-    /// `table[b]` block ids of row b (`max_blocks` columns, unused ones -1 or an id of another
-    /// row), drawn from a shuffled pool of `num_blocks` with a few blocks no row owns.
-    pub struct Layout {
-        pub num_blocks: usize,
-        pub max_blocks: usize,
-        pub table: Vec<i32>,
-        pub block_size: usize,
-    }
-
-    impl Layout {
-        /// Rows of `lens` positions in blocks of `block_size` (non-contiguous, shuffled blocks).
-        pub fn random(lens: &[usize], block_size: usize, rng: &mut Rng) -> Self {
-            let need: Vec<usize> = lens.iter().map(|l| l.div_ceil(block_size)).collect();
-            let num_blocks = need.iter().sum::<usize>() + 3;
-            let max_blocks = need.iter().max().copied().unwrap_or(0) + 1;
-            let mut ids: Vec<i32> = (0..num_blocks as i32).collect();
-            for i in (1..ids.len()).rev() {
-                ids.swap(i, rng.below(i + 1));
-            }
-            let mut table = vec![-1; lens.len() * max_blocks];
-            let mut next = ids.into_iter();
-            for (b, &n) in need.iter().enumerate() {
-                for c in 0..n {
-                    table[b * max_blocks + c] = next.next().expect("enough blocks");
-                }
-                // A stale entry past the row's length must never be followed.
-                table[b * max_blocks + n] = if b % 2 == 0 { 0 } else { -1 };
-            }
-            Layout { num_blocks, max_blocks, table, block_size }
-        }
-
-        /// Pool row of key j of row b.
-        pub fn pool_row(&self, b: usize, j: usize) -> usize {
-            self.table[b * self.max_blocks + j / self.block_size] as usize * self.block_size + j % self.block_size
-        }
-    }
-
-    /// Runs `check` on every case, on every device that stores `dt` (pools of `dt`, q and o of
-    /// `act`), case n seeded with `first_seed + n`.
-    pub fn run_cases<C>(
-        test: &str,
-        cases: &[C],
-        (dt, act): (DType, DType),
-        first_seed: u64,
-        check: impl Fn(&Context, &C, u64, (DType, DType)) -> Result<()>,
-    ) {
-        on_every_device(&format!("{test} {dt:?} {act:?}"), |ctx| {
-            if unsupported(ctx, dt, test) {
-                return Ok(());
-            }
-            for (n, case) in cases.iter().enumerate() {
-                check(ctx, case, first_seed + n as u64, (dt, act))?;
-            }
-            Ok(())
-        });
-    }
-
-    /// The lengths of a case's rows as the kernels' `lens` buffer reads them.
-    pub fn lens_i32(lens: &[usize]) -> Vec<i32> {
-        lens.iter().map(|&l| l as i32).collect()
-    }
-}
+pub mod paged;
+pub mod twins;

@@ -208,6 +208,11 @@ fn run_cases_in(test: &str, cases: &[Case], dt: DType) {
     });
 }
 
+/// Every option at once: causal, window, softcap (large scores), ALiBi and padding.
+fn everything() -> Case {
+    Case::new("everything", shape(2, 17, 17, 4, 1, 16)).causal().window(6).softcap(5.0).amp(2.0).alibi().padding(3, 2)
+}
+
 /// Every kernel variant (d64, d128, d256) and option in 16-bit storage: fewer cases than f32.
 fn cases_16bit() -> Vec<Case> {
     vec![
@@ -215,13 +220,7 @@ fn cases_16bit() -> Vec<Case> {
         Case::new("mha cross 7x19 d5", shape(1, 7, 19, 2, 2, 5)),
         Case::new("size 1", shape(1, 1, 1, 1, 1, 1)),
         Case::new("decode tq3 tk40 padded", shape(2, 3, 40, 2, 1, 8)).causal().padding(5, 7),
-        Case::new("everything", shape(2, 17, 17, 4, 1, 16))
-            .causal()
-            .window(6)
-            .softcap(5.0)
-            .amp(2.0)
-            .alibi()
-            .padding(3, 2),
+        everything(),
         Case::new("d64 t37", shape(2, 37, 37, 4, 2, 64)).causal(),
         Case::new("d80 (d128 variant)", shape(2, 19, 21, 2, 1, 80)).causal(),
         Case::new("d200 (d256 variant)", shape(1, 11, 13, 2, 1, 200)).causal().padding(2, 0),
@@ -279,13 +278,7 @@ fn gpu_matches_reference_softcap_alibi() {
             Case::new("softcap 5", shape(2, 13, 13, 4, 2, 8)).causal().softcap(5.0).amp(3.0),
             Case::new("alibi", shape(2, 13, 13, 4, 2, 8)).causal().alibi(),
             Case::new("alibi, not causal", shape(1, 9, 14, 3, 3, 16)).alibi(),
-            Case::new("everything", shape(2, 17, 17, 4, 1, 16))
-                .causal()
-                .window(6)
-                .softcap(5.0)
-                .amp(2.0)
-                .alibi()
-                .padding(3, 2),
+            everything(),
         ],
     );
 }

@@ -8,12 +8,11 @@
 //! automatic split-KV, every head-dim variant and storage type.
 
 use vkformers_kernels::attention::decode::{self, DecodeOptions, DecodeOutputs, DecodeShape, PagedInputs, Pools};
-use vkformers_kernels::attention::reference::{self, Shape};
 use vkformers_kernels::dtype::DType;
 use vkformers_kernels::testutil::masks::{alibi_slopes, sink_logits, Masks, WithMasks};
-use vkformers_kernels::testutil::paged::{lens_i32, run_cases, Layout};
+use vkformers_kernels::testutil::paged::{latent_values, lens_i32, max_len, reference_rows, run_cases, Layout};
 use vkformers_kernels::testutil::storage::{download, round, tol, upload};
-use vkformers_kernels::testutil::{assert_close, f64s, Rng, TOL_F32};
+use vkformers_kernels::testutil::{assert_close, f64s, same_bits, Rng, TOL_F32};
 use vkformers_vk::testing::on_every_device;
 use vkformers_vk::{Context, Result};
 
@@ -136,30 +135,15 @@ fn stage(case: &Case, lay: &Layout, r: &Rows, rng: &mut Rng, dt: DType) -> Stage
     Staged { before, new, slots, after }
 }
 
-/// The reference o [B, Tq, Hq, D] and lse [B, Hq, Tq], one row at a time.
+/// The reference o [B, Tq, Hq, Dv] and lse [B, Hq, Tq], one row at a time.
 fn expected(case: &Case, r: &Rows, scale: f32) -> (Vec<f64>, Vec<f64>) {
-    let wide = case.masks.widened(case.hq);
-    let (mut o, mut lse) = (Vec::new(), Vec::new());
-    for (b, &len) in case.lens.iter().enumerate() {
-        let s = Shape { batch: 1, tq: case.tq, tk: len, hq: case.hq, hkv: case.hkv, d: case.d, dv: case.dv() };
-        // Latent: v row (j, hk) is the first dv columns of k row (j, hk).
-        let v: Vec<f32> = match case.latent_dv {
-            None => r.v[b].clone(),
-            Some(dv) => r.k[b].chunks(case.d).flat_map(|row| row[..dv].to_vec()).collect(),
-        };
-        let opt = case.masks.reference(f64::from(scale), None, &wide);
-        let (ob, lb) = reference::forward(&f64s(&r.q[b]), &f64s(&r.k[b]), &f64s(&v), &s, &opt);
-        o.extend(ob);
-        lse.extend(lb);
-    }
-    (o, lse)
-}
-
-fn same_bits(what: &str, got: &[f32], want: &[f32]) {
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!(g == w || (g.is_nan() && w.is_nan()), "{what}: element {i}: {g} != {w}");
-    }
+    // Latent: v row (j, hk) is the first dv columns of k row (j, hk).
+    let v: Vec<Vec<f32>> = match case.latent_dv {
+        None => r.v.clone(),
+        Some(dv) => r.k.iter().map(|k| latent_values(k, case.d, dv)).collect(),
+    };
+    let heads = (case.tq, case.hq, case.hkv, case.d, case.dv());
+    reference_rows(&case.masks, heads, &case.lens, [&r.q, &r.k, &v], scale)
 }
 
 /// Checks `case` with pools of `dt`; q, o and the new keys are of `act` (`dt`, or f32 over 16-bit
@@ -170,20 +154,9 @@ fn check(ctx: &Context, case: &Case, seed: u64, (dt, act): (DType, DType)) -> Re
     let r = rows(case, &mut rng, dt);
     let st = stage(case, &lay, &r, &mut rng, dt);
     let b = case.lens.len();
-    let shape = DecodeShape {
-        batch: b as u32,
-        tq: case.tq as u32,
-        hq: case.hq as u32,
-        hkv: case.hkv as u32,
-        d: case.d as u32,
-        dv: case.dv() as u32,
-        v_row: case.latent_dv.map_or(case.dv(), |_| case.d) as u32,
-        block_size: case.block_size as u32,
-        num_blocks: lay.num_blocks as u32,
-        max_blocks: lay.max_blocks as u32,
-    };
-    let max_len = case.lens.iter().max().copied().unwrap_or(0) as u32;
-    let splits = case.splits.unwrap_or_else(|| decode::splits(&shape, max_len));
+    let v_row = case.latent_dv.map_or(case.dv(), |_| case.d);
+    let shape = lay.decode_shape((b, case.tq), (case.hq, case.hkv), (case.d, case.dv(), v_row));
+    let splits = case.splits.unwrap_or_else(|| decode::splits(&shape, max_len(&case.lens)));
     let q: Vec<f32> = r.q.concat();
     let (bq, bk, bv) =
         (upload(ctx, act, &q, "q")?, upload(ctx, dt, &st.before[0], "k")?, upload(ctx, dt, &st.before[1], "v")?);

@@ -11,12 +11,11 @@
 
 use vkformers_kernels::attention::decode::DecodeOptions;
 use vkformers_kernels::attention::decode_latent::{self, LatentInputs, LatentOutputs, LatentShape};
-use vkformers_kernels::attention::reference::{self, Shape};
 use vkformers_kernels::dtype::DType;
 use vkformers_kernels::testutil::masks::{alibi_slopes, Masks, WithMasks};
-use vkformers_kernels::testutil::paged::{lens_i32, run_cases, Layout};
+use vkformers_kernels::testutil::paged::{latent_values, lens_i32, max_len, reference_rows, run_cases, Layout};
 use vkformers_kernels::testutil::storage::{download, round, tol, upload};
-use vkformers_kernels::testutil::{assert_close, f64s, Rng, TOL_F32};
+use vkformers_kernels::testutil::{assert_close, Rng, TOL_F32};
 use vkformers_vk::testing::on_every_device;
 use vkformers_vk::{Context, Result};
 
@@ -69,17 +68,8 @@ impl Case {
 /// The reference o [B, Tq, Hq, Dv] and lse [B, Hq, Tq], one row at a time: keys are the latent
 /// rows, values their first Dv columns.
 fn expected(case: &Case, q: &[Vec<f32>], k: &[Vec<f32>], scale: f32) -> (Vec<f64>, Vec<f64>) {
-    let wide = case.masks.widened(case.hq);
-    let (mut o, mut lse) = (Vec::new(), Vec::new());
-    for (b, &len) in case.lens.iter().enumerate() {
-        let s = Shape { batch: 1, tq: case.tq, tk: len, hq: case.hq, hkv: 1, d: case.d, dv: case.dv };
-        let v: Vec<f32> = k[b].chunks(case.d).flat_map(|row| row[..case.dv].to_vec()).collect();
-        let opt = case.masks.reference(f64::from(scale), None, &wide);
-        let (ob, lb) = reference::forward(&f64s(&q[b]), &f64s(&k[b]), &f64s(&v), &s, &opt);
-        o.extend(ob);
-        lse.extend(lb);
-    }
-    (o, lse)
+    let v: Vec<Vec<f32>> = k.iter().map(|k| latent_values(k, case.d, case.dv)).collect();
+    reference_rows(&case.masks, (case.tq, case.hq, 1, case.d, case.dv), &case.lens, [q, k, &v], scale)
 }
 
 /// Checks `case` with a pool of `dt`, q and o of `act` (`dt`, or f32 over a 16-bit pool).
@@ -97,18 +87,8 @@ fn check(ctx: &Context, case: &Case, seed: u64, (dt, act): (DType, DType)) -> Re
         }
     }
     let batch = case.lens.len();
-    let shape = LatentShape {
-        batch: batch as u32,
-        tq: case.tq as u32,
-        hq: case.hq as u32,
-        d: case.d as u32,
-        dv: case.dv as u32,
-        block_size: case.block_size as u32,
-        num_blocks: lay.num_blocks as u32,
-        max_blocks: lay.max_blocks as u32,
-    };
-    let max_len = case.lens.iter().max().copied().unwrap_or(0) as u32;
-    let splits = case.splits.unwrap_or_else(|| decode_latent::splits(&shape, max_len));
+    let shape = lay.latent_shape((batch, case.tq), case.hq, (case.d, case.dv));
+    let splits = case.splits.unwrap_or_else(|| decode_latent::splits(&shape, max_len(&case.lens)));
     let (bq, bpool) = (upload(ctx, act, &q.concat(), "q")?, upload(ctx, dt, &pool, "pool")?);
     let table = ctx.buffer_from(&lay.table, "table")?;
     let lens = ctx.buffer_from(&lens_i32(&case.lens), "lens")?;

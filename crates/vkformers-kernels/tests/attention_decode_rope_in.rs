@@ -15,9 +15,9 @@ use vkformers_kernels::attention::rope_store::{self, NewRows, NewToken};
 use vkformers_kernels::dtype::DType;
 use vkformers_kernels::rope::{reference as rope_ref, Rope, RopeLayout};
 use vkformers_kernels::testutil::masks::{alibi_slopes, sink_logits, Masks, WithMasks};
-use vkformers_kernels::testutil::paged::{lens_i32, run_cases, Layout};
+use vkformers_kernels::testutil::paged::{lens_i32, max_len, packed_rows, run_cases, Layout};
 use vkformers_kernels::testutil::storage::{download, round, upload, Stored};
-use vkformers_kernels::testutil::Rng;
+use vkformers_kernels::testutil::{same_bits, Rng};
 use vkformers_vk::{Buffer, BufferView, Context, Result};
 
 #[derive(Clone, Debug)]
@@ -76,18 +76,7 @@ impl Case {
     }
 
     fn shape(&self, lay: &Layout) -> DecodeShape {
-        DecodeShape {
-            batch: self.lens.len() as u32,
-            tq: 1,
-            hq: self.hq as u32,
-            hkv: self.hkv as u32,
-            d: self.d as u32,
-            dv: self.d as u32,
-            v_row: self.d as u32,
-            block_size: self.block_size as u32,
-            num_blocks: lay.num_blocks as u32,
-            max_blocks: lay.max_blocks as u32,
-        }
+        lay.decode_shape((self.lens.len(), 1), (self.hq, self.hkv), (self.d, self.d, self.d))
     }
 }
 
@@ -117,13 +106,6 @@ fn cases() -> Vec<Case> {
     ]
 }
 
-fn same_bits(what: &str, got: &[f32], want: &[f32]) {
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!(g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()), "{what}: element {i}: {g} != {w}");
-    }
-}
-
 /// The step's new rows: dense q `[B, Hq, D]`, k, v `[B, Hkv, D]` and the packed product's rows
 /// `[B, (Hq + 2 Hkv) D]` made of them.
 struct NewData {
@@ -137,7 +119,7 @@ fn new_data(case: &Case, rng: &mut Rng) -> NewData {
     let b = case.lens.len();
     let (qw, kw) = (case.hq * case.d, case.hkv * case.d);
     let (q, k, v) = (rng.vec(b * qw, 1.5), rng.vec(b * kw, 1.5), rng.vec(b * kw, 1.0));
-    let packed = (0..b).flat_map(|t| [&q[t * qw..][..qw], &k[t * kw..][..kw], &v[t * kw..][..kw]].concat()).collect();
+    let packed = packed_rows(&q, &k, &v, b);
     NewData { q, k, v, packed }
 }
 
@@ -198,8 +180,7 @@ fn check_one(ctx: &Context, case: &Case, seed: u64, dt: DType, packed: bool) -> 
     let lay = Layout::random(&case.lens, case.block_size, &mut rng);
     let shape = case.shape(&lay);
     let b = case.lens.len();
-    let max_len = case.lens.iter().max().copied().unwrap_or(0) as u32;
-    let splits = case.splits.unwrap_or_else(|| decode::splits_for(&shape, max_len, decode::TILE));
+    let splits = case.splits.unwrap_or_else(|| decode::splits_for(&shape, max_len(&case.lens), decode::TILE));
     let kw = case.hkv * case.d;
     let pool_rows = lay.num_blocks * case.block_size;
     // Every pool row holds some old key (the new ones' rows too, overwritten by the store).

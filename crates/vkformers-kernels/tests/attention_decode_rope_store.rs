@@ -11,8 +11,9 @@ use vkformers_kernels::attention::decode::{self, Pools};
 use vkformers_kernels::attention::rope_store::{self, NewRows};
 use vkformers_kernels::dtype::DType;
 use vkformers_kernels::rope::{reference as rope_ref, Rope, RopeLayout};
+use vkformers_kernels::testutil::paged::packed_rows;
 use vkformers_kernels::testutil::storage::{download, unsupported, upload};
-use vkformers_kernels::testutil::Rng;
+use vkformers_kernels::testutil::{same_bits, Rng};
 use vkformers_vk::testing::on_every_device;
 use vkformers_vk::{Context, Result};
 
@@ -24,19 +25,6 @@ const CASES: &[Case] = &[
     (3, 5, 1, 12, 6, RopeLayout::Interleaved, 1.3),
     (4, 6, 3, 64, 32, RopeLayout::HalfSplit, 0.9),
 ];
-
-fn same_bits(what: &str, got: &[f32], want: &[f32]) {
-    assert_eq!(got.len(), want.len(), "{what}: lengths");
-    for (i, (a, b)) in got.iter().zip(want).enumerate() {
-        assert!(a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()), "{what}[{i}]: {a} vs {b}");
-    }
-}
-
-/// The rows `[N, (Hq + 2 Hkv) D]` of the packed q/k/v product whose column blocks are q, k, v.
-fn packed_rows(q: &[f32], k: &[f32], v: &[f32], n: usize) -> Vec<f32> {
-    let (wq, wkv) = (q.len() / n, k.len() / n);
-    (0..n).flat_map(|t| [&q[t * wq..][..wq], &k[t * wkv..][..wkv], &v[t * wkv..][..wkv]].concat()).collect()
-}
 
 fn check(ctx: &Context, rng: &mut Rng, case: Case, dt: DType, packed: bool) -> Result<()> {
     let (n, hq, hkv, d, r, layout, mscale) = case;

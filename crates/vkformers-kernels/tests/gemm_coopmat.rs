@@ -9,7 +9,7 @@ use vkformers_kernels::gemm_coopmat::{choose_engine, gemm_coopmat, CoopGemm, Ele
 use vkformers_kernels::testutil::storage::tol;
 use vkformers_kernels::testutil::{assert_close, Rng, Tol};
 use vkformers_vk::testing::on_every_device;
-use vkformers_vk::Context;
+use vkformers_vk::{Buffer, Context};
 
 /// Rounds to the operand type and returns (device bytes, the rounded values as f64).
 fn quantize(x: &[f32], elem: Elem) -> (Vec<u8>, Vec<f64>) {
@@ -54,21 +54,72 @@ fn reference(d: &CoopGemm, a: &[f64], b: &[f64], bias: Option<&[f64]>, c0: &[f64
     c
 }
 
+/// A and B of `d` (with their offsets and batch strides) drawn from `rng` (A first), uniform
+/// in ±1 and rounded to the operand type: the device buffers and the rounded values.
+struct Operands {
+    a: Buffer,
+    b: Buffer,
+    a_vals: Vec<f64>,
+    b_vals: Vec<f64>,
+}
+
+impl Operands {
+    fn draw(ctx: &Context, rng: &mut Rng, d: &CoopGemm) -> vkformers_vk::Result<Self> {
+        let a_len = if d.trans_a { d.k * d.lda } else { d.m * d.lda } as usize
+            + (d.a_off + d.a_bstride * (d.batch - 1)) as usize;
+        let b_len = if d.trans_b { d.n * d.ldb } else { d.k * d.ldb } as usize
+            + (d.b_off + d.b_bstride * (d.batch - 1)) as usize;
+        let (a_bytes, a_vals) = quantize(&rng.vec(a_len, 1.0), d.elem);
+        let (b_bytes, b_vals) = quantize(&rng.vec(b_len, 1.0), d.elem);
+        let a = ctx.buffer(a_bytes.len() as u64, "A")?;
+        ctx.upload(&a, 0, &a_bytes)?;
+        let b = ctx.buffer(b_bytes.len() as u64, "B")?;
+        ctx.upload(&b, 0, &b_bytes)?;
+        Ok(Operands { a, b, a_vals, b_vals })
+    }
+}
+
+/// Values of C's buffer: C and its offset and batch strides.
+fn c_len(d: &CoopGemm) -> usize {
+    (d.m * d.ldc) as usize + (d.c_off + d.c_bstride * (d.batch - 1)) as usize
+}
+
+/// The (element type, engine) pairs this device runs (the KHR kernel wherever any
+/// cooperative-matrix engine runs, with 32-wide subgroups; the cm2 kernels where cm2 is
+/// chosen), saying which it skips.
+fn engines_here(ctx: &Context) -> Vec<(Elem, Engine)> {
+    let all = [Elem::F16, Elem::Bf16].into_iter().flat_map(|e| Engine::ALL.map(|g| (e, g)));
+    all.filter(|&(elem, engine)| {
+        let best = choose_engine(ctx.caps(), elem, 4096, 4096, 1);
+        let available = match engine {
+            e if e.is_khr() => best.is_some() && ctx.caps().subgroup_size == 32,
+            _ => best.is_some_and(Engine::is_coopmat2),
+        };
+        if !available {
+            eprintln!("{}: no {elem:?} {engine:?} GEMM here (skipped)", ctx.caps().name);
+        }
+        available
+    })
+    .collect()
+}
+
+/// A dense `m x n x k` product on `engine` with A transposed or not (`ta`), B too (`tb`), and
+/// padded leading dimensions (multiples of 4, the kernel's requirement; ldc odd).
+fn padded(elem: Elem, engine: Engine, (m, n, k): (u32, u32, u32), (ta, tb): (bool, bool)) -> CoopGemm {
+    let mut d = CoopGemm::dense(m, n, k, tb, elem);
+    d.engine = engine;
+    d.trans_a = ta;
+    d.lda = (if ta { m } else { k }).next_multiple_of(8) + 8;
+    d.ldb = (if tb { k } else { n }).next_multiple_of(8);
+    d.ldc = n + 3;
+    d
+}
+
 fn run_case(ctx: &Context, d: &CoopGemm, with_bias: bool, seed: u64) -> vkformers_vk::Result<()> {
     let mut rng = Rng::new(seed);
-    let a_len =
-        if d.trans_a { d.k * d.lda } else { d.m * d.lda } as usize + (d.a_off + d.a_bstride * (d.batch - 1)) as usize;
-    let b_len =
-        if d.trans_b { d.n * d.ldb } else { d.k * d.ldb } as usize + (d.b_off + d.b_bstride * (d.batch - 1)) as usize;
-    let c_len = (d.m * d.ldc) as usize + (d.c_off + d.c_bstride * (d.batch - 1)) as usize;
-    let (a_bytes, a_vals) = quantize(&rng.vec(a_len, 1.0), d.elem);
-    let (b_bytes, b_vals) = quantize(&rng.vec(b_len, 1.0), d.elem);
-    let c0 = rng.vec(c_len, 1.0);
+    let Operands { a, b, a_vals, b_vals } = Operands::draw(ctx, &mut rng, d)?;
+    let c0 = rng.vec(c_len(d), 1.0);
     let bias = rng.vec(d.n as usize, 1.0);
-    let a = ctx.buffer(a_bytes.len() as u64, "A")?;
-    ctx.upload(&a, 0, &a_bytes)?;
-    let b = ctx.buffer(b_bytes.len() as u64, "B")?;
-    ctx.upload(&b, 0, &b_bytes)?;
     let c = ctx.buffer_from(&c0, "C")?;
     let bias_buf = ctx.buffer_from(&bias, "bias")?;
     let mut rec = ctx.recorder(false)?;
@@ -87,18 +138,8 @@ fn run_case(ctx: &Context, d: &CoopGemm, with_bias: bool, seed: u64) -> vkformer
 #[test]
 fn coopmat_gemm_matches_reference() {
     on_every_device("coopmat gemm", |ctx| {
-        for (elem, engine) in [Elem::F16, Elem::Bf16].into_iter().flat_map(|e| Engine::ALL.map(|g| (e, g))) {
-            // Every engine the device has: the KHR kernel runs wherever any cooperative-matrix
-            // engine does; the cm2 kernels only where cm2 is chosen.
-            let best = choose_engine(ctx.caps(), elem, 4096, 4096, 1);
-            let available = match engine {
-                e if e.is_khr() => best.is_some() && ctx.caps().subgroup_size == 32,
-                _ => best.is_some_and(Engine::is_coopmat2),
-            };
-            if !available {
-                eprintln!("{}: no {elem:?} {engine:?} GEMM here (skipped)", ctx.caps().name);
-                continue;
-            }
+        // Every engine the device has.
+        for (elem, engine) in engines_here(ctx) {
             let mut seed = 1;
             for (m, n, k) in [
                 (1, 1, 1),
@@ -110,13 +151,7 @@ fn coopmat_gemm_matches_reference() {
                 (300, 520, 320),
             ] {
                 for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
-                    let mut d = CoopGemm::dense(m, n, k, tb, elem);
-                    d.engine = engine;
-                    d.trans_a = ta;
-                    // Leading dimensions padded to multiples of 4 (the kernel's requirement).
-                    d.lda = (if ta { m } else { k }).next_multiple_of(8) + 8;
-                    d.ldb = (if tb { k } else { n }).next_multiple_of(8);
-                    d.ldc = n + 3;
+                    let d = padded(elem, engine, (m, n, k), (ta, tb));
                     seed += 1;
                     run_case(ctx, &d, seed % 2 == 0, seed)?;
                 }
@@ -157,18 +192,9 @@ fn coopmat_gemm_matches_reference() {
 fn run_half_case(ctx: &Context, d: &CoopGemm, with_bias: bool, seed: u64) -> vkformers_vk::Result<()> {
     const UNTOUCHED: u16 = 0x7fc1;
     let mut rng = Rng::new(seed);
-    let a_len =
-        if d.trans_a { d.k * d.lda } else { d.m * d.lda } as usize + (d.a_off + d.a_bstride * (d.batch - 1)) as usize;
-    let b_len =
-        if d.trans_b { d.n * d.ldb } else { d.k * d.ldb } as usize + (d.b_off + d.b_bstride * (d.batch - 1)) as usize;
-    let c_len = ((d.m * d.ldc) as usize + (d.c_off + d.c_bstride * (d.batch - 1)) as usize).next_multiple_of(2);
-    let (a_bytes, a_vals) = quantize(&rng.vec(a_len, 1.0), d.elem);
-    let (b_bytes, b_vals) = quantize(&rng.vec(b_len, 1.0), d.elem);
+    let c_len = c_len(d).next_multiple_of(2);
+    let Operands { a, b, a_vals, b_vals } = Operands::draw(ctx, &mut rng, d)?;
     let bias = rng.vec(d.n as usize, 1.0);
-    let a = ctx.buffer(a_bytes.len() as u64, "A")?;
-    ctx.upload(&a, 0, &a_bytes)?;
-    let b = ctx.buffer(b_bytes.len() as u64, "B")?;
-    ctx.upload(&b, 0, &b_bytes)?;
     let c16 = ctx.buffer_from(&vec![UNTOUCHED; c_len], "C16")?;
     let c32 = ctx.buffer_from(&vec![0f32; c_len], "C32")?;
     let cast16 = ctx.buffer((c_len * 2) as u64, "cast of C32")?;
@@ -207,27 +233,12 @@ fn run_half_case(ctx: &Context, d: &CoopGemm, with_bias: bool, seed: u64) -> vkf
 #[test]
 fn coopmat_gemm_16_bit_c_is_the_cast_of_the_f32_c() {
     on_every_device("coopmat gemm 16-bit C", |ctx| {
-        for (elem, engine) in [Elem::F16, Elem::Bf16].into_iter().flat_map(|e| Engine::ALL.map(|g| (e, g))) {
-            let best = choose_engine(ctx.caps(), elem, 4096, 4096, 1);
-            let available = match engine {
-                e if e.is_khr() => best.is_some() && ctx.caps().subgroup_size == 32,
-                _ => best.is_some_and(Engine::is_coopmat2),
-            };
-            if !available {
-                eprintln!("{}: no {elem:?} {engine:?} GEMM here (skipped)", ctx.caps().name);
-                continue;
-            }
+        for (elem, engine) in engines_here(ctx) {
             let mut seed = 500;
             // Odd shapes (edge blocks), an interior-only one (the fast path), odd ldc and c_off.
             for (m, n, k) in [(1, 1, 1), (17, 13, 29), (130, 67, 129), (256, 512, 128), (300, 520, 320)] {
                 for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
-                    let mut d = CoopGemm::dense(m, n, k, tb, elem);
-                    d.engine = engine;
-                    d.trans_a = ta;
-                    d.lda = (if ta { m } else { k }).next_multiple_of(8) + 8;
-                    d.ldb = (if tb { k } else { n }).next_multiple_of(8);
-                    d.ldc = n + 3;
-                    d.c_off = 1;
+                    let d = CoopGemm { c_off: 1, ..padded(elem, engine, (m, n, k), (ta, tb)) };
                     seed += 1;
                     run_half_case(ctx, &d, seed % 2 == 0, seed)?;
                 }

@@ -8,10 +8,10 @@
 use vkformers_kernels::dtype::cast;
 use vkformers_kernels::matmul::auto::{gemm_split_k, split_k_plan};
 use vkformers_kernels::matmul::{self, reference, DType, GemmDesc, Tile};
-use vkformers_kernels::testutil::storage::{round, tol, unsupported};
+use vkformers_kernels::testutil::storage::{round, tol, unsupported, upload_words, widen16};
 use vkformers_kernels::testutil::{assert_close, Rng};
 use vkformers_vk::testing::on_every_device;
-use vkformers_vk::{Buffer, Context, Result, VkError};
+use vkformers_vk::{Context, Result, VkError};
 
 /// A 16-bit code no kernel writes (a NaN): an element left unwritten shows.
 const UNTOUCHED: u16 = 0x7fc1;
@@ -31,24 +31,6 @@ fn operand_lens(d: &GemmDesc) -> (usize, usize, usize) {
     )
 }
 
-/// `xs` stored as `dt` in a buffer of whole words (16-bit operands are read as words).
-fn upload(ctx: &Context, dt: DType, xs: &[f32], what: &str) -> Result<Buffer> {
-    let mut bits: Vec<u16> = match dt {
-        DType::F32 => return ctx.buffer_from(xs, what),
-        DType::F16 => xs.iter().map(|&x| half::f16::from_f32(x).to_bits()).collect(),
-        DType::BF16 => xs.iter().map(|&x| half::bf16::from_f32(x).to_bits()).collect(),
-    };
-    bits.resize(bits.len().next_multiple_of(2), 0);
-    ctx.buffer_from(&bits, what)
-}
-
-fn widen(dt: DType, bits: u16) -> f32 {
-    match dt {
-        DType::F16 => half::f16::from_bits(bits).to_f32(),
-        _ => half::bf16::from_bits(bits).to_f32(),
-    }
-}
-
 /// Whether element `i` of the C buffer belongs to C.
 fn in_c(d: &GemmDesc, i: usize) -> bool {
     (0..u64::from(d.batch)).any(|bz| {
@@ -65,7 +47,7 @@ fn check(ctx: &Context, d: &GemmDesc, split: Option<u32>, seed: u64) -> Result<(
     let (a_len, b_len, c_len) = operand_lens(d);
     let (a_vals, b_vals) = (round(d.dtype, &rng.vec(a_len, 1.0)), round(d.dtype, &rng.vec(b_len, 1.0)));
     let bias = rng.vec(d.n as usize, 1.0);
-    let (a, b) = (upload(ctx, d.dtype, &a_vals, "a")?, upload(ctx, d.dtype, &b_vals, "b")?);
+    let (a, b) = (upload_words(ctx, d.dtype, &a_vals, "a")?, upload_words(ctx, d.dtype, &b_vals, "b")?);
     let bias_buf = ctx.buffer_from(&bias, "bias")?;
     let words = c_len.div_ceil(2);
     let c16 = ctx.buffer_from(&vec![u32::from(UNTOUCHED) * 0x1_0001; words], "c16")?;
@@ -98,7 +80,7 @@ fn check(ctx: &Context, d: &GemmDesc, split: Option<u32>, seed: u64) -> Result<(
     for i in 0..words * 2 {
         if i < c_len && in_c(d, i) {
             assert_eq!(got[i], cast_bits[i], "{d:?}: element {i} differs from the cast of the f32 C");
-            got_c.push(widen(d.c_dtype, got[i]));
+            got_c.push(widen16(d.c_dtype, got[i]));
             want_c.push(want[i]);
         } else {
             assert_eq!(got[i], UNTOUCHED, "{d:?}: slot {i} outside C was written");

@@ -6,31 +6,17 @@
 use vkformers_kernels::dtype::{self, DType, Twin};
 use vkformers_kernels::glu::{self, Glu};
 use vkformers_kernels::norm::{self, RmsNorm};
-use vkformers_kernels::rope::{self, Rope, RopeLayout};
-use vkformers_kernels::testutil::storage::{alloc, unsupported, Stored};
+use vkformers_kernels::rope::{self, RopeLayout};
+use vkformers_kernels::testutil::storage::{alloc, bits16, round, upload_words, widen16, Stored};
+use vkformers_kernels::testutil::twins::{glu_values, on_halves, twin, GluInputs, RopeInputs, RMS_CASES, ROPE_SHAPES};
 use vkformers_kernels::testutil::{assert_close, f64s, Rng, TOL_F32};
 use vkformers_vk::testing::on_every_device;
 use vkformers_vk::{Buffer, Context, Result};
-
-const HALVES: [DType; 2] = [DType::F16, DType::BF16];
-
-/// The host's rounding of `xs` to `dt`, as bit patterns (to nearest even).
-fn host_bits(dt: DType, xs: &[f32]) -> Vec<u16> {
-    match dt {
-        DType::F16 => xs.iter().map(|&x| half::f16::from_f32(x).to_bits()).collect(),
-        _ => xs.iter().map(|&x| half::bf16::from_f32(x).to_bits()).collect(),
-    }
-}
 
 /// A 16-bit device tensor of `n` values (padded to whole words, as the graph allocates them).
 /// Four f32 outputs of `n` values: a twin launch's two and the plain launch's two.
 fn f32_outs(ctx: &Context, n: usize) -> Result<Vec<Stored>> {
     (0..4).map(|i| alloc(ctx, DType::F32, n, &format!("out {i}"))).collect()
-}
-
-/// A GLU backward's gate, up and upstream gradient, `n` values each.
-fn glu_inputs(rng: &mut Rng, n: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
-    (rng.vec(n, 3.0), rng.vec(n, 2.0), rng.vec(n, 1.0))
 }
 
 fn twin_buffer(ctx: &Context, n: usize, what: &str) -> Result<Buffer> {
@@ -63,7 +49,7 @@ fn check_outputs(
     assert_eq!(bits(&got), bits(&plain), "{what}: y differs from the plain kernel's");
     let twin: Vec<u16> = ctx.read_vec(view(y16, n, 2))?;
     assert_eq!(twin, ctx.read_vec::<u16>(view(&cast, n, 2))?, "{what}: twin differs from the cast of y");
-    assert_eq!(twin, host_bits(dt, &got), "{what}: twin differs from the host rounding of y");
+    assert_eq!(twin, bits16(dt, &got), "{what}: twin differs from the host rounding of y");
     Ok(())
 }
 
@@ -78,7 +64,7 @@ fn check_rms(ctx: &Context, rng: &mut Rng, dt: DType, (rows, dim): (usize, usize
     let p = RmsNorm { rows: rows as u32, dim: dim as u32, eps: 1e-5, unit_offset: false, dtype: DType::F32 };
     let wv = weight.then(|| w.view());
     let mut rec = ctx.recorder(false)?;
-    let twin = Twin { view: y16.slice(0, n as u64 * 2), dtype: dt };
+    let twin = twin(&y16, n, dt);
     norm::rms_norm_forward_twin(&mut rec, &p, (x.view(), wv), y.view(), twin, rstd.view())?;
     norm::rms_norm_forward(&mut rec, &p, x.view(), wv, plain.view(), rstd2.view())?;
     rec.submit()?;
@@ -98,7 +84,7 @@ fn check_add_rms(ctx: &Context, rng: &mut Rng, dt: DType, (rows, dim): (usize, u
     let (rstd, rstd2, y16) =
         (ctx.buffer(rows as u64 * 4, "rstd")?, ctx.buffer(rows as u64 * 4, "rstd2")?, twin_buffer(ctx, n, "y16")?);
     let p = RmsNorm { rows: rows as u32, dim: dim as u32, eps: 1e-5, unit_offset: true, dtype: DType::F32 };
-    let twin = Twin { view: y16.slice(0, n as u64 * 2), dtype: dt };
+    let twin = twin(&y16, n, dt);
     let mut rec = ctx.recorder(false)?;
     let (xr, wv) = ((x.view(), r.view()), Some(w.view()));
     norm::add_rms_norm_forward_twin(&mut rec, &p, xr, wv, outs[0].view(), outs[1].view(), twin, rstd.view())?;
@@ -117,59 +103,37 @@ fn check_add_rms(ctx: &Context, rng: &mut Rng, dt: DType, (rows, dim): (usize, u
     Ok(())
 }
 
-fn check_rope(ctx: &Context, rng: &mut Rng, dt: DType, (b, t, h, dh, r): (u32, u32, u32, u32, u32)) -> Result<()> {
-    let p = Rope {
-        batch: b,
-        seq: t,
-        heads: h,
-        head_dim: dh,
-        rotary_dim: r,
-        layout: RopeLayout::HalfSplit,
-        mscale: 1.0,
-        dtype: DType::F32,
-    };
-    let n = p.rows() as usize * dh as usize;
-    let xs = rng.vec(n, 2.0);
-    let pos_v: Vec<i32> = (0..(b * t) as usize).map(|_| rng.below(4096) as i32).collect();
-    let inv_v = rope::reference::default_inv_freq(r, 10_000.0);
-    let (x, pos, inv) = (ctx.buffer_from(&xs, "x")?, ctx.buffer_from(&pos_v, "pos")?, ctx.buffer_from(&inv_v, "inv")?);
+fn check_rope(ctx: &Context, rng: &mut Rng, dt: DType, shape: (u32, u32, u32, u32, u32)) -> Result<()> {
+    let ri = RopeInputs::draw(ctx, rng, shape, (RopeLayout::HalfSplit, 1.0))?;
+    let (p, xs, n, ins) = (&ri.p, &ri.xs, ri.n(), ri.views());
+    let (pos_v, inv_v) = (&ri.pos_v, &ri.inv_v);
     let (y, plain) = (alloc(ctx, DType::F32, n, "y")?, alloc(ctx, DType::F32, n, "y plain")?);
     let y16 = twin_buffer(ctx, n, "y16")?;
     let mut rec = ctx.recorder(false)?;
-    let twin = Twin { view: y16.slice(0, n as u64 * 2), dtype: dt };
-    rope::rope_forward_twin(&mut rec, &p, (x.view(), pos.view(), inv.view()), y.view(), twin)?;
-    rope::rope_forward(&mut rec, &p, x.view(), pos.view(), inv.view(), plain.view())?;
+    let twin = twin(&y16, n, dt);
+    rope::rope_forward_twin(&mut rec, p, ins, y.view(), twin)?;
+    rope::rope_forward(&mut rec, p, ins.0, ins.1, ins.2, plain.view())?;
     rec.submit()?;
-    let want = rope::reference::rope(&p, &f64s(&xs), &pos_v, &inv_v);
+    let want = rope::reference::rope(p, &f64s(xs), pos_v, inv_v);
     check_outputs(ctx, &format!("rope {p:?} {dt:?}"), dt, (&y.buf, &y16), &plain.buf, &want)?;
     // The backward (x read as dy): the transposed rotation, and its twin.
     let mut rec = ctx.recorder(false)?;
-    rope::rope_backward_twin(&mut rec, &p, (x.view(), pos.view(), inv.view()), y.view(), twin)?;
-    rope::rope_backward(&mut rec, &p, x.view(), pos.view(), inv.view(), plain.view())?;
+    rope::rope_backward_twin(&mut rec, p, ins, y.view(), twin)?;
+    rope::rope_backward(&mut rec, p, ins.0, ins.1, ins.2, plain.view())?;
     rec.submit()?;
-    let want = rope::reference::rope_backward(&p, &f64s(&xs), &pos_v, &inv_v);
+    let want = rope::reference::rope_backward(p, &f64s(xs), pos_v, inv_v);
     check_outputs(ctx, &format!("rope backward {p:?} {dt:?}"), dt, (&y.buf, &y16), &plain.buf, &want)?;
     // The backward of a 16-bit dy (`twin_in16`: attention's dq / dk under autocast): bit for bit
     // the f32 backward of dy widened, and its twin.
-    let mut bits = host_bits(dt, &xs);
-    let wide: Vec<f32> = bits.iter().map(|&b| widen(dt, b)).collect();
-    bits.resize(bits.len().next_multiple_of(2), 0);
-    let (dy16, dy) = (ctx.buffer_from(&bits, "dy16")?, ctx.buffer_from(&wide, "dy widened")?);
+    let wide: Vec<f32> = bits16(dt, xs).iter().map(|&b| widen16(dt, b)).collect();
+    let (dy16, dy) = (upload_words(ctx, dt, xs, "dy16")?, ctx.buffer_from(&wide, "dy widened")?);
     let mut rec = ctx.recorder(false)?;
     let dy16 = dy16.slice(0, n as u64 * 2);
-    rope::rope_backward_twin_in16(&mut rec, &p, (dy16, pos.view(), inv.view()), y.view(), twin)?;
-    rope::rope_backward(&mut rec, &p, dy.view(), pos.view(), inv.view(), plain.view())?;
+    rope::rope_backward_twin_in16(&mut rec, p, (dy16, ins.1, ins.2), y.view(), twin)?;
+    rope::rope_backward(&mut rec, p, dy.view(), ins.1, ins.2, plain.view())?;
     rec.submit()?;
-    let want = rope::reference::rope_backward(&p, &f64s(&wide), &pos_v, &inv_v);
+    let want = rope::reference::rope_backward(p, &f64s(&wide), pos_v, inv_v);
     check_outputs(ctx, &format!("rope backward of 16-bit dy {p:?} {dt:?}"), dt, (&y.buf, &y16), &plain.buf, &want)
-}
-
-/// The f32 value of the 16-bit pattern `b` of `dt` (exact).
-fn widen(dt: DType, b: u16) -> f32 {
-    match dt {
-        DType::F16 => half::f16::from_bits(b).to_f32(),
-        _ => f32::from_bits(u32::from(b) << 16),
-    }
 }
 
 /// The GLU backward twin (separate gate and up): dgate and dup with their 16-bit copies.
@@ -180,12 +144,11 @@ fn check_glu_backward(
     (rows, inner): (usize, usize),
 ) -> Result<()> {
     let n = rows * inner;
-    let (gs, us, ds) = glu_inputs(rng, n);
-    let (gate, up, dout) = (ctx.buffer_from(&gs, "gate")?, ctx.buffer_from(&us, "up")?, ctx.buffer_from(&ds, "dout")?);
+    let GluInputs { gs, us, ds, gate, up, dout } = GluInputs::draw(ctx, rng, n)?;
     let outs = f32_outs(ctx, n)?;
     let twins = [twin_buffer(ctx, n, "dgate16")?, twin_buffer(ctx, n, "dup16")?];
     let mut rec = ctx.recorder(false)?;
-    let t = [&twins[0], &twins[1]].map(|b| Twin { view: b.slice(0, n as u64 * 2), dtype: dt });
+    let t = [&twins[0], &twins[1]].map(|b| twin(b, n, dt));
     let ins = (gate.view(), up.view(), dout.view());
     glu::backward_twin(&mut rec, kind, ins, (outs[0].view(), outs[1].view()), t, (rows, inner))?;
     let (o2, o3) = (outs[2].view(), outs[3].view());
@@ -211,22 +174,22 @@ fn check_glu(
     let (y, plain) = (alloc(ctx, DType::F32, n, "y")?, alloc(ctx, DType::F32, n, "y plain")?);
     let y16 = twin_buffer(ctx, n, "y16")?;
     let mut rec = ctx.recorder(false)?;
-    let twin = Twin { view: y16.slice(0, n as u64 * 2), dtype: dt };
+    let y16t = twin(&y16, n, dt);
     let saved = [twin_buffer(ctx, n, "gate16")?, twin_buffer(ctx, n, "up16")?];
     if fused {
-        glu::forward_twin(&mut rec, kind, (gate_up.view(), None), y.view(), twin, None, rows, inner)?;
+        glu::forward_twin(&mut rec, kind, (gate_up.view(), None), y.view(), y16t, None, rows, inner)?;
         glu::forward_fused(&mut rec, kind, gate_up.view(), plain.view(), rows, inner, DType::F32)?;
     } else {
-        let save = [&saved[0], &saved[1]].map(|b| Twin { view: b.slice(0, n as u64 * 2), dtype: dt });
+        let save = [&saved[0], &saved[1]].map(|b| twin(b, n, dt));
         let ins = (gate.view(), Some(up.view()));
-        glu::forward_twin(&mut rec, kind, ins, y.view(), twin, Some(save), rows, inner)?;
+        glu::forward_twin(&mut rec, kind, ins, y.view(), y16t, Some(save), rows, inner)?;
         glu::forward(&mut rec, kind, gate.view(), up.view(), plain.view(), rows, inner, DType::F32)?;
     }
     rec.submit()?;
     if !fused {
         for (b, xs) in saved.iter().zip([&gs, &us]) {
             let got: Vec<u16> = ctx.read_vec(b.slice(0, n as u64 * 2))?;
-            assert_eq!(got, host_bits(dt, xs), "glu {kind:?} {rows}x{inner} {dt:?}: saved 16-bit gate / up");
+            assert_eq!(got, bits16(dt, xs), "glu {kind:?} {rows}x{inner} {dt:?}: saved 16-bit gate / up");
         }
     }
     let want = glu::reference::forward(kind, &f64s(&gs), &f64s(&us));
@@ -249,23 +212,19 @@ fn check_glu_saved16(
     (rows, inner): (usize, usize),
 ) -> Result<()> {
     let n = rows * inner;
-    let (gs, us, ds) = glu_inputs(rng, n);
-    let (gr, ur) =
-        (vkformers_kernels::testutil::storage::round(dt, &gs), vkformers_kernels::testutil::storage::round(dt, &us));
-    let half = |xs: &[f32]| ctx.buffer_from(&host_bits(dt, xs), "16-bit input");
+    let (gs, us, ds) = glu_values(rng, n);
+    let (gr, ur) = (round(dt, &gs), round(dt, &us));
+    let half = |xs: &[f32]| ctx.buffer_from(&bits16(dt, xs), "16-bit input");
     let (g16, u16) = (half(&gs)?, half(&us)?);
     let (gate, up, dout) = (ctx.buffer_from(&gr, "gate")?, ctx.buffer_from(&ur, "up")?, ctx.buffer_from(&ds, "dout")?);
     let outs = f32_outs(ctx, n)?;
     let twins: Vec<_> = (0..4).map(|_| twin_buffer(ctx, n, "twin")).collect::<Result<_>>()?;
-    fn tw(b: &Buffer, n: usize, dt: DType) -> Twin<'_> {
-        Twin { view: b.slice(0, n as u64 * 2), dtype: dt }
-    }
     let mut rec = ctx.recorder(false)?;
-    let ins = ([tw(&g16, n, dt), tw(&u16, n, dt)], dout.view());
-    let twins_a = [tw(&twins[0], n, dt), tw(&twins[1], n, dt)];
+    let ins = ([twin(&g16, n, dt), twin(&u16, n, dt)], dout.view());
+    let twins_a = [twin(&twins[0], n, dt), twin(&twins[1], n, dt)];
     glu::backward_saved16(&mut rec, kind, ins, (outs[0].view(), outs[1].view()), twins_a, (rows, inner))?;
     let ins = (gate.view(), up.view(), dout.view());
-    let twins_b = [tw(&twins[2], n, dt), tw(&twins[3], n, dt)];
+    let twins_b = [twin(&twins[2], n, dt), twin(&twins[3], n, dt)];
     glu::backward_twin(&mut rec, kind, ins, (outs[2].view(), outs[3].view()), twins_b, (rows, inner))?;
     rec.submit()?;
     let (dg, du) = glu::reference::backward(kind, &f64s(&gr), &f64s(&ur), &f64s(&ds));
@@ -301,7 +260,7 @@ fn check_rms_backward_acc(
     let (s1, s2) = (ctx.buffer(bytes, "scratch")?, ctx.buffer(bytes, "scratch 2")?);
     let mut rec = ctx.recorder(false)?;
     norm::rms_norm_forward(&mut rec, &p, x.view(), Some(w.view()), outs[3].view(), rstd.view())?;
-    let twin = Twin { view: y16.slice(0, n as u64 * 2), dtype: dt };
+    let twin = twin(&y16, n, dt);
     let out = norm::DxOut { dx: outs[0].view(), prev: prev.then(|| pv.view()), twin: Some(twin) };
     let ins = (x.view(), Some(w.view()), rstd.view());
     norm::rms_norm_backward_acc(&mut rec, &p, ins, dy.view(), out, grads(&dw, &s1))?;
@@ -334,26 +293,20 @@ fn check_rms_backward_acc(
 
 #[test]
 fn twins_are_the_cast_of_the_f32_output() {
-    on_every_device("twin", |ctx| {
-        let mut rng = Rng::new(16);
-        for dt in HALVES {
-            if unsupported(ctx, dt, "twin") {
-                continue;
-            }
-            for (shape, weight) in [((1, 1), true), ((3, 7), false), ((5, 33), true), ((2, 300), true)] {
-                check_rms(ctx, &mut rng, dt, shape, weight)?;
-                check_rms_backward_acc(ctx, &mut rng, dt, shape, weight)?;
-                check_add_rms(ctx, &mut rng, dt, shape)?;
-            }
-            for shape in [(1, 1, 1, 2, 2), (2, 3, 3, 7, 4), (1, 5, 2, 10, 10)] {
-                check_rope(ctx, &mut rng, dt, shape)?;
-            }
-            for kind in Glu::ALL {
-                for (shape, fused) in [((1, 1), false), ((3, 7), true), ((5, 9), false), ((2, 33), true)] {
-                    check_glu(ctx, &mut rng, (kind, dt), shape, fused)?;
-                    check_glu_backward(ctx, &mut rng, (kind, dt), shape)?;
-                    check_glu_saved16(ctx, &mut rng, (kind, dt), shape)?;
-                }
+    on_halves("twin", 16, |ctx, rng, dt| {
+        for (shape, weight) in RMS_CASES {
+            check_rms(ctx, rng, dt, shape, weight)?;
+            check_rms_backward_acc(ctx, rng, dt, shape, weight)?;
+            check_add_rms(ctx, rng, dt, shape)?;
+        }
+        for shape in ROPE_SHAPES {
+            check_rope(ctx, rng, dt, shape)?;
+        }
+        for kind in Glu::ALL {
+            for (shape, fused) in [((1, 1), false), ((3, 7), true), ((5, 9), false), ((2, 33), true)] {
+                check_glu(ctx, rng, (kind, dt), shape, fused)?;
+                check_glu_backward(ctx, rng, (kind, dt), shape)?;
+                check_glu_saved16(ctx, rng, (kind, dt), shape)?;
             }
         }
         Ok(())

@@ -9,12 +9,9 @@ use vkformers_kernels::glu::{self, Glu};
 use vkformers_kernels::loss::{self, CrossEntropy};
 use vkformers_kernels::norm::{self, RmsNorm};
 use vkformers_kernels::rope::{self, Rope, RopeLayout};
-use vkformers_kernels::testutil::storage::unsupported;
+use vkformers_kernels::testutil::twins::{on_halves, twin, GluInputs, RopeInputs, RMS_CASES, ROPE_SHAPES};
 use vkformers_kernels::testutil::Rng;
-use vkformers_vk::testing::on_every_device;
 use vkformers_vk::{Buffer, Context, Result};
-
-const HALVES: [DType; 2] = [DType::F16, DType::BF16];
 
 /// A 16-bit device buffer of `n` values (padded to whole words, as the graph allocates them),
 /// filled with a pattern no kernel writes, so an unwritten value shows.
@@ -24,10 +21,6 @@ fn half_buffer(ctx: &Context, n: usize, what: &str) -> Result<Buffer> {
 
 fn f32_buffer(ctx: &Context, n: usize, what: &str) -> Result<Buffer> {
     ctx.buffer_from(&vec![f32::NAN; n], what)
-}
-
-fn twin(b: &Buffer, n: usize, dtype: DType) -> Twin<'_> {
-    Twin { view: b.slice(0, n as u64 * 2), dtype }
 }
 
 /// The saved 16-bit gate and up of a GLU forward: `b[1]`, `b[2]`.
@@ -78,40 +71,26 @@ fn check_rms(ctx: &Context, rng: &mut Rng, dt: DType, (rows, dim): (usize, usize
     same32(ctx, &format!("{what}: rstd"), (&rstd, &rstd_only), rows)
 }
 
-fn check_rope(ctx: &Context, rng: &mut Rng, dt: DType, (b, t, h, dh, r): (u32, u32, u32, u32, u32)) -> Result<()> {
-    let p = Rope {
-        batch: b,
-        seq: t,
-        heads: h,
-        head_dim: dh,
-        rotary_dim: r,
-        layout: RopeLayout::Interleaved,
-        mscale: 1.25,
-        dtype: DType::F32,
-    };
-    let n = p.rows() as usize * dh as usize;
-    let xs = rng.vec(n, 2.0);
-    let pos_v: Vec<i32> = (0..(b * t) as usize).map(|_| rng.below(4096) as i32).collect();
-    let inv_v = rope::reference::default_inv_freq(r, 10_000.0);
-    let (x, pos, inv) = (ctx.buffer_from(&xs, "x")?, ctx.buffer_from(&pos_v, "pos")?, ctx.buffer_from(&inv_v, "inv")?);
+fn check_rope(ctx: &Context, rng: &mut Rng, dt: DType, shape: (u32, u32, u32, u32, u32)) -> Result<()> {
+    let ri = RopeInputs::draw(ctx, rng, shape, (RopeLayout::Interleaved, 1.25))?;
+    let (p, n, ins) = (&ri.p, ri.n(), ri.views());
     let y = f32_buffer(ctx, n, "y")?;
     let [t_full, t_only] = [half_buffer(ctx, n, "twin")?, half_buffer(ctx, n, "twin only")?];
     let what = format!("rope {p:?} {dt:?}");
     let mut rec = ctx.recorder(false)?;
-    let ins = (x.view(), pos.view(), inv.view());
-    rope::rope_forward_twin(&mut rec, &p, ins, y.view(), twin(&t_full, n, dt))?;
-    rope::rope_forward_twin_only(&mut rec, &p, ins, twin(&t_only, n, dt))?;
+    rope::rope_forward_twin(&mut rec, p, ins, y.view(), twin(&t_full, n, dt))?;
+    rope::rope_forward_twin_only(&mut rec, p, ins, twin(&t_only, n, dt))?;
     rec.submit()?;
     same16(ctx, &what, (&t_full, &t_only), n)?;
     // The backward of a 16-bit dy (the forward's twin read as dy).
     let [d_full, d_only] = [half_buffer(ctx, n, "dx twin")?, half_buffer(ctx, n, "dx twin only")?];
     let mut rec = ctx.recorder(false)?;
-    let ins = (t_full.slice(0, n as u64 * 2), pos.view(), inv.view());
-    rope::rope_backward_twin_in16(&mut rec, &p, ins, y.view(), twin(&d_full, n, dt))?;
-    rope::rope_backward_in16_twin_only(&mut rec, &p, ins, twin(&d_only, n, dt))?;
+    let ins = (t_full.slice(0, n as u64 * 2), ins.1, ins.2);
+    rope::rope_backward_twin_in16(&mut rec, p, ins, y.view(), twin(&d_full, n, dt))?;
+    rope::rope_backward_in16_twin_only(&mut rec, p, ins, twin(&d_only, n, dt))?;
     rec.submit()?;
     same16(ctx, &format!("{what} backward"), (&d_full, &d_only), n)?;
-    check_rope_strided(ctx, &p, dt, &xs, (&pos, &inv), (&t_only, &d_only))
+    check_rope_strided(ctx, p, dt, &ri.xs, (&ri.pos, &ri.inv), (&t_only, &d_only))
 }
 
 /// The view of `b` from its `col`-th value of `bytes` bytes on.
@@ -167,8 +146,7 @@ fn check_rope_strided(
 
 fn check_glu(ctx: &Context, rng: &mut Rng, (kind, dt): (Glu, DType), (rows, inner): (usize, usize)) -> Result<()> {
     let n = rows * inner;
-    let (gs, us, ds) = (rng.vec(n, 3.0), rng.vec(n, 2.0), rng.vec(n, 1.0));
-    let (gate, up, dout) = (ctx.buffer_from(&gs, "gate")?, ctx.buffer_from(&us, "up")?, ctx.buffer_from(&ds, "dout")?);
+    let GluInputs { gate, up, dout, .. } = GluInputs::draw(ctx, rng, n)?;
     // Per launcher (full, only): out, saved gate, saved up.
     let full: Vec<Buffer> = (0..3).map(|_| half_buffer(ctx, n, "full")).collect::<Result<_>>()?;
     let only: Vec<Buffer> = (0..3).map(|_| half_buffer(ctx, n, "only")).collect::<Result<_>>()?;
@@ -227,11 +205,10 @@ fn check_glu_fused(
     (rows, inner): (usize, usize),
 ) -> Result<()> {
     let n = rows * inner;
-    let (gs, us, ds) = (rng.vec(n, 3.0), rng.vec(n, 2.0), rng.vec(n, 1.0));
+    let GluInputs { gs, us, gate, up, dout, .. } = GluInputs::draw(ctx, rng, n)?;
     let packed = |a: &[f32], b: &[f32]| -> Vec<f32> {
         (0..rows).flat_map(|r| [&a[r * inner..(r + 1) * inner], &b[r * inner..(r + 1) * inner]].concat()).collect()
     };
-    let (gate, up, dout) = (ctx.buffer_from(&gs, "gate")?, ctx.buffer_from(&us, "up")?, ctx.buffer_from(&ds, "dout")?);
     let gate_up = ctx.buffer_from(&packed(&gs, &us), "gate_up")?;
     let sep: Vec<Buffer> = (0..3).map(|_| half_buffer(ctx, n, "separate")).collect::<Result<_>>()?;
     let (out16, saved) = (half_buffer(ctx, n, "out16")?, half_buffer(ctx, 2 * n, "saved gate_up")?);
@@ -320,27 +297,21 @@ fn check_loss(ctx: &Context, rng: &mut Rng, dt: DType, (rows, vocab): (usize, us
 
 #[test]
 fn twin_only_launches_write_the_twin_launches_16_bit_outputs() {
-    on_every_device("twin only", |ctx| {
-        let mut rng = Rng::new(17);
-        for dt in HALVES {
-            if unsupported(ctx, dt, "twin only") {
-                continue;
+    on_halves("twin only", 17, |ctx, rng, dt| {
+        for (shape, weight) in RMS_CASES {
+            check_rms(ctx, rng, dt, shape, weight)?;
+        }
+        for shape in ROPE_SHAPES {
+            check_rope(ctx, rng, dt, shape)?;
+        }
+        for kind in Glu::ALL {
+            for shape in [(1, 1), (3, 7), (5, 9), (2, 33)] {
+                check_glu(ctx, rng, (kind, dt), shape)?;
+                check_glu_fused(ctx, rng, (kind, dt), shape)?;
             }
-            for (shape, weight) in [((1, 1), true), ((3, 7), false), ((5, 33), true), ((2, 300), true)] {
-                check_rms(ctx, &mut rng, dt, shape, weight)?;
-            }
-            for shape in [(1, 1, 1, 2, 2), (2, 3, 3, 7, 4), (1, 5, 2, 10, 10)] {
-                check_rope(ctx, &mut rng, dt, shape)?;
-            }
-            for kind in Glu::ALL {
-                for shape in [(1, 1), (3, 7), (5, 9), (2, 33)] {
-                    check_glu(ctx, &mut rng, (kind, dt), shape)?;
-                    check_glu_fused(ctx, &mut rng, (kind, dt), shape)?;
-                }
-            }
-            for shape in [(1, 1), (4, 7), (5, 300)] {
-                check_loss(ctx, &mut rng, dt, shape)?;
-            }
+        }
+        for shape in [(1, 1), (4, 7), (5, 300)] {
+            check_loss(ctx, rng, dt, shape)?;
         }
         Ok(())
     });

@@ -3,12 +3,16 @@
 //! the pooler, the next-sentence head and the tied decoder's bias alias. transformers loads them
 //! into `BertForMaskedLM` (renaming, dropping the rest); so must we, to the same parameters.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
-use vkformers_io::{ModelWeights, SaveTensor, TensorData};
+use vkformers_io::{Dtype, ModelWeights};
 use vkformers_models::model::Model;
 use vkformers_tensor::Graph;
 use vkformers_vk::testing::on_every_device;
+
+use common::write_model;
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures").join(name)
@@ -31,17 +35,7 @@ fn legacy_checkpoint(out: &Path) {
     tensors.push(("cls.seq_relationship.bias".into(), vec![2], vec![0.0; 2]));
     tensors.push(("cls.predictions.decoder.weight".into(), vec![word.len() / h, h], word));
     tensors.push(("cls.predictions.decoder.bias".into(), vec![bias.len()], bias));
-    let save: Vec<SaveTensor<'_>> = tensors
-        .iter()
-        .map(|(n, s, d)| SaveTensor {
-            name: n.clone(),
-            dtype: vkformers_io::Dtype::F32,
-            shape: s.clone(),
-            data: TensorData::F32(d),
-        })
-        .collect();
-    vkformers_io::save_safetensors(out, &save, u64::MAX).unwrap();
-    std::fs::copy(fixture("bert").join("config.json"), out.join("config.json")).unwrap();
+    write_model(out, &tensors, (Dtype::F32, u64::MAX), &fixture("bert"));
 }
 
 #[test]

@@ -3,13 +3,17 @@
 //! that training leaves alone (it is no parameter). ESM's stored `inv_freq` buffers, in either
 //! layout checkpoints have them, are skipped on load (recomputed from `rope_theta`).
 
+mod common;
+
 use std::path::PathBuf;
 
-use vkformers_io::{ModelWeights, SaveTensor, TensorData};
+use vkformers_io::{Dtype, ModelWeights};
 use vkformers_models::init::init_from_config;
 use vkformers_models::model::Model;
 use vkformers_tensor::Graph;
 use vkformers_vk::testing::on_every_device;
+
+use common::write_model;
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures").join(name)
@@ -45,17 +49,7 @@ fn esm_with_buffers(out: &std::path::Path, keys: &[String], legacy: bool) {
     }
     // head_dim 8: inv_freq [4] (any values: they are not read).
     tensors.extend(keys.iter().map(|k| (k.clone(), vec![4], vec![1.0, 0.1, 0.01, 0.001])));
-    let save: Vec<SaveTensor<'_>> = tensors
-        .iter()
-        .map(|(n, s, d)| SaveTensor {
-            name: n.clone(),
-            dtype: vkformers_io::Dtype::F32,
-            shape: s.clone(),
-            data: TensorData::F32(d),
-        })
-        .collect();
-    vkformers_io::save_safetensors(out, &save, u64::MAX).unwrap();
-    std::fs::copy(fixture("esm").join("config.json"), out.join("config.json")).unwrap();
+    write_model(out, &tensors, (Dtype::F32, u64::MAX), &fixture("esm"));
 }
 
 #[test]

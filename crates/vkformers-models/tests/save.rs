@@ -3,12 +3,16 @@
 //! names, shapes and f32 dtype). Set VKFORMERS_SAVE_DIR to keep the folders, e.g. for
 //! `tools/parity/make_fixtures.py --check-reload`.
 
+mod common;
+
 use std::path::PathBuf;
 
 use vkformers_io::ModelWeights;
 use vkformers_models::model::Model;
 use vkformers_tensor::Graph;
 use vkformers_vk::testing::on_every_device;
+
+use common::write_model;
 
 fn fixture_dir(name: &str) -> PathBuf {
     std::env::var_os("VKFORMERS_FIXTURES")
@@ -106,7 +110,6 @@ fn missing_and_corrupt_inputs_are_clear_errors() {
 /// Writes the fixture's tensors again with `dtype`, `max_shard_bytes` and, when `add_head`, a
 /// stored copy of the tied head, next to its config.
 fn rewrite(name: &str, out: &std::path::Path, dtype: vkformers_io::Dtype, max_shard_bytes: u64, add_head: bool) {
-    use vkformers_io::{SaveTensor, TensorData};
     let src = ModelWeights::open(fixture_dir(name)).unwrap();
     let mut data: Vec<(String, Vec<usize>, Vec<f32>)> = src
         .tensors()
@@ -117,12 +120,7 @@ fn rewrite(name: &str, out: &std::path::Path, dtype: vkformers_io::Dtype, max_sh
         let embed = data.iter().find(|t| t.0.ends_with("embed_tokens.weight")).unwrap().clone();
         data.push(("lm_head.weight".into(), embed.1, embed.2));
     }
-    let save: Vec<SaveTensor<'_>> = data
-        .iter()
-        .map(|(n, s, d)| SaveTensor { name: n.clone(), dtype, shape: s.clone(), data: TensorData::F32(d) })
-        .collect();
-    vkformers_io::save_safetensors(out, &save, max_shard_bytes).unwrap();
-    std::fs::copy(fixture_dir(name).join("config.json"), out.join("config.json")).unwrap();
+    write_model(out, &data, (dtype, max_shard_bytes), &fixture_dir(name));
 }
 
 #[test]

@@ -16,6 +16,7 @@ use vkformers_vk::{Context, Pending, Recorder, Result, VkError};
 use crate::profile::Profile;
 
 mod create;
+mod profiled;
 use crate::tensor::{DType, Inner, Tensor};
 
 static NEXT_TENSOR_ID: AtomicU64 = AtomicU64::new(1);

@@ -69,6 +69,11 @@ impl Profile {
         }
     }
 
+    /// Calls of the kernels whose names start with `prefix` (e.g. `"cast/"`: every cast).
+    pub fn calls_of(&self, prefix: &str) -> u64 {
+        self.kernels.iter().filter(|(name, _)| name.starts_with(prefix)).map(|(_, k)| k.calls).sum()
+    }
+
     /// Sum of every kernel's time, in milliseconds.
     pub fn total_ms(&self) -> f64 {
         self.kernels.values().map(|k| k.nanos).sum::<f64>() / 1e6

@@ -7,65 +7,34 @@
 //! with an exact scale by 1 between attention and each neighbour (f32 tensors in between: the
 //! casts as before this change, the same roundings).
 
-use vkformers_kernels::testutil::Rng;
+mod common;
+
 use vkformers_tensor::ops::attention::{attention_chunked, attention_chunked_for_product, AttnOptions};
-use vkformers_tensor::ops::cast::autocast_copy;
+use vkformers_tensor::ops::broadcast;
 use vkformers_tensor::ops::matmul::linear;
-use vkformers_tensor::ops::rope::{rope, RopeLayout};
-use vkformers_tensor::ops::{broadcast, reduce, shape};
 use vkformers_tensor::{DType, Graph, Result, Tensor};
 use vkformers_vk::testing::on_every_device;
 
-/// Cast dispatches recorded by `f`, with what it returns.
-fn casts_of<R>(g: &Graph<'_>, f: impl FnOnce() -> Result<R>) -> Result<(u64, R)> {
-    g.sync()?; // the batch recorded so far was opened without timestamps
-    g.set_profiling(true);
-    let out = f()?;
-    let profile = g.take_profile()?.expect("profiling on");
-    g.set_profiling(false);
-    Ok((profile.kernels.iter().filter(|(n, _)| n.starts_with("cast/")).map(|(_, k)| k.calls).sum(), out))
-}
+use common::AttnBlock;
 
 /// Gradient bits of x and the four weights of `sum(o_proj(attention(rope(x Wqᵀ), rope(x Wkᵀ),
 /// x Wvᵀ)) ⊙ c)` (GQA: 4 query heads, 2 key/value heads), and the casts of its forward and of
 /// its backward. With `blocked`, a scale by 1 (exact) sits between attention and each of its
 /// neighbours.
 fn block_grads(g: &Graph<'_>, dt: DType, blocked: bool) -> Result<(Vec<Vec<u32>>, [u64; 2])> {
-    let (t, hq, hkv, d) = (37, 4, 2, 8);
-    let mut rng = Rng::new(11);
-    g.set_autocast(Some(dt));
-    let x = g.parameter(&rng.vec(t * hq * d, 1.0), &[t, hq * d])?;
-    let wq = g.parameter(&rng.vec(hq * d * hq * d, 0.3), &[hq * d, hq * d])?;
-    let wk = g.parameter(&rng.vec(hkv * d * hq * d, 0.3), &[hkv * d, hq * d])?;
-    let wv = g.parameter(&rng.vec(hkv * d * hq * d, 0.3), &[hkv * d, hq * d])?;
-    let wo = g.parameter(&rng.vec(hq * d * hq * d, 0.3), &[hq * d, hq * d])?;
-    let c = g.constant(&rng.vec(t * hq * d, 1.0), &[t, hq * d])?;
-    let pos = g.ints(&(0..t as i32).collect::<Vec<_>>(), &[1, t])?;
-    let inv: Vec<f32> = (0..d / 2).map(|j| 10_000f32.powf(-2.0 * j as f32 / d as f32)).collect();
-    let inv = g.constant(&inv, &[d / 2])?;
-    for p in [&x, &wq, &wk, &wv, &wo] {
-        autocast_copy(g, p, dt)?; // the parameters' copies, outside the counts
-    }
+    let blk = AttnBlock::new(g, dt, 11)?;
     let block = |y: Tensor| if blocked { broadcast::scale(g, &y, 1.0) } else { Ok(y) };
-    let (fwd, loss) = casts_of(g, || {
-        let heads = |w: &Tensor, h: usize| shape::reshape(g, &linear(g, &x, w, None)?, &[1, t, h, d]);
-        let q = block(rope(g, &heads(&wq, hq)?, &pos, &inv, RopeLayout::HalfSplit, d, 1.0)?)?;
-        let k = block(rope(g, &heads(&wk, hkv)?, &pos, &inv, RopeLayout::HalfSplit, d, 1.0)?)?;
-        let v = block(heads(&wv, hkv)?)?;
+    blk.train(g, || {
+        let q = block(blk.roped(g, &blk.wq, blk.hq)?)?;
+        let k = block(blk.roped(g, &blk.wk, blk.hkv)?)?;
+        let v = block(blk.heads(g, &linear(g, &blk.x, &blk.wv, None)?, blk.hkv)?)?;
         let opts = AttnOptions::default();
         let o = match blocked {
             true => block(attention_chunked(g, &q, &k, &v, &opts, 0)?)?,
             false => attention_chunked_for_product(g, (&q, &k, &v), &opts, 0)?,
         };
-        let y = linear(g, &shape::reshape(g, &o, &[t, hq * d])?, &wo, None)?;
-        reduce::sum(g, &broadcast::mul(g, &y, &c)?)
-    })?;
-    let (bwd, ()) = casts_of(g, || g.backward(&loss))?;
-    let mut grads = Vec::new();
-    for p in [&x, &wq, &wk, &wv, &wo] {
-        grads.push(g.read(&p.grad().expect("gradient"))?.iter().map(|v| v.to_bits()).collect());
-    }
-    Ok((grads, [fwd, bwd]))
+        blk.loss(g, &o)
+    })
 }
 
 #[test]

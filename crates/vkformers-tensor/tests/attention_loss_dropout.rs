@@ -5,69 +5,88 @@ use vkformers_kernels::loss::reference as loss_ref;
 use vkformers_kernels::testutil::{assert_close, f64s, Rng, TOL_F32};
 use vkformers_tensor::ops::attention::{attention, AttnOptions};
 use vkformers_tensor::ops::{dropout, loss};
-use vkformers_tensor::Graph;
+use vkformers_tensor::{Graph, Result, Tensor};
 use vkformers_vk::testing::on_every_device;
+
+/// Attention inputs q `[b, t, hq, d]`, k and v `[b, t, hkv, d]` and the upstream gradient dO
+/// (shaped as q), drawn from `rng` in that order, uniform in ±1.
+struct Inputs {
+    shape: attn_ref::Shape,
+    qkv: [Vec<f32>; 3],
+    dos: Vec<f32>,
+}
+
+impl Inputs {
+    fn draw(rng: &mut Rng, (b, t, hq, hkv, d): (usize, usize, usize, usize, usize)) -> Self {
+        let (qs, ks, vs) = (rng.vec(b * t * hq * d, 1.0), rng.vec(b * t * hkv * d, 1.0), rng.vec(b * t * hkv * d, 1.0));
+        let dos = rng.vec(b * t * hq * d, 1.0);
+        Inputs { shape: attn_ref::Shape { batch: b, tq: t, tk: t, hq, hkv, d, dv: d }, qkv: [qs, ks, vs], dos }
+    }
+
+    /// q, k and v as parameters of `g`.
+    fn params(&self, g: &Graph<'_>) -> Result<[Tensor; 3]> {
+        let s = &self.shape;
+        let [q, k, v] = &self.qkv;
+        Ok([
+            g.parameter(q, &[s.batch, s.tq, s.hq, s.d])?,
+            g.parameter(k, &[s.batch, s.tk, s.hkv, s.d])?,
+            g.parameter(v, &[s.batch, s.tk, s.hkv, s.d])?,
+        ])
+    }
+
+    /// o and the gradients of q, k and v (after `backward_from(o, dO)`) against the f64
+    /// reference under `ro`.
+    fn check(&self, g: &Graph<'_>, o: &Tensor, qkv: &[Tensor; 3], ro: &attn_ref::Options<'_>) -> Result<()> {
+        let [q64, k64, v64, do64] = [&self.qkv[0], &self.qkv[1], &self.qkv[2], &self.dos].map(|x| f64s(x));
+        let (want_o, _) = attn_ref::forward(&q64, &k64, &v64, &self.shape, ro);
+        let (dq, dk, dv) = attn_ref::backward(&q64, &k64, &v64, &do64, &self.shape, ro);
+        assert_close("o", &g.read(o)?, &want_o, TOL_F32);
+        for ((name, x), want) in ["dq", "dk", "dv"].iter().zip(qkv).zip([dq, dk, dv]) {
+            assert_close(name, &g.read(&x.grad().expect(name))?, &want, TOL_F32);
+        }
+        Ok(())
+    }
+}
 
 #[test]
 fn attention_gradients_flow_through_the_tape() {
     on_every_device("tensor attention", |ctx| {
-        let (b, t, hq, hkv, d) = (2usize, 11usize, 4usize, 2usize, 8usize);
-        let mut rng = Rng::new(11);
-        let (qs, ks, vs) = (rng.vec(b * t * hq * d, 1.0), rng.vec(b * t * hkv * d, 1.0), rng.vec(b * t * hkv * d, 1.0));
-        let dos = rng.vec(b * t * hq * d, 1.0);
+        let (b, t, d) = (2usize, 11usize, 8usize);
+        let x = Inputs::draw(&mut Rng::new(11), (b, t, 4, 2, d));
         // Row 1 is right-padded: its last 3 keys are masked.
         let kmask: Vec<i32> = (0..b * t).map(|i| i32::from(!(i / t == 1 && i % t >= t - 3))).collect();
         let g = Graph::new(ctx);
-        let q = g.parameter(&qs, &[b, t, hq, d])?;
-        let k = g.parameter(&ks, &[b, t, hkv, d])?;
-        let v = g.parameter(&vs, &[b, t, hkv, d])?;
+        let qkv = x.params(&g)?;
         let opts = AttnOptions { kmask: Some(g.ints(&kmask, &[b, t])?), ..AttnOptions::default() };
-        let o = attention(&g, &q, &k, &v, &opts)?;
-        g.backward_from(&o, &g.constant(&dos, o.shape())?)?;
-        let shape = attn_ref::Shape { batch: b, tq: t, tk: t, hq, hkv, d, dv: d };
+        let o = attention(&g, &qkv[0], &qkv[1], &qkv[2], &opts)?;
+        g.backward_from(&o, &g.constant(&x.dos, o.shape())?)?;
         let mut ro = attn_ref::Options::new(d);
         ro.causal = true;
         ro.kmask = Some(&kmask);
-        let (want_o, _) = attn_ref::forward(&f64s(&qs), &f64s(&ks), &f64s(&vs), &shape, &ro);
-        let (dq, dk, dv) = attn_ref::backward(&f64s(&qs), &f64s(&ks), &f64s(&vs), &f64s(&dos), &shape, &ro);
-        assert_close("o", &g.read(&o)?, &want_o, TOL_F32);
-        assert_close("dq", &g.read(&q.grad().expect("dq"))?, &dq, TOL_F32);
-        assert_close("dk", &g.read(&k.grad().expect("dk"))?, &dk, TOL_F32);
-        assert_close("dv", &g.read(&v.grad().expect("dv"))?, &dv, TOL_F32);
-        Ok(())
+        x.check(&g, &o, &qkv, &ro)
     });
 }
 
 #[test]
 fn attention_sinks_get_their_gradient_through_the_tape() {
     on_every_device("tensor attention sinks", |ctx| {
-        let (b, t, hq, hkv, d) = (2usize, 9usize, 3usize, 1usize, 5usize);
-        let mut rng = Rng::new(12);
-        let (qs, ks, vs) = (rng.vec(b * t * hq * d, 1.0), rng.vec(b * t * hkv * d, 1.0), rng.vec(b * t * hkv * d, 1.0));
-        let dos = rng.vec(b * t * hq * d, 1.0);
+        let (hq, d) = (3usize, 5usize);
+        let x = Inputs::draw(&mut Rng::new(12), (2, 9, hq, 1, d));
         let sinks = [-1.5f32, 0.5, 2.0];
         let g = Graph::new(ctx);
-        let q = g.parameter(&qs, &[b, t, hq, d])?;
-        let k = g.parameter(&ks, &[b, t, hkv, d])?;
-        let v = g.parameter(&vs, &[b, t, hkv, d])?;
+        let qkv = x.params(&g)?;
         let sk = g.parameter(&sinks, &[hq])?;
         let opts = AttnOptions { window: 4, sinks: Some(sk.clone()), ..AttnOptions::default() };
-        let o = attention(&g, &q, &k, &v, &opts)?;
-        g.backward_from(&o, &g.constant(&dos, o.shape())?)?;
-        let shape = attn_ref::Shape { batch: b, tq: t, tk: t, hq, hkv, d, dv: d };
+        let o = attention(&g, &qkv[0], &qkv[1], &qkv[2], &opts)?;
+        g.backward_from(&o, &g.constant(&x.dos, o.shape())?)?;
         let sinks64 = f64s(&sinks);
         let mut ro = attn_ref::Options::new(d);
         ro.causal = true;
         ro.window = 4;
         ro.sinks = Some(&sinks64);
-        let [q64, k64, v64, do64] = [&qs, &ks, &vs, &dos].map(|x| f64s(x));
-        let (want_o, _) = attn_ref::forward(&q64, &k64, &v64, &shape, &ro);
-        let (dq, dk, dv) = attn_ref::backward(&q64, &k64, &v64, &do64, &shape, &ro);
-        let ds = attn_ref::sinks_backward(&q64, &k64, &v64, &do64, &shape, &ro);
-        assert_close("o", &g.read(&o)?, &want_o, TOL_F32);
-        assert_close("dq", &g.read(&q.grad().expect("dq"))?, &dq, TOL_F32);
-        assert_close("dk", &g.read(&k.grad().expect("dk"))?, &dk, TOL_F32);
-        assert_close("dv", &g.read(&v.grad().expect("dv"))?, &dv, TOL_F32);
+        x.check(&g, &o, &qkv, &ro)?;
+        let [q64, k64, v64, do64] = [&x.qkv[0], &x.qkv[1], &x.qkv[2], &x.dos].map(|v| f64s(v));
+        let ds = attn_ref::sinks_backward(&q64, &k64, &v64, &do64, &x.shape, &ro);
         assert_close("dsinks", &g.read(&sk.grad().expect("dsinks"))?, &ds, TOL_F32);
         Ok(())
     });

@@ -239,12 +239,13 @@ fn attention_output_keeps_its_16_bit_result_for_the_next_product() {
         assert_eq!(o.dtype(), DType::F32);
         assert_eq!(g.kept_casts(), 4, "q, k, v copies and o's 16-bit result");
         let wp = g.parameter(&w, &[3, h * d])?;
-        g.sync()?; // the batch recorded so far was opened without timestamps
-        g.set_profiling(true);
-        let y = linear(&g, &shape::reshape(&g, &o, &[b * t, h * d])?, &wp, None)?;
-        let profile = g.take_profile()?.expect("profiling on");
-        let casts: u64 = profile.kernels.iter().filter(|(n, _)| n.starts_with("cast/")).map(|(_, k)| k.calls).sum();
-        assert_eq!(casts, 1, "only the weight is cast for the product: {:?}", profile.kernels.keys());
+        let (profile, y) = g.profiled(|| linear(&g, &shape::reshape(&g, &o, &[b * t, h * d])?, &wp, None))?;
+        assert_eq!(
+            profile.calls_of("cast/"),
+            1,
+            "only the weight is cast for the product: {:?}",
+            profile.kernels.keys()
+        );
         let o_rounded = round(DType::BF16, &g.read(&o)?);
         let want =
             reference::matmul(&f64s(&o_rounded), &transpose(&f64s(&round(DType::BF16, &w)), 3, h * d), b * t, h * d, 3);

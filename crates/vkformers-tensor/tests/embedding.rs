@@ -27,16 +27,32 @@ fn ids(rng: &mut Rng) -> Vec<i32> {
     ids
 }
 
+/// A test's inputs drawn from `rng` (table, then loss weights, then ids): the table W
+/// `[VOCAB, DIM]` (a parameter), the ids `IDS_SHAPE` and the loss weights l `[n·DIM]`, with
+/// their host values.
+struct Inputs {
+    wv: Vec<f32>,
+    lv: Vec<f32>,
+    idv: Vec<i32>,
+    w: Tensor,
+    ids: Tensor,
+    l: Tensor,
+}
+
+fn inputs(g: &Graph<'_>, rng: &mut Rng) -> Result<Inputs> {
+    let n = IDS_SHAPE[0] * IDS_SHAPE[1];
+    let (wv, lv, idv) = (rng.vec(VOCAB * DIM, 1.0), rng.vec(n * DIM, 1.0), ids(rng));
+    let w = g.parameter(&wv, &[VOCAB, DIM])?;
+    let ids = g.ints(&idv, &IDS_SHAPE)?;
+    let l = g.constant(&lv, &[n * DIM])?;
+    Ok(Inputs { wv, lv, idv, w, ids, l })
+}
+
 #[test]
 fn embedding_matches_reference() {
     on_every_device("tensor embedding", |ctx| {
-        let mut rng = Rng::new(5);
-        let n = IDS_SHAPE[0] * IDS_SHAPE[1];
-        let (wv, lv, idv) = (rng.vec(VOCAB * DIM, 1.0), rng.vec(n * DIM, 1.0), ids(&mut rng));
         let g = Graph::new(ctx);
-        let w = g.parameter(&wv, &[VOCAB, DIM])?;
-        let ids = g.ints(&idv, &IDS_SHAPE)?;
-        let l = g.constant(&lv, &[n * DIM])?;
+        let Inputs { wv, lv, idv, w, ids, l } = inputs(&g, &mut Rng::new(5))?;
         let out = embedding(&g, &w, &ids)?;
         assert_eq!(out.shape(), &[IDS_SHAPE[0], IDS_SHAPE[1], DIM]);
         g.backward(&dot_loss(&g, &out, &l)?)?;
@@ -52,13 +68,8 @@ fn embedding_matches_reference() {
 #[test]
 fn embedding_gradient_accumulates() {
     on_every_device("tensor embedding accumulate", |ctx| {
-        let mut rng = Rng::new(6);
-        let n = IDS_SHAPE[0] * IDS_SHAPE[1];
-        let (wv, lv, idv) = (rng.vec(VOCAB * DIM, 1.0), rng.vec(n * DIM, 1.0), ids(&mut rng));
         let g = Graph::new(ctx);
-        let w = g.parameter(&wv, &[VOCAB, DIM])?;
-        let ids = g.ints(&idv, &IDS_SHAPE)?;
-        let l = g.constant(&lv, &[n * DIM])?;
+        let Inputs { w, ids, l, .. } = inputs(&g, &mut Rng::new(6))?;
         let mut passes = Vec::new();
         for _ in 0..2 {
             let out = embedding(&g, &w, &ids)?;

@@ -5,6 +5,8 @@
 //! exactly: the same bits as plain `no_grad`, which keeps no copies and casts before each
 //! product. On the GEMV's few rows (decoding) nothing is written twice: the GEMV reads f32.
 
+mod common;
+
 use vkformers_kernels::glu::Glu;
 use vkformers_tensor::ops::cast::autocast_copy;
 use vkformers_tensor::ops::matmul::linear;
@@ -12,15 +14,7 @@ use vkformers_tensor::ops::{broadcast, glu, norm};
 use vkformers_tensor::{DType, Graph, Result, Tensor};
 use vkformers_vk::testing::on_every_device;
 
-/// Cast dispatches recorded by `f` (to 16 bits or back), with what it returns.
-fn casts_of<R>(g: &Graph<'_>, f: impl FnOnce() -> Result<R>) -> Result<(u64, R)> {
-    g.sync()?;
-    g.set_profiling(true);
-    let out = f()?;
-    let profile = g.take_profile()?.expect("profiling on");
-    g.set_profiling(false);
-    Ok((profile.kernels.iter().filter(|(n, _)| n.starts_with("cast/")).map(|(_, k)| k.calls).sum(), out))
-}
+use common::casts_of;
 
 /// A decoder layer's MLP half on `rows` rows, as decoding runs it past the attention: `h = x +
 /// a`, `y = RMSNorm(h) · g`, `[gate | up] = y · W_guᵀ` (one packed product), `m = down(glu)`,

@@ -4,6 +4,8 @@
 //! output). In plain `no_grad` nothing is kept, so no twin is written; `Graph::inference` keeps
 //! activations' copies (one cast for several products) and the fused add + LayerNorm's.
 
+mod common;
+
 use vkformers_kernels::glu::Glu;
 use vkformers_kernels::matmul::reference;
 use vkformers_kernels::testutil::storage::round;
@@ -16,21 +18,13 @@ use vkformers_tensor::ops::{broadcast, glu, norm, reduce, shape};
 use vkformers_tensor::{DType, Graph, Result, Tensor};
 use vkformers_vk::testing::on_every_device;
 
+use common::casts_of;
+
 /// `a [m, k] · w [n, k]ᵀ` of the host values `a` and `w` rounded to `dt`, in f64.
 fn product_of_rounded(dt: DType, a: &[f32], w: &[f32], (m, k, n): (usize, usize, usize)) -> Vec<f64> {
     let (ar, wr) = (f64s(&round(dt, a)), f64s(&round(dt, w)));
     let wt: Vec<f64> = (0..k * n).map(|i| wr[(i % n) * k + i / n]).collect();
     reference::matmul(&ar, &wt, m, k, n)
-}
-
-/// Cast dispatches recorded by `f`, with what it returns.
-fn casts_of<R>(g: &Graph<'_>, f: impl FnOnce() -> Result<R>) -> Result<(u64, R)> {
-    g.sync()?; // the batch recorded so far was opened without timestamps
-    g.set_profiling(true);
-    let out = f()?;
-    let profile = g.take_profile()?.expect("profiling on");
-    g.set_profiling(false);
-    Ok((profile.kernels.iter().filter(|(n, _)| n.starts_with("cast/")).map(|(_, k)| k.calls).sum(), out))
 }
 
 /// `y = act · wᵀ` for each activation, checked against the product of the rounded f32

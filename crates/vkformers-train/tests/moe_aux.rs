@@ -3,16 +3,18 @@
 //! loss, and that term is reported apart (`StepStats::aux_loss`, the metrics' `aux_loss`);
 //! without it (`mixtral`) there is no such term.
 
+mod common;
+
 use std::path::PathBuf;
 
 use vkformers_data::Example;
 use vkformers_models::decoder::{causal_lm_loss, forward};
 use vkformers_models::model::Model;
 use vkformers_tensor::Graph;
-use vkformers_train::{
-    full_model_params, sequences, Loader, OptimOptions, Schedule, ScheduleKind, TrainOptions, Trainer,
-};
+use vkformers_train::{full_model_params, sequences, Loader, Trainer};
 use vkformers_vk::testing::on_every_device;
+
+use common::plain_steps;
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures").join(name)
@@ -38,19 +40,7 @@ fn one_step(name: &str) -> (f64, Option<f64>, f64) {
             let l = causal_lm_loss(&g, &logits, &batch.labels, batch.batch, batch.seq).unwrap();
             f64::from(g.read(&l).unwrap()[0])
         });
-        let o = TrainOptions {
-            grad_accum: 1,
-            schedule: Schedule::new(ScheduleKind::Constant, 1e-3, 0.0, 0, 1).unwrap(),
-            optim: OptimOptions { beta1: 0.9, beta2: 0.999, eps: 1e-6, weight_decay: 0.0, max_grad_norm: 0.0 },
-            max_steps: 1,
-            save_every: 0,
-            keep_checkpoints: 0,
-            eval_every: 0,
-            eval_batch_size: 2,
-            out_dir: tmp.path().to_path_buf(),
-            seed: 5,
-            shuffle: false,
-        };
+        let o = plain_steps(tmp.path(), 1e-3, 1);
         let loader = Loader::new(seqs, 2, false, 0, 0).unwrap();
         let mut t = Trainer::new(&g, full_model_params(&m), loader, o).unwrap();
         let s = t.step(&m).unwrap();

@@ -14,6 +14,8 @@
 //!
 //! which the test also runs when `VKFORMERS_PARITY_PYTHON` names that interpreter.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use serde_json::json;
@@ -23,10 +25,10 @@ use vkformers_kernels::testutil::Rng;
 use vkformers_models::decoder::{forward, Batch};
 use vkformers_models::model::Model;
 use vkformers_tensor::Graph;
-use vkformers_train::{
-    full_model_params, sequences, Loader, OptimOptions, Schedule, ScheduleKind, TrainOptions, Trainer,
-};
+use vkformers_train::{full_model_params, sequences, Loader, Trainer};
 use vkformers_vk::testing::on_every_device;
+
+use common::plain_steps;
 
 // Hidden, expert intermediate, experts, layers, vocab, KV width (2 of 4 heads of 8): the
 // `mixtral` fixture's sizes, so the saved names and shapes can be compared with what
@@ -114,19 +116,7 @@ fn train_two_steps(g: &Graph<'_>, m: &Model, out_dir: &Path) {
         .map(|ids| Example::new(ids.clone(), ids.iter().map(|&t| t as i32).collect()))
         .collect();
     let seqs = sequences(&rows, 16, false).unwrap();
-    let o = TrainOptions {
-        grad_accum: 1,
-        schedule: Schedule::new(ScheduleKind::Constant, 1e-2, 0.0, 0, 2).unwrap(),
-        optim: OptimOptions { beta1: 0.9, beta2: 0.999, eps: 1e-6, weight_decay: 0.0, max_grad_norm: 0.0 },
-        max_steps: 2,
-        save_every: 0,
-        keep_checkpoints: 0,
-        eval_every: 0,
-        eval_batch_size: 2,
-        out_dir: out_dir.to_path_buf(),
-        seed: 5,
-        shuffle: false,
-    };
+    let o = plain_steps(out_dir, 1e-2, 2);
     let loader = Loader::new(seqs, 2, false, 0, 0).unwrap();
     let mut t = Trainer::new(g, full_model_params(m), loader, o).unwrap();
     for _ in 0..2 {

@@ -2,23 +2,7 @@
 head) in `gpt_bigcode`, per-head fused QKV without it in `gpt_bigcode_mha`. GPT-SW3: GPT-2 under
 its own model_type, here with exact GELU, an explicit n_inner and an untied head."""
 
-from make_fixtures import BOS_ID, EOS_ID, INIT_STD, PAD_ID
-
-GPT = dict(
-    vocab_size=128,
-    n_embd=32,
-    n_layer=2,
-    n_head=4,
-    n_positions=64,
-    resid_pdrop=0.0,
-    embd_pdrop=0.0,
-    attn_pdrop=0.0,
-    layer_norm_epsilon=1e-5,
-    initializer_range=INIT_STD,
-    pad_token_id=PAD_ID,
-    bos_token_id=BOS_ID,
-    eos_token_id=EOS_ID,
-)
+from make_fixtures import GPT2_COMMON as GPT
 
 SPECS = {
     "gpt_bigcode": ("gpt_bigcode", {**GPT, "multi_query": True, "activation_function": "gelu_pytorch_tanh"}),

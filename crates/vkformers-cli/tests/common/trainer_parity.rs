@@ -7,10 +7,12 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use vkformers_data::{read_seq2seq_dataset, Seq2SeqRead};
 use vkformers_io::ModelWeights;
 use vkformers_models::decoder::{causal_lm_loss, forward, Batch};
 use vkformers_models::model::Model;
-use vkformers_tensor::Graph;
+use vkformers_tensor::{DType, Graph};
+use vkformers_train::{LanguageModel, TokenBatch};
 use vkformers_vk::testing::on_every_device;
 
 pub fn repo() -> PathBuf {
@@ -126,6 +128,33 @@ pub fn decoder_first_step_grads(dir: &Path, rows: &Path) -> HashMap<String, Vec<
         let logits = forward(&g, &m.spec, &m.weights, &Batch { ids: &ids, mask: &mask, batch: 2, seq: t }).unwrap();
         let loss = causal_lm_loss(&g, &logits, &labels, 2, t).unwrap();
         g.backward(&loss)?;
+        *grads.borrow_mut() = m.hf_grads(&g).unwrap().into_iter().map(|h| (h.name, h.data)).collect();
+        Ok(())
+    });
+    grads.into_inner()
+}
+
+/// Our gradient of the first step's batch (rows 0 and 1 of the tokenized pairs `rows`, padded
+/// with the model's pad id) of the encoder-decoder folder `dir`, by stored name; under
+/// `autocast` when given. `what` names the run.
+pub fn seq2seq_first_step_grads(
+    what: &str,
+    dir: &Path,
+    rows: &Path,
+    autocast: Option<DType>,
+) -> HashMap<String, Vec<f32>> {
+    let grads = std::cell::RefCell::new(HashMap::new());
+    on_every_device(what, |ctx| {
+        let g = Graph::new(ctx);
+        let m = Model::load(&g, dir).unwrap();
+        if autocast.is_some() {
+            g.set_autocast(autocast);
+        }
+        let rows = read_seq2seq_dataset(&[rows.to_path_buf()], None, &Seq2SeqRead::default()).unwrap().examples;
+        let pad = m.config["pad_token_id"].as_u64().unwrap() as u32;
+        let batch = TokenBatch::pad(&[&rows[0], &rows[1]], pad);
+        let logits = m.logits(&g, &batch).unwrap();
+        g.backward(&m.loss(&g, &logits, &batch).unwrap())?;
         *grads.borrow_mut() = m.hf_grads(&g).unwrap().into_iter().map(|h| (h.name, h.data)).collect();
         Ok(())
     });

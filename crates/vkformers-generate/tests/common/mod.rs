@@ -1,6 +1,8 @@
 //! Helpers shared by the generate crate's integration tests (each test binary uses only some).
 #![allow(dead_code)]
 
+pub mod sink;
+
 use std::path::{Path, PathBuf};
 
 use vkformers_generate::beam::{BeamOptions, EarlyStopping};
