@@ -65,10 +65,21 @@ pub fn embedding_forward(
     out: BufferView<'_>,
 ) -> Result<()> {
     let k = pick(p.dtype, [&code::EMBEDDING_GATHER_F32, &code::EMBEDDING_GATHER_F16, &code::EMBEDDING_GATHER_BF16]);
+    gather(rec, k, p, (w, ids, out), p.dtype.bytes())
+}
+
+/// The gather `k` with `out` of `out_bytes` an element (the table's type, or f32 for `_wide`).
+fn gather(
+    rec: &mut Recorder,
+    k: &'static KernelCode,
+    p: &Embedding,
+    (w, ids, out): (BufferView<'_>, BufferView<'_>, BufferView<'_>),
+    out_bytes: u64,
+) -> Result<()> {
     check_shape(k, p, &ids)?;
     check_len_of(k, "w", &w, u64::from(p.vocab) * u64::from(p.dim), p.dtype.bytes())?;
     let n = u64::from(p.tokens) * u64::from(p.dim);
-    check_len_of(k, "out", &out, n, p.dtype.bytes())?;
+    check_len_of(k, "out", &out, n, out_bytes)?;
     let params = EmbeddingGatherPush { n_tokens: p.tokens, vocab: p.vocab, D: p.dim };
     dispatch_elems(rec, k, &[read(w), read(ids), write(out)], &params, n)
 }
@@ -88,12 +99,7 @@ pub fn embedding_forward_wide(
         DType::BF16 => &code::EMBEDDING_GATHER_BF16_WIDE,
         DType::F32 => return embedding_forward(rec, p, w, ids, out),
     };
-    check_shape(k, p, &ids)?;
-    check_len_of(k, "w", &w, u64::from(p.vocab) * u64::from(p.dim), p.dtype.bytes())?;
-    let n = u64::from(p.tokens) * u64::from(p.dim);
-    check_len(k, "out", &out, n)?;
-    let params = EmbeddingGatherPush { n_tokens: p.tokens, vocab: p.vocab, D: p.dim };
-    dispatch_elems(rec, k, &[read(w), read(ids), write(out)], &params, n)
+    gather(rec, k, p, (w, ids, out), 4)
 }
 
 /// Bytes of scratch [`embedding_backward`] needs: `counts [V]`, `offsets [V + 1]`, `perm [N]`
