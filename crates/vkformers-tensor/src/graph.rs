@@ -281,6 +281,13 @@ impl<'c> Graph<'c> {
     /// `FLUSH_DISPATCHES` commands it is submitted without waiting (`flush`), so the device
     /// runs it while the host records what follows.
     pub fn record<R>(&self, f: impl FnOnce(&mut Recorder) -> Result<R>) -> Result<R> {
+        // Profiling turned on while a batch without timestamps is open: submit that batch
+        // (no wait), so what follows is recorded, and timed, in a new one; else the dispatches
+        // recorded into it would be missing from the profile.
+        let untimed = self.rec.borrow().as_ref().is_some_and(|r| !r.is_timed() && !r.is_empty());
+        if untimed && self.profile.borrow().is_some() && self.ctx.caps().timestamps {
+            self.flush()?;
+        }
         let mut slot = self.rec.borrow_mut();
         if slot.is_none() {
             let mut rec = self.ctx.recorder(self.profile.borrow().is_some())?;

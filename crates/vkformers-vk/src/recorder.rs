@@ -143,6 +143,11 @@ impl Recorder {
         self.labels.is_empty()
     }
 
+    /// Whether the batch times each dispatch (timestamp queries).
+    pub fn is_timed(&self) -> bool {
+        self.timing
+    }
+
     /// Appends a dispatch of `code` (specialization constants `spec`) over `groups` workgroups.
     /// The push-constant block is the device addresses of `args`, in order, then `params`.
     pub fn dispatch(
