@@ -328,3 +328,30 @@ pub(crate) fn kernel_medians(timings: Vec<(&'static str, f64)>) -> Vec<(&'static
         })
         .collect()
 }
+
+/// A chain of `calls` dependent calls (`record_call` records one) timed two ways, after untimed
+/// chains for `warm_ms` (the GPU's clocks ramp up only after ~1 s of load): device seconds per
+/// call from submit to done of an untimed chain, and the kernels' median times (ns) of a timed
+/// chain.
+pub(crate) fn time_chain(
+    ctx: &vkformers_vk::Context,
+    (calls, warm_ms): (usize, u64),
+    mut record_call: impl FnMut(&mut vkformers_vk::Recorder) -> anyhow::Result<()>,
+) -> anyhow::Result<(f64, Vec<(&'static str, f64)>)> {
+    let mut chain = |timed: bool| -> anyhow::Result<(f64, Vec<(&'static str, f64)>)> {
+        let mut rec = ctx.recorder(timed)?;
+        for _ in 0..calls {
+            record_call(&mut rec)?;
+        }
+        let t = std::time::Instant::now();
+        let report = rec.submit()?;
+        Ok((t.elapsed().as_secs_f64(), report.timings.iter().map(|(n, ns)| (*n, *ns)).collect()))
+    };
+    let warm = std::time::Instant::now();
+    while warm.elapsed().as_millis() < u128::from(warm_ms) {
+        chain(false)?;
+    }
+    let (wall, _) = chain(false)?;
+    let (_, timings) = chain(true)?;
+    Ok((wall / calls.max(1) as f64, kernel_medians(timings)))
+}

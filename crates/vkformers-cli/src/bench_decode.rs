@@ -9,7 +9,6 @@
 //! `VKFORMERS_ROPE_IN_ATTN=1` runs in a decode step).
 
 use std::process::ExitCode;
-use std::time::Instant;
 
 use anyhow::bail;
 use vkformers_kernels::attention::decode::{
@@ -208,30 +207,14 @@ pub fn decode_attention(selector: &DeviceSelector, args: &DecodeBenchArgs) -> an
             counters: (splits > 1).then(|| counters.view()),
             o16: None,
         };
-        let chain = |timed: bool| -> anyhow::Result<(f64, Vec<(&'static str, f64)>)> {
-            let mut rec = ctx.recorder(timed)?;
-            for _ in 0..args.calls {
-                if args.flush_mb > 0 {
-                    vkformers_kernels::elementwise::copy(&mut rec, fa.view(), fb.view())?;
-                }
-                record_call(&mut rec, &args.rope, &nt, &x, &out, &s, &opt, (splits, args.tile))?;
+        let (per_call, medians) = crate::bench::time_chain(&ctx, (args.calls, args.warm_ms), |rec| {
+            if args.flush_mb > 0 {
+                vkformers_kernels::elementwise::copy(rec, fa.view(), fb.view())?;
             }
-            let t = Instant::now();
-            let report = rec.submit()?;
-            Ok((t.elapsed().as_secs_f64(), report.timings.iter().map(|(n, ns)| (*n, *ns)).collect()))
-        };
-        // Chains for `--warm-ms` first: the GPU's clocks ramp up only after ~1 s of load.
-        let warm = Instant::now();
-        while warm.elapsed().as_millis() < u128::from(args.warm_ms) {
-            chain(false)?;
-        }
-        let (wall, _) = chain(false)?;
-        let (_, timings) = chain(true)?;
-        let per_call_us = wall / args.calls as f64 * 1e6;
-        let medians: Vec<String> = crate::bench::kernel_medians(timings)
-            .iter()
-            .map(|(name, ns)| format!("{name} {:.2} µs", ns / 1e3))
-            .collect();
+            record_call(rec, &args.rope, &nt, &x, &out, &s, &opt, (splits, args.tile))
+        })?;
+        let per_call_us = per_call * 1e6;
+        let medians: Vec<String> = medians.iter().map(|(name, ns)| format!("{name} {:.2} µs", ns / 1e3)).collect();
         println!(
             "  splits {splits:>2}: {per_call_us:>7.2} µs a call (chain of {}{}), {:>7.1} GB/s of K+V; medians: {}",
             args.calls,

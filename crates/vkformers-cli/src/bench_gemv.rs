@@ -170,27 +170,15 @@ pub fn gemv_bench(selector: &DeviceSelector, args: &GemvBenchArgs) -> anyhow::Re
         for &m in &rows {
             let desc = GemvDesc::packed(m, n, k, dt);
             let o = operands(&ctx, &desc)?;
-            let chain = |timed: bool| -> anyhow::Result<(f64, Vec<(&'static str, f64)>)> {
-                let mut rec = ctx.recorder(timed)?;
-                for _ in 0..args.calls {
-                    record_call(&mut rec, &desc, &o, args.normed)?;
-                }
-                let t = Instant::now();
-                let report = rec.submit()?;
-                Ok((t.elapsed().as_secs_f64(), report.timings.iter().map(|(n, ns)| (*n, *ns)).collect()))
-            };
-            let warm = Instant::now();
-            while warm.elapsed().as_millis() < u128::from(args.warm_ms) {
-                chain(false)?;
-            }
-            let (wall, _) = chain(false)?;
-            let (_, timings) = chain(true)?;
+            let (per_call, medians) = crate::bench::time_chain(&ctx, (args.calls, args.warm_ms), |rec| {
+                record_call(rec, &desc, &o, args.normed)
+            })?;
             let err = check_samples(&ctx, &desc, &o, args.normed)?;
             if err > 1e-4 {
                 bail!("{n} x {k} m {m}: sampled entries differ from the f64 reference by {err:e}: the kernel is wrong here");
             }
-            let per_call_us = wall / args.calls as f64 * 1e6;
-            let median_us = crate::bench::kernel_medians(timings).first().map_or(f64::NAN, |k| k.1 / 1e3);
+            let per_call_us = per_call * 1e6;
+            let median_us = medians.first().map_or(f64::NAN, |k| k.1 / 1e3);
             let bytes = desc.weight_bytes() as f64;
             let rate = bytes / (per_call_us * 1e-6);
             println!(
