@@ -1,0 +1,95 @@
+//! The integer `#define`s of each compiled kernel, so a launcher reads a tile or workgroup size
+//! from the shader instead of writing it a second time.
+//!
+//! A kernel's values are its variant's `NAME=INT` defines, then every `#define NAME INT` the
+//! preprocessor always takes: one outside any `#if`, or a default inside `#ifndef NAME` that the
+//! variant does not set. Defines under other conditions, or whose value is not a single integer
+//! literal (`1u` counts), are left out. They come out as
+//! `code::defines::<family>_<source>[_<variant>]::NAME: u32`.
+
+use std::fmt::Write as _;
+
+/// The integer defines of one variant's resolved source: (name, value), variant's first.
+pub fn integer_defines(text: &str, variant: &[(String, Option<String>)]) -> Vec<(String, u32)> {
+    let mut out: Vec<(String, u32)> =
+        variant.iter().filter_map(|(k, v)| Some((k.clone(), literal(v.as_deref()?)?))).collect();
+    let set_by_variant = |n: &str| variant.iter().any(|(k, _)| k == n);
+    // Each open conditional: `Some(name)` for `#ifndef name`, `None` for any other.
+    let mut open: Vec<Option<String>> = Vec::new();
+    for line in text.lines() {
+        let l = line.trim();
+        let Some(directive) = l.strip_prefix('#') else { continue };
+        let mut words = directive.split_whitespace();
+        match words.next() {
+            Some("ifndef") => open.push(words.next().map(str::to_string)),
+            Some("if" | "ifdef") => open.push(None),
+            Some("else" | "elif") => {
+                if let Some(top) = open.last_mut() {
+                    *top = None;
+                }
+            }
+            Some("endif") => {
+                open.pop();
+            }
+            Some("define") => {
+                let (Some(name), Some(value)) = (words.next(), words.next()) else { continue };
+                let taken = match open.as_slice() {
+                    [] => true,
+                    [Some(guard)] => guard == name && !set_by_variant(name),
+                    _ => false,
+                };
+                let rest_is_comment = words.next().is_none_or(|w| w.starts_with("//"));
+                if let (true, true, Some(v)) = (taken, rest_is_comment, literal(value)) {
+                    if !out.iter().any(|(k, _)| k == name) {
+                        out.push((name.to_string(), v));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// A decimal integer literal, optionally `u`-suffixed.
+fn literal(s: &str) -> Option<u32> {
+    s.strip_suffix('u').unwrap_or(s).parse().ok()
+}
+
+/// `pub mod defines` with one module of constants per kernel (`kernels`: name, defines).
+pub fn generate(kernels: &[(String, Vec<(String, u32)>)]) -> String {
+    let mut code = String::from(
+        "\n/// Integer `#define`s of each kernel (build/defines.rs): tile and workgroup sizes written \
+         once, in the shader.\npub mod defines {\n",
+    );
+    for (name, defines) in kernels.iter().filter(|(_, d)| !d.is_empty()) {
+        let module = name.replace(['/', ':', '-'], "_").to_lowercase();
+        writeln!(code, "    /// `{name}`\n    pub mod {module} {{").unwrap();
+        for (k, v) in defines {
+            writeln!(code, "        pub const {k}: u32 = {v};").unwrap();
+        }
+        code.push_str("    }\n");
+    }
+    let table: Vec<String> = kernels
+        .iter()
+        .filter(|(_, d)| !d.is_empty())
+        .map(|(name, d)| {
+            let pairs: Vec<String> = d.iter().map(|(k, v)| format!("(\"{k}\", {v})")).collect();
+            format!("        (\"{name}\", &[{}]),", pairs.join(", "))
+        })
+        .collect();
+    writeln!(
+        code,
+        "\n    /// Every kernel's defines by name, for tests that check a launcher's table against them.\n    \
+         pub const ALL: &[(&str, &[(&str, u32)])] = &[\n{}\n    ];",
+        table.join("\n")
+    )
+    .unwrap();
+    code.push_str(
+        "\n    /// The value of `define` in `kernel` (`family/source:variant`), if it has one.\n    \
+         pub fn value(kernel: &str, define: &str) -> Option<u32> {\n        \
+         let (_, d) = ALL.iter().find(|(k, _)| *k == kernel)?;\n        \
+         d.iter().find(|(n, _)| *n == define).map(|&(_, v)| v)\n    }\n}\n",
+    );
+    code
+}
