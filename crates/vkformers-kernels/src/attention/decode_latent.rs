@@ -27,10 +27,12 @@ use crate::code::{self, AttentionDecodeLatentPush};
 use crate::dtype::DType;
 use crate::launch::dispatch;
 
-/// Widest latent row the kernel takes (DeepSeek-V3's 512 + 64).
-pub const MAX_LATENT_DIM: u32 = 576;
-/// Query rows of one workgroup (QR of decode_latent.comp).
-const TILE_ROWS: u32 = 16;
+/// Widest latent row the kernel takes (DeepSeek-V3's 512 + 64: `DMAX` of the d576 variants).
+pub const MAX_LATENT_DIM: u32 = code::defines::attention_decode_latent_d576::DMAX;
+/// Widest row of the d320 variants (`DMAX`).
+const SMALL_LATENT_DIM: u32 = code::defines::attention_decode_latent_d320::DMAX;
+/// Query rows of one workgroup (`QR` of decode_latent.comp).
+const TILE_ROWS: u32 = code::defines::attention_decode_latent_d576::QR;
 /// Workgroups one call should have before more splits stop paying (as [`super::decode`]).
 const TARGET_GROUPS: u32 = 256;
 /// Fewest keys a split should own: the score and value passes of a split are serial over its
@@ -158,8 +160,8 @@ fn main_code(d: u32, dt: DType, act: DType) -> Option<&'static KernelCode> {
         _ => return None,
     };
     match d {
-        1..=320 => Some(codes[row][0]),
-        321..=MAX_LATENT_DIM => Some(codes[row][1]),
+        1..=SMALL_LATENT_DIM => Some(codes[row][0]),
+        _ if d <= MAX_LATENT_DIM => Some(codes[row][1]),
         _ => None,
     }
 }
@@ -287,6 +289,22 @@ mod tests {
 
     fn shape(batch: u32, tq: u32, hq: u32) -> LatentShape {
         LatentShape { batch, tq, hq, d: 576, dv: 512, block_size: 16, num_blocks: 64, max_blocks: 8 }
+    }
+
+    /// Every kernel the table holds takes the rows it is picked for, in tiles of `TILE_ROWS`.
+    #[test]
+    fn launcher_sizes_are_the_shader_defines() {
+        let define =
+            |k: &KernelCode, d: &str| code::defines::value(k.name, d).unwrap_or_else(|| panic!("{}: {d}", k.name));
+        let pairs = [DType::F32, DType::F16, DType::BF16].into_iter().flat_map(|dt| [(dt, dt), (dt, DType::F32)]);
+        for (dt, act) in pairs {
+            for d in [1, SMALL_LATENT_DIM, SMALL_LATENT_DIM + 1, MAX_LATENT_DIM] {
+                let k = main_code(d, dt, act).expect("a kernel");
+                assert!(define(k, "DMAX") >= d, "{}", k.name);
+                assert_eq!(define(k, "QR"), TILE_ROWS, "{}", k.name);
+            }
+            assert!(main_code(MAX_LATENT_DIM + 1, dt, act).is_none());
+        }
     }
 
     #[test]
