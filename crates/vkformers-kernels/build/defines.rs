@@ -3,9 +3,9 @@
 //!
 //! A kernel's values are its variant's `NAME=INT` defines, then every `#define NAME INT` the
 //! preprocessor always takes: one outside any `#if`, or a default inside `#ifndef NAME` that the
-//! variant does not set. Defines under other conditions, or whose value is not a single integer
-//! literal (`1u` counts), are left out. They come out as
-//! `code::defines::<family>_<source>[_<variant>]::NAME: u32`.
+//! variant does not set; and every global `const uint NAME = INT` (outside any block or `#if`).
+//! Values under other conditions, or not a single integer literal (`1u` counts), are left out.
+//! They come out as `code::defines::<family>_<source>[_<variant>]::NAME: u32`.
 
 use std::fmt::Write as _;
 
@@ -16,9 +16,22 @@ pub fn integer_defines(text: &str, variant: &[(String, Option<String>)]) -> Vec<
     let set_by_variant = |n: &str| variant.iter().any(|(k, _)| k == n);
     // Each open conditional: `Some(name)` for `#ifndef name`, `None` for any other.
     let mut open: Vec<Option<String>> = Vec::new();
+    let mut braces = 0i32;
     for line in text.lines() {
         let l = line.trim();
-        let Some(directive) = l.strip_prefix('#') else { continue };
+        let code = l.split("//").next().unwrap_or("");
+        let global = braces == 0 && open.is_empty();
+        braces += code.matches('{').count() as i32 - code.matches('}').count() as i32;
+        let Some(directive) = l.strip_prefix('#') else {
+            if global {
+                for (name, v) in global_constants(code) {
+                    if !out.iter().any(|(k, _)| *k == name) {
+                        out.push((name, v));
+                    }
+                }
+            }
+            continue;
+        };
         let mut words = directive.split_whitespace();
         match words.next() {
             Some("ifndef") => open.push(words.next().map(str::to_string)),
@@ -51,6 +64,22 @@ pub fn integer_defines(text: &str, variant: &[(String, Option<String>)]) -> Vec<
     out
 }
 
+/// The `NAME = INT` declarators of a global `const uint`/`const int` line
+/// (`const uint BM = 128, BN = 128, BK = 32;`); declarators with other initialisers are skipped.
+fn global_constants(code: &str) -> Vec<(String, u32)> {
+    let Some(rest) = code.strip_prefix("const uint ").or_else(|| code.strip_prefix("const int ")) else {
+        return Vec::new();
+    };
+    rest.trim_end()
+        .trim_end_matches(';')
+        .split(',')
+        .filter_map(|d| {
+            let (name, value) = d.split_once('=')?;
+            Some((name.trim().to_string(), literal(value.trim())?))
+        })
+        .collect()
+}
+
 /// A decimal integer literal, optionally `u`-suffixed.
 fn literal(s: &str) -> Option<u32> {
     s.strip_suffix('u').unwrap_or(s).parse().ok()
@@ -64,7 +93,7 @@ pub fn generate(kernels: &[(String, Vec<(String, u32)>)]) -> String {
     );
     for (name, defines) in kernels.iter().filter(|(_, d)| !d.is_empty()) {
         let module = name.replace(['/', ':', '-'], "_").to_lowercase();
-        writeln!(code, "    /// `{name}`\n    pub mod {module} {{").unwrap();
+        writeln!(code, "    /// `{name}`\n    #[allow(non_upper_case_globals)]\n    pub mod {module} {{").unwrap();
         for (k, v) in defines {
             writeln!(code, "        pub const {k}: u32 = {v};").unwrap();
         }
