@@ -44,7 +44,7 @@ pub fn supported(caps: &Caps, dtype: DType, d: u32) -> bool {
 }
 
 /// Largest head dimension of the cm2 kernels (the FMA ones go to [`super::MAX_HEAD_DIM`]).
-const MAX_CM2_HEAD_DIM: u32 = 256;
+const MAX_CM2_HEAD_DIM: u32 = code::defines::attention_fwd_cm2_d256_f16::DMAX;
 
 /// Variant index by head dimension: d64, d128, d256 (no d576 tiles on tensor cores yet).
 fn cm2_dim_class(kernel: &str, d: u32) -> Result<usize> {
@@ -397,6 +397,11 @@ mod tests {
                 let class = class.unwrap_or_else(|| panic!("{}: DMAX", code.name));
                 assert_eq!(code::defines::value(code.name, define), Some(k.rows[class]), "{}", code.name);
                 assert_eq!(code::defines::value(code.name, "CM2_THREADS"), Some(THREADS), "{}", code.name);
+                let flags = [("ATTN_CAUSAL", super::super::FLAG_CAUSAL), ("ATTN_KMASK", super::super::FLAG_KMASK)];
+                let flags = flags.into_iter().chain([("ATTN_ALIBI", super::super::FLAG_ALIBI)]);
+                for (name, bit) in flags.chain([("ATTN_SINKS", super::super::FLAG_SINKS)]) {
+                    assert_eq!(code::defines::value(code.name, name), Some(bit), "{}: {name}", code.name);
+                }
             }
         }
     }

@@ -57,14 +57,16 @@ const SMALL_TILE_GROUPS: u32 = 64;
 /// Most splits of one row.
 pub const MAX_SPLITS: u32 = 64;
 
-const FLAG_CAUSAL: u32 = 1;
-const FLAG_ALIBI: u32 = 4;
+/// Flag bits of decode.comp (the same in every variant, see the tests).
+use code::defines::attention_decode_d128 as flag_bits;
+const FLAG_CAUSAL: u32 = flag_bits::ATTN_CAUSAL;
+const FLAG_ALIBI: u32 = flag_bits::ATTN_ALIBI;
 /// K and V rows are read 8 elements per 16-byte load (D % 8 == 0, pools 16-byte aligned).
-const FLAG_WIDE: u32 = 8;
+const FLAG_WIDE: u32 = flag_bits::ATTN_WIDE;
 /// Learned sinks are read (folded by the unsplit workgroup, or by the merge of the splits).
-const FLAG_SINKS: u32 = 16;
+const FLAG_SINKS: u32 = flag_bits::DECODE_SINKS;
 /// `out.o16` is written (`DECODE_O16`).
-const FLAG_O16: u32 = 32;
+const FLAG_O16: u32 = flag_bits::DECODE_O16;
 
 /// Sizes of one decode-attention call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -709,6 +711,11 @@ mod tests {
                 for (k, tile) in tiles.into_iter().chain(fused).filter_map(|(k, t)| Some((k?, t))) {
                     assert_eq!(define(k, "NT"), tile, "{}", k.name);
                     assert_eq!(define(k, "BQ"), TILE_ROWS, "{}", k.name);
+                    let flags = [("ATTN_CAUSAL", FLAG_CAUSAL), ("ATTN_ALIBI", FLAG_ALIBI), ("ATTN_WIDE", FLAG_WIDE)];
+                    let flags = flags.into_iter().chain([("DECODE_SINKS", FLAG_SINKS), ("DECODE_O16", FLAG_O16)]);
+                    for (name, bit) in flags {
+                        assert_eq!(define(k, name), bit, "{}: {name}", k.name);
+                    }
                     assert!(define(k, "DMAX") >= d && define(k, "DMAX") <= MAX_DECODE_HEAD_DIM, "{}", k.name);
                 }
             }

@@ -41,12 +41,14 @@ const MIN_SPLIT_KEYS: u32 = 64;
 /// Most splits of one row.
 pub const MAX_SPLITS: u32 = 64;
 
-const FLAG_CAUSAL: u32 = 1;
-const FLAG_ALIBI: u32 = 4;
+/// Flag bits of decode_latent.comp (the same in every variant, see the tests).
+use code::defines::attention_decode_latent_d576 as flag_bits;
+const FLAG_CAUSAL: u32 = flag_bits::ATTN_CAUSAL;
+const FLAG_ALIBI: u32 = flag_bits::ATTN_ALIBI;
 /// LATENT_WIDE of the kernel: the pool read with 16-byte loads, the next tile's in flight.
-const FLAG_WIDE: u32 = 32;
+const FLAG_WIDE: u32 = flag_bits::LATENT_WIDE;
 /// LATENT_QWIDE: q read 4 values a load.
-const FLAG_QWIDE: u32 = 64;
+const FLAG_QWIDE: u32 = flag_bits::LATENT_QWIDE;
 
 /// Whether calls may take the 16-byte-load paths: yes unless `VKFORMERS_LATENT_WIDE=0` (read
 /// once; forces the element path everywhere, for an A/B of the two on one binary).
@@ -302,6 +304,10 @@ mod tests {
                 let k = main_code(d, dt, act).expect("a kernel");
                 assert!(define(k, "DMAX") >= d, "{}", k.name);
                 assert_eq!(define(k, "QR"), TILE_ROWS, "{}", k.name);
+                let flags = [("ATTN_CAUSAL", FLAG_CAUSAL), ("ATTN_ALIBI", FLAG_ALIBI)];
+                for (name, bit) in flags.into_iter().chain([("LATENT_WIDE", FLAG_WIDE), ("LATENT_QWIDE", FLAG_QWIDE)]) {
+                    assert_eq!(define(k, name), bit, "{}: {name}", k.name);
+                }
             }
             assert!(main_code(MAX_LATENT_DIM + 1, dt, act).is_none());
         }

@@ -46,10 +46,12 @@ pub const LSE_MASKED: f32 = -1.0e30;
 /// MLA head is 512 + 64 = 576).
 pub const MAX_HEAD_DIM: u32 = code::defines::attention_fwd_d576::DMAX;
 
-const FLAG_CAUSAL: u32 = 1;
-const FLAG_KMASK: u32 = 2;
-const FLAG_ALIBI: u32 = 4;
-const FLAG_SINKS: u32 = 8;
+// Flag bits of attention.glsl (every forward and backward variant, see the tests).
+use code::defines::attention_fwd_d64 as flag_bits;
+const FLAG_CAUSAL: u32 = flag_bits::ATTN_CAUSAL;
+const FLAG_KMASK: u32 = flag_bits::ATTN_KMASK;
+const FLAG_ALIBI: u32 = flag_bits::ATTN_ALIBI;
+const FLAG_SINKS: u32 = flag_bits::ATTN_SINKS;
 use crate::launch::MAX_GROUPS_32 as MAX_GROUPS;
 
 /// Sizes of one attention call.
@@ -480,6 +482,11 @@ mod tests {
                     };
                     assert!(define("DMAX") >= d, "{} for d {d}", v.code.name);
                     assert_eq!(define(rows), v.rows, "{}", v.code.name);
+                    let flags = [("ATTN_CAUSAL", FLAG_CAUSAL), ("ATTN_KMASK", FLAG_KMASK)];
+                    for (name, bit) in flags.into_iter().chain([("ATTN_ALIBI", FLAG_ALIBI), ("ATTN_SINKS", FLAG_SINKS)])
+                    {
+                        assert_eq!(define(name), bit, "{}: {name}", v.code.name);
+                    }
                 }
             }
         }
