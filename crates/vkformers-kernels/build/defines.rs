@@ -4,7 +4,8 @@
 //! A kernel's values are its variant's `NAME=INT` defines, then every `#define NAME INT` the
 //! preprocessor always takes: one outside any `#if`, or a default inside `#ifndef NAME` that the
 //! variant does not set; and every global `const uint NAME = INT` (outside any block or `#if`).
-//! Values under other conditions, or not a single integer literal (`1u` counts), are left out.
+//! Values under other conditions, or not a single integer literal (`1u`, `0x80000000u` and
+//! `(1u << 6)` count), are left out.
 //! They come out as `code::defines::<family>_<source>[_<variant>]::NAME: u32`.
 
 use std::fmt::Write as _;
@@ -45,14 +46,15 @@ pub fn integer_defines(text: &str, variant: &[(String, Option<String>)]) -> Vec<
                 open.pop();
             }
             Some("define") => {
-                let (Some(name), Some(value)) = (words.next(), words.next()) else { continue };
+                let Some(name) = words.next() else { continue };
+                let value = words.collect::<Vec<_>>().join(" ");
+                let value = value.split("//").next().unwrap_or("").trim();
                 let taken = match open.as_slice() {
                     [] => true,
                     [Some(guard)] => guard == name && !set_by_variant(name),
                     _ => false,
                 };
-                let rest_is_comment = words.next().is_none_or(|w| w.starts_with("//"));
-                if let (true, true, Some(v)) = (taken, rest_is_comment, literal(value)) {
+                if let (true, Some(v)) = (taken, literal(value)) {
                     if !out.iter().any(|(k, _)| k == name) {
                         out.push((name.to_string(), v));
                     }
@@ -80,9 +82,19 @@ fn global_constants(code: &str) -> Vec<(String, u32)> {
         .collect()
 }
 
-/// A decimal integer literal, optionally `u`-suffixed.
+/// An integer literal (decimal or `0x` hex), optionally `u`-suffixed, or a bit `(A << B)` of two such (flag
+/// bits: `#define NORMED_BIT (1u << 6)`).
 fn literal(s: &str) -> Option<u32> {
-    s.strip_suffix('u').unwrap_or(s).parse().ok()
+    let s = s.trim();
+    let inner = s.strip_prefix('(').and_then(|r| r.strip_suffix(')')).unwrap_or(s);
+    if let Some((a, b)) = inner.split_once("<<") {
+        return literal(a)?.checked_shl(literal(b)?);
+    }
+    let digits = inner.strip_suffix('u').unwrap_or(inner);
+    match digits.strip_prefix("0x") {
+        Some(hex) => u32::from_str_radix(hex, 16).ok(),
+        None => digits.parse().ok(),
+    }
 }
 
 /// `pub mod defines` with one module of constants per kernel (`kernels`: name, defines).

@@ -511,10 +511,10 @@ struct Prologue<'a> {
     wide: bool,
 }
 
-/// Flag bits of a normed input in gemv.comp.
-const NORMED: u32 = 1 << 6;
-const RESIDUAL: u32 = 1 << 9;
-const WRITE_NORMED: u32 = 1 << 10;
+/// Flag bits of a normed input in gemv.comp (the same in every variant, see the tests).
+const NORMED: u32 = code::defines::matmul_gemv_f32_m1::NORMED_BIT;
+const RESIDUAL: u32 = code::defines::matmul_gemv_f32_m1::RESIDUAL_BIT;
+const WRITE_NORMED: u32 = code::defines::matmul_gemv_f32_m1::WRITE_XN_BIT;
 
 /// Checks the views of a normed input (each inside its buffer) and makes its prologue.
 fn prologue<'a>(name: &str, d: &GemvDesc, x: BufferView<'a>, norm: &NormedInput<'a>) -> Result<Prologue<'a>> {
@@ -628,6 +628,10 @@ mod tests {
                     assert_eq!(define(k, "MB"), row_bucket(m).1, "{}", k.name);
                     assert_eq!(define(k, "R"), ROWS_PER_GROUP, "{}", k.name);
                     assert_eq!(define(k, "WG"), if cpu { CPU_THREADS } else { THREADS }, "{}", k.name);
+                    let bits = [("NORMED_BIT", NORMED), ("RESIDUAL_BIT", RESIDUAL), ("WRITE_XN_BIT", WRITE_NORMED)];
+                    for (name, bit) in bits {
+                        assert_eq!(define(k, name), bit, "{}: {name}", k.name);
+                    }
                 }
             }
         }
