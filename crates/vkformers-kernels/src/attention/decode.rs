@@ -44,7 +44,7 @@ const TARGET_GROUPS: u32 = 256;
 /// no split has idle threads in its score pass. The old kernel's 32-key tiles took ~480 µs per
 /// call on an H200 (1.1B shape, batch 1: 8 workgroups of 256 keys, each key tile a serial
 /// chain of 6 barriers and per-thread loops over D and the tile): latency, not bandwidth.
-const MIN_SPLIT_KEYS: u32 = 128;
+const MIN_SPLIT_KEYS: u32 = TILE;
 /// Key tile (= threads, `NT`) of the `_t64` variants, and the fewest keys of their splits.
 pub const SMALL_TILE: u32 = code::defines::attention_decode_d64_t64::NT;
 /// Key tile (`NT`) of the main and fused variants.

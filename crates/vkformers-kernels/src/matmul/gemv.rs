@@ -14,8 +14,8 @@ use crate::code::MatmulGemvPush;
 use crate::glu::Glu;
 use crate::launch::{dispatch, err_named as err, MAX_GROUPS_32};
 
-/// Most rows of x one dispatch takes.
-pub const MAX_ROWS: u32 = 16;
+/// Most rows of x one dispatch takes (`MB` of the widest variants).
+pub const MAX_ROWS: u32 = code::defines::matmul_gemv_f32_m16::MB;
 
 /// Rows of W each workgroup owns (`R` in gemv.comp; the same in every variant, see the tests).
 const ROWS_PER_GROUP: u32 = code::defines::matmul_gemv_f32_m1::R;
