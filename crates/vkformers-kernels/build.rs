@@ -4,7 +4,9 @@
 //! needed.
 //!
 //! It also writes, per distinct push layout, a typed struct of the scalar members (see
-//! `build/push_types.rs`).
+//! `build/push_types.rs`), and per kernel its integer defines and global constants, so the
+//! launchers read tile and workgroup sizes from the shaders (`code::defines`, see
+//! `build/defines.rs`).
 //!
 //! Conventions of a shader file:
 //! - `#include "name.glsl"` pulls in `shaders/name.glsl` (resolved here, textually).
