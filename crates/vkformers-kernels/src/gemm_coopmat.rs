@@ -218,7 +218,8 @@ pub const SKINNY_ROWS: u32 = 64;
 /// 128 kernel split 4 ways as chosen before, the LM head 32000 x 2048 0.068 against 0.108).
 pub fn choose_engine(caps: &Caps, elem: Elem, m: u32, n: u32, batch: u32) -> Option<Engine> {
     if has_coopmat2(caps, elem) {
-        let blocks = u64::from(m.div_ceil(128)) * u64::from(n.div_ceil(128)) * u64::from(batch.max(1));
+        use code::defines::matmul_coopmat2_gemm_bf16_t128k64 as full;
+        let blocks = u64::from(m.div_ceil(full::BM)) * u64::from(n.div_ceil(full::BN)) * u64::from(batch.max(1));
         let full = blocks >= FULL_GRID;
         return Some(match elem {
             Elem::Bf16 if m <= SKINNY_ROWS => Engine::Coopmat2Skinny64,
