@@ -218,7 +218,8 @@ pub const SKINNY_ROWS: u32 = 64;
 /// 128 kernel split 4 ways as chosen before, the LM head 32000 x 2048 0.068 against 0.108).
 pub fn choose_engine(caps: &Caps, elem: Elem, m: u32, n: u32, batch: u32) -> Option<Engine> {
     if has_coopmat2(caps, elem) {
-        let blocks = u64::from(m.div_ceil(128)) * u64::from(n.div_ceil(128)) * u64::from(batch.max(1));
+        use code::defines::matmul_coopmat2_gemm_bf16_t128k64 as full;
+        let blocks = u64::from(m.div_ceil(full::BM)) * u64::from(n.div_ceil(full::BN)) * u64::from(batch.max(1));
         let full = blocks >= FULL_GRID;
         return Some(match elem {
             Elem::Bf16 if m <= SKINNY_ROWS => Engine::Coopmat2Skinny64,
@@ -250,33 +251,43 @@ fn has_khr_coopmat(caps: &Caps, elem: Elem) -> bool {
 /// The kernel of an engine and its block of C (rows, columns).
 fn kernel(engine: Engine, elem: Elem) -> (&'static KernelCode, u32, u32) {
     use Elem::{Bf16, F16};
+    // A kernel with the block (BM, BN) its shader is compiled for.
+    macro_rules! tile {
+        ($code:ident, $defines:ident) => {
+            (&code::$code, code::defines::$defines::BM, code::defines::$defines::BN)
+        };
+    }
     match (engine, elem) {
-        (Engine::Coopmat2, F16) => (&code::MATMUL_COOPMAT2_GEMM_F16, 128, 128),
-        (Engine::Coopmat2, Bf16) => (&code::MATMUL_COOPMAT2_GEMM_BF16, 128, 128),
-        (Engine::Coopmat2Wide, F16) => (&code::MATMUL_COOPMAT2_GEMM_F16_WIDE, 128, 256),
-        (Engine::Coopmat2Wide, Bf16) => (&code::MATMUL_COOPMAT2_GEMM_BF16_WIDE, 128, 256),
-        (Engine::Coopmat2Wide64, F16) => (&code::MATMUL_COOPMAT2_GEMM_F16_WIDE64, 128, 256),
-        (Engine::Coopmat2Wide64, Bf16) => (&code::MATMUL_COOPMAT2_GEMM_BF16_WIDE64, 128, 256),
-        (Engine::Coopmat2Tall64, F16) => (&code::MATMUL_COOPMAT2_GEMM_F16_TALL64, 256, 128),
-        (Engine::Coopmat2Tall64, Bf16) => (&code::MATMUL_COOPMAT2_GEMM_BF16_TALL64, 256, 128),
-        (Engine::Coopmat2Wide16, F16) => (&code::MATMUL_COOPMAT2_GEMM_F16_WIDE16, 128, 256),
-        (Engine::Coopmat2Wide16, Bf16) => (&code::MATMUL_COOPMAT2_GEMM_BF16_WIDE16, 128, 256),
-        (Engine::Coopmat2Small, F16) => (&code::MATMUL_COOPMAT2_GEMM_F16_SMALL, 64, 128),
-        (Engine::Coopmat2Small, Bf16) => (&code::MATMUL_COOPMAT2_GEMM_BF16_SMALL, 64, 128),
-        (Engine::Coopmat2Small64, F16) => (&code::MATMUL_COOPMAT2_GEMM_F16_SMALL64, 64, 128),
-        (Engine::Coopmat2Small64, Bf16) => (&code::MATMUL_COOPMAT2_GEMM_BF16_SMALL64, 64, 128),
-        (Engine::Coopmat2Tall, F16) => (&code::MATMUL_COOPMAT2_GEMM_F16_TALL, 256, 128),
-        (Engine::Coopmat2Tall, Bf16) => (&code::MATMUL_COOPMAT2_GEMM_BF16_TALL, 256, 128),
-        (Engine::Coopmat2T128, F16) => (&code::MATMUL_COOPMAT2_GEMM_F16_T128, 128, 128),
-        (Engine::Coopmat2T128, Bf16) => (&code::MATMUL_COOPMAT2_GEMM_BF16_T128, 128, 128),
-        (Engine::Coopmat2T128K64, F16) => (&code::MATMUL_COOPMAT2_GEMM_F16_T128K64, 128, 128),
-        (Engine::Coopmat2T128K64, Bf16) => (&code::MATMUL_COOPMAT2_GEMM_BF16_T128K64, 128, 128),
-        (Engine::Coopmat2Skinny64, F16) => (&code::MATMUL_COOPMAT2_GEMM_F16_SKINNY64, 64, 64),
-        (Engine::Coopmat2Skinny64, Bf16) => (&code::MATMUL_COOPMAT2_GEMM_BF16_SKINNY64, 64, 64),
-        (Engine::Coopmat2Skinny32, F16) => (&code::MATMUL_COOPMAT2_GEMM_F16_SKINNY32, 64, 32),
-        (Engine::Coopmat2Skinny32, Bf16) => (&code::MATMUL_COOPMAT2_GEMM_BF16_SKINNY32, 64, 32),
-        (_, F16) => (&code::MATMUL_COOPMAT_GEMM_F16, 128, 128),
-        (_, Bf16) => (&code::MATMUL_COOPMAT_GEMM_BF16, 128, 128),
+        (Engine::Coopmat2, F16) => tile!(MATMUL_COOPMAT2_GEMM_F16, matmul_coopmat2_gemm_f16),
+        (Engine::Coopmat2, Bf16) => tile!(MATMUL_COOPMAT2_GEMM_BF16, matmul_coopmat2_gemm_bf16),
+        (Engine::Coopmat2Wide, F16) => tile!(MATMUL_COOPMAT2_GEMM_F16_WIDE, matmul_coopmat2_gemm_f16_wide),
+        (Engine::Coopmat2Wide, Bf16) => tile!(MATMUL_COOPMAT2_GEMM_BF16_WIDE, matmul_coopmat2_gemm_bf16_wide),
+        (Engine::Coopmat2Wide64, F16) => tile!(MATMUL_COOPMAT2_GEMM_F16_WIDE64, matmul_coopmat2_gemm_f16_wide64),
+        (Engine::Coopmat2Wide64, Bf16) => tile!(MATMUL_COOPMAT2_GEMM_BF16_WIDE64, matmul_coopmat2_gemm_bf16_wide64),
+        (Engine::Coopmat2Tall64, F16) => tile!(MATMUL_COOPMAT2_GEMM_F16_TALL64, matmul_coopmat2_gemm_f16_tall64),
+        (Engine::Coopmat2Tall64, Bf16) => tile!(MATMUL_COOPMAT2_GEMM_BF16_TALL64, matmul_coopmat2_gemm_bf16_tall64),
+        (Engine::Coopmat2Wide16, F16) => tile!(MATMUL_COOPMAT2_GEMM_F16_WIDE16, matmul_coopmat2_gemm_f16_wide16),
+        (Engine::Coopmat2Wide16, Bf16) => tile!(MATMUL_COOPMAT2_GEMM_BF16_WIDE16, matmul_coopmat2_gemm_bf16_wide16),
+        (Engine::Coopmat2Small, F16) => tile!(MATMUL_COOPMAT2_GEMM_F16_SMALL, matmul_coopmat2_gemm_f16_small),
+        (Engine::Coopmat2Small, Bf16) => tile!(MATMUL_COOPMAT2_GEMM_BF16_SMALL, matmul_coopmat2_gemm_bf16_small),
+        (Engine::Coopmat2Small64, F16) => tile!(MATMUL_COOPMAT2_GEMM_F16_SMALL64, matmul_coopmat2_gemm_f16_small64),
+        (Engine::Coopmat2Small64, Bf16) => tile!(MATMUL_COOPMAT2_GEMM_BF16_SMALL64, matmul_coopmat2_gemm_bf16_small64),
+        (Engine::Coopmat2Tall, F16) => tile!(MATMUL_COOPMAT2_GEMM_F16_TALL, matmul_coopmat2_gemm_f16_tall),
+        (Engine::Coopmat2Tall, Bf16) => tile!(MATMUL_COOPMAT2_GEMM_BF16_TALL, matmul_coopmat2_gemm_bf16_tall),
+        (Engine::Coopmat2T128, F16) => tile!(MATMUL_COOPMAT2_GEMM_F16_T128, matmul_coopmat2_gemm_f16_t128),
+        (Engine::Coopmat2T128, Bf16) => tile!(MATMUL_COOPMAT2_GEMM_BF16_T128, matmul_coopmat2_gemm_bf16_t128),
+        (Engine::Coopmat2T128K64, F16) => tile!(MATMUL_COOPMAT2_GEMM_F16_T128K64, matmul_coopmat2_gemm_f16_t128k64),
+        (Engine::Coopmat2T128K64, Bf16) => tile!(MATMUL_COOPMAT2_GEMM_BF16_T128K64, matmul_coopmat2_gemm_bf16_t128k64),
+        (Engine::Coopmat2Skinny64, F16) => tile!(MATMUL_COOPMAT2_GEMM_F16_SKINNY64, matmul_coopmat2_gemm_f16_skinny64),
+        (Engine::Coopmat2Skinny64, Bf16) => {
+            tile!(MATMUL_COOPMAT2_GEMM_BF16_SKINNY64, matmul_coopmat2_gemm_bf16_skinny64)
+        }
+        (Engine::Coopmat2Skinny32, F16) => tile!(MATMUL_COOPMAT2_GEMM_F16_SKINNY32, matmul_coopmat2_gemm_f16_skinny32),
+        (Engine::Coopmat2Skinny32, Bf16) => {
+            tile!(MATMUL_COOPMAT2_GEMM_BF16_SKINNY32, matmul_coopmat2_gemm_bf16_skinny32)
+        }
+        (_, F16) => tile!(MATMUL_COOPMAT_GEMM_F16, matmul_coopmat_gemm_f16),
+        (_, Bf16) => tile!(MATMUL_COOPMAT_GEMM_BF16, matmul_coopmat_gemm_bf16),
     }
 }
 
@@ -394,6 +405,19 @@ mod tests {
     use vkformers_vk::{CoopMat2, CoopMatShape};
 
     use super::*;
+
+    /// Every engine's kernel is paired with the block its shader was compiled for (the grid and
+    /// the split checks size by it).
+    #[test]
+    fn blocks_are_the_shader_defines() {
+        for engine in Engine::ALL {
+            for elem in [Elem::F16, Elem::Bf16] {
+                let (k, bm, bn) = kernel(engine, elem);
+                let define = |d: &str| code::defines::value(k.name, d).unwrap_or_else(|| panic!("{}: {d}", k.name));
+                assert_eq!((define("BM"), define("BN")), (bm, bn), "{}", k.name);
+            }
+        }
+    }
 
     fn shape(t: &str) -> CoopMatShape {
         CoopMatShape {

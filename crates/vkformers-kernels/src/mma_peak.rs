@@ -45,13 +45,29 @@ const fn khr(name: &'static str, code: &'static KernelCode, fm: u64, fn_: u64) -
     }
 }
 
-/// Every probe (the shader's variants).
+// A probe of kernel `$code` with the sizes its variant defines (`$d`: its `code::defines` module).
+macro_rules! probe {
+    (cm2 $name:literal, $code:ident, $d:ident) => {
+        cm2(
+            $name,
+            &code::$code,
+            code::defines::$d::BM as u64,
+            code::defines::$d::BN as u64,
+            code::defines::$d::BK as u64,
+        )
+    };
+    (khr $name:literal, $code:ident, $d:ident) => {
+        khr($name, &code::$code, code::defines::$d::FM as u64, code::defines::$d::FN as u64)
+    };
+}
+
+/// Every probe (the shader's variants; the tests check each name states its variant's sizes).
 pub const PROBES: [Probe; 5] = [
-    cm2("cm2 128x128x32, 256 invocations", &code::MATMUL_MMA_PEAK_CM2, 128, 128, 32),
-    cm2("cm2 128x128x64, 128 invocations", &code::MATMUL_MMA_PEAK_CM2_T128, 128, 128, 64),
-    cm2("cm2 128x256x32, 256 invocations", &code::MATMUL_MMA_PEAK_CM2_WIDE, 128, 256, 32),
-    khr("khr 16x16x16, 4x2 fragments a subgroup", &code::MATMUL_MMA_PEAK_KHR, 4, 2),
-    khr("khr 16x16x16, 4x4 fragments a subgroup", &code::MATMUL_MMA_PEAK_KHR44, 4, 4),
+    probe!(cm2 "cm2 128x128x32, 256 invocations", MATMUL_MMA_PEAK_CM2, matmul_mma_peak_cm2),
+    probe!(cm2 "cm2 128x128x64, 128 invocations", MATMUL_MMA_PEAK_CM2_T128, matmul_mma_peak_cm2_t128),
+    probe!(cm2 "cm2 128x256x32, 256 invocations", MATMUL_MMA_PEAK_CM2_WIDE, matmul_mma_peak_cm2_wide),
+    probe!(khr "khr 16x16x16, 4x2 fragments a subgroup", MATMUL_MMA_PEAK_KHR, matmul_mma_peak_khr),
+    probe!(khr "khr 16x16x16, 4x4 fragments a subgroup", MATMUL_MMA_PEAK_KHR44, matmul_mma_peak_khr44),
 ];
 
 /// Whether the device can run `p` (bf16 cooperative matrices; cooperative matrix 2 for cm2).
@@ -79,4 +95,23 @@ pub fn record(
     dispatch(rec, p.code, &[], &[read(a), write(c)], &MatmulMmaPeakPush { iters }, [groups, 1, 1])?;
     rec.set_flops(p.flops_per_iter * f64::from(groups) * f64::from(iters));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each probe's label states the sizes of the variant it runs.
+    #[test]
+    fn names_state_the_variant_sizes() {
+        for p in PROBES {
+            let d = |n: &str| code::defines::value(p.code.name, n).unwrap_or_else(|| panic!("{}: {n}", p.code.name));
+            let want = if p.cm2 {
+                format!("{}x{}x{}, {} invocations", d("BM"), d("BN"), d("BK"), d("THREADS"))
+            } else {
+                format!("{}x{} fragments", d("FM"), d("FN"))
+            };
+            assert!(p.name.contains(&want), "{}: {want}", p.name);
+        }
+    }
 }

@@ -15,7 +15,7 @@ use crate::dtype::DType;
 use crate::launch::dispatch;
 
 /// Invocations per workgroup of every variant (`CM2_THREADS` of `shaders/attention/cm2.glsl`).
-const THREADS: u32 = 128;
+const THREADS: u32 = code::defines::attention_fwd_cm2_d64_f16::CM2_THREADS;
 
 /// True when this device can run [`forward_cm2`] and [`backward_cm2`] for `dtype` and head dim
 /// `d` (a pure function of `Caps`): cooperative matrix 2 with what the shaders use —
@@ -44,7 +44,7 @@ pub fn supported(caps: &Caps, dtype: DType, d: u32) -> bool {
 }
 
 /// Largest head dimension of the cm2 kernels (the FMA ones go to [`super::MAX_HEAD_DIM`]).
-const MAX_CM2_HEAD_DIM: u32 = 256;
+const MAX_CM2_HEAD_DIM: u32 = code::defines::attention_fwd_cm2_d256_f16::DMAX;
 
 /// Variant index by head dimension: d64, d128, d256 (no d576 tiles on tensor cores yet).
 fn cm2_dim_class(kernel: &str, d: u32) -> Result<usize> {
@@ -64,12 +64,33 @@ struct Kernel {
     plain: Option<[[&'static KernelCode; 3]; 2]>,
 }
 
+/// The f16 variants' tile rows (the tests check every variant of a class has the same).
+mod fwd {
+    pub use crate::code::defines::{
+        attention_fwd_cm2_d128_f16 as d128_f16, attention_fwd_cm2_d256_f16 as d256_f16,
+        attention_fwd_cm2_d64_f16 as d64_f16,
+    };
+}
+mod dq {
+    pub use crate::code::defines::{
+        attention_bwd_dq_cm2_d128_f16 as d128_f16, attention_bwd_dq_cm2_d256_f16 as d256_f16,
+        attention_bwd_dq_cm2_d64_f16 as d64_f16,
+    };
+}
+mod dkdv {
+    pub use crate::code::defines::{
+        attention_bwd_dkdv_cm2_d128_f16 as d128_f16, attention_bwd_dkdv_cm2_d256_f16 as d256_f16,
+        attention_bwd_dkdv_cm2_d64_f16 as d64_f16,
+    };
+}
+
+/// Query rows per workgroup.
 const FWD: Kernel = Kernel {
     codes: [
         [&code::ATTENTION_FWD_CM2_D64_F16, &code::ATTENTION_FWD_CM2_D128_F16, &code::ATTENTION_FWD_CM2_D256_F16],
         [&code::ATTENTION_FWD_CM2_D64_BF16, &code::ATTENTION_FWD_CM2_D128_BF16, &code::ATTENTION_FWD_CM2_D256_BF16],
     ],
-    rows: [64, 64, 32],
+    rows: [fwd::d64_f16::BR, fwd::d128_f16::BR, fwd::d256_f16::BR],
     plain: None,
 };
 
@@ -87,7 +108,7 @@ const DQ: Kernel = Kernel {
             &code::ATTENTION_BWD_DQ_CM2_D256_BF16,
         ],
     ],
-    rows: [64, 32, 32],
+    rows: [dq::d64_f16::BR, dq::d128_f16::BR, dq::d256_f16::BR],
     plain: Some([
         [
             &code::ATTENTION_BWD_DQ_CM2_D64_F16_PLAIN,
@@ -116,7 +137,7 @@ const DKDV: Kernel = Kernel {
             &code::ATTENTION_BWD_DKDV_CM2_D256_BF16,
         ],
     ],
-    rows: [64, 32, 32],
+    rows: [dkdv::d64_f16::BC, dkdv::d128_f16::BC, dkdv::d256_f16::BC],
     plain: Some([
         [
             &code::ATTENTION_BWD_DKDV_CM2_D64_F16_PLAIN,
@@ -160,12 +181,8 @@ fn tile_override(family: &str, chosen: (&'static KernelCode, u32)) -> Option<(&'
     let suffix = want.split(',').find_map(|kv| kv.strip_prefix(kind)?.strip_prefix('='))?;
     let name = format!("{}_{suffix}", chosen.0.name);
     let code = code::ALL.iter().find(|c| c.name == name)?;
-    let size = |tag: char| {
-        let at = suffix.find(tag)? + 1;
-        suffix[at..].chars().take_while(char::is_ascii_digit).collect::<String>().parse::<u32>().ok()
-    };
-    let rows = if kind == "dkdv" { size('c') } else { size('r') };
-    Some((code, rows.unwrap_or(chosen.1)))
+    let rows = code::defines::value(&name, if kind == "dkdv" { "BC" } else { "BR" })?;
+    Some((code, rows))
 }
 
 /// Specialization constant 1 of the forward kernel: `VKFORMERS_ATTENTION_PROBE` bits drop parts
@@ -368,6 +385,26 @@ mod tests {
     use vkformers_vk::CoopMat2;
 
     use super::*;
+
+    /// Every variant a table holds (plain or not, f16 or bf16) owns the rows per workgroup the
+    /// table sizes the grid by: BR for the forward and dq kernels, BC for dk/dv.
+    #[test]
+    fn tile_rows_are_the_shader_defines() {
+        for (k, define) in [(&FWD, "BR"), (&DQ, "BR"), (&DKDV, "BC")] {
+            let sets = std::iter::once(&k.codes).chain(k.plain.as_ref());
+            for code in sets.flat_map(|s| s.iter().flatten()) {
+                let class = [64, 128, 256].iter().position(|&d| code::defines::value(code.name, "DMAX") == Some(d));
+                let class = class.unwrap_or_else(|| panic!("{}: DMAX", code.name));
+                assert_eq!(code::defines::value(code.name, define), Some(k.rows[class]), "{}", code.name);
+                assert_eq!(code::defines::value(code.name, "CM2_THREADS"), Some(THREADS), "{}", code.name);
+                let flags = [("ATTN_CAUSAL", super::super::FLAG_CAUSAL), ("ATTN_KMASK", super::super::FLAG_KMASK)];
+                let flags = flags.into_iter().chain([("ATTN_ALIBI", super::super::FLAG_ALIBI)]);
+                for (name, bit) in flags.chain([("ATTN_SINKS", super::super::FLAG_SINKS)]) {
+                    assert_eq!(code::defines::value(code.name, name), Some(bit), "{}: {name}", code.name);
+                }
+            }
+        }
+    }
 
     fn h200() -> Caps {
         Caps {

@@ -27,13 +27,13 @@ use crate::dtype::DType;
 use crate::launch::{dispatch, dispatch_elems};
 use crate::rope::{Rope, RopeLayout};
 
-/// Query rows of one kv head per workgroup (BQ of decode.comp): a decode step's GQA group
-/// (G = 4..8 on most models) in one tile.
-/// Largest head dimension of the paged decode kernels (the forward/backward go to
-/// [`super::MAX_HEAD_DIM`]).
-pub const MAX_DECODE_HEAD_DIM: u32 = 256;
+/// Largest head dimension of the paged decode kernels (`DMAX` of the d256 variants; the
+/// forward/backward go to [`super::MAX_HEAD_DIM`]).
+pub const MAX_DECODE_HEAD_DIM: u32 = code::defines::attention_decode_d256::DMAX;
 
-const TILE_ROWS: u32 = 8;
+/// Query rows of one kv head per workgroup (`BQ` of decode.comp): a decode step's GQA group
+/// (G = 4..8 on most models) in one tile.
+const TILE_ROWS: u32 = code::defines::attention_decode_d128::BQ;
 /// Workgroups one dispatch should have before more splits stop paying (about two per SM on the
 /// largest GPUs). Each workgroup pays a fixed ~10 µs on the H200 whatever its keys (`vkformers
 /// bench decode` with every phase probed out), and the merge of the splits costs more: at batch
@@ -44,11 +44,11 @@ const TARGET_GROUPS: u32 = 256;
 /// no split has idle threads in its score pass. The old kernel's 32-key tiles took ~480 µs per
 /// call on an H200 (1.1B shape, batch 1: 8 workgroups of 256 keys, each key tile a serial
 /// chain of 6 barriers and per-thread loops over D and the tile): latency, not bandwidth.
-const MIN_SPLIT_KEYS: u32 = 128;
-/// Key tile (= threads) of the `_t64` variants, and the fewest keys of their splits.
-pub const SMALL_TILE: u32 = 64;
-/// Key tile of the main variants.
-pub const TILE: u32 = 128;
+const MIN_SPLIT_KEYS: u32 = TILE;
+/// Key tile (= threads, `NT`) of the `_t64` variants, and the fewest keys of their splits.
+pub const SMALL_TILE: u32 = code::defines::attention_decode_d64_t64::NT;
+/// Key tile (`NT`) of the main and fused variants.
+pub const TILE: u32 = code::defines::attention_decode_d128::NT;
 /// Unsplit workgroups (batch · kv heads · row tiles) below which a call of head dim ≤ 128 takes
 /// the 64-key tiles: batch 1 of a GQA model (4..8 kv heads) has far fewer workgroups than SMs,
 /// so each split's serial chain of tiles and barriers is the call's latency; halving it (and
@@ -57,14 +57,16 @@ const SMALL_TILE_GROUPS: u32 = 64;
 /// Most splits of one row.
 pub const MAX_SPLITS: u32 = 64;
 
-const FLAG_CAUSAL: u32 = 1;
-const FLAG_ALIBI: u32 = 4;
+/// Flag bits of decode.comp (the same in every variant, see the tests).
+use code::defines::attention_decode_d128 as flag_bits;
+const FLAG_CAUSAL: u32 = flag_bits::ATTN_CAUSAL;
+const FLAG_ALIBI: u32 = flag_bits::ATTN_ALIBI;
 /// K and V rows are read 8 elements per 16-byte load (D % 8 == 0, pools 16-byte aligned).
-const FLAG_WIDE: u32 = 8;
+const FLAG_WIDE: u32 = flag_bits::ATTN_WIDE;
 /// Learned sinks are read (folded by the unsplit workgroup, or by the merge of the splits).
-const FLAG_SINKS: u32 = 16;
+const FLAG_SINKS: u32 = flag_bits::DECODE_SINKS;
 /// `out.o16` is written (`DECODE_O16`).
-const FLAG_O16: u32 = 32;
+const FLAG_O16: u32 = flag_bits::DECODE_O16;
 
 /// Sizes of one decode-attention call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -693,6 +695,31 @@ mod tests {
     /// `splits_for` with the tile the small-tile policy picks.
     fn small_policy_splits(s: &DecodeShape, max_len: u32) -> u32 {
         splits_for(s, max_len, tile_keys_for(s, true))
+    }
+
+    /// Every kernel the tables hold was compiled with the key tile, query rows and head dim the
+    /// launcher sizes its grid and checks its inputs by.
+    #[test]
+    fn launcher_sizes_are_the_shader_defines() {
+        let define =
+            |k: &KernelCode, d: &str| code::defines::value(k.name, d).unwrap_or_else(|| panic!("{}: {d}", k.name));
+        let pairs = [DType::F32, DType::F16, DType::BF16].into_iter().flat_map(|dt| [(dt, dt), (dt, DType::F32)]);
+        for (dt, act) in pairs {
+            for d in [64, 128, MAX_DECODE_HEAD_DIM] {
+                let tiles = [(main_code(d, dt, act), TILE), (small_code(d, dt, act), SMALL_TILE)];
+                let fused = [(rope_code(d, dt, act), TILE)];
+                for (k, tile) in tiles.into_iter().chain(fused).filter_map(|(k, t)| Some((k?, t))) {
+                    assert_eq!(define(k, "NT"), tile, "{}", k.name);
+                    assert_eq!(define(k, "BQ"), TILE_ROWS, "{}", k.name);
+                    let flags = [("ATTN_CAUSAL", FLAG_CAUSAL), ("ATTN_ALIBI", FLAG_ALIBI), ("ATTN_WIDE", FLAG_WIDE)];
+                    let flags = flags.into_iter().chain([("DECODE_SINKS", FLAG_SINKS), ("DECODE_O16", FLAG_O16)]);
+                    for (name, bit) in flags {
+                        assert_eq!(define(k, name), bit, "{}: {name}", k.name);
+                    }
+                    assert!(define(k, "DMAX") >= d && define(k, "DMAX") <= MAX_DECODE_HEAD_DIM, "{}", k.name);
+                }
+            }
+        }
     }
 
     #[test]

@@ -27,10 +27,12 @@ use crate::code::{self, AttentionDecodeLatentPush};
 use crate::dtype::DType;
 use crate::launch::dispatch;
 
-/// Widest latent row the kernel takes (DeepSeek-V3's 512 + 64).
-pub const MAX_LATENT_DIM: u32 = 576;
-/// Query rows of one workgroup (QR of decode_latent.comp).
-const TILE_ROWS: u32 = 16;
+/// Widest latent row the kernel takes (DeepSeek-V3's 512 + 64: `DMAX` of the d576 variants).
+pub const MAX_LATENT_DIM: u32 = code::defines::attention_decode_latent_d576::DMAX;
+/// Widest row of the d320 variants (`DMAX`).
+const SMALL_LATENT_DIM: u32 = code::defines::attention_decode_latent_d320::DMAX;
+/// Query rows of one workgroup (`QR` of decode_latent.comp).
+const TILE_ROWS: u32 = code::defines::attention_decode_latent_d576::QR;
 /// Workgroups one call should have before more splits stop paying (as [`super::decode`]).
 const TARGET_GROUPS: u32 = 256;
 /// Fewest keys a split should own: the score and value passes of a split are serial over its
@@ -39,12 +41,14 @@ const MIN_SPLIT_KEYS: u32 = 64;
 /// Most splits of one row.
 pub const MAX_SPLITS: u32 = 64;
 
-const FLAG_CAUSAL: u32 = 1;
-const FLAG_ALIBI: u32 = 4;
+/// Flag bits of decode_latent.comp (the same in every variant, see the tests).
+use code::defines::attention_decode_latent_d576 as flag_bits;
+const FLAG_CAUSAL: u32 = flag_bits::ATTN_CAUSAL;
+const FLAG_ALIBI: u32 = flag_bits::ATTN_ALIBI;
 /// LATENT_WIDE of the kernel: the pool read with 16-byte loads, the next tile's in flight.
-const FLAG_WIDE: u32 = 32;
+const FLAG_WIDE: u32 = flag_bits::LATENT_WIDE;
 /// LATENT_QWIDE: q read 4 values a load.
-const FLAG_QWIDE: u32 = 64;
+const FLAG_QWIDE: u32 = flag_bits::LATENT_QWIDE;
 
 /// Whether calls may take the 16-byte-load paths: yes unless `VKFORMERS_LATENT_WIDE=0` (read
 /// once; forces the element path everywhere, for an A/B of the two on one binary).
@@ -158,8 +162,8 @@ fn main_code(d: u32, dt: DType, act: DType) -> Option<&'static KernelCode> {
         _ => return None,
     };
     match d {
-        1..=320 => Some(codes[row][0]),
-        321..=MAX_LATENT_DIM => Some(codes[row][1]),
+        1..=SMALL_LATENT_DIM => Some(codes[row][0]),
+        _ if d <= MAX_LATENT_DIM => Some(codes[row][1]),
         _ => None,
     }
 }
@@ -287,6 +291,26 @@ mod tests {
 
     fn shape(batch: u32, tq: u32, hq: u32) -> LatentShape {
         LatentShape { batch, tq, hq, d: 576, dv: 512, block_size: 16, num_blocks: 64, max_blocks: 8 }
+    }
+
+    /// Every kernel the table holds takes the rows it is picked for, in tiles of `TILE_ROWS`.
+    #[test]
+    fn launcher_sizes_are_the_shader_defines() {
+        let define =
+            |k: &KernelCode, d: &str| code::defines::value(k.name, d).unwrap_or_else(|| panic!("{}: {d}", k.name));
+        let pairs = [DType::F32, DType::F16, DType::BF16].into_iter().flat_map(|dt| [(dt, dt), (dt, DType::F32)]);
+        for (dt, act) in pairs {
+            for d in [1, SMALL_LATENT_DIM, SMALL_LATENT_DIM + 1, MAX_LATENT_DIM] {
+                let k = main_code(d, dt, act).expect("a kernel");
+                assert!(define(k, "DMAX") >= d, "{}", k.name);
+                assert_eq!(define(k, "QR"), TILE_ROWS, "{}", k.name);
+                let flags = [("ATTN_CAUSAL", FLAG_CAUSAL), ("ATTN_ALIBI", FLAG_ALIBI)];
+                for (name, bit) in flags.into_iter().chain([("LATENT_WIDE", FLAG_WIDE), ("LATENT_QWIDE", FLAG_QWIDE)]) {
+                    assert_eq!(define(k, name), bit, "{}: {name}", k.name);
+                }
+            }
+            assert!(main_code(MAX_LATENT_DIM + 1, dt, act).is_none());
+        }
     }
 
     #[test]

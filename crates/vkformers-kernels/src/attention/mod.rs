@@ -44,12 +44,14 @@ pub const LSE_MASKED: f32 = -1.0e30;
 
 /// Largest head dimension the fused forward and backward kernels support (DeepSeek's absorbed
 /// MLA head is 512 + 64 = 576).
-pub const MAX_HEAD_DIM: u32 = 576;
+pub const MAX_HEAD_DIM: u32 = code::defines::attention_fwd_d576::DMAX;
 
-const FLAG_CAUSAL: u32 = 1;
-const FLAG_KMASK: u32 = 2;
-const FLAG_ALIBI: u32 = 4;
-const FLAG_SINKS: u32 = 8;
+// Flag bits of attention.glsl (every forward and backward variant, see the tests).
+use code::defines::attention_fwd_d64 as flag_bits;
+const FLAG_CAUSAL: u32 = flag_bits::ATTN_CAUSAL;
+const FLAG_KMASK: u32 = flag_bits::ATTN_KMASK;
+const FLAG_ALIBI: u32 = flag_bits::ATTN_ALIBI;
+const FLAG_SINKS: u32 = flag_bits::ATTN_SINKS;
 use crate::launch::MAX_GROUPS_32 as MAX_GROUPS;
 
 /// Sizes of one attention call.
@@ -190,7 +192,8 @@ fn dim_class(kernel: &str, d: u32) -> Result<usize> {
 type Variants = [[&'static KernelCode; 4]; 3];
 
 /// Kernel variant by storage type and head dimension; `rows` are the tile rows of each head-dim
-/// class (the same for every storage type).
+/// class (the f32 variants' `BQ`, or `BK` for dk/dv: the same for every storage type, see the
+/// tests).
 fn pick(d: u32, dtype: DType, kernel: &str, codes: &Variants, rows: [u32; 4]) -> Result<Variant> {
     let class = dim_class(kernel, d)?;
     let by_dtype = match dtype {
@@ -217,7 +220,9 @@ fn fwd_variant(d: u32, dtype: DType) -> Result<Variant> {
             &code::ATTENTION_FWD_D576_BF16,
         ],
     ];
-    pick(d, dtype, "attention/fwd", &codes, [32, 32, 16, 8])
+    use code::defines::{attention_fwd_d128 as d128, attention_fwd_d256 as d256};
+    use code::defines::{attention_fwd_d576 as d576, attention_fwd_d64 as d64};
+    pick(d, dtype, "attention/fwd", &codes, [d64::BQ, d128::BQ, d256::BQ, d576::BQ])
 }
 
 fn dq_variant(d: u32, dtype: DType) -> Result<Variant> {
@@ -241,7 +246,9 @@ fn dq_variant(d: u32, dtype: DType) -> Result<Variant> {
             &code::ATTENTION_BWD_DQ_D576_BF16,
         ],
     ];
-    pick(d, dtype, "attention/bwd_dq", &codes, [32, 16, 8, 4])
+    use code::defines::{attention_bwd_dq_d128 as d128, attention_bwd_dq_d256 as d256};
+    use code::defines::{attention_bwd_dq_d576 as d576, attention_bwd_dq_d64 as d64};
+    pick(d, dtype, "attention/bwd_dq", &codes, [d64::BQ, d128::BQ, d256::BQ, d576::BQ])
 }
 
 fn dkdv_variant(d: u32, dtype: DType) -> Result<Variant> {
@@ -265,7 +272,9 @@ fn dkdv_variant(d: u32, dtype: DType) -> Result<Variant> {
             &code::ATTENTION_BWD_DKDV_D576_BF16,
         ],
     ];
-    pick(d, dtype, "attention/bwd_dkdv", &codes, [32, 16, 8, 4])
+    use code::defines::{attention_bwd_dkdv_d128 as d128, attention_bwd_dkdv_d256 as d256};
+    use code::defines::{attention_bwd_dkdv_d576 as d576, attention_bwd_dkdv_d64 as d64};
+    pick(d, dtype, "attention/bwd_dkdv", &codes, [d64::BK, d128::BK, d256::BK, d576::BK])
 }
 
 /// Checks that `v` holds `elems` f32 (or int32) values.
@@ -451,4 +460,35 @@ pub fn backward(
         write(g.dv),
     ];
     dispatch(rec, dkdv_var.code, &[], &dkdv_args, &p, dkdv_groups)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every variant the launchers pick takes the head dim it is picked for and owns the rows per
+    /// workgroup the grid is sized by: `BQ` query rows for the forward and dq kernels, `BK` key
+    /// rows for dk/dv.
+    #[test]
+    fn tile_rows_are_the_shader_defines() {
+        type Picker = fn(u32, DType) -> Result<Variant>;
+        let kernels: [(Picker, &str); 3] = [(fwd_variant, "BQ"), (dq_variant, "BQ"), (dkdv_variant, "BK")];
+        for (variant, rows) in kernels {
+            for dtype in [DType::F32, DType::F16, DType::BF16] {
+                for d in [1, 64, 65, 128, 129, 256, 257, MAX_HEAD_DIM] {
+                    let v = variant(d, dtype).expect("a variant");
+                    let define = |n: &str| {
+                        code::defines::value(v.code.name, n).unwrap_or_else(|| panic!("{}: {n}", v.code.name))
+                    };
+                    assert!(define("DMAX") >= d, "{} for d {d}", v.code.name);
+                    assert_eq!(define(rows), v.rows, "{}", v.code.name);
+                    let flags = [("ATTN_CAUSAL", FLAG_CAUSAL), ("ATTN_KMASK", FLAG_KMASK)];
+                    for (name, bit) in flags.into_iter().chain([("ATTN_ALIBI", FLAG_ALIBI), ("ATTN_SINKS", FLAG_SINKS)])
+                    {
+                        assert_eq!(define(name), bit, "{}: {name}", v.code.name);
+                    }
+                }
+            }
+        }
+    }
 }

@@ -14,13 +14,13 @@ use crate::code::MatmulGemvPush;
 use crate::glu::Glu;
 use crate::launch::{dispatch, err_named as err, MAX_GROUPS_32};
 
-/// Most rows of x one dispatch takes.
-pub const MAX_ROWS: u32 = 16;
+/// Most rows of x one dispatch takes (`MB` of the widest variants).
+pub const MAX_ROWS: u32 = code::defines::matmul_gemv_f32_m16::MB;
 
-/// Rows of W each workgroup owns (`R` in gemv.comp).
-const ROWS_PER_GROUP: u32 = 4;
-/// Threads per workgroup (`WG` in gemv.comp).
-const THREADS: u32 = 128;
+/// Rows of W each workgroup owns (`R` in gemv.comp; the same in every variant, see the tests).
+const ROWS_PER_GROUP: u32 = code::defines::matmul_gemv_f32_m1::R;
+/// Threads per workgroup of the GPU variants (`WG` in gemv.comp).
+const THREADS: u32 = code::defines::matmul_gemv_f32_m1::WG;
 
 /// One product `y = x · Wᵀ (+ bias)`. W is `[n, k]` packed (rows k elements apart); x rows
 /// are `ldx` f32 apart, y rows `ldy` f32 apart.
@@ -150,8 +150,8 @@ fn max_subgroups(caps: &Caps) -> u32 {
     THREADS / smallest.clamp(1, THREADS)
 }
 
-/// Threads of the `_cpu` variants' workgroups (`WG=8`): one llvmpipe subgroup.
-const CPU_THREADS: u32 = 8;
+/// Threads of the `_cpu` variants' workgroups (their `WG`): one llvmpipe subgroup.
+const CPU_THREADS: u32 = code::defines::matmul_gemv_f32_m1_cpu::WG;
 
 /// Whether to run the `_cpu` variants: a CPU device whose subgroups are always `CPU_THREADS`
 /// wide. llvmpipe runs the subgroups of a workgroup one after another as coroutines switched at
@@ -511,10 +511,10 @@ struct Prologue<'a> {
     wide: bool,
 }
 
-/// Flag bits of a normed input in gemv.comp.
-const NORMED: u32 = 1 << 6;
-const RESIDUAL: u32 = 1 << 9;
-const WRITE_NORMED: u32 = 1 << 10;
+/// Flag bits of a normed input in gemv.comp (the same in every variant, see the tests).
+const NORMED: u32 = code::defines::matmul_gemv_f32_m1::NORMED_BIT;
+const RESIDUAL: u32 = code::defines::matmul_gemv_f32_m1::RESIDUAL_BIT;
+const WRITE_NORMED: u32 = code::defines::matmul_gemv_f32_m1::WRITE_XN_BIT;
 
 /// Checks the views of a normed input (each inside its buffer) and makes its prologue.
 fn prologue<'a>(name: &str, d: &GemvDesc, x: BufferView<'a>, norm: &NormedInput<'a>) -> Result<Prologue<'a>> {
@@ -612,6 +612,28 @@ mod tests {
             subgroup_size: size,
             subgroup_size_min: min,
             ..Caps::default()
+        }
+    }
+
+    /// Every variant the launcher picks was compiled with the `MB`, `R` and `WG` it sizes the
+    /// grid, the partial sums and the subgroup count by.
+    #[test]
+    fn launcher_sizes_are_the_shader_defines() {
+        let define =
+            |k: &KernelCode, d: &str| code::defines::value(k.name, d).unwrap_or_else(|| panic!("{}: {d}", k.name));
+        for dtype in [DType::F32, DType::F16, DType::BF16] {
+            for m in [1, 3, 8, 16] {
+                for cpu in [false, true] {
+                    let k = kernel_for(dtype, m, cpu);
+                    assert_eq!(define(k, "MB"), row_bucket(m).1, "{}", k.name);
+                    assert_eq!(define(k, "R"), ROWS_PER_GROUP, "{}", k.name);
+                    assert_eq!(define(k, "WG"), if cpu { CPU_THREADS } else { THREADS }, "{}", k.name);
+                    let bits = [("NORMED_BIT", NORMED), ("RESIDUAL_BIT", RESIDUAL), ("WRITE_XN_BIT", WRITE_NORMED)];
+                    for (name, bit) in bits {
+                        assert_eq!(define(k, name), bit, "{}: {name}", k.name);
+                    }
+                }
+            }
         }
     }
 

@@ -60,12 +60,16 @@ pub enum Tile {
 }
 
 impl Tile {
-    /// (BM, BN) of a concrete tile.
+    /// (BM, BN) of a concrete tile: the f32 variant's defines in gemm.comp (every dtype's
+    /// variant of a tile has the same, see the tests).
     fn dims(self) -> (u32, u32) {
+        use code::defines::{matmul_gemm_f32_128x128 as t128, matmul_gemm_f32_128x128k16 as t128k16};
+        use code::defines::{matmul_gemm_f32_128x64 as t128x64, matmul_gemm_f32_64x64 as t64};
         match self {
-            Tile::T128x128 | Tile::T128x128K16 | Tile::Auto => (128, 128),
-            Tile::T128x64 => (128, 64),
-            Tile::T64x64 => (64, 64),
+            Tile::T128x128 | Tile::Auto => (t128::BM, t128::BN),
+            Tile::T128x128K16 => (t128k16::BM, t128k16::BN),
+            Tile::T128x64 => (t128x64::BM, t128x64::BN),
+            Tile::T64x64 => (t64::BM, t64::BN),
         }
     }
 }
@@ -375,4 +379,22 @@ pub fn gemm(
     dispatch(rec, kernel, &spec, &[read(a_sub), read(b_sub), read(bias_view), c_arg], &push, groups)?;
     rec.set_flops(flops(desc));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every variant the launcher picks was compiled with the (BM, BN) it sizes the grid by.
+    #[test]
+    fn tile_dims_are_the_shader_defines() {
+        let tiles = [Tile::Auto, Tile::T128x128, Tile::T128x128K16, Tile::T128x64, Tile::T64x64];
+        for dtype in [DType::F32, DType::F16, DType::BF16] {
+            for tile in tiles {
+                let k = kernel_for(dtype, tile);
+                let define = |d: &str| code::defines::value(k.name, d).unwrap_or_else(|| panic!("{}: {d}", k.name));
+                assert_eq!((define("BM"), define("BN")), tile.dims(), "{}", k.name);
+            }
+        }
+    }
 }

@@ -67,13 +67,19 @@ fn engine_tile(caps: &Caps, st: Storage, tile: GroupTile) -> GroupTile {
 /// The cooperative-matrix-2 kernel of a grouped product and its (BM, BN).
 fn cm2_kernel(st: Storage, wgrad: bool, big: bool) -> (&'static KernelCode, usize, usize) {
     let bf = st.a == DType::BF16;
+    // A kernel with the block (BM, BN) its shader is compiled for.
+    macro_rules! tile {
+        ($code:ident, $defines:ident) => {
+            (&code::$code, code::defines::$defines::BM as usize, code::defines::$defines::BN as usize)
+        };
+    }
     match (wgrad, big, bf) {
-        (true, _, true) => (&code::MOE_GROUPED_WGRAD_CM2_BF16, 128, 128),
-        (true, _, false) => (&code::MOE_GROUPED_WGRAD_CM2_F16, 128, 128),
-        (false, true, true) => (&code::MOE_GROUPED_ROWS_CM2_BF16_128, 128, 128),
-        (false, true, false) => (&code::MOE_GROUPED_ROWS_CM2_F16_128, 128, 128),
-        (false, false, true) => (&code::MOE_GROUPED_ROWS_CM2_BF16, 64, 128),
-        (false, false, false) => (&code::MOE_GROUPED_ROWS_CM2_F16, 64, 128),
+        (true, _, true) => tile!(MOE_GROUPED_WGRAD_CM2_BF16, moe_grouped_wgrad_cm2_bf16),
+        (true, _, false) => tile!(MOE_GROUPED_WGRAD_CM2_F16, moe_grouped_wgrad_cm2_f16),
+        (false, true, true) => tile!(MOE_GROUPED_ROWS_CM2_BF16_128, moe_grouped_rows_cm2_bf16_128),
+        (false, true, false) => tile!(MOE_GROUPED_ROWS_CM2_F16_128, moe_grouped_rows_cm2_f16_128),
+        (false, false, true) => tile!(MOE_GROUPED_ROWS_CM2_BF16, moe_grouped_rows_cm2_bf16),
+        (false, false, false) => tile!(MOE_GROUPED_ROWS_CM2_F16, moe_grouped_rows_cm2_f16),
     }
 }
 
@@ -108,6 +114,10 @@ fn wgrad_kernel(st: Storage, big: bool) -> Option<&'static KernelCode> {
     })
 }
 
+/// Tile edge (BM = BN) of the portable kernels' `_128` variants and of the others.
+const BIG_TILE: usize = code::defines::moe_grouped_rows_f32_128::BM as usize;
+const SMALL_TILE: usize = code::defines::moe_grouped_rows_f32::BM as usize;
+
 /// The kernel and its tile edge for `tile` (Auto: 128 when `fill` — the average extent of the
 /// output per expert along both dimensions — reaches 128 and a 128 variant exists).
 fn choose(
@@ -117,12 +127,12 @@ fn choose(
     fill: usize,
 ) -> Option<(&'static KernelCode, usize)> {
     let big = match tile {
-        GroupTile::Auto => fill >= 128 && pick(st, true).is_some(),
+        GroupTile::Auto => fill >= BIG_TILE && pick(st, true).is_some(),
         GroupTile::T64 => false,
         GroupTile::T128 => true,
         GroupTile::Coopmat2 => return None,
     };
-    pick(st, big).map(|k| (k, if big { 128 } else { 64 }))
+    pick(st, big).map(|k| (k, if big { BIG_TILE } else { SMALL_TILE }))
 }
 
 fn no_variant(st: Storage, tile: GroupTile) -> vkformers_vk::VkError {
@@ -207,4 +217,34 @@ pub fn grouped_wgrad(
 /// Floating-point operations of a grouped product over `rows` slots (2 per multiply-add).
 pub fn flops(rows: usize, inner: usize, cols: usize) -> f64 {
     2.0 * rows as f64 * inner as f64 * cols as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every kernel the tables pick has the square tile edge (BM = BN) or block the launcher
+    /// sizes the grid and the expert row tiles by.
+    #[test]
+    fn tiles_are_the_shader_defines() {
+        let define =
+            |k: &KernelCode, d: &str| code::defines::value(k.name, d).unwrap_or_else(|| panic!("{}: {d}", k.name));
+        let types = [DType::F32, DType::F16, DType::BF16];
+        let pairs = types.iter().flat_map(|&a| types.iter().map(move |&b| Storage { a, b }));
+        for st in pairs {
+            for pick in [rows_kernel as fn(Storage, bool) -> Option<&'static KernelCode>, wgrad_kernel] {
+                for tile in [GroupTile::T64, GroupTile::T128] {
+                    if let Some((k, edge)) = choose(pick, st, tile, 0) {
+                        assert_eq!((define(k, "BM"), define(k, "BN")), (edge as u32, edge as u32), "{}", k.name);
+                    }
+                }
+            }
+        }
+        for st in [Storage::both(DType::F16), Storage::both(DType::BF16)] {
+            for (wgrad, big) in [(false, false), (false, true), (true, false), (true, true)] {
+                let (k, bm, bn) = cm2_kernel(st, wgrad, big);
+                assert_eq!((define(k, "BM"), define(k, "BN")), (bm as u32, bn as u32), "{}", k.name);
+            }
+        }
+    }
 }

@@ -3,8 +3,9 @@
 //! tiles of 128 blocks into shared memory). Both add in increasing block order from zero: the
 //! same bits, so the choice is a matter of speed alone, a pure function of the shape.
 
-/// Columns per workgroup of `norm/col_sum_tiled` (its tiles are 128 blocks x 32 columns).
-pub(crate) const TILE_COLS: u32 = 32;
+/// Columns per workgroup of `norm/col_sum_tiled` (`COLS` of its shader; tiles of `ROWS` = 128
+/// blocks x 32 columns).
+pub(crate) const TILE_COLS: u32 = crate::code::defines::norm_col_sum_tiled_f32::COLS;
 /// Blocks at least for the tiled kernel: below, the serial chain is short anyway (split-K's
 /// 2..16 splits).
 const MIN_TILED_BLOCKS: u32 = 64;
@@ -39,6 +40,14 @@ fn serial_forced() -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every dtype's tiled kernel has the columns per workgroup the grid is sized by.
+    #[test]
+    fn tile_cols_are_the_shader_define() {
+        for name in ["norm/col_sum_tiled:f32", "norm/col_sum_tiled:f16", "norm/col_sum_tiled:bf16"] {
+            assert_eq!(crate::code::defines::value(name, "COLS"), Some(TILE_COLS), "{name}");
+        }
+    }
 
     #[test]
     fn norm_weight_gradients_are_tiled_and_split_k_stays_serial() {

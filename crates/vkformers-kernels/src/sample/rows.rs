@@ -13,15 +13,16 @@ use crate::code::SampleDrawRowsPush;
 use crate::dtype::DType;
 use crate::launch::{count, dispatch, err, expect_len, groups_per_item};
 
-/// u32 words of one row's parameters.
-pub const PARAM_WORDS: usize = 16;
-/// Alternatives a row's log-probabilities report at most (OpenAI's `top_logprobs` limit).
-pub const TOP_MAX: usize = 20;
+/// u32 words of one row's parameters (`PARAM_WORDS` of draw_rows.comp).
+pub const PARAM_WORDS: usize = code::defines::sample_draw_rows::PARAM_WORDS as usize;
+/// Alternatives a row's log-probabilities report at most (OpenAI's `top_logprobs` limit;
+/// `TOP_MAX` of draw_rows.comp).
+pub const TOP_MAX: usize = code::defines::sample_draw_rows::TOP_MAX as usize;
 /// f32 words of one row's log-probabilities: the chosen token's, then (id bits, logprob) pairs.
 pub const LOGPROB_WORDS: usize = 1 + 2 * TOP_MAX;
 /// The state bit of an id in the slot's history (prompt + generated); the bits below count how
 /// often it was generated.
-pub const HIST: u32 = 1 << 31;
+pub const HIST: u32 = code::defines::sample_draw_rows::HIST;
 
 /// One row's request.
 #[derive(Debug, Clone, Copy, PartialEq)]
