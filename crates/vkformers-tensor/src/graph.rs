@@ -284,9 +284,12 @@ impl<'c> Graph<'c> {
         // Profiling turned on while a batch without timestamps is open: submit that batch
         // (no wait), so what follows is recorded, and timed, in a new one; else the dispatches
         // recorded into it would be missing from the profile.
-        let untimed = self.rec.borrow().as_ref().is_some_and(|r| !r.is_timed() && !r.is_empty());
-        if untimed && self.profile.borrow().is_some() && self.ctx.caps().timestamps {
-            self.flush()?;
+        // (Checked only while profiling: `record` runs once a dispatch.)
+        if self.profile.borrow().is_some() {
+            let untimed = self.rec.borrow().as_ref().is_some_and(|r| !r.is_timed() && !r.is_empty());
+            if untimed && self.ctx.caps().timestamps {
+                self.flush()?;
+            }
         }
         let mut slot = self.rec.borrow_mut();
         if slot.is_none() {

@@ -127,15 +127,9 @@ fn backward(g: &Graph<'_>, kind: Glu, saved: &Saved, dout: &Tensor, ri: (usize, 
 
 /// `out = f(gate_up[.., :I]) * gate_up[.., I:]`; gate_up [.., 2I], out [.., I].
 pub fn glu_fused(g: &Graph<'_>, gate_up: &Tensor, kind: Glu) -> Result<Tensor> {
-    let two_inner = gate_up.last_dim();
-    if gate_up.shape().is_empty() || !two_inner.is_multiple_of(2) {
+    let Some((shape, rows, inner)) = fused_shape(gate_up) else {
         return Err(shape_error(format!("gate_up {:?} needs an even last dim", gate_up.shape())));
-    }
-    let (rows, inner) = (gate_up.rows(), two_inner / 2);
-    let mut shape = gate_up.shape().to_vec();
-    if let Some(last) = shape.last_mut() {
-        *last = inner;
-    }
+    };
     let out = g.output(&shape, &[gate_up])?;
     record_forward(g, kind, (gate_up, None), &out, (rows, inner))?;
     let saved = gate_up.clone();
@@ -161,20 +155,15 @@ pub fn glu_fused(g: &Graph<'_>, gate_up: &Tensor, kind: Glu) -> Result<Tensor> {
 /// that product takes 16-bit gradients, else in f32 with its 16-bit twin. The values are those
 /// of the separate path. Else (no autocast, inference, a checkpointed forward) [`glu_fused`].
 pub fn glu_fused_for_product(g: &Graph<'_>, gate_up: &Tensor, kind: Glu) -> Result<Tensor> {
-    let two_inner = gate_up.last_dim();
-    if let Some(out) = inference_half(g, gate_up, kind)? {
-        return Ok(out);
+    let shaped = fused_shape(gate_up).filter(|_| gate_up.dtype() == DType::F32);
+    let Some((shape, rows, inner)) = shaped else { return glu_fused(g, gate_up, kind) };
+    if let Some(dt) = crate::ops::cast::inference_half_output(g, rows) {
+        return inference_half(g, gate_up, kind, (&shape, rows, inner), dt);
     }
     let trains = g.grad_enabled() && !g.discarding_nodes() && gate_up.requires_grad();
-    let fits = gate_up.dtype() == DType::F32 && !gate_up.shape().is_empty() && two_inner.is_multiple_of(2);
-    let Some(dt) = g.autocast().filter(|_| trains && fits) else {
+    let Some(dt) = g.autocast().filter(|_| trains) else {
         return glu_fused(g, gate_up, kind);
     };
-    let (rows, inner) = (gate_up.rows(), two_inner / 2);
-    let mut shape = gate_up.shape().to_vec();
-    if let Some(last) = shape.last_mut() {
-        *last = inner;
-    }
     let (out, twin) = match crate::ops::cast::half_output_for_rows(g, rows) {
         Some(dt) => (g.output_as(&shape, dt, &[gate_up])?, None),
         None => {
@@ -238,22 +227,34 @@ fn halves(t: &Tensor, inner: usize) -> [Twin<'_>; 2] {
     [twin_of(t), Twin { view: up, dtype: t.dtype() }]
 }
 
-/// [`glu_fused_for_product`] in inference where down reads a 16-bit twin (a prefill, a decode
-/// step past the GEMV's rows, under autocast): the twin alone, no f32 `[.., I]` output (the
-/// largest of a prefill's per-column activations after gate_up itself). None elsewhere.
-fn inference_half(g: &Graph<'_>, gate_up: &Tensor, kind: Glu) -> Result<Option<Tensor>> {
+/// `(out shape, rows, inner)` of a fused GLU over `gate_up [.., 2I]` (out `[.., I]`), or None
+/// when gate_up has no dims or an odd last one.
+fn fused_shape(gate_up: &Tensor) -> Option<(Vec<usize>, usize, usize)> {
     let two_inner = gate_up.last_dim();
-    let shaped = !gate_up.shape().is_empty() && two_inner.is_multiple_of(2) && gate_up.dtype() == DType::F32;
-    let dt = crate::ops::cast::inference_half_output(g, gate_up.rows()).filter(|_| shaped && !g.grad_enabled());
-    let Some(dt) = dt else { return Ok(None) };
-    let (rows, inner) = (gate_up.rows(), two_inner / 2);
+    if gate_up.shape().is_empty() || !two_inner.is_multiple_of(2) {
+        return None;
+    }
     let mut shape = gate_up.shape().to_vec();
     if let Some(last) = shape.last_mut() {
-        *last = inner;
+        *last = two_inner / 2;
     }
-    let out = g.empty_as(&shape, dt)?;
+    Some((shape, gate_up.rows(), two_inner / 2))
+}
+
+/// [`glu_fused_for_product`] in inference where down reads a 16-bit twin (a prefill, a decode
+/// step past the GEMV's rows, under autocast: `cast::inference_half_output` gave `dt`): the
+/// twin alone, no f32 `[.., I]` output (the largest of a prefill's per-column activations after
+/// gate_up itself).
+fn inference_half(
+    g: &Graph<'_>,
+    gate_up: &Tensor,
+    kind: Glu,
+    (shape, rows, inner): (&[usize], usize, usize),
+    dt: DType,
+) -> Result<Tensor> {
+    let out = g.empty_as(shape, dt)?;
     g.record(|rec| k::forward_twin_only(rec, kind, (gate_up.view(), None), twin_of(&out), None, (rows, inner)))?;
-    Ok(Some(out))
+    Ok(out)
 }
 
 /// The forward kernel of separate gate and up (`up` given) or a fused gate_up, f32; under
