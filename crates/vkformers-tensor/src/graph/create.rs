@@ -80,11 +80,16 @@ impl Graph<'_> {
     /// row blocks through `view_rows`): a packed weight filled part by part at load, with no
     /// second copy of any part on the device.
     pub fn constant_uninit(&self, shape: &[usize], dtype: DType) -> Result<Tensor> {
+        Ok(as_source(self.lasting(shape, dtype)?))
+    }
+
+    /// An uninitialised tensor as long-lived as the model: exact size (16-bit storage padded to
+    /// whole 4-byte words), outside the pool (no size-class rounding), fresh memory.
+    fn lasting(&self, shape: &[usize], dtype: DType) -> Result<Tensor> {
         let n: usize = shape.iter().product();
         let bytes = (n.max(1) as u64 * dtype.bytes()).next_multiple_of(4);
-        // As long-lived as the model: exact size, outside the pool (no size-class rounding).
         let buf = self.ctx.exact_buffer(bytes, "tensor")?;
-        Ok(as_source(self.make_typed(buf, shape, dtype, false, false)))
+        Ok(self.make_typed(buf, shape, dtype, false, false))
     }
 
     /// Copies host bytes into `t`'s storage (the loader filling a packed weight's row blocks);
@@ -110,9 +115,7 @@ impl Graph<'_> {
     /// An uninitialised f32 tensor that lives for the whole run (an optimizer's moments): exact
     /// size, outside the buffer pool (no size-class rounding), fresh memory.
     pub fn empty_lasting(&self, shape: &[usize]) -> Result<Tensor> {
-        let n: usize = shape.iter().product();
-        let buf = self.ctx.exact_buffer(n.max(1) as u64 * 4, "tensor")?;
-        Ok(self.make_typed(buf, shape, DType::F32, false, false))
+        self.lasting(shape, DType::F32)
     }
 
     /// An uninitialised tensor of `dtype`. 16-bit storage is padded to whole 4-byte words
