@@ -16,6 +16,7 @@
 #   call 2 (the machine still warm): carry [".gl", ".dev/ab", ".dev/wheels"], `... PART=b bash .dev/ab/ab-suite.sh`
 #   call 3 if time is left (the prefill bisect): carry [".gl", ".dev/ab", ".dev/bis"], `... PART=c ...`
 #   tools/device/stage.sh back
+# One call only (device time for one): `PART=key` (below) runs the must-show figures first.
 # .dev/bis: xz'd release CLIs of ba19923 (the -j run's tree), 6af4688 and ba03eb7 for the prefill
 # bisect, 18 MB (part b's carry: tree ~19 + pack ~20 + 18 MiB, under 64; see
 # docs/bench/h200-2026-12-04-k/README.md); part c skips the bisect without it.
@@ -44,6 +45,31 @@ OLD_DECODE="VKFORMERS_FUSED_PROJ=0 VKFORMERS_PACKED_ROPE=0 VKFORMERS_NORM_GEMV=0
 if [[ -d .dev/wheels ]]; then
     python3 -m pip install -q --no-index --find-links .dev/wheels --target /tmp/oa-site openai > /tmp/pip.log 2>&1 || tail -3 /tmp/pip.log
     export PYTHONPATH=/tmp/oa-site${PYTHONPATH:+:$PYTHONPATH}
+fi
+# Part key: the issues' must-show figures alone, most important first, in one call of < 10 min
+# (for a session whose device time allows one call): generate and train beside PyTorch, the GEMM
+# beside cuBLAS, serve, the kernel tests never run on the H200, a batch-1 decode profile.
+if [[ $PART == key ]]; then
+    sec "generate: vkformers and transformers eager, one run (README table)"
+    python3 tools/bench/generate.py --vkformers "$V" --skip-compile --batches 1 8 64 --prefill-lens 512 2048 \
+        --warmup 1 --repeats 3 --json "$OUT/generate.json" 2>&1 | tail -14 | tee -a "$LOG"
+    sec "train: both shapes beside eager and torch.compile"
+    python3 tools/bench/train.py --vkformers "$V" --shapes 134m 1.1b --steps 10 --warmup 3 \
+        --json "$OUT/train.json" 2>&1 | tail -10 | tee -a "$LOG"
+    sec "gemm 8192^3 bf16 beside torch.matmul"
+    python3 tools/bench/gemm.py --vkformers "$V" --sizes 8192 --dtypes bf16 2>&1 | tail -4 | tee -a "$LOG"
+    sec "serve, clients over 8 processes"
+    python3 tools/bench/serve.py --shape 1.1b --vkformers "$V" --serve-args "--max-batch 64" --procs 8 \
+        --clients 64 --requests 256 --max-tokens 256 --prompt-spread 64 --json "$OUT/serve.json" 2>&1 |
+        tail -16 | tee -a "$LOG"
+    sec "kernel and decoder tests new since the last H200 run"
+    for n in inference_twin_ops inference_twins autocast prefill_rows embedding gemm_half_c gemm_coopmat \
+        train_casts; do TT=90 t $n; done
+    sec "b1 decode profile, 512 prompt"
+    "$V" generate --model "$M" --prompt-ids-file /tmp/b1.jsonl --max-new-tokens 128 --greedy --profile 2>&1 |
+        tail -24 >> "$LOG"
+    sec done
+    exit 0
 fi
 if [[ $PART == c ]]; then
     if [[ -d .dev/bis ]]; then
