@@ -54,8 +54,9 @@ pub const TILE: u32 = code::defines::attention_decode_d128::NT;
 /// so each split's serial chain of tiles and barriers is the call's latency; halving it (and
 /// doubling the splits) spreads a 640-key cache over 40 workgroups instead of 20.
 const SMALL_TILE_GROUPS: u32 = 64;
-/// Most splits of one row.
-pub const MAX_SPLITS: u32 = 64;
+/// Most splits of one row: the merge keeps every split's (m, l) and weight of a row tile in
+/// shared memory (`MERGE_SPLITS` a row).
+pub const MAX_SPLITS: u32 = code::defines::attention_decode_d128::MERGE_SPLITS;
 
 /// Flag bits of decode.comp (the same in every variant, see the tests).
 use code::defines::attention_decode_d128 as flag_bits;
