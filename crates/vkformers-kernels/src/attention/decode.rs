@@ -46,7 +46,11 @@ const TARGET_GROUPS: u32 = 256;
 fn target_groups() -> u32 {
     static GROUPS: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
     *GROUPS.get_or_init(|| {
-        std::env::var("VKFORMERS_DECODE_GROUPS").ok().and_then(|v| v.parse().ok()).filter(|&g| g > 0).unwrap_or(TARGET_GROUPS)
+        std::env::var("VKFORMERS_DECODE_GROUPS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&g| g > 0)
+            .unwrap_or(TARGET_GROUPS)
     })
 }
 /// Fewest keys a split should own: one tile of decode.comp (a key per thread, 128 threads), so
