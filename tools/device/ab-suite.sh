@@ -99,6 +99,10 @@ if [[ $PART == final ]]; then
             --procs 8 --clients 64 --requests 512 --max-tokens 256 --prompt-spread 64 --json "$OUT/serve-w$w.json" 2>&1 |
             tail -24 | tee -a "$LOG"
     done
+    sec "serve, warm-up on, admission hold on (VKFORMERS_ADMISSION_HOLD=1)"
+    VKFORMERS_ADMISSION_HOLD=1 python3 tools/bench/serve.py --shape 1.1b --vkformers "$V" --serve-args "--max-batch 64" \
+        --procs 8 --clients 64 --requests 512 --max-tokens 256 --prompt-spread 64 --json "$OUT/serve-hold.json" 2>&1 |
+        tail -24 | tee -a "$LOG"
     sec "b1 decode profile"
     "$V" generate --model "$M" --prompt-ids-file /tmp/b1.jsonl --max-new-tokens 128 --greedy --profile 2>&1 |
         tail -14 >> "$LOG"
