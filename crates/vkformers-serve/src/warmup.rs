@@ -6,22 +6,23 @@
 //!
 //! Two waves of `max_batch` requests each, run to their end one after the other:
 //! 1. the largest prefill forward the engine groups (`max_batch` rows of one prompt length, as
-//!    wide as [`MAX_PREFILL_TOKENS`] allows up to [`GPU_PROMPT`] columns), then a few decode
-//!    steps with every slot running, every row plain greedy (the device argmax, as a bench's
-//!    greedy clients run);
-//! 2. prompts of several lengths (several prefill forwards), greedy rows beside device-sampled
-//!    ones (temperature, top-k, top-p; penalties and log-probabilities on some), finishing after
-//!    different numbers of tokens, spread over the served models (the base and its adapters), so
-//!    the per-row sampler's and the adapters' pipelines are made and the decode runs at several
-//!    widths.
+//!    wide as [`MAX_PREFILL_TOKENS`] allows up to [`GPU_PROMPT`] columns), then two decode steps
+//!    with every slot running (both of the lookahead's output sets), every row plain greedy (the
+//!    device argmax, as a bench's greedy clients run);
+//! 2. prompts of several lengths (several prefill forwards of several sizes), greedy rows beside
+//!    device-sampled ones (temperature, top-k, top-p; penalties and log-probabilities on some),
+//!    spread over the served models (the base and its adapters), so the per-row sampler's and
+//!    the adapters' pipelines are made; after a full-width step the rows finish a few at a time,
+//!    so the decode also runs [`TAIL_WIDTHS`] rows (each of the GEMV's row buckets, 1, ≤ 4, ≤ 8,
+//!    ≤ 16, and the small GEMMs where the GEMV stops earlier).
 //!
 //! It leaves no trace: every request runs to its end (its KV blocks go back to the pools), the
 //! tokens go to a sink that drops them, the engine's counters are reset afterwards (`/metrics`
 //! never sees the warm-up: the server's counters are written only by the serving loop), the ids
 //! are the top of the id space (the server counts up from 0; the engine is idle afterwards
 //! anyway), and a request's draws depend only on its own seed, step and row, never on what ran
-//! before. On a CPU device (lavapipe: the tests) the prompts are short and every request takes
-//! two or three tokens: enough to make the pipelines.
+//! before. On a CPU device (lavapipe: the tests) the prompts are short and a wave takes at most
+//! [`CPU_ROWS`] rows: enough to make the pipelines, without a long start on a real model.
 
 use std::time::Instant;
 
@@ -38,11 +39,16 @@ const GPU_PROMPT: usize = 256;
 /// The prompt length on a CPU device: one aligned prefill column block.
 const CPU_PROMPT: usize = 8;
 
-/// New tokens of the first wave's requests.
-const NEW_TOKENS: usize = 2;
+/// Rows a wave takes at most on a CPU device: every row costs an aligned prefill of 64 columns
+/// there, and the GEMV's largest row bucket (16) is the widest decode variant worth making.
+const CPU_ROWS: usize = 16;
 
-/// The second wave's requests take up to this many tokens more (they finish at different steps).
-const EXTRA_TOKENS: usize = 2;
+/// New tokens of the first wave's requests, and of the second's before its tail.
+const NEW_TOKENS: usize = 3;
+
+/// Rows the second wave's last decode steps run, one step each (those below `max_batch`): row r
+/// takes one token more for each width above r.
+const TAIL_WIDTHS: [usize; 4] = [16, 8, 4, 1];
 
 /// Warm-up request ids count down from here (the server's count up from 0).
 const FIRST_ID: u64 = u64::MAX;
@@ -56,7 +62,7 @@ pub fn enabled(asked: bool) -> bool {
 /// The shape of a warm-up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Plan {
-    /// Requests per wave: every slot.
+    /// Requests per wave: every slot (at most [`CPU_ROWS`] on a CPU device).
     pub rows: usize,
     /// The first wave's prompt length (the second's are up to it).
     pub prompt: usize,
@@ -69,13 +75,19 @@ impl Plan {
     /// slot (a request's prompt and new tokens stay within it, so within `--max-model-len`), on a
     /// CPU device or not; None when a slot has no room for a prompt and the second wave's tokens.
     pub fn new(max_batch: usize, capacity: usize, cpu: bool) -> Option<Plan> {
-        let rows = max_batch.max(1);
+        let rows = if cpu { max_batch.clamp(1, CPU_ROWS) } else { max_batch.max(1) };
         // One forward of every row: `rows` prompts of width w within the engine's cap.
         let fits_cap = (MAX_PREFILL_TOKENS / rows) / ALIGN * ALIGN;
         let longest = if cpu { CPU_PROMPT } else { GPU_PROMPT.min(fits_cap.max(ALIGN)) };
         // Room for the second wave's longest request's new tokens.
-        let room = capacity.checked_sub(NEW_TOKENS + EXTRA_TOKENS).filter(|&r| r > 0)?;
+        let room = capacity.checked_sub(NEW_TOKENS + TAIL_WIDTHS.len()).filter(|&r| r > 0)?;
         Some(Plan { rows, prompt: longest.min(room), new_tokens: NEW_TOKENS })
+    }
+
+    /// The second wave's row `r`'s tokens after the full-width ones: one for each tail step that
+    /// runs it (a step of `w` rows runs rows 0..w, only when fewer than every row).
+    fn tail(&self, r: usize) -> usize {
+        TAIL_WIDTHS.iter().filter(|&&w| w < self.rows && r < w).count()
     }
 
     /// Both waves' requests for a model of `vocab` ids (every id below it).
@@ -95,7 +107,7 @@ impl Plan {
                 // Lengths spread over the first wave's: several prefill widths and groups.
                 let len = 1 + (r * 37) % self.prompt;
                 let kind = [Kind::Sampled, Kind::Penalised, Kind::Greedy, Kind::Greedy][r % 4];
-                let new = self.new_tokens + r % (EXTRA_TOKENS + 1);
+                let new = self.new_tokens + self.tail(r);
                 Request { id: id(1, r), prompt: ids(r, len), opts: options(kind, new, r) }
             })
             .collect();
@@ -192,14 +204,15 @@ mod tests {
     #[test]
     fn the_first_wave_fills_the_prefill_cap_up_to_a_modest_prompt() {
         // 64 slots: 64 rows of 256 columns, 16384 tokens, the engine's cap.
-        assert_eq!(Plan::new(64, 1024, false), Some(Plan { rows: 64, prompt: 256, new_tokens: 2 }));
+        assert_eq!(Plan::new(64, 1024, false), Some(Plan { rows: 64, prompt: 256, new_tokens: 3 }));
         // 128 slots: the cap leaves 128 columns a row.
         assert_eq!(Plan::new(128, 1024, false).unwrap().prompt, 128);
         // A short --max-model-len bounds prompt and new tokens.
-        assert_eq!(Plan::new(8, 100, false).unwrap().prompt, 96);
+        assert_eq!(Plan::new(8, 100, false).unwrap().prompt, 93);
         assert_eq!(Plan::new(8, 1024, true).unwrap().prompt, CPU_PROMPT);
-        assert_eq!(Plan::new(4, 5, true).unwrap().prompt, 1);
-        assert_eq!(Plan::new(4, 4, true), None);
+        assert_eq!(Plan::new(64, 1024, true).unwrap().rows, CPU_ROWS);
+        assert_eq!(Plan::new(4, 8, true).unwrap().prompt, 1);
+        assert_eq!(Plan::new(4, 7, true), None);
     }
 
     #[test]
@@ -215,5 +228,18 @@ mod tests {
             }
         }
         assert!(waves[1].iter().any(|r| r.opts.params.do_sample) && waves[1].iter().any(|r| !r.opts.params.do_sample));
+    }
+
+    #[test]
+    fn the_second_wave_ends_on_every_tail_width() {
+        let plan = Plan::new(64, 1024, false).unwrap();
+        let tokens: Vec<usize> = plan.waves(100)[1].iter().map(|r| r.opts.max_new_tokens).collect();
+        // Rows still running at each step after the full-width ones.
+        let running = |step: usize| tokens.iter().filter(|&&t| t > NEW_TOKENS + step).count();
+        assert_eq!((0..5).map(running).collect::<Vec<_>>(), [16, 8, 4, 1, 0]);
+        // Four slots: the tail runs 1 row after the four.
+        let plan = Plan::new(4, 1024, true).unwrap();
+        let tokens: Vec<usize> = plan.waves(100)[1].iter().map(|r| r.opts.max_new_tokens).collect();
+        assert_eq!(tokens, [NEW_TOKENS + 1, NEW_TOKENS, NEW_TOKENS, NEW_TOKENS]);
     }
 }
