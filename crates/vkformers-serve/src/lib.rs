@@ -10,6 +10,9 @@
 //!   429 queue full, 503 shutting down ([`error::ApiError`]).
 //! - `POST /v1/embeddings` instead of the generation routes when the model is an embedding model
 //!   ([`Config::embedder`]; `embeddings`).
+//! - Before it listens, the engine thread warms up on synthetic requests ([`warmup`]; off with
+//!   [`Config::warmup`] false or `VKFORMERS_SERVE_WARMUP=0`): the first clients find every
+//!   kernel's pipeline made.
 //! - `/health`, Prometheus `/metrics` ([`metrics::Metrics`]); on SIGTERM (or Ctrl-C) the server
 //!   answers 503 to new requests, finishes the running ones, then exits.
 

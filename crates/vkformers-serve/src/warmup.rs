@@ -1,8 +1,8 @@
 //! The engine's warm-up: before the server listens, the engine thread runs synthetic requests
 //! shaped like a first wave of clients, so that the first real requests do not pay what a fresh
 //! engine pays on its first work: every kernel variant's pipeline is created on first use
-//! (`vkformers_vk::pipeline`), the graph's memory pools and the KV cache's first growth, the
-//! device choosers' buffers.
+//! (`vkformers_vk::pipeline`), the graph's memory pools grow to the widest forward, the device
+//! choosers and the per-row sampler are made with their buffers.
 //!
 //! Two waves of `max_batch` requests each, run to their end one after the other:
 //! 1. the largest prefill forward the engine groups (`max_batch` rows of one prompt length, as
