@@ -6,14 +6,14 @@
 //!
 //! Two waves of `max_batch` requests each, run to their end one after the other:
 //! 1. the largest prefill forward the engine groups (`max_batch` rows of one prompt length, as
-//!    wide as [`MAX_PREFILL_TOKENS`] allows up to [`GPU_PROMPT`] columns), then two decode steps
+//!    wide as [`MAX_PREFILL_TOKENS`] allows up to `GPU_PROMPT` columns), then two decode steps
 //!    with every slot running (both of the lookahead's output sets), every row plain greedy (the
 //!    device argmax, as a bench's greedy clients run);
 //! 2. prompts of several lengths (several prefill forwards of several sizes), greedy rows beside
 //!    device-sampled ones (temperature, top-k, top-p; penalties and log-probabilities on some),
 //!    spread over the served models (the base and its adapters), so the per-row sampler's and
 //!    the adapters' pipelines are made; after a full-width step the rows finish a few at a time,
-//!    so the decode also runs [`TAIL_WIDTHS`] rows (each of the GEMV's row buckets, 1, ≤ 4, ≤ 8,
+//!    so the decode also runs `TAIL_WIDTHS` rows (each of the GEMV's row buckets, 1, ≤ 4, ≤ 8,
 //!    ≤ 16, and the small GEMMs where the GEMV stops earlier).
 //!
 //! It leaves no trace: every request runs to its end (its KV blocks go back to the pools), the
@@ -22,7 +22,7 @@
 //! are the top of the id space (the server counts up from 0; the engine is idle afterwards
 //! anyway), and a request's draws depend only on its own seed, step and row, never on what ran
 //! before. On a CPU device (lavapipe: the tests) the prompts are short and a wave takes at most
-//! [`CPU_ROWS`] rows: enough to make the pipelines, without a long start on a real model.
+//! `CPU_ROWS` rows: enough to make the pipelines, without a long start on a real model.
 
 use std::time::Instant;
 
@@ -62,7 +62,7 @@ pub fn enabled(asked: bool) -> bool {
 /// The shape of a warm-up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Plan {
-    /// Requests per wave: every slot (at most [`CPU_ROWS`] on a CPU device).
+    /// Requests per wave: every slot (at most `CPU_ROWS` on a CPU device).
     pub rows: usize,
     /// The first wave's prompt length (the second's are up to it).
     pub prompt: usize,
