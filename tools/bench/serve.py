@@ -276,6 +276,8 @@ def main() -> None:
             "latency_p99_s": percentile([r["latency"] for r in done], 99),
         }
         report.update(warmup)
+        if "vkformers_warmup_seconds" in before:  # also known for a server started elsewhere
+            report["warmup_s"] = before["vkformers_warmup_seconds"]
         report.update(ttft_by_wave(records, args.clients))
         after = metrics(base_url)
         for key, name in [("prefill_forwards", "vkformers_prefill_forwards_total"),

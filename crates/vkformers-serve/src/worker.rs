@@ -148,6 +148,7 @@ fn warm_up(g: &Graph<'_>, engine: &mut Engine<'_>, vocab: usize, setup: &Setup, 
     };
     let summary = warmup::run(g, engine, (vocab, setup.adapters.len()), &plan).map_err(|e| e.to_string())?;
     eprintln!("vkformers serve: {summary}");
+    setup.metrics.warmup_millis.store(summary.millis.ceil() as u64, Ordering::Relaxed);
     Ok(())
 }
 

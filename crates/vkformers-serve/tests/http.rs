@@ -429,6 +429,8 @@ fn the_warm_up_leaves_no_trace() {
         assert_eq!(gauge(&warm, name), 0.0, "{name} after the warm-up");
     }
     assert!(gauge(&warm, "vkformers_kv_blocks_total") > 0.0, "the pools are published before listening");
+    // (It ran: not with VKFORMERS_SERVE_WARMUP=0 in the environment.)
+    assert!(gauge(&warm, "vkformers_warmup_seconds") > 0.0, "the warm-up ran");
     let prompt = [1u32, 44, 73, 84];
     let greedy = json!({"model": "tiny", "prompt": prompt, "max_tokens": 10, "temperature": 0, "logprobs": 3});
     let sampled = json!({"model": "tiny", "prompt": prompt, "max_tokens": 10, "temperature": 1.3, "top_p": 0.9,
@@ -453,6 +455,7 @@ fn the_warm_up_leaves_no_trace() {
         c.max_batch = 8;
         c.warmup = false;
     });
+    assert_eq!(gauge(&cold, "vkformers_warmup_seconds"), 0.0, "no warm-up");
     let want = answers(&cold);
     cold.stop().unwrap();
     assert_eq!(got, want, "with the warm-up vs without it: same tokens, log-probabilities and draws");
