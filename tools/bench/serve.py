@@ -5,7 +5,10 @@ N concurrent clients send a fixed number of streamed completions (random token-i
 --prompt-len ± --prompt-spread tokens, greedy unless --temperature; --top-p, --top-k and the
 penalties sample on the server's device like any request) and the run reports throughput
 (generated tokens/s over the wall time, requests/s), time to first token and latency, p50/p99,
-the prefill forwards the server ran (requests arriving together share them) and the rows it
+the time to first token of the first wave (the first --clients requests sent: the server's first
+work) apart from the rest's, with maxima (the --json file also lists every request's send time
+and time to first token in the order sent), the server's warm-up (requests, prefill forwards, ms:
+`vkformers serve` warms up before listening unless given --no-warmup), the prefill forwards the server ran (requests arriving together share them) and the rows it
 chose on the host (0: every token chosen on the device). Every request asks for usage, so the
 token counts are the server's.
 
@@ -51,9 +54,14 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import openai
-
 REPO = Path(__file__).resolve().parents[2]
+
+
+def openai_client(base_url: str, api_key: str, timeout: float):
+    """The official client (imported here: --help works without the package)."""
+    import openai
+
+    return openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=timeout)
 
 
 def percentile(xs: list[float], p: float) -> float:
@@ -64,18 +72,24 @@ def percentile(xs: list[float], p: float) -> float:
     return xs[k]
 
 
-def start_server(args) -> tuple[subprocess.Popen, str]:
+def start_server(args) -> tuple[subprocess.Popen, str, dict]:
+    """The server, its base URL, and its warm-up line's numbers (empty when it ran none)."""
     exe = args.vkformers or str(REPO / "target" / "release" / "vkformers")
     if not Path(exe).exists():
         exe = str(REPO / "target" / "debug" / "vkformers")
     cmd = [exe, "serve", "--model", args.model, "--port", "0", *shlex.split(args.serve_args)]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    warmup = {}
     for line in proc.stderr:
         sys.stderr.write(line)
+        w = re.search(r"warm-up: (\d+) requests, (\d+) prefill forwards, (\d+) ms", line)
+        if w:
+            warmup = {"warmup_requests": int(w.group(1)), "warmup_prefill_forwards": int(w.group(2)),
+                      "warmup_ms": int(w.group(3))}
         m = re.search(r"listening on (http://\S+)", line)
         if m:
             threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
-            return proc, m.group(1) + "/v1"
+            return proc, m.group(1) + "/v1", warmup
     raise SystemExit(f"vkformers serve exited ({proc.wait()}) before listening")
 
 
@@ -101,7 +115,9 @@ def build_shape(shape: str, workdir: str | None) -> Path:
 
 
 def one(client, model, req, cancel_after):
-    """Streams one completion; returns its record. `cancel_after`: close after that many chunks."""
+    """Streams one completion; returns its record. `cancel_after`: close after that many chunks.
+    `sent`: when it was sent (wall clock, comparable between client processes)."""
+    sent = time.time()
     t0 = time.perf_counter()
     ttft, text, tokens, finish, chunks = None, "", 0, None, 0
     stream = client.completions.create(model=model, prompt=req["prompt"], max_tokens=req["max_tokens"],
@@ -120,9 +136,29 @@ def one(client, model, req, cancel_after):
         chunks += 1
         if cancel_after is not None and chunks >= cancel_after:
             stream.close()
-            return {"cancelled": True, "ttft": ttft, "latency": time.perf_counter() - t0, "tokens": 0, "text": None}
+            return {"cancelled": True, "ttft": ttft, "latency": time.perf_counter() - t0, "tokens": 0, "text": None,
+                    "sent": sent}
     return {"cancelled": False, "ttft": ttft, "latency": time.perf_counter() - t0, "tokens": tokens, "text": text,
-            "finish": finish}
+            "finish": finish, "sent": sent}
+
+
+def ttft_by_wave(records: list[dict], clients: int) -> dict:
+    """Time to first token of the first wave (the first `clients` requests sent: the server's
+    first work, which pays whatever a cold server pays) apart from the rest, with the maxima, and
+    every request's (seconds after the first was sent, time to first token) in the order sent.
+    Cancelled requests count too (they had their first token)."""
+    sent = sorted((r for r in records if r["ttft"] is not None), key=lambda r: r["sent"])
+    if not sent:
+        return {}
+    first, rest = [r["ttft"] for r in sent[:clients]], [r["ttft"] for r in sent[clients:]]
+    return {
+        "ttft_max_s": max(first + rest),
+        "ttft_first_wave_p50_s": percentile(first, 50), "ttft_first_wave_p99_s": percentile(first, 99),
+        "ttft_first_wave_max_s": max(first),
+        "ttft_rest_p50_s": percentile(rest, 50), "ttft_rest_p99_s": percentile(rest, 99),
+        "ttft_rest_max_s": max(rest, default=float("nan")),
+        "ttft_by_arrival": [[round(r["sent"] - sent[0]["sent"], 4), round(r["ttft"], 4)] for r in sent],
+    }
 
 
 def requests(args, vocab: int) -> list[dict]:
@@ -140,7 +176,7 @@ def requests(args, vocab: int) -> list[dict]:
 def client_slice(job) -> list[dict]:
     """One client process's share: its own `openai` client, `threads` concurrent streams."""
     base_url, api_key, timeout, model, threads, work = job
-    client = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=timeout)
+    client = openai_client(base_url, api_key, timeout)
     with ThreadPoolExecutor(max_workers=threads) as pool:
         return list(pool.map(lambda rc: one(client, model, rc[0], rc[1]), work))
 
@@ -213,13 +249,14 @@ def main() -> None:
         ap.error("give --model (and --base-url for a running server)")
     proc = None
     base_url = args.base_url
+    warmup = {}
     if base_url is None:
-        proc, base_url = start_server(args)
+        proc, base_url, warmup = start_server(args)
     model = args.model_name or args.model
     vocab = args.vocab
     if vocab is None:
         vocab = json.loads((Path(args.model) / "config.json").read_text())["vocab_size"] if args.model else 256
-    client = openai.OpenAI(base_url=base_url, api_key=args.api_key, max_retries=0, timeout=args.timeout)
+    client = openai_client(base_url, args.api_key, args.timeout)
     try:
         reqs = requests(args, vocab)
         rng = random.Random(args.seed + 1)
@@ -238,6 +275,10 @@ def main() -> None:
             "latency_p50_s": percentile([r["latency"] for r in done], 50),
             "latency_p99_s": percentile([r["latency"] for r in done], 99),
         }
+        report.update(warmup)
+        if "vkformers_warmup_seconds" in before:  # also known for a server started elsewhere
+            report["warmup_s"] = before["vkformers_warmup_seconds"]
+        report.update(ttft_by_wave(records, args.clients))
         after = metrics(base_url)
         for key, name in [("prefill_forwards", "vkformers_prefill_forwards_total"),
                           ("host_sampled_rows", "vkformers_host_sampled_rows_total")]:
@@ -274,7 +315,8 @@ def main() -> None:
             report["mismatched_vs_alone"] = len(mismatched)
             ok &= not mismatched
         report["ok"] = ok
-        print(json.dumps(report, indent=2))
+        # Every request's time to first token goes to the JSON file only.
+        print(json.dumps({k: v for k, v in report.items() if k != "ttft_by_arrival"}, indent=2))
         if args.json:
             Path(args.json).write_text(json.dumps(report, indent=2))
         if not ok:

@@ -42,6 +42,15 @@ pub struct Args {
     /// Request bodies larger than this many bytes get 413.
     #[arg(long, default_value_t = vkformers_serve::DEFAULT_MAX_BODY_BYTES, value_parser = crate::ranges::at_least_one)]
     max_body_bytes: usize,
+    /// Before listening, run a few synthetic requests as wide as the engine batches (the largest
+    /// prefill forward, decode steps with every slot, greedy and sampled rows) so that the first
+    /// clients do not pay the kernels' pipeline creation; its counts never reach /metrics
+    /// (default; VKFORMERS_SERVE_WARMUP=0 also turns it off).
+    #[arg(long, overrides_with = "no_warmup")]
+    warmup: bool,
+    /// Listen at once, without the warm-up.
+    #[arg(long, overrides_with = "warmup")]
+    no_warmup: bool,
     #[command(flatten)]
     dtype: crate::precision::DtypeArgs,
 }
@@ -81,6 +90,7 @@ pub fn run(selector: &DeviceSelector, args: &Args) -> anyhow::Result<ExitCode> {
         max_queue: args.max_queue,
         max_model_len: args.max_model_len,
         max_body_bytes: args.max_body_bytes,
+        warmup: !args.no_warmup,
         on_listen: None,
         stop: None,
     };

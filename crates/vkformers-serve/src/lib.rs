@@ -10,6 +10,9 @@
 //!   429 queue full, 503 shutting down ([`error::ApiError`]).
 //! - `POST /v1/embeddings` instead of the generation routes when the model is an embedding model
 //!   ([`Config::embedder`]; `embeddings`).
+//! - Before it listens, the engine thread warms up on synthetic requests ([`warmup`]; off with
+//!   [`Config::warmup`] false or `VKFORMERS_SERVE_WARMUP=0`): the first clients find every
+//!   kernel's pipeline made.
 //! - `/health`, Prometheus `/metrics` ([`metrics::Metrics`]); on SIGTERM (or Ctrl-C) the server
 //!   answers 503 to new requests, finishes the running ones, then exits.
 
@@ -21,6 +24,7 @@ mod respond;
 mod routes;
 pub mod shared_base;
 mod state;
+pub mod warmup;
 pub mod worker;
 
 use std::net::SocketAddr;
@@ -69,6 +73,9 @@ pub struct Config {
     /// Prompt plus new tokens at most (None: the model's context).
     pub max_model_len: Option<usize>,
     pub max_body_bytes: usize,
+    /// Warm the engine up before listening (`warmup`; `VKFORMERS_SERVE_WARMUP=0` turns it off
+    /// too): the first requests then find every kernel's pipeline made.
+    pub warmup: bool,
     /// Told the address once the server listens (port 0 picks a free one).
     pub on_listen: Option<Box<dyn FnOnce(SocketAddr) + Send>>,
     /// Besides SIGTERM and Ctrl-C: draining starts when this fires (tests, embedding).
@@ -131,6 +138,7 @@ pub fn run(mut config: Config) -> Result<(), ServeError> {
                 capacity: max_len.min(INITIAL_POSITIONS_PER_SLOT),
                 tokenizer: tokenizer.clone(),
                 metrics: metrics.clone(),
+                warmup: warmup::enabled(config.warmup),
             };
             let (handle, vocab) = worker::spawn(setup, rx)?;
             (handle, vocab, None)

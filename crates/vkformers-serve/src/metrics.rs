@@ -43,6 +43,8 @@ pub struct Metrics {
     /// once), and the device memory held once they were loaded.
     pub weight_bytes: AtomicU64,
     pub device_memory_bytes: AtomicU64,
+    /// Milliseconds the engine warmed up before the server listened (0: no warm-up).
+    pub warmup_millis: AtomicU64,
     /// Requests accepted and not yet finished or cancelled (queued or running): the handlers
     /// admit a request only while this stays within `max_batch + max_queue`.
     pub outstanding: AtomicUsize,
@@ -120,7 +122,12 @@ impl Metrics {
                 load64(&self.device_memory_bytes),
             ),
         ];
-        for (name, help, v) in gauges.into_iter().chain(memory) {
+        let warmup = (
+            "vkformers_warmup_seconds",
+            "Seconds the engine warmed up before listening (0: none).",
+            load64(&self.warmup_millis) * 1e-3,
+        );
+        for (name, help, v) in gauges.into_iter().chain(memory).chain([warmup]) {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
         }
         let counters = [

@@ -23,7 +23,7 @@ use vkformers_vk::{Context, DeviceSelector};
 
 use crate::error::ServeError;
 use crate::metrics::Metrics;
-use crate::shared_base;
+use crate::{shared_base, warmup};
 
 /// Loads the base model on `g` (once: adapters attach onto its tensors, see `shared_base`).
 pub type Loader = Box<dyn Fn(&Graph<'_>) -> Result<Model, String> + Send>;
@@ -79,6 +79,8 @@ pub struct Setup {
     pub capacity: usize,
     pub tokenizer: Arc<HfTokenizer>,
     pub metrics: Arc<Metrics>,
+    /// Run the warm-up (`crate::warmup`) before telling the server it may listen.
+    pub warmup: bool,
 }
 
 /// Starts the engine thread and waits until its models are loaded; returns the thread and the
@@ -118,15 +120,36 @@ fn run(setup: Setup, commands: Receiver<Command>, ready: Sender<Result<usize, St
     if let Some(m) = models.first() {
         g.set_autocast(Some(m.weight_dtype()));
     }
-    let engine = match Engine::with_models(&g, models.iter().collect(), setup.max_batch, setup.capacity) {
+    let mut engine = match Engine::with_models(&g, models.iter().collect(), setup.max_batch, setup.capacity) {
         Ok(e) => e,
         Err(e) => return drop(ready.send(Err(format!("creating the KV cache: {e}")))),
     };
-    let _ = ready.send(Ok(models.first().map_or(0, |m| m.spec.vocab)));
+    let vocab = models.first().map_or(0, |m| m.spec.vocab);
+    // Before the word that lets the server listen: no request meets a cold engine.
+    if setup.warmup {
+        let cpu = ctx.caps().device_type == "cpu";
+        if let Err(e) = warm_up(&g, &mut engine, vocab, &setup, cpu) {
+            return drop(ready.send(Err(format!("the warm-up failed: {e} (--no-warmup skips it)"))));
+        }
+    }
     let detok = Detokenizer::new(&setup.tokenizer);
     let mut loop_state =
         Loop { engine, requests: HashMap::new(), tok: &setup.tokenizer, detok: &detok, metrics: &setup.metrics };
+    loop_state.publish();
+    let _ = ready.send(Ok(vocab));
     loop_state.serve(&g, &commands);
+}
+
+/// Runs the warm-up (`crate::warmup`) on the idle engine and logs what it ran.
+fn warm_up(g: &Graph<'_>, engine: &mut Engine<'_>, vocab: usize, setup: &Setup, cpu: bool) -> Result<(), String> {
+    let Some(plan) = warmup::Plan::new(setup.max_batch, setup.capacity, cpu) else {
+        eprintln!("vkformers serve: warm-up skipped (a slot holds {} positions)", setup.capacity);
+        return Ok(());
+    };
+    let summary = warmup::run(g, engine, (vocab, setup.adapters.len()), &plan).map_err(|e| e.to_string())?;
+    eprintln!("vkformers serve: {summary}");
+    setup.metrics.warmup_millis.store(summary.millis.ceil() as u64, Ordering::Relaxed);
+    Ok(())
 }
 
 /// The served models: the base uploaded once, each adapter's model sharing its tensors; publishes

@@ -59,6 +59,7 @@ fn start(tweak: impl FnOnce(&mut Config)) -> Server {
         max_queue: 16,
         max_model_len: None,
         max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+        warmup: true,
         on_listen: Some(Box::new(move |a| addr_tx.send(a).unwrap())),
         stop: Some(stop_rx),
     };
@@ -402,4 +403,61 @@ fn two_adapters_and_the_base_share_one_upload_and_give_their_own_tokens() {
     });
     assert_eq!(got, want, "base, `plain` and `saved` served at once vs each loaded alone");
     server.stop().unwrap();
+}
+
+/// The warm-up (on by default) leaves no trace: once the server listens nothing runs, no KV block
+/// is held and no counter counts its work; a greedy completion's tokens and log-probabilities and
+/// a seeded, penalised one's draws (two choices: slots 0 and 1, where the warm-up ran penalised
+/// rows) are those of a server started without it (and the greedy text that of
+/// `generate_continuous`).
+#[test]
+fn the_warm_up_leaves_no_trace() {
+    let warm = start(|c| c.max_batch = 8);
+    for name in [
+        "vkformers_running_requests",
+        "vkformers_queue_depth",
+        "vkformers_kv_blocks_in_use",
+        "vkformers_prefill_forwards_total",
+        "vkformers_prompt_tokens_total",
+        "vkformers_generated_tokens_total",
+        "vkformers_requests_finished_total",
+        "vkformers_host_sampled_rows_total",
+        "vkformers_engine_steps_total",
+        "vkformers_engine_step_seconds_total",
+        "vkformers_time_to_first_token_seconds_count",
+    ] {
+        assert_eq!(gauge(&warm, name), 0.0, "{name} after the warm-up");
+    }
+    assert!(gauge(&warm, "vkformers_kv_blocks_total") > 0.0, "the pools are published before listening");
+    // (It ran: not with VKFORMERS_SERVE_WARMUP=0 in the environment.)
+    assert!(gauge(&warm, "vkformers_warmup_seconds") > 0.0, "the warm-up ran");
+    let prompt = [1u32, 44, 73, 84];
+    let greedy = json!({"model": "tiny", "prompt": prompt, "max_tokens": 10, "temperature": 0, "logprobs": 3});
+    let sampled = json!({"model": "tiny", "prompt": prompt, "max_tokens": 10, "temperature": 1.3, "top_p": 0.9,
+        "seed": 5, "logprobs": 2, "n": 2, "presence_penalty": 0.7, "frequency_penalty": 0.3});
+    let answers = |server: &Server| -> Vec<Value> {
+        [&greedy, &sampled]
+            .map(|b| {
+                let (status, r) = call(&server.url("/v1/completions"), Some(&b.to_string()), None);
+                assert_eq!(status, 200, "{r}");
+                r["choices"].clone()
+            })
+            .to_vec()
+    };
+    let got = answers(&warm);
+    assert!(gauge(&warm, "vkformers_prefill_forwards_total") <= 3.0, "only the three choices' prefills");
+    let tokens: usize =
+        got.iter().flat_map(|c| c.as_array().unwrap()).map(|c| c["logprobs"]["tokens"].as_array().unwrap().len()).sum();
+    assert_eq!(gauge(&warm, "vkformers_generated_tokens_total"), tokens as f64, "only the three choices' tokens");
+    assert_eq!(gauge(&warm, "vkformers_time_to_first_token_seconds_count"), 3.0);
+    warm.stop().unwrap();
+    let cold = start(|c| {
+        c.max_batch = 8;
+        c.warmup = false;
+    });
+    assert_eq!(gauge(&cold, "vkformers_warmup_seconds"), 0.0, "no warm-up");
+    let want = answers(&cold);
+    cold.stop().unwrap();
+    assert_eq!(got, want, "with the warm-up vs without it: same tokens, log-probabilities and draws");
+    assert_eq!(got[0][0]["text"], reference_text(&prompt, None, 10), "greedy vs generate_continuous");
 }

@@ -253,6 +253,16 @@ impl<'m> Engine<'m> {
         self.prefill_forwards
     }
 
+    /// Forgets the counters of the work run so far (prefill forwards, host-chosen rows, timings,
+    /// step times), as a fresh engine's: a server's warm-up runs before it serves, and its
+    /// `/metrics` count only the clients' work. (The admission serials go on: they stay unique.)
+    pub fn reset_counters(&mut self) {
+        self.prefill_forwards = 0;
+        self.host_rows = 0;
+        self.total = Timings::default();
+        self.host_times = StepTimes::default();
+    }
+
     /// Rows whose logits `[V]` were read back for the host's choice so far (0 when every token
     /// was chosen on the device).
     pub fn host_chosen_rows(&self) -> usize {
