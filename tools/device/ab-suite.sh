@@ -88,7 +88,7 @@ if [[ $PART == final ]]; then
     sec "generate, the previous binary (same run)"
     python3 tools/bench/generate.py --vkformers $OLD --skip-eager --skip-compile --batches 1 64 --prefill-lens 512 \
         --warmup 1 --repeats 3 --json "$OUT/gen-old.json" 2>&1 | tail -5 | tee -a "$LOG"
-    for sw in VKFORMERS_DECODE_GROUPS=1024 VKFORMERS_DECODE_GROUPS=512 VKFORMERS_DECODE_TILE=64; do
+    for sw in VKFORMERS_DECODE_GROUPS=1024 VKFORMERS_DECODE_TILE=64; do
         sec "generate, $sw"
         env $sw python3 tools/bench/generate.py --vkformers "$V" --skip-eager --skip-compile --batches 1 64 \
             --prefill-lens 512 --warmup 1 --repeats 3 2>&1 | tail -5 | tee -a "$LOG"
@@ -107,7 +107,7 @@ if [[ $PART == final ]]; then
     "$V" generate --model "$M" --prompt-ids-file /tmp/b1.jsonl --max-new-tokens 128 --greedy --profile 2>&1 |
         tail -14 >> "$LOG"
     sec "tests"
-    for n in attention_decode attention_decode_rope_in prefill_rows train_casts; do TT=100 t $n; done
+    for n in attention_decode attention_decode_rope_in prefill_rows train_casts http; do TT=100 t $n; done
     TT=150 t gemm_coopmat coopmat_gemm_16_bit_c
     sec done
     exit 0
