@@ -77,37 +77,39 @@ fi
 if [[ $PART == final ]]; then
     OLD=/tmp/vk-old
     xz -dc .dev/old/vk-2fff9cf.xz > $OLD && chmod +x $OLD
-    for bin in $OLD "$V"; do
-        sec "bench decode, $bin: batch 1 and 64, 640 keys, rope inside"
-        "$bin" bench decode --rope inside --len 640 --splits auto,1,2,4,8 2>&1 | tail -5 | tee -a "$LOG"
-        "$bin" bench decode --rope inside --len 640 --batch 64 --splits auto,1,2,4 2>&1 | tail -4 | tee -a "$LOG"
-    done
+    sec "the changed kernel's test first"
+    TT=100 t attention_decode
     sec "generate: vkformers and transformers eager, one run"
     python3 tools/bench/generate.py --vkformers "$V" --skip-compile --batches 1 64 --prefill-lens 512 \
         --warmup 1 --repeats 3 --json "$OUT/generate.json" 2>&1 | tail -9 | tee -a "$LOG"
-    sec "generate, the previous binary (same run)"
-    python3 tools/bench/generate.py --vkformers $OLD --skip-eager --skip-compile --batches 1 64 --prefill-lens 512 \
-        --warmup 1 --repeats 3 --json "$OUT/gen-old.json" 2>&1 | tail -5 | tee -a "$LOG"
-    for sw in VKFORMERS_DECODE_GROUPS=1024 VKFORMERS_DECODE_TILE=64; do
-        sec "generate, $sw"
-        env $sw python3 tools/bench/generate.py --vkformers "$V" --skip-eager --skip-compile --batches 1 64 \
-            --prefill-lens 512 --warmup 1 --repeats 3 2>&1 | tail -5 | tee -a "$LOG"
+    for bin in "$V" $OLD; do
+        sec "bench decode, $bin: batch 1 and 64, 640 keys, rope inside"
+        "$bin" bench decode --rope inside --len 640 --splits auto,1,2,4,8 2>&1 | tail -5 | tee -a "$LOG"
+        "$bin" bench decode --rope inside --len 640 --batch 64 --splits auto,1,2,4 2>&1 | tail -4 | tee -a "$LOG"
     done
     for w in 1 0; do
         sec "serve, warm-up $w, 512 requests, clients over 8 processes"
         VKFORMERS_SERVE_WARMUP=$w python3 tools/bench/serve.py --shape 1.1b --vkformers "$V" --serve-args "--max-batch 64" \
             --procs 8 --clients 64 --requests 512 --max-tokens 256 --prompt-spread 64 --json "$OUT/serve-w$w.json" 2>&1 |
-            tail -24 | tee -a "$LOG"
+            tail -30 | tee -a "$LOG"
     done
-    sec "serve, warm-up on, admission hold on (VKFORMERS_ADMISSION_HOLD=1)"
-    VKFORMERS_ADMISSION_HOLD=1 python3 tools/bench/serve.py --shape 1.1b --vkformers "$V" --serve-args "--max-batch 64" \
-        --procs 8 --clients 64 --requests 512 --max-tokens 256 --prompt-spread 64 --json "$OUT/serve-hold.json" 2>&1 |
-        tail -24 | tee -a "$LOG"
+    for sw in VKFORMERS_DECODE_GROUPS=1024 VKFORMERS_DECODE_TILE=64; do
+        sec "generate, $sw"
+        env $sw python3 tools/bench/generate.py --vkformers "$V" --skip-eager --skip-compile --batches 1 64 \
+            --prefill-lens 512 --warmup 1 --repeats 3 2>&1 | tail -5 | tee -a "$LOG"
+    done
+    sec "generate, the previous binary (same run)"
+    python3 tools/bench/generate.py --vkformers $OLD --skip-eager --skip-compile --batches 1 64 --prefill-lens 512 \
+        --warmup 1 --repeats 3 --json "$OUT/gen-old.json" 2>&1 | tail -5 | tee -a "$LOG"
     sec "b1 decode profile"
     "$V" generate --model "$M" --prompt-ids-file /tmp/b1.jsonl --max-new-tokens 128 --greedy --profile 2>&1 |
         tail -14 >> "$LOG"
+    sec "serve, warm-up on, admission hold on (VKFORMERS_ADMISSION_HOLD=1)"
+    VKFORMERS_ADMISSION_HOLD=1 python3 tools/bench/serve.py --shape 1.1b --vkformers "$V" --serve-args "--max-batch 64" \
+        --procs 8 --clients 64 --requests 512 --max-tokens 256 --prompt-spread 64 --json "$OUT/serve-hold.json" 2>&1 |
+        tail -30 | tee -a "$LOG"
     sec "tests"
-    for n in attention_decode attention_decode_rope_in prefill_rows train_casts http; do TT=100 t $n; done
+    for n in attention_decode_rope_in prefill_rows train_casts http; do TT=100 t $n; done
     TT=150 t gemm_coopmat coopmat_gemm_16_bit_c
     sec done
     exit 0
