@@ -463,35 +463,14 @@ void write_rows(uint b, uint hk, uint r0, uint nr, uint split, uint c0, uint lan
 }
 
 shared uint slast;
-
-// The merge's shared scratch, in `red` (free once the slots are summed; 32 NT >= 2048 floats in
-// every variant): every split's m and l of the tile's rows, then each split's weight
-// e^(m_s - M) in o, [BQ][MERGE_SPLITS] each.
-#define MERGE_SPLITS 64
-#define MERGE_M 0
-#define MERGE_L (BQ * MERGE_SPLITS)
-#define MERGE_W (2 * BQ * MERGE_SPLITS)
-#if 3 * BQ * MERGE_SPLITS > (KS / 2) * BQ * DMAX
-#error "the merge's scratch does not fit in red"
-#endif
 // Per tile row: the merge's max M (the partials' scale), denominator L and sink factor.
 shared float smax[BQ];
 shared float stotal[BQ];
 shared float ssink[BQ];
 
-// Row of o and lse (b, query head, query) of tile row r0 + rr.
-uint qrow_of(uint b, uint hk, uint r, uint G) {
-    return (b * pc.hq + head_of(r, hk, G)) * pc.tq + r / G;
-}
-
 // Split calls: counts this workgroup's split done; the tile's last one merges the S partials
 // of its NR rows into o and lse (the math of the module comment, and of a sink as one more
 // partial with m = s_h, l = 1, acc = 0).
-// The partials are read through coherent loads (past the caches that are not coherent), which
-// the compiler does not move past one another: a loop that loads a partial and then uses it
-// waits one L2 round trip per partial. So each step issues its loads together: (m, l) one pair
-// a thread into shared memory, then each output element's S partials in groups of 8 loads.
-// The arithmetic and its order are those of a plain loop over s (same bits).
 void merge_if_last(uint b, uint hk, uint r0, uint nr) {
     uint tid = gl_LocalInvocationID.x;
     uint tile = b * gl_NumWorkGroups.y + gl_WorkGroupID.y;
@@ -514,31 +493,19 @@ void merge_if_last(uint b, uint hk, uint r0, uint nr) {
     uint G = pc.hq / pc.hkv;
     uint ml = gl_NumWorkGroups.z * pc.hq * pc.tq * S * DV;
     F32Coh work = F32Coh(uint64_t(pc.work));
-    // 1. (m_s, l_s) of every row and split, all loads in flight at once.
-    for (uint t = tid; t < nr * S; t += NT) {
-        uint rr = t / S;
-        uint s = t - rr * S;
-        uint at = ml + 2u * (qrow_of(b, hk, r0 + rr, G) * S + s);
-        red[MERGE_M + rr * MERGE_SPLITS + s] = work.v[at];
-        red[MERGE_L + rr * MERGE_SPLITS + s] = work.v[at + 1u];
-    }
-    barrier();
-    // 2. Per row: M = max_s m_s, L = sum_s l_s e^(m_s - M), lse, and each split's weight.
     if (tid < nr) {
         uint r = r0 + tid;
         uint h = head_of(r, hk, G);
-        uint qrow = qrow_of(b, hk, r, G);
+        uint qrow = (b * pc.hq + h) * pc.tq + r / G;
         float big = MASKED;
         for (uint s = 0; s < S; s++) {
-            big = max(big, red[MERGE_M + tid * MERGE_SPLITS + s]);
+            big = max(big, work.v[ml + 2u * (qrow * S + s)]);
         }
         float total = 0.0;
         float big0 = big;
         for (uint s = 0; s < S; s++) {
-            float m = red[MERGE_M + tid * MERGE_SPLITS + s];
-            float w = m <= MASKED ? 0.0 : exp(m - big0);
-            red[MERGE_W + tid * MERGE_SPLITS + s] = w;
-            total += m <= MASKED ? 0.0 : red[MERGE_L + tid * MERGE_SPLITS + s] * w;
+            float m = work.v[ml + 2u * (qrow * S + s)];
+            total += m <= MASKED ? 0.0 : work.v[ml + 2u * (qrow * S + s) + 1u] * exp(m - big0);
         }
         // Partials are scaled by e^(m_s - big0); the sink rescales them all by a = e^(big0 - big).
         float a = (pc.flags & DECODE_SINKS) != 0u ? attn_fold_sink(pc.sinks.v[h], big, total) : 1.0;
@@ -548,26 +515,17 @@ void merge_if_last(uint b, uint hk, uint r0, uint nr) {
         pc.lse.v[qrow] = total > 0.0 ? big + log(total) : MASKED;
     }
     barrier();
-    // 3. o = sum_s acc_s w_s * a / L, each element's partials 8 loads at a time.
     for (uint e = tid; e < nr * DV; e += NT) {
         uint rr = e / DV;
         uint dd = e - rr * DV;
         uint r = r0 + rr;
         uint i = r / G;
         uint h = head_of(r, hk, G);
-        uint qrow = qrow_of(b, hk, r, G);
+        uint qrow = (b * pc.hq + h) * pc.tq + i;
         float acc = 0.0;
-        for (uint s0 = 0; s0 < S; s0 += 8u) {
-            float x[8];
-            [[unroll]] for (uint u = 0; u < 8u; u++) {
-                x[u] = s0 + u < S ? work.v[(qrow * S + s0 + u) * DV + dd] : 0.0;
-            }
-            [[unroll]] for (uint u = 0; u < 8u; u++) {
-                if (s0 + u < S) {
-                    float m = red[MERGE_M + rr * MERGE_SPLITS + s0 + u];
-                    acc += m <= MASKED ? 0.0 : x[u] * red[MERGE_W + rr * MERGE_SPLITS + s0 + u];
-                }
-            }
+        for (uint s = 0; s < S; s++) {
+            float m = work.v[ml + 2u * (qrow * S + s)];
+            acc += m <= MASKED ? 0.0 : work.v[(qrow * S + s) * DV + dd] * exp(m - smax[rr]);
         }
         float total = stotal[rr];
         store_o(((b * pc.tq + i) * pc.hq + h) * DV + dd, total > 0.0 ? acc * ssink[rr] / total : 0.0);

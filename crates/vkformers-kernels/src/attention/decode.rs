@@ -39,20 +39,7 @@ const TILE_ROWS: u32 = code::defines::attention_decode_d128::BQ;
 /// bench decode` with every phase probed out), and the merge of the splits costs more: at batch
 /// 64 (256 workgroups unsplit, 600 keys) 1 split took 61 µs, 2 splits 90 µs, 4 splits 108 µs
 /// (with a second, combining dispatch then), so the target was lowered from 512.
-/// The merge then read its partials one L2 round trip at a time; it now issues them together,
-/// so `VKFORMERS_DECODE_GROUPS` (read once) overrides the target to measure more splits again.
 const TARGET_GROUPS: u32 = 256;
-
-fn target_groups() -> u32 {
-    static GROUPS: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *GROUPS.get_or_init(|| {
-        std::env::var("VKFORMERS_DECODE_GROUPS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .filter(|&g| g > 0)
-            .unwrap_or(TARGET_GROUPS)
-    })
-}
 /// Fewest keys a split should own: one tile of decode.comp (a key per thread, 128 threads), so
 /// no split has idle threads in its score pass. The old kernel's 32-key tiles took ~480 µs per
 /// call on an H200 (1.1B shape, batch 1: 8 workgroups of 256 keys, each key tile a serial
@@ -67,9 +54,8 @@ pub const TILE: u32 = code::defines::attention_decode_d128::NT;
 /// so each split's serial chain of tiles and barriers is the call's latency; halving it (and
 /// doubling the splits) spreads a 640-key cache over 40 workgroups instead of 20.
 const SMALL_TILE_GROUPS: u32 = 64;
-/// Most splits of one row: the merge keeps every split's (m, l) and weight of a row tile in
-/// shared memory (`MERGE_SPLITS` a row).
-pub const MAX_SPLITS: u32 = code::defines::attention_decode_d128::MERGE_SPLITS;
+/// Most splits of one row.
+pub const MAX_SPLITS: u32 = 64;
 
 /// Flag bits of decode.comp (the same in every variant, see the tests).
 use code::defines::attention_decode_d128 as flag_bits;
@@ -352,7 +338,7 @@ pub fn splits(s: &DecodeShape, max_len: u32) -> u32 {
 /// workgroups to fill a large GPU (`TARGET_GROUPS`), but no split under one key tile
 /// (`MIN_SPLIT_KEYS` for the main tile). A pure function of the sizes.
 pub fn splits_for(s: &DecodeShape, max_len: u32, tile: u32) -> u32 {
-    let wanted = target_groups().div_ceil(groups(s));
+    let wanted = TARGET_GROUPS.div_ceil(groups(s));
     let least = if tile == SMALL_TILE { SMALL_TILE } else { MIN_SPLIT_KEYS };
     let most = max_len.div_ceil(least).max(1);
     wanted.min(most).clamp(1, MAX_SPLITS)
