@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use tokio::sync::mpsc::UnboundedSender;
 use vkformers_generate::detok::Detokenizer;
-use vkformers_generate::engine::{Engine, Finished, Request, Sink};
+use vkformers_generate::engine::{admission_hold_env, Engine, Finished, Request, Sink};
 use vkformers_generate::stop::{StopStrings, TextStream};
 use vkformers_generate::TokenLogprob;
 use vkformers_io::HfTokenizer;
@@ -124,6 +124,10 @@ fn run(setup: Setup, commands: Receiver<Command>, ready: Sender<Result<usize, St
         Ok(e) => e,
         Err(e) => return drop(ready.send(Err(format!("creating the KV cache: {e}")))),
     };
+    // A server's clients send their next requests a few steps apart: holding an arrival one step
+    // lets them share a prefill forward (measured on an H200: TTFT p99 0.36-0.80 s -> 0.10 s, see
+    // `admission_hold_env`). `VKFORMERS_ADMISSION_HOLD=0` turns it off.
+    engine.set_admission_hold(admission_hold_env().unwrap_or(true));
     let vocab = models.first().map_or(0, |m| m.spec.vocab);
     // Before the word that lets the server listen: no request meets a cold engine.
     if setup.warmup {

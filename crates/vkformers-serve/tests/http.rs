@@ -262,7 +262,12 @@ fn a_non_streamed_request_whose_client_leaves_is_cancelled() {
         assert!(t.elapsed() < Duration::from_secs(30), "the engine should drop the abandoned request");
         std::thread::sleep(Duration::from_millis(5));
     }
-    assert!(gauge(&server, "vkformers_requests_cancelled_total") >= 15.0, "at most the first choice finished");
+    // How many choices end before the client's 100 ms runs out depends on the device (lavapipe:
+    // at most the first; the H200 ran two or more of these 240-token choices in that time), but
+    // the ones still queued or running when it left must be cancelled, not run to their end.
+    let finished = gauge(&server, "vkformers_requests_finished_total");
+    assert!(finished < 16.0, "all 16 choices ran to their end: none was cancelled");
+    assert_eq!(gauge(&server, "vkformers_requests_cancelled_total"), 16.0 - finished);
     assert_eq!(gauge(&server, "vkformers_kv_blocks_in_use"), 0.0);
     server.stop().unwrap();
 }

@@ -10,8 +10,9 @@
 //! at once and its slot goes to the next waiting request at the next step.
 //!
 //! Every prefill forward stalls the decode of every running row, so a request that arrives while
-//! rows run may be held one step ([`Engine::set_admission_hold`]; off by default until it is
-//! measured on a GPU, `VKFORMERS_ADMISSION_HOLD=1` switches it on): the requests arriving over
+//! rows run may be held one step ([`Engine::set_admission_hold`]; the engine's default is off,
+//! `vkformers serve` turns it on, `VKFORMERS_ADMISSION_HOLD=1`/`0` overrides both, see
+//! [`admission_hold_env`]): the requests arriving over
 //! two steps (a server's clients answering rows that finished together send theirs a few
 //! milliseconds apart) then share one forward. A request is never held more than one step, nor
 //! when no row runs or the waiting requests fill every free slot.
@@ -60,6 +61,7 @@ use crate::row_choice::RowChooser;
 
 pub use request::{Finished, Request, RequestOptions, Sink, SubmitError};
 use running::Running;
+pub use schedule::admission_hold_env;
 
 /// How much padding a prefill forward takes by default (see [`Engine::set_max_prefill_padding`]):
 /// up to twice the columns of its rows alone.
@@ -163,7 +165,7 @@ impl<'m> Engine<'m> {
             lookahead: crate::lookahead::enabled(),
             ahead: None,
             admissions: 0,
-            admission_hold: schedule::hold_enabled(),
+            admission_hold: schedule::admission_hold_env().unwrap_or(false),
             held: 0,
             host_times: StepTimes::default(),
         })
@@ -234,7 +236,8 @@ impl<'m> Engine<'m> {
     }
 
     /// Holds a request that arrives while other rows run for at most one step before it is
-    /// admitted (off by default; `VKFORMERS_ADMISSION_HOLD=1` turns it on): requests arriving over
+    /// admitted (off by default unless `VKFORMERS_ADMISSION_HOLD=1`; `vkformers serve` turns it
+    /// on): requests arriving over
     /// two steps then share one prefill forward,
     /// each of which stalls every running row's decode (a server's clients send their next
     /// requests a few steps apart). Off, every step admits whatever waits.

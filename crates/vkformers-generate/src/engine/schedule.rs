@@ -165,12 +165,19 @@ impl Engine<'_> {
     }
 }
 
-/// Whether the engine holds requests arriving while rows decode for a step: only with
-/// `VKFORMERS_ADMISSION_HOLD=1` until an H200 serve run shows it pays (a step-counted simulation
-/// gave 20-50% fewer prefill forwards for up to 0.6 steps more wait).
-pub(super) fn hold_enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("VKFORMERS_ADMISSION_HOLD").is_ok_and(|v| v == "1"))
+/// `VKFORMERS_ADMISSION_HOLD`: `Some(true)` for 1, `Some(false)` for 0, None when unset (or
+/// anything else): the caller's default then. The engine's own default is off (`generate`'s
+/// continuous batching); `vkformers serve` turns it on: on an H200 (1.1B bf16, 64 clients, 512
+/// requests of 256 tokens) it cut time to first token p99 from 0.36-0.80 s to 0.10 s for 2% of
+/// throughput (docs/bench/h200-2026-12-05-b); a step-counted simulation before it gave 20-50%
+/// fewer prefill forwards for up to 0.6 steps more wait.
+pub fn admission_hold_env() -> Option<bool> {
+    static ON: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| match std::env::var("VKFORMERS_ADMISSION_HOLD").as_deref() {
+        Ok("1") => Some(true),
+        Ok("0") => Some(false),
+        _ => None,
+    })
 }
 
 /// Whether a row whose next token sits at `position` runs on LongRoPE's long factors (the
