@@ -17,6 +17,9 @@
 #   call 3 if time is left (the prefill bisect): carry [".gl", ".dev/ab", ".dev/bis"], `... PART=c ...`
 #   tools/device/stage.sh back
 # One call only (device time for one): `PART=key` (below) runs the must-show figures first.
+# `PART=next`: the decode attention's in-step cost by probes, a batch-64 profile, serve's warm-up
+# A/B with the hold on (needs only the CLI in the pack: `tools/device/pack.sh .dev/nx`).
+# Always `export PACK=...` before `source $PACK/prelude.sh` (the suite reads PACK itself).
 # .dev/bis: xz'd release CLIs of ba19923 (the -j run's tree), 6af4688 and ba03eb7 for the prefill
 # bisect, 18 MB (part b's carry: tree ~19 + pack ~20 + 18 MiB, under 64; see
 # docs/bench/h200-2026-12-04-k/README.md); part c skips the bisect without it.
@@ -111,6 +114,29 @@ if [[ $PART == final ]]; then
     sec "tests"
     for n in attention_decode_rope_in prefill_rows train_casts http; do TT=100 t $n; done
     TT=150 t gemm_coopmat coopmat_gemm_16_bit_c
+    sec done
+    exit 0
+fi
+# Part next (for the session after 2026-12-05): where the decode attention's time goes inside a
+# step (probes in generate, not timestamps: the profile gives a dispatch its wait on the barrier
+# before it), a batch-64 profile, and the serve warm-up's effect with the hold on (both orders).
+if [[ $PART == next ]]; then
+    python3 -c "import json; [print(json.dumps({'input_ids':[(i*7+r)%31000+3 for i in range(512)]})) for r in range(64)]" \
+        > /tmp/b64.jsonl
+    for p in 0 1 2 4 8 15; do
+        sec "generate b1 and b64, VKFORMERS_DECODE_PROBE=$p (wrong tokens for p > 0: a cost probe)"
+        VKFORMERS_DECODE_PROBE=$p python3 tools/bench/generate.py --vkformers "$V" --skip-eager --skip-compile \
+            --batches 1 64 --prefill-lens 512 --warmup 1 --repeats 2 2>&1 | grep -E '^b[0-9]' | tee -a "$LOG"
+    done
+    sec "b64 decode profile"
+    "$V" generate --model "$M" --prompt-ids-file /tmp/b64.jsonl --max-new-tokens 64 --greedy --profile 2>&1 |
+        tail -30 >> "$LOG"
+    for w in 0 1 0 1; do
+        sec "serve, warm-up $w, hold on (default)"
+        VKFORMERS_SERVE_WARMUP=$w python3 tools/bench/serve.py --shape 1.1b --vkformers "$V" --serve-args "--max-batch 64" \
+            --procs 8 --clients 64 --requests 512 --max-tokens 256 --prompt-spread 64 2>&1 |
+            grep -E 'tokens_per_s|ttft_p99|first_wave_p99|rest_p99|warmup_ms' | tee -a "$LOG"
+    done
     sec done
     exit 0
 fi
