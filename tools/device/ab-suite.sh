@@ -17,7 +17,8 @@
 #   call 3 if time is left (the prefill bisect): carry [".gl", ".dev/ab", ".dev/bis"], `... PART=c ...`
 #   tools/device/stage.sh back
 # One call only (device time for one): `PART=key` (below) runs the must-show figures first.
-# `PART=next`: the decode attention's in-step cost by probes, a batch-64 profile, serve's warm-up
+# `PART=next`: the decode attention's in-step cost by probes, a batch-64 profile, the decode
+# rows' split-K on/off (VKFORMERS_SKINNY_SPLIT_K), serve's warm-up
 # A/B with the hold on (needs only the CLI in the pack: `tools/device/pack.sh .dev/nx`).
 # Always `export PACK=...` before `source $PACK/prelude.sh` (the suite reads PACK itself).
 # .dev/bis: xz'd release CLIs of ba19923 (the -j run's tree), 6af4688 and ba03eb7 for the prefill
@@ -131,6 +132,11 @@ if [[ $PART == next ]]; then
     sec "b64 decode profile"
     "$V" generate --model "$M" --prompt-ids-file /tmp/b64.jsonl --max-new-tokens 64 --greedy --profile 2>&1 |
         tail -30 >> "$LOG"
+    for sk in 0 1 0 1; do
+        sec "generate b8 and b64, VKFORMERS_SKINNY_SPLIT_K=$sk (decode rows' products unsplit / split along K)"
+        VKFORMERS_SKINNY_SPLIT_K=$sk python3 tools/bench/generate.py --vkformers "$V" --skip-eager --skip-compile \
+            --batches 8 64 --prefill-lens 512 --warmup 1 --repeats 3 2>&1 | grep -E '^b[0-9]' | tee -a "$LOG"
+    done
     for w in 0 1 0 1; do
         sec "serve, warm-up $w, hold on (default)"
         VKFORMERS_SERVE_WARMUP=$w python3 tools/bench/serve.py --shape 1.1b --vkformers "$V" --serve-args "--max-batch 64" \

@@ -1,7 +1,7 @@
 //! Split-K GEMM (weight-gradient shapes: a small C summed over a long K) against the f64
 //! reference, in f32 and 16-bit storage, with beta 0 and 1; and the plan's choices.
 
-use vkformers_kernels::matmul::auto::{gemm_split_k, split_k_plan};
+use vkformers_kernels::matmul::auto::{gemm_split_k, split_k_plan, split_k_plan_for};
 use vkformers_kernels::matmul::{reference, DType, GemmDesc};
 use vkformers_kernels::testutil::storage::{round, upload};
 use vkformers_kernels::testutil::{assert_close, f64s, Rng, TOL_F32};
@@ -25,6 +25,11 @@ fn the_plan_splits_only_thin_products_with_a_long_k() {
     let mut biased = dw;
     biased.has_bias = true;
     assert_eq!(split_k_plan(&biased), None);
+    // `VKFORMERS_SKINNY_SPLIT_K=0`: decode rows unsplit; other thin products as before.
+    let o_proj = GemmDesc::packed(64, 2048, 2048, false, true);
+    assert_eq!(split_k_plan_for(&o_proj, false), None);
+    assert_eq!(split_k_plan_for(&o_proj, true).map(|p| p.0), Some(4));
+    assert_eq!(split_k_plan_for(&GemmDesc::packed(65, 48, 4096, true, false), false).map(|p| p.0), Some(8));
 }
 
 /// The commands of a batch-64 decode step's q/k/v and gate/up products of the 1.1B Llama (K =

@@ -82,7 +82,19 @@ const TARGET_TILES: u64 = 256;
 /// slices: on an H200 a batch-64 step's q/k/v, o and down products ran fastest split 4-8 ways and
 /// its gate/up and LM head unsplit (docs/bench/h200-2026-12-04-j/log2).
 pub fn split_k_plan(d: &GemmDesc) -> Option<(u32, u64)> {
+    split_k_plan_for(d, skinny_split_k())
+}
+
+/// [`split_k_plan`] with the choice for products of at most [`SKINNY_ROWS`] rows given:
+/// `split_skinny` false leaves them unsplit. Their split was chosen on the products' own times
+/// (`vkformers bench gemm --split-k`), which leave out the second pass's column sum and the
+/// barrier before it: a batch-64 decode step of the 1.1B shape runs 66 such sums (~4.5 µs each
+/// on an H200, `docs/bench/h200-2026-12-04-j/log5`), so the whole step decides.
+pub fn split_k_plan_for(d: &GemmDesc, split_skinny: bool) -> Option<(u32, u64)> {
     let skinny = d.m <= SKINNY_ROWS;
+    if skinny && !split_skinny {
+        return None;
+    }
     let tiles = if skinny {
         u64::from(d.m.div_ceil(64)) * u64::from(d.n.div_ceil(64))
     } else {
@@ -99,6 +111,13 @@ pub fn split_k_plan(d: &GemmDesc) -> Option<(u32, u64)> {
         .filter(|&s| s <= want.next_power_of_two())
         .find(|&s| d.k.is_multiple_of(s * 64) && d.k / s >= 512)?;
     Some((splits, u64::from(splits) * u64::from(d.m) * u64::from(d.n) * 4))
+}
+
+/// Whether products of at most [`SKINNY_ROWS`] rows are split: yes unless
+/// `VKFORMERS_SKINNY_SPLIT_K=0` (read once), to compare whole decode steps both ways.
+fn skinny_split_k() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("VKFORMERS_SKINNY_SPLIT_K").map_or(true, |v| v != "0"))
 }
 
 /// Records `desc` split `splits` ways along K (see [`split_k_plan`]) through `workspace`
