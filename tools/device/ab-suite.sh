@@ -132,6 +132,14 @@ if [[ $PART == next ]]; then
     sec "b64 decode profile"
     "$V" generate --model "$M" --prompt-ids-file /tmp/b64.jsonl --max-new-tokens 64 --greedy --profile 2>&1 |
         tail -30 >> "$LOG"
+    sec "bench gemm: a batch-64 step's split products, whole (the column sum timed too, since 2026-12-05)"
+    for nk in "2560 2048" "2048 2048" "2048 5632"; do
+        set -- $nk
+        for sp in 1 2 4 8; do
+            "$V" bench gemm --m 64 --n $1 --k $2 --trans-b --engine coopmat2-skinny64 --split-k $sp 2>&1 |
+                sed "s/^/split $sp: /" | tee -a "$LOG"
+        done
+    done
     for sk in 0 1 0 1; do
         sec "generate b8 and b64, VKFORMERS_SKINNY_SPLIT_K=$sk (decode rows' products unsplit / split along K)"
         VKFORMERS_SKINNY_SPLIT_K=$sk python3 tools/bench/generate.py --vkformers "$V" --skip-eager --skip-compile \

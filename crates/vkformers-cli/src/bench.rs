@@ -46,8 +46,9 @@ pub struct GemmArgs {
     /// barriers); the result is not the product, so it is not checked.
     #[arg(long, default_value_t = 0)]
     probe: u32,
-    /// Split K this many ways (a batch of K/S slices into S partial products, as the decoder's
-    /// split-K does; the sum of the partials is not timed and the result is not checked).
+    /// Split K this many ways, as the decoder's split-K runs it: a batch of K/S slices into S f32
+    /// partial products, then the column sum of the partials into C (both passes timed
+    /// together, the result checked).
     #[arg(long, default_value_t = 1)]
     split_k: u32,
     /// C in the operand type (f16/bf16: the kernels' 16-bit C store, as o_proj's backward
@@ -164,12 +165,35 @@ pub fn gemm(selector: &DeviceSelector, args: &GemmArgs) -> anyhow::Result<ExitCo
     let a_buf = upload(&ctx, &a_bytes, "A")?;
     let b_buf = upload(&ctx, &b_bytes, "B")?;
     let c_bytes = if args.c16 { 2 } else { 4 };
-    let c_buf = ctx.buffer(u64::from(m) * u64::from(n) * c_bytes * u64::from(args.split_k.max(1)), "C")?;
-    let median_ns = time_median(&ctx, args.iters, &mut |rec| {
-        Ok(gemm_coopmat::gemm_coopmat(rec, &desc, a_buf.view(), b_buf.view(), None, c_buf.view())?)
-    })?;
+    let c_buf = ctx.buffer(u64::from(m) * u64::from(n) * c_bytes, "C")?;
+    let median_ns = if args.split_k > 1 {
+        // The partials in f32 [S, m, n], then their fixed-order sum into C (its type).
+        desc.c_half = false;
+        let partial = ctx.buffer(u64::from(m) * u64::from(n) * 4 * u64::from(args.split_k), "partials")?;
+        let c_dtype = match (args.c16, elem) {
+            (false, _) => vkformers_kernels::dtype::DType::F32,
+            (true, Elem::F16) => vkformers_kernels::dtype::DType::F16,
+            (true, Elem::Bf16) => vkformers_kernels::dtype::DType::BF16,
+        };
+        time_median_of(&ctx, args.iters, 2, &mut |rec| {
+            gemm_coopmat::gemm_coopmat(rec, &desc, a_buf.view(), b_buf.view(), None, partial.view())?;
+            Ok(vkformers_kernels::norm::col_sum(
+                rec,
+                partial.view(),
+                c_buf.view(),
+                args.split_k,
+                m * n,
+                false,
+                c_dtype,
+            )?)
+        })?
+    } else {
+        time_median(&ctx, args.iters, &mut |rec| {
+            Ok(gemm_coopmat::gemm_coopmat(rec, &desc, a_buf.view(), b_buf.view(), None, c_buf.view())?)
+        })?
+    };
     let c = read_c(&ctx, &c_buf, args.c16.then_some(elem))?;
-    let checked = args.probe == 0 && args.split_k <= 1;
+    let checked = args.probe == 0;
     let max_err = if checked { check_samples(&a, &b, &c, m, n, k, args.trans_b) } else { 0.0 };
     report(args, &ctx, desc.flops(), median_ns, max_err)
 }
@@ -178,6 +202,17 @@ pub fn gemm(selector: &DeviceSelector, args: &GemmArgs) -> anyhow::Result<ExitCo
 pub(crate) fn time_median(
     ctx: &Context,
     iters: usize,
+    dispatch: &mut dyn FnMut(&mut vkformers_vk::Recorder) -> anyhow::Result<()>,
+) -> anyhow::Result<f64> {
+    time_median_of(ctx, iters, 1, dispatch)
+}
+
+/// [`time_median`] of a call recording `per_call` dispatches: each call's time is the sum of its
+/// dispatches' (the barriers between them not counted).
+pub(crate) fn time_median_of(
+    ctx: &Context,
+    iters: usize,
+    per_call: usize,
     dispatch: &mut dyn FnMut(&mut vkformers_vk::Recorder) -> anyhow::Result<()>,
 ) -> anyhow::Result<f64> {
     let mut warm = ctx.recorder(false)?;
@@ -189,7 +224,11 @@ pub(crate) fn time_median(
     for _ in 0..iters {
         dispatch(&mut rec)?;
     }
-    let mut times: Vec<f64> = rec.submit()?.timings.iter().map(|t| t.1).collect();
+    let each: Vec<f64> = rec.submit()?.timings.iter().map(|t| t.1).collect();
+    if each.len() != iters * per_call {
+        bail!("{} timed dispatches for {iters} calls of {per_call}", each.len());
+    }
+    let mut times: Vec<f64> = each.chunks(per_call).map(|c| c.iter().sum()).collect();
     times.sort_by(f64::total_cmp);
     times.get(times.len() / 2).copied().context("no timings (device lacks timestamps)")
 }
