@@ -17,9 +17,12 @@
 #   call 3 if time is left (the prefill bisect): carry [".gl", ".dev/ab", ".dev/bis"], `... PART=c ...`
 #   tools/device/stage.sh back
 # One call only (device time for one): `PART=key` (below) runs the must-show figures first.
-# `PART=next`: the decode attention's in-step cost by probes, a batch-64 profile, the decode
-# rows' split-K on/off (VKFORMERS_SKINNY_SPLIT_K), serve's warm-up
-# A/B with the hold on (needs only the CLI in the pack: `tools/device/pack.sh .dev/nx`).
+# `PART=next`: tiles of fewer rows in the decode attention (VKFORMERS_DECODE_TILE_ROWS, with its
+# tests when the pack has attention_decode and attention_decode_rope_in), the decode attention's
+# in-step cost by probes, a batch-64 profile, the decode
+# rows' split-K on/off (VKFORMERS_SKINNY_SPLIT_K); `PART=next2`: serve's warm-up A/B with the
+# hold on (`tools/device/pack.sh .dev/nx vkformers-kernels:attention_decode
+# vkformers-kernels:attention_decode_rope_in`; carry .gl, .dev/nx, .dev/wheels).
 # Always `export PACK=...` before `source $PACK/prelude.sh` (the suite reads PACK itself).
 # .dev/bis: xz'd release CLIs of ba19923 (the -j run's tree), 6af4688 and ba03eb7 for the prefill
 # bisect, 18 MB (part b's carry: tree ~19 + pack ~20 + 18 MiB, under 64; see
@@ -122,6 +125,18 @@ fi
 # step (probes in generate, not timestamps: the profile gives a dispatch its wait on the barrier
 # before it), a batch-64 profile, and the serve warm-up's effect with the hold on (both orders).
 if [[ $PART == next ]]; then
+    if [[ -x .dev/bin/t_attention_decode ]]; then
+        sec "the decode attention's tests with tiles of 4 and 3 rows"
+        for tr in 4 3; do VKFORMERS_DECODE_TILE_ROWS=$tr TT=100 t attention_decode; done
+        VKFORMERS_DECODE_TILE_ROWS=4 TT=100 t attention_decode_rope_in
+    fi
+    for tr in 8 4 2 8 4; do
+        sec "generate b1 and b64, VKFORMERS_DECODE_TILE_ROWS=$tr (rows of a decode attention tile)"
+        VKFORMERS_DECODE_TILE_ROWS=$tr python3 tools/bench/generate.py --vkformers "$V" --skip-eager --skip-compile \
+            --batches 1 64 --prefill-lens 512 --warmup 1 --repeats 3 2>&1 | grep -E '^b[0-9]' | tee -a "$LOG"
+        VKFORMERS_DECODE_TILE_ROWS=$tr "$V" bench decode --rope inside --len 640 --batch 64 --splits auto 2>&1 |
+            tail -1 | tee -a "$LOG"
+    done
     python3 -c "import json; [print(json.dumps({'input_ids':[(i*7+r)%31000+3 for i in range(512)]})) for r in range(64)]" \
         > /tmp/b64.jsonl
     for p in 0 1 2 4 8 15; do
@@ -145,6 +160,11 @@ if [[ $PART == next ]]; then
         VKFORMERS_SKINNY_SPLIT_K=$sk python3 tools/bench/generate.py --vkformers "$V" --skip-eager --skip-compile \
             --batches 8 64 --prefill-lens 512 --warmup 1 --repeats 3 2>&1 | grep -E '^b[0-9]' | tee -a "$LOG"
     done
+    sec done
+    exit 0
+fi
+# Part next2: serve's warm-up A/B with the hold on (default since 2026-12-05), both orders.
+if [[ $PART == next2 ]]; then
     for w in 0 1 0 1; do
         sec "serve, warm-up $w, hold on (default)"
         VKFORMERS_SERVE_WARMUP=$w python3 tools/bench/serve.py --shape 1.1b --vkformers "$V" --serve-args "--max-batch 64" \

@@ -207,7 +207,7 @@ mod tests {
         }
     }
 
-    /// decode.comp's block, member by member as the shader declares it (tq first, vrow last,
+    /// decode.comp's block, member by member as the shader declares it (tq first, tile_rows last,
     /// the two floats 7th and 8th); the rope variant appends its members after the base's.
     #[test]
     fn decode_push_bytes_follow_the_shader() {
@@ -227,20 +227,21 @@ mod tests {
             chunk: 13,
             dvh: 14,
             vrow: 15,
+            tile_rows: 16,
         };
-        let words = [1, 2, 3, 4, 5, 6, 0.5f32.to_bits(), 2.0f32.to_bits(), 9, 10, 11, 12, 13, 14, 15];
+        let words = [1, 2, 3, 4, 5, 6, 0.5f32.to_bits(), 2.0f32.to_bits(), 9, 10, 11, 12, 13, 14, 15, 16];
         let want: Vec<u8> = words.iter().flat_map(|w: &u32| w.to_le_bytes()).collect();
         assert_eq!(base.bytes().as_slice(), &want[..]);
         let rope = AttentionDecodePushRope {
             base,
-            rot_dim: 16,
-            interleaved: 17,
+            rot_dim: 17,
+            interleaved: 18,
             mscale: 1.5,
-            pool_rows: 19,
-            q_stride: 20,
-            kv_stride: 21,
+            pool_rows: 20,
+            q_stride: 21,
+            kv_stride: 22,
         };
-        let tail = [16, 17, 1.5f32.to_bits(), 19, 20, 21].map(u32::to_le_bytes).concat();
+        let tail = [17, 18, 1.5f32.to_bits(), 20, 21, 22].map(u32::to_le_bytes).concat();
         assert_eq!(rope.bytes().as_slice(), &[want, tail].concat()[..]);
     }
 

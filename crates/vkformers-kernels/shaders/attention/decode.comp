@@ -30,8 +30,10 @@
 // once: here when S = 1 (attn_fold_sink before the row is written), else in the merge.
 //
 // Grid y = (kv head hk, row tile): the R = G * Tq query rows (r = i * G + g, query head
-// h = hk * G + g, G = Hq / Hkv) that share kv head hk go in tiles of up to BQ = 8 rows; NR <= BQ
-// of them are real (a decode step of GQA has NR = G, often 4..8). Loops over rows have the
+// h = hk * G + g, G = Hq / Hkv) that share kv head hk go in tiles of pc.tile_rows <= BQ = 8 rows;
+// NR <= tile_rows of them are real (a decode step of GQA has NR = G, often 4..8). Tiles of fewer
+// rows than BQ (VKFORMERS_DECODE_TILE_ROWS) give a call more workgroups, each with less work per
+// key, at the price of reading each kv head's keys once per tile; the registers stay BQ's. Loops over rows have the
 // constant trip count BQ and skip rows >= NR by a uniform branch (never a `break`), so the
 // register arrays indexed by row (scores, accumulators) stay in registers on every compiler.
 // Grid z = B.
@@ -165,6 +167,7 @@ layout(push_constant) uniform Push {
     uint chunk;
     uint dvh;
     uint vrow;
+    uint tile_rows; // rows of a row tile, 1..BQ (see the grid comment)
 #if defined(ROPE)
     uint rot_dim;
     uint interleaved;
@@ -539,10 +542,11 @@ void main() {
     uint D = pc.d;
     uint G = pc.hq / pc.hkv;
     uint R = G * pc.tq;
-    uint rtiles = (R + BQ - 1) / BQ;
+    uint TR = pc.tile_rows;
+    uint rtiles = (R + TR - 1) / TR;
     uint hk = gl_WorkGroupID.y / rtiles;
-    uint r0 = (gl_WorkGroupID.y - hk * rtiles) * BQ;
-    uint nr = min(BQ, R - r0);
+    uint r0 = (gl_WorkGroupID.y - hk * rtiles) * TR;
+    uint nr = min(TR, R - r0);
 
     // Keys of the row: [lo, hi); a table never holds more than max_blocks * BS of them.
     int hi = min(pc.lens.v[b], int(pc.max_blocks * pc.block_size));

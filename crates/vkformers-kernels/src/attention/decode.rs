@@ -34,6 +34,21 @@ pub const MAX_DECODE_HEAD_DIM: u32 = code::defines::attention_decode_d256::DMAX;
 /// Query rows of one kv head per workgroup (`BQ` of decode.comp): a decode step's GQA group
 /// (G = 4..8 on most models) in one tile.
 const TILE_ROWS: u32 = code::defines::attention_decode_d128::BQ;
+
+/// Rows of a row tile: [`TILE_ROWS`] (the variants' register rows), or fewer with
+/// `VKFORMERS_DECODE_TILE_ROWS=N` (1..=8, read once), which gives a call more workgroups with
+/// less work each (a batch-64 step of an 8-query-head GQA model runs its 256 unsplit workgroups
+/// two to an SM; every key tile is a serial chain of loads and barriers). For an A/B on a GPU.
+fn tile_rows() -> u32 {
+    static ROWS: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *ROWS.get_or_init(|| {
+        std::env::var("VKFORMERS_DECODE_TILE_ROWS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|r| (1..=TILE_ROWS).contains(r))
+            .unwrap_or(TILE_ROWS)
+    })
+}
 /// Workgroups one dispatch should have before more splits stop paying (about two per SM on the
 /// largest GPUs). Each workgroup pays a fixed ~10 µs on the H200 whatever its keys (`vkformers
 /// bench decode` with every phase probed out), and the merge of the splits costs more: at batch
@@ -117,9 +132,9 @@ impl DecodeShape {
         u64::from(self.batch) * u64::from(self.hq) * u64::from(self.tq)
     }
 
-    /// Query rows that share one kv head (`G · Tq`), in tiles of the variant's rows.
+    /// Query rows that share one kv head (`G · Tq`), in tiles of [`tile_rows`] rows.
     fn row_tiles(&self) -> u32 {
-        ((self.hq / self.hkv.max(1)) * self.tq).div_ceil(TILE_ROWS)
+        ((self.hq / self.hkv.max(1)) * self.tq).div_ceil(tile_rows())
     }
 }
 
@@ -563,6 +578,7 @@ pub(crate) fn forward_with<'a>(
         chunk: opt.chunk,
         dvh: s.dv,
         vrow: s.v_row,
+        tile_rows: tile_rows(),
     };
     // Unused pointers are never dereferenced; q stands in for them. Split calls write and read
     // back `work` and count in `counters`.
