@@ -33,9 +33,10 @@
 // h = hk * G + g, G = Hq / Hkv) that share kv head hk go in tiles of pc.tile_rows <= BQ = 8 rows;
 // NR <= tile_rows of them are real (a decode step of GQA has NR = G, often 4..8). Tiles of fewer
 // rows than BQ (VKFORMERS_DECODE_TILE_ROWS) give a call more workgroups, each with less work per
-// key, at the price of reading each kv head's keys once per tile; the registers stay BQ's. Loops over rows have the
-// constant trip count BQ and skip rows >= NR by a uniform branch (never a `break`), so the
-// register arrays indexed by row (scores, accumulators) stay in registers on every compiler.
+// key, at the price of reading each kv head's keys once per tile; the registers stay BQ's.
+// Loops over rows have the constant trip count BQ and skip rows >= NR by a uniform branch (never
+// a `break`), so the register arrays indexed by row (scores, accumulators) stay in registers on
+// every compiler.
 // Grid z = B.
 //
 // Per tile of BK = NT keys:

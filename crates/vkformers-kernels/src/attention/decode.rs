@@ -49,6 +49,7 @@ fn tile_rows() -> u32 {
             .unwrap_or(TILE_ROWS)
     })
 }
+
 /// Workgroups one dispatch should have before more splits stop paying (about two per SM on the
 /// largest GPUs). Each workgroup pays a fixed ~10 µs on the H200 whatever its keys (`vkformers
 /// bench decode` with every phase probed out), and the merge of the splits costs more: at batch
