@@ -8,8 +8,9 @@ penalties sample on the server's device like any request) and the run reports th
 the time to first token of the first wave (the first --clients requests sent: the server's first
 work) apart from the rest's, with maxima (the --json file also lists every request's send time
 and time to first token in the order sent), the server's warm-up (requests, prefill forwards, ms:
-`vkformers serve` warms up before listening unless given --no-warmup), the prefill forwards the server ran (requests arriving together share them) and the rows it
-chose on the host (0: every token chosen on the device). Every request asks for usage, so the
+`vkformers serve` warms up before listening unless given --no-warmup), the prefill forwards the
+server ran (requests arriving together share them) and the rows it chose on the host (0: every
+token chosen on the device). Every request asks for usage, so the
 token counts are the server's.
 
 --soak: a random third of the streams are closed mid-way (after a random number of chunks; the
