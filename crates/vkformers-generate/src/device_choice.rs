@@ -86,7 +86,15 @@ pub struct Lookahead {
     next: usize,
     how: AheadChoice,
     presence: Option<Buffer>,
+    /// A replayed step's ids: the host-visible ring `[RING, B]` the step writes run k's ids
+    /// into (slot k % RING), and the device count of runs it picks the slot by.
+    ring: Buffer,
+    runs: Buffer,
 }
+
+/// Slots of the ring of replayed steps' ids: the host reads run k while run k + 1 may be
+/// running, so two would do.
+const RING: usize = 4;
 
 impl Lookahead {
     /// Buffers for `rows` rows choosing as `how` says.
@@ -94,7 +102,63 @@ impl Lookahead {
         let bytes = (rows.max(1) * 4) as u64;
         let dev = |i| g.ctx().buffer(bytes, &format!("chosen ids {i}"));
         let host = |i| g.ctx().buffer_of_kind(bytes, BufferKind::Download, &format!("chosen ids {i} (host)"));
-        Ok(Self { device: [dev(0)?, dev(1)?], host: [host(0)?, host(1)?], rows, next: 0, how, presence: None })
+        let ring = g.ctx().buffer_of_kind(bytes * RING as u64, BufferKind::Download, "replayed ids (host)")?;
+        let runs = g.ctx().buffer(4, "replayed runs")?;
+        Ok(Self {
+            device: [dev(0)?, dev(1)?],
+            host: [host(0)?, host(1)?],
+            rows,
+            next: 0,
+            how,
+            presence: None,
+            ring,
+            runs,
+        })
+    }
+
+    /// Whether steps choosing as this one does can be replayed: the argmax (a draw's step
+    /// number is a constant of its recording).
+    pub fn replayable(&self) -> bool {
+        self.how == AheadChoice::Argmax
+    }
+
+    /// Sets the count of replayed runs to 0, in the open batch (before a capture).
+    pub fn reset_runs(&self, g: &Graph<'_>) -> Result<(), DecodeError> {
+        g.record(|rec| rec.update(self.runs.view(), &[0; 4]))?;
+        Ok(())
+    }
+
+    /// A captured step's choice: the argmax of the last column of every row of `logits [B·T, V]`
+    /// written over pair `which` (the ids this step read: every run of the replay reads and
+    /// writes the same buffer), then copied to the ring's slot of the run (out of the step's
+    /// log). The next step recorded writes the other pair.
+    pub fn record_in_place(
+        &mut self,
+        g: &Graph<'_>,
+        (logits, t): (&Tensor, usize),
+        which: usize,
+    ) -> Result<(), DecodeError> {
+        let (bytes, v) = (self.rows as u64 * 4, logits.last_dim());
+        let dev = self.device[which].slice(0, bytes);
+        g.record(|rec| sample::argmax_last(rec, logits.view(), dev, self.rows, t, v))?;
+        let ring = self.ring.slice(0, bytes * RING as u64);
+        let rows = (self.rows as u32, RING as u32);
+        g.unlogged(|| g.record(|rec| vkformers_kernels::step::emit_ids(rec, dev, ring, self.runs.view(), rows)))?;
+        self.next = 1 - which;
+        Ok(())
+    }
+
+    /// The ids of replayed run `k` (call once its batch has completed).
+    pub fn read_run(&self, k: usize) -> Result<Vec<Option<u32>>, DecodeError> {
+        let mut bytes = vec![0u8; self.rows * 4 * RING];
+        if !self.ring.read_mapped(&mut bytes) {
+            return Err(DecodeError::Device(vkformers_vk::VkError::Allocator(
+                "the replayed ids' host buffer is not mapped".into(),
+            )));
+        }
+        let ids: &[u32] = bytemuck::cast_slice(&bytes);
+        let slot = &ids[(k % RING) * self.rows..][..self.rows];
+        Ok(slot.iter().map(|&id| (id != NO_TOKEN).then_some(id)).collect())
     }
 
     /// Records step `step`'s choice from the last column of every row of `logits [B·T, V]` and its
@@ -115,16 +179,15 @@ impl Lookahead {
         if matches!(self.how, AheadChoice::Draw(..)) && self.presence.is_none() {
             self.presence = Some(g.ctx().buffer_from(&presence(history, v), "presence")?);
         }
-        g.record(|rec| {
-            match (&self.how, &self.presence) {
-                (AheadChoice::Draw(p, seed), Some(presence)) => {
-                    let d = Draw { seed: *seed, step: step as u64 };
-                    sample::draw_last(rec, logits.view(), presence.view(), dev, (self.rows, t, v), p, d)?
-                }
-                _ => sample::argmax_last(rec, logits.view(), dev, self.rows, t, v)?,
+        g.record(|rec| match (&self.how, &self.presence) {
+            (AheadChoice::Draw(p, seed), Some(presence)) => {
+                let d = Draw { seed: *seed, step: step as u64 };
+                sample::draw_last(rec, logits.view(), presence.view(), dev, (self.rows, t, v), p, d)
             }
-            rec.copy(dev, host)
+            _ => sample::argmax_last(rec, logits.view(), dev, self.rows, t, v),
         })?;
+        // Out of a logged step's log: a captured step copies its ids its own way.
+        g.unlogged(|| g.record(|rec| rec.copy(dev, host)))?;
         Ok(which)
     }
 

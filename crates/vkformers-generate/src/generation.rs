@@ -75,6 +75,8 @@ pub struct Timings {
     pub decode_tokens: usize,
     /// Time of the decode steps.
     pub decode_secs: f64,
+    /// Decode steps the host replayed instead of recording (`lookahead` + `replay`).
+    pub replayed_steps: usize,
 }
 
 impl Timings {
@@ -442,6 +444,7 @@ pub(crate) fn finished(rows: Rows, mut timings: Timings, prompt_tokens: &[usize]
             prefill_secs: timings.prefill_secs,
             decode_tokens: rows.new[row].len().saturating_sub(1),
             decode_secs: ended[row].unwrap_or(timings.decode_secs),
+            replayed_steps: timings.replayed_steps,
         })
         .collect();
     Generation { rows: rows.new, finish, timings, per_row }

@@ -51,6 +51,7 @@ mod penalties;
 pub mod prefill_plan;
 pub mod prefill_rows;
 mod processors;
+mod replay;
 mod rng;
 pub mod row_choice;
 mod sampler;

@@ -15,7 +15,7 @@
 
 use std::time::Instant;
 
-use vkformers_models::decoder::{forward_cached_last_ids, Batch, KvCache};
+use vkformers_models::decoder::KvCache;
 use vkformers_models::model::Model;
 use vkformers_models::ModelSpec;
 use vkformers_tensor::Graph;
@@ -23,6 +23,7 @@ use vkformers_tensor::Graph;
 use crate::decode::DecodeError;
 use crate::device_choice::{required, AheadChoice, Lookahead};
 use crate::generation::{feed, finished, record, report_step, Context, GenerateOptions, Generation, Rows, Timings};
+use crate::replay::{IdsAt, Replayer};
 
 /// Steps between full synchronisations: only then may the buffers dropped meanwhile take host
 /// uploads again (`Context::reclaim_buffers`), so the pool does not grow over a long generation.
@@ -60,26 +61,28 @@ pub(crate) fn run(
     let mut rows = Rows { history: ctx.history, new: vec![Vec::new(); b], finish: vec![None; b] };
     let mut ended = vec![None; b];
     let mut device = Lookahead::new(g, b, how)?;
-    let (ones, zeros) = (vec![1; b], vec![0; b]);
-    g.no_grad(|| -> Result<(), DecodeError> {
-        let logits = feed(g, model, cache, &rows.history, &ctx.masks, opts.max_new_tokens)?;
-        let mut which = device.record(g, (&logits.all, logits.t), &rows.history, 0)?;
+    let max = opts.max_new_tokens;
+    let out = g.no_grad(|| -> Result<usize, DecodeError> {
+        let logits = feed(g, model, cache, &rows.history, &ctx.masks, max)?;
+        let first = device.record(g, (&logits.all, logits.t), &rows.history, 0)?;
+        let mut replayer = Replayer::new(&device, first);
+        let mut which = IdsAt::Pair(first);
         let mut ticket = g.flush_ticket()?;
         let mut decode_start = None;
-        for step in 0..opts.max_new_tokens {
+        for step in 0..max {
             // Step + 1 goes to the device before step's ids come back.
-            let ahead = if step + 1 < opts.max_new_tokens {
+            let ahead = if step + 1 < max {
                 let pads: Vec<Option<u32>> = rows.finish.iter().map(|f| f.map(|_| opts.pad)).collect();
-                let ids = device.ids_with(g, which, &pads)?;
-                let batch = Batch { ids: &zeros, mask: &ones, batch: b, seq: 1 };
-                let logits = forward_cached_last_ids(g, &model.spec, &model.weights, &batch, &ids, cache)?;
-                let next = device.record(g, (&logits, 1), &rows.history, step + 1)?;
-                Some((next, g.flush_ticket()?))
+                let run = (model, &*cache);
+                Some(replayer.step(g, run, &mut device, (step + 1, max), (&pads, &rows.history))?)
             } else {
                 None
             };
             g.wait_submitted(ticket)?;
-            let got = device.read(which)?;
+            let got = match which {
+                IdsAt::Pair(p) => device.read(p)?,
+                IdsAt::Run(k) => device.read_run(k)?,
+            };
             let chosen = got
                 .into_iter()
                 .enumerate()
@@ -105,7 +108,10 @@ pub(crate) fn run(
         // Nothing of this generation stays in flight (a step recorded ahead and not needed).
         g.sync()?;
         timings.decode_secs = decode_start.map_or(0.0, |s| s.elapsed().as_secs_f64());
-        Ok(())
-    })?;
+        Ok(replayer.replayed)
+    });
+    // Blocks held for replays beyond what the rows hold go back (also after an error).
+    cache.release_ahead();
+    timings.replayed_steps = out?;
     Ok(finished(rows, timings, &prompt_tokens, &ended))
 }

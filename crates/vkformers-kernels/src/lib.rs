@@ -29,6 +29,7 @@ pub mod reduce;
 pub mod rope;
 pub mod sample;
 pub mod softmax;
+pub mod step;
 
 #[doc(hidden)]
 pub mod testutil;

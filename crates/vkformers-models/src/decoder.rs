@@ -360,6 +360,7 @@ fn cached(
     } else {
         g.inference(|| run(g, spec, w, &inputs, &pos, (b, t), head))?
     };
+    cache.record_advance(g, batch.mask, t)?;
     cache.commit(batch.mask, t);
     Ok(logits)
 }
@@ -411,7 +412,9 @@ fn trunk(
         if let Some(bad) = idx.iter().find(|&&p| p < 0 || p as usize >= table.shape()[0]) {
             return Err(ModelError::Weights(format!("position {bad} outside `{wpe}` {:?}", table.shape())));
         }
-        let idx = g.ints(&idx, &[b, t])?;
+        // Without an offset the rows are the position ids already on the device (a replayed
+        // decode step advances those itself; an upload of its own would be a host input).
+        let idx = if off == 0 { inputs.pos.clone() } else { g.ints(&idx, &[b, t])? };
         let p = shape::reshape(g, &embedding::embedding(g, table, &idx)?, &[b * t, spec.hidden])?;
         x = broadcast::add(g, &x, &p)?;
     }

@@ -19,6 +19,7 @@ mod blocks;
 mod latent;
 mod packed_rope;
 mod paged;
+mod replay;
 mod rewind;
 
 use std::cell::{Cell, RefCell};

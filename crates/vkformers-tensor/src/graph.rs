@@ -17,7 +17,9 @@ use crate::profile::Profile;
 
 mod create;
 mod profiled;
+mod step;
 use crate::tensor::{DType, Inner, Tensor};
+pub use step::{StepMode, StepRecord};
 
 static NEXT_TENSOR_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -159,6 +161,9 @@ pub struct Graph<'c> {
     /// Tensors whose producing op's backward takes its gradient in the autocast type as well
     /// as in f32 (see `ops::cast::takes_half_grad`), by id; dropped with the tape.
     half_grad: RefCell<HashSet<u64>>,
+    /// How the step being recorded is kept (`begin_step` .. `end_step`): logged, captured for
+    /// replay, or neither; and what it logged so far (see `graph/step.rs`).
+    step: step::StepState,
 }
 
 impl<'c> Graph<'c> {
@@ -183,6 +188,7 @@ impl<'c> Graph<'c> {
             gathered: RefCell::new(HashMap::new()),
             grad_ready: RefCell::new(None),
             half_grad: RefCell::new(HashSet::new()),
+            step: step::StepState::default(),
         }
     }
 
@@ -293,21 +299,18 @@ impl<'c> Graph<'c> {
         }
         let mut slot = self.rec.borrow_mut();
         if slot.is_none() {
-            let mut rec = self.ctx.recorder(self.profile.borrow().is_some())?;
-            if !self.in_flight.borrow().is_empty() {
-                rec.order_after_earlier_batches();
-            }
-            *slot = Some(rec);
+            *slot = Some(self.open_recorder()?);
         }
         let start = self.profile.borrow().is_some().then(std::time::Instant::now);
         let out = match slot.as_mut() {
-            Some(rec) => f(rec),
+            Some(rec) => self.step.run_logged(rec, f),
             None => Err(VkError::Kernel { kernel: "graph".into(), message: "no recorder".into() }),
         };
         if let (Some(t), Some(p)) = (start, self.profile.borrow_mut().as_mut()) {
             p.host_record_ns += t.elapsed().as_nanos() as f64;
         }
-        let full = slot.as_ref().is_some_and(|r| r.len() >= flush_dispatches());
+        // A step captured for replay is one batch, however long.
+        let full = slot.as_ref().is_some_and(|r| r.len() >= flush_dispatches() && !r.is_reusable());
         drop(slot);
         if full && out.is_ok() {
             self.flush()?;
@@ -319,7 +322,8 @@ impl<'c> Graph<'c> {
     /// ahead of the host: beyond that the oldest is waited for, which bounds the command
     /// buffers and held buffers alive at once.
     pub fn flush(&self) -> Result<()> {
-        let Some(rec) = self.rec.borrow_mut().take() else { return Ok(()) };
+        let Some(mut rec) = self.rec.borrow_mut().take() else { return Ok(()) };
+        self.step.batch_ends(&mut rec);
         if rec.is_empty() {
             return Ok(());
         }
@@ -355,7 +359,10 @@ impl<'c> Graph<'c> {
     /// Submits everything recorded so far and waits for it (and for every flushed batch).
     pub fn sync(&self) -> Result<()> {
         let start = std::time::Instant::now();
-        let open = self.rec.borrow_mut().take();
+        let mut open = self.rec.borrow_mut().take();
+        if let Some(rec) = open.as_mut() {
+            self.step.batch_ends(rec);
+        }
         if let Some(rec) = open.filter(|r| !r.is_empty()) {
             self.in_flight.borrow_mut().push_back(rec.submit_async()?);
             self.submissions.set(self.submissions.get() + 1);

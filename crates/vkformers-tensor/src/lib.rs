@@ -10,7 +10,7 @@ pub mod optim;
 pub mod profile;
 pub mod tensor;
 
-pub use graph::{GradReadyHook, Graph};
+pub use graph::{GradReadyHook, Graph, StepMode, StepRecord};
 pub use profile::Profile;
 pub use tensor::{DType, Tensor, WeakTensor};
 pub use vkformers_vk::{Result, VkError};

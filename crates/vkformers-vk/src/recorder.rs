@@ -26,6 +26,8 @@ enum Stage {
     Done,
     /// A submission or wait failed: the set is destroyed, never reused.
     Failed,
+    /// Ended and handed to a [`crate::replay::Replay`], which owns the set now.
+    Replay,
 }
 
 /// One buffer argument of a dispatch: which bytes, and how the kernel uses them.
@@ -93,17 +95,38 @@ pub struct Recorder {
     /// dispatch once the first has sized them).
     push: Vec<u8>,
     accesses: Vec<(Span, AccessKind)>,
+    /// A batch recorded to be submitted again and again (`Recorder::into_replay`): every
+    /// buffer it uses is held, pooled ones too, for as long as the replay lives.
+    reusable: bool,
+    /// What the batch recorded, when asked (`Recorder::start_log`): two recordings of the same
+    /// work compare equal when only what a replay may change differs.
+    pub(crate) log: Option<Vec<LogEntry>>,
+}
+
+/// One command of a logged batch: a dispatch by kernel, specialization constants, workgroups
+/// and the push block's scalar parameters (not the buffer addresses before them), a copy by its
+/// length, a host write by its bytes and target buffer.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LogEntry {
+    Dispatch { kernel: &'static str, spec: Vec<u32>, groups: [u32; 3], params: Vec<u8> },
+    Copy { len: u64 },
+    Update { buffer: u64, data: Vec<u8> },
 }
 
 impl Context {
     /// Starts a batch; with `timing`, each dispatch is timed by timestamp queries.
     pub fn recorder(&self, timing: bool) -> Result<Recorder> {
-        Recorder::new(self.shared.clone(), timing && self.caps().timestamps)
+        Recorder::new(self.shared.clone(), timing && self.caps().timestamps, false)
+    }
+
+    /// Starts a batch to be submitted many times ([`Recorder::into_replay`]); never timed.
+    pub fn replay_recorder(&self) -> Result<Recorder> {
+        Recorder::new(self.shared.clone(), false, true)
     }
 }
 
 impl Recorder {
-    fn new(shared: Arc<Shared>, timing: bool) -> Result<Self> {
+    fn new(shared: Arc<Shared>, timing: bool, reusable: bool) -> Result<Self> {
         let set = shared.spares.take(&shared.device, shared.queue_family)?;
         let rec = Recorder {
             shared: shared.clone(),
@@ -121,8 +144,17 @@ impl Recorder {
             queries_used: 0,
             push: Vec::new(),
             accesses: Vec::new(),
+            reusable,
+            log: None,
         };
-        let begin = vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
+        // A replayed batch may be pending twice at once (step s + 1 is submitted before step s
+        // is waited for): simultaneous use.
+        let usage = if reusable {
+            vk::CommandBufferUsageFlags::SIMULTANEOUS_USE
+        } else {
+            vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT
+        };
+        let begin = vk::CommandBufferBeginInfo::default().flags(usage);
         // SAFETY: a new command buffer, or one whose pool was reset (initial state).
         unsafe { shared.device.begin_command_buffer(rec.cmd, &begin) }.vk("vkBeginCommandBuffer")?;
         Ok(rec)
@@ -146,6 +178,27 @@ impl Recorder {
     /// Whether the batch times each dispatch (timestamp queries).
     pub fn is_timed(&self) -> bool {
         self.timing
+    }
+
+    /// Whether the batch is recorded for replay ([`Context::replay_recorder`]).
+    pub fn is_reusable(&self) -> bool {
+        self.reusable
+    }
+
+    /// Logs every command recorded from now on ([`Recorder::take_log`]).
+    pub fn start_log(&mut self) {
+        self.log = Some(Vec::new());
+    }
+
+    /// The commands logged since [`Recorder::start_log`] (None when not logging); logging
+    /// stops until [`Recorder::resume_log`].
+    pub fn take_log(&mut self) -> Option<Vec<LogEntry>> {
+        self.log.take()
+    }
+
+    /// Goes on logging after `log` (what [`Recorder::take_log`] returned).
+    pub fn resume_log(&mut self, log: Vec<LogEntry>) {
+        self.log = Some(log);
     }
 
     /// Appends a dispatch of `code` (specialization constants `spec`) over `groups` workgroups.
@@ -217,6 +270,10 @@ impl Recorder {
             device.cmd_dispatch(self.cmd, groups[0], groups[1], groups[2]);
         }
         self.timestamp(vk::PipelineStageFlags::BOTTOM_OF_PIPE)?;
+        if let Some(log) = self.log.as_mut() {
+            let params = push[8 * code.pointers as usize..].to_vec();
+            log.push(LogEntry::Dispatch { kernel: code.name, spec: spec.to_vec(), groups, params });
+        }
         self.labels.push(code.name);
         self.work.push((args.iter().chain(indirect).map(|a| a.view.len).sum(), 0.0));
         self.hold(args.iter().chain(indirect).map(|a| a.view.buffer));
@@ -233,6 +290,9 @@ impl Recorder {
         unsafe { self.shared.device.cmd_copy_buffer(self.cmd, src.buffer.raw(), dst.buffer.raw(), &region) };
         self.hold([src.buffer, dst.buffer]);
         self.timestamp(vk::PipelineStageFlags::BOTTOM_OF_PIPE)?;
+        if let Some(log) = self.log.as_mut() {
+            log.push(LogEntry::Copy { len: src.len });
+        }
         self.labels.push("copy");
         self.work.push((src.len + dst.len, 0.0));
         Ok(())
@@ -275,6 +335,9 @@ impl Recorder {
         unsafe { self.shared.device.cmd_update_buffer(self.cmd, dst.buffer.raw(), dst.offset, data) };
         self.hold([dst.buffer]);
         self.timestamp(vk::PipelineStageFlags::BOTTOM_OF_PIPE)?;
+        if let Some(log) = self.log.as_mut() {
+            log.push(LogEntry::Update { buffer: dst.buffer.id(), data: data.to_vec() });
+        }
         self.labels.push("update");
         self.work.push((data.len() as u64, 0.0));
         Ok(())
@@ -284,7 +347,9 @@ impl Recorder {
     fn hold<'b>(&mut self, buffers: impl IntoIterator<Item = &'b Buffer>) {
         // Pooled device buffers outlive their handles (a dropped one waits in the pool, its
         // memory intact), so only the others need keeping until the batch completes.
-        for b in buffers.into_iter().filter(|b| !b.is_pooled()) {
+        // A replayed batch holds every buffer, so none goes back to the pool while it lives.
+        let all = self.reusable;
+        for b in buffers.into_iter().filter(|b| all || !b.is_pooled()) {
             self.keep.entry(b.id()).or_insert_with(|| b.clone());
         }
     }
@@ -376,7 +441,7 @@ impl Recorder {
             return Err(self.batch_error(r));
         }
         self.stage = Stage::Submitted;
-        Ok(Pending { rec: Some(self) })
+        Ok(Pending { rec: Some(self), replayed: None })
     }
 
     /// Orders everything recorded from now on after every command submitted earlier on the
@@ -387,19 +452,46 @@ impl Recorder {
     }
 
     fn batch_error(&self, r: vk::Result) -> VkError {
-        let mut names: Vec<&str> = self.labels.clone();
-        names.dedup();
-        names.truncate(8);
-        let kernels = names.join(", ");
-        match r {
-            vk::Result::ERROR_DEVICE_LOST => VkError::DeviceLost { kernels },
-            vk::Result::ERROR_OUT_OF_DEVICE_MEMORY | vk::Result::ERROR_OUT_OF_HOST_MEMORY => {
-                VkError::OutOfDeviceMemory { what: format!("a batch running {kernels}"), bytes: 0 }
-            }
-            r => VkError::Kernel { kernel: kernels, message: format!("vkQueueSubmit/vkWaitForFences: {r}") },
-        }
+        batch_error(&self.labels, r)
     }
 
+    /// Ends a batch recorded by [`Context::replay_recorder`] and hands it over, with every
+    /// buffer it uses, to a [`crate::replay::Replay`] that submits it as often as asked.
+    pub fn into_replay(mut self) -> Result<crate::replay::Replay> {
+        if !self.reusable {
+            return Err(VkError::Kernel {
+                kernel: "replay".into(),
+                message: "only a batch of Context::replay_recorder can be replayed".into(),
+            });
+        }
+        // SAFETY: recording was begun in `new`.
+        if let Err(e) = unsafe { self.shared.device.end_command_buffer(self.cmd) }.vk("vkEndCommandBuffer") {
+            self.stage = Stage::Failed;
+            return Err(e);
+        }
+        self.stage = Stage::Replay;
+        let keep = std::mem::take(&mut self.keep).into_values().collect();
+        let labels = std::mem::take(&mut self.labels);
+        Ok(crate::replay::Replay::new(self.shared.clone(), self.set, keep, labels, self.barriers))
+    }
+}
+
+/// The error of a batch running `labels` whose submission or wait returned `r`.
+pub(crate) fn batch_error(labels: &[&'static str], r: vk::Result) -> VkError {
+    let mut names: Vec<&str> = labels.to_vec();
+    names.dedup();
+    names.truncate(8);
+    let kernels = names.join(", ");
+    match r {
+        vk::Result::ERROR_DEVICE_LOST => VkError::DeviceLost { kernels },
+        vk::Result::ERROR_OUT_OF_DEVICE_MEMORY | vk::Result::ERROR_OUT_OF_HOST_MEMORY => {
+            VkError::OutOfDeviceMemory { what: format!("a batch running {kernels}"), bytes: 0 }
+        }
+        r => VkError::Kernel { kernel: kernels, message: format!("vkQueueSubmit/vkWaitForFences: {r}") },
+    }
+}
+
+impl Recorder {
     fn read_timings(&self) -> Result<Vec<(&'static str, f64)>> {
         if !self.timing {
             return Ok(Vec::new());
@@ -431,9 +523,11 @@ impl Recorder {
     }
 }
 
-/// A submitted batch the host has not waited for (`Recorder::submit_async`).
+/// A submitted batch the host has not waited for (`Recorder::submit_async`, or one
+/// submission of a [`Replay`]).
 pub struct Pending {
     rec: Option<Recorder>,
+    replayed: Option<crate::replay::Submission>,
 }
 
 impl Recorder {
@@ -447,8 +541,15 @@ impl Recorder {
 }
 
 impl Pending {
+    pub(crate) fn replayed(sub: crate::replay::Submission) -> Self {
+        Pending { rec: None, replayed: Some(sub) }
+    }
+
     /// Waits for the batch and reports what it did.
     pub fn wait(mut self) -> Result<BatchReport> {
+        if let Some(sub) = self.replayed.take() {
+            return sub.wait();
+        }
         let mut rec = self.rec.take().expect("a pending batch holds its recorder until waited");
         rec.wait_fence().map_err(|r| rec.batch_error(r))?;
         let timings = rec.read_timings()?;
@@ -464,6 +565,8 @@ impl Drop for Pending {
         if let Some(mut rec) = self.rec.take() {
             let _ = rec.wait_fence();
         }
+        // A replay's submission waits for its own fence when dropped.
+        self.replayed.take();
     }
 }
 
@@ -482,6 +585,7 @@ impl Drop for Recorder {
             // SAFETY: a failed batch is not reused (the device is likely lost); `Submitted` is
             // only ever dropped through `Pending`, which waits first.
             Stage::Submitted | Stage::Failed => unsafe { crate::spare::destroy(device, self.set) },
+            Stage::Replay => {}
         }
     }
 }

@@ -105,6 +105,16 @@ impl BlockTables {
         ids.into_iter().for_each(|id| self.give(id));
     }
 
+    /// Gives back the blocks of row r that hold no position before `p` (blocks held ahead of
+    /// the positions a row has stored, once they are not needed).
+    pub(crate) fn drop_from(&mut self, r: usize, p: usize) {
+        let first = p.div_ceil(self.block_size);
+        let ids: Vec<u32> = self.rows[r].iter_mut().skip(first).filter_map(Option::take).collect();
+        ids.into_iter().for_each(|id| self.give(id));
+        // As long as the table of a row that never held ahead: the block of its last position.
+        self.rows[r].truncate(first);
+    }
+
     /// Row `dst[n]` becomes a holder of row `src[n]`'s blocks (what it held before is let go):
     /// `src` is read before any row changes, so rows may swap or repeat.
     pub(crate) fn point(&mut self, dst: &[usize], src: &[usize]) {

@@ -67,7 +67,7 @@ impl StepTables {
         }
         let len = ints.len();
         Ok(StepTables {
-            ints: g.ints(&ints, &[len])?,
+            ints: g.step_ints(&ints, &[len])?,
             prefix: prefix.len(),
             max_blocks,
             rows: rows.len(),
@@ -90,6 +90,24 @@ impl StepTables {
             return Err(ModelError::Config(format!("a prefix of {} values as {shape:?}", self.prefix)));
         }
         Ok(g.view_prefix(&self.ints, shape)?)
+    }
+
+    /// The uploaded int32 values.
+    pub(crate) fn ints(&self) -> &Tensor {
+        &self.ints
+    }
+
+    /// The layout `vkformers_kernels::step::advance` reads, for a forward of one new column a
+    /// row (None otherwise).
+    pub(crate) fn advance_layout(&self) -> Option<vkformers_kernels::step::StepTables> {
+        (self.cols == 1 && (self.prefix == 0 || self.prefix == self.rows)).then_some(
+            vkformers_kernels::step::StepTables {
+                rows: self.rows as u32,
+                prefix: self.prefix as u32,
+                max_blocks: self.max_blocks as u32,
+                block_size: self.block_size as u32,
+            },
+        )
     }
 
     /// `[B, max_blocks]` int32 block ids.
@@ -123,6 +141,8 @@ pub(crate) struct LayerPool {
     /// The split decode attention's per-tile counters (`decode::counter_words` uint32, zero
     /// between calls), grown with the batch.
     counters: RefCell<Option<Tensor>>,
+    /// The sizes of the layer's last decode-attention call (what a replay of the step keeps).
+    last_shape: std::cell::Cell<Option<DecodeShape>>,
 }
 
 impl LayerPool {
@@ -135,6 +155,7 @@ impl LayerPool {
             value_dim: head_dim,
             pools: None,
             counters: RefCell::new(None),
+            last_shape: std::cell::Cell::new(None),
         }
     }
 
@@ -149,6 +170,7 @@ impl LayerPool {
             value_dim: values,
             pools: None,
             counters: RefCell::new(None),
+            last_shape: std::cell::Cell::new(None),
         }
     }
 
@@ -169,6 +191,11 @@ impl LayerPool {
     /// Values held per cached position.
     pub(crate) fn values_per_position(&self) -> usize {
         self.kv_heads * self.head_dim * if self.values_are_keys { 1 } else { 2 }
+    }
+
+    /// The sizes of the layer's last decode-attention call, if it ran one.
+    pub(crate) fn last_shape(&self) -> Option<DecodeShape> {
+        self.last_shape.get()
     }
 
     pub(crate) fn group(&self) -> usize {
@@ -367,6 +394,7 @@ impl LayerPool {
     /// The splits of a call of `shape` over the step's rows, and its work buffer and counters
     /// when it splits.
     fn split_buffers(&self, g: &Graph<'_>, shape: &DecodeShape, st: &StepTables) -> Result<SplitBuffers> {
+        self.last_shape.set(Some(*shape));
         let splits = decode::splits(shape, st.max_len as u32);
         if splits == 1 {
             return Ok((1, None, None));

@@ -160,6 +160,7 @@ impl Graph<'_> {
     fn small_upload(&self, bytes: &[u8]) -> Result<vkformers_vk::Buffer> {
         let padded = bytes.len().next_multiple_of(4).max(4);
         if padded > vkformers_vk::Recorder::UPDATE_MAX {
+            self.step_outside_transfer();
             return self.ctx.buffer_from(bytes, "tensor");
         }
         let buf = self.ctx.scratch_buffer(padded as u64, "tensor")?;
@@ -197,6 +198,22 @@ impl Graph<'_> {
         check_len(data.len(), shape)?;
         let buf = self.small_upload(bytemuck::cast_slice(data))?;
         Ok(self.make(buf, shape, false, false))
+    }
+
+    /// The step inputs of a step: as [`Graph::ints`], except that in a captured step the data
+    /// goes to the device through the staging path, outside the step's batch (its first run
+    /// finds it there; a replay must not write it again over what the step advanced it to),
+    /// and the tensor is marked as a step input ([`Graph::mark_step_input`]).
+    pub fn step_ints(&self, data: &[i32], shape: &[usize]) -> Result<Tensor> {
+        check_len(data.len(), shape)?;
+        let t = if self.capturing() {
+            let buf = self.ctx.buffer_from(bytemuck::cast_slice::<i32, u8>(data), "step inputs")?;
+            self.make(buf, shape, false, false)
+        } else {
+            self.ints(data, shape)?
+        };
+        self.mark_step_input(&t);
+        Ok(t)
     }
 
     /// An i32 tensor `shape` over an existing buffer (ids a kernel wrote: a decode step's chosen

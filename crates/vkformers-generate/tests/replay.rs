@@ -1,0 +1,92 @@
+//! Decode steps recorded once and replayed (`src/replay.rs`): over 40 greedy steps of a batch of
+//! two prompts, the replayed generation gives exactly the tokens of the synchronous loop (every
+//! step recorded and read back before the next), and most of its steps were replayed: the host
+//! recorded none of them. Families cover the step inputs a replay must advance on the device
+//! (RoPE positions in attention or apart, learned positions, ALiBi, multi-head latent attention,
+//! MoE routing); sliding-window layers (gemma2, mistral) give blocks back as rows grow and
+//! LongRoPE (phi3) switches factors on the host, so those are never replayed and keep their
+//! tokens. A row finishing early needs its pad fed from the host: the
+//! replay stops there and starts again from a fresh capture.
+
+use std::path::PathBuf;
+
+use vkformers_generate::generation::{
+    generate, generate_cached_stepping, left_pad, Context, Finish, GenerateOptions, Generation, Stepping,
+};
+use vkformers_models::decoder::KvCache;
+use vkformers_models::model::Model;
+use vkformers_tensor::Graph;
+use vkformers_vk::testing::on_every_device;
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures").join(name)
+}
+
+fn prompts(name: &str) -> Vec<Vec<u32>> {
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture(name).join("greedy.json")).unwrap()).unwrap();
+    v["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .take(2)
+        .map(|r| r.as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect())
+        .collect()
+}
+
+/// The synchronous loop's generation (no lookahead, so no replay) on a fresh cache.
+fn synchronous(g: &Graph<'_>, model: &Model, prompts: &[Vec<u32>], opts: &GenerateOptions) -> Generation {
+    let (ids, mask, width) = left_pad(prompts, opts.pad);
+    let history = ids.chunks(width).map(|r| r.iter().map(|&t| t as u32).collect()).collect();
+    let masks = mask.chunks(width).map(<[i32]>::to_vec).collect();
+    let mut cache = KvCache::batched(g, &model.spec, prompts.len(), width + opts.max_new_tokens).unwrap();
+    let ctx = Context { history, masks };
+    generate_cached_stepping(g, model, &mut cache, ctx, opts, Stepping::Synchronous, &mut |_, _| false).unwrap()
+}
+
+const STEPS: usize = 40;
+
+#[test]
+fn replayed_steps_give_the_recorded_loops_tokens() {
+    on_every_device("decode_replay", |ctx| {
+        let replayed = ["llama", "qwen2", "olmo", "cohere", "gpt_neox", "bloom", "gpt2", "deepseek_v2", "qwen3_moe"];
+        let recorded = ["gemma2", "mistral", "phi3"];
+        for name in replayed.into_iter().chain(recorded) {
+            let g = Graph::new(ctx);
+            let model = Model::load(&g, &fixture(name)).unwrap();
+            let prompts = prompts(name);
+            let opts = GenerateOptions::greedy(STEPS);
+            let want = synchronous(&g, &model, &prompts, &opts);
+            let got = generate(&g, &model, &prompts, &opts, &mut |_, _| false).unwrap();
+            assert_eq!(got.rows, want.rows, "{name}: tokens");
+            let replayed = got.timings.replayed_steps;
+            if recorded.contains(&name) {
+                assert_eq!(replayed, 0, "{name}: sliding windows and LongRoPE are not replayed");
+            } else {
+                // The first decode step, a warm-up, a logged and a captured step are recorded
+                // (and a split-count change may cost another three).
+                assert!(replayed >= STEPS - 8, "{name}: {replayed} of {STEPS} steps replayed");
+            }
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn a_row_finishing_early_stops_the_replay_without_changing_tokens() {
+    on_every_device("decode_replay_eos", |ctx| {
+        let g = Graph::new(ctx);
+        let model = Model::load(&g, &fixture("llama")).unwrap();
+        let prompts = prompts("llama");
+        let free = synchronous(&g, &model, &prompts, &GenerateOptions::greedy(STEPS));
+        // Row 0 stops at its 20th token (one row 1 never produces), well inside a replay.
+        let eos = *free.rows[0][19..].iter().find(|t| !free.rows[1].contains(t)).expect("a token only row 0 makes");
+        let opts = GenerateOptions { eos: vec![eos], ..GenerateOptions::greedy(STEPS) };
+        let want = synchronous(&g, &model, &prompts, &opts);
+        let got = generate(&g, &model, &prompts, &opts, &mut |_, _| false).unwrap();
+        assert_eq!(got.rows, want.rows);
+        assert_eq!(got.finish, vec![Finish::Eos, Finish::Length]);
+        assert!(got.timings.replayed_steps > 0, "replayed before the row finished");
+        Ok(())
+    });
+}
