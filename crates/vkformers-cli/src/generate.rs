@@ -422,6 +422,7 @@ fn timings_json(t: &Timings) -> serde_json::Value {
         "decode_tokens": t.decode_tokens,
         "decode_seconds": t.decode_secs,
         "decode_tokens_per_second": t.decode_tokens_per_sec(),
+        "decode_replayed_steps": t.replayed_steps,
     })
 }
 

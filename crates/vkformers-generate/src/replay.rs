@@ -9,7 +9,7 @@
 //!
 //! `VKFORMERS_DECODE_REPLAY=0` records every step (for comparison).
 
-use vkformers_models::decoder::{forward_cached_last_ids, Batch, KvCache};
+use vkformers_models::decoder::{forward_cached_last_ids, position_limit, Batch, KvCache};
 use vkformers_models::model::Model;
 use vkformers_tensor::{Graph, StepMode};
 use vkformers_vk::{LogEntry, Replay};
@@ -98,7 +98,8 @@ impl Replayer {
         if host_input && !matches!(self.state, State::Off) {
             self.state = State::Idle;
         }
-        let mode = self.mode(cache, (s, max), host_input)?;
+        let limit = position_limit(&model.spec, &model.weights).map(|l| l.saturating_sub(cache.next_position()));
+        let mode = self.mode(cache, (s, max.min(s + limit.unwrap_or(max))), host_input)?;
         if mode == StepMode::Capture {
             device.reset_runs(g)?;
         }
@@ -132,7 +133,8 @@ impl Replayer {
     }
 
     /// How step `s` is recorded, moving Idle to Warm (holding the blocks of the steps ahead)
-    /// when a long enough range of steps keeps its split counts.
+    /// when a long enough range of steps before `max` (the generation's end, or a learned
+    /// position table's) keeps its split counts.
     fn mode(&mut self, cache: &KvCache, (s, max): (usize, usize), host_input: bool) -> Result<StepMode, DecodeError> {
         if host_input {
             return Ok(StepMode::Plain);

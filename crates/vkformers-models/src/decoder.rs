@@ -290,6 +290,15 @@ pub fn forward_cached_last(
     cached(g, spec, w, batch, cache, Head::Last, None)
 }
 
+/// The first position id a decoder's learned position table cannot embed (its rows past the
+/// offset), or None without one: a replayed decode step skips the host's check of its
+/// positions, so replays stop before it.
+pub fn position_limit(spec: &ModelSpec, w: &Weights) -> Option<usize> {
+    let wpe = spec.position_embedding.as_ref()?;
+    let rows = w.get(&format!("{wpe}.weight")).map_or(0, |t| t.shape()[0]);
+    Some(rows.saturating_sub(spec.position_offset))
+}
+
 /// As [`forward_cached_last`], with the new tokens' ids read from the device tensor `ids [B, T]`
 /// (a previous step's chosen ids) instead of `batch.ids`, whose values are then not read (its
 /// length and `batch.mask` still describe the batch): the host need not wait for a step's
@@ -419,6 +428,7 @@ fn trunk(
         x = broadcast::add(g, &x, &p)?;
     }
     if let Some(table) = &spec.sinusoidal {
+        g.refuse_capture("sinusoidal position rows are made on the host");
         // Fixed rows (no gradient), computed on the host for the batch's positions.
         let p = g.constant(&table.rows(pos, spec.hidden), &[b * t, spec.hidden])?;
         x = broadcast::add(g, &x, &p)?;

@@ -50,6 +50,9 @@ fn moved(g: &Graph<'_>, inp: &Inputs<'_>, x: &Tensor, (from, to): (usize, usize)
 /// `(q [B, T, H, Dr], k [B, T, 1, Dr])` rotated by the layer's RoPE (unchanged without one).
 fn rotate(g: &Graph<'_>, a: &AttnSpec, inp: &Inputs<'_>, q: Tensor, k: Tensor) -> Result<(Tensor, Tensor)> {
     let Some(r) = &a.rope else { return Ok((q, k)) };
+    if r.long.is_some() {
+        g.refuse_capture("LongRoPE picks its factors on the host");
+    }
     let inv_freq = match &r.long {
         Some((long, original)) if inp.seq_len > *original => long,
         _ => &r.inv_freq,
@@ -94,8 +97,12 @@ fn query(
 
 /// Refuses a forward past the sparse attention indexer's `index_topk` keys (DeepSeek-V3.2's DSA
 /// would then attend to the top-k keys of its index scores only; the graph attends to all).
-fn check_indexer(m: &MlaSpec, inp: &Inputs<'_>) -> Result<()> {
+fn check_indexer(g: &Graph<'_>, m: &MlaSpec, inp: &Inputs<'_>) -> Result<()> {
     let keys = inp.host_pos.iter().copied().max().map_or(0, |p| p as usize + 1);
+    if m.index_topk.is_some() {
+        // The limit is checked on the host each step: a replay would not check it.
+        g.refuse_capture("the sparse indexer's key limit is checked on the host");
+    }
     match m.index_topk {
         Some(k) if keys > k => Err(ModelError::Unsupported(format!(
             "{keys} positions with DeepSeek sparse attention (its indexer keeps index_topk {k} keys a query): \
@@ -128,12 +135,13 @@ pub(super) fn attention(
     let (dn, dr, l) = (m.nope_dim, m.rope_dim, m.kv_lora_rank);
     let heads = a.heads;
     let dqk = dn + dr;
-    check_indexer(m, inp)?;
+    check_indexer(g, m, inp)?;
     let (mut q, gate) = query(g, spec, w, m, i, h, inp)?;
     if let Some((beta, original)) = a.q_position_scale {
         // Llama 4's query scale (Mistral 4), per row of q [B·T, H·(Dn+Dr)] in (b, t) order:
         // `1 + beta · ln(1 + floor(pos / original))`; RoPE is linear, so scaling before it (and
         // before the absorbed products) equals transformers' scaling of the rotated q.
+        g.refuse_capture("the query's position scale is made on the host");
         let s: Vec<f32> =
             inp.host_pos.iter().map(|&p| 1.0 + beta * (1.0 + (p as f32 / original as f32).floor()).ln()).collect();
         q = broadcast::mul(g, &q, &g.constant(&s, &[b * t, 1])?)?;

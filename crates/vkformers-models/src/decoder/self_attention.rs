@@ -154,6 +154,10 @@ fn attention_reads_rope((a, w): (&AttnSpec, &Weights), o_name: &str, inp: &Input
 /// The frequencies `[R/2]` of the layer's rotary embedding at this forward's length (LongRoPE:
 /// the long factors past the original context).
 pub(super) fn rope_freq(g: &Graph<'_>, r: &crate::spec::RopeSpec, inp: &Inputs<'_>) -> Result<Tensor> {
+    if r.long.is_some() {
+        // The factors follow the host's length: a replay would keep the recorded ones.
+        g.refuse_capture("LongRoPE picks its factors on the host");
+    }
     let inv_freq = match &r.long {
         Some((long, original)) if inp.seq_len > *original => long,
         _ => &r.inv_freq,
@@ -178,6 +182,8 @@ fn attend_project(
     if let Some((beta, original)) = a.q_position_scale {
         // [B, T, 1, 1] in f32 as `1 + beta * torch.log(1 + torch.floor(pos / original))`.
         let shift = a.q_position_shift;
+        // Scales of this step's positions, made on the host: a replay would keep them.
+        g.refuse_capture("the query's position scale is made on the host");
         let pos = if a.q_position_by_column { &inp.host_cols } else { &inp.host_pos };
         let s: Vec<f32> =
             pos.iter().map(|&p| 1.0 + beta * (1.0 + ((p + shift) as f32 / original as f32).floor()).ln()).collect();

@@ -33,6 +33,12 @@ impl KvCache {
         (0..most).take_while(|&k| split(k) == first).count()
     }
 
+    /// The position id the next step gives its token: the largest of the selected rows.
+    pub fn next_position(&self) -> usize {
+        let lens = self.lens.borrow();
+        self.selected.borrow().iter().map(|&r| lens[r]).max().unwrap_or(0)
+    }
+
     /// Holds, for every selected row, the blocks of its next `steps` positions, so the block
     /// table a step uploads stays right for the steps replayed after it.
     pub fn hold_ahead(&self, steps: usize) -> Result<()> {
