@@ -6,7 +6,8 @@
 // the step [B]; each row's store slot [B]), for a step of one new token a row. The next step
 // stores its token at position p = lens[b] (the length before it), so:
 //   pos[b] = p (when P > 0);  lens[b] = p + 1;
-//   slot[b] = table[b, p / BS] * BS + p % BS   (-1 where the table holds no block there)
+//   slot[b] = table[b, p / BS] * BS + p % BS   (-1 where the table holds no block there, or
+//   p / BS >= MB: the store skips a -1 slot)
 // The host holds every block the replays reach before it records the step (the table does not
 // change between replays), so the slot is always in a held block.
 layout(local_size_x = 64) in;
@@ -27,7 +28,8 @@ void main() {
             pc.ints.v[b] = p;
         }
         pc.ints.v[lens_at + b] = p + 1;
-        int blk = pc.ints.v[pc.prefix + b * pc.max_blocks + uint(p) / pc.block_size];
+        uint i = uint(p) / pc.block_size;
+        int blk = i < pc.max_blocks ? pc.ints.v[pc.prefix + b * pc.max_blocks + i] : -1;
         pc.ints.v[lens_at + pc.rows + b] = blk >= 0 ? blk * int(pc.block_size) + p % int(pc.block_size) : -1;
     }
 }

@@ -74,7 +74,8 @@ pub fn advance_reference(ints: &mut [i32], t: &StepTables) {
             ints[r] = p;
         }
         ints[lens_at + r] = p + 1;
-        let blk = ints[p0 + r * mb + (p / bs) as usize];
+        let i = (p / bs) as usize;
+        let blk = if i < mb { ints[p0 + r * mb + i] } else { -1 };
         ints[lens_at + b + r] = if blk >= 0 { blk * bs + p % bs } else { -1 };
     }
 }
