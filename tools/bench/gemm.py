@@ -2,8 +2,12 @@
 """GEMM side by side: `vkformers bench gemm` and `torch.matmul` on the same GPU, same run.
 
 Usage: python3 tools/bench/gemm.py [--vkformers PATH] [--sizes 4096 8192] [--dtypes f32 f16 bf16]
+                                  [--c32] [--engine E --unroll U --raster R]
 Prints a table of TFLOP/s and the ratio vkformers / torch. TF32 is off in torch, so the f32
-column compares true f32 products. Needs torch with CUDA (no other Python package).
+column compares true f32 products. f16/bf16 products write C in the operand type on both sides,
+as `torch.matmul` does (`bench gemm --c16`; `--c32` keeps vkformers' f32 C, f32 accumulation
+either way). `--engine/--unroll/--raster` pass a cooperative-matrix-2 tile and its knobs through
+(defaults: the measured best). Needs torch with CUDA (no other Python package).
 """
 import argparse
 import json
@@ -33,9 +37,11 @@ def torch_tflops(n: int, dtype: str, iters: int = 20) -> float:
     return 2 * n**3 / times[len(times) // 2] / 1e12
 
 
-def vk_tflops(binary: str, n: int, dtype: str) -> dict:
+def vk_tflops(binary: str, n: int, dtype: str, extra: list) -> dict:
+    c16 = ["--c16"] if dtype != "f32" and "--c32" not in extra else []
+    knobs = [a for a in extra if a != "--c32"]
     out = subprocess.run([binary, "bench", "gemm", "--m", str(n), "--n", str(n), "--k", str(n),
-                          "--dtype", dtype, "--json"], capture_output=True, text=True)
+                          "--dtype", dtype, "--json", *c16, *knobs], capture_output=True, text=True)
     if out.returncode != 0:
         return {"error": (out.stderr or out.stdout).strip().splitlines()[-1]}
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -46,12 +52,20 @@ def main() -> int:
     p.add_argument("--vkformers", default="target/release/vkformers")
     p.add_argument("--sizes", type=int, nargs="+", default=[4096, 8192])
     p.add_argument("--dtypes", nargs="+", default=["f32", "f16", "bf16"])
+    p.add_argument("--c32", action="store_true", help="f32 C for f16/bf16 products (torch writes the operand type)")
+    p.add_argument("--engine")
+    p.add_argument("--unroll")
+    p.add_argument("--raster")
     args = p.parse_args()
+    extra = ["--c32"] if args.c32 else []
+    for flag in ("engine", "unroll", "raster"):
+        if getattr(args, flag) is not None:
+            extra += [f"--{flag}", getattr(args, flag)]
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}")
     print(f"{'size':>6} {'dtype':>5} {'vkformers TFLOP/s':>18} {'torch TFLOP/s':>14} {'ratio':>6}")
     for n in args.sizes:
         for dt in args.dtypes:
-            vk = vk_tflops(args.vkformers, n, dt)
+            vk = vk_tflops(args.vkformers, n, dt, extra)
             th = torch_tflops(n, dt)
             if "error" in vk:
                 print(f"{n:>6} {dt:>5} {'n/a':>18} {th:>14.1f} {'-':>6}   ({vk['error']})")
