@@ -116,34 +116,44 @@ impl Lookahead {
         })
     }
 
-    /// Whether steps choosing as this one does can be replayed: the argmax (a draw's step
-    /// number is a constant of its recording).
+    /// Whether steps choosing as this one does can be replayed: the argmax, or a draw (its step
+    /// number then counts runs on the device).
     pub fn replayable(&self) -> bool {
-        self.how == AheadChoice::Argmax
+        true
     }
 
-    /// Sets the count of replayed runs to 0, in the open batch (before a capture).
+    /// Sets the count of replayed runs to 0, in the open batch (before the logged step).
     pub fn reset_runs(&self, g: &Graph<'_>) -> Result<(), DecodeError> {
         g.record(|rec| rec.update(self.runs.view(), &[0; 4]))?;
         Ok(())
     }
 
-    /// A captured step's choice: the argmax of the last column of every row of `logits [B·T, V]`
-    /// written over pair `which` (the ids this step read: every run of the replay reads and
-    /// writes the same buffer), then copied to the ring's slot of the run (out of the step's
-    /// log). The next step recorded writes the other pair.
+    /// The choice of a logged or captured step from the last column of every row of `logits
+    /// [B·T, V]`, written over pair `which` (the ids the step read: every run of a replay reads
+    /// and writes the same buffer), then copied to the ring's slot of the run (out of the step's
+    /// log). A draw's step number is `base` plus the count of runs on the device, so the logged
+    /// step, the captured one and its replays record the same draw. The next step recorded
+    /// plainly writes the other pair.
     pub fn record_in_place(
         &mut self,
         g: &Graph<'_>,
         (logits, t): (&Tensor, usize),
         which: usize,
+        base: usize,
     ) -> Result<(), DecodeError> {
         let (bytes, v) = (self.rows as u64 * 4, logits.last_dim());
         let dev = self.device[which].slice(0, bytes);
-        g.record(|rec| sample::argmax_last(rec, logits.view(), dev, self.rows, t, v))?;
+        let runs = self.runs.view();
+        g.record(|rec| match (&self.how, &self.presence) {
+            (AheadChoice::Draw(p, seed), Some(presence)) => {
+                let d = Draw { seed: *seed, step: base as u64 };
+                sample::draw_last_counted(rec, logits.view(), presence.view(), (dev, runs), (self.rows, t, v), p, d)
+            }
+            _ => sample::argmax_last(rec, logits.view(), dev, self.rows, t, v),
+        })?;
         let ring = self.ring.slice(0, bytes * RING as u64);
         let rows = (self.rows as u32, RING as u32);
-        g.unlogged(|| g.record(|rec| vkformers_kernels::step::emit_ids(rec, dev, ring, self.runs.view(), rows)))?;
+        g.unlogged(|| g.record(|rec| vkformers_kernels::step::emit_ids(rec, dev, ring, runs, rows)))?;
         self.next = 1 - which;
         Ok(())
     }

@@ -1,10 +1,13 @@
 //! Decode steps recorded once and replayed (`vkformers_tensor::Graph::replay`), inside the
 //! lookahead loop: after a warm-up step that holds the KV-cache blocks of the steps ahead, one
-//! step is logged and the next captured; when the two logs are equal the captured batch runs
-//! again for every following step, the host only submitting it, advancing its own count of the
-//! cache's positions and reading the ids back, until the decode attention's split count would
-//! change (then the same again from a fresh warm-up), a finished row needs its pad fed (a host
-//! input), or the generation ends. Same kernels, same inputs, so the same tokens as the
+//! step is logged and the next captured, both choosing in place (the ids they read are
+//! overwritten with the ones they choose, copied to the slot of their run in a host-visible
+//! ring, and a draw's step number is the logged step's plus a count of runs kept on the
+//! device), so the two record the same commands; when their logs are equal the captured batch
+//! runs again for every following step, the host only submitting it, advancing its own count of
+//! the cache's positions and reading the ids back, until the decode attention's split count
+//! would change (then the same again from a fresh warm-up), a finished row needs its pad fed (a
+//! host input), or the generation ends. Same kernels, same inputs, so the same tokens as the
 //! recorded loop.
 //!
 //! `VKFORMERS_DECODE_REPLAY=0` records every step (for comparison).
@@ -26,7 +29,7 @@ const LEAST_STEPS: usize = 5;
 pub(crate) enum IdsAt {
     /// A recorded step's pair of buffers.
     Pair(usize),
-    /// Run k of a captured step (run 0 is the capture itself).
+    /// Run k of the ring (run 0 is the logged step, 1 the captured one, then the replays).
     Run(usize),
 }
 
@@ -35,9 +38,11 @@ enum State {
     Idle,
     /// Blocks held until step `until`: the next step is logged.
     Warm { until: usize },
-    /// The previous step's log: the next step is captured and compared with it.
-    Logged { until: usize, log: Vec<LogEntry> },
-    /// Replaying `replay` for steps before `until`; `runs` so far (the capture included).
+    /// The previous step's log: the next step is captured and compared with it. `base`: the
+    /// logged step's number (a draw's step is `base` plus the run).
+    Logged { until: usize, log: Vec<LogEntry>, base: usize },
+    /// Replaying `replay` for steps before `until`; `runs` so far (the logged and the captured
+    /// step included).
     Active { replay: Replay, until: usize, runs: usize },
     /// A capture was refused or differed from its logged step: record the rest.
     Off,
@@ -100,7 +105,7 @@ impl Replayer {
         }
         let limit = position_limit(&model.spec, &model.weights).map(|l| l.saturating_sub(cache.next_position()));
         let mode = self.mode(cache, (s, max.min(s + limit.unwrap_or(max))), host_input)?;
-        if mode == StepMode::Capture {
+        if mode == StepMode::Log {
             device.reset_runs(g)?;
         }
         if mode != StepMode::Plain {
@@ -111,25 +116,30 @@ impl Replayer {
         let (ones, zeros) = (vec![1; b], vec![0; b]);
         let batch = Batch { ids: &zeros, mask: &ones, batch: b, seq: 1 };
         let logits = forward_cached_last_ids(g, &model.spec, &model.weights, &batch, &ids, cache)?;
-        if mode == StepMode::Capture {
-            device.record_in_place(g, (&logits, 1), self.pair)?;
-        } else {
-            self.pair = device.record(g, (&logits, 1), history, s)?;
-        }
         if mode == StepMode::Plain {
+            self.pair = device.record(g, (&logits, 1), history, s)?;
             return Ok((IdsAt::Pair(self.pair), g.flush_ticket()?));
         }
+        let base = match &self.state {
+            State::Logged { base, .. } => *base,
+            _ => s,
+        };
+        device.record_in_place(g, (&logits, 1), self.pair, base)?;
         let rec = g.end_step()?;
+        let at = match mode {
+            StepMode::Log => IdsAt::Run(0),
+            _ => IdsAt::Run(1),
+        };
         match (std::mem::replace(&mut self.state, State::Off), mode) {
-            (State::Warm { until }, StepMode::Log) => self.state = State::Logged { until, log: rec.log },
-            (State::Logged { until, log }, StepMode::Capture) => match rec.replay {
-                Some(replay) if rec.log == log => self.state = State::Active { replay, until, runs: 1 },
+            (State::Warm { until }, StepMode::Log) => self.state = State::Logged { until, log: rec.log, base: s },
+            (State::Logged { until, log, .. }, StepMode::Capture) => match rec.replay {
+                Some(replay) if rec.log == log => self.state = State::Active { replay, until, runs: 2 },
                 Some(_) => debug("the captured step differs from the step before it"),
                 None => debug(rec.refused.unwrap_or("refused")),
             },
             _ => {}
         }
-        Ok(if mode == StepMode::Capture { (IdsAt::Run(0), rec.ticket) } else { (IdsAt::Pair(self.pair), rec.ticket) })
+        Ok((at, rec.ticket))
     }
 
     /// How step `s` is recorded, moving Idle to Warm (holding the blocks of the steps ahead)

@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use vkformers_generate::generation::{
     generate, generate_cached_stepping, left_pad, Context, Finish, GenerateOptions, Generation, Stepping,
 };
+use vkformers_generate::SamplingParams;
 use vkformers_models::decoder::KvCache;
 use vkformers_models::model::Model;
 use vkformers_tensor::Graph;
@@ -87,6 +88,37 @@ fn a_row_finishing_early_stops_the_replay_without_changing_tokens() {
         assert_eq!(got.rows, want.rows);
         assert_eq!(got.finish, vec![Finish::Eos, Finish::Length]);
         assert!(got.timings.replayed_steps > 0, "replayed before the row finished");
+        Ok(())
+    });
+}
+
+#[test]
+fn seeded_sampling_replays_each_step_its_own_draw() {
+    on_every_device("decode_replay_sampling", |ctx| {
+        for name in ["qwen2", "llama"] {
+            let g = Graph::new(ctx);
+            let model = Model::load(&g, &fixture(name)).unwrap();
+            let prompts = prompts(name);
+            let params = SamplingParams {
+                temperature: 1.3,
+                top_k: 20,
+                top_p: 0.95,
+                min_p: Some(0.01),
+                repetition_penalty: 1.1,
+                ..SamplingParams::sampling()
+            };
+            let opts = GenerateOptions { params, seed: 11, ..GenerateOptions::greedy(STEPS) };
+            let want = synchronous(&g, &model, &prompts, &opts);
+            let got = generate(&g, &model, &prompts, &opts, &mut |_, _| false).unwrap();
+            assert_eq!(got.rows, want.rows, "{name}: sampled tokens");
+            let replayed = got.timings.replayed_steps;
+            assert!(replayed >= STEPS - 8, "{name}: {replayed} of {STEPS} steps replayed");
+            // Not the same token every step (a draw that kept its first step would repeat).
+            assert_ne!(
+                got.rows,
+                generate(&g, &model, &prompts, &GenerateOptions::greedy(STEPS), &mut |_, _| false).unwrap().rows
+            );
+        }
         Ok(())
     });
 }

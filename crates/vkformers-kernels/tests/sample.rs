@@ -183,3 +183,33 @@ fn draw_rejects_bad_shapes() {
         Ok(())
     });
 }
+
+/// A counted draw (`draw_last_counted`, what a replayed decode step records) of step s with
+/// `runs[0] = r` draws exactly what the plain draw of step s + r draws, the carry into the
+/// step's high word included.
+#[test]
+fn a_counted_draw_is_the_draw_of_its_step_plus_the_runs() {
+    on_every_device("sample draw counted", |ctx| {
+        let mut rng = Rng::new(43);
+        let (rows, t, v) = (3, 1, 300);
+        let p = Processors { temperature: Some(2.0), top_p: Some(0.9), ..OFF };
+        for (step, r) in [(5u64, 0u32), (5, 7), (u64::from(u32::MAX) - 2, 9)] {
+            let logits = rng.vec(rows * t * v, 4.0);
+            let presence = vec![0u32; rows * v];
+            let plain =
+                device_draw(ctx, &logits, &presence, (rows, t, v), &p, Draw { seed: 9, step: step + u64::from(r) })?;
+            let x = ctx.buffer_from(&logits, "logits")?;
+            let pres = ctx.buffer_from(&presence, "presence")?;
+            let ids = ctx.buffer(rows as u64 * 4, "ids")?;
+            let runs = ctx.buffer_from(&[r], "runs")?;
+            let mut rec = ctx.recorder(false)?;
+            let d = Draw { seed: 9, step };
+            let both = (ids.view(), runs.slice(0, 4));
+            sample::draw_last_counted(&mut rec, x.view(), pres.view(), both, (rows, t, v), &p, d)?;
+            rec.submit()?;
+            let counted = (ctx.read_vec::<u32>(ids.view())?, ctx.read_vec::<u32>(pres.view())?);
+            assert_eq!(counted, plain, "step {step} + {r} runs");
+        }
+        Ok(())
+    });
+}

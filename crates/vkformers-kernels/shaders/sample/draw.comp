@@ -31,12 +31,17 @@ layout(local_size_x = WG) in;
 // Uniform: the host's `uniform_f64(seed, step, row)` takes words (r0, r1) of
 // philox4x32_10((lo step, hi step, row, 0), (lo seed, hi seed)) as (r0 2^21 + (r1 >> 11)) 2^-53;
 // here u = (r0 >> 8) 2^-24 in f32, within 2^-24 of the host's.
+// Counted steps (flag 64): the step is (step_hi:step_lo) + runs[0], a count of runs a replayed
+// decode step keeps on the device (`step/emit_ids.comp` adds 1 after each run), so one recording
+// draws step s, s + 1, ... run after run.
 #include "dropout/philox.glsl"
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer U32Out { uint v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 4) readonly buffer U32In { uint v[]; };
 layout(push_constant) uniform Push {
     F32In logits;
     U32Buf presence;
     U32Out ids;
+    U32In runs;  // [1], read with flag 64 (any buffer otherwise)
     uint rows;
     uint t;
     uint v;
@@ -54,6 +59,13 @@ layout(push_constant) uniform Push {
 } pc;
 
 #define SP pc
+// The draw's step: the push constant's, plus the device count of runs with flag 64 (64-bit add).
+uvec2 draw_step() {
+    uint add = (pc.flags & 64u) != 0u ? pc.runs.v[0] : 0u;
+    uint lo = pc.step_lo + add;
+    return uvec2(lo, pc.step_hi + (lo < add ? 1u : 0u));
+}
+#define DRAW_STEP draw_step()
 float score(uint base, uint pres, uint j) {
     float x = pc.logits.v[base + j];
     if (isnan(x)) return -1.0 / 0.0;

@@ -7,6 +7,10 @@
 // definition of `float score(uint base, uint pres, uint j)`: the processed score of column j of
 // the logits row at `base` with the penalty state at `pres` (-inf for NaN).
 // After: `choose_greedy` / `choose_sampled` leave the row's choice in the shared `chosen`.
+// The draw's step (lo, hi): the row parameters' unless the including kernel says otherwise.
+#ifndef DRAW_STEP
+#define DRAW_STEP uvec2(SP.step_lo, SP.step_hi)
+#endif
 
 const uint NONE = 0xffffffffu;
 shared uint count_buf[WG];
@@ -267,7 +271,8 @@ void choose_sampled(uint draw_row, uint base, uint pres) {
     }
     barrier();
     float total = uintBitsToFloat(count_buf[0]);
-    uvec4 w = philox4x32_10(uvec4(SP.step_lo, SP.step_hi, draw_row, 0u), uvec2(SP.seed_lo, SP.seed_hi));
+    uvec2 step = DRAW_STEP;
+    uvec4 w = philox4x32_10(uvec4(step.x, step.y, draw_row, 0u), uvec2(SP.seed_lo, SP.seed_hi));
     float target = float(w.x >> 8) * (1.0 / 16777216.0) * total;
     float cum = prefix[tid];
     if (total > 0.0 && cum <= target && cum + mine > target) {

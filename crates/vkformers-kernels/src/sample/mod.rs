@@ -111,6 +111,37 @@ pub fn draw_last(
     p: &Processors,
     d: Draw,
 ) -> Result<()> {
+    draw(rec, (logits, presence, ids), None, (rows, t, v), p, d)
+}
+
+/// Step-counting steps (`DRAW_COUNTED`) of a draw: its step number is `d.step` plus `runs[0]`.
+const DRAW_COUNTED: u32 = 64;
+
+/// [`draw_last`] whose draw is step `d.step + runs[0]` (`runs` u32 `[1]`): a decode step recorded
+/// once and replayed counts its runs on the device, so each run draws its own step.
+#[allow(clippy::too_many_arguments)]
+pub fn draw_last_counted(
+    rec: &mut Recorder,
+    logits: BufferView<'_>,
+    presence: BufferView<'_>,
+    (ids, runs): (BufferView<'_>, BufferView<'_>),
+    (rows, t, v): (usize, usize, usize),
+    p: &Processors,
+    d: Draw,
+) -> Result<()> {
+    expect_len(&code::SAMPLE_DRAW, "runs", &runs, 1, DType::F32)?;
+    draw(rec, (logits, presence, ids), Some(runs), (rows, t, v), p, d)
+}
+
+/// The draw kernel over `(logits, presence, ids)`, counting steps by `runs` when given.
+fn draw(
+    rec: &mut Recorder,
+    (logits, presence, ids): (BufferView<'_>, BufferView<'_>, BufferView<'_>),
+    runs: Option<BufferView<'_>>,
+    (rows, t, v): (usize, usize, usize),
+    p: &Processors,
+    d: Draw,
+) -> Result<()> {
     let k = &code::SAMPLE_DRAW;
     if t == 0 || v == 0 {
         return Err(err(k, format!("sampling from logits [{rows} x {t}, {v}]: t and v must be at least 1")));
@@ -124,8 +155,9 @@ pub fn draw_last(
     expect_len(k, "ids", &ids, rows as u64, DType::F32)?;
     // The processor words are also draw_rows' per-row table (row_params); here they are push
     // members, named.
+    let counted = if runs.is_some() { DRAW_COUNTED } else { 0 };
     let [flags, penalty, temperature, top_k, top_p_cut, min_p, keep, seed_lo, seed_hi, step_lo, step_hi] =
-        processor_words(p, d, v, 0);
+        processor_words(p, d, v, counted);
     let push = SampleDrawPush {
         rows: rows as u32,
         t: t as u32,
@@ -142,6 +174,7 @@ pub fn draw_last(
         step_lo,
         step_hi,
     };
-    let args = [read(logits), read_write(presence), write(ids)];
+    // Without a count the kernel never reads `runs`: the logits stand in for its address.
+    let args = [read(logits), read_write(presence), write(ids), read(runs.unwrap_or(logits))];
     dispatch(rec, k, &[], &args, &push, groups_per_item(rows as u64))
 }
