@@ -137,9 +137,14 @@ pub fn gemm(selector: &DeviceSelector, args: &GemmArgs) -> anyhow::Result<ExitCo
         "coopmat2-tall" => Engine::Coopmat2Tall,
         "coopmat2-t128" => Engine::Coopmat2T128,
         "coopmat2-t128k64" => Engine::Coopmat2T128K64,
+        "coopmat2-t128k128" => Engine::Coopmat2T128K128,
+        "coopmat2-t256k64" => Engine::Coopmat2T256K64,
+        "coopmat2-t64k64" => Engine::Coopmat2T64K64,
         "coopmat2-skinny64" => Engine::Coopmat2Skinny64,
         "coopmat2-skinny32" => Engine::Coopmat2Skinny32,
-        other => bail!("--engine {other}: expected auto, coopmat, coopmat2 or coopmat2-wide"),
+        other => {
+            bail!("--engine {other}: expected auto, coopmat, or a coopmat2 tile (coopmat2, coopmat2-t128k64, ...)")
+        }
     };
     if let Some(f) = args.fast {
         desc.tuning.fast = f != 0;

@@ -36,6 +36,15 @@ pub enum Engine {
     Coopmat2T128,
     /// `VK_NV_cooperative_matrix2`, 128 x 128 tiles on 128 invocations, K slices of 64.
     Coopmat2T128K64,
+    /// `VK_NV_cooperative_matrix2`, 128 x 128 tiles on 128 invocations, K slices of 128 (a
+    /// candidate, untimed).
+    Coopmat2T128K128,
+    /// `VK_NV_cooperative_matrix2`, 128 x 128 tiles on 256 invocations, K slices of 64 (a
+    /// candidate, untimed).
+    Coopmat2T256K64,
+    /// `VK_NV_cooperative_matrix2`, 128 x 64 tiles on 64 invocations, K slices of 64 (a
+    /// candidate, untimed).
+    Coopmat2T64K64,
     /// `VK_NV_cooperative_matrix2`, 64 x 64 tiles on 128 invocations, K slices of 64 (few-row
     /// products such as a batch-64 decode step: twice the workgroups of 64 x 128).
     Coopmat2Skinny64,
@@ -45,7 +54,7 @@ pub enum Engine {
 
 impl Engine {
     /// Every concrete engine (for sweeps).
-    pub const ALL: [Engine; 13] = [
+    pub const ALL: [Engine; 16] = [
         Engine::Coopmat,
         Engine::Coopmat2,
         Engine::Coopmat2Wide,
@@ -57,6 +66,9 @@ impl Engine {
         Engine::Coopmat2Tall,
         Engine::Coopmat2T128,
         Engine::Coopmat2T128K64,
+        Engine::Coopmat2T128K128,
+        Engine::Coopmat2T256K64,
+        Engine::Coopmat2T64K64,
         Engine::Coopmat2Skinny64,
         Engine::Coopmat2Skinny32,
     ];
@@ -278,6 +290,14 @@ fn kernel(engine: Engine, elem: Elem) -> (&'static KernelCode, u32, u32) {
         (Engine::Coopmat2T128, Bf16) => tile!(MATMUL_COOPMAT2_GEMM_BF16_T128, matmul_coopmat2_gemm_bf16_t128),
         (Engine::Coopmat2T128K64, F16) => tile!(MATMUL_COOPMAT2_GEMM_F16_T128K64, matmul_coopmat2_gemm_f16_t128k64),
         (Engine::Coopmat2T128K64, Bf16) => tile!(MATMUL_COOPMAT2_GEMM_BF16_T128K64, matmul_coopmat2_gemm_bf16_t128k64),
+        (Engine::Coopmat2T128K128, F16) => tile!(MATMUL_COOPMAT2_GEMM_F16_T128K128, matmul_coopmat2_gemm_f16_t128k128),
+        (Engine::Coopmat2T128K128, Bf16) => {
+            tile!(MATMUL_COOPMAT2_GEMM_BF16_T128K128, matmul_coopmat2_gemm_bf16_t128k128)
+        }
+        (Engine::Coopmat2T256K64, F16) => tile!(MATMUL_COOPMAT2_GEMM_F16_T256K64, matmul_coopmat2_gemm_f16_t256k64),
+        (Engine::Coopmat2T256K64, Bf16) => tile!(MATMUL_COOPMAT2_GEMM_BF16_T256K64, matmul_coopmat2_gemm_bf16_t256k64),
+        (Engine::Coopmat2T64K64, F16) => tile!(MATMUL_COOPMAT2_GEMM_F16_T64K64, matmul_coopmat2_gemm_f16_t64k64),
+        (Engine::Coopmat2T64K64, Bf16) => tile!(MATMUL_COOPMAT2_GEMM_BF16_T64K64, matmul_coopmat2_gemm_bf16_t64k64),
         (Engine::Coopmat2Skinny64, F16) => tile!(MATMUL_COOPMAT2_GEMM_F16_SKINNY64, matmul_coopmat2_gemm_f16_skinny64),
         (Engine::Coopmat2Skinny64, Bf16) => {
             tile!(MATMUL_COOPMAT2_GEMM_BF16_SKINNY64, matmul_coopmat2_gemm_bf16_skinny64)

@@ -47,6 +47,15 @@
 // variant: bf16_skinny64 ELEM_BF16 BM=64 BN=64 BK=64 THREADS=128
 // variant: f16_skinny32 ELEM_F16 BM=64 BN=32 BK=64 THREADS=128
 // variant: bf16_skinny32 ELEM_BF16 BM=64 BN=32 BK=64 THREADS=128
+// Untimed candidates toward issue 13's GEMM ratio (the sweeps of 2026-12-03/04 found 128 x 128
+// on 128 invocations with K slices of 64 best; these vary one thing each): K slices of 128,
+// the same tile on 256 invocations, and a 128 x 64 tile on 64 invocations.
+// variant: f16_t128k128 ELEM_F16 BM=128 BN=128 BK=128 THREADS=128
+// variant: bf16_t128k128 ELEM_BF16 BM=128 BN=128 BK=128 THREADS=128
+// variant: f16_t256k64 ELEM_F16 BM=128 BN=128 BK=64 THREADS=256
+// variant: bf16_t256k64 ELEM_BF16 BM=128 BN=128 BK=64 THREADS=256
+// variant: f16_t64k64 ELEM_F16 BM=128 BN=64 BK=64 THREADS=64
+// variant: bf16_t64k64 ELEM_BF16 BM=128 BN=64 BK=64 THREADS=64
 // (THREADS: invocations per workgroup, 256 unless given; 128 gives each invocation twice the
 // accumulator registers and may let more workgroups share a multiprocessor.)
 #ifdef ELEM_BF16
