@@ -1,6 +1,8 @@
 #version 460
 #include "common.glsl"
+#extension GL_EXT_control_flow_attributes : require
 #define WG 256
+#define U 8
 layout(local_size_x = WG) in;
 // Greedy choice of the next token: for each of `rows` rows of logits [rows * t, v] (row b's
 // last column is b t + t - 1), ids[b] = the index of the largest logit, the first one on ties,
@@ -30,11 +32,21 @@ void main() {
         uint base = (r * pc.t + pc.t - 1) * pc.v; // the launcher checks rows t v < 2^32
         float mv = 0.0;
         uint mi = NONE;
-        for (uint j = tid; j < pc.v; j += WG) {
-            float x = pc.logits.v[base + j];
-            if (!isnan(x) && (mi == NONE || x > mv)) {
-                mv = x;
-                mi = j;
+        // The thread's slice j = tid, tid + WG, ... in groups of U whose loads are all issued
+        // before any is compared (a batch-1 step's one workgroup is bound by load latency, not
+        // by the compares), then compared in ascending j as before.
+        for (uint j0 = tid; j0 < pc.v; j0 += WG * U) {
+            float x[U];
+            [[unroll]] for (uint u = 0; u < U; u++) {
+                uint j = j0 + u * WG;
+                x[u] = j < pc.v ? pc.logits.v[base + j] : 0.0;
+            }
+            [[unroll]] for (uint u = 0; u < U; u++) {
+                uint j = j0 + u * WG;
+                if (j < pc.v && !isnan(x[u]) && (mi == NONE || x[u] > mv)) {
+                    mv = x[u];
+                    mi = j;
+                }
             }
         }
         barrier(); // the previous row's readers of slot 0 are done
