@@ -17,9 +17,15 @@
 //! ([`work_floats`]); the last workgroup of each row tile to finish (counted in
 //! [`DecodeOutputs::counters`]) merges them in the same dispatch: one long sequence then fills
 //! the GPU, with one dispatch a call.
+//!
+//! Two kernels run these calls: `decode.comp` (every shape) and, where it applies and is
+//! preferred (`VKFORMERS_DECODE_LEAN=1`, or [`super::decode_lean::with_kernel`]), the
+//! latency-lean `decode_lean.comp` ([`super::decode_lean`]); the same inputs, outputs and work
+//! buffers serve both.
 
-use vkformers_vk::{read, read_write, write, Arg, BufferView, KernelCode, Recorder, Result};
+use vkformers_vk::{read, read_write, write, Arg, BufferView, Caps, KernelCode, Recorder, Result};
 
+use super::decode_lean::{self, Kernel};
 use super::{check_len, fail};
 use crate::code;
 use crate::code::{AttentionDecodePush, AttentionDecodePushRope, AttentionDecodeRopePush, AttentionDecodeStorePush};
@@ -345,8 +351,12 @@ fn probe() -> u32 {
     *PROBE.get_or_init(|| std::env::var("VKFORMERS_DECODE_PROBE").ok().and_then(|v| v.parse().ok()).unwrap_or(0))
 }
 
-/// Splits of each row for a call whose longest row has `max_len` keys, with [`tile_keys`]' tile.
+/// Splits of each row for a call whose longest row has `max_len` keys, with [`tile_keys`]' tile
+/// (or, where the lean kernel is preferred, its tile: [`super::decode_lean::tile_keys`]).
 pub fn splits(s: &DecodeShape, max_len: u32) -> u32 {
+    if decode_lean::plans(s) {
+        return splits_for(s, max_len, decode_lean::tile_keys(s.d));
+    }
     splits_for(s, max_len, tile_keys(s))
 }
 
@@ -594,12 +604,37 @@ pub(crate) fn forward_with<'a>(
     let o16 = out.o16.map_or(read(x.q), write);
     let mut args = vec![read(x.q), k, v, read(x.table), read(x.lens), alibi, sinks, o, lse, w, counters, o16];
     let groups = [splits, s.hkv * s.row_tiles(), s.batch];
+    // The lean kernel reads the same push block and pointers; its specialization is NSG.
+    let (main, spec) = match lean_code(rec.caps(), s, opt, wide, extra.is_some())? {
+        Some(lean) => (lean, decode_lean::max_subgroups(rec.caps())),
+        None => (main, probe()),
+    };
     match extra {
-        None => dispatch(rec, main, &[probe()], &args, &push, groups),
+        None => dispatch(rec, main, &[spec], &args, &push, groups),
         Some(e) => {
             args.extend(e.args);
-            dispatch(rec, main, &[probe()], &args, &(e.push)(push), groups)
+            dispatch(rec, main, &[spec], &args, &(e.push)(push), groups)
         }
+    }
+}
+
+/// The lean kernel's variant for this call (`rope`: the fused rope + store) where it is
+/// preferred and runs the call; `None`: the tiled kernel. A call it cannot run is an error when
+/// the lean kernel was forced (`decode_lean::with_kernel`).
+fn lean_code(
+    caps: &Caps,
+    s: &DecodeShape,
+    opt: &DecodeOptions<'_>,
+    wide: bool,
+    rope: bool,
+) -> Result<Option<&'static KernelCode>> {
+    if decode_lean::preferred() != Kernel::Lean {
+        return Ok(None);
+    }
+    match decode_lean::unsupported(caps, s, opt, wide) {
+        None => Ok(decode_lean::code(s.d, opt.dtype, rope)),
+        Some(why) if decode_lean::forced() => Err(fail("attention/decode_lean", why)),
+        Some(_) => Ok(None),
     }
 }
 
