@@ -38,15 +38,15 @@ fn calls(p: &Profile, prefix: &str, part: &str) -> u64 {
     p.kernels.iter().filter(|(n, _)| n.starts_with(prefix) && n.contains(part)).map(|(_, k)| k.calls).sum()
 }
 
-/// Logits `[rows, V]` of a prefill of `rows` left-padded rows (row r has 1 + r % 5 real tokens of
-/// 5 columns) and of three decode steps after it, feeding each row's greedy id back, and the
-/// profile of the last step.
 /// Calls of the decode attention's `_rope` variants: the tiled kernel's, or the lean one's
 /// (`VKFORMERS_DECODE_LEAN=1` over 16-bit pools).
 fn rope_attention_calls(p: &Profile) -> u64 {
     calls(p, "attention/decode:", "_rope") + calls(p, "attention/decode_lean:", "_rope")
 }
 
+/// Logits `[rows, V]` of a prefill of `rows` left-padded rows (row r has 1 + r % 5 real tokens of
+/// 5 columns) and of three decode steps after it, feeding each row's greedy id back, and the
+/// profile of the last step.
 fn decode_logits(g: &Graph<'_>, model: &Model, rows: usize) -> (Vec<Vec<f32>>, Profile) {
     let mask: Vec<i32> = (0..rows * 5).map(|i| i32::from(i % 5 >= 4 - (i / 5) % 5)).collect();
     cached_decode_logits(g, model, rows, mask)
