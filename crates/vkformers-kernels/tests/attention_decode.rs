@@ -349,7 +349,7 @@ fn paged_decode_key_tiles() {
 /// Whether the lean kernel runs `case` (the launcher's conditions that tests can see: head dim
 /// a multiple of 8 up to 128, values in their own pool).
 fn lean_runs(case: &Case) -> bool {
-    case.latent_dv.is_none() && case.d % 8 == 0 && case.d <= decode_lean::MAX_HEAD_DIM as usize
+    case.latent_dv.is_none() && case.d.is_multiple_of(8) && case.d <= decode_lean::MAX_HEAD_DIM as usize
 }
 
 /// Cases for the lean kernel beyond the shared ones: TinyLlama's heads (GQA 8, d64) at batch 1

@@ -303,7 +303,7 @@ fn rope_in_decode_attention_equals_rope_store_then_decode_f16_pools() {
 /// multi-tile rows, and GQA 4 at d128 over rows of several 64-key tiles: pools, o, lse and
 /// o16 bit for bit.
 fn lean_cases() -> Vec<Case> {
-    let fits = |c: &Case| c.d % 8 == 0 && c.d <= decode_lean::MAX_HEAD_DIM as usize;
+    let fits = |c: &Case| c.d.is_multiple_of(8) && c.d <= decode_lean::MAX_HEAD_DIM as usize;
     let mut all: Vec<Case> = cases().into_iter().filter(fits).collect();
     all.extend([
         Case::new("lean tinyllama heads, 640 keys, auto split", &[640], (32, 4, 64), 16).splits(None),
