@@ -14,8 +14,14 @@
 // Why another kernel: at batch 1 decode.comp is bound by chains of dependent memory round trips
 // (~0.6-1 µs each on an H200), not bytes: a 128-key tile costs ~10 µs with every phase probed
 // out. This one is laid out for the fewest dependent round trips per workgroup and per tile:
-// - prologue: lens (and the new token's pos, slot), the q tile (unrolled, all loads in flight),
-//   then tile 0's and tile 1's table entries, then tile 0's K and V rows: 3 round trips;
+// - splits own interleaved key tiles: split s of S runs the BK-key tiles t = s, s + S, ...
+//   (tile t: keys [t BK, (t + 1) BK) of the row, those outside [lo, hi) skipped), not
+//   decode.comp's contiguous ranges: with no window and no chunk a split's first tiles do not
+//   depend on the row's length, and the splits' shares differ by one tile at most. The partials,
+//   their `work` layout and the merge are decode.comp's (the merge is order-free);
+// - prologue: lens (and the new token's pos, slot), the q tile (unrolled, all loads in flight)
+//   and the first two tiles' table entries together, then the first tile's K and V rows: 2
+//   round trips (3 with a window or chunk, whose first tile depends on the length);
 // - thread per key: thread (key kk = tid / TPK, half h = tid % TPK) holds its key's K and V
 //   columns h * 64 .. h * 64 + 63 in registers (8 + 8 16-byte loads issued together); TPK = 1 at
 //   d64 (BK = 128 keys a tile), 2 at d128 (BK = 64; the halves' dot products meet by a
@@ -24,8 +30,8 @@
 // - probabilities p [BQ][BK] and the V rows (16-bit, packed) go to shared memory (barrier B);
 //   then thread (row orow = tid / CG, column group cg = tid % CG) sums p v over ALL keys of the
 //   tile for its CPT = DMAX / CG output columns: no per-slot partials, no halving rounds;
-// - software pipeline: while tile t's max, p and P.V run, tile t + 1's K and V rows and tile
-//   t + 2's table entries are already loading, so a multi-tile workgroup pays about one round
+// - software pipeline: while a tile's max, p and P.V run, the split's next tile's K and V rows
+//   and the one after's table entries are already loading, so a multi-tile workgroup pays about one round
 //   trip a tile (2 barriers a tile);
 // - split merge: the last workgroup reads the partials MS splits at a time, all their loads in
 //   flight at once (an online softmax over the chunks).
@@ -187,16 +193,21 @@ void store_o(uint i, float x) {
     }
 }
 
-// Pool row of key j of row b: NO_ROW at or past kend or for a block outside the pool, the
-// NEW_ROW marker for the new key (`new_j`, ROPE).
-uint pool_row(uint b, uint j, uint kend, uint new_j) {
-    if (j >= kend) {
+// Block id of key j of row b from the table (-1 past the table's columns). Any j within the
+// columns may be read: entries past a row's length are stale but in the buffer.
+int table_entry(uint b, uint j) {
+    return j < pc.max_blocks * pc.block_size ? pc.table.v[b * pc.max_blocks + j / pc.block_size] : -1;
+}
+
+// Pool row of key j (block id blk) of a row whose keys are [lo, hi): NO_ROW outside them or for
+// a block outside the pool, the NEW_ROW marker for the new key (`new_j`, ROPE).
+uint pool_row(int blk, uint j, ivec2 keys, uint new_j) {
+    if (int(j) < keys.x || int(j) >= keys.y) {
         return NO_ROW;
     }
     if (j == new_j) {
         return FIRST_MARKER; // NEW_ROW
     }
-    int blk = pc.table.v[b * pc.max_blocks + j / pc.block_size];
     return blk >= 0 && uint(blk) < pc.num_blocks ? uint(blk) * pc.block_size + j % pc.block_size : NO_ROW;
 }
 
@@ -458,33 +469,46 @@ void main() {
     uint orow = tid / CG;
     uint cg = tid % CG;
 
-    // Round trip 1: the row's length (and the new token's slot), the q tile.
+    // Split s runs the key tiles t = s, s + S, s + 2S, ... (tile t: keys [t BK, (t + 1) BK))
+    // from the first one that holds a key of [lo, hi), so with no window and no chunk (lo = 0)
+    // its first tiles are known before the row's length: their table entries load with it.
+    uint S = pc.splits;
+    bool from_zero = pc.window == 0u && pc.chunk == 0u;
+    int blk = from_zero ? table_entry(b, split * BK + kk) : -1;
+    int blk_next = from_zero ? table_entry(b, (split + S) * BK + kk) : -1;
+    // Round trip 1: the row's length (and the new token's slot), the q tile (and the table).
     int len = pc.lens.v[b];
 #if defined(ROPE)
     int slot = pc.slots.v[b];
 #endif
     float qx[EPT];
     load_q(b, r0, nr, hk, qx);
-    // Keys of the row: [lo, hi), cut into splits of whole tiles (decode.comp's ranges).
+    // Keys of the row: [lo, hi); a table never holds more than max_blocks * BS of them.
     int hi = min(len, int(pc.max_blocks * pc.block_size));
     int first_q = len - int(pc.tq);
     int lo = pc.window != 0u ? max(0, first_q + 1 - int(pc.window)) : 0;
     if (pc.chunk != 0u && first_q >= 0) {
         lo = max(lo, int(uint(first_q) / pc.chunk * pc.chunk));
     }
-    int n = max(hi - lo, 0);
-    int per = ((n + int(pc.splits) - 1) / int(pc.splits) + BK - 1) / BK * BK;
-    uint kbeg = uint(lo + int(split) * per);
-    uint kend = uint(max(min(hi, lo + int(split + 1u) * per), lo));
+    ivec2 keys = ivec2(lo, hi);
+    uint tlo = uint(lo) / BK;
+    uint t0 = tlo + (split + S - tlo % S) % S;
     uint new_j = NO_ROW;
 #if defined(ROPE)
-    // take_new_key's choice, made here so the table lookups need not wait for its stores.
+    // take_new_key's choice (the new key j = len - 1 is this split's when its tile is), made
+    // here so the table lookups need not wait for its stores.
     bool kept = len > 0 && slot >= 0 && uint(slot) < pc.pool_rows;
-    new_j = kept && kbeg <= uint(len - 1) && uint(len - 1) < kend ? uint(len - 1) : NO_ROW;
+    bool owns = kept && len - 1 < hi && (uint(len - 1) / BK) % S == split;
+    new_j = owns ? uint(len - 1) : NO_ROW;
 #endif
-    // Round trips 2 and 3: tile 0's and 1's table entries, tile 0's K and V rows.
-    uint row = pool_row(b, kbeg + kk, kend, new_j);
-    uint row_next = pool_row(b, kbeg + BK + kk, kend, new_j);
+    if (!from_zero) {
+        // Round trip 2 (windows, chunks): the first tiles' table entries.
+        blk = table_entry(b, t0 * BK + kk);
+        blk_next = table_entry(b, (t0 + S) * BK + kk);
+    }
+    // Round trip 2 (3): tile t0's K and V rows.
+    uint row = pool_row(blk, t0 * BK + kk, keys, new_j);
+    uint row_next = pool_row(blk_next, (t0 + S) * BK + kk, keys, new_j);
     uvec4 kr[HC];
     uvec4 vr[HC];
     load_kv(row, hk, h, kr, vr);
@@ -493,7 +517,8 @@ void main() {
         sq4[e / 4][e % 4] = qx[u];
     }
 #if defined(ROPE)
-    new_key = take_new_key(b, hk, r0 == 0u && split == 0u, kbeg, kend);
+    // [kbeg, kend) = [j, j + 1) for the owner, empty for the others.
+    new_key = take_new_key(b, hk, r0 == 0u && split == 0u, owns ? new_j : 1u, owns ? new_j + 1u : 0u);
 #endif
     float m[BQ];
     [[unroll]] for (uint rr = 0; rr < BQ; rr++) m[rr] = MASKED;
@@ -502,7 +527,8 @@ void main() {
     [[unroll]] for (uint c = 0; c < CV; c++) acc[c] = vec4(0.0);
     barrier(); // sq4 (and snk, snv) written
 
-    for (uint k0 = kbeg; k0 < kend; k0 += BK) {
+    for (uint t = t0; int(t * BK) < hi; t += S) {
+        uint k0 = t * BK;
 #if defined(ROPE)
         if (row == NEW_ROW) {
             [[unroll]] for (uint i = 0; i < HC; i++) {
@@ -515,7 +541,8 @@ void main() {
         score_key(kr, h, row, k0 + kk, uvec3(r0, nr, hk), first_q, s);
         // The next tile's K and V rows and the one after's table entries, in flight during
         // this tile's max, probabilities and P.V.
-        uint row_after = pool_row(b, k0 + 2u * BK + kk, kend, new_j);
+        uint j_after = (t + 2u * S) * BK + kk;
+        uint row_after = pool_row(table_entry(b, j_after), j_after, keys, new_j);
         uvec4 kn[HC];
         uvec4 vn[HC];
         load_kv(row_next, hk, h, kn, vn);
