@@ -5,7 +5,8 @@
 //! the rotary embedding and KV store inside the attention (its `_rope` variant) and apart (its
 //! plain variant), for one row and for 20 rows of different lengths. The same families as
 //! `rope_in_attention` (GQA, biases, sliding window, softcap, interleaved partial rotary, q/k
-//! norms, learned sinks, MoE). Each run checks from the profile which kernel ran.
+//! norms, learned sinks, MoE). Each run checks from the profile which kernel ran, and that the
+//! step's dispatches and barriers are the tiled kernel's.
 
 mod common;
 
@@ -56,6 +57,8 @@ fn check_family(g: &Graph<'_>, name: &str, rope_in: bool) {
         assert_eq!(calls(&p_lean, "attention/decode:"), 0, "{what}: {:?}", p_lean.kernels.keys());
         assert_eq!(calls(&p_tiled, "attention/decode:"), layers, "{what}: {:?}", p_tiled.kernels.keys());
         assert_eq!(calls(&p_tiled, "attention/decode_lean:"), 0, "{what}: {:?}", p_tiled.kernels.keys());
+        // One dispatch for one: the step's commands and barriers do not change.
+        assert_eq!((p_lean.dispatches, p_lean.barriers), (p_tiled.dispatches, p_tiled.barriers), "{what}");
         for (step, (a, b)) in lean.iter().zip(&tiled).enumerate() {
             assert_close(&format!("{what}: step {step} logits, lean vs tiled"), a, &f64s(b), TOL_BF16);
             assert_eq!(argmax(a, rows), argmax(b, rows), "{what}: step {step} greedy ids");
