@@ -22,7 +22,8 @@
 // - prologue: lens (and the new token's pos, slot), the q tile (unrolled, all loads in flight)
 //   and the first two tiles' table entries together, then the first tile's K and V rows: 2
 //   round trips (3 with a window or chunk, whose first tile depends on the length);
-// - thread per key: thread (key kk = tid / TPK, half h = tid % TPK) holds its key's K and V
+// - thread per key: thread (key kk = kid / TPK, half h = kid % TPK; kid: the thread's place in
+//   the workgroup counted by subgroups) holds its key's K and V
 //   columns h * 64 .. h * 64 + 63 in registers (8 + 8 16-byte loads issued together); TPK = 1 at
 //   d64 (BK = 128 keys a tile), 2 at d128 (BK = 64; the halves' dot products meet by a
 //   subgroup shuffle); scores against q in shared memory;
@@ -464,8 +465,11 @@ void main() {
     uint hk = gl_WorkGroupID.y / rtiles;
     uint r0 = (gl_WorkGroupID.y - hk * rtiles) * TR;
     uint nr = min(TR, G * pc.tq - r0);
-    uint kk = tid / TPK;
-    uint h = tid % TPK;
+    // Key kk and half h from the thread's place in its subgroup, so that the two threads of a
+    // d128 key are lanes 2i, 2i + 1 of one subgroup (a permutation of tid: full subgroups).
+    uint kid = gl_SubgroupID * gl_SubgroupSize + gl_SubgroupInvocationID;
+    uint kk = kid / TPK;
+    uint h = kid % TPK;
     uint orow = tid / CG;
     uint cg = tid % CG;
 
