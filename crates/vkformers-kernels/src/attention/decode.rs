@@ -355,7 +355,7 @@ fn probe() -> u32 {
 /// (or, where the lean kernel is preferred, its tile: [`super::decode_lean::tile_keys`]).
 pub fn splits(s: &DecodeShape, max_len: u32) -> u32 {
     if decode_lean::plans(s) {
-        return splits_for(s, max_len, decode_lean::tile_keys(s.d));
+        return splits_least(s, max_len, decode_lean::split_keys(s.d));
     }
     splits_for(s, max_len, tile_keys(s))
 }
@@ -364,9 +364,13 @@ pub fn splits(s: &DecodeShape, max_len: u32) -> u32 {
 /// workgroups to fill a large GPU (`TARGET_GROUPS`), but no split under one key tile
 /// (`MIN_SPLIT_KEYS` for the main tile). A pure function of the sizes.
 pub fn splits_for(s: &DecodeShape, max_len: u32, tile: u32) -> u32 {
+    splits_least(s, max_len, if tile == SMALL_TILE { SMALL_TILE } else { MIN_SPLIT_KEYS })
+}
+
+/// [`splits_for`] with splits of at least `least` keys.
+fn splits_least(s: &DecodeShape, max_len: u32, least: u32) -> u32 {
     let wanted = TARGET_GROUPS.div_ceil(groups(s));
-    let least = if tile == SMALL_TILE { SMALL_TILE } else { MIN_SPLIT_KEYS };
-    let most = max_len.div_ceil(least).max(1);
+    let most = max_len.div_ceil(least.max(1)).max(1);
     wanted.min(most).clamp(1, MAX_SPLITS)
 }
 
@@ -805,6 +809,19 @@ mod tests {
         // Off (the default): the 128-key tile, 5 splits of 640 keys.
         assert_eq!(tile_keys_for(&shape(1, 1, 32, 4, 64), false), TILE);
         assert_eq!(splits_for(&shape(1, 1, 32, 4, 64), 640, TILE), 5);
+    }
+
+    #[test]
+    fn the_lean_kernel_splits_by_its_own_tile() {
+        let lean = |s: &DecodeShape, len| decode_lean::with_kernel(Kernel::Lean, || splits(s, len));
+        // TinyLlama at batch 1 over 640 keys: 5 splits of one 128-key tile, as the tiled kernel.
+        assert_eq!(lean(&shape(1, 1, 32, 4, 64), 640), 5);
+        // d128 tiles hold 64 keys: 8 kv heads over 640 keys split 10 ways (tiled: 5).
+        assert_eq!(lean(&shape(1, 1, 32, 8, 128), 640), 10);
+        assert_eq!(splits(&shape(1, 1, 32, 8, 128), 640), 5);
+        // Batch 64 fills the GPU unsplit; d256 is the tiled kernel's either way.
+        assert_eq!(lean(&shape(64, 1, 32, 4, 64), 640), 1);
+        assert_eq!(lean(&shape(1, 1, 8, 1, 256), 300), splits_for(&shape(1, 1, 8, 1, 256), 300, TILE));
     }
 
     #[test]

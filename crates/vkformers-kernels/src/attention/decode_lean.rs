@@ -79,6 +79,20 @@ pub fn tile_keys(d: u32) -> u32 {
     }
 }
 
+/// Fewest keys a split of the lean kernel should own (its split policy is the tiled kernel's,
+/// [`super::decode::splits`], with this floor): one tile of head dim `d`, or the multiple of the
+/// tile nearest above `VKFORMERS_DECODE_LEAN_SPLIT_KEYS=N` (read once). Each split pays the
+/// prologue's two round trips and, when split, the count and the merge's two; each further
+/// tile of a split about one (its loads overlap the tile before), so whether a 640-key row is
+/// best in 5 splits of one tile or fewer of several is for an H200 A/B to say (`vkformers bench
+/// decode --kernel lean --splits 1,2,3,5` alone, this switch inside whole decode steps).
+pub fn split_keys(d: u32) -> u32 {
+    static KEYS: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
+    let env = *KEYS.get_or_init(|| std::env::var("VKFORMERS_DECODE_LEAN_SPLIT_KEYS").ok().and_then(|v| v.parse().ok()));
+    let tile = tile_keys(d);
+    env.map_or(tile, |n: u32| n.max(1).div_ceil(tile) * tile)
+}
+
 /// The variant for head dim `d` (≤ [`MAX_HEAD_DIM`]) over 16-bit pools of `dt`, with the fused
 /// rope + store (`rope`) or not.
 pub(crate) fn code(d: u32, dt: DType, rope: bool) -> Option<&'static KernelCode> {
@@ -164,6 +178,28 @@ mod tests {
             let c = caps(min, min.max(32), &["basic", "arithmetic", "shuffle"]);
             for d in [64, 128] {
                 assert!(shared_bytes(d, max_subgroups(&c)) <= 32 * 1024, "d {d}, subgroups of {min}");
+            }
+        }
+    }
+
+    /// Every variant was compiled with the tile, threads, rows and flag bits the launcher (and
+    /// decode.rs, whose push block and grid it shares) assumes.
+    #[test]
+    fn launcher_sizes_are_the_shader_defines() {
+        let define =
+            |k: &KernelCode, d: &str| code::defines::value(k.name, d).unwrap_or_else(|| panic!("{}: {d}", k.name));
+        let tiled = "attention/decode:d128";
+        for (dt, rope, d) in [DType::F16, DType::BF16]
+            .into_iter()
+            .flat_map(|dt| [false, true].into_iter().flat_map(move |r| [64, 128].map(|d| (dt, r, d))))
+        {
+            let k = code(d, dt, rope).expect("a lean variant");
+            assert_eq!(define(k, "BK"), tile_keys(d), "{}", k.name);
+            assert_eq!(define(k, "DMAX"), d, "{}", k.name);
+            assert_eq!(define(k, "NT"), THREADS, "{}", k.name);
+            for name in ["BQ", "ATTN_CAUSAL", "ATTN_ALIBI", "ATTN_WIDE", "DECODE_SINKS", "DECODE_O16"] {
+                let want = code::defines::value(tiled, name).expect("the tiled kernel's define");
+                assert_eq!(define(k, name), want, "{}: {name}", k.name);
             }
         }
     }
