@@ -199,7 +199,10 @@ fn check(ctx: &Context, case: &Case, seed: u64, (dt, act): (DType, DType)) -> Re
     }
     rec.submit()?;
 
-    let kernel = format!("{:?}", decode_lean::preferred());
+    let (kernel, tile) = match decode_lean::preferred() {
+        Kernel::Lean => ("lean", decode_lean::tile_keys(shape.d)),
+        Kernel::Tiled => ("tiled", tile),
+    };
     let name = format!("{} {dt:?}, q/o {act:?} ({splits} splits, {tile}-key tiles, {kernel})", case.name);
     same_bits(&format!("{name}: k pool after store"), &download(ctx, dt, bk.view())?, &st.after[0]);
     same_bits(&format!("{name}: v pool after store"), &download(ctx, dt, bv.view())?, &st.after[1]);

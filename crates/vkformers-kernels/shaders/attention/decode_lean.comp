@@ -29,8 +29,10 @@
 //   subgroup shuffle); scores against q in shared memory;
 // - the tile's row maxima: subgroupMax, one shared-memory step (barrier A), no serial scans;
 // - probabilities p [BQ][BK] and the V rows (16-bit, packed) go to shared memory (barrier B);
-//   then thread (row orow = tid / CG, column group cg = tid % CG) sums p v over ALL keys of the
-//   tile for its CPT = DMAX / CG output columns: no per-slot partials, no halving rounds;
+//   then thread (row orow, column group cg of CPT = DMAX / CG columns) sums p v over ALL keys of
+//   the tile: no per-slot partials, no halving rounds. With NR <= 4 rows (GQA 4, MHA) KP = 2..8
+//   adjacent lanes share a (row, group), each over a KP-th of the keys, and add their sums by
+//   subgroup shuffles once, after the last tile;
 // - software pipeline: while a tile's max, p and P.V run, the split's next tile's K and V rows
 //   and the one after's table entries are already loading, so a multi-tile workgroup pays about one round
 //   trip a tile (2 barriers a tile);
@@ -40,7 +42,7 @@
 // the threads that own the row's output columns:
 //   m' = max(m, max_j s_j);  p_j = e^(s_j - m');  l = l e^(m - m') + sum_j p_j;
 //   acc = acc e^(m - m') + sum_j p_j v_j;  o = acc / l;  lse = m + log l.
-// Shared memory ~23 KiB (under lavapipe's 32 KiB). Subgroups of any size from 2 to NT whose
+// Shared memory ~23 KiB (under lavapipe's 32 KiB). Subgroups of any size from 8 to NT whose
 // count is at most NSG (specialization constant 0, NT / the device's smallest subgroup size).
 //
 // variant: d64_f16 DMAX=64 BK=128 DT_F16
@@ -307,12 +309,14 @@ void stage_v(uvec4 vr[HC], uint kk, uint h) {
     }
 }
 
-// After barrier B: acc += sum over the tile's keys of p[orow][key] v[key][columns of cg], and
-// l += sum p (acc and l rescaled by alpha first).
-void accumulate(uint orow, uint cg, float alpha, inout vec4 acc[CV], inout float l) {
+// After barrier B: acc += sum over this thread's keys of the tile (the groups of 4 keys
+// part, part + KP, ...) of p[orow][key] v[key][columns of cg], and l += sum p (acc and l
+// rescaled by alpha first).
+void accumulate(uvec3 role, uint kp, float alpha, inout vec4 acc[CV], inout float l) {
+    uint orow = role.x, cg = role.y;
     l *= alpha;
     [[unroll]] for (uint c = 0; c < CV; c++) acc[c] *= alpha;
-    for (uint k4 = 0; k4 < BK / 4; k4++) {
+    for (uint k4 = role.z; k4 < BK / 4; k4 += kp) {
         vec4 p = sp4[orow * (BK / 4) + k4];
         l += (p.x + p.y) + (p.z + p.w);
         [[unroll]] for (uint u = 0; u < 4; u++) {
@@ -470,8 +474,13 @@ void main() {
     uint kid = gl_SubgroupID * gl_SubgroupSize + gl_SubgroupInvocationID;
     uint kk = kid / TPK;
     uint h = kid % TPK;
-    uint orow = tid / CG;
-    uint cg = tid % CG;
+    // P.V roles: KP threads (adjacent lanes) share each (row, column group) of the NR rows, each
+    // over a KP-th of the tile's keys, when NR <= BQ / KP (GQA 4: 2, MHA: 8), so no thread idles;
+    // their sums meet by subgroup shuffles after the last tile.
+    uint kp = nr <= 1u ? 8u : (nr <= 2u ? 4u : (nr <= 4u ? 2u : 1u));
+    uint orow = kid / kp / CG;
+    uint cg = kid / kp % CG;
+    uint part = kid % kp;
 
     // Split s runs the key tiles t = s, s + S, s + 2S, ... (tile t: keys [t BK, (t + 1) BK))
     // from the first one that holds a key of [lo, hi), so with no window and no chunk (lo = 0)
@@ -556,7 +565,7 @@ void main() {
         stage_v(vr, kk, h);
         barrier(); // B: sp4 and sv written
         if (orow < nr) {
-            accumulate(orow, cg, alpha, acc, l);
+            accumulate(uvec3(orow, cg, part), kp, alpha, acc, l);
         }
         kr = kn;
         vr = vn;
@@ -564,15 +573,21 @@ void main() {
         row_next = row_after;
     }
 
+    // The KP parts of each (row, column group): lanes part = kid % KP of one subgroup.
+    for (uint x = 1u; x < kp; x *= 2u) {
+        l += subgroupShuffleXor(l, x);
+        [[unroll]] for (uint c = 0; c < CV; c++) acc[c] += subgroupShuffleXor(acc[c], x);
+    }
+    bool writes = orow < nr && part == 0u;
     uvec4 id = row_ids(b, r0 + orow, hk);
     float mo = MASKED;
     [[unroll]] for (uint rr = 0; rr < BQ; rr++) {
         if (rr == orow) mo = m[rr];
     }
-    if (orow < nr) {
+    if (writes) {
         write_rows(id, split, cg, acc, mo, l);
     }
-    if (pc.splits > 1u && last_split() && orow < nr) {
+    if (pc.splits > 1u && last_split() && writes) {
         merge(id, cg);
     }
 }
