@@ -12,6 +12,13 @@
 //! call, else today's kernel. Which is preferred: `VKFORMERS_DECODE_LEAN=1` (read once; default
 //! off until an H200 run says it is faster), or [`with_kernel`] for the calls of one closure
 //! (tests, `vkformers bench decode --kernel`).
+//!
+//! Splits: [`super::decode::splits`] keeps the tiled kernel's policy (enough workgroups for a
+//! large GPU, no split under one tile) with the lean tile ([`tile_keys`]: 128 keys at d64, 64 at
+//! d128) and [`split_keys`]' floor (`VKFORMERS_DECODE_LEAN_SPLIT_KEYS`), so TinyLlama at batch 1
+//! over 640 keys runs 5 splits of one tile either way and an A/B compares kernels, not policies.
+//! A split runs interleaved tiles (s, s + S, ...) rather than a contiguous range: the same
+//! partials in the same `work` layout, merged by the last workgroup as the tiled kernel does.
 
 use std::cell::Cell;
 
