@@ -4,8 +4,9 @@
 //! Tq positions of each row written by `decode::store` (padding slots skipped), and every pool row
 //! no table entry reaches filled with NaN, so any read past a row's own keys shows in the output.
 //! The reference sees each row alone (`tk` = its length, so query i sits at `len − Tq + i` as in
-//! the kernel). Tq 1 and > 1, GQA / MQA, causal or not, window, softcap, ALiBi, forced and
-//! automatic split-KV, every head-dim variant and storage type.
+//! the kernel). Tq 1 and > 1, GQA / MQA, causal or not, window (with the blocks before it freed:
+//! table entries -1 or past the pool), softcap, ALiBi, forced and automatic split-KV, every
+//! head-dim variant and storage type; the lean kernel (`decode_lean`) on every case it runs.
 
 use vkformers_kernels::attention::decode::{self, DecodeOptions, DecodeOutputs, DecodeShape, PagedInputs, Pools};
 use vkformers_kernels::attention::decode_lean::{self, Kernel};
@@ -34,6 +35,9 @@ struct Case {
     /// MLA's absorbed decode: the values are the first `dv` columns of the k pool's rows (one
     /// pool; `DecodeShape::dv = dv`, `v_row = d`). `None`: the v pool, `dv = d`.
     latent_dv: Option<usize>,
+    /// Blocks wholly before each row's window freed, as a rolling cache frees them: their table
+    /// entries -1 or past the pool, their pool rows never written (NaN).
+    freed: bool,
 }
 
 impl WithMasks for Case {
@@ -57,7 +61,13 @@ impl Case {
             splits: Some(1),
             tile: None,
             latent_dv: None,
+            freed: false,
         }
+    }
+
+    fn freed(mut self) -> Self {
+        self.freed = true;
+        self
     }
 
     fn latent(mut self, dv: usize) -> Self {
@@ -109,6 +119,26 @@ struct Staged {
     after: [Vec<f32>; 2],
 }
 
+/// Frees the blocks wholly before each row's window (see `Case::freed`): every other one -1,
+/// the rest an id past the pool.
+fn free_before_window(case: &Case, lay: &mut Layout) {
+    let w = case.masks.window;
+    for (b, &len) in case.lens.iter().enumerate() {
+        // The first query (position len - tq) sees keys from len - tq + 1 - w on.
+        let lo = (len + 1).saturating_sub(case.tq + w);
+        for c in 0..lo / lay.block_size {
+            let gone = if c % 2 == 0 { -1 } else { (lay.num_blocks + c) as i32 };
+            lay.table[b * lay.max_blocks + c] = gone;
+        }
+    }
+}
+
+/// Whether key j of row b has a pool row (its block not freed).
+fn held(lay: &Layout, b: usize, j: usize) -> bool {
+    let blk = lay.table[b * lay.max_blocks + j / lay.block_size];
+    blk >= 0 && (blk as usize) < lay.num_blocks
+}
+
 fn stage(case: &Case, lay: &Layout, r: &Rows, rng: &mut Rng, dt: DType) -> Staged {
     let kw = case.hkv * case.d;
     let pool = lay.num_blocks * case.block_size * kw;
@@ -119,7 +149,7 @@ fn stage(case: &Case, lay: &Layout, r: &Rows, rng: &mut Rng, dt: DType) -> Stage
     let mut after = before.clone();
     for (b, &len) in case.lens.iter().enumerate() {
         let fresh = len.min(case.tq);
-        for j in 0..len {
+        for j in (0..len).filter(|&j| held(lay, b, j)) {
             let at = lay.pool_row(b, j) * kw;
             for (x, src) in [&r.k[b], &r.v[b]].into_iter().enumerate() {
                 after[x][at..at + kw].copy_from_slice(&src[j * kw..(j + 1) * kw]);
@@ -151,7 +181,10 @@ fn expected(case: &Case, r: &Rows, scale: f32) -> (Vec<f64>, Vec<f64>) {
 /// pools: the `_q32` and `_in32` variants).
 fn check(ctx: &Context, case: &Case, seed: u64, (dt, act): (DType, DType)) -> Result<()> {
     let mut rng = Rng::new(seed);
-    let lay = Layout::random(&case.lens, case.block_size, &mut rng);
+    let mut lay = Layout::random(&case.lens, case.block_size, &mut rng);
+    if case.freed {
+        free_before_window(case, &mut lay);
+    }
     let r = rows(case, &mut rng, dt);
     let st = stage(case, &lay, &r, &mut rng, dt);
     let b = case.lens.len();
@@ -254,6 +287,10 @@ fn cases() -> Vec<Case> {
             .splits(Some(4))
             .sinks(),
         Case::new("sinks split auto, d64, softcap", &[300, 5], 2, (8, 2, 64), 32).softcap(4.0).splits(None).sinks(),
+        Case::new("window 40, the blocks before it freed, split 3", &[300, 41, 7], 1, (8, 2, 64), 16)
+            .window(40)
+            .freed()
+            .splits(Some(3)),
     ]
 }
 
@@ -371,6 +408,10 @@ fn lean_cases() -> Vec<Case> {
         Case::new("lean window 150 over 600 keys, split 4", &[600, 170], 1, (16, 2, 64), 16)
             .window(150)
             .splits(Some(4)),
+        Case::new("lean d128 window 100, freed blocks, tq 2", &[500, 90], 2, (32, 8, 128), 16)
+            .window(100)
+            .freed()
+            .splits(None),
     ];
     for splits in [1, 2, 5, 13, 64] {
         cases.push(Case::new("lean mha d64, forced splits", &[520, 260], 1, (3, 3, 64), 16).splits(Some(splits)));
