@@ -6,7 +6,8 @@
 //! at batch 1 over a 1,536-key cache (the `generate --profile` shape). `--rope apart` times a
 //! decode step's rope + KV store dispatch and the attention after it (two dispatches a call),
 //! `--rope inside` the attention that rotates and stores the new token itself (one; what
-//! `VKFORMERS_ROPE_IN_ATTN=1` runs in a decode step).
+//! `VKFORMERS_ROPE_IN_ATTN=1` runs in a decode step). `--kernel tiled|lean|env` picks the
+//! kernel (`env`: what `VKFORMERS_DECODE_LEAN` picks).
 
 use std::process::ExitCode;
 
@@ -14,6 +15,7 @@ use anyhow::bail;
 use vkformers_kernels::attention::decode::{
     self, DecodeOptions, DecodeOutputs, DecodeShape, PagedInputs, SMALL_TILE, TILE,
 };
+use vkformers_kernels::attention::decode_lean::{self, Kernel};
 use vkformers_kernels::attention::rope_store::{self, NewRows, NewToken};
 use vkformers_kernels::dtype::DType;
 use vkformers_kernels::rope::{Rope, RopeLayout};
@@ -58,6 +60,29 @@ pub struct DecodeBenchArgs {
     /// dispatch, then the attention) or `inside` (the attention's `_rope` variant; 128-key tile).
     #[arg(long, default_value = "none")]
     rope: String,
+    /// Kernel: `tiled` (decode.comp), `lean` (decode_lean.comp; an error where it cannot run the
+    /// shape, and `--tile` is then ignored), or `env` (what `VKFORMERS_DECODE_LEAN` picks, as a
+    /// decode step does).
+    #[arg(long, default_value = "env")]
+    kernel: String,
+}
+
+/// `--kernel`: the kernel forced for the calls, or `None` for the environment's choice.
+fn kernel_arg(name: &str) -> anyhow::Result<Option<Kernel>> {
+    match name {
+        "tiled" => Ok(Some(Kernel::Tiled)),
+        "lean" => Ok(Some(Kernel::Lean)),
+        "env" => Ok(None),
+        other => bail!("--kernel {other}: tiled, lean or env"),
+    }
+}
+
+/// Runs `f` on `kernel` (`None`: the environment's).
+fn on_kernel<T>(kernel: Option<Kernel>, f: impl FnOnce() -> T) -> T {
+    match kernel {
+        Some(k) => decode_lean::with_kernel(k, f),
+        None => f(),
+    }
 }
 
 /// The new token of each row for `--rope`: unrotated q, k, v (f32), the rotated q, positions,
@@ -141,6 +166,7 @@ fn record_call(
 
 pub fn decode_attention(selector: &DeviceSelector, args: &DecodeBenchArgs) -> anyhow::Result<ExitCode> {
     let dt = crate::bench::dtype_arg(&args.dtype)?;
+    let kernel = kernel_arg(&args.kernel)?;
     if args.tile != TILE && args.tile != SMALL_TILE {
         bail!("--tile {}: 128 or 64", args.tile);
     }
@@ -182,7 +208,7 @@ pub fn decode_attention(selector: &DeviceSelector, args: &DecodeBenchArgs) -> an
     let (fa, fb) = (ctx.buffer(flush_bytes, "flush a")?, ctx.buffer(flush_bytes, "flush b")?);
     let kv_bytes = 2.0 * f64::from(args.len * s.batch * s.hkv * s.d) * dt.bytes() as f64;
     println!(
-        "{}: decode attention B {} Hq {} Hkv {} D {} keys {} block {} {:?} pools, tile {}, rope {}",
+        "{}: decode attention B {} Hq {} Hkv {} D {} keys {} block {} {:?} pools, tile {}, rope {}, kernel {:?}",
         ctx.caps().name,
         s.batch,
         s.hq,
@@ -192,10 +218,15 @@ pub fn decode_attention(selector: &DeviceSelector, args: &DecodeBenchArgs) -> an
         s.block_size,
         dt,
         args.tile,
-        args.rope
+        args.rope,
+        on_kernel(kernel, decode_lean::preferred)
     );
     for item in args.splits.split(',') {
         let splits = match item.trim() {
+            // The lean kernel's own policy where it is chosen (its tile is its own).
+            "auto" if on_kernel(kernel, decode_lean::preferred) == Kernel::Lean => {
+                on_kernel(kernel, || decode::splits(&s, args.len))
+            }
             "auto" => decode::splits_for(&s, args.len, args.tile),
             n => n.parse::<u32>().map_err(|e| anyhow::anyhow!("--splits {n}: {e}"))?,
         };
@@ -207,11 +238,13 @@ pub fn decode_attention(selector: &DeviceSelector, args: &DecodeBenchArgs) -> an
             counters: (splits > 1).then(|| counters.view()),
             o16: None,
         };
-        let (per_call, medians) = crate::bench::time_chain(&ctx, (args.calls, args.warm_ms), |rec| {
-            if args.flush_mb > 0 {
-                vkformers_kernels::elementwise::copy(rec, fa.view(), fb.view())?;
-            }
-            record_call(rec, &args.rope, &nt, &x, &out, &s, &opt, (splits, args.tile))
+        let (per_call, medians) = on_kernel(kernel, || {
+            crate::bench::time_chain(&ctx, (args.calls, args.warm_ms), |rec| {
+                if args.flush_mb > 0 {
+                    vkformers_kernels::elementwise::copy(rec, fa.view(), fb.view())?;
+                }
+                record_call(rec, &args.rope, &nt, &x, &out, &s, &opt, (splits, args.tile))
+            })
         })?;
         let per_call_us = per_call * 1e6;
         let medians: Vec<String> = medians.iter().map(|(name, ns)| format!("{name} {:.2} µs", ns / 1e3)).collect();

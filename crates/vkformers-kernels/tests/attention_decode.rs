@@ -4,10 +4,12 @@
 //! Tq positions of each row written by `decode::store` (padding slots skipped), and every pool row
 //! no table entry reaches filled with NaN, so any read past a row's own keys shows in the output.
 //! The reference sees each row alone (`tk` = its length, so query i sits at `len − Tq + i` as in
-//! the kernel). Tq 1 and > 1, GQA / MQA, causal or not, window, softcap, ALiBi, forced and
-//! automatic split-KV, every head-dim variant and storage type.
+//! the kernel). Tq 1 and > 1, GQA / MQA, causal or not, window (with the blocks before it freed:
+//! table entries -1 or past the pool), softcap, ALiBi, forced and automatic split-KV, every
+//! head-dim variant and storage type; the lean kernel (`decode_lean`) on every case it runs.
 
 use vkformers_kernels::attention::decode::{self, DecodeOptions, DecodeOutputs, DecodeShape, PagedInputs, Pools};
+use vkformers_kernels::attention::decode_lean::{self, Kernel};
 use vkformers_kernels::dtype::DType;
 use vkformers_kernels::testutil::masks::{alibi_slopes, sink_logits, Masks, WithMasks};
 use vkformers_kernels::testutil::paged::{latent_values, lens_i32, max_len, reference_rows, run_cases, Layout};
@@ -33,6 +35,9 @@ struct Case {
     /// MLA's absorbed decode: the values are the first `dv` columns of the k pool's rows (one
     /// pool; `DecodeShape::dv = dv`, `v_row = d`). `None`: the v pool, `dv = d`.
     latent_dv: Option<usize>,
+    /// Blocks wholly before each row's window freed, as a rolling cache frees them: their table
+    /// entries -1 or past the pool, their pool rows never written (NaN).
+    freed: bool,
 }
 
 impl WithMasks for Case {
@@ -56,7 +61,13 @@ impl Case {
             splits: Some(1),
             tile: None,
             latent_dv: None,
+            freed: false,
         }
+    }
+
+    fn freed(mut self) -> Self {
+        self.freed = true;
+        self
     }
 
     fn latent(mut self, dv: usize) -> Self {
@@ -108,6 +119,26 @@ struct Staged {
     after: [Vec<f32>; 2],
 }
 
+/// Frees the blocks wholly before each row's window (see `Case::freed`): every other one -1,
+/// the rest an id past the pool.
+fn free_before_window(case: &Case, lay: &mut Layout) {
+    let w = case.masks.window;
+    for (b, &len) in case.lens.iter().enumerate() {
+        // The first query (position len - tq) sees keys from len - tq + 1 - w on.
+        let lo = (len + 1).saturating_sub(case.tq + w);
+        for c in 0..lo / lay.block_size {
+            let gone = if c % 2 == 0 { -1 } else { (lay.num_blocks + c) as i32 };
+            lay.table[b * lay.max_blocks + c] = gone;
+        }
+    }
+}
+
+/// Whether key j of row b has a pool row (its block not freed).
+fn held(lay: &Layout, b: usize, j: usize) -> bool {
+    let blk = lay.table[b * lay.max_blocks + j / lay.block_size];
+    blk >= 0 && (blk as usize) < lay.num_blocks
+}
+
 fn stage(case: &Case, lay: &Layout, r: &Rows, rng: &mut Rng, dt: DType) -> Staged {
     let kw = case.hkv * case.d;
     let pool = lay.num_blocks * case.block_size * kw;
@@ -118,7 +149,7 @@ fn stage(case: &Case, lay: &Layout, r: &Rows, rng: &mut Rng, dt: DType) -> Stage
     let mut after = before.clone();
     for (b, &len) in case.lens.iter().enumerate() {
         let fresh = len.min(case.tq);
-        for j in 0..len {
+        for j in (0..len).filter(|&j| held(lay, b, j)) {
             let at = lay.pool_row(b, j) * kw;
             for (x, src) in [&r.k[b], &r.v[b]].into_iter().enumerate() {
                 after[x][at..at + kw].copy_from_slice(&src[j * kw..(j + 1) * kw]);
@@ -150,7 +181,10 @@ fn expected(case: &Case, r: &Rows, scale: f32) -> (Vec<f64>, Vec<f64>) {
 /// pools: the `_q32` and `_in32` variants).
 fn check(ctx: &Context, case: &Case, seed: u64, (dt, act): (DType, DType)) -> Result<()> {
     let mut rng = Rng::new(seed);
-    let lay = Layout::random(&case.lens, case.block_size, &mut rng);
+    let mut lay = Layout::random(&case.lens, case.block_size, &mut rng);
+    if case.freed {
+        free_before_window(case, &mut lay);
+    }
     let r = rows(case, &mut rng, dt);
     let st = stage(case, &lay, &r, &mut rng, dt);
     let b = case.lens.len();
@@ -182,7 +216,11 @@ fn check(ctx: &Context, case: &Case, seed: u64, (dt, act): (DType, DType)) -> Re
     let x = PagedInputs { q: bq.view(), k: bk.view(), v: v_pool, table: table.view(), lens: lens.view() };
     let w = (splits > 1).then(|| work.slice(0, decode::work_floats(&shape, splits) * 4));
     let c = Some(counters.view());
-    let out = DecodeOutputs { o: o.view(), lse: lse.view(), work: w, counters: c, o16: None };
+    // f32 o over 16-bit pools: o's 16-bit twin too (`DECODE_O16`).
+    let o16 = (dt != DType::F32 && act == DType::F32)
+        .then(|| upload(ctx, dt, &vec![0.0; b * case.tq * case.hq * case.dv()], "o16"))
+        .transpose()?;
+    let out = DecodeOutputs { o: o.view(), lse: lse.view(), work: w, counters: c, o16: o16.as_ref().map(|t| t.view()) };
     let again = DecodeOutputs { o: o2.view(), lse: lse2.view(), work: w, counters: c, o16: None };
     let mut rec = ctx.recorder(false)?;
     decode::store_from(&mut rec, ((nk.view(), nv.view()), act), slots.view(), &pools, dt)?;
@@ -194,12 +232,22 @@ fn check(ctx: &Context, case: &Case, seed: u64, (dt, act): (DType, DType)) -> Re
     }
     rec.submit()?;
 
-    let name = format!("{} {dt:?}, q/o {act:?} ({splits} splits, {tile}-key tiles)", case.name);
+    let (kernel, tile) = match decode_lean::preferred() {
+        Kernel::Lean => ("lean", decode_lean::tile_keys(shape.d)),
+        Kernel::Tiled => ("tiled", tile),
+    };
+    let name = format!("{} {dt:?}, q/o {act:?} ({splits} splits, {tile}-key tiles, {kernel})", case.name);
     same_bits(&format!("{name}: k pool after store"), &download(ctx, dt, bk.view())?, &st.after[0]);
     same_bits(&format!("{name}: v pool after store"), &download(ctx, dt, bv.view())?, &st.after[1]);
     let (want_o, want_lse) = expected(case, &r, opt.scale);
-    assert_close(&format!("{name}: o"), &download(ctx, act, o.view())?, &want_o, tol(dt));
+    // f32 o over 16-bit pools: the inputs are exact in the pools' type, so only f32 sums err.
+    let o_tol = if act == DType::F32 { TOL_F32 } else { tol(dt) };
+    assert_close(&format!("{name}: o"), &download(ctx, act, o.view())?, &want_o, o_tol);
     assert_close(&format!("{name}: lse"), &ctx.read_vec::<f32>(lse.view())?, &want_lse, TOL_F32);
+    if let Some(o16) = &o16 {
+        let want = round(dt, &download(ctx, act, o.view())?);
+        same_bits(&format!("{name}: o16 is o rounded"), &download(ctx, dt, o16.view())?, &want);
+    }
     if splits > 1 {
         let second = download(ctx, act, o2.view())?;
         same_bits(&format!("{name}: o of a second call"), &second, &download(ctx, act, o.view())?);
@@ -239,6 +287,10 @@ fn cases() -> Vec<Case> {
             .splits(Some(4))
             .sinks(),
         Case::new("sinks split auto, d64, softcap", &[300, 5], 2, (8, 2, 64), 32).softcap(4.0).splits(None).sinks(),
+        Case::new("window 40, the blocks before it freed, split 3", &[300, 41, 7], 1, (8, 2, 64), 16)
+            .window(40)
+            .freed()
+            .splits(Some(3)),
     ]
 }
 
@@ -267,16 +319,16 @@ fn paged_decode_latent_values() {
 fn paged_decode_chunked() {
     // Llama 4's chunked attention: new rows straddling a chunk boundary (tq 3 over rows of 37
     // and 21 keys, chunk 10), split rows (the first split starts at the chunk), with a window.
-    run(
-        "paged decode chunked",
-        &[
-            Case::new("chunk 10 tq3 gqa d24 bs5", &[37, 21], 3, (4, 2, 24), 5).chunk(10),
-            Case::new("chunk 7 tq1 bs4", &[30, 7, 1], 1, (2, 1, 16), 4).chunk(7),
-            Case::new("chunk 64 split 3 d64", &[300, 45], 2, (4, 2, 64), 16).chunk(64).splits(Some(3)),
-            Case::new("chunk 9 window 5 tq4", &[40, 20], 4, (4, 2, 32), 7).chunk(9).window(5).sinks(),
-        ],
-        DType::F32,
-    );
+    run("paged decode chunked", &chunked_cases(), DType::F32);
+}
+
+fn chunked_cases() -> Vec<Case> {
+    vec![
+        Case::new("chunk 10 tq3 gqa d24 bs5", &[37, 21], 3, (4, 2, 24), 5).chunk(10),
+        Case::new("chunk 7 tq1 bs4", &[30, 7, 1], 1, (2, 1, 16), 4).chunk(7),
+        Case::new("chunk 64 split 3 d64", &[300, 45], 2, (4, 2, 64), 16).chunk(64).splits(Some(3)),
+        Case::new("chunk 9 window 5 tq4", &[40, 20], 4, (4, 2, 32), 7).chunk(9).window(5).sinks(),
+    ]
 }
 
 #[test]
@@ -332,6 +384,93 @@ fn paged_decode_key_tiles() {
     run_as("paged decode 64-key tiles", &small[..2], (DType::F16, DType::F32));
     run("paged decode 64-key tiles", &small[..2], DType::F16);
     run_as("paged decode 64-key tiles, sinks", &small[4..], (DType::BF16, DType::F32));
+}
+
+/// Whether the lean kernel runs `case` (the launcher's conditions that tests can see: head dim
+/// a multiple of 8 up to 128, values in their own pool).
+fn lean_runs(case: &Case) -> bool {
+    case.latent_dv.is_none() && case.d.is_multiple_of(8) && case.d <= decode_lean::MAX_HEAD_DIM as usize
+}
+
+/// Cases for the lean kernel beyond the shared ones: TinyLlama's heads (GQA 8, d64) at batch 1
+/// over 640 keys (5 tiles, split automatically) and over ragged rows of several tiles unsplit;
+/// GQA 4 at d128 (64-key tiles) unsplit and split; MHA with 1 to 64 splits (more splits than
+/// tiles: empty ones; 13 and 64: merges of several chunks of 8); head dims below the variant's
+/// (d40 and d72: columns past D); a window over a multi-tile row, split.
+fn lean_cases() -> Vec<Case> {
+    let mut cases = vec![
+        Case::new("lean tinyllama heads, 640 keys, auto split", &[640], 1, (32, 4, 64), 16).splits(None),
+        Case::new("lean tinyllama heads, ragged multi-tile rows", &[700, 129, 1, 300], 1, (32, 4, 64), 16),
+        Case::new("lean gqa4 d128, multi-tile rows", &[300, 77], 1, (32, 8, 128), 16),
+        Case::new("lean gqa4 d128, split 3", &[300, 77], 1, (8, 2, 128), 32).splits(Some(3)),
+        Case::new("lean d40 bs7 split 2", &[333, 50], 1, (4, 2, 40), 7).splits(Some(2)),
+        Case::new("lean d72 alibi softcap sinks", &[260, 3], 1, (6, 3, 72), 8).alibi().softcap(5.0).sinks(),
+        Case::new("lean window 150 over 600 keys, split 4", &[600, 170], 1, (16, 2, 64), 16)
+            .window(150)
+            .splits(Some(4)),
+        Case::new("lean d128 window 100, freed blocks, tq 2", &[500, 90], 2, (32, 8, 128), 16)
+            .window(100)
+            .freed()
+            .splits(None),
+    ];
+    for splits in [1, 2, 5, 13, 64] {
+        cases.push(Case::new("lean mha d64, forced splits", &[520, 260], 1, (3, 3, 64), 16).splits(Some(splits)));
+    }
+    cases
+}
+
+/// The lean kernel (forced, not through the environment) on every shared case it runs and on
+/// its own: f32 q/o over bf16 and f16 pools, against the same f64 reference and tolerances as
+/// the tiled kernel (o16 the rounded o, a second split call on the same counters the same
+/// bits).
+#[test]
+fn paged_decode_lean_kernel() {
+    let shared = cases().into_iter().chain(chunked_cases()).filter(lean_runs);
+    let all: Vec<Case> = shared.chain(lean_cases()).collect();
+    decode_lean::with_kernel(Kernel::Lean, || {
+        run_as("paged decode lean", &all, (DType::BF16, DType::F32));
+        run_as("paged decode lean", &all, (DType::F16, DType::F32));
+    });
+}
+
+/// A forced lean kernel refuses what it cannot run (f32 pools, MLA's latent values) where the
+/// tiled kernel runs the same call, and runs a call over bf16 pools.
+#[test]
+fn paged_decode_lean_kernel_refuses_what_it_cannot_run() {
+    on_every_device("paged decode lean errors", |ctx| {
+        let shape = DecodeShape {
+            batch: 1,
+            tq: 1,
+            hq: 2,
+            hkv: 1,
+            d: 8,
+            dv: 8,
+            v_row: 8,
+            block_size: 4,
+            num_blocks: 2,
+            max_blocks: 2,
+        };
+        let buf = |n: usize| ctx.buffer((n * 4) as u64, "x");
+        let (q, pool, ints, lens, lse) = (buf(16)?, buf(64)?, buf(2)?, buf(1)?, buf(2)?);
+        let f32_pools = DecodeOptions::new(8);
+        let bf16_pools = DecodeOptions { dtype: DType::BF16, act: Some(DType::F32), ..f32_pools };
+        let latent = DecodeShape { dv: 4, ..shape };
+        let half = pool.slice(0, 128);
+        let calls = [
+            (shape, f32_pools, pool.view(), q.view(), false),
+            (latent, bf16_pools, half, q.slice(0, 32), false),
+            (shape, bf16_pools, half, q.view(), true),
+        ];
+        let mut rec = ctx.recorder(false)?;
+        for (s, opt, pools, o, lean_runs) in calls {
+            let x = PagedInputs { q: q.view(), k: pools, v: pools, table: ints.view(), lens: lens.view() };
+            let out = DecodeOutputs { o, lse: lse.view(), work: None, counters: None, o16: None };
+            let lean = decode_lean::with_kernel(Kernel::Lean, || decode::forward(&mut rec, &x, &out, &s, &opt, 1));
+            assert_eq!(lean.is_ok(), lean_runs, "{s:?} {:?}: {lean:?}", opt.dtype);
+            decode_lean::with_kernel(Kernel::Tiled, || decode::forward(&mut rec, &x, &out, &s, &opt, 1))?;
+        }
+        Ok(())
+    });
 }
 
 /// Bad calls are errors, not device faults: a split call without work buffer, a pool view of

@@ -11,6 +11,7 @@
 //! Over 16-bit pools both paths also write o's 16-bit copy (`o16`), checked to be o rounded.
 
 use vkformers_kernels::attention::decode::{self, DecodeOutputs, DecodeShape, PagedInputs, Pools};
+use vkformers_kernels::attention::decode_lean::{self, Kernel};
 use vkformers_kernels::attention::rope_store::{self, NewRows, NewToken};
 use vkformers_kernels::dtype::DType;
 use vkformers_kernels::rope::{reference as rope_ref, Rope, RopeLayout};
@@ -180,7 +181,12 @@ fn check_one(ctx: &Context, case: &Case, seed: u64, dt: DType, packed: bool) -> 
     let lay = Layout::random(&case.lens, case.block_size, &mut rng);
     let shape = case.shape(&lay);
     let b = case.lens.len();
-    let splits = case.splits.unwrap_or_else(|| decode::splits_for(&shape, max_len(&case.lens), decode::TILE));
+    let lean = decode_lean::preferred() == Kernel::Lean;
+    let auto = || match lean {
+        true => decode::splits(&shape, max_len(&case.lens)),
+        false => decode::splits_for(&shape, max_len(&case.lens), decode::TILE),
+    };
+    let splits = case.splits.unwrap_or_else(auto);
     let kw = case.hkv * case.d;
     let pool_rows = lay.num_blocks * case.block_size;
     // Every pool row holds some old key (the new ones' rows too, overwritten by the store).
@@ -242,7 +248,7 @@ fn check_one(ctx: &Context, case: &Case, seed: u64, dt: DType, packed: bool) -> 
     decode::forward_tiled(&mut rec, &paged, &split.views(&shape, splits), &shape, &opt, tiles)?;
     rec.submit()?;
 
-    let what = format!("{} {dt:?} packed {packed} ({splits} splits)", case.name);
+    let what = format!("{} {dt:?} packed {packed} ({splits} splits, lean {lean})", case.name);
     for (n, name) in ["k pool", "v pool"].iter().enumerate() {
         let (got, want) = (download(ctx, dt, fused.pools[n].view())?, download(ctx, dt, split.pools[n].view())?);
         same_bits(&format!("{what}: {name}"), &got, &want);
@@ -289,6 +295,30 @@ fn rope_in_decode_attention_equals_rope_store_then_decode_bf16_pools() {
 #[test]
 fn rope_in_decode_attention_equals_rope_store_then_decode_f16_pools() {
     run_cases("decode rope in attention", &cases(), (DType::F16, DType::F32), 700, check);
+}
+
+/// The lean kernel's rope variant (forced for both paths: `attend` and the plain lean kernel after
+/// `rope_store`) on every case above it runs (16-bit pools, head dims a multiple of 8 up to 128),
+/// and on TinyLlama's heads at batch 1 over 640 keys (auto split) and at batch 4 over ragged
+/// multi-tile rows, and GQA 4 at d128 over rows of several 64-key tiles: pools, o, lse and
+/// o16 bit for bit.
+fn lean_cases() -> Vec<Case> {
+    let fits = |c: &Case| c.d.is_multiple_of(8) && c.d <= decode_lean::MAX_HEAD_DIM as usize;
+    let mut all: Vec<Case> = cases().into_iter().filter(fits).collect();
+    all.extend([
+        Case::new("lean tinyllama heads, 640 keys, auto split", &[640], (32, 4, 64), 16).splits(None),
+        Case::new("lean tinyllama heads, ragged rows", &[700, 129, 2, 300], (32, 4, 64), 16),
+        Case::new("lean gqa4 d128, multi-tile rows, split 2", &[300, 77], (32, 8, 128), 16).splits(Some(2)),
+    ]);
+    all
+}
+
+#[test]
+fn rope_in_lean_decode_attention_equals_rope_store_then_lean_decode() {
+    decode_lean::with_kernel(Kernel::Lean, || {
+        run_cases("decode rope in lean attention", &lean_cases(), (DType::BF16, DType::F32), 800, check);
+        run_cases("decode rope in lean attention", &lean_cases(), (DType::F16, DType::F32), 900, check);
+    });
 }
 
 /// Calls the fused kernel cannot run are errors: Tq > 1, 16-bit q, an odd rotary dim.

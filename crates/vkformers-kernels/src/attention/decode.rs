@@ -17,9 +17,15 @@
 //! ([`work_floats`]); the last workgroup of each row tile to finish (counted in
 //! [`DecodeOutputs::counters`]) merges them in the same dispatch: one long sequence then fills
 //! the GPU, with one dispatch a call.
+//!
+//! Two kernels run these calls: `decode.comp` (every shape) and, where it applies and is
+//! preferred (`VKFORMERS_DECODE_LEAN=1`, or [`super::decode_lean::with_kernel`]), the
+//! latency-lean `decode_lean.comp` ([`super::decode_lean`]); the same inputs, outputs and work
+//! buffers serve both.
 
-use vkformers_vk::{read, read_write, write, Arg, BufferView, KernelCode, Recorder, Result};
+use vkformers_vk::{read, read_write, write, Arg, BufferView, Caps, KernelCode, Recorder, Result};
 
+use super::decode_lean::{self, Kernel};
 use super::{check_len, fail};
 use crate::code;
 use crate::code::{AttentionDecodePush, AttentionDecodePushRope, AttentionDecodeRopePush, AttentionDecodeStorePush};
@@ -345,8 +351,12 @@ fn probe() -> u32 {
     *PROBE.get_or_init(|| std::env::var("VKFORMERS_DECODE_PROBE").ok().and_then(|v| v.parse().ok()).unwrap_or(0))
 }
 
-/// Splits of each row for a call whose longest row has `max_len` keys, with [`tile_keys`]' tile.
+/// Splits of each row for a call whose longest row has `max_len` keys, with [`tile_keys`]' tile
+/// (or, where the lean kernel is preferred, its tile: [`super::decode_lean::tile_keys`]).
 pub fn splits(s: &DecodeShape, max_len: u32) -> u32 {
+    if decode_lean::plans(s) {
+        return splits_least(s, max_len, decode_lean::split_keys(s.d));
+    }
     splits_for(s, max_len, tile_keys(s))
 }
 
@@ -354,9 +364,13 @@ pub fn splits(s: &DecodeShape, max_len: u32) -> u32 {
 /// workgroups to fill a large GPU (`TARGET_GROUPS`), but no split under one key tile
 /// (`MIN_SPLIT_KEYS` for the main tile). A pure function of the sizes.
 pub fn splits_for(s: &DecodeShape, max_len: u32, tile: u32) -> u32 {
+    splits_least(s, max_len, if tile == SMALL_TILE { SMALL_TILE } else { MIN_SPLIT_KEYS })
+}
+
+/// [`splits_for`] with splits of at least `least` keys.
+fn splits_least(s: &DecodeShape, max_len: u32, least: u32) -> u32 {
     let wanted = TARGET_GROUPS.div_ceil(groups(s));
-    let least = if tile == SMALL_TILE { SMALL_TILE } else { MIN_SPLIT_KEYS };
-    let most = max_len.div_ceil(least).max(1);
+    let most = max_len.div_ceil(least.max(1)).max(1);
     wanted.min(most).clamp(1, MAX_SPLITS)
 }
 
@@ -594,12 +608,37 @@ pub(crate) fn forward_with<'a>(
     let o16 = out.o16.map_or(read(x.q), write);
     let mut args = vec![read(x.q), k, v, read(x.table), read(x.lens), alibi, sinks, o, lse, w, counters, o16];
     let groups = [splits, s.hkv * s.row_tiles(), s.batch];
+    // The lean kernel reads the same push block and pointers; its specialization is NSG.
+    let (main, spec) = match lean_code(rec.caps(), s, opt, wide, extra.is_some())? {
+        Some(lean) => (lean, decode_lean::max_subgroups(rec.caps())),
+        None => (main, probe()),
+    };
     match extra {
-        None => dispatch(rec, main, &[probe()], &args, &push, groups),
+        None => dispatch(rec, main, &[spec], &args, &push, groups),
         Some(e) => {
             args.extend(e.args);
-            dispatch(rec, main, &[probe()], &args, &(e.push)(push), groups)
+            dispatch(rec, main, &[spec], &args, &(e.push)(push), groups)
         }
+    }
+}
+
+/// The lean kernel's variant for this call (`rope`: the fused rope + store) where it is
+/// preferred and runs the call; `None`: the tiled kernel. A call it cannot run is an error when
+/// the lean kernel was forced (`decode_lean::with_kernel`).
+fn lean_code(
+    caps: &Caps,
+    s: &DecodeShape,
+    opt: &DecodeOptions<'_>,
+    wide: bool,
+    rope: bool,
+) -> Result<Option<&'static KernelCode>> {
+    if decode_lean::preferred() != Kernel::Lean {
+        return Ok(None);
+    }
+    match decode_lean::unsupported(caps, s, opt, wide) {
+        None => Ok(decode_lean::code(s.d, opt.dtype, rope)),
+        Some(why) if decode_lean::forced() => Err(fail("attention/decode_lean", why)),
+        Some(_) => Ok(None),
     }
 }
 
@@ -770,6 +809,19 @@ mod tests {
         // Off (the default): the 128-key tile, 5 splits of 640 keys.
         assert_eq!(tile_keys_for(&shape(1, 1, 32, 4, 64), false), TILE);
         assert_eq!(splits_for(&shape(1, 1, 32, 4, 64), 640, TILE), 5);
+    }
+
+    #[test]
+    fn the_lean_kernel_splits_by_its_own_tile() {
+        let lean = |s: &DecodeShape, len| decode_lean::with_kernel(Kernel::Lean, || splits(s, len));
+        // TinyLlama at batch 1 over 640 keys: 5 splits of one 128-key tile, as the tiled kernel.
+        assert_eq!(lean(&shape(1, 1, 32, 4, 64), 640), 5);
+        // d128 tiles hold 64 keys: 8 kv heads over 640 keys split 10 ways (tiled: 5).
+        assert_eq!(lean(&shape(1, 1, 32, 8, 128), 640), 10);
+        assert_eq!(splits(&shape(1, 1, 32, 8, 128), 640), 5);
+        // Batch 64 fills the GPU unsplit; d256 is the tiled kernel's either way.
+        assert_eq!(lean(&shape(64, 1, 32, 4, 64), 640), 1);
+        assert_eq!(lean(&shape(1, 1, 8, 1, 256), 300), splits_for(&shape(1, 1, 8, 1, 256), 300, TILE));
     }
 
     #[test]

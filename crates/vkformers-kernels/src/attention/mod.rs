@@ -29,6 +29,7 @@
 pub mod coopmat2;
 pub mod decode;
 pub mod decode_latent;
+pub mod decode_lean;
 pub mod reference;
 pub mod rope_store;
 pub mod sinks;
