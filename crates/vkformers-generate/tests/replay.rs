@@ -14,9 +14,10 @@ use vkformers_generate::generation::{
     generate, generate_cached_stepping, left_pad, Context, Finish, GenerateOptions, Generation, Stepping,
 };
 use vkformers_generate::SamplingParams;
+use vkformers_kernels::attention::decode_lean::{with_kernel, Kernel};
 use vkformers_models::decoder::KvCache;
 use vkformers_models::model::Model;
-use vkformers_tensor::Graph;
+use vkformers_tensor::{DType, Graph};
 use vkformers_vk::testing::on_every_device;
 
 fn fixture(name: &str) -> PathBuf {
@@ -118,6 +119,32 @@ fn seeded_sampling_replays_each_step_its_own_draw() {
                 got.rows,
                 generate(&g, &model, &prompts, &GenerateOptions::greedy(STEPS), &mut |_, _| false).unwrap().rows
             );
+        }
+        Ok(())
+    });
+}
+
+/// The path an H200 runs: bf16 weights, a bf16 cache, autocast (16-bit twins, the tensor-core
+/// or GEMV products), the decode attention's tiled kernel and the lean one: replayed tokens
+/// equal the synchronous loop's.
+#[test]
+fn bf16_generation_replays_with_either_decode_kernel() {
+    on_every_device("decode_replay_bf16", |ctx| {
+        for name in ["llama", "qwen2"] {
+            for kernel in [Kernel::Tiled, Kernel::Lean] {
+                let g = Graph::new(ctx);
+                let model = Model::load_for_inference(&g, &fixture(name), DType::BF16).unwrap();
+                g.set_autocast(Some(DType::BF16));
+                let prompts = prompts(name);
+                let opts = GenerateOptions::greedy(STEPS);
+                let (want, got) = with_kernel(kernel, || {
+                    let want = synchronous(&g, &model, &prompts, &opts);
+                    (want, generate(&g, &model, &prompts, &opts, &mut |_, _| false).unwrap())
+                });
+                assert_eq!(got.rows, want.rows, "{name} {kernel:?}: tokens");
+                let replayed = got.timings.replayed_steps;
+                assert!(replayed >= STEPS - 8, "{name} {kernel:?}: {replayed} of {STEPS} steps replayed");
+            }
         }
         Ok(())
     });
