@@ -1,0 +1,102 @@
+# The H200 calls for what the session of 2026-12-05 (06:00-09:00, no device) built: the replayed
+# decode step, the lean decode attention, the GEMV's loads issued ahead, the argmax's batched
+# loads, three cm2 GEMM tiles, gemm.py's 16-bit C; and the must-show tables of issues 13 and 14
+# beside PyTorch. Two calls of at most 600 s each (part a, then part b on the warm machine).
+# Pack and stage (here):
+#   tools/device/pack.sh .dev/nx vkformers-kernels:step_replay vkformers-kernels:sample \
+#     vkformers-kernels:attention_decode vkformers-kernels:attention_decode_rope_in \
+#     vkformers-kernels:gemv vkformers-kernels:gemv_normed vkformers-kernels:gemm_coopmat \
+#     vkformers-generate:replay vkformers-generate:lean_decode vkformers-generate:rope_in_attention \
+#     vkformers-generate:greedy
+#   cp tools/device/next-suite.sh .dev/nx/
+#   tools/device/stage.sh out llama qwen2 mistral gemma gemma2 gptj qwen3 gpt_oss olmo cohere gpt_neox \
+#     bloom gpt2 deepseek_v2 qwen3_moe phi3
+# Calls: carry [".gl", ".dev/nx", ".dev/wheels"], command
+#   `export PACK=.dev/nx; source .dev/nx/prelude.sh; PART=a timeout 570 bash .dev/nx/next-suite.sh`
+# then the same with PART=b (BEST="..." names the decode switches part a found fastest; default
+# the lean attention on). After: `tools/device/stage.sh back`, $OUT to docs/bench/h200-DATE-X/.
+set -u
+PACK=${PACK:-.dev/nx}
+source "$PACK/prelude.sh"
+PART=${PART:-a}
+BEST=${BEST:-VKFORMERS_DECODE_LEAN=1}
+sec "machine"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw,temperature.gpu \
+    --format=csv 2>&1 | tee -a "$LOG"
+nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,utilization.gpu,clocks_throttle_reasons.active \
+    --format=csv -lms 500 > "$OUT/clocks-$PART.csv" 2>&1 &
+CLOCKS=$!
+trap 'kill $CLOCKS 2>/dev/null' EXIT
+sec "model"
+bench_model
+M=target/bench-work/llama-1.1b
+python3 -c "import json; print(json.dumps({'input_ids':[(i*7)%31000+3 for i in range(512)]}))" > /tmp/b1.jsonl
+# Every switch of the session off: the decode step as the 2026-12-05-a/b runs timed it.
+BASE="VKFORMERS_DECODE_REPLAY=0 VKFORMERS_DECODE_LEAN=0 VKFORMERS_GEMV_PREFETCH=0"
+gen() { # gen "ENV" EXTRA-ARGS...: generate.py, vkformers only, batch 1 and 64, 512-token prompts
+    local e=$1
+    shift
+    env $e python3 tools/bench/generate.py --vkformers "$V" --skip-eager --skip-compile --batches 1 64 \
+        --prefill-lens 512 --warmup 1 --repeats 3 "$@" 2>&1 | grep -E '^b[0-9]' | tee -a "$LOG"
+}
+if [[ $PART == a ]]; then
+    sec "tests of the new kernels and paths on NVIDIA's compiler"
+    for n in step_replay sample replay lean_decode attention_decode attention_decode_rope_in gemv gemv_normed; do
+        TT=120 t $n
+    done
+    VKFORMERS_DECODE_LEAN=1 TT=120 t rope_in_attention
+    for k in tiled lean; do
+        sec "bench decode --kernel $k, 640 keys, rope inside: batch 1 (splits), 8, 64; batch 1 with L2 flushed"
+        "$V" bench decode --kernel $k --rope inside --len 640 --batch 1 --splits auto,1,2,3,5 2>&1 | tail -6 | tee -a "$LOG"
+        "$V" bench decode --kernel $k --rope inside --len 640 --batch 8 --splits auto 2>&1 | tail -1 | tee -a "$LOG"
+        "$V" bench decode --kernel $k --rope inside --len 640 --batch 64 --splits auto,2 2>&1 | tail -2 | tee -a "$LOG"
+        "$V" bench decode --kernel $k --rope inside --len 640 --batch 1 --flush-mb 128 --splits auto 2>&1 | tail -1 | tee -a "$LOG"
+    done
+    sec "bench gemv, loads issued ahead off and on (1.1B step shapes, rows 1 and 4; plain and normed)"
+    "$V" bench gemv --prefetch 0,1 2>&1 | tail -12 | tee -a "$LOG"
+    "$V" bench gemv --prefetch 0,1 --normed --shapes 2560x2048,11264x2048 2>&1 | tail -6 | tee -a "$LOG"
+    # Each switch alone on the old step, then all on; the base twice (first and last) for drift.
+    for sw in "$BASE" \
+        "VKFORMERS_DECODE_LEAN=0 VKFORMERS_GEMV_PREFETCH=0" \
+        "VKFORMERS_DECODE_REPLAY=0 VKFORMERS_GEMV_PREFETCH=0 VKFORMERS_DECODE_LEAN=1" \
+        "VKFORMERS_DECODE_REPLAY=0 VKFORMERS_DECODE_LEAN=0" \
+        "VKFORMERS_DECODE_LEAN=1" \
+        "VKFORMERS_DECODE_LEAN=1 VKFORMERS_DECODE_LEAN_SPLIT_KEYS=640" \
+        "$BASE"; do
+        sec "generate b1 b64 [$sw]"
+        gen "$sw"
+    done
+    sec "b1 decode profile, lean on (a profile records every step: no replay under --profile)"
+    VKFORMERS_DECODE_LEAN=1 "$V" generate --model "$M" --prompt-ids-file /tmp/b1.jsonl --max-new-tokens 128 \
+        --greedy --profile 2>&1 | tail -16 >> "$LOG"
+    sec "b1 replayed steps and host time a token (--json), defaults"
+    "$V" generate --model "$M" --prompt-ids-file /tmp/b1.jsonl --max-new-tokens 128 --greedy --json 2>/dev/null |
+        python3 -c "import json,sys; d=json.load(sys.stdin); print({k: v for k, v in d.get('timings', {}).items()})" |
+        tee -a "$LOG"
+    sec done
+    exit 0
+fi
+if [[ $PART == b ]]; then
+    sec "generate beside transformers eager, one run, decode switches [$BEST] (the README table)"
+    env $BEST python3 tools/bench/generate.py --vkformers "$V" --skip-compile --batches 1 8 64 \
+        --prefill-lens 512 2048 --warmup 1 --repeats 3 --json "$OUT/generate.json" 2>&1 | tail -14 | tee -a "$LOG"
+    sec "gemm 8192^3 bf16 beside torch.matmul: C in bf16 as torch (default now), then f32 C"
+    python3 tools/bench/gemm.py --vkformers "$V" --sizes 8192 --dtypes bf16 2>&1 | tail -1 | tee -a "$LOG"
+    python3 tools/bench/gemm.py --vkformers "$V" --sizes 8192 --dtypes bf16 --c32 2>&1 | tail -1 | tee -a "$LOG"
+    sec "gemm 8192^3 bf16: the three new tiles, and the shipped tile's unroll and raster"
+    for e in coopmat2-t128k128 coopmat2-t256k64 coopmat2-t64k64; do
+        python3 tools/bench/gemm.py --vkformers "$V" --sizes 8192 --dtypes bf16 --engine $e 2>&1 | tail -1 |
+            sed "s/^/$e /" | tee -a "$LOG"
+    done
+    for ur in "2 1" "4 1" "16 1" "8 2" "8 4"; do
+        set -- $ur
+        "$V" bench gemm --m 8192 --n 8192 --k 8192 --dtype bf16 --c16 --engine coopmat2-t128k64 --unroll $1 \
+            --raster $2 --iters 20 2>&1 | tail -1 | sed "s/^/unroll $1 raster $2: /" | tee -a "$LOG"
+    done
+    sec "the cm2 GEMM test (every engine, the new tiles included)"
+    TT=240 t gemm_coopmat
+    sec "greedy parity on the H200 (replay on by default)"
+    TT=200 t greedy
+    sec done
+    exit 0
+fi
