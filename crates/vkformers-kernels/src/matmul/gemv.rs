@@ -699,6 +699,23 @@ mod tests {
         }
     }
 
+    /// `with_tuning` changes the specialization and grid of products recorded inside it only.
+    #[test]
+    fn tuning_override_is_scoped_and_caps_the_grid() {
+        let env = Tuning::from_env();
+        let t = Tuning { prefetch: !env.prefetch, max_groups: Some(3) };
+        with_tuning(t, || {
+            assert_eq!(tuning(), t);
+            assert_eq!(spec_constants(true, 4, &tuning()), [1, 4, u32::from(t.prefetch)]);
+        });
+        assert_eq!(tuning(), env);
+        let caps = Caps { max_workgroup_count: [65_535, 1, 1], ..Caps::default() };
+        assert_eq!(groups_for(&caps, 640, &t), 3);
+        assert_eq!(groups_for(&caps, 2, &t), 2);
+        assert_eq!(groups_for(&caps, 640, &Tuning { max_groups: None, ..t }), 640);
+        assert_eq!(groups_for(&caps, 1 << 20, &Tuning { max_groups: None, ..t }), 65_535);
+    }
+
     #[test]
     fn applies_to_1_through_16_rows_with_subgroup_arithmetic() {
         let nv = caps(&["basic", "arithmetic"], 32, 32);
