@@ -38,6 +38,15 @@ pub struct GemvBenchArgs {
     /// Dependent calls in the timed chain.
     #[arg(long, default_value_t = 200)]
     calls: usize,
+    /// Loads issued ahead in the kernel (`PREFETCH`): 0, 1 or both (`0,1`: each shape timed
+    /// with each, interleaved, in one process); default: `VKFORMERS_GEMV_PREFETCH` (on).
+    #[arg(long, value_delimiter = ',')]
+    prefetch: Vec<u8>,
+    /// Caps on the workgroups of a call (0: none, one per block of 4 rows of W), each timed with
+    /// each `--prefetch`: a capped workgroup does several blocks, its norm prologue once;
+    /// default: `VKFORMERS_GEMV_MAX_GROUPS` (none).
+    #[arg(long, value_delimiter = ',')]
+    max_groups: Vec<u32>,
     /// Milliseconds of untimed chains before each measurement (the clocks ramp under load).
     #[arg(long, default_value_t = 1500)]
     warm_ms: u64,
@@ -166,29 +175,60 @@ pub fn gemv_bench(selector: &DeviceSelector, args: &GemvBenchArgs) -> anyhow::Re
         args.calls,
         copy / 1e9
     );
+    let tunings = tunings_of(args);
     for &(n, k) in &shapes {
         for &m in &rows {
-            let desc = GemvDesc::packed(m, n, k, dt);
-            let o = operands(&ctx, &desc)?;
-            let (per_call, medians) = crate::bench::time_chain(&ctx, (args.calls, args.warm_ms), |rec| {
-                record_call(rec, &desc, &o, args.normed)
-            })?;
-            let err = check_samples(&ctx, &desc, &o, args.normed)?;
-            if err > 1e-4 {
-                bail!("{n} x {k} m {m}: sampled entries differ from the f64 reference by {err:e}: the kernel is wrong here");
+            for tuning in &tunings {
+                time_one(&ctx, args, (GemvDesc::packed(m, n, k, dt), *tuning), copy)?;
             }
-            let per_call_us = per_call * 1e6;
-            let median_us = medians.first().map_or(f64::NAN, |k| k.1 / 1e3);
-            let bytes = desc.weight_bytes() as f64;
-            let rate = bytes / (per_call_us * 1e-6);
-            println!(
-                "  {n:>6} x {k:<6} m {m:>2}: {per_call_us:>8.2} µs a call, {median_us:>8.2} µs median between timestamps, \
-                 {:>7.0} GB/s of W ({:>3.0}% of the copy), {:>6.2} µs at the copy's rate (max rel err {err:.1e})",
-                rate / 1e9,
-                100.0 * rate / copy,
-                bytes / copy * 1e6
-            );
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Every pair of `--max-groups` and `--prefetch` (each defaulting to the environment's).
+fn tunings_of(args: &GemvBenchArgs) -> Vec<gemv::Tuning> {
+    let env = gemv::Tuning::from_env();
+    let prefetch: Vec<bool> =
+        if args.prefetch.is_empty() { vec![env.prefetch] } else { args.prefetch.iter().map(|&p| p != 0).collect() };
+    let caps: Vec<Option<u32>> = if args.max_groups.is_empty() {
+        vec![env.max_groups]
+    } else {
+        args.max_groups.iter().map(|&g| (g > 0).then_some(g)).collect()
+    };
+    caps.iter()
+        .flat_map(|&max_groups| prefetch.iter().map(move |&prefetch| gemv::Tuning { prefetch, max_groups }))
+        .collect()
+}
+
+/// Times one product under `tuning` and prints its line.
+fn time_one(
+    ctx: &Context,
+    args: &GemvBenchArgs,
+    (desc, tuning): (GemvDesc, gemv::Tuning),
+    copy: f64,
+) -> anyhow::Result<()> {
+    let (m, n, k) = (desc.m, desc.n, desc.k);
+    let o = operands(ctx, &desc)?;
+    let (per_call, medians) = gemv::with_tuning(tuning, || {
+        crate::bench::time_chain(ctx, (args.calls, args.warm_ms), |rec| record_call(rec, &desc, &o, args.normed))
+    })?;
+    let err = check_samples(ctx, &desc, &o, args.normed)?;
+    if err > 1e-4 {
+        bail!("{n} x {k} m {m}: sampled entries differ from the f64 reference by {err:e}: the kernel is wrong here");
+    }
+    let per_call_us = per_call * 1e6;
+    let median_us = medians.first().map_or(f64::NAN, |k| k.1 / 1e3);
+    let bytes = desc.weight_bytes() as f64;
+    let rate = bytes / (per_call_us * 1e-6);
+    let pf = u8::from(tuning.prefetch);
+    let cap = tuning.max_groups.map_or(String::new(), |g| format!(" groups ≤ {g}"));
+    println!(
+        "  {n:>6} x {k:<6} m {m:>2} prefetch {pf}{cap}: {per_call_us:>8.2} µs a call, {median_us:>8.2} µs median between timestamps, \
+         {:>7.0} GB/s of W ({:>3.0}% of the copy), {:>6.2} µs at the copy's rate (max rel err {err:.1e})",
+        rate / 1e9,
+        100.0 * rate / copy,
+        bytes / copy * 1e6
+    );
+    Ok(())
 }

@@ -1,6 +1,7 @@
 //! `vkformers bench gemv` on tiny odd shapes: plain and normed products in every storage type
 //! run their timed chains, and their sampled entries match the f64 reference (the bench fails
-//! otherwise), so a GEMV timed fast because it computes nothing cannot pass for a fast one.
+//! otherwise), so a GEMV timed fast because it computes nothing cannot pass for a fast one; with
+//! `--prefetch` and `--max-groups`, each setting gets its own checked line.
 
 use std::process::Command;
 
@@ -24,6 +25,16 @@ fn gemv_bench_times_checked_products() {
         let lines: Vec<&str> = out.lines().filter(|l| l.contains("µs a call")).collect();
         assert_eq!(lines.len(), 6, "{args:?}: {out}");
         assert!(lines.iter().all(|l| l.contains("max rel err")), "{out}");
+    }
+    // Each prefetch setting under each grid cap (2: every workgroup runs several blocks): a
+    // checked line for each, labelled.
+    let o = bench(&["--dtype", "bf16", "--normed", "--prefetch", "0,1", "--max-groups", "0,2"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let lines: Vec<&str> = out.lines().filter(|l| l.contains("µs a call") && l.contains("max rel err")).collect();
+    assert_eq!(lines.len(), 24, "{out}");
+    for label in ["prefetch 0:", "prefetch 1:", "prefetch 0 groups ≤ 2:", "prefetch 1 groups ≤ 2:"] {
+        assert_eq!(lines.iter().filter(|l| l.contains(label)).count(), 6, "{label}: {out}");
     }
     // Bad arguments are refused with the flag's name.
     let o = bench(&["--rows", "17"]);

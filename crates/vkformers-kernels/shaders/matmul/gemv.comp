@@ -37,6 +37,12 @@
 // stream later layers read) and, with flags bit 10, x̂ (for readers of the norm other than this
 // product). No workgroup reads hs or x̂ back: they are recomputed from x and r. f32 math; the
 // order of the sum of squares differs from rms_forward's.
+// Prefetch (PREFETCH = 1): a decode GEMV is short, so each dependent trip to memory before its
+// weights stream counts. The W of a workgroup's next chunk pair is loaded ahead: the first
+// block's before the normed input's prologue (and, with it, the gain of the thread's first
+// chunk pair), the next block's before the current one's reduction; the prologue issues the x
+// and r loads of up to PF chunks of a row together before using them, and the bias is loaded
+// at the block's start. Values, order and sums are those of PREFETCH = 0, bit for bit.
 //
 // variant: f32_m1 W_F32 MB=1
 // variant: f32_m4 W_F32 MB=4
@@ -80,6 +86,10 @@ layout(constant_id = 0) const uint VEC = 0;
 // NSG (specialization constant 1): most subgroups a workgroup can have, WG / the device's
 // smallest subgroup size (the size may vary per dispatch between its minimum and maximum).
 layout(constant_id = 1) const uint NSG = WG;
+// PREFETCH (specialization constant 2): 1 loads ahead as the header says; 0 loads each value
+// where it is first used (the A/B switch VKFORMERS_GEMV_PREFETCH).
+layout(constant_id = 2) const uint PREFETCH = 1;
+#define PF 4 // chunks of a row whose x and r loads the prologue issues at once (PREFETCH = 1)
 
 layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer U4In { uvec4 v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer V4In { vec4 v[]; };
@@ -141,46 +151,50 @@ Row row_of(uint64_t base, uint parity, uint j) {
 #endif
 }
 
-// Element kk of a row of W, widened to f32.
-float w_at(Row row, uint kk) {
+// The bits of element kk of a row of W (16-bit: in the low half), 0 past K.
+uint w_bits(Row row, uint kk) {
+    if (kk >= pc.K) return 0u;
 #if ELEM_BYTES == 4
-    return uintBitsToFloat(U32In(row.addr).v[kk]);
+    return U32In(row.addr).v[kk];
 #else
     const uint i = row.parity + kk;
     const uint word = U32In(row.addr).v[i >> 1];
-    const uint h = (i & 1u) != 0u ? (word >> 16) : (word & 0xffffu);
-#if defined(W_F16)
-    return unpackHalf2x16(h).x;
-#else
-    return uintBitsToFloat(h << 16);
-#endif
+    return (i & 1u) != 0u ? (word >> 16) : (word & 0xffffu);
 #endif
 }
 
-// Chunk c (elements c*CH .. c*CH+CH-1) of a row of W as f32, zeros past K.
-void load_w_chunk(Row row, uint c, out float v[CH]) {
-    if (VEC != 0) {
-        const uvec4 q = U4In(row.addr).v[c];
-#if defined(W_F32)
-        const vec4 f = uintBitsToFloat(q);
-        v[0] = f.x; v[1] = f.y; v[2] = f.z; v[3] = f.w;
+// Chunk c (elements c*CH .. c*CH+CH-1) of a row of W as its 16 bytes (16-bit elements two to a
+// word, the lower element in the low half), zeros past K: kept packed until used, half the
+// registers of f32 for a chunk loaded ahead.
+uvec4 load_w_chunk(Row row, uint c) {
+    if (VEC != 0) return U4In(row.addr).v[c];
+    uvec4 q;
+    [[unroll]] for (uint h = 0; h < 4; h++) {
+#if ELEM_BYTES == 4
+        q[h] = w_bits(row, c * CH + h);
 #else
-        [[unroll]] for (uint h = 0; h < 4; h++) {
-#if defined(W_F16)
-            const vec2 p = unpackHalf2x16(q[h]);
-#else
-            const vec2 p = uintBitsToFloat(uvec2(q[h] << 16, q[h] & 0xffff0000u));
+        q[h] = w_bits(row, c * CH + 2 * h) | (w_bits(row, c * CH + 2 * h + 1) << 16);
 #endif
-            v[2 * h] = p.x;
-            v[2 * h + 1] = p.y;
-        }
-#endif
-    } else {
-        [[unroll]] for (uint e = 0; e < CH; e++) {
-            const uint kk = c * CH + e;
-            v[e] = kk < pc.K ? w_at(row, kk) : 0.0;
-        }
     }
+    return q;
+}
+
+// The CH elements of a chunk of W widened to f32.
+void unpack_w_chunk(uvec4 q, out float v[CH]) {
+#if defined(W_F32)
+    const vec4 f = uintBitsToFloat(q);
+    v[0] = f.x; v[1] = f.y; v[2] = f.z; v[3] = f.w;
+#else
+    [[unroll]] for (uint h = 0; h < 4; h++) {
+#if defined(W_F16)
+        const vec2 p = unpackHalf2x16(q[h]);
+#else
+        const vec2 p = uintBitsToFloat(uvec2(q[h] << 16, q[h] & 0xffff0000u));
+#endif
+        v[2 * h] = p.x;
+        v[2 * h + 1] = p.y;
+    }
+#endif
 }
 
 // The same K-slice of row i of a [M, K] f32 matrix rows ldx apart, zeros past K.
@@ -233,6 +247,27 @@ void store_chunk(F32Buf out_, uint i, uint c, float v[CH]) {
     }
 }
 
+// The sum of squares of row i of h over this thread's chunks c = tid, tid + WG, ... in that
+// order; workgroup 0 (`sum_out`) writes them to hs. PREFETCH issues the loads of up to PF chunks
+// before the first is used (one trip to memory for K up to PF * WG * CH), same order of sums.
+float sum_squares(uint i, uint tid, uint chunks, bool sum_out) {
+    const uint pf = PREFETCH != 0 ? PF : 1;
+    float ss = 0.0;
+    for (uint c0 = tid; c0 < chunks; c0 += pf * WG) {
+        float v[PF][CH];
+        [[unroll]] for (uint q = 0; q < pf; q++) {
+            if (c0 + q * WG < chunks) load_h_chunk(i, c0 + q * WG, v[q]);
+        }
+        [[unroll]] for (uint q = 0; q < pf; q++) {
+            if (c0 + q * WG < chunks) {
+                if (sum_out) store_chunk(pc.hs, i, c0 + q * WG, v[q]);
+                [[unroll]] for (uint e = 0; e < CH; e++) ss = fma(v[q][e], v[q][e], ss);
+            }
+        }
+    }
+    return ss;
+}
+
 // Normed input, before the first row block: rstd_of[i] of every row of h from the workgroup's
 // own sum of squares over K (in the main loop's chunks; subgroupAdd, then across subgroups
 // through red); workgroup 0 writes hs and x̂. Reached by every invocation (uniform control flow:
@@ -243,14 +278,7 @@ void norm_prologue(uint tid, uint chunks) {
     [[unroll]] for (uint i = 0; i < MB; i++) {
         rstd_of[i] = 0.0;
         if (i < pc.M) {
-            float ss = 0.0;
-            for (uint c = tid; c < chunks; c += WG) {
-                float v[CH];
-                load_h_chunk(i, c, v);
-                if (sum_out) store_chunk(pc.hs, i, c, v);
-                [[unroll]] for (uint e = 0; e < CH; e++) ss = fma(v[e], v[e], ss);
-            }
-            ss = subgroupAdd(ss);
+            float ss = subgroupAdd(sum_squares(i, tid, chunks, sum_out));
             if (NSG == 1) {
                 rstd_of[i] = ss;
             } else if (subgroupElect()) {
@@ -283,12 +311,10 @@ void norm_prologue(uint tid, uint chunks) {
 }
 
 // The same K-slice of row i of x (or of f(gate) * up for a gated input, or of x̂ for a normed
-// input), zeros past K.
-void load_x_chunk(uint i, uint c, out float v[CH]) {
+// input with the gain chunk g), zeros past K.
+void load_x_chunk(uint i, uint c, float g[CH], out float v[CH]) {
     if ((pc.flags & NORMED_BIT) != 0u) {
-        float g[CH];
         load_h_chunk(i, c, v);
-        load_gain_chunk(c, g);
         [[unroll]] for (uint e = 0; e < CH; e++) v[e] = v[e] * rstd_of[i] * g[e];
         return;
     }
@@ -301,99 +327,176 @@ void load_x_chunk(uint i, uint c, out float v[CH]) {
     }
 }
 
-void main() {
-    const uint tid = gl_LocalInvocationID.x;
-    const uint chunks = (pc.K + CH - 1) / CH;
-    const bool has_bias = (pc.flags & 1u) != 0u;
-    if ((pc.flags & NORMED_BIT) != 0u) norm_prologue(tid, chunks);
+// A row block: its product p, its first row j0 in W_p and W_p's rows n. The row blocks of W_0
+// come first, then W_1's, then W_2's.
+struct Block {
+    uint p;
+    uint j0;
+    uint n;
+};
 
+Block block_of(uint blk) {
     const uint b0 = (pc.N + R - 1) / R;
     const uint b1 = (pc.n1 + R - 1) / R;
-    const uint blocks = b0 + b1 + (pc.n2 + R - 1) / R;
-    for (uint blk = gl_WorkGroupID.x; blk < blocks; blk += gl_NumWorkGroups.x) {
-        // The block's product p, its first row j0 in W_p, W_p's rows and where y_p lives.
-        const uint p = blk < b0 ? 0u : (blk < b0 + b1 ? 1u : 2u);
-        const uint j0 = (blk - (p == 0u ? 0u : (p == 1u ? b0 : b0 + b1))) * R;
-        const uint n = p == 0u ? pc.N : (p == 1u ? pc.n1 : pc.n2);
-        const uint64_t wbase = p == 0u ? uint64_t(pc.w) : (p == 1u ? uint64_t(pc.w1) : uint64_t(pc.w2));
-        F32Buf yp = F32Buf(p == 0u ? uint64_t(pc.y) : (p == 1u ? uint64_t(pc.y1) : uint64_t(pc.y2)));
-        const uint parity = (pc.flags >> (1u + p)) & 1u;
-        const uint ldy = p == 0u ? pc.ldy : n;
-        Row rows[R];
-        [[unroll]] for (uint r = 0; r < R; r++) rows[r] = row_of(wbase, parity, min(j0 + r, n - 1));
+    const uint p = blk < b0 ? 0u : (blk < b0 + b1 ? 1u : 2u);
+    const uint j0 = (blk - (p == 0u ? 0u : (p == 1u ? b0 : b0 + b1))) * R;
+    return Block(p, j0, p == 0u ? pc.N : (p == 1u ? pc.n1 : pc.n2));
+}
 
-        float acc[MB][R];
+// The R rows of W a block reads. Rows past n re-read row n - 1 (their sums are never written)
+// so that the loads stay unguarded.
+void rows_of(Block b, out Row rows[R]) {
+    const uint64_t wbase = b.p == 0u ? uint64_t(pc.w) : (b.p == 1u ? uint64_t(pc.w1) : uint64_t(pc.w2));
+    const uint parity = (pc.flags >> (1u + b.p)) & 1u;
+    [[unroll]] for (uint r = 0; r < R; r++) rows[r] = row_of(wbase, parity, min(b.j0 + r, b.n - 1));
+}
+
+// The W of the chunk pair (c, c + WG) of the rows, the second zeros past the last chunk.
+void load_w_pair(Row rows[R], uint c, uint chunks, out uvec4 wq[2][R]) {
+    [[unroll]] for (uint r = 0; r < R; r++) wq[0][r] = load_w_chunk(rows[r], c);
+    [[unroll]] for (uint r = 0; r < R; r++) {
+        if (c + WG < chunks) {
+            wq[1][r] = load_w_chunk(rows[r], c + WG);
+        } else {
+            wq[1][r] = uvec4(0u);
+        }
+    }
+}
+
+// acc[i][r] = x[i, :] . W[j0 + r, :] over this thread's chunks c = tid, tid + WG, ...
+// Chunks go in pairs (c, c + WG) whose 2R loads of W are issued before either is used:
+// decoding is bound by how many bytes are in flight, not by the FMAs. `ahead`: wq already
+// holds the first pair's W (loaded ahead); g0: the normed input's gain of the first pair
+// (PREFETCH), loaded ahead too.
+void accumulate(Row rows[R], uint tid, uint chunks, bool ahead, uvec4 wq[2][R], float g0[2][CH],
+                out float acc[MB][R]) {
+    [[unroll]] for (uint i = 0; i < MB; i++) {
+        [[unroll]] for (uint r = 0; r < R; r++) acc[i][r] = 0.0;
+    }
+    const bool normed = (pc.flags & NORMED_BIT) != 0u;
+    for (uint c = tid; c < chunks; c += 2 * WG) {
+        const bool two = c + WG < chunks;
+        if (!ahead) load_w_pair(rows, c, chunks, wq);
+        ahead = false;
+        float w[2][R][CH], g[2][CH];
+        [[unroll]] for (uint h = 0; h < 2; h++) {
+            [[unroll]] for (uint r = 0; r < R; r++) unpack_w_chunk(wq[h][r], w[h][r]);
+            if (PREFETCH != 0 && c == tid) {
+                g[h] = g0[h];
+            } else if (normed && (h == 0u || two)) {
+                load_gain_chunk(c + h * WG, g[h]);
+            }
+        }
+        // Rows and halves past the end are skipped by uniform branches, not `break`: a loop
+        // a compiler declines to unroll would index acc and w dynamically (local memory).
         [[unroll]] for (uint i = 0; i < MB; i++) {
-            [[unroll]] for (uint r = 0; r < R; r++) acc[i][r] = 0.0;
-        }
-
-        // acc[i][r] += x[i, chunk] . W[j0 + r, chunk] over this thread's chunks. Rows past N
-        // re-read row N - 1 (their sums are never written) so that the loads stay unguarded.
-        // Chunks go in pairs (c, c + WG) whose 2R loads of W are issued before either is used:
-        // decoding is bound by how many bytes are in flight, not by the FMAs.
-        for (uint c = tid; c < chunks; c += 2 * WG) {
-            const bool two = c + WG < chunks;
-            float w[2][R][CH];
-            [[unroll]] for (uint r = 0; r < R; r++) load_w_chunk(rows[r], c, w[0][r]);
-            [[unroll]] for (uint r = 0; r < R; r++) {
-                if (two) {
-                    load_w_chunk(rows[r], c + WG, w[1][r]);
-                } else {
-                    [[unroll]] for (uint e = 0; e < CH; e++) w[1][r][e] = 0.0;
-                }
-            }
-            // Rows and halves past the end are skipped by uniform branches, not `break`: a loop
-            // a compiler declines to unroll would index acc and w dynamically (local memory).
-            [[unroll]] for (uint i = 0; i < MB; i++) {
-                if (i < pc.M) {
-                    [[unroll]] for (uint h = 0; h < 2; h++) {
-                        if (h == 0u || two) {
-                            float xv[CH];
-                            load_x_chunk(i, c + h * WG, xv);
-                            [[unroll]] for (uint r = 0; r < R; r++) {
-                                [[unroll]] for (uint e = 0; e < CH; e++) acc[i][r] = fma(xv[e], w[h][r][e], acc[i][r]);
-                            }
+            if (i < pc.M) {
+                [[unroll]] for (uint h = 0; h < 2; h++) {
+                    if (h == 0u || two) {
+                        float xv[CH];
+                        load_x_chunk(i, c + h * WG, g[h], xv);
+                        [[unroll]] for (uint r = 0; r < R; r++) {
+                            [[unroll]] for (uint e = 0; e < CH; e++) acc[i][r] = fma(xv[e], w[h][r][e], acc[i][r]);
                         }
                     }
                 }
             }
         }
+    }
+}
 
-        // Sum over the subgroup, then over the subgroups of the workgroup. pc.M is uniform, so
-        // every subgroupAdd runs in uniform control flow.
-        if (NSG == 1) {
-            // One subgroup: its sums are the workgroup's; one lane writes them.
-            [[unroll]] for (uint i = 0; i < MB; i++) {
-                if (i < pc.M) {
-                    [[unroll]] for (uint r = 0; r < R; r++) {
-                        float s = subgroupAdd(acc[i][r]);
-                        if (subgroupElect() && j0 + r < n) {
-                            if (has_bias) s += pc.bias.v[j0 + r];
-                            yp.v[i * ldy + j0 + r] = s;
-                        }
-                    }
-                }
-            }
-            continue;
-        }
-        barrier(); // readers of red in the previous row block are done
+// y[i, j0 + r] = the workgroup's sum of acc[i][r] (+ bias[j0 + r]): over the subgroup, then
+// over the subgroups of the workgroup. pc.M is uniform, so every subgroupAdd runs in uniform
+// control flow. bias_r: the block's bias, loaded ahead (PREFETCH).
+void reduce_store(Block b, uint tid, float acc[MB][R], float bias_r[R]) {
+    const bool has_bias = (pc.flags & 1u) != 0u;
+    F32Buf yp = F32Buf(b.p == 0u ? uint64_t(pc.y) : (b.p == 1u ? uint64_t(pc.y1) : uint64_t(pc.y2)));
+    const uint ldy = b.p == 0u ? pc.ldy : b.n;
+    if (NSG == 1) {
+        // One subgroup: its sums are the workgroup's; one lane writes them.
         [[unroll]] for (uint i = 0; i < MB; i++) {
             if (i < pc.M) {
                 [[unroll]] for (uint r = 0; r < R; r++) {
-                    const float s = subgroupAdd(acc[i][r]);
-                    if (subgroupElect()) red[(i * R + r) * NSG + gl_SubgroupID] = s;
+                    float s = subgroupAdd(acc[i][r]);
+                    if (subgroupElect() && b.j0 + r < b.n) {
+                        if (has_bias) s += PREFETCH != 0 ? bias_r[r] : pc.bias.v[b.j0 + r];
+                        yp.v[i * ldy + b.j0 + r] = s;
+                    }
                 }
             }
         }
-        barrier();
-        if (tid < pc.M * R) {
-            const uint j = j0 + tid % R;
-            if (j < n) {
-                float s = 0.0;
-                for (uint g = 0; g < gl_NumSubgroups; g++) s += red[tid * NSG + g];
-                if (has_bias) s += pc.bias.v[j];
-                yp.v[(tid / R) * ldy + j] = s;
+        return;
+    }
+    barrier(); // readers of red in the previous row block are done
+    [[unroll]] for (uint i = 0; i < MB; i++) {
+        if (i < pc.M) {
+            [[unroll]] for (uint r = 0; r < R; r++) {
+                const float s = subgroupAdd(acc[i][r]);
+                if (subgroupElect()) red[(i * R + r) * NSG + gl_SubgroupID] = s;
             }
         }
+    }
+    barrier();
+    if (tid < pc.M * R) {
+        const uint j = b.j0 + tid % R;
+        if (j < b.n) {
+            float s = 0.0;
+            for (uint g = 0; g < gl_NumSubgroups; g++) s += red[tid * NSG + g];
+            if (has_bias) {
+                float bj = 0.0;
+                [[unroll]] for (uint r = 0; r < R; r++) {
+                    if (tid % R == r) bj = bias_r[r];
+                }
+                s += PREFETCH != 0 ? bj : pc.bias.v[j];
+            }
+            yp.v[(tid / R) * ldy + j] = s;
+        }
+    }
+}
+
+// The bias of a block's outputs j0 .. j0 + R - 1 (0 past n), loaded at its start (PREFETCH).
+void load_bias(Block b, out float bias_r[R]) {
+    [[unroll]] for (uint r = 0; r < R; r++) {
+        bias_r[r] = 0.0;
+        if (PREFETCH != 0 && (pc.flags & 1u) != 0u && b.j0 + r < b.n) bias_r[r] = pc.bias.v[b.j0 + r];
+    }
+}
+
+void main() {
+    const uint tid = gl_LocalInvocationID.x;
+    const uint chunks = (pc.K + CH - 1) / CH;
+    const uint blocks = (pc.N + R - 1) / R + (pc.n1 + R - 1) / R + (pc.n2 + R - 1) / R;
+    // The W of this thread's next chunk pair when `ahead`; with PREFETCH the first block's is
+    // loaded before the normed input's prologue, and so is the gain of that pair.
+    uvec4 wq[2][R];
+    float g0[2][CH];
+    bool ahead = PREFETCH != 0 && gl_WorkGroupID.x < blocks && tid < chunks;
+    if (ahead) {
+        Row rows[R];
+        rows_of(block_of(gl_WorkGroupID.x), rows);
+        load_w_pair(rows, tid, chunks, wq);
+        if ((pc.flags & NORMED_BIT) != 0u) {
+            [[unroll]] for (uint h = 0; h < 2; h++) {
+                if (tid + h * WG < chunks) load_gain_chunk(tid + h * WG, g0[h]);
+            }
+        }
+    }
+    if ((pc.flags & NORMED_BIT) != 0u) norm_prologue(tid, chunks);
+
+    for (uint blk = gl_WorkGroupID.x; blk < blocks; blk += gl_NumWorkGroups.x) {
+        const Block b = block_of(blk);
+        Row rows[R];
+        rows_of(b, rows);
+        float bias_r[R], acc[MB][R];
+        load_bias(b, bias_r);
+        accumulate(rows, tid, chunks, ahead, wq, g0, acc);
+        // The next block's first pair is in flight while this one's sums are reduced.
+        const uint next = blk + gl_NumWorkGroups.x;
+        ahead = PREFETCH != 0 && next < blocks && tid < chunks;
+        if (ahead) {
+            rows_of(block_of(next), rows);
+            load_w_pair(rows, tid, chunks, wq);
+        }
+        reduce_store(b, tid, acc, bias_r);
     }
 }

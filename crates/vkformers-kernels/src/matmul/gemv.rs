@@ -70,6 +70,66 @@ fn row_limit(caps: &Caps) -> u32 {
     set.unwrap_or(if caps.cooperative_matrix2.is_some() { CM2_ROWS } else { MAX_ROWS })
 }
 
+/// Launch settings of the kernel that an A/B run or a test may change: `prefetch` (gemv.comp's
+/// `PREFETCH`: W, gain, x/r and bias loads issued ahead of their use; the values are the same
+/// bit for bit) and `max_groups` (a cap on the workgroups of a dispatch, so that each does
+/// several row blocks through the grid-stride loop; None: one per block up to the device's
+/// limit).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tuning {
+    pub prefetch: bool,
+    pub max_groups: Option<u32>,
+}
+
+impl Tuning {
+    /// `VKFORMERS_GEMV_PREFETCH` (0 or 1; default 1) and `VKFORMERS_GEMV_MAX_GROUPS` (a positive
+    /// count; default none), read once.
+    pub fn from_env() -> Tuning {
+        static ENV: std::sync::OnceLock<Tuning> = std::sync::OnceLock::new();
+        *ENV.get_or_init(|| {
+            let var = |name: &str| std::env::var(name).ok().and_then(|v| v.trim().parse::<u32>().ok());
+            Tuning {
+                prefetch: var("VKFORMERS_GEMV_PREFETCH") != Some(0),
+                max_groups: var("VKFORMERS_GEMV_MAX_GROUPS").filter(|&g| g > 0),
+            }
+        })
+    }
+}
+
+thread_local! {
+    static TUNING: std::cell::Cell<Option<Tuning>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` with the products this thread records launched with `tuning` instead of
+/// [`Tuning::from_env`] (both sides of an A/B in one process: tests, `vkformers bench gemv`).
+pub fn with_tuning<T>(tuning: Tuning, f: impl FnOnce() -> T) -> T {
+    struct Restore(Option<Tuning>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            TUNING.with(|t| t.set(self.0));
+        }
+    }
+    let _restore = Restore(TUNING.with(|t| t.replace(Some(tuning))));
+    f()
+}
+
+/// The tuning of the products recorded now on this thread.
+fn tuning() -> Tuning {
+    TUNING.with(|t| t.get()).unwrap_or_else(Tuning::from_env)
+}
+
+/// Workgroups of a dispatch over `blocks` row blocks: one each, within the device's limit and
+/// the tuning's cap.
+fn groups_for(caps: &Caps, blocks: u32, tuning: &Tuning) -> u32 {
+    let cap = tuning.max_groups.unwrap_or(u32::MAX);
+    blocks.min(caps.max_workgroup_count[0]).min(MAX_GROUPS_32).min(cap).max(1)
+}
+
+/// gemv.comp's specialization constants (VEC, NSG, PREFETCH).
+fn spec_constants(wide: bool, subgroups: u32, tuning: &Tuning) -> [u32; 3] {
+    [u32::from(wide), subgroups, u32::from(tuning.prefetch)]
+}
+
 fn has_subgroup_arithmetic(caps: &Caps) -> bool {
     caps.subgroup_ops.iter().any(|op| op == "arithmetic")
 }
@@ -314,7 +374,7 @@ pub fn gemv(
         write(y_sub),
         write(y_sub),
     ];
-    dispatch_single(rec, kernel, desc, flags, [u32::from(wide), subgroups], &args)
+    dispatch_single(rec, kernel, desc, flags, (wide, subgroups), &args)
 }
 
 /// The kernel of a single product (`gemv`, `gemv_glu`) and its subgroups per workgroup, after
@@ -336,19 +396,20 @@ const POINTERS: usize = 11;
 
 /// Records one product of `desc` (n1 = n2 = 0) with `flags` and the pointers `args` of
 /// gemv.comp's push block, on one workgroup per `ROWS_PER_GROUP` rows of W (grid-stride beyond
-/// the device's limit); `spec` = (VEC, NSG).
+/// the device's limit or the tuning's cap); `(wide, subgroups)` = (VEC, NSG).
 fn dispatch_single(
     rec: &mut Recorder,
     kernel: &KernelCode,
     desc: &GemvDesc,
     flags: u32,
-    spec: [u32; 2],
+    (wide, subgroups): (bool, u32),
     args: &[Arg<'_>; POINTERS],
 ) -> Result<()> {
     let (m, n, k, ldx, ldy) = (desc.m, desc.n, desc.k, desc.ldx, desc.ldy);
     let push = MatmulGemvPush { M: m, N: n, K: k, ldx, ldy, flags, n1: 0, n2: 0, eps: 0.0 };
-    let groups = desc.n.div_ceil(ROWS_PER_GROUP).min(rec.caps().max_workgroup_count[0]).min(MAX_GROUPS_32);
-    dispatch(rec, kernel, &spec, args, &push, [groups, 1, 1])?;
+    let tuning = tuning();
+    let groups = groups_for(rec.caps(), desc.n.div_ceil(ROWS_PER_GROUP), &tuning);
+    dispatch(rec, kernel, &spec_constants(wide, subgroups, &tuning), args, &push, [groups, 1, 1])?;
     rec.set_flops(2.0 * f64::from(desc.m) * f64::from(desc.n) * f64::from(desc.k));
     Ok(())
 }
@@ -416,7 +477,7 @@ pub fn gemv_glu(
         write(y_sub),
         write(y_sub),
     ];
-    dispatch_single(rec, kernel, desc, flags, [u32::from(wide), subgroups], &args)
+    dispatch_single(rec, kernel, desc, flags, (wide, subgroups), &args)
 }
 
 /// Records `y_p = x · W_pᵀ` for two or three weights of the same x in one dispatch (a layer's
@@ -579,7 +640,8 @@ fn dispatch_group(
     let (n1, n2) = (ns.get(1).copied().unwrap_or(0), ns.get(2).copied().unwrap_or(0));
     let push = MatmulGemvPush { M: d.m, N: ns[0], K: d.k, ldx: d.ldx, ldy: ns[0], flags, n1, n2, eps: pro.eps };
     let blocks: u32 = ns.iter().map(|n| n.div_ceil(ROWS_PER_GROUP)).sum();
-    let groups = blocks.min(rec.caps().max_workgroup_count[0]).min(MAX_GROUPS_32);
+    let tuning = tuning();
+    let groups = groups_for(rec.caps(), blocks, &tuning);
     let (w1, w2) = (*ws.get(1).unwrap_or(&ws[0]), *ws.get(2).unwrap_or(&ws[0]));
     let (y1, y2) = (*ys.get(1).unwrap_or(&ys[0]), *ys.get(2).unwrap_or(&ys[0]));
     let (hs, xn) = (pro.hs.unwrap_or(ys[0]), pro.xn.unwrap_or(ys[0]));
@@ -596,7 +658,7 @@ fn dispatch_group(
         write(hs),
         write(xn),
     ];
-    dispatch(rec, kernel, &[u32::from(wide), subgroups], &args, &push, [groups, 1, 1])?;
+    dispatch(rec, kernel, &spec_constants(wide, subgroups, &tuning), &args, &push, [groups, 1, 1])?;
     let total: u32 = ns.iter().sum();
     rec.set_flops(2.0 * f64::from(d.m) * f64::from(total) * f64::from(d.k));
     Ok(())
@@ -635,6 +697,23 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// `with_tuning` changes the specialization and grid of products recorded inside it only.
+    #[test]
+    fn tuning_override_is_scoped_and_caps_the_grid() {
+        let env = Tuning::from_env();
+        let t = Tuning { prefetch: !env.prefetch, max_groups: Some(3) };
+        with_tuning(t, || {
+            assert_eq!(tuning(), t);
+            assert_eq!(spec_constants(true, 4, &tuning()), [1, 4, u32::from(t.prefetch)]);
+        });
+        assert_eq!(tuning(), env);
+        let caps = Caps { max_workgroup_count: [65_535, 1, 1], ..Caps::default() };
+        assert_eq!(groups_for(&caps, 640, &t), 3);
+        assert_eq!(groups_for(&caps, 2, &t), 2);
+        assert_eq!(groups_for(&caps, 640, &Tuning { max_groups: None, ..t }), 640);
+        assert_eq!(groups_for(&caps, 1 << 20, &Tuning { max_groups: None, ..t }), 65_535);
     }
 
     #[test]
