@@ -5,7 +5,8 @@
 # Pack and stage (here):
 #   tools/device/pack.sh .dev/nx vkformers-kernels:step_replay vkformers-kernels:sample \
 #     vkformers-kernels:attention_decode vkformers-kernels:attention_decode_rope_in \
-#     vkformers-kernels:gemv vkformers-kernels:gemv_normed vkformers-kernels:gemm_coopmat \
+#     vkformers-kernels:gemv vkformers-kernels:gemv_normed vkformers-kernels:gemv_prefetch \
+#     vkformers-kernels:gemm_coopmat \
 #     vkformers-generate:replay vkformers-generate:lean_decode vkformers-generate:rope_in_attention \
 #     vkformers-generate:greedy
 #   cp tools/device/next-suite.sh .dev/nx/
@@ -41,7 +42,8 @@ gen() { # gen "ENV" EXTRA-ARGS...: generate.py, vkformers only, batch 1 and 64, 
 }
 if [[ $PART == a ]]; then
     sec "tests of the new kernels and paths on NVIDIA's compiler"
-    for n in step_replay sample replay lean_decode attention_decode attention_decode_rope_in gemv gemv_normed; do
+    for n in step_replay sample replay lean_decode attention_decode attention_decode_rope_in gemv gemv_normed \
+        gemv_prefetch; do
         TT=120 t $n
     done
     VKFORMERS_DECODE_LEAN=1 TT=120 t rope_in_attention
@@ -53,8 +55,9 @@ if [[ $PART == a ]]; then
         "$V" bench decode --kernel $k --rope inside --len 640 --batch 1 --flush-mb 128 --splits auto 2>&1 | tail -1 | tee -a "$LOG"
     done
     sec "bench gemv, loads issued ahead off and on (1.1B step shapes, rows 1 and 4; plain and normed)"
-    "$V" bench gemv --prefetch 0,1 2>&1 | tail -12 | tee -a "$LOG"
-    "$V" bench gemv --prefetch 0,1 --normed --shapes 2560x2048,11264x2048 2>&1 | tail -6 | tee -a "$LOG"
+    "$V" bench gemv --rows 1,4 --prefetch 0,1 2>&1 | tail -24 | tee -a "$LOG"
+    "$V" bench gemv --normed --shapes 2560x2048,11264x2048 --rows 1,4 --prefetch 0,1 \
+        --max-groups 0,264,528,1056 2>&1 | tail -40 | tee -a "$LOG"
     # Each switch alone on the old step, then all on; the base twice (first and last) for drift.
     for sw in "$BASE" \
         "VKFORMERS_DECODE_LEAN=0 VKFORMERS_GEMV_PREFETCH=0" \
@@ -62,6 +65,7 @@ if [[ $PART == a ]]; then
         "VKFORMERS_DECODE_REPLAY=0 VKFORMERS_DECODE_LEAN=0" \
         "VKFORMERS_DECODE_LEAN=1" \
         "VKFORMERS_DECODE_LEAN=1 VKFORMERS_DECODE_LEAN_SPLIT_KEYS=640" \
+        "VKFORMERS_DECODE_LEAN=1 VKFORMERS_GEMV_MAX_GROUPS=528" \
         "$BASE"; do
         sec "generate b1 b64 [$sw]"
         gen "$sw"
