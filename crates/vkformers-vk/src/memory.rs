@@ -130,6 +130,44 @@ impl Buffer {
     }
 }
 
+/// A handle that does not keep a buffer alive (a batch recorded for replay watches the pooled
+/// buffers it uses this way, so those dropped while it is recorded return to the pool and serve
+/// its later commands, as in any batch).
+pub(crate) struct WeakBuffer {
+    inner: std::sync::Weak<BufferInner>,
+    id: u64,
+}
+
+impl Buffer {
+    pub(crate) fn downgrade(&self) -> WeakBuffer {
+        WeakBuffer { inner: Arc::downgrade(&self.0), id: self.0.id }
+    }
+}
+
+impl WeakBuffer {
+    /// The buffer again: a live handle's, or the pool's (dropped since; the pool gives it up).
+    /// None only if it was destroyed, which a pooled buffer is not until a batch after the one
+    /// that dropped it completed.
+    pub(crate) fn revive(&self, shared: &Arc<Shared>) -> Option<Buffer> {
+        if let Some(inner) = self.inner.upgrade() {
+            return Some(Buffer(inner));
+        }
+        let p = shared.pool().claim(self.id)?;
+        shared.device_bytes.add(p.capacity);
+        Some(Buffer(Arc::new(BufferInner {
+            shared: shared.clone(),
+            raw: p.raw,
+            allocation: std::sync::Mutex::new(Some(p.allocation)),
+            counted: p.capacity,
+            size: p.capacity,
+            capacity: p.capacity,
+            pooled: true,
+            address: p.address,
+            id: p.id,
+        })))
+    }
+}
+
 impl Drop for BufferInner {
     fn drop(&mut self) {
         self.shared.device_bytes.sub(self.counted);

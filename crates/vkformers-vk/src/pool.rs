@@ -59,6 +59,19 @@ impl Pool {
         self.recycled.entry(p.capacity).or_default().push(p);
     }
 
+    /// Takes buffer `id` back out of the pool (recycled or free), if it waits there: a batch
+    /// kept for replay claims the buffers it uses that were dropped while it was recorded.
+    pub fn claim(&mut self, id: u64) -> Option<Pooled> {
+        for lists in [&mut self.recycled, &mut self.free] {
+            for list in lists.values_mut() {
+                if let Some(i) = list.iter().position(|p| p.id == id) {
+                    return Some(list.swap_remove(i));
+                }
+            }
+        }
+        None
+    }
+
     /// After the owner's batch completed: every recycled buffer is safe for any use.
     pub fn reclaim(&mut self) {
         for (cap, mut list) in self.recycled.drain() {

@@ -96,8 +96,11 @@ pub struct Recorder {
     push: Vec<u8>,
     accesses: Vec<(Span, AccessKind)>,
     /// A batch recorded to be submitted again and again (`Recorder::into_replay`): every
-    /// buffer it uses is held, pooled ones too, for as long as the replay lives.
+    /// buffer it uses is held for as long as the replay lives; the pooled ones are watched
+    /// (`weak`) while it is recorded, so those dropped meanwhile serve its later commands as in
+    /// any batch, and claimed back from the pool when it ends.
     reusable: bool,
+    weak: std::collections::HashMap<u64, crate::memory::WeakBuffer>,
     /// What the batch recorded, when asked (`Recorder::start_log`): two recordings of the same
     /// work compare equal when only what a replay may change differs.
     pub(crate) log: Option<Vec<LogEntry>>,
@@ -145,6 +148,7 @@ impl Recorder {
             push: Vec::new(),
             accesses: Vec::new(),
             reusable,
+            weak: std::collections::HashMap::new(),
             log: None,
         };
         // A replayed batch may be pending twice at once (step s + 1 is submitted before step s
@@ -347,10 +351,15 @@ impl Recorder {
     fn hold<'b>(&mut self, buffers: impl IntoIterator<Item = &'b Buffer>) {
         // Pooled device buffers outlive their handles (a dropped one waits in the pool, its
         // memory intact), so only the others need keeping until the batch completes.
-        // A replayed batch holds every buffer, so none goes back to the pool while it lives.
-        let all = self.reusable;
-        for b in buffers.into_iter().filter(|b| all || !b.is_pooled()) {
-            self.keep.entry(b.id()).or_insert_with(|| b.clone());
+        // A batch for replay watches its pooled buffers, to hold them once it ends.
+        for b in buffers {
+            if !b.is_pooled() {
+                self.keep.entry(b.id()).or_insert_with(|| b.clone());
+            } else if self.reusable {
+                // The latest handle: a buffer dropped and taken again inside the batch is
+                // another handle of the same id.
+                self.weak.insert(b.id(), b.downgrade());
+            }
         }
     }
 
@@ -455,6 +464,23 @@ impl Recorder {
         batch_error(&self.labels, r)
     }
 
+    /// Holds every pooled buffer a batch for replay uses, taking back from the pool those
+    /// dropped while it was recorded; false when one was taken again for work outside the
+    /// batch (a tensor made inside it and not yet written by it): the batch may then be
+    /// submitted once, as any batch, but not replayed.
+    pub fn pin_for_replay(&mut self) -> bool {
+        let mut all = true;
+        for (id, w) in std::mem::take(&mut self.weak) {
+            match w.revive(&self.shared) {
+                Some(b) => {
+                    self.keep.insert(id, b);
+                }
+                None => all = false,
+            }
+        }
+        all
+    }
+
     /// Ends a batch recorded by [`Context::replay_recorder`] and hands it over, with every
     /// buffer it uses, to a [`crate::replay::Replay`] that submits it as often as asked.
     pub fn into_replay(mut self) -> Result<crate::replay::Replay> {
@@ -469,8 +495,15 @@ impl Recorder {
             self.stage = Stage::Failed;
             return Err(e);
         }
+        if !self.pin_for_replay() {
+            self.stage = Stage::Failed;
+            return Err(VkError::Kernel {
+                kernel: "replay".into(),
+                message: "a buffer of the recorded batch was taken for other work before it ended".into(),
+            });
+        }
+        let keep: Vec<Buffer> = std::mem::take(&mut self.keep).into_values().collect();
         self.stage = Stage::Replay;
-        let keep = std::mem::take(&mut self.keep).into_values().collect();
         let labels = std::mem::take(&mut self.labels);
         Ok(crate::replay::Replay::new(self.shared.clone(), self.set, keep, labels, self.barriers))
     }

@@ -169,7 +169,11 @@ impl Graph<'_> {
             if let Some(log) = rec.take_log() {
                 self.step.log.borrow_mut().extend(log);
             }
-            if rec.is_reusable() && self.step.broken.get().is_none() && !rec.is_empty() {
+            let whole = rec.is_reusable() && self.step.broken.get().is_none() && !rec.is_empty();
+            if whole && !rec.pin_for_replay() {
+                self.step.broken.set(Some("a buffer the step used was taken for other work before it ended"));
+            }
+            if whole && self.step.broken.get().is_none() {
                 let r = rec.into_replay()?;
                 self.push_pending(r.submit()?)?;
                 replay = Some(r);
