@@ -70,6 +70,13 @@ if [[ $PART == a ]]; then
         sec "generate b1 b64 [$sw]"
         gen "$sw"
     done
+    # Two older untimed A/Bs of the batch-64 step (2026-12-05 session 13): decode rows' products
+    # unsplit along K, and decode-attention row tiles of 4 query heads.
+    for sw in "VKFORMERS_SKINNY_SPLIT_K=0" "VKFORMERS_DECODE_TILE_ROWS=4" "VKFORMERS_DECODE_LEAN=1 VKFORMERS_SKINNY_SPLIT_K=0"; do
+        sec "generate b64 [$sw]"
+        env $sw python3 tools/bench/generate.py --vkformers "$V" --skip-eager --skip-compile --batches 64 \
+            --prefill-lens 512 --warmup 1 --repeats 3 2>&1 | grep -E '^b[0-9]' | tee -a "$LOG"
+    done
     sec "b1 decode profile, lean on (a profile records every step: no replay under --profile)"
     VKFORMERS_DECODE_LEAN=1 "$V" generate --model "$M" --prompt-ids-file /tmp/b1.jsonl --max-new-tokens 128 \
         --greedy --profile 2>&1 | tail -16 >> "$LOG"
