@@ -1,7 +1,9 @@
 # The H200 calls for what the session of 2026-12-05 (06:00-09:00, no device) built: the replayed
 # decode step, the lean decode attention, the GEMV's loads issued ahead, the argmax's batched
 # loads, three cm2 GEMM tiles, gemm.py's 16-bit C; and the must-show tables of issues 13 and 14
-# beside PyTorch. Two calls of at most 600 s each (part a, then part b on the warm machine).
+# beside PyTorch. Three calls of at most 600 s each, most important first: PART=key (the must-show
+# tables beside PyTorch with the session's best switches, the GEMM), PART=ab (every new switch
+# A/B on the old step), PART=tests (the new kernels and paths on NVIDIA's compiler, older A/Bs).
 # Pack and stage (here):
 #   tools/device/pack.sh .dev/nx vkformers-kernels:step_replay vkformers-kernels:sample \
 #     vkformers-kernels:attention_decode vkformers-kernels:attention_decode_rope_in \
@@ -13,14 +15,16 @@
 #   tools/device/stage.sh out llama qwen2 mistral gemma gemma2 gptj qwen3 gpt_oss olmo cohere gpt_neox \
 #     bloom gpt2 deepseek_v2 qwen3_moe phi3
 # Calls: carry [".gl", ".dev/nx", ".dev/wheels"], command
-#   `export PACK=.dev/nx; source .dev/nx/prelude.sh; PART=a timeout 570 bash .dev/nx/next-suite.sh`
-# then the same with PART=b (BEST="..." names the decode switches part a found fastest; default
-# the lean attention on). After: `tools/device/stage.sh back`, $OUT to docs/bench/h200-DATE-X/.
+#   `export PACK=.dev/nx; source .dev/nx/prelude.sh; PART=key timeout 570 bash .dev/nx/next-suite.sh`
+# then PART=ab and PART=tests on the warm machine (BEST="..." names the decode switches of the
+# key table; default the shipped defaults: replay and GEMV loads ahead on, the lean attention
+# off; when part key's or ab's lean A/B wins, rerun key with BEST=VKFORMERS_DECODE_LEAN=1).
+# After: `tools/device/stage.sh back`, $OUT to docs/bench/h200-DATE-X/.
 set -u
 PACK=${PACK:-.dev/nx}
 source "$PACK/prelude.sh"
-PART=${PART:-a}
-BEST=${BEST:-VKFORMERS_DECODE_LEAN=1}
+PART=${PART:-key}
+BEST=${BEST:-VKFORMERS_DECODE_LEAN=0}
 sec "machine"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw,temperature.gpu \
     --format=csv 2>&1 | tee -a "$LOG"
@@ -40,13 +44,7 @@ gen() { # gen "ENV" EXTRA-ARGS...: generate.py, vkformers only, batch 1 and 64, 
     env $e python3 tools/bench/generate.py --vkformers "$V" --skip-eager --skip-compile --batches 1 64 \
         --prefill-lens 512 --warmup 1 --repeats 3 "$@" 2>&1 | grep -E '^b[0-9]' | tee -a "$LOG"
 }
-if [[ $PART == a ]]; then
-    sec "tests of the new kernels and paths on NVIDIA's compiler"
-    for n in step_replay sample replay lean_decode attention_decode attention_decode_rope_in gemv gemv_normed \
-        gemv_prefetch; do
-        TT=120 t $n
-    done
-    VKFORMERS_DECODE_LEAN=1 TT=120 t rope_in_attention
+if [[ $PART == ab ]]; then
     for k in tiled lean; do
         sec "bench decode --kernel $k, 640 keys, rope inside: batch 1 (splits), 8, 64; batch 1 with L2 flushed"
         "$V" bench decode --kernel $k --rope inside --len 640 --batch 1 --splits auto,1,2,3,5 2>&1 | tail -6 | tee -a "$LOG"
@@ -56,8 +54,8 @@ if [[ $PART == a ]]; then
     done
     sec "bench gemv, loads issued ahead off and on (1.1B step shapes, rows 1 and 4; plain and normed)"
     "$V" bench gemv --rows 1,4 --prefetch 0,1 2>&1 | tail -24 | tee -a "$LOG"
-    "$V" bench gemv --normed --shapes 2560x2048,11264x2048 --rows 1,4 --prefetch 0,1 \
-        --max-groups 0,264,528,1056 2>&1 | tail -40 | tee -a "$LOG"
+    "$V" bench gemv --normed --shapes 2560x2048,11264x2048 --rows 1 --prefetch 0,1 \
+        --max-groups 0,264,528,1056 2>&1 | tail -20 | tee -a "$LOG"
     # Each switch alone on the old step, then all on; the base twice (first and last) for drift.
     for sw in "$BASE" \
         "VKFORMERS_DECODE_LEAN=0 VKFORMERS_GEMV_PREFETCH=0" \
@@ -70,13 +68,6 @@ if [[ $PART == a ]]; then
         sec "generate b1 b64 [$sw]"
         gen "$sw"
     done
-    # Two older untimed A/Bs of the batch-64 step (2026-12-05 session 13): decode rows' products
-    # unsplit along K, and decode-attention row tiles of 4 query heads.
-    for sw in "VKFORMERS_SKINNY_SPLIT_K=0" "VKFORMERS_DECODE_TILE_ROWS=4" "VKFORMERS_DECODE_LEAN=1 VKFORMERS_SKINNY_SPLIT_K=0"; do
-        sec "generate b64 [$sw]"
-        env $sw python3 tools/bench/generate.py --vkformers "$V" --skip-eager --skip-compile --batches 64 \
-            --prefill-lens 512 --warmup 1 --repeats 3 2>&1 | grep -E '^b[0-9]' | tee -a "$LOG"
-    done
     sec "b1 decode profile, lean on (a profile records every step: no replay under --profile)"
     VKFORMERS_DECODE_LEAN=1 "$V" generate --model "$M" --prompt-ids-file /tmp/b1.jsonl --max-new-tokens 128 \
         --greedy --profile 2>&1 | tail -16 >> "$LOG"
@@ -87,10 +78,14 @@ if [[ $PART == a ]]; then
     sec done
     exit 0
 fi
-if [[ $PART == b ]]; then
+if [[ $PART == key ]]; then
     sec "generate beside transformers eager, one run, decode switches [$BEST] (the README table)"
     env $BEST python3 tools/bench/generate.py --vkformers "$V" --skip-compile --batches 1 8 64 \
         --prefill-lens 512 2048 --warmup 1 --repeats 3 --json "$OUT/generate.json" 2>&1 | tail -14 | tee -a "$LOG"
+    for sw in "VKFORMERS_DECODE_LEAN=1" "$BEST"; do
+        sec "generate b1 b64, vkformers only [$sw] (the lean attention's A/B inside whole steps)"
+        gen "$sw"
+    done
     sec "gemm 8192^3 bf16 beside torch.matmul: C in bf16 as torch (default now), then f32 C"
     python3 tools/bench/gemm.py --vkformers "$V" --sizes 8192 --dtypes bf16 2>&1 | tail -1 | tee -a "$LOG"
     python3 tools/bench/gemm.py --vkformers "$V" --sizes 8192 --dtypes bf16 --c32 2>&1 | tail -1 | tee -a "$LOG"
@@ -104,10 +99,27 @@ if [[ $PART == b ]]; then
         "$V" bench gemm --m 8192 --n 8192 --k 8192 --dtype bf16 --c16 --engine coopmat2-t128k64 --unroll $1 \
             --raster $2 --iters 20 2>&1 | tail -1 | sed "s/^/unroll $1 raster $2: /" | tee -a "$LOG"
     done
+    sec done
+    exit 0
+fi
+if [[ $PART == tests ]]; then
+    sec "tests of the new kernels and paths on NVIDIA's compiler"
+    for n in step_replay sample replay lean_decode attention_decode attention_decode_rope_in gemv gemv_normed \
+        gemv_prefetch; do
+        TT=120 t $n
+    done
+    VKFORMERS_DECODE_LEAN=1 TT=120 t rope_in_attention
     sec "the cm2 GEMM test (every engine, the new tiles included)"
-    TT=240 t gemm_coopmat
+    TT=200 t gemm_coopmat
+    # Two older untimed A/Bs of the batch-64 step (2026-12-05 session 13): decode rows' products
+    # unsplit along K, and decode-attention row tiles of 4 query heads.
+    for sw in "VKFORMERS_SKINNY_SPLIT_K=0" "VKFORMERS_DECODE_TILE_ROWS=4" "VKFORMERS_DECODE_LEAN=1 VKFORMERS_SKINNY_SPLIT_K=0"; do
+        sec "generate b64 [$sw]"
+        env $sw python3 tools/bench/generate.py --vkformers "$V" --skip-eager --skip-compile --batches 64 \
+            --prefill-lens 512 --warmup 1 --repeats 3 2>&1 | grep -E '^b[0-9]' | tee -a "$LOG"
+    done
     sec "greedy parity on the H200 (replay on by default)"
-    TT=200 t greedy
+    TT=150 t greedy
     sec done
     exit 0
 fi
