@@ -3,12 +3,12 @@
 //! longer context (a chat turn) gives the tokens of a fresh run over that context, also after a
 //! sliding-window layer rolled; seeded sampling repeats exactly and timings are filled.
 
+mod common;
+
 use std::path::PathBuf;
 
 use vkformers_generate::decode::{greedy_batched, greedy_cached};
-use vkformers_generate::generation::{
-    generate, generate_cached, generate_cached_stepping, left_pad, Context, Finish, GenerateOptions, Stepping,
-};
+use vkformers_generate::generation::{generate, generate_cached, Context, Finish, GenerateOptions};
 use vkformers_generate::SamplingParams;
 use vkformers_models::decoder::KvCache;
 use vkformers_models::model::Model;
@@ -76,15 +76,7 @@ fn running_ahead_gives_the_synchronous_loops_tokens() {
             let g = Graph::new(ctx);
             let model = Model::load(&g, &fixture(name)).unwrap();
             let prompts = prompts(name);
-            let synchronous = |opts: &GenerateOptions| {
-                let (ids, mask, width) = left_pad(&prompts, opts.pad);
-                let history = ids.chunks(width).map(|r| r.iter().map(|&t| t as u32).collect()).collect();
-                let masks = mask.chunks(width).map(<[i32]>::to_vec).collect();
-                let mut cache = KvCache::batched(&g, &model.spec, prompts.len(), width + opts.max_new_tokens).unwrap();
-                let ctx = Context { history, masks };
-                generate_cached_stepping(&g, &model, &mut cache, ctx, opts, Stepping::Synchronous, &mut |_, _| false)
-                    .unwrap()
-            };
+            let synchronous = |opts: &GenerateOptions| common::synchronous(&g, &model, &prompts, opts);
             let opts = GenerateOptions::greedy(70);
             let sync = synchronous(&opts);
             let ahead = generate(&g, &model, &prompts, &opts, &mut |_, _| false).unwrap();

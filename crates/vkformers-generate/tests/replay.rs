@@ -8,42 +8,23 @@
 //! tokens. A row finishing early needs its pad fed from the host: the
 //! replay stops there and starts again from a fresh capture.
 
-use std::path::PathBuf;
+mod common;
 
-use vkformers_generate::generation::{
-    generate, generate_cached_stepping, left_pad, Context, Finish, GenerateOptions, Generation, Stepping,
-};
+use common::{fixtures_root, greedy_prompts, synchronous};
+use vkformers_generate::generation::{generate, Finish, GenerateOptions};
 use vkformers_generate::SamplingParams;
 use vkformers_kernels::attention::decode_lean::{with_kernel, Kernel};
-use vkformers_models::decoder::KvCache;
 use vkformers_models::model::Model;
 use vkformers_tensor::{DType, Graph};
 use vkformers_vk::testing::on_every_device;
 
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures").join(name)
+fn fixture(name: &str) -> std::path::PathBuf {
+    fixtures_root().join(name)
 }
 
+/// The first two prompts of a fixture (a batch of two rows).
 fn prompts(name: &str) -> Vec<Vec<u32>> {
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(fixture(name).join("greedy.json")).unwrap()).unwrap();
-    v["prompts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .take(2)
-        .map(|r| r.as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect())
-        .collect()
-}
-
-/// The synchronous loop's generation (no lookahead, so no replay) on a fresh cache.
-fn synchronous(g: &Graph<'_>, model: &Model, prompts: &[Vec<u32>], opts: &GenerateOptions) -> Generation {
-    let (ids, mask, width) = left_pad(prompts, opts.pad);
-    let history = ids.chunks(width).map(|r| r.iter().map(|&t| t as u32).collect()).collect();
-    let masks = mask.chunks(width).map(<[i32]>::to_vec).collect();
-    let mut cache = KvCache::batched(g, &model.spec, prompts.len(), width + opts.max_new_tokens).unwrap();
-    let ctx = Context { history, masks };
-    generate_cached_stepping(g, model, &mut cache, ctx, opts, Stepping::Synchronous, &mut |_, _| false).unwrap()
+    greedy_prompts(name).into_iter().take(2).collect()
 }
 
 const STEPS: usize = 40;

@@ -6,6 +6,12 @@ pub mod sink;
 use std::path::{Path, PathBuf};
 
 use vkformers_generate::beam::{BeamOptions, EarlyStopping};
+use vkformers_generate::generation::{
+    generate_cached_stepping, left_pad, Context, GenerateOptions, Generation, Stepping,
+};
+use vkformers_models::decoder::KvCache;
+use vkformers_models::model::Model;
+use vkformers_tensor::Graph;
 
 /// The model fixtures: `$VKFORMERS_FIXTURES`, else the repository's `tests/fixtures`.
 pub fn fixtures_root() -> PathBuf {
@@ -70,4 +76,21 @@ pub fn cached_decode_logits(
     let profile = g.take_profile().unwrap().expect("profiling was on");
     g.set_profiling(false);
     (out, profile)
+}
+
+/// The prompts of a fixture's `greedy.json`.
+pub fn greedy_prompts(name: &str) -> Vec<Vec<u32>> {
+    let v = json(&fixtures_root().join(name).join("greedy.json"));
+    v["prompts"].as_array().unwrap().iter().map(ids).collect()
+}
+
+/// The synchronous loop's generation of `prompts` (every step recorded and read back before the
+/// next: no lookahead, no replay) on a fresh cache: what the loops that run ahead must equal.
+pub fn synchronous(g: &Graph<'_>, model: &Model, prompts: &[Vec<u32>], opts: &GenerateOptions) -> Generation {
+    let (ids, mask, width) = left_pad(prompts, opts.pad);
+    let history = ids.chunks(width).map(|r| r.iter().map(|&t| t as u32).collect()).collect();
+    let masks = mask.chunks(width).map(<[i32]>::to_vec).collect();
+    let mut cache = KvCache::batched(g, &model.spec, prompts.len(), width + opts.max_new_tokens).unwrap();
+    let ctx = Context { history, masks };
+    generate_cached_stepping(g, model, &mut cache, ctx, opts, Stepping::Synchronous, &mut |_, _| false).unwrap()
 }
