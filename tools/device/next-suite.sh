@@ -14,7 +14,7 @@
 #   cp tools/device/next-suite.sh .dev/nx/
 #   tools/device/stage.sh out llama qwen2 mistral gemma gemma2 gptj qwen3 gpt_oss olmo cohere gpt_neox \
 #     bloom gpt2 deepseek_v2 qwen3_moe phi3
-# Calls: carry [".gl", ".dev/nx", ".dev/wheels"], command
+# Calls: carry [".gl", ".dev/nx"], command
 #   `export PACK=.dev/nx; source .dev/nx/prelude.sh; PART=key timeout 570 bash .dev/nx/next-suite.sh`
 # then PART=ab and PART=tests on the warm machine (BEST="..." names the decode switches of the
 # key table; default the shipped defaults: replay and GEMV loads ahead on, the lean attention
