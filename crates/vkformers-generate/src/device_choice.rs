@@ -116,12 +116,6 @@ impl Lookahead {
         })
     }
 
-    /// Whether steps choosing as this one does can be replayed: the argmax, or a draw (its step
-    /// number then counts runs on the device).
-    pub fn replayable(&self) -> bool {
-        true
-    }
-
     /// Sets the count of replayed runs to 0, in the open batch (before the logged step).
     pub fn reset_runs(&self, g: &Graph<'_>) -> Result<(), DecodeError> {
         g.record(|rec| rec.update(self.runs.view(), &[0; 4]))?;

@@ -65,7 +65,7 @@ pub(crate) fn run(
     let out = g.no_grad(|| -> Result<usize, DecodeError> {
         let logits = feed(g, model, cache, &rows.history, &ctx.masks, max)?;
         let first = device.record(g, (&logits.all, logits.t), &rows.history, 0)?;
-        let mut replayer = Replayer::new(&device, first);
+        let mut replayer = Replayer::new(first);
         let mut which = IdsAt::Pair(first);
         let mut ticket = g.flush_ticket()?;
         let mut decode_start = None;

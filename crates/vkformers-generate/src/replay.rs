@@ -71,9 +71,10 @@ fn debug(why: &str) {
 }
 
 impl Replayer {
-    /// Replay state for a generation whose first decode step reads pair `pair`.
-    pub(crate) fn new(device: &Lookahead, pair: usize) -> Self {
-        let state = if enabled() && device.replayable() { State::Idle } else { State::Off };
+    /// Replay state for a generation whose first decode step reads pair `pair` (every choice
+    /// the lookahead makes replays: a draw's step number counts runs on the device).
+    pub(crate) fn new(pair: usize) -> Self {
+        let state = if enabled() { State::Idle } else { State::Off };
         Replayer { state, pair, replayed: 0 }
     }
 

@@ -433,23 +433,18 @@ fn paged_decode_lean_kernel() {
     });
 }
 
+/// One row of 2 query heads over 1 kv head of 8 dims, 2 blocks of 4 positions: the shape the
+/// error tests call with.
+fn tiny_shape() -> DecodeShape {
+    DecodeShape { batch: 1, tq: 1, hq: 2, hkv: 1, d: 8, dv: 8, v_row: 8, block_size: 4, num_blocks: 2, max_blocks: 2 }
+}
+
 /// A forced lean kernel refuses what it cannot run (f32 pools, MLA's latent values) where the
 /// tiled kernel runs the same call, and runs a call over bf16 pools.
 #[test]
 fn paged_decode_lean_kernel_refuses_what_it_cannot_run() {
     on_every_device("paged decode lean errors", |ctx| {
-        let shape = DecodeShape {
-            batch: 1,
-            tq: 1,
-            hq: 2,
-            hkv: 1,
-            d: 8,
-            dv: 8,
-            v_row: 8,
-            block_size: 4,
-            num_blocks: 2,
-            max_blocks: 2,
-        };
+        let shape = tiny_shape();
         let buf = |n: usize| ctx.buffer((n * 4) as u64, "x");
         let (q, pool, ints, lens, lse) = (buf(16)?, buf(64)?, buf(2)?, buf(1)?, buf(2)?);
         let f32_pools = DecodeOptions::new(8);
@@ -478,18 +473,7 @@ fn paged_decode_lean_kernel_refuses_what_it_cannot_run() {
 #[test]
 fn paged_decode_rejects_bad_calls() {
     on_every_device("paged decode errors", |ctx| {
-        let shape = DecodeShape {
-            batch: 1,
-            tq: 1,
-            hq: 2,
-            hkv: 1,
-            d: 8,
-            dv: 8,
-            v_row: 8,
-            block_size: 4,
-            num_blocks: 2,
-            max_blocks: 2,
-        };
+        let shape = tiny_shape();
         let buf = |n: usize| ctx.buffer((n * 4) as u64, "x");
         let (q, pool, small, ints, lens, lse) = (buf(16)?, buf(64)?, buf(60)?, buf(2)?, buf(1)?, buf(2)?);
         let x = PagedInputs { q: q.view(), k: pool.view(), v: pool.view(), table: ints.view(), lens: lens.view() };

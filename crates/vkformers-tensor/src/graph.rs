@@ -328,13 +328,7 @@ impl<'c> Graph<'c> {
             return Ok(());
         }
         let start = std::time::Instant::now();
-        let pending = rec.submit_async()?;
-        self.submissions.set(self.submissions.get() + 1);
-        self.in_flight.borrow_mut().push_back(pending);
-        let over = self.in_flight.borrow().len() > MAX_IN_FLIGHT;
-        if over {
-            self.wait_oldest()?;
-        }
+        self.push_pending(rec.submit_async()?)?;
         if let Some(p) = self.profile.borrow_mut().as_mut() {
             p.submit_wait_ns += start.elapsed().as_nanos() as f64;
         }

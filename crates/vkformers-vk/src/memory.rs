@@ -153,18 +153,26 @@ impl WeakBuffer {
             return Some(Buffer(inner));
         }
         let p = shared.pool().claim(self.id)?;
+        let size = p.capacity;
+        Some(Buffer::from_pool(shared, p, size))
+    }
+}
+
+impl Buffer {
+    /// A pooled buffer back in use as a buffer of `size` bytes (counted as device memory again).
+    fn from_pool(shared: &Arc<Shared>, p: Pooled, size: u64) -> Buffer {
         shared.device_bytes.add(p.capacity);
-        Some(Buffer(Arc::new(BufferInner {
+        Buffer(Arc::new(BufferInner {
             shared: shared.clone(),
             raw: p.raw,
             allocation: std::sync::Mutex::new(Some(p.allocation)),
             counted: p.capacity,
-            size: p.capacity,
+            size,
             capacity: p.capacity,
             pooled: true,
             address: p.address,
             id: p.id,
-        })))
+        }))
     }
 }
 
@@ -259,18 +267,7 @@ impl Context {
             }
         };
         if let Some(p) = found {
-            self.shared.device_bytes.add(capacity);
-            return Ok(Buffer(Arc::new(BufferInner {
-                shared: self.shared.clone(),
-                raw: p.raw,
-                allocation: std::sync::Mutex::new(Some(p.allocation)),
-                counted: capacity,
-                size: size.max(4),
-                capacity,
-                pooled: true,
-                address: p.address,
-                id: p.id,
-            })));
+            return Ok(Buffer::from_pool(&self.shared, p, size.max(4)));
         }
         match self.new_buffer(size, capacity, BufferKind::Device, what) {
             Err(VkError::OutOfDeviceMemory { .. }) => {

@@ -56,7 +56,6 @@ pub(crate) struct StepState {
     inputs: RefCell<HashSet<u64>>,
     unlogged: Cell<bool>,
     broken: Cell<Option<&'static str>>,
-    replays: Cell<usize>,
 }
 
 impl StepState {
@@ -132,11 +131,6 @@ impl Graph<'_> {
         }
     }
 
-    /// Whether a step is being logged or captured.
-    pub fn in_step(&self) -> bool {
-        self.step.mode.get() != StepMode::Plain
-    }
-
     /// Whether the step being recorded is a capture.
     pub fn capturing(&self) -> bool {
         self.step.mode.get() == StepMode::Capture
@@ -199,17 +193,11 @@ impl Graph<'_> {
     pub fn replay(&self, r: &Replay) -> Result<usize> {
         self.flush()?;
         self.push_pending(r.submit()?)?;
-        self.step.replays.set(self.step.replays.get() + 1);
         Ok(self.submissions.get())
     }
 
-    /// Replayed submissions so far.
-    pub fn replays(&self) -> usize {
-        self.step.replays.get()
-    }
-
     /// Counts a submitted batch and keeps at most `MAX_IN_FLIGHT` of them running ahead.
-    fn push_pending(&self, p: Pending) -> Result<()> {
+    pub(super) fn push_pending(&self, p: Pending) -> Result<()> {
         self.submissions.set(self.submissions.get() + 1);
         self.in_flight.borrow_mut().push_back(p);
         if self.in_flight.borrow().len() > MAX_IN_FLIGHT {
