@@ -32,20 +32,7 @@ PACK=${PACK:-.dev/ab}
 source "$PACK/prelude.sh"
 PART=${PART:-a}
 # The machine itself, so runs on different hosts or drivers can be told apart.
-sec "machine"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw,temperature.gpu \
-    --format=csv 2>&1 | tee -a "$LOG"
-"$V" devices 2>&1 | head -4 | tee -a "$LOG"
-# The clocks through the whole call (twice a second), so a run where the GPU sat at low clocks
-# (the -k run's 2.5-3x slower prefill) shows it: read beside the log's section times.
-nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,utilization.gpu,clocks_throttle_reasons.active \
-    --format=csv -lms 500 > "$OUT/clocks-$PART.csv" 2>&1 &
-CLOCKS=$!
-trap 'kill $CLOCKS 2>/dev/null' EXIT
-sec "model"
-bench_model
-M=target/bench-work/llama-1.1b
-python3 -c "import json; print(json.dumps({'input_ids':[(i*7)%31000+3 for i in range(512)]}))" > /tmp/b1.jsonl
+suite_start "$PART"
 # Every decode switch of the two sessions off: the step as it was before them.
 OLD_DECODE="VKFORMERS_FUSED_PROJ=0 VKFORMERS_PACKED_ROPE=0 VKFORMERS_NORM_GEMV=0 VKFORMERS_ROPE_IN_ATTN=0"
 # The openai client for serve.py (parts a and b).

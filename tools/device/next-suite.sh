@@ -25,17 +25,7 @@ PACK=${PACK:-.dev/nx}
 source "$PACK/prelude.sh"
 PART=${PART:-key}
 BEST=${BEST:-VKFORMERS_DECODE_LEAN=0}
-sec "machine"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw,temperature.gpu \
-    --format=csv 2>&1 | tee -a "$LOG"
-nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,utilization.gpu,clocks_throttle_reasons.active \
-    --format=csv -lms 500 > "$OUT/clocks-$PART.csv" 2>&1 &
-CLOCKS=$!
-trap 'kill $CLOCKS 2>/dev/null' EXIT
-sec "model"
-bench_model
-M=target/bench-work/llama-1.1b
-python3 -c "import json; print(json.dumps({'input_ids':[(i*7)%31000+3 for i in range(512)]}))" > /tmp/b1.jsonl
+suite_start "$PART"
 # Every switch of the session off: the decode step as the 2026-12-05-a/b runs timed it.
 BASE="VKFORMERS_DECODE_REPLAY=0 VKFORMERS_DECODE_LEAN=0 VKFORMERS_GEMV_PREFETCH=0"
 gen() { # gen "ENV" EXTRA-ARGS...: generate.py, vkformers only, batch 1 and 64, 512-token prompts

@@ -29,3 +29,21 @@ t() {
 bench_model() {
     python3 -c "import sys; sys.path.insert(0,'tools/bench'); import common as C; from pathlib import Path; C.build_model_dir(Path('target/bench-work'),'1.1b')" 2>&1 | tail -1
 }
+# The start every suite shares: the machine (GPU, driver, clocks) into the log, the clocks twice a
+# second through the whole call into $OUT/clocks-$1.csv (a run where the GPU sat at low clocks
+# shows beside the log's section times), the 1.1B bench model, and M and /tmp/b1.jsonl (one
+# 512-token prompt) for `generate`.
+suite_start() {
+    sec "machine"
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw,temperature.gpu \
+        --format=csv 2>&1 | tee -a "$LOG"
+    "$V" devices 2>&1 | head -4 | tee -a "$LOG"
+    nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,utilization.gpu,clocks_throttle_reasons.active \
+        --format=csv -lms 500 > "$OUT/clocks-$1.csv" 2>&1 &
+    CLOCKS=$!
+    trap 'kill $CLOCKS 2>/dev/null' EXIT
+    sec "model"
+    bench_model
+    M=target/bench-work/llama-1.1b
+    python3 -c "import json; print(json.dumps({'input_ids':[(i*7)%31000+3 for i in range(512)]}))" > /tmp/b1.jsonl
+}
