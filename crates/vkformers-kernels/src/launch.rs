@@ -152,6 +152,12 @@ pub(crate) fn expect_len(k: &KernelCode, what: &str, v: &BufferView<'_>, n: u64,
     Ok(())
 }
 
+/// [`expect_len`] of each named view in turn, all of `n` elements of `dt`: the first wrong one
+/// is the error.
+pub(crate) fn expect_lens(k: &KernelCode, views: &[(&str, &BufferView<'_>)], n: u64, dt: DType) -> Result<()> {
+    views.iter().try_for_each(|(what, v)| expect_len(k, what, v, n, dt))
+}
+
 /// Checks that `v` holds exactly `elems` values of `size` bytes (also the 4-byte integers of ids,
 /// labels and positions, which [`DType`] does not name); errors name `k` as [`err_plain`] does.
 pub(crate) fn expect_values(k: &KernelCode, what: &str, v: &BufferView<'_>, elems: u64, size: u64) -> Result<()> {
