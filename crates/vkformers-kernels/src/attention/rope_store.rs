@@ -165,6 +165,10 @@ pub fn attend<'a>(
         return Err(fail(code.name, why));
     }
     let tokens = u64::from(s.batch);
+    if tokens == 0 {
+        // The error decode's own check gives, before the rows' spans are sized from B - 1.
+        return Err(fail(code.name, format!("empty shape {s:?}")));
+    }
     let (q_row, kv_row) = (u64::from(s.hq) * d, u64::from(s.hkv) * d);
     let ((q_stride, kv_stride), (q_span, kv_span)) = strided_rows(code.name, new.strides, tokens, (q_row, kv_row))?;
     check_len(code.name, "q [B, Hq, D]", &x.q, q_span, 4)?;
