@@ -39,23 +39,22 @@ impl Glu {
         }
     }
 
-    /// Forward kernels `[f32, f16, bf16]`.
-    fn forward_codes(self) -> [&'static KernelCode; 3] {
+    /// The one-storage-type kernels `[forward, backward]`, each `[f32, f16, bf16]`.
+    fn plain_codes(self) -> [[&'static KernelCode; 3]; 2] {
         use code::*;
         match self {
-            Glu::SwiGlu => [&GLU_FORWARD_SWIGLU, &GLU_FORWARD_SWIGLU_F16, &GLU_FORWARD_SWIGLU_BF16],
-            Glu::GeGlu => [&GLU_FORWARD_GEGLU, &GLU_FORWARD_GEGLU_F16, &GLU_FORWARD_GEGLU_BF16],
-            Glu::GeGluTanh => [&GLU_FORWARD_GEGLU_TANH, &GLU_FORWARD_GEGLU_TANH_F16, &GLU_FORWARD_GEGLU_TANH_BF16],
-        }
-    }
-
-    /// Backward kernels `[f32, f16, bf16]`.
-    fn backward_codes(self) -> [&'static KernelCode; 3] {
-        use code::*;
-        match self {
-            Glu::SwiGlu => [&GLU_BACKWARD_SWIGLU, &GLU_BACKWARD_SWIGLU_F16, &GLU_BACKWARD_SWIGLU_BF16],
-            Glu::GeGlu => [&GLU_BACKWARD_GEGLU, &GLU_BACKWARD_GEGLU_F16, &GLU_BACKWARD_GEGLU_BF16],
-            Glu::GeGluTanh => [&GLU_BACKWARD_GEGLU_TANH, &GLU_BACKWARD_GEGLU_TANH_F16, &GLU_BACKWARD_GEGLU_TANH_BF16],
+            Glu::SwiGlu => [
+                [&GLU_FORWARD_SWIGLU, &GLU_FORWARD_SWIGLU_F16, &GLU_FORWARD_SWIGLU_BF16],
+                [&GLU_BACKWARD_SWIGLU, &GLU_BACKWARD_SWIGLU_F16, &GLU_BACKWARD_SWIGLU_BF16],
+            ],
+            Glu::GeGlu => [
+                [&GLU_FORWARD_GEGLU, &GLU_FORWARD_GEGLU_F16, &GLU_FORWARD_GEGLU_BF16],
+                [&GLU_BACKWARD_GEGLU, &GLU_BACKWARD_GEGLU_F16, &GLU_BACKWARD_GEGLU_BF16],
+            ],
+            Glu::GeGluTanh => [
+                [&GLU_FORWARD_GEGLU_TANH, &GLU_FORWARD_GEGLU_TANH_F16, &GLU_FORWARD_GEGLU_TANH_BF16],
+                [&GLU_BACKWARD_GEGLU_TANH, &GLU_BACKWARD_GEGLU_TANH_F16, &GLU_BACKWARD_GEGLU_TANH_BF16],
+            ],
         }
     }
 
@@ -314,7 +313,7 @@ pub fn forward(
     inner: usize,
     dt: DType,
 ) -> Result<()> {
-    let k = pick(rec, dt, kind.forward_codes())?;
+    let k = pick(rec, dt, kind.plain_codes()[0])?;
     let n = u64::from(count(k, &[rows, inner])?);
     expect_lens(k, &[("gate", &gate), ("up", &up)], n, dt)?;
     launch_forward(rec, k, (gate, up, out), (rows, inner, inner), dt)
@@ -331,7 +330,7 @@ pub fn forward_fused(
     inner: usize,
     dt: DType,
 ) -> Result<()> {
-    let k = pick(rec, dt, kind.forward_codes())?;
+    let k = pick(rec, dt, kind.plain_codes()[0])?;
     expect_len(k, "gate_up", &gate_up, u64::from(count(k, &[rows, 2, inner])?), dt)?;
     let up = skip(gate_up, inner as u64, dt);
     launch_forward(rec, k, (gate_up, up, out), (rows, inner, 2 * inner), dt)
@@ -374,7 +373,7 @@ pub fn backward(
     inner: usize,
     dt: DType,
 ) -> Result<()> {
-    let k = pick(rec, dt, kind.backward_codes())?;
+    let k = pick(rec, dt, kind.plain_codes()[1])?;
     let n = u64::from(count(k, &[rows, inner])?);
     expect_lens(k, &[("gate", &gate), ("up", &up), ("dgate", &dgate), ("dup", &dup)], n, dt)?;
     launch_backward(rec, k, BackwardViews { gate, up, dout, dgate, dup }, (rows, inner, inner), dt)
@@ -412,7 +411,7 @@ pub fn backward_fused(
     inner: usize,
     dt: DType,
 ) -> Result<()> {
-    let k = pick(rec, dt, kind.backward_codes())?;
+    let k = pick(rec, dt, kind.plain_codes()[1])?;
     let n2 = u64::from(count(k, &[rows, 2, inner])?);
     expect_lens(k, &[("gate_up", &gate_up), ("dgate_up", &dgate_up)], n2, dt)?;
     let i = inner as u64;
