@@ -39,37 +39,41 @@ impl Glu {
         }
     }
 
-    /// The one-storage-type kernels `[forward, backward]`, each `[f32, f16, bf16]`.
-    fn plain_codes(self) -> [[&'static KernelCode; 3]; 2] {
+    /// This flavour's kernels.
+    fn codes(self) -> Codes {
         use code::*;
         match self {
-            Glu::SwiGlu => [
-                [&GLU_FORWARD_SWIGLU, &GLU_FORWARD_SWIGLU_F16, &GLU_FORWARD_SWIGLU_BF16],
-                [&GLU_BACKWARD_SWIGLU, &GLU_BACKWARD_SWIGLU_F16, &GLU_BACKWARD_SWIGLU_BF16],
-            ],
-            Glu::GeGlu => [
-                [&GLU_FORWARD_GEGLU, &GLU_FORWARD_GEGLU_F16, &GLU_FORWARD_GEGLU_BF16],
-                [&GLU_BACKWARD_GEGLU, &GLU_BACKWARD_GEGLU_F16, &GLU_BACKWARD_GEGLU_BF16],
-            ],
-            Glu::GeGluTanh => [
-                [&GLU_FORWARD_GEGLU_TANH, &GLU_FORWARD_GEGLU_TANH_F16, &GLU_FORWARD_GEGLU_TANH_BF16],
-                [&GLU_BACKWARD_GEGLU_TANH, &GLU_BACKWARD_GEGLU_TANH_F16, &GLU_BACKWARD_GEGLU_TANH_BF16],
-            ],
+            Glu::SwiGlu => Codes {
+                plain: [
+                    [&GLU_FORWARD_SWIGLU, &GLU_FORWARD_SWIGLU_F16, &GLU_FORWARD_SWIGLU_BF16],
+                    [&GLU_BACKWARD_SWIGLU, &GLU_BACKWARD_SWIGLU_F16, &GLU_BACKWARD_SWIGLU_BF16],
+                ],
+                twin: [&GLU_FORWARD_SWIGLU_TWIN, &GLU_BACKWARD_SWIGLU_TWIN, &GLU_BACKWARD_SWIGLU_SAVED16],
+            },
+            Glu::GeGlu => Codes {
+                plain: [
+                    [&GLU_FORWARD_GEGLU, &GLU_FORWARD_GEGLU_F16, &GLU_FORWARD_GEGLU_BF16],
+                    [&GLU_BACKWARD_GEGLU, &GLU_BACKWARD_GEGLU_F16, &GLU_BACKWARD_GEGLU_BF16],
+                ],
+                twin: [&GLU_FORWARD_GEGLU_TWIN, &GLU_BACKWARD_GEGLU_TWIN, &GLU_BACKWARD_GEGLU_SAVED16],
+            },
+            Glu::GeGluTanh => Codes {
+                plain: [
+                    [&GLU_FORWARD_GEGLU_TANH, &GLU_FORWARD_GEGLU_TANH_F16, &GLU_FORWARD_GEGLU_TANH_BF16],
+                    [&GLU_BACKWARD_GEGLU_TANH, &GLU_BACKWARD_GEGLU_TANH_F16, &GLU_BACKWARD_GEGLU_TANH_BF16],
+                ],
+                twin: [&GLU_FORWARD_GEGLU_TANH_TWIN, &GLU_BACKWARD_GEGLU_TANH_TWIN, &GLU_BACKWARD_GEGLU_TANH_SAVED16],
+            },
         }
     }
+}
 
-    /// The f32 kernels that write 16-bit twins: `[forward _twin, backward _twin, backward
-    /// _saved16]`.
-    fn twin_codes(self) -> [&'static KernelCode; 3] {
-        use code::*;
-        match self {
-            Glu::SwiGlu => [&GLU_FORWARD_SWIGLU_TWIN, &GLU_BACKWARD_SWIGLU_TWIN, &GLU_BACKWARD_SWIGLU_SAVED16],
-            Glu::GeGlu => [&GLU_FORWARD_GEGLU_TWIN, &GLU_BACKWARD_GEGLU_TWIN, &GLU_BACKWARD_GEGLU_SAVED16],
-            Glu::GeGluTanh => {
-                [&GLU_FORWARD_GEGLU_TANH_TWIN, &GLU_BACKWARD_GEGLU_TANH_TWIN, &GLU_BACKWARD_GEGLU_TANH_SAVED16]
-            }
-        }
-    }
+/// The kernels of one flavour.
+struct Codes {
+    /// One storage type throughout: `[forward, backward]`, each `[f32, f16, bf16]`.
+    plain: [[&'static KernelCode; 3]; 2],
+    /// f32 kernels that write 16-bit twins: `[forward _twin, backward _twin, backward _saved16]`.
+    twin: [&'static KernelCode; 3],
 }
 
 /// Rows of a launch: `rows` rows of `inner` outputs, read from rows of `stride` elements
@@ -149,7 +153,7 @@ fn forward_twins(
     (twin, save): (Twin<'_>, Option<[Twin<'_>; 2]>),
     (rows, inner): (usize, usize),
 ) -> Result<()> {
-    let [k, _, _] = kind.twin_codes();
+    let [k, _, _] = kind.codes().twin;
     let n = count(k, &[rows, inner])?;
     let (gate, up, stride) = match up {
         Some(up) => {
@@ -247,7 +251,7 @@ fn backward_saved16_strided(
     twins: [Twin<'_>; 2],
     (rows, inner, stride): Extent,
 ) -> Result<()> {
-    let [_, _, k] = kind.twin_codes();
+    let [_, _, k] = kind.codes().twin;
     count(k, &[rows, stride])?;
     let n = strided_len(rows, inner, stride);
     let half = one_twin_code(k, &[twins[0], twins[1], saved[0], saved[1]], n, "16-bit gate, up and twins")?;
@@ -313,7 +317,7 @@ pub fn forward(
     inner: usize,
     dt: DType,
 ) -> Result<()> {
-    let k = pick(rec, dt, kind.plain_codes()[0])?;
+    let k = pick(rec, dt, kind.codes().plain[0])?;
     let n = u64::from(count(k, &[rows, inner])?);
     expect_lens(k, &[("gate", &gate), ("up", &up)], n, dt)?;
     launch_forward(rec, k, (gate, up, out), (rows, inner, inner), dt)
@@ -330,7 +334,7 @@ pub fn forward_fused(
     inner: usize,
     dt: DType,
 ) -> Result<()> {
-    let k = pick(rec, dt, kind.plain_codes()[0])?;
+    let k = pick(rec, dt, kind.codes().plain[0])?;
     expect_len(k, "gate_up", &gate_up, u64::from(count(k, &[rows, 2, inner])?), dt)?;
     let up = skip(gate_up, inner as u64, dt);
     launch_forward(rec, k, (gate_up, up, out), (rows, inner, 2 * inner), dt)
@@ -373,7 +377,7 @@ pub fn backward(
     inner: usize,
     dt: DType,
 ) -> Result<()> {
-    let k = pick(rec, dt, kind.plain_codes()[1])?;
+    let k = pick(rec, dt, kind.codes().plain[1])?;
     let n = u64::from(count(k, &[rows, inner])?);
     expect_lens(k, &[("gate", &gate), ("up", &up), ("dgate", &dgate), ("dup", &dup)], n, dt)?;
     launch_backward(rec, k, BackwardViews { gate, up, dout, dgate, dup }, (rows, inner, inner), dt)
@@ -390,7 +394,7 @@ pub fn backward_twin(
     twins: [Twin<'_>; 2],
     (rows, inner): (usize, usize),
 ) -> Result<()> {
-    let [_, k, _] = kind.twin_codes();
+    let [_, k, _] = kind.codes().twin;
     let n = u64::from(count(k, &[rows, inner])?);
     expect_lens(k, &[("gate", &gate), ("up", &up)], n, DType::F32)?;
     let half = one_twin_code(k, &twins, n, "the twins of dgate and dup")?;
@@ -411,7 +415,7 @@ pub fn backward_fused(
     inner: usize,
     dt: DType,
 ) -> Result<()> {
-    let k = pick(rec, dt, kind.plain_codes()[1])?;
+    let k = pick(rec, dt, kind.codes().plain[1])?;
     let n2 = u64::from(count(k, &[rows, 2, inner])?);
     expect_lens(k, &[("gate_up", &gate_up), ("dgate_up", &dgate_up)], n2, dt)?;
     let i = inner as u64;
