@@ -145,11 +145,24 @@ pub(crate) fn elements(k: &KernelCode, what: &str, v: &BufferView<'_>, dt: DType
 
 /// Checks that `v` holds exactly `n` elements of `dt`.
 pub(crate) fn expect_len(k: &KernelCode, what: &str, v: &BufferView<'_>, n: u64, dt: DType) -> Result<()> {
+    expect_len_named(k.name, what, v, n, dt)
+}
+
+/// [`expect_len`] with errors naming the kernel `name` (families that name kernels otherwise
+/// than by their code's name).
+pub(crate) fn expect_len_named(name: &str, what: &str, v: &BufferView<'_>, n: u64, dt: DType) -> Result<()> {
     let want = n * dt.bytes();
     if v.len != want {
-        return Err(err(k, format!("{what}: view of {} bytes, expected {n} {} ({want} bytes)", v.len, dt.suffix())));
+        let message = format!("{what}: view of {} bytes, expected {n} {} ({want} bytes)", v.len, dt.suffix());
+        return Err(err_named(name, message));
     }
     Ok(())
+}
+
+/// [`expect_len`] of each named view in turn, all of `n` elements of `dt`: the first wrong one
+/// is the error.
+pub(crate) fn expect_lens(k: &KernelCode, views: &[(&str, &BufferView<'_>)], n: u64, dt: DType) -> Result<()> {
+    views.iter().try_for_each(|(what, v)| expect_len(k, what, v, n, dt))
 }
 
 /// Checks that `v` holds exactly `elems` values of `size` bytes (also the 4-byte integers of ids,

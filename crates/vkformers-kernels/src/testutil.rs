@@ -117,7 +117,7 @@ pub fn same_bits(what: &str, got: &[f32], want: &[f32]) {
 pub mod storage {
     use vkformers_vk::{Buffer, BufferView, Context, Result};
 
-    use super::{Tol, TOL_BF16, TOL_F16, TOL_F32};
+    use super::{Rng, Tol, TOL_BF16, TOL_F16, TOL_F32};
     use crate::dtype::DType;
 
     /// `xs` rounded to the storage type (to nearest even).
@@ -209,6 +209,20 @@ pub mod storage {
     /// A stored tensor read back, widened to f32.
     pub fn read(ctx: &Context, dt: DType, t: &Stored) -> Result<Vec<f32>> {
         download(ctx, dt, t.view())
+    }
+
+    /// Runs `check` for f16 and then bf16 storage on every device that has it (saying so where
+    /// it does not), with one RNG seeded `seed` per device: the 16-bit half of a kernel's tests.
+    pub fn on_halves(test: &str, seed: u64, check: impl Fn(&Context, &mut Rng, DType) -> Result<()>) {
+        vkformers_vk::testing::on_every_device(test, |ctx| {
+            let mut rng = Rng::new(seed);
+            for dt in [DType::F16, DType::BF16] {
+                if !unsupported(ctx, dt, test) {
+                    check(ctx, &mut rng, dt)?;
+                }
+            }
+            Ok(())
+        });
     }
 
     /// Whether the device can run the variant of `dt` (says so when it cannot).

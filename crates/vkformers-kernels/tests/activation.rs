@@ -4,7 +4,7 @@
 
 use vkformers_kernels::activation::{self, reference, Activation};
 use vkformers_kernels::dtype::DType;
-use vkformers_kernels::testutil::storage::{download, round, tol, unsupported, upload};
+use vkformers_kernels::testutil::storage::{download, on_halves, round, tol, upload};
 use vkformers_kernels::testutil::{assert_close, assert_grad_matches_fd, f64s, Rng};
 use vkformers_vk::testing::on_every_device;
 use vkformers_vk::{Context, Result};
@@ -133,16 +133,10 @@ fn gpu_forward_and_backward_match_reference() {
 
 #[test]
 fn gpu_forward_and_backward_in_16_bits_match_reference() {
-    on_every_device("activations f16/bf16", |ctx| {
-        let mut rng = Rng::new(8);
-        for dt in [DType::F16, DType::BF16] {
-            if unsupported(ctx, dt, "activations") {
-                continue;
-            }
-            for act in Activation::ALL {
-                for n in [1, 5, 257, 3001, 20_001] {
-                    check_gpu(ctx, act, dt, n, &mut rng)?;
-                }
+    on_halves("activations f16/bf16", 8, |ctx, rng, dt| {
+        for act in Activation::ALL {
+            for n in [1, 5, 257, 3001, 20_001] {
+                check_gpu(ctx, act, dt, n, rng)?;
             }
         }
         Ok(())
@@ -177,16 +171,10 @@ fn check_narrow(ctx: &Context, act: Activation, dt: DType, n: usize, rng: &mut R
 
 #[test]
 fn gpu_forward_narrowing_to_16_bits_matches_reference_and_forward_then_cast() {
-    on_every_device("activations f32 -> f16/bf16", |ctx| {
-        let mut rng = Rng::new(9);
-        for dt in [DType::F16, DType::BF16] {
-            if unsupported(ctx, dt, "narrowing activations") {
-                continue;
-            }
-            for act in Activation::ALL {
-                for n in [1, 5, 257, 3001] {
-                    check_narrow(ctx, act, dt, n, &mut rng)?;
-                }
+    on_halves("activations f32 -> f16/bf16", 9, |ctx, rng, dt| {
+        for act in Activation::ALL {
+            for n in [1, 5, 257, 3001] {
+                check_narrow(ctx, act, dt, n, rng)?;
             }
         }
         Ok(())

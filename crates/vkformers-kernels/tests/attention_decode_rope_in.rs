@@ -359,6 +359,10 @@ fn rope_in_decode_attention_rejects_what_it_cannot_run() {
         assert!(rope_store::attend(&mut rec, &odd, &x, &out, &shape, &f32_opt, 1).is_err());
         let past = NewToken { pool_rows: pool_rows + 1, ..token };
         assert!(rope_store::attend(&mut rec, &past, &x, &out, &shape, &f32_opt, 1).is_err());
+        // No rows: the empty shape's error (was an overflow panic sizing the rows' spans).
+        let empty = DecodeShape { batch: 0, ..shape };
+        let e = rope_store::attend(&mut rec, &token, &x, &out, &empty, &f32_opt, 1).unwrap_err();
+        assert!(e.to_string().contains("empty shape"), "{e}");
         Ok(())
     });
 }

@@ -5,7 +5,7 @@
 
 use vkformers_kernels::broadcast::{self, broadcast_shape, reference, BinaryOp};
 use vkformers_kernels::dtype::DType;
-use vkformers_kernels::testutil::storage::{download, round, tol, unsupported, upload};
+use vkformers_kernels::testutil::storage::{download, on_halves, round, tol, upload};
 use vkformers_kernels::testutil::{assert_close, assert_grad_matches_fd, f64s, Rng, TOL_F32};
 use vkformers_vk::testing::on_every_device;
 use vkformers_vk::{Buffer, Context, Result};
@@ -251,15 +251,7 @@ fn check_16(ctx: &Context, dt: DType, rng: &mut Rng) -> Result<()> {
 
 #[test]
 fn gpu_kernels_in_16_bits_match_reference() {
-    on_every_device("broadcast f16/bf16", |ctx| {
-        let mut rng = Rng::new(19);
-        for dt in [DType::F16, DType::BF16] {
-            if !unsupported(ctx, dt, "broadcast") {
-                check_16(ctx, dt, &mut rng)?;
-            }
-        }
-        Ok(())
-    });
+    on_halves("broadcast f16/bf16", 19, |ctx, rng, dt| check_16(ctx, dt, rng));
 }
 
 #[test]

@@ -5,7 +5,7 @@
 
 use vkformers_kernels::dropout::{self, reference};
 use vkformers_kernels::dtype::DType;
-use vkformers_kernels::testutil::storage::{download, round, tol, unsupported, upload};
+use vkformers_kernels::testutil::storage::{download, on_halves, round, tol, upload};
 use vkformers_kernels::testutil::{assert_close, assert_grad_matches_fd, f64s, Rng};
 use vkformers_vk::testing::on_every_device;
 use vkformers_vk::{Context, Result, VkError};
@@ -162,15 +162,7 @@ fn gpu_forward_and_backward_match_reference() {
 
 #[test]
 fn gpu_forward_and_backward_in_16_bits_match_reference() {
-    on_every_device("dropout f16/bf16", |ctx| {
-        let mut rng = Rng::new(6);
-        for dt in [DType::F16, DType::BF16] {
-            if !unsupported(ctx, dt, "dropout") {
-                check(ctx, dt, &mut rng)?;
-            }
-        }
-        Ok(())
-    });
+    on_halves("dropout f16/bf16", 6, |ctx, rng, dt| check(ctx, dt, rng));
 }
 
 #[test]

@@ -4,7 +4,7 @@
 
 use vkformers_kernels::dropout::{reference, rows};
 use vkformers_kernels::dtype::DType;
-use vkformers_kernels::testutil::storage::{download, round, tol, unsupported, upload};
+use vkformers_kernels::testutil::storage::{download, on_halves, round, tol, upload};
 use vkformers_kernels::testutil::{assert_close, f64s, Rng};
 use vkformers_vk::testing::on_every_device;
 use vkformers_vk::{Context, Result, VkError};
@@ -68,15 +68,7 @@ fn gpu_rows_forward_and_backward_match_reference() {
 
 #[test]
 fn gpu_rows_in_16_bits_match_reference() {
-    on_every_device("dropout rows f16/bf16", |ctx| {
-        let mut rng = Rng::new(16);
-        for dt in [DType::F16, DType::BF16] {
-            if !unsupported(ctx, dt, "dropout rows") {
-                check(ctx, dt, &mut rng)?;
-            }
-        }
-        Ok(())
-    });
+    on_halves("dropout rows f16/bf16", 16, |ctx, rng, dt| check(ctx, dt, rng));
 }
 
 #[test]

@@ -4,7 +4,7 @@
 
 use vkformers_kernels::dtype::DType;
 use vkformers_kernels::glu::{self, reference, Glu};
-use vkformers_kernels::testutil::storage::{download, round, tol, unsupported, upload};
+use vkformers_kernels::testutil::storage::{download, on_halves, round, tol, upload};
 use vkformers_kernels::testutil::{assert_close, assert_grad_matches_fd, f64s, Rng};
 use vkformers_vk::testing::on_every_device;
 use vkformers_vk::{Context, Result};
@@ -87,16 +87,10 @@ fn gpu_forward_and_backward_match_reference() {
 
 #[test]
 fn gpu_forward_and_backward_in_16_bits_match_reference() {
-    on_every_device("glu f16/bf16", |ctx| {
-        let mut rng = Rng::new(12);
-        for dt in [DType::F16, DType::BF16] {
-            if unsupported(ctx, dt, "glu") {
-                continue;
-            }
-            for kind in Glu::ALL {
-                for (rows, inner) in SHAPES {
-                    check(ctx, kind, dt, rows, inner, &mut rng)?;
-                }
+    on_halves("glu f16/bf16", 12, |ctx, rng, dt| {
+        for kind in Glu::ALL {
+            for (rows, inner) in SHAPES {
+                check(ctx, kind, dt, rows, inner, rng)?;
             }
         }
         Ok(())

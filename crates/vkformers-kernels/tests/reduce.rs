@@ -5,7 +5,7 @@
 
 use vkformers_kernels::dtype::DType;
 use vkformers_kernels::reduce::{self, reference};
-use vkformers_kernels::testutil::storage::{download, round, tol, unsupported, upload};
+use vkformers_kernels::testutil::storage::{download, on_halves, round, tol, upload};
 use vkformers_kernels::testutil::{assert_close, assert_grad_matches_fd, f64s, Rng, TOL_F32};
 use vkformers_vk::testing::on_every_device;
 use vkformers_vk::{Context, Result};
@@ -89,15 +89,9 @@ fn gpu_row_reductions_match_reference() {
 
 #[test]
 fn gpu_row_reductions_in_16_bits_match_reference() {
-    on_every_device("reduce rows f16/bf16", |ctx| {
-        let mut rng = Rng::new(38);
-        for dt in [DType::F16, DType::BF16] {
-            if unsupported(ctx, dt, "reduce rows") {
-                continue;
-            }
-            for (rows, d) in ROW_SHAPES {
-                check_rows(ctx, dt, rows, d, &mut rng)?;
-            }
+    on_halves("reduce rows f16/bf16", 38, |ctx, rng, dt| {
+        for (rows, d) in ROW_SHAPES {
+            check_rows(ctx, dt, rows, d, rng)?;
         }
         Ok(())
     });
@@ -146,14 +140,10 @@ fn gpu_full_reductions_match_reference_for_any_n() {
 
 #[test]
 fn gpu_full_reductions_of_16_bits_match_reference() {
-    on_every_device("reduce all f16/bf16", |ctx| {
-        for dt in [DType::F16, DType::BF16] {
-            if unsupported(ctx, dt, "reduce all") {
-                continue;
-            }
-            for n in [1, 2, 255, 4096, 4097, 70_001, 300_007] {
-                check_all(ctx, dt, n, &mut Rng::new(42))?;
-            }
+    // A fresh RNG per length: each n's values as drawn alone.
+    on_halves("reduce all f16/bf16", 42, |ctx, _, dt| {
+        for n in [1, 2, 255, 4096, 4097, 70_001, 300_007] {
+            check_all(ctx, dt, n, &mut Rng::new(42))?;
         }
         Ok(())
     });

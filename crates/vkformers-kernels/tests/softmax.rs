@@ -4,7 +4,7 @@
 
 use vkformers_kernels::dtype::DType;
 use vkformers_kernels::softmax::{self, reference};
-use vkformers_kernels::testutil::storage::{download, round, tol, unsupported, upload};
+use vkformers_kernels::testutil::storage::{download, on_halves, round, tol, upload};
 use vkformers_kernels::testutil::{assert_close, assert_grad_matches_fd, f64s, Rng};
 use vkformers_vk::testing::on_every_device;
 use vkformers_vk::{Context, Result};
@@ -79,15 +79,7 @@ fn gpu_forward_and_backward_match_reference() {
 
 #[test]
 fn gpu_forward_and_backward_in_16_bits_match_reference() {
-    on_every_device("softmax f16/bf16", |ctx| {
-        let mut rng = Rng::new(24);
-        for dt in [DType::F16, DType::BF16] {
-            if !unsupported(ctx, dt, "softmax") {
-                check_all(ctx, dt, &mut rng)?;
-            }
-        }
-        Ok(())
-    });
+    on_halves("softmax f16/bf16", 24, |ctx, rng, dt| check_all(ctx, dt, rng));
 }
 
 #[test]

@@ -9,7 +9,8 @@ use vkformers_kernels::glu::{self, Glu};
 use vkformers_kernels::loss::{self, CrossEntropy};
 use vkformers_kernels::norm::{self, RmsNorm};
 use vkformers_kernels::rope::{self, Rope, RopeLayout};
-use vkformers_kernels::testutil::twins::{on_halves, twin, GluInputs, RopeInputs, RMS_CASES, ROPE_SHAPES};
+use vkformers_kernels::testutil::storage::on_halves;
+use vkformers_kernels::testutil::twins::{twin, GluInputs, RopeInputs, RMS_CASES, ROPE_SHAPES};
 use vkformers_kernels::testutil::Rng;
 use vkformers_vk::{Buffer, Context, Result};
 

@@ -1,6 +1,13 @@
 // Pointwise activations f(x) and their derivatives f'(x), in f32. Shared by activation/ and glu/.
 // A kernel picks one pair with the defines ACT_F=<name>_f ACT_D=<name>_d.
 
+// c0 t^9 + c1 t^8 + ... + c9 by Horner's rule, as ((c0 t + c1) t + c2) t + ...: one product and
+// one sum a coefficient, in this order (erfcx's two fits below).
+float horner9(float t, float c0, float c1, float c2, float c3, float c4, float c5, float c6, float c7, float c8,
+              float c9) {
+    return ((((((((c0 * t + c1) * t + c2) * t + c3) * t + c4) * t + c5) * t + c6) * t + c7) * t + c8) * t + c9;
+}
+
 // erf(x) for f32, absolute error below 2e-7 everywhere:
 //   |x| < 1:      x * P(x^2), the Taylor series of erf truncated after x^23 (alternating, no exp);
 //   1 <= |x| < 4: 1 - exp(-x^2) * erfcx(|x|), erfcx(x) = exp(x^2) erfc(x) fitted by a degree-9
@@ -29,28 +36,14 @@ float erf_f32(float x) {
         float p;
         if (a < 2.0) {
             float t = 2.0 * a - 3.0; // [1, 2] -> [-1, 1]
-            p = -1.516427548e-07;
-            p = p * t + 9.302666719e-07;
-            p = p * t - 5.161474437e-06;
-            p = p * t + 2.941950723e-05;
-            p = p * t - 1.608155118e-04;
-            p = p * t + 8.361022630e-04;
-            p = p * t - 4.116362385e-03;
-            p = p * t + 1.903775765e-02;
-            p = p * t - 8.181145891e-02;
-            p = p * t + 3.215854165e-01;
+            p = horner9(t, -1.516427548e-07, 9.302666719e-07, -5.161474437e-06, 2.941950723e-05,
+                -1.608155118e-04, 8.361022630e-04, -4.116362385e-03, 1.903775765e-02, -8.181145891e-02,
+                3.215854165e-01);
         } else {
             float t = a - 3.0; // [2, 4] -> [-1, 1]
-            p = -1.433460605e-06;
-            p = p * t + 5.935722079e-06;
-            p = p * t - 2.078340201e-05;
-            p = p * t + 8.284357596e-05;
-            p = p * t - 3.242170295e-04;
-            p = p * t + 1.223296457e-03;
-            p = p * t - 4.479414537e-03;
-            p = p * t + 1.588433871e-02;
-            p = p * t - 5.437226084e-02;
-            p = p * t + 1.790011518e-01;
+            p = horner9(t, -1.433460605e-06, 5.935722079e-06, -2.078340201e-05, 8.284357596e-05,
+                -3.242170295e-04, 1.223296457e-03, -4.479414537e-03, 1.588433871e-02, -5.437226084e-02,
+                1.790011518e-01);
         }
         r = 1.0 - exp(-a * a) * p;
     } else {

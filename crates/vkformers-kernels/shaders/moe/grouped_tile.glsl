@@ -17,31 +17,34 @@
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #endif
 
+// A read-only input buffer type T of one storage type (f16, bf16 or f32), LD(p, i) its element
+// i widened to f32, and BYTES its element size.
+#define IN_F16(T, LD, BYTES) \
+    layout(buffer_reference, std430, buffer_reference_align = 2) readonly buffer T { float16_t v[]; }; \
+    float LD(T p, uint i) { return float(p.v[i]); } \
+    const uint BYTES = 2;
+#define IN_BF16(T, LD, BYTES) \
+    layout(buffer_reference, std430, buffer_reference_align = 2) readonly buffer T { uint16_t v[]; }; \
+    float LD(T p, uint i) { return uintBitsToFloat(uint(p.v[i]) << 16); } \
+    const uint BYTES = 2;
+#define IN_F32(T, LD, BYTES) \
+    layout(buffer_reference, std430, buffer_reference_align = 4) readonly buffer T { float v[]; }; \
+    float LD(T p, uint i) { return p.v[i]; } \
+    const uint BYTES = 4;
+
 #if defined(A_F16)
-layout(buffer_reference, std430, buffer_reference_align = 2) readonly buffer AIn { float16_t v[]; };
-float lda_(AIn p, uint i) { return float(p.v[i]); }
-#define A_BYTES 2
+IN_F16(AIn, lda_, A_BYTES)
 #elif defined(A_BF16)
-layout(buffer_reference, std430, buffer_reference_align = 2) readonly buffer AIn { uint16_t v[]; };
-float lda_(AIn p, uint i) { return uintBitsToFloat(uint(p.v[i]) << 16); }
-#define A_BYTES 2
+IN_BF16(AIn, lda_, A_BYTES)
 #else
-layout(buffer_reference, std430, buffer_reference_align = 4) readonly buffer AIn { float v[]; };
-float lda_(AIn p, uint i) { return p.v[i]; }
-#define A_BYTES 4
+IN_F32(AIn, lda_, A_BYTES)
 #endif
 #if defined(B_F16)
-layout(buffer_reference, std430, buffer_reference_align = 2) readonly buffer BIn { float16_t v[]; };
-float ldb_(BIn p, uint i) { return float(p.v[i]); }
-#define B_BYTES 2
+IN_F16(BIn, ldb_, B_BYTES)
 #elif defined(B_BF16)
-layout(buffer_reference, std430, buffer_reference_align = 2) readonly buffer BIn { uint16_t v[]; };
-float ldb_(BIn p, uint i) { return uintBitsToFloat(uint(p.v[i]) << 16); }
-#define B_BYTES 2
+IN_BF16(BIn, ldb_, B_BYTES)
 #else
-layout(buffer_reference, std430, buffer_reference_align = 4) readonly buffer BIn { float v[]; };
-float ldb_(BIn p, uint i) { return p.v[i]; }
-#define B_BYTES 4
+IN_F32(BIn, ldb_, B_BYTES)
 #endif
 AIn a_at(AIn p, uint64_t e) { return AIn(uint64_t(p) + e * uint64_t(A_BYTES)); }
 BIn b_at(BIn p, uint64_t e) { return BIn(uint64_t(p) + e * uint64_t(B_BYTES)); }

@@ -10,7 +10,7 @@ use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result};
 use crate::code;
 use crate::code::{ActivationBackwardPush, ActivationForwardPush, ActivationXieluPush};
 use crate::dtype::DType;
-use crate::launch::{check_storage, dispatch_elems, elements, err, expect_len, pick};
+use crate::launch::{check_storage, dispatch_elems, elements, err, expect_len, expect_lens, pick};
 
 /// A pointwise activation function.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,16 +102,22 @@ impl Activation {
     }
 }
 
-fn unary(rec: &mut Recorder, k: &KernelCode, x: BufferView<'_>, y: BufferView<'_>, dt: DType) -> Result<()> {
-    let n = elements(k, "x", &x, dt)?;
-    expect_len(k, "y", &y, n, dt)?;
+/// `y = f(x)` by the forward kernel `k`: x of `x_dt`, y as many values of `y_dt`.
+fn unary(
+    rec: &mut Recorder,
+    k: &KernelCode,
+    (x, y): (BufferView<'_>, BufferView<'_>),
+    (x_dt, y_dt): (DType, DType),
+) -> Result<()> {
+    let n = elements(k, "x", &x, x_dt)?;
+    expect_len(k, "y", &y, n, y_dt)?;
     dispatch_elems(rec, k, &[read(x), write(y)], &ActivationForwardPush { n: n as u32 }, n)
 }
 
 /// `y = f(x)` elementwise; x, y [n] of storage type `dt`.
 pub fn forward(rec: &mut Recorder, act: Activation, x: BufferView<'_>, y: BufferView<'_>, dt: DType) -> Result<()> {
     let k = pick(rec, dt, act.forward_codes())?;
-    unary(rec, k, x, y, dt)
+    unary(rec, k, (x, y), (dt, dt))
 }
 
 /// `y = f(x)` elementwise, x [n] f32 and y [n] of the 16-bit type `out` (f16 or bf16): the
@@ -131,9 +137,7 @@ pub fn forward_narrow(
         DType::F32 => return Err(err(f16, "the output type must be f16 or bf16, not f32".into())),
     };
     check_storage(rec, k, out)?;
-    let n = elements(k, "x", &x, DType::F32)?;
-    expect_len(k, "y", &y, n, out)?;
-    dispatch_elems(rec, k, &[read(x), write(y)], &ActivationForwardPush { n: n as u32 }, n)
+    unary(rec, k, (x, y), (DType::F32, out))
 }
 
 /// `dx = dy * f'(x)` elementwise; x, dy, dx [n] of storage type `dt`.
@@ -147,15 +151,14 @@ pub fn backward(
 ) -> Result<()> {
     let k = pick(rec, dt, act.backward_codes())?;
     let n = elements(k, "x", &x, dt)?;
-    expect_len(k, "dy", &dy, n, dt)?;
-    expect_len(k, "dx", &dx, n, dt)?;
+    expect_lens(k, &[("dy", &dy), ("dx", &dx)], n, dt)?;
     dispatch_elems(rec, k, &[read(x), read(dy), write(dx)], &ActivationBackwardPush { n: n as u32 }, n)
 }
 
 /// `y = erf(x)` elementwise with the shaders' f32 erf (absolute error below 2e-7); x, y [n] f32.
 /// Exposed so its accuracy can be tested.
 pub fn erf(rec: &mut Recorder, x: BufferView<'_>, y: BufferView<'_>) -> Result<()> {
-    unary(rec, &code::ACTIVATION_FORWARD_ERF, x, y, DType::F32)
+    unary(rec, &code::ACTIVATION_FORWARD_ERF, (x, y), (DType::F32, DType::F32))
 }
 
 /// xIELU's scalars on the device, `[1]` f32 each: the raw learned `a_p`, `a_n` (used through
@@ -169,10 +172,8 @@ pub struct XieluScalars<'a> {
 
 impl XieluScalars<'_> {
     fn check(&self, k: &KernelCode) -> Result<()> {
-        for (name, v) in [("a_p", &self.a_p), ("a_n", &self.a_n), ("beta", &self.beta), ("eps", &self.eps)] {
-            expect_len(k, name, v, 1, DType::F32)?;
-        }
-        Ok(())
+        let scalars = [("a_p", &self.a_p), ("a_n", &self.a_n), ("beta", &self.beta), ("eps", &self.eps)];
+        expect_lens(k, &scalars, 1, DType::F32)
     }
 }
 
@@ -197,9 +198,7 @@ pub fn xielu_backward(
 ) -> Result<()> {
     let k = &code::ACTIVATION_XIELU_BACKWARD;
     let n = elements(k, "x", &x, DType::F32)?;
-    for (name, v) in [("dy", &dy), ("dx", &dx), ("gp", &gp), ("gn", &gn)] {
-        expect_len(k, name, v, n, DType::F32)?;
-    }
+    expect_lens(k, &[("dy", &dy), ("dx", &dx), ("gp", &gp), ("gn", &gn)], n, DType::F32)?;
     s.check(k)?;
     let bufs =
         [read(x), read(s.a_p), read(s.a_n), read(s.beta), read(s.eps), read(dy), write(dx), write(gp), write(gn)];

@@ -4,10 +4,10 @@
 //! [`super::backward`], for f16 and bf16 storage only. [`supported`] says whether a device can
 //! run them; which kernels `attention::forward`/`backward` run is decided there, not here.
 
-use vkformers_vk::{read, write, BufferView, Caps, KernelCode, Recorder, Result};
+use vkformers_vk::{write, BufferView, Caps, KernelCode, Recorder, Result};
 
 use super::{
-    check_qkv, check_saved, check_shape, check_view, check_view_of, dim_class, fail, grid, params, Grads, Options, Qkv,
+    backward_args, check_backward, check_forward, dim_class, fail, forward_args, grid, params, Grads, Options, Qkv,
     Saved, Shape,
 };
 use crate::code::{self, AttentionBwdDkdvCm2Push};
@@ -193,6 +193,14 @@ fn probe() -> u32 {
     *PROBE.get_or_init(|| std::env::var("VKFORMERS_ATTENTION_PROBE").ok().and_then(|v| v.parse().ok()).unwrap_or(0))
 }
 
+/// Specialization constant 0 of the cm2 kernels: 1 (default) scales wholly visible tiles as one
+/// matrix; `VKFORMERS_ATTENTION_TILES=masked` runs every tile through the per-element score
+/// function instead, to measure the difference (`vkformers bench attention`).
+fn fast_tiles() -> u32 {
+    static FAST: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *FAST.get_or_init(|| u32::from(std::env::var("VKFORMERS_ATTENTION_TILES").map_or(true, |v| v != "masked")))
+}
+
 /// The typed error of a device that cannot run the kernel `name`.
 fn require(rec: &Recorder, name: &str, dtype: DType, d: u32) -> Result<()> {
     if supported(rec.caps(), dtype, d) {
@@ -222,22 +230,9 @@ pub fn forward_cm2(rec: &mut Recorder, x: &Qkv<'_>, out: &Saved<'_>, s: &Shape, 
     let name = kernel.name;
     require(rec, name, opt.dtype, s.d)?;
     require_same_dims(name, s)?;
-    check_shape(name, s, opt)?;
-    check_qkv(name, s, x, opt.dtype)?;
-    check_saved(name, s, out, opt.dtype)?;
+    check_forward(name, (x, out), s, opt)?;
     let groups = grid(name, s.tq, rows, s.hq, s.batch)?;
-    // Unused optional buffers are never read; q stands in for their pointer.
-    let args = [
-        read(x.q),
-        read(x.k),
-        read(x.v),
-        read(opt.kmask.unwrap_or(x.q)),
-        read(opt.alibi.unwrap_or(x.q)),
-        read(opt.sinks.unwrap_or(x.q)),
-        write(out.o),
-        write(out.lse),
-    ];
-    dispatch(rec, kernel, &[fast_tiles(), probe()], &args, &params(s, opt), groups)
+    dispatch(rec, kernel, &[fast_tiles(), probe()], &forward_args(x, out, opt), &params(s, opt), groups)
 }
 
 /// Backward of [`forward_cm2`] on cooperative matrix 2, exactly as [`super::backward`] (same
@@ -265,7 +260,7 @@ pub fn backward_cm2(
     for name in [dq_code.name, dkdv_code.name] {
         require(rec, name, dt, s.d)?;
         require_same_dims(name, s)?;
-        check_backward(name, x, saved, d_o, g, s, opt)?;
+        check_backward(name, (x, saved, &d_o), g, s, opt, ("do [B, Tq, Hq, D]", "dv [B, Tk, Hkv, D]"))?;
     }
     let parts = dkdv_parts(s, dt)?;
     let part_len = s.kv_len() * 4;
@@ -288,38 +283,13 @@ pub fn backward_cm2(
     };
     let spec = [fast_tiles()];
     let p = params(s, opt);
-    let kmask = opt.kmask.unwrap_or(x.q);
-    let alibi = opt.alibi.unwrap_or(x.q);
     let dq_groups = grid(dq_code.name, s.tq, dq_rows, s.hq, s.batch)?;
     let dkdv_groups = grid(dkdv_code.name, s.tk, dkdv_rows, s.hkv * parts, s.batch)?;
-    // Buffer order of the push blocks (the same as bwd_dq.comp / bwd_dkdv.comp).
-    let dq_args = [
-        read(x.q),
-        read(x.k),
-        read(x.v),
-        read(saved.o),
-        read(d_o),
-        read(saved.lse),
-        read(kmask),
-        read(alibi),
-        write(g.delta),
-        write(g.dq),
-    ];
+    // Buffer order of the push blocks (the same as bwd_dq.comp / bwd_dkdv.comp, then the
+    // dk/dv partials).
+    let (dq_args, dkdv_base) = backward_args(x, (saved, d_o), g, opt);
     dispatch(rec, dq_code, &spec, &dq_args, &p, dq_groups)?;
-    let dkdv_args = [
-        read(x.q),
-        read(x.k),
-        read(x.v),
-        read(d_o),
-        read(saved.lse),
-        read(g.delta),
-        read(kmask),
-        read(alibi),
-        write(g.dk),
-        write(g.dv),
-        write(part_dk),
-        write(part_dv),
-    ];
+    let dkdv_args = [&dkdv_base[..], &[write(part_dk), write(part_dv)]].concat();
     let p = AttentionBwdDkdvCm2Push { base: p, parts };
     dispatch(rec, dkdv_code, &spec, &dkdv_args, &p, dkdv_groups)?;
     if parts > 1 {
@@ -349,35 +319,6 @@ pub fn dkdv_parts(s: &Shape, dtype: DType) -> Result<u32> {
 pub fn backward_scratch_len(s: &Shape, dtype: DType) -> Result<u64> {
     let parts = dkdv_parts(s, dtype)?;
     Ok(if parts > 1 { 2 * u64::from(parts) * s.kv_len() } else { 0 })
-}
-
-/// Specialization constant 0 of the cm2 kernels: 1 (default) scales wholly visible tiles as one
-/// matrix; `VKFORMERS_ATTENTION_TILES=masked` runs every tile through the per-element score
-/// function instead, to measure the difference (`vkformers bench attention`).
-fn fast_tiles() -> u32 {
-    static FAST: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *FAST.get_or_init(|| u32::from(std::env::var("VKFORMERS_ATTENTION_TILES").map_or(true, |v| v != "masked")))
-}
-
-/// The checks of [`super::backward`], under the name of the kernel `name`.
-fn check_backward(
-    name: &str,
-    x: &Qkv<'_>,
-    saved: &Saved<'_>,
-    d_o: BufferView<'_>,
-    g: &Grads<'_>,
-    s: &Shape,
-    opt: &Options<'_>,
-) -> Result<()> {
-    let dt = opt.dtype;
-    check_shape(name, s, opt)?;
-    check_qkv(name, s, x, dt)?;
-    check_saved(name, s, saved, dt)?;
-    check_view_of(name, "do [B, Tq, Hq, D]", &d_o, s.q_len(), dt)?;
-    check_view_of(name, "dq [B, Tq, Hq, D]", &g.dq, s.q_len(), dt)?;
-    check_view_of(name, "dk [B, Tk, Hkv, D]", &g.dk, s.kv_len(), dt)?;
-    check_view_of(name, "dv [B, Tk, Hkv, D]", &g.dv, s.kv_len(), dt)?;
-    check_view(name, "delta [B, Hq, Tq]", &g.delta, s.lse_len())
 }
 
 #[cfg(test)]

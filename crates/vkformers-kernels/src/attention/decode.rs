@@ -26,11 +26,11 @@
 use vkformers_vk::{read, read_write, write, Arg, BufferView, Caps, KernelCode, Recorder, Result};
 
 use super::decode_lean::{self, Kernel};
-use super::{check_len, fail};
+use super::{check_len, check_softcap, fail};
 use crate::code;
 use crate::code::{AttentionDecodePush, AttentionDecodePushRope, AttentionDecodeRopePush, AttentionDecodeStorePush};
 use crate::dtype::DType;
-use crate::launch::{dispatch, dispatch_elems};
+use crate::launch::{dispatch, dispatch_elems, variant};
 use crate::rope::{Rope, RopeLayout};
 
 /// Largest head dimension of the paged decode kernels (`DMAX` of the d256 variants; the
@@ -302,10 +302,10 @@ fn small_groups() -> bool {
 /// The store kernel for new keys of `src` into pools of `dt` (the same type, or f32 into 16-bit).
 fn store_code(src: DType, dt: DType) -> Option<&'static KernelCode> {
     match (src, dt) {
-        (src, dt) if src == dt => Some(
-            [&code::ATTENTION_DECODE_STORE_F32, &code::ATTENTION_DECODE_STORE_F16, &code::ATTENTION_DECODE_STORE_BF16]
-                [dtype_index(dt)],
-        ),
+        (src, dt) if src == dt => Some(variant(
+            dt,
+            [&code::ATTENTION_DECODE_STORE_F32, &code::ATTENTION_DECODE_STORE_F16, &code::ATTENTION_DECODE_STORE_BF16],
+        )),
         (DType::F32, DType::F16) => Some(&code::ATTENTION_DECODE_STORE_F16_IN32),
         (DType::F32, DType::BF16) => Some(&code::ATTENTION_DECODE_STORE_BF16_IN32),
         _ => None,
@@ -426,19 +426,12 @@ fn check(
     if u64::from(s.hkv) * u64::from(s.row_tiles()) > 65_535 || opt.window.max(opt.chunk) > i32::MAX as u32 / 2 {
         return Err(fail(kernel, format!("shape {s:?}: too many query tiles, or window {} too large", opt.window)));
     }
-    if !(opt.softcap >= 0.0 && opt.softcap.is_finite()) {
-        return Err(fail(kernel, format!("softcap {} is not a finite value >= 0", opt.softcap)));
-    }
-    let (dt, at) = (opt.dtype.bytes(), opt.act_dtype().bytes());
+    check_softcap(kernel, opt.softcap)?;
+    let dt = opt.dtype.bytes();
     check_len(kernel, "k pool [NB, BS, Hkv, D]", &x.k, s.pool_len(), dt)?;
     check_len(kernel, "v pool [NB, BS, Hkv, v_row]", &x.v, s.v_pool_len(), dt)?;
-    check_len(kernel, "table [B, max_blocks]", &x.table, table, 4)?;
-    check_len(kernel, "lens [B]", &x.lens, u64::from(s.batch), 4)?;
-    check_len(kernel, "o [B, Tq, Hq, Dv]", &out.o, s.o_len(), at)?;
-    check_len(kernel, "lse [B, Hq, Tq]", &out.lse, s.lse_len(), 4)?;
-    if let Some(a) = &opt.alibi {
-        check_len(kernel, "alibi slopes [Hq]", a, u64::from(s.hq), 4)?;
-    }
+    let counts = RowCounts { batch: s.batch, table, hq: s.hq, o: s.o_len(), lse: s.lse_len() };
+    check_rows(kernel, (&x.table, &x.lens), (&out.o, &out.lse), opt, counts)?;
     if let Some(a) = &opt.sinks {
         check_len(kernel, "sinks [Hq]", a, u64::from(s.hq), 4)?;
     }
@@ -448,6 +441,47 @@ fn check(
             return Err(fail(kernel, why));
         }
         check_len(kernel, "o16 [B, Tq, Hq, Dv]", o16, s.o_len(), dt)?;
+    }
+    Ok(())
+}
+
+/// Element counts of the views [`check_rows`] checks.
+pub(super) struct RowCounts {
+    pub batch: u32,
+    /// `B · max_blocks`.
+    pub table: u64,
+    pub hq: u32,
+    /// `B · Tq · Hq · Dv`.
+    pub o: u64,
+    /// `B · Hq · Tq`.
+    pub lse: u64,
+}
+
+/// The checks of the views every paged decode call has besides q and its pools (over k and v
+/// pools here, one latent pool in `decode_latent`), in this order: the block table
+/// `[B, max_blocks]` and lens `[B]` int32, o in `opt.act_dtype()`, lse f32, and the ALiBi
+/// slopes `[Hq]` f32 when given.
+pub(super) fn check_rows(
+    kernel: &str,
+    (table, lens): (&BufferView<'_>, &BufferView<'_>),
+    (o, lse): (&BufferView<'_>, &BufferView<'_>),
+    opt: &DecodeOptions<'_>,
+    n: RowCounts,
+) -> Result<()> {
+    check_len(kernel, "table [B, max_blocks]", table, n.table, 4)?;
+    check_len(kernel, "lens [B]", lens, u64::from(n.batch), 4)?;
+    check_len(kernel, "o [B, Tq, Hq, Dv]", o, n.o, opt.act_dtype().bytes())?;
+    check_len(kernel, "lse [B, Hq, Tq]", lse, n.lse, 4)?;
+    if let Some(a) = &opt.alibi {
+        check_len(kernel, "alibi slopes [Hq]", a, u64::from(n.hq), 4)?;
+    }
+    Ok(())
+}
+
+/// An error naming `kernel` unless `splits` is in `1..=most`.
+pub(super) fn check_splits(kernel: &str, splits: u32, most: u32) -> Result<()> {
+    if splits == 0 || splits > most {
+        return Err(fail(kernel, format!("{splits} splits outside 1..={most}")));
     }
     Ok(())
 }
@@ -555,9 +589,7 @@ pub(crate) fn forward_with<'a>(
     if extra.is_none() {
         check_len(main.name, "q [B, Tq, Hq, D]", &x.q, s.q_len(), opt.act_dtype().bytes())?;
     }
-    if splits == 0 || splits > MAX_SPLITS {
-        return Err(fail(main.name, format!("{splits} splits outside 1..={MAX_SPLITS}")));
-    }
+    check_splits(main.name, splits, MAX_SPLITS)?;
     let work = match (splits, out.work, out.counters) {
         (1, ..) => None,
         (_, Some(w), Some(c)) => {
@@ -710,8 +742,10 @@ pub fn rope_qk(
     (pos, inv_freq): (BufferView<'_>, BufferView<'_>),
     (qo, ko): (BufferView<'_>, BufferView<'_>),
 ) -> Result<()> {
-    let code = [&code::ATTENTION_DECODE_ROPE_F32, &code::ATTENTION_DECODE_ROPE_F16, &code::ATTENTION_DECODE_ROPE_BF16]
-        [dtype_index(p.dtype)];
+    let code = variant(
+        p.dtype,
+        [&code::ATTENTION_DECODE_ROPE_F32, &code::ATTENTION_DECODE_ROPE_F16, &code::ATTENTION_DECODE_ROPE_BF16],
+    );
     let tokens = u64::from(p.batch) * u64::from(p.seq);
     let rows = tokens * u64::from(p.heads + hkv);
     let (d, r) = (u64::from(p.head_dim), u64::from(p.rotary_dim));
@@ -725,19 +759,23 @@ pub fn rope_qk(
     check_len(code.name, "ko [N, Hkv, D]", &ko, tokens * u64::from(hkv) * d, el)?;
     check_len(code.name, "pos [N]", &pos, tokens, 4)?;
     check_len(code.name, "inv_freq [R/2]", &inv_freq, r / 2, 4)?;
-    let interleaved = u32::from(p.layout == RopeLayout::Interleaved);
-    let push = AttentionDecodeRopePush {
+    let work = rows * (r / 2 + d - r);
+    let args = [read(q), read(k), write(qo), write(ko), read(pos), read(inv_freq)];
+    dispatch_elems(rec, code, &args, &rope_push(p, tokens, hkv), work)
+}
+
+/// The scalars of `decode_rope.comp`'s block (the base of `decode_rope_store.comp`'s): q rows
+/// of `p.heads` heads and k rows of `hkv` heads, `tokens` of each, rotated as `p` says.
+pub(super) fn rope_push(p: &Rope, tokens: u64, hkv: u32) -> AttentionDecodeRopePush {
+    AttentionDecodeRopePush {
         tokens: tokens as u32,
         hq: p.heads,
         hkv,
         head_dim: p.head_dim,
         rot_dim: p.rotary_dim,
-        interleaved,
+        interleaved: u32::from(p.layout == RopeLayout::Interleaved),
         mscale: p.mscale,
-    };
-    let work = rows * (r / 2 + d - r);
-    let args = [read(q), read(k), write(qo), write(ko), read(pos), read(inv_freq)];
-    dispatch_elems(rec, code, &args, &push, work)
+    }
 }
 
 #[cfg(test)]

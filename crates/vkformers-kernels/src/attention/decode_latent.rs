@@ -21,8 +21,8 @@
 
 use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result};
 
-use super::decode::DecodeOptions;
-use super::{check_len, fail};
+use super::decode::{check_rows, check_splits, DecodeOptions, RowCounts};
+use super::{check_len, check_softcap, fail};
 use crate::code::{self, AttentionDecodeLatentPush};
 use crate::dtype::DType;
 use crate::launch::dispatch;
@@ -202,20 +202,11 @@ fn check(
     {
         return Err(fail(kernel, format!("shape {s:?} too large, or window {} too large", opt.window)));
     }
-    if !(opt.softcap >= 0.0 && opt.softcap.is_finite()) {
-        return Err(fail(kernel, format!("softcap {} is not a finite value >= 0", opt.softcap)));
-    }
-    let (dt, at) = (opt.dtype.bytes(), opt.act_dtype().bytes());
-    check_len(kernel, "q [B, Tq, Hq, D]", &x.q, s.rows() * u64::from(s.d), at)?;
-    check_len(kernel, "pool [NB·BS, D]", &x.pool, pool, dt)?;
-    check_len(kernel, "table [B, max_blocks]", &x.table, table, 4)?;
-    check_len(kernel, "lens [B]", &x.lens, u64::from(s.batch), 4)?;
-    check_len(kernel, "o [B, Tq, Hq, Dv]", &out.o, s.rows() * u64::from(s.dv), at)?;
-    check_len(kernel, "lse [B, Hq, Tq]", &out.lse, s.rows(), 4)?;
-    if let Some(a) = &opt.alibi {
-        check_len(kernel, "alibi slopes [Hq]", a, u64::from(s.hq), 4)?;
-    }
-    Ok(())
+    check_softcap(kernel, opt.softcap)?;
+    check_len(kernel, "q [B, Tq, Hq, D]", &x.q, s.rows() * u64::from(s.d), opt.act_dtype().bytes())?;
+    check_len(kernel, "pool [NB·BS, D]", &x.pool, pool, opt.dtype.bytes())?;
+    let counts = RowCounts { batch: s.batch, table, hq: s.hq, o: s.rows() * u64::from(s.dv), lse: s.rows() };
+    check_rows(kernel, (&x.table, &x.lens), (&out.o, &out.lse), opt, counts)
 }
 
 /// Attention of `Tq` new queries per row over the latent cache, split `splits` ways (1 = one
@@ -238,9 +229,7 @@ pub fn forward(
         return Err(fail("attention/decode_latent", why));
     };
     check(code.name, s, x, out, opt)?;
-    if splits == 0 || splits > MAX_SPLITS {
-        return Err(fail(code.name, format!("{splits} splits outside 1..={MAX_SPLITS}")));
-    }
+    check_splits(code.name, splits, MAX_SPLITS)?;
     let work = match (splits, out.work) {
         (1, _) => None,
         (_, Some(w)) => {

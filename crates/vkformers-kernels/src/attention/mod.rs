@@ -34,7 +34,7 @@ pub mod reference;
 pub mod rope_store;
 pub mod sinks;
 
-use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result};
+use vkformers_vk::{read, write, Arg, BufferView, KernelCode, Recorder, Result};
 
 use crate::code::{self, AttentionFwdPush};
 use crate::dtype::DType;
@@ -315,9 +315,7 @@ fn check_shape(kernel: &str, s: &Shape, opt: &Options<'_>) -> Result<()> {
     if s.tq.max(s.tk) > i32::MAX as u32 / 2 || opt.window.max(opt.chunk) > i32::MAX as u32 / 2 {
         return Err(fail(kernel, "lengths, window or chunk beyond 2^30".into()));
     }
-    if !(opt.softcap >= 0.0 && opt.softcap.is_finite()) {
-        return Err(fail(kernel, format!("softcap {} is not a finite value >= 0", opt.softcap)));
-    }
+    check_softcap(kernel, opt.softcap)?;
     if let Some(m) = &opt.kmask {
         check_view(kernel, "kmask [B, Tk]", m, u64::from(s.batch) * u64::from(s.tk))?;
     }
@@ -326,6 +324,14 @@ fn check_shape(kernel: &str, s: &Shape, opt: &Options<'_>) -> Result<()> {
     }
     if let Some(a) = &opt.sinks {
         check_view(kernel, "sinks [Hq]", a, u64::from(s.hq))?;
+    }
+    Ok(())
+}
+
+/// An error unless the logit softcap `c` is 0 (off) or a finite positive value.
+fn check_softcap(kernel: &str, c: f32) -> Result<()> {
+    if !(c >= 0.0 && c.is_finite()) {
+        return Err(fail(kernel, format!("softcap {c} is not a finite value >= 0")));
     }
     Ok(())
 }
@@ -339,6 +345,73 @@ fn check_qkv(kernel: &str, s: &Shape, x: &Qkv<'_>, dt: DType) -> Result<()> {
 fn check_saved(kernel: &str, s: &Shape, saved: &Saved<'_>, dt: DType) -> Result<()> {
     check_view_of(kernel, "o [B, Tq, Hq, Dv]", &saved.o, s.o_len(), dt)?;
     check_view(kernel, "lse [B, Hq, Tq]", &saved.lse, s.lse_len())
+}
+
+/// The checks of a forward (every view, the shape and options), under the name of the kernel
+/// `name`.
+fn check_forward(name: &str, (x, out): (&Qkv<'_>, &Saved<'_>), s: &Shape, opt: &Options<'_>) -> Result<()> {
+    check_shape(name, s, opt)?;
+    check_qkv(name, s, x, opt.dtype)?;
+    check_saved(name, s, out, opt.dtype)
+}
+
+/// How the backward's errors name `do` and `dv`: `[.., Dv]`, or `[.., D]` where the kernels
+/// need Dv = D (cooperative matrix 2, checked before).
+type ValueLabels = (&'static str, &'static str);
+
+/// The checks of a backward (every view, the shape and options), under the name of the kernel
+/// `name`; `do` and `dv` named as `labels` says.
+#[allow(clippy::too_many_arguments)]
+fn check_backward(
+    name: &str,
+    (x, saved, d_o): (&Qkv<'_>, &Saved<'_>, &BufferView<'_>),
+    g: &Grads<'_>,
+    s: &Shape,
+    opt: &Options<'_>,
+    (do_label, dv_label): ValueLabels,
+) -> Result<()> {
+    let dt = opt.dtype;
+    check_shape(name, s, opt)?;
+    check_qkv(name, s, x, dt)?;
+    check_saved(name, s, saved, dt)?;
+    check_view_of(name, do_label, d_o, s.o_len(), dt)?;
+    check_view_of(name, "dq [B, Tq, Hq, D]", &g.dq, s.q_len(), dt)?;
+    check_view_of(name, "dk [B, Tk, Hkv, D]", &g.dk, s.kv_len(), dt)?;
+    check_view_of(name, dv_label, &g.dv, s.v_len(), dt)?;
+    check_view(name, "delta [B, Hq, Tq]", &g.delta, s.lse_len())
+}
+
+/// The pointers of the forward kernels (`fwd.comp` and its `_cm2` twin). Unused optional
+/// buffers are never read; q stands in for their pointer.
+fn forward_args<'a>(x: &Qkv<'a>, out: &Saved<'a>, opt: &Options<'a>) -> [Arg<'a>; 8] {
+    let optional = |v: Option<BufferView<'a>>| read(v.unwrap_or(x.q));
+    [
+        read(x.q),
+        read(x.k),
+        read(x.v),
+        optional(opt.kmask),
+        optional(opt.alibi),
+        optional(opt.sinks),
+        write(out.o),
+        write(out.lse),
+    ]
+}
+
+/// The pointers of the dq kernel and of the dk/dv kernel (`bwd_dq.comp`, `bwd_dkdv.comp` and
+/// their `_cm2` twins; `bwd_dkdv_cm2` appends its partials), q standing in for absent masks.
+fn backward_args<'a>(
+    x: &Qkv<'a>,
+    (saved, d_o): (&Saved<'a>, BufferView<'a>),
+    g: &Grads<'a>,
+    opt: &Options<'a>,
+) -> ([Arg<'a>; 10], [Arg<'a>; 10]) {
+    let kmask = opt.kmask.unwrap_or(x.q);
+    let alibi = opt.alibi.unwrap_or(x.q);
+    let (q, k, v) = (read(x.q), read(x.k), read(x.v));
+    let dq =
+        [q, k, v, read(saved.o), read(d_o), read(saved.lse), read(kmask), read(alibi), write(g.delta), write(g.dq)];
+    let dkdv = [q, k, v, read(d_o), read(saved.lse), read(g.delta), read(kmask), read(alibi), write(g.dk), write(g.dv)];
+    (dq, dkdv)
 }
 
 /// Grid of `rows`-row tiles over `n` rows, heads, batch.
@@ -386,22 +459,9 @@ fn params(s: &Shape, opt: &Options<'_>) -> AttentionFwdPush {
 pub fn forward(rec: &mut Recorder, x: &Qkv<'_>, out: &Saved<'_>, s: &Shape, opt: &Options<'_>) -> Result<()> {
     let var = fwd_variant(s.d_max(), opt.dtype)?;
     let name = var.code.name;
-    check_shape(name, s, opt)?;
-    check_qkv(name, s, x, opt.dtype)?;
-    check_saved(name, s, out, opt.dtype)?;
+    check_forward(name, (x, out), s, opt)?;
     let groups = grid(name, s.tq, var.rows, s.hq, s.batch)?;
-    // Unused optional buffers are never read; q stands in for their pointer.
-    let args = [
-        read(x.q),
-        read(x.k),
-        read(x.v),
-        read(opt.kmask.unwrap_or(x.q)),
-        read(opt.alibi.unwrap_or(x.q)),
-        read(opt.sinks.unwrap_or(x.q)),
-        write(out.o),
-        write(out.lse),
-    ];
-    dispatch(rec, var.code, &[], &args, &params(s, opt), groups)
+    dispatch(rec, var.code, &[], &forward_args(x, out, opt), &params(s, opt), groups)
 }
 
 /// Backward of [`forward`]: from q, k, v, the forward's o and lse, and `d_o` = dL/do
@@ -420,46 +480,15 @@ pub fn backward(
     let dt = opt.dtype;
     let dq_var = dq_variant(s.d_max(), dt)?;
     let dkdv_var = dkdv_variant(s.d_max(), dt)?;
+    let labels = ("do [B, Tq, Hq, Dv]", "dv [B, Tk, Hkv, Dv]");
     for name in [dq_var.code.name, dkdv_var.code.name] {
-        check_shape(name, s, opt)?;
-        check_qkv(name, s, x, dt)?;
-        check_saved(name, s, saved, dt)?;
-        check_view_of(name, "do [B, Tq, Hq, Dv]", &d_o, s.o_len(), dt)?;
-        check_view_of(name, "dq [B, Tq, Hq, D]", &g.dq, s.q_len(), dt)?;
-        check_view_of(name, "dk [B, Tk, Hkv, D]", &g.dk, s.kv_len(), dt)?;
-        check_view_of(name, "dv [B, Tk, Hkv, Dv]", &g.dv, s.v_len(), dt)?;
-        check_view(name, "delta [B, Hq, Tq]", &g.delta, s.lse_len())?;
+        check_backward(name, (x, saved, &d_o), g, s, opt, labels)?;
     }
     let p = params(s, opt);
-    let kmask = opt.kmask.unwrap_or(x.q);
-    let alibi = opt.alibi.unwrap_or(x.q);
     let dq_groups = grid(dq_var.code.name, s.tq, dq_var.rows, s.hq, s.batch)?;
     let dkdv_groups = grid(dkdv_var.code.name, s.tk, dkdv_var.rows, s.hkv, s.batch)?;
-    let dq_args = [
-        read(x.q),
-        read(x.k),
-        read(x.v),
-        read(saved.o),
-        read(d_o),
-        read(saved.lse),
-        read(kmask),
-        read(alibi),
-        write(g.delta),
-        write(g.dq),
-    ];
+    let (dq_args, dkdv_args) = backward_args(x, (saved, d_o), g, opt);
     dispatch(rec, dq_var.code, &[], &dq_args, &p, dq_groups)?;
-    let dkdv_args = [
-        read(x.q),
-        read(x.k),
-        read(x.v),
-        read(d_o),
-        read(saved.lse),
-        read(g.delta),
-        read(kmask),
-        read(alibi),
-        write(g.dk),
-        write(g.dv),
-    ];
     dispatch(rec, dkdv_var.code, &[], &dkdv_args, &p, dkdv_groups)
 }
 

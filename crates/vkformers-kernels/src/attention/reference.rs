@@ -171,24 +171,26 @@ fn row(
     (p, dcap, m + l.ln())
 }
 
+/// Every query row `(b, h, i)` of `s` (b, then h, then i ascending: the order the gradients are
+/// summed in), with `hk`, the kv head of `h`: `(b, h, hk, i)`.
+fn query_rows(s: &Shape) -> impl Iterator<Item = (usize, usize, usize, usize)> + '_ {
+    let group = s.hq / s.hkv;
+    (0..s.batch).flat_map(move |b| (0..s.hq).flat_map(move |h| (0..s.tq).map(move |i| (b, h, h / group, i))))
+}
+
 /// Forward: returns (o [B, Tq, Hq, Dv], lse [B, Hq, Tq]).
 pub fn forward(q: &[f64], k: &[f64], v: &[f64], s: &Shape, opt: &Options<'_>) -> (Vec<f64>, Vec<f64>) {
     let dv = s.dv;
     let mut o = vec![0.0; s.o_len()];
     let mut lse = vec![0.0; s.lse_len()];
-    for b in 0..s.batch {
-        for h in 0..s.hq {
-            let hk = h / (s.hq / s.hkv);
-            for i in 0..s.tq {
-                let (p, _, l) = row(s, opt, q, k, (b, h, i));
-                lse[(b * s.hq + h) * s.tq + i] = l;
-                let out = &mut o[oi(s, b, i, h)..][..dv];
-                for (j, pj) in p.iter().enumerate() {
-                    if let Some(pj) = pj {
-                        for (od, vd) in out.iter_mut().zip(&v[vj(s, b, j, hk)..][..dv]) {
-                            *od += pj * vd;
-                        }
-                    }
+    for (b, h, hk, i) in query_rows(s) {
+        let (p, _, l) = row(s, opt, q, k, (b, h, i));
+        lse[(b * s.hq + h) * s.tq + i] = l;
+        let out = &mut o[oi(s, b, i, h)..][..dv];
+        for (j, pj) in p.iter().enumerate() {
+            if let Some(pj) = pj {
+                for (od, vd) in out.iter_mut().zip(&v[vj(s, b, j, hk)..][..dv]) {
+                    *od += pj * vd;
                 }
             }
         }
@@ -210,29 +212,24 @@ pub fn backward(
     let mut dq = vec![0.0; s.q_len()];
     let mut dk = vec![0.0; s.kv_len()];
     let mut dv = vec![0.0; s.v_len()];
-    for b in 0..s.batch {
-        for h in 0..s.hq {
-            let hk = h / (s.hq / s.hkv);
-            for i in 0..s.tq {
-                let (p, dcap, _) = row(s, opt, q, k, (b, h, i));
-                let qo = qi(s, b, i, h);
-                let dov = &do_[oi(s, b, i, h)..][..dvw];
-                // dP_j = do·v_j; D_i = Σ_j P_j dP_j (= do·o); dS_j = P_j (dP_j − D_i) · dcap_j
-                let dp: Vec<f64> = (0..s.tk).map(|j| dot(dov, &v[vj(s, b, j, hk)..][..dvw])).collect();
-                let di: f64 = p.iter().zip(&dp).filter_map(|(p, dp)| p.map(|p| p * dp)).sum();
-                for (j, pj) in p.iter().enumerate() {
-                    let Some(pj) = *pj else { continue };
-                    let ds = pj * (dp[j] - di) * dcap[j];
-                    let ko = kj(s, b, j, hk);
-                    for x in 0..d {
-                        dq[qo + x] += opt.scale * ds * k[ko + x];
-                        dk[ko + x] += opt.scale * ds * q[qo + x];
-                    }
-                    let vo = vj(s, b, j, hk);
-                    for x in 0..dvw {
-                        dv[vo + x] += pj * dov[x];
-                    }
-                }
+    for (b, h, hk, i) in query_rows(s) {
+        let (p, dcap, _) = row(s, opt, q, k, (b, h, i));
+        let qo = qi(s, b, i, h);
+        let dov = &do_[oi(s, b, i, h)..][..dvw];
+        // dP_j = do·v_j; D_i = Σ_j P_j dP_j (= do·o); dS_j = P_j (dP_j − D_i) · dcap_j
+        let dp: Vec<f64> = (0..s.tk).map(|j| dot(dov, &v[vj(s, b, j, hk)..][..dvw])).collect();
+        let di: f64 = p.iter().zip(&dp).filter_map(|(p, dp)| p.map(|p| p * dp)).sum();
+        for (j, pj) in p.iter().enumerate() {
+            let Some(pj) = *pj else { continue };
+            let ds = pj * (dp[j] - di) * dcap[j];
+            let ko = kj(s, b, j, hk);
+            for x in 0..d {
+                dq[qo + x] += opt.scale * ds * k[ko + x];
+                dk[ko + x] += opt.scale * ds * q[qo + x];
+            }
+            let vo = vj(s, b, j, hk);
+            for x in 0..dvw {
+                dv[vo + x] += pj * dov[x];
             }
         }
     }
@@ -245,20 +242,12 @@ pub fn backward(
 pub fn sinks_backward(q: &[f64], k: &[f64], v: &[f64], do_: &[f64], s: &Shape, opt: &Options<'_>) -> Vec<f64> {
     let mut ds = vec![0.0; s.hq];
     let Some(sinks) = opt.sinks else { return ds };
-    for b in 0..s.batch {
-        for (h, dsh) in ds.iter_mut().enumerate() {
-            let hk = h / (s.hq / s.hkv);
-            for i in 0..s.tq {
-                let (p, _, lse) = row(s, opt, q, k, (b, h, i));
-                let dov = &do_[oi(s, b, i, h)..][..s.dv];
-                let di: f64 = p
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(j, pj)| pj.map(|pj| pj * dot(dov, &v[vj(s, b, j, hk)..][..s.dv])))
-                    .sum();
-                *dsh -= (sinks[h] - lse).exp() * di;
-            }
-        }
+    for (b, h, hk, i) in query_rows(s) {
+        let (p, _, lse) = row(s, opt, q, k, (b, h, i));
+        let dov = &do_[oi(s, b, i, h)..][..s.dv];
+        let di: f64 =
+            p.iter().enumerate().filter_map(|(j, pj)| pj.map(|pj| pj * dot(dov, &v[vj(s, b, j, hk)..][..s.dv]))).sum();
+        ds[h] -= (sinks[h] - lse).exp() * di;
     }
     ds
 }

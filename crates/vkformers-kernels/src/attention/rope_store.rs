@@ -14,9 +14,9 @@ use vkformers_vk::{read, write, BufferView, Recorder, Result};
 use super::decode::{self, DecodeOptions, DecodeOutputs, DecodeShape, Extra, PagedInputs, Pools};
 use super::{check_len, fail};
 use crate::code;
-use crate::code::{AttentionDecodePushRope, AttentionDecodeRopePush, AttentionDecodeRopeStorePush};
+use crate::code::{AttentionDecodePushRope, AttentionDecodeRopeStorePush};
 use crate::dtype::DType;
-use crate::launch::dispatch_elems;
+use crate::launch::{dispatch_elems, variant};
 use crate::rope::{Rope, RopeLayout};
 
 /// The step's new rows, f32: q `[N, Hq, D]`, k and v `[N, Hkv, D]`, each token's row `strides`
@@ -43,15 +43,14 @@ pub fn rope_store(
     (qo, pools): (BufferView<'_>, &Pools<'_>),
     dt: DType,
 ) -> Result<()> {
-    let code = [
-        &code::ATTENTION_DECODE_ROPE_STORE_F32,
-        &code::ATTENTION_DECODE_ROPE_STORE_F16,
-        &code::ATTENTION_DECODE_ROPE_STORE_BF16,
-    ][match dt {
-        DType::F32 => 0,
-        DType::F16 => 1,
-        DType::BF16 => 2,
-    }];
+    let code = variant(
+        dt,
+        [
+            &code::ATTENTION_DECODE_ROPE_STORE_F32,
+            &code::ATTENTION_DECODE_ROPE_STORE_F16,
+            &code::ATTENTION_DECODE_ROPE_STORE_BF16,
+        ],
+    );
     let (d, r) = (u64::from(p.head_dim), u64::from(p.rotary_dim));
     let hkv = pools.width.checked_div(p.head_dim).unwrap_or(0);
     let tokens = u64::from(p.batch) * u64::from(p.seq);
@@ -71,13 +70,7 @@ pub fn rope_store(
         return Err(fail(code.name, why));
     }
     let (q_row, kv_row) = (u64::from(p.heads) * d, u64::from(hkv) * d);
-    let (q_stride, kv_stride) = x.strides.map_or((q_row, kv_row), |(a, b)| (u64::from(a), u64::from(b)));
-    // Elements from q's (k's, v's) first to its last read: (N - 1) strides and one row.
-    let (q_span, kv_span) = ((tokens - 1) * q_stride + q_row, (tokens - 1) * kv_stride + kv_row);
-    if q_stride < q_row || kv_stride < kv_row || q_span.max(kv_span) >= 1 << 32 {
-        let why = format!("rows strided ({q_stride}, {kv_stride}) under their widths ({q_row}, {kv_row}) or too large");
-        return Err(fail(code.name, why));
-    }
+    let ((q_stride, kv_stride), (q_span, kv_span)) = strided_rows(code.name, x.strides, tokens, (q_row, kv_row))?;
     check_len(code.name, "q [N, Hq, D]", &x.q, q_span, 4)?;
     check_len(code.name, "qo [N, Hq, D]", &qo, tokens * q_row, 4)?;
     check_len(code.name, "k [N, Hkv, D]", &x.k, kv_span, 4)?;
@@ -87,18 +80,8 @@ pub fn rope_store(
     check_len(code.name, "inv_freq [R/2]", &inv_freq, r / 2, 4)?;
     check_len(code.name, "k pool", &pools.k, pool, dt.bytes())?;
     check_len(code.name, "v pool", &pools.v, pool, dt.bytes())?;
-    let interleaved = u32::from(p.layout == RopeLayout::Interleaved);
-    let rope = AttentionDecodeRopePush {
-        tokens: tokens as u32,
-        hq: p.heads,
-        hkv,
-        head_dim: p.head_dim,
-        rot_dim: p.rotary_dim,
-        interleaved,
-        mscale: p.mscale,
-    };
     let push = AttentionDecodeRopeStorePush {
-        base: rope,
+        base: decode::rope_push(p, tokens, hkv),
         pool_rows: pools.rows,
         q_stride: q_stride as u32,
         kv_stride: kv_stride as u32,
@@ -116,6 +99,25 @@ pub fn rope_store(
         read(inv_freq),
     ];
     dispatch_elems(rec, code, &args, &push, work)
+}
+
+/// The strides of q's rows and of k's and v's (`strides`, or dense rows of `q_row` and `kv_row`
+/// elements) and each one's span, the elements from its first to its last read over `tokens`
+/// rows: (tokens - 1) strides and one row. An error naming `kernel` when a stride is under its
+/// row or a span reaches 2^32.
+fn strided_rows(
+    kernel: &str,
+    strides: Option<(u32, u32)>,
+    tokens: u64,
+    (q_row, kv_row): (u64, u64),
+) -> Result<((u64, u64), (u64, u64))> {
+    let (q_stride, kv_stride) = strides.map_or((q_row, kv_row), |(a, b)| (u64::from(a), u64::from(b)));
+    let (q_span, kv_span) = ((tokens - 1) * q_stride + q_row, (tokens - 1) * kv_stride + kv_row);
+    if q_stride < q_row || kv_stride < kv_row || q_span.max(kv_span) >= 1 << 32 {
+        let why = format!("rows strided ({q_stride}, {kv_stride}) under their widths ({q_row}, {kv_row}) or too large");
+        return Err(fail(kernel, why));
+    }
+    Ok(((q_stride, kv_stride), (q_span, kv_span)))
 }
 
 /// The new token of a decode step that [`attend`] rotates and stores: k and v `[B, Hkv, D]` f32
@@ -163,14 +165,12 @@ pub fn attend<'a>(
         return Err(fail(code.name, why));
     }
     let tokens = u64::from(s.batch);
-    let (q_row, kv_row) = (u64::from(s.hq) * d, u64::from(s.hkv) * d);
-    let (q_stride, kv_stride) = new.strides.map_or((q_row, kv_row), |(a, b)| (u64::from(a), u64::from(b)));
-    // Elements from q's (k's, v's) first to its last read: (B - 1) strides and one row.
-    let (q_span, kv_span) = ((tokens - 1) * q_stride + q_row, (tokens - 1) * kv_stride + kv_row);
-    if q_stride < q_row || kv_stride < kv_row || q_span.max(kv_span) >= 1 << 32 {
-        let why = format!("rows strided ({q_stride}, {kv_stride}) under their widths ({q_row}, {kv_row}) or too large");
-        return Err(fail(code.name, why));
+    if tokens == 0 {
+        // The error decode's own check gives, before the rows' spans are sized from B - 1.
+        return Err(fail(code.name, format!("empty shape {s:?}")));
     }
+    let (q_row, kv_row) = (u64::from(s.hq) * d, u64::from(s.hkv) * d);
+    let ((q_stride, kv_stride), (q_span, kv_span)) = strided_rows(code.name, new.strides, tokens, (q_row, kv_row))?;
     check_len(code.name, "q [B, Hq, D]", &x.q, q_span, 4)?;
     check_len(code.name, "k new [B, Hkv, D]", &new.k, kv_span, 4)?;
     check_len(code.name, "v new [B, Hkv, D]", &new.v, kv_span, 4)?;

@@ -154,15 +154,7 @@ pub fn embedding_backward_fresh(
     dw: BufferView<'_>,
     scratch: BufferView<'_>,
 ) -> Result<()> {
-    let k = pick(
-        p.dtype,
-        [
-            &code::EMBEDDING_ACCUMULATE_WRITE_F32,
-            &code::EMBEDDING_ACCUMULATE_WRITE_F16,
-            &code::EMBEDDING_ACCUMULATE_WRITE_BF16,
-        ],
-    );
-    backward_with(rec, k, p, [ids, dout, dw, scratch], u64::from(p.vocab) * u64::from(p.dim))
+    backward_with(rec, p, [ids, dout, dw, scratch], true)
 }
 
 /// Backward: `dw[ids[n], :] += dout[n, :]` for every valid id but `p.padding_idx`, repeated ids
@@ -176,21 +168,30 @@ pub fn embedding_backward(
     dw: BufferView<'_>,
     scratch: BufferView<'_>,
 ) -> Result<()> {
-    let k = pick(
-        p.dtype,
-        [&code::EMBEDDING_ACCUMULATE_F32, &code::EMBEDDING_ACCUMULATE_F16, &code::EMBEDDING_ACCUMULATE_BF16],
-    );
-    backward_with(rec, k, p, [ids, dout, dw, scratch], u64::from(p.tokens) * u64::from(p.dim))
+    backward_with(rec, p, [ids, dout, dw, scratch], false)
 }
 
-/// The counting sort, then the accumulation kernel `k` over `threads` invocations.
+/// The counting sort, then the accumulation kernel: adding into `dw`, one thread per `dout`
+/// element; or with `fresh` its `_write` variant, one thread per `dw` element (each writes its
+/// row's sum, or zero).
 fn backward_with(
     rec: &mut Recorder,
-    k: &KernelCode,
     p: &Embedding,
     [ids, dout, dw, scratch]: [BufferView<'_>; 4],
-    threads: u64,
+    fresh: bool,
 ) -> Result<()> {
+    let (k, threads) = if fresh {
+        let codes = [
+            &code::EMBEDDING_ACCUMULATE_WRITE_F32,
+            &code::EMBEDDING_ACCUMULATE_WRITE_F16,
+            &code::EMBEDDING_ACCUMULATE_WRITE_BF16,
+        ];
+        (pick(p.dtype, codes), u64::from(p.vocab) * u64::from(p.dim))
+    } else {
+        let codes =
+            [&code::EMBEDDING_ACCUMULATE_F32, &code::EMBEDDING_ACCUMULATE_F16, &code::EMBEDDING_ACCUMULATE_BF16];
+        (pick(p.dtype, codes), u64::from(p.tokens) * u64::from(p.dim))
+    };
     check_shape(k, p, &ids)?;
     check_len(k, "dw", &dw, u64::from(p.vocab) * u64::from(p.dim))?;
     let n = u64::from(p.tokens) * u64::from(p.dim);

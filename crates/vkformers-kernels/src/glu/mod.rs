@@ -7,13 +7,13 @@
 
 pub mod reference;
 
-use vkformers_vk::{read, write, BufferView, KernelCode, Recorder, Result};
+use vkformers_vk::{read, write, Arg, BufferView, KernelCode, Recorder, Result};
 
 use crate::activation::Activation;
 use crate::code;
-use crate::code::{GluBackwardPush, GluBackwardPushOut16, GluForwardPush};
+use crate::code::{GluBackwardPush, GluBackwardPushOut16, GluForwardPush, GluForwardPushTwin};
 use crate::dtype::{DType, Twin};
-use crate::launch::{count, dispatch_elems, expect_len, pick, skip};
+use crate::launch::{count, dispatch_elems, expect_len, expect_lens, pick, skip, Push};
 
 /// A gated linear unit flavour.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,47 +39,75 @@ impl Glu {
         }
     }
 
-    /// Forward kernel for storage type `dt`.
-    fn forward_code(self, rec: &Recorder, dt: DType) -> Result<&'static KernelCode> {
+    /// This flavour's kernels.
+    fn codes(self) -> Codes {
         use code::*;
-        let k: [&'static KernelCode; 3] = match self {
-            Glu::SwiGlu => [&GLU_FORWARD_SWIGLU, &GLU_FORWARD_SWIGLU_F16, &GLU_FORWARD_SWIGLU_BF16],
-            Glu::GeGlu => [&GLU_FORWARD_GEGLU, &GLU_FORWARD_GEGLU_F16, &GLU_FORWARD_GEGLU_BF16],
-            Glu::GeGluTanh => [&GLU_FORWARD_GEGLU_TANH, &GLU_FORWARD_GEGLU_TANH_F16, &GLU_FORWARD_GEGLU_TANH_BF16],
-        };
-        pick(rec, dt, k)
-    }
-
-    /// Backward kernel for storage type `dt`.
-    fn backward_code(self, rec: &Recorder, dt: DType) -> Result<&'static KernelCode> {
-        use code::*;
-        let k: [&'static KernelCode; 3] = match self {
-            Glu::SwiGlu => [&GLU_BACKWARD_SWIGLU, &GLU_BACKWARD_SWIGLU_F16, &GLU_BACKWARD_SWIGLU_BF16],
-            Glu::GeGlu => [&GLU_BACKWARD_GEGLU, &GLU_BACKWARD_GEGLU_F16, &GLU_BACKWARD_GEGLU_BF16],
-            Glu::GeGluTanh => [&GLU_BACKWARD_GEGLU_TANH, &GLU_BACKWARD_GEGLU_TANH_F16, &GLU_BACKWARD_GEGLU_TANH_BF16],
-        };
-        pick(rec, dt, k)
+        match self {
+            Glu::SwiGlu => Codes {
+                plain: [
+                    [&GLU_FORWARD_SWIGLU, &GLU_FORWARD_SWIGLU_F16, &GLU_FORWARD_SWIGLU_BF16],
+                    [&GLU_BACKWARD_SWIGLU, &GLU_BACKWARD_SWIGLU_F16, &GLU_BACKWARD_SWIGLU_BF16],
+                ],
+                twin: [&GLU_FORWARD_SWIGLU_TWIN, &GLU_BACKWARD_SWIGLU_TWIN, &GLU_BACKWARD_SWIGLU_SAVED16],
+            },
+            Glu::GeGlu => Codes {
+                plain: [
+                    [&GLU_FORWARD_GEGLU, &GLU_FORWARD_GEGLU_F16, &GLU_FORWARD_GEGLU_BF16],
+                    [&GLU_BACKWARD_GEGLU, &GLU_BACKWARD_GEGLU_F16, &GLU_BACKWARD_GEGLU_BF16],
+                ],
+                twin: [&GLU_FORWARD_GEGLU_TWIN, &GLU_BACKWARD_GEGLU_TWIN, &GLU_BACKWARD_GEGLU_SAVED16],
+            },
+            Glu::GeGluTanh => Codes {
+                plain: [
+                    [&GLU_FORWARD_GEGLU_TANH, &GLU_FORWARD_GEGLU_TANH_F16, &GLU_FORWARD_GEGLU_TANH_BF16],
+                    [&GLU_BACKWARD_GEGLU_TANH, &GLU_BACKWARD_GEGLU_TANH_F16, &GLU_BACKWARD_GEGLU_TANH_BF16],
+                ],
+                twin: [&GLU_FORWARD_GEGLU_TANH_TWIN, &GLU_BACKWARD_GEGLU_TANH_TWIN, &GLU_BACKWARD_GEGLU_TANH_SAVED16],
+            },
+        }
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn launch_forward(
+/// The kernels of one flavour.
+struct Codes {
+    /// One storage type throughout: `[forward, backward]`, each `[f32, f16, bf16]`.
+    plain: [[&'static KernelCode; 3]; 2],
+    /// f32 kernels that write 16-bit twins: `[forward _twin, backward _twin, backward _saved16]`.
+    twin: [&'static KernelCode; 3],
+}
+
+/// Rows of a launch: `rows` rows of `inner` outputs, read from rows of `stride` elements
+/// (`inner`: separate gate and up; `2 inner`: a fused gate_up).
+type Extent = (usize, usize, usize);
+
+/// The checks and dispatch the plain (one storage type) forward and backward share, after their
+/// own checks of the inputs: `rows * stride` counts below 2^32, `last` (the forward's out, the
+/// backward's dout) holds `[rows, inner]` of `dt`; one thread per `[rows, inner]` element.
+fn launch_plain<P: Push>(
     rec: &mut Recorder,
-    kind: Glu,
-    gate: BufferView<'_>,
-    up: BufferView<'_>,
-    out: BufferView<'_>,
-    rows: usize,
-    inner: usize,
-    stride: usize,
-    dt: DType,
+    k: &'static KernelCode,
+    (rows, inner, stride): Extent,
+    (last, dt): ((&str, &BufferView<'_>), DType),
+    args: &[Arg<'_>],
+    push: P,
 ) -> Result<()> {
-    let k = kind.forward_code(rec, dt)?;
     let n = count(k, &[rows, inner])?;
     count(k, &[rows, stride])?;
-    expect_len(k, "out", &out, n.into(), dt)?;
+    expect_len(k, last.0, last.1, n.into(), dt)?;
+    dispatch_elems(rec, k, args, &push, n.into())
+}
+
+/// The forward kernel `k` over gate and up (checked by the caller) into `out`.
+fn launch_forward(
+    rec: &mut Recorder,
+    k: &'static KernelCode,
+    (gate, up, out): (BufferView<'_>, BufferView<'_>, BufferView<'_>),
+    (rows, inner, stride): Extent,
+    dt: DType,
+) -> Result<()> {
     let p = GluForwardPush { rows: rows as u32, inner: inner as u32, stride: stride as u32 };
-    dispatch_elems(rec, k, &[read(gate), read(up), write(out)], &p, n.into())
+    let args = [read(gate), read(up), write(out)];
+    launch_plain(rec, k, (rows, inner, stride), (("out", &out), dt), &args, p)
 }
 
 /// [`forward`] of f32 tensors (separate gate and up `[rows, inner]`, or the fused gate_up
@@ -125,17 +153,11 @@ fn forward_twins(
     (twin, save): (Twin<'_>, Option<[Twin<'_>; 2]>),
     (rows, inner): (usize, usize),
 ) -> Result<()> {
-    use code::*;
-    let k: &'static KernelCode = match kind {
-        Glu::SwiGlu => &GLU_FORWARD_SWIGLU_TWIN,
-        Glu::GeGlu => &GLU_FORWARD_GEGLU_TWIN,
-        Glu::GeGluTanh => &GLU_FORWARD_GEGLU_TANH_TWIN,
-    };
+    let [k, _, _] = kind.codes().twin;
     let n = count(k, &[rows, inner])?;
     let (gate, up, stride) = match up {
         Some(up) => {
-            expect_len(k, "gate", &gate, n.into(), DType::F32)?;
-            expect_len(k, "up", &up, n.into(), DType::F32)?;
+            expect_lens(k, &[("gate", &gate), ("up", &up)], n.into(), DType::F32)?;
             (gate, up, inner)
         }
         None => {
@@ -176,7 +198,7 @@ pub fn backward_saved16(
     twins: [Twin<'_>; 2],
     (rows, inner): (usize, usize),
 ) -> Result<()> {
-    backward_saved16_into(rec, kind, (saved, dout), Some((dgate, dup)), twins, (rows, inner))
+    backward_saved16_strided(rec, kind, (saved, dout), Some((dgate, dup)), twins, (rows, inner, inner))
 }
 
 /// [`backward_saved16`] writing dgate and dup only in 16 bits (`twins`), not in f32: training
@@ -190,7 +212,7 @@ pub fn backward_saved16_twin_only(
     twins: [Twin<'_>; 2],
     (rows, inner): (usize, usize),
 ) -> Result<()> {
-    backward_saved16_into(rec, kind, (saved, dout), None, twins, (rows, inner))
+    backward_saved16_strided(rec, kind, (saved, dout), None, twins, (rows, inner, inner))
 }
 
 /// [`backward_saved16`] of a fused gate_up: from the 16-bit gate_up [rows, 2 inner] the `_twin`
@@ -213,45 +235,29 @@ pub fn backward_fused_saved16(
     backward_saved16_strided(rec, kind, (saved, dout), wide, twins, (rows, inner, 2 * inner))
 }
 
-/// The saved-16-bit backward kernel; `wide` None turns its f32 dgate/dup stores off.
-fn backward_saved16_into(
-    rec: &mut Recorder,
-    kind: Glu,
-    (saved, dout): ([Twin<'_>; 2], BufferView<'_>),
-    wide: Option<(BufferView<'_>, BufferView<'_>)>,
-    twins: [Twin<'_>; 2],
-    (rows, inner): (usize, usize),
-) -> Result<()> {
-    backward_saved16_strided(rec, kind, (saved, dout), wide, twins, (rows, inner, inner))
-}
-
 /// Elements a view of `rows` rows of `stride` holds when each row's `inner` values are read
 /// (the last row ends `inner` into its stride).
 fn strided_len(rows: usize, inner: usize, stride: usize) -> u64 {
     (rows.saturating_sub(1) * stride + inner) as u64
 }
 
-/// [`backward_saved16_into`] over rows of `stride` (inner: separate tensors; 2 inner: fused).
+/// The saved-16-bit backward kernel over rows of `stride` (inner: separate tensors; 2 inner:
+/// fused); `wide` None turns its f32 dgate/dup stores off.
 fn backward_saved16_strided(
     rec: &mut Recorder,
     kind: Glu,
     (saved, dout): ([Twin<'_>; 2], BufferView<'_>),
     wide: Option<(BufferView<'_>, BufferView<'_>)>,
     twins: [Twin<'_>; 2],
-    (rows, inner, stride): (usize, usize, usize),
+    (rows, inner, stride): Extent,
 ) -> Result<()> {
-    use code::*;
-    let k: &'static KernelCode = match kind {
-        Glu::SwiGlu => &GLU_BACKWARD_SWIGLU_SAVED16,
-        Glu::GeGlu => &GLU_BACKWARD_GEGLU_SAVED16,
-        Glu::GeGluTanh => &GLU_BACKWARD_GEGLU_TANH_SAVED16,
-    };
+    let [_, _, k] = kind.codes().twin;
     count(k, &[rows, stride])?;
     let n = strided_len(rows, inner, stride);
     let half = one_twin_code(k, &[twins[0], twins[1], saved[0], saved[1]], n, "16-bit gate, up and twins")?;
     let [g16, u16] = saved.map(|t| t.view);
     let only16 = if wide.is_none() { 4 } else { 0 };
-    launch_twin_backward(rec, k, (g16, u16, dout), wide, twins, (rows, inner, stride, half | only16))
+    launch_twin_backward(rec, k, (g16, u16, dout), wide, twins, ((rows, inner, stride), half | only16))
 }
 
 /// The 16-bit type code shared by every twin in `ts` (each of `n` values), or an error naming
@@ -274,7 +280,7 @@ fn launch_twin_backward(
     (gate, up, dout): (BufferView<'_>, BufferView<'_>, BufferView<'_>),
     wide: Option<(BufferView<'_>, BufferView<'_>)>,
     twins: [Twin<'_>; 2],
-    (rows, inner, stride, half): (usize, usize, usize, u32),
+    ((rows, inner, stride), half): (Extent, u32),
 ) -> Result<()> {
     let n = u64::from(count(k, &[rows, inner])?);
     expect_len(k, "dout", &dout, n, DType::F32)?;
@@ -311,11 +317,10 @@ pub fn forward(
     inner: usize,
     dt: DType,
 ) -> Result<()> {
-    let k = kind.forward_code(rec, dt)?;
+    let k = pick(rec, dt, kind.codes().plain[0])?;
     let n = u64::from(count(k, &[rows, inner])?);
-    expect_len(k, "gate", &gate, n, dt)?;
-    expect_len(k, "up", &up, n, dt)?;
-    launch_forward(rec, kind, gate, up, out, rows, inner, inner, dt)
+    expect_lens(k, &[("gate", &gate), ("up", &up)], n, dt)?;
+    launch_forward(rec, k, (gate, up, out), (rows, inner, inner), dt)
 }
 
 /// `out = f(gate_up[:, :inner]) * gate_up[:, inner:]`; gate_up [rows, 2 inner], out [rows, inner],
@@ -329,9 +334,10 @@ pub fn forward_fused(
     inner: usize,
     dt: DType,
 ) -> Result<()> {
-    let k = kind.forward_code(rec, dt)?;
+    let k = pick(rec, dt, kind.codes().plain[0])?;
     expect_len(k, "gate_up", &gate_up, u64::from(count(k, &[rows, 2, inner])?), dt)?;
-    launch_forward(rec, kind, gate_up, skip(gate_up, inner as u64, dt), out, rows, inner, 2 * inner, dt)
+    let up = skip(gate_up, inner as u64, dt);
+    launch_forward(rec, k, (gate_up, up, out), (rows, inner, 2 * inner), dt)
 }
 
 /// Views of one backward launch: inputs, upstream gradient, gradients written.
@@ -343,22 +349,17 @@ struct BackwardViews<'a> {
     dup: BufferView<'a>,
 }
 
+/// The backward kernel `k` over the views `v` (all but dout checked by the caller).
 fn launch_backward(
     rec: &mut Recorder,
-    kind: Glu,
+    k: &'static KernelCode,
     v: BackwardViews<'_>,
-    rows: usize,
-    inner: usize,
-    stride: usize,
+    (rows, inner, stride): Extent,
     dt: DType,
 ) -> Result<()> {
-    let k = kind.backward_code(rec, dt)?;
-    let n = count(k, &[rows, inner])?;
-    count(k, &[rows, stride])?;
-    expect_len(k, "dout", &v.dout, n.into(), dt)?;
     let p = GluBackwardPush { rows: rows as u32, inner: inner as u32, stride: stride as u32 };
     let args = [read(v.gate), read(v.up), read(v.dout), write(v.dgate), write(v.dup)];
-    dispatch_elems(rec, k, &args, &p, n.into())
+    launch_plain(rec, k, (rows, inner, stride), (("dout", &v.dout), dt), &args, p)
 }
 
 /// Backward of [`forward`]: `dgate = dout * up * f'(gate)`, `dup = dout * f(gate)`;
@@ -376,12 +377,10 @@ pub fn backward(
     inner: usize,
     dt: DType,
 ) -> Result<()> {
-    let k = kind.backward_code(rec, dt)?;
+    let k = pick(rec, dt, kind.codes().plain[1])?;
     let n = u64::from(count(k, &[rows, inner])?);
-    for (what, v) in [("gate", &gate), ("up", &up), ("dgate", &dgate), ("dup", &dup)] {
-        expect_len(k, what, v, n, dt)?;
-    }
-    launch_backward(rec, kind, BackwardViews { gate, up, dout, dgate, dup }, rows, inner, inner, dt)
+    expect_lens(k, &[("gate", &gate), ("up", &up), ("dgate", &dgate), ("dup", &dup)], n, dt)?;
+    launch_backward(rec, k, BackwardViews { gate, up, dout, dgate, dup }, (rows, inner, inner), dt)
 }
 
 /// [`backward`] of f32 tensors that also writes `dgate` and `dup` in 16 bits into `twins`
@@ -395,18 +394,11 @@ pub fn backward_twin(
     twins: [Twin<'_>; 2],
     (rows, inner): (usize, usize),
 ) -> Result<()> {
-    use code::*;
-    let k: &'static KernelCode = match kind {
-        Glu::SwiGlu => &GLU_BACKWARD_SWIGLU_TWIN,
-        Glu::GeGlu => &GLU_BACKWARD_GEGLU_TWIN,
-        Glu::GeGluTanh => &GLU_BACKWARD_GEGLU_TANH_TWIN,
-    };
+    let [_, k, _] = kind.codes().twin;
     let n = u64::from(count(k, &[rows, inner])?);
-    for (what, v) in [("gate", &gate), ("up", &up)] {
-        expect_len(k, what, v, n, DType::F32)?;
-    }
+    expect_lens(k, &[("gate", &gate), ("up", &up)], n, DType::F32)?;
     let half = one_twin_code(k, &twins, n, "the twins of dgate and dup")?;
-    launch_twin_backward(rec, k, (gate, up, dout), Some((dgate, dup)), twins, (rows, inner, inner, half))
+    launch_twin_backward(rec, k, (gate, up, dout), Some((dgate, dup)), twins, ((rows, inner, inner), half))
 }
 
 /// Backward of [`forward_fused`]: writes the fused gradient `dgate_up` [rows, 2 inner]
@@ -423,12 +415,11 @@ pub fn backward_fused(
     inner: usize,
     dt: DType,
 ) -> Result<()> {
-    let k = kind.backward_code(rec, dt)?;
+    let k = pick(rec, dt, kind.codes().plain[1])?;
     let n2 = u64::from(count(k, &[rows, 2, inner])?);
-    expect_len(k, "gate_up", &gate_up, n2, dt)?;
-    expect_len(k, "dgate_up", &dgate_up, n2, dt)?;
+    expect_lens(k, &[("gate_up", &gate_up), ("dgate_up", &dgate_up)], n2, dt)?;
     let i = inner as u64;
     let (up, dup) = (skip(gate_up, i, dt), skip(dgate_up, i, dt));
     let views = BackwardViews { gate: gate_up, up, dout, dgate: dgate_up, dup };
-    launch_backward(rec, kind, views, rows, inner, 2 * inner, dt)
+    launch_backward(rec, k, views, (rows, inner, 2 * inner), dt)
 }

@@ -45,10 +45,34 @@ fn expect_len(k: &KernelCode, what: &str, v: &BufferView<'_>, elems: u64) -> Res
     expect_len_of(k, what, v, elems, 4)
 }
 
+/// [`expect_len`] of each named view in turn, `elems` values each.
+fn expect_lens(k: &KernelCode, views: &[(&str, &BufferView<'_>)], elems: u64) -> Result<()> {
+    views.iter().try_for_each(|(what, v)| expect_len(k, what, v, elems))
+}
+
+/// The `1..2^32` 4-byte values (`kind`: their type, for the error) of `v`, named `what`.
+fn values(k: &KernelCode, what: &str, v: &BufferView<'_>, kind: &str) -> Result<u32> {
+    let n = v.len / 4;
+    if n == 0 || !v.len.is_multiple_of(4) || n > u64::from(u32::MAX) {
+        return Err(err(k, format!("{what}: view of {} bytes is not 1..2^32 {kind} values", v.len)));
+    }
+    Ok(n as u32)
+}
+
 impl CrossEntropy<'_> {
     /// Elements of `logits` (and `dlogits`).
     fn elems(&self) -> u64 {
         u64::from(self.rows) * u64::from(self.vocab)
+    }
+
+    /// One workgroup per row (forward, fused forward and backward).
+    fn row_groups(&self) -> [u32; 3] {
+        [self.rows.min(MAX_GROUPS), 1, 1]
+    }
+
+    /// The backward alone: workgroups of `BWD_LOCAL` logits of a row.
+    fn backward_groups(&self) -> [u32; 3] {
+        [self.vocab.div_ceil(BWD_LOCAL).min(MAX_GROUPS), self.rows.min(MAX_GROUPS), 1]
     }
 
     fn validate(&self, k: &KernelCode) -> Result<()> {
@@ -63,12 +87,9 @@ impl CrossEntropy<'_> {
 /// `count[0] = #{r : 0 <= labels[r] < vocab}` as f32. `labels [rows]` i32, `count [1]`.
 pub fn count_labels(rec: &mut Recorder, labels: BufferView<'_>, vocab: u32, count: BufferView<'_>) -> Result<()> {
     let k = &code::LOSS_COUNT;
-    let rows = labels.len / 4;
-    if rows == 0 || !labels.len.is_multiple_of(4) || rows > u64::from(u32::MAX) {
-        return Err(err(k, format!("labels: view of {} bytes is not 1..2^32 int32 values", labels.len)));
-    }
+    let rows = values(k, "labels", &labels, "int32")?;
     expect_len(k, "count", &count, 1)?;
-    dispatch(rec, k, &[], &[read(labels), write(count)], &LossCountPush { n: rows as u32, vocab }, [1, 1, 1])
+    dispatch(rec, k, &[], &[read(labels), write(count)], &LossCountPush { n: rows, vocab }, [1, 1, 1])
 }
 
 /// Forward only: `loss_rows [rows]` (0 on ignored rows) and `lse [rows]` (row log-sum-exp,
@@ -84,11 +105,10 @@ pub fn forward(
         [&code::LOSS_CROSS_ENTROPY_FWD, &code::LOSS_CROSS_ENTROPY_FWD_F16, &code::LOSS_CROSS_ENTROPY_FWD_BF16],
     );
     ce.validate(k)?;
-    expect_len(k, "loss_rows", &loss_rows, ce.rows.into())?;
-    expect_len(k, "lse", &lse, ce.rows.into())?;
+    expect_lens(k, &[("loss_rows", &loss_rows), ("lse", &lse)], ce.rows.into())?;
     let args = [read(ce.logits), read(ce.labels), write(loss_rows), write(lse)];
     let push = LossCrossEntropyPush { n: ce.rows, vocab: ce.vocab };
-    dispatch(rec, k, &[], &args, &push, [ce.rows.min(MAX_GROUPS), 1, 1])
+    dispatch(rec, k, &[], &args, &push, ce.row_groups())
 }
 
 /// Fused forward and backward in one pass over each row: `loss_rows [rows]`, `lse [rows]` and
@@ -113,14 +133,12 @@ pub fn forward_backward(
         ],
     );
     ce.validate(k)?;
-    expect_len(k, "count", &count, 1)?;
-    expect_len(k, "g", &g, 1)?;
-    expect_len(k, "loss_rows", &loss_rows, ce.rows.into())?;
-    expect_len(k, "lse", &lse, ce.rows.into())?;
+    expect_lens(k, &[("count", &count), ("g", &g)], 1)?;
+    expect_lens(k, &[("loss_rows", &loss_rows), ("lse", &lse)], ce.rows.into())?;
     expect_len_of(k, "dlogits", &dlogits, ce.elems(), ce.dtype.bytes())?;
     let args = [read(ce.logits), read(ce.labels), write(loss_rows), write(lse), read(count), read(g), write(dlogits)];
     let push = LossCrossEntropyPush { n: ce.rows, vocab: ce.vocab };
-    dispatch(rec, k, &[], &args, &push, [ce.rows.min(MAX_GROUPS), 1, 1])
+    dispatch(rec, k, &[], &args, &push, ce.row_groups())
 }
 
 /// Backward alone, from the `lse [rows]` saved by [`forward`]:
@@ -139,12 +157,11 @@ pub fn backward(
     );
     ce.validate(k)?;
     expect_len(k, "lse", &lse, ce.rows.into())?;
-    expect_len(k, "count", &count, 1)?;
-    expect_len(k, "g", &g, 1)?;
+    expect_lens(k, &[("count", &count), ("g", &g)], 1)?;
     expect_len_of(k, "dlogits", &dlogits, ce.elems(), ce.dtype.bytes())?;
     let args = [read(ce.logits), read(ce.labels), read(lse), read(count), read(g), write(dlogits)];
-    let groups = [ce.vocab.div_ceil(BWD_LOCAL).min(MAX_GROUPS), ce.rows.min(MAX_GROUPS), 1];
-    dispatch(rec, k, &[], &args, &LossCrossEntropyBwdPush { n: ce.rows, vocab: ce.vocab }, groups)
+    let push = LossCrossEntropyBwdPush { n: ce.rows, vocab: ce.vocab };
+    dispatch(rec, k, &[], &args, &push, ce.backward_groups())
 }
 
 /// [`backward`] of f32 logits writing dlogits only in 16 bits (`twin`, f16 or bf16, rounded as
@@ -162,13 +179,11 @@ pub fn backward_twin_only(
     }
     ce.validate(k)?;
     expect_len(k, "lse", &lse, ce.rows.into())?;
-    expect_len(k, "count", &count, 1)?;
-    expect_len(k, "g", &g, 1)?;
+    expect_lens(k, &[("count", &count), ("g", &g)], 1)?;
     let half = twin.code(k.name, ce.elems())?;
     let args = [read(ce.logits), read(ce.labels), read(lse), read(count), read(g), write(twin.view)];
-    let groups = [ce.vocab.div_ceil(BWD_LOCAL).min(MAX_GROUPS), ce.rows.min(MAX_GROUPS), 1];
     let push = LossCrossEntropyBwdPushTwin { n: ce.rows, vocab: ce.vocab, twin: half };
-    dispatch(rec, k, &[], &args, &push, groups)
+    dispatch(rec, k, &[], &args, &push, ce.backward_groups())
 }
 
 /// `out[0] = sum(loss_rows) / count[0]` (0 when `count[0] == 0`), a deterministic tree
@@ -180,11 +195,7 @@ pub fn mean_loss(
     out: BufferView<'_>,
 ) -> Result<()> {
     let k = &code::LOSS_MEAN;
-    let rows = loss_rows.len / 4;
-    if rows == 0 || !loss_rows.len.is_multiple_of(4) || rows > u64::from(u32::MAX) {
-        return Err(err(k, format!("loss_rows: view of {} bytes is not 1..2^32 f32 values", loss_rows.len)));
-    }
-    expect_len(k, "count", &count, 1)?;
-    expect_len(k, "out", &out, 1)?;
-    dispatch(rec, k, &[], &[read(loss_rows), read(count), write(out)], &LossMeanPush { n: rows as u32 }, [1, 1, 1])
+    let rows = values(k, "loss_rows", &loss_rows, "f32")?;
+    expect_lens(k, &[("count", &count), ("out", &out)], 1)?;
+    dispatch(rec, k, &[], &[read(loss_rows), read(count), write(out)], &LossMeanPush { n: rows }, [1, 1, 1])
 }

@@ -5,7 +5,7 @@
 
 use vkformers_vk::{read, write, BufferView, Recorder, Result};
 
-use super::{check_views, kname, row_groups, LayerNorm};
+use super::{affine_mode, check_views, kname, row_groups, LayerNorm};
 use crate::code;
 use crate::code::NormLayerForwardAddPush;
 use crate::dtype::{DType, Twin};
@@ -34,12 +34,7 @@ pub fn add_layer_norm_forward(
     }
     let tensors = [("x", &x), ("r", &r), ("y", &y)];
     check_views(name, (p.rows, p.dim, DType::F32), (&tensors, &[]), &[("w", w.as_ref()), ("b", b.as_ref())])?;
-    let affine = match (w.is_some(), b.is_some()) {
-        (false, false) => 0,
-        (true, false) => 1,
-        (true, true) => 2,
-        (false, true) => return Err(err(name, "a bias without a weight is not supported".into())),
-    };
+    let affine = affine_mode(name, w.is_some(), b.is_some())?;
     if let Some(t) = &twin {
         t.code(name, u64::from(p.rows) * u64::from(p.dim))?;
         crate::launch::check_storage(rec, k, t.dtype)?;

@@ -25,7 +25,7 @@ use crate::code::{
 };
 use crate::dtype::{DType, Twin};
 use crate::launch::MAX_GROUPS_32 as MAX_GROUPS;
-use crate::launch::{dispatch, err_named as err, variant, Push};
+use crate::launch::{dispatch, err_named as err, expect_len_named as check_len_of, variant, Push};
 
 /// Workgroups sharing out the rows of a backward (and rows of partial sums to add).
 const GRAD_BLOCKS: u32 = 1024;
@@ -87,18 +87,6 @@ fn kname(k: &KernelCode) -> &'static str {
 /// Checks that `v` holds exactly `elems` f32 values.
 fn check_len(kernel: &str, what: &str, v: &BufferView<'_>, elems: u64) -> Result<()> {
     check_len_of(kernel, what, v, elems, DType::F32)
-}
-
-/// Checks that `v` holds exactly `elems` values of `dt`.
-fn check_len_of(kernel: &str, what: &str, v: &BufferView<'_>, elems: u64, dt: DType) -> Result<()> {
-    let bytes = elems * dt.bytes();
-    if v.len != bytes {
-        return Err(err(
-            kernel,
-            format!("{what}: view of {} bytes, expected {elems} {} ({bytes} bytes)", v.len, dt.suffix()),
-        ));
-    }
-    Ok(())
 }
 
 fn check_shape(kernel: &str, rows: u32, dim: u32) -> Result<()> {
@@ -197,14 +185,7 @@ pub fn add_rms_norm_forward_twin(
     twin: Twin<'_>,
     rstd: BufferView<'_>,
 ) -> Result<()> {
-    let kernels = (&code::NORM_RMS_FORWARD_ADD_TWIN_F32_CPU, &code::NORM_RMS_FORWARD_ADD_TWIN_F32);
-    let (k, half) = twin_forward_checks(rec, kernels, p, (&x, &y, &rstd), w.as_ref(), &twin)?;
-    let n = u64::from(p.rows) * u64::from(p.dim);
-    check_len(kname(k), "r", &r, n)?;
-    check_len(kname(k), "h", &h, n)?;
-    let params = NormRmsForwardPushTwin { base: rms_push(p, w.is_some()), twin: half };
-    let args = [read(x), read(r), write(h), read(w.unwrap_or(x)), write(y), write(rstd), write(twin.view)];
-    dispatch(rec, k, &[], &args, &params, row_groups(p.rows))
+    rms_twin(rec, p, (x, w), Some((r, h)), Some(y), (twin, rstd))
 }
 
 /// [`add_rms_norm_forward_twin`] writing y only in 16 bits (`twin`), not in f32: training
@@ -219,16 +200,7 @@ pub fn add_rms_norm_forward_twin_only(
     twin: Twin<'_>,
     rstd: BufferView<'_>,
 ) -> Result<()> {
-    let kernels = (&code::NORM_RMS_FORWARD_ADD_TWIN_F32_CPU, &code::NORM_RMS_FORWARD_ADD_TWIN_F32);
-    // x stands for the absent y in the length checks (both f32 [rows, dim]).
-    let (k, half) = twin_forward_checks(rec, kernels, p, (&x, &x, &rstd), w.as_ref(), &twin)?;
-    let n = u64::from(p.rows) * u64::from(p.dim);
-    check_len(kname(k), "r", &r, n)?;
-    check_len(kname(k), "h", &h, n)?;
-    // twin bit 2: no f32 store.
-    let params = NormRmsForwardPushTwin { base: rms_push(p, w.is_some()), twin: half | 4 };
-    let args = [read(x), read(r), write(h), read(w.unwrap_or(x)), write(twin.view), write(rstd), write(twin.view)];
-    dispatch(rec, k, &[], &args, &params, row_groups(p.rows))
+    rms_twin(rec, p, (x, w), Some((r, h)), None, (twin, rstd))
 }
 
 /// [`rms_norm_forward_twin`] writing y only in 16 bits (`twin`), not in f32 (see
@@ -240,12 +212,7 @@ pub fn rms_norm_forward_twin_only(
     twin: Twin<'_>,
     rstd: BufferView<'_>,
 ) -> Result<()> {
-    let kernels = (&code::NORM_RMS_FORWARD_TWIN_F32_CPU, &code::NORM_RMS_FORWARD_TWIN_F32);
-    let (k, half) = twin_forward_checks(rec, kernels, p, (&x, &x, &rstd), w.as_ref(), &twin)?;
-    // twin bit 2: no f32 store.
-    let params = NormRmsForwardPushTwin { base: rms_push(p, w.is_some()), twin: half | 4 };
-    let args = [read(x), read(w.unwrap_or(x)), write(twin.view), write(rstd), write(twin.view)];
-    dispatch(rec, k, &[], &args, &params, row_groups(p.rows))
+    rms_twin(rec, p, (x, w), None, None, (twin, rstd))
 }
 
 /// RMSNorm forward: `y = x * rstd * g` with `rstd = 1 / sqrt(mean(x^2) + eps)` per row and
@@ -296,10 +263,36 @@ pub fn rms_norm_forward_twin(
     twin: Twin<'_>,
     rstd: BufferView<'_>,
 ) -> Result<()> {
-    let kernels = (&code::NORM_RMS_FORWARD_TWIN_F32_CPU, &code::NORM_RMS_FORWARD_TWIN_F32);
-    let (k, half) = twin_forward_checks(rec, kernels, p, (&x, &y, &rstd), w.as_ref(), &twin)?;
-    let params = NormRmsForwardPushTwin { base: rms_push(p, w.is_some()), twin: half };
-    let args = [read(x), read(w.unwrap_or(x)), write(y), write(rstd), write(twin.view)];
+    rms_twin(rec, p, (x, w), None, Some(y), (twin, rstd))
+}
+
+/// Every twin RMSNorm forward: with `add` (r, h) the residual add fused before it; with no f32
+/// `y` only the twin is written (push constant `twin` bit 2), and the twin's view stands in
+/// for y's pointer. Pointers: x, [r, h], w, y, rstd, twin.
+fn rms_twin(
+    rec: &mut Recorder,
+    p: &RmsNorm,
+    (x, w): (BufferView<'_>, Option<BufferView<'_>>),
+    add: Option<(BufferView<'_>, BufferView<'_>)>,
+    y: Option<BufferView<'_>>,
+    (twin, rstd): (Twin<'_>, BufferView<'_>),
+) -> Result<()> {
+    let kernels = match add {
+        Some(_) => (&code::NORM_RMS_FORWARD_ADD_TWIN_F32_CPU, &code::NORM_RMS_FORWARD_ADD_TWIN_F32),
+        None => (&code::NORM_RMS_FORWARD_TWIN_F32_CPU, &code::NORM_RMS_FORWARD_TWIN_F32),
+    };
+    // x stands for an absent y in the length checks (both f32 [rows, dim]).
+    let (k, half) = twin_forward_checks(rec, kernels, p, (&x, y.as_ref().unwrap_or(&x), &rstd), w.as_ref(), &twin)?;
+    let mut args = vec![read(x)];
+    if let Some((r, h)) = add {
+        let n = u64::from(p.rows) * u64::from(p.dim);
+        check_len(kname(k), "r", &r, n)?;
+        check_len(kname(k), "h", &h, n)?;
+        args.extend([read(r), write(h)]);
+    }
+    args.extend([read(w.unwrap_or(x)), write(y.unwrap_or(twin.view)), write(rstd), write(twin.view)]);
+    let no_f32 = if y.is_none() { 4 } else { 0 };
+    let params = NormRmsForwardPushTwin { base: rms_push(p, w.is_some()), twin: half | no_f32 };
     dispatch(rec, k, &[], &args, &params, row_groups(p.rows))
 }
 
@@ -522,15 +515,21 @@ pub fn layer_norm_forward(
     let name = kname(k);
     let (tensors, stats) = ([("x", &x), ("y", &y)], [("mean", &mean), ("rstd", &rstd)]);
     check_views(name, (p.rows, p.dim, p.dtype), (&tensors, &stats), &[("w", w.as_ref()), ("b", b.as_ref())])?;
-    let affine = match (w.is_some(), b.is_some()) {
-        (false, false) => 0,
-        (true, false) => 1,
-        (true, true) => 2,
-        (false, true) => return Err(err(name, "a bias without a weight is not supported".into())),
-    };
+    let affine = affine_mode(name, w.is_some(), b.is_some())?;
     let params = NormLayerForwardPush { rows: p.rows, D: p.dim, eps: p.eps, affine };
     let args = [read(x), read(w.unwrap_or(x)), read(b.unwrap_or(x)), write(y), write(mean), write(rstd)];
     dispatch(rec, k, &[], &args, &params, row_groups(p.rows))
+}
+
+/// The `affine` push constant of the LayerNorm forwards: 0 no parameters, 1 a weight, 2 weight
+/// and bias; a bias alone is an error naming the kernel `name`.
+fn affine_mode(name: &str, weight: bool, bias: bool) -> Result<u32> {
+    match (weight, bias) {
+        (false, false) => Ok(0),
+        (true, false) => Ok(1),
+        (true, true) => Ok(2),
+        (false, true) => Err(err(name, "a bias without a weight is not supported".into())),
+    }
 }
 
 /// LayerNorm backward: from `x`, `w`, the forward's `mean`, `rstd` and `dy`, writes

@@ -22,23 +22,17 @@ pub const CHUNK: u64 = 4096;
 /// Row-sum kernel reading `x_dt`: into `x_dt` (`to_f32` false) or into f32 (`to_f32` true).
 fn rows_code(rec: &Recorder, x_dt: DType, to_f32: bool) -> Result<&'static KernelCode> {
     use code::*;
-    let k = if to_f32 {
-        [&REDUCE_ROWS_F32, &REDUCE_ROWS_F16_TO_F32, &REDUCE_ROWS_BF16_TO_F32]
-    } else {
-        [&REDUCE_ROWS_F32, &REDUCE_ROWS_F16, &REDUCE_ROWS_BF16]
-    };
-    pick(rec, x_dt, k)
+    let same = [&REDUCE_ROWS_F32, &REDUCE_ROWS_F16, &REDUCE_ROWS_BF16];
+    let wide = [&REDUCE_ROWS_F32, &REDUCE_ROWS_F16_TO_F32, &REDUCE_ROWS_BF16_TO_F32];
+    pick(rec, x_dt, if to_f32 { wide } else { same })
 }
 
 /// Backward kernel writing dx of `dx_dt`, from dy of `dx_dt` (`from_f32` false) or of f32.
 fn backward_code(rec: &Recorder, dx_dt: DType, from_f32: bool) -> Result<&'static KernelCode> {
     use code::*;
-    let k = if from_f32 {
-        [&REDUCE_BACKWARD_F32, &REDUCE_BACKWARD_F32_TO_F16, &REDUCE_BACKWARD_F32_TO_BF16]
-    } else {
-        [&REDUCE_BACKWARD_F32, &REDUCE_BACKWARD_F16, &REDUCE_BACKWARD_BF16]
-    };
-    pick(rec, dx_dt, k)
+    let same = [&REDUCE_BACKWARD_F32, &REDUCE_BACKWARD_F16, &REDUCE_BACKWARD_BF16];
+    let wide = [&REDUCE_BACKWARD_F32, &REDUCE_BACKWARD_F32_TO_F16, &REDUCE_BACKWARD_F32_TO_BF16];
+    pick(rec, dx_dt, if from_f32 { wide } else { same })
 }
 
 /// Sums (times `scale`) rows of `d` elements of x [n] (the last row may be short) into out,

@@ -1,10 +1,8 @@
 //! Host side of the tests of the `twin` launchers (kernels that also write their f32 output as
 //! a 16-bit copy, or write that copy only): twin views and the RoPE inputs they draw.
 
-use vkformers_vk::testing::on_every_device;
 use vkformers_vk::{Buffer, BufferView, Context, Result};
 
-use super::storage::unsupported;
 use super::Rng;
 use crate::dtype::{DType, Twin};
 use crate::rope::{reference, Rope, RopeLayout};
@@ -14,20 +12,6 @@ pub const RMS_CASES: [((usize, usize), bool); 4] = [((1, 1), true), ((3, 7), fal
 
 /// The RoPE shapes of the twin tests: `(batch, seq, heads, head_dim, rotary_dim)`.
 pub const ROPE_SHAPES: [(u32, u32, u32, u32, u32); 3] = [(1, 1, 1, 2, 2), (2, 3, 3, 7, 4), (1, 5, 2, 10, 10)];
-
-/// Runs `check` for f16 and then bf16 twins on every device that stores them, with one RNG
-/// seeded `seed` per device.
-pub fn on_halves(test: &str, seed: u64, check: impl Fn(&Context, &mut Rng, DType) -> Result<()>) {
-    on_every_device(test, |ctx| {
-        let mut rng = Rng::new(seed);
-        for dt in [DType::F16, DType::BF16] {
-            if !unsupported(ctx, dt, test) {
-                check(ctx, &mut rng, dt)?;
-            }
-        }
-        Ok(())
-    });
-}
 
 /// The first `n` 16-bit values of `b` as a twin of `dt`.
 pub fn twin(b: &Buffer, n: usize, dt: DType) -> Twin<'_> {
