@@ -10,7 +10,8 @@
 #   tools/device/pack.sh .dev/nx vkformers-kernels:step_replay vkformers-kernels:sample \
 #     vkformers-kernels:attention_decode vkformers-kernels:attention_decode_rope_in \
 #     vkformers-kernels:gemv vkformers-kernels:gemv_normed vkformers-kernels:gemv_prefetch \
-#     vkformers-kernels:gemm_coopmat \
+#     vkformers-kernels:gemm_coopmat vkformers-kernels:attention_cm2 vkformers-kernels:activation \
+#     vkformers-kernels:glu \
 #     vkformers-generate:replay vkformers-generate:lean_decode vkformers-generate:rope_in_attention \
 #     vkformers-generate:greedy
 #   cp tools/device/next-suite.sh .dev/nx/
@@ -108,8 +109,13 @@ if [[ $PART == tests ]]; then
         TT=120 t $n
     done
     VKFORMERS_DECODE_LEAN=1 TT=120 t rope_in_attention
-    sec "the cm2 GEMM test (every engine, the new tiles included)"
+    sec "the cm2 GEMM test (every engine, the new tiles and the double-buffered K loop included)"
     TT=200 t gemm_coopmat
+    # The launchers' shared checks (cm2 attention: only compiled and reviewed on lavapipe) and
+    # GELU's erf through one Horner helper (session of 08:28), on NVIDIA's compiler.
+    for n in attention_cm2 activation glu; do
+        TT=120 t $n
+    done
     # Two older untimed A/Bs of the batch-64 step (2026-12-05 session 13): decode rows' products
     # unsplit along K, and decode-attention row tiles of 4 query heads.
     for sw in "VKFORMERS_SKINNY_SPLIT_K=0" "VKFORMERS_DECODE_TILE_ROWS=4" "VKFORMERS_DECODE_LEAN=1 VKFORMERS_SKINNY_SPLIT_K=0"; do
