@@ -19,8 +19,8 @@ mod common;
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::process::Command;
 
+use common::profiled_train::{profile_rows, train_two_profiled_steps};
 use common::trainer_parity::{decoder_first_step_grads, rel, repo, EPS, LR};
 use vkformers_io::ModelWeights;
 
@@ -33,26 +33,9 @@ fn train(model: &str, args: &[&str], env: &[(&str, &str)], out: &Path) -> (Vec<f
 
 /// [`train`] of the model `source` names (`--model DIR` or `--init-from-config FILE`).
 fn train_from(source: &[&str], args: &[&str], env: &[(&str, &str)], out: &Path) -> (Vec<f64>, f64) {
-    let data = repo().join("tests/fixtures_train/rows.jsonl");
-    let o = Command::new(env!("CARGO_BIN_EXE_vkformers"))
-        .arg("train")
-        .args(source)
-        .args(["--data", &data.display().to_string()])
-        .args(["--out", &out.display().to_string(), "--max-steps", "2", "--batch-size", "2", "--no-shuffle"])
-        .args(["--schedule", "constant", "--lr", "1e-3", "--eps", "1e-6", "--max-grad-norm", "0", "--profile"])
-        .args(args)
-        // Every product on the GEMM, as in a real batch (a few rows take the GEMV).
-        .env("VKFORMERS_GEMV_MAX_ROWS", "0")
-        .envs(env.iter().copied())
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "vkformers train {args:?} {env:?}: {text}");
-    let gemms = text
-        .lines()
-        .filter(|l| l.starts_with("matmul/gemm"))
-        .map(|l| l.split_whitespace().nth(1).unwrap().parse::<f64>().unwrap())
-        .sum();
+    let with_eps = [&["--eps", "1e-6"], args].concat();
+    let text = train_two_profiled_steps(source, &with_eps, env, out, &format!("{args:?} {env:?}"));
+    let gemms = profile_rows(&text, &["matmul/gemm"]).iter().map(|(_, calls)| calls).sum();
     let metrics = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
     let losses =
         metrics.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["loss"].as_f64().unwrap());
