@@ -21,7 +21,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use common::profiled_train::{profile_rows, train_two_profiled_steps};
-use common::trainer_parity::{decoder_first_step_grads, rel, repo, EPS, LR};
+use common::trainer_parity::{below_eps, decoder_first_step_grads, rel, repo, weight_gap, WeightGap, LR};
 use vkformers_io::ModelWeights;
 
 /// Two steps of `vkformers train --profile` of the fixture `model` with `args` and the extra
@@ -46,19 +46,8 @@ fn train_from(source: &[&str], args: &[&str], env: &[(&str, &str)], out: &Path) 
 /// first-step gradient (`grads`) is non-zero but below AdamW's eps within Adam's step bound.
 fn check_weights(what: &str, want: &Path, got: &Path, grads: &HashMap<String, Vec<f32>>) {
     let (want, got) = (ModelWeights::open(want).unwrap(), ModelWeights::open(got).unwrap());
-    let (mut worst, mut ill_worst) = (0.0f64, 0.0f64);
-    for n in want.names() {
-        let (w, o, gr) = (want.tensor_f32(n).unwrap(), got.tensor_f32(n).unwrap(), &grads[n]);
-        assert_eq!(w.len(), o.len(), "{what}: {n}");
-        for i in 0..w.len() {
-            let d = (f64::from(w[i]) - f64::from(o[i])).abs();
-            if gr[i] != 0.0 && f64::from(gr[i].abs()) < EPS {
-                ill_worst = ill_worst.max(d);
-            } else {
-                worst = worst.max(d);
-            }
-        }
-    }
+    let gap = weight_gap(what, &want, &got, |n| grads[n].iter().map(|&g| below_eps(g)).collect());
+    let WeightGap { worst, ill_worst, .. } = gap;
     eprintln!("{what}: packed vs separate after two steps: max |Δ| {worst:.3e}, ill-conditioned {ill_worst:.3e}");
     assert!(worst <= 1e-5, "{what}: weights differ by {worst}");
     assert!(ill_worst <= 2.0 * 2.0 * LR, "{what}: ill-conditioned elements beyond two Adam steps: {ill_worst}");
