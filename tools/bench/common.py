@@ -24,6 +24,8 @@ import torch
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_WORKDIR = REPO / "target" / "bench-work"
 GIB = 1024**3
+# A vkformers row's error when no binary was found.
+NO_BINARY = "no vkformers binary (build it: cargo build --release -p vkformers-cli)"
 
 # Llama shapes. `batch`/`seq` are the training shape of train.py. max_position_embeddings is
 # large enough for generate.py's 2048-token prompt plus its new tokens (RoPE has no parameters,
@@ -315,6 +317,21 @@ def free_torch(dev: str) -> None:
         torch._dynamo.reset()
     except Exception:  # noqa: BLE001 (no dynamo: nothing to reset)
         pass
+
+
+def torch_run(system: str, dev: str, run) -> dict:
+    """`{"system": system}` with the measures `run()` returns, or the first line of its exception
+    as the error (an OOM or compile failure is a result, not a crash); the device's memory is
+    freed after either (the model, optimizer and batches a run makes are its locals)."""
+    res = {"system": system}
+    try:
+        res.update(run())
+    except Exception as e:  # noqa: BLE001 (see above)
+        msg = str(e).strip().splitlines()
+        res["error"] = f"{type(e).__name__}: {msg[0] if msg else ''}"
+        print(f"  {res['system']} failed: {res['error']}", flush=True)
+    free_torch(dev)
+    return res
 
 
 def load_hf_model(model_dir: Path, dtype: torch.dtype, dev: str):

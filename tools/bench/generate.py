@@ -124,7 +124,7 @@ def vk_generate(binary: Path | None, args, model_dir: Path, prompts: list[list[i
     b, p = len(prompts), len(prompts[0])
     res = {"system": "vkformers"}
     if binary is None:
-        res["error"] = "no vkformers binary (build it: cargo build --release -p vkformers-cli)"
+        res["error"] = C.NO_BINARY
         return res
     name = case_name(b, p).replace(" ", "-")
     if b == 1:
@@ -218,15 +218,8 @@ def timed(fn, dev: str, n: int) -> tuple[list[float], object]:
 
 
 def torch_generate(model, prompts: list[list[int]], args, dev: str, static: bool) -> dict:
-    res = {"system": "torch compile" if static else "torch eager"}
-    try:
-        res.update(_torch_generate(model, prompts, args, dev, static))
-    except Exception as e:  # noqa: BLE001 (an OOM or compile failure is a result, not a crash)
-        msg = str(e).strip().splitlines()
-        res["error"] = f"{type(e).__name__}: {msg[0] if msg else ''}"
-        print(f"  {res['system']} failed: {res['error']}", flush=True)
-    C.free_torch(dev)
-    return res
+    system = "torch compile" if static else "torch eager"
+    return C.torch_run(system, dev, lambda: _torch_generate(model, prompts, args, dev, static))
 
 
 def _torch_generate(model, prompts: list[list[int]], args, dev: str, static: bool) -> dict:

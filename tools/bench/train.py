@@ -77,7 +77,7 @@ def read_data(path: Path) -> list[list[int]]:
 def vk_train(binary: Path | None, args, shape: str, model_dir: Path, data: Path, batch: int, seq: int) -> dict:
     res = {"system": "vkformers"}
     if binary is None:
-        res["error"] = "no vkformers binary (build it: cargo build --release -p vkformers-cli)"
+        res["error"] = C.NO_BINARY
         return res
     out = args.workdir / f"vk-train-{shape}"
     shutil.rmtree(out, ignore_errors=True)
@@ -120,15 +120,8 @@ def vk_train(binary: Path | None, args, shape: str, model_dir: Path, data: Path,
 
 
 def torch_train(model_dir: Path, rows: list[list[int]], batch: int, seq: int, args, dev: str, compiled: bool) -> dict:
-    res = {"system": "torch compile" if compiled else "torch eager"}
-    try:
-        res.update(_torch_train(model_dir, rows, batch, seq, args, dev, compiled))
-    except Exception as e:  # noqa: BLE001 (an OOM or compile failure is a result, not a crash)
-        msg = str(e).strip().splitlines()
-        res["error"] = f"{type(e).__name__}: {msg[0] if msg else ''}"
-        print(f"  {res['system']} failed: {res['error']}", flush=True)
-    C.free_torch(dev)  # the model, optimizer and batches were locals of _torch_train
-    return res
+    system = "torch compile" if compiled else "torch eager"
+    return C.torch_run(system, dev, lambda: _torch_train(model_dir, rows, batch, seq, args, dev, compiled))
 
 
 def _torch_train(model_dir: Path, rows: list[list[int]], batch: int, seq: int, args, dev: str, compiled: bool) -> dict:

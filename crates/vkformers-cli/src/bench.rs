@@ -381,29 +381,46 @@ pub(crate) fn kernel_medians(timings: Vec<(&'static str, f64)>) -> Vec<(&'static
         .collect()
 }
 
+/// Records `calls` dependent calls (`record_call` records one) into one batch (`timed`: with
+/// timestamps) and runs it: seconds from submit to done, and the kernels' timings (ns).
+fn run_chain(
+    ctx: &vkformers_vk::Context,
+    calls: usize,
+    timed: bool,
+    record_call: &mut impl FnMut(&mut vkformers_vk::Recorder) -> anyhow::Result<()>,
+) -> anyhow::Result<(f64, Vec<(&'static str, f64)>)> {
+    let mut rec = ctx.recorder(timed)?;
+    for _ in 0..calls {
+        record_call(&mut rec)?;
+    }
+    let t = std::time::Instant::now();
+    let report = rec.submit()?;
+    Ok((t.elapsed().as_secs_f64(), report.timings.iter().map(|(n, ns)| (*n, *ns)).collect()))
+}
+
+/// Untimed chains of `calls` dependent calls for `warm_ms` (the GPU's clocks ramp up only after
+/// ~1 s of load), then the seconds from submit to done of one more untimed chain.
+pub(crate) fn warm_chain_seconds(
+    ctx: &vkformers_vk::Context,
+    (calls, warm_ms): (usize, u64),
+    record_call: &mut impl FnMut(&mut vkformers_vk::Recorder) -> anyhow::Result<()>,
+) -> anyhow::Result<f64> {
+    let warm = std::time::Instant::now();
+    while warm.elapsed().as_millis() < u128::from(warm_ms) {
+        run_chain(ctx, calls, false, record_call)?;
+    }
+    Ok(run_chain(ctx, calls, false, record_call)?.0)
+}
+
 /// A chain of `calls` dependent calls (`record_call` records one) timed two ways, after untimed
-/// chains for `warm_ms` (the GPU's clocks ramp up only after ~1 s of load): device seconds per
-/// call from submit to done of an untimed chain, and the kernels' median times (ns) of a timed
-/// chain.
+/// chains for `warm_ms` ([`warm_chain_seconds`]): device seconds per call from submit to done of
+/// an untimed chain, and the kernels' median times (ns) of a timed chain.
 pub(crate) fn time_chain(
     ctx: &vkformers_vk::Context,
     (calls, warm_ms): (usize, u64),
     mut record_call: impl FnMut(&mut vkformers_vk::Recorder) -> anyhow::Result<()>,
 ) -> anyhow::Result<(f64, Vec<(&'static str, f64)>)> {
-    let mut chain = |timed: bool| -> anyhow::Result<(f64, Vec<(&'static str, f64)>)> {
-        let mut rec = ctx.recorder(timed)?;
-        for _ in 0..calls {
-            record_call(&mut rec)?;
-        }
-        let t = std::time::Instant::now();
-        let report = rec.submit()?;
-        Ok((t.elapsed().as_secs_f64(), report.timings.iter().map(|(n, ns)| (*n, *ns)).collect()))
-    };
-    let warm = std::time::Instant::now();
-    while warm.elapsed().as_millis() < u128::from(warm_ms) {
-        chain(false)?;
-    }
-    let (wall, _) = chain(false)?;
-    let (_, timings) = chain(true)?;
+    let wall = warm_chain_seconds(ctx, (calls, warm_ms), &mut record_call)?;
+    let (_, timings) = run_chain(ctx, calls, true, &mut record_call)?;
     Ok((wall / calls.max(1) as f64, kernel_medians(timings)))
 }

@@ -164,6 +164,19 @@ fn record_call(
     Ok(())
 }
 
+/// The block table and lengths of `batch` rows of `len` keys each over a pool of `num_blocks`:
+/// row b owns blocks b·n .. (b+1)·n in order (n = num_blocks / batch).
+pub(crate) fn in_order_pages(ctx: &Context, num_blocks: u32, batch: u32, len: u32) -> anyhow::Result<(Buffer, Buffer)> {
+    let table = ctx.buffer_from(&(0..num_blocks as i32).collect::<Vec<_>>(), "table")?;
+    let lens = ctx.buffer_from(&vec![len as i32; batch as usize], "lens")?;
+    Ok((table, lens))
+}
+
+/// A `--splits` item other than `auto`: the split count it names.
+pub(crate) fn split_count(item: &str) -> anyhow::Result<u32> {
+    item.parse::<u32>().map_err(|e| anyhow::anyhow!("--splits {item}: {e}"))
+}
+
 pub fn decode_attention(selector: &DeviceSelector, args: &DecodeBenchArgs) -> anyhow::Result<ExitCode> {
     let dt = crate::bench::dtype_arg(&args.dtype)?;
     let kernel = kernel_arg(&args.kernel)?;
@@ -192,10 +205,7 @@ pub fn decode_attention(selector: &DeviceSelector, args: &DecodeBenchArgs) -> an
     let k = crate::bench::random_buffer(&ctx, pool, dt, 1, "k pool")?;
     let v = crate::bench::random_buffer(&ctx, pool, dt, 2, "v pool")?;
     let q = ctx.buffer_from(&Rng::new(3).vec(q_len as usize, 1.0), "q")?;
-    // Row b owns blocks b·n .. (b+1)·n in order.
-    let table: Vec<i32> = (0..s.num_blocks as i32).collect();
-    let table = ctx.buffer_from(&table, "table")?;
-    let lens = ctx.buffer_from(&vec![args.len as i32; s.batch as usize], "lens")?;
+    let (table, lens) = in_order_pages(&ctx, s.num_blocks, s.batch, args.len)?;
     let o = ctx.buffer(q_len * 4, "o")?;
     let lse = ctx.buffer(u64::from(s.batch * s.hq) * 4, "lse")?;
     let work = ctx.buffer(decode::work_floats(&s, decode::MAX_SPLITS) * 4, "work")?;
@@ -228,7 +238,7 @@ pub fn decode_attention(selector: &DeviceSelector, args: &DecodeBenchArgs) -> an
                 on_kernel(kernel, || decode::splits(&s, args.len))
             }
             "auto" => decode::splits_for(&s, args.len, args.tile),
-            n => n.parse::<u32>().map_err(|e| anyhow::anyhow!("--splits {n}: {e}"))?,
+            n => split_count(n)?,
         };
         let work_view = work.slice(0, decode::work_floats(&s, splits) * 4);
         let out = DecodeOutputs {

@@ -8,7 +8,6 @@
 //! 16-byte loads (an A/B on one binary).
 
 use std::process::ExitCode;
-use std::time::Instant;
 
 use vkformers_kernels::attention::decode::DecodeOptions;
 use vkformers_kernels::attention::decode_latent::{self, LatentInputs, LatentOutputs, LatentShape};
@@ -65,9 +64,7 @@ pub fn decode_latent(selector: &DeviceSelector, args: &LatentBenchArgs) -> anyho
     let q_len = u64::from(s.batch * s.hq * s.d);
     let pool_buf = crate::bench::random_buffer(&ctx, pool, dt, 1, "latent pool")?;
     let q = ctx.buffer_from(&Rng::new(3).vec(q_len as usize, 1.0), "q")?;
-    // Row b owns blocks b·n .. (b+1)·n in order.
-    let table = ctx.buffer_from(&(0..s.num_blocks as i32).collect::<Vec<_>>(), "table")?;
-    let lens = ctx.buffer_from(&vec![args.len as i32; s.batch as usize], "lens")?;
+    let (table, lens) = crate::bench_decode::in_order_pages(&ctx, s.num_blocks, s.batch, args.len)?;
     let o = ctx.buffer(u64::from(s.batch * s.hq * s.dv) * 4, "o")?;
     let lse = ctx.buffer(u64::from(s.batch * s.hq) * 4, "lse")?;
     let work = ctx.buffer(decode_latent::work_floats(&s, decode_latent::MAX_SPLITS) * 4, "work")?;
@@ -90,24 +87,14 @@ pub fn decode_latent(selector: &DeviceSelector, args: &LatentBenchArgs) -> anyho
     for item in args.splits.split(',') {
         let splits = match item.trim() {
             "auto" => decode_latent::splits(&s, args.len),
-            n => n.parse::<u32>().map_err(|e| anyhow::anyhow!("--splits {n}: {e}"))?,
+            n => crate::bench_decode::split_count(n)?,
         };
         let work_view = work.slice(0, decode_latent::work_floats(&s, splits) * 4);
         let out = LatentOutputs { o: o.view(), lse: lse.view(), work: (splits > 1).then_some(work_view) };
-        let chain = || -> anyhow::Result<f64> {
-            let mut rec = ctx.recorder(false)?;
-            for _ in 0..args.calls {
-                decode_latent::forward(&mut rec, &x, &out, &s, &opt, splits)?;
-            }
-            let t = Instant::now();
-            rec.submit()?;
-            Ok(t.elapsed().as_secs_f64())
-        };
-        let warm = Instant::now();
-        while warm.elapsed().as_millis() < u128::from(args.warm_ms) {
-            chain()?;
-        }
-        let per_call_us = chain()? / args.calls as f64 * 1e6;
+        let seconds = crate::bench::warm_chain_seconds(&ctx, (args.calls, args.warm_ms), &mut |rec| {
+            Ok(decode_latent::forward(rec, &x, &out, &s, &opt, splits)?)
+        })?;
+        let per_call_us = seconds / args.calls as f64 * 1e6;
         println!(
             "  splits {splits:>2}: {per_call_us:>8.2} µs a call (chain of {}), {:>7.1} GB/s of latent rows (read once)",
             args.calls,

@@ -10,12 +10,12 @@
 //! kernel, and o_proj's backward product writes attention's dO in 16 bits itself (the GEMM's
 //! 16-bit C: no f32 dA and cast): bit for bit the weights of `VKFORMERS_WIDE_OUTPUTS=1`.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+use std::path::Path;
+
+use common::profiled_train::{profile_rows, train_two_profiled_steps};
+use common::trainer_parity::repo;
 
 /// Runs two steps of `vkformers train --profile` in `dtype` with the extra environment `env`;
 /// returns the profile's `cast/` rows (kernel, calls a step) and the saved weights' bytes.
@@ -42,28 +42,9 @@ fn train_model(
     prefixes: &[&str],
 ) -> (Vec<(String, f64)>, Vec<u8>) {
     let dtype = format!("{fixture} {}", args.join(" "));
-    let model = repo().join("tests/fixtures").join(fixture);
-    let data = repo().join("tests/fixtures_train/rows.jsonl");
-    let o = Command::new(env!("CARGO_BIN_EXE_vkformers"))
-        .args(["train", "--model", &model.display().to_string(), "--data", &data.display().to_string()])
-        .args(["--out", &out.display().to_string(), "--max-steps", "2", "--batch-size", "2", "--no-shuffle"])
-        .args(["--schedule", "constant", "--lr", "1e-3", "--max-grad-norm", "0", "--profile"])
-        .args(args)
-        .env("VKFORMERS_GEMV_MAX_ROWS", "0")
-        .envs(env.iter().copied())
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "vkformers train {dtype}: {text}");
-    let mut casts: Vec<(String, f64)> = text
-        .lines()
-        .filter(|l| prefixes.iter().any(|p| l.starts_with(p)))
-        .map(|l| {
-            let mut cols = l.split_whitespace();
-            let name = cols.next().unwrap().to_string();
-            (name, cols.next().unwrap().parse().unwrap())
-        })
-        .collect();
+    let model = repo().join("tests/fixtures").join(fixture).display().to_string();
+    let text = train_two_profiled_steps(&["--model", &model], args, env, out, &dtype);
+    let mut casts = profile_rows(&text, prefixes);
     casts.sort_by(|a, b| a.0.cmp(&b.0)); // the table is ordered by time
     (casts, std::fs::read(out.join("model.safetensors")).unwrap())
 }

@@ -19,9 +19,9 @@ mod common;
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::process::Command;
 
-use common::trainer_parity::{decoder_first_step_grads, rel, repo, EPS, LR};
+use common::profiled_train::{profile_rows, train_two_profiled_steps};
+use common::trainer_parity::{below_eps, decoder_first_step_grads, rel, repo, weight_gap, WeightGap, LR};
 use vkformers_io::ModelWeights;
 
 /// Two steps of `vkformers train --profile` of the fixture `model` with `args` and the extra
@@ -33,26 +33,9 @@ fn train(model: &str, args: &[&str], env: &[(&str, &str)], out: &Path) -> (Vec<f
 
 /// [`train`] of the model `source` names (`--model DIR` or `--init-from-config FILE`).
 fn train_from(source: &[&str], args: &[&str], env: &[(&str, &str)], out: &Path) -> (Vec<f64>, f64) {
-    let data = repo().join("tests/fixtures_train/rows.jsonl");
-    let o = Command::new(env!("CARGO_BIN_EXE_vkformers"))
-        .arg("train")
-        .args(source)
-        .args(["--data", &data.display().to_string()])
-        .args(["--out", &out.display().to_string(), "--max-steps", "2", "--batch-size", "2", "--no-shuffle"])
-        .args(["--schedule", "constant", "--lr", "1e-3", "--eps", "1e-6", "--max-grad-norm", "0", "--profile"])
-        .args(args)
-        // Every product on the GEMM, as in a real batch (a few rows take the GEMV).
-        .env("VKFORMERS_GEMV_MAX_ROWS", "0")
-        .envs(env.iter().copied())
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "vkformers train {args:?} {env:?}: {text}");
-    let gemms = text
-        .lines()
-        .filter(|l| l.starts_with("matmul/gemm"))
-        .map(|l| l.split_whitespace().nth(1).unwrap().parse::<f64>().unwrap())
-        .sum();
+    let with_eps = [&["--eps", "1e-6"], args].concat();
+    let text = train_two_profiled_steps(source, &with_eps, env, out, &format!("{args:?} {env:?}"));
+    let gemms = profile_rows(&text, &["matmul/gemm"]).iter().map(|(_, calls)| calls).sum();
     let metrics = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
     let losses =
         metrics.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["loss"].as_f64().unwrap());
@@ -63,19 +46,8 @@ fn train_from(source: &[&str], args: &[&str], env: &[(&str, &str)], out: &Path) 
 /// first-step gradient (`grads`) is non-zero but below AdamW's eps within Adam's step bound.
 fn check_weights(what: &str, want: &Path, got: &Path, grads: &HashMap<String, Vec<f32>>) {
     let (want, got) = (ModelWeights::open(want).unwrap(), ModelWeights::open(got).unwrap());
-    let (mut worst, mut ill_worst) = (0.0f64, 0.0f64);
-    for n in want.names() {
-        let (w, o, gr) = (want.tensor_f32(n).unwrap(), got.tensor_f32(n).unwrap(), &grads[n]);
-        assert_eq!(w.len(), o.len(), "{what}: {n}");
-        for i in 0..w.len() {
-            let d = (f64::from(w[i]) - f64::from(o[i])).abs();
-            if gr[i] != 0.0 && f64::from(gr[i].abs()) < EPS {
-                ill_worst = ill_worst.max(d);
-            } else {
-                worst = worst.max(d);
-            }
-        }
-    }
+    let gap = weight_gap(what, &want, &got, |n| grads[n].iter().map(|&g| below_eps(g)).collect());
+    let WeightGap { worst, ill_worst, .. } = gap;
     eprintln!("{what}: packed vs separate after two steps: max |Δ| {worst:.3e}, ill-conditioned {ill_worst:.3e}");
     assert!(worst <= 1e-5, "{what}: weights differ by {worst}");
     assert!(ill_worst <= 2.0 * 2.0 * LR, "{what}: ill-conditioned elements beyond two Adam steps: {ill_worst}");

@@ -8,19 +8,20 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+/// The arguments every `vkformers train` run here starts with: the llama fixture on the
+/// training rows, into `out`.
+fn llama_train_args(out: &Path) -> Vec<String> {
+    let model = repo().join("tests/fixtures/llama");
+    let data = repo().join("tests/fixtures_train/rows.jsonl");
+    let [model, data, out] = [model.as_path(), data.as_path(), out].map(|p| p.to_str().unwrap().to_string());
+    ["train", "--model", &model, "--data", &data, "--out", &out].map(String::from).to_vec()
+}
+
 /// Runs `vkformers train` on the llama fixture; `extra` adds options or replaces the value of
 /// one already given.
 fn run_train(out: &Path, extra: &[&str]) -> std::process::Output {
-    let model = repo().join("tests/fixtures/llama");
-    let data = repo().join("tests/fixtures_train/rows.jsonl");
-    let mut args: Vec<&str> = vec![
-        "train",
-        "--model",
-        model.to_str().unwrap(),
-        "--data",
-        data.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
+    let mut args = llama_train_args(out);
+    let schedule = [
         "--max-steps",
         "6",
         "--batch-size",
@@ -40,12 +41,13 @@ fn run_train(out: &Path, extra: &[&str]) -> std::process::Output {
         "--seed",
         "3",
     ];
+    args.extend(schedule.map(String::from));
     let mut i = 0;
     while i < extra.len() {
         let has_value = extra.get(i + 1).is_some_and(|v| !v.starts_with("--"));
-        match args.iter().position(|a| *a == extra[i]) {
-            Some(at) if has_value => args[at + 1] = extra[i + 1],
-            _ => args.extend_from_slice(&extra[i..i + 1 + usize::from(has_value)]),
+        match args.iter().position(|a| a == extra[i]) {
+            Some(at) if has_value => args[at + 1] = extra[i + 1].to_string(),
+            _ => args.extend(extra[i..i + 1 + usize::from(has_value)].iter().map(|a| a.to_string())),
         }
         i += 1 + usize::from(has_value);
     }
@@ -106,30 +108,11 @@ fn resumed_training_equals_straight_training() {
 /// resumes from whatever it left: never a checkpoint it cannot read, and one log line per step.
 #[test]
 fn a_killed_run_resumes_from_what_it_left() {
-    let model = repo().join("tests/fixtures/llama");
-    let data = repo().join("tests/fixtures_train/rows.jsonl");
     let out = tempfile::tempdir().unwrap();
     let args = |resume: bool| {
-        let mut a: Vec<String> = [
-            "train",
-            "--model",
-            model.to_str().unwrap(),
-            "--data",
-            data.to_str().unwrap(),
-            "--out",
-            out.path().to_str().unwrap(),
-            "--max-steps",
-            "40",
-            "--batch-size",
-            "2",
-            "--save-every",
-            "1",
-            "--keep-checkpoints",
-            "2",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        let mut a = llama_train_args(out.path());
+        let every_step = ["--max-steps", "40", "--batch-size", "2", "--save-every", "1", "--keep-checkpoints", "2"];
+        a.extend(every_step.map(String::from));
         if resume {
             a.extend(["--resume".to_string(), out.path().display().to_string()]);
         }

@@ -150,6 +150,23 @@ fn run_loop(
     Ok(rows)
 }
 
+/// Pads the sources (with `pad`), runs the encoder on them once without gradients, and hands
+/// its output and the batch size B to `then` (inside the same no-grad scope).
+fn with_encoded<T>(
+    g: &Graph<'_>,
+    model: &Model,
+    sources: &[Vec<u32>],
+    pad: u32,
+    then: impl FnOnce(&Encoded<'_>, usize) -> Result<T, DecodeError>,
+) -> Result<T, DecodeError> {
+    let (ids, mask, s) = pad_sources(sources, pad)?;
+    let b = sources.len();
+    g.no_grad(|| {
+        let hidden = encode(g, &model.spec, &model.weights, &ids, &mask, (b, s))?;
+        then(&Encoded { hidden: &hidden, mask: &mask, len: s }, b)
+    })
+}
+
 /// Cached greedy generation for each source (see the module docs).
 pub fn greedy(
     g: &Graph<'_>,
@@ -157,12 +174,8 @@ pub fn greedy(
     sources: &[Vec<u32>],
     opts: &Seq2SeqOptions,
 ) -> Result<Vec<Vec<u32>>, DecodeError> {
-    let (ids, mask, s) = pad_sources(sources, opts.pad)?;
-    let b = sources.len();
-    g.no_grad(|| {
-        let hidden = encode(g, &model.spec, &model.weights, &ids, &mask, (b, s))?;
-        let enc = Encoded { hidden: &hidden, mask: &mask, len: s };
-        let cache = Seq2SeqCache::new(g, &model.spec, &model.weights, &enc, b, opts.max_new_tokens + 1)?;
+    with_encoded(g, model, sources, opts.pad, |enc, b| {
+        let cache = Seq2SeqCache::new(g, &model.spec, &model.weights, enc, b, opts.max_new_tokens + 1)?;
         run_loop(g, opts, b, |rows| {
             let last: Vec<i32> = rows.iter().map(|r| r[r.len() - 1] as i32).collect();
             Ok(cache.step(g, &model.spec, &model.weights, &last)?)
@@ -177,16 +190,12 @@ pub fn greedy_uncached(
     sources: &[Vec<u32>],
     opts: &Seq2SeqOptions,
 ) -> Result<Vec<Vec<u32>>, DecodeError> {
-    let (ids, mask, s) = pad_sources(sources, opts.pad)?;
-    let b = sources.len();
-    g.no_grad(|| {
-        let hidden = encode(g, &model.spec, &model.weights, &ids, &mask, (b, s))?;
-        let enc = Encoded { hidden: &hidden, mask: &mask, len: s };
+    with_encoded(g, model, sources, opts.pad, |enc, b| {
         run_loop(g, opts, b, |rows| {
             let t = rows[0].len();
             let dec: Vec<i32> = rows.iter().flatten().map(|&x| x as i32).collect();
             let ones = vec![1; b * t];
-            let logits = decode(g, &model.spec, &model.weights, &enc, (&dec, &ones), (b, t))?;
+            let logits = decode(g, &model.spec, &model.weights, enc, (&dec, &ones), (b, t))?;
             // Each row's last position `[B, V]`.
             let all = g.read(&logits)?;
             let vocab = logits.last_dim();

@@ -112,6 +112,12 @@ pub fn same_bits(what: &str, got: &[f32], want: &[f32]) {
     }
 }
 
+/// Panics unless `e` is a typed kernel error of `kernel` whose text contains `text`.
+pub fn assert_kernel_error(e: &vkformers_vk::VkError, kernel: &str, text: &str) {
+    assert!(matches!(e, vkformers_vk::VkError::Kernel { kernel: k, .. } if k == kernel), "{e}");
+    assert!(e.to_string().contains(text), "{e}");
+}
+
 /// Host side of tests of 16-bit storage variants: round, upload, download and tolerate data in
 /// a `DType`.
 pub mod storage {
@@ -240,6 +246,7 @@ pub mod storage {
     }
 }
 
+pub mod dense_grads;
 pub mod masks;
 pub mod paged;
 pub mod twins;

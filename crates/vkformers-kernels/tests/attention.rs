@@ -6,9 +6,10 @@
 use vkformers_kernels::attention::reference::{self, Shape};
 use vkformers_kernels::attention::{self, Grads, Qkv, Saved};
 use vkformers_kernels::dtype::DType;
+use vkformers_kernels::testutil::dense_grads;
 use vkformers_kernels::testutil::masks::{shape, DenseCase, WithMasks};
 use vkformers_kernels::testutil::storage::{alloc, read, round, supported, tol, upload};
-use vkformers_kernels::testutil::{assert_close, assert_grad_matches_fd, f64s, Rng, TOL_F32};
+use vkformers_kernels::testutil::{assert_close, assert_grad_matches_fd, assert_kernel_error, f64s, Rng, TOL_F32};
 use vkformers_vk::testing::on_every_device;
 use vkformers_vk::{Context, Result, VkError};
 
@@ -157,15 +158,7 @@ fn check_gpu(ctx: &Context, case: &Case, seed: u64, dt: DType) -> Result<()> {
     let o_gpu = read(ctx, dt, &bo)?;
     // delta = rowsum(do ⊙ o) of the o the backward reads: the stored one in 16 bits (rounded).
     let o_seen = if dt == DType::F32 { o.clone() } else { f64s(&o_gpu) };
-    let mut delta = vec![0.0; s.lse_len()];
-    for b in 0..s.batch {
-        for i in 0..s.tq {
-            for h in 0..s.hq {
-                let at = ((b * s.tq + i) * s.hq + h) * s.dv;
-                delta[(b * s.hq + h) * s.tq + i] = (0..s.dv).map(|x| o_seen[at + x] * d_o[at + x]).sum();
-            }
-        }
-    }
+    let delta = dense_grads::delta(&s, &o_seen, &d_o);
     let name = format!("{} {dt:?}", case.name);
     assert_close(&format!("{name}: o"), &o_gpu, &o, tol(dt));
     assert_close(&format!("{name}: lse"), &ctx.read_vec::<f32>(blse.view())?, &lse, TOL_F32);
@@ -175,10 +168,7 @@ fn check_gpu(ctx: &Context, case: &Case, seed: u64, dt: DType) -> Result<()> {
     assert_close(&format!("{name}: dv"), &read(ctx, dt, &bdv)?, &dv, tol(dt));
     if let Some(sk) = &wide.sinks {
         // ds from the delta the GPU sees (16-bit o), which in f32 is the reference's own.
-        let mut ds = vec![0.0; s.hq];
-        for (row, (dl, l)) in delta.iter().zip(&lse).enumerate() {
-            ds[(row / s.tq) % s.hq] -= dl * (sk[(row / s.tq) % s.hq] - l).exp();
-        }
+        let ds = dense_grads::sinks_grad(&s, &delta, &lse, sk);
         if dt == DType::F32 {
             assert_close(
                 &format!("{name}: ds formula"),
@@ -418,10 +408,7 @@ fn bad_shapes_are_typed_errors_naming_the_kernel() {
         let saved = Saved { o: o.view(), lse: lse.view() };
         let opt = attention::Options::new(8);
         let mut rec = ctx.recorder(false)?;
-        let expect = |e: VkError, kernel: &str, text: &str| {
-            assert!(matches!(&e, VkError::Kernel { kernel: k, .. } if k == kernel), "{e}");
-            assert!(e.to_string().contains(text), "{e}");
-        };
+        let expect = |e: VkError, kernel: &str, text: &str| assert_kernel_error(&e, kernel, text);
         let bad_k = Qkv { k: q.view(), ..x };
         expect(attention::forward(&mut rec, &bad_k, &saved, &s, &opt).unwrap_err(), "attention/fwd:d64", "k [B, Tk");
         let s3 = attention::Shape { hkv: 3, ..s };

@@ -10,9 +10,10 @@ use vkformers_kernels::attention::coopmat2::{backward_cm2, backward_scratch_len,
 use vkformers_kernels::attention::reference::{self, Shape};
 use vkformers_kernels::attention::{self, Grads, Qkv, Saved};
 use vkformers_kernels::dtype::DType;
+use vkformers_kernels::testutil::dense_grads;
 use vkformers_kernels::testutil::masks::{shape, DenseCase, WithMasks};
 use vkformers_kernels::testutil::storage::{download, round, tol, upload};
-use vkformers_kernels::testutil::{assert_close, f64s, Rng, Tol, TOL_F32};
+use vkformers_kernels::testutil::{assert_close, assert_kernel_error, f64s, Rng, Tol, TOL_F32};
 use vkformers_vk::testing::on_every_device;
 use vkformers_vk::{Buffer, Context, Result, VkError};
 
@@ -193,15 +194,7 @@ fn check_case(ctx: &Context, case: &Case, seed: u64, dt: DType, grads: bool) -> 
         return Ok(());
     }
     // delta = rowsum(do ⊙ o) of the o the backward reads: the stored, rounded one.
-    let mut delta = vec![0.0; s.lse_len()];
-    for b in 0..s.batch {
-        for i in 0..s.tq {
-            for h in 0..s.hq {
-                let at = ((b * s.tq + i) * s.hq + h) * s.d;
-                delta[(b * s.hq + h) * s.tq + i] = (0..s.d).map(|x| f64::from(o_gpu[at + x]) * d_o[at + x]).sum();
-            }
-        }
-    }
+    let delta = dense_grads::delta(&s, &f64s(&o_gpu), &d_o);
     let (dq, dk, dv) = reference::backward(&q, &k, &v, &d_o, &s, &ropt);
     check(&format!("{name}: delta"), &ctx.read_vec::<f32>(delta_buf.view())?, &delta, TOL_F32, bht(&s, dq_rows));
     check(&format!("{name}: dq"), &download(ctx, dt, dq_buf.view())?, &dq, tol(dt), bthd(&s, s.tq, s.hq, dq_rows));
@@ -210,11 +203,7 @@ fn check_case(ctx: &Context, case: &Case, seed: u64, dt: DType, grads: bool) -> 
     check(&format!("{name}: dv"), &download(ctx, dt, dv_buf.view())?, &dv, tol(dt), &kv_at);
     if let Some(sk) = &wide.sinks {
         // ds = -Σ delta e^(s - lse) over the delta of the stored o (see attention.rs).
-        let mut ds = vec![0.0; s.hq];
-        for (row, (dl, l)) in delta.iter().zip(&lse).enumerate() {
-            let h = (row / s.tq) % s.hq;
-            ds[h] -= dl * (sk[h] - l).exp();
-        }
+        let ds = dense_grads::sinks_grad(&s, &delta, &lse, sk);
         check(&format!("{name}: dsinks"), &ctx.read_vec::<f32>(ds_buf.view())?, &ds, TOL_F32, |h| format!("[h {h}]"));
     }
     Ok(())
@@ -268,10 +257,7 @@ fn cm2_errors_are_typed_and_name_the_kernel() {
         let saved = Saved { o: q.view(), lse: lse.view() };
         let opt = attention::Options { dtype: DType::F16, ..attention::Options::new(8) };
         let mut rec = ctx.recorder(false)?;
-        let expect = |e: VkError, kernel: &str, text: &str| {
-            assert!(matches!(&e, VkError::Kernel { kernel: k, .. } if k == kernel), "{e}");
-            assert!(e.to_string().contains(text), "{e}");
-        };
+        let expect = |e: VkError, kernel: &str, text: &str| assert_kernel_error(&e, kernel, text);
         let f32_opt = attention::Options { dtype: DType::F32, ..opt };
         expect(forward_cm2(&mut rec, &x, &saved, &s, &f32_opt).unwrap_err(), "attention/fwd_cm2", "f32");
         let big = attention::Shape { d: 257, ..s };

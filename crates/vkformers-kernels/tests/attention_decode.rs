@@ -12,7 +12,7 @@ use vkformers_kernels::attention::decode::{self, DecodeOptions, DecodeOutputs, D
 use vkformers_kernels::attention::decode_lean::{self, Kernel};
 use vkformers_kernels::dtype::DType;
 use vkformers_kernels::testutil::masks::{alibi_slopes, sink_logits, Masks, WithMasks};
-use vkformers_kernels::testutil::paged::{latent_values, lens_i32, max_len, reference_rows, run_cases, Layout};
+use vkformers_kernels::testutil::paged::{latent_values, max_len, reference_rows, run_cases, Layout};
 use vkformers_kernels::testutil::storage::{download, round, tol, upload};
 use vkformers_kernels::testutil::{assert_close, f64s, same_bits, Rng, TOL_F32};
 use vkformers_vk::testing::on_every_device;
@@ -196,8 +196,7 @@ fn check(ctx: &Context, case: &Case, seed: u64, (dt, act): (DType, DType)) -> Re
         (upload(ctx, act, &q, "q")?, upload(ctx, dt, &st.before[0], "k")?, upload(ctx, dt, &st.before[1], "v")?);
     let (nk, nv) = (upload(ctx, act, &st.new[0], "k new")?, upload(ctx, act, &st.new[1], "v new")?);
     let slots = ctx.buffer_from(&st.slots, "slots")?;
-    let table = ctx.buffer_from(&lay.table, "table")?;
-    let lens = ctx.buffer_from(&lens_i32(&case.lens), "lens")?;
+    let (table, lens) = lay.upload(ctx, &case.lens)?;
     let slopes = ctx.buffer_from(&alibi_slopes(case.hq), "slopes")?;
     let sinks = ctx.buffer_from(&sink_logits(case.hq), "sinks")?;
     let o = upload(ctx, act, &vec![0.0; b * case.tq * case.hq * case.dv()], "o")?;

@@ -13,7 +13,7 @@ use vkformers_kernels::attention::decode::DecodeOptions;
 use vkformers_kernels::attention::decode_latent::{self, LatentInputs, LatentOutputs, LatentShape};
 use vkformers_kernels::dtype::DType;
 use vkformers_kernels::testutil::masks::{alibi_slopes, Masks, WithMasks};
-use vkformers_kernels::testutil::paged::{latent_values, lens_i32, max_len, reference_rows, run_cases, Layout};
+use vkformers_kernels::testutil::paged::{latent_values, max_len, reference_rows, run_cases, Layout};
 use vkformers_kernels::testutil::storage::{download, round, tol, upload};
 use vkformers_kernels::testutil::{assert_close, Rng, TOL_F32};
 use vkformers_vk::testing::on_every_device;
@@ -90,8 +90,7 @@ fn check(ctx: &Context, case: &Case, seed: u64, (dt, act): (DType, DType)) -> Re
     let shape = lay.latent_shape((batch, case.tq), case.hq, (case.d, case.dv));
     let splits = case.splits.unwrap_or_else(|| decode_latent::splits(&shape, max_len(&case.lens)));
     let (bq, bpool) = (upload(ctx, act, &q.concat(), "q")?, upload(ctx, dt, &pool, "pool")?);
-    let table = ctx.buffer_from(&lay.table, "table")?;
-    let lens = ctx.buffer_from(&lens_i32(&case.lens), "lens")?;
+    let (table, lens) = lay.upload(ctx, &case.lens)?;
     let slopes = ctx.buffer_from(&alibi_slopes(case.hq), "slopes")?;
     let rows = batch * case.tq * case.hq;
     let o = upload(ctx, act, &vec![f32::NAN; rows * case.dv], "o")?;

@@ -16,7 +16,7 @@ use vkformers_kernels::attention::rope_store::{self, NewRows, NewToken};
 use vkformers_kernels::dtype::DType;
 use vkformers_kernels::rope::{reference as rope_ref, Rope, RopeLayout};
 use vkformers_kernels::testutil::masks::{alibi_slopes, sink_logits, Masks, WithMasks};
-use vkformers_kernels::testutil::paged::{lens_i32, max_len, packed_rows, run_cases, Layout};
+use vkformers_kernels::testutil::paged::{max_len, packed_rows, run_cases, Layout};
 use vkformers_kernels::testutil::storage::{download, round, upload, Stored};
 use vkformers_kernels::testutil::{same_bits, Rng};
 use vkformers_vk::{Buffer, BufferView, Context, Result};
@@ -203,7 +203,7 @@ fn check_one(ctx: &Context, case: &Case, seed: u64, dt: DType, packed: bool) -> 
     let inv = rope_ref::default_inv_freq(r as u32, 10_000.0);
     let (pb, sb, ib) =
         (ctx.buffer_from(&pos, "pos")?, ctx.buffer_from(&slots, "slots")?, ctx.buffer_from(&inv, "inv_freq")?);
-    let (table, lens) = (ctx.buffer_from(&lay.table, "table")?, ctx.buffer_from(&lens_i32(&case.lens), "lens")?);
+    let (table, lens) = lay.upload(ctx, &case.lens)?;
     let (slopes, sinks) =
         (ctx.buffer_from(&alibi_slopes(case.hq), "slopes")?, ctx.buffer_from(&sink_logits(case.hq), "sinks")?);
     let opt = case.masks.decode(shape.d, (Some(slopes.view()), Some(sinks.view())), (dt, DType::F32));

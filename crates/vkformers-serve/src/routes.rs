@@ -15,7 +15,7 @@ use axum::Router;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
-use crate::api::{plan, ChatRequest, CompletionRequest, PromptInput};
+use crate::api::{plan, ChatRequest, CompletionRequest, Plan, PromptInput};
 use crate::embeddings::{response, EmbedJob, EmbeddingRequest};
 use crate::error::ApiError;
 use crate::respond::{collect, stream, Head, Kind};
@@ -81,6 +81,26 @@ fn head(job: &Job, kind: Kind, model: &str, include_usage: bool) -> Head {
     Head { kind, id: format!("{prefix}-{n}"), created, model: model.to_string(), include_usage }
 }
 
+/// The response to a generation `job`: an event stream when the request asked for one (`plan`),
+/// else the whole completion once every choice is done (with log-probabilities if asked).
+async fn answer(job: Job, kind: Kind, model: &str, plan: &Plan, logprobs: bool) -> Result<Response, ApiError> {
+    let head = head(&job, kind, model, plan.include_usage);
+    if plan.stream {
+        return Ok(stream(head, job));
+    }
+    collect(head, job, logprobs).await
+}
+
+/// The request body as `T` once the caller is let in ([`AppState::gate`]: the API key, a drain).
+fn admitted_body<T: DeserializeOwned>(
+    st: &AppState,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<T, ApiError> {
+    st.gate(headers)?;
+    parse(body)
+}
+
 fn encode(st: &AppState, text: &str, special: bool) -> Result<Vec<u32>, ApiError> {
     st.tokenizer.encode(text, special).map_err(|e| ApiError::bad_param("prompt", format!("cannot tokenize: {e}")))
 }
@@ -91,8 +111,7 @@ async fn completions(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let run = async {
-        st.gate(&headers)?;
-        let req: CompletionRequest = parse(body)?;
+        let req: CompletionRequest = admitted_body(&st, &headers, body)?;
         let model = st.model_index(&req.model)?;
         st.generates()?;
         if req.echo == Some(true) || req.suffix.is_some() || req.best_of.is_some_and(|b| b > 1) {
@@ -107,19 +126,14 @@ async fn completions(
         let plan = plan(&req.common, &st.defaults, req.logprobs, st.defaults.eos.clone())?;
         // OpenAI's default for completions: 16 new tokens.
         let job = st.submit(model, prompts, &plan, |room| room.min(16))?;
-        let head = head(&job, Kind::Completion, &req.model, plan.include_usage);
-        if plan.stream {
-            return Ok(stream(head, job));
-        }
-        collect(head, job, req.logprobs.is_some()).await
+        answer(job, Kind::Completion, &req.model, &plan, req.logprobs.is_some()).await
     };
     reply(run.await)
 }
 
 async fn chat(State(st): State<Arc<AppState>>, headers: HeaderMap, body: Result<Bytes, BytesRejection>) -> Response {
     let run = async {
-        st.gate(&headers)?;
-        let mut req: ChatRequest = parse(body)?;
+        let mut req: ChatRequest = admitted_body(&st, &headers, body)?;
         let model = st.model_index(&req.model)?;
         st.generates()?;
         if req.messages.is_empty() {
@@ -134,11 +148,7 @@ async fn chat(State(st): State<Arc<AppState>>, headers: HeaderMap, body: Result<
         let plan = plan(&req.common, &st.defaults, logprobs, st.chat_eos.clone())?;
         // Chat's default: whatever the context leaves.
         let job = st.submit(model, vec![prompt], &plan, |room| room)?;
-        let head = head(&job, Kind::Chat, &req.model, plan.include_usage);
-        if plan.stream {
-            return Ok(stream(head, job));
-        }
-        collect(head, job, logprobs.is_some()).await
+        answer(job, Kind::Chat, &req.model, &plan, logprobs.is_some()).await
     };
     reply(run.await)
 }
@@ -149,8 +159,7 @@ async fn embeddings(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let run = async {
-        st.gate(&headers)?;
-        let req: EmbeddingRequest = parse(body)?;
+        let req: EmbeddingRequest = admitted_body(&st, &headers, body)?;
         st.model_index(&req.model)?;
         let Some(queue) = &st.embed else {
             return Err(ApiError::bad_request(format!(

@@ -3,4 +3,5 @@
 
 pub mod generate;
 pub mod minilm;
+pub mod profiled_train;
 pub mod trainer_parity;

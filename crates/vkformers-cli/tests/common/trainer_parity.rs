@@ -58,26 +58,49 @@ pub fn check_two_step_weights(what: &str, refs: &Path, got: &Path, ours_grad: Op
     let want = ModelWeights::open_file(refs.join("step2.safetensors")).unwrap();
     let ref_grad = ModelWeights::open_file(refs.join("grad1.safetensors")).unwrap();
     let got = if got.is_file() { ModelWeights::open_file(got) } else { ModelWeights::open(got) }.unwrap();
-    let (mut worst, mut ill, mut ill_worst) = (0.0f64, 0, 0.0f64);
-    for n in want.names() {
-        let (w, o) = (want.tensor_f32(n).unwrap(), got.tensor_f32(n).unwrap());
+    let gap = weight_gap(what, &want, &got, |n| {
         let gr = ref_grad.tensor_f32(n).unwrap();
         let go = ours_grad.map(|m| m.get(n).unwrap_or_else(|| panic!("{what}: no gradient of ours for {n}")));
-        assert_eq!(w.len(), o.len(), "{what}: {n}");
-        for i in 0..w.len() {
-            let d = (f64::from(w[i]) - f64::from(o[i])).abs();
-            let tiny = |v: f32| v != 0.0 && f64::from(v.abs()) < EPS;
-            if tiny(gr[i]) || (gr[i] == 0.0 && go.is_some_and(|go| tiny(go[i]))) {
-                ill += 1;
-                ill_worst = ill_worst.max(d);
-            } else {
-                worst = worst.max(d);
-            }
-        }
-    }
+        (0..gr.len()).map(|i| below_eps(gr[i]) || (gr[i] == 0.0 && go.is_some_and(|go| below_eps(go[i])))).collect()
+    });
+    let WeightGap { worst, ill, ill_worst } = gap;
     eprintln!("{what}: two train steps: max |Δ| {worst:.3e}; {ill} ill-conditioned elements, max |Δ| {ill_worst:.3e}");
     assert!(worst <= 1e-5, "{what}: weights after two steps differ by {worst}");
     assert!(ill_worst <= 2.0 * 2.0 * LR, "{what}: ill-conditioned elements beyond two Adam steps: {ill_worst}");
+}
+
+/// Whether a first-step gradient is non-zero but below AdamW's eps: rounding noise that AdamW
+/// scales by 1/eps, so its element is held to Adam's step bound only.
+pub fn below_eps(g: f32) -> bool {
+    g != 0.0 && f64::from(g.abs()) < EPS
+}
+
+/// How far two sets of weights are apart: the largest |Δ| of the well-conditioned elements, and
+/// the count and largest |Δ| of the ill-conditioned ones.
+pub struct WeightGap {
+    pub worst: f64,
+    pub ill: usize,
+    pub ill_worst: f64,
+}
+
+/// [`WeightGap`] of `got` against `want`, tensor by tensor of `want`; `ill(name)` marks the
+/// ill-conditioned elements of a tensor.
+pub fn weight_gap(what: &str, want: &ModelWeights, got: &ModelWeights, ill: impl Fn(&str) -> Vec<bool>) -> WeightGap {
+    let mut gap = WeightGap { worst: 0.0, ill: 0, ill_worst: 0.0 };
+    for n in want.names() {
+        let (w, o, ill) = (want.tensor_f32(n).unwrap(), got.tensor_f32(n).unwrap(), ill(n));
+        assert_eq!(w.len(), o.len(), "{what}: {n}");
+        for i in 0..w.len() {
+            let d = (f64::from(w[i]) - f64::from(o[i])).abs();
+            if ill[i] {
+                gap.ill += 1;
+                gap.ill_worst = gap.ill_worst.max(d);
+            } else {
+                gap.worst = gap.worst.max(d);
+            }
+        }
+    }
+    gap
 }
 
 /// The step losses of `out/metrics.jsonl` against the Trainer's (`trainer_step_losses`).

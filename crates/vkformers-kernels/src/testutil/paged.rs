@@ -2,7 +2,7 @@
 //! they share (shapes, the per-row f64 reference, the packed q/k/v rows).
 
 use vkformers_vk::testing::on_every_device;
-use vkformers_vk::{Context, Result};
+use vkformers_vk::{Buffer, Context, Result};
 
 use super::masks::Masks;
 use super::storage::unsupported;
@@ -70,6 +70,12 @@ impl Layout {
         LatentShape { batch, tq, hq, d, dv, block_size, num_blocks, max_blocks }
     }
 
+    /// The block table and the rows' lengths (`lens`) as the kernels read them, on the device.
+    pub fn upload(&self, ctx: &Context, lens: &[usize]) -> Result<(Buffer, Buffer)> {
+        let lens: Vec<i32> = lens.iter().map(|&l| l as i32).collect();
+        Ok((ctx.buffer_from(&self.table, "table")?, ctx.buffer_from(&lens, "lens")?))
+    }
+
     /// Block size, blocks in the pool, blocks a row's table holds.
     fn pool_dims(&self) -> [u32; 3] {
         [self.block_size, self.num_blocks, self.max_blocks].map(|x| x as u32)
@@ -94,11 +100,6 @@ pub fn run_cases<C>(
         }
         Ok(())
     });
-}
-
-/// The lengths of a case's rows as the kernels' `lens` buffer reads them.
-pub fn lens_i32(lens: &[usize]) -> Vec<i32> {
-    lens.iter().map(|&l| l as i32).collect()
 }
 
 /// The longest row (0 for none), as the splits' choice takes it.

@@ -7,6 +7,7 @@ pub use vkformers_kernels::activation::Activation;
 use vkformers_kernels::dtype::DType;
 use vkformers_kernels::matmul::gemv::gemv_applies;
 
+use crate::ops::push_one_kernel_grad;
 use crate::{Graph, Result, Tensor};
 
 /// `y = act(x)` elementwise; x, y [..].
@@ -14,15 +15,7 @@ pub fn activation(g: &Graph<'_>, x: &Tensor, act: Activation) -> Result<Tensor> 
     let y = g.output(x.shape(), &[x])?;
     g.record(|rec| k::forward(rec, act, x.view(), y.view(), DType::F32))?;
     let saved = x.clone();
-    g.push_node(
-        &y,
-        vec![x.clone()],
-        Box::new(move |g, dy| {
-            let dx = g.empty(saved.shape())?;
-            g.record(|rec| k::backward(rec, act, saved.view(), dy.view(), dx.view(), DType::F32))?;
-            Ok(vec![Some(dx)])
-        }),
-    );
+    push_one_kernel_grad(g, &y, x, move |rec, dy, dx| k::backward(rec, act, saved.view(), dy, dx, DType::F32));
     Ok(y)
 }
 

@@ -9,6 +9,7 @@
 use vkformers_kernels::broadcast::{self as k, BinaryOp};
 use vkformers_kernels::dtype::DType;
 
+use crate::ops::push_one_kernel_grad;
 use crate::{Graph, Result, Tensor, VkError};
 
 /// `a + b` with broadcasting; a [a_shape], b [b_shape], out [broadcast shape].
@@ -35,15 +36,7 @@ pub fn div(g: &Graph<'_>, a: &Tensor, b: &Tensor) -> Result<Tensor> {
 pub fn scale(g: &Graph<'_>, x: &Tensor, alpha: f32) -> Result<Tensor> {
     let out = g.output(x.shape(), &[x])?;
     g.record(|rec| k::scale(rec, x.view(), out.view(), alpha, DType::F32))?;
-    g.push_node(
-        &out,
-        vec![x.clone()],
-        Box::new(move |g, dout| {
-            let dx = g.empty(dout.shape())?;
-            g.record(|rec| k::scale(rec, dout.view(), dx.view(), alpha, DType::F32))?;
-            Ok(vec![Some(dx)])
-        }),
-    );
+    push_one_kernel_grad(g, &out, x, move |rec, dout, dx| k::scale(rec, dout, dx, alpha, DType::F32));
     Ok(out)
 }
 

@@ -4,6 +4,7 @@
 
 use vkformers_kernels::moe::clamped_swiglu::{self as k, ClampedSwiGlu};
 
+use crate::ops::push_one_kernel_grad;
 use crate::{Graph, Result, Tensor, VkError};
 
 /// `out [.., I]` of `gate_up [.., 2I]`.
@@ -23,14 +24,8 @@ pub fn clamped_swiglu(g: &Graph<'_>, gate_up: &Tensor, act: ClampedSwiGlu) -> Re
     let out = g.output(&shape, &[gate_up])?;
     g.record(|rec| k::forward(rec, act, gate_up.view(), out.view(), (rows, inner)))?;
     let saved = gate_up.clone();
-    g.push_node(
-        &out,
-        vec![gate_up.clone()],
-        Box::new(move |g, dout| {
-            let dgate_up = g.empty(saved.shape())?;
-            g.record(|rec| k::backward(rec, act, (saved.view(), dout.view()), dgate_up.view(), (rows, inner)))?;
-            Ok(vec![Some(dgate_up)])
-        }),
-    );
+    push_one_kernel_grad(g, &out, gate_up, move |rec, dout, dgate_up| {
+        k::backward(rec, act, (saved.view(), dout), dgate_up, (rows, inner))
+    });
     Ok(out)
 }

@@ -5,6 +5,7 @@
 use vkformers_kernels::dropout as k;
 use vkformers_kernels::dtype::DType;
 
+use crate::ops::push_one_kernel_grad;
 use crate::{Graph, Result, Tensor};
 
 /// `y = x · mask / (1 - p)`; identity (no kernel) when `p == 0`.
@@ -14,15 +15,7 @@ pub fn dropout(g: &Graph<'_>, x: &Tensor, p: f32, seed: u64, offset: u64) -> Res
     }
     let y = g.output(x.shape(), &[x])?;
     g.record(|rec| k::forward(rec, x.view(), y.view(), p, seed, offset, DType::F32))?;
-    g.push_node(
-        &y,
-        vec![x.clone()],
-        Box::new(move |g, dy| {
-            let dx = g.empty(dy.shape())?;
-            g.record(|rec| k::backward(rec, dy.view(), dx.view(), p, seed, offset, DType::F32))?;
-            Ok(vec![Some(dx)])
-        }),
-    );
+    push_one_kernel_grad(g, &y, x, move |rec, dy, dx| k::backward(rec, dy, dx, p, seed, offset, DType::F32));
     Ok(y)
 }
 
@@ -39,15 +32,9 @@ pub fn dropout_rows_keyed(g: &Graph<'_>, x: &Tensor, p: f32, seed: u64, keys: &T
     let kv = keys.clone();
     g.record(|rec| k::rows::apply(rec, x.view(), kv.view(), y.view(), (rows, cols), p, seed, DType::F32))?;
     let keys = keys.clone();
-    g.push_node(
-        &y,
-        vec![x.clone()],
-        Box::new(move |g, dy| {
-            let dx = g.empty(dy.shape())?;
-            g.record(|rec| k::rows::apply(rec, dy.view(), keys.view(), dx.view(), (rows, cols), p, seed, DType::F32))?;
-            Ok(vec![Some(dx)])
-        }),
-    );
+    push_one_kernel_grad(g, &y, x, move |rec, dy, dx| {
+        k::rows::apply(rec, dy, keys.view(), dx, (rows, cols), p, seed, DType::F32)
+    });
     Ok(y)
 }
 

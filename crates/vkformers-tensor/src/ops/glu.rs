@@ -7,6 +7,7 @@ use vkformers_kernels::dtype::{cast as cast_kernel, DType, Twin};
 use vkformers_kernels::glu as k;
 pub use vkformers_kernels::glu::Glu;
 
+use crate::ops::push_one_kernel_grad;
 use crate::{Graph, Result, Tensor, VkError};
 
 /// `out = f(gate) * up`; gate, up, out [.., I] (gate and up of one shape). Under autocast in
@@ -133,17 +134,9 @@ pub fn glu_fused(g: &Graph<'_>, gate_up: &Tensor, kind: Glu) -> Result<Tensor> {
     let out = g.output(&shape, &[gate_up])?;
     record_forward(g, kind, (gate_up, None), &out, (rows, inner))?;
     let saved = gate_up.clone();
-    g.push_node(
-        &out,
-        vec![gate_up.clone()],
-        Box::new(move |g, dout| {
-            let dgate_up = g.empty(saved.shape())?;
-            g.record(|rec| {
-                k::backward_fused(rec, kind, saved.view(), dout.view(), dgate_up.view(), rows, inner, DType::F32)
-            })?;
-            Ok(vec![Some(dgate_up)])
-        }),
-    );
+    push_one_kernel_grad(g, &out, gate_up, move |rec, dout, dgate_up| {
+        k::backward_fused(rec, kind, saved.view(), dout, dgate_up, rows, inner, DType::F32)
+    });
     Ok(out)
 }
 

@@ -15,6 +15,7 @@ pub mod loss;
 pub mod matmul;
 pub mod moe;
 pub mod norm;
+mod one_kernel_grad;
 pub mod packed_linear;
 pub mod packed_qkv;
 pub mod packed_split;
@@ -25,3 +26,5 @@ pub mod shape;
 pub mod softmax;
 pub mod sparsemixer;
 pub mod split;
+
+pub(crate) use one_kernel_grad::push_one_kernel_grad;

@@ -9,6 +9,7 @@ use vkformers_kernels::dtype::DType;
 use vkformers_kernels::reduce as k;
 use vkformers_vk::BufferView;
 
+use crate::ops::push_one_kernel_grad;
 use crate::{Graph, Result, Tensor, VkError};
 
 /// `sum_i x[i]`; x [..], out [1].
@@ -51,22 +52,13 @@ fn reduce_all(g: &Graph<'_>, x: &Tensor, mean: bool) -> Result<Tensor> {
             k::sum_all(rec, x.view(), s, out.view(), DType::F32)
         }
     })?;
-    let shape = x.shape().to_vec();
-    g.push_node(
-        &out,
-        vec![x.clone()],
-        Box::new(move |g, dy| {
-            let dx = g.empty(&shape)?;
-            g.record(|rec| {
-                if mean {
-                    k::mean_all_backward(rec, dy.view(), dx.view(), DType::F32)
-                } else {
-                    k::sum_all_backward(rec, dy.view(), dx.view(), DType::F32)
-                }
-            })?;
-            Ok(vec![Some(dx)])
-        }),
-    );
+    push_one_kernel_grad(g, &out, x, move |rec, dy, dx| {
+        if mean {
+            k::mean_all_backward(rec, dy, dx, DType::F32)
+        } else {
+            k::sum_all_backward(rec, dy, dx, DType::F32)
+        }
+    });
     Ok(out)
 }
 
@@ -85,22 +77,13 @@ fn reduce_last(g: &Graph<'_>, x: &Tensor, mean: bool) -> Result<Tensor> {
             k::sum_rows(rec, x.view(), out.view(), rows, d, DType::F32)
         }
     })?;
-    let shape = x.shape().to_vec();
-    g.push_node(
-        &out,
-        vec![x.clone()],
-        Box::new(move |g, dy| {
-            let dx = g.empty(&shape)?;
-            g.record(|rec| {
-                if mean {
-                    k::mean_rows_backward(rec, dy.view(), dx.view(), rows, d, DType::F32)
-                } else {
-                    k::sum_rows_backward(rec, dy.view(), dx.view(), rows, d, DType::F32)
-                }
-            })?;
-            Ok(vec![Some(dx)])
-        }),
-    );
+    push_one_kernel_grad(g, &out, x, move |rec, dy, dx| {
+        if mean {
+            k::mean_rows_backward(rec, dy, dx, rows, d, DType::F32)
+        } else {
+            k::sum_rows_backward(rec, dy, dx, rows, d, DType::F32)
+        }
+    });
     Ok(out)
 }
 

@@ -4,6 +4,7 @@
 use vkformers_kernels::dtype::DType;
 use vkformers_kernels::softmax as k;
 
+use crate::ops::push_one_kernel_grad;
 use crate::{Graph, Result, Tensor};
 
 /// Softmax over the last dimension.
@@ -12,14 +13,6 @@ pub fn softmax(g: &Graph<'_>, x: &Tensor) -> Result<Tensor> {
     let y = g.output(x.shape(), &[x])?;
     g.record(|rec| k::forward(rec, x.view(), y.view(), rows, d, DType::F32))?;
     let saved = y.clone();
-    g.push_node(
-        &y,
-        vec![x.clone()],
-        Box::new(move |g, dy| {
-            let dx = g.empty(saved.shape())?;
-            g.record(|rec| k::backward(rec, saved.view(), dy.view(), dx.view(), rows, d, DType::F32))?;
-            Ok(vec![Some(dx)])
-        }),
-    );
+    push_one_kernel_grad(g, &y, x, move |rec, dy, dx| k::backward(rec, saved.view(), dy, dx, rows, d, DType::F32));
     Ok(y)
 }
