@@ -18,8 +18,9 @@ use vkformers_kernels::rope::RopeLayout;
 
 use super::common::{parse, BaseConfig};
 use super::deepseek::layer_types;
-use super::deepseek_moe::{apply_where, DeepseekMoe};
+use super::deepseek_moe::DeepseekMoe;
 use super::mla_common::{q_lora_rank, MlaConfig};
+use super::moe_common::apply_where;
 use crate::error::{ModelError, Result};
 use crate::moe::Router;
 use crate::spec::{ModelSpec, Norm, VisionTower};

@@ -17,8 +17,9 @@ use serde_json::Value;
 use vkformers_kernels::rope::RopeLayout;
 
 use super::common::{parse, BaseConfig};
-use super::deepseek_moe::{apply_where, DeepseekMoe};
+use super::deepseek_moe::DeepseekMoe;
 use super::mla_common::{q_lora_rank, MlaConfig};
+use super::moe_common::apply_where;
 use crate::error::{ModelError, Result};
 use crate::spec::{ModelSpec, Norm};
 
