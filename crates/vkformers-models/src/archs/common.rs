@@ -53,6 +53,12 @@ fn default_positions() -> usize {
     2048
 }
 
+/// `tie_word_embeddings` for the config classes that default it to true (Gemma, Falcon,
+/// MiniCPM3, Youtu, MPT): true unless the field is a boolean false.
+pub fn tied_by_default(cfg: &Value) -> bool {
+    cfg.get("tie_word_embeddings").and_then(Value::as_bool).unwrap_or(true)
+}
+
 /// Parses a family's config struct, naming the file in errors.
 pub fn parse<T: for<'de> Deserialize<'de>>(cfg: &Value) -> Result<T> {
     T::deserialize(cfg).map_err(|e| ModelError::Config(e.to_string()))

@@ -19,7 +19,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     // Released Gemma configs say `hidden_act: gelu` and `hidden_activation: gelu_pytorch_tanh`;
     // transformers runs the latter (the tanh GELU is also its default).
     c.base.hidden_act = c.base.hidden_activation.clone().or(c.base.hidden_act.take());
-    c.base.tie_word_embeddings = cfg.get("tie_word_embeddings").and_then(Value::as_bool).unwrap_or(true);
+    c.base.tie_word_embeddings = super::common::tied_by_default(cfg);
     let glu = c.base.glu("gelu_pytorch_tanh")?;
     let mut spec = c.base.llama_spec("gemma", glu, true, false, false)?;
     // gemma's config class defaults pad_token_id to 0.

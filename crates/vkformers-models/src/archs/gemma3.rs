@@ -35,7 +35,7 @@ fn rope_dicts(cfg: &Value) -> (Value, Value) {
 
 pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     let mut c: GemmaConfig = parse(cfg)?;
-    c.base.tie_word_embeddings = cfg.get("tie_word_embeddings").and_then(Value::as_bool).unwrap_or(true);
+    c.base.tie_word_embeddings = super::common::tied_by_default(cfg);
     if cfg.get("sliding_window").is_none() {
         c.base.sliding_window = Some(4096);
     }
