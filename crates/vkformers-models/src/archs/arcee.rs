@@ -10,7 +10,7 @@ use vkformers_kernels::activation::Activation;
 use vkformers_kernels::glu::Glu;
 
 use super::common::{parse, BaseConfig};
-use super::ln_common::{plain_act, set_norms};
+use super::ln_common::{plain_act, set_norms, LnConfig};
 use crate::error::Result;
 use crate::spec::{MlpSpec, ModelSpec, Norm};
 
@@ -23,17 +23,11 @@ struct Config {
 #[derive(Deserialize)]
 struct Jais2Config {
     #[serde(flatten)]
-    base: BaseConfig,
-    #[serde(default = "default_eps")]
-    layer_norm_eps: f64,
+    ln: LnConfig,
     #[serde(default = "yes")]
     attention_bias: bool,
     #[serde(default = "yes")]
     mlp_bias: bool,
-}
-
-fn default_eps() -> f64 {
-    1e-5
 }
 
 fn yes() -> bool {
@@ -46,10 +40,12 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
 }
 
 pub fn jais2(cfg: &Value) -> Result<ModelSpec> {
-    let mut c: Jais2Config = parse(cfg)?;
-    (c.base.attention_bias, c.base.mlp_bias) = (c.attention_bias, c.mlp_bias);
-    let mut spec = relu2_spec("jais2", c.base)?;
-    set_norms(&mut spec, &Norm::Layer { eps: c.layer_norm_eps as f32, bias: true });
+    let Jais2Config { ln, attention_bias, mlp_bias } = parse(cfg)?;
+    let norm = ln.norm(true);
+    let mut base = ln.base;
+    (base.attention_bias, base.mlp_bias) = (attention_bias, mlp_bias);
+    let mut spec = relu2_spec("jais2", base)?;
+    set_norms(&mut spec, &norm);
     Ok(spec)
 }
 
