@@ -15,12 +15,6 @@ use crate::error::Result;
 use crate::spec::{MlpSpec, ModelSpec, Norm};
 
 #[derive(Deserialize)]
-struct Config {
-    #[serde(flatten)]
-    base: BaseConfig,
-}
-
-#[derive(Deserialize)]
 struct Jais2Config {
     #[serde(flatten)]
     ln: LnConfig,
@@ -35,8 +29,8 @@ fn yes() -> bool {
 }
 
 pub fn spec(cfg: &Value) -> Result<ModelSpec> {
-    let c: Config = parse(cfg)?;
-    relu2_spec("arcee", c.base)
+    let c: BaseConfig = parse(cfg)?;
+    relu2_spec("arcee", c)
 }
 
 pub fn jais2(cfg: &Value) -> Result<ModelSpec> {
@@ -50,10 +44,10 @@ pub fn jais2(cfg: &Value) -> Result<ModelSpec> {
 }
 
 pub fn nemotron(cfg: &Value) -> Result<ModelSpec> {
-    let mut c: Config = parse(cfg)?;
-    super::ln_common::prepare(&mut c.base, cfg, "relu2", 0.5);
+    let mut c: BaseConfig = parse(cfg)?;
+    super::ln_common::prepare(&mut c, cfg, "relu2", 0.5);
     let eps = cfg.get("norm_eps").and_then(Value::as_f64).unwrap_or(1e-5);
-    let mut spec = relu2_spec("nemotron", c.base)?;
+    let mut spec = relu2_spec("nemotron", c)?;
     set_norms(&mut spec, &Norm::LayerUnitOffset { eps: eps as f32 });
     Ok(spec)
 }

@@ -100,6 +100,14 @@ impl BaseConfig {
         Ok(RopeSpec { inv_freq, mscale, rotary_dim, layout, long })
     }
 
+    /// The rotary spec of the RoPE dict `params` (read as `rope_parameters`, `rope_scaling`
+    /// cleared), for families whose layer types each have their own RoPE; the dict stays set.
+    pub fn rope_of(&mut self, params: Value, layout: RopeLayout) -> Result<RopeSpec> {
+        self.rope_scaling = None;
+        self.rope_parameters = Some(params);
+        self.rope(layout)
+    }
+
     /// The gated MLP activation from `hidden_act`.
     pub fn glu(&self, default: &str) -> Result<Glu> {
         match self.hidden_act.as_deref().unwrap_or(default) {

@@ -49,13 +49,8 @@ fn build(cfg: &Value, model_type: &str, shared: bool) -> Result<ModelSpec> {
     let (base, moe) = (&c.lm.base, &c.lm.moe);
     let glu = base.glu("silu")?;
     let mut spec = base.llama_spec(model_type, glu, false, false, base.attention_bias)?;
-    spec.embed_scale = c.embedding_multiplier as f32;
-    spec.logit_scale = (1.0 / c.logits_scaling) as f32;
-    for l in &mut spec.layers {
-        l.residual_scale = c.residual_multiplier as f32;
-        l.attn.scale = c.attention_multiplier as f32;
-        l.attn.sliding_window = None;
-    }
+    let m = [c.embedding_multiplier, c.residual_multiplier, c.attention_multiplier, c.logits_scaling];
+    super::granite::multipliers(&mut spec, m);
     let shared = (shared && c.shared_intermediate_size > 0).then(|| SharedExpert {
         intermediate: c.shared_intermediate_size,
         gate_proj: "model.layers.{i}.shared_mlp.input_linear".into(),

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use vkformers_kernels::rope::RopeLayout;
 
 use super::common::parse;
-use super::layer_types::{apply, sliding, window};
+use super::layer_types::{apply, set_ropes, sliding, window};
 use super::moe_common::{apply_where, mlp_expert_names, LlamaMoeConfig};
 use crate::error::{ModelError, Result};
 use crate::spec::ModelSpec;
@@ -40,17 +40,12 @@ fn rope_dict(cfg: &Value, layer_type: &str, theta: f64) -> Result<Value> {
 pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     let Config { lm: LlamaMoeConfig { mut base, moe }, mlp_layer_types } = parse(cfg)?;
     let layers = base.num_hidden_layers;
-    base.rope_scaling = None;
-    base.rope_parameters = Some(rope_dict(cfg, "full_attention", 500_000.0)?);
-    let full_rope = base.rope(RopeLayout::HalfSplit)?;
-    base.rope_parameters = Some(rope_dict(cfg, "sliding_attention", 10_000.0)?);
-    let sliding_rope = base.rope(RopeLayout::HalfSplit)?;
+    let full_rope = base.rope_of(rope_dict(cfg, "full_attention", 500_000.0)?, RopeLayout::HalfSplit)?;
+    let sliding_rope = base.rope_of(rope_dict(cfg, "sliding_attention", 10_000.0)?, RopeLayout::HalfSplit)?;
     let glu = base.glu("silu")?;
     let mut spec = base.llama_spec("mellum", glu, false, true, base.attention_bias)?;
     let slide = sliding(cfg, layers, |_| false)?;
-    for (l, &s) in spec.layers.iter_mut().zip(&slide) {
-        l.attn.rope = Some(if s { sliding_rope.clone() } else { full_rope.clone() });
-    }
+    set_ropes(&mut spec, &slide, &sliding_rope, &full_rope);
     apply(&mut spec, &slide, window(cfg, Some(1024)))?;
     let sparse = match &mlp_layer_types {
         None => vec![true; layers],
