@@ -92,14 +92,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     let act = activation(c.hidden_act.as_deref().unwrap_or("gelu_new"))?;
     let norm = Norm::Layer { eps: c.layer_norm_eps.unwrap_or(1e-12) as f32, bias: true };
     let layer = layer(c.hidden_size, c.num_attention_heads, c.intermediate_size, act, &norm)?;
-    let mlm = MlmHead {
-        dense: "predictions.dense".into(),
-        dense_bias: true,
-        act,
-        norm: norm.clone(),
-        norm_name: "predictions.LayerNorm".into(),
-        bias: "predictions.bias".into(),
-    };
+    let mlm = MlmHead::transform("predictions.dense", act, &norm, "predictions.LayerNorm", "predictions.bias");
     let pooler = under(p, "pooler");
     let head = head(cfg, mlm, (&pooler, PoolAct::Tanh, "classifier"), Some(&pooler))?;
     // Pre-training heads this model has not (the SOP classifier, the decoder's bias alias), and

@@ -5,6 +5,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::bert_defaults;
 use super::bert_heads::{ignored, task_head, Head};
 pub(super) use super::bert_layout::names;
 use super::bert_layout::{under, Layout};
@@ -21,15 +22,15 @@ struct Config {
     num_hidden_layers: usize,
     num_attention_heads: usize,
     intermediate_size: usize,
-    #[serde(default = "gelu")]
+    #[serde(default = "bert_defaults::hidden_act")]
     hidden_act: String,
-    #[serde(default = "default_positions")]
+    #[serde(default = "bert_defaults::max_position_embeddings")]
     max_position_embeddings: usize,
-    #[serde(default = "two")]
+    #[serde(default = "bert_defaults::type_vocab_size")]
     type_vocab_size: usize,
-    #[serde(default = "default_eps")]
+    #[serde(default = "bert_defaults::layer_norm_eps")]
     layer_norm_eps: f64,
-    #[serde(default = "yes")]
+    #[serde(default = "bert_defaults::yes")]
     tie_word_embeddings: bool,
     #[serde(default)]
     is_decoder: bool,
@@ -40,22 +41,6 @@ struct Config {
     use_task_id: bool,
     /// Configs older than transformers 5 may name relative position schemes here.
     position_embedding_type: Option<String>,
-}
-
-fn gelu() -> String {
-    "gelu".into()
-}
-fn default_positions() -> usize {
-    512
-}
-fn two() -> usize {
-    2
-}
-fn default_eps() -> f64 {
-    1e-12
-}
-fn yes() -> bool {
-    true
 }
 
 /// The spec of a BERT-shaped masked-LM model stored under `prefix` (`bert`, `roberta`, ...);

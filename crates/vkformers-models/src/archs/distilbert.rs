@@ -6,6 +6,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use vkformers_kernels::activation::Activation;
 
+use super::bert_defaults;
 use super::common::parse;
 use super::encoder_common::{activation, head, layer, EncoderParts};
 use crate::encoder::{EncoderSpec, MlmHead, NormPlacement, PoolAct, Positions};
@@ -15,7 +16,7 @@ use crate::spec::{padding_idx_or, LayerNames, ModelSpec, Norm};
 /// `DistilBertConfig` (its own field names; defaults as the class).
 #[derive(Deserialize)]
 struct Config {
-    #[serde(default = "d_vocab")]
+    #[serde(default = "bert_defaults::vocab_size")]
     vocab_size: usize,
     #[serde(default = "d_dim")]
     dim: usize,
@@ -25,19 +26,16 @@ struct Config {
     n_heads: usize,
     #[serde(default = "d_hidden_dim")]
     hidden_dim: usize,
-    #[serde(default = "d_act")]
+    #[serde(default = "bert_defaults::hidden_act")]
     activation: String,
-    #[serde(default = "d_positions")]
+    #[serde(default = "bert_defaults::max_position_embeddings")]
     max_position_embeddings: usize,
     #[serde(default)]
     sinusoidal_pos_embds: bool,
-    #[serde(default = "d_tied")]
+    #[serde(default = "bert_defaults::yes")]
     tie_word_embeddings: bool,
 }
 
-fn d_vocab() -> usize {
-    30522
-}
 fn d_dim() -> usize {
     768
 }
@@ -49,15 +47,6 @@ fn d_heads() -> usize {
 }
 fn d_hidden_dim() -> usize {
     3072
-}
-fn d_positions() -> usize {
-    512
-}
-fn d_act() -> String {
-    "gelu".into()
-}
-fn d_tied() -> bool {
-    true
 }
 
 fn names() -> LayerNames {
@@ -108,14 +97,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
             NormPlacement::Post,
             head(
                 cfg,
-                MlmHead {
-                    dense: "vocab_transform".into(),
-                    dense_bias: true,
-                    act,
-                    norm,
-                    norm_name: "vocab_layer_norm".into(),
-                    bias: "vocab_projector.bias".into(),
-                },
+                MlmHead::transform("vocab_transform", act, &norm, "vocab_layer_norm", "vocab_projector.bias"),
                 ("pre_classifier", PoolAct::Act(Activation::Relu), "classifier"),
                 None,
             )?,

@@ -95,14 +95,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
         (true, None) => return Err(ModelError::Config("esm token_dropout needs a mask_token_id".into())),
     };
     let e = under(p, "embeddings");
-    let mlm = MlmHead {
-        dense: "lm_head.dense".into(),
-        dense_bias: true,
-        act: Activation::Gelu,
-        norm: norm.clone(),
-        norm_name: "lm_head.layer_norm".into(),
-        bias: "lm_head.bias".into(),
-    };
+    let mlm = MlmHead::roberta(&norm);
     let mut spec = EncoderParts {
         model_type: "esm",
         vocab: c.vocab_size,

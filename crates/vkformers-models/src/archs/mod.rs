@@ -14,6 +14,7 @@ mod bart;
 mod bart_family;
 mod bart_layers;
 mod bert;
+mod bert_defaults;
 mod bert_family;
 mod bert_heads;
 mod bert_layout;

@@ -9,6 +9,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::bert::names;
+use super::bert_defaults;
 use super::bert_heads::{ignored, task_head, Head};
 use super::bert_layout::under;
 use super::common::parse;
@@ -25,32 +26,20 @@ struct Config {
     num_hidden_layers: usize,
     num_attention_heads: usize,
     intermediate_size: usize,
-    #[serde(default = "d_act")]
+    #[serde(default = "bert_defaults::hidden_act")]
     hidden_act: String,
-    #[serde(default = "d_positions")]
+    #[serde(default = "bert_defaults::max_position_embeddings")]
     max_position_embeddings: usize,
-    #[serde(default = "d_eps")]
+    #[serde(default = "bert_defaults::layer_norm_eps")]
     layer_norm_eps: f64,
     #[serde(default = "d_buckets")]
     relative_attention_num_buckets: usize,
-    #[serde(default = "yes")]
+    #[serde(default = "bert_defaults::yes")]
     tie_word_embeddings: bool,
 }
 
-fn d_act() -> String {
-    "gelu".into()
-}
-fn d_positions() -> usize {
-    512
-}
-fn d_eps() -> f64 {
-    1e-12
-}
 fn d_buckets() -> usize {
     32
-}
-fn yes() -> bool {
-    true
 }
 
 /// `MPNetEmbeddings.padding_idx` (a constant, not the config's pad id).
