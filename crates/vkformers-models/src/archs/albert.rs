@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use super::bert_layout::under;
 use super::common::parse;
-use super::encoder_common::{activation, head, is_bare, layer, EncoderParts};
+use super::encoder_common::{activation, bert_tables, head, is_bare, layer, EncoderParts};
 use crate::encoder::{EncoderHead, EncoderSpec, MlmHead, NormPlacement, PoolAct, Positions};
 use crate::error::{ModelError, Result};
 use crate::spec::{layer_name, padding_idx_or, LayerNames, MapEntry, ModelSpec, Norm};
@@ -105,14 +105,15 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
         ignored.push("predictions.".into());
     }
     let e = under(p, "embeddings");
+    let (word, pos_table) = bert_tables(&e);
     let mut spec = EncoderParts {
         model_type: "albert",
         vocab: c.vocab_size,
         hidden: c.hidden_size,
         layers: vec![layer; groups * inner],
         names: LayerNames::plain(&under(p, "encoder.albert_layers.{i}"), MODULES),
-        word: format!("{e}.word_embeddings"),
-        positions: format!("{e}.position_embeddings"),
+        word,
+        positions: pos_table,
         embed_norm: Some((norm, format!("{e}.LayerNorm"))),
         decoder: "predictions.decoder".into(),
         tied: true,

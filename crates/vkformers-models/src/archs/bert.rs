@@ -10,7 +10,7 @@ use super::bert_heads::{ignored, task_head, Head};
 pub(super) use super::bert_layout::names;
 use super::bert_layout::{under, Layout};
 use super::common::parse;
-use super::encoder_common::{activation, is_bare, layer, EncoderParts};
+use super::encoder_common::{activation, bert_tables, is_bare, layer, EncoderParts};
 use crate::encoder::{EncoderSpec, NormPlacement, Positions};
 use crate::error::{ModelError, Result};
 use crate::spec::{padding_idx_or, ModelSpec, Norm};
@@ -85,14 +85,15 @@ pub(super) fn spec(
     let (head_prefix, head) = task_head(cfg, head, prefix, act, &norm)?;
     let ignored = ignored(prefix, head_prefix, &head);
     let e = under(prefix, "embeddings");
+    let (word, pos_table) = bert_tables(&e);
     let spec = EncoderParts {
         model_type,
         vocab: c.vocab_size,
         hidden: c.hidden_size,
         layers: vec![layer; c.num_hidden_layers],
         names: layout.names(prefix),
-        word: format!("{e}.word_embeddings"),
-        positions: format!("{e}.position_embeddings"),
+        word,
+        positions: pos_table,
         embed_norm: layout.embedding_norm().then(|| (norm.clone(), format!("{e}.LayerNorm"))),
         decoder: format!("{head_prefix}.decoder"),
         tied: true,

@@ -8,7 +8,7 @@ use vkformers_kernels::activation::Activation;
 
 use super::bert_defaults;
 use super::common::parse;
-use super::encoder_common::{activation, head, layer, EncoderParts};
+use super::encoder_common::{activation, bert_tables, head, layer, EncoderParts};
 use crate::encoder::{EncoderSpec, MlmHead, NormPlacement, PoolAct, Positions};
 use crate::error::{ModelError, Result};
 use crate::spec::{padding_idx_or, LayerNames, ModelSpec, Norm};
@@ -78,14 +78,15 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     let norm = Norm::Layer { eps: 1e-12, bias: true };
     let layer = layer(c.dim, c.n_heads, c.hidden_dim, act, &norm)?;
     let e = "distilbert.embeddings";
+    let (word, pos_table) = bert_tables(e);
     Ok(EncoderParts {
         model_type: "distilbert",
         vocab: c.vocab_size,
         hidden: c.dim,
         layers: vec![layer; c.n_layers],
         names: names(),
-        word: format!("{e}.word_embeddings"),
-        positions: format!("{e}.position_embeddings"),
+        word,
+        positions: pos_table,
         embed_norm: Some((norm.clone(), format!("{e}.LayerNorm"))),
         decoder: "vocab_projector".into(),
         tied: c.tie_word_embeddings,

@@ -10,7 +10,7 @@ use vkformers_kernels::activation::Activation;
 use super::bert::names;
 use super::bert_defaults;
 use super::common::parse;
-use super::encoder_common::{activation, head, layer, EncoderParts};
+use super::encoder_common::{activation, bert_tables, head, layer, EncoderParts};
 use crate::encoder::{EncoderSpec, MlmHead, NormPlacement, PoolAct, Positions};
 use crate::error::{ModelError, Result};
 use crate::spec::{padding_idx_or, ModelSpec, Norm};
@@ -74,14 +74,15 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     let norm = Norm::Layer { eps: c.layer_norm_eps as f32, bias: true };
     let layer = layer(c.hidden_size, c.num_attention_heads, c.intermediate_size, activation(&c.hidden_act)?, &norm)?;
     let e = "electra.embeddings";
+    let (word, pos_table) = bert_tables(e);
     Ok(EncoderParts {
         model_type: "electra",
         vocab: c.vocab_size,
         hidden: c.hidden_size,
         layers: vec![layer; c.num_hidden_layers],
         names: names("electra"),
-        word: format!("{e}.word_embeddings"),
-        positions: format!("{e}.position_embeddings"),
+        word,
+        positions: pos_table,
         embed_norm: Some((norm.clone(), format!("{e}.LayerNorm"))),
         decoder: "generator_lm_head".into(),
         tied: c.tie_word_embeddings,

@@ -20,6 +20,12 @@ pub(super) fn activation(name: &str) -> Result<Activation> {
     }
 }
 
+/// BERT's word and position tables under the embeddings module `e` (`{e}.word_embeddings`,
+/// `{e}.position_embeddings`), which most encoder families keep.
+pub(super) fn bert_tables(e: &str) -> (String, String) {
+    (format!("{e}.word_embeddings"), format!("{e}.position_embeddings"))
+}
+
 /// One encoder layer: multi-head attention with biases, a plain MLP with biases, and the
 /// LayerNorm `norm` in both norm slots (after each residual add in a post-LN encoder).
 pub(super) fn layer(

@@ -13,7 +13,7 @@ use super::bert_defaults;
 use super::bert_heads::{ignored, task_head, Head};
 use super::bert_layout::under;
 use super::common::parse;
-use super::encoder_common::{activation, is_bare, layer, EncoderParts};
+use super::encoder_common::{activation, bert_tables, is_bare, layer, EncoderParts};
 use crate::encoder::{EncoderSpec, NormPlacement, Positions, RelativeBias};
 use crate::error::{ModelError, Result};
 use crate::spec::{LayerNames, ModelSpec, Norm};
@@ -73,14 +73,15 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     let layer = layer(c.hidden_size, c.num_attention_heads, c.intermediate_size, act, &norm)?;
     let (head_prefix, head) = task_head(cfg, Head::Roberta, p, act, &norm)?;
     let e = under(p, "embeddings");
+    let (word, pos_table) = bert_tables(&e);
     Ok(EncoderParts {
         model_type: "mpnet",
         vocab: c.vocab_size,
         hidden: c.hidden_size,
         layers: vec![layer; c.num_hidden_layers],
         names: mpnet_names(p),
-        word: format!("{e}.word_embeddings"),
-        positions: format!("{e}.position_embeddings"),
+        word,
+        positions: pos_table,
         embed_norm: Some((norm, format!("{e}.LayerNorm"))),
         decoder: format!("{head_prefix}.decoder"),
         tied: true,
