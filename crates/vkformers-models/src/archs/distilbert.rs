@@ -50,22 +50,17 @@ fn d_hidden_dim() -> usize {
 }
 
 fn names() -> LayerNames {
-    let l = "distilbert.transformer.layer.{i}";
-    LayerNames {
-        attn_norm: format!("{l}.sa_layer_norm"),
-        q: format!("{l}.attention.q_lin"),
-        k: format!("{l}.attention.k_lin"),
-        v: format!("{l}.attention.v_lin"),
-        o: format!("{l}.attention.out_lin"),
-        q_norm: String::new(),
-        k_norm: String::new(),
-        mlp_norm: format!("{l}.output_layer_norm"),
-        post_attn_norm: String::new(),
-        post_mlp_norm: String::new(),
-        gate: String::new(),
-        up: format!("{l}.ffn.lin1"),
-        down: format!("{l}.ffn.lin2"),
-    }
+    let parts = [
+        "sa_layer_norm",
+        "attention.q_lin",
+        "attention.k_lin",
+        "attention.v_lin",
+        "attention.out_lin",
+        "output_layer_norm",
+        "ffn.lin1",
+        "ffn.lin2",
+    ];
+    LayerNames::plain("distilbert.transformer.layer.{i}", parts)
 }
 
 pub fn spec(cfg: &Value) -> Result<ModelSpec> {

@@ -30,21 +30,17 @@ fn yes() -> bool {
 const P: &str = "gpt_neox.layers.{i}";
 
 fn names() -> LayerNames {
-    LayerNames {
-        attn_norm: format!("{P}.input_layernorm"),
-        q: format!("{P}.attention.q"),
-        k: format!("{P}.attention.k"),
-        v: format!("{P}.attention.v"),
-        o: format!("{P}.attention.dense"),
-        q_norm: String::new(),
-        k_norm: String::new(),
-        mlp_norm: format!("{P}.post_attention_layernorm"),
-        post_attn_norm: String::new(),
-        post_mlp_norm: String::new(),
-        gate: String::new(),
-        up: format!("{P}.mlp.dense_h_to_4h"),
-        down: format!("{P}.mlp.dense_4h_to_h"),
-    }
+    let parts = [
+        "input_layernorm",
+        "attention.q",
+        "attention.k",
+        "attention.v",
+        "attention.dense",
+        "post_attention_layernorm",
+        "mlp.dense_h_to_4h",
+        "mlp.dense_4h_to_h",
+    ];
+    LayerNames::plain(P, parts)
 }
 
 /// `query_key_value` (weight and bias): per head, head_dim rows each of q, k and v.

@@ -31,21 +31,8 @@ struct Extra {
 const L: &str = "nomic_bert.encoder.layers.{i}";
 
 fn names() -> LayerNames {
-    LayerNames {
-        attn_norm: format!("{L}.norm1"),
-        q: format!("{L}.attn.q"),
-        k: format!("{L}.attn.k"),
-        v: format!("{L}.attn.v"),
-        o: format!("{L}.attn.out_proj"),
-        q_norm: String::new(),
-        k_norm: String::new(),
-        mlp_norm: format!("{L}.norm2"),
-        post_attn_norm: String::new(),
-        post_mlp_norm: String::new(),
-        gate: format!("{L}.mlp.fc12"),
-        up: format!("{L}.mlp.fc11"),
-        down: format!("{L}.mlp.fc2"),
-    }
+    let parts = ["norm1", "attn.q", "attn.k", "attn.v", "attn.out_proj", "norm2", "mlp.fc11", "mlp.fc2"];
+    LayerNames { gate: format!("{L}.mlp.fc12"), ..LayerNames::plain(L, parts) }
 }
 
 pub fn spec(cfg: &Value) -> Result<ModelSpec> {
