@@ -37,16 +37,11 @@ import argparse
 import contextlib
 import json
 import math
-import os
 import sys
 import tempfile
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+import offline_env  # noqa: F401  (offline and quiet before transformers is imported)
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent

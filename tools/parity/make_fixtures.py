@@ -15,16 +15,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
-# Offline and quiet before transformers is imported.
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+import offline_env  # noqa: F401  (offline and quiet before transformers is imported)
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -83,6 +77,30 @@ def check_versions() -> dict:
 # Architectures
 # --------------------------------------------------------------------------------------------
 
+# The reference batch's special ids, under the names every family's config class reads.
+SPECIAL_IDS = dict(pad_token_id=PAD_ID, bos_token_id=BOS_ID, eos_token_id=EOS_ID)
+
+# Llama 3's RoPE scaling at the fixtures' size (llama_llama3, cwm, apertus).
+LLAMA3_ROPE = {
+    "rope_type": "llama3",
+    "rope_theta": 10000.0,
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 16,
+}
+
+# What a Llama-like fixture config sets beside its sizes (COMMON's, or LongCat-Flash's own).
+LLAMA_SETTINGS = dict(
+    max_position_embeddings=64,
+    initializer_range=INIT_STD,
+    rms_norm_eps=1e-6,
+    **SPECIAL_IDS,
+    tie_word_embeddings=False,
+    attention_dropout=0.0,
+    rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+)
+
 COMMON = dict(
     vocab_size=128,
     hidden_size=32,
@@ -91,16 +109,23 @@ COMMON = dict(
     num_attention_heads=4,
     num_key_value_heads=4,
     head_dim=8,
-    max_position_embeddings=64,
-    initializer_range=INIT_STD,
-    rms_norm_eps=1e-6,
-    pad_token_id=PAD_ID,
-    bos_token_id=BOS_ID,
-    eos_token_id=EOS_ID,
-    tie_word_embeddings=False,
-    attention_dropout=0.0,
-    rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+    **LLAMA_SETTINGS,
 )
+
+def gemma3_layers() -> dict:
+    """Gemma 3's text layout at the fixtures' size (gemma3_text, and the gemma3 wrapper's text
+    model): a sliding layer (window 4) then a global one, query_pre_attn_scalar 12, a RoPE per
+    layer type. A new dict each call: no two configs share the nested RoPE dicts."""
+    return {
+        "sliding_window": 4,
+        "layer_types": ["sliding_attention", "full_attention"],
+        "query_pre_attn_scalar": 12,
+        "rope_parameters": {
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            "full_attention": {"rope_type": "default", "rope_theta": 100.0},
+        },
+    }
+
 
 # The GPT-2 family's shared config (its own key names; no dropout): gpt2 and the fixture_specs
 # built on it (gptj, codegen, gpt_bigcode, gpt-sw3) add their activation, n_inner and head tying.
@@ -115,15 +140,14 @@ GPT2_COMMON = dict(
     attn_pdrop=0.0,
     layer_norm_epsilon=1e-5,
     initializer_range=INIT_STD,
-    pad_token_id=PAD_ID,
-    bos_token_id=BOS_ID,
-    eos_token_id=EOS_ID,
+    **SPECIAL_IDS,
 )
 
 
 def extra_fixture_specs() -> dict:
     """More fixtures from tools/parity/fixture_specs/*.py, each defining SPECS = {name: (model_type,
-    config kwargs)}; they may use COMMON, INIT_STD, PAD_ID, BOS_ID and EOS_ID from this module."""
+    config kwargs)}; they may use COMMON, LLAMA_SETTINGS, SPECIAL_IDS, LLAMA3_ROPE, gemma3_layers,
+    INIT_STD, PAD_ID, BOS_ID and EOS_ID from this module."""
     import importlib.util
 
     specs = {}
@@ -142,19 +166,11 @@ def fixture_specs() -> dict:
 
 def base_fixture_specs() -> dict:
     """fixture name -> (model_type, config kwargs)."""
-    llama3_rope = {
-        "rope_type": "llama3",
-        "rope_theta": 10000.0,
-        "factor": 8.0,
-        "low_freq_factor": 1.0,
-        "high_freq_factor": 4.0,
-        "original_max_position_embeddings": 16,
-    }
     return {
         "llama": ("llama", {**COMMON, "num_key_value_heads": 2}),
         "llama_llama3": (
             "llama",
-            {**COMMON, "num_key_value_heads": 2, "rope_parameters": llama3_rope, "tie_word_embeddings": True},
+            {**COMMON, "num_key_value_heads": 2, "rope_parameters": LLAMA3_ROPE, "tie_word_embeddings": True},
         ),
         "mistral": ("mistral", {**COMMON, "num_key_value_heads": 2, "sliding_window": 4}),
         "qwen2": ("qwen2", {**COMMON, "num_key_value_heads": 2}),  # QKV bias is built into Qwen2Attention

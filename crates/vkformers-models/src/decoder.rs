@@ -210,7 +210,8 @@ fn batch_inputs<'c>(
 /// Logits `[B·T, V]` of a batch.
 pub fn forward(g: &Graph<'_>, spec: &ModelSpec, w: &Weights, batch: &Batch<'_>) -> Result<Tensor> {
     let (inputs, pos) = batch_inputs(g, spec, batch, false)?;
-    run(g, spec, w, &inputs, &pos, (batch.batch, batch.seq), Head::All)
+    let x = trunk(g, spec, w, &inputs, &pos, (batch.batch, batch.seq), Head::All)?;
+    head_logits(g, spec, w, &x)
 }
 
 /// Logits `[B·T, V]` of a batch and, when the config asks for router logits
@@ -364,27 +365,11 @@ fn cached(
     // Without a tape (generation), in `Graph::inference`: an activation read by several products
     // (q, k and v; gate and up) is cast to the autocast type once, not once per product; the
     // copies go when the step's forward is recorded.
-    let logits = if g.grad_enabled() {
-        run(g, spec, w, &inputs, &pos, (b, t), head)?
-    } else {
-        g.inference(|| run(g, spec, w, &inputs, &pos, (b, t), head))?
-    };
+    let run = || head_logits(g, spec, w, &trunk(g, spec, w, &inputs, &pos, (b, t), head)?);
+    let logits = if g.grad_enabled() { run()? } else { g.inference(run)? };
     cache.record_advance(g, batch.mask, t)?;
     cache.commit(batch.mask, t);
     Ok(logits)
-}
-
-fn run(
-    g: &Graph<'_>,
-    spec: &ModelSpec,
-    w: &Weights,
-    inputs: &Inputs<'_>,
-    pos: &[i32],
-    (b, t): (usize, usize),
-    head_rows: Head,
-) -> Result<Tensor> {
-    let x = trunk(g, spec, w, inputs, pos, (b, t), head_rows)?;
-    head_logits(g, spec, w, &x)
 }
 
 /// Everything before the LM head: hidden states `[rows, H]` (rows = B·T, or B for `Last`).

@@ -92,6 +92,32 @@ pub(crate) fn linear(out: &mut Vec<Planned>, name: &str, rows: usize, cols: usiz
     }
 }
 
+/// Layer `i`'s query, key and value projections of the attention `a`: `[heads·D, H]` and
+/// `[kv_heads·D, H]` twice, with biases by `qkv_bias` (the decoder, encoder and seq2seq plans).
+pub(crate) fn qkv_params(out: &mut Vec<Planned>, names: &LayerNames, a: &AttnSpec, i: usize, h: usize) {
+    let (q, kv) = (a.heads * a.head_dim, a.kv_heads * a.head_dim);
+    linear(out, &layer_name(&names.q, i), q, h, a.qkv_bias);
+    linear(out, &layer_name(&names.k, i), kv, h, a.qkv_bias);
+    linear(out, &layer_name(&names.v, i), kv, h, a.qkv_bias);
+}
+
+/// Layer `i`'s MLP projections of width `intermediate`: the gate `[I, H]` when `gated`, then up
+/// `[I, H]` and down `[H, I]`, with biases by `bias`.
+pub(crate) fn mlp_params(
+    out: &mut Vec<Planned>,
+    names: &LayerNames,
+    i: usize,
+    (h, intermediate): (usize, usize),
+    bias: bool,
+    gated: bool,
+) {
+    if gated {
+        linear(out, &layer_name(&names.gate, i), intermediate, h, bias);
+    }
+    linear(out, &layer_name(&names.up, i), intermediate, h, bias);
+    linear(out, &layer_name(&names.down, i), h, intermediate, bias);
+}
+
 /// xIELU's scalars as `XIELUActivation.__init__` makes them (alpha_p_init = alpha_n_init = 0.8,
 /// beta 0.5, eps -1e-6; the learned two stored through softplus' inverse, log(expm1(v)));
 /// beta and eps are 0-d buffers.
@@ -231,9 +257,7 @@ fn plan(spec: &ModelSpec, config: &Value) -> Result<Vec<Planned>> {
                 kv
             }
             None => {
-                linear(&mut out, &layer_name(&names.q, i), q, h, a.qkv_bias);
-                linear(&mut out, &layer_name(&names.k, i), kv, h, a.qkv_bias);
-                linear(&mut out, &layer_name(&names.v, i), kv, h, a.qkv_bias);
+                qkv_params(&mut out, names, a, i, h);
                 q
             }
         };
@@ -269,9 +293,7 @@ fn plan(spec: &ModelSpec, config: &Value) -> Result<Vec<Planned>> {
         }
         match &l.mlp {
             MlpSpec::Gated { intermediate, bias, .. } => {
-                linear(&mut out, &layer_name(&names.gate, i), *intermediate, h, *bias);
-                linear(&mut out, &layer_name(&names.up, i), *intermediate, h, *bias);
-                linear(&mut out, &layer_name(&names.down, i), h, *intermediate, *bias);
+                mlp_params(&mut out, names, i, (h, *intermediate), *bias, true)
             }
             MlpSpec::GatedAct { intermediate, bias, sub_norm, .. } => {
                 linear(&mut out, &layer_name(&names.gate, i), *intermediate, h, *bias);
@@ -282,8 +304,7 @@ fn plan(spec: &ModelSpec, config: &Value) -> Result<Vec<Planned>> {
                 linear(&mut out, &layer_name(&names.down, i), h, *intermediate, *bias);
             }
             MlpSpec::Plain { intermediate, bias, .. } => {
-                linear(&mut out, &layer_name(&names.up, i), *intermediate, h, *bias);
-                linear(&mut out, &layer_name(&names.down, i), h, *intermediate, *bias);
+                mlp_params(&mut out, names, i, (h, *intermediate), *bias, false);
                 if spec.residual_init == ResidualInit::AttnOutAndMlpDown {
                     scale_init(&mut out, &layer_name(&names.down, i));
                 }

@@ -8,7 +8,7 @@ use std::path::Path;
 use serde::Serialize;
 use vkformers_io::ModelWeights;
 use vkformers_tensor::optim::{AdamW, Param};
-use vkformers_tensor::Graph;
+use vkformers_tensor::{Graph, Tensor};
 use vkformers_vk::Context;
 
 use crate::decoder::{causal_lm_loss, forward_with_aux, Batch};
@@ -96,6 +96,24 @@ impl Reference {
     }
 }
 
+/// A decoder batch's logits `[B·T, V]` and its causal-LM loss `[1]`, plus the MoE load-balancing
+/// loss times `router_aux_loss_coef` when the config outputs router logits (transformers and
+/// PEFT both add `router_aux_loss_coef * aux_loss` to the loss then).
+pub(crate) fn decoder_logits_and_loss(
+    g: &Graph<'_>,
+    model: &Model,
+    batch: &Batch<'_>,
+    labels: &[i32],
+) -> Result<(Tensor, Tensor)> {
+    let (logits, aux) = forward_with_aux(g, &model.spec, &model.weights, batch)?;
+    let mut loss = causal_lm_loss(g, &logits, labels, batch.batch, batch.seq)?;
+    if let (Some(aux), Some(coef)) = (aux, crate::moe::aux_loss_coef(&model.spec)) {
+        let scaled = vkformers_tensor::ops::broadcast::scale(g, &aux, coef)?;
+        loss = vkformers_tensor::ops::broadcast::add(g, &loss, &scaled)?;
+    }
+    Ok((logits, loss))
+}
+
 fn by_name(ts: Vec<HostTensor>) -> HashMap<String, Vec<f32>> {
     ts.into_iter().map(|t| (t.name, t.data)).collect()
 }
@@ -152,14 +170,7 @@ pub fn check(ctx: &Context, dir: &Path) -> Result<ParityReport> {
             };
             encoder::forward_loss(&g, &model.spec, &model.weights, &eb, labels)?
         } else {
-            let (logits, aux) = forward_with_aux(&g, &model.spec, &model.weights, &batch)?;
-            let mut loss = causal_lm_loss(&g, &logits, &labels, b, t)?;
-            if let (Some(aux), Some(coef)) = (aux, crate::moe::aux_loss_coef(&model.spec)) {
-                // transformers: `loss += router_aux_loss_coef * aux_loss` when it outputs router logits.
-                let scaled = vkformers_tensor::ops::broadcast::scale(&g, &aux, coef)?;
-                loss = vkformers_tensor::ops::broadcast::add(&g, &loss, &scaled)?;
-            }
-            (logits, loss)
+            decoder_logits_and_loss(&g, &model, &batch, &labels)?
         };
         g.backward(&loss)?;
         if step == 0 {

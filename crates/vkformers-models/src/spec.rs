@@ -514,9 +514,20 @@ impl ModelSpec {
     /// weight map or padding row. Families set what differs.
     pub fn new(
         model_type: &str,
-        (vocab, hidden): (usize, usize),
+        size: (usize, usize),
         layer: LayerSpec,
         layers: usize,
+        final_norm: Norm,
+        layer_names: LayerNames,
+    ) -> Self {
+        Self::with_layers(model_type, size, vec![layer; layers], final_norm, layer_names)
+    }
+
+    /// [`ModelSpec::new`] with each layer given (the encoders' `EncoderParts`).
+    pub fn with_layers(
+        model_type: &str,
+        (vocab, hidden): (usize, usize),
+        layers: Vec<LayerSpec>,
         final_norm: Norm,
         layer_names: LayerNames,
     ) -> Self {
@@ -527,7 +538,7 @@ impl ModelSpec {
             embed_scale: 1.0,
             embed_norm: None,
             embed_norm_name: String::new(),
-            layers: vec![layer; layers],
+            layers,
             final_norm,
             tied_head: false,
             head_bias: false,

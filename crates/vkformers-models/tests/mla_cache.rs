@@ -10,6 +10,8 @@ use vkformers_models::model::Model;
 use vkformers_tensor::Graph;
 use vkformers_vk::testing::on_every_device;
 
+mod common;
+
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures").join(name)
 }
@@ -46,20 +48,9 @@ fn greedy(g: &Graph<'_>, model: &Model, cache: &KvCache, prompt: &[i32], n: usiz
 #[test]
 fn latent_cache_holds_the_latent_and_decodes_as_uncached_and_transformers() {
     on_every_device("mla latent cache", |ctx| {
-        for name in [
-            "deepseek_v3",
-            "deepseek_v3_wide",
-            "deepseek_v2",
-            "deepseek_v2_qlora",
-            "minicpm3",
-            "youtu",
-            "axk1",
-            "sarvam_mla",
-            "glm4_moe_lite",
-            "mistral4",
-            "longcat_flash",
-            "axk2",
-        ] {
+        // Every MLA family, and DeepSeek-V3 with a latent row (288 values) wider than the paged
+        // decode kernel's 256.
+        for name in common::MLA_FIXTURES.into_iter().chain(["deepseek_v3_wide"]) {
             let g = Graph::new(ctx);
             let model = Model::load(&g, &fixture(name)).unwrap();
             let cfg = &model.config;

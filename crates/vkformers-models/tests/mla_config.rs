@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use serde_json::{json, Value};
 use vkformers_models::spec_from_config;
 
+mod common;
+
 fn config(name: &str) -> Value {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures").join(name).join("config.json");
     vkformers_io::read_json(p).unwrap()
@@ -24,19 +26,7 @@ fn error_with(name: &str, changes: Value) -> String {
 
 #[test]
 fn every_mla_fixture_config_parses() {
-    for name in [
-        "minicpm3",
-        "deepseek_v2",
-        "deepseek_v2_qlora",
-        "deepseek_v3",
-        "youtu",
-        "axk1",
-        "sarvam_mla",
-        "glm4_moe_lite",
-        "mistral4",
-        "longcat_flash",
-        "axk2",
-    ] {
+    for name in common::MLA_FIXTURES {
         let spec = spec_from_config(&config(name)).unwrap();
         assert!(spec.layers.iter().all(|l| l.attn.mla.is_some()), "{name}: every layer is MLA");
     }

@@ -3,7 +3,7 @@ position + 2 from `arange(T)` (not from the mask: the padded positions' logits s
 tied `output_projection`. `layer_norm_eps` 1e-12 is set to show that transformers ignores it (every
 LayerNorm is `nn.LayerNorm(hidden)`, eps 1e-5)."""
 
-from make_fixtures import BOS_ID, EOS_ID, INIT_STD, PAD_ID
+from make_fixtures import INIT_STD, SPECIAL_IDS
 
 SPECS = {
     "biogpt": (
@@ -22,9 +22,7 @@ SPECS = {
             initializer_range=INIT_STD,
             layer_norm_eps=1e-12,
             scale_embedding=True,
-            pad_token_id=PAD_ID,
-            bos_token_id=BOS_ID,
-            eos_token_id=EOS_ID,
+            **SPECIAL_IDS,
             tie_word_embeddings=True,
         ),
     ),

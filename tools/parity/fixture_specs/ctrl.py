@@ -1,7 +1,7 @@
 """CTRL: sinusoidal positions in CTRL's [sin | cos] layout, embedding scaled by sqrt(n_embd), pre-LN
 layers (eps 1e-6) with biased Wq/Wk/Wv/dense, ReLU MLP, final layernorm, tied head with a bias."""
 
-from make_fixtures import BOS_ID, EOS_ID, INIT_STD, PAD_ID
+from make_fixtures import INIT_STD, SPECIAL_IDS
 
 SPECS = {
     "ctrl": (
@@ -17,9 +17,7 @@ SPECS = {
             embd_pdrop=0.0,
             layer_norm_epsilon=1e-6,
             initializer_range=INIT_STD,
-            pad_token_id=PAD_ID,
-            bos_token_id=BOS_ID,
-            eos_token_id=EOS_ID,
+            **SPECIAL_IDS,
             tie_word_embeddings=True,
         ),
     ),

@@ -1,6 +1,6 @@
 """Fixtures of the OLMo 2, Granite, SmolLM3, Gemma 2 and Gemma 3 (text) families."""
 
-from make_fixtures import COMMON
+from make_fixtures import COMMON, gemma3_layers
 
 GEMMA = {**COMMON, "num_key_value_heads": 2, "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": True}
 
@@ -46,15 +46,6 @@ SPECS = {
     # Gemma 2's layout with per-head QK-norm and a RoPE theta per layer type.
     "gemma3_text": (
         "gemma3_text",
-        {
-            **GEMMA,
-            "sliding_window": 4,
-            "layer_types": ["sliding_attention", "full_attention"],
-            "query_pre_attn_scalar": 12,
-            "rope_parameters": {
-                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
-                "full_attention": {"rope_type": "default", "rope_theta": 100.0},
-            },
-        },
+        {**GEMMA, **gemma3_layers()},
     ),
 }

@@ -1,6 +1,6 @@
 """Fixtures for phi3 and opt (see tools/parity/README.md)."""
 
-from make_fixtures import BOS_ID, COMMON, EOS_ID, INIT_STD, PAD_ID
+from make_fixtures import COMMON, INIT_STD, SPECIAL_IDS
 
 SPECS = {
     # Fused qkv_proj (GQA: 32 q rows, 16 k, 16 v) and gate_up_proj, RMSNorm, SwiGLU, untied head.
@@ -48,9 +48,7 @@ SPECS["opt"] = (
         attention_dropout=0.0,
         layerdrop=0.0,
         init_std=INIT_STD,
-        pad_token_id=PAD_ID,
-        bos_token_id=BOS_ID,
-        eos_token_id=EOS_ID,
+        **SPECIAL_IDS,
         tie_word_embeddings=True,
     ),
 )

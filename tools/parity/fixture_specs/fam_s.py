@@ -1,6 +1,6 @@
 """Fixtures for bloom and falcon (see tools/parity/README.md)."""
 
-from make_fixtures import BOS_ID, EOS_ID, INIT_STD, PAD_ID
+from make_fixtures import INIT_STD, SPECIAL_IDS
 
 BASE = dict(
     vocab_size=128,
@@ -9,9 +9,7 @@ BASE = dict(
     num_attention_heads=4,
     initializer_range=INIT_STD,
     layer_norm_epsilon=1e-5,
-    pad_token_id=PAD_ID,
-    bos_token_id=BOS_ID,
-    eos_token_id=EOS_ID,
+    **SPECIAL_IDS,
     attention_dropout=0.0,
     hidden_dropout=0.0,
 )

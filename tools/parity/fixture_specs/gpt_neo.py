@@ -1,7 +1,7 @@
 """GPT-Neo: a global layer then a local one (window 4, which masks keys at T = 8), unscaled
 attention scores, learned positions, tied head."""
 
-from make_fixtures import BOS_ID, EOS_ID, INIT_STD, PAD_ID
+from make_fixtures import INIT_STD, SPECIAL_IDS
 
 SPECS = {
     "gpt_neo": (
@@ -21,9 +21,7 @@ SPECS = {
             attention_dropout=0.0,
             layer_norm_epsilon=1e-5,
             initializer_range=INIT_STD,
-            pad_token_id=PAD_ID,
-            bos_token_id=BOS_ID,
-            eos_token_id=EOS_ID,
+            **SPECIAL_IDS,
             tie_word_embeddings=True,
         ),
     ),

@@ -2,7 +2,7 @@
 sequential residual, bias-free GELU MLP of hidden x intermediate_multiple_size (2 here), partial
 rotary 0.5 with base `rotary_emb_base`, head `embed_out` tied to `embed_in`."""
 
-from make_fixtures import BOS_ID, EOS_ID, INIT_STD, PAD_ID
+from make_fixtures import INIT_STD, SPECIAL_IDS
 
 SPECS = {
     "gpt_neox_japanese": (
@@ -21,9 +21,7 @@ SPECS = {
             layer_norm_eps=1e-5,
             attention_dropout=0.0,
             hidden_dropout=0.0,
-            pad_token_id=PAD_ID,
-            bos_token_id=BOS_ID,
-            eos_token_id=EOS_ID,
+            **SPECIAL_IDS,
             tie_word_embeddings=True,
         ),
     ),

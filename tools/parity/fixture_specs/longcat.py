@@ -5,7 +5,7 @@ e_score_correction_bias (a buffer, given values by make_fixtures.py), weights no
 times routed_scaling_factor. MLA as DeepSeek-V3 (interleaved RoPE) with the query scaled by
 sqrt(hidden / q_lora_rank) and the latent by sqrt(hidden / kv_lora_rank)."""
 
-from make_fixtures import BOS_ID, EOS_ID, INIT_STD, PAD_ID
+from make_fixtures import LLAMA_SETTINGS
 
 SPECS = {
     "longcat_flash": (
@@ -29,15 +29,7 @@ SPECS = {
             zero_expert_num=2,
             expert_ffn_hidden_size=8,
             routed_scaling_factor=1.5,
-            max_position_embeddings=64,
-            initializer_range=INIT_STD,
-            rms_norm_eps=1e-6,
-            pad_token_id=PAD_ID,
-            bos_token_id=BOS_ID,
-            eos_token_id=EOS_ID,
-            tie_word_embeddings=False,
-            attention_dropout=0.0,
-            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            **LLAMA_SETTINGS,
         ),
     ),
 }

@@ -8,7 +8,7 @@ expert. Small chunk and floor_scale so both act inside the 8-token batch and the
 queries no key: transformers' eager attention then spreads them uniformly over every key).
 transformers never adds a load-balancing loss for this class, so there is no `_aux` variant."""
 
-from make_fixtures import BOS_ID, EOS_ID, INIT_STD, PAD_ID
+from make_fixtures import INIT_STD, SPECIAL_IDS
 
 LLAMA4 = dict(
     vocab_size=128,
@@ -31,9 +31,7 @@ LLAMA4 = dict(
     max_position_embeddings=64,
     initializer_range=INIT_STD,
     rms_norm_eps=1e-5,
-    pad_token_id=PAD_ID,
-    bos_token_id=BOS_ID,
-    eos_token_id=EOS_ID,
+    **SPECIAL_IDS,
     tie_word_embeddings=False,
     rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
 )

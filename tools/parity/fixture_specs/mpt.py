@@ -2,7 +2,7 @@
 matters), fused bias-free Wqkv clamped by `clip_qkv` 1.0, an explicit `softmax_scale`, weight-only
 LayerNorms, exact-GELU MLP of 4 x d_model, tied head."""
 
-from make_fixtures import BOS_ID, EOS_ID, INIT_STD, PAD_ID
+from make_fixtures import INIT_STD, SPECIAL_IDS
 
 SPECS = {
     "mpt": (
@@ -18,9 +18,7 @@ SPECS = {
             emb_pdrop=0.0,
             attn_config={"attn_pdrop": 0, "clip_qkv": 1.0, "softmax_scale": 0.3, "alibi": True},
             initializer_range=INIT_STD,
-            pad_token_id=PAD_ID,
-            bos_token_id=BOS_ID,
-            eos_token_id=EOS_ID,
+            **SPECIAL_IDS,
             tie_word_embeddings=True,
         ),
     ),

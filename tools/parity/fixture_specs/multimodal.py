@@ -5,7 +5,7 @@ tower and projector that the text-only batch never reaches: they get no gradient
 must carry them through a save unchanged. The checkpoints store the text weights under
 `language_model.model.*` (and `language_model.lm_head`), as transformers 5.24 saves them."""
 
-from make_fixtures import BOS_ID, COMMON, EOS_ID, INIT_STD, PAD_ID
+from make_fixtures import COMMON, INIT_STD, SPECIAL_IDS, gemma3_layers
 
 TEXT = {k: v for k, v in COMMON.items() if k not in ("tie_word_embeddings",)}
 SIGLIP = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=16,
@@ -22,21 +22,13 @@ SPECS = {
                 "model_type": "gemma3_text",
                 "num_key_value_heads": 2,
                 "hidden_activation": "gelu_pytorch_tanh",
-                "sliding_window": 4,
-                "layer_types": ["sliding_attention", "full_attention"],
-                "query_pre_attn_scalar": 12,
-                "rope_parameters": {
-                    "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
-                    "full_attention": {"rope_type": "default", "rope_theta": 100.0},
-                },
+                **gemma3_layers(),
             },
             "vision_config": SIGLIP,
             "mm_tokens_per_image": 4,
             "tie_word_embeddings": True,
             "initializer_range": INIT_STD,
-            "pad_token_id": PAD_ID,
-            "bos_token_id": BOS_ID,
-            "eos_token_id": EOS_ID,
+            **SPECIAL_IDS,
         },
     ),
     "mistral3": (

@@ -1,7 +1,7 @@
 """XGLM: fairseq sinusoidal positions at position + 2 (pad row zeroed), embedding scaled by
 sqrt(d_model), pre-LN OPT-style layers with biases, GELU MLP, final layer_norm, tied head."""
 
-from make_fixtures import BOS_ID, EOS_ID, INIT_STD, PAD_ID
+from make_fixtures import INIT_STD, SPECIAL_IDS
 
 SPECS = {
     "xglm": (
@@ -19,9 +19,7 @@ SPECS = {
             activation_dropout=0.0,
             init_std=INIT_STD,
             scale_embedding=True,
-            pad_token_id=PAD_ID,
-            bos_token_id=BOS_ID,
-            eos_token_id=EOS_ID,
+            **SPECIAL_IDS,
             tie_word_embeddings=True,
         ),
     ),

@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use super::bert_layout::under;
 use super::common::parse;
-use super::encoder_common::{activation, head, is_bare, layer, EncoderParts};
+use super::encoder_common::{activation, bert_tables, head, is_bare, layer, EncoderParts};
 use crate::encoder::{EncoderHead, EncoderSpec, MlmHead, NormPlacement, PoolAct, Positions};
 use crate::error::{ModelError, Result};
 use crate::spec::{layer_name, padding_idx_or, LayerNames, MapEntry, ModelSpec, Norm};
@@ -92,14 +92,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     let act = activation(c.hidden_act.as_deref().unwrap_or("gelu_new"))?;
     let norm = Norm::Layer { eps: c.layer_norm_eps.unwrap_or(1e-12) as f32, bias: true };
     let layer = layer(c.hidden_size, c.num_attention_heads, c.intermediate_size, act, &norm)?;
-    let mlm = MlmHead {
-        dense: "predictions.dense".into(),
-        dense_bias: true,
-        act,
-        norm: norm.clone(),
-        norm_name: "predictions.LayerNorm".into(),
-        bias: "predictions.bias".into(),
-    };
+    let mlm = MlmHead::transform("predictions.dense", act, &norm, "predictions.LayerNorm", "predictions.bias");
     let pooler = under(p, "pooler");
     let head = head(cfg, mlm, (&pooler, PoolAct::Tanh, "classifier"), Some(&pooler))?;
     // Pre-training heads this model has not (the SOP classifier, the decoder's bias alias), and
@@ -112,14 +105,15 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
         ignored.push("predictions.".into());
     }
     let e = under(p, "embeddings");
+    let (word, pos_table) = bert_tables(&e);
     let mut spec = EncoderParts {
         model_type: "albert",
         vocab: c.vocab_size,
         hidden: c.hidden_size,
         layers: vec![layer; groups * inner],
         names: LayerNames::plain(&under(p, "encoder.albert_layers.{i}"), MODULES),
-        word: format!("{e}.word_embeddings"),
-        positions: format!("{e}.position_embeddings"),
+        word,
+        positions: pos_table,
         embed_norm: Some((norm, format!("{e}.LayerNorm"))),
         decoder: "predictions.decoder".into(),
         tied: true,

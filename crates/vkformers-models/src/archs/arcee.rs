@@ -10,30 +10,18 @@ use vkformers_kernels::activation::Activation;
 use vkformers_kernels::glu::Glu;
 
 use super::common::{parse, BaseConfig};
-use super::ln_common::{plain_act, set_norms};
+use super::ln_common::{plain_act, set_norms, LnConfig};
 use crate::error::Result;
 use crate::spec::{MlpSpec, ModelSpec, Norm};
 
 #[derive(Deserialize)]
-struct Config {
-    #[serde(flatten)]
-    base: BaseConfig,
-}
-
-#[derive(Deserialize)]
 struct Jais2Config {
     #[serde(flatten)]
-    base: BaseConfig,
-    #[serde(default = "default_eps")]
-    layer_norm_eps: f64,
+    ln: LnConfig,
     #[serde(default = "yes")]
     attention_bias: bool,
     #[serde(default = "yes")]
     mlp_bias: bool,
-}
-
-fn default_eps() -> f64 {
-    1e-5
 }
 
 fn yes() -> bool {
@@ -41,23 +29,25 @@ fn yes() -> bool {
 }
 
 pub fn spec(cfg: &Value) -> Result<ModelSpec> {
-    let c: Config = parse(cfg)?;
-    relu2_spec("arcee", c.base)
+    let c: BaseConfig = parse(cfg)?;
+    relu2_spec("arcee", c)
 }
 
 pub fn jais2(cfg: &Value) -> Result<ModelSpec> {
-    let mut c: Jais2Config = parse(cfg)?;
-    (c.base.attention_bias, c.base.mlp_bias) = (c.attention_bias, c.mlp_bias);
-    let mut spec = relu2_spec("jais2", c.base)?;
-    set_norms(&mut spec, &Norm::Layer { eps: c.layer_norm_eps as f32, bias: true });
+    let Jais2Config { ln, attention_bias, mlp_bias } = parse(cfg)?;
+    let norm = ln.norm(true);
+    let mut base = ln.base;
+    (base.attention_bias, base.mlp_bias) = (attention_bias, mlp_bias);
+    let mut spec = relu2_spec("jais2", base)?;
+    set_norms(&mut spec, &norm);
     Ok(spec)
 }
 
 pub fn nemotron(cfg: &Value) -> Result<ModelSpec> {
-    let mut c: Config = parse(cfg)?;
-    super::ln_common::prepare(&mut c.base, cfg, "relu2", 0.5);
+    let mut c: BaseConfig = parse(cfg)?;
+    super::ln_common::prepare(&mut c, cfg, "relu2", 0.5);
     let eps = cfg.get("norm_eps").and_then(Value::as_f64).unwrap_or(1e-5);
-    let mut spec = relu2_spec("nemotron", c.base)?;
+    let mut spec = relu2_spec("nemotron", c)?;
     set_norms(&mut spec, &Norm::LayerUnitOffset { eps: eps as f32 });
     Ok(spec)
 }

@@ -16,10 +16,11 @@ use serde::Deserialize;
 use serde_json::Value;
 use vkformers_kernels::rope::RopeLayout;
 
-use super::common::{parse, BaseConfig};
+use super::common::parse;
 use super::deepseek::layer_types;
-use super::deepseek_moe::{apply_where, DeepseekMoe};
-use super::mla_common::{q_lora_rank, MlaConfig};
+use super::deepseek_moe::DeepseekMoe;
+use super::mla_common::{q_lora_rank, LlamaMlaConfig};
+use super::moe_common::apply_where;
 use crate::error::{ModelError, Result};
 use crate::moe::Router;
 use crate::spec::{ModelSpec, Norm, VisionTower};
@@ -27,9 +28,7 @@ use crate::spec::{ModelSpec, Norm, VisionTower};
 #[derive(Deserialize)]
 struct Config {
     #[serde(flatten)]
-    base: BaseConfig,
-    #[serde(flatten)]
-    mla: MlaConfig,
+    lm: LlamaMlaConfig,
     #[serde(flatten)]
     moe: DeepseekMoe,
     #[serde(default = "index_topk")]
@@ -65,7 +64,7 @@ fn router(moe: &DeepseekMoe) -> Result<Router> {
 
 pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     let c: Config = parse(cfg)?;
-    let b = &c.base;
+    let b = &c.lm.base;
     let Some(q_rank) = q_lora_rank(cfg, Some(384))? else {
         return Err(ModelError::Config("axk2 needs a q_lora_rank (its query and output gate read it)".into()));
     };
@@ -75,9 +74,8 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
             c.gated_norm_rank, c.index_topk
         )));
     }
-    let glu = b.glu("silu")?;
-    let mut spec = b.llama_spec("axk2", glu, false, false, false)?;
-    let mut attn = c.mla.attn(b, RopeLayout::Interleaved, 64, Some(q_rank))?;
+    let (mut spec, glu) = c.lm.llama_spec("axk2")?;
+    let mut attn = c.lm.mla.attn(b, RopeLayout::Interleaved, 64, Some(q_rank))?;
     if let Some(m) = attn.mla.as_mut() {
         m.gated_query = true;
         m.index_topk = Some(c.index_topk);

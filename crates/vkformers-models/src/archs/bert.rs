@@ -5,11 +5,12 @@
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::bert_defaults;
 use super::bert_heads::{ignored, task_head, Head};
 pub(super) use super::bert_layout::names;
 use super::bert_layout::{under, Layout};
 use super::common::parse;
-use super::encoder_common::{activation, is_bare, layer, EncoderParts};
+use super::encoder_common::{activation, bert_tables, is_bare, layer, EncoderParts};
 use crate::encoder::{EncoderSpec, NormPlacement, Positions};
 use crate::error::{ModelError, Result};
 use crate::spec::{padding_idx_or, ModelSpec, Norm};
@@ -21,15 +22,15 @@ struct Config {
     num_hidden_layers: usize,
     num_attention_heads: usize,
     intermediate_size: usize,
-    #[serde(default = "gelu")]
+    #[serde(default = "bert_defaults::hidden_act")]
     hidden_act: String,
-    #[serde(default = "default_positions")]
+    #[serde(default = "bert_defaults::max_position_embeddings")]
     max_position_embeddings: usize,
-    #[serde(default = "two")]
+    #[serde(default = "bert_defaults::type_vocab_size")]
     type_vocab_size: usize,
-    #[serde(default = "default_eps")]
+    #[serde(default = "bert_defaults::layer_norm_eps")]
     layer_norm_eps: f64,
-    #[serde(default = "yes")]
+    #[serde(default = "bert_defaults::yes")]
     tie_word_embeddings: bool,
     #[serde(default)]
     is_decoder: bool,
@@ -40,22 +41,6 @@ struct Config {
     use_task_id: bool,
     /// Configs older than transformers 5 may name relative position schemes here.
     position_embedding_type: Option<String>,
-}
-
-fn gelu() -> String {
-    "gelu".into()
-}
-fn default_positions() -> usize {
-    512
-}
-fn two() -> usize {
-    2
-}
-fn default_eps() -> f64 {
-    1e-12
-}
-fn yes() -> bool {
-    true
 }
 
 /// The spec of a BERT-shaped masked-LM model stored under `prefix` (`bert`, `roberta`, ...);
@@ -100,14 +85,15 @@ pub(super) fn spec(
     let (head_prefix, head) = task_head(cfg, head, prefix, act, &norm)?;
     let ignored = ignored(prefix, head_prefix, &head);
     let e = under(prefix, "embeddings");
+    let (word, pos_table) = bert_tables(&e);
     let spec = EncoderParts {
         model_type,
         vocab: c.vocab_size,
         hidden: c.hidden_size,
         layers: vec![layer; c.num_hidden_layers],
         names: layout.names(prefix),
-        word: format!("{e}.word_embeddings"),
-        positions: format!("{e}.position_embeddings"),
+        word,
+        positions: pos_table,
         embed_norm: layout.embedding_norm().then(|| (norm.clone(), format!("{e}.LayerNorm"))),
         decoder: format!("{head_prefix}.decoder"),
         tied: true,

@@ -32,30 +32,12 @@ pub(super) fn task_head(
 ) -> Result<(&'static str, EncoderHead)> {
     let pooler = under(prefix, "pooler.dense");
     let (head_prefix, mlm, cls) = match head {
-        Head::Bert => (
-            "cls.predictions",
-            MlmHead {
-                dense: "cls.predictions.transform.dense".into(),
-                dense_bias: true,
-                act,
-                norm: norm.clone(),
-                norm_name: "cls.predictions.transform.LayerNorm".into(),
-                bias: "cls.predictions.bias".into(),
-            },
-            (pooler.as_str(), PoolAct::Tanh, "classifier"),
-        ),
-        Head::Roberta => (
-            "lm_head",
-            MlmHead {
-                dense: "lm_head.dense".into(),
-                dense_bias: true,
-                act: Activation::Gelu,
-                norm: norm.clone(),
-                norm_name: "lm_head.layer_norm".into(),
-                bias: "lm_head.bias".into(),
-            },
-            ("classifier.dense", PoolAct::Tanh, "classifier.out_proj"),
-        ),
+        Head::Bert => {
+            ("cls.predictions", MlmHead::bert(act, norm, "LayerNorm"), (pooler.as_str(), PoolAct::Tanh, "classifier"))
+        }
+        Head::Roberta => {
+            ("lm_head", MlmHead::roberta(norm), ("classifier.dense", PoolAct::Tanh, "classifier.out_proj"))
+        }
     };
     Ok((head_prefix, head_of(cfg, mlm, cls, Some(&pooler))?))
 }

@@ -6,22 +6,17 @@ use crate::spec::LayerNames;
 /// BERT's module names under `{p}.encoder.layer.{i}`: the norm after attention sits in the
 /// `attn_norm` slot and the one after the MLP in `mlp_norm` (applied post-add).
 pub(super) fn names(p: &str) -> LayerNames {
-    let l = under(p, "encoder.layer.{i}");
-    LayerNames {
-        attn_norm: format!("{l}.attention.output.LayerNorm"),
-        q: format!("{l}.attention.self.query"),
-        k: format!("{l}.attention.self.key"),
-        v: format!("{l}.attention.self.value"),
-        o: format!("{l}.attention.output.dense"),
-        q_norm: String::new(),
-        k_norm: String::new(),
-        mlp_norm: format!("{l}.output.LayerNorm"),
-        post_attn_norm: String::new(),
-        post_mlp_norm: String::new(),
-        gate: String::new(),
-        up: format!("{l}.intermediate.dense"),
-        down: format!("{l}.output.dense"),
-    }
+    let parts = [
+        "attention.output.LayerNorm",
+        "attention.self.query",
+        "attention.self.key",
+        "attention.self.value",
+        "attention.output.dense",
+        "output.LayerNorm",
+        "intermediate.dense",
+        "output.dense",
+    ];
+    LayerNames::plain(&under(p, "encoder.layer.{i}"), parts)
 }
 
 /// Where a family's layer norms sit and what they are called.

@@ -53,6 +53,12 @@ fn default_positions() -> usize {
     2048
 }
 
+/// `tie_word_embeddings` for the config classes that default it to true (Gemma, Falcon,
+/// MiniCPM3, Youtu, MPT): true unless the field is a boolean false.
+pub fn tied_by_default(cfg: &Value) -> bool {
+    cfg.get("tie_word_embeddings").and_then(Value::as_bool).unwrap_or(true)
+}
+
 /// Parses a family's config struct, naming the file in errors.
 pub fn parse<T: for<'de> Deserialize<'de>>(cfg: &Value) -> Result<T> {
     T::deserialize(cfg).map_err(|e| ModelError::Config(e.to_string()))
@@ -92,6 +98,14 @@ impl BaseConfig {
         let (inv_freq, mscale) = inv_freq(&params, rotary_dim, self.max_position_embeddings)?;
         let long = long_inv_freq(&params, rotary_dim, self.max_position_embeddings)?;
         Ok(RopeSpec { inv_freq, mscale, rotary_dim, layout, long })
+    }
+
+    /// The rotary spec of the RoPE dict `params` (read as `rope_parameters`, `rope_scaling`
+    /// cleared), for families whose layer types each have their own RoPE; the dict stays set.
+    pub fn rope_of(&mut self, params: Value, layout: RopeLayout) -> Result<RopeSpec> {
+        self.rope_scaling = None;
+        self.rope_parameters = Some(params);
+        self.rope(layout)
     }
 
     /// The gated MLP activation from `hidden_act`.

@@ -51,29 +51,19 @@ fn block(ffn: &Value, experts: usize, coef: Option<f32>) -> Result<MoeSpec> {
         other => return Err(ModelError::Unsupported(format!("dbrx ffn_act_fn {other}"))),
     };
     let x = format!("{P}.ffn.experts.mlp");
+    let names = MoeNames::packed(
+        format!("{P}.ffn.router.layer.weight"),
+        format!("{x}.w1"),
+        Some(format!("{x}.v1")),
+        format!("{x}.w2"),
+    );
+    let (top_k, inter) = (int(ffn, "moe_top_k", 1), int(ffn, "ffn_hidden_size", 3584));
+    let router = Router::SoftmaxTopK { renormalize };
     let m = MoeSpec {
-        experts,
-        top_k: int(ffn, "moe_top_k", 1),
-        intermediate: int(ffn, "ffn_hidden_size", 3584),
-        glu,
-        router: Router::SoftmaxTopK { renormalize },
-        shared: None,
-        routed_scale: 1.0,
         aux_loss_coef: coef,
-        names: MoeNames {
-            router: format!("{P}.ffn.router.layer.weight"),
-            gate_up: format!("{x}.w1"),
-            up: Some(format!("{x}.v1")),
-            down: format!("{x}.w2"),
-            expert_gate: String::new(),
-            expert_up: String::new(),
-            expert_down: String::new(),
-        },
         down_transposed: true,
-        biased: None,
         packed: true,
-        out_bias: None,
-        in_out: false,
+        ..MoeSpec::plain(experts, top_k, inter, glu, router, names)
     };
     m.check()?;
     Ok(m)

@@ -5,6 +5,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::bert_defaults;
 use super::bert_layout::under;
 use crate::encoder::RelativeTable;
 use crate::error::{ModelError, Result};
@@ -18,9 +19,9 @@ pub(super) struct Config {
     pub num_hidden_layers: usize,
     pub num_attention_heads: usize,
     pub intermediate_size: usize,
-    #[serde(default = "d_act")]
+    #[serde(default = "bert_defaults::hidden_act")]
     pub hidden_act: String,
-    #[serde(default = "d_positions")]
+    #[serde(default = "bert_defaults::max_position_embeddings")]
     pub max_position_embeddings: usize,
     #[serde(default)]
     pub type_vocab_size: usize,
@@ -30,15 +31,15 @@ pub(super) struct Config {
     pub relative_attention: bool,
     pub max_relative_positions: Option<i64>,
     pub position_buckets: Option<i64>,
-    #[serde(default = "yes")]
+    #[serde(default = "bert_defaults::yes")]
     pub position_biased_input: bool,
     #[serde(default)]
     pub pos_att_type: Option<Value>,
-    #[serde(default = "d_act")]
+    #[serde(default = "bert_defaults::hidden_act")]
     pub pooler_hidden_act: String,
-    #[serde(default = "yes")]
+    #[serde(default = "bert_defaults::yes")]
     pub legacy: bool,
-    #[serde(default = "yes")]
+    #[serde(default = "bert_defaults::yes")]
     pub tie_word_embeddings: bool,
     #[serde(default)]
     pub share_att_key: bool,
@@ -52,17 +53,8 @@ pub(super) struct Config {
     pub pooler_hidden_size: Option<usize>,
 }
 
-fn d_act() -> String {
-    "gelu".into()
-}
-fn d_positions() -> usize {
-    512
-}
 fn d_eps() -> f64 {
     1e-7
-}
-fn yes() -> bool {
-    true
 }
 
 /// `pos_att_type` as a list or a `|`-joined string (older configs), lower-cased.

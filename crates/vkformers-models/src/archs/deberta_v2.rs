@@ -14,7 +14,7 @@ use super::bert_heads::{task_head, Head};
 use super::bert_layout::under;
 use super::common::parse;
 use super::deberta_config::{att_types, check, relative, Config};
-use super::encoder_common::{activation, is_bare, layer, EncoderParts};
+use super::encoder_common::{activation, bert_tables, is_bare, layer, EncoderParts};
 use crate::encoder::Positions;
 use crate::encoder::{Disentangled, EmbedMasking, EncoderHead, EncoderSpec, MlmHead, NormPlacement, PoolAct};
 use crate::error::Result;
@@ -73,6 +73,7 @@ pub(super) fn build(cfg: &Value, v1: bool) -> Result<ModelSpec> {
     let (_, mut head) = task_head(cfg, Head::Bert, p, act, &norm)?;
     let mut ignored = adapt_head(&mut head, &c)?;
     let e = under(p, "embeddings");
+    let (word, pos_table) = bert_tables(&e);
     if !c.position_biased_input {
         ignored.push(format!("{e}.position_embeddings"));
     }
@@ -86,8 +87,8 @@ pub(super) fn build(cfg: &Value, v1: bool) -> Result<ModelSpec> {
         hidden: c.hidden_size,
         layers: vec![layer; c.num_hidden_layers],
         names: layer_names,
-        word: format!("{e}.word_embeddings"),
-        positions: format!("{e}.position_embeddings"),
+        word,
+        positions: pos_table,
         embed_norm: Some((norm, format!("{e}.LayerNorm"))),
         decoder: "cls.predictions.decoder".into(),
         tied: true,

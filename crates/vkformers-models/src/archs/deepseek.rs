@@ -14,34 +14,31 @@
 
 use serde::Deserialize;
 use serde_json::Value;
+use vkformers_kernels::glu::Glu;
 use vkformers_kernels::rope::RopeLayout;
 
-use super::common::{parse, BaseConfig};
-use super::deepseek_moe::{apply_where, DeepseekMoe};
-use super::mla_common::{q_lora_rank, MlaConfig};
+use super::common::parse;
+use super::deepseek_moe::DeepseekMoe;
+use super::mla_common::{q_lora_rank, rope_layout, set_attn, LlamaMlaConfig};
+use super::moe_common::apply_where;
 use crate::error::{ModelError, Result};
-use crate::spec::{ModelSpec, Norm};
+use crate::spec::{AttnSpec, ModelSpec, Norm};
 
+/// The fields of DeepSeek-V2/V3's config (and Mistral 4's, the same class's).
 #[derive(Deserialize)]
-struct Config {
+pub(super) struct DeepseekConfig {
     #[serde(flatten)]
-    base: BaseConfig,
+    pub(super) lm: LlamaMlaConfig,
     #[serde(flatten)]
-    mla: MlaConfig,
-    #[serde(flatten)]
-    moe: DeepseekMoe,
-    rope_interleave: Option<bool>,
+    pub(super) moe: DeepseekMoe,
+    pub(super) rope_interleave: Option<bool>,
 }
 
 pub fn deepseek_v2(cfg: &Value) -> Result<ModelSpec> {
-    let c: Config = parse(cfg)?;
-    let b = &c.base;
-    let glu = b.glu("silu")?;
-    let mut spec = b.llama_spec("deepseek_v2", glu, false, false, false)?;
-    let attn = c.mla.attn(b, RopeLayout::Interleaved, 128, q_lora_rank(cfg, Some(1536))?)?;
-    for l in &mut spec.layers {
-        l.attn = attn.clone();
-    }
+    let c: DeepseekConfig = parse(cfg)?;
+    let (mut spec, glu) = c.lm.llama_spec("deepseek_v2")?;
+    let attn = c.lm.mla.attn(&c.lm.base, RopeLayout::Interleaved, 128, q_lora_rank(cfg, Some(1536))?)?;
+    set_attn(&mut spec, &attn);
     let block = c.moe.block(glu, c.moe.v2_router()?)?;
     c.moe.apply(&mut spec, block)?;
     Ok(spec)
@@ -101,18 +98,19 @@ pub fn sarvam_mla(cfg: &Value) -> Result<ModelSpec> {
     Ok(spec)
 }
 
+/// DeepSeek-V3's config of `cfg`, the Llama-shaped spec of `model_type`, its activation and
+/// the MLA attention (values 128 wide, query rank 1536 by default).
+fn v3_parts(model_type: &str, cfg: &Value) -> Result<(DeepseekConfig, ModelSpec, Glu, AttnSpec)> {
+    let c: DeepseekConfig = parse(cfg)?;
+    let (spec, glu) = c.lm.llama_spec(model_type)?;
+    let layout = rope_layout(c.rope_interleave);
+    let attn = c.lm.mla.attn(&c.lm.base, layout, 128, q_lora_rank(cfg, Some(1536))?)?;
+    Ok((c, spec, glu, attn))
+}
+
 fn v3_like(model_type: &str, cfg: &Value) -> Result<ModelSpec> {
-    let c: Config = parse(cfg)?;
-    let b = &c.base;
-    let glu = b.glu("silu")?;
-    let mut spec = b.llama_spec(model_type, glu, false, false, false)?;
-    // With `rope_interleave` transformers rotates pairs (2i, 2i+1) and writes the results
-    // de-interleaved; q and k share that order, so the scores are those of interleaved RoPE.
-    let layout = if c.rope_interleave.unwrap_or(true) { RopeLayout::Interleaved } else { RopeLayout::HalfSplit };
-    let attn = c.mla.attn(b, layout, 128, q_lora_rank(cfg, Some(1536))?)?;
-    for l in &mut spec.layers {
-        l.attn = attn.clone();
-    }
+    let (c, mut spec, glu, attn) = v3_parts(model_type, cfg)?;
+    set_attn(&mut spec, &attn);
     let block = c.moe.block(glu, c.moe.v3_router()?)?;
     c.moe.apply(&mut spec, block)?;
     Ok(spec)
@@ -153,16 +151,11 @@ pub fn glm4_moe_lite(cfg: &Value) -> Result<ModelSpec> {
 /// DeepSeek-V3's MLA and router on the sparse layers of `mlp_layer_types`; with `post_mlp_norm`,
 /// an RMSNorm on each MoE block's output (A.X-K1, `post_mlp_layernorm`).
 fn layer_typed(model_type: &str, cfg: &Value, post_mlp_norm: bool) -> Result<ModelSpec> {
-    let c: Config = parse(cfg)?;
-    let b = &c.base;
-    let glu = b.glu("silu")?;
-    let mut spec = b.llama_spec(model_type, glu, false, false, false)?;
-    let layout = if c.rope_interleave.unwrap_or(true) { RopeLayout::Interleaved } else { RopeLayout::HalfSplit };
-    let attn = c.mla.attn(b, layout, 128, q_lora_rank(cfg, Some(1536))?)?;
+    let (c, mut spec, glu, attn) = v3_parts(model_type, cfg)?;
     let sparse = layer_types(cfg, spec.layers.len())?;
     // AXK1MoE: y = RMSNorm(routed + shared), stored as the layer's `post_mlp_layernorm`.
     spec.layer_names.post_mlp_norm = "model.layers.{i}.post_mlp_layernorm".into();
-    let norm = Norm::Rms { eps: b.rms_norm_eps as f32, unit_offset: false };
+    let norm = Norm::Rms { eps: c.lm.base.rms_norm_eps as f32, unit_offset: false };
     for (l, s) in spec.layers.iter_mut().zip(&sparse) {
         l.attn = attn.clone();
         l.post_mlp_norm = (post_mlp_norm && *s).then(|| norm.clone());

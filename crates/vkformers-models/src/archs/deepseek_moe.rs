@@ -5,10 +5,10 @@
 use serde::Deserialize;
 use vkformers_kernels::glu::Glu;
 
-use super::moe_common::expert_names;
+use super::moe_common::{apply_where, mlp_expert_names};
 use crate::error::{ModelError, Result};
 use crate::moe::{MoeSpec, Router, SharedExpert};
-use crate::spec::{MlpSpec, ModelSpec};
+use crate::spec::ModelSpec;
 
 /// DeepSeek's MoE fields.
 #[derive(Debug, Deserialize)]
@@ -71,29 +71,12 @@ impl DeepseekMoe {
                 "a DeepSeek MoE config needs n_routed_experts and num_experts_per_tok (null for a dense model)".into(),
             ));
         };
-        let p = "model.layers.{i}.mlp.shared_experts";
-        let shared = self.n_shared_experts.filter(|&n| n > 0).map(|n| SharedExpert {
-            intermediate: n * self.moe_intermediate_size,
-            gate_proj: format!("{p}.gate_proj"),
-            up_proj: Some(format!("{p}.up_proj")),
-            down_proj: format!("{p}.down_proj"),
-            gate: None,
-        });
+        let inter = self.moe_intermediate_size;
+        let shared = self.n_shared_experts.filter(|&n| n > 0);
         let m = MoeSpec {
-            experts,
-            top_k,
-            intermediate: self.moe_intermediate_size,
-            glu,
-            router,
-            shared,
+            shared: shared.map(|n| SharedExpert::mlp("model.layers.{i}.mlp.shared_experts", n * inter)),
             routed_scale: self.routed_scaling_factor.unwrap_or(1.0) as f32,
-            aux_loss_coef: None,
-            names: expert_names("mlp", ("gate_proj", "up_proj", "down_proj")),
-            packed: false,
-            out_bias: None,
-            in_out: false,
-            down_transposed: false,
-            biased: None,
+            ..MoeSpec::plain(experts, top_k, inter, glu, router, mlp_expert_names())
         };
         m.check()?;
         Ok(m)
@@ -104,12 +87,4 @@ impl DeepseekMoe {
         let sparse: Vec<bool> = (0..spec.layers.len()).map(|i| i >= self.first_k_dense_replace).collect();
         apply_where(spec, &sparse, block)
     }
-}
-
-/// The MoE block in the layers `sparse` marks, and the joins.
-pub(super) fn apply_where(spec: &mut ModelSpec, sparse: &[bool], block: MoeSpec) -> Result<()> {
-    for (l, _) in spec.layers.iter_mut().zip(sparse).filter(|(_, s)| **s) {
-        l.mlp = MlpSpec::Moe(Box::new(block.clone()));
-    }
-    crate::moe::add_joins(spec)
 }

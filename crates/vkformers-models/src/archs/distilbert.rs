@@ -6,8 +6,9 @@ use serde::Deserialize;
 use serde_json::Value;
 use vkformers_kernels::activation::Activation;
 
+use super::bert_defaults;
 use super::common::parse;
-use super::encoder_common::{activation, head, layer, EncoderParts};
+use super::encoder_common::{activation, bert_tables, head, layer, EncoderParts};
 use crate::encoder::{EncoderSpec, MlmHead, NormPlacement, PoolAct, Positions};
 use crate::error::{ModelError, Result};
 use crate::spec::{padding_idx_or, LayerNames, ModelSpec, Norm};
@@ -15,7 +16,7 @@ use crate::spec::{padding_idx_or, LayerNames, ModelSpec, Norm};
 /// `DistilBertConfig` (its own field names; defaults as the class).
 #[derive(Deserialize)]
 struct Config {
-    #[serde(default = "d_vocab")]
+    #[serde(default = "bert_defaults::vocab_size")]
     vocab_size: usize,
     #[serde(default = "d_dim")]
     dim: usize,
@@ -25,19 +26,16 @@ struct Config {
     n_heads: usize,
     #[serde(default = "d_hidden_dim")]
     hidden_dim: usize,
-    #[serde(default = "d_act")]
+    #[serde(default = "bert_defaults::hidden_act")]
     activation: String,
-    #[serde(default = "d_positions")]
+    #[serde(default = "bert_defaults::max_position_embeddings")]
     max_position_embeddings: usize,
     #[serde(default)]
     sinusoidal_pos_embds: bool,
-    #[serde(default = "d_tied")]
+    #[serde(default = "bert_defaults::yes")]
     tie_word_embeddings: bool,
 }
 
-fn d_vocab() -> usize {
-    30522
-}
 fn d_dim() -> usize {
     768
 }
@@ -50,33 +48,19 @@ fn d_heads() -> usize {
 fn d_hidden_dim() -> usize {
     3072
 }
-fn d_positions() -> usize {
-    512
-}
-fn d_act() -> String {
-    "gelu".into()
-}
-fn d_tied() -> bool {
-    true
-}
 
 fn names() -> LayerNames {
-    let l = "distilbert.transformer.layer.{i}";
-    LayerNames {
-        attn_norm: format!("{l}.sa_layer_norm"),
-        q: format!("{l}.attention.q_lin"),
-        k: format!("{l}.attention.k_lin"),
-        v: format!("{l}.attention.v_lin"),
-        o: format!("{l}.attention.out_lin"),
-        q_norm: String::new(),
-        k_norm: String::new(),
-        mlp_norm: format!("{l}.output_layer_norm"),
-        post_attn_norm: String::new(),
-        post_mlp_norm: String::new(),
-        gate: String::new(),
-        up: format!("{l}.ffn.lin1"),
-        down: format!("{l}.ffn.lin2"),
-    }
+    let parts = [
+        "sa_layer_norm",
+        "attention.q_lin",
+        "attention.k_lin",
+        "attention.v_lin",
+        "attention.out_lin",
+        "output_layer_norm",
+        "ffn.lin1",
+        "ffn.lin2",
+    ];
+    LayerNames::plain("distilbert.transformer.layer.{i}", parts)
 }
 
 pub fn spec(cfg: &Value) -> Result<ModelSpec> {
@@ -89,14 +73,15 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     let norm = Norm::Layer { eps: 1e-12, bias: true };
     let layer = layer(c.dim, c.n_heads, c.hidden_dim, act, &norm)?;
     let e = "distilbert.embeddings";
+    let (word, pos_table) = bert_tables(e);
     Ok(EncoderParts {
         model_type: "distilbert",
         vocab: c.vocab_size,
         hidden: c.dim,
         layers: vec![layer; c.n_layers],
         names: names(),
-        word: format!("{e}.word_embeddings"),
-        positions: format!("{e}.position_embeddings"),
+        word,
+        positions: pos_table,
         embed_norm: Some((norm.clone(), format!("{e}.LayerNorm"))),
         decoder: "vocab_projector".into(),
         tied: c.tie_word_embeddings,
@@ -108,14 +93,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
             NormPlacement::Post,
             head(
                 cfg,
-                MlmHead {
-                    dense: "vocab_transform".into(),
-                    dense_bias: true,
-                    act,
-                    norm,
-                    norm_name: "vocab_layer_norm".into(),
-                    bias: "vocab_projector.bias".into(),
-                },
+                MlmHead::transform("vocab_transform", act, &norm, "vocab_layer_norm", "vocab_projector.bias"),
                 ("pre_classifier", PoolAct::Act(Activation::Relu), "classifier"),
                 None,
             )?,

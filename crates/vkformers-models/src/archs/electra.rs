@@ -8,8 +8,9 @@ use serde_json::Value;
 use vkformers_kernels::activation::Activation;
 
 use super::bert::names;
+use super::bert_defaults;
 use super::common::parse;
-use super::encoder_common::{activation, head, layer, EncoderParts};
+use super::encoder_common::{activation, bert_tables, head, layer, EncoderParts};
 use crate::encoder::{EncoderSpec, MlmHead, NormPlacement, PoolAct, Positions};
 use crate::error::{ModelError, Result};
 use crate::spec::{padding_idx_or, ModelSpec, Norm};
@@ -17,7 +18,7 @@ use crate::spec::{padding_idx_or, ModelSpec, Norm};
 /// `ElectraConfig`, with its defaults (they differ from BERT's).
 #[derive(Deserialize)]
 struct Config {
-    #[serde(default = "d_vocab")]
+    #[serde(default = "bert_defaults::vocab_size")]
     vocab_size: usize,
     #[serde(default = "d_embedding")]
     embedding_size: usize,
@@ -29,15 +30,15 @@ struct Config {
     num_attention_heads: usize,
     #[serde(default = "d_intermediate")]
     intermediate_size: usize,
-    #[serde(default = "d_act")]
+    #[serde(default = "bert_defaults::hidden_act")]
     hidden_act: String,
-    #[serde(default = "d_positions")]
+    #[serde(default = "bert_defaults::max_position_embeddings")]
     max_position_embeddings: usize,
-    #[serde(default = "d_types")]
+    #[serde(default = "bert_defaults::type_vocab_size")]
     type_vocab_size: usize,
-    #[serde(default = "d_eps")]
+    #[serde(default = "bert_defaults::layer_norm_eps")]
     layer_norm_eps: f64,
-    #[serde(default = "d_tied")]
+    #[serde(default = "bert_defaults::yes")]
     tie_word_embeddings: bool,
     #[serde(default)]
     is_decoder: bool,
@@ -46,9 +47,6 @@ struct Config {
     position_embedding_type: Option<String>,
 }
 
-fn d_vocab() -> usize {
-    30522
-}
 fn d_embedding() -> usize {
     128
 }
@@ -64,21 +62,6 @@ fn d_heads() -> usize {
 fn d_intermediate() -> usize {
     1024
 }
-fn d_act() -> String {
-    "gelu".into()
-}
-fn d_positions() -> usize {
-    512
-}
-fn d_types() -> usize {
-    2
-}
-fn d_eps() -> f64 {
-    1e-12
-}
-fn d_tied() -> bool {
-    true
-}
 
 pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     let c: Config = parse(cfg)?;
@@ -91,14 +74,15 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     let norm = Norm::Layer { eps: c.layer_norm_eps as f32, bias: true };
     let layer = layer(c.hidden_size, c.num_attention_heads, c.intermediate_size, activation(&c.hidden_act)?, &norm)?;
     let e = "electra.embeddings";
+    let (word, pos_table) = bert_tables(e);
     Ok(EncoderParts {
         model_type: "electra",
         vocab: c.vocab_size,
         hidden: c.hidden_size,
         layers: vec![layer; c.num_hidden_layers],
         names: names("electra"),
-        word: format!("{e}.word_embeddings"),
-        positions: format!("{e}.position_embeddings"),
+        word,
+        positions: pos_table,
         embed_norm: Some((norm.clone(), format!("{e}.LayerNorm"))),
         decoder: "generator_lm_head".into(),
         tied: c.tie_word_embeddings,
@@ -114,14 +98,13 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
                 NormPlacement::Post,
                 head(
                     cfg,
-                    MlmHead {
-                        dense: "generator_predictions.dense".into(),
-                        dense_bias: true,
-                        act: Activation::Gelu,
-                        norm,
-                        norm_name: "generator_predictions.LayerNorm".into(),
-                        bias: "generator_lm_head.bias".into(),
-                    },
+                    MlmHead::transform(
+                        "generator_predictions.dense",
+                        Activation::Gelu,
+                        &norm,
+                        "generator_predictions.LayerNorm",
+                        "generator_lm_head.bias",
+                    ),
                     ("classifier.dense", PoolAct::Act(Activation::Gelu), "classifier.out_proj"),
                     None,
                 )?,

@@ -7,9 +7,7 @@ pub(crate) use super::encoder_heads::first_architecture;
 pub(super) use super::encoder_heads::{head, is_bare};
 use crate::encoder::{EncoderHead, EncoderSpec};
 use crate::error::{ModelError, Result};
-use crate::spec::{
-    layer_name, AttnSpec, LayerNames, LayerSpec, MapEntry, MlpSpec, ModelSpec, Norm, PositionIds, Residual,
-};
+use crate::spec::{layer_name, AttnSpec, LayerNames, LayerSpec, MapEntry, MlpSpec, ModelSpec, Norm, Residual};
 
 /// `hidden_act` as `ACT2FN` reads it.
 pub(super) fn activation(name: &str) -> Result<Activation> {
@@ -20,6 +18,12 @@ pub(super) fn activation(name: &str) -> Result<Activation> {
         "silu" | "swish" => Ok(Activation::Silu),
         other => Err(ModelError::Unsupported(format!("hidden_act `{other}` in an encoder"))),
     }
+}
+
+/// BERT's word and position tables under the embeddings module `e` (`{e}.word_embeddings`,
+/// `{e}.position_embeddings`), which most encoder families keep.
+pub(super) fn bert_tables(e: &str) -> (String, String) {
+    (format!("{e}.word_embeddings"), format!("{e}.position_embeddings"))
 }
 
 /// One encoder layer: multi-head attention with biases, a plain MLP with biases, and the
@@ -74,42 +78,19 @@ impl EncoderParts<'_> {
         };
         // Unused: an encoder's final norm (pre-LN families) is `EncoderSpec::final_norm`.
         let unused = embed_norm.clone().or_else(|| self.encoder.final_norm.as_ref().map(|(n, _)| n.clone()));
+        let final_norm = unused.unwrap_or(Norm::Layer { eps: 1e-12, bias: true });
+        let size = (self.vocab, self.hidden);
         let mut spec = ModelSpec {
-            model_type: self.model_type.into(),
-            vocab: self.vocab,
-            hidden: self.hidden,
-            embed_scale: 1.0,
             embed_norm,
             embed_norm_name: norm_name,
-            layers: self.layers,
-            final_norm: unused.unwrap_or(Norm::Layer { eps: 1e-12, bias: true }),
             tied_head: self.tied,
-            head_bias: false,
-            logit_scale: 1.0,
-            final_softcap: None,
             embed_name: self.word,
             final_norm_name: String::new(),
             head_name: self.decoder,
-            layer_names: self.names,
             position_embedding: Some(self.positions),
-            position_ids: PositionIds::Arange,
-            position_offset: 0,
-            sinusoidal: None,
-            project_in: None,
-            project_out: None,
-            weight_map: Vec::new(),
-            joins: Vec::new(),
             padding_idx: self.padding_idx,
             encoder: Some(self.encoder),
-            residual_init: crate::spec::ResidualInit::Plain,
-            layer_init_std: None,
-            sinks_init: crate::spec::SinksInit::Zeros,
-            carried: Vec::new(),
-            skipped: Vec::new(),
-            vision: None,
-            module_paths: Vec::new(),
-            seq2seq: None,
-            shortcut_moe: None,
+            ..ModelSpec::with_layers(self.model_type, size, self.layers, final_norm, self.names)
         };
         spec.weight_map = legacy_norm_names(&spec);
         spec

@@ -8,10 +8,10 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::moe_common::expert_names;
+use super::moe_common::{apply_where, mlp_expert_names};
 use crate::error::{ModelError, Result};
 use crate::moe::{MoeSpec, Router, SharedExpert};
-use crate::spec::{MlpSpec, ModelSpec};
+use crate::spec::ModelSpec;
 
 #[derive(Deserialize)]
 struct Config {
@@ -62,36 +62,17 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     if c.use_bias && c.moe_num_shared_experts > 0 {
         return Err(ModelError::Unsupported("ernie4_5_moe shared experts with use_bias".into()));
     }
-    let p = "model.layers.{i}.mlp.shared_experts";
-    let shared = (c.moe_num_shared_experts > 0).then(|| SharedExpert {
-        intermediate: c.moe_intermediate_size * c.moe_num_shared_experts,
-        gate_proj: format!("{p}.gate_proj"),
-        up_proj: Some(format!("{p}.up_proj")),
-        down_proj: format!("{p}.down_proj"),
-        gate: None,
+    let shared = (c.moe_num_shared_experts > 0).then(|| {
+        SharedExpert::mlp("model.layers.{i}.mlp.shared_experts", c.moe_intermediate_size * c.moe_num_shared_experts)
     });
+    let router = Router::SoftmaxBiasedTopK { bias: "model.layers.{i}.mlp.moe_statics.e_score_correction_bias".into() };
     let block = MoeSpec {
-        experts: c.moe_num_experts,
-        top_k: c.moe_k,
-        intermediate: c.moe_intermediate_size,
-        glu,
-        router: Router::SoftmaxBiasedTopK { bias: "model.layers.{i}.mlp.moe_statics.e_score_correction_bias".into() },
         shared,
-        routed_scale: 1.0,
         aux_loss_coef: c.output_router_logits.then_some(c.router_aux_loss_coef.unwrap_or(0.001) as f32),
-        names: expert_names("mlp", ("gate_proj", "up_proj", "down_proj")),
-        packed: false,
-        out_bias: None,
-        in_out: false,
-        down_transposed: false,
-        biased: None,
+        ..MoeSpec::plain(c.moe_num_experts, c.moe_k, c.moe_intermediate_size, glu, router, mlp_expert_names())
     };
     block.check()?;
-    for (i, l) in spec.layers.iter_mut().enumerate() {
-        if c.sparse(i) {
-            l.mlp = MlpSpec::Moe(Box::new(block.clone()));
-        }
-    }
-    crate::moe::add_joins(&mut spec)?;
+    let sparse: Vec<bool> = (0..spec.layers.len()).map(|i| c.sparse(i)).collect();
+    apply_where(&mut spec, &sparse, block)?;
     Ok(spec)
 }

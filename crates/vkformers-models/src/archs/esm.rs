@@ -15,7 +15,7 @@ use vkformers_kernels::rope::RopeLayout;
 use super::bert::names;
 use super::bert_layout::under;
 use super::common::parse;
-use super::encoder_common::{head, is_bare, layer, EncoderParts};
+use super::encoder_common::{bert_tables, head, is_bare, layer, EncoderParts};
 use crate::encoder::{EmbedMasking, EncoderSpec, MlmHead, NormPlacement, PoolAct, Positions};
 use crate::error::{ModelError, Result};
 use crate::rope::{inv_freq, RopeParams};
@@ -95,22 +95,16 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
         (true, None) => return Err(ModelError::Config("esm token_dropout needs a mask_token_id".into())),
     };
     let e = under(p, "embeddings");
-    let mlm = MlmHead {
-        dense: "lm_head.dense".into(),
-        dense_bias: true,
-        act: Activation::Gelu,
-        norm: norm.clone(),
-        norm_name: "lm_head.layer_norm".into(),
-        bias: "lm_head.bias".into(),
-    };
+    let (word, pos_table) = bert_tables(&e);
+    let mlm = MlmHead::roberta(&norm);
     let mut spec = EncoderParts {
         model_type: "esm",
         vocab: c.vocab_size,
         hidden: c.hidden_size,
         layers: vec![layer; c.num_hidden_layers],
         names: esm_names(p),
-        word: format!("{e}.word_embeddings"),
-        positions: format!("{e}.position_embeddings"),
+        word,
+        positions: pos_table,
         embed_norm: c.emb_layer_norm_before.unwrap_or(false).then(|| (norm.clone(), format!("{e}.layer_norm"))),
         decoder: "lm_head.decoder".into(),
         tied: c.tie_word_embeddings.unwrap_or(true),

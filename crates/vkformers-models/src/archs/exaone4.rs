@@ -3,7 +3,6 @@
 //! `sliding_window_pattern`-th layer, 4, global). With a sliding window, only sliding layers use
 //! RoPE (global layers are NoPE); without one every layer is global and rotary.
 
-use serde::Deserialize;
 use serde_json::Value;
 
 use super::common::{parse, BaseConfig};
@@ -11,16 +10,10 @@ use super::layer_types::{apply, sliding, window};
 use crate::error::{ModelError, Result};
 use crate::spec::ModelSpec;
 
-#[derive(Deserialize)]
-struct Config {
-    #[serde(flatten)]
-    base: BaseConfig,
-}
-
 pub fn spec(cfg: &Value) -> Result<ModelSpec> {
-    let mut c: Config = parse(cfg)?;
+    let mut c: BaseConfig = parse(cfg)?;
     if cfg.get("rms_norm_eps").is_none() {
-        c.base.rms_norm_eps = 1e-5;
+        c.rms_norm_eps = 1e-5;
     }
     let w = window(cfg, Some(4096));
     let pattern = match cfg.get("sliding_window_pattern") {
@@ -33,8 +26,8 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
             cfg["sliding_window_pattern"]
         )));
     }
-    let slide = sliding(cfg, c.base.num_hidden_layers, |i| w.is_some() && (i + 1) % pattern.max(1) != 0)?;
-    let mut spec = c.base.llama_spec("exaone4", c.base.glu("silu")?, false, true, false)?;
+    let slide = sliding(cfg, c.num_hidden_layers, |i| w.is_some() && (i + 1) % pattern.max(1) != 0)?;
+    let mut spec = c.llama_spec("exaone4", c.glu("silu")?, false, true, false)?;
     for (l, &s) in spec.layers.iter_mut().zip(&slide) {
         l.post_attn_norm = l.attn_norm.take();
         l.post_mlp_norm = l.mlp_norm.take();

@@ -84,7 +84,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
         o.remove("partial_rotary_factor");
     }
     let mut c: Config = parse(&cfg)?;
-    c.base.tie_word_embeddings = cfg.get("tie_word_embeddings").and_then(Value::as_bool).unwrap_or(true);
+    c.base.tie_word_embeddings = super::common::tied_by_default(&cfg);
     let heads = c.base.num_attention_heads;
     let head_dim = c.base.hidden_size / heads;
     let kv_heads = if c.new_decoder_architecture {

@@ -72,7 +72,7 @@ impl GemmaConfig {
 
 pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     let mut c: GemmaConfig = parse(cfg)?;
-    c.base.tie_word_embeddings = cfg.get("tie_word_embeddings").and_then(Value::as_bool).unwrap_or(true);
+    c.base.tie_word_embeddings = super::common::tied_by_default(cfg);
     // transformers' defaults where the keys are absent (an explicit null turns a softcap off).
     if cfg.get("attn_logit_softcapping").is_none() {
         c.attn_logit_softcapping = Some(50.0);

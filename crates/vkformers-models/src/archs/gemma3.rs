@@ -9,6 +9,7 @@ use vkformers_kernels::rope::RopeLayout;
 
 use super::common::parse;
 use super::gemma2::GemmaConfig;
+use super::layer_types::set_ropes;
 use crate::error::Result;
 use crate::spec::ModelSpec;
 
@@ -35,23 +36,18 @@ fn rope_dicts(cfg: &Value) -> (Value, Value) {
 
 pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     let mut c: GemmaConfig = parse(cfg)?;
-    c.base.tie_word_embeddings = cfg.get("tie_word_embeddings").and_then(Value::as_bool).unwrap_or(true);
+    c.base.tie_word_embeddings = super::common::tied_by_default(cfg);
     if cfg.get("sliding_window").is_none() {
         c.base.sliding_window = Some(4096);
     }
     let pattern = cfg.get("sliding_window_pattern").and_then(Value::as_u64).unwrap_or(6) as usize;
     let sliding = c.sliding(pattern)?;
     let (local, global) = rope_dicts(cfg);
-    c.base.rope_scaling = None;
-    c.base.rope_parameters = Some(local);
-    let local_rope = c.base.rope(RopeLayout::HalfSplit)?;
-    c.base.rope_parameters = Some(global);
-    let global_rope = c.base.rope(RopeLayout::HalfSplit)?;
+    let local_rope = c.base.rope_of(local, RopeLayout::HalfSplit)?;
+    let global_rope = c.base.rope_of(global, RopeLayout::HalfSplit)?;
     let mut spec = c.gemma2_spec("gemma3_text", pattern, true)?;
     // Gemma3TextConfig defaults pad_token_id to 0.
     spec.padding_idx = crate::spec::padding_idx_or(cfg, 0, spec.vocab);
-    for (l, s) in spec.layers.iter_mut().zip(sliding) {
-        l.attn.rope = Some(if s { local_rope.clone() } else { global_rope.clone() });
-    }
+    set_ropes(&mut spec, &sliding, &local_rope, &global_rope);
     Ok(spec)
 }

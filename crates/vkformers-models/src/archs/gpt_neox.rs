@@ -7,26 +7,20 @@ use serde::Deserialize;
 use serde_json::Value;
 use vkformers_kernels::glu::Glu;
 
-use super::common::{parse, BaseConfig};
-use super::ln_common::{plain_act, prepare, set_norms, tied};
+use super::common::parse;
+use super::ln_common::{plain_act, prepare, set_norms, tied, whole_heads, LnConfig};
 use crate::error::Result;
-use crate::spec::{LayerNames, MapEntry, MlpSpec, ModelSpec, Norm, Residual};
+use crate::spec::{LayerNames, MapEntry, MlpSpec, ModelSpec, Residual};
 
 #[derive(Deserialize)]
 struct Config {
     #[serde(flatten)]
-    base: BaseConfig,
-    #[serde(default = "default_eps")]
-    layer_norm_eps: f64,
+    ln: LnConfig,
     #[serde(default = "yes")]
     use_parallel_residual: bool,
     #[serde(default = "yes")]
     attention_bias: bool,
     rotary_emb_base: Option<f64>,
-}
-
-fn default_eps() -> f64 {
-    1e-5
 }
 
 fn yes() -> bool {
@@ -36,21 +30,17 @@ fn yes() -> bool {
 const P: &str = "gpt_neox.layers.{i}";
 
 fn names() -> LayerNames {
-    LayerNames {
-        attn_norm: format!("{P}.input_layernorm"),
-        q: format!("{P}.attention.q"),
-        k: format!("{P}.attention.k"),
-        v: format!("{P}.attention.v"),
-        o: format!("{P}.attention.dense"),
-        q_norm: String::new(),
-        k_norm: String::new(),
-        mlp_norm: format!("{P}.post_attention_layernorm"),
-        post_attn_norm: String::new(),
-        post_mlp_norm: String::new(),
-        gate: String::new(),
-        up: format!("{P}.mlp.dense_h_to_4h"),
-        down: format!("{P}.mlp.dense_4h_to_h"),
-    }
+    let parts = [
+        "input_layernorm",
+        "attention.q",
+        "attention.k",
+        "attention.v",
+        "attention.dense",
+        "post_attention_layernorm",
+        "mlp.dense_h_to_4h",
+        "mlp.dense_4h_to_h",
+    ];
+    LayerNames::plain(P, parts)
 }
 
 /// `query_key_value` (weight and bias): per head, head_dim rows each of q, k and v.
@@ -61,32 +51,30 @@ fn weight_map(layers: usize, hidden: usize, heads: usize, bias: bool) -> Vec<Map
 }
 
 pub fn spec(cfg: &Value) -> Result<ModelSpec> {
-    let mut c: Config = parse(cfg)?;
-    prepare(&mut c.base, cfg, "gelu", 0.25);
-    c.base.tie_word_embeddings = tied(cfg, false);
-    // The head size is always hidden / heads; no GQA.
-    c.base.head_dim = None;
-    c.base.num_key_value_heads = None;
-    c.base.sliding_window = None;
-    if c.base.rope_parameters.as_ref().and_then(|r| r.get("rope_theta")).is_none() && c.base.rope_theta.is_none() {
-        c.base.rope_theta = c.rotary_emb_base;
+    let Config { ln, use_parallel_residual, attention_bias, rotary_emb_base } = parse(cfg)?;
+    let norm = ln.norm(true);
+    let mut base = ln.base;
+    prepare(&mut base, cfg, "gelu", 0.25);
+    base.tie_word_embeddings = tied(cfg, false);
+    whole_heads(&mut base, false);
+    if base.rope_parameters.as_ref().and_then(|r| r.get("rope_theta")).is_none() && base.rope_theta.is_none() {
+        base.rope_theta = rotary_emb_base;
     }
-    let act = plain_act(c.base.hidden_act.as_deref().unwrap_or_default())?;
-    let mut spec = c.base.llama_spec("gpt_neox", Glu::SwiGlu, false, false, c.attention_bias)?;
+    let act = plain_act(base.hidden_act.as_deref().unwrap_or_default())?;
+    let mut spec = base.llama_spec("gpt_neox", Glu::SwiGlu, false, false, attention_bias)?;
     // GPTNeoXModel's nn.Embedding has no padding_idx.
     spec.padding_idx = None;
-    set_norms(&mut spec, &Norm::Layer { eps: c.layer_norm_eps as f32, bias: true });
+    set_norms(&mut spec, &norm);
     for l in &mut spec.layers {
-        l.attn.out_bias = c.attention_bias;
-        l.mlp = MlpSpec::Plain { intermediate: c.base.intermediate_size, act, bias: true };
+        l.attn.out_bias = attention_bias;
+        l.mlp = MlpSpec::Plain { intermediate: base.intermediate_size, act, bias: true };
         l.residual =
-            if c.use_parallel_residual { Residual::Parallel { shared_norm: false } } else { Residual::Sequential };
+            if use_parallel_residual { Residual::Parallel { shared_norm: false } } else { Residual::Sequential };
     }
     spec.embed_name = "gpt_neox.embed_in".into();
     spec.final_norm_name = "gpt_neox.final_layer_norm".into();
     spec.head_name = "embed_out".into();
     spec.layer_names = names();
-    spec.weight_map =
-        weight_map(c.base.num_hidden_layers, c.base.hidden_size, c.base.num_attention_heads, c.attention_bias);
+    spec.weight_map = weight_map(base.num_hidden_layers, base.hidden_size, base.num_attention_heads, attention_bias);
     Ok(spec)
 }

@@ -11,19 +11,17 @@ use serde_json::{json, Value};
 use vkformers_kernels::glu::Glu;
 use vkformers_kernels::moe::clamped_swiglu::ClampedSwiGlu;
 
-use super::common::{parse, BaseConfig};
+use super::common::parse;
 use super::layer_types::{apply, sliding, window};
-use super::moe_common::MoeConfig;
+use super::moe_common::LlamaMoeConfig;
 use crate::error::Result;
-use crate::moe::{BiasedExperts, MoeNames, Router};
+use crate::moe::{BiasedExperts, Router};
 use crate::spec::{ModelSpec, SinksInit};
 
 #[derive(Deserialize)]
 struct Config {
     #[serde(flatten)]
-    base: BaseConfig,
-    #[serde(flatten)]
-    moe: MoeConfig,
+    lm: LlamaMoeConfig,
     swiglu_alpha: f32,
     swiglu_limit: f32,
 }
@@ -60,7 +58,7 @@ fn with_defaults(cfg: &Value) -> Value {
 pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     let cfg = &with_defaults(cfg);
     let c: Config = parse(cfg)?;
-    let b = &c.base;
+    let b = &c.lm.base;
     let mut spec = b.llama_spec("gpt_oss", Glu::SwiGlu, false, false, b.attention_bias)?;
     for l in &mut spec.layers {
         l.attn.sinks = Some("model.layers.{i}.self_attn.sinks".into());
@@ -71,28 +69,15 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     let slide = sliding(cfg, n, |i| i % 2 == 0)?;
     apply(&mut spec, &slide, window(cfg, Some(128)))?;
 
-    let p = "model.layers.{i}.mlp";
-    let names = MoeNames {
-        router: format!("{p}.router.weight"),
-        gate_up: format!("{p}.experts.gate_up_proj"),
-        up: None,
-        down: format!("{p}.experts.down_proj"),
-        expert_gate: String::new(),
-        expert_up: String::new(),
-        expert_down: String::new(),
-    };
-    let mut block = c.moe.block(b.intermediate_size, Glu::SwiGlu, false, names, None, 0.001)?;
+    let act = ClampedSwiGlu { alpha: c.swiglu_alpha, limit: c.swiglu_limit, interleaved: true };
+    let (names, biased) = BiasedExperts::gpt_oss("model.layers.{i}.mlp", act);
+    let mut block = c.lm.moe.block(b.intermediate_size, Glu::SwiGlu, false, names, None, 0.001)?;
     block.router = Router::TopKSoftmax;
     // In-out storage: each expert's down projection `[I, H]` is a plain (untransposed) matmul.
     block.down_transposed = true;
     block.packed = true;
-    block.biased = Some(BiasedExperts {
-        router_bias: format!("{p}.router.bias"),
-        gate_up_bias: format!("{p}.experts.gate_up_proj_bias"),
-        down_bias: format!("{p}.experts.down_proj_bias"),
-        act: ClampedSwiGlu { alpha: c.swiglu_alpha, limit: c.swiglu_limit, interleaved: true },
-    });
-    c.moe.apply(&mut spec, block)?;
+    block.biased = Some(biased);
+    c.lm.moe.apply(&mut spec, block)?;
     Ok(spec)
 }
 

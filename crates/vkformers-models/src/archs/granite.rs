@@ -28,16 +28,24 @@ fn one() -> f64 {
     1.0
 }
 
+/// Granite's four multipliers on `spec`: `embedding`, `residual` and `attention` scale the
+/// embedding output, each sublayer output and the attention scores; the logits are divided by
+/// `logits_scaling`. No sliding window.
+pub(super) fn multipliers(spec: &mut ModelSpec, [embedding, residual, attention, logits_scaling]: [f64; 4]) {
+    spec.embed_scale = embedding as f32;
+    spec.logit_scale = (1.0 / logits_scaling) as f32;
+    for l in &mut spec.layers {
+        l.residual_scale = residual as f32;
+        l.attn.scale = attention as f32;
+        l.attn.sliding_window = None;
+    }
+}
+
 pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     let c: Config = parse(cfg)?;
     let glu = c.base.glu("silu")?;
     let mut spec = c.base.llama_spec("granite", glu, false, false, c.base.attention_bias)?;
-    spec.embed_scale = c.embedding_multiplier as f32;
-    spec.logit_scale = (1.0 / c.logits_scaling) as f32;
-    for l in &mut spec.layers {
-        l.residual_scale = c.residual_multiplier as f32;
-        l.attn.scale = c.attention_multiplier as f32;
-        l.attn.sliding_window = None;
-    }
+    let m = [c.embedding_multiplier, c.residual_multiplier, c.attention_multiplier, c.logits_scaling];
+    multipliers(&mut spec, m);
     Ok(spec)
 }

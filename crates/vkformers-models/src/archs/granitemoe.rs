@@ -8,8 +8,8 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::common::{parse, BaseConfig};
-use super::moe_common::MoeConfig;
+use super::common::parse;
+use super::moe_common::LlamaMoeConfig;
 use crate::error::Result;
 use crate::moe::{MoeNames, Router, SharedExpert};
 use crate::spec::ModelSpec;
@@ -17,9 +17,7 @@ use crate::spec::ModelSpec;
 #[derive(Deserialize)]
 struct Config {
     #[serde(flatten)]
-    base: BaseConfig,
-    #[serde(flatten)]
-    moe: MoeConfig,
+    lm: LlamaMoeConfig,
     #[serde(default = "one")]
     embedding_multiplier: f64,
     #[serde(default = "one")]
@@ -43,29 +41,16 @@ const P: &str = "model.layers.{i}.block_sparse_moe";
 /// stacked in `input_linear [E, 2·I, H]`, their down projections in `output_linear [E, H, I]`.
 pub(super) fn names(prefix: &str) -> MoeNames {
     let packed = |t: &str| format!("{prefix}.{t}.weight");
-    MoeNames {
-        router: packed("router.layer"),
-        gate_up: packed("input_linear"),
-        up: None,
-        down: packed("output_linear"),
-        // Not stored per expert: the packed tensors are the parameters.
-        expert_gate: String::new(),
-        expert_up: String::new(),
-        expert_down: String::new(),
-    }
+    MoeNames::packed(packed("router.layer"), packed("input_linear"), None, packed("output_linear"))
 }
 
 fn build(cfg: &Value, model_type: &str, shared: bool) -> Result<ModelSpec> {
     let c: Config = parse(cfg)?;
-    let glu = c.base.glu("silu")?;
-    let mut spec = c.base.llama_spec(model_type, glu, false, false, c.base.attention_bias)?;
-    spec.embed_scale = c.embedding_multiplier as f32;
-    spec.logit_scale = (1.0 / c.logits_scaling) as f32;
-    for l in &mut spec.layers {
-        l.residual_scale = c.residual_multiplier as f32;
-        l.attn.scale = c.attention_multiplier as f32;
-        l.attn.sliding_window = None;
-    }
+    let (base, moe) = (&c.lm.base, &c.lm.moe);
+    let glu = base.glu("silu")?;
+    let mut spec = base.llama_spec(model_type, glu, false, false, base.attention_bias)?;
+    let m = [c.embedding_multiplier, c.residual_multiplier, c.attention_multiplier, c.logits_scaling];
+    super::granite::multipliers(&mut spec, m);
     let shared = (shared && c.shared_intermediate_size > 0).then(|| SharedExpert {
         intermediate: c.shared_intermediate_size,
         gate_proj: "model.layers.{i}.shared_mlp.input_linear".into(),
@@ -73,10 +58,10 @@ fn build(cfg: &Value, model_type: &str, shared: bool) -> Result<ModelSpec> {
         down_proj: "model.layers.{i}.shared_mlp.output_linear".into(),
         gate: None,
     });
-    let mut block = c.moe.block(c.base.intermediate_size, glu, false, names(P), shared, 0.001)?;
+    let mut block = moe.block(base.intermediate_size, glu, false, names(P), shared, 0.001)?;
     block.router = Router::TopKSoftmax;
     block.packed = true;
-    c.moe.apply(&mut spec, block)?;
+    moe.apply(&mut spec, block)?;
     Ok(spec)
 }
 

@@ -8,10 +8,10 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::common::{parse, BaseConfig};
-use super::moe_common::expert_names;
+use super::moe_common::{apply_where, mlp_expert_names};
 use crate::error::{ModelError, Result};
 use crate::moe::{MoeSpec, Router, SharedExpert};
-use crate::spec::{MlpSpec, ModelSpec};
+use crate::spec::ModelSpec;
 
 #[derive(Deserialize)]
 struct Config {
@@ -39,35 +39,16 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     let mut spec = super::nanochat::hunyuan_v1_dense(cfg)?;
     spec.model_type = "hunyuan_v1_moe".into();
     let inter = c.base.intermediate_size;
-    let mut names = expert_names("mlp", ("gate_proj", "up_proj", "down_proj"));
+    let mut names = mlp_expert_names();
     names.router = "model.layers.{i}.mlp.gate.wg.weight".into();
-    let p = "model.layers.{i}.mlp.shared_mlp";
+    let (experts, top_k) = (count(&c.num_experts, "num_experts")?, count(&c.moe_topk, "moe_topk")?);
+    let router = Router::SoftmaxTopK { renormalize: true };
     let block = MoeSpec {
-        experts: count(&c.num_experts, "num_experts")?,
-        top_k: count(&c.moe_topk, "moe_topk")?,
-        intermediate: inter,
-        glu: c.base.glu("silu")?,
-        router: Router::SoftmaxTopK { renormalize: true },
-        shared: Some(SharedExpert {
-            intermediate: inter,
-            gate_proj: format!("{p}.gate_proj"),
-            up_proj: Some(format!("{p}.up_proj")),
-            down_proj: format!("{p}.down_proj"),
-            gate: None,
-        }),
-        routed_scale: 1.0,
-        aux_loss_coef: None,
-        names,
-        packed: false,
-        out_bias: None,
-        in_out: false,
-        down_transposed: false,
-        biased: None,
+        shared: Some(SharedExpert::mlp("model.layers.{i}.mlp.shared_mlp", inter)),
+        ..MoeSpec::plain(experts, top_k, inter, c.base.glu("silu")?, router, names)
     };
     block.check()?;
-    for l in &mut spec.layers {
-        l.mlp = MlpSpec::Moe(Box::new(block.clone()));
-    }
-    crate::moe::add_joins(&mut spec)?;
+    let every = vec![true; spec.layers.len()];
+    apply_where(&mut spec, &every, block)?;
     Ok(spec)
 }

@@ -59,21 +59,13 @@ fn moa(c: &Config) -> MoaSpec {
 }
 
 fn moe(c: &Config, base: &BaseConfig, glu: vkformers_kernels::glu::Glu) -> MoeSpec {
+    let names = super::granitemoe::names(MLP);
+    let (experts, top_k) = (c.num_local_experts, c.num_experts_per_tok);
     MoeSpec {
-        experts: c.num_local_experts,
-        top_k: c.num_experts_per_tok,
-        intermediate: base.intermediate_size,
-        glu,
-        router: Router::TopKSoftmax,
-        shared: None,
-        routed_scale: 1.0,
         aux_loss_coef: c.output_router_logits.then_some(c.aux_loss_coef as f32),
-        names: super::granitemoe::names(MLP),
-        down_transposed: false,
-        biased: None,
         packed: true,
         out_bias: Some(format!("{MLP}.bias")),
-        in_out: false,
+        ..MoeSpec::plain(experts, top_k, base.intermediate_size, glu, Router::TopKSoftmax, names)
     }
 }
 

@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use crate::error::{ModelError, Result};
-use crate::spec::ModelSpec;
+use crate::spec::{ModelSpec, RopeSpec};
 
 /// Whether each of `n` layers is a sliding-window layer: the config's `layer_types`, or else
 /// `default(i)` (each family's config class fills the list this way when it is absent).
@@ -36,6 +36,13 @@ pub fn apply(spec: &mut ModelSpec, sliding: &[bool], window: Option<u32>) -> Res
         l.attn.sliding_window = if s { window } else { None };
     }
     Ok(())
+}
+
+/// Each layer's RoPE by its type: `local` on sliding layers, `global` on the others.
+pub fn set_ropes(spec: &mut ModelSpec, sliding: &[bool], local: &RopeSpec, global: &RopeSpec) {
+    for (l, &s) in spec.layers.iter_mut().zip(sliding) {
+        l.attn.rope = Some(if s { local } else { global }.clone());
+    }
 }
 
 /// `sliding_window` with the config class's default where the key is absent (an explicit null

@@ -73,36 +73,13 @@ const FF: &str = "model.layers.{i}.feed_forward";
 
 fn moe_block(c: &Config, glu: Glu) -> Result<MoeSpec> {
     let f = |t: &str| format!("{FF}.{t}");
+    let names = MoeNames::packed(f("router.weight"), f("experts.gate_up_proj"), None, f("experts.down_proj"));
+    let (experts, top_k, inter) = (c.num_local_experts, c.num_experts_per_tok, c.base.intermediate_size);
     let m = MoeSpec {
-        experts: c.num_local_experts,
-        top_k: c.num_experts_per_tok,
-        intermediate: c.base.intermediate_size,
-        glu,
-        router: Router::SigmoidTopKInput,
-        shared: Some(SharedExpert {
-            intermediate: c.base.intermediate_size,
-            gate_proj: f("shared_expert.gate_proj"),
-            up_proj: Some(f("shared_expert.up_proj")),
-            down_proj: f("shared_expert.down_proj"),
-            gate: None,
-        }),
-        routed_scale: 1.0,
-        aux_loss_coef: None,
-        names: MoeNames {
-            router: f("router.weight"),
-            gate_up: f("experts.gate_up_proj"),
-            up: None,
-            down: f("experts.down_proj"),
-            // Not stored per expert: the packed tensors are the parameters.
-            expert_gate: String::new(),
-            expert_up: String::new(),
-            expert_down: String::new(),
-        },
-        down_transposed: false,
-        biased: None,
+        shared: Some(SharedExpert::mlp(&f("shared_expert"), inter)),
         packed: true,
-        out_bias: None,
         in_out: true,
+        ..MoeSpec::plain(experts, top_k, inter, glu, Router::SigmoidTopKInput, names)
     };
     m.check()?;
     Ok(m)

@@ -2,12 +2,44 @@
 //! activation, the partial-rotary factor wherever a config keeps it, and a Llama-shaped spec turned
 //! into a LayerNorm one.
 
+use serde::Deserialize;
 use serde_json::Value;
 use vkformers_kernels::activation::Activation;
 
 use super::common::BaseConfig;
 use crate::error::{ModelError, Result};
 use crate::spec::{ModelSpec, Norm};
+
+/// A Llama-like config of the LayerNorm families (GPT-NeoX, Phi, Persimmon, StableLM, Cohere,
+/// Jais2): the base fields and `layer_norm_eps` (default 1e-5).
+#[derive(Debug, Deserialize)]
+pub struct LnConfig {
+    #[serde(flatten)]
+    pub base: BaseConfig,
+    #[serde(default = "default_eps")]
+    pub layer_norm_eps: f64,
+}
+
+fn default_eps() -> f64 {
+    1e-5
+}
+
+impl LnConfig {
+    /// The LayerNorm of `layer_norm_eps`, with a bias or not.
+    pub fn norm(&self, bias: bool) -> Norm {
+        Norm::Layer { eps: self.layer_norm_eps as f32, bias }
+    }
+}
+
+/// For the families whose head size is always hidden / heads and that have no sliding window:
+/// `head_dim` and `sliding_window` dropped, and without `gqa` the kv heads too.
+pub fn whole_heads(base: &mut BaseConfig, gqa: bool) {
+    base.head_dim = None;
+    base.sliding_window = None;
+    if !gqa {
+        base.num_key_value_heads = None;
+    }
+}
 
 /// The activation of a plain (ungated) MLP from `hidden_act`.
 pub fn plain_act(name: &str) -> Result<Activation> {

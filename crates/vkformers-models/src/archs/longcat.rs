@@ -12,8 +12,8 @@ use serde::Deserialize;
 use serde_json::Value;
 use vkformers_kernels::rope::RopeLayout;
 
-use super::common::{parse, BaseConfig};
-use super::mla_common::{q_lora_rank, MlaConfig};
+use super::common::parse;
+use super::mla_common::{q_lora_rank, set_attn, LlamaMlaConfig};
 use crate::decoder::ShortcutMoe;
 use crate::error::{ModelError, Result};
 use crate::spec::{LayerNames, MapEntry, MlaNames, ModelSpec};
@@ -21,9 +21,7 @@ use crate::spec::{LayerNames, MapEntry, MlaNames, ModelSpec};
 #[derive(Deserialize)]
 struct Config {
     #[serde(flatten)]
-    base: BaseConfig,
-    #[serde(flatten)]
-    mla: MlaConfig,
+    lm: LlamaMlaConfig,
     // LongcatFlashConfig's defaults where absent: 512, 12, 2048, 6.0.
     n_routed_experts: Option<usize>,
     moe_topk: Option<usize>,
@@ -102,8 +100,8 @@ fn shortcut_moe(c: &Config, z: usize, glu: vkformers_kernels::glu::Glu) -> Resul
 pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     let cfg = normalised(cfg)?;
     let c: Config = parse(&cfg)?;
-    let b = &c.base;
-    let (dn, dr) = (c.mla.qk_nope_head_dim, c.mla.qk_rope_head_dim);
+    let (b, mla) = (&c.lm.base, &c.lm.mla);
+    let (dn, dr) = (mla.qk_nope_head_dim, mla.qk_rope_head_dim);
     // transformers sizes the rotary embedding by `head_dim`, and q's heads by `qk_head_dim`.
     // (Checked: the sum of two config values may overflow; fuzz/regressions/config.)
     if b.head_dim.is_some_and(|d| d != dr) || c.qk_head_dim.is_some_and(|d| Some(d) != dn.checked_add(dr)) {
@@ -118,14 +116,13 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     let Some(q_rank) = q_lora_rank(&cfg, Some(1536))? else {
         return Err(ModelError::Config("longcat_flash needs a q_lora_rank (its queries are always low-rank)".into()));
     };
-    let glu = b.glu("silu")?;
-    let mut spec = b.llama_spec("longcat_flash", glu, false, false, false)?;
-    let mut attn = c.mla.attn(b, RopeLayout::Interleaved, 128, Some(q_rank))?;
+    let (mut spec, glu) = c.lm.llama_spec("longcat_flash")?;
+    let mut attn = mla.attn(b, RopeLayout::Interleaved, 128, Some(q_rank))?;
     let hidden = b.hidden_size as f64;
     attn.scale *= (hidden / q_rank as f64).sqrt() as f32;
     let prefix = "model.sublayers.{i}";
     if let Some(m) = attn.mla.as_mut() {
-        m.latent_scale = (hidden / c.mla.kv_lora_rank as f64).sqrt() as f32;
+        m.latent_scale = (hidden / mla.kv_lora_rank as f64).sqrt() as f32;
         let d = MlaNames::deepseek();
         let at = |n: &str| n.replace("model.layers.{i}", prefix);
         m.names = MlaNames {
@@ -137,9 +134,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
             kv_b: at(&d.kv_b),
         };
     }
-    for l in &mut spec.layers {
-        l.attn = attn.clone();
-    }
+    set_attn(&mut spec, &attn);
     spec.layer_names = LayerNames::llama().map(|n| n.replace("model.layers.{i}", prefix));
     spec.weight_map = sublayer_map(spec.layers.len(), b.attention_bias);
     let z = match cfg.get("zero_expert_num") {

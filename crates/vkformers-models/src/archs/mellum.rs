@@ -9,18 +9,16 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use vkformers_kernels::rope::RopeLayout;
 
-use super::common::{parse, BaseConfig};
-use super::layer_types::{apply, sliding, window};
-use super::moe_common::{expert_names, MoeConfig};
+use super::common::parse;
+use super::layer_types::{apply, set_ropes, sliding, window};
+use super::moe_common::{apply_where, mlp_expert_names, LlamaMoeConfig};
 use crate::error::{ModelError, Result};
-use crate::spec::{MlpSpec, ModelSpec};
+use crate::spec::ModelSpec;
 
 #[derive(Deserialize)]
 struct Config {
     #[serde(flatten)]
-    base: BaseConfig,
-    #[serde(flatten)]
-    moe: MoeConfig,
+    lm: LlamaMoeConfig,
     mlp_layer_types: Option<Vec<String>>,
 }
 
@@ -40,21 +38,16 @@ fn rope_dict(cfg: &Value, layer_type: &str, theta: f64) -> Result<Value> {
 }
 
 pub fn spec(cfg: &Value) -> Result<ModelSpec> {
-    let mut c: Config = parse(cfg)?;
-    let layers = c.base.num_hidden_layers;
-    c.base.rope_scaling = None;
-    c.base.rope_parameters = Some(rope_dict(cfg, "full_attention", 500_000.0)?);
-    let full_rope = c.base.rope(RopeLayout::HalfSplit)?;
-    c.base.rope_parameters = Some(rope_dict(cfg, "sliding_attention", 10_000.0)?);
-    let sliding_rope = c.base.rope(RopeLayout::HalfSplit)?;
-    let glu = c.base.glu("silu")?;
-    let mut spec = c.base.llama_spec("mellum", glu, false, true, c.base.attention_bias)?;
+    let Config { lm: LlamaMoeConfig { mut base, moe }, mlp_layer_types } = parse(cfg)?;
+    let layers = base.num_hidden_layers;
+    let full_rope = base.rope_of(rope_dict(cfg, "full_attention", 500_000.0)?, RopeLayout::HalfSplit)?;
+    let sliding_rope = base.rope_of(rope_dict(cfg, "sliding_attention", 10_000.0)?, RopeLayout::HalfSplit)?;
+    let glu = base.glu("silu")?;
+    let mut spec = base.llama_spec("mellum", glu, false, true, base.attention_bias)?;
     let slide = sliding(cfg, layers, |_| false)?;
-    for (l, &s) in spec.layers.iter_mut().zip(&slide) {
-        l.attn.rope = Some(if s { sliding_rope.clone() } else { full_rope.clone() });
-    }
+    set_ropes(&mut spec, &slide, &sliding_rope, &full_rope);
     apply(&mut spec, &slide, window(cfg, Some(1024)))?;
-    let sparse = match &c.mlp_layer_types {
+    let sparse = match &mlp_layer_types {
         None => vec![true; layers],
         Some(t) if t.len() == layers && t.iter().all(|t| t == "sparse" || t == "dense") => {
             t.iter().map(|t| t == "sparse").collect()
@@ -65,14 +58,8 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
             )))
         }
     };
-    let inter = c.moe.moe_intermediate_size.unwrap_or(c.base.intermediate_size);
-    let names = expert_names("mlp", ("gate_proj", "up_proj", "down_proj"));
-    let block = c.moe.block(inter, glu, c.moe.norm_topk_prob, names, None, 0.001)?;
-    for (l, s) in spec.layers.iter_mut().zip(sparse) {
-        if s {
-            l.mlp = MlpSpec::Moe(Box::new(block.clone()));
-        }
-    }
-    crate::moe::add_joins(&mut spec)?;
+    let inter = moe.expert_intermediate(&base);
+    let block = moe.block(inter, glu, moe.norm_topk_prob, mlp_expert_names(), None, 0.001)?;
+    apply_where(&mut spec, &sparse, block)?;
     Ok(spec)
 }

@@ -7,17 +7,15 @@ use serde::Deserialize;
 use serde_json::Value;
 use vkformers_kernels::rope::RopeLayout;
 
-use super::common::{parse, BaseConfig};
-use super::mla_common::{q_lora_rank, MlaConfig};
+use super::common::{parse, tied_by_default};
+use super::mla_common::{q_lora_rank, LlamaMlaConfig};
 use crate::error::Result;
 use crate::spec::ModelSpec;
 
 #[derive(Deserialize)]
 struct Config {
     #[serde(flatten)]
-    base: BaseConfig,
-    #[serde(flatten)]
-    mla: MlaConfig,
+    lm: LlamaMlaConfig,
     #[serde(default = "scale_emb")]
     scale_emb: f64,
     scale_depth: Option<f64>,
@@ -30,13 +28,12 @@ fn scale_emb() -> f64 {
 
 pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     let c: Config = parse(cfg)?;
-    let b = &c.base;
-    let glu = b.glu("silu")?;
-    let mut spec = b.llama_spec("minicpm3", glu, false, false, false)?;
+    let b = &c.lm.base;
+    let (mut spec, _) = c.lm.llama_spec("minicpm3")?;
     // MiniCPM3Config ties the head by default.
-    spec.tied_head = cfg.get("tie_word_embeddings").and_then(Value::as_bool).unwrap_or(true);
+    spec.tied_head = tied_by_default(cfg);
     let attn =
-        c.mla.attn(b, RopeLayout::HalfSplit, b.hidden_size / b.num_attention_heads, q_lora_rank(cfg, Some(768))?)?;
+        c.lm.mla.attn(b, RopeLayout::HalfSplit, b.hidden_size / b.num_attention_heads, q_lora_rank(cfg, Some(768))?)?;
     let layers = b.num_hidden_layers as f64;
     let residual = c.scale_depth.unwrap_or(layers.sqrt()) / layers.sqrt();
     for l in &mut spec.layers {

@@ -6,7 +6,6 @@
 //! whose queries are multiplied after RoPE by `1 + β · ln(1 + ⌊pos / original⌋)` with
 //! `rope_parameters.llama_4_scaling_beta` and `original_max_position_embeddings`.
 
-use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::common::{parse, BaseConfig};
@@ -14,17 +13,11 @@ use super::layer_types::{apply, sliding, window};
 use crate::error::Result;
 use crate::spec::ModelSpec;
 
-#[derive(Deserialize)]
-struct Config {
-    #[serde(flatten)]
-    base: BaseConfig,
-}
-
 pub fn ministral(cfg: &Value) -> Result<ModelSpec> {
-    let c: Config = parse(cfg)?;
+    let c: BaseConfig = parse(cfg)?;
     let w = window(cfg, Some(4096));
-    let slide = sliding(cfg, c.base.num_hidden_layers, |_| w.is_some())?;
-    let mut spec = c.base.llama_spec("ministral", c.base.glu("silu")?, false, false, false)?;
+    let slide = sliding(cfg, c.num_hidden_layers, |_| w.is_some())?;
+    let mut spec = c.llama_spec("ministral", c.glu("silu")?, false, false, false)?;
     for l in &mut spec.layers {
         l.attn.out_bias = false;
     }
@@ -33,19 +26,19 @@ pub fn ministral(cfg: &Value) -> Result<ModelSpec> {
 }
 
 pub fn cwm(cfg: &Value) -> Result<ModelSpec> {
-    let mut c: Config = parse(cfg)?;
+    let mut c: BaseConfig = parse(cfg)?;
     if ["rope_parameters", "rope_scaling", "rope_theta"].iter().all(|k| cfg.get(k).is_none_or(Value::is_null)) {
-        c.base.rope_parameters = Some(json!({
+        c.rope_parameters = Some(json!({
             "rope_type": "llama3", "rope_theta": 1_000_000.0, "factor": 16.0, "high_freq_factor": 4.0,
             "low_freq_factor": 1.0, "original_max_position_embeddings": 8192
         }));
     }
     if cfg.get("max_position_embeddings").is_none() {
-        c.base.max_position_embeddings = 131_072;
+        c.max_position_embeddings = 131_072;
     }
     let w = window(cfg, Some(8192)).filter(|&w| w > 0);
-    let slide = sliding(cfg, c.base.num_hidden_layers, |i| i % 4 != 0)?;
-    let mut spec = c.base.llama_spec("cwm", c.base.glu("silu")?, false, false, false)?;
+    let slide = sliding(cfg, c.num_hidden_layers, |i| i % 4 != 0)?;
+    let mut spec = c.llama_spec("cwm", c.glu("silu")?, false, false, false)?;
     for l in &mut spec.layers {
         l.attn.out_bias = false;
     }
@@ -54,14 +47,14 @@ pub fn cwm(cfg: &Value) -> Result<ModelSpec> {
 }
 
 pub fn ministral3(cfg: &Value) -> Result<ModelSpec> {
-    let mut c: Config = parse(cfg)?;
-    if c.base.rope_parameters.is_none() && c.base.rope_scaling.is_none() {
-        c.base.rope_parameters = Some(json!({
+    let mut c: BaseConfig = parse(cfg)?;
+    if c.rope_parameters.is_none() && c.rope_scaling.is_none() {
+        c.rope_parameters = Some(json!({
             "type": "yarn", "rope_theta": 1_000_000.0, "factor": 16.0, "original_max_position_embeddings": 16384,
             "beta_fast": 32.0, "beta_slow": 1.0, "mscale_all_dim": 1.0, "mscale": 1.0, "llama_4_scaling_beta": 0.1
         }));
     }
-    let params = c.base.rope_params()?;
+    let params = c.rope_params()?;
     let beta = params.scaling.get("llama_4_scaling_beta").and_then(Value::as_f64);
     let original = params.scaling.get("original_max_position_embeddings").and_then(Value::as_u64);
     let q_scale = match (beta, original) {
@@ -74,7 +67,7 @@ pub fn ministral3(cfg: &Value) -> Result<ModelSpec> {
         }
         _ => None,
     };
-    let mut spec = c.base.llama_spec("ministral3", c.base.glu("silu")?, false, false, false)?;
+    let mut spec = c.llama_spec("ministral3", c.glu("silu")?, false, false, false)?;
     spec.padding_idx = crate::spec::padding_idx_or(cfg, 11, spec.vocab);
     for l in &mut spec.layers {
         l.attn.out_bias = false;

@@ -9,27 +9,14 @@
 //!   `partial_rotary_factor = Dr / (Dn + Dr)` for the config's `head_dim = Dn + Dr`: the rotary
 //!   width is `qk_rope_head_dim` either way.
 
-use serde::Deserialize;
 use serde_json::{json, Value};
-use vkformers_kernels::rope::RopeLayout;
 
 use super::common::{parse, BaseConfig};
-use super::deepseek_moe::DeepseekMoe;
-use super::mla_common::{q_lora_rank, MlaConfig};
+use super::deepseek::DeepseekConfig;
+use super::mla_common::{q_lora_rank, rope_layout, set_attn};
 use crate::error::{ModelError, Result};
 use crate::moe::Router;
 use crate::spec::ModelSpec;
-
-#[derive(Deserialize)]
-struct Config {
-    #[serde(flatten)]
-    base: BaseConfig,
-    #[serde(flatten)]
-    mla: MlaConfig,
-    #[serde(flatten)]
-    moe: DeepseekMoe,
-    rope_interleave: Option<bool>,
-}
 
 /// `cfg` with Mistral4Config's default `rope_parameters` when it has none, and their
 /// `partial_rotary_factor` removed once checked to give `qk_rope_head_dim` rotary values of
@@ -76,16 +63,12 @@ fn q_position_scale(base: &BaseConfig) -> Result<Option<(f32, usize)>> {
 
 pub fn mistral4(cfg: &Value) -> Result<ModelSpec> {
     let cfg = normalised(cfg)?;
-    let c: Config = parse(&cfg)?;
-    let b = &c.base;
-    let glu = b.glu("silu")?;
-    let mut spec = b.llama_spec("mistral4", glu, false, false, false)?;
-    let layout = if c.rope_interleave.unwrap_or(true) { RopeLayout::Interleaved } else { RopeLayout::HalfSplit };
-    let mut attn = c.mla.attn(b, layout, 128, q_lora_rank(&cfg, Some(1024))?)?;
+    let c: DeepseekConfig = parse(&cfg)?;
+    let b = &c.lm.base;
+    let (mut spec, glu) = c.lm.llama_spec("mistral4")?;
+    let mut attn = c.lm.mla.attn(b, rope_layout(c.rope_interleave), 128, q_lora_rank(&cfg, Some(1024))?)?;
     attn.q_position_scale = q_position_scale(b)?;
-    for l in &mut spec.layers {
-        l.attn = attn.clone();
-    }
+    set_attn(&mut spec, &attn);
     let (groups, top_groups) = (c.moe.n_group.unwrap_or(1), c.moe.topk_group.unwrap_or(1));
     if top_groups != groups {
         return Err(ModelError::Unsupported(format!(

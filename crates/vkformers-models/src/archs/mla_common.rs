@@ -7,12 +7,13 @@
 
 use serde::Deserialize;
 use serde_json::Value;
+use vkformers_kernels::glu::Glu;
 use vkformers_kernels::rope::RopeLayout;
 
 use super::common::BaseConfig;
 use crate::error::{ModelError, Result};
 use crate::rope::{inv_freq, long_inv_freq, yarn_mscale, RopeParams};
-use crate::spec::{AttnSpec, MlaNames, MlaSpec, Norm, RopeSpec};
+use crate::spec::{AttnSpec, MlaNames, MlaSpec, ModelSpec, Norm, RopeSpec};
 
 /// MLA fields of a `config.json` (`q_lora_rank` is read by `q_lora_rank`: a missing key means
 /// the family's default, an explicit null a full-rank query).
@@ -22,6 +23,44 @@ pub struct MlaConfig {
     pub qk_nope_head_dim: usize,
     pub qk_rope_head_dim: usize,
     pub v_head_dim: Option<usize>,
+}
+
+/// A Llama-like config with the MLA fields: what MiniCPM3, Youtu, LongCat-Flash and (with
+/// DeepSeek's MoE fields) DeepSeek-V2/V3, Mistral 4 and A.X-K2 read.
+#[derive(Debug, Deserialize)]
+pub struct LlamaMlaConfig {
+    #[serde(flatten)]
+    pub base: BaseConfig,
+    #[serde(flatten)]
+    pub mla: MlaConfig,
+}
+
+impl LlamaMlaConfig {
+    /// The Llama-shaped spec of `model_type` the MLA families start from (no biases, no
+    /// QK-norm, the gated MLP of `hidden_act`, default silu) and that activation; the
+    /// attention is replaced by [`set_attn`].
+    pub fn llama_spec(&self, model_type: &str) -> Result<(ModelSpec, Glu)> {
+        let glu = self.base.glu("silu")?;
+        Ok((self.base.llama_spec(model_type, glu, false, false, false)?, glu))
+    }
+}
+
+/// `attn` as every layer's attention.
+pub fn set_attn(spec: &mut ModelSpec, attn: &AttnSpec) {
+    for l in &mut spec.layers {
+        l.attn = attn.clone();
+    }
+}
+
+/// The rotary layout of `rope_interleave` (DeepSeek-V3's field; default true): transformers
+/// rotates pairs (2i, 2i+1) and writes the results de-interleaved; q and k share that order, so
+/// the scores are those of interleaved RoPE. False: half-split.
+pub fn rope_layout(rope_interleave: Option<bool>) -> RopeLayout {
+    if rope_interleave.unwrap_or(true) {
+        RopeLayout::Interleaved
+    } else {
+        RopeLayout::HalfSplit
+    }
 }
 
 /// The widest nope part of a head accepted (`qk_rope_head_dim` and `v_head_dim` are bounded by the

@@ -8,7 +8,7 @@ use super::bert::names;
 use super::bert_heads::{ignored, task_head, Head};
 use super::bert_layout::under;
 use super::common::parse;
-use super::encoder_common::{activation, is_bare, layer, EncoderParts};
+use super::encoder_common::{activation, bert_tables, is_bare, layer, EncoderParts};
 use crate::encoder::{EncoderSpec, MobileSpec, NormPlacement, Positions};
 use crate::error::{ModelError, Result};
 use crate::spec::{padding_idx_or, ModelSpec, Norm};
@@ -114,14 +114,15 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     let layer = layer(m.inner, c.num_attention_heads, c.intermediate_size, act, &norm)?;
     let (head_prefix, head) = task_head(cfg, Head::Bert, p, act, &norm)?;
     let e = under(p, "embeddings");
+    let (word, pos_table) = bert_tables(&e);
     Ok(EncoderParts {
         model_type: "mobilebert",
         vocab: c.vocab_size,
         hidden: c.hidden_size,
         layers: vec![layer; c.num_hidden_layers],
         names: names(p),
-        word: format!("{e}.word_embeddings"),
-        positions: format!("{e}.position_embeddings"),
+        word,
+        positions: pos_table,
         embed_norm: None,
         decoder: format!("{head_prefix}.decoder"),
         tied: true,

@@ -1,9 +1,11 @@
-//! Config fields of the routed-MoE families (Mixtral, Qwen2/3-MoE, OLMoE) and the MoE spec
-//! they give, with the layer pattern of `decoder_sparse_step` / `mlp_only_layers`.
+//! Config fields of the routed-MoE families (Mixtral, Qwen2/3-MoE, OLMoE, ...) and the MoE spec
+//! they give, with the layer pattern of `decoder_sparse_step` / `mlp_only_layers`; the expert
+//! names and the layer placement every MoE family shares.
 
 use serde::Deserialize;
 use vkformers_kernels::glu::Glu;
 
+use super::common::BaseConfig;
 use crate::error::{ModelError, Result};
 use crate::moe::{MoeNames, MoeSpec, Router, SharedExpert};
 use crate::spec::{MlpSpec, ModelSpec};
@@ -26,6 +28,30 @@ pub struct MoeConfig {
     #[serde(default)]
     pub mlp_only_layers: Vec<usize>,
     pub shared_expert_intermediate_size: Option<usize>,
+}
+
+/// A Llama-like config with the routed-MoE fields: what Mixtral, Qwen-MoE, OLMoE, Mellum,
+/// PhiMoE, GraniteMoE and gpt-oss read (each flattens it beside its own fields).
+#[derive(Debug, Deserialize)]
+pub struct LlamaMoeConfig {
+    #[serde(flatten)]
+    pub base: BaseConfig,
+    #[serde(flatten)]
+    pub moe: MoeConfig,
+}
+
+/// The per-expert names of the families that store experts as Llama MLPs under `mlp`
+/// (`mlp.experts.{e}.gate_proj/up_proj/down_proj`, router `mlp.gate`).
+pub fn mlp_expert_names() -> MoeNames {
+    expert_names("mlp", ("gate_proj", "up_proj", "down_proj"))
+}
+
+/// The MoE `block` in the layers `sparse` marks (true: MoE), and the joins.
+pub fn apply_where(spec: &mut ModelSpec, sparse: &[bool], block: MoeSpec) -> Result<()> {
+    for (l, _) in spec.layers.iter_mut().zip(sparse).filter(|(_, s)| **s) {
+        l.mlp = MlpSpec::Moe(Box::new(block.clone()));
+    }
+    crate::moe::add_joins(spec)
 }
 
 /// Per-expert stored names under `{prefix}.experts.{e}.`: `(gate, up, down)`.
@@ -65,21 +91,11 @@ impl MoeConfig {
             return Err(ModelError::Unsupported(format!("router_jitter_noise {}", self.router_jitter_noise)));
         }
         let coef = self.router_aux_loss_coef.unwrap_or(aux_default) as f32;
+        let router = Router::SoftmaxTopK { renormalize };
         let m = MoeSpec {
-            experts: self.experts()?,
-            top_k: self.num_experts_per_tok,
-            intermediate,
-            glu,
-            router: Router::SoftmaxTopK { renormalize },
             shared,
-            routed_scale: 1.0,
             aux_loss_coef: self.output_router_logits.then_some(coef),
-            down_transposed: false,
-            biased: None,
-            names,
-            packed: false,
-            out_bias: None,
-            in_out: false,
+            ..MoeSpec::plain(self.experts()?, self.num_experts_per_tok, intermediate, glu, router, names)
         };
         m.check()?;
         Ok(m)
@@ -94,11 +110,13 @@ impl MoeConfig {
 
     /// Replaces the MLP of the sparse layers of `spec` with `block` and adds the joins.
     pub fn apply(&self, spec: &mut ModelSpec, block: MoeSpec) -> Result<()> {
-        for (i, l) in spec.layers.iter_mut().enumerate() {
-            if self.sparse(i) {
-                l.mlp = MlpSpec::Moe(Box::new(block.clone()));
-            }
-        }
-        crate::moe::add_joins(spec)
+        let sparse: Vec<bool> = (0..spec.layers.len()).map(|i| self.sparse(i)).collect();
+        apply_where(spec, &sparse, block)
+    }
+
+    /// The experts' intermediate size: `moe_intermediate_size`, else `base`'s
+    /// `intermediate_size` (Qwen-MoE, Mellum).
+    pub fn expert_intermediate(&self, base: &BaseConfig) -> usize {
+        self.moe_intermediate_size.unwrap_or(base.intermediate_size)
     }
 }

@@ -9,10 +9,11 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::bert::names;
+use super::bert_defaults;
 use super::bert_heads::{ignored, task_head, Head};
 use super::bert_layout::under;
 use super::common::parse;
-use super::encoder_common::{activation, is_bare, layer, EncoderParts};
+use super::encoder_common::{activation, bert_tables, is_bare, layer, EncoderParts};
 use crate::encoder::{EncoderSpec, NormPlacement, Positions, RelativeBias};
 use crate::error::{ModelError, Result};
 use crate::spec::{LayerNames, ModelSpec, Norm};
@@ -25,32 +26,20 @@ struct Config {
     num_hidden_layers: usize,
     num_attention_heads: usize,
     intermediate_size: usize,
-    #[serde(default = "d_act")]
+    #[serde(default = "bert_defaults::hidden_act")]
     hidden_act: String,
-    #[serde(default = "d_positions")]
+    #[serde(default = "bert_defaults::max_position_embeddings")]
     max_position_embeddings: usize,
-    #[serde(default = "d_eps")]
+    #[serde(default = "bert_defaults::layer_norm_eps")]
     layer_norm_eps: f64,
     #[serde(default = "d_buckets")]
     relative_attention_num_buckets: usize,
-    #[serde(default = "yes")]
+    #[serde(default = "bert_defaults::yes")]
     tie_word_embeddings: bool,
 }
 
-fn d_act() -> String {
-    "gelu".into()
-}
-fn d_positions() -> usize {
-    512
-}
-fn d_eps() -> f64 {
-    1e-12
-}
 fn d_buckets() -> usize {
     32
-}
-fn yes() -> bool {
-    true
 }
 
 /// `MPNetEmbeddings.padding_idx` (a constant, not the config's pad id).
@@ -84,14 +73,15 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     let layer = layer(c.hidden_size, c.num_attention_heads, c.intermediate_size, act, &norm)?;
     let (head_prefix, head) = task_head(cfg, Head::Roberta, p, act, &norm)?;
     let e = under(p, "embeddings");
+    let (word, pos_table) = bert_tables(&e);
     Ok(EncoderParts {
         model_type: "mpnet",
         vocab: c.vocab_size,
         hidden: c.hidden_size,
         layers: vec![layer; c.num_hidden_layers],
         names: mpnet_names(p),
-        word: format!("{e}.word_embeddings"),
-        positions: format!("{e}.position_embeddings"),
+        word,
+        positions: pos_table,
         embed_norm: Some((norm, format!("{e}.LayerNorm"))),
         decoder: format!("{head_prefix}.decoder"),
         tied: true,

@@ -53,7 +53,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     let mlp = MlpSpec::Plain { intermediate: 4 * hidden, act: Activation::Gelu, bias: false };
     let layer = LayerSpec::pre_norm(norm.clone(), attn, mlp);
     let mut spec = ModelSpec::new("mpt", (vocab, hidden), layer, layers, norm, names());
-    spec.tied_head = cfg.get("tie_word_embeddings").and_then(Value::as_bool).unwrap_or(true);
+    spec.tied_head = super::common::tied_by_default(cfg);
     spec.embed_name = "transformer.wte".into();
     spec.final_norm_name = "transformer.norm_f".into();
     let parts = [("q", hidden), ("k", hidden), ("v", hidden)];

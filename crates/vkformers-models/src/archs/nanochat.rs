@@ -8,7 +8,6 @@
 //! RoPE (`query_layernorm`, `key_layernorm`), bias-free MLP, and the fixed NTK-alpha RoPE
 //! (`rope_type` "dynamic" with `alpha`: base `θ · α^(d/(d−2))`).
 
-use serde::Deserialize;
 use serde_json::Value;
 use vkformers_kernels::activation::Activation;
 use vkformers_kernels::glu::Glu;
@@ -20,21 +19,15 @@ use crate::error::Result;
 use crate::rope::RopeParams;
 use crate::spec::{padding_idx_or, MlpSpec, ModelSpec, Norm, QkNormAt, ResidualInit, RopeSpec};
 
-#[derive(Deserialize)]
-struct Config {
-    #[serde(flatten)]
-    base: BaseConfig,
-}
-
 pub fn nanochat(cfg: &Value) -> Result<ModelSpec> {
-    let c: Config = parse(cfg)?;
-    let act = match c.base.hidden_act.as_deref().unwrap_or("relu2") {
+    let c: BaseConfig = parse(cfg)?;
+    let act = match c.hidden_act.as_deref().unwrap_or("relu2") {
         "relu2" => Activation::Relu2,
         other => plain_act(other)?,
     };
-    let mut spec = c.base.llama_spec("nanochat", Glu::SwiGlu, false, true, c.base.attention_bias)?;
+    let mut spec = c.llama_spec("nanochat", Glu::SwiGlu, false, true, c.attention_bias)?;
     spec.padding_idx = padding_idx_or(cfg, 1, spec.vocab);
-    let norm = Norm::RmsPlain { eps: c.base.rms_norm_eps as f32 };
+    let norm = Norm::RmsPlain { eps: c.rms_norm_eps as f32 };
     for l in &mut spec.layers {
         (l.attn_norm, l.mlp_norm, l.attn.qk_norm) = (Some(norm.clone()), Some(norm.clone()), Some(norm.clone()));
         l.attn.qk_norm_at = QkNormAt::HeadsAfterRope;
@@ -42,7 +35,7 @@ pub fn nanochat(cfg: &Value) -> Result<ModelSpec> {
         if let Some(r) = &mut l.attn.rope {
             r.inv_freq.iter_mut().for_each(|f| *f = -*f);
         }
-        l.mlp = MlpSpec::Plain { intermediate: c.base.intermediate_size, act, bias: false };
+        l.mlp = MlpSpec::Plain { intermediate: c.intermediate_size, act, bias: false };
     }
     spec.final_norm = norm.clone();
     (spec.embed_norm, spec.embed_norm_name) = (Some(norm), "model.norm".into());
@@ -57,19 +50,19 @@ pub fn nanochat(cfg: &Value) -> Result<ModelSpec> {
 }
 
 pub fn hunyuan_v1_dense(cfg: &Value) -> Result<ModelSpec> {
-    let c: Config = parse(cfg)?;
-    let glu = c.base.glu("silu")?;
-    let mut spec = c.base.llama_spec("hunyuan_v1_dense", glu, false, true, c.base.attention_bias)?;
+    let c: BaseConfig = parse(cfg)?;
+    let glu = c.glu("silu")?;
+    let mut spec = c.llama_spec("hunyuan_v1_dense", glu, false, true, c.attention_bias)?;
     spec.padding_idx = padding_idx_or(cfg, 0, spec.vocab);
-    let params = c.base.rope_params()?;
+    let params = c.rope_params()?;
     let alpha = params.scaling.get("alpha").and_then(Value::as_f64);
     let ntk_alpha = match alpha {
         Some(alpha) if params.rope_type == "dynamic" => {
-            let d = c.base.head_dim() as f64;
+            let d = c.head_dim() as f64;
             let theta = params.theta * alpha.powf(d / (d - 2.0));
             let p = RopeParams { rope_type: "default".into(), theta, ..params };
-            let dim = c.base.head_dim();
-            let (inv_freq, mscale) = crate::rope::inv_freq(&p, dim, c.base.max_position_embeddings)?;
+            let dim = c.head_dim();
+            let (inv_freq, mscale) = crate::rope::inv_freq(&p, dim, c.max_position_embeddings)?;
             Some(RopeSpec { inv_freq, mscale, rotary_dim: dim, layout: RopeLayout::HalfSplit, long: None })
         }
         _ => None,

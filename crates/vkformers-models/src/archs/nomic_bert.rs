@@ -7,6 +7,7 @@
 use serde_json::Value;
 use vkformers_kernels::rope::RopeLayout;
 
+use super::bert_defaults;
 use super::common::{parse, BaseConfig};
 use super::encoder_common::{activation, head, EncoderParts};
 use crate::encoder::{EncoderSpec, MlmHead, NormPlacement, PoolAct, Positions};
@@ -16,22 +17,12 @@ use crate::spec::{padding_idx_or, AttnSpec, LayerNames, LayerSpec, MapEntry, Mlp
 /// The fields BERT's config adds to the Llama-shaped ones `BaseConfig` reads.
 #[derive(serde::Deserialize)]
 struct Extra {
-    #[serde(default = "d_types")]
+    #[serde(default = "bert_defaults::type_vocab_size")]
     type_vocab_size: usize,
-    #[serde(default = "d_eps")]
+    #[serde(default = "bert_defaults::layer_norm_eps")]
     layer_norm_eps: f64,
-    #[serde(default = "yes")]
+    #[serde(default = "bert_defaults::yes")]
     tie_word_embeddings: bool,
-}
-
-fn d_types() -> usize {
-    2
-}
-fn d_eps() -> f64 {
-    1e-12
-}
-fn yes() -> bool {
-    true
 }
 
 /// The names nomic-embed's checkpoints store (transformers renames them on load and back on
@@ -40,21 +31,8 @@ fn yes() -> bool {
 const L: &str = "nomic_bert.encoder.layers.{i}";
 
 fn names() -> LayerNames {
-    LayerNames {
-        attn_norm: format!("{L}.norm1"),
-        q: format!("{L}.attn.q"),
-        k: format!("{L}.attn.k"),
-        v: format!("{L}.attn.v"),
-        o: format!("{L}.attn.out_proj"),
-        q_norm: String::new(),
-        k_norm: String::new(),
-        mlp_norm: format!("{L}.norm2"),
-        post_attn_norm: String::new(),
-        post_mlp_norm: String::new(),
-        gate: format!("{L}.mlp.fc12"),
-        up: format!("{L}.mlp.fc11"),
-        down: format!("{L}.mlp.fc2"),
-    }
+    let parts = ["norm1", "attn.q", "attn.k", "attn.v", "attn.out_proj", "norm2", "mlp.fc11", "mlp.fc2"];
+    LayerNames { gate: format!("{L}.mlp.fc12"), ..LayerNames::plain(L, parts) }
 }
 
 pub fn spec(cfg: &Value) -> Result<ModelSpec> {
@@ -89,14 +67,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     let act = activation(act_name)?;
     let head = head(
         cfg,
-        MlmHead {
-            dense: "cls.predictions.transform.dense".into(),
-            dense_bias: true,
-            act,
-            norm: norm.clone(),
-            norm_name: "cls.predictions.transform.layer_norm".into(),
-            bias: "cls.predictions.bias".into(),
-        },
+        MlmHead::bert(act, &norm, "layer_norm"),
         ("nomic_bert.pooler.dense", PoolAct::Tanh, "classifier"),
         None,
     )?;

@@ -4,23 +4,16 @@
 //! `olmo` (OLMo 1): Llama with parameter-free LayerNorms (eps 1e-5) and, with `clip_qkv`, q, k
 //! and v clamped to `[−clip_qkv, clip_qkv]` after their projections.
 
-use serde::Deserialize;
 use serde_json::Value;
 
 use super::common::{parse, BaseConfig};
 use crate::error::Result;
 use crate::spec::{ModelSpec, Norm};
 
-#[derive(Deserialize)]
-struct Config {
-    #[serde(flatten)]
-    base: BaseConfig,
-}
-
 pub fn spec(cfg: &Value) -> Result<ModelSpec> {
-    let c: Config = parse(cfg)?;
-    let glu = c.base.glu("silu")?;
-    let mut spec = c.base.llama_spec("olmo2", glu, false, true, c.base.attention_bias)?;
+    let c: BaseConfig = parse(cfg)?;
+    let glu = c.glu("silu")?;
+    let mut spec = c.llama_spec("olmo2", glu, false, true, c.attention_bias)?;
     // olmo2's config class defaults pad_token_id to 1.
     spec.padding_idx = crate::spec::padding_idx_or(cfg, 1, spec.vocab);
     for l in &mut spec.layers {
@@ -33,9 +26,9 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
 }
 
 pub fn olmo(cfg: &Value) -> Result<ModelSpec> {
-    let c: Config = parse(cfg)?;
-    let glu = c.base.glu("silu")?;
-    let mut spec = c.base.llama_spec("olmo", glu, false, false, c.base.attention_bias)?;
+    let c: BaseConfig = parse(cfg)?;
+    let glu = c.glu("silu")?;
+    let mut spec = c.llama_spec("olmo", glu, false, false, c.attention_bias)?;
     spec.padding_idx = crate::spec::padding_idx_or(cfg, 1, spec.vocab);
     let clip = cfg.get("clip_qkv").and_then(Value::as_f64).map(|c| c as f32);
     super::ln_common::set_norms(&mut spec, &Norm::LayerPlain { eps: 1e-5 });

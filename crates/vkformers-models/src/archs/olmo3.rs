@@ -3,20 +3,13 @@
 //! and a RoPE per layer type: `rope_parameters` keyed by `sliding_attention` / `full_attention`
 //! (theta 5e5 by default), or old `rope_theta` for both and `rope_scaling` for global layers.
 
-use serde::Deserialize;
 use serde_json::{json, Value};
 use vkformers_kernels::rope::RopeLayout;
 
 use super::common::{parse, BaseConfig};
-use super::layer_types::{apply, sliding, window};
+use super::layer_types::{apply, set_ropes, sliding, window};
 use crate::error::Result;
 use crate::spec::ModelSpec;
-
-#[derive(Deserialize)]
-struct Config {
-    #[serde(flatten)]
-    base: BaseConfig,
-}
 
 /// `(sliding, full)` RoPE parameter dicts as `Olmo3Config.convert_rope_params_to_dict` makes them.
 fn rope_dicts(cfg: &Value) -> (Value, Value) {
@@ -40,24 +33,21 @@ fn rope_dicts(cfg: &Value) -> (Value, Value) {
 }
 
 pub fn spec(cfg: &Value) -> Result<ModelSpec> {
-    let mut c: Config = parse(cfg)?;
+    let mut c: BaseConfig = parse(cfg)?;
     let w = window(cfg, Some(4096));
-    let slide = sliding(cfg, c.base.num_hidden_layers, |i| (i + 1) % 4 != 0)?;
+    let slide = sliding(cfg, c.num_hidden_layers, |i| (i + 1) % 4 != 0)?;
     let (local, global) = rope_dicts(cfg);
-    c.base.rope_scaling = None;
-    c.base.rope_parameters = Some(local);
-    let local_rope = c.base.rope(RopeLayout::HalfSplit)?;
-    c.base.rope_parameters = Some(global);
-    let global_rope = c.base.rope(RopeLayout::HalfSplit)?;
-    let mut spec = c.base.llama_spec("olmo3", c.base.glu("silu")?, false, true, c.base.attention_bias)?;
+    let local_rope = c.rope_of(local, RopeLayout::HalfSplit)?;
+    let global_rope = c.rope_of(global, RopeLayout::HalfSplit)?;
+    let mut spec = c.llama_spec("olmo3", c.glu("silu")?, false, true, c.attention_bias)?;
     // Olmo3Config (as Olmo2Config) defaults pad_token_id to 1.
     spec.padding_idx = crate::spec::padding_idx_or(cfg, 1, spec.vocab);
-    for (l, &s) in spec.layers.iter_mut().zip(&slide) {
+    for l in &mut spec.layers {
         l.post_attn_norm = l.attn_norm.take();
         l.post_mlp_norm = l.mlp_norm.take();
         l.attn.qk_norm_at = crate::spec::QkNormAt::Projection;
-        l.attn.rope = Some(if s { local_rope.clone() } else { global_rope.clone() });
     }
+    set_ropes(&mut spec, &slide, &local_rope, &global_rope);
     apply(&mut spec, &slide, w)?;
     Ok(spec)
 }

@@ -7,46 +7,47 @@ use serde::Deserialize;
 use serde_json::Value;
 use vkformers_kernels::glu::Glu;
 
-use super::common::{parse, BaseConfig};
-use super::ln_common::{plain_act, prepare, set_norms};
+use super::common::parse;
+use super::ln_common::{plain_act, prepare, set_norms, LnConfig};
 use crate::error::Result;
-use crate::spec::{MlpSpec, ModelSpec, Norm, Residual};
+use crate::spec::{MlpSpec, ModelSpec, Residual};
 
 #[derive(Deserialize)]
 struct Config {
     #[serde(flatten)]
-    base: BaseConfig,
-    #[serde(default = "default_eps")]
-    layer_norm_eps: f64,
+    ln: LnConfig,
     #[serde(default)]
     qk_layernorm: bool,
 }
 
-fn default_eps() -> f64 {
-    1e-5
-}
-
 pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     let mut c: Config = parse(cfg)?;
-    prepare(&mut c.base, cfg, "gelu_new", 0.5);
-    let act = plain_act(c.base.hidden_act.as_deref().unwrap_or_default())?;
-    let mut spec = c.base.llama_spec("phi", Glu::SwiGlu, false, c.qk_layernorm, true)?;
-    set_norms(&mut spec, &Norm::Layer { eps: c.layer_norm_eps as f32, bias: true });
+    let b = &mut c.ln.base;
+    prepare(b, cfg, "gelu_new", 0.5);
+    let act = plain_act(b.hidden_act.as_deref().unwrap_or_default())?;
+    let mut spec = b.llama_spec("phi", Glu::SwiGlu, false, c.qk_layernorm, true)?;
+    set_norms(&mut spec, &c.ln.norm(true));
     for l in &mut spec.layers {
         l.attn.out_bias = true;
         l.attn.sliding_window = None;
         l.mlp_norm = None;
-        l.mlp = MlpSpec::Plain { intermediate: c.base.intermediate_size, act, bias: true };
+        l.mlp = MlpSpec::Plain { intermediate: c.ln.base.intermediate_size, act, bias: true };
         l.residual = Residual::Parallel { shared_norm: true };
     }
     spec.final_norm_name = "model.final_layernorm".into();
     spec.head_bias = true;
+    dense_and_qk_layernorm_names(&mut spec);
     let n = &mut spec.layer_names;
-    let p = "model.layers.{i}";
-    n.o = format!("{p}.self_attn.dense");
-    n.q_norm = format!("{p}.self_attn.q_layernorm");
-    n.k_norm = format!("{p}.self_attn.k_layernorm");
-    n.up = format!("{p}.mlp.fc1");
-    n.down = format!("{p}.mlp.fc2");
+    n.up = "model.layers.{i}.mlp.fc1".into();
+    n.down = "model.layers.{i}.mlp.fc2".into();
     Ok(spec)
+}
+
+/// Phi's and Persimmon's attention names: the output `self_attn.dense`, the QK-norms
+/// `self_attn.q_layernorm` / `k_layernorm`.
+pub(super) fn dense_and_qk_layernorm_names(spec: &mut ModelSpec) {
+    let (n, p) = (&mut spec.layer_names, "model.layers.{i}.self_attn");
+    n.o = format!("{p}.dense");
+    n.q_norm = format!("{p}.q_layernorm");
+    n.k_norm = format!("{p}.k_layernorm");
 }

@@ -8,9 +8,9 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::common::{parse, BaseConfig};
+use super::common::parse;
 use super::ln_common::set_norms;
-use super::moe_common::{expert_names, MoeConfig};
+use super::moe_common::{expert_names, LlamaMoeConfig};
 use crate::error::{ModelError, Result};
 use crate::moe::Router;
 use crate::spec::{ModelSpec, Norm};
@@ -18,9 +18,7 @@ use crate::spec::{ModelSpec, Norm};
 #[derive(Deserialize)]
 struct Config {
     #[serde(flatten)]
-    base: BaseConfig,
-    #[serde(flatten)]
-    moe: MoeConfig,
+    lm: LlamaMoeConfig,
     #[serde(default)]
     lm_head_bias: bool,
     #[serde(default)]
@@ -28,27 +26,26 @@ struct Config {
 }
 
 pub fn spec(cfg: &Value) -> Result<ModelSpec> {
-    let mut c: Config = parse(cfg)?;
-    let rope_type = c.base.rope_params()?.rope_type;
+    let Config { lm: LlamaMoeConfig { base, mut moe }, lm_head_bias, input_jitter_noise } = parse(cfg)?;
+    let rope_type = base.rope_params()?.rope_type;
     if rope_type != "default" {
         return Err(ModelError::Unsupported(format!("phimoe rope_type `{rope_type}` (its own long-context mscale)")));
     }
-    if c.input_jitter_noise != 0.0 {
+    if input_jitter_noise != 0.0 {
         // transformers multiplies the router input by uniform noise in training mode only.
-        return Err(ModelError::Unsupported(format!("phimoe input_jitter_noise {}", c.input_jitter_noise)));
+        return Err(ModelError::Unsupported(format!("phimoe input_jitter_noise {input_jitter_noise}")));
     }
     // The router's jitter is its eval-mode threshold here, not noise: taken out of the config
     // MoeConfig::block refuses noise in.
-    let eps = std::mem::take(&mut c.moe.router_jitter_noise);
-    let glu = c.base.glu("silu")?;
-    let bias = c.base.attention_bias;
-    let mut spec = c.base.llama_spec("phimoe", glu, false, false, bias)?;
-    set_norms(&mut spec, &Norm::Layer { eps: c.base.rms_norm_eps as f32, bias: true });
-    spec.head_bias = c.lm_head_bias;
+    let eps = std::mem::take(&mut moe.router_jitter_noise);
+    let glu = base.glu("silu")?;
+    let mut spec = base.llama_spec("phimoe", glu, false, false, base.attention_bias)?;
+    set_norms(&mut spec, &Norm::Layer { eps: base.rms_norm_eps as f32, bias: true });
+    spec.head_bias = lm_head_bias;
     let names = expert_names("block_sparse_moe", ("w1", "w3", "w2"));
-    let mut block = c.moe.block(c.base.intermediate_size, glu, false, names, None, 0.001)?;
+    let mut block = moe.block(base.intermediate_size, glu, false, names, None, 0.001)?;
     block.router = Router::SparseMixer { eps: eps as f32 };
     block.check()?;
-    c.moe.apply(&mut spec, block)?;
+    moe.apply(&mut spec, block)?;
     Ok(spec)
 }

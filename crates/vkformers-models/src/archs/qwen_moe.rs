@@ -6,8 +6,8 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::common::{parse, BaseConfig};
-use super::moe_common::{expert_names, MoeConfig};
+use super::common::parse;
+use super::moe_common::{mlp_expert_names, LlamaMoeConfig};
 use crate::error::{ModelError, Result};
 use crate::moe::SharedExpert;
 use crate::spec::ModelSpec;
@@ -15,9 +15,7 @@ use crate::spec::ModelSpec;
 #[derive(Deserialize)]
 struct Config {
     #[serde(flatten)]
-    base: BaseConfig,
-    #[serde(flatten)]
-    moe: MoeConfig,
+    lm: LlamaMoeConfig,
     qkv_bias: Option<bool>,
     #[serde(default)]
     use_sliding_window: bool,
@@ -28,19 +26,20 @@ fn parse_moe(cfg: &Value) -> Result<(Config, usize)> {
     if c.use_sliding_window {
         return Err(ModelError::Unsupported("use_sliding_window in an MoE Qwen config".into()));
     }
-    let inter = c.moe.moe_intermediate_size.unwrap_or(c.base.intermediate_size);
+    let inter = c.lm.moe.expert_intermediate(&c.lm.base);
     Ok((c, inter))
 }
 
 pub fn qwen2_moe(cfg: &Value) -> Result<ModelSpec> {
     let (c, inter) = parse_moe(cfg)?;
-    let glu = c.base.glu("silu")?;
-    let mut spec = c.base.llama_spec("qwen2_moe", glu, false, false, c.qkv_bias.unwrap_or(true))?;
+    let (base, moe) = (&c.lm.base, &c.lm.moe);
+    let glu = base.glu("silu")?;
+    let mut spec = base.llama_spec("qwen2_moe", glu, false, false, c.qkv_bias.unwrap_or(true))?;
     for l in &mut spec.layers {
         l.attn.out_bias = false;
         l.attn.sliding_window = None;
     }
-    let shared = match c.moe.shared_expert_intermediate_size {
+    let shared = match moe.shared_expert_intermediate_size {
         Some(n) if n > 0 => Some(SharedExpert {
             intermediate: n,
             gate_proj: "model.layers.{i}.mlp.shared_expert.gate_proj".into(),
@@ -50,21 +49,20 @@ pub fn qwen2_moe(cfg: &Value) -> Result<ModelSpec> {
         }),
         _ => None,
     };
-    let names = expert_names("mlp", ("gate_proj", "up_proj", "down_proj"));
-    let block = c.moe.block(inter, glu, c.moe.norm_topk_prob, names, shared, 0.001)?;
-    c.moe.apply(&mut spec, block)?;
+    let block = moe.block(inter, glu, moe.norm_topk_prob, mlp_expert_names(), shared, 0.001)?;
+    moe.apply(&mut spec, block)?;
     Ok(spec)
 }
 
 pub fn qwen3_moe(cfg: &Value) -> Result<ModelSpec> {
     let (c, inter) = parse_moe(cfg)?;
-    let glu = c.base.glu("silu")?;
-    let mut spec = c.base.llama_spec("qwen3_moe", glu, false, true, c.base.attention_bias)?;
+    let (base, moe) = (&c.lm.base, &c.lm.moe);
+    let glu = base.glu("silu")?;
+    let mut spec = base.llama_spec("qwen3_moe", glu, false, true, base.attention_bias)?;
     for l in &mut spec.layers {
         l.attn.sliding_window = None;
     }
-    let names = expert_names("mlp", ("gate_proj", "up_proj", "down_proj"));
-    let block = c.moe.block(inter, glu, c.moe.norm_topk_prob, names, None, 0.001)?;
-    c.moe.apply(&mut spec, block)?;
+    let block = moe.block(inter, glu, moe.norm_topk_prob, mlp_expert_names(), None, 0.001)?;
+    moe.apply(&mut spec, block)?;
     Ok(spec)
 }

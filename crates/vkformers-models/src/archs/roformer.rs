@@ -10,6 +10,7 @@ use serde_json::Value;
 use vkformers_kernels::rope::RopeLayout;
 
 use super::bert::names;
+use super::bert_defaults;
 use super::common::parse;
 use super::encoder_common::{activation, head, layer, EncoderParts};
 use crate::encoder::{EncoderSpec, MlmHead, NormPlacement, PoolAct, Positions};
@@ -26,17 +27,17 @@ struct Config {
     num_hidden_layers: usize,
     num_attention_heads: usize,
     intermediate_size: usize,
-    #[serde(default = "d_act")]
+    #[serde(default = "bert_defaults::hidden_act")]
     hidden_act: String,
     #[serde(default = "d_positions")]
     max_position_embeddings: usize,
-    #[serde(default = "d_types")]
+    #[serde(default = "bert_defaults::type_vocab_size")]
     type_vocab_size: usize,
-    #[serde(default = "d_eps")]
+    #[serde(default = "bert_defaults::layer_norm_eps")]
     layer_norm_eps: f64,
     #[serde(default)]
     rotary_value: bool,
-    #[serde(default = "d_tied")]
+    #[serde(default = "bert_defaults::yes")]
     tie_word_embeddings: bool,
     #[serde(default)]
     is_decoder: bool,
@@ -44,20 +45,8 @@ struct Config {
     add_cross_attention: bool,
 }
 
-fn d_act() -> String {
-    "gelu".into()
-}
 fn d_positions() -> usize {
     1536
-}
-fn d_types() -> usize {
-    2
-}
-fn d_eps() -> f64 {
-    1e-12
-}
-fn d_tied() -> bool {
-    true
 }
 
 /// RoFormer's rotation over the whole head: `inv_freq[i] = 10000^(-2i/d)` (computed in f64 as
@@ -111,14 +100,7 @@ pub fn spec(cfg: &Value) -> Result<ModelSpec> {
                 NormPlacement::Post,
                 head(
                     cfg,
-                    MlmHead {
-                        dense: "cls.predictions.transform.dense".into(),
-                        dense_bias: true,
-                        act,
-                        norm,
-                        norm_name: "cls.predictions.transform.LayerNorm".into(),
-                        bias: "cls.predictions.bias".into(),
-                    },
+                    MlmHead::bert(act, &norm, "LayerNorm"),
                     ("classifier.dense", PoolAct::Act(act), "classifier.out_proj"),
                     None,
                 )?,

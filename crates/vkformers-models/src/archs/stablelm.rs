@@ -5,17 +5,15 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::common::{parse, BaseConfig};
-use super::ln_common::{prepare, set_norms, tied};
+use super::common::parse;
+use super::ln_common::{prepare, set_norms, tied, whole_heads, LnConfig};
 use crate::error::Result;
 use crate::spec::{JoinEntry, ModelSpec, Norm, Residual};
 
 #[derive(Deserialize)]
 struct Config {
     #[serde(flatten)]
-    base: BaseConfig,
-    #[serde(default = "default_eps")]
-    layer_norm_eps: f64,
+    ln: LnConfig,
     #[serde(default)]
     use_qkv_bias: bool,
     #[serde(default)]
@@ -24,26 +22,21 @@ struct Config {
     use_parallel_residual: bool,
 }
 
-fn default_eps() -> f64 {
-    1e-5
-}
-
 pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     let mut c: Config = parse(cfg)?;
-    prepare(&mut c.base, cfg, "silu", 0.25);
-    c.base.tie_word_embeddings = tied(cfg, false);
-    // The head size is always hidden / heads.
-    c.base.head_dim = None;
-    c.base.sliding_window = None;
-    let mut spec = c.base.llama_spec("stablelm", c.base.glu("silu")?, false, false, c.use_qkv_bias)?;
-    set_norms(&mut spec, &Norm::Layer { eps: c.layer_norm_eps as f32, bias: true });
-    let (heads, kv_heads) = (c.base.num_attention_heads, c.base.kv_heads());
+    let b = &mut c.ln.base;
+    prepare(b, cfg, "silu", 0.25);
+    b.tie_word_embeddings = tied(cfg, false);
+    whole_heads(b, true);
+    let mut spec = b.llama_spec("stablelm", b.glu("silu")?, false, false, c.use_qkv_bias)?;
+    set_norms(&mut spec, &c.ln.norm(true));
+    let (heads, kv_heads) = (c.ln.base.num_attention_heads, c.ln.base.kv_heads());
     spec.layer_names.q_norm = "model.layers.{i}.self_attn.q_layernorm".into();
     spec.layer_names.k_norm = "model.layers.{i}.self_attn.k_layernorm".into();
     for (i, l) in spec.layers.iter_mut().enumerate() {
         l.attn.out_bias = false;
         if c.qk_layernorm {
-            l.attn.qk_norm = Some(Norm::LayerPerHead { eps: c.layer_norm_eps as f32 });
+            l.attn.qk_norm = Some(Norm::LayerPerHead { eps: c.ln.layer_norm_eps as f32 });
             for (which, n) in [("q", heads), ("k", kv_heads)] {
                 let base = format!("model.layers.{i}.self_attn.{which}_layernorm");
                 let parts = (0..n).map(|h| format!("{base}.norms.{h}.weight")).collect();

@@ -4,33 +4,25 @@
 
 use serde::Deserialize;
 use serde_json::Value;
-use vkformers_kernels::rope::RopeLayout;
 
-use super::common::{parse, BaseConfig};
-use super::mla_common::{q_lora_rank, MlaConfig};
+use super::common::{parse, tied_by_default};
+use super::mla_common::{q_lora_rank, rope_layout, set_attn, LlamaMlaConfig};
 use crate::error::Result;
 use crate::spec::ModelSpec;
 
 #[derive(Deserialize)]
 struct Config {
     #[serde(flatten)]
-    base: BaseConfig,
-    #[serde(flatten)]
-    mla: MlaConfig,
+    lm: LlamaMlaConfig,
     rope_interleave: Option<bool>,
 }
 
 pub fn spec(cfg: &Value) -> Result<ModelSpec> {
     let c: Config = parse(cfg)?;
-    let b = &c.base;
-    let glu = b.glu("silu")?;
-    let mut spec = b.llama_spec("youtu", glu, false, false, false)?;
+    let (mut spec, _) = c.lm.llama_spec("youtu")?;
     // YoutuConfig ties the head by default.
-    spec.tied_head = cfg.get("tie_word_embeddings").and_then(Value::as_bool).unwrap_or(true);
-    let layout = if c.rope_interleave.unwrap_or(true) { RopeLayout::Interleaved } else { RopeLayout::HalfSplit };
-    let attn = c.mla.attn(b, layout, 128, q_lora_rank(cfg, Some(1536))?)?;
-    for l in &mut spec.layers {
-        l.attn = attn.clone();
-    }
+    spec.tied_head = tied_by_default(cfg);
+    let attn = c.lm.mla.attn(&c.lm.base, rope_layout(c.rope_interleave), 128, q_lora_rank(cfg, Some(1536))?)?;
+    set_attn(&mut spec, &attn);
     Ok(spec)
 }

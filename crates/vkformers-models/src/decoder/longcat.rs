@@ -43,31 +43,18 @@ impl ShortcutMoe {
     /// intermediate size) under its stored names (`model.layers.{i}.mlp.*`).
     pub fn new((e, z, top_k, inter): (usize, usize, usize, usize), glu: Glu, routed_scale: f32) -> Result<Self> {
         let p = "model.layers.{i}.mlp";
-        let moe = MoeSpec {
-            experts: e + z,
-            top_k,
-            intermediate: inter,
-            glu,
-            // Unused: the shortcut block routes itself (softmax + correction bias, no renormalisation).
-            router: Router::SoftmaxTopK { renormalize: false },
-            shared: None,
-            routed_scale,
-            aux_loss_coef: None,
-            names: MoeNames {
-                router: format!("{p}.router.classifier.weight"),
-                gate_up: format!("{p}.experts.gate_up_proj"),
-                up: None,
-                down: format!("{p}.experts.down_proj"),
-                expert_gate: format!("{p}.experts.{{e}}.gate_proj.weight"),
-                expert_up: format!("{p}.experts.{{e}}.up_proj.weight"),
-                expert_down: format!("{p}.experts.{{e}}.down_proj.weight"),
-            },
-            packed: false,
-            down_transposed: false,
-            biased: None,
-            out_bias: None,
-            in_out: false,
+        let names = MoeNames {
+            router: format!("{p}.router.classifier.weight"),
+            gate_up: format!("{p}.experts.gate_up_proj"),
+            up: None,
+            down: format!("{p}.experts.down_proj"),
+            expert_gate: format!("{p}.experts.{{e}}.gate_proj.weight"),
+            expert_up: format!("{p}.experts.{{e}}.up_proj.weight"),
+            expert_down: format!("{p}.experts.{{e}}.down_proj.weight"),
         };
+        // Unused: the shortcut block routes itself (softmax + correction bias, no renormalisation).
+        let router = Router::SoftmaxTopK { renormalize: false };
+        let moe = MoeSpec { routed_scale, ..MoeSpec::plain(e + z, top_k, inter, glu, router, names) };
         moe.check()?;
         Ok(ShortcutMoe { moe, routed: e, bias: format!("{p}.router.e_score_correction_bias") })
     }

@@ -9,7 +9,7 @@ use vkformers_io::ModelWeights;
 
 use super::{EncoderHead, EncoderSpec};
 use crate::error::{ModelError, Result};
-use crate::init::{linear, norm_params, Init, Planned};
+use crate::init::{linear, mlp_params, norm_params, qkv_params, Init, Planned};
 use crate::spec::{layer_name, MlpSpec, ModelSpec};
 use crate::weights::internal_shapes;
 
@@ -148,11 +148,8 @@ fn layers(out: &mut Vec<Planned>, spec: &ModelSpec) {
     let (names, h) = (&spec.layer_names, spec.hidden);
     for (i, l) in spec.layers.iter().enumerate() {
         let a = &l.attn;
-        let (q, kv) = (a.heads * a.head_dim, a.kv_heads * a.head_dim);
-        linear(out, &layer_name(&names.q, i), q, h, a.qkv_bias);
-        linear(out, &layer_name(&names.k, i), kv, h, a.qkv_bias);
-        linear(out, &layer_name(&names.v, i), kv, h, a.qkv_bias);
-        linear(out, &layer_name(&names.o, i), h, q, a.out_bias);
+        qkv_params(out, names, a, i, h);
+        linear(out, &layer_name(&names.o, i), h, a.heads * a.head_dim, a.out_bias);
         if let Some(n) = &l.attn_norm {
             norm_params(out, &layer_name(&names.attn_norm, i), n, h);
         }
@@ -160,14 +157,9 @@ fn layers(out: &mut Vec<Planned>, spec: &ModelSpec) {
             // Encoders are built with plain MLPs; the graph refuses other kinds by name.
             MlpSpec::Moe(_) | MlpSpec::Xielu { .. } => {}
             MlpSpec::Gated { intermediate, bias, .. } | MlpSpec::GatedAct { intermediate, bias, .. } => {
-                linear(out, &layer_name(&names.gate, i), *intermediate, h, *bias);
-                linear(out, &layer_name(&names.up, i), *intermediate, h, *bias);
-                linear(out, &layer_name(&names.down, i), h, *intermediate, *bias);
+                mlp_params(out, names, i, (h, *intermediate), *bias, true)
             }
-            MlpSpec::Plain { intermediate, bias, .. } => {
-                linear(out, &layer_name(&names.up, i), *intermediate, h, *bias);
-                linear(out, &layer_name(&names.down, i), h, *intermediate, *bias);
-            }
+            MlpSpec::Plain { intermediate, bias, .. } => mlp_params(out, names, i, (h, *intermediate), *bias, false),
         }
         if let Some(n) = &l.mlp_norm {
             norm_params(out, &layer_name(&names.mlp_norm, i), n, h);

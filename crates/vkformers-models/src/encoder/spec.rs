@@ -41,6 +41,39 @@ pub struct MlmHead {
     pub bias: String,
 }
 
+impl MlmHead {
+    /// The usual head: `dense` (with a bias), `act`, the LayerNorm `norm` named `norm_name`, and
+    /// the decoder's bias `bias` (full names without `.weight`).
+    pub fn transform(dense: &str, act: Activation, norm: &Norm, norm_name: &str, bias: &str) -> Self {
+        MlmHead {
+            dense: dense.into(),
+            dense_bias: true,
+            act,
+            norm: norm.clone(),
+            norm_name: norm_name.into(),
+            bias: bias.into(),
+        }
+    }
+
+    /// BERT's `cls.predictions` (`transform.dense`, the LayerNorm `transform.{norm_name}`,
+    /// `bias`).
+    pub fn bert(act: Activation, norm: &Norm, norm_name: &str) -> Self {
+        let p = "cls.predictions";
+        Self::transform(
+            &format!("{p}.transform.dense"),
+            act,
+            norm,
+            &format!("{p}.transform.{norm_name}"),
+            &format!("{p}.bias"),
+        )
+    }
+
+    /// RoBERTa's `lm_head` (`dense`, exact GELU, `layer_norm`, `bias`), which ESM shares.
+    pub fn roberta(norm: &Norm) -> Self {
+        Self::transform("lm_head.dense", Activation::Gelu, norm, "lm_head.layer_norm", "lm_head.bias")
+    }
+}
+
 /// A `tanh` or one of the kernels' activations (the classifier heads' poolers).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PoolAct {

@@ -355,13 +355,7 @@ impl LayerPool {
         ko.sinks = sinks.as_ref().map(Tensor::view);
         let x = PagedInputs { q: q16.view(), k: pk.view(), v: pv.view(), table: st.table(), lens: st.lens() };
         let o16 = o_twin(g, &o, dt)?;
-        let out = DecodeOutputs {
-            o: o.view(),
-            lse: lse.view(),
-            work: work.as_ref().map(Tensor::view),
-            counters: counters.as_ref().map(Tensor::view),
-            o16: o16.as_ref().map(Tensor::view),
-        };
+        let out = decode_outputs(&o, &lse, (&work, &counters), &o16);
         g.record(|rec| decode::forward(rec, &x, &out, &shape, &ko, splits))?;
         in_type(g, &o, q.dtype())
     }
@@ -455,6 +449,23 @@ impl LayerPool {
 /// that the kernel writes too, where a tensor-core product reads o next (o_proj on more rows
 /// than the GEMV takes, in inference under autocast in the pools' type), kept as o's copy so
 /// o_proj runs no cast; None elsewhere.
+/// The decode kernels' outputs: `o` and its log-sum-exp `lse`, the split `work` and `counters`
+/// (when the keys are split) and `o16`, o's copy in the pools' type (where one is written).
+pub(super) fn decode_outputs<'a>(
+    o: &'a Tensor,
+    lse: &'a Tensor,
+    (work, counters): (&'a Option<Tensor>, &'a Option<Tensor>),
+    o16: &'a Option<Tensor>,
+) -> DecodeOutputs<'a> {
+    DecodeOutputs {
+        o: o.view(),
+        lse: lse.view(),
+        work: work.as_ref().map(Tensor::view),
+        counters: counters.as_ref().map(Tensor::view),
+        o16: o16.as_ref().map(Tensor::view),
+    }
+}
+
 pub(super) fn o_twin(g: &Graph<'_>, o: &Tensor, pool: DType) -> Result<Option<Tensor>> {
     // Only a copy of the pools' type can be written (and one asked for is kept: never ask for
     // one the kernel would not write).

@@ -10,7 +10,7 @@ use vkformers_tensor::optim::AdamW;
 use vkformers_tensor::Graph;
 use vkformers_vk::Context;
 
-use crate::decoder::{causal_lm_loss, forward_with_aux, Batch};
+use crate::decoder::Batch;
 use crate::encoder::{ClsLabels, EncoderBatch};
 use crate::error::{ModelError, Result};
 use crate::lora::adapter::Adapter;
@@ -99,14 +99,7 @@ pub fn check(ctx: &Context, base_dir: &Path, lora_dir: &Path) -> Result<LoraRepo
             let eb = EncoderBatch { ids: &ids, mask: &mask, token_types: types.as_deref(), batch: b, seq: t };
             crate::encoder::forward_loss(&g, &model.spec, &model.weights, &eb, ClsLabels::Ids(&labels))?
         } else {
-            let (logits, aux) = forward_with_aux(&g, &model.spec, &model.weights, &batch)?;
-            let mut loss = causal_lm_loss(&g, &logits, &labels, b, t)?;
-            if let (Some(aux), Some(coef)) = (aux, crate::moe::aux_loss_coef(&model.spec)) {
-                // As PEFT's model computes it: `loss += router_aux_loss_coef * aux_loss`.
-                let scaled = vkformers_tensor::ops::broadcast::scale(&g, &aux, coef)?;
-                loss = vkformers_tensor::ops::broadcast::add(&g, &loss, &scaled)?;
-            }
-            (logits, loss)
+            crate::parity::decoder_logits_and_loss(&g, &model, &batch, &labels)?
         };
         g.backward(&loss)?;
         if step == 0 {

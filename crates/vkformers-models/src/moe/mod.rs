@@ -11,6 +11,7 @@
 mod aux_loss;
 mod block;
 pub mod lora;
+mod plain;
 mod route;
 mod spec;
 #[cfg(test)]

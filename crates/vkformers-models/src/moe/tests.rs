@@ -10,7 +10,7 @@ use vkformers_tensor::ops::{broadcast, reduce};
 use vkformers_tensor::Graph;
 use vkformers_vk::testing::on_every_device;
 
-use super::{block, BiasedExperts, MoeNames, MoeSpec, Router};
+use super::{block, BiasedExperts, MoeSpec, Router};
 use crate::decoder::Weights;
 
 const N: usize = 7;
@@ -21,35 +21,12 @@ const I: usize = 5;
 const ACT: ClampedSwiGlu = ClampedSwiGlu { alpha: 1.702, limit: 0.8, interleaved: true };
 
 fn spec() -> MoeSpec {
-    let p = "model.layers.{i}.mlp";
+    let (names, biased) = BiasedExperts::gpt_oss("model.layers.{i}.mlp", ACT);
     MoeSpec {
-        experts: E,
-        top_k: K,
-        intermediate: I,
-        glu: Glu::SwiGlu,
-        router: Router::TopKSoftmax,
-        shared: None,
-        routed_scale: 1.0,
-        aux_loss_coef: None,
-        names: MoeNames {
-            router: format!("{p}.router.weight"),
-            gate_up: format!("{p}.experts.gate_up_proj"),
-            up: None,
-            down: format!("{p}.experts.down_proj"),
-            expert_gate: String::new(),
-            expert_up: String::new(),
-            expert_down: String::new(),
-        },
         down_transposed: true,
-        biased: Some(BiasedExperts {
-            router_bias: format!("{p}.router.bias"),
-            gate_up_bias: format!("{p}.experts.gate_up_proj_bias"),
-            down_bias: format!("{p}.experts.down_proj_bias"),
-            act: ACT,
-        }),
+        biased: Some(biased),
         packed: true,
-        out_bias: None,
-        in_out: false,
+        ..MoeSpec::plain(E, K, I, Glu::SwiGlu, Router::TopKSoftmax, names)
     }
 }
 

@@ -141,32 +141,24 @@ pub fn fairseq_rows(positions: &[usize], d: usize, padding_idx: usize) -> Vec<f3
 
 /// Rows of `x [B·T, H·D]` permuted to `[B·H, T, D]` (head-major per row).
 pub(crate) fn heads_first(g: &Graph<'_>, x: &Tensor, (b, t, h, d): (usize, usize, usize, usize)) -> Result<Tensor> {
-    let mut idx = Vec::with_capacity(b * t * h);
-    for row in 0..b {
-        for head in 0..h {
-            for pos in 0..t {
-                idx.push(((row * t + pos) * h + head) as i32);
-            }
-        }
-    }
-    let rows = shape::reshape(g, x, &[b * t * h, d])?;
-    let y = embedding::embedding(g, &rows, &g.ints(&idx, &[idx.len()])?)?;
-    Ok(shape::reshape(g, &y, &[b * h, t, d])?)
+    // Output row (row, head, pos) is input row (row, pos, head) of D values.
+    let idx = (0..b).flat_map(|row| (0..h).flat_map(move |head| (0..t).map(move |pos| (row * t + pos) * h + head)));
+    gather_rows(g, x, idx, d, &[b * h, t, d])
 }
 
 /// The inverse of `heads_first`: `[B·H, T, D]` back to `[B·T, H·D]`.
 pub(crate) fn heads_last(g: &Graph<'_>, x: &Tensor, (b, t, h, d): (usize, usize, usize, usize)) -> Result<Tensor> {
-    let mut idx = Vec::with_capacity(b * t * h);
-    for row in 0..b {
-        for pos in 0..t {
-            for head in 0..h {
-                idx.push(((row * h + head) * t + pos) as i32);
-            }
-        }
-    }
-    let rows = shape::reshape(g, x, &[b * h * t, d])?;
+    // Output row (row, pos, head) is input row (row, head, pos).
+    let idx = (0..b).flat_map(|row| (0..t).flat_map(move |pos| (0..h).map(move |head| (row * h + head) * t + pos)));
+    gather_rows(g, x, idx, d, &[b * t, h * d])
+}
+
+/// The rows `idx` of `x` seen as rows of `d` values, reshaped to `out`.
+fn gather_rows(g: &Graph<'_>, x: &Tensor, idx: impl Iterator<Item = usize>, d: usize, out: &[usize]) -> Result<Tensor> {
+    let idx: Vec<i32> = idx.map(|i| i as i32).collect();
+    let rows = shape::reshape(g, x, &[idx.len(), d])?;
     let y = embedding::embedding(g, &rows, &g.ints(&idx, &[idx.len()])?)?;
-    Ok(shape::reshape(g, &y, &[b * t, h * d])?)
+    Ok(shape::reshape(g, &y, out)?)
 }
 
 /// `softmax(scale·q kᵀ + bias) v` for q `[B·Tq, H·D]`, k and v `[B·Tk, H·D]` and a bias that

@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use super::{seq2seq_of, StackEnds, StackPositions};
 use crate::error::Result;
-use crate::init::{linear, norm_params, Init, Planned};
+use crate::init::{linear, mlp_params, norm_params, qkv_params, Init, Planned};
 use crate::spec::{layer_name, LayerNames, LayerSpec, MlpSpec, ModelSpec};
 
 /// Every parameter of an encoder-decoder spec: the shared embedding, each stack's ends and
@@ -77,24 +77,14 @@ pub(crate) fn plan(spec: &ModelSpec, config: &Value) -> Result<Vec<Planned>> {
 
 fn attention(out: &mut Vec<Planned>, names: &LayerNames, l: &LayerSpec, i: usize, h: usize) {
     let a = &l.attn;
-    let (q, kv) = (a.heads * a.head_dim, a.kv_heads * a.head_dim);
-    linear(out, &layer_name(&names.q, i), q, h, a.qkv_bias);
-    linear(out, &layer_name(&names.k, i), kv, h, a.qkv_bias);
-    linear(out, &layer_name(&names.v, i), kv, h, a.qkv_bias);
-    linear(out, &layer_name(&names.o, i), h, q, a.out_bias);
+    qkv_params(out, names, a, i, h);
+    linear(out, &layer_name(&names.o, i), h, a.heads * a.head_dim, a.out_bias);
 }
 
 fn mlp(out: &mut Vec<Planned>, names: &LayerNames, m: &MlpSpec, i: usize, h: usize) {
     match m {
-        MlpSpec::Gated { intermediate, bias, .. } => {
-            linear(out, &layer_name(&names.gate, i), *intermediate, h, *bias);
-            linear(out, &layer_name(&names.up, i), *intermediate, h, *bias);
-            linear(out, &layer_name(&names.down, i), h, *intermediate, *bias);
-        }
-        MlpSpec::Plain { intermediate, bias, .. } => {
-            linear(out, &layer_name(&names.up, i), *intermediate, h, *bias);
-            linear(out, &layer_name(&names.down, i), h, *intermediate, *bias);
-        }
+        MlpSpec::Gated { intermediate, bias, .. } => mlp_params(out, names, i, (h, *intermediate), *bias, true),
+        MlpSpec::Plain { intermediate, bias, .. } => mlp_params(out, names, i, (h, *intermediate), *bias, false),
         // The graph refuses the other kinds by name.
         MlpSpec::GatedAct { .. } | MlpSpec::Moe(_) | MlpSpec::Xielu { .. } => {}
     }

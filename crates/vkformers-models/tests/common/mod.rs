@@ -6,6 +6,21 @@ use std::path::Path;
 
 use vkformers_io::{Dtype, SaveTensor};
 
+/// The fixtures (under `tests/fixtures`) of every multi-head latent attention family.
+pub const MLA_FIXTURES: [&str; 11] = [
+    "minicpm3",
+    "deepseek_v2",
+    "deepseek_v2_qlora",
+    "deepseek_v3",
+    "youtu",
+    "axk1",
+    "sarvam_mla",
+    "glm4_moe_lite",
+    "mistral4",
+    "longcat_flash",
+    "axk2",
+];
+
 /// A named f32 tensor to write: name, shape, values.
 pub type NamedF32 = (String, Vec<usize>, Vec<f32>);
 

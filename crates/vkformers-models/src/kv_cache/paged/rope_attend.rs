@@ -2,7 +2,7 @@
 //! (`vkformers_kernels::attention::rope_store::attend`): the paged decode attention rotates q and
 //! the new key itself and stores the new key and value, so `rope_store` does not run before it.
 
-use vkformers_kernels::attention::decode::{self, DecodeOutputs, PagedInputs};
+use vkformers_kernels::attention::decode::{self, PagedInputs};
 use vkformers_kernels::attention::rope_store::{self, NewRows, NewToken};
 use vkformers_kernels::rope::RopeLayout;
 use vkformers_tensor::ops::attention::AttnOptions;
@@ -66,13 +66,7 @@ impl LayerPool {
         };
         let paged = PagedInputs { q: x.q, k: pk.view(), v: pv.view(), table: st.table(), lens: st.lens() };
         let o16 = super::o_twin(g, &o, dt)?;
-        let out = DecodeOutputs {
-            o: o.view(),
-            lse: lse.view(),
-            work: work.as_ref().map(Tensor::view),
-            counters: counters.as_ref().map(Tensor::view),
-            o16: o16.as_ref().map(Tensor::view),
-        };
+        let out = super::decode_outputs(&o, &lse, (&work, &counters), &o16);
         g.record(|rec| rope_store::attend(rec, &token, &paged, &out, &shape, &ko, splits))?;
         Ok(Some(o))
     }
