@@ -5,6 +5,7 @@ use minijinja::value::{Kwargs, Value, ValueKind};
 use minijinja::{Environment, Error, ErrorKind};
 
 use crate::json::{dumps, DumpOptions};
+use crate::nesting;
 
 /// Marks the error of a `raise_exception` call so that [`crate::render`] can report it as such.
 #[derive(Debug)]
@@ -26,6 +27,12 @@ pub(crate) fn chat_environment<'source>() -> Result<Environment<'source>, Error>
     env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
     env.add_function("raise_exception", raise_exception);
     env.add_filter("tojson", tojson);
+    // Printing paths bounded in depth (see `nesting`: a namespace holding itself).
+    env.set_formatter(nesting::formatter);
+    env.add_filter("string", nesting::string);
+    env.add_filter("join", nesting::join);
+    env.add_filter("escape", nesting::escape);
+    env.add_filter("e", nesting::escape);
     Ok(env)
 }
 
@@ -67,6 +74,7 @@ fn tojson(value: &Value, kwargs: Kwargs) -> Result<Value, Error> {
         }
     }
     kwargs.assert_all_used()?;
+    nesting::check_printable(value)?;
     let json = serde_json::to_value(value)
         .map_err(|e| Error::new(ErrorKind::InvalidOperation, format!("tojson: cannot serialise: {e}")))?;
     Ok(Value::from(dumps(&json, &options)))

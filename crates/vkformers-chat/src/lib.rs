@@ -20,6 +20,7 @@ mod environment;
 mod error;
 mod json;
 mod message;
+mod nesting;
 mod render;
 mod turns;
 

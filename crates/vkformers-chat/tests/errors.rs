@@ -95,3 +95,43 @@ fn template_chosen_from_tokenizer_config() {
     let empty = TokenizerConfig::from_value(Path::new("t.json"), json!({})).unwrap();
     assert!(matches!(select_template(&empty, None), Err(ChatError::NoTemplate(_))));
 }
+
+/// A namespace assigned into itself printed through every printing path: a render error that
+/// names the cause (minijinja prints by recursion: unguarded, the stack overflowed and the process
+/// aborted; fuzz/regressions/chat_template/namespace-holds-itself.jinja is the fuzzer's find).
+#[test]
+fn a_value_holding_itself_is_an_error_not_a_stack_overflow() {
+    let cycles = ["{% set ns.x = ns %}", "{% set ns.x = [1, ns] %}", "{% set ns.x = {'a': ns} %}{% set ns.y = ns %}"];
+    let prints =
+        ["{{ ns }}", "{{ ns | tojson }}", "{{ ns | string }}", "{{ [ns] | join(',') }}", "{{ ns | e }}", "{{ ns.x }}"];
+    for cycle in cycles {
+        for print in prints {
+            let template = format!("{{% set ns = namespace(x=0) %}}{cycle}\n{print}");
+            match run(&template) {
+                Err(ChatError::Render { message, line }) => {
+                    assert!(message.contains("does a namespace hold itself"), "{template}: {message}");
+                    assert_eq!(line, Some(2), "{template}");
+                }
+                other => panic!("{template}: {other:?}"),
+            }
+        }
+    }
+}
+
+/// The bound is on depth alone: data nested 100 lists deep prints as it is (as json.dumps does),
+/// 200 deep is the same error.
+#[test]
+fn deep_data_prints_up_to_the_bound() {
+    let nested = |depth: usize| (0..depth).fold(json!(1), |inner, _| json!([inner]));
+    let render_deep = |depth: usize| {
+        let extra = json!({ "deep": nested(depth) });
+        render("{{ deep | tojson }}|{{ deep }}", &[Message::user("hi")], false, &SpecialTokens::default(), &extra)
+    };
+    let text = render_deep(100).unwrap();
+    let want = format!("{}1{}", "[".repeat(100), "]".repeat(100));
+    assert_eq!(text, format!("{want}|{want}"));
+    match render_deep(200) {
+        Err(ChatError::Render { message, .. }) => assert!(message.contains("nested more than 128"), "{message}"),
+        other => panic!("{other:?}"),
+    }
+}
