@@ -22,12 +22,26 @@ pub fn render(
 ) -> Result<String> {
     let context = context(messages, add_generation_prompt, special, extra)?;
     let env = chat_environment().map_err(|e| render_error(template, e))?;
-    let compiled = env.template_from_str(template).map_err(|e| render_error(template, e))?;
     let context = minijinja::Value::deserialize(Value::Object(context)).map_err(|e| ChatError::Render {
         message: format!("cannot pass the variables to the template: {e}"),
         line: None,
     })?;
-    compiled.render(context).map_err(|e| render_error(template, e))
+    let rendered = engine_guard(|| env.template_from_str(template).and_then(|compiled| compiled.render(context)))?;
+    rendered.map_err(|e| render_error(template, e))
+}
+
+/// Runs the template engine, its panics made render errors: the template is user input and the
+/// engine a dependency (minijinja 3.1's lexer overflows a u16 column when a syntax error lies
+/// past column 65,535 of a line, a panic where overflow checks are on).
+fn engine_guard<T>(run: impl FnOnce() -> T) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).map_err(|payload| {
+        let why = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        ChatError::Render { message: format!("the template engine failed on this template ({why})"), line: None }
+    })
 }
 
 /// The variables the template sees.

@@ -135,3 +135,15 @@ fn deep_data_prints_up_to_the_bound() {
         other => panic!("{other:?}"),
     }
 }
+
+/// A syntax error past column 65,535 of a line (an unclosed comment at the end of a 70,000
+/// character line, the fuzzer's find in fuzz/regressions/tokenizer_config/) is an error: the
+/// engine's column counter overflows there, which panicked where overflow checks are on.
+#[test]
+fn a_syntax_error_on_a_very_long_line_is_an_error() {
+    let template = format!("{}{{#", "y".repeat(70_000));
+    match run(&template) {
+        Err(ChatError::Syntax { .. } | ChatError::Render { .. }) => {}
+        other => panic!("{other:?}"),
+    }
+}
