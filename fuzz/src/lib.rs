@@ -12,7 +12,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+pub mod adapter;
 pub mod mutate;
+pub mod requests;
 pub mod targets;
 
 use mutate::Rng;

@@ -47,7 +47,7 @@ pub struct Target {
     pub run: fn(&Ctx, &[u8]),
 }
 
-fn files_named(root: &Path, folder: &str, name: &str) -> Vec<Vec<u8>> {
+pub(crate) fn files_named(root: &Path, folder: &str, name: &str) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     let Ok(entries) = std::fs::read_dir(root.join(folder)) else { return out };
     let mut paths: Vec<PathBuf> = entries.flatten().map(|e| e.path().join(name)).filter(|p| p.is_file()).collect();
@@ -149,5 +149,29 @@ pub const TARGETS: &[Target] = &[
         shape: Shape::Json,
         seeds: |r| files_named(r, "tests/fixtures_data", "tokenizer_config.json"),
         run: tokenizer_config,
+    },
+    Target {
+        name: "adapter_config",
+        shape: Shape::Json,
+        seeds: crate::adapter::config_seeds,
+        run: crate::adapter::adapter_config,
+    },
+    Target {
+        name: "adapter_weights",
+        shape: Shape::Safetensors,
+        seeds: crate::adapter::weight_seeds,
+        run: crate::adapter::adapter_weights,
+    },
+    Target {
+        name: "generation_config",
+        shape: Shape::Json,
+        seeds: crate::requests::generation_seeds,
+        run: crate::requests::generation_config,
+    },
+    Target {
+        name: "serve_request",
+        shape: Shape::Json,
+        seeds: crate::requests::request_seeds,
+        run: crate::requests::serve_request,
     },
 ];
