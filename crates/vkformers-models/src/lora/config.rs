@@ -144,9 +144,10 @@ impl LoraConfig {
             Some(Value::Array(a)) => a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect(),
             _ => Vec::new(),
         };
-        Ok(LoraConfig {
+        let lora_alpha = lora_alpha(v)?;
+        let config = LoraConfig {
             r: r as usize,
-            lora_alpha: v.get("lora_alpha").and_then(Value::as_f64).unwrap_or(8.0),
+            lora_alpha,
             lora_dropout: v.get("lora_dropout").and_then(Value::as_f64).unwrap_or(0.0) as f32,
             target_modules,
             target_parameters,
@@ -155,7 +156,15 @@ impl LoraConfig {
             fan_in_fan_out: v.get("fan_in_fan_out").and_then(Value::as_bool).unwrap_or(false),
             base_model_name_or_path: s("base_model_name_or_path").map(str::to_string),
             task_type,
-        })
+        };
+        // A scale past f32's range makes every adapted output inf or NaN.
+        if !config.scale().is_finite() {
+            let given = v.get("lora_alpha").map_or_else(String::new, Value::to_string);
+            return Err(format!(
+                "lora_alpha {given} with r {r} scales the LoRA term past f32's range; give a usual alpha (e.g. 2·r)"
+            ));
+        }
+        Ok(config)
     }
 
     /// The JSON object PEFT writes, with `target_modules` as given (a resolved list for
@@ -171,7 +180,10 @@ impl LoraConfig {
                 json!(n)
             }
         };
-        let alpha = if self.lora_alpha.fract() == 0.0 { json!(self.lora_alpha as i64) } else { json!(self.lora_alpha) };
+        // An integral alpha is written as PEFT writes it (an int), while it is exact as an i64;
+        // a larger one stays a float (`as i64` would saturate and save another alpha).
+        let exact_int = self.lora_alpha.fract() == 0.0 && self.lora_alpha.abs() < 2f64.powi(53);
+        let alpha = if exact_int { json!(self.lora_alpha as i64) } else { json!(self.lora_alpha) };
         let mut m = Map::new();
         m.insert("alpha_pattern".into(), json!({}));
         m.insert("base_model_name_or_path".into(), json!(self.base_model_name_or_path));
@@ -206,6 +218,14 @@ impl LoraConfig {
     }
 }
 
+/// `lora_alpha`: a number (PEFT's default 8 when absent).
+fn lora_alpha(v: &Value) -> std::result::Result<f64, String> {
+    match v.get("lora_alpha") {
+        None | Some(Value::Null) => Ok(8.0),
+        Some(a) => a.as_f64().ok_or_else(|| format!("lora_alpha is {a}; give a number (PEFT's default is 8)")),
+    }
+}
+
 /// Errors for PEFT options that would change the math and are not implemented.
 fn refuse_unsupported(v: &Value) -> std::result::Result<(), String> {
     let truthy = |k: &str| match v.get(k) {
@@ -222,5 +242,34 @@ fn refuse_unsupported(v: &Value) -> std::result::Result<(), String> {
     match v.get("bias").and_then(Value::as_str) {
         None | Some("none") => Ok(()),
         Some(b) => Err(format!("bias `{b}`: vkformers trains LoRA with bias \"none\" only")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config_with_alpha(alpha: Value) -> Value {
+        json!({"peft_type": "LORA", "r": 4, "lora_alpha": alpha, "target_modules": ["q_proj"]})
+    }
+
+    /// Found by the fuzz target adapter_config: an alpha of 2^64 - 1 was saved as i64::MAX.
+    #[test]
+    fn a_large_integral_alpha_saves_and_reads_back_unchanged() {
+        let c = LoraConfig::from_json(&config_with_alpha(json!(u64::MAX))).unwrap();
+        let back = LoraConfig::from_json(&c.to_json(None)).unwrap();
+        assert_eq!(back.lora_alpha, c.lora_alpha);
+        assert_eq!(c.to_json(None)["lora_alpha"].as_f64(), Some(u64::MAX as f64));
+        let small = LoraConfig::from_json(&config_with_alpha(json!(16))).unwrap();
+        assert_eq!(small.to_json(None)["lora_alpha"], json!(16), "an integral alpha is saved as an int, as PEFT does");
+    }
+
+    #[test]
+    fn an_alpha_that_overflows_the_scale_or_is_no_number_is_refused() {
+        let err = LoraConfig::from_json(&config_with_alpha(json!(-1e300))).unwrap_err();
+        assert!(err.contains("lora_alpha -1e+300") && err.contains("f32"), "{err}");
+        let err = LoraConfig::from_json(&config_with_alpha(json!("16"))).unwrap_err();
+        assert!(err.contains("give a number"), "{err}");
+        assert_eq!(LoraConfig::from_json(&config_with_alpha(Value::Null)).unwrap().lora_alpha, 8.0);
     }
 }
