@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 pub mod adapter;
 pub mod mutate;
+pub mod parquet_seeds;
 pub mod requests;
 pub mod targets;
 

@@ -84,6 +84,13 @@ fn rows(ctx: &Ctx, input: &[u8]) {
     let _ = read_dataset(&[path], &ctx.tokenizer, &ReadOptions::default());
 }
 
+/// A `.parquet` dataset as `--data` reads it (the parquet crate's record reader, then the rows'
+/// shapes as for JSON lines).
+fn parquet_rows(ctx: &Ctx, input: &[u8]) {
+    let path = ctx.file("rows.parquet", input);
+    let _ = read_dataset(&[path], &ctx.tokenizer, &ReadOptions::default());
+}
+
 fn chat_template(_: &Ctx, input: &[u8]) {
     let template = String::from_utf8_lossy(input);
     let messages = [
@@ -143,6 +150,7 @@ pub const TARGETS: &[Target] = &[
         },
         run: rows,
     },
+    Target { name: "parquet_rows", shape: Shape::Bytes, seeds: |_| crate::parquet_seeds::seeds(), run: parquet_rows },
     Target { name: "chat_template", shape: Shape::Bytes, seeds: chat_templates, run: chat_template },
     Target {
         name: "tokenizer_config",
