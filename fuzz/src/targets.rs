@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 use vkformers_chat::{render, select_template, special_tokens_from_config, Message};
-use vkformers_data::{read_dataset, ReadOptions};
+use vkformers_data::{read_dataset, read_seq2seq_dataset, ReadOptions, Seq2SeqRead};
 use vkformers_io::{HfTokenizer, ModelWeights, TokenizerConfig};
 
 /// What the targets share: a scratch folder and the tokenizer the row parser encodes with.
@@ -84,6 +84,21 @@ fn rows(ctx: &Ctx, input: &[u8]) {
     let _ = read_dataset(&[path], &ctx.tokenizer, &ReadOptions::default());
 }
 
+/// An encoder-decoder dataset as `vkformers train` reads one for a seq2seq model (translation
+/// rows read en -> de; sources and targets cut to 8 tokens).
+fn seq2seq_rows(ctx: &Ctx, input: &[u8]) {
+    let path = ctx.file("pairs.jsonl", input);
+    let read = Seq2SeqRead {
+        source_lang: Some("en".into()),
+        target_lang: Some("de".into()),
+        add_eos: true,
+        max_source_len: Some(8),
+        max_target_len: Some(8),
+        max_rows: None,
+    };
+    let _ = read_seq2seq_dataset(&[path], Some(&ctx.tokenizer), &read);
+}
+
 /// A `.parquet` dataset as `--data` reads it (the parquet crate's record reader, then the rows'
 /// shapes as for JSON lines).
 fn parquet_rows(ctx: &Ctx, input: &[u8]) {
@@ -143,12 +158,21 @@ pub const TARGETS: &[Target] = &[
         name: "rows",
         shape: Shape::Json,
         seeds: |r| {
-            ["chat.jsonl", "prompts.jsonl", "text.jsonl"]
+            let mut seeds: Vec<Vec<u8>> = ["chat.jsonl", "prompts.jsonl", "text.jsonl"]
                 .iter()
                 .flat_map(|f| lines_of(r, &format!("crates/vkformers-data/tests/data/{f}")))
-                .collect()
+                .collect();
+            // Classification, tagging, pre-tokenized, instruction and Q&A rows.
+            seeds.extend(lines_of(r, "fuzz/seeds/rows_labelled.jsonl"));
+            seeds
         },
         run: rows,
+    },
+    Target {
+        name: "seq2seq_rows",
+        shape: Shape::Json,
+        seeds: |r| lines_of(r, "fuzz/seeds/seq2seq_rows.jsonl"),
+        run: seq2seq_rows,
     },
     Target { name: "parquet_rows", shape: Shape::Bytes, seeds: |_| crate::parquet_seeds::seeds(), run: parquet_rows },
     Target { name: "chat_template", shape: Shape::Bytes, seeds: chat_templates, run: chat_template },
