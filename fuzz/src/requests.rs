@@ -55,6 +55,12 @@ pub fn generation_config(_: &Ctx, input: &[u8]) {
     // The input as generation_config.json over the fixture's config.json, and as a config.json
     // with no generation_config.json (the ids' fallback).
     for defaults in [GenerationDefaults::from_values(&gen, &cfg), GenerationDefaults::from_values(&Value::Null, &gen)] {
+        // Every stop id is one the files name (not another id wrapped into u32).
+        let named = |id: u32| {
+            let lists = [&gen, &cfg, &gen["text_config"], &cfg["text_config"]].map(|v| &v["eos_token_id"]);
+            lists.iter().any(|l| l.as_u64() == Some(id.into()) || l.as_array().is_some_and(|a| a.contains(&id.into())))
+        };
+        assert!(defaults.eos.iter().all(|&e| named(e)), "eos ids {:?} are not the files' ids", defaults.eos);
         // `vkformers generate`: the new tokens from max_length minus the prompt, then the context.
         let width = 5;
         let from_length = defaults.max_length.map(|l| l.saturating_sub(width)).filter(|&n| n > 0);

@@ -41,12 +41,19 @@ fn read_json(path: &Path) -> Result<Option<Value>, ConfigError> {
     }
 }
 
+/// A token id: a non-negative integer that fits u32. A larger one names no token of any
+/// vocabulary (the model can never produce it), so it is no id rather than another id wrapped
+/// into u32 (`2^32 + 2` was read as 2, and generation stopped on token 2).
+pub fn token_id(v: &Value) -> Option<u32> {
+    v.as_u64().and_then(|i| u32::try_from(i).ok())
+}
+
 /// `eos_token_id` as a list (an int, a list of ints, or absent).
 fn ids(v: Option<&Value>) -> Vec<u32> {
     match v {
-        Some(Value::Number(n)) => n.as_u64().map(|i| vec![i as u32]).unwrap_or_default(),
-        Some(Value::Array(a)) => a.iter().filter_map(Value::as_u64).map(|i| i as u32).collect(),
-        _ => Vec::new(),
+        Some(Value::Array(a)) => a.iter().filter_map(token_id).collect(),
+        Some(v) => token_id(v).into_iter().collect(),
+        None => Vec::new(),
     }
 }
 
@@ -77,19 +84,12 @@ impl GenerationDefaults {
         if eos.is_empty() {
             eos = ids(text_cfg.get("eos_token_id"));
         }
-        let pad = gen.get("pad_token_id").or_else(|| text_cfg.get("pad_token_id")).and_then(Value::as_u64);
+        let pad = gen.get("pad_token_id").or_else(|| text_cfg.get("pad_token_id")).and_then(token_id);
         let context = ["max_position_embeddings", "n_positions", "seq_length", "max_seq_len"]
             .iter()
             .find_map(|k| text_cfg.get(*k).and_then(Value::as_u64))
             .map(|v| v as usize);
-        Self {
-            params,
-            max_new_tokens: u("max_new_tokens"),
-            max_length: u("max_length"),
-            eos,
-            pad: pad.map(|p| p as u32),
-            context,
-        }
+        Self { params, max_new_tokens: u("max_new_tokens"), max_length: u("max_length"), eos, pad, context }
     }
 }
 
@@ -106,6 +106,16 @@ mod tests {
         assert!(d.params.do_sample);
         assert_eq!((d.params.temperature, d.params.top_p, d.params.top_k), (0.6, 0.9, 50));
         assert_eq!((d.eos, d.max_new_tokens, d.context), (vec![2, 7], Some(5), Some(64)));
+    }
+
+    /// Found by the fuzz target generation_config: `eos_token_id` 2^64 - 1 was read as u32::MAX.
+    #[test]
+    fn ids_past_u32_are_no_ids_not_wrapped_ones() {
+        let gen = json!({"eos_token_id": [2, 4294967298u64], "pad_token_id": 4294967296u64});
+        let d = GenerationDefaults::from_values(&gen, &json!({"pad_token_id": 1}));
+        assert_eq!((d.eos, d.pad), (vec![2], None));
+        let d = GenerationDefaults::from_values(&json!({"eos_token_id": u64::MAX}), &json!({"eos_token_id": 3}));
+        assert_eq!(d.eos, vec![3], "an id past u32 is as absent: config.json's id is used");
     }
 
     #[test]

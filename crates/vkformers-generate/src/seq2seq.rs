@@ -15,6 +15,7 @@ use vkformers_models::model::Model;
 use vkformers_models::seq2seq::{decode, encode, Encoded, Seq2SeqCache};
 use vkformers_tensor::{Graph, Tensor};
 
+use crate::config::token_id;
 use crate::decode::DecodeError;
 use crate::processors::{Pipeline, SamplingParams};
 use crate::sampler::Sampler;
@@ -38,25 +39,29 @@ impl Seq2SeqOptions {
     /// The ids from `generation_config.json` (`gen`, may be null) over `config.json` (`cfg`), as
     /// transformers merges them; `max_new_tokens` as given.
     pub fn from_configs(gen: &Value, cfg: &Value, max_new_tokens: usize) -> Result<Self, DecodeError> {
-        let id = |k: &str| gen.get(k).filter(|v| !v.is_null()).or_else(|| cfg.get(k)).and_then(Value::as_u64);
+        // Ids past u32 name no token: they are as absent (`config::token_id`), never wrapped.
+        let field = |k: &str| gen.get(k).filter(|v| !v.is_null()).or_else(|| cfg.get(k));
+        let id = |k: &str| field(k).and_then(token_id);
         let ids = |k: &str| -> Vec<u32> {
-            match gen.get(k).filter(|v| !v.is_null()).or_else(|| cfg.get(k)) {
-                Some(Value::Array(a)) => a.iter().filter_map(Value::as_u64).map(|i| i as u32).collect(),
-                Some(v) => v.as_u64().map(|i| vec![i as u32]).unwrap_or_default(),
+            match field(k) {
+                Some(Value::Array(a)) => a.iter().filter_map(token_id).collect(),
+                Some(v) => token_id(v).into_iter().collect(),
                 None => Vec::new(),
             }
         };
         let start = id("decoder_start_token_id").or_else(|| id("bos_token_id")).ok_or_else(|| {
             DecodeError::Model(vkformers_models::ModelError::Config(
-                "config.json names no decoder_start_token_id (nor bos_token_id) to start the decoder from".into(),
+                "config.json names no decoder_start_token_id (nor bos_token_id) to start the decoder from \
+                 (a token id: an integer below 2^32)"
+                    .into(),
             ))
         })?;
         Ok(Seq2SeqOptions {
             max_new_tokens,
-            decoder_start: start as u32,
+            decoder_start: start,
             eos: ids("eos_token_id"),
-            pad: id("pad_token_id").unwrap_or(0) as u32,
-            forced_bos: id("forced_bos_token_id").map(|v| v as u32),
+            pad: id("pad_token_id").unwrap_or(0),
+            forced_bos: id("forced_bos_token_id"),
             forced_eos: ids("forced_eos_token_id").first().copied(),
             params: SamplingParams::greedy(),
             seed: 0,
@@ -285,5 +290,17 @@ mod tests {
             }
         );
         assert!(Seq2SeqOptions::from_configs(&serde_json::Value::Null, &serde_json::json!({}), 4).is_err());
+    }
+
+    /// Ids past u32 were wrapped (`2^32 + 5` read as 5); they name no token, so they are as absent.
+    #[test]
+    fn options_take_no_id_past_u32() {
+        let big = 1u64 << 32;
+        let gen = serde_json::json!({"decoder_start_token_id": big + 5, "eos_token_id": [2, big + 3],
+                                     "forced_bos_token_id": big + 7});
+        let o = Seq2SeqOptions::from_configs(&gen, &serde_json::json!({"bos_token_id": 0}), 4).unwrap();
+        assert_eq!((o.decoder_start, o.eos, o.forced_bos), (0, vec![2], None));
+        let e = Seq2SeqOptions::from_configs(&gen, &serde_json::json!({}), 4).unwrap_err();
+        assert!(e.to_string().contains("below 2^32"), "{e}");
     }
 }
