@@ -189,22 +189,7 @@ fn parse_ids(s: &str) -> anyhow::Result<Vec<u32>> {
 /// `{"input_ids": [...]}` rows of a JSONL file; a bad line names its file and line.
 fn read_id_prompts(file: &Path) -> anyhow::Result<Vec<Vec<u32>>> {
     let text = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
-    let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-        let at = || format!("{}:{}", file.display(), i + 1);
-        let row: serde_json::Value = serde_json::from_str(line).with_context(at)?;
-        let ids = row["input_ids"].as_array().with_context(|| format!("{}: no `input_ids` list", at()))?;
-        let ids: Option<Vec<u32>> = ids.iter().map(|v| v.as_u64().and_then(|x| u32::try_from(x).ok())).collect();
-        let ids = ids.with_context(|| format!("{}: `input_ids` must be token ids", at()))?;
-        if ids.is_empty() {
-            bail!("{}: an empty prompt", at());
-        }
-        out.push(ids);
-    }
-    if out.is_empty() {
-        bail!("{} has no prompts (one {{\"input_ids\": [...]}} per line)", file.display());
-    }
-    Ok(out)
+    vkformers_generate::prompt_file::id_prompts(&text, file).map_err(anyhow::Error::msg)
 }
 
 /// The prompts as token ids, and the tokenizer where one was needed or found.
@@ -241,11 +226,7 @@ fn prompt_texts(args: &Args) -> anyhow::Result<Vec<String>> {
         (Some(p), _) => vec![p.clone()],
         (None, Some(file)) => {
             let text = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
-            let lines: Vec<String> = text.lines().filter(|l| !l.trim().is_empty()).map(str::to_string).collect();
-            if lines.is_empty() {
-                bail!("{} has no prompts (one per line)", file.display());
-            }
-            lines
+            vkformers_generate::prompt_file::text_prompts(&text, file).map_err(anyhow::Error::msg)?
         }
         (None, None) => bail!("give a prompt: --prompt TEXT, --prompt-file FILE or --prompt-ids 1,2,3"),
     })

@@ -51,6 +51,7 @@ mod penalties;
 pub mod prefill_plan;
 pub mod prefill_rows;
 mod processors;
+pub mod prompt_file;
 mod replay;
 mod rng;
 pub mod row_choice;
