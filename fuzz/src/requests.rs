@@ -1,5 +1,5 @@
 //! The generation targets: `generation_config.json` as `vkformers generate` and `serve` read it,
-//! and the serve API's request bodies parsed and checked as its routes do (no server, no GPU).
+//! `generate`'s prompt files, and the serve API's request bodies parsed and checked as its routes do (no server, no GPU).
 //! Both end where the engine would start: one token chosen on the host from fixed logits with
 //! the options the input asked for (`row_choice::host_choice`, the device kernel's reference).
 
@@ -8,6 +8,7 @@ use std::path::Path;
 use serde_json::Value;
 use vkformers_generate::config::GenerationDefaults;
 use vkformers_generate::engine::RequestOptions;
+use vkformers_generate::prompt_file::{id_prompts, text_prompts};
 use vkformers_generate::row_choice::{device_row, host_choice};
 use vkformers_generate::seq2seq::Seq2SeqOptions;
 use vkformers_generate::Penalties;
@@ -85,6 +86,27 @@ pub fn generation_config(_: &Ctx, input: &[u8]) {
     // Encoder-decoders read their start, EOS, pad and forced ids from the same file.
     let _ = Seq2SeqOptions::from_configs(&gen, &cfg, 8);
     let _ = Seq2SeqOptions::from_configs(&Value::Null, &gen, 8);
+}
+
+/// Seeds: a `--prompt-file` and a `--prompt-ids-file`.
+pub fn prompt_file_seeds(root: &Path) -> Vec<Vec<u8>> {
+    ["prompts.txt", "ids.jsonl"]
+        .iter()
+        .filter_map(|f| std::fs::read(root.join("fuzz/seeds/prompt_files").join(f)).ok())
+        .collect()
+}
+
+/// A file as `vkformers generate --prompt-file` and `--prompt-ids-file` read it (both read the
+/// file as UTF-8 text first), each prompt then encoded or checked against the vocabulary.
+pub fn prompt_files(ctx: &Ctx, input: &[u8]) {
+    let Ok(text) = std::str::from_utf8(input) else { return };
+    let file = Path::new("prompts");
+    for prompt in text_prompts(text, file).unwrap_or_default() {
+        let _ = ctx.tokenizer.encode(&prompt, true);
+    }
+    if let Ok(prompts) = id_prompts(text, file) {
+        let _ = admit(&prompts, Some(1));
+    }
 }
 
 /// The prompt lengths checks of `AppState::submit` and `fit`, with the fixture's limits.

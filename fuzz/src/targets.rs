@@ -201,6 +201,12 @@ pub const TARGETS: &[Target] = &[
         run: crate::requests::generation_config,
     },
     Target {
+        name: "prompt_files",
+        shape: Shape::Bytes,
+        seeds: crate::requests::prompt_file_seeds,
+        run: crate::requests::prompt_files,
+    },
+    Target {
         name: "serve_request",
         shape: Shape::Json,
         seeds: crate::requests::request_seeds,
