@@ -5,8 +5,8 @@
 //! `fuzz/regressions/<target>/`, which every run replays first.
 //!
 //! `cargo test -p vkformers-fuzz` runs each target for `VKFORMERS_FUZZ_SECONDS` (default 10)
-//! from `VKFORMERS_FUZZ_SEED` (default 1, so CI repeats itself); `scripts/fuzz` runs longer
-//! with a fresh seed.
+//! from `VKFORMERS_FUZZ_SEED` (default 1, so CI repeats itself), only the targets named in
+//! `VKFORMERS_FUZZ_TARGETS=a,b` when it is set; `scripts/fuzz` runs longer with a fresh seed.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
