@@ -14,6 +14,7 @@ use vkformers_generate::seq2seq::Seq2SeqOptions;
 use vkformers_generate::Penalties;
 use vkformers_serve::api::{plan, sampling, ChatRequest, Common, CompletionRequest, PromptInput};
 use vkformers_serve::embeddings::EmbeddingRequest;
+use vkformers_serve::limits::PromptLimits;
 
 use crate::targets::Ctx;
 
@@ -109,15 +110,10 @@ pub fn prompt_files(ctx: &Ctx, input: &[u8]) {
     }
 }
 
-/// The prompt lengths checks of `AppState::submit` and `fit`, with the fixture's limits.
+/// The prompt checks of `AppState::submit` (serve's `PromptLimits`), with the fixture's limits.
 fn admit(prompts: &[Vec<u32>], max_tokens: Option<usize>) -> bool {
-    if prompts.is_empty() || prompts.iter().any(Vec::is_empty) {
-        return false;
-    }
-    if prompts.iter().flatten().any(|&t| t as usize >= VOCAB) {
-        return false;
-    }
-    prompts.iter().all(|p| p.len() < MAX_MODEL_LEN && max_tokens.is_none_or(|n| n <= MAX_MODEL_LEN - p.len()))
+    let limits = PromptLimits { vocab: VOCAB, max_model_len: MAX_MODEL_LEN };
+    limits.admit(prompts, max_tokens, |room| room.min(16)).is_ok()
 }
 
 fn completion(ctx: &Ctx, req: &CompletionRequest, defaults: &GenerationDefaults) {

@@ -19,6 +19,7 @@
 pub mod api;
 pub mod embeddings;
 pub mod error;
+pub mod limits;
 pub mod metrics;
 mod respond;
 mod routes;

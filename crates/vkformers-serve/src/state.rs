@@ -14,6 +14,7 @@ use vkformers_io::HfTokenizer;
 use crate::api::Plan;
 use crate::embeddings::EmbedJob;
 use crate::error::ApiError;
+use crate::limits::PromptLimits;
 use crate::metrics::Metrics;
 use crate::worker::{Command, Item, Update};
 
@@ -141,26 +142,6 @@ impl AppState {
         self.models.iter().position(|m| m == name).ok_or_else(|| ApiError::unknown_model(name, &self.models))
     }
 
-    /// `max_tokens` of a prompt of `len` tokens: as asked, else `default(room)` where room is what
-    /// the context leaves; 413 when the prompt and its new tokens do not fit.
-    fn fit(&self, len: usize, asked: Option<usize>, default: fn(usize) -> usize) -> Result<usize, ApiError> {
-        let max = self.max_model_len;
-        if len >= max {
-            return Err(ApiError::too_long(format!(
-                "the prompt has {len} tokens but the server's max-model-len is {max}: shorten it"
-            )));
-        }
-        let room = max - len;
-        match asked {
-            Some(n) if n > room => Err(ApiError::too_long(format!(
-                "the prompt ({len} tokens) and max_tokens ({n}) exceed the server's max-model-len of {max}: \
-                 ask for at most {room} tokens or shorten the prompt"
-            ))),
-            Some(n) => Ok(n),
-            None => Ok(default(room)),
-        }
-    }
-
     /// Queues every prompt × `plan.n` choices on engine `model` (429 when the queue is full).
     pub fn submit(
         &self,
@@ -169,15 +150,8 @@ impl AppState {
         plan: &Plan,
         default_max: fn(usize) -> usize,
     ) -> Result<Job, ApiError> {
-        if prompts.is_empty() || prompts.iter().any(Vec::is_empty) {
-            return Err(ApiError::bad_param("prompt", "an empty prompt: give at least one token"));
-        }
-        if let Some(bad) = prompts.iter().flatten().find(|&&t| t as usize >= self.vocab) {
-            let msg = format!("token id {bad} is outside the model's vocabulary of {} ids", self.vocab);
-            return Err(ApiError::bad_param("prompt", msg));
-        }
-        let maxes: Vec<usize> =
-            prompts.iter().map(|p| self.fit(p.len(), plan.max_tokens, default_max)).collect::<Result<_, _>>()?;
+        let limits = PromptLimits { vocab: self.vocab, max_model_len: self.max_model_len };
+        let maxes = limits.admit(&prompts, plan.max_tokens, default_max)?;
         let choices = prompts.len() * plan.n;
         let admission = self.admit(choices)?;
         let received = Instant::now();
