@@ -664,7 +664,7 @@ fn lean_code(
     wide: bool,
     rope: bool,
 ) -> Result<Option<&'static KernelCode>> {
-    if decode_lean::preferred() != Kernel::Lean {
+    if decode_lean::preferred_on(caps) != Kernel::Lean {
         return Ok(None);
     }
     match decode_lean::unsupported(caps, s, opt, wide) {
