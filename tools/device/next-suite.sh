@@ -1,8 +1,6 @@
 # The H200 calls for what the session of 2026-12-05 (06:00-09:00, no device) built: the replayed
 # decode step, the lean decode attention, the GEMV's loads issued ahead, the argmax's batched
-# loads, three cm2 GEMM tiles, gemm.py's 16-bit C; (session of 08:28) the cm2 GEMM's K slices
-# double-buffered in registers (--pipe, VKFORMERS_CM2_PIPE) and a 16-deep K slice tile; and the
-# must-show tables of issues 13 and 14
+# loads, three cm2 GEMM tiles, gemm.py's 16-bit C; and the must-show tables of issues 13 and 14
 # beside PyTorch. Three calls of at most 600 s each, most important first: PART=key (the must-show
 # tables beside PyTorch with the session's best switches, the GEMM), PART=ab (every new switch
 # A/B on the old step), PART=tests (the new kernels and paths on NVIDIA's compiler, older A/Bs).
@@ -86,13 +84,6 @@ if [[ $PART == key ]]; then
     for e in coopmat2-t128k128 coopmat2-t256k64 coopmat2-t64k64; do
         python3 tools/bench/gemm.py --vkformers "$V" --sizes 8192 --dtypes bf16 --engine $e 2>&1 | tail -1 |
             sed "s/^/$e /" | tee -a "$LOG"
-    done
-    sec "gemm 8192^3 bf16: K slices double-buffered in registers (--pipe 1, VKFORMERS_CM2_PIPE) per tile"
-    for ep in "coopmat2-t128k16 0" "coopmat2-t128k16 1" "coopmat2-t128 1" "coopmat2-t128k64 1" \
-        "coopmat2-t256k64 1" "coopmat2 1"; do
-        set -- $ep
-        "$V" bench gemm --m 8192 --n 8192 --k 8192 --dtype bf16 --c16 --engine $1 --pipe $2 --iters 20 2>&1 |
-            tail -1 | sed "s/^/$1 pipe $2: /" | tee -a "$LOG"
     done
     for ur in "2 1" "4 1" "16 1" "8 2" "8 4"; do
         set -- $ur

@@ -45,9 +45,6 @@ pub enum Engine {
     /// `VK_NV_cooperative_matrix2`, 128 x 64 tiles on 64 invocations, K slices of 64 (a
     /// candidate, untimed).
     Coopmat2T64K64,
-    /// `VK_NV_cooperative_matrix2`, 128 x 128 tiles on 128 invocations, K slices of 16 (a
-    /// candidate for [`Tuning::pipe`], untimed).
-    Coopmat2T128K16,
     /// `VK_NV_cooperative_matrix2`, 64 x 64 tiles on 128 invocations, K slices of 64 (few-row
     /// products such as a batch-64 decode step: twice the workgroups of 64 x 128).
     Coopmat2Skinny64,
@@ -57,7 +54,7 @@ pub enum Engine {
 
 impl Engine {
     /// Every concrete engine (for sweeps).
-    pub const ALL: [Engine; 17] = [
+    pub const ALL: [Engine; 16] = [
         Engine::Coopmat,
         Engine::Coopmat2,
         Engine::Coopmat2Wide,
@@ -72,7 +69,6 @@ impl Engine {
         Engine::Coopmat2T128K128,
         Engine::Coopmat2T256K64,
         Engine::Coopmat2T64K64,
-        Engine::Coopmat2T128K16,
         Engine::Coopmat2Skinny64,
         Engine::Coopmat2Skinny32,
     ];
@@ -99,22 +95,12 @@ pub struct Tuning {
     pub unroll: u32,
     /// KHR kernels: bench-only cost probes (see the shader; 0 computes the product).
     pub probe: u32,
-    /// Fast path: K slices double-buffered in registers (slice k + 1 loaded before slice k's
-    /// products; `unroll` unused). Off unless `VKFORMERS_CM2_PIPE=1` (untimed).
-    pub pipe: bool,
 }
 
 impl Default for Tuning {
     fn default() -> Self {
-        Tuning { fast: true, raster: 1, unroll: 8, probe: 0, pipe: pipe_by_default() }
+        Tuning { fast: true, raster: 1, unroll: 8, probe: 0 }
     }
-}
-
-/// `VKFORMERS_CM2_PIPE=1`: every cm2 product double-buffers its K slices (for an A/B of whole
-/// steps on one binary).
-fn pipe_by_default() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("VKFORMERS_CM2_PIPE").is_ok_and(|v| v == "1"))
 }
 
 /// Operand element type of the tensor-core path.
@@ -312,8 +298,6 @@ fn kernel(engine: Engine, elem: Elem) -> (&'static KernelCode, u32, u32) {
         (Engine::Coopmat2T256K64, Bf16) => tile!(MATMUL_COOPMAT2_GEMM_BF16_T256K64, matmul_coopmat2_gemm_bf16_t256k64),
         (Engine::Coopmat2T64K64, F16) => tile!(MATMUL_COOPMAT2_GEMM_F16_T64K64, matmul_coopmat2_gemm_f16_t64k64),
         (Engine::Coopmat2T64K64, Bf16) => tile!(MATMUL_COOPMAT2_GEMM_BF16_T64K64, matmul_coopmat2_gemm_bf16_t64k64),
-        (Engine::Coopmat2T128K16, F16) => tile!(MATMUL_COOPMAT2_GEMM_F16_T128K16, matmul_coopmat2_gemm_f16_t128k16),
-        (Engine::Coopmat2T128K16, Bf16) => tile!(MATMUL_COOPMAT2_GEMM_BF16_T128K16, matmul_coopmat2_gemm_bf16_t128k16),
         (Engine::Coopmat2Skinny64, F16) => tile!(MATMUL_COOPMAT2_GEMM_F16_SKINNY64, matmul_coopmat2_gemm_f16_skinny64),
         (Engine::Coopmat2Skinny64, Bf16) => {
             tile!(MATMUL_COOPMAT2_GEMM_BF16_SKINNY64, matmul_coopmat2_gemm_bf16_skinny64)
@@ -429,8 +413,7 @@ pub fn gemm_coopmat(
         vec![u32::from(d.trans_a), u32::from(d.trans_b), d.tuning.probe]
     } else {
         let t = d.tuning;
-        let pipe = u32::from(t.pipe);
-        vec![u32::from(d.trans_a), u32::from(d.trans_b), u32::from(t.fast), t.raster.max(1), t.unroll.max(1), pipe]
+        vec![u32::from(d.trans_a), u32::from(d.trans_b), u32::from(t.fast), t.raster.max(1), t.unroll.max(1)]
     };
     dispatch(rec, k, &spec, &[read(a), read(b), c_arg, read(bias_view)], &push, groups)?;
     rec.set_flops(d.flops());

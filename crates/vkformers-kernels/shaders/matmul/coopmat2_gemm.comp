@@ -17,12 +17,6 @@
 // - RASTER: blocks are visited in groups of RASTER block-rows (column by column inside a
 //   group), so the workgroups resident at once share A rows and B columns in L2 instead of
 //   sweeping all of B for every block-row.
-// - PIPE (fast path): the K slices double-buffered in registers: slice k + 1's A and B loads are
-//   issued before slice k's products, so a load's latency hides behind a slice of tensor-core
-//   work instead of being waited out at every step (the bare products reach ~644 TFLOP/s on the
-//   H200, the loading kernel ~313). Two slices of operands live beside the accumulator, so it
-//   pairs with short slices (BK 16 or 32 on 128 invocations: 128 accumulator registers an
-//   invocation plus 2 x 32 or 2 x 64 of operands).
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_NV_cooperative_matrix2 : require
 #extension GL_KHR_memory_scope_semantics : require
@@ -62,9 +56,6 @@
 // variant: bf16_t256k64 ELEM_BF16 BM=128 BN=128 BK=64 THREADS=256
 // variant: f16_t64k64 ELEM_F16 BM=128 BN=64 BK=64 THREADS=64
 // variant: bf16_t64k64 ELEM_BF16 BM=128 BN=64 BK=64 THREADS=64
-// K slices of 16 on 128 invocations: the shortest slices, for PIPE (untimed).
-// variant: f16_t128k16 ELEM_F16 BM=128 BN=128 BK=16 THREADS=128
-// variant: bf16_t128k16 ELEM_BF16 BM=128 BN=128 BK=16 THREADS=128
 // (THREADS: invocations per workgroup, 256 unless given; 128 gives each invocation twice the
 // accumulator registers and may let more workgroups share a multiprocessor.)
 #ifdef ELEM_BF16
@@ -88,7 +79,6 @@ layout(constant_id = 1) const uint TRANS_B = 0;
 layout(constant_id = 2) const uint FAST = 1;
 layout(constant_id = 3) const uint RASTER = 1;
 layout(constant_id = 4) const uint UNROLL = 4;
-layout(constant_id = 5) const uint PIPE = 0;
 
 layout(push_constant) uniform Push {
     EIn a;
@@ -165,43 +155,21 @@ void main() {
         la = setTensorLayoutStrideNV(la, pc.lda & ~7u, 1);
         lb = setTensorLayoutStrideNV(lb, pc.ldb & ~7u, 1);
         uint aoff = a_off & ~7u, boff = b_off & ~7u;
-        if (PIPE != 0) {
-            // Invariant at the loop's top: (ma0, mb0) hold slice k0. Each trip loads slice
-            // k0 + BK into (ma1, mb1) and slice k0 + 2 BK (when there is one) into (ma0, mb0),
-            // each before the products of the slice loaded before it. K = n BK (interior), so
-            // after the loop at most one slice, already in (ma0, mb0), is left.
-            MAT_A ma0, ma1;
-            MAT_B mb0, mb1;
-            LOAD_AB(la, lb, ma0, mb0, 0, aoff, boff)
-            uint k0 = 0;
-            [[dont_unroll]] for (; k0 + 2 * BK <= pc.K; k0 += 2 * BK) {
-                LOAD_AB(la, lb, ma1, mb1, k0 + BK, aoff, boff)
-                acc = coopMatMulAdd(ma0, mb0, acc);
-                if (k0 + 2 * BK < pc.K) {
-                    LOAD_AB(la, lb, ma0, mb0, k0 + 2 * BK, aoff, boff)
-                }
-                acc = coopMatMulAdd(ma1, mb1, acc);
-            }
-            if (k0 < pc.K) {
-                acc = coopMatMulAdd(ma0, mb0, acc);
-            }
-        } else {
-            uint k0 = 0;
-            uint unrolled_end = pc.K - pc.K % (BK * UNROLL);
-            [[dont_unroll]] for (; k0 < unrolled_end; k0 += BK * UNROLL) {
-                [[unroll]] for (uint u = 0; u < UNROLL; ++u) {
-                    MAT_A ma;
-                    MAT_B mb;
-                    LOAD_AB(la, lb, ma, mb, k0 + u * BK, aoff, boff)
-                    acc = coopMatMulAdd(ma, mb, acc);
-                }
-            }
-            [[dont_unroll]] for (; k0 < pc.K; k0 += BK) {
+        uint k0 = 0;
+        uint unrolled_end = pc.K - pc.K % (BK * UNROLL);
+        [[dont_unroll]] for (; k0 < unrolled_end; k0 += BK * UNROLL) {
+            [[unroll]] for (uint u = 0; u < UNROLL; ++u) {
                 MAT_A ma;
                 MAT_B mb;
-                LOAD_AB(la, lb, ma, mb, k0, aoff, boff)
+                LOAD_AB(la, lb, ma, mb, k0 + u * BK, aoff, boff)
                 acc = coopMatMulAdd(ma, mb, acc);
             }
+        }
+        [[dont_unroll]] for (; k0 < pc.K; k0 += BK) {
+            MAT_A ma;
+            MAT_B mb;
+            LOAD_AB(la, lb, ma, mb, k0, aoff, boff)
+            acc = coopMatMulAdd(ma, mb, acc);
         }
     } else {
         // Edge blocks (and unaligned operands): clamp-to-zero layouts make any M, N, K work.
