@@ -19,13 +19,15 @@
 #   `export PACK=.dev/nx; source .dev/nx/prelude.sh; PART=key timeout 570 bash .dev/nx/next-suite.sh`
 # then PART=ab and PART=tests on the warm machine (BEST="..." names the decode switches of the
 # key table; default the shipped defaults: replay and GEMV loads ahead on, the lean attention
-# off; when part key's or ab's lean A/B wins, rerun key with BEST=VKFORMERS_DECODE_LEAN=1).
+# on (the lean attention the default on GPUs since the H100 A/B of docs/bench/h100-2026-12-05-c)).
 # After: `tools/device/stage.sh back`, $OUT to docs/bench/h200-DATE-X/.
 set -u
 PACK=${PACK:-.dev/nx}
 source "$PACK/prelude.sh"
 PART=${PART:-key}
-BEST=${BEST:-VKFORMERS_DECODE_LEAN=0}
+# The shipped defaults (lean decode attention on GPUs since 2026-12-05 08:28) unless BEST names
+# switches; VKFORMERS_DECODE_REPLAY=1 is a no-op that keeps `env` given a VAR=VALUE.
+BEST=${BEST:-VKFORMERS_DECODE_REPLAY=1}
 suite_start "$PART"
 # Every switch of the session off: the decode step as the 2026-12-05-a/b runs timed it.
 BASE="VKFORMERS_DECODE_REPLAY=0 VKFORMERS_DECODE_LEAN=0 VKFORMERS_GEMV_PREFETCH=0"
@@ -73,7 +75,7 @@ if [[ $PART == key ]]; then
     sec "generate beside transformers eager, one run, decode switches [$BEST] (the README table)"
     env $BEST python3 tools/bench/generate.py --vkformers "$V" --skip-compile --batches 1 8 64 \
         --prefill-lens 512 2048 --warmup 1 --repeats 3 --json "$OUT/generate.json" 2>&1 | tail -14 | tee -a "$LOG"
-    for sw in "VKFORMERS_DECODE_LEAN=1" "$BEST"; do
+    for sw in "VKFORMERS_DECODE_LEAN=0" "$BEST"; do
         sec "generate b1 b64, vkformers only [$sw] (the lean attention's A/B inside whole steps)"
         gen "$sw"
     done
