@@ -131,7 +131,7 @@ fn run(setup: Setup, commands: Receiver<Command>, ready: Sender<Result<usize, St
     let vocab = models.first().map_or(0, |m| m.spec.vocab);
     // Before the word that lets the server listen: no request meets a cold engine.
     if setup.warmup {
-        let cpu = ctx.caps().device_type == "cpu";
+        let cpu = ctx.caps().is_cpu();
         if let Err(e) = warm_up(&g, &mut engine, vocab, &setup, cpu) {
             return drop(ready.send(Err(format!("the warm-up failed: {e} (--no-warmup skips it)"))));
         }

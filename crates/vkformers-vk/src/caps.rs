@@ -87,6 +87,12 @@ pub struct Caps {
 }
 
 impl Caps {
+    /// Whether the device is a CPU (lavapipe, llvmpipe, SwiftShader): kernels pick their CPU
+    /// variants and policies by it.
+    pub fn is_cpu(&self) -> bool {
+        self.device_type == "cpu"
+    }
+
     /// True when a cooperative-matrix shape with these component types exists.
     pub fn has_coopmat(&self, ab: &str, acc: &str) -> bool {
         self.cooperative_matrix.iter().any(|s| s.a == ab && s.b == ab && s.c == acc && s.scope == "subgroup")

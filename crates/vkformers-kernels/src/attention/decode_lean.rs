@@ -92,11 +92,7 @@ pub fn preferred() -> Kernel {
 /// Where the lean kernel takes a call the split policy is still [`preferred`]'s: at head dims up
 /// to 64 both kernels' tiles are 128 keys, so the split counts are the same.
 pub fn preferred_on(caps: &Caps) -> Kernel {
-    FORCED.with(Cell::get).or(from_env()).unwrap_or(if caps.device_type == "cpu" {
-        Kernel::Tiled
-    } else {
-        Kernel::Lean
-    })
+    FORCED.with(Cell::get).or(from_env()).unwrap_or(if caps.is_cpu() { Kernel::Tiled } else { Kernel::Lean })
 }
 
 /// Keys of a tile (`BK`): 128 at head dims up to 64 (a thread a key), 64 above (two threads a

@@ -225,7 +225,7 @@ fn one_subgroup(caps: &Caps) -> bool {
         return false;
     }
     let fixed = caps.subgroup_size_min == CPU_THREADS && caps.subgroup_size_max == CPU_THREADS;
-    caps.device_type == "cpu" && caps.subgroup_size == CPU_THREADS && fixed
+    caps.is_cpu() && caps.subgroup_size == CPU_THREADS && fixed
 }
 
 /// Checks the shape fields: m within the kernel, leading dimensions, 32-bit indices.

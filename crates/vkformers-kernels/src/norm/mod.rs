@@ -105,7 +105,7 @@ fn row_groups(rows: u32) -> [u32; 3] {
 /// coroutines at each of the tree sum's barriers.
 fn cpu_variant(rec: &Recorder) -> bool {
     let c = rec.caps();
-    c.device_type == "cpu" && c.subgroup_size == 8
+    c.is_cpu() && c.subgroup_size == 8
 }
 
 /// The RMSNorm forward kernel of `p` and its grid: plain or fused with a residual add,
