@@ -82,16 +82,23 @@ if [[ $PART == key ]]; then
     sec "gemm 8192^3 bf16 beside torch.matmul: C in bf16 as torch (default now), then f32 C"
     python3 tools/bench/gemm.py --vkformers "$V" --sizes 8192 --dtypes bf16 2>&1 | tail -1 | tee -a "$LOG"
     python3 tools/bench/gemm.py --vkformers "$V" --sizes 8192 --dtypes bf16 --c32 2>&1 | tail -1 | tee -a "$LOG"
-    sec "gemm 8192^3 bf16: the three new tiles, and the shipped tile's unroll and raster"
-    for e in coopmat2-t128k128 coopmat2-t256k64 coopmat2-t64k64; do
-        python3 tools/bench/gemm.py --vkformers "$V" --sizes 8192 --dtypes bf16 --engine $e 2>&1 | tail -1 |
-            sed "s/^/$e /" | tee -a "$LOG"
+    sec "gemm 8192^3 bf16, the fast path's loads through a 16-byte pointer type (VKFORMERS_CM2_PTR16=1)"
+    VKFORMERS_CM2_PTR16=1 python3 tools/bench/gemm.py --vkformers "$V" --sizes 8192 --dtypes bf16 2>&1 | tail -1 | tee -a "$LOG"
+    VKFORMERS_CM2_PTR16=1 python3 tools/bench/gemm.py --vkformers "$V" --sizes 4096 2048 --dtypes bf16 2>&1 | tail -2 | tee -a "$LOG"
+    python3 tools/bench/gemm.py --vkformers "$V" --sizes 4096 2048 --dtypes bf16 2>&1 | tail -2 | tee -a "$LOG"
+    for e in coopmat2-t128k64 coopmat2-t128 coopmat2 coopmat2-wide coopmat2-wide64 coopmat2-tall64; do
+        for p in 0 1; do
+            "$V" bench gemm --m 8192 --n 8192 --k 8192 --dtype bf16 --c16 --engine $e --ptr16 $p --iters 20 2>&1 |
+                tail -1 | sed "s/^/$e ptr16 $p: /" | tee -a "$LOG"
+        done
     done
-    for ur in "2 1" "4 1" "16 1" "8 2" "8 4"; do
-        set -- $ur
-        "$V" bench gemm --m 8192 --n 8192 --k 8192 --dtype bf16 --c16 --engine coopmat2-t128k64 --unroll $1 \
-            --raster $2 --iters 20 2>&1 | tail -1 | sed "s/^/unroll $1 raster $2: /" | tee -a "$LOG"
-    done
+    sec "b1 decode profile, shipped defaults (a profile records every step: no replay under --profile)"
+    "$V" generate --model "$M" --prompt-ids-file /tmp/b1.jsonl --max-new-tokens 128 --greedy --profile 2>&1 |
+        tail -16 | tee -a "$LOG"
+    sec "bench gemv at batch 1: W in L2 (1 copy) against W streamed from memory (22 copies, as in a step)"
+    "$V" bench gemv --rows 1 --copies 1 2>&1 | tail -6 | tee -a "$LOG"
+    "$V" bench gemv --rows 1 --copies 22 2>&1 | tail -6 | tee -a "$LOG"
+    "$V" bench gemv --rows 1 --copies 22 --normed --shapes 2560x2048,11264x2048 --max-groups 0,264 2>&1 | tail -5 | tee -a "$LOG"
     sec done
     exit 0
 fi

@@ -10,7 +10,8 @@ shift
 cd "$(dirname "$0")/../.."
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
-cargo build --release --locked -p vkformers-cli
+# Without the `mpi` feature: the device machine has no MPI library, and its calls run one GPU.
+cargo build --release --locked -p vkformers-cli --no-default-features
 cp target/release/vkformers "$stage/vkformers"
 for spec in "$@"; do
     crate=${spec%%:*}

@@ -42,6 +42,9 @@ pub struct GemmArgs {
     raster: Option<u32>,
     #[arg(long)]
     unroll: Option<u32>,
+    /// Fast-path loads through a 16-byte-aligned pointer type (0/1; default VKFORMERS_CM2_PTR16).
+    #[arg(long)]
+    ptr16: Option<u32>,
     /// KHR kernels: cost probes (bits: 1 fragments from global, 2 no later fetches, 4 no
     /// barriers); the result is not the product, so it is not checked.
     #[arg(long, default_value_t = 0)]
@@ -137,9 +140,6 @@ pub fn gemm(selector: &DeviceSelector, args: &GemmArgs) -> anyhow::Result<ExitCo
         "coopmat2-tall" => Engine::Coopmat2Tall,
         "coopmat2-t128" => Engine::Coopmat2T128,
         "coopmat2-t128k64" => Engine::Coopmat2T128K64,
-        "coopmat2-t128k128" => Engine::Coopmat2T128K128,
-        "coopmat2-t256k64" => Engine::Coopmat2T256K64,
-        "coopmat2-t64k64" => Engine::Coopmat2T64K64,
         "coopmat2-skinny64" => Engine::Coopmat2Skinny64,
         "coopmat2-skinny32" => Engine::Coopmat2Skinny32,
         other => {
@@ -154,6 +154,9 @@ pub fn gemm(selector: &DeviceSelector, args: &GemmArgs) -> anyhow::Result<ExitCo
     }
     if let Some(u) = args.unroll {
         desc.tuning.unroll = u;
+    }
+    if let Some(p) = args.ptr16 {
+        desc.tuning.ptr16 = p != 0;
     }
     desc.tuning.probe = args.probe;
     desc.c_half = args.c16;

@@ -47,6 +47,11 @@ pub struct GemvBenchArgs {
     /// default: `VKFORMERS_GEMV_MAX_GROUPS` (none).
     #[arg(long, value_delimiter = ',')]
     max_groups: Vec<u32>,
+    /// Copies of each W the chain cycles through (call i reads copy i mod N): 1 times a W that
+    /// stays in L2 when it fits (~50 MB on an H100/H200); 22 (a layer's worth each, as a decode
+    /// step reads) times the products streaming from memory, as they do inside a step.
+    #[arg(long, default_value_t = 1)]
+    copies: usize,
     /// Milliseconds of untimed chains before each measurement (the clocks ramp under load).
     #[arg(long, default_value_t = 1500)]
     warm_ms: u64,
@@ -74,6 +79,8 @@ fn parse_rows(s: &str) -> anyhow::Result<Vec<u32>> {
 /// residual and sum.
 struct Operands {
     w: Buffer,
+    /// `--copies` - 1 more buffers holding W's bytes.
+    more_w: Vec<Buffer>,
     w_vals: Vec<f32>,
     x: Buffer,
     y: Buffer,
@@ -82,11 +89,12 @@ struct Operands {
     hs: Buffer,
 }
 
-fn operands(ctx: &Context, desc: &GemvDesc) -> anyhow::Result<Operands> {
+fn operands(ctx: &Context, desc: &GemvDesc, copies: usize) -> anyhow::Result<Operands> {
     let (m, n, k) = (desc.m as usize, desc.n as usize, desc.k as usize);
     let (w_bytes, w_vals) = crate::bench::portable_operand(n * k, desc.dtype, 1);
     Ok(Operands {
         w: ctx.buffer_from(&w_bytes, "w")?,
+        more_w: (1..copies.max(1)).map(|_| ctx.buffer_from(&w_bytes, "w copy")).collect::<Result<_, _>>()?,
         w_vals,
         x: ctx.buffer_from(&Rng::new(2).vec(m * k, 1.0), "x")?,
         y: ctx.buffer((m * n * 4) as u64, "y")?,
@@ -145,8 +153,15 @@ fn check_samples(ctx: &Context, desc: &GemvDesc, o: &Operands, normed: bool) -> 
     Ok(worst)
 }
 
-/// One call: the plain product, or the normed one (residual added, gain w).
-fn record_call(rec: &mut vkformers_vk::Recorder, desc: &GemvDesc, o: &Operands, normed: bool) -> anyhow::Result<()> {
+/// Call `i`: the plain product, or the normed one (residual added, gain w), on copy i of W.
+fn record_call(
+    rec: &mut vkformers_vk::Recorder,
+    desc: &GemvDesc,
+    o: &Operands,
+    (normed, i): (bool, usize),
+) -> anyhow::Result<()> {
+    let copy = i % (o.more_w.len() + 1);
+    let w = if copy == 0 { &o.w } else { &o.more_w[copy - 1] };
     if normed {
         let norm = NormedInput {
             gain: Some(o.gain.view()),
@@ -155,9 +170,9 @@ fn record_call(rec: &mut vkformers_vk::Recorder, desc: &GemvDesc, o: &Operands, 
             residual: Some((o.r.view(), o.hs.view())),
             normed: None,
         };
-        gemv::gemv_group_normed(rec, desc, o.x.view(), &norm, &[(desc.n, o.w.view(), o.y.view())])?;
+        gemv::gemv_group_normed(rec, desc, o.x.view(), &norm, &[(desc.n, w.view(), o.y.view())])?;
     } else {
-        gemv::gemv(rec, desc, o.x.view(), o.w.view(), None, o.y.view())?;
+        gemv::gemv(rec, desc, o.x.view(), w.view(), None, o.y.view())?;
     }
     Ok(())
 }
@@ -168,11 +183,12 @@ pub fn gemv_bench(selector: &DeviceSelector, args: &GemvBenchArgs) -> anyhow::Re
     let ctx = Context::new(selector)?;
     let copy = copy_bandwidth(&ctx)?;
     println!(
-        "{}: decode GEMV, {:?} weights{}, chains of {} dependent calls; a 256 MiB copy moves {:.0} GB/s",
+        "{}: decode GEMV, {:?} weights{}, chains of {} dependent calls over {} copies of W; a 256 MiB copy moves {:.0} GB/s",
         ctx.caps().name,
         dt,
         if args.normed { ", RMSNorm + residual inside" } else { "" },
         args.calls,
+        args.copies.max(1),
         copy / 1e9
     );
     let tunings = tunings_of(args);
@@ -209,9 +225,13 @@ fn time_one(
     copy: f64,
 ) -> anyhow::Result<()> {
     let (m, n, k) = (desc.m, desc.n, desc.k);
-    let o = operands(ctx, &desc)?;
+    let o = operands(ctx, &desc, args.copies)?;
+    let mut i = 0;
     let (per_call, medians) = gemv::with_tuning(tuning, || {
-        crate::bench::time_chain(ctx, (args.calls, args.warm_ms), |rec| record_call(rec, &desc, &o, args.normed))
+        crate::bench::time_chain(ctx, (args.calls, args.warm_ms), |rec| {
+            i += 1;
+            record_call(rec, &desc, &o, (args.normed, i))
+        })
     })?;
     let err = check_samples(ctx, &desc, &o, args.normed)?;
     if err > 1e-4 {

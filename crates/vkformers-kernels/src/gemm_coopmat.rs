@@ -36,15 +36,6 @@ pub enum Engine {
     Coopmat2T128,
     /// `VK_NV_cooperative_matrix2`, 128 x 128 tiles on 128 invocations, K slices of 64.
     Coopmat2T128K64,
-    /// `VK_NV_cooperative_matrix2`, 128 x 128 tiles on 128 invocations, K slices of 128 (a
-    /// candidate, untimed).
-    Coopmat2T128K128,
-    /// `VK_NV_cooperative_matrix2`, 128 x 128 tiles on 256 invocations, K slices of 64 (a
-    /// candidate, untimed).
-    Coopmat2T256K64,
-    /// `VK_NV_cooperative_matrix2`, 128 x 64 tiles on 64 invocations, K slices of 64 (a
-    /// candidate, untimed).
-    Coopmat2T64K64,
     /// `VK_NV_cooperative_matrix2`, 64 x 64 tiles on 128 invocations, K slices of 64 (few-row
     /// products such as a batch-64 decode step: twice the workgroups of 64 x 128).
     Coopmat2Skinny64,
@@ -54,7 +45,7 @@ pub enum Engine {
 
 impl Engine {
     /// Every concrete engine (for sweeps).
-    pub const ALL: [Engine; 16] = [
+    pub const ALL: [Engine; 13] = [
         Engine::Coopmat,
         Engine::Coopmat2,
         Engine::Coopmat2Wide,
@@ -66,9 +57,6 @@ impl Engine {
         Engine::Coopmat2Tall,
         Engine::Coopmat2T128,
         Engine::Coopmat2T128K64,
-        Engine::Coopmat2T128K128,
-        Engine::Coopmat2T256K64,
-        Engine::Coopmat2T64K64,
         Engine::Coopmat2Skinny64,
         Engine::Coopmat2Skinny32,
     ];
@@ -95,12 +83,21 @@ pub struct Tuning {
     pub unroll: u32,
     /// KHR kernels: bench-only cost probes (see the shader; 0 computes the product).
     pub probe: u32,
+    /// Fast-path loads through a 16-byte-aligned pointer type (when both pointers are).
+    pub ptr16: bool,
 }
 
 impl Default for Tuning {
     fn default() -> Self {
-        Tuning { fast: true, raster: 1, unroll: 8, probe: 0 }
+        Tuning { fast: true, raster: 1, unroll: 8, probe: 0, ptr16: ptr16_default() }
     }
+}
+
+/// The 16-byte pointer type on the fast path: off unless `VKFORMERS_CM2_PTR16=1` (an A/B switch
+/// until the H200 has timed it against the 2-byte type).
+fn ptr16_default() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("VKFORMERS_CM2_PTR16").as_deref() == Ok("1"))
 }
 
 /// Operand element type of the tensor-core path.
@@ -290,14 +287,6 @@ fn kernel(engine: Engine, elem: Elem) -> (&'static KernelCode, u32, u32) {
         (Engine::Coopmat2T128, Bf16) => tile!(MATMUL_COOPMAT2_GEMM_BF16_T128, matmul_coopmat2_gemm_bf16_t128),
         (Engine::Coopmat2T128K64, F16) => tile!(MATMUL_COOPMAT2_GEMM_F16_T128K64, matmul_coopmat2_gemm_f16_t128k64),
         (Engine::Coopmat2T128K64, Bf16) => tile!(MATMUL_COOPMAT2_GEMM_BF16_T128K64, matmul_coopmat2_gemm_bf16_t128k64),
-        (Engine::Coopmat2T128K128, F16) => tile!(MATMUL_COOPMAT2_GEMM_F16_T128K128, matmul_coopmat2_gemm_f16_t128k128),
-        (Engine::Coopmat2T128K128, Bf16) => {
-            tile!(MATMUL_COOPMAT2_GEMM_BF16_T128K128, matmul_coopmat2_gemm_bf16_t128k128)
-        }
-        (Engine::Coopmat2T256K64, F16) => tile!(MATMUL_COOPMAT2_GEMM_F16_T256K64, matmul_coopmat2_gemm_f16_t256k64),
-        (Engine::Coopmat2T256K64, Bf16) => tile!(MATMUL_COOPMAT2_GEMM_BF16_T256K64, matmul_coopmat2_gemm_bf16_t256k64),
-        (Engine::Coopmat2T64K64, F16) => tile!(MATMUL_COOPMAT2_GEMM_F16_T64K64, matmul_coopmat2_gemm_f16_t64k64),
-        (Engine::Coopmat2T64K64, Bf16) => tile!(MATMUL_COOPMAT2_GEMM_BF16_T64K64, matmul_coopmat2_gemm_bf16_t64k64),
         (Engine::Coopmat2Skinny64, F16) => tile!(MATMUL_COOPMAT2_GEMM_F16_SKINNY64, matmul_coopmat2_gemm_f16_skinny64),
         (Engine::Coopmat2Skinny64, Bf16) => {
             tile!(MATMUL_COOPMAT2_GEMM_BF16_SKINNY64, matmul_coopmat2_gemm_bf16_skinny64)
@@ -413,7 +402,14 @@ pub fn gemm_coopmat(
         vec![u32::from(d.trans_a), u32::from(d.trans_b), d.tuning.probe]
     } else {
         let t = d.tuning;
-        vec![u32::from(d.trans_a), u32::from(d.trans_b), u32::from(t.fast), t.raster.max(1), t.unroll.max(1)]
+        vec![
+            u32::from(d.trans_a),
+            u32::from(d.trans_b),
+            u32::from(t.fast),
+            t.raster.max(1),
+            t.unroll.max(1),
+            u32::from(t.ptr16),
+        ]
     };
     dispatch(rec, k, &spec, &[read(a), read(b), c_arg, read(bias_view)], &push, groups)?;
     rec.set_flops(d.flops());

@@ -9,11 +9,13 @@
 //   B not transposed: B[k, n] at b_off + k*ldb + n;   transposed (stored N x K): at b_off + n*ldb + k.
 // One workgroup computes a BM x BN block of C, stepping through K in BK slices.
 //
-// Two refinements, each a specialization constant so they can be measured apart:
+// Three refinements, each a specialization constant so they can be measured apart:
 // - FAST: a block lying wholly inside C, with K a multiple of BK and every stride and offset a
 //   multiple of 8 elements (16 bytes), loads through layouts without clamping and with strides
 //   the compiler can see are 16-byte multiples (`& ~7u` is a no-op on the values but tells it),
 //   so the driver may use vector loads; the K loop is unrolled UNROLL slices at a time.
+// - PTR16: the fast path's loads through a pointer type declared 16-byte aligned (when both
+//   operand pointers are), so the loads' SPIR-V alignment says what the driver may vectorise.
 // - RASTER: blocks are visited in groups of RASTER block-rows (column by column inside a
 //   group), so the workgroups resident at once share A rows and B columns in L2 instead of
 //   sweeping all of B for every block-row.
@@ -47,15 +49,6 @@
 // variant: bf16_skinny64 ELEM_BF16 BM=64 BN=64 BK=64 THREADS=128
 // variant: f16_skinny32 ELEM_F16 BM=64 BN=32 BK=64 THREADS=128
 // variant: bf16_skinny32 ELEM_BF16 BM=64 BN=32 BK=64 THREADS=128
-// Untimed candidates toward issue 13's GEMM ratio (the sweeps of 2026-12-03/04 found 128 x 128
-// on 128 invocations with K slices of 64 best; these vary one thing each): K slices of 128,
-// the same tile on 256 invocations, and a 128 x 64 tile on 64 invocations.
-// variant: f16_t128k128 ELEM_F16 BM=128 BN=128 BK=128 THREADS=128
-// variant: bf16_t128k128 ELEM_BF16 BM=128 BN=128 BK=128 THREADS=128
-// variant: f16_t256k64 ELEM_F16 BM=128 BN=128 BK=64 THREADS=256
-// variant: bf16_t256k64 ELEM_BF16 BM=128 BN=128 BK=64 THREADS=256
-// variant: f16_t64k64 ELEM_F16 BM=128 BN=64 BK=64 THREADS=64
-// variant: bf16_t64k64 ELEM_BF16 BM=128 BN=64 BK=64 THREADS=64
 // (THREADS: invocations per workgroup, 256 unless given; 128 gives each invocation twice the
 // accumulator registers and may let more workgroups share a multiprocessor.)
 #ifdef ELEM_BF16
@@ -69,6 +62,10 @@
 
 layout(buffer_reference, std430, buffer_reference_align = 2) readonly buffer EIn { ELEM v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 2) buffer EBuf { ELEM v[]; };
+// The same operands seen through a 16-byte-aligned pointer type: a load through a physical
+// pointer carries its type's alignment (SPIR-V `Aligned`), and 2 tells the driver nothing it can
+// vectorise; the fast path uses this type when PTR16 is on and both pointers are 16-byte aligned.
+layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer EIn16 { ELEM v[]; };
 
 #ifndef THREADS
 #define THREADS 256
@@ -79,6 +76,7 @@ layout(constant_id = 1) const uint TRANS_B = 0;
 layout(constant_id = 2) const uint FAST = 1;
 layout(constant_id = 3) const uint RASTER = 1;
 layout(constant_id = 4) const uint UNROLL = 4;
+layout(constant_id = 5) const uint PTR16 = 0;
 
 layout(push_constant) uniform Push {
     EIn a;
@@ -123,15 +121,16 @@ uvec2 block_of_workgroup() {
 }
 
 // Loads the BK-slice of A and B at k0 through the layouts la, lb (storage order, strides set).
-#define LOAD_AB(la, lb, ma, mb, k0, aoff, boff)                                                   \
+#define LOAD_AB_FROM(pa, pb, la, lb, ma, mb, k0, aoff, boff)                                     \
     if (TRANS_A == 0)                                                                           \
-        coopMatLoadTensorNV(ma, pc.a.v, aoff, sliceTensorLayoutNV(la, m0, BM, k0, BK));         \
+        coopMatLoadTensorNV(ma, pa.v, aoff, sliceTensorLayoutNV(la, m0, BM, k0, BK));           \
     else                                                                                        \
-        coopMatLoadTensorNV(ma, pc.a.v, aoff, sliceTensorLayoutNV(la, k0, BK, m0, BM), transposed); \
+        coopMatLoadTensorNV(ma, pa.v, aoff, sliceTensorLayoutNV(la, k0, BK, m0, BM), transposed); \
     if (TRANS_B == 0)                                                                           \
-        coopMatLoadTensorNV(mb, pc.b.v, boff, sliceTensorLayoutNV(lb, k0, BK, n0, BN));         \
+        coopMatLoadTensorNV(mb, pb.v, boff, sliceTensorLayoutNV(lb, k0, BK, n0, BN));           \
     else                                                                                        \
-        coopMatLoadTensorNV(mb, pc.b.v, boff, sliceTensorLayoutNV(lb, n0, BN, k0, BK), transposed);
+        coopMatLoadTensorNV(mb, pb.v, boff, sliceTensorLayoutNV(lb, n0, BN, k0, BK), transposed);
+#define LOAD_AB(la, lb, ma, mb, k0, aoff, boff) LOAD_AB_FROM(pc.a, pc.b, la, lb, ma, mb, k0, aoff, boff)
 
 #define SET_DIMS(la, lb)                                                                        \
     la = TRANS_A == 0 ? setTensorLayoutDimensionNV(la, pc.M, pc.K) : setTensorLayoutDimensionNV(la, pc.K, pc.M); \
@@ -157,6 +156,18 @@ void main() {
         uint aoff = a_off & ~7u, boff = b_off & ~7u;
         uint k0 = 0;
         uint unrolled_end = pc.K - pc.K % (BK * UNROLL);
+        bool ptr16 = PTR16 != 0 && ((uint64_t(pc.a) | uint64_t(pc.b)) & 15ul) == 0;
+        if (ptr16) {
+            EIn16 a16 = EIn16(uint64_t(pc.a)), b16 = EIn16(uint64_t(pc.b));
+            [[dont_unroll]] for (; k0 < unrolled_end; k0 += BK * UNROLL) {
+                [[unroll]] for (uint u = 0; u < UNROLL; ++u) {
+                    MAT_A ma;
+                    MAT_B mb;
+                    LOAD_AB_FROM(a16, b16, la, lb, ma, mb, k0 + u * BK, aoff, boff)
+                    acc = coopMatMulAdd(ma, mb, acc);
+                }
+            }
+        }
         [[dont_unroll]] for (; k0 < unrolled_end; k0 += BK * UNROLL) {
             [[unroll]] for (uint u = 0; u < UNROLL; ++u) {
                 MAT_A ma;

@@ -352,9 +352,17 @@ fn probe() -> u32 {
 }
 
 /// Splits of each row for a call whose longest row has `max_len` keys, with [`tile_keys`]' tile
-/// (or, where the lean kernel is preferred, its tile: [`super::decode_lean::tile_keys`]).
+/// (or, where the lean kernel is preferred, its tile: [`super::decode_lean::tile_keys`]), for the
+/// kernel [`super::decode_lean::preferred`] names (no device: tiled unless forced or set).
 pub fn splits(s: &DecodeShape, max_len: u32) -> u32 {
-    if decode_lean::plans(s) {
+    splits_for_kernel(s, max_len, decode_lean::preferred())
+}
+
+/// [`splits`] for `kernel`: callers pass the kernel a call on their device takes
+/// ([`super::decode_lean::preferred_on`]: the lean one on GPUs unless set otherwise), so the split
+/// counts are the ones chosen for the kernel that runs them.
+pub fn splits_for_kernel(s: &DecodeShape, max_len: u32, kernel: Kernel) -> u32 {
+    if decode_lean::plans(s, kernel) {
         return splits_least(s, max_len, decode_lean::split_keys(s.d));
     }
     splits_for(s, max_len, tile_keys(s))
@@ -789,6 +797,18 @@ mod tests {
     /// `splits_for` with the tile the small-tile policy picks.
     fn small_policy_splits(s: &DecodeShape, max_len: u32) -> u32 {
         splits_for(s, max_len, tile_keys_for(s, true))
+    }
+
+    /// Split counts follow the kernel that runs the call: at d128 the lean kernel's 64-key tiles
+    /// allow splits of 64 keys (300 keys: 5), the tiled kernel's 128-key ones 3; at d64 both
+    /// tiles are 128 keys and the counts agree.
+    #[test]
+    fn split_counts_are_chosen_for_the_kernel_that_runs() {
+        let d128 = shape(1, 1, 32, 8, 128);
+        assert_eq!(splits_for_kernel(&d128, 300, Kernel::Lean), 5);
+        assert_eq!(splits_for_kernel(&d128, 300, Kernel::Tiled), 3);
+        let d64 = shape(1, 1, 32, 4, 64);
+        assert_eq!(splits_for_kernel(&d64, 640, Kernel::Lean), splits_for_kernel(&d64, 640, Kernel::Tiled));
     }
 
     /// Every kernel the tables hold was compiled with the key tile, query rows and head dim the

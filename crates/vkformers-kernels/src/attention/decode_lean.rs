@@ -8,12 +8,12 @@
 //! It runs f32 q/o over f16 or bf16 pools, head dims up to 128 that are a multiple of 8 (16-byte
 //! aligned pools), values in a pool of their own (`dv = v_row = d`), on devices with subgroup
 //! arithmetic and shuffles; every mask, softcap, ALiBi, sinks and Tq > 1 as [`super::decode`].
-//! [`super::decode::forward_with`] takes it when [`preferred`] says so and it [`supports`] the
-//! call, else today's kernel. Which is preferred: `VKFORMERS_DECODE_LEAN=1` (read once; default
-//! off until an H200 run says it is faster), or [`with_kernel`] for the calls of one closure
-//! (tests, `vkformers bench decode --kernel`).
+//! [`super::decode::forward_with`] takes it when [`preferred_on`] says so and it [`supports`] the
+//! call, else today's kernel. Which is preferred: `VKFORMERS_DECODE_LEAN=1` / `=0` (read once),
+//! or [`with_kernel`] for the calls of one closure (tests, `vkformers bench decode --kernel`), else
+//! the device type (lean on GPUs, tiled on CPU devices).
 //!
-//! Splits: [`super::decode::splits`] keeps the tiled kernel's policy (enough workgroups for a
+//! Splits: [`super::decode::splits_for_kernel`] keeps the tiled kernel's policy (enough workgroups for a
 //! large GPU, no split under one tile) with the lean tile ([`tile_keys`]: 128 keys at d64, 64 at
 //! d128) and [`split_keys`]' floor (`VKFORMERS_DECODE_LEAN_SPLIT_KEYS`), so TinyLlama at batch 1
 //! over 640 keys runs 5 splits of one tile either way and an A/B compares kernels, not policies.
@@ -89,8 +89,9 @@ pub fn preferred() -> Kernel {
 /// 0 tiled) when set; else lean on GPUs and tiled on CPU devices. On an H100 inside whole decode
 /// steps of the 1.1B bf16 model the lean kernel made batch 1 446 against 342 tokens/s and batch
 /// 64 16,820 against 13,944 (`docs/bench/h100-2026-12-05-c`); on lavapipe it is ~25% slower.
-/// Where the lean kernel takes a call the split policy is still [`preferred`]'s: at head dims up
-/// to 64 both kernels' tiles are 128 keys, so the split counts are the same.
+/// The paged cache chooses split counts for this kernel too
+/// ([`super::decode::splits_for_kernel`]), so at head dims over 64 lean calls get its 64-key tiles'
+/// splits, not the tiled kernel's.
 pub fn preferred_on(caps: &Caps) -> Kernel {
     FORCED.with(Cell::get).or(from_env()).unwrap_or(if caps.is_cpu() { Kernel::Tiled } else { Kernel::Lean })
 }
@@ -176,11 +177,11 @@ pub(crate) fn unsupported(caps: &Caps, s: &DecodeShape, opt: &DecodeOptions<'_>,
     (need > caps.max_shared_memory).then(|| format!("{need} bytes of shared memory"))
 }
 
-/// Whether [`super::decode::splits`] should choose for the lean kernel: it is preferred and its
-/// head dims fit (the rest of [`unsupported`] is not known from the shape; any split count runs on
-/// either kernel, so a wrong guess costs time only).
-pub(crate) fn plans(s: &DecodeShape) -> bool {
-    preferred() == Kernel::Lean && s.d <= MAX_HEAD_DIM && s.dv == s.d
+/// Whether the split policy should choose for the lean kernel when `kernel` is the preferred one:
+/// it is the lean kernel and its head dims fit (the rest of [`unsupported`] is not known from the
+/// shape; any split count runs on either kernel, so a wrong guess costs time only).
+pub(crate) fn plans(s: &DecodeShape, kernel: Kernel) -> bool {
+    kernel == Kernel::Lean && s.d <= MAX_HEAD_DIM && s.dv == s.d
 }
 
 #[cfg(test)]

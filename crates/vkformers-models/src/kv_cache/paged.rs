@@ -4,6 +4,7 @@
 
 use std::cell::RefCell;
 use vkformers_kernels::attention::decode::{self, DecodeOptions, DecodeOutputs, DecodeShape, PagedInputs, Pools};
+use vkformers_kernels::attention::decode_lean::{self, Kernel};
 use vkformers_kernels::attention::rope_store::{self, NewRows};
 use vkformers_kernels::dtype::cast;
 use vkformers_kernels::rope::{Rope, RopeLayout};
@@ -141,8 +142,9 @@ pub(crate) struct LayerPool {
     /// The split decode attention's per-tile counters (`decode::counter_words` uint32, zero
     /// between calls), grown with the batch.
     counters: RefCell<Option<Tensor>>,
-    /// The sizes of the layer's last decode-attention call (what a replay of the step keeps).
-    last_shape: std::cell::Cell<Option<DecodeShape>>,
+    /// The sizes of the layer's last decode-attention call (what a replay of the step keeps) and
+    /// the kernel its split count was chosen for.
+    last_shape: std::cell::Cell<Option<(DecodeShape, Kernel)>>,
 }
 
 impl LayerPool {
@@ -193,8 +195,9 @@ impl LayerPool {
         self.kv_heads * self.head_dim * if self.values_are_keys { 1 } else { 2 }
     }
 
-    /// The sizes of the layer's last decode-attention call, if it ran one.
-    pub(crate) fn last_shape(&self) -> Option<DecodeShape> {
+    /// The sizes of the layer's last decode-attention call, if it ran one, and the kernel its
+    /// split count was chosen for.
+    pub(crate) fn last_shape(&self) -> Option<(DecodeShape, Kernel)> {
         self.last_shape.get()
     }
 
@@ -388,8 +391,9 @@ impl LayerPool {
     /// The splits of a call of `shape` over the step's rows, and its work buffer and counters
     /// when it splits.
     fn split_buffers(&self, g: &Graph<'_>, shape: &DecodeShape, st: &StepTables) -> Result<SplitBuffers> {
-        self.last_shape.set(Some(*shape));
-        let splits = decode::splits(shape, st.max_len as u32);
+        let kernel = decode_lean::preferred_on(g.ctx().caps());
+        self.last_shape.set(Some((*shape, kernel)));
+        let splits = decode::splits_for_kernel(shape, st.max_len as u32, kernel);
         if splits == 1 {
             return Ok((1, None, None));
         }

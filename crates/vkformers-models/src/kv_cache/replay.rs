@@ -28,7 +28,9 @@ impl KvCache {
         let next = self.selected.borrow().iter().map(|&r| lens[r]).max().unwrap_or(0) + 1;
         let shapes: Option<Vec<_>> = self.layers.borrow().iter().map(|l| l.last_shape()).collect();
         let Some(shapes) = shapes else { return 0 };
-        let split = |k: usize| -> Vec<u32> { shapes.iter().map(|s| decode::splits(s, (next + k) as u32)).collect() };
+        let split = |k: usize| -> Vec<u32> {
+            shapes.iter().map(|(s, kernel)| decode::splits_for_kernel(s, (next + k) as u32, *kernel)).collect()
+        };
         let first = split(0);
         (0..most).take_while(|&k| split(k) == first).count()
     }
