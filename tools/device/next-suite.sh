@@ -99,32 +99,23 @@ if [[ $PART == key ]]; then
     "$V" bench gemv --rows 1 --copies 1 2>&1 | tail -6 | tee -a "$LOG"
     "$V" bench gemv --rows 1 --copies 22 2>&1 | tail -6 | tee -a "$LOG"
     "$V" bench gemv --rows 1 --copies 22 --normed --shapes 2560x2048,11264x2048 --max-groups 0,264 2>&1 | tail -5 | tee -a "$LOG"
+    "$V" bench gemv --rows 1,4 --copies 22 --shapes 2048x5632 --pipe 0,1 2>&1 | tail -4 | tee -a "$LOG"
+    sec "generate b1 b64, a block's next GEMV chunk pair loaded ahead (VKFORMERS_GEMV_PIPE=1)"
+    gen "VKFORMERS_GEMV_PIPE=1"
     sec done
     exit 0
 fi
 if [[ $PART == tests ]]; then
-    sec "tests of the new kernels and paths on NVIDIA's compiler"
-    for n in step_replay sample replay lean_decode attention_decode attention_decode_rope_in gemv gemv_normed \
-        gemv_prefetch; do
-        TT=120 t $n
+    sec "tests on NVIDIA's compiler: the cm2 GEMM (every engine, PTR16 on and off), the decode attention, lean and replayed steps"
+    TT=330 t gemm_coopmat
+    for n in attention_decode lean_decode replay gemv_prefetch; do
+        TT=100 t $n
     done
-    VKFORMERS_DECODE_LEAN=1 TT=120 t rope_in_attention
-    sec "the cm2 GEMM test (every engine, the new tiles and the double-buffered K loop included)"
-    TT=200 t gemm_coopmat
-    # The launchers' shared checks (cm2 attention: only compiled and reviewed on lavapipe) and
-    # GELU's erf through one Horner helper (session of 08:28), on NVIDIA's compiler.
-    for n in attention_cm2 activation glu; do
-        TT=120 t $n
+    sec "train.py 134M with the 16-byte pointer type on the cm2 GEMM and off (vkformers only)"
+    for p in 1 0; do
+        VKFORMERS_CM2_PTR16=$p timeout 100 python3 tools/bench/train.py --vkformers "$V" --shapes 134m --skip-torch \
+            --steps 6 2>&1 | grep -E "vkformers|tok" | tail -2 | sed "s/^/ptr16 $p: /" | tee -a "$LOG"
     done
-    # Two older untimed A/Bs of the batch-64 step (2026-12-05 session 13): decode rows' products
-    # unsplit along K, and decode-attention row tiles of 4 query heads.
-    for sw in "VKFORMERS_SKINNY_SPLIT_K=0" "VKFORMERS_DECODE_TILE_ROWS=4" "VKFORMERS_DECODE_LEAN=1 VKFORMERS_SKINNY_SPLIT_K=0"; do
-        sec "generate b64 [$sw]"
-        env $sw python3 tools/bench/generate.py --vkformers "$V" --skip-eager --skip-compile --batches 64 \
-            --prefill-lens 512 --warmup 1 --repeats 3 2>&1 | grep -E '^b[0-9]' | tee -a "$LOG"
-    done
-    sec "greedy parity on the H200 (replay on by default)"
-    TT=150 t greedy
     sec done
     exit 0
 fi

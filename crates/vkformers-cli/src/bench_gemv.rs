@@ -47,6 +47,10 @@ pub struct GemvBenchArgs {
     /// default: `VKFORMERS_GEMV_MAX_GROUPS` (none).
     #[arg(long, value_delimiter = ',')]
     max_groups: Vec<u32>,
+    /// A block's next chunk pair loaded while the current one is multiplied (`PIPE`): 0, 1 or
+    /// both, each with each `--prefetch` and `--max-groups`; default: `VKFORMERS_GEMV_PIPE` (off).
+    #[arg(long, value_delimiter = ',')]
+    pipe: Vec<u8>,
     /// Copies of each W the chain cycles through (call i reads copy i mod N): 1 times a W that
     /// stays in L2 when it fits (~50 MB on an H100/H200); 22 (a layer's worth each, as a decode
     /// step reads) times the products streaming from memory, as they do inside a step.
@@ -202,19 +206,25 @@ pub fn gemv_bench(selector: &DeviceSelector, args: &GemvBenchArgs) -> anyhow::Re
     Ok(ExitCode::SUCCESS)
 }
 
-/// Every pair of `--max-groups` and `--prefetch` (each defaulting to the environment's).
+/// Every combination of `--max-groups`, `--pipe` and `--prefetch` (each defaulting to the environment's).
 fn tunings_of(args: &GemvBenchArgs) -> Vec<gemv::Tuning> {
     let env = gemv::Tuning::from_env();
     let prefetch: Vec<bool> =
         if args.prefetch.is_empty() { vec![env.prefetch] } else { args.prefetch.iter().map(|&p| p != 0).collect() };
+    let pipe: Vec<bool> =
+        if args.pipe.is_empty() { vec![env.pipe] } else { args.pipe.iter().map(|&p| p != 0).collect() };
     let caps: Vec<Option<u32>> = if args.max_groups.is_empty() {
         vec![env.max_groups]
     } else {
         args.max_groups.iter().map(|&g| (g > 0).then_some(g)).collect()
     };
-    caps.iter()
-        .flat_map(|&max_groups| prefetch.iter().map(move |&prefetch| gemv::Tuning { prefetch, max_groups }))
-        .collect()
+    let mut all = Vec::new();
+    for &max_groups in &caps {
+        for &pipe in &pipe {
+            all.extend(prefetch.iter().map(|&prefetch| gemv::Tuning { prefetch, max_groups, pipe }));
+        }
+    }
+    all
 }
 
 /// Times one product under `tuning` and prints its line.
@@ -242,7 +252,8 @@ fn time_one(
     let bytes = desc.weight_bytes() as f64;
     let rate = bytes / (per_call_us * 1e-6);
     let pf = u8::from(tuning.prefetch);
-    let cap = tuning.max_groups.map_or(String::new(), |g| format!(" groups ≤ {g}"));
+    let cap =
+        tuning.max_groups.map_or(String::new(), |g| format!(" groups ≤ {g}")) + if tuning.pipe { " pipe" } else { "" };
     println!(
         "  {n:>6} x {k:<6} m {m:>2} prefetch {pf}{cap}: {per_call_us:>8.2} µs a call, {median_us:>8.2} µs median between timestamps, \
          {:>7.0} GB/s of W ({:>3.0}% of the copy), {:>6.2} µs at the copy's rate (max rel err {err:.1e})",

@@ -1,4 +1,5 @@
-//! The GEMV's loads issued ahead (`PREFETCH`, `VKFORMERS_GEMV_PREFETCH`) change when values
+//! The GEMV's loads issued ahead (`PREFETCH`, `VKFORMERS_GEMV_PREFETCH`; a block's next chunk
+//! pair, `PIPE`, `VKFORMERS_GEMV_PIPE`) change when values
 //! arrive, never which values or in what order they are summed: every output of a product with
 //! prefetch on equals the one with it off bit for bit, and so do both with the grid capped to a
 //! few workgroups (each then does several row blocks, loading the next one's weights before it
@@ -15,12 +16,15 @@ use vkformers_kernels::testutil::{assert_close, f64s, same_bits, Rng, TOL_F32};
 use vkformers_vk::testing::on_every_device;
 use vkformers_vk::{Buffer, BufferView, Context, Recorder, Result};
 
-/// Prefetch off and on, each with one workgroup per block and with the grid capped to 3.
-const TUNINGS: [Tuning; 4] = [
-    Tuning { prefetch: false, max_groups: None },
-    Tuning { prefetch: true, max_groups: None },
-    Tuning { prefetch: false, max_groups: Some(3) },
-    Tuning { prefetch: true, max_groups: Some(3) },
+/// Prefetch off and on, each with one workgroup per block and with the grid capped to 3; the
+/// next chunk pair's loads ahead (`PIPE`) with and without prefetch.
+const TUNINGS: [Tuning; 6] = [
+    Tuning { prefetch: false, max_groups: None, pipe: false },
+    Tuning { prefetch: true, max_groups: None, pipe: false },
+    Tuning { prefetch: false, max_groups: Some(3), pipe: false },
+    Tuning { prefetch: true, max_groups: Some(3), pipe: false },
+    Tuning { prefetch: true, max_groups: None, pipe: true },
+    Tuning { prefetch: false, max_groups: Some(3), pipe: true },
 ];
 
 /// Runs `record` (which writes into the buffers `outs`, refilled with 9.0 before each run) under

@@ -90,6 +90,11 @@ layout(constant_id = 1) const uint NSG = WG;
 // where it is first used (the A/B switch VKFORMERS_GEMV_PREFETCH).
 layout(constant_id = 2) const uint PREFETCH = 1;
 #define PF 4 // chunks of a row whose x and r loads the prologue issues at once (PREFETCH = 1)
+// PIPE (specialization constant 3): 1 issues the W loads of a block's next chunk pair before the
+// current pair's products (a row longer than 2 WG chunks, e.g. K = 5632 in 16-bit: 3 pairs, one
+// trip to memory instead of three); 0 loads each pair when its turn comes (the A/B switch
+// VKFORMERS_GEMV_PIPE). Same values and order of sums either way.
+layout(constant_id = 3) const uint PIPE = 0;
 
 layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer U4In { uvec4 v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer V4In { vec4 v[]; };
@@ -378,6 +383,10 @@ void accumulate(Row rows[R], uint tid, uint chunks, bool ahead, uvec4 wq[2][R], 
         const bool two = c + WG < chunks;
         if (!ahead) load_w_pair(rows, c, chunks, wq);
         ahead = false;
+        // PIPE: the next pair's loads are in flight while this pair is multiplied.
+        uvec4 wn[2][R];
+        const bool more = PIPE != 0 && c + 2 * WG < chunks;
+        if (more) load_w_pair(rows, c + 2 * WG, chunks, wn);
         float w[2][R][CH], g[2][CH];
         [[unroll]] for (uint h = 0; h < 2; h++) {
             [[unroll]] for (uint r = 0; r < R; r++) unpack_w_chunk(wq[h][r], w[h][r]);
@@ -401,6 +410,10 @@ void accumulate(Row rows[R], uint tid, uint chunks, bool ahead, uvec4 wq[2][R], 
                     }
                 }
             }
+        }
+        if (more) {
+            wq = wn;
+            ahead = true;
         }
     }
 }

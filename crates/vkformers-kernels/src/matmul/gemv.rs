@@ -79,11 +79,13 @@ fn row_limit(caps: &Caps) -> u32 {
 pub struct Tuning {
     pub prefetch: bool,
     pub max_groups: Option<u32>,
+    /// gemv.comp's `PIPE`: a block's next chunk pair loaded while the current one is multiplied.
+    pub pipe: bool,
 }
 
 impl Tuning {
-    /// `VKFORMERS_GEMV_PREFETCH` (0 or 1; default 1) and `VKFORMERS_GEMV_MAX_GROUPS` (a positive
-    /// count; default none), read once.
+    /// `VKFORMERS_GEMV_PREFETCH` (0 or 1; default 1), `VKFORMERS_GEMV_MAX_GROUPS` (a positive
+    /// count; default none) and `VKFORMERS_GEMV_PIPE` (0 or 1; default 0 until timed), read once.
     pub fn from_env() -> Tuning {
         static ENV: std::sync::OnceLock<Tuning> = std::sync::OnceLock::new();
         *ENV.get_or_init(|| {
@@ -91,6 +93,7 @@ impl Tuning {
             Tuning {
                 prefetch: var("VKFORMERS_GEMV_PREFETCH") != Some(0),
                 max_groups: var("VKFORMERS_GEMV_MAX_GROUPS").filter(|&g| g > 0),
+                pipe: var("VKFORMERS_GEMV_PIPE") == Some(1),
             }
         })
     }
@@ -125,9 +128,9 @@ fn groups_for(caps: &Caps, blocks: u32, tuning: &Tuning) -> u32 {
     blocks.min(caps.max_workgroup_count[0]).min(MAX_GROUPS_32).min(cap).max(1)
 }
 
-/// gemv.comp's specialization constants (VEC, NSG, PREFETCH).
-fn spec_constants(wide: bool, subgroups: u32, tuning: &Tuning) -> [u32; 3] {
-    [u32::from(wide), subgroups, u32::from(tuning.prefetch)]
+/// gemv.comp's specialization constants (VEC, NSG, PREFETCH, PIPE).
+fn spec_constants(wide: bool, subgroups: u32, tuning: &Tuning) -> [u32; 4] {
+    [u32::from(wide), subgroups, u32::from(tuning.prefetch), u32::from(tuning.pipe)]
 }
 
 fn has_subgroup_arithmetic(caps: &Caps) -> bool {
@@ -703,10 +706,10 @@ mod tests {
     #[test]
     fn tuning_override_is_scoped_and_caps_the_grid() {
         let env = Tuning::from_env();
-        let t = Tuning { prefetch: !env.prefetch, max_groups: Some(3) };
+        let t = Tuning { prefetch: !env.prefetch, max_groups: Some(3), pipe: !env.pipe };
         with_tuning(t, || {
             assert_eq!(tuning(), t);
-            assert_eq!(spec_constants(true, 4, &tuning()), [1, 4, u32::from(t.prefetch)]);
+            assert_eq!(spec_constants(true, 4, &tuning()), [1, 4, u32::from(t.prefetch), u32::from(t.pipe)]);
         });
         assert_eq!(tuning(), env);
         let caps = Caps { max_workgroup_count: [65_535, 1, 1], ..Caps::default() };
