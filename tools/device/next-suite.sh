@@ -75,18 +75,12 @@ if [[ $PART == key ]]; then
     sec "generate beside transformers eager, one run, decode switches [$BEST] (the README table)"
     env $BEST python3 tools/bench/generate.py --vkformers "$V" --skip-compile --batches 1 8 64 \
         --prefill-lens 512 2048 --warmup 1 --repeats 3 --json "$OUT/generate.json" 2>&1 | tail -14 | tee -a "$LOG"
-    for sw in "VKFORMERS_DECODE_LEAN=0" "$BEST"; do
-        sec "generate b1 b64, vkformers only [$sw] (the lean attention's A/B inside whole steps)"
-        gen "$sw"
-    done
     sec "gemm 8192^3 bf16 beside torch.matmul: C in bf16 as torch (default now), then f32 C"
     python3 tools/bench/gemm.py --vkformers "$V" --sizes 8192 --dtypes bf16 2>&1 | tail -1 | tee -a "$LOG"
     python3 tools/bench/gemm.py --vkformers "$V" --sizes 8192 --dtypes bf16 --c32 2>&1 | tail -1 | tee -a "$LOG"
     sec "gemm 8192^3 bf16, the fast path's loads through a 16-byte pointer type (VKFORMERS_CM2_PTR16=1)"
     VKFORMERS_CM2_PTR16=1 python3 tools/bench/gemm.py --vkformers "$V" --sizes 8192 --dtypes bf16 2>&1 | tail -1 | tee -a "$LOG"
-    VKFORMERS_CM2_PTR16=1 python3 tools/bench/gemm.py --vkformers "$V" --sizes 4096 2048 --dtypes bf16 2>&1 | tail -2 | tee -a "$LOG"
-    python3 tools/bench/gemm.py --vkformers "$V" --sizes 4096 2048 --dtypes bf16 2>&1 | tail -2 | tee -a "$LOG"
-    for e in coopmat2-t128k64 coopmat2-t128 coopmat2 coopmat2-wide coopmat2-wide64 coopmat2-tall64; do
+    for e in coopmat2-t128k64 coopmat2-t128 coopmat2-wide64; do
         for p in 0 1; do
             "$V" bench gemm --m 8192 --n 8192 --k 8192 --dtype bf16 --c16 --engine $e --ptr16 $p --iters 20 2>&1 |
                 tail -1 | sed "s/^/$e ptr16 $p: /" | tee -a "$LOG"
@@ -100,22 +94,17 @@ if [[ $PART == key ]]; then
     "$V" bench gemv --rows 1 --copies 22 2>&1 | tail -6 | tee -a "$LOG"
     "$V" bench gemv --rows 1 --copies 22 --normed --shapes 2560x2048,11264x2048 --max-groups 0,264 2>&1 | tail -5 | tee -a "$LOG"
     "$V" bench gemv --rows 1,4 --copies 22 --shapes 2048x5632 --pipe 0,1 2>&1 | tail -4 | tee -a "$LOG"
-    sec "generate b1 b64, a block's next GEMV chunk pair loaded ahead (VKFORMERS_GEMV_PIPE=1)"
+    sec "generate b1 b64: defaults, then a block's next GEMV chunk pair loaded ahead (VKFORMERS_GEMV_PIPE=1)"
+    gen "$BEST"
     gen "VKFORMERS_GEMV_PIPE=1"
     sec done
     exit 0
 fi
 if [[ $PART == tests ]]; then
-    sec "tests on NVIDIA's compiler: the cm2 GEMM (every engine, PTR16 on and off), the decode attention, lean and replayed steps"
+    sec "tests on NVIDIA's compiler: the cm2 GEMM (every engine, PTR16 on and off), the GEMV's loads ahead (PIPE), the lean decode"
     TT=330 t gemm_coopmat
-    for n in attention_decode lean_decode replay gemv_prefetch; do
-        TT=100 t $n
-    done
-    sec "train.py 134M with the 16-byte pointer type on the cm2 GEMM and off (vkformers only)"
-    for p in 1 0; do
-        VKFORMERS_CM2_PTR16=$p timeout 100 python3 tools/bench/train.py --vkformers "$V" --shapes 134m --skip-torch \
-            --steps 6 2>&1 | grep -E "vkformers|tok" | tail -2 | sed "s/^/ptr16 $p: /" | tee -a "$LOG"
-    done
+    TT=90 t gemv_prefetch
+    TT=90 t lean_decode
     sec done
     exit 0
 fi
