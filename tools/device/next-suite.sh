@@ -86,6 +86,13 @@ if [[ $PART == key ]]; then
                 tail -1 | sed "s/^/$e ptr16 $p: /" | tee -a "$LOG"
         done
     done
+    sec "gemm 8192^3 bf16, the shipped tile with raster groups of 8, 16, 32 block rows (L2 reuse of B), PTR16 off and on"
+    for r in 8 16 32; do
+        for p in 0 1; do
+            "$V" bench gemm --m 8192 --n 8192 --k 8192 --dtype bf16 --c16 --engine coopmat2-t128k64 --raster $r --ptr16 $p \
+                --iters 20 2>&1 | tail -1 | sed "s/^/raster $r ptr16 $p: /" | tee -a "$LOG"
+        done
+    done
     sec "b1 decode profile, shipped defaults (a profile records every step: no replay under --profile)"
     "$V" generate --model "$M" --prompt-ids-file /tmp/b1.jsonl --max-new-tokens 128 --greedy --profile 2>&1 |
         tail -16 | tee -a "$LOG"
