@@ -12,7 +12,7 @@ use vkformers_generate::prompt_file::{id_prompts, text_prompts};
 use vkformers_generate::row_choice::{device_row, host_choice};
 use vkformers_generate::seq2seq::Seq2SeqOptions;
 use vkformers_generate::Penalties;
-use vkformers_serve::api::{plan, sampling, ChatRequest, Common, CompletionRequest, PromptInput};
+use vkformers_serve::api::{plan, sampling, ChatRequest, Common, CompletionRequest};
 use vkformers_serve::embeddings::EmbeddingRequest;
 use vkformers_serve::limits::PromptLimits;
 
@@ -117,17 +117,10 @@ fn admit(prompts: &[Vec<u32>], max_tokens: Option<usize>) -> bool {
 }
 
 fn completion(ctx: &Ctx, req: &CompletionRequest, defaults: &GenerationDefaults) {
-    if req.echo == Some(true) || req.suffix.is_some() || req.best_of.is_some_and(|b| b > 1) {
+    if req.refuse_unsupported().is_err() {
         return;
     }
-    let encode = |t: &String| ctx.tokenizer.encode(t, true).ok();
-    let prompts: Option<Vec<Vec<u32>>> = match &req.prompt {
-        PromptInput::Text(t) => encode(t).map(|p| vec![p]),
-        PromptInput::Texts(ts) => ts.iter().map(encode).collect(),
-        PromptInput::Ids(ids) => Some(vec![ids.clone()]),
-        PromptInput::IdLists(l) => Some(l.clone()),
-    };
-    let Some(prompts) = prompts else { return };
+    let Ok(prompts) = req.prompt_ids(|t| ctx.tokenizer.encode(t, true)) else { return };
     let Ok(p) = plan(&req.common, defaults, req.logprobs, defaults.eos.clone()) else { return };
     if admit(&prompts, p.max_tokens) {
         for prompt in &prompts {
@@ -144,8 +137,7 @@ fn chat(ctx: &Ctx, mut req: ChatRequest, defaults: &GenerationDefaults) {
     let Ok(messages) = req.messages.iter().map(|m| m.to_message()).collect::<Result<Vec<_>, _>>() else { return };
     let Ok(text) = vkformers_chat::assistant_prompt(&ctx.tokenizer, &messages) else { return };
     let Ok(prompt) = ctx.tokenizer.encode(&text, false) else { return };
-    req.common.max_tokens = req.max_completion_tokens.or(req.common.max_tokens);
-    let logprobs = req.logprobs.unwrap_or(false).then_some(req.top_logprobs.unwrap_or(0));
+    let logprobs = req.settle_options();
     let Ok(p) = plan(&req.common, defaults, logprobs, defaults.eos.clone()) else { return };
     if admit(std::slice::from_ref(&prompt), p.max_tokens) {
         choose(&p.opts, &prompt);

@@ -87,6 +87,35 @@ pub struct CompletionRequest {
     pub suffix: Option<String>,
 }
 
+impl CompletionRequest {
+    /// Refuses the options this server does not implement yet, with the error the route sends.
+    pub fn refuse_unsupported(&self) -> Result<(), ApiError> {
+        if self.echo == Some(true) || self.suffix.is_some() || self.best_of.is_some_and(|b| b > 1) {
+            return Err(ApiError::bad_request("`echo`, `suffix` and `best_of` are not supported yet"));
+        }
+        Ok(())
+    }
+
+    /// The prompts as token ids: texts through `encode` (with special tokens), ids as given.
+    pub fn prompt_ids<E>(&self, encode: impl Fn(&str) -> Result<Vec<u32>, E>) -> Result<Vec<Vec<u32>>, E> {
+        Ok(match &self.prompt {
+            PromptInput::Text(t) => vec![encode(t)?],
+            PromptInput::Texts(ts) => ts.iter().map(|t| encode(t)).collect::<Result<_, _>>()?,
+            PromptInput::Ids(ids) => vec![ids.clone()],
+            PromptInput::IdLists(l) => l.clone(),
+        })
+    }
+}
+
+impl ChatRequest {
+    /// `max_completion_tokens` (the newer name) into `max_tokens`, and the log-probabilities asked
+    /// for: `top_logprobs` alternatives a token when `logprobs` is true.
+    pub fn settle_options(&mut self) -> Option<usize> {
+        self.common.max_tokens = self.max_completion_tokens.or(self.common.max_tokens);
+        self.logprobs.unwrap_or(false).then_some(self.top_logprobs.unwrap_or(0))
+    }
+}
+
 /// Message content: a string or a list of parts (text parts only).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
@@ -265,4 +294,59 @@ pub fn plan(
     let stream = c.stream.unwrap_or(false);
     let include_usage = c.stream_options.as_ref().is_some_and(|o| o.include_usage);
     Ok(Plan { opts, max_tokens: c.max_tokens, n, stops: StopStrings::new(stops), stream, include_usage })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn completion(body: serde_json::Value) -> CompletionRequest {
+        serde_json::from_value(body).expect("a completion body")
+    }
+
+    #[test]
+    fn unsupported_completion_options_are_refused() {
+        let base = serde_json::json!({"model": "m", "prompt": "hi"});
+        assert!(completion(base.clone()).refuse_unsupported().is_ok());
+        for (key, value) in [("echo", serde_json::json!(true)), ("suffix", "x".into()), ("best_of", 2.into())] {
+            let mut body = base.clone();
+            body[key] = value;
+            let err = completion(body).refuse_unsupported().expect_err(key);
+            assert!(
+                err.message.contains("not supported") && err.status == axum::http::StatusCode::BAD_REQUEST,
+                "{key}: {err:?}"
+            );
+        }
+        let mut one = base;
+        one["best_of"] = 1.into();
+        assert!(completion(one).refuse_unsupported().is_ok(), "best_of 1 is the default");
+    }
+
+    #[test]
+    fn prompts_become_ids_text_through_the_encoder() {
+        let encode = |t: &str| -> Result<Vec<u32>, String> { Ok(t.bytes().map(u32::from).collect()) };
+        let ids = |p: serde_json::Value| completion(serde_json::json!({"model": "m", "prompt": p})).prompt_ids(encode);
+        assert_eq!(ids("ab".into()), Ok(vec![vec![97, 98]]));
+        assert_eq!(ids(serde_json::json!(["a", "b"])), Ok(vec![vec![97], vec![98]]));
+        assert_eq!(ids(serde_json::json!([5, 6])), Ok(vec![vec![5, 6]]));
+        assert_eq!(ids(serde_json::json!([[5], [6, 7]])), Ok(vec![vec![5], vec![6, 7]]));
+        let failing = |_: &str| -> Result<Vec<u32>, String> { Err("no".into()) };
+        let req = completion(serde_json::json!({"model": "m", "prompt": ["a", "b"]}));
+        assert_eq!(req.prompt_ids(failing), Err("no".to_string()));
+    }
+
+    #[test]
+    fn chat_options_take_the_newer_names() {
+        let mut req: ChatRequest = serde_json::from_value(serde_json::json!({
+            "model": "m", "messages": [], "max_tokens": 5, "max_completion_tokens": 9,
+            "logprobs": true, "top_logprobs": 3
+        }))
+        .expect("a chat body");
+        assert_eq!(req.settle_options(), Some(3));
+        assert_eq!(req.common.max_tokens, Some(9));
+        let mut plain: ChatRequest =
+            serde_json::from_value(serde_json::json!({"model": "m", "messages": [], "max_tokens": 5})).expect("body");
+        assert_eq!(plain.settle_options(), None);
+        assert_eq!(plain.common.max_tokens, Some(5));
+    }
 }

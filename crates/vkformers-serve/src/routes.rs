@@ -15,7 +15,7 @@ use axum::Router;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
-use crate::api::{plan, ChatRequest, CompletionRequest, Plan, PromptInput};
+use crate::api::{plan, ChatRequest, CompletionRequest, Plan};
 use crate::embeddings::{response, EmbedJob, EmbeddingRequest};
 use crate::error::ApiError;
 use crate::respond::{collect, stream, Head, Kind};
@@ -114,15 +114,8 @@ async fn completions(
         let req: CompletionRequest = admitted_body(&st, &headers, body)?;
         let model = st.model_index(&req.model)?;
         st.generates()?;
-        if req.echo == Some(true) || req.suffix.is_some() || req.best_of.is_some_and(|b| b > 1) {
-            return Err(ApiError::bad_request("`echo`, `suffix` and `best_of` are not supported yet"));
-        }
-        let prompts = match &req.prompt {
-            PromptInput::Text(t) => vec![encode(&st, t, true)?],
-            PromptInput::Texts(ts) => ts.iter().map(|t| encode(&st, t, true)).collect::<Result<_, _>>()?,
-            PromptInput::Ids(ids) => vec![ids.clone()],
-            PromptInput::IdLists(l) => l.clone(),
-        };
+        req.refuse_unsupported()?;
+        let prompts = req.prompt_ids(|t| encode(&st, t, true))?;
         let plan = plan(&req.common, &st.defaults, req.logprobs, st.defaults.eos.clone())?;
         // OpenAI's default for completions: 16 new tokens.
         let job = st.submit(model, prompts, &plan, |room| room.min(16))?;
@@ -143,8 +136,7 @@ async fn chat(State(st): State<Arc<AppState>>, headers: HeaderMap, body: Result<
         let text = vkformers_chat::assistant_prompt(&st.tokenizer, &messages)
             .map_err(|e| ApiError::bad_param("messages", format!("the chat template failed: {e}")))?;
         let prompt = encode(&st, &text, false)?;
-        req.common.max_tokens = req.max_completion_tokens.or(req.common.max_tokens);
-        let logprobs = req.logprobs.unwrap_or(false).then_some(req.top_logprobs.unwrap_or(0));
+        let logprobs = req.settle_options();
         let plan = plan(&req.common, &st.defaults, logprobs, st.chat_eos.clone())?;
         // Chat's default: whatever the context leaves.
         let job = st.submit(model, vec![prompt], &plan, |room| room)?;
