@@ -79,7 +79,7 @@ if [[ $PART == mini ]]; then
     sec "gemm 8192^3 bf16 beside torch.matmul: shipped, PTR16, raster 16, both"
     python3 tools/bench/gemm.py --vkformers "$V" --sizes 8192 --dtypes bf16 2>&1 | tail -1 | tee -a "$LOG"
     VKFORMERS_CM2_PTR16=1 python3 tools/bench/gemm.py --vkformers "$V" --sizes 8192 --dtypes bf16 2>&1 | tail -1 | tee -a "$LOG"
-    for r in 8 16; do
+    for r in 16; do
         for p in 0 1; do
             "$V" bench gemm --m 8192 --n 8192 --k 8192 --dtype bf16 --c16 --engine coopmat2-t128k64 --raster $r --ptr16 $p \
                 --iters 20 2>&1 | tail -1 | sed "s/^/raster $r ptr16 $p: /" | tee -a "$LOG"
@@ -88,9 +88,6 @@ if [[ $PART == mini ]]; then
     sec "b1 decode profile, shipped defaults"
     "$V" generate --model "$M" --prompt-ids-file /tmp/b1.jsonl --max-new-tokens 128 --greedy --profile 2>&1 |
         tail -16 | tee -a "$LOG"
-    sec "bench gemv at batch 1, W streamed from memory (22 copies); the down projection with PIPE off and on"
-    "$V" bench gemv --rows 1 --copies 22 --warm-ms 300 2>&1 | tail -5 | tee -a "$LOG"
-    "$V" bench gemv --rows 1 --copies 22 --warm-ms 300 --shapes 2048x5632 --pipe 0,1 2>&1 | tail -2 | tee -a "$LOG"
     sec "generate b1: defaults, then VKFORMERS_GEMV_PIPE=1"
     for sw in "$BEST" "VKFORMERS_GEMV_PIPE=1"; do
         env $sw python3 tools/bench/generate.py --vkformers "$V" --skip-eager --skip-compile --batches 1 \
