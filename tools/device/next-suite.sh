@@ -71,6 +71,19 @@ if [[ $PART == ab ]]; then
     sec done
     exit 0
 fi
+if [[ $PART == micro ]]; then
+    # The must-show figures and the GEMM switches in under 2 minutes (a device budget near its end).
+    sec "generate beside transformers eager, b1 and b64, 512-token prompts, shipped defaults"
+    python3 tools/bench/generate.py --vkformers "$V" --skip-compile --batches 1 64 --prefill-lens 512 --warmup 1 \
+        --repeats 2 --json "$OUT/generate.json" 2>&1 | tail -8 | tee -a "$LOG"
+    sec "gemm 8192^3 bf16 beside torch.matmul: shipped, then PTR16; the shipped tile with raster 16 and PTR16"
+    python3 tools/bench/gemm.py --vkformers "$V" --sizes 8192 --dtypes bf16 2>&1 | tail -1 | tee -a "$LOG"
+    VKFORMERS_CM2_PTR16=1 python3 tools/bench/gemm.py --vkformers "$V" --sizes 8192 --dtypes bf16 2>&1 | tail -1 | tee -a "$LOG"
+    "$V" bench gemm --m 8192 --n 8192 --k 8192 --dtype bf16 --c16 --engine coopmat2-t128k64 --raster 16 --ptr16 1 \
+        --iters 20 2>&1 | tail -1 | sed "s/^/raster 16 ptr16 1: /" | tee -a "$LOG"
+    sec done
+    exit 0
+fi
 if [[ $PART == mini ]]; then
     # The must-show figures and the session's switches in ~4 minutes (a short device budget).
     sec "generate beside transformers eager, b1 and b64, 512-token prompts, shipped defaults"
