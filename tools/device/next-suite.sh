@@ -76,11 +76,12 @@ if [[ $PART == micro ]]; then
     sec "generate beside transformers eager, b1 and b64, 512-token prompts, shipped defaults"
     python3 tools/bench/generate.py --vkformers "$V" --skip-compile --batches 1 64 --prefill-lens 512 --warmup 1 \
         --repeats 2 --json "$OUT/generate.json" 2>&1 | tail -8 | tee -a "$LOG"
-    sec "gemm 8192^3 bf16 beside torch.matmul: shipped, then PTR16; the shipped tile with raster 16 and PTR16"
+    sec "gemm 8192^3 bf16 beside torch.matmul (shipped), then the shipped tile with raster groups of 8, 16, 32 block rows"
     python3 tools/bench/gemm.py --vkformers "$V" --sizes 8192 --dtypes bf16 2>&1 | tail -1 | tee -a "$LOG"
-    VKFORMERS_CM2_PTR16=1 python3 tools/bench/gemm.py --vkformers "$V" --sizes 8192 --dtypes bf16 2>&1 | tail -1 | tee -a "$LOG"
-    "$V" bench gemm --m 8192 --n 8192 --k 8192 --dtype bf16 --c16 --engine coopmat2-t128k64 --raster 16 --ptr16 1 \
-        --iters 20 2>&1 | tail -1 | sed "s/^/raster 16 ptr16 1: /" | tee -a "$LOG"
+    for r in 8 16 32; do
+        "$V" bench gemm --m 8192 --n 8192 --k 8192 --dtype bf16 --c16 --engine coopmat2-t128k64 --raster $r \
+            --iters 20 2>&1 | tail -1 | sed "s/^/raster $r: /" | tee -a "$LOG"
+    done
     sec done
     exit 0
 fi
@@ -89,14 +90,11 @@ if [[ $PART == mini ]]; then
     sec "generate beside transformers eager, b1 and b64, 512-token prompts, shipped defaults"
     python3 tools/bench/generate.py --vkformers "$V" --skip-compile --batches 1 64 --prefill-lens 512 --warmup 1 \
         --repeats 3 --json "$OUT/generate.json" 2>&1 | tail -8 | tee -a "$LOG"
-    sec "gemm 8192^3 bf16 beside torch.matmul: shipped, PTR16, raster 16, both"
+    sec "gemm 8192^3 bf16 beside torch.matmul (shipped), then the shipped tile with raster groups of 8, 16, 32 block rows"
     python3 tools/bench/gemm.py --vkformers "$V" --sizes 8192 --dtypes bf16 2>&1 | tail -1 | tee -a "$LOG"
-    VKFORMERS_CM2_PTR16=1 python3 tools/bench/gemm.py --vkformers "$V" --sizes 8192 --dtypes bf16 2>&1 | tail -1 | tee -a "$LOG"
-    for r in 16; do
-        for p in 0 1; do
-            "$V" bench gemm --m 8192 --n 8192 --k 8192 --dtype bf16 --c16 --engine coopmat2-t128k64 --raster $r --ptr16 $p \
-                --iters 20 2>&1 | tail -1 | sed "s/^/raster $r ptr16 $p: /" | tee -a "$LOG"
-        done
+    for r in 8 16 32; do
+        "$V" bench gemm --m 8192 --n 8192 --k 8192 --dtype bf16 --c16 --engine coopmat2-t128k64 --raster $r \
+            --iters 20 2>&1 | tail -1 | sed "s/^/raster $r: /" | tee -a "$LOG"
     done
     sec "b1 decode profile, shipped defaults"
     "$V" generate --model "$M" --prompt-ids-file /tmp/b1.jsonl --max-new-tokens 128 --greedy --profile 2>&1 |
@@ -116,20 +114,10 @@ if [[ $PART == key ]]; then
     sec "gemm 8192^3 bf16 beside torch.matmul: C in bf16 as torch (default now), then f32 C"
     python3 tools/bench/gemm.py --vkformers "$V" --sizes 8192 --dtypes bf16 2>&1 | tail -1 | tee -a "$LOG"
     python3 tools/bench/gemm.py --vkformers "$V" --sizes 8192 --dtypes bf16 --c32 2>&1 | tail -1 | tee -a "$LOG"
-    sec "gemm 8192^3 bf16, the fast path's loads through a 16-byte pointer type (VKFORMERS_CM2_PTR16=1)"
-    VKFORMERS_CM2_PTR16=1 python3 tools/bench/gemm.py --vkformers "$V" --sizes 8192 --dtypes bf16 2>&1 | tail -1 | tee -a "$LOG"
-    for e in coopmat2-t128k64 coopmat2-t128 coopmat2-wide64; do
-        for p in 0 1; do
-            "$V" bench gemm --m 8192 --n 8192 --k 8192 --dtype bf16 --c16 --engine $e --ptr16 $p --iters 20 2>&1 |
-                tail -1 | sed "s/^/$e ptr16 $p: /" | tee -a "$LOG"
-        done
-    done
-    sec "gemm 8192^3 bf16, the shipped tile with raster groups of 8, 16, 32 block rows (L2 reuse of B), PTR16 off and on"
+    sec "gemm 8192^3 bf16, the shipped tile with raster groups of 8, 16, 32 block rows (L2 reuse of B)"
     for r in 8 16 32; do
-        for p in 0 1; do
-            "$V" bench gemm --m 8192 --n 8192 --k 8192 --dtype bf16 --c16 --engine coopmat2-t128k64 --raster $r --ptr16 $p \
-                --iters 20 2>&1 | tail -1 | sed "s/^/raster $r ptr16 $p: /" | tee -a "$LOG"
-        done
+        "$V" bench gemm --m 8192 --n 8192 --k 8192 --dtype bf16 --c16 --engine coopmat2-t128k64 --raster $r \
+            --iters 20 2>&1 | tail -1 | sed "s/^/raster $r: /" | tee -a "$LOG"
     done
     sec "b1 decode profile, shipped defaults (a profile records every step: no replay under --profile)"
     "$V" generate --model "$M" --prompt-ids-file /tmp/b1.jsonl --max-new-tokens 128 --greedy --profile 2>&1 |
@@ -149,7 +137,7 @@ if [[ $PART == key ]]; then
     exit 0
 fi
 if [[ $PART == tests ]]; then
-    sec "tests on NVIDIA's compiler: the cm2 GEMM (every engine, PTR16 on and off), the GEMV's loads ahead (PIPE), the lean decode"
+    sec "tests on NVIDIA's compiler: the cm2 GEMM (every engine), the GEMV's loads ahead (PIPE), the lean decode"
     TT=330 t gemm_coopmat
     TT=90 t gemv_prefetch
     TT=90 t lean_decode

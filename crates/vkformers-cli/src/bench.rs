@@ -42,9 +42,6 @@ pub struct GemmArgs {
     raster: Option<u32>,
     #[arg(long)]
     unroll: Option<u32>,
-    /// Fast-path loads through a 16-byte-aligned pointer type (0/1; default VKFORMERS_CM2_PTR16).
-    #[arg(long)]
-    ptr16: Option<u32>,
     /// KHR kernels: cost probes (bits: 1 fragments from global, 2 no later fetches, 4 no
     /// barriers); the result is not the product, so it is not checked.
     #[arg(long, default_value_t = 0)]
@@ -154,9 +151,6 @@ pub fn gemm(selector: &DeviceSelector, args: &GemmArgs) -> anyhow::Result<ExitCo
     }
     if let Some(u) = args.unroll {
         desc.tuning.unroll = u;
-    }
-    if let Some(p) = args.ptr16 {
-        desc.tuning.ptr16 = p != 0;
     }
     desc.tuning.probe = args.probe;
     desc.c_half = args.c16;

@@ -83,21 +83,12 @@ pub struct Tuning {
     pub unroll: u32,
     /// KHR kernels: bench-only cost probes (see the shader; 0 computes the product).
     pub probe: u32,
-    /// Fast-path loads through a 16-byte-aligned pointer type (when both pointers are).
-    pub ptr16: bool,
 }
 
 impl Default for Tuning {
     fn default() -> Self {
-        Tuning { fast: true, raster: 1, unroll: 8, probe: 0, ptr16: ptr16_default() }
+        Tuning { fast: true, raster: 1, unroll: 8, probe: 0 }
     }
-}
-
-/// The 16-byte pointer type on the fast path: off unless `VKFORMERS_CM2_PTR16=1` (an A/B switch
-/// until the H200 has timed it against the 2-byte type).
-fn ptr16_default() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("VKFORMERS_CM2_PTR16").as_deref() == Ok("1"))
 }
 
 /// Operand element type of the tensor-core path.
@@ -402,14 +393,7 @@ pub fn gemm_coopmat(
         vec![u32::from(d.trans_a), u32::from(d.trans_b), d.tuning.probe]
     } else {
         let t = d.tuning;
-        vec![
-            u32::from(d.trans_a),
-            u32::from(d.trans_b),
-            u32::from(t.fast),
-            t.raster.max(1),
-            t.unroll.max(1),
-            u32::from(t.ptr16),
-        ]
+        vec![u32::from(d.trans_a), u32::from(d.trans_b), u32::from(t.fast), t.raster.max(1), t.unroll.max(1)]
     };
     dispatch(rec, k, &spec, &[read(a), read(b), c_arg, read(bias_view)], &push, groups)?;
     rec.set_flops(d.flops());

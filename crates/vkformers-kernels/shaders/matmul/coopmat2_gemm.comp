@@ -9,13 +9,11 @@
 //   B not transposed: B[k, n] at b_off + k*ldb + n;   transposed (stored N x K): at b_off + n*ldb + k.
 // One workgroup computes a BM x BN block of C, stepping through K in BK slices.
 //
-// Three refinements, each a specialization constant so they can be measured apart:
+// Two refinements, each a specialization constant so they can be measured apart:
 // - FAST: a block lying wholly inside C, with K a multiple of BK and every stride and offset a
 //   multiple of 8 elements (16 bytes), loads through layouts without clamping and with strides
 //   the compiler can see are 16-byte multiples (`& ~7u` is a no-op on the values but tells it),
 //   so the driver may use vector loads; the K loop is unrolled UNROLL slices at a time.
-// - PTR16: the fast path's loads through a pointer type declared 16-byte aligned (when both
-//   operand pointers are), so the loads' SPIR-V alignment says what the driver may vectorise.
 // - RASTER: blocks are visited in groups of RASTER block-rows (column by column inside a
 //   group), so the workgroups resident at once share A rows and B columns in L2 instead of
 //   sweeping all of B for every block-row.
@@ -62,10 +60,6 @@
 
 layout(buffer_reference, std430, buffer_reference_align = 2) readonly buffer EIn { ELEM v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 2) buffer EBuf { ELEM v[]; };
-// The same operands seen through a 16-byte-aligned pointer type: a load through a physical
-// pointer carries its type's alignment (SPIR-V `Aligned`), and 2 tells the driver nothing it can
-// vectorise; the fast path uses this type when PTR16 is on and both pointers are 16-byte aligned.
-layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer EIn16 { ELEM v[]; };
 
 #ifndef THREADS
 #define THREADS 256
@@ -76,7 +70,6 @@ layout(constant_id = 1) const uint TRANS_B = 0;
 layout(constant_id = 2) const uint FAST = 1;
 layout(constant_id = 3) const uint RASTER = 1;
 layout(constant_id = 4) const uint UNROLL = 4;
-layout(constant_id = 5) const uint PTR16 = 0;
 
 layout(push_constant) uniform Push {
     EIn a;
@@ -121,16 +114,15 @@ uvec2 block_of_workgroup() {
 }
 
 // Loads the BK-slice of A and B at k0 through the layouts la, lb (storage order, strides set).
-#define LOAD_AB_FROM(pa, pb, la, lb, ma, mb, k0, aoff, boff)                                     \
+#define LOAD_AB(la, lb, ma, mb, k0, aoff, boff)                                                   \
     if (TRANS_A == 0)                                                                           \
-        coopMatLoadTensorNV(ma, pa.v, aoff, sliceTensorLayoutNV(la, m0, BM, k0, BK));           \
+        coopMatLoadTensorNV(ma, pc.a.v, aoff, sliceTensorLayoutNV(la, m0, BM, k0, BK));         \
     else                                                                                        \
-        coopMatLoadTensorNV(ma, pa.v, aoff, sliceTensorLayoutNV(la, k0, BK, m0, BM), transposed); \
+        coopMatLoadTensorNV(ma, pc.a.v, aoff, sliceTensorLayoutNV(la, k0, BK, m0, BM), transposed); \
     if (TRANS_B == 0)                                                                           \
-        coopMatLoadTensorNV(mb, pb.v, boff, sliceTensorLayoutNV(lb, k0, BK, n0, BN));           \
+        coopMatLoadTensorNV(mb, pc.b.v, boff, sliceTensorLayoutNV(lb, k0, BK, n0, BN));         \
     else                                                                                        \
-        coopMatLoadTensorNV(mb, pb.v, boff, sliceTensorLayoutNV(lb, n0, BN, k0, BK), transposed);
-#define LOAD_AB(la, lb, ma, mb, k0, aoff, boff) LOAD_AB_FROM(pc.a, pc.b, la, lb, ma, mb, k0, aoff, boff)
+        coopMatLoadTensorNV(mb, pc.b.v, boff, sliceTensorLayoutNV(lb, n0, BN, k0, BK), transposed);
 
 #define SET_DIMS(la, lb)                                                                        \
     la = TRANS_A == 0 ? setTensorLayoutDimensionNV(la, pc.M, pc.K) : setTensorLayoutDimensionNV(la, pc.K, pc.M); \
@@ -156,18 +148,6 @@ void main() {
         uint aoff = a_off & ~7u, boff = b_off & ~7u;
         uint k0 = 0;
         uint unrolled_end = pc.K - pc.K % (BK * UNROLL);
-        bool ptr16 = PTR16 != 0 && ((uint64_t(pc.a) | uint64_t(pc.b)) & 15ul) == 0;
-        if (ptr16) {
-            EIn16 a16 = EIn16(uint64_t(pc.a)), b16 = EIn16(uint64_t(pc.b));
-            [[dont_unroll]] for (; k0 < unrolled_end; k0 += BK * UNROLL) {
-                [[unroll]] for (uint u = 0; u < UNROLL; ++u) {
-                    MAT_A ma;
-                    MAT_B mb;
-                    LOAD_AB_FROM(a16, b16, la, lb, ma, mb, k0 + u * BK, aoff, boff)
-                    acc = coopMatMulAdd(ma, mb, acc);
-                }
-            }
-        }
         [[dont_unroll]] for (; k0 < unrolled_end; k0 += BK * UNROLL) {
             [[unroll]] for (uint u = 0; u < UNROLL; ++u) {
                 MAT_A ma;
