@@ -37,6 +37,16 @@ gen() { # gen "ENV" EXTRA-ARGS...: generate.py, vkformers only, batch 1 and 64, 
     env $e python3 tools/bench/generate.py --vkformers "$V" --skip-eager --skip-compile --batches 1 64 \
         --prefill-lens 512 --warmup 1 --repeats 3 "$@" 2>&1 | grep -E '^b[0-9]' | tee -a "$LOG"
 }
+# The GEMM beside torch.matmul at 8192^3 bf16 (shipped), then the shipped tile with raster groups
+# of 8, 16, 32 block rows (L2 reuse of B; only 2 and 4 were timed before).
+gemm_rasters() {
+    sec "gemm 8192^3 bf16 beside torch.matmul (shipped), then the shipped tile with raster groups of 8, 16, 32 block rows"
+    python3 tools/bench/gemm.py --vkformers "$V" --sizes 8192 --dtypes bf16 2>&1 | tail -1 | tee -a "$LOG"
+    for r in 8 16 32; do
+        "$V" bench gemm --m 8192 --n 8192 --k 8192 --dtype bf16 --c16 --engine coopmat2-t128k64 --raster $r \
+            --iters 20 2>&1 | tail -1 | sed "s/^/raster $r: /" | tee -a "$LOG"
+    done
+}
 if [[ $PART == ab ]]; then
     for k in tiled lean; do
         sec "bench decode --kernel $k, 640 keys, rope inside: batch 1 (splits), 8, 64; batch 1 with L2 flushed"
@@ -71,39 +81,23 @@ if [[ $PART == ab ]]; then
     sec done
     exit 0
 fi
-if [[ $PART == micro ]]; then
-    # The must-show figures and the GEMM switches in under 2 minutes (a device budget near its end).
+if [[ $PART == micro || $PART == mini ]]; then
+    # micro: the must-show figures and the GEMM's rasters in under 2 minutes (a device budget near
+    # its end); mini adds the batch-1 profile and the GEMV PIPE A/B (~3 minutes).
     sec "generate beside transformers eager, b1 and b64, 512-token prompts, shipped defaults"
     python3 tools/bench/generate.py --vkformers "$V" --skip-compile --batches 1 64 --prefill-lens 512 --warmup 1 \
         --repeats 2 --json "$OUT/generate.json" 2>&1 | tail -8 | tee -a "$LOG"
-    sec "gemm 8192^3 bf16 beside torch.matmul (shipped), then the shipped tile with raster groups of 8, 16, 32 block rows"
-    python3 tools/bench/gemm.py --vkformers "$V" --sizes 8192 --dtypes bf16 2>&1 | tail -1 | tee -a "$LOG"
-    for r in 8 16 32; do
-        "$V" bench gemm --m 8192 --n 8192 --k 8192 --dtype bf16 --c16 --engine coopmat2-t128k64 --raster $r \
-            --iters 20 2>&1 | tail -1 | sed "s/^/raster $r: /" | tee -a "$LOG"
-    done
-    sec done
-    exit 0
-fi
-if [[ $PART == mini ]]; then
-    # The must-show figures and the session's switches in ~4 minutes (a short device budget).
-    sec "generate beside transformers eager, b1 and b64, 512-token prompts, shipped defaults"
-    python3 tools/bench/generate.py --vkformers "$V" --skip-compile --batches 1 64 --prefill-lens 512 --warmup 1 \
-        --repeats 3 --json "$OUT/generate.json" 2>&1 | tail -8 | tee -a "$LOG"
-    sec "gemm 8192^3 bf16 beside torch.matmul (shipped), then the shipped tile with raster groups of 8, 16, 32 block rows"
-    python3 tools/bench/gemm.py --vkformers "$V" --sizes 8192 --dtypes bf16 2>&1 | tail -1 | tee -a "$LOG"
-    for r in 8 16 32; do
-        "$V" bench gemm --m 8192 --n 8192 --k 8192 --dtype bf16 --c16 --engine coopmat2-t128k64 --raster $r \
-            --iters 20 2>&1 | tail -1 | sed "s/^/raster $r: /" | tee -a "$LOG"
-    done
-    sec "b1 decode profile, shipped defaults"
-    "$V" generate --model "$M" --prompt-ids-file /tmp/b1.jsonl --max-new-tokens 128 --greedy --profile 2>&1 |
-        tail -16 | tee -a "$LOG"
-    sec "generate b1: defaults, then VKFORMERS_GEMV_PIPE=1"
-    for sw in "$BEST" "VKFORMERS_GEMV_PIPE=1"; do
-        env $sw python3 tools/bench/generate.py --vkformers "$V" --skip-eager --skip-compile --batches 1 \
-            --prefill-lens 512 --warmup 1 --repeats 3 2>&1 | grep -E '^b[0-9]' | sed "s/^/[$sw] /" | tee -a "$LOG"
-    done
+    gemm_rasters
+    if [[ $PART == mini ]]; then
+        sec "b1 decode profile, shipped defaults"
+        "$V" generate --model "$M" --prompt-ids-file /tmp/b1.jsonl --max-new-tokens 128 --greedy --profile 2>&1 |
+            tail -16 | tee -a "$LOG"
+        sec "generate b1: defaults, then VKFORMERS_GEMV_PIPE=1"
+        for sw in "$BEST" "VKFORMERS_GEMV_PIPE=1"; do
+            env $sw python3 tools/bench/generate.py --vkformers "$V" --skip-eager --skip-compile --batches 1 \
+                --prefill-lens 512 --warmup 1 --repeats 3 2>&1 | grep -E '^b[0-9]' | sed "s/^/[$sw] /" | tee -a "$LOG"
+        done
+    fi
     sec done
     exit 0
 fi
@@ -111,14 +105,9 @@ if [[ $PART == key ]]; then
     sec "generate beside transformers eager, one run, decode switches [$BEST] (the README table)"
     env $BEST python3 tools/bench/generate.py --vkformers "$V" --skip-compile --batches 1 8 64 \
         --prefill-lens 512 2048 --warmup 1 --repeats 3 --json "$OUT/generate.json" 2>&1 | tail -14 | tee -a "$LOG"
-    sec "gemm 8192^3 bf16 beside torch.matmul: C in bf16 as torch (default now), then f32 C"
-    python3 tools/bench/gemm.py --vkformers "$V" --sizes 8192 --dtypes bf16 2>&1 | tail -1 | tee -a "$LOG"
+    gemm_rasters
+    sec "gemm 8192^3 bf16 beside torch.matmul, f32 C"
     python3 tools/bench/gemm.py --vkformers "$V" --sizes 8192 --dtypes bf16 --c32 2>&1 | tail -1 | tee -a "$LOG"
-    sec "gemm 8192^3 bf16, the shipped tile with raster groups of 8, 16, 32 block rows (L2 reuse of B)"
-    for r in 8 16 32; do
-        "$V" bench gemm --m 8192 --n 8192 --k 8192 --dtype bf16 --c16 --engine coopmat2-t128k64 --raster $r \
-            --iters 20 2>&1 | tail -1 | sed "s/^/raster $r: /" | tee -a "$LOG"
-    done
     sec "b1 decode profile, shipped defaults (a profile records every step: no replay under --profile)"
     "$V" generate --model "$M" --prompt-ids-file /tmp/b1.jsonl --max-new-tokens 128 --greedy --profile 2>&1 |
         tail -16 | tee -a "$LOG"
