@@ -10,7 +10,7 @@ shift
 cd "$(dirname "$0")/../.."
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
-# Without the `mpi` feature: the device machine has no MPI library, and its calls run one GPU.
+# Without the `mpi` feature: the device's calls run one GPU, so the pack need not link Open MPI.
 cargo build --release --locked -p vkformers-cli --no-default-features
 cp target/release/vkformers "$stage/vkformers"
 for spec in "$@"; do

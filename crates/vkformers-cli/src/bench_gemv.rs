@@ -82,9 +82,8 @@ fn parse_rows(s: &str) -> anyhow::Result<Vec<u32>> {
 /// The buffers of one product: W (and its stored values), x, y, and the normed input's gain,
 /// residual and sum.
 struct Operands {
-    w: Buffer,
-    /// `--copies` - 1 more buffers holding W's bytes.
-    more_w: Vec<Buffer>,
+    /// `--copies` buffers holding W's bytes (call i reads copy i mod their count).
+    ws: Vec<Buffer>,
     w_vals: Vec<f32>,
     x: Buffer,
     y: Buffer,
@@ -97,8 +96,7 @@ fn operands(ctx: &Context, desc: &GemvDesc, copies: usize) -> anyhow::Result<Ope
     let (m, n, k) = (desc.m as usize, desc.n as usize, desc.k as usize);
     let (w_bytes, w_vals) = crate::bench::portable_operand(n * k, desc.dtype, 1);
     Ok(Operands {
-        w: ctx.buffer_from(&w_bytes, "w")?,
-        more_w: (1..copies.max(1)).map(|_| ctx.buffer_from(&w_bytes, "w copy")).collect::<Result<_, _>>()?,
+        ws: (0..copies.max(1)).map(|_| ctx.buffer_from(&w_bytes, "w")).collect::<Result<_, _>>()?,
         w_vals,
         x: ctx.buffer_from(&Rng::new(2).vec(m * k, 1.0), "x")?,
         y: ctx.buffer((m * n * 4) as u64, "y")?,
@@ -164,8 +162,7 @@ fn record_call(
     o: &Operands,
     (normed, i): (bool, usize),
 ) -> anyhow::Result<()> {
-    let copy = i % (o.more_w.len() + 1);
-    let w = if copy == 0 { &o.w } else { &o.more_w[copy - 1] };
+    let w = &o.ws[i % o.ws.len()];
     if normed {
         let norm = NormedInput {
             gain: Some(o.gain.view()),

@@ -36,6 +36,14 @@ fn gemv_bench_times_checked_products() {
     for label in ["prefetch 0:", "prefetch 1:", "prefetch 0 groups ≤ 2:", "prefetch 1 groups ≤ 2:"] {
         assert_eq!(lines.iter().filter(|l| l.contains(label)).count(), 6, "{label}: {out}");
     }
+    // PIPE off and on over three copies of W (each call reads the next): checked and labelled.
+    let o = bench(&["--dtype", "bf16", "--pipe", "0,1", "--copies", "3"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.contains("over 3 copies of W"), "{out}");
+    let lines: Vec<&str> = out.lines().filter(|l| l.contains("µs a call") && l.contains("max rel err")).collect();
+    assert_eq!(lines.len(), 12, "{out}");
+    assert_eq!(lines.iter().filter(|l| l.contains(" pipe:")).count(), 6, "{out}");
     // Bad arguments are refused with the flag's name.
     let o = bench(&["--rows", "17"]);
     assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("--rows"));
