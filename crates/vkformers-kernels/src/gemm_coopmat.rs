@@ -88,22 +88,23 @@ pub struct Tuning {
     pub unroll: u32,
     /// KHR kernels: bench-only cost probes (see the shader; 0 computes the product).
     pub probe: u32,
-    /// Experiment: lda/ldb/ldc passed as specialization constants (`SLDA`, `SLDB`, `SLDC`), so
-    /// the driver compiles the fast path with constant strides; one pipeline per stride triple.
-    pub static_strides: bool,
+    /// Experiment: 1 passes lda/ldb/ldc as specialization constants (`SLDA`, `SLDB`, `SLDC`), so
+    /// the driver compiles the fast path with constant strides (one pipeline per stride triple);
+    /// 2 also gives the fast path's layouts constant dimensions (`SDIMS`); 0 neither.
+    pub static_strides: u32,
     /// Experiment: the fast path loads A and B through `uvec4` pointers (`VEC16`); taken only
     /// where both pointers and every operand offset, batch stride and lda/ldb are 16-byte aligned.
     pub vec16: bool,
 }
 
 impl Tuning {
-    /// `VKFORMERS_CM2_STATIC_STRIDES` and `VKFORMERS_CM2_VEC16` (1 turns each on; default off,
-    /// until timed), read once.
-    fn env() -> (bool, bool) {
-        static ENV: std::sync::OnceLock<(bool, bool)> = std::sync::OnceLock::new();
+    /// `VKFORMERS_CM2_STATIC_STRIDES` (0, 1 or 2, as `static_strides`) and
+    /// `VKFORMERS_CM2_VEC16` (1: on); default off until timed; read once.
+    fn env() -> (u32, bool) {
+        static ENV: std::sync::OnceLock<(u32, bool)> = std::sync::OnceLock::new();
         *ENV.get_or_init(|| {
-            let on = |name: &str| std::env::var(name).is_ok_and(|v| v.trim() == "1");
-            (on("VKFORMERS_CM2_STATIC_STRIDES"), on("VKFORMERS_CM2_VEC16"))
+            let var = |name: &str| std::env::var(name).ok().and_then(|v| v.trim().parse::<u32>().ok());
+            (var("VKFORMERS_CM2_STATIC_STRIDES").unwrap_or(0).min(2), var("VKFORMERS_CM2_VEC16") == Some(1))
         })
     }
 }
@@ -429,12 +430,12 @@ pub fn gemm_coopmat(
         let t = d.tuning;
         let mut spec =
             vec![u32::from(d.trans_a), u32::from(d.trans_b), u32::from(t.fast), t.raster.max(1), t.unroll.max(1)];
-        // The experiments' constants (ids 5-8) only when one is on: the shipped pipelines keep
+        // The experiments' constants (ids 5-9) only when one is on: the shipped pipelines keep
         // their five constants (and their cache entries).
         let vec16 = t.vec16 && vec16_aligned(d, &a, &b);
-        if t.static_strides || vec16 {
-            let (sa, sb, sc) = if t.static_strides { (d.lda, d.ldb, d.ldc) } else { (0, 0, 0) };
-            spec.extend([sa, sb, sc, u32::from(vec16)]);
+        if t.static_strides > 0 || vec16 {
+            let (sa, sb, sc) = if t.static_strides > 0 { (d.lda, d.ldb, d.ldc) } else { (0, 0, 0) };
+            spec.extend([sa, sb, sc, u32::from(vec16), u32::from(t.static_strides >= 2)]);
         }
         spec
     };

@@ -22,7 +22,10 @@
 // - SLDA/SLDB/SLDC (static strides): NVIDIA's cm2 sample specialises its strides. Nonzero, they
 //   replace lda/ldb in the FAST path's layouts and ldc in C's, so the driver compiles constant
 //   strides; the launcher passes the call's own values (one pipeline per stride triple), never a
-//   value that differs from the push block's.
+//   value that differs from the push block's. SDIMS (with them) also gives the FAST path's
+//   layouts constant dimensions (rows 2^30, columns the stride), so the whole layout is constant
+//   as in the sample, whose M/N/K are constants: the fast path's layouts do not clamp, so their
+//   dimensions only set the implicit stride, which is the same.
 // - VEC16: the FAST path loads A and B through `uvec4 v[]` pointers (16-byte element type, base
 //   known 16-byte aligned) as NVIDIA's sample does. Per GLSL_NV_cooperative_matrix2, the layout's
 //   index is in units of the matrix component (bf16/f16: strides unchanged) and is a byte offset
@@ -32,7 +35,8 @@
 //   A and BK x BN of B itself: global -> registers (uvec4, issued one slice ahead) -> shared
 //   memory (two buffers, rows padded by 8 elements against bank conflicts), and loads the
 //   workgroup-scope matrices from shared memory with coopMatLoadTensorNV. 128 x 128, BK = 32:
-//   2 x (10 + 8.5) KiB of shared memory. Edge blocks keep the clamped path.
+//   2 x (10 + 10) KiB of shared memory (each buffer sized for either storage order). Edge
+//   blocks keep the clamped path.
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_NV_cooperative_matrix2 : require
 #extension GL_KHR_memory_scope_semantics : require
@@ -95,6 +99,7 @@ layout(constant_id = 5) const uint SLDA = 0;
 layout(constant_id = 6) const uint SLDB = 0;
 layout(constant_id = 7) const uint SLDC = 0;
 layout(constant_id = 8) const uint VEC16 = 0;
+layout(constant_id = 9) const uint SDIMS = 0;
 
 layout(push_constant) uniform Push {
     EIn a;
@@ -274,6 +279,11 @@ void main() {
         tensorLayoutNV<2> la = createTensorLayoutNV(2);
         tensorLayoutNV<2> lb = createTensorLayoutNV(2);
         SET_DIMS(la, lb)
+        if (SDIMS != 0 && SLDA != 0 && SLDB != 0) {
+            // Constant dimensions (no clamping here: rows only bound the accesses, columns = stride).
+            la = setTensorLayoutDimensionNV(la, 1u << 30, SLDA);
+            lb = setTensorLayoutDimensionNV(lb, 1u << 30, SLDB);
+        }
         la = setTensorLayoutStrideNV(la, lda_f, 1);
         lb = setTensorLayoutStrideNV(lb, ldb_f, 1);
         uint k0 = 0;
