@@ -81,6 +81,39 @@ if [[ $PART == ab ]]; then
     sec done
     exit 0
 fi
+if [[ $PART == stage ]]; then
+    # Session of 2026-12-05 (14:43): the GEMV's input staged in shared memory (STAGE) under grid
+    # caps, and the cm2 GEMM's experiments (static strides, uvec4 pointers, a hand-staged K loop).
+    sec "tests on NVIDIA's compiler: the GEMV under 7 tunings (STAGE among them), GPU variants"
+    TT=200 t gemv_prefetch
+    sec "bench gemv, W streamed (22 copies), batch 1: input staged off/on under grid caps none, 528, 1056"
+    "$V" bench gemv --rows 1 --copies 22 --warm-ms 400 --normed --shapes 2560x2048,11264x2048,32000x2048 \
+        --stage 0,1 --max-groups 0,528,1056 2>&1 | grep "µs a call" | tee -a "$LOG"
+    "$V" bench gemv --rows 1 --copies 22 --warm-ms 400 --shapes 2048x2048,2048x5632 --stage 0,1 \
+        --max-groups 0,528,1056 2>&1 | grep "µs a call" | tee -a "$LOG"
+    "$V" bench gemv --rows 4 --copies 22 --warm-ms 400 --normed --shapes 2560x2048,11264x2048 --stage 0,1 \
+        --max-groups 0,528 2>&1 | grep "µs a call" | tee -a "$LOG"
+    sec "gemm 8192^3 bf16 (C bf16): shipped, static strides 1/2, uvec4 pointers, both; staged K loop beside its BK=32 tile; NN and NT"
+    for tb in "" "--trans-b"; do
+        for x in "coopmat2-t128k64" "coopmat2-t128k64 --static-strides 1" "coopmat2-t128k64 --static-strides 2" \
+            "coopmat2-t128k64 --vec16 1" "coopmat2-t128k64 --static-strides 2 --vec16 1" "coopmat2-t128" \
+            "coopmat2-staged" "coopmat2-staged --static-strides 1"; do
+            "$V" bench gemm --m 8192 --n 8192 --k 8192 --dtype bf16 --c16 --iters 20 $tb --engine $x 2>&1 | tail -1 |
+                sed "s/^/[$x $tb] /" | tee -a "$LOG"
+        done
+    done
+    python3 tools/bench/gemm.py --vkformers "$V" --sizes 8192 --dtypes bf16 2>&1 | tail -1 | tee -a "$LOG"
+    sec "generate b1 b64 (vkformers): defaults, then the input staged with grid caps none, 528, 1056"
+    gen "$BEST"
+    gen "VKFORMERS_GEMV_STAGE=1"
+    gen "VKFORMERS_GEMV_STAGE=1 VKFORMERS_GEMV_MAX_GROUPS=528"
+    gen "VKFORMERS_GEMV_STAGE=1 VKFORMERS_GEMV_MAX_GROUPS=1056"
+    sec "b1 decode profile, input staged, cap 528"
+    VKFORMERS_GEMV_STAGE=1 VKFORMERS_GEMV_MAX_GROUPS=528 "$V" generate --model "$M" --prompt-ids-file /tmp/b1.jsonl \
+        --max-new-tokens 128 --greedy --profile 2>&1 | tail -14 | tee -a "$LOG"
+    sec done
+    exit 0
+fi
 if [[ $PART == micro || $PART == mini ]]; then
     # micro: the must-show figures and the GEMM's rasters in under 2 minutes (a device budget near
     # its end); mini adds the batch-1 profile and the GEMV PIPE A/B (~3 minutes).

@@ -51,6 +51,10 @@ pub struct GemvBenchArgs {
     /// both, each with each `--prefetch` and `--max-groups`; default: `VKFORMERS_GEMV_PIPE` (off).
     #[arg(long, value_delimiter = ',')]
     pipe: Vec<u8>,
+    /// The input rows staged once per workgroup in shared memory (`STAGE`): 0, 1 or both, each
+    /// with each of the others; default: `VKFORMERS_GEMV_STAGE` (off).
+    #[arg(long, value_delimiter = ',')]
+    stage: Vec<u8>,
     /// Copies of each W the chain cycles through (call i reads copy i mod N): 1 times a W that
     /// stays in L2 when it fits (~50 MB on an H100/H200); 22 (a layer's worth each, as a decode
     /// step reads) times the products streaming from memory, as they do inside a step.
@@ -203,13 +207,19 @@ pub fn gemv_bench(selector: &DeviceSelector, args: &GemvBenchArgs) -> anyhow::Re
     Ok(ExitCode::SUCCESS)
 }
 
-/// Every combination of `--max-groups`, `--pipe` and `--prefetch` (each defaulting to the environment's).
+/// Every combination of `--max-groups`, `--stage`, `--pipe` and `--prefetch` (each defaulting to
+/// the environment's).
 fn tunings_of(args: &GemvBenchArgs) -> Vec<gemv::Tuning> {
     let env = gemv::Tuning::from_env();
-    let prefetch: Vec<bool> =
-        if args.prefetch.is_empty() { vec![env.prefetch] } else { args.prefetch.iter().map(|&p| p != 0).collect() };
-    let pipe: Vec<bool> =
-        if args.pipe.is_empty() { vec![env.pipe] } else { args.pipe.iter().map(|&p| p != 0).collect() };
+    let switch = |given: &[u8], default: bool| -> Vec<bool> {
+        if given.is_empty() {
+            vec![default]
+        } else {
+            given.iter().map(|&v| v != 0).collect()
+        }
+    };
+    let (prefetch, pipe, stage) =
+        (switch(&args.prefetch, env.prefetch), switch(&args.pipe, env.pipe), switch(&args.stage, env.stage));
     let caps: Vec<Option<u32>> = if args.max_groups.is_empty() {
         vec![env.max_groups]
     } else {
@@ -217,8 +227,10 @@ fn tunings_of(args: &GemvBenchArgs) -> Vec<gemv::Tuning> {
     };
     let mut all = Vec::new();
     for &max_groups in &caps {
-        for &pipe in &pipe {
-            all.extend(prefetch.iter().map(|&prefetch| gemv::Tuning { prefetch, max_groups, pipe }));
+        for &stage in &stage {
+            for &pipe in &pipe {
+                all.extend(prefetch.iter().map(|&prefetch| gemv::Tuning { prefetch, max_groups, pipe, stage }));
+            }
         }
     }
     all
@@ -249,8 +261,9 @@ fn time_one(
     let bytes = desc.weight_bytes() as f64;
     let rate = bytes / (per_call_us * 1e-6);
     let pf = u8::from(tuning.prefetch);
-    let cap =
-        tuning.max_groups.map_or(String::new(), |g| format!(" groups ≤ {g}")) + if tuning.pipe { " pipe" } else { "" };
+    let cap = tuning.max_groups.map_or(String::new(), |g| format!(" groups ≤ {g}"))
+        + if tuning.pipe { " pipe" } else { "" }
+        + if tuning.stage { " staged" } else { "" };
     println!(
         "  {n:>6} x {k:<6} m {m:>2} prefetch {pf}{cap}: {per_call_us:>8.2} µs a call, {median_us:>8.2} µs median between timestamps, \
          {:>7.0} GB/s of W ({:>3.0}% of the copy), {:>6.2} µs at the copy's rate (max rel err {err:.1e})",

@@ -1,7 +1,7 @@
 //! `vkformers bench gemv` on tiny odd shapes: plain and normed products in every storage type
 //! run their timed chains, and their sampled entries match the f64 reference (the bench fails
 //! otherwise), so a GEMV timed fast because it computes nothing cannot pass for a fast one; with
-//! `--prefetch` and `--max-groups`, each setting gets its own checked line.
+//! `--prefetch`, `--max-groups`, `--pipe` and `--stage`, each setting gets its own checked line.
 
 use std::process::Command;
 
@@ -44,6 +44,14 @@ fn gemv_bench_times_checked_products() {
     let lines: Vec<&str> = out.lines().filter(|l| l.contains("µs a call") && l.contains("max rel err")).collect();
     assert_eq!(lines.len(), 12, "{out}");
     assert_eq!(lines.iter().filter(|l| l.contains(" pipe:")).count(), 6, "{out}");
+    // The input staged in shared memory, off and on, normed, under a grid cap of 2: checked and
+    // labelled.
+    let o = bench(&["--dtype", "bf16", "--normed", "--stage", "0,1", "--max-groups", "2"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let lines: Vec<&str> = out.lines().filter(|l| l.contains("µs a call") && l.contains("max rel err")).collect();
+    assert_eq!(lines.len(), 12, "{out}");
+    assert_eq!(lines.iter().filter(|l| l.contains("groups ≤ 2 staged:")).count(), 6, "{out}");
     // Bad arguments are refused with the flag's name.
     let o = bench(&["--rows", "17"]);
     assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("--rows"));

@@ -1,5 +1,6 @@
 //! The GEMV's loads issued ahead (`PREFETCH`, `VKFORMERS_GEMV_PREFETCH`; a block's next chunk
-//! pair, `PIPE`, `VKFORMERS_GEMV_PIPE`) change when values
+//! pair, `PIPE`, `VKFORMERS_GEMV_PIPE`) and its input staged in shared memory (`STAGE`,
+//! `VKFORMERS_GEMV_STAGE`) change where and when values
 //! arrive, never which values or in what order they are summed: every output of a product with
 //! prefetch on equals the one with it off bit for bit, and so do both with the grid capped to a
 //! few workgroups (each then does several row blocks, loading the next one's weights before it
@@ -17,14 +18,17 @@ use vkformers_vk::testing::on_every_device;
 use vkformers_vk::{Buffer, BufferView, Context, Recorder, Result};
 
 /// Prefetch off and on, each with one workgroup per block and with the grid capped to 3; the
-/// next chunk pair's loads ahead (`PIPE`) with and without prefetch.
-const TUNINGS: [Tuning; 6] = [
-    Tuning { prefetch: false, max_groups: None, pipe: false },
-    Tuning { prefetch: true, max_groups: None, pipe: false },
-    Tuning { prefetch: false, max_groups: Some(3), pipe: false },
-    Tuning { prefetch: true, max_groups: Some(3), pipe: false },
-    Tuning { prefetch: true, max_groups: None, pipe: true },
-    Tuning { prefetch: false, max_groups: Some(3), pipe: true },
+/// next chunk pair's loads ahead (`PIPE`) with and without prefetch; the input staged in shared
+/// memory (`STAGE`) with a capped grid (a workgroup's blocks all read the one staging), with and
+/// without PIPE.
+const TUNINGS: [Tuning; 7] = [
+    Tuning { prefetch: false, max_groups: None, pipe: false, stage: false },
+    Tuning { prefetch: true, max_groups: None, pipe: false, stage: false },
+    Tuning { prefetch: false, max_groups: Some(3), pipe: false, stage: false },
+    Tuning { prefetch: true, max_groups: Some(3), pipe: false, stage: false },
+    Tuning { prefetch: true, max_groups: None, pipe: true, stage: false },
+    Tuning { prefetch: false, max_groups: Some(3), pipe: true, stage: true },
+    Tuning { prefetch: true, max_groups: Some(3), pipe: false, stage: true },
 ];
 
 /// Runs `record` (which writes into the buffers `outs`, refilled with 9.0 before each run) under

@@ -43,6 +43,16 @@
 // chunk pair), the next block's before the current one's reduction; the prologue issues the x
 // and r loads of up to PF chunks of a row together before using them, and the bias is loaded
 // at the block's start. Values, order and sums are those of PREFETCH = 0, bit for bit.
+// Staged input (STAGE = 1): a workgroup computes its input rows once, x (or f(gate) * up, or x̂)
+// f32 [M, KP] (KP = K rounded up to whole chunks, zeros past K), into shared memory xs, and every
+// row block it does reads them there. Without it each block re-reads x (and r, or gate and up)
+// from L2: with 4 rows of 16-bit W a block, x alone is half as many bytes as W, a normed input
+// with a residual twice as many (x and r in the prologue and again in the products), so on an
+// H100 a normed 11264 x 2048 product moved ~92 MB through L2 for 46 MB of W. A normed input's h
+// chunks go to xs as the sums of squares load them and are scaled into x̂ in place once rstd is
+// known (each thread its own chunks), so x and r are read once per workgroup. Same values,
+// order and sums as STAGE = 0, bit for bit; with the grid capped (several blocks a workgroup)
+// the input's reads are paid once for all of a workgroup's blocks.
 //
 // variant: f32_m1 W_F32 MB=1
 // variant: f32_m4 W_F32 MB=4
@@ -95,6 +105,10 @@ layout(constant_id = 2) const uint PREFETCH = 1;
 // trip to memory instead of three); 0 loads each pair when its turn comes (the A/B switch
 // VKFORMERS_GEMV_PIPE). Same values and order of sums either way.
 layout(constant_id = 3) const uint PIPE = 0;
+// STAGE (specialization constant 4): 1 stages the input rows in xs as the header says (the
+// launcher sets it only when M * KP floats fit beside red, and XS (constant 5) to at least that).
+layout(constant_id = 4) const uint STAGE = 0;
+layout(constant_id = 5) const uint XS = 1;
 
 layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer U4In { uvec4 v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer V4In { vec4 v[]; };
@@ -136,6 +150,8 @@ layout(push_constant) uniform Push {
 // Per-subgroup partial sums: red[(i * R + r) * NSG + subgroup] (and the normed input's sums of
 // squares, red[i * NSG + subgroup], before the first row block).
 shared float red[MB * R * NSG];
+// Staged input rows (STAGE): row i of x (or f(gate) * up, or x̂) at xs[i * KP], KP = chunks * CH.
+shared float xs[XS];
 
 // Normed input: rstd of each row of h, the same in every invocation of the workgroup.
 float rstd_of[MB];
@@ -217,6 +233,18 @@ void load_rows_chunk(uint64_t at, uint i, uint c, out float v[CH]) {
     }
 }
 
+// Chunk c of staged row i (STAGE), as stored: zeros past K.
+void load_staged(uint i, uint c, out float v[CH]) {
+    const uint base = i * ((pc.K + CH - 1) / CH) * CH + c * CH;
+    [[unroll]] for (uint e = 0; e < CH; e++) v[e] = xs[base + e];
+}
+
+// Writes chunk c of staged row i (STAGE), all CH values (zeros past K included).
+void store_staged(uint i, uint c, float v[CH]) {
+    const uint base = i * ((pc.K + CH - 1) / CH) * CH + c * CH;
+    [[unroll]] for (uint e = 0; e < CH; e++) xs[base + e] = v[e];
+}
+
 // f(g) of a gated input of kind `glu` (1 silu, 2 gelu, 3 gelu_tanh).
 float gate_act(uint glu, float g) {
     return glu == 1u ? silu_f(g) : (glu == 2u ? gelu_f(g) : gelu_tanh_f(g));
@@ -266,6 +294,7 @@ float sum_squares(uint i, uint tid, uint chunks, bool sum_out) {
         [[unroll]] for (uint q = 0; q < pf; q++) {
             if (c0 + q * WG < chunks) {
                 if (sum_out) store_chunk(pc.hs, i, c0 + q * WG, v[q]);
+                if (STAGE != 0) store_staged(i, c0 + q * WG, v[q]);
                 [[unroll]] for (uint e = 0; e < CH; e++) ss = fma(v[q][e], v[q][e], ss);
             }
         }
@@ -316,8 +345,8 @@ void norm_prologue(uint tid, uint chunks) {
 }
 
 // The same K-slice of row i of x (or of f(gate) * up for a gated input, or of x̂ for a normed
-// input with the gain chunk g), zeros past K.
-void load_x_chunk(uint i, uint c, float g[CH], out float v[CH]) {
+// input with the gain chunk g), zeros past K, from global memory.
+void load_x_global(uint i, uint c, float g[CH], out float v[CH]) {
     if ((pc.flags & NORMED_BIT) != 0u) {
         load_h_chunk(i, c, v);
         [[unroll]] for (uint e = 0; e < CH; e++) v[e] = v[e] * rstd_of[i] * g[e];
@@ -330,6 +359,38 @@ void load_x_chunk(uint i, uint c, float g[CH], out float v[CH]) {
         load_rows_chunk(uint64_t(pc.w1), i, c, u);
         [[unroll]] for (uint e = 0; e < CH; e++) v[e] = gate_act(glu, v[e]) * u[e];
     }
+}
+
+// load_x_global's chunk, from xs when the input is staged (g unused then: x̂ is staged).
+void load_x_chunk(uint i, uint c, float g[CH], out float v[CH]) {
+    if (STAGE != 0) {
+        load_staged(i, c, v);
+    } else {
+        load_x_global(i, c, g, v);
+    }
+}
+
+// STAGE: the input rows into xs, then a barrier (every row block reads them). A normed input's
+// h chunks are there already (sum_squares stored them): each thread scales its own into x̂, with
+// the expression load_x_global uses. Reached by every invocation (pc.M is uniform).
+void stage_input(uint tid, uint chunks) {
+    const bool normed = (pc.flags & NORMED_BIT) != 0u;
+    [[unroll]] for (uint i = 0; i < MB; i++) {
+        if (i < pc.M) {
+            for (uint c = tid; c < chunks; c += WG) {
+                float v[CH], g[CH];
+                if (normed) {
+                    load_staged(i, c, v);
+                    load_gain_chunk(c, g);
+                    [[unroll]] for (uint e = 0; e < CH; e++) v[e] = v[e] * rstd_of[i] * g[e];
+                } else {
+                    load_x_global(i, c, g, v);
+                }
+                store_staged(i, c, v);
+            }
+        }
+    }
+    barrier();
 }
 
 // A row block: its product p, its first row j0 in W_p and W_p's rows n. The row blocks of W_0
@@ -392,7 +453,7 @@ void accumulate(Row rows[R], uint tid, uint chunks, bool ahead, uvec4 wq[2][R], 
             [[unroll]] for (uint r = 0; r < R; r++) unpack_w_chunk(wq[h][r], w[h][r]);
             if (PREFETCH != 0 && c == tid) {
                 g[h] = g0[h];
-            } else if (normed && (h == 0u || two)) {
+            } else if (normed && STAGE == 0 && (h == 0u || two)) {
                 load_gain_chunk(c + h * WG, g[h]);
             }
         }
@@ -488,13 +549,14 @@ void main() {
         Row rows[R];
         rows_of(block_of(gl_WorkGroupID.x), rows);
         load_w_pair(rows, tid, chunks, wq);
-        if ((pc.flags & NORMED_BIT) != 0u) {
+        if ((pc.flags & NORMED_BIT) != 0u && STAGE == 0) {
             [[unroll]] for (uint h = 0; h < 2; h++) {
                 if (tid + h * WG < chunks) load_gain_chunk(tid + h * WG, g0[h]);
             }
         }
     }
     if ((pc.flags & NORMED_BIT) != 0u) norm_prologue(tid, chunks);
+    if (STAGE != 0) stage_input(tid, chunks);
 
     for (uint blk = gl_WorkGroupID.x; blk < blocks; blk += gl_NumWorkGroups.x) {
         const Block b = block_of(blk);

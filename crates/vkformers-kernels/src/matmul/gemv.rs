@@ -81,11 +81,15 @@ pub struct Tuning {
     pub max_groups: Option<u32>,
     /// gemv.comp's `PIPE`: a block's next chunk pair loaded while the current one is multiplied.
     pub pipe: bool,
+    /// gemv.comp's `STAGE`: the input rows (x, f(gate) · up, or x̂) computed once per workgroup
+    /// into shared memory, where they fit ([`staging`]); every row block reads them there.
+    pub stage: bool,
 }
 
 impl Tuning {
     /// `VKFORMERS_GEMV_PREFETCH` (0 or 1; default 1), `VKFORMERS_GEMV_MAX_GROUPS` (a positive
-    /// count; default none) and `VKFORMERS_GEMV_PIPE` (0 or 1; default 0 until timed), read once.
+    /// count; default none), `VKFORMERS_GEMV_PIPE` and `VKFORMERS_GEMV_STAGE` (0 or 1; default 0
+    /// until timed), read once.
     pub fn from_env() -> Tuning {
         static ENV: std::sync::OnceLock<Tuning> = std::sync::OnceLock::new();
         *ENV.get_or_init(|| {
@@ -94,6 +98,7 @@ impl Tuning {
                 prefetch: var("VKFORMERS_GEMV_PREFETCH") != Some(0),
                 max_groups: var("VKFORMERS_GEMV_MAX_GROUPS").filter(|&g| g > 0),
                 pipe: var("VKFORMERS_GEMV_PIPE") == Some(1),
+                stage: var("VKFORMERS_GEMV_STAGE") == Some(1),
             }
         })
     }
@@ -122,15 +127,36 @@ fn tuning() -> Tuning {
 }
 
 /// Workgroups of a dispatch over `blocks` row blocks: one each, within the device's limit and
-/// the tuning's cap.
+/// the tuning's cap. Under a cap the blocks are shared out evenly (the grid-stride loop gives
+/// workgroup g the blocks g, g + groups, ...): 640 blocks under a cap of 528 run on 320
+/// workgroups of 2 blocks each, not on 528 of which 112 do a second block alone.
 fn groups_for(caps: &Caps, blocks: u32, tuning: &Tuning) -> u32 {
-    let cap = tuning.max_groups.unwrap_or(u32::MAX);
-    blocks.min(caps.max_workgroup_count[0]).min(MAX_GROUPS_32).min(cap).max(1)
+    let cap = caps.max_workgroup_count[0].min(MAX_GROUPS_32).min(tuning.max_groups.unwrap_or(u32::MAX)).max(1);
+    let blocks = blocks.max(1);
+    blocks.div_ceil(blocks.div_ceil(cap))
 }
 
-/// gemv.comp's specialization constants (VEC, NSG, PREFETCH, PIPE).
-fn spec_constants(wide: bool, subgroups: u32, tuning: &Tuning) -> [u32; 4] {
-    [u32::from(wide), subgroups, u32::from(tuning.prefetch), u32::from(tuning.pipe)]
+/// Floats of gemv.comp's staged input `xs` come in multiples of this, so that a model's few k
+/// share pipelines (`XS` is a specialization constant).
+const STAGE_QUANTUM: u32 = 1024;
+
+/// gemv.comp's (`STAGE`, `XS`) for `m` rows of `k` in `dtype`: the rows (k rounded up to whole
+/// 16-byte chunks of W) staged in shared memory when the tuning asks and they fit beside the
+/// partial sums `red`; else (0, 1).
+fn staging(caps: &Caps, dtype: DType, m: u32, k: u32, subgroups: u32, tuning: &Tuning) -> (u32, u32) {
+    let chunk = 16 / dtype.bytes();
+    let slots = (u64::from(m) * u64::from(k).div_ceil(chunk) * chunk).next_multiple_of(u64::from(STAGE_QUANTUM));
+    let bytes = u64::from(shared_bytes(m, subgroups)) + slots.max(1) * 4;
+    match u32::try_from(slots) {
+        Ok(slots) if tuning.stage && bytes <= u64::from(caps.max_shared_memory) => (1, slots.max(STAGE_QUANTUM)),
+        _ => (0, 1),
+    }
+}
+
+/// gemv.comp's specialization constants (VEC, NSG, PREFETCH, PIPE, STAGE, XS); `stage` =
+/// [`staging`]'s (STAGE, XS).
+fn spec_constants(wide: bool, subgroups: u32, tuning: &Tuning, stage: (u32, u32)) -> [u32; 6] {
+    [u32::from(wide), subgroups, u32::from(tuning.prefetch), u32::from(tuning.pipe), stage.0, stage.1]
 }
 
 fn has_subgroup_arithmetic(caps: &Caps) -> bool {
@@ -412,7 +438,8 @@ fn dispatch_single(
     let push = MatmulGemvPush { M: m, N: n, K: k, ldx, ldy, flags, n1: 0, n2: 0, eps: 0.0 };
     let tuning = tuning();
     let groups = groups_for(rec.caps(), desc.n.div_ceil(ROWS_PER_GROUP), &tuning);
-    dispatch(rec, kernel, &spec_constants(wide, subgroups, &tuning), args, &push, [groups, 1, 1])?;
+    let stage = staging(rec.caps(), desc.dtype, m, k, subgroups, &tuning);
+    dispatch(rec, kernel, &spec_constants(wide, subgroups, &tuning, stage), args, &push, [groups, 1, 1])?;
     rec.set_flops(2.0 * f64::from(desc.m) * f64::from(desc.n) * f64::from(desc.k));
     Ok(())
 }
@@ -645,6 +672,7 @@ fn dispatch_group(
     let blocks: u32 = ns.iter().map(|n| n.div_ceil(ROWS_PER_GROUP)).sum();
     let tuning = tuning();
     let groups = groups_for(rec.caps(), blocks, &tuning);
+    let stage = staging(rec.caps(), d.dtype, d.m, d.k, subgroups, &tuning);
     let (w1, w2) = (*ws.get(1).unwrap_or(&ws[0]), *ws.get(2).unwrap_or(&ws[0]));
     let (y1, y2) = (*ys.get(1).unwrap_or(&ys[0]), *ys.get(2).unwrap_or(&ys[0]));
     let (hs, xn) = (pro.hs.unwrap_or(ys[0]), pro.xn.unwrap_or(ys[0]));
@@ -661,7 +689,7 @@ fn dispatch_group(
         write(hs),
         write(xn),
     ];
-    dispatch(rec, kernel, &spec_constants(wide, subgroups, &tuning), &args, &push, [groups, 1, 1])?;
+    dispatch(rec, kernel, &spec_constants(wide, subgroups, &tuning, stage), &args, &push, [groups, 1, 1])?;
     let total: u32 = ns.iter().sum();
     rec.set_flops(2.0 * f64::from(d.m) * f64::from(total) * f64::from(d.k));
     Ok(())
@@ -706,17 +734,43 @@ mod tests {
     #[test]
     fn tuning_override_is_scoped_and_caps_the_grid() {
         let env = Tuning::from_env();
-        let t = Tuning { prefetch: !env.prefetch, max_groups: Some(3), pipe: !env.pipe };
+        let t = Tuning { prefetch: !env.prefetch, max_groups: Some(3), pipe: !env.pipe, stage: !env.stage };
         with_tuning(t, || {
             assert_eq!(tuning(), t);
-            assert_eq!(spec_constants(true, 4, &tuning()), [1, 4, u32::from(t.prefetch), u32::from(t.pipe)]);
+            let want = [1, 4, u32::from(t.prefetch), u32::from(t.pipe), 1, 2048];
+            assert_eq!(spec_constants(true, 4, &tuning(), (1, 2048)), want);
         });
         assert_eq!(tuning(), env);
         let caps = Caps { max_workgroup_count: [65_535, 1, 1], ..Caps::default() };
         assert_eq!(groups_for(&caps, 640, &t), 3);
         assert_eq!(groups_for(&caps, 2, &t), 2);
         assert_eq!(groups_for(&caps, 640, &Tuning { max_groups: None, ..t }), 640);
-        assert_eq!(groups_for(&caps, 1 << 20, &Tuning { max_groups: None, ..t }), 65_535);
+        assert_eq!(groups_for(&caps, 1 << 20, &Tuning { max_groups: None, ..t }), 61_681, "17 blocks each");
+        let cap = |g| Tuning { max_groups: Some(g), ..t };
+        assert_eq!(groups_for(&caps, 640, &cap(528)), 320, "two blocks each, not 112 doing two alone");
+        assert_eq!(groups_for(&caps, 2816, &cap(528)), 470);
+        assert_eq!(groups_for(&caps, 0, &cap(528)), 1);
+    }
+
+    /// Staging takes the rows (k whole chunks, in multiples of 1024 floats) only where they fit
+    /// beside the partial sums, and only when the tuning asks.
+    #[test]
+    fn staging_fits_in_shared_memory() {
+        let caps = Caps { max_shared_memory: 49_152, ..Caps::default() };
+        let on = Tuning { prefetch: true, max_groups: None, pipe: false, stage: true };
+        assert_eq!(staging(&caps, DType::BF16, 1, 2048, 4, &on), (1, 2048));
+        assert_eq!(staging(&caps, DType::BF16, 1, 5632, 4, &on), (1, 6144));
+        assert_eq!(staging(&caps, DType::BF16, 1, 577, 4, &on), (1, 1024), "577 is 73 chunks of 8");
+        assert_eq!(staging(&caps, DType::F32, 2, 5, 4, &on), (1, 1024), "2 rows of 2 chunks of 4");
+        assert_eq!(staging(&caps, DType::BF16, 4, 5632, 4, &on), (0, 1), "88 KiB does not fit");
+        assert_eq!(staging(&caps, DType::BF16, 2, 5632, 4, &on), (1, 11_264), "44 KiB and 256 bytes of sums");
+        let tight = Caps { max_shared_memory: 11_264 * 4 + 255, ..caps.clone() };
+        assert_eq!(staging(&tight, DType::BF16, 2, 5632, 4, &on), (0, 1), "the partial sums need room too");
+        assert_eq!(staging(&caps, DType::BF16, 2, 2048, 4, &on), (1, 4096));
+        let small = Caps { max_shared_memory: 4096 * 4, ..caps.clone() };
+        assert_eq!(staging(&small, DType::BF16, 2, 2048, 4, &on), (0, 1), "the partial sums need room too");
+        assert_eq!(staging(&caps, DType::BF16, 1, 2048, 4, &Tuning { stage: false, ..on }), (0, 1));
+        assert_eq!(staging(&caps, DType::BF16, 16, u32::MAX - 8, 4, &on), (0, 1));
     }
 
     #[test]
