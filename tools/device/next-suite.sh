@@ -81,6 +81,19 @@ if [[ $PART == ab ]]; then
     sec done
     exit 0
 fi
+if [[ $PART == final ]]; then
+    # The must-show tables with the shipped defaults (the GEMV's staged input on GPUs since
+    # 2026-12-05 15:40): decode and prefill beside transformers eager, the GEMM beside cuBLAS.
+    sec "generate beside transformers eager, one run, shipped defaults (the README table)"
+    python3 tools/bench/generate.py --vkformers "$V" --skip-compile --batches 1 8 64 --prefill-lens 512 2048 \
+        --warmup 1 --repeats 3 --json "$OUT/generate.json" 2>&1 | tail -14 | tee -a "$LOG"
+    sec "gemm 8192^3 bf16 beside torch.matmul (shipped)"
+    python3 tools/bench/gemm.py --vkformers "$V" --sizes 8192 --dtypes bf16 2>&1 | tail -1 | tee -a "$LOG"
+    sec "bench gemv, W streamed (22 copies), batch 1 and 4, shipped defaults (staged, cap 528)"
+    "$V" bench gemv --rows 1,4 --copies 22 --warm-ms 400 2>&1 | grep "µs a call" | tee -a "$LOG"
+    sec done
+    exit 0
+fi
 if [[ $PART == stage ]]; then
     # Session of 2026-12-05 (14:43): the GEMV's input staged in shared memory (STAGE) under grid
     # caps, and the cm2 GEMM's experiments (static strides, uvec4 pointers, a hand-staged K loop).

@@ -52,7 +52,8 @@ pub struct GemvBenchArgs {
     #[arg(long, value_delimiter = ',')]
     pipe: Vec<u8>,
     /// The input rows staged once per workgroup in shared memory (`STAGE`): 0, 1 or both, each
-    /// with each of the others; default: `VKFORMERS_GEMV_STAGE` (off).
+    /// with each of the others; default: `VKFORMERS_GEMV_STAGE` (on GPUs). Lines say `staged`
+    /// where the tuning stages (where the rows fit in shared memory).
     #[arg(long, value_delimiter = ',')]
     stage: Vec<u8>,
     /// Copies of each W the chain cycles through (call i reads copy i mod N): 1 times a W that
@@ -218,8 +219,9 @@ fn tunings_of(args: &GemvBenchArgs) -> Vec<gemv::Tuning> {
             given.iter().map(|&v| v != 0).collect()
         }
     };
-    let (prefetch, pipe, stage) =
-        (switch(&args.prefetch, env.prefetch), switch(&args.pipe, env.pipe), switch(&args.stage, env.stage));
+    let (prefetch, pipe) = (switch(&args.prefetch, env.prefetch), switch(&args.pipe, env.pipe));
+    let stage: Vec<Option<bool>> =
+        if args.stage.is_empty() { vec![env.stage] } else { args.stage.iter().map(|&v| Some(v != 0)).collect() };
     let caps: Vec<Option<u32>> = if args.max_groups.is_empty() {
         vec![env.max_groups]
     } else {
@@ -263,7 +265,7 @@ fn time_one(
     let pf = u8::from(tuning.prefetch);
     let cap = tuning.max_groups.map_or(String::new(), |g| format!(" groups ≤ {g}"))
         + if tuning.pipe { " pipe" } else { "" }
-        + if tuning.stage { " staged" } else { "" };
+        + if tuning.stages_on(ctx.caps()) { " staged" } else { "" };
     println!(
         "  {n:>6} x {k:<6} m {m:>2} prefetch {pf}{cap}: {per_call_us:>8.2} µs a call, {median_us:>8.2} µs median between timestamps, \
          {:>7.0} GB/s of W ({:>3.0}% of the copy), {:>6.2} µs at the copy's rate (max rel err {err:.1e})",

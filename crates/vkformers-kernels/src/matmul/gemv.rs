@@ -82,14 +82,15 @@ pub struct Tuning {
     /// gemv.comp's `PIPE`: a block's next chunk pair loaded while the current one is multiplied.
     pub pipe: bool,
     /// gemv.comp's `STAGE`: the input rows (x, f(gate) · up, or x̂) computed once per workgroup
-    /// into shared memory, where they fit ([`staging`]); every row block reads them there.
-    pub stage: bool,
+    /// into shared memory, where they fit ([`staging`]); every row block reads them there. None:
+    /// on devices other than CPUs (see [`Tuning::stages_on`]).
+    pub stage: Option<bool>,
 }
 
 impl Tuning {
     /// `VKFORMERS_GEMV_PREFETCH` (0 or 1; default 1), `VKFORMERS_GEMV_MAX_GROUPS` (a positive
-    /// count; default none), `VKFORMERS_GEMV_PIPE` and `VKFORMERS_GEMV_STAGE` (0 or 1; default 0
-    /// until timed), read once.
+    /// count; default none, [`STAGED_GROUPS`] for staged products), `VKFORMERS_GEMV_PIPE` (0 or
+    /// 1; default 0) and `VKFORMERS_GEMV_STAGE` (0 or 1; default: on GPUs), read once.
     pub fn from_env() -> Tuning {
         static ENV: std::sync::OnceLock<Tuning> = std::sync::OnceLock::new();
         *ENV.get_or_init(|| {
@@ -98,9 +99,18 @@ impl Tuning {
                 prefetch: var("VKFORMERS_GEMV_PREFETCH") != Some(0),
                 max_groups: var("VKFORMERS_GEMV_MAX_GROUPS").filter(|&g| g > 0),
                 pipe: var("VKFORMERS_GEMV_PIPE") == Some(1),
-                stage: var("VKFORMERS_GEMV_STAGE") == Some(1),
+                stage: var("VKFORMERS_GEMV_STAGE").map(|v| v != 0),
             }
         })
+    }
+
+    /// Whether products on `caps`'s device stage their input (where it fits): as set, else on
+    /// every device but CPUs. H100, 1.1B bf16 batch-1 decode, staged against not
+    /// (`docs/bench/h100-2026-12-05-e`): 536 against 445 tokens/s; a normed 11264 × 2048 product
+    /// 25.3 against 32.8 µs a call, at batch 4 87 against 261. On lavapipe it is untimed: llvmpipe
+    /// reads x from the same memory either way.
+    pub fn stages_on(&self, caps: &Caps) -> bool {
+        self.stage.unwrap_or(!caps.is_cpu())
     }
 }
 
@@ -126,12 +136,19 @@ fn tuning() -> Tuning {
     TUNING.with(|t| t.get()).unwrap_or_else(Tuning::from_env)
 }
 
+/// Workgroups of a staged dispatch whose tuning sets no cap: 4 per multiprocessor of an
+/// H100/H200 (132), so a workgroup's one staging serves several row blocks. H100, 1.1B bf16
+/// batch-1 decode staged (`docs/bench/h100-2026-12-05-e`): 517 tokens/s uncapped, 536 under 528,
+/// 530 under 1056; the normed 32000 × 2048 LM head 61.9 / 52.7 / 54.8 µs a call.
+pub const STAGED_GROUPS: u32 = 528;
+
 /// Workgroups of a dispatch over `blocks` row blocks: one each, within the device's limit and
-/// the tuning's cap. Under a cap the blocks are shared out evenly (the grid-stride loop gives
+/// the tuning's cap ([`STAGED_GROUPS`] by default when `staged`). Under a cap the blocks are shared out evenly (the grid-stride loop gives
 /// workgroup g the blocks g, g + groups, ...): 640 blocks under a cap of 528 run on 320
 /// workgroups of 2 blocks each, not on 528 of which 112 do a second block alone.
-fn groups_for(caps: &Caps, blocks: u32, tuning: &Tuning) -> u32 {
-    let cap = caps.max_workgroup_count[0].min(MAX_GROUPS_32).min(tuning.max_groups.unwrap_or(u32::MAX)).max(1);
+fn groups_for(caps: &Caps, blocks: u32, tuning: &Tuning, staged: bool) -> u32 {
+    let default = if staged { STAGED_GROUPS } else { u32::MAX };
+    let cap = caps.max_workgroup_count[0].min(MAX_GROUPS_32).min(tuning.max_groups.unwrap_or(default)).max(1);
     let blocks = blocks.max(1);
     blocks.div_ceil(blocks.div_ceil(cap))
 }
@@ -141,14 +158,16 @@ fn groups_for(caps: &Caps, blocks: u32, tuning: &Tuning) -> u32 {
 const STAGE_QUANTUM: u32 = 1024;
 
 /// gemv.comp's (`STAGE`, `XS`) for `m` rows of `k` in `dtype`: the rows (k rounded up to whole
-/// 16-byte chunks of W) staged in shared memory when the tuning asks and they fit beside the
-/// partial sums `red`; else (0, 1).
+/// 16-byte chunks of W) staged in shared memory when the tuning stages on this device
+/// ([`Tuning::stages_on`]) and they fit beside the partial sums `red`; else (0, 1).
 fn staging(caps: &Caps, dtype: DType, m: u32, k: u32, subgroups: u32, tuning: &Tuning) -> (u32, u32) {
     let chunk = 16 / dtype.bytes();
     let slots = (u64::from(m) * u64::from(k).div_ceil(chunk) * chunk).next_multiple_of(u64::from(STAGE_QUANTUM));
     let bytes = u64::from(shared_bytes(m, subgroups)) + slots.max(1) * 4;
     match u32::try_from(slots) {
-        Ok(slots) if tuning.stage && bytes <= u64::from(caps.max_shared_memory) => (1, slots.max(STAGE_QUANTUM)),
+        Ok(slots) if tuning.stages_on(caps) && bytes <= u64::from(caps.max_shared_memory) => {
+            (1, slots.max(STAGE_QUANTUM))
+        }
         _ => (0, 1),
     }
 }
@@ -437,8 +456,8 @@ fn dispatch_single(
     let (m, n, k, ldx, ldy) = (desc.m, desc.n, desc.k, desc.ldx, desc.ldy);
     let push = MatmulGemvPush { M: m, N: n, K: k, ldx, ldy, flags, n1: 0, n2: 0, eps: 0.0 };
     let tuning = tuning();
-    let groups = groups_for(rec.caps(), desc.n.div_ceil(ROWS_PER_GROUP), &tuning);
     let stage = staging(rec.caps(), desc.dtype, m, k, subgroups, &tuning);
+    let groups = groups_for(rec.caps(), desc.n.div_ceil(ROWS_PER_GROUP), &tuning, stage.0 != 0);
     dispatch(rec, kernel, &spec_constants(wide, subgroups, &tuning, stage), args, &push, [groups, 1, 1])?;
     rec.set_flops(2.0 * f64::from(desc.m) * f64::from(desc.n) * f64::from(desc.k));
     Ok(())
@@ -671,8 +690,8 @@ fn dispatch_group(
     let push = MatmulGemvPush { M: d.m, N: ns[0], K: d.k, ldx: d.ldx, ldy: ns[0], flags, n1, n2, eps: pro.eps };
     let blocks: u32 = ns.iter().map(|n| n.div_ceil(ROWS_PER_GROUP)).sum();
     let tuning = tuning();
-    let groups = groups_for(rec.caps(), blocks, &tuning);
     let stage = staging(rec.caps(), d.dtype, d.m, d.k, subgroups, &tuning);
+    let groups = groups_for(rec.caps(), blocks, &tuning, stage.0 != 0);
     let (w1, w2) = (*ws.get(1).unwrap_or(&ws[0]), *ws.get(2).unwrap_or(&ws[0]));
     let (y1, y2) = (*ys.get(1).unwrap_or(&ys[0]), *ys.get(2).unwrap_or(&ys[0]));
     let (hs, xn) = (pro.hs.unwrap_or(ys[0]), pro.xn.unwrap_or(ys[0]));
@@ -734,7 +753,7 @@ mod tests {
     #[test]
     fn tuning_override_is_scoped_and_caps_the_grid() {
         let env = Tuning::from_env();
-        let t = Tuning { prefetch: !env.prefetch, max_groups: Some(3), pipe: !env.pipe, stage: !env.stage };
+        let t = Tuning { prefetch: !env.prefetch, max_groups: Some(3), pipe: !env.pipe, stage: Some(false) };
         with_tuning(t, || {
             assert_eq!(tuning(), t);
             let want = [1, 4, u32::from(t.prefetch), u32::from(t.pipe), 1, 2048];
@@ -742,14 +761,19 @@ mod tests {
         });
         assert_eq!(tuning(), env);
         let caps = Caps { max_workgroup_count: [65_535, 1, 1], ..Caps::default() };
-        assert_eq!(groups_for(&caps, 640, &t), 3);
-        assert_eq!(groups_for(&caps, 2, &t), 2);
-        assert_eq!(groups_for(&caps, 640, &Tuning { max_groups: None, ..t }), 640);
-        assert_eq!(groups_for(&caps, 1 << 20, &Tuning { max_groups: None, ..t }), 61_681, "17 blocks each");
+        assert_eq!(groups_for(&caps, 640, &t, false), 3);
+        assert_eq!(groups_for(&caps, 2, &t, false), 2);
+        assert_eq!(groups_for(&caps, 640, &Tuning { max_groups: None, ..t }, false), 640);
+        assert_eq!(groups_for(&caps, 1 << 20, &Tuning { max_groups: None, ..t }, false), 61_681, "17 blocks each");
         let cap = |g| Tuning { max_groups: Some(g), ..t };
-        assert_eq!(groups_for(&caps, 640, &cap(528)), 320, "two blocks each, not 112 doing two alone");
-        assert_eq!(groups_for(&caps, 2816, &cap(528)), 470);
-        assert_eq!(groups_for(&caps, 0, &cap(528)), 1);
+        assert_eq!(groups_for(&caps, 640, &cap(528), false), 320, "two blocks each, not 112 doing two alone");
+        assert_eq!(groups_for(&caps, 2816, &cap(528), false), 470);
+        assert_eq!(groups_for(&caps, 0, &cap(528), false), 1);
+        // Staged products default to STAGED_GROUPS; a set cap wins.
+        let unset = Tuning { max_groups: None, ..t };
+        assert_eq!(groups_for(&caps, 2816, &unset, true), 470);
+        assert_eq!(groups_for(&caps, 512, &unset, true), 512);
+        assert_eq!(groups_for(&caps, 2816, &cap(1056), true), 939);
     }
 
     /// Staging takes the rows (k whole chunks, in multiples of 1024 floats) only where they fit
@@ -757,7 +781,7 @@ mod tests {
     #[test]
     fn staging_fits_in_shared_memory() {
         let caps = Caps { max_shared_memory: 49_152, ..Caps::default() };
-        let on = Tuning { prefetch: true, max_groups: None, pipe: false, stage: true };
+        let on = Tuning { prefetch: true, max_groups: None, pipe: false, stage: Some(true) };
         assert_eq!(staging(&caps, DType::BF16, 1, 2048, 4, &on), (1, 2048));
         assert_eq!(staging(&caps, DType::BF16, 1, 5632, 4, &on), (1, 6144));
         assert_eq!(staging(&caps, DType::BF16, 1, 577, 4, &on), (1, 1024), "577 is 73 chunks of 8");
@@ -769,7 +793,13 @@ mod tests {
         assert_eq!(staging(&caps, DType::BF16, 2, 2048, 4, &on), (1, 4096));
         let small = Caps { max_shared_memory: 4096 * 4, ..caps.clone() };
         assert_eq!(staging(&small, DType::BF16, 2, 2048, 4, &on), (0, 1), "the partial sums need room too");
-        assert_eq!(staging(&caps, DType::BF16, 1, 2048, 4, &Tuning { stage: false, ..on }), (0, 1));
+        assert_eq!(staging(&caps, DType::BF16, 1, 2048, 4, &Tuning { stage: Some(false), ..on }), (0, 1));
+        // Unset: GPUs stage, CPU devices do not.
+        let auto = Tuning { stage: None, ..on };
+        let gpu = Caps { device_type: "discrete-gpu".into(), ..caps.clone() };
+        assert_eq!(staging(&gpu, DType::BF16, 1, 2048, 4, &auto), (1, 2048));
+        let cpu = Caps { device_type: "cpu".into(), ..caps.clone() };
+        assert_eq!(staging(&cpu, DType::BF16, 1, 2048, 4, &auto), (0, 1));
         assert_eq!(staging(&caps, DType::BF16, 16, u32::MAX - 8, 4, &on), (0, 1));
     }
 
