@@ -21,7 +21,7 @@ pub struct GemmArgs {
     /// Operand type: f16 or bf16 (tensor cores, f32 accumulation).
     #[arg(long, default_value = "bf16")]
     dtype: String,
-    /// Timed runs (after 3 warm-up runs).
+    /// Timed runs (after a second of untimed ones: the clocks ramp under load).
     #[arg(long, default_value_t = 20)]
     iters: usize,
     /// B given as [n, k] (the nn.Linear weight layout) instead of [k, n].
@@ -215,7 +215,14 @@ pub fn gemm(selector: &DeviceSelector, args: &GemmArgs) -> anyhow::Result<ExitCo
     report(args, &ctx, desc.flops(), median_ns, max_err)
 }
 
-/// Median GPU time of `iters` dispatches recorded by `dispatch`, after 3 warm-up runs.
+/// Wall time of untimed runs before a median is timed: the GPU's clocks ramp only after a while
+/// under load. Three runs alone were not enough: on an H100 that had idled at 345 MHz while the
+/// process started, 8192³ bf16 timed 223 TFLOP/s where the same binary had timed 307 after busy
+/// work (`docs/bench/h100-2026-12-05-f`, its clocks log).
+const WARM_MS: u128 = 1000;
+
+/// Median GPU time of `iters` dispatches recorded by `dispatch`, after at least 3 warm-up runs
+/// and [`WARM_MS`] of them.
 pub(crate) fn time_median(
     ctx: &Context,
     iters: usize,
@@ -232,11 +239,14 @@ pub(crate) fn time_median_of(
     per_call: usize,
     dispatch: &mut dyn FnMut(&mut vkformers_vk::Recorder) -> anyhow::Result<()>,
 ) -> anyhow::Result<f64> {
-    let mut warm = ctx.recorder(false)?;
-    for _ in 0..3 {
-        dispatch(&mut warm)?;
+    let start = std::time::Instant::now();
+    while start.elapsed().as_millis() < WARM_MS {
+        let mut warm = ctx.recorder(false)?;
+        for _ in 0..3 {
+            dispatch(&mut warm)?;
+        }
+        warm.submit()?;
     }
-    warm.submit()?;
     let mut rec = ctx.recorder(true)?;
     for _ in 0..iters {
         dispatch(&mut rec)?;
