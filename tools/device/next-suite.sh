@@ -81,12 +81,28 @@ if [[ $PART == ab ]]; then
     sec done
     exit 0
 fi
-if [[ $PART == final ]]; then
+if [[ $PART == final || $PART == final2 ]]; then
     # The must-show tables with the shipped defaults (the GEMV's staged input on GPUs since
     # 2026-12-05 15:40): decode and prefill beside transformers eager, the GEMM beside cuBLAS.
+    # final2: the GEMV's tests first, batches 1 and 64 at 512 tokens only.
+    if [[ $PART == final2 ]]; then
+        sec "tests on NVIDIA's compiler: the GEMV under 7 tunings (STAGE, the gain loaded ahead)"
+        TT=200 t gemv_prefetch
+        sizes=(--batches 1 64 --prefill-lens 512)
+    else
+        sizes=(--batches 1 8 64 --prefill-lens 512 2048)
+    fi
     sec "generate beside transformers eager, one run, shipped defaults (the README table)"
-    python3 tools/bench/generate.py --vkformers "$V" --skip-compile --batches 1 8 64 --prefill-lens 512 2048 \
+    python3 tools/bench/generate.py --vkformers "$V" --skip-compile "${sizes[@]}" \
         --warmup 1 --repeats 3 --json "$OUT/generate.json" 2>&1 | tail -14 | tee -a "$LOG"
+    if [[ $PART == final2 && -f .dev/old/bin.tar.xz ]]; then
+        # The previous pack (.dev/old, carried) beside this one: batch 1 and 64, vkformers alone.
+        mkdir -p .dev/oldbin && tar -xJf .dev/old/bin.tar.xz -C .dev/oldbin
+        sec "generate b1 b64, this build then the previous one (.dev/old), then this one again"
+        gen "VKFORMERS_DECODE_REPLAY=1"
+        V=$PWD/.dev/oldbin/vkformers gen "VKFORMERS_DECODE_REPLAY=1"
+        gen "VKFORMERS_DECODE_REPLAY=1"
+    fi
     sec "gemm 8192^3 bf16 beside torch.matmul (shipped)"
     python3 tools/bench/gemm.py --vkformers "$V" --sizes 8192 --dtypes bf16 2>&1 | tail -1 | tee -a "$LOG"
     sec "bench gemv, W streamed (22 copies), batch 1 and 4, shipped defaults (staged, cap 528)"

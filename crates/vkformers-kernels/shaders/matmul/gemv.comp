@@ -372,16 +372,25 @@ void load_x_chunk(uint i, uint c, float g[CH], out float v[CH]) {
 
 // STAGE: the input rows into xs, then a barrier (every row block reads them). A normed input's
 // h chunks are there already (sum_squares stored them): each thread scales its own into x̂, with
-// the expression load_x_global uses. Reached by every invocation (pc.M is uniform).
-void stage_input(uint tid, uint chunks) {
+// the expression load_x_global uses; the gain of its first two chunks is g0, loaded before the
+// norm's prologue (`ahead`, PREFETCH), so no trip to memory follows the prologue for K up to
+// 2 WG chunks. Reached by every invocation (pc.M is uniform).
+void stage_input(uint tid, uint chunks, bool ahead, float g0[2][CH]) {
     const bool normed = (pc.flags & NORMED_BIT) != 0u;
     [[unroll]] for (uint i = 0; i < MB; i++) {
         if (i < pc.M) {
-            for (uint c = tid; c < chunks; c += WG) {
+            uint j = 0;
+            for (uint c = tid; c < chunks; c += WG, j++) {
                 float v[CH], g[CH];
                 if (normed) {
                     load_staged(i, c, v);
-                    load_gain_chunk(c, g);
+                    if (ahead && j == 0u) {
+                        g = g0[0];
+                    } else if (ahead && j == 1u) {
+                        g = g0[1];
+                    } else {
+                        load_gain_chunk(c, g);
+                    }
                     [[unroll]] for (uint e = 0; e < CH; e++) v[e] = v[e] * rstd_of[i] * g[e];
                 } else {
                     load_x_global(i, c, g, v);
@@ -549,14 +558,14 @@ void main() {
         Row rows[R];
         rows_of(block_of(gl_WorkGroupID.x), rows);
         load_w_pair(rows, tid, chunks, wq);
-        if ((pc.flags & NORMED_BIT) != 0u && STAGE == 0) {
+        if ((pc.flags & NORMED_BIT) != 0u) {
             [[unroll]] for (uint h = 0; h < 2; h++) {
                 if (tid + h * WG < chunks) load_gain_chunk(tid + h * WG, g0[h]);
             }
         }
     }
     if ((pc.flags & NORMED_BIT) != 0u) norm_prologue(tid, chunks);
-    if (STAGE != 0) stage_input(tid, chunks);
+    if (STAGE != 0) stage_input(tid, chunks, ahead, g0);
 
     for (uint blk = gl_WorkGroupID.x; blk < blocks; blk += gl_NumWorkGroups.x) {
         const Block b = block_of(blk);
