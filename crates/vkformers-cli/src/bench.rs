@@ -42,6 +42,14 @@ pub struct GemmArgs {
     raster: Option<u32>,
     #[arg(long)]
     unroll: Option<u32>,
+    /// Cooperative-matrix-2 experiments (default: VKFORMERS_CM2_STATIC_STRIDES /
+    /// VKFORMERS_CM2_VEC16, else off): lda/ldb/ldc as specialization constants (1; 2: also
+    /// constant layout dimensions in the fast path); A and B loaded through 16-byte (uvec4)
+    /// pointers where aligned (0/1).
+    #[arg(long)]
+    static_strides: Option<u32>,
+    #[arg(long)]
+    vec16: Option<u32>,
     /// KHR kernels: cost probes (bits: 1 fragments from global, 2 no later fetches, 4 no
     /// barriers); the result is not the product, so it is not checked.
     #[arg(long, default_value_t = 0)]
@@ -139,6 +147,7 @@ pub fn gemm(selector: &DeviceSelector, args: &GemmArgs) -> anyhow::Result<ExitCo
         "coopmat2-t128k64" => Engine::Coopmat2T128K64,
         "coopmat2-skinny64" => Engine::Coopmat2Skinny64,
         "coopmat2-skinny32" => Engine::Coopmat2Skinny32,
+        "coopmat2-staged" => Engine::Coopmat2Staged,
         other => {
             bail!("--engine {other}: expected auto, coopmat, or a coopmat2 tile (coopmat2, coopmat2-t128k64, ...)")
         }
@@ -151,6 +160,12 @@ pub fn gemm(selector: &DeviceSelector, args: &GemmArgs) -> anyhow::Result<ExitCo
     }
     if let Some(u) = args.unroll {
         desc.tuning.unroll = u;
+    }
+    if let Some(s) = args.static_strides {
+        desc.tuning.static_strides = s.min(2);
+    }
+    if let Some(v) = args.vec16 {
+        desc.tuning.vec16 = v != 0;
     }
     desc.tuning.probe = args.probe;
     desc.c_half = args.c16;

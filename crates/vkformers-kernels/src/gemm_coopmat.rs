@@ -41,6 +41,11 @@ pub enum Engine {
     Coopmat2Skinny64,
     /// `VK_NV_cooperative_matrix2`, 64 x 32 tiles on 128 invocations, K slices of 64.
     Coopmat2Skinny32,
+    /// Experiment (bench only, not in [`Engine::ALL`]): the 128 x 128 kernel on 128
+    /// invocations, K slices of 32, whose interior blocks copy A and B to shared memory
+    /// themselves (uvec4 loads a slice ahead, two buffers) and load the workgroup-scope matrices
+    /// from there (`STAGED` in the shader).
+    Coopmat2Staged,
 }
 
 impl Engine {
@@ -83,11 +88,31 @@ pub struct Tuning {
     pub unroll: u32,
     /// KHR kernels: bench-only cost probes (see the shader; 0 computes the product).
     pub probe: u32,
+    /// Experiment: 1 passes lda/ldb/ldc as specialization constants (`SLDA`, `SLDB`, `SLDC`), so
+    /// the driver compiles the fast path with constant strides (one pipeline per stride triple);
+    /// 2 also gives the fast path's layouts constant dimensions (`SDIMS`); 0 neither.
+    pub static_strides: u32,
+    /// Experiment: the fast path loads A and B through `uvec4` pointers (`VEC16`); taken only
+    /// where both pointers and every operand offset, batch stride and lda/ldb are 16-byte aligned.
+    pub vec16: bool,
+}
+
+impl Tuning {
+    /// `VKFORMERS_CM2_STATIC_STRIDES` (0, 1 or 2, as `static_strides`) and
+    /// `VKFORMERS_CM2_VEC16` (1: on); default off until timed; read once.
+    fn env() -> (u32, bool) {
+        static ENV: std::sync::OnceLock<(u32, bool)> = std::sync::OnceLock::new();
+        *ENV.get_or_init(|| {
+            let var = |name: &str| std::env::var(name).ok().and_then(|v| v.trim().parse::<u32>().ok());
+            (var("VKFORMERS_CM2_STATIC_STRIDES").unwrap_or(0).min(2), var("VKFORMERS_CM2_VEC16") == Some(1))
+        })
+    }
 }
 
 impl Default for Tuning {
     fn default() -> Self {
-        Tuning { fast: true, raster: 1, unroll: 8, probe: 0 }
+        let (static_strides, vec16) = Tuning::env();
+        Tuning { fast: true, raster: 1, unroll: 8, probe: 0, static_strides, vec16 }
     }
 }
 
@@ -282,6 +307,8 @@ fn kernel(engine: Engine, elem: Elem) -> (&'static KernelCode, u32, u32) {
         (Engine::Coopmat2Skinny64, Bf16) => {
             tile!(MATMUL_COOPMAT2_GEMM_BF16_SKINNY64, matmul_coopmat2_gemm_bf16_skinny64)
         }
+        (Engine::Coopmat2Staged, F16) => tile!(MATMUL_COOPMAT2_GEMM_F16_STAGED, matmul_coopmat2_gemm_f16_staged),
+        (Engine::Coopmat2Staged, Bf16) => tile!(MATMUL_COOPMAT2_GEMM_BF16_STAGED, matmul_coopmat2_gemm_bf16_staged),
         (Engine::Coopmat2Skinny32, F16) => tile!(MATMUL_COOPMAT2_GEMM_F16_SKINNY32, matmul_coopmat2_gemm_f16_skinny32),
         (Engine::Coopmat2Skinny32, Bf16) => {
             tile!(MATMUL_COOPMAT2_GEMM_BF16_SKINNY32, matmul_coopmat2_gemm_bf16_skinny32)
@@ -346,6 +373,14 @@ fn check(
     Ok(())
 }
 
+/// True when the `VEC16` loads may read A and B as `uvec4`: both views start 16-byte aligned
+/// and every element offset, batch stride and leading dimension of A and B is a multiple of 8.
+fn vec16_aligned(d: &CoopGemm, a: &BufferView<'_>, b: &BufferView<'_>) -> bool {
+    a.address().is_multiple_of(16)
+        && b.address().is_multiple_of(16)
+        && [d.lda, d.ldb, d.a_off, d.b_off, d.a_bstride, d.b_bstride].iter().all(|v| v.is_multiple_of(8))
+}
+
 /// Records `C = alpha * op(A) * op(B) (+ bias) (+ C)`. `bias` is `[n]` f32; C is f32, or the
 /// operand type with `c_half`.
 pub fn gemm_coopmat(
@@ -393,7 +428,16 @@ pub fn gemm_coopmat(
         vec![u32::from(d.trans_a), u32::from(d.trans_b), d.tuning.probe]
     } else {
         let t = d.tuning;
-        vec![u32::from(d.trans_a), u32::from(d.trans_b), u32::from(t.fast), t.raster.max(1), t.unroll.max(1)]
+        let mut spec =
+            vec![u32::from(d.trans_a), u32::from(d.trans_b), u32::from(t.fast), t.raster.max(1), t.unroll.max(1)];
+        // The experiments' constants (ids 5-9) only when one is on: the shipped pipelines keep
+        // their five constants (and their cache entries).
+        let vec16 = t.vec16 && vec16_aligned(d, &a, &b);
+        if t.static_strides > 0 || vec16 {
+            let (sa, sb, sc) = if t.static_strides > 0 { (d.lda, d.ldb, d.ldc) } else { (0, 0, 0) };
+            spec.extend([sa, sb, sc, u32::from(vec16), u32::from(t.static_strides >= 2)]);
+        }
+        spec
     };
     dispatch(rec, k, &spec, &[read(a), read(b), c_arg, read(bias_view)], &push, groups)?;
     rec.set_flops(d.flops());
@@ -410,7 +454,7 @@ mod tests {
     /// the split checks size by it).
     #[test]
     fn blocks_are_the_shader_defines() {
-        for engine in Engine::ALL {
+        for engine in Engine::ALL.into_iter().chain([Engine::Coopmat2Staged]) {
             for elem in [Elem::F16, Elem::Bf16] {
                 let (k, bm, bn) = kernel(engine, elem);
                 let define = |d: &str| code::defines::value(k.name, d).unwrap_or_else(|| panic!("{}: {d}", k.name));

@@ -17,6 +17,26 @@
 // - RASTER: blocks are visited in groups of RASTER block-rows (column by column inside a
 //   group), so the workgroups resident at once share A rows and B columns in L2 instead of
 //   sweeping all of B for every block-row.
+//
+// Experiments (bench-only until timed; the defaults compile to the shipped kernel):
+// - SLDA/SLDB/SLDC (static strides): NVIDIA's cm2 sample specialises its strides. Nonzero, they
+//   replace lda/ldb in the FAST path's layouts and ldc in C's, so the driver compiles constant
+//   strides; the launcher passes the call's own values (one pipeline per stride triple), never a
+//   value that differs from the push block's. SDIMS (with them) also gives the FAST path's
+//   layouts constant dimensions (rows 2^30, columns the stride), so the whole layout is constant
+//   as in the sample, whose M/N/K are constants: the fast path's layouts do not clamp, so their
+//   dimensions only set the implicit stride, which is the same.
+// - VEC16: the FAST path loads A and B through `uvec4 v[]` pointers (16-byte element type, base
+//   known 16-byte aligned) as NVIDIA's sample does. Per GLSL_NV_cooperative_matrix2, the layout's
+//   index is in units of the matrix component (bf16/f16: strides unchanged) and is a byte offset
+//   from &buf[elementOffset], elementOffset in units of the array element: a_off / 8. The launcher
+//   sets it only when both pointers, offsets, batch strides and lda/ldb are 16-byte aligned.
+// - STAGED (variants *_staged, engine coopmat2-staged): the FAST path copies each BM x BK slice of
+//   A and BK x BN of B itself: global -> registers (uvec4, issued one slice ahead) -> shared
+//   memory (two buffers, rows padded by 8 elements against bank conflicts), and loads the
+//   workgroup-scope matrices from shared memory with coopMatLoadTensorNV. 128 x 128, BK = 32:
+//   2 x (10 + 10) KiB of shared memory (each buffer sized for either storage order). Edge
+//   blocks keep the clamped path.
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_NV_cooperative_matrix2 : require
 #extension GL_KHR_memory_scope_semantics : require
@@ -47,6 +67,8 @@
 // variant: bf16_skinny64 ELEM_BF16 BM=64 BN=64 BK=64 THREADS=128
 // variant: f16_skinny32 ELEM_F16 BM=64 BN=32 BK=64 THREADS=128
 // variant: bf16_skinny32 ELEM_BF16 BM=64 BN=32 BK=64 THREADS=128
+// variant: f16_staged ELEM_F16 BM=128 BN=128 BK=32 THREADS=128 STAGED
+// variant: bf16_staged ELEM_BF16 BM=128 BN=128 BK=32 THREADS=128 STAGED
 // (THREADS: invocations per workgroup, 256 unless given; 128 gives each invocation twice the
 // accumulator registers and may let more workgroups share a multiprocessor.)
 #ifdef ELEM_BF16
@@ -60,6 +82,8 @@
 
 layout(buffer_reference, std430, buffer_reference_align = 2) readonly buffer EIn { ELEM v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 2) buffer EBuf { ELEM v[]; };
+// A or B as 16-byte elements (VEC16, STAGED): only for 16-byte aligned pointers.
+layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer V4In { uvec4 v[]; };
 
 #ifndef THREADS
 #define THREADS 256
@@ -70,6 +94,12 @@ layout(constant_id = 1) const uint TRANS_B = 0;
 layout(constant_id = 2) const uint FAST = 1;
 layout(constant_id = 3) const uint RASTER = 1;
 layout(constant_id = 4) const uint UNROLL = 4;
+// Experiments (see the header): 0 keeps the push-constant stride / the ELEM pointers.
+layout(constant_id = 5) const uint SLDA = 0;
+layout(constant_id = 6) const uint SLDB = 0;
+layout(constant_id = 7) const uint SLDC = 0;
+layout(constant_id = 8) const uint VEC16 = 0;
+layout(constant_id = 9) const uint SDIMS = 0;
 
 layout(push_constant) uniform Push {
     EIn a;
@@ -113,20 +143,114 @@ uvec2 block_of_workgroup() {
     return uvec2(first + inside % height, inside / height);
 }
 
-// Loads the BK-slice of A and B at k0 through the layouts la, lb (storage order, strides set).
-#define LOAD_AB(la, lb, ma, mb, k0, aoff, boff)                                                   \
+// Loads the BK-slice of A and B at k0 through the layouts la, lb (storage order, strides set)
+// from the element pointers pa, pb (ELEM or, VEC16, uvec4 arrays; aoff, boff in their units).
+#define LOAD_AB_P(pa, pb, la, lb, ma, mb, k0, aoff, boff)                                         \
     if (TRANS_A == 0)                                                                           \
-        coopMatLoadTensorNV(ma, pc.a.v, aoff, sliceTensorLayoutNV(la, m0, BM, k0, BK));         \
+        coopMatLoadTensorNV(ma, pa, aoff, sliceTensorLayoutNV(la, m0, BM, k0, BK));             \
     else                                                                                        \
-        coopMatLoadTensorNV(ma, pc.a.v, aoff, sliceTensorLayoutNV(la, k0, BK, m0, BM), transposed); \
+        coopMatLoadTensorNV(ma, pa, aoff, sliceTensorLayoutNV(la, k0, BK, m0, BM), transposed);  \
     if (TRANS_B == 0)                                                                           \
-        coopMatLoadTensorNV(mb, pc.b.v, boff, sliceTensorLayoutNV(lb, k0, BK, n0, BN));         \
+        coopMatLoadTensorNV(mb, pb, boff, sliceTensorLayoutNV(lb, k0, BK, n0, BN));             \
     else                                                                                        \
-        coopMatLoadTensorNV(mb, pc.b.v, boff, sliceTensorLayoutNV(lb, n0, BN, k0, BK), transposed);
+        coopMatLoadTensorNV(mb, pb, boff, sliceTensorLayoutNV(lb, n0, BN, k0, BK), transposed);
+#define LOAD_AB(la, lb, ma, mb, k0, aoff, boff) LOAD_AB_P(pc.a.v, pc.b.v, la, lb, ma, mb, k0, aoff, boff)
+// The FAST path's loads: VEC16 (a specialization constant, so the branch is resolved when the
+// pipeline is created) reads through the uvec4 pointers with offsets in 16-byte units.
+#define LOAD_AB_FAST(la, lb, ma, mb, k0, aoff, boff)                                              \
+    if (VEC16 != 0) {                                                                           \
+        LOAD_AB_P(V4In(uint64_t(pc.a)).v, V4In(uint64_t(pc.b)).v, la, lb, ma, mb, k0, aoff >> 3, boff >> 3) \
+    } else {                                                                                    \
+        LOAD_AB(la, lb, ma, mb, k0, aoff, boff)                                                 \
+    }
 
 #define SET_DIMS(la, lb)                                                                        \
     la = TRANS_A == 0 ? setTensorLayoutDimensionNV(la, pc.M, pc.K) : setTensorLayoutDimensionNV(la, pc.K, pc.M); \
     lb = TRANS_B == 0 ? setTensorLayoutDimensionNV(lb, pc.K, pc.N) : setTensorLayoutDimensionNV(lb, pc.N, pc.K);
+
+#ifdef STAGED
+// Hand-staged K loop of the FAST path. A slice is stored as it lies in memory: A is BM rows of
+// BK (TRANS_A: BK rows of BM), B is BK rows of BN (TRANS_B: BN rows of BK); each row padded by
+// SPAD elements in shared memory so that the rows of an 8 x 16-byte fetch fall in distinct banks.
+#define SPAD 8
+#define A_R (TRANS_A == 0 ? BM : BK)
+#define A_C (TRANS_A == 0 ? BK : BM)
+#define B_R (TRANS_B == 0 ? BK : BN)
+#define B_C (TRANS_B == 0 ? BN : BK)
+// One buffer of a slice in uvec4 (8 elements), the larger of its two storage orders.
+const uint A_V4 = max(BM * (BK + SPAD), BK * (BM + SPAD)) / 8;
+const uint B_V4 = max(BN * (BK + SPAD), BK * (BN + SPAD)) / 8;
+// uvec4 copies per invocation per slice.
+const uint NA = BM * BK / 8 / THREADS, NB = BK * BN / 8 / THREADS;
+shared uvec4 sh_a[2 * A_V4];
+shared uvec4 sh_b[2 * B_V4];
+
+// Global -> registers: this invocation's uvec4s of the slice at k0 (issued a slice ahead).
+#define STAGE_FETCH(k0)                                                                         \
+    [[unroll]] for (uint i = 0; i < NA; ++i) {                                                  \
+        uint idx = i * THREADS + gl_LocalInvocationIndex;                                       \
+        uint r = idx / (A_C / 8), c4 = idx % (A_C / 8);                                         \
+        uint row = (TRANS_A == 0 ? m0 : (k0)) + r, col = TRANS_A == 0 ? (k0) : m0;                 \
+        ra[i] = ga.v[(aoff + row * lda_f + col) / 8 + c4];                                      \
+    }                                                                                           \
+    [[unroll]] for (uint i = 0; i < NB; ++i) {                                                  \
+        uint idx = i * THREADS + gl_LocalInvocationIndex;                                       \
+        uint r = idx / (B_C / 8), c4 = idx % (B_C / 8);                                         \
+        uint row = (TRANS_B == 0 ? (k0) : n0) + r, col = TRANS_B == 0 ? n0 : (k0);                 \
+        rb[i] = gb.v[(boff + row * ldb_f + col) / 8 + c4];                                      \
+    }
+
+// Registers -> shared buffer `stage`.
+#define STAGE_STORE(stage)                                                                      \
+    [[unroll]] for (uint i = 0; i < NA; ++i) {                                                  \
+        uint idx = i * THREADS + gl_LocalInvocationIndex;                                       \
+        uint r = idx / (A_C / 8), c4 = idx % (A_C / 8);                                         \
+        sh_a[(stage) * A_V4 + r * ((A_C + SPAD) / 8) + c4] = ra[i];                             \
+    }                                                                                           \
+    [[unroll]] for (uint i = 0; i < NB; ++i) {                                                  \
+        uint idx = i * THREADS + gl_LocalInvocationIndex;                                       \
+        uint r = idx / (B_C / 8), c4 = idx % (B_C / 8);                                         \
+        sh_b[(stage) * B_V4 + r * ((B_C + SPAD) / 8) + c4] = rb[i];                             \
+    }
+
+// Slice k0 is fetched while slice k0 - BK is multiplied from shared memory; one barrier a slice
+// (the buffer written at step i was last read at step i - 1, before that step's barrier).
+#define STAGED_K_LOOP                                                                           \
+    V4In ga = V4In(uint64_t(pc.a)), gb = V4In(uint64_t(pc.b));                                  \
+    uvec4 ra[NA], rb[NB];                                                                       \
+    tensorLayoutNV<2> las = createTensorLayoutNV(2);                                            \
+    tensorLayoutNV<2> lbs = createTensorLayoutNV(2);                                            \
+    las = setTensorLayoutDimensionNV(las, A_R, A_C);                                            \
+    las = setTensorLayoutStrideNV(las, A_C + SPAD, 1);                                          \
+    lbs = setTensorLayoutDimensionNV(lbs, B_R, B_C);                                            \
+    lbs = setTensorLayoutStrideNV(lbs, B_C + SPAD, 1);                                          \
+    STAGE_FETCH(0u)                                                                             \
+    STAGE_STORE(0u)                                                                             \
+    barrier();                                                                                  \
+    uint stage = 0;                                                                             \
+    [[dont_unroll]] for (uint k0 = 0; k0 < pc.K; k0 += BK) {                                    \
+        bool more = k0 + BK < pc.K;                                                             \
+        if (more) {                                                                             \
+            STAGE_FETCH(k0 + BK)                                                                \
+        }                                                                                       \
+        MAT_A ma;                                                                               \
+        MAT_B mb;                                                                               \
+        if (TRANS_A == 0)                                                                       \
+            coopMatLoadTensorNV(ma, sh_a, stage * A_V4, sliceTensorLayoutNV(las, 0, BM, 0, BK)); \
+        else                                                                                    \
+            coopMatLoadTensorNV(ma, sh_a, stage * A_V4, sliceTensorLayoutNV(las, 0, BK, 0, BM), transposed); \
+        if (TRANS_B == 0)                                                                       \
+            coopMatLoadTensorNV(mb, sh_b, stage * B_V4, sliceTensorLayoutNV(lbs, 0, BK, 0, BN)); \
+        else                                                                                    \
+            coopMatLoadTensorNV(mb, sh_b, stage * B_V4, sliceTensorLayoutNV(lbs, 0, BN, 0, BK), transposed); \
+        acc = coopMatMulAdd(ma, mb, acc);                                                       \
+        if (more) {                                                                             \
+            STAGE_STORE(stage ^ 1u)                                                             \
+        }                                                                                       \
+        barrier();                                                                              \
+        stage ^= 1u;                                                                            \
+    }
+#endif
 
 void main() {
     uint batch = gl_WorkGroupID.z;
@@ -138,30 +262,47 @@ void main() {
     ACC acc = ACC(0.0);
 
     bool aligned = ((pc.lda | pc.ldb | a_off | b_off) & 7u) == 0;
+#ifdef STAGED
+    // The staged copies read A and B as uvec4: their pointers must be 16-byte aligned too.
+    aligned = aligned && ((uint(uint64_t(pc.a)) | uint(uint64_t(pc.b))) & 15u) == 0;
+#endif
     bool interior = m0 + BM <= pc.M && n0 + BN <= pc.N && pc.K % BK == 0;
     if (FAST != 0 && aligned && interior) {
+        // Strides: the specialised ones where the launcher gave them (static strides), else the
+        // push block's, masked so the compiler sees 16-byte multiples.
+        uint lda_f = SLDA != 0 ? SLDA : pc.lda & ~7u;
+        uint ldb_f = SLDB != 0 ? SLDB : pc.ldb & ~7u;
+        uint aoff = a_off & ~7u, boff = b_off & ~7u;
+#ifdef STAGED
+        STAGED_K_LOOP
+#else
         tensorLayoutNV<2> la = createTensorLayoutNV(2);
         tensorLayoutNV<2> lb = createTensorLayoutNV(2);
         SET_DIMS(la, lb)
-        la = setTensorLayoutStrideNV(la, pc.lda & ~7u, 1);
-        lb = setTensorLayoutStrideNV(lb, pc.ldb & ~7u, 1);
-        uint aoff = a_off & ~7u, boff = b_off & ~7u;
+        if (SDIMS != 0 && SLDA != 0 && SLDB != 0) {
+            // Constant dimensions (no clamping here: rows only bound the accesses, columns = stride).
+            la = setTensorLayoutDimensionNV(la, 1u << 30, SLDA);
+            lb = setTensorLayoutDimensionNV(lb, 1u << 30, SLDB);
+        }
+        la = setTensorLayoutStrideNV(la, lda_f, 1);
+        lb = setTensorLayoutStrideNV(lb, ldb_f, 1);
         uint k0 = 0;
         uint unrolled_end = pc.K - pc.K % (BK * UNROLL);
         [[dont_unroll]] for (; k0 < unrolled_end; k0 += BK * UNROLL) {
             [[unroll]] for (uint u = 0; u < UNROLL; ++u) {
                 MAT_A ma;
                 MAT_B mb;
-                LOAD_AB(la, lb, ma, mb, k0 + u * BK, aoff, boff)
+                LOAD_AB_FAST(la, lb, ma, mb, k0 + u * BK, aoff, boff)
                 acc = coopMatMulAdd(ma, mb, acc);
             }
         }
         [[dont_unroll]] for (; k0 < pc.K; k0 += BK) {
             MAT_A ma;
             MAT_B mb;
-            LOAD_AB(la, lb, ma, mb, k0, aoff, boff)
+            LOAD_AB_FAST(la, lb, ma, mb, k0, aoff, boff)
             acc = coopMatMulAdd(ma, mb, acc);
         }
+#endif
     } else {
         // Edge blocks (and unaligned operands): clamp-to-zero layouts make any M, N, K work.
         tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> la = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
@@ -178,7 +319,7 @@ void main() {
     }
     tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> lc = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
     lc = setTensorLayoutDimensionNV(lc, pc.M, pc.N);
-    lc = setTensorLayoutStrideNV(lc, pc.ldc, 1);
+    lc = setTensorLayoutStrideNV(lc, SLDC != 0 ? SLDC : pc.ldc, 1);
 
     // Epilogue: C = alpha * acc (+ bias broadcast over rows) (+ C).
     acc = acc * pc.alpha;
