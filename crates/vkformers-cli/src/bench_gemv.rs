@@ -42,9 +42,9 @@ pub struct GemvBenchArgs {
     /// with each, interleaved, in one process); default: `VKFORMERS_GEMV_PREFETCH` (on).
     #[arg(long, value_delimiter = ',')]
     prefetch: Vec<u8>,
-    /// Caps on the workgroups of a call (0: none, one per block of 4 rows of W), each timed with
-    /// each `--prefetch`: a capped workgroup does several blocks, its norm prologue once;
-    /// default: `VKFORMERS_GEMV_MAX_GROUPS` (none).
+    /// Caps on the workgroups of a call (0: the default, one per block of 4 rows of W, or 528 for
+    /// staged products), each timed with each `--prefetch`: a capped workgroup does several
+    /// blocks, its norm prologue and staging once; default: `VKFORMERS_GEMV_MAX_GROUPS`.
     #[arg(long, value_delimiter = ',')]
     max_groups: Vec<u32>,
     /// A block's next chunk pair loaded while the current one is multiplied (`PIPE`): 0, 1 or
