@@ -126,6 +126,8 @@ if [[ $PART == gemmexp ]]; then
         done
     done
     python3 tools/bench/gemm.py --vkformers "$V" --sizes 8192 --dtypes bf16 2>&1 | tail -1 | tee -a "$LOG"
+    python3 tools/bench/gemm.py --vkformers "$V" --sizes 8192 --dtypes bf16 --trans-b 2>&1 | tail -1 |
+        sed "s/^/NT: /" | tee -a "$LOG"
     sec done
     exit 0
 fi
