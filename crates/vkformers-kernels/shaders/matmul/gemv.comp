@@ -233,15 +233,20 @@ void load_rows_chunk(uint64_t at, uint i, uint c, out float v[CH]) {
     }
 }
 
+// Where chunk c of staged row i starts in xs: rows are KP = K rounded up to whole chunks apart.
+uint staged_at(uint i, uint c) {
+    return (i * ((pc.K + CH - 1) / CH) + c) * CH;
+}
+
 // Chunk c of staged row i (STAGE), as stored: zeros past K.
 void load_staged(uint i, uint c, out float v[CH]) {
-    const uint base = i * ((pc.K + CH - 1) / CH) * CH + c * CH;
+    const uint base = staged_at(i, c);
     [[unroll]] for (uint e = 0; e < CH; e++) v[e] = xs[base + e];
 }
 
 // Writes chunk c of staged row i (STAGE), all CH values (zeros past K included).
 void store_staged(uint i, uint c, float v[CH]) {
-    const uint base = i * ((pc.K + CH - 1) / CH) * CH + c * CH;
+    const uint base = staged_at(i, c);
     [[unroll]] for (uint e = 0; e < CH; e++) xs[base + e] = v[e];
 }
 

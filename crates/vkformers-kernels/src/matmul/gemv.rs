@@ -143,9 +143,10 @@ fn tuning() -> Tuning {
 pub const STAGED_GROUPS: u32 = 528;
 
 /// Workgroups of a dispatch over `blocks` row blocks: one each, within the device's limit and
-/// the tuning's cap ([`STAGED_GROUPS`] by default when `staged`). Under a cap the blocks are shared out evenly (the grid-stride loop gives
-/// workgroup g the blocks g, g + groups, ...): 640 blocks under a cap of 528 run on 320
-/// workgroups of 2 blocks each, not on 528 of which 112 do a second block alone.
+/// the tuning's cap ([`STAGED_GROUPS`] by default when `staged`). Under a cap the blocks are
+/// shared out evenly (the grid-stride loop gives workgroup g the blocks g, g + groups, ...): 640
+/// blocks under a cap of 528 run on 320 workgroups of 2 blocks each, not on 528 of which 112 do
+/// a second block alone.
 fn groups_for(caps: &Caps, blocks: u32, tuning: &Tuning, staged: bool) -> u32 {
     let default = if staged { STAGED_GROUPS } else { u32::MAX };
     let cap = caps.max_workgroup_count[0].min(MAX_GROUPS_32).min(tuning.max_groups.unwrap_or(default)).max(1);
@@ -162,12 +163,11 @@ const STAGE_QUANTUM: u32 = 1024;
 /// ([`Tuning::stages_on`]) and they fit beside the partial sums `red`; else (0, 1).
 fn staging(caps: &Caps, dtype: DType, m: u32, k: u32, subgroups: u32, tuning: &Tuning) -> (u32, u32) {
     let chunk = 16 / dtype.bytes();
-    let slots = (u64::from(m) * u64::from(k).div_ceil(chunk) * chunk).next_multiple_of(u64::from(STAGE_QUANTUM));
-    let bytes = u64::from(shared_bytes(m, subgroups)) + slots.max(1) * 4;
+    let quantum = u64::from(STAGE_QUANTUM);
+    let slots = (u64::from(m) * u64::from(k).div_ceil(chunk) * chunk).next_multiple_of(quantum).max(quantum);
+    let bytes = u64::from(shared_bytes(m, subgroups)) + slots * 4;
     match u32::try_from(slots) {
-        Ok(slots) if tuning.stages_on(caps) && bytes <= u64::from(caps.max_shared_memory) => {
-            (1, slots.max(STAGE_QUANTUM))
-        }
+        Ok(slots) if tuning.stages_on(caps) && bytes <= u64::from(caps.max_shared_memory) => (1, slots),
         _ => (0, 1),
     }
 }
