@@ -110,6 +110,41 @@ if [[ $PART == final || $PART == final2 ]]; then
     sec done
     exit 0
 fi
+if [[ $PART == chain ]]; then
+    # Session of 2026-12-05 (18:02): the decode GEMVs recorded as a dispatch chain (no barrier
+    # between dependent products: each waits on a counter after loading its first weights;
+    # VKFORMERS_CHAIN, on by default on NVIDIA), and the cm2 GEMM's static strides (the best of
+    # the gemmexp call, docs/bench/h200-2026-12-05-c) timed again, alternating with the shipped
+    # kernel, now that `bench gemm` builds its pipelines before the warm-up's clock starts.
+    sec "tests on NVIDIA's compiler: GEMV chains bit for bit against barriers; greedy parity and replay, chain on"
+    TT=120 t gemv_chain
+    TT=240 t greedy
+    TT=240 t replay
+    sec "generate b1 b64 (vkformers alone): chain off, on, off, on"
+    for c in 0 1 0 1; do gen "VKFORMERS_CHAIN=$c"; done
+    sec "generate beside transformers eager, one run, chain on (default)"
+    python3 tools/bench/generate.py --vkformers "$V" --skip-compile --batches 1 64 --prefill-lens 512 \
+        --warmup 1 --repeats 3 --json "$OUT/generate.json" 2>&1 | tail -8 | tee -a "$LOG"
+    sec "gemm 8192^3 bf16 (C bf16), NN then NT: shipped and static strides 2, alternating"
+    for tb in "" "--trans-b"; do
+        for x in "" "--static-strides 2" "" "--static-strides 2" "" "--static-strides 2"; do
+            "$V" bench gemm --m 8192 --n 8192 --k 8192 --dtype bf16 --c16 --iters 20 $tb $x 2>&1 | tail -1 |
+                sed "s/^/[${x:-shipped} $tb] /" | tee -a "$LOG"
+        done
+    done
+    sec "gemm.py 8192 bf16 NN and NT: shipped, then VKFORMERS_CM2_STATIC_STRIDES=2"
+    for e in 0 2; do
+        for tb in "" "--trans-b"; do
+            VKFORMERS_CM2_STATIC_STRIDES=$e python3 tools/bench/gemm.py --vkformers "$V" --sizes 8192 --dtypes bf16 $tb \
+                2>&1 | tail -1 | sed "s/^/[static $e ${tb:-NN}] /" | tee -a "$LOG"
+        done
+    done
+    sec "b1 decode profile, chain on (every step recorded under --profile)"
+    "$V" generate --model "$M" --prompt-ids-file /tmp/b1.jsonl --max-new-tokens 64 --greedy --profile 2>&1 |
+        tail -14 >> "$LOG"
+    sec done
+    exit 0
+fi
 if [[ $PART == gemmexp ]]; then
     # The cm2 GEMM experiments of 2026-12-05 (static strides, uvec4 operand pointers, the
     # hand-staged K loop) again, now that `bench gemm` warms for a second: their first timing

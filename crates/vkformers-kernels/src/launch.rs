@@ -108,6 +108,38 @@ pub(crate) fn dispatch_elems<P: Push>(
     dispatch(rec, code, &[], args, push, grid_for(push, n))
 }
 
+/// [`dispatch`] as a chain link when the recorder chains (`vkformers_vk::chain`): `args` get the
+/// chain's counters as their last pointer, `spec` its `CHAIN` constant (1), and `set_link` puts
+/// the link into the push scalars; otherwise the counters' pointer is `args[0]`'s buffer and
+/// CHAIN is 0. For kernels that take part (their shader's header says how).
+pub(crate) fn dispatch_chained<P: Push>(
+    rec: &mut Recorder,
+    code: &KernelCode,
+    spec: &[u32],
+    args: &[Arg<'_>],
+    mut push: P,
+    set_link: impl FnOnce(&mut P, vkformers_vk::ChainLink),
+    groups: [u32; 3],
+) -> Result<()> {
+    if cfg!(debug_assertions) {
+        check_push::<P>(code)?;
+    }
+    let mut spec = spec.to_vec();
+    match rec.chain_link()? {
+        Some((link, counters)) => {
+            set_link(&mut push, link);
+            spec.push(1);
+            let args: Vec<Arg<'_>> = args.iter().copied().chain([vkformers_vk::read(&counters)]).collect();
+            rec.dispatch_link(code, &spec, &args, push.bytes().as_ref(), groups, link)
+        }
+        None => {
+            spec.push(0);
+            let args: Vec<Arg<'_>> = args.iter().copied().chain([vkformers_vk::read(args[0].view)]).collect();
+            rec.dispatch(code, &spec, &args, push.bytes().as_ref(), groups)
+        }
+    }
+}
+
 /// [`Recorder::dispatch_indirect`] with the scalars of `push`, checked as [`dispatch`] does.
 pub(crate) fn dispatch_indirect<P: Push>(
     rec: &mut Recorder,

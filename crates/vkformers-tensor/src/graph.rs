@@ -164,6 +164,9 @@ pub struct Graph<'c> {
     /// How the step being recorded is kept (`begin_step` .. `end_step`): logged, captured for
     /// replay, or neither; and what it logged so far (see `graph/step.rs`).
     step: step::StepState,
+    /// The counters of the dispatch chains its batches record where chains are on
+    /// (`vkformers_vk::chain`), made at the first batch.
+    chain: RefCell<Option<vkformers_vk::Buffer>>,
 }
 
 impl<'c> Graph<'c> {
@@ -189,6 +192,7 @@ impl<'c> Graph<'c> {
             grad_ready: RefCell::new(None),
             half_grad: RefCell::new(HashSet::new()),
             step: step::StepState::default(),
+            chain: RefCell::new(None),
         }
     }
 

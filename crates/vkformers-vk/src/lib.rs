@@ -3,6 +3,7 @@
 //! with an on-disk cache, and the `Recorder` that batches dispatches into one submission.
 
 pub mod caps;
+pub mod chain;
 pub mod device;
 pub mod error;
 mod ext_structs;
@@ -18,6 +19,7 @@ mod staging;
 pub mod testing;
 
 pub use caps::{Caps, CoopMat2, CoopMatShape, MemoryHeap};
+pub use chain::{chains_on, ChainLink, CHAIN_SLOTS};
 pub use device::{choose_device, list_devices, Context, DeviceInfo, DeviceSelector};
 pub use error::{Result, VkError};
 pub use hazard::AccessKind;

@@ -7,6 +7,7 @@ use ash::vk;
 
 use std::sync::Arc;
 
+use crate::chain::{ChainLink, ChainRule, CHAIN_SLOTS};
 use crate::device::{Context, Shared};
 use crate::error::{Result, VkError, VkResultExt};
 use crate::hazard::{AccessKind, HazardTracker, Span};
@@ -104,6 +105,8 @@ pub struct Recorder {
     /// What the batch recorded, when asked (`Recorder::start_log`): two recordings of the same
     /// work compare equal when only what a replay may change differs.
     pub(crate) log: Option<Vec<LogEntry>>,
+    /// The dispatch chain's counters and rule, once enabled ([`Recorder::enable_chain`]).
+    chain: Option<(Buffer, ChainRule)>,
 }
 
 /// One command of a logged batch: a dispatch by kernel, specialization constants, workgroups
@@ -150,6 +153,7 @@ impl Recorder {
             reusable,
             weak: std::collections::HashMap::new(),
             log: None,
+            chain: None,
         };
         // A replayed batch may be pending twice at once (step s + 1 is submitted before step s
         // is waited for): simultaneous use.
@@ -232,9 +236,68 @@ impl Recorder {
     ) -> Result<()> {
         let mut push = std::mem::take(&mut self.push);
         let built = push_block(&mut push, code, args, params);
-        let out = built.and_then(|()| self.record_dispatch(code, spec, (args, indirect), &push, groups));
+        let out = built.and_then(|()| self.record_dispatch(code, spec, (args, indirect), &push, groups, None));
         self.push = push;
         out
+    }
+
+    /// Lets kernels that take part record their dispatches as links of a chain (see `chain`)
+    /// over `counters` (at least `CHAIN_SLOTS` 4-byte counters, used by no other work).
+    pub fn enable_chain(&mut self, counters: &Buffer) -> Result<()> {
+        if counters.size() < u64::from(CHAIN_SLOTS) * 4 {
+            return Err(VkError::Kernel {
+                kernel: "chain".into(),
+                message: format!("{} bytes of counters, need {}", counters.size(), CHAIN_SLOTS * 4),
+            });
+        }
+        self.hold([counters]);
+        self.chain = Some((counters.clone(), ChainRule::default()));
+        Ok(())
+    }
+
+    /// The next link of the chain and its counters (None when chains are off): the dispatch
+    /// that follows must be [`Recorder::dispatch_link`] with it. Zeroes the counters first
+    /// (between barriers) when the batch has none free.
+    pub fn chain_link(&mut self) -> Result<Option<(ChainLink, Buffer)>> {
+        let Some((counters, rule)) = self.chain.as_ref() else { return Ok(None) };
+        let counters = counters.clone();
+        if rule.needs_zeroing() {
+            self.full_barrier();
+            self.hazards.barrier();
+            self.update(counters.view(), &[0u8; CHAIN_SLOTS as usize * 4])?;
+            self.full_barrier();
+            self.hazards.barrier();
+            if let Some((_, rule)) = self.chain.as_mut() {
+                rule.zeroed();
+            }
+        }
+        let link = self.chain.as_ref().map(|(_, rule)| rule.next_link());
+        Ok(link.map(|l| (l, counters)))
+    }
+
+    /// [`Recorder::dispatch`] of a chain's link (from [`Recorder::chain_link`]): no barrier
+    /// before it when it waits on the previous link (`chain`'s rule).
+    pub fn dispatch_link(
+        &mut self,
+        code: &KernelCode,
+        spec: &[u32],
+        args: &[Arg<'_>],
+        params: &[u8],
+        groups: [u32; 3],
+        link: ChainLink,
+    ) -> Result<()> {
+        let mut push = std::mem::take(&mut self.push);
+        let built = push_block(&mut push, code, args, params);
+        let out = built.and_then(|()| self.record_dispatch(code, spec, (args, &[]), &push, groups, Some(link)));
+        self.push = push;
+        out
+    }
+
+    /// A command other than a link was recorded: the chain, if any, is broken.
+    fn chain_broken(&mut self) {
+        if let Some((_, rule)) = self.chain.as_mut() {
+            rule.other();
+        }
     }
 
     /// [`Recorder::dispatch_indirect`] with its push-constant block built.
@@ -245,6 +308,7 @@ impl Recorder {
         (args, indirect): (&[Arg<'_>], &[Arg<'_>]),
         push: &[u8],
         groups: [u32; 3],
+        link: Option<ChainLink>,
     ) -> Result<()> {
         let max = self.shared.caps.max_workgroup_count;
         if groups.iter().zip(max).any(|(g, m)| *g > m) || groups.contains(&0) {
@@ -257,7 +321,10 @@ impl Recorder {
         let mut accesses = std::mem::take(&mut self.accesses);
         accesses.clear();
         accesses.extend(args.iter().chain(indirect).map(|a| (span_of(&a.view), a.kind)));
-        self.hazard_barrier(&accesses);
+        match link {
+            Some(l) if ChainRule::skips_barrier(&l) => self.hazards.record(&accesses),
+            _ => self.hazard_barrier(&accesses),
+        }
         self.accesses = accesses;
         self.timestamp(vk::PipelineStageFlags::TOP_OF_PIPE)?;
         let device = &self.shared.device;
@@ -278,6 +345,10 @@ impl Recorder {
             let params = push[8 * code.pointers as usize..].to_vec();
             log.push(LogEntry::Dispatch { kernel: code.name, spec: spec.to_vec(), groups, params });
         }
+        match (link, self.chain.as_mut()) {
+            (Some(l), Some((_, rule))) => rule.linked(&l, groups[0] * groups[1] * groups[2]),
+            _ => self.chain_broken(),
+        }
         self.labels.push(code.name);
         self.work.push((args.iter().chain(indirect).map(|a| a.view.len).sum(), 0.0));
         self.hold(args.iter().chain(indirect).map(|a| a.view.buffer));
@@ -293,6 +364,7 @@ impl Recorder {
         // SAFETY: recording; both buffers are held until the batch completes.
         unsafe { self.shared.device.cmd_copy_buffer(self.cmd, src.buffer.raw(), dst.buffer.raw(), &region) };
         self.hold([src.buffer, dst.buffer]);
+        self.chain_broken();
         self.timestamp(vk::PipelineStageFlags::BOTTOM_OF_PIPE)?;
         if let Some(log) = self.log.as_mut() {
             log.push(LogEntry::Copy { len: src.len });
@@ -338,6 +410,7 @@ impl Recorder {
         // SAFETY: recording; the size and offset rules were checked above; the buffer is held.
         unsafe { self.shared.device.cmd_update_buffer(self.cmd, dst.buffer.raw(), dst.offset, data) };
         self.hold([dst.buffer]);
+        self.chain_broken();
         self.timestamp(vk::PipelineStageFlags::BOTTOM_OF_PIPE)?;
         if let Some(log) = self.log.as_mut() {
             log.push(LogEntry::Update { buffer: dst.buffer.id(), data: data.to_vec() });
@@ -398,6 +471,9 @@ impl Recorder {
             )
         };
         self.barriers += 1;
+        if let Some((_, rule)) = self.chain.as_mut() {
+            rule.barrier();
+        }
     }
 
     fn timestamp(&mut self, stage: vk::PipelineStageFlags) -> Result<()> {

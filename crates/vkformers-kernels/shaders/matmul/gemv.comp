@@ -54,6 +54,14 @@
 // order and sums as STAGE = 0, bit for bit; with the grid capped (several blocks a workgroup)
 // the input's reads are paid once for all of a workgroup's blocks.
 //
+// Chained (CHAIN = 1, vkformers-vk's `chain`): the dispatch is a link of a chain, started
+// without a barrier behind the previous link. It loads its first block's W (and gain) as
+// PREFETCH does, then waits until counter chain_wait reaches chain_count (every workgroup of the
+// previous link done; 0: no wait), reads its input rows through coherent pointers (written by
+// the previous links while this dispatch may already be resident: no stale cache lines), and
+// counts itself done on counter chain_signal once its outputs are written. Nothing it writes
+// before the wait, so the chain's rule holds. Same values as CHAIN = 0, bit for bit.
+//
 // variant: f32_m1 W_F32 MB=1
 // variant: f32_m4 W_F32 MB=4
 // variant: f32_m8 W_F32 MB=8
@@ -109,10 +117,16 @@ layout(constant_id = 3) const uint PIPE = 0;
 // launcher sets it only when M * KP floats fit beside red, and XS (constant 5) to at least that).
 layout(constant_id = 4) const uint STAGE = 0;
 layout(constant_id = 5) const uint XS = 1;
+// CHAIN (specialization constant 6): 1 makes the dispatch a chain link as the header says.
+layout(constant_id = 6) const uint CHAIN = 0;
 
 layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer U4In { uvec4 v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer V4In { vec4 v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 4) readonly buffer U32In { uint v[]; };
+// The input rows of a chain link, and its counters (volatile: the wait re-reads them).
+layout(buffer_reference, std430, buffer_reference_align = 16) coherent readonly buffer V4Coh { vec4 v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 4) coherent readonly buffer F32Coh { float v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 4) volatile coherent buffer U32Vol { uint v[]; };
 
 #if defined(W_F32)
 #define CH 4              // elements of W per 16-byte chunk
@@ -134,6 +148,7 @@ layout(push_constant) uniform Push {
     F32In r;       // normed input: the residual added to x before the norm (flags bit 9)
     F32Buf hs;     // normed input: x + r, written by workgroup 0 (flags bit 9)
     F32Buf xn;     // normed input: x̂, written by workgroup 0 (flags bit 10)
+    U32Vol counters; // CHAIN: the chain's counters
     uint M, N, K;
     uint ldx, ldy;
     uint flags;    // bit 0: bias (product 0); bit 1 + p: W_p starts at the odd half of its first word;
@@ -141,6 +156,7 @@ layout(push_constant) uniform Push {
                    // gain mode, bit 9: plus r, bit 10: x̂ written
     uint n1, n2;
     float eps;     // normed input: the RMSNorm's epsilon
+    uint chain_wait, chain_count, chain_signal; // CHAIN: the link (see the header)
 } pc;
 
 #define NORMED_BIT (1u << 6)
@@ -223,12 +239,13 @@ void load_rows_chunk(uint64_t at, uint i, uint c, out float v[CH]) {
     const uint base = i * pc.ldx + c * CH;
     if (VEC != 0) {
         [[unroll]] for (uint q = 0; q < CH / 4; q++) {
-            const vec4 f = V4In(at).v[(base >> 2) + q];
+            const vec4 f = CHAIN != 0 ? V4Coh(at).v[(base >> 2) + q] : V4In(at).v[(base >> 2) + q];
             v[4 * q] = f.x; v[4 * q + 1] = f.y; v[4 * q + 2] = f.z; v[4 * q + 3] = f.w;
         }
     } else {
         [[unroll]] for (uint e = 0; e < CH; e++) {
-            v[e] = c * CH + e < pc.K ? F32In(at).v[base + e] : 0.0;
+            const bool in_k = c * CH + e < pc.K;
+            v[e] = !in_k ? 0.0 : (CHAIN != 0 ? F32Coh(at).v[base + e] : F32In(at).v[base + e]);
         }
     }
 }
@@ -550,6 +567,30 @@ void load_bias(Block b, out float bias_r[R]) {
     }
 }
 
+// Polls of the chain's wait before it gives up (a bound, so that a broken chain cannot hang the
+// device: ~4 million polls are seconds; the dispatch then runs on whatever its input holds).
+#define CHAIN_POLLS (1u << 22)
+
+// CHAIN: waits until every workgroup of the previous link is done (one invocation polls; the
+// workgroup's barrier holds the rest). pc.chain_count is uniform.
+void chain_wait() {
+    if (CHAIN == 0 || pc.chain_count == 0u) return;
+    if (gl_LocalInvocationID.x == 0u) {
+        for (uint n = 0; n < CHAIN_POLLS && pc.counters.v[pc.chain_wait] < pc.chain_count; n++) {
+        }
+    }
+    memoryBarrierBuffer(); // the previous links' outputs after their counts
+    barrier();
+}
+
+// CHAIN: counts this workgroup done, once every invocation's outputs are written.
+void chain_signal() {
+    if (CHAIN == 0) return;
+    memoryBarrierBuffer(); // this workgroup's outputs before its count
+    barrier();
+    if (gl_LocalInvocationID.x == 0u) atomicAdd(pc.counters.v[pc.chain_signal], 1u);
+}
+
 void main() {
     const uint tid = gl_LocalInvocationID.x;
     const uint chunks = (pc.K + CH - 1) / CH;
@@ -569,6 +610,7 @@ void main() {
             }
         }
     }
+    chain_wait();
     if ((pc.flags & NORMED_BIT) != 0u) norm_prologue(tid, chunks);
     if (STAGE != 0) stage_input(tid, chunks, ahead, g0);
 
@@ -588,4 +630,5 @@ void main() {
         }
         reduce_store(b, tid, acc, bias_r);
     }
+    chain_signal();
 }

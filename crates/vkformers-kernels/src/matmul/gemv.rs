@@ -6,13 +6,13 @@
 //! 16-byte loads, which makes decoding run at the memory bandwidth of streaming the weights.
 //! x, bias and y are f32; W is f32, f16 or bf16 storage (f32 math).
 
-use vkformers_vk::{read, write, Arg, BufferView, Caps, KernelCode, Recorder, Result};
+use vkformers_vk::{read, write, Arg, BufferView, Caps, ChainLink, KernelCode, Recorder, Result};
 
 use super::DType;
 use crate::code;
 use crate::code::MatmulGemvPush;
 use crate::glu::Glu;
-use crate::launch::{dispatch, err_named as err, MAX_GROUPS_32};
+use crate::launch::{dispatch_chained, err_named as err, MAX_GROUPS_32};
 
 /// Most rows of x one dispatch takes (`MB` of the widest variants).
 pub const MAX_ROWS: u32 = code::defines::matmul_gemv_f32_m16::MB;
@@ -439,8 +439,32 @@ fn checked_kernel(rec: &Recorder, desc: &GemvDesc, bias_given: bool) -> Result<(
     Ok((kernel, check_device(name, desc.m, rec.caps())?))
 }
 
-/// Buffer pointers of gemv.comp's push block.
+/// Buffer pointers of gemv.comp's push block but the chain's counters (the last, added by
+/// [`dispatch_chained`]).
 const POINTERS: usize = 11;
+
+/// gemv.comp's push scalars of a dispatch that is no chain link (the rest set by the caller).
+fn unlinked() -> MatmulGemvPush {
+    MatmulGemvPush {
+        M: 0,
+        N: 0,
+        K: 0,
+        ldx: 0,
+        ldy: 0,
+        flags: 0,
+        n1: 0,
+        n2: 0,
+        eps: 0.0,
+        chain_wait: 0,
+        chain_count: 0,
+        chain_signal: 0,
+    }
+}
+
+/// Puts a chain link into gemv.comp's push scalars.
+fn link_into(push: &mut MatmulGemvPush, link: ChainLink) {
+    (push.chain_wait, push.chain_count, push.chain_signal) = (link.wait_slot, link.wait_count, link.signal_slot);
+}
 
 /// Records one product of `desc` (n1 = n2 = 0) with `flags` and the pointers `args` of
 /// gemv.comp's push block, on one workgroup per `ROWS_PER_GROUP` rows of W (grid-stride beyond
@@ -454,11 +478,12 @@ fn dispatch_single(
     args: &[Arg<'_>; POINTERS],
 ) -> Result<()> {
     let (m, n, k, ldx, ldy) = (desc.m, desc.n, desc.k, desc.ldx, desc.ldy);
-    let push = MatmulGemvPush { M: m, N: n, K: k, ldx, ldy, flags, n1: 0, n2: 0, eps: 0.0 };
+    let push = MatmulGemvPush { M: m, N: n, K: k, ldx, ldy, flags, n1: 0, n2: 0, eps: 0.0, ..unlinked() };
     let tuning = tuning();
     let stage = staging(rec.caps(), desc.dtype, m, k, subgroups, &tuning);
     let groups = groups_for(rec.caps(), desc.n.div_ceil(ROWS_PER_GROUP), &tuning, stage.0 != 0);
-    dispatch(rec, kernel, &spec_constants(wide, subgroups, &tuning, stage), args, &push, [groups, 1, 1])?;
+    let spec = spec_constants(wide, subgroups, &tuning, stage);
+    dispatch_chained(rec, kernel, &spec, args, push, link_into, [groups, 1, 1])?;
     rec.set_flops(2.0 * f64::from(desc.m) * f64::from(desc.n) * f64::from(desc.k));
     Ok(())
 }
@@ -687,7 +712,8 @@ fn dispatch_group(
         }
     }
     let (n1, n2) = (ns.get(1).copied().unwrap_or(0), ns.get(2).copied().unwrap_or(0));
-    let push = MatmulGemvPush { M: d.m, N: ns[0], K: d.k, ldx: d.ldx, ldy: ns[0], flags, n1, n2, eps: pro.eps };
+    let push =
+        MatmulGemvPush { M: d.m, N: ns[0], K: d.k, ldx: d.ldx, ldy: ns[0], flags, n1, n2, eps: pro.eps, ..unlinked() };
     let blocks: u32 = ns.iter().map(|n| n.div_ceil(ROWS_PER_GROUP)).sum();
     let tuning = tuning();
     let stage = staging(rec.caps(), d.dtype, d.m, d.k, subgroups, &tuning);
@@ -708,7 +734,8 @@ fn dispatch_group(
         write(hs),
         write(xn),
     ];
-    dispatch(rec, kernel, &spec_constants(wide, subgroups, &tuning, stage), &args, &push, [groups, 1, 1])?;
+    let spec = spec_constants(wide, subgroups, &tuning, stage);
+    dispatch_chained(rec, kernel, &spec, &args, push, link_into, [groups, 1, 1])?;
     let total: u32 = ns.iter().sum();
     rec.set_flops(2.0 * f64::from(d.m) * f64::from(total) * f64::from(d.k));
     Ok(())

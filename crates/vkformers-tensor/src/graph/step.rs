@@ -107,6 +107,16 @@ impl Graph<'_> {
         if mode != StepMode::Plain {
             rec.start_log();
         }
+        if vkformers_vk::chains_on(self.ctx.caps()) {
+            let mut chain = self.chain.borrow_mut();
+            if chain.is_none() {
+                let bytes = u64::from(vkformers_vk::CHAIN_SLOTS) * 4;
+                *chain = Some(self.ctx.buffer(bytes, "dispatch chain counters")?);
+            }
+            if let Some(counters) = chain.as_ref() {
+                rec.enable_chain(counters)?;
+            }
+        }
         Ok(rec)
     }
 
