@@ -113,7 +113,7 @@ fi
 if [[ $PART == chain ]]; then
     # Session of 2026-12-05 (18:02): the decode GEMVs recorded as a dispatch chain (no barrier
     # between dependent products: each waits on a counter after loading its first weights;
-    # VKFORMERS_CHAIN, on by default on NVIDIA), and the cm2 GEMM's static strides (the best of
+    # VKFORMERS_CHAIN=1; it was the default on NVIDIA for this call only), and the cm2 GEMM's static strides (the best of
     # the gemmexp call, docs/bench/h200-2026-12-05-c) timed again, alternating with the shipped
     # kernel, now that `bench gemm` builds its pipelines before the warm-up's clock starts.
     sec "tests on NVIDIA's compiler: GEMV chains bit for bit against barriers; greedy parity and replay, chain on"
@@ -122,7 +122,7 @@ if [[ $PART == chain ]]; then
     TT=240 t replay
     sec "generate b1 b64 (vkformers alone): chain off, on, off, on"
     for c in 0 1 0 1; do gen "VKFORMERS_CHAIN=$c"; done
-    sec "generate beside transformers eager, one run, chain on (default)"
+    sec "generate beside transformers eager, one run, chain on (the default for this call only)"
     python3 tools/bench/generate.py --vkformers "$V" --skip-compile --batches 1 64 --prefill-lens 512 \
         --warmup 1 --repeats 3 --json "$OUT/generate.json" 2>&1 | tail -8 | tee -a "$LOG"
     sec "gemm 8192^3 bf16 (C bf16), NN then NT: shipped and static strides 2, alternating"
@@ -142,6 +142,25 @@ if [[ $PART == chain ]]; then
     sec "b1 decode profile, chain on (every step recorded under --profile)"
     "$V" generate --model "$M" --prompt-ids-file /tmp/b1.jsonl --max-new-tokens 64 --greedy --profile 2>&1 |
         tail -14 >> "$LOG"
+    sec done
+    exit 0
+fi
+if [[ $PART == chain2 ]]; then
+    # The chain lost on the H100 (docs/bench/h100-2026-12-05-i: batch 1 488/489 against 527/519
+    # tokens/s off) with every waiting workgroup polling its counter back to back: the same
+    # polls with VKFORMERS_CHAIN_BACKOFF dependent FMAs between them; the chain off first and last.
+    # Then the cm2 GEMM's tests under static strides 2 (a default candidate).
+    sec "tests: GEMV chains (backoff 256)"
+    TT=120 t gemv_chain
+    sec "generate b1 (vkformers alone): chain off; on with backoff 0, 64, 256, 1024, 4096; off"
+    for e in "VKFORMERS_CHAIN=0" "VKFORMERS_CHAIN=1 VKFORMERS_CHAIN_BACKOFF=0" "VKFORMERS_CHAIN=1 VKFORMERS_CHAIN_BACKOFF=64" \
+        "VKFORMERS_CHAIN=1 VKFORMERS_CHAIN_BACKOFF=256" "VKFORMERS_CHAIN=1 VKFORMERS_CHAIN_BACKOFF=1024" \
+        "VKFORMERS_CHAIN=1 VKFORMERS_CHAIN_BACKOFF=4096" "VKFORMERS_CHAIN=0"; do
+        env $e python3 tools/bench/generate.py --vkformers "$V" --skip-eager --skip-compile --batches 1 \
+            --prefill-lens 512 --warmup 1 --repeats 3 2>&1 | grep -E '^b[0-9]' | sed "s/^/[$e] /" | tee -a "$LOG"
+    done
+    sec "tests: cm2 GEMM under VKFORMERS_CM2_STATIC_STRIDES=2"
+    VKFORMERS_CM2_STATIC_STRIDES=2 TT=200 t gemm_coopmat
     sec done
     exit 0
 fi

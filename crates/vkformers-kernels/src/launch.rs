@@ -109,9 +109,9 @@ pub(crate) fn dispatch_elems<P: Push>(
 }
 
 /// [`dispatch`] as a chain link when the recorder chains (`vkformers_vk::chain`): `args` get the
-/// chain's counters as their last pointer, `spec` its `CHAIN` constant (1), and `set_link` puts
-/// the link into the push scalars; otherwise the counters' pointer is `args[0]`'s buffer and
-/// CHAIN is 0. For kernels that take part (their shader's header says how).
+/// chain's counters as their last pointer, `spec` its `CHAIN` constant (1) and `BACKOFF`, and
+/// `set_link` puts the link into the push scalars; otherwise the counters' pointer is `args[0]`'s
+/// buffer and both constants are 0. For kernels that take part (their shader's header says how).
 pub(crate) fn dispatch_chained<P: Push>(
     rec: &mut Recorder,
     code: &KernelCode,
@@ -128,12 +128,12 @@ pub(crate) fn dispatch_chained<P: Push>(
     match rec.chain_link()? {
         Some((link, counters)) => {
             set_link(&mut push, link);
-            spec.push(1);
+            spec.extend([1, vkformers_vk::chain::backoff()]);
             let args: Vec<Arg<'_>> = args.iter().copied().chain([vkformers_vk::read(&counters)]).collect();
             rec.dispatch_link(code, &spec, &args, push.bytes().as_ref(), groups, link)
         }
         None => {
-            spec.push(0);
+            spec.extend([0, 0]);
             let args: Vec<Arg<'_>> = args.iter().copied().chain([vkformers_vk::read(args[0].view)]).collect();
             rec.dispatch(code, &spec, &args, push.bytes().as_ref(), groups)
         }

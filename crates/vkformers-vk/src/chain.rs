@@ -17,20 +17,33 @@
 //!
 //! Forward progress: a waiting workgroup holds its multiprocessor slot while it spins, so the
 //! previous link's workgroups must all be resident or issued before any of the next link's:
-//! GPUs that issue a queue's workgroups in dispatch order (NVIDIA's) give that; chains are off
-//! elsewhere unless asked for (`VKFORMERS_CHAIN`). On CPU devices dispatches run one after
-//! another, so every wait finds its count reached.
+//! GPUs that issue a queue's workgroups in dispatch order (NVIDIA's) give that. On CPU devices
+//! dispatches run one after another, so every wait finds its count reached.
+//!
+//! Off unless asked for (`VKFORMERS_CHAIN=1`): on an H100 the chained decode step (60 of 114
+//! barriers a token gone) ran batch 1 at 487-489 tokens/s against 519-527 behind barriers, and
+//! spacing the polls made it slower still (`VKFORMERS_CHAIN_BACKOFF` 256: 474, 4096: 428;
+//! `docs/bench/h100-2026-12-05-i`, `-j`): there a barrier between short dependent dispatches
+//! costs less than a link's wait, signal and coherent input loads. Kept, tested bit for bit
+//! (`tests/gemv_chain.rs` in vkformers-kernels, on lavapipe and the H100), for devices where
+//! barriers cost more.
 
 /// Counter slots of a chain buffer: 4-byte counters, zeroed before the batch's first link and
 /// again when a batch has used them all.
 pub const CHAIN_SLOTS: u32 = 1024;
 
-/// Whether batches on the device of `caps` record chains: `VKFORMERS_CHAIN` (0 or 1) as set,
-/// else on NVIDIA GPUs (vendor 0x10de; see the module on forward progress).
-pub fn chains_on(caps: &crate::Caps) -> bool {
-    static ENV: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
-    let env = *ENV.get_or_init(|| std::env::var("VKFORMERS_CHAIN").ok().map(|v| v.trim() != "0"));
-    env.unwrap_or(caps.vendor_id == 0x10de && !caps.is_cpu())
+/// Whether graphs' batches record chains: `VKFORMERS_CHAIN=1` asks for them on every device
+/// (off by default: see the module for the H100's figures).
+pub fn chains_on() -> bool {
+    static ENV: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ENV.get_or_init(|| std::env::var("VKFORMERS_CHAIN").is_ok_and(|v| v.trim() == "1"))
+}
+
+/// Dependent FMAs a waiting link runs between two polls of its counter (`VKFORMERS_CHAIN_BACKOFF`,
+/// default 0: back to back, the fastest on the H100; 256 is ~0.5 µs at 2 GHz).
+pub fn backoff() -> u32 {
+    static ENV: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *ENV.get_or_init(|| std::env::var("VKFORMERS_CHAIN_BACKOFF").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0))
 }
 
 /// What a chained dispatch is told (its push constants): wait until counter `wait_slot` reaches

@@ -119,6 +119,10 @@ layout(constant_id = 4) const uint STAGE = 0;
 layout(constant_id = 5) const uint XS = 1;
 // CHAIN (specialization constant 6): 1 makes the dispatch a chain link as the header says.
 layout(constant_id = 6) const uint CHAIN = 0;
+// BACKOFF (specialization constant 7): dependent FMAs (~4 cycles each) between two polls of the
+// chain's wait (every waiting workgroup polls the same counter). On the H100 any spacing was
+// slower than none (docs/bench/h100-2026-12-05-j).
+layout(constant_id = 7) const uint BACKOFF = 0;
 
 layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer U4In { uvec4 v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer V4In { vec4 v[]; };
@@ -577,6 +581,9 @@ void chain_wait() {
     if (CHAIN == 0 || pc.chain_count == 0u) return;
     if (gl_LocalInvocationID.x == 0u) {
         for (uint n = 0; n < CHAIN_POLLS && pc.counters.v[pc.chain_wait] < pc.chain_count; n++) {
+            float t = float(n);
+            for (uint i = 0; i < BACKOFF; i++) t = fma(t, 0.999, 1.0);
+            if (t < -1.0) n = CHAIN_POLLS; // never (t >= 0): keeps the delay from being removed
         }
     }
     memoryBarrierBuffer(); // the previous links' outputs after their counts

@@ -107,7 +107,7 @@ impl Graph<'_> {
         if mode != StepMode::Plain {
             rec.start_log();
         }
-        if vkformers_vk::chains_on(self.ctx.caps()) {
+        if vkformers_vk::chains_on() {
             let mut chain = self.chain.borrow_mut();
             if chain.is_none() {
                 let bytes = u64::from(vkformers_vk::CHAIN_SLOTS) * 4;
