@@ -145,29 +145,6 @@ if [[ $PART == chain ]]; then
     sec done
     exit 0
 fi
-if [[ $PART == rows ]]; then
-    # Session of 2026-12-05 (18:02): batch-1 GEMVs with 8 rows of W a row block (the `_r8`
-    # variants, VKFORMERS_GEMV_ROWS=8): twice the weight bytes a workgroup has in flight per
-    # block, half the blocks and reductions. Tests first (the GPU variants), then the streamed
-    # benches and the decode, 4 and 8 alternating.
-    sec "tests: the GEMV under 7 tunings with 8-row blocks (VKFORMERS_GEMV_ROWS=8)"
-    VKFORMERS_GEMV_ROWS=8 TT=150 t gemv_prefetch
-    for r in 4 8; do
-        sec "bench gemv, W streamed (22 copies), batch 1, rows $r"
-        VKFORMERS_GEMV_ROWS=$r "$V" bench gemv --rows 1 --copies 22 --warm-ms 400 --normed \
-            --shapes 2560x2048,11264x2048,32000x2048 2>&1 | grep "µs a call" | tee -a "$LOG"
-        VKFORMERS_GEMV_ROWS=$r "$V" bench gemv --rows 1 --copies 22 --warm-ms 400 --shapes 2048x2048,2048x5632 \
-            2>&1 | grep "µs a call" | tee -a "$LOG"
-    done
-    sec "generate b1 (vkformers alone): rows 4, 8, 4, 8"
-    for r in 4 8 4 8; do
-        VKFORMERS_GEMV_ROWS=$r python3 tools/bench/generate.py --vkformers "$V" --skip-eager --skip-compile \
-            --batches 1 --prefill-lens 512 --warmup 1 --repeats 3 2>&1 | grep -E '^b[0-9]' | sed "s/^/[rows $r] /" |
-            tee -a "$LOG"
-    done
-    sec done
-    exit 0
-fi
 if [[ $PART == chain2 ]]; then
     # The chain lost on the H100 (docs/bench/h100-2026-12-05-i: batch 1 488/489 against 527/519
     # tokens/s off) with every waiting workgroup polling its counter back to back: the same

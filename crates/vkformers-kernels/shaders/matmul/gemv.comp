@@ -74,11 +74,6 @@
 // variant: bf16_m4 W_BF16 MB=4
 // variant: bf16_m8 W_BF16 MB=8
 // variant: bf16_m16 W_BF16 MB=16
-// R = 8 (rows of W a block): twice the bytes of W a workgroup has in flight per block, half
-// the blocks (and reductions) per product; the batch-1 variants (VKFORMERS_GEMV_ROWS=8).
-// variant: f32_m1_r8 W_F32 MB=1 R=8
-// variant: f16_m1_r8 W_F16 MB=1 R=8
-// variant: bf16_m1_r8 W_BF16 MB=1 R=8
 // variant: f32_m1_cpu W_F32 MB=1 WG=8
 // variant: f32_m4_cpu W_F32 MB=4 WG=8
 // variant: f32_m8_cpu W_F32 MB=8 WG=8
@@ -100,9 +95,7 @@
 #define WG 128
 #endif
 layout(local_size_x = WG) in;
-#ifndef R
-#define R 4      // rows of W (output columns) per row block
-#endif
+#define R 4      // rows of W (output columns) per workgroup
 
 // VEC (specialization constant 0): K is a multiple of CH, W starts on a 16-byte boundary at
 // an even element, x rows are 16-byte aligned (ldx a multiple of 4): every chunk of every row

@@ -19,24 +19,6 @@ pub const MAX_ROWS: u32 = code::defines::matmul_gemv_f32_m16::MB;
 
 /// Rows of W each workgroup owns (`R` in gemv.comp; the same in every variant, see the tests).
 const ROWS_PER_GROUP: u32 = code::defines::matmul_gemv_f32_m1::R;
-/// Rows of W a row block of the `_r8` batch-1 variants has (`VKFORMERS_GEMV_ROWS=8`).
-const ROWS_R8: u32 = code::defines::matmul_gemv_bf16_m1_r8::R;
-
-/// Whether batch-1 products on GPUs take the `_r8` variants: `VKFORMERS_GEMV_ROWS=8` (read once;
-/// default 4 rows a block).
-fn rows8() -> bool {
-    static ENV: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ENV.get_or_init(|| std::env::var("VKFORMERS_GEMV_ROWS").is_ok_and(|v| v.trim() == "8"))
-}
-
-/// Rows of W a row block of `kernel` has (its `R`).
-fn rows_of_kernel(kernel: &KernelCode) -> u32 {
-    if kernel.name.ends_with("_r8") {
-        ROWS_R8
-    } else {
-        ROWS_PER_GROUP
-    }
-}
 /// Threads per workgroup of the GPU variants (`WG` in gemv.comp).
 const THREADS: u32 = code::defines::matmul_gemv_f32_m1::WG;
 
@@ -258,21 +240,12 @@ fn kernel_for(dtype: DType, m: u32, cpu: bool) -> &'static KernelCode {
             ],
         ],
     };
-    if !cpu && row_bucket(m).0 == 0 && rows8() {
-        return match dtype {
-            DType::F32 => &code::MATMUL_GEMV_F32_M1_R8,
-            DType::F16 => &code::MATMUL_GEMV_F16_M1_R8,
-            DType::BF16 => &code::MATMUL_GEMV_BF16_M1_R8,
-        };
-    }
     table[usize::from(cpu)][row_bucket(m).0]
 }
 
 /// Shared memory of the per-subgroup partial sums: `red[MB · R · NSG]` f32 in gemv.comp.
 fn shared_bytes(m: u32, subgroups: u32) -> u32 {
-    // The batch-1 bucket's widest blocks (the `_r8` variants) size it.
-    let rows = if row_bucket(m).0 == 0 { ROWS_R8 } else { ROWS_PER_GROUP };
-    row_bucket(m).1 * rows * subgroups * 4
+    row_bucket(m).1 * ROWS_PER_GROUP * subgroups * 4
 }
 
 /// The most subgroups a workgroup can be split into: the subgroup size may vary per dispatch
@@ -508,7 +481,7 @@ fn dispatch_single(
     let push = MatmulGemvPush { M: m, N: n, K: k, ldx, ldy, flags, n1: 0, n2: 0, eps: 0.0, ..unlinked() };
     let tuning = tuning();
     let stage = staging(rec.caps(), desc.dtype, m, k, subgroups, &tuning);
-    let groups = groups_for(rec.caps(), desc.n.div_ceil(rows_of_kernel(kernel)), &tuning, stage.0 != 0);
+    let groups = groups_for(rec.caps(), desc.n.div_ceil(ROWS_PER_GROUP), &tuning, stage.0 != 0);
     let spec = spec_constants(wide, subgroups, &tuning, stage);
     dispatch_chained(rec, kernel, &spec, args, push, link_into, [groups, 1, 1])?;
     rec.set_flops(2.0 * f64::from(desc.m) * f64::from(desc.n) * f64::from(desc.k));
@@ -741,7 +714,7 @@ fn dispatch_group(
     let (n1, n2) = (ns.get(1).copied().unwrap_or(0), ns.get(2).copied().unwrap_or(0));
     let push =
         MatmulGemvPush { M: d.m, N: ns[0], K: d.k, ldx: d.ldx, ldy: ns[0], flags, n1, n2, eps: pro.eps, ..unlinked() };
-    let blocks: u32 = ns.iter().map(|n| n.div_ceil(rows_of_kernel(kernel))).sum();
+    let blocks: u32 = ns.iter().map(|n| n.div_ceil(ROWS_PER_GROUP)).sum();
     let tuning = tuning();
     let stage = staging(rec.caps(), d.dtype, d.m, d.k, subgroups, &tuning);
     let groups = groups_for(rec.caps(), blocks, &tuning, stage.0 != 0);
