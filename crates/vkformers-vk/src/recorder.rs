@@ -234,9 +234,22 @@ impl Recorder {
         params: &[u8],
         groups: [u32; 3],
     ) -> Result<()> {
+        self.dispatch_with(code, spec, (args, indirect), params, groups, None)
+    }
+
+    /// Builds the push block (`args`' addresses, then `params`) and records the dispatch.
+    fn dispatch_with(
+        &mut self,
+        code: &KernelCode,
+        spec: &[u32],
+        (args, indirect): (&[Arg<'_>], &[Arg<'_>]),
+        params: &[u8],
+        groups: [u32; 3],
+        link: Option<ChainLink>,
+    ) -> Result<()> {
         let mut push = std::mem::take(&mut self.push);
         let built = push_block(&mut push, code, args, params);
-        let out = built.and_then(|()| self.record_dispatch(code, spec, (args, indirect), &push, groups, None));
+        let out = built.and_then(|()| self.record_dispatch(code, spec, (args, indirect), &push, groups, link));
         self.push = push;
         out
     }
@@ -286,11 +299,7 @@ impl Recorder {
         groups: [u32; 3],
         link: ChainLink,
     ) -> Result<()> {
-        let mut push = std::mem::take(&mut self.push);
-        let built = push_block(&mut push, code, args, params);
-        let out = built.and_then(|()| self.record_dispatch(code, spec, (args, &[]), &push, groups, Some(link)));
-        self.push = push;
-        out
+        self.dispatch_with(code, spec, (args, &[]), params, groups, Some(link))
     }
 
     /// A command other than a link was recorded: the chain, if any, is broken.
