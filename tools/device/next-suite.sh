@@ -145,6 +145,22 @@ if [[ $PART == chain ]]; then
     sec done
     exit 0
 fi
+if [[ $PART == chain3 ]]; then
+    # (Written 2026-12-05 19:15, not yet run: the session's device time was spent.) The chain
+    # without the memory barrier after its wait (VKFORMERS_CHAIN_FENCE=0: the hypothesis is that
+    # it held each link's input loads behind its weights loaded ahead); with it (the default);
+    # the chain off first and last.
+    sec "tests: GEMV chains, no fence after the wait"
+    VKFORMERS_CHAIN_FENCE=0 TT=120 t gemv_chain
+    sec "generate b1 (vkformers alone): chain off; on without the fence; with it; without; off"
+    for e in "VKFORMERS_CHAIN=0" "VKFORMERS_CHAIN=1 VKFORMERS_CHAIN_FENCE=0" "VKFORMERS_CHAIN=1" \
+        "VKFORMERS_CHAIN=1 VKFORMERS_CHAIN_FENCE=0" "VKFORMERS_CHAIN=0"; do
+        env $e python3 tools/bench/generate.py --vkformers "$V" --skip-eager --skip-compile --batches 1 \
+            --prefill-lens 512 --warmup 1 --repeats 3 2>&1 | grep -E '^b[0-9]' | sed "s/^/[$e] /" | tee -a "$LOG"
+    done
+    sec done
+    exit 0
+fi
 if [[ $PART == chain2 ]]; then
     # The chain lost on the H100 (docs/bench/h100-2026-12-05-i: batch 1 488/489 against 527/519
     # tokens/s off) with every waiting workgroup polling its counter back to back: the same

@@ -128,12 +128,12 @@ pub(crate) fn dispatch_chained<P: Push>(
     match rec.chain_link()? {
         Some((link, counters)) => {
             set_link(&mut push, link);
-            spec.extend([1, vkformers_vk::chain::backoff()]);
+            spec.extend([1, vkformers_vk::chain::backoff(), u32::from(vkformers_vk::chain::fence())]);
             let args: Vec<Arg<'_>> = args.iter().copied().chain([vkformers_vk::read(&counters)]).collect();
             rec.dispatch_link(code, &spec, &args, push.bytes().as_ref(), groups, link)
         }
         None => {
-            spec.extend([0, 0]);
+            spec.extend([0, 0, 0]);
             let args: Vec<Arg<'_>> = args.iter().copied().chain([vkformers_vk::read(args[0].view)]).collect();
             rec.dispatch(code, &spec, &args, push.bytes().as_ref(), groups)
         }

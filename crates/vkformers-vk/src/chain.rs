@@ -46,6 +46,13 @@ pub fn backoff() -> u32 {
     *ENV.get_or_init(|| std::env::var("VKFORMERS_CHAIN_BACKOFF").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0))
 }
 
+/// Whether a link fences memory after its wait (default on, as timed on the H100;
+/// `VKFORMERS_CHAIN_FENCE=0` leaves it out: see gemv.comp's chain_wait; untimed).
+pub fn fence() -> bool {
+    static ENV: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ENV.get_or_init(|| std::env::var("VKFORMERS_CHAIN_FENCE").map_or(true, |v| v.trim() != "0"))
+}
+
 /// What a chained dispatch is told (its push constants): wait until counter `wait_slot` reaches
 /// `wait_count` (0: wait on nothing), then count itself done on counter `signal_slot`, one per
 /// workgroup.

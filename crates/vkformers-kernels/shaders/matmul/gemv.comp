@@ -123,6 +123,9 @@ layout(constant_id = 6) const uint CHAIN = 0;
 // chain's wait (every waiting workgroup polls the same counter). On the H100 any spacing was
 // slower than none (docs/bench/h100-2026-12-05-j).
 layout(constant_id = 7) const uint BACKOFF = 0;
+// CHAIN_FENCE (specialization constant 8): 1 fences memory after the chain's wait (see
+// chain_wait; the launcher's default, VKFORMERS_CHAIN_FENCE=0 for none).
+layout(constant_id = 8) const uint CHAIN_FENCE = 1;
 
 layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer U4In { uvec4 v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer V4In { vec4 v[]; };
@@ -586,7 +589,13 @@ void chain_wait() {
             if (t < -1.0) n = CHAIN_POLLS; // never (t >= 0): keeps the delay from being removed
         }
     }
-    memoryBarrierBuffer(); // the previous links' outputs after their counts
+    // The previous links' outputs after their counts. A hypothesis for the chain's loss on the
+    // H100 (untimed): on NVIDIA this fence waits for the thread's loads in flight, the W loaded
+    // ahead among them, so the input's loads cannot overlap them. CHAIN_FENCE = 0 leaves it out
+    // (VKFORMERS_CHAIN_FENCE=0): the input is read through coherent pointers (from L2, where the
+    // previous links' outputs are before their counts: chain_signal fences them), issued after
+    // the workgroup barrier that follows the poll.
+    if (CHAIN_FENCE != 0) memoryBarrierBuffer();
     barrier();
 }
 
