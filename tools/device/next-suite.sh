@@ -146,7 +146,8 @@ if [[ $PART == chain ]]; then
     exit 0
 fi
 if [[ $PART == chain3 ]]; then
-    # (Written 2026-12-05 19:15, not yet run: the session's device time was spent.) The chain
+    # (Written 2026-12-05 19:15, not yet run: the session's device time was spent. Pack:
+    # tools/device/pack.sh .dev/nx vkformers-kernels:gemv_chain; stage.sh out llama.) The chain
     # without the memory barrier after its wait (VKFORMERS_CHAIN_FENCE=0: the hypothesis is that
     # it held each link's input loads behind its weights loaded ahead); with it (the default);
     # the chain off first and last.
@@ -157,6 +158,23 @@ if [[ $PART == chain3 ]]; then
         "VKFORMERS_CHAIN=1 VKFORMERS_CHAIN_FENCE=0" "VKFORMERS_CHAIN=0"; do
         env $e python3 tools/bench/generate.py --vkformers "$V" --skip-eager --skip-compile --batches 1 \
             --prefill-lens 512 --warmup 1 --repeats 3 2>&1 | grep -E '^b[0-9]' | sed "s/^/[$e] /" | tee -a "$LOG"
+    done
+    # The lean decode attention with fewer query rows a workgroup (VKFORMERS_DECODE_TILE_ROWS;
+    # untimed at batch 1): a batch-1 call of the 1.1B model runs only 5 splits x 4 kv heads = 20
+    # workgroups, each a serial chain over its tile for all 8 rows of its GQA group (1 split
+    # of 5 tiles: 45 us, ~9 us a tile, docs/bench/h100-2026-12-05-e); 2 rows a tile gives 80
+    # workgroups with a quarter of the rows each. Tested on lavapipe with 2 and 1 rows
+    # (attention_decode_rope_in).
+    sec "bench decode --kernel lean, 640 keys, rope inside, batch 1: tile rows 8, 4, 2, 1"
+    for tr in 8 4 2 1; do
+        VKFORMERS_DECODE_TILE_ROWS=$tr "$V" bench decode --kernel lean --rope inside --len 640 --batch 1 \
+            --splits auto 2>&1 | tail -1 | sed "s/^/[rows $tr] /" | tee -a "$LOG"
+    done
+    sec "generate b1 (vkformers alone): tile rows 8, 2, 4, 8"
+    for tr in 8 2 4 8; do
+        VKFORMERS_DECODE_TILE_ROWS=$tr python3 tools/bench/generate.py --vkformers "$V" --skip-eager --skip-compile \
+            --batches 1 --prefill-lens 512 --warmup 1 --repeats 3 2>&1 | grep -E '^b[0-9]' | sed "s/^/[rows $tr] /" |
+            tee -a "$LOG"
     done
     sec done
     exit 0
