@@ -37,6 +37,10 @@ gen() { # gen "ENV" EXTRA-ARGS...: generate.py, vkformers only, batch 1 and 64, 
     env $e python3 tools/bench/generate.py --vkformers "$V" --skip-eager --skip-compile --batches 1 64 \
         --prefill-lens 512 --warmup 1 --repeats 3 "$@" 2>&1 | grep -E '^b[0-9]' | tee -a "$LOG"
 }
+gen_b1() { # gen_b1 "ENV": generate.py, vkformers only, batch 1, a 512-token prompt; lines labelled [ENV]
+    env $1 python3 tools/bench/generate.py --vkformers "$V" --skip-eager --skip-compile --batches 1 \
+        --prefill-lens 512 --warmup 1 --repeats 3 2>&1 | grep -E '^b[0-9]' | sed "s/^/[$1] /" | tee -a "$LOG"
+}
 # The GEMM beside torch.matmul at 8192^3 bf16 (shipped), then the shipped tile with raster groups
 # of 8, 16, 32 block rows (L2 reuse of B; only 2 and 4 were timed before).
 gemm_rasters() {
@@ -156,8 +160,7 @@ if [[ $PART == chain3 ]]; then
     sec "generate b1 (vkformers alone): chain off; on without the fence; with it; without; off"
     for e in "VKFORMERS_CHAIN=0" "VKFORMERS_CHAIN=1 VKFORMERS_CHAIN_FENCE=0" "VKFORMERS_CHAIN=1" \
         "VKFORMERS_CHAIN=1 VKFORMERS_CHAIN_FENCE=0" "VKFORMERS_CHAIN=0"; do
-        env $e python3 tools/bench/generate.py --vkformers "$V" --skip-eager --skip-compile --batches 1 \
-            --prefill-lens 512 --warmup 1 --repeats 3 2>&1 | grep -E '^b[0-9]' | sed "s/^/[$e] /" | tee -a "$LOG"
+        gen_b1 "$e"
     done
     # The lean decode attention with fewer query rows a workgroup (VKFORMERS_DECODE_TILE_ROWS;
     # untimed at batch 1): a batch-1 call of the 1.1B model runs only 5 splits x 4 kv heads = 20
@@ -172,9 +175,7 @@ if [[ $PART == chain3 ]]; then
     done
     sec "generate b1 (vkformers alone): tile rows 8, 2, 4, 8"
     for tr in 8 2 4 8; do
-        VKFORMERS_DECODE_TILE_ROWS=$tr python3 tools/bench/generate.py --vkformers "$V" --skip-eager --skip-compile \
-            --batches 1 --prefill-lens 512 --warmup 1 --repeats 3 2>&1 | grep -E '^b[0-9]' | sed "s/^/[rows $tr] /" |
-            tee -a "$LOG"
+        gen_b1 "VKFORMERS_DECODE_TILE_ROWS=$tr"
     done
     sec done
     exit 0
@@ -190,8 +191,7 @@ if [[ $PART == chain2 ]]; then
     for e in "VKFORMERS_CHAIN=0" "VKFORMERS_CHAIN=1 VKFORMERS_CHAIN_BACKOFF=0" "VKFORMERS_CHAIN=1 VKFORMERS_CHAIN_BACKOFF=64" \
         "VKFORMERS_CHAIN=1 VKFORMERS_CHAIN_BACKOFF=256" "VKFORMERS_CHAIN=1 VKFORMERS_CHAIN_BACKOFF=1024" \
         "VKFORMERS_CHAIN=1 VKFORMERS_CHAIN_BACKOFF=4096" "VKFORMERS_CHAIN=0"; do
-        env $e python3 tools/bench/generate.py --vkformers "$V" --skip-eager --skip-compile --batches 1 \
-            --prefill-lens 512 --warmup 1 --repeats 3 2>&1 | grep -E '^b[0-9]' | sed "s/^/[$e] /" | tee -a "$LOG"
+        gen_b1 "$e"
     done
     sec "tests: cm2 GEMM under VKFORMERS_CM2_STATIC_STRIDES=2"
     VKFORMERS_CM2_STATIC_STRIDES=2 TT=200 t gemm_coopmat
@@ -257,8 +257,7 @@ if [[ $PART == micro || $PART == mini ]]; then
             tail -16 | tee -a "$LOG"
         sec "generate b1: defaults, then VKFORMERS_GEMV_PIPE=1"
         for sw in "$BEST" "VKFORMERS_GEMV_PIPE=1"; do
-            env $sw python3 tools/bench/generate.py --vkformers "$V" --skip-eager --skip-compile --batches 1 \
-                --prefill-lens 512 --warmup 1 --repeats 3 2>&1 | grep -E '^b[0-9]' | sed "s/^/[$sw] /" | tee -a "$LOG"
+            gen_b1 "$sw"
         done
     fi
     sec done

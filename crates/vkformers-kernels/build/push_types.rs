@@ -116,8 +116,12 @@ fn write_struct(code: &mut String, i: usize, layouts: &[Layout]) {
         kernels.len()
     )
     .unwrap();
-    writeln!(code, "#[allow(non_snake_case)]\n#[derive(Clone, Copy, Debug, PartialEq)]\npub struct {} {{", l.name)
-        .unwrap();
+    writeln!(
+        code,
+        "#[allow(non_snake_case)]\n#[derive(Clone, Copy, Debug, Default, PartialEq)]\npub struct {} {{",
+        l.name
+    )
+    .unwrap();
     let own = match l.base {
         Some(b) => {
             writeln!(code, "    pub base: {},", layouts[b].name).unwrap();

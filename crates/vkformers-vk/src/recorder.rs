@@ -276,10 +276,8 @@ impl Recorder {
         let counters = counters.clone();
         if rule.needs_zeroing() {
             self.full_barrier();
-            self.hazards.barrier();
             self.update(counters.view(), &[0u8; CHAIN_SLOTS as usize * 4])?;
             self.full_barrier();
-            self.hazards.barrier();
             if let Some((_, rule)) = self.chain.as_mut() {
                 rule.zeroed();
             }
@@ -446,9 +444,10 @@ impl Recorder {
     }
 
     fn hazard_barrier(&mut self, accesses: &[(Span, AccessKind)]) {
-        if self.hazards.add(accesses) {
+        if self.hazards.needs_barrier(accesses) {
             self.full_barrier();
         }
+        self.hazards.record(accesses);
     }
 
     /// Every earlier compute or transfer access before every later one.
@@ -480,6 +479,8 @@ impl Recorder {
             )
         };
         self.barriers += 1;
+        // Nothing before it can race with anything after it: both trackers start over.
+        self.hazards.barrier();
         if let Some((_, rule)) = self.chain.as_mut() {
             rule.barrier();
         }

@@ -443,24 +443,6 @@ fn checked_kernel(rec: &Recorder, desc: &GemvDesc, bias_given: bool) -> Result<(
 /// [`dispatch_chained`]).
 const POINTERS: usize = 11;
 
-/// gemv.comp's push scalars of a dispatch that is no chain link (the rest set by the caller).
-fn unlinked() -> MatmulGemvPush {
-    MatmulGemvPush {
-        M: 0,
-        N: 0,
-        K: 0,
-        ldx: 0,
-        ldy: 0,
-        flags: 0,
-        n1: 0,
-        n2: 0,
-        eps: 0.0,
-        chain_wait: 0,
-        chain_count: 0,
-        chain_signal: 0,
-    }
-}
-
 /// Puts a chain link into gemv.comp's push scalars.
 fn link_into(push: &mut MatmulGemvPush, link: ChainLink) {
     (push.chain_wait, push.chain_count, push.chain_signal) = (link.wait_slot, link.wait_count, link.signal_slot);
@@ -478,7 +460,7 @@ fn dispatch_single(
     args: &[Arg<'_>; POINTERS],
 ) -> Result<()> {
     let (m, n, k, ldx, ldy) = (desc.m, desc.n, desc.k, desc.ldx, desc.ldy);
-    let push = MatmulGemvPush { M: m, N: n, K: k, ldx, ldy, flags, n1: 0, n2: 0, eps: 0.0, ..unlinked() };
+    let push = MatmulGemvPush { M: m, N: n, K: k, ldx, ldy, flags, n1: 0, n2: 0, eps: 0.0, ..Default::default() };
     let tuning = tuning();
     let stage = staging(rec.caps(), desc.dtype, m, k, subgroups, &tuning);
     let groups = groups_for(rec.caps(), desc.n.div_ceil(ROWS_PER_GROUP), &tuning, stage.0 != 0);
@@ -712,8 +694,18 @@ fn dispatch_group(
         }
     }
     let (n1, n2) = (ns.get(1).copied().unwrap_or(0), ns.get(2).copied().unwrap_or(0));
-    let push =
-        MatmulGemvPush { M: d.m, N: ns[0], K: d.k, ldx: d.ldx, ldy: ns[0], flags, n1, n2, eps: pro.eps, ..unlinked() };
+    let push = MatmulGemvPush {
+        M: d.m,
+        N: ns[0],
+        K: d.k,
+        ldx: d.ldx,
+        ldy: ns[0],
+        flags,
+        n1,
+        n2,
+        eps: pro.eps,
+        ..Default::default()
+    };
     let blocks: u32 = ns.iter().map(|n| n.div_ceil(ROWS_PER_GROUP)).sum();
     let tuning = tuning();
     let stage = staging(rec.caps(), d.dtype, d.m, d.k, subgroups, &tuning);
