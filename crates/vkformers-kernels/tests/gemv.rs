@@ -183,7 +183,7 @@ fn bad_descriptions_are_errors_naming_the_kernel() {
         fails(&GemvDesc { has_bias: true, ..d }, x.view(), w.view(), Some(y.slice(0, 8)), y.view(), "bias: 8 bytes");
         let e = gemv::gemv(&mut rec, &GemvDesc { m: 17, ..d }, x.view(), w.view(), None, y.view()).unwrap_err();
         assert!(
-            matches!(&e, VkError::Kernel { kernel, message } if kernel.starts_with("matmul/gemv:bf16_m16") && message.contains("m = 17")),
+            matches!(&e, VkError::Kernel { kernel, message } if kernel.starts_with("matmul/gemv:bf16_m") && message.contains("m = 17 rows above the 16")),
             "{e}"
         );
         assert!(rec.is_empty());

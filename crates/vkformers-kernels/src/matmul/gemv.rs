@@ -194,7 +194,8 @@ fn row_bucket(m: u32) -> (usize, u32) {
 }
 
 /// The variant for a W dtype, the bucket of m, and the workgroup: 128 threads, or (`cpu`) one
-/// subgroup of 8 (`CPU_THREADS`).
+/// subgroup of 8 (`CPU_THREADS`), whose widest variant takes [`CPU_MAX_ROWS`] rows (more are
+/// recorded as several dispatches, [`cpu_row_ranges`]; the last bucket repeats m8 for them).
 fn kernel_for(dtype: DType, m: u32, cpu: bool) -> &'static KernelCode {
     let table: [[&'static KernelCode; 4]; 2] = match dtype {
         DType::F32 => [
@@ -208,7 +209,7 @@ fn kernel_for(dtype: DType, m: u32, cpu: bool) -> &'static KernelCode {
                 &code::MATMUL_GEMV_F32_M1_CPU,
                 &code::MATMUL_GEMV_F32_M4_CPU,
                 &code::MATMUL_GEMV_F32_M8_CPU,
-                &code::MATMUL_GEMV_F32_M16_CPU,
+                &code::MATMUL_GEMV_F32_M8_CPU,
             ],
         ],
         DType::F16 => [
@@ -222,7 +223,7 @@ fn kernel_for(dtype: DType, m: u32, cpu: bool) -> &'static KernelCode {
                 &code::MATMUL_GEMV_F16_M1_CPU,
                 &code::MATMUL_GEMV_F16_M4_CPU,
                 &code::MATMUL_GEMV_F16_M8_CPU,
-                &code::MATMUL_GEMV_F16_M16_CPU,
+                &code::MATMUL_GEMV_F16_M8_CPU,
             ],
         ],
         DType::BF16 => [
@@ -236,7 +237,7 @@ fn kernel_for(dtype: DType, m: u32, cpu: bool) -> &'static KernelCode {
                 &code::MATMUL_GEMV_BF16_M1_CPU,
                 &code::MATMUL_GEMV_BF16_M4_CPU,
                 &code::MATMUL_GEMV_BF16_M8_CPU,
-                &code::MATMUL_GEMV_BF16_M16_CPU,
+                &code::MATMUL_GEMV_BF16_M8_CPU,
             ],
         ],
     };
@@ -261,6 +262,26 @@ fn max_subgroups(caps: &Caps) -> u32 {
 /// Threads of the `_cpu` variants' workgroups (their `WG`): one llvmpipe subgroup.
 const CPU_THREADS: u32 = code::defines::matmul_gemv_f32_m1_cpu::WG;
 
+/// Rows one dispatch of the `_cpu` variants takes: their widest is m8. On lavapipe a product
+/// costs the same a row at 4, 8 and 16 rows (a bf16 normed 2048 × 2048: ~1 ms a row), while an
+/// m16 pipeline took llvmpipe ~35 s to compile from cold (m8 ~10 s, m4 ~6 s): 9 to 16 rows run
+/// as two dispatches.
+const CPU_MAX_ROWS: u32 = code::defines::matmul_gemv_f32_m8_cpu::MB;
+
+/// The row ranges `(first, rows)` that a product of `m` rows is recorded as when the device runs
+/// the `_cpu` variants and m is above [`CPU_MAX_ROWS`]; None: one dispatch.
+fn cpu_row_ranges(caps: &Caps, m: u32) -> Option<Vec<(u32, u32)>> {
+    (m > CPU_MAX_ROWS && one_subgroup(caps))
+        .then(|| (0..m).step_by(CPU_MAX_ROWS as usize).map(|i| (i, CPU_MAX_ROWS.min(m - i))).collect())
+}
+
+/// Rows `first..` of an f32 matrix view whose rows are `ld` floats apart (the view from that
+/// row's first element to the view's end).
+fn rows_from(view: BufferView<'_>, first: u32, ld: u32) -> BufferView<'_> {
+    let skip = (u64::from(first) * u64::from(ld) * 4).min(view.len);
+    view.buffer.slice(view.offset + skip, view.len - skip)
+}
+
 /// Whether to run the `_cpu` variants: a CPU device whose subgroups are always `CPU_THREADS`
 /// wide. llvmpipe runs the subgroups of a workgroup one after another as coroutines switched at
 /// each barrier, which costs more than a 4-row block's loads; a workgroup of one subgroup needs
@@ -279,7 +300,7 @@ fn one_subgroup(caps: &Caps) -> bool {
 /// Checks the shape fields: m within the kernel, leading dimensions, 32-bit indices.
 fn check_desc(name: &str, d: &GemvDesc) -> Result<()> {
     if d.m > MAX_ROWS {
-        return Err(err(name, format!("m = {} rows above the {MAX_ROWS} this kernel takes; use matmul::gemm", d.m)));
+        return Err(err(name, format!("m = {} rows above the {MAX_ROWS} a GEMV takes; use matmul::gemm", d.m)));
     }
     if d.ldx < d.k {
         return Err(err(name, format!("x: ldx {} below k {}", d.ldx, d.k)));
@@ -405,6 +426,13 @@ pub fn gemv(
     };
     let y_sub = f32_matrix(name, "y", y, desc.m, desc.n, desc.ldy)?;
     let bias_sub = bias_view(name, desc.n, bias, x_sub)?;
+    if let Some(ranges) = cpu_row_ranges(rec.caps(), desc.m) {
+        for (first, rows) in ranges {
+            let (x_rows, y_rows) = (rows_from(x_sub, first, desc.ldx), rows_from(y_sub, first, desc.ldy));
+            gemv(rec, &GemvDesc { m: rows, ..*desc }, x_rows, w, bias, y_rows)?;
+        }
+        return Ok(());
+    }
     let flags = u32::from(desc.has_bias) | parity << 1;
     let wide = wide_loads(desc, w_sub.address(), parity, x_sub.address());
     // Products 1 and 2 absent (n1 = n2 = 0): their pointers repeat product 0's, never read; so
@@ -516,6 +544,14 @@ pub fn gemv_glu(
     let (w_sub, parity) = weight_view(name, desc, w)?;
     let y_sub = f32_matrix(name, "y", y, desc.m, desc.n, desc.ldy)?;
     let bias_sub = bias_view(name, desc.n, bias, g_sub)?;
+    if let Some(ranges) = cpu_row_ranges(rec.caps(), desc.m) {
+        for (first, rows) in ranges {
+            let gated = (rows_from(g_sub, first, desc.ldx), rows_from(u_sub, first, desc.ldx), kind);
+            let y_rows = rows_from(y_sub, first, desc.ldy);
+            gemv_glu(rec, &GemvDesc { m: rows, ..*desc }, gated, w, bias, y_rows)?;
+        }
+        return Ok(());
+    }
     let flags = u32::from(desc.has_bias) | parity << 1 | glu_flag(kind);
     let wide = wide_loads(desc, w_sub.address(), parity, g_sub.address()) && u_sub.address().is_multiple_of(16);
     // w1 carries up (n1 = n2 = 0: no second product); w2, y1, y2 and the normed input's
@@ -618,6 +654,7 @@ fn checked_group(rec: &Recorder, desc: &GemvDesc, count: usize) -> Result<(&'sta
 /// The input prologue of a group's dispatch: its flags (bits 6-10 of gemv.comp), eps, the
 /// pointers r, gain (in the bias slot), hs and x̂ (r and gain repeat x when unused; hs and x̂
 /// absent repeat y_0), and whether r and the gain allow the wide loads.
+#[derive(Clone, Copy)]
 struct Prologue<'a> {
     flags: u32,
     eps: f32,
@@ -693,6 +730,9 @@ fn dispatch_group(
             return Err(err(name, format!("{what}: the view overlaps an operand or the other output")));
         }
     }
+    if let Some(ranges) = cpu_row_ranges(rec.caps(), d.m) {
+        return dispatch_group_rows(rec, subgroups, &d, (x_sub, pro), parts, &ranges);
+    }
     let (n1, n2) = (ns.get(1).copied().unwrap_or(0), ns.get(2).copied().unwrap_or(0));
     let push = MatmulGemvPush {
         M: d.m,
@@ -733,6 +773,29 @@ fn dispatch_group(
     Ok(())
 }
 
+/// [`dispatch_group`] of the row ranges `ranges` one after another (CPU devices, above
+/// [`CPU_MAX_ROWS`] rows): x and the prologue's row operands (r, hs, x̂: rows `ldx` apart) and
+/// each y_p (packed, rows n_p apart) from each range's first row; W and the gain whole.
+fn dispatch_group_rows<'a>(
+    rec: &mut Recorder,
+    subgroups: u32,
+    d: &GemvDesc,
+    (x_sub, pro): (BufferView<'a>, &Prologue<'a>),
+    parts: &[(u32, BufferView<'a>, BufferView<'a>)],
+    ranges: &[(u32, u32)],
+) -> Result<()> {
+    for &(first, rows) in ranges {
+        let at = |v: BufferView<'a>| rows_from(v, first, d.ldx);
+        let sub = Prologue { r: at(pro.r), hs: pro.hs.map(at), xn: pro.xn.map(at), ..*pro };
+        let sub_parts: Vec<(u32, BufferView<'_>, BufferView<'_>)> =
+            parts.iter().map(|&(n, w, y)| (n, w, rows_from(y, first, n))).collect();
+        let rd = GemvDesc { m: rows, ..*d };
+        let kernel = kernel_for(d.dtype, rows, true);
+        dispatch_group(rec, (kernel, subgroups), &rd, at(x_sub), &sub, &sub_parts)?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -756,7 +819,9 @@ mod tests {
             for m in [1, 3, 8, 16] {
                 for cpu in [false, true] {
                     let k = kernel_for(dtype, m, cpu);
-                    assert_eq!(define(k, "MB"), row_bucket(m).1, "{}", k.name);
+                    // A CPU device's dispatch takes at most CPU_MAX_ROWS rows (cpu_row_ranges).
+                    let rows = if cpu { m.min(CPU_MAX_ROWS) } else { m };
+                    assert_eq!(define(k, "MB"), row_bucket(rows).1, "{}", k.name);
                     assert_eq!(define(k, "R"), ROWS_PER_GROUP, "{}", k.name);
                     assert_eq!(define(k, "WG"), if cpu { CPU_THREADS } else { THREADS }, "{}", k.name);
                     let bits = [("NORMED_BIT", NORMED), ("RESIDUAL_BIT", RESIDUAL), ("WRITE_XN_BIT", WRITE_NORMED)];
@@ -854,6 +919,20 @@ mod tests {
         );
         assert_eq!(kernel_for(DType::F16, 3, false).name, "matmul/gemv:f16_m4");
         assert_eq!(kernel_for(DType::F32, 16, false).name, "matmul/gemv:f32_m16");
+    }
+
+    /// CPU devices of one-subgroup workgroups take 9 to 16 rows as dispatches of at most 8
+    /// rows; other devices, and 8 rows or fewer, as one.
+    #[test]
+    fn cpu_devices_split_rows_past_the_widest_cpu_variant() {
+        let lavapipe = Caps { device_type: "cpu".into(), subgroup_size_max: 8, ..caps(&["arithmetic"], 8, 8) };
+        assert!(one_subgroup(&lavapipe));
+        assert_eq!(CPU_MAX_ROWS, 8);
+        assert_eq!(cpu_row_ranges(&lavapipe, 8), None);
+        assert_eq!(cpu_row_ranges(&lavapipe, 9), Some(vec![(0, 8), (8, 1)]));
+        assert_eq!(cpu_row_ranges(&lavapipe, 16), Some(vec![(0, 8), (8, 8)]));
+        let gpu = Caps { device_type: "discrete-gpu".into(), subgroup_size_max: 32, ..caps(&["arithmetic"], 32, 32) };
+        assert_eq!(cpu_row_ranges(&gpu, 16), None);
     }
 
     #[test]
