@@ -88,7 +88,15 @@ impl Pipelines {
                 message: format!("push constants of {} bytes exceed the device's {}", code.push_size, self.max_push),
             });
         }
+        let start = std::time::Instant::now();
         let entry = create_pipeline(device, self.cache, code, spec)?;
+        if log_creations() {
+            eprintln!(
+                "vkformers: pipeline {} {spec:?} created in {:.0} ms",
+                code.name,
+                start.elapsed().as_secs_f64() * 1e3
+            );
+        }
         variants.push((spec.to_vec(), entry));
         Ok(entry.0)
     }
@@ -122,6 +130,14 @@ impl Pipelines {
         // SAFETY: as above.
         unsafe { device.destroy_pipeline_cache(self.cache, None) };
     }
+}
+
+/// `VKFORMERS_LOG_PIPELINES=1` (read once): each pipeline's creation time on stderr. A driver
+/// that compiles on the CPU (llvmpipe: seconds for a large unrolled kernel, once per machine
+/// where its own shader cache keeps them) shows where a first run's time goes.
+fn log_creations() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("VKFORMERS_LOG_PIPELINES").is_ok_and(|v| v == "1"))
 }
 
 fn create_cache(device: &ash::Device, data: &[u8]) -> Result<vk::PipelineCache> {
