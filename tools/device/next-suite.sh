@@ -21,6 +21,10 @@
 # key table; default the shipped defaults: replay and GEMV loads ahead on, the lean attention
 # on (the lean attention the default on GPUs since the H100 A/B of docs/bench/h100-2026-12-05-c)).
 # After: `tools/device/stage.sh back`, $OUT to docs/bench/h200-DATE-X/.
+# Queued for the next session with a device (written 2026-12-05 without one): PART=chain3 (the
+# chain without its fence; the lean decode attention's tile rows at batch 1) and PART=ss (the cm2
+# GEMM's static strides on the 1.1B training step's products and on train.py), one call each;
+# pack with `tools/device/pack.sh .dev/nx vkformers-kernels:gemv_chain`.
 set -u
 PACK=${PACK:-.dev/nx}
 source "$PACK/prelude.sh"
@@ -176,6 +180,29 @@ if [[ $PART == chain3 ]]; then
     sec "generate b1 (vkformers alone): tile rows 8, 2, 4, 8"
     for tr in 8 2 4 8; do
         gen_b1 "VKFORMERS_DECODE_TILE_ROWS=$tr"
+    done
+    sec done
+    exit 0
+fi
+if [[ $PART == ss ]]; then
+    # (Written 2026-12-05 21:20, no device that session.) The cm2 GEMM's static strides
+    # (VKFORMERS_CM2_STATIC_STRIDES=2: lda/ldb/ldc and the fast path's layout dimensions as
+    # specialization constants) won every 8192^3 pair on the H100 by 3-16% (docs/bench/
+    # h100-2026-12-05-i) but were never timed on a training step: the 1.1B step's products alone,
+    # off and on, then train.py's 1.1B shape off / on / off / on (vkformers alone). A default for
+    # large products only if the step gains (one pipeline per stride triple: a handful a model).
+    sec "bench gemm, the 1.1B step's forward products (tokens 4096, weights [n, k]): static strides 0, 2"
+    for shape in "2560 2048" "2048 2048" "11264 2048" "2048 5632" "32000 2048"; do
+        set -- $shape
+        for ss in 0 2; do
+            "$V" bench gemm --m 4096 --n $1 --k $2 --dtype bf16 --c16 --trans-b --static-strides $ss --iters 20 \
+                2>&1 | tail -1 | sed "s/^/[4096x$1x$2 ss $ss] /" | tee -a "$LOG"
+        done
+    done
+    sec "train.py 1.1B (vkformers alone): static strides 0, 2, 0, 2"
+    for ss in 0 2 0 2; do
+        VKFORMERS_CM2_STATIC_STRIDES=$ss python3 tools/bench/train.py --vkformers "$V" --shapes 1.1b --skip-torch \
+            --skip-compile --steps 10 --warmup 3 2>&1 | tail -3 | sed "s/^/[static strides $ss] /" | tee -a "$LOG"
     done
     sec done
     exit 0
