@@ -132,9 +132,11 @@ impl Pipelines {
     }
 }
 
-/// `VKFORMERS_LOG_PIPELINES=1` (read once): each pipeline's creation time on stderr. A driver
-/// that compiles on the CPU (llvmpipe: seconds for a large unrolled kernel, once per machine
-/// where its own shader cache keeps them) shows where a first run's time goes.
+/// `VKFORMERS_LOG_PIPELINES=1` (read once): each pipeline's creation time on stderr, where GPU
+/// drivers compile (a cm2 GEMM pipeline not in the cache: about a second on NVIDIA's). llvmpipe
+/// creates them in 0.1-0.3 s and defers its LLVM compile to the first dispatch (seconds, tens of
+/// seconds cold for 128-invocation kernels with barriers, mostly LLVM's coroutine frame
+/// building), which this does not time.
 fn log_creations() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("VKFORMERS_LOG_PIPELINES").is_ok_and(|v| v == "1"))
