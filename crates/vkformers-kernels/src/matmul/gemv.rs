@@ -488,7 +488,7 @@ fn dispatch_single(
     args: &[Arg<'_>; POINTERS],
 ) -> Result<()> {
     let (m, n, k, ldx, ldy) = (desc.m, desc.n, desc.k, desc.ldx, desc.ldy);
-    let push = MatmulGemvPush { M: m, N: n, K: k, ldx, ldy, flags, n1: 0, n2: 0, eps: 0.0, ..Default::default() };
+    let push = MatmulGemvPush { M: m, N: n, K: k, ldx, ldy, flags, ..Default::default() };
     let tuning = tuning();
     let stage = staging(rec.caps(), desc.dtype, m, k, subgroups, &tuning);
     let groups = groups_for(rec.caps(), desc.n.div_ceil(ROWS_PER_GROUP), &tuning, stage.0 != 0);
