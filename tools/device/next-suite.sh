@@ -184,6 +184,46 @@ if [[ $PART == chain3 ]]; then
     sec done
     exit 0
 fi
+if [[ $PART == s1 ]]; then
+    # (Written 2026-12-06 00:20.) One call for every queued A/B, cheapest first: the lean decode
+    # attention's tile rows at batch 1 (kernel alone, then whole steps, 8 first and last for
+    # drift); the chain without its fence; the cm2 GEMM's static strides on gemm.py's 8192^3
+    # beside cuBLAS (alternating), on the 1.1B step's forward products, and on train.py's 1.1B
+    # step (vkformers alone, alternating).
+    sec "bench decode --kernel lean, 640 keys, rope inside, batch 1: tile rows 8, 4, 2, 1"
+    for tr in 8 4 2 1; do
+        VKFORMERS_DECODE_TILE_ROWS=$tr "$V" bench decode --kernel lean --rope inside --len 640 --batch 1 \
+            --splits auto,5 2>&1 | tail -2 | sed "s/^/[rows $tr] /" | tee -a "$LOG"
+    done
+    sec "generate b1 (vkformers alone): tile rows 8, 4, 2, 1, 8"
+    for tr in 8 4 2 1 8; do
+        gen_b1 "VKFORMERS_DECODE_TILE_ROWS=$tr"
+    done
+    sec "generate b1 (vkformers alone): chain off, on without its fence, on with it, off"
+    for e in "VKFORMERS_CHAIN=0" "VKFORMERS_CHAIN=1 VKFORMERS_CHAIN_FENCE=0" "VKFORMERS_CHAIN=1" "VKFORMERS_CHAIN=0"; do
+        gen_b1 "$e"
+    done
+    sec "gemm.py 8192^3 bf16 beside cuBLAS: static strides 0, 2, 0, 2"
+    for ss in 0 2 0 2; do
+        VKFORMERS_CM2_STATIC_STRIDES=$ss python3 tools/bench/gemm.py --vkformers "$V" --sizes 8192 --dtypes bf16 \
+            2>&1 | tail -1 | sed "s/^/[static strides $ss] /" | tee -a "$LOG"
+    done
+    sec "bench gemm, the 1.1B step's forward products (tokens 4096, weights [n, k]): static strides 0, 2"
+    for shape in "2560 2048" "2048 2048" "11264 2048" "2048 5632" "32000 2048"; do
+        set -- $shape
+        for ss in 0 2; do
+            "$V" bench gemm --m 4096 --n $1 --k $2 --dtype bf16 --c16 --trans-b --static-strides $ss --iters 20 \
+                2>&1 | tail -1 | sed "s/^/[4096x$1x$2 ss $ss] /" | tee -a "$LOG"
+        done
+    done
+    sec "train.py 1.1B (vkformers alone): static strides 0, 2, 0, 2"
+    for ss in 0 2 0 2; do
+        VKFORMERS_CM2_STATIC_STRIDES=$ss timeout 100 python3 tools/bench/train.py --vkformers "$V" --shapes 1.1b \
+            --skip-torch --skip-compile --steps 10 --warmup 3 2>&1 | grep -E "vkformers:" | sed "s/^/[static strides $ss] /" | tee -a "$LOG"
+    done
+    sec done
+    exit 0
+fi
 if [[ $PART == ss ]]; then
     # (Written 2026-12-05 21:20, no device that session.) The cm2 GEMM's static strides
     # (VKFORMERS_CM2_STATIC_STRIDES=2: lda/ldb/ldc and the fast path's layout dimensions as
