@@ -193,7 +193,7 @@ if [[ $PART == s1 ]]; then
     sec "bench decode --kernel lean, 640 keys, rope inside, batch 1: tile rows 8, 4, 2, 1"
     for tr in 8 4 2 1; do
         VKFORMERS_DECODE_TILE_ROWS=$tr "$V" bench decode --kernel lean --rope inside --len 640 --batch 1 \
-            --splits auto,5 2>&1 | tail -2 | sed "s/^/[rows $tr] /" | tee -a "$LOG"
+            --splits auto,1,2,3,5 2>&1 | tail -5 | sed "s/^/[rows $tr] /" | tee -a "$LOG"
     done
     sec "generate b1 (vkformers alone): tile rows 8, 4, 2, 1, 8"
     for tr in 8 4 2 1 8; do
