@@ -42,10 +42,10 @@ pub struct GemmArgs {
     raster: Option<u32>,
     #[arg(long)]
     unroll: Option<u32>,
-    /// Cooperative-matrix-2 experiments (default: VKFORMERS_CM2_STATIC_STRIDES /
-    /// VKFORMERS_CM2_VEC16, else off): lda/ldb/ldc as specialization constants (1; 2: also
-    /// constant layout dimensions in the fast path); A and B loaded through 16-byte (uvec4)
-    /// pointers where aligned (0/1).
+    /// Cooperative-matrix-2 switches: lda/ldb/ldc as specialization constants (1; 2: also
+    /// constant layout dimensions in the fast path; default VKFORMERS_CM2_STATIC_STRIDES, else 2
+    /// for products of 2^34 multiply-adds and up, 0 below); A and B loaded through 16-byte
+    /// (uvec4) pointers where aligned (0/1; default VKFORMERS_CM2_VEC16, else off).
     #[arg(long)]
     static_strides: Option<u32>,
     #[arg(long)]
@@ -162,7 +162,7 @@ pub fn gemm(selector: &DeviceSelector, args: &GemmArgs) -> anyhow::Result<ExitCo
         desc.tuning.unroll = u;
     }
     if let Some(s) = args.static_strides {
-        desc.tuning.static_strides = s.min(2);
+        desc.tuning.static_strides = Some(s.min(2));
     }
     if let Some(v) = args.vec16 {
         desc.tuning.vec16 = v != 0;

@@ -88,24 +88,44 @@ pub struct Tuning {
     pub unroll: u32,
     /// KHR kernels: bench-only cost probes (see the shader; 0 computes the product).
     pub probe: u32,
-    /// Experiment: 1 passes lda/ldb/ldc as specialization constants (`SLDA`, `SLDB`, `SLDC`), so
-    /// the driver compiles the fast path with constant strides (one pipeline per stride triple);
-    /// 2 also gives the fast path's layouts constant dimensions (`SDIMS`); 0 neither.
-    pub static_strides: u32,
+    /// 1 passes lda/ldb/ldc as specialization constants (`SLDA`, `SLDB`, `SLDC`), so the driver
+    /// compiles the fast path with constant strides (one pipeline per stride triple); 2 also
+    /// gives the fast path's layouts constant dimensions (`SDIMS`); 0 neither; `None` (the
+    /// default) by size: [`static_strides_by_size`].
+    pub static_strides: Option<u32>,
     /// Experiment: the fast path loads A and B through `uvec4` pointers (`VEC16`); taken only
     /// where both pointers and every operand offset, batch stride and lda/ldb are 16-byte aligned.
     pub vec16: bool,
 }
 
 impl Tuning {
-    /// `VKFORMERS_CM2_STATIC_STRIDES` (0, 1 or 2, as `static_strides`) and
-    /// `VKFORMERS_CM2_VEC16` (1: on); default off until timed; read once.
-    fn env() -> (u32, bool) {
-        static ENV: std::sync::OnceLock<(u32, bool)> = std::sync::OnceLock::new();
+    /// `VKFORMERS_CM2_STATIC_STRIDES` (0, 1 or 2, as `static_strides`; unset: by size) and
+    /// `VKFORMERS_CM2_VEC16` (1: on; default off); read once.
+    fn env() -> (Option<u32>, bool) {
+        static ENV: std::sync::OnceLock<(Option<u32>, bool)> = std::sync::OnceLock::new();
         *ENV.get_or_init(|| {
             let var = |name: &str| std::env::var(name).ok().and_then(|v| v.trim().parse::<u32>().ok());
-            (var("VKFORMERS_CM2_STATIC_STRIDES").unwrap_or(0).min(2), var("VKFORMERS_CM2_VEC16") == Some(1))
+            (var("VKFORMERS_CM2_STATIC_STRIDES").map(|v| v.min(2)), var("VKFORMERS_CM2_VEC16") == Some(1))
         })
+    }
+}
+
+/// Multiply-adds (`M · N · K · batch`) from which a product takes static strides by default.
+const STATIC_STRIDES_MACS: u64 = 1 << 34;
+
+/// Static strides (2: strides and layout dimensions constant) for products of at least
+/// [`STATIC_STRIDES_MACS`] multiply-adds (4096 tokens through a 2048 x 2048 weight and up),
+/// none below: each stride triple is a pipeline of its own (about a second to compile on NVIDIA,
+/// kept in the pipeline cache), which pays only where the product runs long. H100, bf16
+/// (`docs/bench/h100-2026-12-05-i`, `h100-2026-12-06-a`): 8192³ 3-17% faster in every
+/// alternating pair; the 1.1B training step's forward products -4.5% to +5%, its whole step
+/// (train.py) +1.2% in both alternating pairs.
+pub fn static_strides_by_size(d: &CoopGemm) -> u32 {
+    let macs = u64::from(d.m) * u64::from(d.n) * u64::from(d.k) * u64::from(d.batch.max(1));
+    if macs >= STATIC_STRIDES_MACS {
+        2
+    } else {
+        0
     }
 }
 
@@ -433,9 +453,10 @@ pub fn gemm_coopmat(
         // The experiments' constants (ids 5-9) only when one is on: the shipped pipelines keep
         // their five constants (and their cache entries).
         let vec16 = t.vec16 && vec16_aligned(d, &a, &b);
-        if t.static_strides > 0 || vec16 {
-            let (sa, sb, sc) = if t.static_strides > 0 { (d.lda, d.ldb, d.ldc) } else { (0, 0, 0) };
-            spec.extend([sa, sb, sc, u32::from(vec16), u32::from(t.static_strides >= 2)]);
+        let static_strides = t.static_strides.unwrap_or_else(|| static_strides_by_size(d));
+        if static_strides > 0 || vec16 {
+            let (sa, sb, sc) = if static_strides > 0 { (d.lda, d.ldb, d.ldc) } else { (0, 0, 0) };
+            spec.extend([sa, sb, sc, u32::from(vec16), u32::from(static_strides >= 2)]);
         }
         spec
     };

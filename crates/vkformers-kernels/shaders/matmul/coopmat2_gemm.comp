@@ -18,7 +18,8 @@
 //   group), so the workgroups resident at once share A rows and B columns in L2 instead of
 //   sweeping all of B for every block-row.
 //
-// Experiments (bench-only until timed; the defaults compile to the shipped kernel):
+// Switches (0 compiles the plain kernel; static strides are the launcher's default for large
+// products, gemm_coopmat.rs `static_strides_by_size`; VEC16 is bench-only):
 // - SLDA/SLDB/SLDC (static strides): NVIDIA's cm2 sample specialises its strides. Nonzero, they
 //   replace lda/ldb in the FAST path's layouts and ldc in C's, so the driver compiles constant
 //   strides; the launcher passes the call's own values (one pipeline per stride triple), never a

@@ -41,19 +41,42 @@ pub const MAX_DECODE_HEAD_DIM: u32 = code::defines::attention_decode_d256::DMAX;
 /// (G = 4..8 on most models) in one tile.
 const TILE_ROWS: u32 = code::defines::attention_decode_d128::BQ;
 
-/// Rows of a row tile: [`TILE_ROWS`] (the variants' register rows), or fewer with
-/// `VKFORMERS_DECODE_TILE_ROWS=N` (1..=8, read once), which gives a call more workgroups with
-/// less work each (a batch-64 step of an 8-query-head GQA model runs its 256 unsplit workgroups
-/// two to an SM; every key tile is a serial chain of loads and barriers). For an A/B on a GPU.
-fn tile_rows() -> u32 {
-    static ROWS: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+/// `VKFORMERS_DECODE_TILE_ROWS=N` (1..=8, read once): every call's row tiles of N rows, for an
+/// A/B on a GPU; `None` unset (the rows of [`tile_rows_for`]'s policy).
+fn tile_rows_env() -> Option<u32> {
+    static ROWS: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
     *ROWS.get_or_init(|| {
         std::env::var("VKFORMERS_DECODE_TILE_ROWS")
             .ok()
             .and_then(|v| v.parse().ok())
             .filter(|r| (1..=TILE_ROWS).contains(r))
-            .unwrap_or(TILE_ROWS)
     })
+}
+
+/// Unsplit workgroups a lean call should have before its row tiles stop shrinking: each of its
+/// workgroups runs a key tile for all the rows of its tile as one serial chain (scores, maxima,
+/// probabilities, P·V), so a call with few (batch, kv head) pairs runs faster on more, shorter
+/// chains. H100, TinyLlama's 32 query heads over 4 kv heads at batch 1, 640 keys, 5 splits
+/// (`docs/bench/h100-2026-12-06-a`): 8 rows a tile (4 row tiles) 15.9 µs a call, 4 rows 13.1,
+/// 2 rows (16) 12.0, 1 row (32) 13.0; whole decode steps 527, 559, 573, 576 tokens/s.
+const LEAN_FEW_TILES: u32 = 16;
+
+/// Rows of a row tile for `kernel`'s calls of `s`: `VKFORMERS_DECODE_TILE_ROWS` when set; the
+/// tiled kernel [`TILE_ROWS`] (the variants' register rows); the lean kernel [`TILE_ROWS`]
+/// halved while the call has fewer than [`LEAN_FEW_TILES`] unsplit workgroups (batch 1 of an
+/// 8-query-head GQA group over 4 kv heads: 2 rows, 16 workgroups; batch 8 and up: 8). A pure
+/// function of the sizes and the kernel.
+pub fn tile_rows_for(s: &DecodeShape, kernel: Kernel) -> u32 {
+    if let Some(rows) = tile_rows_env() {
+        return rows;
+    }
+    let mut rows = TILE_ROWS;
+    if kernel == Kernel::Lean {
+        while rows > 1 && s.batch.max(1) * s.hkv.max(1) * s.row_tiles_of(rows) < LEAN_FEW_TILES {
+            rows /= 2;
+        }
+    }
+    rows
 }
 
 /// Workgroups one dispatch should have before more splits stop paying (about two per SM on the
@@ -139,9 +162,25 @@ impl DecodeShape {
         u64::from(self.batch) * u64::from(self.hq) * u64::from(self.tq)
     }
 
-    /// Query rows that share one kv head (`G · Tq`), in tiles of [`tile_rows`] rows.
+    /// Query rows that share one kv head (`G · Tq`), in tiles of `rows` rows.
+    fn row_tiles_of(&self, rows: u32) -> u32 {
+        ((self.hq / self.hkv.max(1)) * self.tq).div_ceil(rows.max(1))
+    }
+
+    /// Row tiles of `kernel`'s calls ([`tile_rows_for`]).
+    fn row_tiles_for(&self, kernel: Kernel) -> u32 {
+        self.row_tiles_of(tile_rows_for(self, kernel))
+    }
+
+    /// Row tiles of the tiled kernel's calls.
+    #[cfg(test)]
     fn row_tiles(&self) -> u32 {
-        ((self.hq / self.hkv.max(1)) * self.tq).div_ceil(tile_rows())
+        self.row_tiles_for(Kernel::Tiled)
+    }
+
+    /// The most row tiles either kernel gives a call (what the counters and limits must hold).
+    fn most_row_tiles(&self) -> u32 {
+        self.row_tiles_for(Kernel::Lean).max(self.row_tiles_for(Kernel::Tiled))
     }
 }
 
@@ -312,9 +351,9 @@ fn store_code(src: DType, dt: DType) -> Option<&'static KernelCode> {
     }
 }
 
-/// Unsplit workgroups of a call: batch · kv heads · row tiles.
-fn groups(s: &DecodeShape) -> u32 {
-    s.batch.max(1) * s.hkv.max(1) * s.row_tiles().max(1)
+/// Unsplit workgroups of `kernel`'s calls: batch · kv heads · row tiles.
+fn groups(s: &DecodeShape, kernel: Kernel) -> u32 {
+    s.batch.max(1) * s.hkv.max(1) * s.row_tiles_for(kernel).max(1)
 }
 
 /// Key tile [`forward`] runs `s` with: [`TILE`], or with `VKFORMERS_DECODE_TILE=64` the policy of
@@ -327,7 +366,7 @@ pub fn tile_keys(s: &DecodeShape) -> u32 {
 /// fewer than `SMALL_TILE_GROUPS` unsplit workgroups, else [`TILE`]. A pure function of the
 /// sizes, so the choice is the same on every device.
 pub fn tile_keys_for(s: &DecodeShape, small: bool) -> u32 {
-    if small && s.d_max() <= 128 && groups(s) < SMALL_TILE_GROUPS {
+    if small && s.d_max() <= 128 && groups(s, Kernel::Tiled) < SMALL_TILE_GROUPS {
         SMALL_TILE
     } else {
         TILE
@@ -363,7 +402,7 @@ pub fn splits(s: &DecodeShape, max_len: u32) -> u32 {
 /// counts are the ones chosen for the kernel that runs them.
 pub fn splits_for_kernel(s: &DecodeShape, max_len: u32, kernel: Kernel) -> u32 {
     if decode_lean::plans(s, kernel) {
-        return splits_least(s, max_len, decode_lean::split_keys(s.d));
+        return splits_least(s, max_len, decode_lean::split_keys(s.d), Kernel::Lean);
     }
     splits_for(s, max_len, tile_keys(s))
 }
@@ -372,20 +411,20 @@ pub fn splits_for_kernel(s: &DecodeShape, max_len: u32, kernel: Kernel) -> u32 {
 /// workgroups to fill a large GPU (`TARGET_GROUPS`), but no split under one key tile
 /// (`MIN_SPLIT_KEYS` for the main tile). A pure function of the sizes.
 pub fn splits_for(s: &DecodeShape, max_len: u32, tile: u32) -> u32 {
-    splits_least(s, max_len, if tile == SMALL_TILE { SMALL_TILE } else { MIN_SPLIT_KEYS })
+    splits_least(s, max_len, if tile == SMALL_TILE { SMALL_TILE } else { MIN_SPLIT_KEYS }, Kernel::Tiled)
 }
 
-/// [`splits_for`] with splits of at least `least` keys.
-fn splits_least(s: &DecodeShape, max_len: u32, least: u32) -> u32 {
-    let wanted = TARGET_GROUPS.div_ceil(groups(s));
+/// [`splits_for`] with splits of at least `least` keys, for `kernel`'s row tiles.
+fn splits_least(s: &DecodeShape, max_len: u32, least: u32, kernel: Kernel) -> u32 {
+    let wanted = TARGET_GROUPS.div_ceil(groups(s, kernel));
     let most = max_len.div_ceil(least.max(1)).max(1);
     wanted.min(most).clamp(1, MAX_SPLITS)
 }
 
 /// uint32 counters of a split call ([`DecodeOutputs::counters`]): one per row tile and batch row
-/// (`B · Hkv · row tiles`).
+/// (`B · Hkv · row tiles`, with the row tiles of whichever kernel has more).
 pub fn counter_words(s: &DecodeShape) -> u64 {
-    u64::from(s.batch) * u64::from(s.hkv) * u64::from(s.row_tiles())
+    u64::from(s.batch) * u64::from(s.hkv) * u64::from(s.most_row_tiles())
 }
 
 /// f32 values of the work buffer of a call with `splits` splits: acc `[B, Hq, Tq, S, Dv]` and
@@ -431,7 +470,7 @@ fn check(
     {
         return Err(fail(kernel, format!("shape {s:?} too large (2^32 elements per tensor, 65535 rows)")));
     }
-    if u64::from(s.hkv) * u64::from(s.row_tiles()) > 65_535 || opt.window.max(opt.chunk) > i32::MAX as u32 / 2 {
+    if u64::from(s.hkv) * u64::from(s.most_row_tiles()) > 65_535 || opt.window.max(opt.chunk) > i32::MAX as u32 / 2 {
         return Err(fail(kernel, format!("shape {s:?}: too many query tiles, or window {} too large", opt.window)));
     }
     check_softcap(kernel, opt.softcap)?;
@@ -617,6 +656,9 @@ pub(crate) fn forward_with<'a>(
         | if wide { FLAG_WIDE } else { 0 }
         | if opt.sinks.is_some() { FLAG_SINKS } else { 0 }
         | if out.o16.is_some() { FLAG_O16 } else { 0 };
+    // The lean kernel reads the same push block and pointers; its specialization is NSG.
+    let lean = lean_code(rec.caps(), s, opt, wide, extra.is_some())?;
+    let rows = tile_rows_for(s, if lean.is_some() { Kernel::Lean } else { Kernel::Tiled });
     let push = AttentionDecodePush {
         tq: s.tq,
         hq: s.hq,
@@ -633,7 +675,7 @@ pub(crate) fn forward_with<'a>(
         chunk: opt.chunk,
         dvh: s.dv,
         vrow: s.v_row,
-        tile_rows: tile_rows(),
+        tile_rows: rows,
     };
     // Unused pointers are never dereferenced; q stands in for them. Split calls write and read
     // back `work` and count in `counters`.
@@ -647,9 +689,8 @@ pub(crate) fn forward_with<'a>(
     let (k, v) = if extra.is_some() { (read_write(x.k), read_write(x.v)) } else { (read(x.k), read(x.v)) };
     let o16 = out.o16.map_or(read(x.q), write);
     let mut args = vec![read(x.q), k, v, read(x.table), read(x.lens), alibi, sinks, o, lse, w, counters, o16];
-    let groups = [splits, s.hkv * s.row_tiles(), s.batch];
-    // The lean kernel reads the same push block and pointers; its specialization is NSG.
-    let (main, spec) = match lean_code(rec.caps(), s, opt, wide, extra.is_some())? {
+    let groups = [splits, s.hkv * s.row_tiles_of(rows), s.batch];
+    let (main, spec) = match lean {
         Some(lean) => (lean, decode_lean::max_subgroups(rec.caps())),
         None => (main, probe()),
     };
@@ -880,6 +921,29 @@ mod tests {
         // Batch 64 fills the GPU unsplit; d256 is the tiled kernel's either way.
         assert_eq!(lean(&shape(64, 1, 32, 4, 64), 640), 1);
         assert_eq!(lean(&shape(1, 1, 8, 1, 256), 300), splits_for(&shape(1, 1, 8, 1, 256), 300, TILE));
+    }
+
+    /// Lean calls with few (batch, kv head) pairs run shorter row tiles until they have
+    /// `LEAN_FEW_TILES` workgroups; the tiled kernel keeps 8 rows; the counters cover the more.
+    #[test]
+    fn lean_calls_with_few_workgroups_take_shorter_row_tiles() {
+        // TinyLlama (32 query heads over 4 kv heads) at batch 1: 2 rows, 16 tiles of workgroups.
+        let b1 = shape(1, 1, 32, 4, 64);
+        assert_eq!((tile_rows_for(&b1, Kernel::Lean), tile_rows_for(&b1, Kernel::Tiled)), (2, 8));
+        assert_eq!(groups(&b1, Kernel::Lean), 16);
+        assert_eq!(counter_words(&b1), 16);
+        // 8 kv heads of 4 query heads each at batch 1: 2 rows (2 tiles a head, 16); batch 2 has
+        // 16 whole tiles.
+        assert_eq!(tile_rows_for(&shape(1, 1, 32, 8, 128), Kernel::Lean), 2);
+        assert_eq!(tile_rows_for(&shape(2, 1, 32, 8, 128), Kernel::Lean), 8);
+        // Batch 4 and up of TinyLlama: 16 workgroups already, whole tiles.
+        assert_eq!(tile_rows_for(&shape(4, 1, 32, 4, 64), Kernel::Lean), 8);
+        assert_eq!(tile_rows_for(&shape(64, 1, 32, 4, 64), Kernel::Lean), 8);
+        // Multi-head attention has one row a kv head: its tiles stay one row whatever the size.
+        assert_eq!(shape(1, 1, 12, 12, 64).row_tiles_for(Kernel::Lean), 1);
+        // The lean kernel's split count at batch 1 is unchanged by the shorter tiles (one key tile
+        // a split: 5 over 640 keys).
+        assert_eq!(splits_for_kernel(&b1, 640, Kernel::Lean), 5);
     }
 
     #[test]
