@@ -184,6 +184,31 @@ if [[ $PART == chain3 ]]; then
     sec done
     exit 0
 fi
+if [[ $PART == f1 ]]; then
+    # (Written 2026-12-06 00:45.) The new defaults (the lean decode attention's shorter row tiles
+    # at batch 1, the cm2 GEMM's static strides for products of 2^34 multiply-adds and up) on
+    # NVIDIA's compiler, then the must-show tables beside PyTorch in one run. Pack:
+    #   tools/device/pack.sh .dev/ny vkformers-kernels:gemm_coopmat vkformers-kernels:attention_decode \
+    #     vkformers-kernels:attention_decode_rope_in vkformers-generate:greedy \
+    #     vkformers-generate:lean_decode vkformers-generate:replay
+    # and `tools/device/stage.sh out llama`.
+    sec "tests on NVIDIA's compiler: cm2 GEMM (static strides bit for bit), decode attention, lean decode, replay"
+    TT=200 t gemm_coopmat
+    TT=200 t attention_decode
+    TT=150 t attention_decode_rope_in
+    TT=100 t lean_decode
+    TT=100 t replay
+    sec "generate beside transformers eager, one run, shipped defaults"
+    python3 tools/bench/generate.py --vkformers "$V" --skip-compile --batches 1 64 --prefill-lens 512 \
+        --warmup 1 --repeats 3 --json "$OUT/generate.json" 2>&1 | tail -10 | tee -a "$LOG"
+    sec "gemm 8192^3 bf16 beside torch.matmul (shipped: static strides by size)"
+    python3 tools/bench/gemm.py --vkformers "$V" --sizes 8192 --dtypes bf16 2>&1 | tail -1 | tee -a "$LOG"
+    sec "train: both shapes beside eager and torch.compile"
+    timeout 270 python3 tools/bench/train.py --vkformers "$V" --shapes 134m 1.1b --steps 10 --warmup 3 \
+        --json "$OUT/train.json" 2>&1 | tail -12 | tee -a "$LOG"
+    sec done
+    exit 0
+fi
 if [[ $PART == s1 ]]; then
     # (Written 2026-12-06 00:20.) One call for every queued A/B, cheapest first: the lean decode
     # attention's tile rows at batch 1 (kernel alone, then whole steps, 8 first and last for
