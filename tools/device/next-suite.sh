@@ -184,6 +184,27 @@ if [[ $PART == chain3 ]]; then
     sec done
     exit 0
 fi
+if [[ $PART == f2 ]]; then
+    # (Written 2026-12-06 01:25 for the next session with a device.) What f1's call could not
+    # finish: the generate tests with every family they load (stage: llama qwen2 mistral gemma
+    # gemma2 gptj qwen3 gpt_oss olmo cohere gpt_neox bloom gpt2 deepseek_v2 qwen3_moe phi3),
+    # gemm_coopmat whole (its static-strides test now on one engine), the batch-1 decode profile
+    # with the 2-row tiles, and train.py's 1.1B shape beside eager and torch.compile (f1's was
+    # cut during compile). Pack as f1 (.dev/ny).
+    sec "tests on NVIDIA's compiler: cm2 GEMM, lean decode, replay, greedy"
+    TT=300 t gemm_coopmat
+    TT=100 t lean_decode
+    TT=100 t replay
+    TT=200 t greedy
+    sec "b1 decode profile, shipped defaults"
+    "$V" generate --model "$M" --prompt-ids-file /tmp/b1.jsonl --max-new-tokens 128 --greedy --profile 2>&1 |
+        tail -16 | tee -a "$LOG"
+    sec "train: 1.1B beside eager and torch.compile"
+    timeout 300 python3 tools/bench/train.py --vkformers "$V" --shapes 1.1b --steps 10 --warmup 3 \
+        --json "$OUT/train.json" 2>&1 | tail -8 | tee -a "$LOG"
+    sec done
+    exit 0
+fi
 if [[ $PART == f1 ]]; then
     # (Written 2026-12-06 00:45.) The new defaults (the lean decode attention's shorter row tiles
     # at batch 1, the cm2 GEMM's static strides for products of 2^34 multiply-adds and up) on
