@@ -1,7 +1,8 @@
 //! `vkformers bench gemv` on tiny odd shapes: plain and normed products in every storage type
 //! run their timed chains, and their sampled entries match the f64 reference (the bench fails
 //! otherwise), so a GEMV timed fast because it computes nothing cannot pass for a fast one; with
-//! `--prefetch`, `--max-groups`, `--pipe` and `--stage`, each setting gets its own checked line.
+//! `--prefetch`, `--max-groups`, `--pipe` and `--stage`, each setting gets its own checked line;
+//! `--probe` lines (parts of the kernel left out) are labelled and not checked.
 
 use std::process::Command;
 
@@ -52,6 +53,19 @@ fn gemv_bench_times_checked_products() {
     let lines: Vec<&str> = out.lines().filter(|l| l.contains("µs a call") && l.contains("max rel err")).collect();
     assert_eq!(lines.len(), 12, "{out}");
     assert_eq!(lines.iter().filter(|l| l.contains("groups ≤ 2 staged:")).count(), 6, "{out}");
+    // A cost probe (everything left out: 7) gets its own labelled line, unchecked (its results
+    // are not the product's); the kernel's line beside it is still checked.
+    let o = Command::new(env!("CARGO_BIN_EXE_vkformers"))
+        .args(["bench", "gemv", "--shapes", "37x19", "--rows", "1", "--calls", "3", "--warm-ms", "0"])
+        .args(["--dtype", "bf16", "--normed", "--probe", "0,7"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let lines: Vec<&str> = out.lines().filter(|l| l.contains("µs a call")).collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    assert!(!lines[0].contains("probe") && !lines[0].contains("err NaN"), "{out}");
+    assert!(lines[1].contains("probe 7:") && lines[1].contains("err NaN"), "{out}");
     // Bad arguments are refused with the flag's name.
     let o = bench(&["--rows", "17"]);
     assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("--rows"));

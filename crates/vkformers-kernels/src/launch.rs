@@ -111,11 +111,12 @@ pub(crate) fn dispatch_elems<P: Push>(
 /// [`dispatch`] as a chain link when the recorder chains (`vkformers_vk::chain`): `args` get the
 /// chain's counters as their last pointer, `spec` its `CHAIN` constant (1) and `BACKOFF`, and
 /// `set_link` puts the link into the push scalars; otherwise the counters' pointer is `args[0]`'s
-/// buffer and both constants are 0. For kernels that take part (their shader's header says how).
+/// buffer and both constants are 0. `after_chain`: constants after the chain's (none: the
+/// shader's defaults). For kernels that take part (their shader's header says how).
 pub(crate) fn dispatch_chained<P: Push>(
     rec: &mut Recorder,
     code: &KernelCode,
-    spec: &[u32],
+    (spec, after_chain): (&[u32], &[u32]),
     args: &[Arg<'_>],
     mut push: P,
     set_link: impl FnOnce(&mut P, vkformers_vk::ChainLink),
@@ -129,11 +130,13 @@ pub(crate) fn dispatch_chained<P: Push>(
         Some((link, counters)) => {
             set_link(&mut push, link);
             spec.extend([1, vkformers_vk::chain::backoff(), u32::from(vkformers_vk::chain::fence())]);
+            spec.extend_from_slice(after_chain);
             let args: Vec<Arg<'_>> = args.iter().copied().chain([vkformers_vk::read(&counters)]).collect();
             rec.dispatch_link(code, &spec, &args, push.bytes().as_ref(), groups, link)
         }
         None => {
             spec.extend([0, 0, 0]);
+            spec.extend_from_slice(after_chain);
             let args: Vec<Arg<'_>> = args.iter().copied().chain([vkformers_vk::read(args[0].view)]).collect();
             rec.dispatch(code, &spec, &args, push.bytes().as_ref(), groups)
         }

@@ -22,13 +22,13 @@ use vkformers_vk::{Buffer, BufferView, Context, Recorder, Result};
 /// memory (`STAGE`) with a capped grid (a workgroup's blocks all read the one staging), with and
 /// without PIPE.
 const TUNINGS: [Tuning; 7] = [
-    Tuning { prefetch: false, max_groups: None, pipe: false, stage: Some(false) },
-    Tuning { prefetch: true, max_groups: None, pipe: false, stage: Some(false) },
-    Tuning { prefetch: false, max_groups: Some(3), pipe: false, stage: Some(false) },
-    Tuning { prefetch: true, max_groups: Some(3), pipe: false, stage: Some(false) },
-    Tuning { prefetch: true, max_groups: None, pipe: true, stage: Some(false) },
-    Tuning { prefetch: false, max_groups: Some(3), pipe: true, stage: Some(true) },
-    Tuning { prefetch: true, max_groups: Some(3), pipe: false, stage: Some(true) },
+    Tuning { prefetch: false, max_groups: None, pipe: false, stage: Some(false), probe: 0 },
+    Tuning { prefetch: true, max_groups: None, pipe: false, stage: Some(false), probe: 0 },
+    Tuning { prefetch: false, max_groups: Some(3), pipe: false, stage: Some(false), probe: 0 },
+    Tuning { prefetch: true, max_groups: Some(3), pipe: false, stage: Some(false), probe: 0 },
+    Tuning { prefetch: true, max_groups: None, pipe: true, stage: Some(false), probe: 0 },
+    Tuning { prefetch: false, max_groups: Some(3), pipe: true, stage: Some(true), probe: 0 },
+    Tuning { prefetch: true, max_groups: Some(3), pipe: false, stage: Some(true), probe: 0 },
 ];
 
 /// Runs `record` (which writes into the buffers `outs`, refilled with 9.0 before each run) under

@@ -126,6 +126,12 @@ layout(constant_id = 7) const uint BACKOFF = 0;
 // CHAIN_FENCE (specialization constant 8): 1 fences memory after the chain's wait (see
 // chain_wait; the launcher's default, VKFORMERS_CHAIN_FENCE=0 for none).
 layout(constant_id = 8) const uint CHAIN_FENCE = 1;
+// PROBE (specialization constant 9): cost probes for `vkformers bench gemv --probe` only (wrong
+// results), each bit leaving out a part of the kernel to time what is left: 1 the input (x taken
+// as 1: no norm prologue, no staging and its barrier, no loads of x, r or the gain); 2 the loads
+// of W (each chunk's words made from its index); 4 the reduction across subgroups (each
+// subgroup's lane writes its own sums: no barriers, no shared memory). 0: the kernel.
+layout(constant_id = 9) const uint PROBE = 0;
 
 layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer U4In { uvec4 v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer V4In { vec4 v[]; };
@@ -211,6 +217,7 @@ uint w_bits(Row row, uint kk) {
 // word, the lower element in the low half), zeros past K: kept packed until used, half the
 // registers of f32 for a chunk loaded ahead.
 uvec4 load_w_chunk(Row row, uint c) {
+    if ((PROBE & 2u) != 0u) return uvec4(c, c + 1u, c + 2u, c + 3u) * (uint(row.addr) & 0xffu);
     if (VEC != 0) return U4In(row.addr).v[c];
     uvec4 q;
     [[unroll]] for (uint h = 0; h < 4; h++) {
@@ -392,6 +399,10 @@ void load_x_global(uint i, uint c, float g[CH], out float v[CH]) {
 
 // load_x_global's chunk, from xs when the input is staged (g unused then: x̂ is staged).
 void load_x_chunk(uint i, uint c, float g[CH], out float v[CH]) {
+    if ((PROBE & 1u) != 0u) {
+        [[unroll]] for (uint e = 0; e < CH; e++) v[e] = 1.0;
+        return;
+    }
     if (STAGE != 0) {
         load_staged(i, c, v);
     } else {
@@ -491,7 +502,7 @@ void accumulate(Row rows[R], uint tid, uint chunks, bool ahead, uvec4 wq[2][R], 
             [[unroll]] for (uint r = 0; r < R; r++) unpack_w_chunk(wq[h][r], w[h][r]);
             if (PREFETCH != 0 && c == tid) {
                 g[h] = g0[h];
-            } else if (normed && STAGE == 0 && (h == 0u || two)) {
+            } else if (normed && STAGE == 0 && (PROBE & 1u) == 0u && (h == 0u || two)) {
                 load_gain_chunk(c + h * WG, g[h]);
             }
         }
@@ -524,7 +535,7 @@ void reduce_store(Block b, uint tid, float acc[MB][R], float bias_r[R]) {
     const bool has_bias = (pc.flags & 1u) != 0u;
     F32Buf yp = F32Buf(b.p == 0u ? uint64_t(pc.y) : (b.p == 1u ? uint64_t(pc.y1) : uint64_t(pc.y2)));
     const uint ldy = b.p == 0u ? pc.ldy : b.n;
-    if (NSG == 1) {
+    if (NSG == 1 || (PROBE & 4u) != 0u) {
         // One subgroup: its sums are the workgroup's; one lane writes them.
         [[unroll]] for (uint i = 0; i < MB; i++) {
             if (i < pc.M) {
@@ -620,15 +631,15 @@ void main() {
         Row rows[R];
         rows_of(block_of(gl_WorkGroupID.x), rows);
         load_w_pair(rows, tid, chunks, wq);
-        if ((pc.flags & NORMED_BIT) != 0u) {
+        if ((pc.flags & NORMED_BIT) != 0u && (PROBE & 1u) == 0u) {
             [[unroll]] for (uint h = 0; h < 2; h++) {
                 if (tid + h * WG < chunks) load_gain_chunk(tid + h * WG, g0[h]);
             }
         }
     }
     chain_wait();
-    if ((pc.flags & NORMED_BIT) != 0u) norm_prologue(tid, chunks);
-    if (STAGE != 0) stage_input(tid, chunks, ahead, g0);
+    if ((pc.flags & NORMED_BIT) != 0u && (PROBE & 1u) == 0u) norm_prologue(tid, chunks);
+    if (STAGE != 0 && (PROBE & 1u) == 0u) stage_input(tid, chunks, ahead, g0);
 
     for (uint blk = gl_WorkGroupID.x; blk < blocks; blk += gl_NumWorkGroups.x) {
         const Block b = block_of(blk);

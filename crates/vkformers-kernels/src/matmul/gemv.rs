@@ -85,6 +85,9 @@ pub struct Tuning {
     /// into shared memory, where they fit ([`staging`]); every row block reads them there. None:
     /// on devices other than CPUs (see [`Tuning::stages_on`]).
     pub stage: Option<bool>,
+    /// gemv.comp's `PROBE`: bits that leave parts of the kernel out to time the rest (wrong
+    /// results; `vkformers bench gemv --probe` only). 0: the kernel.
+    pub probe: u32,
 }
 
 impl Tuning {
@@ -100,6 +103,7 @@ impl Tuning {
                 max_groups: var("VKFORMERS_GEMV_MAX_GROUPS").filter(|&g| g > 0),
                 pipe: var("VKFORMERS_GEMV_PIPE") == Some(1),
                 stage: var("VKFORMERS_GEMV_STAGE").map(|v| v != 0),
+                probe: 0,
             }
         })
     }
@@ -176,6 +180,16 @@ fn staging(caps: &Caps, dtype: DType, m: u32, k: u32, subgroups: u32, tuning: &T
 /// [`staging`]'s (STAGE, XS).
 fn spec_constants(wide: bool, subgroups: u32, tuning: &Tuning, stage: (u32, u32)) -> [u32; 6] {
     [u32::from(wide), subgroups, u32::from(tuning.prefetch), u32::from(tuning.pipe), stage.0, stage.1]
+}
+
+/// gemv.comp's `PROBE` (constant 9, after the chain's) where a probe is on; none otherwise, so
+/// the kernel's pipelines keep their constants (and their cache entries).
+fn probe_constant(tuning: &Tuning) -> Vec<u32> {
+    if tuning.probe == 0 {
+        vec![]
+    } else {
+        vec![tuning.probe]
+    }
 }
 
 fn has_subgroup_arithmetic(caps: &Caps) -> bool {
@@ -493,7 +507,7 @@ fn dispatch_single(
     let stage = staging(rec.caps(), desc.dtype, m, k, subgroups, &tuning);
     let groups = groups_for(rec.caps(), desc.n.div_ceil(ROWS_PER_GROUP), &tuning, stage.0 != 0);
     let spec = spec_constants(wide, subgroups, &tuning, stage);
-    dispatch_chained(rec, kernel, &spec, args, push, link_into, [groups, 1, 1])?;
+    dispatch_chained(rec, kernel, (&spec, &probe_constant(&tuning)), args, push, link_into, [groups, 1, 1])?;
     rec.set_flops(2.0 * f64::from(desc.m) * f64::from(desc.n) * f64::from(desc.k));
     Ok(())
 }
@@ -767,7 +781,7 @@ fn dispatch_group(
         write(xn),
     ];
     let spec = spec_constants(wide, subgroups, &tuning, stage);
-    dispatch_chained(rec, kernel, &spec, &args, push, link_into, [groups, 1, 1])?;
+    dispatch_chained(rec, kernel, (&spec, &probe_constant(&tuning)), &args, push, link_into, [groups, 1, 1])?;
     let total: u32 = ns.iter().sum();
     rec.set_flops(2.0 * f64::from(d.m) * f64::from(total) * f64::from(d.k));
     Ok(())
@@ -798,6 +812,16 @@ fn dispatch_group_rows<'a>(
 
 #[cfg(test)]
 mod tests {
+
+    /// The probe constant is passed only when a probe is on: the kernel's own pipelines keep
+    /// their specialization (and their pipeline-cache entries).
+    #[test]
+    fn probes_add_a_constant_only_when_on() {
+        let t = Tuning { prefetch: true, max_groups: None, pipe: false, stage: None, probe: 0 };
+        assert!(probe_constant(&t).is_empty());
+        assert_eq!(probe_constant(&Tuning { probe: 5, ..t }), vec![5]);
+    }
+
     use super::*;
 
     fn caps(ops: &[&str], size: u32, min: u32) -> Caps {
@@ -837,7 +861,7 @@ mod tests {
     #[test]
     fn tuning_override_is_scoped_and_caps_the_grid() {
         let env = Tuning::from_env();
-        let t = Tuning { prefetch: !env.prefetch, max_groups: Some(3), pipe: !env.pipe, stage: Some(false) };
+        let t = Tuning { prefetch: !env.prefetch, max_groups: Some(3), pipe: !env.pipe, stage: Some(false), probe: 0 };
         with_tuning(t, || {
             assert_eq!(tuning(), t);
             let want = [1, 4, u32::from(t.prefetch), u32::from(t.pipe), 1, 2048];
@@ -865,7 +889,7 @@ mod tests {
     #[test]
     fn staging_fits_in_shared_memory() {
         let caps = Caps { max_shared_memory: 49_152, ..Caps::default() };
-        let on = Tuning { prefetch: true, max_groups: None, pipe: false, stage: Some(true) };
+        let on = Tuning { prefetch: true, max_groups: None, pipe: false, stage: Some(true), probe: 0 };
         assert_eq!(staging(&caps, DType::BF16, 1, 2048, 4, &on), (1, 2048));
         assert_eq!(staging(&caps, DType::BF16, 1, 5632, 4, &on), (1, 6144));
         assert_eq!(staging(&caps, DType::BF16, 1, 577, 4, &on), (1, 1024), "577 is 73 chunks of 8");
