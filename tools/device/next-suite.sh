@@ -16,7 +16,8 @@
 #
 # Parts (each under 600 s; most important first):
 #   f2     queued 2026-12-06: what f1's call could not finish (tests with every fixture, the
-#          batch-1 profile, the 1.1B step beside eager and torch.compile)
+#          batch-1 profile, the 1.1B step beside eager and torch.compile), and the GEMV's cost
+#          probes (`bench gemv --probe`: which part of a batch-1 product's fixed cost is what)
 #   final  the must-show tables: generate (b1/b8/b64, p512/p2048) beside eager, gemm.py beside
 #          cuBLAS, train.py both shapes beside eager and torch.compile (~8 minutes)
 #   micro  the must-show decode and GEMM figures in under 2 minutes (a budget near its end)
@@ -66,6 +67,10 @@ f2)
     TT=100 t replay
     TT=200 t greedy
     profile_b1
+    sec "where a batch-1 GEMV's fixed ~5 us goes: cost probes (1 no input, 2 no W loads, 4 no cross-subgroup sum, 7 none), W in L2 and streamed; the dispatch floor"
+    "$V" bench gemv --rows 1 --copies 1 --probe 0,1,2,4,7 2>&1 | grep "a call" | tee -a "$LOG"
+    "$V" bench gemv --rows 1 --copies 22 --normed --shapes 2560x2048,11264x2048 --probe 0,1,2,4,7 2>&1 | grep "a call" | tee -a "$LOG"
+    "$V" bench dispatch 2>&1 | tail -1 | tee -a "$LOG"
     train_beside 1.1b
     ;;
 final)
