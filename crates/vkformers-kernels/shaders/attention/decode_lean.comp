@@ -72,6 +72,12 @@
 layout(local_size_x = NT) in;
 // Most subgroups of a workgroup (NT / the smallest subgroup size the device may run).
 layout(constant_id = 0) const uint NSG = NT;
+// PROBE (specialization constant 1): cost probes for `vkformers bench decode --kernel lean` only
+// (VKFORMERS_DECODE_PROBE; wrong results), each bit leaving a part out to time the rest: 1 the K
+// and V loads (zeros); 2 the P.V pass; 4 the merge of the splits (each split's partials are
+// written, none merged); 8 the scores, row maxima and probabilities (and their barrier). 0: the
+// kernel.
+layout(constant_id = 1) const uint PROBE = 0;
 layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer F32Coh { float v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer U32Coh { uint v[]; };
 // decode.comp's push block (QF32), member for member: one launcher builds both.
@@ -221,7 +227,7 @@ void load_kv(uint row, uint hk, uint h, out uvec4 kr[HC], out uvec4 vr[HC]) {
     [[unroll]] for (uint i = 0; i < HC; i++) {
         kr[i] = uvec4(0u);
         vr[i] = uvec4(0u);
-        if (row < FIRST_MARKER && h * 64u + i * 8u < pc.d) {
+        if (row < FIRST_MARKER && h * 64u + i * 8u < pc.d && (PROBE & 1u) == 0u) {
             kr[i] = U4In(uint64_t(pc.k) + uint64_t(base + i * 8u) * 2ul).v[0];
             vr[i] = U4In(uint64_t(pc.v) + uint64_t(base + i * 8u) * 2ul).v[0];
         }
@@ -551,7 +557,11 @@ void main() {
         }
 #endif
         float s[BQ];
-        score_key(kr, h, row, k0 + kk, uvec3(r0, nr, hk), first_q, s);
+        if ((PROBE & 8u) == 0u) {
+            score_key(kr, h, row, k0 + kk, uvec3(r0, nr, hk), first_q, s);
+        } else {
+            [[unroll]] for (uint rr = 0; rr < BQ; rr++) s[rr] = uintBitsToFloat(kr[rr % HC].x & 0x3f7fffffu);
+        }
         // The next tile's K and V rows and the one after's table entries, in flight during
         // this tile's max, probabilities and P.V.
         uint j_after = (t + 2u * S) * BK + kk;
@@ -559,12 +569,20 @@ void main() {
         uvec4 kn[HC];
         uvec4 vn[HC];
         load_kv(row_next, hk, h, kn, vn);
-        subgroup_maxima(s, nr);
-        barrier(); // A: spart written; the previous tile's P.V done with sp4 and sv
-        float alpha = probabilities(s, nr, kk, h, orow, m);
+        float alpha = 1.0;
+        if ((PROBE & 8u) == 0u) {
+            subgroup_maxima(s, nr);
+            barrier(); // A: spart written; the previous tile's P.V done with sp4 and sv
+            alpha = probabilities(s, nr, kk, h, orow, m);
+        } else if (h == 0u) {
+            [[unroll]] for (uint rr = 0; rr < BQ; rr++) {
+                uint e = rr * BK + kk;
+                sp4[e / 4][e % 4] = s[rr];
+            }
+        }
         stage_v(vr, kk, h);
         barrier(); // B: sp4 and sv written
-        if (orow < nr) {
+        if (orow < nr && (PROBE & 2u) == 0u) {
             accumulate(uvec3(orow, cg, part), kp, alpha, acc, l);
         }
         kr = kn;
@@ -587,7 +605,7 @@ void main() {
     if (writes) {
         write_rows(id, split, cg, acc, mo, l);
     }
-    if (pc.splits > 1u && last_split() && writes) {
+    if (pc.splits > 1u && (PROBE & 4u) == 0u && last_split() && writes) {
         merge(id, cg);
     }
 }

@@ -382,9 +382,11 @@ fn small_tiles_allowed() -> bool {
     *ALLOWED.get_or_init(|| std::env::var("VKFORMERS_DECODE_TILE").is_ok_and(|v| v == "64"))
 }
 
-/// Specialization constant 0 of the decode kernel: `VKFORMERS_DECODE_PROBE` bits drop parts of it
-/// (1 K loads, 2 the V pass, 4 the slot sums, 8 the max/probability passes) to time them; wrong
-/// results, for `vkformers bench decode` only. 0 (no probe) unless set.
+/// Specialization constant 0 of the tiled decode kernel (1 of the lean one):
+/// `VKFORMERS_DECODE_PROBE` bits drop parts of it to time the rest (tiled: 1 K loads, 2 the V
+/// pass, 4 the slot sums, 8 the max/probability passes; lean: 1 the K and V loads, 2 the P.V
+/// pass, 4 the merge of the splits, 8 the scores, maxima and probabilities); wrong results, for
+/// `vkformers bench decode` only. 0 (no probe) unless set.
 fn probe() -> u32 {
     static PROBE: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
     *PROBE.get_or_init(|| std::env::var("VKFORMERS_DECODE_PROBE").ok().and_then(|v| v.parse().ok()).unwrap_or(0))
@@ -690,15 +692,20 @@ pub(crate) fn forward_with<'a>(
     let o16 = out.o16.map_or(read(x.q), write);
     let mut args = vec![read(x.q), k, v, read(x.table), read(x.lens), alibi, sinks, o, lse, w, counters, o16];
     let groups = [splits, s.hkv * s.row_tiles_of(rows), s.batch];
+    // The tiled kernel's constant 0 is its probe; the lean kernel's are NSG, then its probe
+    // (passed only when set, so its pipelines keep their constants otherwise).
     let (main, spec) = match lean {
-        Some(lean) => (lean, decode_lean::max_subgroups(rec.caps())),
-        None => (main, probe()),
+        Some(lean) => {
+            let nsg = decode_lean::max_subgroups(rec.caps());
+            (lean, if probe() == 0 { vec![nsg] } else { vec![nsg, probe()] })
+        }
+        None => (main, vec![probe()]),
     };
     match extra {
-        None => dispatch(rec, main, &[spec], &args, &push, groups),
+        None => dispatch(rec, main, &spec, &args, &push, groups),
         Some(e) => {
             args.extend(e.args);
-            dispatch(rec, main, &[spec], &args, &(e.push)(push), groups)
+            dispatch(rec, main, &spec, &args, &(e.push)(push), groups)
         }
     }
 }
