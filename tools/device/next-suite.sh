@@ -15,9 +15,9 @@
 # with a README.
 #
 # Parts (each under 600 s; most important first):
-#   f2     queued 2026-12-06: what f1's call could not finish (tests with every fixture, the
-#          batch-1 profile, the 1.1B step beside eager and torch.compile), and the GEMV's cost
-#          probes (`bench gemv --probe`: which part of a batch-1 product's fixed cost is what)
+#   f2     queued 2026-12-06: the batch-1 profile; the GEMV's and the lean decode attention's
+#          cost probes (which part of a batch-1 call's fixed cost is what); the tests f1's call
+#          could not finish (with every fixture staged), gemm_coopmat last. Then `final`.
 #   final  the must-show tables: generate (b1/b8/b64, p512/p2048) beside eager, gemm.py beside
 #          cuBLAS, train.py both shapes beside eager and torch.compile (~8 minutes)
 #   micro  the must-show decode and GEMM figures in under 2 minutes (a budget near its end)
@@ -61,11 +61,6 @@ profile_b1() {
 
 case $PART in
 f2)
-    sec "tests on NVIDIA's compiler: cm2 GEMM, lean decode, replay, greedy"
-    TT=300 t gemm_coopmat
-    TT=100 t lean_decode
-    TT=100 t replay
-    TT=200 t greedy
     profile_b1
     sec "where a batch-1 GEMV's fixed ~5 us goes: cost probes (1 no input, 2 no W loads, 4 no cross-subgroup sum, 7 none), W in L2 and streamed; the dispatch floor"
     "$V" bench gemv --rows 1 --copies 1 --probe 0,1,2,4,7 2>&1 | grep "a call" | tee -a "$LOG"
@@ -76,7 +71,11 @@ f2)
         VKFORMERS_DECODE_PROBE=$p "$V" bench decode --kernel lean --rope inside --len 640 --batch 1 --splits auto 2>&1 |
             tail -1 | sed "s/^/[probe $p] /" | tee -a "$LOG"
     done
-    train_beside 1.1b
+    sec "tests on NVIDIA's compiler: lean decode, replay, greedy (every family staged), then the cm2 GEMM"
+    TT=100 t lean_decode
+    TT=100 t replay
+    TT=200 t greedy
+    TT=240 t gemm_coopmat
     ;;
 final)
     beside_eager --batches 1 8 64 --prefill-lens 512 2048
