@@ -64,7 +64,7 @@ const LEAN_FEW_TILES: u32 = 16;
 /// Rows of a row tile for `kernel`'s calls of `s`: `VKFORMERS_DECODE_TILE_ROWS` when set; the
 /// tiled kernel [`TILE_ROWS`] (the variants' register rows); the lean kernel [`TILE_ROWS`]
 /// halved while the call has fewer than [`LEAN_FEW_TILES`] unsplit workgroups (batch 1 of an
-/// 8-query-head GQA group over 4 kv heads: 2 rows, 16 workgroups; batch 8 and up: 8). A pure
+/// 8-query-head GQA group over 4 kv heads: 2 rows, 16 workgroups; batch 4 and up: 8). A pure
 /// function of the sizes and the kernel.
 pub fn tile_rows_for(s: &DecodeShape, kernel: Kernel) -> u32 {
     if let Some(rows) = tile_rows_env() {
