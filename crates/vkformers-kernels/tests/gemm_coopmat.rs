@@ -1,7 +1,8 @@
 //! The tensor-core GEMM against an f64 reference, on every device that has it (the NVIDIA H200
 //! here; lavapipe has no cooperative matrices, so there the test only checks that it is skipped
 //! for the right reason); its 16-bit C (`c_half`) also bit for bit against the cast kernel's
-//! rounding of the f32 C.
+//! rounding of the f32 C. Engines the launcher picks get every shape, layout and tuning; the
+//! sweep-only ones a smoke set (`picked_by_launcher`).
 
 use half::{bf16, f16};
 use vkformers_kernels::dtype::{cast, DType};
@@ -103,6 +104,27 @@ fn engines_here(ctx: &Context) -> Vec<(Elem, Engine)> {
     .collect()
 }
 
+/// Whether the launcher picks `engine` for some product on this device ([`choose_engine`] over a
+/// skinny, a small and a full grid): those get every shape, layout and tuning below; the engines
+/// only `vkformers bench gemm --engine` runs (the tile sweeps) a smoke set of two shapes in all
+/// four layouts, since each of their pipelines costs NVIDIA's compiler about a second and the
+/// whole matrix over all 13 engines ran past 200 s of an H200 call.
+fn picked_by_launcher(ctx: &Context, elem: Elem, engine: Engine) -> bool {
+    [(16, 4096), (256, 256), (4096, 4096)]
+        .iter()
+        .any(|&(m, n)| choose_engine(ctx.caps(), elem, m, n, 1) == Some(engine))
+}
+
+/// The shapes `engine` is tested on: all of `shapes`, or the smoke set's (see
+/// [`picked_by_launcher`]): an odd one with edge blocks and an interior-only one.
+fn shapes_for(ctx: &Context, (elem, engine): (Elem, Engine), shapes: &[(u32, u32, u32)]) -> Vec<(u32, u32, u32)> {
+    if picked_by_launcher(ctx, elem, engine) {
+        shapes.to_vec()
+    } else {
+        vec![(130, 67, 129), (256, 512, 128)]
+    }
+}
+
 /// A dense `m x n x k` product on `engine` with A transposed or not (`ta`), B too (`tb`), and
 /// padded leading dimensions (multiples of 4, the kernel's requirement; ldc odd).
 fn padded(elem: Elem, engine: Engine, (m, n, k): (u32, u32, u32), (ta, tb): (bool, bool)) -> CoopGemm {
@@ -141,7 +163,7 @@ fn coopmat_gemm_matches_reference() {
         // Every engine the device has.
         for (elem, engine) in engines_here(ctx) {
             let mut seed = 1;
-            for (m, n, k) in [
+            let shapes = [
                 (1, 1, 1),
                 (17, 13, 29),
                 (130, 67, 129),
@@ -149,7 +171,8 @@ fn coopmat_gemm_matches_reference() {
                 (257, 300, 100),
                 (256, 512, 128),
                 (300, 520, 320),
-            ] {
+            ];
+            for (m, n, k) in shapes_for(ctx, (elem, engine), &shapes) {
                 for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
                     let d = padded(elem, engine, (m, n, k), (ta, tb));
                     seed += 1;
@@ -159,7 +182,7 @@ fn coopmat_gemm_matches_reference() {
             // Interior blocks on the fast path and edge blocks on the clamped one, under every
             // tuning: plain and grouped block order, with and without the fast path, unroll
             // tails (K = 320 is 5 slices of 64, 10 of 32, 20 of 16).
-            if !engine.is_khr() {
+            if !engine.is_khr() && picked_by_launcher(ctx, elem, engine) {
                 for (fast, raster, unroll) in [(false, 1, 1), (true, 1, 4), (true, 3, 2), (true, 8, 3)] {
                     let mut d = CoopGemm::dense(600, 530, 320, false, elem);
                     d.engine = engine;
@@ -236,7 +259,8 @@ fn coopmat_gemm_16_bit_c_is_the_cast_of_the_f32_c() {
         for (elem, engine) in engines_here(ctx) {
             let mut seed = 500;
             // Odd shapes (edge blocks), an interior-only one (the fast path), odd ldc and c_off.
-            for (m, n, k) in [(1, 1, 1), (17, 13, 29), (130, 67, 129), (256, 512, 128), (300, 520, 320)] {
+            let shapes = [(1, 1, 1), (17, 13, 29), (130, 67, 129), (256, 512, 128), (300, 520, 320)];
+            for (m, n, k) in shapes_for(ctx, (elem, engine), &shapes) {
                 for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
                     let d = CoopGemm { c_off: 1, ..padded(elem, engine, (m, n, k), (ta, tb)) };
                     seed += 1;
