@@ -72,7 +72,7 @@ pub fn tile_rows_for(s: &DecodeShape, kernel: Kernel) -> u32 {
     }
     let mut rows = TILE_ROWS;
     if kernel == Kernel::Lean {
-        while rows > 1 && s.batch.max(1) * s.hkv.max(1) * s.row_tiles_of(rows) < LEAN_FEW_TILES {
+        while rows > 1 && unsplit_groups(s, rows) < LEAN_FEW_TILES {
             rows /= 2;
         }
     }
@@ -351,9 +351,14 @@ fn store_code(src: DType, dt: DType) -> Option<&'static KernelCode> {
     }
 }
 
-/// Unsplit workgroups of `kernel`'s calls: batch · kv heads · row tiles.
+/// Unsplit workgroups of a call of `s` with row tiles of `rows` rows: batch · kv heads · row tiles.
+fn unsplit_groups(s: &DecodeShape, rows: u32) -> u32 {
+    s.batch.max(1) * s.hkv.max(1) * s.row_tiles_of(rows).max(1)
+}
+
+/// Unsplit workgroups of `kernel`'s calls.
 fn groups(s: &DecodeShape, kernel: Kernel) -> u32 {
-    s.batch.max(1) * s.hkv.max(1) * s.row_tiles_for(kernel).max(1)
+    unsplit_groups(s, tile_rows_for(s, kernel))
 }
 
 /// Key tile [`forward`] runs `s` with: [`TILE`], or with `VKFORMERS_DECODE_TILE=64` the policy of
@@ -658,7 +663,8 @@ pub(crate) fn forward_with<'a>(
         | if wide { FLAG_WIDE } else { 0 }
         | if opt.sinks.is_some() { FLAG_SINKS } else { 0 }
         | if out.o16.is_some() { FLAG_O16 } else { 0 };
-    // The lean kernel reads the same push block and pointers; its specialization is NSG.
+    // The kernel that runs the call (the lean one where preferred and able; it reads the same
+    // push block and pointers) sets the rows of its row tiles.
     let lean = lean_code(rec.caps(), s, opt, wide, extra.is_some())?;
     let rows = tile_rows_for(s, if lean.is_some() { Kernel::Lean } else { Kernel::Tiled });
     let push = AttentionDecodePush {

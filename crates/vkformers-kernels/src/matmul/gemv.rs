@@ -812,16 +812,6 @@ fn dispatch_group_rows<'a>(
 
 #[cfg(test)]
 mod tests {
-
-    /// The probe constant is passed only when a probe is on: the kernel's own pipelines keep
-    /// their specialization (and their pipeline-cache entries).
-    #[test]
-    fn probes_add_a_constant_only_when_on() {
-        let t = Tuning { prefetch: true, max_groups: None, pipe: false, stage: None, probe: 0 };
-        assert!(probe_constant(&t).is_empty());
-        assert_eq!(probe_constant(&Tuning { probe: 5, ..t }), vec![5]);
-    }
-
     use super::*;
 
     fn caps(ops: &[&str], size: u32, min: u32) -> Caps {
@@ -981,5 +971,14 @@ mod tests {
         assert_eq!(max_subgroups(&caps(&[], 32, 8)), 16);
         assert_eq!(shared_bytes(16, 16), 16 * 4 * 16 * 4, "4 KiB for m = 16 on subgroups of 8");
         assert_eq!(shared_bytes(3, 4), 4 * 4 * 4 * 4);
+    }
+
+    /// The probe constant is passed only when a probe is on: the kernel's own pipelines keep
+    /// their specialization (and their pipeline-cache entries).
+    #[test]
+    fn probes_add_a_constant_only_when_on() {
+        let t = Tuning { prefetch: true, max_groups: None, pipe: false, stage: None, probe: 0 };
+        assert!(probe_constant(&t).is_empty());
+        assert_eq!(probe_constant(&Tuning { probe: 5, ..t }), vec![5]);
     }
 }
