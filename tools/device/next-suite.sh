@@ -5,6 +5,7 @@
 #
 # Pack and stage (here), then call with carry [".gl", ".dev/ny"]:
 #   tools/device/pack.sh .dev/ny vkformers-kernels:gemm_coopmat vkformers-kernels:attention_decode \
+#     vkformers-kernels:gemv_prefetch \
 #     vkformers-kernels:attention_decode_rope_in vkformers-generate:greedy \
 #     vkformers-generate:lean_decode vkformers-generate:replay
 #   cp tools/device/next-suite.sh .dev/ny/
@@ -15,6 +16,8 @@
 # with a README.
 #
 # Parts (each under 600 s; most important first):
+#   f3     queued 2026-12-06 (second session): the probes of f2, and rows summed by one subgroup
+#          (VKFORMERS_GEMV_SGROWS) against the shipped GEMV: bench gemv and whole steps; tests.
 #   f2     queued 2026-12-06: the batch-1 profile; the GEMV's and the lean decode attention's
 #          cost probes (which part of a batch-1 call's fixed cost is what); the tests f1's call
 #          could not finish (with every fixture staged), gemm_coopmat last. Then `final`.
@@ -77,6 +80,27 @@ f2)
     TT=200 t greedy
     TT=240 t gemm_coopmat
     ;;
+f3)
+    profile_b1
+    sec "GEMV cost probes (1 no input, 2 no W loads, 4 no cross-subgroup sum), W in L2; the dispatch floor"
+    "$V" bench gemv --rows 1 --copies 1 --probe 0,1,2,4 2>&1 | grep "a call" | tee -a "$LOG"
+    "$V" bench dispatch 2>&1 | tail -1 | tee -a "$LOG"
+    sec "rows summed by one subgroup (SGROWS 0/1), W streamed (22 copies): plain, then normed"
+    "$V" bench gemv --rows 1,4 --copies 22 --sgrows 0,1 2>&1 | grep "a call" | tee -a "$LOG"
+    "$V" bench gemv --rows 1 --copies 22 --normed --shapes 2560x2048,11264x2048,32000x2048 --sgrows 0,1 --probe 0,4 2>&1 | grep "a call" | tee -a "$LOG"
+    sec "lean decode attention probes (batch 1, 640 keys): 0, 1 no K/V loads, 2 no P.V, 4 no merge, 8 no scores, 15 none"
+    for p in 0 1 2 4 8 15; do
+        VKFORMERS_DECODE_PROBE=$p "$V" bench decode --kernel lean --rope inside --len 640 --batch 1 --splits auto 2>&1 |
+            tail -1 | sed "s/^/[probe $p] /" | tee -a "$LOG"
+    done
+    sec "generate b1 b64 (vkformers alone): SGROWS 0, 1, 0, 1"
+    for e in VKFORMERS_GEMV_SGROWS=0 VKFORMERS_GEMV_SGROWS=1 VKFORMERS_GEMV_SGROWS=0 VKFORMERS_GEMV_SGROWS=1; do gen "$e"; done
+    sec "tests on NVIDIA's compiler: gemv_prefetch (SGROWS against the f64 reference), lean decode, replay, greedy, the cm2 GEMM"
+    TT=120 t gemv_prefetch
+    TT=100 t lean_decode
+    TT=100 t replay
+    TT=150 t greedy
+    ;;
 final)
     beside_eager --batches 1 8 64 --prefill-lens 512 2048
     gemm_vs_cublas
@@ -92,7 +116,7 @@ ab)
     for e in "${sets[@]}" "${sets[0]}"; do gen "$e"; done
     ;;
 *)
-    echo "next-suite.sh: no part '$PART' (f2, final, micro, ab)" >&2
+    echo "next-suite.sh: no part '$PART' (f2, f3, final, micro, ab)" >&2
     exit 2
     ;;
 esac
