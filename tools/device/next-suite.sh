@@ -93,9 +93,15 @@ f3)
         VKFORMERS_DECODE_PROBE=$p "$V" bench decode --kernel lean --rope inside --len 640 --batch 1 --splits auto 2>&1 |
             tail -1 | sed "s/^/[probe $p] /" | tee -a "$LOG"
     done
-    sec "generate b1 b64 (vkformers alone): SGROWS 0, 1, 0, 1"
-    for e in VKFORMERS_GEMV_SGROWS=0 VKFORMERS_GEMV_SGROWS=1 VKFORMERS_GEMV_SGROWS=0 VKFORMERS_GEMV_SGROWS=1; do gen "$e"; done
-    sec "tests on NVIDIA's compiler: gemv_prefetch (SGROWS against the f64 reference), lean decode, replay, greedy, the cm2 GEMM"
+    sec "generate b1 (vkformers alone): SGROWS 0, 1, 0, 1"
+    for e in VKFORMERS_GEMV_SGROWS=0 VKFORMERS_GEMV_SGROWS=1 VKFORMERS_GEMV_SGROWS=0 VKFORMERS_GEMV_SGROWS=1; do
+        gen "$e" --batches 1
+    done
+    sec "train 1.1B profile (4 steps, vkformers alone): where a step's time outside the big products goes"
+    python3 tools/bench/train.py --vkformers "$V" --shapes 1.1b --skip-torch --steps 4 --warmup 1 \
+        --extra-args "--profile" 2>&1 | tail -2 | tee -a "$LOG"
+    grep -A36 "^profile" target/bench-work/vk-train-1.1b.log | tee -a "$LOG"
+    sec "tests on NVIDIA's compiler: gemv_prefetch (SGROWS against the f64 reference), lean decode, replay, greedy"
     TT=120 t gemv_prefetch
     TT=100 t lean_decode
     TT=100 t replay

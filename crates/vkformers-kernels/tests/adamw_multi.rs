@@ -1,14 +1,15 @@
 //! `optim/adamw_multi` (every parameter in one dispatch) against `optim/adamw` run once per
 //! parameter: the same bits for the parameters, moments and 16-bit copies, over two steps,
 //! with and without the clip coefficient, fresh and stored moments, decay on and off, and a
-//! skipped step. On every device with validation on.
+//! skipped step; bf16 and f16 copies; arrays 16-byte aligned (the kernel's wide path) and not
+//! (its element loop). On every device with validation on.
 
 use vkformers_kernels::dtype::DType;
 use vkformers_kernels::optim::adamw_multi::{self as multi, MultiParam};
 use vkformers_kernels::optim::{self, AdamW, AdamWBuffers, Moments};
 use vkformers_kernels::testutil::Rng;
 use vkformers_vk::testing::on_every_device;
-use vkformers_vk::{Buffer, Context, Result, VkError};
+use vkformers_vk::{Buffer, BufferView, Context, Result, VkError};
 
 /// One parameter's buffers on the device.
 struct State {
@@ -18,19 +19,36 @@ struct State {
     v: Buffer,
     copy: Option<Buffer>,
     decay: f64,
+    /// Elements before the parameter's first in each of its buffers (1: the f32 arrays start
+    /// 4 bytes past 16-byte alignment, the copy 2 bytes past 8).
+    off: u64,
+    n: u64,
 }
 
 impl State {
-    fn new(ctx: &Context, rng: &mut Rng, n: usize, copy: bool, decay: f64) -> Result<Self> {
-        let nan = vec![f32::NAN; n]; // fresh moments are never read
+    fn new(ctx: &Context, rng: &mut Rng, n: usize, copy: bool, decay: f64, off: u64) -> Result<Self> {
+        let len = n + off as usize;
+        let nan = vec![f32::NAN; len]; // fresh moments are never read
         Ok(State {
-            p: ctx.buffer_from(&rng.vec(n, 1.0), "p")?,
-            g: ctx.buffer_from(&rng.vec(n, 0.5), "g")?,
+            p: ctx.buffer_from(&rng.vec(len, 1.0), "p")?,
+            g: ctx.buffer_from(&rng.vec(len, 0.5), "g")?,
             m: ctx.buffer_from(&nan, "m")?,
             v: ctx.buffer_from(&nan, "v")?,
-            copy: if copy { Some(ctx.buffer((n as u64 * 2).next_multiple_of(4), "copy")?) } else { None },
+            copy: if copy { Some(ctx.buffer((len as u64 * 2).next_multiple_of(4), "copy")?) } else { None },
             decay,
+            off,
+            n: n as u64,
         })
+    }
+
+    /// The parameter's elements of one of its f32 buffers.
+    fn at<'a>(&self, b: &'a Buffer) -> BufferView<'a> {
+        b.slice(self.off * 4, self.n * 4)
+    }
+
+    /// The parameter's elements of its 16-bit copy.
+    fn copy_view(&self) -> Option<BufferView<'_>> {
+        self.copy.as_ref().map(|c| c.slice(self.off * 2, self.n * 2))
     }
 
     fn bits(&self, ctx: &Context) -> Result<Vec<Vec<u32>>> {
@@ -44,9 +62,14 @@ impl State {
 
 /// Parameters of these sizes (every third without weight decay, every other with a copy).
 fn states(ctx: &Context, seed: u64, sizes: &[usize], copies: bool) -> Result<Vec<State>> {
+    states_at(ctx, seed, sizes, copies, 0)
+}
+
+/// [`states`] with each parameter `off` elements into its buffers.
+fn states_at(ctx: &Context, seed: u64, sizes: &[usize], copies: bool, off: u64) -> Result<Vec<State>> {
     let mut rng = Rng::new(seed);
     let decay = |i: usize| if i % 3 == 2 { 0.0 } else { 0.1 };
-    sizes.iter().enumerate().map(|(i, &n)| State::new(ctx, &mut rng, n, copies && i % 2 == 0, decay(i))).collect()
+    sizes.iter().enumerate().map(|(i, &n)| State::new(ctx, &mut rng, n, copies && i % 2 == 0, decay(i), off)).collect()
 }
 
 /// Steps `1..=steps` of both paths; `scale` is the clip coefficient (None: unscaled).
@@ -54,12 +77,17 @@ fn run(ctx: &Context, ss: &[State], multi_path: bool, scale: Option<f32>, steps:
     run_on(ctx, ss, multi_path.then_some(u32::MAX), scale, steps)
 }
 
+thread_local! {
+    /// The 16-bit type of the copies (bf16 unless a test sets f16).
+    static COPY_DT: std::cell::Cell<DType> = const { std::cell::Cell::new(DType::BF16) };
+}
+
 /// [`run`], the multi-tensor path on at most `groups` workgroups (None: the per-parameter path).
 fn run_on(ctx: &Context, ss: &[State], groups: Option<u32>, scale: Option<f32>, steps: u64) -> Result<()> {
     let hp = AdamW { lr: 1e-2, weight_decay: 0.5, ..AdamW::default() };
     let coef = ctx.buffer_from(&[scale.unwrap_or(1.0)], "coef")?;
     let grad_scale = scale.map(|_| coef.view());
-    let dt = ctx.caps().fp16.then_some(DType::BF16);
+    let dt = ctx.caps().fp16.then_some(COPY_DT.with(|d| d.get()));
     let table = ctx.buffer(ss.len() as u64 * multi::ENTRY_BYTES, "table")?;
     for step in 1..=steps {
         let moments = if step == 1 { Moments::Fresh } else { Moments::Stored };
@@ -68,11 +96,11 @@ fn run_on(ctx: &Context, ss: &[State], groups: Option<u32>, scale: Option<f32>, 
             let ps: Vec<MultiParam<'_>> = ss
                 .iter()
                 .map(|s| MultiParam {
-                    param: s.p.view(),
-                    grad: s.g.view(),
-                    exp_avg: s.m.view(),
-                    exp_avg_sq: s.v.view(),
-                    copy: s.copy.as_ref().filter(|_| dt.is_some()).map(Buffer::view),
+                    param: s.at(&s.p),
+                    grad: s.at(&s.g),
+                    exp_avg: s.at(&s.m),
+                    exp_avg_sq: s.at(&s.v),
+                    copy: s.copy_view().filter(|_| dt.is_some()),
                     weight_decay: s.decay,
                     moments,
                 })
@@ -82,13 +110,13 @@ fn run_on(ctx: &Context, ss: &[State], groups: Option<u32>, scale: Option<f32>, 
         } else {
             for s in ss {
                 let bufs = AdamWBuffers {
-                    param: s.p.view(),
-                    grad: s.g.view(),
-                    exp_avg: s.m.view(),
-                    exp_avg_sq: s.v.view(),
+                    param: s.at(&s.p),
+                    grad: s.at(&s.g),
+                    exp_avg: s.at(&s.m),
+                    exp_avg_sq: s.at(&s.v),
                     grad_scale,
                 };
-                let copy = s.copy.as_ref().zip(dt).map(|(c, dt)| (c.view(), dt));
+                let copy = s.copy_view().zip(dt);
                 let hp = AdamW { weight_decay: s.decay, ..hp };
                 optim::adamw_step_from(&mut rec, &bufs, copy, &hp, step, moments)?;
             }
@@ -99,7 +127,12 @@ fn run_on(ctx: &Context, ss: &[State], groups: Option<u32>, scale: Option<f32>, 
 }
 
 fn same_bits(ctx: &Context, sizes: &[usize], scale: Option<f32>, copies: bool) -> Result<()> {
-    let (a, b) = (states(ctx, 7, sizes, copies)?, states(ctx, 7, sizes, copies)?);
+    same_bits_at(ctx, sizes, scale, copies, 0)
+}
+
+/// [`same_bits`] with each parameter `off` elements into its buffers.
+fn same_bits_at(ctx: &Context, sizes: &[usize], scale: Option<f32>, copies: bool, off: u64) -> Result<()> {
+    let (a, b) = (states_at(ctx, 7, sizes, copies, off)?, states_at(ctx, 7, sizes, copies, off)?);
     run(ctx, &a, true, scale, 2)?;
     run(ctx, &b, false, scale, 2)?;
     for (i, (x, y)) in a.iter().zip(&b).enumerate() {
@@ -117,6 +150,20 @@ fn one_dispatch_for_all_parameters_gives_the_per_parameter_bits() {
         same_bits(ctx, &[300, 1, 9000], Some(0.25), true)?;
         same_bits(ctx, &[5, 2 * c + 1], Some(1.0), false)?;
         Ok(())
+    });
+}
+
+/// Arrays off 16-byte alignment take the element loop, f16 copies the wide path's f16 stores:
+/// both the per-parameter kernel's bits.
+#[test]
+fn unaligned_arrays_and_f16_copies_give_the_per_parameter_bits() {
+    on_every_device("adamw multi unaligned, f16", |ctx| {
+        let c = multi::CHUNK as usize;
+        same_bits_at(ctx, &[7, c + 5, 300], Some(0.5), true, 1)?;
+        COPY_DT.with(|d| d.set(DType::F16));
+        let f16 = same_bits(ctx, &[1, c + 3, 37, 2 * c + 17], Some(0.25), true);
+        COPY_DT.with(|d| d.set(DType::BF16));
+        f16
     });
 }
 
