@@ -16,6 +16,7 @@
 # with a README.
 #
 # Parts (each under 600 s; most important first):
+#   f5     f4's first minutes: the tests and SGROWS in whole steps (a budget of ~4 minutes).
 #   f4     f3 reordered for a short budget: the tests of the two changes, SGROWS in whole steps,
 #          the 1.1B step beside eager (wide AdamW), then the probes and a train profile.
 #   f3     queued 2026-12-06 (second session): the probes of f2, and rows summed by one subgroup
@@ -134,6 +135,12 @@ f4)
         --extra-args "--profile" 2>&1 | tail -1 | tee -a "$LOG"
     grep -A30 "^profile" target/bench-work/vk-train-1.1b.log | tee -a "$LOG"
     ;;
+f5)
+    sec "tests on NVIDIA's compiler: adamw_multi (wide path), gemv_prefetch (SGROWS); generate b1 SGROWS 0, 1, 0"
+    TT=30 t adamw_multi
+    TT=90 t gemv_prefetch
+    for e in VKFORMERS_GEMV_SGROWS=0 VKFORMERS_GEMV_SGROWS=1 VKFORMERS_GEMV_SGROWS=0; do gen "$e" --batches 1; done
+    ;;
 final)
     beside_eager --batches 1 8 64 --prefill-lens 512 2048
     gemm_vs_cublas
@@ -149,7 +156,7 @@ ab)
     for e in "${sets[@]}" "${sets[0]}"; do gen "$e"; done
     ;;
 *)
-    echo "next-suite.sh: no part '$PART' (f2, f3, f4, final, micro, ab)" >&2
+    echo "next-suite.sh: no part '$PART' (f2, f3, f4, f5, final, micro, ab)" >&2
     exit 2
     ;;
 esac
