@@ -5,7 +5,7 @@
 #
 # Pack and stage (here), then call with carry [".gl", ".dev/ny"]:
 #   tools/device/pack.sh .dev/ny vkformers-kernels:gemm_coopmat vkformers-kernels:attention_decode \
-#     vkformers-kernels:gemv_prefetch vkformers-kernels:adamw_multi \
+#     vkformers-kernels:adamw_multi \
 #     vkformers-kernels:attention_decode_rope_in vkformers-generate:greedy \
 #     vkformers-generate:lean_decode vkformers-generate:replay
 #   cp tools/device/next-suite.sh .dev/ny/
@@ -16,12 +16,11 @@
 # with a README.
 #
 # Parts (each under 600 s; most important first):
-#   f5     f4's first minutes: the tests and SGROWS in whole steps (a budget of ~4 minutes).
-#   f4     f3 reordered for a short budget: the tests of the two changes, SGROWS in whole steps,
-#          the 1.1B step beside eager (wide AdamW), then the probes and a train profile.
-#   f3     queued 2026-12-06 (second session): the probes of f2, and rows summed by one subgroup
-#          (VKFORMERS_GEMV_SGROWS) against the shipped GEMV: bench gemv and whole steps; tests.
-#   f2     queued 2026-12-06: the batch-1 profile; the GEMV's and the lean decode attention's
+#   (f3-f6, 2026-12-06's second session, are in this file's history: rows summed by one
+#          subgroup, neutral and dropped; the wide AdamW's test; the GEMV's and the lean
+#          attention's cost probes: docs/bench/h100-2026-12-06-b.)
+#   f2     queued 2026-12-06 (again: run `final` first, on an H200, for the wide AdamW's step):
+#          the batch-1 profile; the GEMV's and the lean decode attention's
 #          cost probes (which part of a batch-1 call's fixed cost is what); the tests f1's call
 #          could not finish (with every fixture staged), gemm_coopmat last. Then `final`.
 #   final  the must-show tables: generate (b1/b8/b64, p512/p2048) beside eager, gemm.py beside
@@ -83,64 +82,6 @@ f2)
     TT=200 t greedy
     TT=240 t gemm_coopmat
     ;;
-f3)
-    profile_b1
-    sec "GEMV cost probes (1 no input, 2 no W loads, 4 no cross-subgroup sum), W in L2; the dispatch floor"
-    "$V" bench gemv --rows 1 --copies 1 --probe 0,1,2,4 2>&1 | grep "a call" | tee -a "$LOG"
-    "$V" bench dispatch 2>&1 | tail -1 | tee -a "$LOG"
-    sec "rows summed by one subgroup (SGROWS 0/1), W streamed (22 copies): plain, then normed"
-    "$V" bench gemv --rows 1,4 --copies 22 --sgrows 0,1 2>&1 | grep "a call" | tee -a "$LOG"
-    "$V" bench gemv --rows 1 --copies 22 --normed --shapes 2560x2048,11264x2048,32000x2048 --sgrows 0,1 --probe 0,4 2>&1 | grep "a call" | tee -a "$LOG"
-    sec "lean decode attention probes (batch 1, 640 keys): 0, 1 no K/V loads, 2 no P.V, 4 no merge, 8 no scores, 15 none"
-    for p in 0 1 2 4 8 15; do
-        VKFORMERS_DECODE_PROBE=$p "$V" bench decode --kernel lean --rope inside --len 640 --batch 1 --splits auto 2>&1 |
-            tail -1 | sed "s/^/[probe $p] /" | tee -a "$LOG"
-    done
-    sec "generate b1 (vkformers alone): SGROWS 0, 1, 0, 1"
-    for e in VKFORMERS_GEMV_SGROWS=0 VKFORMERS_GEMV_SGROWS=1 VKFORMERS_GEMV_SGROWS=0 VKFORMERS_GEMV_SGROWS=1; do
-        gen "$e" --batches 1
-    done
-    sec "train 1.1B profile (4 steps, vkformers alone): where a step's time outside the big products goes"
-    python3 tools/bench/train.py --vkformers "$V" --shapes 1.1b --skip-torch --steps 4 --warmup 1 \
-        --extra-args "--profile" 2>&1 | tail -2 | tee -a "$LOG"
-    grep -A36 "^profile" target/bench-work/vk-train-1.1b.log | tee -a "$LOG"
-    sec "tests on NVIDIA's compiler: gemv_prefetch (SGROWS against the f64 reference), lean decode, replay, greedy"
-    TT=120 t gemv_prefetch
-    TT=60 t adamw_multi
-    TT=100 t lean_decode
-    TT=100 t replay
-    TT=150 t greedy
-    ;;
-f4)
-    sec "tests on NVIDIA's compiler: adamw_multi (wide path), gemv_prefetch (SGROWS against the f64 reference)"
-    TT=40 t adamw_multi
-    TT=100 t gemv_prefetch
-    sec "train 1.1B beside eager (the wide AdamW; no torch.compile)"
-    timeout 200 python3 tools/bench/train.py --vkformers "$V" --shapes 1.1b --skip-compile --steps 10 --warmup 3 \
-        --json "$OUT/train.json" 2>&1 | tail -6 | tee -a "$LOG"
-    sec "generate b1 (vkformers alone): SGROWS 0, 1, 0, 1"
-    for e in VKFORMERS_GEMV_SGROWS=0 VKFORMERS_GEMV_SGROWS=1 VKFORMERS_GEMV_SGROWS=0 VKFORMERS_GEMV_SGROWS=1; do
-        gen "$e" --batches 1
-    done
-    sec "rows by subgroup, W streamed (22 copies); GEMV probes in L2; lean attention probes"
-    "$V" bench gemv --rows 1 --copies 22 --sgrows 0,1 2>&1 | grep "a call" | tee -a "$LOG"
-    "$V" bench gemv --rows 1 --copies 22 --normed --shapes 2560x2048,11264x2048 --sgrows 0,1 2>&1 | grep "a call" | tee -a "$LOG"
-    "$V" bench gemv --rows 1 --copies 1 --shapes 2048x2048,2048x5632 --probe 0,1,2,4 2>&1 | grep "a call" | tee -a "$LOG"
-    for p in 0 1 2 4 8 15; do
-        VKFORMERS_DECODE_PROBE=$p "$V" bench decode --kernel lean --rope inside --len 640 --batch 1 --splits auto 2>&1 |
-            tail -1 | sed "s/^/[probe $p] /" | tee -a "$LOG"
-    done
-    sec "train 1.1B profile (4 steps, vkformers alone)"
-    python3 tools/bench/train.py --vkformers "$V" --shapes 1.1b --skip-torch --steps 4 --warmup 1 \
-        --extra-args "--profile" 2>&1 | tail -1 | tee -a "$LOG"
-    grep -A30 "^profile" target/bench-work/vk-train-1.1b.log | tee -a "$LOG"
-    ;;
-f5)
-    sec "tests on NVIDIA's compiler: adamw_multi (wide path), gemv_prefetch (SGROWS); generate b1 SGROWS 0, 1, 0"
-    TT=30 t adamw_multi
-    TT=90 t gemv_prefetch
-    for e in VKFORMERS_GEMV_SGROWS=0 VKFORMERS_GEMV_SGROWS=1 VKFORMERS_GEMV_SGROWS=0; do gen "$e" --batches 1; done
-    ;;
 final)
     beside_eager --batches 1 8 64 --prefill-lens 512 2048
     gemm_vs_cublas
@@ -156,7 +97,7 @@ ab)
     for e in "${sets[@]}" "${sets[0]}"; do gen "$e"; done
     ;;
 *)
-    echo "next-suite.sh: no part '$PART' (f2, f3, f4, f5, final, micro, ab)" >&2
+    echo "next-suite.sh: no part '$PART' (f2, final, micro, ab)" >&2
     exit 2
     ;;
 esac

@@ -62,11 +62,6 @@ pub struct GemvBenchArgs {
     /// wrong under a probe (not checked); default 0, the kernel.
     #[arg(long, value_delimiter = ',')]
     probe: Vec<u32>,
-    /// Each row of a staged product's block summed by one subgroup (`SGROWS`): 0, 1 or both,
-    /// each with each of the others; default: `VKFORMERS_GEMV_SGROWS` (off). Lines say `sgrows`
-    /// where it is on for a staged product.
-    #[arg(long, value_delimiter = ',')]
-    sgrows: Vec<u8>,
     /// Copies of each W the chain cycles through (call i reads copy i mod N): 1 times a W that
     /// stays in L2 when it fits (~50 MB on an H100/H200); 22 (a layer's worth each, as a decode
     /// step reads) times the products streaming from memory, as they do inside a step.
@@ -239,23 +234,18 @@ fn tunings_of(args: &GemvBenchArgs) -> Vec<gemv::Tuning> {
         args.max_groups.iter().map(|&g| (g > 0).then_some(g)).collect()
     };
     let probes = if args.probe.is_empty() { vec![0] } else { args.probe.clone() };
-    let sgrows: Vec<Option<bool>> =
-        if args.sgrows.is_empty() { vec![env.sgrows] } else { args.sgrows.iter().map(|&v| Some(v != 0)).collect() };
     let mut all = Vec::new();
     for &max_groups in &caps {
         for &stage in &stage {
             for &pipe in &pipe {
                 for &probe in &probes {
-                    for &sgrows in &sgrows {
-                        all.extend(prefetch.iter().map(|&prefetch| gemv::Tuning {
-                            prefetch,
-                            max_groups,
-                            pipe,
-                            stage,
-                            probe,
-                            sgrows,
-                        }));
-                    }
+                    all.extend(prefetch.iter().map(|&prefetch| gemv::Tuning {
+                        prefetch,
+                        max_groups,
+                        pipe,
+                        stage,
+                        probe,
+                    }));
                 }
             }
         }
@@ -292,7 +282,6 @@ fn time_one(
     let cap = tuning.max_groups.map_or(String::new(), |g| format!(" groups ≤ {g}"))
         + if tuning.pipe { " pipe" } else { "" }
         + if tuning.stages_on(ctx.caps()) { " staged" } else { "" }
-        + if tuning.stages_on(ctx.caps()) && tuning.rows_by_subgroup() { " sgrows" } else { "" }
         + &if tuning.probe != 0 { format!(" probe {}", tuning.probe) } else { String::new() };
     println!(
         "  {n:>6} x {k:<6} m {m:>2} prefetch {pf}{cap}: {per_call_us:>8.2} µs a call, {median_us:>8.2} µs median between timestamps, \

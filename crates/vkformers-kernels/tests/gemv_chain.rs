@@ -140,8 +140,8 @@ fn chained_and_not(ctx: &Context, shape: (u32, u32, u32, DType), seed: u64) -> R
 fn gemv_chain_matches_barriers_bit_for_bit() {
     on_every_device("gemv chain", |ctx| {
         let tunings = [
-            Tuning { prefetch: true, max_groups: None, pipe: false, stage: Some(true), probe: 0, sgrows: None },
-            Tuning { prefetch: true, max_groups: Some(3), pipe: false, stage: Some(false), probe: 0, sgrows: None },
+            Tuning { prefetch: true, max_groups: None, pipe: false, stage: Some(true), probe: 0 },
+            Tuning { prefetch: true, max_groups: Some(3), pipe: false, stage: Some(false), probe: 0 },
         ];
         let mut seed = 31_000;
         for t in tunings {

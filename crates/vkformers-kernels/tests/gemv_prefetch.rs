@@ -6,9 +6,7 @@
 //! few workgroups (each then does several row blocks, loading the next one's weights before it
 //! reduces the current one). Covered: plain products (bias, k not a multiple of the chunk, odd
 //! layouts, m up to 16), grouped products, gated inputs, normed inputs (residual and x̂ output on
-//! and off, k past PF chunks a thread), each checked against the f64 reference too. Rows summed
-//! by one subgroup each (`SGROWS`, `VKFORMERS_GEMV_SGROWS`) sum in another order: those runs are
-//! checked against the f64 reference only (their norm prologue's outputs bit for bit).
+//! and off, k past PF chunks a thread), each checked against the f64 reference too.
 //! `VKFORMERS_GEMV_CPU_VARIANTS=0` runs the GPUs' 128-thread variants on lavapipe.
 
 use vkformers_kernels::glu::{reference as glu_ref, Glu};
@@ -24,36 +22,25 @@ use vkformers_vk::{Buffer, BufferView, Context, Recorder, Result};
 /// memory (`STAGE`) with a capped grid (a workgroup's blocks all read the one staging), with and
 /// without PIPE.
 const TUNINGS: [Tuning; 7] = [
-    Tuning { prefetch: false, max_groups: None, pipe: false, stage: Some(false), probe: 0, sgrows: None },
-    Tuning { prefetch: true, max_groups: None, pipe: false, stage: Some(false), probe: 0, sgrows: None },
-    Tuning { prefetch: false, max_groups: Some(3), pipe: false, stage: Some(false), probe: 0, sgrows: None },
-    Tuning { prefetch: true, max_groups: Some(3), pipe: false, stage: Some(false), probe: 0, sgrows: None },
-    Tuning { prefetch: true, max_groups: None, pipe: true, stage: Some(false), probe: 0, sgrows: None },
-    Tuning { prefetch: false, max_groups: Some(3), pipe: true, stage: Some(true), probe: 0, sgrows: None },
-    Tuning { prefetch: true, max_groups: Some(3), pipe: false, stage: Some(true), probe: 0, sgrows: None },
-];
-
-/// Rows summed by one subgroup each (`SGROWS`, staged products only): another order of the same
-/// sums, so checked against the f64 reference rather than bit for bit; one workgroup a block and
-/// a capped grid (several blocks a workgroup, the next one's W loaded ahead). On lavapipe the one-subgroup variants give one subgroup all 4 rows of a
-/// block, `VKFORMERS_GEMV_CPU_VARIANTS=0`'s 16 subgroups leave 12 idle; NVIDIA's 4 take a row each.
-const ROW_TUNINGS: [Tuning; 2] = [
-    Tuning { prefetch: true, max_groups: None, pipe: false, stage: Some(true), probe: 0, sgrows: Some(true) },
-    Tuning { prefetch: true, max_groups: Some(3), pipe: false, stage: Some(true), probe: 0, sgrows: Some(true) },
+    Tuning { prefetch: false, max_groups: None, pipe: false, stage: Some(false), probe: 0 },
+    Tuning { prefetch: true, max_groups: None, pipe: false, stage: Some(false), probe: 0 },
+    Tuning { prefetch: false, max_groups: Some(3), pipe: false, stage: Some(false), probe: 0 },
+    Tuning { prefetch: true, max_groups: Some(3), pipe: false, stage: Some(false), probe: 0 },
+    Tuning { prefetch: true, max_groups: None, pipe: true, stage: Some(false), probe: 0 },
+    Tuning { prefetch: false, max_groups: Some(3), pipe: true, stage: Some(true), probe: 0 },
+    Tuning { prefetch: true, max_groups: Some(3), pipe: false, stage: Some(true), probe: 0 },
 ];
 
 /// Runs `record` (which writes into the buffers `outs`, refilled with 9.0 before each run) under
-/// every tuning of [`TUNINGS`], asserting every output bit for bit equal to the first tuning's,
-/// then under each of [`ROW_TUNINGS`]; returns the outputs of the first tuning, then those of
-/// each row tuning (each run's to be checked against the reference).
+/// every tuning and asserts every output bit for bit equal to the first tuning's; returns those.
 fn same_under_every_tuning(
     ctx: &Context,
     what: &str,
     outs: &[&Buffer],
     record: impl Fn(&mut Recorder) -> Result<()>,
-) -> Result<Vec<Vec<Vec<f32>>>> {
-    let mut runs: Vec<Vec<Vec<f32>>> = Vec::new();
-    for (n, t) in TUNINGS.into_iter().chain(ROW_TUNINGS).enumerate() {
+) -> Result<Vec<Vec<f32>>> {
+    let mut first: Option<Vec<Vec<f32>>> = None;
+    for t in TUNINGS {
         for b in outs {
             ctx.upload(b, 0, bytemuck::cast_slice(&vec![9.0f32; (b.size() / 4) as usize]))?;
         }
@@ -61,15 +48,16 @@ fn same_under_every_tuning(
         gemv::with_tuning(t, || record(&mut rec))?;
         rec.submit()?;
         let got: Vec<Vec<f32>> = outs.iter().map(|b| ctx.read_vec::<f32>(b.view())).collect::<Result<_>>()?;
-        if n == 0 || n >= TUNINGS.len() {
-            runs.push(got);
-            continue;
-        }
-        for (i, (g, w)) in got.iter().zip(&runs[0]).enumerate() {
-            same_bits(&format!("{what}: output {i} under {t:?} vs {:?}", TUNINGS[0]), g, w);
+        match &first {
+            None => first = Some(got),
+            Some(want) => {
+                for (i, (g, w)) in got.iter().zip(want).enumerate() {
+                    same_bits(&format!("{what}: output {i} under {t:?} vs {:?}", TUNINGS[0]), g, w);
+                }
+            }
         }
     }
-    Ok(runs)
+    Ok(first.expect("tunings"))
 }
 
 /// W `[n, k]` of random values rounded to `dtype`, uploaded (16-bit padded to whole words).
@@ -110,9 +98,7 @@ fn plain(ctx: &Context, (m, n, k, pad): (u32, u32, u32, u32), dtype: DType, bias
         gemv::gemv(rec, &desc, xb.view(), wv, bias.then(|| bb.view()), yb.view())
     })?;
     let xp: Vec<f64> = (0..m as usize).flat_map(|i| f64s(&x[i * ldx as usize..][..k as usize])).collect();
-    for run in &got {
-        assert_close(&what, &run[0], &reference_product(m, n, k, &xp, &w, bias.then_some(&b[..])), TOL_F32);
-    }
+    assert_close(&what, &got[0], &reference_product(m, n, k, &xp, &w, bias.then_some(&b[..])), TOL_F32);
     Ok(())
 }
 
@@ -161,10 +147,8 @@ fn gpu_gemv_prefetch_groups_and_gated_inputs_bit_for_bit() {
                         .collect();
                     gemv::gemv_group(rec, &desc, xb.view(), &parts)
                 })?;
-                for run in &got {
-                    for (p, &n) in ns.iter().enumerate() {
-                        assert_close(&what, &run[p], &reference_product(m, n, k, &f64s(&x), &ws[p].0, None), TOL_F32);
-                    }
+                for (p, &n) in ns.iter().enumerate() {
+                    assert_close(&what, &got[p], &reference_product(m, n, k, &f64s(&x), &ws[p].0, None), TOL_F32);
                 }
                 gated(ctx, (m, ns[1], k, dtype), seed)?;
             }
@@ -188,9 +172,7 @@ fn gated(ctx: &Context, (m, n, k, dtype): (u32, u32, u32, DType), seed: u64) -> 
         gemv::gemv_glu(rec, &desc, (gb.view(), ub.view(), Glu::SwiGlu), wv, Some(bb.view()), yb.view())
     })?;
     let x = glu_ref::forward(Glu::SwiGlu, &f64s(&gate), &f64s(&up));
-    for run in &got {
-        assert_close(&what, &run[0], &reference_product(m, n, k, &x, &w, Some(&b)), TOL_F32);
-    }
+    assert_close(&what, &got[0], &reference_product(m, n, k, &x, &w, Some(&b)), TOL_F32);
     Ok(())
 }
 
@@ -235,12 +217,7 @@ fn normed(
         let rstd = 1.0 / (row.iter().map(|h| h * h).sum::<f64>() / f64::from(k) + 1e-5).sqrt();
         row.iter_mut().zip(&g).for_each(|(h, g)| *h *= rstd * f64::from(*g));
     }
-    for run in &got {
-        assert_close(&what, &run[0], &reference_product(m, ns[0], k, &xn, &ws[0].0, None), TOL_F32);
-        for (i, out) in run.iter().enumerate().skip(2) {
-            same_bits(&format!("{what}: prologue output {i} with rows by subgroup"), out, &got[0][i]);
-        }
-    }
+    assert_close(&what, &got[0], &reference_product(m, ns[0], k, &xn, &ws[0].0, None), TOL_F32);
     Ok(())
 }
 

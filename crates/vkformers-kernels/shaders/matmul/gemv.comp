@@ -132,16 +132,6 @@ layout(constant_id = 8) const uint CHAIN_FENCE = 1;
 // of W (each chunk's words made from its index); 4 the reduction across subgroups (each
 // subgroup's lane writes its own sums: no barriers, no shared memory). 0: the kernel.
 layout(constant_id = 9) const uint PROBE = 0;
-// SGROWS (specialization constant 10): 1 gives each row of a block to one subgroup whole
-// (subgroup s the rows s, s + S, ... of the block's R; lane l of SG lanes the row's chunks l,
-// l + SG, ...), so a row's sum is one subgroupAdd: no shared-memory step and none of
-// reduce_store's two barriers a block. It pays where a workgroup is R subgroups (WG / SG = R:
-// NVIDIA's fixed 32); with more subgroups those past R idle (a test's way to run it on lavapipe's
-// 8), with fewer each takes several rows. Only with the input staged (x read from xs: each lane
-// reads 4x the x chunks of the default layout, from shared memory). The sums of a row go in
-// another order than SGROWS = 0's (same products, f32).
-layout(constant_id = 10) const uint SGROWS = 0;
-#define SGU 8 // chunks of its row a lane loads at once (SGROWS): 8 x 16 B in flight, as R x 2 now
 
 layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer U4In { uvec4 v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer V4In { vec4 v[]; };
@@ -595,67 +585,6 @@ void load_bias(Block b, out float bias_r[R]) {
     }
 }
 
-// SGROWS: the row of W the subgroup s takes in block b (past n: row n - 1, never written).
-Row row_of_subgroup(Block b, uint s) {
-    const uint64_t wbase = b.p == 0u ? uint64_t(pc.w) : (b.p == 1u ? uint64_t(pc.w1) : uint64_t(pc.w2));
-    const uint parity = (pc.flags >> (1u + b.p)) & 1u;
-    return row_of(wbase, parity, min(b.j0 + s, b.n - 1));
-}
-
-// SGROWS: the W of a lane's chunks c0, c0 + SG, ..., c0 + (SGU - 1) SG of a row (zeros past
-// the last chunk), all loads issued before any is used.
-void load_w_run(Row row, uint c0, uint chunks, out uvec4 wq[SGU]) {
-    [[unroll]] for (uint u = 0; u < SGU; u++) {
-        const uint c = c0 + u * gl_SubgroupSize;
-        wq[u] = c < chunks ? load_w_chunk(row, c) : uvec4(0u);
-    }
-}
-
-// SGROWS: acc[i] = this lane's share of x[i, :] . W[row, :] over its chunks lane, lane + SG, ...
-// (SGU at a time); `ahead`: wq holds the first run's W already. x comes from xs (staged).
-void accumulate_row(Row row, uint lane, uint chunks, bool ahead, uvec4 wq[SGU], out float acc[MB]) {
-    [[unroll]] for (uint i = 0; i < MB; i++) acc[i] = 0.0;
-    float g_unused[CH];
-    for (uint c0 = lane; c0 < chunks; c0 += SGU * gl_SubgroupSize) {
-        if (!ahead) load_w_run(row, c0, chunks, wq);
-        ahead = false;
-        [[unroll]] for (uint u = 0; u < SGU; u++) {
-            const uint c = c0 + u * gl_SubgroupSize;
-            if (c < chunks) {
-                float w[CH];
-                unpack_w_chunk(wq[u], w);
-                [[unroll]] for (uint i = 0; i < MB; i++) {
-                    if (i < pc.M) {
-                        float xv[CH];
-                        load_x_chunk(i, c, g_unused, xv);
-                        [[unroll]] for (uint e = 0; e < CH; e++) acc[i] = fma(xv[e], w[e], acc[i]);
-                    }
-                }
-            }
-        }
-    }
-}
-
-// SGROWS: y[i, j0 + s] = the subgroup's sum of acc[i] (+ bias); no barrier, no shared memory.
-// pc.M is uniform, so every subgroupAdd runs in uniform control flow.
-void reduce_store_row(Block b, uint s, float acc[MB], float bias_r[R]) {
-    F32Buf yp = F32Buf(b.p == 0u ? uint64_t(pc.y) : (b.p == 1u ? uint64_t(pc.y1) : uint64_t(pc.y2)));
-    const uint ldy = b.p == 0u ? pc.ldy : b.n;
-    float bj = 0.0;
-    [[unroll]] for (uint r = 0; r < R; r++) {
-        if (s == r) bj = bias_r[r];
-    }
-    [[unroll]] for (uint i = 0; i < MB; i++) {
-        if (i < pc.M) {
-            float v = subgroupAdd(acc[i]);
-            if (subgroupElect() && b.j0 + s < b.n) {
-                if ((pc.flags & 1u) != 0u) v += PREFETCH != 0 ? bj : pc.bias.v[b.j0 + s];
-                yp.v[i * ldy + b.j0 + s] = v;
-            }
-        }
-    }
-}
-
 // Polls of the chain's wait before it gives up (a bound, so that a broken chain cannot hang the
 // device: ~4 million polls are seconds; the dispatch then runs on whatever its input holds).
 #define CHAIN_POLLS (1u << 22)
@@ -696,19 +625,12 @@ void main() {
     // The W of this thread's next chunk pair when `ahead`; with PREFETCH the first block's is
     // loaded before the normed input's prologue, and so is the gain of that pair.
     uvec4 wq[2][R];
-    uvec4 wrun[SGU]; // SGROWS: the W of the lane's next run, when `ahead_row`
     float g0[2][CH];
-    const uint lane = gl_SubgroupInvocationID, sg = gl_SubgroupID;
-    const bool first = PREFETCH != 0 && gl_WorkGroupID.x < blocks;
-    bool ahead = first && tid < chunks;
-    bool ahead_row = SGROWS != 0 && first && lane < chunks && sg < R;
-    if (ahead_row) load_w_run(row_of_subgroup(block_of(gl_WorkGroupID.x), sg), lane, chunks, wrun);
+    bool ahead = PREFETCH != 0 && gl_WorkGroupID.x < blocks && tid < chunks;
     if (ahead) {
-        if (SGROWS == 0) {
-            Row rows[R];
-            rows_of(block_of(gl_WorkGroupID.x), rows);
-            load_w_pair(rows, tid, chunks, wq);
-        }
+        Row rows[R];
+        rows_of(block_of(gl_WorkGroupID.x), rows);
+        load_w_pair(rows, tid, chunks, wq);
         if ((pc.flags & NORMED_BIT) != 0u && (PROBE & 1u) == 0u) {
             [[unroll]] for (uint h = 0; h < 2; h++) {
                 if (tid + h * WG < chunks) load_gain_chunk(tid + h * WG, g0[h]);
@@ -721,29 +643,13 @@ void main() {
 
     for (uint blk = gl_WorkGroupID.x; blk < blocks; blk += gl_NumWorkGroups.x) {
         const Block b = block_of(blk);
-        const uint next = blk + gl_NumWorkGroups.x;
-        if (SGROWS != 0) {
-            float bias_r[R];
-            load_bias(b, bias_r);
-            for (uint r = sg; r < R; r += gl_NumSubgroups) {
-                float acc[MB];
-                accumulate_row(row_of_subgroup(b, r), lane, chunks, ahead_row && r == sg, wrun, acc);
-                // After the subgroup's last row of the block, the next block's first run is in
-                // flight while this one's sums are reduced.
-                if (r + gl_NumSubgroups >= R) {
-                    ahead_row = PREFETCH != 0 && next < blocks && lane < chunks;
-                    if (ahead_row) load_w_run(row_of_subgroup(block_of(next), sg), lane, chunks, wrun);
-                }
-                reduce_store_row(b, r, acc, bias_r);
-            }
-            continue;
-        }
         Row rows[R];
         rows_of(b, rows);
         float bias_r[R], acc[MB][R];
         load_bias(b, bias_r);
         accumulate(rows, tid, chunks, ahead, wq, g0, acc);
         // The next block's first pair is in flight while this one's sums are reduced.
+        const uint next = blk + gl_NumWorkGroups.x;
         ahead = PREFETCH != 0 && next < blocks && tid < chunks;
         if (ahead) {
             rows_of(block_of(next), rows);

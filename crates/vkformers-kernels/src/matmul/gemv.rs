@@ -88,10 +88,6 @@ pub struct Tuning {
     /// gemv.comp's `PROBE`: bits that leave parts of the kernel out to time the rest (wrong
     /// results; `vkformers bench gemv --probe` only). 0: the kernel.
     pub probe: u32,
-    /// gemv.comp's `SGROWS`: each row of a block summed by one subgroup (no shared-memory step,
-    /// no barriers a block), for staged products. None: off (an A/B switch until timed);
-    /// see [`Tuning::rows_by_subgroup`].
-    pub sgrows: Option<bool>,
 }
 
 impl Tuning {
@@ -108,7 +104,6 @@ impl Tuning {
                 pipe: var("VKFORMERS_GEMV_PIPE") == Some(1),
                 stage: var("VKFORMERS_GEMV_STAGE").map(|v| v != 0),
                 probe: 0,
-                sgrows: var("VKFORMERS_GEMV_SGROWS").map(|v| v != 0),
             }
         })
     }
@@ -120,11 +115,6 @@ impl Tuning {
     /// reads x from the same memory either way.
     pub fn stages_on(&self, caps: &Caps) -> bool {
         self.stage.unwrap_or(!caps.is_cpu())
-    }
-
-    /// Whether a staged product sums each row in one subgroup (`SGROWS`): as set, else off.
-    pub fn rows_by_subgroup(&self) -> bool {
-        self.sgrows.unwrap_or(false)
     }
 }
 
@@ -192,14 +182,13 @@ fn spec_constants(wide: bool, subgroups: u32, tuning: &Tuning, stage: (u32, u32)
     [u32::from(wide), subgroups, u32::from(tuning.prefetch), u32::from(tuning.pipe), stage.0, stage.1]
 }
 
-/// gemv.comp's constants after the chain's: `PROBE` (9) where a probe is on, and `SGROWS` (10)
-/// where a staged product (`staged`) sums rows by subgroup; none otherwise, so the kernel's
-/// pipelines keep their constants (and their cache entries).
-fn after_chain(tuning: &Tuning, staged: bool) -> Vec<u32> {
-    match (tuning.probe, staged && tuning.rows_by_subgroup()) {
-        (p, true) => vec![p, 1],
-        (0, false) => vec![],
-        (p, false) => vec![p],
+/// gemv.comp's `PROBE` (constant 9, after the chain's) where a probe is on; none otherwise, so
+/// the kernel's pipelines keep their constants (and their cache entries).
+fn probe_constant(tuning: &Tuning) -> Vec<u32> {
+    if tuning.probe == 0 {
+        vec![]
+    } else {
+        vec![tuning.probe]
     }
 }
 
@@ -518,7 +507,7 @@ fn dispatch_single(
     let stage = staging(rec.caps(), desc.dtype, m, k, subgroups, &tuning);
     let groups = groups_for(rec.caps(), desc.n.div_ceil(ROWS_PER_GROUP), &tuning, stage.0 != 0);
     let spec = spec_constants(wide, subgroups, &tuning, stage);
-    dispatch_chained(rec, kernel, (&spec, &after_chain(&tuning, stage.0 != 0)), args, push, link_into, [groups, 1, 1])?;
+    dispatch_chained(rec, kernel, (&spec, &probe_constant(&tuning)), args, push, link_into, [groups, 1, 1])?;
     rec.set_flops(2.0 * f64::from(desc.m) * f64::from(desc.n) * f64::from(desc.k));
     Ok(())
 }
@@ -792,15 +781,7 @@ fn dispatch_group(
         write(xn),
     ];
     let spec = spec_constants(wide, subgroups, &tuning, stage);
-    dispatch_chained(
-        rec,
-        kernel,
-        (&spec, &after_chain(&tuning, stage.0 != 0)),
-        &args,
-        push,
-        link_into,
-        [groups, 1, 1],
-    )?;
+    dispatch_chained(rec, kernel, (&spec, &probe_constant(&tuning)), &args, push, link_into, [groups, 1, 1])?;
     let total: u32 = ns.iter().sum();
     rec.set_flops(2.0 * f64::from(d.m) * f64::from(total) * f64::from(d.k));
     Ok(())
@@ -870,14 +851,7 @@ mod tests {
     #[test]
     fn tuning_override_is_scoped_and_caps_the_grid() {
         let env = Tuning::from_env();
-        let t = Tuning {
-            prefetch: !env.prefetch,
-            max_groups: Some(3),
-            pipe: !env.pipe,
-            stage: Some(false),
-            probe: 0,
-            sgrows: None,
-        };
+        let t = Tuning { prefetch: !env.prefetch, max_groups: Some(3), pipe: !env.pipe, stage: Some(false), probe: 0 };
         with_tuning(t, || {
             assert_eq!(tuning(), t);
             let want = [1, 4, u32::from(t.prefetch), u32::from(t.pipe), 1, 2048];
@@ -905,7 +879,7 @@ mod tests {
     #[test]
     fn staging_fits_in_shared_memory() {
         let caps = Caps { max_shared_memory: 49_152, ..Caps::default() };
-        let on = Tuning { prefetch: true, max_groups: None, pipe: false, stage: Some(true), probe: 0, sgrows: None };
+        let on = Tuning { prefetch: true, max_groups: None, pipe: false, stage: Some(true), probe: 0 };
         assert_eq!(staging(&caps, DType::BF16, 1, 2048, 4, &on), (1, 2048));
         assert_eq!(staging(&caps, DType::BF16, 1, 5632, 4, &on), (1, 6144));
         assert_eq!(staging(&caps, DType::BF16, 1, 577, 4, &on), (1, 1024), "577 is 73 chunks of 8");
@@ -999,17 +973,12 @@ mod tests {
         assert_eq!(shared_bytes(3, 4), 4 * 4 * 4 * 4);
     }
 
-    /// The probe and row-by-subgroup constants are passed only when on (SGROWS only for staged
-    /// products): the kernel's own pipelines keep their specialization (and their
-    /// pipeline-cache entries).
+    /// The probe constant is passed only when a probe is on: the kernel's own pipelines keep
+    /// their specialization (and their pipeline-cache entries).
     #[test]
-    fn probes_and_subgroup_rows_add_constants_only_when_on() {
-        let t = Tuning { prefetch: true, max_groups: None, pipe: false, stage: None, probe: 0, sgrows: None };
-        assert!(after_chain(&t, true).is_empty());
-        assert_eq!(after_chain(&Tuning { probe: 5, ..t }, false), vec![5]);
-        let rows = Tuning { sgrows: Some(true), ..t };
-        assert!(after_chain(&rows, false).is_empty(), "SGROWS reads the staged input only");
-        assert_eq!(after_chain(&rows, true), vec![0, 1]);
-        assert_eq!(after_chain(&Tuning { probe: 2, ..rows }, true), vec![2, 1]);
+    fn probes_add_a_constant_only_when_on() {
+        let t = Tuning { prefetch: true, max_groups: None, pipe: false, stage: None, probe: 0 };
+        assert!(probe_constant(&t).is_empty());
+        assert_eq!(probe_constant(&Tuning { probe: 5, ..t }), vec![5]);
     }
 }
