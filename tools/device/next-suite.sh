@@ -71,6 +71,8 @@ f2)
     "$V" bench gemv --rows 1 --copies 1 --probe 0,1,2,4,7 2>&1 | grep "a call" | tee -a "$LOG"
     "$V" bench gemv --rows 1 --copies 22 --normed --shapes 2560x2048,11264x2048 --probe 0,1,2,4,7 2>&1 | grep "a call" | tee -a "$LOG"
     "$V" bench dispatch 2>&1 | tail -1 | tee -a "$LOG"
+    sec "a GEMV with nothing loaded (probe 7) on 66 to 528 workgroups: is the ~5 us left without W the grid's launch?"
+    "$V" bench gemv --rows 1 --copies 1 --shapes 2048x2048 --probe 3,7 --max-groups 66,132,264,528 2>&1 | grep "a call" | tee -a "$LOG"
     sec "where the lean decode attention's ~12 us goes (batch 1, 640 keys, 2-row tiles): probes 0, 1 no K/V loads, 2 no P.V, 4 no split merge, 8 no scores/maxima/probabilities, 15 none"
     for p in 0 1 2 4 8 15; do
         VKFORMERS_DECODE_PROBE=$p "$V" bench decode --kernel lean --rope inside --len 640 --batch 1 --splits auto 2>&1 |
