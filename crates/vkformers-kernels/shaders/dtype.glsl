@@ -15,6 +15,8 @@ layout(buffer_reference, std430, buffer_reference_align = 2) buffer DBuf { float
 layout(buffer_reference, std430, buffer_reference_align = 2) readonly buffer DIn { float16_t v[]; };
 float ld(DIn b, uint i) { return float(b.v[i]); }
 void st(DBuf b, uint i, float x) { b.v[i] = float16_t(x); }
+// The 16 bits `st` stores for x (for stores of several values packed in one word).
+uint st_bits(float x) { return uint(float16BitsToUint16(float16_t(x))); }
 // x rounded to f16 (to nearest even), as integer code: the compiler (Mesa's NIR) folds a
 // float -> f16 -> float round trip away.
 uint f16_bits(float x) { return f16_code(x); }
@@ -25,6 +27,7 @@ layout(buffer_reference, std430, buffer_reference_align = 2) readonly buffer DIn
 float ld(DIn b, uint i) { return uintBitsToFloat(uint(b.v[i]) << 16); }
 uint16_t bf16_bits(float x) { return uint16_t(bf16_code(x)); }
 void st(DBuf b, uint i, float x) { b.v[i] = bf16_bits(x); }
+uint st_bits(float x) { return uint(bf16_bits(x)); }
 float rnd(float x) { return uintBitsToFloat(uint(bf16_bits(x)) << 16); }
 #else
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer DBuf { float v[]; };

@@ -59,17 +59,6 @@ uint entry_of(uint c) {
     return lo;
 }
 
-#ifdef COPY
-// The stored 16 bits of x, as `st` stores it.
-uint code16(float x) {
-#if defined(DT_F16)
-    return uint(float16BitsToUint16(float16_t(x)));
-#else
-    return uint(bf16_bits(x));
-#endif
-}
-#endif
-
 // Whether the address `a` (low, high words) is a multiple of `align` bytes.
 bool aligned(uvec2 a, uint align) {
     return (a.x & (align - 1u)) == 0u;
@@ -108,8 +97,8 @@ void update_wide(uvec4 e0, uvec4 e1, uvec4 e2, float decay, bool fresh, uint q0,
                 param.v[i] = p[u];
 #ifdef COPY
                 if (e2.x != 0u || e2.y != 0u) {
-                    U2Buf(packUint2x32(e2.xy)).v[i] = uvec2(code16(p[u].x) | (code16(p[u].y) << 16),
-                                                            code16(p[u].z) | (code16(p[u].w) << 16));
+                    U2Buf(packUint2x32(e2.xy)).v[i] = uvec2(st_bits(p[u].x) | (st_bits(p[u].y) << 16),
+                                                            st_bits(p[u].z) | (st_bits(p[u].w) << 16));
                 }
 #endif
                 exp_avg.v[i] = m[u];
@@ -122,6 +111,8 @@ void update_wide(uvec4 e0, uvec4 e1, uvec4 e2, float decay, bool fresh, uint q0,
 void main() {
 #ifdef GRAD_SCALE
     float gs = pc.grad_scale.v[0];
+#else
+    const float gs = 1.0; // unused: update_wide scales only under GRAD_SCALE
 #endif
     for (uint c = gl_WorkGroupID.x; c < pc.chunks; c += gl_NumWorkGroups.x) {
         uint t = entry_of(c);
@@ -154,11 +145,7 @@ void main() {
 #endif
         uint first = begin;
         if (wide) {
-#ifdef GRAD_SCALE
             update_wide(e0, e1, e2, decay, fresh, begin / 4u, end / 4u, gs);
-#else
-            update_wide(e0, e1, e2, decay, fresh, begin / 4u, end / 4u, 1.0);
-#endif
             first = end & ~3u;
         }
         for (uint i = first + gl_LocalInvocationID.x; i < end; i += 256u) {
