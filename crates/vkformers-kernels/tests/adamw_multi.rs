@@ -74,20 +74,22 @@ fn states_at(ctx: &Context, seed: u64, sizes: &[usize], copies: bool, off: u64) 
 
 /// Steps `1..=steps` of both paths; `scale` is the clip coefficient (None: unscaled).
 fn run(ctx: &Context, ss: &[State], multi_path: bool, scale: Option<f32>, steps: u64) -> Result<()> {
-    run_on(ctx, ss, multi_path.then_some(u32::MAX), scale, steps)
+    run_on(ctx, ss, (multi_path.then_some(u32::MAX), DType::BF16), scale, steps)
 }
 
-thread_local! {
-    /// The 16-bit type of the copies (bf16 unless a test sets f16).
-    static COPY_DT: std::cell::Cell<DType> = const { std::cell::Cell::new(DType::BF16) };
-}
-
-/// [`run`], the multi-tensor path on at most `groups` workgroups (None: the per-parameter path).
-fn run_on(ctx: &Context, ss: &[State], groups: Option<u32>, scale: Option<f32>, steps: u64) -> Result<()> {
+/// [`run`], the multi-tensor path on at most `groups` workgroups (None: the per-parameter path),
+/// the copies in `copy_dt` (where the device has 16-bit storage).
+fn run_on(
+    ctx: &Context,
+    ss: &[State],
+    (groups, copy_dt): (Option<u32>, DType),
+    scale: Option<f32>,
+    steps: u64,
+) -> Result<()> {
     let hp = AdamW { lr: 1e-2, weight_decay: 0.5, ..AdamW::default() };
     let coef = ctx.buffer_from(&[scale.unwrap_or(1.0)], "coef")?;
     let grad_scale = scale.map(|_| coef.view());
-    let dt = ctx.caps().fp16.then_some(COPY_DT.with(|d| d.get()));
+    let dt = ctx.caps().fp16.then_some(copy_dt);
     let table = ctx.buffer(ss.len() as u64 * multi::ENTRY_BYTES, "table")?;
     for step in 1..=steps {
         let moments = if step == 1 { Moments::Fresh } else { Moments::Stored };
@@ -127,14 +129,20 @@ fn run_on(ctx: &Context, ss: &[State], groups: Option<u32>, scale: Option<f32>, 
 }
 
 fn same_bits(ctx: &Context, sizes: &[usize], scale: Option<f32>, copies: bool) -> Result<()> {
-    same_bits_at(ctx, sizes, scale, copies, 0)
+    same_bits_at(ctx, sizes, scale, copies, (0, DType::BF16))
 }
 
-/// [`same_bits`] with each parameter `off` elements into its buffers.
-fn same_bits_at(ctx: &Context, sizes: &[usize], scale: Option<f32>, copies: bool, off: u64) -> Result<()> {
+/// [`same_bits`] with each parameter `off` elements into its buffers and copies in `copy_dt`.
+fn same_bits_at(
+    ctx: &Context,
+    sizes: &[usize],
+    scale: Option<f32>,
+    copies: bool,
+    (off, copy_dt): (u64, DType),
+) -> Result<()> {
     let (a, b) = (states_at(ctx, 7, sizes, copies, off)?, states_at(ctx, 7, sizes, copies, off)?);
-    run(ctx, &a, true, scale, 2)?;
-    run(ctx, &b, false, scale, 2)?;
+    run_on(ctx, &a, (Some(u32::MAX), copy_dt), scale, 2)?;
+    run_on(ctx, &b, (None, copy_dt), scale, 2)?;
     for (i, (x, y)) in a.iter().zip(&b).enumerate() {
         assert!(x.bits(ctx)? == y.bits(ctx)?, "sizes {sizes:?} scale {scale:?}: parameter {i} differs");
     }
@@ -159,11 +167,8 @@ fn one_dispatch_for_all_parameters_gives_the_per_parameter_bits() {
 fn unaligned_arrays_and_f16_copies_give_the_per_parameter_bits() {
     on_every_device("adamw multi unaligned, f16", |ctx| {
         let c = multi::CHUNK as usize;
-        same_bits_at(ctx, &[7, c + 5, 300], Some(0.5), true, 1)?;
-        COPY_DT.with(|d| d.set(DType::F16));
-        let f16 = same_bits(ctx, &[1, c + 3, 37, 2 * c + 17], Some(0.25), true);
-        COPY_DT.with(|d| d.set(DType::BF16));
-        f16
+        same_bits_at(ctx, &[7, c + 5, 300], Some(0.5), true, (1, DType::BF16))?;
+        same_bits_at(ctx, &[1, c + 3, 37, 2 * c + 17], Some(0.25), true, (0, DType::F16))
     });
 }
 
@@ -174,8 +179,8 @@ fn workgroups_striding_over_the_chunks_give_the_same_bits() {
         let c = multi::CHUNK as usize;
         let sizes = [c + 3, 17, 3 * c + 1];
         let (a, b) = (states(ctx, 9, &sizes, true)?, states(ctx, 9, &sizes, true)?);
-        run_on(ctx, &a, Some(2), Some(0.5), 2)?;
-        run_on(ctx, &b, None, Some(0.5), 2)?;
+        run_on(ctx, &a, (Some(2), DType::BF16), Some(0.5), 2)?;
+        run_on(ctx, &b, (None, DType::BF16), Some(0.5), 2)?;
         for (i, (x, y)) in a.iter().zip(&b).enumerate() {
             assert!(x.bits(ctx)? == y.bits(ctx)?, "parameter {i} differs with 2 workgroups");
         }
